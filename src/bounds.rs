@@ -1,0 +1,78 @@
+//! Every bound on sizes, counts and durations that the state machine enforces, in one place,
+//! each with the reason for its value.
+//!
+//! The machine refuses a command that crosses one of these with a typed refusal
+//! ([`crate::machine::Refusal::Invalid`] or a specific one); it never panics on them and never
+//! truncates silently. The network edge enforces the same string bounds before a command
+//! reaches the log, so a refusal here means a client bypassed the edge or the bounds changed.
+
+/// Longest tenant, limit, agent, run, period or fairness-key name, in bytes. Names are keys in
+/// ordered maps and travel in every command; 128 bytes fits a UUID with a prefix and keeps a
+/// hostile client from inflating the state through names.
+pub const NAME_BYTES_MAX: usize = 128;
+
+/// Longest halt reason, in bytes: a sentence for the operator who reads it during an incident.
+pub const REASON_BYTES_MAX: usize = 1024;
+
+/// Shortest session TTL, in ms. Below this a client cannot keep a session alive across one
+/// ordinary leader election (about 300 ms here) plus a keep-alive interval of TTL/3.
+pub const SESSION_TTL_MS_MIN: u64 = 500;
+
+/// Longest session TTL, in ms. A crashed client's permits return only when its session
+/// expires; ten minutes bounds how long a dead holder can block a limit.
+pub const SESSION_TTL_MS_MAX: u64 = 600_000;
+
+/// Default session TTL, in ms (spec §1).
+pub const SESSION_TTL_MS_DEFAULT: u64 = 3_000;
+
+/// Most sessions open at once. A session costs a few hundred bytes plus its tickets; a
+/// million bounds that part of the state near 1 GiB even in the worst case.
+pub const SESSIONS_MAX: usize = 1_000_000;
+
+/// Most live tickets (queued or held) of one session. A client that needs more is leaking
+/// tickets; refusing them protects every other session's queue positions.
+pub const SESSION_TICKETS_MAX: usize = 10_000;
+
+/// Finished tickets a session remembers, newest first, so that a late duplicate of an
+/// acquire for a ticket already released or refused is answered as such instead of being
+/// granted again. A ticket older than this many finishes is forgotten (its id may then start
+/// a new request); all are forgotten when the session ends.
+pub const SESSION_FINISHED_TICKETS_MAX: usize = 1_024;
+
+/// Most tickets waiting on one limit. A queue longer than this is an outage in progress;
+/// further tickets are refused `QueueFull` rather than growing memory without bound.
+pub const LIMIT_WAITERS_MAX: usize = 100_000;
+
+/// Most limits defined at once, across all tenants.
+pub const LIMITS_MAX: usize = 100_000;
+
+/// Largest `concurrent` and largest `units` of one acquire. Held units are summed in u64, so
+/// any u32 is safe; the bound exists to keep fairness arithmetic far from overflow.
+pub const UNITS_MAX: u32 = 1 << 30;
+
+/// Largest `per_second` rate. A bucket balance is kept in micro-tokens in a u64; a billion
+/// tokens a second with a burst of the same size stays six orders of magnitude below
+/// overflow.
+pub const PER_SECOND_MAX: f64 = 1e9;
+
+/// Largest bucket (`burst`), in whole tokens. See [`PER_SECOND_MAX`].
+pub const BURST_MAX: u64 = 1_000_000_000;
+
+/// How long a settlement receipt is kept, in log-clock ms: one day. A retry of a settle
+/// within this window is recognized and has no effect; a client must not retry a settle it
+/// first sent longer ago than this (the client library gives up after seconds).
+pub const RECEIPT_RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// Most receipts one tenant keeps. Past this the oldest are dropped first, even inside the
+/// retention window, and counted in the tenant's `receipts_evicted` so the loss of
+/// idempotency for very old retries is visible, never silent.
+pub const TENANT_RECEIPTS_MAX: usize = 200_000;
+
+/// Most commands in one log entry. The proposer batches up to this many; the machine refuses
+/// to decode a larger entry. 4,096 commands of at most ~1.5 KiB stay under the frame bound.
+pub const ENTRY_COMMANDS_MAX: usize = 4_096;
+
+/// Largest snapshot the machine will decode, in bytes. Far above the 10,000-session,
+/// 100,000-permit scale point (a few MiB) and far below what a damaged length field could
+/// ask for.
+pub const SNAPSHOT_BYTES_MAX: u64 = 1 << 30;

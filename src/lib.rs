@@ -1,0 +1,9 @@
+//! Weir: a replicated limit cluster.
+//!
+//! This file is the table of contents; it holds no logic. Imports point down the list:
+//! nothing below knows anything above it.
+
+pub mod machine;
+
+pub mod bounds;
+pub mod codec;

@@ -1,0 +1,105 @@
+//! The log clock: the only time the state machine knows.
+//!
+//! Each [`Batch`](super::Batch) carries the proposer's `clock_ms` and the
+//! [`Leadership`](super::Leadership) that stamped it. The log clock (`now_ms`) advances by
+//! the difference between consecutive stamps of the *same* leadership, and by nothing at the
+//! first batch of a new leadership: the clock freezes across a change of leader. Every
+//! lease decision (session expiry, token refill) is made against this clock, at apply time,
+//! identically on every node.
+//!
+//! Invariants:
+//! - `now_ms` never decreases.
+//! - Over any stretch of log, `now_ms` advances by at most the real time that elapsed on the
+//!   monotonic clocks of the leaders that stamped it (a stamp goes back or jumps between
+//!   leaders: neither moves the log clock).
+
+use serde::{Deserialize, Serialize};
+
+use super::command::{Batch, Leadership};
+
+/// The log clock, its last stamp, and the wall-clock stamp kept for display.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogClock {
+    /// Log-clock time, ms since the log began (frozen during leader changes).
+    now_ms: u64,
+    /// The leadership of the last stamped batch.
+    leadership: Leadership,
+    /// That batch's `clock_ms`.
+    last_stamp_ms: u64,
+    /// Largest wall-clock stamp seen (Unix ms), for display only.
+    wall_ms: u64,
+}
+
+impl LogClock {
+    /// Moves the clock for `batch` and returns the new `now_ms`.
+    pub fn advance(&mut self, batch: &Batch) -> u64 {
+        let before = self.now_ms;
+        if batch.leadership == self.leadership {
+            self.now_ms = self
+                .now_ms
+                .saturating_add(batch.clock_ms.saturating_sub(self.last_stamp_ms));
+            self.last_stamp_ms = self.last_stamp_ms.max(batch.clock_ms);
+        } else {
+            // A new leader: its clock's offset from the old leader's, and the outage between
+            // them, are both unknown. Adding nothing errs on the side of leases living
+            // longer, never shorter.
+            self.leadership = batch.leadership;
+            self.last_stamp_ms = batch.clock_ms;
+        }
+        self.wall_ms = self.wall_ms.max(batch.wall_ms);
+        assert!(
+            self.now_ms >= before,
+            "log clock went back: {before} -> {}",
+            self.now_ms
+        );
+        self.now_ms
+    }
+
+    /// Log-clock time, ms.
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    /// The latest wall-clock stamp (Unix ms), for display.
+    pub fn wall_ms(&self) -> u64 {
+        self.wall_ms
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(term: u64, node: u64, clock_ms: u64) -> Batch {
+        Batch {
+            leadership: Leadership { term, node },
+            clock_ms,
+            wall_ms: 0,
+            commands: vec![],
+        }
+    }
+
+    #[test]
+    fn log_clock_advances_by_one_leaders_own_differences() {
+        let mut c = LogClock::default();
+        assert_eq!(c.advance(&batch(1, 1, 1_000)), 0);
+        assert_eq!(c.advance(&batch(1, 1, 1_250)), 250);
+        assert_eq!(c.advance(&batch(1, 1, 1_250)), 250);
+        // A stamp that goes back (it must not, but) does not move the clock back.
+        assert_eq!(c.advance(&batch(1, 1, 1_100)), 250);
+        assert_eq!(c.advance(&batch(1, 1, 1_300)), 300);
+    }
+
+    #[test]
+    fn log_clock_freezes_at_a_change_of_leader_even_if_the_new_clock_is_fast() {
+        let mut c = LogClock::default();
+        c.advance(&batch(1, 1, 0));
+        assert_eq!(c.advance(&batch(1, 1, 500)), 500);
+        // Node 2 leads with a clock an hour ahead: the first batch adds nothing.
+        assert_eq!(c.advance(&batch(2, 2, 3_600_000)), 500);
+        assert_eq!(c.advance(&batch(2, 2, 3_600_100)), 600);
+        // Node 1 again in a new term, its clock far behind: again nothing is added.
+        assert_eq!(c.advance(&batch(3, 1, 10)), 600);
+        assert_eq!(c.advance(&batch(3, 1, 40)), 630);
+    }
+}

@@ -1,0 +1,210 @@
+//! What the log carries: an [`Entry`] is one leader-stamped batch of [`Command`]s, and the
+//! identifiers the commands use.
+//!
+//! Everything here is plain data, serialized with the pinned codec into log entries and
+//! snapshots. Field order is part of the format: append fields and variants, never reorder.
+
+use serde::{Deserialize, Serialize};
+
+/// A session's id: assigned by the machine from a counter when `OpenSession` is applied,
+/// starting at 1, never reused. Zero is never a session.
+pub type SessionId = u64;
+
+/// A ticket's id: chosen by the client, unique within its session. Any u64.
+pub type TicketId = u64;
+
+/// A permit's fence: strictly increasing across the whole cluster, never zero. The first
+/// grant an entry makes takes the entry's log index when that is above every earlier fence;
+/// further grants in the same batched entry take the next integers. So on an unbatched log
+/// the fence is exactly the granting entry's index, and in every case a later grant has a
+/// larger fence, which is what a downstream resource needs to refuse a stale holder.
+pub type Fence = u64;
+
+/// A limit's internal id: from a counter, starting at 1, never reused. Clients name limits
+/// by (tenant, name); the id only links tickets to limits inside the state.
+pub type LimitId = u64;
+
+/// Who stamped an entry: the Raft leadership (term and node) whose proposer made the batch.
+/// The log clock freezes whenever this changes (see [`crate::machine::clock`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Leadership {
+    pub term: u64,
+    pub node: u64,
+}
+
+/// One log entry's worth of commands, as the leader's proposer stamped it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Batch {
+    /// The leadership that proposed this batch.
+    pub leadership: Leadership,
+    /// The proposer's clock at stamping, in ms: within one leadership it advances at the
+    /// rate of the leader's monotonic clock and never goes back. Across leaderships its
+    /// value means nothing to the machine: only differences within one leadership count.
+    pub clock_ms: u64,
+    /// The leader's wall clock (Unix ms) at stamping. Shown to people (admitted-at), never
+    /// used to decide anything.
+    pub wall_ms: u64,
+    /// The commands, applied in order.
+    pub commands: Vec<Command>,
+}
+
+/// A waiter's place in line: `level` first (higher first), then weighted fairness across
+/// `fairness_key`s of one level, first come within a key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Priority {
+    pub level: i32,
+    pub fairness_key: String,
+    /// Share of service relative to other keys of the same level; at least 1.
+    pub fairness_weight: u32,
+}
+
+impl Default for Priority {
+    fn default() -> Self {
+        Priority {
+            level: 0,
+            fairness_key: String::new(),
+            fairness_weight: 1,
+        }
+    }
+}
+
+/// An optional setting in `SetTenant`: leave it, set it, or clear it (no ceiling).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Change<T> {
+    #[default]
+    Keep,
+    Set(T),
+    Clear,
+}
+
+impl<T: Copy> Change<T> {
+    /// The setting after this change is applied to `current`.
+    pub fn applied_to(self, current: Option<T>) -> Option<T> {
+        match self {
+            Change::Keep => current,
+            Change::Set(v) => Some(v),
+            Change::Clear => None,
+        }
+    }
+}
+
+/// The scope of a halt inside its tenant.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum HaltScope {
+    /// The whole tenant.
+    Tenant,
+    /// One agent of the tenant.
+    Agent(String),
+}
+
+impl std::fmt::Display for HaltScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HaltScope::Tenant => f.write_str("tenant"),
+            HaltScope::Agent(a) => write!(f, "agent {a}"),
+        }
+    }
+}
+
+/// A request for a permit.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Acquire {
+    pub session: SessionId,
+    pub ticket: TicketId,
+    pub tenant: String,
+    pub limit: String,
+    /// Units wanted, at least 1.
+    pub units: u32,
+    pub priority: Priority,
+    /// The agent acting, for agent-scoped halts.
+    pub agent: Option<String>,
+    /// Queue when the limit has no room; `false` answers `Busy` instead.
+    pub wait: bool,
+}
+
+/// A settlement of one pass of a run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Settle {
+    pub tenant: String,
+    pub run: String,
+    pub epoch: u64,
+    /// The period charged; `None` charges no period (the receipt is still kept).
+    pub period: Option<String>,
+    pub tokens: u64,
+    pub minor_units: u64,
+    /// Also free the run's slot.
+    pub release_slot: bool,
+}
+
+/// Every write of spec §2. Each is applied by [`crate::machine::Machine::apply`] and answered
+/// by one [`crate::machine::Reply`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Command {
+    /// Define a limit, or change an existing one's spec (holders keep their permits).
+    DefineLimit {
+        tenant: String,
+        name: String,
+        /// Most units held at once; 0 = no cap (the limit only rates).
+        concurrent: u32,
+        /// Token refill per second; 0 = no rate.
+        per_second: f64,
+        /// Bucket size in tokens; `None` = `max(ceil(per_second), 1)`.
+        burst: Option<u64>,
+    },
+    /// Remove a limit: waiters are refused `LimitRemoved`, new acquires see `UnknownLimit`,
+    /// and the limit disappears when its last holder releases.
+    RemoveLimit {
+        tenant: String,
+        name: String,
+    },
+    /// Open a session with a TTL (ms).
+    OpenSession {
+        ttl_ms: u64,
+    },
+    /// Extend a session's lease by its TTL from now.
+    KeepAlive {
+        session: SessionId,
+    },
+    /// Close a session: release its permits and withdraw its tickets.
+    CloseSession {
+        session: SessionId,
+    },
+    Acquire(Acquire),
+    /// Free a permit, or withdraw a queued ticket. Idempotent.
+    Release {
+        session: SessionId,
+        ticket: TicketId,
+    },
+    /// Set a tenant's ceilings.
+    SetTenant {
+        tenant: String,
+        max_running: Change<u32>,
+        budget_tokens: Change<u64>,
+        budget_minor: Change<u64>,
+    },
+    /// Admit a run into its tenant's running set.
+    Reserve {
+        tenant: String,
+        run: String,
+        agent: Option<String>,
+        period: Option<String>,
+    },
+    /// Free a run's slot. Idempotent.
+    ReleaseRun {
+        tenant: String,
+        run: String,
+    },
+    Settle(Settle),
+    SetHalt {
+        tenant: String,
+        scope: HaltScope,
+        reason: String,
+    },
+    ClearHalt {
+        tenant: String,
+        scope: HaltScope,
+    },
+    /// Nothing but the passage of time: the proposer sends it while sessions or waiting rate
+    /// tickets exist, so expiries and refills happen without client traffic.
+    Tick,
+}

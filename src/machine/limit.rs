@@ -1,0 +1,325 @@
+//! One limit: its spec, the permits held on it, its token bucket, and its wait queue.
+//!
+//! Concurrency is counted in units: a permit holds `units` of `concurrent` until released.
+//! The rate is a token bucket refilled on the log clock; a grant takes `units` tokens. A
+//! limit with `concurrent = 0` only rates: a grant takes tokens and holds nothing.
+//!
+//! Balances are integers: micro-tokens with an exact remainder, so no grant ever depends on
+//! floating-point rounding and a snapshot restores the bucket to the bit. `per_second` is
+//! kept as the f64 the operator gave (bincode stores its bits) and converted once, at
+//! definition, to micro-tokens per second.
+//!
+//! Invariants:
+//! - `held_units` is the sum of `holders`' units.
+//! - A grant is made only when `held_units + units <= concurrent` (G1 at grant time; a
+//!   lowered `concurrent` may leave `held_units` above it until holders release).
+//! - `tokens_micro <= burst * 1e6`, and `refill_remainder < 1000`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::command::{Fence, SessionId, TicketId};
+use super::queue::WaitQueue;
+
+/// Micro-tokens per token.
+pub const MICRO: u64 = 1_000_000;
+
+/// A limit's definition.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LimitSpec {
+    /// Most units held at once; 0 = no cap.
+    pub concurrent: u32,
+    /// Refill rate as given, tokens per second; 0 = no rate. Never NaN, never negative, and
+    /// -0.0 is stored as 0.0.
+    pub per_second: f64,
+    /// Bucket size in tokens, at least 1.
+    pub burst: u64,
+    /// `per_second` in micro-tokens per second, rounded to nearest.
+    pub rate_micro_per_s: u64,
+}
+
+impl LimitSpec {
+    /// The spec for a definition, or why it is invalid.
+    pub fn new(concurrent: u32, per_second: f64, burst: Option<u64>) -> Result<LimitSpec, String> {
+        use crate::bounds::{BURST_MAX, PER_SECOND_MAX, UNITS_MAX};
+        if concurrent > UNITS_MAX {
+            return Err(format!(
+                "concurrent {concurrent} is above the bound of {UNITS_MAX}"
+            ));
+        }
+        if !per_second.is_finite() || !(0.0..=PER_SECOND_MAX).contains(&per_second) {
+            return Err(format!(
+                "per_second {per_second} is not a rate in 0..={PER_SECOND_MAX}"
+            ));
+        }
+        let per_second = if per_second == 0.0 { 0.0 } else { per_second };
+        let burst = burst.unwrap_or_else(|| (per_second.ceil() as u64).max(1));
+        if burst == 0 || burst > BURST_MAX {
+            return Err(format!("burst {burst} is not in 1..={BURST_MAX}"));
+        }
+        let rate_micro_per_s = (per_second * MICRO as f64).round() as u64;
+        if per_second > 0.0 && rate_micro_per_s == 0 {
+            return Err(format!(
+                "per_second {per_second} is below one micro-token a second"
+            ));
+        }
+        Ok(LimitSpec {
+            concurrent,
+            per_second,
+            burst,
+            rate_micro_per_s,
+        })
+    }
+
+    /// Whether grants are capped by concurrency.
+    pub fn caps_concurrency(&self) -> bool {
+        self.concurrent > 0
+    }
+
+    /// Whether grants take tokens.
+    pub fn rates(&self) -> bool {
+        self.rate_micro_per_s > 0
+    }
+
+    /// The most units one grant can ever take, or `None` for no bound.
+    pub fn max_units(&self) -> Option<u64> {
+        match (self.caps_concurrency(), self.rates()) {
+            (false, false) => None,
+            (true, false) => Some(self.concurrent as u64),
+            (false, true) => Some(self.burst),
+            (true, true) => Some((self.concurrent as u64).min(self.burst)),
+        }
+    }
+}
+
+/// A held permit.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holder {
+    pub session: SessionId,
+    pub ticket: TicketId,
+    pub units: u32,
+    pub agent: Option<String>,
+}
+
+/// What a limit can do for a request of some units now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Room {
+    /// Grant it.
+    Yes,
+    /// Not until holders release.
+    NeedsRelease,
+    /// Not until the bucket refills, at this log time.
+    NeedsTokensAt(u64),
+}
+
+/// One limit's whole state.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Limit {
+    pub tenant: String,
+    pub name: String,
+    pub spec: LimitSpec,
+    /// Permits held, by fence.
+    pub holders: BTreeMap<Fence, Holder>,
+    /// Sum of `holders`' units.
+    pub held_units: u64,
+    /// Highest `held_units` ever reached.
+    pub max_held_units: u64,
+    /// Bucket balance, micro-tokens.
+    pub tokens_micro: u64,
+    /// Sub-micro-token refill carried to the next refill, in (micro-tokens × ms / s) units:
+    /// always below 1000.
+    pub refill_remainder: u64,
+    /// Log time of the last refill.
+    pub refilled_at_ms: u64,
+    pub queue: WaitQueue,
+    /// Removed by the operator; kept only until its last holder releases.
+    pub removing: bool,
+}
+
+impl Limit {
+    /// A new limit with a full bucket, at log time `now_ms`.
+    pub fn new(tenant: &str, name: &str, spec: LimitSpec, now_ms: u64) -> Limit {
+        Limit {
+            tenant: tenant.to_owned(),
+            name: name.to_owned(),
+            tokens_micro: spec.burst * MICRO,
+            spec,
+            holders: BTreeMap::new(),
+            held_units: 0,
+            max_held_units: 0,
+            refill_remainder: 0,
+            refilled_at_ms: now_ms,
+            queue: WaitQueue::default(),
+            removing: false,
+        }
+    }
+
+    /// Replaces the spec, keeping holders and queue; the bucket is clamped to the new burst.
+    pub fn redefine(&mut self, spec: LimitSpec, now_ms: u64) {
+        self.refill(now_ms);
+        self.tokens_micro = self.tokens_micro.min(spec.burst * MICRO);
+        if self.tokens_micro == spec.burst * MICRO {
+            self.refill_remainder = 0;
+        }
+        self.spec = spec;
+        self.removing = false;
+    }
+
+    /// Brings the bucket up to `now_ms`. Exact: the remainder keeps every fraction.
+    pub fn refill(&mut self, now_ms: u64) {
+        let elapsed = now_ms.saturating_sub(self.refilled_at_ms);
+        self.refilled_at_ms = self.refilled_at_ms.max(now_ms);
+        let cap = self.spec.burst * MICRO;
+        if !self.spec.rates() || self.tokens_micro >= cap {
+            self.refill_remainder = 0;
+            return;
+        }
+        let scaled =
+            elapsed as u128 * self.spec.rate_micro_per_s as u128 + self.refill_remainder as u128;
+        let added = scaled / 1000;
+        let room = (cap - self.tokens_micro) as u128;
+        if added >= room {
+            self.tokens_micro = cap;
+            self.refill_remainder = 0;
+        } else {
+            self.tokens_micro += added as u64;
+            self.refill_remainder = (scaled % 1000) as u64;
+        }
+    }
+
+    /// Whether `units` can be granted now (after [`Limit::refill`] to now).
+    pub fn room_for(&self, units: u32, now_ms: u64) -> Room {
+        if self.spec.caps_concurrency()
+            && self.held_units + units as u64 > self.spec.concurrent as u64
+        {
+            return Room::NeedsRelease;
+        }
+        if self.spec.rates() {
+            let need = units as u64 * MICRO;
+            if self.tokens_micro < need {
+                // ms until (need - tokens) micro-tokens have accrued, counting the remainder.
+                let missing = (need - self.tokens_micro) as u128 * 1000;
+                let have = self.refill_remainder as u128;
+                let rate = self.spec.rate_micro_per_s as u128;
+                let wait_ms = (missing - have.min(missing)).div_ceil(rate);
+                return Room::NeedsTokensAt(now_ms.saturating_add(wait_ms as u64));
+            }
+        }
+        Room::Yes
+    }
+
+    /// Takes `units` for `holder` under `fence`: tokens always (when rated), concurrency only
+    /// when capped. Returns whether a permit is now held. The caller checked
+    /// [`Limit::room_for`].
+    pub fn grant(&mut self, fence: Fence, holder: Holder) -> bool {
+        let units = holder.units as u64;
+        if self.spec.rates() {
+            let need = units * MICRO;
+            assert!(
+                self.tokens_micro >= need,
+                "G1: granted {units} units with too few tokens"
+            );
+            self.tokens_micro -= need;
+        }
+        if !self.spec.caps_concurrency() {
+            return false;
+        }
+        self.held_units += units;
+        assert!(
+            self.held_units <= self.spec.concurrent as u64,
+            "G1: held {} > cap {} after a grant",
+            self.held_units,
+            self.spec.concurrent
+        );
+        self.max_held_units = self.max_held_units.max(self.held_units);
+        if let Some((&last, _)) = self.holders.last_key_value() {
+            assert!(fence > last, "fences increase: {fence} after {last}");
+        }
+        self.holders.insert(fence, holder);
+        true
+    }
+
+    /// Frees the permit under `fence`; returns its holder.
+    pub fn release(&mut self, fence: Fence) -> Option<Holder> {
+        let holder = self.holders.remove(&fence)?;
+        self.held_units -= holder.units as u64;
+        Some(holder)
+    }
+
+    /// Whether the limit can be dropped: removed and nothing held or waiting.
+    pub fn is_gone(&self) -> bool {
+        self.removing && self.holders.is_empty() && self.queue.is_empty()
+    }
+
+    /// Checks the invariants of the module doc.
+    pub fn check(&self) -> Result<(), String> {
+        let sum: u64 = self.holders.values().map(|h| h.units as u64).sum();
+        if sum != self.held_units {
+            return Err(format!(
+                "limit {}: held_units {} but holders sum {sum}",
+                self.name, self.held_units
+            ));
+        }
+        if self.max_held_units < self.held_units {
+            return Err(format!(
+                "limit {}: max_held_units below held_units",
+                self.name
+            ));
+        }
+        if self.tokens_micro > self.spec.burst * MICRO || self.refill_remainder >= 1000 {
+            return Err(format!("limit {}: bucket out of range", self.name));
+        }
+        if !self.spec.caps_concurrency() && !self.holders.is_empty() {
+            return Err(format!("limit {}: holders on a rate-only limit", self.name));
+        }
+        self.queue
+            .check()
+            .map_err(|e| format!("limit {}: {e}", self.name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucket_refills_exactly_with_no_lost_fractions() {
+        // One token every 3 seconds, refilled in 1 ms steps: fractions must add up.
+        let spec = LimitSpec::new(0, 1.0 / 3.0, Some(5)).unwrap();
+        let mut l = Limit::new("t", "r", spec, 0);
+        l.tokens_micro = 0;
+        for ms in 1..=3_000 {
+            l.refill(ms);
+        }
+        // 333_333 micro-tokens a second, exactly, for 3 s.
+        assert_eq!(l.tokens_micro, 999_999);
+        assert_eq!(l.room_for(1, 3_000), Room::NeedsTokensAt(3_001));
+        l.refill(3_001);
+        assert_eq!(l.room_for(1, 3_001), Room::Yes);
+    }
+
+    #[test]
+    fn spec_rules_and_defaults() {
+        assert_eq!(LimitSpec::new(3, 0.0, None).unwrap().burst, 1);
+        assert_eq!(LimitSpec::new(0, 2.5, None).unwrap().burst, 3);
+        assert_eq!(
+            LimitSpec::new(0, -0.0, None).unwrap().per_second.to_bits(),
+            0
+        );
+        assert!(
+            LimitSpec::new(0, f64::NAN, None)
+                .unwrap_err()
+                .contains("not a rate")
+        );
+        assert!(
+            LimitSpec::new(0, 1.0, Some(0))
+                .unwrap_err()
+                .contains("burst 0")
+        );
+        assert_eq!(
+            LimitSpec::new(4, 10.0, Some(2)).unwrap().max_units(),
+            Some(2)
+        );
+    }
+}

@@ -1,0 +1,319 @@
+//! The wait queue of one limit: priority level first, weighted fairness across fairness keys
+//! within a level, first come within a key.
+//!
+//! Fairness is start-time fair queuing with integer tags. Each (level, key) pair is a flow.
+//! A ticket of weight `w` costs `COST_SCALE / w` virtual time; when it arrives it is tagged
+//! `finish = max(V, last_finish_of_its_flow) + cost`, where `V` is the level's virtual time:
+//! the finish tag of the ticket served last at that level. Tickets are served in order of
+//! (level descending, finish ascending, arrival ascending). Because `V` only moves forward
+//! and a flow's record is dropped when its last ticket leaves, a key that arrives late or
+//! comes back after an absence starts at `V`: it gets its turn at once, interleaved with the
+//! keys already waiting, and never a burst of catch-up service.
+//!
+//! Tags are fixed at arrival, so the service order of the tickets present is the key order of
+//! one ordered map, and a ticket's position is the count of keys before it.
+//!
+//! Invariants:
+//! - Every waiter's flow has a record whose `queued` counts exactly that flow's waiters.
+//! - A level has a virtual-time record only while it has waiters.
+//! - Service is strictly in key order: the head blocks those behind it (a large request is
+//!   never starved by small ones slipping past).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::command::{Priority, SessionId, TicketId};
+
+/// Virtual-time cost of one ticket of weight 1. A power of two near 2^64 keeps the cost of
+/// any u32 weight at least 2^32, so distinct weights order exactly; u128 tags then last for
+/// 2^64 services of weight 1.
+const COST_SCALE: u128 = 1 << 64;
+
+/// A ticket's place in the service order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct QueueKey {
+    /// `i32::MAX - level`, so that the highest level sorts first.
+    rank: u32,
+    /// Virtual finish tag within the level.
+    finish: u128,
+    /// Arrival order on this limit.
+    seq: u64,
+}
+
+impl QueueKey {
+    /// The priority level this key was queued at.
+    pub fn level(&self) -> i32 {
+        (i32::MAX as i64 - self.rank as i64) as i32
+    }
+}
+
+/// A waiting ticket.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Waiter {
+    pub session: SessionId,
+    pub ticket: TicketId,
+    pub units: u32,
+    pub agent: Option<String>,
+    pub fairness_key: String,
+}
+
+/// One (level, key) flow's bookkeeping.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Flow {
+    last_finish: u128,
+    queued: u32,
+}
+
+/// The queue. See the module doc for the order it serves.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitQueue {
+    order: BTreeMap<QueueKey, Waiter>,
+    flows: BTreeMap<(i32, String), Flow>,
+    virtual_time: BTreeMap<i32, u128>,
+    next_seq: u64,
+}
+
+impl WaitQueue {
+    /// Number of waiting tickets.
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// Queues `waiter` with `priority` (its key and weight; the waiter's own `fairness_key`
+    /// is overwritten with the priority's) and returns its key.
+    pub fn push(&mut self, mut waiter: Waiter, priority: &Priority) -> QueueKey {
+        let level = priority.level;
+        let weight = priority.fairness_weight.max(1);
+        waiter.fairness_key.clone_from(&priority.fairness_key);
+        let v = self.virtual_time.get(&level).copied().unwrap_or(0);
+        let flow = self
+            .flows
+            .entry((level, priority.fairness_key.clone()))
+            .or_insert(Flow {
+                last_finish: v,
+                queued: 0,
+            });
+        let finish = flow.last_finish.max(v) + COST_SCALE / weight as u128;
+        flow.last_finish = finish;
+        flow.queued += 1;
+        self.virtual_time.entry(level).or_insert(v);
+        let key = QueueKey {
+            rank: (i32::MAX as i64 - level as i64) as u32,
+            finish,
+            seq: self.next_seq,
+        };
+        self.next_seq += 1;
+        let before = self.order.insert(key, waiter);
+        assert!(
+            before.is_none(),
+            "queue keys are unique: seq {} reused",
+            key.seq
+        );
+        key
+    }
+
+    /// The ticket served next, without serving it.
+    pub fn peek(&self) -> Option<(&QueueKey, &Waiter)> {
+        self.order.first_key_value()
+    }
+
+    /// Serves the head: removes it and moves its level's virtual time to its finish tag.
+    pub fn pop(&mut self) -> Option<(QueueKey, Waiter)> {
+        let (key, waiter) = self.order.pop_first()?;
+        let level = key.level();
+        if let Some(v) = self.virtual_time.get_mut(&level) {
+            *v = (*v).max(key.finish);
+        }
+        self.forget(level, &waiter.fairness_key);
+        Some((key, waiter))
+    }
+
+    /// Withdraws the ticket queued under `key` (a release, an expiry, a refusal). Virtual
+    /// time does not move: a withdrawal is not service.
+    pub fn remove(&mut self, key: &QueueKey) -> Option<Waiter> {
+        let waiter = self.order.remove(key)?;
+        self.forget(key.level(), &waiter.fairness_key);
+        Some(waiter)
+    }
+
+    /// Withdraws every waiter `pred` selects, in service order, and returns them.
+    pub fn remove_where(
+        &mut self,
+        mut pred: impl FnMut(&Waiter) -> bool,
+    ) -> Vec<(QueueKey, Waiter)> {
+        let keys: Vec<QueueKey> = self
+            .order
+            .iter()
+            .filter(|(_, w)| pred(w))
+            .map(|(k, _)| *k)
+            .collect();
+        keys.into_iter()
+            .map(|k| {
+                let w = self.remove(&k).expect("key was just listed");
+                (k, w)
+            })
+            .collect()
+    }
+
+    /// Tickets ahead of `key` now.
+    pub fn position(&self, key: &QueueKey) -> u32 {
+        self.order.range(..key).count() as u32
+    }
+
+    /// All waiters in service order.
+    pub fn iter(&self) -> impl Iterator<Item = (&QueueKey, &Waiter)> {
+        self.order.iter()
+    }
+
+    /// One waiter of (level, key) left the queue: drop the flow when it was the last, and the
+    /// level's virtual time when the level emptied.
+    fn forget(&mut self, level: i32, fairness_key: &str) {
+        let flow_key = (level, fairness_key.to_owned());
+        let flow = self
+            .flows
+            .get_mut(&flow_key)
+            .expect("a queued waiter has a flow");
+        flow.queued -= 1;
+        if flow.queued == 0 {
+            self.flows.remove(&flow_key);
+            let level_busy = self
+                .flows
+                .range((level, String::new())..)
+                .next()
+                .is_some_and(|((l, _), _)| *l == level);
+            if !level_busy {
+                self.virtual_time.remove(&level);
+            }
+        }
+    }
+
+    /// Checks the invariants of the module doc; returns the first broken one.
+    pub fn check(&self) -> Result<(), String> {
+        let mut counted: BTreeMap<(i32, &str), u32> = BTreeMap::new();
+        for (k, w) in &self.order {
+            *counted
+                .entry((k.level(), w.fairness_key.as_str()))
+                .or_default() += 1;
+            if k.seq >= self.next_seq {
+                return Err(format!(
+                    "queue seq {} not below next {}",
+                    k.seq, self.next_seq
+                ));
+            }
+        }
+        if counted.len() != self.flows.len() {
+            return Err(format!(
+                "{} flows recorded, {} have waiters",
+                self.flows.len(),
+                counted.len()
+            ));
+        }
+        for ((level, key), flow) in &self.flows {
+            if counted.get(&(*level, key.as_str())) != Some(&flow.queued) {
+                return Err(format!(
+                    "flow ({level}, {key:?}) counts {} waiters wrongly",
+                    flow.queued
+                ));
+            }
+            if !self.virtual_time.contains_key(level) {
+                return Err(format!("level {level} has waiters but no virtual time"));
+            }
+        }
+        if self
+            .virtual_time
+            .keys()
+            .any(|l| !self.flows.keys().any(|(fl, _)| fl == l))
+        {
+            return Err("a level without waiters keeps a virtual time".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(level: i32, key: &str, weight: u32) -> Priority {
+        Priority {
+            level,
+            fairness_key: key.into(),
+            fairness_weight: weight,
+        }
+    }
+
+    fn w(ticket: TicketId) -> Waiter {
+        Waiter {
+            session: 1,
+            ticket,
+            units: 1,
+            agent: None,
+            fairness_key: String::new(),
+        }
+    }
+
+    fn drain(q: &mut WaitQueue) -> Vec<TicketId> {
+        let mut out = vec![];
+        while let Some((_, w)) = q.pop() {
+            out.push(w.ticket);
+        }
+        q.check().unwrap();
+        out
+    }
+
+    #[test]
+    fn weights_share_service_in_proportion() {
+        let mut q = WaitQueue::default();
+        for t in 0..6 {
+            q.push(w(100 + t), &p(0, "heavy", 2));
+            q.push(w(200 + t), &p(0, "light", 1));
+        }
+        q.check().unwrap();
+        let served = drain(&mut q);
+        // Weight 2 gets two turns for every one of weight 1.
+        assert_eq!(&served[..6], &[100, 200, 101, 102, 201, 103]);
+    }
+
+    #[test]
+    fn a_key_returning_after_an_absence_gets_one_turn_not_a_burst() {
+        let mut q = WaitQueue::default();
+        for t in 0..10 {
+            q.push(w(100 + t), &p(0, "steady", 1));
+        }
+        for _ in 0..5 {
+            q.pop();
+        }
+        // "late" queues three tickets after "steady" had five turns.
+        for t in 0..3 {
+            q.push(w(200 + t), &p(0, "late", 1));
+        }
+        assert_eq!(drain(&mut q), vec![105, 200, 106, 201, 107, 202, 108, 109]);
+    }
+
+    #[test]
+    fn withdrawal_keeps_the_bookkeeping_exact() {
+        let mut q = WaitQueue::default();
+        let a = q.push(w(1), &p(3, "a", 1));
+        let b = q.push(w(2), &p(3, "a", 1));
+        q.push(w(3), &p(-1, "b", 1));
+        assert_eq!(q.position(&b), 1);
+        assert_eq!(q.remove(&a).unwrap().ticket, 1);
+        assert_eq!(q.position(&b), 0);
+        q.check().unwrap();
+        assert_eq!(q.remove_where(|w| w.ticket == 2).len(), 1);
+        q.check().unwrap();
+        assert_eq!(drain(&mut q), vec![3]);
+        assert_eq!(
+            q,
+            WaitQueue {
+                next_seq: 3,
+                ..WaitQueue::default()
+            }
+        );
+    }
+}

@@ -1,0 +1,179 @@
+//! What applying an entry produces: one [`Reply`] per command for the client that sent it,
+//! and [`Event`]s for other sessions (grants of queued tickets, refusals of queued tickets,
+//! halts, expiries), which the server pushes.
+//!
+//! Replies and events are not part of the state: they are recomputed identically on every
+//! node that applies the entry, and only the leader's are sent. Refusals are typed values;
+//! nothing here is prose a caller must match on.
+
+use serde::{Deserialize, Serialize};
+
+use super::command::{Fence, HaltScope, SessionId, TicketId};
+
+/// Which budget a refusal is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BudgetKind {
+    Tokens,
+    MinorUnits,
+}
+
+/// Why a command was not done. A refusal changes nothing in the state, except where a
+/// variant says so (a queued ticket refused by a halt is withdrawn).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Refusal {
+    /// No limit by that (tenant, name), or it is being removed.
+    UnknownLimit,
+    /// The session does not exist (never opened, closed, or expired).
+    UnknownSession,
+    /// A halt covers the request.
+    Halted { scope: HaltScope, reason: String },
+    /// More units than the limit could ever grant at once: above `concurrent`, or above
+    /// `burst` on a rated limit.
+    TooLarge { units: u32, max: u64 },
+    /// `wait = false` and no room now. `retry_at_ms` is the log-clock time at which the rate
+    /// bucket will have the tokens, or `None` when only a release can make room.
+    Busy { retry_at_ms: Option<u64> },
+    /// The limit was removed while the ticket waited.
+    LimitRemoved,
+    /// The limit's wait queue is full (see `bounds::LIMIT_WAITERS_MAX`).
+    QueueFull,
+    /// The ticket was already released in this session: a late duplicate of its acquire.
+    TicketReleased,
+    /// The tenant's running set is at its ceiling.
+    TooManyRuns { running: u32 },
+    /// The period's spend has reached the tenant's budget.
+    BudgetExhausted {
+        kind: BudgetKind,
+        spent: u64,
+        budget: u64,
+    },
+    /// The settlement key was used before with another payload.
+    Conflict,
+    /// A bound or argument rule was broken; the text names it.
+    Invalid(String),
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::UnknownLimit => f.write_str("unknown limit"),
+            Refusal::UnknownSession => f.write_str("unknown session (closed or expired)"),
+            Refusal::Halted { scope, reason } => write!(f, "halted ({scope}): {reason}"),
+            Refusal::TooLarge { units, max } => {
+                write!(
+                    f,
+                    "too large: {units} units, the limit grants at most {max}"
+                )
+            }
+            Refusal::Busy {
+                retry_at_ms: Some(at),
+            } => write!(f, "busy: retry at {at} ms"),
+            Refusal::Busy { retry_at_ms: None } => f.write_str("busy: no room until a release"),
+            Refusal::LimitRemoved => f.write_str("limit removed"),
+            Refusal::QueueFull => f.write_str("wait queue full"),
+            Refusal::TicketReleased => f.write_str("ticket already released"),
+            Refusal::TooManyRuns { running } => write!(f, "too many runs: {running} running"),
+            Refusal::BudgetExhausted {
+                kind,
+                spent,
+                budget,
+            } => {
+                let unit = match kind {
+                    BudgetKind::Tokens => "tokens",
+                    BudgetKind::MinorUnits => "minor units",
+                };
+                write!(f, "budget exhausted: spent {spent} of {budget} {unit}")
+            }
+            Refusal::Conflict => f.write_str("conflict: settled before with another payload"),
+            Refusal::Invalid(why) => write!(f, "invalid: {why}"),
+        }
+    }
+}
+
+/// The answer to one command.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reply {
+    /// `DefineLimit`, `RemoveLimit`, `SetTenant`, `ReleaseRun`, `ClearHalt`, `SetHalt`,
+    /// `CloseSession`, `Tick`: done.
+    Done,
+    SessionOpened {
+        session: SessionId,
+        ttl_ms: u64,
+    },
+    /// The session's lease now runs `ttl_ms` from this entry.
+    KeptAlive {
+        ttl_ms: u64,
+    },
+    /// The ticket holds `units` under `fence` (or, on a limit without `concurrent`, took
+    /// them as tokens).
+    Granted {
+        fence: Fence,
+        units: u32,
+    },
+    /// The ticket waits; `position` tickets are ahead of it now.
+    Queued {
+        position: u32,
+    },
+    /// `Release`: `held` says whether a permit was freed, `withdrawn` whether a queued
+    /// ticket left the queue; both false for an unknown or already finished ticket.
+    Released {
+        held: bool,
+        withdrawn: bool,
+    },
+    Admitted,
+    /// `Settle`: charged now, or `duplicate` of a receipt already applied.
+    Settled {
+        duplicate: bool,
+    },
+    Refused(Refusal),
+}
+
+/// Something another session must be told, produced by an entry it did not send.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Event {
+    /// A queued ticket was granted.
+    Granted {
+        session: SessionId,
+        ticket: TicketId,
+        fence: Fence,
+        units: u32,
+    },
+    /// A queued ticket was refused and withdrawn (halt, removal, lowered cap).
+    Refused {
+        session: SessionId,
+        ticket: TicketId,
+        refusal: Refusal,
+    },
+    /// A halt now covers a permit the session holds. It keeps the permit until it releases.
+    Halted {
+        session: SessionId,
+        ticket: TicketId,
+        scope: HaltScope,
+        reason: String,
+    },
+    /// The session expired: its permits are released and its tickets withdrawn.
+    SessionExpired { session: SessionId },
+}
+
+impl Event {
+    /// The session this event is addressed to.
+    pub fn session(&self) -> SessionId {
+        match self {
+            Event::Granted { session, .. }
+            | Event::Refused { session, .. }
+            | Event::Halted { session, .. }
+            | Event::SessionExpired { session } => *session,
+        }
+    }
+}
+
+/// The outcome of applying one entry.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// The log clock after the entry, in ms.
+    pub log_ms: u64,
+    /// One reply per command, in order.
+    pub replies: Vec<Reply>,
+    /// Events for other sessions, in the order they happened.
+    pub events: Vec<Event>,
+}

@@ -1,0 +1,133 @@
+//! A tenant: its namespace of limits, its run slots and ceilings, its spend per period with
+//! the receipts that make settlements idempotent, and its halts.
+//!
+//! Run slots are a set of named runs, not a counter: a stranded slot names the run that
+//! holds it (with its admitted-at time), and releasing it twice is harmless. Halts are one
+//! record per (tenant, scope), so a tenant halt and an agent halt are independent.
+//!
+//! Receipt retention: a receipt is kept [`RECEIPT_RETENTION_MS`] of log time after its
+//! settle, and at most [`TENANT_RECEIPTS_MAX`] per tenant (oldest dropped first, counted in
+//! `receipts_evicted`). Expired receipts are dropped when the tenant next settles and on
+//! every `Tick`.
+//!
+//! Invariants:
+//! - `receipt_order` lists exactly the keys of `receipts`, in settle order.
+//! - A ceiling of 0 admits nobody.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use super::command::{HaltScope, LimitId};
+use crate::bounds::{RECEIPT_RETENTION_MS, TENANT_RECEIPTS_MAX};
+
+/// A run in the running set.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunSlot {
+    /// Leader wall clock at admission (Unix ms), for people looking for stranded slots.
+    pub admitted_at_wall_ms: u64,
+    /// Log time at admission.
+    pub admitted_at_log_ms: u64,
+    pub agent: Option<String>,
+}
+
+/// Spend charged to one period.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Spend {
+    pub tokens: u64,
+    pub minor_units: u64,
+}
+
+/// What a settlement charged, kept under its (run, epoch) key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Receipt {
+    pub period: Option<String>,
+    pub tokens: u64,
+    pub minor_units: u64,
+    pub release_slot: bool,
+    pub settled_at_log_ms: u64,
+}
+
+impl Receipt {
+    /// Whether `other` is the same payload (the settle time is not payload).
+    pub fn same_payload(&self, other: &Receipt) -> bool {
+        self.period == other.period
+            && self.tokens == other.tokens
+            && self.minor_units == other.minor_units
+            && self.release_slot == other.release_slot
+    }
+}
+
+/// One tenant.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tenant {
+    /// Limit names to ids.
+    pub limits: BTreeMap<String, LimitId>,
+    pub max_running: Option<u32>,
+    pub budget_tokens: Option<u64>,
+    pub budget_minor: Option<u64>,
+    pub running: BTreeMap<String, RunSlot>,
+    pub spent: BTreeMap<String, Spend>,
+    pub receipts: BTreeMap<(String, u64), Receipt>,
+    receipt_order: VecDeque<(String, u64)>,
+    /// Receipts dropped by the count bound before their retention ran out.
+    pub receipts_evicted: u64,
+    pub halts: BTreeMap<HaltScope, String>,
+}
+
+impl Tenant {
+    /// The halt covering an agent (`None`: no agent), tenant-wide first.
+    pub fn halt_for(&self, agent: Option<&str>) -> Option<(HaltScope, String)> {
+        if let Some(reason) = self.halts.get(&HaltScope::Tenant) {
+            return Some((HaltScope::Tenant, reason.clone()));
+        }
+        let scope = HaltScope::Agent(agent?.to_owned());
+        self.halts.get(&scope).map(|reason| (scope, reason.clone()))
+    }
+
+    /// Keeps a new receipt and applies the retention rule.
+    pub fn keep_receipt(&mut self, key: (String, u64), receipt: Receipt) {
+        let now_ms = receipt.settled_at_log_ms;
+        self.receipts.insert(key.clone(), receipt);
+        self.receipt_order.push_back(key);
+        while self.receipt_order.len() > TENANT_RECEIPTS_MAX {
+            let oldest = self
+                .receipt_order
+                .pop_front()
+                .expect("longer than the bound");
+            self.receipts.remove(&oldest);
+            self.receipts_evicted += 1;
+        }
+        self.prune_receipts(now_ms);
+    }
+
+    /// Drops receipts older than the retention window.
+    pub fn prune_receipts(&mut self, now_ms: u64) {
+        while let Some(oldest) = self.receipt_order.front() {
+            let at = self.receipts[oldest].settled_at_log_ms;
+            if now_ms.saturating_sub(at) < RECEIPT_RETENTION_MS {
+                break;
+            }
+            let oldest = self.receipt_order.pop_front().expect("front exists");
+            self.receipts.remove(&oldest);
+        }
+    }
+
+    /// Whether the tenant holds nothing worth keeping (it can be dropped from the state).
+    pub fn is_empty(&self) -> bool {
+        *self == Tenant::default()
+    }
+
+    /// Checks the invariants of the module doc.
+    pub fn check(&self) -> Result<(), String> {
+        if self.receipt_order.len() != self.receipts.len()
+            || self
+                .receipt_order
+                .iter()
+                .any(|k| !self.receipts.contains_key(k))
+        {
+            return Err("receipt_order does not list the receipts".into());
+        }
+        Ok(())
+    }
+}

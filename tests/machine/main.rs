@@ -1,0 +1,8 @@
+//! The state machine's tests: scenarios named for the behaviours of spec §2, a property
+//! test against a reference model (G1, G5), determinism and snapshot damage (G4, G8).
+
+mod determinism;
+mod model;
+mod scenarios;
+mod sim;
+mod snapshot_damage;

@@ -1,0 +1,850 @@
+//! One scenario per behaviour of spec §2, named for it.
+
+use weir::machine::{
+    Acquire, BudgetKind, Change, Command, Event, HaltScope, Leadership, Priority, Refusal, Reply,
+    Settle,
+};
+
+use crate::sim::{Sim, acquire, fence, granted, level};
+
+fn settle(run: &str, epoch: u64, period: &str, tokens: u64, minor: u64, release: bool) -> Command {
+    Command::Settle(Settle {
+        tenant: "acme".into(),
+        run: run.into(),
+        epoch,
+        period: Some(period.into()),
+        tokens,
+        minor_units: minor,
+        release_slot: release,
+    })
+}
+
+fn reserve(run: &str, agent: Option<&str>, period: Option<&str>) -> Command {
+    Command::Reserve {
+        tenant: "acme".into(),
+        run: run.into(),
+        agent: agent.map(Into::into),
+        period: period.map(Into::into),
+    }
+}
+
+fn set_tenant(max_running: Change<u32>, tokens: Change<u64>, minor: Change<u64>) -> Command {
+    Command::SetTenant {
+        tenant: "acme".into(),
+        max_running,
+        budget_tokens: tokens,
+        budget_minor: minor,
+    }
+}
+
+#[test]
+fn concurrency_is_counted_in_units_and_full_limits_queue() {
+    let mut s = Sim::new();
+    s.define("t", "db", 3, 0.0);
+    let a = s.open(3_000);
+    assert!(matches!(
+        s.reply(acquire(a, 1, "t", "db", 2, Priority::default())),
+        Reply::Granted { units: 2, .. }
+    ));
+    // One unit is left: a two-unit ticket waits, a one-unit ticket behind it waits too
+    // (the head blocks), and nothing exceeds the cap.
+    assert_eq!(
+        s.reply(acquire(a, 2, "t", "db", 2, Priority::default())),
+        Reply::Queued { position: 0 }
+    );
+    assert_eq!(
+        s.reply(acquire(a, 3, "t", "db", 1, Priority::default())),
+        Reply::Queued { position: 1 }
+    );
+    let st = s.m.limit_status("t", "db").unwrap();
+    assert_eq!((st.in_use, st.waiting, st.max_in_use), (2, 2, 2));
+    let (_, events) = s.release(a, 1);
+    assert_eq!(granted(&events), vec![(a, 2), (a, 3)]);
+    assert_eq!(s.m.limit_status("t", "db").unwrap().in_use, 3);
+}
+
+#[test]
+fn token_bucket_grants_its_burst_then_refills_on_the_log_clock() {
+    let mut s = Sim::new();
+    s.reply(Command::DefineLimit {
+        tenant: "t".into(),
+        name: "api".into(),
+        concurrent: 0,
+        per_second: 10.0,
+        burst: Some(5),
+    });
+    let a = s.open(3_000);
+    for t in 1..=5 {
+        assert!(matches!(s.acquire(a, t, "api"), Reply::Granted { .. }));
+    }
+    let busy = Command::Acquire(Acquire {
+        session: a,
+        ticket: 6,
+        tenant: "t".into(),
+        limit: "api".into(),
+        units: 1,
+        priority: Priority::default(),
+        agent: None,
+        wait: false,
+    });
+    // Empty bucket: one token comes 100 ms of log time later.
+    let now = s.m.now_ms();
+    assert_eq!(
+        s.reply(busy.clone()),
+        Reply::Refused(Refusal::Busy {
+            retry_at_ms: Some(now + 100)
+        })
+    );
+    s.wait(99);
+    assert!(matches!(
+        s.reply(busy.clone()),
+        Reply::Refused(Refusal::Busy { .. })
+    ));
+    s.wait(1);
+    assert!(matches!(s.reply(busy), Reply::Granted { .. }));
+}
+
+#[test]
+fn rate_only_limit_takes_tokens_holds_nothing_and_serves_waiters_on_refill() {
+    let mut s = Sim::new();
+    s.define("t", "api", 0, 2.0);
+    let a = s.open(3_000);
+    let first = s.acquire(a, 1, "api");
+    let second = s.acquire(a, 2, "api");
+    assert!(matches!(first, Reply::Granted { .. }));
+    assert!(matches!(second, Reply::Granted { .. }));
+    assert_eq!(s.m.limit_status("t", "api").unwrap().in_use, 0);
+    assert_eq!(s.acquire(a, 3, "api"), Reply::Queued { position: 0 });
+    // No client asks again: the refill alone grants the waiter, in a tick's entry.
+    assert!(granted(&s.wait(400)).is_empty());
+    assert_eq!(granted(&s.wait(100)), vec![(a, 3)]);
+    // A lost push loses nothing: asking again answers the same grant.
+    let again = s.acquire(a, 3, "api");
+    assert_eq!(again, s.acquire(a, 3, "api"));
+    assert!(matches!(again, Reply::Granted { units: 1, .. }));
+    assert_eq!(s.acquire(a, 1, "api"), first);
+}
+
+#[test]
+fn lowering_concurrent_keeps_holders_and_delays_new_grants() {
+    let mut s = Sim::new();
+    s.define("t", "db", 3, 0.0);
+    let a = s.open(3_000);
+    for t in 1..=3 {
+        s.acquire(a, t, "db");
+    }
+    s.define("t", "db", 1, 0.0);
+    let st = s.m.limit_status("t", "db").unwrap();
+    assert_eq!((st.concurrent, st.in_use), (1, 3));
+    assert_eq!(s.acquire(a, 4, "db"), Reply::Queued { position: 0 });
+    assert!(granted(&s.release(a, 1).1).is_empty());
+    assert!(granted(&s.release(a, 2).1).is_empty());
+    assert_eq!(s.m.limit_status("t", "db").unwrap().in_use, 1);
+    assert_eq!(granted(&s.release(a, 3).1), vec![(a, 4)]);
+    assert_eq!(s.m.limit_status("t", "db").unwrap().in_use, 1);
+}
+
+#[test]
+fn lowering_concurrent_refuses_waiters_that_can_never_fit() {
+    let mut s = Sim::new();
+    s.define("t", "db", 4, 0.0);
+    let a = s.open(3_000);
+    s.reply(acquire(a, 1, "t", "db", 4, Priority::default()));
+    s.reply(acquire(a, 2, "t", "db", 3, Priority::default()));
+    let (_, events) = s.one(Command::DefineLimit {
+        tenant: "t".into(),
+        name: "db".into(),
+        concurrent: 2,
+        per_second: 0.0,
+        burst: None,
+    });
+    assert_eq!(
+        events,
+        vec![Event::Refused {
+            session: a,
+            ticket: 2,
+            refusal: Refusal::TooLarge { units: 3, max: 2 }
+        }]
+    );
+}
+
+#[test]
+fn removing_a_limit_refuses_waiters_and_waits_for_holders() {
+    let mut s = Sim::new();
+    s.define("t", "db", 1, 0.0);
+    let a = s.open(3_000);
+    s.acquire(a, 1, "db");
+    s.acquire(a, 2, "db");
+    let (_, events) = s.one(Command::RemoveLimit {
+        tenant: "t".into(),
+        name: "db".into(),
+    });
+    assert_eq!(
+        events,
+        vec![Event::Refused {
+            session: a,
+            ticket: 2,
+            refusal: Refusal::LimitRemoved
+        }]
+    );
+    assert_eq!(s.acquire(a, 3, "db"), Reply::Refused(Refusal::UnknownLimit));
+    // The holder keeps its permit; the limit is gone once it releases.
+    assert!(s.m.limit_status("t", "db").unwrap().removing);
+    s.release(a, 1);
+    assert_eq!(s.m.limit_status("t", "db"), None);
+    // A duplicate of the refused ticket's acquire hears the same refusal.
+    assert_eq!(s.acquire(a, 2, "db"), Reply::Refused(Refusal::LimitRemoved));
+}
+
+#[test]
+fn unknown_limit_is_refused_never_granted() {
+    let mut s = Sim::new();
+    let a = s.open(3_000);
+    assert_eq!(
+        s.acquire(a, 1, "nothing"),
+        Reply::Refused(Refusal::UnknownLimit)
+    );
+    assert_eq!(
+        s.acquire(99, 1, "nothing"),
+        Reply::Refused(Refusal::UnknownSession)
+    );
+}
+
+#[test]
+fn session_expires_at_a_deterministic_log_time_releasing_permits_and_withdrawing_tickets() {
+    let mut s = Sim::new();
+    s.define("t", "db", 1, 0.0);
+    let a = s.open(1_000);
+    let b = s.open(10_000);
+    s.acquire(a, 1, "db");
+    s.acquire(a, 2, "db");
+    s.acquire(b, 1, "db");
+    assert!(s.wait(999).is_empty());
+    let events = s.wait(1);
+    assert_eq!(
+        events[0],
+        Event::Granted {
+            session: b,
+            ticket: 1,
+            fence: s.index,
+            units: 1
+        }
+    );
+    assert_eq!(events[1], Event::SessionExpired { session: a });
+    assert_eq!(s.m.limit_status("t", "db").unwrap().waiting, 0);
+    assert_eq!(
+        s.reply(Command::KeepAlive { session: a }),
+        Reply::Refused(Refusal::UnknownSession)
+    );
+}
+
+#[test]
+fn keep_alive_extends_the_lease_from_its_own_entry() {
+    let mut s = Sim::new();
+    let a = s.open(1_000);
+    s.wait(900);
+    assert_eq!(
+        s.reply(Command::KeepAlive { session: a }),
+        Reply::KeptAlive { ttl_ms: 1_000 }
+    );
+    assert!(s.wait(999).is_empty());
+    assert_eq!(s.wait(1), vec![Event::SessionExpired { session: a }]);
+}
+
+#[test]
+fn closing_a_session_releases_everything_and_grants_the_next_waiter() {
+    let mut s = Sim::new();
+    s.define("t", "db", 1, 0.0);
+    s.define("t", "cache", 1, 0.0);
+    let a = s.open(3_000);
+    let b = s.open(3_000);
+    s.acquire(a, 1, "db");
+    s.acquire(a, 2, "cache");
+    s.acquire(b, 1, "db");
+    s.acquire(b, 2, "cache");
+    let (reply, events) = s.one(Command::CloseSession { session: a });
+    assert_eq!(reply, Reply::Done);
+    assert_eq!(granted(&events), vec![(b, 1), (b, 2)]);
+    assert_eq!(s.m.session_count(), 1);
+}
+
+#[test]
+fn acquire_is_idempotent_per_session_and_ticket() {
+    let mut s = Sim::new();
+    s.define("t", "db", 1, 0.0);
+    let a = s.open(3_000);
+    let b = s.open(3_000);
+    let first = s.acquire(a, 7, "db");
+    for _ in 0..3 {
+        assert_eq!(s.acquire(a, 7, "db"), first);
+    }
+    assert_eq!(s.acquire(b, 7, "db"), Reply::Queued { position: 0 });
+    assert_eq!(s.acquire(b, 7, "db"), Reply::Queued { position: 0 });
+    assert_eq!(s.m.limit_status("t", "db").unwrap().waiting, 1);
+    let (r1, _) = s.release(a, 7);
+    let (r2, e2) = s.release(a, 7);
+    assert_eq!(
+        r1,
+        Reply::Released {
+            held: true,
+            withdrawn: false
+        }
+    );
+    assert_eq!(
+        r2,
+        Reply::Released {
+            held: false,
+            withdrawn: false
+        }
+    );
+    assert!(e2.is_empty());
+    // A late duplicate of the released ticket's acquire does not grant it again.
+    assert_eq!(
+        s.acquire(a, 7, "db"),
+        Reply::Refused(Refusal::TicketReleased)
+    );
+}
+
+#[test]
+fn queued_ticket_is_granted_by_the_machine_on_release() {
+    let mut s = Sim::new();
+    s.define("t", "db", 1, 0.0);
+    let a = s.open(3_000);
+    let b = s.open(3_000);
+    s.acquire(a, 1, "db");
+    assert_eq!(s.acquire(b, 1, "db"), Reply::Queued { position: 0 });
+    let (_, events) = s.release(a, 1);
+    let index = s.index;
+    assert_eq!(
+        events,
+        vec![Event::Granted {
+            session: b,
+            ticket: 1,
+            fence: index,
+            units: 1
+        }]
+    );
+    assert!(s.m.validate_fence("t", "db", index));
+    assert_eq!(
+        s.acquire(b, 1, "db"),
+        Reply::Granted {
+            fence: index,
+            units: 1
+        }
+    );
+}
+
+#[test]
+fn withdrawing_a_queued_ticket_serves_the_one_behind_it() {
+    let mut s = Sim::new();
+    s.define("t", "db", 2, 0.0);
+    let a = s.open(3_000);
+    s.reply(acquire(a, 1, "t", "db", 1, Priority::default()));
+    s.reply(acquire(a, 2, "t", "db", 2, Priority::default()));
+    s.reply(acquire(a, 3, "t", "db", 1, Priority::default()));
+    let (reply, events) = s.release(a, 2);
+    assert_eq!(
+        reply,
+        Reply::Released {
+            held: false,
+            withdrawn: true
+        }
+    );
+    assert_eq!(granted(&events), vec![(a, 3)]);
+}
+
+#[test]
+fn fences_increase_strictly_even_within_one_entry() {
+    let mut s = Sim::new();
+    s.define("t", "db", 10, 0.0);
+    let a = s.open(3_000);
+    let lone = fence(&s.acquire(a, 1, "db"));
+    assert_eq!(lone, s.index, "a lone grant's fence is its entry's index");
+    let applied = s.entry(
+        (2..=6)
+            .map(|t| acquire(a, t, "t", "db", 1, Priority::default()))
+            .collect(),
+    );
+    let fences: Vec<u64> = applied.replies.iter().map(fence).collect();
+    assert_eq!(fences, (s.index..s.index + 5).collect::<Vec<_>>());
+    let next = fence(&s.acquire(a, 7, "db"));
+    assert!(next > fences[4]);
+}
+
+#[test]
+fn validate_fence_answers_whether_the_permit_is_still_held() {
+    let mut s = Sim::new();
+    s.define("t", "db", 1, 0.0);
+    let a = s.open(3_000);
+    let f = fence(&s.acquire(a, 1, "db"));
+    assert!(s.m.validate_fence("t", "db", f));
+    assert!(!s.m.validate_fence("t", "db", f + 1));
+    assert!(!s.m.validate_fence("t", "other", f));
+    s.release(a, 1);
+    assert!(!s.m.validate_fence("t", "db", f));
+}
+
+#[test]
+fn wait_false_answers_busy_when_only_a_release_can_make_room() {
+    let mut s = Sim::new();
+    s.define("t", "db", 1, 0.0);
+    let a = s.open(3_000);
+    s.acquire(a, 1, "db");
+    let mut no_wait = match acquire(a, 2, "t", "db", 1, Priority::default()) {
+        Command::Acquire(x) => x,
+        _ => unreachable!(),
+    };
+    no_wait.wait = false;
+    assert_eq!(
+        s.reply(Command::Acquire(no_wait)),
+        Reply::Refused(Refusal::Busy { retry_at_ms: None })
+    );
+    assert_eq!(s.m.limit_status("t", "db").unwrap().waiting, 0);
+}
+
+#[test]
+fn too_large_is_refused_against_concurrent_and_burst() {
+    let mut s = Sim::new();
+    s.define("t", "db", 2, 0.0);
+    s.define("t", "api", 0, 3.0);
+    let a = s.open(3_000);
+    assert_eq!(
+        s.reply(acquire(a, 1, "t", "db", 3, Priority::default())),
+        Reply::Refused(Refusal::TooLarge { units: 3, max: 2 })
+    );
+    assert_eq!(
+        s.reply(acquire(a, 2, "t", "api", 4, Priority::default())),
+        Reply::Refused(Refusal::TooLarge { units: 4, max: 3 })
+    );
+}
+
+#[test]
+fn server_serves_priority_then_fairness_across_sessions() {
+    // The seed's order test: a deep backlog of "big" does not hold "a" and "b" back, and
+    // the urgent ticket that came last goes first.
+    let mut s = Sim::new();
+    s.define("t", "db", 1, 0.0);
+    let one = s.open(3_000);
+    let two = s.open(3_000);
+    assert!(matches!(s.acquire(one, 100, "db"), Reply::Granted { .. }));
+    for t in 101..121 {
+        assert!(matches!(
+            s.reply(acquire(one, t, "t", "db", 1, level(0, "big"))),
+            Reply::Queued { .. }
+        ));
+    }
+    for (t, key) in [(201, "a"), (202, "b"), (203, "a")] {
+        assert!(matches!(
+            s.reply(acquire(two, t, "t", "db", 1, level(0, key))),
+            Reply::Queued { .. }
+        ));
+    }
+    assert_eq!(
+        s.reply(acquire(two, 299, "t", "db", 1, level(5, ""))),
+        Reply::Queued { position: 0 }
+    );
+    assert_eq!(s.m.limit_status("t", "db").unwrap().waiting, 24);
+    let mut held = (one, 100);
+    let mut served = Vec::new();
+    for _ in 0..6 {
+        let (_, events) = s.release(held.0, held.1);
+        let g = granted(&events);
+        assert_eq!(g.len(), 1, "one permit frees one grant");
+        held = g[0];
+        served.push(held.1);
+    }
+    assert_eq!(served, vec![299, 101, 201, 202, 102, 203]);
+    assert_eq!(s.m.limit_status("t", "db").unwrap().max_in_use, 1);
+}
+
+#[test]
+fn a_fairness_key_arriving_late_gets_its_turn_not_a_catch_up_burst() {
+    let mut s = Sim::new();
+    s.define("t", "db", 1, 0.0);
+    let a = s.open(3_000);
+    s.acquire(a, 1, "db");
+    for t in 10..20 {
+        s.reply(acquire(a, t, "t", "db", 1, level(0, "old")));
+    }
+    let mut served = vec![];
+    let mut held = 1;
+    for _ in 0..4 {
+        held = granted(&s.release(a, held).1)[0].1;
+        served.push(held);
+    }
+    for t in 30..33 {
+        s.reply(acquire(a, t, "t", "db", 1, level(0, "new")));
+    }
+    for _ in 0..6 {
+        held = granted(&s.release(a, held).1)[0].1;
+        served.push(held);
+    }
+    assert_eq!(served, vec![10, 11, 12, 13, 14, 30, 15, 31, 16, 32]);
+}
+
+#[test]
+fn run_slots_are_bounded_idempotent_and_released_once() {
+    let mut s = Sim::new();
+    s.reply(set_tenant(Change::Set(2), Change::Keep, Change::Keep));
+    assert_eq!(s.reply(reserve("r1", None, None)), Reply::Admitted);
+    assert_eq!(
+        s.reply(reserve("r1", None, None)),
+        Reply::Admitted,
+        "a retry takes no slot"
+    );
+    assert_eq!(s.reply(reserve("r2", None, None)), Reply::Admitted);
+    assert_eq!(
+        s.reply(reserve("r3", None, None)),
+        Reply::Refused(Refusal::TooManyRuns { running: 2 })
+    );
+    let running = s.m.running("acme");
+    assert_eq!(
+        running.iter().map(|(r, _)| r.as_str()).collect::<Vec<_>>(),
+        vec!["r1", "r2"]
+    );
+    assert_eq!(running[0].1.admitted_at_wall_ms, 1_700_000_000_000);
+    for _ in 0..2 {
+        assert_eq!(
+            s.reply(Command::ReleaseRun {
+                tenant: "acme".into(),
+                run: "r1".into()
+            }),
+            Reply::Done
+        );
+    }
+    assert_eq!(s.reply(reserve("r3", None, None)), Reply::Admitted);
+}
+
+#[test]
+fn a_ceiling_of_zero_admits_nobody() {
+    let mut s = Sim::new();
+    s.reply(set_tenant(Change::Set(0), Change::Keep, Change::Keep));
+    assert_eq!(
+        s.reply(reserve("r1", None, None)),
+        Reply::Refused(Refusal::TooManyRuns { running: 0 })
+    );
+    s.reply(set_tenant(Change::Clear, Change::Set(0), Change::Keep));
+    assert_eq!(
+        s.reply(reserve("r1", None, Some("2026-12"))),
+        Reply::Refused(Refusal::BudgetExhausted {
+            kind: BudgetKind::Tokens,
+            spent: 0,
+            budget: 0
+        })
+    );
+}
+
+#[test]
+fn budgets_refuse_reserves_once_the_period_is_spent() {
+    let mut s = Sim::new();
+    s.reply(set_tenant(
+        Change::Keep,
+        Change::Set(100),
+        Change::Set(5_000),
+    ));
+    assert_eq!(s.reply(reserve("r1", None, Some("p1"))), Reply::Admitted);
+    assert_eq!(
+        s.reply(settle("r1", 1, "p1", 60, 1_000, true)),
+        Reply::Settled { duplicate: false }
+    );
+    assert_eq!(s.reply(reserve("r2", None, Some("p1"))), Reply::Admitted);
+    assert_eq!(
+        s.reply(settle("r2", 1, "p1", 40, 1_000, true)),
+        Reply::Settled { duplicate: false }
+    );
+    assert_eq!(
+        s.reply(reserve("r3", None, Some("p1"))),
+        Reply::Refused(Refusal::BudgetExhausted {
+            kind: BudgetKind::Tokens,
+            spent: 100,
+            budget: 100
+        })
+    );
+    // Another period has its own budget.
+    assert_eq!(s.reply(reserve("r3", None, Some("p2"))), Reply::Admitted);
+    let spent = s.m.spent("acme", "p1");
+    assert_eq!((spent.tokens, spent.minor_units), (100, 2_000));
+}
+
+#[test]
+fn a_settlement_charges_once_and_a_conflicting_one_changes_nothing() {
+    let mut s = Sim::new();
+    s.reply(reserve("r1", None, Some("p")));
+    assert_eq!(
+        s.reply(settle("r1", 1, "p", 10, 20, false)),
+        Reply::Settled { duplicate: false }
+    );
+    assert_eq!(
+        s.reply(settle("r1", 1, "p", 10, 20, false)),
+        Reply::Settled { duplicate: true }
+    );
+    let before = s.m.snapshot();
+    assert_eq!(
+        s.reply(settle("r1", 1, "p", 11, 20, true)),
+        Reply::Refused(Refusal::Conflict)
+    );
+    let mut after = s.m.clone();
+    // Only the applied index moved: state is otherwise unchanged (slot still held).
+    assert_eq!(s.m.running("acme").len(), 1);
+    assert_eq!(s.m.spent("acme", "p").tokens, 10);
+    assert_ne!(before, after.snapshot());
+    after = weir::machine::Machine::restore(&before).unwrap();
+    assert_eq!(after.spent("acme", "p").tokens, 10);
+    assert_eq!(
+        s.reply(settle("r1", 2, "p", 5, 0, true)),
+        Reply::Settled { duplicate: false }
+    );
+    assert_eq!(s.m.spent("acme", "p").tokens, 15);
+    assert!(
+        s.m.running("acme").is_empty(),
+        "release_slot freed the slot"
+    );
+}
+
+#[test]
+fn receipts_are_kept_for_the_retention_window_then_dropped() {
+    let mut s = Sim::new();
+    s.reply(settle("r1", 1, "p", 10, 0, false));
+    s.wait(weir::bounds::RECEIPT_RETENTION_MS - 1);
+    assert_eq!(s.m.tenant_status("acme").receipts, 1);
+    assert_eq!(
+        s.reply(settle("r1", 1, "p", 10, 0, false)),
+        Reply::Settled { duplicate: true }
+    );
+    s.wait(1);
+    assert_eq!(s.m.tenant_status("acme").receipts, 0);
+    assert_eq!(s.m.tenant_status("acme").receipts_evicted, 0);
+}
+
+#[test]
+fn receipts_beyond_the_count_bound_are_evicted_oldest_first_and_counted() {
+    let mut s = Sim::new();
+    let max = weir::bounds::TENANT_RECEIPTS_MAX as u64;
+    let commands: Vec<Command> = (0..max + 3)
+        .map(|e| settle("r", e, "p", 1, 0, false))
+        .collect();
+    for chunk in commands.chunks(4_096) {
+        s.index += 1;
+        let batch = weir::machine::Batch {
+            leadership: s.leadership,
+            clock_ms: s.clock_ms,
+            wall_ms: s.wall_ms,
+            commands: chunk.to_vec(),
+        };
+        s.m.apply(s.index, &batch);
+    }
+    let st = s.m.tenant_status("acme");
+    assert_eq!((st.receipts, st.receipts_evicted), (max, 3));
+    // The evicted receipt's retry is no longer recognized: it is charged again. That is
+    // the documented cost of the bound, and it is counted above.
+    assert_eq!(
+        s.reply(settle("r", 0, "p", 1, 0, false)),
+        Reply::Settled { duplicate: false }
+    );
+    assert_eq!(
+        s.reply(settle("r", max + 2, "p", 1, 0, false)),
+        Reply::Settled { duplicate: true }
+    );
+}
+
+#[test]
+fn a_halt_refuses_its_scope_refuses_its_queue_and_tells_its_holders() {
+    let mut s = Sim::new();
+    s.define("acme", "db", 1, 0.0);
+    let a = s.open(3_000);
+    let b = s.open(3_000);
+    let as_agent = |session, ticket, agent: &str| {
+        Command::Acquire(Acquire {
+            session,
+            ticket,
+            tenant: "acme".into(),
+            limit: "db".into(),
+            units: 1,
+            priority: Priority::default(),
+            agent: Some(agent.into()),
+            wait: true,
+        })
+    };
+    let f = fence(&s.reply(as_agent(a, 1, "bot")));
+    s.reply(as_agent(b, 1, "bot"));
+    s.reply(as_agent(b, 2, "human"));
+    let scope = HaltScope::Agent("bot".into());
+    let (reply, events) = s.one(Command::SetHalt {
+        tenant: "acme".into(),
+        scope: scope.clone(),
+        reason: "runaway loop".into(),
+    });
+    assert_eq!(reply, Reply::Done);
+    let halted = Refusal::Halted {
+        scope: scope.clone(),
+        reason: "runaway loop".into(),
+    };
+    assert_eq!(
+        events,
+        vec![
+            Event::Halted {
+                session: a,
+                ticket: 1,
+                scope: scope.clone(),
+                reason: "runaway loop".into()
+            },
+            Event::Refused {
+                session: b,
+                ticket: 1,
+                refusal: halted.clone()
+            },
+        ]
+    );
+    // The holder keeps its permit; the other agent still waits; new bot work is refused.
+    assert!(s.m.validate_fence("acme", "db", f));
+    assert_eq!(s.m.limit_status("acme", "db").unwrap().waiting, 1);
+    assert_eq!(
+        s.reply(as_agent(a, 3, "bot")),
+        Reply::Refused(halted.clone())
+    );
+    assert_eq!(
+        s.reply(reserve("r1", Some("bot"), None)),
+        Reply::Refused(halted)
+    );
+    assert_eq!(s.reply(reserve("r2", Some("human"), None)), Reply::Admitted);
+    // A tenant halt is a separate record: clearing the agent halt leaves it standing.
+    let (_, events) = s.one(Command::SetHalt {
+        tenant: "acme".into(),
+        scope: HaltScope::Tenant,
+        reason: "incident".into(),
+    });
+    let incident = Refusal::Halted {
+        scope: HaltScope::Tenant,
+        reason: "incident".into(),
+    };
+    assert_eq!(
+        events,
+        vec![
+            Event::Halted {
+                session: a,
+                ticket: 1,
+                scope: HaltScope::Tenant,
+                reason: "incident".into()
+            },
+            Event::Refused {
+                session: b,
+                ticket: 2,
+                refusal: incident
+            },
+        ]
+    );
+    s.reply(Command::ClearHalt {
+        tenant: "acme".into(),
+        scope: scope.clone(),
+    });
+    assert_eq!(
+        s.m.halts("acme"),
+        vec![(HaltScope::Tenant, "incident".to_string())]
+    );
+    assert!(matches!(
+        s.reply(reserve("r3", Some("bot"), None)),
+        Reply::Refused(Refusal::Halted { .. })
+    ));
+    s.reply(Command::ClearHalt {
+        tenant: "acme".into(),
+        scope: HaltScope::Tenant,
+    });
+    assert_eq!(s.reply(reserve("r3", Some("bot"), None)), Reply::Admitted);
+    assert_eq!(
+        s.reply(as_agent(a, 4, "bot")),
+        Reply::Queued { position: 0 }
+    );
+}
+
+#[test]
+fn a_new_leaders_fast_clock_does_not_expire_leases_early() {
+    let mut s = Sim::new();
+    s.define("t", "db", 1, 0.0);
+    let a = s.open(1_000);
+    s.acquire(a, 1, "db");
+    s.wait(500);
+    // Node 2 takes over with a clock an hour ahead, after an outage of 800 ms.
+    s.leadership = Leadership { term: 2, node: 2 };
+    s.clock_ms += 3_600_000;
+    assert!(
+        s.wait(800).is_empty(),
+        "the change of leader adds no log time"
+    );
+    assert!(s.wait(499).is_empty());
+    assert_eq!(s.wait(1), vec![Event::SessionExpired { session: a }]);
+}
+
+#[test]
+fn bad_arguments_are_refused_with_the_rule_they_break() {
+    let mut s = Sim::new();
+    let long = "x".repeat(weir::bounds::NAME_BYTES_MAX + 1);
+    let a = s.open(3_000);
+    let cases = vec![
+        (
+            Command::OpenSession { ttl_ms: 10 },
+            "ttl_ms 10 is not in 500..=600000",
+        ),
+        (
+            Command::DefineLimit {
+                tenant: long.clone(),
+                name: "n".into(),
+                concurrent: 1,
+                per_second: 0.0,
+                burst: None,
+            },
+            "tenant is 129 bytes, the bound is 128",
+        ),
+        (
+            Command::DefineLimit {
+                tenant: "t".into(),
+                name: "n".into(),
+                concurrent: 1,
+                per_second: f64::INFINITY,
+                burst: None,
+            },
+            "per_second inf is not a rate in 0..=1000000000",
+        ),
+        (
+            acquire(a, 1, "t", "n", 0, Priority::default()),
+            "units 0 is not in 1..=1073741824",
+        ),
+        (
+            acquire(
+                a,
+                1,
+                "t",
+                "n",
+                1,
+                Priority {
+                    level: 0,
+                    fairness_key: String::new(),
+                    fairness_weight: 0,
+                },
+            ),
+            "fairness weight 0: weights are at least 1",
+        ),
+        (
+            Command::Reserve {
+                tenant: "t".into(),
+                run: String::new(),
+                agent: None,
+                period: None,
+            },
+            "run is empty",
+        ),
+        (
+            Command::SetHalt {
+                tenant: "t".into(),
+                scope: HaltScope::Tenant,
+                reason: "r".repeat(1025),
+            },
+            "reason is 1025 bytes, the bound is 1024",
+        ),
+    ];
+    for (command, why) in cases {
+        assert_eq!(
+            s.reply(command),
+            Reply::Refused(Refusal::Invalid(why.into()))
+        );
+    }
+}
