@@ -1,1 +1,149 @@
-fn main() {}
+//! State-machine benchmarks (criterion): apply throughput of an acquire/release mix over
+//! 1,000 limits and 10,000 sessions, and snapshot encode/decode at 100,000 held permits.
+//!
+//! Run: `cargo bench --bench machine`. Figures are recorded in the README.
+
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use weir::machine::{Acquire, Batch, Command, Leadership, Machine, Priority};
+
+const LIMITS: u64 = 1_000;
+const SESSIONS: u64 = 10_000;
+const BATCH: usize = 256;
+
+/// A tiny deterministic generator (xorshift), so runs are comparable.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+struct Feed {
+    m: Machine,
+    index: u64,
+    clock_ms: u64,
+}
+
+impl Feed {
+    fn apply(&mut self, commands: Vec<Command>) -> Duration {
+        self.index += 1;
+        self.clock_ms += 1;
+        let batch = Batch {
+            leadership: Leadership { term: 1, node: 1 },
+            clock_ms: self.clock_ms,
+            wall_ms: self.clock_ms,
+            commands,
+        };
+        let start = Instant::now();
+        let applied = self.m.apply(self.index, &batch);
+        let took = start.elapsed();
+        std::hint::black_box(applied);
+        took
+    }
+}
+
+/// A machine with `LIMITS` limits of `concurrent` and `SESSIONS` long-lived sessions.
+fn setup(concurrent: u32) -> Feed {
+    let mut f = Feed {
+        m: Machine::new(),
+        index: 0,
+        clock_ms: 0,
+    };
+    let defines = (0..LIMITS)
+        .map(|l| Command::DefineLimit {
+            tenant: "bench".into(),
+            name: format!("limit-{l}"),
+            concurrent,
+            per_second: 0.0,
+            burst: None,
+        })
+        .collect();
+    f.apply(defines);
+    for chunk in (0..SESSIONS).collect::<Vec<_>>().chunks(1_000) {
+        f.apply(
+            chunk
+                .iter()
+                .map(|_| Command::OpenSession { ttl_ms: 600_000 })
+                .collect(),
+        );
+    }
+    f
+}
+
+fn acquire(session: u64, ticket: u64, limit: u64) -> Command {
+    Command::Acquire(Acquire {
+        session,
+        ticket,
+        tenant: "bench".into(),
+        limit: format!("limit-{limit}"),
+        units: 1,
+        priority: Priority::default(),
+        agent: None,
+        wait: true,
+    })
+}
+
+fn apply_throughput(c: &mut Criterion) {
+    let mut group = c.benchmark_group("apply");
+    group.throughput(Throughput::Elements(BATCH as u64));
+    group.bench_function("acquire_release_mix_1k_limits_10k_sessions", |b| {
+        let mut f = setup(8);
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut next_ticket = 0u64;
+        // Tickets acquired and not yet released: (session, ticket).
+        let mut outstanding: std::collections::VecDeque<(u64, u64)> = Default::default();
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let mut commands = Vec::with_capacity(BATCH);
+                for _ in 0..BATCH / 2 {
+                    let session = 1 + rng.below(SESSIONS);
+                    next_ticket += 1;
+                    commands.push(acquire(session, next_ticket, rng.below(LIMITS)));
+                    outstanding.push_back((session, next_ticket));
+                }
+                while commands.len() < BATCH {
+                    let (session, ticket) = outstanding.pop_front().expect("acquired first");
+                    commands.push(Command::Release { session, ticket });
+                }
+                total += f.apply(commands);
+            }
+            total
+        });
+    });
+    group.finish();
+}
+
+fn snapshot_100k_permits(c: &mut Criterion) {
+    let mut f = setup(1_000);
+    let mut ticket = 0;
+    for s in 1..=SESSIONS {
+        let commands = (0..10)
+            .map(|i| {
+                ticket += 1;
+                acquire(s, ticket, (s * 10 + i) % LIMITS)
+            })
+            .collect();
+        f.apply(commands);
+    }
+    let held: u64 = f.m.limits("bench").iter().map(|l| l.in_use).sum();
+    assert_eq!(held, 100_000, "the scale point holds 100,000 permits");
+    let bytes = f.m.snapshot();
+    eprintln!("snapshot of 100,000 permits: {} bytes", bytes.len());
+    let mut group = c.benchmark_group("snapshot_100k_permits");
+    group.sample_size(10);
+    group.bench_function("encode", |b| b.iter(|| f.m.snapshot()));
+    group.bench_function("decode", |b| {
+        b.iter(|| Machine::restore(&bytes).expect("valid"))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, apply_throughput, snapshot_100k_permits);
+criterion_main!(benches);

@@ -468,24 +468,38 @@ impl Machine {
         })
     }
 
+    /// Ends every session whose lease has run out, earliest first, and only then serves the
+    /// limits they were on: no grant goes to a session that is already past its lease.
     fn expire_sessions(&mut self, now_ms: u64, events: &mut Vec<Event>) {
+        let mut touched = BTreeSet::new();
         while let Some(&(at, id)) = self.expiries.first() {
             if at > now_ms {
                 break;
             }
-            self.end_session(id, events);
+            touched.append(&mut self.drop_session(id));
             events.push(Event::SessionExpired { session: id });
+        }
+        for limit in touched {
+            self.serve(limit, events);
         }
     }
 
-    /// Ends a session (closed or expired): releases its permits, withdraws its tickets, then
-    /// serves the limits it was on, in id order.
+    /// Closes a session: releases its permits, withdraws its tickets, then serves the limits
+    /// it was on, in id order.
     fn end_session(&mut self, id: SessionId, events: &mut Vec<Event>) {
+        for limit in self.drop_session(id) {
+            self.serve(limit, events);
+        }
+    }
+
+    /// Removes a session with its permits and tickets; returns the limits it was on, which
+    /// the caller must serve.
+    fn drop_session(&mut self, id: SessionId) -> BTreeSet<LimitId> {
+        let mut touched = BTreeSet::new();
         let Some(session) = self.sessions.remove(&id) else {
-            return;
+            return touched;
         };
         self.expiries.remove(&(session.expires_at_ms, id));
-        let mut touched = BTreeSet::new();
         for ticket in session.live.values() {
             match ticket {
                 Ticket::Queued { limit, key } => {
@@ -508,9 +522,7 @@ impl Machine {
                 }
             }
         }
-        for limit in touched {
-            self.serve(limit, events);
-        }
+        touched
     }
 
     // ---- permits ------------------------------------------------------------------------

@@ -1,1 +1,495 @@
+//! Property test: random command sequences against a small reference model, checking G1
+//! and G5 after every entry.
+//!
+//! The model is written from the spec, not from the machine: FIFO queues (every ticket has
+//! the default priority) with a blocking head, unit counting, leases of `TTL_MS` log ms
+//! from the last keep-alive, ended earliest expiry first. For the concurrency limits it
+//! predicts every reply and every grant; for the rate limit, whose refill arithmetic it does
+//! not repeat, it checks the G1 window bound on what the machine granted. Every fence ever
+//! handed out must be new and larger than all before it, and a re-asked ticket must get its
+//! own fence back (G5).
 
+use std::collections::{BTreeMap, BTreeSet};
+
+use proptest::prelude::*;
+use weir::machine::{Command, Event, Priority, Refusal, Reply, SessionId, TicketId};
+
+use crate::sim::{Sim, acquire};
+
+/// The limits: (name, concurrent, per_second, burst). Index 2 is the rate limit.
+const LIMITS: [(&str, u32, f64, u64); 3] = [
+    ("one", 1, 0.0, 1),
+    ("three", 3, 0.0, 1),
+    ("rate", 0, 5.0, 3),
+];
+const RATE: usize = 2;
+const SESSIONS: usize = 4;
+const TTL_MS: u64 = 1_000;
+
+#[derive(Clone, Debug)]
+enum Op {
+    /// Ticket `n` of limit `limit`: its id is `3n + limit` and it asks `1 + n % 3` units,
+    /// so a ticket id always means the same request.
+    Acquire {
+        s: usize,
+        n: u64,
+        limit: usize,
+        wait: bool,
+    },
+    Release {
+        s: usize,
+        n: u64,
+        limit: usize,
+    },
+    KeepAlive {
+        s: usize,
+    },
+    Close {
+        s: usize,
+    },
+    Reopen {
+        s: usize,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let s = 0..SESSIONS;
+    prop_oneof![
+        6 => (s.clone(), 0..6u64, 0..3usize, prop::bool::weighted(0.8))
+            .prop_map(|(s, n, limit, wait)| Op::Acquire { s, n, limit, wait }),
+        4 => (s.clone(), 0..6u64, 0..3usize).prop_map(|(s, n, limit)| Op::Release { s, n, limit }),
+        3 => s.clone().prop_map(|s| Op::KeepAlive { s }),
+        1 => s.clone().prop_map(|s| Op::Close { s }),
+        1 => s.prop_map(|s| Op::Reopen { s }),
+    ]
+}
+
+/// One entry: log time that passes before it, and its ops.
+fn entry() -> impl Strategy<Value = (u64, Vec<Op>)> {
+    (
+        prop_oneof![3 => Just(0u64), 2 => 0..400u64, 1 => 400..1_500u64],
+        prop::collection::vec(op(), 0..5),
+    )
+}
+
+fn ticket_id(n: u64, limit: usize) -> TicketId {
+    3 * n + limit as u64
+}
+
+fn units_of(ticket: TicketId) -> u32 {
+    1 + ((ticket / 3) % 3) as u32
+}
+
+#[derive(Default)]
+struct ModelLimit {
+    cap: u32,
+    /// (session, ticket) -> (units, fence).
+    held: BTreeMap<(SessionId, TicketId), (u32, u64)>,
+    /// FIFO: (session, ticket, units).
+    queue: Vec<(SessionId, TicketId, u32)>,
+}
+
+impl ModelLimit {
+    fn used(&self) -> u32 {
+        self.held.values().map(|(u, _)| u).sum()
+    }
+}
+
+#[derive(Default)]
+struct Model {
+    /// Session slot -> (id, expires_at_ms); abandoned sessions keep slots above SESSIONS.
+    sessions: BTreeMap<usize, (SessionId, u64)>,
+    limits: Vec<ModelLimit>,
+    /// Tickets released: a duplicate acquire is refused.
+    released: BTreeSet<(SessionId, TicketId)>,
+    /// Rate tickets granted, with their fence.
+    taken: BTreeMap<(SessionId, TicketId), u64>,
+    /// Rate tickets the machine queued and the model has not seen leave.
+    rate_queued: BTreeSet<(SessionId, TicketId)>,
+    /// Every rate ticket the machine ever queued.
+    rate_ever_queued: BTreeSet<(SessionId, TicketId)>,
+    /// Rate grants: (log_ms, units).
+    rate_grants: Vec<(u64, u32)>,
+    /// Every fence handed out, and to whom.
+    fences: BTreeMap<u64, (SessionId, TicketId)>,
+}
+
+impl Model {
+    fn alive(&self, sid: SessionId) -> bool {
+        self.sessions.values().any(|(id, _)| *id == sid)
+    }
+
+    /// Grants from the head of concurrency limit `l` while it fits.
+    fn serve(&mut self, l: usize, expected: &mut Vec<(SessionId, TicketId)>) {
+        let lim = &mut self.limits[l];
+        while let Some(&(s, t, u)) = lim.queue.first() {
+            if lim.used() + u > lim.cap {
+                break;
+            }
+            lim.queue.remove(0);
+            lim.held.insert((s, t), (u, 0));
+            expected.push((s, t));
+        }
+    }
+
+    /// Removes a session's permits and tickets; returns the limits to serve.
+    fn drop_session(&mut self, sid: SessionId) -> BTreeSet<usize> {
+        let mut touched = BTreeSet::new();
+        for (l, lim) in self.limits.iter_mut().enumerate() {
+            let before = (lim.held.len(), lim.queue.len());
+            lim.held.retain(|(s, _), _| *s != sid);
+            lim.queue.retain(|(s, _, _)| *s != sid);
+            if before != (lim.held.len(), lim.queue.len()) {
+                touched.insert(l);
+            }
+        }
+        self.rate_queued.retain(|(s, _)| *s != sid);
+        touched
+    }
+
+    fn end_session(&mut self, sid: SessionId, expected: &mut Vec<(SessionId, TicketId)>) {
+        for l in self.drop_session(sid) {
+            self.serve(l, expected);
+        }
+    }
+
+    /// Checks the fences granted in one entry: a known fence belongs to the same ticket as
+    /// before (G5); new ones are distinct and above every fence of earlier entries. (Within
+    /// an entry, grants made before the commands run and grants the commands cause
+    /// interleave, so only the set is checked.)
+    fn fences(&mut self, seen: &[(u64, (SessionId, TicketId))]) -> Result<(), TestCaseError> {
+        let last = self.fences.keys().next_back().copied().unwrap_or(0);
+        for &(fence, key) in seen {
+            match self.fences.get(&fence) {
+                Some(owner) => prop_assert_eq!(*owner, key, "fence {} granted twice", fence),
+                None => {
+                    prop_assert!(fence > last, "new fence {fence} not above {last}");
+                    self.fences.insert(fence, key);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The model's answer to an acquire on a concurrency limit, updating itself; `reply` is
+    /// consulted only for the fence of a new grant.
+    fn acquire(
+        &mut self,
+        l: usize,
+        key: (SessionId, TicketId),
+        wait: bool,
+        reply: &Reply,
+    ) -> Reply {
+        let units = units_of(key.1);
+        let lim = &mut self.limits[l];
+        if let Some((u, f)) = lim.held.get_mut(&key) {
+            // Granted earlier in this entry by a release or expiry: its fence arrives with
+            // the entry's events, and the two are checked to agree.
+            if *f == 0
+                && let Reply::Granted { fence, .. } = reply
+            {
+                *f = *fence;
+            }
+            return Reply::Granted {
+                fence: *f,
+                units: *u,
+            };
+        }
+        if let Some(pos) = lim.queue.iter().position(|(s, t, _)| (*s, *t) == key) {
+            return Reply::Queued {
+                position: pos as u32,
+            };
+        }
+        if self.released.contains(&key) {
+            return Reply::Refused(Refusal::TicketReleased);
+        }
+        if units > lim.cap {
+            return Reply::Refused(Refusal::TooLarge {
+                units,
+                max: lim.cap as u64,
+            });
+        }
+        if lim.queue.is_empty() && lim.used() + units <= lim.cap {
+            let fence = match reply {
+                Reply::Granted { fence, .. } => *fence,
+                _ => 0,
+            };
+            lim.held.insert(key, (units, fence));
+            return Reply::Granted { fence, units };
+        }
+        if !wait {
+            return Reply::Refused(Refusal::Busy { retry_at_ms: None });
+        }
+        lim.queue.push((key.0, key.1, units));
+        Reply::Queued {
+            position: lim.queue.len() as u32 - 1,
+        }
+    }
+}
+
+fn run(entries: Vec<(u64, Vec<Op>)>) -> Result<(), TestCaseError> {
+    let mut sim = Sim::new();
+    let mut model = Model::default();
+    for (name, concurrent, per_second, burst) in LIMITS {
+        sim.reply(Command::DefineLimit {
+            tenant: "t".into(),
+            name: name.into(),
+            concurrent,
+            per_second,
+            burst: Some(burst),
+        });
+        model.limits.push(ModelLimit {
+            cap: concurrent,
+            ..ModelLimit::default()
+        });
+    }
+    for slot in 0..SESSIONS {
+        let id = sim.open(TTL_MS);
+        model.sessions.insert(slot, (id, sim.m.now_ms() + TTL_MS));
+    }
+    let mut next_abandoned = SESSIONS;
+    for (advance, ops) in entries {
+        let log_ms = sim.m.now_ms() + advance;
+        let mut expected_grants = vec![];
+        // Leases that ran out end first, earliest expiry first.
+        let mut due: Vec<(u64, SessionId, usize)> = model
+            .sessions
+            .iter()
+            .filter(|(_, (_, at))| *at <= log_ms)
+            .map(|(slot, (id, at))| (*at, *id, *slot))
+            .collect();
+        due.sort();
+        // All of them end before any limit they were on is served.
+        let mut touched = BTreeSet::new();
+        for (_, id, slot) in due {
+            model.sessions.remove(&slot);
+            touched.append(&mut model.drop_session(id));
+        }
+        for l in touched {
+            model.serve(l, &mut expected_grants);
+        }
+        let sid = |m: &Model, s: usize| m.sessions.get(&s).map_or(10_000 + s as u64, |(id, _)| *id);
+        let commands: Vec<Command> = ops
+            .iter()
+            .map(|op| match *op {
+                Op::Acquire { s, n, limit, wait } => {
+                    let t = ticket_id(n, limit);
+                    let mut c = acquire(
+                        sid(&model, s),
+                        t,
+                        "t",
+                        LIMITS[limit].0,
+                        units_of(t),
+                        Priority::default(),
+                    );
+                    if let Command::Acquire(a) = &mut c {
+                        a.wait = wait;
+                    }
+                    c
+                }
+                Op::Release { s, n, limit } => Command::Release {
+                    session: sid(&model, s),
+                    ticket: ticket_id(n, limit),
+                },
+                Op::KeepAlive { s } => Command::KeepAlive {
+                    session: sid(&model, s),
+                },
+                Op::Close { s } => Command::CloseSession {
+                    session: sid(&model, s),
+                },
+                // A live slot is not reopened; the entry only lets time pass for it.
+                Op::Reopen { s } if model.sessions.contains_key(&s) => Command::Tick,
+                Op::Reopen { .. } => Command::OpenSession { ttl_ms: TTL_MS },
+            })
+            .collect();
+        let applied = sim.entry_after(advance, commands.clone());
+        prop_assert_eq!(applied.log_ms, log_ms);
+        let mut seen = vec![];
+        for ((op, command), reply) in ops.iter().zip(&commands).zip(&applied.replies) {
+            match (op, command) {
+                (Op::Acquire { limit, wait, .. }, Command::Acquire(a)) => {
+                    let key = (a.session, a.ticket);
+                    if !model.alive(a.session) {
+                        prop_assert_eq!(reply, &Reply::Refused(Refusal::UnknownSession));
+                    } else if *limit == RATE {
+                        if model.released.contains(&key) {
+                            prop_assert_eq!(reply, &Reply::Refused(Refusal::TicketReleased));
+                        } else if let Some(f) = model.taken.get(&key) {
+                            prop_assert_eq!(
+                                reply,
+                                &Reply::Granted {
+                                    fence: *f,
+                                    units: a.units
+                                }
+                            );
+                        } else if model.rate_queued.contains(&key) {
+                            // Still waiting, or granted by this entry's refill before the
+                            // commands ran (the event, read below, carries the same fence).
+                            match reply {
+                                Reply::Queued { .. } => {}
+                                Reply::Granted { fence, .. } => seen.push((*fence, key)),
+                                other => prop_assert!(false, "queued rate ticket: {:?}", other),
+                            }
+                        } else {
+                            match reply {
+                                Reply::Granted { fence, units } => {
+                                    seen.push((*fence, key));
+                                    model.taken.insert(key, *fence);
+                                    model.rate_grants.push((log_ms, *units));
+                                }
+                                Reply::Queued { .. } => {
+                                    prop_assert!(*wait);
+                                    model.rate_queued.insert(key);
+                                    model.rate_ever_queued.insert(key);
+                                }
+                                Reply::Refused(Refusal::Busy { .. }) => prop_assert!(!*wait),
+                                other => prop_assert!(false, "rate acquire answered {:?}", other),
+                            }
+                        }
+                    } else {
+                        let expect = model.acquire(*limit, key, *wait, reply);
+                        prop_assert_eq!(reply, &expect, "acquire {:?}", a);
+                        if let Reply::Granted { fence, .. } = reply {
+                            seen.push((*fence, key));
+                        }
+                    }
+                }
+                (Op::Release { .. }, Command::Release { session, ticket }) => {
+                    let key = (*session, *ticket);
+                    if !model.alive(*session) {
+                        continue;
+                    }
+                    model.released.insert(key);
+                    model.taken.remove(&key);
+                    model.rate_queued.remove(&key);
+                    for l in 0..RATE {
+                        let lim = &mut model.limits[l];
+                        let held = lim.held.remove(&key).is_some();
+                        let queued = lim.queue.len();
+                        lim.queue.retain(|(s, t, _)| (*s, *t) != key);
+                        if held || queued != lim.queue.len() {
+                            model.serve(l, &mut expected_grants);
+                        }
+                    }
+                }
+                (Op::KeepAlive { .. }, Command::KeepAlive { session }) => {
+                    // Commands name the session their slot had when the entry was built.
+                    match model.sessions.values_mut().find(|(id, _)| id == session) {
+                        Some((_, at)) => {
+                            *at = log_ms + TTL_MS;
+                            prop_assert_eq!(reply, &Reply::KeptAlive { ttl_ms: TTL_MS });
+                        }
+                        None => prop_assert_eq!(reply, &Reply::Refused(Refusal::UnknownSession)),
+                    }
+                }
+                (Op::Close { .. }, Command::CloseSession { session }) => {
+                    let slot = model
+                        .sessions
+                        .iter()
+                        .find(|(_, (id, _))| id == session)
+                        .map(|(s, _)| *s);
+                    if let Some(slot) = slot {
+                        model.sessions.remove(&slot);
+                        model.end_session(*session, &mut expected_grants);
+                    }
+                }
+                (Op::Reopen { s }, Command::OpenSession { .. }) => {
+                    let Reply::SessionOpened { session, .. } = reply else {
+                        return Err(TestCaseError::fail(format!("open: {reply:?}")));
+                    };
+                    // The slot was empty when the entry was built; a session opened into it
+                    // earlier in this entry keeps a slot of its own until it expires.
+                    if let Some(old) = model.sessions.insert(*s, (*session, log_ms + TTL_MS)) {
+                        model.sessions.insert(next_abandoned, old);
+                        next_abandoned += 1;
+                    }
+                }
+                (Op::Reopen { .. }, Command::Tick) => {}
+                other => unreachable!("{other:?}"),
+            }
+        }
+        // Grants the machine made for queued tickets.
+        let mut got = vec![];
+        for e in &applied.events {
+            if let Event::Granted {
+                session,
+                ticket,
+                fence,
+                units,
+            } = e
+            {
+                let key = (*session, *ticket);
+                seen.push((*fence, key));
+                // Ticket ids name their limit. A grant made before the commands ran may be
+                // of a ticket one of them released: it counts against the bucket all the same.
+                if key.1 % 3 == RATE as u64 {
+                    model.rate_queued.remove(&key);
+                    prop_assert!(
+                        model.rate_ever_queued.contains(&key),
+                        "rate grant {key:?} of a ticket that never waited"
+                    );
+                    model.rate_grants.push((log_ms, *units));
+                    if !model.released.contains(&key) {
+                        model.taken.insert(key, *fence);
+                    }
+                } else {
+                    got.push(key);
+                    for lim in &mut model.limits {
+                        if let Some(h) = lim.held.get_mut(&key) {
+                            h.1 = *fence;
+                        }
+                    }
+                }
+            }
+        }
+        model.fences(&seen)?;
+        got.sort();
+        expected_grants.sort();
+        prop_assert_eq!(got, expected_grants, "grants of queued tickets");
+        // G1, and agreement with the model, after every entry.
+        for (l, (name, concurrent, per_second, burst)) in LIMITS.iter().enumerate() {
+            let st = sim.m.limit_status("t", name).unwrap();
+            if l != RATE {
+                let lim = &model.limits[l];
+                prop_assert!(
+                    st.in_use <= *concurrent as u64,
+                    "G1: {} held on {name}",
+                    st.in_use
+                );
+                prop_assert_eq!(st.in_use, lim.used() as u64, "in use on {}", name);
+                prop_assert_eq!(st.waiting, lim.queue.len() as u64, "waiting on {}", name);
+                for (_, f) in lim.held.values() {
+                    prop_assert!(
+                        sim.m.validate_fence("t", name, *f),
+                        "fence {f} held on {name}"
+                    );
+                }
+            } else {
+                prop_assert_eq!(st.waiting, model.rate_queued.len() as u64);
+                let g = &model.rate_grants;
+                for i in 0..g.len() {
+                    let mut sum = 0u64;
+                    for later in &g[i..] {
+                        sum += later.1 as u64;
+                        let window_ms = later.0 - g[i].0;
+                        let bound = *burst as f64 + per_second * window_ms as f64 / 1000.0;
+                        prop_assert!(
+                            sum as f64 <= bound,
+                            "G1 rate: {sum} tokens in {window_ms} ms"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1_000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_logs_keep_capacity_and_idempotency(entries in prop::collection::vec(entry(), 1..60)) {
+        run(entries)?;
+    }
+}
