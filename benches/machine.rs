@@ -35,7 +35,11 @@ impl Feed {
         self.index += 1;
         self.clock_ms += 1;
         let batch = Batch {
-            leadership: Leadership { term: 1, node: 1 },
+            leadership: Leadership {
+                term: 1,
+                node: 1,
+                incarnation: 0,
+            },
             clock_ms: self.clock_ms,
             wall_ms: self.clock_ms,
             commands,

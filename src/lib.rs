@@ -3,7 +3,17 @@
 //! This file is the table of contents; it holds no logic. Imports point down the list:
 //! nothing below knows anything above it.
 
+pub mod cli;
+pub mod server;
+
+pub mod client;
+pub mod protocol;
+
+pub mod raft;
+
 pub mod machine;
 
 pub mod bounds;
 pub mod codec;
+pub mod config;
+pub mod wire;

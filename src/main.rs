@@ -1,5 +1,8 @@
-//! The `weir` binary: parses the command line and hands it to the library.
+//! The `weir` binary: parses the command line and hands it to [`weir::cli`].
+
+use clap::Parser;
 
 fn main() {
-    println!("weir {}", env!("CARGO_PKG_VERSION"));
+    let cli = weir::cli::Cli::parse();
+    std::process::exit(weir::cli::run(cli));
 }

@@ -3,7 +3,8 @@
 //! Each [`Batch`](super::Batch) carries the proposer's `clock_ms` and the
 //! [`Leadership`](super::Leadership) that stamped it. The log clock (`now_ms`) advances by
 //! the difference between consecutive stamps of the *same* leadership, and by nothing at the
-//! first batch of a new leadership: the clock freezes across a change of leader. Every
+//! first batch of a new leadership (a new term, node, or proposer incarnation): the clock
+//! freezes across a change of leader. Every
 //! lease decision (session expiry, token refill) is made against this clock, at apply time,
 //! identically on every node.
 //!
@@ -72,7 +73,11 @@ mod tests {
 
     fn batch(term: u64, node: u64, clock_ms: u64) -> Batch {
         Batch {
-            leadership: Leadership { term, node },
+            leadership: Leadership {
+                term,
+                node,
+                incarnation: 0,
+            },
             clock_ms,
             wall_ms: 0,
             commands: vec![],
@@ -101,5 +106,24 @@ mod tests {
         // Node 1 again in a new term, its clock far behind: again nothing is added.
         assert_eq!(c.advance(&batch(3, 1, 10)), 600);
         assert_eq!(c.advance(&batch(3, 1, 40)), 630);
+        // Node 1 restarted and resumed term 3: a new incarnation, its clock back at zero.
+        let restarted = Batch {
+            leadership: Leadership {
+                term: 3,
+                node: 1,
+                incarnation: 7,
+            },
+            ..batch(3, 1, 0)
+        };
+        assert_eq!(c.advance(&restarted), 630);
+        let later = Batch {
+            clock_ms: 25,
+            ..restarted.clone()
+        };
+        assert_eq!(
+            c.advance(&later),
+            655,
+            "the restarted clock counts from its own first stamp"
+        );
     }
 }

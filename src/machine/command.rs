@@ -24,12 +24,17 @@ pub type Fence = u64;
 /// by (tenant, name); the id only links tickets to limits inside the state.
 pub type LimitId = u64;
 
-/// Who stamped an entry: the Raft leadership (term and node) whose proposer made the batch.
-/// The log clock freezes whenever this changes (see [`crate::machine::clock`]).
+/// Who stamped an entry: the Raft leadership (term and node) and the proposer incarnation
+/// that made the batch. The log clock freezes whenever this changes (see
+/// [`crate::machine::clock`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Leadership {
     pub term: u64,
     pub node: u64,
+    /// Drawn by the proposer when it starts (its start time, Unix ns). openraft lets a
+    /// restarted leader resume its term without an election, and the restarted process's
+    /// monotonic clock starts over: the incarnation makes that a new stamp source too.
+    pub incarnation: u64,
 }
 
 /// One log entry's worth of commands, as the leader's proposer stamped it.

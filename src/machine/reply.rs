@@ -168,7 +168,7 @@ impl Event {
 }
 
 /// The outcome of applying one entry.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Applied {
     /// The log clock after the entry, in ms.
     pub log_ms: u64,

@@ -36,8 +36,8 @@ use crate::bounds::{
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Machine {
     clock: LogClock,
-    /// Index of the last entry applied (0 before any).
-    applied_index: u64,
+    /// Index of the last entry applied; `None` before any (Raft's first entry is index 0).
+    applied: Option<u64>,
     /// The last fence handed out (0 before any).
     last_fence: Fence,
     /// The last session id handed out.
@@ -131,7 +131,7 @@ impl Machine {
 
     /// Index of the last applied entry.
     pub fn applied_index(&self) -> u64 {
-        self.applied_index
+        self.applied.unwrap_or(0)
     }
 
     /// Log-clock time, ms.
@@ -149,11 +149,11 @@ impl Machine {
     /// indexes stay continuous and later fences stay above it.
     pub fn skip(&mut self, index: u64) {
         assert!(
-            index > self.applied_index,
-            "entry {index} applied after {}",
-            self.applied_index
+            self.applied.is_none_or(|last| index > last),
+            "entry {index} applied after {:?}",
+            self.applied
         );
-        self.applied_index = index;
+        self.applied = Some(index);
     }
 
     /// Applies the entry at `index`. Indexes must increase; a repeat is a bug in the caller.
@@ -339,7 +339,7 @@ impl Machine {
 
     /// The next fence: the entry's index when above every earlier fence, else one more.
     fn next_fence(&mut self) -> Fence {
-        let fence = self.applied_index.max(self.last_fence + 1);
+        let fence = self.applied_index().max(self.last_fence + 1);
         assert!(
             fence > self.last_fence,
             "fences increase: {fence} after {}",

@@ -75,6 +75,7 @@ fn log() -> impl Strategy<Value = Vec<(u64, Batch)>> {
             let leadership = Leadership {
                 term,
                 node: term % 3 + 1,
+                incarnation: term / 2,
             };
             out.push((
                 index,
@@ -134,7 +135,11 @@ fn a_state_digest_changes_with_the_state() {
     let mut m = Machine::new();
     let empty = m.digest();
     let batch = Batch {
-        leadership: Leadership { term: 1, node: 1 },
+        leadership: Leadership {
+            term: 1,
+            node: 1,
+            incarnation: 0,
+        },
         clock_ms: 0,
         wall_ms: 0,
         commands: vec![Command::OpenSession { ttl_ms: 1_000 }],

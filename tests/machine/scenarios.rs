@@ -766,7 +766,11 @@ fn a_new_leaders_fast_clock_does_not_expire_leases_early() {
     s.acquire(a, 1, "db");
     s.wait(500);
     // Node 2 takes over with a clock an hour ahead, after an outage of 800 ms.
-    s.leadership = Leadership { term: 2, node: 2 };
+    s.leadership = Leadership {
+        term: 2,
+        node: 2,
+        incarnation: 0,
+    };
     s.clock_ms += 3_600_000;
     assert!(
         s.wait(800).is_empty(),

@@ -23,7 +23,11 @@ impl Sim {
             index: 0,
             clock_ms: 1_000_000,
             wall_ms: 1_700_000_000_000,
-            leadership: Leadership { term: 1, node: 1 },
+            leadership: Leadership {
+                term: 1,
+                node: 1,
+                incarnation: 0,
+            },
             log: Vec::new(),
         }
     }

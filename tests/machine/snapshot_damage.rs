@@ -110,7 +110,11 @@ fn a_restored_machine_keeps_serving_where_it_left_off() {
     let m = busy_machine();
     let mut restored = Machine::restore(&m.snapshot()).unwrap();
     let batch = Batch {
-        leadership: Leadership { term: 1, node: 1 },
+        leadership: Leadership {
+            term: 1,
+            node: 1,
+            incarnation: 0,
+        },
         // A second after the snapshot: the bucket has refilled, and the release makes room.
         clock_ms: 1_001_000,
         wall_ms: 0,

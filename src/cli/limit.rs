@@ -1,0 +1,144 @@
+//! `weir limit define | show | list | remove`.
+
+use clap::Subcommand;
+use serde_json::json;
+
+use super::{EXIT_ERROR, EXIT_OK, Exit, Output, read, write};
+use crate::client::Client;
+use crate::machine::{Command, LimitStatus};
+use crate::protocol::{Answer, Query};
+
+#[derive(Subcommand, Debug)]
+pub enum LimitCommand {
+    /// Define a limit, or change an existing one (holders keep their permits).
+    Define {
+        name: String,
+        /// Most units held at once; 0 = no cap.
+        #[arg(long, default_value_t = 0)]
+        concurrent: u32,
+        /// Token refill per second; 0 = no rate.
+        #[arg(long, default_value_t = 0.0)]
+        per_second: f64,
+        /// Bucket size; default max(ceil(per_second), 1).
+        #[arg(long)]
+        burst: Option<u64>,
+    },
+    /// Show one limit.
+    Show { name: String },
+    /// List the tenant's limits.
+    List,
+    /// Remove a limit: waiters are refused; holders keep their permits until they release.
+    Remove { name: String },
+}
+
+fn limit_json(l: &LimitStatus) -> serde_json::Value {
+    json!({
+        "tenant": l.tenant, "name": l.name, "concurrent": l.concurrent, "per_second": l.per_second,
+        "burst": l.burst, "in_use": l.in_use, "waiting": l.waiting, "max_in_use": l.max_in_use,
+        "tokens": l.tokens, "removing": l.removing,
+    })
+}
+
+fn limit_text(l: &LimitStatus) -> String {
+    format!(
+        "{}/{}: concurrent {} per_second {} burst {}; in use {}, waiting {}, max in use {}, tokens {}{}",
+        l.tenant,
+        l.name,
+        l.concurrent,
+        l.per_second,
+        l.burst,
+        l.in_use,
+        l.waiting,
+        l.max_in_use,
+        l.tokens,
+        if l.removing { " (removing)" } else { "" }
+    )
+}
+
+pub async fn run(command: &LimitCommand, tenant: &str, client: &mut Client, out: &Output) -> Exit {
+    match command {
+        LimitCommand::Define {
+            name,
+            concurrent,
+            per_second,
+            burst,
+        } => {
+            let command = Command::DefineLimit {
+                tenant: tenant.into(),
+                name: name.clone(),
+                concurrent: *concurrent,
+                per_second: *per_second,
+                burst: *burst,
+            };
+            match write(client, command).await {
+                Ok(_) => {
+                    out.print(
+                        json!({"tenant": tenant, "name": name, "defined": true}),
+                        || format!("defined {tenant}/{name}"),
+                    );
+                    EXIT_OK
+                }
+                Err(code) => code,
+            }
+        }
+        LimitCommand::Show { name } => {
+            match read(
+                client,
+                Query::Limit {
+                    tenant: tenant.into(),
+                    name: name.clone(),
+                },
+            )
+            .await
+            {
+                Ok(Answer::Limit(Some(l))) => {
+                    out.print(limit_json(&l), || limit_text(&l));
+                    EXIT_OK
+                }
+                Ok(_) => {
+                    eprintln!("weir: unknown limit {tenant}/{name}");
+                    EXIT_ERROR
+                }
+                Err(code) => code,
+            }
+        }
+        LimitCommand::List => match read(
+            client,
+            Query::Limits {
+                tenant: tenant.into(),
+            },
+        )
+        .await
+        {
+            Ok(Answer::Limits(ls)) => {
+                out.print(
+                    serde_json::Value::Array(ls.iter().map(limit_json).collect()),
+                    || ls.iter().map(limit_text).collect::<Vec<_>>().join("\n"),
+                );
+                EXIT_OK
+            }
+            Ok(_) => EXIT_ERROR,
+            Err(code) => code,
+        },
+        LimitCommand::Remove { name } => {
+            match write(
+                client,
+                Command::RemoveLimit {
+                    tenant: tenant.into(),
+                    name: name.clone(),
+                },
+            )
+            .await
+            {
+                Ok(_) => {
+                    out.print(
+                        json!({"tenant": tenant, "name": name, "removed": true}),
+                        || format!("removed {tenant}/{name}"),
+                    );
+                    EXIT_OK
+                }
+                Err(code) => code,
+            }
+        }
+    }
+}

@@ -1,0 +1,48 @@
+//! Logging for `weir serve`: `tracing` to stderr, filtered by `RUST_LOG` (default `info`),
+//! with the node id on every line.
+
+use std::fmt;
+
+use tracing::{Event, Subscriber};
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::format::{DefaultFields, Format, Full, Writer};
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::registry::LookupSpan;
+
+/// The default format with `node=ID` in front of every line.
+struct NodeTagged {
+    id: u64,
+    inner: Format<Full>,
+}
+
+impl<S, N> FormatEvent<S, N> for NodeTagged
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        write!(writer, "node={} ", self.id)?;
+        self.inner.format_event(ctx, writer, event)
+    }
+}
+
+/// Installs the subscriber (once per process; later calls do nothing).
+pub fn init(id: u64) {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,openraft=warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .fmt_fields(DefaultFields::new())
+        .event_format(NodeTagged {
+            id,
+            inner: Format::default(),
+        })
+        .try_init();
+}

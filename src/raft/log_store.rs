@@ -1,0 +1,277 @@
+//! The Raft log on redb: entries, the vote, the committed id and the purge point, in
+//! `log.redb`.
+//!
+//! Tables: `entries: u64 -> bytes` (an openraft entry encoded with the pinned codec, keyed by
+//! index) and `meta: str -> bytes` (`vote`, `committed`, `last_purged`).
+//!
+//! Invariants and the promises openraft relies on:
+//! - Every write is one redb transaction committed with `Durability::Immediate`: one fsync.
+//!   `save_vote` returns only once the vote is on disk; `append` calls its callback only
+//!   after its transaction is durable; `truncate` and `purge` are each atomic (`purge` writes
+//!   `last_purged` and deletes in the same transaction).
+//! - The log has no holes: entries are appended at the next index, truncated from an index
+//!   to the end, purged from the start.
+//! - Commits block on fsync, so they run on tokio's blocking pool, never on the Raft core.
+//! - A decode failure of a stored entry is a `StorageError` naming the index: the node
+//!   stops rather than serve from a damaged log.
+
+
+// openraft's traits fix the error type to its `StorageError`, which is large; boxing it
+// is not ours to choose.
+#![allow(clippy::result_large_err)]
+use std::fmt::Debug;
+use std::ops::{Bound, RangeBounds};
+use std::path::Path;
+use std::sync::Arc;
+
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
+use openraft::{AnyError, ErrorSubject, ErrorVerb, RaftLogReader, StorageIOError};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+
+use super::{Entry, LogId, StorageError, TypeConfig, Vote};
+use crate::codec;
+
+const ENTRIES: TableDefinition<u64, &[u8]> = TableDefinition::new("entries");
+const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+
+const VOTE: &str = "vote";
+const COMMITTED: &str = "committed";
+const LAST_PURGED: &str = "last_purged";
+
+/// The log store. Cloning shares the database (the log reader is a clone).
+#[derive(Clone)]
+pub struct LogStore {
+    db: Arc<Database>,
+}
+
+fn io_err(
+    subject: ErrorSubject<u64>,
+    verb: ErrorVerb,
+    e: impl std::error::Error + 'static,
+) -> StorageError {
+    StorageIOError::new(subject, verb, AnyError::new(&e)).into()
+}
+
+fn read_err(e: impl std::error::Error + 'static) -> StorageError {
+    io_err(ErrorSubject::Logs, ErrorVerb::Read, e)
+}
+
+fn write_err(e: impl std::error::Error + 'static) -> StorageError {
+    io_err(ErrorSubject::Logs, ErrorVerb::Write, e)
+}
+
+/// A reason as an error value, for `AnyError`.
+#[derive(Debug)]
+struct Damaged(String);
+
+impl std::fmt::Display for Damaged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Damaged {}
+
+impl LogStore {
+    /// Opens (or creates) `path`. A file that is not a redb database, or is damaged, is
+    /// refused with redb's reason.
+    pub fn open(path: &Path) -> Result<LogStore, String> {
+        let db = Database::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let w = db
+            .begin_write()
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        w.open_table(ENTRIES)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        w.open_table(META)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        w.commit().map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(LogStore { db: Arc::new(db) })
+    }
+
+    /// Runs `f` on the blocking pool (redb reads and fsyncing commits block).
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Database) -> Result<T, StorageError> + Send + 'static,
+    ) -> Result<T, StorageError> {
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || f(&db))
+            .await
+            .map_err(write_err)?
+    }
+
+    fn read_meta<T: serde::de::DeserializeOwned>(
+        db: &Database,
+        key: &str,
+    ) -> Result<Option<T>, StorageError> {
+        let r = db.begin_read().map_err(read_err)?;
+        let t = r.open_table(META).map_err(read_err)?;
+        let Some(v) = t.get(key).map_err(read_err)? else {
+            return Ok(None);
+        };
+        codec::decode(v.value())
+            .map(Some)
+            .map_err(|e| read_err(Damaged(format!("log meta {key:?}: {e}"))))
+    }
+
+    fn write_meta<T: serde::Serialize>(
+        db: &Database,
+        key: &str,
+        value: &T,
+    ) -> Result<(), StorageError> {
+        let w = db.begin_write().map_err(write_err)?;
+        w.open_table(META)
+            .map_err(write_err)?
+            .insert(key, codec::encode(value).as_slice())
+            .map_err(write_err)?;
+        w.commit().map_err(write_err)
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, StorageError> {
+        let start = match range.start_bound() {
+            Bound::Included(&i) => i,
+            Bound::Excluded(&i) => i + 1,
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(&i) => Some(i + 1),
+            Bound::Excluded(&i) => Some(i),
+            Bound::Unbounded => None,
+        };
+        self.blocking(move |db| {
+            let r = db.begin_read().map_err(read_err)?;
+            let t = r.open_table(ENTRIES).map_err(read_err)?;
+            let iter = match end {
+                Some(end) if end <= start => return Ok(vec![]),
+                Some(end) => t.range(start..end),
+                None => t.range(start..),
+            }
+            .map_err(read_err)?;
+            let mut out = vec![];
+            for item in iter {
+                let (k, v) = item.map_err(read_err)?;
+                let entry: Entry = codec::decode(v.value()).map_err(|e| {
+                    read_err(Damaged(format!("log entry {} in log.redb: {e}", k.value())))
+                })?;
+                out.push(entry);
+            }
+            Ok(out)
+        })
+        .await
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
+        self.blocking(|db| {
+            let last_purged: Option<LogId> = LogStore::read_meta(db, LAST_PURGED)?;
+            let r = db.begin_read().map_err(read_err)?;
+            let t = r.open_table(ENTRIES).map_err(read_err)?;
+            let last = match t.last().map_err(read_err)? {
+                Some((k, v)) => {
+                    let entry: Entry = codec::decode(v.value()).map_err(|e| {
+                        read_err(Damaged(format!("log entry {} in log.redb: {e}", k.value())))
+                    })?;
+                    Some(entry.log_id)
+                }
+                None => last_purged,
+            };
+            Ok(LogState {
+                last_purged_log_id: last_purged,
+                last_log_id: last,
+            })
+        })
+        .await
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
+        let vote = *vote;
+        self.blocking(move |db| LogStore::write_meta(db, VOTE, &vote))
+            .await
+            .map_err(|e| io_err(ErrorSubject::Vote, ErrorVerb::Write, Damaged(e.to_string())))
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
+        self.blocking(|db| LogStore::read_meta(db, VOTE)).await
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
+        self.blocking(move |db| LogStore::write_meta(db, COMMITTED, &committed))
+            .await
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
+        self.blocking(|db| Ok(LogStore::read_meta::<Option<LogId>>(db, COMMITTED)?.flatten()))
+            .await
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError>
+    where
+        I: IntoIterator<Item = Entry> + Send,
+        I::IntoIter: Send,
+    {
+        let encoded: Vec<(u64, Vec<u8>)> = entries
+            .into_iter()
+            .map(|e| (e.log_id.index, codec::encode(&e)))
+            .collect();
+        let result = self
+            .blocking(move |db| {
+                let w = db.begin_write().map_err(write_err)?;
+                {
+                    let mut t = w.open_table(ENTRIES).map_err(write_err)?;
+                    for (index, bytes) in &encoded {
+                        t.insert(*index, bytes.as_slice()).map_err(write_err)?;
+                    }
+                }
+                w.commit().map_err(write_err)
+            })
+            .await;
+        match &result {
+            Ok(()) => callback.log_io_completed(Ok(())),
+            Err(e) => callback.log_io_completed(Err(std::io::Error::other(e.to_string()))),
+        }
+        result
+    }
+
+    async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.blocking(move |db| {
+            let w = db.begin_write().map_err(write_err)?;
+            w.open_table(ENTRIES)
+                .map_err(write_err)?
+                .retain_in(log_id.index.., |_, _| false)
+                .map_err(write_err)?;
+            w.commit().map_err(write_err)
+        })
+        .await
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.blocking(move |db| {
+            let w = db.begin_write().map_err(write_err)?;
+            w.open_table(META)
+                .map_err(write_err)?
+                .insert(LAST_PURGED, codec::encode(&log_id).as_slice())
+                .map_err(write_err)?;
+            w.open_table(ENTRIES)
+                .map_err(write_err)?
+                .retain_in(..=log_id.index, |_, _| false)
+                .map_err(write_err)?;
+            w.commit().map_err(write_err)
+        })
+        .await
+    }
+}

@@ -1,0 +1,66 @@
+//! openraft glue: the type configuration, the redb log store, the state-machine store, and
+//! the peer transport.
+//!
+//! What the log carries is a [`Request`]: a leader-stamped [`Batch`] of commands. What
+//! applying an entry returns is a [`Response`]: the machine's [`Applied`] (replies and
+//! events), or nothing for Raft's own blank and membership entries. Business refusals live
+//! inside the response; a `StorageError` means the disk broke its promise, and openraft
+//! stops the node on it.
+
+pub mod log_store;
+pub mod network;
+pub mod state_store;
+
+use std::io::Cursor;
+
+use serde::{Deserialize, Serialize};
+
+use crate::machine::{Applied, Batch};
+
+/// A node's stable id, from its config. Never 0.
+pub type NodeId = u64;
+
+/// What the cluster knows of a node: where its peers and its clients reach it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeAddr {
+    /// The peer (Raft) port, `host:port`.
+    pub peer: String,
+    /// The client port, `host:port`.
+    pub client: String,
+}
+
+/// One log entry's application data.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Request {
+    Batch(Batch),
+}
+
+/// What applying one entry produced.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Response {
+    /// `None` for blank and membership entries.
+    pub applied: Option<Applied>,
+}
+
+openraft::declare_raft_types!(
+    /// Weir's openraft type configuration.
+    pub TypeConfig:
+        D = Request,
+        R = Response,
+        NodeId = NodeId,
+        Node = NodeAddr,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+/// The Raft handle with Weir's types.
+pub type Raft = openraft::Raft<TypeConfig>;
+
+pub type LogId = openraft::LogId<NodeId>;
+pub type Entry = openraft::Entry<TypeConfig>;
+pub type StorageError = openraft::StorageError<NodeId>;
+pub type StoredMembership = openraft::StoredMembership<NodeId, NodeAddr>;
+pub type SnapshotMeta = openraft::SnapshotMeta<NodeId, NodeAddr>;
+pub type Snapshot = openraft::Snapshot<TypeConfig>;
+pub type Vote = openraft::Vote<NodeId>;

@@ -1,0 +1,270 @@
+//! The peer transport: Raft RPCs over TCP, one request and one response per frame
+//! ([`crate::wire`]), on pooled connections.
+//!
+//! The client side ([`PeerNetwork`]) keeps idle connections per target and reuses them:
+//! openraft asks for a client on every heartbeat and every linearizable read, so dialing per
+//! call would cost a handshake each time. Every call is bounded by openraft's deadline for
+//! it; a connection that failed or timed out is dropped, never returned to the pool.
+//!
+//! The server side ([`serve_peers`]) reads a request, hands it to the local Raft, writes the
+//! answer. Garbage, an oversized length or a bad checksum closes that connection with a
+//! logged reason and touches nothing else.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use serde::{Deserialize, Serialize};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+use super::{NodeAddr, NodeId, Raft, TypeConfig};
+use crate::wire::{self, WireError};
+
+/// Largest peer frame, in bytes. A snapshot chunk is at most 3 MiB and an AppendEntries
+/// carries at most `max_payload_entries` entries of at most `bounds::ENTRY_COMMANDS_MAX`
+/// commands; 64 MiB is far above both and far below what a damaged length could ask for.
+pub const PEER_FRAME_MAX: u32 = 64 << 20;
+
+/// Idle connections kept per peer.
+const POOL_IDLE_MAX: usize = 8;
+
+/// A Raft RPC.
+#[derive(Serialize, Deserialize)]
+pub enum PeerRequest {
+    AppendEntries(AppendEntriesRequest<TypeConfig>),
+    Vote(VoteRequest<NodeId>),
+    InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
+}
+
+/// The answer to a [`PeerRequest`], of the same kind.
+#[derive(Serialize, Deserialize)]
+pub enum PeerResponse {
+    AppendEntries(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
+    Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
+    InstallSnapshot(
+        Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>,
+    ),
+}
+
+type Pools = Arc<Mutex<BTreeMap<NodeId, Vec<TcpStream>>>>;
+
+/// The client side: hands openraft a [`PeerClient`] per target, sharing the pools.
+#[derive(Clone, Default)]
+pub struct PeerNetwork {
+    pools: Pools,
+}
+
+/// Calls to one peer.
+pub struct PeerClient {
+    target: NodeId,
+    addr: String,
+    pools: Pools,
+}
+
+/// How a call failed, before openraft's error types are chosen.
+enum CallError {
+    /// Could not connect: openraft backs off before retrying.
+    Unreachable(std::io::Error),
+    /// Connected, but the exchange failed or took too long.
+    Network(String),
+}
+
+#[derive(Debug)]
+struct Reason(String);
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Reason {}
+
+impl PeerClient {
+    fn idle(&self) -> Option<TcpStream> {
+        self.pools
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(&self.target)?
+            .pop()
+    }
+
+    fn give_back(&self, conn: TcpStream) {
+        let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        let pool = pools.entry(self.target).or_default();
+        if pool.len() < POOL_IDLE_MAX {
+            pool.push(conn);
+        }
+    }
+
+    async fn call(&self, request: PeerRequest, ttl: Duration) -> Result<PeerResponse, CallError> {
+        let exchange = async {
+            let mut conn = match self.idle() {
+                Some(c) => c,
+                None => {
+                    let c = TcpStream::connect(&self.addr)
+                        .await
+                        .map_err(CallError::Unreachable)?;
+                    c.set_nodelay(true)
+                        .map_err(|e| CallError::Network(e.to_string()))?;
+                    c
+                }
+            };
+            wire::write_frame(&mut conn, &request)
+                .await
+                .map_err(|e| CallError::Network(e.to_string()))?;
+            let response: PeerResponse = wire::read_frame(&mut conn, PEER_FRAME_MAX)
+                .await
+                .map_err(|e| CallError::Network(e.to_string()))?;
+            Ok((conn, response))
+        };
+        match tokio::time::timeout(ttl, exchange).await {
+            Ok(Ok((conn, response))) => {
+                self.give_back(conn);
+                Ok(response)
+            }
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(CallError::Network(format!(
+                "no answer from node {} within {ttl:?}",
+                self.target
+            ))),
+        }
+    }
+
+    fn rpc_error<E: std::error::Error>(&self, e: CallError) -> RPCError<NodeId, NodeAddr, E> {
+        match e {
+            CallError::Unreachable(io) => RPCError::Unreachable(Unreachable::new(&io)),
+            CallError::Network(why) => RPCError::Network(NetworkError::new(&Reason(why))),
+        }
+    }
+
+    fn mismatch<E: std::error::Error>(&self) -> RPCError<NodeId, NodeAddr, E> {
+        RPCError::Network(NetworkError::new(&Reason(format!(
+            "node {} answered with the wrong kind of response",
+            self.target
+        ))))
+    }
+}
+
+impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: NodeId, node: &NodeAddr) -> PeerClient {
+        PeerClient {
+            target,
+            addr: node.peer.clone(),
+            pools: self.pools.clone(),
+        }
+    }
+}
+
+impl RaftNetwork<TypeConfig> for PeerClient {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, NodeAddr, RaftError<NodeId>>> {
+        match self
+            .call(PeerRequest::AppendEntries(rpc), option.hard_ttl())
+            .await
+        {
+            Ok(PeerResponse::AppendEntries(r)) => {
+                r.map_err(|e| RemoteError::new(self.target, e).into())
+            }
+            Ok(_) => Err(self.mismatch()),
+            Err(e) => Err(self.rpc_error(e)),
+        }
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, NodeAddr, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        match self
+            .call(PeerRequest::InstallSnapshot(rpc), option.hard_ttl())
+            .await
+        {
+            Ok(PeerResponse::InstallSnapshot(r)) => {
+                r.map_err(|e| RemoteError::new(self.target, e).into())
+            }
+            Ok(_) => Err(self.mismatch()),
+            Err(e) => Err(self.rpc_error(e)),
+        }
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, NodeAddr, RaftError<NodeId>>> {
+        match self.call(PeerRequest::Vote(rpc), option.hard_ttl()).await {
+            Ok(PeerResponse::Vote(r)) => r.map_err(|e| RemoteError::new(self.target, e).into()),
+            Ok(_) => Err(self.mismatch()),
+            Err(e) => Err(self.rpc_error(e)),
+        }
+    }
+}
+
+/// Serves Raft RPCs from peers on `listener` until `shutdown` turns true.
+pub async fn serve_peers(listener: TcpListener, raft: Raft, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = shutdown.changed() => return,
+        };
+        let (stream, from) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!("peer port: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let raft = raft.clone();
+        let mut shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                r = peer_connection(stream, raft) => {
+                    if let Err(e) = r {
+                        tracing::warn!(%from, "peer connection closed: {e}");
+                    }
+                }
+                _ = shutdown.changed() => {}
+            }
+        });
+    }
+}
+
+async fn peer_connection(mut stream: TcpStream, raft: Raft) -> Result<(), WireError> {
+    loop {
+        let request: PeerRequest = match wire::read_frame(&mut stream, PEER_FRAME_MAX).await {
+            Ok(r) => r,
+            Err(WireError::Closed) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let response = match request {
+            PeerRequest::AppendEntries(rpc) => {
+                PeerResponse::AppendEntries(raft.append_entries(rpc).await)
+            }
+            PeerRequest::Vote(rpc) => PeerResponse::Vote(raft.vote(rpc).await),
+            PeerRequest::InstallSnapshot(rpc) => {
+                PeerResponse::InstallSnapshot(raft.install_snapshot(rpc).await)
+            }
+        };
+        wire::write_frame(&mut stream, &response).await?;
+    }
+}

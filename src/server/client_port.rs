@@ -1,0 +1,242 @@
+//! The client port: accepts connections, checks the hello, serves requests concurrently and
+//! writes their responses as they finish.
+//!
+//! Each connection has a reader (this task) and a writer task fed by a bounded channel.
+//! Bad input — an oversized or corrupt frame, undecodable bytes, a wrong version, a request
+//! before the hello — is answered with `ServerFrame::Error` naming the problem, and that
+//! connection is closed; the node and every other connection go on.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::ChangeMembers;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+
+use super::proposer::{Proposer, write_failure};
+use super::reader::{Reader, answer};
+use crate::protocol::{
+    CLIENT_FRAME_MAX, ClientFrame, Failure, Member, NodeStatus, PROTOCOL_VERSION, Request,
+    Response, ServerFrame,
+};
+use crate::raft::state_store::Shared;
+use crate::raft::{NodeAddr, NodeId, Raft};
+use crate::wire::{self, WireError};
+
+/// How long a new connection may take to say hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Frames queued for one connection's writer, at most; a client that does not read its
+/// responses stalls only itself.
+const OUTBOX_MAX: usize = 1_024;
+/// Requests served at once on one connection, at most.
+const IN_FLIGHT_MAX: usize = 4_096;
+
+/// What a connection needs of the node.
+pub struct Ctx {
+    pub id: NodeId,
+    pub client_addr: String,
+    pub raft: Raft,
+    pub shared: Arc<Shared>,
+    pub proposer: Proposer,
+    pub reader: Reader,
+}
+
+/// Serves client connections on `listener` until `shutdown` turns true.
+pub async fn serve_clients(
+    listener: TcpListener,
+    ctx: Arc<Ctx>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = shutdown.changed() => return,
+        };
+        let (stream, from) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!("client port: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let ctx = ctx.clone();
+        let mut shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                r = connection(stream, ctx) => {
+                    if let Err(reason) = r {
+                        tracing::info!(%from, "client connection closed: {reason}");
+                    }
+                }
+                _ = shutdown.changed() => {}
+            }
+        });
+    }
+}
+
+async fn connection(stream: TcpStream, ctx: Arc<Ctx>) -> Result<(), String> {
+    let (mut rd, mut wr) = stream.into_split();
+    let (out, mut outbox) = mpsc::channel::<ServerFrame>(OUTBOX_MAX);
+    let writer = tokio::spawn(async move {
+        while let Some(frame) = outbox.recv().await {
+            let last = matches!(frame, ServerFrame::Error { .. });
+            if wire::write_frame(&mut wr, &frame).await.is_err() || last {
+                break;
+            }
+        }
+    });
+    let result = serve(&mut rd, &out, &ctx).await;
+    if let Err(reason) = &result {
+        let _ = out
+            .send(ServerFrame::Error {
+                reason: reason.clone(),
+            })
+            .await;
+    }
+    drop(out);
+    let _ = tokio::time::timeout(Duration::from_secs(1), writer).await;
+    result
+}
+
+async fn serve(
+    rd: &mut tokio::net::tcp::OwnedReadHalf,
+    out: &mpsc::Sender<ServerFrame>,
+    ctx: &Arc<Ctx>,
+) -> Result<(), String> {
+    let hello = tokio::time::timeout(
+        HELLO_TIMEOUT,
+        wire::read_frame::<_, ClientFrame>(rd, CLIENT_FRAME_MAX),
+    )
+    .await
+    .map_err(|_| format!("no hello within {HELLO_TIMEOUT:?}"))?;
+    match hello {
+        Ok(ClientFrame::Hello { version }) if version == PROTOCOL_VERSION => {}
+        Ok(ClientFrame::Hello { version }) => {
+            return Err(format!(
+                "protocol version {version} is not supported (this node speaks {PROTOCOL_VERSION})"
+            ));
+        }
+        Ok(ClientFrame::Request { .. }) => return Err("request before hello".into()),
+        Err(WireError::Closed) => return Ok(()),
+        Err(e) => return Err(e.to_string()),
+    }
+    out.send(ServerFrame::Welcome {
+        version: PROTOCOL_VERSION,
+        node: ctx.id,
+    })
+    .await
+    .map_err(|_| "writer gone".to_string())?;
+    let slots = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT_MAX));
+    loop {
+        let frame = match wire::read_frame::<_, ClientFrame>(rd, CLIENT_FRAME_MAX).await {
+            Ok(f) => f,
+            Err(WireError::Closed) => return Ok(()),
+            Err(e) => return Err(e.to_string()),
+        };
+        let (id, request) = match frame {
+            ClientFrame::Request { id, request } => (id, request),
+            ClientFrame::Hello { .. } => return Err("a second hello".into()),
+        };
+        let slot = slots.clone().acquire_owned().await.expect("never closed");
+        let ctx = ctx.clone();
+        let out = out.clone();
+        tokio::spawn(async move {
+            let response = handle(&ctx, request).await;
+            let _ = out.send(ServerFrame::Response { id, response }).await;
+            drop(slot);
+        });
+    }
+}
+
+/// Serves one request.
+pub async fn handle(ctx: &Ctx, request: Request) -> Response {
+    match request {
+        Request::Write(command) => match ctx.proposer.propose(command).await {
+            Ok((index, reply)) => Response::Written { index, reply },
+            Err(f) => Response::Failed(f),
+        },
+        Request::Read(query) => match ctx.reader.read(query).await {
+            Ok(a) => Response::Read(a),
+            Err(f) => Response::Failed(f),
+        },
+        Request::ReadLocal(query) => Response::Read(answer(&ctx.shared.lock().machine, &query)),
+        Request::Status => Response::Status(status(ctx)),
+        Request::AddNode { id, peer, client } => {
+            let node = NodeAddr { peer, client };
+            if let Err(e) = ctx.raft.add_learner(id, node, true).await {
+                return Response::Failed(write_failure(&ctx.raft, e));
+            }
+            match ctx
+                .raft
+                .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+                .await
+            {
+                Ok(_) => Response::MembershipChanged,
+                Err(e) => Response::Failed(write_failure(&ctx.raft, e)),
+            }
+        }
+        Request::RemoveNode { id } => {
+            match ctx
+                .raft
+                .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
+                .await
+            {
+                Ok(_) => Response::MembershipChanged,
+                Err(e) => Response::Failed(write_failure(&ctx.raft, e)),
+            }
+        }
+    }
+}
+
+/// This node's status: Raft metrics and the applied state's digest.
+pub fn status(ctx: &Ctx) -> NodeStatus {
+    let m = ctx.raft.metrics().borrow().clone();
+    let (applied, digest, log_ms, sessions) = {
+        let state = ctx.shared.lock();
+        (
+            state.machine.applied_index(),
+            state.machine.digest(),
+            state.machine.now_ms(),
+            state.machine.session_count() as u64,
+        )
+    };
+    let voters: BTreeSet<u64> = m.membership_config.voter_ids().collect();
+    let matched: BTreeMap<u64, Option<u64>> = m
+        .replication
+        .as_ref()
+        .map(|r| r.iter().map(|(id, l)| (*id, l.map(|l| l.index))).collect())
+        .unwrap_or_default();
+    let members = m
+        .membership_config
+        .nodes()
+        .map(|(id, n)| Member {
+            id: *id,
+            peer: n.peer.clone(),
+            client: n.client.clone(),
+            voter: voters.contains(id),
+            matched: matched.get(id).copied().flatten(),
+        })
+        .collect();
+    NodeStatus {
+        id: ctx.id,
+        addr: ctx.client_addr.clone(),
+        state: format!("{:?}", m.state),
+        term: m.current_term,
+        leader: m.current_leader,
+        last_log_index: m.last_log_index.unwrap_or(0),
+        applied,
+        digest,
+        log_ms,
+        sessions,
+        members,
+    }
+}
+
+impl From<Failure> for Response {
+    fn from(f: Failure) -> Self {
+        Response::Failed(f)
+    }
+}

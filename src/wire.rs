@@ -1,0 +1,107 @@
+//! Frames on a TCP stream, shared by the peer port and the client port.
+//!
+//! ```text
+//! offset  size  field
+//! 0       4     length   u32 little-endian, payload bytes that follow
+//! 4       4     crc32c   u32 little-endian, CRC-32C of the payload
+//! 8       ..    payload  bincode 2 (crate::codec::BINCODE)
+//! ```
+//!
+//! Invariants:
+//! - The length is checked against the port's bound before a byte of payload is allocated.
+//! - A frame whose checksum or encoding is wrong is an error for that connection only: the
+//!   caller logs the reason and closes it.
+
+use std::io;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::codec;
+
+/// Why a frame could not be read. Each is fatal to the connection it came on, and none to
+/// anything else.
+#[derive(Debug)]
+pub enum WireError {
+    /// The peer closed the connection between frames: the normal end.
+    Closed,
+    Io(io::Error),
+    TooLarge {
+        declared: u32,
+        max: u32,
+    },
+    Checksum {
+        stored: u32,
+        computed: u32,
+    },
+    Decode(String),
+}
+
+impl std::fmt::Display for WireError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WireError::Closed => f.write_str("connection closed"),
+            WireError::Io(e) => write!(f, "i/o: {e}"),
+            WireError::TooLarge { declared, max } => {
+                write!(f, "frame of {declared} bytes is above the bound of {max}")
+            }
+            WireError::Checksum { stored, computed } => {
+                write!(
+                    f,
+                    "frame checksum mismatch: stored {stored:08x}, payload has {computed:08x}"
+                )
+            }
+            WireError::Decode(why) => write!(f, "undecodable frame: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for WireError {}
+
+impl From<io::Error> for WireError {
+    fn from(e: io::Error) -> Self {
+        WireError::Io(e)
+    }
+}
+
+/// Writes `value` as one frame.
+pub async fn write_frame<W, T>(w: &mut W, value: &T) -> Result<(), WireError>
+where
+    W: AsyncWrite + Unpin,
+    T: serde::Serialize,
+{
+    let payload = codec::encode(value);
+    let mut out = Vec::with_capacity(8 + payload.len());
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
+    out.extend_from_slice(&payload);
+    w.write_all(&out).await?;
+    w.flush().await?;
+    Ok(())
+}
+
+/// Reads one frame of at most `max` payload bytes and decodes it.
+pub async fn read_frame<R, T>(r: &mut R, max: u32) -> Result<T, WireError>
+where
+    R: AsyncRead + Unpin,
+    T: serde::de::DeserializeOwned,
+{
+    let mut header = [0u8; 8];
+    match r.read_exact(&mut header[..1]).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Err(WireError::Closed),
+        Err(e) => return Err(e.into()),
+    }
+    r.read_exact(&mut header[1..]).await?;
+    let declared = u32::from_le_bytes(header[0..4].try_into().expect("4 bytes"));
+    let stored = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
+    if declared > max {
+        return Err(WireError::TooLarge { declared, max });
+    }
+    let mut payload = vec![0u8; declared as usize];
+    r.read_exact(&mut payload).await?;
+    let computed = crc32c::crc32c(&payload);
+    if computed != stored {
+        return Err(WireError::Checksum { stored, computed });
+    }
+    codec::decode(&payload).map_err(|e| WireError::Decode(e.to_string()))
+}
