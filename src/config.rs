@@ -39,6 +39,8 @@ pub struct RaftConfig {
     pub install_snapshot_timeout_ms: u64,
     /// Most entries in one AppendEntries. Default 64.
     pub max_payload_entries: u64,
+    /// Purge the log behind a snapshot only once this many entries can go. Default 256.
+    pub purge_batch_size: u64,
 }
 
 impl Default for RaftConfig {
@@ -51,6 +53,7 @@ impl Default for RaftConfig {
             max_in_snapshot_log_to_keep: 1_000,
             install_snapshot_timeout_ms: 10_000,
             max_payload_entries: 64,
+            purge_batch_size: 256,
         }
     }
 }
@@ -214,7 +217,7 @@ impl Config {
             max_payload_entries: r.max_payload_entries,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(r.snapshot_logs_since_last),
             max_in_snapshot_log_to_keep: r.max_in_snapshot_log_to_keep,
-            purge_batch_size: 256,
+            purge_batch_size: r.purge_batch_size,
             ..openraft::Config::default()
         };
         config.validate().map_err(|e| format!("raft: {e}"))

@@ -116,6 +116,9 @@ pub struct NodeStatus {
     pub term: u64,
     pub leader: Option<u64>,
     pub last_log_index: u64,
+    /// Index of the latest snapshot, and of the last entry purged from the log.
+    pub snapshot_index: Option<u64>,
+    pub purged_index: Option<u64>,
     pub applied: u64,
     /// Digest of the applied state; equal on replicas at the same `applied`.
     pub digest: String,

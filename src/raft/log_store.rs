@@ -15,7 +15,6 @@
 //! - A decode failure of a stored entry is a `StorageError` naming the index: the node
 //!   stops rather than serve from a damaged log.
 
-
 // openraft's traits fix the error type to its `StorageError`, which is large; boxing it
 // is not ours to choose.
 #![allow(clippy::result_large_err)]

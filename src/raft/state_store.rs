@@ -16,7 +16,6 @@
 //! - Events of every applied entry are published to subscribers; a slow subscriber may miss
 //!   some (it learns of them by asking again: grants are state, not messages).
 
-
 // openraft's traits fix the error type to its `StorageError`, which is large; boxing it
 // is not ours to choose.
 #![allow(clippy::result_large_err)]

@@ -227,6 +227,8 @@ pub fn status(ctx: &Ctx) -> NodeStatus {
         term: m.current_term,
         leader: m.current_leader,
         last_log_index: m.last_log_index.unwrap_or(0),
+        snapshot_index: m.snapshot.map(|l| l.index),
+        purged_index: m.purged.map(|l| l.index),
         applied,
         digest,
         log_ms,

@@ -167,27 +167,17 @@ impl Node {
     }
 }
 
-/// Runs a node until SIGTERM or ctrl-c.
+/// Runs a node until SIGTERM or ctrl-c. The handlers are installed before the node starts,
+/// so a signal that arrives while it starts is not lost (nor fatal).
 pub async fn serve(config: Config) -> Result<(), String> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
+    let mut int = signal(SignalKind::interrupt()).map_err(|e| format!("cannot watch SIGINT: {e}"))?;
     let node = Node::start(config).await?;
-    wait_for_signal().await;
-    tracing::info!("signal received, shutting down");
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),
+        _ = int.recv() => tracing::info!("SIGINT received, shutting down"),
+    }
     node.stop().await;
     Ok(())
-}
-
-async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!("cannot watch SIGTERM: {e}");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
 }

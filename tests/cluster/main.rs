@@ -1,0 +1,319 @@
+//! Cluster tests: the real `weir` binary as three processes on loopback.
+
+mod harness;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use weir::machine::{Acquire, Command, Priority, Reply};
+use weir::protocol::{Answer, Query, Request, Response};
+
+use harness::{Cluster, phase};
+
+const ELECTION: Duration = Duration::from_secs(10);
+const CONVERGE: Duration = Duration::from_secs(20);
+
+fn define(name: &str, concurrent: u32) -> Command {
+    Command::DefineLimit {
+        tenant: "t".into(),
+        name: name.into(),
+        concurrent,
+        per_second: 0.0,
+        burst: None,
+    }
+}
+
+async fn limit_names(cluster: &Cluster) -> BTreeSet<String> {
+    let mut client = cluster.client();
+    match client
+        .request(Request::Read(Query::Limits { tenant: "t".into() }))
+        .await
+    {
+        Ok(Response::Read(Answer::Limits(ls))) => ls.into_iter().map(|l| l.name).collect(),
+        other => panic!("read failed: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_elect_a_leader_apply_writes_on_all_and_agree_on_digests() {
+    let cluster = Cluster::start("form", 3, "");
+    phase("elect");
+    let leader = cluster.leader(ELECTION).await;
+    phase("write through any node");
+    let mut client = cluster.client();
+    for i in 0..20 {
+        assert_eq!(
+            cluster
+                .write(&mut client, define(&format!("l{i}"), 2))
+                .await,
+            Reply::Done
+        );
+    }
+    phase("all three apply and agree");
+    let digest = cluster.converged(CONVERGE).await;
+    for id in 1..=3 {
+        let s = cluster.status(id).await.unwrap();
+        assert_eq!(s.digest, digest);
+        assert_eq!(s.leader, Some(leader));
+        assert_eq!(s.members.len(), 3);
+    }
+    assert_eq!(limit_names(&cluster).await.len(), 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_leader_under_writes_loses_no_acknowledged_write_and_it_rejoins() {
+    let mut cluster = Cluster::start("kill", 3, "");
+    let first = cluster.leader(ELECTION).await;
+    phase("stream writes; kill -9 the leader after 30 of them");
+    let servers = cluster.servers();
+    let writer = tokio::spawn(async move {
+        let mut client = weir::client::Client::new(servers);
+        let mut acked = vec![];
+        for i in 0..120 {
+            let name = format!("w{i}");
+            if let Ok(Response::Written {
+                reply: Reply::Done, ..
+            }) = client.request(Request::Write(define(&name, 1))).await
+            {
+                acked.push(name);
+            }
+        }
+        acked
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while limit_names(&cluster).await.len() < 30 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cluster.kill(first);
+    let acked = writer.await.unwrap();
+    phase("a new leader; every acknowledged write is there (G3)");
+    let second = cluster.leader(ELECTION).await;
+    assert_ne!(second, first);
+    assert!(
+        acked.len() >= 100,
+        "most writes are acknowledged across one failover: {}",
+        acked.len()
+    );
+    let present = limit_names(&cluster).await;
+    for name in &acked {
+        assert!(present.contains(name), "acknowledged {name} lost");
+    }
+    phase("the old leader restarts and catches up");
+    cluster.start_node(first);
+    let digest = cluster.converged(CONVERGE).await;
+    assert_eq!(cluster.status(first).await.unwrap().digest, digest);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_three_killed_and_restarted_come_back_identical() {
+    let mut cluster = Cluster::start("restart", 3, "");
+    cluster.leader(ELECTION).await;
+    let mut client = cluster.client();
+    for i in 0..15 {
+        cluster
+            .write(&mut client, define(&format!("r{i}"), 3))
+            .await;
+    }
+    let before = cluster.converged(CONVERGE).await;
+    let names = limit_names(&cluster).await;
+    phase("kill -9 all three, restart");
+    for id in 1..=3 {
+        cluster.kill(id);
+    }
+    for id in 1..=3 {
+        cluster.start_node(id);
+    }
+    cluster.leader(ELECTION).await;
+    phase("state identical to before");
+    assert_eq!(limit_names(&cluster).await, names);
+    // New leaders append blank entries, which change no state: the digest is the same.
+    let after = cluster.converged(CONVERGE).await;
+    assert_eq!(after, before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_stopped_past_a_snapshot_catches_up_by_installing_it() {
+    let extra = "[raft]\nsnapshot_logs_since_last = 40\nmax_in_snapshot_log_to_keep = 0\npurge_batch_size = 1\n";
+    let mut cluster = Cluster::start("snap", 3, extra);
+    let leader = cluster.leader(ELECTION).await;
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    phase("stop a follower; move the log far past a snapshot");
+    assert_eq!(cluster.stop(follower), Some(0), "SIGTERM is a clean exit");
+    let mut client = cluster.client();
+    for i in 0..150 {
+        cluster
+            .write(&mut client, define(&format!("s{i}"), 1))
+            .await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let purged = loop {
+        let s = cluster.status(leader).await.unwrap();
+        if let Some(p) = s.purged_index.filter(|p| *p > 100) {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "the leader never purged: {s:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    phase("restart it: it can only catch up by snapshot");
+    cluster.start_node(follower);
+    let digest = cluster.converged(CONVERGE).await;
+    let s = cluster.status(follower).await.unwrap();
+    assert!(
+        s.snapshot_index.is_some_and(|i| i >= purged),
+        "installed a snapshot: {s:?}"
+    );
+    assert_eq!(s.digest, digest, "G4: byte-identical after the install");
+    assert_eq!(limit_names(&cluster).await.len(), 150);
+}
+
+async fn open(client: &mut weir::client::Client) -> u64 {
+    match client
+        .request(Request::Write(Command::OpenSession { ttl_ms: 10_000 }))
+        .await
+    {
+        Ok(Response::Written {
+            reply: Reply::SessionOpened { session, .. },
+            ..
+        }) => session,
+        other => panic!("open: {other:?}"),
+    }
+}
+
+fn acquire(session: u64, ticket: u64) -> Command {
+    Command::Acquire(Acquire {
+        session,
+        ticket,
+        tenant: "t".into(),
+        limit: "one".into(),
+        units: 1,
+        priority: Priority::default(),
+        agent: None,
+        wait: true,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_survive_failover_with_their_fence_and_the_log_clock_never_outruns_real_time() {
+    let mut cluster = Cluster::start("permits", 3, "");
+    let first = cluster.leader(ELECTION).await;
+    let mut client = cluster.client();
+    cluster.write(&mut client, define("one", 1)).await;
+    let holder = open(&mut client).await;
+    let waiter = open(&mut client).await;
+    let fence = match cluster.write(&mut client, acquire(holder, 1)).await {
+        Reply::Granted { fence, .. } => fence,
+        other => panic!("grant: {other:?}"),
+    };
+    assert_eq!(
+        cluster.write(&mut client, acquire(waiter, 1)).await,
+        Reply::Queued { position: 0 }
+    );
+    phase("log time over a stretch of real time");
+    let real_start = Instant::now();
+    let log_start = cluster.status(first).await.unwrap().log_ms;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let log_end = cluster.status(first).await.unwrap().log_ms;
+    let real = real_start.elapsed().as_millis() as u64;
+    assert!(
+        log_end > log_start,
+        "ticks move the log clock while sessions exist"
+    );
+    assert!(
+        log_end - log_start <= real,
+        "log clock ran {} ms in {real} ms",
+        log_end - log_start
+    );
+    phase("kill the leader; the holder keeps its permit and fence");
+    cluster.kill(first);
+    cluster.leader(ELECTION).await;
+    assert_eq!(
+        cluster
+            .write(&mut client, Command::KeepAlive { session: holder })
+            .await,
+        Reply::KeptAlive { ttl_ms: 10_000 }
+    );
+    assert_eq!(
+        cluster.write(&mut client, acquire(holder, 1)).await,
+        Reply::Granted { fence, units: 1 }
+    );
+    assert_eq!(
+        cluster.write(&mut client, acquire(waiter, 1)).await,
+        Reply::Queued { position: 0 }
+    );
+    let status = match client
+        .request(Request::Read(Query::Limit {
+            tenant: "t".into(),
+            name: "one".into(),
+        }))
+        .await
+    {
+        Ok(Response::Read(Answer::Limit(Some(l)))) => l,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        (status.in_use, status.waiting, status.max_in_use),
+        (1, 1, 1)
+    );
+    phase("release: the waiter is granted, with a larger fence");
+    cluster
+        .write(
+            &mut client,
+            Command::Release {
+                session: holder,
+                ticket: 1,
+            },
+        )
+        .await;
+    match cluster.write(&mut client, acquire(waiter, 1)).await {
+        Reply::Granted { fence: f, .. } => assert!(f > fence),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_on_the_peer_port_closes_that_connection_and_the_node_keeps_serving() {
+    let cluster = Cluster::start("garbage", 3, "");
+    cluster.leader(ELECTION).await;
+    let target = cluster.node(1).peer.clone();
+    let cases: Vec<Vec<u8>> = vec![
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
+        // An oversized length: refused before any allocation.
+        [u32::MAX.to_le_bytes(), 0u32.to_le_bytes()].concat(),
+        // A good length, a bad checksum.
+        [4u32.to_le_bytes().as_slice(), &[1, 2, 3, 4], &[9, 9, 9, 9]].concat(),
+        // A good checksum over bytes that decode to nothing.
+        {
+            let payload = [0xffu8; 12];
+            [
+                12u32.to_le_bytes().as_slice(),
+                &crc32c::crc32c(&payload).to_le_bytes(),
+                &payload,
+            ]
+            .concat()
+        },
+    ];
+    for bytes in cases {
+        let mut s = tokio::net::TcpStream::connect(&target).await.unwrap();
+        s.write_all(&bytes).await.unwrap();
+        let mut buf = [0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .expect("the node closes the connection")
+            .unwrap_or(0);
+        assert_eq!(n, 0, "nothing is answered to garbage");
+    }
+    phase("the cluster still serves, node 1 included");
+    let mut client = cluster.client();
+    assert_eq!(
+        cluster.write(&mut client, define("after", 1)).await,
+        Reply::Done
+    );
+    cluster.converged(CONVERGE).await;
+    let log = std::fs::read_to_string(&cluster.node(1).log).unwrap();
+    assert!(
+        log.contains("peer connection closed: frame of 4294967295 bytes is above the bound"),
+        "reason logged"
+    );
+    assert!(!log.contains("panicked"));
+}

@@ -1,0 +1,106 @@
+//! The stores under openraft's conformance suite, and the data directory's refusals (G8).
+
+use std::path::{Path, PathBuf};
+
+use openraft::testing::{StoreBuilder, Suite};
+use weir::raft::log_store::LogStore;
+use weir::raft::state_store::{SNAPSHOT_FILE, StateStore};
+use weir::raft::{StorageError, TypeConfig};
+use weir::server::{IDENTITY_FILE, prepare_data_dir};
+
+/// A directory removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static N: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "weir-storage-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+struct Builder;
+
+impl StoreBuilder<TypeConfig, LogStore, StateStore, TempDir> for Builder {
+    async fn build(&self) -> Result<(TempDir, LogStore, StateStore), StorageError> {
+        let dir = TempDir::new("suite");
+        let log = LogStore::open(&dir.0.join("log.redb")).expect("open log");
+        let sm = StateStore::open(&dir.0).expect("open state");
+        Ok((dir, log, sm))
+    }
+}
+
+#[test]
+fn openraft_storage_suite_passes() {
+    Suite::test_all(Builder).unwrap();
+}
+
+#[test]
+fn a_damaged_snapshot_file_is_refused_by_name() {
+    let dir = TempDir::new("snap");
+    std::fs::write(
+        dir.0.join(SNAPSHOT_FILE),
+        b"WSST\x01\x00not really a snapshot",
+    )
+    .unwrap();
+    let err = StateStore::open(&dir.0).err().expect("refused");
+    assert!(err.contains("snapshot.bin"), "{err}");
+    assert!(
+        err.contains("truncated") || err.contains("declared length"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_damaged_log_file_is_refused_by_name() {
+    let dir = TempDir::new("log");
+    let path = dir.0.join("log.redb");
+    std::fs::write(&path, vec![0xab; 8192]).unwrap();
+    let err = LogStore::open(&path).err().expect("refused");
+    assert!(err.contains("log.redb"), "{err}");
+}
+
+fn label(dir: &Path, id: u64) {
+    assert!(prepare_data_dir(dir, id).unwrap(), "first start");
+}
+
+#[test]
+fn a_data_dir_belongs_to_one_node_and_is_never_started_over() {
+    let root = TempDir::new("dir");
+    let dir = root.0.join("node");
+    label(&dir, 2);
+    assert!(
+        !prepare_data_dir(&dir, 2).unwrap(),
+        "a restart is not a first start"
+    );
+    let err = prepare_data_dir(&dir, 3).unwrap_err();
+    assert!(
+        err.ends_with("this data directory belongs to node 2, not node 3"),
+        "{err}"
+    );
+    // Files but no label: refused, not started empty over them.
+    std::fs::remove_file(dir.join(IDENTITY_FILE)).unwrap();
+    std::fs::write(dir.join("log.redb"), b"x").unwrap();
+    let err = prepare_data_dir(&dir, 2).unwrap_err();
+    assert!(
+        err.contains("node.id: missing") && err.contains("refusing to start"),
+        "{err}"
+    );
+    // A damaged label names itself.
+    std::fs::write(dir.join(IDENTITY_FILE), b"WNIDgarbage-garbage-garbage").unwrap();
+    let err = prepare_data_dir(&dir, 2).unwrap_err();
+    assert!(err.contains("node.id") && err.contains("version"), "{err}");
+}
