@@ -2,6 +2,11 @@
 //! writes their responses as they finish.
 //!
 //! Each connection has a reader (this task) and a writer task fed by a bounded channel.
+//!
+//! Push: a connection follows the sessions it has used (opened, or named in a write), and
+//! a forwarder task sends it every event the applied log produces for them. A push that is
+//! lost (a slow connection, a reconnect) loses nothing: the grant is state, and asking again
+//! for the ticket answers `Granted` with the same fence.
 //! Bad input — an oversized or corrupt frame, undecodable bytes, a wrong version, a request
 //! before the hello — is answered with `ServerFrame::Error` naming the problem, and that
 //! connection is closed; the node and every other connection go on.
@@ -16,6 +21,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::proposer::{Proposer, write_failure};
 use super::reader::{Reader, answer};
+use crate::machine::{Command, Reply, SessionId};
 use crate::protocol::{
     CLIENT_FRAME_MAX, ClientFrame, Failure, Member, NodeStatus, PROTOCOL_VERSION, Request,
     Response, ServerFrame,
@@ -129,6 +135,13 @@ async fn serve(
     })
     .await
     .map_err(|_| "writer gone".to_string())?;
+    let followed: Arc<std::sync::Mutex<BTreeSet<SessionId>>> = Arc::default();
+    let forwarder = tokio::spawn(forward_events(
+        ctx.shared.subscribe(),
+        followed.clone(),
+        out.clone(),
+    ));
+    let _stop_forwarder = AbortOnDrop(forwarder);
     let slots = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT_MAX));
     loop {
         let frame = match wire::read_frame::<_, ClientFrame>(rd, CLIENT_FRAME_MAX).await {
@@ -140,14 +153,87 @@ async fn serve(
             ClientFrame::Request { id, request } => (id, request),
             ClientFrame::Hello { .. } => return Err("a second hello".into()),
         };
+        if let Request::Write(command) = &request
+            && let Some(session) = session_of(command)
+        {
+            followed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(session);
+        }
         let slot = slots.clone().acquire_owned().await.expect("never closed");
         let ctx = ctx.clone();
         let out = out.clone();
+        let followed = followed.clone();
         tokio::spawn(async move {
             let response = handle(&ctx, request).await;
+            if let Response::Written {
+                reply: Reply::SessionOpened { session, .. },
+                ..
+            } = &response
+            {
+                followed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(*session);
+            }
             let _ = out.send(ServerFrame::Response { id, response }).await;
             drop(slot);
         });
+    }
+}
+
+/// Aborts a task when dropped: the forwarder ends with its connection.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The session a write acts for, if any.
+fn session_of(command: &Command) -> Option<SessionId> {
+    match command {
+        Command::KeepAlive { session }
+        | Command::CloseSession { session }
+        | Command::Release { session, .. } => Some(*session),
+        Command::Acquire(a) => Some(a.session),
+        _ => None,
+    }
+}
+
+/// Sends the connection every event for the sessions it follows.
+async fn forward_events(
+    mut applied: tokio::sync::broadcast::Receiver<Arc<crate::machine::Applied>>,
+    followed: Arc<std::sync::Mutex<BTreeSet<SessionId>>>,
+    out: mpsc::Sender<ServerFrame>,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        let entry = match applied.recv().await {
+            Ok(e) => e,
+            // Missed some: their grants are state; the client learns them by asking again.
+            Err(RecvError::Lagged(n)) => {
+                tracing::warn!("a client connection missed the events of {n} entries");
+                continue;
+            }
+            Err(RecvError::Closed) => return,
+        };
+        let mine: Vec<_> = {
+            let followed = followed.lock().unwrap_or_else(|p| p.into_inner());
+            entry
+                .events
+                .iter()
+                .filter(|e| followed.contains(&e.session()))
+                .cloned()
+                .collect()
+        };
+        for event in mine {
+            if out.send(ServerFrame::Event(event)).await.is_err() {
+                return;
+            }
+        }
     }
 }
 

@@ -171,8 +171,10 @@ impl Node {
 /// so a signal that arrives while it starts is not lost (nor fatal).
 pub async fn serve(config: Config) -> Result<(), String> {
     use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
-    let mut int = signal(SignalKind::interrupt()).map_err(|e| format!("cannot watch SIGINT: {e}"))?;
+    let mut term =
+        signal(SignalKind::terminate()).map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
+    let mut int =
+        signal(SignalKind::interrupt()).map_err(|e| format!("cannot watch SIGINT: {e}"))?;
     let node = Node::start(config).await?;
     tokio::select! {
         _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),

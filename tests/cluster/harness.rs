@@ -77,6 +77,59 @@ impl Cluster {
         cluster
     }
 
+    /// Configures (does not start) one more node, `id = nodes + 1`, whose initial voters are
+    /// the cluster's plus itself: it never forms a cluster of its own (it is not the lowest
+    /// id) and waits to be added.
+    pub fn spare(&mut self, extra: &str) -> u64 {
+        let id = self.nodes.len() as u64 + 1;
+        let client = format!("127.0.0.1:{}", free_port());
+        let peer = format!("127.0.0.1:{}", free_port());
+        let mut peers = String::new();
+        for n in &self.nodes {
+            peers.push_str(&format!(
+                "[[peers]]\nid = {}\npeer = \"{}\"\nclient = \"{}\"\n\n",
+                n.id, n.peer, n.client
+            ));
+        }
+        peers.push_str(&format!(
+            "[[peers]]\nid = {id}\npeer = \"{peer}\"\nclient = \"{client}\"\n\n"
+        ));
+        let config = self.dir.join(format!("node{id}.toml"));
+        let text = format!(
+            "id = {id}\ndata_dir = \"{}\"\nclient_addr = \"{client}\"\npeer_addr = \"{peer}\"\n\n{peers}{extra}\n",
+            self.dir.join(format!("data{id}")).display()
+        );
+        std::fs::write(&config, text).unwrap();
+        self.nodes.push(Node {
+            id,
+            client,
+            peer,
+            config,
+            log: self.dir.join(format!("node{id}.log")),
+            child: None,
+        });
+        id
+    }
+
+    /// Runs the `weir` CLI with `args` against this cluster; returns (exit code, stdout, stderr).
+    pub fn cli(&self, args: &[&str]) -> (i32, String, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(args)
+            .env("WEIR_SERVERS", self.servers().join(","))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    pub fn is_running(&self, id: u64) -> bool {
+        self.node(id).child.is_some()
+    }
+
     pub fn node(&self, id: u64) -> &Node {
         &self.nodes[(id - 1) as usize]
     }

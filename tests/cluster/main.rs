@@ -317,3 +317,250 @@ async fn garbage_on_the_peer_port_closes_that_connection_and_the_node_keeps_serv
     );
     assert!(!log.contains("panicked"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_is_added_as_learner_then_voter_catches_up_by_snapshot_and_one_is_removed() {
+    let extra = "[raft]\nsnapshot_logs_since_last = 30\nmax_in_snapshot_log_to_keep = 0\npurge_batch_size = 1\n";
+    let mut cluster = Cluster::start("members", 3, extra);
+    let leader = cluster.leader(ELECTION).await;
+    let mut client = cluster.client();
+    for i in 0..80 {
+        cluster
+            .write(&mut client, define(&format!("m{i}"), 1))
+            .await;
+    }
+    phase("the log is purged past its start");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while cluster
+        .status(leader)
+        .await
+        .unwrap()
+        .purged_index
+        .is_none_or(|p| p < 30)
+    {
+        assert!(Instant::now() < deadline, "no purge");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    phase("start node 4 empty and add it with the CLI");
+    let four = cluster.spare(extra);
+    cluster.start_node(four);
+    let client_addr = cluster.node(four).client.clone();
+    let peer_addr = cluster.node(four).peer.clone();
+    let (code, _, err) = cluster.cli(&[
+        "cluster",
+        "add",
+        "4",
+        "--peer",
+        &peer_addr,
+        "--client",
+        &client_addr,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let digest = cluster.converged(CONVERGE).await;
+    let s = cluster.status(four).await.unwrap();
+    assert_eq!(s.state, "Follower", "a voter now");
+    assert!(s.snapshot_index.is_some(), "caught up by snapshot: {s:?}");
+    assert_eq!(s.digest, digest);
+    phase("remove a node that is not the leader");
+    let gone = (1..=3).find(|id| *id != leader).unwrap();
+    let (code, _, err) = cluster.cli(&["cluster", "remove", &gone.to_string()]);
+    assert_eq!(code, 0, "{err}");
+    let s = cluster.status(leader).await.unwrap();
+    let voters: Vec<u64> = s.members.iter().filter(|m| m.voter).map(|m| m.id).collect();
+    assert!(
+        !voters.contains(&gone) && voters.contains(&4) && voters.len() == 3,
+        "{voters:?}"
+    );
+    cluster.kill(gone);
+    phase("the new membership serves writes");
+    assert_eq!(
+        cluster.write(&mut client, define("after", 1)).await,
+        Reply::Done
+    );
+    assert!(!cluster.is_running(gone));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_status_and_limits_end_to_end_with_exit_codes_and_json_keys() {
+    let cluster = Cluster::start("cli", 3, "");
+    cluster.leader(ELECTION).await;
+    phase("limit define / show / list");
+    let (code, out, err) = cluster.cli(&[
+        "limit",
+        "define",
+        "db",
+        "--concurrent",
+        "3",
+        "--tenant",
+        "acme",
+    ]);
+    assert_eq!((code, out.trim()), (0, "defined acme/db"), "{err}");
+    let (code, out, _) = cluster.cli(&["--json", "--tenant", "acme", "limit", "show", "db"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    for key in [
+        "tenant",
+        "name",
+        "concurrent",
+        "per_second",
+        "burst",
+        "in_use",
+        "waiting",
+        "max_in_use",
+    ] {
+        assert!(v.get(key).is_some(), "limit show --json lacks {key}: {out}");
+    }
+    assert_eq!(
+        (
+            v["tenant"].as_str(),
+            v["concurrent"].as_u64(),
+            v["in_use"].as_u64()
+        ),
+        (Some("acme"), Some(3), Some(0))
+    );
+    let (code, out, _) = cluster.cli(&["limit", "list", "--tenant", "acme", "--json"]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&out)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    phase("errors: unknown limit, invalid spec, usage");
+    let (code, _, err) = cluster.cli(&["limit", "show", "nope"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("unknown limit default/nope"), "{err}");
+    let (code, _, err) = cluster.cli(&["limit", "define", "bad", "--per-second=-1"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("per_second -1 is not a rate"), "{err}");
+    let (code, _, _) = cluster.cli(&["limit", "define"]);
+    assert_eq!(code, 2, "clap usage error");
+    phase("status --json: every node, agreeing digests");
+    cluster.converged(CONVERGE).await;
+    let (code, out, err) = cluster.cli(&["status", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        v["leader"].as_u64().is_some() && v["term"].as_u64().is_some(),
+        "{out}"
+    );
+    let nodes = v["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 3);
+    for n in nodes {
+        for key in ["id", "addr", "state", "applied", "digest"] {
+            assert!(n.get(key).is_some(), "status node lacks {key}: {out}");
+        }
+    }
+    assert_eq!(nodes.iter().filter(|n| n["state"] == "Leader").count(), 1);
+    phase("unreachable cluster: exit 1");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["status", "--servers", "127.0.0.1:1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_waiter_is_told_of_its_grant_by_push_without_asking_again() {
+    use weir::protocol::{CLIENT_FRAME_MAX, ClientFrame, PROTOCOL_VERSION, ServerFrame};
+    use weir::wire;
+    let cluster = Cluster::start("push", 3, "");
+    let leader = cluster.leader(ELECTION).await;
+    let mut client = cluster.client();
+    cluster.write(&mut client, define("one", 1)).await;
+    let holder = open(&mut client).await;
+    cluster.write(&mut client, acquire(holder, 1)).await;
+    phase("the waiter queues on its own connection to the leader");
+    let mut conn = tokio::net::TcpStream::connect(&cluster.node(leader).client)
+        .await
+        .unwrap();
+    wire::write_frame(
+        &mut conn,
+        &ClientFrame::Hello {
+            version: PROTOCOL_VERSION,
+        },
+    )
+    .await
+    .unwrap();
+    let welcome: ServerFrame = wire::read_frame(&mut conn, CLIENT_FRAME_MAX).await.unwrap();
+    assert!(matches!(
+        welcome,
+        ServerFrame::Welcome {
+            version: PROTOCOL_VERSION,
+            ..
+        }
+    ));
+    let request = |id, command| ClientFrame::Request {
+        id,
+        request: Request::Write(command),
+    };
+    wire::write_frame(
+        &mut conn,
+        &request(1, Command::OpenSession { ttl_ms: 10_000 }),
+    )
+    .await
+    .unwrap();
+    let waiter = match wire::read_frame(&mut conn, CLIENT_FRAME_MAX).await.unwrap() {
+        ServerFrame::Response {
+            id: 1,
+            response:
+                Response::Written {
+                    reply: Reply::SessionOpened { session, .. },
+                    ..
+                },
+        } => session,
+        other => panic!("{other:?}"),
+    };
+    wire::write_frame(&mut conn, &request(2, acquire(waiter, 9)))
+        .await
+        .unwrap();
+    let queued: ServerFrame = wire::read_frame(&mut conn, CLIENT_FRAME_MAX).await.unwrap();
+    assert!(
+        matches!(
+            queued,
+            ServerFrame::Response {
+                id: 2,
+                response: Response::Written {
+                    reply: Reply::Queued { .. },
+                    ..
+                }
+            }
+        ),
+        "{queued:?}"
+    );
+    phase("the holder releases on another connection; the waiter only listens");
+    let released_at = Instant::now();
+    cluster
+        .write(
+            &mut client,
+            Command::Release {
+                session: holder,
+                ticket: 1,
+            },
+        )
+        .await;
+    let pushed: ServerFrame = tokio::time::timeout(
+        Duration::from_secs(5),
+        wire::read_frame(&mut conn, CLIENT_FRAME_MAX),
+    )
+    .await
+    .expect("a push within 5 s")
+    .unwrap();
+    eprintln!(
+        "push arrived {:?} after the release was acknowledged",
+        released_at.elapsed()
+    );
+    match pushed {
+        ServerFrame::Event(weir::machine::Event::Granted {
+            session,
+            ticket,
+            units,
+            ..
+        }) => {
+            assert_eq!((session, ticket, units), (waiter, 9, 1));
+        }
+        other => panic!("expected a pushed grant, got {other:?}"),
+    }
+}
