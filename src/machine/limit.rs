@@ -14,6 +14,8 @@
 //! - A grant is made only when `held_units + units <= concurrent` (G1 at grant time; a
 //!   lowered `concurrent` may leave `held_units` above it until holders release).
 //! - `tokens_micro <= burst * 1e6`, and `refill_remainder < 1000`.
+//! - A limit redefined to `concurrent = 0` keeps the holders it had (they release as
+//!   usual); only its new grants hold nothing.
 
 use std::collections::BTreeMap;
 
@@ -269,9 +271,6 @@ impl Limit {
         }
         if self.tokens_micro > self.spec.burst * MICRO || self.refill_remainder >= 1000 {
             return Err(format!("limit {}: bucket out of range", self.name));
-        }
-        if !self.spec.caps_concurrency() && !self.holders.is_empty() {
-            return Err(format!("limit {}: holders on a rate-only limit", self.name));
         }
         self.queue
             .check()

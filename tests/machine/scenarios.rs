@@ -145,6 +145,39 @@ fn lowering_concurrent_keeps_holders_and_delays_new_grants() {
 }
 
 #[test]
+fn uncapping_a_limit_keeps_its_holders_and_its_snapshot_restores() {
+    let mut s = Sim::new();
+    s.define("t", "db", 1, 0.0);
+    let a = s.open(3_000);
+    let f = fence(&s.acquire(a, 1, "db"));
+    s.define("t", "db", 0, 0.0);
+    assert!(
+        s.m.validate_fence("t", "db", f),
+        "the holder keeps its permit"
+    );
+    assert!(
+        matches!(s.acquire(a, 2, "db"), Reply::Granted { .. }),
+        "no cap now"
+    );
+    assert_eq!(
+        s.m.limit_status("t", "db").unwrap().in_use,
+        1,
+        "the new grant holds nothing"
+    );
+    let restored = weir::machine::Machine::restore(&s.m.snapshot()).unwrap();
+    assert_eq!(restored.snapshot(), s.m.snapshot());
+    let (reply, _) = s.release(a, 1);
+    assert_eq!(
+        reply,
+        Reply::Released {
+            held: true,
+            withdrawn: false
+        }
+    );
+    assert_eq!(s.m.limit_status("t", "db").unwrap().in_use, 0);
+}
+
+#[test]
 fn lowering_concurrent_refuses_waiters_that_can_never_fit() {
     let mut s = Sim::new();
     s.define("t", "db", 4, 0.0);
