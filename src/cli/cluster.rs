@@ -23,7 +23,7 @@ pub enum ClusterCommand {
     Remove { id: u64 },
 }
 
-pub async fn run(command: &ClusterCommand, client: &mut Client, out: &Output) -> Exit {
+pub async fn run(command: &ClusterCommand, client: &Client, out: &Output) -> Exit {
     let (request, done) = match command {
         ClusterCommand::Add { id, peer, client } => (
             Request::AddNode {

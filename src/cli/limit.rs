@@ -55,7 +55,7 @@ fn limit_text(l: &LimitStatus) -> String {
     )
 }
 
-pub async fn run(command: &LimitCommand, tenant: &str, client: &mut Client, out: &Output) -> Exit {
+pub async fn run(command: &LimitCommand, tenant: &str, client: &Client, out: &Output) -> Exit {
     match command {
         LimitCommand::Define {
             name,

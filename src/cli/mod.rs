@@ -1,9 +1,12 @@
 //! The `weir` command line: parses arguments, runs the command, maps outcomes to exit codes
 //! (0 done, 1 error, 2 usage, 3 refused).
 
+mod acquire;
 mod cluster;
+mod halt;
 mod limit;
 mod log;
+mod runs;
 
 use clap::{Parser, Subcommand};
 use serde_json::json;
@@ -60,6 +63,19 @@ pub enum Command {
     /// Define, show, list and remove limits.
     #[command(subcommand)]
     Limit(limit::LimitCommand),
+    /// Hold a permit for a while, or while a command runs.
+    Acquire(acquire::AcquireArgs),
+    /// Set a tenant's ceilings and budgets.
+    #[command(subcommand)]
+    Tenant(runs::TenantCommand),
+    /// Admit, release, settle and list runs.
+    #[command(subcommand)]
+    Run(runs::RunCommand),
+    /// Spend charged to a tenant's period.
+    Spent { tenant: String, period: String },
+    /// Set, clear and list halts.
+    #[command(subcommand)]
+    Halt(halt::HaltCommand),
     /// Add and remove nodes.
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
@@ -84,13 +100,18 @@ pub fn run(cli: Cli) -> Exit {
         }
     };
     runtime.block_on(async {
-        let mut client = Client::new(cli.servers.clone());
+        let client = Client::new(cli.servers.clone());
         let out = Output { json: cli.json };
         match &cli.command {
             Command::Serve { .. } => unreachable!("handled above"),
-            Command::Status => status(&mut client, &out).await,
-            Command::Limit(c) => limit::run(c, &cli.tenant, &mut client, &out).await,
-            Command::Cluster(c) => cluster::run(c, &mut client, &out).await,
+            Command::Status => status(&client, &out).await,
+            Command::Limit(c) => limit::run(c, &cli.tenant, &client, &out).await,
+            Command::Acquire(a) => acquire::run(a, &cli.tenant, &client, &out).await,
+            Command::Tenant(c) => runs::tenant(c, &client, &out).await,
+            Command::Run(c) => runs::run(c, &client, &out).await,
+            Command::Spent { tenant, period } => runs::spent(tenant, period, &client, &out).await,
+            Command::Halt(c) => halt::run(c, &client, &out).await,
+            Command::Cluster(c) => cluster::run(c, &client, &out).await,
         }
     })
 }
@@ -162,7 +183,7 @@ pub fn refused(r: &Refusal) -> Exit {
 }
 
 /// Sends a write and returns its reply, or the exit status of its failure.
-pub async fn write(client: &mut Client, command: crate::machine::Command) -> Result<Reply, Exit> {
+pub async fn write(client: &Client, command: crate::machine::Command) -> Result<Reply, Exit> {
     match client.request(Request::Write(command)).await {
         Ok(Response::Written {
             reply: Reply::Refused(r),
@@ -179,7 +200,7 @@ pub async fn write(client: &mut Client, command: crate::machine::Command) -> Res
 
 /// Sends a linearizable read and returns its answer, or the exit status of its failure.
 pub async fn read(
-    client: &mut Client,
+    client: &Client,
     query: crate::protocol::Query,
 ) -> Result<crate::protocol::Answer, Exit> {
     match client.request(Request::Read(query)).await {
@@ -199,7 +220,7 @@ struct Row {
     status: Option<NodeStatus>,
 }
 
-async fn status(client: &mut Client, out: &Output) -> Exit {
+async fn status(client: &Client, out: &Output) -> Exit {
     let first = match client.request(Request::Status).await {
         Ok(Response::Status(s)) => s,
         Ok(other) => {

@@ -242,7 +242,7 @@ impl Cluster {
     }
 
     /// Writes `command` through the cluster; panics on anything but a reply.
-    pub async fn write(&self, client: &mut Client, command: Cmd) -> Reply {
+    pub async fn write(&self, client: &Client, command: Cmd) -> Reply {
         match client.request(Request::Write(command)).await {
             Ok(Response::Written { reply, .. }) => reply,
             other => panic!("write failed: {other:?}"),

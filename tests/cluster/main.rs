@@ -1,6 +1,9 @@
 //! Cluster tests: the real `weir` binary as three processes on loopback.
 
+mod cli;
+mod client_port;
 mod harness;
+mod library;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -11,10 +14,10 @@ use weir::protocol::{Answer, Query, Request, Response};
 
 use harness::{Cluster, phase};
 
-const ELECTION: Duration = Duration::from_secs(10);
-const CONVERGE: Duration = Duration::from_secs(20);
+pub const ELECTION: Duration = Duration::from_secs(10);
+pub const CONVERGE: Duration = Duration::from_secs(20);
 
-fn define(name: &str, concurrent: u32) -> Command {
+pub fn define(name: &str, concurrent: u32) -> Command {
     Command::DefineLimit {
         tenant: "t".into(),
         name: name.into(),
@@ -25,7 +28,7 @@ fn define(name: &str, concurrent: u32) -> Command {
 }
 
 async fn limit_names(cluster: &Cluster) -> BTreeSet<String> {
-    let mut client = cluster.client();
+    let client = cluster.client();
     match client
         .request(Request::Read(Query::Limits { tenant: "t".into() }))
         .await
@@ -41,12 +44,10 @@ async fn three_nodes_elect_a_leader_apply_writes_on_all_and_agree_on_digests() {
     phase("elect");
     let leader = cluster.leader(ELECTION).await;
     phase("write through any node");
-    let mut client = cluster.client();
+    let client = cluster.client();
     for i in 0..20 {
         assert_eq!(
-            cluster
-                .write(&mut client, define(&format!("l{i}"), 2))
-                .await,
+            cluster.write(&client, define(&format!("l{i}"), 2)).await,
             Reply::Done
         );
     }
@@ -68,7 +69,7 @@ async fn killing_the_leader_under_writes_loses_no_acknowledged_write_and_it_rejo
     phase("stream writes; kill -9 the leader after 30 of them");
     let servers = cluster.servers();
     let writer = tokio::spawn(async move {
-        let mut client = weir::client::Client::new(servers);
+        let client = weir::client::Client::new(servers);
         let mut acked = vec![];
         for i in 0..120 {
             let name = format!("w{i}");
@@ -109,11 +110,9 @@ async fn killing_the_leader_under_writes_loses_no_acknowledged_write_and_it_rejo
 async fn all_three_killed_and_restarted_come_back_identical() {
     let mut cluster = Cluster::start("restart", 3, "");
     cluster.leader(ELECTION).await;
-    let mut client = cluster.client();
+    let client = cluster.client();
     for i in 0..15 {
-        cluster
-            .write(&mut client, define(&format!("r{i}"), 3))
-            .await;
+        cluster.write(&client, define(&format!("r{i}"), 3)).await;
     }
     let before = cluster.converged(CONVERGE).await;
     let names = limit_names(&cluster).await;
@@ -140,11 +139,9 @@ async fn a_follower_stopped_past_a_snapshot_catches_up_by_installing_it() {
     let follower = (1..=3).find(|id| *id != leader).unwrap();
     phase("stop a follower; move the log far past a snapshot");
     assert_eq!(cluster.stop(follower), Some(0), "SIGTERM is a clean exit");
-    let mut client = cluster.client();
+    let client = cluster.client();
     for i in 0..150 {
-        cluster
-            .write(&mut client, define(&format!("s{i}"), 1))
-            .await;
+        cluster.write(&client, define(&format!("s{i}"), 1)).await;
     }
     let deadline = Instant::now() + Duration::from_secs(20);
     let purged = loop {
@@ -167,7 +164,7 @@ async fn a_follower_stopped_past_a_snapshot_catches_up_by_installing_it() {
     assert_eq!(limit_names(&cluster).await.len(), 150);
 }
 
-async fn open(client: &mut weir::client::Client) -> u64 {
+async fn open(client: &weir::client::Client) -> u64 {
     match client
         .request(Request::Write(Command::OpenSession { ttl_ms: 10_000 }))
         .await
@@ -197,16 +194,16 @@ fn acquire(session: u64, ticket: u64) -> Command {
 async fn permits_survive_failover_with_their_fence_and_the_log_clock_never_outruns_real_time() {
     let mut cluster = Cluster::start("permits", 3, "");
     let first = cluster.leader(ELECTION).await;
-    let mut client = cluster.client();
-    cluster.write(&mut client, define("one", 1)).await;
-    let holder = open(&mut client).await;
-    let waiter = open(&mut client).await;
-    let fence = match cluster.write(&mut client, acquire(holder, 1)).await {
+    let client = cluster.client();
+    cluster.write(&client, define("one", 1)).await;
+    let holder = open(&client).await;
+    let waiter = open(&client).await;
+    let fence = match cluster.write(&client, acquire(holder, 1)).await {
         Reply::Granted { fence, .. } => fence,
         other => panic!("grant: {other:?}"),
     };
     assert_eq!(
-        cluster.write(&mut client, acquire(waiter, 1)).await,
+        cluster.write(&client, acquire(waiter, 1)).await,
         Reply::Queued { position: 0 }
     );
     phase("log time over a stretch of real time");
@@ -229,16 +226,16 @@ async fn permits_survive_failover_with_their_fence_and_the_log_clock_never_outru
     cluster.leader(ELECTION).await;
     assert_eq!(
         cluster
-            .write(&mut client, Command::KeepAlive { session: holder })
+            .write(&client, Command::KeepAlive { session: holder })
             .await,
         Reply::KeptAlive { ttl_ms: 10_000 }
     );
     assert_eq!(
-        cluster.write(&mut client, acquire(holder, 1)).await,
+        cluster.write(&client, acquire(holder, 1)).await,
         Reply::Granted { fence, units: 1 }
     );
     assert_eq!(
-        cluster.write(&mut client, acquire(waiter, 1)).await,
+        cluster.write(&client, acquire(waiter, 1)).await,
         Reply::Queued { position: 0 }
     );
     let status = match client
@@ -258,14 +255,14 @@ async fn permits_survive_failover_with_their_fence_and_the_log_clock_never_outru
     phase("release: the waiter is granted, with a larger fence");
     cluster
         .write(
-            &mut client,
+            &client,
             Command::Release {
                 session: holder,
                 ticket: 1,
             },
         )
         .await;
-    match cluster.write(&mut client, acquire(waiter, 1)).await {
+    match cluster.write(&client, acquire(waiter, 1)).await {
         Reply::Granted { fence: f, .. } => assert!(f > fence),
         other => panic!("{other:?}"),
     }
@@ -304,9 +301,9 @@ async fn garbage_on_the_peer_port_closes_that_connection_and_the_node_keeps_serv
         assert_eq!(n, 0, "nothing is answered to garbage");
     }
     phase("the cluster still serves, node 1 included");
-    let mut client = cluster.client();
+    let client = cluster.client();
     assert_eq!(
-        cluster.write(&mut client, define("after", 1)).await,
+        cluster.write(&client, define("after", 1)).await,
         Reply::Done
     );
     cluster.converged(CONVERGE).await;
@@ -323,11 +320,9 @@ async fn a_node_is_added_as_learner_then_voter_catches_up_by_snapshot_and_one_is
     let extra = "[raft]\nsnapshot_logs_since_last = 30\nmax_in_snapshot_log_to_keep = 0\npurge_batch_size = 1\n";
     let mut cluster = Cluster::start("members", 3, extra);
     let leader = cluster.leader(ELECTION).await;
-    let mut client = cluster.client();
+    let client = cluster.client();
     for i in 0..80 {
-        cluster
-            .write(&mut client, define(&format!("m{i}"), 1))
-            .await;
+        cluster.write(&client, define(&format!("m{i}"), 1)).await;
     }
     phase("the log is purged past its start");
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -374,7 +369,7 @@ async fn a_node_is_added_as_learner_then_voter_catches_up_by_snapshot_and_one_is
     cluster.kill(gone);
     phase("the new membership serves writes");
     assert_eq!(
-        cluster.write(&mut client, define("after", 1)).await,
+        cluster.write(&client, define("after", 1)).await,
         Reply::Done
     );
     assert!(!cluster.is_running(gone));
@@ -468,10 +463,10 @@ async fn a_queued_waiter_is_told_of_its_grant_by_push_without_asking_again() {
     use weir::wire;
     let cluster = Cluster::start("push", 3, "");
     let leader = cluster.leader(ELECTION).await;
-    let mut client = cluster.client();
-    cluster.write(&mut client, define("one", 1)).await;
-    let holder = open(&mut client).await;
-    cluster.write(&mut client, acquire(holder, 1)).await;
+    let client = cluster.client();
+    cluster.write(&client, define("one", 1)).await;
+    let holder = open(&client).await;
+    cluster.write(&client, acquire(holder, 1)).await;
     phase("the waiter queues on its own connection to the leader");
     let mut conn = tokio::net::TcpStream::connect(&cluster.node(leader).client)
         .await
@@ -534,7 +529,7 @@ async fn a_queued_waiter_is_told_of_its_grant_by_push_without_asking_again() {
     let released_at = Instant::now();
     cluster
         .write(
-            &mut client,
+            &client,
             Command::Release {
                 session: holder,
                 ticket: 1,

@@ -1,0 +1,220 @@
+//! `weir acquire NAME [...] (--hold SECS | -- COMMAND [ARG...])`: hold a permit for a while,
+//! or while a command runs.
+//!
+//! With a command: it runs with `WEIR_FENCE` (and `WEIR_UNITS`) in its environment, its
+//! standard streams inherited; weir exits with its status and releases the permit when it
+//! ends. If the permit may be lost (the lease deadline passed, a halt covers it, the session
+//! expired) the command gets SIGTERM (SIGKILL 10 s later) and weir exits 3. SIGTERM or
+//! ctrl-c to weir is passed on to the command as SIGTERM; the permit is released when it
+//! has exited.
+//!
+//! With `--hold SECS`: holds, then releases; ctrl-c or SIGTERM end the hold early (released,
+//! exit 0); a lost permit exits 3.
+
+use std::time::Duration;
+
+use clap::Args;
+use serde_json::json;
+
+use super::{EXIT_ERROR, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, Exit, Output, refused};
+use crate::bounds::SESSION_TTL_MS_DEFAULT;
+use crate::client::{AcquireError, AcquireOptions, Client, Permit, Session};
+use crate::machine::Priority;
+
+#[derive(Args, Debug)]
+pub struct AcquireArgs {
+    /// The limit (in --tenant).
+    pub name: String,
+    #[arg(long, default_value_t = 1)]
+    pub units: u32,
+    /// Priority level: higher is served first.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub priority: i32,
+    /// Fairness key: waiters of one level are served fairly across keys.
+    #[arg(long, default_value = "")]
+    pub fairness_key: String,
+    /// Weight of the fairness key.
+    #[arg(long, default_value_t = 1)]
+    pub weight: u32,
+    /// The agent acting (agent-scoped halts apply).
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// Give up waiting after SECS (exit 3).
+    #[arg(long)]
+    pub timeout: Option<f64>,
+    /// Refuse at once if there is no room (exit 3).
+    #[arg(long)]
+    pub no_wait: bool,
+    /// Hold the permit for SECS, then release it.
+    #[arg(long, conflicts_with = "command")]
+    pub hold: Option<f64>,
+    /// Session TTL, ms.
+    #[arg(long, default_value_t = SESSION_TTL_MS_DEFAULT)]
+    pub ttl_ms: u64,
+    /// The command to run while holding the permit.
+    #[arg(last = true)]
+    pub command: Vec<String>,
+}
+
+fn seconds(what: &str, s: f64) -> Result<Duration, Exit> {
+    if !s.is_finite() || !(0.0..=1e9).contains(&s) {
+        eprintln!("weir: --{what} {s} is not a number of seconds");
+        return Err(EXIT_USAGE);
+    }
+    Ok(Duration::from_secs_f64(s))
+}
+
+pub async fn run(args: &AcquireArgs, tenant: &str, client: &Client, out: &Output) -> Exit {
+    if args.hold.is_none() && args.command.is_empty() {
+        eprintln!("weir acquire: give --hold SECS or -- COMMAND [ARG...]");
+        return EXIT_USAGE;
+    }
+    let timeout = match args.timeout.map(|s| seconds("timeout", s)).transpose() {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
+    let hold = match args.hold.map(|s| seconds("hold", s)).transpose() {
+        Ok(h) => h,
+        Err(code) => return code,
+    };
+    let session = match Session::open(client, Duration::from_millis(args.ttl_ms)).await {
+        Ok(s) => s,
+        Err(e) => return super::client_error(&e),
+    };
+    let options = AcquireOptions {
+        tenant: tenant.to_owned(),
+        limit: args.name.clone(),
+        units: args.units,
+        priority: Priority {
+            level: args.priority,
+            fairness_key: args.fairness_key.clone(),
+            fairness_weight: args.weight,
+        },
+        agent: args.agent.clone(),
+        wait: !args.no_wait,
+        timeout,
+    };
+    let permit = match session.acquire(options).await {
+        Ok(p) => p,
+        Err(AcquireError::Refused(r)) => return refused(&r),
+        Err(AcquireError::TimedOut) => {
+            eprintln!(
+                "weir: refused: timed out waiting for {tenant}/{}",
+                args.name
+            );
+            let _ = session.close().await;
+            return EXIT_REFUSED;
+        }
+        Err(AcquireError::SessionLost) => {
+            eprintln!("weir: session lost while waiting");
+            return EXIT_ERROR;
+        }
+        Err(AcquireError::Client(e)) => return super::client_error(&e),
+    };
+    let granted = json!({"tenant": tenant, "name": args.name, "fence": permit.fence(), "units": permit.units()});
+    let code = match hold {
+        Some(hold) => {
+            out.print(granted, || {
+                format!("granted {tenant}/{} fence {}", args.name, permit.fence())
+            });
+            hold_for(&permit, hold).await
+        }
+        None => {
+            if out.json {
+                eprintln!("{granted}");
+            }
+            run_command(&permit, &args.command).await
+        }
+    };
+    let released = permit.release().await;
+    let _ = session.close().await;
+    if let Err(e) = released {
+        eprintln!("weir: release: {e}");
+    }
+    code
+}
+
+async fn hold_for(permit: &Permit, hold: Duration) -> Exit {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("weir: cannot watch SIGTERM: {e}");
+            return EXIT_ERROR;
+        }
+    };
+    tokio::select! {
+        _ = tokio::time::sleep(hold) => EXIT_OK,
+        why = permit.lost() => {
+            eprintln!("weir: permit lost: {why}");
+            EXIT_REFUSED
+        }
+        _ = tokio::signal::ctrl_c() => EXIT_OK,
+        _ = term.recv() => EXIT_OK,
+    }
+}
+
+fn terminate(pid: u32) {
+    let _ = std::process::Command::new("kill")
+        .arg("-TERM")
+        .arg(pid.to_string())
+        .status();
+}
+
+async fn run_command(permit: &Permit, argv: &[String]) -> Exit {
+    let mut child = match tokio::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .env("WEIR_FENCE", permit.fence().to_string())
+        .env("WEIR_UNITS", permit.units().to_string())
+        .kill_on_drop(true)
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("weir: cannot run {}: {e}", argv[0]);
+            return EXIT_ERROR;
+        }
+    };
+    let pid = child.id().unwrap_or(0);
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("weir: cannot watch SIGTERM: {e}");
+            return EXIT_ERROR;
+        }
+    };
+    let mut lost = None;
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status,
+            why = permit.lost(), if lost.is_none() => {
+                eprintln!("weir: permit lost ({why}): stopping {}", argv[0]);
+                terminate(pid);
+                lost = Some(why);
+                let killer = tokio::time::sleep(Duration::from_secs(10));
+                tokio::pin!(killer);
+                tokio::select! {
+                    status = child.wait() => break status,
+                    _ = &mut killer => {
+                        let _ = child.start_kill();
+                        break child.wait().await;
+                    }
+                }
+            }
+            _ = tokio::signal::ctrl_c() => terminate(pid),
+            _ = term.recv() => terminate(pid),
+        }
+    };
+    if lost.is_some() {
+        return EXIT_REFUSED;
+    }
+    match status {
+        Ok(s) => s.code().unwrap_or_else(|| {
+            use std::os::unix::process::ExitStatusExt;
+            128 + s.signal().unwrap_or(0)
+        }),
+        Err(e) => {
+            eprintln!("weir: waiting for {}: {e}", argv[0]);
+            EXIT_ERROR
+        }
+    }
+}

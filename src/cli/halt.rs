@@ -1,0 +1,112 @@
+//! `weir halt set | clear | list`.
+
+use clap::Subcommand;
+use serde_json::json;
+
+use super::{EXIT_OK, Exit, Output, read, write};
+use crate::client::Client;
+use crate::machine::{Command, HaltScope};
+use crate::protocol::{Answer, Query};
+
+#[derive(Subcommand, Debug)]
+pub enum HaltCommand {
+    /// Halt a tenant, or one agent of it: its reserves and acquires are refused, its waiters
+    /// refused, its holders told.
+    Set {
+        tenant: String,
+        #[arg(long)]
+        agent: Option<String>,
+        #[arg(long)]
+        reason: String,
+    },
+    /// Clear a halt (the tenant's, or one agent's; the other stays).
+    Clear {
+        tenant: String,
+        #[arg(long)]
+        agent: Option<String>,
+    },
+    /// The standing halts of a tenant.
+    List { tenant: String },
+}
+
+fn scope(agent: &Option<String>) -> HaltScope {
+    agent.clone().map_or(HaltScope::Tenant, HaltScope::Agent)
+}
+
+pub async fn run(command: &HaltCommand, client: &Client, out: &Output) -> Exit {
+    match command {
+        HaltCommand::Set {
+            tenant,
+            agent,
+            reason,
+        } => {
+            let command = Command::SetHalt {
+                tenant: tenant.clone(),
+                scope: scope(agent),
+                reason: reason.clone(),
+            };
+            match write(client, command).await {
+                Ok(_) => {
+                    out.print(
+                        json!({"tenant": tenant, "agent": agent, "halted": true}),
+                        || format!("halted {tenant} ({})", scope(agent)),
+                    );
+                    EXIT_OK
+                }
+                Err(code) => code,
+            }
+        }
+        HaltCommand::Clear { tenant, agent } => {
+            match write(
+                client,
+                Command::ClearHalt {
+                    tenant: tenant.clone(),
+                    scope: scope(agent),
+                },
+            )
+            .await
+            {
+                Ok(_) => {
+                    out.print(
+                        json!({"tenant": tenant, "agent": agent, "cleared": true}),
+                        || format!("cleared the halt of {tenant} ({})", scope(agent)),
+                    );
+                    EXIT_OK
+                }
+                Err(code) => code,
+            }
+        }
+        HaltCommand::List { tenant } => match read(
+            client,
+            Query::Halts {
+                tenant: tenant.clone(),
+            },
+        )
+        .await
+        {
+            Ok(Answer::Halts(halts)) => {
+                let rows: Vec<_> = halts
+                    .iter()
+                    .map(|(s, reason)| match s {
+                        HaltScope::Tenant => {
+                            json!({"scope": "tenant", "agent": null, "reason": reason})
+                        }
+                        HaltScope::Agent(a) => {
+                            json!({"scope": "agent", "agent": a, "reason": reason})
+                        }
+                    })
+                    .collect();
+                out.print(serde_json::Value::Array(rows), || {
+                    halts
+                        .iter()
+                        .map(|(s, r)| format!("{s}: {r}"))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                });
+                EXIT_OK
+            }
+            Ok(_) => EXIT_OK,
+            Err(code) => code,
+        },
+    }
+}

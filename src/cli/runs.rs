@@ -1,0 +1,266 @@
+//! `weir tenant set`, `weir run reserve | release | settle | list`, `weir spent`.
+
+use clap::Subcommand;
+use serde_json::json;
+
+use super::{EXIT_OK, EXIT_USAGE, Exit, Output, read, write};
+use crate::client::Client;
+use crate::machine::{Change, Command, Reply, Settle};
+use crate::protocol::{Answer, Query};
+
+#[derive(Subcommand, Debug)]
+pub enum TenantCommand {
+    /// Set a tenant's ceilings; a value of `none` removes one, an absent flag keeps it.
+    Set {
+        tenant: String,
+        /// Most runs at once (`none`: no ceiling; 0 admits nobody).
+        #[arg(long)]
+        max_running: Option<String>,
+        /// Token budget per period.
+        #[arg(long)]
+        budget_tokens: Option<String>,
+        /// Budget per period in minor currency units.
+        #[arg(long)]
+        budget_minor: Option<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RunCommand {
+    /// Admit a run into its tenant's running set (idempotent per run).
+    Reserve {
+        tenant: String,
+        run: String,
+        #[arg(long)]
+        agent: Option<String>,
+        /// The budget period checked.
+        #[arg(long)]
+        period: Option<String>,
+    },
+    /// Free a run's slot (idempotent).
+    Release { tenant: String, run: String },
+    /// Charge one pass of a run (idempotent per run and epoch).
+    Settle {
+        tenant: String,
+        run: String,
+        #[arg(long)]
+        epoch: u64,
+        #[arg(long)]
+        period: Option<String>,
+        #[arg(long, default_value_t = 0)]
+        tokens: u64,
+        #[arg(long, default_value_t = 0)]
+        minor: u64,
+        /// Also free the run's slot.
+        #[arg(long)]
+        release_slot: bool,
+    },
+    /// The running set, with admission times.
+    List { tenant: String },
+}
+
+fn change<T: std::str::FromStr>(flag: &str, v: &Option<String>) -> Result<Change<T>, Exit> {
+    match v.as_deref() {
+        None => Ok(Change::Keep),
+        Some("none") => Ok(Change::Clear),
+        Some(s) => s.parse().map(Change::Set).map_err(|_| {
+            eprintln!("weir: --{flag} {s:?} is not a number or `none`");
+            EXIT_USAGE
+        }),
+    }
+}
+
+pub async fn tenant(command: &TenantCommand, client: &Client, out: &Output) -> Exit {
+    let TenantCommand::Set {
+        tenant,
+        max_running,
+        budget_tokens,
+        budget_minor,
+    } = command;
+    let command = match (|| {
+        Ok::<_, Exit>(Command::SetTenant {
+            tenant: tenant.clone(),
+            max_running: change("max-running", max_running)?,
+            budget_tokens: change("budget-tokens", budget_tokens)?,
+            budget_minor: change("budget-minor", budget_minor)?,
+        })
+    })() {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    if let Err(code) = write(client, command).await {
+        return code;
+    }
+    match read(
+        client,
+        Query::Tenant {
+            tenant: tenant.clone(),
+        },
+    )
+    .await
+    {
+        Ok(Answer::Tenant(t)) => {
+            out.print(
+                json!({"tenant": tenant, "max_running": t.max_running, "budget_tokens": t.budget_tokens,
+                       "budget_minor": t.budget_minor, "running": t.running}),
+                || {
+                    let show = |v: Option<u64>| v.map_or("none".to_string(), |v| v.to_string());
+                    format!(
+                        "{tenant}: max running {}, budget tokens {}, budget minor {}; {} running",
+                        show(t.max_running.map(u64::from)),
+                        show(t.budget_tokens),
+                        show(t.budget_minor),
+                        t.running
+                    )
+                },
+            );
+            EXIT_OK
+        }
+        Ok(_) => EXIT_OK,
+        Err(code) => code,
+    }
+}
+
+pub async fn run(command: &RunCommand, client: &Client, out: &Output) -> Exit {
+    match command {
+        RunCommand::Reserve {
+            tenant,
+            run,
+            agent,
+            period,
+        } => {
+            let command = Command::Reserve {
+                tenant: tenant.clone(),
+                run: run.clone(),
+                agent: agent.clone(),
+                period: period.clone(),
+            };
+            match write(client, command).await {
+                Ok(_) => {
+                    out.print(
+                        json!({"tenant": tenant, "run": run, "admitted": true}),
+                        || format!("admitted {tenant}/{run}"),
+                    );
+                    EXIT_OK
+                }
+                Err(code) => code,
+            }
+        }
+        RunCommand::Release { tenant, run } => {
+            match write(
+                client,
+                Command::ReleaseRun {
+                    tenant: tenant.clone(),
+                    run: run.clone(),
+                },
+            )
+            .await
+            {
+                Ok(_) => {
+                    out.print(
+                        json!({"tenant": tenant, "run": run, "released": true}),
+                        || format!("released {tenant}/{run}"),
+                    );
+                    EXIT_OK
+                }
+                Err(code) => code,
+            }
+        }
+        RunCommand::Settle {
+            tenant,
+            run,
+            epoch,
+            period,
+            tokens,
+            minor,
+            release_slot,
+        } => {
+            let command = Command::Settle(Settle {
+                tenant: tenant.clone(),
+                run: run.clone(),
+                epoch: *epoch,
+                period: period.clone(),
+                tokens: *tokens,
+                minor_units: *minor,
+                release_slot: *release_slot,
+            });
+            match write(client, command).await {
+                Ok(Reply::Settled { duplicate }) => {
+                    out.print(
+                        json!({"tenant": tenant, "run": run, "epoch": epoch, "settled": true, "duplicate": duplicate}),
+                        || {
+                            if duplicate {
+                                format!("{tenant}/{run} epoch {epoch} was already settled with this payload")
+                            } else {
+                                format!("settled {tenant}/{run} epoch {epoch}")
+                            }
+                        },
+                    );
+                    EXIT_OK
+                }
+                Ok(_) => EXIT_OK,
+                Err(code) => code,
+            }
+        }
+        RunCommand::List { tenant } => match read(
+            client,
+            Query::Running {
+                tenant: tenant.clone(),
+            },
+        )
+        .await
+        {
+            Ok(Answer::Running(runs)) => {
+                let rows: Vec<_> = runs
+                    .iter()
+                    .map(|(run, slot)| {
+                        json!({"run": run, "admitted_at_ms": slot.admitted_at_wall_ms, "agent": slot.agent})
+                    })
+                    .collect();
+                out.print(serde_json::Value::Array(rows), || {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_millis() as u64);
+                    runs.iter()
+                        .map(|(run, slot)| {
+                            format!(
+                                "{run}  admitted {} ms ago (at {} ms){}",
+                                now.saturating_sub(slot.admitted_at_wall_ms),
+                                slot.admitted_at_wall_ms,
+                                slot.agent
+                                    .as_ref()
+                                    .map_or(String::new(), |a| format!("  agent {a}"))
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                });
+                EXIT_OK
+            }
+            Ok(_) => EXIT_OK,
+            Err(code) => code,
+        },
+    }
+}
+
+pub async fn spent(tenant: &str, period: &str, client: &Client, out: &Output) -> Exit {
+    match read(
+        client,
+        Query::Spent {
+            tenant: tenant.into(),
+            period: period.into(),
+        },
+    )
+    .await
+    {
+        Ok(Answer::Spent(s)) => {
+            out.print(
+                json!({"tenant": tenant, "period": period, "tokens": s.tokens, "minor_units": s.minor_units}),
+                || format!("{tenant} {period}: {} tokens, {} minor units", s.tokens, s.minor_units),
+            );
+            EXIT_OK
+        }
+        Ok(_) => EXIT_OK,
+        Err(code) => code,
+    }
+}

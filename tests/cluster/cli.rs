@@ -1,0 +1,256 @@
+//! Every CLI subcommand end to end against a three-node cluster: exit codes, output, JSON keys.
+
+use std::time::{Duration, Instant};
+
+use crate::ELECTION;
+use crate::harness::{Cluster, phase};
+
+fn json(out: &str) -> serde_json::Value {
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {out:?}"))
+}
+
+fn keys(v: &serde_json::Value, keys: &[&str]) {
+    for k in keys {
+        assert!(v.get(*k).is_some(), "missing {k} in {v}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_runs_a_command_under_a_permit_and_every_other_subcommand_works() {
+    let cluster = Cluster::start("cli-all", 3, "");
+    cluster.leader(ELECTION).await;
+    let ok = |args: &[&str]| {
+        let (code, out, err) = cluster.cli(args);
+        assert_eq!(code, 0, "weir {args:?}: {err}");
+        out
+    };
+    ok(&["limit", "define", "db", "--concurrent", "1"]);
+    ok(&[
+        "limit",
+        "define",
+        "api",
+        "--per-second",
+        "2",
+        "--burst",
+        "2",
+    ]);
+
+    phase("acquire -- COMMAND: WEIR_FENCE, the command's exit status, released after");
+    let (code, out, err) = cluster.cli(&[
+        "acquire",
+        "db",
+        "--",
+        "sh",
+        "-c",
+        "echo fence=$WEIR_FENCE units=$WEIR_UNITS; exit 7",
+    ]);
+    assert_eq!(code, 7, "{err}");
+    let fence: u64 = out
+        .trim()
+        .strip_prefix("fence=")
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(fence > 0 && out.contains("units=1"), "{out}");
+    let v = json(&ok(&["limit", "show", "db", "--json"]));
+    assert_eq!(
+        (v["in_use"].as_u64(), v["max_in_use"].as_u64()),
+        (Some(0), Some(1)),
+        "released after the command"
+    );
+
+    phase("acquire --hold, --no-wait and --timeout while it is held");
+    let holder = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["acquire", "db", "--hold", "3", "--json"])
+        .env("WEIR_SERVERS", cluster.servers().join(","))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while json(&ok(&["limit", "show", "db", "--json"]))["in_use"] != 1 {
+        assert!(Instant::now() < deadline, "the hold never took the permit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (code, _, err) = cluster.cli(&["acquire", "db", "--no-wait", "--hold", "1"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("busy"), "{err}");
+    let (code, _, err) = cluster.cli(&["acquire", "db", "--timeout", "0.3", "--hold", "1"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("timed out waiting"), "{err}");
+    let held = holder.wait_with_output().unwrap();
+    assert_eq!(held.status.code(), Some(0));
+    keys(
+        &json(&String::from_utf8_lossy(&held.stdout)),
+        &["tenant", "name", "fence", "units"],
+    );
+    let (code, _, err) = cluster.cli(&["acquire", "db", "--units", "2", "--hold", "1"]);
+    assert_eq!(code, 3);
+    assert!(err.contains("too large: 2 units"), "{err}");
+    let (code, _, err) = cluster.cli(&["acquire", "nope", "--hold", "1"]);
+    assert_eq!((code, err.contains("unknown limit")), (3, true), "{err}");
+    let (code, _, _) = cluster.cli(&["acquire", "db"]);
+    assert_eq!(code, 2, "neither --hold nor a command");
+
+    phase("tenant set, run reserve / release / settle / list, spent");
+    let v = json(&ok(&[
+        "tenant",
+        "set",
+        "acme",
+        "--max-running",
+        "1",
+        "--budget-tokens",
+        "100",
+        "--json",
+    ]));
+    assert_eq!(
+        (v["max_running"].as_u64(), v["budget_tokens"].as_u64()),
+        (Some(1), Some(100))
+    );
+    assert_eq!(
+        ok(&["run", "reserve", "acme", "r1", "--period", "2026-12"]).trim(),
+        "admitted acme/r1"
+    );
+    ok(&["run", "reserve", "acme", "r1", "--period", "2026-12"]);
+    let (code, _, err) = cluster.cli(&["run", "reserve", "acme", "r2"]);
+    assert_eq!(code, 3);
+    assert!(err.contains("too many runs: 1 running"), "{err}");
+    let runs = json(&ok(&["run", "list", "acme", "--json"]));
+    assert_eq!(runs.as_array().unwrap().len(), 1);
+    keys(&runs[0], &["run", "admitted_at_ms", "agent"]);
+    let v = json(&ok(&[
+        "run",
+        "settle",
+        "acme",
+        "r1",
+        "--epoch",
+        "1",
+        "--period",
+        "2026-12",
+        "--tokens",
+        "100",
+        "--minor",
+        "250",
+        "--release-slot",
+        "--json",
+    ]));
+    assert_eq!(v["duplicate"], false);
+    let v = json(&ok(&[
+        "run",
+        "settle",
+        "acme",
+        "r1",
+        "--epoch",
+        "1",
+        "--period",
+        "2026-12",
+        "--tokens",
+        "100",
+        "--minor",
+        "250",
+        "--release-slot",
+        "--json",
+    ]));
+    assert_eq!(v["duplicate"], true);
+    let (code, _, err) = cluster.cli(&[
+        "run", "settle", "acme", "r1", "--epoch", "1", "--period", "2026-12", "--tokens", "1",
+    ]);
+    assert_eq!(code, 3);
+    assert!(err.contains("conflict"), "{err}");
+    let spent = json(&ok(&["spent", "acme", "2026-12", "--json"]));
+    keys(&spent, &["tenant", "period", "tokens", "minor_units"]);
+    assert_eq!(
+        (spent["tokens"].as_u64(), spent["minor_units"].as_u64()),
+        (Some(100), Some(250))
+    );
+    let (code, _, err) = cluster.cli(&["run", "reserve", "acme", "r2", "--period", "2026-12"]);
+    assert_eq!(code, 3);
+    assert!(
+        err.contains("budget exhausted: spent 100 of 100 tokens"),
+        "{err}"
+    );
+    ok(&["run", "reserve", "acme", "r2", "--period", "2027-01"]);
+    ok(&["run", "release", "acme", "r2"]);
+    ok(&["run", "release", "acme", "r2"]);
+    assert_eq!(
+        json(&ok(&["run", "list", "acme", "--json"]))
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
+
+    phase("halt set / list / clear, and a command whose permit a halt takes");
+    ok(&[
+        "limit",
+        "define",
+        "job",
+        "--concurrent",
+        "1",
+        "--tenant",
+        "acme",
+    ]);
+    let runner = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args([
+            "acquire", "job", "--tenant", "acme", "--agent", "bot", "--", "sleep", "30",
+        ])
+        .env("WEIR_SERVERS", cluster.servers().join(","))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while json(&ok(&["limit", "show", "job", "--tenant", "acme", "--json"]))["in_use"] != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the command never got its permit"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    ok(&[
+        "halt",
+        "set",
+        "acme",
+        "--agent",
+        "bot",
+        "--reason",
+        "runaway loop",
+    ]);
+    let done = runner.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    assert_eq!(
+        done.status.code(),
+        Some(3),
+        "a lost permit exits 3: {stderr}"
+    );
+    assert!(
+        stderr.contains("halted (agent bot): runaway loop"),
+        "{stderr}"
+    );
+    let halts = json(&ok(&["halt", "list", "acme", "--json"]));
+    assert_eq!(halts[0]["reason"], "runaway loop");
+    keys(&halts[0], &["scope", "agent", "reason"]);
+    let (code, _, err) = cluster.cli(&["run", "reserve", "acme", "r9", "--agent", "bot"]);
+    assert_eq!(code, 3);
+    assert!(
+        err.contains("halted (agent bot): runaway loop"),
+        "the refusal prints the reason: {err}"
+    );
+    ok(&["run", "reserve", "acme", "r9", "--agent", "human"]);
+    ok(&["halt", "clear", "acme", "--agent", "bot"]);
+    assert_eq!(
+        json(&ok(&["halt", "list", "acme", "--json"]))
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
+    ok(&["run", "release", "acme", "r9"]);
+    ok(&["run", "reserve", "acme", "r10", "--agent", "bot"]);
+
+    phase("limit remove");
+    ok(&["limit", "remove", "api"]);
+    let (code, _, _) = cluster.cli(&["limit", "show", "api"]);
+    assert_eq!(code, 1);
+}

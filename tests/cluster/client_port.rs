@@ -1,0 +1,155 @@
+//! G8 on the client port: each kind of bad input gets an error frame (where one can still be
+//! written) and a close for that connection only; the node keeps serving and loses nothing.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use weir::codec;
+use weir::protocol::{CLIENT_FRAME_MAX, ClientFrame, PROTOCOL_VERSION, Request, ServerFrame};
+use weir::wire;
+
+use crate::harness::{Cluster, phase};
+use crate::{ELECTION, define};
+
+fn frame(payload: &[u8]) -> Vec<u8> {
+    [
+        &(payload.len() as u32).to_le_bytes()[..],
+        &crc32c::crc32c(payload).to_le_bytes(),
+        payload,
+    ]
+    .concat()
+}
+
+fn hello() -> Vec<u8> {
+    frame(&codec::encode(&ClientFrame::Hello {
+        version: PROTOCOL_VERSION,
+    }))
+}
+
+/// Sends `bytes` (then, if `close_write`, shuts the write side); returns the reason of the
+/// error frame the node sent, if any, after checking that it then closed the connection.
+async fn send_bad(addr: &str, bytes: &[u8], close_write: bool) -> Option<String> {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(bytes).await.unwrap();
+    if close_write {
+        s.shutdown().await.unwrap();
+    }
+    let mut reason = None;
+    let read_all = async {
+        loop {
+            match wire::read_frame::<_, ServerFrame>(&mut s, CLIENT_FRAME_MAX).await {
+                Ok(ServerFrame::Error { reason: r }) => reason = Some(r),
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        let mut rest = [0u8; 16];
+        assert_eq!(
+            s.read(&mut rest).await.unwrap_or(0),
+            0,
+            "the connection is closed"
+        );
+    };
+    tokio::time::timeout(Duration::from_secs(15), read_all)
+        .await
+        .expect("the node closes the connection");
+    reason
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_of_bad_input_closes_only_its_connection() {
+    let cluster = Cluster::start("badclient", 3, "");
+    let leader = cluster.leader(ELECTION).await;
+    let client = cluster.client();
+    client.write(define("kept", 1)).await.unwrap();
+    let addr = cluster.node(leader).client.clone();
+    let mut unknown_kind = codec::encode(&ClientFrame::Request {
+        id: 1,
+        request: Request::Status,
+    });
+    assert_eq!(unknown_kind[2], 3, "Request::Status is variant 3");
+    unknown_kind[2] = 99;
+    let cases: Vec<(&str, Vec<u8>, bool, &str)> = vec![
+        (
+            "random bytes",
+            b"\x13\x37garbage that is no frame at all".to_vec(),
+            false,
+            "above the bound",
+        ),
+        (
+            "oversized length",
+            [u32::MAX.to_le_bytes(), [0; 4]].concat(),
+            false,
+            "frame of 4294967295 bytes is above the bound of 4194304",
+        ),
+        (
+            "bad checksum",
+            [&5u32.to_le_bytes()[..], &[0xde, 0xad, 0xbe, 0xef], b"hello"].concat(),
+            false,
+            "frame checksum mismatch",
+        ),
+        (
+            "wrong version",
+            frame(&codec::encode(&ClientFrame::Hello { version: 99 })),
+            false,
+            "protocol version 99 is not supported (this node speaks 1)",
+        ),
+        (
+            "request before hello",
+            frame(&codec::encode(&ClientFrame::Request {
+                id: 1,
+                request: Request::Status,
+            })),
+            false,
+            "request before hello",
+        ),
+        (
+            "unknown request kind",
+            [hello(), frame(&unknown_kind)].concat(),
+            false,
+            "undecodable frame",
+        ),
+        (
+            "truncated frame",
+            [
+                hello(),
+                100u32.to_le_bytes().to_vec(),
+                vec![0; 4],
+                vec![1; 10],
+            ]
+            .concat(),
+            true,
+            "i/o",
+        ),
+    ];
+    for (what, bytes, close_write, expected) in cases {
+        phase(what);
+        let reason = send_bad(&addr, &bytes, close_write).await;
+        let reason = reason.unwrap_or_default();
+        assert!(
+            reason.contains(expected),
+            "{what}: the error frame says {reason:?}, expected {expected:?}"
+        );
+    }
+    phase("a fresh connection is served, and nothing was lost");
+    let mut s = TcpStream::connect(&addr).await.unwrap();
+    s.write_all(&hello()).await.unwrap();
+    assert!(matches!(
+        wire::read_frame::<_, ServerFrame>(&mut s, CLIENT_FRAME_MAX)
+            .await
+            .unwrap(),
+        ServerFrame::Welcome { .. }
+    ));
+    let names = match client
+        .read(weir::protocol::Query::Limits { tenant: "t".into() })
+        .await
+        .unwrap()
+    {
+        weir::protocol::Answer::Limits(ls) => ls.into_iter().map(|l| l.name).collect::<Vec<_>>(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(names, vec!["kept".to_string()]);
+    let log = std::fs::read_to_string(&cluster.node(leader).log).unwrap();
+    assert!(!log.contains("panicked"), "no node panicked");
+}

@@ -1,0 +1,289 @@
+//! The client library against a real cluster: contention, failover, halts.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use weir::client::{AcquireError, AcquireOptions, Lost, Session};
+use weir::machine::{Command, HaltScope, Priority, Refusal, Reply};
+use weir::protocol::{Answer, Query};
+
+use crate::harness::{Cluster, phase};
+use crate::{CONVERGE, ELECTION, define};
+
+const TTL: Duration = Duration::from_secs(3);
+
+/// A belief interval: from receiving the grant to sending the release (or the deadline).
+#[derive(Clone, Copy, Debug)]
+struct Belief {
+    from: Instant,
+    to: Instant,
+    fence: u64,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_clients_contend_for_three_and_never_more_than_three_believe_they_hold() {
+    let cluster = Cluster::start("contend", 3, "");
+    cluster.leader(ELECTION).await;
+    let admin = cluster.client();
+    admin.write(define("three", 3)).await.unwrap();
+    phase("ten clients, each its own connection and session, two rounds each");
+    let beliefs: Arc<Mutex<Vec<Belief>>> = Arc::default();
+    let mut tasks = vec![];
+    for c in 0..10 {
+        let servers = cluster.servers();
+        let beliefs = beliefs.clone();
+        tasks.push(tokio::spawn(async move {
+            let client = weir::client::Client::new(servers);
+            let session = Session::open(&client, TTL).await.unwrap();
+            for _ in 0..2 {
+                let mut options = AcquireOptions::new("t", "three");
+                options.priority = Priority {
+                    level: c % 2,
+                    fairness_key: format!("k{c}"),
+                    fairness_weight: 1,
+                };
+                let permit = session.acquire(options).await.unwrap();
+                let from = Instant::now();
+                tokio::time::sleep(Duration::from_millis(40)).await;
+                assert!(
+                    permit.lost_reason().is_none(),
+                    "a healthy permit is not lost"
+                );
+                let to = Instant::now().min(session.deadline());
+                beliefs.lock().unwrap().push(Belief {
+                    from,
+                    to,
+                    fence: permit.fence(),
+                });
+                permit.release().await.unwrap();
+            }
+            session.close().await.unwrap();
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let beliefs = beliefs.lock().unwrap().clone();
+    phase("check: all served, at most three at any instant, fences unique and increasing");
+    assert_eq!(beliefs.len(), 20, "all ten served twice");
+    for b in &beliefs {
+        let overlapping = beliefs
+            .iter()
+            .filter(|o| o.from <= b.from && b.from < o.to)
+            .count();
+        assert!(
+            overlapping <= 3,
+            "{overlapping} clients believed they held at once"
+        );
+    }
+    let mut fences: Vec<u64> = beliefs.iter().map(|b| b.fence).collect();
+    fences.sort();
+    fences.dedup();
+    assert_eq!(fences.len(), 20, "fences are unique");
+    // A grant received after another was released was made after it: its fence is larger.
+    for a in &beliefs {
+        for b in &beliefs {
+            if a.to < b.from {
+                assert!(
+                    a.fence < b.fence,
+                    "fence {} granted after {} was released",
+                    b.fence,
+                    a.fence
+                );
+            }
+        }
+    }
+    let limit = match admin
+        .read(Query::Limit {
+            tenant: "t".into(),
+            name: "three".into(),
+        })
+        .await
+        .unwrap()
+    {
+        Answer::Limit(Some(l)) => l,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!((limit.in_use, limit.max_in_use), (0, 3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_served_by_priority() {
+    let cluster = Cluster::start("priority", 3, "");
+    cluster.leader(ELECTION).await;
+    let client = cluster.client();
+    client.write(define("one", 1)).await.unwrap();
+    let holder = Session::open(&client, TTL).await.unwrap();
+    let held = holder
+        .acquire(AcquireOptions::new("t", "one"))
+        .await
+        .unwrap();
+    phase("queue levels 0, 5, 1 in that order; release; they are served 5, 1, 0");
+    let order: Arc<Mutex<Vec<i32>>> = Arc::default();
+    let mut tasks = vec![];
+    for level in [0, 5, 1] {
+        let task_client = client.clone();
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let s = Session::open(&task_client, TTL).await.unwrap();
+            let mut o = AcquireOptions::new("t", "one");
+            o.priority.level = level;
+            let p = s.acquire(o).await.unwrap();
+            order.lock().unwrap().push(level);
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            p.release().await.unwrap();
+        }));
+        // Let each queue before the next.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let waiting = match client
+                .read(Query::Limit {
+                    tenant: "t".into(),
+                    name: "one".into(),
+                })
+                .await
+                .unwrap()
+            {
+                Answer::Limit(Some(l)) => l.waiting,
+                _ => 0,
+            };
+            if waiting as usize == tasks.len() || Instant::now() > deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    held.release().await.unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![5, 1, 0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_keeps_its_permit_across_a_leader_kill_and_the_waiter_is_granted_only_after_release()
+ {
+    let mut cluster = Cluster::start("failover", 3, "");
+    let first = cluster.leader(ELECTION).await;
+    let client = cluster.client();
+    client.write(define("one", 1)).await.unwrap();
+    let holder = Session::open(&client, TTL).await.unwrap();
+    let permit = holder
+        .acquire(AcquireOptions::new("t", "one"))
+        .await
+        .unwrap();
+    let fence = permit.fence();
+    let waiter_client = weir::client::Client::new(cluster.servers());
+    let waiter = tokio::spawn(async move {
+        let s = Session::open(&waiter_client, TTL).await.unwrap();
+        let p = s.acquire(AcquireOptions::new("t", "one")).await.unwrap();
+        (Instant::now(), p.fence(), s)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    phase("kill -9 the leader");
+    cluster.kill(first);
+    cluster.leader(ELECTION).await;
+    phase("hold through the failover for two TTLs: still held, same fence");
+    tokio::time::sleep(TTL * 2).await;
+    assert_eq!(
+        permit.lost_reason(),
+        None,
+        "keep-alives went through the new leader"
+    );
+    let held = client
+        .read(Query::ValidateFence {
+            tenant: "t".into(),
+            limit: "one".into(),
+            fence,
+        })
+        .await
+        .unwrap();
+    assert_eq!(held, Answer::FenceHeld(true));
+    assert!(
+        !waiter.is_finished(),
+        "the waiter is not granted while the permit is held"
+    );
+    phase("release: the waiter is granted after it, with a larger fence");
+    let released_at = Instant::now();
+    permit.release().await.unwrap();
+    let (granted_at, waiter_fence, _s) = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(granted_at >= released_at);
+    assert!(waiter_fence > fence);
+    cluster.converged(CONVERGE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_halt_refuses_waiters_tells_holders_refuses_reserves_and_clearing_restores() {
+    let cluster = Cluster::start("halt", 3, "");
+    cluster.leader(ELECTION).await;
+    let client = cluster.client();
+    client.write(define("one", 1)).await.unwrap();
+    let s1 = Session::open(&client, TTL).await.unwrap();
+    let permit = s1.acquire(AcquireOptions::new("t", "one")).await.unwrap();
+    let s2 = Session::open(&client, TTL).await.unwrap();
+    let waiter = tokio::spawn(async move {
+        s2.acquire(AcquireOptions::new("t", "one"))
+            .await
+            .map(|p| p.fence())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    phase("halt the tenant during contention");
+    let reply = client
+        .write(Command::SetHalt {
+            tenant: "t".into(),
+            scope: HaltScope::Tenant,
+            reason: "incident 42".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(reply, Reply::Done);
+    let halted = Refusal::Halted {
+        scope: HaltScope::Tenant,
+        reason: "incident 42".into(),
+    };
+    let refused = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(refused, Err(AcquireError::Refused(halted.clone())));
+    let lost = tokio::time::timeout(Duration::from_secs(5), permit.lost())
+        .await
+        .unwrap();
+    assert_eq!(
+        lost,
+        Lost::Halted {
+            scope: HaltScope::Tenant,
+            reason: "incident 42".into()
+        }
+    );
+    let reserve = Command::Reserve {
+        tenant: "t".into(),
+        run: "r1".into(),
+        agent: None,
+        period: None,
+    };
+    assert_eq!(
+        client.write(reserve.clone()).await.unwrap(),
+        Reply::Refused(halted.clone())
+    );
+    let s3 = Session::open(&client, TTL).await.unwrap();
+    assert_eq!(
+        s3.acquire(AcquireOptions::new("t", "one")).await.err(),
+        Some(AcquireError::Refused(halted))
+    );
+    phase("clear it: admission is restored");
+    client
+        .write(Command::ClearHalt {
+            tenant: "t".into(),
+            scope: HaltScope::Tenant,
+        })
+        .await
+        .unwrap();
+    assert_eq!(client.write(reserve).await.unwrap(), Reply::Admitted);
+    permit.release().await.unwrap();
+    let p = s3.acquire(AcquireOptions::new("t", "one")).await.unwrap();
+    assert!(p.lost_reason().is_none());
+}
