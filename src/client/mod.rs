@@ -15,6 +15,7 @@
 //! Each new connection bumps [`Client::generation`]: a session watching it re-asks its
 //! waiting tickets, so a grant pushed while it was disconnected is not lost.
 
+mod ops;
 mod permit;
 mod session;
 

@@ -282,7 +282,12 @@ async fn a_halt_refuses_waiters_tells_holders_refuses_reserves_and_clearing_rest
         })
         .await
         .unwrap();
-    assert_eq!(client.write(reserve).await.unwrap(), Reply::Admitted);
+    assert_eq!(
+        client.reserve("t", "r1", None, None).await.unwrap(),
+        Reply::Admitted
+    );
+    assert_eq!(client.running("t").await.unwrap().len(), 1);
+    assert!(client.halts("t").await.unwrap().is_empty());
     permit.release().await.unwrap();
     let p = s3.acquire(AcquireOptions::new("t", "one")).await.unwrap();
     assert!(p.lost_reason().is_none());

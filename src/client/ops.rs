@@ -1,0 +1,175 @@
+//! Typed shorthands for the writes and reads of spec §2 that are not sessions or permits.
+//! Each is one request through [`Client::write`] or [`Client::read`]; refusals come back as
+//! `Ok(Reply::Refused(..))` (writes) — typed values, never text.
+
+use super::{Client, ClientError};
+use crate::machine::{
+    Change, Command, Fence, HaltScope, LimitStatus, Reply, RunSlot, Settle, Spend,
+};
+use crate::protocol::{Answer, Query};
+
+fn unexpected(answer: Answer) -> ClientError {
+    ClientError::Protocol(format!("unexpected answer {answer:?}"))
+}
+
+impl Client {
+    pub async fn define_limit(
+        &self,
+        tenant: &str,
+        name: &str,
+        concurrent: u32,
+        per_second: f64,
+        burst: Option<u64>,
+    ) -> Result<Reply, ClientError> {
+        self.write(Command::DefineLimit {
+            tenant: tenant.into(),
+            name: name.into(),
+            concurrent,
+            per_second,
+            burst,
+        })
+        .await
+    }
+
+    pub async fn set_tenant(
+        &self,
+        tenant: &str,
+        max_running: Change<u32>,
+        budget_tokens: Change<u64>,
+        budget_minor: Change<u64>,
+    ) -> Result<Reply, ClientError> {
+        self.write(Command::SetTenant {
+            tenant: tenant.into(),
+            max_running,
+            budget_tokens,
+            budget_minor,
+        })
+        .await
+    }
+
+    /// `Admitted`, or a refusal (`TooManyRuns`, `BudgetExhausted`, `Halted`).
+    pub async fn reserve(
+        &self,
+        tenant: &str,
+        run: &str,
+        agent: Option<&str>,
+        period: Option<&str>,
+    ) -> Result<Reply, ClientError> {
+        self.write(Command::Reserve {
+            tenant: tenant.into(),
+            run: run.into(),
+            agent: agent.map(Into::into),
+            period: period.map(Into::into),
+        })
+        .await
+    }
+
+    pub async fn release_run(&self, tenant: &str, run: &str) -> Result<Reply, ClientError> {
+        self.write(Command::ReleaseRun {
+            tenant: tenant.into(),
+            run: run.into(),
+        })
+        .await
+    }
+
+    /// `Settled {duplicate}`, or `Conflict`.
+    pub async fn settle(&self, settle: Settle) -> Result<Reply, ClientError> {
+        self.write(Command::Settle(settle)).await
+    }
+
+    pub async fn set_halt(
+        &self,
+        tenant: &str,
+        scope: HaltScope,
+        reason: &str,
+    ) -> Result<Reply, ClientError> {
+        self.write(Command::SetHalt {
+            tenant: tenant.into(),
+            scope,
+            reason: reason.into(),
+        })
+        .await
+    }
+
+    pub async fn clear_halt(&self, tenant: &str, scope: HaltScope) -> Result<Reply, ClientError> {
+        self.write(Command::ClearHalt {
+            tenant: tenant.into(),
+            scope,
+        })
+        .await
+    }
+
+    pub async fn spent(&self, tenant: &str, period: &str) -> Result<Spend, ClientError> {
+        match self
+            .read(Query::Spent {
+                tenant: tenant.into(),
+                period: period.into(),
+            })
+            .await?
+        {
+            Answer::Spent(s) => Ok(s),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn running(&self, tenant: &str) -> Result<Vec<(String, RunSlot)>, ClientError> {
+        match self
+            .read(Query::Running {
+                tenant: tenant.into(),
+            })
+            .await?
+        {
+            Answer::Running(r) => Ok(r),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn halts(&self, tenant: &str) -> Result<Vec<(HaltScope, String)>, ClientError> {
+        match self
+            .read(Query::Halts {
+                tenant: tenant.into(),
+            })
+            .await?
+        {
+            Answer::Halts(h) => Ok(h),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn limit_status(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> Result<Option<LimitStatus>, ClientError> {
+        match self
+            .read(Query::Limit {
+                tenant: tenant.into(),
+                name: name.into(),
+            })
+            .await?
+        {
+            Answer::Limit(l) => Ok(l),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Whether a permit with `fence` is held on the limit now (linearizable).
+    pub async fn validate_fence(
+        &self,
+        tenant: &str,
+        limit: &str,
+        fence: Fence,
+    ) -> Result<bool, ClientError> {
+        match self
+            .read(Query::ValidateFence {
+                tenant: tenant.into(),
+                limit: limit.into(),
+                fence,
+            })
+            .await?
+        {
+            Answer::FenceHeld(h) => Ok(h),
+            other => Err(unexpected(other)),
+        }
+    }
+}
