@@ -50,6 +50,9 @@ pub enum Request {
     },
     /// Remove a voter (leader only).
     RemoveNode { id: u64 },
+    /// Measure what a snapshot of this node's state costs: encode it, decode and check it
+    /// (what a follower's install does), and report sizes and times. Changes nothing.
+    SnapshotCost,
 }
 
 /// A read of the state.
@@ -125,7 +128,20 @@ pub struct NodeStatus {
     /// Log-clock time of the applied state, ms.
     pub log_ms: u64,
     pub sessions: u64,
+    /// Resident memory of the node process, KiB (Linux; `None` elsewhere).
+    pub rss_kib: Option<u64>,
     pub members: Vec<Member>,
+}
+
+/// What [`Request::SnapshotCost`] measured.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotCost {
+    pub applied: u64,
+    pub bytes: u64,
+    /// Encoding the state (what building a snapshot costs), µs.
+    pub build_us: u64,
+    /// Decoding and checking every invariant (what installing one costs), µs.
+    pub install_us: u64,
 }
 
 /// Why a request was not served by this node. Says whether it may have taken effect.
@@ -171,6 +187,7 @@ pub enum Response {
     Status(NodeStatus),
     /// A membership change was committed.
     MembershipChanged,
+    SnapshotCost(SnapshotCost),
     Failed(Failure),
 }
 

@@ -63,19 +63,65 @@ impl From<io::Error> for WireError {
     }
 }
 
+/// Appends `value` as one frame to `out` (so that several frames can go out in one write).
+pub fn push_frame<T: serde::Serialize>(out: &mut Vec<u8>, value: &T) {
+    let payload = codec::encode(value);
+    out.reserve(8 + payload.len());
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
+    out.extend_from_slice(&payload);
+}
+
 /// Writes `value` as one frame.
 pub async fn write_frame<W, T>(w: &mut W, value: &T) -> Result<(), WireError>
 where
     W: AsyncWrite + Unpin,
     T: serde::Serialize,
 {
-    let payload = codec::encode(value);
-    let mut out = Vec::with_capacity(8 + payload.len());
-    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    out.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
-    out.extend_from_slice(&payload);
+    let mut out = Vec::new();
+    push_frame(&mut out, value);
     w.write_all(&out).await?;
     w.flush().await?;
+    Ok(())
+}
+
+/// Most frames coalesced into one write by [`write_queued`].
+const COALESCE_MAX: usize = 512;
+
+/// Writes frames from `queue` until it closes or a write fails, coalescing whatever is
+/// already queued into one write (one syscall for a whole batch of responses). Returns after
+/// writing a frame for which `last` is true.
+pub async fn write_queued<W, T>(
+    w: &mut W,
+    queue: &mut tokio::sync::mpsc::Receiver<T>,
+    last: impl Fn(&T) -> bool,
+) -> Result<(), WireError>
+where
+    W: AsyncWrite + Unpin,
+    T: serde::Serialize,
+{
+    let mut buf = Vec::new();
+    while let Some(first) = queue.recv().await {
+        buf.clear();
+        let mut done = last(&first);
+        push_frame(&mut buf, &first);
+        let mut n = 1;
+        while !done && n < COALESCE_MAX {
+            match queue.try_recv() {
+                Ok(next) => {
+                    done = last(&next);
+                    push_frame(&mut buf, &next);
+                    n += 1;
+                }
+                Err(_) => break,
+            }
+        }
+        w.write_all(&buf).await?;
+        w.flush().await?;
+        if done {
+            return Ok(());
+        }
+    }
     Ok(())
 }
 

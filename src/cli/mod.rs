@@ -2,6 +2,7 @@
 //! (0 done, 1 error, 2 usage, 3 refused).
 
 mod acquire;
+mod bench;
 mod cluster;
 mod halt;
 mod limit;
@@ -79,6 +80,8 @@ pub enum Command {
     /// Add and remove nodes.
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
+    /// Load the cluster and report throughput and latency.
+    Bench(bench::BenchArgs),
 }
 
 /// What a command ends with: the exit status, and what was printed is already printed.
@@ -88,6 +91,9 @@ pub type Exit = i32;
 pub fn run(cli: Cli) -> Exit {
     if let Command::Serve { config, data_dir } = &cli.command {
         return serve(config.as_deref(), data_dir.clone());
+    }
+    if let Command::Bench(args) = &cli.command {
+        return bench::run(args, &cli.servers, &Output { json: cli.json });
     }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -103,7 +109,7 @@ pub fn run(cli: Cli) -> Exit {
         let client = Client::new(cli.servers.clone());
         let out = Output { json: cli.json };
         match &cli.command {
-            Command::Serve { .. } => unreachable!("handled above"),
+            Command::Serve { .. } | Command::Bench(_) => unreachable!("handled above"),
             Command::Status => status(&client, &out).await,
             Command::Limit(c) => limit::run(c, &cli.tenant, &client, &out).await,
             Command::Acquire(a) => acquire::run(a, &cli.tenant, &client, &out).await,
@@ -132,6 +138,7 @@ fn serve(config: Option<&std::path::Path>, data_dir: Option<std::path::PathBuf>)
     }
     log::init(config.id);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.worker_threads)
         .enable_all()
         .build()
     {

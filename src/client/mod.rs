@@ -100,14 +100,19 @@ impl std::error::Error for ClientError {}
 
 type Waiters = Arc<Mutex<BTreeMap<u64, oneshot::Sender<Response>>>>;
 
-/// One live connection: a writer, and a reader task that routes responses and events.
+/// Frames queued for one connection's writer task, at most.
+const OUTBOX_MAX: usize = 4_096;
+
+/// One live connection: a writer task (coalescing queued requests into one write), and a
+/// reader task that routes responses and events.
 struct Conn {
     addr: String,
-    writer: tokio::sync::Mutex<OwnedWriteHalf>,
+    outbox: tokio::sync::mpsc::Sender<ClientFrame>,
     waiters: Waiters,
     next_id: std::sync::atomic::AtomicU64,
     alive: watch::Receiver<bool>,
     _reader: AbortOnDrop,
+    _writer: AbortOnDrop,
 }
 
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
@@ -152,7 +157,8 @@ impl Conn {
                     "{addr}: no welcome within {CONNECT_TIMEOUT:?}"
                 )))
             })?;
-        let (mut rd, wr) = stream.into_split();
+        let (rd, wr) = stream.into_split();
+        let mut rd = tokio::io::BufReader::with_capacity(64 * 1024, rd);
         let waiters: Waiters = Arc::default();
         let (alive_tx, alive) = watch::channel(true);
         let routed = waiters.clone();
@@ -180,13 +186,19 @@ impl Conn {
             routed.lock().unwrap_or_else(|p| p.into_inner()).clear();
             let _ = alive_tx.send(false);
         });
+        let (outbox, mut queue) = tokio::sync::mpsc::channel(OUTBOX_MAX);
+        let writer = tokio::spawn(async move {
+            let mut wr: OwnedWriteHalf = wr;
+            let _ = wire::write_queued(&mut wr, &mut queue, |_| false).await;
+        });
         Ok(Conn {
             addr: addr.to_owned(),
-            writer: tokio::sync::Mutex::new(wr),
+            outbox,
             waiters,
             next_id: std::sync::atomic::AtomicU64::new(1),
             alive,
             _reader: AbortOnDrop(reader),
+            _writer: AbortOnDrop(writer),
         })
     }
 
@@ -204,23 +216,23 @@ impl Conn {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(id, tx);
-        let sent = {
-            let mut w = self.writer.lock().await;
-            wire::write_frame(
-                &mut *w,
-                &ClientFrame::Request {
-                    id,
-                    request: request.clone(),
-                },
-            )
+        if self
+            .outbox
+            .send(ClientFrame::Request {
+                id,
+                request: request.clone(),
+            })
             .await
-        };
-        if let Err(e) = sent {
+            .is_err()
+        {
             self.waiters
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(&id);
-            return Err(ClientError::OutcomeUnknown(format!("{}: {e}", self.addr)));
+            return Err(ClientError::OutcomeUnknown(format!(
+                "{}: connection lost",
+                self.addr
+            )));
         }
         match tokio::time::timeout(RESPONSE_TIMEOUT, rx).await {
             Ok(Ok(response)) => Ok(response),

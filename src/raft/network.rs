@@ -55,7 +55,11 @@ pub enum PeerResponse {
     ),
 }
 
-type Pools = Arc<Mutex<BTreeMap<NodeId, Vec<TcpStream>>>>;
+/// A pooled connection, buffered for reading (requests and responses alternate, so the
+/// buffer is empty whenever the connection is idle).
+type Pooled = tokio::io::BufReader<TcpStream>;
+
+type Pools = Arc<Mutex<BTreeMap<NodeId, Vec<Pooled>>>>;
 
 /// The client side: hands openraft a [`PeerClient`] per target, sharing the pools.
 #[derive(Clone, Default)]
@@ -90,7 +94,7 @@ impl std::fmt::Display for Reason {
 impl std::error::Error for Reason {}
 
 impl PeerClient {
-    fn idle(&self) -> Option<TcpStream> {
+    fn idle(&self) -> Option<Pooled> {
         self.pools
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -98,7 +102,7 @@ impl PeerClient {
             .pop()
     }
 
-    fn give_back(&self, conn: TcpStream) {
+    fn give_back(&self, conn: Pooled) {
         let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
         let pool = pools.entry(self.target).or_default();
         if pool.len() < POOL_IDLE_MAX {
@@ -116,10 +120,10 @@ impl PeerClient {
                         .map_err(CallError::Unreachable)?;
                     c.set_nodelay(true)
                         .map_err(|e| CallError::Network(e.to_string()))?;
-                    c
+                    tokio::io::BufReader::with_capacity(256 * 1024, c)
                 }
             };
-            wire::write_frame(&mut conn, &request)
+            wire::write_frame(conn.get_mut(), &request)
                 .await
                 .map_err(|e| CallError::Network(e.to_string()))?;
             let response: PeerResponse = wire::read_frame(&mut conn, PEER_FRAME_MAX)
@@ -249,7 +253,8 @@ pub async fn serve_peers(listener: TcpListener, raft: Raft, mut shutdown: watch:
     }
 }
 
-async fn peer_connection(mut stream: TcpStream, raft: Raft) -> Result<(), WireError> {
+async fn peer_connection(stream: TcpStream, raft: Raft) -> Result<(), WireError> {
+    let mut stream = tokio::io::BufReader::with_capacity(256 * 1024, stream);
     loop {
         let request: PeerRequest = match wire::read_frame(&mut stream, PEER_FRAME_MAX).await {
             Ok(r) => r,
@@ -265,6 +270,6 @@ async fn peer_connection(mut stream: TcpStream, raft: Raft) -> Result<(), WireEr
                 PeerResponse::InstallSnapshot(raft.install_snapshot(rpc).await)
             }
         };
-        wire::write_frame(&mut stream, &response).await?;
+        wire::write_frame(stream.get_mut(), &response).await?;
     }
 }

@@ -84,15 +84,15 @@ pub async fn serve_clients(
 }
 
 async fn connection(stream: TcpStream, ctx: Arc<Ctx>) -> Result<(), String> {
-    let (mut rd, mut wr) = stream.into_split();
+    let (rd, mut wr) = stream.into_split();
+    // Buffered: a frame is then one read from the socket, not three.
+    let mut rd = tokio::io::BufReader::with_capacity(64 * 1024, rd);
     let (out, mut outbox) = mpsc::channel::<ServerFrame>(OUTBOX_MAX);
     let writer = tokio::spawn(async move {
-        while let Some(frame) = outbox.recv().await {
-            let last = matches!(frame, ServerFrame::Error { .. });
-            if wire::write_frame(&mut wr, &frame).await.is_err() || last {
-                break;
-            }
-        }
+        let _ = wire::write_queued(&mut wr, &mut outbox, |f| {
+            matches!(f, ServerFrame::Error { .. })
+        })
+        .await;
     });
     let result = serve(&mut rd, &out, &ctx).await;
     if let Err(reason) = &result {
@@ -108,7 +108,7 @@ async fn connection(stream: TcpStream, ctx: Arc<Ctx>) -> Result<(), String> {
 }
 
 async fn serve(
-    rd: &mut tokio::net::tcp::OwnedReadHalf,
+    rd: &mut tokio::io::BufReader<tokio::net::tcp::OwnedReadHalf>,
     out: &mpsc::Sender<ServerFrame>,
     ctx: &Arc<Ctx>,
 ) -> Result<(), String> {
@@ -264,6 +264,29 @@ pub async fn handle(ctx: &Ctx, request: Request) -> Response {
                 Err(e) => Response::Failed(write_failure(&ctx.raft, e)),
             }
         }
+        Request::SnapshotCost => {
+            // Encode under the lock (as the snapshot builder does), decode outside it.
+            let (applied, bytes, build) = {
+                let state = ctx.shared.lock();
+                let started = std::time::Instant::now();
+                let bytes = state.machine.snapshot();
+                (state.machine.applied_index(), bytes, started.elapsed())
+            };
+            let started = std::time::Instant::now();
+            let restored = crate::machine::Machine::restore(&bytes);
+            let install = started.elapsed();
+            match restored {
+                Ok(_) => Response::SnapshotCost(crate::protocol::SnapshotCost {
+                    applied,
+                    bytes: bytes.len() as u64,
+                    build_us: build.as_micros() as u64,
+                    install_us: install.as_micros() as u64,
+                }),
+                Err(e) => {
+                    Response::Failed(Failure::Unavailable(format!("own snapshot refused: {e}")))
+                }
+            }
+        }
         Request::RemoveNode { id } => {
             match ctx
                 .raft
@@ -319,8 +342,16 @@ pub fn status(ctx: &Ctx) -> NodeStatus {
         digest,
         log_ms,
         sessions,
+        rss_kib: rss_kib(),
         members,
     }
+}
+
+/// This process's resident set size, from /proc (Linux).
+fn rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 impl From<Failure> for Response {
