@@ -122,6 +122,14 @@ impl Permit {
         }
     }
 
+    /// Ends the guard without releasing: for a grant of a rate-only limit (`concurrent = 0`),
+    /// which took tokens and holds nothing, so there is nothing to release. Returns the fence.
+    pub fn consume(mut self) -> Fence {
+        self.released = true;
+        self.session.forget(self.ticket);
+        self.fence
+    }
+
     /// Releases the permit and waits for the cluster to apply it. The belief ends before the
     /// release is sent (G2).
     pub async fn release(mut self) -> Result<(), ClientError> {

@@ -254,3 +254,65 @@ async fn acquire_runs_a_command_under_a_permit_and_every_other_subcommand_works(
     let (code, _, _) = cluster.cli(&["limit", "show", "api"]);
     assert_eq!(code, 1);
 }
+
+#[test]
+fn bench_spawns_its_own_cluster_and_prints_the_json_shape() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args([
+            "bench",
+            "--spawn",
+            "3",
+            "--clients",
+            "4",
+            "--duration",
+            "1",
+            "--warmup",
+            "0.2",
+            "--limits",
+            "4",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let v = json(&String::from_utf8_lossy(&out.stdout));
+    keys(
+        &v,
+        &[
+            "workload",
+            "clients",
+            "ops",
+            "ops_per_s",
+            "p50_ms",
+            "p99_ms",
+            "p999_ms",
+            "max_ms",
+            "errors",
+        ],
+    );
+    assert_eq!(
+        (
+            v["workload"].as_str(),
+            v["clients"].as_u64(),
+            v["verified"].as_bool()
+        ),
+        (Some("acquire-release"), Some(4), Some(true))
+    );
+    assert!(
+        v["ops"].as_u64().unwrap() > 0,
+        "some operations completed: {v}"
+    );
+    assert!(stderr.contains("[bench]"), "a progress line: {stderr}");
+    let (code, _, _) = (
+        std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["bench", "--failover", "1"])
+            .output()
+            .unwrap()
+            .status
+            .code(),
+        (),
+        (),
+    );
+    assert_eq!(code, Some(2), "--failover without --spawn is a usage error");
+}
