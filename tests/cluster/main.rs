@@ -207,7 +207,16 @@ async fn permits_survive_failover_with_their_fence_and_the_log_clock_never_outru
         Reply::Queued { position: 0 }
     );
     phase("log time over a stretch of real time");
+    // The keep-alive's entry is stamped after `real_start`, and the status after it is read
+    // once it is applied, so `log_start` is at least that entry's log time; `log_end` is an
+    // entry stamped before the last read. The log clock may not gain on the real one.
     let real_start = Instant::now();
+    assert_eq!(
+        cluster
+            .write(&client, Command::KeepAlive { session: waiter })
+            .await,
+        Reply::KeptAlive { ttl_ms: 10_000 }
+    );
     let log_start = cluster.status(first).await.unwrap().log_ms;
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     let log_end = cluster.status(first).await.unwrap().log_ms;
