@@ -94,8 +94,14 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Client port. Default `127.0.0.1:7411`.
     pub client_addr: String,
-    /// Peer (Raft) port. Default `127.0.0.1:7511`.
+    /// Peer (Raft) port, as the other nodes reach it. Default `127.0.0.1:7511`.
     pub peer_addr: String,
+    /// Where to listen for peers, when that differs from `peer_addr` (behind a proxy or a
+    /// NAT; the partition harness puts a fault-injecting proxy there). Default: `peer_addr`.
+    pub peer_listen: Option<String>,
+    /// Local IP address that outgoing peer connections are bound to (a multi-homed host;
+    /// the harness uses it to tell nodes apart on loopback). Default: chosen by the OS.
+    pub peer_source_ip: Option<std::net::IpAddr>,
     /// The initial voters, this node among them. The lowest id forms the cluster on its
     /// first start. Default: this node alone.
     pub peers: Vec<Peer>,
@@ -115,6 +121,8 @@ impl Default for Config {
             data_dir: PathBuf::from("./weir-data"),
             client_addr: "127.0.0.1:7411".into(),
             peer_addr: "127.0.0.1:7511".into(),
+            peer_listen: None,
+            peer_source_ip: None,
             peers: vec![],
             worker_threads: 1,
             raft: RaftConfig::default(),

@@ -65,6 +65,17 @@ type Pools = Arc<Mutex<BTreeMap<NodeId, Vec<Pooled>>>>;
 #[derive(Clone, Default)]
 pub struct PeerNetwork {
     pools: Pools,
+    /// Local address outgoing connections are bound to, if configured.
+    source_ip: Option<std::net::IpAddr>,
+}
+
+impl PeerNetwork {
+    pub fn new(source_ip: Option<std::net::IpAddr>) -> PeerNetwork {
+        PeerNetwork {
+            pools: Pools::default(),
+            source_ip,
+        }
+    }
 }
 
 /// Calls to one peer.
@@ -72,6 +83,7 @@ pub struct PeerClient {
     target: NodeId,
     addr: String,
     pools: Pools,
+    source_ip: Option<std::net::IpAddr>,
 }
 
 /// How a call failed, before openraft's error types are chosen.
@@ -94,6 +106,24 @@ impl std::fmt::Display for Reason {
 impl std::error::Error for Reason {}
 
 impl PeerClient {
+    /// Dials the peer, from the configured source address if there is one.
+    async fn connect(&self) -> std::io::Result<TcpStream> {
+        let Some(ip) = self.source_ip else {
+            return TcpStream::connect(&self.addr).await;
+        };
+        let target = tokio::net::lookup_host(&self.addr)
+            .await?
+            .next()
+            .ok_or_else(|| std::io::Error::other(format!("{} resolves to nothing", self.addr)))?;
+        let socket = if ip.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.bind(std::net::SocketAddr::new(ip, 0))?;
+        socket.connect(target).await
+    }
+
     fn idle(&self) -> Option<Pooled> {
         self.pools
             .lock()
@@ -115,9 +145,7 @@ impl PeerClient {
             let mut conn = match self.idle() {
                 Some(c) => c,
                 None => {
-                    let c = TcpStream::connect(&self.addr)
-                        .await
-                        .map_err(CallError::Unreachable)?;
+                    let c = self.connect().await.map_err(CallError::Unreachable)?;
                     c.set_nodelay(true)
                         .map_err(|e| CallError::Network(e.to_string()))?;
                     tokio::io::BufReader::with_capacity(256 * 1024, c)
@@ -167,6 +195,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
             target,
             addr: node.peer.clone(),
             pools: self.pools.clone(),
+            source_ip: self.source_ip,
         }
     }
 }

@@ -92,15 +92,25 @@ impl Node {
         let state = StateStore::open(dir)?;
         let shared = state.shared();
         let raft_config = Arc::new(config.openraft()?);
-        let peer_listener = TcpListener::bind(&config.peer_addr)
+        let peer_listen = config
+            .peer_listen
+            .clone()
+            .unwrap_or_else(|| config.peer_addr.clone());
+        let peer_listener = TcpListener::bind(&peer_listen)
             .await
-            .map_err(|e| format!("peer port {}: {e}", config.peer_addr))?;
+            .map_err(|e| format!("peer port {peer_listen}: {e}"))?;
         let client_listener = TcpListener::bind(&config.client_addr)
             .await
             .map_err(|e| format!("client port {}: {e}", config.client_addr))?;
-        let raft = Raft::new(config.id, raft_config, PeerNetwork::default(), log, state)
-            .await
-            .map_err(|e| format!("raft: {e}"))?;
+        let raft = Raft::new(
+            config.id,
+            raft_config,
+            PeerNetwork::new(config.peer_source_ip),
+            log,
+            state,
+        )
+        .await
+        .map_err(|e| format!("raft: {e}"))?;
         let (shutdown, watch_rx) = watch::channel(false);
         tokio::spawn(serve_peers(peer_listener, raft.clone(), watch_rx.clone()));
         let voters = config.voters();

@@ -1,0 +1,112 @@
+//! Halts (G6): once a halt is acknowledged, nothing in its scope is admitted until a clear is
+//! sent. An admission (`reserve` ok) in scope that was invoked after a halt's acknowledgement
+//! and acknowledged before the next clear was invoked is a violation: no linearization can
+//! put it outside the halt. (One that overlaps the clear may be ordered after it.)
+
+use super::{Verdict, s, u};
+use crate::history::{Kind, Op};
+
+pub fn check(ops: &[Op]) -> Verdict {
+    // Halted windows per (tenant, agent): [acknowledged, clear invoked).
+    let mut windows: Vec<(String, String, u64, u64)> = vec![];
+    let mut open: Vec<(String, String, u64)> = vec![];
+    for op in ops {
+        let (Some(tenant), Some(agent)) = (s(op, "tenant"), s(op, "agent")) else {
+            continue;
+        };
+        match (op.f.as_str(), op.kind) {
+            ("set-halt", Kind::Ok) => open.push((tenant.into(), agent.into(), op.time_ns)),
+            ("clear-halt", Kind::Invoke) => {
+                open.retain(|(t, a, from)| {
+                    if t == tenant && a == agent {
+                        windows.push((t.clone(), a.clone(), *from, op.time_ns));
+                        false
+                    } else {
+                        true
+                    }
+                });
+            }
+            _ => {}
+        }
+    }
+    for (t, a, from) in open {
+        windows.push((t, a, from, u64::MAX));
+    }
+    if windows.is_empty() {
+        return Verdict::Unknown("no halt was acknowledged".into());
+    }
+    for op in ops
+        .iter()
+        .filter(|o| o.kind == Kind::Ok && (o.f == "reserve" || o.f == "admit"))
+    {
+        let (Some(tenant), Some(agent), Some(invoked)) =
+            (s(op, "tenant"), s(op, "agent"), u(op, "invoke_ns"))
+        else {
+            continue;
+        };
+        let done = op.time_ns;
+        if let Some((_, _, from, to)) = windows
+            .iter()
+            .find(|(t, a, from, to)| t == tenant && a == agent && *from <= invoked && done < *to)
+        {
+            return Verdict::Invalid(format!(
+                "{tenant}/{agent} admitted an op invoked at {invoked} ns inside a halt acknowledged at {from} ns (cleared at {to})"
+            ));
+        }
+    }
+    Verdict::Valid
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checker::test_support::op;
+    use serde_json::json;
+
+    fn at(f: &str, kind: Kind, t: u64, invoke: u64) -> Op {
+        op(
+            1,
+            kind,
+            f,
+            json!({"tenant": "x", "agent": "a", "invoke_ns": invoke}),
+            t,
+        )
+    }
+
+    #[test]
+    fn admissions_outside_the_halt_are_valid() {
+        let h = [
+            at("reserve", Kind::Ok, 5, 4),
+            at("set-halt", Kind::Ok, 10, 9),
+            at("clear-halt", Kind::Invoke, 20, 20),
+            at("reserve", Kind::Ok, 22, 21),
+        ];
+        assert_eq!(check(&h), Verdict::Valid);
+        // Invoked before the acknowledgement: allowed to land either side.
+        let h = [
+            at("set-halt", Kind::Ok, 10, 9),
+            at("reserve", Kind::Ok, 12, 9),
+        ];
+        assert_eq!(check(&h), Verdict::Valid);
+    }
+
+    #[test]
+    fn an_admission_overlapping_the_clear_may_follow_it() {
+        let h = [
+            at("set-halt", Kind::Ok, 10, 9),
+            at("reserve", Kind::Invoke, 19, 19),
+            at("clear-halt", Kind::Invoke, 20, 20),
+            at("reserve", Kind::Ok, 22, 19),
+        ];
+        assert_eq!(check(&h), Verdict::Valid);
+    }
+
+    #[test]
+    fn an_admission_after_an_acknowledged_halt_is_invalid() {
+        let h = [
+            at("set-halt", Kind::Ok, 10, 9),
+            at("reserve", Kind::Ok, 15, 11),
+        ];
+        assert!(matches!(check(&h), Verdict::Invalid(_)));
+    }
+}

@@ -1,0 +1,70 @@
+//! Checkers: one per property, each judging a whole history.
+//!
+//! Each returns a [`Verdict`]: `Valid`, `Invalid` with the first violation found, or
+//! `Unknown` when the history cannot show the property either way (nothing to judge, a
+//! requested fault that never fired). Unknown is never counted as a pass.
+
+pub mod fences;
+pub mod halts;
+pub mod liveness;
+pub mod panics;
+pub mod permits;
+pub mod rate;
+pub mod settlement;
+
+use crate::history::{Kind, Op};
+
+/// A checker's judgement.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Valid,
+    Invalid(String),
+    Unknown(String),
+}
+
+impl Verdict {
+    pub fn label(&self) -> &'static str {
+        match self {
+            Verdict::Valid => "valid",
+            Verdict::Invalid(_) => "INVALID",
+            Verdict::Unknown(_) => "unknown",
+        }
+    }
+
+    pub fn detail(&self) -> &str {
+        match self {
+            Verdict::Valid => "",
+            Verdict::Invalid(d) | Verdict::Unknown(d) => d,
+        }
+    }
+}
+
+/// The `ok` ops named `f`.
+pub(crate) fn oks<'a>(ops: &'a [Op], f: &'a str) -> impl Iterator<Item = &'a Op> + 'a {
+    ops.iter().filter(move |o| o.kind == Kind::Ok && o.f == f)
+}
+
+/// A u64 field of an op's value.
+pub(crate) fn u(op: &Op, key: &str) -> Option<u64> {
+    op.value.get(key)?.as_u64()
+}
+
+/// A string field of an op's value.
+pub(crate) fn s<'a>(op: &'a Op, key: &str) -> Option<&'a str> {
+    op.value.get(key)?.as_str()
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use crate::history::{Kind, Op};
+
+    pub fn op(process: u64, kind: Kind, f: &str, value: serde_json::Value, time_ns: u64) -> Op {
+        Op {
+            process,
+            kind,
+            f: f.into(),
+            value,
+            time_ns,
+        }
+    }
+}

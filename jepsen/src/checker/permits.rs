@@ -1,0 +1,100 @@
+//! P1, permit exclusion (G2): at no real instant do more clients believe they hold a permit
+//! of a limit than its `concurrent`.
+//!
+//! Each `hold` op is one client's belief interval: from receiving the grant (`from_ns`) to
+//! sending its release or seeing its deadline pass (`to_ns`), on the harness clock. An
+//! interval ending at the instant another begins does not overlap it.
+
+use std::collections::BTreeMap;
+
+use super::{Verdict, oks, s, u};
+use crate::history::Op;
+
+/// Per limit: its cap, and (instant, +1 start / -1 end) events.
+type Beliefs<'a> = BTreeMap<&'a str, (u64, Vec<(u64, i64)>)>;
+
+pub fn check(ops: &[Op]) -> Verdict {
+    let mut by_limit: Beliefs = BTreeMap::new();
+    for op in oks(ops, "hold") {
+        let (Some(limit), Some(cap), Some(from), Some(to)) = (
+            s(op, "limit"),
+            u(op, "cap"),
+            u(op, "from_ns"),
+            u(op, "to_ns"),
+        ) else {
+            return Verdict::Unknown(format!("malformed hold op: {}", op.value));
+        };
+        let entry = by_limit.entry(limit).or_insert((cap, vec![]));
+        entry.1.push((from, 1));
+        entry.1.push((to, -1));
+    }
+    if by_limit.is_empty() {
+        return Verdict::Unknown("no permit was held".into());
+    }
+    for (limit, (cap, mut events)) in by_limit {
+        // Ends sort before starts at the same instant.
+        events.sort();
+        let mut held = 0i64;
+        for (at, delta) in events {
+            held += delta;
+            if held > cap as i64 {
+                return Verdict::Invalid(format!(
+                    "{held} clients believed they held {limit} (cap {cap}) at {at} ns"
+                ));
+            }
+        }
+    }
+    Verdict::Valid
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checker::test_support::op;
+    use crate::history::Kind;
+    use serde_json::json;
+
+    fn hold(limit: &str, cap: u64, from: u64, to: u64) -> Op {
+        op(
+            1,
+            Kind::Ok,
+            "hold",
+            json!({"limit": limit, "cap": cap, "fence": from, "from_ns": from, "to_ns": to}),
+            to,
+        )
+    }
+
+    #[test]
+    fn sequential_and_touching_holds_are_valid() {
+        assert_eq!(
+            check(&[
+                hold("m", 1, 0, 10),
+                hold("m", 1, 10, 20),
+                hold("m", 1, 25, 30)
+            ]),
+            Verdict::Valid
+        );
+        assert_eq!(
+            check(&[
+                hold("t", 3, 0, 10),
+                hold("t", 3, 1, 10),
+                hold("t", 3, 2, 10)
+            ]),
+            Verdict::Valid
+        );
+    }
+
+    #[test]
+    fn overlapping_beyond_the_cap_is_invalid() {
+        let v = check(&[hold("m", 1, 0, 10), hold("m", 1, 9, 20)]);
+        assert_eq!(
+            v,
+            Verdict::Invalid("2 clients believed they held m (cap 1) at 9 ns".into())
+        );
+    }
+
+    #[test]
+    fn no_holds_is_unknown() {
+        assert!(matches!(check(&[]), Verdict::Unknown(_)));
+    }
+}

@@ -1,0 +1,11 @@
+//! Weir's partition-test harness: real node processes, generated client operations, a
+//! nemesis injecting faults, a recorded history, and checkers that judge it. See
+//! `jepsen/README.md`.
+
+pub mod checker;
+pub mod cluster;
+pub mod history;
+pub mod nemesis;
+pub mod proxy;
+pub mod run;
+pub mod workload;

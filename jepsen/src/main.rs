@@ -1,0 +1,133 @@
+//! `weir-jepsen`: runs one partition test and prints the checkers' verdicts. Exits 0 only
+//! when every verdict is valid (1 when one is invalid, 2 on a harness error or an unknown).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use weir_jepsen::nemesis;
+use weir_jepsen::run::{Plan, run, table};
+
+#[derive(Parser, Debug)]
+#[command(name = "weir-jepsen", about = "Partition tests for Weir")]
+struct Args {
+    /// Comma list of partition,kill,pause,clock,membership,delay, or `all`.
+    #[arg(long, default_value = "partition,kill,pause")]
+    nemesis: String,
+    /// Seconds of load and faults.
+    #[arg(long, default_value_t = 60)]
+    duration: u64,
+    /// Seed of the fault schedule: the same seed replays the same schedule.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// The weir binary (default: the one next to this harness).
+    #[arg(long)]
+    weir: Option<PathBuf>,
+    /// Artifacts folder (history, node logs, verdict); default jepsen/runs/seed-N-<time>.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Judge the history in this artifacts folder again instead of running.
+    #[arg(long)]
+    check: Option<PathBuf>,
+}
+
+fn main() {
+    let args = Args::parse();
+    let nemeses: Vec<String> = if args.nemesis == "all" {
+        nemesis::ALL.iter().map(|s| s.to_string()).collect()
+    } else {
+        args.nemesis
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect()
+    };
+    if let Some(bad) = nemeses.iter().find(|k| !nemesis::ALL.contains(&k.as_str())) {
+        eprintln!(
+            "weir-jepsen: unknown nemesis {bad:?} (known: {})",
+            nemesis::ALL.join(",")
+        );
+        std::process::exit(2);
+    }
+    if let Some(dir) = &args.check {
+        let ops = match weir_jepsen::history::read_jsonl(&dir.join("history.jsonl")) {
+            Ok(ops) => ops,
+            Err(e) => {
+                eprintln!("weir-jepsen: {e}");
+                std::process::exit(2);
+            }
+        };
+        let logs: Vec<(String, String)> = (1..=3)
+            .filter_map(|n| {
+                std::fs::read_to_string(dir.join(format!("node{n}.log")))
+                    .ok()
+                    .map(|t| (format!("node{n}"), t))
+            })
+            .collect();
+        // Which faults fired is in the history itself.
+        let fired: Vec<&'static str> = nemesis::ALL
+            .iter()
+            .copied()
+            .filter(|k| {
+                ops.iter().any(|o| {
+                    o.process == weir_jepsen::history::NEMESIS
+                        && o.kind == weir_jepsen::history::Kind::Info
+                        && o.f == *k
+                })
+            })
+            .collect();
+        let outcome = weir_jepsen::run::judge(&ops, &logs, &nemeses, &fired);
+        print!("{}", table(&outcome));
+        std::process::exit(if outcome.all_valid() { 0 } else { 1 });
+    }
+    let weir = args.weir.unwrap_or_else(|| {
+        std::env::current_exe()
+            .ok()
+            .and_then(|p| p.parent().map(|d| d.join("weir")))
+            .unwrap_or_else(|| PathBuf::from("weir"))
+    });
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let out = args
+        .out
+        .unwrap_or_else(|| PathBuf::from(format!("jepsen/runs/seed-{}-{stamp}", args.seed)));
+    let plan = Plan {
+        weir,
+        out: out.clone(),
+        seed: args.seed,
+        duration: Duration::from_secs(args.duration),
+        nemeses,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    match runtime.block_on(run(&plan)) {
+        Ok(outcome) => {
+            print!("{}", table(&outcome));
+            println!(
+                "faults fired: {:?}; {} ops; artifacts in {}",
+                outcome.fired,
+                outcome.ops,
+                out.display()
+            );
+            let code = if outcome.all_valid() {
+                0
+            } else if outcome
+                .rows
+                .iter()
+                .any(|(_, _, v)| matches!(v, weir_jepsen::checker::Verdict::Invalid(_)))
+            {
+                1
+            } else {
+                2
+            };
+            std::process::exit(code);
+        }
+        Err(e) => {
+            eprintln!("weir-jepsen: {e}");
+            std::process::exit(2);
+        }
+    }
+}

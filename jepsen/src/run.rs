@@ -1,0 +1,273 @@
+//! One run: start the cluster, start the workloads, drive the nemesis's schedule, heal,
+//! probe liveness, read the final state, and judge the history.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use weir::client::{AcquireOptions, Client, Session};
+
+use crate::checker::{self, Verdict};
+use crate::cluster::Cluster;
+use crate::history::{self, Kind, Recorder};
+use crate::nemesis;
+use crate::workload::{self, LIMITS, TENANT};
+
+/// What to run.
+pub struct Plan {
+    pub weir: PathBuf,
+    pub out: PathBuf,
+    pub seed: u64,
+    pub duration: Duration,
+    pub nemeses: Vec<String>,
+}
+
+/// The verdicts, in table order.
+pub struct Outcome {
+    pub rows: Vec<(&'static str, &'static str, Verdict)>,
+    pub ops: usize,
+    pub fired: Vec<&'static str>,
+}
+
+impl Outcome {
+    pub fn all_valid(&self) -> bool {
+        self.rows.iter().all(|(_, _, v)| *v == Verdict::Valid)
+    }
+}
+
+pub async fn run(plan: &Plan) -> Result<Outcome, String> {
+    std::fs::create_dir_all(&plan.out).map_err(|e| format!("{}: {e}", plan.out.display()))?;
+    let history = Recorder::new();
+    let mut cluster = Cluster::start(&plan.weir, &plan.out, plan.seed).await?;
+    if cluster.leader(Duration::from_secs(20)).await.is_none() {
+        return Err("the cluster elected no leader".into());
+    }
+    let servers = cluster.servers();
+    workload::setup(&Client::new(servers.clone())).await?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = vec![];
+    let mut process = 0u64;
+    let mut next = || {
+        process += 1;
+        process
+    };
+    for (i, (limit, cap)) in [
+        ("mutex", 1u64),
+        ("mutex", 1),
+        ("mutex", 1),
+        ("three", 3),
+        ("three", 3),
+        ("three", 3),
+        ("three", 3),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        tasks.push(tokio::spawn(workload::permits(
+            next(),
+            servers.clone(),
+            limit,
+            cap,
+            history.clone(),
+            stop.clone(),
+            plan.seed ^ (i as u64 + 1),
+        )));
+    }
+    tasks.push(tokio::spawn(workload::takes(
+        next(),
+        servers.clone(),
+        history.clone(),
+        stop.clone(),
+    )));
+    for i in 0..2 {
+        tasks.push(tokio::spawn(workload::ledger(
+            next(),
+            servers.clone(),
+            history.clone(),
+            stop.clone(),
+            plan.seed ^ (100 + i),
+        )));
+    }
+    tasks.push(tokio::spawn(workload::halter(
+        next(),
+        servers.clone(),
+        history.clone(),
+        stop.clone(),
+    )));
+    for _ in 0..2 {
+        tasks.push(tokio::spawn(workload::admitter(
+            next(),
+            servers.clone(),
+            history.clone(),
+            stop.clone(),
+        )));
+    }
+    let steps = nemesis::schedule(plan.seed, &plan.nemeses, plan.duration.as_millis() as u64);
+    eprintln!(
+        "[jepsen] seed {}: {} faults scheduled over {:?}",
+        plan.seed,
+        steps.len(),
+        plan.duration
+    );
+    let started = Instant::now();
+    let fired = nemesis::run(&mut cluster, &steps, &history).await;
+    if let Some(rest) = plan.duration.checked_sub(started.elapsed()) {
+        tokio::time::sleep(rest.saturating_sub(Duration::from_secs(2))).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(15), t).await;
+    }
+    // Heal, then probe liveness: each capped limit, once it has room, grants a new waiter.
+    cluster.heal()?;
+    let healed_ns = history.record(history::NEMESIS, Kind::Info, "heal", json!({"final": true}));
+    let probe_client = Client::new(servers.clone());
+    if cluster.leader(Duration::from_secs(10)).await.is_some() {
+        if let Ok(session) = Session::open(&probe_client, workload::TTL).await {
+            for (limit, _, _, _) in LIMITS.iter().take(2) {
+                wait_for_room(&probe_client, limit).await;
+                let start = Instant::now();
+                history.record(0, Kind::Invoke, "probe", json!({"limit": limit}));
+                let mut options = AcquireOptions::new(TENANT, limit);
+                options.timeout = Some(Duration::from_secs(10));
+                match session.acquire(options).await {
+                    Ok(p) => {
+                        history.record(0, Kind::Ok, "probe", json!({"limit": limit, "latency_ms": start.elapsed().as_millis() as u64, "since_heal_ms": (history.now_ns() - healed_ns) / 1_000_000}));
+                        let _ = p.release().await;
+                    }
+                    Err(e) => {
+                        history.record(
+                            0,
+                            Kind::Fail,
+                            "probe",
+                            json!({"limit": limit, "error": e.to_string()}),
+                        );
+                    }
+                }
+            }
+        }
+    } else {
+        history.record(
+            0,
+            Kind::Fail,
+            "probe",
+            json!({"error": "no leader after the heal"}),
+        );
+    }
+    match probe_client.spent(TENANT, "ledger").await {
+        Ok(s) => history.record(0, Kind::Ok, "spent", json!({"tokens": s.tokens})),
+        Err(e) => history.record(0, Kind::Fail, "spent", json!({"error": e.to_string()})),
+    };
+    let ops = history.ops();
+    history::write_jsonl(&plan.out.join("history.jsonl"), &ops).map_err(|e| e.to_string())?;
+    std::fs::write(plan.out.join("history.edn"), history::to_edn(&ops))
+        .map_err(|e| e.to_string())?;
+    let logs = cluster.logs();
+    drop(cluster);
+    let outcome = judge(&ops, &logs, &plan.nemeses, &fired);
+    write_verdict(&plan.out, plan, &outcome)?;
+    Ok(outcome)
+}
+
+/// Waits (bounded) until `limit` has a free unit: stale sessions of killed clients expire.
+async fn wait_for_room(client: &Client, limit: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(Some(s)) = client.limit_status(TENANT, limit).await
+            && (s.in_use < s.concurrent as u64)
+            && s.waiting == 0
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Runs every checker over a history.
+pub fn judge(
+    ops: &[history::Op],
+    logs: &[(String, String)],
+    requested: &[String],
+    fired: &[&'static str],
+) -> Outcome {
+    let missing: Vec<&String> = requested
+        .iter()
+        .filter(|k| !fired.contains(&k.as_str()))
+        .collect();
+    let nemesis = if missing.is_empty() {
+        Verdict::Valid
+    } else {
+        Verdict::Unknown(format!("requested faults that never fired: {missing:?}"))
+    };
+    Outcome {
+        rows: vec![
+            ("nemesis", "every requested fault fired", nemesis),
+            (
+                "P1 permits",
+                "G2: believers never exceed concurrent",
+                checker::permits::check(ops),
+            ),
+            (
+                "P2 fences",
+                "unique, increasing in real time",
+                checker::fences::check(ops),
+            ),
+            (
+                "rate",
+                "G1: tokens within burst + rate x window",
+                checker::rate::check(ops),
+            ),
+            (
+                "settlement",
+                "G3 G5: charged exactly once; conflicts refused",
+                checker::settlement::check(ops),
+            ),
+            (
+                "halts",
+                "G6: nothing admitted after a halt",
+                checker::halts::check(ops),
+            ),
+            (
+                "liveness",
+                "G7: granted soon after the heal",
+                checker::liveness::check(ops),
+            ),
+            (
+                "panics",
+                "no panic in any node log",
+                checker::panics::check(logs),
+            ),
+        ],
+        ops: ops.len(),
+        fired: fired.to_vec(),
+    }
+}
+
+/// The verdict table, as printed and as written to `verdict.txt`.
+pub fn table(outcome: &Outcome) -> String {
+    let mut out = format!("{:<12} {:<9} {}\n", "checker", "verdict", "detail");
+    for (name, what, v) in &outcome.rows {
+        let detail = if v.detail().is_empty() {
+            what.to_string()
+        } else {
+            v.detail().to_string()
+        };
+        out.push_str(&format!("{name:<12} {:<9} {detail}\n", v.label()));
+    }
+    out
+}
+
+fn write_verdict(dir: &Path, plan: &Plan, outcome: &Outcome) -> Result<(), String> {
+    let text = format!(
+        "seed {}  duration {:?}  nemeses {:?}  faults fired {:?}  ops {}\n\n{}",
+        plan.seed,
+        plan.duration,
+        plan.nemeses,
+        outcome.fired,
+        outcome.ops,
+        table(outcome)
+    );
+    std::fs::write(dir.join("verdict.txt"), text).map_err(|e| e.to_string())
+}

@@ -1,0 +1,303 @@
+//! The client workloads, each a set of processes recording into the history: permits on
+//! limits of concurrency 1 and 3 (belief intervals), rate takes, reserve/settle with retries
+//! and deliberate conflicts, and halts set and cleared while other processes try to be
+//! admitted in their scope.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde_json::json;
+use weir::client::{AcquireError, AcquireOptions, Client, Session};
+use weir::machine::{HaltScope, Refusal, Reply, Settle};
+
+use crate::history::{Kind, Recorder};
+use crate::nemesis::Rng;
+
+/// The harness's session TTL: short, so that a paused leader outlives it.
+pub const TTL: Duration = Duration::from_secs(2);
+
+/// The limits: (name, concurrent, per_second, burst).
+pub const LIMITS: [(&str, u32, f64, Option<u64>); 3] = [
+    ("mutex", 1, 0.0, None),
+    ("three", 3, 0.0, None),
+    ("rate", 0, 20.0, Some(5)),
+];
+
+pub const TENANT: &str = "jepsen";
+pub const HALT_TENANT: &str = "halty";
+pub const HALT_AGENT: &str = "a";
+
+/// Defines the limits (retrying until the cluster answers).
+pub async fn setup(client: &Client) -> Result<(), String> {
+    for (name, concurrent, per_second, burst) in LIMITS {
+        client
+            .define_limit(TENANT, name, concurrent, per_second, burst)
+            .await
+            .map_err(|e| format!("define {name}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// A permit process: acquire, hold, release, recording each belief interval as a `hold` op.
+pub async fn permits(
+    process: u64,
+    servers: Vec<String>,
+    limit: &'static str,
+    cap: u64,
+    history: Recorder,
+    stop: Arc<AtomicBool>,
+    seed: u64,
+) {
+    let mut rng = Rng::new(seed);
+    let client = Client::new(servers);
+    while !stop.load(Ordering::Relaxed) {
+        let Ok(session) = Session::open(&client, TTL).await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        while !stop.load(Ordering::Relaxed) {
+            let mut options = AcquireOptions::new(TENANT, limit);
+            options.timeout = Some(Duration::from_secs(5));
+            let invoked = history.record(process, Kind::Invoke, "acquire", json!({"limit": limit}));
+            match session.acquire(options).await {
+                Ok(permit) => {
+                    let from = history.now_ns();
+                    history.record_at(
+                        process,
+                        Kind::Ok,
+                        "acquire",
+                        json!({"limit": limit, "fence": permit.fence(), "invoke_ns": invoked}),
+                        from,
+                    );
+                    let hold = Duration::from_millis(rng.range(10, 150));
+                    let lost = tokio::select! {
+                        _ = tokio::time::sleep(hold) => permit.lost_reason(),
+                        why = permit.lost() => Some(why),
+                    };
+                    // The belief ends now: at the release we are about to send, or at the
+                    // moment the loss was seen (after the deadline: stricter for the check).
+                    let to = history.now_ns();
+                    history.record_at(process, Kind::Ok, "hold", json!({"limit": limit, "cap": cap, "fence": permit.fence(), "from_ns": from, "to_ns": to, "lost": lost.map(|l| l.to_string())}), to);
+                    let _ = tokio::time::timeout(Duration::from_secs(3), permit.release()).await;
+                }
+                Err(AcquireError::TimedOut) => {
+                    history.record(
+                        process,
+                        Kind::Fail,
+                        "acquire",
+                        json!({"limit": limit, "error": "timed out"}),
+                    );
+                }
+                Err(AcquireError::SessionLost) => {
+                    history.record(
+                        process,
+                        Kind::Fail,
+                        "acquire",
+                        json!({"limit": limit, "error": "session lost"}),
+                    );
+                    break;
+                }
+                Err(e) => {
+                    history.record(
+                        process,
+                        Kind::Info,
+                        "acquire",
+                        json!({"limit": limit, "error": e.to_string()}),
+                    );
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// A rate process: takes of the rate limit, each recorded with its invoke time.
+pub async fn takes(process: u64, servers: Vec<String>, history: Recorder, stop: Arc<AtomicBool>) {
+    let client = Client::new(servers);
+    let (_, _, per_second, burst) = LIMITS[2];
+    while !stop.load(Ordering::Relaxed) {
+        let Ok(session) = Session::open(&client, TTL).await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        while !stop.load(Ordering::Relaxed) {
+            let mut options = AcquireOptions::new(TENANT, "rate");
+            options.timeout = Some(Duration::from_secs(5));
+            let invoked = history.record(process, Kind::Invoke, "take", json!({"limit": "rate"}));
+            match session.acquire(options).await {
+                Ok(permit) => {
+                    let fence = permit.consume();
+                    history.record(process, Kind::Ok, "take", json!({"limit": "rate", "fence": fence, "units": 1, "invoke_ns": invoked, "per_second": per_second, "burst": burst}));
+                }
+                Err(AcquireError::TimedOut) => {
+                    history.record(process, Kind::Fail, "take", json!({"error": "timed out"}));
+                }
+                Err(e) => {
+                    history.record(process, Kind::Info, "take", json!({"error": e.to_string()}));
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// A ledger process: reserve a run, settle it (retrying the same payload until the outcome
+/// is known), and now and then send a conflicting payload for a settled key.
+pub async fn ledger(
+    process: u64,
+    servers: Vec<String>,
+    history: Recorder,
+    stop: Arc<AtomicBool>,
+    seed: u64,
+) {
+    let mut rng = Rng::new(seed);
+    let client = Client::new(servers);
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        n += 1;
+        let run = format!("p{process}-r{n}");
+        let _ = client.reserve(TENANT, &run, None, Some("ledger")).await;
+        let tokens = rng.range(1, 9);
+        let settle = Settle {
+            tenant: TENANT.into(),
+            run: run.clone(),
+            epoch: 1,
+            period: Some("ledger".into()),
+            tokens,
+            minor_units: tokens * 10,
+            release_slot: true,
+        };
+        let key = format!("{run}/1");
+        history.record(
+            process,
+            Kind::Invoke,
+            "settle",
+            json!({"key": key, "tokens": tokens}),
+        );
+        let mut outcome = None;
+        for _ in 0..3 {
+            match client.settle(settle.clone()).await {
+                Ok(Reply::Settled { duplicate }) => {
+                    outcome = Some(duplicate);
+                    break;
+                }
+                Ok(other) => {
+                    history.record(
+                        process,
+                        Kind::Fail,
+                        "settle",
+                        json!({"key": key, "tokens": tokens, "error": format!("{other:?}")}),
+                    );
+                    break;
+                }
+                Err(_) => continue,
+            }
+        }
+        match outcome {
+            // A retry that found its own earlier attempt applied: charged once, by the
+            // attempt whose answer was lost.
+            Some(duplicate) => {
+                history.record(process, Kind::Ok, "settle", json!({"key": key, "tokens": tokens, "duplicate": false, "retried_duplicate": duplicate}));
+            }
+            None => {
+                history.record(
+                    process,
+                    Kind::Info,
+                    "settle",
+                    json!({"key": key, "tokens": tokens}),
+                );
+            }
+        }
+        if outcome.is_some() && rng.range(0, 4) == 0 {
+            let mut conflicting = settle.clone();
+            conflicting.tokens += 1;
+            history.record(
+                process,
+                Kind::Invoke,
+                "settle-conflict",
+                json!({"key": key}),
+            );
+            match client.settle(conflicting).await {
+                Ok(Reply::Refused(Refusal::Conflict)) => {
+                    history.record(
+                        process,
+                        Kind::Fail,
+                        "settle-conflict",
+                        json!({"key": key, "error": "conflict"}),
+                    );
+                }
+                Ok(Reply::Settled { .. }) => {
+                    history.record(process, Kind::Ok, "settle-conflict", json!({"key": key}));
+                }
+                other => {
+                    history.record(
+                        process,
+                        Kind::Info,
+                        "settle-conflict",
+                        json!({"key": key, "error": format!("{other:?}")}),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The halter: sets and clears the halt of (HALT_TENANT, HALT_AGENT) in turn.
+pub async fn halter(process: u64, servers: Vec<String>, history: Recorder, stop: Arc<AtomicBool>) {
+    let client = Client::new(servers);
+    let scope = HaltScope::Agent(HALT_AGENT.into());
+    let v = json!({"tenant": HALT_TENANT, "agent": HALT_AGENT});
+    while !stop.load(Ordering::Relaxed) {
+        history.record(process, Kind::Invoke, "set-halt", v.clone());
+        match client.set_halt(HALT_TENANT, scope.clone(), "jepsen").await {
+            Ok(Reply::Done) => history.record(process, Kind::Ok, "set-halt", v.clone()),
+            _ => history.record(process, Kind::Info, "set-halt", v.clone()),
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // A clear may take effect from its invoke on: admissions after it are allowed.
+        history.record(process, Kind::Invoke, "clear-halt", v.clone());
+        let _ = client.clear_halt(HALT_TENANT, scope.clone()).await;
+        history.record(process, Kind::Ok, "clear-halt", v.clone());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// An admitter: reserves (and releases) runs in the halted scope, recording admissions.
+pub async fn admitter(
+    process: u64,
+    servers: Vec<String>,
+    history: Recorder,
+    stop: Arc<AtomicBool>,
+) {
+    let client = Client::new(servers);
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        n += 1;
+        let run = format!("h{process}-{n}");
+        let invoked = history.record(
+            process,
+            Kind::Invoke,
+            "reserve",
+            json!({"tenant": HALT_TENANT, "agent": HALT_AGENT}),
+        );
+        let value =
+            json!({"tenant": HALT_TENANT, "agent": HALT_AGENT, "invoke_ns": invoked, "run": run});
+        match client
+            .reserve(HALT_TENANT, &run, Some(HALT_AGENT), None)
+            .await
+        {
+            Ok(Reply::Admitted) => {
+                history.record(process, Kind::Ok, "reserve", value);
+                let _ = client.release_run(HALT_TENANT, &run).await;
+            }
+            Ok(Reply::Refused(_)) => {
+                history.record(process, Kind::Fail, "reserve", value);
+            }
+            _ => {
+                history.record(process, Kind::Info, "reserve", value);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
