@@ -12,9 +12,24 @@ use weir::protocol::{Request, Response};
 
 use crate::proxy::{self, Links};
 
+/// A node's clock as the clock nemesis set it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Clock {
+    /// Monotonic offset, seconds (a time namespace of its own, `unshare --time`).
+    pub offset_s: u64,
+    /// Rate of its proposer's stamps (`WEIR_TEST_CLOCK_RATE`); 1 is true.
+    pub rate: f64,
+}
+
 pub struct Node {
     pub id: u64,
     pub client: String,
+    /// The address the cluster reaches its peer port at (its proxy).
+    pub peer: String,
+    /// `None`: the true clock.
+    pub clock: Option<Clock>,
+    /// Removed from the membership by the nemesis, to be added back at the heal.
+    pub removed: bool,
     pub config: PathBuf,
     pub log: PathBuf,
     child: Option<Child>,
@@ -69,6 +84,9 @@ impl Cluster {
             nodes.push(Node {
                 id: *id,
                 client: format!("127.0.0.1:{c}"),
+                peer: format!("127.0.0.1:{p}"),
+                clock: None,
+                removed: false,
                 config,
                 log: dir.join(format!("node{id}.log")),
                 child: None,
@@ -104,7 +122,19 @@ impl Cluster {
             .append(true)
             .open(&node.log)
             .map_err(|e| e.to_string())?;
-        let child = Command::new(&self.weir)
+        let mut command = match node.clock {
+            Some(clock) if clock.offset_s > 0 => {
+                let mut c = Command::new("unshare");
+                c.args(["--time", "--monotonic", &clock.offset_s.to_string()])
+                    .arg(&self.weir);
+                c
+            }
+            _ => Command::new(&self.weir),
+        };
+        if let Some(clock) = node.clock {
+            command.env("WEIR_TEST_CLOCK_RATE", clock.rate.to_string());
+        }
+        let child = command
             .args(["serve", "--config"])
             .arg(&node.config)
             .env("RUST_LOG", "info,openraft=warn")
@@ -163,8 +193,30 @@ impl Cluster {
         None
     }
 
-    /// Everything back: links pass, paused nodes resume, killed nodes restart.
-    pub fn heal(&mut self) -> Result<(), String> {
+    /// Restarts node `id` with `clock` (`None`: the true clock) and waits (bounded) until it
+    /// answers again.
+    pub async fn restart_with_clock(
+        &mut self,
+        id: u64,
+        clock: Option<Clock>,
+    ) -> Result<(), String> {
+        self.kill(id);
+        self.nodes[(id - 1) as usize].clock = clock;
+        self.start_node(id)?;
+        let addr = self.nodes[(id - 1) as usize].client.clone();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Client::ask_node(&addr, &Request::Status).await.is_err() {
+            if Instant::now() > deadline {
+                return Err(format!("node {id} did not come back"));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
+    }
+
+    /// Everything back: links pass, paused nodes resume, killed nodes restart, skewed clocks
+    /// are restarted true (one node at a time), removed nodes are added back.
+    pub async fn heal(&mut self) -> Result<(), String> {
         self.links.heal();
         for id in 1..=3 {
             if self.nodes[(id - 1) as usize].paused {
@@ -172,7 +224,41 @@ impl Cluster {
             }
             self.start_node(id)?;
         }
+        for id in 1..=3 {
+            if self.nodes[(id - 1) as usize].clock.is_some() {
+                self.restart_with_clock(id, None).await?;
+            }
+        }
+        let client = Client::new(self.servers());
+        for id in 1..=3 {
+            let node = &self.nodes[(id - 1) as usize];
+            if node.removed {
+                let request = Request::AddNode {
+                    id,
+                    peer: node.peer.clone(),
+                    client: node.client.clone(),
+                };
+                match client.request(request).await {
+                    Ok(Response::MembershipChanged) => {
+                        self.nodes[(id - 1) as usize].removed = false
+                    }
+                    other => return Err(format!("adding node {id} back: {other:?}")),
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// Removes node `id` from the membership (it keeps running).
+    pub async fn remove(&mut self, id: u64) -> Result<(), String> {
+        let client = Client::new(self.servers());
+        match client.request(Request::RemoveNode { id }).await {
+            Ok(Response::MembershipChanged) => {
+                self.nodes[(id - 1) as usize].removed = true;
+                Ok(())
+            }
+            other => Err(format!("removing node {id}: {other:?}")),
+        }
     }
 
     /// Every node's log text.

@@ -8,8 +8,10 @@
 //! Kinds: `partition` (isolate a node, isolate the leader, a bridge, a one-way cut), `kill`
 //! (kill -9 one node, the leader, or all three, then restart), `pause` (SIGSTOP the leader
 //! past the election timeout and the session TTL, then SIGCONT), `delay` (every link delayed
-//! with jitter, through the proxy). `clock` and `membership` are not implemented yet: asking
-//! for them makes the verdict unknown, never valid.
+//! with jitter, through the proxy), `clock` (a rolling restart giving each node a monotonic
+//! offset in a time namespace of its own and a proposer clock rate skewed within the
+//! documented drift bound, ±5%; healed by a rolling restart on true clocks), `membership`
+//! (remove a node from the cluster, add it back at the heal).
 
 use std::time::Duration;
 
@@ -20,7 +22,7 @@ use crate::history::{Kind, NEMESIS, Recorder};
 use crate::proxy::Link;
 
 /// The kinds this harness can inject.
-pub const IMPLEMENTED: [&str; 4] = ["partition", "kill", "pause", "delay"];
+pub const IMPLEMENTED: [&str; 6] = ["partition", "kill", "pause", "clock", "membership", "delay"];
 /// Every kind the issue names.
 pub const ALL: [&str; 6] = ["partition", "kill", "pause", "clock", "membership", "delay"];
 
@@ -48,6 +50,9 @@ pub enum Fault {
         ms: u64,
         jitter_ms: u64,
     },
+    /// Per node (1, 2, 3): monotonic offset (s) and clock rate in thousandths (1000: true).
+    Clocks([(u64, u64); 3]),
+    RemoveNode(u64),
 }
 
 impl Fault {
@@ -60,6 +65,8 @@ impl Fault {
             Fault::Kill(_) | Fault::KillLeader | Fault::KillAll => "kill",
             Fault::PauseLeader { .. } => "pause",
             Fault::Delay { .. } => "delay",
+            Fault::Clocks(_) => "clock",
+            Fault::RemoveNode(_) => "membership",
         }
     }
 }
@@ -119,6 +126,12 @@ fn fault_of(kind: &str, rng: &mut Rng) -> Option<Fault> {
             ms: rng.range(5, 40),
             jitter_ms: rng.range(0, 30),
         },
+        // Rates within ±5%: the client's margin (a tenth of the TTL) covers drift to ~11%.
+        "clock" => {
+            let mut one = || (rng.range(0, 1_000_000), rng.range(950, 1_050));
+            Fault::Clocks([one(), one(), one()])
+        }
+        "membership" => Fault::RemoveNode(node),
         _ => return None,
     })
 }
@@ -228,6 +241,22 @@ pub async fn inject(cluster: &mut Cluster, fault: &Fault) -> Result<serde_json::
             }
             json!({"fault": "delay", "ms": ms, "jitter_ms": jitter_ms})
         }
+        Fault::Clocks(clocks) => {
+            for (i, (offset_s, rate)) in clocks.iter().enumerate() {
+                let clock = crate::cluster::Clock {
+                    offset_s: *offset_s,
+                    rate: *rate as f64 / 1_000.0,
+                };
+                cluster
+                    .restart_with_clock(i as u64 + 1, Some(clock))
+                    .await?;
+            }
+            json!({"fault": "clocks", "nodes": clocks.iter().map(|(o, r)| json!({"offset_s": o, "rate": *r as f64 / 1_000.0})).collect::<Vec<_>>()})
+        }
+        Fault::RemoveNode(n) => {
+            cluster.remove(n).await?;
+            json!({"fault": "remove-node", "node": n})
+        }
     })
 }
 
@@ -252,8 +281,13 @@ pub async fn run(cluster: &mut Cluster, steps: &[Step], history: &Recorder) -> V
             }
         }
         tokio::time::sleep(Duration::from_millis(step.hold_ms)).await;
-        let healed = cluster.heal();
-        history.record(NEMESIS, Kind::Info, "heal", json!({"ok": healed.is_ok()}));
+        let healed = cluster.heal().await;
+        history.record(
+            NEMESIS,
+            Kind::Info,
+            "heal",
+            json!({"ok": healed.is_ok(), "error": healed.err()}),
+        );
     }
     fired
 }
@@ -279,7 +313,13 @@ mod tests {
     }
 
     #[test]
-    fn unimplemented_kinds_schedule_nothing() {
-        assert!(schedule(1, &["clock".to_string()], 60_000).is_empty());
+    fn unknown_kinds_schedule_nothing_and_clock_rates_stay_within_the_drift_bound() {
+        assert!(schedule(1, &["tsunami".to_string()], 60_000).is_empty());
+        for step in schedule(5, &["clock".to_string()], 120_000) {
+            let Fault::Clocks(clocks) = step.fault else {
+                panic!("a clock fault")
+            };
+            assert!(clocks.iter().all(|(_, r)| (950..=1_050).contains(r)));
+        }
     }
 }

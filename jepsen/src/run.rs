@@ -121,7 +121,7 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
         let _ = tokio::time::timeout(Duration::from_secs(15), t).await;
     }
     // Heal, then probe liveness: each capped limit, once it has room, grants a new waiter.
-    cluster.heal()?;
+    cluster.heal().await?;
     let healed_ns = history.record(history::NEMESIS, Kind::Info, "heal", json!({"final": true}));
     let probe_client = Client::new(servers.clone());
     if cluster.leader(Duration::from_secs(10)).await.is_some() {

@@ -109,6 +109,7 @@ async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let started = Instant::now();
+    let rate = clock_rate();
     let incarnation = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
@@ -167,7 +168,7 @@ async fn run(
                 node: id,
                 incarnation,
             },
-            clock_ms: started.elapsed().as_millis() as u64,
+            clock_ms: (started.elapsed().as_secs_f64() * 1_000.0 * rate) as u64,
             wall_ms: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
@@ -222,6 +223,22 @@ async fn run(
                 }
             }
         });
+    }
+}
+
+/// A test hook for the partition harness's clock nemesis: `WEIR_TEST_CLOCK_RATE` (0.5 to
+/// 2.0) scales this proposer's stamps, as a leader whose clock runs fast or slow would.
+/// Unset, or out of range, it is 1. Nothing else reads it.
+fn clock_rate() -> f64 {
+    let rate = std::env::var("WEIR_TEST_CLOCK_RATE")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok());
+    match rate {
+        Some(r) if (0.5..=2.0).contains(&r) => {
+            tracing::warn!("WEIR_TEST_CLOCK_RATE = {r}: this node's log-clock stamps are skewed");
+            r
+        }
+        _ => 1.0,
     }
 }
 
