@@ -3,8 +3,9 @@
 //!
 //! Judged conservatively on the harness clock: a take invoked at or after `a` and
 //! acknowledged at or before `b` was granted at a log time inside a log window no longer than
-//! `b − a` (the log clock never outruns real time), so the takes wholly inside `[a, b]` must
-//! fit the bucket's bound for `b − a`.
+//! `(b − a) × r`, where `r` is the fastest leader clock rate in the run (1 without clock
+//! faults: the log clock never outruns its leaders' clocks), so the takes wholly inside
+//! `[a, b]` must fit the bucket's bound for that window.
 
 use std::collections::BTreeMap;
 
@@ -14,7 +15,18 @@ use crate::history::Op;
 /// Per limit: rate, burst, and (invoked, acknowledged, units) of each take.
 type Takes<'a> = BTreeMap<&'a str, (f64, u64, Vec<(u64, u64, u64)>)>;
 
+/// The fastest proposer clock rate the clock nemesis gave any node (1 when none).
+fn fastest_clock(ops: &[Op]) -> f64 {
+    ops.iter()
+        .filter(|o| o.process == crate::history::NEMESIS && o.f == "clock")
+        .filter_map(|o| o.value.get("nodes")?.as_array().cloned())
+        .flatten()
+        .filter_map(|n| n.get("rate")?.as_f64())
+        .fold(1.0, f64::max)
+}
+
 pub fn check(ops: &[Op]) -> Verdict {
+    let clock = fastest_clock(ops);
     let mut by_limit: Takes = BTreeMap::new();
     for op in oks(ops, "take") {
         let (Some(limit), Some(invoke), Some(units), Some(rate), Some(burst)) = (
@@ -46,7 +58,7 @@ pub fn check(ops: &[Op]) -> Verdict {
                     .filter(|t| t.0 >= a && t.1 <= b)
                     .map(|t| t.2)
                     .sum();
-                let bound = burst as f64 + rate * (b - a) as f64 / 1e9;
+                let bound = burst as f64 + rate * clock * (b - a) as f64 / 1e9;
                 if inside as f64 > bound + 1e-9 {
                     return Verdict::Invalid(format!(
                         "{inside} tokens of {limit} granted within {:.3} s; the bound is {bound:.2}",
@@ -82,6 +94,17 @@ mod tests {
             check(&[take(0, 1), take(0, 2), take(100, 101), take(200, 201)]),
             Verdict::Valid
         );
+    }
+
+    #[test]
+    fn a_fast_leader_clock_refills_faster_in_real_time() {
+        // Two at once, then one every 96 ms: 12 tokens in 961 ms is more than 2 + 10/s
+        // allows (11.6), and within what a leader clock 5% fast refills (12.09).
+        let mut h = vec![take(0, 1), take(0, 1)];
+        h.extend((1..=10).map(|i| take(i * 96, i * 96 + 1)));
+        assert!(matches!(check(&h), Verdict::Invalid(_)));
+        h.push(op(crate::history::NEMESIS, Kind::Info, "clock", json!({"nodes": [{"rate": 1.05}]}), 0));
+        assert_eq!(check(&h), Verdict::Valid);
     }
 
     #[test]
