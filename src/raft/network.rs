@@ -252,34 +252,11 @@ impl RaftNetwork<TypeConfig> for PeerClient {
 }
 
 /// Serves Raft RPCs from peers on `listener` until `shutdown` turns true.
-pub async fn serve_peers(listener: TcpListener, raft: Raft, mut shutdown: watch::Receiver<bool>) {
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            _ = shutdown.changed() => return,
-        };
-        let (stream, from) = match accepted {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::warn!("peer port: accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        let raft = raft.clone();
-        let mut shutdown = shutdown.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                r = peer_connection(stream, raft) => {
-                    if let Err(e) = r {
-                        tracing::warn!(%from, "peer connection closed: {e}");
-                    }
-                }
-                _ = shutdown.changed() => {}
-            }
-        });
-    }
+pub async fn serve_peers(listener: TcpListener, raft: Raft, shutdown: watch::Receiver<bool>) {
+    wire::accept_loop("peer", listener, shutdown, move |stream| {
+        peer_connection(stream, raft.clone())
+    })
+    .await
 }
 
 async fn peer_connection(stream: TcpStream, raft: Raft) -> Result<(), WireError> {

@@ -49,38 +49,11 @@ pub struct Ctx {
 }
 
 /// Serves client connections on `listener` until `shutdown` turns true.
-pub async fn serve_clients(
-    listener: TcpListener,
-    ctx: Arc<Ctx>,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            _ = shutdown.changed() => return,
-        };
-        let (stream, from) = match accepted {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::warn!("client port: accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        let ctx = ctx.clone();
-        let mut shutdown = shutdown.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                r = connection(stream, ctx) => {
-                    if let Err(reason) = r {
-                        tracing::info!(%from, "client connection closed: {reason}");
-                    }
-                }
-                _ = shutdown.changed() => {}
-            }
-        });
-    }
+pub async fn serve_clients(listener: TcpListener, ctx: Arc<Ctx>, shutdown: watch::Receiver<bool>) {
+    wire::accept_loop("client", listener, shutdown, move |stream| {
+        connection(stream, ctx.clone())
+    })
+    .await
 }
 
 async fn connection(stream: TcpStream, ctx: Arc<Ctx>) -> Result<(), String> {

@@ -103,7 +103,13 @@ mod tests {
         let mut h = vec![take(0, 1), take(0, 1)];
         h.extend((1..=10).map(|i| take(i * 96, i * 96 + 1)));
         assert!(matches!(check(&h), Verdict::Invalid(_)));
-        h.push(op(crate::history::NEMESIS, Kind::Info, "clock", json!({"nodes": [{"rate": 1.05}]}), 0));
+        h.push(op(
+            crate::history::NEMESIS,
+            Kind::Info,
+            "clock",
+            json!({"nodes": [{"rate": 1.05}]}),
+            0,
+        ));
         assert_eq!(check(&h), Verdict::Valid);
     }
 
