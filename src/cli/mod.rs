@@ -44,6 +44,9 @@ pub struct Cli {
     /// Machine-readable output.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Answer reads from the node reached, without a quorum round (possibly stale).
+    #[arg(long, global = true)]
+    pub stale: bool,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -106,7 +109,7 @@ pub fn run(cli: Cli) -> Exit {
         }
     };
     runtime.block_on(async {
-        let client = Client::new(cli.servers.clone());
+        let client = Client::new(cli.servers.clone()).stale_reads(cli.stale);
         let out = Output { json: cli.json };
         match &cli.command {
             Command::Serve { .. } | Command::Bench(_) => unreachable!("handled above"),
@@ -205,19 +208,13 @@ pub async fn write(client: &Client, command: crate::machine::Command) -> Result<
     }
 }
 
-/// Sends a linearizable read and returns its answer, or the exit status of its failure.
+/// Sends a read (linearizable unless `--stale`) and returns its answer, or the exit status
+/// of its failure.
 pub async fn read(
     client: &Client,
     query: crate::protocol::Query,
 ) -> Result<crate::protocol::Answer, Exit> {
-    match client.request(Request::Read(query)).await {
-        Ok(Response::Read(a)) => Ok(a),
-        Ok(Response::Failed(f)) => Err(client_error(&ClientError::Failed(f))),
-        Ok(other) => Err(client_error(&ClientError::Protocol(format!(
-            "unexpected answer {other:?}"
-        )))),
-        Err(e) => Err(client_error(&e)),
-    }
+    client.read(query).await.map_err(|e| client_error(&e))
 }
 
 /// One row of `status`.

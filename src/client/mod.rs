@@ -268,6 +268,8 @@ struct Inner {
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
+    /// Reads answered from whichever node answers, possibly stale ([`Client::stale_reads`]).
+    stale: bool,
 }
 
 impl Client {
@@ -284,7 +286,16 @@ impl Client {
                 events,
                 generation,
             }),
+            stale: false,
         }
+    }
+
+    /// This client with reads answered by the node it is connected to from its applied state,
+    /// without a quorum round: cheaper, and possibly stale (they may miss the latest writes).
+    /// Reads are linearizable unless this is set.
+    pub fn stale_reads(mut self, stale: bool) -> Client {
+        self.stale = stale;
+        self
     }
 
     /// Events pushed by the nodes this client is connected to.
@@ -403,9 +414,15 @@ impl Client {
         }
     }
 
-    /// A linearizable read.
+    /// A read: linearizable, or from the connected node's applied state when
+    /// [`Client::stale_reads`] is set.
     pub async fn read(&self, query: Query) -> Result<Answer, ClientError> {
-        match self.request(Request::Read(query)).await? {
+        let request = if self.stale {
+            Request::ReadLocal(query)
+        } else {
+            Request::Read(query)
+        };
+        match self.request(request).await? {
             Response::Read(answer) => Ok(answer),
             Response::Failed(f) => Err(ClientError::Failed(f)),
             other => Err(ClientError::Protocol(format!(
