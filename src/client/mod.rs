@@ -38,7 +38,7 @@ use crate::protocol::{
 use crate::wire;
 
 /// Most tries of one request (connects and redirects included). Failed tries pause
-/// [`RETRY_PAUSE`], so [`REQUEST_DEADLINE`] is what usually ends the retries.
+/// `RETRY_PAUSE`, so [`REQUEST_DEADLINE`] is what usually ends the retries.
 pub const ATTEMPTS_MAX: u32 = 200;
 /// Longest a request is retried for. Covers a leader election (about 1 s) several times.
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(10);

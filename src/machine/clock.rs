@@ -1,7 +1,7 @@
 //! The log clock: the only time the state machine knows.
 //!
-//! Each [`Batch`](super::Batch) carries the proposer's `clock_ms` and the
-//! [`Leadership`](super::Leadership) that stamped it. The log clock (`now_ms`) advances by
+//! Each [`Batch`] carries the proposer's `clock_ms` and the
+//! [`Leadership`] that stamped it. The log clock (`now_ms`) advances by
 //! the difference between consecutive stamps of the *same* leadership, and by nothing at the
 //! first batch of a new leadership (a new term, node, or proposer incarnation): the clock
 //! freezes across a change of leader. Every

@@ -1,4 +1,4 @@
-//! What the log carries: an [`Entry`] is one leader-stamped batch of [`Command`]s, and the
+//! What the log carries: an entry is one leader-stamped [`Batch`] of [`Command`]s, and the
 //! identifiers the commands use.
 //!
 //! Everything here is plain data, serialized with the pinned codec into log entries and

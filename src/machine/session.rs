@@ -7,7 +7,7 @@
 //! Each ticket is in exactly one of three places: live (queued on one limit, or holding a
 //! permit of one limit), finished (remembered so that a late duplicate of its acquire gets
 //! the same answer), or unknown. Finished tickets are kept newest-first up to
-//! [`SESSION_FINISHED_TICKETS_MAX`](crate::bounds::SESSION_FINISHED_TICKETS_MAX).
+//! [`SESSION_FINISHED_TICKETS_MAX`].
 //!
 //! Invariants:
 //! - A ticket id is never both live and finished.
