@@ -120,7 +120,8 @@ async fn acquire_runs_a_command_under_a_permit_and_every_other_subcommand_works(
     let runs = json(&ok(&["run", "list", "acme", "--json"]));
     assert_eq!(runs.as_array().unwrap().len(), 1);
     keys(&runs[0], &["run", "admitted_at_ms", "agent"]);
-    let v = json(&ok(&[
+    // The same settlement twice: charged once, the second answered as a duplicate.
+    let settle = [
         "run",
         "settle",
         "acme",
@@ -135,24 +136,10 @@ async fn acquire_runs_a_command_under_a_permit_and_every_other_subcommand_works(
         "250",
         "--release-slot",
         "--json",
-    ]));
+    ];
+    let v = json(&ok(&settle));
     assert_eq!(v["duplicate"], false);
-    let v = json(&ok(&[
-        "run",
-        "settle",
-        "acme",
-        "r1",
-        "--epoch",
-        "1",
-        "--period",
-        "2026-12",
-        "--tokens",
-        "100",
-        "--minor",
-        "250",
-        "--release-slot",
-        "--json",
-    ]));
+    let v = json(&ok(&settle));
     assert_eq!(v["duplicate"], true);
     let (code, _, err) = cluster.cli(&[
         "run", "settle", "acme", "r1", "--epoch", "1", "--period", "2026-12", "--tokens", "1",
