@@ -1,5 +1,8 @@
-//! Three `weir` processes in loopback mode: each with its own data directory, its client port
-//! open to the harness, its peer port behind a [`crate::proxy`].
+//! Three `weir` processes, each with its own data directory, its client port open to the
+//! harness and its peer port behind a [`crate::proxy`] — on loopback, or each in a network
+//! namespace of its own ([`crate::netns`]). The fault primitives the nemesis uses (cut,
+//! one-way, delay, loss, bandwidth, kill, pause, clocks, membership) are methods here, so
+//! the nemesis does not care which network mode it runs in.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -10,7 +13,27 @@ use std::time::{Duration, Instant};
 use weir::client::Client;
 use weir::protocol::{Request, Response};
 
-use crate::proxy::{self, Links};
+use crate::netns::{self, Netns};
+use crate::proxy::{self, Addressing, Link, Links};
+
+/// Where the nodes' network lives.
+#[derive(Clone, Debug)]
+pub enum Net {
+    /// Loopback addresses; every fault through the proxy. No root needed.
+    Loopback,
+    /// A namespace per node (this process runs in the clients' one); partitions, loss and
+    /// bandwidth by the kernel.
+    Netns(Netns),
+}
+
+impl Net {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Net::Loopback => "loopback",
+            Net::Netns(_) => "netns",
+        }
+    }
+}
 
 /// A node's clock as the clock nemesis set it.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -40,6 +63,7 @@ pub struct Cluster {
     pub weir: PathBuf,
     pub nodes: Vec<Node>,
     pub links: Arc<Links>,
+    pub net: Net,
 }
 
 fn free_port() -> Result<u16, String> {
@@ -52,39 +76,59 @@ fn free_port() -> Result<u16, String> {
 
 impl Cluster {
     /// Writes configs in `dir`, starts the proxies and the three nodes.
-    pub async fn start(weir: &Path, dir: &Path, seed: u64) -> Result<Cluster, String> {
+    pub async fn start(weir: &Path, dir: &Path, seed: u64, net: Net) -> Result<Cluster, String> {
         let links = Links::new(seed);
+        // Per node: (client, peer as the cluster knows it = the proxy front, peer listen,
+        // the source address it dials from, if one must be set).
         let mut addrs = vec![];
         for id in 1..=3u64 {
-            addrs.push((id, free_port()?, free_port()?, free_port()?));
+            addrs.push(match &net {
+                Net::Loopback => (
+                    format!("127.0.0.1:{}", free_port()?),
+                    format!("127.0.0.1:{}", free_port()?),
+                    format!("127.0.0.1:{}", free_port()?),
+                    Some(proxy::source_ip(id)),
+                ),
+                Net::Netns(_) => (
+                    format!("{}:{}", netns::node_ip(id), netns::CLIENT_PORT),
+                    format!("{}:{}", netns::front_ip(id), netns::PEER_PORT),
+                    format!("{}:{}", netns::node_ip(id), netns::PEER_PORT),
+                    None,
+                ),
+            });
         }
+        let addressing = match net {
+            Net::Loopback => Addressing::Loopback,
+            Net::Netns(_) => Addressing::Netns,
+        };
         let peers: String = addrs
             .iter()
-            .map(|(id, c, p, _)| {
-                format!(
-                    "[[peers]]\nid = {id}\npeer = \"127.0.0.1:{p}\"\nclient = \"127.0.0.1:{c}\"\n\n"
-                )
+            .zip(1..)
+            .map(|((c, p, _, _), id)| {
+                format!("[[peers]]\nid = {id}\npeer = \"{p}\"\nclient = \"{c}\"\n\n")
             })
             .collect();
         let mut nodes = vec![];
-        for (id, c, p, listen) in &addrs {
-            let listener = tokio::net::TcpListener::bind(("127.0.0.1", *p))
+        for ((c, p, listen, source), id) in addrs.iter().zip(1u64..) {
+            let listener = tokio::net::TcpListener::bind(p)
                 .await
-                .map_err(|e| e.to_string())?;
-            let target: SocketAddr = format!("127.0.0.1:{listen}").parse().expect("an address");
-            tokio::spawn(proxy::run(*id, listener, target, links.clone()));
+                .map_err(|e| format!("proxy front {p}: {e}"))?;
+            let target: SocketAddr = listen.parse().expect("an address");
+            tokio::spawn(proxy::run(id, listener, target, links.clone(), addressing));
             let config = dir.join(format!("node{id}.toml"));
+            let source = source
+                .map(|ip| format!("peer_source_ip = \"{ip}\"\n"))
+                .unwrap_or_default();
             let text = format!(
-                "id = {id}\ndata_dir = \"{}\"\nclient_addr = \"127.0.0.1:{c}\"\npeer_addr = \"127.0.0.1:{p}\"\n\
-                 peer_listen = \"127.0.0.1:{listen}\"\npeer_source_ip = \"{}\"\n\n{peers}",
+                "id = {id}\ndata_dir = \"{}\"\nclient_addr = \"{c}\"\npeer_addr = \"{p}\"\n\
+                 peer_listen = \"{listen}\"\n{source}\n{peers}",
                 dir.join(format!("data{id}")).display(),
-                proxy::source_ip(*id)
             );
             std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;
             nodes.push(Node {
-                id: *id,
-                client: format!("127.0.0.1:{c}"),
-                peer: format!("127.0.0.1:{p}"),
+                id,
+                client: c.clone(),
+                peer: p.clone(),
                 clock: None,
                 removed: false,
                 config,
@@ -97,6 +141,7 @@ impl Cluster {
             weir: weir.to_owned(),
             nodes,
             links,
+            net,
         };
         for id in 1..=3 {
             cluster.start_node(id)?;
@@ -122,15 +167,19 @@ impl Cluster {
             .append(true)
             .open(&node.log)
             .map_err(|e| e.to_string())?;
-        let mut command = match node.clock {
-            Some(clock) if clock.offset_s > 0 => {
-                let mut c = Command::new("unshare");
-                c.args(["--time", "--monotonic", &clock.offset_s.to_string()])
-                    .arg(&self.weir);
-                c
-            }
-            _ => Command::new(&self.weir),
+        // `ip netns exec` and `unshare` both execute in place: the child's pid is the node's.
+        let offset = node.clock.map_or(0, |c| c.offset_s);
+        let mut command = match (&self.net, offset) {
+            (Net::Loopback, 0) => Command::new(&self.weir),
+            (Net::Loopback, _) => Command::new("unshare"),
+            (Net::Netns(ns), 0) => ns.command_in_node(id, &self.weir.display().to_string()),
+            (Net::Netns(ns), _) => ns.command_in_node(id, "unshare"),
         };
+        if offset > 0 {
+            command
+                .args(["--time", "--monotonic", &offset.to_string()])
+                .arg(&self.weir);
+        }
         if let Some(clock) = node.clock {
             command.env("WEIR_TEST_CLOCK_RATE", clock.rate.to_string());
         }
@@ -217,7 +266,7 @@ impl Cluster {
     /// Everything back: links pass, paused nodes resume, killed nodes restart, skewed clocks
     /// are restarted true (one node at a time), removed nodes are added back.
     pub async fn heal(&mut self) -> Result<(), String> {
-        self.links.heal();
+        self.heal_network()?;
         for id in 1..=3 {
             if self.nodes[(id - 1) as usize].paused {
                 self.resume(id);
@@ -247,6 +296,72 @@ impl Cluster {
             }
         }
         Ok(())
+    }
+
+    /// Node `to` stops hearing from node `from`: on loopback the proxy cuts (`reset`) or
+    /// black-holes their connections; in namespaces `to`'s firewall drops (or resets) the
+    /// packets. Either way it stops TCP in both directions between them.
+    pub fn cut(&self, from: u64, to: u64, reset: bool) -> Result<(), String> {
+        match &self.net {
+            Net::Loopback => {
+                let link = if reset { Link::Drop } else { Link::BlackHole };
+                self.links.set(from, to, link);
+                Ok(())
+            }
+            Net::Netns(ns) => ns.cut(from, to, reset),
+        }
+    }
+
+    /// The connections node `from` opens to node `to` are cut; those `to` opens to `from`
+    /// work. Connection-level asymmetry: the proxy's in both modes.
+    pub fn one_way(&self, from: u64, to: u64) {
+        self.links.set(from, to, Link::Drop);
+    }
+
+    /// Every peer link delayed (the proxy's in both modes: no netem here).
+    pub fn delay(&self, ms: u64, jitter_ms: u64) {
+        self.each_link(Link::Delay { ms, jitter_ms });
+    }
+
+    /// Peer packets lost at `percent`%: in namespaces by the kernel; on loopback the proxy
+    /// imitates what loss does to a TCP stream (a chunk now and then waits out an RTO).
+    pub fn loss(&self, percent: u64) -> Result<(), String> {
+        match &self.net {
+            Net::Loopback => {
+                self.each_link(Link::Loss { percent });
+                Ok(())
+            }
+            Net::Netns(ns) => ns.loss(percent),
+        }
+    }
+
+    /// Peer traffic limited to `bytes_per_s`: each node's interface in namespaces (client
+    /// answers share it); each direction of each peer connection on loopback.
+    pub fn bandwidth(&self, bytes_per_s: u64) -> Result<(), String> {
+        match &self.net {
+            Net::Loopback => {
+                self.each_link(Link::Bandwidth { bytes_per_s });
+                Ok(())
+            }
+            Net::Netns(ns) => ns.bandwidth(bytes_per_s),
+        }
+    }
+
+    fn each_link(&self, link: Link) {
+        for a in 1..=3 {
+            for b in (1..=3).filter(|b| *b != a) {
+                self.links.set(a, b, link);
+            }
+        }
+    }
+
+    /// Every link passes again.
+    pub fn heal_network(&self) -> Result<(), String> {
+        self.links.heal();
+        match &self.net {
+            Net::Loopback => Ok(()),
+            Net::Netns(ns) => ns.heal(),
+        }
     }
 
     /// Removes node `id` from the membership (it keeps running).

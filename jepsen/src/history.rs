@@ -58,6 +58,11 @@ impl Recorder {
         self.started.elapsed().as_nanos() as u64
     }
 
+    /// The harness time of `at` (0 if it was before the run began).
+    pub fn ns_of(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.started).as_nanos() as u64
+    }
+
     /// Records an op now; returns its time.
     pub fn record(&self, process: u64, kind: Kind, f: &str, value: serde_json::Value) -> u64 {
         let time_ns = self.now_ns();

@@ -6,6 +6,7 @@ pub mod checker;
 pub mod cluster;
 pub mod history;
 pub mod nemesis;
+pub mod netns;
 pub mod proxy;
 pub mod run;
 pub mod workload;

@@ -5,13 +5,15 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
+use weir_jepsen::cluster::Net;
 use weir_jepsen::nemesis;
+use weir_jepsen::netns::{self, Netns};
 use weir_jepsen::run::{Plan, run, table};
 
 #[derive(Parser, Debug)]
 #[command(name = "weir-jepsen", about = "Partition tests for Weir")]
 struct Args {
-    /// Comma list of partition,kill,pause,clock,membership,delay, or `all`.
+    /// Comma list of partition,kill,pause,client-pause,clock,membership,delay, or `all`.
     #[arg(long, default_value = "partition,kill,pause")]
     nemesis: String,
     /// Seconds of load and faults.
@@ -26,6 +28,10 @@ struct Args {
     /// Artifacts folder (history, node logs, verdict); default jepsen/runs/seed-N-<time>.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Network mode: `loopback` (a fault proxy on every link, no root) or `netns` (a network
+    /// namespace per node, faults by nftables and tc; root).
+    #[arg(long, default_value = "loopback", value_parser = ["loopback", "netns"])]
+    net: String,
     /// Judge the history in this artifacts folder again instead of running.
     #[arg(long)]
     check: Option<PathBuf>,
@@ -80,6 +86,15 @@ fn main() {
         print!("{}", table(&outcome));
         std::process::exit(if outcome.all_valid() { 0 } else { 1 });
     }
+    let net = if args.net == "netns" {
+        match std::env::var(netns::PREFIX_ENV) {
+            // Re-executed inside the clients' namespace by the process that made them.
+            Ok(prefix) => Net::Netns(Netns { prefix }),
+            Err(_) => std::process::exit(run_in_namespaces()),
+        }
+    } else {
+        Net::Loopback
+    };
     let weir = args.weir.unwrap_or_else(|| {
         std::env::current_exe()
             .ok()
@@ -98,6 +113,7 @@ fn main() {
         seed: args.seed,
         duration: Duration::from_secs(args.duration),
         nemeses,
+        net,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -130,4 +146,65 @@ fn main() {
             std::process::exit(2);
         }
     }
+}
+
+/// Namespace mode's outer process: makes the namespaces, runs this same command again inside
+/// the clients' one, and deletes them when it ends (ctrl-c included). Returns the exit code.
+fn run_in_namespaces() -> i32 {
+    if let Err(e) = netns::available() {
+        eprintln!("weir-jepsen: {e}");
+        return 2;
+    }
+    netns::reap_stale();
+    let netns = match Netns::create(&format!("wj{}", std::process::id())) {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("weir-jepsen: cannot build the namespaces: {e}");
+            return 2;
+        }
+    };
+    let code = match std::env::current_exe() {
+        Ok(exe) => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            runtime.block_on(async {
+                let child = tokio::process::Command::new("ip")
+                    .args(["netns", "exec", &netns.ns("c")])
+                    .arg(exe)
+                    .args(std::env::args_os().skip(1))
+                    .env(netns::PREFIX_ENV, &netns.prefix)
+                    .kill_on_drop(true)
+                    .spawn();
+                let mut child = match child {
+                    Ok(c) => c,
+                    Err(e) => {
+                        eprintln!("weir-jepsen: cannot enter the namespaces: {e}");
+                        return 2;
+                    }
+                };
+                let status = tokio::select! {
+                    s = child.wait() => s,
+                    _ = tokio::signal::ctrl_c() => {
+                        // The run got the ctrl-c too: give it time to stop its nodes.
+                        match tokio::time::timeout(Duration::from_secs(20), child.wait()).await {
+                            Ok(s) => s,
+                            Err(_) => {
+                                let _ = child.kill().await;
+                                child.wait().await
+                            }
+                        }
+                    }
+                };
+                status.ok().and_then(|s| s.code()).unwrap_or(2)
+            })
+        }
+        Err(e) => {
+            eprintln!("weir-jepsen: cannot find this program: {e}");
+            2
+        }
+    };
+    netns.destroy();
+    code
 }

@@ -3,37 +3,64 @@
 //! The schedule is a pure function of the seed, the requested kinds and the duration: the
 //! same seed replays the same schedule. Each step waits a quiet gap, injects one fault,
 //! holds it, and heals everything. Targets named at run time (the leader) are resolved when
-//! the fault fires, and the history records which node that was.
+//! the fault fires, and the history records which node that was. Faults go through the
+//! [`Cluster`]'s primitives, so each kind works in both network modes.
 //!
-//! Kinds: `partition` (isolate a node, isolate the leader, a bridge, a one-way cut), `kill`
-//! (kill -9 one node, the leader, or all three, then restart), `pause` (SIGSTOP the leader
-//! past the election timeout and the session TTL, then SIGCONT), `delay` (every link delayed
-//! with jitter, through the proxy), `clock` (a rolling restart giving each node a monotonic
-//! offset in a time namespace of its own and a proposer clock rate skewed within the
-//! documented drift bound, ±5%; healed by a rolling restart on true clocks), `membership`
-//! (remove a node from the cluster, add it back at the heal).
+//! Kinds:
+//! - `partition`: isolate a node, isolate the leader (with three nodes, the majority /
+//!   minority halves are these), a bridge, the majorities ring (each node cut from one
+//!   neighbour, `1 ↛ 2 ↛ 3 ↛ 1`), silent (black hole) or answered by resets; and a one-way
+//!   cut of the connections one node opens to another;
+//! - `kill`: kill -9 one node, the leader, or all three, then restart;
+//! - `pause`: SIGSTOP the leader past the election timeout and the session TTL, then SIGCONT;
+//! - `client-pause`: stop a holder of the `fenced` limit between checking its permit and
+//!   acting on it, past its lease deadline, then let it act with its fence;
+//! - `delay`: every peer link delayed with jitter (the proxy), or packets lost, or bandwidth
+//!   limited;
+//! - `clock`: a rolling restart giving each node a monotonic offset in a time namespace of
+//!   its own and a proposer clock rate skewed within the documented drift bound, ±5%;
+//!   healed by a rolling restart on true clocks;
+//! - `membership`: remove a node from the cluster, add it back at the heal.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 
 use crate::cluster::Cluster;
 use crate::history::{Kind, NEMESIS, Recorder};
-use crate::proxy::Link;
+use crate::workload::ClientPause;
 
-/// The kinds this harness can inject.
-pub const IMPLEMENTED: [&str; 6] = ["partition", "kill", "pause", "clock", "membership", "delay"];
-/// Every kind the issue names.
-pub const ALL: [&str; 6] = ["partition", "kill", "pause", "clock", "membership", "delay"];
+/// Every kind the harness can inject, in `--nemesis all` order.
+pub const ALL: [&str; 7] = [
+    "partition",
+    "kill",
+    "pause",
+    "client-pause",
+    "clock",
+    "membership",
+    "delay",
+];
 
 /// One fault.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Fault {
-    IsolateNode(u64),
-    IsolateLeader,
+    /// `reset`: the cut answers with resets; otherwise it is a silent black hole.
+    IsolateNode {
+        node: u64,
+        reset: bool,
+    },
+    IsolateLeader {
+        reset: bool,
+    },
     /// `middle` keeps both links; the other two cannot reach each other.
     Bridge {
         middle: u64,
+        reset: bool,
+    },
+    /// Node 2 stops hearing 1, 3 stops hearing 2, 1 stops hearing 3.
+    Ring {
+        reset: bool,
     },
     /// Connections from `from` to `to` are cut; the reverse direction works.
     OneWay {
@@ -46,9 +73,18 @@ pub enum Fault {
     PauseLeader {
         ms: u64,
     },
+    PauseClient {
+        ms: u64,
+    },
     Delay {
         ms: u64,
         jitter_ms: u64,
+    },
+    Loss {
+        percent: u64,
+    },
+    Bandwidth {
+        bytes_per_s: u64,
     },
     /// Per node (1, 2, 3): monotonic offset (s) and clock rate in thousandths (1000: true).
     Clocks([(u64, u64); 3]),
@@ -58,13 +94,15 @@ pub enum Fault {
 impl Fault {
     pub fn kind(&self) -> &'static str {
         match self {
-            Fault::IsolateNode(_)
-            | Fault::IsolateLeader
+            Fault::IsolateNode { .. }
+            | Fault::IsolateLeader { .. }
             | Fault::Bridge { .. }
+            | Fault::Ring { .. }
             | Fault::OneWay { .. } => "partition",
             Fault::Kill(_) | Fault::KillLeader | Fault::KillAll => "kill",
             Fault::PauseLeader { .. } => "pause",
-            Fault::Delay { .. } => "delay",
+            Fault::PauseClient { .. } => "client-pause",
+            Fault::Delay { .. } | Fault::Loss { .. } | Fault::Bandwidth { .. } => "delay",
             Fault::Clocks(_) => "clock",
             Fault::RemoveNode(_) => "membership",
         }
@@ -103,11 +141,16 @@ impl Rng {
 fn fault_of(kind: &str, rng: &mut Rng) -> Option<Fault> {
     let node = rng.range(1, 3);
     let other = (node % 3) + 1;
+    let reset = rng.range(0, 1) == 1;
     Some(match kind {
-        "partition" => match rng.range(0, 3) {
-            0 => Fault::IsolateNode(node),
-            1 => Fault::IsolateLeader,
-            2 => Fault::Bridge { middle: node },
+        "partition" => match rng.range(0, 4) {
+            0 => Fault::IsolateNode { node, reset },
+            1 => Fault::IsolateLeader { reset },
+            2 => Fault::Bridge {
+                middle: node,
+                reset,
+            },
+            3 => Fault::Ring { reset },
             _ => Fault::OneWay {
                 from: node,
                 to: other,
@@ -122,9 +165,21 @@ fn fault_of(kind: &str, rng: &mut Rng) -> Option<Fault> {
         "pause" => Fault::PauseLeader {
             ms: rng.range(2_500, 4_000),
         },
-        "delay" => Fault::Delay {
-            ms: rng.range(5, 40),
-            jitter_ms: rng.range(0, 30),
+        // Past the client's deadline (TTL 2 s less its margin) and the cluster's expiry.
+        "client-pause" => Fault::PauseClient {
+            ms: rng.range(3_000, 4_500),
+        },
+        "delay" => match rng.range(0, 2) {
+            0 => Fault::Delay {
+                ms: rng.range(5, 40),
+                jitter_ms: rng.range(0, 30),
+            },
+            1 => Fault::Loss {
+                percent: rng.range(5, 30),
+            },
+            _ => Fault::Bandwidth {
+                bytes_per_s: rng.range(32, 256) * 1_024,
+            },
         },
         // Rates within ±5%: the client's margin (a tenth of the TTL) covers drift to ~11%.
         "clock" => {
@@ -140,10 +195,7 @@ fn fault_of(kind: &str, rng: &mut Rng) -> Option<Fault> {
 /// requested kind fires when the run is long enough for one step each.
 pub fn schedule(seed: u64, kinds: &[String], duration_ms: u64) -> Vec<Step> {
     let mut rng = Rng::new(seed);
-    let implemented: Vec<&String> = kinds
-        .iter()
-        .filter(|k| IMPLEMENTED.contains(&k.as_str()))
-        .collect();
+    let implemented: Vec<&String> = kinds.iter().filter(|k| ALL.contains(&k.as_str())).collect();
     let mut steps = vec![];
     let mut at = 0;
     // Leave the last seconds for the heal and the liveness probes.
@@ -160,6 +212,8 @@ pub fn schedule(seed: u64, kinds: &[String], duration_ms: u64) -> Vec<Step> {
         let fault = fault_of(kind, &mut rng).expect("implemented kinds have faults");
         let hold_ms = match fault {
             Fault::PauseLeader { ms } => ms,
+            // The client acts when its pause ends; the heal waits for it.
+            Fault::PauseClient { ms } => ms + 500,
             _ => hold_ms,
         };
         steps.push(Step {
@@ -173,40 +227,57 @@ pub fn schedule(seed: u64, kinds: &[String], duration_ms: u64) -> Vec<Step> {
 }
 
 /// Cuts `node` off from the other two, both ways.
-fn isolate(cluster: &Cluster, node: u64) {
+fn isolate(cluster: &Cluster, node: u64, reset: bool) -> Result<(), String> {
     for other in (1..=3).filter(|o| *o != node) {
-        cluster.links.set(node, other, Link::Drop);
-        cluster.links.set(other, node, Link::Drop);
+        cluster.cut(node, other, reset)?;
+        cluster.cut(other, node, reset)?;
     }
+    Ok(())
+}
+
+/// What the nemesis acts on besides the cluster.
+pub struct Targets {
+    pub client_pause: Arc<ClientPause>,
 }
 
 /// Injects `fault`; returns what was done (recorded in the history).
-pub async fn inject(cluster: &mut Cluster, fault: &Fault) -> Result<serde_json::Value, String> {
+pub async fn inject(
+    cluster: &mut Cluster,
+    targets: &Targets,
+    fault: &Fault,
+) -> Result<serde_json::Value, String> {
     let leader = || async { cluster.leader(Duration::from_secs(5)).await };
+    let how = |reset: bool| if reset { "reset" } else { "silent" };
     Ok(match *fault {
-        Fault::IsolateNode(n) => {
-            isolate(cluster, n);
-            json!({"fault": "isolate", "node": n})
+        Fault::IsolateNode { node, reset } => {
+            isolate(cluster, node, reset)?;
+            json!({"fault": "isolate", "node": node, "cut": how(reset)})
         }
-        Fault::IsolateLeader => {
+        Fault::IsolateLeader { reset } => {
             let Some(l) = leader().await else {
                 return Err("no leader to isolate".into());
             };
-            isolate(cluster, l);
-            json!({"fault": "isolate-leader", "node": l})
+            isolate(cluster, l, reset)?;
+            json!({"fault": "isolate-leader", "node": l, "cut": how(reset)})
         }
-        Fault::Bridge { middle } => {
+        Fault::Bridge { middle, reset } => {
             let (a, b) = match middle {
                 1 => (2, 3),
                 2 => (1, 3),
                 _ => (1, 2),
             };
-            cluster.links.set(a, b, Link::Drop);
-            cluster.links.set(b, a, Link::Drop);
-            json!({"fault": "bridge", "middle": middle})
+            cluster.cut(a, b, reset)?;
+            cluster.cut(b, a, reset)?;
+            json!({"fault": "bridge", "middle": middle, "cut": how(reset)})
+        }
+        Fault::Ring { reset } => {
+            for (from, to) in [(1, 2), (2, 3), (3, 1)] {
+                cluster.cut(from, to, reset)?;
+            }
+            json!({"fault": "majorities-ring", "cut": how(reset)})
         }
         Fault::OneWay { from, to } => {
-            cluster.links.set(from, to, Link::Drop);
+            cluster.one_way(from, to);
             json!({"fault": "one-way", "from": from, "to": to})
         }
         Fault::Kill(n) => {
@@ -233,13 +304,32 @@ pub async fn inject(cluster: &mut Cluster, fault: &Fault) -> Result<serde_json::
             cluster.pause(l);
             json!({"fault": "pause-leader", "node": l, "ms": ms})
         }
-        Fault::Delay { ms, jitter_ms } => {
-            for a in 1..=3 {
-                for b in (1..=3).filter(|b| *b != a) {
-                    cluster.links.set(a, b, Link::Delay { ms, jitter_ms });
+        Fault::PauseClient { ms } => {
+            // The client pauses at its next fenced action: wait (bounded) until it has.
+            let pause = &targets.client_pause;
+            let before = pause.taken();
+            pause.request(ms);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while pause.taken() == before {
+                if Instant::now() > deadline {
+                    pause.withdraw();
+                    return Err("the pausable client reached no fenced action".into());
                 }
+                tokio::time::sleep(Duration::from_millis(10)).await;
             }
+            json!({"fault": "pause-client", "ms": ms})
+        }
+        Fault::Delay { ms, jitter_ms } => {
+            cluster.delay(ms, jitter_ms);
             json!({"fault": "delay", "ms": ms, "jitter_ms": jitter_ms})
+        }
+        Fault::Loss { percent } => {
+            cluster.loss(percent)?;
+            json!({"fault": "loss", "percent": percent})
+        }
+        Fault::Bandwidth { bytes_per_s } => {
+            cluster.bandwidth(bytes_per_s)?;
+            json!({"fault": "bandwidth", "bytes_per_s": bytes_per_s})
         }
         Fault::Clocks(clocks) => {
             for (i, (offset_s, rate)) in clocks.iter().enumerate() {
@@ -261,7 +351,12 @@ pub async fn inject(cluster: &mut Cluster, fault: &Fault) -> Result<serde_json::
 }
 
 /// Runs `steps`, recording each fault and heal. Returns the kinds that fired.
-pub async fn run(cluster: &mut Cluster, steps: &[Step], history: &Recorder) -> Vec<&'static str> {
+pub async fn run(
+    cluster: &mut Cluster,
+    targets: &Targets,
+    steps: &[Step],
+    history: &Recorder,
+) -> Vec<&'static str> {
     let mut fired = vec![];
     for step in steps {
         tokio::time::sleep(Duration::from_millis(step.quiet_ms)).await;
@@ -271,7 +366,7 @@ pub async fn run(cluster: &mut Cluster, steps: &[Step], history: &Recorder) -> V
             step.fault.kind(),
             json!({"fault": format!("{:?}", step.fault)}),
         );
-        match inject(cluster, &step.fault).await {
+        match inject(cluster, targets, &step.fault).await {
             Ok(done) => {
                 history.record(NEMESIS, Kind::Info, step.fault.kind(), done);
                 fired.push(step.fault.kind());
@@ -298,10 +393,7 @@ mod tests {
 
     #[test]
     fn the_same_seed_replays_the_same_schedule_and_every_kind_takes_a_turn() {
-        let kinds: Vec<String> = ["partition", "kill", "pause"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let kinds: Vec<String> = ALL.iter().map(|s| s.to_string()).collect();
         let a = schedule(7, &kinds, 120_000);
         assert_eq!(a, schedule(7, &kinds, 120_000));
         assert_ne!(a, schedule(8, &kinds, 120_000));

@@ -1,10 +1,27 @@
-//! The fault-injecting TCP proxy of loopback mode: every peer link passes through it.
+//! The fault-injecting TCP proxy every peer link passes through, in both network modes.
 //!
-//! Each node listens for peers behind a proxy of its own and dials out from an address of
-//! its own (`127.0.0.(10 + id)`, Weir's `peer_source_ip`), so the proxy in front of node `j`
-//! knows that a connection comes from node `i` and applies the rule of the directed link
-//! `i → j`: pass, drop (refuse new connections and cut open ones), or delay each chunk by a
-//! time with jitter. Delay and jitter always go through here: this kernel has no netem.
+//! Each node listens for peers behind a proxy front of its own, and the proxy knows which
+//! node a connection comes from by its source address (loopback mode: Weir's
+//! `peer_source_ip`, `127.0.0.(10 + id)`; namespace mode: the node's own address). So the
+//! proxy in front of node `j` applies the rule of the directed link `i → j` to every
+//! connection node `i` opens to node `j`, in both of its directions:
+//!
+//! - pass;
+//! - drop: new connections are accepted and closed at once, open ones are cut (what a reset
+//!   looks like);
+//! - black hole: connections stay open and nothing moves either way until the rule changes,
+//!   then everything held back is delivered (what silent packet loss and TCP retransmission
+//!   look like: late, never lost or reordered);
+//! - delay each chunk of requests by a time with jitter;
+//! - bandwidth: each direction of each connection paced to at most so many bytes a second;
+//! - loss: each chunk, with the given chance, waits out a retransmission timeout (200 ms,
+//!   Linux's minimum RTO, plus up to 100 ms of jitter) before it is forwarded — how packet
+//!   loss appears to a TCP application.
+//!
+//! Delay and jitter always go through here: this kernel has no netem. In namespace mode the
+//! kernel drops packets for partitions and loss (nftables) and shapes bandwidth (tbf); the
+//! proxy keeps delay and the one-way cut, which TCP cannot show at the packet level (an
+//! input drop kills a connection in both directions).
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -12,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::watch;
 
 /// What a directed link does.
@@ -20,14 +37,20 @@ use tokio::sync::watch;
 pub enum Link {
     Pass,
     Drop,
+    BlackHole,
     Delay { ms: u64, jitter_ms: u64 },
+    Bandwidth { bytes_per_s: u64 },
+    Loss { percent: u64 },
 }
+
+/// Linux's minimum retransmission timeout: what a lost segment costs a TCP stream.
+const RTO_MS: u64 = 200;
 
 /// The rules of every directed link, and a counter bumped on each change.
 pub struct Links {
     rules: Mutex<BTreeMap<(u64, u64), Link>>,
     changed: watch::Sender<u64>,
-    /// Deterministic jitter source.
+    /// Deterministic noise (jitter, loss).
     noise: Mutex<u64>,
 }
 
@@ -64,7 +87,8 @@ impl Links {
         self.changed.send_modify(|n| *n += 1);
     }
 
-    fn jitter(&self, max: u64) -> u64 {
+    /// A number in `0..=max`.
+    fn noise(&self, max: u64) -> u64 {
         if max == 0 {
             return 0;
         }
@@ -76,28 +100,61 @@ impl Links {
     }
 }
 
-/// The loopback address node `id` dials out from.
+/// The loopback address node `id` dials out from in loopback mode.
 pub fn source_ip(id: u64) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 0, 0, 10 + id as u8))
 }
 
-/// Which node a connection from `addr` comes from, if any.
-fn node_of(addr: SocketAddr) -> Option<u64> {
-    match addr.ip() {
-        IpAddr::V4(v4) if v4.octets()[0] == 127 && v4.octets()[3] > 10 => {
-            Some(v4.octets()[3] as u64 - 10)
+/// How a proxy tells which node a connection comes from, and where it connects from.
+#[derive(Clone, Copy, Debug)]
+pub enum Addressing {
+    /// Node `i` dials from `127.0.0.(10 + i)`; the proxy connects from anywhere.
+    Loopback,
+    /// Node `i` dials from its own namespace address `10.213.0.i`; the proxy connects to the
+    /// target from `10.213.0.(30 + i)`, so the target's firewall can tell whose connection
+    /// it carries.
+    Netns,
+}
+
+impl Addressing {
+    /// Which node a connection from `addr` comes from, if any.
+    fn node_of(self, addr: SocketAddr) -> Option<u64> {
+        let IpAddr::V4(v4) = addr.ip() else {
+            return None;
+        };
+        let [a, _, _, d] = v4.octets();
+        match self {
+            Addressing::Loopback if a == 127 && (11..=13).contains(&d) => Some(d as u64 - 10),
+            Addressing::Netns if a == 10 && (1..=3).contains(&d) => Some(d as u64),
+            _ => None,
         }
-        _ => None,
+    }
+
+    async fn connect(self, from: u64, target: SocketAddr) -> std::io::Result<TcpStream> {
+        match self {
+            Addressing::Loopback => TcpStream::connect(target).await,
+            Addressing::Netns => {
+                let socket = TcpSocket::new_v4()?;
+                socket.bind(SocketAddr::new(crate::netns::leg_ip(from), 0))?;
+                socket.connect(target).await
+            }
+        }
     }
 }
 
 /// Runs the proxy in front of node `to` until the listener fails.
-pub async fn run(to: u64, listener: TcpListener, target: SocketAddr, links: Arc<Links>) {
+pub async fn run(
+    to: u64,
+    listener: TcpListener,
+    target: SocketAddr,
+    links: Arc<Links>,
+    addressing: Addressing,
+) {
     loop {
         let Ok((inbound, from_addr)) = listener.accept().await else {
             return;
         };
-        let Some(from) = node_of(from_addr) else {
+        let Some(from) = addressing.node_of(from_addr) else {
             continue;
         };
         if links.get(from, to) == Link::Drop {
@@ -105,7 +162,11 @@ pub async fn run(to: u64, listener: TcpListener, target: SocketAddr, links: Arc<
         }
         let links = links.clone();
         tokio::spawn(async move {
-            let Ok(outbound) = TcpStream::connect(target).await else {
+            // A connection opened into a black hole waits for the rule to change first.
+            if !wait_while_black_hole(&links, from, to).await {
+                return;
+            }
+            let Ok(outbound) = addressing.connect(from, target).await else {
                 return;
             };
             let _ = inbound.set_nodelay(true);
@@ -122,18 +183,36 @@ pub async fn run(to: u64, listener: TcpListener, target: SocketAddr, links: Arc<
     }
 }
 
+/// Waits while the link is a black hole; false when it turned into a cut meanwhile.
+async fn wait_while_black_hole(links: &Links, from: u64, to: u64) -> bool {
+    let mut changed = links.changed.subscribe();
+    loop {
+        match links.get(from, to) {
+            Link::BlackHole => {
+                if changed.changed().await.is_err() {
+                    return false;
+                }
+            }
+            Link::Drop => return false,
+            _ => return true,
+        }
+    }
+}
+
 async fn pipe(
     mut rd: tokio::net::tcp::OwnedReadHalf,
     mut wr: tokio::net::tcp::OwnedWriteHalf,
     from: u64,
     to: u64,
     links: Arc<Links>,
-    delayed: bool,
+    requests: bool,
 ) {
     let mut changed = links.changed.subscribe();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
-        if links.get(from, to) == Link::Drop {
+        // Nothing is read while the link is a black hole: the bytes wait in the kernel's
+        // buffers, as they would in the sender's retransmission queue.
+        if !wait_while_black_hole(&links, from, to).await {
             return;
         }
         let n = tokio::select! {
@@ -143,15 +222,137 @@ async fn pipe(
             },
             _ = changed.changed() => continue,
         };
+        if !wait_while_black_hole(&links, from, to).await {
+            return;
+        }
         match links.get(from, to) {
-            Link::Drop => return,
-            Link::Delay { ms, jitter_ms } if delayed => {
-                tokio::time::sleep(Duration::from_millis(ms + links.jitter(jitter_ms))).await;
+            Link::Delay { ms, jitter_ms } if requests => {
+                tokio::time::sleep(Duration::from_millis(ms + links.noise(jitter_ms))).await;
+            }
+            Link::Bandwidth { bytes_per_s } => {
+                let ns = n as u64 * 1_000_000_000 / bytes_per_s.max(1);
+                tokio::time::sleep(Duration::from_nanos(ns)).await;
+            }
+            Link::Loss { percent } if links.noise(99) < percent => {
+                tokio::time::sleep(Duration::from_millis(RTO_MS + links.noise(100))).await;
             }
             _ => {}
         }
         if wr.write_all(&buf[..n]).await.is_err() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    /// A proxy in front of an echo server, entered from node 1's loopback source address.
+    async fn echo_behind_proxy(links: Arc<Links>) -> SocketAddr {
+        let echo = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let target = echo.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = echo.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    while let Ok(n) = s.read(&mut buf).await {
+                        if n == 0 || s.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        let front = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = front.local_addr().unwrap();
+        tokio::spawn(run(2, front, target, links, Addressing::Loopback));
+        addr
+    }
+
+    async fn dial_as_node_1(addr: SocketAddr) -> TcpStream {
+        let socket = TcpSocket::new_v4().unwrap();
+        socket.bind(SocketAddr::new(source_ip(1), 0)).unwrap();
+        socket.connect(addr).await.unwrap()
+    }
+
+    async fn round_trip(s: &mut TcpStream, bytes: &[u8]) -> Vec<u8> {
+        s.write_all(bytes).await.unwrap();
+        let mut got = vec![0u8; bytes.len()];
+        s.read_exact(&mut got).await.unwrap();
+        got
+    }
+
+    #[tokio::test]
+    async fn a_black_hole_holds_bytes_back_and_delivers_them_all_when_it_lifts() {
+        let links = Links::new(1);
+        let addr = echo_behind_proxy(links.clone()).await;
+        let mut s = dial_as_node_1(addr).await;
+        assert_eq!(round_trip(&mut s, b"before").await, b"before");
+        links.set(1, 2, Link::BlackHole);
+        s.write_all(b"during").await.unwrap();
+        let mut got = [0u8; 6];
+        let early = tokio::time::timeout(Duration::from_millis(300), s.read_exact(&mut got)).await;
+        assert!(early.is_err(), "nothing crosses a black hole");
+        links.heal();
+        tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut got))
+            .await
+            .expect("delivered after the heal")
+            .unwrap();
+        assert_eq!(&got, b"during");
+    }
+
+    #[tokio::test]
+    async fn a_drop_cuts_open_connections_and_other_links_are_untouched() {
+        let links = Links::new(1);
+        let addr = echo_behind_proxy(links.clone()).await;
+        let mut s = dial_as_node_1(addr).await;
+        assert_eq!(round_trip(&mut s, b"x").await, b"x");
+        links.set(2, 1, Link::Drop);
+        assert_eq!(
+            round_trip(&mut s, b"y").await,
+            b"y",
+            "the reverse link is not ours"
+        );
+        links.set(1, 2, Link::Drop);
+        let mut buf = [0u8; 1];
+        let r = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await;
+        assert!(matches!(r, Ok(Ok(0)) | Ok(Err(_))), "cut: {r:?}");
+    }
+
+    #[tokio::test]
+    async fn bandwidth_paces_a_transfer() {
+        let links = Links::new(1);
+        let addr = echo_behind_proxy(links.clone()).await;
+        let mut s = dial_as_node_1(addr).await;
+        links.set(
+            1,
+            2,
+            Link::Bandwidth {
+                bytes_per_s: 20_000,
+            },
+        );
+        let start = Instant::now();
+        let payload = vec![7u8; 4_000];
+        assert_eq!(round_trip(&mut s, &payload).await, payload);
+        // 4,000 bytes each way at 20,000 bytes/s: at least 0.2 s of pacing (a lower bound
+        // only: pacing can never make a transfer faster).
+        assert!(
+            start.elapsed() >= Duration::from_millis(200),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn connections_from_unknown_sources_are_refused() {
+        let links = Links::new(1);
+        let addr = echo_behind_proxy(links).await;
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let _ = s.write_all(b"hello").await;
+        let mut buf = [0u8; 1];
+        let r = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await;
+        assert!(matches!(r, Ok(Ok(0)) | Ok(Err(_))), "closed: {r:?}");
     }
 }

@@ -10,7 +10,7 @@ use serde_json::json;
 use weir::client::{AcquireOptions, Client, Session};
 
 use crate::checker::{self, Verdict};
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, Net};
 use crate::history::{self, Kind, Recorder};
 use crate::nemesis;
 use crate::workload::{self, LIMITS, TENANT};
@@ -22,6 +22,7 @@ pub struct Plan {
     pub seed: u64,
     pub duration: Duration,
     pub nemeses: Vec<String>,
+    pub net: Net,
 }
 
 /// The verdicts, in table order.
@@ -40,7 +41,7 @@ impl Outcome {
 pub async fn run(plan: &Plan) -> Result<Outcome, String> {
     std::fs::create_dir_all(&plan.out).map_err(|e| format!("{}: {e}", plan.out.display()))?;
     let history = Recorder::new();
-    let mut cluster = Cluster::start(&plan.weir, &plan.out, plan.seed).await?;
+    let mut cluster = Cluster::start(&plan.weir, &plan.out, plan.seed, plan.net.clone()).await?;
     if cluster.leader(Duration::from_secs(20)).await.is_none() {
         return Err("the cluster elected no leader".into());
     }
@@ -104,6 +105,31 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
             stop.clone(),
         )));
     }
+    // The fenced limit: two ordinary holders and one the nemesis can pause.
+    let resource = Arc::new(workload::Resource::default());
+    let client_pause = Arc::new(workload::ClientPause::default());
+    for i in 0..2 {
+        tasks.push(tokio::spawn(workload::fenced(
+            next(),
+            servers.clone(),
+            resource.clone(),
+            None,
+            history.clone(),
+            stop.clone(),
+            plan.seed ^ (200 + i),
+        )));
+    }
+    let pausable = workload::spawn_pausable(
+        next(),
+        servers.clone(),
+        resource.clone(),
+        client_pause.clone(),
+        history.clone(),
+        stop.clone(),
+        plan.seed ^ 300,
+    )
+    .map_err(|e| format!("cannot start the pausable client: {e}"))?;
+    let targets = nemesis::Targets { client_pause };
     let steps = nemesis::schedule(plan.seed, &plan.nemeses, plan.duration.as_millis() as u64);
     eprintln!(
         "[jepsen] seed {}: {} faults scheduled over {:?}",
@@ -112,7 +138,7 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
         plan.duration
     );
     let started = Instant::now();
-    let fired = nemesis::run(&mut cluster, &steps, &history).await;
+    let fired = nemesis::run(&mut cluster, &targets, &steps, &history).await;
     if let Some(rest) = plan.duration.checked_sub(started.elapsed()) {
         tokio::time::sleep(rest.saturating_sub(Duration::from_secs(2))).await;
     }
@@ -120,6 +146,11 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
     for t in tasks {
         let _ = tokio::time::timeout(Duration::from_secs(15), t).await;
     }
+    let _ = tokio::time::timeout(
+        Duration::from_secs(15),
+        tokio::task::spawn_blocking(move || pausable.join()),
+    )
+    .await;
     // Heal, then probe liveness: each capped limit, once it has room, grants a new waiter.
     cluster.heal().await?;
     let healed_ns = history.record(history::NEMESIS, Kind::Info, "heal", json!({"final": true}));
@@ -220,6 +251,11 @@ pub fn judge(
                 checker::rate::check(ops),
             ),
             (
+                "fenced",
+                "stale holders refused; validation linearizable",
+                checker::fenced::check(ops),
+            ),
+            (
                 "settlement",
                 "G3 G5: charged exactly once; conflicts refused",
                 checker::settlement::check(ops),
@@ -261,8 +297,9 @@ pub fn table(outcome: &Outcome) -> String {
 
 fn write_verdict(dir: &Path, plan: &Plan, outcome: &Outcome) -> Result<(), String> {
     let text = format!(
-        "seed {}  duration {:?}  nemeses {:?}  faults fired {:?}  ops {}\n\n{}",
+        "seed {}  net {}  duration {:?}  nemeses {:?}  faults fired {:?}  ops {}\n\n{}",
         plan.seed,
+        plan.net.name(),
         plan.duration,
         plan.nemeses,
         outcome.fired,

@@ -1,10 +1,11 @@
 //! The client workloads, each a set of processes recording into the history: permits on
 //! limits of concurrency 1 and 3 (belief intervals), rate takes, reserve/settle with retries
-//! and deliberate conflicts, and halts set and cleared while other processes try to be
-//! admitted in their scope.
+//! and deliberate conflicts, halts set and cleared while other processes try to be admitted
+//! in their scope, and fenced actions on a downstream [`Resource`] guarded by a limit of
+//! concurrency 1 — one of whose clients the nemesis can pause ([`ClientPause`]).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
@@ -18,11 +19,15 @@ use crate::nemesis::Rng;
 pub const TTL: Duration = Duration::from_secs(2);
 
 /// The limits: (name, concurrent, per_second, burst).
-pub const LIMITS: [(&str, u32, f64, Option<u64>); 3] = [
+pub const LIMITS: [(&str, u32, f64, Option<u64>); 4] = [
     ("mutex", 1, 0.0, None),
     ("three", 3, 0.0, None),
     ("rate", 0, 20.0, Some(5)),
+    ("fenced", 1, 0.0, None),
 ];
+
+/// The limit that guards the [`Resource`].
+pub const FENCED: &str = "fenced";
 
 pub const TENANT: &str = "jepsen";
 pub const HALT_TENANT: &str = "halty";
@@ -300,4 +305,248 @@ pub async fn admitter(
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// The downstream resource the `fenced` limit guards, owned by the harness: it accepts an
+/// action whose fence is at least the largest it has accepted and refuses an older one — the
+/// storage side of fencing, which is what makes a lease safe against a holder that pauses
+/// between checking its permit and acting on it.
+#[derive(Default)]
+pub struct Resource {
+    max: Mutex<u64>,
+}
+
+impl Resource {
+    /// Ok when accepted; otherwise the larger fence already accepted.
+    pub fn act(&self, fence: u64) -> Result<(), u64> {
+        let mut max = self.max.lock().unwrap_or_else(|p| p.into_inner());
+        if fence < *max {
+            return Err(*max);
+        }
+        *max = fence;
+        Ok(())
+    }
+}
+
+/// The nemesis's handle on the pausable client: it asks for a pause of so many
+/// milliseconds; the client takes it at its next fenced action, between checking that its
+/// permit is not lost and acting on it.
+#[derive(Default)]
+pub struct ClientPause {
+    requested_ms: AtomicU64,
+    taken: AtomicU64,
+}
+
+impl ClientPause {
+    pub fn request(&self, ms: u64) {
+        self.requested_ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// Withdraws a request not taken yet.
+    pub fn withdraw(&self) {
+        self.requested_ms.store(0, Ordering::SeqCst);
+    }
+
+    /// How many pauses the client has taken.
+    pub fn taken(&self) -> u64 {
+        self.taken.load(Ordering::SeqCst)
+    }
+
+    fn take(&self) -> Option<u64> {
+        match self.requested_ms.swap(0, Ordering::SeqCst) {
+            0 => None,
+            ms => Some(ms),
+        }
+    }
+}
+
+/// A fenced process: acquire `fenced`, check the permit is not lost, validate its fence
+/// (a linearizable read), act on the resource with it, hold a little, release. When `pause`
+/// is given and the nemesis asked for one, the whole process stops between the check and
+/// the action — every task of its runtime, keep-alives included, as a stop-the-world pause
+/// would — and, once it runs again, acts with its fence at once, then validates it and asks
+/// the library whether the permit is lost.
+///
+/// A pausable process must run on a runtime of its own with one thread
+/// ([`spawn_pausable`]): the pause blocks that thread.
+pub async fn fenced(
+    process: u64,
+    servers: Vec<String>,
+    resource: Arc<Resource>,
+    pause: Option<Arc<ClientPause>>,
+    history: Recorder,
+    stop: Arc<AtomicBool>,
+    seed: u64,
+) {
+    let mut rng = Rng::new(seed);
+    let client = Client::new(servers);
+    while !stop.load(Ordering::Relaxed) {
+        let Ok(session) = Session::open(&client, TTL).await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        while !stop.load(Ordering::Relaxed) {
+            let mut options = AcquireOptions::new(TENANT, FENCED);
+            options.timeout = Some(Duration::from_secs(5));
+            let invoked =
+                history.record(process, Kind::Invoke, "acquire", json!({"limit": FENCED}));
+            let permit = match session.acquire(options).await {
+                Ok(permit) => permit,
+                Err(AcquireError::TimedOut) => {
+                    history.record(
+                        process,
+                        Kind::Fail,
+                        "acquire",
+                        json!({"limit": FENCED, "error": "timed out"}),
+                    );
+                    continue;
+                }
+                Err(e) => {
+                    history.record(
+                        process,
+                        Kind::Info,
+                        "acquire",
+                        json!({"limit": FENCED, "error": e.to_string()}),
+                    );
+                    break;
+                }
+            };
+            let fence = permit.fence();
+            let from = history.now_ns();
+            history.record_at(
+                process,
+                Kind::Ok,
+                "acquire",
+                json!({"limit": FENCED, "fence": fence, "invoke_ns": invoked}),
+                from,
+            );
+            let hold = |to: u64, lost: Option<String>| {
+                history.record_at(process, Kind::Ok, "hold", json!({"limit": FENCED, "cap": 1, "fence": fence, "from_ns": from, "to_ns": to, "lost": lost}), to);
+            };
+            if let Some(why) = permit.lost_reason() {
+                hold(history.now_ns(), Some(why.to_string()));
+                continue;
+            }
+            if let Some(ms) = pause.as_ref().and_then(|p| p.take()) {
+                // Believed held until the deadline, which passes during the pause.
+                let deadline_ns = history.ns_of(session.deadline());
+                let paused = history.record(
+                    process,
+                    Kind::Invoke,
+                    "client-pause",
+                    json!({"fence": fence, "ms": ms, "deadline_ns": deadline_ns}),
+                );
+                if let Some(p) = &pause {
+                    p.taken.fetch_add(1, Ordering::SeqCst);
+                }
+                std::thread::sleep(Duration::from_millis(ms));
+                // The action comes first: the pause fell between the check and the act.
+                let acted = act(process, &resource, fence, true, &history);
+                hold(deadline_ns.clamp(from, paused), None);
+                let held = validate(process, &client, fence, true, &history).await;
+                let lost = permit.lost_reason();
+                history.record(process, Kind::Ok, "client-pause", json!({"fence": fence, "ms": ms, "deadline_ns": deadline_ns, "resumed_ns": acted, "lost": lost.map(|l| l.to_string()), "validated": held}));
+                let _ = tokio::time::timeout(Duration::from_secs(3), permit.release()).await;
+                break;
+            }
+            validate(process, &client, fence, false, &history).await;
+            act(process, &resource, fence, false, &history);
+            let lost = tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(rng.range(10, 100))) => permit.lost_reason(),
+                why = permit.lost() => Some(why),
+            };
+            hold(history.now_ns(), lost.map(|l| l.to_string()));
+            let _ = tokio::time::timeout(Duration::from_secs(3), permit.release()).await;
+        }
+    }
+}
+
+/// One action on the resource, recorded as a `use` op; returns its time.
+fn act(process: u64, resource: &Resource, fence: u64, paused: bool, history: &Recorder) -> u64 {
+    let at = history.record(
+        process,
+        Kind::Invoke,
+        "use",
+        json!({"fence": fence, "paused": paused}),
+    );
+    match resource.act(fence) {
+        Ok(()) => history.record(
+            process,
+            Kind::Ok,
+            "use",
+            json!({"fence": fence, "paused": paused, "invoke_ns": at}),
+        ),
+        Err(max) => history.record(
+            process,
+            Kind::Fail,
+            "use",
+            json!({"fence": fence, "paused": paused, "invoke_ns": at, "newer": max}),
+        ),
+    };
+    at
+}
+
+/// ValidateFence on `fenced`, recorded as a `validate` op; the answer, when there was one.
+async fn validate(
+    process: u64,
+    client: &Client,
+    fence: u64,
+    paused: bool,
+    history: &Recorder,
+) -> Option<bool> {
+    let at = history.record(
+        process,
+        Kind::Invoke,
+        "validate",
+        json!({"fence": fence, "paused": paused}),
+    );
+    match client.validate_fence(TENANT, FENCED, fence).await {
+        Ok(held) => {
+            history.record(
+                process,
+                Kind::Ok,
+                "validate",
+                json!({"fence": fence, "paused": paused, "invoke_ns": at, "held": held}),
+            );
+            Some(held)
+        }
+        Err(e) => {
+            history.record(
+                process,
+                Kind::Info,
+                "validate",
+                json!({"fence": fence, "paused": paused, "error": e.to_string()}),
+            );
+            None
+        }
+    }
+}
+
+/// Starts a pausable [`fenced`] process on a thread and runtime of its own.
+pub fn spawn_pausable(
+    process: u64,
+    servers: Vec<String>,
+    resource: Arc<Resource>,
+    pause: Arc<ClientPause>,
+    history: Recorder,
+    stop: Arc<AtomicBool>,
+    seed: u64,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("pausable-client".into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for the pausable client");
+            runtime.block_on(fenced(
+                process,
+                servers,
+                resource,
+                Some(pause),
+                history,
+                stop,
+                seed,
+            ));
+        })
 }
