@@ -119,7 +119,22 @@ fn main() {
         .enable_all()
         .build()
         .expect("a runtime");
-    match runtime.block_on(run(&plan)) {
+    // Interrupted, the run is dropped, and with it the cluster, whose nodes are killed.
+    let interrupted = async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("a SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    };
+    let result = runtime.block_on(async {
+        tokio::select! {
+            r = run(&plan) => r,
+            _ = interrupted => Err("interrupted: the nodes were stopped, the run is not judged".to_string()),
+        }
+    });
+    match result {
         Ok(outcome) => {
             print!("{}", table(&outcome));
             println!(

@@ -430,7 +430,7 @@ pub async fn fenced(
             if let Some(ms) = pause.as_ref().and_then(|p| p.take()) {
                 // Believed held until the deadline, which passes during the pause.
                 let deadline_ns = history.ns_of(session.deadline());
-                let paused = history.record(
+                history.record(
                     process,
                     Kind::Invoke,
                     "client-pause",
@@ -442,7 +442,7 @@ pub async fn fenced(
                 std::thread::sleep(Duration::from_millis(ms));
                 // The action comes first: the pause fell between the check and the act.
                 let acted = act(process, &resource, fence, true, &history);
-                hold(deadline_ns.clamp(from, paused), None);
+                hold(deadline_ns.clamp(from, acted), None);
                 let held = validate(process, &client, fence, true, &history).await;
                 let lost = permit.lost_reason();
                 history.record(process, Kind::Ok, "client-pause", json!({"fence": fence, "ms": ms, "deadline_ns": deadline_ns, "resumed_ns": acted, "lost": lost.map(|l| l.to_string()), "validated": held}));
