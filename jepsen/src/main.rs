@@ -164,7 +164,8 @@ fn main() {
 }
 
 /// Namespace mode's outer process: makes the namespaces, runs this same command again inside
-/// the clients' one, and deletes them when it ends (ctrl-c included). Returns the exit code.
+/// the clients' one, and deletes them when it ends (ctrl-c and SIGTERM included). Returns the
+/// exit code.
 fn run_in_namespaces() -> i32 {
     if let Err(e) = netns::available() {
         eprintln!("weir-jepsen: {e}");
@@ -199,10 +200,25 @@ fn run_in_namespaces() -> i32 {
                         return 2;
                     }
                 };
+                let mut term =
+                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                        .expect("a SIGTERM handler");
+                let interrupted = async {
+                    tokio::select! {
+                        _ = tokio::signal::ctrl_c() => {}
+                        _ = term.recv() => {}
+                    }
+                };
                 let status = tokio::select! {
                     s = child.wait() => s,
-                    _ = tokio::signal::ctrl_c() => {
-                        // The run got the ctrl-c too: give it time to stop its nodes.
+                    _ = interrupted => {
+                        // Pass it on (a ctrl-c reached it already), and give it time to
+                        // stop its nodes.
+                        if let Some(pid) = child.id() {
+                            let _ = std::process::Command::new("kill")
+                                .args(["-TERM", &pid.to_string()])
+                                .status();
+                        }
                         match tokio::time::timeout(Duration::from_secs(20), child.wait()).await {
                             Ok(s) => s,
                             Err(_) => {

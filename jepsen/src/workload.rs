@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
-use weir::client::{AcquireError, AcquireOptions, Client, Session};
+use weir::client::{AcquireError, AcquireOptions, Client, Permit, Session};
 use weir::machine::{HaltScope, Refusal, Reply, Settle};
 
 use crate::history::{Kind, Recorder};
@@ -80,10 +80,8 @@ pub async fn permits(
                         _ = tokio::time::sleep(hold) => permit.lost_reason(),
                         why = permit.lost() => Some(why),
                     };
-                    // The belief ends now: at the release we are about to send, or at the
-                    // moment the loss was seen (after the deadline: stricter for the check).
-                    let to = history.now_ns();
-                    history.record_at(process, Kind::Ok, "hold", json!({"limit": limit, "cap": cap, "fence": permit.fence(), "from_ns": from, "to_ns": to, "lost": lost.map(|l| l.to_string())}), to);
+                    let (to, seen, deadline) = belief_end(&history, &session, from);
+                    history.record_at(process, Kind::Ok, "hold", json!({"limit": limit, "cap": cap, "fence": permit.fence(), "from_ns": from, "to_ns": to, "seen_ns": seen, "deadline_ns": deadline, "lost": lost.map(|l| l.to_string())}), seen);
                     let _ = tokio::time::timeout(Duration::from_secs(3), permit.release()).await;
                 }
                 Err(AcquireError::TimedOut) => {
@@ -115,6 +113,18 @@ pub async fn permits(
             }
         }
     }
+}
+
+/// Where a belief that began at `from` ends, as G2 defines it: now (the release is about to
+/// be sent, or the loss was just seen), or earlier if the session's conservative deadline
+/// passed first — a client busy elsewhere (waiting on a read, paused) may notice its
+/// deadline late, but stops believing when it passes. The deadline is the session's latest:
+/// a keep-alive acknowledged after an earlier deadline had passed moves it forward, and the
+/// gap then counts as believed (conservative). Returns (end, now, deadline).
+fn belief_end(history: &Recorder, session: &Session, from: u64) -> (u64, u64, u64) {
+    let seen = history.now_ns();
+    let deadline = history.ns_of(session.deadline());
+    (seen.min(deadline).max(from), seen, deadline)
 }
 
 /// A rate process: takes of the rate limit, each recorded with its invoke time.
@@ -420,11 +430,11 @@ pub async fn fenced(
                 json!({"limit": FENCED, "fence": fence, "invoke_ns": invoked}),
                 from,
             );
-            let hold = |to: u64, lost: Option<String>| {
-                history.record_at(process, Kind::Ok, "hold", json!({"limit": FENCED, "cap": 1, "fence": fence, "from_ns": from, "to_ns": to, "lost": lost}), to);
+            let hold = |(to, seen, deadline): (u64, u64, u64), lost: Option<String>| {
+                history.record_at(process, Kind::Ok, "hold", json!({"limit": FENCED, "cap": 1, "fence": fence, "from_ns": from, "to_ns": to, "seen_ns": seen, "deadline_ns": deadline, "lost": lost}), seen);
             };
             if let Some(why) = permit.lost_reason() {
-                hold(history.now_ns(), Some(why.to_string()));
+                hold(belief_end(&history, &session, from), Some(why.to_string()));
                 continue;
             }
             if let Some(ms) = pause.as_ref().and_then(|p| p.take()) {
@@ -441,8 +451,8 @@ pub async fn fenced(
                 }
                 std::thread::sleep(Duration::from_millis(ms));
                 // The action comes first: the pause fell between the check and the act.
-                let acted = act(process, &resource, fence, true, &history);
-                hold(deadline_ns.clamp(from, acted), None);
+                let acted = act(process, &resource, &permit, true, &history);
+                hold(belief_end(&history, &session, from), None);
                 let held = validate(process, &client, fence, true, &history).await;
                 let lost = permit.lost_reason();
                 history.record(process, Kind::Ok, "client-pause", json!({"fence": fence, "ms": ms, "deadline_ns": deadline_ns, "resumed_ns": acted, "lost": lost.map(|l| l.to_string()), "validated": held}));
@@ -450,37 +460,55 @@ pub async fn fenced(
                 break;
             }
             validate(process, &client, fence, false, &history).await;
-            act(process, &resource, fence, false, &history);
+            act(process, &resource, &permit, false, &history);
             let lost = tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(rng.range(10, 100))) => permit.lost_reason(),
                 why = permit.lost() => Some(why),
             };
-            hold(history.now_ns(), lost.map(|l| l.to_string()));
+            hold(
+                belief_end(&history, &session, from),
+                lost.map(|l| l.to_string()),
+            );
             let _ = tokio::time::timeout(Duration::from_secs(3), permit.release()).await;
         }
     }
 }
 
-/// One action on the resource, recorded as a `use` op; returns its time.
-fn act(process: u64, resource: &Resource, fence: u64, paused: bool, history: &Recorder) -> u64 {
+/// One action on the resource with `permit`'s fence, recorded as a `use` op; returns its
+/// time. An ordinary holder (`paused` false) checks its permit first — after the invoke is
+/// recorded, so a use it takes lies inside its belief — and does not act on a permit that
+/// may be lost (`taken: false`). The paused holder acts without looking: its check came
+/// before the pause.
+fn act(
+    process: u64,
+    resource: &Resource,
+    permit: &Permit,
+    paused: bool,
+    history: &Recorder,
+) -> u64 {
+    let fence = permit.fence();
     let at = history.record(
         process,
         Kind::Invoke,
         "use",
         json!({"fence": fence, "paused": paused}),
     );
+    if !paused && let Some(why) = permit.lost_reason() {
+        history.record(process, Kind::Fail, "use", json!({"fence": fence, "paused": paused, "invoke_ns": at, "taken": false, "lost": why.to_string()}));
+        return at;
+    }
     match resource.act(fence) {
         Ok(()) => history.record(
             process,
             Kind::Ok,
             "use",
-            json!({"fence": fence, "paused": paused, "invoke_ns": at}),
+            json!({"fence": fence, "paused": paused, "invoke_ns": at, "taken": true}),
         ),
         Err(max) => history.record(
             process,
             Kind::Fail,
             "use",
-            json!({"fence": fence, "paused": paused, "invoke_ns": at, "newer": max}),
+            json!({"fence": fence, "paused": paused, "invoke_ns": at, "taken": true, "newer": max}),
         ),
     };
     at

@@ -113,7 +113,7 @@ pub fn run(cli: Cli) -> Exit {
         let out = Output { json: cli.json };
         match &cli.command {
             Command::Serve { .. } | Command::Bench(_) => unreachable!("handled above"),
-            Command::Status => status(&client, &out).await,
+            Command::Status => status(&cli.servers, &out).await,
             Command::Limit(c) => limit::run(c, &cli.tenant, &client, &out).await,
             Command::Acquire(a) => acquire::run(a, &cli.tenant, &client, &out).await,
             Command::Tenant(c) => runs::tenant(c, &client, &out).await,
@@ -224,15 +224,26 @@ struct Row {
     status: Option<NodeStatus>,
 }
 
-async fn status(client: &Client, out: &Output) -> Exit {
-    let first = match client.request(Request::Status).await {
-        Ok(Response::Status(s)) => s,
-        Ok(other) => {
-            return client_error(&ClientError::Protocol(format!(
-                "unexpected answer {other:?}"
-            )));
+/// Any node's status names every member, so the first server that answers will do (no
+/// leader needed, no retries: an unreachable cluster is reported at once).
+async fn status(servers: &[String], out: &Output) -> Exit {
+    let mut why = Vec::new();
+    let mut answered = None;
+    for addr in servers {
+        match Client::ask_node(addr, &Request::Status).await {
+            Ok(Response::Status(s)) => {
+                answered = Some(s);
+                break;
+            }
+            Ok(other) => why.push(format!("{addr}: unexpected answer {other:?}")),
+            Err(e) => why.push(e.to_string()),
         }
-        Err(e) => return client_error(&e),
+    }
+    let Some(first) = answered else {
+        return client_error(&ClientError::Unreachable(format!(
+            "no server answered ({})",
+            why.join("; ")
+        )));
     };
     let mut rows = Vec::new();
     for m in &first.members {

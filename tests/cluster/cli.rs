@@ -62,6 +62,47 @@ async fn acquire_runs_a_command_under_a_permit_and_every_other_subcommand_works(
         "released after the command"
     );
 
+    phase(
+        "acquire -- COMMAND, interrupted: the command gets SIGTERM, its status is weir's, released",
+    );
+    let mut interrupted = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args([
+            "acquire",
+            "db",
+            "--",
+            "sh",
+            "-c",
+            "trap 'echo got-term; exit 5' TERM; echo ready; i=0; while [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done",
+        ])
+        .env("WEIR_SERVERS", cluster.servers().join(","))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(interrupted.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    assert_eq!(line, "ready\n", "the command started under the permit");
+    assert_eq!(json(&ok(&["limit", "show", "db", "--json"]))["in_use"], 1);
+    // What ctrl-c sends, to weir alone: it must pass it on as SIGTERM.
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", &interrupted.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    line.clear();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    assert_eq!(line, "got-term\n", "the command was sent SIGTERM");
+    assert_eq!(
+        interrupted.wait().unwrap().code(),
+        Some(5),
+        "the command's status"
+    );
+    assert_eq!(
+        json(&ok(&["limit", "show", "db", "--json"]))["in_use"],
+        0,
+        "released once the command ended"
+    );
+
     phase("acquire --hold, --no-wait and --timeout while it is held");
     let holder = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
         .args(["acquire", "db", "--hold", "3", "--json"])

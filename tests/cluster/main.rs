@@ -460,10 +460,17 @@ async fn cli_status_and_limits_end_to_end_with_exit_codes_and_json_keys() {
     assert_eq!(nodes.iter().filter(|n| n["state"] == "Leader").count(), 1);
     phase("unreachable cluster: exit 1");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args(["status", "--servers", "127.0.0.1:1"])
+        .args(["status", "--servers", "127.0.0.1:1,127.0.0.1:2"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no server answered")
+            && err.contains("127.0.0.1:1")
+            && err.contains("127.0.0.1:2"),
+        "each server's failure is named: {err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

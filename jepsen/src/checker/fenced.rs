@@ -9,7 +9,8 @@
 //!    must answer "held": the cluster expires a session only after the client's
 //!    conservative deadline has passed.
 //! 3. **Uses within beliefs.** Every action not deliberately paused lies inside its permit's
-//!    belief interval: the client library's self-expiry keeps a holder from acting late.
+//!    belief interval: the client library's self-expiry keeps a holder from acting late
+//!    (a holder that finds its permit lost does not act; such a `use` is marked not taken).
 //! 4. **Resource order.** The actions the resource accepted, in time order, have
 //!    non-decreasing fences: a stale holder's action after a newer holder's was refused.
 //! 5. **The library notices.** A client that resumes after its deadline is told its permit
@@ -82,6 +83,10 @@ pub fn check(ops: &[Op]) -> Verdict {
         else {
             return Verdict::Unknown(format!("malformed use op: {}", op.value));
         };
+        // An ordinary holder that found its permit lost did not act.
+        if op.value.get("taken").and_then(|t| t.as_bool()) == Some(false) {
+            continue;
+        }
         uses += 1;
         if !paused {
             match beliefs.get(&fence) {
@@ -235,6 +240,16 @@ mod tests {
         assert!(
             matches!(check(&h), Verdict::Invalid(d) if d.contains("outside its belief interval"))
         );
+    }
+
+    #[test]
+    fn a_use_not_taken_because_the_permit_was_lost_is_no_action() {
+        let mut h = takeover();
+        h.insert(
+            7,
+            op(1, Kind::Fail, "use", json!({"fence": 9, "paused": false, "invoke_ns": 250, "taken": false, "lost": "lease deadline passed without a keep-alive"}), 250),
+        );
+        assert_eq!(check(&h), Verdict::Valid);
     }
 
     #[test]

@@ -2,7 +2,10 @@
 //! of a limit than its `concurrent`.
 //!
 //! Each `hold` op is one client's belief interval: from receiving the grant (`from_ns`) to
-//! sending its release or seeing its deadline pass (`to_ns`), on the harness clock. An
+//! sending its release or its lease deadline passing, whichever came first (`to_ns`), on
+//! the harness clock. The workload records the deadline itself (`deadline_ns`), not the
+//! moment the client noticed it (`seen_ns`), which can be much later when the client was
+//! busy waiting on something else. An
 //! interval ending at the instant another begins does not overlap it.
 
 use std::collections::BTreeMap;
