@@ -124,7 +124,12 @@ pub async fn permits(
 fn belief_end(history: &Recorder, session: &Session, from: u64) -> (u64, u64, u64) {
     let seen = history.now_ns();
     let deadline = history.ns_of(session.deadline());
-    (seen.min(deadline).max(from), seen, deadline)
+    (end_of_belief(from, seen, deadline), seen, deadline)
+}
+
+/// The end of a belief begun at `from`, noticed at `seen`, under a deadline at `deadline`.
+fn end_of_belief(from: u64, seen: u64, deadline: u64) -> u64 {
+    seen.min(deadline).max(from)
 }
 
 /// A rate process: takes of the rate limit, each recorded with its invoke time.
@@ -577,4 +582,41 @@ pub fn spawn_pausable(
                 seed,
             ));
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_belief_noticed_late_ends_at_its_deadline_and_never_before_it_began() {
+        // Run 205: a holder stuck on a read through a leader pause noticed at 43.8 s that
+        // its deadline had passed; its belief ended at the deadline.
+        assert_eq!(end_of_belief(39_931, 43_835, 41_700), 41_700);
+        // Released before the deadline: the belief ends at the release.
+        assert_eq!(end_of_belief(10, 50, 1_000), 50);
+        // Granted after the deadline had already passed: an empty belief.
+        assert_eq!(end_of_belief(500, 600, 400), 500);
+    }
+
+    #[test]
+    fn the_resource_refuses_only_fences_older_than_the_newest_it_accepted() {
+        let r = Resource::default();
+        assert_eq!(r.act(5), Ok(()));
+        assert_eq!(r.act(5), Ok(()), "the same holder again");
+        assert_eq!(r.act(9), Ok(()));
+        assert_eq!(r.act(7), Err(9));
+    }
+
+    #[test]
+    fn a_pause_request_is_taken_once_and_can_be_withdrawn() {
+        let p = ClientPause::default();
+        assert_eq!(p.take(), None);
+        p.request(3_000);
+        assert_eq!(p.take(), Some(3_000));
+        assert_eq!(p.take(), None);
+        p.request(4_000);
+        p.withdraw();
+        assert_eq!(p.take(), None);
+    }
 }
