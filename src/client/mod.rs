@@ -10,10 +10,7 @@
 //! most [`ATTEMPTS_MAX`] tries within [`REQUEST_DEADLINE`]. Every write of the machine is
 //! idempotent by its ids (a retried `OpenSession` at worst opens a session that expires
 //! unused), so a write whose answer was lost is retried too; when retries run out after
-//! such a loss the error is [`ClientError::OutcomeUnknown`], not "failed". A try that gets
-//! no answer within [`ATTEMPT_TIMEOUT`] (a second; membership changes wait longer) gives up
-//! its connection and goes on to the next node: a stopped or cut-off leader keeps its TCP
-//! connections open, and waiting on it would let every session's keep-alives run out.
+//! such a loss the error is [`ClientError::OutcomeUnknown`], not "failed".
 //!
 //! Each new connection bumps [`Client::generation`]: a session watching it re-asks its
 //! waiting tickets, so a grant pushed while it was disconnected is not lost.
@@ -47,25 +44,9 @@ pub const ATTEMPTS_MAX: u32 = 200;
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 /// Longest a connect plus hello may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// Longest one try of a membership change waits for its response: adding a node waits for
-/// it to catch up, and the node answers within its commit timeout (10 s) at worst.
+/// Longest one try waits for its response. The node answers a write within its commit
+/// timeout (10 s) at worst.
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(12);
-/// Longest one try of any other request waits for its response before the connection is
-/// given up and the request tried on another node. Nodes answer in milliseconds; a node
-/// that accepted the request and went silent (stopped, or cut off by a partition that
-/// leaves its TCP connections open) would otherwise hold every request of the connection —
-/// keep-alives included, so every session would expire — for the whole
-/// [`REQUEST_DEADLINE`]. Retrying is safe: every write is idempotent by its ids (a retried
-/// `OpenSession` can leave a session that expires unused).
-pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// How long one try of `request` waits for its answer.
-fn attempt_timeout(request: &Request) -> Duration {
-    match request {
-        Request::AddNode { .. } | Request::RemoveNode { .. } => RESPONSE_TIMEOUT,
-        _ => ATTEMPT_TIMEOUT,
-    }
-}
 /// Pause between tries when no leader is known.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// Events buffered for slow subscribers.
@@ -253,8 +234,7 @@ impl Conn {
                 self.addr
             )));
         }
-        let timeout = attempt_timeout(request);
-        match tokio::time::timeout(timeout, rx).await {
+        match tokio::time::timeout(RESPONSE_TIMEOUT, rx).await {
             Ok(Ok(response)) => Ok(response),
             Ok(Err(_)) => Err(ClientError::OutcomeUnknown(format!(
                 "{}: connection lost",
@@ -266,7 +246,7 @@ impl Conn {
                     .unwrap_or_else(|p| p.into_inner())
                     .remove(&id);
                 Err(ClientError::OutcomeUnknown(format!(
-                    "{}: no answer within {timeout:?}",
+                    "{}: no answer within {RESPONSE_TIMEOUT:?}",
                     self.addr
                 )))
             }

@@ -183,17 +183,6 @@ impl Cluster {
         None
     }
 
-    /// Sends `signal` (`-STOP`, `-CONT`) to node `id`'s process.
-    pub fn signal(&self, id: u64, signal: &str) {
-        let child = self.node(id).child.as_ref().expect("node running");
-        let status = Command::new("kill")
-            .arg(signal)
-            .arg(child.id().to_string())
-            .status()
-            .expect("kill runs");
-        assert!(status.success(), "kill {signal} node {id}");
-    }
-
     pub fn servers(&self) -> Vec<String> {
         self.nodes.iter().map(|n| n.client.clone()).collect()
     }
