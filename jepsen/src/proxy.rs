@@ -346,6 +346,23 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn loss_makes_a_chunk_wait_out_a_retransmission_timeout_and_loses_nothing() {
+        let links = Links::new(1);
+        let addr = echo_behind_proxy(links.clone()).await;
+        let mut s = dial_as_node_1(addr).await;
+        links.set(1, 2, Link::Loss { percent: 100 });
+        let start = Instant::now();
+        assert_eq!(round_trip(&mut s, b"lossy").await, b"lossy");
+        // Every chunk "lost" once each way: at least two RTOs (a lower bound: waiting can
+        // only make it later).
+        assert!(
+            start.elapsed() >= Duration::from_millis(2 * RTO_MS),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    #[tokio::test]
     async fn connections_from_unknown_sources_are_refused() {
         let links = Links::new(1);
         let addr = echo_behind_proxy(links).await;
