@@ -312,6 +312,12 @@ impl Cluster {
         }
     }
 
+    /// [`Cluster::cut`] in both directions: `a` and `b` cannot reach each other.
+    pub fn cut_both(&self, a: u64, b: u64, reset: bool) -> Result<(), String> {
+        self.cut(a, b, reset)?;
+        self.cut(b, a, reset)
+    }
+
     /// The connections node `from` opens to node `to` are cut; those `to` opens to `from`
     /// work. Connection-level asymmetry: the proxy's in both modes.
     pub fn one_way(&self, from: u64, to: u64) {

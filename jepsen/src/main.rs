@@ -120,18 +120,10 @@ fn main() {
         .build()
         .expect("a runtime");
     // Interrupted, the run is dropped, and with it the cluster, whose nodes are killed.
-    let interrupted = async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("a SIGTERM handler");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-    };
     let result = runtime.block_on(async {
         tokio::select! {
             r = run(&plan) => r,
-            _ = interrupted => Err("interrupted: the nodes were stopped, the run is not judged".to_string()),
+            _ = interrupted() => Err("interrupted: the nodes were stopped, the run is not judged".to_string()),
         }
     });
     match result {
@@ -160,6 +152,20 @@ fn main() {
             eprintln!("weir-jepsen: {e}");
             std::process::exit(2);
         }
+    }
+}
+
+/// Resolves on ctrl-c or SIGTERM.
+async fn interrupted() {
+    let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+    else {
+        // Without a SIGTERM handler, ctrl-c still works.
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
     }
 }
 
@@ -200,18 +206,9 @@ fn run_in_namespaces() -> i32 {
                         return 2;
                     }
                 };
-                let mut term =
-                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                        .expect("a SIGTERM handler");
-                let interrupted = async {
-                    tokio::select! {
-                        _ = tokio::signal::ctrl_c() => {}
-                        _ = term.recv() => {}
-                    }
-                };
                 let status = tokio::select! {
                     s = child.wait() => s,
-                    _ = interrupted => {
+                    _ = interrupted() => {
                         // Pass it on (a ctrl-c reached it already), and give it time to
                         // stop its nodes.
                         if let Some(pid) = child.id() {

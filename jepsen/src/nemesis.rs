@@ -229,8 +229,7 @@ pub fn schedule(seed: u64, kinds: &[String], duration_ms: u64) -> Vec<Step> {
 /// Cuts `node` off from the other two, both ways.
 fn isolate(cluster: &Cluster, node: u64, reset: bool) -> Result<(), String> {
     for other in (1..=3).filter(|o| *o != node) {
-        cluster.cut(node, other, reset)?;
-        cluster.cut(other, node, reset)?;
+        cluster.cut_both(node, other, reset)?;
     }
     Ok(())
 }
@@ -266,8 +265,7 @@ pub async fn inject(
                 2 => (1, 3),
                 _ => (1, 2),
             };
-            cluster.cut(a, b, reset)?;
-            cluster.cut(b, a, reset)?;
+            cluster.cut_both(a, b, reset)?;
             json!({"fault": "bridge", "middle": middle, "cut": how(reset)})
         }
         Fault::Ring { reset } => {

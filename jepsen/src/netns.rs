@@ -100,6 +100,13 @@ fn run(cmd: &mut Command, stdin: Option<&str>) -> Result<(), String> {
     }
 }
 
+/// A command that runs `program` inside the namespace `ns`.
+fn in_ns(ns: &str, program: &str) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns, program]);
+    c
+}
+
 fn ipcmd(args: &[&str]) -> Result<(), String> {
     run(Command::new("ip").args(args), None)
 }
@@ -126,6 +133,11 @@ impl Netns {
     /// The namespace named `who` (`n1`, `c`, `sw`).
     pub fn ns(&self, who: &str) -> String {
         format!("{}-{who}", self.prefix)
+    }
+
+    /// Node `id`'s namespace.
+    fn node_ns(&self, id: u64) -> String {
+        self.ns(&format!("n{id}"))
     }
 
     /// Every namespace of the run.
@@ -195,17 +207,12 @@ impl Netns {
     }
 
     fn nft(&self, ns: &str, script: &str) -> Result<(), String> {
-        run(
-            Command::new("ip").args(["netns", "exec", ns, "nft", "-f", "-"]),
-            Some(script),
-        )
+        run(in_ns(ns, "nft").args(["-f", "-"]), Some(script))
     }
 
     /// A command that runs `program` inside node `id`'s namespace.
     pub fn command_in_node(&self, id: u64, program: &str) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.ns(&format!("n{id}")), program]);
-        c
+        in_ns(&self.node_ns(id), program)
     }
 
     /// Node `to` drops every packet from node `from` (its own address, its proxy front and
@@ -217,7 +224,7 @@ impl Netns {
             "drop"
         };
         self.nft(
-            &self.ns(&format!("n{to}")),
+            &self.node_ns(to),
             &format!(
                 "add rule inet weir input ip saddr {{ {}, {}, {} }} {verdict}\n",
                 node_ip(from),
@@ -234,7 +241,7 @@ impl Netns {
             .collect();
         for id in 1..=3 {
             self.nft(
-                &self.ns(&format!("n{id}")),
+                &self.node_ns(id),
                 &format!(
                     "add rule inet weir input ip saddr {{ {} }} numgen random mod 100 < {percent} drop\n",
                     peers.join(", ")
@@ -247,13 +254,8 @@ impl Netns {
     /// Every node's interface sends at most `bytes_per_s` (a token bucket filter).
     pub fn bandwidth(&self, bytes_per_s: u64) -> Result<(), String> {
         for id in 1..=3 {
-            let ns = self.ns(&format!("n{id}"));
             run(
-                Command::new("ip").args([
-                    "netns",
-                    "exec",
-                    &ns,
-                    "tc",
+                in_ns(&self.node_ns(id), "tc").args([
                     "qdisc",
                     "replace",
                     "dev",
@@ -276,13 +278,11 @@ impl Netns {
     /// Every grudge, loss rule and bandwidth limit removed.
     pub fn heal(&self) -> Result<(), String> {
         for id in 1..=3 {
-            let ns = self.ns(&format!("n{id}"));
+            let ns = self.node_ns(id);
             self.nft(&ns, "flush chain inet weir input\n")?;
             // No qdisc to delete is not an error worth reporting.
             let _ = run(
-                Command::new("ip").args([
-                    "netns", "exec", &ns, "tc", "qdisc", "del", "dev", "eth0", "root",
-                ]),
+                in_ns(&ns, "tc").args(["qdisc", "del", "dev", "eth0", "root"]),
                 None,
             );
         }

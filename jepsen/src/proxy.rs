@@ -163,7 +163,11 @@ pub async fn run(
         let links = links.clone();
         tokio::spawn(async move {
             // A connection opened into a black hole waits for the rule to change first.
-            if !wait_while_black_hole(&links, from, to).await {
+            let mut changed = links.changed.subscribe();
+            if past_black_hole(&links, from, to, &mut changed)
+                .await
+                .is_none()
+            {
                 return;
             }
             let Ok(outbound) = addressing.connect(from, target).await else {
@@ -183,18 +187,19 @@ pub async fn run(
     }
 }
 
-/// Waits while the link is a black hole; false when it turned into a cut meanwhile.
-async fn wait_while_black_hole(links: &Links, from: u64, to: u64) -> bool {
-    let mut changed = links.changed.subscribe();
+/// The link's rule once it is no black hole (waiting while it is one); `None` when it is,
+/// or has turned into, a cut. `changed` is the caller's own subscription to rule changes.
+async fn past_black_hole(
+    links: &Links,
+    from: u64,
+    to: u64,
+    changed: &mut watch::Receiver<u64>,
+) -> Option<Link> {
     loop {
         match links.get(from, to) {
-            Link::BlackHole => {
-                if changed.changed().await.is_err() {
-                    return false;
-                }
-            }
-            Link::Drop => return false,
-            _ => return true,
+            Link::BlackHole => changed.changed().await.ok()?,
+            Link::Drop => return None,
+            link => return Some(link),
         }
     }
 }
@@ -212,7 +217,10 @@ async fn pipe(
     loop {
         // Nothing is read while the link is a black hole: the bytes wait in the kernel's
         // buffers, as they would in the sender's retransmission queue.
-        if !wait_while_black_hole(&links, from, to).await {
+        if past_black_hole(&links, from, to, &mut changed)
+            .await
+            .is_none()
+        {
             return;
         }
         let n = tokio::select! {
@@ -222,10 +230,10 @@ async fn pipe(
             },
             _ = changed.changed() => continue,
         };
-        if !wait_while_black_hole(&links, from, to).await {
+        let Some(link) = past_black_hole(&links, from, to, &mut changed).await else {
             return;
-        }
-        match links.get(from, to) {
+        };
+        match link {
             Link::Delay { ms, jitter_ms } if requests => {
                 tokio::time::sleep(Duration::from_millis(ms + links.noise(jitter_ms))).await;
             }

@@ -62,57 +62,67 @@ pub async fn permits(
             continue;
         };
         while !stop.load(Ordering::Relaxed) {
-            let mut options = AcquireOptions::new(TENANT, limit);
-            options.timeout = Some(Duration::from_secs(5));
-            let invoked = history.record(process, Kind::Invoke, "acquire", json!({"limit": limit}));
-            match session.acquire(options).await {
-                Ok(permit) => {
-                    let from = history.now_ns();
-                    history.record_at(
-                        process,
-                        Kind::Ok,
-                        "acquire",
-                        json!({"limit": limit, "fence": permit.fence(), "invoke_ns": invoked}),
-                        from,
-                    );
-                    let hold = Duration::from_millis(rng.range(10, 150));
-                    let lost = tokio::select! {
-                        _ = tokio::time::sleep(hold) => permit.lost_reason(),
-                        why = permit.lost() => Some(why),
-                    };
-                    let (to, seen, deadline) = belief_end(&history, &session, from);
-                    history.record_at(process, Kind::Ok, "hold", json!({"limit": limit, "cap": cap, "fence": permit.fence(), "from_ns": from, "to_ns": to, "seen_ns": seen, "deadline_ns": deadline, "lost": lost.map(|l| l.to_string())}), seen);
-                    let _ = tokio::time::timeout(Duration::from_secs(3), permit.release()).await;
-                }
-                Err(AcquireError::TimedOut) => {
-                    history.record(
-                        process,
-                        Kind::Fail,
-                        "acquire",
-                        json!({"limit": limit, "error": "timed out"}),
-                    );
-                }
-                Err(AcquireError::SessionLost) => {
-                    history.record(
-                        process,
-                        Kind::Fail,
-                        "acquire",
-                        json!({"limit": limit, "error": "session lost"}),
-                    );
-                    break;
-                }
-                Err(e) => {
-                    history.record(
-                        process,
-                        Kind::Info,
-                        "acquire",
-                        json!({"limit": limit, "error": e.to_string()}),
-                    );
-                    break;
-                }
-            }
+            let (permit, from) = match acquire_recorded(process, &session, limit, &history).await {
+                Acquired::Held(permit, from) => (permit, from),
+                Acquired::TimedOut => continue,
+                Acquired::Ended => break,
+            };
+            let hold = Duration::from_millis(rng.range(10, 150));
+            let lost = tokio::select! {
+                _ = tokio::time::sleep(hold) => permit.lost_reason(),
+                why = permit.lost() => Some(why),
+            };
+            let (to, seen, deadline) = belief_end(&history, &session, from);
+            history.record_at(process, Kind::Ok, "hold", json!({"limit": limit, "cap": cap, "fence": permit.fence(), "from_ns": from, "to_ns": to, "seen_ns": seen, "deadline_ns": deadline, "lost": lost.map(|l| l.to_string())}), seen);
+            let _ = tokio::time::timeout(Duration::from_secs(3), permit.release()).await;
         }
     }
+}
+
+/// What a recorded acquire came to.
+enum Acquired {
+    /// Granted; the belief began at this harness time.
+    Held(Permit, u64),
+    /// Not granted within the wait: try again in the same session.
+    TimedOut,
+    /// The session is lost, or the outcome unknown: open a new session.
+    Ended,
+}
+
+/// Acquires one unit of `limit`, waiting at most 5 s, and records the `acquire` op: its
+/// invoke, and its grant (with the fence and the invoke time) or what ended it.
+async fn acquire_recorded(
+    process: u64,
+    session: &Session,
+    limit: &str,
+    history: &Recorder,
+) -> Acquired {
+    let mut options = AcquireOptions::new(TENANT, limit);
+    options.timeout = Some(Duration::from_secs(5));
+    let invoked = history.record(process, Kind::Invoke, "acquire", json!({"limit": limit}));
+    let (kind, error, next) = match session.acquire(options).await {
+        Ok(permit) => {
+            let from = history.now_ns();
+            history.record_at(
+                process,
+                Kind::Ok,
+                "acquire",
+                json!({"limit": limit, "fence": permit.fence(), "invoke_ns": invoked}),
+                from,
+            );
+            return Acquired::Held(permit, from);
+        }
+        Err(AcquireError::TimedOut) => (Kind::Fail, "timed out".to_string(), Acquired::TimedOut),
+        Err(AcquireError::SessionLost) => (Kind::Fail, "session lost".to_string(), Acquired::Ended),
+        Err(e) => (Kind::Info, e.to_string(), Acquired::Ended),
+    };
+    history.record(
+        process,
+        kind,
+        "acquire",
+        json!({"limit": limit, "error": error}),
+    );
+    next
 }
 
 /// Where a belief that began at `from` ends, as G2 defines it: now (the release is about to
@@ -401,40 +411,12 @@ pub async fn fenced(
             continue;
         };
         while !stop.load(Ordering::Relaxed) {
-            let mut options = AcquireOptions::new(TENANT, FENCED);
-            options.timeout = Some(Duration::from_secs(5));
-            let invoked =
-                history.record(process, Kind::Invoke, "acquire", json!({"limit": FENCED}));
-            let permit = match session.acquire(options).await {
-                Ok(permit) => permit,
-                Err(AcquireError::TimedOut) => {
-                    history.record(
-                        process,
-                        Kind::Fail,
-                        "acquire",
-                        json!({"limit": FENCED, "error": "timed out"}),
-                    );
-                    continue;
-                }
-                Err(e) => {
-                    history.record(
-                        process,
-                        Kind::Info,
-                        "acquire",
-                        json!({"limit": FENCED, "error": e.to_string()}),
-                    );
-                    break;
-                }
+            let (permit, from) = match acquire_recorded(process, &session, FENCED, &history).await {
+                Acquired::Held(permit, from) => (permit, from),
+                Acquired::TimedOut => continue,
+                Acquired::Ended => break,
             };
             let fence = permit.fence();
-            let from = history.now_ns();
-            history.record_at(
-                process,
-                Kind::Ok,
-                "acquire",
-                json!({"limit": FENCED, "fence": fence, "invoke_ns": invoked}),
-                from,
-            );
             let hold = |(to, seen, deadline): (u64, u64, u64), lost: Option<String>| {
                 history.record_at(process, Kind::Ok, "hold", json!({"limit": FENCED, "cap": 1, "fence": fence, "from_ns": from, "to_ns": to, "seen_ns": seen, "deadline_ns": deadline, "lost": lost}), seen);
             };

@@ -177,6 +177,10 @@ async fn open(client: &weir::client::Client) -> u64 {
     }
 }
 
+fn release(session: u64, ticket: u64) -> Command {
+    Command::Release { session, ticket }
+}
+
 fn acquire(session: u64, ticket: u64) -> Command {
     Command::Acquire(Acquire {
         session,
@@ -262,15 +266,7 @@ async fn permits_survive_failover_with_their_fence_and_the_log_clock_never_outru
         (1, 1, 1)
     );
     phase("release: the waiter is granted, with a larger fence");
-    cluster
-        .write(
-            &client,
-            Command::Release {
-                session: holder,
-                ticket: 1,
-            },
-        )
-        .await;
+    cluster.write(&client, release(holder, 1)).await;
     match cluster.write(&client, acquire(waiter, 1)).await {
         Reply::Granted { fence: f, .. } => assert!(f > fence),
         other => panic!("{other:?}"),
@@ -543,15 +539,7 @@ async fn a_queued_waiter_is_told_of_its_grant_by_push_without_asking_again() {
     );
     phase("the holder releases on another connection; the waiter only listens");
     let released_at = Instant::now();
-    cluster
-        .write(
-            &client,
-            Command::Release {
-                session: holder,
-                ticket: 1,
-            },
-        )
-        .await;
+    cluster.write(&client, release(holder, 1)).await;
     let pushed: ServerFrame = tokio::time::timeout(
         Duration::from_secs(5),
         wire::read_frame(&mut conn, CLIENT_FRAME_MAX),
