@@ -18,7 +18,8 @@ use serde::{Deserialize, Serialize};
 
 use super::command::{Batch, Leadership};
 
-/// The log clock, its last stamp, and the wall-clock stamp kept for display.
+/// The log clock and its last stamp. (The batch's wall-clock stamp is not the clock's: the
+/// machine copies it onto what it shows people, such as a run slot's admitted-at time.)
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogClock {
     /// Log-clock time, ms since the log began (frozen during leader changes).
@@ -27,8 +28,6 @@ pub struct LogClock {
     leadership: Leadership,
     /// That batch's `clock_ms`.
     last_stamp_ms: u64,
-    /// Largest wall-clock stamp seen (Unix ms), for display only.
-    wall_ms: u64,
 }
 
 impl LogClock {
@@ -47,7 +46,6 @@ impl LogClock {
             self.leadership = batch.leadership;
             self.last_stamp_ms = batch.clock_ms;
         }
-        self.wall_ms = self.wall_ms.max(batch.wall_ms);
         assert!(
             self.now_ms >= before,
             "log clock went back: {before} -> {}",
@@ -59,11 +57,6 @@ impl LogClock {
     /// Log-clock time, ms.
     pub fn now_ms(&self) -> u64 {
         self.now_ms
-    }
-
-    /// The latest wall-clock stamp (Unix ms), for display.
-    pub fn wall_ms(&self) -> u64 {
-        self.wall_ms
     }
 }
 

@@ -3,8 +3,15 @@
 //!
 //! Everything here is plain data, serialized with the pinned codec into log entries and
 //! snapshots. Field order is part of the format: append fields and variants, never reorder.
+//!
+//! The argument rules a command can break on its own, without the state (name lengths,
+//! unit ranges, weights), are checked here ([`Acquire::validate`], [`Settle::validate`]);
+//! the machine refuses a command that breaks one before it looks at anything else.
 
 use serde::{Deserialize, Serialize};
+
+use super::reply::Refusal;
+use crate::bounds::{NAME_BYTES_MAX, UNITS_MAX};
 
 /// A session's id: assigned by the machine from a counter when `OpenSession` is applied,
 /// starting at 1, never reused. Zero is never a session.
@@ -102,6 +109,24 @@ pub enum HaltScope {
     Agent(String),
 }
 
+impl HaltScope {
+    /// Checks the agent's name of an agent scope.
+    pub fn validate(&self) -> Result<(), Refusal> {
+        match self {
+            HaltScope::Tenant => Ok(()),
+            HaltScope::Agent(a) => check_key("agent", a),
+        }
+    }
+
+    /// Whether a waiter or holder of `agent` is inside this scope.
+    pub fn covers(&self, agent: Option<&str>) -> bool {
+        match self {
+            HaltScope::Tenant => true,
+            HaltScope::Agent(a) => agent == Some(a.as_str()),
+        }
+    }
+}
+
 impl std::fmt::Display for HaltScope {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -127,6 +152,30 @@ pub struct Acquire {
     pub wait: bool,
 }
 
+impl Acquire {
+    /// Checks the arguments alone: names, units in `1..=UNITS_MAX`, a weight of at least 1.
+    pub fn validate(&self) -> Result<(), Refusal> {
+        check_key("tenant", &self.tenant)?;
+        check_key("limit name", &self.limit)?;
+        check_name("fairness key", &self.priority.fairness_key)?;
+        if let Some(agent) = &self.agent {
+            check_key("agent", agent)?;
+        }
+        if self.units == 0 || self.units > UNITS_MAX {
+            return Err(Refusal::Invalid(format!(
+                "units {} is not in 1..={UNITS_MAX}",
+                self.units
+            )));
+        }
+        if self.priority.fairness_weight == 0 {
+            return Err(Refusal::Invalid(
+                "fairness weight 0: weights are at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// A settlement of one pass of a run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Settle {
@@ -139,6 +188,18 @@ pub struct Settle {
     pub minor_units: u64,
     /// Also free the run's slot.
     pub release_slot: bool,
+}
+
+impl Settle {
+    /// Checks the arguments alone: the tenant, run and period names.
+    pub fn validate(&self) -> Result<(), Refusal> {
+        check_key("tenant", &self.tenant)?;
+        check_key("run", &self.run)?;
+        if let Some(period) = &self.period {
+            check_key("period", period)?;
+        }
+        Ok(())
+    }
 }
 
 /// Every write of spec §2. Each is applied by [`crate::machine::Machine::apply`] and answered
@@ -212,4 +273,24 @@ pub enum Command {
     /// Nothing but the passage of time: the proposer sends it while sessions or waiting rate
     /// tickets exist, so expiries and refills happen without client traffic.
     Tick,
+}
+
+/// Checks a name's length (at most [`NAME_BYTES_MAX`] bytes); `what` names the field in the
+/// refusal.
+pub(super) fn check_name(what: &str, name: &str) -> Result<(), Refusal> {
+    if name.len() > NAME_BYTES_MAX {
+        return Err(Refusal::Invalid(format!(
+            "{what} is {} bytes, the bound is {NAME_BYTES_MAX}",
+            name.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a name that must also be non-empty.
+pub(super) fn check_key(what: &str, name: &str) -> Result<(), Refusal> {
+    if name.is_empty() {
+        return Err(Refusal::Invalid(format!("{what} is empty")));
+    }
+    check_name(what, name)
 }

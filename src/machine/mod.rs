@@ -65,7 +65,8 @@
 //!
 //! # Snapshots
 //!
-//! The snapshot ([`snapshot`]) is the whole machine, bit-exact: ordered containers,
+//! The snapshot ([`snapshot`]) is the machine's `SavedLimits`, bit-exact: all of its state
+//! but the two indexes derived from the rest, which a restore rebuilds; ordered containers,
 //! integers, f64 rates as bits, one pinned codec, a framed header with a crc32c. Decoding
 //! re-checks every invariant; a restored machine fed the rest of the log ends byte-equal to
 //! one that never snapshotted.

@@ -1,16 +1,30 @@
-//! The snapshot: the whole [`Machine`] in the framed format, and the state digest.
+//! The snapshot: [`SavedLimits`], the machine's state in the framed format, and the state
+//! digest.
+//!
+//! `SavedLimits` is everything the machine keeps except the two indexes it derives from the
+//! rest (session leases by expiry time, and the rated limits with waiters): those are
+//! rebuilt on restore, so a snapshot cannot carry an index that disagrees with the state.
 //!
 //! Bytes: a frame of kind `b"WSNP"` at [`SNAPSHOT_VERSION`] (see [`crate::codec`]) whose
-//! payload is the machine encoded with the pinned bincode configuration. Every container in
-//! the machine is ordered, every number an integer except the `per_second` rates, which
-//! bincode writes as their exact IEEE-754 bits; so two machines in the same state encode to
-//! the same bytes, and `encode(decode(b)) == b`.
+//! payload is `SavedLimits` encoded with the pinned bincode configuration. Every container
+//! in it is ordered, every number an integer except the `per_second` rates, which bincode
+//! writes as their exact IEEE-754 bits; so two machines in the same state encode to the same
+//! bytes, and `encode(decode(b)) == b`.
 //!
 //! Decoding checks the frame (magic, version, length, crc32c), then the encoding, then every
 //! invariant of the machine ([`Machine::check`]): damaged, truncated, foreign or
 //! inconsistent bytes are refused with an error that names the problem, never half-loaded.
 
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::clock::LogClock;
+use super::command::{Fence, LimitId, SessionId};
+use super::limit::Limit;
+use super::session::Session;
 use super::state::Machine;
+use super::tenant::Tenant;
 use crate::bounds::SNAPSHOT_BYTES_MAX;
 use crate::codec::{self, FrameError};
 
@@ -18,27 +32,50 @@ use crate::codec::{self, FrameError};
 pub const SNAPSHOT_MAGIC: [u8; 4] = *b"WSNP";
 
 /// The snapshot format this build writes and reads. Bump it with any change to the
-/// machine's serialized types.
-pub const SNAPSHOT_VERSION: u16 = 1;
+/// serialized types of [`SavedLimits`]. Version 2: the derived indexes and the log clock's
+/// unread wall-clock stamp are no longer written.
+pub const SNAPSHOT_VERSION: u16 = 2;
+
+/// The machine's saved state: what a snapshot carries, field by field in this order.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub(super) struct SavedLimits {
+    pub(super) clock: LogClock,
+    /// Index of the last entry applied; `None` before any (Raft's first entry is index 0).
+    pub(super) applied: Option<u64>,
+    /// The last fence handed out (0 before any).
+    pub(super) last_fence: Fence,
+    /// The last session id handed out.
+    pub(super) last_session: SessionId,
+    /// The last limit id handed out.
+    pub(super) last_limit: LimitId,
+    pub(super) sessions: BTreeMap<SessionId, Session>,
+    pub(super) limits: BTreeMap<LimitId, Limit>,
+    pub(super) tenants: BTreeMap<String, Tenant>,
+}
 
 impl Machine {
     /// The machine as snapshot bytes.
     pub fn snapshot(&self) -> Vec<u8> {
-        codec::seal_frame(SNAPSHOT_MAGIC, SNAPSHOT_VERSION, &codec::encode(self))
+        codec::seal_frame(
+            SNAPSHOT_MAGIC,
+            SNAPSHOT_VERSION,
+            &codec::encode(self.saved()),
+        )
     }
 
     /// A machine from snapshot bytes, or why they were refused.
     pub fn restore(bytes: &[u8]) -> Result<Machine, FrameError> {
         let payload =
             codec::open_frame(bytes, SNAPSHOT_MAGIC, SNAPSHOT_VERSION, SNAPSHOT_BYTES_MAX)?;
-        let machine: Machine = codec::decode(payload)?;
+        let saved: SavedLimits = codec::decode(payload)?;
+        let machine = Machine::from_saved(saved);
         machine.check().map_err(FrameError::Invalid)?;
         Ok(machine)
     }
 
     /// A digest of the state: equal on replicas at the same applied index.
     pub fn digest(&self) -> String {
-        digest_of(&codec::encode(self))
+        digest_of(&codec::encode(self.saved()))
     }
 }
 

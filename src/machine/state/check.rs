@@ -1,0 +1,141 @@
+//! The invariant check of the whole machine ([`Machine::check`]): the invariants of the
+//! state module doc, and of each part (sessions, tenants, limits and their queues).
+
+use super::Machine;
+use crate::machine::session::Ticket;
+
+impl Machine {
+    /// Checks every invariant of the module doc and of the parts; returns the first broken.
+    /// Run on every decoded snapshot, and by tests after every entry.
+    pub fn check(&self) -> Result<(), String> {
+        let (waiters_expected, holders_expected) = self.check_sessions()?;
+        let waiters: usize = self.saved.limits.values().map(|l| l.queue.len()).sum();
+        let holders: usize = self.saved.limits.values().map(|l| l.holders.len()).sum();
+        if waiters != waiters_expected || holders != holders_expected {
+            return Err(format!(
+                "limits have {waiters} waiters and {holders} holders, sessions \
+                 {waiters_expected} and {holders_expected}"
+            ));
+        }
+        self.check_names()?;
+        self.check_limits()
+    }
+
+    /// Every session is well formed and has its expiry record, and every live ticket is
+    /// where it says it is. Returns the numbers of queued and held tickets.
+    fn check_sessions(&self) -> Result<(usize, usize), String> {
+        let mut waiters = 0usize;
+        let mut holders = 0usize;
+        for (&sid, session) in &self.saved.sessions {
+            session.check().map_err(|e| format!("session {sid}: {e}"))?;
+            if !self.expiries.contains(&(session.expires_at_ms, sid)) {
+                return Err(format!("session {sid} has no expiry record"));
+            }
+            if sid > self.saved.last_session {
+                return Err(format!(
+                    "session {sid} above the last id {}",
+                    self.saved.last_session
+                ));
+            }
+            for (&tid, ticket) in &session.live {
+                match ticket {
+                    Ticket::Queued { limit, key } => {
+                        let w =
+                            self.saved.limits.get(limit).and_then(|l| {
+                                l.queue.iter().find(|(k, _)| *k == key).map(|(_, w)| w)
+                            });
+                        if !w.is_some_and(|w| w.session == sid && w.ticket == tid) {
+                            return Err(format!("queued ticket {sid}/{tid} is not in its queue"));
+                        }
+                        waiters += 1;
+                    }
+                    Ticket::Held {
+                        limit,
+                        fence,
+                        units,
+                    } => {
+                        let h = self
+                            .saved
+                            .limits
+                            .get(limit)
+                            .and_then(|l| l.holders.get(fence));
+                        if !h.is_some_and(|h| {
+                            h.session == sid && h.ticket == tid && h.units == *units
+                        }) {
+                            return Err(format!("held ticket {sid}/{tid} is not a holder"));
+                        }
+                        holders += 1;
+                    }
+                }
+            }
+        }
+        if self.expiries.len() != self.saved.sessions.len() {
+            return Err(format!(
+                "{} expiry records for {} sessions",
+                self.expiries.len(),
+                self.saved.sessions.len()
+            ));
+        }
+        Ok((waiters, holders))
+    }
+
+    /// Every tenant is well formed, and exactly the limits that exist are reachable by
+    /// their own names.
+    fn check_names(&self) -> Result<(), String> {
+        let mut named = 0usize;
+        for (name, t) in &self.saved.tenants {
+            t.check().map_err(|e| format!("tenant {name}: {e}"))?;
+            for (lname, id) in &t.limits {
+                let l = self
+                    .saved
+                    .limits
+                    .get(id)
+                    .ok_or(format!("{name}/{lname} names no limit"))?;
+                if &l.tenant != name || &l.name != lname {
+                    return Err(format!("{name}/{lname} names limit {id} of another name"));
+                }
+                named += 1;
+            }
+        }
+        if named != self.saved.limits.len() {
+            return Err(format!(
+                "{} limits, {named} reachable by name",
+                self.saved.limits.len()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Every limit is well formed, under the id and fence counters, and filed in
+    /// `rate_waiting` exactly while it rates and has waiters.
+    fn check_limits(&self) -> Result<(), String> {
+        for (&id, l) in &self.saved.limits {
+            l.check()?;
+            if id > self.saved.last_limit {
+                return Err(format!(
+                    "limit {id} above the last id {}",
+                    self.saved.last_limit
+                ));
+            }
+            if let Some((&fence, _)) = l.holders.last_key_value()
+                && fence > self.saved.last_fence
+            {
+                return Err(format!(
+                    "fence {fence} above the last fence {}",
+                    self.saved.last_fence
+                ));
+            }
+            if self.rate_waiting.contains(&id) != (l.spec.rates() && !l.queue.is_empty()) {
+                return Err(format!("limit {id} misfiled in rate_waiting"));
+            }
+        }
+        if self
+            .rate_waiting
+            .iter()
+            .any(|id| !self.saved.limits.contains_key(id))
+        {
+            return Err("rate_waiting names a missing limit".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,93 @@
+//! Sessions and their leases: open, keep-alive, expire, close.
+//!
+//! A lease runs `ttl_ms` of log time from the entry that applied the last keep-alive (or the
+//! opening). Expiry happens at the start of the first entry whose log clock reaches
+//! `expires_at_ms`, earliest first; a session's end releases its permits and withdraws its
+//! tickets, and only then are the limits it was on served, so no grant goes to a session
+//! that is already past its lease.
+
+use std::collections::BTreeSet;
+
+use super::Machine;
+use crate::bounds::{SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN, SESSIONS_MAX};
+use crate::machine::command::{LimitId, SessionId};
+use crate::machine::reply::{Event, Refusal, Reply};
+use crate::machine::session::Session;
+
+impl Machine {
+    pub(super) fn open_session(&mut self, ttl_ms: u64) -> Result<Reply, Refusal> {
+        if !(SESSION_TTL_MS_MIN..=SESSION_TTL_MS_MAX).contains(&ttl_ms) {
+            return Err(Refusal::Invalid(format!(
+                "ttl_ms {ttl_ms} is not in {SESSION_TTL_MS_MIN}..={SESSION_TTL_MS_MAX}"
+            )));
+        }
+        if self.saved.sessions.len() >= SESSIONS_MAX {
+            return Err(Refusal::Invalid(format!(
+                "{SESSIONS_MAX} sessions are open already"
+            )));
+        }
+        self.saved.last_session += 1;
+        let id = self.saved.last_session;
+        let session = Session::new(ttl_ms, self.now_ms());
+        self.expiries.insert((session.expires_at_ms, id));
+        self.saved.sessions.insert(id, session);
+        Ok(Reply::SessionOpened {
+            session: id,
+            ttl_ms,
+        })
+    }
+
+    pub(super) fn keep_alive(&mut self, id: SessionId) -> Result<Reply, Refusal> {
+        let now_ms = self.now_ms();
+        let session = self
+            .saved
+            .sessions
+            .get_mut(&id)
+            .ok_or(Refusal::UnknownSession)?;
+        let removed = self.expiries.remove(&(session.expires_at_ms, id));
+        assert!(removed, "session {id} has an expiry");
+        session.expires_at_ms = now_ms.saturating_add(session.ttl_ms);
+        self.expiries.insert((session.expires_at_ms, id));
+        Ok(Reply::KeptAlive {
+            ttl_ms: session.ttl_ms,
+        })
+    }
+
+    /// Ends every session whose lease has run out, earliest first, and only then serves the
+    /// limits they were on: no grant goes to a session that is already past its lease.
+    pub(super) fn expire_sessions(&mut self, now_ms: u64, events: &mut Vec<Event>) {
+        let mut touched = BTreeSet::new();
+        while let Some(&(at, id)) = self.expiries.first() {
+            if at > now_ms {
+                break;
+            }
+            touched.append(&mut self.drop_session(id));
+            events.push(Event::SessionExpired { session: id });
+        }
+        for limit in touched {
+            self.serve(limit, events);
+        }
+    }
+
+    /// Closes a session: releases its permits, withdraws its tickets, then serves the limits
+    /// it was on, in id order.
+    pub(super) fn end_session(&mut self, id: SessionId, events: &mut Vec<Event>) {
+        for limit in self.drop_session(id) {
+            self.serve(limit, events);
+        }
+    }
+
+    /// Removes a session with its permits and tickets; returns the limits it was on, which
+    /// the caller must serve.
+    fn drop_session(&mut self, id: SessionId) -> BTreeSet<LimitId> {
+        let Some(session) = self.saved.sessions.remove(&id) else {
+            return BTreeSet::new();
+        };
+        self.expiries.remove(&(session.expires_at_ms, id));
+        session
+            .live
+            .values()
+            .map(|ticket| self.unlink(ticket))
+            .collect()
+    }
+}

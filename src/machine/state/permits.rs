@@ -1,0 +1,296 @@
+//! Permits: acquiring (granted at once, queued, or refused), releasing, and serving a
+//! limit's queue when room appears.
+//!
+//! A ticket gets a permit in one of two ways, at once on its acquire or from the queue when
+//! the limit is served; both go through [`Machine::grant`], which takes the fence. A live
+//! ticket leaves its limit in one of two ways, its release or its session's end; both go
+//! through [`Machine::unlink`], and the caller then serves the limit.
+
+use super::Machine;
+use crate::bounds::{LIMIT_WAITERS_MAX, SESSION_TICKETS_MAX};
+use crate::machine::command::{Acquire, Fence, LimitId, SessionId, TicketId};
+use crate::machine::limit::{Holder, Room};
+use crate::machine::queue::Waiter;
+use crate::machine::reply::{Event, Refusal, Reply};
+use crate::machine::session::{Finished, Session, Ticket};
+
+impl Machine {
+    pub(super) fn acquire(
+        &mut self,
+        a: &Acquire,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, Refusal> {
+        a.validate()?;
+        let session = self
+            .saved
+            .sessions
+            .get(&a.session)
+            .ok_or(Refusal::UnknownSession)?;
+        // The same ticket again: the same answer, and no second effect (G5).
+        if let Some(reply) = self.answer_again(session, a.ticket) {
+            return Ok(reply);
+        }
+        if session.live.len() >= SESSION_TICKETS_MAX {
+            return Err(Refusal::Invalid(format!(
+                "session has {SESSION_TICKETS_MAX} live tickets already"
+            )));
+        }
+        if let Some((scope, reason)) = self
+            .saved
+            .tenants
+            .get(&a.tenant)
+            .and_then(|t| t.halt_for(a.agent.as_deref()))
+        {
+            return Err(Refusal::Halted { scope, reason });
+        }
+        let id = self.live_limit_id(&a.tenant, &a.limit)?;
+        let now_ms = self.now_ms();
+        let limit = self.saved.limits.get_mut(&id).expect("live limit");
+        if let Some(max) = limit.spec.max_units()
+            && a.units as u64 > max
+        {
+            return Err(Refusal::TooLarge {
+                units: a.units,
+                max,
+            });
+        }
+        limit.refill(now_ms);
+        let room = limit.room_for(a.units, now_ms);
+        if limit.queue.is_empty() && room == Room::Yes {
+            let fence = self.grant(id, holder_of(a));
+            return Ok(Reply::Granted {
+                fence,
+                units: a.units,
+            });
+        }
+        if !a.wait {
+            let retry_at_ms = match room {
+                Room::NeedsTokensAt(at) if limit.queue.is_empty() => Some(at),
+                _ => None,
+            };
+            return Err(Refusal::Busy { retry_at_ms });
+        }
+        self.enqueue(id, a, events)
+    }
+
+    /// What an acquire naming a ticket the session already knows is answered, or `None`
+    /// for a new ticket.
+    fn answer_again(&self, session: &Session, ticket: TicketId) -> Option<Reply> {
+        match session.live.get(&ticket) {
+            Some(Ticket::Queued { limit, key }) => Some(Reply::Queued {
+                position: self.saved.limits[limit].queue.position(key),
+            }),
+            Some(Ticket::Held { fence, units, .. }) => Some(Reply::Granted {
+                fence: *fence,
+                units: *units,
+            }),
+            None => session.finished.get(&ticket).map(Finished::reply),
+        }
+    }
+
+    /// Queues `a` on limit `id`, unless the queue is full.
+    fn enqueue(
+        &mut self,
+        id: LimitId,
+        a: &Acquire,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, Refusal> {
+        let limit = self.saved.limits.get_mut(&id).expect("live limit");
+        if limit.queue.len() >= LIMIT_WAITERS_MAX {
+            return Err(Refusal::QueueFull);
+        }
+        let waiter = Waiter {
+            session: a.session,
+            ticket: a.ticket,
+            units: a.units,
+            agent: a.agent.clone(),
+            fairness_key: String::new(),
+        };
+        let key = limit.queue.push(waiter, &a.priority);
+        let position = limit.queue.position(&key);
+        let session = self
+            .saved
+            .sessions
+            .get_mut(&a.session)
+            .expect("checked by acquire");
+        session
+            .live
+            .insert(a.ticket, Ticket::Queued { limit: id, key });
+        // Queuing never makes room, but it files a rated limit for serving on refill.
+        self.serve(id, events);
+        Ok(Reply::Queued { position })
+    }
+
+    pub(super) fn release(
+        &mut self,
+        id: SessionId,
+        ticket: TicketId,
+        events: &mut Vec<Event>,
+    ) -> Reply {
+        // An unknown ticket of an open session is finished too: a late acquire of it is
+        // answered `TicketReleased`, not granted.
+        let live = self.saved.sessions.get_mut(&id).and_then(|session| {
+            let live = session.live.get(&ticket).cloned();
+            session.finish(ticket, Finished::Released);
+            live
+        });
+        let Some(live) = live else {
+            return Reply::Released {
+                held: false,
+                withdrawn: false,
+            };
+        };
+        let limit = self.unlink(&live);
+        self.serve(limit, events);
+        Reply::Released {
+            held: matches!(live, Ticket::Held { .. }),
+            withdrawn: matches!(live, Ticket::Queued { .. }),
+        }
+    }
+
+    /// Grants `holder` its units on limit `id`, whose room the caller checked: takes the
+    /// next fence, and records the ticket in its session as held, or as finished when the
+    /// limit holds nothing (a rate take). Returns the fence.
+    fn grant(&mut self, id: LimitId, holder: Holder) -> Fence {
+        let fence = self.next_fence();
+        let (session, ticket, units) = (holder.session, holder.ticket, holder.units);
+        let limit = self
+            .saved
+            .limits
+            .get_mut(&id)
+            .expect("granted limits exist");
+        let held = limit.grant(fence, holder);
+        let session = self
+            .saved
+            .sessions
+            .get_mut(&session)
+            .expect("grants go to open sessions");
+        if held {
+            let ticket_now = Ticket::Held {
+                limit: id,
+                fence,
+                units,
+            };
+            session.live.insert(ticket, ticket_now);
+        } else {
+            session.finish(ticket, Finished::Taken { fence, units });
+        }
+        fence
+    }
+
+    /// Takes a live ticket out of its limit: a queued one leaves the queue, a held one frees
+    /// its permit. The session's own record is the caller's. Returns the limit, which the
+    /// caller must serve.
+    pub(super) fn unlink(&mut self, ticket: &Ticket) -> LimitId {
+        let (Ticket::Queued { limit: id, .. } | Ticket::Held { limit: id, .. }) = *ticket;
+        let limit = self
+            .saved
+            .limits
+            .get_mut(&id)
+            .expect("tickets name live limits");
+        match ticket {
+            Ticket::Queued { key, .. } => {
+                limit
+                    .queue
+                    .remove(key)
+                    .expect("a queued ticket is in its queue");
+            }
+            Ticket::Held { fence, .. } => {
+                limit.release(*fence).expect("a held ticket is a holder");
+            }
+        }
+        id
+    }
+
+    /// The next fence: the entry's index when above every earlier fence, else one more.
+    fn next_fence(&mut self) -> Fence {
+        let last = self.saved.last_fence;
+        let fence = self.applied_index().max(last + 1);
+        assert!(fence > last, "fences increase: {fence} after {last}");
+        self.saved.last_fence = fence;
+        fence
+    }
+
+    /// Grants what the head of limit `id`'s queue can take, head first, until the head must
+    /// wait; then files the limit.
+    pub(super) fn serve(&mut self, id: LimitId, events: &mut Vec<Event>) {
+        let now_ms = self.now_ms();
+        loop {
+            let limit = self.saved.limits.get_mut(&id).expect("served limits exist");
+            limit.refill(now_ms);
+            let Some((_, head)) = limit.queue.peek() else {
+                break;
+            };
+            if limit.room_for(head.units, now_ms) != Room::Yes {
+                break;
+            }
+            let (_, w) = limit.queue.pop().expect("peeked");
+            let (session, ticket, units) = (w.session, w.ticket, w.units);
+            let holder = Holder {
+                session,
+                ticket,
+                units,
+                agent: w.agent,
+            };
+            let fence = self.grant(id, holder);
+            events.push(Event::Granted {
+                session,
+                ticket,
+                fence,
+                units,
+            });
+        }
+        self.file(id);
+    }
+
+    /// Drops limit `id` if it was removed and is now empty; otherwise files it in
+    /// `rate_waiting` exactly while it rates and has waiters.
+    fn file(&mut self, id: LimitId) {
+        let limit = &self.saved.limits[&id];
+        if limit.is_gone() {
+            let name = limit.name.clone();
+            let tenant = limit.tenant.clone();
+            self.saved.limits.remove(&id);
+            self.rate_waiting.remove(&id);
+            let t = self
+                .saved
+                .tenants
+                .get_mut(&tenant)
+                .expect("limits have tenants");
+            t.limits.remove(&name);
+            if t.is_empty() {
+                self.saved.tenants.remove(&tenant);
+            }
+        } else if limit.spec.rates() && !limit.queue.is_empty() {
+            self.rate_waiting.insert(id);
+        } else {
+            self.rate_waiting.remove(&id);
+        }
+    }
+
+    /// Tells a waiter already taken out of its queue that it is refused, and finishes its
+    /// ticket so a duplicate acquire gets the same answer.
+    pub(super) fn refuse_waiter(&mut self, w: &Waiter, refusal: Refusal, events: &mut Vec<Event>) {
+        let session = self
+            .saved
+            .sessions
+            .get_mut(&w.session)
+            .expect("waiters have sessions");
+        session.finish(w.ticket, Finished::Refused(refusal.clone()));
+        events.push(Event::Refused {
+            session: w.session,
+            ticket: w.ticket,
+            refusal,
+        });
+    }
+}
+
+/// The holder an acquire granted at once becomes.
+fn holder_of(a: &Acquire) -> Holder {
+    Holder {
+        session: a.session,
+        ticket: a.ticket,
+        units: a.units,
+        agent: a.agent.clone(),
+    }
+}

@@ -1,0 +1,118 @@
+//! What queries see: a limit's status, a tenant's limits, runs, halts, spend and counts, and
+//! whether a fence is still held. Reads never change the state.
+
+use serde::{Deserialize, Serialize};
+
+use super::Machine;
+use crate::machine::command::{Fence, HaltScope};
+use crate::machine::limit::{Limit, MICRO};
+use crate::machine::tenant::{RunSlot, Spend, Tenant};
+
+/// What `limit show` reports.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LimitStatus {
+    pub tenant: String,
+    pub name: String,
+    pub concurrent: u32,
+    pub per_second: f64,
+    pub burst: u64,
+    /// Units held now.
+    pub in_use: u64,
+    /// Tickets queued.
+    pub waiting: u64,
+    /// Highest units held at once since the limit was defined.
+    pub max_in_use: u64,
+    /// Whole tokens in the bucket at the last refill.
+    pub tokens: u64,
+    /// Removed, waiting for its holders to release.
+    pub removing: bool,
+}
+
+impl LimitStatus {
+    fn of(limit: &Limit) -> LimitStatus {
+        LimitStatus {
+            tenant: limit.tenant.clone(),
+            name: limit.name.clone(),
+            concurrent: limit.spec.concurrent,
+            per_second: limit.spec.per_second,
+            burst: limit.spec.burst,
+            in_use: limit.held_units,
+            waiting: limit.queue.len() as u64,
+            max_in_use: limit.max_held_units,
+            tokens: limit.tokens_micro / MICRO,
+            removing: limit.removing,
+        }
+    }
+}
+
+/// A tenant's ceilings and counts, for reads.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantStatus {
+    pub max_running: Option<u32>,
+    pub budget_tokens: Option<u64>,
+    pub budget_minor: Option<u64>,
+    pub running: u64,
+    pub receipts: u64,
+    pub receipts_evicted: u64,
+}
+
+impl Machine {
+    /// `read` of the tenant named, or the empty answer for a tenant the state does not know.
+    fn of_tenant<T: Default>(&self, tenant: &str, read: impl FnOnce(&Tenant) -> T) -> T {
+        self.saved.tenants.get(tenant).map(read).unwrap_or_default()
+    }
+
+    /// A limit's status, removed-but-held ones included.
+    pub fn limit_status(&self, tenant: &str, name: &str) -> Option<LimitStatus> {
+        let id = self.limit_id(tenant, name)?;
+        Some(LimitStatus::of(&self.saved.limits[&id]))
+    }
+
+    /// Every limit of a tenant, by name.
+    pub fn limits(&self, tenant: &str) -> Vec<LimitStatus> {
+        self.of_tenant(tenant, |t| {
+            t.limits
+                .values()
+                .map(|id| LimitStatus::of(&self.saved.limits[id]))
+                .collect()
+        })
+    }
+
+    /// Whether a permit with `fence` is held on (tenant, name) now.
+    pub fn validate_fence(&self, tenant: &str, name: &str, fence: Fence) -> bool {
+        self.limit_id(tenant, name)
+            .is_some_and(|id| self.saved.limits[&id].holders.contains_key(&fence))
+    }
+
+    /// Spend charged to a period.
+    pub fn spent(&self, tenant: &str, period: &str) -> Spend {
+        self.of_tenant(tenant, |t| t.spent.get(period).copied().unwrap_or_default())
+    }
+
+    /// The running set, by run name.
+    pub fn running(&self, tenant: &str) -> Vec<(String, RunSlot)> {
+        self.of_tenant(tenant, |t| t.running.clone().into_iter().collect())
+    }
+
+    /// Standing halts of a tenant, tenant-wide first.
+    pub fn halts(&self, tenant: &str) -> Vec<(HaltScope, String)> {
+        self.of_tenant(tenant, |t| t.halts.clone().into_iter().collect())
+    }
+
+    /// A tenant's ceilings and counts.
+    pub fn tenant_status(&self, tenant: &str) -> TenantStatus {
+        self.of_tenant(tenant, |t| TenantStatus {
+            max_running: t.max_running,
+            budget_tokens: t.budget_tokens,
+            budget_minor: t.budget_minor,
+            running: t.running.len() as u64,
+            receipts: t.receipts.len() as u64,
+            receipts_evicted: t.receipts_evicted,
+        })
+    }
+
+    /// Number of open sessions.
+    pub fn session_count(&self) -> usize {
+        self.saved.sessions.len()
+    }
+}
