@@ -12,9 +12,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
-use weir::machine::{Command, Event, Priority, Refusal, Reply, SessionId, TicketId};
+use weir::machine::{Command, Event, Refusal, Reply, SessionId, TicketId};
 
-use crate::sim::{Sim, acquire};
+use crate::sim::{Sim, ask, limit};
 
 /// The limits: (name, concurrent, per_second, burst). Index 2 is the rate limit.
 const LIMITS: [(&str, u32, f64, u64); 3] = [
@@ -231,13 +231,12 @@ fn run(entries: Vec<(u64, Vec<Op>)>) -> Result<(), TestCaseError> {
     let mut sim = Sim::new();
     let mut model = Model::default();
     for (name, concurrent, per_second, burst) in LIMITS {
-        sim.reply(Command::DefineLimit {
-            tenant: "t".into(),
-            name: name.into(),
-            concurrent,
-            per_second,
-            burst: Some(burst),
-        });
+        sim.reply(
+            limit("t", name)
+                .concurrent(concurrent)
+                .rate(per_second)
+                .burst(burst),
+        );
         model.limits.push(ModelLimit {
             cap: concurrent,
             ..ModelLimit::default()
@@ -274,18 +273,10 @@ fn run(entries: Vec<(u64, Vec<Op>)>) -> Result<(), TestCaseError> {
             .map(|op| match *op {
                 Op::Acquire { s, n, limit, wait } => {
                     let t = ticket_id(n, limit);
-                    let mut c = acquire(
-                        sid(&model, s),
-                        t,
-                        "t",
-                        LIMITS[limit].0,
-                        units_of(t),
-                        Priority::default(),
-                    );
-                    if let Command::Acquire(a) = &mut c {
-                        a.wait = wait;
-                    }
-                    c
+                    ask(sid(&model, s), t, LIMITS[limit].0)
+                        .units(units_of(t))
+                        .wait(wait)
+                        .into()
                 }
                 Op::Release { s, n, limit } => Command::Release {
                     session: sid(&model, s),

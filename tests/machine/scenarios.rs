@@ -1,11 +1,18 @@
-//! One scenario per behaviour of spec §2, named for it.
+//! One scenario per behaviour of spec §2, named for it, written in the language of
+//! [`crate::sim`]: limits `t/db` (concurrency) and `t/api` (rate) unless a scenario says
+//! otherwise, and tenant `acme` for runs, budgets and halts.
 
 use weir::machine::{
-    Acquire, BudgetKind, Change, Command, Event, HaltScope, Leadership, Priority, Refusal, Reply,
+    BudgetKind, Change, Command, Event, HaltScope, Leadership, Machine, Priority, Refusal, Reply,
     Settle,
 };
 
-use crate::sim::{Sim, acquire, fence, granted, level};
+use crate::sim::{
+    FREED, NOTHING_RELEASED, Sim, WITHDRAWN, ask, fence, granted, granted_event, halted,
+    halted_event, limit, queued, refused, refused_event,
+};
+
+// ---- tenant `acme`: runs, budgets, halts ---------------------------------------------------
 
 fn settle(run: &str, epoch: u64, period: &str, tokens: u64, minor: u64, release: bool) -> Command {
     Command::Settle(Settle {
@@ -28,6 +35,13 @@ fn reserve(run: &str, agent: Option<&str>, period: Option<&str>) -> Command {
     }
 }
 
+fn release_run(run: &str) -> Command {
+    Command::ReleaseRun {
+        tenant: "acme".into(),
+        run: run.into(),
+    }
+}
+
 fn set_tenant(max_running: Change<u32>, tokens: Change<u64>, minor: Change<u64>) -> Command {
     Command::SetTenant {
         tenant: "acme".into(),
@@ -37,61 +51,56 @@ fn set_tenant(max_running: Change<u32>, tokens: Change<u64>, minor: Change<u64>)
     }
 }
 
+fn set_halt(scope: &HaltScope, reason: &str) -> Command {
+    Command::SetHalt {
+        tenant: "acme".into(),
+        scope: scope.clone(),
+        reason: reason.into(),
+    }
+}
+
+fn clear_halt(scope: &HaltScope) -> Command {
+    Command::ClearHalt {
+        tenant: "acme".into(),
+        scope: scope.clone(),
+    }
+}
+
+// ---- limits and permits --------------------------------------------------------------------
+
 #[test]
 fn concurrency_is_counted_in_units_and_full_limits_queue() {
-    let mut s = Sim::new();
-    s.define("t", "db", 3, 0.0);
+    let mut s = Sim::db(3);
     let a = s.open(3_000);
     assert!(matches!(
-        s.reply(acquire(a, 1, "t", "db", 2, Priority::default())),
+        s.reply(ask(a, 1, "db").units(2)),
         Reply::Granted { units: 2, .. }
     ));
     // One unit is left: a two-unit ticket waits, a one-unit ticket behind it waits too
     // (the head blocks), and nothing exceeds the cap.
-    assert_eq!(
-        s.reply(acquire(a, 2, "t", "db", 2, Priority::default())),
-        Reply::Queued { position: 0 }
-    );
-    assert_eq!(
-        s.reply(acquire(a, 3, "t", "db", 1, Priority::default())),
-        Reply::Queued { position: 1 }
-    );
-    let st = s.m.limit_status("t", "db").unwrap();
+    assert_eq!(s.reply(ask(a, 2, "db").units(2)), queued(0));
+    assert_eq!(s.reply(ask(a, 3, "db")), queued(1));
+    let st = s.status("t", "db");
     assert_eq!((st.in_use, st.waiting, st.max_in_use), (2, 2, 2));
     let (_, events) = s.release(a, 1);
     assert_eq!(granted(&events), vec![(a, 2), (a, 3)]);
-    assert_eq!(s.m.limit_status("t", "db").unwrap().in_use, 3);
+    assert_eq!(s.status("t", "db").in_use, 3);
 }
 
 #[test]
 fn token_bucket_grants_its_burst_then_refills_on_the_log_clock() {
     let mut s = Sim::new();
-    s.reply(Command::DefineLimit {
-        tenant: "t".into(),
-        name: "api".into(),
-        concurrent: 0,
-        per_second: 10.0,
-        burst: Some(5),
-    });
+    s.reply(limit("t", "api").rate(10.0).burst(5));
     let a = s.open(3_000);
     for t in 1..=5 {
         assert!(matches!(s.acquire(a, t, "api"), Reply::Granted { .. }));
     }
-    let busy = Command::Acquire(Acquire {
-        session: a,
-        ticket: 6,
-        tenant: "t".into(),
-        limit: "api".into(),
-        units: 1,
-        priority: Priority::default(),
-        agent: None,
-        wait: false,
-    });
+    let busy = ask(a, 6, "api").wait(false);
     // Empty bucket: one token comes 100 ms of log time later.
     let now = s.m.now_ms();
     assert_eq!(
         s.reply(busy.clone()),
-        Reply::Refused(Refusal::Busy {
+        refused(Refusal::Busy {
             retry_at_ms: Some(now + 100)
         })
     );
@@ -113,8 +122,8 @@ fn rate_only_limit_takes_tokens_holds_nothing_and_serves_waiters_on_refill() {
     let second = s.acquire(a, 2, "api");
     assert!(matches!(first, Reply::Granted { .. }));
     assert!(matches!(second, Reply::Granted { .. }));
-    assert_eq!(s.m.limit_status("t", "api").unwrap().in_use, 0);
-    assert_eq!(s.acquire(a, 3, "api"), Reply::Queued { position: 0 });
+    assert_eq!(s.status("t", "api").in_use, 0);
+    assert_eq!(s.acquire(a, 3, "api"), queued(0));
     // No client asks again: the refill alone grants the waiter, in a tick's entry.
     assert!(granted(&s.wait(400)).is_empty());
     assert_eq!(granted(&s.wait(100)), vec![(a, 3)]);
@@ -127,29 +136,27 @@ fn rate_only_limit_takes_tokens_holds_nothing_and_serves_waiters_on_refill() {
 
 #[test]
 fn lowering_concurrent_keeps_holders_and_delays_new_grants() {
-    let mut s = Sim::new();
-    s.define("t", "db", 3, 0.0);
+    let mut s = Sim::db(3);
     let a = s.open(3_000);
     for t in 1..=3 {
         s.acquire(a, t, "db");
     }
     s.define("t", "db", 1, 0.0);
-    let st = s.m.limit_status("t", "db").unwrap();
+    let st = s.status("t", "db");
     assert_eq!((st.concurrent, st.in_use), (1, 3));
-    assert_eq!(s.acquire(a, 4, "db"), Reply::Queued { position: 0 });
+    assert_eq!(s.acquire(a, 4, "db"), queued(0));
     assert!(granted(&s.release(a, 1).1).is_empty());
     assert!(granted(&s.release(a, 2).1).is_empty());
-    assert_eq!(s.m.limit_status("t", "db").unwrap().in_use, 1);
+    assert_eq!(s.status("t", "db").in_use, 1);
     assert_eq!(granted(&s.release(a, 3).1), vec![(a, 4)]);
-    assert_eq!(s.m.limit_status("t", "db").unwrap().in_use, 1);
+    assert_eq!(s.status("t", "db").in_use, 1);
 }
 
 #[test]
 fn uncapping_a_limit_keeps_its_holders_and_its_snapshot_restores() {
-    let mut s = Sim::new();
-    s.define("t", "db", 1, 0.0);
+    let mut s = Sim::db(1);
     let a = s.open(3_000);
-    let f = fence(&s.acquire(a, 1, "db"));
+    let f = s.grant(ask(a, 1, "db"));
     s.define("t", "db", 0, 0.0);
     assert!(
         s.m.validate_fence("t", "db", f),
@@ -159,52 +166,27 @@ fn uncapping_a_limit_keeps_its_holders_and_its_snapshot_restores() {
         matches!(s.acquire(a, 2, "db"), Reply::Granted { .. }),
         "no cap now"
     );
-    assert_eq!(
-        s.m.limit_status("t", "db").unwrap().in_use,
-        1,
-        "the new grant holds nothing"
-    );
-    let restored = weir::machine::Machine::restore(&s.m.snapshot()).unwrap();
+    assert_eq!(s.status("t", "db").in_use, 1, "the new grant holds nothing");
+    let restored = Machine::restore(&s.m.snapshot()).unwrap();
     assert_eq!(restored.snapshot(), s.m.snapshot());
-    let (reply, _) = s.release(a, 1);
-    assert_eq!(
-        reply,
-        Reply::Released {
-            held: true,
-            withdrawn: false
-        }
-    );
-    assert_eq!(s.m.limit_status("t", "db").unwrap().in_use, 0);
+    assert_eq!(s.release(a, 1).0, FREED);
+    assert_eq!(s.status("t", "db").in_use, 0);
 }
 
 #[test]
 fn lowering_concurrent_refuses_waiters_that_can_never_fit() {
-    let mut s = Sim::new();
-    s.define("t", "db", 4, 0.0);
+    let mut s = Sim::db(4);
     let a = s.open(3_000);
-    s.reply(acquire(a, 1, "t", "db", 4, Priority::default()));
-    s.reply(acquire(a, 2, "t", "db", 3, Priority::default()));
-    let (_, events) = s.one(Command::DefineLimit {
-        tenant: "t".into(),
-        name: "db".into(),
-        concurrent: 2,
-        per_second: 0.0,
-        burst: None,
-    });
-    assert_eq!(
-        events,
-        vec![Event::Refused {
-            session: a,
-            ticket: 2,
-            refusal: Refusal::TooLarge { units: 3, max: 2 }
-        }]
-    );
+    s.reply(ask(a, 1, "db").units(4));
+    s.reply(ask(a, 2, "db").units(3));
+    let (_, events) = s.one(limit("t", "db").concurrent(2));
+    let too_large = Refusal::TooLarge { units: 3, max: 2 };
+    assert_eq!(events, vec![refused_event(a, 2, too_large)]);
 }
 
 #[test]
 fn removing_a_limit_refuses_waiters_and_waits_for_holders() {
-    let mut s = Sim::new();
-    s.define("t", "db", 1, 0.0);
+    let mut s = Sim::db(1);
     let a = s.open(3_000);
     s.acquire(a, 1, "db");
     s.acquire(a, 2, "db");
@@ -212,43 +194,59 @@ fn removing_a_limit_refuses_waiters_and_waits_for_holders() {
         tenant: "t".into(),
         name: "db".into(),
     });
-    assert_eq!(
-        events,
-        vec![Event::Refused {
-            session: a,
-            ticket: 2,
-            refusal: Refusal::LimitRemoved
-        }]
-    );
-    assert_eq!(s.acquire(a, 3, "db"), Reply::Refused(Refusal::UnknownLimit));
+    assert_eq!(events, vec![refused_event(a, 2, Refusal::LimitRemoved)]);
+    assert_eq!(s.acquire(a, 3, "db"), refused(Refusal::UnknownLimit));
     // The holder keeps its permit; the limit is gone once it releases.
-    assert!(s.m.limit_status("t", "db").unwrap().removing);
+    assert!(s.status("t", "db").removing);
     s.release(a, 1);
     assert_eq!(s.m.limit_status("t", "db"), None);
     // A duplicate of the refused ticket's acquire hears the same refusal.
-    assert_eq!(s.acquire(a, 2, "db"), Reply::Refused(Refusal::LimitRemoved));
+    assert_eq!(s.acquire(a, 2, "db"), refused(Refusal::LimitRemoved));
 }
 
 #[test]
-fn unknown_limit_is_refused_never_granted() {
+fn an_unknown_limit_or_session_is_refused_never_granted() {
     let mut s = Sim::new();
     let a = s.open(3_000);
-    assert_eq!(
-        s.acquire(a, 1, "nothing"),
-        Reply::Refused(Refusal::UnknownLimit)
-    );
+    assert_eq!(s.acquire(a, 1, "nothing"), refused(Refusal::UnknownLimit));
     assert_eq!(
         s.acquire(99, 1, "nothing"),
-        Reply::Refused(Refusal::UnknownSession)
+        refused(Refusal::UnknownSession)
     );
 }
+
+#[test]
+fn too_large_is_refused_against_concurrent_and_burst() {
+    let mut s = Sim::db(2);
+    s.define("t", "api", 0, 3.0);
+    let a = s.open(3_000);
+    for (ticket, name, units, max) in [(1, "db", 3, 2), (2, "api", 4, 3)] {
+        assert_eq!(
+            s.reply(ask(a, ticket, name).units(units)),
+            refused(Refusal::TooLarge { units, max }),
+            "{units} units of {name}"
+        );
+    }
+}
+
+#[test]
+fn wait_false_answers_busy_when_only_a_release_can_make_room() {
+    let mut s = Sim::db(1);
+    let a = s.open(3_000);
+    s.acquire(a, 1, "db");
+    assert_eq!(
+        s.reply(ask(a, 2, "db").wait(false)),
+        refused(Refusal::Busy { retry_at_ms: None })
+    );
+    assert_eq!(s.status("t", "db").waiting, 0);
+}
+
+// ---- sessions and leases -------------------------------------------------------------------
 
 #[test]
 fn session_expires_at_a_deterministic_log_time_releasing_permits_and_withdrawing_tickets() {
-    let mut s = Sim::new();
-    s.define("t", "db", 1, 0.0);
-    let a = s.open(1_000);
-    let b = s.open(10_000);
+    let mut s = Sim::db(1);
+    let [a, b] = s.open_each([1_000, 10_000]);
     s.acquire(a, 1, "db");
     s.acquire(a, 2, "db");
     s.acquire(b, 1, "db");
@@ -258,18 +256,13 @@ fn session_expires_at_a_deterministic_log_time_releasing_permits_and_withdrawing
         events,
         vec![
             Event::SessionExpired { session: a },
-            Event::Granted {
-                session: b,
-                ticket: 1,
-                fence: s.index,
-                units: 1
-            },
+            granted_event(b, 1, s.index, 1),
         ]
     );
-    assert_eq!(s.m.limit_status("t", "db").unwrap().waiting, 0);
+    assert_eq!(s.status("t", "db").waiting, 0);
     assert_eq!(
         s.reply(Command::KeepAlive { session: a }),
-        Reply::Refused(Refusal::UnknownSession)
+        refused(Refusal::UnknownSession)
     );
 }
 
@@ -287,12 +280,31 @@ fn keep_alive_extends_the_lease_from_its_own_entry() {
 }
 
 #[test]
+fn a_new_leaders_fast_clock_does_not_expire_leases_early() {
+    let mut s = Sim::db(1);
+    let a = s.open(1_000);
+    s.acquire(a, 1, "db");
+    s.wait(500);
+    // Node 2 takes over with a clock an hour ahead, after an outage of 800 ms.
+    s.leadership = Leadership {
+        term: 2,
+        node: 2,
+        incarnation: 0,
+    };
+    s.clock_ms += 3_600_000;
+    assert!(
+        s.wait(800).is_empty(),
+        "the change of leader adds no log time"
+    );
+    assert!(s.wait(499).is_empty());
+    assert_eq!(s.wait(1), vec![Event::SessionExpired { session: a }]);
+}
+
+#[test]
 fn closing_a_session_releases_everything_and_grants_the_next_waiter() {
-    let mut s = Sim::new();
-    s.define("t", "db", 1, 0.0);
+    let mut s = Sim::db(1);
     s.define("t", "cache", 1, 0.0);
-    let a = s.open(3_000);
-    let b = s.open(3_000);
+    let [a, b] = s.open_each([3_000, 3_000]);
     s.acquire(a, 1, "db");
     s.acquire(a, 2, "cache");
     s.acquire(b, 1, "db");
@@ -303,62 +315,37 @@ fn closing_a_session_releases_everything_and_grants_the_next_waiter() {
     assert_eq!(s.m.session_count(), 1);
 }
 
+// ---- tickets, grants and fences ------------------------------------------------------------
+
 #[test]
 fn acquire_is_idempotent_per_session_and_ticket() {
-    let mut s = Sim::new();
-    s.define("t", "db", 1, 0.0);
-    let a = s.open(3_000);
-    let b = s.open(3_000);
+    let mut s = Sim::db(1);
+    let [a, b] = s.open_each([3_000, 3_000]);
     let first = s.acquire(a, 7, "db");
     for _ in 0..3 {
         assert_eq!(s.acquire(a, 7, "db"), first);
     }
-    assert_eq!(s.acquire(b, 7, "db"), Reply::Queued { position: 0 });
-    assert_eq!(s.acquire(b, 7, "db"), Reply::Queued { position: 0 });
-    assert_eq!(s.m.limit_status("t", "db").unwrap().waiting, 1);
+    assert_eq!(s.acquire(b, 7, "db"), queued(0));
+    assert_eq!(s.acquire(b, 7, "db"), queued(0));
+    assert_eq!(s.status("t", "db").waiting, 1);
     let (r1, _) = s.release(a, 7);
     let (r2, e2) = s.release(a, 7);
-    assert_eq!(
-        r1,
-        Reply::Released {
-            held: true,
-            withdrawn: false
-        }
-    );
-    assert_eq!(
-        r2,
-        Reply::Released {
-            held: false,
-            withdrawn: false
-        }
-    );
+    assert_eq!(r1, FREED);
+    assert_eq!(r2, NOTHING_RELEASED);
     assert!(e2.is_empty());
     // A late duplicate of the released ticket's acquire does not grant it again.
-    assert_eq!(
-        s.acquire(a, 7, "db"),
-        Reply::Refused(Refusal::TicketReleased)
-    );
+    assert_eq!(s.acquire(a, 7, "db"), refused(Refusal::TicketReleased));
 }
 
 #[test]
 fn queued_ticket_is_granted_by_the_machine_on_release() {
-    let mut s = Sim::new();
-    s.define("t", "db", 1, 0.0);
-    let a = s.open(3_000);
-    let b = s.open(3_000);
+    let mut s = Sim::db(1);
+    let [a, b] = s.open_each([3_000, 3_000]);
     s.acquire(a, 1, "db");
-    assert_eq!(s.acquire(b, 1, "db"), Reply::Queued { position: 0 });
+    assert_eq!(s.acquire(b, 1, "db"), queued(0));
     let (_, events) = s.release(a, 1);
     let index = s.index;
-    assert_eq!(
-        events,
-        vec![Event::Granted {
-            session: b,
-            ticket: 1,
-            fence: index,
-            units: 1
-        }]
-    );
+    assert_eq!(events, vec![granted_event(b, 1, index, 1)]);
     assert!(s.m.validate_fence("t", "db", index));
     assert_eq!(
         s.acquire(b, 1, "db"),
@@ -371,47 +358,34 @@ fn queued_ticket_is_granted_by_the_machine_on_release() {
 
 #[test]
 fn withdrawing_a_queued_ticket_serves_the_one_behind_it() {
-    let mut s = Sim::new();
-    s.define("t", "db", 2, 0.0);
+    let mut s = Sim::db(2);
     let a = s.open(3_000);
-    s.reply(acquire(a, 1, "t", "db", 1, Priority::default()));
-    s.reply(acquire(a, 2, "t", "db", 2, Priority::default()));
-    s.reply(acquire(a, 3, "t", "db", 1, Priority::default()));
+    s.reply(ask(a, 1, "db"));
+    s.reply(ask(a, 2, "db").units(2));
+    s.reply(ask(a, 3, "db"));
     let (reply, events) = s.release(a, 2);
-    assert_eq!(
-        reply,
-        Reply::Released {
-            held: false,
-            withdrawn: true
-        }
-    );
+    assert_eq!(reply, WITHDRAWN);
     assert_eq!(granted(&events), vec![(a, 3)]);
 }
 
 #[test]
 fn fences_increase_strictly_even_within_one_entry() {
-    let mut s = Sim::new();
-    s.define("t", "db", 10, 0.0);
+    let mut s = Sim::db(10);
     let a = s.open(3_000);
-    let lone = fence(&s.acquire(a, 1, "db"));
+    let lone = s.grant(ask(a, 1, "db"));
     assert_eq!(lone, s.index, "a lone grant's fence is its entry's index");
-    let applied = s.entry(
-        (2..=6)
-            .map(|t| acquire(a, t, "t", "db", 1, Priority::default()))
-            .collect(),
-    );
+    let applied = s.entry((2..=6).map(|t| ask(a, t, "db").into()).collect());
     let fences: Vec<u64> = applied.replies.iter().map(fence).collect();
     assert_eq!(fences, (s.index..s.index + 5).collect::<Vec<_>>());
-    let next = fence(&s.acquire(a, 7, "db"));
+    let next = s.grant(ask(a, 7, "db"));
     assert!(next > fences[4]);
 }
 
 #[test]
 fn validate_fence_answers_whether_the_permit_is_still_held() {
-    let mut s = Sim::new();
-    s.define("t", "db", 1, 0.0);
+    let mut s = Sim::db(1);
     let a = s.open(3_000);
-    let f = fence(&s.acquire(a, 1, "db"));
+    let f = s.grant(ask(a, 1, "db"));
     assert!(s.m.validate_fence("t", "db", f));
     assert!(!s.m.validate_fence("t", "db", f + 1));
     assert!(!s.m.validate_fence("t", "other", f));
@@ -419,66 +393,24 @@ fn validate_fence_answers_whether_the_permit_is_still_held() {
     assert!(!s.m.validate_fence("t", "db", f));
 }
 
-#[test]
-fn wait_false_answers_busy_when_only_a_release_can_make_room() {
-    let mut s = Sim::new();
-    s.define("t", "db", 1, 0.0);
-    let a = s.open(3_000);
-    s.acquire(a, 1, "db");
-    let mut no_wait = match acquire(a, 2, "t", "db", 1, Priority::default()) {
-        Command::Acquire(x) => x,
-        _ => unreachable!(),
-    };
-    no_wait.wait = false;
-    assert_eq!(
-        s.reply(Command::Acquire(no_wait)),
-        Reply::Refused(Refusal::Busy { retry_at_ms: None })
-    );
-    assert_eq!(s.m.limit_status("t", "db").unwrap().waiting, 0);
-}
+// ---- the wait queue ------------------------------------------------------------------------
 
 #[test]
-fn too_large_is_refused_against_concurrent_and_burst() {
-    let mut s = Sim::new();
-    s.define("t", "db", 2, 0.0);
-    s.define("t", "api", 0, 3.0);
-    let a = s.open(3_000);
-    assert_eq!(
-        s.reply(acquire(a, 1, "t", "db", 3, Priority::default())),
-        Reply::Refused(Refusal::TooLarge { units: 3, max: 2 })
-    );
-    assert_eq!(
-        s.reply(acquire(a, 2, "t", "api", 4, Priority::default())),
-        Reply::Refused(Refusal::TooLarge { units: 4, max: 3 })
-    );
-}
-
-#[test]
-fn server_serves_priority_then_fairness_across_sessions() {
+fn grant_on_release_serves_priority_then_fairness_across_sessions() {
     // The seed's order test: a deep backlog of "big" does not hold "a" and "b" back, and
     // the urgent ticket that came last goes first.
-    let mut s = Sim::new();
-    s.define("t", "db", 1, 0.0);
-    let one = s.open(3_000);
-    let two = s.open(3_000);
+    let mut s = Sim::db(1);
+    let [one, two] = s.open_each([3_000, 3_000]);
     assert!(matches!(s.acquire(one, 100, "db"), Reply::Granted { .. }));
-    for t in 101..121 {
+    let backlog = (101..121).map(|t| (one, t, "big"));
+    for (session, t, key) in backlog.chain([(two, 201, "a"), (two, 202, "b"), (two, 203, "a")]) {
         assert!(matches!(
-            s.reply(acquire(one, t, "t", "db", 1, level(0, "big"))),
+            s.reply(ask(session, t, "db").at(0, key)),
             Reply::Queued { .. }
         ));
     }
-    for (t, key) in [(201, "a"), (202, "b"), (203, "a")] {
-        assert!(matches!(
-            s.reply(acquire(two, t, "t", "db", 1, level(0, key))),
-            Reply::Queued { .. }
-        ));
-    }
-    assert_eq!(
-        s.reply(acquire(two, 299, "t", "db", 1, level(5, ""))),
-        Reply::Queued { position: 0 }
-    );
-    assert_eq!(s.m.limit_status("t", "db").unwrap().waiting, 24);
+    assert_eq!(s.reply(ask(two, 299, "db").at(5, "")), queued(0));
+    assert_eq!(s.status("t", "db").waiting, 24);
     let mut held = (one, 100);
     let mut served = Vec::new();
     for _ in 0..6 {
@@ -489,17 +421,16 @@ fn server_serves_priority_then_fairness_across_sessions() {
         served.push(held.1);
     }
     assert_eq!(served, vec![299, 101, 201, 202, 102, 203]);
-    assert_eq!(s.m.limit_status("t", "db").unwrap().max_in_use, 1);
+    assert_eq!(s.status("t", "db").max_in_use, 1);
 }
 
 #[test]
 fn a_fairness_key_arriving_late_gets_its_turn_not_a_catch_up_burst() {
-    let mut s = Sim::new();
-    s.define("t", "db", 1, 0.0);
+    let mut s = Sim::db(1);
     let a = s.open(3_000);
     s.acquire(a, 1, "db");
     for t in 10..20 {
-        s.reply(acquire(a, t, "t", "db", 1, level(0, "old")));
+        s.reply(ask(a, t, "db").at(0, "old"));
     }
     let mut served = vec![];
     let mut held = 1;
@@ -508,7 +439,7 @@ fn a_fairness_key_arriving_late_gets_its_turn_not_a_catch_up_burst() {
         served.push(held);
     }
     for t in 30..33 {
-        s.reply(acquire(a, t, "t", "db", 1, level(0, "new")));
+        s.reply(ask(a, t, "db").at(0, "new"));
     }
     for _ in 0..6 {
         held = granted(&s.release(a, held).1)[0].1;
@@ -516,6 +447,8 @@ fn a_fairness_key_arriving_late_gets_its_turn_not_a_catch_up_burst() {
     }
     assert_eq!(served, vec![10, 11, 12, 13, 14, 30, 15, 31, 16, 32]);
 }
+
+// ---- runs, budgets, settlements ------------------------------------------------------------
 
 #[test]
 fn run_slots_are_bounded_idempotent_and_released_once() {
@@ -530,7 +463,7 @@ fn run_slots_are_bounded_idempotent_and_released_once() {
     assert_eq!(s.reply(reserve("r2", None, None)), Reply::Admitted);
     assert_eq!(
         s.reply(reserve("r3", None, None)),
-        Reply::Refused(Refusal::TooManyRuns { running: 2 })
+        refused(Refusal::TooManyRuns { running: 2 })
     );
     let running = s.m.running("acme");
     assert_eq!(
@@ -539,13 +472,7 @@ fn run_slots_are_bounded_idempotent_and_released_once() {
     );
     assert_eq!(running[0].1.admitted_at_wall_ms, 1_700_000_000_000);
     for _ in 0..2 {
-        assert_eq!(
-            s.reply(Command::ReleaseRun {
-                tenant: "acme".into(),
-                run: "r1".into()
-            }),
-            Reply::Done
-        );
+        assert_eq!(s.reply(release_run("r1")), Reply::Done);
     }
     assert_eq!(s.reply(reserve("r3", None, None)), Reply::Admitted);
 }
@@ -556,12 +483,12 @@ fn a_ceiling_of_zero_admits_nobody() {
     s.reply(set_tenant(Change::Set(0), Change::Keep, Change::Keep));
     assert_eq!(
         s.reply(reserve("r1", None, None)),
-        Reply::Refused(Refusal::TooManyRuns { running: 0 })
+        refused(Refusal::TooManyRuns { running: 0 })
     );
     s.reply(set_tenant(Change::Clear, Change::Set(0), Change::Keep));
     assert_eq!(
         s.reply(reserve("r1", None, Some("2026-12"))),
-        Reply::Refused(Refusal::BudgetExhausted {
+        refused(Refusal::BudgetExhausted {
             kind: BudgetKind::Tokens,
             spent: 0,
             budget: 0
@@ -577,19 +504,16 @@ fn budgets_refuse_reserves_once_the_period_is_spent() {
         Change::Set(100),
         Change::Set(5_000),
     ));
-    assert_eq!(s.reply(reserve("r1", None, Some("p1"))), Reply::Admitted);
-    assert_eq!(
-        s.reply(settle("r1", 1, "p1", 60, 1_000, true)),
-        Reply::Settled { duplicate: false }
-    );
-    assert_eq!(s.reply(reserve("r2", None, Some("p1"))), Reply::Admitted);
-    assert_eq!(
-        s.reply(settle("r2", 1, "p1", 40, 1_000, true)),
-        Reply::Settled { duplicate: false }
-    );
+    for (run, tokens) in [("r1", 60), ("r2", 40)] {
+        assert_eq!(s.reply(reserve(run, None, Some("p1"))), Reply::Admitted);
+        assert_eq!(
+            s.reply(settle(run, 1, "p1", tokens, 1_000, true)),
+            Reply::Settled { duplicate: false }
+        );
+    }
     assert_eq!(
         s.reply(reserve("r3", None, Some("p1"))),
-        Reply::Refused(Refusal::BudgetExhausted {
+        refused(Refusal::BudgetExhausted {
             kind: BudgetKind::Tokens,
             spent: 100,
             budget: 100
@@ -616,14 +540,14 @@ fn a_settlement_charges_once_and_a_conflicting_one_changes_nothing() {
     let before = s.m.snapshot();
     assert_eq!(
         s.reply(settle("r1", 1, "p", 11, 20, true)),
-        Reply::Refused(Refusal::Conflict)
+        refused(Refusal::Conflict)
     );
     let mut after = s.m.clone();
     // Only the applied index moved: state is otherwise unchanged (slot still held).
     assert_eq!(s.m.running("acme").len(), 1);
     assert_eq!(s.m.spent("acme", "p").tokens, 10);
     assert_ne!(before, after.snapshot());
-    after = weir::machine::Machine::restore(&before).unwrap();
+    after = Machine::restore(&before).unwrap();
     assert_eq!(after.spent("acme", "p").tokens, 10);
     assert_eq!(
         s.reply(settle("r1", 2, "p", 5, 0, true)),
@@ -658,16 +582,7 @@ fn receipts_beyond_the_count_bound_are_evicted_oldest_first_and_counted() {
     let commands: Vec<Command> = (0..max + 3)
         .map(|e| settle("r", e, "p", 1, 0, false))
         .collect();
-    for chunk in commands.chunks(4_096) {
-        s.index += 1;
-        let batch = weir::machine::Batch {
-            leadership: s.leadership,
-            clock_ms: s.clock_ms,
-            wall_ms: s.wall_ms,
-            commands: chunk.to_vec(),
-        };
-        s.m.apply(s.index, &batch);
-    }
+    s.entries(commands.chunks(4_096).map(<[Command]>::to_vec));
     let st = s.m.tenant_status("acme");
     assert_eq!((st.receipts, st.receipts_evicted), (max, 3));
     // The evicted receipt's retry is no longer recognized: it is charged again. That is
@@ -682,96 +597,46 @@ fn receipts_beyond_the_count_bound_are_evicted_oldest_first_and_counted() {
     );
 }
 
+// ---- halts ---------------------------------------------------------------------------------
+
 #[test]
 fn a_halt_refuses_its_scope_refuses_its_queue_and_tells_its_holders() {
     let mut s = Sim::new();
     s.define("acme", "db", 1, 0.0);
-    let a = s.open(3_000);
-    let b = s.open(3_000);
-    let as_agent = |session, ticket, agent: &str| {
-        Command::Acquire(Acquire {
-            session,
-            ticket,
-            tenant: "acme".into(),
-            limit: "db".into(),
-            units: 1,
-            priority: Priority::default(),
-            agent: Some(agent.into()),
-            wait: true,
-        })
-    };
-    let f = fence(&s.reply(as_agent(a, 1, "bot")));
+    let [a, b] = s.open_each([3_000, 3_000]);
+    let as_agent =
+        |session, ticket, agent: &str| ask(session, ticket, "db").tenant("acme").agent(agent);
+    let f = s.grant(as_agent(a, 1, "bot"));
     s.reply(as_agent(b, 1, "bot"));
     s.reply(as_agent(b, 2, "human"));
-    let scope = HaltScope::Agent("bot".into());
-    let (reply, events) = s.one(Command::SetHalt {
-        tenant: "acme".into(),
-        scope: scope.clone(),
-        reason: "runaway loop".into(),
-    });
+    let bot = HaltScope::Agent("bot".into());
+    let (reply, events) = s.one(set_halt(&bot, "runaway loop"));
     assert_eq!(reply, Reply::Done);
-    let halted = Refusal::Halted {
-        scope: scope.clone(),
-        reason: "runaway loop".into(),
-    };
+    let runaway = halted(&bot, "runaway loop");
     assert_eq!(
         events,
         vec![
-            Event::Halted {
-                session: a,
-                ticket: 1,
-                scope: scope.clone(),
-                reason: "runaway loop".into()
-            },
-            Event::Refused {
-                session: b,
-                ticket: 1,
-                refusal: halted.clone()
-            },
+            halted_event(a, 1, &bot, "runaway loop"),
+            refused_event(b, 1, runaway.clone()),
         ]
     );
     // The holder keeps its permit; the other agent still waits; new bot work is refused.
     assert!(s.m.validate_fence("acme", "db", f));
-    assert_eq!(s.m.limit_status("acme", "db").unwrap().waiting, 1);
-    assert_eq!(
-        s.reply(as_agent(a, 3, "bot")),
-        Reply::Refused(halted.clone())
-    );
-    assert_eq!(
-        s.reply(reserve("r1", Some("bot"), None)),
-        Reply::Refused(halted)
-    );
+    assert_eq!(s.status("acme", "db").waiting, 1);
+    assert_eq!(s.reply(as_agent(a, 3, "bot")), refused(runaway.clone()));
+    assert_eq!(s.reply(reserve("r1", Some("bot"), None)), refused(runaway));
     assert_eq!(s.reply(reserve("r2", Some("human"), None)), Reply::Admitted);
     // A tenant halt is a separate record: clearing the agent halt leaves it standing.
-    let (_, events) = s.one(Command::SetHalt {
-        tenant: "acme".into(),
-        scope: HaltScope::Tenant,
-        reason: "incident".into(),
-    });
-    let incident = Refusal::Halted {
-        scope: HaltScope::Tenant,
-        reason: "incident".into(),
-    };
+    let tenant = HaltScope::Tenant;
+    let (_, events) = s.one(set_halt(&tenant, "incident"));
     assert_eq!(
         events,
         vec![
-            Event::Halted {
-                session: a,
-                ticket: 1,
-                scope: HaltScope::Tenant,
-                reason: "incident".into()
-            },
-            Event::Refused {
-                session: b,
-                ticket: 2,
-                refusal: incident
-            },
+            halted_event(a, 1, &tenant, "incident"),
+            refused_event(b, 2, halted(&tenant, "incident")),
         ]
     );
-    s.reply(Command::ClearHalt {
-        tenant: "acme".into(),
-        scope: scope.clone(),
-    });
+    s.reply(clear_halt(&bot));
     assert_eq!(
         s.m.halts("acme"),
         vec![(HaltScope::Tenant, "incident".to_string())]
@@ -780,86 +645,42 @@ fn a_halt_refuses_its_scope_refuses_its_queue_and_tells_its_holders() {
         s.reply(reserve("r3", Some("bot"), None)),
         Reply::Refused(Refusal::Halted { .. })
     ));
-    s.reply(Command::ClearHalt {
-        tenant: "acme".into(),
-        scope: HaltScope::Tenant,
-    });
+    s.reply(clear_halt(&tenant));
     assert_eq!(s.reply(reserve("r3", Some("bot"), None)), Reply::Admitted);
-    assert_eq!(
-        s.reply(as_agent(a, 4, "bot")),
-        Reply::Queued { position: 0 }
-    );
+    assert_eq!(s.reply(as_agent(a, 4, "bot")), queued(0));
 }
 
-#[test]
-fn a_new_leaders_fast_clock_does_not_expire_leases_early() {
-    let mut s = Sim::new();
-    s.define("t", "db", 1, 0.0);
-    let a = s.open(1_000);
-    s.acquire(a, 1, "db");
-    s.wait(500);
-    // Node 2 takes over with a clock an hour ahead, after an outage of 800 ms.
-    s.leadership = Leadership {
-        term: 2,
-        node: 2,
-        incarnation: 0,
-    };
-    s.clock_ms += 3_600_000;
-    assert!(
-        s.wait(800).is_empty(),
-        "the change of leader adds no log time"
-    );
-    assert!(s.wait(499).is_empty());
-    assert_eq!(s.wait(1), vec![Event::SessionExpired { session: a }]);
-}
+// ---- argument rules ------------------------------------------------------------------------
 
 #[test]
 fn bad_arguments_are_refused_with_the_rule_they_break() {
     let mut s = Sim::new();
     let long = "x".repeat(weir::bounds::NAME_BYTES_MAX + 1);
     let a = s.open(3_000);
-    let cases = vec![
+    let weightless = Priority {
+        level: 0,
+        fairness_key: String::new(),
+        fairness_weight: 0,
+    };
+    let cases: Vec<(Command, &str)> = vec![
         (
             Command::OpenSession { ttl_ms: 10 },
             "ttl_ms 10 is not in 500..=600000",
         ),
         (
-            Command::DefineLimit {
-                tenant: long.clone(),
-                name: "n".into(),
-                concurrent: 1,
-                per_second: 0.0,
-                burst: None,
-            },
+            limit(&long, "n").concurrent(1).into(),
             "tenant is 129 bytes, the bound is 128",
         ),
         (
-            Command::DefineLimit {
-                tenant: "t".into(),
-                name: "n".into(),
-                concurrent: 1,
-                per_second: f64::INFINITY,
-                burst: None,
-            },
+            limit("t", "n").concurrent(1).rate(f64::INFINITY).into(),
             "per_second inf is not a rate in 0..=1000000000",
         ),
         (
-            acquire(a, 1, "t", "n", 0, Priority::default()),
+            ask(a, 1, "n").units(0).into(),
             "units 0 is not in 1..=1073741824",
         ),
         (
-            acquire(
-                a,
-                1,
-                "t",
-                "n",
-                1,
-                Priority {
-                    level: 0,
-                    fairness_key: String::new(),
-                    fairness_weight: 0,
-                },
-            ),
+            ask(a, 1, "n").priority(weightless).into(),
             "fairness weight 0: weights are at least 1",
         ),
         (
@@ -881,9 +702,6 @@ fn bad_arguments_are_refused_with_the_rule_they_break() {
         ),
     ];
     for (command, why) in cases {
-        assert_eq!(
-            s.reply(command),
-            Reply::Refused(Refusal::Invalid(why.into()))
-        );
+        assert_eq!(s.reply(command), refused(Refusal::Invalid(why.into())));
     }
 }

@@ -1,9 +1,14 @@
 //! A driver that feeds a machine entries the way a leader would, checking every invariant
-//! after every entry.
+//! after every entry; and the small language the scenarios are written in: builders for the
+//! commands ([`ask`], [`limit`]), and the replies and events they expect by name.
+//!
+//! A scenario reads as the spec does: `s.reply(ask(a, 2, "db").units(2))` is "session `a`
+//! asks ticket 2 for two units of `t/db`", and it expects `queued(0)`, [`FREED`], or
+//! `granted_event(b, 1, fence, 1)`.
 
 use weir::machine::{
-    Acquire, Applied, Batch, Command, Event, Leadership, Machine, Priority, Reply, SessionId,
-    TicketId,
+    Acquire, Applied, Batch, Command, Event, Fence, HaltScope, Leadership, LimitStatus, Machine,
+    Priority, Refusal, Reply, SessionId, TicketId,
 };
 
 pub struct Sim {
@@ -32,8 +37,37 @@ impl Sim {
         }
     }
 
+    /// A sim with one limit, `t/db`, of `concurrent` units and no rate: the scenarios'
+    /// usual start.
+    pub fn db(concurrent: u32) -> Sim {
+        let mut s = Sim::new();
+        s.define("t", "db", concurrent, 0.0);
+        s
+    }
+
     /// Applies one entry of `commands` after `advance_ms` of the leader's clock.
     pub fn entry_after(&mut self, advance_ms: u64, commands: Vec<Command>) -> Applied {
+        let applied = self.apply_next(advance_ms, commands);
+        self.check();
+        applied
+    }
+
+    /// Applies many entries at once, checking the invariants after the last only: for bulk
+    /// loads, where a check after every entry would cost the square of the state's size.
+    pub fn entries(&mut self, entries: impl IntoIterator<Item = Vec<Command>>) {
+        for commands in entries {
+            self.apply_next(0, commands);
+        }
+        self.check();
+    }
+
+    fn check(&self) {
+        if let Err(e) = self.m.check() {
+            panic!("invariant broken after entry {}: {e}", self.index);
+        }
+    }
+
+    fn apply_next(&mut self, advance_ms: u64, commands: Vec<Command>) -> Applied {
         self.index += 1;
         self.clock_ms += advance_ms;
         self.wall_ms += advance_ms;
@@ -45,9 +79,6 @@ impl Sim {
         };
         let applied = self.m.apply(self.index, &batch);
         self.log.push((self.index, batch));
-        if let Err(e) = self.m.check() {
-            panic!("invariant broken after entry {}: {e}", self.index);
-        }
         applied
     }
 
@@ -56,13 +87,18 @@ impl Sim {
     }
 
     /// One command in its own entry: its reply and the events.
-    pub fn one(&mut self, command: Command) -> (Reply, Vec<Event>) {
-        let mut applied = self.entry(vec![command]);
+    pub fn one(&mut self, command: impl Into<Command>) -> (Reply, Vec<Event>) {
+        let mut applied = self.entry(vec![command.into()]);
         (applied.replies.remove(0), applied.events)
     }
 
-    pub fn reply(&mut self, command: Command) -> Reply {
+    pub fn reply(&mut self, command: impl Into<Command>) -> Reply {
         self.one(command).0
+    }
+
+    /// The fence of a command that must be granted at once.
+    pub fn grant(&mut self, command: impl Into<Command>) -> Fence {
+        fence(&self.reply(command))
     }
 
     /// Lets `ms` of the leader's clock pass with a tick.
@@ -70,14 +106,9 @@ impl Sim {
         self.entry_after(ms, vec![Command::Tick]).events
     }
 
+    /// Defines (tenant, name) with no burst of its own; it must be done.
     pub fn define(&mut self, tenant: &str, name: &str, concurrent: u32, per_second: f64) {
-        let reply = self.reply(Command::DefineLimit {
-            tenant: tenant.into(),
-            name: name.into(),
-            concurrent,
-            per_second,
-            burst: None,
-        });
+        let reply = self.reply(limit(tenant, name).concurrent(concurrent).rate(per_second));
         assert_eq!(reply, Reply::Done);
     }
 
@@ -88,40 +119,202 @@ impl Sim {
         }
     }
 
+    /// Opens a session for each TTL, each in its own entry.
+    pub fn open_each<const N: usize>(&mut self, ttls_ms: [u64; N]) -> [SessionId; N] {
+        ttls_ms.map(|ttl_ms| self.open(ttl_ms))
+    }
+
+    /// One unit of `t/limit` for (session, ticket), waiting.
     pub fn acquire(&mut self, session: SessionId, ticket: TicketId, limit: &str) -> Reply {
-        self.reply(acquire(session, ticket, "t", limit, 1, Priority::default()))
+        self.reply(ask(session, ticket, limit))
     }
 
     pub fn release(&mut self, session: SessionId, ticket: TicketId) -> (Reply, Vec<Event>) {
         self.one(Command::Release { session, ticket })
     }
+
+    /// The status of a limit that must exist.
+    pub fn status(&self, tenant: &str, name: &str) -> LimitStatus {
+        self.m
+            .limit_status(tenant, name)
+            .unwrap_or_else(|| panic!("no limit {tenant}/{name}"))
+    }
 }
 
-pub fn acquire(
-    session: SessionId,
-    ticket: TicketId,
-    tenant: &str,
-    limit: &str,
-    units: u32,
-    priority: Priority,
-) -> Command {
-    Command::Acquire(Acquire {
+/// An acquire being written: by default one unit of tenant `t`'s limit, default priority,
+/// no agent, waiting.
+#[derive(Clone, Debug)]
+pub struct Ask(Acquire);
+
+/// Session `session` asks ticket `ticket` of `t/limit`.
+pub fn ask(session: SessionId, ticket: TicketId, limit: &str) -> Ask {
+    Ask(Acquire {
         session,
         ticket,
-        tenant: tenant.into(),
+        tenant: "t".into(),
         limit: limit.into(),
-        units,
-        priority,
+        units: 1,
+        priority: Priority::default(),
         agent: None,
         wait: true,
     })
 }
 
-pub fn level(level: i32, key: &str) -> Priority {
-    Priority {
-        level,
-        fairness_key: key.into(),
-        fairness_weight: 1,
+impl Ask {
+    pub fn units(mut self, units: u32) -> Ask {
+        self.0.units = units;
+        self
+    }
+
+    pub fn tenant(mut self, tenant: &str) -> Ask {
+        self.0.tenant = tenant.into();
+        self
+    }
+
+    /// At priority `level` under fairness key `key`, weight 1.
+    pub fn at(self, level: i32, key: &str) -> Ask {
+        self.priority(Priority {
+            level,
+            fairness_key: key.into(),
+            fairness_weight: 1,
+        })
+    }
+
+    pub fn priority(mut self, priority: Priority) -> Ask {
+        self.0.priority = priority;
+        self
+    }
+
+    pub fn agent(mut self, agent: &str) -> Ask {
+        self.0.agent = Some(agent.into());
+        self
+    }
+
+    /// `wait = false`: answer `Busy` rather than queue.
+    pub fn wait(mut self, wait: bool) -> Ask {
+        self.0.wait = wait;
+        self
+    }
+}
+
+impl From<Ask> for Command {
+    fn from(a: Ask) -> Command {
+        Command::Acquire(a.0)
+    }
+}
+
+/// A `DefineLimit` being written: by default no cap, no rate, the default burst.
+#[derive(Clone, Debug)]
+pub struct Define {
+    tenant: String,
+    name: String,
+    concurrent: u32,
+    per_second: f64,
+    burst: Option<u64>,
+}
+
+/// Defines (tenant, name).
+pub fn limit(tenant: &str, name: &str) -> Define {
+    Define {
+        tenant: tenant.into(),
+        name: name.into(),
+        concurrent: 0,
+        per_second: 0.0,
+        burst: None,
+    }
+}
+
+impl Define {
+    pub fn concurrent(mut self, concurrent: u32) -> Define {
+        self.concurrent = concurrent;
+        self
+    }
+
+    pub fn rate(mut self, per_second: f64) -> Define {
+        self.per_second = per_second;
+        self
+    }
+
+    pub fn burst(mut self, tokens: u64) -> Define {
+        self.burst = Some(tokens);
+        self
+    }
+}
+
+impl From<Define> for Command {
+    fn from(d: Define) -> Command {
+        Command::DefineLimit {
+            tenant: d.tenant,
+            name: d.name,
+            concurrent: d.concurrent,
+            per_second: d.per_second,
+            burst: d.burst,
+        }
+    }
+}
+
+/// `Release` freed a held permit.
+pub const FREED: Reply = Reply::Released {
+    held: true,
+    withdrawn: false,
+};
+
+/// `Release` withdrew a queued ticket.
+pub const WITHDRAWN: Reply = Reply::Released {
+    held: false,
+    withdrawn: true,
+};
+
+/// `Release` of an unknown or already finished ticket.
+pub const NOTHING_RELEASED: Reply = Reply::Released {
+    held: false,
+    withdrawn: false,
+};
+
+pub fn queued(position: u32) -> Reply {
+    Reply::Queued { position }
+}
+
+pub fn refused(refusal: Refusal) -> Reply {
+    Reply::Refused(refusal)
+}
+
+pub fn granted_event(session: SessionId, ticket: TicketId, fence: Fence, units: u32) -> Event {
+    Event::Granted {
+        session,
+        ticket,
+        fence,
+        units,
+    }
+}
+
+pub fn refused_event(session: SessionId, ticket: TicketId, refusal: Refusal) -> Event {
+    Event::Refused {
+        session,
+        ticket,
+        refusal,
+    }
+}
+
+pub fn halted_event(
+    session: SessionId,
+    ticket: TicketId,
+    scope: &HaltScope,
+    reason: &str,
+) -> Event {
+    Event::Halted {
+        session,
+        ticket,
+        scope: scope.clone(),
+        reason: reason.into(),
+    }
+}
+
+/// The refusal a halt of `scope` for `reason` gives.
+pub fn halted(scope: &HaltScope, reason: &str) -> Refusal {
+    Refusal::Halted {
+        scope: scope.clone(),
+        reason: reason.into(),
     }
 }
 

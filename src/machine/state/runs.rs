@@ -183,23 +183,17 @@ impl Machine {
 /// tokens first.
 fn over_budget(t: &Tenant, period: &str) -> Option<Refusal> {
     let spent = t.spent.get(period).copied().unwrap_or_default();
-    if let Some(budget) = t.budget_tokens
-        && spent.tokens >= budget
-    {
-        return Some(Refusal::BudgetExhausted {
-            kind: BudgetKind::Tokens,
-            spent: spent.tokens,
+    [
+        (BudgetKind::Tokens, spent.tokens, t.budget_tokens),
+        (BudgetKind::MinorUnits, spent.minor_units, t.budget_minor),
+    ]
+    .into_iter()
+    .find_map(|(kind, spent, budget)| {
+        let budget = budget.filter(|&budget| spent >= budget)?;
+        Some(Refusal::BudgetExhausted {
+            kind,
+            spent,
             budget,
-        });
-    }
-    if let Some(budget) = t.budget_minor
-        && spent.minor_units >= budget
-    {
-        return Some(Refusal::BudgetExhausted {
-            kind: BudgetKind::MinorUnits,
-            spent: spent.minor_units,
-            budget,
-        });
-    }
-    None
+        })
+    })
 }
