@@ -38,7 +38,7 @@ pub const SNAPSHOT_VERSION: u16 = 2;
 
 /// The machine's saved state: what a snapshot carries, field by field in this order.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub(super) struct SavedLimits {
+pub struct SavedLimits {
     pub(super) clock: LogClock,
     /// Index of the last entry applied; `None` before any (Raft's first entry is index 0).
     pub(super) applied: Option<u64>,
