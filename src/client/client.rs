@@ -68,8 +68,8 @@ pub struct Client {
 enum Retry {
     /// Try again at once (a redirect, or a connect to the next server).
     Now,
-    /// Try again after [`RETRY_PAUSE`] (a round of the servers failed to connect, or the
-    /// node could not serve it now).
+    /// Try again after [`RETRY_PAUSE`] (a round of the servers or the preferred address
+    /// failed to connect, or the node could not serve it now).
     Pause,
 }
 

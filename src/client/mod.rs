@@ -35,7 +35,8 @@
 //! # Retries
 //!
 //! [`Client::request`] retries at most [`ATTEMPTS_MAX`] tries within [`REQUEST_DEADLINE`]:
-//! - a connect that fails moves on to the next server at once, pausing after a full round;
+//! - a connect that fails moves on to the next server at once, pausing after a full round
+//!   of them or a failed connect to the preferred address;
 //! - a node that is `Unavailable`, or that answers `OutcomeUnknown`, loses the connection
 //!   and the next try comes after a pause;
 //! - a connection that breaks, or a try with no response within [`RESPONSE_TIMEOUT`], loses

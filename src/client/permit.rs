@@ -55,18 +55,22 @@ impl Permit {
         self.fence
     }
 
+    /// The units granted.
     pub fn units(&self) -> u32 {
         self.units
     }
 
+    /// The ticket this permit was granted for, unique within its session.
     pub fn ticket(&self) -> TicketId {
         self.ticket
     }
 
+    /// The tenant of the limit.
     pub fn tenant(&self) -> &str {
         &self.tenant
     }
 
+    /// The limit's name.
     pub fn limit(&self) -> &str {
         &self.limit
     }

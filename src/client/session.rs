@@ -38,10 +38,15 @@ pub fn margin_for(ttl: Duration) -> Duration {
 /// What to acquire.
 #[derive(Clone, Debug)]
 pub struct AcquireOptions {
+    /// The tenant of the limit.
     pub tenant: String,
+    /// The limit's name.
     pub limit: String,
+    /// Units to hold (and tokens to take, on a rated limit).
     pub units: u32,
+    /// Where the ticket queues: level first, then fair share by key.
     pub priority: Priority,
+    /// The agent acting, for agent-scoped halts.
     pub agent: Option<String>,
     /// Queue when there is no room (`false`: refuse `Busy` at once).
     pub wait: bool,
@@ -201,7 +206,7 @@ async fn maintain(state: Weak<SessionState>, client: Client) {
             _ = tokio::time::sleep_until(deadline.into()) => {
                 let Some(s) = state.upgrade() else { return };
                 if *s.deadline.borrow() <= Instant::now() {
-                    for t in s.held() {
+                    for t in s.held_tickets() {
                         s.lose(t, Lost::Deadline);
                     }
                     // Wait for the next keep-alive; nothing to do until then.
@@ -284,7 +289,7 @@ fn on_event(s: &SessionState, event: Event) {
 /// Asks again for every waiting ticket (idempotent): a grant pushed to a lost connection is
 /// learned from the answer.
 async fn reask(s: &SessionState) {
-    let waiting = s.waiting();
+    let waiting = s.waiting_acquires();
     if waiting.is_empty() {
         // Name the session on the new connection so its events are pushed here.
         if let Ok(Reply::Refused(Refusal::UnknownSession)) =

@@ -23,14 +23,14 @@ use crate::machine::{Acquire, Fence, Refusal, Reply, SessionId, TicketId};
 use crate::task::AbortOnDrop;
 
 /// A grant as the session learned it: (fence, units), or why there is none.
-pub(super) type Granted = Result<(Fence, u32), AcquireError>;
+pub(super) type GrantOutcome = Result<(Fence, u32), AcquireError>;
 
 /// A ticket whose acquire has been sent and not yet granted.
 struct Waiting {
     /// The acquire as sent: re-sent unchanged on a re-ask (idempotent by session, ticket).
     acquire: Acquire,
     /// Where its outcome goes; taken when it is answered.
-    answer: Option<oneshot::Sender<Granted>>,
+    answer: Option<oneshot::Sender<GrantOutcome>>,
 }
 
 /// The session's tickets (module doc).
@@ -91,7 +91,7 @@ impl SessionState {
     pub(super) fn register(
         &self,
         acquire: impl FnOnce(TicketId) -> Acquire,
-    ) -> Result<(Acquire, oneshot::Receiver<Granted>), AcquireError> {
+    ) -> Result<(Acquire, oneshot::Receiver<GrantOutcome>), AcquireError> {
         let mut t = self.tickets();
         if t.ended.is_some() {
             return Err(AcquireError::SessionLost);
@@ -130,13 +130,13 @@ impl SessionState {
     }
 
     /// The acquires of every waiting ticket, to re-send.
-    pub(super) fn waiting(&self) -> Vec<Acquire> {
+    pub(super) fn waiting_acquires(&self) -> Vec<Acquire> {
         let t = self.tickets();
         t.waiting.values().map(|w| w.acquire.clone()).collect()
     }
 
     /// Every held ticket.
-    pub(super) fn held(&self) -> Vec<TicketId> {
+    pub(super) fn held_tickets(&self) -> Vec<TicketId> {
         self.tickets().held.keys().copied().collect()
     }
 
@@ -167,7 +167,7 @@ impl SessionState {
     }
 
     /// Ends `ticket`'s wait with `outcome`, if it is still waiting.
-    fn answer(&self, ticket: TicketId, outcome: Granted) {
+    fn answer(&self, ticket: TicketId, outcome: GrantOutcome) {
         if let Some(mut w) = self.tickets().waiting.remove(&ticket)
             && let Some(a) = w.answer.take()
         {
