@@ -16,4 +16,5 @@ pub mod machine;
 pub mod bounds;
 pub mod codec;
 pub mod config;
+pub mod task;
 pub mod wire;

@@ -13,6 +13,8 @@ fn unexpected(answer: Answer) -> ClientError {
 }
 
 impl Client {
+    /// Defines `tenant/name`, or changes its spec (holders keep their permits): `concurrent`
+    /// units at once (0: no cap), `per_second` refill (0: no rate), `burst` tokens.
     pub async fn define_limit(
         &self,
         tenant: &str,
@@ -31,6 +33,7 @@ impl Client {
         .await
     }
 
+    /// Sets, keeps or clears each of a tenant's ceilings.
     pub async fn set_tenant(
         &self,
         tenant: &str,
@@ -64,6 +67,7 @@ impl Client {
         .await
     }
 
+    /// Frees a run's slot. Idempotent.
     pub async fn release_run(&self, tenant: &str, run: &str) -> Result<Reply, ClientError> {
         self.write(Command::ReleaseRun {
             tenant: tenant.into(),
@@ -77,6 +81,7 @@ impl Client {
         self.write(Command::Settle(settle)).await
     }
 
+    /// Halts `scope` of a tenant: waiters are refused, holders are told.
     pub async fn set_halt(
         &self,
         tenant: &str,
@@ -91,6 +96,7 @@ impl Client {
         .await
     }
 
+    /// Clears a halt on `scope` of a tenant.
     pub async fn clear_halt(&self, tenant: &str, scope: HaltScope) -> Result<Reply, ClientError> {
         self.write(Command::ClearHalt {
             tenant: tenant.into(),
@@ -99,6 +105,7 @@ impl Client {
         .await
     }
 
+    /// What a tenant spent in `period`.
     pub async fn spent(&self, tenant: &str, period: &str) -> Result<Spend, ClientError> {
         match self
             .read(Query::Spent {
@@ -112,6 +119,7 @@ impl Client {
         }
     }
 
+    /// A tenant's running set: each run and its slot.
     pub async fn running(&self, tenant: &str) -> Result<Vec<(String, RunSlot)>, ClientError> {
         match self
             .read(Query::Running {
@@ -124,6 +132,7 @@ impl Client {
         }
     }
 
+    /// The halts on a tenant, with their reasons.
     pub async fn halts(&self, tenant: &str) -> Result<Vec<(HaltScope, String)>, ClientError> {
         match self
             .read(Query::Halts {
@@ -136,6 +145,7 @@ impl Client {
         }
     }
 
+    /// The state of `tenant/name`, if it is defined.
     pub async fn limit_status(
         &self,
         tenant: &str,

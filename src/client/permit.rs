@@ -3,46 +3,22 @@
 //! It carries its fence and units, offers [`Permit::lost`] — a future that resolves when the
 //! permit may no longer be held (the session's belief deadline passed, a halt covers it, the
 //! session expired) — and releases on drop.
+//!
+//! A permit keeps its session's state (and so its keep-alives) alive while it exists, even
+//! if the [`Session`](super::Session) handle is dropped first.
 
 use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use super::ClientError;
-use super::session::Shared;
-use crate::machine::{Command, Fence, HaltScope, TicketId};
-
-/// Why a permit may no longer be held.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Lost {
-    /// No keep-alive was acknowledged in time: past the conservative deadline, the cluster
-    /// may already have expired the session.
-    Deadline,
-    /// A halt covers the permit. It stays held until released; the work should stop.
-    Halted { scope: HaltScope, reason: String },
-    /// The session expired on the cluster.
-    Expired,
-    /// The session was closed.
-    Closed,
-    /// The permit was released.
-    Released,
-}
-
-impl std::fmt::Display for Lost {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Lost::Deadline => f.write_str("lease deadline passed without a keep-alive"),
-            Lost::Halted { scope, reason } => write!(f, "halted ({scope}): {reason}"),
-            Lost::Expired => f.write_str("session expired"),
-            Lost::Closed => f.write_str("session closed"),
-            Lost::Released => f.write_str("released"),
-        }
-    }
-}
+use super::session_state::SessionState;
+use super::{ClientError, Lost};
+use crate::machine::{Command, Fence, TicketId};
 
 /// A held permit. Released on drop (in the background, when a runtime is running).
 pub struct Permit {
-    session: Arc<Shared>,
+    /// The session's state, shared with the session and its other permits.
+    state: Arc<SessionState>,
     tenant: String,
     limit: String,
     ticket: TicketId,
@@ -54,7 +30,7 @@ pub struct Permit {
 
 impl Permit {
     pub(super) fn new(
-        session: Arc<Shared>,
+        state: Arc<SessionState>,
         tenant: String,
         limit: String,
         ticket: TicketId,
@@ -63,7 +39,7 @@ impl Permit {
         lost: watch::Receiver<Option<Lost>>,
     ) -> Permit {
         Permit {
-            session,
+            state,
             tenant,
             limit,
             ticket,
@@ -79,18 +55,22 @@ impl Permit {
         self.fence
     }
 
+    /// The units granted.
     pub fn units(&self) -> u32 {
         self.units
     }
 
+    /// The ticket this permit was granted for, unique within its session.
     pub fn ticket(&self) -> TicketId {
         self.ticket
     }
 
+    /// The tenant of the limit.
     pub fn tenant(&self) -> &str {
         &self.tenant
     }
 
+    /// The limit's name.
     pub fn limit(&self) -> &str {
         &self.limit
     }
@@ -98,14 +78,14 @@ impl Permit {
     /// Why the permit may no longer be held, if it may not.
     pub fn lost_reason(&self) -> Option<Lost> {
         self.lost.borrow().clone().or_else(|| {
-            (*self.session.deadline.borrow() <= std::time::Instant::now()).then_some(Lost::Deadline)
+            (*self.state.deadline.borrow() <= std::time::Instant::now()).then_some(Lost::Deadline)
         })
     }
 
     /// Resolves when the permit may no longer be held.
     pub async fn lost(&self) -> Lost {
         let mut lost = self.lost.clone();
-        let mut deadline = self.session.deadline.subscribe();
+        let mut deadline = self.state.deadline.subscribe();
         loop {
             if let Some(why) = lost.borrow().clone() {
                 return why;
@@ -126,7 +106,7 @@ impl Permit {
     /// which took tokens and holds nothing, so there is nothing to release. Returns the fence.
     pub fn consume(mut self) -> Fence {
         self.released = true;
-        self.session.forget(self.ticket);
+        self.state.forget(self.ticket);
         self.fence
     }
 
@@ -134,11 +114,11 @@ impl Permit {
     /// release is sent (G2).
     pub async fn release(mut self) -> Result<(), ClientError> {
         self.released = true;
-        self.session.forget(self.ticket);
-        self.session
+        self.state.forget(self.ticket);
+        self.state
             .client
             .write(Command::Release {
-                session: self.session.id,
+                session: self.state.id,
                 ticket: self.ticket,
             })
             .await
@@ -151,10 +131,10 @@ impl Drop for Permit {
         if self.released {
             return;
         }
-        self.session.forget(self.ticket);
-        let client = self.session.client.clone();
+        self.state.forget(self.ticket);
+        let client = self.state.client.clone();
         let command = Command::Release {
-            session: self.session.id,
+            session: self.state.id,
             ticket: self.ticket,
         };
         if let Ok(handle) = tokio::runtime::Handle::try_current() {

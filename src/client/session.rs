@@ -13,17 +13,20 @@
 //! client opens a new connection (a failover), the session re-asks every waiting ticket —
 //! idempotent by (session, ticket) — so a push lost with the old connection loses nothing.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{oneshot, watch};
+use tokio::sync::broadcast::error::RecvError;
 
-use super::permit::{Lost, Permit};
-use super::{AbortOnDrop, Client, ClientError};
-use crate::machine::{
-    Acquire, Command, Event, Fence, Priority, Refusal, Reply, SessionId, TicketId,
-};
+use super::permit::Permit;
+use super::session_state::SessionState;
+use super::{AcquireError, Client, ClientError, Lost};
+use crate::machine::{Acquire, Command, Event, Priority, Refusal, Reply, SessionId, TicketId};
+use crate::task::AbortOnDrop;
+
+/// How soon a keep-alive that got no acknowledgement is tried again (or TTL/3, if sooner):
+/// often enough to renew before the deadline after a brief failover.
+const KEEPALIVE_RETRY: Duration = Duration::from_millis(100);
 
 /// The safety margin subtracted from the TTL in the belief deadline: a tenth of the TTL,
 /// and at least 100 ms. It covers a clock-rate drift between this client and the leaders far
@@ -32,38 +35,18 @@ pub fn margin_for(ttl: Duration) -> Duration {
     (ttl / 10).max(Duration::from_millis(100))
 }
 
-/// How an acquire went wrong.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum AcquireError {
-    /// The cluster refused it (halted, unknown limit, too large, busy, ...).
-    Refused(Refusal),
-    /// It waited longer than the timeout; the ticket was withdrawn.
-    TimedOut,
-    /// The session ended (expired or closed) while it waited.
-    SessionLost,
-    Client(ClientError),
-}
-
-impl std::fmt::Display for AcquireError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            AcquireError::Refused(r) => write!(f, "refused: {r}"),
-            AcquireError::TimedOut => f.write_str("timed out waiting"),
-            AcquireError::SessionLost => f.write_str("session lost"),
-            AcquireError::Client(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl std::error::Error for AcquireError {}
-
 /// What to acquire.
 #[derive(Clone, Debug)]
 pub struct AcquireOptions {
+    /// The tenant of the limit.
     pub tenant: String,
+    /// The limit's name.
     pub limit: String,
+    /// Units to hold (and tokens to take, on a rated limit).
     pub units: u32,
+    /// Where the ticket queues: level first, then fair share by key.
     pub priority: Priority,
+    /// The agent acting, for agent-scoped halts.
     pub agent: Option<String>,
     /// Queue when there is no room (`false`: refuse `Busy` at once).
     pub wait: bool,
@@ -86,102 +69,10 @@ impl AcquireOptions {
     }
 }
 
-/// A grant as the session learned it.
-type Granted = Result<(Fence, u32), AcquireError>;
-
-struct Waiting {
-    acquire: Acquire,
-    answer: Option<oneshot::Sender<Granted>>,
-}
-
-#[derive(Default)]
-struct Tickets {
-    next: TicketId,
-    waiting: BTreeMap<TicketId, Waiting>,
-    held: BTreeMap<TicketId, watch::Sender<Option<Lost>>>,
-    /// Why the session ended, once it has.
-    ended: Option<Lost>,
-}
-
-pub(super) struct Shared {
-    pub(super) client: Client,
-    pub(super) id: SessionId,
-    pub(super) ttl: Duration,
-    /// The belief deadline (module doc).
-    pub(super) deadline: watch::Sender<Instant>,
-    tickets: Mutex<Tickets>,
-    task: Mutex<Option<AbortOnDrop>>,
-}
-
-impl Shared {
-    fn tickets(&self) -> std::sync::MutexGuard<'_, Tickets> {
-        self.tickets.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Ends every held permit and waiting ticket with `why`.
-    fn end(&self, why: Lost) {
-        let mut t = self.tickets();
-        if t.ended.is_none() {
-            t.ended = Some(why.clone());
-        }
-        for (_, held) in std::mem::take(&mut t.held) {
-            held.send_replace(Some(why.clone()));
-        }
-        for (_, mut w) in std::mem::take(&mut t.waiting) {
-            if let Some(a) = w.answer.take() {
-                let _ = a.send(Err(AcquireError::SessionLost));
-            }
-        }
-    }
-
-    /// A ticket was granted: hand the grant to its acquirer.
-    fn granted(&self, ticket: TicketId, fence: Fence, units: u32) {
-        if let Some(mut w) = self.tickets().waiting.remove(&ticket)
-            && let Some(a) = w.answer.take()
-        {
-            let _ = a.send(Ok((fence, units)));
-        }
-    }
-
-    fn refused(&self, ticket: TicketId, refusal: Refusal) {
-        if let Some(mut w) = self.tickets().waiting.remove(&ticket)
-            && let Some(a) = w.answer.take()
-        {
-            let _ = a.send(Err(AcquireError::Refused(refusal)));
-        }
-    }
-
-    /// Marks a held permit lost (it stays held on the cluster until released).
-    pub(super) fn lose(&self, ticket: TicketId, why: Lost) {
-        if let Some(h) = self.tickets().held.get(&ticket) {
-            h.send_replace(Some(why));
-        }
-    }
-
-    /// Stops tracking a held permit (it is being released).
-    pub(super) fn forget(&self, ticket: TicketId) {
-        self.tickets().held.remove(&ticket);
-    }
-
-    /// Handles one answer to an acquire (sent first or re-asked).
-    fn answered(&self, ticket: TicketId, reply: Reply) {
-        match reply {
-            Reply::Granted { fence, units } => self.granted(ticket, fence, units),
-            Reply::Queued { .. } => {}
-            Reply::Refused(Refusal::UnknownSession) => self.end(Lost::Expired),
-            Reply::Refused(r) => self.refused(ticket, r),
-            other => self.refused(
-                ticket,
-                Refusal::Invalid(format!("unexpected answer {other:?}")),
-            ),
-        }
-    }
-}
-
-/// A session. Dropping it stops its keep-alives (the cluster expires it after its TTL);
-/// [`Session::close`] ends it at once.
+/// A session. Dropping it, and every permit taken under it, stops its keep-alives (the
+/// cluster expires it after its TTL); [`Session::close`] ends it at once.
 pub struct Session {
-    shared: Arc<Shared>,
+    state: Arc<SessionState>,
 }
 
 impl Session {
@@ -206,67 +97,40 @@ impl Session {
                 )));
             }
         };
-        let (deadline, _) = watch::channel(sent + ttl - margin_for(ttl));
-        let shared = Arc::new(Shared {
-            client: client.clone(),
-            id,
-            ttl,
-            deadline,
-            tickets: Mutex::new(Tickets {
-                next: 1,
-                ..Tickets::default()
-            }),
-            task: Mutex::new(None),
-        });
-        let task = tokio::spawn(maintain(Arc::downgrade(&shared), client.clone()));
-        *shared.task.lock().unwrap_or_else(|p| p.into_inner()) = Some(AbortOnDrop(task));
-        Ok(Session { shared })
+        let deadline = sent + ttl - margin_for(ttl);
+        let state = Arc::new(SessionState::new(client.clone(), id, ttl, deadline));
+        let task = tokio::spawn(maintain(Arc::downgrade(&state), client.clone()));
+        state.keep_task(AbortOnDrop(task));
+        Ok(Session { state })
     }
 
     /// The session's id on the cluster.
     pub fn id(&self) -> SessionId {
-        self.shared.id
+        self.state.id
     }
 
     /// The current belief deadline.
     pub fn deadline(&self) -> Instant {
-        *self.shared.deadline.borrow()
+        *self.state.deadline.borrow()
     }
 
     /// Acquires a permit: waits (if allowed) until the cluster grants it.
     pub async fn acquire(&self, options: AcquireOptions) -> Result<Permit, AcquireError> {
-        let (answer, granted) = oneshot::channel();
-        let ticket = {
-            let mut t = self.shared.tickets();
-            if t.ended.is_some() {
-                return Err(AcquireError::SessionLost);
-            }
-            let ticket = t.next;
-            t.next += 1;
-            let acquire = Acquire {
-                session: self.shared.id,
-                ticket,
-                tenant: options.tenant.clone(),
-                limit: options.limit.clone(),
-                units: options.units,
-                priority: options.priority.clone(),
-                agent: options.agent.clone(),
-                wait: options.wait,
-            };
-            t.waiting.insert(
-                ticket,
-                Waiting {
-                    acquire,
-                    answer: Some(answer),
-                },
-            );
-            ticket
-        };
-        let command = self.shared.tickets().waiting[&ticket].acquire.clone();
-        match self.shared.client.write(Command::Acquire(command)).await {
-            Ok(reply) => self.shared.answered(ticket, reply),
+        let (acquire, granted) = self.state.register(|ticket| Acquire {
+            session: self.state.id,
+            ticket,
+            tenant: options.tenant.clone(),
+            limit: options.limit.clone(),
+            units: options.units,
+            priority: options.priority.clone(),
+            agent: options.agent.clone(),
+            wait: options.wait,
+        })?;
+        let ticket = acquire.ticket;
+        match self.state.client.write(Command::Acquire(acquire)).await {
+            Ok(reply) => self.state.answered(ticket, reply),
             Err(e) => {
-                self.shared.tickets().waiting.remove(&ticket);
+                self.state.unregister(ticket);
                 return Err(AcquireError::Client(e));
             }
         }
@@ -281,33 +145,26 @@ impl Session {
             None => granted.await,
         };
         let (fence, units) = outcome.unwrap_or(Err(AcquireError::SessionLost))?;
-        let (lost_tx, lost_rx) = watch::channel(None);
-        {
-            let mut t = self.shared.tickets();
-            if let Some(why) = &t.ended {
-                lost_tx.send_replace(Some(why.clone()));
-            }
-            t.held.insert(ticket, lost_tx);
-        }
+        let lost = self.state.hold(ticket);
         Ok(Permit::new(
-            self.shared.clone(),
+            self.state.clone(),
             options.tenant,
             options.limit,
             ticket,
             fence,
             units,
-            lost_rx,
+            lost,
         ))
     }
 
     /// Withdraws a waiting ticket; a grant that raced the withdrawal is released with it.
     async fn withdraw(&self, ticket: TicketId) {
-        self.shared.tickets().waiting.remove(&ticket);
+        self.state.unregister(ticket);
         let _ = self
-            .shared
+            .state
             .client
             .write(Command::Release {
-                session: self.shared.id,
+                session: self.state.id,
                 ticket,
             })
             .await;
@@ -315,11 +172,11 @@ impl Session {
 
     /// Closes the session: every permit is released and every ticket withdrawn.
     pub async fn close(self) -> Result<(), ClientError> {
-        self.shared.end(Lost::Closed);
-        self.shared
+        self.state.end(Lost::Closed);
+        self.state
             .client
             .write(Command::CloseSession {
-                session: self.shared.id,
+                session: self.state.id,
             })
             .await
             .map(|_| ())
@@ -327,47 +184,29 @@ impl Session {
 }
 
 /// The session's background work: keep-alives, pushed events, re-asks after reconnects, and
-/// the deadline. Ends when the session is dropped (only `Weak` is held).
-async fn maintain(shared: std::sync::Weak<Shared>, client: Client) {
+/// the deadline. Ends when the session's state is dropped (only `Weak` is held).
+async fn maintain(state: Weak<SessionState>, client: Client) {
     let mut events = client.events();
     let mut generation = client.generation();
-    let (ttl, id) = match shared.upgrade() {
-        Some(s) => (s.ttl, s.id),
-        None => return,
+    let Some(ttl) = state.upgrade().map(|s| s.ttl) else {
+        return;
     };
     let every = ttl / 3;
     let mut next_keepalive = Instant::now() + every;
     loop {
-        let deadline = match shared.upgrade() {
+        let deadline = match state.upgrade() {
             Some(s) => *s.deadline.borrow(),
             None => return,
         };
         tokio::select! {
             _ = tokio::time::sleep_until(next_keepalive.into()) => {
-                next_keepalive = Instant::now() + every;
-                let Some(s) = shared.upgrade() else { return };
-                let sent = Instant::now();
-                match s.client.write(Command::KeepAlive { session: id }).await {
-                    Ok(Reply::KeptAlive { .. }) => {
-                        let new = sent + ttl - margin_for(ttl);
-                        s.deadline.send_if_modified(|d| {
-                            let later = new > *d;
-                            if later {
-                                *d = new;
-                            }
-                            later
-                        });
-                    }
-                    Ok(Reply::Refused(Refusal::UnknownSession)) => s.end(Lost::Expired),
-                    // Unknown outcome or no answer: the deadline stays; it may pass.
-                    _ => next_keepalive = Instant::now() + Duration::from_millis(100).min(every),
-                }
+                let Some(s) = state.upgrade() else { return };
+                next_keepalive = keep_alive(&s, every).await;
             }
             _ = tokio::time::sleep_until(deadline.into()) => {
-                let Some(s) = shared.upgrade() else { return };
+                let Some(s) = state.upgrade() else { return };
                 if *s.deadline.borrow() <= Instant::now() {
-                    let held: Vec<TicketId> = s.tickets().held.keys().copied().collect();
-                    for t in held {
+                    for t in s.held_tickets() {
                         s.lose(t, Lost::Deadline);
                     }
                     // Wait for the next keep-alive; nothing to do until then.
@@ -375,25 +214,19 @@ async fn maintain(shared: std::sync::Weak<Shared>, client: Client) {
                 }
             }
             event = events.recv() => {
-                let Some(s) = shared.upgrade() else { return };
+                let Some(s) = state.upgrade() else { return };
                 match event {
-                    Ok(Event::Granted { session, ticket, fence, units }) if session == id => s.granted(ticket, fence, units),
-                    Ok(Event::Refused { session, ticket, refusal }) if session == id => s.refused(ticket, refusal),
-                    Ok(Event::Halted { session, ticket, scope, reason }) if session == id => {
-                        s.lose(ticket, Lost::Halted { scope, reason });
-                    }
-                    Ok(Event::SessionExpired { session }) if session == id => s.end(Lost::Expired),
-                    Ok(_) => {}
+                    Ok(event) => on_event(&s, event),
                     // Missed events: re-ask, as after a reconnect.
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => reask(&s).await,
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                    Err(RecvError::Lagged(_)) => reask(&s).await,
+                    Err(RecvError::Closed) => return,
                 }
             }
             changed = generation.changed() => {
                 if changed.is_err() {
                     return;
                 }
-                let Some(s) = shared.upgrade() else { return };
+                let Some(s) = state.upgrade() else { return };
                 // The new connection follows this session once a write names it.
                 reask(&s).await;
             }
@@ -401,15 +234,62 @@ async fn maintain(shared: std::sync::Weak<Shared>, client: Client) {
     }
 }
 
+/// Sends one keep-alive; an acknowledged one moves the deadline to `send time + TTL −
+/// margin`. Returns when the next one is due: `every` from now, or sooner after a try that
+/// got no acknowledgement.
+async fn keep_alive(s: &SessionState, every: Duration) -> Instant {
+    let next = Instant::now() + every;
+    let sent = Instant::now();
+    match s.client.write(Command::KeepAlive { session: s.id }).await {
+        Ok(Reply::KeptAlive { .. }) => {
+            let new = sent + s.ttl - margin_for(s.ttl);
+            s.deadline.send_if_modified(|d| {
+                let later = new > *d;
+                if later {
+                    *d = new;
+                }
+                later
+            });
+            next
+        }
+        Ok(Reply::Refused(Refusal::UnknownSession)) => {
+            s.end(Lost::Expired);
+            next
+        }
+        // Unknown outcome or no answer: the deadline stays; it may pass.
+        _ => Instant::now() + KEEPALIVE_RETRY.min(every),
+    }
+}
+
+/// Applies one pushed event, if it is about this session.
+fn on_event(s: &SessionState, event: Event) {
+    if event.session() != s.id {
+        return;
+    }
+    match event {
+        Event::Granted {
+            ticket,
+            fence,
+            units,
+            ..
+        } => s.granted(ticket, fence, units),
+        Event::Refused {
+            ticket, refusal, ..
+        } => s.refused(ticket, refusal),
+        Event::Halted {
+            ticket,
+            scope,
+            reason,
+            ..
+        } => s.lose(ticket, Lost::Halted { scope, reason }),
+        Event::SessionExpired { .. } => s.end(Lost::Expired),
+    }
+}
+
 /// Asks again for every waiting ticket (idempotent): a grant pushed to a lost connection is
 /// learned from the answer.
-async fn reask(s: &Shared) {
-    let waiting: Vec<Acquire> = s
-        .tickets()
-        .waiting
-        .values()
-        .map(|w| w.acquire.clone())
-        .collect();
+async fn reask(s: &SessionState) {
+    let waiting = s.waiting_acquires();
     if waiting.is_empty() {
         // Name the session on the new connection so its events are pushed here.
         if let Ok(Reply::Refused(Refusal::UnknownSession)) =

@@ -28,6 +28,7 @@ use crate::protocol::{
 };
 use crate::raft::state_store::Shared;
 use crate::raft::{NodeAddr, NodeId, Raft};
+use crate::task::AbortOnDrop;
 use crate::wire::{self, WireError};
 
 /// How long a new connection may take to say hello.
@@ -114,6 +115,7 @@ async fn serve(
         followed.clone(),
         out.clone(),
     ));
+    // The forwarder ends with its connection.
     let _stop_forwarder = AbortOnDrop(forwarder);
     let slots = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT_MAX));
     loop {
@@ -153,15 +155,6 @@ async fn serve(
             let _ = out.send(ServerFrame::Response { id, response }).await;
             drop(slot);
         });
-    }
-}
-
-/// Aborts a task when dropped: the forwarder ends with its connection.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
