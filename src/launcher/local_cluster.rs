@@ -158,7 +158,10 @@ impl LocalCluster {
     pub fn add(&mut self, config: Config) -> Result<u64, String> {
         let id = self.nodes.len() as u64 + 1;
         if config.id != id {
-            return Err(format!("node ids are 1, 2, …: expected {id}, got {}", config.id));
+            return Err(format!(
+                "node ids are 1, 2, …: expected {id}, got {}",
+                config.id
+            ));
         }
         config.validate()?;
         let path = self.dir.join(format!("node{id}.toml"));

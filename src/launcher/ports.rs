@@ -66,7 +66,10 @@ fn space((lo, hi): (u16, u16)) -> Vec<(u16, u16)> {
 }
 
 fn size(ranges: &[(u16, u16)]) -> u32 {
-    ranges.iter().map(|(a, b)| u32::from(*b) - u32::from(*a) + 1).sum()
+    ranges
+        .iter()
+        .map(|(a, b)| u32::from(*b) - u32::from(*a) + 1)
+        .sum()
 }
 
 /// The `n`th port of `ranges`, wrapping around.
