@@ -192,36 +192,41 @@ pub async fn run(command: &RunCommand, client: &Client, out: &Output) -> Exit {
                 Err(code) => code,
             }
         }
-        RunCommand::List { tenant } => match answered(client.running(tenant).await) {
-            Ok(runs) => {
-                let rows: Vec<_> = runs
-                    .iter()
+        RunCommand::List { tenant } => list(tenant, client, out).await,
+    }
+}
+
+/// `run list`: the running set, with admission times (and, for people, how long ago).
+async fn list(tenant: &str, client: &Client, out: &Output) -> Exit {
+    match answered(client.running(tenant).await) {
+        Ok(runs) => {
+            let rows: Vec<_> = runs
+                .iter()
+                .map(|(run, slot)| {
+                    json!({"run": run, "admitted_at_ms": slot.admitted_at_wall_ms, "agent": slot.agent})
+                })
+                .collect();
+            out.print(serde_json::Value::Array(rows), || {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64);
+                runs.iter()
                     .map(|(run, slot)| {
-                        json!({"run": run, "admitted_at_ms": slot.admitted_at_wall_ms, "agent": slot.agent})
+                        format!(
+                            "{run}  admitted {} ms ago (at {} ms){}",
+                            now.saturating_sub(slot.admitted_at_wall_ms),
+                            slot.admitted_at_wall_ms,
+                            slot.agent
+                                .as_ref()
+                                .map_or(String::new(), |a| format!("  agent {a}"))
+                        )
                     })
-                    .collect();
-                out.print(serde_json::Value::Array(rows), || {
-                    let now = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| d.as_millis() as u64);
-                    runs.iter()
-                        .map(|(run, slot)| {
-                            format!(
-                                "{run}  admitted {} ms ago (at {} ms){}",
-                                now.saturating_sub(slot.admitted_at_wall_ms),
-                                slot.admitted_at_wall_ms,
-                                slot.agent
-                                    .as_ref()
-                                    .map_or(String::new(), |a| format!("  agent {a}"))
-                            )
-                        })
-                        .collect::<Vec<_>>()
-                        .join("\n")
-                });
-                EXIT_OK
-            }
-            Err(code) => code,
-        },
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+            EXIT_OK
+        }
+        Err(code) => code,
     }
 }
 
