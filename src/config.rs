@@ -31,8 +31,11 @@ pub struct RaftConfig {
     /// for `election_timeout_max` after they last heard the leader (its leader lease), so a
     /// dead leader is replaced after one to two timeouts: under a second here, within the
     /// 1.5 s failover target, while three missed heartbeats are needed to start one.
-    pub election_timeout_min_ms: u64,
-    pub election_timeout_max_ms: u64,
+    /// (The TOML keys keep their first names, `election_timeout_min_ms` and `_max_ms`.)
+    #[serde(rename = "election_timeout_min_ms")]
+    pub election_timeout_ms_min: u64,
+    #[serde(rename = "election_timeout_max_ms")]
+    pub election_timeout_ms_max: u64,
     /// Build a snapshot after this many entries since the last. Default 10,000.
     pub snapshot_logs_since_last: u64,
     /// Entries kept in the log behind a snapshot, for followers slightly behind. Default 1,000.
@@ -49,8 +52,8 @@ impl Default for RaftConfig {
     fn default() -> Self {
         RaftConfig {
             heartbeat_ms: 100,
-            election_timeout_min_ms: 300,
-            election_timeout_max_ms: 450,
+            election_timeout_ms_min: 300,
+            election_timeout_ms_max: 450,
             snapshot_logs_since_last: 10_000,
             max_in_snapshot_log_to_keep: 1_000,
             install_snapshot_timeout_ms: 10_000,
@@ -171,16 +174,16 @@ impl Config {
         if r.heartbeat_ms == 0 {
             return Err("raft.heartbeat_ms = 0: must be positive".into());
         }
-        if r.election_timeout_min_ms <= r.heartbeat_ms {
+        if r.election_timeout_ms_min <= r.heartbeat_ms {
             return Err(format!(
                 "raft.election_timeout_min_ms = {} must be above raft.heartbeat_ms = {}",
-                r.election_timeout_min_ms, r.heartbeat_ms
+                r.election_timeout_ms_min, r.heartbeat_ms
             ));
         }
-        if r.election_timeout_max_ms <= r.election_timeout_min_ms {
+        if r.election_timeout_ms_max <= r.election_timeout_ms_min {
             return Err(format!(
                 "raft.election_timeout_max_ms = {} must be above raft.election_timeout_min_ms = {}",
-                r.election_timeout_max_ms, r.election_timeout_min_ms
+                r.election_timeout_ms_max, r.election_timeout_ms_min
             ));
         }
         if r.snapshot_logs_since_last == 0 || r.max_payload_entries == 0 {
@@ -233,8 +236,8 @@ impl Config {
         let config = openraft::Config {
             cluster_name: "weir".into(),
             heartbeat_interval: r.heartbeat_ms,
-            election_timeout_min: r.election_timeout_min_ms,
-            election_timeout_max: r.election_timeout_max_ms,
+            election_timeout_min: r.election_timeout_ms_min,
+            election_timeout_max: r.election_timeout_ms_max,
             install_snapshot_timeout: r.install_snapshot_timeout_ms,
             max_payload_entries: r.max_payload_entries,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(r.snapshot_logs_since_last),
@@ -261,7 +264,7 @@ mod tests {
     #[test]
     fn bad_combinations_name_both_values() {
         let mut c = Config::default();
-        c.raft.election_timeout_min_ms = 50;
+        c.raft.election_timeout_ms_min = 50;
         assert_eq!(
             c.validate().unwrap_err(),
             "raft.election_timeout_min_ms = 50 must be above raft.heartbeat_ms = 100"

@@ -4,6 +4,7 @@
 //! nothing below knows anything above it.
 
 pub mod cli;
+pub mod launcher;
 pub mod server;
 
 pub mod client;

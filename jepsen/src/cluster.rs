@@ -2,15 +2,18 @@
 //! harness and its peer port behind a [`crate::proxy`] — on loopback, or each in a network
 //! namespace of its own ([`crate::netns`]). The fault primitives the nemesis uses (cut,
 //! one-way, delay, loss, bandwidth, kill, pause, clocks, membership) are methods here, so
-//! the nemesis does not care which network mode it runs in.
+//! the nemesis does not care which network mode it runs in. The processes themselves are
+//! [`weir::launcher::LocalCluster`]'s, which kills them on drop.
 
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::process::Command;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use weir::client::Client;
+use weir::config::{Config, Peer};
+use weir::launcher::{LocalCluster, loopback_addr};
 use weir::protocol::{Request, Response};
 
 use crate::netns::{self, Netns};
@@ -44,202 +47,150 @@ pub struct Clock {
     pub rate: f64,
 }
 
-pub struct Node {
-    pub id: u64,
-    pub client: String,
-    /// The address the cluster reaches its peer port at (its proxy).
-    pub peer: String,
+/// What the harness keeps per node beside the launcher's record of it.
+#[derive(Clone, Copy, Debug, Default)]
+struct NodeFaults {
     /// `None`: the true clock.
-    pub clock: Option<Clock>,
+    clock: Option<Clock>,
     /// Removed from the membership by the nemesis, to be added back at the heal.
-    pub removed: bool,
-    pub config: PathBuf,
-    pub log: PathBuf,
-    child: Option<Child>,
-    pub paused: bool,
+    removed: bool,
 }
 
 pub struct Cluster {
-    pub weir: PathBuf,
-    pub nodes: Vec<Node>,
+    /// The node processes; their directory is the run's output directory, kept.
+    nodes: LocalCluster,
+    faults: Vec<NodeFaults>,
     pub links: Arc<Links>,
     pub net: Net,
 }
 
-fn free_port() -> Result<u16, String> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")
-        .map_err(|e| e.to_string())?
-        .local_addr()
-        .map_err(|e| e.to_string())?
-        .port())
+/// The nodes of a run.
+const NODES: u64 = 3;
+
+/// Node `id`'s addresses: (client, peer as the cluster knows it = the proxy front, peer
+/// listen, the source address it dials from, if one must be set).
+fn addresses(net: &Net, id: u64) -> Result<(String, String, String, Option<IpAddr>), String> {
+    Ok(match net {
+        Net::Loopback => (
+            loopback_addr()?,
+            loopback_addr()?,
+            loopback_addr()?,
+            Some(proxy::source_ip(id)),
+        ),
+        Net::Netns(_) => (
+            format!("{}:{}", netns::node_ip(id), netns::CLIENT_PORT),
+            format!("{}:{}", netns::front_ip(id), netns::PEER_PORT),
+            format!("{}:{}", netns::node_ip(id), netns::PEER_PORT),
+            None,
+        ),
+    })
 }
 
 impl Cluster {
     /// Writes configs in `dir`, starts the proxies and the three nodes.
     pub async fn start(weir: &Path, dir: &Path, seed: u64, net: Net) -> Result<Cluster, String> {
         let links = Links::new(seed);
-        // Per node: (client, peer as the cluster knows it = the proxy front, peer listen,
-        // the source address it dials from, if one must be set).
-        let mut addrs = vec![];
-        for id in 1..=3u64 {
-            addrs.push(match &net {
-                Net::Loopback => (
-                    format!("127.0.0.1:{}", free_port()?),
-                    format!("127.0.0.1:{}", free_port()?),
-                    format!("127.0.0.1:{}", free_port()?),
-                    Some(proxy::source_ip(id)),
-                ),
-                Net::Netns(_) => (
-                    format!("{}:{}", netns::node_ip(id), netns::CLIENT_PORT),
-                    format!("{}:{}", netns::front_ip(id), netns::PEER_PORT),
-                    format!("{}:{}", netns::node_ip(id), netns::PEER_PORT),
-                    None,
-                ),
-            });
-        }
+        let addrs = (1..=NODES)
+            .map(|id| addresses(&net, id))
+            .collect::<Result<Vec<_>, String>>()?;
         let addressing = match net {
             Net::Loopback => Addressing::Loopback,
             Net::Netns(_) => Addressing::Netns,
         };
-        let peers: String = addrs
+        let voters: Vec<Peer> = addrs
             .iter()
             .zip(1..)
-            .map(|((c, p, _, _), id)| {
-                format!("[[peers]]\nid = {id}\npeer = \"{p}\"\nclient = \"{c}\"\n\n")
+            .map(|((client, peer, _, _), id)| Peer {
+                id,
+                peer: peer.clone(),
+                client: client.clone(),
             })
             .collect();
-        let mut nodes = vec![];
-        for ((c, p, listen, source), id) in addrs.iter().zip(1u64..) {
-            let listener = tokio::net::TcpListener::bind(p)
+        let mut nodes = LocalCluster::in_dir(weir, dir)?;
+        for ((client, peer, listen, source), id) in addrs.into_iter().zip(1u64..) {
+            let listener = tokio::net::TcpListener::bind(&peer)
                 .await
-                .map_err(|e| format!("proxy front {p}: {e}"))?;
+                .map_err(|e| format!("proxy front {peer}: {e}"))?;
             let target: SocketAddr = listen.parse().expect("an address");
             tokio::spawn(proxy::run(id, listener, target, links.clone(), addressing));
-            let config = dir.join(format!("node{id}.toml"));
-            let source = source
-                .map(|ip| format!("peer_source_ip = \"{ip}\"\n"))
-                .unwrap_or_default();
-            let text = format!(
-                "id = {id}\ndata_dir = \"{}\"\nclient_addr = \"{c}\"\npeer_addr = \"{p}\"\n\
-                 peer_listen = \"{listen}\"\n{source}\n{peers}",
-                dir.join(format!("data{id}")).display(),
-            );
-            std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;
-            nodes.push(Node {
+            nodes.add(Config {
                 id,
-                client: c.clone(),
-                peer: p.clone(),
-                clock: None,
-                removed: false,
-                config,
-                log: dir.join(format!("node{id}.log")),
-                child: None,
-                paused: false,
-            });
+                data_dir: nodes.data_dir(id),
+                client_addr: client,
+                peer_addr: peer,
+                peer_listen: Some(listen),
+                peer_source_ip: source,
+                peers: voters.clone(),
+                ..Config::default()
+            })?;
         }
         let mut cluster = Cluster {
-            weir: weir.to_owned(),
             nodes,
+            faults: vec![NodeFaults::default(); NODES as usize],
             links,
             net,
         };
-        for id in 1..=3 {
+        for id in 1..=NODES {
             cluster.start_node(id)?;
         }
         Ok(cluster)
     }
 
     pub fn servers(&self) -> Vec<String> {
-        self.nodes.iter().map(|n| n.client.clone()).collect()
+        self.nodes.servers()
     }
 
     pub fn is_running(&self, id: u64) -> bool {
-        self.nodes[(id - 1) as usize].child.is_some()
+        self.nodes.is_running(id)
     }
 
+    fn faults(&mut self, id: u64) -> &mut NodeFaults {
+        &mut self.faults[(id - 1) as usize]
+    }
+
+    /// Starts node `id` (nothing if it runs) under its clock: in its namespace, and in a
+    /// time namespace of its own when its clock is offset.
     pub fn start_node(&mut self, id: u64) -> Result<(), String> {
-        let node = &mut self.nodes[(id - 1) as usize];
-        if node.child.is_some() {
+        if self.nodes.is_running(id) {
             return Ok(());
         }
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&node.log)
-            .map_err(|e| e.to_string())?;
+        let weir = self.nodes.weir().to_owned();
+        let clock = self.faults(id).clock;
         // `ip netns exec` and `unshare` both execute in place: the child's pid is the node's.
-        let offset = node.clock.map_or(0, |c| c.offset_s);
+        let offset = clock.map_or(0, |c| c.offset_s);
         let mut command = match (&self.net, offset) {
-            (Net::Loopback, 0) => Command::new(&self.weir),
+            (Net::Loopback, 0) => Command::new(&weir),
             (Net::Loopback, _) => Command::new("unshare"),
-            (Net::Netns(ns), 0) => ns.command_in_node(id, &self.weir.display().to_string()),
+            (Net::Netns(ns), 0) => ns.command_in_node(id, &weir.display().to_string()),
             (Net::Netns(ns), _) => ns.command_in_node(id, "unshare"),
         };
         if offset > 0 {
             command
                 .args(["--time", "--monotonic", &offset.to_string()])
-                .arg(&self.weir);
+                .arg(&weir);
         }
-        if let Some(clock) = node.clock {
+        if let Some(clock) = clock {
             command.env("WEIR_TEST_CLOCK_RATE", clock.rate.to_string());
         }
-        let child = command
-            .args(["serve", "--config"])
-            .arg(&node.config)
-            .env("RUST_LOG", "info,openraft=warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", self.weir.display()))?;
-        node.child = Some(child);
-        node.paused = false;
-        Ok(())
+        self.nodes.start_with(id, command)
     }
 
     /// kill -9.
     pub fn kill(&mut self, id: u64) {
-        let node = &mut self.nodes[(id - 1) as usize];
-        if let Some(mut c) = node.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        node.paused = false;
-    }
-
-    fn signal(&self, id: u64, sig: &str) {
-        if let Some(c) = &self.nodes[(id - 1) as usize].child {
-            let _ = Command::new("kill")
-                .arg(sig)
-                .arg(c.id().to_string())
-                .status();
-        }
+        self.nodes.kill(id);
     }
 
     pub fn pause(&mut self, id: u64) {
-        self.signal(id, "-STOP");
-        self.nodes[(id - 1) as usize].paused = true;
+        self.nodes.pause(id);
     }
 
     pub fn resume(&mut self, id: u64) {
-        self.signal(id, "-CONT");
-        self.nodes[(id - 1) as usize].paused = false;
+        self.nodes.resume(id);
     }
 
     /// The leader as a running, unpaused node reports it, waiting at most `within`.
     pub async fn leader(&self, within: Duration) -> Option<u64> {
-        let deadline = Instant::now() + within;
-        while Instant::now() < deadline {
-            for n in self.nodes.iter().filter(|n| n.child.is_some() && !n.paused) {
-                if let Ok(Response::Status(s)) = Client::ask_node(&n.client, &Request::Status).await
-                    && s.state == "Leader"
-                {
-                    return Some(s.id);
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        None
+        self.nodes.leader(within).await
     }
 
     /// Restarts node `id` with `clock` (`None`: the true clock) and waits (bounded) until it
@@ -250,15 +201,10 @@ impl Cluster {
         clock: Option<Clock>,
     ) -> Result<(), String> {
         self.kill(id);
-        self.nodes[(id - 1) as usize].clock = clock;
+        self.faults(id).clock = clock;
         self.start_node(id)?;
-        let addr = self.nodes[(id - 1) as usize].client.clone();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Client::ask_node(&addr, &Request::Status).await.is_err() {
-            if Instant::now() > deadline {
-                return Err(format!("node {id} did not come back"));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        if !self.nodes.answering(id, Duration::from_secs(10)).await {
+            return Err(format!("node {id} did not come back"));
         }
         Ok(())
     }
@@ -267,30 +213,28 @@ impl Cluster {
     /// are restarted true (one node at a time), removed nodes are added back.
     pub async fn heal(&mut self) -> Result<(), String> {
         self.heal_network()?;
-        for id in 1..=3 {
-            if self.nodes[(id - 1) as usize].paused {
+        for id in 1..=NODES {
+            if self.nodes.is_paused(id) {
                 self.resume(id);
             }
             self.start_node(id)?;
         }
-        for id in 1..=3 {
-            if self.nodes[(id - 1) as usize].clock.is_some() {
+        for id in 1..=NODES {
+            if self.faults(id).clock.is_some() {
                 self.restart_with_clock(id, None).await?;
             }
         }
         let client = Client::new(self.servers());
-        for id in 1..=3 {
-            let node = &self.nodes[(id - 1) as usize];
-            if node.removed {
+        for id in 1..=NODES {
+            if self.faults(id).removed {
+                let node = self.nodes.node(id);
                 let request = Request::AddNode {
                     id,
                     peer: node.peer.clone(),
                     client: node.client.clone(),
                 };
                 match client.request(request).await {
-                    Ok(Response::MembershipChanged) => {
-                        self.nodes[(id - 1) as usize].removed = false
-                    }
+                    Ok(Response::MembershipChanged) => self.faults(id).removed = false,
                     other => return Err(format!("adding node {id} back: {other:?}")),
                 }
             }
@@ -354,8 +298,8 @@ impl Cluster {
     }
 
     fn each_link(&self, link: Link) {
-        for a in 1..=3 {
-            for b in (1..=3).filter(|b| *b != a) {
+        for a in 1..=NODES {
+            for b in (1..=NODES).filter(|b| *b != a) {
                 self.links.set(a, b, link);
             }
         }
@@ -375,7 +319,7 @@ impl Cluster {
         let client = Client::new(self.servers());
         match client.request(Request::RemoveNode { id }).await {
             Ok(Response::MembershipChanged) => {
-                self.nodes[(id - 1) as usize].removed = true;
+                self.faults(id).removed = true;
                 Ok(())
             }
             other => Err(format!("removing node {id}: {other:?}")),
@@ -385,6 +329,7 @@ impl Cluster {
     /// Every node's log text.
     pub fn logs(&self) -> Vec<(String, String)> {
         self.nodes
+            .nodes()
             .iter()
             .map(|n| {
                 (
@@ -393,14 +338,5 @@ impl Cluster {
                 )
             })
             .collect()
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for id in 1..=3 {
-            self.resume(id);
-            self.kill(id);
-        }
     }
 }

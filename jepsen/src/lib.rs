@@ -8,5 +8,6 @@ pub mod history;
 pub mod nemesis;
 pub mod netns;
 pub mod proxy;
+pub mod rng;
 pub mod run;
 pub mod workload;

@@ -47,89 +47,10 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
     }
     let servers = cluster.servers();
     workload::setup(&Client::new(servers.clone())).await?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut tasks = vec![];
-    let mut process = 0u64;
-    let mut next = || {
-        process += 1;
-        process
+    let workloads = Workloads::start(plan, &servers, &history)?;
+    let targets = nemesis::Targets {
+        client_pause: workloads.client_pause.clone(),
     };
-    for (i, (limit, cap)) in [
-        ("mutex", 1u64),
-        ("mutex", 1),
-        ("mutex", 1),
-        ("three", 3),
-        ("three", 3),
-        ("three", 3),
-        ("three", 3),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        tasks.push(tokio::spawn(workload::permits(
-            next(),
-            servers.clone(),
-            limit,
-            cap,
-            history.clone(),
-            stop.clone(),
-            plan.seed ^ (i as u64 + 1),
-        )));
-    }
-    tasks.push(tokio::spawn(workload::takes(
-        next(),
-        servers.clone(),
-        history.clone(),
-        stop.clone(),
-    )));
-    for i in 0..2 {
-        tasks.push(tokio::spawn(workload::ledger(
-            next(),
-            servers.clone(),
-            history.clone(),
-            stop.clone(),
-            plan.seed ^ (100 + i),
-        )));
-    }
-    tasks.push(tokio::spawn(workload::halter(
-        next(),
-        servers.clone(),
-        history.clone(),
-        stop.clone(),
-    )));
-    for _ in 0..2 {
-        tasks.push(tokio::spawn(workload::admitter(
-            next(),
-            servers.clone(),
-            history.clone(),
-            stop.clone(),
-        )));
-    }
-    // The fenced limit: two ordinary holders and one the nemesis can pause.
-    let resource = Arc::new(workload::Resource::default());
-    let client_pause = Arc::new(workload::ClientPause::default());
-    for i in 0..2 {
-        tasks.push(tokio::spawn(workload::fenced(
-            next(),
-            servers.clone(),
-            resource.clone(),
-            None,
-            history.clone(),
-            stop.clone(),
-            plan.seed ^ (200 + i),
-        )));
-    }
-    let pausable = workload::spawn_pausable(
-        next(),
-        servers.clone(),
-        resource.clone(),
-        client_pause.clone(),
-        history.clone(),
-        stop.clone(),
-        plan.seed ^ 300,
-    )
-    .map_err(|e| format!("cannot start the pausable client: {e}"))?;
-    let targets = nemesis::Targets { client_pause };
     let steps = nemesis::schedule(plan.seed, &plan.nemeses, plan.duration.as_millis() as u64);
     eprintln!(
         "[jepsen] seed {}: {} faults scheduled over {:?}",
@@ -142,23 +63,153 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
     if let Some(rest) = plan.duration.checked_sub(started.elapsed()) {
         tokio::time::sleep(rest.saturating_sub(Duration::from_secs(2))).await;
     }
-    stop.store(true, Ordering::Relaxed);
-    for t in tasks {
-        let _ = tokio::time::timeout(Duration::from_secs(15), t).await;
-    }
-    let _ = tokio::time::timeout(
-        Duration::from_secs(15),
-        tokio::task::spawn_blocking(move || pausable.join()),
-    )
-    .await;
+    workloads.stop().await;
     // Heal, then probe liveness: each capped limit, once it has room, grants a new waiter.
     cluster.heal().await?;
-    let healed_ns = history.record(history::NEMESIS, Kind::Info, "heal", json!({"final": true}));
     let probe_client = Client::new(servers.clone());
+    probe_liveness(&cluster, &probe_client, &history).await;
+    match probe_client.spent(TENANT, "ledger").await {
+        Ok(s) => history.record(0, Kind::Ok, "spent", json!({"tokens": s.tokens})),
+        Err(e) => history.record(0, Kind::Fail, "spent", json!({"error": e.to_string()})),
+    };
+    let ops = history.ops();
+    history::write_jsonl(&plan.out.join("history.jsonl"), &ops).map_err(|e| e.to_string())?;
+    std::fs::write(plan.out.join("history.edn"), history::to_edn(&ops))
+        .map_err(|e| e.to_string())?;
+    let logs = cluster.logs();
+    drop(cluster);
+    let outcome = judge(&ops, &logs, &plan.nemeses, &fired);
+    write_verdict(&plan.out, plan, &outcome)?;
+    Ok(outcome)
+}
+
+/// The workload processes of a run, and how to stop them.
+struct Workloads {
+    stop: Arc<AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// The pausable fenced client, on a thread of its own.
+    pausable: std::thread::JoinHandle<()>,
+    client_pause: Arc<workload::ClientPause>,
+}
+
+impl Workloads {
+    /// Starts every process, each numbered and seeded from the plan's seed.
+    fn start(plan: &Plan, servers: &[String], history: &Recorder) -> Result<Workloads, String> {
+        let servers = servers.to_vec();
+        let history = history.clone();
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut tasks = vec![];
+        let mut process = 0u64;
+        let mut next = || {
+            process += 1;
+            process
+        };
+        for (i, (limit, cap)) in [
+            ("mutex", 1u64),
+            ("mutex", 1),
+            ("mutex", 1),
+            ("three", 3),
+            ("three", 3),
+            ("three", 3),
+            ("three", 3),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            tasks.push(tokio::spawn(workload::permits(
+                next(),
+                servers.clone(),
+                limit,
+                cap,
+                history.clone(),
+                stop.clone(),
+                plan.seed ^ (i as u64 + 1),
+            )));
+        }
+        tasks.push(tokio::spawn(workload::takes(
+            next(),
+            servers.clone(),
+            history.clone(),
+            stop.clone(),
+        )));
+        for i in 0..2 {
+            tasks.push(tokio::spawn(workload::ledger(
+                next(),
+                servers.clone(),
+                history.clone(),
+                stop.clone(),
+                plan.seed ^ (100 + i),
+            )));
+        }
+        tasks.push(tokio::spawn(workload::halter(
+            next(),
+            servers.clone(),
+            history.clone(),
+            stop.clone(),
+        )));
+        for _ in 0..2 {
+            tasks.push(tokio::spawn(workload::admitter(
+                next(),
+                servers.clone(),
+                history.clone(),
+                stop.clone(),
+            )));
+        }
+        // The fenced limit: two ordinary holders and one the nemesis can pause.
+        let resource = Arc::new(workload::Resource::default());
+        let client_pause = Arc::new(workload::ClientPause::default());
+        for i in 0..2 {
+            tasks.push(tokio::spawn(workload::fenced(
+                next(),
+                servers.clone(),
+                resource.clone(),
+                None,
+                history.clone(),
+                stop.clone(),
+                plan.seed ^ (200 + i),
+            )));
+        }
+        let pausable = workload::spawn_pausable(
+            next(),
+            servers.clone(),
+            resource.clone(),
+            client_pause.clone(),
+            history.clone(),
+            stop.clone(),
+            plan.seed ^ 300,
+        )
+        .map_err(|e| format!("cannot start the pausable client: {e}"))?;
+        Ok(Workloads {
+            stop,
+            tasks,
+            pausable,
+            client_pause,
+        })
+    }
+
+    /// Tells every process to stop and waits (bounded) for each.
+    async fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(15), t).await;
+        }
+        let pausable = self.pausable;
+        let _ = tokio::time::timeout(
+            Duration::from_secs(15),
+            tokio::task::spawn_blocking(move || pausable.join()),
+        )
+        .await;
+    }
+}
+
+/// Records the final heal, then probes each capped limit: once it has room, a new waiter
+/// must be granted (G7).
+async fn probe_liveness(cluster: &Cluster, probe_client: &Client, history: &Recorder) {
+    let healed_ns = history.record(history::NEMESIS, Kind::Info, "heal", json!({"final": true}));
     if cluster.leader(Duration::from_secs(10)).await.is_some() {
-        if let Ok(session) = Session::open(&probe_client, workload::TTL).await {
+        if let Ok(session) = Session::open(probe_client, workload::TTL).await {
             for (limit, _, _, _) in LIMITS.iter().take(2) {
-                wait_for_room(&probe_client, limit).await;
+                wait_for_room(probe_client, limit).await;
                 let start = Instant::now();
                 history.record(0, Kind::Invoke, "probe", json!({"limit": limit}));
                 let mut options = AcquireOptions::new(TENANT, limit);
@@ -187,19 +238,6 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
             json!({"error": "no leader after the heal"}),
         );
     }
-    match probe_client.spent(TENANT, "ledger").await {
-        Ok(s) => history.record(0, Kind::Ok, "spent", json!({"tokens": s.tokens})),
-        Err(e) => history.record(0, Kind::Fail, "spent", json!({"error": e.to_string()})),
-    };
-    let ops = history.ops();
-    history::write_jsonl(&plan.out.join("history.jsonl"), &ops).map_err(|e| e.to_string())?;
-    std::fs::write(plan.out.join("history.edn"), history::to_edn(&ops))
-        .map_err(|e| e.to_string())?;
-    let logs = cluster.logs();
-    drop(cluster);
-    let outcome = judge(&ops, &logs, &plan.nemeses, &fired);
-    write_verdict(&plan.out, plan, &outcome)?;
-    Ok(outcome)
 }
 
 /// Waits (bounded) until `limit` has a free unit: stale sessions of killed clients expire.

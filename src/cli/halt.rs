@@ -3,10 +3,9 @@
 use clap::Subcommand;
 use serde_json::json;
 
-use super::{EXIT_OK, Exit, Output, read, write};
+use super::{EXIT_OK, Exit, Output, answered, replied};
 use crate::client::Client;
-use crate::machine::{Command, HaltScope};
-use crate::protocol::{Answer, Query};
+use crate::machine::HaltScope;
 
 #[derive(Subcommand, Debug)]
 pub enum HaltCommand {
@@ -39,33 +38,18 @@ pub async fn run(command: &HaltCommand, client: &Client, out: &Output) -> Exit {
             tenant,
             agent,
             reason,
-        } => {
-            let command = Command::SetHalt {
-                tenant: tenant.clone(),
-                scope: scope(agent),
-                reason: reason.clone(),
-            };
-            match write(client, command).await {
-                Ok(_) => {
-                    out.print(
-                        json!({"tenant": tenant, "agent": agent, "halted": true}),
-                        || format!("halted {tenant} ({})", scope(agent)),
-                    );
-                    EXIT_OK
-                }
-                Err(code) => code,
+        } => match replied(client.set_halt(tenant, scope(agent), reason).await) {
+            Ok(_) => {
+                out.print(
+                    json!({"tenant": tenant, "agent": agent, "halted": true}),
+                    || format!("halted {tenant} ({})", scope(agent)),
+                );
+                EXIT_OK
             }
-        }
+            Err(code) => code,
+        },
         HaltCommand::Clear { tenant, agent } => {
-            match write(
-                client,
-                Command::ClearHalt {
-                    tenant: tenant.clone(),
-                    scope: scope(agent),
-                },
-            )
-            .await
-            {
+            match replied(client.clear_halt(tenant, scope(agent)).await) {
                 Ok(_) => {
                     out.print(
                         json!({"tenant": tenant, "agent": agent, "cleared": true}),
@@ -76,15 +60,8 @@ pub async fn run(command: &HaltCommand, client: &Client, out: &Output) -> Exit {
                 Err(code) => code,
             }
         }
-        HaltCommand::List { tenant } => match read(
-            client,
-            Query::Halts {
-                tenant: tenant.clone(),
-            },
-        )
-        .await
-        {
-            Ok(Answer::Halts(halts)) => {
+        HaltCommand::List { tenant } => match answered(client.halts(tenant).await) {
+            Ok(halts) => {
                 let rows: Vec<_> = halts
                     .iter()
                     .map(|(s, reason)| match s {
@@ -105,7 +82,6 @@ pub async fn run(command: &HaltCommand, client: &Client, out: &Output) -> Exit {
                 });
                 EXIT_OK
             }
-            Ok(_) => EXIT_OK,
             Err(code) => code,
         },
     }

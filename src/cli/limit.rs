@@ -3,7 +3,7 @@
 use clap::Subcommand;
 use serde_json::json;
 
-use super::{EXIT_ERROR, EXIT_OK, Exit, Output, read, write};
+use super::{EXIT_ERROR, EXIT_OK, Exit, Output, answered, replied};
 use crate::client::Client;
 use crate::machine::{Command, LimitStatus};
 use crate::protocol::{Answer, Query};
@@ -31,12 +31,11 @@ pub enum LimitCommand {
     Remove { name: String },
 }
 
-fn limit_json(l: &LimitStatus) -> serde_json::Value {
-    json!({
-        "tenant": l.tenant, "name": l.name, "concurrent": l.concurrent, "per_second": l.per_second,
-        "burst": l.burst, "in_use": l.in_use, "waiting": l.waiting, "max_in_use": l.max_in_use,
-        "tokens": l.tokens, "removing": l.removing,
-    })
+/// `limit show --json`: spec §4's `{"tenant", "name", "concurrent", "per_second", "burst",
+/// "in_use", "waiting", "max_in_use"}`, then `tokens` and `removing` — the fields of
+/// [`LimitStatus`] in order.
+fn limit_json<T: serde::Serialize + ?Sized>(l: &T) -> serde_json::Value {
+    serde_json::to_value(l).expect("limit status serializes")
 }
 
 fn limit_text(l: &LimitStatus) -> String {
@@ -63,14 +62,10 @@ pub async fn run(command: &LimitCommand, tenant: &str, client: &Client, out: &Ou
             per_second,
             burst,
         } => {
-            let command = Command::DefineLimit {
-                tenant: tenant.into(),
-                name: name.clone(),
-                concurrent: *concurrent,
-                per_second: *per_second,
-                burst: *burst,
-            };
-            match write(client, command).await {
+            let defined = client
+                .define_limit(tenant, name, *concurrent, *per_second, *burst)
+                .await;
+            match replied(defined) {
                 Ok(_) => {
                     out.print(
                         json!({"tenant": tenant, "name": name, "defined": true}),
@@ -81,55 +76,41 @@ pub async fn run(command: &LimitCommand, tenant: &str, client: &Client, out: &Ou
                 Err(code) => code,
             }
         }
-        LimitCommand::Show { name } => {
-            match read(
-                client,
-                Query::Limit {
-                    tenant: tenant.into(),
-                    name: name.clone(),
-                },
-            )
-            .await
-            {
-                Ok(Answer::Limit(Some(l))) => {
-                    out.print(limit_json(&l), || limit_text(&l));
-                    EXIT_OK
-                }
-                Ok(_) => {
-                    eprintln!("weir: unknown limit {tenant}/{name}");
-                    EXIT_ERROR
-                }
-                Err(code) => code,
+        LimitCommand::Show { name } => match answered(client.limit_status(tenant, name).await) {
+            Ok(Some(l)) => {
+                out.print(limit_json(&l), || limit_text(&l));
+                EXIT_OK
             }
-        }
-        LimitCommand::List => match read(
-            client,
-            Query::Limits {
-                tenant: tenant.into(),
-            },
-        )
-        .await
-        {
+            Ok(None) => {
+                eprintln!("weir: unknown limit {tenant}/{name}");
+                EXIT_ERROR
+            }
+            Err(code) => code,
+        },
+        LimitCommand::List => match answered(
+            client
+                .read(Query::Limits {
+                    tenant: tenant.into(),
+                })
+                .await,
+        ) {
             Ok(Answer::Limits(ls)) => {
-                out.print(
-                    serde_json::Value::Array(ls.iter().map(limit_json).collect()),
-                    || ls.iter().map(limit_text).collect::<Vec<_>>().join("\n"),
-                );
+                out.print(limit_json(&ls), || {
+                    ls.iter().map(limit_text).collect::<Vec<_>>().join("\n")
+                });
                 EXIT_OK
             }
             Ok(_) => EXIT_ERROR,
             Err(code) => code,
         },
         LimitCommand::Remove { name } => {
-            match write(
-                client,
-                Command::RemoveLimit {
+            let removed = client
+                .write(Command::RemoveLimit {
                     tenant: tenant.into(),
                     name: name.clone(),
-                },
-            )
-            .await
-            {
+                })
+                .await;
+            match replied(removed) {
                 Ok(_) => {
                     out.print(
                         json!({"tenant": tenant, "name": name, "removed": true}),

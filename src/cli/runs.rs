@@ -3,9 +3,9 @@
 use clap::Subcommand;
 use serde_json::json;
 
-use super::{EXIT_OK, EXIT_USAGE, Exit, Output, read, write};
+use super::{EXIT_OK, EXIT_USAGE, Exit, Output, answered, replied};
 use crate::client::Client;
-use crate::machine::{Change, Command, Reply, Settle};
+use crate::machine::{Change, Reply, Settle};
 use crate::protocol::{Answer, Query};
 
 #[derive(Subcommand, Debug)]
@@ -77,28 +77,29 @@ pub async fn tenant(command: &TenantCommand, client: &Client, out: &Output) -> E
         budget_tokens,
         budget_minor,
     } = command;
-    let command = match (|| {
-        Ok::<_, Exit>(Command::SetTenant {
-            tenant: tenant.clone(),
-            max_running: change("max-running", max_running)?,
-            budget_tokens: change("budget-tokens", budget_tokens)?,
-            budget_minor: change("budget-minor", budget_minor)?,
-        })
-    })() {
+    let changes = (|| {
+        Ok::<_, Exit>((
+            change("max-running", max_running)?,
+            change("budget-tokens", budget_tokens)?,
+            change("budget-minor", budget_minor)?,
+        ))
+    })();
+    let (max_running, budget_tokens, budget_minor) = match changes {
         Ok(c) => c,
         Err(code) => return code,
     };
-    if let Err(code) = write(client, command).await {
+    let set = client
+        .set_tenant(tenant, max_running, budget_tokens, budget_minor)
+        .await;
+    if let Err(code) = replied(set) {
         return code;
     }
-    match read(
-        client,
-        Query::Tenant {
+    let shown = client
+        .read(Query::Tenant {
             tenant: tenant.clone(),
-        },
-    )
-    .await
-    {
+        })
+        .await;
+    match answered(shown) {
         Ok(Answer::Tenant(t)) => {
             out.print(
                 json!({"tenant": tenant, "max_running": t.max_running, "budget_tokens": t.budget_tokens,
@@ -129,13 +130,10 @@ pub async fn run(command: &RunCommand, client: &Client, out: &Output) -> Exit {
             agent,
             period,
         } => {
-            let command = Command::Reserve {
-                tenant: tenant.clone(),
-                run: run.clone(),
-                agent: agent.clone(),
-                period: period.clone(),
-            };
-            match write(client, command).await {
+            let reserved = client
+                .reserve(tenant, run, agent.as_deref(), period.as_deref())
+                .await;
+            match replied(reserved) {
                 Ok(_) => {
                     out.print(
                         json!({"tenant": tenant, "run": run, "admitted": true}),
@@ -147,15 +145,7 @@ pub async fn run(command: &RunCommand, client: &Client, out: &Output) -> Exit {
             }
         }
         RunCommand::Release { tenant, run } => {
-            match write(
-                client,
-                Command::ReleaseRun {
-                    tenant: tenant.clone(),
-                    run: run.clone(),
-                },
-            )
-            .await
-            {
+            match replied(client.release_run(tenant, run).await) {
                 Ok(_) => {
                     out.print(
                         json!({"tenant": tenant, "run": run, "released": true}),
@@ -175,7 +165,7 @@ pub async fn run(command: &RunCommand, client: &Client, out: &Output) -> Exit {
             minor,
             release_slot,
         } => {
-            let command = Command::Settle(Settle {
+            let settle = Settle {
                 tenant: tenant.clone(),
                 run: run.clone(),
                 epoch: *epoch,
@@ -183,8 +173,8 @@ pub async fn run(command: &RunCommand, client: &Client, out: &Output) -> Exit {
                 tokens: *tokens,
                 minor_units: *minor,
                 release_slot: *release_slot,
-            });
-            match write(client, command).await {
+            };
+            match replied(client.settle(settle).await) {
                 Ok(Reply::Settled { duplicate }) => {
                     out.print(
                         json!({"tenant": tenant, "run": run, "epoch": epoch, "settled": true, "duplicate": duplicate}),
@@ -202,65 +192,53 @@ pub async fn run(command: &RunCommand, client: &Client, out: &Output) -> Exit {
                 Err(code) => code,
             }
         }
-        RunCommand::List { tenant } => match read(
-            client,
-            Query::Running {
-                tenant: tenant.clone(),
-            },
-        )
-        .await
-        {
-            Ok(Answer::Running(runs)) => {
-                let rows: Vec<_> = runs
-                    .iter()
+        RunCommand::List { tenant } => list(tenant, client, out).await,
+    }
+}
+
+/// `run list`: the running set, with admission times (and, for people, how long ago).
+async fn list(tenant: &str, client: &Client, out: &Output) -> Exit {
+    match answered(client.running(tenant).await) {
+        Ok(runs) => {
+            let rows: Vec<_> = runs
+                .iter()
+                .map(|(run, slot)| {
+                    json!({"run": run, "admitted_at_ms": slot.admitted_at_wall_ms, "agent": slot.agent})
+                })
+                .collect();
+            out.print(serde_json::Value::Array(rows), || {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64);
+                runs.iter()
                     .map(|(run, slot)| {
-                        json!({"run": run, "admitted_at_ms": slot.admitted_at_wall_ms, "agent": slot.agent})
+                        format!(
+                            "{run}  admitted {} ms ago (at {} ms){}",
+                            now.saturating_sub(slot.admitted_at_wall_ms),
+                            slot.admitted_at_wall_ms,
+                            slot.agent
+                                .as_ref()
+                                .map_or(String::new(), |a| format!("  agent {a}"))
+                        )
                     })
-                    .collect();
-                out.print(serde_json::Value::Array(rows), || {
-                    let now = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| d.as_millis() as u64);
-                    runs.iter()
-                        .map(|(run, slot)| {
-                            format!(
-                                "{run}  admitted {} ms ago (at {} ms){}",
-                                now.saturating_sub(slot.admitted_at_wall_ms),
-                                slot.admitted_at_wall_ms,
-                                slot.agent
-                                    .as_ref()
-                                    .map_or(String::new(), |a| format!("  agent {a}"))
-                            )
-                        })
-                        .collect::<Vec<_>>()
-                        .join("\n")
-                });
-                EXIT_OK
-            }
-            Ok(_) => EXIT_OK,
-            Err(code) => code,
-        },
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+            EXIT_OK
+        }
+        Err(code) => code,
     }
 }
 
 pub async fn spent(tenant: &str, period: &str, client: &Client, out: &Output) -> Exit {
-    match read(
-        client,
-        Query::Spent {
-            tenant: tenant.into(),
-            period: period.into(),
-        },
-    )
-    .await
-    {
-        Ok(Answer::Spent(s)) => {
+    match answered(client.spent(tenant, period).await) {
+        Ok(s) => {
             out.print(
                 json!({"tenant": tenant, "period": period, "tokens": s.tokens, "minor_units": s.minor_units}),
                 || format!("{tenant} {period}: {} tokens, {} minor units", s.tokens, s.minor_units),
             );
             EXIT_OK
         }
-        Ok(_) => EXIT_OK,
         Err(code) => code,
     }
 }

@@ -1,114 +1,75 @@
 //! A cluster of real `weir serve` processes on loopback, in a temporary directory, with
-//! ports this harness owns. Everything is killed and removed on drop; every wait is bounded.
+//! ports this harness owns: [`weir::launcher::LocalCluster`] plus what the tests add (the
+//! CLI against the cluster, panicking waits, a spare node, log tails on failure).
+//! Everything is killed on drop, and the directory removed unless a test failed; every wait
+//! is bounded.
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use weir::client::Client;
+use weir::config::{Config, Peer};
+use weir::launcher::{LocalCluster, Node, loopback_addr};
 use weir::machine::{Command as Cmd, Reply};
 use weir::protocol::{NodeStatus, Request, Response};
 
-pub struct Node {
-    pub id: u64,
-    pub client: String,
-    pub peer: String,
-    pub config: PathBuf,
-    pub log: PathBuf,
-    child: Option<Child>,
-}
-
 pub struct Cluster {
-    pub dir: PathBuf,
-    pub nodes: Vec<Node>,
+    nodes: LocalCluster,
 }
 
-/// A port free now on 127.0.0.1 (bound, then released for the node to bind).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// `config` with the keys of the TOML fragment `extra` laid over it (tables merged key by
+/// key), read back through [`Config`]'s own deserializer, so a misspelt key fails here.
+fn overlay(config: &Config, extra: &str) -> Config {
+    fn merge(base: &mut toml::Table, over: toml::Table) {
+        for (key, value) in over {
+            match (base.get_mut(&key), value) {
+                (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+                (_, value) => {
+                    base.insert(key, value);
+                }
+            }
+        }
+    }
+    let mut table = toml::Table::try_from(config).expect("a config is a table");
+    merge(&mut table, toml::from_str(extra).expect("extra is TOML"));
+    table.try_into().expect("extra names config keys")
 }
 
 impl Cluster {
-    /// Writes configs for `n` nodes (extra TOML appended to each) and starts them all.
+    /// Writes configs for `n` nodes (the TOML fragment `extra` laid over each) and starts
+    /// them all.
     pub fn start(tag: &str, n: u64, extra: &str) -> Cluster {
-        let dir = std::env::temp_dir().join(format!("weir-cluster-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let addrs: Vec<(u64, String, String)> = (1..=n)
-            .map(|id| {
-                (
-                    id,
-                    format!("127.0.0.1:{}", free_port()),
-                    format!("127.0.0.1:{}", free_port()),
-                )
-            })
-            .collect();
-        let mut peers = String::new();
-        for (id, client, peer) in &addrs {
-            peers.push_str(&format!(
-                "[[peers]]\nid = {id}\npeer = \"{peer}\"\nclient = \"{client}\"\n\n"
-            ));
-        }
-        let mut nodes = vec![];
-        for (id, client, peer) in &addrs {
-            let config = dir.join(format!("node{id}.toml"));
-            let text = format!(
-                "id = {id}\ndata_dir = \"{}\"\nclient_addr = \"{client}\"\npeer_addr = \"{peer}\"\n\n{peers}{extra}\n",
-                dir.join(format!("data{id}")).display()
-            );
-            std::fs::write(&config, text).unwrap();
-            nodes.push(Node {
-                id: *id,
-                client: client.clone(),
-                peer: peer.clone(),
-                config,
-                log: dir.join(format!("node{id}.log")),
-                child: None,
-            });
-        }
-        let mut cluster = Cluster { dir, nodes };
-        for id in 1..=n {
-            cluster.start_node(id);
-        }
-        cluster
+        let mut nodes =
+            LocalCluster::in_temp_dir(env!("CARGO_BIN_EXE_weir"), &format!("weir-cluster-{tag}"))
+                .unwrap();
+        let configs = nodes.loopback_configs(n).unwrap();
+        nodes
+            .add_and_start(configs.iter().map(|c| overlay(c, extra)).collect())
+            .unwrap();
+        Cluster { nodes }
     }
 
     /// Configures (does not start) one more node, `id = nodes + 1`, whose initial voters are
     /// the cluster's plus itself: it never forms a cluster of its own (it is not the lowest
     /// id) and waits to be added.
     pub fn spare(&mut self, extra: &str) -> u64 {
-        let id = self.nodes.len() as u64 + 1;
-        let client = format!("127.0.0.1:{}", free_port());
-        let peer = format!("127.0.0.1:{}", free_port());
-        let mut peers = String::new();
-        for n in &self.nodes {
-            peers.push_str(&format!(
-                "[[peers]]\nid = {}\npeer = \"{}\"\nclient = \"{}\"\n\n",
-                n.id, n.peer, n.client
-            ));
-        }
-        peers.push_str(&format!(
-            "[[peers]]\nid = {id}\npeer = \"{peer}\"\nclient = \"{client}\"\n\n"
-        ));
-        let config = self.dir.join(format!("node{id}.toml"));
-        let text = format!(
-            "id = {id}\ndata_dir = \"{}\"\nclient_addr = \"{client}\"\npeer_addr = \"{peer}\"\n\n{peers}{extra}\n",
-            self.dir.join(format!("data{id}")).display()
-        );
-        std::fs::write(&config, text).unwrap();
-        self.nodes.push(Node {
+        let id = self.nodes.nodes().len() as u64 + 1;
+        let me = Peer {
             id,
-            client,
-            peer,
-            config,
-            log: self.dir.join(format!("node{id}.log")),
-            child: None,
-        });
-        id
+            client: loopback_addr().unwrap(),
+            peer: loopback_addr().unwrap(),
+        };
+        let mut peers = self.nodes.voters();
+        peers.push(me.clone());
+        let config = Config {
+            id,
+            data_dir: self.nodes.data_dir(id),
+            client_addr: me.client,
+            peer_addr: me.peer,
+            peers,
+            ..Config::default()
+        };
+        self.nodes.add(overlay(&config, extra)).unwrap()
     }
 
     /// Runs the `weir` CLI with `args` against this cluster; returns (exit code, stdout, stderr).
@@ -127,64 +88,29 @@ impl Cluster {
     }
 
     pub fn is_running(&self, id: u64) -> bool {
-        self.node(id).child.is_some()
+        self.nodes.is_running(id)
     }
 
     pub fn node(&self, id: u64) -> &Node {
-        &self.nodes[(id - 1) as usize]
+        self.nodes.node(id)
     }
 
     pub fn start_node(&mut self, id: u64) {
-        let node = &mut self.nodes[(id - 1) as usize];
-        assert!(node.child.is_none(), "node {id} already running");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&node.log)
-            .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_weir"))
-            .args(["serve", "--config"])
-            .arg(&node.config)
-            .env("RUST_LOG", "info,openraft=warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        node.child = Some(child);
+        self.nodes.start(id).unwrap();
     }
 
     /// kill -9.
     pub fn kill(&mut self, id: u64) {
-        let node = &mut self.nodes[(id - 1) as usize];
-        if let Some(mut child) = node.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.nodes.kill(id);
     }
 
     /// SIGTERM, and waits (bounded) for a clean exit; returns its status code.
     pub fn stop(&mut self, id: u64) -> Option<i32> {
-        let node = &mut self.nodes[(id - 1) as usize];
-        let mut child = node.child.take()?;
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(child.id().to_string())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = child.try_wait() {
-                return status.code();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        None
+        self.nodes.stop(id)
     }
 
     pub fn servers(&self) -> Vec<String> {
-        self.nodes.iter().map(|n| n.client.clone()).collect()
+        self.nodes.servers()
     }
 
     pub fn client(&self) -> Client {
@@ -193,40 +119,29 @@ impl Cluster {
 
     /// One node's own status, if it answers.
     pub async fn status(&self, id: u64) -> Option<NodeStatus> {
-        match Client::ask_node(&self.node(id).client, &Request::Status).await {
-            Ok(Response::Status(s)) => Some(s),
-            _ => None,
-        }
+        self.nodes.status(id).await
     }
 
-    /// Waits (at most `within`) for some node to report itself leader; returns its id.
+    /// Waits (at most `within`) for some running node to report itself leader; returns its
+    /// id.
     pub async fn leader(&self, within: Duration) -> u64 {
-        let deadline = Instant::now() + within;
-        while Instant::now() < deadline {
-            for n in &self.nodes {
-                if n.child.is_some()
-                    && let Some(s) = self.status(n.id).await
-                    && s.state == "Leader"
-                {
-                    return n.id;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        match self.nodes.leader(within).await {
+            Some(id) => id,
+            None => panic!(
+                "no leader within {within:?}; logs in {}",
+                self.nodes.dir().display()
+            ),
         }
-        panic!(
-            "no leader within {within:?}; logs in {}",
-            self.dir.display()
-        );
     }
 
-    /// Waits until every running node has applied at least `index` and all agree on the
-    /// digest at their common applied index; returns the digest.
+    /// Waits until every running node answers and all agree on (applied index, digest);
+    /// returns the digest.
     pub async fn converged(&self, within: Duration) -> String {
         let deadline = Instant::now() + within;
         let mut last = vec![];
         while Instant::now() < deadline {
             let mut seen = vec![];
-            for n in self.nodes.iter().filter(|n| n.child.is_some()) {
+            for n in self.nodes.nodes().iter().filter(|n| self.is_running(n.id)) {
                 seen.push(self.status(n.id).await.map(|s| (s.applied, s.digest)));
             }
             if seen.iter().all(Option::is_some) {
@@ -252,25 +167,16 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        for n in &mut self.nodes {
-            if let Some(mut child) = n.child.take() {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
-        }
+        self.nodes.kill_all();
         if std::thread::panicking() {
-            eprintln!("cluster logs kept in {}", self.dir.display());
-            for n in &self.nodes {
-                if let Ok(text) = std::fs::read_to_string(&n.log) {
-                    let tail: Vec<&str> = text.lines().rev().take(15).collect();
-                    eprintln!("--- node {} log tail ---", n.id);
-                    for line in tail.into_iter().rev() {
-                        eprintln!("{line}");
-                    }
+            self.nodes.keep_dir();
+            eprintln!("cluster logs kept in {}", self.nodes.dir().display());
+            for n in self.nodes.nodes() {
+                eprintln!("--- node {} log tail ---", n.id);
+                for line in self.nodes.log_tail(n.id, 15) {
+                    eprintln!("{line}");
                 }
             }
-        } else {
-            let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
 }

@@ -1,0 +1,89 @@
+//! The recorded acquire, and where a belief ends: shared by the permit and fenced
+//! processes.
+
+use std::time::Duration;
+
+use serde_json::json;
+use weir::client::{AcquireError, AcquireOptions, Permit, Session};
+
+use super::TENANT;
+use crate::history::{Kind, Recorder};
+
+/// What a recorded acquire came to.
+pub enum Acquired {
+    /// Granted; the belief began at this harness time.
+    Held(Permit, u64),
+    /// Not granted within the wait: try again in the same session.
+    TimedOut,
+    /// The session is lost, or the outcome unknown: open a new session.
+    Ended,
+}
+
+/// Acquires one unit of `limit`, waiting at most 5 s, and records the `acquire` op: its
+/// invoke, and its grant (with the fence and the invoke time) or what ended it.
+pub async fn acquire_recorded(
+    process: u64,
+    session: &Session,
+    limit: &str,
+    history: &Recorder,
+) -> Acquired {
+    let mut options = AcquireOptions::new(TENANT, limit);
+    options.timeout = Some(Duration::from_secs(5));
+    let invoked = history.record(process, Kind::Invoke, "acquire", json!({"limit": limit}));
+    let (kind, error, next) = match session.acquire(options).await {
+        Ok(permit) => {
+            let from = history.now_ns();
+            history.record_at(
+                process,
+                Kind::Ok,
+                "acquire",
+                json!({"limit": limit, "fence": permit.fence(), "invoke_ns": invoked}),
+                from,
+            );
+            return Acquired::Held(permit, from);
+        }
+        Err(AcquireError::TimedOut) => (Kind::Fail, "timed out".to_string(), Acquired::TimedOut),
+        Err(AcquireError::SessionLost) => (Kind::Fail, "session lost".to_string(), Acquired::Ended),
+        Err(e) => (Kind::Info, e.to_string(), Acquired::Ended),
+    };
+    history.record(
+        process,
+        kind,
+        "acquire",
+        json!({"limit": limit, "error": error}),
+    );
+    next
+}
+
+/// Where a belief that began at `from` ends, as G2 defines it: now (the release is about to
+/// be sent, or the loss was just seen), or earlier if the session's conservative deadline
+/// passed first — a client busy elsewhere (waiting on a read, paused) may notice its
+/// deadline late, but stops believing when it passes. The deadline is the session's latest:
+/// a keep-alive acknowledged after an earlier deadline had passed moves it forward, and the
+/// gap then counts as believed (conservative). Returns (end, now, deadline).
+pub fn belief_end(history: &Recorder, session: &Session, from: u64) -> (u64, u64, u64) {
+    let seen = history.now_ns();
+    let deadline = history.ns_of(session.deadline());
+    (end_of_belief(from, seen, deadline), seen, deadline)
+}
+
+/// The end of a belief begun at `from`, noticed at `seen`, under a deadline at `deadline`.
+fn end_of_belief(from: u64, seen: u64, deadline: u64) -> u64 {
+    seen.min(deadline).max(from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_belief_noticed_late_ends_at_its_deadline_and_never_before_it_began() {
+        // Run 205: a holder stuck on a read through a leader pause noticed at 43.8 s that
+        // its deadline had passed; its belief ended at the deadline.
+        assert_eq!(end_of_belief(39_931, 43_835, 41_700), 41_700);
+        // Released before the deadline: the belief ends at the release.
+        assert_eq!(end_of_belief(10, 50, 1_000), 50);
+        // Granted after the deadline had already passed: an empty belief.
+        assert_eq!(end_of_belief(500, 600, 400), 500);
+    }
+}

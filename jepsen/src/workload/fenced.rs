@@ -1,0 +1,275 @@
+//! Fenced processes: acquire `fenced`, check the permit, validate its fence, act on the
+//! downstream [`Resource`] with it, release; one of them can be paused by the nemesis
+//! between its check and its action ([`ClientPause`]).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+use weir::client::{Client, Permit, Session};
+
+use super::acquire::{Acquired, acquire_recorded, belief_end};
+use super::{FENCED, TENANT, TTL};
+use crate::history::{Kind, Recorder};
+use crate::rng::Rng;
+
+/// The downstream resource the `fenced` limit guards, owned by the harness: it accepts an
+/// action whose fence is at least the largest it has accepted and refuses an older one — the
+/// storage side of fencing, which is what makes a lease safe against a holder that pauses
+/// between checking its permit and acting on it.
+#[derive(Default)]
+pub struct Resource {
+    max: Mutex<u64>,
+}
+
+impl Resource {
+    /// Ok when accepted; otherwise the larger fence already accepted.
+    pub fn act(&self, fence: u64) -> Result<(), u64> {
+        let mut max = self.max.lock().unwrap_or_else(|p| p.into_inner());
+        if fence < *max {
+            return Err(*max);
+        }
+        *max = fence;
+        Ok(())
+    }
+}
+
+/// The nemesis's handle on the pausable client: it asks for a pause of so many
+/// milliseconds; the client takes it at its next fenced action, between checking that its
+/// permit is not lost and acting on it.
+#[derive(Default)]
+pub struct ClientPause {
+    requested_ms: AtomicU64,
+    taken: AtomicU64,
+}
+
+impl ClientPause {
+    pub fn request(&self, ms: u64) {
+        self.requested_ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// Withdraws a request not taken yet.
+    pub fn withdraw(&self) {
+        self.requested_ms.store(0, Ordering::SeqCst);
+    }
+
+    /// How many pauses the client has taken.
+    pub fn taken(&self) -> u64 {
+        self.taken.load(Ordering::SeqCst)
+    }
+
+    fn take(&self) -> Option<u64> {
+        match self.requested_ms.swap(0, Ordering::SeqCst) {
+            0 => None,
+            ms => Some(ms),
+        }
+    }
+}
+
+/// A fenced process: acquire `fenced`, check the permit is not lost, validate its fence
+/// (a linearizable read), act on the resource with it, hold a little, release. When `pause`
+/// is given and the nemesis asked for one, the whole process stops between the check and
+/// the action — every task of its runtime, keep-alives included, as a stop-the-world pause
+/// would — and, once it runs again, acts with its fence at once, then validates it and asks
+/// the library whether the permit is lost.
+///
+/// A pausable process must run on a runtime of its own with one thread
+/// ([`spawn_pausable`]): the pause blocks that thread.
+pub async fn fenced(
+    process: u64,
+    servers: Vec<String>,
+    resource: Arc<Resource>,
+    pause: Option<Arc<ClientPause>>,
+    history: Recorder,
+    stop: Arc<AtomicBool>,
+    seed: u64,
+) {
+    let mut rng = Rng::new(seed);
+    let client = Client::new(servers);
+    while !stop.load(Ordering::Relaxed) {
+        let Ok(session) = Session::open(&client, TTL).await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        while !stop.load(Ordering::Relaxed) {
+            let (permit, from) = match acquire_recorded(process, &session, FENCED, &history).await {
+                Acquired::Held(permit, from) => (permit, from),
+                Acquired::TimedOut => continue,
+                Acquired::Ended => break,
+            };
+            let fence = permit.fence();
+            let hold = |(to, seen, deadline): (u64, u64, u64), lost: Option<String>| {
+                history.record_at(process, Kind::Ok, "hold", json!({"limit": FENCED, "cap": 1, "fence": fence, "from_ns": from, "to_ns": to, "seen_ns": seen, "deadline_ns": deadline, "lost": lost}), seen);
+            };
+            if let Some(why) = permit.lost_reason() {
+                hold(belief_end(&history, &session, from), Some(why.to_string()));
+                continue;
+            }
+            if let Some(ms) = pause.as_ref().and_then(|p| p.take()) {
+                // Believed held until the deadline, which passes during the pause.
+                let deadline_ns = history.ns_of(session.deadline());
+                history.record(
+                    process,
+                    Kind::Invoke,
+                    "client-pause",
+                    json!({"fence": fence, "ms": ms, "deadline_ns": deadline_ns}),
+                );
+                if let Some(p) = &pause {
+                    p.taken.fetch_add(1, Ordering::SeqCst);
+                }
+                std::thread::sleep(Duration::from_millis(ms));
+                // The action comes first: the pause fell between the check and the act.
+                let acted = act(process, &resource, &permit, true, &history);
+                hold(belief_end(&history, &session, from), None);
+                let held = validate(process, &client, fence, true, &history).await;
+                let lost = permit.lost_reason();
+                history.record(process, Kind::Ok, "client-pause", json!({"fence": fence, "ms": ms, "deadline_ns": deadline_ns, "resumed_ns": acted, "lost": lost.map(|l| l.to_string()), "validated": held}));
+                let _ = tokio::time::timeout(Duration::from_secs(3), permit.release()).await;
+                break;
+            }
+            validate(process, &client, fence, false, &history).await;
+            act(process, &resource, &permit, false, &history);
+            let lost = tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(rng.range(10, 100))) => permit.lost_reason(),
+                why = permit.lost() => Some(why),
+            };
+            hold(
+                belief_end(&history, &session, from),
+                lost.map(|l| l.to_string()),
+            );
+            let _ = tokio::time::timeout(Duration::from_secs(3), permit.release()).await;
+        }
+    }
+}
+
+/// One action on the resource with `permit`'s fence, recorded as a `use` op; returns its
+/// time. An ordinary holder (`paused` false) checks its permit first — after the invoke is
+/// recorded, so a use it takes lies inside its belief — and does not act on a permit that
+/// may be lost (`taken: false`). The paused holder acts without looking: its check came
+/// before the pause.
+fn act(
+    process: u64,
+    resource: &Resource,
+    permit: &Permit,
+    paused: bool,
+    history: &Recorder,
+) -> u64 {
+    let fence = permit.fence();
+    let at = history.record(
+        process,
+        Kind::Invoke,
+        "use",
+        json!({"fence": fence, "paused": paused}),
+    );
+    if !paused && let Some(why) = permit.lost_reason() {
+        history.record(process, Kind::Fail, "use", json!({"fence": fence, "paused": paused, "invoke_ns": at, "taken": false, "lost": why.to_string()}));
+        return at;
+    }
+    match resource.act(fence) {
+        Ok(()) => history.record(
+            process,
+            Kind::Ok,
+            "use",
+            json!({"fence": fence, "paused": paused, "invoke_ns": at, "taken": true}),
+        ),
+        Err(max) => history.record(
+            process,
+            Kind::Fail,
+            "use",
+            json!({"fence": fence, "paused": paused, "invoke_ns": at, "taken": true, "newer": max}),
+        ),
+    };
+    at
+}
+
+/// ValidateFence on `fenced`, recorded as a `validate` op; the answer, when there was one.
+async fn validate(
+    process: u64,
+    client: &Client,
+    fence: u64,
+    paused: bool,
+    history: &Recorder,
+) -> Option<bool> {
+    let at = history.record(
+        process,
+        Kind::Invoke,
+        "validate",
+        json!({"fence": fence, "paused": paused}),
+    );
+    match client.validate_fence(TENANT, FENCED, fence).await {
+        Ok(held) => {
+            history.record(
+                process,
+                Kind::Ok,
+                "validate",
+                json!({"fence": fence, "paused": paused, "invoke_ns": at, "held": held}),
+            );
+            Some(held)
+        }
+        Err(e) => {
+            history.record(
+                process,
+                Kind::Info,
+                "validate",
+                json!({"fence": fence, "paused": paused, "error": e.to_string()}),
+            );
+            None
+        }
+    }
+}
+
+/// Starts a pausable [`fenced`] process on a thread and runtime of its own.
+pub fn spawn_pausable(
+    process: u64,
+    servers: Vec<String>,
+    resource: Arc<Resource>,
+    pause: Arc<ClientPause>,
+    history: Recorder,
+    stop: Arc<AtomicBool>,
+    seed: u64,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("pausable-client".into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for the pausable client");
+            runtime.block_on(fenced(
+                process,
+                servers,
+                resource,
+                Some(pause),
+                history,
+                stop,
+                seed,
+            ));
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_resource_refuses_only_fences_older_than_the_newest_it_accepted() {
+        let r = Resource::default();
+        assert_eq!(r.act(5), Ok(()));
+        assert_eq!(r.act(5), Ok(()), "the same holder again");
+        assert_eq!(r.act(9), Ok(()));
+        assert_eq!(r.act(7), Err(9));
+    }
+
+    #[test]
+    fn a_pause_request_is_taken_once_and_can_be_withdrawn() {
+        let p = ClientPause::default();
+        assert_eq!(p.take(), None);
+        p.request(3_000);
+        assert_eq!(p.take(), Some(3_000));
+        assert_eq!(p.take(), None);
+        p.request(4_000);
+        p.withdraw();
+        assert_eq!(p.take(), None);
+    }
+}

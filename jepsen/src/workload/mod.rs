@@ -1,0 +1,23 @@
+//! The client workloads, each a set of processes recording into the history, one file
+//! each: permits on limits of concurrency 1 and 3 (belief intervals, [`permits`]), rate
+//! takes ([`takes`]), reserve/settle with retries and deliberate conflicts ([`ledger`]),
+//! halts set and cleared while other processes try to be admitted in their scope
+//! ([`halts`]), and fenced actions on a downstream [`Resource`] guarded by a limit of
+//! concurrency 1 — one of whose clients the nemesis can pause ([`ClientPause`],
+//! [`fenced`]). `setup.rs` holds the limits they share; `acquire.rs` the recorded acquire
+//! and belief end that permits and fenced share.
+
+mod acquire;
+mod fenced;
+mod halts;
+mod ledger;
+mod permits;
+mod setup;
+mod takes;
+
+pub use fenced::{ClientPause, Resource, fenced, spawn_pausable};
+pub use halts::{admitter, halter};
+pub use ledger::ledger;
+pub use permits::permits;
+pub use setup::{FENCED, HALT_AGENT, HALT_TENANT, LIMITS, TENANT, TTL, setup};
+pub use takes::takes;

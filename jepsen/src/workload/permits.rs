@@ -1,0 +1,48 @@
+//! Permit processes: acquire, hold, release, each belief interval recorded as a `hold` op.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde_json::json;
+use weir::client::{Client, Session};
+
+use super::TTL;
+use super::acquire::{Acquired, acquire_recorded, belief_end};
+use crate::history::{Kind, Recorder};
+use crate::rng::Rng;
+
+/// A permit process: acquire, hold, release, recording each belief interval as a `hold` op.
+pub async fn permits(
+    process: u64,
+    servers: Vec<String>,
+    limit: &'static str,
+    cap: u64,
+    history: Recorder,
+    stop: Arc<AtomicBool>,
+    seed: u64,
+) {
+    let mut rng = Rng::new(seed);
+    let client = Client::new(servers);
+    while !stop.load(Ordering::Relaxed) {
+        let Ok(session) = Session::open(&client, TTL).await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        while !stop.load(Ordering::Relaxed) {
+            let (permit, from) = match acquire_recorded(process, &session, limit, &history).await {
+                Acquired::Held(permit, from) => (permit, from),
+                Acquired::TimedOut => continue,
+                Acquired::Ended => break,
+            };
+            let hold = Duration::from_millis(rng.range(10, 150));
+            let lost = tokio::select! {
+                _ = tokio::time::sleep(hold) => permit.lost_reason(),
+                why = permit.lost() => Some(why),
+            };
+            let (to, seen, deadline) = belief_end(&history, &session, from);
+            history.record_at(process, Kind::Ok, "hold", json!({"limit": limit, "cap": cap, "fence": permit.fence(), "from_ns": from, "to_ns": to, "seen_ns": seen, "deadline_ns": deadline, "lost": lost.map(|l| l.to_string())}), seen);
+            let _ = tokio::time::timeout(Duration::from_secs(3), permit.release()).await;
+        }
+    }
+}

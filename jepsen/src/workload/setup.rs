@@ -1,0 +1,35 @@
+//! What the workloads share: the tenant, the limits and the session TTL, and [`setup`],
+//! which defines the limits before the run.
+
+use std::time::Duration;
+
+use weir::client::Client;
+
+/// The harness's session TTL: short, so that a paused leader outlives it.
+pub const TTL: Duration = Duration::from_secs(2);
+
+/// The limits: (name, concurrent, per_second, burst).
+pub const LIMITS: [(&str, u32, f64, Option<u64>); 4] = [
+    ("mutex", 1, 0.0, None),
+    ("three", 3, 0.0, None),
+    ("rate", 0, 20.0, Some(5)),
+    ("fenced", 1, 0.0, None),
+];
+
+/// The limit that guards the [`Resource`].
+pub const FENCED: &str = "fenced";
+
+pub const TENANT: &str = "jepsen";
+pub const HALT_TENANT: &str = "halty";
+pub const HALT_AGENT: &str = "a";
+
+/// Defines the limits (retrying until the cluster answers).
+pub async fn setup(client: &Client) -> Result<(), String> {
+    for (name, concurrent, per_second, burst) in LIMITS {
+        client
+            .define_limit(TENANT, name, concurrent, per_second, burst)
+            .await
+            .map_err(|e| format!("define {name}: {e}"))?;
+    }
+    Ok(())
+}

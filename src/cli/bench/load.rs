@@ -1,0 +1,341 @@
+//! The load workloads: clients in a loop of operations for the warm-up and the measured
+//! duration, the leader killed `--failover` times meanwhile, and a check at the end that
+//! nothing acknowledged was lost (no limit ever over its cap, every acknowledged settle
+//! charged, none charged twice).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use tokio::task::JoinHandle;
+
+use super::super::{EXIT_ERROR, EXIT_OK, Exit, Output};
+use super::report::{LoadReport, Recorder, histogram, ms};
+use super::{BenchArgs, Workload, spawn};
+use crate::client::{AcquireOptions, Client, Session};
+use crate::launcher::{LocalCluster, leader_among};
+use crate::machine::Spend;
+use crate::machine::{Change, Reply, Settle};
+
+/// The tenant, and the budget period, every workload works in.
+const TENANT: &str = "bench";
+const PERIOD: &str = "bench";
+/// The rate limit of `rate-take`: a rate no run reaches, so no take waits.
+const RATE_LIMIT: &str = "bench-rate";
+
+/// How long to wait for grants to resume after a kill before calling the run failed.
+const RECOVERY_WAIT: Duration = Duration::from_secs(20);
+
+/// The limit of `acquire-release` number `l`.
+fn limit_name(l: u64) -> String {
+    format!("bench-{l}")
+}
+
+/// Runs a load workload against `servers`; `spawned` is the cluster to kill leaders of.
+pub async fn run(
+    args: &BenchArgs,
+    servers: &[String],
+    spawned: Option<&mut LocalCluster>,
+    out: &Output,
+) -> Result<Exit, String> {
+    let admin = Client::new(servers.to_vec());
+    define_limits(&admin, args).await?;
+    let spent_before = admin
+        .spent(TENANT, PERIOD)
+        .await
+        .map_err(|e| e.to_string())?;
+    let recorder = Arc::new(Recorder::new());
+    let clients = start_clients(args, servers, &recorder);
+    tokio::time::sleep(Duration::from_secs_f64(args.warmup)).await;
+    recorder.measuring.store(true, Ordering::Relaxed);
+    let (elapsed, recoveries_us) = measure(args, servers, spawned, &recorder).await?;
+    recorder.measuring.store(false, Ordering::Relaxed);
+    recorder.stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        let _ = c.await;
+    }
+    let verified = verify(&admin, args, &recorder, &spent_before).await?;
+    LoadReport::new(args, &recorder, elapsed, recoveries_us, verified).print(out);
+    Ok(if verified { EXIT_OK } else { EXIT_ERROR })
+}
+
+/// Defines the limits the workloads use and clears the tenant's ceilings (idempotent).
+async fn define_limits(admin: &Client, args: &BenchArgs) -> Result<(), String> {
+    for l in 0..args.limits {
+        admin
+            .define_limit(TENANT, &limit_name(l.into()), args.concurrency, 0.0, None)
+            .await
+            .map_err(|e| format!("define: {e}"))?;
+    }
+    admin
+        .define_limit(TENANT, RATE_LIMIT, 0, 1e9, Some(1_000_000_000))
+        .await
+        .map_err(|e| e.to_string())?;
+    admin
+        .set_tenant(TENANT, Change::Clear, Change::Clear, Change::Clear)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// Starts `--clients` client loops, `--clients-per-connection` of them to a connection.
+fn start_clients(
+    args: &BenchArgs,
+    servers: &[String],
+    recorder: &Arc<Recorder>,
+) -> Vec<JoinHandle<()>> {
+    let mut client = Client::new(servers.to_vec());
+    (0..args.clients)
+        .map(|n| {
+            if n % args.clients_per_connection == 0 {
+                client = Client::new(servers.to_vec());
+            }
+            let bench = BenchClient {
+                client: client.clone(),
+                n,
+                workload: args.workload,
+                limits: args.limits,
+                recorder: recorder.clone(),
+            };
+            tokio::spawn(bench.run())
+        })
+        .collect()
+}
+
+/// The measured part: lasts its duration, and longer if the kills asked for have not all
+/// happened. Returns how long it measured and the recovery time of each kill, µs.
+async fn measure(
+    args: &BenchArgs,
+    servers: &[String],
+    mut spawned: Option<&mut LocalCluster>,
+    recorder: &Recorder,
+) -> Result<(Duration, Vec<u64>), String> {
+    let start = Instant::now();
+    let duration = Duration::from_secs_f64(args.duration);
+    let kill_every = duration / (args.failover + 1);
+    let mut next_kill = start + kill_every;
+    let mut recoveries_us = vec![];
+    let mut progress = Progress::new();
+    while start.elapsed() < duration
+        || (spawned.is_some() && recoveries_us.len() < args.failover as usize)
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        progress.tick(start, recorder);
+        if let Some(cluster) = spawned.as_deref_mut()
+            && recoveries_us.len() < args.failover as usize
+            && Instant::now() >= next_kill
+        {
+            recoveries_us.push(kill_the_leader(cluster, servers, recorder).await?);
+            next_kill = Instant::now() + kill_every;
+        }
+    }
+    Ok((start.elapsed(), recoveries_us))
+}
+
+/// The once-a-second progress line on stderr.
+struct Progress {
+    last_ops: u64,
+    last_tick: Instant,
+}
+
+impl Progress {
+    fn new() -> Progress {
+        Progress {
+            last_ops: 0,
+            last_tick: Instant::now(),
+        }
+    }
+
+    fn tick(&mut self, start: Instant, recorder: &Recorder) {
+        if self.last_tick.elapsed() < Duration::from_secs(1) {
+            return;
+        }
+        let ops = recorder.ops.load(Ordering::Relaxed);
+        eprintln!(
+            "[bench] {:>5.1}s  {:>9} ops  {:>9.0} ops/s  errors {}",
+            start.elapsed().as_secs_f64(),
+            ops,
+            (ops - self.last_ops) as f64 / self.last_tick.elapsed().as_secs_f64(),
+            recorder.errors.load(Ordering::Relaxed)
+        );
+        self.last_ops = ops;
+        self.last_tick = Instant::now();
+    }
+}
+
+/// SIGKILLs the leader, waits for the first success of an operation sent after the kill,
+/// restarts the node; returns the time from the kill to that success, µs.
+async fn kill_the_leader(
+    cluster: &mut LocalCluster,
+    servers: &[String],
+    recorder: &Recorder,
+) -> Result<u64, String> {
+    let Some(leader) = leader_among(servers, Duration::from_secs(10)).await else {
+        return Err("no leader to kill".into());
+    };
+    recorder.recovered_ns.store(0, Ordering::Release);
+    recorder.kill_ns.store(recorder.ns(), Ordering::Release);
+    let kill_ns = recorder.ns();
+    cluster.kill(leader);
+    eprintln!("[bench] killed the leader, node {leader}");
+    let wait_until = Instant::now() + RECOVERY_WAIT;
+    while recorder.recovered_ns.load(Ordering::Acquire) == 0 && Instant::now() < wait_until {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let recovered = recorder.recovered_ns.load(Ordering::Acquire);
+    recorder.kill_ns.store(0, Ordering::Release);
+    if recovered == 0 {
+        return Err("grants did not resume within 20 s of the kill".into());
+    }
+    let took_us = (recovered - kill_ns) / 1_000;
+    eprintln!(
+        "[bench] grants resumed {:.1} ms after the kill",
+        ms(took_us)
+    );
+    spawn::restart(cluster, leader).await?;
+    Ok(took_us)
+}
+
+/// Whether nothing acknowledged was lost: no limit ever held more than its cap, and the
+/// tokens charged lie between the settles acknowledged and those plus the unknown ones.
+async fn verify(
+    admin: &Client,
+    args: &BenchArgs,
+    recorder: &Recorder,
+    spent_before: &Spend,
+) -> Result<bool, String> {
+    let mut verified = true;
+    for l in 0..args.limits {
+        let status = admin
+            .limit_status(TENANT, &limit_name(l.into()))
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Some(s) = status
+            && (s.max_in_use > args.concurrency as u64)
+        {
+            eprintln!(
+                "[bench] VIOLATION: {} held {} of {}",
+                s.name, s.max_in_use, args.concurrency
+            );
+            verified = false;
+        }
+    }
+    let spent = admin
+        .spent(TENANT, PERIOD)
+        .await
+        .map_err(|e| e.to_string())?;
+    let charged = spent.tokens - spent_before.tokens;
+    let acked = recorder.settled.load(Ordering::Relaxed);
+    let unknown = recorder.settle_unknown.load(Ordering::Relaxed);
+    if charged < acked || charged > acked + unknown {
+        eprintln!(
+            "[bench] VIOLATION: {charged} settled tokens charged, {acked} acknowledged, {unknown} unknown"
+        );
+        verified = false;
+    }
+    Ok(verified)
+}
+
+/// One bench client: its own session, operations in a loop until told to stop.
+struct BenchClient {
+    client: Client,
+    /// Its number, which spreads the clients over the limits.
+    n: usize,
+    workload: Workload,
+    limits: u32,
+    recorder: Arc<Recorder>,
+}
+
+impl BenchClient {
+    async fn run(self) {
+        let mut hist = histogram();
+        let session = match Session::open(&self.client, Duration::from_secs(10)).await {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("bench client {}: {e}", self.n);
+                self.recorder.errors.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        };
+        let mut i: u64 = 0;
+        while !self.recorder.stop.load(Ordering::Relaxed) {
+            i += 1;
+            let kind = match self.workload {
+                Workload::Mixed => [
+                    Workload::AcquireRelease,
+                    Workload::RateTake,
+                    Workload::ReserveSettle,
+                ][(i % 3) as usize],
+                w => w,
+            };
+            match kind {
+                Workload::AcquireRelease => self.acquire_release(&session, i, &mut hist).await,
+                Workload::RateTake => self.rate_take(&session, &mut hist).await,
+                Workload::ReserveSettle => self.reserve_settle(i, &mut hist).await,
+                Workload::Mixed | Workload::Scale => unreachable!("not a per-client workload"),
+            }
+        }
+        let _ = session.close().await;
+        self.recorder.merge(&hist);
+    }
+
+    /// Acquire a permit of one of the limits, then release it: two operations.
+    async fn acquire_release(&self, session: &Session, i: u64, hist: &mut Histogram<u64>) {
+        let limit = limit_name((self.n as u64 * 7919 + i) % u64::from(self.limits));
+        let sent = self.recorder.ns();
+        match session.acquire(AcquireOptions::new(TENANT, &limit)).await {
+            Ok(permit) => {
+                self.recorder.record(hist, sent, true);
+                let sent = self.recorder.ns();
+                let ok = permit.release().await.is_ok();
+                self.recorder.record(hist, sent, ok);
+            }
+            Err(_) => self.recorder.record(hist, sent, false),
+        }
+    }
+
+    /// One take of the rate limit.
+    async fn rate_take(&self, session: &Session, hist: &mut Histogram<u64>) {
+        let sent = self.recorder.ns();
+        let ok = session
+            .acquire(AcquireOptions::new(TENANT, RATE_LIMIT))
+            .await
+            .is_ok();
+        self.recorder.record(hist, sent, ok);
+    }
+
+    /// Reserve a run, then settle it releasing the slot: two operations; settles are
+    /// counted for the final check.
+    async fn reserve_settle(&self, i: u64, hist: &mut Histogram<u64>) {
+        let run = format!("c{}-r{i}", self.n);
+        let sent = self.recorder.ns();
+        let ok = matches!(
+            self.client.reserve(TENANT, &run, None, Some(PERIOD)).await,
+            Ok(Reply::Admitted)
+        );
+        self.recorder.record(hist, sent, ok);
+        let settle = Settle {
+            tenant: TENANT.into(),
+            run,
+            epoch: 1,
+            period: Some(PERIOD.into()),
+            tokens: 1,
+            minor_units: 1,
+            release_slot: true,
+        };
+        let sent = self.recorder.ns();
+        match self.client.settle(settle).await {
+            Ok(Reply::Settled { duplicate: false }) => {
+                self.recorder.settled.fetch_add(1, Ordering::Relaxed);
+                self.recorder.record(hist, sent, true);
+            }
+            Ok(Reply::Settled { duplicate: true }) => self.recorder.record(hist, sent, true),
+            Err(e) if !e.definitely_failed() => {
+                self.recorder.settle_unknown.fetch_add(1, Ordering::Relaxed);
+                self.recorder.record(hist, sent, false);
+            }
+            _ => self.recorder.record(hist, sent, false),
+        }
+    }
+}

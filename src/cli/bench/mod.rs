@@ -1,0 +1,146 @@
+//! `weir bench`: load the cluster with a workload and report throughput and latency.
+//!
+//! Workloads: `acquire-release` (each client acquires a permit of one of `--limits` limits
+//! of `--concurrency` and releases it; each is one operation), `rate-take` (takes of a rate
+//! limit that holds nothing), `reserve-settle` (reserve a run, then settle it releasing the
+//! slot), `mixed` (a rotation of the three), and `scale` (builds the scale point — 10,000
+//! sessions, 100,000 held permits, 1,000 limits — and reports node memory and snapshot
+//! costs). Latencies go into an HDR histogram (µs, 3 significant digits); a progress line
+//! is printed every second to stderr.
+//!
+//! `--spawn N` starts a durable N-node cluster on loopback with the default config in a
+//! temporary directory, and removes it afterwards. `--failover K` (with `--spawn`) kills the
+//! leader with SIGKILL K times during the run, measures from each kill to the first
+//! operation sent after it that succeeds, restarts the node, and at the end checks that no
+//! acknowledged operation was lost.
+//!
+//! - `spawn.rs`: the `--spawn` cluster;
+//! - `load.rs`: the load workloads, the failover kills and the final verification;
+//! - `scale.rs`: the scale point;
+//! - `report.rs`: the recorder the clients share and the printed results.
+
+mod load;
+mod report;
+mod scale;
+mod spawn;
+
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+use super::{EXIT_ERROR, EXIT_USAGE, Exit, Output};
+use crate::launcher::leader_among;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Workload {
+    AcquireRelease,
+    RateTake,
+    ReserveSettle,
+    Mixed,
+    Scale,
+}
+
+impl Workload {
+    fn name(self) -> &'static str {
+        match self {
+            Workload::AcquireRelease => "acquire-release",
+            Workload::RateTake => "rate-take",
+            Workload::ReserveSettle => "reserve-settle",
+            Workload::Mixed => "mixed",
+            Workload::Scale => "scale",
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Start an N-node durable loopback cluster for the run (and remove it after).
+    #[arg(long)]
+    pub spawn: Option<u64>,
+    #[arg(long, value_enum, default_value = "acquire-release")]
+    pub workload: Workload,
+    /// Concurrent clients, each with its own session.
+    #[arg(long, default_value_t = 64)]
+    pub clients: usize,
+    /// Measured seconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub duration: f64,
+    /// Seconds of load before measuring.
+    #[arg(long, default_value_t = 2.0)]
+    pub warmup: f64,
+    /// Limits the clients spread over.
+    #[arg(long, default_value_t = 100)]
+    pub limits: u32,
+    /// `concurrent` of each limit.
+    #[arg(long, default_value_t = 16)]
+    pub concurrency: u32,
+    /// Clients sharing one connection.
+    #[arg(long, default_value_t = 16)]
+    pub clients_per_connection: usize,
+    /// Kill the leader this many times during the run (needs --spawn).
+    #[arg(long, default_value_t = 0)]
+    pub failover: u32,
+}
+
+/// Refuses arguments that make no run, with the usage message.
+fn check(args: &BenchArgs) -> Result<(), &'static str> {
+    if args.clients == 0 || args.limits == 0 || args.clients_per_connection == 0 {
+        return Err("--clients, --limits and --clients-per-connection must be positive");
+    }
+    if args.failover > 0 && args.spawn.is_none() {
+        return Err("--failover needs --spawn (the bench kills the nodes it started)");
+    }
+    if !(args.duration > 0.0
+        && args.duration < 86_400.0
+        && args.warmup >= 0.0
+        && args.warmup < 3_600.0)
+    {
+        return Err("--duration must be in (0, 86400) and --warmup in [0, 3600) seconds");
+    }
+    Ok(())
+}
+
+pub fn run(args: &BenchArgs, servers: &[String], out: &Output) -> Exit {
+    if let Err(why) = check(args) {
+        eprintln!("weir bench: {why}");
+        return EXIT_USAGE;
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("weir bench: {e}");
+            return EXIT_ERROR;
+        }
+    };
+    runtime.block_on(async {
+        let mut spawned = match args.spawn.map(spawn::start).transpose() {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("weir bench: {e}");
+                return EXIT_ERROR;
+            }
+        };
+        let servers = spawned
+            .as_ref()
+            .map_or_else(|| servers.to_vec(), |c| c.servers());
+        if leader_among(&servers, Duration::from_secs(20))
+            .await
+            .is_none()
+        {
+            eprintln!("weir bench: no leader among {servers:?}");
+            return EXIT_ERROR;
+        }
+        let result = if args.workload == Workload::Scale {
+            scale::run(&servers, out).await
+        } else {
+            load::run(args, &servers, spawned.as_mut(), out).await
+        };
+        result.unwrap_or_else(|e| {
+            eprintln!("weir bench: {e}");
+            EXIT_ERROR
+        })
+    })
+}

@@ -1,0 +1,205 @@
+//! What a load run measures and prints: the [`Recorder`] every client shares, and the
+//! [`LoadReport`] made from it at the end.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use super::super::Output;
+use super::BenchArgs;
+
+/// Microseconds as milliseconds.
+pub fn ms(us: u64) -> f64 {
+    us as f64 / 1000.0
+}
+
+/// A latency histogram in µs: 1 µs to 60 s (longer than any bounded wait of the client), 3
+/// significant digits.
+pub fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid bounds")
+}
+
+/// What all clients of one load run share: the phase flags, the counts, the merged
+/// histogram, and the markers of a kill in progress.
+///
+/// Times are ns since `started`; 0 in `kill_ns` or `recovered_ns` means "none".
+pub struct Recorder {
+    started: Instant,
+    /// Past the warm-up: outcomes count.
+    pub measuring: AtomicBool,
+    /// The clients finish their current operation and leave.
+    pub stop: AtomicBool,
+    pub ops: AtomicU64,
+    pub errors: AtomicU64,
+    /// Each client's histogram, merged in when it leaves.
+    pub histogram: Mutex<Histogram<u64>>,
+    /// A kill in progress, and the first success of an operation sent after it.
+    pub kill_ns: AtomicU64,
+    pub recovered_ns: AtomicU64,
+    /// Settles acknowledged as new, and settles whose outcome is unknown.
+    pub settled: AtomicU64,
+    pub settle_unknown: AtomicU64,
+}
+
+impl Recorder {
+    pub fn new() -> Recorder {
+        Recorder {
+            started: Instant::now(),
+            measuring: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            ops: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            histogram: Mutex::new(histogram()),
+            kill_ns: AtomicU64::new(0),
+            recovered_ns: AtomicU64::new(0),
+            settled: AtomicU64::new(0),
+            settle_unknown: AtomicU64::new(0),
+        }
+    }
+
+    /// Now, in ns since the run started.
+    pub fn ns(&self) -> u64 {
+        self.started.elapsed().as_nanos() as u64
+    }
+
+    /// Records the outcome of an operation sent at `sent_ns` into the client's own `hist`
+    /// (once measuring), and marks the recovery from a kill by the first success sent after
+    /// it.
+    pub fn record(&self, hist: &mut Histogram<u64>, sent_ns: u64, ok: bool) {
+        let done = self.ns();
+        if ok {
+            let kill = self.kill_ns.load(Ordering::Acquire);
+            if kill != 0 && sent_ns > kill {
+                let _ = self.recovered_ns.compare_exchange(
+                    0,
+                    done,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+            }
+        }
+        if !self.measuring.load(Ordering::Relaxed) {
+            return;
+        }
+        if ok {
+            self.ops.fetch_add(1, Ordering::Relaxed);
+            let _ = hist.record(((done - sent_ns) / 1_000).max(1));
+        } else {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Merges a leaving client's histogram.
+    pub fn merge(&self, hist: &Histogram<u64>) {
+        self.histogram
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .add(hist)
+            .expect("same bounds");
+    }
+
+    fn merged(&self) -> Histogram<u64> {
+        self.histogram
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// The failover figures: kills, and the time from each to the first success after it.
+#[derive(Serialize)]
+pub struct FailoverReport {
+    pub kills: usize,
+    pub p50_ms: f64,
+    pub max_ms: f64,
+}
+
+/// The results of a load run; `--json` prints it as one object (spec §4's keys first).
+#[derive(Serialize)]
+pub struct LoadReport {
+    pub workload: &'static str,
+    pub clients: usize,
+    pub ops: u64,
+    pub ops_per_s: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    pub max_ms: f64,
+    pub errors: u64,
+    pub duration_s: f64,
+    pub failover: Option<FailoverReport>,
+    /// Nothing acknowledged was lost.
+    pub verified: bool,
+}
+
+impl LoadReport {
+    /// The report of a run that measured for `elapsed`, with the recovery times of its
+    /// kills in µs.
+    pub fn new(
+        args: &BenchArgs,
+        recorder: &Recorder,
+        elapsed: Duration,
+        mut recoveries_us: Vec<u64>,
+        verified: bool,
+    ) -> LoadReport {
+        let hist = recorder.merged();
+        let ops = recorder.ops.load(Ordering::Relaxed);
+        recoveries_us.sort();
+        let failover = recoveries_us.last().map(|max| FailoverReport {
+            kills: recoveries_us.len(),
+            p50_ms: ms(recoveries_us[recoveries_us.len() / 2]),
+            max_ms: ms(*max),
+        });
+        LoadReport {
+            workload: args.workload.name(),
+            clients: args.clients,
+            ops,
+            ops_per_s: (ops as f64 / elapsed.as_secs_f64()).round(),
+            p50_ms: ms(hist.value_at_quantile(0.5)),
+            p99_ms: ms(hist.value_at_quantile(0.99)),
+            p999_ms: ms(hist.value_at_quantile(0.999)),
+            max_ms: ms(hist.max()),
+            errors: recorder.errors.load(Ordering::Relaxed),
+            duration_s: elapsed.as_secs_f64(),
+            failover,
+            verified,
+        }
+    }
+
+    pub fn print(&self, out: &Output) {
+        let value = serde_json::to_value(self).expect("a report serializes");
+        out.print(value, || self.text());
+    }
+
+    fn text(&self) -> String {
+        let mut text = format!(
+            "{} with {} clients: {} ops in {:.1} s = {:.0} ops/s, {} errors\n\
+             latency ms: p50 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}",
+            self.workload,
+            self.clients,
+            self.ops,
+            self.duration_s,
+            self.ops_per_s,
+            self.errors,
+            self.p50_ms,
+            self.p99_ms,
+            self.p999_ms,
+            self.max_ms,
+        );
+        if let Some(f) = &self.failover {
+            text.push_str(&format!(
+                "\nfailover: {} kills, grants resumed after p50 {:.1} ms, max {:.1} ms",
+                f.kills, f.p50_ms, f.max_ms
+            ));
+        }
+        text.push_str(if self.verified {
+            "\nverified: nothing acknowledged was lost"
+        } else {
+            "\nVIOLATION found (see above)"
+        });
+        text
+    }
+}

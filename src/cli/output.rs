@@ -1,0 +1,63 @@
+//! How a command ends: what it prints (human text or one JSON value) and its exit status
+//! (0 done, 1 error, 2 usage, 3 refused). Errors and refusals are reported on stderr here,
+//! once, by the function that turns them into a status.
+
+use crate::client::ClientError;
+use crate::machine::{Refusal, Reply};
+
+/// Exit status: done.
+pub const EXIT_OK: i32 = 0;
+/// Exit status: an error (unreachable, internal).
+pub const EXIT_ERROR: i32 = 1;
+/// Exit status: bad usage.
+pub const EXIT_USAGE: i32 = 2;
+/// Exit status: refused (halted, over a ceiling or budget, conflict, timed out waiting).
+pub const EXIT_REFUSED: i32 = 3;
+
+/// What a command ends with: the exit status, and what was printed is already printed.
+pub type Exit = i32;
+
+/// Where results go: human text or one JSON value.
+pub struct Output {
+    pub json: bool,
+}
+
+impl Output {
+    /// Prints `value` as JSON, or `text` for people.
+    pub fn print(&self, value: serde_json::Value, text: impl FnOnce() -> String) {
+        if self.json {
+            println!("{value}");
+        } else {
+            println!("{}", text());
+        }
+    }
+}
+
+/// Reports a client error; returns the exit status for it.
+pub fn client_error(e: &ClientError) -> Exit {
+    eprintln!("weir: {e}");
+    EXIT_ERROR
+}
+
+/// Reports a refusal; returns the exit status for it.
+pub fn refused(r: &Refusal) -> Exit {
+    eprintln!("weir: refused: {r}");
+    match r {
+        Refusal::Invalid(_) => EXIT_USAGE,
+        _ => EXIT_REFUSED,
+    }
+}
+
+/// A write's reply, or the exit status of its refusal or failure (reported).
+pub fn replied(result: Result<Reply, ClientError>) -> Result<Reply, Exit> {
+    match result {
+        Ok(Reply::Refused(r)) => Err(refused(&r)),
+        Ok(reply) => Ok(reply),
+        Err(e) => Err(client_error(&e)),
+    }
+}
+
+/// A read's answer, or the exit status of its failure (reported).
+pub fn answered<T>(result: Result<T, ClientError>) -> Result<T, Exit> {
+    result.map_err(|e| client_error(&e))
+}
