@@ -1,7 +1,10 @@
 //! The client port: accepts connections, checks the hello, serves requests concurrently and
-//! writes their responses as they finish.
+//! writes their responses as they finish. Writes go to the [`Proposer`], linearizable reads
+//! to the [`Reader`], node and cluster requests to [`super::admin`]; the server module doc
+//! follows a request through all of them.
 //!
-//! Each connection has a reader (this task) and a writer task fed by a bounded channel.
+//! Each connection has a reader (its connection task), a task per request in flight, a
+//! writer task fed by a bounded outbox, and a forwarder task for pushes.
 //!
 //! Push: a connection follows the sessions it has used (opened, or named in a write), and
 //! a forwarder task sends it every event the applied log produces for them. A push that is
@@ -239,7 +242,7 @@ async fn forward_events(
 
 /// Serves one request: writes through the proposer, linearizable reads through the reader,
 /// the rest here or in [`super::admin`].
-pub async fn handle(ctx: &Ctx, request: Request) -> Response {
+async fn handle(ctx: &Ctx, request: Request) -> Response {
     match request {
         Request::Write(command) => match ctx.proposer.propose(command).await {
             Ok((index, reply)) => Response::Written { index, reply },

@@ -28,7 +28,6 @@ use crate::raft::{NodeAddr, Raft};
 /// A running node.
 pub struct Node {
     pub raft: Raft,
-    pub ctx: Arc<Ctx>,
     /// Turned true once, by [`Node::stop`]; every spawned task watches it.
     shutdown: watch::Sender<bool>,
 }
@@ -75,22 +74,14 @@ impl Node {
             proposer,
             reader,
         });
-        tokio::spawn(client_port::serve_clients(
-            client_listener,
-            ctx.clone(),
-            watch_rx,
-        ));
+        tokio::spawn(client_port::serve_clients(client_listener, ctx, watch_rx));
         tracing::info!(
             "serving clients on {}, peers on {}, data in {}",
             config.client_addr,
             config.peer_addr,
             dir.display()
         );
-        Ok(Node {
-            raft,
-            ctx,
-            shutdown,
-        })
+        Ok(Node { raft, shutdown })
     }
 
     /// Stops serving and shuts Raft down.

@@ -4,11 +4,12 @@
 //! openraft 0.9 pays one fsync per `client_write`, so throughput is set by how many commands
 //! share an entry. The proposer takes the first waiting command, everything else already
 //! queued (up to `batch_max`), waits for an in-flight slot (at most `in_flight_max` entries
-//! proposed and not yet applied), takes what arrived meanwhile, and proposes: under load the
+//! proposed and not yet answered), takes what arrived meanwhile, and proposes: under load the
 //! batch grows by itself while the previous entry fsyncs.
 //!
 //! Stamps: `clock_ms` is this process's monotonic clock (ms since the proposer started) and
-//! the leadership is (current term, this node), read when the batch is stamped. Batches are
+//! the leadership is (current term, this node, this proposer's incarnation), read when the
+//! batch is stamped. Batches are
 //! submitted one at a time, in stamp order, so within one leadership the log carries
 //! non-decreasing stamps at real-time rate — what the machine's log clock needs
 //! (`machine` module doc).
@@ -19,7 +20,9 @@
 //!
 //! Invariants:
 //! - Every command handed in is answered exactly once: its reply, `NotLeader` (not
-//!   applied), or `OutcomeUnknown` (proposed, fate unknown).
+//!   proposed, or refused by openraft; see the server module's caveats), `Unavailable` (not
+//!   proposed: queue full, Raft stopped), or `OutcomeUnknown` (proposed, fate unknown; also
+//!   every command still queued when the proposer stops).
 //! - The queue is bounded; a full queue answers `Unavailable` at once.
 
 use std::sync::Arc;
@@ -161,10 +164,8 @@ async fn run(
         let metrics = raft.metrics().borrow().clone();
         if metrics.state != ServerState::Leader {
             if !batch.is_empty() {
-                let failure = not_leader(&raft);
-                for p in batch {
-                    let _ = p.answer.send(Err(failure.clone()));
-                }
+                let answers = batch.into_iter().map(|p| p.answer).collect();
+                answer_all(answers, Err(not_leader(&raft)));
             }
             last_proposed = Instant::now();
             continue;
@@ -188,9 +189,7 @@ async fn run(
             Ok(r) => r,
             Err(fatal) => {
                 let failure = Failure::Unavailable(format!("raft stopped: {fatal}"));
-                for a in answers {
-                    let _ = a.send(Err(failure.clone()));
-                }
+                answer_all(answers, Err(failure));
                 return;
             }
         };
@@ -205,8 +204,8 @@ async fn run(
 }
 
 /// Waits for the first queued command or the tick deadline `tick_at`, then for an in-flight
-/// slot, taking everything queued meanwhile (up to `batch_max`). The batch is empty when the
-/// tick fired first. `None`: shutdown, or every handle is gone.
+/// slot, taking everything queued meanwhile (up to `batch_max`). The batch is empty only when
+/// the tick fired and nothing arrived. `None`: shutdown, or every handle is gone.
 async fn gather(
     rx: &mut mpsc::Receiver<QueuedWrite>,
     shutdown: &mut watch::Receiver<bool>,
