@@ -4,7 +4,9 @@
 //! What the log carries (openraft's application data, `D`) is the machine's own [`Batch`]:
 //! a leader-stamped list of commands. What applying an entry returns (openraft's `R`) is
 //! `Option<`[`Applied`]`>`: the machine's replies and events for a batch, `None` for Raft's
-//! own blank and membership entries. Business refusals live inside the replies; a
+//! own blank and membership entries. A normal entry's payload is encoded as the `Batch` itself,
+//! with no wrapper, so its layout ([`crate::machine::command`]) is the format of `log.redb` and
+//! of AppendEntries on the peer port. Business refusals live inside the replies; a
 //! `StorageError` means the disk broke its promise, and openraft stops the node on it.
 
 pub mod log_store;
