@@ -1,5 +1,8 @@
-//! The one bincode configuration, and the framed format that wraps every byte string Weir
-//! writes down or sends: snapshots now, log entries and wire frames as they arrive.
+//! The one bincode configuration, and the framed format that wraps every file Weir writes
+//! down whole: the machine's snapshot (`b"WSNP"`), the snapshot file around it (`b"WSST"`,
+//! [`crate::raft::state_store`]) and the data directory's identity file (`b"WNID"`,
+//! [`crate::server::data_dir`]). Log entries in redb and frames on the wire use [`BINCODE`]
+//! but not this frame: the wire has its own lighter header ([`crate::wire`]).
 //!
 //! A frame is
 //!

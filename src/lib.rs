@@ -3,6 +3,8 @@
 //! This file is the table of contents; it holds no logic. Imports point down the list:
 //! nothing below knows anything above it.
 
+#![forbid(unsafe_code)]
+
 pub mod cli;
 pub mod launcher;
 pub mod server;

@@ -1,5 +1,7 @@
 //! The `weir` binary: parses the command line and hands it to [`weir::cli`].
 
+#![forbid(unsafe_code)]
+
 use clap::Parser;
 
 fn main() {

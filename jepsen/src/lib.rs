@@ -2,6 +2,8 @@
 //! nemesis injecting faults, a recorded history, and checkers that judge it. See
 //! `jepsen/README.md`.
 
+#![forbid(unsafe_code)]
+
 pub mod checker;
 pub mod cluster;
 pub mod history;

@@ -1,6 +1,8 @@
 //! `weir-jepsen`: runs one partition test and prints the checkers' verdicts. Exits 0 only
 //! when every verdict is valid (1 when one is invalid, 2 on a harness error or an unknown).
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::time::Duration;
 

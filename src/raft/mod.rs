@@ -1,11 +1,13 @@
 //! openraft glue: the type configuration, the redb log store, the state-machine store, and
 //! the peer transport.
 //!
-//! What the log carries is a [`Request`]: a leader-stamped [`Batch`] of commands. What
-//! applying an entry returns is a [`Response`]: the machine's [`Applied`] (replies and
-//! events), or nothing for Raft's own blank and membership entries. Business refusals live
-//! inside the response; a `StorageError` means the disk broke its promise, and openraft
-//! stops the node on it.
+//! What the log carries (openraft's application data, `D`) is the machine's own [`Batch`]:
+//! a leader-stamped list of commands. What applying an entry returns (openraft's `R`) is
+//! `Option<`[`Applied`]`>`: the machine's replies and events for a batch, `None` for Raft's
+//! own blank and membership entries. A normal entry's payload is encoded as the `Batch` itself,
+//! with no wrapper, so its layout ([`crate::machine::command`]) is the format of `log.redb` and
+//! of AppendEntries on the peer port. Business refusals live inside the replies; a
+//! `StorageError` means the disk broke its promise, and openraft stops the node on it.
 
 pub mod log_store;
 pub mod network;
@@ -29,24 +31,11 @@ pub struct NodeAddr {
     pub client: String,
 }
 
-/// One log entry's application data.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum Request {
-    Batch(Batch),
-}
-
-/// What applying one entry produced.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Response {
-    /// `None` for blank and membership entries.
-    pub applied: Option<Applied>,
-}
-
 openraft::declare_raft_types!(
     /// Weir's openraft type configuration.
     pub TypeConfig:
-        D = Request,
-        R = Response,
+        D = Batch,
+        R = Option<Applied>,
         NodeId = NodeId,
         Node = NodeAddr,
         Entry = openraft::Entry<TypeConfig>,
@@ -57,6 +46,7 @@ openraft::declare_raft_types!(
 /// The Raft handle with Weir's types.
 pub type Raft = openraft::Raft<TypeConfig>;
 
+// openraft's generic types, fixed to Weir's configuration.
 pub type LogId = openraft::LogId<NodeId>;
 pub type Entry = openraft::Entry<TypeConfig>;
 pub type StorageError = openraft::StorageError<NodeId>;

@@ -30,10 +30,7 @@ use openraft::{
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
-use super::{
-    Entry, LogId, Request, Response, Snapshot, SnapshotMeta, StorageError, StoredMembership,
-    TypeConfig,
-};
+use super::{Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
 use crate::codec::{self, FrameError};
 use crate::machine::{Applied, Machine};
 
@@ -61,9 +58,13 @@ pub struct Applier {
     pub membership: StoredMembership,
 }
 
-/// Shared by the state-machine store, its snapshot builders and the server's readers.
-pub struct Shared {
-    state: Mutex<Applier>,
+/// The applied state and what hangs off it: the newest snapshot and the feed of applied
+/// entries' events. One per node, shared (behind an `Arc`) by the state-machine store, its
+/// snapshot builders and the server, which reads the machine and subscribes to the events.
+pub struct AppliedState {
+    /// A std mutex, not a tokio one: every holder copies, encodes or applies and lets go,
+    /// never across an await.
+    applier: Mutex<Applier>,
     /// The newest snapshot, as persisted.
     current: Mutex<Option<(SnapshotMeta, Arc<Vec<u8>>)>>,
     /// Serializes writes of the snapshot file.
@@ -75,7 +76,7 @@ pub struct Shared {
 /// The state-machine store handed to openraft. Clones share everything.
 #[derive(Clone)]
 pub struct StateStore {
-    shared: Arc<Shared>,
+    state: Arc<AppliedState>,
 }
 
 fn sm_err(verb: ErrorVerb, why: impl std::fmt::Display) -> StorageError {
@@ -87,13 +88,13 @@ fn sm_err(verb: ErrorVerb, why: impl std::fmt::Display) -> StorageError {
     .into()
 }
 
-impl Shared {
+impl AppliedState {
     /// The state, for reads. Hold it briefly: apply waits on it.
     pub fn lock(&self) -> MutexGuard<'_, Applier> {
         // A panic while holding the lock is a bug that already stopped the Raft core; the
         // state it guarded is still the last consistent one, since apply mutates in place
         // only through the machine, which asserts before it changes anything it cannot undo.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.applier.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Subscribes to the applied entries' outputs.
@@ -127,8 +128,8 @@ impl StateStore {
         }
         let (events, _) = broadcast::channel(EVENT_BACKLOG);
         Ok(StateStore {
-            shared: Arc::new(Shared {
-                state: Mutex::new(applier),
+            state: Arc::new(AppliedState {
+                applier: Mutex::new(applier),
                 current: Mutex::new(current),
                 persist: tokio::sync::Mutex::new(()),
                 dir: dir.to_owned(),
@@ -137,21 +138,17 @@ impl StateStore {
         })
     }
 
-    /// The shared state, for the server.
-    pub fn shared(&self) -> Arc<Shared> {
-        self.shared.clone()
+    /// The applied state, for the server.
+    pub fn state(&self) -> Arc<AppliedState> {
+        self.state.clone()
     }
 
     /// Writes `meta` + `data` as the snapshot file if it is newer than the current one, and
     /// makes it current.
     async fn persist(&self, meta: &SnapshotMeta, data: Arc<Vec<u8>>) -> Result<(), StorageError> {
-        let _one_at_a_time = self.shared.persist.lock().await;
+        let _one_at_a_time = self.state.persist.lock().await;
         let newer = {
-            let current = self
-                .shared
-                .current
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
+            let current = self.state.current.lock().unwrap_or_else(|p| p.into_inner());
             current
                 .as_ref()
                 .is_none_or(|(m, _)| meta.last_log_id > m.last_log_id)
@@ -167,16 +164,12 @@ impl StateStore {
                 data: data.to_vec(),
             }),
         );
-        let dir = self.shared.dir.clone();
+        let dir = self.state.dir.clone();
         tokio::task::spawn_blocking(move || write_atomically(&dir, SNAPSHOT_FILE, &bytes))
             .await
             .map_err(|e| sm_err(ErrorVerb::Write, e))?
             .map_err(|e| sm_err(ErrorVerb::Write, format!("{SNAPSHOT_FILE}: {e}")))?;
-        *self
-            .shared
-            .current
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some((meta.clone(), data));
+        *self.state.current.lock().unwrap_or_else(|p| p.into_inner()) = Some((meta.clone(), data));
         Ok(())
     }
 }
@@ -214,7 +207,7 @@ fn snapshot_id(last: Option<LogId>) -> String {
 impl RaftSnapshotBuilder<TypeConfig> for StateStore {
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
         let (meta, data) = {
-            let state = self.shared.lock();
+            let state = self.state.lock();
             let meta = SnapshotMeta {
                 last_log_id: state.last_applied,
                 last_membership: state.membership.clone(),
@@ -234,11 +227,11 @@ impl RaftStateMachine<TypeConfig> for StateStore {
     type SnapshotBuilder = StateStore;
 
     async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
-        let state = self.shared.lock();
+        let state = self.state.lock();
         Ok((state.last_applied, state.membership.clone()))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Response>, StorageError>
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Option<Applied>>, StorageError>
     where
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
@@ -246,28 +239,26 @@ impl RaftStateMachine<TypeConfig> for StateStore {
         let mut out = vec![];
         let mut published = vec![];
         {
-            let mut state = self.shared.lock();
+            let mut state = self.state.lock();
             for entry in entries {
                 let index = entry.log_id.index;
                 state.last_applied = Some(entry.log_id);
                 let response = match entry.payload {
                     EntryPayload::Blank => {
                         state.machine.skip(index);
-                        Response { applied: None }
+                        None
                     }
-                    EntryPayload::Normal(Request::Batch(batch)) => {
+                    EntryPayload::Normal(batch) => {
                         let applied = state.machine.apply(index, &batch);
                         if !applied.events.is_empty() {
                             published.push(Arc::new(applied.clone()));
                         }
-                        Response {
-                            applied: Some(applied),
-                        }
+                        Some(applied)
                     }
                     EntryPayload::Membership(m) => {
                         state.machine.skip(index);
                         state.membership = StoredMembership::new(Some(entry.log_id), m);
-                        Response { applied: None }
+                        None
                     }
                 };
                 out.push(response);
@@ -275,7 +266,7 @@ impl RaftStateMachine<TypeConfig> for StateStore {
         }
         for applied in published {
             // No subscriber is fine: nobody is connected to push to.
-            let _ = self.shared.events.send(applied);
+            let _ = self.state.events.send(applied);
         }
         Ok(out)
     }
@@ -302,7 +293,7 @@ impl RaftStateMachine<TypeConfig> for StateStore {
         })?;
         let data = Arc::new(data);
         self.persist(meta, data).await?;
-        let mut state = self.shared.lock();
+        let mut state = self.state.lock();
         state.machine = machine;
         state.last_applied = meta.last_log_id;
         state.membership = meta.last_membership.clone();
@@ -311,7 +302,7 @@ impl RaftStateMachine<TypeConfig> for StateStore {
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
         let current = self
-            .shared
+            .state
             .current
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -1,195 +1,200 @@
-//! The node: opens the data directory, starts Raft on the redb log and the state-machine
-//! store, serves the peer and client ports, and stops cleanly on SIGTERM or ctrl-c.
+//! The node: the data directory, Raft on the redb log and the state-machine store, the
+//! proposer and the reader, and the client port. [`node`] wires them and stops them; this
+//! file only maps the module and describes the request pipeline, which no single file shows.
 //!
-//! Data directory: `node.id` (which node this directory belongs to), `log.redb` (the Raft
-//! log), `snapshot.bin` (the latest snapshot). A directory with files but no `node.id`, or
-//! with another node's `node.id`, is refused: a node never starts empty over existing data.
-//! The directory is created, with its `node.id`, only on a first start; only then does the
-//! lowest-id voter initialize the cluster, so starting the configured nodes forms one cluster
-//! with no further step and a restarted node simply rejoins.
+//! # The pipeline at a glance
+//!
+//! ```text
+//!  client socket                                       every node
+//!  ─────────────                                       ──────────
+//!  connection task ──spawn──▶ request task ─┬─ Write ─▶ proposer queue ─▶ proposer task
+//!   (reads frames)              (one per    │                               │ client_write_ff
+//!                                request)   │                               ▼
+//!                                           │                      openraft ─▶ log (redb)
+//!                                           │                               │ commit, apply
+//!                                           │                               ▼
+//!                                           │            StateStore::apply ─┬─▶ responder
+//!                                           │                  (Machine)    │   (one per entry)
+//!                                           │                               └─▶ event broadcast
+//!                                           ├─ Read ──▶ reader queue ─▶ reader task
+//!                                           │                (ensure_linearizable, then lock)
+//!                                           ├─ ReadLocal, Status, SnapshotCost: under the lock
+//!                                           └─ AddNode, RemoveNode: openraft membership
+//!  writer task ◀── outbox ◀── Response frames (request tasks), Event frames (forwarder task)
+//! ```
+//!
+//! # Tasks, what each owns, and the bound on every queue
+//!
+//! Per node (spawned by [`node::Node::start`], all ending when the shutdown watch turns true):
+//! - **Peer accept loop** ([`crate::raft::network::serve_peers`]): one task per peer
+//!   connection, each handing one RPC at a time to the local Raft.
+//! - **Client accept loop** ([`client_port::serve_clients`], via [`crate::wire::accept_loop`]):
+//!   one connection task per client connection.
+//! - **Proposer task** ([`proposer`]): owns the receiving end of the proposer queue
+//!   (`QUEUE_MAX` = 65,536 commands, `try_send`: a full queue answers `Unavailable` at once)
+//!   and the in-flight semaphore (`proposer.in_flight_max` entries, default 2). It is the
+//!   only writer of application entries, so batches enter the log in stamp order.
+//! - **Commit waiter**, one task per proposed entry: owns that entry's openraft responder and
+//!   its commands' answer channels, and holds one in-flight permit until openraft answers
+//!   or `COMMIT_TIMEOUT` passes. At most `in_flight_max` exist at once.
+//! - **Reader task** ([`reader`]): owns the receiving end of the read queue (`QUEUE_MAX` =
+//!   65,536 reads, `try_send`: full answers `Unavailable`) and runs one round at a time of at
+//!   most `ROUND_MAX` = 4,096 reads.
+//! - **openraft's own tasks** (core, replication, state-machine worker). `StateStore::apply`
+//!   runs in the state-machine worker and sends on the event broadcast (its sender lives in
+//!   [`crate::raft::state_store::AppliedState`]; `EVENT_BACKLOG` = 4,096 entries per
+//!   subscriber; sending never waits).
+//!
+//! Per client connection ([`client_port`]):
+//! - **Connection task**: reads frames in order, checks the hello (within `HELLO_TIMEOUT` =
+//!   10 s), and spawns a request task per request. A semaphore of `IN_FLIGHT_MAX` = 4,096
+//!   slots per connection bounds the request tasks; when it is empty the connection task
+//!   stops reading, and TCP pushes back on the client.
+//! - **Request task**, one per request: runs `handle` and sends the response to the outbox.
+//! - **Writer task**: owns the socket's write half and the outbox's receiving end (`OUTBOX_MAX`
+//!   = 1,024 frames); coalesces up to 512 queued frames per write.
+//! - **Forwarder task**: owns one broadcast subscription; sends the connection's events to the
+//!   outbox. Aborted when the connection task ends.
+//!
+//! The applied state ([`crate::raft::state_store::AppliedState`]) is shared by `Arc`; its lock
+//! is a std mutex held only to apply, copy, encode or answer, never across an await.
+//!
+//! # A write
+//!
+//! 1. The connection task reads `Request::Write(command)`. If the command names a session
+//!    (`KeepAlive`, `CloseSession`, `Release`, `Acquire`) the connection follows it from now
+//!    on, whether or not the write is then served.
+//! 2. The request task calls [`proposer::Proposer::propose`]: the command and a oneshot
+//!    answer channel go into the proposer queue, and the task waits on the oneshot.
+//! 3. The proposer task takes the first queued command (or wakes at the tick deadline), takes
+//!    what else is queued (up to `proposer.batch_max`, default 1,024, at most
+//!    [`crate::bounds::ENTRY_COMMANDS_MAX`]), waits for an in-flight permit, and takes what
+//!    arrived meanwhile. It then reads Raft's metrics: not the leader means every command of
+//!    the batch is answered `NotLeader` (never proposed). As leader it stamps the batch
+//!    (term from the metrics, this node, the proposer's incarnation and clock) and hands it to
+//!    `client_write_ff`, which queues it to the Raft core and returns the receiving end of
+//!    the entry's responder without waiting for the core.
+//! 4. A commit waiter waits on the responder for at most `COMMIT_TIMEOUT` = 10 s. openraft
+//!    answers it after `StateStore::apply` ran the entry through the
+//!    [`crate::machine::Machine`]: `Some(Applied)` with one reply per command, in order.
+//! 5. The waiter drops its permit and sends each command its `(index, reply)` on its oneshot.
+//!    The request task wraps it as `Response::Written` and sends it to the outbox; if the reply
+//!    is `SessionOpened`, the connection follows that session from then on.
+//!
+//! A tick is the same path with no client: when nothing was proposed for `proposer.tick_ms`
+//! and the machine has timed work, the leader proposes a batch of one `Tick` whose reply no
+//! one waits for.
+//!
+//! # A read
+//!
+//! `Request::Read`: the request task puts the query and a oneshot into the read queue. The
+//! reader task takes the first waiting read and everything else queued (up to `ROUND_MAX`),
+//! calls `ensure_linearizable` once for the round (openraft confirms leadership with a quorum
+//! of heartbeats, then waits until this node has applied up to the read index), and answers
+//! every read of the round from the applied state under one lock. An error answers the whole
+//! round: `NotLeader` (another node leads), or `Unavailable` (no quorum answered, Raft
+//! stopped).
+//!
+//! `Request::ReadLocal` skips the reader: the request task answers from this node's applied
+//! state at once, on any node, possibly stale. `Status` and `SnapshotCost` ([`admin`]) read
+//! the same way and need no quorum either.
+//!
+//! # How a reply and a push find their connection
+//!
+//! A reply travels back the way its request came: the proposer or reader answers on the
+//! request's oneshot, the request task (which still holds its connection's outbox sender and
+//! the request id) sends `ServerFrame::Response { id, .. }`, and the writer writes it. Replies
+//! on one connection go out in the order they finish, not the order requests arrived; the id
+//! pairs them. A reply whose connection has gone is dropped with the failed send.
+//!
+//! A push has no request. `StateStore::apply` publishes the `Applied` of every entry that
+//! produced events on the broadcast channel, after releasing the state lock, on every node
+//! (followers apply too). Each connection's forwarder receives every such entry, keeps the
+//! events whose session the connection follows (the set its request tasks fill, behind a std
+//! mutex), and sends them as `ServerFrame::Event` to the outbox. A session is followed by
+//! every connection that opened it or named it in a write, on whichever node that was.
+//!
+//! # Leader change, lost leadership, unknown outcome
+//!
+//! What a write's command is answered, by where leadership was lost:
+//! - Before the proposer stamped its batch (the metrics say this node is not the leader):
+//!   `NotLeader` with the leader this node knows of ([`leader::known_leader`]); not proposed.
+//! - Between the metrics read and the core taking the entry: openraft refuses it with
+//!   `ForwardToLeader`, answered `NotLeader`; not appended.
+//! - After the entry was appended here: openraft keeps its responder. If a later leader
+//!   commits the entry, it is applied here as everywhere and the waiter gets the real reply,
+//!   even though this node no longer leads. If a new leader overwrites it here (truncation),
+//!   openraft answers `ForwardToLeader`, which the waiter turns into `NotLeader` (see the
+//!   caveats). If neither happens within `COMMIT_TIMEOUT`: `OutcomeUnknown`.
+//! - Raft stopped while the entry waited (the responder was dropped): `OutcomeUnknown`. Its
+//!   text says "leadership lost while committing", but openraft drops a responder only when
+//!   its core stops; a lost leadership takes one of the paths above.
+//! - Raft stopped before taking the entry (`client_write_ff` fails): `Unavailable`, and the
+//!   proposer task ends; later writes find its queue closed and are answered `Unavailable`.
+//! - The proposer task stopped with the command still queued (shutdown): `OutcomeUnknown`
+//!   from [`proposer::Proposer::propose`], though it was never proposed.
+//!
+//! A new leader's proposer stamps with the new term (and its own node and incarnation), so the
+//! machine's log clock freezes across the change (`machine` module doc). A read on a node
+//! that lost leadership fails openraft's quorum check and is answered `NotLeader` or
+//! `Unavailable`, never from this node's state.
+//!
+//! Membership changes ([`admin`]) block on openraft's `add_learner` and `change_membership`;
+//! their errors are mapped by [`leader::write_failure`]: `ForwardToLeader` is `NotLeader`, a
+//! refused change is `BadRequest`, a fatal error `Unavailable`.
+//!
+//! # Shutdown
+//!
+//! [`node::Node::stop`] turns the shutdown watch true and shuts Raft down. The accept loops
+//! stop and drop their connection tasks (each connection's forwarder is aborted with it). The
+//! proposer and reader tasks return; commands and reads still queued are answered by their
+//! dropped oneshots (`OutcomeUnknown` and `Unavailable`). Commit waiters end when Raft drops
+//! their responders.
+//!
+//! # Caveats
+//!
+//! - **`NotLeader` after truncation is not a proof of "not applied".** When a new leader
+//!   truncates an entry on this node, openraft answers its commands `ForwardToLeader`, and the
+//!   proposer answers `NotLeader`. In a cluster of five or more voters the same entry can
+//!   survive on another node that later wins an election and commits it. Every machine write
+//!   is idempotent by its ids, so the client's retry on the new leader is safe; but the
+//!   promise in [`crate::protocol::Failure::NotLeader`] is stronger than this path keeps.
+//!   Membership changes map `ForwardToLeader` the same way.
+//! - **A stamp's term can be older than its entry's.** The term is read from the metrics
+//!   before `client_write_ff`; if this node lost and regained leadership in between, the entry
+//!   is appended in the newer term but stamped with the older one. The machine sees a change
+//!   of leadership and freezes its clock for that batch: leases last longer, never shorter.
+//! - **The in-flight bound counts waiters, not entries.** A waiter that times out drops its
+//!   permit while openraft may still hold the entry, so after timeouts more than
+//!   `in_flight_max` entries can be uncommitted at once.
+//! - **A read round has no deadline of its own.** The quorum check is bounded by openraft's
+//!   RPC deadlines, but the wait for apply is not; one slow round holds every read behind it
+//!   (the queue then fills and answers `Unavailable`), and the client's own deadline ends the
+//!   wait for it.
+//! - **Pushes are hints, not messages.** Events applied before a connection's forwarder
+//!   subscribed are never sent to it, and an event can reach the client before or after the
+//!   reply of the write that caused it. A forwarder that falls `EVENT_BACKLOG` entries behind
+//!   (its connection reads slowly and the outbox is full) skips what it missed, with a
+//!   warning on the node only: the connection stays open and the client is not told. The
+//!   grant is state, so asking again for the ticket answers it; the client's sessions re-ask
+//!   their waiting tickets after a reconnect or when their own event feed lags, but not after
+//!   a lag on the node's side, so such a grant waits until the ticket is asked about again.
+//! - **A slow client stalls only itself, but fully.** A full outbox blocks that connection's
+//!   request tasks and forwarder; its in-flight slots then run out and its connection task
+//!   stops reading. Other connections and the proposer are not held (a blocked request task
+//!   has already received its answer).
+//! - **Request tasks outlive their connection.** A connection that closes or is dropped at
+//!   shutdown does not cancel its requests: a write already queued still goes through the log
+//!   and its reply is dropped. The client, seeing its connection fail, counts the write as
+//!   possibly applied (it retries it, and reports `OutcomeUnknown` if it runs out of tries).
 
+pub mod admin;
 pub mod client_port;
+pub mod data_dir;
+pub mod leader;
+pub mod node;
 pub mod proposer;
 pub mod reader;
 
-use std::collections::BTreeMap;
-use std::path::Path;
-use std::sync::Arc;
-
-use tokio::net::TcpListener;
-use tokio::sync::watch;
-
-use crate::codec;
-use crate::config::Config;
-use crate::raft::log_store::LogStore;
-use crate::raft::network::{PeerNetwork, serve_peers};
-use crate::raft::state_store::{StateStore, write_atomically};
-use crate::raft::{NodeAddr, Raft};
-
-/// The identity file's name, frame kind and version.
-pub const IDENTITY_FILE: &str = "node.id";
-const IDENTITY_MAGIC: [u8; 4] = *b"WNID";
-const IDENTITY_VERSION: u16 = 1;
-
-/// Prepares `dir` for node `id`: returns whether this is the node's first start. Refuses a
-/// foreign, damaged or unlabelled non-empty directory with a message naming the file.
-pub fn prepare_data_dir(dir: &Path, id: u64) -> Result<bool, String> {
-    let label = dir.join(IDENTITY_FILE);
-    match std::fs::read(&label) {
-        Ok(bytes) => {
-            let payload = codec::open_frame(&bytes, IDENTITY_MAGIC, IDENTITY_VERSION, 64)
-                .map_err(|e| format!("{}: {e}", label.display()))?;
-            let owner: u64 =
-                codec::decode(payload).map_err(|e| format!("{}: {e}", label.display()))?;
-            if owner != id {
-                return Err(format!(
-                    "{}: this data directory belongs to node {owner}, not node {id}",
-                    label.display()
-                ));
-            }
-            Ok(false)
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            if dir.exists() {
-                let occupied = std::fs::read_dir(dir)
-                    .map_err(|e| format!("{}: {e}", dir.display()))?
-                    .next()
-                    .is_some();
-                if occupied {
-                    return Err(format!(
-                        "{}: missing, but {} holds other files: refusing to start over data that \
-                         is not this node's",
-                        label.display(),
-                        dir.display()
-                    ));
-                }
-            }
-            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-            let bytes = codec::seal_frame(IDENTITY_MAGIC, IDENTITY_VERSION, &codec::encode(&id));
-            write_atomically(dir, IDENTITY_FILE, &bytes)
-                .map_err(|e| format!("{}: {e}", label.display()))?;
-            Ok(true)
-        }
-        Err(e) => Err(format!("{}: {e}", label.display())),
-    }
-}
-
-/// A running node.
-pub struct Node {
-    pub raft: Raft,
-    pub ctx: Arc<client_port::Ctx>,
-    shutdown: watch::Sender<bool>,
-}
-
-impl Node {
-    /// Starts a node from `config`: binds both ports (failing if either is taken) and
-    /// returns once it serves.
-    pub async fn start(config: Config) -> Result<Node, String> {
-        config.validate()?;
-        let dir = &config.data_dir;
-        let first_start = prepare_data_dir(dir, config.id)?;
-        let log = LogStore::open(&dir.join("log.redb"))?;
-        let state = StateStore::open(dir)?;
-        let shared = state.shared();
-        let raft_config = Arc::new(config.openraft()?);
-        let peer_listen = config
-            .peer_listen
-            .clone()
-            .unwrap_or_else(|| config.peer_addr.clone());
-        let peer_listener = TcpListener::bind(&peer_listen)
-            .await
-            .map_err(|e| format!("peer port {peer_listen}: {e}"))?;
-        let client_listener = TcpListener::bind(&config.client_addr)
-            .await
-            .map_err(|e| format!("client port {}: {e}", config.client_addr))?;
-        let raft = Raft::new(
-            config.id,
-            raft_config,
-            PeerNetwork::new(config.peer_source_ip),
-            log,
-            state,
-        )
-        .await
-        .map_err(|e| format!("raft: {e}"))?;
-        let (shutdown, watch_rx) = watch::channel(false);
-        tokio::spawn(serve_peers(peer_listener, raft.clone(), watch_rx.clone()));
-        let voters = config.voters();
-        let founder = voters.iter().map(|v| v.id).min() == Some(config.id);
-        if first_start && founder {
-            let members: BTreeMap<u64, NodeAddr> = voters
-                .iter()
-                .map(|v| {
-                    (
-                        v.id,
-                        NodeAddr {
-                            peer: v.peer.clone(),
-                            client: v.client.clone(),
-                        },
-                    )
-                })
-                .collect();
-            match raft.initialize(members).await {
-                Ok(()) => tracing::info!("formed a cluster of {} voters", voters.len()),
-                Err(e) => tracing::warn!("initialize: {e}"),
-            }
-        }
-        let proposer = proposer::Proposer::start(
-            config.id,
-            raft.clone(),
-            shared.clone(),
-            config.proposer.clone(),
-            watch_rx.clone(),
-        );
-        let reader = reader::Reader::start(raft.clone(), shared.clone(), watch_rx.clone());
-        let ctx = Arc::new(client_port::Ctx {
-            id: config.id,
-            client_addr: config.client_addr.clone(),
-            raft: raft.clone(),
-            shared,
-            proposer,
-            reader,
-        });
-        tokio::spawn(client_port::serve_clients(
-            client_listener,
-            ctx.clone(),
-            watch_rx,
-        ));
-        tracing::info!(
-            "serving clients on {}, peers on {}, data in {}",
-            config.client_addr,
-            config.peer_addr,
-            dir.display()
-        );
-        Ok(Node {
-            raft,
-            ctx,
-            shutdown,
-        })
-    }
-
-    /// Stops serving and shuts Raft down.
-    pub async fn stop(self) {
-        let _ = self.shutdown.send(true);
-        if let Err(e) = self.raft.shutdown().await {
-            tracing::warn!("raft shutdown: {e}");
-        }
-        tracing::info!("stopped");
-    }
-}
-
-/// Runs a node until SIGTERM or ctrl-c. The handlers are installed before the node starts,
-/// so a signal that arrives while it starts is not lost (nor fatal).
-pub async fn serve(config: Config) -> Result<(), String> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term =
-        signal(SignalKind::terminate()).map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
-    let mut int =
-        signal(SignalKind::interrupt()).map_err(|e| format!("cannot watch SIGINT: {e}"))?;
-    let node = Node::start(config).await?;
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),
-        _ = int.recv() => tracing::info!("SIGINT received, shutting down"),
-    }
-    node.stop().await;
-    Ok(())
-}
+pub use data_dir::{IDENTITY_FILE, prepare_data_dir};
+pub use node::{Node, serve};

@@ -4,11 +4,12 @@
 //! openraft 0.9 pays one fsync per `client_write`, so throughput is set by how many commands
 //! share an entry. The proposer takes the first waiting command, everything else already
 //! queued (up to `batch_max`), waits for an in-flight slot (at most `in_flight_max` entries
-//! proposed and not yet applied), takes what arrived meanwhile, and proposes: under load the
+//! proposed and not yet answered), takes what arrived meanwhile, and proposes: under load the
 //! batch grows by itself while the previous entry fsyncs.
 //!
 //! Stamps: `clock_ms` is this process's monotonic clock (ms since the proposer started) and
-//! the leadership is (current term, this node), read when the batch is stamped. Batches are
+//! the leadership is (current term, this node, this proposer's incarnation), read when the
+//! batch is stamped. Batches are
 //! submitted one at a time, in stamp order, so within one leadership the log carries
 //! non-decreasing stamps at real-time rate — what the machine's log clock needs
 //! (`machine` module doc).
@@ -19,21 +20,26 @@
 //!
 //! Invariants:
 //! - Every command handed in is answered exactly once: its reply, `NotLeader` (not
-//!   applied), or `OutcomeUnknown` (proposed, fate unknown).
+//!   proposed, or refused by openraft; see the server module's caveats), `Unavailable` (not
+//!   proposed: queue full, Raft stopped), or `OutcomeUnknown` (proposed, fate unknown; also
+//!   every command still queued when the proposer stops).
 //! - The queue is bounded; a full queue answers `Unavailable` at once.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use openraft::ServerState;
-use openraft::error::{ClientWriteError, RaftError};
-use tokio::sync::{Semaphore, mpsc, oneshot, watch};
+use openraft::error::ClientWriteError;
+use openraft::raft::ClientWriteResult;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
+use tokio::time::error::Elapsed;
 
+use super::leader::not_leader;
 use crate::config::ProposerConfig;
 use crate::machine::{Batch, Command, Leadership, Reply};
 use crate::protocol::Failure;
-use crate::raft::state_store::Shared;
-use crate::raft::{NodeId, Raft, Request};
+use crate::raft::state_store::AppliedState;
+use crate::raft::{NodeId, Raft, TypeConfig};
 
 /// Commands waiting for the proposer, at most. Past this, writers are told to back off.
 const QUEUE_MAX: usize = 65_536;
@@ -45,7 +51,8 @@ const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
 /// A command's answer: its reply and the index of its entry, or why it has none.
 pub type Outcome = Result<(u64, Reply), Failure>;
 
-struct Pending {
+/// A command waiting in the proposer's queue, with where its answer goes.
+struct QueuedWrite {
     command: Command,
     answer: oneshot::Sender<Outcome>,
 }
@@ -53,7 +60,7 @@ struct Pending {
 /// The handle writers use.
 #[derive(Clone)]
 pub struct Proposer {
-    tx: mpsc::Sender<Pending>,
+    tx: mpsc::Sender<QueuedWrite>,
 }
 
 impl Proposer {
@@ -61,12 +68,12 @@ impl Proposer {
     pub fn start(
         id: NodeId,
         raft: Raft,
-        shared: Arc<Shared>,
+        state: Arc<AppliedState>,
         config: ProposerConfig,
         shutdown: watch::Receiver<bool>,
     ) -> Proposer {
         let (tx, rx) = mpsc::channel(QUEUE_MAX);
-        tokio::spawn(run(id, raft, shared, config, rx, shutdown));
+        tokio::spawn(run(id, raft, state, config, rx, shutdown));
         Proposer { tx }
     }
 
@@ -74,7 +81,7 @@ impl Proposer {
     pub async fn propose(&self, command: Command) -> Outcome {
         let (answer, rx) = oneshot::channel();
         self.tx
-            .try_send(Pending { command, answer })
+            .try_send(QueuedWrite { command, answer })
             .map_err(|e| match e {
                 mpsc::error::TrySendError::Full(_) => {
                     Failure::Unavailable("proposer queue full".into())
@@ -88,67 +95,84 @@ impl Proposer {
     }
 }
 
-/// The leader this node knows of, as (id, client address).
-pub fn known_leader(raft: &Raft) -> Option<(u64, String)> {
-    let m = raft.metrics().borrow().clone();
-    let leader = m.current_leader?;
-    let addr = m
-        .membership_config
-        .nodes()
-        .find(|(id, _)| **id == leader)
-        .map(|(_, n)| n.client.clone())?;
-    Some((leader, addr))
+/// What stamps a batch: this node, this proposer's incarnation and its clock.
+struct Stamper {
+    node: NodeId,
+    /// The proposer's start: `clock_ms` counts from here.
+    started: Instant,
+    /// The test hook's clock rate ([`clock_rate`]); 1 outside tests.
+    rate: f64,
+    /// This proposer's start, Unix ns (see [`Leadership::incarnation`]).
+    incarnation: u64,
 }
 
+impl Stamper {
+    fn new(node: NodeId) -> Stamper {
+        Stamper {
+            node,
+            started: Instant::now(),
+            rate: clock_rate(),
+            incarnation: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64),
+        }
+    }
+
+    /// `commands` as one batch, stamped now for leadership `term`.
+    fn stamp(&self, term: u64, commands: Vec<Command>) -> Batch {
+        Batch {
+            leadership: Leadership {
+                term,
+                node: self.node,
+                incarnation: self.incarnation,
+            },
+            clock_ms: (self.started.elapsed().as_secs_f64() * 1_000.0 * self.rate) as u64,
+            wall_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            commands,
+        }
+    }
+}
+
+/// The proposer task: gathers a batch, stamps it, proposes it, and hands the wait for its
+/// outcome to a task of its own (so the next batch forms while this one commits).
 async fn run(
     id: NodeId,
     raft: Raft,
-    shared: Arc<Shared>,
+    state: Arc<AppliedState>,
     config: ProposerConfig,
-    mut rx: mpsc::Receiver<Pending>,
+    mut rx: mpsc::Receiver<QueuedWrite>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let started = Instant::now();
-    let rate = clock_rate();
-    let incarnation = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
+    let stamper = Stamper::new(id);
     let in_flight = Arc::new(Semaphore::new(config.in_flight_max));
     let tick = Duration::from_millis(config.tick_ms);
     let mut last_proposed = Instant::now();
     loop {
-        let mut batch: Vec<Pending> = Vec::new();
-        tokio::select! {
-            first = rx.recv() => match first {
-                Some(p) => batch.push(p),
-                None => return,
-            },
-            _ = tokio::time::sleep_until((last_proposed + tick).into()) => {}
-            _ = shutdown.changed() => return,
-        }
-        drain(&mut rx, &mut batch, config.batch_max);
-        let permit = in_flight
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("never closed");
-        drain(&mut rx, &mut batch, config.batch_max);
+        let Some((batch, permit)) = gather(
+            &mut rx,
+            &mut shutdown,
+            &in_flight,
+            last_proposed + tick,
+            config.batch_max,
+        )
+        .await
+        else {
+            return;
+        };
         let metrics = raft.metrics().borrow().clone();
         if metrics.state != ServerState::Leader {
             if !batch.is_empty() {
-                let failure = Failure::NotLeader {
-                    leader: known_leader(&raft),
-                };
-                for p in batch {
-                    let _ = p.answer.send(Err(failure.clone()));
-                }
+                let answers = batch.into_iter().map(|p| p.answer).collect();
+                answer_all(answers, Err(not_leader(&raft)));
             }
             last_proposed = Instant::now();
             continue;
         }
         if batch.is_empty() {
             // The tick timer fired with nothing to send.
-            let timed = shared.lock().machine.has_timed_work();
+            let timed = state.lock().machine.has_timed_work();
             last_proposed = Instant::now();
             if !timed {
                 continue;
@@ -157,72 +181,93 @@ async fn run(
         let (commands, answers): (Vec<Command>, Vec<_>) = if batch.is_empty() {
             (vec![Command::Tick], vec![])
         } else {
-            batch
-                .into_iter()
-                .map(|p| (p.command, Some(p.answer)))
-                .unzip()
+            batch.into_iter().map(|p| (p.command, p.answer)).unzip()
         };
-        let stamp = Batch {
-            leadership: Leadership {
-                term: metrics.current_term,
-                node: id,
-                incarnation,
-            },
-            clock_ms: (started.elapsed().as_secs_f64() * 1_000.0 * rate) as u64,
-            wall_ms: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64),
-            commands,
-        };
+        let entry = stamper.stamp(metrics.current_term, commands);
         last_proposed = Instant::now();
-        let receiver = match raft.client_write_ff(Request::Batch(stamp)).await {
+        let receiver = match raft.client_write_ff(entry).await {
             Ok(r) => r,
             Err(fatal) => {
                 let failure = Failure::Unavailable(format!("raft stopped: {fatal}"));
-                for a in answers.into_iter().flatten() {
-                    let _ = a.send(Err(failure.clone()));
-                }
+                answer_all(answers, Err(failure));
                 return;
             }
         };
         let raft = raft.clone();
         tokio::spawn(async move {
             let result = tokio::time::timeout(COMMIT_TIMEOUT, receiver).await;
+            // The entry is applied, refused or given up on: it no longer counts in flight.
             drop(permit);
-            let outcome: Result<(u64, Vec<Reply>), Failure> = match result {
-                Ok(Ok(Ok(written))) => match written.data.applied {
-                    Some(applied) => Ok((written.log_id.index, applied.replies)),
-                    None => Err(Failure::OutcomeUnknown(
-                        "entry applied without replies".into(),
-                    )),
-                },
-                Ok(Ok(Err(ClientWriteError::ForwardToLeader(_)))) => Err(Failure::NotLeader {
-                    leader: known_leader(&raft),
-                }),
-                Ok(Ok(Err(e))) => Err(Failure::OutcomeUnknown(e.to_string())),
-                Ok(Err(_)) => Err(Failure::OutcomeUnknown(
-                    "leadership lost while committing".into(),
-                )),
-                Err(_) => Err(Failure::OutcomeUnknown(format!(
-                    "not committed within {COMMIT_TIMEOUT:?}"
-                ))),
-            };
-            match outcome {
-                Ok((index, replies)) => {
-                    assert_eq!(replies.len(), answers.len().max(1), "one reply per command");
-                    for (answer, reply) in answers.into_iter().zip(replies) {
-                        if let Some(a) = answer {
-                            let _ = a.send(Ok((index, reply)));
-                        }
-                    }
-                }
-                Err(failure) => {
-                    for a in answers.into_iter().flatten() {
-                        let _ = a.send(Err(failure.clone()));
-                    }
-                }
-            }
+            answer_all(answers, entry_outcome(&raft, result));
         });
+    }
+}
+
+/// Waits for the first queued command or the tick deadline `tick_at`, then for an in-flight
+/// slot, taking everything queued meanwhile (up to `batch_max`). The batch is empty only when
+/// the tick fired and nothing arrived. `None`: shutdown, or every handle is gone.
+async fn gather(
+    rx: &mut mpsc::Receiver<QueuedWrite>,
+    shutdown: &mut watch::Receiver<bool>,
+    in_flight: &Arc<Semaphore>,
+    tick_at: Instant,
+    batch_max: usize,
+) -> Option<(Vec<QueuedWrite>, OwnedSemaphorePermit)> {
+    let mut batch = Vec::new();
+    tokio::select! {
+        first = rx.recv() => batch.push(first?),
+        _ = tokio::time::sleep_until(tick_at.into()) => {}
+        _ = shutdown.changed() => return None,
+    }
+    drain(rx, &mut batch, batch_max);
+    let permit = in_flight
+        .clone()
+        .acquire_owned()
+        .await
+        .expect("never closed");
+    drain(rx, &mut batch, batch_max);
+    Some((batch, permit))
+}
+
+/// What became of a proposed entry, from what its openraft receiver gave within
+/// [`COMMIT_TIMEOUT`]: its index and replies, or the failure every command in it shares.
+fn entry_outcome<E>(
+    raft: &Raft,
+    result: Result<Result<ClientWriteResult<TypeConfig>, E>, Elapsed>,
+) -> Result<(u64, Vec<Reply>), Failure> {
+    match result {
+        Ok(Ok(Ok(written))) => match written.data {
+            Some(applied) => Ok((written.log_id.index, applied.replies)),
+            None => Err(Failure::OutcomeUnknown(
+                "entry applied without replies".into(),
+            )),
+        },
+        Ok(Ok(Err(ClientWriteError::ForwardToLeader(_)))) => Err(not_leader(raft)),
+        Ok(Ok(Err(e))) => Err(Failure::OutcomeUnknown(e.to_string())),
+        Ok(Err(_)) => Err(Failure::OutcomeUnknown(
+            "leadership lost while committing".into(),
+        )),
+        Err(_) => Err(Failure::OutcomeUnknown(format!(
+            "not committed within {COMMIT_TIMEOUT:?}"
+        ))),
+    }
+}
+
+/// Hands each command of an entry its reply, or every one the entry's failure. A tick entry
+/// has no answers and one reply.
+fn answer_all(answers: Vec<oneshot::Sender<Outcome>>, outcome: Result<(u64, Vec<Reply>), Failure>) {
+    match outcome {
+        Ok((index, replies)) => {
+            assert_eq!(replies.len(), answers.len().max(1), "one reply per command");
+            for (answer, reply) in answers.into_iter().zip(replies) {
+                let _ = answer.send(Ok((index, reply)));
+            }
+        }
+        Err(failure) => {
+            for a in answers {
+                let _ = a.send(Err(failure.clone()));
+            }
+        }
     }
 }
 
@@ -243,27 +288,11 @@ fn clock_rate() -> f64 {
 }
 
 /// Moves already-queued commands into `batch`, up to `max`.
-fn drain(rx: &mut mpsc::Receiver<Pending>, batch: &mut Vec<Pending>, max: usize) {
+fn drain(rx: &mut mpsc::Receiver<QueuedWrite>, batch: &mut Vec<QueuedWrite>, max: usize) {
     while batch.len() < max {
         match rx.try_recv() {
             Ok(p) => batch.push(p),
             Err(_) => break,
         }
-    }
-}
-
-/// Maps a `RaftError` from a blocking write (membership) to a failure.
-pub fn write_failure(
-    raft: &Raft,
-    e: RaftError<NodeId, ClientWriteError<NodeId, crate::raft::NodeAddr>>,
-) -> Failure {
-    match e {
-        RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => Failure::NotLeader {
-            leader: known_leader(raft),
-        },
-        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
-            Failure::BadRequest(e.to_string())
-        }
-        RaftError::Fatal(f) => Failure::Unavailable(f.to_string()),
     }
 }

@@ -8,21 +8,21 @@
 
 use std::sync::Arc;
 
-use openraft::error::{CheckIsLeaderError, RaftError};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::proposer::known_leader;
+use super::leader::read_failure;
 use crate::machine::Machine;
 use crate::protocol::{Answer, Failure, Query};
 use crate::raft::Raft;
-use crate::raft::state_store::Shared;
+use crate::raft::state_store::AppliedState;
 
 /// Reads waiting for a round, at most.
 const QUEUE_MAX: usize = 65_536;
 /// Reads answered by one round, at most (the rest wait for the next).
 const ROUND_MAX: usize = 4_096;
 
-struct Pending {
+/// A read waiting for a round, with where its answer goes.
+struct QueuedRead {
     query: Query,
     answer: oneshot::Sender<Result<Answer, Failure>>,
 }
@@ -30,7 +30,7 @@ struct Pending {
 /// The handle readers use.
 #[derive(Clone)]
 pub struct Reader {
-    tx: mpsc::Sender<Pending>,
+    tx: mpsc::Sender<QueuedRead>,
 }
 
 /// Answers `query` from `machine`.
@@ -51,9 +51,10 @@ pub fn answer(machine: &Machine, query: &Query) -> Answer {
 }
 
 impl Reader {
-    pub fn start(raft: Raft, shared: Arc<Shared>, shutdown: watch::Receiver<bool>) -> Reader {
+    /// Starts the reader task for `raft`, answering from `state`.
+    pub fn start(raft: Raft, state: Arc<AppliedState>, shutdown: watch::Receiver<bool>) -> Reader {
         let (tx, rx) = mpsc::channel(QUEUE_MAX);
-        tokio::spawn(run(raft, shared, rx, shutdown));
+        tokio::spawn(run(raft, state, rx, shutdown));
         Reader { tx }
     }
 
@@ -61,7 +62,7 @@ impl Reader {
     pub async fn read(&self, query: Query) -> Result<Answer, Failure> {
         let (answer, rx) = oneshot::channel();
         self.tx
-            .try_send(Pending { query, answer })
+            .try_send(QueuedRead { query, answer })
             .map_err(|e| match e {
                 mpsc::error::TrySendError::Full(_) => {
                     Failure::Unavailable("read queue full".into())
@@ -75,10 +76,12 @@ impl Reader {
     }
 }
 
+/// The reader task: one leadership check per round, then every read of the round answered
+/// from the applied state.
 async fn run(
     raft: Raft,
-    shared: Arc<Shared>,
-    mut rx: mpsc::Receiver<Pending>,
+    state: Arc<AppliedState>,
+    mut rx: mpsc::Receiver<QueuedRead>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
@@ -98,23 +101,13 @@ async fn run(
         }
         match raft.ensure_linearizable().await {
             Ok(_) => {
-                let state = shared.lock();
+                let state = state.lock();
                 for p in round {
                     let _ = p.answer.send(Ok(answer(&state.machine, &p.query)));
                 }
             }
             Err(e) => {
-                let failure = match e {
-                    RaftError::APIError(CheckIsLeaderError::ForwardToLeader(_)) => {
-                        Failure::NotLeader {
-                            leader: known_leader(&raft),
-                        }
-                    }
-                    RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(q)) => {
-                        Failure::Unavailable(format!("no quorum: {q}"))
-                    }
-                    RaftError::Fatal(f) => Failure::Unavailable(f.to_string()),
-                };
+                let failure = read_failure(&raft, e);
                 for p in round {
                     let _ = p.answer.send(Err(failure.clone()));
                 }

@@ -1,0 +1,126 @@
+//! The requests about the node and the cluster rather than the limits: status, membership
+//! changes and the snapshot-cost measurement. [`super::client_port`] dispatches them here.
+//!
+//! Invariants:
+//! - Status and snapshot cost change nothing; they hold the state lock only to copy or
+//!   encode, never across an await.
+//! - A membership change is openraft's own (`change_membership`, answered once committed).
+//!   A node is added as a learner first and promoted to voter only once it has caught up
+//!   (the blocking `add_learner`), so a new voter does not hold commits back while it copies
+//!   the log.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use openraft::ChangeMembers;
+
+use super::client_port::Ctx;
+use super::leader::write_failure;
+use crate::machine::Machine;
+use crate::protocol::{Failure, Member, NodeStatus, Response, SnapshotCost};
+use crate::raft::{NodeAddr, NodeId};
+
+/// This node's status: Raft metrics and the applied state's digest.
+pub fn status(ctx: &Ctx) -> NodeStatus {
+    let m = ctx.raft.metrics().borrow().clone();
+    let (applied, digest, log_ms, sessions) = {
+        let state = ctx.state.lock();
+        (
+            state.machine.applied_index(),
+            state.machine.digest(),
+            state.machine.now_ms(),
+            state.machine.session_count() as u64,
+        )
+    };
+    let voters: BTreeSet<u64> = m.membership_config.voter_ids().collect();
+    let matched: BTreeMap<u64, Option<u64>> = m
+        .replication
+        .as_ref()
+        .map(|r| r.iter().map(|(id, l)| (*id, l.map(|l| l.index))).collect())
+        .unwrap_or_default();
+    let members = m
+        .membership_config
+        .nodes()
+        .map(|(id, n)| Member {
+            id: *id,
+            peer: n.peer.clone(),
+            client: n.client.clone(),
+            voter: voters.contains(id),
+            matched: matched.get(id).copied().flatten(),
+        })
+        .collect();
+    NodeStatus {
+        id: ctx.id,
+        addr: ctx.client_addr.clone(),
+        state: format!("{:?}", m.state),
+        term: m.current_term,
+        leader: m.current_leader,
+        last_log_index: m.last_log_index.unwrap_or(0),
+        snapshot_index: m.snapshot.map(|l| l.index),
+        purged_index: m.purged.map(|l| l.index),
+        applied,
+        digest,
+        log_ms,
+        sessions,
+        rss_kib: rss_kib(),
+        members,
+    }
+}
+
+/// This process's resident set size, from /proc (Linux).
+fn rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Adds node `id`: as a learner (waiting until it has caught up), then as a voter.
+pub async fn add_node(ctx: &Ctx, id: NodeId, node: NodeAddr) -> Response {
+    if let Err(e) = ctx.raft.add_learner(id, node, true).await {
+        return Response::Failed(write_failure(&ctx.raft, e));
+    }
+    match ctx
+        .raft
+        .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+        .await
+    {
+        Ok(_) => Response::MembershipChanged,
+        Err(e) => Response::Failed(write_failure(&ctx.raft, e)),
+    }
+}
+
+/// Removes voter `id`.
+pub async fn remove_node(ctx: &Ctx, id: NodeId) -> Response {
+    match ctx
+        .raft
+        .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
+        .await
+    {
+        Ok(_) => Response::MembershipChanged,
+        Err(e) => Response::Failed(write_failure(&ctx.raft, e)),
+    }
+}
+
+/// Measures what a snapshot of this node's state costs: encoding it (under the lock, as the
+/// snapshot builder does) and decoding and checking it (outside the lock, as an install
+/// does). Changes nothing.
+pub fn snapshot_cost(ctx: &Ctx) -> Response {
+    let (applied, bytes, build) = {
+        let state = ctx.state.lock();
+        let started = Instant::now();
+        let bytes = state.machine.snapshot();
+        (state.machine.applied_index(), bytes, started.elapsed())
+    };
+    let started = Instant::now();
+    let restored = Machine::restore(&bytes);
+    let install = started.elapsed();
+    match restored {
+        Ok(_) => Response::SnapshotCost(SnapshotCost {
+            applied,
+            bytes: bytes.len() as u64,
+            build_us: build.as_micros() as u64,
+            install_us: install.as_micros() as u64,
+        }),
+        Err(e) => Response::Failed(Failure::Unavailable(format!("own snapshot refused: {e}"))),
+    }
+}

@@ -1,0 +1,153 @@
+//! A running node: opens the data directory, starts Raft on the redb log and the
+//! state-machine store, starts the proposer and the reader, serves the peer and client
+//! ports, and stops cleanly on SIGTERM or ctrl-c.
+//!
+//! Invariants:
+//! - Both ports are bound before Raft starts: a taken port fails the start, and nothing is
+//!   served half-way.
+//! - Only the lowest-id configured voter, and only on its first start, initializes the
+//!   cluster; every other start joins what is on disk or what the leader sends.
+//! - Every task the node spawns watches the one shutdown channel and ends when it turns true.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use super::client_port::{self, Ctx};
+use super::data_dir::prepare_data_dir;
+use super::proposer::Proposer;
+use super::reader::Reader;
+use crate::config::Config;
+use crate::raft::log_store::LogStore;
+use crate::raft::network::{PeerNetwork, serve_peers};
+use crate::raft::state_store::StateStore;
+use crate::raft::{NodeAddr, Raft};
+
+/// A running node.
+pub struct Node {
+    pub raft: Raft,
+    /// Turned true once, by [`Node::stop`]; every spawned task watches it.
+    shutdown: watch::Sender<bool>,
+}
+
+impl Node {
+    /// Starts a node from `config`: binds both ports (failing if either is taken) and
+    /// returns once it serves.
+    pub async fn start(config: Config) -> Result<Node, String> {
+        config.validate()?;
+        let dir = &config.data_dir;
+        let first_start = prepare_data_dir(dir, config.id)?;
+        let log = LogStore::open(&dir.join("log.redb"))?;
+        let store = StateStore::open(dir)?;
+        let state = store.state();
+        let raft_config = Arc::new(config.openraft()?);
+        let (peer_listener, client_listener) = bind_ports(&config).await?;
+        let raft = Raft::new(
+            config.id,
+            raft_config,
+            PeerNetwork::new(config.peer_source_ip),
+            log,
+            store,
+        )
+        .await
+        .map_err(|e| format!("raft: {e}"))?;
+        let (shutdown, watch_rx) = watch::channel(false);
+        tokio::spawn(serve_peers(peer_listener, raft.clone(), watch_rx.clone()));
+        if first_start {
+            found_cluster(&config, &raft).await;
+        }
+        let proposer = Proposer::start(
+            config.id,
+            raft.clone(),
+            state.clone(),
+            config.proposer.clone(),
+            watch_rx.clone(),
+        );
+        let reader = Reader::start(raft.clone(), state.clone(), watch_rx.clone());
+        let ctx = Arc::new(Ctx {
+            id: config.id,
+            client_addr: config.client_addr.clone(),
+            raft: raft.clone(),
+            state,
+            proposer,
+            reader,
+        });
+        tokio::spawn(client_port::serve_clients(client_listener, ctx, watch_rx));
+        tracing::info!(
+            "serving clients on {}, peers on {}, data in {}",
+            config.client_addr,
+            config.peer_addr,
+            dir.display()
+        );
+        Ok(Node { raft, shutdown })
+    }
+
+    /// Stops serving and shuts Raft down.
+    pub async fn stop(self) {
+        let _ = self.shutdown.send(true);
+        if let Err(e) = self.raft.shutdown().await {
+            tracing::warn!("raft shutdown: {e}");
+        }
+        tracing::info!("stopped");
+    }
+}
+
+/// Binds the peer port (on `peer_listen` if set, else `peer_addr`) and the client port.
+async fn bind_ports(config: &Config) -> Result<(TcpListener, TcpListener), String> {
+    let peer_listen = config
+        .peer_listen
+        .clone()
+        .unwrap_or_else(|| config.peer_addr.clone());
+    let peer_listener = TcpListener::bind(&peer_listen)
+        .await
+        .map_err(|e| format!("peer port {peer_listen}: {e}"))?;
+    let client_listener = TcpListener::bind(&config.client_addr)
+        .await
+        .map_err(|e| format!("client port {}: {e}", config.client_addr))?;
+    Ok((peer_listener, client_listener))
+}
+
+/// On a first start, the founder (the lowest-id configured voter) initializes the cluster
+/// with every configured voter; any other node does nothing and waits to be contacted.
+async fn found_cluster(config: &Config, raft: &Raft) {
+    let voters = config.voters();
+    let founder = voters.iter().map(|v| v.id).min() == Some(config.id);
+    if !founder {
+        return;
+    }
+    let members: BTreeMap<u64, NodeAddr> = voters
+        .iter()
+        .map(|v| {
+            (
+                v.id,
+                NodeAddr {
+                    peer: v.peer.clone(),
+                    client: v.client.clone(),
+                },
+            )
+        })
+        .collect();
+    match raft.initialize(members).await {
+        Ok(()) => tracing::info!("formed a cluster of {} voters", voters.len()),
+        Err(e) => tracing::warn!("initialize: {e}"),
+    }
+}
+
+/// Runs a node until SIGTERM or ctrl-c. The handlers are installed before the node starts,
+/// so a signal that arrives while it starts is not lost (nor fatal).
+pub async fn serve(config: Config) -> Result<(), String> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term =
+        signal(SignalKind::terminate()).map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
+    let mut int =
+        signal(SignalKind::interrupt()).map_err(|e| format!("cannot watch SIGINT: {e}"))?;
+    let node = Node::start(config).await?;
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),
+        _ = int.recv() => tracing::info!("SIGINT received, shutting down"),
+    }
+    node.stop().await;
+    Ok(())
+}
