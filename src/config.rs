@@ -87,6 +87,28 @@ impl Default for ProposerConfig {
     }
 }
 
+/// TLS files (PEM). With them the client port is TLS and the peer port mutual TLS; see
+/// [`crate::security::tls`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsFiles {
+    /// This node's certificate chain, good for server and client authentication.
+    pub cert: PathBuf,
+    /// Its private key.
+    pub key: PathBuf,
+    /// The cluster CA: peers' certificates must chain to it.
+    pub ca: PathBuf,
+}
+
+/// A token the node accepts: the sha256 (hex) of its secret, and the role it grants
+/// (`admin`, `read` or `tenant:NAME`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenEntry {
+    pub sha256: String,
+    pub role: String,
+}
+
 /// A node's configuration.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -115,6 +137,14 @@ pub struct Config {
     pub worker_threads: usize,
     pub raft: RaftConfig,
     pub proposer: ProposerConfig,
+    /// TLS on the client and peer ports. Default: none, which is allowed on loopback
+    /// addresses only (unless `insecure`).
+    pub tls: Option<TlsFiles>,
+    /// Allow plaintext on non-loopback addresses. Default false.
+    pub insecure: bool,
+    /// Tokens accepted on the client port; re-read on SIGHUP. Default: none, and then
+    /// every connection may do everything.
+    pub tokens: Vec<TokenEntry>,
 }
 
 impl Default for Config {
@@ -130,6 +160,9 @@ impl Default for Config {
             worker_threads: 1,
             raft: RaftConfig::default(),
             proposer: ProposerConfig::default(),
+            tls: None,
+            insecure: false,
+            tokens: vec![],
         }
     }
 }
@@ -227,6 +260,31 @@ impl Config {
             }
             Some(_) => {}
         }
+        self.validate_security()
+    }
+
+    /// Refuses plaintext on a non-loopback address (unless `insecure`) and malformed
+    /// tokens.
+    fn validate_security(&self) -> Result<(), String> {
+        crate::security::TokenTable::new(&self.tokens).map_err(|e| format!("tokens: {e}"))?;
+        if self.tls.is_some() || self.insecure {
+            return Ok(());
+        }
+        let listens = [
+            ("client_addr", Some(&self.client_addr)),
+            ("peer_addr", Some(&self.peer_addr)),
+            ("peer_listen", self.peer_listen.as_ref()),
+        ];
+        for (key, addr) in listens {
+            if let Some(addr) = addr
+                && !is_loopback(addr)
+            {
+                return Err(format!(
+                    "{key} = {addr} is not a loopback address and there is no [tls]: \
+                     configure tls (cert, key, ca), or set insecure = true to serve plaintext"
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -247,6 +305,18 @@ impl Config {
         };
         config.validate().map_err(|e| format!("raft: {e}"))
     }
+}
+
+/// Whether `addr` (`host:port`) is on a loopback interface (`localhost`, 127.0.0.0/8, ::1).
+pub fn is_loopback(addr: &str) -> bool {
+    let host = match addr.rsplit_once(':') {
+        Some((h, _)) => h.trim_start_matches('[').trim_end_matches(']'),
+        None => addr,
+    };
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 #[cfg(test)]
@@ -271,6 +341,19 @@ mod tests {
         );
         let c: Result<Config, _> = toml::from_str("idd = 3");
         assert!(c.unwrap_err().to_string().contains("unknown field `idd`"));
+    }
+
+    #[test]
+    fn plaintext_off_loopback_is_refused_unless_insecure() {
+        let mut c = Config {
+            client_addr: "0.0.0.0:7411".into(),
+            ..Config::default()
+        };
+        assert!(c.validate().unwrap_err().contains("not a loopback address"));
+        c.insecure = true;
+        c.validate().unwrap();
+        assert!(is_loopback("[::1]:1") && is_loopback("localhost:1"));
+        assert!(!is_loopback("10.0.0.1:1"));
     }
 
     #[test]

@@ -11,6 +11,8 @@ pub mod server;
 
 pub mod client;
 pub mod protocol;
+/// TLS, tokens and roles; `config` borrows only its token parsers (`security::token`).
+pub mod security;
 
 pub mod raft;
 

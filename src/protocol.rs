@@ -17,7 +17,8 @@ use crate::machine::{
 };
 
 /// The protocol version this build speaks. A client of another version is refused at hello.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// Version 2: the hello carries a token.
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Largest client frame, in bytes: a command is at most a few KiB (names are bounded by
 /// `bounds::NAME_BYTES_MAX`, reasons by `REASON_BYTES_MAX`); answers listing a tenant's
@@ -27,8 +28,16 @@ pub const CLIENT_FRAME_MAX: u32 = 4 << 20;
 /// From client to server.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum ClientFrame {
-    Hello { version: u32 },
-    Request { id: u64, request: Request },
+    /// `token`: the secret whose hash the node's config lists (`None` where the node needs
+    /// no token).
+    Hello {
+        version: u32,
+        token: Option<String>,
+    },
+    Request {
+        id: u64,
+        request: Request,
+    },
 }
 
 /// What a client asks.
@@ -157,6 +166,9 @@ pub enum Failure {
     OutcomeUnknown(String),
     /// The request was malformed; the text names the problem. Not applied.
     BadRequest(String),
+    /// The connection's token does not allow this request (its role, or a session another
+    /// principal opened). Not applied.
+    Forbidden(String),
 }
 
 impl std::fmt::Display for Failure {
@@ -171,6 +183,7 @@ impl std::fmt::Display for Failure {
             Failure::Unavailable(why) => write!(f, "unavailable: {why}"),
             Failure::OutcomeUnknown(why) => write!(f, "outcome unknown: {why}"),
             Failure::BadRequest(why) => write!(f, "bad request: {why}"),
+            Failure::Forbidden(why) => write!(f, "forbidden: {why}"),
         }
     }
 }

@@ -6,6 +6,7 @@
 
 mod acquire;
 mod bench;
+mod certs;
 mod cluster;
 mod halt;
 mod limit;
@@ -18,6 +19,7 @@ mod status;
 use clap::{Parser, Subcommand};
 
 use crate::client::Client;
+use crate::security::ClientSecurity;
 
 pub use output::{
     EXIT_ERROR, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, Exit, Output, answered, client_error, refused,
@@ -45,6 +47,12 @@ pub struct Cli {
     /// Answer reads from the node reached, without a quorum round (possibly stale).
     #[arg(long, global = true)]
     pub stale: bool,
+    /// The token to present (its role decides what may be done).
+    #[arg(long, global = true, env = "WEIR_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Connect with TLS, verifying the servers against this CA certificate (PEM).
+    #[arg(long, global = true, env = "WEIR_CA")]
+    pub ca: Option<std::path::PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -83,6 +91,12 @@ pub enum Command {
     Cluster(cluster::ClusterCommand),
     /// Load the cluster and report throughput and latency.
     Bench(bench::BenchArgs),
+    /// Development certificates.
+    #[command(subcommand)]
+    Certs(certs::CertsCommand),
+    /// Token helpers.
+    #[command(subcommand)]
+    Token(certs::TokenCommand),
 }
 
 /// Runs the parsed command line.
@@ -90,8 +104,21 @@ pub fn run(cli: Cli) -> Exit {
     if let Command::Serve { config, data_dir } = &cli.command {
         return serve::run(config.as_deref(), data_dir.clone());
     }
+    if let Command::Certs(c) = &cli.command {
+        return certs::certs(c);
+    }
+    if let Command::Token(c) = &cli.command {
+        return certs::token(c);
+    }
+    let security = match ClientSecurity::new(cli.ca.as_deref(), cli.token.clone()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("weir: {e}");
+            return EXIT_USAGE;
+        }
+    };
     if let Command::Bench(args) = &cli.command {
-        return bench::run(args, &cli.servers, &Output { json: cli.json });
+        return bench::run(args, &cli.servers, &security, &Output { json: cli.json });
     }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -104,11 +131,14 @@ pub fn run(cli: Cli) -> Exit {
         }
     };
     runtime.block_on(async {
-        let client = Client::new(cli.servers.clone()).stale_reads(cli.stale);
+        let client =
+            Client::with_security(cli.servers.clone(), security.clone()).stale_reads(cli.stale);
         let out = Output { json: cli.json };
         match &cli.command {
-            Command::Serve { .. } | Command::Bench(_) => unreachable!("handled above"),
-            Command::Status => status::run(&cli.servers, &out).await,
+            Command::Serve { .. } | Command::Bench(_) | Command::Certs(_) | Command::Token(_) => {
+                unreachable!("handled above")
+            }
+            Command::Status => status::run(&cli.servers, &security, &out).await,
             Command::Limit(c) => limit::run(c, &cli.tenant, &client, &out).await,
             Command::Acquire(a) => acquire::run(a, &cli.tenant, &client, &out).await,
             Command::Tenant(c) => runs::tenant(c, &client, &out).await,

@@ -8,6 +8,7 @@ use crate::config::Config;
 /// Loads the config (the single-node default without a file), starts logging and a runtime
 /// of the config's worker threads, and serves.
 pub fn run(config: Option<&Path>, data_dir: Option<PathBuf>) -> Exit {
+    let config_path = config.map(Path::to_path_buf);
     let mut config = match config {
         Some(path) => match Config::load(path) {
             Ok(c) => c,
@@ -33,7 +34,7 @@ pub fn run(config: Option<&Path>, data_dir: Option<PathBuf>) -> Exit {
             return EXIT_ERROR;
         }
     };
-    match runtime.block_on(crate::server::serve(config)) {
+    match runtime.block_on(crate::server::serve(config, config_path)) {
         Ok(()) => EXIT_OK,
         Err(e) => {
             tracing::error!("{e}");

@@ -10,6 +10,7 @@ use serde_json::json;
 use super::{EXIT_OK, Exit, Output, client_error};
 use crate::client::{Client, ClientError};
 use crate::protocol::{NodeStatus, Request, Response};
+use crate::security::ClientSecurity;
 
 /// One row of `status`.
 struct Row {
@@ -28,21 +29,24 @@ struct Table {
     leader_log: Option<u64>,
 }
 
-pub async fn run(servers: &[String], out: &Output) -> Exit {
-    let first = match first_answer(servers).await {
+pub async fn run(servers: &[String], security: &ClientSecurity, out: &Output) -> Exit {
+    let first = match first_answer(servers, security).await {
         Ok(s) => s,
         Err(e) => return client_error(&e),
     };
-    let table = Table::new(members(&first).await);
+    let table = Table::new(members(&first, security).await);
     out.print(table.json(), || table.text());
     EXIT_OK
 }
 
 /// The status of the first of `servers` that answers.
-async fn first_answer(servers: &[String]) -> Result<NodeStatus, ClientError> {
+async fn first_answer(
+    servers: &[String],
+    security: &ClientSecurity,
+) -> Result<NodeStatus, ClientError> {
     let mut why = Vec::new();
     for addr in servers {
-        match Client::ask_node(addr, &Request::Status).await {
+        match Client::ask_node_with(addr, &Request::Status, security).await {
             Ok(Response::Status(s)) => return Ok(s),
             Ok(other) => why.push(format!("{addr}: unexpected answer {other:?}")),
             Err(e) => why.push(e.to_string()),
@@ -55,13 +59,13 @@ async fn first_answer(servers: &[String]) -> Result<NodeStatus, ClientError> {
 }
 
 /// A row per member `first` names (itself alone if it names none), each asked once.
-async fn members(first: &NodeStatus) -> Vec<Row> {
+async fn members(first: &NodeStatus, security: &ClientSecurity) -> Vec<Row> {
     let mut rows = Vec::new();
     for m in &first.members {
         let status = if m.id == first.id {
             Some(first.clone())
         } else {
-            match Client::ask_node(&m.client, &Request::Status).await {
+            match Client::ask_node_with(&m.client, &Request::Status, security).await {
                 Ok(Response::Status(s)) => Some(s),
                 _ => None,
             }

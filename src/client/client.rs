@@ -12,6 +12,7 @@ use super::ClientError;
 use super::conn::{CONNECT_TIMEOUT, Conn};
 use crate::machine::{Command, Event, Reply};
 use crate::protocol::{Answer, Failure, Query, Request, Response};
+use crate::security::ClientSecurity;
 
 /// Most tries of one request (connects and redirects included). Failed tries pause
 /// `RETRY_PAUSE`, so [`REQUEST_DEADLINE`] is what usually ends the retries.
@@ -54,6 +55,8 @@ struct Inner {
     events: broadcast::Sender<Event>,
     /// Bumped once per new connection (see [`Client::generation`]).
     generation: watch::Sender<u64>,
+    /// TLS and token for every connection ([`Client::with_security`]).
+    security: ClientSecurity,
 }
 
 /// A client of the cluster, following its leader. Clones share the connection.
@@ -77,6 +80,12 @@ impl Client {
     /// A client of the cluster reachable through any of `servers` (`host:port`). Connects
     /// lazily, on the first request.
     pub fn new(servers: Vec<String>) -> Client {
+        Client::with_security(servers, ClientSecurity::default())
+    }
+
+    /// A client that connects with `security`: TLS verified against its CA, and its token
+    /// in every hello.
+    pub fn with_security(servers: Vec<String>, security: ClientSecurity) -> Client {
         let (events, _) = broadcast::channel(EVENT_BACKLOG);
         let (generation, _) = watch::channel(0);
         Client {
@@ -86,6 +95,7 @@ impl Client {
                 next_server: AtomicUsize::default(),
                 events,
                 generation,
+                security,
             }),
             stale: false,
         }
@@ -102,6 +112,11 @@ impl Client {
     /// Events pushed by the nodes this client is connected to.
     pub fn events(&self) -> broadcast::Receiver<Event> {
         self.inner.events.subscribe()
+    }
+
+    /// The TLS and token this client connects with.
+    pub fn security(&self) -> &ClientSecurity {
+        &self.inner.security
     }
 
     /// Bumped on every new connection.
@@ -127,7 +142,7 @@ impl Client {
                 (self.inner.servers[i % n].clone(), (i + 1) % n == 0)
             }
         };
-        match Conn::open(&addr, self.inner.events.clone()).await {
+        match Conn::open(&addr, self.inner.events.clone(), &self.inner.security).await {
             Ok(c) => {
                 let c = Arc::new(c);
                 current.conn = Some(c.clone());
@@ -164,6 +179,8 @@ impl Client {
             }
             let retry = match self.try_once(&request).await {
                 Ok(response) => return Ok(response),
+                // A refused certificate or token: every try would fail the same way.
+                Err((e @ ClientError::Protocol(_), _)) => return Err(e),
                 Err((e, retry)) => {
                     maybe_applied |= !e.definitely_failed();
                     last_error = e;
@@ -245,8 +262,17 @@ impl Client {
 
     /// Asks one node, without redirects or retries (for a given member's status).
     pub async fn ask_node(addr: &str, request: &Request) -> Result<Response, ClientError> {
+        Client::ask_node_with(addr, request, &ClientSecurity::default()).await
+    }
+
+    /// [`Client::ask_node`] with TLS and a token.
+    pub async fn ask_node_with(
+        addr: &str,
+        request: &Request,
+        security: &ClientSecurity,
+    ) -> Result<Response, ClientError> {
         let (events, _) = broadcast::channel(1);
-        let conn = Conn::open(addr, events).await?;
+        let conn = Conn::open(addr, events, security).await?;
         tokio::time::timeout(CONNECT_TIMEOUT, conn.call(request))
             .await
             .unwrap_or_else(|_| Err(ClientError::OutcomeUnknown(format!("{addr}: no answer"))))

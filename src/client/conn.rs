@@ -15,9 +15,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::BufReader;
+use tokio::io::{BufReader, ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use super::ClientError;
@@ -25,6 +24,7 @@ use crate::machine::Event;
 use crate::protocol::{
     CLIENT_FRAME_MAX, ClientFrame, PROTOCOL_VERSION, Request, Response, ServerFrame,
 };
+use crate::security::{ClientSecurity, Stream};
 use crate::task::AbortOnDrop;
 use crate::wire;
 
@@ -59,20 +59,21 @@ pub(super) struct Conn {
 }
 
 impl Conn {
-    /// Connects to `addr`, says hello, and starts the reader and writer. Pushed events go
-    /// to `events`.
+    /// Connects to `addr` (over TLS if `security` says so), says hello with its token, and
+    /// starts the reader and writer. Pushed events go to `events`.
     pub(super) async fn open(
         addr: &str,
         events: broadcast::Sender<Event>,
+        security: &ClientSecurity,
     ) -> Result<Conn, ClientError> {
-        let stream = tokio::time::timeout(CONNECT_TIMEOUT, handshake(addr))
+        let stream = tokio::time::timeout(CONNECT_TIMEOUT, handshake(addr, security))
             .await
             .unwrap_or_else(|_| {
                 Err(ClientError::Unreachable(format!(
                     "{addr}: no welcome within {CONNECT_TIMEOUT:?}"
                 )))
             })?;
-        let (rd, wr) = stream.into_split();
+        let (rd, wr) = tokio::io::split(stream);
         let waiters: Waiters = Arc::default();
         let (alive_tx, alive) = watch::channel(true);
         let reader = tokio::spawn(read_frames(
@@ -138,16 +139,25 @@ impl Conn {
 }
 
 /// Connects to `addr` and exchanges hello and welcome. A node that cannot be reached is
-/// `Unreachable`; one that answers anything but a welcome broke the protocol.
-async fn handshake(addr: &str) -> Result<TcpStream, ClientError> {
+/// `Unreachable`; one whose certificate is refused, or that answers anything but a welcome
+/// (a refused token, say), is a `Protocol` error: trying again would fail the same way.
+async fn handshake(addr: &str, security: &ClientSecurity) -> Result<Stream, ClientError> {
     let unreachable = |e: &dyn std::fmt::Display| ClientError::Unreachable(format!("{addr}: {e}"));
-    let mut stream = TcpStream::connect(addr)
+    let tcp = TcpStream::connect(addr)
         .await
         .map_err(|e| unreachable(&e))?;
     // Requests are small and latency-bound; Nagle's delay would only slow them.
-    let _ = stream.set_nodelay(true);
+    let _ = tcp.set_nodelay(true);
+    let mut stream = match security.connector.connect(tcp, addr).await {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            return Err(ClientError::Protocol(e.to_string()));
+        }
+        Err(e) => return Err(unreachable(&e)),
+    };
     let hello = ClientFrame::Hello {
         version: PROTOCOL_VERSION,
+        token: security.token.clone(),
     };
     wire::write_frame(&mut stream, &hello)
         .await
@@ -167,7 +177,7 @@ async fn handshake(addr: &str) -> Result<TcpStream, ClientError> {
 /// The reader task: routes responses to their waiters and events to `events` until the
 /// stream ends, then fails every waiter and marks the connection dead.
 async fn read_frames(
-    mut rd: BufReader<OwnedReadHalf>,
+    mut rd: BufReader<ReadHalf<Stream>>,
     waiters: Waiters,
     events: broadcast::Sender<Event>,
     alive: watch::Sender<bool>,
@@ -203,6 +213,6 @@ async fn read_frames(
 
 /// The writer task: writes queued frames, coalescing whatever is queued into one write,
 /// until the stream breaks or the `Conn` (the queue's sender) is dropped.
-async fn write_frames(mut wr: OwnedWriteHalf, mut queue: mpsc::Receiver<ClientFrame>) {
+async fn write_frames(mut wr: WriteHalf<Stream>, mut queue: mpsc::Receiver<ClientFrame>) {
     let _ = wire::write_queued(&mut wr, &mut queue, |_| false).await;
 }

@@ -30,7 +30,7 @@ impl ClientError {
         match self {
             ClientError::Unreachable(_) | ClientError::OutcomeUnknown(_) => true,
             ClientError::Protocol(_) => false,
-            ClientError::Failed(f) => !matches!(f, Failure::BadRequest(_)),
+            ClientError::Failed(f) => !matches!(f, Failure::BadRequest(_) | Failure::Forbidden(_)),
         }
     }
 

@@ -8,6 +8,7 @@ use super::ports::loopback_addr;
 use crate::client::Client;
 use crate::config::{Config, Peer};
 use crate::protocol::{NodeStatus, Request, Response};
+use crate::security::ClientSecurity;
 
 /// How often the waits below ask again.
 const POLL: Duration = Duration::from_millis(50);
@@ -45,15 +46,27 @@ pub struct LocalCluster {
     rust_log: String,
     nodes: Vec<Node>,
     remove_dir: bool,
+    /// TLS and token its own status and leader requests use ([`LocalCluster::security`]).
+    security: ClientSecurity,
 }
 
 /// The leader's id as one of `servers` reports it (the first that calls itself leader),
 /// asking every 50 ms for at most `within`.
 pub async fn leader_among(servers: &[String], within: Duration) -> Option<u64> {
+    leader_among_with(servers, within, &ClientSecurity::default()).await
+}
+
+/// [`leader_among`] over TLS and with a token (an admin's: status needs it).
+pub async fn leader_among_with(
+    servers: &[String],
+    within: Duration,
+    security: &ClientSecurity,
+) -> Option<u64> {
     let deadline = Instant::now() + within;
     loop {
         for s in servers {
-            if let Ok(Response::Status(st)) = Client::ask_node(s, &Request::Status).await
+            if let Ok(Response::Status(st)) =
+                Client::ask_node_with(s, &Request::Status, security).await
                 && st.state == "Leader"
             {
                 return Some(st.id);
@@ -78,6 +91,7 @@ impl LocalCluster {
             rust_log: "info,openraft=warn".into(),
             nodes: vec![],
             remove_dir: false,
+            security: ClientSecurity::default(),
         })
     }
 
@@ -95,6 +109,18 @@ impl LocalCluster {
     pub fn rust_log(mut self, filter: &str) -> Self {
         self.rust_log = filter.into();
         self
+    }
+
+    /// The TLS and token the cluster's own status and leader requests use (a cluster with
+    /// TLS or tokens on needs its CA and an admin token here).
+    pub fn security(mut self, security: ClientSecurity) -> Self {
+        self.security = security;
+        self
+    }
+
+    /// The TLS and token set by [`LocalCluster::security`].
+    pub fn client_security(&self) -> &ClientSecurity {
+        &self.security
     }
 
     /// Keeps the directory on drop (to read the logs of a failed run).
@@ -322,7 +348,7 @@ impl LocalCluster {
 
     /// Node `id`'s own status, if it answers.
     pub async fn status(&self, id: u64) -> Option<NodeStatus> {
-        match Client::ask_node(&self.node(id).client, &Request::Status).await {
+        match Client::ask_node_with(&self.node(id).client, &Request::Status, &self.security).await {
             Ok(Response::Status(s)) => Some(s),
             _ => None,
         }
@@ -336,7 +362,7 @@ impl LocalCluster {
             .filter(|n| n.child.is_some() && !n.paused)
             .map(|n| n.client.clone())
             .collect();
-        leader_among(&asked, within).await
+        leader_among_with(&asked, within, &self.security).await
     }
 
     /// Waits (at most `within`) until node `id` answers a status request.

@@ -12,5 +12,5 @@
 mod local_cluster;
 mod ports;
 
-pub use local_cluster::{LocalCluster, Node, leader_among};
+pub use local_cluster::{LocalCluster, Node, leader_among, leader_among_with};
 pub use ports::{PORT_MIN, ephemeral_range, free_port, loopback_addr};

@@ -6,6 +6,10 @@
 //! call would cost a handshake each time. Every call is bounded by openraft's deadline for
 //! it; a connection that failed or timed out is dropped, never returned to the pool.
 //!
+//! With TLS configured both sides are mutual TLS ([`crate::security::tls`]): a connection
+//! whose certificate does not chain to the cluster CA fails its handshake, before any frame,
+//! so no vote, AppendEntries or snapshot from outside the cluster reaches Raft.
+//!
 //! The server side ([`serve_peers`]) reads a request, hands it to the local Raft, writes the
 //! answer. Garbage, an oversized length or a bad checksum closes that connection with a
 //! logged reason and touches nothing else.
@@ -27,6 +31,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use super::{NodeAddr, NodeId, Raft, TypeConfig};
+use crate::security::{Acceptor, Connector, Stream};
 use crate::wire::{self, WireError};
 
 /// Largest peer frame, in bytes. A snapshot chunk is at most 3 MiB and an AppendEntries
@@ -57,7 +62,7 @@ pub enum PeerResponse {
 
 /// A pooled connection, buffered for reading (requests and responses alternate, so the
 /// buffer is empty whenever the connection is idle).
-type Pooled = tokio::io::BufReader<TcpStream>;
+type Pooled = tokio::io::BufReader<Stream>;
 
 type Pools = Arc<Mutex<BTreeMap<NodeId, Vec<Pooled>>>>;
 
@@ -67,13 +72,16 @@ pub struct PeerNetwork {
     pools: Pools,
     /// Local address outgoing connections are bound to, if configured.
     source_ip: Option<std::net::IpAddr>,
+    /// Mutual TLS to peers, or plaintext.
+    connector: Connector,
 }
 
 impl PeerNetwork {
-    pub fn new(source_ip: Option<std::net::IpAddr>) -> PeerNetwork {
+    pub fn new(source_ip: Option<std::net::IpAddr>, connector: Connector) -> PeerNetwork {
         PeerNetwork {
             pools: Pools::default(),
             source_ip,
+            connector,
         }
     }
 }
@@ -84,6 +92,7 @@ pub struct PeerClient {
     addr: String,
     pools: Pools,
     source_ip: Option<std::net::IpAddr>,
+    connector: Connector,
 }
 
 /// How a call failed, before openraft's error types are chosen.
@@ -148,6 +157,11 @@ impl PeerClient {
                     let c = self.connect().await.map_err(CallError::Unreachable)?;
                     c.set_nodelay(true)
                         .map_err(|e| CallError::Network(e.to_string()))?;
+                    let c = self
+                        .connector
+                        .connect(c, &self.addr)
+                        .await
+                        .map_err(|e| CallError::Network(e.to_string()))?;
                     tokio::io::BufReader::with_capacity(256 * 1024, c)
                 }
             };
@@ -196,6 +210,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
             addr: node.peer.clone(),
             pools: self.pools.clone(),
             source_ip: self.source_ip,
+            connector: self.connector.clone(),
         }
     }
 }
@@ -251,15 +266,22 @@ impl RaftNetwork<TypeConfig> for PeerClient {
     }
 }
 
-/// Serves Raft RPCs from peers on `listener` until `shutdown` turns true.
-pub async fn serve_peers(listener: TcpListener, raft: Raft, shutdown: watch::Receiver<bool>) {
+/// Serves Raft RPCs from peers on `listener` until `shutdown` turns true; each connection
+/// first passes `acceptor`'s handshake (mutual TLS, or none).
+pub async fn serve_peers(
+    listener: TcpListener,
+    acceptor: Acceptor,
+    raft: Raft,
+    shutdown: watch::Receiver<bool>,
+) {
     wire::accept_loop("peer", listener, shutdown, move |stream| {
-        peer_connection(stream, raft.clone())
+        peer_connection(stream, acceptor.clone(), raft.clone())
     })
     .await
 }
 
-async fn peer_connection(stream: TcpStream, raft: Raft) -> Result<(), WireError> {
+async fn peer_connection(tcp: TcpStream, acceptor: Acceptor, raft: Raft) -> Result<(), WireError> {
+    let stream = acceptor.accept(tcp).await?;
     let mut stream = tokio::io::BufReader::with_capacity(256 * 1024, stream);
     loop {
         let request: PeerRequest = match wire::read_frame(&mut stream, PEER_FRAME_MAX).await {

@@ -13,13 +13,18 @@
 //! Bad input — an oversized or corrupt frame, undecodable bytes, a wrong version, a request
 //! before the hello — is answered with `ServerFrame::Error` naming the problem, and that
 //! connection is closed; the node and every other connection go on.
+//!
+//! Security (spec §7): the TLS handshake, if the port has one, comes before the hello. The
+//! hello's token makes the connection's [`Principal`]; with tokens configured, a hello
+//! without a known token is refused. Every request is checked against the principal's role
+//! ([`authorize`]) before it goes anywhere, and answered `Failure::Forbidden` if refused.
+//! When the tokens are reloaded and the principal's token is gone, the connection closes.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::BufReader;
-use tokio::net::tcp::OwnedReadHalf;
+use tokio::io::{BufReader, ReadHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, broadcast, mpsc, watch};
 
@@ -28,10 +33,11 @@ use super::proposer::Proposer;
 use super::reader::{Reader, answer};
 use crate::machine::{Applied, Command, Reply, SessionId};
 use crate::protocol::{
-    CLIENT_FRAME_MAX, ClientFrame, PROTOCOL_VERSION, Request, Response, ServerFrame,
+    CLIENT_FRAME_MAX, ClientFrame, Failure, PROTOCOL_VERSION, Request, Response, ServerFrame,
 };
 use crate::raft::state_store::AppliedState;
 use crate::raft::{NodeAddr, NodeId, Raft};
+use crate::security::{Acceptor, Principal, Stream, Tokens, authorize};
 use crate::task::AbortOnDrop;
 use crate::wire::{self, WireError};
 
@@ -62,6 +68,15 @@ pub struct Ctx {
     pub state: Arc<AppliedState>,
     pub proposer: Proposer,
     pub reader: Reader,
+    /// TLS for the port, or plaintext.
+    pub acceptor: Acceptor,
+    /// The tokens accepted, reloaded on SIGHUP.
+    pub tokens: Arc<Tokens>,
+    /// Who opened each session this node opened (principal ids): keep-alive, acquire,
+    /// release, close and following from anyone else are refused. Kept by this node only,
+    /// not replicated: after a failover the new leader does not know the owners of sessions
+    /// opened before it (see the caveat in the server module doc).
+    pub owners: Mutex<std::collections::BTreeMap<SessionId, String>>,
 }
 
 /// Serves client connections on `listener` until `shutdown` turns true.
@@ -72,8 +87,9 @@ pub async fn serve_clients(listener: TcpListener, ctx: Arc<Ctx>, shutdown: watch
     .await
 }
 
-async fn connection(stream: TcpStream, ctx: Arc<Ctx>) -> Result<(), String> {
-    let (rd, mut wr) = stream.into_split();
+async fn connection(tcp: TcpStream, ctx: Arc<Ctx>) -> Result<(), String> {
+    let stream = ctx.acceptor.accept(tcp).await.map_err(|e| e.to_string())?;
+    let (rd, mut wr) = tokio::io::split(stream);
     let mut rd = BufReader::with_capacity(READ_BUFFER_BYTES, rd);
     let (out, mut outbox) = mpsc::channel::<ServerFrame>(OUTBOX_MAX);
     let writer = tokio::spawn(async move {
@@ -97,13 +113,14 @@ async fn connection(stream: TcpStream, ctx: Arc<Ctx>) -> Result<(), String> {
 
 /// Serves one connection after its hello until it closes or sends bad input.
 async fn serve(
-    rd: &mut BufReader<OwnedReadHalf>,
+    rd: &mut BufReader<ReadHalf<Stream>>,
     out: &mpsc::Sender<ServerFrame>,
     ctx: &Arc<Ctx>,
 ) -> Result<(), String> {
-    if !greet(rd, out, ctx).await? {
+    let Some(principal) = greet(rd, out, ctx).await? else {
         return Ok(());
-    }
+    };
+    let mut revoked = std::pin::pin!(revocation(ctx.tokens.clone(), principal.clone()));
     let followed = Followed::default();
     let forwarder = tokio::spawn(forward_events(
         ctx.state.subscribe(),
@@ -114,7 +131,12 @@ async fn serve(
     let _stop_forwarder = AbortOnDrop(forwarder);
     let slots = Arc::new(Semaphore::new(IN_FLIGHT_MAX));
     loop {
-        let frame = match wire::read_frame::<_, ClientFrame>(rd, CLIENT_FRAME_MAX).await {
+        // Cancelling a half-read frame is harmless here: the connection is closing then.
+        let read = tokio::select! {
+            r = wire::read_frame::<_, ClientFrame>(rd, CLIENT_FRAME_MAX) => r,
+            why = &mut revoked => return Err(why),
+        };
+        let frame = match read {
             Ok(f) => f,
             Err(WireError::Closed) => return Ok(()),
             Err(e) => return Err(e.to_string()),
@@ -123,6 +145,13 @@ async fn serve(
             ClientFrame::Request { id, request } => (id, request),
             ClientFrame::Hello { .. } => return Err("a second hello".into()),
         };
+        if let Err(why) =
+            authorize(&principal.role, &request).and_then(|()| owned(ctx, &principal, &request))
+        {
+            let response = Response::Failed(Failure::Forbidden(why));
+            let _ = out.send(ServerFrame::Response { id, response }).await;
+            continue;
+        }
         if let Request::Write(command) = &request
             && let Some(session) = session_of(command)
         {
@@ -132,6 +161,7 @@ async fn serve(
         let ctx = ctx.clone();
         let out = out.clone();
         let followed = followed.clone();
+        let owner = principal.id.clone();
         tokio::spawn(async move {
             let response = handle(&ctx, request).await;
             if let Response::Written {
@@ -139,6 +169,10 @@ async fn serve(
                 ..
             } = &response
             {
+                ctx.owners
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(*session, owner);
                 follow(&followed, *session);
             }
             let _ = out.send(ServerFrame::Response { id, response }).await;
@@ -147,37 +181,70 @@ async fn serve(
     }
 }
 
-/// Reads the hello and answers `Welcome`. `Ok(false)`: the client closed before saying
-/// hello. An error is the reason to close with.
+/// Resolves, with the reason, once a reload of the tokens has taken `principal`'s away.
+async fn revocation(tokens: Arc<Tokens>, principal: Principal) -> String {
+    let mut reloads = tokens.reloads();
+    loop {
+        if reloads.changed().await.is_err() {
+            // The node is going away; its shutdown ends this connection.
+            std::future::pending::<()>().await;
+        }
+        if !tokens.still_valid(&principal) {
+            return format!("the token (role {}) was revoked", principal.role);
+        }
+    }
+}
+
+/// Reads the hello, authenticates its token, and answers `Welcome`. `Ok(None)`: the client
+/// closed before saying hello. An error is the reason to close with.
 async fn greet(
-    rd: &mut BufReader<OwnedReadHalf>,
+    rd: &mut BufReader<ReadHalf<Stream>>,
     out: &mpsc::Sender<ServerFrame>,
     ctx: &Ctx,
-) -> Result<bool, String> {
+) -> Result<Option<Principal>, String> {
     let hello = tokio::time::timeout(
         HELLO_TIMEOUT,
         wire::read_frame::<_, ClientFrame>(rd, CLIENT_FRAME_MAX),
     )
     .await
     .map_err(|_| format!("no hello within {HELLO_TIMEOUT:?}"))?;
-    match hello {
-        Ok(ClientFrame::Hello { version }) if version == PROTOCOL_VERSION => {}
-        Ok(ClientFrame::Hello { version }) => {
+    let principal = match hello {
+        Ok(ClientFrame::Hello { version, token }) if version == PROTOCOL_VERSION => {
+            ctx.tokens.authenticate(token.as_deref())?
+        }
+        Ok(ClientFrame::Hello { version, .. }) => {
             return Err(format!(
                 "protocol version {version} is not supported (this node speaks {PROTOCOL_VERSION})"
             ));
         }
         Ok(ClientFrame::Request { .. }) => return Err("request before hello".into()),
-        Err(WireError::Closed) => return Ok(false),
+        Err(WireError::Closed) => return Ok(None),
         Err(e) => return Err(e.to_string()),
-    }
+    };
     out.send(ServerFrame::Welcome {
         version: PROTOCOL_VERSION,
         node: ctx.id,
     })
     .await
     .map_err(|_| "writer gone".to_string())?;
-    Ok(true)
+    Ok(Some(principal))
+}
+
+/// Refuses a request on a session another principal opened.
+fn owned(ctx: &Ctx, principal: &Principal, request: &Request) -> Result<(), String> {
+    let Request::Write(command) = request else {
+        return Ok(());
+    };
+    let Some(session) = session_of(command) else {
+        return Ok(());
+    };
+    let owners = ctx.owners.lock().unwrap_or_else(|p| p.into_inner());
+    match owners.get(&session) {
+        Some(owner) if *owner != principal.id => {
+            Err(format!("session {session} belongs to another principal"))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Adds `session` to what the connection follows.

@@ -24,10 +24,13 @@ use crate::raft::log_store::LogStore;
 use crate::raft::network::{PeerNetwork, serve_peers};
 use crate::raft::state_store::StateStore;
 use crate::raft::{NodeAddr, Raft};
+use crate::security::{Acceptor, Connector, TokenTable, Tokens, tls};
 
 /// A running node.
 pub struct Node {
     pub raft: Raft,
+    /// The tokens its client port accepts; [`Node::reload_tokens`] replaces them.
+    tokens: Arc<Tokens>,
     /// Turned true once, by [`Node::stop`]; every spawned task watches it.
     shutdown: watch::Sender<bool>,
 }
@@ -43,18 +46,24 @@ impl Node {
         let store = StateStore::open(dir)?;
         let state = store.state();
         let raft_config = Arc::new(config.openraft()?);
+        let security = Security::from_config(&config)?;
         let (peer_listener, client_listener) = bind_ports(&config).await?;
         let raft = Raft::new(
             config.id,
             raft_config,
-            PeerNetwork::new(config.peer_source_ip),
+            PeerNetwork::new(config.peer_source_ip, security.peer_connector),
             log,
             store,
         )
         .await
         .map_err(|e| format!("raft: {e}"))?;
         let (shutdown, watch_rx) = watch::channel(false);
-        tokio::spawn(serve_peers(peer_listener, raft.clone(), watch_rx.clone()));
+        tokio::spawn(serve_peers(
+            peer_listener,
+            security.peer_acceptor,
+            raft.clone(),
+            watch_rx.clone(),
+        ));
         if first_start {
             found_cluster(&config, &raft).await;
         }
@@ -66,6 +75,7 @@ impl Node {
             watch_rx.clone(),
         );
         let reader = Reader::start(raft.clone(), state.clone(), watch_rx.clone());
+        let tokens = Arc::new(Tokens::new(TokenTable::new(&config.tokens)?));
         let ctx = Arc::new(Ctx {
             id: config.id,
             client_addr: config.client_addr.clone(),
@@ -73,6 +83,9 @@ impl Node {
             state,
             proposer,
             reader,
+            acceptor: security.client_acceptor,
+            tokens: tokens.clone(),
+            owners: Default::default(),
         });
         tokio::spawn(client_port::serve_clients(client_listener, ctx, watch_rx));
         tracing::info!(
@@ -81,7 +94,34 @@ impl Node {
             config.peer_addr,
             dir.display()
         );
-        Ok(Node { raft, shutdown })
+        match &config.tls {
+            Some(_) => tracing::info!("TLS on: client port TLS, peer port mutual TLS"),
+            None => tracing::warn!(
+                "no [tls] configured: serving PLAINTEXT (allowed on loopback addresses only, \
+                 or with insecure = true)"
+            ),
+        }
+        if config.tokens.is_empty() {
+            tracing::warn!("no tokens configured: every client connection may do everything");
+        } else {
+            tracing::info!(
+                "{} token(s) accepted on the client port",
+                config.tokens.len()
+            );
+        }
+        Ok(Node {
+            raft,
+            tokens,
+            shutdown,
+        })
+    }
+
+    /// Replaces the accepted tokens with those of `config` (a re-read config file); open
+    /// connections whose token is gone close.
+    pub fn reload_tokens(&self, config: &Config) -> Result<usize, String> {
+        let table = TokenTable::new(&config.tokens)?;
+        self.tokens.replace(table);
+        Ok(config.tokens.len())
     }
 
     /// Stops serving and shuts Raft down.
@@ -91,6 +131,30 @@ impl Node {
             tracing::warn!("raft shutdown: {e}");
         }
         tracing::info!("stopped");
+    }
+}
+
+/// The node's TLS ends, from its config: plaintext everywhere without `[tls]`.
+struct Security {
+    client_acceptor: Acceptor,
+    peer_acceptor: Acceptor,
+    peer_connector: Connector,
+}
+
+impl Security {
+    fn from_config(config: &Config) -> Result<Security, String> {
+        let Some(files) = &config.tls else {
+            return Ok(Security {
+                client_acceptor: Acceptor::plain(),
+                peer_acceptor: Acceptor::plain(),
+                peer_connector: Connector::plain(),
+            });
+        };
+        Ok(Security {
+            client_acceptor: Acceptor::tls(tls::server_config(files)?),
+            peer_acceptor: Acceptor::tls(tls::peer_server_config(files)?),
+            peer_connector: Connector::tls(tls::peer_client_config(files)?),
+        })
     }
 }
 
@@ -135,19 +199,45 @@ async fn found_cluster(config: &Config, raft: &Raft) {
     }
 }
 
-/// Runs a node until SIGTERM or ctrl-c. The handlers are installed before the node starts,
-/// so a signal that arrives while it starts is not lost (nor fatal).
-pub async fn serve(config: Config) -> Result<(), String> {
+/// Runs a node until SIGTERM or ctrl-c; on SIGHUP re-reads the tokens from `config_path`
+/// (if the node was started from a file). The handlers are installed before the node
+/// starts, so a signal that arrives while it starts is not lost (nor fatal).
+pub async fn serve(config: Config, config_path: Option<std::path::PathBuf>) -> Result<(), String> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term =
         signal(SignalKind::terminate()).map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
     let mut int =
         signal(SignalKind::interrupt()).map_err(|e| format!("cannot watch SIGINT: {e}"))?;
+    let mut hup = signal(SignalKind::hangup()).map_err(|e| format!("cannot watch SIGHUP: {e}"))?;
     let node = Node::start(config).await?;
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),
-        _ = int.recv() => tracing::info!("SIGINT received, shutting down"),
+    loop {
+        tokio::select! {
+            _ = term.recv() => {
+                tracing::info!("SIGTERM received, shutting down");
+                break;
+            }
+            _ = int.recv() => {
+                tracing::info!("SIGINT received, shutting down");
+                break;
+            }
+            _ = hup.recv() => reload(&node, config_path.as_deref()),
+        }
     }
     node.stop().await;
     Ok(())
+}
+
+/// SIGHUP: re-reads the config file and replaces the tokens; a file that no longer loads
+/// keeps the old tokens (logged), so a typo does not lock everyone out.
+fn reload(node: &Node, config_path: Option<&std::path::Path>) {
+    let Some(path) = config_path else {
+        tracing::warn!(
+            "SIGHUP received, but the node runs without a config file: nothing to reload"
+        );
+        return;
+    };
+    match Config::load(path).and_then(|c| node.reload_tokens(&c)) {
+        Ok(n) => tracing::info!("SIGHUP: reloaded {n} token(s) from {}", path.display()),
+        Err(e) => tracing::error!("SIGHUP: tokens not reloaded, keeping the old ones: {e}"),
+    }
 }

@@ -24,6 +24,7 @@ fn frame(payload: &[u8]) -> Vec<u8> {
 fn hello() -> Vec<u8> {
     frame(&codec::encode(&ClientFrame::Hello {
         version: PROTOCOL_VERSION,
+        token: None,
     }))
 }
 
@@ -91,9 +92,12 @@ async fn every_kind_of_bad_input_closes_only_its_connection() {
         ),
         (
             "wrong version",
-            frame(&codec::encode(&ClientFrame::Hello { version: 99 })),
+            frame(&codec::encode(&ClientFrame::Hello {
+                version: 99,
+                token: None,
+            })),
             false,
-            "protocol version 99 is not supported (this node speaks 1)",
+            "protocol version 99 is not supported (this node speaks 2)",
         ),
         (
             "request before hello",

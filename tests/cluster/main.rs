@@ -4,6 +4,7 @@ mod cli;
 mod client_port;
 mod harness;
 mod library;
+mod security;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -487,6 +488,7 @@ async fn a_queued_waiter_is_told_of_its_grant_by_push_without_asking_again() {
         &mut conn,
         &ClientFrame::Hello {
             version: PROTOCOL_VERSION,
+            token: None,
         },
     )
     .await

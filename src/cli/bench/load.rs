@@ -14,9 +14,10 @@ use super::super::{EXIT_ERROR, EXIT_OK, Exit, Output};
 use super::report::{LoadReport, Recorder, histogram, ms};
 use super::{BenchArgs, Workload, spawn};
 use crate::client::{AcquireOptions, Client, Session};
-use crate::launcher::{LocalCluster, leader_among};
+use crate::launcher::{LocalCluster, leader_among_with};
 use crate::machine::Spend;
 use crate::machine::{Change, Reply, Settle};
+use crate::security::ClientSecurity;
 
 /// The tenant, and the budget period, every workload works in.
 const TENANT: &str = "bench";
@@ -36,20 +37,21 @@ fn limit_name(l: u64) -> String {
 pub async fn run(
     args: &BenchArgs,
     servers: &[String],
+    security: &ClientSecurity,
     spawned: Option<&mut LocalCluster>,
     out: &Output,
 ) -> Result<Exit, String> {
-    let admin = Client::new(servers.to_vec());
+    let admin = Client::with_security(servers.to_vec(), security.clone());
     define_limits(&admin, args).await?;
     let spent_before = admin
         .spent(TENANT, PERIOD)
         .await
         .map_err(|e| e.to_string())?;
     let recorder = Arc::new(Recorder::new());
-    let clients = start_clients(args, servers, &recorder);
+    let clients = start_clients(args, servers, security, &recorder);
     tokio::time::sleep(Duration::from_secs_f64(args.warmup)).await;
     recorder.measuring.store(true, Ordering::Relaxed);
-    let (elapsed, recoveries_us) = measure(args, servers, spawned, &recorder).await?;
+    let (elapsed, recoveries_us) = measure(args, servers, security, spawned, &recorder).await?;
     recorder.measuring.store(false, Ordering::Relaxed);
     recorder.stop.store(true, Ordering::Relaxed);
     for c in clients {
@@ -83,13 +85,14 @@ async fn define_limits(admin: &Client, args: &BenchArgs) -> Result<(), String> {
 fn start_clients(
     args: &BenchArgs,
     servers: &[String],
+    security: &ClientSecurity,
     recorder: &Arc<Recorder>,
 ) -> Vec<JoinHandle<()>> {
-    let mut client = Client::new(servers.to_vec());
+    let mut client = Client::with_security(servers.to_vec(), security.clone());
     (0..args.clients)
         .map(|n| {
             if n % args.clients_per_connection == 0 {
-                client = Client::new(servers.to_vec());
+                client = Client::with_security(servers.to_vec(), security.clone());
             }
             let bench = BenchClient {
                 client: client.clone(),
@@ -108,6 +111,7 @@ fn start_clients(
 async fn measure(
     args: &BenchArgs,
     servers: &[String],
+    security: &ClientSecurity,
     mut spawned: Option<&mut LocalCluster>,
     recorder: &Recorder,
 ) -> Result<(Duration, Vec<u64>), String> {
@@ -126,7 +130,7 @@ async fn measure(
             && recoveries_us.len() < args.failover as usize
             && Instant::now() >= next_kill
         {
-            recoveries_us.push(kill_the_leader(cluster, servers, recorder).await?);
+            recoveries_us.push(kill_the_leader(cluster, servers, security, recorder).await?);
             next_kill = Instant::now() + kill_every;
         }
     }
@@ -169,9 +173,10 @@ impl Progress {
 async fn kill_the_leader(
     cluster: &mut LocalCluster,
     servers: &[String],
+    security: &ClientSecurity,
     recorder: &Recorder,
 ) -> Result<u64, String> {
-    let Some(leader) = leader_among(servers, Duration::from_secs(10)).await else {
+    let Some(leader) = leader_among_with(servers, Duration::from_secs(10), security).await else {
         return Err("no leader to kill".into());
     };
     recorder.recovered_ns.store(0, Ordering::Release);

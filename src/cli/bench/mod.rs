@@ -9,7 +9,10 @@
 //! is printed every second to stderr.
 //!
 //! `--spawn N` starts a durable N-node cluster on loopback with the default config in a
-//! temporary directory, and removes it afterwards. `--failover K` (with `--spawn`) kills the
+//! temporary directory, and removes it afterwards; with `--tls` that cluster has
+//! development certificates (TLS on the client port, mutual TLS between peers) and an
+//! admin token, and the bench connects with both. Against given `--servers`, the global
+//! `--ca` and `--token` apply. `--failover K` (with `--spawn`) kills the
 //! leader with SIGKILL K times during the run, measures from each kill to the first
 //! operation sent after it that succeeds, restarts the node, and at the end checks that no
 //! acknowledged operation was lost.
@@ -29,7 +32,8 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 
 use super::{EXIT_ERROR, EXIT_USAGE, Exit, Output};
-use crate::launcher::leader_among;
+use crate::launcher::leader_among_with;
+use crate::security::ClientSecurity;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Workload {
@@ -80,6 +84,9 @@ pub struct BenchArgs {
     /// Kill the leader this many times during the run (needs --spawn).
     #[arg(long, default_value_t = 0)]
     pub failover: u32,
+    /// With --spawn: TLS on every port and an admin token (to measure what they cost).
+    #[arg(long)]
+    pub tls: bool,
 }
 
 /// Refuses arguments that make no run, with the usage message.
@@ -89,6 +96,9 @@ fn check(args: &BenchArgs) -> Result<(), &'static str> {
     }
     if args.failover > 0 && args.spawn.is_none() {
         return Err("--failover needs --spawn (the bench kills the nodes it started)");
+    }
+    if args.tls && args.spawn.is_none() {
+        return Err("--tls needs --spawn (against given servers, use --ca and --token)");
     }
     if !(args.duration > 0.0
         && args.duration < 86_400.0
@@ -100,7 +110,7 @@ fn check(args: &BenchArgs) -> Result<(), &'static str> {
     Ok(())
 }
 
-pub fn run(args: &BenchArgs, servers: &[String], out: &Output) -> Exit {
+pub fn run(args: &BenchArgs, servers: &[String], security: &ClientSecurity, out: &Output) -> Exit {
     if let Err(why) = check(args) {
         eprintln!("weir bench: {why}");
         return EXIT_USAGE;
@@ -116,7 +126,7 @@ pub fn run(args: &BenchArgs, servers: &[String], out: &Output) -> Exit {
         }
     };
     runtime.block_on(async {
-        let mut spawned = match args.spawn.map(spawn::start).transpose() {
+        let mut spawned = match args.spawn.map(|n| spawn::start(n, args.tls)).transpose() {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("weir bench: {e}");
@@ -126,7 +136,10 @@ pub fn run(args: &BenchArgs, servers: &[String], out: &Output) -> Exit {
         let servers = spawned
             .as_ref()
             .map_or_else(|| servers.to_vec(), |c| c.servers());
-        if leader_among(&servers, Duration::from_secs(20))
+        let security = spawned
+            .as_ref()
+            .map_or_else(|| security.clone(), |c| c.client_security().clone());
+        if leader_among_with(&servers, Duration::from_secs(20), &security)
             .await
             .is_none()
         {
@@ -134,9 +147,15 @@ pub fn run(args: &BenchArgs, servers: &[String], out: &Output) -> Exit {
             return EXIT_ERROR;
         }
         let result = if args.workload == Workload::Scale {
+            if security.token.is_some() || args.tls {
+                return {
+                    eprintln!("weir bench: the scale workload runs without --tls and --token");
+                    EXIT_USAGE
+                };
+            }
             scale::run(&servers, out).await
         } else {
-            load::run(args, &servers, spawned.as_mut(), out).await
+            load::run(args, &servers, &security, spawned.as_mut(), out).await
         };
         result.unwrap_or_else(|e| {
             eprintln!("weir bench: {e}");

@@ -8,12 +8,32 @@ use crate::launcher::LocalCluster;
 /// How long a restarted node may take to answer again.
 const REJOIN_WAIT: Duration = Duration::from_secs(20);
 
-/// Starts `n` nodes (the caller waits for a leader).
-pub fn start(n: u64) -> Result<LocalCluster, String> {
+/// Starts `n` nodes (the caller waits for a leader); with `tls`, each with development
+/// certificates and one admin token, which the returned cluster's client security holds.
+pub fn start(n: u64, tls: bool) -> Result<LocalCluster, String> {
     let weir = std::env::current_exe().map_err(|e| format!("cannot find weir itself: {e}"))?;
     // Warnings only: the bench's own progress lines are what the reader watches.
     let mut cluster = LocalCluster::in_temp_dir(weir, "weir-bench")?.rust_log("warn");
-    let configs = cluster.loopback_configs(n)?;
+    let mut configs = cluster.loopback_configs(n)?;
+    if tls {
+        let certs = cluster.dir().join("certs");
+        crate::security::certs::init(&certs, n)?;
+        let secret = format!("bench-{:016x}", crate::security::random_u64()?);
+        for c in &mut configs {
+            c.tls = Some(crate::config::TlsFiles {
+                cert: certs.join(format!("node{}.pem", c.id)),
+                key: certs.join(format!("node{}.key", c.id)),
+                ca: certs.join("ca.pem"),
+            });
+            c.tokens = vec![crate::config::TokenEntry {
+                sha256: crate::security::hash_token(&secret),
+                role: "admin".into(),
+            }];
+        }
+        let security =
+            crate::security::ClientSecurity::new(Some(&certs.join("ca.pem")), Some(secret))?;
+        cluster = cluster.security(security);
+    }
     cluster.add_and_start(configs)?;
     Ok(cluster)
 }

@@ -1,0 +1,46 @@
+//! `weir certs init DIR` (a development CA and node certificates, [`crate::security::certs`])
+//! and `weir token hash SECRET` (the sha256 hex a config's `[[tokens]]` entry stores).
+
+use clap::Subcommand;
+
+use super::{EXIT_ERROR, EXIT_OK, Exit};
+use crate::security::{certs, hash_token};
+
+#[derive(Subcommand, Debug)]
+pub enum CertsCommand {
+    /// Write ca.pem and node{i}.pem / node{i}.key (loopback names) into DIR.
+    Init {
+        dir: std::path::PathBuf,
+        /// How many node certificates.
+        #[arg(long, default_value_t = 3)]
+        nodes: u64,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TokenCommand {
+    /// Print the sha256 hex of SECRET, for a `[[tokens]]` entry's `sha256`.
+    Hash { secret: String },
+}
+
+pub fn certs(command: &CertsCommand) -> Exit {
+    let CertsCommand::Init { dir, nodes } = command;
+    match certs::init(dir, *nodes) {
+        Ok(files) => {
+            for f in files {
+                println!("wrote {}", f.display());
+            }
+            EXIT_OK
+        }
+        Err(e) => {
+            eprintln!("weir certs init: {e}");
+            EXIT_ERROR
+        }
+    }
+}
+
+pub fn token(command: &TokenCommand) -> Exit {
+    let TokenCommand::Hash { secret } = command;
+    println!("{}", hash_token(secret));
+    EXIT_OK
+}

@@ -1,0 +1,376 @@
+//! Security end to end (spec §7, G10): real TLS handshakes between real processes, tokens
+//! and their roles, and reloading tokens with SIGHUP.
+
+use std::path::Path;
+use std::time::Duration;
+
+use weir::client::{Client, ClientError};
+use weir::config::{Config, TlsFiles, TokenEntry};
+use weir::launcher::LocalCluster;
+use weir::machine::{Command, HaltScope, Reply};
+use weir::protocol::{Failure, Query, Request, Response};
+use weir::security::certs::{DevCa, Validity};
+use weir::security::{ClientSecurity, hash_token};
+
+use crate::harness::phase;
+
+const ADMIN: &str = "admin-secret";
+const TENANT_A: &str = "tenant-a-secret";
+const TENANT_B: &str = "tenant-b-secret";
+const READER: &str = "read-secret";
+
+/// Writes `ca.pem` of `ca` and a certificate for each name into `dir`.
+fn write_certs(dir: &Path, ca: &DevCa, names: &[(&str, Validity)]) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("ca.pem"), ca.cert_pem()).unwrap();
+    for (name, validity) in names {
+        let issued = ca.issue(name, *validity).unwrap();
+        std::fs::write(dir.join(format!("{name}.pem")), issued.cert_pem).unwrap();
+        std::fs::write(dir.join(format!("{name}.key")), issued.key_pem).unwrap();
+    }
+}
+
+fn tls_files(dir: &Path, name: &str) -> TlsFiles {
+    TlsFiles {
+        cert: dir.join(format!("{name}.pem")),
+        key: dir.join(format!("{name}.key")),
+        ca: dir.join("ca.pem"),
+    }
+}
+
+fn tokens() -> Vec<TokenEntry> {
+    [
+        (ADMIN, "admin"),
+        (TENANT_A, "tenant:a"),
+        (TENANT_B, "tenant:b"),
+        (READER, "read"),
+    ]
+    .iter()
+    .map(|(secret, role)| TokenEntry {
+        sha256: hash_token(secret),
+        role: role.to_string(),
+    })
+    .collect()
+}
+
+fn security(ca: Option<&Path>, token: Option<&str>) -> ClientSecurity {
+    ClientSecurity::new(ca, token.map(String::from)).unwrap()
+}
+
+fn define(tenant: &str) -> Command {
+    Command::DefineLimit {
+        tenant: tenant.into(),
+        name: "x".into(),
+        concurrent: 2,
+        per_second: 0.0,
+        burst: None,
+    }
+}
+
+/// What `client` is answered for `request`: the response, or the client error's text.
+async fn ask(client: &Client, request: Request) -> Result<Response, ClientError> {
+    tokio::time::timeout(Duration::from_secs(20), client.request(request))
+        .await
+        .expect("bounded")
+}
+
+fn forbidden(r: &Result<Response, ClientError>) -> bool {
+    matches!(r, Ok(Response::Failed(Failure::Forbidden(_))))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_peers_elect_and_clients_with_a_wrong_ca_or_an_expired_certificate_are_refused() {
+    let mut cluster =
+        LocalCluster::in_temp_dir(env!("CARGO_BIN_EXE_weir"), "weir-sec-tls").unwrap();
+    let certs = cluster.dir().join("certs");
+    let other = cluster.dir().join("other");
+    let ca = DevCa::new("cluster CA").unwrap();
+    write_certs(
+        &certs,
+        &ca,
+        &[
+            ("node1", Validity::Current),
+            ("node2", Validity::Current),
+            ("node3", Validity::Current),
+            ("stale", Validity::Expired),
+        ],
+    );
+    let other_ca = DevCa::new("another CA").unwrap();
+    write_certs(&other, &other_ca, &[("node4", Validity::Current)]);
+    let admin = security(Some(&certs.join("ca.pem")), Some(ADMIN));
+    cluster = cluster.security(admin.clone());
+
+    phase("three nodes with certificates from one CA elect a leader over mutual TLS");
+    let mut configs = cluster.loopback_configs(3).unwrap();
+    for c in &mut configs {
+        c.tls = Some(tls_files(&certs, &format!("node{}", c.id)));
+        c.tokens = tokens();
+    }
+    cluster.add_and_start(configs).unwrap();
+    let leader = cluster
+        .leader(Duration::from_secs(30))
+        .await
+        .expect("a leader over TLS");
+    let client = Client::with_security(cluster.servers(), admin.clone());
+    assert!(matches!(
+        ask(&client, Request::Write(define("a"))).await,
+        Ok(Response::Written { .. })
+    ));
+
+    phase("a client verifying against another CA is refused in the handshake");
+    let wrong = Client::with_security(
+        cluster.servers(),
+        security(Some(&other.join("ca.pem")), Some(ADMIN)),
+    );
+    match ask(&wrong, Request::Status).await {
+        Err(ClientError::Protocol(why)) => assert!(why.contains("certificate"), "{why}"),
+        other => panic!("a wrong CA was not refused: {other:?}"),
+    }
+    phase("a plaintext client on a TLS port gets no welcome");
+    let plain = Client::ask_node_with(
+        &cluster.node(leader).client,
+        &Request::Status,
+        &security(None, Some(ADMIN)),
+    )
+    .await;
+    assert!(plain.is_err(), "{plain:?}");
+    phase("no token, or an unknown one, is refused with a clear error");
+    let none = Client::ask_node_with(
+        &cluster.node(leader).client,
+        &Request::Status,
+        &security(Some(&certs.join("ca.pem")), None),
+    )
+    .await;
+    assert!(
+        matches!(&none, Err(ClientError::Protocol(w)) if w.contains("requires a token")),
+        "{none:?}"
+    );
+    let unknown = Client::ask_node_with(
+        &cluster.node(leader).client,
+        &Request::Status,
+        &security(Some(&certs.join("ca.pem")), Some("guess")),
+    )
+    .await;
+    assert!(
+        matches!(&unknown, Err(ClientError::Protocol(w)) if w.contains("not recognized")),
+        "{unknown:?}"
+    );
+
+    phase("a node whose certificate another CA issued cannot join");
+    let mut peers = cluster.voters();
+    let me = weir::config::Peer {
+        id: 4,
+        client: weir::launcher::loopback_addr().unwrap(),
+        peer: weir::launcher::loopback_addr().unwrap(),
+    };
+    peers.push(me.clone());
+    cluster
+        .add(Config {
+            id: 4,
+            data_dir: cluster.data_dir(4),
+            client_addr: me.client.clone(),
+            peer_addr: me.peer.clone(),
+            peers,
+            tls: Some(tls_files(&other, "node4")),
+            tokens: tokens(),
+            ..Config::default()
+        })
+        .unwrap();
+    cluster.start(4).unwrap();
+    // The leader's AddNode may even report success (openraft does not wait on a learner it
+    // cannot reach); what matters is that nothing reaches the outsider.
+    let _ = tokio::time::timeout(
+        Duration::from_secs(15),
+        client.request(Request::AddNode {
+            id: 4,
+            peer: me.peer.clone(),
+            client: me.client.clone(),
+        }),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let outsider = security(Some(&other.join("ca.pem")), Some(ADMIN));
+    match Client::ask_node_with(&me.client, &Request::Status, &outsider).await {
+        Ok(Response::Status(st)) => {
+            assert_eq!(st.applied, 0, "the outsider applied nothing: {st:?}");
+            assert_eq!(st.leader, None, "the outsider knows no leader: {st:?}");
+        }
+        other => panic!("node 4 did not answer its own CA's client: {other:?}"),
+    }
+    let refused = (1..=3).any(|id| {
+        cluster
+            .log_tail(id, 400)
+            .iter()
+            .any(|l| l.contains("TLS handshake") && l.contains("UnknownIssuer"))
+    });
+    assert!(refused, "no node logged the outsider's refused certificate");
+
+    phase("an expired certificate is refused");
+    let mut single =
+        LocalCluster::in_temp_dir(env!("CARGO_BIN_EXE_weir"), "weir-sec-expired").unwrap();
+    let mut config = single.loopback_configs(1).unwrap().remove(0);
+    config.tls = Some(tls_files(&certs, "stale"));
+    single.add_and_start(vec![config]).unwrap();
+    let stale = Client::with_security(
+        single.servers(),
+        security(Some(&certs.join("ca.pem")), None),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match ask(&stale, Request::Status).await {
+            Err(ClientError::Protocol(why)) => {
+                assert!(why.contains("expired"), "{why}");
+                break;
+            }
+            other if std::time::Instant::now() > deadline => panic!("expired accepted: {other:?}"),
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_tokens_stay_in_their_tenant_read_only_reads_and_a_revoked_token_stops_after_sighup()
+{
+    let mut cluster =
+        LocalCluster::in_temp_dir(env!("CARGO_BIN_EXE_weir"), "weir-sec-tokens").unwrap();
+    cluster = cluster.security(security(None, Some(ADMIN)));
+    let mut config = cluster.loopback_configs(1).unwrap().remove(0);
+    config.tokens = tokens();
+    cluster.add_and_start(vec![config.clone()]).unwrap();
+    cluster
+        .leader(Duration::from_secs(20))
+        .await
+        .expect("a leader");
+    let servers = cluster.servers();
+    let admin = Client::with_security(servers.clone(), security(None, Some(ADMIN)));
+    let a = Client::with_security(servers.clone(), security(None, Some(TENANT_A)));
+    let b = Client::with_security(servers.clone(), security(None, Some(TENANT_B)));
+    let reader = Client::with_security(servers.clone(), security(None, Some(READER)));
+
+    phase("admin defines in both tenants; tenant:a in its own");
+    for t in ["a", "b"] {
+        assert!(matches!(
+            ask(&admin, Request::Write(define(t))).await,
+            Ok(Response::Written { .. })
+        ));
+    }
+    assert!(matches!(
+        ask(&a, Request::Write(define("a"))).await,
+        Ok(Response::Written { .. })
+    ));
+
+    phase("tenant:a cannot define, acquire, reserve, read or halt in tenant b");
+    let session = match ask(&a, Request::Write(Command::OpenSession { ttl_ms: 10_000 })).await {
+        Ok(Response::Written {
+            reply: Reply::SessionOpened { session, .. },
+            ..
+        }) => session,
+        other => panic!("open: {other:?}"),
+    };
+    let acquire = |tenant: &str, ticket| {
+        Command::Acquire(weir::machine::Acquire {
+            session,
+            ticket,
+            tenant: tenant.into(),
+            limit: "x".into(),
+            units: 1,
+            priority: Default::default(),
+            agent: None,
+            wait: false,
+        })
+    };
+    let into_b = [
+        Request::Write(define("b")),
+        Request::Write(acquire("b", 1)),
+        Request::Write(Command::Reserve {
+            tenant: "b".into(),
+            run: "r".into(),
+            agent: None,
+            period: None,
+        }),
+        Request::Read(Query::Limits { tenant: "b".into() }),
+        Request::ReadLocal(Query::Tenant { tenant: "b".into() }),
+        Request::Write(Command::SetHalt {
+            tenant: "b".into(),
+            scope: HaltScope::Tenant,
+            reason: "no".into(),
+        }),
+        Request::Status,
+        Request::SnapshotCost,
+        Request::RemoveNode { id: 1 },
+    ];
+    for request in into_b {
+        let r = ask(&a, request.clone()).await;
+        assert!(forbidden(&r), "tenant:a was not refused {request:?}: {r:?}");
+    }
+    assert!(matches!(
+        ask(&a, Request::Write(acquire("a", 2))).await,
+        Ok(Response::Written {
+            reply: Reply::Granted { .. },
+            ..
+        })
+    ));
+
+    phase("read reads anywhere and writes nowhere");
+    assert!(matches!(
+        ask(&reader, Request::Read(Query::Limits { tenant: "b".into() })).await,
+        Ok(Response::Read(_))
+    ));
+    for request in [
+        Request::Write(define("a")),
+        Request::Write(Command::OpenSession { ttl_ms: 10_000 }),
+        Request::Status,
+    ] {
+        let r = ask(&reader, request.clone()).await;
+        assert!(forbidden(&r), "read was not refused {request:?}: {r:?}");
+    }
+
+    phase("tenant:b cannot keep alive, release or close tenant:a's session");
+    for command in [
+        Command::KeepAlive { session },
+        Command::Release { session, ticket: 2 },
+        Command::CloseSession { session },
+        acquire("b", 3),
+    ] {
+        let r = ask(&b, Request::Write(command.clone())).await;
+        assert!(forbidden(&r), "tenant:b was not refused {command:?}: {r:?}");
+    }
+    assert!(matches!(
+        ask(&a, Request::Write(Command::KeepAlive { session })).await,
+        Ok(Response::Written {
+            reply: Reply::KeptAlive { .. },
+            ..
+        })
+    ));
+
+    phase("a revoked token stops working after SIGHUP, its open connection closed");
+    let mut revoked = config.clone();
+    revoked.tokens.retain(|t| t.role != "tenant:a");
+    let path = cluster.node(1).config_path.clone();
+    std::fs::write(&path, toml::to_string(&revoked).unwrap()).unwrap();
+    cluster.signal(1, "-HUP");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match ask(&a, Request::Read(Query::Limits { tenant: "a".into() })).await {
+            Err(ClientError::Protocol(why)) => {
+                assert!(why.contains("not recognized"), "{why}");
+                break;
+            }
+            other if std::time::Instant::now() > deadline => {
+                panic!("still served after SIGHUP: {other:?}")
+            }
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    assert!(
+        cluster
+            .log_tail(1, 200)
+            .iter()
+            .any(|l| l.contains("was revoked")),
+        "the open connection was not closed for its revoked token"
+    );
+    assert!(matches!(
+        ask(&b, Request::Read(Query::Limits { tenant: "b".into() })).await,
+        Ok(Response::Read(_))
+    ));
+}
