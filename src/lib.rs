@@ -11,7 +11,7 @@ pub mod server;
 
 pub mod client;
 pub mod protocol;
-/// TLS, tokens and roles; `config` borrows only its token parsers (`security::token`).
+// TLS, tokens and roles; `config` borrows only its token parsers (`security::token`).
 pub mod security;
 
 pub mod raft;

@@ -6,7 +6,7 @@
 //!   or not. The peer port is mutual TLS: both ends present a certificate from the one
 //!   cluster CA, and a connection without one is refused in the handshake, before a frame.
 //! - [`token`] holds the configured tokens (sha256 hex of the secret, never the secret) and
-//!   the role each grants; [`authorize`] says whether a role may make a request.
+//!   the role each grants; [`authorize()`] says whether a role may make a request.
 //! - [`certs`] writes a development CA and node certificates (`weir certs init`).
 //!
 //! Invariants:

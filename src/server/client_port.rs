@@ -17,7 +17,7 @@
 //! Security (spec §7): the TLS handshake, if the port has one, comes before the hello. The
 //! hello's token makes the connection's [`Principal`]; with tokens configured, a hello
 //! without a known token is refused. Every request is checked against the principal's role
-//! ([`authorize`]) before it goes anywhere, and answered `Failure::Forbidden` if refused.
+//! ([`authorize()`]) before it goes anywhere, and answered `Failure::Forbidden` if refused.
 //! When the tokens are reloaded and the principal's token is gone, the connection closes.
 
 use std::collections::BTreeSet;

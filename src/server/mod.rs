@@ -187,6 +187,12 @@
 //!   shutdown does not cancel its requests: a write already queued still goes through the log
 //!   and its reply is dropped. The client, seeing its connection fail, counts the write as
 //!   possibly applied (it retries it, and reports `OutcomeUnknown` if it runs out of tries).
+//! - **Session owners are known only to the node that opened the session.** The client port
+//!   records which principal opened each session and refuses the session's keep-alive,
+//!   acquire, release, close and events to anyone else; that record is not replicated, so
+//!   after a failover the new leader lets any principal act on a session opened before it.
+//!   Session ids are still the machine's counter. Both close with the owner and a random
+//!   nonce carried in the `OpenSession` entry (issue #14, not done yet).
 
 pub mod admin;
 pub mod client_port;
