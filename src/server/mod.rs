@@ -191,6 +191,8 @@
 pub mod admin;
 pub mod client_port;
 pub mod data_dir;
+pub mod edge;
+pub mod followed;
 pub mod leader;
 pub mod node;
 pub mod proposer;

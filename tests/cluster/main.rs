@@ -2,6 +2,7 @@
 
 mod cli;
 mod client_port;
+mod edge;
 mod harness;
 mod library;
 
