@@ -3,6 +3,7 @@
 mod cli;
 mod client_port;
 mod edge;
+mod first_start;
 mod harness;
 mod library;
 
