@@ -63,6 +63,12 @@ pub struct Ctx {
     pub state: Arc<AppliedState>,
     pub proposer: Proposer,
     pub reader: Reader,
+    /// The status digest, cached per applied index ([`super::digest`]).
+    pub digest: super::digest::DigestCache,
+    /// Held while a snapshot-cost measurement runs: one at a time.
+    pub snapshot_cost: tokio::sync::Mutex<()>,
+    /// When the next snapshot-cost measurement may start.
+    pub snapshot_cost_next: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 /// Serves client connections on `listener` until `shutdown` turns true.
@@ -278,7 +284,7 @@ async fn handle(ctx: &Ctx, request: Request) -> Response {
             Err(f) => Response::Failed(f),
         },
         Request::ReadLocal(query) => Response::Read(answer(&ctx.state.lock().machine, &query)),
-        Request::Status => Response::Status(admin::status(ctx)),
+        Request::Status => Response::Status(admin::status(ctx).await),
         Request::AddNode { id, peer, client } => {
             let members = ctx
                 .raft
@@ -293,6 +299,6 @@ async fn handle(ctx: &Ctx, request: Request) -> Response {
             admin::add_node(ctx, id, NodeAddr { peer, client }).await
         }
         Request::RemoveNode { id } => admin::remove_node(ctx, id).await,
-        Request::SnapshotCost => admin::snapshot_cost(ctx),
+        Request::SnapshotCost => admin::snapshot_cost(ctx).await,
     }
 }

@@ -18,7 +18,8 @@
 //!                                           │                               └─▶ event broadcast
 //!                                           ├─ Read ──▶ reader queue ─▶ reader task
 //!                                           │                (ensure_linearizable, then lock)
-//!                                           ├─ ReadLocal, Status, SnapshotCost: under the lock
+//!                                           ├─ ReadLocal: under the lock
+//!                                           ├─ Status, SnapshotCost: admin (bounded lock use)
 //!                                           └─ AddNode, RemoveNode: openraft membership
 //!  writer task ◀── outbox ◀── Response frames (request tasks), Event frames (forwarder task)
 //! ```
@@ -97,7 +98,9 @@
 //!
 //! `Request::ReadLocal` skips the reader: the request task answers from this node's applied
 //! state at once, on any node, possibly stale. `Status` and `SnapshotCost` ([`admin`]) read
-//! the same way and need no quorum either.
+//! the same way and need no quorum either, but neither encodes the state under the lock at
+//! every call: the status digest is cached per applied index within a bounded share of the
+//! lock ([`digest`]), and snapshot-cost measurements run one at a time, rate-limited.
 //!
 //! # How a reply and a push find their connection
 //!
@@ -191,6 +194,7 @@
 pub mod admin;
 pub mod client_port;
 pub mod data_dir;
+pub mod digest;
 pub mod edge;
 pub mod followed;
 pub mod leader;

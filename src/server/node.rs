@@ -83,6 +83,9 @@ impl Node {
             state,
             proposer,
             reader,
+            digest: Default::default(),
+            snapshot_cost: Default::default(),
+            snapshot_cost_next: Default::default(),
         });
         tokio::spawn(client_port::serve_clients(client_listener, ctx, watch_rx));
         tracing::info!(
