@@ -62,15 +62,27 @@
 //!
 //! # A write
 //!
-//! 1. The connection task reads `Request::Write(command)`. If the command names a session
-//!    (`KeepAlive`, `CloseSession`, `Release`, `Acquire`) the connection follows it from now
-//!    on, whether or not the write is then served.
-//! 2. The request task calls [`proposer::Proposer::propose`]: the command and a oneshot
-//!    answer channel go into the proposer queue, and the task waits on the oneshot.
+//! 1. The connection task reads `Request::Write(command)` and runs the edge's checks
+//!    ([`edge`]): the command's arguments ([`crate::machine::Command::validate`], the same
+//!    check the machine runs first in `apply`), then the session it names. A command that
+//!    breaks a bound is answered `Failed(BadRequest)` naming it, is never proposed, and the
+//!    connection goes on. If the command names a session (`KeepAlive`, `CloseSession`,
+//!    `Release`, `Acquire`) the connection follows it from now on, whether or not the write
+//!    is then served; an `OpenSession` holds a place for the session it will open. A
+//!    connection follows at most `FOLLOWED_SESSIONS_MAX` sessions ([`followed`]); past that a
+//!    write naming a new one is refused, and a session is unfollowed when the connection sees
+//!    it closed (its `CloseSession` reply) or expired (its `SessionExpired` event).
+//! 2. The request task calls [`proposer::Proposer::propose`]: a command above
+//!    [`crate::bounds::COMMAND_BYTES_MAX`] encoded is refused `BadRequest`; otherwise the
+//!    command, its size and a oneshot answer channel go into the proposer queue, and the task
+//!    waits on the oneshot.
 //! 3. The proposer task takes the first queued command (or wakes at the tick deadline), takes
 //!    what else is queued (up to `proposer.batch_max`, default 1,024, at most
-//!    [`crate::bounds::ENTRY_COMMANDS_MAX`]), waits for an in-flight permit, and takes what
-//!    arrived meanwhile. It then reads Raft's metrics: not the leader means every command of
+//!    [`crate::bounds::ENTRY_COMMANDS_MAX`], and up to [`crate::bounds::ENTRY_BYTES_MAX`]
+//!    encoded: the command that would cross it opens the next batch), waits for an in-flight
+//!    permit, and takes what arrived meanwhile. So every entry fits its bound, and
+//!    `Config::validate` has proved that `raft.max_payload_entries` such entries fit one peer
+//!    frame: no burst of requests can make an AppendEntries a follower must refuse. It then reads Raft's metrics: not the leader means every command of
 //!    the batch is answered `NotLeader` (never proposed). As leader it stamps the batch
 //!    (term from the metrics, this node, the proposer's incarnation and clock) and hands it to
 //!    `client_write_ff`, which queues it to the Raft core and returns the receiving end of
