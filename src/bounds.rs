@@ -3,8 +3,16 @@
 //!
 //! The machine refuses a command that crosses one of these with a typed refusal
 //! ([`crate::machine::Refusal::Invalid`] or a specific one); it never panics on them and never
-//! truncates silently. The network edge enforces the same string bounds before a command
-//! reaches the log, so a refusal here means a client bypassed the edge or the bounds changed.
+//! truncates silently. The network edge ([`crate::server::edge`]) runs the same argument
+//! check, [`crate::machine::Command::validate`], before a command is proposed, so a command
+//! that breaks a bound on names, reasons, units, weights, TTLs or a limit's spec never reaches
+//! the log: a machine refusal for one of them means a command bypassed the edge or the bounds
+//! changed. Bounds on what is open at once (sessions, limits, tickets, waiters) depend on the
+//! state and are judged by the machine, in log order.
+//!
+//! The last section bounds what travels between nodes: a command's and an entry's encoded
+//! bytes, and the peer frame, so that no request, however large or numerous, makes an
+//! AppendEntries that a follower must refuse (G8).
 
 /// Longest tenant, limit, agent, run, period or fairness-key name, in bytes. Names are keys in
 /// ordered maps and travel in every command; 128 bytes fits a UUID with a prefix and keeps a
@@ -68,11 +76,64 @@ pub const RECEIPT_RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
 /// idempotency for very old retries is visible, never silent.
 pub const TENANT_RECEIPTS_MAX: usize = 200_000;
 
-/// Most commands in one log entry. The proposer batches up to this many; the machine refuses
-/// to decode a larger entry. 4,096 commands of at most ~1.5 KiB stay under the frame bound.
+/// Most commands in one log entry. `Config::validate` keeps `proposer.batch_max` at or
+/// below it, so the proposer never packs more; the log store refuses to read a stored entry
+/// with more (as damaged, naming its index). Entry *bytes* are bounded separately, by
+/// [`ENTRY_BYTES_MAX`].
 pub const ENTRY_COMMANDS_MAX: usize = 4_096;
 
 /// Largest snapshot the machine will decode, in bytes. Far above the 10,000-session,
 /// 100,000-permit scale point (a few MiB) and far below what a damaged length field could
 /// ask for.
 pub const SNAPSHOT_BYTES_MAX: u64 = 1 << 30;
+
+// ---------------------------------------------------------------------------------------------
+// The edge and the wire: bytes of commands, entries and peer frames, connections' followings.
+// ---------------------------------------------------------------------------------------------
+
+/// Largest encoded command, in bytes, refused at the edge (`BadRequest`) above this. Every
+/// command that passes [`crate::machine::Command::validate`] encodes well below it (the
+/// largest, a `SetHalt` with an agent scope and the longest reason, is about 1.3 KiB; a unit
+/// test in `server::edge` builds the worst of each kind); the check exists so that the entry
+/// bound below holds by arithmetic, not by trust in every variant's fields.
+pub const COMMAND_BYTES_MAX: usize = 2 * 1024;
+
+/// Largest log entry, in encoded bytes (openraft's entry around the batch). The proposer
+/// closes a batch before its commands would take it past this, and the log store refuses to
+/// read a stored entry above it. 512 KiB holds hundreds of the largest commands, thousands
+/// of ordinary ones (an acquire is ~60 bytes), so batching still fills an fsync; and
+/// `max_payload_entries` of them fit a peer frame (see [`APPEND_OVERHEAD_BYTES`]).
+pub const ENTRY_BYTES_MAX: usize = 512 * 1024;
+
+/// Bytes of an entry that are not its commands: the log id, the payload tag, the batch's
+/// stamps and the commands' count, each a varint of at most 10 bytes; 256 is generous. The
+/// proposer keeps its commands to `ENTRY_BYTES_MAX - ENTRY_HEADER_BYTES`.
+pub const ENTRY_HEADER_BYTES: usize = 256;
+
+/// Bytes of an AppendEntries peer frame that are not its entries: the request's tag, the
+/// vote, the previous log id, the commit index and the entries' count (under 100 bytes);
+/// 4 KiB leaves room for openraft to add fields.
+pub const APPEND_OVERHEAD_BYTES: usize = 4 * 1024;
+
+/// Largest peer frame, in bytes, checked before allocation. `Config::validate` proves the
+/// largest AppendEntries (`raft.max_payload_entries` × [`ENTRY_BYTES_MAX`] +
+/// [`APPEND_OVERHEAD_BYTES`]) and the largest snapshot chunk fit it: a frame above it is
+/// closed by the follower, which openraft would resend forever.
+pub const PEER_FRAME_MAX: u32 = 64 << 20;
+
+/// Longest node address (peer or client) in `AddNode`, in bytes: a host name and a port.
+/// Addresses live in every membership entry and in every snapshot's metadata.
+pub const ADDR_BYTES_MAX: usize = 256;
+
+/// Most members (voters and learners) of a cluster. Raft clusters are 3 or 5 voters; 16
+/// bounds a membership entry (with [`ADDR_BYTES_MAX`]) to a few KiB, far below
+/// [`ENTRY_BYTES_MAX`], even in a joint configuration.
+pub const MEMBERS_MAX: usize = 16;
+
+/// Most sessions one client connection follows for pushes. A client library multiplexes its
+/// sessions over one connection; past this many, opening or naming another session on that
+/// connection is refused (`BadRequest`) and the client opens another connection. A session
+/// is unfollowed when the connection sees it closed or expired. 16,384 is far above what one
+/// process holds in practice (the scale point spreads 10,000 sessions over many connections)
+/// and keeps the forwarder's per-entry lookup and the set's memory small.
+pub const FOLLOWED_SESSIONS_MAX: usize = 16_384;

@@ -1,8 +1,9 @@
 //! The one bincode configuration, and the framed format that wraps every file Weir writes
 //! down whole: the machine's snapshot (`b"WSNP"`), the snapshot file around it (`b"WSST"`,
 //! [`crate::raft::state_store`]) and the data directory's identity file (`b"WNID"`,
-//! [`crate::server::data_dir`]). Log entries in redb and frames on the wire use [`BINCODE`]
-//! but not this frame: the wire has its own lighter header ([`crate::wire`]).
+//! [`crate::server::data_dir`]), and every log entry stored in redb (`b"WENT"`,
+//! [`crate::raft::log_store`]). Frames on the wire use [`BINCODE`] but not this frame: the
+//! wire has its own lighter header ([`crate::wire`]).
 //!
 //! A frame is
 //!
@@ -171,6 +172,15 @@ pub fn encode<T: serde::Serialize>(value: &T) -> Vec<u8> {
     bincode::serde::encode_to_vec(value, BINCODE).expect("weir types always encode")
 }
 
+/// How many bytes [`encode`] would produce for `value`, without building them: the
+/// proposer's measure of a command against the entry bound.
+pub fn encoded_len<T: serde::Serialize>(value: &T) -> usize {
+    let mut size = bincode::enc::write::SizeWriter::default();
+    bincode::serde::encode_into_writer(value, &mut size, BINCODE)
+        .expect("weir types always encode");
+    size.bytes_written
+}
+
 /// Decodes a `T` from exactly `bytes` with [`BINCODE`]; leftover bytes are an error.
 pub fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, FrameError> {
     let (value, used) = bincode::serde::decode_from_slice(bytes, BINCODE)
@@ -244,6 +254,12 @@ mod tests {
         let err = open_frame(&flipped, MAGIC, 3, 100).unwrap_err();
         assert!(matches!(err, FrameError::Checksum { .. }));
         assert!(err.to_string().starts_with("checksum mismatch"));
+    }
+
+    #[test]
+    fn encoded_len_is_the_encoding_length() {
+        let value = (7u64, String::from("hello"), vec![1u32 << 30; 9]);
+        assert_eq!(encoded_len(&value), encode(&value).len());
     }
 
     #[test]

@@ -140,6 +140,11 @@ pub struct NodeStatus {
     /// Resident memory of the node process, KiB (Linux; `None` elsewhere).
     pub rss_kib: Option<u64>,
     pub members: Vec<Member>,
+    /// The applied index `digest` is of: equal to `applied` whenever the digest is current
+    /// (always on a quiet node); older on a busy node whose state is large, since the digest
+    /// is recomputed at most once per index and within a bounded share of the apply lock
+    /// (`server::digest`).
+    pub digest_applied: u64,
 }
 
 /// What [`Request::SnapshotCost`] measured.

@@ -33,10 +33,15 @@ impl Output {
     }
 }
 
-/// Reports a client error; returns the exit status for it.
+/// Reports a client error; returns the exit status for it. A request the node's edge
+/// refused as malformed (a name above its bound, say) is bad usage, as the machine's own
+/// `Invalid` refusal is.
 pub fn client_error(e: &ClientError) -> Exit {
     eprintln!("weir: {e}");
-    EXIT_ERROR
+    match e {
+        ClientError::Failed(crate::protocol::Failure::BadRequest(_)) => EXIT_USAGE,
+        _ => EXIT_ERROR,
+    }
 }
 
 /// Reports a refusal; returns the exit status for it.

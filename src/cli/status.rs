@@ -114,6 +114,7 @@ impl Table {
                 Some(s) => json!({
                     "id": r.id, "addr": r.addr, "state": s.state, "term": s.term,
                     "applied": s.applied, "lag": self.lag(s), "digest": s.digest,
+                    "digest_applied": s.digest_applied,
                 }),
                 None => json!({"id": r.id, "addr": r.addr, "state": "Unreachable"}),
             })

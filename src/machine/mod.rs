@@ -90,6 +90,7 @@ pub mod session;
 pub mod snapshot;
 pub mod state;
 pub mod tenant;
+mod validate;
 
 pub use command::{
     Acquire, Batch, Change, Command, Fence, HaltScope, Leadership, LimitId, Priority, SessionId,

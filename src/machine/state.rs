@@ -131,6 +131,11 @@ impl Machine {
     }
 
     fn execute(&mut self, command: &Command, wall_ms: u64, events: &mut Vec<Event>) -> Reply {
+        // The edge refused these before proposing; a command here that breaks one came from
+        // elsewhere (another build's log) and is refused the same way.
+        if let Err(refusal) = command.validate() {
+            return Reply::Refused(refusal);
+        }
         match command {
             Command::DefineLimit {
                 tenant,

@@ -1,8 +1,16 @@
 //! The Raft log on redb: entries, the vote, the committed id and the purge point, in
 //! `log.redb`.
 //!
-//! Tables: `entries: u64 -> bytes` (an openraft entry encoded with the pinned codec, keyed by
-//! index) and `meta: str -> bytes` (`vote`, `committed`, `last_purged`).
+//! Tables: `entries: u64 -> bytes` (an openraft entry encoded with the pinned codec and
+//! sealed in a [`crate::codec`] frame of kind `b"WENT"`, so with its length and crc32c, keyed
+//! by index) and `meta: str -> bytes` (`vote`, `committed`, `last_purged`).
+//!
+//! redb checksums its own pages, but a value can still be damaged inside a valid database
+//! (a bug, a bad copy tool, a bit flipped in memory before the write): the frame makes every
+//! entry prove itself. [`LogStore::open`] verifies every stored entry — frame, decode, key
+//! equal to its index, at most [`ENTRY_COMMANDS_MAX`] commands, at most [`ENTRY_BYTES_MAX`]
+//! bytes — and refuses to start on the first that fails, naming the file and the index
+//! (G8), rather than let it be applied or found only when read.
 //!
 //! Invariants and the promises openraft relies on:
 //! - Every write is one redb transaction committed with `Durability::Immediate`: one fsync.
@@ -13,7 +21,9 @@
 //!   to the end, purged from the start.
 //! - Commits block on fsync, so they run on tokio's blocking pool, never on the Raft core.
 //! - A decode failure of a stored entry is a `StorageError` naming the index: the node
-//!   stops rather than serve from a damaged log.
+//!   stops rather than serve from a damaged log (at open, the start is refused).
+//! - `append` refuses an entry above [`ENTRY_BYTES_MAX`] encoded rather than store what it
+//!   would refuse to read (the proposer never makes one; see `bounds`).
 
 // openraft's traits fix the error type to its `StorageError`, which is large; boxing it
 // is not ours to choose.
@@ -23,15 +33,22 @@ use std::ops::{Bound, RangeBounds};
 use std::path::Path;
 use std::sync::Arc;
 
+use openraft::EntryPayload;
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{AnyError, ErrorSubject, ErrorVerb, RaftLogReader, StorageIOError};
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, StorageBackend, TableDefinition};
 
 use super::{Entry, LogId, StorageError, TypeConfig, Vote};
-use crate::codec;
+use crate::bounds::{ENTRY_BYTES_MAX, ENTRY_COMMANDS_MAX};
+use crate::codec::{self, FrameError};
 
 const ENTRIES: TableDefinition<u64, &[u8]> = TableDefinition::new("entries");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+
+/// Frame kind of a stored entry.
+const ENTRY_MAGIC: [u8; 4] = *b"WENT";
+/// Version of a stored entry's payload layout (an openraft entry of [`TypeConfig`]).
+const ENTRY_VERSION: u16 = 1;
 
 const VOTE: &str = "vote";
 const COMMITTED: &str = "committed";
@@ -41,6 +58,39 @@ const LAST_PURGED: &str = "last_purged";
 #[derive(Clone)]
 pub struct LogStore {
     db: Arc<Database>,
+}
+
+/// An entry as stored: its encoding sealed in a `WENT` frame.
+fn seal_entry(entry: &Entry) -> Vec<u8> {
+    codec::seal_frame(ENTRY_MAGIC, ENTRY_VERSION, &codec::encode(entry))
+}
+
+/// A stored entry's bytes, verified and decoded: the frame, the decode, the key it is stored
+/// under (`index`), and the entry bounds.
+fn open_entry(index: u64, bytes: &[u8]) -> Result<Entry, FrameError> {
+    let payload = codec::open_frame(bytes, ENTRY_MAGIC, ENTRY_VERSION, ENTRY_BYTES_MAX as u64)?;
+    let entry: Entry = codec::decode(payload)?;
+    if entry.log_id.index != index {
+        return Err(FrameError::Invalid(format!(
+            "stored under index {index} but is entry {}",
+            entry.log_id.index
+        )));
+    }
+    if let EntryPayload::Normal(batch) = &entry.payload
+        && batch.commands.len() > ENTRY_COMMANDS_MAX
+    {
+        return Err(FrameError::Invalid(format!(
+            "{} commands, the bound is {ENTRY_COMMANDS_MAX}",
+            batch.commands.len()
+        )));
+    }
+    Ok(entry)
+}
+
+/// [`open_entry`] as a storage error naming the index.
+fn read_entry(index: u64, bytes: &[u8]) -> Result<Entry, StorageError> {
+    open_entry(index, bytes)
+        .map_err(|e| read_err(Damaged(format!("log entry {index} in log.redb: {e}"))))
 }
 
 fn io_err(
@@ -72,19 +122,68 @@ impl std::fmt::Display for Damaged {
 impl std::error::Error for Damaged {}
 
 impl LogStore {
-    /// Opens (or creates) `path`. A file that is not a redb database, or is damaged, is
-    /// refused with redb's reason.
+    /// Opens (or creates) `path` and verifies every stored entry. A file that is not a redb
+    /// database, or is damaged, is refused with redb's reason; a damaged entry with its index.
     pub fn open(path: &Path) -> Result<LogStore, String> {
-        let db = Database::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let w = db
-            .begin_write()
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        w.open_table(ENTRIES)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        w.open_table(META)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        w.commit().map_err(|e| format!("{}: {e}", path.display()))?;
+        let name = path.display().to_string();
+        let db = Database::create(path).map_err(|e| format!("{name}: {e}"))?;
+        LogStore::init(db, &name)
+    }
+
+    /// Opens (or creates) a log on `backend` (tests: a backend that simulates power loss),
+    /// verifying it as [`LogStore::open`] does; `name` stands for the file in messages.
+    pub fn open_backend(backend: impl StorageBackend, name: &str) -> Result<LogStore, String> {
+        let db = Database::builder()
+            .create_with_backend(backend)
+            .map_err(|e| format!("{name}: {e}"))?;
+        LogStore::init(db, name)
+    }
+
+    /// Creates the tables if missing and verifies every stored entry.
+    fn init(db: Database, name: &str) -> Result<LogStore, String> {
+        let w = db.begin_write().map_err(|e| format!("{name}: {e}"))?;
+        w.open_table(ENTRIES).map_err(|e| format!("{name}: {e}"))?;
+        w.open_table(META).map_err(|e| format!("{name}: {e}"))?;
+        w.commit().map_err(|e| format!("{name}: {e}"))?;
+        let r = db.begin_read().map_err(|e| format!("{name}: {e}"))?;
+        let t = r.open_table(ENTRIES).map_err(|e| format!("{name}: {e}"))?;
+        for item in t.iter().map_err(|e| format!("{name}: {e}"))? {
+            let (k, v) = item.map_err(|e| format!("{name}: {e}"))?;
+            open_entry(k.value(), v.value())
+                .map_err(|e| format!("{name}: log entry {}: {e}", k.value()))?;
+        }
+        drop(t);
+        drop(r);
         Ok(LogStore { db: Arc::new(db) })
+    }
+
+    /// Appends `entries` in one durable transaction: what [`RaftLogStorage::append`] does
+    /// before it calls openraft's flush callback, so `Ok` here is the acknowledgment. An
+    /// entry above [`ENTRY_BYTES_MAX`] encoded is refused, nothing written.
+    pub async fn append_durably(&mut self, entries: Vec<Entry>) -> Result<(), StorageError> {
+        let mut encoded = Vec::with_capacity(entries.len());
+        for e in &entries {
+            let bytes = seal_entry(e);
+            if bytes.len() - codec::HEADER_BYTES > ENTRY_BYTES_MAX {
+                return Err(write_err(Damaged(format!(
+                    "log entry {} is {} bytes, the bound is {ENTRY_BYTES_MAX}",
+                    e.log_id.index,
+                    bytes.len() - codec::HEADER_BYTES
+                ))));
+            }
+            encoded.push((e.log_id.index, bytes));
+        }
+        self.blocking(move |db| {
+            let w = db.begin_write().map_err(write_err)?;
+            {
+                let mut t = w.open_table(ENTRIES).map_err(write_err)?;
+                for (index, bytes) in &encoded {
+                    t.insert(*index, bytes.as_slice()).map_err(write_err)?;
+                }
+            }
+            w.commit().map_err(write_err)
+        })
+        .await
     }
 
     /// Runs `f` on the blocking pool (redb reads and fsyncing commits block).
@@ -153,10 +252,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
             let mut out = vec![];
             for item in iter {
                 let (k, v) = item.map_err(read_err)?;
-                let entry: Entry = codec::decode(v.value()).map_err(|e| {
-                    read_err(Damaged(format!("log entry {} in log.redb: {e}", k.value())))
-                })?;
-                out.push(entry);
+                out.push(read_entry(k.value(), v.value())?);
             }
             Ok(out)
         })
@@ -173,12 +269,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             let r = db.begin_read().map_err(read_err)?;
             let t = r.open_table(ENTRIES).map_err(read_err)?;
             let last = match t.last().map_err(read_err)? {
-                Some((k, v)) => {
-                    let entry: Entry = codec::decode(v.value()).map_err(|e| {
-                        read_err(Damaged(format!("log entry {} in log.redb: {e}", k.value())))
-                    })?;
-                    Some(entry.log_id)
-                }
+                Some((k, v)) => Some(read_entry(k.value(), v.value())?.log_id),
                 None => last_purged,
             };
             Ok(LogState {
@@ -223,22 +314,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
     {
-        let encoded: Vec<(u64, Vec<u8>)> = entries
-            .into_iter()
-            .map(|e| (e.log_id.index, codec::encode(&e)))
-            .collect();
-        let result = self
-            .blocking(move |db| {
-                let w = db.begin_write().map_err(write_err)?;
-                {
-                    let mut t = w.open_table(ENTRIES).map_err(write_err)?;
-                    for (index, bytes) in &encoded {
-                        t.insert(*index, bytes.as_slice()).map_err(write_err)?;
-                    }
-                }
-                w.commit().map_err(write_err)
-            })
-            .await;
+        let result = self.append_durably(entries.into_iter().collect()).await;
         match &result {
             Ok(()) => callback.log_io_completed(Ok(())),
             Err(e) => callback.log_io_completed(Err(std::io::Error::other(e.to_string()))),

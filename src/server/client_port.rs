@@ -10,6 +10,10 @@
 //! a forwarder task sends it every event the applied log produces for them. A push that is
 //! lost (a slow connection, a reconnect) loses nothing: the grant is state, and asking again
 //! for the ticket answers `Granted` with the same fence.
+//! The edge ([`super::edge`]) checks every write before it is proposed; one that breaks a
+//! bound, or would make the connection follow more than `FOLLOWED_SESSIONS_MAX` sessions,
+//! is answered `Failed(BadRequest)` naming the bound, and the connection stays open.
+//!
 //! Bad input — an oversized or corrupt frame, undecodable bytes, a wrong version, a request
 //! before the hello — is answered with `ServerFrame::Error` naming the problem, and that
 //! connection is closed; the node and every other connection go on.
@@ -20,7 +24,6 @@
 //! ([`authorize()`]) before it goes anywhere, and answered `Failure::Forbidden` if refused.
 //! When the tokens are reloaded and the principal's token is gone, the connection closes.
 
-use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,9 +32,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, broadcast, mpsc, watch};
 
 use super::admin;
+use super::edge;
+use super::followed::{Followed, Opening};
 use super::proposer::Proposer;
 use super::reader::{Reader, answer};
-use crate::machine::{Applied, Command, Reply, SessionId};
+use crate::machine::{Applied, Command, Event, Reply, SessionId};
 use crate::protocol::{
     CLIENT_FRAME_MAX, ClientFrame, Failure, PROTOCOL_VERSION, Request, Response, ServerFrame,
 };
@@ -55,10 +60,6 @@ const READ_BUFFER_BYTES: usize = 64 * 1024;
 /// `Error` frame included) before it is dropped.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// The sessions a connection follows: those it opened or named in a write. Shared by its
-/// request tasks (which add to it) and its forwarder (which reads it per applied entry).
-type Followed = Arc<Mutex<BTreeSet<SessionId>>>;
-
 /// What a connection needs of the node.
 pub struct Ctx {
     pub id: NodeId,
@@ -77,6 +78,12 @@ pub struct Ctx {
     /// not replicated: after a failover the new leader does not know the owners of sessions
     /// opened before it (see the caveat in the server module doc).
     pub owners: Mutex<std::collections::BTreeMap<SessionId, String>>,
+    /// The status digest, cached per applied index ([`super::digest`]).
+    pub digest: super::digest::DigestCache,
+    /// Held while a snapshot-cost measurement runs: one at a time.
+    pub snapshot_cost: tokio::sync::Mutex<()>,
+    /// When the next snapshot-cost measurement may start.
+    pub snapshot_cost_next: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 /// Serves client connections on `listener` until `shutdown` turns true.
@@ -152,11 +159,25 @@ async fn serve(
             let _ = out.send(ServerFrame::Response { id, response }).await;
             continue;
         }
-        if let Request::Write(command) = &request
-            && let Some(session) = session_of(command)
-        {
-            follow(&followed, session);
-        }
+        let opening = match admit(&followed, &request) {
+            Ok(opening) => opening,
+            Err(failure) => {
+                // Refused at the edge: nothing proposed, the connection goes on.
+                let response = Response::Failed(failure);
+                if out
+                    .send(ServerFrame::Response { id, response })
+                    .await
+                    .is_err()
+                {
+                    return Err("writer gone".into());
+                }
+                continue;
+            }
+        };
+        let closing = match &request {
+            Request::Write(Command::CloseSession { session }) => Some(*session),
+            _ => None,
+        };
         let slot = slots.clone().acquire_owned().await.expect("never closed");
         let ctx = ctx.clone();
         let out = out.clone();
@@ -164,16 +185,18 @@ async fn serve(
         let owner = principal.id.clone();
         tokio::spawn(async move {
             let response = handle(&ctx, request).await;
-            if let Response::Written {
-                reply: Reply::SessionOpened { session, .. },
-                ..
-            } = &response
-            {
-                ctx.owners
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(*session, owner);
-                follow(&followed, *session);
+            if let Response::Written { reply, .. } = &response {
+                match (reply, opening) {
+                    (Reply::SessionOpened { session, .. }, Some(opening)) => {
+                        ctx.owners
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(*session, owner);
+                        followed.opened(opening, *session)
+                    }
+                    _ if closing.is_some() => followed.unfollow(closing.expect("checked")),
+                    _ => {}
+                }
             }
             let _ = out.send(ServerFrame::Response { id, response }).await;
             drop(slot);
@@ -247,12 +270,24 @@ fn owned(ctx: &Ctx, principal: &Principal, request: &Request) -> Result<(), Stri
     }
 }
 
-/// Adds `session` to what the connection follows.
-fn follow(followed: &Followed, session: SessionId) {
-    followed
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(session);
+/// The edge's checks of one request before it is served ([`edge`]): a write's arguments,
+/// and the session it makes this connection follow (followed from now on, whether or not
+/// the write is then served). `Some` holds a place for the session an `OpenSession` opens.
+fn admit(
+    followed: &Followed,
+    request: &Request,
+) -> Result<Option<Opening>, crate::protocol::Failure> {
+    let Request::Write(command) = request else {
+        return Ok(None);
+    };
+    edge::check_write(command)?;
+    if let Some(session) = session_of(command) {
+        followed.follow(session)?;
+    }
+    match command {
+        Command::OpenSession { .. } => followed.begin_open().map(Some),
+        _ => Ok(None),
+    }
 }
 
 /// The session a write acts for, if any.
@@ -283,16 +318,19 @@ async fn forward_events(
             }
             Err(RecvError::Closed) => return,
         };
-        let mine: Vec<_> = {
-            let followed = followed.lock().unwrap_or_else(|p| p.into_inner());
+        let mine: Vec<_> = followed.with(|followed| {
             entry
                 .events
                 .iter()
                 .filter(|e| followed.contains(&e.session()))
                 .cloned()
                 .collect()
-        };
+        });
         for event in mine {
+            // An expired session is followed no more; its last event still goes out.
+            if let Event::SessionExpired { session } = &event {
+                followed.unfollow(*session);
+            }
             if out.send(ServerFrame::Event(event)).await.is_err() {
                 return;
             }
@@ -313,11 +351,21 @@ async fn handle(ctx: &Ctx, request: Request) -> Response {
             Err(f) => Response::Failed(f),
         },
         Request::ReadLocal(query) => Response::Read(answer(&ctx.state.lock().machine, &query)),
-        Request::Status => Response::Status(admin::status(ctx)),
+        Request::Status => Response::Status(admin::status(ctx).await),
         Request::AddNode { id, peer, client } => {
+            let members = ctx
+                .raft
+                .metrics()
+                .borrow()
+                .membership_config
+                .nodes()
+                .count();
+            if let Err(f) = edge::check_add_node(&peer, &client, members) {
+                return Response::Failed(f);
+            }
             admin::add_node(ctx, id, NodeAddr { peer, client }).await
         }
         Request::RemoveNode { id } => admin::remove_node(ctx, id).await,
-        Request::SnapshotCost => admin::snapshot_cost(ctx),
+        Request::SnapshotCost => admin::snapshot_cost(ctx).await,
     }
 }

@@ -18,7 +18,8 @@
 //!                                           │                               └─▶ event broadcast
 //!                                           ├─ Read ──▶ reader queue ─▶ reader task
 //!                                           │                (ensure_linearizable, then lock)
-//!                                           ├─ ReadLocal, Status, SnapshotCost: under the lock
+//!                                           ├─ ReadLocal: under the lock
+//!                                           ├─ Status, SnapshotCost: admin (bounded lock use)
 //!                                           └─ AddNode, RemoveNode: openraft membership
 //!  writer task ◀── outbox ◀── Response frames (request tasks), Event frames (forwarder task)
 //! ```
@@ -61,15 +62,27 @@
 //!
 //! # A write
 //!
-//! 1. The connection task reads `Request::Write(command)`. If the command names a session
-//!    (`KeepAlive`, `CloseSession`, `Release`, `Acquire`) the connection follows it from now
-//!    on, whether or not the write is then served.
-//! 2. The request task calls [`proposer::Proposer::propose`]: the command and a oneshot
-//!    answer channel go into the proposer queue, and the task waits on the oneshot.
+//! 1. The connection task reads `Request::Write(command)` and runs the edge's checks
+//!    ([`edge`]): the command's arguments ([`crate::machine::Command::validate`], the same
+//!    check the machine runs first in `apply`), then the session it names. A command that
+//!    breaks a bound is answered `Failed(BadRequest)` naming it, is never proposed, and the
+//!    connection goes on. If the command names a session (`KeepAlive`, `CloseSession`,
+//!    `Release`, `Acquire`) the connection follows it from now on, whether or not the write
+//!    is then served; an `OpenSession` holds a place for the session it will open. A
+//!    connection follows at most `FOLLOWED_SESSIONS_MAX` sessions ([`followed`]); past that a
+//!    write naming a new one is refused, and a session is unfollowed when the connection sees
+//!    it closed (its `CloseSession` reply) or expired (its `SessionExpired` event).
+//! 2. The request task calls [`proposer::Proposer::propose`]: a command above
+//!    [`crate::bounds::COMMAND_BYTES_MAX`] encoded is refused `BadRequest`; otherwise the
+//!    command, its size and a oneshot answer channel go into the proposer queue, and the task
+//!    waits on the oneshot.
 //! 3. The proposer task takes the first queued command (or wakes at the tick deadline), takes
 //!    what else is queued (up to `proposer.batch_max`, default 1,024, at most
-//!    [`crate::bounds::ENTRY_COMMANDS_MAX`]), waits for an in-flight permit, and takes what
-//!    arrived meanwhile. It then reads Raft's metrics: not the leader means every command of
+//!    [`crate::bounds::ENTRY_COMMANDS_MAX`], and up to [`crate::bounds::ENTRY_BYTES_MAX`]
+//!    encoded: the command that would cross it opens the next batch), waits for an in-flight
+//!    permit, and takes what arrived meanwhile. So every entry fits its bound, and
+//!    `Config::validate` has proved that `raft.max_payload_entries` such entries fit one peer
+//!    frame: no burst of requests can make an AppendEntries a follower must refuse. It then reads Raft's metrics: not the leader means every command of
 //!    the batch is answered `NotLeader` (never proposed). As leader it stamps the batch
 //!    (term from the metrics, this node, the proposer's incarnation and clock) and hands it to
 //!    `client_write_ff`, which queues it to the Raft core and returns the receiving end of
@@ -97,7 +110,9 @@
 //!
 //! `Request::ReadLocal` skips the reader: the request task answers from this node's applied
 //! state at once, on any node, possibly stale. `Status` and `SnapshotCost` ([`admin`]) read
-//! the same way and need no quorum either.
+//! the same way and need no quorum either, but neither encodes the state under the lock at
+//! every call: the status digest is cached per applied index within a bounded share of the
+//! lock ([`digest`]), and snapshot-cost measurements run one at a time, rate-limited.
 //!
 //! # How a reply and a push find their connection
 //!
@@ -197,6 +212,9 @@
 pub mod admin;
 pub mod client_port;
 pub mod data_dir;
+pub mod digest;
+pub mod edge;
+pub mod followed;
 pub mod leader;
 pub mod node;
 pub mod proposer;

@@ -5,8 +5,12 @@
 //! Invariants:
 //! - Both ports are bound before Raft starts: a taken port fails the start, and nothing is
 //!   served half-way.
-//! - Only the lowest-id configured voter, and only on its first start, initializes the
-//!   cluster; every other start joins what is on disk or what the leader sends.
+//! - Only the lowest-id configured voter initializes the cluster, and only while Raft says it
+//!   is not initialized (`Raft::is_initialized`: no vote, no log, no membership on disk).
+//!   This is decided from Raft's own state, not from "first start" of the data directory: a
+//!   first start that failed after labelling the directory (a taken port, bad openraft
+//!   settings) must still found the cluster on the next start. Every other start joins what
+//!   is on disk or what the leader sends.
 //! - Every task the node spawns watches the one shutdown channel and ends when it turns true.
 
 use std::collections::BTreeMap;
@@ -41,7 +45,9 @@ impl Node {
     pub async fn start(config: Config) -> Result<Node, String> {
         config.validate()?;
         let dir = &config.data_dir;
-        let first_start = prepare_data_dir(dir, config.id)?;
+        // Whether this is the directory's first start does not decide initialization: Raft's
+        // own state does (module doc).
+        let _first_start = prepare_data_dir(dir, config.id)?;
         let log = LogStore::open(&dir.join("log.redb"))?;
         let store = StateStore::open(dir)?;
         let state = store.state();
@@ -64,7 +70,11 @@ impl Node {
             raft.clone(),
             watch_rx.clone(),
         ));
-        if first_start {
+        let initialized = raft
+            .is_initialized()
+            .await
+            .map_err(|e| format!("raft: {e}"))?;
+        if !initialized {
             found_cluster(&config, &raft).await;
         }
         let proposer = Proposer::start(
@@ -86,6 +96,9 @@ impl Node {
             acceptor: security.client_acceptor,
             tokens: tokens.clone(),
             owners: Default::default(),
+            digest: Default::default(),
+            snapshot_cost: Default::default(),
+            snapshot_cost_next: Default::default(),
         });
         tokio::spawn(client_port::serve_clients(client_listener, ctx, watch_rx));
         tracing::info!(
@@ -173,8 +186,9 @@ async fn bind_ports(config: &Config) -> Result<(TcpListener, TcpListener), Strin
     Ok((peer_listener, client_listener))
 }
 
-/// On a first start, the founder (the lowest-id configured voter) initializes the cluster
-/// with every configured voter; any other node does nothing and waits to be contacted.
+/// On a start of an uninitialized Raft, the founder (the lowest-id configured voter)
+/// initializes the cluster with every configured voter; any other node does nothing and
+/// waits to be contacted.
 async fn found_cluster(config: &Config, raft: &Raft) {
     let voters = config.voters();
     let founder = voters.iter().map(|v| v.id).min() == Some(config.id);

@@ -134,20 +134,25 @@ impl Cluster {
         }
     }
 
-    /// Waits until every running node answers and all agree on (applied index, digest);
-    /// returns the digest.
+    /// Waits until every running node answers and all agree on (applied index, digest), each
+    /// digest being of that applied index; returns the digest.
     pub async fn converged(&self, within: Duration) -> String {
         let deadline = Instant::now() + within;
         let mut last = vec![];
         while Instant::now() < deadline {
             let mut seen = vec![];
             for n in self.nodes.nodes().iter().filter(|n| self.is_running(n.id)) {
-                seen.push(self.status(n.id).await.map(|s| (s.applied, s.digest)));
+                seen.push(
+                    self.status(n.id)
+                        .await
+                        .map(|s| (s.applied, s.digest_applied, s.digest)),
+                );
             }
             if seen.iter().all(Option::is_some) {
-                let seen: Vec<(u64, String)> = seen.into_iter().flatten().collect();
-                if seen.windows(2).all(|w| w[0] == w[1]) {
-                    return seen[0].1.clone();
+                let seen: Vec<(u64, u64, String)> = seen.into_iter().flatten().collect();
+                // The digest must be of the applied index itself, not an older cached one.
+                if seen.windows(2).all(|w| w[0] == w[1]) && seen[0].0 == seen[0].1 {
+                    return seen[0].2.clone();
                 }
                 last = seen;
             }

@@ -2,6 +2,8 @@
 
 mod cli;
 mod client_port;
+mod edge;
+mod first_start;
 mod harness;
 mod library;
 mod security;
