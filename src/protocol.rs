@@ -27,9 +27,24 @@ pub const CLIENT_FRAME_MAX: u32 = 4 << 20;
 /// From client to server.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum ClientFrame {
-    Hello { version: u32 },
-    Request { id: u64, request: Request },
+    Hello {
+        version: u32,
+    },
+    Request {
+        id: u64,
+        request: Request,
+    },
+    /// Asks the node to send [`ServerFrame::Heartbeat`] on this connection every
+    /// [`HEARTBEAT_PERIOD`] from now on, so the client can tell a silent node (stopped,
+    /// frozen) from a busy one. The library sends it right after the welcome; a client that
+    /// never sends it gets no heartbeats.
+    Heartbeats,
 }
+
+/// How often a node sends [`ServerFrame::Heartbeat`] on a connection that asked for them: a
+/// fifth of the client's silence bound (`client::SILENCE_MAX`, 1 s), so a few heartbeats
+/// may be late on a busy node before the client calls the node silent.
+pub const HEARTBEAT_PERIOD: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// What a client asks.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -206,5 +221,19 @@ pub enum ServerFrame {
     /// The connection is being closed for this reason.
     Error {
         reason: String,
+    },
+    /// The node is alive (sent every [`HEARTBEAT_PERIOD`] after [`ClientFrame::Heartbeats`]),
+    /// with the Raft term it is in and the leader it knows of (id, client address). A
+    /// connection whose node led and now names another leader has been deposed: the client
+    /// moves there.
+    Heartbeat {
+        term: u64,
+        leader: Option<(u64, String)>,
+    },
+    /// The node skipped `missed_entries` entries' events for this connection (it fell
+    /// behind): pushes may have been lost, so the client asks again about every ticket it
+    /// waits for or holds.
+    Resync {
+        missed_entries: u64,
     },
 }

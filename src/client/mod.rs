@@ -92,19 +92,25 @@
 //!   lives, and stop (the cluster then expires the session) once all are dropped.
 //! - [`Client::ask_node`] asks one given node, with no redirect or retry.
 
+mod boot_clock;
 #[allow(clippy::module_inception)] // named after its type like its siblings; re-exported
 mod client;
 mod conn;
 mod error;
+#[cfg(test)]
+mod fake_node;
 mod lost;
 mod ops;
 mod permit;
 mod session;
 mod session_state;
+#[cfg(test)]
+mod tests;
 
+pub use boot_clock::BootInstant;
 pub use client::{ATTEMPTS_MAX, Client, REQUEST_DEADLINE};
-pub use conn::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
+pub use conn::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT, SILENCE_MAX};
 pub use error::{AcquireError, ClientError};
 pub use lost::Lost;
 pub use permit::Permit;
-pub use session::{AcquireOptions, Session, margin_for};
+pub use session::{AcquireOptions, Session, believed_at, deadline_after, margin_for};

@@ -191,6 +191,7 @@
 pub mod admin;
 pub mod client_port;
 pub mod data_dir;
+mod heartbeat;
 pub mod leader;
 pub mod node;
 pub mod proposer;
