@@ -12,7 +12,12 @@
 //! temporary directory, and removes it afterwards. `--failover K` (with `--spawn`) kills the
 //! leader with SIGKILL K times during the run, measures from each kill to the first
 //! operation sent after it that succeeds, restarts the node, and at the end checks that no
-//! acknowledged operation was lost.
+//! acknowledged operation was lost. `--stall K` (with `--spawn`) stops the leader with
+//! SIGSTOP K times, each for `STALL` (4 s, longer than the sessions' TTL), measures grants
+//! resuming the same way, resumes it with SIGCONT, and reports how many sessions lost a
+//! permit: with `--stall` every session has a 3 s TTL and holds one permit of its own for the
+//! whole run besides its workload, and a session counts as having lost a permit if any of
+//! its permits was ever seen lost (deadline, expiry).
 //!
 //! - `spawn.rs`: the `--spawn` cluster;
 //! - `load.rs`: the load workloads, the failover kills and the final verification;
@@ -80,6 +85,10 @@ pub struct BenchArgs {
     /// Kill the leader this many times during the run (needs --spawn).
     #[arg(long, default_value_t = 0)]
     pub failover: u32,
+    /// Stop the leader (SIGSTOP, 4 s) this many times during the run (needs --spawn);
+    /// sessions then have a 3 s TTL and each holds a permit throughout.
+    #[arg(long, default_value_t = 0)]
+    pub stall: u32,
 }
 
 /// Refuses arguments that make no run, with the usage message.
@@ -89,6 +98,9 @@ fn check(args: &BenchArgs) -> Result<(), &'static str> {
     }
     if args.failover > 0 && args.spawn.is_none() {
         return Err("--failover needs --spawn (the bench kills the nodes it started)");
+    }
+    if args.stall > 0 && args.spawn.is_none() {
+        return Err("--stall needs --spawn (the bench stops the nodes it started)");
     }
     if !(args.duration > 0.0
         && args.duration < 86_400.0
