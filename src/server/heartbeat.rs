@@ -20,7 +20,7 @@ use super::leader::known_leader;
 use crate::protocol::{HEARTBEAT_PERIOD, ServerFrame};
 
 /// Sends a heartbeat on `out` every [`HEARTBEAT_PERIOD`] until the connection's outbox closes.
-pub(super) async fn send_heartbeats(ctx: Arc<Ctx>, out: mpsc::Sender<ServerFrame>) {
+pub async fn send_heartbeats(ctx: Arc<Ctx>, out: mpsc::Sender<ServerFrame>) {
     let mut every = tokio::time::interval(HEARTBEAT_PERIOD);
     // A late tick (a busy node) sends one heartbeat, not a burst of them.
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
