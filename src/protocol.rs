@@ -4,7 +4,10 @@
 //! answers [`ServerFrame::Welcome`] or [`ServerFrame::Error`] and closes. Then the client
 //! sends requests, each with an id of its choosing; the server answers each with a
 //! [`ServerFrame::Response`] carrying the same id, possibly out of order (requests are
-//! served concurrently), and may push [`ServerFrame::Event`]s at any time.
+//! served concurrently), and may push [`ServerFrame::Event`]s at any time. A client that sends
+//! [`ClientFrame::Heartbeats`] also gets a [`ServerFrame::Heartbeat`] every
+//! [`HEARTBEAT_PERIOD`] (the library's failure detector listens for their absence), and a
+//! node that had to skip pushes for the connection says so with [`ServerFrame::Resync`].
 //!
 //! Bad input — an oversized length, a bad checksum, undecodable bytes, a wrong version — is
 //! answered with `ServerFrame::Error` naming the problem where a frame can still be written,
