@@ -141,13 +141,13 @@ fn fault_of(kind: &str, rng: &mut Rng) -> Option<Fault> {
             1 => Fault::KillLeader,
             _ => Fault::KillAll,
         },
-        // Past the election timeout (450 ms) and the harness's session TTL (2 s).
+        // Past the election timeout (450 ms) and the harness's session TTL (3 s).
         "pause" => Fault::PauseLeader {
-            ms: rng.range(2_500, 4_000),
+            ms: rng.range(3_500, 5_000),
         },
-        // Past the client's deadline (TTL 2 s less its margin) and the cluster's expiry.
+        // Past the client's deadline (TTL 3 s less its margin) and the cluster's expiry.
         "client-pause" => Fault::PauseClient {
-            ms: rng.range(3_000, 4_500),
+            ms: rng.range(4_000, 5_500),
         },
         "delay" => match rng.range(0, 2) {
             0 => Fault::Delay {

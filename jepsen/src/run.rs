@@ -30,6 +30,10 @@ pub struct Outcome {
     pub rows: Vec<(&'static str, &'static str, Verdict)>,
     pub ops: usize,
     pub fired: Vec<&'static str>,
+    /// Leader stalls (`pause`) that fired, and the clients not themselves paused that lost
+    /// a permit to one ([`checker::stalls::count`]).
+    pub stalls: usize,
+    pub stall_losers: usize,
 }
 
 impl Outcome {
@@ -265,57 +269,69 @@ pub fn judge(
         .iter()
         .filter(|k| !fired.contains(&k.as_str()))
         .collect();
+    let (stall_losers, stalls) = checker::stalls::count(ops);
     let nemesis = if missing.is_empty() {
         Verdict::Valid
     } else {
         Verdict::Unknown(format!("requested faults that never fired: {missing:?}"))
     };
+    let mut rows = vec![
+        ("nemesis", "every requested fault fired", nemesis),
+        (
+            "P1 permits",
+            "G2: believers never exceed concurrent",
+            checker::permits::check(ops),
+        ),
+        (
+            "P2 fences",
+            "unique, increasing in real time",
+            checker::fences::check(ops),
+        ),
+        (
+            "rate",
+            "G1: tokens within burst + rate x window",
+            checker::rate::check(ops),
+        ),
+        (
+            "fenced",
+            "stale holders refused; validation linearizable",
+            checker::fenced::check(ops),
+        ),
+        (
+            "settlement",
+            "G3 G5: charged exactly once; conflicts refused",
+            checker::settlement::check(ops),
+        ),
+        (
+            "halts",
+            "G6: nothing admitted after a halt",
+            checker::halts::check(ops),
+        ),
+        (
+            "liveness",
+            "G7: granted soon after the heal",
+            checker::liveness::check(ops),
+        ),
+        (
+            "panics",
+            "no panic in any node log",
+            checker::panics::check(logs),
+        ),
+    ];
+    // Judged when leader stalls were asked for: without them it would only be unknown.
+    if requested.iter().any(|k| k == "pause") {
+        rows.push((
+            "stalls",
+            "G9: no unpaused client lost a permit to a leader stall",
+            checker::stalls::check(ops),
+        ));
+    }
     Outcome {
-        rows: vec![
-            ("nemesis", "every requested fault fired", nemesis),
-            (
-                "P1 permits",
-                "G2: believers never exceed concurrent",
-                checker::permits::check(ops),
-            ),
-            (
-                "P2 fences",
-                "unique, increasing in real time",
-                checker::fences::check(ops),
-            ),
-            (
-                "rate",
-                "G1: tokens within burst + rate x window",
-                checker::rate::check(ops),
-            ),
-            (
-                "fenced",
-                "stale holders refused; validation linearizable",
-                checker::fenced::check(ops),
-            ),
-            (
-                "settlement",
-                "G3 G5: charged exactly once; conflicts refused",
-                checker::settlement::check(ops),
-            ),
-            (
-                "halts",
-                "G6: nothing admitted after a halt",
-                checker::halts::check(ops),
-            ),
-            (
-                "liveness",
-                "G7: granted soon after the heal",
-                checker::liveness::check(ops),
-            ),
-            (
-                "panics",
-                "no panic in any node log",
-                checker::panics::check(logs),
-            ),
-        ],
+        rows,
         ops: ops.len(),
         fired: fired.to_vec(),
+        stalls,
+        stall_losers,
     }
 }
 
@@ -335,13 +351,16 @@ pub fn table(outcome: &Outcome) -> String {
 
 fn write_verdict(dir: &Path, plan: &Plan, outcome: &Outcome) -> Result<(), String> {
     let text = format!(
-        "seed {}  net {}  duration {:?}  nemeses {:?}  faults fired {:?}  ops {}\n\n{}",
+        "seed {}  net {}  duration {:?}  nemeses {:?}  faults fired {:?}  ops {}\n\
+         leader stalls {}  unpaused clients that lost a permit to one {}\n\n{}",
         plan.seed,
         plan.net.name(),
         plan.duration,
         plan.nemeses,
         outcome.fired,
         outcome.ops,
+        outcome.stalls,
+        outcome.stall_losers,
         table(outcome)
     );
     std::fs::write(dir.join("verdict.txt"), text).map_err(|e| e.to_string())

@@ -9,10 +9,17 @@
 //! Push: a connection follows the sessions it has used (opened, or named in a write), and
 //! a forwarder task sends it every event the applied log produces for them. A push that is
 //! lost (a slow connection, a reconnect) loses nothing: the grant is state, and asking again
-//! for the ticket answers `Granted` with the same fence.
+//! for the ticket answers `Granted` with the same fence. A forwarder that falls behind the
+//! event feed says so with `ServerFrame::Resync`, and the client asks again about every
+//! ticket it waits for or holds; a push is never dropped without telling the client.
+//!
 //! The edge ([`super::edge`]) checks every write before it is proposed; one that breaks a
 //! bound, or would make the connection follow more than `FOLLOWED_SESSIONS_MAX` sessions,
 //! is answered `Failed(BadRequest)` naming the bound, and the connection stays open.
+//!
+//! Heartbeats: a connection that sends `ClientFrame::Heartbeats` gets a
+//! `ServerFrame::Heartbeat` every `HEARTBEAT_PERIOD` ([`heartbeat`]), so the client can tell
+//! a node that is silent (stopped) from one that is busy.
 //!
 //! Bad input — an oversized or corrupt frame, undecodable bytes, a wrong version, a request
 //! before the hello — is answered with `ServerFrame::Error` naming the problem, and that
@@ -34,6 +41,7 @@ use tokio::sync::{Semaphore, broadcast, mpsc, watch};
 use super::admin;
 use super::edge;
 use super::followed::{Followed, Opening};
+use super::heartbeat;
 use super::proposer::Proposer;
 use super::reader::{Reader, answer};
 use crate::machine::{Applied, Command, Event, Reply, SessionId};
@@ -136,6 +144,8 @@ async fn serve(
     ));
     // The forwarder ends with its connection.
     let _stop_forwarder = AbortOnDrop(forwarder);
+    // Started by the client's `Heartbeats` frame; ends with its connection.
+    let mut heartbeats: Option<AbortOnDrop> = None;
     let slots = Arc::new(Semaphore::new(IN_FLIGHT_MAX));
     loop {
         // Cancelling a half-read frame is harmless here: the connection is closing then.
@@ -151,6 +161,13 @@ async fn serve(
         let (id, request) = match frame {
             ClientFrame::Request { id, request } => (id, request),
             ClientFrame::Hello { .. } => return Err("a second hello".into()),
+            ClientFrame::Heartbeats => {
+                if heartbeats.is_none() {
+                    let beat = heartbeat::send_heartbeats(ctx.clone(), out.clone());
+                    heartbeats = Some(AbortOnDrop(tokio::spawn(beat)));
+                }
+                continue;
+            }
         };
         if let Err(why) =
             authorize(&principal.role, &request).and_then(|()| owned(ctx, &principal, &request))
@@ -240,7 +257,9 @@ async fn greet(
                 "protocol version {version} is not supported (this node speaks {PROTOCOL_VERSION})"
             ));
         }
-        Ok(ClientFrame::Request { .. }) => return Err("request before hello".into()),
+        Ok(ClientFrame::Request { .. } | ClientFrame::Heartbeats) => {
+            return Err("request before hello".into());
+        }
         Err(WireError::Closed) => return Ok(None),
         Err(e) => return Err(e.to_string()),
     };
@@ -302,7 +321,7 @@ fn session_of(command: &Command) -> Option<SessionId> {
 }
 
 /// Sends the connection every event for the sessions it follows.
-async fn forward_events(
+pub(super) async fn forward_events(
     mut applied: broadcast::Receiver<Arc<Applied>>,
     followed: Followed,
     out: mpsc::Sender<ServerFrame>,
@@ -311,9 +330,15 @@ async fn forward_events(
     loop {
         let entry = match applied.recv().await {
             Ok(e) => e,
-            // Missed some: their grants are state; the client learns them by asking again.
+            // Missed some: their grants are state, and the client learns them by asking
+            // again, so tell it to. Waiting for room in the outbox: this frame must not be
+            // lost the way the events were.
             Err(RecvError::Lagged(n)) => {
-                tracing::warn!("a client connection missed the events of {n} entries");
+                tracing::warn!("a client connection missed the events of {n} entries; resync");
+                let resync = ServerFrame::Resync { missed_entries: n };
+                if out.send(resync).await.is_err() {
+                    return;
+                }
                 continue;
             }
             Err(RecvError::Closed) => return,
@@ -367,5 +392,34 @@ async fn handle(ctx: &Ctx, request: Request) -> Response {
         }
         Request::RemoveNode { id } => admin::remove_node(ctx, id).await,
         Request::SnapshotCost => admin::snapshot_cost(ctx).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::machine::{Applied, Event};
+
+    #[tokio::test]
+    async fn a_lagging_forwarder_tells_its_client_to_resync() {
+        // The event feed holds 2 entries; 5 are applied before the forwarder reads any.
+        let (feed, applied) = broadcast::channel(2);
+        let followed = Followed::default();
+        followed.follow(7).unwrap();
+        let (out, mut outbox) = mpsc::channel(16);
+        for _ in 0..5 {
+            let entry = Applied {
+                log_ms: 0,
+                replies: vec![],
+                events: vec![Event::SessionExpired { session: 7 }],
+            };
+            feed.send(Arc::new(entry)).unwrap();
+        }
+        let _forwarder = AbortOnDrop(tokio::spawn(forward_events(applied, followed, out)));
+        let first = tokio::time::timeout(Duration::from_secs(5), outbox.recv())
+            .await
+            .expect("a frame")
+            .expect("open");
+        assert_eq!(first, ServerFrame::Resync { missed_entries: 3 });
     }
 }

@@ -55,7 +55,10 @@
 //! - **Writer task**: owns the socket's write half and the outbox's receiving end (`OUTBOX_MAX`
 //!   = 1,024 frames); coalesces up to 512 queued frames per write.
 //! - **Forwarder task**: owns one broadcast subscription; sends the connection's events to the
-//!   outbox. Aborted when the connection task ends.
+//!   outbox, and `Resync` when it fell behind. Aborted when the connection task ends.
+//! - **Heartbeat task** ([`heartbeat`]), once the client sent `Heartbeats`: a
+//!   `ServerFrame::Heartbeat` (term, known leader) every `HEARTBEAT_PERIOD` = 200 ms, by
+//!   `try_send` (a full outbox skips one). Aborted when the connection task ends.
 //!
 //! The applied state ([`crate::raft::state_store::AppliedState`]) is shared by `Arc`; its lock
 //! is a std mutex held only to apply, copy, encode or answer, never across an await.
@@ -189,11 +192,10 @@
 //! - **Pushes are hints, not messages.** Events applied before a connection's forwarder
 //!   subscribed are never sent to it, and an event can reach the client before or after the
 //!   reply of the write that caused it. A forwarder that falls `EVENT_BACKLOG` entries behind
-//!   (its connection reads slowly and the outbox is full) skips what it missed, with a
-//!   warning on the node only: the connection stays open and the client is not told. The
-//!   grant is state, so asking again for the ticket answers it; the client's sessions re-ask
-//!   their waiting tickets after a reconnect or when their own event feed lags, but not after
-//!   a lag on the node's side, so such a grant waits until the ticket is asked about again.
+//!   (its connection reads slowly and the outbox is full) skips what it missed, and tells
+//!   the client with `ServerFrame::Resync` (waiting for room in the outbox, so this frame is
+//!   not lost the way the events were). The grant is state, so the client's sessions ask
+//!   again about every ticket they wait for, and read the halts covering those they hold.
 //! - **A slow client stalls only itself, but fully.** A full outbox blocks that connection's
 //!   request tasks and forwarder; its in-flight slots then run out and its connection task
 //!   stops reading. Other connections and the proposer are not held (a blocked request task
@@ -215,6 +217,7 @@ pub mod data_dir;
 pub mod digest;
 pub mod edge;
 pub mod followed;
+pub mod heartbeat;
 pub mod leader;
 pub mod node;
 pub mod proposer;

@@ -72,6 +72,19 @@ impl Cluster {
         self.nodes.add(overlay(&config, extra)).unwrap()
     }
 
+    /// Starts the `weir` CLI with `args` against this cluster, without waiting (stdout and
+    /// stderr piped).
+    pub fn spawn_cli(&self, args: &[&str]) -> std::process::Child {
+        Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(args)
+            .env("WEIR_SERVERS", self.servers().join(","))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
     /// Runs the `weir` CLI with `args` against this cluster; returns (exit code, stdout, stderr).
     pub fn cli(&self, args: &[&str]) -> (i32, String, String) {
         let out = Command::new(env!("CARGO_BIN_EXE_weir"))
@@ -102,6 +115,17 @@ impl Cluster {
     /// kill -9.
     pub fn kill(&mut self, id: u64) {
         self.nodes.kill(id);
+    }
+
+    /// SIGSTOP: the process lives on and sends nothing. Resumed by [`Cluster::resume`], and
+    /// in every case when the cluster is dropped (its nodes are resumed before the kill).
+    pub fn pause(&mut self, id: u64) {
+        self.nodes.pause(id);
+    }
+
+    /// SIGCONT.
+    pub fn resume(&mut self, id: u64) {
+        self.nodes.resume(id);
     }
 
     /// SIGTERM, and waits (bounded) for a clean exit; returns its status code.

@@ -5,6 +5,7 @@ mod client_port;
 mod edge;
 mod first_start;
 mod harness;
+mod incidents;
 mod library;
 mod security;
 

@@ -12,6 +12,7 @@ pub mod panics;
 pub mod permits;
 pub mod rate;
 pub mod settlement;
+pub mod stalls;
 
 use crate::history::{Kind, Op};
 

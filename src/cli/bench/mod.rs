@@ -15,7 +15,12 @@
 //! `--ca` and `--token` apply. `--failover K` (with `--spawn`) kills the
 //! leader with SIGKILL K times during the run, measures from each kill to the first
 //! operation sent after it that succeeds, restarts the node, and at the end checks that no
-//! acknowledged operation was lost.
+//! acknowledged operation was lost. `--stall K` (with `--spawn`) stops the leader with
+//! SIGSTOP K times, each for `STALL` (4 s, longer than the sessions' TTL), measures grants
+//! resuming the same way, resumes it with SIGCONT, and reports how many sessions lost a
+//! permit: with `--stall` every session has a 3 s TTL and holds one permit of its own for the
+//! whole run besides its workload, and a session counts as having lost a permit if any of
+//! its permits was ever seen lost (deadline, expiry).
 //!
 //! - `spawn.rs`: the `--spawn` cluster;
 //! - `load.rs`: the load workloads, the failover kills and the final verification;
@@ -87,6 +92,10 @@ pub struct BenchArgs {
     /// With --spawn: TLS on every port and an admin token (to measure what they cost).
     #[arg(long)]
     pub tls: bool,
+    /// Stop the leader (SIGSTOP, 4 s) this many times during the run (needs --spawn);
+    /// sessions then have a 3 s TTL and each holds a permit throughout.
+    #[arg(long, default_value_t = 0)]
+    pub stall: u32,
 }
 
 /// Refuses arguments that make no run, with the usage message.
@@ -99,6 +108,9 @@ fn check(args: &BenchArgs) -> Result<(), &'static str> {
     }
     if args.tls && args.spawn.is_none() {
         return Err("--tls needs --spawn (against given servers, use --ca and --token)");
+    }
+    if args.stall > 0 && args.spawn.is_none() {
+        return Err("--stall needs --spawn (the bench stops the nodes it started)");
     }
     if !(args.duration > 0.0
         && args.duration < 86_400.0
