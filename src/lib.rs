@@ -9,12 +9,16 @@ pub mod cli;
 pub mod launcher;
 pub mod server;
 
+pub mod http;
+
 pub mod client;
 pub mod protocol;
 
 pub mod raft;
 
 pub mod machine;
+
+pub mod metrics;
 
 pub mod bounds;
 pub mod codec;

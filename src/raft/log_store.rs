@@ -227,6 +227,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .into_iter()
             .map(|e| (e.log_id.index, codec::encode(&e)))
             .collect();
+        let started = std::time::Instant::now();
         let result = self
             .blocking(move |db| {
                 let w = db.begin_write().map_err(write_err)?;
@@ -239,6 +240,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 w.commit().map_err(write_err)
             })
             .await;
+        crate::metrics::observe(&crate::metrics::get().fsync_seconds, started.elapsed());
         match &result {
             Ok(()) => callback.log_io_completed(Ok(())),
             Err(e) => callback.log_io_completed(Err(std::io::Error::other(e.to_string()))),

@@ -73,6 +73,7 @@ pub async fn serve_clients(listener: TcpListener, ctx: Arc<Ctx>, shutdown: watch
 }
 
 async fn connection(stream: TcpStream, ctx: Arc<Ctx>) -> Result<(), String> {
+    let _counted = crate::metrics::get().connection();
     let (rd, mut wr) = stream.into_split();
     let mut rd = BufReader::with_capacity(READ_BUFFER_BYTES, rd);
     let (out, mut outbox) = mpsc::channel::<ServerFrame>(OUTBOX_MAX);
@@ -211,6 +212,7 @@ async fn forward_events(
             Ok(e) => e,
             // Missed some: their grants are state; the client learns them by asking again.
             Err(RecvError::Lagged(n)) => {
+                crate::metrics::get().pushes_dropped.inc_by(n);
                 tracing::warn!("a client connection missed the events of {n} entries");
                 continue;
             }
@@ -238,7 +240,10 @@ async fn forward_events(
 async fn handle(ctx: &Ctx, request: Request) -> Response {
     match request {
         Request::Write(command) => match ctx.proposer.propose(command).await {
-            Ok((index, reply)) => Response::Written { index, reply },
+            Ok((index, reply)) => {
+                crate::metrics::get().replied(&reply);
+                Response::Written { index, reply }
+            }
             Err(f) => Response::Failed(f),
         },
         Request::Read(query) => match ctx.reader.read(query).await {

@@ -3,6 +3,7 @@
 mod cli;
 mod client_port;
 mod harness;
+mod http;
 mod library;
 
 use std::collections::BTreeSet;
