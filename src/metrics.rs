@@ -273,8 +273,42 @@ impl Metrics {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &self.registry)
             .expect("writing to a String cannot fail");
-        text
+        classic_text(&text)
     }
+}
+
+/// Prometheus' classic text format (0.0.4) from the crate's OpenMetrics text: a counter's
+/// `# HELP` and `# TYPE` name its `_total` samples, and there is no `# EOF`. The classic
+/// format is what `promtool check metrics` and every Prometheus version read.
+fn classic_text(open_metrics: &str) -> String {
+    let counters: std::collections::BTreeSet<&str> = open_metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(open_metrics.len());
+    for line in open_metrics.lines() {
+        if line == "# EOF" {
+            continue;
+        }
+        let comment = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find(|p| line.starts_with(p));
+        match comment {
+            Some(prefix) => {
+                let rest = &line[prefix.len()..];
+                let name = rest.split(' ').next().unwrap_or("");
+                if counters.contains(name) {
+                    out.push_str(&format!("{prefix}{name}_total{}", &rest[name.len()..]));
+                } else {
+                    out.push_str(line);
+                }
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// What a scrape needs of Raft's metrics.
@@ -314,5 +348,19 @@ pub fn refusal_kind(r: &Refusal) -> &'static str {
         Refusal::BudgetExhausted { .. } => "BudgetExhausted",
         Refusal::Conflict => "Conflict",
         Refusal::Invalid(_) => "Invalid",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classic_text_names_counters_by_their_samples_and_drops_eof() {
+        let om = "# HELP x_ops Ops.\n# TYPE x_ops counter\nx_ops_total 3\n# HELP x_g G.\n# TYPE x_g gauge\nx_g 1\n# EOF\n";
+        assert_eq!(
+            classic_text(om),
+            "# HELP x_ops_total Ops.\n# TYPE x_ops_total counter\nx_ops_total 3\n# HELP x_g G.\n# TYPE x_g gauge\nx_g 1\n"
+        );
     }
 }

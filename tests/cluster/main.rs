@@ -5,6 +5,7 @@ mod client_port;
 mod harness;
 mod http;
 mod library;
+mod metrics;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
