@@ -420,6 +420,15 @@ async fn cli_status_and_limits_end_to_end_with_exit_codes_and_json_keys() {
         ),
         (Some("acme"), Some(3), Some(0))
     );
+    let (code, out, _) = cluster.cli(&["--tenant", "acme", "limit", "show", "db"]);
+    assert_eq!(
+        (code, out.trim()),
+        (
+            0,
+            "acme/db: concurrent 3; in use 0, waiting 0, max in use 0"
+        ),
+        "a concurrency-only limit shows no rate"
+    );
     let (code, out, _) = cluster.cli(&["limit", "list", "--tenant", "acme", "--json"]);
     assert_eq!(code, 0);
     assert_eq!(
