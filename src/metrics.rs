@@ -4,7 +4,7 @@
 //! Counting is one call at the place where the thing happens (`metrics::get().x.inc()`), so
 //! the proposer, the log store, the state store and the client port stay free of metrics
 //! plumbing. Gauges that are a view of state (role, term, indexes, sessions, held units and
-//! waiters) are not kept up to date on every change: [`Metrics::refresh`] sets them from Raft's
+//! waiters) are not kept up to date on every change: [`Metrics::scrape`] sets them from Raft's
 //! metrics and the machine just before each scrape is encoded.
 //!
 //! Invariants:

@@ -21,12 +21,12 @@
 //! An acquire with `wait` is held open until its ticket is granted, refused, or its
 //! `timeout_ms` (at most [`WAIT_MS_MAX`]) passes; then it answers 202 `queued` and the
 //! ticket stays queued (it is state in the log, not in the request). The wait, and the
-//! event stream, read this node's own applied events ([`events`]), which every node
+//! event stream, read this node's own applied events (`events.rs`), which every node
 //! computes identically from the log.
 //!
 //! # Errors
 //!
-//! JSON `{"error": NAME, "message": TEXT, ...}`, NAME being the refusal's name; [`error`]
+//! JSON `{"error": NAME, "message": TEXT, ...}`, NAME being the refusal's name; `error.rs`
 //! maps each to its status code.
 //!
 //! # Layout
