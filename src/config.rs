@@ -137,6 +137,9 @@ pub struct Config {
     /// two by about 15% when three nodes share two cores (fewer cross-thread wake-ups).
     /// Raise it on a machine of its own with many client connections.
     pub worker_threads: usize,
+    /// HTTP/JSON port (the `/v1` API, `/metrics`, `/healthz`, `/readyz`). Default
+    /// `127.0.0.1:7611`; the empty string serves no HTTP.
+    pub http_listen: String,
     pub raft: RaftConfig,
     pub proposer: ProposerConfig,
     /// TLS on the client and peer ports. Default: none, which is allowed on loopback
@@ -160,6 +163,7 @@ impl Default for Config {
             peer_source_ip: None,
             peers: vec![],
             worker_threads: 1,
+            http_listen: "127.0.0.1:7611".into(),
             raft: RaftConfig::default(),
             proposer: ProposerConfig::default(),
             tls: None,

@@ -9,6 +9,8 @@ pub mod cli;
 pub mod launcher;
 pub mod server;
 
+pub mod http;
+
 pub mod client;
 pub mod protocol;
 // TLS, tokens and roles; `config` borrows only its token parsers (`security::token`).
@@ -17,6 +19,8 @@ pub mod security;
 pub mod raft;
 
 pub mod machine;
+
+pub mod metrics;
 
 pub mod bounds;
 pub mod codec;

@@ -121,6 +121,8 @@ impl Cluster {
                 peer_listen: Some(listen),
                 peer_source_ip: source,
                 peers: voters.clone(),
+                // The harness speaks the binary protocol only; no node binds an HTTP port.
+                http_listen: String::new(),
                 ..Config::default()
             })?;
         }

@@ -314,7 +314,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
     {
+        let started = std::time::Instant::now();
         let result = self.append_durably(entries.into_iter().collect()).await;
+        crate::metrics::observe(&crate::metrics::get().fsync_seconds, started.elapsed());
         match &result {
             Ok(()) => callback.log_io_completed(Ok(())),
             Err(e) => callback.log_io_completed(Err(std::io::Error::other(e.to_string()))),

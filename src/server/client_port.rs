@@ -103,6 +103,7 @@ pub async fn serve_clients(listener: TcpListener, ctx: Arc<Ctx>, shutdown: watch
 }
 
 async fn connection(tcp: TcpStream, ctx: Arc<Ctx>) -> Result<(), String> {
+    let _counted = crate::metrics::get().connection();
     let stream = ctx.acceptor.accept(tcp).await.map_err(|e| e.to_string())?;
     let (rd, mut wr) = tokio::io::split(stream);
     let mut rd = BufReader::with_capacity(READ_BUFFER_BYTES, rd);
@@ -334,6 +335,7 @@ pub(super) async fn forward_events(
             // again, so tell it to. Waiting for room in the outbox: this frame must not be
             // lost the way the events were.
             Err(RecvError::Lagged(n)) => {
+                crate::metrics::get().pushes_dropped.inc_by(n);
                 tracing::warn!("a client connection missed the events of {n} entries; resync");
                 let resync = ServerFrame::Resync { missed_entries: n };
                 if out.send(resync).await.is_err() {
@@ -368,7 +370,10 @@ pub(super) async fn forward_events(
 async fn handle(ctx: &Ctx, request: Request) -> Response {
     match request {
         Request::Write(command) => match ctx.proposer.propose(command).await {
-            Ok((index, reply)) => Response::Written { index, reply },
+            Ok((index, reply)) => {
+                crate::metrics::get().replied(&reply);
+                Response::Written { index, reply }
+            }
             Err(f) => Response::Failed(f),
         },
         Request::Read(query) => match ctx.reader.read(query).await {

@@ -46,6 +46,11 @@
 //!   [`crate::raft::state_store::AppliedState`]; `EVENT_BACKLOG` = 4,096 entries per
 //!   subscriber; sending never waits).
 //!
+//! - **HTTP listener** ([`crate::http`], if `http_listen` is set): axum's tasks, one per
+//!   HTTP connection. Its handlers do not enter the pipeline directly: they go through an
+//!   internal `client::Client` to the leader's client port, so an HTTP request is one more
+//!   client connection here and takes exactly the path drawn above.
+//!
 //! Per client connection ([`client_port`]):
 //! - **Connection task**: reads frames in order, checks the hello (within `HELLO_TIMEOUT` =
 //!   10 s), and spawns a request task per request. A semaphore of `IN_FLIGHT_MAX` = 4,096

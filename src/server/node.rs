@@ -23,7 +23,9 @@ use super::client_port::{self, Ctx};
 use super::data_dir::prepare_data_dir;
 use super::proposer::Proposer;
 use super::reader::Reader;
+use crate::client::Client;
 use crate::config::Config;
+use crate::http::{HttpCtx, serve_http};
 use crate::raft::log_store::LogStore;
 use crate::raft::network::{PeerNetwork, serve_peers};
 use crate::raft::state_store::StateStore;
@@ -54,6 +56,7 @@ impl Node {
         let raft_config = Arc::new(config.openraft()?);
         let security = Security::from_config(&config)?;
         let (peer_listener, client_listener) = bind_ports(&config).await?;
+        let http_listener = bind_http(&config).await?;
         let raft = Raft::new(
             config.id,
             raft_config,
@@ -86,6 +89,17 @@ impl Node {
         );
         let reader = Reader::start(raft.clone(), state.clone(), watch_rx.clone());
         let tokens = Arc::new(Tokens::new(TokenTable::new(&config.tokens)?));
+        if let Some(listener) = http_listener {
+            let http = HttpCtx::new(
+                config.id,
+                config.client_addr.clone(),
+                Client::new(http_servers(&config)),
+                state.clone(),
+                raft.clone(),
+            );
+            tokio::spawn(serve_http(listener, Arc::new(http), watch_rx.clone()));
+            tracing::info!("serving HTTP on {}", config.http_listen);
+        }
         let ctx = Arc::new(Ctx {
             id: config.id,
             client_addr: config.client_addr.clone(),
@@ -184,6 +198,31 @@ async fn bind_ports(config: &Config) -> Result<(TcpListener, TcpListener), Strin
         .await
         .map_err(|e| format!("client port {}: {e}", config.client_addr))?;
     Ok((peer_listener, client_listener))
+}
+
+/// Binds the HTTP port, unless `http_listen` is empty.
+async fn bind_http(config: &Config) -> Result<Option<TcpListener>, String> {
+    if config.http_listen.is_empty() {
+        return Ok(None);
+    }
+    TcpListener::bind(&config.http_listen)
+        .await
+        .map(Some)
+        .map_err(|e| format!("http port {}: {e}", config.http_listen))
+}
+
+/// Where the HTTP layer's internal client reaches the cluster: this node first (it answers
+/// at once when it leads), then the other initial voters; redirects find the rest.
+fn http_servers(config: &Config) -> Vec<String> {
+    let mut servers = vec![config.client_addr.clone()];
+    servers.extend(
+        config
+            .voters()
+            .into_iter()
+            .map(|v| v.client)
+            .filter(|c| *c != config.client_addr),
+    );
+    servers
 }
 
 /// On a start of an uninitialized Raft, the founder (the lowest-id configured voter)

@@ -211,6 +211,7 @@ async fn run(
             batch.into_iter().map(|p| (p.command, p.answer)).unzip()
         };
         let entry = stamper.stamp(metrics.current_term, commands);
+        crate::metrics::get().proposed(entry.commands.len(), rx.len());
         last_proposed = Instant::now();
         let receiver = match raft.client_write_ff(entry).await {
             Ok(r) => r,
@@ -223,6 +224,10 @@ async fn run(
         let raft = raft.clone();
         tokio::spawn(async move {
             let result = tokio::time::timeout(COMMIT_TIMEOUT, receiver).await;
+            crate::metrics::observe(
+                &crate::metrics::get().commit_seconds,
+                last_proposed.elapsed(),
+            );
             // The entry is applied, refused or given up on: it no longer counts in flight.
             drop(permit);
             answer_all(answers, entry_outcome(&raft, result));

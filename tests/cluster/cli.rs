@@ -139,6 +139,7 @@ async fn acquire_runs_a_command_under_a_permit_and_every_other_subcommand_works(
     let v = json(&ok(&[
         "tenant",
         "set",
+        "--tenant",
         "acme",
         "--max-running",
         "1",
@@ -151,20 +152,26 @@ async fn acquire_runs_a_command_under_a_permit_and_every_other_subcommand_works(
         (Some(1), Some(100))
     );
     assert_eq!(
-        ok(&["run", "reserve", "acme", "r1", "--period", "2026-12"]).trim(),
+        ok(&[
+            "run", "reserve", "--tenant", "acme", "r1", "--period", "2026-12"
+        ])
+        .trim(),
         "admitted acme/r1"
     );
-    ok(&["run", "reserve", "acme", "r1", "--period", "2026-12"]);
-    let (code, _, err) = cluster.cli(&["run", "reserve", "acme", "r2"]);
+    ok(&[
+        "run", "reserve", "--tenant", "acme", "r1", "--period", "2026-12",
+    ]);
+    let (code, _, err) = cluster.cli(&["run", "reserve", "--tenant", "acme", "r2"]);
     assert_eq!(code, 3);
     assert!(err.contains("too many runs: 1 running"), "{err}");
-    let runs = json(&ok(&["run", "list", "acme", "--json"]));
+    let runs = json(&ok(&["run", "list", "--tenant", "acme", "--json"]));
     assert_eq!(runs.as_array().unwrap().len(), 1);
     keys(&runs[0], &["run", "admitted_at_ms", "agent"]);
     // The same settlement twice: charged once, the second answered as a duplicate.
     let settle = [
         "run",
         "settle",
+        "--tenant",
         "acme",
         "r1",
         "--epoch",
@@ -183,27 +190,53 @@ async fn acquire_runs_a_command_under_a_permit_and_every_other_subcommand_works(
     let v = json(&ok(&settle));
     assert_eq!(v["duplicate"], true);
     let (code, _, err) = cluster.cli(&[
-        "run", "settle", "acme", "r1", "--epoch", "1", "--period", "2026-12", "--tokens", "1",
+        "run", "settle", "--tenant", "acme", "r1", "--epoch", "1", "--period", "2026-12",
+        "--tokens", "1",
     ]);
     assert_eq!(code, 3);
     assert!(err.contains("conflict"), "{err}");
-    let spent = json(&ok(&["spent", "acme", "2026-12", "--json"]));
+    let spent = json(&ok(&["spent", "--tenant", "acme", "2026-12", "--json"]));
     keys(&spent, &["tenant", "period", "tokens", "minor_units"]);
     assert_eq!(
         (spent["tokens"].as_u64(), spent["minor_units"].as_u64()),
         (Some(100), Some(250))
     );
-    let (code, _, err) = cluster.cli(&["run", "reserve", "acme", "r2", "--period", "2026-12"]);
+    phase("tenant show: ceilings, budgets, spend and halts; WEIR_TENANT names the tenant too");
+    let shown = ok(&["tenant", "show", "--tenant", "acme", "--period", "2026-12"]);
+    for line in [
+        "max running   1 (0 running)",
+        "budget tokens 100",
+        "spent in 2026-12   100 tokens, 250 minor units",
+        "halts         none",
+    ] {
+        assert!(shown.contains(line), "{line:?} not in {shown}");
+    }
+    let by_env = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["spent", "2026-12", "--json"])
+        .env("WEIR_SERVERS", cluster.servers().join(","))
+        .env("WEIR_TENANT", "acme")
+        .output()
+        .unwrap();
+    let v = json(&String::from_utf8_lossy(&by_env.stdout));
+    assert_eq!(
+        (v["tenant"].as_str(), v["tokens"].as_u64()),
+        (Some("acme"), Some(100))
+    );
+    let (code, _, err) = cluster.cli(&[
+        "run", "reserve", "--tenant", "acme", "r2", "--period", "2026-12",
+    ]);
     assert_eq!(code, 3);
     assert!(
         err.contains("budget exhausted: spent 100 of 100 tokens"),
         "{err}"
     );
-    ok(&["run", "reserve", "acme", "r2", "--period", "2027-01"]);
-    ok(&["run", "release", "acme", "r2"]);
-    ok(&["run", "release", "acme", "r2"]);
+    ok(&[
+        "run", "reserve", "--tenant", "acme", "r2", "--period", "2027-01",
+    ]);
+    ok(&["run", "release", "--tenant", "acme", "r2"]);
+    ok(&["run", "release", "--tenant", "acme", "r2"]);
     assert_eq!(
-        json(&ok(&["run", "list", "acme", "--json"]))
+        json(&ok(&["run", "list", "--tenant", "acme", "--json"]))
             .as_array()
             .unwrap()
             .len(),
@@ -239,6 +272,7 @@ async fn acquire_runs_a_command_under_a_permit_and_every_other_subcommand_works(
     ok(&[
         "halt",
         "set",
+        "--tenant",
         "acme",
         "--agent",
         "bot",
@@ -256,26 +290,31 @@ async fn acquire_runs_a_command_under_a_permit_and_every_other_subcommand_works(
         stderr.contains("halted (agent bot): runaway loop"),
         "{stderr}"
     );
-    let halts = json(&ok(&["halt", "list", "acme", "--json"]));
+    let halts = json(&ok(&["halt", "list", "--tenant", "acme", "--json"]));
     assert_eq!(halts[0]["reason"], "runaway loop");
     keys(&halts[0], &["scope", "agent", "reason"]);
-    let (code, _, err) = cluster.cli(&["run", "reserve", "acme", "r9", "--agent", "bot"]);
+    let (code, _, err) =
+        cluster.cli(&["run", "reserve", "--tenant", "acme", "r9", "--agent", "bot"]);
     assert_eq!(code, 3);
     assert!(
         err.contains("halted (agent bot): runaway loop"),
         "the refusal prints the reason: {err}"
     );
-    ok(&["run", "reserve", "acme", "r9", "--agent", "human"]);
-    ok(&["halt", "clear", "acme", "--agent", "bot"]);
+    ok(&[
+        "run", "reserve", "--tenant", "acme", "r9", "--agent", "human",
+    ]);
+    ok(&["halt", "clear", "--tenant", "acme", "--agent", "bot"]);
     assert_eq!(
-        json(&ok(&["halt", "list", "acme", "--json"]))
+        json(&ok(&["halt", "list", "--tenant", "acme", "--json"]))
             .as_array()
             .unwrap()
             .len(),
         0
     );
-    ok(&["run", "release", "acme", "r9"]);
-    ok(&["run", "reserve", "acme", "r10", "--agent", "bot"]);
+    ok(&["run", "release", "--tenant", "acme", "r9"]);
+    ok(&[
+        "run", "reserve", "--tenant", "acme", "r10", "--agent", "bot",
+    ]);
 
     phase("limit remove");
     ok(&["limit", "remove", "api"]);
@@ -343,4 +382,30 @@ fn bench_spawns_its_own_cluster_and_prints_the_json_shape() {
         (),
     );
     assert_eq!(code, Some(2), "--failover without --spawn is a usage error");
+}
+
+#[test]
+fn completions_and_the_man_page_are_generated_for_every_shell() {
+    let weir = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    for shell in ["bash", "zsh", "fish"] {
+        let script = weir(&["completions", shell]);
+        assert!(
+            script.contains("acquire") && script.contains("tenant"),
+            "{shell}"
+        );
+    }
+    let man = weir(&["man"]);
+    assert!(
+        man.contains(".TH weir"),
+        "roff: {}",
+        &man[..200.min(man.len())]
+    );
+    assert!(man.contains("acquire"));
 }

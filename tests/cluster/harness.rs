@@ -67,6 +67,7 @@ impl Cluster {
             client_addr: me.client,
             peer_addr: me.peer,
             peers,
+            http_listen: loopback_addr().unwrap(),
             ..Config::default()
         };
         self.nodes.add(overlay(&config, extra)).unwrap()

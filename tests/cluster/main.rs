@@ -5,8 +5,10 @@ mod client_port;
 mod edge;
 mod first_start;
 mod harness;
+mod http;
 mod incidents;
 mod library;
+mod metrics;
 mod security;
 
 use std::collections::BTreeSet;
@@ -421,6 +423,15 @@ async fn cli_status_and_limits_end_to_end_with_exit_codes_and_json_keys() {
             v["in_use"].as_u64()
         ),
         (Some("acme"), Some(3), Some(0))
+    );
+    let (code, out, _) = cluster.cli(&["--tenant", "acme", "limit", "show", "db"]);
+    assert_eq!(
+        (code, out.trim()),
+        (
+            0,
+            "acme/db: concurrent 3; in use 0, waiting 0, max in use 0"
+        ),
+        "a concurrency-only limit shows no rate"
     );
     let (code, out, _) = cluster.cli(&["limit", "list", "--tenant", "acme", "--json"]);
     assert_eq!(code, 0);

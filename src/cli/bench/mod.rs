@@ -66,6 +66,7 @@ pub struct BenchArgs {
     /// Start an N-node durable loopback cluster for the run (and remove it after).
     #[arg(long)]
     pub spawn: Option<u64>,
+    /// What each client does in a loop.
     #[arg(long, value_enum, default_value = "acquire-release")]
     pub workload: Workload,
     /// Concurrent clients, each with its own session.
