@@ -67,6 +67,23 @@ pub struct Cluster {
 /// The nodes of a run.
 const NODES: u64 = 3;
 
+/// How long a started node may take to answer a status request: it opens its store and
+/// replays its log, which takes well under a second for a run's worth of entries.
+const ANSWER_BOUND: Duration = Duration::from_secs(10);
+
+/// Whether process `pid` has exited: it is gone, or a zombie not reaped yet (the launcher
+/// reaps only at a kill). Linux's `/proc/PID/stat`: the state follows the `)` that ends the
+/// command name.
+fn exited(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_none_or(|state| state == "Z" || state == "X"),
+        Err(_) => true,
+    }
+}
+
 /// Node `id`'s addresses: (client, peer as the cluster knows it = the proxy front, peer
 /// listen, the source address it dials from, if one must be set).
 fn addresses(net: &Net, id: u64) -> Result<(String, String, String, Option<IpAddr>), String> {
@@ -140,8 +157,21 @@ impl Cluster {
         self.nodes.servers()
     }
 
+    /// Node `id`'s process id, if the harness has it running.
+    pub fn pid(&self, id: u64) -> Option<u32> {
+        self.nodes.pid(id)
+    }
+
     pub fn is_running(&self, id: u64) -> bool {
         self.nodes.is_running(id)
+    }
+
+    /// Nodes the harness started and has not killed whose process has exited on its own (a
+    /// crash, a refusal to start): they must never pass for running ones.
+    pub fn dead(&self) -> Vec<u64> {
+        (1..=NODES)
+            .filter(|id| self.nodes.pid(*id).is_some_and(exited))
+            .collect()
     }
 
     fn faults(&mut self, id: u64) -> &mut NodeFaults {
@@ -203,21 +233,49 @@ impl Cluster {
         self.kill(id);
         self.faults(id).clock = clock;
         self.start_node(id)?;
-        if !self.nodes.answering(id, Duration::from_secs(10)).await {
-            return Err(format!("node {id} did not come back"));
+        if !self.nodes.answering(id, ANSWER_BOUND).await {
+            return Err(format!(
+                "node {id} did not come back: {}",
+                self.nodes.log_tail(id, 3).join(" | ")
+            ));
         }
         Ok(())
     }
 
     /// Everything back: links pass, paused nodes resume, killed nodes restart, skewed clocks
     /// are restarted true (one node at a time), removed nodes are added back.
+    ///
+    /// A node whose process exited on its own (not killed by the nemesis) fails the heal, as
+    /// does one that does not answer within [`ANSWER_BOUND`] of its restart: the error names
+    /// it and quotes its log's last lines. The exited process is reaped and started again so
+    /// the run goes on, but the heal's error stays in the history, and the convergence
+    /// checker judges it.
     pub async fn heal(&mut self) -> Result<(), String> {
         self.heal_network()?;
+        let mut failures = vec![];
+        for id in self.dead() {
+            failures.push(format!(
+                "node {id} exited on its own: {}",
+                self.nodes.log_tail(id, 3).join(" | ")
+            ));
+            self.kill(id);
+        }
         for id in 1..=NODES {
             if self.nodes.is_paused(id) {
                 self.resume(id);
             }
             self.start_node(id)?;
+        }
+        for id in 1..=NODES {
+            if !self.nodes.answering(id, ANSWER_BOUND).await {
+                failures.push(format!(
+                    "node {id} did not answer within {ANSWER_BOUND:?} of the heal: {}",
+                    self.nodes.log_tail(id, 3).join(" | ")
+                ));
+            }
+        }
+        if !failures.is_empty() {
+            return Err(failures.join("; "));
         }
         for id in 1..=NODES {
             if self.faults(id).clock.is_some() {
@@ -338,5 +396,25 @@ impl Cluster {
                 )
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exited_child_not_yet_reaped_counts_as_exited_a_running_one_does_not() {
+        let mut done = Command::new("true").spawn().expect("true runs");
+        let mut running = Command::new("sleep").arg("30").spawn().expect("sleep runs");
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !exited(done.id()) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(exited(done.id()), "a zombie is an exited process");
+        assert!(!exited(running.id()), "a sleeping process runs");
+        let _ = running.kill();
+        let _ = running.wait();
+        let _ = done.wait();
     }
 }

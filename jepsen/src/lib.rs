@@ -6,7 +6,9 @@
 
 pub mod checker;
 pub mod cluster;
+pub mod converge;
 pub mod history;
+pub mod monitor;
 pub mod nemesis;
 pub mod netns;
 pub mod proxy;

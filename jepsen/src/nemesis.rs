@@ -354,6 +354,7 @@ pub async fn run(
             }
         }
         tokio::time::sleep(Duration::from_millis(step.hold_ms)).await;
+        history.record(NEMESIS, Kind::Invoke, "heal", json!({}));
         let healed = cluster.heal().await;
         history.record(
             NEMESIS,
@@ -361,6 +362,7 @@ pub async fn run(
             "heal",
             json!({"ok": healed.is_ok(), "error": healed.err()}),
         );
+        crate::converge::probe(cluster, history, false).await;
     }
     fired
 }

@@ -47,6 +47,7 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
     }
     let servers = cluster.servers();
     workload::setup(&Client::new(servers.clone())).await?;
+    let monitor = crate::monitor::Monitor::start(&servers, &history);
     let workloads = Workloads::start(plan, &servers, &history)?;
     let targets = nemesis::Targets {
         client_pause: workloads.client_pause.clone(),
@@ -65,9 +66,23 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
     }
     workloads.stop().await;
     // Heal, then probe liveness: each capped limit, once it has room, grants a new waiter.
-    cluster.heal().await?;
+    history.record(
+        history::NEMESIS,
+        Kind::Invoke,
+        "heal",
+        json!({"final": true}),
+    );
+    let healed = cluster.heal().await;
+    let healed_ns = history.record(
+        history::NEMESIS,
+        Kind::Info,
+        "heal",
+        json!({"final": true, "ok": healed.is_ok(), "error": healed.err()}),
+    );
     let probe_client = Client::new(servers.clone());
-    probe_liveness(&cluster, &probe_client, &history).await;
+    probe_liveness(&cluster, &probe_client, &history, healed_ns).await;
+    monitor.stop().await;
+    crate::converge::probe(&cluster, &history, true).await;
     match probe_client.spent(TENANT, "ledger").await {
         Ok(s) => history.record(0, Kind::Ok, "spent", json!({"tokens": s.tokens})),
         Err(e) => history.record(0, Kind::Fail, "spent", json!({"error": e.to_string()})),
@@ -202,10 +217,14 @@ impl Workloads {
     }
 }
 
-/// Records the final heal, then probes each capped limit: once it has room, a new waiter
+/// After the final heal (recorded at `healed_ns`), probes each capped limit: once it has room, a new waiter
 /// must be granted (G7).
-async fn probe_liveness(cluster: &Cluster, probe_client: &Client, history: &Recorder) {
-    let healed_ns = history.record(history::NEMESIS, Kind::Info, "heal", json!({"final": true}));
+async fn probe_liveness(
+    cluster: &Cluster,
+    probe_client: &Client,
+    history: &Recorder,
+    healed_ns: u64,
+) {
     if cluster.leader(Duration::from_secs(10)).await.is_some() {
         if let Ok(session) = Session::open(probe_client, workload::TTL).await {
             for (limit, _, _, _) in LIMITS.iter().take(2) {
@@ -307,6 +326,11 @@ pub fn judge(
                 "liveness",
                 "G7: granted soon after the heal",
                 checker::liveness::check(ops),
+            ),
+            (
+                "convergence",
+                "G4: every node alive; equal digests at equal applied",
+                checker::convergence::check(ops),
             ),
             (
                 "panics",

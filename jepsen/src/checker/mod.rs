@@ -4,6 +4,7 @@
 //! `Unknown` when the history cannot show the property either way (nothing to judge, a
 //! requested fault that never fired). Unknown is never counted as a pass.
 
+pub mod convergence;
 pub mod fenced;
 pub mod fences;
 pub mod halts;
