@@ -7,6 +7,7 @@
 pub mod checker;
 pub mod cluster;
 pub mod converge;
+pub mod finals;
 pub mod history;
 pub mod monitor;
 pub mod nemesis;

@@ -83,10 +83,7 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
     probe_liveness(&cluster, &probe_client, &history, healed_ns).await;
     monitor.stop().await;
     crate::converge::probe(&cluster, &history, true).await;
-    match probe_client.spent(TENANT, "ledger").await {
-        Ok(s) => history.record(0, Kind::Ok, "spent", json!({"tokens": s.tokens})),
-        Err(e) => history.record(0, Kind::Fail, "spent", json!({"error": e.to_string()})),
-    };
+    crate::finals::read(&probe_client, &history).await;
     let ops = history.ops();
     history::write_jsonl(&plan.out.join("history.jsonl"), &ops).map_err(|e| e.to_string())?;
     std::fs::write(plan.out.join("history.edn"), history::to_edn(&ops))
@@ -250,6 +247,7 @@ async fn probe_liveness(
             }
         }
     } else {
+        history.record(0, Kind::Invoke, "probe", json!({}));
         history.record(
             0,
             Kind::Fail,
@@ -293,6 +291,16 @@ pub fn judge(
         rows: vec![
             ("nemesis", "every requested fault fired", nemesis),
             (
+                "history",
+                "every op one invoke, one completion (Knossos' shape)",
+                match history::check_pairs(ops) {
+                    Ok(()) => Verdict::Valid,
+                    Err(e) => {
+                        Verdict::Unknown(format!("the harness recorded a malformed history: {e}"))
+                    }
+                },
+            ),
+            (
                 "P1 permits",
                 "G2: believers never exceed concurrent",
                 checker::permits::check(ops),
@@ -303,6 +311,11 @@ pub fn judge(
                 checker::fences::check(ops),
             ),
             (
+                "capacity",
+                "G1: held permits within concurrent at every log index",
+                checker::capacity::check(ops),
+            ),
+            (
                 "rate",
                 "G1: tokens within burst + rate x window",
                 checker::rate::check(ops),
@@ -311,6 +324,11 @@ pub fn judge(
                 "fenced",
                 "stale holders refused; validation linearizable",
                 checker::fenced::check(ops),
+            ),
+            (
+                "linearizable",
+                "each capped limit a fenced semaphore (WGL)",
+                checker::linearizable::check(ops),
             ),
             (
                 "settlement",

@@ -19,5 +19,5 @@ pub use fenced::{ClientPause, Resource, fenced, spawn_pausable};
 pub use halts::{admitter, halter};
 pub use ledger::ledger;
 pub use permits::permits;
-pub use setup::{FENCED, HALT_AGENT, HALT_TENANT, LIMITS, TENANT, TTL, setup};
+pub use setup::{FENCED, FINAL_READERS, HALT_AGENT, HALT_TENANT, LIMITS, TENANT, TTL, setup};
 pub use takes::takes;

@@ -8,7 +8,7 @@ use serde_json::json;
 use weir::client::{Client, Session};
 
 use super::TTL;
-use super::acquire::{Acquired, acquire_recorded, belief_end};
+use super::acquire::{Acquired, acquire_recorded, belief_end, release_recorded};
 use crate::history::{Kind, Recorder};
 use crate::rng::Rng;
 
@@ -42,7 +42,7 @@ pub async fn permits(
             };
             let (to, seen, deadline) = belief_end(&history, &session, from);
             history.record_at(process, Kind::Ok, "hold", json!({"limit": limit, "cap": cap, "fence": permit.fence(), "from_ns": from, "to_ns": to, "seen_ns": seen, "deadline_ns": deadline, "lost": lost.map(|l| l.to_string())}), seen);
-            let _ = tokio::time::timeout(Duration::from_secs(3), permit.release()).await;
+            release_recorded(process, permit, &history).await;
         }
     }
 }

@@ -20,6 +20,10 @@ pub const LIMITS: [(&str, u32, f64, Option<u64>); 4] = [
 pub const FENCED: &str = "fenced";
 
 pub const TENANT: &str = "jepsen";
+
+/// Process numbers of the final reads' parallel readers start above this (workload
+/// processes are numbered from 1, racers from [`super::ledger::RACER`]).
+pub const FINAL_READERS: u64 = 10_000;
 pub const HALT_TENANT: &str = "halty";
 pub const HALT_AGENT: &str = "a";
 
