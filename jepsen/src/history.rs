@@ -89,6 +89,18 @@ impl Recorder {
         self.ops.lock().unwrap_or_else(|p| p.into_inner()).push(op);
     }
 
+    /// The `ok` ops named `f` among the last `window` recorded, newest first: cheap (it
+    /// clones only those), for workloads that act on what others just did.
+    pub fn recent_oks(&self, f: &str, window: usize) -> Vec<Op> {
+        let ops = self.ops.lock().unwrap_or_else(|p| p.into_inner());
+        ops.iter()
+            .rev()
+            .take(window)
+            .filter(|o| o.kind == Kind::Ok && o.f == f)
+            .cloned()
+            .collect()
+    }
+
     /// The history so far, in time order.
     pub fn ops(&self) -> Vec<Op> {
         let mut ops = self.ops.lock().unwrap_or_else(|p| p.into_inner()).clone();
@@ -147,8 +159,10 @@ fn edn(value: &serde_json::Value) -> String {
 /// Facts: records that are not operations (a belief interval, a pause taken, what the
 /// status monitor and the convergence probe saw). They have no invoke, are kept in
 /// `history.jsonl` for the checkers, and are left out of the EDN export.
-pub const FACTS: [&str; 6] = [
+pub const FACTS: [&str; 8] = [
     "hold",
+    "queue-armed",
+    "queue-round",
     "client-pause",
     "leader",
     "digest-mismatch",

@@ -217,6 +217,8 @@ fn isolate(cluster: &Cluster, node: u64, reset: bool) -> Result<(), String> {
 /// What the nemesis acts on besides the cluster.
 pub struct Targets {
     pub client_pause: Arc<ClientPause>,
+    /// Tickets queued before each fault, judged after its heal.
+    pub queued: crate::workload::Queued,
 }
 
 /// Injects `fault`; returns what was done (recorded in the history).
@@ -338,6 +340,7 @@ pub async fn run(
     let mut fired = vec![];
     for step in steps {
         tokio::time::sleep(Duration::from_millis(step.quiet_ms)).await;
+        targets.queued.arm().await;
         history.record(
             NEMESIS,
             Kind::Invoke,
@@ -356,12 +359,13 @@ pub async fn run(
         tokio::time::sleep(Duration::from_millis(step.hold_ms)).await;
         history.record(NEMESIS, Kind::Invoke, "heal", json!({}));
         let healed = cluster.heal().await;
-        history.record(
+        let healed_ns = history.record(
             NEMESIS,
             Kind::Info,
             "heal",
             json!({"ok": healed.is_ok(), "error": healed.err()}),
         );
+        targets.queued.after_heal(healed_ns).await;
         crate::converge::probe(cluster, history, false).await;
     }
     fired

@@ -51,6 +51,7 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
     let workloads = Workloads::start(plan, &servers, &history)?;
     let targets = nemesis::Targets {
         client_pause: workloads.client_pause.clone(),
+        queued: workload::Queued::new(servers.clone(), history.clone(), plan.seed ^ 400),
     };
     let steps = nemesis::schedule(plan.seed, &plan.nemeses, plan.duration.as_millis() as u64);
     eprintln!(
@@ -91,9 +92,18 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
     let logs = cluster.logs();
     drop(cluster);
     let outcome = judge(&ops, &logs, &plan.nemeses, &fired);
-    write_verdict(&plan.out, plan, &outcome)?;
+    write_verdict(&plan.out, plan, &outcome, &checker::coverage::report(&ops))?;
     Ok(outcome)
 }
+
+/// Clients per capped permit limit (`mutex`, `three`).
+const PERMIT_CLIENTS: u64 = 10;
+
+/// Of those, how many hold longer than the session TTL.
+const LONG_HOLDERS: u64 = 2;
+
+/// Processes taking tokens of the rate limit, each 1 to 3 at a time.
+const RATE_TAKERS: u64 = 3;
 
 /// The workload processes of a run, and how to stop them.
 struct Workloads {
@@ -116,34 +126,41 @@ impl Workloads {
             process += 1;
             process
         };
-        for (i, (limit, cap)) in [
-            ("mutex", 1u64),
-            ("mutex", 1),
-            ("mutex", 1),
-            ("three", 3),
-            ("three", 3),
-            ("three", 3),
-            ("three", 3),
-        ]
-        .into_iter()
-        .enumerate()
-        {
+        // Ten clients on each capped limit; two of each hold longer than the session TTL
+        // (on keep-alives, across faults), the rest briefly.
+        let ttl_ms = workload::TTL.as_millis() as u64;
+        let mut permit_processes = vec![];
+        for (limit, cap) in [("mutex", 1u64), ("three", 3)] {
+            for i in 0..PERMIT_CLIENTS {
+                let hold = if i < LONG_HOLDERS {
+                    (ttl_ms * 5 / 4, ttl_ms * 3)
+                } else {
+                    (10, 150)
+                };
+                permit_processes.push((limit, cap, hold));
+            }
+        }
+        for (i, (limit, cap, hold)) in permit_processes.into_iter().enumerate() {
             tasks.push(tokio::spawn(workload::permits(
                 next(),
                 servers.clone(),
                 limit,
                 cap,
+                hold,
                 history.clone(),
                 stop.clone(),
                 plan.seed ^ (i as u64 + 1),
             )));
         }
-        tasks.push(tokio::spawn(workload::takes(
-            next(),
-            servers.clone(),
-            history.clone(),
-            stop.clone(),
-        )));
+        for i in 0..RATE_TAKERS {
+            tasks.push(tokio::spawn(workload::takes(
+                next(),
+                servers.clone(),
+                history.clone(),
+                stop.clone(),
+                plan.seed ^ (50 + i),
+            )));
+        }
         for i in 0..2 {
             tasks.push(tokio::spawn(workload::ledger(
                 next(),
@@ -158,13 +175,29 @@ impl Workloads {
             servers.clone(),
             history.clone(),
             stop.clone(),
+            plan.seed ^ 150,
         )));
-        for _ in 0..2 {
+        for agent in [
+            workload::HALT_AGENT,
+            workload::HALT_AGENT,
+            workload::OTHER_AGENT,
+        ] {
             tasks.push(tokio::spawn(workload::admitter(
                 next(),
                 servers.clone(),
+                agent,
                 history.clone(),
                 stop.clone(),
+            )));
+        }
+        // A reader through each node, validating others' fences.
+        for (i, server) in servers.iter().enumerate() {
+            tasks.push(tokio::spawn(workload::reader(
+                next(),
+                server.clone(),
+                history.clone(),
+                stop.clone(),
+                plan.seed ^ (170 + i as u64),
             )));
         }
         // The fenced limit: two ordinary holders and one the nemesis can pause.
@@ -351,6 +384,11 @@ pub fn judge(
                 checker::convergence::check(ops),
             ),
             (
+                "coverage",
+                "every key case exercised (counts in verdict.txt)",
+                checker::coverage::check(ops, requested),
+            ),
+            (
                 "panics",
                 "no panic in any node log",
                 checker::panics::check(logs),
@@ -375,9 +413,9 @@ pub fn table(outcome: &Outcome) -> String {
     out
 }
 
-fn write_verdict(dir: &Path, plan: &Plan, outcome: &Outcome) -> Result<(), String> {
+fn write_verdict(dir: &Path, plan: &Plan, outcome: &Outcome, coverage: &str) -> Result<(), String> {
     let text = format!(
-        "seed {}  net {}  duration {:?}  nemeses {:?}  faults fired {:?}  ops {}\n\n{}",
+        "seed {}  net {}  duration {:?}  nemeses {:?}  faults fired {:?}  ops {}\n\n{}\n{coverage}",
         plan.seed,
         plan.net.name(),
         plan.duration,

@@ -52,7 +52,7 @@ pub fn check(ops: &[Op]) -> Verdict {
             .max()
     };
     let mut validations = 0;
-    for op in oks(ops, "validate") {
+    for op in oks(ops, "validate").filter(|o| super::s(o, "limit").is_none_or(|l| l == "fenced")) {
         let (Some(fence), Some(invoked), Some(held)) =
             (u(op, "fence"), u(op, "invoke_ns"), flag(op, "held"))
         else {

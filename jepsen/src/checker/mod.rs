@@ -6,6 +6,7 @@
 
 pub mod capacity;
 pub mod convergence;
+pub mod coverage;
 pub mod fenced;
 pub mod fences;
 pub mod halts;

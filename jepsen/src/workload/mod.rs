@@ -12,12 +12,19 @@ mod fenced;
 mod halts;
 mod ledger;
 mod permits;
+mod queued;
+mod reader;
 mod setup;
 mod takes;
 
 pub use fenced::{ClientPause, Resource, fenced, spawn_pausable};
-pub use halts::{admitter, halter};
+pub use halts::{OTHER_AGENT, admitter, halter};
 pub use ledger::ledger;
 pub use permits::permits;
-pub use setup::{FENCED, FINAL_READERS, HALT_AGENT, HALT_TENANT, LIMITS, TENANT, TTL, setup};
+pub use queued::Queued;
+pub use reader::reader;
+pub use setup::{
+    FENCED, FINAL_READERS, HALT_AGENT, HALT_LIMIT, HALT_LIMIT_CAP, HALT_TENANT, LIMITS, QUEUE,
+    TENANT, TTL, setup,
+};
 pub use takes::takes;
