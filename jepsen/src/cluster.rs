@@ -39,11 +39,16 @@ impl Net {
 }
 
 /// A node's clock as the clock nemesis set it.
+///
+/// A monotonic offset (a time namespace of its own) was once part of this and was removed:
+/// a node reads its monotonic clock only as differences from its own start
+/// (`started.elapsed()`), so an offset cancels out and tested nothing (issue #12).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Clock {
-    /// Monotonic offset, seconds (a time namespace of its own, `unshare --time`).
-    pub offset_s: u64,
-    /// Rate of its proposer's stamps (`WEIR_TEST_CLOCK_RATE`); 1 is true.
+    /// Offset of its proposer's WALL stamps, ms (`WEIR_TEST_WALL_SKEW_MS`): the wall clock
+    /// of one node disagreeing with the others'. Wall time must never decide anything.
+    pub wall_skew_ms: i64,
+    /// Rate of its proposer's log-clock stamps (`WEIR_TEST_CLOCK_RATE`); 1 is true.
     pub rate: f64,
 }
 
@@ -62,6 +67,10 @@ pub struct Cluster {
     faults: Vec<NodeFaults>,
     pub links: Arc<Links>,
     pub net: Net,
+    /// Per node (index `id - 1`), how many times it was started: a restarted leader may
+    /// resume its own term (its vote is durable), so the monitor tells incarnations apart
+    /// by this.
+    pub starts: Arc<Vec<std::sync::atomic::AtomicU64>>,
 }
 
 /// The nodes of a run.
@@ -146,6 +155,7 @@ impl Cluster {
             faults: vec![NodeFaults::default(); NODES as usize],
             links,
             net,
+            starts: Arc::new((0..NODES).map(|_| Default::default()).collect()),
         };
         for id in 1..=NODES {
             cluster.start_node(id)?;
@@ -155,6 +165,11 @@ impl Cluster {
 
     pub fn servers(&self) -> Vec<String> {
         self.nodes.servers()
+    }
+
+    /// The `weir` binary the nodes run (also the CLI client the client-kill fault spawns).
+    pub fn weir(&self) -> &Path {
+        self.nodes.weir()
     }
 
     /// Node `id`'s process id, if the harness has it running.
@@ -178,30 +193,23 @@ impl Cluster {
         &mut self.faults[(id - 1) as usize]
     }
 
-    /// Starts node `id` (nothing if it runs) under its clock: in its namespace, and in a
-    /// time namespace of its own when its clock is offset.
+    /// Starts node `id` (nothing if it runs) under its clock, in its namespace.
     pub fn start_node(&mut self, id: u64) -> Result<(), String> {
         if self.nodes.is_running(id) {
             return Ok(());
         }
         let weir = self.nodes.weir().to_owned();
         let clock = self.faults(id).clock;
-        // `ip netns exec` and `unshare` both execute in place: the child's pid is the node's.
-        let offset = clock.map_or(0, |c| c.offset_s);
-        let mut command = match (&self.net, offset) {
-            (Net::Loopback, 0) => Command::new(&weir),
-            (Net::Loopback, _) => Command::new("unshare"),
-            (Net::Netns(ns), 0) => ns.command_in_node(id, &weir.display().to_string()),
-            (Net::Netns(ns), _) => ns.command_in_node(id, "unshare"),
+        // `ip netns exec` executes in place: the child's pid is the node's.
+        let mut command = match &self.net {
+            Net::Loopback => Command::new(&weir),
+            Net::Netns(ns) => ns.command_in_node(id, &weir.display().to_string()),
         };
-        if offset > 0 {
-            command
-                .args(["--time", "--monotonic", &offset.to_string()])
-                .arg(&weir);
-        }
         if let Some(clock) = clock {
             command.env("WEIR_TEST_CLOCK_RATE", clock.rate.to_string());
+            command.env("WEIR_TEST_WALL_SKEW_MS", clock.wall_skew_ms.to_string());
         }
+        self.starts[(id - 1) as usize].fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.nodes.start_with(id, command)
     }
 

@@ -159,8 +159,9 @@ fn edn(value: &serde_json::Value) -> String {
 /// Facts: records that are not operations (a belief interval, a pause taken, what the
 /// status monitor and the convergence probe saw). They have no invoke, are kept in
 /// `history.jsonl` for the checkers, and are left out of the EDN export.
-pub const FACTS: [&str; 8] = [
+pub const FACTS: [&str; 9] = [
     "hold",
+    "leadership",
     "queue-armed",
     "queue-round",
     "client-pause",

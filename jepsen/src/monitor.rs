@@ -8,6 +8,11 @@
 //!   must report the same `digest`; every comparison is counted, every mismatch recorded
 //!   as a `digest-mismatch` fact at once.
 //!
+//! - `leadership` facts at the end: per term and incarnation of its leader (a restarted
+//!   leader may resume its own term), the real time and the log time (`log_ms`)
+//!   that passed between the first and the last status its leader gave, so a clock-rate
+//!   fault is seen to have made a leader's log clock run fast or slow.
+//!
 //! It only reads: a status request changes nothing on a node. A node that does not answer
 //! within [`ASK_TIMEOUT`] (killed, paused, cut off) is skipped for that round.
 
@@ -33,6 +38,12 @@ pub const ASK_TIMEOUT: Duration = Duration::from_millis(300);
 /// forgotten first (a node that lags further than this is compared at the heal instead).
 const REMEMBERED_MAX: usize = 20_000;
 
+/// Each node's start count, shared with the cluster.
+pub type Starts = Arc<Vec<std::sync::atomic::AtomicU64>>;
+
+/// A leader's status as seen: (harness ns, its log_ms).
+type Stamp = (u64, u64);
+
 /// What the monitor has seen.
 #[derive(Default)]
 struct Seen {
@@ -42,6 +53,8 @@ struct Seen {
     digests: BTreeMap<u64, (u64, String)>,
     compared: u64,
     mismatches: u64,
+    /// Per (term, leader, its start count): (first seen ns, log_ms), (last seen ns, log_ms).
+    spans: BTreeMap<(u64, u64, u64), (Stamp, Stamp)>,
 }
 
 /// A running monitor.
@@ -54,18 +67,27 @@ pub struct Monitor {
 
 impl Monitor {
     /// Starts one polling task per node.
-    pub fn start(servers: &[String], history: &Recorder) -> Monitor {
+    /// `starts`: each node's start count ([`crate::cluster::Cluster::starts`]).
+    pub fn start(servers: &[String], history: &Recorder, starts: Starts) -> Monitor {
         let stop = Arc::new(AtomicBool::new(false));
         let seen = Arc::new(Mutex::new(Seen::default()));
         let tasks = servers
             .iter()
             .map(|addr| {
-                let (addr, stop, seen, history) =
-                    (addr.clone(), stop.clone(), seen.clone(), history.clone());
+                let (addr, stop, seen, history, starts) = (
+                    addr.clone(),
+                    stop.clone(),
+                    seen.clone(),
+                    history.clone(),
+                    starts.clone(),
+                );
                 tokio::spawn(async move {
                     while !stop.load(Ordering::Relaxed) {
                         if let Some(status) = ask(&addr).await {
-                            observe(&seen, &history, &status);
+                            let start = starts
+                                .get((status.id as usize).wrapping_sub(1))
+                                .map_or(0, |s| s.load(Ordering::SeqCst));
+                            observe(&seen, &history, &status, start);
                         }
                         tokio::time::sleep(POLL).await;
                     }
@@ -87,6 +109,14 @@ impl Monitor {
             let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
         }
         let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        for ((term, node, start), (first, last)) in &seen.spans {
+            self.history.record(
+                NEMESIS,
+                Kind::Info,
+                "leadership",
+                json!({"term": term, "node": node, "start": start, "real_ms": (last.0 - first.0) / 1_000_000, "log_ms": last.1.saturating_sub(first.1)}),
+            );
+        }
         self.history.record(
             NEMESIS,
             Kind::Info,
@@ -104,8 +134,15 @@ pub async fn ask(addr: &str) -> Option<NodeStatus> {
     }
 }
 
-fn observe(seen: &Mutex<Seen>, history: &Recorder, status: &NodeStatus) {
+fn observe(seen: &Mutex<Seen>, history: &Recorder, status: &NodeStatus, start: u64) {
     let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+    if status.state == "Leader" {
+        let now = (history.now_ns(), status.log_ms);
+        seen.spans
+            .entry((status.term, status.id, start))
+            .and_modify(|s| s.1 = now)
+            .or_insert((now, now));
+    }
     if status.state == "Leader" && seen.leaders.get(&status.term) != Some(&status.id) {
         seen.leaders.insert(status.term, status.id);
         history.record(

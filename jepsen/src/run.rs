@@ -47,7 +47,7 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
     }
     let servers = cluster.servers();
     workload::setup(&Client::new(servers.clone())).await?;
-    let monitor = crate::monitor::Monitor::start(&servers, &history);
+    let monitor = crate::monitor::Monitor::start(&servers, &history, cluster.starts.clone());
     let workloads = Workloads::start(plan, &servers, &history)?;
     let targets = nemesis::Targets {
         client_pause: workloads.client_pause.clone(),

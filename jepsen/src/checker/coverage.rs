@@ -13,16 +13,25 @@
 //! - `halted refusals`: reserves and acquires refused because their scope was halted;
 //! - `conflict refusals`: settles refused as conflicting with an earlier payload;
 //! - `queued rounds`: rounds of tickets queued before a fault and granted after its heal;
+//! - `skewed leaderships`: leaderships whose log clock the monitor saw run at least 2% off
+//!   real time over three seconds or more (the clock nemesis' rate skew, observed);
 //! - lost-fsync crashes: not counted yet (the power-loss fault does not exist yet).
 //!
 //! Which counts are key depends on the faults requested: leader changes and
 //! deadline-ended beliefs need a fault that moves or stalls the leader (`partition`,
-//! `kill`, `pause`); the rest every run must show.
+//! `kill`, `pause`), skewed leaderships the `clock` fault; the rest every run must show.
 
 use std::collections::BTreeMap;
 
 use super::{Verdict, s, u};
 use crate::history::{Kind, NEMESIS, Op};
+
+/// A leadership counts as skewed when its log clock ran at least this far off real time...
+const SKEW_SEEN: f64 = 0.02;
+
+/// ...over at least this long (the applied log time lags by up to a few hundred ms, so a
+/// shorter span could not tell 2% from noise).
+const SKEW_SPAN_MS_MIN: u64 = 3_000;
 
 /// Every count, in report order.
 pub fn counts(ops: &[Op]) -> Vec<(&'static str, u64)> {
@@ -68,6 +77,14 @@ pub fn counts(ops: &[Op]) -> Vec<(&'static str, u64)> {
         .filter(|o| o.kind == Kind::Fail && (o.f == "settle" || o.f == "settle-conflict"))
         .filter(|o| s(o, "error") == Some("conflict"))
         .count() as u64;
+    let skewed = ops
+        .iter()
+        .filter(|o| o.process == NEMESIS && o.f == "leadership")
+        .filter(|o| {
+            let (real, log) = (u(o, "real_ms").unwrap_or(0), u(o, "log_ms").unwrap_or(0));
+            real >= SKEW_SPAN_MS_MIN && (log as f64 / real as f64 - 1.0).abs() >= SKEW_SEEN
+        })
+        .count() as u64;
     let queued = ops
         .iter()
         .filter(|o| o.process == NEMESIS && o.f == "queue-round")
@@ -80,6 +97,7 @@ pub fn counts(ops: &[Op]) -> Vec<(&'static str, u64)> {
         ("halted refusals", halted),
         ("conflict refusals", conflicts),
         ("queued rounds", queued),
+        ("skewed leaderships", skewed),
     ]
 }
 
@@ -94,6 +112,9 @@ fn keys(nemeses: &[String]) -> Vec<&'static str> {
         .any(|n| ["partition", "kill", "pause"].contains(&n.as_str()))
     {
         keys.extend(["leader changes", "deadline-ended beliefs"]);
+    }
+    if nemeses.iter().any(|n| n == "clock") {
+        keys.push("skewed leaderships");
     }
     keys
 }

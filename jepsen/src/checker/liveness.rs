@@ -5,6 +5,9 @@
 //!   waiter whose session survived must be granted within [`BOUND_MS`] of the heal
 //!   (`healed_ns` of its round), and the waiters of a round are granted in priority order:
 //!   by fence, levels never rise. A waiter never granted is a lost wake-up.
+//! - **Behind a killed client.** A client process holding `crash` is killed -9 with a waiter
+//!   queued behind it: the waiter must be granted after the kill, within the killed client's
+//!   session TTL (the CLI's default) plus [`BOUND_MS`].
 //! - **Probes at the end.** After the final heal, a probe acquire on each capped limit once
 //!   it has room: granted within [`BOUND_MS`] of its asking, and the room itself must appear
 //!   within a session TTL of the heal (the stopped workloads' leases lapse by then) —
@@ -43,6 +46,37 @@ pub fn check(ops: &[Op]) -> Verdict {
             return Verdict::Invalid(format!(
                 "a probe was granted {since} ms after the heal (bound {} ms: room within a TTL, then G7)",
                 BOUND_MS + ttl_ms
+            ));
+        }
+    }
+    // Behind a killed client process: its lease lapses (the CLI's TTL) and the permit moves on.
+    let kills: Vec<u64> = ops
+        .iter()
+        .filter(|o| o.process == NEMESIS && o.kind == Kind::Info && o.f == "client-kill")
+        .filter_map(|o| u(o, "killed_ns"))
+        .collect();
+    let behind: Vec<&Op> = ops
+        .iter()
+        .filter(|o| o.f == "acquire" && o.kind != Kind::Invoke)
+        .filter(|o| o.value.get("behind_kill").is_some())
+        .collect();
+    let cli_ttl_ms = weir::bounds::SESSION_TTL_MS_DEFAULT;
+    for killed in &kills {
+        // The waiter queued before this kill and completed after it.
+        let Some(w) = behind
+            .iter()
+            .find(|o| u(o, "invoke_ns").is_some_and(|i| i < *killed) && o.time_ns >= *killed)
+        else {
+            return Verdict::Invalid(format!(
+                "the waiter behind the client killed at {killed} ns ended before the kill (granted while the killed client held the permit?) or never ended"
+            ));
+        };
+        let after_ms = (w.time_ns - killed) / 1_000_000;
+        if w.kind != Kind::Ok || after_ms > cli_ttl_ms + BOUND_MS {
+            return Verdict::Invalid(format!(
+                "the permit of the client killed at {killed} ns did not move on within {} ms (its TTL, then G7): {} after {after_ms} ms",
+                cli_ttl_ms + BOUND_MS,
+                w.value
             ));
         }
     }
@@ -233,5 +267,38 @@ mod tests {
             1,
         );
         assert!(matches!(check(&[p]), Verdict::Invalid(d) if d.contains("after the heal")));
+    }
+
+    #[test]
+    fn the_permit_of_a_killed_client_moves_on_within_its_ttl() {
+        let kill = op(
+            NEMESIS,
+            Kind::Info,
+            "client-kill",
+            json!({"killed_ns": 1_000_000_000u64}),
+            1_000_000_001,
+        );
+        let waiter = |kind: Kind, at_ms: u64| {
+            op(
+                30_000,
+                kind,
+                "acquire",
+                json!({"limit": "crash", "behind_kill": true, "invoke_ns": 900_000_000u64}),
+                at_ms * 1_000_000,
+            )
+        };
+        assert_eq!(
+            check(&[probe(), kill.clone(), waiter(Kind::Ok, 4_200)]),
+            Verdict::Valid
+        );
+        // Never moved on (the waiter timed out), or granted while the killed client held it.
+        assert!(matches!(
+            check(&[probe(), kill.clone(), waiter(Kind::Fail, 21_000)]),
+            Verdict::Invalid(_)
+        ));
+        assert!(matches!(
+            check(&[probe(), kill, waiter(Kind::Ok, 950)]),
+            Verdict::Invalid(_)
+        ));
     }
 }

@@ -17,6 +17,7 @@ mod reader;
 mod setup;
 mod takes;
 
+pub use acquire::release_recorded;
 pub use fenced::{ClientPause, Resource, fenced, spawn_pausable};
 pub use halts::{OTHER_AGENT, admitter, halter};
 pub use ledger::ledger;
@@ -24,7 +25,7 @@ pub use permits::permits;
 pub use queued::Queued;
 pub use reader::reader;
 pub use setup::{
-    FENCED, FINAL_READERS, HALT_AGENT, HALT_LIMIT, HALT_LIMIT_CAP, HALT_TENANT, LIMITS, QUEUE,
-    TENANT, TTL, setup,
+    CRASH, FENCED, FINAL_READERS, HALT_AGENT, HALT_LIMIT, HALT_LIMIT_CAP, HALT_TENANT, LIMITS,
+    QUEUE, TENANT, TTL, setup,
 };
 pub use takes::takes;

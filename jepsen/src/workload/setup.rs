@@ -9,13 +9,17 @@ use weir::client::Client;
 pub const TTL: Duration = Duration::from_secs(2);
 
 /// The limits: (name, concurrent, per_second, burst).
-pub const LIMITS: [(&str, u32, f64, Option<u64>); 5] = [
+pub const LIMITS: [(&str, u32, f64, Option<u64>); 6] = [
     ("mutex", 1, 0.0, None),
     ("three", 3, 0.0, None),
     ("rate", 0, 20.0, Some(5)),
     ("fenced", 1, 0.0, None),
     (QUEUE, 1, 0.0, None),
+    (CRASH, 1, 0.0, None),
 ];
+
+/// The limit a client process holds when the nemesis kills it (kill -9).
+pub const CRASH: &str = "crash";
 
 /// The limit on which tickets queue before a fault and are judged after the heal.
 pub const QUEUE: &str = "queue";
