@@ -190,6 +190,23 @@ impl Workloads {
                 stop.clone(),
             )));
         }
+        // max_running raced with reserves.
+        tasks.push(tokio::spawn(workload::ceiling_setter(
+            next(),
+            servers.clone(),
+            history.clone(),
+            stop.clone(),
+            plan.seed ^ 180,
+        )));
+        for i in 0..3 {
+            tasks.push(tokio::spawn(workload::ceiling_admitter(
+                next(),
+                servers.clone(),
+                history.clone(),
+                stop.clone(),
+                plan.seed ^ (181 + i),
+            )));
+        }
         // A reader through each node, validating others' fences.
         for (i, server) in servers.iter().enumerate() {
             tasks.push(tokio::spawn(workload::reader(
@@ -367,6 +384,11 @@ pub fn judge(
                 "settlement",
                 "G3 G5: charged exactly once; conflicts refused",
                 checker::settlement::check(ops),
+            ),
+            (
+                "ceilings",
+                "G6: no run admitted at max_running",
+                checker::ceilings::check(ops),
             ),
             (
                 "halts",

@@ -12,6 +12,7 @@
 //!   over fence);
 //! - `halted refusals`: reserves and acquires refused because their scope was halted;
 //! - `conflict refusals`: settles refused as conflicting with an earlier payload;
+//! - `ceiling refusals`: reserves refused at `max_running` (`TooManyRuns`);
 //! - `queued rounds`: rounds of tickets queued before a fault and granted after its heal;
 //! - `skewed leaderships`: leaderships whose log clock the monitor saw run at least 2% off
 //!   real time over three seconds or more (the clock nemesis' rate skew, observed);
@@ -85,6 +86,11 @@ pub fn counts(ops: &[Op]) -> Vec<(&'static str, u64)> {
             real >= SKEW_SPAN_MS_MIN && (log as f64 / real as f64 - 1.0).abs() >= SKEW_SEEN
         })
         .count() as u64;
+    let ceiling = ops
+        .iter()
+        .filter(|o| o.kind == Kind::Fail && o.f == "reserve-run")
+        .filter(|o| s(o, "error").is_some_and(|e| e.contains("TooManyRuns")))
+        .count() as u64;
     let queued = ops
         .iter()
         .filter(|o| o.process == NEMESIS && o.f == "queue-round")
@@ -96,6 +102,7 @@ pub fn counts(ops: &[Op]) -> Vec<(&'static str, u64)> {
         ("stale validations", stale),
         ("halted refusals", halted),
         ("conflict refusals", conflicts),
+        ("ceiling refusals", ceiling),
         ("queued rounds", queued),
         ("skewed leaderships", skewed),
     ]
@@ -103,7 +110,12 @@ pub fn counts(ops: &[Op]) -> Vec<(&'static str, u64)> {
 
 /// The key counts for a run that requested `nemeses`.
 fn keys(nemeses: &[String]) -> Vec<&'static str> {
-    let mut keys = vec!["stale validations", "halted refusals", "conflict refusals"];
+    let mut keys = vec![
+        "stale validations",
+        "halted refusals",
+        "conflict refusals",
+        "ceiling refusals",
+    ];
     if !nemeses.is_empty() {
         keys.push("queued rounds");
     }
@@ -184,6 +196,13 @@ mod tests {
                 Kind::Fail,
                 "settle-conflict",
                 json!({"error": "conflict"}),
+                1,
+            ),
+            op(
+                1,
+                Kind::Fail,
+                "reserve-run",
+                json!({"error": "Refused(TooManyRuns { running: 2 })"}),
                 1,
             ),
         ];

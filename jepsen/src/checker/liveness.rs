@@ -4,7 +4,9 @@
 //!   `queue` limit ([`crate::workload::Queued`]); after the heal the blocker releases. Every
 //!   waiter whose session survived must be granted within [`BOUND_MS`] of the heal
 //!   (`healed_ns` of its round), and the waiters of a round are granted in priority order:
-//!   by fence, levels never rise. A waiter never granted is a lost wake-up.
+//!   by fence, levels never rise. A waiter never granted is a lost wake-up. The bound runs
+//!   from when the limit has room: the heal, or the blocker's acknowledged release if that
+//!   came later (the release may wait out a leader change on its connection).
 //! - **Behind a killed client.** A client process holding `crash` is killed -9 with a waiter
 //!   queued behind it: the waiter must be granted after the kill, within the killed client's
 //!   session TTL (the CLI's default) plus [`BOUND_MS`].
@@ -81,10 +83,26 @@ pub fn check(ops: &[Op]) -> Verdict {
         }
     }
     // Queued rounds: heal time per round, and the waiters' outcomes.
+    // G7 counts from when the limit has room: the heal, or the blocker's acknowledged
+    // release if that came later.
+    let blockers: BTreeMap<u64, u64> = ops
+        .iter()
+        .filter(|o| o.f == "acquire" && o.kind == Kind::Invoke)
+        .filter_map(|o| Some((o.process, u(o, "blocker")?)))
+        .collect();
+    let released: BTreeMap<u64, u64> = ops
+        .iter()
+        .filter(|o| o.f == "release" && o.kind == Kind::Ok)
+        .filter_map(|o| Some((*blockers.get(&o.process)?, o.time_ns)))
+        .collect();
     let healed: BTreeMap<u64, u64> = ops
         .iter()
         .filter(|o| o.process == NEMESIS && o.f == "queue-round")
-        .filter_map(|o| Some((u(o, "round")?, u(o, "healed_ns")?)))
+        .filter_map(|o| {
+            let round = u(o, "round")?;
+            let room = u(o, "healed_ns")?.max(released.get(&round).copied().unwrap_or(0));
+            Some((round, room))
+        })
         .collect();
     let mut granted: BTreeMap<u64, Vec<(u64, i64, u64)>> = BTreeMap::new();
     let mut waiting: BTreeMap<(u64, u64), bool> = BTreeMap::new();
@@ -134,7 +152,7 @@ pub fn check(ops: &[Op]) -> Verdict {
             let since = at.saturating_sub(*heal) / 1_000_000;
             if since > BOUND_MS {
                 return Verdict::Invalid(format!(
-                    "G7: the ticket at level {level} queued before the fault of round {round} was granted {since} ms after the heal (fence {fence}; bound {BOUND_MS} ms)"
+                    "G7: the ticket at level {level} queued before the fault of round {round} was granted {since} ms after the heal and the room (fence {fence}; bound {BOUND_MS} ms)"
                 ));
             }
         }
@@ -300,5 +318,31 @@ mod tests {
             check(&[probe(), kill, waiter(Kind::Ok, 950)]),
             Verdict::Invalid(_)
         ));
+    }
+
+    #[test]
+    fn the_bound_runs_from_the_blockers_acknowledged_release_when_it_came_after_the_heal() {
+        let blocker = |kind: Kind, f: &str, at_ms: u64| {
+            op(
+                20_010,
+                kind,
+                f,
+                json!({"limit": "queue", "blocker": 1}),
+                at_ms * 1_000_000,
+            )
+        };
+        let h = [
+            probe(),
+            blocker(Kind::Invoke, "acquire", 0),
+            waiter(7, Kind::Invoke, 1, None, 0),
+            round(1_000),
+            blocker(Kind::Invoke, "release", 1_000),
+            blocker(Kind::Ok, "release", 3_500),
+            waiter(7, Kind::Ok, 1, Some(60), 4_100),
+        ];
+        assert_eq!(check(&h), Verdict::Valid);
+        let mut late = h.to_vec();
+        late[6] = waiter(7, Kind::Ok, 1, Some(60), 6_600);
+        assert!(matches!(check(&late), Verdict::Invalid(_)));
     }
 }

@@ -5,6 +5,7 @@
 //! requested fault that never fired). Unknown is never counted as a pass.
 
 pub mod capacity;
+pub mod ceilings;
 pub mod convergence;
 pub mod coverage;
 pub mod fenced;

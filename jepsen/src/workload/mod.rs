@@ -8,6 +8,7 @@
 //! and belief end that permits and fenced share.
 
 mod acquire;
+mod ceilings;
 mod fenced;
 mod halts;
 mod ledger;
@@ -18,6 +19,7 @@ mod setup;
 mod takes;
 
 pub use acquire::release_recorded;
+pub use ceilings::{CEIL_TENANT, ceiling_admitter, ceiling_setter};
 pub use fenced::{ClientPause, Resource, fenced, spawn_pausable};
 pub use halts::{OTHER_AGENT, admitter, halter};
 pub use ledger::ledger;

@@ -158,8 +158,10 @@ impl Queued {
         if let Some((session, permit, from)) = round.blocker {
             let (to, seen, deadline) = belief_end(&self.history, &session, from);
             self.history.record_at(base, Kind::Ok, "hold", json!({"limit": QUEUE, "cap": 1, "fence": permit.fence(), "from_ns": from, "to_ns": to, "seen_ns": seen, "deadline_ns": deadline, "lost": permit.lost_reason().map(|l| l.to_string())}), seen);
-            released_ns = self.history.now_ns();
             release_recorded(base, permit, &self.history).await;
+            // The limit has room once the release is acknowledged (the release itself may
+            // wait out a leader change on the blocker's connection).
+            released_ns = self.history.now_ns();
         }
         let _ = round.release.send(true);
         self.history.record(
