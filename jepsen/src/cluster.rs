@@ -167,6 +167,41 @@ impl Cluster {
         self.nodes.servers()
     }
 
+    /// Probes every directed peer link (loopback mode) and compares what each did with what
+    /// its rule should do: `Ok(Some(report))` when all match, `Err` naming those that do not,
+    /// `Ok(None)` in namespace mode (not probed).
+    pub async fn verify_links(&self) -> Result<Option<serde_json::Value>, String> {
+        if !matches!(self.net, Net::Loopback) {
+            return Ok(None);
+        }
+        let mut seen = vec![];
+        let mut wrong = vec![];
+        for from in 1..=NODES {
+            for to in (1..=NODES).filter(|t| *t != from) {
+                let front: SocketAddr = self
+                    .nodes
+                    .node(to)
+                    .peer
+                    .parse()
+                    .map_err(|e| format!("node {to}'s peer address: {e}"))?;
+                let expected = crate::probe::expected(self.links.get(from, to));
+                let got = crate::probe::link(from, front).await;
+                if got != expected {
+                    wrong.push(format!("{from}->{to}: expected {expected:?}, saw {got:?}"));
+                }
+                seen.push(format!("{from}->{to} {got:?}"));
+            }
+        }
+        if wrong.is_empty() {
+            Ok(Some(serde_json::json!(seen)))
+        } else {
+            Err(format!(
+                "the partition did not take effect: {}",
+                wrong.join("; ")
+            ))
+        }
+    }
+
     /// The `weir` binary the nodes run (also the CLI client the client-kill fault spawns).
     pub fn weir(&self) -> &Path {
         self.nodes.weir()

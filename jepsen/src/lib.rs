@@ -12,6 +12,7 @@ pub mod history;
 pub mod monitor;
 pub mod nemesis;
 pub mod netns;
+pub mod probe;
 pub mod proxy;
 pub mod rng;
 pub mod run;

@@ -461,7 +461,18 @@ async fn fire(
         fault.kind(),
         json!({"fault": format!("{fault:?}")}),
     );
-    match inject(cluster, targets, fault, history).await {
+    let injected = match inject(cluster, targets, fault, history).await {
+        // A partition counts as fired only once the connect probe saw it take effect.
+        Ok(mut done) if fault.kind() == "partition" => match cluster.verify_links().await {
+            Ok(probed) => {
+                done["probed"] = probed.unwrap_or_else(|| "not probed (netns)".into());
+                Ok(done)
+            }
+            Err(e) => Err(e),
+        },
+        other => other,
+    };
+    match injected {
         Ok(done) => {
             history.record(NEMESIS, Kind::Info, fault.kind(), done);
             fired.push(fault.kind());
