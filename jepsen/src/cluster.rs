@@ -184,7 +184,15 @@ impl Cluster {
                     .peer
                     .parse()
                     .map_err(|e| format!("node {to}'s peer address: {e}"))?;
-                let expected = crate::probe::expected(self.links.get(from, to));
+                // Behind a passing rule, a killed node refuses (the proxy closes at once) and
+                // a stopped one answers nothing (the kernel still accepts): composed faults.
+                let expected = match crate::probe::expected(self.links.get(from, to)) {
+                    crate::probe::Seen::Passes if !self.is_running(to) => crate::probe::Seen::Cut,
+                    crate::probe::Seen::Passes if self.nodes.is_paused(to) => {
+                        crate::probe::Seen::Held
+                    }
+                    e => e,
+                };
                 let got = crate::probe::link(from, front).await;
                 if got != expected {
                     wrong.push(format!("{from}->{to}: expected {expected:?}, saw {got:?}"));
