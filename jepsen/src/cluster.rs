@@ -297,7 +297,7 @@ impl Cluster {
     /// are restarted true (one node at a time), removed nodes are added back.
     ///
     /// A node whose process exited on its own (not killed by the nemesis) fails the heal, as
-    /// does one that does not answer within [`ANSWER_BOUND`] of its restart: the error names
+    /// does one that does not answer within `ANSWER_BOUND` of its restart: the error names
     /// it and quotes its log's last lines. The exited process is reaped and started again so
     /// the run goes on, but the heal's error stays in the history, and the convergence
     /// checker judges it.

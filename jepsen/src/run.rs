@@ -1,5 +1,7 @@
-//! One run: start the cluster, start the workloads, drive the nemesis's schedule, heal,
-//! probe liveness, read the final state, and judge the history.
+//! One run: start the cluster, the status monitor and the workloads, drive the nemesis's
+//! schedule (each heal followed by a convergence probe), heal, probe liveness and
+//! convergence, read the final state (limit statuses, every settled period), and judge the
+//! history; `verdict.txt` gets the table and the coverage counts.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -49,7 +49,7 @@ pub enum Call {
 pub struct Entry {
     pub call: Call,
     pub invoke_ns: u64,
-    /// [`NEVER`] when it never returned.
+    /// `u64::MAX` when it never returned.
     pub return_ns: u64,
 }
 

@@ -1,11 +1,15 @@
 //! The client workloads, each a set of processes recording into the history, one file
-//! each: permits on limits of concurrency 1 and 3 (belief intervals, [`permits`]), rate
-//! takes ([`takes`]), reserve/settle with retries and deliberate conflicts ([`ledger`]),
-//! halts set and cleared while other processes try to be admitted in their scope
-//! ([`halts`]), and fenced actions on a downstream [`Resource`] guarded by a limit of
-//! concurrency 1 — one of whose clients the nemesis can pause ([`ClientPause`],
-//! [`fenced`]). `setup.rs` holds the limits they share; `acquire.rs` the recorded acquire
-//! and belief end that permits and fenced share.
+//! each: permits on limits of concurrency 1 and 3, ten clients each, some holding past the
+//! TTL (belief intervals, [`permits`]); rate takes of 1–3 tokens ([`takes`]);
+//! reserve/settle with retries and conflicting payloads raced and sent after known and
+//! unknown outcomes ([`ledger`]); halts on tenant and agent scope set and cleared while
+//! other processes reserve and acquire in their scope (`halts.rs`: [`halter`],
+//! [`admitter`]); `max_running` raced with reserves (`ceilings.rs`); readers validating
+//! others' fences through every node ([`reader`]); tickets queued before each fault and
+//! judged after its heal ([`Queued`]); and fenced actions on a downstream [`Resource`]
+//! guarded by a limit of concurrency 1 — one of whose clients the nemesis can pause
+//! ([`ClientPause`], [`fenced`]). `setup.rs` holds the limits they share; `acquire.rs` the
+//! recorded acquire, release and belief end they share.
 
 mod acquire;
 mod ceilings;

@@ -64,7 +64,7 @@ impl Queued {
     }
 
     /// Takes the unit and queues the waiters; returns once the cluster counts them (or
-    /// after [`ARM_BOUND`]).
+    /// after `ARM_BOUND`).
     pub async fn arm(&self) {
         let round = {
             let mut r = self.rounds.lock().unwrap_or_else(|p| p.into_inner());

@@ -28,13 +28,13 @@ pub const QUEUE: &str = "queue";
 pub const HALT_LIMIT: &str = "gate";
 pub const HALT_LIMIT_CAP: u32 = 4;
 
-/// The limit that guards the [`Resource`].
+/// The limit that guards the [`super::Resource`].
 pub const FENCED: &str = "fenced";
 
 pub const TENANT: &str = "jepsen";
 
 /// Process numbers of the final reads' parallel readers start above this (workload
-/// processes are numbered from 1, racers from [`super::ledger::RACER`]).
+/// processes are numbered from 1, ledger racers from 1,000, queuers from 20,000).
 pub const FINAL_READERS: u64 = 10_000;
 pub const HALT_TENANT: &str = "halty";
 pub const HALT_AGENT: &str = "a";
