@@ -153,7 +153,14 @@ impl Stamper {
             clock_ms: (self.started.elapsed().as_secs_f64() * 1_000.0 * self.rate) as u64,
             wall_ms: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64),
+                .map_or(0, |d| d.as_millis() as u64)
+                // Test hook (the partition harness's wall-skew fault): offsets WALL stamps only.
+                .saturating_add_signed(
+                    std::env::var("WEIR_TEST_WALL_SKEW_MS")
+                        .ok()
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0),
+                ),
             commands,
         }
     }
