@@ -650,6 +650,26 @@ fn a_halt_refuses_its_scope_refuses_its_queue_and_tells_its_holders() {
     assert_eq!(s.reply(as_agent(a, 4, "bot")), queued(0));
 }
 
+#[test]
+fn a_retried_reserve_after_a_halt_answers_admitted_for_the_run_already_admitted() {
+    let mut s = Sim::new();
+    s.reply(set_tenant(Change::Set(1), Change::Keep, Change::Keep));
+    // Admitted; its reply is lost; a halt lands; the client retries.
+    assert_eq!(s.reply(reserve("r1", Some("bot"), None)), Reply::Admitted);
+    s.reply(set_halt(&HaltScope::Tenant, "incident"));
+    assert_eq!(
+        s.reply(reserve("r1", Some("bot"), None)),
+        Reply::Admitted,
+        "the retry is told what its first attempt did"
+    );
+    assert_eq!(s.m.running("acme").len(), 1, "and takes no second slot");
+    // A new run is still refused by the halt.
+    assert_eq!(
+        s.reply(reserve("r2", Some("bot"), None)),
+        refused(halted(&HaltScope::Tenant, "incident"))
+    );
+}
+
 // ---- argument rules ------------------------------------------------------------------------
 
 #[test]

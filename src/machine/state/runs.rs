@@ -1,8 +1,11 @@
 //! A tenant's runs, budgets and halts: ceilings, run admission (reserve), settlements, and
 //! halts with their effect on the tenant's limits.
 //!
-//! Admission checks, in order: a halt covering the run's agent, the run already admitted
-//! (a retry takes no second slot), the running ceiling, then the period's budgets. A budget
+//! Admission checks, in order: the run already admitted (a retry answers `Admitted` and
+//! takes no second slot, even after a halt: its first attempt was admitted, only its reply
+//! may have been lost, and the slot it holds is its own), a halt covering the run's agent,
+//! the running ceiling, then the period's budgets. This is the order `Acquire` uses too:
+//! idempotency before anything that may have changed since the first attempt (G5). A budget
 //! is compared with what was settled so far; settlements are idempotent per (run, epoch).
 
 use super::Machine;
@@ -45,11 +48,12 @@ impl Machine {
         }
         let now_ms = self.now_ms();
         let t = self.saved.tenants.entry(tenant.to_owned()).or_default();
-        if let Some((scope, reason)) = t.halt_for(agent) {
-            return Err(Refusal::Halted { scope, reason });
-        }
+        // The same run again (a retry whose first reply was lost): the same answer (G5).
         if t.running.contains_key(run) {
             return Ok(Reply::Admitted);
+        }
+        if let Some((scope, reason)) = t.halt_for(agent) {
+            return Err(Refusal::Halted { scope, reason });
         }
         let running = t.running.len() as u32;
         // Compared once, outside any loop: a ceiling of 0 must refuse, not skip the check.
