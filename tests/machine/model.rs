@@ -85,8 +85,11 @@ fn entry(token_ms: u64) -> impl Strategy<Value = (u64, Vec<Op>)> {
     )
 }
 
+/// A log: entries of (log ms that pass before it, its ops).
+type Log = Vec<(u64, Vec<Op>)>;
+
 /// A rate from [`RATES`] and a log of entries for it.
-fn case() -> impl Strategy<Value = ((u64, u64), Vec<(u64, Vec<Op>)>)> {
+fn case() -> impl Strategy<Value = ((u64, u64), Log)> {
     prop::sample::select(RATES.to_vec()).prop_flat_map(|(num, den)| {
         let token_ms = 1_000 * den / num;
         (
