@@ -521,3 +521,170 @@ proptest! {
         run(rate, entries)?;
     }
 }
+
+// ---- budget holds (G6) -------------------------------------------------------------------
+
+/// The budget of the holds model's period, in tokens.
+const HOLD_BUDGET: u64 = 100;
+
+#[derive(Clone, Debug)]
+enum HoldOp {
+    /// Reserve run `run` holding `hold` tokens (`None`: no hold).
+    Reserve { run: u8, hold: Option<u64> },
+    /// Settle a new epoch of run `run`, charging `tokens`; `release` frees the slot too.
+    Settle { run: u8, tokens: u64, release: bool },
+    /// Release run `run`'s slot unsettled.
+    Release { run: u8 },
+}
+
+fn hold_op() -> impl Strategy<Value = HoldOp> {
+    prop_oneof![
+        4 => (0..6u8, prop::option::weighted(0.8, 0..60u64))
+            .prop_map(|(run, hold)| HoldOp::Reserve { run, hold }),
+        3 => (0..6u8, 0..50u64, prop::bool::weighted(0.5))
+            .prop_map(|(run, tokens, release)| HoldOp::Settle { run, tokens, release }),
+        1 => (0..6u8).prop_map(|run| HoldOp::Release { run }),
+    ]
+}
+
+/// The model of one tenant's period with a token budget: what each running run has left of
+/// its hold, and what is settled, held and overrun, all in integers.
+#[derive(Default)]
+struct HoldModel {
+    /// Running runs, with what is left of their hold (`None`: admitted without one).
+    running: BTreeMap<u8, Option<u64>>,
+    spent: u64,
+    held: u64,
+    overrun: u64,
+    /// What settlements charged within their run's hold.
+    from_holds: u64,
+}
+
+fn run_holds(ops: Vec<Vec<HoldOp>>) -> Result<(), TestCaseError> {
+    let mut sim = Sim::new();
+    sim.reply(Command::SetTenant {
+        tenant: "h".into(),
+        max_running: weir::machine::Change::Keep,
+        budget_tokens: weir::machine::Change::Set(HOLD_BUDGET),
+        budget_minor: weir::machine::Change::Keep,
+    });
+    let mut model = HoldModel::default();
+    let mut epoch = 0u64;
+    for entry in ops {
+        let mut commands = vec![];
+        let mut expected = vec![];
+        // Many reserves in one entry are the concurrent case: each sees the holds before it.
+        for op in &entry {
+            let run_name = |run: u8| format!("run-{run}");
+            match *op {
+                HoldOp::Reserve { run, hold } => {
+                    commands.push(Command::Reserve {
+                        tenant: "h".into(),
+                        run: run_name(run),
+                        agent: None,
+                        period: Some("p".into()),
+                        hold_tokens: hold,
+                        hold_minor: None,
+                    });
+                    let admitted = if model.running.contains_key(&run) {
+                        true
+                    } else {
+                        match hold {
+                            Some(h) => model.spent + model.held + h <= HOLD_BUDGET,
+                            None => model.spent < HOLD_BUDGET,
+                        }
+                    };
+                    if admitted && !model.running.contains_key(&run) {
+                        model.running.insert(run, hold);
+                        model.held += hold.unwrap_or(0);
+                    }
+                    expected.push(admitted.then_some(Reply::Admitted));
+                }
+                HoldOp::Settle {
+                    run,
+                    tokens,
+                    release,
+                } => {
+                    epoch += 1;
+                    commands.push(Command::Settle(weir::machine::Settle {
+                        tenant: "h".into(),
+                        run: run_name(run),
+                        epoch,
+                        period: Some("p".into()),
+                        tokens,
+                        minor_units: 0,
+                        release_slot: release,
+                    }));
+                    let mut over = 0;
+                    if let Some(Some(left)) = model.running.get_mut(&run) {
+                        let taken = tokens.min(*left);
+                        *left -= taken;
+                        model.held -= taken;
+                        model.from_holds += taken;
+                        over = tokens - taken;
+                    }
+                    model.spent += tokens;
+                    model.overrun += over;
+                    if release && let Some(left) = model.running.remove(&run) {
+                        model.held -= left.unwrap_or(0);
+                    }
+                    expected.push(Some(if over == 0 {
+                        Reply::Settled { duplicate: false }
+                    } else {
+                        Reply::Overrun {
+                            tokens: over,
+                            minor_units: 0,
+                        }
+                    }));
+                }
+                HoldOp::Release { run } => {
+                    commands.push(Command::ReleaseRun {
+                        tenant: "h".into(),
+                        run: run_name(run),
+                    });
+                    if let Some(left) = model.running.remove(&run) {
+                        model.held -= left.unwrap_or(0);
+                    }
+                    expected.push(Some(Reply::Done));
+                }
+            }
+        }
+        let applied = sim.entry(commands);
+        for ((op, reply), want) in entry.iter().zip(&applied.replies).zip(expected) {
+            match want {
+                Some(want) => prop_assert_eq!(reply, &want, "{:?}", op),
+                None => prop_assert!(
+                    matches!(reply, Reply::Refused(Refusal::BudgetExhausted { .. })),
+                    "{:?} answered {:?}",
+                    op,
+                    reply
+                ),
+            }
+        }
+        let spend = sim.m.spent("h", "p");
+        prop_assert_eq!(
+            (spend.tokens, spend.held_tokens, spend.overrun_tokens),
+            (model.spent, model.held, model.overrun)
+        );
+        // G6: the standing holds and what was charged within holds never pass the budget,
+        // however many reserves were admitted together.
+        prop_assert!(
+            spend.held_tokens + model.from_holds <= HOLD_BUDGET,
+            "holds {} and charges within holds {} passed the budget",
+            spend.held_tokens,
+            model.from_holds
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+
+    #[test]
+    fn concurrent_reserves_with_holds_never_overspend(
+        ops in prop::collection::vec(prop::collection::vec(hold_op(), 1..6), 1..40)
+    ) {
+        run_holds(ops)?;
+    }
+}

@@ -32,6 +32,27 @@ fn reserve(run: &str, agent: Option<&str>, period: Option<&str>) -> Command {
         run: run.into(),
         agent: agent.map(Into::into),
         period: period.map(Into::into),
+        hold_tokens: None,
+        hold_minor: None,
+    }
+}
+
+/// A reserve of `run` in `period` holding (tokens, minor units) of its budget.
+fn reserve_holding(run: &str, period: &str, tokens: Option<u64>, minor: Option<u64>) -> Command {
+    Command::Reserve {
+        tenant: "acme".into(),
+        run: run.into(),
+        agent: None,
+        period: Some(period.into()),
+        hold_tokens: tokens,
+        hold_minor: minor,
+    }
+}
+
+fn unknown(tenant: &str, name: &str) -> Refusal {
+    Refusal::UnknownLimit {
+        tenant: tenant.into(),
+        name: name.into(),
     }
 }
 
@@ -194,21 +215,25 @@ fn removing_a_limit_refuses_waiters_and_waits_for_holders() {
         tenant: "t".into(),
         name: "db".into(),
     });
-    assert_eq!(events, vec![refused_event(a, 2, Refusal::LimitRemoved)]);
-    assert_eq!(s.acquire(a, 3, "db"), refused(Refusal::UnknownLimit));
+    let removed = Refusal::LimitRemoved {
+        tenant: "t".into(),
+        name: "db".into(),
+    };
+    assert_eq!(events, vec![refused_event(a, 2, removed.clone())]);
+    assert_eq!(s.acquire(a, 3, "db"), refused(unknown("t", "db")));
     // The holder keeps its permit; the limit is gone once it releases.
     assert!(s.status("t", "db").removing);
     s.release(a, 1);
     assert_eq!(s.m.limit_status("t", "db"), None);
     // A duplicate of the refused ticket's acquire hears the same refusal.
-    assert_eq!(s.acquire(a, 2, "db"), refused(Refusal::LimitRemoved));
+    assert_eq!(s.acquire(a, 2, "db"), refused(removed));
 }
 
 #[test]
 fn an_unknown_limit_or_session_is_refused_never_granted() {
     let mut s = Sim::new();
     let a = s.open(3_000);
-    assert_eq!(s.acquire(a, 1, "nothing"), refused(Refusal::UnknownLimit));
+    assert_eq!(s.acquire(a, 1, "nothing"), refused(unknown("t", "nothing")));
     assert_eq!(
         s.acquire(99, 1, "nothing"),
         refused(Refusal::UnknownSession)
@@ -463,7 +488,10 @@ fn run_slots_are_bounded_idempotent_and_released_once() {
     assert_eq!(s.reply(reserve("r2", None, None)), Reply::Admitted);
     assert_eq!(
         s.reply(reserve("r3", None, None)),
-        refused(Refusal::TooManyRuns { running: 2 })
+        refused(Refusal::TooManyRuns {
+            tenant: "acme".into(),
+            running: 2
+        })
     );
     let running = s.m.running("acme");
     assert_eq!(
@@ -483,14 +511,21 @@ fn a_ceiling_of_zero_admits_nobody() {
     s.reply(set_tenant(Change::Set(0), Change::Keep, Change::Keep));
     assert_eq!(
         s.reply(reserve("r1", None, None)),
-        refused(Refusal::TooManyRuns { running: 0 })
+        refused(Refusal::TooManyRuns {
+            tenant: "acme".into(),
+            running: 0
+        })
     );
     s.reply(set_tenant(Change::Clear, Change::Set(0), Change::Keep));
     assert_eq!(
         s.reply(reserve("r1", None, Some("2026-12"))),
         refused(Refusal::BudgetExhausted {
+            tenant: "acme".into(),
+            period: "2026-12".into(),
             kind: BudgetKind::Tokens,
             spent: 0,
+            held: 0,
+            hold: 0,
             budget: 0
         })
     );
@@ -514,8 +549,12 @@ fn budgets_refuse_reserves_once_the_period_is_spent() {
     assert_eq!(
         s.reply(reserve("r3", None, Some("p1"))),
         refused(Refusal::BudgetExhausted {
+            tenant: "acme".into(),
+            period: "p1".into(),
             kind: BudgetKind::Tokens,
             spent: 100,
+            held: 0,
+            hold: 0,
             budget: 100
         })
     );
@@ -523,6 +562,69 @@ fn budgets_refuse_reserves_once_the_period_is_spent() {
     assert_eq!(s.reply(reserve("r3", None, Some("p2"))), Reply::Admitted);
     let spent = s.m.spent("acme", "p1");
     assert_eq!((spent.tokens, spent.minor_units), (100, 2_000));
+}
+
+#[test]
+fn holds_admit_only_what_fits_and_settlements_replace_them_with_the_charge() {
+    let mut s = Sim::new();
+    s.reply(set_tenant(Change::Keep, Change::Set(100), Change::Keep));
+    assert_eq!(
+        s.reply(reserve_holding("r1", "p", Some(60), None)),
+        Reply::Admitted
+    );
+    assert_eq!(
+        s.reply(reserve_holding("r2", "p", Some(50), None)),
+        refused(Refusal::BudgetExhausted {
+            tenant: "acme".into(),
+            period: "p".into(),
+            kind: BudgetKind::Tokens,
+            spent: 0,
+            held: 60,
+            hold: 50,
+            budget: 100
+        }),
+        "60 held + 50 would pass 100"
+    );
+    assert_eq!(
+        s.reply(reserve_holding("r2", "p", Some(40), None)),
+        Reply::Admitted
+    );
+    // Without a hold, the older rule: admitted while the spend has not reached the budget.
+    assert_eq!(s.reply(reserve("r3", None, Some("p"))), Reply::Admitted);
+    assert_eq!(s.m.spent("acme", "p").held_tokens, 100);
+    // r1 settles within its hold, then past it: the charge replaces the hold, and the
+    // excess is recorded and reported.
+    assert_eq!(
+        s.reply(settle("r1", 1, "p", 30, 0, false)),
+        Reply::Settled { duplicate: false }
+    );
+    assert_eq!(
+        s.reply(settle("r1", 2, "p", 40, 0, true)),
+        Reply::Overrun {
+            tokens: 10,
+            minor_units: 0
+        }
+    );
+    let spend = s.m.spent("acme", "p");
+    assert_eq!(
+        (spend.tokens, spend.held_tokens, spend.overrun_tokens),
+        (70, 40, 10)
+    );
+    // Releasing r2 unsettled frees its hold.
+    s.reply(release_run("r2"));
+    assert_eq!(s.m.spent("acme", "p").held_tokens, 0);
+    assert_eq!(
+        s.reply(reserve_holding("r4", "p", Some(30), None)),
+        Reply::Admitted,
+        "70 spent + 30 fits 100"
+    );
+    assert!(matches!(
+        s.reply(reserve_holding("r5", "p", Some(1), None)),
+        Reply::Refused(Refusal::BudgetExhausted { .. })
+    ));
+    // A snapshot keeps the holds.
+    let restored = Machine::restore(&s.m.snapshot()).unwrap();
+    assert_eq!(restored.spent("acme", "p").held_tokens, 30);
 }
 
 #[test]
@@ -709,8 +811,21 @@ fn bad_arguments_are_refused_with_the_rule_they_break() {
                 run: String::new(),
                 agent: None,
                 period: None,
+                hold_tokens: None,
+                hold_minor: None,
             },
             "run is empty",
+        ),
+        (
+            Command::Reserve {
+                tenant: "t".into(),
+                run: "r".into(),
+                agent: None,
+                period: None,
+                hold_tokens: Some(1),
+                hold_minor: None,
+            },
+            "a hold needs a period to hold against",
         ),
         (
             Command::SetHalt {

@@ -31,9 +31,10 @@ impl Machine {
             return Ok(reply);
         }
         if session.live.len() >= SESSION_TICKETS_MAX {
-            return Err(Refusal::Invalid(format!(
-                "session has {SESSION_TICKETS_MAX} live tickets already"
-            )));
+            return Err(Refusal::AtCapacity {
+                what: format!("live tickets of session {}", a.session),
+                limit: SESSION_TICKETS_MAX as u64,
+            });
         }
         if let Some((scope, reason)) = self
             .saved
@@ -97,7 +98,10 @@ impl Machine {
     ) -> Result<Reply, Refusal> {
         let limit = self.saved.limits.get_mut(&id).expect("live limit");
         if limit.queue.len() >= LIMIT_WAITERS_MAX {
-            return Err(Refusal::QueueFull);
+            return Err(Refusal::QueueFull {
+                tenant: a.tenant.clone(),
+                name: a.limit.clone(),
+            });
         }
         let waiter = Waiter {
             session: a.session,

@@ -5,7 +5,16 @@
 //! takes no second slot, even after a halt: its first attempt was admitted, only its reply
 //! may have been lost, and the slot it holds is its own), a halt covering the run's agent,
 //! the running ceiling, then the period's budgets. This is the order `Acquire` uses too:
-//! idempotency before anything that may have changed since the first attempt (G5). A budget
+//! idempotency before anything that may have changed since the first attempt (G5).
+//!
+//! Budget holds (G6): a reserve may carry a hold, the most its run may spend in the period.
+//! It is admitted only while, for each budget it holds against, settled + standing holds +
+//! this hold fit the budget, so runs admitted with holds can never overspend together. The
+//! hold stands in the period's `held_*` until the run's settlements in that period use it
+//! up (each charge takes what it can from what is left; a charge above that is an overrun,
+//! recorded and answered `Overrun`) or its slot is released, which frees what is left. A
+//! hold names tokens, minor units or both; a kind it leaves out is held at 0. A reserve
+//! without a hold keeps the older rule: refused once the spend has reached the budget. A budget
 //! is compared with what was settled so far; settlements are idempotent per (run, epoch).
 
 use super::Machine;
@@ -30,14 +39,14 @@ impl Machine {
         Ok(Reply::Done)
     }
 
-    pub(super) fn reserve(
-        &mut self,
-        tenant: &str,
-        run: &str,
-        agent: Option<&str>,
-        period: Option<&str>,
-        wall_ms: u64,
-    ) -> Result<Reply, Refusal> {
+    pub(super) fn reserve(&mut self, r: &Reserve<'_>, wall_ms: u64) -> Result<Reply, Refusal> {
+        let Reserve {
+            tenant,
+            run,
+            agent,
+            period,
+            hold,
+        } = *r;
         check_key("tenant", tenant)?;
         check_key("run", run)?;
         if let Some(agent) = agent {
@@ -45,6 +54,11 @@ impl Machine {
         }
         if let Some(period) = period {
             check_key("period", period)?;
+        }
+        if hold.is_some() && period.is_none() {
+            return Err(Refusal::Invalid(
+                "a hold needs a period to hold against".into(),
+            ));
         }
         let now_ms = self.now_ms();
         let t = self.saved.tenants.entry(tenant.to_owned()).or_default();
@@ -60,26 +74,42 @@ impl Machine {
         if let Some(max) = t.max_running
             && running >= max
         {
-            return Err(Refusal::TooManyRuns { running });
+            return Err(Refusal::TooManyRuns {
+                tenant: tenant.to_owned(),
+                running,
+            });
         }
-        if let Some(refusal) = period.and_then(|p| over_budget(t, p)) {
+        if let Some(refusal) = period.and_then(|p| over_budget(tenant, t, p, hold)) {
             return Err(refusal);
         }
+        let (hold_tokens, hold_minor) = hold.unwrap_or_default();
+        let hold_period = match (period, hold) {
+            (Some(p), Some(_)) => {
+                let spend = t.spent.entry(p.to_owned()).or_default();
+                spend.held_tokens += hold_tokens;
+                spend.held_minor += hold_minor;
+                Some(p.to_owned())
+            }
+            _ => None,
+        };
         t.running.insert(
             run.to_owned(),
             RunSlot {
                 admitted_at_wall_ms: wall_ms,
                 admitted_at_log_ms: now_ms,
                 agent: agent.map(str::to_owned),
+                hold_period,
+                hold_tokens,
+                hold_minor,
             },
         );
         Ok(Reply::Admitted)
     }
 
-    /// Frees a run's slot. Idempotent.
+    /// Frees a run's slot, and what is left of its hold. Idempotent.
     pub(super) fn release_run(&mut self, tenant: &str, run: &str) -> Reply {
         if let Some(t) = self.saved.tenants.get_mut(tenant) {
-            t.running.remove(run);
+            t.free_slot(run);
         }
         Reply::Done
     }
@@ -104,16 +134,45 @@ impl Machine {
                 Err(Refusal::Conflict)
             };
         }
+        let mut overrun = (0, 0);
         if let Some(period) = &s.period {
+            // The charge uses up the run's hold on this period first; the rest is overrun.
+            let slot = t
+                .running
+                .get_mut(&s.run)
+                .filter(|slot| slot.hold_period.as_ref() == Some(period));
+            let (from_hold_tokens, from_hold_minor) = match slot {
+                Some(slot) => {
+                    let taken = (
+                        s.tokens.min(slot.hold_tokens),
+                        s.minor_units.min(slot.hold_minor),
+                    );
+                    slot.hold_tokens -= taken.0;
+                    slot.hold_minor -= taken.1;
+                    overrun = (s.tokens - taken.0, s.minor_units - taken.1);
+                    taken
+                }
+                None => (0, 0),
+            };
             let spent = t.spent.entry(period.clone()).or_default();
             spent.tokens = spent.tokens.saturating_add(s.tokens);
             spent.minor_units = spent.minor_units.saturating_add(s.minor_units);
+            spent.held_tokens -= from_hold_tokens;
+            spent.held_minor -= from_hold_minor;
+            spent.overrun_tokens = spent.overrun_tokens.saturating_add(overrun.0);
+            spent.overrun_minor = spent.overrun_minor.saturating_add(overrun.1);
         }
         if s.release_slot {
-            t.running.remove(&s.run);
+            t.free_slot(&s.run);
         }
         t.keep_receipt(key, receipt);
-        Ok(Reply::Settled { duplicate: false })
+        Ok(match overrun {
+            (0, 0) => Reply::Settled { duplicate: false },
+            (tokens, minor_units) => Reply::Overrun {
+                tokens,
+                minor_units,
+            },
+        })
     }
 
     /// `Tick`: drops every tenant's receipts past their retention.
@@ -183,20 +242,62 @@ impl Machine {
     }
 }
 
-/// The refusal of a reserve charged to `period` when its spend has reached a budget,
-/// tokens first.
-fn over_budget(t: &Tenant, period: &str) -> Option<Refusal> {
-    let spent = t.spent.get(period).copied().unwrap_or_default();
+/// A reserve's arguments, borrowed from its command.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Reserve<'a> {
+    pub tenant: &'a str,
+    pub run: &'a str,
+    pub agent: Option<&'a str>,
+    pub period: Option<&'a str>,
+    /// The hold (tokens, minor units), when the reserve carries one. A hold that names
+    /// one kind holds 0 of the other: the run says it will spend none of it, so any spend
+    /// of that kind is an overrun.
+    pub hold: Option<(u64, u64)>,
+}
+
+/// The refusal of a reserve charged to `period` that its budgets cannot admit, tokens
+/// first: with a hold of that kind, when settled + standing holds + the hold would pass the
+/// budget; without one, when the spend has reached it.
+fn over_budget(
+    tenant: &str,
+    t: &Tenant,
+    period: &str,
+    hold: Option<(u64, u64)>,
+) -> Option<Refusal> {
+    let spend = t.spent.get(period).copied().unwrap_or_default();
+    let (hold_tokens, hold_minor) = hold.unwrap_or_default();
     [
-        (BudgetKind::Tokens, spent.tokens, t.budget_tokens),
-        (BudgetKind::MinorUnits, spent.minor_units, t.budget_minor),
+        (
+            BudgetKind::Tokens,
+            spend.tokens,
+            spend.held_tokens,
+            hold_tokens,
+            t.budget_tokens,
+        ),
+        (
+            BudgetKind::MinorUnits,
+            spend.minor_units,
+            spend.held_minor,
+            hold_minor,
+            t.budget_minor,
+        ),
     ]
     .into_iter()
-    .find_map(|(kind, spent, budget)| {
-        let budget = budget.filter(|&budget| spent >= budget)?;
-        Some(Refusal::BudgetExhausted {
+    .find_map(|(kind, spent, held, this, budget)| {
+        let budget = budget?;
+        let refused = if hold.is_some() {
+            // u128: three u64 sums cannot overflow the comparison.
+            spent as u128 + held as u128 + this as u128 > budget as u128
+        } else {
+            spent >= budget
+        };
+        refused.then(|| Refusal::BudgetExhausted {
+            tenant: tenant.to_owned(),
+            period: period.to_owned(),
             kind,
             spent,
+            held,
+            hold: this,
             budget,
         })
     })
