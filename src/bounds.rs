@@ -33,11 +33,20 @@ pub const SESSIONS_MAX: usize = 1_000_000;
 /// tickets; refusing them protects every other session's queue positions.
 pub const SESSION_TICKETS_MAX: usize = 10_000;
 
-/// Finished tickets a session remembers, newest first, so that a late duplicate of an
-/// acquire for a ticket already released or refused is answered as such instead of being
-/// granted again. A ticket older than this many finishes is forgotten (its id may then start
-/// a new request); all are forgotten when the session ends.
-pub const SESSION_FINISHED_TICKETS_MAX: usize = 1_024;
+/// How long a session remembers a finished ticket (released, refused, or a rate take), in
+/// log-clock ms, so that a retried acquire of it is answered as before instead of being
+/// granted again (G5). The client retries a request for at most its `REQUEST_DEADLINE` of
+/// 10 s of real time; log time never runs faster than real time (machine module doc), so
+/// 60 s keeps every retry covered with a margin of six for proposer queues and clock drift.
+/// All are forgotten when the session ends.
+pub const FINISHED_TICKET_RETENTION_MS: u64 = 60_000;
+
+/// Most finished tickets one session keeps inside [`FINISHED_TICKET_RETENTION_MS`]. At the
+/// bound a new ticket of the session is refused `AtCapacity` rather than an old one being
+/// forgotten while its client may still retry it. 65,536 lets one session finish over
+/// 1,000 tickets a second for the whole window (a busy bench client does a few hundred);
+/// a finished ticket costs some 40 bytes, a refused one up to a halt reason more.
+pub const SESSION_FINISHED_TICKETS_MAX: usize = 65_536;
 
 /// Most tickets waiting on one limit. A queue longer than this is an outage in progress;
 /// further tickets are refused `QueueFull` rather than growing memory without bound.

@@ -363,6 +363,60 @@ fn acquire_is_idempotent_per_session_and_ticket() {
 }
 
 #[test]
+fn a_rate_take_retried_after_thousands_of_others_is_answered_not_granted_twice() {
+    let mut s = Sim::new();
+    s.reply(limit("t", "api").rate(1_000.0).burst(1_000_000));
+    let a = s.open(600_000);
+    let first = s.grant(ask(a, 0, "api"));
+    // 5,000 other takes finish on the same session before the retry arrives.
+    let others: Vec<Command> = (1..=5_000).map(|t| ask(a, t, "api").into()).collect();
+    s.entries(others.chunks(1_000).map(<[Command]>::to_vec));
+    let tokens = s.status("t", "api").tokens;
+    assert_eq!(
+        s.reply(ask(a, 0, "api")),
+        Reply::Granted {
+            fence: first,
+            units: 1
+        },
+        "the retry gets its first answer"
+    );
+    assert_eq!(s.status("t", "api").tokens, tokens, "and takes no token");
+    // After the retention window, in log time, the ticket is forgotten.
+    s.wait(weir::bounds::FINISHED_TICKET_RETENTION_MS);
+    assert_ne!(
+        s.reply(ask(a, 0, "api")),
+        Reply::Granted {
+            fence: first,
+            units: 1
+        }
+    );
+}
+
+#[test]
+fn a_session_at_its_finished_ticket_bound_is_refused_not_made_to_forget() {
+    let mut s = Sim::new();
+    s.reply(limit("t", "api").rate(1_000.0).burst(1_000_000));
+    let a = s.open(600_000);
+    let max = weir::bounds::SESSION_FINISHED_TICKETS_MAX as u64;
+    let takes: Vec<Command> = (0..max).map(|t| ask(a, t, "api").into()).collect();
+    s.entries(takes.chunks(4_096).map(<[Command]>::to_vec));
+    let full = Refusal::AtCapacity {
+        what: format!("finished tickets of session {a} kept for retries"),
+        limit: max,
+    };
+    assert_eq!(s.reply(ask(a, max, "api")), refused(full.clone()));
+    assert_eq!(
+        s.release(a, max + 1).0,
+        refused(full),
+        "recording a release of an unknown ticket needs room too"
+    );
+    // Every one of them is still answered as before.
+    assert!(matches!(s.reply(ask(a, 0, "api")), Reply::Granted { .. }));
+    s.wait(weir::bounds::FINISHED_TICKET_RETENTION_MS);
+    assert!(matches!(s.reply(ask(a, max, "api")), Reply::Granted { .. }));
+}
+
+#[test]
 fn queued_ticket_is_granted_by_the_machine_on_release() {
     let mut s = Sim::db(1);
     let [a, b] = s.open_each([3_000, 3_000]);
