@@ -85,3 +85,25 @@ pub const ENTRY_COMMANDS_MAX: usize = 4_096;
 /// 100,000-permit scale point (a few MiB) and far below what a damaged length field could
 /// ask for.
 pub const SNAPSHOT_BYTES_MAX: u64 = 1 << 30;
+
+// ---- the state machine's tenants (issue #11: every container of the state is bounded) ----
+
+/// Most tenants at once. Any reserve, settle, halt, ceiling or limit names a tenant into
+/// being, so without a bound a client could grow the state one name at a time; ten thousand
+/// namespaces is far beyond the teams one cluster serves. Past it, a command that would
+/// create a tenant is refused `AtCapacity`.
+pub const TENANTS_MAX: usize = 10_000;
+
+/// Most periods one tenant keeps spend for. Periods are never pruned (a period's spend is
+/// the record of what it cost); a thousand is eighty years of months or three years of days.
+/// A settle or hold into a new period past it is refused `AtCapacity`.
+pub const TENANT_PERIODS_MAX: usize = 1_000;
+
+/// Most halt records of one tenant (the tenant's own and one per halted agent). A hundred
+/// agents halted at once is an incident of its own; a thousand bounds a runaway script.
+pub const TENANT_HALTS_MAX: usize = 1_000;
+
+/// Most running runs of one tenant, whatever its `max_running` (which may be unset). A run
+/// slot costs a few hundred bytes; ten thousand running runs is far beyond one tenant's
+/// agents, and bounds a tenant without a ceiling.
+pub const TENANT_RUNS_MAX: usize = 10_000;

@@ -826,6 +826,65 @@ fn a_retried_reserve_after_a_halt_answers_admitted_for_the_run_already_admitted(
     );
 }
 
+#[test]
+fn tenants_periods_halts_and_runs_are_bounded_with_a_refusal_at_the_bound() {
+    use weir::bounds::{TENANT_HALTS_MAX, TENANT_PERIODS_MAX, TENANT_RUNS_MAX, TENANTS_MAX};
+    let full = |what: String, limit: usize| {
+        refused(Refusal::AtCapacity {
+            what,
+            limit: limit as u64,
+        })
+    };
+    let mut s = Sim::new();
+    let runs: Vec<Command> = (0..TENANT_RUNS_MAX)
+        .map(|r| reserve(&format!("r{r}"), None, None))
+        .collect();
+    s.entries(runs.chunks(4_096).map(<[Command]>::to_vec));
+    assert_eq!(
+        s.reply(reserve("one-more", None, None)),
+        full("running runs of tenant acme".into(), TENANT_RUNS_MAX),
+        "a tenant without a ceiling is bounded all the same"
+    );
+    let periods: Vec<Command> = (0..TENANT_PERIODS_MAX as u64)
+        .map(|p| settle("r", p, &format!("p{p}"), 1, 0, false))
+        .collect();
+    s.entries(periods.chunks(4_096).map(<[Command]>::to_vec));
+    assert_eq!(
+        s.reply(settle("r", 1 << 40, "one-more", 1, 0, false)),
+        full("periods of tenant acme".into(), TENANT_PERIODS_MAX)
+    );
+    assert_eq!(
+        s.reply(settle("r", 1 << 41, "p0", 1, 0, false)),
+        Reply::Settled { duplicate: false },
+        "a period already kept is charged as before"
+    );
+    let halts: Vec<Command> = (0..TENANT_HALTS_MAX)
+        .map(|a| set_halt(&HaltScope::Agent(format!("a{a}")), "stop"))
+        .collect();
+    s.entries(halts.chunks(4_096).map(<[Command]>::to_vec));
+    assert_eq!(
+        s.reply(set_halt(&HaltScope::Tenant, "stop")),
+        full("halts of tenant acme".into(), TENANT_HALTS_MAX)
+    );
+    let tenants: Vec<Command> = (1..TENANTS_MAX)
+        .map(|t| Command::SetTenant {
+            tenant: format!("t{t}"),
+            max_running: Change::Set(1),
+            budget_tokens: Change::Keep,
+            budget_minor: Change::Keep,
+        })
+        .collect();
+    s.entries(tenants.chunks(4_096).map(<[Command]>::to_vec));
+    assert_eq!(
+        s.reply(limit("new", "db").concurrent(1)),
+        full("tenants".into(), TENANTS_MAX)
+    );
+    assert_eq!(
+        s.reply(reserve("r-again", None, None)),
+        full("running runs of tenant acme".into(), TENANT_RUNS_MAX)
+    );
+}
+
 // ---- argument rules ------------------------------------------------------------------------
 
 #[test]

@@ -28,7 +28,10 @@ impl Machine {
                 self.redefine_limit(id, spec, events);
                 id
             }
-            None => self.add_limit(tenant, name, spec)?,
+            None => {
+                self.tenant_mut(tenant)?;
+                self.add_limit(tenant, name, spec)?
+            }
         };
         self.serve(id, events);
         Ok(Reply::Done)

@@ -18,7 +18,9 @@
 //! is compared with what was settled so far; settlements are idempotent per (run, epoch).
 
 use super::Machine;
-use crate::bounds::REASON_BYTES_MAX;
+use crate::bounds::{
+    REASON_BYTES_MAX, TENANT_HALTS_MAX, TENANT_PERIODS_MAX, TENANT_RUNS_MAX, TENANTS_MAX,
+};
 use crate::machine::command::{Change, HaltScope, LimitId, Settle, check_key};
 use crate::machine::reply::{BudgetKind, Event, Refusal, Reply};
 use crate::machine::tenant::{Receipt, RunSlot, Tenant};
@@ -32,7 +34,7 @@ impl Machine {
         budget_minor: Change<u64>,
     ) -> Result<Reply, Refusal> {
         check_key("tenant", tenant)?;
-        let t = self.saved.tenants.entry(tenant.to_owned()).or_default();
+        let t = self.tenant_mut(tenant)?;
         t.max_running = max_running.applied_to(t.max_running);
         t.budget_tokens = budget_tokens.applied_to(t.budget_tokens);
         t.budget_minor = budget_minor.applied_to(t.budget_minor);
@@ -61,7 +63,7 @@ impl Machine {
             ));
         }
         let now_ms = self.now_ms();
-        let t = self.saved.tenants.entry(tenant.to_owned()).or_default();
+        let t = self.tenant_mut(tenant)?;
         // The same run again (a retry whose first reply was lost): the same answer (G5).
         if t.running.contains_key(run) {
             return Ok(Reply::Admitted);
@@ -81,6 +83,15 @@ impl Machine {
         }
         if let Some(refusal) = period.and_then(|p| over_budget(tenant, t, p, hold)) {
             return Err(refusal);
+        }
+        if t.running.len() >= TENANT_RUNS_MAX {
+            return Err(Refusal::AtCapacity {
+                what: format!("running runs of tenant {tenant}"),
+                limit: TENANT_RUNS_MAX as u64,
+            });
+        }
+        if let (Some(p), Some(_)) = (period, hold) {
+            room_for_period(tenant, t, p)?;
         }
         let (hold_tokens, hold_minor) = hold.unwrap_or_default();
         let hold_period = match (period, hold) {
@@ -117,7 +128,7 @@ impl Machine {
     pub(super) fn settle(&mut self, s: &Settle) -> Result<Reply, Refusal> {
         s.validate()?;
         let now_ms = self.now_ms();
-        let t = self.saved.tenants.entry(s.tenant.clone()).or_default();
+        let t = self.tenant_mut(&s.tenant)?;
         t.prune_receipts(now_ms);
         let receipt = Receipt {
             period: s.period.clone(),
@@ -133,6 +144,9 @@ impl Machine {
             } else {
                 Err(Refusal::Conflict)
             };
+        }
+        if let Some(period) = &s.period {
+            room_for_period(&s.tenant, t, period)?;
         }
         let mut overrun = (0, 0);
         if let Some(period) = &s.period {
@@ -202,7 +216,13 @@ impl Machine {
                 reason.len()
             )));
         }
-        let t = self.saved.tenants.entry(tenant.to_owned()).or_default();
+        let t = self.tenant_mut(tenant)?;
+        if !t.halts.contains_key(scope) && t.halts.len() >= TENANT_HALTS_MAX {
+            return Err(Refusal::AtCapacity {
+                what: format!("halts of tenant {tenant}"),
+                limit: TENANT_HALTS_MAX as u64,
+            });
+        }
         t.halts.insert(scope.clone(), reason.to_owned());
         let ids: Vec<LimitId> = t.limits.values().copied().collect();
         let refusal = Refusal::Halted {
@@ -240,6 +260,30 @@ impl Machine {
         }
         Reply::Done
     }
+}
+
+impl Machine {
+    /// The tenant named, created if new, or `AtCapacity` when [`TENANTS_MAX`] exist.
+    pub(super) fn tenant_mut(&mut self, tenant: &str) -> Result<&mut Tenant, Refusal> {
+        if !self.saved.tenants.contains_key(tenant) && self.saved.tenants.len() >= TENANTS_MAX {
+            return Err(Refusal::AtCapacity {
+                what: "tenants".into(),
+                limit: TENANTS_MAX as u64,
+            });
+        }
+        Ok(self.saved.tenants.entry(tenant.to_owned()).or_default())
+    }
+}
+
+/// `AtCapacity` when `period` is new to the tenant and it keeps [`TENANT_PERIODS_MAX`].
+fn room_for_period(tenant: &str, t: &Tenant, period: &str) -> Result<(), Refusal> {
+    if !t.spent.contains_key(period) && t.spent.len() >= TENANT_PERIODS_MAX {
+        return Err(Refusal::AtCapacity {
+            what: format!("periods of tenant {tenant}"),
+            limit: TENANT_PERIODS_MAX as u64,
+        });
+    }
+    Ok(())
 }
 
 /// A reserve's arguments, borrowed from its command.
