@@ -2,8 +2,9 @@
 //! each with the reason for its value.
 //!
 //! The machine refuses a command that crosses one of these with a typed refusal
-//! ([`crate::machine::Refusal::Invalid`] or a specific one); it never panics on them and never
-//! truncates silently. The network edge enforces the same string bounds before a command
+//! ([`crate::machine::Refusal::Invalid`] for an argument out of its rule,
+//! [`crate::machine::Refusal::AtCapacity`] for a count bound the state reached, or a specific
+//! one); it never panics on them and never truncates silently. The network edge enforces the same string bounds before a command
 //! reaches the log, so a refusal here means a client bypassed the edge or the bounds changed.
 
 /// Longest tenant, limit, agent, run, period or fairness-key name, in bytes. Names are keys in
