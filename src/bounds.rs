@@ -2,8 +2,9 @@
 //! each with the reason for its value.
 //!
 //! The machine refuses a command that crosses one of these with a typed refusal
-//! ([`crate::machine::Refusal::Invalid`] or a specific one); it never panics on them and never
-//! truncates silently. The network edge ([`crate::server::edge`]) runs the same argument
+//! ([`crate::machine::Refusal::Invalid`] for an argument out of its rule,
+//! [`crate::machine::Refusal::AtCapacity`] for a count bound the state reached, or a specific
+//! one); it never panics on them and never truncates silently. The network edge ([`crate::server::edge`]) runs the same argument
 //! check, [`crate::machine::Command::validate`], before a command is proposed, so a command
 //! that breaks a bound on names, reasons, units, weights, TTLs or a limit's spec never reaches
 //! the log: a machine refusal for one of them means a command bypassed the edge or the bounds
@@ -41,11 +42,20 @@ pub const SESSIONS_MAX: usize = 1_000_000;
 /// tickets; refusing them protects every other session's queue positions.
 pub const SESSION_TICKETS_MAX: usize = 10_000;
 
-/// Finished tickets a session remembers, newest first, so that a late duplicate of an
-/// acquire for a ticket already released or refused is answered as such instead of being
-/// granted again. A ticket older than this many finishes is forgotten (its id may then start
-/// a new request); all are forgotten when the session ends.
-pub const SESSION_FINISHED_TICKETS_MAX: usize = 1_024;
+/// How long a session remembers a finished ticket (released, refused, or a rate take), in
+/// log-clock ms, so that a retried acquire of it is answered as before instead of being
+/// granted again (G5). The client retries a request for at most its `REQUEST_DEADLINE` of
+/// 10 s of real time; log time never runs faster than real time (machine module doc), so
+/// 60 s keeps every retry covered with a margin of six for proposer queues and clock drift.
+/// All are forgotten when the session ends.
+pub const FINISHED_TICKET_RETENTION_MS: u64 = 60_000;
+
+/// Most finished tickets one session keeps inside [`FINISHED_TICKET_RETENTION_MS`]. At the
+/// bound a new ticket of the session is refused `AtCapacity` rather than an old one being
+/// forgotten while its client may still retry it. 65,536 lets one session finish over
+/// 1,000 tickets a second for the whole window (a busy bench client does a few hundred);
+/// a finished ticket costs some 40 bytes, a refused one up to a halt reason more.
+pub const SESSION_FINISHED_TICKETS_MAX: usize = 65_536;
 
 /// Most tickets waiting on one limit. A queue longer than this is an outage in progress;
 /// further tickets are refused `QueueFull` rather than growing memory without bound.
@@ -86,6 +96,28 @@ pub const ENTRY_COMMANDS_MAX: usize = 4_096;
 /// 100,000-permit scale point (a few MiB) and far below what a damaged length field could
 /// ask for.
 pub const SNAPSHOT_BYTES_MAX: u64 = 1 << 30;
+
+// ---- the state machine's tenants (issue #11: every container of the state is bounded) ----
+
+/// Most tenants at once. Any reserve, settle, halt, ceiling or limit names a tenant into
+/// being, so without a bound a client could grow the state one name at a time; ten thousand
+/// namespaces is far beyond the teams one cluster serves. Past it, a command that would
+/// create a tenant is refused `AtCapacity`.
+pub const TENANTS_MAX: usize = 10_000;
+
+/// Most periods one tenant keeps spend for. Periods are never pruned (a period's spend is
+/// the record of what it cost); a thousand is eighty years of months or three years of days.
+/// A settle or hold into a new period past it is refused `AtCapacity`.
+pub const TENANT_PERIODS_MAX: usize = 1_000;
+
+/// Most halt records of one tenant (the tenant's own and one per halted agent). A hundred
+/// agents halted at once is an incident of its own; a thousand bounds a runaway script.
+pub const TENANT_HALTS_MAX: usize = 1_000;
+
+/// Most running runs of one tenant, whatever its `max_running` (which may be unset). A run
+/// slot costs a few hundred bytes; ten thousand running runs is far beyond one tenant's
+/// agents, and bounds a tenant without a ceiling.
+pub const TENANT_RUNS_MAX: usize = 10_000;
 
 // ---------------------------------------------------------------------------------------------
 // The edge and the wire: bytes of commands, entries and peer frames, connections' followings.

@@ -336,18 +336,19 @@ pub fn observe(histogram: &Histogram, elapsed: Duration) {
 /// A refusal's kind: its variant name, as the HTTP errors name it too.
 pub fn refusal_kind(r: &Refusal) -> &'static str {
     match r {
-        Refusal::UnknownLimit => "UnknownLimit",
+        Refusal::UnknownLimit { .. } => "UnknownLimit",
         Refusal::UnknownSession => "UnknownSession",
         Refusal::Halted { .. } => "Halted",
         Refusal::TooLarge { .. } => "TooLarge",
         Refusal::Busy { .. } => "Busy",
-        Refusal::LimitRemoved => "LimitRemoved",
-        Refusal::QueueFull => "QueueFull",
+        Refusal::LimitRemoved { .. } => "LimitRemoved",
+        Refusal::QueueFull { .. } => "QueueFull",
         Refusal::TicketReleased => "TicketReleased",
         Refusal::TooManyRuns { .. } => "TooManyRuns",
         Refusal::BudgetExhausted { .. } => "BudgetExhausted",
         Refusal::Conflict => "Conflict",
         Refusal::Invalid(_) => "Invalid",
+        Refusal::AtCapacity { .. } => "AtCapacity",
     }
 }
 

@@ -66,3 +66,21 @@ pub fn replied(result: Result<Reply, ClientError>) -> Result<Reply, Exit> {
 pub fn answered<T>(result: Result<T, ClientError>) -> Result<T, Exit> {
     result.map_err(|e| client_error(&e))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_cluster_is_a_refusal_and_bad_input_a_usage_error() {
+        let full = Refusal::AtCapacity {
+            what: "open sessions".into(),
+            limit: 1,
+        };
+        assert_eq!(refused(&full), EXIT_REFUSED);
+        assert_eq!(
+            refused(&Refusal::Invalid("run is empty".into())),
+            EXIT_USAGE
+        );
+    }
+}

@@ -43,6 +43,13 @@ pub enum RunCommand {
         /// The budget period checked.
         #[arg(long)]
         period: Option<String>,
+        /// Hold this many tokens of the period's budget for the run (needs --period): admitted
+        /// only while settled + standing holds + this hold fit the budget.
+        #[arg(long)]
+        hold_tokens: Option<u64>,
+        /// Hold this many minor units of the period's budget for the run (needs --period).
+        #[arg(long)]
+        hold_minor: Option<u64>,
     },
     /// Free a run's slot (idempotent).
     Release {
@@ -142,9 +149,22 @@ pub async fn tenant(command: &TenantCommand, tenant: &str, client: &Client, out:
 
 pub async fn run(command: &RunCommand, tenant: &str, client: &Client, out: &Output) -> Exit {
     match command {
-        RunCommand::Reserve { run, agent, period } => {
+        RunCommand::Reserve {
+            run,
+            agent,
+            period,
+            hold_tokens,
+            hold_minor,
+        } => {
             let reserved = client
-                .reserve(tenant, run, agent.as_deref(), period.as_deref())
+                .reserve_holding(
+                    tenant,
+                    run,
+                    agent.as_deref(),
+                    period.as_deref(),
+                    *hold_tokens,
+                    *hold_minor,
+                )
                 .await;
             match replied(reserved) {
                 Ok(_) => {
@@ -198,6 +218,22 @@ pub async fn run(command: &RunCommand, tenant: &str, client: &Client, out: &Outp
                     );
                     EXIT_OK
                 }
+                Ok(Reply::Overrun {
+                    tokens: over_tokens,
+                    minor_units: over_minor,
+                }) => {
+                    out.print(
+                        json!({"tenant": tenant, "run": run, "epoch": epoch, "settled": true, "duplicate": false,
+                               "overrun_tokens": over_tokens, "overrun_minor_units": over_minor}),
+                        || {
+                            format!(
+                                "settled {tenant}/{run} epoch {epoch}; overrun of its hold: \
+                                 {over_tokens} tokens, {over_minor} minor units"
+                            )
+                        },
+                    );
+                    EXIT_OK
+                }
                 Ok(_) => EXIT_OK,
                 Err(code) => code,
             }
@@ -244,8 +280,21 @@ pub async fn spent(tenant: &str, period: &str, client: &Client, out: &Output) ->
     match answered(client.spent(tenant, period).await) {
         Ok(s) => {
             out.print(
-                json!({"tenant": tenant, "period": period, "tokens": s.tokens, "minor_units": s.minor_units}),
-                || format!("{tenant} {period}: {} tokens, {} minor units", s.tokens, s.minor_units),
+                json!({"tenant": tenant, "period": period, "tokens": s.tokens, "minor_units": s.minor_units,
+                       "held_tokens": s.held_tokens, "held_minor_units": s.held_minor,
+                       "overrun_tokens": s.overrun_tokens, "overrun_minor_units": s.overrun_minor}),
+                || {
+                    format!(
+                        "{tenant} {period}: {} tokens, {} minor units; held {} tokens, {} minor \
+                         units; overrun {} tokens, {} minor units",
+                        s.tokens,
+                        s.minor_units,
+                        s.held_tokens,
+                        s.held_minor,
+                        s.overrun_tokens,
+                        s.overrun_minor
+                    )
+                },
             );
             EXIT_OK
         }

@@ -54,14 +54,15 @@ impl ApiError {
     pub fn refused(refusal: &Refusal, now_ms: u64) -> ApiError {
         let status = match refusal {
             Refusal::Invalid(_) | Refusal::TooLarge { .. } => StatusCode::BAD_REQUEST,
-            Refusal::UnknownLimit | Refusal::UnknownSession | Refusal::LimitRemoved => {
-                StatusCode::NOT_FOUND
-            }
+            Refusal::UnknownLimit { .. }
+            | Refusal::UnknownSession
+            | Refusal::LimitRemoved { .. } => StatusCode::NOT_FOUND,
             Refusal::Halted { .. } | Refusal::Conflict | Refusal::TicketReleased => {
                 StatusCode::CONFLICT
             }
             Refusal::Busy { .. }
-            | Refusal::QueueFull
+            | Refusal::QueueFull { .. }
+            | Refusal::AtCapacity { .. }
             | Refusal::TooManyRuns { .. }
             | Refusal::BudgetExhausted { .. } => StatusCode::TOO_MANY_REQUESTS,
         };

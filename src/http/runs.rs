@@ -90,6 +90,10 @@ pub async fn show_tenant(
 pub struct ReserveBody {
     agent: Option<String>,
     period: Option<String>,
+    /// Tokens of the period's budget held for the run (needs `period`), G6.
+    hold_tokens: Option<u64>,
+    /// Minor units of the period's budget held for the run (needs `period`), G6.
+    hold_minor: Option<u64>,
 }
 
 /// `POST /v1/tenants/{tenant}/runs/{run}/reserve`: admits the run (idempotent per run).
@@ -104,6 +108,8 @@ pub async fn reserve(
             run,
             agent: b.agent,
             period: b.period,
+            hold_tokens: b.hold_tokens,
+            hold_minor: b.hold_minor,
         })
         .await?;
     Ok(Json(reply_json(&reply)).into_response())

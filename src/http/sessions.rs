@@ -95,6 +95,12 @@ pub fn reply_json(reply: &Reply) -> serde_json::Value {
         }
         Reply::Admitted => json!({"status": "admitted"}),
         Reply::Settled { duplicate } => json!({"status": "settled", "duplicate": duplicate}),
+        Reply::Overrun {
+            tokens,
+            minor_units,
+        } => {
+            json!({"status": "overrun", "overrun_tokens": tokens, "overrun_minor_units": minor_units})
+        }
         Reply::Refused(r) => json!({"status": "refused", "refusal": r.to_string()}),
     }
 }

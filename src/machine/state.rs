@@ -164,7 +164,20 @@ impl Machine {
                 run,
                 agent,
                 period,
-            } => answer(self.reserve(tenant, run, agent.as_deref(), period.as_deref(), wall_ms)),
+                hold_tokens,
+                hold_minor,
+            } => {
+                let hold = (hold_tokens.is_some() || hold_minor.is_some())
+                    .then(|| (hold_tokens.unwrap_or(0), hold_minor.unwrap_or(0)));
+                let reserve = runs::Reserve {
+                    tenant,
+                    run,
+                    agent: agent.as_deref(),
+                    period: period.as_deref(),
+                    hold,
+                };
+                answer(self.reserve(&reserve, wall_ms))
+            }
             Command::ReleaseRun { tenant, run } => self.release_run(tenant, run),
             Command::Settle(s) => answer(self.settle(s)),
             Command::SetHalt {

@@ -104,6 +104,8 @@ mod tests {
                 run: name(),
                 agent: Some(name()),
                 period: Some(name()),
+                hold_tokens: Some(u64::MAX),
+                hold_minor: Some(u64::MAX),
             },
             Command::ReleaseRun {
                 tenant: name(),

@@ -131,7 +131,11 @@ async fn acquire_runs_a_command_under_a_permit_and_every_other_subcommand_works(
     assert_eq!(code, 3);
     assert!(err.contains("too large: 2 units"), "{err}");
     let (code, _, err) = cluster.cli(&["acquire", "nope", "--hold", "1"]);
-    assert_eq!((code, err.contains("unknown limit")), (3, true), "{err}");
+    assert_eq!(
+        (code, err.contains("refused: unknown limit default/nope")),
+        (3, true),
+        "{err}"
+    );
     let (code, _, _) = cluster.cli(&["acquire", "db"]);
     assert_eq!(code, 2, "neither --hold nor a command");
 
@@ -163,7 +167,7 @@ async fn acquire_runs_a_command_under_a_permit_and_every_other_subcommand_works(
     ]);
     let (code, _, err) = cluster.cli(&["run", "reserve", "--tenant", "acme", "r2"]);
     assert_eq!(code, 3);
-    assert!(err.contains("too many runs: 1 running"), "{err}");
+    assert!(err.contains("too many runs in acme: 1 running"), "{err}");
     let runs = json(&ok(&["run", "list", "--tenant", "acme", "--json"]));
     assert_eq!(runs.as_array().unwrap().len(), 1);
     keys(&runs[0], &["run", "admitted_at_ms", "agent"]);
@@ -196,7 +200,17 @@ async fn acquire_runs_a_command_under_a_permit_and_every_other_subcommand_works(
     assert_eq!(code, 3);
     assert!(err.contains("conflict"), "{err}");
     let spent = json(&ok(&["spent", "--tenant", "acme", "2026-12", "--json"]));
-    keys(&spent, &["tenant", "period", "tokens", "minor_units"]);
+    keys(
+        &spent,
+        &[
+            "tenant",
+            "period",
+            "tokens",
+            "minor_units",
+            "held_tokens",
+            "held_minor_units",
+        ],
+    );
     assert_eq!(
         (spent["tokens"].as_u64(), spent["minor_units"].as_u64()),
         (Some(100), Some(250))
@@ -227,12 +241,44 @@ async fn acquire_runs_a_command_under_a_permit_and_every_other_subcommand_works(
     ]);
     assert_eq!(code, 3);
     assert!(
-        err.contains("budget exhausted: spent 100 of 100 tokens"),
+        err.contains("budget exhausted for acme period 2026-12: spent 100 of 100 tokens"),
         "{err}"
     );
+    // Holds: r2 holds 60 of 2027-01's 100 tokens; a second hold of 50 does not fit.
     ok(&[
-        "run", "reserve", "--tenant", "acme", "r2", "--period", "2027-01",
+        "run",
+        "reserve",
+        "--tenant",
+        "acme",
+        "r2",
+        "--period",
+        "2027-01",
+        "--hold-tokens",
+        "60",
     ]);
+    let held = json(&ok(&["spent", "--tenant", "acme", "2027-01", "--json"]));
+    assert_eq!(held["held_tokens"].as_u64(), Some(60));
+    assert!(ok(&["spent", "--tenant", "acme", "2027-01"]).contains("held 60 tokens"));
+    ok(&["tenant", "set", "--tenant", "acme", "--max-running", "none"]);
+    let (code, _, err) = cluster.cli(&[
+        "run",
+        "reserve",
+        "--tenant",
+        "acme",
+        "r3",
+        "--period",
+        "2027-01",
+        "--hold-tokens",
+        "50",
+    ]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("+ 60 held + 50 asked of 100 tokens"), "{err}");
+    ok(&["run", "release", "--tenant", "acme", "r2"]);
+    assert_eq!(
+        json(&ok(&["spent", "--tenant", "acme", "2027-01", "--json"]))["held_tokens"].as_u64(),
+        Some(0),
+        "a released slot frees its hold"
+    );
     ok(&["run", "release", "--tenant", "acme", "r2"]);
     ok(&["run", "release", "--tenant", "acme", "r2"]);
     assert_eq!(

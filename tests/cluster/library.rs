@@ -264,6 +264,8 @@ async fn a_halt_refuses_waiters_tells_holders_refuses_reserves_and_clearing_rest
         run: "r1".into(),
         agent: None,
         period: None,
+        hold_tokens: None,
+        hold_minor: None,
     };
     assert_eq!(
         client.write(reserve.clone()).await.unwrap(),

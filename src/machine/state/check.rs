@@ -40,10 +40,7 @@ impl Machine {
             for (&tid, ticket) in &session.live {
                 match ticket {
                     Ticket::Queued { limit, key } => {
-                        let w =
-                            self.saved.limits.get(limit).and_then(|l| {
-                                l.queue.iter().find(|(k, _)| *k == key).map(|(_, w)| w)
-                            });
+                        let w = self.saved.limits.get(limit).and_then(|l| l.queue.get(key));
                         if !w.is_some_and(|w| w.session == sid && w.ticket == tid) {
                             return Err(format!("queued ticket {sid}/{tid} is not in its queue"));
                         }

@@ -22,9 +22,10 @@ impl Machine {
             )));
         }
         if self.saved.sessions.len() >= SESSIONS_MAX {
-            return Err(Refusal::Invalid(format!(
-                "{SESSIONS_MAX} sessions are open already"
-            )));
+            return Err(Refusal::AtCapacity {
+                what: "open sessions".into(),
+                limit: SESSIONS_MAX as u64,
+            });
         }
         self.saved.last_session += 1;
         let id = self.saved.last_session;

@@ -21,19 +21,26 @@ impl Machine {
         events: &mut Vec<Event>,
     ) -> Result<Reply, Refusal> {
         a.validate()?;
+        let now_ms = self.now_ms();
         let session = self
             .saved
             .sessions
-            .get(&a.session)
+            .get_mut(&a.session)
             .ok_or(Refusal::UnknownSession)?;
+        session.prune_finished(now_ms);
+        let session = &self.saved.sessions[&a.session];
         // The same ticket again: the same answer, and no second effect (G5).
         if let Some(reply) = self.answer_again(session, a.ticket) {
             return Ok(reply);
         }
+        // A new ticket ends finished; there must be room to remember it (never forget one
+        // a client may still retry).
+        session.room_to_finish(a.session)?;
         if session.live.len() >= SESSION_TICKETS_MAX {
-            return Err(Refusal::Invalid(format!(
-                "session has {SESSION_TICKETS_MAX} live tickets already"
-            )));
+            return Err(Refusal::AtCapacity {
+                what: format!("live tickets of session {}", a.session),
+                limit: SESSION_TICKETS_MAX as u64,
+            });
         }
         if let Some((scope, reason)) = self
             .saved
@@ -97,7 +104,10 @@ impl Machine {
     ) -> Result<Reply, Refusal> {
         let limit = self.saved.limits.get_mut(&id).expect("live limit");
         if limit.queue.len() >= LIMIT_WAITERS_MAX {
-            return Err(Refusal::QueueFull);
+            return Err(Refusal::QueueFull {
+                tenant: a.tenant.clone(),
+                name: a.limit.clone(),
+            });
         }
         let waiter = Waiter {
             session: a.session,
@@ -128,10 +138,19 @@ impl Machine {
         events: &mut Vec<Event>,
     ) -> Reply {
         // An unknown ticket of an open session is finished too: a late acquire of it is
-        // answered `TicketReleased`, not granted.
+        // answered `TicketReleased`, not granted. Recording it needs room (see `session`).
+        let now_ms = self.now_ms();
+        if let Some(session) = self.saved.sessions.get_mut(&id) {
+            session.prune_finished(now_ms);
+            let known =
+                session.live.contains_key(&ticket) || session.finished.contains_key(&ticket);
+            if !known && let Err(refusal) = session.room_to_finish(id) {
+                return Reply::Refused(refusal);
+            }
+        }
         let live = self.saved.sessions.get_mut(&id).and_then(|session| {
             let live = session.live.get(&ticket).cloned();
-            session.finish(ticket, Finished::Released);
+            session.finish(ticket, Finished::Released, now_ms);
             live
         });
         let Some(live) = live else {
@@ -153,6 +172,7 @@ impl Machine {
     /// limit holds nothing (a rate take). Returns the fence.
     fn grant(&mut self, id: LimitId, holder: Holder) -> Fence {
         let fence = self.next_fence();
+        let now_ms = self.now_ms();
         let (session, ticket, units) = (holder.session, holder.ticket, holder.units);
         let limit = self
             .saved
@@ -173,7 +193,7 @@ impl Machine {
             };
             session.live.insert(ticket, ticket_now);
         } else {
-            session.finish(ticket, Finished::Taken { fence, units });
+            session.finish(ticket, Finished::Taken { fence, units }, now_ms);
         }
         fence
     }
@@ -271,12 +291,13 @@ impl Machine {
     /// Tells a waiter already taken out of its queue that it is refused, and finishes its
     /// ticket so a duplicate acquire gets the same answer.
     pub(super) fn refuse_waiter(&mut self, w: &Waiter, refusal: Refusal, events: &mut Vec<Event>) {
+        let now_ms = self.now_ms();
         let session = self
             .saved
             .sessions
             .get_mut(&w.session)
             .expect("waiters have sessions");
-        session.finish(w.ticket, Finished::Refused(refusal.clone()));
+        session.finish(w.ticket, Finished::Refused(refusal.clone()), now_ms);
         events.push(Event::Refused {
             session: w.session,
             ticket: w.ticket,

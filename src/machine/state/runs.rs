@@ -1,12 +1,26 @@
 //! A tenant's runs, budgets and halts: ceilings, run admission (reserve), settlements, and
 //! halts with their effect on the tenant's limits.
 //!
-//! Admission checks, in order: a halt covering the run's agent, the run already admitted
-//! (a retry takes no second slot), the running ceiling, then the period's budgets. A budget
+//! Admission checks, in order: the run already admitted (a retry answers `Admitted` and
+//! takes no second slot, even after a halt: its first attempt was admitted, only its reply
+//! may have been lost, and the slot it holds is its own), a halt covering the run's agent,
+//! the running ceiling, then the period's budgets. This is the order `Acquire` uses too:
+//! idempotency before anything that may have changed since the first attempt (G5).
+//!
+//! Budget holds (G6): a reserve may carry a hold, the most its run may spend in the period.
+//! It is admitted only while, for each budget it holds against, settled + standing holds +
+//! this hold fit the budget, so runs admitted with holds can never overspend together. The
+//! hold stands in the period's `held_*` until the run's settlements in that period use it
+//! up (each charge takes what it can from what is left; a charge above that is an overrun,
+//! recorded and answered `Overrun`) or its slot is released, which frees what is left. A
+//! hold names tokens, minor units or both; a kind it leaves out is held at 0. A reserve
+//! without a hold keeps the older rule: refused once the spend has reached the budget. A budget
 //! is compared with what was settled so far; settlements are idempotent per (run, epoch).
 
 use super::Machine;
-use crate::bounds::REASON_BYTES_MAX;
+use crate::bounds::{
+    REASON_BYTES_MAX, TENANT_HALTS_MAX, TENANT_PERIODS_MAX, TENANT_RUNS_MAX, TENANTS_MAX,
+};
 use crate::machine::command::{Change, HaltScope, LimitId, Settle, check_key};
 use crate::machine::reply::{BudgetKind, Event, Refusal, Reply};
 use crate::machine::tenant::{Receipt, RunSlot, Tenant};
@@ -20,21 +34,21 @@ impl Machine {
         budget_minor: Change<u64>,
     ) -> Result<Reply, Refusal> {
         check_key("tenant", tenant)?;
-        let t = self.saved.tenants.entry(tenant.to_owned()).or_default();
+        let t = self.tenant_mut(tenant)?;
         t.max_running = max_running.applied_to(t.max_running);
         t.budget_tokens = budget_tokens.applied_to(t.budget_tokens);
         t.budget_minor = budget_minor.applied_to(t.budget_minor);
         Ok(Reply::Done)
     }
 
-    pub(super) fn reserve(
-        &mut self,
-        tenant: &str,
-        run: &str,
-        agent: Option<&str>,
-        period: Option<&str>,
-        wall_ms: u64,
-    ) -> Result<Reply, Refusal> {
+    pub(super) fn reserve(&mut self, r: &Reserve<'_>, wall_ms: u64) -> Result<Reply, Refusal> {
+        let Reserve {
+            tenant,
+            run,
+            agent,
+            period,
+            hold,
+        } = *r;
         check_key("tenant", tenant)?;
         check_key("run", run)?;
         if let Some(agent) = agent {
@@ -43,39 +57,70 @@ impl Machine {
         if let Some(period) = period {
             check_key("period", period)?;
         }
-        let now_ms = self.now_ms();
-        let t = self.saved.tenants.entry(tenant.to_owned()).or_default();
-        if let Some((scope, reason)) = t.halt_for(agent) {
-            return Err(Refusal::Halted { scope, reason });
+        if hold.is_some() && period.is_none() {
+            return Err(Refusal::Invalid(
+                "a hold needs a period to hold against".into(),
+            ));
         }
+        let now_ms = self.now_ms();
+        let t = self.tenant_mut(tenant)?;
+        // The same run again (a retry whose first reply was lost): the same answer (G5).
         if t.running.contains_key(run) {
             return Ok(Reply::Admitted);
+        }
+        if let Some((scope, reason)) = t.halt_for(agent) {
+            return Err(Refusal::Halted { scope, reason });
         }
         let running = t.running.len() as u32;
         // Compared once, outside any loop: a ceiling of 0 must refuse, not skip the check.
         if let Some(max) = t.max_running
             && running >= max
         {
-            return Err(Refusal::TooManyRuns { running });
+            return Err(Refusal::TooManyRuns {
+                tenant: tenant.to_owned(),
+                running,
+            });
         }
-        if let Some(refusal) = period.and_then(|p| over_budget(t, p)) {
+        if let Some(refusal) = period.and_then(|p| over_budget(tenant, t, p, hold)) {
             return Err(refusal);
         }
+        if t.running.len() >= TENANT_RUNS_MAX {
+            return Err(Refusal::AtCapacity {
+                what: format!("running runs of tenant {tenant}"),
+                limit: TENANT_RUNS_MAX as u64,
+            });
+        }
+        if let (Some(p), Some(_)) = (period, hold) {
+            room_for_period(tenant, t, p)?;
+        }
+        let (hold_tokens, hold_minor) = hold.unwrap_or_default();
+        let hold_period = match (period, hold) {
+            (Some(p), Some(_)) => {
+                let spend = t.spent.entry(p.to_owned()).or_default();
+                spend.held_tokens += hold_tokens;
+                spend.held_minor += hold_minor;
+                Some(p.to_owned())
+            }
+            _ => None,
+        };
         t.running.insert(
             run.to_owned(),
             RunSlot {
                 admitted_at_wall_ms: wall_ms,
                 admitted_at_log_ms: now_ms,
                 agent: agent.map(str::to_owned),
+                hold_period,
+                hold_tokens,
+                hold_minor,
             },
         );
         Ok(Reply::Admitted)
     }
 
-    /// Frees a run's slot. Idempotent.
+    /// Frees a run's slot, and what is left of its hold. Idempotent.
     pub(super) fn release_run(&mut self, tenant: &str, run: &str) -> Reply {
         if let Some(t) = self.saved.tenants.get_mut(tenant) {
-            t.running.remove(run);
+            t.free_slot(run);
         }
         Reply::Done
     }
@@ -83,7 +128,7 @@ impl Machine {
     pub(super) fn settle(&mut self, s: &Settle) -> Result<Reply, Refusal> {
         s.validate()?;
         let now_ms = self.now_ms();
-        let t = self.saved.tenants.entry(s.tenant.clone()).or_default();
+        let t = self.tenant_mut(&s.tenant)?;
         t.prune_receipts(now_ms);
         let receipt = Receipt {
             period: s.period.clone(),
@@ -101,15 +146,47 @@ impl Machine {
             };
         }
         if let Some(period) = &s.period {
+            room_for_period(&s.tenant, t, period)?;
+        }
+        let mut overrun = (0, 0);
+        if let Some(period) = &s.period {
+            // The charge uses up the run's hold on this period first; the rest is overrun.
+            let slot = t
+                .running
+                .get_mut(&s.run)
+                .filter(|slot| slot.hold_period.as_ref() == Some(period));
+            let (from_hold_tokens, from_hold_minor) = match slot {
+                Some(slot) => {
+                    let taken = (
+                        s.tokens.min(slot.hold_tokens),
+                        s.minor_units.min(slot.hold_minor),
+                    );
+                    slot.hold_tokens -= taken.0;
+                    slot.hold_minor -= taken.1;
+                    overrun = (s.tokens - taken.0, s.minor_units - taken.1);
+                    taken
+                }
+                None => (0, 0),
+            };
             let spent = t.spent.entry(period.clone()).or_default();
             spent.tokens = spent.tokens.saturating_add(s.tokens);
             spent.minor_units = spent.minor_units.saturating_add(s.minor_units);
+            spent.held_tokens -= from_hold_tokens;
+            spent.held_minor -= from_hold_minor;
+            spent.overrun_tokens = spent.overrun_tokens.saturating_add(overrun.0);
+            spent.overrun_minor = spent.overrun_minor.saturating_add(overrun.1);
         }
         if s.release_slot {
-            t.running.remove(&s.run);
+            t.free_slot(&s.run);
         }
         t.keep_receipt(key, receipt);
-        Ok(Reply::Settled { duplicate: false })
+        Ok(match overrun {
+            (0, 0) => Reply::Settled { duplicate: false },
+            (tokens, minor_units) => Reply::Overrun {
+                tokens,
+                minor_units,
+            },
+        })
     }
 
     /// `Tick`: drops every tenant's receipts past their retention.
@@ -139,7 +216,13 @@ impl Machine {
                 reason.len()
             )));
         }
-        let t = self.saved.tenants.entry(tenant.to_owned()).or_default();
+        let t = self.tenant_mut(tenant)?;
+        if !t.halts.contains_key(scope) && t.halts.len() >= TENANT_HALTS_MAX {
+            return Err(Refusal::AtCapacity {
+                what: format!("halts of tenant {tenant}"),
+                limit: TENANT_HALTS_MAX as u64,
+            });
+        }
         t.halts.insert(scope.clone(), reason.to_owned());
         let ids: Vec<LimitId> = t.limits.values().copied().collect();
         let refusal = Refusal::Halted {
@@ -179,20 +262,86 @@ impl Machine {
     }
 }
 
-/// The refusal of a reserve charged to `period` when its spend has reached a budget,
-/// tokens first.
-fn over_budget(t: &Tenant, period: &str) -> Option<Refusal> {
-    let spent = t.spent.get(period).copied().unwrap_or_default();
+impl Machine {
+    /// The tenant named, created if new, or `AtCapacity` when [`TENANTS_MAX`] exist.
+    pub(super) fn tenant_mut(&mut self, tenant: &str) -> Result<&mut Tenant, Refusal> {
+        if !self.saved.tenants.contains_key(tenant) && self.saved.tenants.len() >= TENANTS_MAX {
+            return Err(Refusal::AtCapacity {
+                what: "tenants".into(),
+                limit: TENANTS_MAX as u64,
+            });
+        }
+        Ok(self.saved.tenants.entry(tenant.to_owned()).or_default())
+    }
+}
+
+/// `AtCapacity` when `period` is new to the tenant and it keeps [`TENANT_PERIODS_MAX`].
+fn room_for_period(tenant: &str, t: &Tenant, period: &str) -> Result<(), Refusal> {
+    if !t.spent.contains_key(period) && t.spent.len() >= TENANT_PERIODS_MAX {
+        return Err(Refusal::AtCapacity {
+            what: format!("periods of tenant {tenant}"),
+            limit: TENANT_PERIODS_MAX as u64,
+        });
+    }
+    Ok(())
+}
+
+/// A reserve's arguments, borrowed from its command.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Reserve<'a> {
+    pub tenant: &'a str,
+    pub run: &'a str,
+    pub agent: Option<&'a str>,
+    pub period: Option<&'a str>,
+    /// The hold (tokens, minor units), when the reserve carries one. A hold that names
+    /// one kind holds 0 of the other: the run says it will spend none of it, so any spend
+    /// of that kind is an overrun.
+    pub hold: Option<(u64, u64)>,
+}
+
+/// The refusal of a reserve charged to `period` that its budgets cannot admit, tokens
+/// first: with a hold of that kind, when settled + standing holds + the hold would pass the
+/// budget; without one, when the spend has reached it.
+fn over_budget(
+    tenant: &str,
+    t: &Tenant,
+    period: &str,
+    hold: Option<(u64, u64)>,
+) -> Option<Refusal> {
+    let spend = t.spent.get(period).copied().unwrap_or_default();
+    let (hold_tokens, hold_minor) = hold.unwrap_or_default();
     [
-        (BudgetKind::Tokens, spent.tokens, t.budget_tokens),
-        (BudgetKind::MinorUnits, spent.minor_units, t.budget_minor),
+        (
+            BudgetKind::Tokens,
+            spend.tokens,
+            spend.held_tokens,
+            hold_tokens,
+            t.budget_tokens,
+        ),
+        (
+            BudgetKind::MinorUnits,
+            spend.minor_units,
+            spend.held_minor,
+            hold_minor,
+            t.budget_minor,
+        ),
     ]
     .into_iter()
-    .find_map(|(kind, spent, budget)| {
-        let budget = budget.filter(|&budget| spent >= budget)?;
-        Some(Refusal::BudgetExhausted {
+    .find_map(|(kind, spent, held, this, budget)| {
+        let budget = budget?;
+        let refused = if hold.is_some() {
+            // u128: three u64 sums cannot overflow the comparison.
+            spent as u128 + held as u128 + this as u128 > budget as u128
+        } else {
+            spent >= budget
+        };
+        refused.then(|| Refusal::BudgetExhausted {
+            tenant: tenant.to_owned(),
+            period: period.to_owned(),
             kind,
             spent,
+            held,
+            hold: this,
             budget,
         })
     })
