@@ -24,34 +24,53 @@ use crate::history::{Kind, NEMESIS, Op};
 pub const BOUND_MS: u64 = 3_000;
 
 pub fn check(ops: &[Op]) -> Verdict {
+    match probes(ops)
+        .and_then(|()| client_kills(ops))
+        .and_then(|()| queued_rounds(ops))
+    {
+        Ok(()) => Verdict::Valid,
+        Err(v) => v,
+    }
+}
+
+/// The probes after each heal: each granted within G7's bound of asking, and of the heal
+/// (plus a TTL for stale sessions of killed clients to lapse).
+fn probes(ops: &[Op]) -> Result<(), Verdict> {
     let ttl_ms = crate::workload::TTL.as_millis() as u64;
     let probes: Vec<&Op> = ops
         .iter()
         .filter(|o| o.f == "probe" && o.kind != Kind::Invoke)
         .collect();
     if probes.is_empty() {
-        return Verdict::Unknown("no probe after the heal".into());
+        return Err(Verdict::Unknown("no probe after the heal".into()));
     }
     for p in probes {
         if p.kind != Kind::Ok {
-            return Verdict::Invalid(format!("a probe after the heal failed: {}", p.value));
+            return Err(Verdict::Invalid(format!(
+                "a probe after the heal failed: {}",
+                p.value
+            )));
         }
         let (Some(ms), Some(since)) = (u(p, "latency_ms"), u(p, "since_heal_ms")) else {
-            return Verdict::Unknown(format!("malformed probe: {}", p.value));
+            return Err(Verdict::Unknown(format!("malformed probe: {}", p.value)));
         };
         if ms > BOUND_MS {
-            return Verdict::Invalid(format!(
+            return Err(Verdict::Invalid(format!(
                 "a probe was granted {ms} ms after it asked (bound {BOUND_MS} ms)"
-            ));
+            )));
         }
         if since > BOUND_MS + ttl_ms {
-            return Verdict::Invalid(format!(
+            return Err(Verdict::Invalid(format!(
                 "a probe was granted {since} ms after the heal (bound {} ms: room within a TTL, then G7)",
                 BOUND_MS + ttl_ms
-            ));
+            )));
         }
     }
-    // Behind a killed client process: its lease lapses (the CLI's TTL) and the permit moves on.
+    Ok(())
+}
+
+/// Behind a killed client process: its lease lapses (the CLI's TTL) and the permit moves on.
+fn client_kills(ops: &[Op]) -> Result<(), Verdict> {
     let kills: Vec<u64> = ops
         .iter()
         .filter(|o| o.process == NEMESIS && o.kind == Kind::Info && o.f == "client-kill")
@@ -69,19 +88,25 @@ pub fn check(ops: &[Op]) -> Verdict {
             .iter()
             .find(|o| u(o, "invoke_ns").is_some_and(|i| i < *killed) && o.time_ns >= *killed)
         else {
-            return Verdict::Invalid(format!(
+            return Err(Verdict::Invalid(format!(
                 "the waiter behind the client killed at {killed} ns ended before the kill (granted while the killed client held the permit?) or never ended"
-            ));
+            )));
         };
         let after_ms = (w.time_ns - killed) / 1_000_000;
         if w.kind != Kind::Ok || after_ms > cli_ttl_ms + BOUND_MS {
-            return Verdict::Invalid(format!(
+            return Err(Verdict::Invalid(format!(
                 "the permit of the client killed at {killed} ns did not move on within {} ms (its TTL, then G7): {} after {after_ms} ms",
                 cli_ttl_ms + BOUND_MS,
                 w.value
-            ));
+            )));
         }
     }
+    Ok(())
+}
+
+/// Tickets queued before a fault: every one granted after the heal, within G7's bound of
+/// the room, in priority order.
+fn queued_rounds(ops: &[Op]) -> Result<(), Verdict> {
     // Queued rounds: heal time per round, and the waiters' outcomes.
     // G7 counts from when the limit has room: the heal, or the blocker's acknowledged
     // release if that came later.
@@ -139,9 +164,9 @@ pub fn check(ops: &[Op]) -> Verdict {
         .iter()
         .find(|((round, _), _)| healed.contains_key(round))
     {
-        return Verdict::Invalid(format!(
+        return Err(Verdict::Invalid(format!(
             "G7: the ticket of process {process}, queued before the fault of round {round}, was never granted after the heal"
-        ));
+        )));
     }
     for (round, mut grants) in granted {
         let Some(heal) = healed.get(&round) else {
@@ -151,19 +176,19 @@ pub fn check(ops: &[Op]) -> Verdict {
         for (fence, level, at) in &grants {
             let since = at.saturating_sub(*heal) / 1_000_000;
             if since > BOUND_MS {
-                return Verdict::Invalid(format!(
+                return Err(Verdict::Invalid(format!(
                     "G7: the ticket at level {level} queued before the fault of round {round} was granted {since} ms after the heal and the room (fence {fence}; bound {BOUND_MS} ms)"
-                ));
+                )));
             }
         }
         if let Some(w) = grants.windows(2).find(|w| w[1].1 > w[0].1) {
-            return Verdict::Invalid(format!(
+            return Err(Verdict::Invalid(format!(
                 "G7: round {round} granted level {} (fence {}) before level {} (fence {}): not in priority order",
                 w[0].1, w[0].0, w[1].1, w[1].0
-            ));
+            )));
         }
     }
-    Verdict::Valid
+    Ok(())
 }
 
 #[cfg(test)]
