@@ -187,11 +187,11 @@ const DECODE_INPUT_BYTES_MAX: usize = 1 << 32;
 ///
 /// bincode allocates a string's declared length before reading its bytes, and its only
 /// guard is the configuration's limit on claimed bytes, a constant. So the input's length
-/// picks the smallest of a few limits that still covers
-/// `CLAIM_BYTES_PER_INPUT_BYTE` × its tier: a 40-byte frame that declares a terabyte-long
-/// name is refused instead of aborting the process (found by the `client_request` fuzz
-/// target), and every allocation decoding makes from a declared length stays within 16 × 16
-/// times the input (the tiers are 16 apart).
+/// picks the smallest of a few limits that still covers `CLAIM_BYTES_PER_INPUT_BYTE` × its
+/// tier: a frame of a few hundred bytes that declares a 116 PB string is refused instead of
+/// aborting the process (found by the `client_request` fuzz target, docs/fuzzing.md), and
+/// every allocation decoding makes from a declared length stays within 16 × 16 times the
+/// input (the tiers are 16 apart).
 pub fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, FrameError> {
     const C: usize = CLAIM_BYTES_PER_INPUT_BYTE;
     match bytes.len() {

@@ -68,7 +68,11 @@ async fn client_request_inputs_are_refused_or_served() {
     for (name, data) in inputs("client_request") {
         eprintln!("client_request: {name}");
         let (seal, rest) = mode(&data);
-        let stream = if seal { wire_frames(rest) } else { rest.to_vec() };
+        let stream = if seal {
+            wire_frames(rest)
+        } else {
+            rest.to_vec()
+        };
         let mut reader = &stream[..];
         let mut machine = Machine::new();
         let mut clock_ms: u64 = 0;
@@ -97,7 +101,11 @@ async fn peer_frame_inputs_are_refused_or_read() {
     for (name, data) in inputs("peer_frame") {
         eprintln!("peer_frame: {name}");
         let (seal, rest) = mode(&data);
-        let bytes = if seal { wire_frame(rest) } else { rest.to_vec() };
+        let bytes = if seal {
+            wire_frame(rest)
+        } else {
+            rest.to_vec()
+        };
         let _: Result<PeerRequest, WireError> =
             wire::read_frame(&mut &bytes[..], PEER_FRAME_MAX).await;
         let _: Result<PeerResponse, WireError> =
