@@ -177,11 +177,14 @@ impl Config {
     /// Reads and validates a TOML file.
     pub fn load(path: &Path) -> Result<Config, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let config: Config =
-            toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-        config
-            .validate()
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        Config::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Parses and validates TOML text: [`Config::load`] without the file (the fuzz target
+    /// `config` calls this).
+    pub fn parse(text: &str) -> Result<Config, String> {
+        let config: Config = toml::from_str(text).map_err(|e| e.to_string())?;
+        config.validate()?;
         Ok(config)
     }
 

@@ -62,12 +62,19 @@ pub struct LogStore {
 
 /// An entry as stored: its encoding sealed in a `WENT` frame.
 fn seal_entry(entry: &Entry) -> Vec<u8> {
-    codec::seal_frame(ENTRY_MAGIC, ENTRY_VERSION, &codec::encode(entry))
+    seal_entry_payload(&codec::encode(entry))
+}
+
+/// An entry's encoding sealed in its `WENT` frame, as stored (public for the fuzz target,
+/// which seals mutated payloads so they reach the decoder behind the checksum).
+pub fn seal_entry_payload(payload: &[u8]) -> Vec<u8> {
+    codec::seal_frame(ENTRY_MAGIC, ENTRY_VERSION, payload)
 }
 
 /// A stored entry's bytes, verified and decoded: the frame, the decode, the key it is stored
-/// under (`index`), and the entry bounds.
-fn open_entry(index: u64, bytes: &[u8]) -> Result<Entry, FrameError> {
+/// under (`index`), and the entry bounds. Every read of the log goes through it; public so
+/// the fuzz target `log_entry` exercises exactly this path.
+pub fn decode_entry(index: u64, bytes: &[u8]) -> Result<Entry, FrameError> {
     let payload = codec::open_frame(bytes, ENTRY_MAGIC, ENTRY_VERSION, ENTRY_BYTES_MAX as u64)?;
     let entry: Entry = codec::decode(payload)?;
     if entry.log_id.index != index {
@@ -87,9 +94,9 @@ fn open_entry(index: u64, bytes: &[u8]) -> Result<Entry, FrameError> {
     Ok(entry)
 }
 
-/// [`open_entry`] as a storage error naming the index.
+/// [`decode_entry`] as a storage error naming the index.
 fn read_entry(index: u64, bytes: &[u8]) -> Result<Entry, StorageError> {
-    open_entry(index, bytes)
+    decode_entry(index, bytes)
         .map_err(|e| read_err(Damaged(format!("log entry {index} in log.redb: {e}"))))
 }
 
@@ -149,7 +156,7 @@ impl LogStore {
         let t = r.open_table(ENTRIES).map_err(|e| format!("{name}: {e}"))?;
         for item in t.iter().map_err(|e| format!("{name}: {e}"))? {
             let (k, v) = item.map_err(|e| format!("{name}: {e}"))?;
-            open_entry(k.value(), v.value())
+            decode_entry(k.value(), v.value())
                 .map_err(|e| format!("{name}: log entry {}: {e}", k.value()))?;
         }
         drop(t);
