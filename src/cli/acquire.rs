@@ -58,11 +58,12 @@ pub struct AcquireArgs {
 }
 
 /// Runs `acquire`; while it waits, and when stderr is a terminal, redraws one status line
-/// each second: queued, how many tickets are in the limit's queue, how long so far. The
-/// line is erased once the acquire ends. (The library does not expose the ticket's own
-/// position, so the queue's length is what is shown: the position is below it.)
+/// each second: queued, at which position (how many tickets were ahead when the cluster
+/// answered `Queued`), how many wait in the limit's queue now, how long so far. The line is
+/// erased once the acquire ends.
 async fn with_progress<T>(
     acquire: impl std::future::Future<Output = T>,
+    session: &Session,
     client: &Client,
     tenant: &str,
     name: &str,
@@ -84,8 +85,12 @@ async fn with_progress<T>(
                 Ok(Some(l)) => format!("{} in the queue", l.waiting),
                 _ => "queue length unknown".into(),
             };
+            let position = match session.queued_position() {
+                Some(ahead) => format!("{ahead} ahead when queued, "),
+                None => String::new(),
+            };
             eprint!(
-                "\r\x1b[Kqueued for {tenant}/{name}: {waiting}, waiting {} s",
+                "\r\x1b[Kqueued for {tenant}/{name}: {position}{waiting}, waiting {} s",
                 started.elapsed().as_secs()
             );
             let _ = std::io::stderr().flush();
@@ -139,7 +144,15 @@ pub async fn run(args: &AcquireArgs, tenant: &str, client: &Client, out: &Output
         wait: !args.no_wait,
         timeout,
     };
-    let permit = match with_progress(session.acquire(options), client, tenant, &args.name).await {
+    let permit = match with_progress(
+        session.acquire(options),
+        &session,
+        client,
+        tenant,
+        &args.name,
+    )
+    .await
+    {
         Ok(p) => p,
         Err(AcquireError::Refused(r)) => return refused(&r),
         Err(AcquireError::TimedOut) => {

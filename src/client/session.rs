@@ -143,6 +143,15 @@ impl Session {
         *self.state.deadline.borrow()
     }
 
+    /// While an acquire of this session waits: how many tickets were ahead of it when the
+    /// cluster last answered `Queued` (when it was queued, or re-asked after a reconnect).
+    /// The queue moves on without telling the client, so this is an upper bound on the
+    /// position now, unless higher-priority tickets arrived since. `None` when nothing of
+    /// this session waits or no `Queued` answer came yet.
+    pub fn queued_position(&self) -> Option<u32> {
+        self.state.queued_position()
+    }
+
     /// Acquires a permit: waits (if allowed) until the cluster grants it.
     pub async fn acquire(&self, options: AcquireOptions) -> Result<Permit, AcquireError> {
         let (acquire, granted) = self.state.register(|ticket| Acquire {

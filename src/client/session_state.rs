@@ -48,6 +48,9 @@ struct Waiting {
     answer: Option<oneshot::Sender<GrantOutcome>>,
     /// A loss learned before the grant (a halt pushed ahead of it): the permit starts lost.
     lost: Option<Lost>,
+    /// How many tickets were ahead of it when the cluster last answered `Queued` (at the
+    /// first ask, or a re-ask after a reconnect); `None` until then.
+    position: Option<u32>,
 }
 
 /// A granted ticket.
@@ -130,9 +133,16 @@ impl SessionState {
             acquire: acquire.clone(),
             answer: Some(answer),
             lost: None,
+            position: None,
         };
         t.waiting.insert(ticket, waiting);
         Ok((acquire, granted))
+    }
+
+    /// The position the cluster last answered for the first of this session's waiting
+    /// tickets that has one ([`Waiting::position`]).
+    pub(super) fn queued_position(&self) -> Option<u32> {
+        self.tickets().waiting.values().find_map(|w| w.position)
     }
 
     /// Stops waiting for `ticket` (its acquire failed or is being withdrawn).
@@ -277,7 +287,11 @@ impl SessionState {
     pub(super) fn answered(&self, ticket: TicketId, reply: Reply) {
         match reply {
             Reply::Granted { fence, units } => self.granted(ticket, fence, units),
-            Reply::Queued { .. } => {}
+            Reply::Queued { position } => {
+                if let Some(w) = self.tickets().waiting.get_mut(&ticket) {
+                    w.position = Some(position);
+                }
+            }
             Reply::Refused(Refusal::UnknownSession) => self.end(Lost::Expired),
             Reply::Refused(r) => self.refused(ticket, r),
             other => self.refused(
