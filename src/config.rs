@@ -281,6 +281,11 @@ impl Config {
             ("client_addr", Some(&self.client_addr)),
             ("peer_addr", Some(&self.peer_addr)),
             ("peer_listen", self.peer_listen.as_ref()),
+            // Empty: no HTTP port.
+            (
+                "http_listen",
+                Some(&self.http_listen).filter(|a| !a.is_empty()),
+            ),
         ];
         for (key, addr) in listens {
             if let Some(addr) = addr

@@ -46,18 +46,21 @@
 //! - Sessions are not bound to who opened them: anyone who can reach the port can keep
 //!   alive, release or follow any session.
 
+mod callers;
 mod cluster;
 mod context;
 mod error;
 mod events;
 mod halts;
 mod limits;
+mod listener;
 mod metrics;
 mod permits;
 mod router;
 mod runs;
 mod sessions;
 
+pub use callers::{CALLERS_MAX, Callers};
 pub use context::HttpCtx;
 pub use error::ApiError;
 pub use router::{router, serve_http, served_routes};
