@@ -142,7 +142,7 @@ pub struct Config {
     pub http_listen: String,
     pub raft: RaftConfig,
     pub proposer: ProposerConfig,
-    /// TLS on the client and peer ports. Default: none, which is allowed on loopback
+    /// TLS on the client, peer and HTTP ports. Default: none, which is allowed on loopback
     /// addresses only (unless `insecure`).
     pub tls: Option<TlsFiles>,
     /// Allow plaintext on non-loopback addresses. Default false.
