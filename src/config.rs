@@ -142,7 +142,7 @@ pub struct Config {
     pub http_listen: String,
     pub raft: RaftConfig,
     pub proposer: ProposerConfig,
-    /// TLS on the client and peer ports. Default: none, which is allowed on loopback
+    /// TLS on the client, peer and HTTP ports. Default: none, which is allowed on loopback
     /// addresses only (unless `insecure`).
     pub tls: Option<TlsFiles>,
     /// Allow plaintext on non-loopback addresses. Default false.
@@ -284,6 +284,11 @@ impl Config {
             ("client_addr", Some(&self.client_addr)),
             ("peer_addr", Some(&self.peer_addr)),
             ("peer_listen", self.peer_listen.as_ref()),
+            // Empty: no HTTP port.
+            (
+                "http_listen",
+                Some(&self.http_listen).filter(|a| !a.is_empty()),
+            ),
         ];
         for (key, addr) in listens {
             if let Some(addr) = addr

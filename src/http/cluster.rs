@@ -12,9 +12,10 @@ use serde_json::json;
 
 use super::context::HttpCtx;
 use super::error::{ApiError, ApiResult};
-use crate::client::Client;
-use crate::protocol::{NodeStatus, Request, Response};
+use crate::client::{Client, ClientError};
+use crate::protocol::{Failure, NodeStatus, Request, Response};
 use crate::raft::Raft;
+use crate::security::ClientSecurity;
 
 /// Entries a node may have in its log beyond what it applied and still be ready. Applying
 /// runs thousands of entries a second, so a healthy node is far below this; one catching up
@@ -24,19 +25,26 @@ const READY_LAG_MAX: u64 = 1_000;
 /// `GET /v1/status`: this node's view of every member, each asked for its own status
 /// (`null` for one that does not answer). Needs no leader.
 pub async fn status(State(ctx): State<Arc<HttpCtx>>) -> ApiResult {
-    let me = ask(&ctx.client_addr).await.ok_or_else(|| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "Unavailable",
-            "this node's client port does not answer",
-        )
-    })?;
+    // Asked with the request's own token: status needs `admin` (spec §7), which the client
+    // port decides, as for `weir status`.
+    let security = ctx.client().security().clone();
+    let me = match ask(&ctx.client_addr, &security).await {
+        Ok(s) => s,
+        Err(e @ ClientError::Failed(Failure::Forbidden(_))) => return Err(ApiError::client(&e)),
+        Err(_) => {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Unavailable",
+                "this node's client port does not answer",
+            ));
+        }
+    };
     let mut nodes = Vec::new();
     for m in &me.members {
         let status = if m.id == me.id {
             Some(me.clone())
         } else {
-            ask(&m.client).await
+            ask(&m.client, &security).await.ok()
         };
         nodes.push(match status {
             Some(s) => serde_json::to_value(s).expect("plain data"),
@@ -46,10 +54,13 @@ pub async fn status(State(ctx): State<Arc<HttpCtx>>) -> ApiResult {
     Ok(Json(json!({"leader": me.leader, "term": me.term, "nodes": nodes})).into_response())
 }
 
-async fn ask(addr: &str) -> Option<NodeStatus> {
-    match Client::ask_node(addr, &Request::Status).await {
-        Ok(Response::Status(s)) => Some(s),
-        _ => None,
+async fn ask(addr: &str, security: &ClientSecurity) -> Result<NodeStatus, ClientError> {
+    match Client::ask_node_with(addr, &Request::Status, security).await? {
+        Response::Status(s) => Ok(s),
+        Response::Failed(f) => Err(ClientError::Failed(f)),
+        other => Err(ClientError::Protocol(format!(
+            "unexpected answer to status: {other:?}"
+        ))),
     }
 }
 

@@ -1,10 +1,12 @@
-//! [`HttpCtx`]: what every HTTP handler reaches — the internal client that carries requests
-//! to the leader, this node's applied state (events, local figures) and Raft (health,
-//! metrics), and the node's own session for one-shot rate takes.
+//! [`HttpCtx`]: what every HTTP handler reaches — the callers (one internal client per
+//! token, `callers.rs`) that carry requests to the leader, this node's applied state
+//! (events, local figures) and Raft (health, metrics). [`HttpCtx::write`], [`HttpCtx::read`]
+//! and the take session act for the current request's caller.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
+use super::callers::{self, Callers};
 use super::error::ApiError;
 use crate::client::{Client, ClientError};
 use crate::machine::{Command, Reply, SessionId, TicketId};
@@ -22,42 +24,40 @@ pub struct HttpCtx {
     pub id: u64,
     /// This node's client address (its own status is asked there).
     pub client_addr: String,
-    /// Carries every operation to the leader over the client protocol, following it across
-    /// failovers: this node's client address first, then the other initial voters'.
-    pub client: Client,
+    /// Carry every operation to the leader over the client protocol with the request's
+    /// token, following it across failovers: this node's client address first, then the
+    /// other initial voters'.
+    pub callers: Callers,
     /// This node's applied state: session events, the log clock, local figures.
     pub state: Arc<AppliedState>,
     pub raft: Raft,
-    /// The node's own session for takes, once opened.
-    ///
-    /// A tokio mutex, held across the open, so concurrent first takes open one session.
-    take_session: tokio::sync::Mutex<Option<SessionId>>,
-    /// The next take's ticket in that session. Tickets are never reused in a session.
-    take_ticket: AtomicU64,
 }
 
 impl HttpCtx {
     pub fn new(
         id: u64,
         client_addr: String,
-        client: Client,
+        callers: Callers,
         state: Arc<AppliedState>,
         raft: Raft,
     ) -> HttpCtx {
         HttpCtx {
             id,
             client_addr,
-            client,
+            callers,
             state,
             raft,
-            take_session: tokio::sync::Mutex::new(None),
-            take_ticket: AtomicU64::new(1),
         }
+    }
+
+    /// The current request's internal client (its token, the node's CA).
+    pub fn client(&self) -> Client {
+        callers::current().client.clone()
     }
 
     /// A write through the log; a refusal is an error.
     pub async fn write(&self, command: Command) -> Result<Reply, ApiError> {
-        match self.client.write(command).await? {
+        match self.client().write(command).await? {
             Reply::Refused(r) => Err(ApiError::refused(&r, self.now_ms())),
             reply => Ok(reply),
         }
@@ -65,7 +65,7 @@ impl HttpCtx {
 
     /// A linearizable read, answered by the leader.
     pub async fn read(&self, query: Query) -> Result<Answer, ApiError> {
-        Ok(self.client.read(query).await?)
+        Ok(self.client().read(query).await?)
     }
 
     /// This node's log clock, ms (what `Busy {retry_at_ms}` is measured against).
@@ -73,13 +73,14 @@ impl HttpCtx {
         self.state.lock().machine.now_ms()
     }
 
-    /// The take session and a fresh ticket in it, opening the session if needed.
+    /// The caller's take session and a fresh ticket in it, opening the session if needed.
     pub async fn take_ticket(&self) -> Result<(SessionId, TicketId), ClientError> {
-        let mut session = self.take_session.lock().await;
+        let caller = callers::current();
+        let mut session = caller.take_session.lock().await;
         let id = match *session {
             Some(id) => id,
             None => {
-                let id = match self
+                let id = match caller
                     .client
                     .write(Command::OpenSession {
                         ttl_ms: TAKE_SESSION_TTL_MS,
@@ -97,12 +98,13 @@ impl HttpCtx {
                 id
             }
         };
-        Ok((id, self.take_ticket.fetch_add(1, Ordering::Relaxed)))
+        Ok((id, caller.take_ticket.fetch_add(1, Ordering::Relaxed)))
     }
 
-    /// Forgets the take session (it expired); the next take opens another.
+    /// Forgets the caller's take session (it expired); the next take opens another.
     pub async fn take_session_lost(&self, lost: SessionId) {
-        let mut session = self.take_session.lock().await;
+        let caller = callers::current();
+        let mut session = caller.take_session.lock().await;
         if *session == Some(lost) {
             *session = None;
         }

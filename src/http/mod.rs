@@ -31,33 +31,49 @@
 //!
 //! # Layout
 //!
-//! - `router.rs` — the route table, the router, the listener.
-//! - `context.rs` — [`HttpCtx`]: the internal client, the applied state, Raft, the take
-//!   session.
+//! - `router.rs` — the route table, the router, serving.
+//! - `listener.rs` — the accept loop, TLS handshakes off it.
+//! - `callers.rs` — bearer tokens: the 401 check and one internal client (and take
+//!   session) per token.
+//! - `context.rs` — [`HttpCtx`]: the callers, the applied state, Raft.
 //! - `error.rs` — [`ApiError`] and the body and path extractors that answer in it.
 //! - `limits.rs`, `permits.rs`, `sessions.rs`, `runs.rs`, `halts.rs`, `cluster.rs` — the
 //!   handlers, one file per resource.
 //! - `events.rs` — the SSE stream and the wait of a long-polled acquire.
 //! - `metrics.rs` — `/metrics`.
 //!
+//! # TLS and tokens
+//!
+//! With `[tls]` the port is HTTPS with the client port's certificate (`listener.rs`). The
+//! `Authorization: Bearer` token picks the internal client (`callers.rs`): each token has
+//! its own, which sends that token in its hello over TLS verified against the node's CA, so
+//! the client port authenticates it and authorizes each request as it does a binary
+//! client's. Here a missing or unknown token is only answered 401 early; what a role may do
+//! is decided there alone (a `Forbidden` failure, 403 here).
+//!
 //! # Caveats
 //!
-//! - No TLS and no tokens yet (spec §7): serve it on loopback only.
-//! - Sessions are not bound to who opened them: anyone who can reach the port can keep
-//!   alive, release or follow any session.
+//! - The event stream (and a long-polled acquire's wait) reads this node's applied events
+//!   directly, so following a session's events over HTTP is not checked against the
+//!   session's owner the way the client port checks a binary follower.
+//! - A token this node knows but the leader does not (tables out of step between a
+//!   SIGHUP on one node and on another) fails the forwarded hello: 500 `Internal`.
 
+mod callers;
 mod cluster;
 mod context;
 mod error;
 mod events;
 mod halts;
 mod limits;
+mod listener;
 mod metrics;
 mod permits;
 mod router;
 mod runs;
 mod sessions;
 
+pub use callers::{CALLERS_MAX, Callers};
 pub use context::HttpCtx;
 pub use error::ApiError;
 pub use router::{router, serve_http, served_routes};

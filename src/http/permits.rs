@@ -165,7 +165,7 @@ pub async fn take(
     for _ in 0..2 {
         let (session, ticket) = ctx.take_ticket().await?;
         let reply = ctx
-            .client
+            .client()
             .write(Command::Acquire(Acquire {
                 session,
                 ticket,

@@ -1,6 +1,8 @@
 //! The routes: one table of (method, path, handler) that both builds the router and is
 //! what [`served_routes`] reports, so the OpenAPI test compares `docs/openapi.yaml` with
-//! what is really served. Serving: [`serve_http`] runs the listener until shutdown.
+//! what is really served. Every route but `/healthz` and `/readyz` passes the token
+//! middleware (`callers.rs`). Serving: [`serve_http`] runs the listener (`listener.rs`,
+//! TLS when `[tls]` is configured) until shutdown.
 
 use std::sync::Arc;
 
@@ -13,9 +15,12 @@ use axum::routing::{MethodRouter, delete, get, post, put};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::security::Acceptor;
+
 use super::context::HttpCtx;
 use super::error::ApiError;
-use super::{cluster, events, halts, limits, metrics, permits, runs, sessions};
+use super::listener::{HttpListener, PeerAddr};
+use super::{callers, cluster, events, halts, limits, metrics, permits, runs, sessions};
 
 type Route = (&'static str, &'static str, MethodRouter<Arc<HttpCtx>>);
 
@@ -122,6 +127,10 @@ pub fn router(ctx: Arc<HttpCtx>) -> Router {
                 "this route does not take that method",
             )
         })
+        .layer(middleware::from_fn_with_state(
+            ctx.clone(),
+            callers::authenticate,
+        ))
         .layer(middleware::from_fn(count))
         .with_state(ctx)
 }
@@ -131,17 +140,26 @@ async fn count(request: Request, next: Next) -> Response {
     next.run(request).await.into_response()
 }
 
-/// Serves HTTP on `listener` until `shutdown` turns true; requests in flight (long polls,
-/// event streams) end with the process.
+/// Serves HTTP on `listener` (TLS when `acceptor` is) until `shutdown` turns true; requests
+/// in flight (long polls, event streams) end with the process.
 pub async fn serve_http(
     listener: TcpListener,
+    acceptor: Acceptor,
     ctx: Arc<HttpCtx>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let stop = async move {
         let _ = shutdown.wait_for(|stop| *stop).await;
     };
-    if let Err(e) = axum::serve(listener, router(ctx))
+    let listener = match HttpListener::new(listener, acceptor) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!("http server: {e}");
+            return;
+        }
+    };
+    let service = router(ctx).into_make_service_with_connect_info::<PeerAddr>();
+    if let Err(e) = axum::serve(listener, service)
         .with_graceful_shutdown(stop)
         .await
     {

@@ -23,9 +23,8 @@ use super::client_port::{self, Ctx};
 use super::data_dir::prepare_data_dir;
 use super::proposer::Proposer;
 use super::reader::Reader;
-use crate::client::Client;
 use crate::config::Config;
-use crate::http::{HttpCtx, serve_http};
+use crate::http::{Callers, HttpCtx, serve_http};
 use crate::raft::log_store::LogStore;
 use crate::raft::network::{PeerNetwork, serve_peers};
 use crate::raft::state_store::StateStore;
@@ -90,15 +89,33 @@ impl Node {
         let reader = Reader::start(raft.clone(), state.clone(), watch_rx.clone());
         let tokens = Arc::new(Tokens::new(TokenTable::new(&config.tokens)?));
         if let Some(listener) = http_listener {
+            // Each HTTP request reaches the client port with its own token over TLS verified
+            // against the node's CA, so it is authenticated and authorized there, as a
+            // binary client's is.
+            let callers = Callers::new(
+                http_servers(&config),
+                security.internal_connector.clone(),
+                tokens.clone(),
+            );
             let http = HttpCtx::new(
                 config.id,
                 config.client_addr.clone(),
-                Client::new(http_servers(&config)),
+                callers,
                 state.clone(),
                 raft.clone(),
             );
-            tokio::spawn(serve_http(listener, Arc::new(http), watch_rx.clone()));
-            tracing::info!("serving HTTP on {}", config.http_listen);
+            tokio::spawn(serve_http(
+                listener,
+                security.client_acceptor.clone(),
+                Arc::new(http),
+                watch_rx.clone(),
+            ));
+            let scheme = if config.tls.is_some() {
+                "HTTPS"
+            } else {
+                "HTTP"
+            };
+            tracing::info!("serving {scheme} on {}", config.http_listen);
         }
         let ctx = Arc::new(Ctx {
             id: config.id,
@@ -122,7 +139,7 @@ impl Node {
             dir.display()
         );
         match &config.tls {
-            Some(_) => tracing::info!("TLS on: client port TLS, peer port mutual TLS"),
+            Some(_) => tracing::info!("TLS on: client and HTTP ports TLS, peer port mutual TLS"),
             None => tracing::warn!(
                 "no [tls] configured: serving PLAINTEXT (allowed on loopback addresses only, \
                  or with insecure = true)"
@@ -163,9 +180,12 @@ impl Node {
 
 /// The node's TLS ends, from its config: plaintext everywhere without `[tls]`.
 struct Security {
+    /// The client port's, and the HTTP port's.
     client_acceptor: Acceptor,
     peer_acceptor: Acceptor,
     peer_connector: Connector,
+    /// The HTTP layer's internal clients' way into the client port: verified against `ca`.
+    internal_connector: Connector,
 }
 
 impl Security {
@@ -175,12 +195,14 @@ impl Security {
                 client_acceptor: Acceptor::plain(),
                 peer_acceptor: Acceptor::plain(),
                 peer_connector: Connector::plain(),
+                internal_connector: Connector::plain(),
             });
         };
         Ok(Security {
             client_acceptor: Acceptor::tls(tls::server_config(files)?),
             peer_acceptor: Acceptor::tls(tls::peer_server_config(files)?),
             peer_connector: Connector::tls(tls::peer_client_config(files)?),
+            internal_connector: Connector::tls(tls::client_config(&files.ca)?),
         })
     }
 }

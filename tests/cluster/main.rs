@@ -6,6 +6,7 @@ mod edge;
 mod first_start;
 mod harness;
 mod http;
+mod http_security;
 mod incidents;
 mod library;
 mod metrics;
