@@ -8,7 +8,7 @@
 //!   indexes are caught only by chance; reaching the heal's index is what catching up means);
 //! - at the end (the workloads stopped) the probe also waits for a round in which every node
 //!   reports the same `applied` (`equal_at`);
-//! - whenever two nodes report the same `applied`, their digests are compared.
+//! - whenever two nodes report digests of the same index (`digest_applied`), they are compared.
 //!
 //! It records one `converge` fact; [`crate::checker::convergence`] judges it.
 
@@ -62,11 +62,13 @@ pub async fn probe(cluster: &Cluster, history: &Recorder, last: bool) -> bool {
             let target = *target.get_or_insert(max);
             for (i, a) in round.iter().enumerate() {
                 for b in &round[i + 1..] {
-                    if a.applied == b.applied {
+                    // A digest is of `digest_applied` (the node caches it per index and may
+                    // report one a few entries behind `applied`): compare like with like.
+                    if a.digest_applied == b.digest_applied {
                         compared += 1;
                         if a.digest != b.digest && mismatch.is_none() {
                             mismatch = Some(
-                                json!({"applied": a.applied, "nodes": [a.id, b.id], "digests": [a.digest, b.digest]}),
+                                json!({"applied": a.digest_applied, "nodes": [a.id, b.id], "digests": [a.digest, b.digest]}),
                             );
                         }
                     }

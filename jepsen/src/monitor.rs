@@ -152,7 +152,8 @@ fn observe(seen: &Mutex<Seen>, history: &Recorder, status: &NodeStatus, start: u
             json!({"node": status.id, "term": status.term, "applied": status.applied}),
         );
     }
-    match seen.digests.get(&status.applied).cloned() {
+    // A digest is of `digest_applied`, which may trail `applied` (the node caches it).
+    match seen.digests.get(&status.digest_applied).cloned() {
         Some((node, digest)) if node != status.id => {
             seen.compared += 1;
             if *digest != status.digest {
@@ -161,14 +162,14 @@ fn observe(seen: &Mutex<Seen>, history: &Recorder, status: &NodeStatus, start: u
                     NEMESIS,
                     Kind::Info,
                     "digest-mismatch",
-                    json!({"applied": status.applied, "node": status.id, "digest": status.digest, "other": node, "other_digest": digest}),
+                    json!({"applied": status.digest_applied, "node": status.id, "digest": status.digest, "other": node, "other_digest": digest}),
                 );
             }
         }
         Some(_) => {}
         None => {
             seen.digests
-                .insert(status.applied, (status.id, status.digest.clone()));
+                .insert(status.digest_applied, (status.id, status.digest.clone()));
             while seen.digests.len() > REMEMBERED_MAX {
                 seen.digests.pop_first();
             }
