@@ -343,7 +343,7 @@ mod tests {
         for (what, n, bytes) in &rows {
             println!(
                 "{what:>16}: {n:>9} × {bytes:>5} B = {:>5} MiB",
-                n * bytes >> 20
+                (n * bytes) >> 20
             );
         }
         println!(
@@ -358,9 +358,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn the_scale_target_stays_allowed() {
-        assert!(SESSIONS_MAX >= 100_000 && TICKETS_LIVE_MAX >= 1_000_000);
-        assert!(TICKETS_QUEUED_MAX >= LIMIT_WAITERS_MAX);
-    }
+    // The scale target (100,000 sessions, a million held permits, one full queue) stays
+    // allowed: checked when the crate compiles.
+    const _: () = assert!(SESSIONS_MAX >= 100_000 && TICKETS_LIVE_MAX >= 1_000_000);
+    const _: () = assert!(TICKETS_QUEUED_MAX >= LIMIT_WAITERS_MAX);
 }

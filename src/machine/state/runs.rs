@@ -206,9 +206,14 @@ impl Machine {
         })
     }
 
-    /// `Tick`: drops every tenant's receipts past their retention.
+    /// `Tick`: drops every tenant's receipts and every session's finished tickets past their
+    /// retention, so that idle sessions and tenants do not keep the machine-wide bounds
+    /// reached. (It walks every tenant and session: see issue #11 for a deadline index.)
     pub(super) fn prune_receipts(&mut self) -> Reply {
         let now_ms = self.now_ms();
+        for session in self.saved.sessions.values_mut() {
+            session.prune_finished(now_ms, &mut self.totals);
+        }
         for t in self.saved.tenants.values_mut() {
             let before = TenantCounts::of(Some(t));
             t.prune_receipts(now_ms);
