@@ -169,3 +169,47 @@ pub const MEMBERS_MAX: usize = 16;
 /// process holds in practice (the scale point spreads 10,000 sessions over many connections)
 /// and keeps the forwarder's per-entry lookup and the set's memory small.
 pub const FOLLOWED_SESSIONS_MAX: usize = 16_384;
+
+// ---------------------------------------------------------------------------------------------
+// Global bounds of the state (issue #11): the worst state these allow must fit
+// `SNAPSHOT_BYTES_MAX`, or a node would write a snapshot its own restore refuses. The sum of
+// every count bound × the largest encoding of its item is a unit test
+// (`machine::totals::tests::worst_state_fits_a_snapshot`): raising a bound past it fails.
+// Each is judged by the machine in log order and refused `AtCapacity` at the bound.
+// ---------------------------------------------------------------------------------------------
+
+/// Most live tickets (held or queued) across the machine. The scale target is a million
+/// held permits; a held ticket encodes in under 200 bytes in the worst case (a 128-byte agent
+/// name), so this part of the state stays under 200 MiB.
+pub const TICKETS_LIVE_MAX: usize = 1_000_000;
+
+/// Most queued tickets across the machine. A queued ticket is the largest live item (its
+/// waiter carries an agent and a fairness key, and may be the only one of its flow), and a
+/// halt or a removal turns each into a finished refusal carrying up to a halt reason, without
+/// a request that could be refused; so queued tickets are bounded apart from held ones. Two
+/// full [`LIMIT_WAITERS_MAX`] queues at once.
+pub const TICKETS_QUEUED_MAX: usize = 2 * LIMIT_WAITERS_MAX;
+
+/// Most finished tickets kept for retries across the machine. A finished ticket may carry
+/// a refusal with a halt reason (about 1.2 KiB at worst); 250,000 is over 4,000 finished
+/// tickets a second sustained for the whole [`FINISHED_TICKET_RETENTION_MS`] window.
+/// Tickets that finish without a request (a release of a live one, a halt's refusal of a
+/// waiter) are never refused, so the count passes this by at most the live tickets; the
+/// snapshot arithmetic counts that excess under the live and queued bounds.
+pub const FINISHED_TICKETS_MAX: usize = 250_000;
+
+/// Most settlement receipts across the machine. Past it a settle with a new key is refused
+/// `AtCapacity` (receipts past their retention are dropped on every `Tick`); per tenant the
+/// older [`TENANT_RECEIPTS_MAX`] eviction still applies. A receipt is under 450 bytes.
+pub const RECEIPTS_MAX: usize = 250_000;
+
+/// Most running runs across the machine (each tenant also has [`TENANT_RUNS_MAX`]).
+pub const RUNS_MAX: usize = 100_000;
+
+/// Most periods with spend across the machine (each tenant also has
+/// [`TENANT_PERIODS_MAX`]).
+pub const PERIODS_MAX: usize = 100_000;
+
+/// Most halt records across the machine (each tenant also has [`TENANT_HALTS_MAX`]). A halt
+/// keeps its reason, up to [`REASON_BYTES_MAX`].
+pub const HALTS_MAX: usize = 10_000;

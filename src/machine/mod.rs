@@ -95,6 +95,7 @@ pub mod session;
 pub mod snapshot;
 pub mod state;
 pub mod tenant;
+pub mod totals;
 mod validate;
 
 pub use command::{

@@ -240,6 +240,35 @@ impl WaitQueue {
     }
 }
 
+/// The most bytes one waiter can add to a queue's encoding: its key and waiter with the
+/// largest numbers and longest names, and a flow and a level of its own. For the snapshot
+/// arithmetic (`machine::totals`).
+#[cfg(test)]
+pub(crate) fn waiter_bytes_max() -> usize {
+    use crate::bounds::NAME_BYTES_MAX;
+    use crate::codec::encoded_len;
+    let key = QueueKey {
+        rank: u32::MAX,
+        finish: u128::MAX,
+        seq: u64::MAX,
+    };
+    let name = "n".repeat(NAME_BYTES_MAX);
+    let waiter = Waiter {
+        session: SessionId::MAX,
+        ticket: TicketId::MAX,
+        units: u32::MAX,
+        agent: Some(name.clone()),
+        fairness_key: name.clone(),
+    };
+    let flow = Flow {
+        last_finish: u128::MAX,
+        queued: u32::MAX,
+    };
+    encoded_len(&(key, waiter))
+        + encoded_len(&((i32::MIN, name), flow))
+        + encoded_len(&(i32::MIN, u128::MAX))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use super::command::{Fence, LimitId, TicketId};
 use super::queue::QueueKey;
 use super::reply::{Refusal, Reply};
+use super::totals::Totals;
 use crate::bounds::{FINISHED_TICKET_RETENTION_MS, SESSION_FINISHED_TICKETS_MAX};
 
 /// A live ticket.
@@ -93,22 +94,44 @@ impl Session {
         }
     }
 
-    /// Moves `ticket` from live to finished with `how`, at log time `now_ms`.
-    pub fn finish(&mut self, ticket: TicketId, how: Finished, now_ms: u64) {
-        self.live.remove(&ticket);
+    /// Records `ticket` as live in `state` (new, or queued and now held), keeping `totals`.
+    pub fn set_live(&mut self, ticket: TicketId, state: Ticket, totals: &mut Totals) {
+        if matches!(state, Ticket::Queued { .. }) {
+            totals.queued_tickets += 1;
+        }
+        match self.live.insert(ticket, state) {
+            None => totals.live_tickets += 1,
+            Some(Ticket::Queued { .. }) => totals.queued_tickets -= 1,
+            Some(Ticket::Held { .. }) => {}
+        }
+    }
+
+    /// Moves `ticket` from live to finished with `how`, at log time `now_ms`, keeping
+    /// `totals`.
+    pub fn finish(&mut self, ticket: TicketId, how: Finished, now_ms: u64, totals: &mut Totals) {
+        match self.live.remove(&ticket) {
+            None => {}
+            Some(Ticket::Queued { .. }) => {
+                totals.live_tickets -= 1;
+                totals.queued_tickets -= 1;
+            }
+            Some(Ticket::Held { .. }) => totals.live_tickets -= 1,
+        }
         if self.finished.insert(ticket, how).is_none() {
             self.finished_order.push_back((now_ms, ticket));
+            totals.finished_tickets += 1;
         }
     }
 
     /// Forgets the finished tickets whose retention ran out at log time `now_ms`.
-    pub fn prune_finished(&mut self, now_ms: u64) {
+    pub fn prune_finished(&mut self, now_ms: u64, totals: &mut Totals) {
         while let Some(&(at_ms, ticket)) = self.finished_order.front() {
             if now_ms.saturating_sub(at_ms) < FINISHED_TICKET_RETENTION_MS {
                 break;
             }
             self.finished_order.pop_front();
             self.finished.remove(&ticket);
+            totals.finished_tickets -= 1;
         }
     }
 

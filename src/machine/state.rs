@@ -33,6 +33,7 @@ pub use reads::{LimitStatus, TenantStatus};
 use super::command::{Batch, Command, LimitId, SessionId};
 use super::reply::{Applied, Event, Refusal, Reply};
 use super::snapshot::SavedLimits;
+use super::totals::{TenantCounts, Totals};
 
 /// The replicated state.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -44,6 +45,22 @@ pub struct Machine {
     /// Rated limits with waiters: served on every entry, since time alone can free them.
     /// Derived from `saved.limits`; rebuilt on restore.
     rate_waiting: BTreeSet<LimitId>,
+    /// Counts of the globally bounded items. Derived from `saved`; rebuilt on restore.
+    totals: Totals,
+}
+
+/// The tenant whose receipts, runs, periods or halts `command` may change, if any. (`Tick`
+/// prunes every tenant's receipts and keeps the totals itself.)
+fn tenant_counted(command: &Command) -> Option<&str> {
+    match command {
+        Command::SetTenant { tenant, .. }
+        | Command::Reserve { tenant, .. }
+        | Command::ReleaseRun { tenant, .. }
+        | Command::SetHalt { tenant, .. }
+        | Command::ClearHalt { tenant, .. } => Some(tenant),
+        Command::Settle(s) => Some(&s.tenant),
+        _ => None,
+    }
 }
 
 /// Collapses a `Result<Reply, Refusal>` into the reply.
@@ -70,10 +87,12 @@ impl Machine {
             .filter(|(_, l)| l.spec.rates() && !l.queue.is_empty())
             .map(|(&id, _)| id)
             .collect();
+        let totals = Totals::of(&saved);
         Machine {
             saved,
             expiries,
             rate_waiting,
+            totals,
         }
     }
 
@@ -136,6 +155,18 @@ impl Machine {
         if let Err(refusal) = command.validate() {
             return Reply::Refused(refusal);
         }
+        // Tenant-level totals move by the named tenant's container sizes (see `totals`).
+        let tenant = tenant_counted(command);
+        let before = tenant.map(|t| TenantCounts::of(self.saved.tenants.get(t)));
+        let reply = self.dispatch(command, wall_ms, events);
+        if let (Some(t), Some(before)) = (tenant, before) {
+            let after = TenantCounts::of(self.saved.tenants.get(t));
+            self.totals.tenant_changed(before, after);
+        }
+        reply
+    }
+
+    fn dispatch(&mut self, command: &Command, wall_ms: u64, events: &mut Vec<Event>) -> Reply {
         match command {
             Command::DefineLimit {
                 tenant,

@@ -3,6 +3,7 @@
 
 use super::Machine;
 use crate::machine::session::Ticket;
+use crate::machine::totals::Totals;
 
 impl Machine {
     /// Checks every invariant of the module doc and of the parts; returns the first broken.
@@ -18,6 +19,10 @@ impl Machine {
             ));
         }
         self.check_names()?;
+        let totals = Totals::of(&self.saved);
+        if totals != self.totals {
+            return Err(format!("totals kept {:?}, counted {totals:?}", self.totals));
+        }
         self.check_limits()
     }
 

@@ -85,6 +85,7 @@ impl Machine {
             return BTreeSet::new();
         };
         self.expiries.remove(&(session.expires_at_ms, id));
+        self.totals.forget_session(&session);
         session
             .live
             .values()

@@ -7,7 +7,10 @@
 //! through [`Machine::unlink`], and the caller then serves the limit.
 
 use super::Machine;
-use crate::bounds::{LIMIT_WAITERS_MAX, SESSION_TICKETS_MAX};
+use crate::bounds::{
+    FINISHED_TICKETS_MAX, LIMIT_WAITERS_MAX, SESSION_TICKETS_MAX, TICKETS_LIVE_MAX,
+    TICKETS_QUEUED_MAX,
+};
 use crate::machine::command::{Acquire, Fence, LimitId, SessionId, TicketId};
 use crate::machine::limit::{Holder, Room};
 use crate::machine::queue::Waiter;
@@ -27,7 +30,7 @@ impl Machine {
             .sessions
             .get_mut(&a.session)
             .ok_or(Refusal::UnknownSession)?;
-        session.prune_finished(now_ms);
+        session.prune_finished(now_ms, &mut self.totals);
         let session = &self.saved.sessions[&a.session];
         // The same ticket again: the same answer, and no second effect (G5).
         if let Some(reply) = self.answer_again(session, a.ticket) {
@@ -42,6 +45,7 @@ impl Machine {
                 limit: SESSION_TICKETS_MAX as u64,
             });
         }
+        self.room_for_ticket()?;
         if let Some((scope, reason)) = self
             .saved
             .tenants
@@ -109,6 +113,12 @@ impl Machine {
                 name: a.limit.clone(),
             });
         }
+        if self.totals.queued_tickets >= TICKETS_QUEUED_MAX as u64 {
+            return Err(Refusal::AtCapacity {
+                what: "queued tickets of all sessions".into(),
+                limit: TICKETS_QUEUED_MAX as u64,
+            });
+        }
         let waiter = Waiter {
             session: a.session,
             ticket: a.ticket,
@@ -123,9 +133,11 @@ impl Machine {
             .sessions
             .get_mut(&a.session)
             .expect("checked by acquire");
-        session
-            .live
-            .insert(a.ticket, Ticket::Queued { limit: id, key });
+        session.set_live(
+            a.ticket,
+            Ticket::Queued { limit: id, key },
+            &mut self.totals,
+        );
         // Queuing never makes room, but it files a rated limit for serving on refill.
         self.serve(id, events);
         Ok(Reply::Queued { position })
@@ -141,16 +153,17 @@ impl Machine {
         // answered `TicketReleased`, not granted. Recording it needs room (see `session`).
         let now_ms = self.now_ms();
         if let Some(session) = self.saved.sessions.get_mut(&id) {
-            session.prune_finished(now_ms);
+            session.prune_finished(now_ms, &mut self.totals);
             let known =
                 session.live.contains_key(&ticket) || session.finished.contains_key(&ticket);
-            if !known && let Err(refusal) = session.room_to_finish(id) {
+            if !known && let Err(refusal) = session.room_to_finish(id).and(self.room_to_finish()) {
                 return Reply::Refused(refusal);
             }
         }
+        let totals = &mut self.totals;
         let live = self.saved.sessions.get_mut(&id).and_then(|session| {
             let live = session.live.get(&ticket).cloned();
-            session.finish(ticket, Finished::Released, now_ms);
+            session.finish(ticket, Finished::Released, now_ms, totals);
             live
         });
         let Some(live) = live else {
@@ -191,9 +204,14 @@ impl Machine {
                 fence,
                 units,
             };
-            session.live.insert(ticket, ticket_now);
+            session.set_live(ticket, ticket_now, &mut self.totals);
         } else {
-            session.finish(ticket, Finished::Taken { fence, units }, now_ms);
+            session.finish(
+                ticket,
+                Finished::Taken { fence, units },
+                now_ms,
+                &mut self.totals,
+            );
         }
         fence
     }
@@ -220,6 +238,29 @@ impl Machine {
             }
         }
         id
+    }
+
+    /// `AtCapacity` when a new ticket would pass a global ticket bound: live tickets, or
+    /// finished tickets (a new ticket ends finished).
+    fn room_for_ticket(&self) -> Result<(), Refusal> {
+        if self.totals.live_tickets >= TICKETS_LIVE_MAX as u64 {
+            return Err(Refusal::AtCapacity {
+                what: "live tickets of all sessions".into(),
+                limit: TICKETS_LIVE_MAX as u64,
+            });
+        }
+        self.room_to_finish()
+    }
+
+    /// `AtCapacity` when the machine keeps [`FINISHED_TICKETS_MAX`] finished tickets.
+    fn room_to_finish(&self) -> Result<(), Refusal> {
+        if self.totals.finished_tickets >= FINISHED_TICKETS_MAX as u64 {
+            return Err(Refusal::AtCapacity {
+                what: "finished tickets of all sessions kept for retries".into(),
+                limit: FINISHED_TICKETS_MAX as u64,
+            });
+        }
+        Ok(())
     }
 
     /// The next fence: the entry's index when above every earlier fence, else one more.
@@ -297,7 +338,12 @@ impl Machine {
             .sessions
             .get_mut(&w.session)
             .expect("waiters have sessions");
-        session.finish(w.ticket, Finished::Refused(refusal.clone()), now_ms);
+        session.finish(
+            w.ticket,
+            Finished::Refused(refusal.clone()),
+            now_ms,
+            &mut self.totals,
+        );
         events.push(Event::Refused {
             session: w.session,
             ticket: w.ticket,

@@ -19,11 +19,13 @@
 
 use super::Machine;
 use crate::bounds::{
-    REASON_BYTES_MAX, TENANT_HALTS_MAX, TENANT_PERIODS_MAX, TENANT_RUNS_MAX, TENANTS_MAX,
+    HALTS_MAX, PERIODS_MAX, REASON_BYTES_MAX, RECEIPTS_MAX, RUNS_MAX, TENANT_HALTS_MAX,
+    TENANT_PERIODS_MAX, TENANT_RUNS_MAX, TENANTS_MAX,
 };
 use crate::machine::command::{Change, HaltScope, LimitId, Settle, check_key};
 use crate::machine::reply::{BudgetKind, Event, Refusal, Reply};
 use crate::machine::tenant::{Receipt, RunSlot, Tenant};
+use crate::machine::totals::{TenantCounts, Totals};
 
 impl Machine {
     pub(super) fn set_tenant(
@@ -63,6 +65,7 @@ impl Machine {
             ));
         }
         let now_ms = self.now_ms();
+        let totals = self.totals;
         let t = self.tenant_mut(tenant)?;
         // The same run again (a retry whose first reply was lost): the same answer (G5).
         if t.running.contains_key(run) {
@@ -90,8 +93,14 @@ impl Machine {
                 limit: TENANT_RUNS_MAX as u64,
             });
         }
+        if totals.tenants.runs >= RUNS_MAX as u64 {
+            return Err(Refusal::AtCapacity {
+                what: "running runs of all tenants".into(),
+                limit: RUNS_MAX as u64,
+            });
+        }
         if let (Some(p), Some(_)) = (period, hold) {
-            room_for_period(tenant, t, p)?;
+            room_for_period(tenant, t, p, &totals)?;
         }
         let (hold_tokens, hold_minor) = hold.unwrap_or_default();
         let hold_period = match (period, hold) {
@@ -128,6 +137,7 @@ impl Machine {
     pub(super) fn settle(&mut self, s: &Settle) -> Result<Reply, Refusal> {
         s.validate()?;
         let now_ms = self.now_ms();
+        let totals = self.totals;
         let t = self.tenant_mut(&s.tenant)?;
         t.prune_receipts(now_ms);
         let receipt = Receipt {
@@ -145,8 +155,15 @@ impl Machine {
                 Err(Refusal::Conflict)
             };
         }
+        // Receipts pruned just now are still in `totals`: the bound is judged conservatively.
+        if totals.tenants.receipts >= RECEIPTS_MAX as u64 {
+            return Err(Refusal::AtCapacity {
+                what: "settlement receipts of all tenants".into(),
+                limit: RECEIPTS_MAX as u64,
+            });
+        }
         if let Some(period) = &s.period {
-            room_for_period(&s.tenant, t, period)?;
+            room_for_period(&s.tenant, t, period, &totals)?;
         }
         let mut overrun = (0, 0);
         if let Some(period) = &s.period {
@@ -189,11 +206,19 @@ impl Machine {
         })
     }
 
-    /// `Tick`: drops every tenant's receipts past their retention.
+    /// `Tick`: drops every tenant's receipts and every session's finished tickets past their
+    /// retention, so that idle sessions and tenants do not keep the machine-wide bounds
+    /// reached. (It walks every tenant and session: see issue #11 for a deadline index.)
     pub(super) fn prune_receipts(&mut self) -> Reply {
         let now_ms = self.now_ms();
+        for session in self.saved.sessions.values_mut() {
+            session.prune_finished(now_ms, &mut self.totals);
+        }
         for t in self.saved.tenants.values_mut() {
+            let before = TenantCounts::of(Some(t));
             t.prune_receipts(now_ms);
+            self.totals
+                .tenant_changed(before, TenantCounts::of(Some(t)));
         }
         Reply::Done
     }
@@ -216,11 +241,18 @@ impl Machine {
                 reason.len()
             )));
         }
+        let totals = self.totals;
         let t = self.tenant_mut(tenant)?;
         if !t.halts.contains_key(scope) && t.halts.len() >= TENANT_HALTS_MAX {
             return Err(Refusal::AtCapacity {
                 what: format!("halts of tenant {tenant}"),
                 limit: TENANT_HALTS_MAX as u64,
+            });
+        }
+        if !t.halts.contains_key(scope) && totals.tenants.halts >= HALTS_MAX as u64 {
+            return Err(Refusal::AtCapacity {
+                what: "halts of all tenants".into(),
+                limit: HALTS_MAX as u64,
             });
         }
         t.halts.insert(scope.clone(), reason.to_owned());
@@ -276,11 +308,21 @@ impl Machine {
 }
 
 /// `AtCapacity` when `period` is new to the tenant and it keeps [`TENANT_PERIODS_MAX`].
-fn room_for_period(tenant: &str, t: &Tenant, period: &str) -> Result<(), Refusal> {
-    if !t.spent.contains_key(period) && t.spent.len() >= TENANT_PERIODS_MAX {
+/// Also `AtCapacity` when the period is new and all tenants keep [`PERIODS_MAX`].
+fn room_for_period(tenant: &str, t: &Tenant, period: &str, totals: &Totals) -> Result<(), Refusal> {
+    if t.spent.contains_key(period) {
+        return Ok(());
+    }
+    if t.spent.len() >= TENANT_PERIODS_MAX {
         return Err(Refusal::AtCapacity {
             what: format!("periods of tenant {tenant}"),
             limit: TENANT_PERIODS_MAX as u64,
+        });
+    }
+    if totals.tenants.periods >= PERIODS_MAX as u64 {
+        return Err(Refusal::AtCapacity {
+            what: "periods of all tenants".into(),
+            limit: PERIODS_MAX as u64,
         });
     }
     Ok(())
