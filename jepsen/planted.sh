@@ -25,7 +25,7 @@ plants=(
     "reused-fence|P2 fences|delay|loopback|20|1"
     "settle-twice|settlement|kill|loopback|30|1"
     "halt-skipped|halts|delay|loopback|20|1"
-    "expiry-no-grant|liveness|client-kill|loopback|30|1"
+    "expiry-no-grant|-|client-kill|loopback|30|1"
 )
 
 want=("$@")
