@@ -26,4 +26,6 @@ pub mod bounds;
 pub mod codec;
 pub mod config;
 pub mod task;
+// Test-only planted bugs (the `planted` feature); inert in default builds.
+pub mod planted;
 pub mod wire;

@@ -43,6 +43,10 @@ const KEEPALIVE_RETRY: Duration = Duration::from_millis(100);
 /// and at least 100 ms. It covers a clock-rate drift between this client and the leaders far
 /// larger than NTP-disciplined clocks show (the bound needed is TTL × ρ / (1 + ρ)).
 pub fn margin_for(ttl: Duration) -> Duration {
+    // PLANTED(margin-zero)
+    if crate::planted::is(crate::planted::Plant::MarginZero) {
+        return Duration::ZERO;
+    }
     (ttl / 10).max(Duration::from_millis(100))
 }
 
@@ -321,6 +325,12 @@ async fn keep_alive(s: &SessionState, every: Duration) -> Instant {
     let sent = BootInstant::now();
     match s.client.write(Command::KeepAlive { session: s.id }).await {
         Ok(Reply::KeptAlive { .. }) => {
+            // PLANTED(keepalive-arrival)
+            let sent = if crate::planted::is(crate::planted::Plant::KeepaliveArrival) {
+                BootInstant::now()
+            } else {
+                sent
+            };
             extend(s, sent);
             next
         }

@@ -135,7 +135,12 @@ impl Stamper {
         Stamper {
             node,
             started: Instant::now(),
-            rate: clock_rate(),
+            // PLANTED(fast-clock)
+            rate: if crate::planted::is(crate::planted::Plant::FastClock) {
+                clock_rate() * 1.3
+            } else {
+                clock_rate()
+            },
             incarnation: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos() as u64),

@@ -65,6 +65,10 @@ impl Machine {
             touched.append(&mut self.drop_session(id));
             events.push(Event::SessionExpired { session: id });
         }
+        // PLANTED(expiry-no-grant)
+        if crate::planted::is(crate::planted::Plant::ExpiryNoGrant) {
+            return;
+        }
         for limit in touched {
             self.serve(limit, events);
         }

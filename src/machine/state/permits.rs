@@ -51,6 +51,8 @@ impl Machine {
             .tenants
             .get(&a.tenant)
             .and_then(|t| t.halt_for(a.agent.as_deref()))
+            // PLANTED(halt-skipped)
+            .filter(|_| !crate::planted::is(crate::planted::Plant::HaltSkipped))
         {
             return Err(Refusal::Halted { scope, reason });
         }
@@ -184,7 +186,16 @@ impl Machine {
     /// next fence, and records the ticket in its session as held, or as finished when the
     /// limit holds nothing (a rate take). Returns the fence.
     fn grant(&mut self, id: LimitId, holder: Holder) -> Fence {
-        let fence = self.next_fence();
+        let last = self.saved.last_fence;
+        // PLANTED(reused-fence)
+        let fence = if crate::planted::is(crate::planted::Plant::ReusedFence)
+            && last > 0
+            && !self.saved.limits[&id].holders.contains_key(&last)
+        {
+            last
+        } else {
+            self.next_fence()
+        };
         let now_ms = self.now_ms();
         let (session, ticket, units) = (holder.session, holder.ticket, holder.units);
         let limit = self

@@ -148,7 +148,11 @@ impl Machine {
             settled_at_log_ms: now_ms,
         };
         let key = (s.run.clone(), s.epoch);
-        if let Some(stored) = t.receipts.get(&key) {
+        // PLANTED(settle-twice): a retry with the same payload falls through and charges again.
+        if let Some(stored) = t.receipts.get(&key).filter(|stored| {
+            !(crate::planted::is(crate::planted::Plant::SettleTwice)
+                && stored.same_payload(&receipt))
+        }) {
             return if stored.same_payload(&receipt) {
                 Ok(Reply::Settled { duplicate: true })
             } else {
