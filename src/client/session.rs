@@ -138,8 +138,16 @@ impl Session {
     /// The current belief deadline, as an `Instant` from now (the deadline itself is kept on
     /// the boot clock, which counts suspended time).
     pub fn deadline(&self) -> Instant {
-        let left = self.state.deadline.borrow().remaining(BootInstant::now());
-        Instant::now() + left
+        let deadline = *self.state.deadline.borrow();
+        let (now, instant_now) = (BootInstant::now(), Instant::now());
+        // A deadline already passed maps to the past, not to now: a caller that reads it
+        // after a pause must see when the belief ended, not when it looked.
+        match deadline.remaining(now) {
+            left if !left.is_zero() => instant_now + left,
+            _ => instant_now
+                .checked_sub(now.saturating_since(deadline))
+                .unwrap_or(instant_now),
+        }
     }
 
     /// The current belief deadline on the boot clock.
