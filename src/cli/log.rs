@@ -46,3 +46,19 @@ pub fn init(id: u64) {
         })
         .try_init();
 }
+
+/// Installs a subscriber for a client command (not `serve`), only when `RUST_LOG` is set:
+/// the client library's trace of its failure detector, reconnects and keep-alives (the
+/// `client` module doc) is then on stderr, each line naming its module. Without `RUST_LOG` a
+/// client command prints nothing but its own output.
+pub fn init_client() {
+    let Ok(filter) = EnvFilter::try_from_default_env() else {
+        return;
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_target(true)
+        .try_init();
+}

@@ -142,6 +142,7 @@ pub fn run(cli: Cli) -> Exit {
     if let Command::Token(c) = &cli.command {
         return certs::token(c);
     }
+    log::init_client();
     let security = match ClientSecurity::new(cli.ca.as_deref(), cli.token.clone()) {
         Ok(s) => s,
         Err(e) => {

@@ -173,7 +173,16 @@ impl Client {
             Some(a) if !current.suspects(&a) => (a, true),
             _ => self.next_round_robin(&current),
         };
-        match Conn::open(&addr, self.inner.feeds.clone(), &self.inner.security).await {
+        let opening = Instant::now();
+        let opened = Conn::open(&addr, self.inner.feeds.clone(), &self.inner.security).await;
+        match &opened {
+            Ok(_) => tracing::debug!("connected to {addr} in {:?}", opening.elapsed()),
+            Err(e) => tracing::debug!(
+                "connect to {addr} failed after {:?}: {e}",
+                opening.elapsed()
+            ),
+        }
+        match opened {
             Ok(c) => {
                 let c = Arc::new(c);
                 current.conn = Some(c.clone());
@@ -274,6 +283,7 @@ impl Client {
                     // noticed. Treat it as an election under way.
                     redirect = None;
                 }
+                tracing::debug!("{}: not the leader; redirect to {redirect:?}", conn.addr);
                 if redirect.is_none() {
                     // No other leader known: an election is likely under way. Pause before
                     // giving the connection up, so the requests sharing it do not all

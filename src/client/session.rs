@@ -269,11 +269,22 @@ impl Drop for Pending<'_> {
     }
 }
 
-/// The session's background work: keep-alives, pushed events, re-asks after reconnects, and
-/// the deadline. Ends when the session's state is dropped (only `Weak` is held).
+/// The session's background work: keep-alives and the deadline in one loop, pushed events
+/// and re-asks after reconnects in another, run concurrently so that neither waits for the
+/// other. Ends when the session's state is dropped (only `Weak` is held).
+///
+/// Why two loops: a re-ask is a string of writes and linearizable reads, each retried
+/// through an election (seconds, under load), and a keep-alive retried across a failover
+/// takes as long. In one loop, a keep-alive due during a re-ask waited for it — after a
+/// failover, exactly when the belief deadline is nearest — and a holder with a queued
+/// ticket or a held permit lost its permit to its own re-ask.
 async fn maintain(state: Weak<SessionState>, client: Client) {
-    let mut events = client.events();
-    let mut generation = client.generation();
+    tokio::join!(renew(state.clone()), follow(state, client));
+}
+
+/// Keeps the session alive: a keep-alive every TTL/3 (sooner after one that got no
+/// acknowledgement), and every held permit lost once the deadline passes.
+async fn renew(state: Weak<SessionState>) {
     let Some(ttl) = state.upgrade().map(|s| s.ttl) else {
         return;
     };
@@ -297,6 +308,7 @@ async fn maintain(state: Weak<SessionState>, client: Client) {
             _ = tokio::time::sleep_until(deadline.into()) => {
                 let Some(s) = state.upgrade() else { return };
                 if !believed_at(*s.deadline.borrow(), BootInstant::now()) {
+                    tracing::info!("session {}: the belief deadline passed", s.id);
                     for t in s.held_tickets() {
                         s.lose(t, Lost::Deadline);
                     }
@@ -304,6 +316,17 @@ async fn maintain(state: Weak<SessionState>, client: Client) {
                     tokio::time::sleep_until(next_keepalive.into()).await;
                 }
             }
+        }
+    }
+}
+
+/// Follows the session's pushed events, and re-asks after every new connection, `Resync`
+/// or lag of its own.
+async fn follow(state: Weak<SessionState>, client: Client) {
+    let mut events = client.events();
+    let mut generation = client.generation();
+    loop {
+        tokio::select! {
             event = events.recv() => {
                 let Some(s) = state.upgrade() else { return };
                 match event {
@@ -331,7 +354,9 @@ async fn maintain(state: Weak<SessionState>, client: Client) {
 async fn keep_alive(s: &SessionState, every: Duration) -> Instant {
     let next = Instant::now() + every;
     let sent = BootInstant::now();
-    match s.client.write(Command::KeepAlive { session: s.id }).await {
+    let answer = s.client.write(Command::KeepAlive { session: s.id }).await;
+    trace_keep_alive(s, sent, &answer);
+    match answer {
         Ok(Reply::KeptAlive { .. }) => {
             // PLANTED(keepalive-arrival)
             let sent = if crate::planted::is(crate::planted::Plant::KeepaliveArrival) {
@@ -348,6 +373,24 @@ async fn keep_alive(s: &SessionState, every: Duration) -> Instant {
         }
         // Unknown outcome or no answer: the deadline stays; it may pass.
         _ => Instant::now() + KEEPALIVE_RETRY.min(every),
+    }
+}
+
+/// Traces one keep-alive: how long its answer took, and how much of the belief deadline
+/// was left when it came (the budget in the `client` module doc).
+fn trace_keep_alive(s: &SessionState, sent: BootInstant, answer: &Result<Reply, ClientError>) {
+    let now = BootInstant::now();
+    let took_ms = now.saturating_since(sent).as_millis();
+    let left_ms = s.deadline.borrow().remaining(now).as_millis();
+    match answer {
+        Ok(reply) => tracing::debug!(
+            "session {}: keep-alive answered {reply:?} after {took_ms} ms, {left_ms} ms before the deadline",
+            s.id
+        ),
+        Err(e) => tracing::info!(
+            "session {}: keep-alive failed after {took_ms} ms ({e}), {left_ms} ms before the deadline",
+            s.id
+        ),
     }
 }
 

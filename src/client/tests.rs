@@ -304,3 +304,49 @@ fn the_deadline_counts_suspended_time() {
     assert!(!super::believed_at(deadline, after_suspend));
     assert!(super::believed_at(deadline, sent + Duration::from_secs(1)));
 }
+
+#[tokio::test]
+async fn a_reask_that_waits_does_not_hold_up_the_keep_alives() {
+    // The node grants, then never answers a read of the halts (as a new leader that cannot
+    // yet confirm its leadership would not, for seconds under load). A Resync starts a
+    // re-ask, which reads the halts of the held permit's tenant and waits; the keep-alives
+    // must go on meanwhile, or the permit is lost to the session's own re-ask.
+    let handler = node(|_| granted(), vec![]);
+    let never_read: Handler = Arc::new(move |r: &Request| match r {
+        Request::Read(Query::Halts { .. }) => None,
+        other => handler(other),
+    });
+    let n = FakeNode::start(1, never_read).await;
+    let client = Client::new(vec![n.addr.clone()]);
+    let session = Session::open(&client, TTL).await.unwrap();
+    let permit = session
+        .acquire(AcquireOptions::new("t", "l"))
+        .await
+        .unwrap();
+    n.push(ServerFrame::Resync { missed_entries: 1 });
+    assert!(
+        n.wait_for(WAIT, |r| matches!(r, Request::Read(Query::Halts { .. })))
+            .await,
+        "the re-ask reads the halts"
+    );
+    let keep_alives = |n: &FakeNode| {
+        n.seen()
+            .iter()
+            .filter(|r| matches!(r, Request::Write(Command::KeepAlive { .. })))
+            .count()
+    };
+    let before = keep_alives(&n);
+    // Longer than the belief lasts after one keep-alive (TTL less its margin).
+    tokio::time::sleep(TTL + Duration::from_millis(500)).await;
+    assert!(
+        keep_alives(&n) >= before + 2,
+        "keep-alives went on: {} then {}",
+        before,
+        keep_alives(&n)
+    );
+    assert_eq!(
+        permit.lost_reason(),
+        None,
+        "the permit outlived the stuck re-ask"
+    );
+}
