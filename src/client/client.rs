@@ -10,6 +10,7 @@ use tokio::sync::{broadcast, watch};
 
 use super::ClientError;
 use super::conn::{CONNECT_TIMEOUT, Conn, Fate, Feeds};
+use super::hedge::{HEDGE_SILENCE, HEDGE_TRIES, jittered};
 
 use crate::machine::{Command, Event, Reply};
 use crate::protocol::{Answer, Failure, Query, Request, Response};
@@ -87,6 +88,10 @@ struct Inner {
     feeds: Feeds,
     /// TLS and token for every connection ([`Client::with_security`]).
     security: ClientSecurity,
+    /// The connection hedged keep-alives go to (`hedge` module doc): shared by the
+    /// sessions of this client, so they open one between them. A tokio mutex held across
+    /// its connect, for the same reason as `current`.
+    hedge: tokio::sync::Mutex<Option<Arc<Conn>>>,
 }
 
 /// A client of the cluster, following its leader. Clones share the connection.
@@ -128,6 +133,7 @@ impl Client {
                     generation: Arc::new(generation),
                 },
                 security,
+                hedge: tokio::sync::Mutex::new(None),
             }),
             stale: false,
         }
@@ -254,7 +260,7 @@ impl Client {
                 }
             };
             if let Retry::Pause = retry {
-                tokio::time::sleep(RETRY_PAUSE).await;
+                tokio::time::sleep(jittered(RETRY_PAUSE)).await;
             }
         }
         if maybe_applied && is_write(&request) {
@@ -288,7 +294,7 @@ impl Client {
                     // No other leader known: an election is likely under way. Pause before
                     // giving the connection up, so the requests sharing it do not all
                     // reconnect meanwhile.
-                    tokio::time::sleep(RETRY_PAUSE).await;
+                    tokio::time::sleep(jittered(RETRY_PAUSE)).await;
                 }
                 self.abandon(&conn, redirect).await;
                 let e = ClientError::Failed(Failure::NotLeader { leader: None });
@@ -304,6 +310,138 @@ impl Client {
                 Err((e, Retry::Now))
             }
         }
+    }
+
+    /// How long the current connection has heard nothing: `None` while it is heard from
+    /// within [`HEDGE_SILENCE`]; the silence when longer, or when there is no live connection
+    /// (or a connect is in flight) — then counted as [`HEDGE_SILENCE`].
+    pub(super) fn silence(&self) -> Option<Duration> {
+        let silent = match self.inner.current.try_lock() {
+            Ok(current) => match &current.conn {
+                Some(c) if c.is_alive() => c.silent_for(),
+                _ => HEDGE_SILENCE,
+            },
+            // A connect is in flight: the last connection died.
+            Err(_) => HEDGE_SILENCE,
+        };
+        (silent >= HEDGE_SILENCE).then_some(silent)
+    }
+
+    /// Sends `request` (an idempotent keep-alive) to the nodes other than the current
+    /// connection's, through this client's one hedge connection, following redirects, at
+    /// most [`HEDGE_TRIES`] tries. An answered write came from the leader: the client moves
+    /// there ([`Client::adopt`]). See the `hedge` module doc.
+    pub(super) async fn hedge(&self, request: &Request) -> Result<Response, ClientError> {
+        if self.inner.servers.len() < 2 {
+            return Err(ClientError::Unreachable("no other node to hedge to".into()));
+        }
+        let avoid = self.current_addr();
+        let mut next: Option<String> = None;
+        let mut last = ClientError::Unreachable("no other node answered the hedge".into());
+        for attempt in 0..HEDGE_TRIES {
+            let conn = {
+                let mut hedge = self.inner.hedge.lock().await;
+                match &*hedge {
+                    Some(c) if c.is_alive() && Some(&c.addr) != avoid.as_ref() => c.clone(),
+                    _ => {
+                        let addr = match next.take() {
+                            Some(a) => a,
+                            None => self.hedge_target(attempt, avoid.as_deref()),
+                        };
+                        match Conn::open(&addr, self.inner.feeds.clone(), &self.inner.security)
+                            .await
+                        {
+                            Ok(c) => {
+                                let c = Arc::new(c);
+                                *hedge = Some(c.clone());
+                                c
+                            }
+                            Err(e) => {
+                                last = e;
+                                continue;
+                            }
+                        }
+                    }
+                }
+            };
+            match conn.call(request).await {
+                Ok(Response::Failed(Failure::NotLeader { leader })) => {
+                    next = leader.map(|(_, a)| a).filter(|a| Some(a) != avoid.as_ref());
+                    last = ClientError::Failed(Failure::NotLeader { leader: None });
+                    self.drop_hedge(&conn).await;
+                    if next.is_none() {
+                        tokio::time::sleep(jittered(RETRY_PAUSE)).await;
+                    }
+                }
+                Ok(Response::Failed(f)) => {
+                    last = ClientError::Failed(f);
+                    self.drop_hedge(&conn).await;
+                    tokio::time::sleep(jittered(RETRY_PAUSE)).await;
+                }
+                Ok(response) => {
+                    tracing::info!("hedged keep-alive answered by {}; moving there", conn.addr);
+                    self.adopt(&conn).await;
+                    return Ok(response);
+                }
+                Err(e) => {
+                    last = e;
+                    self.drop_hedge(&conn).await;
+                }
+            }
+        }
+        Err(last)
+    }
+
+    /// The configured server the hedge's try `attempt` goes to: the servers in turn, the
+    /// current connection's node left out (unless it is the only one).
+    fn hedge_target(&self, attempt: u32, avoid: Option<&str>) -> String {
+        let others: Vec<&String> = self
+            .inner
+            .servers
+            .iter()
+            .filter(|s| Some(s.as_str()) != avoid)
+            .collect();
+        match others.is_empty() {
+            true => self.inner.servers[attempt as usize % self.inner.servers.len()].clone(),
+            false => others[attempt as usize % others.len()].clone(),
+        }
+    }
+
+    /// The address of the current connection, if any (`None` while a connect is in flight).
+    fn current_addr(&self) -> Option<String> {
+        let current = self.inner.current.try_lock().ok()?;
+        current.conn.as_ref().map(|c| c.addr.clone())
+    }
+
+    /// Forgets the hedge connection `conn` if it is still the hedge's.
+    async fn drop_hedge(&self, conn: &Arc<Conn>) {
+        let mut hedge = self.inner.hedge.lock().await;
+        if hedge.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
+            *hedge = None;
+        }
+    }
+
+    /// Makes `conn` — whose node just acknowledged a write, so it leads — the current
+    /// connection, if the current one is still silent: the silent node is suspected (as the
+    /// detector would have done), and sessions re-ask on the new connection.
+    async fn adopt(&self, conn: &Arc<Conn>) {
+        let mut current = self.inner.current.lock().await;
+        let silent_for = match &current.conn {
+            Some(c) if Arc::ptr_eq(c, conn) => return,
+            Some(c) if c.is_alive() => c.silent_for(),
+            _ => HEDGE_SILENCE,
+        };
+        if silent_for < HEDGE_SILENCE {
+            // Heard from again meanwhile: nothing to move away from.
+            return;
+        }
+        if let Some(old) = current.conn.take() {
+            current.suspect = Some((old.addr.clone(), Instant::now()));
+            old.give_up();
+        }
+        current.conn = Some(conn.clone());
+        drop(current);
+        self.inner.feeds.generation.send_modify(|g| *g += 1);
     }
 
     /// A write through the log: its reply (refusals included).

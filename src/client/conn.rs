@@ -191,6 +191,20 @@ impl Conn {
         self.link.alive.load(Ordering::Acquire)
     }
 
+    /// Gives the connection up as silent (a hedge found the leader elsewhere): every
+    /// caller waiting on it fails at once and is retried on the next connection.
+    pub(super) fn give_up(&self) {
+        self.link.kill(Fate {
+            silent: true,
+            redirect: None,
+        });
+    }
+
+    /// How long nothing has arrived on this connection (the hedged keep-alive's signal).
+    pub(super) fn silent_for(&self) -> Duration {
+        self.link.silent_for()
+    }
+
     /// Why the connection died, if it died of silence or a deposed node.
     pub(super) fn fate(&self) -> Fate {
         self.link

@@ -170,6 +170,7 @@ mod conn;
 mod error;
 #[cfg(test)]
 mod fake_node;
+mod hedge;
 mod lost;
 mod ops;
 mod permit;

@@ -25,6 +25,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use super::boot_clock::{BootInstant, LOOK_EVERY};
+use super::hedge::HEDGE_WHEN_LEFT;
 
 use tokio::sync::broadcast::error::RecvError;
 
@@ -35,6 +36,8 @@ use crate::machine::{Acquire, Command, Event, Priority, Refusal, Reply, SessionI
 use crate::protocol::{Answer, Query};
 use crate::task::AbortOnDrop;
 
+/// How often an unanswered keep-alive looks whether it should be hedged.
+const HEDGE_LOOK: Duration = Duration::from_millis(50);
 /// How soon a keep-alive that got no acknowledgement is tried again (or TTL/3, if sooner):
 /// often enough to renew before the deadline after a brief failover.
 const KEEPALIVE_RETRY: Duration = Duration::from_millis(100);
@@ -354,7 +357,7 @@ async fn follow(state: Weak<SessionState>, client: Client) {
 async fn keep_alive(s: &SessionState, every: Duration) -> Instant {
     let next = Instant::now() + every;
     let sent = BootInstant::now();
-    let answer = s.client.write(Command::KeepAlive { session: s.id }).await;
+    let answer = hedged_keep_alive(s).await;
     trace_keep_alive(s, sent, &answer);
     match answer {
         Ok(Reply::KeptAlive { .. }) => {
@@ -373,6 +376,52 @@ async fn keep_alive(s: &SessionState, every: Duration) -> Instant {
         }
         // Unknown outcome or no answer: the deadline stays; it may pass.
         _ => Instant::now() + KEEPALIVE_RETRY.min(every),
+    }
+}
+
+/// One keep-alive through the current connection, hedged to the other nodes once the
+/// deadline is near and that connection silent (the `hedge` module doc): whichever is
+/// acknowledged first answers it; the other is dropped (a keep-alive is idempotent).
+async fn hedged_keep_alive(s: &SessionState) -> Result<Reply, ClientError> {
+    let command = Command::KeepAlive { session: s.id };
+    let primary = s.client.write(command.clone());
+    tokio::pin!(primary);
+    let urgent = async {
+        loop {
+            let left = s.deadline.borrow().remaining(BootInstant::now());
+            if left < HEDGE_WHEN_LEFT && s.client.silence().is_some() {
+                return;
+            }
+            tokio::time::sleep(HEDGE_LOOK).await;
+        }
+    };
+    tokio::select! {
+        answer = &mut primary => return answer,
+        () = urgent => {}
+    }
+    tracing::info!("session {}: keep-alive hedged to the other nodes", s.id);
+    let hedge = async {
+        match s
+            .client
+            .hedge(&crate::protocol::Request::Write(command))
+            .await
+        {
+            Ok(crate::protocol::Response::Written { reply, .. }) => Ok(reply),
+            Ok(crate::protocol::Response::Failed(f)) => Err(ClientError::Failed(f)),
+            Ok(other) => Err(ClientError::Protocol(format!(
+                "hedged keep-alive: {other:?}"
+            ))),
+            Err(e) => Err(e),
+        }
+    };
+    tokio::pin!(hedge);
+    tokio::select! {
+        answer = &mut primary => answer,
+        answer = &mut hedge => match answer {
+            Ok(reply) => Ok(reply),
+            // The hedge found no leader: the primary's retries may still.
+            Err(_) => primary.await,
+        },
     }
 }
 

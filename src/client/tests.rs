@@ -350,3 +350,76 @@ async fn a_reask_that_waits_does_not_hold_up_the_keep_alives() {
         "the permit outlived the stuck re-ask"
     );
 }
+
+#[tokio::test]
+async fn a_hedged_keep_alive_follows_a_redirect_to_the_leader_and_the_client_moves_there() {
+    // `a` served the session and fell silent; `b` is a follower that names `c`; `c` leads.
+    let a = FakeNode::start(1, node(|_| granted(), vec![])).await;
+    let c = FakeNode::start(3, node(|_| granted(), vec![])).await;
+    let c_addr = c.addr.clone();
+    let follower: Handler = Arc::new(move |_: &Request| {
+        Some(Response::Failed(Failure::NotLeader {
+            leader: Some((3, c_addr.clone())),
+        }))
+    });
+    let b = FakeNode::start(2, follower).await;
+    let client = Client::new(vec![a.addr.clone(), b.addr.clone(), c.addr.clone()]);
+    // A long TTL: the session's own keep-alives stay away from the hedge under test.
+    let session = Session::open(&client, Duration::from_secs(60))
+        .await
+        .unwrap();
+    a.fall_silent();
+    // A hedge starts only once the connection has been silent this long (the client moves
+    // only away from a silent node).
+    tokio::time::sleep(super::hedge::HEDGE_SILENCE + Duration::from_millis(100)).await;
+    let keep_alive = Request::Write(Command::KeepAlive {
+        session: session.id(),
+    });
+    let answer = tokio::time::timeout(WAIT, client.hedge(&keep_alive))
+        .await
+        .expect("the hedge ends")
+        .unwrap();
+    assert!(
+        matches!(
+            answer,
+            Response::Written {
+                reply: Reply::KeptAlive { .. },
+                ..
+            }
+        ),
+        "{answer:?}"
+    );
+    assert!(
+        b.seen().iter().any(|r| *r == keep_alive),
+        "the hedge asked the follower first"
+    );
+    assert!(
+        c.seen().iter().any(|r| *r == keep_alive),
+        "and followed it to the leader"
+    );
+    // The client moved to the leader: the next request goes to `c` at once, not to `a`.
+    let before_a = a.seen().len();
+    let status = tokio::time::timeout(
+        WAIT,
+        client.request(Request::Write(Command::KeepAlive {
+            session: session.id(),
+        })),
+    )
+    .await
+    .expect("answered")
+    .unwrap();
+    assert!(matches!(status, Response::Written { .. }), "{status:?}");
+    assert_eq!(
+        a.seen().len(),
+        before_a,
+        "nothing more went to the silent node: {:?}",
+        a.seen()
+    );
+    // The hedge's and the next request's (the session's re-ask on its new connection may
+    // add a third).
+    let at_leader = c.seen().iter().filter(|r| **r == keep_alive).count();
+    assert!(
+        at_leader >= 2,
+        "the keep-alives after the hedge reached the leader: {at_leader}"
+    );
+}

@@ -59,11 +59,8 @@ pub fn check(ops: &[Op]) -> Verdict {
     match count(ops) {
         (_, 0) => Verdict::Unknown("no leader stall fired".into()),
         (0, _) => Verdict::Valid,
-        // Reported, not yet judged: G9 still loses an occasional holder to a stall (issue
-        // #10 is open), so a loss makes the run inconclusive rather than a violation until
-        // the recorded runs show zero. The count is in verdict.txt either way.
-        (n, stalls) => Verdict::Unknown(format!(
-            "G9 not yet met: {n} clients not themselves paused lost a permit to {stalls} leader stalls"
+        (n, stalls) => Verdict::Invalid(format!(
+            "G9: {n} clients not themselves paused lost a permit to {stalls} leader stalls"
         )),
     }
 }
@@ -101,8 +98,8 @@ mod tests {
         ops.push(hold(2, Some(SESSION_LOSSES[0]), 16 * S));
         assert_eq!(count(&ops), (2, 1));
         assert!(
-            matches!(check(&ops), Verdict::Unknown(ref why) if why.contains("2 clients")),
-            "a loss is reported (inconclusive until G9 is met)"
+            matches!(check(&ops), Verdict::Invalid(ref why) if why.contains("2 clients")),
+            "a holder lost to a leader stall violates G9"
         );
     }
 
