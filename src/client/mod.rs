@@ -15,6 +15,7 @@
 //! - `client.rs` — [`Client`]: leader following and retries.
 //! - `conn.rs` — one connection to one node: handshake, request ids, reader, writer and the
 //!   silence watchdog.
+//! - `hedge.rs` — the bounds of the hedged keep-alive, and the jitter of retry pauses.
 //! - `boot_clock.rs` — [`BootInstant`]: CLOCK_BOOTTIME, which the belief deadline is on.
 //! - `lost.rs`, `error.rs` — [`Lost`], [`ClientError`], [`AcquireError`].
 //! - `fake_node.rs`, `tests.rs` (tests only) — a scripted node, and the failure scenarios
@@ -68,17 +69,47 @@
 //!   and the `Heartbeat` is `try_send` on the node, so a slow reader is never sent more than
 //!   its outbox holds.
 //!
-//! **The session's deadline sets the urgency.** A session with TTL `T` renews every `T/3`
-//! and believes its permits until `last acknowledged send + T − margin`. With `T` = 3 s, the
-//! worst case is a stop just before a keep-alive is due: the belief then runs out about
-//! 1.7 s after the stop. Silence is found within `SILENCE_MAX + 100 ms`; the retried
-//! keep-alive reaches the new leader once it is elected (the cluster's election takes
-//! 0.8–1 s from the stop, concurrently), and the new connection's re-ask sends a keep-alive
-//! at once. The session on the cluster does not expire meanwhile: the log clock freezes
-//! across the leader change (`machine` module doc), so what costs a holder its permit is
-//! only its own belief deadline, and that is what this path beats. A TTL below 3 s has less
-//! slack than the detector needs and may lose permits to a stall.
+//! - **Hedged keep-alives** (`hedge.rs`). A keep-alive still unanswered when less than
+//!   1.6 s of the belief is left, on a connection silent for 400 ms (two heartbeats), is sent
+//!   to the other nodes too, through one hedge connection per [`Client`], following their
+//!   redirects. The node that acknowledges it leads; the client adopts that connection at
+//!   once (the silent one is suspected and its waiting requests retried there). It never
+//!   fires on a connection that is heard from, nor with the deadline far, so a slow commit
+//!   or a kill (a refused connection, never silent) is not touched by it.
+//! - **Jitter.** Every pause between tries (no leader known, a full round of refused
+//!   connects, an unavailable node) is 50–150% of `RETRY_PAUSE`: the mean is unchanged, so
+//!   kill-failover waits no longer on average, and clients that lost their leader at the same
+//!   instant do not come back in step. Immediate retries (a redirect, the next server after a
+//!   refused connect) stay immediate.
 //!
+//! **The budget: the session's deadline sets the urgency.** A session with TTL `T` renews
+//! every `T/3` and believes its permits until `last acknowledged send + T − margin`. With
+//! `T` = 3 s (margin 300 ms) the worst case is a stop just after a keep-alive was sent and
+//! before its answer: the last acknowledged one was sent 1 s earlier, so the belief ends
+//! `1.7 s − r` after the stop, `r` being how long before the stop that keep-alive went out
+//! (up to one commit round trip: a few ms on a quiet machine, over 100 ms in a loaded debug
+//! build). Against it:
+//!
+//! | step | detector path | hedged path |
+//! |---|---|---|
+//! | notice the silence | 1.0–1.1 s (`SILENCE_MAX` + its check) | 0.4–0.45 s |
+//! | find the leader (the election runs from the stop, concurrently: 0.8–1 s) | redirects, 100 ms pauses | the same, on the hedge connection |
+//! | reconnect | one connect per `Client` (loopback: ~1 ms) | one per `Client` |
+//! | keep-alive round trip | one commit on the new leader | the same |
+//!
+//! On the detector path alone that leaves 0.6 s − `r` for discovery, reconnect and the
+//! commit, which a loaded machine can exceed; the hedge starts the discovery 0.6 s sooner
+//! and ends at the election's end plus one commit. The session on the cluster does not
+//! expire meanwhile: the log clock freezes across the leader change (`machine` module doc),
+//! so what costs a holder its permit is only its own belief deadline. Two more things were
+//! found to cost it (#10): a keep-alive due while the session re-asked its tickets after the
+//! reconnect waited for the re-ask (a string of writes and reads, each retried through the
+//! election) — keep-alives now run in a loop of their own; and after `SUSPECT_FOR` (3 s
+//! from the detection, about 4.1 s from the stop) a node still stopped can be connected to
+//! again, costing one welcome timeout (1 s) to the requests behind that connect — the
+//! hedge does not wait on that connect. A TTL below 3 s has less slack than this budget
+//! and may lose permits to a stall.
+
 //! # Retries
 //!
 //! [`Client::request`] retries at most [`ATTEMPTS_MAX`] tries within [`REQUEST_DEADLINE`]:

@@ -348,21 +348,44 @@ impl BenchClient {
             false => None,
         };
         let mut i: u64 = 0;
-        while !self.recorder.stop.load(Ordering::Relaxed) {
-            i += 1;
-            let kind = match self.workload {
-                Workload::Mixed => [
-                    Workload::AcquireRelease,
-                    Workload::RateTake,
-                    Workload::ReserveSettle,
-                ][(i % 3) as usize],
-                w => w,
+        {
+            let work = async {
+                while !self.recorder.stop.load(Ordering::Relaxed) {
+                    i += 1;
+                    let kind = match self.workload {
+                        Workload::Mixed => [
+                            Workload::AcquireRelease,
+                            Workload::RateTake,
+                            Workload::ReserveSettle,
+                        ][(i % 3) as usize],
+                        w => w,
+                    };
+                    match kind {
+                        Workload::AcquireRelease => {
+                            self.acquire_release(&session, i, &mut hist).await
+                        }
+                        Workload::RateTake => self.rate_take(&session, &mut hist).await,
+                        Workload::ReserveSettle => self.reserve_settle(i, &mut hist).await,
+                        Workload::Mixed | Workload::Scale => {
+                            unreachable!("not a per-client workload")
+                        }
+                    }
+                }
             };
-            match kind {
-                Workload::AcquireRelease => self.acquire_release(&session, i, &mut hist).await,
-                Workload::RateTake => self.rate_take(&session, &mut hist).await,
-                Workload::ReserveSettle => self.reserve_settle(i, &mut hist).await,
-                Workload::Mixed | Workload::Scale => unreachable!("not a per-client workload"),
+            tokio::pin!(work);
+            // The held permit is watched the whole run: a belief that lapsed and was renewed
+            // later (a keep-alive acknowledged after the deadline) is a lost permit too, though
+            // `lost_reason` at the end would no longer show it.
+            match &held {
+                Some(p) => tokio::select! {
+                    () = &mut work => {}
+                    why = p.lost() => {
+                        eprintln!("bench client {}: held permit lost: {why}", self.n);
+                        self.lost_permit.store(true, Ordering::Relaxed);
+                        work.await;
+                    }
+                },
+                None => work.await,
             }
         }
         if let Some(p) = held {
