@@ -390,11 +390,11 @@ async fn a_hedged_keep_alive_follows_a_redirect_to_the_leader_and_the_client_mov
         "{answer:?}"
     );
     assert!(
-        b.seen().iter().any(|r| *r == keep_alive),
+        b.seen().contains(&keep_alive),
         "the hedge asked the follower first"
     );
     assert!(
-        c.seen().iter().any(|r| *r == keep_alive),
+        c.seen().contains(&keep_alive),
         "and followed it to the leader"
     );
     // The client moved to the leader: the next request goes to `c` at once, not to `a`.
