@@ -283,6 +283,8 @@ async fn an_expiry_that_overtakes_an_acquire_answer_fails_it_without_a_panic() {
         })
         .unwrap();
     state.end(Lost::Expired);
+    // Each kind of answer finds the ticket gone, and none may panic.
+    state.answered(acquire.ticket, Reply::Queued { position: 2 });
     state.answered(acquire.ticket, Reply::Granted { fence: 3, units: 1 });
     state.answered(acquire.ticket, Reply::Refused(Refusal::UnknownSession));
     assert!(matches!(
