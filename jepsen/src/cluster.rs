@@ -71,6 +71,9 @@ pub struct Cluster {
     /// resume its own term (its vote is durable), so the monitor tells incarnations apart
     /// by this.
     pub starts: Arc<Vec<std::sync::atomic::AtomicU64>>,
+    /// Per node, the lost-fsync layer mounted on its data directory (empty unless the run
+    /// asked for power losses). Declared after `nodes`, so it is unmounted after they die.
+    lazyfs: Vec<crate::lazyfs::LazyFs>,
 }
 
 /// The nodes of a run.
@@ -113,8 +116,16 @@ fn addresses(net: &Net, id: u64) -> Result<(String, String, String, Option<IpAdd
 }
 
 impl Cluster {
-    /// Writes configs in `dir`, starts the proxies and the three nodes.
-    pub async fn start(weir: &Path, dir: &Path, seed: u64, net: Net) -> Result<Cluster, String> {
+    /// Writes configs in `dir`, starts the proxies and the three nodes. With `lost_fsync`,
+    /// each node's data directory is a [`crate::lazyfs::LazyFs`] mount over
+    /// `data{id}.durable` (root and `/dev/fuse` needed), for [`Cluster::power_loss`].
+    pub async fn start(
+        weir: &Path,
+        dir: &Path,
+        seed: u64,
+        net: Net,
+        lost_fsync: bool,
+    ) -> Result<Cluster, String> {
         let links = Links::new(seed);
         let addrs = (1..=NODES)
             .map(|id| addresses(&net, id))
@@ -152,12 +163,23 @@ impl Cluster {
                 ..Config::default()
             })?;
         }
+        let mut lazyfs = vec![];
+        if lost_fsync {
+            for id in 1..=NODES {
+                let backing = dir.join(format!("data{id}.durable"));
+                lazyfs.push(
+                    crate::lazyfs::LazyFs::mount(&backing, &nodes.data_dir(id))
+                        .map_err(|e| e.to_string())?,
+                );
+            }
+        }
         let mut cluster = Cluster {
             nodes,
             faults: vec![NodeFaults::default(); NODES as usize],
             links,
             net,
             starts: Arc::new((0..NODES).map(|_| Default::default()).collect()),
+            lazyfs,
         };
         for id in 1..=NODES {
             cluster.start_node(id)?;
@@ -261,6 +283,18 @@ impl Cluster {
     /// kill -9.
     pub fn kill(&mut self, id: u64) {
         self.nodes.kill(id);
+    }
+
+    /// Power loss of node `id`: kill -9 (reaped, so nothing of it is still writing), then
+    /// every write its data directory had not fsynced is dropped; the heal restarts it on
+    /// what it had made durable. Needs the run started with `lost_fsync`.
+    pub fn power_loss(&mut self, id: u64) -> Result<crate::lazyfs::Loss, String> {
+        let Some(fs) = self.lazyfs.get((id - 1) as usize) else {
+            return Err("power loss without the lost-fsync layer mounted".into());
+        };
+        self.nodes.kill(id);
+        fs.power_loss()
+            .map_err(|e| format!("node {id}'s power loss: {e}"))
     }
 
     pub fn pause(&mut self, id: u64) {
