@@ -74,6 +74,9 @@ pub struct Cluster {
     /// Per node, the lost-fsync layer mounted on its data directory (empty unless the run
     /// asked for power losses). Declared after `nodes`, so it is unmounted after they die.
     lazyfs: Vec<crate::lazyfs::LazyFs>,
+    /// Namespace mode: the kernel's grudges in force, (from, to) → answered with resets,
+    /// for the connect probe to compare with what it sees. Cleared at every heal.
+    grudges: std::sync::Mutex<std::collections::BTreeMap<(u64, u64), bool>>,
 }
 
 /// The nodes of a run.
@@ -180,6 +183,7 @@ impl Cluster {
             net,
             starts: Arc::new((0..NODES).map(|_| Default::default()).collect()),
             lazyfs,
+            grudges: Default::default(),
         };
         for id in 1..=NODES {
             cluster.start_node(id)?;
@@ -191,12 +195,12 @@ impl Cluster {
         self.nodes.servers()
     }
 
-    /// Probes every directed peer link (loopback mode) and compares what each did with what
-    /// its rule should do: `Ok(Some(report))` when all match, `Err` naming those that do not,
-    /// `Ok(None)` in namespace mode (not probed).
+    /// Probes every directed peer link and compares what each did with what its rule should
+    /// do: `Ok(Some(report))` when all match, `Err` naming those that do not. On loopback the
+    /// rules are the proxy's; in namespace mode the kernel's grudges ([`Cluster::verify_grudges`]).
     pub async fn verify_links(&self) -> Result<Option<serde_json::Value>, String> {
-        if !matches!(self.net, Net::Loopback) {
-            return Ok(None);
+        if matches!(self.net, Net::Netns(_)) {
+            return self.verify_grudges().await.map(Some);
         }
         let mut seen = vec![];
         let mut wrong = vec![];
@@ -229,6 +233,48 @@ impl Cluster {
         } else {
             Err(format!(
                 "the partition did not take effect: {}",
+                wrong.join("; ")
+            ))
+        }
+    }
+
+    /// Namespace mode: probes every directed peer link at the kernel's level
+    /// ([`crate::probe::kernel_link`]) against the grudges in force. The proxy's own rules in
+    /// this mode (the one-way cut, delay) are not what this probes: they are the loopback
+    /// probe's and the proxy tests'.
+    async fn verify_grudges(&self) -> Result<serde_json::Value, String> {
+        use crate::probe::Seen;
+        let grudges = self
+            .grudges
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut seen = vec![];
+        let mut wrong = vec![];
+        for from in 1..=NODES {
+            for to in (1..=NODES).filter(|t| *t != from) {
+                let target = SocketAddr::new(netns::node_ip(to), netns::PEER_PORT);
+                let expected = match grudges.get(&(from, to)) {
+                    Some(true) => Seen::Cut,
+                    Some(false) => Seen::Held,
+                    // No grudge: a killed node's kernel resets, a stopped one's accepts and
+                    // answers nothing, as behind the proxy.
+                    None if !self.is_running(to) => Seen::Cut,
+                    None if self.nodes.is_paused(to) => Seen::Held,
+                    None => Seen::Passes,
+                };
+                let got = crate::probe::kernel_link(from, target).await;
+                if got != expected {
+                    wrong.push(format!("{from}->{to}: expected {expected:?}, saw {got:?}"));
+                }
+                seen.push(format!("{from}->{to} {got:?}"));
+            }
+        }
+        if wrong.is_empty() {
+            Ok(serde_json::json!(seen))
+        } else {
+            Err(format!(
+                "the partition did not take effect (kernel): {}",
                 wrong.join("; ")
             ))
         }
@@ -397,7 +443,14 @@ impl Cluster {
                 self.links.set(from, to, link);
                 Ok(())
             }
-            Net::Netns(ns) => ns.cut(from, to, reset),
+            Net::Netns(ns) => {
+                ns.cut(from, to, reset)?;
+                self.grudges
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert((from, to), reset);
+                Ok(())
+            }
         }
     }
 
@@ -453,6 +506,10 @@ impl Cluster {
     /// Every link passes again.
     pub fn heal_network(&self) -> Result<(), String> {
         self.links.heal();
+        self.grudges
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         match &self.net {
             Net::Loopback => Ok(()),
             Net::Netns(ns) => ns.heal(),

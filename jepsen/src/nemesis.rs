@@ -506,7 +506,7 @@ async fn fire(
         // A partition counts as fired only once the connect probe saw it take effect.
         Ok(mut done) if fault.kind() == "partition" => match cluster.verify_links().await {
             Ok(probed) => {
-                done["probed"] = probed.unwrap_or_else(|| "not probed (netns)".into());
+                done["probed"] = probed.unwrap_or_else(|| "not probed".into());
                 Ok(done)
             }
             Err(e) => Err(e),
