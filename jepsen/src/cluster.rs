@@ -163,6 +163,9 @@ impl Cluster {
                 peers: voters.clone(),
                 // The harness speaks the binary protocol only; no node binds an HTTP port.
                 http_listen: String::new(),
+                // Namespace addresses are not loopback ones, and the harness speaks
+                // plaintext: its namespaces reach nothing outside the run.
+                insecure: matches!(net, Net::Netns(_)),
                 ..Config::default()
             })?;
         }
