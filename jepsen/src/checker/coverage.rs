@@ -22,7 +22,8 @@
 //!
 //! Which counts are key depends on the faults requested: leader changes and
 //! deadline-ended beliefs need a fault that moves or stalls the leader (`partition`,
-//! `kill`, `pause`, `power-loss`), skewed leaderships the `clock` fault; the rest every run must show.
+//! `kill`, `pause`, `power-loss`), skewed leaderships the `clock` fault; the rest every run
+//! must show.
 
 use std::collections::BTreeMap;
 
