@@ -26,6 +26,7 @@ plants=(
     "settle-twice|settlement|kill|loopback|30|1"
     "halt-skipped|halts|delay|loopback|20|1"
     "expiry-no-grant|-|client-kill|loopback|30|1"
+    "unsynced-log|settlement|power-loss|loopback|30|1"
 )
 
 want=("$@")

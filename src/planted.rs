@@ -33,11 +33,13 @@ pub enum Plant {
     HaltSkipped,
     /// A session's expiry releases its permits without serving the queues.
     ExpiryNoGrant,
+    /// The Raft log's commits are never fsynced (its redb file backend skips `sync_data`).
+    UnsyncedLog,
 }
 
 impl Plant {
     /// Every plant, in the order of `jepsen/planted.sh`.
-    pub const ALL: [Plant; 9] = [
+    pub const ALL: [Plant; 10] = [
         Plant::NoFreeze,
         Plant::WallGap,
         Plant::MarginZero,
@@ -47,6 +49,7 @@ impl Plant {
         Plant::SettleTwice,
         Plant::HaltSkipped,
         Plant::ExpiryNoGrant,
+        Plant::UnsyncedLog,
     ];
 
     /// The name `WEIR_PLANT` takes.
@@ -61,6 +64,7 @@ impl Plant {
             Plant::SettleTwice => "settle-twice",
             Plant::HaltSkipped => "halt-skipped",
             Plant::ExpiryNoGrant => "expiry-no-grant",
+            Plant::UnsyncedLog => "unsynced-log",
         }
     }
 }

@@ -71,6 +71,12 @@ pub struct Cluster {
     /// resume its own term (its vote is durable), so the monitor tells incarnations apart
     /// by this.
     pub starts: Arc<Vec<std::sync::atomic::AtomicU64>>,
+    /// Per node, the lost-fsync layer mounted on its data directory (empty unless the run
+    /// asked for power losses). Declared after `nodes`, so it is unmounted after they die.
+    lazyfs: Vec<crate::lazyfs::LazyFs>,
+    /// Namespace mode: the kernel's grudges in force, (from, to) → answered with resets,
+    /// for the connect probe to compare with what it sees. Cleared at every heal.
+    grudges: std::sync::Mutex<std::collections::BTreeMap<(u64, u64), bool>>,
 }
 
 /// The nodes of a run.
@@ -113,8 +119,16 @@ fn addresses(net: &Net, id: u64) -> Result<(String, String, String, Option<IpAdd
 }
 
 impl Cluster {
-    /// Writes configs in `dir`, starts the proxies and the three nodes.
-    pub async fn start(weir: &Path, dir: &Path, seed: u64, net: Net) -> Result<Cluster, String> {
+    /// Writes configs in `dir`, starts the proxies and the three nodes. With `lost_fsync`,
+    /// each node's data directory is a [`crate::lazyfs::LazyFs`] mount over
+    /// `data{id}.durable` (root and `/dev/fuse` needed), for [`Cluster::power_loss`].
+    pub async fn start(
+        weir: &Path,
+        dir: &Path,
+        seed: u64,
+        net: Net,
+        lost_fsync: bool,
+    ) -> Result<Cluster, String> {
         let links = Links::new(seed);
         let addrs = (1..=NODES)
             .map(|id| addresses(&net, id))
@@ -149,8 +163,21 @@ impl Cluster {
                 peers: voters.clone(),
                 // The harness speaks the binary protocol only; no node binds an HTTP port.
                 http_listen: String::new(),
+                // Namespace addresses are not loopback ones, and the harness speaks
+                // plaintext: its namespaces reach nothing outside the run.
+                insecure: matches!(net, Net::Netns(_)),
                 ..Config::default()
             })?;
+        }
+        let mut lazyfs = vec![];
+        if lost_fsync {
+            for id in 1..=NODES {
+                let backing = dir.join(format!("data{id}.durable"));
+                lazyfs.push(
+                    crate::lazyfs::LazyFs::mount(&backing, &nodes.data_dir(id))
+                        .map_err(|e| e.to_string())?,
+                );
+            }
         }
         let mut cluster = Cluster {
             nodes,
@@ -158,6 +185,8 @@ impl Cluster {
             links,
             net,
             starts: Arc::new((0..NODES).map(|_| Default::default()).collect()),
+            lazyfs,
+            grudges: Default::default(),
         };
         for id in 1..=NODES {
             cluster.start_node(id)?;
@@ -169,12 +198,12 @@ impl Cluster {
         self.nodes.servers()
     }
 
-    /// Probes every directed peer link (loopback mode) and compares what each did with what
-    /// its rule should do: `Ok(Some(report))` when all match, `Err` naming those that do not,
-    /// `Ok(None)` in namespace mode (not probed).
+    /// Probes every directed peer link and compares what each did with what its rule should
+    /// do: `Ok(Some(report))` when all match, `Err` naming those that do not. On loopback the
+    /// rules are the proxy's; in namespace mode the kernel's grudges ([`Cluster::verify_grudges`]).
     pub async fn verify_links(&self) -> Result<Option<serde_json::Value>, String> {
-        if !matches!(self.net, Net::Loopback) {
-            return Ok(None);
+        if matches!(self.net, Net::Netns(_)) {
+            return self.verify_grudges().await.map(Some);
         }
         let mut seen = vec![];
         let mut wrong = vec![];
@@ -207,6 +236,48 @@ impl Cluster {
         } else {
             Err(format!(
                 "the partition did not take effect: {}",
+                wrong.join("; ")
+            ))
+        }
+    }
+
+    /// Namespace mode: probes every directed peer link at the kernel's level
+    /// ([`crate::probe::kernel_link`]) against the grudges in force. The proxy's own rules in
+    /// this mode (the one-way cut, delay) are not what this probes: they are the loopback
+    /// probe's and the proxy tests'.
+    async fn verify_grudges(&self) -> Result<serde_json::Value, String> {
+        use crate::probe::Seen;
+        let grudges = self
+            .grudges
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut seen = vec![];
+        let mut wrong = vec![];
+        for from in 1..=NODES {
+            for to in (1..=NODES).filter(|t| *t != from) {
+                let target = SocketAddr::new(netns::node_ip(to), netns::PEER_PORT);
+                let expected = match grudges.get(&(from, to)) {
+                    Some(true) => Seen::Cut,
+                    Some(false) => Seen::Held,
+                    // No grudge: a killed node's kernel resets, a stopped one's accepts and
+                    // answers nothing, as behind the proxy.
+                    None if !self.is_running(to) => Seen::Cut,
+                    None if self.nodes.is_paused(to) => Seen::Held,
+                    None => Seen::Passes,
+                };
+                let got = crate::probe::kernel_link(from, target).await;
+                if got != expected {
+                    wrong.push(format!("{from}->{to}: expected {expected:?}, saw {got:?}"));
+                }
+                seen.push(format!("{from}->{to} {got:?}"));
+            }
+        }
+        if wrong.is_empty() {
+            Ok(serde_json::json!(seen))
+        } else {
+            Err(format!(
+                "the partition did not take effect (kernel): {}",
                 wrong.join("; ")
             ))
         }
@@ -261,6 +332,18 @@ impl Cluster {
     /// kill -9.
     pub fn kill(&mut self, id: u64) {
         self.nodes.kill(id);
+    }
+
+    /// Power loss of node `id`: kill -9 (reaped, so nothing of it is still writing), then
+    /// every write its data directory had not fsynced is dropped; the heal restarts it on
+    /// what it had made durable. Needs the run started with `lost_fsync`.
+    pub fn power_loss(&mut self, id: u64) -> Result<crate::lazyfs::Loss, String> {
+        let Some(fs) = self.lazyfs.get((id - 1) as usize) else {
+            return Err("power loss without the lost-fsync layer mounted".into());
+        };
+        self.nodes.kill(id);
+        fs.power_loss()
+            .map_err(|e| format!("node {id}'s power loss: {e}"))
     }
 
     pub fn pause(&mut self, id: u64) {
@@ -363,7 +446,14 @@ impl Cluster {
                 self.links.set(from, to, link);
                 Ok(())
             }
-            Net::Netns(ns) => ns.cut(from, to, reset),
+            Net::Netns(ns) => {
+                ns.cut(from, to, reset)?;
+                self.grudges
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert((from, to), reset);
+                Ok(())
+            }
         }
     }
 
@@ -419,6 +509,10 @@ impl Cluster {
     /// Every link passes again.
     pub fn heal_network(&self) -> Result<(), String> {
         self.links.heal();
+        self.grudges
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         match &self.net {
             Net::Loopback => Ok(()),
             Net::Netns(ns) => ns.heal(),

@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod converge;
 pub mod finals;
 pub mod history;
+pub mod lazyfs;
 pub mod monitor;
 pub mod nemesis;
 pub mod netns;

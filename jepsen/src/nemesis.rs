@@ -28,7 +28,12 @@
 //! - `client-kill`: a client as a process of its own (`weir acquire crash --hold`, the CLI)
 //!   holds the one unit of `crash`; a waiter queues behind it; the client is killed -9. Its
 //!   lease must lapse (its session TTL, the CLI's default) and the permit move on to the
-//!   waiter — judged by the liveness checker.
+//!   waiter — judged by the liveness checker;
+//! - `power-loss`: kill -9 one node, the leader, or all three, and drop every write its data
+//!   directory had not fsynced (the lost-fsync layer, [`crate::lazyfs`], mounted on every
+//!   data directory when this kind is requested); the heal restarts it on what it had made
+//!   durable. Acknowledged writes must survive (G3): the settlement checker reads every
+//!   acknowledged settlement back, the permit checkers see a lost grant given twice.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -41,7 +46,7 @@ use crate::rng::Rng;
 use crate::workload::ClientPause;
 
 /// Every kind the harness can inject, in `--nemesis all` order.
-pub const ALL: [&str; 8] = [
+pub const ALL: [&str; 9] = [
     "partition",
     "kill",
     "pause",
@@ -50,7 +55,11 @@ pub const ALL: [&str; 8] = [
     "membership",
     "delay",
     "client-kill",
+    POWER_LOSS,
 ];
+
+/// The power-loss kind's name: the run mounts the lost-fsync layer when it is requested.
+pub const POWER_LOSS: &str = "power-loss";
 
 /// Process number of the waiter behind a killed client.
 const CRASH_WAITER: u64 = 30_000;
@@ -109,6 +118,10 @@ pub enum Fault {
     RemoveNode(u64),
     /// kill -9 of a client process holding a permit.
     KillClient,
+    /// Power loss (kill -9, unsynced writes dropped) of one node, of the leader, of all.
+    PowerLoss(u64),
+    PowerLossLeader,
+    PowerLossAll,
 }
 
 impl Fault {
@@ -126,6 +139,7 @@ impl Fault {
             Fault::Clocks(_) => "clock",
             Fault::RemoveNode(_) => "membership",
             Fault::KillClient => "client-kill",
+            Fault::PowerLoss(_) | Fault::PowerLossLeader | Fault::PowerLossAll => POWER_LOSS,
         }
     }
 }
@@ -198,6 +212,11 @@ fn fault_of(kind: &str, rng: &mut Rng) -> Option<Fault> {
         }
         "membership" => Fault::RemoveNode(node),
         "client-kill" => Fault::KillClient,
+        POWER_LOSS => match rng.range(0, 2) {
+            0 => Fault::PowerLoss(node),
+            1 => Fault::PowerLossLeader,
+            _ => Fault::PowerLossAll,
+        },
         _ => return None,
     })
 }
@@ -373,6 +392,28 @@ pub async fn inject(
             json!({"fault": "remove-node", "node": n})
         }
         Fault::KillClient => kill_client(cluster, history).await?,
+        Fault::PowerLoss(n) => {
+            let lost = cluster.power_loss(n)?;
+            json!({"fault": "power-loss", "node": n, "lost": lost})
+        }
+        Fault::PowerLossLeader => {
+            let Some(l) = leader().await else {
+                return Err("no leader to power off".into());
+            };
+            let lost = cluster.power_loss(l)?;
+            json!({"fault": "power-loss-leader", "node": l, "lost": lost})
+        }
+        Fault::PowerLossAll => {
+            // All three down before any loses its writes: a whole-cluster outage.
+            for n in 1..=3 {
+                cluster.kill(n);
+            }
+            let mut lost = vec![];
+            for n in 1..=3 {
+                lost.push(cluster.power_loss(n)?);
+            }
+            json!({"fault": "power-loss-all", "lost": lost})
+        }
     })
 }
 
@@ -465,7 +506,7 @@ async fn fire(
         // A partition counts as fired only once the connect probe saw it take effect.
         Ok(mut done) if fault.kind() == "partition" => match cluster.verify_links().await {
             Ok(probed) => {
-                done["probed"] = probed.unwrap_or_else(|| "not probed (netns)".into());
+                done["probed"] = probed.unwrap_or_else(|| "not probed".into());
                 Ok(done)
             }
             Err(e) => Err(e),

@@ -7,8 +7,11 @@
 //! - **passes**: garbage sent on it reaches the node, which closes the connection (a bad
 //!   frame closes its connection, G8).
 //!
-//! Loopback mode only: in namespace mode the rules are the kernel's and the harness's own
-//! namespace is not a node's, so the probe would test another path.
+//! In namespace mode the partitions are the kernel's (nftables in the snubbed node's
+//! namespace, matching the other node's addresses, its proxy leg among them), so
+//! [`kernel_link`] probes them as the proxy's leg dials: from the dialing node's leg address
+//! (which lives in the harness's namespace) straight to the other node's peer port. There a
+//! cut answers the connect with a reset, and a silent drop leaves it unanswered.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -72,6 +75,39 @@ pub async fn link(from: u64, front: SocketAddr) -> Seen {
             Err(_) => return Seen::Held,
             Ok(Ok(0) | Err(_)) => return Seen::Passes,
             // An error frame first, then the close.
+            Ok(Ok(_)) => continue,
+        }
+    }
+}
+
+/// Probes, in namespace mode, the kernel's rule for node `from`'s packets at `target`
+/// (the other node's own peer address), dialing from `from`'s proxy leg.
+pub async fn kernel_link(from: u64, target: SocketAddr) -> Seen {
+    let Ok(socket) = TcpSocket::new_v4() else {
+        return Seen::Unreachable;
+    };
+    if socket
+        .bind(SocketAddr::new(crate::netns::leg_ip(from), 0))
+        .is_err()
+    {
+        return Seen::Unreachable;
+    }
+    let mut stream = match tokio::time::timeout(ANSWER, socket.connect(target)).await {
+        // A silent drop: the handshake is never answered.
+        Err(_) => return Seen::Held,
+        // A reset (the grudge's `reject with tcp reset`, or no node listening).
+        Ok(Err(_)) => return Seen::Cut,
+        Ok(Ok(stream)) => stream,
+    };
+    // Connected: the node must close a connection that sends it garbage.
+    let mut buf = [0u8; 64];
+    if stream.write_all(&[0xff; 32]).await.is_err() {
+        return Seen::Cut;
+    }
+    loop {
+        match tokio::time::timeout(ANSWER, stream.read(&mut buf)).await {
+            Err(_) => return Seen::Held,
+            Ok(Ok(0) | Err(_)) => return Seen::Passes,
             Ok(Ok(_)) => continue,
         }
     }

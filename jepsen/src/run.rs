@@ -47,7 +47,15 @@ impl Outcome {
 pub async fn run(plan: &Plan) -> Result<Outcome, String> {
     std::fs::create_dir_all(&plan.out).map_err(|e| format!("{}: {e}", plan.out.display()))?;
     let history = Recorder::new();
-    let mut cluster = Cluster::start(&plan.weir, &plan.out, plan.seed, plan.net.clone()).await?;
+    let lost_fsync = plan.nemeses.iter().any(|k| k == nemesis::POWER_LOSS);
+    let mut cluster = Cluster::start(
+        &plan.weir,
+        &plan.out,
+        plan.seed,
+        plan.net.clone(),
+        lost_fsync,
+    )
+    .await?;
     if cluster.leader(Duration::from_secs(20)).await.is_none() {
         return Err("the cluster elected no leader".into());
     }

@@ -13,6 +13,7 @@
 pub mod log_store;
 pub mod network;
 pub mod state_store;
+pub mod unsynced_backend;
 
 use std::io::Cursor;
 

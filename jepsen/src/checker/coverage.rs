@@ -16,11 +16,14 @@
 //! - `queued rounds`: rounds of tickets queued before a fault and granted after its heal;
 //! - `skewed leaderships`: leaderships whose log clock the monitor saw run at least 2% off
 //!   real time over three seconds or more (the clock nemesis' rate skew, observed);
-//! - lost-fsync crashes: not counted yet (the power-loss fault does not exist yet).
+//! - `lost-fsync crashes`: nodes power-lost by the `power-loss` fault (kill -9, then every
+//!   write not fsynced dropped), each restarted on what it had made durable; a key count
+//!   when `power-loss` is requested.
 //!
 //! Which counts are key depends on the faults requested: leader changes and
 //! deadline-ended beliefs need a fault that moves or stalls the leader (`partition`,
-//! `kill`, `pause`), skewed leaderships the `clock` fault; the rest every run must show.
+//! `kill`, `pause`, `power-loss`), skewed leaderships the `clock` fault; the rest every run
+//! must show.
 
 use std::collections::BTreeMap;
 
@@ -95,6 +98,18 @@ pub fn counts(ops: &[Op]) -> Vec<(&'static str, u64)> {
         .iter()
         .filter(|o| o.process == NEMESIS && o.f == "queue-round")
         .count() as u64;
+    // Each power-loss fault that fired: one node, or all three.
+    let lost_fsync = ops
+        .iter()
+        .filter(|o| o.process == NEMESIS && o.kind == Kind::Info && o.f == "power-loss")
+        .map(|o| {
+            if s(o, "fault") == Some("power-loss-all") {
+                3
+            } else {
+                1
+            }
+        })
+        .sum();
     vec![
         ("deadline-ended beliefs", deadline_ended),
         ("lease takeovers", takeovers),
@@ -105,6 +120,7 @@ pub fn counts(ops: &[Op]) -> Vec<(&'static str, u64)> {
         ("ceiling refusals", ceiling),
         ("queued rounds", queued),
         ("skewed leaderships", skewed),
+        ("lost-fsync crashes", lost_fsync),
     ]
 }
 
@@ -121,12 +137,15 @@ fn keys(nemeses: &[String]) -> Vec<&'static str> {
     }
     if nemeses
         .iter()
-        .any(|n| ["partition", "kill", "pause"].contains(&n.as_str()))
+        .any(|n| ["partition", "kill", "pause", "power-loss"].contains(&n.as_str()))
     {
         keys.extend(["leader changes", "deadline-ended beliefs"]);
     }
     if nemeses.iter().any(|n| n == "clock") {
         keys.push("skewed leaderships");
+    }
+    if nemeses.iter().any(|n| n == crate::nemesis::POWER_LOSS) {
+        keys.push("lost-fsync crashes");
     }
     keys
 }
@@ -150,7 +169,6 @@ pub fn report(ops: &[Op]) -> String {
     for (name, count) in counts(ops) {
         out.push_str(&format!("  {name:<24} {count}\n"));
     }
-    out.push_str("  lost-fsync crashes       n/a (no power-loss fault yet)\n");
     out
 }
 
@@ -176,6 +194,28 @@ mod tests {
         let c = counts(&h);
         assert!(c.contains(&("deadline-ended beliefs", 1)));
         assert!(c.contains(&("lease takeovers", 1)));
+    }
+
+    #[test]
+    fn power_losses_count_their_nodes_and_are_key_when_requested() {
+        let nemesis = |fault: &str| {
+            op(
+                NEMESIS,
+                Kind::Info,
+                "power-loss",
+                json!({"fault": fault}),
+                1,
+            )
+        };
+        let failed = op(NEMESIS, Kind::Fail, "power-loss", json!({"error": "x"}), 1);
+        let h = [nemesis("power-loss"), nemesis("power-loss-all"), failed];
+        assert!(counts(&h).contains(&("lost-fsync crashes", 4)));
+        let requested = vec!["power-loss".to_string()];
+        assert!(keys(&requested).contains(&"lost-fsync crashes"));
+        assert!(!keys(&["kill".to_string()]).contains(&"lost-fsync crashes"));
+        assert!(
+            matches!(check(&[], &requested), Verdict::Unknown(d) if d.contains("lost-fsync crashes"))
+        );
     }
 
     #[test]

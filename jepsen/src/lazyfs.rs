@@ -1,0 +1,759 @@
+//! A filesystem that loses what was not fsynced: the power-loss fault's disk (issue #12, item
+//! 2, after LazyFS).
+//!
+//! kill -9 keeps the kernel's page cache, so a node that forgot an fsync still finds its
+//! writes after a restart, and a missing fsync is invisible. [`LazyFs`] is a FUSE filesystem
+//! mounted on a node's data directory that passes everything to a backing directory and
+//! remembers, per file, what the file looked like at its last `fsync`/`fdatasync`. A
+//! [`LazyFs::power_loss`] — called while the node is dead, after kill -9 and its reaping —
+//! puts every file back to exactly that: the bytes written since are gone, a file grown
+//! since is cut back, a file cut since is restored. The node then restarts on what it had
+//! made durable, and nothing else.
+//!
+//! How it keeps the durable image: writes go through to the backing file at once (so reads
+//! are plain reads), but before the first write since the last sync touches a 4 KiB page
+//! that lies inside the durable length, the page's durable bytes are saved (an undo page).
+//! A power loss writes the undo pages back and sets the length to the durable one. An
+//! `fsync` or `fdatasync` of any handle of a file syncs the backing file and forgets that
+//! file's undo pages: the file as it is now is durable (both calls make the size durable
+//! too, which is what `fdatasync` promises for the data that follows).
+//!
+//! What the model takes as durable at once, and why that is enough for Weir:
+//! - Metadata: create, mkdir, unlink, rmdir and rename are durable when they return, as a
+//!   journaling filesystem commits them soon after; a file created and never synced comes
+//!   back empty (its durable length is 0), the classic zero-length file after a crash. Weir's
+//!   data directory holds `log.redb`, written by redb with `pwrite`, grown with `ftruncate`
+//!   and committed with `fdatasync` (`Durability::Immediate`: redb relies on neither rename
+//!   nor a directory fsync), and `snapshot.bin`/`node.id`, replaced by write, fsync, rename,
+//!   directory fsync: the data part of both is what this layer judges.
+//! - The kernel caches nothing of the layer's files: every open is `FOPEN_DIRECT_IO` and
+//!   attributes and entries have a time-to-live of zero, so what a restarted node reads is
+//!   what the backing files hold after the power loss.
+//! - Locks (redb's byte-range lock) are the kernel's local ones (the layer does not claim
+//!   POSIX locks), released when the holder dies.
+//!
+//! Invariants:
+//! - A file's undo pages all lie below its durable length, and each holds the durable bytes
+//!   of its page (up to the durable length): a page is saved before its first change since
+//!   the last sync, never after.
+//! - A power loss is called only while no process uses the mount (the node is dead and
+//!   reaped): kill -9 cannot leave a write half-applied, since the kernel waits for the
+//!   answer to a request it has sent before the process may exit.
+//! - Never in a node's own code: this is the harness's disk, in the harness's process.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsStr;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fuser::{
+    BackgroundSession, Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
+    Generation, INodeNo, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request,
+    TimeOrNow, WriteFlags,
+};
+
+/// The granularity of undo pages: the page size, so one write of a page saves one page.
+const PAGE_BYTES: u64 = 4096;
+
+/// Attributes and entries are never cached by the kernel: a power loss changes sizes and
+/// contents behind its back.
+const TTL: Duration = Duration::ZERO;
+
+/// What a power loss undid, for the history.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Loss {
+    /// Files put back to their last synced state.
+    pub files: u64,
+    /// Pages whose unsynced contents were replaced by their durable ones.
+    pub pages: u64,
+    /// Bytes cut off files that had grown since their last sync.
+    pub bytes_cut: u64,
+}
+
+/// A file changed since its last sync.
+#[derive(Debug)]
+struct Unsynced {
+    /// The file's length at its last sync (or when the layer first saw it).
+    durable_len: u64,
+    /// Page number → that page's durable bytes (shorter than a page at the durable end).
+    undo: BTreeMap<u64, Vec<u8>>,
+}
+
+/// Everything the layer keeps; one lock, since the session runs one thread.
+#[derive(Debug, Default)]
+struct State {
+    /// Inode number → its path relative to the backing directory ("" is the root).
+    paths: HashMap<u64, PathBuf>,
+    /// The reverse of `paths`.
+    inodes: HashMap<PathBuf, u64>,
+    next_inode: u64,
+    /// Open handles → (inode, the backing file).
+    handles: HashMap<u64, (u64, Arc<File>)>,
+    next_handle: u64,
+    /// Inode → what it has unsynced. A file not here is durable as it is.
+    unsynced: HashMap<u64, Unsynced>,
+    /// How many power losses the mount has had.
+    losses: u64,
+}
+
+/// The filesystem as the FUSE session sees it.
+struct Layer {
+    backing: PathBuf,
+    state: Arc<Mutex<State>>,
+}
+
+/// A mounted layer: unmounted on drop.
+pub struct LazyFs {
+    backing: PathBuf,
+    mountpoint: PathBuf,
+    state: Arc<Mutex<State>>,
+    session: Option<BackgroundSession>,
+}
+
+impl std::fmt::Debug for LazyFs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LazyFs")
+            .field("backing", &self.backing)
+            .field("mountpoint", &self.mountpoint)
+            .finish()
+    }
+}
+
+fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    // A panic while holding the lock is a bug of this layer; the state is still the best
+    // account of what is unsynced, so go on with it.
+    state.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl LazyFs {
+    /// Mounts a layer on `mountpoint` (created if missing, must be empty) over `backing`
+    /// (created if missing). Needs root and `/dev/fuse`.
+    pub fn mount(backing: &Path, mountpoint: &Path) -> io::Result<LazyFs> {
+        std::fs::create_dir_all(backing)?;
+        std::fs::create_dir_all(mountpoint)?;
+        let backing = backing.canonicalize()?;
+        let mut state = State {
+            next_inode: 2,
+            next_handle: 1,
+            ..State::default()
+        };
+        state.paths.insert(INodeNo::ROOT.0, PathBuf::new());
+        state.inodes.insert(PathBuf::new(), INodeNo::ROOT.0);
+        let state = Arc::new(Mutex::new(state));
+        let layer = Layer {
+            backing: backing.clone(),
+            state: state.clone(),
+        };
+        let mut config = Config::default();
+        config.mount_options = vec![
+            MountOption::FSName("weir-lazyfs".into()),
+            MountOption::Subtype("lazyfs".into()),
+        ];
+        let session = fuser::spawn_mount(layer, mountpoint, &config).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "mounting the lost-fsync layer on {}: {e}",
+                    mountpoint.display()
+                ),
+            )
+        })?;
+        Ok(LazyFs {
+            backing,
+            mountpoint: mountpoint.to_owned(),
+            state,
+            session: Some(session),
+        })
+    }
+
+    /// The directory the layer serves.
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// The directory holding the files (after a power loss, exactly their durable state).
+    pub fn backing(&self) -> &Path {
+        &self.backing
+    }
+
+    /// How many power losses this mount has had.
+    pub fn losses(&self) -> u64 {
+        lock(&self.state).losses
+    }
+
+    /// Drops every write not fsynced: each file back to its state at its last sync. Call it
+    /// only while no process uses the mount (see the module's invariants).
+    pub fn power_loss(&self) -> io::Result<Loss> {
+        let mut state = lock(&self.state);
+        let mut loss = Loss::default();
+        let unsynced = std::mem::take(&mut state.unsynced);
+        for (inode, file) in unsynced {
+            // An unlinked file's state was dropped with it; one renamed keeps its inode.
+            let Some(path) = state.paths.get(&inode) else {
+                continue;
+            };
+            let backing = OpenOptions::new()
+                .write(true)
+                .open(self.backing.join(path))?;
+            for (page, bytes) in &file.undo {
+                backing.write_all_at(bytes, page * PAGE_BYTES)?;
+            }
+            let len = backing.metadata()?.len();
+            loss.bytes_cut += len.saturating_sub(file.durable_len);
+            backing.set_len(file.durable_len)?;
+            backing.sync_all()?;
+            loss.files += 1;
+            loss.pages += file.undo.len() as u64;
+        }
+        // The dead process's handles: a late release finds nothing, which is fine.
+        state.handles.clear();
+        state.losses += 1;
+        Ok(loss)
+    }
+}
+
+impl Drop for LazyFs {
+    fn drop(&mut self) {
+        if let Some(session) = self.session.take()
+            && session.umount_and_join().is_err()
+        {
+            // Busy (a file still open, a process still inside): detach it, so no mount is
+            // left behind the run; the kernel ends it when its last user goes.
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.mountpoint)
+                .status();
+        }
+    }
+}
+
+/// The durable bytes of `page` of `file`, up to `durable_len`.
+fn read_page(file: &File, page: u64, durable_len: u64) -> io::Result<Vec<u8>> {
+    let start = page * PAGE_BYTES;
+    let end = ((page + 1) * PAGE_BYTES).min(durable_len);
+    let mut bytes = vec![0; (end - start) as usize];
+    file.read_exact_at(&mut bytes, start)?;
+    Ok(bytes)
+}
+
+impl State {
+    /// Before bytes `[start, end)` of `inode` change: saves the durable bytes of every page
+    /// of that range that lies below the durable length and is not saved yet.
+    fn save(&mut self, inode: u64, file: &File, start: u64, end: u64) -> io::Result<()> {
+        let current_len = file.metadata()?.len();
+        let unsynced = self.unsynced.entry(inode).or_insert(Unsynced {
+            durable_len: current_len,
+            undo: BTreeMap::new(),
+        });
+        let end = end.min(unsynced.durable_len);
+        if start >= end {
+            return Ok(());
+        }
+        for page in start / PAGE_BYTES..end.div_ceil(PAGE_BYTES) {
+            if !unsynced.undo.contains_key(&page) {
+                let bytes = read_page(file, page, unsynced.durable_len)?;
+                unsynced.undo.insert(page, bytes);
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets the length of `inode`'s file, saving what a cut removes.
+    fn set_len(&mut self, inode: u64, file: &File, len: u64) -> io::Result<()> {
+        let current_len = file.metadata()?.len();
+        self.save(inode, file, len, current_len.max(len))?;
+        file.set_len(len)
+    }
+
+    fn inode_of(&mut self, path: PathBuf) -> u64 {
+        if let Some(inode) = self.inodes.get(&path) {
+            return *inode;
+        }
+        let inode = self.next_inode;
+        self.next_inode += 1;
+        self.paths.insert(inode, path.clone());
+        self.inodes.insert(path, inode);
+        inode
+    }
+
+    /// `path` is gone (unlinked, or replaced by a rename): its inode with it, and whatever it
+    /// had unsynced (the power loss must never write to another file that takes its name).
+    fn forget_path(&mut self, path: &Path) {
+        if let Some(inode) = self.inodes.remove(path) {
+            self.paths.remove(&inode);
+            self.unsynced.remove(&inode);
+        }
+    }
+
+    /// Renames `from` to `to` in the tables, with everything under it.
+    fn rename(&mut self, from: &Path, to: &Path) {
+        self.forget_path(to);
+        let moved: Vec<(PathBuf, u64)> = self
+            .inodes
+            .iter()
+            .filter(|(p, _)| p.starts_with(from))
+            .map(|(p, i)| (p.clone(), *i))
+            .collect();
+        for (path, inode) in moved {
+            let rest = path.strip_prefix(from).expect("filtered on the prefix");
+            let new = if rest.as_os_str().is_empty() {
+                to.to_owned()
+            } else {
+                to.join(rest)
+            };
+            self.inodes.remove(&path);
+            self.inodes.insert(new.clone(), inode);
+            self.paths.insert(inode, new);
+        }
+    }
+}
+
+fn attr(inode: u64, meta: &std::fs::Metadata) -> FileAttr {
+    let time = |secs: i64, nanos: i64| {
+        if secs >= 0 {
+            UNIX_EPOCH + Duration::new(secs as u64, nanos as u32)
+        } else {
+            UNIX_EPOCH
+        }
+    };
+    FileAttr {
+        ino: INodeNo(inode),
+        size: meta.len(),
+        blocks: meta.blocks(),
+        atime: time(meta.atime(), meta.atime_nsec()),
+        mtime: time(meta.mtime(), meta.mtime_nsec()),
+        ctime: time(meta.ctime(), meta.ctime_nsec()),
+        crtime: SystemTime::UNIX_EPOCH,
+        kind: FileType::from_std(meta.file_type()).unwrap_or(FileType::RegularFile),
+        perm: (meta.mode() & 0o7777) as u16,
+        nlink: meta.nlink() as u32,
+        uid: meta.uid(),
+        gid: meta.gid(),
+        rdev: meta.rdev() as u32,
+        blksize: PAGE_BYTES as u32,
+        flags: 0,
+    }
+}
+
+impl Layer {
+    fn state(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    /// The relative path of `inode`, or ENOENT.
+    fn path(&self, inode: INodeNo) -> Result<PathBuf, Errno> {
+        self.state()
+            .paths
+            .get(&inode.0)
+            .cloned()
+            .ok_or(Errno::ENOENT)
+    }
+
+    fn child(&self, parent: INodeNo, name: &OsStr) -> Result<PathBuf, Errno> {
+        Ok(self.path(parent)?.join(name))
+    }
+
+    fn entry(&self, path: PathBuf) -> Result<FileAttr, Errno> {
+        let meta = std::fs::symlink_metadata(self.backing.join(&path))?;
+        let inode = self.state().inode_of(path);
+        Ok(attr(inode, &meta))
+    }
+
+    fn handle(&self, fh: FileHandle) -> Result<(u64, Arc<File>), Errno> {
+        self.state().handles.get(&fh.0).cloned().ok_or(Errno::EBADF)
+    }
+
+    fn open_backing(&self, path: &Path, flags: i32, create: Option<u32>) -> io::Result<File> {
+        let mode = flags & libc::O_ACCMODE;
+        let mut options = OpenOptions::new();
+        options
+            // Always readable: the first change of a page reads its durable bytes.
+            .read(true)
+            .write(mode == libc::O_WRONLY || mode == libc::O_RDWR)
+            // O_APPEND would make the backing ignore the offsets the kernel sends, and
+            // O_TRUNC would cut without saving: both are done here instead.
+            .custom_flags(
+                flags
+                    & !(libc::O_APPEND
+                        | libc::O_TRUNC
+                        | libc::O_ACCMODE
+                        | libc::O_CREAT
+                        | libc::O_EXCL),
+            );
+        if let Some(perm) = create {
+            options.create(true).mode(perm);
+            if flags & libc::O_EXCL != 0 {
+                options.create_new(true);
+            }
+        }
+        if flags & libc::O_TRUNC != 0 && mode == libc::O_RDONLY {
+            options.write(true);
+        }
+        options.open(self.backing.join(path))
+    }
+
+    /// Opens `inode` (at `path`) and registers a handle, applying O_TRUNC through the undo.
+    fn register(&self, inode: u64, file: File, flags: i32) -> Result<FileHandle, Errno> {
+        let mut state = self.state();
+        if flags & libc::O_TRUNC != 0 {
+            state.set_len(inode, &file, 0)?;
+        }
+        let handle = state.next_handle;
+        state.next_handle += 1;
+        state.handles.insert(handle, (inode, Arc::new(file)));
+        Ok(FileHandle(handle))
+    }
+}
+
+impl Filesystem for Layer {
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self.child(parent, name).and_then(|p| self.entry(p)) {
+            Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.path(ino).and_then(|p| self.entry(p)) {
+            Ok(attr) => reply.attr(&TTL, &attr),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        _uid: Option<u32>,
+        _gid: Option<u32>,
+        size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        _mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let result = (|| -> Result<FileAttr, Errno> {
+            let path = self.path(ino)?;
+            if let Some(mode) = mode {
+                std::fs::set_permissions(
+                    self.backing.join(&path),
+                    std::fs::Permissions::from_mode(mode & 0o7777),
+                )?;
+            }
+            if let Some(len) = size {
+                let file = match fh.and_then(|fh| self.handle(fh).ok()) {
+                    Some((_, file)) => file,
+                    None => Arc::new(
+                        OpenOptions::new()
+                            .read(true)
+                            .write(true)
+                            .open(self.backing.join(&path))?,
+                    ),
+                };
+                self.state().set_len(ino.0, &file, len)?;
+            }
+            self.entry(path)
+        })();
+        match result {
+            Ok(attr) => reply.attr(&TTL, &attr),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mkdir(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let result = (|| -> Result<FileAttr, Errno> {
+            let path = self.child(parent, name)?;
+            std::fs::DirBuilder::new()
+                .mode(mode & !umask & 0o7777)
+                .create(self.backing.join(&path))?;
+            self.entry(path)
+        })();
+        match result {
+            Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let result = (|| -> Result<(), Errno> {
+            let path = self.child(parent, name)?;
+            std::fs::remove_file(self.backing.join(&path))?;
+            self.state().forget_path(&path);
+            Ok(())
+        })();
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let result = (|| -> Result<(), Errno> {
+            let path = self.child(parent, name)?;
+            std::fs::remove_dir(self.backing.join(&path))?;
+            self.state().forget_path(&path);
+            Ok(())
+        })();
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let result = (|| -> Result<(), Errno> {
+            if !flags.is_empty() {
+                return Err(Errno::EINVAL);
+            }
+            let from = self.child(parent, name)?;
+            let to = self.child(newparent, newname)?;
+            std::fs::rename(self.backing.join(&from), self.backing.join(&to))?;
+            self.state().rename(&from, &to);
+            Ok(())
+        })();
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let result = (|| -> Result<FileHandle, Errno> {
+            let path = self.path(ino)?;
+            let file = self.open_backing(&path, flags.0, None)?;
+            self.register(ino.0, file, flags.0)
+        })();
+        match result {
+            Ok(fh) => reply.opened(fh, FopenFlags::FOPEN_DIRECT_IO),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn create(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let result = (|| -> Result<(FileAttr, FileHandle), Errno> {
+            let path = self.child(parent, name)?;
+            let existed = self.backing.join(&path).exists();
+            let file = self.open_backing(&path, flags, Some(mode & !umask & 0o7777))?;
+            let attr = self.entry(path)?;
+            if !existed {
+                // A new file's durable length is 0: its data is lost unless synced.
+                self.state().unsynced.insert(
+                    attr.ino.0,
+                    Unsynced {
+                        durable_len: 0,
+                        undo: BTreeMap::new(),
+                    },
+                );
+            }
+            let fh = self.register(attr.ino.0, file, flags)?;
+            Ok((attr, fh))
+        })();
+        match result {
+            Ok((attr, fh)) => {
+                reply.created(&TTL, &attr, Generation(0), fh, FopenFlags::FOPEN_DIRECT_IO)
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let result = (|| -> Result<Vec<u8>, Errno> {
+            let (_, file) = self.handle(fh)?;
+            let mut bytes = vec![0; size as usize];
+            let mut filled = 0;
+            while filled < bytes.len() {
+                let n = file.read_at(&mut bytes[filled..], offset + filled as u64)?;
+                if n == 0 {
+                    break;
+                }
+                filled += n;
+            }
+            bytes.truncate(filled);
+            Ok(bytes)
+        })();
+        match result {
+            Ok(bytes) => reply.data(&bytes),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let result = (|| -> Result<u32, Errno> {
+            let (inode, file) = self.handle(fh)?;
+            let mut state = self.state();
+            state.save(inode, &file, offset, offset + data.len() as u64)?;
+            file.write_all_at(data, offset)?;
+            Ok(data.len() as u32)
+        })();
+        match result {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // close() makes nothing durable.
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.state().handles.remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let result = (|| -> Result<(), Errno> {
+            let (_, file) = self.handle(fh)?;
+            let mut state = self.state();
+            file.sync_all()?;
+            // The whole file as it is now is durable, whichever handle wrote it.
+            state.unsynced.remove(&ino.0);
+            Ok(())
+        })();
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let result = (|| -> Result<Vec<(u64, FileType, std::ffi::OsString)>, Errno> {
+            let path = self.path(ino)?;
+            let mut entries = vec![
+                (ino.0, FileType::Directory, ".".into()),
+                (INodeNo::ROOT.0, FileType::Directory, "..".into()),
+            ];
+            let mut names: Vec<_> =
+                std::fs::read_dir(self.backing.join(&path))?.collect::<io::Result<Vec<_>>>()?;
+            names.sort_by_key(|e| e.file_name());
+            for entry in names {
+                let kind = FileType::from_std(entry.file_type()?).unwrap_or(FileType::RegularFile);
+                let inode = self.state().inode_of(path.join(entry.file_name()));
+                entries.push((inode, kind, entry.file_name()));
+            }
+            Ok(entries)
+        })();
+        match result {
+            Ok(entries) => {
+                for (i, (inode, kind, name)) in
+                    entries.into_iter().enumerate().skip(offset as usize)
+                {
+                    if reply.add(INodeNo(inode), i as u64 + 1, kind, name) {
+                        break;
+                    }
+                }
+                reply.ok();
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        // Metadata is durable at once in this model (see the module doc).
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        // Room enough to never matter; nothing in Weir reads it.
+        reply.statfs(1 << 24, 1 << 23, 1 << 23, 1 << 20, 1 << 19, 4096, 255, 4096);
+    }
+
+    fn access(&self, _req: &Request, _ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
+        reply.ok();
+    }
+}
