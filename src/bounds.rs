@@ -24,7 +24,7 @@ pub const NAME_BYTES_MAX: usize = 128;
 pub const REASON_BYTES_MAX: usize = 1024;
 
 /// Shortest session TTL, in ms. Below this a client cannot keep a session alive across one
-/// ordinary leader election (about 300 ms here) plus a keep-alive interval of TTL/3.
+/// ordinary leader election (about 300 ms here) plus a keep-alive interval of TTL/5.
 pub const SESSION_TTL_MS_MIN: u64 = 500;
 
 /// Longest session TTL, in ms. A crashed client's permits return only when its session

@@ -26,7 +26,7 @@ use std::time::Duration;
 pub(super) const HEDGE_SILENCE: Duration = Duration::from_millis(400);
 /// A keep-alive is hedged only when less than this is left of the belief: the detector's
 /// own path (silence bound, its check, and a leader discovery of about half a second) would
-/// no longer leave room. With a TTL of 3 s a keep-alive is sent with about 1.7 s left, so a
+/// no longer leave room. With a TTL of 3 s a keep-alive is sent with about 2.1 s left, so a
 /// stop just before its answer hedges after [`HEDGE_SILENCE`]; with a TTL of 30 s nothing
 /// hedges.
 pub(super) const HEDGE_WHEN_LEFT: Duration = Duration::from_millis(1_600);

@@ -83,10 +83,10 @@
 //!   refused connect) stay immediate.
 //!
 //! **The budget: the session's deadline sets the urgency.** A session with TTL `T` renews
-//! every `T/3` and believes its permits until `last acknowledged send + T − margin`. With
+//! every `T/5` and believes its permits until `last acknowledged send + T − margin`. With
 //! `T` = 3 s (margin 300 ms) the worst case is a stop just after a keep-alive was sent and
-//! before its answer: the last acknowledged one was sent 1 s earlier, so the belief ends
-//! `1.7 s − r` after the stop, `r` being how long before the stop that keep-alive went out
+//! before its answer: the last acknowledged one was sent 600 ms earlier, so the belief ends
+//! `2.1 s − r` after the stop (it was `1.7 s − r` while keep-alives went every `T/3`), `r` being how long before the stop that keep-alive went out
 //! (up to one commit round trip: a few ms on a quiet machine, over 100 ms in a loaded debug
 //! build). Against it:
 //!
@@ -97,7 +97,7 @@
 //! | reconnect | one connect per `Client` (loopback: ~1 ms) | one per `Client` |
 //! | keep-alive round trip | one commit on the new leader | the same |
 //!
-//! On the detector path alone that leaves 0.6 s − `r` for discovery, reconnect and the
+//! On the detector path alone that leaves 1.0 s − `r` for discovery, reconnect and the
 //! commit, which a loaded machine can exceed; the hedge starts the discovery 0.6 s sooner
 //! and ends at the election's end plus one commit. The session on the cluster does not
 //! expire meanwhile: the log clock freezes across the leader change (`machine` module doc),
@@ -129,7 +129,7 @@
 //!
 //! # Sessions: keep-alive and the belief deadline
 //!
-//! A [`Session`] sends `KeepAlive` every TTL/3. When one is acknowledged, the session's
+//! A [`Session`] sends `KeepAlive` every TTL/5. When one is acknowledged, the session's
 //! **belief deadline** becomes `send time + TTL − margin` ([`margin_for`],
 //! [`deadline_after`]) on CLOCK_BOOTTIME ([`BootInstant`]): the cluster cannot expire the
 //! session before then (G2, see the `machine` module doc). The boot clock counts the time

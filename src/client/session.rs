@@ -1,7 +1,7 @@
 //! A session: the client's identity on the cluster, kept alive in the background, and the
 //! acquires made under it.
 //!
-//! Keep-alive: every TTL/3 the session sends `KeepAlive`. When one is acknowledged, the
+//! Keep-alive: every TTL/5 ([`KEEPALIVES_PER_TTL`]) the session sends `KeepAlive`. When one is acknowledged, the
 //! session's **deadline** becomes `send time + TTL − margin` on CLOCK_BOOTTIME
 //! ([`BootInstant`], which counts suspended time; G2: the cluster cannot expire the lease
 //! before that, see the `machine` module doc). Every permit of the session is believed held
@@ -36,9 +36,15 @@ use crate::machine::{Acquire, Command, Event, Priority, Refusal, Reply, SessionI
 use crate::protocol::{Answer, Query};
 use crate::task::AbortOnDrop;
 
+/// Keep-alives sent per TTL. The belief deadline runs from the send time of the last
+/// acknowledged keep-alive, so a stop just after a send leaves `TTL − margin − TTL/N` of
+/// belief to find the new leader in: with a 3 s TTL, 1.7 s at N = 3 and 2.1 s at N = 5 (the
+/// budget in the client module doc). The cost is N keep-alive writes a TTL per session,
+/// batched into entries like every other command: at 3 s, 1.7 writes/s a session.
+pub(crate) const KEEPALIVES_PER_TTL: u32 = 5;
 /// How often an unanswered keep-alive looks whether it should be hedged.
 const HEDGE_LOOK: Duration = Duration::from_millis(50);
-/// How soon a keep-alive that got no acknowledgement is tried again (or TTL/3, if sooner):
+/// How soon a keep-alive that got no acknowledgement is tried again (or TTL/5, if sooner):
 /// often enough to renew before the deadline after a brief failover.
 const KEEPALIVE_RETRY: Duration = Duration::from_millis(100);
 
@@ -285,13 +291,13 @@ async fn maintain(state: Weak<SessionState>, client: Client) {
     tokio::join!(renew(state.clone()), follow(state, client));
 }
 
-/// Keeps the session alive: a keep-alive every TTL/3 (sooner after one that got no
+/// Keeps the session alive: a keep-alive every TTL/5 (sooner after one that got no
 /// acknowledgement), and every held permit lost once the deadline passes.
 async fn renew(state: Weak<SessionState>) {
     let Some(ttl) = state.upgrade().map(|s| s.ttl) else {
         return;
     };
-    let every = ttl / 3;
+    let every = ttl / KEEPALIVES_PER_TTL;
     let mut next_keepalive = Instant::now() + every;
     loop {
         // The deadline is on the boot clock; the timer only says when to look (at least
