@@ -377,6 +377,11 @@ pub fn judge(
             checker::rate::check(ops),
         ),
         (
+            "log clock",
+            "never ahead of real time (frozen at leader changes)",
+            checker::clock::check(ops),
+        ),
+        (
             "fenced",
             "stale holders refused; validation linearizable",
             checker::fenced::check(ops),
@@ -414,7 +419,7 @@ pub fn judge(
         (
             "coverage",
             "every key case exercised (counts in verdict.txt)",
-            checker::coverage::check(ops, requested),
+            checker::coverage::check(ops),
         ),
         (
             "panics",
