@@ -52,7 +52,8 @@ pub const ALL: [&str; 8] = [
     "client-kill",
 ];
 
-/// Process number of the waiter behind a killed client.
+/// Process numbers of the waiters behind killed clients: this plus the kill's number, so a
+/// waiter still releasing when the next kill's waiter asks is another process.
 const CRASH_WAITER: u64 = 30_000;
 
 /// The largest wall-clock skew the clock nemesis gives a node: an hour either way, far past
@@ -420,6 +421,7 @@ async fn kill_client(cluster: &Cluster, history: &Recorder) -> Result<serde_json
     let history = history.clone();
     let waiter_client = client.clone();
     let recorder = history.clone();
+    let process = CRASH_WAITER + kill;
     tokio::spawn(async move {
         let client = waiter_client;
         let Ok(session) = weir::client::Session::open(&client, crate::workload::TTL).await else {
@@ -428,18 +430,18 @@ async fn kill_client(cluster: &Cluster, history: &Recorder) -> Result<serde_json
         let mut options = weir::client::AcquireOptions::new(TENANT, CRASH);
         options.timeout = Some(Duration::from_secs(20));
         let v = json!({"limit": CRASH, "behind_kill": true, "kill": kill});
-        let invoked = history.record(CRASH_WAITER, Kind::Invoke, "acquire", v.clone());
+        let invoked = history.record(process, Kind::Invoke, "acquire", v.clone());
         let mut v = v;
         v["invoke_ns"] = invoked.into();
         match session.acquire(options).await {
             Ok(p) => {
                 v["fence"] = p.fence().into();
-                history.record(CRASH_WAITER, Kind::Ok, "acquire", v);
-                crate::workload::release_recorded(CRASH_WAITER, p, &history).await;
+                history.record(process, Kind::Ok, "acquire", v);
+                crate::workload::release_recorded(process, p, &history).await;
             }
             Err(e) => {
                 v["error"] = e.to_string().into();
-                history.record(CRASH_WAITER, Kind::Fail, "acquire", v);
+                history.record(process, Kind::Fail, "acquire", v);
             }
         }
         let _ = session.close().await;
