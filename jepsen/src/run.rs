@@ -47,6 +47,21 @@ impl Outcome {
 pub async fn run(plan: &Plan) -> Result<Outcome, String> {
     std::fs::create_dir_all(&plan.out).map_err(|e| format!("{}: {e}", plan.out.display()))?;
     let history = Recorder::new();
+    // Nodes inherit the harness's environment: a clock rate set there (a planted run's
+    // sustained drift, `jepsen/planted.sh`) holds for every node all run long, and the
+    // checkers that allow for clock rates must know it.
+    if let Some(rate) = std::env::var("WEIR_TEST_CLOCK_RATE")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|r| (0.5..=2.0).contains(r))
+    {
+        history.record(
+            crate::history::NEMESIS,
+            crate::history::Kind::Info,
+            "clock",
+            serde_json::json!({"fault": "env-clocks", "nodes": [{"rate": rate}, {"rate": rate}, {"rate": rate}]}),
+        );
+    }
     let mut cluster = Cluster::start(&plan.weir, &plan.out, plan.seed, plan.net.clone()).await?;
     if cluster.leader(Duration::from_secs(20)).await.is_none() {
         return Err("the cluster elected no leader".into());
@@ -410,6 +425,11 @@ pub fn judge(
             "liveness",
             "G7: granted soon after the heal",
             checker::liveness::check(ops),
+        ),
+        (
+            "client kill",
+            "G7: a killed client's permit moves on within its TTL",
+            checker::liveness::check_client_kills(ops),
         ),
         (
             "convergence",
