@@ -55,6 +55,7 @@ impl Clocks {
                         })
                         .unwrap_or_default();
                     spans.push((0, u64::MAX, rates));
+                    invoked = None;
                 }
                 ("clock", Kind::Info) => {
                     let rates = o.value["nodes"]
