@@ -30,13 +30,14 @@
 //! | `conflict refusals` | always | the ledger settles a conflicting payload after each settle |
 //! | `ceiling refusals` | always | the ceiling setter lowers `max_running` under three admitters |
 //! | `queued rounds` | any fault fired | every step queues a round before its fault |
-//! | `leader changes` | `kill-leader`, `kill-all`, `isolate-leader`, `pause-leader` or `clocks` (a rolling restart) fired | each of those stops or cuts off the leader for longer than an election |
+//! | `leader changes` | `kill-leader`, `isolate-leader` or `pause-leader` fired | each stops or cuts off the leader for longer than an election while the other two, a majority, elect one of themselves: a new (term, leader) pair |
 //! | `deadline-ended beliefs`, `lease takeovers` | `pause-client` fired | the paused holder stops past its TTL, so its belief ends at its deadline, and the permit goes to a waiting holder of `fenced` |
 //! | `skewed leaderships` | a `clocks` fault set every node's rate at least [`SKEW_SET`] off true | whichever node leads then runs skewed |
 //!
 //! A kill of one node, a partition other than `isolate-leader`, a delay or a leader stall
-//! may or may not move the leader or let a lease lapse (G9 wants a stall to lapse none), so
-//! they require neither count: before this table every `kill` and `partition` run that
+//! may or may not move the leader or let a lease lapse (G9 wants a stall to lapse none), and
+//! after `kill-all` or a `clocks` rolling restart the old leader may resume its own term
+//! (an unplanted `clock` run, 20 s, seed 1, saw no new pair), so they require neither count: before this table every `kill` and `partition` run that
 //! happened to lapse no lease ended "unknown: never exercised: deadline-ended beliefs".
 
 use std::collections::BTreeMap;
@@ -151,13 +152,7 @@ pub fn keys(ops: &[Op]) -> Vec<&'static str> {
     if !fired.is_empty() {
         keys.push("queued rounds");
     }
-    if fired_any(&[
-        "kill-leader",
-        "kill-all",
-        "isolate-leader",
-        "pause-leader",
-        "clocks",
-    ]) {
+    if fired_any(&["kill-leader", "isolate-leader", "pause-leader"]) {
         keys.push("leader changes");
     }
     if fired_any(&["pause-client"]) {
@@ -290,7 +285,7 @@ mod tests {
 
     #[test]
     fn each_fault_requires_the_counts_it_cannot_miss() {
-        for f in ["kill-leader", "kill-all", "isolate-leader", "pause-leader"] {
+        for f in ["kill-leader", "isolate-leader", "pause-leader"] {
             assert!(
                 keys(&[fired(json!({"fault": f}))]).contains(&"leader changes"),
                 "{f}"
@@ -304,7 +299,11 @@ mod tests {
             )
         };
         let skewed = keys(&[clocks([0.96, 1.04, 1.031])]);
-        assert!(skewed.contains(&"skewed leaderships") && skewed.contains(&"leader changes"));
+        assert!(skewed.contains(&"skewed leaderships"));
+        // A restarted leader may resume its own term: neither a rolling restart nor a
+        // kill of all three guarantees a new (term, leader) pair.
+        assert!(!skewed.contains(&"leader changes"));
+        assert!(!keys(&[fired(json!({"fault": "kill-all"}))]).contains(&"leader changes"));
         assert!(!keys(&[clocks([0.96, 1.01, 1.04])]).contains(&"skewed leaderships"));
         // A fault that failed to inject (a `fail` op) requires nothing.
         let failed = op(
