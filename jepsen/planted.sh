@@ -1,62 +1,99 @@
 #!/usr/bin/env bash
 # Negative controls (issue #12, item 1): builds `weir` and `weir-jepsen` with the test-only
-# `planted` feature into a target dir of their own, then runs, for each planted bug, one
+# `planted` feature and copies the two binaries aside, then runs, for each planted bug, one
 # short seeded harness run with `WEIR_PLANT=<name>` (read by `weir serve` and by the client
 # library inside the harness). A plant passes when the run exits 1 AND its verdict marks
 # the expected checker invalid; a plant that is not caught, or caught only by other
-# checkers, fails the script. The table of plants, checkers and runs is in jepsen/README.md.
+# checkers, fails the script. A plant marked "-" is a known gap (no run tells it from an
+# unplanted one yet): it is named as NOT JUDGED and run only when asked for by name. The
+# table of plants, checkers and runs is in jepsen/README.md.
 #
 # Usage: jepsen/planted.sh [PLANT...]   (default: every plant in the table below)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-target=${PLANTED_TARGET_DIR:-target/planted}
-cargo build --workspace --bins --locked --features weir/planted --target-dir "$target" || exit 1
-bin="$target/debug"
+# The planted binaries are built in the workspace's own target dir, so every dependency
+# built there already is reused and only the two weir crates compile again (a target dir
+# of its own would build every dependency a second time: minutes on 2 cores). They are
+# copied to $bin and the default binaries built back (a relink from the cached default
+# artifacts, well under a minute), so target/debug never keeps a planted build. CI, whose
+# last step this is, skips the rebuild (PLANTED_RESTORE=0).
+bin=${PLANTED_BIN_DIR:-target/planted-bin}
+cargo build --workspace --bins --locked --features weir/planted || exit 1
+mkdir -p "$bin"
+cp target/debug/weir target/debug/weir-jepsen "$bin"/ || exit 1
+if [ "${PLANTED_RESTORE:-1}" != 0 ]; then
+    cargo build --workspace --bins --locked || exit 1
+fi
 
-# plant | checker that must flag it ("-": no checker tells it from an unplanted run yet,
-# so the run is made and reported, not judged) | nemesis | net | duration s | seed
+# plant | checker that must flag it ("-": a known gap, no run yet tells it from an unplanted
+# run; run only when named, reported, never counted as caught) | nemesis | net | duration s
+# | seed | environment of the run (optional: WEIR_TEST_CLOCK_RATE, which every node inherits
+# and the harness records, so the checkers allow for it)
 plants=(
-    "no-freeze|-|kill|loopback|30|1"
-    "wall-gap|P1 permits|clock|loopback|40|1"
-    "margin-zero|P1 permits|clock,client-pause|loopback|40|1"
-    "keepalive-arrival|P1 permits|client-pause|loopback|30|1"
-    "fast-clock|rate|delay|loopback|20|1"
+    "no-freeze|log clock|kill|loopback|30|3"
+    "wall-gap|log clock|clock|loopback|20|1"
+    "margin-zero|-|client-pause|loopback|30|1|WEIR_TEST_CLOCK_RATE=1.10"
+    "keepalive-arrival|-|client-pause|loopback|30|1"
+    "fast-clock|log clock|delay|loopback|30|1"
     "reused-fence|P2 fences|delay|loopback|20|1"
     "settle-twice|settlement|kill|loopback|30|1"
     "halt-skipped|halts|delay|loopback|20|1"
-    "expiry-no-grant|-|client-kill|loopback|30|1"
+    "expiry-no-grant|client kill|client-kill|loopback|30|1"
     "unsynced-log|settlement|power-loss|loopback|30|1"
 )
 
 want=("$@")
 failed=0
+gaps=0
+mkdir -p jepsen/runs
 for row in "${plants[@]}"; do
-    IFS='|' read -r plant checker nemesis net duration seed <<<"$row"
+    IFS='|' read -r plant checker nemesis net duration seed extra <<<"$row"
     if [ "${#want[@]}" -gt 0 ] && [[ ! " ${want[*]} " == *" $plant "* ]]; then
         continue
     fi
-    out="jepsen/runs/planted-$plant-$seed"
-    rm -rf "$out"
-    echo "planted: $plant (expect $checker): --nemesis $nemesis --net $net --duration $duration --seed $seed"
-    status=0
-    WEIR_PLANT=$plant "$bin/weir-jepsen" --weir "$bin/weir" --net "$net" --nemesis "$nemesis" \
-        --duration "$duration" --seed "$seed" --out "$out" >"$out.log" 2>&1 || status=$?
-    # verdict.txt's table: the checker's name in 12 columns (names hold spaces), then the
-    # verdict.
-    invalid=$(awk '/^checker/ {t = 1; next} t && substr($0, 14, 7) == "INVALID" {
-        n = substr($0, 1, 12); sub(/ +$/, "", n); printf "%s,", n }' "$out/verdict.txt" 2>/dev/null)
-    if [ "$checker" = "-" ]; then
-        echo "planted: $plant is a known gap, not judged (exit $status; invalid: ${invalid:-none})"
-    elif [ "$status" -eq 1 ] && [[ ",$invalid" == *",$checker,"* ]]; then
-        echo "planted: $plant caught by $checker (invalid: $invalid)"
-    else
-        echo "planted: $plant NOT caught by $checker (exit $status; invalid: ${invalid:-none}; see $out)" >&2
-        failed=$((failed + 1))
+    if [ "$checker" = "-" ] && [ "${#want[@]}" -eq 0 ]; then
+        echo "planted: $plant NOT JUDGED: a known gap, no checker tells it from an unplanted run yet (jepsen/README.md, \"Planted bugs\"); run it by name to see what it does"
+        gaps=$((gaps + 1))
+        continue
     fi
+    # A seeded run replays its fault schedule, not its timing: on a loaded machine a plant
+    # whose catch needs a chance event (a retried settle, an acquire inside a halt) can miss
+    # once. PLANTED_TRIES runs (default 1) are allowed; every miss is printed.
+    tries=${PLANTED_TRIES:-1}
+    for try in $(seq 1 "$tries"); do
+        out="jepsen/runs/planted-$plant-$seed"
+        [ "$try" -gt 1 ] && out="$out-try$try"
+        rm -rf "$out"
+        echo "planted: $plant (expect $checker): ${extra:+$extra }--nemesis $nemesis --net $net --duration $duration --seed $seed (run $try of at most $tries)"
+        status=0
+        started=$SECONDS
+        env ${extra:+"$extra"} WEIR_PLANT="$plant" "$bin/weir-jepsen" --weir "$bin/weir" --net "$net" --nemesis "$nemesis" \
+            --duration "$duration" --seed "$seed" --out "$out" >"$out.log" 2>&1 || status=$?
+        # verdict.txt's table: the checker's name in 12 columns (names hold spaces), then the
+        # verdict.
+        invalid=$(awk '/^checker/ {t = 1; next} t && substr($0, 14, 7) == "INVALID" {
+            n = substr($0, 1, 12); sub(/ +$/, "", n); printf "%s,", n }' "$out/verdict.txt" 2>/dev/null)
+        if [ "$checker" = "-" ]; then
+            echo "planted: $plant is a known gap, not judged (exit $status; invalid: ${invalid:-none})"
+            break
+        elif [ "$status" -eq 1 ] && [[ ",$invalid" == *",$checker,"* ]]; then
+            echo "planted: $plant caught by $checker (invalid: $invalid; $((SECONDS - started)) s; run $try)"
+            break
+        elif [ "$try" -lt "$tries" ]; then
+            echo "planted: $plant missed by $checker in run $try (exit $status; invalid: ${invalid:-none}; see $out); running it again"
+        else
+            echo "planted: $plant NOT caught by $checker (exit $status; invalid: ${invalid:-none}; $tries run(s); see $out)" >&2
+            failed=$((failed + 1))
+        fi
+    done
 done
 if [ "$failed" -gt 0 ]; then
-    echo "planted: $failed plant(s) not caught by their checker" >&2
+    echo "planted: $failed plant(s) not caught by their checker: a checker that cannot see the bug it exists for" >&2
     exit 1
 fi
-echo "planted: every plant caught by its checker"
+if [ "$gaps" -gt 0 ]; then
+    echo "planted: every judged plant caught by its checker; $gaps known gap(s) not judged"
+else
+    echo "planted: every plant caught by its checker"
+fi

@@ -159,7 +159,7 @@ fn edn(value: &serde_json::Value) -> String {
 /// Facts: records that are not operations (a belief interval, a pause taken, what the
 /// status monitor and the convergence probe saw). They have no invoke, are kept in
 /// `history.jsonl` for the checkers, and are left out of the EDN export.
-pub const FACTS: [&str; 9] = [
+pub const FACTS: [&str; 10] = [
     "hold",
     "leadership",
     "queue-armed",
@@ -169,6 +169,7 @@ pub const FACTS: [&str; 9] = [
     "digest-mismatch",
     "converge",
     "monitor",
+    "log-clock",
 ];
 
 /// Checks Jepsen's shape on every operation (facts aside): per process, an `invoke`, then

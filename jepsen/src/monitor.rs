@@ -13,6 +13,11 @@
 //!   that passed between the first and the last status its leader gave, so a clock-rate
 //!   fault is seen to have made a leader's log clock run fast or slow.
 //!
+//! - `log-clock` samples: a node's `log_ms` and the harness time its reply arrived, each
+//!   time a reply sets a new maximum of log time less real time (the samples the log-clock
+//!   checker, [`crate::checker::clock`], needs: any other would break its bound only if a
+//!   recorded one did).
+//!
 //! It only reads: a status request changes nothing on a node. A node that does not answer
 //! within [`ASK_TIMEOUT`] (killed, paused, cut off) is skipped for that round.
 
@@ -55,6 +60,8 @@ struct Seen {
     mismatches: u64,
     /// Per (term, leader, its start count): (first seen ns, log_ms), (last seen ns, log_ms).
     spans: BTreeMap<(u64, u64, u64), (Stamp, Stamp)>,
+    /// The largest log time less real time seen yet (ns), of any node's reply.
+    clock_excess_ns: Option<i128>,
 }
 
 /// A running monitor.
@@ -136,6 +143,18 @@ pub async fn ask(addr: &str) -> Option<NodeStatus> {
 
 fn observe(seen: &Mutex<Seen>, history: &Recorder, status: &NodeStatus, start: u64) {
     let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+    // Taken after the reply arrived: the log time it reports was reached before this.
+    let real_ns = history.now_ns();
+    let excess_ns = i128::from(status.log_ms) * 1_000_000 - i128::from(real_ns);
+    if seen.clock_excess_ns.is_none_or(|max| excess_ns > max) {
+        seen.clock_excess_ns = Some(excess_ns);
+        history.record(
+            NEMESIS,
+            Kind::Info,
+            "log-clock",
+            json!({"node": status.id, "log_ms": status.log_ms, "real_ns": real_ns}),
+        );
+    }
     if status.state == "Leader" {
         let now = (history.now_ns(), status.log_ms);
         seen.spans

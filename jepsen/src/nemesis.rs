@@ -61,7 +61,8 @@ pub const ALL: [&str; 9] = [
 /// The power-loss kind's name: the run mounts the lost-fsync layer when it is requested.
 pub const POWER_LOSS: &str = "power-loss";
 
-/// Process number of the waiter behind a killed client.
+/// Process numbers of the waiters behind killed clients: this plus the kill's number, so a
+/// waiter still releasing when the next kill's waiter asks is another process.
 const CRASH_WAITER: u64 = 30_000;
 
 /// The largest wall-clock skew the clock nemesis gives a node: an hour either way, far past
@@ -455,37 +456,61 @@ async fn kill_client(cluster: &Cluster, history: &Recorder) -> Result<serde_json
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let pid = child.id();
-    let recorder = history.clone();
+    // Which kill this is: the waiter's ops carry it, so the checker pairs each kill with
+    // its own waiter (the process number is the same for every one).
+    let kill = KILLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
     let history = history.clone();
+    let waiter_client = client.clone();
+    let recorder = history.clone();
+    let process = CRASH_WAITER + kill;
     tokio::spawn(async move {
+        let client = waiter_client;
         let Ok(session) = weir::client::Session::open(&client, crate::workload::TTL).await else {
             return;
         };
         let mut options = weir::client::AcquireOptions::new(TENANT, CRASH);
         options.timeout = Some(Duration::from_secs(20));
-        let v = json!({"limit": CRASH, "behind_kill": true});
-        let invoked = history.record(CRASH_WAITER, Kind::Invoke, "acquire", v.clone());
+        let v = json!({"limit": CRASH, "behind_kill": true, "kill": kill});
+        let invoked = history.record(process, Kind::Invoke, "acquire", v.clone());
         let mut v = v;
         v["invoke_ns"] = invoked.into();
         match session.acquire(options).await {
             Ok(p) => {
                 v["fence"] = p.fence().into();
-                history.record(CRASH_WAITER, Kind::Ok, "acquire", v);
-                crate::workload::release_recorded(CRASH_WAITER, p, &history).await;
+                history.record(process, Kind::Ok, "acquire", v);
+                crate::workload::release_recorded(process, p, &history).await;
             }
             Err(e) => {
                 v["error"] = e.to_string().into();
-                history.record(CRASH_WAITER, Kind::Fail, "acquire", v);
+                history.record(process, Kind::Fail, "acquire", v);
             }
         }
         let _ = session.close().await;
     });
-    // Let the waiter queue, then kill the holder.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Kill the holder only once the cluster counts the waiter queued behind it: a fixed
+    // sleep here once let a loaded machine open the waiter's session after the kill, so
+    // the "queued behind a killed client" case was never set up (and the checker called it
+    // a violation). An expiry must serve a ticket that is already waiting.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(Some(s)) = client.limit_status(TENANT, CRASH).await
+            && s.waiting >= 1
+        {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill().await;
+            return Err("the waiter never queued behind the client process".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let _ = child.kill().await;
     let killed_ns = recorder.now_ns();
-    Ok(json!({"fault": "kill-client", "pid": pid, "killed_ns": killed_ns}))
+    Ok(json!({"fault": "kill-client", "pid": pid, "killed_ns": killed_ns, "kill": kill}))
 }
+
+/// Client kills so far in this process (numbers each kill and its waiter).
+static KILLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Injects one fault, recording its invoke and how it ended; a fired fault's kind is added
 /// to `fired`.

@@ -6,6 +6,7 @@
 
 pub mod capacity;
 pub mod ceilings;
+pub mod clock;
 pub mod convergence;
 pub mod coverage;
 pub mod fenced;

@@ -43,6 +43,20 @@ impl Clocks {
         for o in ops.iter().filter(|o| o.process == NEMESIS) {
             match (o.f.as_str(), o.kind) {
                 ("clock", Kind::Invoke) => invoked = Some(o.time_ns),
+                // Every node's rate for the whole run, from the harness's environment
+                // (`WEIR_TEST_CLOCK_RATE`, which every node inherits): no heal ends it.
+                ("clock", Kind::Info) if o.value["fault"] == "env-clocks" => {
+                    let rates = o.value["nodes"]
+                        .as_array()
+                        .map(|n| {
+                            n.iter()
+                                .map(|n| n["rate"].as_f64().unwrap_or(1.0))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    spans.push((0, u64::MAX, rates));
+                    invoked = None;
+                }
                 ("clock", Kind::Info) => {
                     let rates = o.value["nodes"]
                         .as_array()
@@ -194,6 +208,20 @@ mod tests {
             0,
         ));
         assert_eq!(check(&h), Verdict::Valid);
+    }
+
+    #[test]
+    fn a_clock_rate_from_the_environment_holds_for_the_whole_run() {
+        let env = op(
+            NEMESIS,
+            Kind::Info,
+            "clock",
+            json!({"fault": "env-clocks", "nodes": [{"rate": 1.08}, {"rate": 1.08}, {"rate": 1.08}]}),
+            0,
+        );
+        let heal = op(NEMESIS, Kind::Info, "heal", json!({}), 1_000);
+        let clocks = Clocks::of(&[env, heal]);
+        assert_eq!(clocks.factor(5_000_000_000, 6_000_000_000), 1.08);
     }
 
     #[test]
