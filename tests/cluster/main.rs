@@ -10,6 +10,7 @@ mod http_security;
 mod incidents;
 mod library;
 mod metrics;
+mod owners;
 mod security;
 
 use std::collections::BTreeSet;
