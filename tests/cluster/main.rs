@@ -1,5 +1,6 @@
 //! Cluster tests: the real `weir` binary as three processes on loopback.
 
+mod add_node;
 mod cli;
 mod client_port;
 mod edge;
