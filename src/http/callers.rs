@@ -44,6 +44,9 @@ pub const CALLERS_MAX: usize = 256;
 /// One principal's way into the cluster.
 pub struct Caller {
     pub client: Client,
+    /// Who the caller is: what a session's owner is checked against where this node answers
+    /// without the client port (the event stream).
+    pub principal: Principal,
     /// The principal's own session for takes, once opened.
     ///
     /// A tokio mutex, held across the open, so concurrent first takes open one session.
@@ -53,9 +56,10 @@ pub struct Caller {
 }
 
 impl Caller {
-    fn new(client: Client) -> Caller {
+    fn new(client: Client, principal: Principal) -> Caller {
         Caller {
             client,
+            principal,
             take_session: tokio::sync::Mutex::new(None),
             take_ticket: AtomicU64::new(1),
         }
@@ -132,10 +136,10 @@ impl Callers {
             connector: self.connector.clone(),
             token,
         };
-        let caller = Arc::new(Caller::new(Client::with_security(
-            self.servers.clone(),
-            security,
-        )));
+        let caller = Arc::new(Caller::new(
+            Client::with_security(self.servers.clone(), security),
+            principal.clone(),
+        ));
         cache
             .entries
             .insert(principal.id.clone(), (caller.clone(), now));

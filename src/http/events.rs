@@ -7,6 +7,14 @@
 //! subscriber that falls behind the broadcast misses events; the stream then sends a
 //! `lagged` event (the client asks again for its tickets: an acquire is idempotent), and a
 //! waiting acquire asks again itself.
+//!
+//! A stream is only for its session's owner (G10): before it starts, the caller's principal
+//! is checked against the owner this node's machine records for the session (403
+//! `Forbidden` for another principal). A session this node has not applied yet (a follower a
+//! little behind the leader that opened it) is waited for, at most [`SESSION_APPEAR_WAIT`],
+//! then answered 404 `UnknownSession`. The owner never changes, so one check covers the
+//! whole stream. A long-polled acquire's wait needs no check of its own: its acquire went
+//! through the client port, which checked the owner.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -18,12 +26,47 @@ use futures_util::Stream;
 use serde_json::json;
 use tokio::sync::broadcast::{self, error::RecvError};
 
+use axum::http::StatusCode;
+
 use super::context::HttpCtx;
-use super::error::Params;
-use crate::machine::{Applied, Event, SessionId, TicketId};
+use super::error::{ApiError, Params};
+use crate::machine::{Applied, Event, Refusal, SessionId, TicketId};
 
 /// How often an idle event stream sends a comment, so proxies and clients see it alive.
 const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// How long a stream waits for this node to apply the session it names before answering
+/// 404: a healthy follower applies a committed entry within a heartbeat or two (well under
+/// a second); this leaves room for a loaded machine (3 s was seen to be too short on two
+/// cores under a load of 24), and bounds what a stream naming a bogus id costs.
+const SESSION_APPEAR_WAIT: Duration = Duration::from_secs(10);
+
+/// Checks that the current caller may follow `session`, waiting for this node to apply it
+/// if it has not yet (see the module doc).
+async fn check_owner(ctx: &HttpCtx, session: SessionId) -> Result<(), ApiError> {
+    let caller = super::callers::current();
+    let mut applied = ctx.state.subscribe();
+    let appear = async {
+        loop {
+            if let Some(owner) = ctx.state.lock().machine.session_owner(session) {
+                return Some(owner);
+            }
+            match applied.recv().await {
+                Ok(_) | Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => return None,
+            }
+        }
+    };
+    match tokio::time::timeout(SESSION_APPEAR_WAIT, appear).await {
+        Ok(Some(owner)) if caller.principal.may_act_on(owner) => Ok(()),
+        Ok(Some(_)) => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            format!("forbidden: session {session} belongs to another principal"),
+        )),
+        Ok(None) | Err(_) => Err(ApiError::refused(&Refusal::UnknownSession, 0)),
+    }
+}
 
 /// `GET /v1/sessions/{session}/events`: the session's events as server-sent events —
 /// `granted`, `refused`, `halted`, `expired` (the last one; the stream then ends) and
@@ -31,8 +74,10 @@ const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
 pub async fn stream(
     State(ctx): State<Arc<HttpCtx>>,
     Params(session): Params<SessionId>,
-) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
+    // Subscribed before the check, so no event after it is missed.
     let applied = ctx.state.subscribe();
+    check_owner(&ctx, session).await?;
     let events = futures_util::stream::unfold(
         (applied, Vec::<SseEvent>::new(), false),
         move |(mut applied, mut ready, mut ended)| async move {
@@ -63,7 +108,7 @@ pub async fn stream(
             }
         },
     );
-    Sse::new(events).keep_alive(KeepAlive::new().interval(SSE_KEEP_ALIVE))
+    Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(SSE_KEEP_ALIVE)))
 }
 
 /// One event as SSE: its kind as the event name, its fields as JSON data.

@@ -53,9 +53,10 @@
 //!
 //! # Caveats
 //!
-//! - The event stream (and a long-polled acquire's wait) reads this node's applied events
-//!   directly, so following a session's events over HTTP is not checked against the
-//!   session's owner the way the client port checks a binary follower.
+//! - The event stream reads this node's applied events directly, not through the client
+//!   port; it checks the session's owner itself, against this node's machine (`events.rs`),
+//!   so a follower that has not yet applied a just-opened session makes its stream wait up
+//!   to a few seconds, then answers 404.
 //! - A token this node knows but the leader does not (tables out of step between a
 //!   SIGHUP on one node and on another) fails the forwarded hello: 500 `Internal`.
 

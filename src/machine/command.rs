@@ -13,9 +13,45 @@ use serde::{Deserialize, Serialize};
 use super::reply::Refusal;
 use crate::bounds::{NAME_BYTES_MAX, UNITS_MAX};
 
-/// A session's id: assigned by the machine from a counter when `OpenSession` is applied,
-/// starting at 1, never reused. Zero is never a session.
+/// A session's id. Zero is never a session; no two live sessions share one.
+///
+/// - Opened by [`Command::OpenSessionFor`] (every session the edge opens): the entry's
+///   random `nonce`, drawn by the proposing node from the OS, so knowing one session's id
+///   says nothing about another's. Should the nonce be zero or a live session's id, the
+///   machine steps to the next candidate with [`next_session_candidate`] (deterministic:
+///   every replica picks the same id). A closed session's id could come back only by a
+///   64-bit coincidence.
+/// - Opened by the legacy [`Command::OpenSession`] (entries written before nonces, still in
+///   old logs): the machine's counter, starting at 1, with the same collision step.
 pub type SessionId = u64;
+
+/// Who opened a session: sha256 of the opening principal's id (itself the sha256 hex of its
+/// token). A fixed 32 bytes whatever the id's length, so it costs every `OpenSessionFor`
+/// entry and every session record in a snapshot the same bounded size (G8). `None` in a
+/// session means it was opened without authentication (no tokens configured, or before
+/// owners were recorded): then any principal may act on it.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Owner(pub [u8; 32]);
+
+impl std::fmt::Debug for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The first 8 bytes are enough to tell owners apart in a log line.
+        write!(f, "Owner(")?;
+        for b in &self.0[..8] {
+            write!(f, "{b:02x}")?;
+        }
+        write!(f, "…)")
+    }
+}
+
+/// The id tried after `candidate` when it cannot be used (zero, or a live session's): a
+/// splitmix64 step, a bijection on u64 with no short cycles through the few live ids.
+pub fn next_session_candidate(candidate: SessionId) -> SessionId {
+    let mut z = candidate.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
 
 /// A ticket's id: chosen by the client, unique within its session. Any u64.
 pub type TicketId = u64;
@@ -223,7 +259,9 @@ pub enum Command {
         tenant: String,
         name: String,
     },
-    /// Open a session with a TTL (ms).
+    /// Open a session with a TTL (ms). What a client sends; the edge proposes it as
+    /// [`Command::OpenSessionFor`] (owner and nonce filled in). Applied as such it is the
+    /// legacy form of old logs: no owner, the id from the machine's counter.
     OpenSession {
         ttl_ms: u64,
     },
@@ -279,6 +317,16 @@ pub enum Command {
     /// Nothing but the passage of time: the proposer sends it while sessions or waiting rate
     /// tickets exist, so expiries and refills happen without client traffic.
     Tick,
+    /// Open a session with a TTL (ms) for `owner`, its id taken from `nonce` (see
+    /// [`SessionId`]). Only the edge writes the owner and the nonce: whatever a client puts
+    /// in them is replaced by the connection's principal and a fresh random draw before
+    /// the command is proposed, so they come from the entry and the machine stays
+    /// deterministic.
+    OpenSessionFor {
+        ttl_ms: u64,
+        owner: Option<Owner>,
+        nonce: u64,
+    },
 }
 
 /// Checks a name's length (at most [`NAME_BYTES_MAX`] bytes); `what` names the field in the

@@ -99,8 +99,8 @@ pub mod totals;
 mod validate;
 
 pub use command::{
-    Acquire, Batch, Change, Command, Fence, HaltScope, Leadership, LimitId, Priority, SessionId,
-    Settle, TicketId,
+    Acquire, Batch, Change, Command, Fence, HaltScope, Leadership, LimitId, Owner, Priority,
+    SessionId, Settle, TicketId, next_session_candidate,
 };
 pub use reply::{Applied, BudgetKind, Event, Refusal, Reply};
 pub use snapshot::{SNAPSHOT_MAGIC, SNAPSHOT_VERSION, digest_of};

@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use super::command::{Fence, LimitId, TicketId};
+use super::command::{Fence, LimitId, Owner, TicketId};
 use super::queue::QueueKey;
 use super::reply::{Refusal, Reply};
 use super::totals::Totals;
@@ -81,16 +81,47 @@ pub struct Session {
     pub finished: BTreeMap<TicketId, Finished>,
     /// (log time it finished, ticket), oldest first.
     finished_order: VecDeque<(u64, TicketId)>,
+    /// Who opened it; `None`: opened without authentication, anyone may act on it. Never
+    /// changes. The edge refuses another principal's keep-alive, acquire, release, close
+    /// and event-following (G10).
+    pub owner: Option<Owner>,
 }
 
 impl Session {
-    pub fn new(ttl_ms: u64, now_ms: u64) -> Session {
+    pub fn new(ttl_ms: u64, now_ms: u64, owner: Option<Owner>) -> Session {
         Session {
             ttl_ms,
             expires_at_ms: now_ms.saturating_add(ttl_ms),
             live: BTreeMap::new(),
             finished: BTreeMap::new(),
             finished_order: VecDeque::new(),
+            owner,
+        }
+    }
+
+    /// This session as a version-3 snapshot would have saved it (its owner dropped): for
+    /// the test that such snapshots still restore.
+    #[cfg(test)]
+    pub(super) fn to_v3(&self) -> SessionV3 {
+        SessionV3 {
+            ttl_ms: self.ttl_ms,
+            expires_at_ms: self.expires_at_ms,
+            live: self.live.clone(),
+            finished: self.finished.clone(),
+            finished_order: self.finished_order.clone(),
+        }
+    }
+
+    /// A session as a version-3 snapshot saved it (no owner field): opened without
+    /// authentication.
+    pub(super) fn from_v3(v3: SessionV3) -> Session {
+        Session {
+            ttl_ms: v3.ttl_ms,
+            expires_at_ms: v3.expires_at_ms,
+            live: v3.live,
+            finished: v3.finished,
+            finished_order: v3.finished_order,
+            owner: None,
         }
     }
 
@@ -167,4 +198,16 @@ impl Session {
         }
         Ok(())
     }
+}
+
+/// [`Session`] as snapshot version 3 encoded it, before owners: read only, to restore such
+/// snapshots.
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+pub(super) struct SessionV3 {
+    ttl_ms: u64,
+    expires_at_ms: u64,
+    live: BTreeMap<TicketId, Ticket>,
+    finished: BTreeMap<TicketId, Finished>,
+    finished_order: VecDeque<(u64, TicketId)>,
 }

@@ -176,7 +176,12 @@ impl Machine {
                 burst,
             } => answer(self.define_limit(tenant, name, *concurrent, *per_second, *burst, events)),
             Command::RemoveLimit { tenant, name } => self.remove_limit(tenant, name, events),
-            Command::OpenSession { ttl_ms } => answer(self.open_session(*ttl_ms)),
+            Command::OpenSession { ttl_ms } => answer(self.open_session(*ttl_ms, None, None)),
+            Command::OpenSessionFor {
+                ttl_ms,
+                owner,
+                nonce,
+            } => answer(self.open_session(*ttl_ms, *owner, Some(*nonce))),
             Command::KeepAlive { session } => answer(self.keep_alive(*session)),
             Command::CloseSession { session } => {
                 self.end_session(*session, events);

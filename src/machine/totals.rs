@@ -114,7 +114,7 @@ mod tests {
 
     use crate::bounds::*;
     use crate::codec::{self, encoded_len};
-    use crate::machine::command::{Fence, HaltScope, LimitId, SessionId, TicketId};
+    use crate::machine::command::{Fence, HaltScope, LimitId, Owner, SessionId, TicketId};
     use crate::machine::limit::{Holder, Limit, LimitSpec};
     use crate::machine::queue;
     use crate::machine::reply::{BudgetKind, Refusal};
@@ -228,7 +228,7 @@ mod tests {
     }
 
     fn session_bytes_max() -> usize {
-        let mut s = Session::new(u64::MAX, 0);
+        let mut s = Session::new(u64::MAX, 0, Some(Owner([u8::MAX; 32])));
         s.expires_at_ms = u64::MAX;
         encoded_len(&(SessionId::MAX, s)) + 3 * LEN_MAX
     }

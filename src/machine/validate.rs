@@ -35,7 +35,7 @@ impl Command {
                 check_key("tenant", tenant)?;
                 check_key("limit name", name)?;
             }
-            Command::OpenSession { ttl_ms } => {
+            Command::OpenSession { ttl_ms } | Command::OpenSessionFor { ttl_ms, .. } => {
                 if !(SESSION_TTL_MS_MIN..=SESSION_TTL_MS_MAX).contains(ttl_ms) {
                     return Err(Refusal::Invalid(format!(
                         "ttl_ms {ttl_ms} is not in {SESSION_TTL_MS_MIN}..={SESSION_TTL_MS_MAX}"

@@ -58,6 +58,7 @@ fn command_tenant(command: &Command) -> Scope<'_> {
         Command::Acquire(a) => Scope::Tenant(&a.tenant),
         Command::Settle(s) => Scope::Tenant(&s.tenant),
         Command::OpenSession { .. }
+        | Command::OpenSessionFor { .. }
         | Command::KeepAlive { .. }
         | Command::CloseSession { .. }
         | Command::Release { .. } => Scope::Session,

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use sha2::{Digest, Sha256};
 
 use crate::config::TokenEntry;
+use crate::machine::Owner;
 
 /// What a token allows.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -66,6 +67,18 @@ impl Principal {
             id: String::new(),
             role: Role::Admin,
         }
+    }
+
+    /// What a session this principal opens records as its owner: sha256 of the id, or
+    /// `None` for the anonymous principal (a session anyone may act on).
+    pub fn owner(&self) -> Option<Owner> {
+        (!self.id.is_empty()).then(|| Owner(Sha256::digest(self.id.as_bytes()).into()))
+    }
+
+    /// Whether this principal may act on a session whose owner is `owner`: an unowned
+    /// session (opened without authentication) is anyone's, an owned one its owner's alone.
+    pub fn may_act_on(&self, owner: Option<Owner>) -> bool {
+        owner.is_none() || owner == self.owner()
     }
 }
 

@@ -10,11 +10,14 @@
 //!   blocking pool, and the next may start only 20 times its encoding's lock time later.
 //! - A membership change is openraft's own (`change_membership`, answered once committed).
 //!   A node is added as a learner first and promoted to voter only once it has caught up
-//!   (the blocking `add_learner`), so a new voter does not hold commits back while it copies
-//!   the log.
+//!   (its replication has matched the learner's own membership entry), so a new voter does
+//!   not hold commits back while it copies the log. A learner that has not caught up within
+//!   [`LEARNER_CATCH_UP`] (nobody listens at its address, or its certificate is not from the
+//!   cluster CA, so the mutual-TLS handshake fails) never becomes a voter: it is removed
+//!   again and the request is answered `BadRequest` saying why.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use openraft::ChangeMembers;
 
@@ -79,10 +82,47 @@ fn rss_kib() -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// Adds node `id`: as a learner (waiting until it has caught up), then as a voter.
+/// How long a new learner has to catch up before it is removed again. A reachable node
+/// copies the log (or a snapshot, at most `SNAPSHOT_BYTES_MAX`) over loopback or a LAN in
+/// well under this; the client's own retry deadline is about the same, so the answer
+/// arrives while it still waits.
+pub const LEARNER_CATCH_UP: Duration = Duration::from_secs(8);
+
+/// Adds node `id`: as a learner, waiting at most [`LEARNER_CATCH_UP`] until it has caught
+/// up, then as a voter. A learner that does not catch up is removed and never votes.
 pub async fn add_node(ctx: &Ctx, id: NodeId, node: NodeAddr) -> Response {
-    if let Err(e) = ctx.raft.add_learner(id, node, true).await {
-        return Response::Failed(write_failure(&ctx.raft, e));
+    let peer = node.peer.clone();
+    let added = match ctx.raft.add_learner(id, node, false).await {
+        Ok(r) => r.log_id.index,
+        Err(e) => return Response::Failed(write_failure(&ctx.raft, e)),
+    };
+    let caught_up = ctx
+        .raft
+        .wait(Some(LEARNER_CATCH_UP))
+        .metrics(
+            |m| {
+                m.replication
+                    .as_ref()
+                    .and_then(|r| r.get(&id).copied().flatten())
+                    .is_some_and(|matched| matched.index >= added)
+            },
+            "the learner has caught up",
+        )
+        .await;
+    if caught_up.is_err() {
+        let removal = ctx
+            .raft
+            .change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([id])), false)
+            .await;
+        let removed = match removal {
+            Ok(_) => "it was removed again".to_string(),
+            Err(e) => format!("removing it again failed too ({e})"),
+        };
+        return Response::Failed(Failure::BadRequest(format!(
+            "node {id} at {peer} did not catch up as a learner within {LEARNER_CATCH_UP:?} \
+             (unreachable, or its certificate is not from the cluster CA), so it was not \
+             made a voter; {removed}"
+        )));
     }
     match ctx
         .raft

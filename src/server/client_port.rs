@@ -31,7 +31,7 @@
 //! ([`authorize()`]) before it goes anywhere, and answered `Failure::Forbidden` if refused.
 //! When the tokens are reloaded and the principal's token is gone, the connection closes.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{BufReader, ReadHalf};
@@ -81,11 +81,6 @@ pub struct Ctx {
     pub acceptor: Acceptor,
     /// The tokens accepted, reloaded on SIGHUP.
     pub tokens: Arc<Tokens>,
-    /// Who opened each session this node opened (principal ids): keep-alive, acquire,
-    /// release, close and following from anyone else are refused. Kept by this node only,
-    /// not replicated: after a failover the new leader does not know the owners of sessions
-    /// opened before it (see the caveat in the server module doc).
-    pub owners: Mutex<std::collections::BTreeMap<SessionId, String>>,
     /// The status digest, cached per applied index ([`super::digest`]).
     pub digest: super::digest::DigestCache,
     /// Held while a snapshot-cost measurement runs: one at a time.
@@ -170,10 +165,12 @@ async fn serve(
                 continue;
             }
         };
-        if let Err(why) =
-            authorize(&principal.role, &request).and_then(|()| owned(ctx, &principal, &request))
-        {
-            let response = Response::Failed(Failure::Forbidden(why));
+        let allowed = match authorize(&principal.role, &request) {
+            Ok(()) => owned(ctx, &principal, &request).await,
+            Err(why) => Err(Failure::Forbidden(why)),
+        };
+        if let Err(failure) = allowed {
+            let response = Response::Failed(failure);
             let _ = out.send(ServerFrame::Response { id, response }).await;
             continue;
         }
@@ -196,20 +193,26 @@ async fn serve(
             Request::Write(Command::CloseSession { session }) => Some(*session),
             _ => None,
         };
+        let request = match request {
+            Request::Write(command) => match edge::bind_open(command, principal.owner()) {
+                Ok(command) => Request::Write(command),
+                Err(failure) => {
+                    let response = Response::Failed(failure);
+                    let _ = out.send(ServerFrame::Response { id, response }).await;
+                    continue;
+                }
+            },
+            other => other,
+        };
         let slot = slots.clone().acquire_owned().await.expect("never closed");
         let ctx = ctx.clone();
         let out = out.clone();
         let followed = followed.clone();
-        let owner = principal.id.clone();
         tokio::spawn(async move {
             let response = handle(&ctx, request).await;
             if let Response::Written { reply, .. } = &response {
                 match (reply, opening) {
                     (Reply::SessionOpened { session, .. }, Some(opening)) => {
-                        ctx.owners
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .insert(*session, owner);
                         followed.opened(opening, *session)
                     }
                     _ if closing.is_some() => followed.unfollow(closing.expect("checked")),
@@ -273,19 +276,36 @@ async fn greet(
     Ok(Some(principal))
 }
 
-/// Refuses a request on a session another principal opened.
-fn owned(ctx: &Ctx, principal: &Principal, request: &Request) -> Result<(), String> {
+/// Refuses (`Forbidden`) a request on a session another principal opened, by the
+/// machine's record of its owner (replicated: every node, a new leader included, knows it).
+///
+/// A session this node has not applied yet may be one a new leader has committed but not
+/// applied: then the check waits for a quorum round (`ensure_linearizable`, which also
+/// waits for the state to be applied up to the commit index) and looks again, so no
+/// committed session's owner is missed. A session still unknown then is left to the
+/// machine, which refuses it `UnknownSession`. The wait holds this connection's reading for
+/// one round, and only for a request naming a session this node does not have.
+async fn owned(ctx: &Ctx, principal: &Principal, request: &Request) -> Result<(), Failure> {
     let Request::Write(command) = request else {
         return Ok(());
     };
     let Some(session) = session_of(command) else {
         return Ok(());
     };
-    let owners = ctx.owners.lock().unwrap_or_else(|p| p.into_inner());
-    match owners.get(&session) {
-        Some(owner) if *owner != principal.id => {
-            Err(format!("session {session} belongs to another principal"))
+    let owner_here = || ctx.state.lock().machine.session_owner(session);
+    let owner = match owner_here() {
+        Some(owner) => Some(owner),
+        None => {
+            if let Err(e) = ctx.raft.ensure_linearizable().await {
+                return Err(super::leader::read_failure(&ctx.raft, e));
+            }
+            owner_here()
         }
+    };
+    match owner {
+        Some(owner) if !principal.may_act_on(owner) => Err(Failure::Forbidden(format!(
+            "session {session} belongs to another principal"
+        ))),
         _ => Ok(()),
     }
 }
@@ -305,7 +325,9 @@ fn admit(
         followed.follow(session)?;
     }
     match command {
-        Command::OpenSession { .. } => followed.begin_open().map(Some),
+        Command::OpenSession { .. } | Command::OpenSessionFor { .. } => {
+            followed.begin_open().map(Some)
+        }
         _ => Ok(None),
     }
 }

@@ -11,13 +11,35 @@
 //! - `AddNode`'s addresses ([`ADDR_BYTES_MAX`]) and the cluster's size ([`MEMBERS_MAX`]):
 //!   addresses travel in every membership entry.
 //! - The sessions a connection follows: [`super::followed`].
+//! - An open's owner and id nonce ([`bind_open`]): an `OpenSession` (or an
+//!   `OpenSessionFor` a client filled in itself) is proposed as `OpenSessionFor` with the
+//!   connection's principal as owner and a random nonce drawn here, never the client's.
+//! - A session's owner (G10): the client port checks the machine's record of who opened
+//!   the session ([`crate::machine::Machine::session_owner`]) before a keep-alive, acquire,
+//!   release or close of it goes on.
 //!
 //! Bounds that depend on the state (sessions, limits, tickets, waiters open at once) are the
 //! machine's: only log order can judge them.
 
 use crate::bounds::{ADDR_BYTES_MAX, MEMBERS_MAX};
-use crate::machine::Command;
+use crate::machine::{Command, Owner};
 use crate::protocol::Failure;
+
+/// The command to propose for a client's `command`: an open becomes `OpenSessionFor` for
+/// `owner`, with a nonce from the OS (the session's id, so ids are unguessable); anything
+/// else is proposed as sent.
+pub fn bind_open(command: Command, owner: Option<Owner>) -> Result<Command, Failure> {
+    let ttl_ms = match command {
+        Command::OpenSession { ttl_ms } | Command::OpenSessionFor { ttl_ms, .. } => ttl_ms,
+        other => return Ok(other),
+    };
+    let nonce = crate::security::random_u64().map_err(Failure::Unavailable)?;
+    Ok(Command::OpenSessionFor {
+        ttl_ms,
+        owner,
+        nonce,
+    })
+}
 
 /// Checks a write before it is proposed.
 pub fn check_write(command: &Command) -> Result<(), Failure> {
@@ -130,6 +152,11 @@ mod tests {
                 scope: HaltScope::Agent(name()),
             },
             Command::Tick,
+            Command::OpenSessionFor {
+                ttl_ms: crate::bounds::SESSION_TTL_MS_MAX,
+                owner: Some(Owner([u8::MAX; 32])),
+                nonce: u64::MAX,
+            },
         ]
     }
 

@@ -209,12 +209,15 @@
 //!   shutdown does not cancel its requests: a write already queued still goes through the log
 //!   and its reply is dropped. The client, seeing its connection fail, counts the write as
 //!   possibly applied (it retries it, and reports `OutcomeUnknown` if it runs out of tries).
-//! - **Session owners are known only to the node that opened the session.** The client port
-//!   records which principal opened each session and refuses the session's keep-alive,
-//!   acquire, release, close and events to anyone else; that record is not replicated, so
-//!   after a failover the new leader lets any principal act on a session opened before it.
-//!   Session ids are still the machine's counter. Both close with the owner and a random
-//!   nonce carried in the `OpenSession` entry (issue #14, not done yet).
+//! - **A session's owner is checked at the edge, against the applied state.** The edge
+//!   proposes every open as `OpenSessionFor` with the connection's principal (a hash of
+//!   its token) and a random nonce (the session's id), so the owner is replicated with the
+//!   session and every node refuses another principal's keep-alive, acquire, release and
+//!   close of it ([`client_port`]); the HTTP event stream checks the same record. The check
+//!   reads this node's applied state: a session not applied here yet is waited for with one
+//!   quorum round (the leader) or a few seconds (an HTTP stream on a follower). Sessions
+//!   opened without tokens, or restored from a version-3 snapshot, have no owner and are
+//!   open to every principal.
 
 pub mod admin;
 pub mod client_port;

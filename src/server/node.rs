@@ -126,7 +126,6 @@ impl Node {
             reader,
             acceptor: security.client_acceptor,
             tokens: tokens.clone(),
-            owners: Default::default(),
             digest: Default::default(),
             snapshot_cost: Default::default(),
             snapshot_cost_next: Default::default(),

@@ -100,7 +100,19 @@ async fn http_routes_are_exactly_the_openapi_ones_and_each_is_served_by_a_follow
             .replace("{period}", "p")
             .replace("{agent}", "a");
         if concrete.ends_with("/events") {
-            // An event stream answers its headers at once and then stays open.
+            // An event stream answers its headers at once and then stays open. It needs a
+            // session that exists (its owner is checked first): one opened for it.
+            let (status, v) = call(
+                &http,
+                &url,
+                "POST",
+                "/v1/sessions",
+                Some(json!({"ttl_ms": 10_000})),
+            )
+            .await;
+            assert_eq!(status, StatusCode::OK, "open for the event stream: {v}");
+            let session = v["session"].as_u64().expect("a session id");
+            let concrete = path.replace("{session}", &session.to_string());
             let r = http.get(format!("{url}{concrete}")).send().await.unwrap();
             assert_eq!(r.status(), StatusCode::OK, "{method} {path}");
             assert!(

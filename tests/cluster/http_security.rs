@@ -77,6 +77,34 @@ async fn https(
         .expect("bounded")
 }
 
+/// The status and head of a GET to `path` over TLS, read up to the end of the head only: an
+/// event stream answered 200 never ends on its own.
+async fn https_head(connector: &Connector, addr: &str, path: &str, token: &str) -> (u16, String) {
+    let exchange = async {
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let mut stream = connector.connect(tcp, addr).await.unwrap();
+        let head =
+            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n");
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stream.flush().await.unwrap();
+        let mut raw = Vec::new();
+        let mut byte = [0u8; 1];
+        while !raw.ends_with(b"\r\n\r\n") && stream.read(&mut byte).await.unwrap() == 1 {
+            raw.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&raw).into_owned();
+        let status: u16 = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .expect("a status line");
+        (status, head)
+    };
+    tokio::time::timeout(EXCHANGE_MAX, exchange)
+        .await
+        .expect("bounded")
+}
+
 /// The payload of a chunked body.
 fn dechunk(mut rest: &str) -> String {
     let mut out = String::new();
@@ -199,6 +227,28 @@ async fn https_with_tokens_authenticates_and_authorizes_through_the_client_port(
     )
     .await;
     assert_eq!(status, 200, "define in a as tenant:a: {v}");
+
+    phase("a session's event stream is refused to another principal (403), served to its owner");
+    let events = format!("/v1/sessions/{session}/events");
+    let (status, v) = https(&connector, &addr, "GET", &events, Some(TENANT_A), None).await;
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (403, Some("Forbidden")),
+        "tenant:a following admin's session: {v}"
+    );
+    let (status, head) = https_head(&connector, &addr, &events, ADMIN).await;
+    assert_eq!(status, 200, "admin following its own session: {head}");
+    assert!(
+        head.to_ascii_lowercase().contains("text/event-stream"),
+        "{head}"
+    );
+    let unknown = format!("/v1/sessions/{}/events", session.wrapping_add(1));
+    let (status, v) = https(&connector, &addr, "GET", &unknown, Some(ADMIN), None).await;
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (404, Some("UnknownSession")),
+        "{v}"
+    );
 
     phase("no token, or an unknown one, is 401 Unauthenticated; /healthz stays open");
     let (status, v) = https(&connector, &addr, "GET", limit, None, None).await;

@@ -1,5 +1,6 @@
 //! Cluster tests: the real `weir` binary as three processes on loopback.
 
+mod add_node;
 mod cli;
 mod client_port;
 mod edge;
@@ -10,6 +11,7 @@ mod http_security;
 mod incidents;
 mod library;
 mod metrics;
+mod owners;
 mod security;
 
 use std::collections::BTreeSet;

@@ -177,17 +177,27 @@ async fn tls_peers_elect_and_clients_with_a_wrong_ca_or_an_expired_certificate_a
         })
         .unwrap();
     cluster.start(4).unwrap();
-    // The leader's AddNode may even report success (openraft does not wait on a learner it
-    // cannot reach); what matters is that nothing reaches the outsider.
-    let _ = tokio::time::timeout(
-        Duration::from_secs(15),
+    // The leader tries it as a learner; its handshakes fail, it never catches up, so it is
+    // removed again and never made a voter.
+    let added = tokio::time::timeout(
+        Duration::from_secs(30),
         client.request(Request::AddNode {
             id: 4,
             peer: me.peer.clone(),
             client: me.client.clone(),
         }),
     )
-    .await;
+    .await
+    .expect("bounded");
+    assert!(
+        matches!(&added, Ok(Response::Failed(Failure::BadRequest(why))) if why.contains("did not catch up")),
+        "the outsider was not refused: {added:?}"
+    );
+    let st = cluster.status(leader).await.expect("the leader's status");
+    assert!(
+        st.members.iter().all(|m| m.id != 4),
+        "the outsider is still a member: {st:?}"
+    );
     tokio::time::sleep(Duration::from_secs(1)).await;
     let outsider = security(Some(&other.join("ca.pem")), Some(ADMIN));
     match Client::ask_node_with(&me.client, &Request::Status, &outsider).await {

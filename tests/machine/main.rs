@@ -4,6 +4,7 @@
 mod determinism;
 mod global_bounds;
 mod model;
+mod owners;
 mod scenarios;
 mod sim;
 mod snapshot_damage;

@@ -160,13 +160,7 @@ pub fn run(args: &BenchArgs, servers: &[String], security: &ClientSecurity, out:
             return EXIT_ERROR;
         }
         let result = if args.workload == Workload::Scale {
-            if security.token.is_some() || args.tls {
-                return {
-                    eprintln!("weir bench: the scale workload runs without --tls and --token");
-                    EXIT_USAGE
-                };
-            }
-            scale::run(&servers, out).await
+            scale::run(&servers, &security, out).await
         } else {
             load::run(args, &servers, &security, spawned.as_mut(), out).await
         };

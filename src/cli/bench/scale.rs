@@ -11,6 +11,7 @@ use super::report::ms;
 use crate::client::Client;
 use crate::machine::{Acquire, Command, Priority, Reply};
 use crate::protocol::{Request, Response};
+use crate::security::ClientSecurity;
 
 const TENANT: &str = "scale";
 const SESSIONS: u64 = 10_000;
@@ -24,10 +25,15 @@ fn limit_name(l: u64) -> String {
 }
 
 /// Builds the point and prints the figures.
-pub async fn run(servers: &[String], out: &Output) -> Result<Exit, String> {
+/// With `security`'s TLS and token (an admin's: status and snapshot figures need it).
+pub async fn run(
+    servers: &[String],
+    security: &ClientSecurity,
+    out: &Output,
+) -> Result<Exit, String> {
     let started = Instant::now();
     let clients: Vec<Client> = (0..BUILDERS)
-        .map(|_| Client::new(servers.to_vec()))
+        .map(|_| Client::with_security(servers.to_vec(), security.clone()))
         .collect();
     for l in 0..LIMITS {
         clients[0]
@@ -40,7 +46,7 @@ pub async fn run(servers: &[String], out: &Output) -> Result<Exit, String> {
     let built_in = started.elapsed();
     let mut nodes = vec![];
     for s in servers {
-        nodes.extend(node_figures(s).await);
+        nodes.extend(node_figures(s, security).await);
     }
     let value = json!({"workload": "scale", "sessions": opened, "permits": opened as u64 * PERMITS_PER_SESSION,
                        "limits": LIMITS, "setup_s": built_in.as_secs_f64(), "nodes": nodes});
@@ -107,7 +113,9 @@ async fn open_holding(client: &Client) -> Result<u64, String> {
             session,
             ticket: p + 1,
             tenant: TENANT.into(),
-            limit: limit_name((session * PERMITS_PER_SESSION + p) % LIMITS),
+            // Session ids are random (not 1, 2, 3…): spread by the id's remainder, which
+            // is uniform, so about 100 permits land on each limit, far under its cap.
+            limit: limit_name((session % LIMITS + p) % LIMITS),
             units: 1,
             priority: Priority::default(),
             agent: None,
@@ -122,12 +130,12 @@ async fn open_holding(client: &Client) -> Result<u64, String> {
 }
 
 /// One node's memory and snapshot figures, if it answers.
-async fn node_figures(addr: &str) -> Option<serde_json::Value> {
-    let status = match Client::ask_node(addr, &Request::Status).await {
+async fn node_figures(addr: &str, security: &ClientSecurity) -> Option<serde_json::Value> {
+    let status = match Client::ask_node_with(addr, &Request::Status, security).await {
         Ok(Response::Status(st)) => st,
         _ => return None,
     };
-    let cost = match Client::ask_node(addr, &Request::SnapshotCost).await {
+    let cost = match Client::ask_node_with(addr, &Request::SnapshotCost, security).await {
         Ok(Response::SnapshotCost(c)) => Some(c),
         _ => None,
     };

@@ -10,12 +10,20 @@ use std::collections::BTreeSet;
 
 use super::Machine;
 use crate::bounds::{SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN, SESSIONS_MAX};
-use crate::machine::command::{LimitId, SessionId};
+use crate::machine::command::{LimitId, Owner, SessionId, next_session_candidate};
 use crate::machine::reply::{Event, Refusal, Reply};
 use crate::machine::session::Session;
 
 impl Machine {
-    pub(super) fn open_session(&mut self, ttl_ms: u64) -> Result<Reply, Refusal> {
+    /// Opens a session for `owner`. Its id is `nonce` (an `OpenSessionFor`), or the
+    /// counter (the legacy `OpenSession`, `nonce` = `None`), stepped past zero and every
+    /// live session's id (see [`SessionId`]).
+    pub(super) fn open_session(
+        &mut self,
+        ttl_ms: u64,
+        owner: Option<Owner>,
+        nonce: Option<u64>,
+    ) -> Result<Reply, Refusal> {
         if !(SESSION_TTL_MS_MIN..=SESSION_TTL_MS_MAX).contains(&ttl_ms) {
             return Err(Refusal::Invalid(format!(
                 "ttl_ms {ttl_ms} is not in {SESSION_TTL_MS_MIN}..={SESSION_TTL_MS_MAX}"
@@ -27,9 +35,14 @@ impl Machine {
                 limit: SESSIONS_MAX as u64,
             });
         }
+        // Counts every session ever opened; the legacy id.
         self.saved.last_session += 1;
-        let id = self.saved.last_session;
-        let session = Session::new(ttl_ms, self.now_ms());
+        let mut id = nonce.unwrap_or(self.saved.last_session);
+        // Ends: fewer than SESSIONS_MAX ids are live, and the step does not cycle among them.
+        while id == 0 || self.saved.sessions.contains_key(&id) {
+            id = next_session_candidate(id);
+        }
+        let session = Session::new(ttl_ms, self.now_ms(), owner);
         self.expiries.insert((session.expires_at_ms, id));
         self.saved.sessions.insert(id, session);
         Ok(Reply::SessionOpened {

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::Machine;
-use crate::machine::command::{Fence, HaltScope};
+use crate::machine::command::{Fence, HaltScope, Owner, SessionId};
 use crate::machine::limit::{Limit, MICRO};
 use crate::machine::tenant::{RunSlot, Spend, Tenant};
 
@@ -117,6 +117,12 @@ impl Machine {
     }
 
     /// Number of open sessions.
+    /// Who opened `session`: `None` if no such session is open, `Some(None)` if it was
+    /// opened without authentication. What the edge checks a session's requests against.
+    pub fn session_owner(&self, session: SessionId) -> Option<Option<Owner>> {
+        self.saved.sessions.get(&session).map(|s| s.owner)
+    }
+
     pub fn session_count(&self) -> usize {
         self.saved.sessions.len()
     }
