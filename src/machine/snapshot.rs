@@ -35,7 +35,7 @@ pub const SNAPSHOT_MAGIC: [u8; 4] = *b"WSNP";
 /// serialized types of [`SavedLimits`]. Version 2: the derived indexes and the log clock's
 /// unread wall-clock stamp are no longer written. Version 3: refusals name their objects
 /// (a finished ticket keeps its refusal), budget holds, and finished tickets' log times.
-pub const SNAPSHOT_VERSION: u16 = 3;
+pub const SNAPSHOT_VERSION: u16 = 4;
 
 /// The machine's saved state: what a snapshot carries, field by field in this order.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
