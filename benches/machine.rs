@@ -3,12 +3,19 @@
 //! restore of 100,000 waiters queued on one limit (a restore checks every queued ticket,
 //! which must cost `n log n`, not `n²`: issue #11 asks for under a second).
 //!
-//! Run: `cargo bench --bench machine`. Figures are recorded in the README.
+//! Also (issue #11): a `Tick` over an idle machine of 10,000 sessions with finished
+//! tickets, 1,000 tenants with receipts and 1,000 rated queues waiting for tokens, where
+//! nothing is due (the deadline index visits nothing; a walk visits everything), and
+//! building, restoring and checking a queue of 100,000 waiters on one limit (positions by
+//! rank, not by counting the keys before).
+//!
+//! Run: `cargo bench --bench machine`. Figures are recorded in docs/benchmarks.md.
 
 use std::time::{Duration, Instant};
 
+use criterion::SamplingMode;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use weir::machine::{Acquire, Batch, Command, Leadership, Machine, Priority};
+use weir::machine::{Acquire, Batch, Command, Leadership, Machine, Priority, Settle};
 
 const LIMITS: u64 = 1_000;
 const SESSIONS: u64 = 10_000;
@@ -34,8 +41,13 @@ struct Feed {
 
 impl Feed {
     fn apply(&mut self, commands: Vec<Command>) -> Duration {
+        self.apply_after(1, commands)
+    }
+
+    /// Applies `commands` after `advance_ms` of the leader's clock; returns the apply time.
+    fn apply_after(&mut self, advance_ms: u64, commands: Vec<Command>) -> Duration {
         self.index += 1;
-        self.clock_ms += 1;
+        self.clock_ms += advance_ms;
         let batch = Batch {
             leadership: Leadership {
                 term: 1,
@@ -187,10 +199,133 @@ fn restore_100k_waiters(c: &mut Criterion) {
     group.finish();
 }
 
+/// A `Tick` where nothing is due, on a machine with 10,000 sessions that each keep a
+/// finished ticket, 1,000 tenants that each keep a receipt, and 1,000 rated limits whose
+/// queue head waits ~1,000 s for a token. The clock does not move between ticks, so nothing
+/// ever comes due: what a tick costs is what it visits.
+fn tick_with_nothing_due(c: &mut Criterion) {
+    let mut f = setup(8);
+    let rated = (0..LIMITS)
+        .map(|l| Command::DefineLimit {
+            tenant: "bench".into(),
+            name: format!("rated-{l}"),
+            concurrent: 0,
+            per_second: 0.001,
+            burst: Some(1),
+        })
+        .chain(std::iter::once(Command::DefineLimit {
+            tenant: "bench".into(),
+            name: "takes".into(),
+            concurrent: 0,
+            per_second: 1_000.0,
+            burst: Some(1_000_000),
+        }))
+        .collect();
+    f.apply(rated);
+    let rate = |session: u64, ticket: u64, name: String| {
+        let Command::Acquire(mut a) = acquire(session, ticket, 0) else {
+            unreachable!("acquire builds an acquire")
+        };
+        a.limit = name;
+        Command::Acquire(a)
+    };
+    // A finished ticket in every session (a rate take).
+    for chunk in (1..=SESSIONS).collect::<Vec<_>>().chunks(1_000) {
+        f.apply(chunk.iter().map(|&s| rate(s, 1, "takes".into())).collect());
+    }
+    // Each rated limit: its token taken, then a waiter that needs the next one.
+    let waiting = (0..LIMITS)
+        .flat_map(|l| {
+            let s = 1 + l;
+            [
+                rate(s, 2, format!("rated-{l}")),
+                rate(s, 3, format!("rated-{l}")),
+            ]
+        })
+        .collect();
+    f.apply(waiting);
+    let receipts = (0..1_000)
+        .map(|t| {
+            Command::Settle(Settle {
+                tenant: format!("tenant-{t}"),
+                run: "r".into(),
+                epoch: 1,
+                period: None,
+                tokens: 1,
+                minor_units: 0,
+                release_slot: false,
+            })
+        })
+        .collect();
+    f.apply(receipts);
+    let mut group = c.benchmark_group("tick");
+    group.bench_function("nothing_due_10k_sessions_1k_tenants_1k_rated_queues", |b| {
+        b.iter_custom(|iters| {
+            (0..iters)
+                .map(|_| f.apply_after(0, vec![Command::Tick]))
+                .sum()
+        })
+    });
+    group.finish();
+    f.m.check().expect("the bench machine is sound");
+}
+
+/// 100,000 acquires queued on `limit-0` behind its one holder, over 100 fairness keys, in
+/// entries of 1,000: the acquires of a fresh machine each time.
+fn queue_waiters(f: &mut Feed) -> Duration {
+    let mut took = f.apply(vec![acquire(1, 0, 0)]);
+    let mut ticket = 0;
+    for chunk in (1..=SESSIONS).collect::<Vec<_>>().chunks(100) {
+        let commands = chunk
+            .iter()
+            .flat_map(|&s| (0..10).map(move |i| (s, i)))
+            .map(|(s, i)| {
+                ticket += 1;
+                let Command::Acquire(mut a) = acquire(s, 1 + i, 0) else {
+                    unreachable!("acquire builds an acquire")
+                };
+                a.priority.fairness_key = format!("key-{}", ticket % 100);
+                Command::Acquire(a)
+            })
+            .collect();
+        took += f.apply(commands);
+    }
+    took
+}
+
+/// Building a queue of 100,000 waiters (each acquire answers its position), and checking
+/// the machine that holds it.
+fn queue_100k_waiters(c: &mut Criterion) {
+    let mut group = c.benchmark_group("queue_100k_waiters");
+    group.sample_size(10);
+    group.sampling_mode(SamplingMode::Flat);
+    group.bench_function("build", |b| {
+        b.iter_custom(|iters| {
+            (0..iters)
+                .map(|_| {
+                    let mut f = setup(1);
+                    queue_waiters(&mut f)
+                })
+                .sum()
+        })
+    });
+    let mut f = setup(1);
+    queue_waiters(&mut f);
+    let waiting =
+        f.m.limit_status("bench", "limit-0")
+            .expect("defined")
+            .waiting;
+    assert_eq!(waiting, 100_000, "the bench queues 100,000 waiters");
+    group.bench_function("check", |b| b.iter(|| f.m.check().expect("sound")));
+    group.finish();
+}
+
 criterion_group!(
     benches,
     apply_throughput,
     snapshot_100k_permits,
-    restore_100k_waiters
+    restore_100k_waiters,
+    tick_with_nothing_due,
+    queue_100k_waiters
 );
 criterion_main!(benches);

@@ -337,16 +337,16 @@ pub fn observe(histogram: &Histogram, elapsed: Duration) {
 pub fn refusal_kind(r: &Refusal) -> &'static str {
     match r {
         Refusal::UnknownLimit { .. } => "UnknownLimit",
-        Refusal::UnknownSession => "UnknownSession",
+        Refusal::UnknownSession { .. } => "UnknownSession",
         Refusal::Halted { .. } => "Halted",
         Refusal::TooLarge { .. } => "TooLarge",
         Refusal::Busy { .. } => "Busy",
         Refusal::LimitRemoved { .. } => "LimitRemoved",
         Refusal::QueueFull { .. } => "QueueFull",
-        Refusal::TicketReleased => "TicketReleased",
+        Refusal::TicketReleased { .. } => "TicketReleased",
         Refusal::TooManyRuns { .. } => "TooManyRuns",
         Refusal::BudgetExhausted { .. } => "BudgetExhausted",
-        Refusal::Conflict => "Conflict",
+        Refusal::Conflict { .. } => "Conflict",
         Refusal::Invalid(_) => "Invalid",
         Refusal::AtCapacity { .. } => "AtCapacity",
     }

@@ -376,7 +376,7 @@ async fn keep_alive(s: &SessionState, every: Duration) -> Instant {
             extend(s, sent);
             next
         }
-        Ok(Reply::Refused(Refusal::UnknownSession)) => {
+        Ok(Reply::Refused(Refusal::UnknownSession { .. })) => {
             s.end(Lost::Expired);
             next
         }
@@ -497,7 +497,7 @@ async fn reask(s: &SessionState) {
         let sent = BootInstant::now();
         match s.client.write(Command::KeepAlive { session: s.id }).await {
             Ok(Reply::KeptAlive { .. }) => extend(s, sent),
-            Ok(Reply::Refused(Refusal::UnknownSession)) => {
+            Ok(Reply::Refused(Refusal::UnknownSession { .. })) => {
                 s.end(Lost::Expired);
                 return;
             }

@@ -292,7 +292,7 @@ impl SessionState {
                     w.position = Some(position);
                 }
             }
-            Reply::Refused(Refusal::UnknownSession) => self.end(Lost::Expired),
+            Reply::Refused(Refusal::UnknownSession { .. }) => self.end(Lost::Expired),
             Reply::Refused(r) => self.refused(ticket, r),
             other => self.refused(
                 ticket,

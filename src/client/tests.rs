@@ -286,7 +286,10 @@ async fn an_expiry_that_overtakes_an_acquire_answer_fails_it_without_a_panic() {
     // Each kind of answer finds the ticket gone, and none may panic.
     state.answered(acquire.ticket, Reply::Queued { position: 2 });
     state.answered(acquire.ticket, Reply::Granted { fence: 3, units: 1 });
-    state.answered(acquire.ticket, Reply::Refused(Refusal::UnknownSession));
+    state.answered(
+        acquire.ticket,
+        Reply::Refused(Refusal::UnknownSession { session: 1 }),
+    );
     assert!(matches!(
         outcome.try_recv().unwrap(),
         Err(AcquireError::SessionLost)

@@ -55,9 +55,9 @@ impl ApiError {
         let status = match refusal {
             Refusal::Invalid(_) | Refusal::TooLarge { .. } => StatusCode::BAD_REQUEST,
             Refusal::UnknownLimit { .. }
-            | Refusal::UnknownSession
+            | Refusal::UnknownSession { .. }
             | Refusal::LimitRemoved { .. } => StatusCode::NOT_FOUND,
-            Refusal::Halted { .. } | Refusal::Conflict | Refusal::TicketReleased => {
+            Refusal::Halted { .. } | Refusal::Conflict { .. } | Refusal::TicketReleased { .. } => {
                 StatusCode::CONFLICT
             }
             Refusal::Busy { .. }

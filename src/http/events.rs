@@ -64,7 +64,7 @@ async fn check_owner(ctx: &HttpCtx, session: SessionId) -> Result<(), ApiError> 
             "Forbidden",
             format!("forbidden: session {session} belongs to another principal"),
         )),
-        Ok(None) | Err(_) => Err(ApiError::refused(&Refusal::UnknownSession, 0)),
+        Ok(None) | Err(_) => Err(ApiError::refused(&Refusal::UnknownSession { session }, 0)),
     }
 }
 

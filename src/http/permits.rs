@@ -104,7 +104,8 @@ pub async fn acquire(
                 return Err(ApiError::refused(&refusal, ctx.now_ms()));
             }
             Waited::Event(_) => {
-                return Err(ApiError::refused(&Refusal::UnknownSession, ctx.now_ms()));
+                let gone = Refusal::UnknownSession { session: b.session };
+                return Err(ApiError::refused(&gone, ctx.now_ms()));
             }
             // Missed events, or time is up: ask again (idempotent), which also answers a
             // grant this node has not applied yet. With no time left it answers queued.
@@ -191,7 +192,7 @@ pub async fn take(
                 };
                 return Ok(Json(json!({"taken": units, "remaining": remaining})).into_response());
             }
-            Reply::Refused(Refusal::UnknownSession) => ctx.take_session_lost(session).await,
+            Reply::Refused(Refusal::UnknownSession { .. }) => ctx.take_session_lost(session).await,
             Reply::Refused(r) => return Err(ApiError::refused(&r, ctx.now_ms())),
             other => return Err(ApiError::invalid(format!("unexpected answer {other:?}"))),
         }

@@ -247,6 +247,25 @@ impl Limit {
         Room::Yes
     }
 
+    /// When the refill alone lets the head of the queue through: `None` when nothing
+    /// waits, the limit does not rate, or the head waits for a release (which serves the
+    /// limit itself); else the log time the bucket holds the head's tokens, computed from
+    /// the state of the last refill (that time itself when it already holds them). The
+    /// machine files the limit under it (`machine::deadlines`). The bucket's integer refill
+    /// does not depend on how often it is refilled, so the answer stays the same whether
+    /// or not the limit is refilled again before then.
+    pub fn tokens_due_ms(&self) -> Option<u64> {
+        if !self.spec.rates() {
+            return None;
+        }
+        let (_, head) = self.queue.peek()?;
+        match self.room_for(head.units, self.refilled_at_ms) {
+            Room::NeedsRelease => None,
+            Room::NeedsTokensAt(at_ms) => Some(at_ms),
+            Room::Yes => Some(self.refilled_at_ms),
+        }
+    }
+
     /// Takes `units` for `holder` under `fence`: tokens always (when rated), concurrency only
     /// when capped. Returns whether a permit is now held. The caller checked
     /// [`Limit::room_for`].

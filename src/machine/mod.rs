@@ -88,8 +88,10 @@
 
 pub mod clock;
 pub mod command;
+mod deadlines;
 pub mod limit;
 pub mod queue;
+mod queue_rank;
 pub mod reply;
 pub mod session;
 pub mod snapshot;

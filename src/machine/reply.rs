@@ -26,13 +26,22 @@ pub enum BudgetKind {
 pub enum Refusal {
     /// No limit by that (tenant, name), or it is being removed.
     UnknownLimit { tenant: String, name: String },
-    /// The session does not exist (never opened, closed, or expired).
-    UnknownSession,
-    /// A halt covers the request.
-    Halted { scope: HaltScope, reason: String },
-    /// More units than the limit could ever grant at once: above `concurrent`, or above
-    /// `burst` on a rated limit.
-    TooLarge { units: u32, max: u64 },
+    /// Session `session` does not exist (never opened, closed, or expired).
+    UnknownSession { session: SessionId },
+    /// A halt of `tenant` covers the request.
+    Halted {
+        tenant: String,
+        scope: HaltScope,
+        reason: String,
+    },
+    /// More units than limit (tenant, name) could ever grant at once: above `concurrent`, or
+    /// above `burst` on a rated limit.
+    TooLarge {
+        tenant: String,
+        name: String,
+        units: u32,
+        max: u64,
+    },
     /// `wait = false` and no room now. `retry_at_ms` is the log-clock time at which the rate
     /// bucket will have the tokens, or `None` when only a release can make room.
     Busy { retry_at_ms: Option<u64> },
@@ -40,8 +49,12 @@ pub enum Refusal {
     LimitRemoved { tenant: String, name: String },
     /// The limit's wait queue is full (see `bounds::LIMIT_WAITERS_MAX`).
     QueueFull { tenant: String, name: String },
-    /// The ticket was already released in this session: a late duplicate of its acquire.
-    TicketReleased,
+    /// Ticket `ticket` was already released in session `session`: a late duplicate of its
+    /// acquire.
+    TicketReleased {
+        session: SessionId,
+        ticket: TicketId,
+    },
     /// The tenant's running set is at its ceiling.
     TooManyRuns { tenant: String, running: u32 },
     /// The period's budget cannot admit the reserve: without a hold, `spent` has reached
@@ -56,8 +69,12 @@ pub enum Refusal {
         hold: u64,
         budget: u64,
     },
-    /// The settlement key was used before with another payload.
-    Conflict,
+    /// The settlement key (`tenant`, `run`, `epoch`) was used before with another payload.
+    Conflict {
+        tenant: String,
+        run: String,
+        epoch: u64,
+    },
     /// An argument rule was broken (a name too long, units out of range); the text names it.
     /// The request is wrong and will never be admitted as it is.
     Invalid(String),
@@ -71,12 +88,23 @@ impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Refusal::UnknownLimit { tenant, name } => write!(f, "unknown limit {tenant}/{name}"),
-            Refusal::UnknownSession => f.write_str("unknown session (closed or expired)"),
-            Refusal::Halted { scope, reason } => write!(f, "halted ({scope}): {reason}"),
-            Refusal::TooLarge { units, max } => {
+            Refusal::UnknownSession { session } => {
+                write!(f, "unknown session {session} (closed or expired)")
+            }
+            Refusal::Halted {
+                tenant,
+                scope,
+                reason,
+            } => write!(f, "halted {tenant} ({scope}): {reason}"),
+            Refusal::TooLarge {
+                tenant,
+                name,
+                units,
+                max,
+            } => {
                 write!(
                     f,
-                    "too large: {units} units, the limit grants at most {max}"
+                    "too large for {tenant}/{name}: {units} units, the limit grants at most {max}"
                 )
             }
             Refusal::Busy {
@@ -85,7 +113,9 @@ impl std::fmt::Display for Refusal {
             Refusal::Busy { retry_at_ms: None } => f.write_str("busy: no room until a release"),
             Refusal::LimitRemoved { tenant, name } => write!(f, "limit {tenant}/{name} removed"),
             Refusal::QueueFull { tenant, name } => write!(f, "wait queue of {tenant}/{name} full"),
-            Refusal::TicketReleased => f.write_str("ticket already released"),
+            Refusal::TicketReleased { session, ticket } => {
+                write!(f, "ticket {ticket} of session {session} already released")
+            }
             Refusal::TooManyRuns { tenant, running } => {
                 write!(f, "too many runs in {tenant}: {running} running")
             }
@@ -111,7 +141,10 @@ impl std::fmt::Display for Refusal {
                 }
                 write!(f, " of {budget} {unit}")
             }
-            Refusal::Conflict => f.write_str("conflict: settled before with another payload"),
+            Refusal::Conflict { tenant, run, epoch } => write!(
+                f,
+                "conflict: {tenant} run {run} epoch {epoch} was settled before with another payload"
+            ),
             Refusal::Invalid(why) => write!(f, "invalid: {why}"),
             Refusal::AtCapacity { what, limit } => {
                 write!(f, "at capacity: {what} (the bound is {limit})")

@@ -20,6 +20,7 @@
 //!
 //! Invariants:
 //! - A ticket id is never both live and finished.
+//! - A ticket refused by a halt is kept as `Finished::Halted`, never `Finished::Refused`.
 //! - `finished_order` lists exactly the finished tickets with their finish times, oldest
 //!   first.
 
@@ -27,7 +28,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use super::command::{Fence, LimitId, Owner, TicketId};
+use super::command::{Fence, HaltScope, LimitId, Owner, SessionId, TicketId};
 use super::queue::QueueKey;
 use super::reply::{Refusal, Reply};
 use super::totals::Totals;
@@ -53,20 +54,39 @@ pub enum Finished {
     Taken { fence: Fence, units: u32 },
     /// Released (or withdrawn) by the client.
     Released,
-    /// Refused while it waited.
+    /// Refused while it waited, for any reason but a halt.
     Refused(Refusal),
+    /// Refused while it waited, by a halt of its tenant in `scope`. Kept apart from
+    /// `Refused` without the tenant's name, which the duplicate acquire names itself: the
+    /// largest finished ticket stays a halt reason and an agent name, not a tenant's name
+    /// more (the snapshot arithmetic of `machine::totals` counts every finished ticket).
+    Halted { scope: HaltScope, reason: String },
 }
 
 impl Finished {
-    /// The answer to an acquire naming this finished ticket again.
-    pub fn reply(&self) -> Reply {
+    /// How a waiter refused with `refusal` is remembered.
+    pub fn refused(refusal: Refusal) -> Finished {
+        match refusal {
+            Refusal::Halted { scope, reason, .. } => Finished::Halted { scope, reason },
+            other => Finished::Refused(other),
+        }
+    }
+
+    /// The answer to an acquire of `tenant` naming this finished ticket (`ticket` of
+    /// `session`) again.
+    pub fn reply(&self, session: SessionId, ticket: TicketId, tenant: &str) -> Reply {
         match self {
             Finished::Taken { fence, units } => Reply::Granted {
                 fence: *fence,
                 units: *units,
             },
-            Finished::Released => Reply::Refused(Refusal::TicketReleased),
+            Finished::Released => Reply::Refused(Refusal::TicketReleased { session, ticket }),
             Finished::Refused(r) => Reply::Refused(r.clone()),
+            Finished::Halted { scope, reason } => Reply::Refused(Refusal::Halted {
+                tenant: tenant.to_owned(),
+                scope: scope.clone(),
+                reason: reason.clone(),
+            }),
         }
     }
 }
@@ -96,32 +116,6 @@ impl Session {
             finished: BTreeMap::new(),
             finished_order: VecDeque::new(),
             owner,
-        }
-    }
-
-    /// This session as a version-3 snapshot would have saved it (its owner dropped): for
-    /// the test that such snapshots still restore.
-    #[cfg(test)]
-    pub(super) fn to_v3(&self) -> SessionV3 {
-        SessionV3 {
-            ttl_ms: self.ttl_ms,
-            expires_at_ms: self.expires_at_ms,
-            live: self.live.clone(),
-            finished: self.finished.clone(),
-            finished_order: self.finished_order.clone(),
-        }
-    }
-
-    /// A session as a version-3 snapshot saved it (no owner field): opened without
-    /// authentication.
-    pub(super) fn from_v3(v3: SessionV3) -> Session {
-        Session {
-            ttl_ms: v3.ttl_ms,
-            expires_at_ms: v3.expires_at_ms,
-            live: v3.live,
-            finished: v3.finished,
-            finished_order: v3.finished_order,
-            owner: None,
         }
     }
 
@@ -166,6 +160,14 @@ impl Session {
         }
     }
 
+    /// When the oldest finished ticket's retention runs out (the machine's prune
+    /// deadline for this session), or `None` when it keeps none.
+    pub fn finished_due_ms(&self) -> Option<u64> {
+        self.finished_order
+            .front()
+            .map(|&(at_ms, _)| at_ms.saturating_add(FINISHED_TICKET_RETENTION_MS))
+    }
+
     /// `AtCapacity` when the session keeps as many finished tickets as the bound allows:
     /// recording one more would mean forgetting one a client may still retry.
     pub fn room_to_finish(&self, id: u64) -> Result<(), Refusal> {
@@ -183,6 +185,13 @@ impl Session {
         if let Some(t) = self.live.keys().find(|t| self.finished.contains_key(t)) {
             return Err(format!("ticket {t} is both live and finished"));
         }
+        if let Some(t) = self
+            .finished
+            .iter()
+            .find(|(_, f)| matches!(f, Finished::Refused(Refusal::Halted { .. })))
+        {
+            return Err(format!("finished ticket {} keeps a halt as Refused", t.0));
+        }
         if self.finished_order.len() != self.finished.len()
             || self
                 .finished_order
@@ -198,16 +207,4 @@ impl Session {
         }
         Ok(())
     }
-}
-
-/// [`Session`] as snapshot version 3 encoded it, before owners: read only, to restore such
-/// snapshots.
-#[derive(Deserialize)]
-#[cfg_attr(test, derive(Serialize))]
-pub(super) struct SessionV3 {
-    ttl_ms: u64,
-    expires_at_ms: u64,
-    live: BTreeMap<TicketId, Ticket>,
-    finished: BTreeMap<TicketId, Finished>,
-    finished_order: VecDeque<(u64, TicketId)>,
 }

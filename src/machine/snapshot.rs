@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use super::clock::LogClock;
 use super::command::{Fence, LimitId, SessionId};
 use super::limit::Limit;
-use super::session::{Session, SessionV3};
+use super::session::Session;
 use super::state::Machine;
 use super::tenant::Tenant;
 use crate::bounds::SNAPSHOT_BYTES_MAX;
@@ -35,12 +35,11 @@ pub const SNAPSHOT_MAGIC: [u8; 4] = *b"WSNP";
 /// serialized types of [`SavedLimits`]. Version 2: the derived indexes and the log clock's
 /// unread wall-clock stamp are no longer written. Version 3: refusals name their objects
 /// (a finished ticket keeps its refusal), budget holds, and finished tickets' log times.
-/// Version 4: a session keeps its owner. A version-3 snapshot still restores, its sessions
-/// without owners (opened without authentication).
+/// Version 4: a session keeps its owner; every refusal names its object, and a waiter
+/// refused by a halt is kept as `Finished::Halted`, and queues and rate refills carry new
+/// derived indexes. Only this version is read: a version-3 snapshot is refused naming both
+/// versions (its refusals and queues no longer decode as they were written).
 pub const SNAPSHOT_VERSION: u16 = 4;
-
-/// The oldest snapshot version this build restores.
-pub const SNAPSHOT_VERSION_V3: u16 = 3;
 
 /// The machine's saved state: what a snapshot carries, field by field in this order.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -59,39 +58,6 @@ pub struct SavedLimits {
     pub(super) tenants: BTreeMap<String, Tenant>,
 }
 
-/// [`SavedLimits`] as version 3 encoded it: the same fields, sessions without owners.
-#[derive(Deserialize)]
-#[cfg_attr(test, derive(Serialize))]
-struct SavedLimitsV3 {
-    clock: LogClock,
-    applied: Option<u64>,
-    last_fence: Fence,
-    last_session: SessionId,
-    last_limit: LimitId,
-    sessions: BTreeMap<SessionId, SessionV3>,
-    limits: BTreeMap<LimitId, Limit>,
-    tenants: BTreeMap<String, Tenant>,
-}
-
-impl From<SavedLimitsV3> for SavedLimits {
-    fn from(v3: SavedLimitsV3) -> SavedLimits {
-        SavedLimits {
-            clock: v3.clock,
-            applied: v3.applied,
-            last_fence: v3.last_fence,
-            last_session: v3.last_session,
-            last_limit: v3.last_limit,
-            sessions: v3
-                .sessions
-                .into_iter()
-                .map(|(id, s)| (id, Session::from_v3(s)))
-                .collect(),
-            limits: v3.limits,
-            tenants: v3.tenants,
-        }
-    }
-}
-
 impl Machine {
     /// The machine as snapshot bytes.
     pub fn snapshot(&self) -> Vec<u8> {
@@ -104,22 +70,9 @@ impl Machine {
 
     /// A machine from snapshot bytes, or why they were refused.
     pub fn restore(bytes: &[u8]) -> Result<Machine, FrameError> {
-        let saved: SavedLimits = match frame_version(bytes) {
-            Some(SNAPSHOT_VERSION_V3) => {
-                let payload = codec::open_frame(
-                    bytes,
-                    SNAPSHOT_MAGIC,
-                    SNAPSHOT_VERSION_V3,
-                    SNAPSHOT_BYTES_MAX,
-                )?;
-                codec::decode::<SavedLimitsV3>(payload)?.into()
-            }
-            _ => {
-                let payload =
-                    codec::open_frame(bytes, SNAPSHOT_MAGIC, SNAPSHOT_VERSION, SNAPSHOT_BYTES_MAX)?;
-                codec::decode(payload)?
-            }
-        };
+        let payload =
+            codec::open_frame(bytes, SNAPSHOT_MAGIC, SNAPSHOT_VERSION, SNAPSHOT_BYTES_MAX)?;
+        let saved: SavedLimits = codec::decode(payload)?;
         let machine = Machine::from_saved(saved);
         machine.check().map_err(FrameError::Invalid)?;
         Ok(machine)
@@ -129,13 +82,6 @@ impl Machine {
     pub fn digest(&self) -> String {
         digest_of(&codec::encode(self.saved()))
     }
-}
-
-/// The version a frame's header declares, if the bytes are long enough to have one;
-/// [`codec::open_frame`] then checks everything else.
-fn frame_version(bytes: &[u8]) -> Option<u16> {
-    let version = bytes.get(4..6)?;
-    Some(u16::from_le_bytes([version[0], version[1]]))
 }
 
 /// The digest of some bytes: 64-bit FNV-1a, as 16 hex digits. Not cryptographic; it exists
@@ -152,7 +98,7 @@ pub fn digest_of(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::machine::{Acquire, Batch, Command, Leadership, Owner, Priority, Reply};
+    use crate::machine::{Batch, Command, Leadership, Owner, Reply};
 
     fn entry(m: &mut Machine, index: u64, commands: Vec<Command>) -> Vec<Reply> {
         let batch = Batch {
@@ -164,65 +110,21 @@ mod tests {
         m.apply(index, &batch).replies
     }
 
-    /// A machine's state in the version-3 format (sessions without owners), sealed.
-    fn as_v3(m: &Machine) -> Vec<u8> {
-        let saved = m.saved().clone();
-        let v3 = SavedLimitsV3 {
-            clock: saved.clock,
-            applied: saved.applied,
-            last_fence: saved.last_fence,
-            last_session: saved.last_session,
-            last_limit: saved.last_limit,
-            sessions: saved
-                .sessions
-                .iter()
-                .map(|(id, s)| (*id, s.to_v3()))
-                .collect(),
-            limits: saved.limits,
-            tenants: saved.tenants,
-        };
-        codec::seal_frame(SNAPSHOT_MAGIC, SNAPSHOT_VERSION_V3, &codec::encode(&v3))
-    }
-
     #[test]
-    fn a_version_3_snapshot_restores_with_unowned_sessions() {
+    fn a_version_3_snapshot_is_refused_naming_both_versions() {
         let mut m = Machine::new();
-        entry(
-            &mut m,
-            1,
-            vec![
-                Command::DefineLimit {
-                    tenant: "t".into(),
-                    name: "db".into(),
-                    concurrent: 2,
-                    per_second: 0.0,
-                    burst: None,
-                },
-                Command::OpenSession { ttl_ms: 10_000 },
-            ],
+        entry(&mut m, 1, vec![Command::OpenSession { ttl_ms: 10_000 }]);
+        let mut bytes = m.snapshot();
+        bytes[4..6].copy_from_slice(&3u16.to_le_bytes());
+        let err = Machine::restore(&bytes).unwrap_err().to_string();
+        assert!(
+            err.contains("unknown format version 3 (this build reads 4)"),
+            "{err}"
         );
-        let acquire = Acquire {
-            session: 1,
-            ticket: 1,
-            tenant: "t".into(),
-            limit: "db".into(),
-            units: 1,
-            priority: Priority::default(),
-            agent: None,
-            wait: true,
-        };
-        let replies = entry(&mut m, 2, vec![Command::Acquire(acquire)]);
-        assert!(matches!(replies[0], Reply::Granted { .. }), "{replies:?}");
-        let bytes = as_v3(&m);
-        assert_eq!(&bytes[4..6], &3u16.to_le_bytes());
-        let restored = Machine::restore(&bytes).expect("a version-3 snapshot restores");
-        assert_eq!(restored.session_owner(1), Some(None));
-        // Nothing else changed: written again, it is the machine's own version-4 snapshot.
-        assert_eq!(restored.snapshot(), m.snapshot());
     }
 
     #[test]
-    fn a_version_4_snapshot_keeps_owners_and_a_damaged_version_3_one_is_refused() {
+    fn a_version_4_snapshot_keeps_owners_and_a_damaged_one_is_refused() {
         let mut m = Machine::new();
         let open = Command::OpenSessionFor {
             ttl_ms: 10_000,
@@ -232,7 +134,7 @@ mod tests {
         entry(&mut m, 1, vec![open]);
         let restored = Machine::restore(&m.snapshot()).expect("restores");
         assert_eq!(restored.session_owner(77), Some(Some(Owner([9; 32]))));
-        let mut damaged = as_v3(&m);
+        let mut damaged = m.snapshot();
         let last = damaged.len() - 1;
         damaged[last] ^= 0xff;
         let err = Machine::restore(&damaged).unwrap_err().to_string();

@@ -1,8 +1,10 @@
 //! [`Machine`]: the whole replicated state and `apply`, the one function that changes it.
 //!
 //! `apply` takes a log index and a [`Batch`]; it advances the log clock, expires the sessions
-//! whose leases ran out, serves the rate-limited queues the refill can now serve, and then
-//! executes the commands in order. Everything it decides depends on the state and the batch
+//! whose leases ran out, serves the rate-limited queues the refill can now serve (those
+//! filed in [`Deadlines`] at or before now, not every rated queue), and then executes the
+//! commands in order. `Tick` prunes the finished tickets and receipts that are due, found
+//! the same way: neither walks every session, tenant or limit. Everything it decides depends on the state and the batch
 //! alone: ordered maps only, integer arithmetic only, no clock, no I/O.
 //!
 //! This file holds the state and the dispatch; each group of commands has its own child
@@ -15,7 +17,8 @@
 //!   under its key, a `Held` ticket is its limit's holder under its fence; and every waiter
 //!   and holder of every limit is such a live ticket.
 //! - `expiries` holds exactly one `(expires_at_ms, session)` per session.
-//! - `rate_waiting` is exactly the set of rated limits with waiters.
+//! - `deadlines` files exactly the items the state gives a deadline, under it (checked
+//!   against a full scan: see [`Deadlines`]).
 //! - Fences are unique and increasing: every held fence is at most `last_fence`.
 //! - A limit is reachable by name from its tenant exactly while it exists.
 
@@ -30,7 +33,8 @@ use std::collections::BTreeSet;
 
 pub use reads::{LimitStatus, TenantStatus};
 
-use super::command::{Batch, Command, LimitId, SessionId};
+use super::command::{Batch, Command, SessionId};
+use super::deadlines::{Deadlines, Prune};
 use super::reply::{Applied, Event, Refusal, Reply};
 use super::snapshot::SavedLimits;
 use super::totals::{TenantCounts, Totals};
@@ -42,15 +46,15 @@ pub struct Machine {
     saved: SavedLimits,
     /// Session leases by expiry time. Derived from `saved.sessions`; rebuilt on restore.
     expiries: BTreeSet<(u64, SessionId)>,
-    /// Rated limits with waiters: served on every entry, since time alone can free them.
-    /// Derived from `saved.limits`; rebuilt on restore.
-    rate_waiting: BTreeSet<LimitId>,
+    /// What time alone changes next: rated queues to serve, finished tickets and receipts
+    /// to prune, each under its deadline. Derived from `saved`; rebuilt on restore.
+    deadlines: Deadlines,
     /// Counts of the globally bounded items. Derived from `saved`; rebuilt on restore.
     totals: Totals,
 }
 
 /// The tenant whose receipts, runs, periods or halts `command` may change, if any. (`Tick`
-/// prunes every tenant's receipts and keeps the totals itself.)
+/// prunes the receipts that are due and keeps the totals itself.)
 fn tenant_counted(command: &Command) -> Option<&str> {
     match command {
         Command::SetTenant { tenant, .. }
@@ -81,17 +85,12 @@ impl Machine {
             .iter()
             .map(|(&id, s)| (s.expires_at_ms, id))
             .collect();
-        let rate_waiting = saved
-            .limits
-            .iter()
-            .filter(|(_, l)| l.spec.rates() && !l.queue.is_empty())
-            .map(|(&id, _)| id)
-            .collect();
+        let deadlines = Deadlines::of(&saved);
         let totals = Totals::of(&saved);
         Machine {
             saved,
             expiries,
-            rate_waiting,
+            deadlines,
             totals,
         }
     }
@@ -111,10 +110,39 @@ impl Machine {
         self.saved.clock.now_ms()
     }
 
+    /// Files session `id` under its oldest finished ticket's retention deadline (or unfiles
+    /// it): called wherever its finished tickets may have changed.
+    fn refile_tickets(&mut self, id: SessionId) {
+        let due = self
+            .saved
+            .sessions
+            .get(&id)
+            .and_then(|s| s.finished_due_ms());
+        self.deadlines.prune.set(Prune::Tickets(id), due);
+    }
+
+    /// Files `tenant` under its oldest receipt's retention deadline (or unfiles it).
+    fn refile_receipts(&mut self, tenant: &str) {
+        let due = self
+            .saved
+            .tenants
+            .get(tenant)
+            .and_then(|t| t.receipts_due_ms());
+        self.deadlines
+            .prune
+            .set(Prune::Receipts(tenant.to_owned()), due);
+    }
+
+    /// The earliest log time at which a `Tick` would prune something, if any: what the
+    /// deadline index holds first.
+    pub fn next_prune_ms(&self) -> Option<u64> {
+        self.deadlines.prune.next_ms()
+    }
+
     /// Whether time alone can change the state (sessions may expire, buckets may serve
     /// waiters): the proposer ticks while this is true.
     pub fn has_timed_work(&self) -> bool {
-        !self.saved.sessions.is_empty() || !self.rate_waiting.is_empty()
+        !self.saved.sessions.is_empty() || !self.deadlines.serve.is_empty()
     }
 
     /// Notes an entry that carries no batch (Raft's blank and membership entries), so that
@@ -134,7 +162,12 @@ impl Machine {
         let now_ms = self.saved.clock.advance(batch);
         let mut events = Vec::new();
         self.expire_sessions(now_ms, &mut events);
-        for id in self.rate_waiting.clone() {
+        // In id order, as when every rated queue was served on every entry: serving one
+        // limit never changes another's deadline, so the grants (and their fences) are the
+        // same.
+        let mut due = self.deadlines.serve.due(now_ms);
+        due.sort_unstable();
+        for id in due {
             self.serve(id, &mut events);
         }
         let replies = batch
@@ -162,6 +195,7 @@ impl Machine {
         if let (Some(t), Some(before)) = (tenant, before) {
             let after = TenantCounts::of(self.saved.tenants.get(t));
             self.totals.tenant_changed(before, after);
+            self.refile_receipts(t);
         }
         reply
     }
@@ -222,7 +256,7 @@ impl Machine {
                 reason,
             } => answer(self.set_halt(tenant, scope, reason, events)),
             Command::ClearHalt { tenant, scope } => self.clear_halt(tenant, scope),
-            Command::Tick => self.prune_receipts(),
+            Command::Tick => self.prune_due(),
         }
     }
 }

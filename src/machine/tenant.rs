@@ -7,11 +7,14 @@
 //!
 //! Receipt retention: a receipt is kept [`RECEIPT_RETENTION_MS`] of log time after its
 //! settle, and at most [`TENANT_RECEIPTS_MAX`] per tenant (oldest dropped first, counted in
-//! `receipts_evicted`). Expired receipts are dropped when the tenant next settles and on
-//! every `Tick`.
+//! `receipts_evicted`). Expired receipts are dropped when the tenant next settles and by
+//! the `Tick` that first sees them due (the machine files each tenant under its oldest
+//! receipt's deadline, so a `Tick` visits only tenants with something to drop).
 //!
 //! Invariants:
 //! - `receipt_order` lists exactly the keys of `receipts`, in settle order.
+//! - Receipts settle in log-time order, so the front of `receipt_order` is the oldest and
+//!   its retention is the tenant's next prune deadline ([`Tenant::receipts_due_ms`]).
 //! - A period's `held_*` is the sum of what is left of the holds of the running runs that
 //!   hold against it (see [`Spend`]).
 //! - A ceiling of 0 admits nobody.
@@ -150,6 +153,17 @@ impl Tenant {
             let oldest = self.receipt_order.pop_front().expect("front exists");
             self.receipts.remove(&oldest);
         }
+    }
+
+    /// When the oldest receipt's retention runs out (the machine's prune deadline for this
+    /// tenant), or `None` when it keeps none.
+    pub fn receipts_due_ms(&self) -> Option<u64> {
+        let oldest = self.receipt_order.front()?;
+        Some(
+            self.receipts[oldest]
+                .settled_at_log_ms
+                .saturating_add(RECEIPT_RETENTION_MS),
+        )
     }
 
     /// Whether the tenant holds nothing worth keeping (it can be dropped from the state).

@@ -134,20 +134,21 @@ mod tests {
         "r".repeat(REASON_BYTES_MAX)
     }
 
-    /// The largest refusal a finished ticket can keep (any variant, to be safe).
+    /// The largest refusal a finished ticket can keep in `Finished::Refused` (any variant
+    /// but `Halted`, which `Finished::refused` keeps as `Finished::Halted`).
     fn refusal_bytes_max() -> usize {
-        let (n, r) = (name(), reason());
+        let n = name();
         [
             Refusal::UnknownLimit {
                 tenant: n.clone(),
                 name: n.clone(),
             },
-            Refusal::UnknownSession,
-            Refusal::Halted {
-                scope: HaltScope::Agent(n.clone()),
-                reason: r,
+            Refusal::UnknownSession {
+                session: SessionId::MAX,
             },
             Refusal::TooLarge {
+                tenant: n.clone(),
+                name: n.clone(),
                 units: u32::MAX,
                 max: u64::MAX,
             },
@@ -162,7 +163,10 @@ mod tests {
                 tenant: n.clone(),
                 name: n.clone(),
             },
-            Refusal::TicketReleased,
+            Refusal::TicketReleased {
+                session: SessionId::MAX,
+                ticket: TicketId::MAX,
+            },
             Refusal::TooManyRuns {
                 tenant: n.clone(),
                 running: u32::MAX,
@@ -176,7 +180,11 @@ mod tests {
                 hold: u64::MAX,
                 budget: u64::MAX,
             },
-            Refusal::Conflict,
+            Refusal::Conflict {
+                tenant: n.clone(),
+                run: n.clone(),
+                epoch: u64::MAX,
+            },
             Refusal::Invalid(n.repeat(4)),
             Refusal::AtCapacity {
                 what: n.repeat(2),
@@ -203,7 +211,14 @@ mod tests {
             + 1
             + refusal_bytes_max()
             + encoded_len(&(u64::MAX, TicketId::MAX));
-        taken.max(refused).max(finished_bytes(&Finished::Released))
+        let halted = finished_bytes(&Finished::Halted {
+            scope: HaltScope::Agent(name()),
+            reason: reason(),
+        });
+        taken
+            .max(refused)
+            .max(halted)
+            .max(finished_bytes(&Finished::Released))
     }
 
     fn held_bytes_max() -> usize {

@@ -216,8 +216,7 @@
 //!   close of it ([`client_port`]); the HTTP event stream checks the same record. The check
 //!   reads this node's applied state: a session not applied here yet is waited for with one
 //!   quorum round (the leader) or a few seconds (an HTTP stream on a follower). Sessions
-//!   opened without tokens, or restored from a version-3 snapshot, have no owner and are
-//!   open to every principal.
+//!   opened without tokens have no owner and are open to every principal.
 
 pub mod admin;
 pub mod client_port;

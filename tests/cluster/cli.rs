@@ -129,7 +129,10 @@ async fn acquire_runs_a_command_under_a_permit_and_every_other_subcommand_works(
     );
     let (code, _, err) = cluster.cli(&["acquire", "db", "--units", "2", "--hold", "1"]);
     assert_eq!(code, 3);
-    assert!(err.contains("too large: 2 units"), "{err}");
+    assert!(
+        err.contains("refused: too large for default/db: 2 units, the limit grants at most 1"),
+        "the refusal names the limit: {err}"
+    );
     let (code, _, err) = cluster.cli(&["acquire", "nope", "--hold", "1"]);
     assert_eq!(
         (code, err.contains("refused: unknown limit default/nope")),
@@ -198,7 +201,12 @@ async fn acquire_runs_a_command_under_a_permit_and_every_other_subcommand_works(
         "--tokens", "1",
     ]);
     assert_eq!(code, 3);
-    assert!(err.contains("conflict"), "{err}");
+    assert!(
+        err.contains(
+            "refused: conflict: acme run r1 epoch 1 was settled before with another payload"
+        ),
+        "the refusal names the settlement key: {err}"
+    );
     let spent = json(&ok(&["spent", "--tenant", "acme", "2026-12", "--json"]));
     keys(
         &spent,
@@ -343,8 +351,8 @@ async fn acquire_runs_a_command_under_a_permit_and_every_other_subcommand_works(
         cluster.cli(&["run", "reserve", "--tenant", "acme", "r9", "--agent", "bot"]);
     assert_eq!(code, 3);
     assert!(
-        err.contains("halted (agent bot): runaway loop"),
-        "the refusal prints the reason: {err}"
+        err.contains("refused: halted acme (agent bot): runaway loop"),
+        "the refusal names the tenant and prints the reason: {err}"
     );
     ok(&[
         "run", "reserve", "--tenant", "acme", "r9", "--agent", "human",

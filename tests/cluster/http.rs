@@ -201,9 +201,70 @@ async fn http_routes_are_exactly_the_openapi_ones_and_each_is_served_by_a_follow
         (StatusCode::CONFLICT, Some("Halted"), Some("incident")),
         "{v}"
     );
+    // Every refusal names its object: the halted tenant, in a field and in the text.
+    assert_eq!(
+        (v["tenant"].as_str(), v["message"].as_str()),
+        (Some("h"), Some("halted h (tenant): incident")),
+        "{v}"
+    );
     let (status, v) = call(&http, &url, "GET", "/v1/tenants/h", None).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(v["halts"][0]["reason"], "incident", "{v}");
+    phase("an unknown session and a too-large acquire name the session and the limit");
+    let (status, v) = call(
+        &http,
+        &url,
+        "POST",
+        "/v1/tenants/t/limits/db/acquire",
+        Some(json!({"session": 987654, "ticket": 1})),
+    )
+    .await;
+    assert_eq!(
+        (status, v["error"].as_str(), v["session"].as_u64()),
+        (StatusCode::NOT_FOUND, Some("UnknownSession"), Some(987654)),
+        "{v}"
+    );
+    assert_eq!(
+        v["message"], "unknown session 987654 (closed or expired)",
+        "{v}"
+    );
+    let (status, v) = call(
+        &http,
+        &url,
+        "POST",
+        "/v1/tenants/h/limits/l/acquire",
+        Some(json!({"session": s["session"], "ticket": 2, "units": 5})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "halted before too large: {v}");
+    call(&http, &url, "DELETE", "/v1/tenants/h/halt", None).await;
+    let (status, v) = call(
+        &http,
+        &url,
+        "POST",
+        "/v1/tenants/h/limits/l/acquire",
+        Some(json!({"session": s["session"], "ticket": 3, "units": 5})),
+    )
+    .await;
+    assert_eq!(
+        (
+            status,
+            v["error"].as_str(),
+            v["tenant"].as_str(),
+            v["name"].as_str()
+        ),
+        (
+            StatusCode::BAD_REQUEST,
+            Some("TooLarge"),
+            Some("h"),
+            Some("l")
+        ),
+        "{v}"
+    );
+    assert_eq!(
+        v["message"], "too large for h/l: 5 units, the limit grants at most 1",
+        "{v}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -289,6 +289,7 @@ async fn a_halt_refuses_waiters_tells_holders_refuses_reserves_and_clearing_rest
         .unwrap();
     assert_eq!(reply, Reply::Done);
     let halted = Refusal::Halted {
+        tenant: "t".into(),
         scope: HaltScope::Tenant,
         reason: "incident 42".into(),
     };

@@ -139,7 +139,7 @@ async fn a_new_leader_refuses_another_principal_on_a_session_opened_before_the_f
         let r = write(&alice, Command::KeepAlive { session: guess }).await;
         assert_eq!(
             written(&r),
-            Some(&Reply::Refused(Refusal::UnknownSession)),
+            Some(&Reply::Refused(Refusal::UnknownSession { session: guess })),
             "guessed id {guess}: {r:?}"
         );
     }

@@ -206,6 +206,7 @@ impl Model {
         key: (SessionId, TicketId),
         wait: bool,
         reply: &Reply,
+        (tenant, name): (&str, &str),
     ) -> Reply {
         let units = units_of(key.1);
         let lim = &mut self.limits[l];
@@ -228,10 +229,15 @@ impl Model {
             };
         }
         if self.released.contains(&key) {
-            return Reply::Refused(Refusal::TicketReleased);
+            return Reply::Refused(Refusal::TicketReleased {
+                session: key.0,
+                ticket: key.1,
+            });
         }
         if units > lim.cap {
             return Reply::Refused(Refusal::TooLarge {
+                tenant: tenant.to_owned(),
+                name: name.to_owned(),
                 units,
                 max: lim.cap as u64,
             });
@@ -336,10 +342,19 @@ fn run(
                 (Op::Acquire { limit, wait, .. }, Command::Acquire(a)) => {
                     let key = (a.session, a.ticket);
                     if !model.alive(a.session) {
-                        prop_assert_eq!(reply, &Reply::Refused(Refusal::UnknownSession));
+                        prop_assert_eq!(
+                            reply,
+                            &Reply::Refused(Refusal::UnknownSession { session: a.session })
+                        );
                     } else if *limit == RATE {
                         if model.released.contains(&key) {
-                            prop_assert_eq!(reply, &Reply::Refused(Refusal::TicketReleased));
+                            prop_assert_eq!(
+                                reply,
+                                &Reply::Refused(Refusal::TicketReleased {
+                                    session: key.0,
+                                    ticket: key.1
+                                })
+                            );
                         } else if let Some(f) = model.taken.get(&key) {
                             prop_assert_eq!(
                                 reply,
@@ -373,7 +388,8 @@ fn run(
                             }
                         }
                     } else {
-                        let expect = model.acquire(*limit, key, *wait, reply);
+                        let expect =
+                            model.acquire(*limit, key, *wait, reply, (&a.tenant, &a.limit));
                         prop_assert_eq!(reply, &expect, "acquire {:?}", a);
                         if let Reply::Granted { fence, .. } = reply {
                             seen.push((*fence, key));
@@ -405,7 +421,10 @@ fn run(
                             *at = log_ms + TTL_MS;
                             prop_assert_eq!(reply, &Reply::KeptAlive { ttl_ms: TTL_MS });
                         }
-                        None => prop_assert_eq!(reply, &Reply::Refused(Refusal::UnknownSession)),
+                        None => prop_assert_eq!(
+                            reply,
+                            &Reply::Refused(Refusal::UnknownSession { session: *session })
+                        ),
                     }
                 }
                 (Op::Close { .. }, Command::CloseSession { session }) => {

@@ -37,7 +37,7 @@ fn an_owned_open_takes_its_id_from_the_nonce_and_records_its_owner() {
     assert_eq!(s.m.session_owner(1), None);
     assert_eq!(
         s.reply(Command::KeepAlive { session: a + 1 }),
-        Reply::Refused(Refusal::UnknownSession)
+        Reply::Refused(Refusal::UnknownSession { session: a + 1 })
     );
 }
 

@@ -201,7 +201,12 @@ fn lowering_concurrent_refuses_waiters_that_can_never_fit() {
     s.reply(ask(a, 1, "db").units(4));
     s.reply(ask(a, 2, "db").units(3));
     let (_, events) = s.one(limit("t", "db").concurrent(2));
-    let too_large = Refusal::TooLarge { units: 3, max: 2 };
+    let too_large = Refusal::TooLarge {
+        tenant: "t".into(),
+        name: "db".into(),
+        units: 3,
+        max: 2,
+    };
     assert_eq!(events, vec![refused_event(a, 2, too_large)]);
 }
 
@@ -236,7 +241,7 @@ fn an_unknown_limit_or_session_is_refused_never_granted() {
     assert_eq!(s.acquire(a, 1, "nothing"), refused(unknown("t", "nothing")));
     assert_eq!(
         s.acquire(99, 1, "nothing"),
-        refused(Refusal::UnknownSession)
+        refused(Refusal::UnknownSession { session: 99 })
     );
 }
 
@@ -248,7 +253,12 @@ fn too_large_is_refused_against_concurrent_and_burst() {
     for (ticket, name, units, max) in [(1, "db", 3, 2), (2, "api", 4, 3)] {
         assert_eq!(
             s.reply(ask(a, ticket, name).units(units)),
-            refused(Refusal::TooLarge { units, max }),
+            refused(Refusal::TooLarge {
+                tenant: "t".into(),
+                name: name.into(),
+                units,
+                max
+            }),
             "{units} units of {name}"
         );
     }
@@ -287,7 +297,7 @@ fn session_expires_at_a_deterministic_log_time_releasing_permits_and_withdrawing
     assert_eq!(s.status("t", "db").waiting, 0);
     assert_eq!(
         s.reply(Command::KeepAlive { session: a }),
-        refused(Refusal::UnknownSession)
+        refused(Refusal::UnknownSession { session: a })
     );
 }
 
@@ -359,7 +369,13 @@ fn acquire_is_idempotent_per_session_and_ticket() {
     assert_eq!(r2, NOTHING_RELEASED);
     assert!(e2.is_empty());
     // A late duplicate of the released ticket's acquire does not grant it again.
-    assert_eq!(s.acquire(a, 7, "db"), refused(Refusal::TicketReleased));
+    assert_eq!(
+        s.acquire(a, 7, "db"),
+        refused(Refusal::TicketReleased {
+            session: a,
+            ticket: 7
+        })
+    );
 }
 
 #[test]
@@ -696,7 +712,11 @@ fn a_settlement_charges_once_and_a_conflicting_one_changes_nothing() {
     let before = s.m.snapshot();
     assert_eq!(
         s.reply(settle("r1", 1, "p", 11, 20, true)),
-        refused(Refusal::Conflict)
+        refused(Refusal::Conflict {
+            tenant: "acme".into(),
+            run: "r1".into(),
+            epoch: 1
+        })
     );
     let mut after = s.m.clone();
     // Only the applied index moved: state is otherwise unchanged (slot still held).

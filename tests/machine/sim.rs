@@ -310,9 +310,11 @@ pub fn halted_event(
     }
 }
 
-/// The refusal a halt of `scope` for `reason` gives.
+/// The refusal a halt of tenant `acme` (the tenant the halt scenarios use) in `scope` for
+/// `reason` gives.
 pub fn halted(scope: &HaltScope, reason: &str) -> Refusal {
     Refusal::Halted {
+        tenant: "acme".into(),
         scope: scope.clone(),
         reason: reason.into(),
     }

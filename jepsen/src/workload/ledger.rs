@@ -127,7 +127,7 @@ async fn settle_until_known(
             }
             Ok(other) => {
                 let error = match other {
-                    Reply::Refused(Refusal::Conflict) => "conflict".to_string(),
+                    Reply::Refused(Refusal::Conflict { .. }) => "conflict".to_string(),
                     other => format!("{other:?}"),
                 };
                 history.record(
@@ -168,7 +168,7 @@ async fn conflict(
         json!({"key": key, "tokens": tokens, "period": period}),
     );
     let (kind, error) = match client.settle(conflicting.clone()).await {
-        Ok(Reply::Refused(Refusal::Conflict)) => (Kind::Fail, Some("conflict".to_string())),
+        Ok(Reply::Refused(Refusal::Conflict { .. })) => (Kind::Fail, Some("conflict".to_string())),
         Ok(Reply::Settled { .. }) => (Kind::Ok, None),
         Ok(other) => (Kind::Fail, Some(format!("{other:?}"))),
         Err(e) if e.definitely_failed() => (Kind::Fail, Some(e.to_string())),

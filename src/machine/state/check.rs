@@ -19,6 +19,7 @@ impl Machine {
             ));
         }
         self.check_names()?;
+        self.deadlines.check(&self.saved)?;
         let totals = Totals::of(&self.saved);
         if totals != self.totals {
             return Err(format!("totals kept {:?}, counted {totals:?}", self.totals));
@@ -105,8 +106,8 @@ impl Machine {
         Ok(())
     }
 
-    /// Every limit is well formed, under the id and fence counters, and filed in
-    /// `rate_waiting` exactly while it rates and has waiters.
+    /// Every limit is well formed, under the id and fence counters. (Its filing in the
+    /// deadline index is checked with the others, in `check`.)
     fn check_limits(&self) -> Result<(), String> {
         for (&id, l) in &self.saved.limits {
             l.check()?;
@@ -124,16 +125,6 @@ impl Machine {
                     self.saved.last_fence
                 ));
             }
-            if self.rate_waiting.contains(&id) != (l.spec.rates() && !l.queue.is_empty()) {
-                return Err(format!("limit {id} misfiled in rate_waiting"));
-            }
-        }
-        if self
-            .rate_waiting
-            .iter()
-            .any(|id| !self.saved.limits.contains_key(id))
-        {
-            return Err("rate_waiting names a missing limit".into());
         }
         Ok(())
     }

@@ -57,7 +57,7 @@ impl Machine {
             .saved
             .sessions
             .get_mut(&id)
-            .ok_or(Refusal::UnknownSession)?;
+            .ok_or(Refusal::UnknownSession { session: id })?;
         let removed = self.expiries.remove(&(session.expires_at_ms, id));
         assert!(removed, "session {id} has an expiry");
         session.expires_at_ms = now_ms.saturating_add(session.ttl_ms);
@@ -102,6 +102,9 @@ impl Machine {
             return BTreeSet::new();
         };
         self.expiries.remove(&(session.expires_at_ms, id));
+        self.deadlines
+            .prune
+            .set(crate::machine::deadlines::Prune::Tickets(id), None);
         self.totals.forget_session(&session);
         session
             .live

@@ -42,6 +42,7 @@ impl Machine {
         let now_ms = self.now_ms();
         let limit = self.saved.limits.get_mut(&id).expect("named limits exist");
         limit.redefine(spec, now_ms);
+        let (tenant, name) = (limit.tenant.clone(), limit.name.clone());
         // Tickets that the new spec can never serve are refused now, not left to block the
         // queue forever.
         let Some(max) = limit.spec.max_units() else {
@@ -50,6 +51,8 @@ impl Machine {
         let too_large = limit.queue.remove_where(|w| w.units as u64 > max);
         for (_, w) in too_large {
             let refusal = Refusal::TooLarge {
+                tenant: tenant.clone(),
+                name: name.clone(),
                 units: w.units,
                 max,
             };

@@ -29,11 +29,12 @@ impl Machine {
             .saved
             .sessions
             .get_mut(&a.session)
-            .ok_or(Refusal::UnknownSession)?;
+            .ok_or(Refusal::UnknownSession { session: a.session })?;
         session.prune_finished(now_ms, &mut self.totals);
+        self.refile_tickets(a.session);
         let session = &self.saved.sessions[&a.session];
         // The same ticket again: the same answer, and no second effect (G5).
-        if let Some(reply) = self.answer_again(session, a.ticket) {
+        if let Some(reply) = self.answer_again(a, session) {
             return Ok(reply);
         }
         // A new ticket ends finished; there must be room to remember it (never forget one
@@ -54,7 +55,11 @@ impl Machine {
             // PLANTED(halt-skipped)
             .filter(|_| !crate::planted::is(crate::planted::Plant::HaltSkipped))
         {
-            return Err(Refusal::Halted { scope, reason });
+            return Err(Refusal::Halted {
+                tenant: a.tenant.clone(),
+                scope,
+                reason,
+            });
         }
         let id = self.live_limit_id(&a.tenant, &a.limit)?;
         let now_ms = self.now_ms();
@@ -63,6 +68,8 @@ impl Machine {
             && a.units as u64 > max
         {
             return Err(Refusal::TooLarge {
+                tenant: a.tenant.clone(),
+                name: a.limit.clone(),
                 units: a.units,
                 max,
             });
@@ -88,7 +95,8 @@ impl Machine {
 
     /// What an acquire naming a ticket the session already knows is answered, or `None`
     /// for a new ticket.
-    fn answer_again(&self, session: &Session, ticket: TicketId) -> Option<Reply> {
+    fn answer_again(&self, a: &Acquire, session: &Session) -> Option<Reply> {
+        let ticket = a.ticket;
         match session.live.get(&ticket) {
             Some(Ticket::Queued { limit, key }) => Some(Reply::Queued {
                 position: self.saved.limits[limit].queue.position(key),
@@ -97,7 +105,10 @@ impl Machine {
                 fence: *fence,
                 units: *units,
             }),
-            None => session.finished.get(&ticket).map(Finished::reply),
+            None => session
+                .finished
+                .get(&ticket)
+                .map(|f| f.reply(a.session, ticket, &a.tenant)),
         }
     }
 
@@ -158,7 +169,9 @@ impl Machine {
             session.prune_finished(now_ms, &mut self.totals);
             let known =
                 session.live.contains_key(&ticket) || session.finished.contains_key(&ticket);
-            if !known && let Err(refusal) = session.room_to_finish(id).and(self.room_to_finish()) {
+            let room = session.room_to_finish(id).and(self.room_to_finish());
+            self.refile_tickets(id);
+            if !known && let Err(refusal) = room {
                 return Reply::Refused(refusal);
             }
         }
@@ -168,6 +181,7 @@ impl Machine {
             session.finish(ticket, Finished::Released, now_ms, totals);
             live
         });
+        self.refile_tickets(id);
         let Some(live) = live else {
             return Reply::Released {
                 held: false,
@@ -198,6 +212,7 @@ impl Machine {
         };
         let now_ms = self.now_ms();
         let (session, ticket, units) = (holder.session, holder.ticket, holder.units);
+        let session_id = session;
         let limit = self
             .saved
             .limits
@@ -223,6 +238,7 @@ impl Machine {
                 now_ms,
                 &mut self.totals,
             );
+            self.refile_tickets(session_id);
         }
         fence
     }
@@ -315,15 +331,16 @@ impl Machine {
         self.file(id);
     }
 
-    /// Drops limit `id` if it was removed and is now empty; otherwise files it in
-    /// `rate_waiting` exactly while it rates and has waiters.
+    /// Drops limit `id` if it was removed and is now empty; otherwise files it under the
+    /// time its head can be served by the refill alone (or unfiles it: see
+    /// `Limit::tokens_due_ms`).
     fn file(&mut self, id: LimitId) {
         let limit = &self.saved.limits[&id];
         if limit.is_gone() {
             let name = limit.name.clone();
             let tenant = limit.tenant.clone();
             self.saved.limits.remove(&id);
-            self.rate_waiting.remove(&id);
+            self.deadlines.serve.set(id, None);
             let t = self
                 .saved
                 .tenants
@@ -332,11 +349,11 @@ impl Machine {
             t.limits.remove(&name);
             if t.is_empty() {
                 self.saved.tenants.remove(&tenant);
+                self.refile_receipts(&tenant);
             }
-        } else if limit.spec.rates() && !limit.queue.is_empty() {
-            self.rate_waiting.insert(id);
         } else {
-            self.rate_waiting.remove(&id);
+            let due = limit.tokens_due_ms();
+            self.deadlines.serve.set(id, due);
         }
     }
 
@@ -351,10 +368,11 @@ impl Machine {
             .expect("waiters have sessions");
         session.finish(
             w.ticket,
-            Finished::Refused(refusal.clone()),
+            Finished::refused(refusal.clone()),
             now_ms,
             &mut self.totals,
         );
+        self.refile_tickets(w.session);
         events.push(Event::Refused {
             session: w.session,
             ticket: w.ticket,

@@ -23,6 +23,7 @@ use crate::bounds::{
     TENANT_PERIODS_MAX, TENANT_RUNS_MAX, TENANTS_MAX,
 };
 use crate::machine::command::{Change, HaltScope, LimitId, Settle, check_key};
+use crate::machine::deadlines::Prune;
 use crate::machine::reply::{BudgetKind, Event, Refusal, Reply};
 use crate::machine::tenant::{Receipt, RunSlot, Tenant};
 use crate::machine::totals::{TenantCounts, Totals};
@@ -72,7 +73,11 @@ impl Machine {
             return Ok(Reply::Admitted);
         }
         if let Some((scope, reason)) = t.halt_for(agent) {
-            return Err(Refusal::Halted { scope, reason });
+            return Err(Refusal::Halted {
+                tenant: tenant.to_owned(),
+                scope,
+                reason,
+            });
         }
         let running = t.running.len() as u32;
         // Compared once, outside any loop: a ceiling of 0 must refuse, not skip the check.
@@ -156,7 +161,11 @@ impl Machine {
             return if stored.same_payload(&receipt) {
                 Ok(Reply::Settled { duplicate: true })
             } else {
-                Err(Refusal::Conflict)
+                Err(Refusal::Conflict {
+                    tenant: s.tenant.clone(),
+                    run: s.run.clone(),
+                    epoch: s.epoch,
+                })
             };
         }
         // Receipts pruned just now are still in `totals`: the bound is judged conservatively.
@@ -210,19 +219,36 @@ impl Machine {
         })
     }
 
-    /// `Tick`: drops every tenant's receipts and every session's finished tickets past their
-    /// retention, so that idle sessions and tenants do not keep the machine-wide bounds
-    /// reached. (It walks every tenant and session: see issue #11 for a deadline index.)
-    pub(super) fn prune_receipts(&mut self) -> Reply {
+    /// `Tick`: drops the receipts and finished tickets past their retention, so that idle
+    /// sessions and tenants do not keep the machine-wide bounds reached. It visits only the
+    /// sessions and tenants filed as due in the deadline index (`machine::deadlines`):
+    /// `O(due · log n)`, however many sessions and tenants there are.
+    pub(super) fn prune_due(&mut self) -> Reply {
         let now_ms = self.now_ms();
-        for session in self.saved.sessions.values_mut() {
-            session.prune_finished(now_ms, &mut self.totals);
-        }
-        for t in self.saved.tenants.values_mut() {
-            let before = TenantCounts::of(Some(t));
-            t.prune_receipts(now_ms);
-            self.totals
-                .tenant_changed(before, TenantCounts::of(Some(t)));
+        for item in self.deadlines.prune.due(now_ms) {
+            match item {
+                Prune::Tickets(id) => {
+                    let session = self
+                        .saved
+                        .sessions
+                        .get_mut(&id)
+                        .expect("filed sessions exist");
+                    session.prune_finished(now_ms, &mut self.totals);
+                    self.refile_tickets(id);
+                }
+                Prune::Receipts(name) => {
+                    let t = self
+                        .saved
+                        .tenants
+                        .get_mut(&name)
+                        .expect("filed tenants exist");
+                    let before = TenantCounts::of(Some(t));
+                    t.prune_receipts(now_ms);
+                    self.totals
+                        .tenant_changed(before, TenantCounts::of(Some(t)));
+                    self.refile_receipts(&name);
+                }
+            }
         }
         Reply::Done
     }
@@ -262,6 +288,7 @@ impl Machine {
         t.halts.insert(scope.clone(), reason.to_owned());
         let ids: Vec<LimitId> = t.limits.values().copied().collect();
         let refusal = Refusal::Halted {
+            tenant: tenant.to_owned(),
             scope: scope.clone(),
             reason: reason.to_owned(),
         };
