@@ -5,13 +5,18 @@
 //! index) and `meta: str -> bytes` (`vote`, `committed`, `last_purged`).
 //!
 //! Invariants and the promises openraft relies on:
-//! - Every write is one redb transaction committed with `Durability::Immediate`: one fsync.
-//!   `save_vote` returns only once the vote is on disk; `append` calls its callback only
-//!   after its transaction is durable; `truncate` and `purge` are each atomic (`purge` writes
-//!   `last_purged` and deletes in the same transaction).
+//! - Every write goes through the ordered writer ([`super::log_writer`]): one thread, jobs
+//!   in the order asked, each group of queued jobs one redb transaction committed with
+//!   `Durability::Immediate` (one fsync).
+//! - `append` returns once its entries are in the in-memory tail, where readers find them,
+//!   and calls its callback only after their transaction is durable. `save_vote`,
+//!   `truncate` and `purge` return only once durable; each is atomic (`purge` writes
+//!   `last_purged` and deletes in the same transaction). `save_committed` returns at once:
+//!   the committed id may be lost on a crash (openraft allows it), never ahead of its entries.
 //! - The log has no holes: entries are appended at the next index, truncated from an index
 //!   to the end, purged from the start.
-//! - Commits block on fsync, so they run on tokio's blocking pool, never on the Raft core.
+//! - Commits block on fsync, so they run on the writer thread, never on the Raft core; redb
+//!   reads that miss the tail run on tokio's blocking pool.
 //! - A decode failure of a stored entry is a `StorageError` naming the index: the node
 //!   stops rather than serve from a damaged log.
 
@@ -21,26 +26,32 @@
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{AnyError, ErrorSubject, ErrorVerb, RaftLogReader, StorageIOError};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
+use super::log_writer::{self, Tail, Writer};
 use super::{Entry, LogId, StorageError, TypeConfig, Vote};
 use crate::codec;
 
-const ENTRIES: TableDefinition<u64, &[u8]> = TableDefinition::new("entries");
-const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+pub(super) const ENTRIES: TableDefinition<u64, &[u8]> = TableDefinition::new("entries");
+pub(super) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 
 const VOTE: &str = "vote";
 const COMMITTED: &str = "committed";
-const LAST_PURGED: &str = "last_purged";
+pub(super) const LAST_PURGED: &str = "last_purged";
 
-/// The log store. Cloning shares the database (the log reader is a clone).
+/// The log store. Cloning shares the database, the tail and the writer (the log reader is
+/// a clone); the writer thread stops when the last clone is dropped.
 #[derive(Clone)]
 pub struct LogStore {
     db: Arc<Database>,
+    /// Entries not yet durable, and the newest durable ones: read before redb.
+    tail: Arc<Mutex<Tail>>,
+    /// The one thread that writes `log.redb`.
+    writer: Arc<Writer>,
 }
 
 fn io_err(
@@ -55,7 +66,7 @@ fn read_err(e: impl std::error::Error + 'static) -> StorageError {
     io_err(ErrorSubject::Logs, ErrorVerb::Read, e)
 }
 
-fn write_err(e: impl std::error::Error + 'static) -> StorageError {
+pub(super) fn write_err(e: impl std::error::Error + 'static) -> StorageError {
     io_err(ErrorSubject::Logs, ErrorVerb::Write, e)
 }
 
@@ -84,7 +95,23 @@ impl LogStore {
         w.open_table(META)
             .map_err(|e| format!("{}: {e}", path.display()))?;
         w.commit().map_err(|e| format!("{}: {e}", path.display()))?;
-        Ok(LogStore { db: Arc::new(db) })
+        LogStore::start(Arc::new(db))
+    }
+
+    /// Starts the writer thread on an opened, verified database.
+    fn start(db: Arc<Database>) -> Result<LogStore, String> {
+        let tail = Arc::new(Mutex::new(Tail::default()));
+        let writer = Writer::start(db.clone(), tail.clone())?;
+        Ok(LogStore {
+            db,
+            tail,
+            writer: Arc::new(writer),
+        })
+    }
+
+    /// An entry's stored bytes: the one encoding of the `entries` table.
+    fn encode_entry(entry: &Entry) -> Vec<u8> {
+        codec::encode(entry)
     }
 
     /// Runs `f` on the blocking pool (redb reads and fsyncing commits block).
@@ -111,19 +138,6 @@ impl LogStore {
             .map(Some)
             .map_err(|e| read_err(Damaged(format!("log meta {key:?}: {e}"))))
     }
-
-    fn write_meta<T: serde::Serialize>(
-        db: &Database,
-        key: &str,
-        value: &T,
-    ) -> Result<(), StorageError> {
-        let w = db.begin_write().map_err(write_err)?;
-        w.open_table(META)
-            .map_err(write_err)?
-            .insert(key, codec::encode(value).as_slice())
-            .map_err(write_err)?;
-        w.commit().map_err(write_err)
-    }
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {
@@ -141,11 +155,25 @@ impl RaftLogReader<TypeConfig> for LogStore {
             Bound::Excluded(&i) => Some(i),
             Bound::Unbounded => None,
         };
-        self.blocking(move |db| {
-            let r = db.begin_read().map_err(read_err)?;
+        if end.is_some_and(|end| end <= start) {
+            return Ok(vec![]);
+        }
+        // The redb snapshot is begun under the tail's lock, so an entry the writer moves
+        // out of the tail after its commit is in one or the other (log_writer's invariant).
+        let (r, newer) = {
+            let tail = log_writer::lock(&self.tail);
+            if tail.covers(start) {
+                return Ok(tail.range(start, end));
+            }
+            let r = self.db.begin_read().map_err(read_err)?;
+            (r, tail.range(start, end))
+        };
+        // The tail holds the newest entries: redb is read only below its first.
+        let end = newer.first().map(|e| e.log_id.index).or(end);
+        self.blocking(move |_| {
             let t = r.open_table(ENTRIES).map_err(read_err)?;
             let iter = match end {
-                Some(end) if end <= start => return Ok(vec![]),
+                Some(end) if end <= start => return Ok(newer),
                 Some(end) => t.range(start..end),
                 None => t.range(start..),
             }
@@ -158,6 +186,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
                 })?;
                 out.push(entry);
             }
+            out.extend(newer);
             Ok(out)
         })
         .await
@@ -168,11 +197,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = LogStore;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
-        self.blocking(|db| {
+        // When the tail holds entries its last is the log's last (log_writer's invariant).
+        let tail_last = log_writer::lock(&self.tail).last_log_id();
+        self.blocking(move |db| {
             let last_purged: Option<LogId> = LogStore::read_meta(db, LAST_PURGED)?;
             let r = db.begin_read().map_err(read_err)?;
             let t = r.open_table(ENTRIES).map_err(read_err)?;
             let last = match t.last().map_err(read_err)? {
+                _ if tail_last.is_some() => tail_last,
                 Some((k, v)) => {
                     let entry: Entry = codec::decode(v.value()).map_err(|e| {
                         read_err(Damaged(format!("log entry {} in log.redb: {e}", k.value())))
@@ -194,8 +226,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
-        let vote = *vote;
-        self.blocking(move |db| LogStore::write_meta(db, VOTE, &vote))
+        self.writer
+            .meta(VOTE, codec::encode(vote))
             .await
             .map_err(|e| io_err(ErrorSubject::Vote, ErrorVerb::Write, Damaged(e.to_string())))
     }
@@ -205,8 +237,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
-        self.blocking(move |db| LogStore::write_meta(db, COMMITTED, &committed))
-            .await
+        // Not awaited to disk: the core calls this before every apply, and a third fsync in
+        // series per operation buys nothing (a lost committed id only re-applies less).
+        self.writer.hint(COMMITTED, codec::encode(&committed)).await
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
@@ -223,54 +256,23 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
     {
-        let encoded: Vec<(u64, Vec<u8>)> = entries
-            .into_iter()
-            .map(|e| (e.log_id.index, codec::encode(&e)))
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        let encoded = entries
+            .iter()
+            .map(|e| (e.log_id.index, LogStore::encode_entry(e)))
             .collect();
-        let result = self
-            .blocking(move |db| {
-                let w = db.begin_write().map_err(write_err)?;
-                {
-                    let mut t = w.open_table(ENTRIES).map_err(write_err)?;
-                    for (index, bytes) in &encoded {
-                        t.insert(*index, bytes.as_slice()).map_err(write_err)?;
-                    }
-                }
-                w.commit().map_err(write_err)
-            })
-            .await;
-        match &result {
-            Ok(()) => callback.log_io_completed(Ok(())),
-            Err(e) => callback.log_io_completed(Err(std::io::Error::other(e.to_string()))),
-        }
-        result
+        self.writer
+            .append(&self.tail, &entries, encoded, callback)
+            .await
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        self.blocking(move |db| {
-            let w = db.begin_write().map_err(write_err)?;
-            w.open_table(ENTRIES)
-                .map_err(write_err)?
-                .retain_in(log_id.index.., |_, _| false)
-                .map_err(write_err)?;
-            w.commit().map_err(write_err)
-        })
-        .await
+        self.writer.truncate(&self.tail, log_id.index).await
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        self.blocking(move |db| {
-            let w = db.begin_write().map_err(write_err)?;
-            w.open_table(META)
-                .map_err(write_err)?
-                .insert(LAST_PURGED, codec::encode(&log_id).as_slice())
-                .map_err(write_err)?;
-            w.open_table(ENTRIES)
-                .map_err(write_err)?
-                .retain_in(..=log_id.index, |_, _| false)
-                .map_err(write_err)?;
-            w.commit().map_err(write_err)
-        })
-        .await
+        self.writer
+            .purge(&self.tail, log_id, codec::encode(&log_id))
+            .await
     }
 }
