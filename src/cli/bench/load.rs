@@ -33,7 +33,8 @@ fn limit_name(l: u64) -> String {
     format!("bench-{l}")
 }
 
-/// Runs a load workload against `servers`; `spawned` is the cluster to kill leaders of.
+/// Runs a load workload against `servers` and prints its report; `spawned` is the cluster
+/// to kill leaders of.
 pub async fn run(
     args: &BenchArgs,
     servers: &[String],
@@ -41,6 +42,18 @@ pub async fn run(
     spawned: Option<&mut LocalCluster>,
     out: &Output,
 ) -> Result<Exit, String> {
+    let report = measure_load(args, servers, security, spawned).await?;
+    report.print(out);
+    Ok(if report.verified { EXIT_OK } else { EXIT_ERROR })
+}
+
+/// Runs a load workload against `servers` and returns its report.
+pub async fn measure_load(
+    args: &BenchArgs,
+    servers: &[String],
+    security: &ClientSecurity,
+    spawned: Option<&mut LocalCluster>,
+) -> Result<LoadReport, String> {
     let admin = Client::with_security(servers.to_vec(), security.clone());
     define_limits(&admin, args).await?;
     let spent_before = admin
@@ -58,18 +71,57 @@ pub async fn run(
         let _ = c.await;
     }
     let verified = verify(&admin, args, &recorder, &spent_before).await?;
-    LoadReport::new(args, &recorder, elapsed, recoveries_us, verified).print(out);
-    Ok(if verified { EXIT_OK } else { EXIT_ERROR })
+    Ok(LoadReport::new(
+        args,
+        &recorder,
+        elapsed,
+        recoveries_us,
+        verified,
+    ))
+}
+
+/// Concurrent admin requests when defining or checking every limit: a curve point has up
+/// to 100,000 limits, one at a time would take minutes.
+const ADMIN_PARALLEL: u64 = 32;
+
+/// Runs `f(admin, l)` for every limit number `l` below `limits`, `ADMIN_PARALLEL` at a time;
+/// returns whether every call returned true.
+async fn each_limit<F, Fut>(admin: &Client, limits: u32, f: F) -> Result<bool, String>
+where
+    F: Fn(Client, u64) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Result<bool, String>> + Send,
+{
+    let mut workers = tokio::task::JoinSet::new();
+    for w in 0..ADMIN_PARALLEL {
+        let (admin, f) = (admin.clone(), f.clone());
+        workers.spawn(async move {
+            let mut all = true;
+            let mut l = w;
+            while l < u64::from(limits) {
+                all &= f(admin.clone(), l).await?;
+                l += ADMIN_PARALLEL;
+            }
+            Ok::<bool, String>(all)
+        });
+    }
+    let mut all = true;
+    while let Some(r) = workers.join_next().await {
+        all &= r.map_err(|e| e.to_string())??;
+    }
+    Ok(all)
 }
 
 /// Defines the limits the workloads use and clears the tenant's ceilings (idempotent).
 async fn define_limits(admin: &Client, args: &BenchArgs) -> Result<(), String> {
-    for l in 0..args.limits {
+    let concurrency = args.concurrency;
+    each_limit(admin, args.limits, move |admin, l| async move {
         admin
-            .define_limit(TENANT, &limit_name(l.into()), args.concurrency, 0.0, None)
+            .define_limit(TENANT, &limit_name(l), concurrency, 0.0, None)
             .await
-            .map_err(|e| format!("define: {e}"))?;
-    }
+            .map(|_| true)
+            .map_err(|e| format!("define: {e}"))
+    })
+    .await?;
     admin
         .define_limit(TENANT, RATE_LIMIT, 0, 1e9, Some(1_000_000_000))
         .await
@@ -210,22 +262,24 @@ async fn verify(
     recorder: &Recorder,
     spent_before: &Spend,
 ) -> Result<bool, String> {
-    let mut verified = true;
-    for l in 0..args.limits {
+    let concurrency = args.concurrency;
+    let mut verified = each_limit(admin, args.limits, move |admin, l| async move {
         let status = admin
-            .limit_status(TENANT, &limit_name(l.into()))
+            .limit_status(TENANT, &limit_name(l))
             .await
             .map_err(|e| e.to_string())?;
         if let Some(s) = status
-            && (s.max_in_use > args.concurrency as u64)
+            && (s.max_in_use > concurrency as u64)
         {
             eprintln!(
                 "[bench] VIOLATION: {} held {} of {}",
-                s.name, s.max_in_use, args.concurrency
+                s.name, s.max_in_use, concurrency
             );
-            verified = false;
+            return Ok(false);
         }
-    }
+        Ok(true)
+    })
+    .await?;
     let spent = admin
         .spent(TENANT, PERIOD)
         .await

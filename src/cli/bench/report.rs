@@ -16,6 +16,14 @@ pub fn ms(us: u64) -> f64 {
     us as f64 / 1000.0
 }
 
+/// The system's load average over 1, 5 and 15 minutes (zeros where `/proc` does not say):
+/// printed with comparisons and curves, since figures mean little on a busy machine.
+pub fn load_average() -> [f64; 3] {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let mut it = text.split_whitespace().map(|v| v.parse().unwrap_or(0.0));
+    [(); 3].map(|_| it.next().unwrap_or(0.0))
+}
+
 /// A latency histogram in µs: 1 µs to 60 s (longer than any bounded wait of the client), 3
 /// significant digits.
 pub fn histogram() -> Histogram<u64> {
