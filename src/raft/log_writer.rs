@@ -358,3 +358,84 @@ fn write(db: &Database, group: &[Job]) -> Result<(), StorageError> {
     }
     w.commit().map_err(write_err)
 }
+
+#[cfg(test)]
+mod tests {
+    use openraft::entry::RaftEntry;
+    use openraft::{CommittedLeaderId, LogId};
+
+    use super::{TAIL_DURABLE_KEPT, Tail};
+    use crate::raft::Entry;
+
+    fn id(term: u64, index: u64) -> LogId<u64> {
+        LogId::new(CommittedLeaderId::new(term, 1), index)
+    }
+
+    fn entry(term: u64, index: u64) -> Entry {
+        Entry::new_blank(id(term, index))
+    }
+
+    fn ids(entries: &[Entry]) -> Vec<(u64, u64)> {
+        entries
+            .iter()
+            .map(|e| (e.log_id.leader_id.term, e.log_id.index))
+            .collect()
+    }
+
+    #[test]
+    fn entries_not_yet_durable_are_never_evicted() {
+        let mut tail = Tail::default();
+        let many = TAIL_DURABLE_KEPT as u64 * 2;
+        tail.push(&(1..=many).map(|i| entry(1, i)).collect::<Vec<_>>());
+        tail.flushed(id(1, many / 2));
+        // Half are durable, half not: the tail still holds every entry not yet durable.
+        assert!(tail.covers(many / 2 + 1));
+        assert_eq!(tail.range(many / 2 + 1, None).len() as u64, many / 2);
+        assert_eq!(
+            tail.range(0, None).len(),
+            TAIL_DURABLE_KEPT + many as usize / 2
+        );
+        tail.flushed(id(1, many));
+        assert_eq!(tail.range(0, None).len(), TAIL_DURABLE_KEPT);
+        assert_eq!(tail.last_log_id().map(|l| l.index), Some(many));
+    }
+
+    #[test]
+    fn a_flush_of_a_truncated_entry_marks_nothing_durable() {
+        let mut tail = Tail::default();
+        tail.push(&[entry(1, 1), entry(1, 2), entry(1, 3)]);
+        tail.truncate(2);
+        tail.push(&[entry(2, 2), entry(2, 3)]);
+        // The flush of the old (1, 3) append arrives after the truncate and the new append.
+        tail.flushed(id(1, 3));
+        assert_eq!(
+            tail.durable, 0,
+            "the new entries at 2 and 3 are not durable yet"
+        );
+        tail.flushed(id(1, 1));
+        assert_eq!(tail.durable, 1);
+        assert_eq!(ids(&tail.range(0, None)), vec![(1, 1), (2, 2), (2, 3)]);
+    }
+
+    #[test]
+    fn range_and_purge_follow_indexes() {
+        let mut tail = Tail::default();
+        tail.push(&(10..20).map(|i| entry(1, i)).collect::<Vec<_>>());
+        assert_eq!(ids(&tail.range(12, Some(14))), vec![(1, 12), (1, 13)]);
+        assert!(tail.range(25, None).is_empty());
+        assert!(!tail.covers(9));
+        tail.purge(14);
+        assert!(tail.covers(15) && !tail.covers(14));
+        assert_eq!(tail.range(0, None).len(), 5);
+        tail.purge(30);
+        assert_eq!(tail.last_log_id(), None);
+    }
+
+    #[test]
+    #[should_panic(expected = "log has no holes")]
+    fn an_append_past_the_next_index_is_a_bug() {
+        let mut tail = Tail::default();
+        tail.push(&[entry(1, 1)]);
+        tail.push(&[entry(1, 3)]);
+    }
+}
