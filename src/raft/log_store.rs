@@ -12,7 +12,8 @@
 //!   and calls its callback only after their transaction is durable. `save_vote`,
 //!   `truncate` and `purge` return only once durable; each is atomic (`purge` writes
 //!   `last_purged` and deletes in the same transaction). `save_committed` returns at once:
-//!   the committed id may be lost on a crash (openraft allows it), never ahead of its entries.
+//!   the committed id is made durable with the next write or a few milliseconds later, so a
+//!   crash may lose the newest one (openraft allows it), never leave it ahead of its entries.
 //! - The log has no holes: entries are appended at the next index, truncated from an index
 //!   to the end, purged from the start.
 //! - Commits block on fsync, so they run on the writer thread, never on the Raft core; redb
@@ -238,7 +239,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
         // Not awaited to disk: the core calls this before every apply, and a third fsync in
-        // series per operation buys nothing (a lost committed id only re-applies less).
+        // series per operation buys nothing (a lagging committed id only re-applies less at
+        // start; the leader's next commit brings the rest).
         self.writer.hint(COMMITTED, codec::encode(&committed)).await
     }
 
