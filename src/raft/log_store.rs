@@ -115,7 +115,7 @@ impl LogStore {
         codec::encode(entry)
     }
 
-    /// Runs `f` on the blocking pool (redb reads and fsyncing commits block).
+    /// Runs `f` on the blocking pool (redb reads block; writes go to the writer thread).
     async fn blocking<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Database) -> Result<T, StorageError> + Send + 'static,
