@@ -17,7 +17,7 @@
 //! - A group's transaction is committed with `Durability::Immediate` (one fsync). Nobody
 //!   waits for a committed id (`SaveCommitted`, a hint for re-applying after a restart that
 //!   openraft allows to lag): it is written after its entries, so it never names an entry
-//!   the log lacks, and a group holding only hints waits up to [`HINT_LINGER`] for a job
+//!   the log lacks, and a group holding only hints waits up to `HINT_LINGER` (2 ms) for a job
 //!   to share its fsync with, so it costs no fsync of its own under load.
 //! - Callbacks and waiters are answered only after the group's commit returns.
 //! - The tail holds contiguous indexes and always ends at the log's last entry when it is
