@@ -1,5 +1,7 @@
 //! State-machine benchmarks (criterion): apply throughput of an acquire/release mix over
-//! 1,000 limits and 10,000 sessions, and snapshot encode/decode at 100,000 held permits.
+//! 1,000 limits and 10,000 sessions, snapshot encode/decode at 100,000 held permits, and
+//! restore of 100,000 waiters queued on one limit (a restore checks every queued ticket,
+//! which must cost `n log n`, not `n²`: issue #11 asks for under a second).
 //!
 //! Run: `cargo bench --bench machine`. Figures are recorded in the README.
 
@@ -149,5 +151,46 @@ fn snapshot_100k_permits(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, apply_throughput, snapshot_100k_permits);
+/// 100,000 tickets (the `LIMIT_WAITERS_MAX` bound) queued behind one holder of `limit-0`,
+/// spread over 100 fairness keys, from 10 tickets of each session.
+fn restore_100k_waiters(c: &mut Criterion) {
+    let mut f = setup(1);
+    f.apply(vec![acquire(1, 0, 0)]);
+    let mut ticket = 0;
+    for chunk in (1..=SESSIONS).collect::<Vec<_>>().chunks(100) {
+        let commands = chunk
+            .iter()
+            .flat_map(|&s| (0..10).map(move |i| (s, i)))
+            .map(|(s, i)| {
+                ticket += 1;
+                let Command::Acquire(mut a) = acquire(s, 1 + i, 0) else {
+                    unreachable!("acquire builds an acquire")
+                };
+                a.priority.fairness_key = format!("key-{}", ticket % 100);
+                Command::Acquire(a)
+            })
+            .collect();
+        f.apply(commands);
+    }
+    let waiting =
+        f.m.limit_status("bench", "limit-0")
+            .expect("defined")
+            .waiting;
+    assert_eq!(waiting, 100_000, "the bench queues 100,000 waiters");
+    let bytes = f.m.snapshot();
+    eprintln!("snapshot of 100,000 waiters: {} bytes", bytes.len());
+    let mut group = c.benchmark_group("snapshot_100k_waiters");
+    group.sample_size(10);
+    group.bench_function("restore", |b| {
+        b.iter(|| Machine::restore(&bytes).expect("valid"))
+    });
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    apply_throughput,
+    snapshot_100k_permits,
+    restore_100k_waiters
+);
 criterion_main!(benches);

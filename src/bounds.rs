@@ -2,9 +2,18 @@
 //! each with the reason for its value.
 //!
 //! The machine refuses a command that crosses one of these with a typed refusal
-//! ([`crate::machine::Refusal::Invalid`] or a specific one); it never panics on them and never
-//! truncates silently. The network edge enforces the same string bounds before a command
-//! reaches the log, so a refusal here means a client bypassed the edge or the bounds changed.
+//! ([`crate::machine::Refusal::Invalid`] for an argument out of its rule,
+//! [`crate::machine::Refusal::AtCapacity`] for a count bound the state reached, or a specific
+//! one); it never panics on them and never truncates silently. The network edge ([`crate::server::edge`]) runs the same argument
+//! check, [`crate::machine::Command::validate`], before a command is proposed, so a command
+//! that breaks a bound on names, reasons, units, weights, TTLs or a limit's spec never reaches
+//! the log: a machine refusal for one of them means a command bypassed the edge or the bounds
+//! changed. Bounds on what is open at once (sessions, limits, tickets, waiters) depend on the
+//! state and are judged by the machine, in log order.
+//!
+//! The last section bounds what travels between nodes: a command's and an entry's encoded
+//! bytes, and the peer frame, so that no request, however large or numerous, makes an
+//! AppendEntries that a follower must refuse (G8).
 
 /// Longest tenant, limit, agent, run, period or fairness-key name, in bytes. Names are keys in
 /// ordered maps and travel in every command; 128 bytes fits a UUID with a prefix and keeps a
@@ -33,11 +42,20 @@ pub const SESSIONS_MAX: usize = 1_000_000;
 /// tickets; refusing them protects every other session's queue positions.
 pub const SESSION_TICKETS_MAX: usize = 10_000;
 
-/// Finished tickets a session remembers, newest first, so that a late duplicate of an
-/// acquire for a ticket already released or refused is answered as such instead of being
-/// granted again. A ticket older than this many finishes is forgotten (its id may then start
-/// a new request); all are forgotten when the session ends.
-pub const SESSION_FINISHED_TICKETS_MAX: usize = 1_024;
+/// How long a session remembers a finished ticket (released, refused, or a rate take), in
+/// log-clock ms, so that a retried acquire of it is answered as before instead of being
+/// granted again (G5). The client retries a request for at most its `REQUEST_DEADLINE` of
+/// 10 s of real time; log time never runs faster than real time (machine module doc), so
+/// 60 s keeps every retry covered with a margin of six for proposer queues and clock drift.
+/// All are forgotten when the session ends.
+pub const FINISHED_TICKET_RETENTION_MS: u64 = 60_000;
+
+/// Most finished tickets one session keeps inside [`FINISHED_TICKET_RETENTION_MS`]. At the
+/// bound a new ticket of the session is refused `AtCapacity` rather than an old one being
+/// forgotten while its client may still retry it. 65,536 lets one session finish over
+/// 1,000 tickets a second for the whole window (a busy bench client does a few hundred);
+/// a finished ticket costs some 40 bytes, a refused one up to a halt reason more.
+pub const SESSION_FINISHED_TICKETS_MAX: usize = 65_536;
 
 /// Most tickets waiting on one limit. A queue longer than this is an outage in progress;
 /// further tickets are refused `QueueFull` rather than growing memory without bound.
@@ -68,11 +86,130 @@ pub const RECEIPT_RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
 /// idempotency for very old retries is visible, never silent.
 pub const TENANT_RECEIPTS_MAX: usize = 200_000;
 
-/// Most commands in one log entry. The proposer batches up to this many; the machine refuses
-/// to decode a larger entry. 4,096 commands of at most ~1.5 KiB stay under the frame bound.
+/// Most commands in one log entry. `Config::validate` keeps `proposer.batch_max` at or
+/// below it, so the proposer never packs more; the log store refuses to read a stored entry
+/// with more (as damaged, naming its index). Entry *bytes* are bounded separately, by
+/// [`ENTRY_BYTES_MAX`].
 pub const ENTRY_COMMANDS_MAX: usize = 4_096;
 
 /// Largest snapshot the machine will decode, in bytes. Far above the 10,000-session,
 /// 100,000-permit scale point (a few MiB) and far below what a damaged length field could
 /// ask for.
 pub const SNAPSHOT_BYTES_MAX: u64 = 1 << 30;
+
+// ---- the state machine's tenants (issue #11: every container of the state is bounded) ----
+
+/// Most tenants at once. Any reserve, settle, halt, ceiling or limit names a tenant into
+/// being, so without a bound a client could grow the state one name at a time; ten thousand
+/// namespaces is far beyond the teams one cluster serves. Past it, a command that would
+/// create a tenant is refused `AtCapacity`.
+pub const TENANTS_MAX: usize = 10_000;
+
+/// Most periods one tenant keeps spend for. Periods are never pruned (a period's spend is
+/// the record of what it cost); a thousand is eighty years of months or three years of days.
+/// A settle or hold into a new period past it is refused `AtCapacity`.
+pub const TENANT_PERIODS_MAX: usize = 1_000;
+
+/// Most halt records of one tenant (the tenant's own and one per halted agent). A hundred
+/// agents halted at once is an incident of its own; a thousand bounds a runaway script.
+pub const TENANT_HALTS_MAX: usize = 1_000;
+
+/// Most running runs of one tenant, whatever its `max_running` (which may be unset). A run
+/// slot costs a few hundred bytes; ten thousand running runs is far beyond one tenant's
+/// agents, and bounds a tenant without a ceiling.
+pub const TENANT_RUNS_MAX: usize = 10_000;
+
+// ---------------------------------------------------------------------------------------------
+// The edge and the wire: bytes of commands, entries and peer frames, connections' followings.
+// ---------------------------------------------------------------------------------------------
+
+/// Largest encoded command, in bytes, refused at the edge (`BadRequest`) above this. Every
+/// command that passes [`crate::machine::Command::validate`] encodes well below it (the
+/// largest, a `SetHalt` with an agent scope and the longest reason, is about 1.3 KiB; a unit
+/// test in `server::edge` builds the worst of each kind); the check exists so that the entry
+/// bound below holds by arithmetic, not by trust in every variant's fields.
+pub const COMMAND_BYTES_MAX: usize = 2 * 1024;
+
+/// Largest log entry, in encoded bytes (openraft's entry around the batch). The proposer
+/// closes a batch before its commands would take it past this, and the log store refuses to
+/// read a stored entry above it. 512 KiB holds hundreds of the largest commands, thousands
+/// of ordinary ones (an acquire is ~60 bytes), so batching still fills an fsync; and
+/// `max_payload_entries` of them fit a peer frame (see [`APPEND_OVERHEAD_BYTES`]).
+pub const ENTRY_BYTES_MAX: usize = 512 * 1024;
+
+/// Bytes of an entry that are not its commands: the log id, the payload tag, the batch's
+/// stamps and the commands' count, each a varint of at most 10 bytes; 256 is generous. The
+/// proposer keeps its commands to `ENTRY_BYTES_MAX - ENTRY_HEADER_BYTES`.
+pub const ENTRY_HEADER_BYTES: usize = 256;
+
+/// Bytes of an AppendEntries peer frame that are not its entries: the request's tag, the
+/// vote, the previous log id, the commit index and the entries' count (under 100 bytes);
+/// 4 KiB leaves room for openraft to add fields.
+pub const APPEND_OVERHEAD_BYTES: usize = 4 * 1024;
+
+/// Largest peer frame, in bytes, checked before allocation. `Config::validate` proves the
+/// largest AppendEntries (`raft.max_payload_entries` × [`ENTRY_BYTES_MAX`] +
+/// [`APPEND_OVERHEAD_BYTES`]) and the largest snapshot chunk fit it: a frame above it is
+/// closed by the follower, which openraft would resend forever.
+pub const PEER_FRAME_MAX: u32 = 64 << 20;
+
+/// Longest node address (peer or client) in `AddNode`, in bytes: a host name and a port.
+/// Addresses live in every membership entry and in every snapshot's metadata.
+pub const ADDR_BYTES_MAX: usize = 256;
+
+/// Most members (voters and learners) of a cluster. Raft clusters are 3 or 5 voters; 16
+/// bounds a membership entry (with [`ADDR_BYTES_MAX`]) to a few KiB, far below
+/// [`ENTRY_BYTES_MAX`], even in a joint configuration.
+pub const MEMBERS_MAX: usize = 16;
+
+/// Most sessions one client connection follows for pushes. A client library multiplexes its
+/// sessions over one connection; past this many, opening or naming another session on that
+/// connection is refused (`BadRequest`) and the client opens another connection. A session
+/// is unfollowed when the connection sees it closed or expired. 16,384 is far above what one
+/// process holds in practice (the scale point spreads 10,000 sessions over many connections)
+/// and keeps the forwarder's per-entry lookup and the set's memory small.
+pub const FOLLOWED_SESSIONS_MAX: usize = 16_384;
+
+// ---------------------------------------------------------------------------------------------
+// Global bounds of the state (issue #11): the worst state these allow must fit
+// `SNAPSHOT_BYTES_MAX`, or a node would write a snapshot its own restore refuses. The sum of
+// every count bound × the largest encoding of its item is a unit test
+// (`machine::totals::tests::worst_state_fits_a_snapshot`): raising a bound past it fails.
+// Each is judged by the machine in log order and refused `AtCapacity` at the bound.
+// ---------------------------------------------------------------------------------------------
+
+/// Most live tickets (held or queued) across the machine. The scale target is a million
+/// held permits; a held ticket encodes in under 200 bytes in the worst case (a 128-byte agent
+/// name), so this part of the state stays under 200 MiB.
+pub const TICKETS_LIVE_MAX: usize = 1_000_000;
+
+/// Most queued tickets across the machine. A queued ticket is the largest live item (its
+/// waiter carries an agent and a fairness key, and may be the only one of its flow), and a
+/// halt or a removal turns each into a finished refusal carrying up to a halt reason, without
+/// a request that could be refused; so queued tickets are bounded apart from held ones. Two
+/// full [`LIMIT_WAITERS_MAX`] queues at once.
+pub const TICKETS_QUEUED_MAX: usize = 2 * LIMIT_WAITERS_MAX;
+
+/// Most finished tickets kept for retries across the machine. A finished ticket may carry
+/// a refusal with a halt reason (about 1.2 KiB at worst); 250,000 is over 4,000 finished
+/// tickets a second sustained for the whole [`FINISHED_TICKET_RETENTION_MS`] window.
+/// Tickets that finish without a request (a release of a live one, a halt's refusal of a
+/// waiter) are never refused, so the count passes this by at most the live tickets; the
+/// snapshot arithmetic counts that excess under the live and queued bounds.
+pub const FINISHED_TICKETS_MAX: usize = 250_000;
+
+/// Most settlement receipts across the machine. Past it a settle with a new key is refused
+/// `AtCapacity` (receipts past their retention are dropped on every `Tick`); per tenant the
+/// older [`TENANT_RECEIPTS_MAX`] eviction still applies. A receipt is under 450 bytes.
+pub const RECEIPTS_MAX: usize = 250_000;
+
+/// Most running runs across the machine (each tenant also has [`TENANT_RUNS_MAX`]).
+pub const RUNS_MAX: usize = 100_000;
+
+/// Most periods with spend across the machine (each tenant also has
+/// [`TENANT_PERIODS_MAX`]).
+pub const PERIODS_MAX: usize = 100_000;
+
+/// Most halt records across the machine (each tenant also has [`TENANT_HALTS_MAX`]). A halt
+/// keeps its reason, up to [`REASON_BYTES_MAX`].
+pub const HALTS_MAX: usize = 10_000;

@@ -1,8 +1,9 @@
 //! The one bincode configuration, and the framed format that wraps every file Weir writes
 //! down whole: the machine's snapshot (`b"WSNP"`), the snapshot file around it (`b"WSST"`,
 //! [`crate::raft::state_store`]) and the data directory's identity file (`b"WNID"`,
-//! [`crate::server::data_dir`]). Log entries in redb and frames on the wire use [`BINCODE`]
-//! but not this frame: the wire has its own lighter header ([`crate::wire`]).
+//! [`crate::server::data_dir`]), and every log entry stored in redb (`b"WENT"`,
+//! [`crate::raft::log_store`]). Frames on the wire use [`BINCODE`] but not this frame: the
+//! wire has its own lighter header ([`crate::wire`]).
 //!
 //! A frame is
 //!
@@ -21,7 +22,8 @@
 //! - [`open_frame`] checks magic, version, length and checksum before a single payload byte
 //!   is decoded, and refuses trailing bytes: a frame that opens is exactly what was sealed.
 //! - Decoding never panics and never allocates more than the declared length, which is
-//!   checked against a caller-given maximum first.
+//!   checked against a caller-given maximum first; inside the payload, no length field can
+//!   make [`decode`] allocate more than a fixed multiple of the bytes it was given.
 
 use std::fmt;
 
@@ -171,9 +173,58 @@ pub fn encode<T: serde::Serialize>(value: &T) -> Vec<u8> {
     bincode::serde::encode_to_vec(value, BINCODE).expect("weir types always encode")
 }
 
+/// How many bytes [`encode`] would produce for `value`, without building them: the
+/// proposer's measure of a command against the entry bound.
+pub fn encoded_len<T: serde::Serialize>(value: &T) -> usize {
+    let mut size = bincode::enc::write::SizeWriter::default();
+    bincode::serde::encode_into_writer(value, &mut size, BINCODE)
+        .expect("weir types always encode");
+    size.bytes_written
+}
+
+/// Most bytes bincode may claim, per byte of input, while decoding it. bincode claims each
+/// primitive's in-memory size (at most 16 bytes, a u128, from at least one encoded byte) and
+/// each string's or byte vector's declared length (one byte per encoded byte) before it
+/// allocates, so an honest input never claims more than 16 times its length. A length
+/// field that claims more is a lie, refused before the allocation it asks for.
+const CLAIM_BYTES_PER_INPUT_BYTE: usize = 16;
+
+/// Largest input [`decode`] accepts: 4 GiB, above every bound that feeds it
+/// (`SNAPSHOT_BYTES_MAX`, the frame bounds, a log entry).
+const DECODE_INPUT_BYTES_MAX: usize = 1 << 32;
+
 /// Decodes a `T` from exactly `bytes` with [`BINCODE`]; leftover bytes are an error.
+///
+/// bincode allocates a string's declared length before reading its bytes, and its only
+/// guard is the configuration's limit on claimed bytes, a constant. So the input's length
+/// picks the smallest of a few limits that still covers `CLAIM_BYTES_PER_INPUT_BYTE` × its
+/// tier: a frame of a few hundred bytes that declares a 116 PB string is refused instead of
+/// aborting the process (found by the `client_request` fuzz target, docs/fuzzing.md), and
+/// every allocation decoding makes from a declared length stays within 16 × 16 times the
+/// input (the tiers are 16 apart).
 pub fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, FrameError> {
-    let (value, used) = bincode::serde::decode_from_slice(bytes, BINCODE)
+    const C: usize = CLAIM_BYTES_PER_INPUT_BYTE;
+    match bytes.len() {
+        n if n <= 1 << 12 => decode_within::<T, { C << 12 }>(bytes),
+        n if n <= 1 << 16 => decode_within::<T, { C << 16 }>(bytes),
+        n if n <= 1 << 20 => decode_within::<T, { C << 20 }>(bytes),
+        n if n <= 1 << 24 => decode_within::<T, { C << 24 }>(bytes),
+        n if n <= 1 << 28 => decode_within::<T, { C << 28 }>(bytes),
+        n if n <= DECODE_INPUT_BYTES_MAX => {
+            decode_within::<T, { C * DECODE_INPUT_BYTES_MAX }>(bytes)
+        }
+        n => Err(FrameError::Decode(format!(
+            "{n} bytes is above the largest decodable input of {DECODE_INPUT_BYTES_MAX}"
+        ))),
+    }
+}
+
+/// [`decode`] with bincode's claim limit at `LIMIT` bytes.
+fn decode_within<T: serde::de::DeserializeOwned, const LIMIT: usize>(
+    bytes: &[u8],
+) -> Result<T, FrameError> {
+    let config = BINCODE.with_limit::<LIMIT>();
+    let (value, used) = bincode::serde::decode_from_slice(bytes, config)
         .map_err(|e| FrameError::Decode(e.to_string()))?;
     if used != bytes.len() {
         return Err(FrameError::Decode(format!(
@@ -244,6 +295,40 @@ mod tests {
         let err = open_frame(&flipped, MAGIC, 3, 100).unwrap_err();
         assert!(matches!(err, FrameError::Checksum { .. }));
         assert!(err.to_string().starts_with("checksum mismatch"));
+    }
+
+    #[test]
+    fn encoded_len_is_the_encoding_length() {
+        let value = (7u64, String::from("hello"), vec![1u32 << 30; 9]);
+        assert_eq!(encoded_len(&value), encode(&value).len());
+    }
+
+    #[test]
+    fn decode_refuses_a_length_the_input_cannot_hold() {
+        // A string that declares 2^60 bytes, in nine bytes: bincode would allocate it
+        // before noticing the input ends (the process aborts, or panics on capacity).
+        let mut bytes = vec![0xfd];
+        bytes.extend_from_slice(&(1u64 << 60).to_le_bytes());
+        let err = decode::<String>(&bytes).unwrap_err();
+        assert!(matches!(err, FrameError::Decode(_)), "{err}");
+        // The found case: a terabyte-long name inside a value.
+        let mut bytes = vec![7];
+        bytes.push(0xfd);
+        bytes.extend_from_slice(&1_700_000_000_000u64.to_le_bytes());
+        bytes.extend_from_slice(b"short");
+        assert!(decode::<(u32, String)>(&bytes).is_err());
+    }
+
+    #[test]
+    fn decode_takes_every_honest_size() {
+        // Tier edges: values whose claim is largest for their length still decode.
+        for len in [0usize, 1, 4_000, 4_096, 70_000, 1 << 20] {
+            let value = (u128::MAX, "x".repeat(len), vec![u128::MAX; len / 64]);
+            let bytes = encode(&value);
+            assert_eq!(decode::<(u128, String, Vec<u128>)>(&bytes).unwrap(), value);
+        }
+        let many_units = vec![(); 10_000];
+        assert_eq!(decode::<Vec<()>>(&encode(&many_units)).unwrap(), many_units);
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::bounds::ENTRY_COMMANDS_MAX;
+use crate::bounds::{APPEND_OVERHEAD_BYTES, ENTRY_BYTES_MAX, PEER_FRAME_MAX};
 
 /// One initial voter.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,7 +43,8 @@ pub struct RaftConfig {
     pub max_in_snapshot_log_to_keep: u64,
     /// Timeout of one snapshot chunk (the last includes the install), ms. Default 10,000.
     pub install_snapshot_timeout_ms: u64,
-    /// Most entries in one AppendEntries. Default 64.
+    /// Most entries in one AppendEntries. Default 64. `validate` refuses a value whose
+    /// AppendEntries could exceed the peer frame bound (at most 127 entries of 512 KiB).
     pub max_payload_entries: u64,
     /// Purge the log behind a snapshot only once this many entries can go. Default 256.
     pub purge_batch_size: u64,
@@ -135,9 +137,12 @@ pub struct Config {
     /// two by about 15% when three nodes share two cores (fewer cross-thread wake-ups).
     /// Raise it on a machine of its own with many client connections.
     pub worker_threads: usize,
+    /// HTTP/JSON port (the `/v1` API, `/metrics`, `/healthz`, `/readyz`). Default
+    /// `127.0.0.1:7611`; the empty string serves no HTTP.
+    pub http_listen: String,
     pub raft: RaftConfig,
     pub proposer: ProposerConfig,
-    /// TLS on the client and peer ports. Default: none, which is allowed on loopback
+    /// TLS on the client, peer and HTTP ports. Default: none, which is allowed on loopback
     /// addresses only (unless `insecure`).
     pub tls: Option<TlsFiles>,
     /// Allow plaintext on non-loopback addresses. Default false.
@@ -158,6 +163,7 @@ impl Default for Config {
             peer_source_ip: None,
             peers: vec![],
             worker_threads: 1,
+            http_listen: "127.0.0.1:7611".into(),
             raft: RaftConfig::default(),
             proposer: ProposerConfig::default(),
             tls: None,
@@ -171,11 +177,14 @@ impl Config {
     /// Reads and validates a TOML file.
     pub fn load(path: &Path) -> Result<Config, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let config: Config =
-            toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-        config
-            .validate()
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        Config::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Parses and validates TOML text: [`Config::load`] without the file (the fuzz target
+    /// `config` calls this).
+    pub fn parse(text: &str) -> Result<Config, String> {
+        let config: Config = toml::from_str(text).map_err(|e| e.to_string())?;
+        config.validate()?;
         Ok(config)
     }
 
@@ -225,6 +234,7 @@ impl Config {
                     .into(),
             );
         }
+        check_append_fits(r.max_payload_entries)?;
         let p = &self.proposer;
         if p.batch_max == 0 || p.batch_max > ENTRY_COMMANDS_MAX {
             return Err(format!(
@@ -274,6 +284,11 @@ impl Config {
             ("client_addr", Some(&self.client_addr)),
             ("peer_addr", Some(&self.peer_addr)),
             ("peer_listen", self.peer_listen.as_ref()),
+            // Empty: no HTTP port.
+            (
+                "http_listen",
+                Some(&self.http_listen).filter(|a| !a.is_empty()),
+            ),
         ];
         for (key, addr) in listens {
             if let Some(addr) = addr
@@ -291,6 +306,7 @@ impl Config {
     /// openraft's config from these knobs.
     pub fn openraft(&self) -> Result<openraft::Config, String> {
         let r = &self.raft;
+        check_snapshot_chunk_fits(openraft::Config::default().snapshot_max_chunk_size)?;
         let config = openraft::Config {
             cluster_name: "weir".into(),
             heartbeat_interval: r.heartbeat_ms,
@@ -317,6 +333,35 @@ pub fn is_loopback(addr: &str) -> bool {
         || host
             .parse::<std::net::IpAddr>()
             .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Proves the largest AppendEntries fits a peer frame: `max_payload_entries` entries of at
+/// most [`ENTRY_BYTES_MAX`] each, plus [`APPEND_OVERHEAD_BYTES`], at most [`PEER_FRAME_MAX`].
+/// A frame above the bound is closed by the follower and resent by openraft forever.
+fn check_append_fits(max_payload_entries: u64) -> Result<(), String> {
+    let largest = max_payload_entries
+        .saturating_mul(ENTRY_BYTES_MAX as u64)
+        .saturating_add(APPEND_OVERHEAD_BYTES as u64);
+    if largest > PEER_FRAME_MAX as u64 {
+        return Err(format!(
+            "raft.max_payload_entries = {max_payload_entries}: an AppendEntries of that many \
+             entries of up to {ENTRY_BYTES_MAX} bytes is {largest} bytes, above the peer \
+             frame bound of {PEER_FRAME_MAX}; at most {} entries fit",
+            (PEER_FRAME_MAX as u64 - APPEND_OVERHEAD_BYTES as u64) / ENTRY_BYTES_MAX as u64
+        ));
+    }
+    Ok(())
+}
+
+/// Proves openraft's snapshot chunks fit a peer frame, with the same overhead allowance.
+fn check_snapshot_chunk_fits(chunk_bytes: u64) -> Result<(), String> {
+    if chunk_bytes.saturating_add(APPEND_OVERHEAD_BYTES as u64) > PEER_FRAME_MAX as u64 {
+        return Err(format!(
+            "openraft's snapshot_max_chunk_size = {chunk_bytes} does not fit the peer frame \
+             bound of {PEER_FRAME_MAX}"
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -354,6 +399,22 @@ mod tests {
         c.validate().unwrap();
         assert!(is_loopback("[::1]:1") && is_loopback("localhost:1"));
         assert!(!is_loopback("10.0.0.1:1"));
+    }
+
+    #[test]
+    fn the_largest_append_entries_must_fit_a_peer_frame() {
+        let fits = (PEER_FRAME_MAX as u64 - APPEND_OVERHEAD_BYTES as u64) / ENTRY_BYTES_MAX as u64;
+        let mut c = Config::default();
+        c.raft.max_payload_entries = fits;
+        c.validate().unwrap();
+        c.raft.max_payload_entries = fits + 1;
+        let err = c.validate().unwrap_err();
+        assert!(
+            err.starts_with(&format!("raft.max_payload_entries = {}", fits + 1))
+                && err.contains(&format!("peer frame bound of {PEER_FRAME_MAX}")),
+            "{err}"
+        );
+        assert!(check_snapshot_chunk_fits(PEER_FRAME_MAX as u64).is_err());
     }
 
     #[test]

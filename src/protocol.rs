@@ -4,7 +4,10 @@
 //! answers [`ServerFrame::Welcome`] or [`ServerFrame::Error`] and closes. Then the client
 //! sends requests, each with an id of its choosing; the server answers each with a
 //! [`ServerFrame::Response`] carrying the same id, possibly out of order (requests are
-//! served concurrently), and may push [`ServerFrame::Event`]s at any time.
+//! served concurrently), and may push [`ServerFrame::Event`]s at any time. A client that sends
+//! [`ClientFrame::Heartbeats`] also gets a [`ServerFrame::Heartbeat`] every
+//! [`HEARTBEAT_PERIOD`] (the library's failure detector listens for their absence), and a
+//! node that had to skip pushes for the connection says so with [`ServerFrame::Resync`].
 //!
 //! Bad input — an oversized length, a bad checksum, undecodable bytes, a wrong version — is
 //! answered with `ServerFrame::Error` naming the problem where a frame can still be written,
@@ -38,7 +41,17 @@ pub enum ClientFrame {
         id: u64,
         request: Request,
     },
+    /// Asks the node to send [`ServerFrame::Heartbeat`] on this connection every
+    /// [`HEARTBEAT_PERIOD`] from now on, so the client can tell a silent node (stopped,
+    /// frozen) from a busy one. The library sends it right after the welcome; a client that
+    /// never sends it gets no heartbeats.
+    Heartbeats,
 }
+
+/// How often a node sends [`ServerFrame::Heartbeat`] on a connection that asked for them: a
+/// fifth of the client's silence bound (`client::SILENCE_MAX`, 1 s), so a few heartbeats
+/// may be late on a busy node before the client calls the node silent.
+pub const HEARTBEAT_PERIOD: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// What a client asks.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -140,6 +153,11 @@ pub struct NodeStatus {
     /// Resident memory of the node process, KiB (Linux; `None` elsewhere).
     pub rss_kib: Option<u64>,
     pub members: Vec<Member>,
+    /// The applied index `digest` is of: equal to `applied` whenever the digest is current
+    /// (always on a quiet node); older on a busy node whose state is large, since the digest
+    /// is recomputed at most once per index and within a bounded share of the apply lock
+    /// (`server::digest`).
+    pub digest_applied: u64,
 }
 
 /// What [`Request::SnapshotCost`] measured.
@@ -219,5 +237,19 @@ pub enum ServerFrame {
     /// The connection is being closed for this reason.
     Error {
         reason: String,
+    },
+    /// The node is alive (sent every [`HEARTBEAT_PERIOD`] after [`ClientFrame::Heartbeats`]),
+    /// with the Raft term it is in and the leader it knows of (id, client address). A
+    /// connection whose node led and now names another leader has been deposed: the client
+    /// moves there.
+    Heartbeat {
+        term: u64,
+        leader: Option<(u64, String)>,
+    },
+    /// The node skipped `missed_entries` entries' events for this connection (it fell
+    /// behind): pushes may have been lost, so the client asks again about every ticket it
+    /// waits for or holds.
+    Resync {
+        missed_entries: u64,
     },
 }

@@ -39,11 +39,16 @@ impl Net {
 }
 
 /// A node's clock as the clock nemesis set it.
+///
+/// A monotonic offset (a time namespace of its own) was once part of this and was removed:
+/// a node reads its monotonic clock only as differences from its own start
+/// (`started.elapsed()`), so an offset cancels out and tested nothing (issue #12).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Clock {
-    /// Monotonic offset, seconds (a time namespace of its own, `unshare --time`).
-    pub offset_s: u64,
-    /// Rate of its proposer's stamps (`WEIR_TEST_CLOCK_RATE`); 1 is true.
+    /// Offset of its proposer's WALL stamps, ms (`WEIR_TEST_WALL_SKEW_MS`): the wall clock
+    /// of one node disagreeing with the others'. Wall time must never decide anything.
+    pub wall_skew_ms: i64,
+    /// Rate of its proposer's log-clock stamps (`WEIR_TEST_CLOCK_RATE`); 1 is true.
     pub rate: f64,
 }
 
@@ -62,10 +67,31 @@ pub struct Cluster {
     faults: Vec<NodeFaults>,
     pub links: Arc<Links>,
     pub net: Net,
+    /// Per node (index `id - 1`), how many times it was started: a restarted leader may
+    /// resume its own term (its vote is durable), so the monitor tells incarnations apart
+    /// by this.
+    pub starts: Arc<Vec<std::sync::atomic::AtomicU64>>,
 }
 
 /// The nodes of a run.
 const NODES: u64 = 3;
+
+/// How long a started node may take to answer a status request: it opens its store and
+/// replays its log, which takes well under a second for a run's worth of entries.
+const ANSWER_BOUND: Duration = Duration::from_secs(10);
+
+/// Whether process `pid` has exited: it is gone, or a zombie not reaped yet (the launcher
+/// reaps only at a kill). Linux's `/proc/PID/stat`: the state follows the `)` that ends the
+/// command name.
+fn exited(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_none_or(|state| state == "Z" || state == "X"),
+        Err(_) => true,
+    }
+}
 
 /// Node `id`'s addresses: (client, peer as the cluster knows it = the proxy front, peer
 /// listen, the source address it dials from, if one must be set).
@@ -121,6 +147,8 @@ impl Cluster {
                 peer_listen: Some(listen),
                 peer_source_ip: source,
                 peers: voters.clone(),
+                // The harness speaks the binary protocol only; no node binds an HTTP port.
+                http_listen: String::new(),
                 ..Config::default()
             })?;
         }
@@ -129,6 +157,7 @@ impl Cluster {
             faults: vec![NodeFaults::default(); NODES as usize],
             links,
             net,
+            starts: Arc::new((0..NODES).map(|_| Default::default()).collect()),
         };
         for id in 1..=NODES {
             cluster.start_node(id)?;
@@ -140,38 +169,92 @@ impl Cluster {
         self.nodes.servers()
     }
 
+    /// Probes every directed peer link (loopback mode) and compares what each did with what
+    /// its rule should do: `Ok(Some(report))` when all match, `Err` naming those that do not,
+    /// `Ok(None)` in namespace mode (not probed).
+    pub async fn verify_links(&self) -> Result<Option<serde_json::Value>, String> {
+        if !matches!(self.net, Net::Loopback) {
+            return Ok(None);
+        }
+        let mut seen = vec![];
+        let mut wrong = vec![];
+        for from in 1..=NODES {
+            for to in (1..=NODES).filter(|t| *t != from) {
+                let front: SocketAddr = self
+                    .nodes
+                    .node(to)
+                    .peer
+                    .parse()
+                    .map_err(|e| format!("node {to}'s peer address: {e}"))?;
+                // Behind a passing rule, a killed node refuses (the proxy closes at once) and
+                // a stopped one answers nothing (the kernel still accepts): composed faults.
+                let expected = match crate::probe::expected(self.links.get(from, to)) {
+                    crate::probe::Seen::Passes if !self.is_running(to) => crate::probe::Seen::Cut,
+                    crate::probe::Seen::Passes if self.nodes.is_paused(to) => {
+                        crate::probe::Seen::Held
+                    }
+                    e => e,
+                };
+                let got = crate::probe::link(from, front).await;
+                if got != expected {
+                    wrong.push(format!("{from}->{to}: expected {expected:?}, saw {got:?}"));
+                }
+                seen.push(format!("{from}->{to} {got:?}"));
+            }
+        }
+        if wrong.is_empty() {
+            Ok(Some(serde_json::json!(seen)))
+        } else {
+            Err(format!(
+                "the partition did not take effect: {}",
+                wrong.join("; ")
+            ))
+        }
+    }
+
+    /// The `weir` binary the nodes run (also the CLI client the client-kill fault spawns).
+    pub fn weir(&self) -> &Path {
+        self.nodes.weir()
+    }
+
+    /// Node `id`'s process id, if the harness has it running.
+    pub fn pid(&self, id: u64) -> Option<u32> {
+        self.nodes.pid(id)
+    }
+
     pub fn is_running(&self, id: u64) -> bool {
         self.nodes.is_running(id)
+    }
+
+    /// Nodes the harness started and has not killed whose process has exited on its own (a
+    /// crash, a refusal to start): they must never pass for running ones.
+    pub fn dead(&self) -> Vec<u64> {
+        (1..=NODES)
+            .filter(|id| self.nodes.pid(*id).is_some_and(exited))
+            .collect()
     }
 
     fn faults(&mut self, id: u64) -> &mut NodeFaults {
         &mut self.faults[(id - 1) as usize]
     }
 
-    /// Starts node `id` (nothing if it runs) under its clock: in its namespace, and in a
-    /// time namespace of its own when its clock is offset.
+    /// Starts node `id` (nothing if it runs) under its clock, in its namespace.
     pub fn start_node(&mut self, id: u64) -> Result<(), String> {
         if self.nodes.is_running(id) {
             return Ok(());
         }
         let weir = self.nodes.weir().to_owned();
         let clock = self.faults(id).clock;
-        // `ip netns exec` and `unshare` both execute in place: the child's pid is the node's.
-        let offset = clock.map_or(0, |c| c.offset_s);
-        let mut command = match (&self.net, offset) {
-            (Net::Loopback, 0) => Command::new(&weir),
-            (Net::Loopback, _) => Command::new("unshare"),
-            (Net::Netns(ns), 0) => ns.command_in_node(id, &weir.display().to_string()),
-            (Net::Netns(ns), _) => ns.command_in_node(id, "unshare"),
+        // `ip netns exec` executes in place: the child's pid is the node's.
+        let mut command = match &self.net {
+            Net::Loopback => Command::new(&weir),
+            Net::Netns(ns) => ns.command_in_node(id, &weir.display().to_string()),
         };
-        if offset > 0 {
-            command
-                .args(["--time", "--monotonic", &offset.to_string()])
-                .arg(&weir);
-        }
         if let Some(clock) = clock {
             command.env("WEIR_TEST_CLOCK_RATE", clock.rate.to_string());
+            command.env("WEIR_TEST_WALL_SKEW_MS", clock.wall_skew_ms.to_string());
         }
+        self.starts[(id - 1) as usize].fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.nodes.start_with(id, command)
     }
 
@@ -203,21 +286,49 @@ impl Cluster {
         self.kill(id);
         self.faults(id).clock = clock;
         self.start_node(id)?;
-        if !self.nodes.answering(id, Duration::from_secs(10)).await {
-            return Err(format!("node {id} did not come back"));
+        if !self.nodes.answering(id, ANSWER_BOUND).await {
+            return Err(format!(
+                "node {id} did not come back: {}",
+                self.nodes.log_tail(id, 3).join(" | ")
+            ));
         }
         Ok(())
     }
 
     /// Everything back: links pass, paused nodes resume, killed nodes restart, skewed clocks
     /// are restarted true (one node at a time), removed nodes are added back.
+    ///
+    /// A node whose process exited on its own (not killed by the nemesis) fails the heal, as
+    /// does one that does not answer within `ANSWER_BOUND` of its restart: the error names
+    /// it and quotes its log's last lines. The exited process is reaped and started again so
+    /// the run goes on, but the heal's error stays in the history, and the convergence
+    /// checker judges it.
     pub async fn heal(&mut self) -> Result<(), String> {
         self.heal_network()?;
+        let mut failures = vec![];
+        for id in self.dead() {
+            failures.push(format!(
+                "node {id} exited on its own: {}",
+                self.nodes.log_tail(id, 3).join(" | ")
+            ));
+            self.kill(id);
+        }
         for id in 1..=NODES {
             if self.nodes.is_paused(id) {
                 self.resume(id);
             }
             self.start_node(id)?;
+        }
+        for id in 1..=NODES {
+            if !self.nodes.answering(id, ANSWER_BOUND).await {
+                failures.push(format!(
+                    "node {id} did not answer within {ANSWER_BOUND:?} of the heal: {}",
+                    self.nodes.log_tail(id, 3).join(" | ")
+                ));
+            }
+        }
+        if !failures.is_empty() {
+            return Err(failures.join("; "));
         }
         for id in 1..=NODES {
             if self.faults(id).clock.is_some() {
@@ -338,5 +449,25 @@ impl Cluster {
                 )
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exited_child_not_yet_reaped_counts_as_exited_a_running_one_does_not() {
+        let mut done = Command::new("true").spawn().expect("true runs");
+        let mut running = Command::new("sleep").arg("30").spawn().expect("sleep runs");
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !exited(done.id()) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(exited(done.id()), "a zombie is an exited process");
+        assert!(!exited(running.id()), "a sleeping process runs");
+        let _ = running.kill();
+        let _ = running.wait();
+        let _ = done.wait();
     }
 }

@@ -89,6 +89,18 @@ impl Recorder {
         self.ops.lock().unwrap_or_else(|p| p.into_inner()).push(op);
     }
 
+    /// The `ok` ops named `f` among the last `window` recorded, newest first: cheap (it
+    /// clones only those), for workloads that act on what others just did.
+    pub fn recent_oks(&self, f: &str, window: usize) -> Vec<Op> {
+        let ops = self.ops.lock().unwrap_or_else(|p| p.into_inner());
+        ops.iter()
+            .rev()
+            .take(window)
+            .filter(|o| o.kind == Kind::Ok && o.f == f)
+            .cloned()
+            .collect()
+    }
+
     /// The history so far, in time order.
     pub fn ops(&self) -> Vec<Op> {
         let mut ops = self.ops.lock().unwrap_or_else(|p| p.into_inner()).clone();
@@ -144,10 +156,57 @@ fn edn(value: &serde_json::Value) -> String {
     }
 }
 
-/// The history as EDN, one map per line (`{:type :ok, :f :acquire, ...}`).
+/// Facts: records that are not operations (a belief interval, a pause taken, what the
+/// status monitor and the convergence probe saw). They have no invoke, are kept in
+/// `history.jsonl` for the checkers, and are left out of the EDN export.
+pub const FACTS: [&str; 9] = [
+    "hold",
+    "leadership",
+    "queue-armed",
+    "queue-round",
+    "client-pause",
+    "leader",
+    "digest-mismatch",
+    "converge",
+    "monitor",
+];
+
+/// Checks Jepsen's shape on every operation (facts aside): per process, an `invoke`, then
+/// exactly one completion (`ok`, `fail` or `info`) of the same `f`, before the next invoke.
+/// An invoke left open at the end is allowed (the process stopped mid-op).
+pub fn check_pairs(ops: &[Op]) -> Result<(), String> {
+    let mut open: std::collections::BTreeMap<u64, &str> = std::collections::BTreeMap::new();
+    for op in ops.iter().filter(|o| !FACTS.contains(&o.f.as_str())) {
+        match (op.kind, open.get(&op.process)) {
+            (Kind::Invoke, None) => {
+                open.insert(op.process, &op.f);
+            }
+            (Kind::Invoke, Some(f)) => {
+                return Err(format!(
+                    "process {} invoked {} at {} ns with {f} still open",
+                    op.process, op.f, op.time_ns
+                ));
+            }
+            (_, Some(f)) if *f == op.f => {
+                open.remove(&op.process);
+            }
+            (_, _) => {
+                return Err(format!(
+                    "process {} completed {} at {} ns without its invoke",
+                    op.process, op.f, op.time_ns
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The history as EDN, one map per line (`{:type :ok, :f :acquire, ...}`), facts left out
+/// ([`FACTS`]): every op is an `:invoke` followed by one completion of the same `:process`,
+/// which is the shape Knossos and Elle read.
 pub fn to_edn(ops: &[Op]) -> String {
     let mut out = String::new();
-    for op in ops {
+    for op in ops.iter().filter(|o| !FACTS.contains(&o.f.as_str())) {
         let kind = match op.kind {
             Kind::Invoke => "invoke",
             Kind::Ok => "ok",
@@ -172,6 +231,46 @@ pub fn to_edn(ops: &[Op]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn at(process: u64, kind: Kind, f: &str, time_ns: u64) -> Op {
+        Op {
+            process,
+            kind,
+            f: f.into(),
+            value: serde_json::json!({}),
+            time_ns,
+        }
+    }
+
+    #[test]
+    fn facts_are_left_out_of_the_edn_and_ops_must_pair() {
+        let h = [
+            at(1, Kind::Invoke, "acquire", 1),
+            at(1, Kind::Ok, "acquire", 2),
+            at(1, Kind::Ok, "hold", 3),
+            at(1, Kind::Invoke, "release", 3),
+            at(NEMESIS, Kind::Info, "leader", 3),
+            at(1, Kind::Info, "release", 4),
+        ];
+        assert_eq!(check_pairs(&h), Ok(()));
+        let edn = to_edn(&h);
+        assert_eq!(edn.lines().count(), 4);
+        assert!(!edn.contains(":hold") && !edn.contains(":leader"));
+        // A refused settle recorded twice (the old ledger's bug) and a completion without
+        // its invoke are both caught.
+        let twice = [
+            at(2, Kind::Invoke, "settle", 1),
+            at(2, Kind::Fail, "settle", 2),
+            at(2, Kind::Info, "settle", 3),
+        ];
+        assert!(check_pairs(&twice).is_err());
+        assert!(check_pairs(&[at(3, Kind::Ok, "spent", 1)]).is_err());
+        let overlapping = [
+            at(4, Kind::Invoke, "use", 1),
+            at(4, Kind::Invoke, "validate", 2),
+        ];
+        assert!(check_pairs(&overlapping).is_err());
+    }
 
     #[test]
     fn edn_export_reads_like_jepsen() {

@@ -6,9 +6,13 @@
 
 pub mod checker;
 pub mod cluster;
+pub mod converge;
+pub mod finals;
 pub mod history;
+pub mod monitor;
 pub mod nemesis;
 pub mod netns;
+pub mod probe;
 pub mod proxy;
 pub mod rng;
 pub mod run;

@@ -86,7 +86,8 @@ fn main() {
             .collect();
         let outcome = weir_jepsen::run::judge(&ops, &logs, &nemeses, &fired);
         print!("{}", table(&outcome));
-        std::process::exit(if outcome.all_valid() { 0 } else { 1 });
+        print!("{}", weir_jepsen::checker::coverage::report(&ops));
+        std::process::exit(exit_code(&outcome));
     }
     let net = if args.net == "netns" {
         match std::env::var(netns::PREFIX_ENV) {
@@ -137,23 +138,27 @@ fn main() {
                 outcome.ops,
                 out.display()
             );
-            let code = if outcome.all_valid() {
-                0
-            } else if outcome
-                .rows
-                .iter()
-                .any(|(_, _, v)| matches!(v, weir_jepsen::checker::Verdict::Invalid(_)))
-            {
-                1
-            } else {
-                2
-            };
-            std::process::exit(code);
+            std::process::exit(exit_code(&outcome));
         }
         Err(e) => {
             eprintln!("weir-jepsen: {e}");
             std::process::exit(2);
         }
+    }
+}
+
+/// 0 when every verdict is valid, 1 when one is invalid, 2 otherwise (an unknown).
+fn exit_code(outcome: &weir_jepsen::run::Outcome) -> i32 {
+    if outcome.all_valid() {
+        0
+    } else if outcome
+        .rows
+        .iter()
+        .any(|(_, _, v)| matches!(v, weir_jepsen::checker::Verdict::Invalid(_)))
+    {
+        1
+    } else {
+        2
     }
 }
 

@@ -2,7 +2,9 @@
 //!
 //! The schedule is a pure function of the seed, the requested kinds and the duration: the
 //! same seed replays the same schedule. Each step waits a quiet gap, injects one fault,
-//! holds it, and heals everything. Targets named at run time (the leader) are resolved when
+//! holds it, and heals everything. When two or more composable kinds (partition, kill,
+//! pause, delay) are requested, one such step in two also injects a fault of another of
+//! them halfway through its hold — composed, overlapping faults, healed together. Targets named at run time (the leader) are resolved when
 //! the fault fires, and the history records which node that was. Faults go through the
 //! [`Cluster`]'s primitives, so each kind works in both network modes.
 //!
@@ -17,10 +19,16 @@
 //!   acting on it, past its lease deadline, then let it act with its fence;
 //! - `delay`: every peer link delayed with jitter (the proxy), or packets lost, or bandwidth
 //!   limited;
-//! - `clock`: a rolling restart giving each node a monotonic offset in a time namespace of
-//!   its own and a proposer clock rate skewed within the documented drift bound, ±5%;
-//!   healed by a rolling restart on true clocks;
-//! - `membership`: remove a node from the cluster, add it back at the heal.
+//! - `clock`: a rolling restart giving each node a proposer clock rate skewed within the
+//!   documented drift bound, ±5% (its leaderships' log clock really runs that fast or slow:
+//!   the status monitor measures it), and a wall clock off by up to ±1 hour (its WALL stamps
+//!   only: wall time must decide nothing, so every checker must stay valid); healed by a
+//!   rolling restart on true clocks;
+//! - `membership`: remove a node from the cluster, add it back at the heal;
+//! - `client-kill`: a client as a process of its own (`weir acquire crash --hold`, the CLI)
+//!   holds the one unit of `crash`; a waiter queues behind it; the client is killed -9. Its
+//!   lease must lapse (its session TTL, the CLI's default) and the permit move on to the
+//!   waiter — judged by the liveness checker.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,7 +41,7 @@ use crate::rng::Rng;
 use crate::workload::ClientPause;
 
 /// Every kind the harness can inject, in `--nemesis all` order.
-pub const ALL: [&str; 7] = [
+pub const ALL: [&str; 8] = [
     "partition",
     "kill",
     "pause",
@@ -41,7 +49,15 @@ pub const ALL: [&str; 7] = [
     "clock",
     "membership",
     "delay",
+    "client-kill",
 ];
+
+/// Process number of the waiter behind a killed client.
+const CRASH_WAITER: u64 = 30_000;
+
+/// The largest wall-clock skew the clock nemesis gives a node: an hour either way, far past
+/// any TTL, so a decision taken on wall time would show.
+pub const WALL_SKEW_MS_MAX: u64 = 3_600_000;
 
 /// One fault.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -87,9 +103,12 @@ pub enum Fault {
     Bandwidth {
         bytes_per_s: u64,
     },
-    /// Per node (1, 2, 3): monotonic offset (s) and clock rate in thousandths (1000: true).
-    Clocks([(u64, u64); 3]),
+    /// Per node (1, 2, 3): wall-clock skew (ms, signed) and clock rate in thousandths
+    /// (1000: true).
+    Clocks([(i64, u64); 3]),
     RemoveNode(u64),
+    /// kill -9 of a client process holding a permit.
+    KillClient,
 }
 
 impl Fault {
@@ -106,6 +125,7 @@ impl Fault {
             Fault::Delay { .. } | Fault::Loss { .. } | Fault::Bandwidth { .. } => "delay",
             Fault::Clocks(_) => "clock",
             Fault::RemoveNode(_) => "membership",
+            Fault::KillClient => "client-kill",
         }
     }
 }
@@ -116,7 +136,14 @@ pub struct Step {
     pub quiet_ms: u64,
     pub fault: Fault,
     pub hold_ms: u64,
+    /// A second fault of another kind, injected this many ms into the hold and healed with
+    /// the first: composed, overlapping faults.
+    pub also: Option<(u64, Fault)>,
 }
+
+/// Kinds that compose: each can overlap another without one undoing the other's injection
+/// (a clock restart, a membership change or a client fault would).
+const COMPOSABLE: [&str; 4] = ["partition", "kill", "pause", "delay"];
 
 fn fault_of(kind: &str, rng: &mut Rng) -> Option<Fault> {
     let node = rng.range(1, 3);
@@ -141,13 +168,13 @@ fn fault_of(kind: &str, rng: &mut Rng) -> Option<Fault> {
             1 => Fault::KillLeader,
             _ => Fault::KillAll,
         },
-        // Past the election timeout (450 ms) and the harness's session TTL (2 s).
+        // Past the election timeout (450 ms) and the harness's session TTL (3 s).
         "pause" => Fault::PauseLeader {
-            ms: rng.range(2_500, 4_000),
+            ms: rng.range(3_500, 5_000),
         },
-        // Past the client's deadline (TTL 2 s less its margin) and the cluster's expiry.
+        // Past the client's deadline (TTL 3 s less its margin) and the cluster's expiry.
         "client-pause" => Fault::PauseClient {
-            ms: rng.range(3_000, 4_500),
+            ms: rng.range(4_000, 5_500),
         },
         "delay" => match rng.range(0, 2) {
             0 => Fault::Delay {
@@ -163,10 +190,14 @@ fn fault_of(kind: &str, rng: &mut Rng) -> Option<Fault> {
         },
         // Rates within ±5%: the client's margin (a tenth of the TTL) covers drift to ~11%.
         "clock" => {
-            let mut one = || (rng.range(0, 1_000_000), rng.range(950, 1_050));
+            let mut one = || {
+                let skew_ms = rng.range(0, 2 * WALL_SKEW_MS_MAX) as i64 - WALL_SKEW_MS_MAX as i64;
+                (skew_ms, rng.range(950, 1_050))
+            };
             Fault::Clocks([one(), one(), one()])
         }
         "membership" => Fault::RemoveNode(node),
+        "client-kill" => Fault::KillClient,
         _ => return None,
     })
 }
@@ -196,10 +227,23 @@ pub fn schedule(seed: u64, kinds: &[String], duration_ms: u64) -> Vec<Step> {
             Fault::PauseClient { ms } => ms + 500,
             _ => hold_ms,
         };
+        // One composable step in two gets a second fault of the next composable kind.
+        let others: Vec<&&String> = implemented
+            .iter()
+            .filter(|k| COMPOSABLE.contains(&k.as_str()) && k.as_str() != kind.as_str())
+            .collect();
+        let also =
+            (COMPOSABLE.contains(&kind.as_str()) && !others.is_empty() && rng.range(0, 1) == 0)
+                .then(|| {
+                    let other = others[i % others.len()];
+                    let fault = fault_of(other, &mut rng).expect("implemented kinds have faults");
+                    (hold_ms / 2, fault)
+                });
         steps.push(Step {
             quiet_ms,
             fault,
             hold_ms,
+            also,
         });
         at += quiet_ms + hold_ms;
     }
@@ -217,6 +261,8 @@ fn isolate(cluster: &Cluster, node: u64, reset: bool) -> Result<(), String> {
 /// What the nemesis acts on besides the cluster.
 pub struct Targets {
     pub client_pause: Arc<ClientPause>,
+    /// Tickets queued before each fault, judged after its heal.
+    pub queued: crate::workload::Queued,
 }
 
 /// Injects `fault`; returns what was done (recorded in the history).
@@ -224,6 +270,7 @@ pub async fn inject(
     cluster: &mut Cluster,
     targets: &Targets,
     fault: &Fault,
+    history: &Recorder,
 ) -> Result<serde_json::Value, String> {
     let leader = || async { cluster.leader(Duration::from_secs(5)).await };
     let how = |reset: bool| if reset { "reset" } else { "silent" };
@@ -310,22 +357,130 @@ pub async fn inject(
             json!({"fault": "bandwidth", "bytes_per_s": bytes_per_s})
         }
         Fault::Clocks(clocks) => {
-            for (i, (offset_s, rate)) in clocks.iter().enumerate() {
+            for (i, (wall_skew_ms, rate)) in clocks.iter().enumerate() {
                 let clock = crate::cluster::Clock {
-                    offset_s: *offset_s,
+                    wall_skew_ms: *wall_skew_ms,
                     rate: *rate as f64 / 1_000.0,
                 };
                 cluster
                     .restart_with_clock(i as u64 + 1, Some(clock))
                     .await?;
             }
-            json!({"fault": "clocks", "nodes": clocks.iter().map(|(o, r)| json!({"offset_s": o, "rate": *r as f64 / 1_000.0})).collect::<Vec<_>>()})
+            json!({"fault": "clocks", "nodes": clocks.iter().map(|(w, r)| json!({"wall_skew_ms": w, "rate": *r as f64 / 1_000.0})).collect::<Vec<_>>()})
         }
         Fault::RemoveNode(n) => {
             cluster.remove(n).await?;
             json!({"fault": "remove-node", "node": n})
         }
+        Fault::KillClient => kill_client(cluster, history).await?,
     })
+}
+
+/// The client-kill fault: spawns `weir acquire crash --hold`, waits (bounded) until the
+/// cluster counts its unit in use, queues a waiter behind it (a task that records its
+/// `acquire` with `behind_kill`), and kills the client -9.
+async fn kill_client(cluster: &Cluster, history: &Recorder) -> Result<serde_json::Value, String> {
+    use crate::workload::{CRASH, TENANT};
+    let servers = cluster.servers();
+    let client = weir::client::Client::new(servers.clone());
+    let mut child = tokio::process::Command::new(cluster.weir())
+        .args([
+            "acquire",
+            CRASH,
+            "--hold",
+            "600",
+            "--tenant",
+            TENANT,
+            "--servers",
+        ])
+        .arg(servers.join(","))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("cannot start a client process: {e}"))?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(Some(s)) = client.limit_status(TENANT, CRASH).await
+            && s.in_use >= 1
+        {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill().await;
+            return Err("the client process never held its permit".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let pid = child.id();
+    let recorder = history.clone();
+    let history = history.clone();
+    tokio::spawn(async move {
+        let Ok(session) = weir::client::Session::open(&client, crate::workload::TTL).await else {
+            return;
+        };
+        let mut options = weir::client::AcquireOptions::new(TENANT, CRASH);
+        options.timeout = Some(Duration::from_secs(20));
+        let v = json!({"limit": CRASH, "behind_kill": true});
+        let invoked = history.record(CRASH_WAITER, Kind::Invoke, "acquire", v.clone());
+        let mut v = v;
+        v["invoke_ns"] = invoked.into();
+        match session.acquire(options).await {
+            Ok(p) => {
+                v["fence"] = p.fence().into();
+                history.record(CRASH_WAITER, Kind::Ok, "acquire", v);
+                crate::workload::release_recorded(CRASH_WAITER, p, &history).await;
+            }
+            Err(e) => {
+                v["error"] = e.to_string().into();
+                history.record(CRASH_WAITER, Kind::Fail, "acquire", v);
+            }
+        }
+        let _ = session.close().await;
+    });
+    // Let the waiter queue, then kill the holder.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let _ = child.kill().await;
+    let killed_ns = recorder.now_ns();
+    Ok(json!({"fault": "kill-client", "pid": pid, "killed_ns": killed_ns}))
+}
+
+/// Injects one fault, recording its invoke and how it ended; a fired fault's kind is added
+/// to `fired`.
+async fn fire(
+    cluster: &mut Cluster,
+    targets: &Targets,
+    fault: &Fault,
+    history: &Recorder,
+    fired: &mut Vec<&'static str>,
+) {
+    history.record(
+        NEMESIS,
+        Kind::Invoke,
+        fault.kind(),
+        json!({"fault": format!("{fault:?}")}),
+    );
+    let injected = match inject(cluster, targets, fault, history).await {
+        // A partition counts as fired only once the connect probe saw it take effect.
+        Ok(mut done) if fault.kind() == "partition" => match cluster.verify_links().await {
+            Ok(probed) => {
+                done["probed"] = probed.unwrap_or_else(|| "not probed (netns)".into());
+                Ok(done)
+            }
+            Err(e) => Err(e),
+        },
+        other => other,
+    };
+    match injected {
+        Ok(done) => {
+            history.record(NEMESIS, Kind::Info, fault.kind(), done);
+            fired.push(fault.kind());
+        }
+        Err(e) => {
+            history.record(NEMESIS, Kind::Fail, fault.kind(), json!({"error": e}));
+        }
+    }
 }
 
 /// Runs `steps`, recording each fault and heal. Returns the kinds that fired.
@@ -338,29 +493,26 @@ pub async fn run(
     let mut fired = vec![];
     for step in steps {
         tokio::time::sleep(Duration::from_millis(step.quiet_ms)).await;
-        history.record(
-            NEMESIS,
-            Kind::Invoke,
-            step.fault.kind(),
-            json!({"fault": format!("{:?}", step.fault)}),
-        );
-        match inject(cluster, targets, &step.fault).await {
-            Ok(done) => {
-                history.record(NEMESIS, Kind::Info, step.fault.kind(), done);
-                fired.push(step.fault.kind());
+        targets.queued.arm().await;
+        fire(cluster, targets, &step.fault, history, &mut fired).await;
+        match &step.also {
+            Some((after_ms, second)) => {
+                tokio::time::sleep(Duration::from_millis(*after_ms)).await;
+                fire(cluster, targets, second, history, &mut fired).await;
+                tokio::time::sleep(Duration::from_millis(step.hold_ms - after_ms)).await;
             }
-            Err(e) => {
-                history.record(NEMESIS, Kind::Fail, step.fault.kind(), json!({"error": e}));
-            }
+            None => tokio::time::sleep(Duration::from_millis(step.hold_ms)).await,
         }
-        tokio::time::sleep(Duration::from_millis(step.hold_ms)).await;
+        history.record(NEMESIS, Kind::Invoke, "heal", json!({}));
         let healed = cluster.heal().await;
-        history.record(
+        let healed_ns = history.record(
             NEMESIS,
             Kind::Info,
             "heal",
             json!({"ok": healed.is_ok(), "error": healed.err()}),
         );
+        targets.queued.after_heal(healed_ns).await;
+        crate::converge::probe(cluster, history, false).await;
     }
     fired
 }
@@ -377,6 +529,17 @@ mod tests {
         assert_ne!(a, schedule(8, &kinds, 120_000));
         for k in &kinds {
             assert!(a.iter().any(|s| s.fault.kind() == k), "{k} is scheduled");
+        }
+        let composed: Vec<&Step> = a.iter().filter(|s| s.also.is_some()).collect();
+        assert!(!composed.is_empty(), "some faults overlap");
+        for s in composed {
+            let (after_ms, second) = s.also.as_ref().expect("composed");
+            assert!(
+                *after_ms < s.hold_ms,
+                "the second fault comes inside the hold"
+            );
+            assert_ne!(second.kind(), s.fault.kind(), "of another kind");
+            assert!(COMPOSABLE.contains(&second.kind()) && COMPOSABLE.contains(&s.fault.kind()));
         }
         let total: u64 = a.iter().map(|s| s.quiet_ms + s.hold_ms).sum();
         assert!(total <= 116_000);

@@ -25,6 +25,7 @@ use crate::machine::Priority;
 pub struct AcquireArgs {
     /// The limit (in --tenant).
     pub name: String,
+    /// Units of the limit to hold (or tokens to take, on a rate-only limit).
     #[arg(long, default_value_t = 1)]
     pub units: u32,
     /// Priority level: higher is served first.
@@ -54,6 +55,55 @@ pub struct AcquireArgs {
     /// The command to run while holding the permit.
     #[arg(last = true)]
     pub command: Vec<String>,
+}
+
+/// Runs `acquire`; while it waits, and when stderr is a terminal, redraws one status line
+/// each second: queued, at which position (how many tickets were ahead when the cluster
+/// answered `Queued`), how many wait in the limit's queue now, how long so far. The line is
+/// erased once the acquire ends.
+async fn with_progress<T>(
+    acquire: impl std::future::Future<Output = T>,
+    session: &Session,
+    client: &Client,
+    tenant: &str,
+    name: &str,
+) -> T {
+    use std::io::{IsTerminal, Write};
+    if !std::io::stderr().is_terminal() {
+        return acquire.await;
+    }
+    let started = std::time::Instant::now();
+    let progress = async {
+        // A grant at once should print nothing: the first line comes after a second.
+        let mut tick = tokio::time::interval_at(
+            tokio::time::Instant::now() + Duration::from_secs(1),
+            Duration::from_secs(1),
+        );
+        loop {
+            tick.tick().await;
+            let waiting = match client.limit_status(tenant, name).await {
+                Ok(Some(l)) => format!("{} in the queue", l.waiting),
+                _ => "queue length unknown".into(),
+            };
+            let position = match session.queued_position() {
+                Some(ahead) => format!("{ahead} ahead when queued, "),
+                None => String::new(),
+            };
+            eprint!(
+                "\r\x1b[Kqueued for {tenant}/{name}: {position}{waiting}, waiting {} s",
+                started.elapsed().as_secs()
+            );
+            let _ = std::io::stderr().flush();
+        }
+    };
+    let result = tokio::select! {
+        r = acquire => r,
+        _ = progress => unreachable!("the progress loop never ends"),
+    };
+    if started.elapsed() >= Duration::from_secs(1) {
+        eprint!("\r\x1b[K");
+    }
+    result
 }
 
 fn seconds(what: &str, s: f64) -> Result<Duration, Exit> {
@@ -94,7 +144,15 @@ pub async fn run(args: &AcquireArgs, tenant: &str, client: &Client, out: &Output
         wait: !args.no_wait,
         timeout,
     };
-    let permit = match session.acquire(options).await {
+    let permit = match with_progress(
+        session.acquire(options),
+        &session,
+        client,
+        tenant,
+        &args.name,
+    )
+    .await
+    {
         Ok(p) => p,
         Err(AcquireError::Refused(r)) => return refused(&r),
         Err(AcquireError::TimedOut) => {

@@ -10,6 +10,7 @@ use crate::security::{certs, hash_token};
 pub enum CertsCommand {
     /// Write ca.pem and node{i}.pem / node{i}.key (loopback names) into DIR.
     Init {
+        /// The directory to write the CA and node certificates into (created if missing).
         dir: std::path::PathBuf,
         /// How many node certificates.
         #[arg(long, default_value_t = 3)]
@@ -20,7 +21,10 @@ pub enum CertsCommand {
 #[derive(Subcommand, Debug)]
 pub enum TokenCommand {
     /// Print the sha256 hex of SECRET, for a `[[tokens]]` entry's `sha256`.
-    Hash { secret: String },
+    Hash {
+        /// The token's secret, as clients will send it.
+        secret: String,
+    },
 }
 
 pub fn certs(command: &CertsCommand) -> Exit {

@@ -11,6 +11,7 @@ use crate::protocol::{Request, Response};
 pub enum ClusterCommand {
     /// Add a node: as a learner until it has caught up, then as a voter.
     Add {
+        /// The new node's id (its config's `id`).
         id: u64,
         /// Its peer (Raft) address.
         #[arg(long)]
@@ -20,7 +21,10 @@ pub enum ClusterCommand {
         client: String,
     },
     /// Remove a voter.
-    Remove { id: u64 },
+    Remove {
+        /// The voter's id.
+        id: u64,
+    },
 }
 
 pub async fn run(command: &ClusterCommand, client: &Client, out: &Output) -> Exit {

@@ -1,4 +1,4 @@
-//! `weir halt set | clear | list`.
+//! `weir halt set | clear | list`, on the tenant named by the global `--tenant`.
 
 use clap::Subcommand;
 use serde_json::json;
@@ -12,43 +12,42 @@ pub enum HaltCommand {
     /// Halt a tenant, or one agent of it: its reserves and acquires are refused, its waiters
     /// refused, its holders told.
     Set {
-        tenant: String,
+        /// Halt only this agent of the tenant (default: the whole tenant).
         #[arg(long)]
         agent: Option<String>,
+        /// Why: told to holders and refused requests.
         #[arg(long)]
         reason: String,
     },
     /// Clear a halt (the tenant's, or one agent's; the other stays).
     Clear {
-        tenant: String,
+        /// Clear only this agent's halt (default: the tenant's).
         #[arg(long)]
         agent: Option<String>,
     },
     /// The standing halts of a tenant.
-    List { tenant: String },
+    List,
 }
 
 fn scope(agent: &Option<String>) -> HaltScope {
     agent.clone().map_or(HaltScope::Tenant, HaltScope::Agent)
 }
 
-pub async fn run(command: &HaltCommand, client: &Client, out: &Output) -> Exit {
+pub async fn run(command: &HaltCommand, tenant: &str, client: &Client, out: &Output) -> Exit {
     match command {
-        HaltCommand::Set {
-            tenant,
-            agent,
-            reason,
-        } => match replied(client.set_halt(tenant, scope(agent), reason).await) {
-            Ok(_) => {
-                out.print(
-                    json!({"tenant": tenant, "agent": agent, "halted": true}),
-                    || format!("halted {tenant} ({})", scope(agent)),
-                );
-                EXIT_OK
+        HaltCommand::Set { agent, reason } => {
+            match replied(client.set_halt(tenant, scope(agent), reason).await) {
+                Ok(_) => {
+                    out.print(
+                        json!({"tenant": tenant, "agent": agent, "halted": true}),
+                        || format!("halted {tenant} ({})", scope(agent)),
+                    );
+                    EXIT_OK
+                }
+                Err(code) => code,
             }
-            Err(code) => code,
-        },
-        HaltCommand::Clear { tenant, agent } => {
+        }
+        HaltCommand::Clear { agent } => {
             match replied(client.clear_halt(tenant, scope(agent)).await) {
                 Ok(_) => {
                     out.print(
@@ -60,7 +59,7 @@ pub async fn run(command: &HaltCommand, client: &Client, out: &Output) -> Exit {
                 Err(code) => code,
             }
         }
-        HaltCommand::List { tenant } => match answered(client.halts(tenant).await) {
+        HaltCommand::List => match answered(client.halts(tenant).await) {
             Ok(halts) => {
                 let rows: Vec<_> = halts
                     .iter()

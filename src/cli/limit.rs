@@ -12,6 +12,7 @@ use crate::protocol::{Answer, Query};
 pub enum LimitCommand {
     /// Define a limit, or change an existing one (holders keep their permits).
     Define {
+        /// The limit's name, unique in the tenant.
         name: String,
         /// Most units held at once; 0 = no cap.
         #[arg(long, default_value_t = 0)]
@@ -24,11 +25,17 @@ pub enum LimitCommand {
         burst: Option<u64>,
     },
     /// Show one limit.
-    Show { name: String },
+    Show {
+        /// The limit's name.
+        name: String,
+    },
     /// List the tenant's limits.
     List,
     /// Remove a limit: waiters are refused; holders keep their permits until they release.
-    Remove { name: String },
+    Remove {
+        /// The limit's name.
+        name: String,
+    },
 }
 
 /// `limit show --json`: spec §4's `{"tenant", "name", "concurrent", "per_second", "burst",
@@ -38,18 +45,35 @@ fn limit_json<T: serde::Serialize + ?Sized>(l: &T) -> serde_json::Value {
     serde_json::to_value(l).expect("limit status serializes")
 }
 
-fn limit_text(l: &LimitStatus) -> String {
+/// One line per limit, naming only what the limit has: a cap (with its use) and a rate
+/// (with its bucket). A rate-only limit has no holders, a cap-only limit no bucket.
+pub fn limit_text(l: &LimitStatus) -> String {
+    let mut parts = Vec::new();
+    if l.concurrent > 0 {
+        parts.push(format!(
+            "concurrent {}; in use {}, waiting {}, max in use {}",
+            l.concurrent, l.in_use, l.waiting, l.max_in_use
+        ));
+    }
+    if l.per_second > 0.0 {
+        let waiting = if l.concurrent == 0 {
+            format!(", waiting {}", l.waiting)
+        } else {
+            String::new()
+        };
+        parts.push(format!(
+            "per_second {} burst {}; tokens {}{waiting}",
+            l.per_second, l.burst, l.tokens
+        ));
+    }
+    if parts.is_empty() {
+        parts.push("no cap and no rate: admits everything".into());
+    }
     format!(
-        "{}/{}: concurrent {} per_second {} burst {}; in use {}, waiting {}, max in use {}, tokens {}{}",
+        "{}/{}: {}{}",
         l.tenant,
         l.name,
-        l.concurrent,
-        l.per_second,
-        l.burst,
-        l.in_use,
-        l.waiting,
-        l.max_in_use,
-        l.tokens,
+        parts.join("; "),
         if l.removing { " (removing)" } else { "" }
     )
 }

@@ -8,6 +8,7 @@ mod acquire;
 mod bench;
 mod certs;
 mod cluster;
+mod docs;
 mod halt;
 mod limit;
 mod log;
@@ -26,6 +27,10 @@ pub use output::{
     replied,
 };
 
+/// The help heading of the options every command takes: a subcommand's help lists its own
+/// options first, then these.
+const GLOBAL: &str = "Global options";
+
 #[derive(Parser, Debug)]
 #[command(name = "weir", version, about = "Weir: a replicated limit cluster")]
 pub struct Cli {
@@ -35,17 +40,24 @@ pub struct Cli {
         global = true,
         env = "WEIR_SERVERS",
         default_value = "127.0.0.1:7411",
-        value_delimiter = ','
+        value_delimiter = ',',
+        help_heading = GLOBAL
     )]
     pub servers: Vec<String>,
-    /// The tenant (namespace of limits).
-    #[arg(long, global = true, default_value = "default")]
+    /// The tenant (namespace of limits, runs, budgets and halts) every command acts in.
+    #[arg(
+        long,
+        global = true,
+        env = "WEIR_TENANT",
+        default_value = "default",
+        help_heading = GLOBAL
+    )]
     pub tenant: String,
     /// Machine-readable output.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = GLOBAL)]
     pub json: bool,
     /// Answer reads from the node reached, without a quorum round (possibly stale).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = GLOBAL)]
     pub stale: bool,
     /// The token to present (its role decides what may be done).
     #[arg(long, global = true, env = "WEIR_TOKEN", hide_env_values = true)]
@@ -69,20 +81,27 @@ pub enum Command {
         data_dir: Option<std::path::PathBuf>,
     },
     /// Show every node: id, address, role, term, applied index, lag, digest.
-    Status,
+    Status {
+        /// Redraw the table every second until interrupted.
+        #[arg(long)]
+        watch: bool,
+    },
     /// Define, show, list and remove limits.
     #[command(subcommand)]
     Limit(limit::LimitCommand),
     /// Hold a permit for a while, or while a command runs.
     Acquire(acquire::AcquireArgs),
-    /// Set a tenant's ceilings and budgets.
+    /// Set or show a tenant's ceilings and budgets.
     #[command(subcommand)]
     Tenant(runs::TenantCommand),
     /// Admit, release, settle and list runs.
     #[command(subcommand)]
     Run(runs::RunCommand),
     /// Spend charged to a tenant's period.
-    Spent { tenant: String, period: String },
+    Spent {
+        /// The budget period (any name: `2026-05`, `week-19`).
+        period: String,
+    },
     /// Set, clear and list halts.
     #[command(subcommand)]
     Halt(halt::HaltCommand),
@@ -97,12 +116,25 @@ pub enum Command {
     /// Token helpers.
     #[command(subcommand)]
     Token(certs::TokenCommand),
+    /// Print a shell completion script (source it, or install it where your shell looks).
+    Completions {
+        /// The shell to complete for.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) of weir; `weir man | man -l -` shows it.
+    Man,
 }
 
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> Exit {
     if let Command::Serve { config, data_dir } = &cli.command {
         return serve::run(config.as_deref(), data_dir.clone());
+    }
+    if let Command::Completions { shell } = &cli.command {
+        return docs::completions(*shell);
+    }
+    if let Command::Man = &cli.command {
+        return docs::man();
     }
     if let Command::Certs(c) = &cli.command {
         return certs::certs(c);
@@ -135,17 +167,74 @@ pub fn run(cli: Cli) -> Exit {
             Client::with_security(cli.servers.clone(), security.clone()).stale_reads(cli.stale);
         let out = Output { json: cli.json };
         match &cli.command {
-            Command::Serve { .. } | Command::Bench(_) | Command::Certs(_) | Command::Token(_) => {
-                unreachable!("handled above")
-            }
-            Command::Status => status::run(&cli.servers, &security, &out).await,
+            Command::Serve { .. }
+            | Command::Bench(_)
+            | Command::Certs(_)
+            | Command::Token(_)
+            | Command::Completions { .. }
+            | Command::Man => unreachable!("handled above"),
+            Command::Status { watch } => status::run(&cli.servers, &security, *watch, &out).await,
             Command::Limit(c) => limit::run(c, &cli.tenant, &client, &out).await,
             Command::Acquire(a) => acquire::run(a, &cli.tenant, &client, &out).await,
-            Command::Tenant(c) => runs::tenant(c, &client, &out).await,
-            Command::Run(c) => runs::run(c, &client, &out).await,
-            Command::Spent { tenant, period } => runs::spent(tenant, period, &client, &out).await,
-            Command::Halt(c) => halt::run(c, &client, &out).await,
+            Command::Tenant(c) => runs::tenant(c, &cli.tenant, &client, &out).await,
+            Command::Run(c) => runs::run(c, &cli.tenant, &client, &out).await,
+            Command::Spent { period } => runs::spent(&cli.tenant, period, &client, &out).await,
+            Command::Halt(c) => halt::run(c, &cli.tenant, &client, &out).await,
             Command::Cluster(c) => cluster::run(c, &client, &out).await,
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// Every argument and option of every command, with no help text.
+    fn undocumented(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+        for arg in command.get_arguments() {
+            let id = arg.get_id().as_str();
+            if arg.get_help().is_none() && !["help", "version"].contains(&id) {
+                missing.push(format!("{path} {id}"));
+            }
+        }
+        for sub in command.get_subcommands() {
+            undocumented(sub, &format!("{path} {}", sub.get_name()), missing);
+        }
+    }
+
+    #[test]
+    fn every_argument_and_option_has_help_text() {
+        let mut missing = Vec::new();
+        undocumented(&Cli::command(), "weir", &mut missing);
+        assert_eq!(missing, Vec::<String>::new(), "arguments without help text");
+    }
+
+    #[test]
+    fn a_subcommand_lists_its_own_options_before_the_global_ones() {
+        let help = Cli::try_parse_from(["weir", "limit", "define", "--help"])
+            .unwrap_err()
+            .to_string();
+        let own = help.find("--concurrent").unwrap();
+        let global = help
+            .find("Global options")
+            .expect("a Global options heading");
+        assert!(own < global, "{help}");
+        assert!(help[global..].contains("--tenant"), "{help}");
+    }
+
+    #[test]
+    fn the_tenant_is_never_positional() {
+        for args in [
+            vec!["weir", "tenant", "set", "acme"],
+            vec!["weir", "run", "list", "acme"],
+            vec!["weir", "spent", "acme", "p"],
+            vec!["weir", "halt", "list", "acme"],
+        ] {
+            assert!(Cli::try_parse_from(&args).is_err(), "{args:?} parsed");
+        }
+        let cli = Cli::try_parse_from(["weir", "spent", "p", "--tenant", "acme"]).unwrap();
+        assert_eq!(cli.tenant, "acme");
+    }
 }

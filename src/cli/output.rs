@@ -33,10 +33,15 @@ impl Output {
     }
 }
 
-/// Reports a client error; returns the exit status for it.
+/// Reports a client error; returns the exit status for it. A request the node's edge
+/// refused as malformed (a name above its bound, say) is bad usage, as the machine's own
+/// `Invalid` refusal is.
 pub fn client_error(e: &ClientError) -> Exit {
     eprintln!("weir: {e}");
-    EXIT_ERROR
+    match e {
+        ClientError::Failed(crate::protocol::Failure::BadRequest(_)) => EXIT_USAGE,
+        _ => EXIT_ERROR,
+    }
 }
 
 /// Reports a refusal; returns the exit status for it.
@@ -60,4 +65,22 @@ pub fn replied(result: Result<Reply, ClientError>) -> Result<Reply, Exit> {
 /// A read's answer, or the exit status of its failure (reported).
 pub fn answered<T>(result: Result<T, ClientError>) -> Result<T, Exit> {
     result.map_err(|e| client_error(&e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_cluster_is_a_refusal_and_bad_input_a_usage_error() {
+        let full = Refusal::AtCapacity {
+            what: "open sessions".into(),
+            limit: 1,
+        };
+        assert_eq!(refused(&full), EXIT_REFUSED);
+        assert_eq!(
+            refused(&Refusal::Invalid("run is empty".into())),
+            EXIT_USAGE
+        );
+    }
 }

@@ -1,4 +1,5 @@
-//! `weir tenant set`, `weir run reserve | release | settle | list`, `weir spent`.
+//! `weir tenant set | show`, `weir run reserve | release | settle | list`, `weir spent`. The
+//! tenant is the global `--tenant` (or `WEIR_TENANT`), never a positional argument.
 
 use clap::Subcommand;
 use serde_json::json;
@@ -12,7 +13,6 @@ use crate::protocol::{Answer, Query};
 pub enum TenantCommand {
     /// Set a tenant's ceilings; a value of `none` removes one, an absent flag keeps it.
     Set {
-        tenant: String,
         /// Most runs at once (`none`: no ceiling; 0 admits nobody).
         #[arg(long)]
         max_running: Option<String>,
@@ -23,32 +23,53 @@ pub enum TenantCommand {
         #[arg(long)]
         budget_minor: Option<String>,
     },
+    /// Show the tenant's ceilings, budgets, running count, spend in a period, and halts.
+    Show {
+        /// Also show the spend charged to this budget period.
+        #[arg(long)]
+        period: Option<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
 pub enum RunCommand {
     /// Admit a run into its tenant's running set (idempotent per run).
     Reserve {
-        tenant: String,
+        /// The run's id, unique in the tenant.
         run: String,
+        /// The agent acting, for agent-scoped halts.
         #[arg(long)]
         agent: Option<String>,
         /// The budget period checked.
         #[arg(long)]
         period: Option<String>,
+        /// Hold this many tokens of the period's budget for the run (needs --period): admitted
+        /// only while settled + standing holds + this hold fit the budget.
+        #[arg(long)]
+        hold_tokens: Option<u64>,
+        /// Hold this many minor units of the period's budget for the run (needs --period).
+        #[arg(long)]
+        hold_minor: Option<u64>,
     },
     /// Free a run's slot (idempotent).
-    Release { tenant: String, run: String },
+    Release {
+        /// The run's id.
+        run: String,
+    },
     /// Charge one pass of a run (idempotent per run and epoch).
     Settle {
-        tenant: String,
+        /// The run's id.
         run: String,
+        /// The pass being settled: a retry of the same epoch and payload is a no-op.
         #[arg(long)]
         epoch: u64,
+        /// The budget period charged (none: the receipt is kept, no period charged).
         #[arg(long)]
         period: Option<String>,
+        /// Tokens spent by the pass.
         #[arg(long, default_value_t = 0)]
         tokens: u64,
+        /// Spend of the pass in minor currency units.
         #[arg(long, default_value_t = 0)]
         minor: u64,
         /// Also free the run's slot.
@@ -56,7 +77,7 @@ pub enum RunCommand {
         release_slot: bool,
     },
     /// The running set, with admission times.
-    List { tenant: String },
+    List,
 }
 
 fn change<T: std::str::FromStr>(flag: &str, v: &Option<String>) -> Result<Change<T>, Exit> {
@@ -70,13 +91,17 @@ fn change<T: std::str::FromStr>(flag: &str, v: &Option<String>) -> Result<Change
     }
 }
 
-pub async fn tenant(command: &TenantCommand, client: &Client, out: &Output) -> Exit {
-    let TenantCommand::Set {
-        tenant,
-        max_running,
-        budget_tokens,
-        budget_minor,
-    } = command;
+pub async fn tenant(command: &TenantCommand, tenant: &str, client: &Client, out: &Output) -> Exit {
+    let (max_running, budget_tokens, budget_minor) = match command {
+        TenantCommand::Show { period } => {
+            return show(tenant, period.as_deref(), client, out).await;
+        }
+        TenantCommand::Set {
+            max_running,
+            budget_tokens,
+            budget_minor,
+        } => (max_running, budget_tokens, budget_minor),
+    };
     let changes = (|| {
         Ok::<_, Exit>((
             change("max-running", max_running)?,
@@ -96,7 +121,7 @@ pub async fn tenant(command: &TenantCommand, client: &Client, out: &Output) -> E
     }
     let shown = client
         .read(Query::Tenant {
-            tenant: tenant.clone(),
+            tenant: tenant.into(),
         })
         .await;
     match answered(shown) {
@@ -122,16 +147,24 @@ pub async fn tenant(command: &TenantCommand, client: &Client, out: &Output) -> E
     }
 }
 
-pub async fn run(command: &RunCommand, client: &Client, out: &Output) -> Exit {
+pub async fn run(command: &RunCommand, tenant: &str, client: &Client, out: &Output) -> Exit {
     match command {
         RunCommand::Reserve {
-            tenant,
             run,
             agent,
             period,
+            hold_tokens,
+            hold_minor,
         } => {
             let reserved = client
-                .reserve(tenant, run, agent.as_deref(), period.as_deref())
+                .reserve_holding(
+                    tenant,
+                    run,
+                    agent.as_deref(),
+                    period.as_deref(),
+                    *hold_tokens,
+                    *hold_minor,
+                )
                 .await;
             match replied(reserved) {
                 Ok(_) => {
@@ -144,20 +177,17 @@ pub async fn run(command: &RunCommand, client: &Client, out: &Output) -> Exit {
                 Err(code) => code,
             }
         }
-        RunCommand::Release { tenant, run } => {
-            match replied(client.release_run(tenant, run).await) {
-                Ok(_) => {
-                    out.print(
-                        json!({"tenant": tenant, "run": run, "released": true}),
-                        || format!("released {tenant}/{run}"),
-                    );
-                    EXIT_OK
-                }
-                Err(code) => code,
+        RunCommand::Release { run } => match replied(client.release_run(tenant, run).await) {
+            Ok(_) => {
+                out.print(
+                    json!({"tenant": tenant, "run": run, "released": true}),
+                    || format!("released {tenant}/{run}"),
+                );
+                EXIT_OK
             }
-        }
+            Err(code) => code,
+        },
         RunCommand::Settle {
-            tenant,
             run,
             epoch,
             period,
@@ -166,7 +196,7 @@ pub async fn run(command: &RunCommand, client: &Client, out: &Output) -> Exit {
             release_slot,
         } => {
             let settle = Settle {
-                tenant: tenant.clone(),
+                tenant: tenant.into(),
                 run: run.clone(),
                 epoch: *epoch,
                 period: period.clone(),
@@ -188,11 +218,27 @@ pub async fn run(command: &RunCommand, client: &Client, out: &Output) -> Exit {
                     );
                     EXIT_OK
                 }
+                Ok(Reply::Overrun {
+                    tokens: over_tokens,
+                    minor_units: over_minor,
+                }) => {
+                    out.print(
+                        json!({"tenant": tenant, "run": run, "epoch": epoch, "settled": true, "duplicate": false,
+                               "overrun_tokens": over_tokens, "overrun_minor_units": over_minor}),
+                        || {
+                            format!(
+                                "settled {tenant}/{run} epoch {epoch}; overrun of its hold: \
+                                 {over_tokens} tokens, {over_minor} minor units"
+                            )
+                        },
+                    );
+                    EXIT_OK
+                }
                 Ok(_) => EXIT_OK,
                 Err(code) => code,
             }
         }
-        RunCommand::List { tenant } => list(tenant, client, out).await,
+        RunCommand::List => list(tenant, client, out).await,
     }
 }
 
@@ -234,11 +280,88 @@ pub async fn spent(tenant: &str, period: &str, client: &Client, out: &Output) ->
     match answered(client.spent(tenant, period).await) {
         Ok(s) => {
             out.print(
-                json!({"tenant": tenant, "period": period, "tokens": s.tokens, "minor_units": s.minor_units}),
-                || format!("{tenant} {period}: {} tokens, {} minor units", s.tokens, s.minor_units),
+                json!({"tenant": tenant, "period": period, "tokens": s.tokens, "minor_units": s.minor_units,
+                       "held_tokens": s.held_tokens, "held_minor_units": s.held_minor,
+                       "overrun_tokens": s.overrun_tokens, "overrun_minor_units": s.overrun_minor}),
+                || {
+                    format!(
+                        "{tenant} {period}: {} tokens, {} minor units; held {} tokens, {} minor \
+                         units; overrun {} tokens, {} minor units",
+                        s.tokens,
+                        s.minor_units,
+                        s.held_tokens,
+                        s.held_minor,
+                        s.overrun_tokens,
+                        s.overrun_minor
+                    )
+                },
             );
             EXIT_OK
         }
         Err(code) => code,
     }
+}
+
+/// `tenant show`: ceilings, budgets, running count, the period's spend (with `--period`)
+/// and the standing halts.
+async fn show(tenant: &str, period: Option<&str>, client: &Client, out: &Output) -> Exit {
+    let t = match answered(
+        client
+            .read(Query::Tenant {
+                tenant: tenant.into(),
+            })
+            .await,
+    ) {
+        Ok(Answer::Tenant(t)) => t,
+        Ok(_) => return EXIT_OK,
+        Err(code) => return code,
+    };
+    let halts = match answered(client.halts(tenant).await) {
+        Ok(h) => h,
+        Err(code) => return code,
+    };
+    let spend = match period {
+        Some(p) => match answered(client.spent(tenant, p).await) {
+            Ok(s) => Some(s),
+            Err(code) => return code,
+        },
+        None => None,
+    };
+    let halts_json: Vec<_> = halts
+        .iter()
+        .map(|(s, reason)| json!({"scope": s.to_string(), "reason": reason}))
+        .collect();
+    out.print(
+        json!({"tenant": tenant, "max_running": t.max_running, "budget_tokens": t.budget_tokens,
+               "budget_minor": t.budget_minor, "running": t.running, "period": period,
+               "spent": spend.map(|s| json!({"tokens": s.tokens, "minor_units": s.minor_units})),
+               "halts": halts_json}),
+        || {
+            let show = |v: Option<u64>| v.map_or("none".to_string(), |v| v.to_string());
+            let mut lines = vec![
+                format!("tenant        {tenant}"),
+                format!(
+                    "max running   {} ({} running)",
+                    show(t.max_running.map(u64::from)),
+                    t.running
+                ),
+                format!("budget tokens {}", show(t.budget_tokens)),
+                format!("budget minor  {}", show(t.budget_minor)),
+            ];
+            if let (Some(p), Some(s)) = (period, spend) {
+                lines.push(format!(
+                    "spent in {p}   {} tokens, {} minor units",
+                    s.tokens, s.minor_units
+                ));
+            }
+            if halts.is_empty() {
+                lines.push("halts         none".into());
+            }
+            for (s, r) in &halts {
+                lines.push(format!("halted        {s}: {r}"));
+            }
+            lines.join("\n")
+        },
+    );
+    EXIT_OK
 }

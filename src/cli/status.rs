@@ -29,7 +29,24 @@ struct Table {
     leader_log: Option<u64>,
 }
 
-pub async fn run(servers: &[String], security: &ClientSecurity, out: &Output) -> Exit {
+/// Prints the table once, or with `watch` redraws it every second until interrupted (an
+/// unreachable cluster is shown as such and asked again).
+pub async fn run(servers: &[String], security: &ClientSecurity, watch: bool, out: &Output) -> Exit {
+    if !watch {
+        return once(servers, security, out).await;
+    }
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        // Clear the screen and home the cursor, then draw.
+        if !out.json {
+            print!("\x1b[2J\x1b[H");
+        }
+        once(servers, security, out).await;
+    }
+}
+
+async fn once(servers: &[String], security: &ClientSecurity, out: &Output) -> Exit {
     let first = match first_answer(servers, security).await {
         Ok(s) => s,
         Err(e) => return client_error(&e),
@@ -114,6 +131,7 @@ impl Table {
                 Some(s) => json!({
                     "id": r.id, "addr": r.addr, "state": s.state, "term": s.term,
                     "applied": s.applied, "lag": self.lag(s), "digest": s.digest,
+                    "digest_applied": s.digest_applied,
                 }),
                 None => json!({"id": r.id, "addr": r.addr, "state": "Unreachable"}),
             })

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, watch};
 
 use super::ClientError;
-use super::conn::{CONNECT_TIMEOUT, Conn};
+use super::conn::{CONNECT_TIMEOUT, Conn, Fate, Feeds};
+
 use crate::machine::{Command, Event, Reply};
 use crate::protocol::{Answer, Failure, Query, Request, Response};
 use crate::security::ClientSecurity;
@@ -23,6 +24,10 @@ pub const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// Events buffered for slow subscribers.
 const EVENT_BACKLOG: usize = 4_096;
+/// How long a node whose connection fell silent is passed over by the next connects (unless
+/// it is the only server): long enough for the rest of the cluster to elect a leader
+/// (about a second), short enough that a node back from a pause is soon used again.
+const SUSPECT_FOR: Duration = Duration::from_secs(3);
 
 /// The connection in use, and where to connect next.
 #[derive(Default)]
@@ -33,6 +38,32 @@ struct Current {
     /// The address to try first when there is no connection: the leader a `NotLeader`
     /// named. Taken by the next connect; without it the connect goes round-robin.
     preferred: Option<String>,
+    /// The node whose connection last fell silent, and when: connects pass it over for
+    /// [`SUSPECT_FOR`], and a redirect to it is not followed meanwhile.
+    suspect: Option<(String, Instant)>,
+}
+
+impl Current {
+    /// Whether `addr` fell silent less than [`SUSPECT_FOR`] ago.
+    fn suspects(&self, addr: &str) -> bool {
+        self.suspect
+            .as_ref()
+            .is_some_and(|(a, at)| a == addr && at.elapsed() < SUSPECT_FOR)
+    }
+
+    /// Learns what a dead connection's [`Fate`] says: a silent node is suspected, a deposed
+    /// node's leader is tried next.
+    fn learn(&mut self, conn: &Conn) {
+        let Fate { silent, redirect } = conn.fate();
+        if silent {
+            self.suspect = Some((conn.addr.clone(), Instant::now()));
+        }
+        if let Some(to) = redirect
+            && !self.suspects(&to)
+        {
+            self.preferred = Some(to);
+        }
+    }
 }
 
 /// What clones of a [`Client`] share.
@@ -52,9 +83,8 @@ struct Inner {
     current: tokio::sync::Mutex<Current>,
     /// Round-robin position in `servers`.
     next_server: AtomicUsize,
-    events: broadcast::Sender<Event>,
-    /// Bumped once per new connection (see [`Client::generation`]).
-    generation: watch::Sender<u64>,
+    /// Where connections send pushes: events, and generation bumps on a `Resync`.
+    feeds: Feeds,
     /// TLS and token for every connection ([`Client::with_security`]).
     security: ClientSecurity,
 }
@@ -93,8 +123,10 @@ impl Client {
                 servers,
                 current: tokio::sync::Mutex::new(Current::default()),
                 next_server: AtomicUsize::default(),
-                events,
-                generation,
+                feeds: Feeds {
+                    events,
+                    generation: Arc::new(generation),
+                },
                 security,
             }),
             stale: false,
@@ -111,7 +143,7 @@ impl Client {
 
     /// Events pushed by the nodes this client is connected to.
     pub fn events(&self) -> broadcast::Receiver<Event> {
-        self.inner.events.subscribe()
+        self.inner.feeds.events.subscribe()
     }
 
     /// The TLS and token this client connects with.
@@ -119,9 +151,10 @@ impl Client {
         &self.inner.security
     }
 
-    /// Bumped on every new connection.
+    /// Bumped on every new connection, and whenever a node says it dropped pushes for this
+    /// client (`Resync`): after each bump, pushes may have been missed.
     pub fn generation(&self) -> watch::Receiver<u64> {
-        self.inner.generation.subscribe()
+        self.inner.feeds.generation.subscribe()
     }
 
     /// The live connection, opening one if needed (to the preferred address, else the next
@@ -133,35 +166,59 @@ impl Client {
         {
             return Ok(c.clone());
         }
-        current.conn = None;
+        if let Some(dead) = current.conn.take() {
+            current.learn(&dead);
+        }
         let (addr, wrapped) = match current.preferred.take() {
-            Some(a) => (a, true),
-            None => {
-                let n = self.inner.servers.len().max(1);
-                let i = self.inner.next_server.fetch_add(1, Ordering::Relaxed);
-                (self.inner.servers[i % n].clone(), (i + 1) % n == 0)
-            }
+            Some(a) if !current.suspects(&a) => (a, true),
+            _ => self.next_round_robin(&current),
         };
-        match Conn::open(&addr, self.inner.events.clone(), &self.inner.security).await {
+        match Conn::open(&addr, self.inner.feeds.clone(), &self.inner.security).await {
             Ok(c) => {
                 let c = Arc::new(c);
                 current.conn = Some(c.clone());
-                self.inner.generation.send_modify(|g| *g += 1);
+                self.inner.feeds.generation.send_modify(|g| *g += 1);
                 Ok(c)
             }
             Err(e) => Err((e, wrapped)),
         }
     }
 
-    /// Drops `conn` if it is still the current one; the next try goes to `next` if given.
+    /// The next configured server in turn, passing over a suspected one (unless every
+    /// server is), and whether a round of the list ends with it.
+    fn next_round_robin(&self, current: &Current) -> (String, bool) {
+        let n = self.inner.servers.len().max(1);
+        let mut wrapped = false;
+        for _ in 0..n {
+            let i = self.inner.next_server.fetch_add(1, Ordering::Relaxed);
+            wrapped |= (i + 1) % n == 0;
+            let addr = &self.inner.servers[i % n];
+            if !current.suspects(addr) {
+                return (addr.clone(), wrapped);
+            }
+        }
+        let i = self.inner.next_server.fetch_add(1, Ordering::Relaxed);
+        (self.inner.servers[i % n].clone(), true)
+    }
+
+    /// Drops `conn` if it is still the current one (learning its fate); the next try goes
+    /// to `next` if given and not suspected.
     async fn abandon(&self, conn: &Arc<Conn>, next: Option<String>) {
         let mut current = self.inner.current.lock().await;
         if current.conn.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
             current.conn = None;
+            current.learn(conn);
         }
-        if next.is_some() {
-            current.preferred = next;
+        if let Some(to) = next
+            && !current.suspects(&to)
+        {
+            current.preferred = Some(to);
         }
+    }
+
+    /// Whether `addr` fell silent recently (a redirect there would only wait on it).
+    async fn suspects(&self, addr: &str) -> bool {
+        self.inner.current.lock().await.suspects(addr)
     }
 
     /// Sends `request` to the leader (or, for `Status` and `ReadLocal`, to whichever node
@@ -209,7 +266,14 @@ impl Client {
         };
         match conn.call(request).await {
             Ok(Response::Failed(Failure::NotLeader { leader })) => {
-                let redirect = leader.map(|(_, a)| a).filter(|a| *a != conn.addr);
+                let mut redirect = leader.map(|(_, a)| a).filter(|a| *a != conn.addr);
+                if let Some(to) = &redirect
+                    && self.suspects(to).await
+                {
+                    // The node still names the leader that fell silent: it has not yet
+                    // noticed. Treat it as an election under way.
+                    redirect = None;
+                }
                 if redirect.is_none() {
                     // No other leader known: an election is likely under way. Pause before
                     // giving the connection up, so the requests sharing it do not all
@@ -260,7 +324,8 @@ impl Client {
         }
     }
 
-    /// Asks one node, without redirects or retries (for a given member's status).
+    /// Asks one node, without redirects or retries (for a given member's status). A node
+    /// that does not welcome within [`super::SILENCE_MAX`] is unreachable.
     pub async fn ask_node(addr: &str, request: &Request) -> Result<Response, ClientError> {
         Client::ask_node_with(addr, request, &ClientSecurity::default()).await
     }
@@ -271,8 +336,7 @@ impl Client {
         request: &Request,
         security: &ClientSecurity,
     ) -> Result<Response, ClientError> {
-        let (events, _) = broadcast::channel(1);
-        let conn = Conn::open(addr, events, security).await?;
+        let conn = Conn::open(addr, Feeds::unheard(), security).await?;
         tokio::time::timeout(CONNECT_TIMEOUT, conn.call(request))
             .await
             .unwrap_or_else(|_| Err(ClientError::OutcomeUnknown(format!("{addr}: no answer"))))

@@ -13,8 +13,12 @@
 //!   deadline, the waiting and held tickets.
 //! - `ops.rs` — typed shorthands on [`Client`] for the writes and reads of the spec.
 //! - `client.rs` — [`Client`]: leader following and retries.
-//! - `conn.rs` — one connection to one node: handshake, request ids, reader and writer.
+//! - `conn.rs` — one connection to one node: handshake, request ids, reader, writer and the
+//!   silence watchdog.
+//! - `boot_clock.rs` — [`BootInstant`]: CLOCK_BOOTTIME, which the belief deadline is on.
 //! - `lost.rs`, `error.rs` — [`Lost`], [`ClientError`], [`AcquireError`].
+//! - `fake_node.rs`, `tests.rs` (tests only) — a scripted node, and the failure scenarios
+//!   run against it.
 //!
 //! # Leader following
 //!
@@ -32,6 +36,49 @@
 //! wait for it and then share the new one (the doc of the connection field in `client.rs`
 //! says why). Each new connection bumps [`Client::generation`].
 //!
+//! # Failure detection: a silent node versus a busy one
+//!
+//! A node that stops answering while its process lives on (SIGSTOP, a frozen VM, a stalled
+//! disk) keeps its sockets open: nothing fails, requests just wait. A shorter per-try
+//! timeout cannot tell that node from a busy one — during an election, tries legitimately
+//! take over a second (`docs/benchmarks.md`, "Tried and reverted"). So the client does not
+//! time requests; it listens for *silence*:
+//!
+//! - **Heartbeats.** Right after the welcome, every connection sends `Heartbeats`, and the
+//!   node then sends a small `Heartbeat` frame every `HEARTBEAT_PERIOD` (200 ms) from a task
+//!   of its own, whatever its requests are doing. A busy node — an election under way, a
+//!   slow commit — still sends them; a stopped one sends nothing at all.
+//! - **The silence bound.** A watchdog per connection declares it dead when *no frame at
+//!   all* (response, event or heartbeat) arrived for [`SILENCE_MAX`] (1 s, five periods).
+//!   Every request in flight on it then fails at once as "outcome unknown" and is retried
+//!   (every write is idempotent) on a new connection; the welcome of a new connection is
+//!   held to the same bound, since a stopped process's socket still accepts connects.
+//! - **Where to go next.** The silent node is *suspected* for `SUSPECT_FOR` (3 s): connects
+//!   pass it over, and a `NotLeader` that still names it (a follower that has not noticed
+//!   yet) is treated as "no leader known" (a pause, then the next server) instead of a
+//!   redirect into the silence. The live nodes elect a leader within about a second, and the
+//!   usual `NotLeader` redirects lead there.
+//! - **A deposed leader.** Heartbeats carry the node's term and the leader it knows of. A
+//!   connection whose node named itself leader and then names another (it lost an
+//!   election while partitioned, and is alive) is given up with that leader as the next
+//!   address, before any request has to fail there.
+//! - **No storms.** One connect at a time per [`Client`] (the lock below), so a dead
+//!   connection costs one reconnect per `Client`, not one per request in flight; a kill
+//!   (connection refused) is detected at once as before, so kill-failover is not slowed;
+//!   and the `Heartbeat` is `try_send` on the node, so a slow reader is never sent more than
+//!   its outbox holds.
+//!
+//! **The session's deadline sets the urgency.** A session with TTL `T` renews every `T/3`
+//! and believes its permits until `last acknowledged send + T − margin`. With `T` = 3 s, the
+//! worst case is a stop just before a keep-alive is due: the belief then runs out about
+//! 1.7 s after the stop. Silence is found within `SILENCE_MAX + 100 ms`; the retried
+//! keep-alive reaches the new leader once it is elected (the cluster's election takes
+//! 0.8–1 s from the stop, concurrently), and the new connection's re-ask sends a keep-alive
+//! at once. The session on the cluster does not expire meanwhile: the log clock freezes
+//! across the leader change (`machine` module doc), so what costs a holder its permit is
+//! only its own belief deadline, and that is what this path beats. A TTL below 3 s has less
+//! slack than the detector needs and may lose permits to a stall.
+//!
 //! # Retries
 //!
 //! [`Client::request`] retries at most [`ATTEMPTS_MAX`] tries within [`REQUEST_DEADLINE`]:
@@ -39,8 +86,9 @@
 //!   of them or a failed connect to the preferred address;
 //! - a node that is `Unavailable`, or that answers `OutcomeUnknown`, loses the connection
 //!   and the next try comes after a pause;
-//! - a connection that breaks, or a try with no response within [`RESPONSE_TIMEOUT`], loses
-//!   the connection and is tried again at once;
+//! - a connection that breaks, falls silent ([`SILENCE_MAX`]) or is deposed, or a try with
+//!   no response within [`RESPONSE_TIMEOUT`], loses the connection and is tried again at
+//!   once;
 //! - every other answer, refusals included, is returned.
 //!
 //! Every write of the machine is idempotent by its ids (a retried `OpenSession` at worst
@@ -51,9 +99,12 @@
 //! # Sessions: keep-alive and the belief deadline
 //!
 //! A [`Session`] sends `KeepAlive` every TTL/3. When one is acknowledged, the session's
-//! **belief deadline** becomes `send time + TTL − margin` ([`margin_for`]) on this process's
-//! monotonic clock: the cluster cannot expire the session before then (G2, see the
-//! `machine` module doc). Every [`Permit`] of the session is believed held only until that
+//! **belief deadline** becomes `send time + TTL − margin` ([`margin_for`],
+//! [`deadline_after`]) on CLOCK_BOOTTIME ([`BootInstant`]): the cluster cannot expire the
+//! session before then (G2, see the `machine` module doc). The boot clock counts the time
+//! the machine spends suspended, which the monotonic clock (`Instant`) does not, so a
+//! client resuming from a suspend finds its deadline passed instead of believing in
+//! permits whose lease ran out in real time; timers only say when to look. Every [`Permit`] of the session is believed held only until that
 //! deadline, so a permit's belief ends no later than the lease it rests on. A keep-alive
 //! with no acknowledgement leaves the deadline where it was and is retried soon (100 ms);
 //! when the deadline passes, every held permit is lost ([`Lost::Deadline`], seen through
@@ -67,11 +118,24 @@
 //! grants, refusals, halts and expiry from them without asking. An acquire's ticket is
 //! registered as waiting *before* the acquire is sent, so a grant pushed ahead of the
 //! acquire's own answer is not lost. A push can still be lost — with a connection that
-//! broke, or by a subscriber that fell behind — so on every new connection (and on a lag)
-//! the session re-asks each waiting ticket: the acquire is idempotent by (session,
-//! ticket), and a ticket granted meanwhile answers `Granted` with the same fence. With no
-//! ticket waiting it sends a keep-alive instead, which names the session on the new
-//! connection so its pushes follow it there.
+//! broke, by a subscriber that fell behind, or by the node's forwarder that fell behind
+//! (it then sends `Resync`, which bumps [`Client::generation`]) — so on every new
+//! connection, every `Resync` and every lag of its own the session re-asks each waiting
+//! ticket: the acquire is idempotent by (session, ticket), and a ticket granted meanwhile
+//! answers `Granted` with the same fence. With no ticket waiting it sends a keep-alive
+//! instead, which names the session on the new connection so its pushes follow it there.
+//! Asking again for a *held* ticket answers `Granted` even under a halt, so for held
+//! permits the re-ask reads the halts of their tenants instead, and marks lost every permit
+//! a halt covers: a `Halted` push that was lost is learned too.
+//!
+//! # Nothing stays held that no one believes it holds
+//!
+//! A ticket leaves the session's maps without a permit owning it when its acquire fails
+//! with an unknown outcome, times out, or is cancelled (the future dropped), or when a
+//! grant arrives for an acquirer that is gone. Each of these releases the ticket in the
+//! background, with bounded retries (a release is idempotent, and releases a queued ticket
+//! too); so does a permit dropped without `release`, and a withdrawal whose release failed.
+//! A definite refusal holds nothing and sends nothing.
 //!
 //! # Typed errors
 //!
@@ -86,25 +150,38 @@
 //!
 //! - The belief deadline is safe only while this client's clock rate stays within the
 //!   margin of the leaders' (see [`margin_for`]).
+//! - A client process starved of CPU for longer than [`SILENCE_MAX`] can find a live
+//!   node silent; it then reconnects (a wasted connect, never a wrong belief).
+//! - A partitioned old leader that still believes it leads keeps sending heartbeats that
+//!   name itself; requests there wait for its commit timeout as before (the partition
+//!   harness covers that path). Only a deposed node that *knows* the new leader redirects.
+//! - A background release that runs out of retries leaves the ticket to the session's end
+//!   (close, or expiry after its TTL).
 //! - A [`Permit`] dropped outside a tokio runtime sends no release: it stays held on the
 //!   cluster until its session closes or expires.
 //! - A session and its permits share its state: the keep-alives go on while any of them
 //!   lives, and stop (the cluster then expires the session) once all are dropped.
 //! - [`Client::ask_node`] asks one given node, with no redirect or retry.
 
+mod boot_clock;
 #[allow(clippy::module_inception)] // named after its type like its siblings; re-exported
 mod client;
 mod conn;
 mod error;
+#[cfg(test)]
+mod fake_node;
 mod lost;
 mod ops;
 mod permit;
 mod session;
 mod session_state;
+#[cfg(test)]
+mod tests;
 
+pub use boot_clock::BootInstant;
 pub use client::{ATTEMPTS_MAX, Client, REQUEST_DEADLINE};
-pub use conn::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
+pub use conn::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT, SILENCE_MAX};
 pub use error::{AcquireError, ClientError};
 pub use lost::Lost;
 pub use permit::Permit;
-pub use session::{AcquireOptions, Session, margin_for};
+pub use session::{AcquireOptions, Session, believed_at, deadline_after, margin_for};

@@ -50,7 +50,8 @@ impl Client {
         .await
     }
 
-    /// `Admitted`, or a refusal (`TooManyRuns`, `BudgetExhausted`, `Halted`).
+    /// `Admitted`, or a refusal (`TooManyRuns`, `BudgetExhausted`, `Halted`). No hold: the
+    /// reserve is refused once the period's spend has reached a budget.
     pub async fn reserve(
         &self,
         tenant: &str,
@@ -58,11 +59,30 @@ impl Client {
         agent: Option<&str>,
         period: Option<&str>,
     ) -> Result<Reply, ClientError> {
+        self.reserve_holding(tenant, run, agent, period, None, None)
+            .await
+    }
+
+    /// A reserve that holds budget (G6): admitted only while settled + standing holds + this
+    /// hold fit the period's budget. The run's settlements use the hold up (a charge above
+    /// it answers `Overrun`); releasing the slot frees what is left. A kind left `None` is
+    /// held at 0; with both `None` this is [`Client::reserve`].
+    pub async fn reserve_holding(
+        &self,
+        tenant: &str,
+        run: &str,
+        agent: Option<&str>,
+        period: Option<&str>,
+        hold_tokens: Option<u64>,
+        hold_minor: Option<u64>,
+    ) -> Result<Reply, ClientError> {
         self.write(Command::Reserve {
             tenant: tenant.into(),
             run: run.into(),
             agent: agent.map(Into::into),
             period: period.map(Into::into),
+            hold_tokens,
+            hold_minor,
         })
         .await
     }
@@ -76,7 +96,7 @@ impl Client {
         .await
     }
 
-    /// `Settled {duplicate}`, or `Conflict`.
+    /// `Settled {duplicate}`, `Overrun` (charged, above the run's hold), or `Conflict`.
     pub async fn settle(&self, settle: Settle) -> Result<Reply, ClientError> {
         self.write(Command::Settle(settle)).await
     }

@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use super::session_state::SessionState;
+use super::boot_clock::{BootInstant, LOOK_EVERY};
+use super::session_state::{SessionState, release_in_background};
 use super::{ClientError, Lost};
 use crate::machine::{Command, Fence, TicketId};
 
@@ -78,7 +79,7 @@ impl Permit {
     /// Why the permit may no longer be held, if it may not.
     pub fn lost_reason(&self) -> Option<Lost> {
         self.lost.borrow().clone().or_else(|| {
-            (*self.state.deadline.borrow() <= std::time::Instant::now()).then_some(Lost::Deadline)
+            (*self.state.deadline.borrow() <= BootInstant::now()).then_some(Lost::Deadline)
         })
     }
 
@@ -90,10 +91,12 @@ impl Permit {
             if let Some(why) = lost.borrow().clone() {
                 return why;
             }
-            let at = *deadline.borrow();
-            if at <= std::time::Instant::now() {
+            let left = deadline.borrow().remaining(BootInstant::now());
+            if left.is_zero() {
                 return Lost::Deadline;
             }
+            // The deadline is on the boot clock; the timer only says when to look again.
+            let at = std::time::Instant::now() + left.min(LOOK_EVERY);
             tokio::select! {
                 r = lost.changed() => if r.is_err() { return Lost::Closed },
                 _ = deadline.changed() => {}
@@ -132,15 +135,6 @@ impl Drop for Permit {
             return;
         }
         self.state.forget(self.ticket);
-        let client = self.state.client.clone();
-        let command = Command::Release {
-            session: self.state.id,
-            ticket: self.ticket,
-        };
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move {
-                let _ = client.write(command).await;
-            });
-        }
+        release_in_background(self.state.client.clone(), self.state.id, self.ticket);
     }
 }

@@ -2,26 +2,37 @@
 //! acquires made under it.
 //!
 //! Keep-alive: every TTL/3 the session sends `KeepAlive`. When one is acknowledged, the
-//! session's **deadline** becomes `send time + TTL − margin` on this process's monotonic
-//! clock (G2: the cluster cannot expire the lease before that, see the `machine` module
-//! doc). Every permit of the session is believed held only until that deadline; when it
-//! passes without a newer acknowledgement, every permit is lost.
+//! session's **deadline** becomes `send time + TTL − margin` on CLOCK_BOOTTIME
+//! ([`BootInstant`], which counts suspended time; G2: the cluster cannot expire the lease
+//! before that, see the `machine` module doc). Every permit of the session is believed held
+//! only until that deadline; when it passes without a newer acknowledgement, every permit
+//! is lost.
 //!
 //! Acquire: a ticket is registered as waiting *before* its acquire is sent, so a grant
 //! pushed before the acquire's own answer arrives is not lost (the pending-then-confirmed
 //! rule). Grants, refusals, halts and expiry arrive as pushed events; and whenever the
 //! client opens a new connection (a failover), the session re-asks every waiting ticket —
 //! idempotent by (session, ticket) — so a push lost with the old connection loses nothing.
+//! The same happens when a node says it dropped pushes (`Resync`). A re-ask also reads the
+//! halts of every tenant the session holds permits of, so a halt pushed to a lost
+//! connection is learned too.
+//!
+//! An acquire that does not end in a permit — its write's outcome unknown, timed out,
+//! cancelled — gives its ticket up through a guard ([`SessionState::abandon`]), which
+//! releases it in the background: if the acquire did apply, nothing stays held for it.
 
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use super::boot_clock::{BootInstant, LOOK_EVERY};
+
 use tokio::sync::broadcast::error::RecvError;
 
 use super::permit::Permit;
-use super::session_state::SessionState;
+use super::session_state::{SessionState, release_in_background};
 use super::{AcquireError, Client, ClientError, Lost};
 use crate::machine::{Acquire, Command, Event, Priority, Refusal, Reply, SessionId, TicketId};
+use crate::protocol::{Answer, Query};
 use crate::task::AbortOnDrop;
 
 /// How soon a keep-alive that got no acknowledgement is tried again (or TTL/3, if sooner):
@@ -32,7 +43,22 @@ const KEEPALIVE_RETRY: Duration = Duration::from_millis(100);
 /// and at least 100 ms. It covers a clock-rate drift between this client and the leaders far
 /// larger than NTP-disciplined clocks show (the bound needed is TTL × ρ / (1 + ρ)).
 pub fn margin_for(ttl: Duration) -> Duration {
+    // PLANTED(margin-zero)
+    if crate::planted::is(crate::planted::Plant::MarginZero) {
+        return Duration::ZERO;
+    }
     (ttl / 10).max(Duration::from_millis(100))
+}
+
+/// The belief deadline after a keep-alive (or open) sent at `sent` was acknowledged: the
+/// cluster cannot expire the session before `sent + ttl` (G2), less the margin.
+pub fn deadline_after(sent: BootInstant, ttl: Duration) -> BootInstant {
+    sent + ttl - margin_for(ttl)
+}
+
+/// Whether a permit under `deadline` is still believed held at `now`.
+pub fn believed_at(deadline: BootInstant, now: BootInstant) -> bool {
+    now < deadline
 }
 
 /// What to acquire.
@@ -78,7 +104,7 @@ pub struct Session {
 impl Session {
     /// Opens a session with `ttl` and starts keeping it alive.
     pub async fn open(client: &Client, ttl: Duration) -> Result<Session, ClientError> {
-        let sent = Instant::now();
+        let sent = BootInstant::now();
         let reply = client
             .write(Command::OpenSession {
                 ttl_ms: ttl.as_millis() as u64,
@@ -97,7 +123,7 @@ impl Session {
                 )));
             }
         };
-        let deadline = sent + ttl - margin_for(ttl);
+        let deadline = deadline_after(sent, ttl);
         let state = Arc::new(SessionState::new(client.clone(), id, ttl, deadline));
         let task = tokio::spawn(maintain(Arc::downgrade(&state), client.clone()));
         state.keep_task(AbortOnDrop(task));
@@ -109,9 +135,33 @@ impl Session {
         self.state.id
     }
 
-    /// The current belief deadline.
+    /// The current belief deadline, as an `Instant` from now (the deadline itself is kept on
+    /// the boot clock, which counts suspended time).
     pub fn deadline(&self) -> Instant {
+        let deadline = *self.state.deadline.borrow();
+        let (now, instant_now) = (BootInstant::now(), Instant::now());
+        // A deadline already passed maps to the past, not to now: a caller that reads it
+        // after a pause must see when the belief ended, not when it looked.
+        match deadline.remaining(now) {
+            left if !left.is_zero() => instant_now + left,
+            _ => instant_now
+                .checked_sub(now.saturating_since(deadline))
+                .unwrap_or(instant_now),
+        }
+    }
+
+    /// The current belief deadline on the boot clock.
+    pub fn boot_deadline(&self) -> BootInstant {
         *self.state.deadline.borrow()
+    }
+
+    /// While an acquire of this session waits: how many tickets were ahead of it when the
+    /// cluster last answered `Queued` (when it was queued, or re-asked after a reconnect).
+    /// The queue moves on without telling the client, so this is an upper bound on the
+    /// position now, unless higher-priority tickets arrived since. `None` when nothing of
+    /// this session waits or no `Queued` answer came yet.
+    pub fn queued_position(&self) -> Option<u32> {
+        self.state.queued_position()
     }
 
     /// Acquires a permit: waits (if allowed) until the cluster grants it.
@@ -127,10 +177,21 @@ impl Session {
             wait: options.wait,
         })?;
         let ticket = acquire.ticket;
+        // Until it becomes a permit, the ticket is given up (and released in the background)
+        // if this future ends any other way than a definite refusal: an unknown outcome, a
+        // timeout, a cancellation by the caller.
+        let mut pending = Pending {
+            state: &self.state,
+            ticket,
+            armed: true,
+        };
         match self.state.client.write(Command::Acquire(acquire)).await {
             Ok(reply) => self.state.answered(ticket, reply),
             Err(e) => {
-                self.state.unregister(ticket);
+                if e.definitely_failed() {
+                    pending.armed = false;
+                    self.state.unregister(ticket);
+                }
                 return Err(AcquireError::Client(e));
             }
         }
@@ -138,14 +199,23 @@ impl Session {
             Some(limit) => match tokio::time::timeout(limit, granted).await {
                 Ok(o) => o,
                 Err(_) => {
+                    pending.armed = false;
                     self.withdraw(ticket).await;
                     return Err(AcquireError::TimedOut);
                 }
             },
             None => granted.await,
         };
-        let (fence, units) = outcome.unwrap_or(Err(AcquireError::SessionLost))?;
-        let lost = self.state.hold(ticket);
+        let outcome = outcome.unwrap_or(Err(AcquireError::SessionLost));
+        if matches!(
+            outcome,
+            Err(AcquireError::Refused(_) | AcquireError::SessionLost)
+        ) {
+            // Refused: nothing is held. Session lost: its end frees every ticket.
+            pending.armed = false;
+        }
+        let (fence, units, lost) = outcome?;
+        pending.armed = false;
         Ok(Permit::new(
             self.state.clone(),
             options.tenant,
@@ -157,17 +227,18 @@ impl Session {
         ))
     }
 
-    /// Withdraws a waiting ticket; a grant that raced the withdrawal is released with it.
+    /// Withdraws a waiting ticket; a grant that raced the withdrawal is released with it. A
+    /// release that fails is retried in the background.
     async fn withdraw(&self, ticket: TicketId) {
         self.state.unregister(ticket);
-        let _ = self
-            .state
-            .client
-            .write(Command::Release {
-                session: self.state.id,
-                ticket,
-            })
-            .await;
+        self.state.forget(ticket);
+        let release = Command::Release {
+            session: self.state.id,
+            ticket,
+        };
+        if self.state.client.write(release).await.is_err() {
+            release_in_background(self.state.client.clone(), self.state.id, ticket);
+        }
     }
 
     /// Closes the session: every permit is released and every ticket withdrawn.
@@ -183,6 +254,21 @@ impl Session {
     }
 }
 
+/// An acquire's ticket until it becomes a permit: dropped armed, it gives the ticket up.
+struct Pending<'a> {
+    state: &'a SessionState,
+    ticket: TicketId,
+    armed: bool,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.state.abandon(self.ticket);
+        }
+    }
+}
+
 /// The session's background work: keep-alives, pushed events, re-asks after reconnects, and
 /// the deadline. Ends when the session's state is dropped (only `Weak` is held).
 async fn maintain(state: Weak<SessionState>, client: Client) {
@@ -194,8 +280,13 @@ async fn maintain(state: Weak<SessionState>, client: Client) {
     let every = ttl / 3;
     let mut next_keepalive = Instant::now() + every;
     loop {
+        // The deadline is on the boot clock; the timer only says when to look (at least
+        // every LOOK_EVERY, so a deadline passed during a suspend is seen soon after).
         let deadline = match state.upgrade() {
-            Some(s) => *s.deadline.borrow(),
+            Some(s) => {
+                let left = s.deadline.borrow().remaining(BootInstant::now());
+                Instant::now() + left.min(LOOK_EVERY)
+            }
             None => return,
         };
         tokio::select! {
@@ -205,7 +296,7 @@ async fn maintain(state: Weak<SessionState>, client: Client) {
             }
             _ = tokio::time::sleep_until(deadline.into()) => {
                 let Some(s) = state.upgrade() else { return };
-                if *s.deadline.borrow() <= Instant::now() {
+                if !believed_at(*s.deadline.borrow(), BootInstant::now()) {
                     for t in s.held_tickets() {
                         s.lose(t, Lost::Deadline);
                     }
@@ -239,17 +330,16 @@ async fn maintain(state: Weak<SessionState>, client: Client) {
 /// got no acknowledgement.
 async fn keep_alive(s: &SessionState, every: Duration) -> Instant {
     let next = Instant::now() + every;
-    let sent = Instant::now();
+    let sent = BootInstant::now();
     match s.client.write(Command::KeepAlive { session: s.id }).await {
         Ok(Reply::KeptAlive { .. }) => {
-            let new = sent + s.ttl - margin_for(s.ttl);
-            s.deadline.send_if_modified(|d| {
-                let later = new > *d;
-                if later {
-                    *d = new;
-                }
-                later
-            });
+            // PLANTED(keepalive-arrival)
+            let sent = if crate::planted::is(crate::planted::Plant::KeepaliveArrival) {
+                BootInstant::now()
+            } else {
+                sent
+            };
+            extend(s, sent);
             next
         }
         Ok(Reply::Refused(Refusal::UnknownSession)) => {
@@ -259,6 +349,18 @@ async fn keep_alive(s: &SessionState, every: Duration) -> Instant {
         // Unknown outcome or no answer: the deadline stays; it may pass.
         _ => Instant::now() + KEEPALIVE_RETRY.min(every),
     }
+}
+
+/// Moves the deadline after an acknowledged keep-alive sent at `sent` (only ever later).
+fn extend(s: &SessionState, sent: BootInstant) {
+    let new = deadline_after(sent, s.ttl);
+    s.deadline.send_if_modified(|d| {
+        let later = new > *d;
+        if later {
+            *d = new;
+        }
+        later
+    });
 }
 
 /// Applies one pushed event, if it is about this session.
@@ -287,22 +389,35 @@ fn on_event(s: &SessionState, event: Event) {
 }
 
 /// Asks again for every waiting ticket (idempotent): a grant pushed to a lost connection is
-/// learned from the answer.
+/// learned from the answer. Then reads the halts of every tenant it holds permits of: a
+/// halt pushed to a lost connection is learned too (asking again for a held ticket answers
+/// `Granted` even under a halt, so the halts are read instead).
 async fn reask(s: &SessionState) {
     let waiting = s.waiting_acquires();
     if waiting.is_empty() {
         // Name the session on the new connection so its events are pushed here.
-        if let Ok(Reply::Refused(Refusal::UnknownSession)) =
-            s.client.write(Command::KeepAlive { session: s.id }).await
-        {
-            s.end(Lost::Expired);
+        let sent = BootInstant::now();
+        match s.client.write(Command::KeepAlive { session: s.id }).await {
+            Ok(Reply::KeptAlive { .. }) => extend(s, sent),
+            Ok(Reply::Refused(Refusal::UnknownSession)) => {
+                s.end(Lost::Expired);
+                return;
+            }
+            _ => {}
         }
-        return;
     }
     for a in waiting {
         let ticket = a.ticket;
         if let Ok(reply) = s.client.write(Command::Acquire(a)).await {
             s.answered(ticket, reply);
+        }
+    }
+    for tenant in s.held_tenants() {
+        let query = Query::Halts {
+            tenant: tenant.clone(),
+        };
+        if let Ok(Answer::Halts(halts)) = s.client.read(query).await {
+            s.learn_halts(&tenant, &halts);
         }
     }
 }

@@ -2,28 +2,43 @@
 //! and its background task share — the session's id, its belief deadline, and its tickets.
 //!
 //! Tickets are *waiting* (an acquire sent, no grant yet; its acquirer waits on a oneshot)
-//! or *held* (granted; its permit watches for a [`Lost`] reason). Invariants:
-//! - a ticket is in at most one of `waiting` and `held` (a grant leaves `waiting` before
-//!   its permit enters `held`);
+//! or *held* (granted; its permit, or the acquirer about to make one, watches for a
+//! [`Lost`] reason). Invariants:
+//! - a ticket is in at most one of `waiting` and `held`: a grant moves it from one to the
+//!   other under one lock, so a halt or an expiry that arrives between the grant and the
+//!   acquirer's wake-up still finds it (and a halt pushed while it waits is kept for it);
+//! - a ticket that leaves both maps without a permit owning it (an acquire that failed
+//!   with an unknown outcome, timed out or was cancelled, a grant no one is left to take) is
+//!   released in the background ([`release_in_background`]): nothing stays held on the
+//!   cluster that no one here believes it holds;
 //! - once the session has ended (`ended` is set) nothing new waits: an acquire after the
 //!   end fails with `SessionLost`, and a grant that raced the end is held already lost;
-//! - the deadline only moves later.
+//! - the deadline only moves later. It is a [`BootInstant`], so suspended time counts.
 //!
 //! This file sits below `session.rs` and `permit.rs` (both use it, it uses neither), so
 //! the imports between the three point one way.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::{oneshot, watch};
 
+use super::boot_clock::BootInstant;
 use super::{AcquireError, Client, Lost};
-use crate::machine::{Acquire, Fence, Refusal, Reply, SessionId, TicketId};
+use crate::machine::{Acquire, Command, Fence, HaltScope, Refusal, Reply, SessionId, TicketId};
 use crate::task::AbortOnDrop;
 
-/// A grant as the session learned it: (fence, units), or why there is none.
-pub(super) type GrantOutcome = Result<(Fence, u32), AcquireError>;
+/// Writes a background release makes at most (each retried by the client within its own
+/// `REQUEST_DEADLINE`), pausing [`RELEASE_PAUSE`] between them: enough to outlast a
+/// failover or two; past that the session's own end (close or expiry) frees the ticket.
+const RELEASE_TRIES: u32 = 3;
+/// Pause between the writes of a background release.
+const RELEASE_PAUSE: Duration = Duration::from_secs(1);
+
+/// A grant as the session learned it: (fence, units, where its loss will be told), or why
+/// there is none.
+pub(super) type GrantOutcome = Result<(Fence, u32, watch::Receiver<Option<Lost>>), AcquireError>;
 
 /// A ticket whose acquire has been sent and not yet granted.
 struct Waiting {
@@ -31,6 +46,20 @@ struct Waiting {
     acquire: Acquire,
     /// Where its outcome goes; taken when it is answered.
     answer: Option<oneshot::Sender<GrantOutcome>>,
+    /// A loss learned before the grant (a halt pushed ahead of it): the permit starts lost.
+    lost: Option<Lost>,
+    /// How many tickets were ahead of it when the cluster last answered `Queued` (at the
+    /// first ask, or a re-ask after a reconnect); `None` until then.
+    position: Option<u32>,
+}
+
+/// A granted ticket.
+struct Held {
+    /// Tells its permit why it may no longer be held.
+    lost: watch::Sender<Option<Lost>>,
+    /// The tenant and agent it was acquired for: which halts cover it.
+    tenant: String,
+    agent: Option<String>,
 }
 
 /// The session's tickets (module doc).
@@ -38,7 +67,7 @@ struct Tickets {
     /// The next ticket id: unique within the session, from 1.
     next: TicketId,
     waiting: BTreeMap<TicketId, Waiting>,
-    held: BTreeMap<TicketId, watch::Sender<Option<Lost>>>,
+    held: BTreeMap<TicketId, Held>,
     /// Why the session ended, once it has.
     ended: Option<Lost>,
 }
@@ -50,7 +79,7 @@ pub(super) struct SessionState {
     pub(super) ttl: Duration,
     /// The belief deadline (see the `session` module doc): no permit of this session is
     /// believed held past it.
-    pub(super) deadline: watch::Sender<Instant>,
+    pub(super) deadline: watch::Sender<BootInstant>,
     /// A std mutex: held only to read or change the maps, never across an await.
     tickets: Mutex<Tickets>,
     /// The background task (keep-alives, events); aborted when the last holder of this
@@ -60,7 +89,7 @@ pub(super) struct SessionState {
 
 impl SessionState {
     /// The state of the newly opened session `id`, believed alive until `deadline`.
-    pub(super) fn new(client: Client, id: SessionId, ttl: Duration, deadline: Instant) -> Self {
+    pub(super) fn new(client: Client, id: SessionId, ttl: Duration, deadline: BootInstant) -> Self {
         SessionState {
             client,
             id,
@@ -103,9 +132,17 @@ impl SessionState {
         let waiting = Waiting {
             acquire: acquire.clone(),
             answer: Some(answer),
+            lost: None,
+            position: None,
         };
         t.waiting.insert(ticket, waiting);
         Ok((acquire, granted))
+    }
+
+    /// The position the cluster last answered for the first of this session's waiting
+    /// tickets that has one ([`Waiting::position`]).
+    pub(super) fn queued_position(&self) -> Option<u32> {
+        self.tickets().waiting.values().find_map(|w| w.position)
     }
 
     /// Stops waiting for `ticket` (its acquire failed or is being withdrawn).
@@ -113,20 +150,16 @@ impl SessionState {
         self.tickets().waiting.remove(&ticket);
     }
 
-    /// Tracks granted `ticket` as held; the returned watch says when it is lost. A grant
-    /// that arrives after the session ended is lost at once.
-    pub(super) fn hold(&self, ticket: TicketId) -> watch::Receiver<Option<Lost>> {
-        let (lost_tx, lost_rx) = watch::channel(None);
-        let mut t = self.tickets();
-        assert!(
-            !t.waiting.contains_key(&ticket),
-            "a ticket is waiting or held, not both: {ticket} is still waiting"
-        );
-        if let Some(why) = &t.ended {
-            lost_tx.send_replace(Some(why.clone()));
+    /// Gives up `ticket`, which no permit owns (its acquire failed with an unknown outcome,
+    /// timed out or was cancelled): it stops waiting or being held here, and is released
+    /// on the cluster in the background, in case it was queued or granted there.
+    pub(super) fn abandon(&self, ticket: TicketId) {
+        {
+            let mut t = self.tickets();
+            t.waiting.remove(&ticket);
+            t.held.remove(&ticket);
         }
-        t.held.insert(ticket, lost_tx);
-        lost_rx
+        release_in_background(self.client.clone(), self.id, ticket);
     }
 
     /// The acquires of every waiting ticket, to re-send.
@@ -140,6 +173,35 @@ impl SessionState {
         self.tickets().held.keys().copied().collect()
     }
 
+    /// The tenants of the held tickets, each once.
+    pub(super) fn held_tenants(&self) -> Vec<String> {
+        let t = self.tickets();
+        let mut tenants: Vec<String> = t.held.values().map(|h| h.tenant.clone()).collect();
+        tenants.sort();
+        tenants.dedup();
+        tenants
+    }
+
+    /// Marks lost every held ticket of `tenant` that one of `halts` covers (the rule of the
+    /// machine's `Tenant::halt_for`: a tenant-wide halt covers all, an agent's halt its own).
+    pub(super) fn learn_halts(&self, tenant: &str, halts: &[(HaltScope, String)]) {
+        let t = self.tickets();
+        for h in t.held.values().filter(|h| h.tenant == tenant) {
+            let covering = halts.iter().find(|(scope, _)| match scope {
+                HaltScope::Tenant => true,
+                HaltScope::Agent(a) => h.agent.as_deref() == Some(a.as_str()),
+            });
+            if let Some((scope, reason)) = covering
+                && h.lost.borrow().is_none()
+            {
+                h.lost.send_replace(Some(Lost::Halted {
+                    scope: scope.clone(),
+                    reason: reason.clone(),
+                }));
+            }
+        }
+    }
+
     /// Ends every held permit and waiting ticket with `why`.
     pub(super) fn end(&self, why: Lost) {
         let mut t = self.tickets();
@@ -147,7 +209,7 @@ impl SessionState {
             t.ended = Some(why.clone());
         }
         for (_, held) in std::mem::take(&mut t.held) {
-            held.send_replace(Some(why.clone()));
+            held.lost.send_replace(Some(why.clone()));
         }
         for (_, mut w) in std::mem::take(&mut t.waiting) {
             if let Some(a) = w.answer.take() {
@@ -156,29 +218,53 @@ impl SessionState {
         }
     }
 
-    /// A ticket was granted: hand the grant to its acquirer.
+    /// A ticket was granted: it moves from waiting to held (one lock, so nothing aimed at
+    /// it can fall between), and its acquirer gets the grant. A grant no acquirer is left to
+    /// take is released.
     pub(super) fn granted(&self, ticket: TicketId, fence: Fence, units: u32) {
-        self.answer(ticket, Ok((fence, units)));
+        let orphan = {
+            let mut t = self.tickets();
+            let Some(mut w) = t.waiting.remove(&ticket) else {
+                return;
+            };
+            let lost = t.ended.clone().or(w.lost.take());
+            let (lost_tx, lost_rx) = watch::channel(lost);
+            let held = Held {
+                lost: lost_tx,
+                tenant: w.acquire.tenant.clone(),
+                agent: w.acquire.agent.clone(),
+            };
+            let gone = match w.answer.take() {
+                Some(a) => a.send(Ok((fence, units, lost_rx))).is_err(),
+                None => true,
+            };
+            if !gone {
+                t.held.insert(ticket, held);
+            }
+            gone
+        };
+        if orphan {
+            release_in_background(self.client.clone(), self.id, ticket);
+        }
     }
 
     /// A ticket was refused: hand the refusal to its acquirer.
     pub(super) fn refused(&self, ticket: TicketId, refusal: Refusal) {
-        self.answer(ticket, Err(AcquireError::Refused(refusal)));
-    }
-
-    /// Ends `ticket`'s wait with `outcome`, if it is still waiting.
-    fn answer(&self, ticket: TicketId, outcome: GrantOutcome) {
         if let Some(mut w) = self.tickets().waiting.remove(&ticket)
             && let Some(a) = w.answer.take()
         {
-            let _ = a.send(outcome);
+            let _ = a.send(Err(AcquireError::Refused(refusal)));
         }
     }
 
-    /// Marks a held permit lost (it stays held on the cluster until released).
+    /// Marks a permit lost (it stays held on the cluster until released): a held one, or a
+    /// waiting one whose grant is still to come (it will start lost).
     pub(super) fn lose(&self, ticket: TicketId, why: Lost) {
-        if let Some(h) = self.tickets().held.get(&ticket) {
-            h.send_replace(Some(why));
+        let mut t = self.tickets();
+        if let Some(h) = t.held.get(&ticket) {
+            h.lost.send_replace(Some(why));
+        } else if let Some(w) = t.waiting.get_mut(&ticket) {
+            w.lost = Some(why);
         }
     }
 
@@ -187,11 +273,25 @@ impl SessionState {
         self.tickets().held.remove(&ticket);
     }
 
+    /// Whether `ticket` is waiting, held, or neither (for tests of the races).
+    #[cfg(test)]
+    pub(super) fn whereabouts(&self, ticket: TicketId) -> (bool, bool) {
+        let t = self.tickets();
+        (
+            t.waiting.contains_key(&ticket),
+            t.held.contains_key(&ticket),
+        )
+    }
+
     /// Handles one answer to an acquire (sent first or re-asked).
     pub(super) fn answered(&self, ticket: TicketId, reply: Reply) {
         match reply {
             Reply::Granted { fence, units } => self.granted(ticket, fence, units),
-            Reply::Queued { .. } => {}
+            Reply::Queued { position } => {
+                if let Some(w) = self.tickets().waiting.get_mut(&ticket) {
+                    w.position = Some(position);
+                }
+            }
             Reply::Refused(Refusal::UnknownSession) => self.end(Lost::Expired),
             Reply::Refused(r) => self.refused(ticket, r),
             other => self.refused(
@@ -200,4 +300,26 @@ impl SessionState {
             ),
         }
     }
+}
+
+/// Releases `ticket` of `session` in the background, retrying up to [`RELEASE_TRIES`]
+/// writes: for a ticket that may be queued or granted on the cluster while no one here
+/// holds it. Any answer ends it (`Released`, or a refusal saying the ticket or the session
+/// is already gone); outside a tokio runtime nothing is sent, and the session's end frees
+/// the ticket.
+pub(super) fn release_in_background(client: Client, session: SessionId, ticket: TicketId) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    runtime.spawn(async move {
+        for attempt in 1..=RELEASE_TRIES {
+            match client.write(Command::Release { session, ticket }).await {
+                Ok(_) => return,
+                Err(e) if attempt == RELEASE_TRIES => {
+                    tracing::warn!("release of ticket {ticket} of session {session}: {e}");
+                }
+                Err(_) => tokio::time::sleep(RELEASE_PAUSE).await,
+            }
+        }
+    });
 }

@@ -141,7 +141,7 @@ impl LocalCluster {
         self.dir.join(format!("data{id}"))
     }
 
-    /// Configs for `n` nodes on loopback with fresh ports ([`super::free_port`]), each
+    /// Configs for `n` nodes on loopback with fresh ports ([`super::free_port`]; HTTP too), each
     /// listing all `n` as initial voters; data in [`LocalCluster::data_dir`].
     pub fn loopback_configs(&self, n: u64) -> Result<Vec<Config>, String> {
         let voters = (1..=n)
@@ -153,17 +153,20 @@ impl LocalCluster {
                 })
             })
             .collect::<Result<Vec<_>, String>>()?;
-        Ok(voters
+        voters
             .iter()
-            .map(|v| Config {
-                id: v.id,
-                data_dir: self.data_dir(v.id),
-                client_addr: v.client.clone(),
-                peer_addr: v.peer.clone(),
-                peers: voters.clone(),
-                ..Config::default()
+            .map(|v| {
+                Ok(Config {
+                    id: v.id,
+                    data_dir: self.data_dir(v.id),
+                    client_addr: v.client.clone(),
+                    peer_addr: v.peer.clone(),
+                    peers: voters.clone(),
+                    http_listen: loopback_addr()?,
+                    ..Config::default()
+                })
             })
-            .collect())
+            .collect()
     }
 
     /// The initial voters the nodes so far were configured with, as a new node would list

@@ -28,6 +28,11 @@ pub struct LogClock {
     leadership: Leadership,
     /// That batch's `clock_ms`.
     last_stamp_ms: u64,
+    /// The last batch's wall stamp, for the `wall-gap` plant only: never serialized, so
+    /// snapshots stay byte-identical to a default build's.
+    #[cfg(feature = "planted")]
+    #[serde(skip)]
+    last_wall_ms: u64,
 }
 
 impl LogClock {
@@ -39,6 +44,18 @@ impl LogClock {
                 .now_ms
                 .saturating_add(batch.clock_ms.saturating_sub(self.last_stamp_ms));
             self.last_stamp_ms = self.last_stamp_ms.max(batch.clock_ms);
+        } else if crate::planted::is(crate::planted::Plant::NoFreeze) {
+            // PLANTED(no-freeze): the new leader's stamp is taken as continuing the old one's.
+            self.now_ms = self.now_ms.saturating_add(batch.clock_ms);
+            self.leadership = batch.leadership;
+            self.last_stamp_ms = batch.clock_ms;
+        } else if crate::planted::is(crate::planted::Plant::WallGap) && self.last_wall_ms() > 0 {
+            // PLANTED(wall-gap): the wall-clock outage between the two leaders is credited.
+            self.now_ms = self
+                .now_ms
+                .saturating_add(batch.wall_ms.saturating_sub(self.last_wall_ms()));
+            self.leadership = batch.leadership;
+            self.last_stamp_ms = batch.clock_ms;
         } else {
             // A new leader: its clock's offset from the old leader's, and the outage between
             // them, are both unknown. Adding nothing errs on the side of leases living
@@ -46,12 +63,24 @@ impl LogClock {
             self.leadership = batch.leadership;
             self.last_stamp_ms = batch.clock_ms;
         }
+        #[cfg(feature = "planted")]
+        {
+            self.last_wall_ms = batch.wall_ms;
+        }
         assert!(
             self.now_ms >= before,
             "log clock went back: {before} -> {}",
             self.now_ms
         );
         self.now_ms
+    }
+
+    /// The last batch's wall stamp (the `wall-gap` plant's memory); 0 in default builds.
+    fn last_wall_ms(&self) -> u64 {
+        #[cfg(feature = "planted")]
+        return self.last_wall_ms;
+        #[cfg(not(feature = "planted"))]
+        0
     }
 
     /// Log-clock time, ms.

@@ -254,6 +254,12 @@ pub enum Command {
         run: String,
         agent: Option<String>,
         period: Option<String>,
+        /// A budget hold, in tokens: the most this run may spend in `period` (G6). With a
+        /// hold the reserve is admitted only while settled + standing holds + this hold fit
+        /// the budget; without one, only while the spend has not reached it.
+        hold_tokens: Option<u64>,
+        /// A budget hold in minor currency units; as `hold_tokens`.
+        hold_minor: Option<u64>,
     },
     /// Free a run's slot. Idempotent.
     ReleaseRun {

@@ -7,7 +7,10 @@
 //! Balances are integers: micro-tokens with an exact remainder, so no grant ever depends on
 //! floating-point rounding and a snapshot restores the bucket to the bit. `per_second` is
 //! kept as the f64 the operator gave (bincode stores its bits) and converted once, at
-//! definition, to micro-tokens per second.
+//! definition, to micro-tokens per second, rounded *down* with exact integer arithmetic
+//! ([`micro_per_s_floor`]): the bucket never refills faster than `per_second`, so G1's rate
+//! bound (`burst + per_second × window`) holds exactly. Rounding to nearest would not: 1.5e-6
+//! a second would refill a third too fast, 2/3 a second a little too fast.
 //!
 //! Invariants:
 //! - `held_units` is the sum of `holders`' units.
@@ -37,7 +40,8 @@ pub struct LimitSpec {
     pub per_second: f64,
     /// Bucket size in tokens, at least 1.
     pub burst: u64,
-    /// `per_second` in micro-tokens per second, rounded to nearest.
+    /// `per_second` in micro-tokens per second, rounded down (exactly: see
+    /// [`micro_per_s_floor`]).
     pub rate_micro_per_s: u64,
 }
 
@@ -60,7 +64,7 @@ impl LimitSpec {
         if burst == 0 || burst > BURST_MAX {
             return Err(format!("burst {burst} is not in 1..={BURST_MAX}"));
         }
-        let rate_micro_per_s = (per_second * MICRO as f64).round() as u64;
+        let rate_micro_per_s = micro_per_s_floor(per_second);
         if per_second > 0.0 && rate_micro_per_s == 0 {
             return Err(format!(
                 "per_second {per_second} is below one micro-token a second"
@@ -93,6 +97,38 @@ impl LimitSpec {
             (true, true) => Some((self.concurrent as u64).min(self.burst)),
         }
     }
+}
+
+/// `floor(per_second × 10⁶)`, computed exactly from the f64's bits: a float product could
+/// round up across an integer (0.3 × 10⁶ is 300000.0 in f64, while the f64 nearest 0.3 is
+/// below 0.3), and a rate rounded up would break G1's rate bound. `per_second` must be finite
+/// and in `0..=PER_SECOND_MAX`.
+pub fn micro_per_s_floor(per_second: f64) -> u64 {
+    assert!(
+        per_second.is_finite() && per_second >= 0.0,
+        "rates are finite and not negative: {per_second}"
+    );
+    if per_second == 0.0 {
+        return 0;
+    }
+    let bits = per_second.to_bits();
+    let exponent = ((bits >> 52) & 0x7ff) as i32;
+    let fraction = bits & ((1u64 << 52) - 1);
+    // value = mantissa × 2^shift, exactly.
+    let (mantissa, shift) = if exponent == 0 {
+        (fraction, -1074)
+    } else {
+        (fraction | (1u64 << 52), exponent - 1075)
+    };
+    let scaled = mantissa as u128 * MICRO as u128;
+    let micro = if shift >= 0 {
+        scaled << shift
+    } else if shift <= -128 {
+        0
+    } else {
+        scaled >> (-shift)
+    };
+    u64::try_from(micro).expect("rates are bounded by PER_SECOND_MAX")
 }
 
 /// A held permit.
@@ -296,6 +332,24 @@ mod tests {
         assert_eq!(l.room_for(1, 3_000), Room::NeedsTokensAt(3_001));
         l.refill(3_001);
         assert_eq!(l.room_for(1, 3_001), Room::Yes);
+    }
+
+    #[test]
+    fn rates_round_down_exactly() {
+        assert_eq!(micro_per_s_floor(0.0), 0);
+        assert_eq!(micro_per_s_floor(5.0), 5_000_000);
+        assert_eq!(micro_per_s_floor(2.0 / 3.0), 666_666);
+        assert_eq!(micro_per_s_floor(1.5e-6), 1);
+        // The f64 nearest 0.1 is above 0.1, the one nearest 0.3 below it.
+        assert_eq!(micro_per_s_floor(0.1), 100_000);
+        assert_eq!(micro_per_s_floor(0.3), 299_999);
+        assert_eq!(micro_per_s_floor(1e9), 1_000_000_000_000_000);
+        assert_eq!(
+            micro_per_s_floor(1e-6),
+            0,
+            "the f64 nearest 1e-6 is below it"
+        );
+        assert_eq!(micro_per_s_floor(f64::MIN_POSITIVE), 0);
     }
 
     #[test]

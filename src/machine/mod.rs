@@ -75,11 +75,16 @@
 //!
 //! - Lowering `concurrent` keeps existing holders, so the units held can exceed the new
 //!   cap until they release; G1 is kept at every grant (`held + units ≤ concurrent`).
-//! - A budget is checked at reserve time against what was settled so far; the runs already
-//!   admitted can still overspend it by what they settle later. Once the budget is
-//!   exhausted, no further reserve in that period is admitted.
-//! - Retention: finished tickets and settlement receipts are bounded (see [`crate::bounds`]);
-//!   a duplicate older than the retention is treated as new.
+//! - A reserve *without* a hold is checked against what was settled so far; the runs
+//!   admitted that way can still overspend the budget by what they settle later. Once the
+//!   budget is exhausted, no further reserve in that period is admitted. Reserves *with* a
+//!   hold cannot overspend together (G6): each is admitted only while settled + standing
+//!   holds + its hold fit; a charge above its hold is recorded and reported as an overrun.
+//! - Retention: finished tickets are kept for a log-time window longer than the client's
+//!   retry deadline, and a session that would need more than its bound is refused rather
+//!   than made to forget ([`session`]). Settlement receipts are kept a day and bounded in
+//!   count per tenant (the oldest evicted and counted, see [`crate::bounds`]); a duplicate
+//!   older than either retention is treated as new.
 
 pub mod clock;
 pub mod command;
@@ -90,6 +95,8 @@ pub mod session;
 pub mod snapshot;
 pub mod state;
 pub mod tenant;
+pub mod totals;
+mod validate;
 
 pub use command::{
     Acquire, Batch, Change, Command, Fence, HaltScope, Leadership, LimitId, Priority, SessionId,

@@ -160,6 +160,12 @@ impl WaitQueue {
             .collect()
     }
 
+    /// The waiter queued under `key`, if any: a map lookup, so checking every queued ticket
+    /// of a limit costs `n log n`, not `n²`.
+    pub fn get(&self, key: &QueueKey) -> Option<&Waiter> {
+        self.order.get(key)
+    }
+
     /// Tickets ahead of `key` now.
     pub fn position(&self, key: &QueueKey) -> u32 {
         self.order.range(..key).count() as u32
@@ -224,15 +230,43 @@ impl WaitQueue {
                 return Err(format!("level {level} has waiters but no virtual time"));
             }
         }
-        if self
-            .virtual_time
-            .keys()
-            .any(|l| !self.flows.keys().any(|(fl, _)| fl == l))
-        {
+        // Levels with waiters, once: a lookup per level keeps the check `n log n`.
+        let busy_levels: std::collections::BTreeSet<i32> =
+            self.flows.keys().map(|(level, _)| *level).collect();
+        if self.virtual_time.keys().any(|l| !busy_levels.contains(l)) {
             return Err("a level without waiters keeps a virtual time".into());
         }
         Ok(())
     }
+}
+
+/// The most bytes one waiter can add to a queue's encoding: its key and waiter with the
+/// largest numbers and longest names, and a flow and a level of its own. For the snapshot
+/// arithmetic (`machine::totals`).
+#[cfg(test)]
+pub(crate) fn waiter_bytes_max() -> usize {
+    use crate::bounds::NAME_BYTES_MAX;
+    use crate::codec::encoded_len;
+    let key = QueueKey {
+        rank: u32::MAX,
+        finish: u128::MAX,
+        seq: u64::MAX,
+    };
+    let name = "n".repeat(NAME_BYTES_MAX);
+    let waiter = Waiter {
+        session: SessionId::MAX,
+        ticket: TicketId::MAX,
+        units: u32::MAX,
+        agent: Some(name.clone()),
+        fairness_key: name.clone(),
+    };
+    let flow = Flow {
+        last_finish: u128::MAX,
+        queued: u32::MAX,
+    };
+    encoded_len(&(key, waiter))
+        + encoded_len(&((i32::MIN, name), flow))
+        + encoded_len(&(i32::MIN, u128::MAX))
 }
 
 #[cfg(test)]

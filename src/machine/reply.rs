@@ -4,7 +4,10 @@
 //!
 //! Replies and events are not part of the state: they are recomputed identically on every
 //! node that applies the entry, and only the leader's are sent. Refusals are typed values;
-//! nothing here is prose a caller must match on.
+//! nothing here is prose a caller must match on. A refusal names the object it is about (the
+//! limit, the tenant and period, the bound), so its text tells a person what to look at.
+//! Invalid input (`Invalid`) and a full cluster (`AtCapacity`) are different refusals: the
+//! first is the caller's mistake, the second a bound the state reached.
 
 use serde::{Deserialize, Serialize};
 
@@ -22,7 +25,7 @@ pub enum BudgetKind {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Refusal {
     /// No limit by that (tenant, name), or it is being removed.
-    UnknownLimit,
+    UnknownLimit { tenant: String, name: String },
     /// The session does not exist (never opened, closed, or expired).
     UnknownSession,
     /// A halt covers the request.
@@ -34,29 +37,40 @@ pub enum Refusal {
     /// bucket will have the tokens, or `None` when only a release can make room.
     Busy { retry_at_ms: Option<u64> },
     /// The limit was removed while the ticket waited.
-    LimitRemoved,
+    LimitRemoved { tenant: String, name: String },
     /// The limit's wait queue is full (see `bounds::LIMIT_WAITERS_MAX`).
-    QueueFull,
+    QueueFull { tenant: String, name: String },
     /// The ticket was already released in this session: a late duplicate of its acquire.
     TicketReleased,
     /// The tenant's running set is at its ceiling.
-    TooManyRuns { running: u32 },
-    /// The period's spend has reached the tenant's budget.
+    TooManyRuns { tenant: String, running: u32 },
+    /// The period's budget cannot admit the reserve: without a hold, `spent` has reached
+    /// `budget`; with one, `spent + held + hold` would pass it (`held`: the standing holds of
+    /// runs admitted before, `hold`: this reserve's).
     BudgetExhausted {
+        tenant: String,
+        period: String,
         kind: BudgetKind,
         spent: u64,
+        held: u64,
+        hold: u64,
         budget: u64,
     },
     /// The settlement key was used before with another payload.
     Conflict,
-    /// A bound or argument rule was broken; the text names it.
+    /// An argument rule was broken (a name too long, units out of range); the text names it.
+    /// The request is wrong and will never be admitted as it is.
     Invalid(String),
+    /// A count bound of the state is reached (see [`crate::bounds`]): `what` names the
+    /// container, `limit` is the bound. The request was fine; the cluster is full, and may
+    /// admit it once something is released, closed or expires.
+    AtCapacity { what: String, limit: u64 },
 }
 
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Refusal::UnknownLimit => f.write_str("unknown limit"),
+            Refusal::UnknownLimit { tenant, name } => write!(f, "unknown limit {tenant}/{name}"),
             Refusal::UnknownSession => f.write_str("unknown session (closed or expired)"),
             Refusal::Halted { scope, reason } => write!(f, "halted ({scope}): {reason}"),
             Refusal::TooLarge { units, max } => {
@@ -69,23 +83,39 @@ impl std::fmt::Display for Refusal {
                 retry_at_ms: Some(at),
             } => write!(f, "busy: retry at {at} ms"),
             Refusal::Busy { retry_at_ms: None } => f.write_str("busy: no room until a release"),
-            Refusal::LimitRemoved => f.write_str("limit removed"),
-            Refusal::QueueFull => f.write_str("wait queue full"),
+            Refusal::LimitRemoved { tenant, name } => write!(f, "limit {tenant}/{name} removed"),
+            Refusal::QueueFull { tenant, name } => write!(f, "wait queue of {tenant}/{name} full"),
             Refusal::TicketReleased => f.write_str("ticket already released"),
-            Refusal::TooManyRuns { running } => write!(f, "too many runs: {running} running"),
+            Refusal::TooManyRuns { tenant, running } => {
+                write!(f, "too many runs in {tenant}: {running} running")
+            }
             Refusal::BudgetExhausted {
+                tenant,
+                period,
                 kind,
                 spent,
+                held,
+                hold,
                 budget,
             } => {
                 let unit = match kind {
                     BudgetKind::Tokens => "tokens",
                     BudgetKind::MinorUnits => "minor units",
                 };
-                write!(f, "budget exhausted: spent {spent} of {budget} {unit}")
+                write!(
+                    f,
+                    "budget exhausted for {tenant} period {period}: spent {spent}"
+                )?;
+                if *held > 0 || *hold > 0 {
+                    write!(f, " + {held} held + {hold} asked")?;
+                }
+                write!(f, " of {budget} {unit}")
             }
             Refusal::Conflict => f.write_str("conflict: settled before with another payload"),
             Refusal::Invalid(why) => write!(f, "invalid: {why}"),
+            Refusal::AtCapacity { what, limit } => {
+                write!(f, "at capacity: {what} (the bound is {limit})")
+            }
         }
     }
 }
@@ -124,6 +154,12 @@ pub enum Reply {
     /// `Settle`: charged now, or `duplicate` of a receipt already applied.
     Settled {
         duplicate: bool,
+    },
+    /// `Settle`: charged now, and the charge passed what was left of the run's hold by this
+    /// much (G6: an overrun is recorded in the period's spend and reported, never hidden).
+    Overrun {
+        tokens: u64,
+        minor_units: u64,
     },
     Refused(Refusal),
 }

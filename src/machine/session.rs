@@ -6,12 +6,22 @@
 //!
 //! Each ticket is in exactly one of three places: live (queued on one limit, or holding a
 //! permit of one limit), finished (remembered so that a late duplicate of its acquire gets
-//! the same answer), or unknown. Finished tickets are kept newest-first up to
-//! [`SESSION_FINISHED_TICKETS_MAX`].
+//! the same answer), or unknown.
+//!
+//! Retention of finished tickets is tied to the client's retry window, in log time: a
+//! finished ticket is kept [`FINISHED_TICKET_RETENTION_MS`] of log time after it finished,
+//! and only then forgotten. Log time never runs faster than real time (see the machine's
+//! module doc), so a retry the client sends within its deadline always finds the ticket.
+//! Nothing is forgotten early: a session holding [`SESSION_FINISHED_TICKETS_MAX`] finished
+//! tickets inside the window has its new tickets (and releases of unknown ones) refused
+//! `AtCapacity` until old ones age out. (Tickets that finish without a request of their own
+//! — a queued ticket refused by a halt, an expiry — are never refused, so the count can pass
+//! the bound by at most the session's live tickets, [`crate::bounds::SESSION_TICKETS_MAX`].)
 //!
 //! Invariants:
 //! - A ticket id is never both live and finished.
-//! - `finished_order` lists exactly the finished tickets, oldest first.
+//! - `finished_order` lists exactly the finished tickets with their finish times, oldest
+//!   first.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -20,7 +30,8 @@ use serde::{Deserialize, Serialize};
 use super::command::{Fence, LimitId, TicketId};
 use super::queue::QueueKey;
 use super::reply::{Refusal, Reply};
-use crate::bounds::SESSION_FINISHED_TICKETS_MAX;
+use super::totals::Totals;
+use crate::bounds::{FINISHED_TICKET_RETENTION_MS, SESSION_FINISHED_TICKETS_MAX};
 
 /// A live ticket.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,7 +79,8 @@ pub struct Session {
     pub expires_at_ms: u64,
     pub live: BTreeMap<TicketId, Ticket>,
     pub finished: BTreeMap<TicketId, Finished>,
-    finished_order: VecDeque<TicketId>,
+    /// (log time it finished, ticket), oldest first.
+    finished_order: VecDeque<(u64, TicketId)>,
 }
 
 impl Session {
@@ -82,20 +94,57 @@ impl Session {
         }
     }
 
-    /// Moves `ticket` from live to finished with `how`, dropping the oldest finished ticket
-    /// beyond the bound.
-    pub fn finish(&mut self, ticket: TicketId, how: Finished) {
-        self.live.remove(&ticket);
+    /// Records `ticket` as live in `state` (new, or queued and now held), keeping `totals`.
+    pub fn set_live(&mut self, ticket: TicketId, state: Ticket, totals: &mut Totals) {
+        if matches!(state, Ticket::Queued { .. }) {
+            totals.queued_tickets += 1;
+        }
+        match self.live.insert(ticket, state) {
+            None => totals.live_tickets += 1,
+            Some(Ticket::Queued { .. }) => totals.queued_tickets -= 1,
+            Some(Ticket::Held { .. }) => {}
+        }
+    }
+
+    /// Moves `ticket` from live to finished with `how`, at log time `now_ms`, keeping
+    /// `totals`.
+    pub fn finish(&mut self, ticket: TicketId, how: Finished, now_ms: u64, totals: &mut Totals) {
+        match self.live.remove(&ticket) {
+            None => {}
+            Some(Ticket::Queued { .. }) => {
+                totals.live_tickets -= 1;
+                totals.queued_tickets -= 1;
+            }
+            Some(Ticket::Held { .. }) => totals.live_tickets -= 1,
+        }
         if self.finished.insert(ticket, how).is_none() {
-            self.finished_order.push_back(ticket);
+            self.finished_order.push_back((now_ms, ticket));
+            totals.finished_tickets += 1;
         }
-        while self.finished_order.len() > SESSION_FINISHED_TICKETS_MAX {
-            let oldest = self
-                .finished_order
-                .pop_front()
-                .expect("longer than the bound");
-            self.finished.remove(&oldest);
+    }
+
+    /// Forgets the finished tickets whose retention ran out at log time `now_ms`.
+    pub fn prune_finished(&mut self, now_ms: u64, totals: &mut Totals) {
+        while let Some(&(at_ms, ticket)) = self.finished_order.front() {
+            if now_ms.saturating_sub(at_ms) < FINISHED_TICKET_RETENTION_MS {
+                break;
+            }
+            self.finished_order.pop_front();
+            self.finished.remove(&ticket);
+            totals.finished_tickets -= 1;
         }
+    }
+
+    /// `AtCapacity` when the session keeps as many finished tickets as the bound allows:
+    /// recording one more would mean forgetting one a client may still retry.
+    pub fn room_to_finish(&self, id: u64) -> Result<(), Refusal> {
+        if self.finished.len() >= SESSION_FINISHED_TICKETS_MAX {
+            return Err(Refusal::AtCapacity {
+                what: format!("finished tickets of session {id} kept for retries"),
+                limit: SESSION_FINISHED_TICKETS_MAX as u64,
+            });
+        }
+        Ok(())
     }
 
     /// Checks the invariants of the module doc.
@@ -107,7 +156,12 @@ impl Session {
             || self
                 .finished_order
                 .iter()
-                .any(|t| !self.finished.contains_key(t))
+                .any(|(_, t)| !self.finished.contains_key(t))
+            || self
+                .finished_order
+                .iter()
+                .zip(self.finished_order.iter().skip(1))
+                .any(|(a, b)| a.0 > b.0)
         {
             return Err("finished_order does not list the finished tickets".into());
         }

@@ -33,8 +33,9 @@ pub const SNAPSHOT_MAGIC: [u8; 4] = *b"WSNP";
 
 /// The snapshot format this build writes and reads. Bump it with any change to the
 /// serialized types of [`SavedLimits`]. Version 2: the derived indexes and the log clock's
-/// unread wall-clock stamp are no longer written.
-pub const SNAPSHOT_VERSION: u16 = 2;
+/// unread wall-clock stamp are no longer written. Version 3: refusals name their objects
+/// (a finished ticket keeps its refusal), budget holds, and finished tickets' log times.
+pub const SNAPSHOT_VERSION: u16 = 3;
 
 /// The machine's saved state: what a snapshot carries, field by field in this order.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

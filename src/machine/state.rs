@@ -33,6 +33,7 @@ pub use reads::{LimitStatus, TenantStatus};
 use super::command::{Batch, Command, LimitId, SessionId};
 use super::reply::{Applied, Event, Refusal, Reply};
 use super::snapshot::SavedLimits;
+use super::totals::{TenantCounts, Totals};
 
 /// The replicated state.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -44,6 +45,22 @@ pub struct Machine {
     /// Rated limits with waiters: served on every entry, since time alone can free them.
     /// Derived from `saved.limits`; rebuilt on restore.
     rate_waiting: BTreeSet<LimitId>,
+    /// Counts of the globally bounded items. Derived from `saved`; rebuilt on restore.
+    totals: Totals,
+}
+
+/// The tenant whose receipts, runs, periods or halts `command` may change, if any. (`Tick`
+/// prunes every tenant's receipts and keeps the totals itself.)
+fn tenant_counted(command: &Command) -> Option<&str> {
+    match command {
+        Command::SetTenant { tenant, .. }
+        | Command::Reserve { tenant, .. }
+        | Command::ReleaseRun { tenant, .. }
+        | Command::SetHalt { tenant, .. }
+        | Command::ClearHalt { tenant, .. } => Some(tenant),
+        Command::Settle(s) => Some(&s.tenant),
+        _ => None,
+    }
 }
 
 /// Collapses a `Result<Reply, Refusal>` into the reply.
@@ -70,10 +87,12 @@ impl Machine {
             .filter(|(_, l)| l.spec.rates() && !l.queue.is_empty())
             .map(|(&id, _)| id)
             .collect();
+        let totals = Totals::of(&saved);
         Machine {
             saved,
             expiries,
             rate_waiting,
+            totals,
         }
     }
 
@@ -131,6 +150,23 @@ impl Machine {
     }
 
     fn execute(&mut self, command: &Command, wall_ms: u64, events: &mut Vec<Event>) -> Reply {
+        // The edge refused these before proposing; a command here that breaks one came from
+        // elsewhere (another build's log) and is refused the same way.
+        if let Err(refusal) = command.validate() {
+            return Reply::Refused(refusal);
+        }
+        // Tenant-level totals move by the named tenant's container sizes (see `totals`).
+        let tenant = tenant_counted(command);
+        let before = tenant.map(|t| TenantCounts::of(self.saved.tenants.get(t)));
+        let reply = self.dispatch(command, wall_ms, events);
+        if let (Some(t), Some(before)) = (tenant, before) {
+            let after = TenantCounts::of(self.saved.tenants.get(t));
+            self.totals.tenant_changed(before, after);
+        }
+        reply
+    }
+
+    fn dispatch(&mut self, command: &Command, wall_ms: u64, events: &mut Vec<Event>) -> Reply {
         match command {
             Command::DefineLimit {
                 tenant,
@@ -159,7 +195,20 @@ impl Machine {
                 run,
                 agent,
                 period,
-            } => answer(self.reserve(tenant, run, agent.as_deref(), period.as_deref(), wall_ms)),
+                hold_tokens,
+                hold_minor,
+            } => {
+                let hold = (hold_tokens.is_some() || hold_minor.is_some())
+                    .then(|| (hold_tokens.unwrap_or(0), hold_minor.unwrap_or(0)));
+                let reserve = runs::Reserve {
+                    tenant,
+                    run,
+                    agent: agent.as_deref(),
+                    period: period.as_deref(),
+                    hold,
+                };
+                answer(self.reserve(&reserve, wall_ms))
+            }
             Command::ReleaseRun { tenant, run } => self.release_run(tenant, run),
             Command::Settle(s) => answer(self.settle(s)),
             Command::SetHalt {

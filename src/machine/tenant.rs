@@ -12,6 +12,8 @@
 //!
 //! Invariants:
 //! - `receipt_order` lists exactly the keys of `receipts`, in settle order.
+//! - A period's `held_*` is the sum of what is left of the holds of the running runs that
+//!   hold against it (see [`Spend`]).
 //! - A ceiling of 0 admits nobody.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -29,13 +31,35 @@ pub struct RunSlot {
     /// Log time at admission.
     pub admitted_at_log_ms: u64,
     pub agent: Option<String>,
+    /// The period its hold is on; `None` when it holds nothing.
+    pub hold_period: Option<String>,
+    /// What is left of its hold (tokens, minor units): the hold less what its settlements in
+    /// `hold_period` charged. Counted in that period's `held_*` until settled or released.
+    pub hold_tokens: u64,
+    pub hold_minor: u64,
 }
 
-/// Spend charged to one period.
+/// Spend charged to one period, and the holds standing on it.
+///
+/// Invariant: `held_tokens` (`held_minor`) is the sum of the remaining holds of the running
+/// runs whose `hold_period` is this period.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Spend {
     pub tokens: u64,
     pub minor_units: u64,
+    /// Standing holds of admitted runs not yet settled (G6).
+    pub held_tokens: u64,
+    pub held_minor: u64,
+    /// What settlements charged above their run's hold, summed.
+    pub overrun_tokens: u64,
+    pub overrun_minor: u64,
+}
+
+impl Spend {
+    /// Whether nothing is charged, held or overrun: the period can be forgotten.
+    pub fn is_empty(&self) -> bool {
+        *self == Spend::default()
+    }
 }
 
 /// What a settlement charged, kept under its (run, epoch) key.
@@ -85,6 +109,21 @@ impl Tenant {
         self.halts.get(&scope).map(|reason| (scope, reason.clone()))
     }
 
+    /// Frees `run`'s slot, if it holds one, and what is left of its hold.
+    pub fn free_slot(&mut self, run: &str) {
+        let Some(slot) = self.running.remove(run) else {
+            return;
+        };
+        if let Some(period) = &slot.hold_period {
+            let spend = self
+                .spent
+                .get_mut(period)
+                .expect("a hold's period is kept while the hold stands");
+            spend.held_tokens -= slot.hold_tokens;
+            spend.held_minor -= slot.hold_minor;
+        }
+    }
+
     /// Keeps a new receipt and applies the retention rule.
     pub fn keep_receipt(&mut self, key: (String, u64), receipt: Receipt) {
         let now_ms = receipt.settled_at_log_ms;
@@ -120,6 +159,28 @@ impl Tenant {
 
     /// Checks the invariants of the module doc.
     pub fn check(&self) -> Result<(), String> {
+        let mut held: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+        for slot in self.running.values() {
+            if let Some(p) = &slot.hold_period {
+                let h = held.entry(p.as_str()).or_default();
+                h.0 += slot.hold_tokens;
+                h.1 += slot.hold_minor;
+            }
+        }
+        for (period, spend) in &self.spent {
+            let h = held.remove(period.as_str()).unwrap_or_default();
+            if (spend.held_tokens, spend.held_minor) != h {
+                return Err(format!(
+                    "period {period} holds {:?} but its runs hold {h:?}",
+                    (spend.held_tokens, spend.held_minor)
+                ));
+            }
+        }
+        if let Some((period, _)) = held.first_key_value() {
+            return Err(format!(
+                "runs hold against period {period}, which is not kept"
+            ));
+        }
         if self.receipt_order.len() != self.receipts.len()
             || self
                 .receipt_order

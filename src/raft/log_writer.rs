@@ -19,7 +19,13 @@
 //!   openraft allows to lag): it is written after its entries, so it never names an entry
 //!   the log lacks, and a group holding only hints waits up to `HINT_LINGER` (2 ms) for a job
 //!   to share its fsync with, so it costs no fsync of its own under load.
-//! - Callbacks and waiters are answered only after the group's commit returns.
+//! - Callbacks and waiters are answered only after the group's commit returns: an append
+//!   is *acknowledged* (openraft's flush callback, or `append_durably`'s return) only once
+//!   durable, though it is readable from the tail before.
+//! - Fail-stop: once a group's commit fails, every later job is answered with that error
+//!   and nothing more is written. Appends return before their fsync, so later appends are
+//!   already queued behind a failed one; writing them would leave a hole on disk (redb also
+//!   refuses writes after an I/O error until reopened, but this does not rely on it).
 //! - The tail holds contiguous indexes and always ends at the log's last entry when it is
 //!   not empty; entries not yet durable are its suffix and are never evicted; at most
 //!   [`TAIL_DURABLE_KEPT`] durable entries are kept before them.
@@ -155,13 +161,35 @@ impl Tail {
     }
 }
 
+/// Who is told when an append is durable.
+pub enum Flushed {
+    /// openraft's flush callback ([`openraft::storage::RaftLogStorage::append`]).
+    Raft(LogFlushed<TypeConfig>),
+    /// A caller awaiting durability (`LogStore::append_durably`).
+    Waiter(oneshot::Sender<Result<(), StorageError>>),
+}
+
+impl Flushed {
+    fn complete(self, result: Result<(), StorageError>) {
+        match self {
+            Flushed::Raft(callback) => {
+                callback.log_io_completed(result.map_err(|e| std::io::Error::other(e.to_string())))
+            }
+            // A waiter that gave up (its task was dropped) needs no answer.
+            Flushed::Waiter(done) => {
+                let _ = done.send(result);
+            }
+        }
+    }
+}
+
 /// One write, in the order the core asked for it.
 enum Job {
-    /// Entries encoded for the `entries` table; the callback is called once durable.
+    /// Entries encoded for the `entries` table; `flushed` is told once they are durable.
     Append {
         entries: Vec<(u64, Vec<u8>)>,
         last: LogId,
-        callback: LogFlushed<TypeConfig>,
+        flushed: Flushed,
     },
     /// Deletes entries from this index to the end.
     Truncate {
@@ -241,17 +269,17 @@ impl Writer {
         tail: &Mutex<Tail>,
         entries: &[Entry],
         encoded: Vec<(u64, Vec<u8>)>,
-        callback: LogFlushed<TypeConfig>,
+        flushed: Flushed,
     ) -> Result<(), StorageError> {
         let Some(last) = entries.last().map(|e| e.log_id) else {
-            callback.log_io_completed(Ok(()));
+            flushed.complete(Ok(()));
             return Ok(());
         };
         lock(tail).push(entries);
         self.send(Job::Append {
             entries: encoded,
             last,
-            callback,
+            flushed,
         })
         .await
     }
@@ -306,10 +334,11 @@ fn run(db: &Database, tail: &Mutex<Tail>, mut rx: mpsc::Receiver<Job>) {
             return run_without_linger(db, tail, rx);
         }
     };
+    let mut failed = None;
     while let Some(first) = rx.blocking_recv() {
         let mut group = vec![first];
         take_queued(&mut rx, &mut group);
-        if group.iter().all(|j| matches!(j, Job::Hint { .. })) {
+        if failed.is_none() && group.iter().all(|j| matches!(j, Job::Hint { .. })) {
             // The timeout is made inside the runtime: its timer needs the runtime's context.
             let next = timer.block_on(async { tokio::time::timeout(HINT_LINGER, rx.recv()).await });
             if let Ok(Some(job)) = next {
@@ -317,16 +346,17 @@ fn run(db: &Database, tail: &Mutex<Tail>, mut rx: mpsc::Receiver<Job>) {
                 take_queued(&mut rx, &mut group);
             }
         }
-        commit_group(db, tail, group);
+        commit_group(db, tail, group, &mut failed);
     }
 }
 
 /// The writer loop without the hint's linger: each group is committed at once.
 fn run_without_linger(db: &Database, tail: &Mutex<Tail>, mut rx: mpsc::Receiver<Job>) {
+    let mut failed = None;
     while let Some(first) = rx.blocking_recv() {
         let mut group = vec![first];
         take_queued(&mut rx, &mut group);
-        commit_group(db, tail, group);
+        commit_group(db, tail, group, &mut failed);
     }
 }
 
@@ -341,8 +371,26 @@ fn take_queued(rx: &mut mpsc::Receiver<Job>, group: &mut Vec<Job>) {
 }
 
 /// Writes and commits a group, marks its entries durable in the tail, answers each job.
-fn commit_group(db: &Database, tail: &Mutex<Tail>, group: Vec<Job>) {
-    let result = write(db, &group);
+/// After a failed commit (`failed` set) nothing is written and every job gets its error.
+fn commit_group(
+    db: &Database,
+    tail: &Mutex<Tail>,
+    group: Vec<Job>,
+    failed: &mut Option<StorageError>,
+) {
+    let result = match failed {
+        Some(e) => Err(e.clone()),
+        None => {
+            let started = std::time::Instant::now();
+            let result = write(db, &group);
+            crate::metrics::observe(&crate::metrics::get().fsync_seconds, started.elapsed());
+            if let Err(e) = &result {
+                tracing::error!("log writer: commit failed, writing nothing more: {e}");
+                *failed = Some(e.clone());
+            }
+            result
+        }
+    };
     if result.is_ok() {
         let mut tail = lock(tail);
         for job in &group {
@@ -354,9 +402,7 @@ fn commit_group(db: &Database, tail: &Mutex<Tail>, group: Vec<Job>) {
     for job in group {
         let result = result.clone();
         match job {
-            Job::Append { callback, .. } => {
-                callback.log_io_completed(result.map_err(|e| std::io::Error::other(e.to_string())))
-            }
+            Job::Append { flushed, .. } => flushed.complete(result),
             Job::Truncate { done, .. } | Job::Purge { done, .. } | Job::Meta { done, .. } => {
                 // A waiter that gave up (its task was dropped) needs no answer.
                 let _ = done.send(result);

@@ -5,8 +5,9 @@
 //! a leader-stamped list of commands. What applying an entry returns (openraft's `R`) is
 //! `Option<`[`Applied`]`>`: the machine's replies and events for a batch, `None` for Raft's
 //! own blank and membership entries. A normal entry's payload is encoded as the `Batch` itself,
-//! with no wrapper, so its layout ([`crate::machine::command`]) is the format of `log.redb` and
-//! of AppendEntries on the peer port. Business refusals live inside the replies; a
+//! with no wrapper, so its layout ([`crate::machine::command`]) is the format of AppendEntries
+//! on the peer port and, inside a crc32c frame per entry ([`log_store`]), of `log.redb`.
+//! Business refusals live inside the replies; a
 //! `StorageError` means the disk broke its promise, and openraft stops the node on it.
 
 pub mod log_store;

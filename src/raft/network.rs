@@ -34,10 +34,9 @@ use super::{NodeAddr, NodeId, Raft, TypeConfig};
 use crate::security::{Acceptor, Connector, Stream};
 use crate::wire::{self, WireError};
 
-/// Largest peer frame, in bytes. A snapshot chunk is at most 3 MiB and an AppendEntries
-/// carries at most `max_payload_entries` entries of at most `bounds::ENTRY_COMMANDS_MAX`
-/// commands; 64 MiB is far above both and far below what a damaged length could ask for.
-pub const PEER_FRAME_MAX: u32 = 64 << 20;
+/// Largest peer frame, in bytes: see [`crate::bounds::PEER_FRAME_MAX`], whose doc says why
+/// every AppendEntries and snapshot chunk fits.
+pub use crate::bounds::PEER_FRAME_MAX;
 
 /// Idle connections kept per peer.
 const POOL_IDLE_MAX: usize = 8;

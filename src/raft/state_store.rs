@@ -213,7 +213,10 @@ impl RaftSnapshotBuilder<TypeConfig> for StateStore {
                 last_membership: state.membership.clone(),
                 snapshot_id: snapshot_id(state.last_applied),
             };
-            (meta, Arc::new(state.machine.snapshot()))
+            let started = std::time::Instant::now();
+            let data = Arc::new(state.machine.snapshot());
+            crate::metrics::get().snapshot_built(data.len(), started.elapsed());
+            (meta, data)
         };
         self.persist(&meta, data.clone()).await?;
         Ok(Snapshot {
@@ -285,7 +288,10 @@ impl RaftStateMachine<TypeConfig> for StateStore {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError> {
         let data = snapshot.into_inner();
-        let machine = Machine::restore(&data).map_err(|e| {
+        let started = std::time::Instant::now();
+        let restored = Machine::restore(&data);
+        crate::metrics::get().snapshot_installed(data.len(), started.elapsed());
+        let machine = restored.map_err(|e| {
             sm_err(
                 ErrorVerb::Read,
                 format!("snapshot {} from the leader: {e}", meta.snapshot_id),

@@ -4,6 +4,10 @@
 //! Invariants:
 //! - Status and snapshot cost change nothing; they hold the state lock only to copy or
 //!   encode, never across an await.
+//! - Neither can slow the leader however often it is asked: status's digest comes from the
+//!   [`super::digest::DigestCache`] (once per applied index, at most 5% of the lock's time,
+//!   hashed off the lock); a snapshot-cost measurement runs one at a time, decodes on the
+//!   blocking pool, and the next may start only 20 times its encoding's lock time later.
 //! - A membership change is openraft's own (`change_membership`, answered once committed).
 //!   A node is added as a learner first and promoted to voter only once it has caught up
 //!   (the blocking `add_learner`), so a new voter does not hold commits back while it copies
@@ -21,13 +25,13 @@ use crate::protocol::{Failure, Member, NodeStatus, Response, SnapshotCost};
 use crate::raft::{NodeAddr, NodeId};
 
 /// This node's status: Raft metrics and the applied state's digest.
-pub fn status(ctx: &Ctx) -> NodeStatus {
+pub async fn status(ctx: &Ctx) -> NodeStatus {
     let m = ctx.raft.metrics().borrow().clone();
-    let (applied, digest, log_ms, sessions) = {
+    let (digest_applied, digest) = ctx.digest.digest(&ctx.state).await;
+    let (applied, log_ms, sessions) = {
         let state = ctx.state.lock();
         (
             state.machine.applied_index(),
-            state.machine.digest(),
             state.machine.now_ms(),
             state.machine.session_count() as u64,
         )
@@ -60,6 +64,7 @@ pub fn status(ctx: &Ctx) -> NodeStatus {
         purged_index: m.purged.map(|l| l.index),
         applied,
         digest,
+        digest_applied,
         log_ms,
         sessions,
         rss_kib: rss_kib(),
@@ -102,22 +107,48 @@ pub async fn remove_node(ctx: &Ctx, id: NodeId) -> Response {
 }
 
 /// Measures what a snapshot of this node's state costs: encoding it (under the lock, as the
-/// snapshot builder does) and decoding and checking it (outside the lock, as an install
-/// does). Changes nothing.
-pub fn snapshot_cost(ctx: &Ctx) -> Response {
+/// snapshot builder does) and decoding and checking it (on the blocking pool, as an install
+/// does). Changes nothing. One measurement at a time, and the next only 20 times the last
+/// encoding's lock time later; others are answered `Unavailable` at once.
+pub async fn snapshot_cost(ctx: &Ctx) -> Response {
+    let Ok(_one_at_a_time) = ctx.snapshot_cost.try_lock() else {
+        return Response::Failed(Failure::Unavailable(
+            "a snapshot measurement is already running".into(),
+        ));
+    };
     let (applied, bytes, build) = {
+        let mut next_allowed = ctx
+            .snapshot_cost_next
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = *next_allowed
+            && Instant::now() < t
+        {
+            return Response::Failed(Failure::Unavailable(format!(
+                "snapshot measurements are rate-limited; the next in {:?}",
+                t - Instant::now()
+            )));
+        }
         let state = ctx.state.lock();
         let started = Instant::now();
         let bytes = state.machine.snapshot();
-        (state.machine.applied_index(), bytes, started.elapsed())
+        let build = started.elapsed();
+        *next_allowed = Some(Instant::now() + build * 20);
+        (state.machine.applied_index(), bytes, build)
     };
-    let started = Instant::now();
-    let restored = Machine::restore(&bytes);
-    let install = started.elapsed();
+    let measured = tokio::task::spawn_blocking(move || {
+        let started = Instant::now();
+        let restored = Machine::restore(&bytes).map(|_| bytes.len());
+        (restored, started.elapsed())
+    })
+    .await;
+    let Ok((restored, install)) = measured else {
+        return Response::Failed(Failure::Unavailable("snapshot measurement failed".into()));
+    };
     match restored {
-        Ok(_) => Response::SnapshotCost(SnapshotCost {
+        Ok(len) => Response::SnapshotCost(SnapshotCost {
             applied,
-            bytes: bytes.len() as u64,
+            bytes: len as u64,
             build_us: build.as_micros() as u64,
             install_us: install.as_micros() as u64,
         }),

@@ -9,7 +9,18 @@
 //! Push: a connection follows the sessions it has used (opened, or named in a write), and
 //! a forwarder task sends it every event the applied log produces for them. A push that is
 //! lost (a slow connection, a reconnect) loses nothing: the grant is state, and asking again
-//! for the ticket answers `Granted` with the same fence.
+//! for the ticket answers `Granted` with the same fence. A forwarder that falls behind the
+//! event feed says so with `ServerFrame::Resync`, and the client asks again about every
+//! ticket it waits for or holds; a push is never dropped without telling the client.
+//!
+//! The edge ([`super::edge`]) checks every write before it is proposed; one that breaks a
+//! bound, or would make the connection follow more than `FOLLOWED_SESSIONS_MAX` sessions,
+//! is answered `Failed(BadRequest)` naming the bound, and the connection stays open.
+//!
+//! Heartbeats: a connection that sends `ClientFrame::Heartbeats` gets a
+//! `ServerFrame::Heartbeat` every `HEARTBEAT_PERIOD` ([`heartbeat`]), so the client can tell
+//! a node that is silent (stopped) from one that is busy.
+//!
 //! Bad input — an oversized or corrupt frame, undecodable bytes, a wrong version, a request
 //! before the hello — is answered with `ServerFrame::Error` naming the problem, and that
 //! connection is closed; the node and every other connection go on.
@@ -20,7 +31,6 @@
 //! ([`authorize()`]) before it goes anywhere, and answered `Failure::Forbidden` if refused.
 //! When the tokens are reloaded and the principal's token is gone, the connection closes.
 
-use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,9 +39,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, broadcast, mpsc, watch};
 
 use super::admin;
+use super::edge;
+use super::followed::{Followed, Opening};
+use super::heartbeat;
 use super::proposer::Proposer;
 use super::reader::{Reader, answer};
-use crate::machine::{Applied, Command, Reply, SessionId};
+use crate::machine::{Applied, Command, Event, Reply, SessionId};
 use crate::protocol::{
     CLIENT_FRAME_MAX, ClientFrame, Failure, PROTOCOL_VERSION, Request, Response, ServerFrame,
 };
@@ -55,10 +68,6 @@ const READ_BUFFER_BYTES: usize = 64 * 1024;
 /// `Error` frame included) before it is dropped.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// The sessions a connection follows: those it opened or named in a write. Shared by its
-/// request tasks (which add to it) and its forwarder (which reads it per applied entry).
-type Followed = Arc<Mutex<BTreeSet<SessionId>>>;
-
 /// What a connection needs of the node.
 pub struct Ctx {
     pub id: NodeId,
@@ -77,6 +86,12 @@ pub struct Ctx {
     /// not replicated: after a failover the new leader does not know the owners of sessions
     /// opened before it (see the caveat in the server module doc).
     pub owners: Mutex<std::collections::BTreeMap<SessionId, String>>,
+    /// The status digest, cached per applied index ([`super::digest`]).
+    pub digest: super::digest::DigestCache,
+    /// Held while a snapshot-cost measurement runs: one at a time.
+    pub snapshot_cost: tokio::sync::Mutex<()>,
+    /// When the next snapshot-cost measurement may start.
+    pub snapshot_cost_next: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 /// Serves client connections on `listener` until `shutdown` turns true.
@@ -88,6 +103,7 @@ pub async fn serve_clients(listener: TcpListener, ctx: Arc<Ctx>, shutdown: watch
 }
 
 async fn connection(tcp: TcpStream, ctx: Arc<Ctx>) -> Result<(), String> {
+    let _counted = crate::metrics::get().connection();
     let stream = ctx.acceptor.accept(tcp).await.map_err(|e| e.to_string())?;
     let (rd, mut wr) = tokio::io::split(stream);
     let mut rd = BufReader::with_capacity(READ_BUFFER_BYTES, rd);
@@ -129,6 +145,8 @@ async fn serve(
     ));
     // The forwarder ends with its connection.
     let _stop_forwarder = AbortOnDrop(forwarder);
+    // Started by the client's `Heartbeats` frame; ends with its connection.
+    let mut heartbeats: Option<AbortOnDrop> = None;
     let slots = Arc::new(Semaphore::new(IN_FLIGHT_MAX));
     loop {
         // Cancelling a half-read frame is harmless here: the connection is closing then.
@@ -144,6 +162,13 @@ async fn serve(
         let (id, request) = match frame {
             ClientFrame::Request { id, request } => (id, request),
             ClientFrame::Hello { .. } => return Err("a second hello".into()),
+            ClientFrame::Heartbeats => {
+                if heartbeats.is_none() {
+                    let beat = heartbeat::send_heartbeats(ctx.clone(), out.clone());
+                    heartbeats = Some(AbortOnDrop(tokio::spawn(beat)));
+                }
+                continue;
+            }
         };
         if let Err(why) =
             authorize(&principal.role, &request).and_then(|()| owned(ctx, &principal, &request))
@@ -152,11 +177,25 @@ async fn serve(
             let _ = out.send(ServerFrame::Response { id, response }).await;
             continue;
         }
-        if let Request::Write(command) = &request
-            && let Some(session) = session_of(command)
-        {
-            follow(&followed, session);
-        }
+        let opening = match admit(&followed, &request) {
+            Ok(opening) => opening,
+            Err(failure) => {
+                // Refused at the edge: nothing proposed, the connection goes on.
+                let response = Response::Failed(failure);
+                if out
+                    .send(ServerFrame::Response { id, response })
+                    .await
+                    .is_err()
+                {
+                    return Err("writer gone".into());
+                }
+                continue;
+            }
+        };
+        let closing = match &request {
+            Request::Write(Command::CloseSession { session }) => Some(*session),
+            _ => None,
+        };
         let slot = slots.clone().acquire_owned().await.expect("never closed");
         let ctx = ctx.clone();
         let out = out.clone();
@@ -164,16 +203,18 @@ async fn serve(
         let owner = principal.id.clone();
         tokio::spawn(async move {
             let response = handle(&ctx, request).await;
-            if let Response::Written {
-                reply: Reply::SessionOpened { session, .. },
-                ..
-            } = &response
-            {
-                ctx.owners
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(*session, owner);
-                follow(&followed, *session);
+            if let Response::Written { reply, .. } = &response {
+                match (reply, opening) {
+                    (Reply::SessionOpened { session, .. }, Some(opening)) => {
+                        ctx.owners
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(*session, owner);
+                        followed.opened(opening, *session)
+                    }
+                    _ if closing.is_some() => followed.unfollow(closing.expect("checked")),
+                    _ => {}
+                }
             }
             let _ = out.send(ServerFrame::Response { id, response }).await;
             drop(slot);
@@ -217,7 +258,9 @@ async fn greet(
                 "protocol version {version} is not supported (this node speaks {PROTOCOL_VERSION})"
             ));
         }
-        Ok(ClientFrame::Request { .. }) => return Err("request before hello".into()),
+        Ok(ClientFrame::Request { .. } | ClientFrame::Heartbeats) => {
+            return Err("request before hello".into());
+        }
         Err(WireError::Closed) => return Ok(None),
         Err(e) => return Err(e.to_string()),
     };
@@ -247,12 +290,24 @@ fn owned(ctx: &Ctx, principal: &Principal, request: &Request) -> Result<(), Stri
     }
 }
 
-/// Adds `session` to what the connection follows.
-fn follow(followed: &Followed, session: SessionId) {
-    followed
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(session);
+/// The edge's checks of one request before it is served ([`edge`]): a write's arguments,
+/// and the session it makes this connection follow (followed from now on, whether or not
+/// the write is then served). `Some` holds a place for the session an `OpenSession` opens.
+fn admit(
+    followed: &Followed,
+    request: &Request,
+) -> Result<Option<Opening>, crate::protocol::Failure> {
+    let Request::Write(command) = request else {
+        return Ok(None);
+    };
+    edge::check_write(command)?;
+    if let Some(session) = session_of(command) {
+        followed.follow(session)?;
+    }
+    match command {
+        Command::OpenSession { .. } => followed.begin_open().map(Some),
+        _ => Ok(None),
+    }
 }
 
 /// The session a write acts for, if any.
@@ -267,7 +322,7 @@ fn session_of(command: &Command) -> Option<SessionId> {
 }
 
 /// Sends the connection every event for the sessions it follows.
-async fn forward_events(
+pub(super) async fn forward_events(
     mut applied: broadcast::Receiver<Arc<Applied>>,
     followed: Followed,
     out: mpsc::Sender<ServerFrame>,
@@ -276,23 +331,33 @@ async fn forward_events(
     loop {
         let entry = match applied.recv().await {
             Ok(e) => e,
-            // Missed some: their grants are state; the client learns them by asking again.
+            // Missed some: their grants are state, and the client learns them by asking
+            // again, so tell it to. Waiting for room in the outbox: this frame must not be
+            // lost the way the events were.
             Err(RecvError::Lagged(n)) => {
-                tracing::warn!("a client connection missed the events of {n} entries");
+                crate::metrics::get().pushes_dropped.inc_by(n);
+                tracing::warn!("a client connection missed the events of {n} entries; resync");
+                let resync = ServerFrame::Resync { missed_entries: n };
+                if out.send(resync).await.is_err() {
+                    return;
+                }
                 continue;
             }
             Err(RecvError::Closed) => return,
         };
-        let mine: Vec<_> = {
-            let followed = followed.lock().unwrap_or_else(|p| p.into_inner());
+        let mine: Vec<_> = followed.with(|followed| {
             entry
                 .events
                 .iter()
                 .filter(|e| followed.contains(&e.session()))
                 .cloned()
                 .collect()
-        };
+        });
         for event in mine {
+            // An expired session is followed no more; its last event still goes out.
+            if let Event::SessionExpired { session } = &event {
+                followed.unfollow(*session);
+            }
             if out.send(ServerFrame::Event(event)).await.is_err() {
                 return;
             }
@@ -305,7 +370,10 @@ async fn forward_events(
 async fn handle(ctx: &Ctx, request: Request) -> Response {
     match request {
         Request::Write(command) => match ctx.proposer.propose(command).await {
-            Ok((index, reply)) => Response::Written { index, reply },
+            Ok((index, reply)) => {
+                crate::metrics::get().replied(&reply);
+                Response::Written { index, reply }
+            }
             Err(f) => Response::Failed(f),
         },
         Request::Read(query) => match ctx.reader.read(query).await {
@@ -313,11 +381,50 @@ async fn handle(ctx: &Ctx, request: Request) -> Response {
             Err(f) => Response::Failed(f),
         },
         Request::ReadLocal(query) => Response::Read(answer(&ctx.state.lock().machine, &query)),
-        Request::Status => Response::Status(admin::status(ctx)),
+        Request::Status => Response::Status(admin::status(ctx).await),
         Request::AddNode { id, peer, client } => {
+            let members = ctx
+                .raft
+                .metrics()
+                .borrow()
+                .membership_config
+                .nodes()
+                .count();
+            if let Err(f) = edge::check_add_node(&peer, &client, members) {
+                return Response::Failed(f);
+            }
             admin::add_node(ctx, id, NodeAddr { peer, client }).await
         }
         Request::RemoveNode { id } => admin::remove_node(ctx, id).await,
-        Request::SnapshotCost => admin::snapshot_cost(ctx),
+        Request::SnapshotCost => admin::snapshot_cost(ctx).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::machine::{Applied, Event};
+
+    #[tokio::test]
+    async fn a_lagging_forwarder_tells_its_client_to_resync() {
+        // The event feed holds 2 entries; 5 are applied before the forwarder reads any.
+        let (feed, applied) = broadcast::channel(2);
+        let followed = Followed::default();
+        followed.follow(7).unwrap();
+        let (out, mut outbox) = mpsc::channel(16);
+        for _ in 0..5 {
+            let entry = Applied {
+                log_ms: 0,
+                replies: vec![],
+                events: vec![Event::SessionExpired { session: 7 }],
+            };
+            feed.send(Arc::new(entry)).unwrap();
+        }
+        let _forwarder = AbortOnDrop(tokio::spawn(forward_events(applied, followed, out)));
+        let first = tokio::time::timeout(Duration::from_secs(5), outbox.recv())
+            .await
+            .expect("a frame")
+            .expect("open");
+        assert_eq!(first, ServerFrame::Resync { missed_entries: 3 });
     }
 }

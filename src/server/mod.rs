@@ -18,7 +18,8 @@
 //!                                           │                               └─▶ event broadcast
 //!                                           ├─ Read ──▶ reader queue ─▶ reader task
 //!                                           │                (ensure_linearizable, then lock)
-//!                                           ├─ ReadLocal, Status, SnapshotCost: under the lock
+//!                                           ├─ ReadLocal: under the lock
+//!                                           ├─ Status, SnapshotCost: admin (bounded lock use)
 //!                                           └─ AddNode, RemoveNode: openraft membership
 //!  writer task ◀── outbox ◀── Response frames (request tasks), Event frames (forwarder task)
 //! ```
@@ -45,6 +46,11 @@
 //!   [`crate::raft::state_store::AppliedState`]; `EVENT_BACKLOG` = 4,096 entries per
 //!   subscriber; sending never waits).
 //!
+//! - **HTTP listener** ([`crate::http`], if `http_listen` is set): axum's tasks, one per
+//!   HTTP connection. Its handlers do not enter the pipeline directly: they go through an
+//!   internal `client::Client` to the leader's client port, so an HTTP request is one more
+//!   client connection here and takes exactly the path drawn above.
+//!
 //! Per client connection ([`client_port`]):
 //! - **Connection task**: reads frames in order, checks the hello (within `HELLO_TIMEOUT` =
 //!   10 s), and spawns a request task per request. A semaphore of `IN_FLIGHT_MAX` = 4,096
@@ -54,22 +60,37 @@
 //! - **Writer task**: owns the socket's write half and the outbox's receiving end (`OUTBOX_MAX`
 //!   = 1,024 frames); coalesces up to 512 queued frames per write.
 //! - **Forwarder task**: owns one broadcast subscription; sends the connection's events to the
-//!   outbox. Aborted when the connection task ends.
+//!   outbox, and `Resync` when it fell behind. Aborted when the connection task ends.
+//! - **Heartbeat task** ([`heartbeat`]), once the client sent `Heartbeats`: a
+//!   `ServerFrame::Heartbeat` (term, known leader) every `HEARTBEAT_PERIOD` = 200 ms, by
+//!   `try_send` (a full outbox skips one). Aborted when the connection task ends.
 //!
 //! The applied state ([`crate::raft::state_store::AppliedState`]) is shared by `Arc`; its lock
 //! is a std mutex held only to apply, copy, encode or answer, never across an await.
 //!
 //! # A write
 //!
-//! 1. The connection task reads `Request::Write(command)`. If the command names a session
-//!    (`KeepAlive`, `CloseSession`, `Release`, `Acquire`) the connection follows it from now
-//!    on, whether or not the write is then served.
-//! 2. The request task calls [`proposer::Proposer::propose`]: the command and a oneshot
-//!    answer channel go into the proposer queue, and the task waits on the oneshot.
+//! 1. The connection task reads `Request::Write(command)` and runs the edge's checks
+//!    ([`edge`]): the command's arguments ([`crate::machine::Command::validate`], the same
+//!    check the machine runs first in `apply`), then the session it names. A command that
+//!    breaks a bound is answered `Failed(BadRequest)` naming it, is never proposed, and the
+//!    connection goes on. If the command names a session (`KeepAlive`, `CloseSession`,
+//!    `Release`, `Acquire`) the connection follows it from now on, whether or not the write
+//!    is then served; an `OpenSession` holds a place for the session it will open. A
+//!    connection follows at most `FOLLOWED_SESSIONS_MAX` sessions ([`followed`]); past that a
+//!    write naming a new one is refused, and a session is unfollowed when the connection sees
+//!    it closed (its `CloseSession` reply) or expired (its `SessionExpired` event).
+//! 2. The request task calls [`proposer::Proposer::propose`]: a command above
+//!    [`crate::bounds::COMMAND_BYTES_MAX`] encoded is refused `BadRequest`; otherwise the
+//!    command, its size and a oneshot answer channel go into the proposer queue, and the task
+//!    waits on the oneshot.
 //! 3. The proposer task takes the first queued command (or wakes at the tick deadline), takes
 //!    what else is queued (up to `proposer.batch_max`, default 1,024, at most
-//!    [`crate::bounds::ENTRY_COMMANDS_MAX`]), waits for an in-flight permit, and takes what
-//!    arrived meanwhile. It then reads Raft's metrics: not the leader means every command of
+//!    [`crate::bounds::ENTRY_COMMANDS_MAX`], and up to [`crate::bounds::ENTRY_BYTES_MAX`]
+//!    encoded: the command that would cross it opens the next batch), waits for an in-flight
+//!    permit, and takes what arrived meanwhile. So every entry fits its bound, and
+//!    `Config::validate` has proved that `raft.max_payload_entries` such entries fit one peer
+//!    frame: no burst of requests can make an AppendEntries a follower must refuse. It then reads Raft's metrics: not the leader means every command of
 //!    the batch is answered `NotLeader` (never proposed). As leader it stamps the batch
 //!    (term from the metrics, this node, the proposer's incarnation and clock) and hands it to
 //!    `client_write_ff`, which queues it to the Raft core and returns the receiving end of
@@ -97,7 +118,9 @@
 //!
 //! `Request::ReadLocal` skips the reader: the request task answers from this node's applied
 //! state at once, on any node, possibly stale. `Status` and `SnapshotCost` ([`admin`]) read
-//! the same way and need no quorum either.
+//! the same way and need no quorum either, but neither encodes the state under the lock at
+//! every call: the status digest is cached per applied index within a bounded share of the
+//! lock ([`digest`]), and snapshot-cost measurements run one at a time, rate-limited.
 //!
 //! # How a reply and a push find their connection
 //!
@@ -174,11 +197,10 @@
 //! - **Pushes are hints, not messages.** Events applied before a connection's forwarder
 //!   subscribed are never sent to it, and an event can reach the client before or after the
 //!   reply of the write that caused it. A forwarder that falls `EVENT_BACKLOG` entries behind
-//!   (its connection reads slowly and the outbox is full) skips what it missed, with a
-//!   warning on the node only: the connection stays open and the client is not told. The
-//!   grant is state, so asking again for the ticket answers it; the client's sessions re-ask
-//!   their waiting tickets after a reconnect or when their own event feed lags, but not after
-//!   a lag on the node's side, so such a grant waits until the ticket is asked about again.
+//!   (its connection reads slowly and the outbox is full) skips what it missed, and tells
+//!   the client with `ServerFrame::Resync` (waiting for room in the outbox, so this frame is
+//!   not lost the way the events were). The grant is state, so the client's sessions ask
+//!   again about every ticket they wait for, and read the halts covering those they hold.
 //! - **A slow client stalls only itself, but fully.** A full outbox blocks that connection's
 //!   request tasks and forwarder; its in-flight slots then run out and its connection task
 //!   stops reading. Other connections and the proposer are not held (a blocked request task
@@ -197,6 +219,10 @@
 pub mod admin;
 pub mod client_port;
 pub mod data_dir;
+pub mod digest;
+pub mod edge;
+pub mod followed;
+pub mod heartbeat;
 pub mod leader;
 pub mod node;
 pub mod proposer;

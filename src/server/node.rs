@@ -5,8 +5,12 @@
 //! Invariants:
 //! - Both ports are bound before Raft starts: a taken port fails the start, and nothing is
 //!   served half-way.
-//! - Only the lowest-id configured voter, and only on its first start, initializes the
-//!   cluster; every other start joins what is on disk or what the leader sends.
+//! - Only the lowest-id configured voter initializes the cluster, and only while Raft says it
+//!   is not initialized (`Raft::is_initialized`: no vote, no log, no membership on disk).
+//!   This is decided from Raft's own state, not from "first start" of the data directory: a
+//!   first start that failed after labelling the directory (a taken port, bad openraft
+//!   settings) must still found the cluster on the next start. Every other start joins what
+//!   is on disk or what the leader sends.
 //! - Every task the node spawns watches the one shutdown channel and ends when it turns true.
 
 use std::collections::BTreeMap;
@@ -20,6 +24,7 @@ use super::data_dir::prepare_data_dir;
 use super::proposer::Proposer;
 use super::reader::Reader;
 use crate::config::Config;
+use crate::http::{Callers, HttpCtx, serve_http};
 use crate::raft::log_store::LogStore;
 use crate::raft::network::{PeerNetwork, serve_peers};
 use crate::raft::state_store::StateStore;
@@ -41,13 +46,16 @@ impl Node {
     pub async fn start(config: Config) -> Result<Node, String> {
         config.validate()?;
         let dir = &config.data_dir;
-        let first_start = prepare_data_dir(dir, config.id)?;
+        // Whether this is the directory's first start does not decide initialization: Raft's
+        // own state does (module doc).
+        let _first_start = prepare_data_dir(dir, config.id)?;
         let log = LogStore::open(&dir.join("log.redb"))?;
         let store = StateStore::open(dir)?;
         let state = store.state();
         let raft_config = Arc::new(config.openraft()?);
         let security = Security::from_config(&config)?;
         let (peer_listener, client_listener) = bind_ports(&config).await?;
+        let http_listener = bind_http(&config).await?;
         let raft = Raft::new(
             config.id,
             raft_config,
@@ -64,7 +72,11 @@ impl Node {
             raft.clone(),
             watch_rx.clone(),
         ));
-        if first_start {
+        let initialized = raft
+            .is_initialized()
+            .await
+            .map_err(|e| format!("raft: {e}"))?;
+        if !initialized {
             found_cluster(&config, &raft).await;
         }
         let proposer = Proposer::start(
@@ -76,6 +88,35 @@ impl Node {
         );
         let reader = Reader::start(raft.clone(), state.clone(), watch_rx.clone());
         let tokens = Arc::new(Tokens::new(TokenTable::new(&config.tokens)?));
+        if let Some(listener) = http_listener {
+            // Each HTTP request reaches the client port with its own token over TLS verified
+            // against the node's CA, so it is authenticated and authorized there, as a
+            // binary client's is.
+            let callers = Callers::new(
+                http_servers(&config),
+                security.internal_connector.clone(),
+                tokens.clone(),
+            );
+            let http = HttpCtx::new(
+                config.id,
+                config.client_addr.clone(),
+                callers,
+                state.clone(),
+                raft.clone(),
+            );
+            tokio::spawn(serve_http(
+                listener,
+                security.client_acceptor.clone(),
+                Arc::new(http),
+                watch_rx.clone(),
+            ));
+            let scheme = if config.tls.is_some() {
+                "HTTPS"
+            } else {
+                "HTTP"
+            };
+            tracing::info!("serving {scheme} on {}", config.http_listen);
+        }
         let ctx = Arc::new(Ctx {
             id: config.id,
             client_addr: config.client_addr.clone(),
@@ -86,6 +127,9 @@ impl Node {
             acceptor: security.client_acceptor,
             tokens: tokens.clone(),
             owners: Default::default(),
+            digest: Default::default(),
+            snapshot_cost: Default::default(),
+            snapshot_cost_next: Default::default(),
         });
         tokio::spawn(client_port::serve_clients(client_listener, ctx, watch_rx));
         tracing::info!(
@@ -95,7 +139,7 @@ impl Node {
             dir.display()
         );
         match &config.tls {
-            Some(_) => tracing::info!("TLS on: client port TLS, peer port mutual TLS"),
+            Some(_) => tracing::info!("TLS on: client and HTTP ports TLS, peer port mutual TLS"),
             None => tracing::warn!(
                 "no [tls] configured: serving PLAINTEXT (allowed on loopback addresses only, \
                  or with insecure = true)"
@@ -136,9 +180,12 @@ impl Node {
 
 /// The node's TLS ends, from its config: plaintext everywhere without `[tls]`.
 struct Security {
+    /// The client port's, and the HTTP port's.
     client_acceptor: Acceptor,
     peer_acceptor: Acceptor,
     peer_connector: Connector,
+    /// The HTTP layer's internal clients' way into the client port: verified against `ca`.
+    internal_connector: Connector,
 }
 
 impl Security {
@@ -148,12 +195,14 @@ impl Security {
                 client_acceptor: Acceptor::plain(),
                 peer_acceptor: Acceptor::plain(),
                 peer_connector: Connector::plain(),
+                internal_connector: Connector::plain(),
             });
         };
         Ok(Security {
             client_acceptor: Acceptor::tls(tls::server_config(files)?),
             peer_acceptor: Acceptor::tls(tls::peer_server_config(files)?),
             peer_connector: Connector::tls(tls::peer_client_config(files)?),
+            internal_connector: Connector::tls(tls::client_config(&files.ca)?),
         })
     }
 }
@@ -173,8 +222,34 @@ async fn bind_ports(config: &Config) -> Result<(TcpListener, TcpListener), Strin
     Ok((peer_listener, client_listener))
 }
 
-/// On a first start, the founder (the lowest-id configured voter) initializes the cluster
-/// with every configured voter; any other node does nothing and waits to be contacted.
+/// Binds the HTTP port, unless `http_listen` is empty.
+async fn bind_http(config: &Config) -> Result<Option<TcpListener>, String> {
+    if config.http_listen.is_empty() {
+        return Ok(None);
+    }
+    TcpListener::bind(&config.http_listen)
+        .await
+        .map(Some)
+        .map_err(|e| format!("http port {}: {e}", config.http_listen))
+}
+
+/// Where the HTTP layer's internal client reaches the cluster: this node first (it answers
+/// at once when it leads), then the other initial voters; redirects find the rest.
+fn http_servers(config: &Config) -> Vec<String> {
+    let mut servers = vec![config.client_addr.clone()];
+    servers.extend(
+        config
+            .voters()
+            .into_iter()
+            .map(|v| v.client)
+            .filter(|c| *c != config.client_addr),
+    );
+    servers
+}
+
+/// On a start of an uninitialized Raft, the founder (the lowest-id configured voter)
+/// initializes the cluster with every configured voter; any other node does nothing and
+/// waits to be contacted.
 async fn found_cluster(config: &Config, raft: &Raft) {
     let voters = config.voters();
     let founder = voters.iter().map(|v| v.id).min() == Some(config.id);

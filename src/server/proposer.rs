@@ -24,6 +24,12 @@
 //!   proposed: queue full, Raft stopped), or `OutcomeUnknown` (proposed, fate unknown; also
 //!   every command still queued when the proposer stops).
 //! - The queue is bounded; a full queue answers `Unavailable` at once.
+//! - A command above [`COMMAND_BYTES_MAX`] encoded is answered `BadRequest`, never queued.
+//! - An entry's commands take at most `ENTRY_BYTES_MAX - ENTRY_HEADER_BYTES` encoded bytes
+//!   and at most `batch_max` (≤ `ENTRY_COMMANDS_MAX`) commands: a batch is closed before the
+//!   command that would cross either, which waits for the next batch. So every entry fits
+//!   [`ENTRY_BYTES_MAX`], and `Config::validate` has proved that `max_payload_entries` of
+//!   them fit a peer frame.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -35,6 +41,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 use tokio::time::error::Elapsed;
 
 use super::leader::not_leader;
+use crate::bounds::{COMMAND_BYTES_MAX, ENTRY_BYTES_MAX, ENTRY_HEADER_BYTES};
+use crate::codec;
 use crate::config::ProposerConfig;
 use crate::machine::{Batch, Command, Leadership, Reply};
 use crate::protocol::Failure;
@@ -54,8 +62,13 @@ pub type Outcome = Result<(u64, Reply), Failure>;
 /// A command waiting in the proposer's queue, with where its answer goes.
 struct QueuedWrite {
     command: Command,
+    /// `command`'s encoded size, at most [`COMMAND_BYTES_MAX`].
+    bytes: usize,
     answer: oneshot::Sender<Outcome>,
 }
+
+/// Encoded bytes of commands one entry may carry: the entry bound less its header.
+const BATCH_BYTES_MAX: usize = ENTRY_BYTES_MAX - ENTRY_HEADER_BYTES;
 
 /// The handle writers use.
 #[derive(Clone)]
@@ -77,11 +90,22 @@ impl Proposer {
         Proposer { tx }
     }
 
-    /// Proposes `command` and waits for its outcome.
+    /// Proposes `command` and waits for its outcome. A command above [`COMMAND_BYTES_MAX`]
+    /// encoded is refused `BadRequest` at once.
     pub async fn propose(&self, command: Command) -> Outcome {
+        let bytes = codec::encoded_len(&command);
+        if bytes > COMMAND_BYTES_MAX {
+            return Err(Failure::BadRequest(format!(
+                "command is {bytes} bytes encoded, the bound is {COMMAND_BYTES_MAX}"
+            )));
+        }
         let (answer, rx) = oneshot::channel();
         self.tx
-            .try_send(QueuedWrite { command, answer })
+            .try_send(QueuedWrite {
+                command,
+                bytes,
+                answer,
+            })
             .map_err(|e| match e {
                 mpsc::error::TrySendError::Full(_) => {
                     Failure::Unavailable("proposer queue full".into())
@@ -111,7 +135,12 @@ impl Stamper {
         Stamper {
             node,
             started: Instant::now(),
-            rate: clock_rate(),
+            // PLANTED(fast-clock)
+            rate: if crate::planted::is(crate::planted::Plant::FastClock) {
+                clock_rate() * 1.3
+            } else {
+                clock_rate()
+            },
             incarnation: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos() as u64),
@@ -129,7 +158,14 @@ impl Stamper {
             clock_ms: (self.started.elapsed().as_secs_f64() * 1_000.0 * self.rate) as u64,
             wall_ms: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64),
+                .map_or(0, |d| d.as_millis() as u64)
+                // Test hook (the partition harness's wall-skew fault): offsets WALL stamps only.
+                .saturating_add_signed(
+                    std::env::var("WEIR_TEST_WALL_SKEW_MS")
+                        .ok()
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0),
+                ),
             commands,
         }
     }
@@ -149,9 +185,12 @@ async fn run(
     let in_flight = Arc::new(Semaphore::new(config.in_flight_max));
     let tick = Duration::from_millis(config.tick_ms);
     let mut last_proposed = Instant::now();
+    // The command that closed the last batch by its size: it opens the next one.
+    let mut held_over = None;
     loop {
         let Some((batch, permit)) = gather(
             &mut rx,
+            &mut held_over,
             &mut shutdown,
             &in_flight,
             last_proposed + tick,
@@ -184,6 +223,7 @@ async fn run(
             batch.into_iter().map(|p| (p.command, p.answer)).unzip()
         };
         let entry = stamper.stamp(metrics.current_term, commands);
+        crate::metrics::get().proposed(entry.commands.len(), rx.len());
         last_proposed = Instant::now();
         let receiver = match raft.client_write_ff(entry).await {
             Ok(r) => r,
@@ -196,6 +236,10 @@ async fn run(
         let raft = raft.clone();
         tokio::spawn(async move {
             let result = tokio::time::timeout(COMMIT_TIMEOUT, receiver).await;
+            crate::metrics::observe(
+                &crate::metrics::get().commit_seconds,
+                last_proposed.elapsed(),
+            );
             // The entry is applied, refused or given up on: it no longer counts in flight.
             drop(permit);
             answer_all(answers, entry_outcome(&raft, result));
@@ -203,30 +247,73 @@ async fn run(
     }
 }
 
-/// Waits for the first queued command or the tick deadline `tick_at`, then for an in-flight
-/// slot, taking everything queued meanwhile (up to `batch_max`). The batch is empty only when
-/// the tick fired and nothing arrived. `None`: shutdown, or every handle is gone.
+/// Waits for the first command (`held_over` from the last batch, else the queue's) or the
+/// tick deadline `tick_at`, then for an in-flight slot, taking everything queued meanwhile
+/// (up to `batch_max` commands and [`BATCH_BYTES_MAX`] bytes; the command that would cross
+/// the byte bound is left in `held_over`). The batch is empty only when the tick fired and
+/// nothing arrived. `None`: shutdown, or every handle is gone.
 async fn gather(
     rx: &mut mpsc::Receiver<QueuedWrite>,
+    held_over: &mut Option<QueuedWrite>,
     shutdown: &mut watch::Receiver<bool>,
     in_flight: &Arc<Semaphore>,
     tick_at: Instant,
     batch_max: usize,
 ) -> Option<(Vec<QueuedWrite>, OwnedSemaphorePermit)> {
-    let mut batch = Vec::new();
-    tokio::select! {
-        first = rx.recv() => batch.push(first?),
-        _ = tokio::time::sleep_until(tick_at.into()) => {}
-        _ = shutdown.changed() => return None,
+    let mut batch = Batching::default();
+    if let Some(first) = held_over.take() {
+        batch.push(first);
+    } else {
+        tokio::select! {
+            first = rx.recv() => batch.push(first?),
+            _ = tokio::time::sleep_until(tick_at.into()) => {}
+            _ = shutdown.changed() => return None,
+        }
     }
-    drain(rx, &mut batch, batch_max);
+    batch.drain(rx, held_over, batch_max);
     let permit = in_flight
         .clone()
         .acquire_owned()
         .await
         .expect("never closed");
-    drain(rx, &mut batch, batch_max);
-    Some((batch, permit))
+    batch.drain(rx, held_over, batch_max);
+    Some((batch.writes, permit))
+}
+
+/// A batch being gathered, with its commands' encoded bytes.
+#[derive(Default)]
+struct Batching {
+    writes: Vec<QueuedWrite>,
+    bytes: usize,
+}
+
+impl Batching {
+    fn push(&mut self, write: QueuedWrite) {
+        self.bytes += write.bytes;
+        self.writes.push(write);
+        debug_assert!(
+            self.bytes <= BATCH_BYTES_MAX,
+            "entry bytes {} above {BATCH_BYTES_MAX}",
+            self.bytes
+        );
+    }
+
+    /// Moves already-queued commands in, up to `max` commands and [`BATCH_BYTES_MAX`] bytes;
+    /// a command that would cross the byte bound (or is already held over) stops it.
+    fn drain(
+        &mut self,
+        rx: &mut mpsc::Receiver<QueuedWrite>,
+        held_over: &mut Option<QueuedWrite>,
+        max: usize,
+    ) {
+        while held_over.is_none() && self.writes.len() < max {
+            match rx.try_recv() {
+                Ok(w) if self.bytes + w.bytes > BATCH_BYTES_MAX => *held_over = Some(w),
+                Ok(w) => self.push(w),
+                Err(_) => break,
+            }
+        }
+    }
 }
 
 /// What became of a proposed entry, from what its openraft receiver gave within
@@ -287,12 +374,46 @@ fn clock_rate() -> f64 {
     }
 }
 
-/// Moves already-queued commands into `batch`, up to `max`.
-fn drain(rx: &mut mpsc::Receiver<QueuedWrite>, batch: &mut Vec<QueuedWrite>, max: usize) {
-    while batch.len() < max {
-        match rx.try_recv() {
-            Ok(p) => batch.push(p),
-            Err(_) => break,
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(bytes: usize) -> QueuedWrite {
+        QueuedWrite {
+            command: Command::Tick,
+            bytes,
+            answer: oneshot::channel().0,
         }
+    }
+
+    #[test]
+    fn a_batch_closes_before_the_command_that_would_cross_the_entry_bound() {
+        let (tx, mut rx) = mpsc::channel(1_000);
+        let big = COMMAND_BYTES_MAX;
+        let fit = BATCH_BYTES_MAX / big;
+        for _ in 0..fit + 10 {
+            tx.try_send(write(big)).unwrap();
+        }
+        let mut held_over = None;
+        let mut batch = Batching::default();
+        batch.drain(&mut rx, &mut held_over, 100_000);
+        assert_eq!(batch.writes.len(), fit);
+        assert!(batch.bytes <= BATCH_BYTES_MAX);
+        assert!(
+            held_over.is_some(),
+            "the crossing command waits for the next batch"
+        );
+        // The held-over command is not overtaken: nothing more is drained while it waits.
+        batch.drain(&mut rx, &mut held_over, 100_000);
+        assert_eq!(batch.writes.len(), fit);
+        // The command count bound still applies below the byte bound.
+        let mut small = Batching::default();
+        let mut none = None;
+        for _ in 0..10 {
+            tx.try_send(write(1)).unwrap();
+        }
+        small.push(held_over.take().unwrap());
+        small.drain(&mut rx, &mut none, 5);
+        assert_eq!(small.writes.len(), 5);
     }
 }

@@ -131,7 +131,11 @@ async fn acquire_runs_a_command_under_a_permit_and_every_other_subcommand_works(
     assert_eq!(code, 3);
     assert!(err.contains("too large: 2 units"), "{err}");
     let (code, _, err) = cluster.cli(&["acquire", "nope", "--hold", "1"]);
-    assert_eq!((code, err.contains("unknown limit")), (3, true), "{err}");
+    assert_eq!(
+        (code, err.contains("refused: unknown limit default/nope")),
+        (3, true),
+        "{err}"
+    );
     let (code, _, _) = cluster.cli(&["acquire", "db"]);
     assert_eq!(code, 2, "neither --hold nor a command");
 
@@ -139,6 +143,7 @@ async fn acquire_runs_a_command_under_a_permit_and_every_other_subcommand_works(
     let v = json(&ok(&[
         "tenant",
         "set",
+        "--tenant",
         "acme",
         "--max-running",
         "1",
@@ -151,20 +156,26 @@ async fn acquire_runs_a_command_under_a_permit_and_every_other_subcommand_works(
         (Some(1), Some(100))
     );
     assert_eq!(
-        ok(&["run", "reserve", "acme", "r1", "--period", "2026-12"]).trim(),
+        ok(&[
+            "run", "reserve", "--tenant", "acme", "r1", "--period", "2026-12"
+        ])
+        .trim(),
         "admitted acme/r1"
     );
-    ok(&["run", "reserve", "acme", "r1", "--period", "2026-12"]);
-    let (code, _, err) = cluster.cli(&["run", "reserve", "acme", "r2"]);
+    ok(&[
+        "run", "reserve", "--tenant", "acme", "r1", "--period", "2026-12",
+    ]);
+    let (code, _, err) = cluster.cli(&["run", "reserve", "--tenant", "acme", "r2"]);
     assert_eq!(code, 3);
-    assert!(err.contains("too many runs: 1 running"), "{err}");
-    let runs = json(&ok(&["run", "list", "acme", "--json"]));
+    assert!(err.contains("too many runs in acme: 1 running"), "{err}");
+    let runs = json(&ok(&["run", "list", "--tenant", "acme", "--json"]));
     assert_eq!(runs.as_array().unwrap().len(), 1);
     keys(&runs[0], &["run", "admitted_at_ms", "agent"]);
     // The same settlement twice: charged once, the second answered as a duplicate.
     let settle = [
         "run",
         "settle",
+        "--tenant",
         "acme",
         "r1",
         "--epoch",
@@ -183,27 +194,95 @@ async fn acquire_runs_a_command_under_a_permit_and_every_other_subcommand_works(
     let v = json(&ok(&settle));
     assert_eq!(v["duplicate"], true);
     let (code, _, err) = cluster.cli(&[
-        "run", "settle", "acme", "r1", "--epoch", "1", "--period", "2026-12", "--tokens", "1",
+        "run", "settle", "--tenant", "acme", "r1", "--epoch", "1", "--period", "2026-12",
+        "--tokens", "1",
     ]);
     assert_eq!(code, 3);
     assert!(err.contains("conflict"), "{err}");
-    let spent = json(&ok(&["spent", "acme", "2026-12", "--json"]));
-    keys(&spent, &["tenant", "period", "tokens", "minor_units"]);
+    let spent = json(&ok(&["spent", "--tenant", "acme", "2026-12", "--json"]));
+    keys(
+        &spent,
+        &[
+            "tenant",
+            "period",
+            "tokens",
+            "minor_units",
+            "held_tokens",
+            "held_minor_units",
+        ],
+    );
     assert_eq!(
         (spent["tokens"].as_u64(), spent["minor_units"].as_u64()),
         (Some(100), Some(250))
     );
-    let (code, _, err) = cluster.cli(&["run", "reserve", "acme", "r2", "--period", "2026-12"]);
+    phase("tenant show: ceilings, budgets, spend and halts; WEIR_TENANT names the tenant too");
+    let shown = ok(&["tenant", "show", "--tenant", "acme", "--period", "2026-12"]);
+    for line in [
+        "max running   1 (0 running)",
+        "budget tokens 100",
+        "spent in 2026-12   100 tokens, 250 minor units",
+        "halts         none",
+    ] {
+        assert!(shown.contains(line), "{line:?} not in {shown}");
+    }
+    let by_env = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["spent", "2026-12", "--json"])
+        .env("WEIR_SERVERS", cluster.servers().join(","))
+        .env("WEIR_TENANT", "acme")
+        .output()
+        .unwrap();
+    let v = json(&String::from_utf8_lossy(&by_env.stdout));
+    assert_eq!(
+        (v["tenant"].as_str(), v["tokens"].as_u64()),
+        (Some("acme"), Some(100))
+    );
+    let (code, _, err) = cluster.cli(&[
+        "run", "reserve", "--tenant", "acme", "r2", "--period", "2026-12",
+    ]);
     assert_eq!(code, 3);
     assert!(
-        err.contains("budget exhausted: spent 100 of 100 tokens"),
+        err.contains("budget exhausted for acme period 2026-12: spent 100 of 100 tokens"),
         "{err}"
     );
-    ok(&["run", "reserve", "acme", "r2", "--period", "2027-01"]);
-    ok(&["run", "release", "acme", "r2"]);
-    ok(&["run", "release", "acme", "r2"]);
+    // Holds: r2 holds 60 of 2027-01's 100 tokens; a second hold of 50 does not fit.
+    ok(&[
+        "run",
+        "reserve",
+        "--tenant",
+        "acme",
+        "r2",
+        "--period",
+        "2027-01",
+        "--hold-tokens",
+        "60",
+    ]);
+    let held = json(&ok(&["spent", "--tenant", "acme", "2027-01", "--json"]));
+    assert_eq!(held["held_tokens"].as_u64(), Some(60));
+    assert!(ok(&["spent", "--tenant", "acme", "2027-01"]).contains("held 60 tokens"));
+    ok(&["tenant", "set", "--tenant", "acme", "--max-running", "none"]);
+    let (code, _, err) = cluster.cli(&[
+        "run",
+        "reserve",
+        "--tenant",
+        "acme",
+        "r3",
+        "--period",
+        "2027-01",
+        "--hold-tokens",
+        "50",
+    ]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("+ 60 held + 50 asked of 100 tokens"), "{err}");
+    ok(&["run", "release", "--tenant", "acme", "r2"]);
     assert_eq!(
-        json(&ok(&["run", "list", "acme", "--json"]))
+        json(&ok(&["spent", "--tenant", "acme", "2027-01", "--json"]))["held_tokens"].as_u64(),
+        Some(0),
+        "a released slot frees its hold"
+    );
+    ok(&["run", "release", "--tenant", "acme", "r2"]);
+    ok(&["run", "release", "--tenant", "acme", "r2"]);
+    assert_eq!(
+        json(&ok(&["run", "list", "--tenant", "acme", "--json"]))
             .as_array()
             .unwrap()
             .len(),
@@ -239,6 +318,7 @@ async fn acquire_runs_a_command_under_a_permit_and_every_other_subcommand_works(
     ok(&[
         "halt",
         "set",
+        "--tenant",
         "acme",
         "--agent",
         "bot",
@@ -256,26 +336,31 @@ async fn acquire_runs_a_command_under_a_permit_and_every_other_subcommand_works(
         stderr.contains("halted (agent bot): runaway loop"),
         "{stderr}"
     );
-    let halts = json(&ok(&["halt", "list", "acme", "--json"]));
+    let halts = json(&ok(&["halt", "list", "--tenant", "acme", "--json"]));
     assert_eq!(halts[0]["reason"], "runaway loop");
     keys(&halts[0], &["scope", "agent", "reason"]);
-    let (code, _, err) = cluster.cli(&["run", "reserve", "acme", "r9", "--agent", "bot"]);
+    let (code, _, err) =
+        cluster.cli(&["run", "reserve", "--tenant", "acme", "r9", "--agent", "bot"]);
     assert_eq!(code, 3);
     assert!(
         err.contains("halted (agent bot): runaway loop"),
         "the refusal prints the reason: {err}"
     );
-    ok(&["run", "reserve", "acme", "r9", "--agent", "human"]);
-    ok(&["halt", "clear", "acme", "--agent", "bot"]);
+    ok(&[
+        "run", "reserve", "--tenant", "acme", "r9", "--agent", "human",
+    ]);
+    ok(&["halt", "clear", "--tenant", "acme", "--agent", "bot"]);
     assert_eq!(
-        json(&ok(&["halt", "list", "acme", "--json"]))
+        json(&ok(&["halt", "list", "--tenant", "acme", "--json"]))
             .as_array()
             .unwrap()
             .len(),
         0
     );
-    ok(&["run", "release", "acme", "r9"]);
-    ok(&["run", "reserve", "acme", "r10", "--agent", "bot"]);
+    ok(&["run", "release", "--tenant", "acme", "r9"]);
+    ok(&[
+        "run", "reserve", "--tenant", "acme", "r10", "--agent", "bot",
+    ]);
 
     phase("limit remove");
     ok(&["limit", "remove", "api"]);
@@ -343,4 +428,30 @@ fn bench_spawns_its_own_cluster_and_prints_the_json_shape() {
         (),
     );
     assert_eq!(code, Some(2), "--failover without --spawn is a usage error");
+}
+
+#[test]
+fn completions_and_the_man_page_are_generated_for_every_shell() {
+    let weir = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    for shell in ["bash", "zsh", "fish"] {
+        let script = weir(&["completions", shell]);
+        assert!(
+            script.contains("acquire") && script.contains("tenant"),
+            "{shell}"
+        );
+    }
+    let man = weir(&["man"]);
+    assert!(
+        man.contains(".TH weir"),
+        "roff: {}",
+        &man[..200.min(man.len())]
+    );
+    assert!(man.contains("acquire"));
 }

@@ -67,9 +67,23 @@ impl Cluster {
             client_addr: me.client,
             peer_addr: me.peer,
             peers,
+            http_listen: loopback_addr().unwrap(),
             ..Config::default()
         };
         self.nodes.add(overlay(&config, extra)).unwrap()
+    }
+
+    /// Starts the `weir` CLI with `args` against this cluster, without waiting (stdout and
+    /// stderr piped).
+    pub fn spawn_cli(&self, args: &[&str]) -> std::process::Child {
+        Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(args)
+            .env("WEIR_SERVERS", self.servers().join(","))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
     }
 
     /// Runs the `weir` CLI with `args` against this cluster; returns (exit code, stdout, stderr).
@@ -104,6 +118,17 @@ impl Cluster {
         self.nodes.kill(id);
     }
 
+    /// SIGSTOP: the process lives on and sends nothing. Resumed by [`Cluster::resume`], and
+    /// in every case when the cluster is dropped (its nodes are resumed before the kill).
+    pub fn pause(&mut self, id: u64) {
+        self.nodes.pause(id);
+    }
+
+    /// SIGCONT.
+    pub fn resume(&mut self, id: u64) {
+        self.nodes.resume(id);
+    }
+
     /// SIGTERM, and waits (bounded) for a clean exit; returns its status code.
     pub fn stop(&mut self, id: u64) -> Option<i32> {
         self.nodes.stop(id)
@@ -134,20 +159,25 @@ impl Cluster {
         }
     }
 
-    /// Waits until every running node answers and all agree on (applied index, digest);
-    /// returns the digest.
+    /// Waits until every running node answers and all agree on (applied index, digest), each
+    /// digest being of that applied index; returns the digest.
     pub async fn converged(&self, within: Duration) -> String {
         let deadline = Instant::now() + within;
         let mut last = vec![];
         while Instant::now() < deadline {
             let mut seen = vec![];
             for n in self.nodes.nodes().iter().filter(|n| self.is_running(n.id)) {
-                seen.push(self.status(n.id).await.map(|s| (s.applied, s.digest)));
+                seen.push(
+                    self.status(n.id)
+                        .await
+                        .map(|s| (s.applied, s.digest_applied, s.digest)),
+                );
             }
             if seen.iter().all(Option::is_some) {
-                let seen: Vec<(u64, String)> = seen.into_iter().flatten().collect();
-                if seen.windows(2).all(|w| w[0] == w[1]) {
-                    return seen[0].1.clone();
+                let seen: Vec<(u64, u64, String)> = seen.into_iter().flatten().collect();
+                // The digest must be of the applied index itself, not an older cached one.
+                if seen.windows(2).all(|w| w[0] == w[1]) && seen[0].0 == seen[0].1 {
+                    return seen[0].2.clone();
                 }
                 last = seen;
             }

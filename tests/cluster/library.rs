@@ -161,6 +161,54 @@ async fn waiters_are_served_by_priority() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_session_knows_how_many_tickets_were_ahead_when_it_was_queued() {
+    let cluster = Cluster::start("position", 1, "");
+    cluster.leader(ELECTION).await;
+    let client = cluster.client();
+    client.write(define("one", 1)).await.unwrap();
+    let holder = Session::open(&client, TTL).await.unwrap();
+    let held = holder
+        .acquire(AcquireOptions::new("t", "one"))
+        .await
+        .unwrap();
+    assert_eq!(
+        holder.queued_position(),
+        None,
+        "nothing of the holder waits"
+    );
+    phase("two waiters queue one after the other: 0 and then 1 ahead");
+    let mut waiters = vec![];
+    for ahead in 0..2u32 {
+        let session = Arc::new(Session::open(&client, TTL).await.unwrap());
+        let task = tokio::spawn({
+            let session = session.clone();
+            async move {
+                let p = session
+                    .acquire(AcquireOptions::new("t", "one"))
+                    .await
+                    .unwrap();
+                p.release().await.unwrap();
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while session.queued_position().is_none() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(session.queued_position(), Some(ahead));
+        waiters.push((session, task));
+    }
+    phase("released: both are granted, and nothing of theirs waits any more");
+    held.release().await.unwrap();
+    for (session, task) in waiters {
+        tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .expect("granted within 10 s")
+            .unwrap();
+        assert_eq!(session.queued_position(), None);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_keeps_its_permit_across_a_leader_kill_and_the_waiter_is_granted_only_after_release()
  {
     let mut cluster = Cluster::start("failover", 3, "");
@@ -264,6 +312,8 @@ async fn a_halt_refuses_waiters_tells_holders_refuses_reserves_and_clearing_rest
         run: "r1".into(),
         agent: None,
         period: None,
+        hold_tokens: None,
+        hold_minor: None,
     };
     assert_eq!(
         client.write(reserve.clone()).await.unwrap(),

@@ -2,8 +2,14 @@
 
 mod cli;
 mod client_port;
+mod edge;
+mod first_start;
 mod harness;
+mod http;
+mod http_security;
+mod incidents;
 mod library;
+mod metrics;
 mod security;
 
 use std::collections::BTreeSet;
@@ -385,6 +391,17 @@ async fn a_node_is_added_as_learner_then_voter_catches_up_by_snapshot_and_one_is
 async fn cli_status_and_limits_end_to_end_with_exit_codes_and_json_keys() {
     let cluster = Cluster::start("cli", 3, "");
     cluster.leader(ELECTION).await;
+    phase("status --watch redraws the table each second until interrupted");
+    let mut watch = cluster.spawn_cli(&["status", "--watch"]);
+    tokio::time::sleep(Duration::from_millis(2_600)).await;
+    watch.kill().unwrap();
+    let drawn = watch.wait_with_output().unwrap();
+    let screen = String::from_utf8_lossy(&drawn.stdout);
+    assert!(
+        screen.matches("\x1b[2J").count() >= 2,
+        "fewer than two redraws in 2.6 s: {screen:?}"
+    );
+    assert!(screen.contains("Leader"), "{screen}");
     phase("limit define / show / list");
     let (code, out, err) = cluster.cli(&[
         "limit",
@@ -418,6 +435,15 @@ async fn cli_status_and_limits_end_to_end_with_exit_codes_and_json_keys() {
             v["in_use"].as_u64()
         ),
         (Some("acme"), Some(3), Some(0))
+    );
+    let (code, out, _) = cluster.cli(&["--tenant", "acme", "limit", "show", "db"]);
+    assert_eq!(
+        (code, out.trim()),
+        (
+            0,
+            "acme/db: concurrent 3; in use 0, waiting 0, max in use 0"
+        ),
+        "a concurrency-only limit shows no rate"
     );
     let (code, out, _) = cluster.cli(&["limit", "list", "--tenant", "acme", "--json"]);
     assert_eq!(code, 0);

@@ -287,6 +287,8 @@ async fn tenant_tokens_stay_in_their_tenant_read_only_reads_and_a_revoked_token_
             run: "r".into(),
             agent: None,
             period: None,
+            hold_tokens: None,
+            hold_minor: None,
         }),
         Request::Read(Query::Limits { tenant: "b".into() }),
         Request::ReadLocal(Query::Tenant { tenant: "b".into() }),

@@ -31,8 +31,8 @@ fn command() -> impl Strategy<Value = Command> {
         5 => (session, 0..10u64).prop_map(|(session, ticket)| Command::Release { session, ticket }),
         1 => (tenant.clone(), prop_oneof![Just(Change::Keep), (0..3u32).prop_map(Change::Set), Just(Change::Clear)], prop_oneof![Just(Change::Keep), (0..50u64).prop_map(Change::Set)])
             .prop_map(|(tenant, max_running, budget_tokens)| Command::SetTenant { tenant, max_running, budget_tokens, budget_minor: Change::Keep }),
-        2 => (tenant.clone(), (0..4u8).prop_map(|n| name("r", n)), agent.clone(), prop::option::of(Just("p".to_string())))
-            .prop_map(|(tenant, run, agent, period)| Command::Reserve { tenant, run, agent, period }),
+        2 => (tenant.clone(), (0..4u8).prop_map(|n| name("r", n)), agent.clone(), prop::option::of(Just("p".to_string())), prop::option::of(0..30u64), prop::option::of(0..90u64))
+            .prop_map(|(tenant, run, agent, period, hold_tokens, hold_minor)| Command::Reserve { tenant, run, agent, period, hold_tokens, hold_minor }),
         1 => (tenant.clone(), (0..4u8).prop_map(|n| name("r", n))).prop_map(|(tenant, run)| Command::ReleaseRun { tenant, run }),
         2 => (tenant.clone(), (0..4u8).prop_map(|n| name("r", n)), 0..3u64, 0..20u64, any::<bool>())
             .prop_map(|(tenant, run, epoch, tokens, release_slot)| Command::Settle(Settle {

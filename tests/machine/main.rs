@@ -2,6 +2,7 @@
 //! test against a reference model (G1, G5), determinism and snapshot damage (G4, G8).
 
 mod determinism;
+mod global_bounds;
 mod model;
 mod scenarios;
 mod sim;

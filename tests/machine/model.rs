@@ -5,7 +5,10 @@
 //! the default priority) with a blocking head, unit counting, leases of `TTL_MS` log ms
 //! from the last keep-alive, ended earliest expiry first. For the concurrency limits it
 //! predicts every reply and every grant; for the rate limit, whose refill arithmetic it does
-//! not repeat, it checks the G1 window bound on what the machine granted. Every fence ever
+//! not repeat, it checks the G1 window bound on what the machine granted, in integer
+//! arithmetic against the rate as an exact fraction; the rate is drawn from [`RATES`], most
+//! of them not exact in binary, and some entries let a few token-times pass at once so a
+//! bucket refilling even slightly too fast is caught. Every fence ever
 //! handed out must be new and larger than all before it, and a re-asked ticket must get its
 //! own fence back (G5).
 
@@ -16,13 +19,17 @@ use weir::machine::{Command, Event, Refusal, Reply, SessionId, TicketId};
 
 use crate::sim::{Sim, ask, limit};
 
-/// The limits: (name, concurrent, per_second, burst). Index 2 is the rate limit.
+/// The limits: (name, concurrent, per_second, burst). Index 2 is the rate limit, whose rate
+/// each case draws from [`RATES`] (the 5.0 here is not used).
 const LIMITS: [(&str, u32, f64, u64); 3] = [
     ("one", 1, 0.0, 1),
     ("three", 3, 0.0, 1),
     ("rate", 0, 5.0, 3),
 ];
 const RATE: usize = 2;
+/// Rates of the rate limit, tokens per second as exact fractions (numerator, denominator):
+/// 5, 2/3, 0.1 and 1.5e-6. Only the first is exact in binary.
+const RATES: [(u64, u64); 4] = [(5, 1), (2, 3), (1, 10), (3, 2_000_000)];
 const SESSIONS: usize = 4;
 const TTL_MS: u64 = 1_000;
 
@@ -64,12 +71,32 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// One entry: log time that passes before it, and its ops.
-fn entry() -> impl Strategy<Value = (u64, Vec<Op>)> {
+/// One entry: log time that passes before it, and its ops. `token_ms` is the time the rate
+/// limit takes to refill one token: now and then up to two of those pass at once.
+fn entry(token_ms: u64) -> impl Strategy<Value = (u64, Vec<Op>)> {
     (
-        prop_oneof![3 => Just(0u64), 2 => 0..400u64, 1 => 400..1_500u64],
+        prop_oneof![
+            12 => Just(0u64),
+            8 => 0..400u64,
+            4 => 400..1_500u64,
+            1 => 0..=2 * token_ms,
+        ],
         prop::collection::vec(op(), 0..5),
     )
+}
+
+/// A log: entries of (log ms that pass before it, its ops).
+type Log = Vec<(u64, Vec<Op>)>;
+
+/// A rate from [`RATES`] and a log of entries for it.
+fn case() -> impl Strategy<Value = ((u64, u64), Log)> {
+    prop::sample::select(RATES.to_vec()).prop_flat_map(|(num, den)| {
+        let token_ms = 1_000 * den / num;
+        (
+            Just((num, den)),
+            prop::collection::vec(entry(token_ms), 1..60),
+        )
+    })
 }
 
 fn ticket_id(n: u64, limit: usize) -> TicketId {
@@ -227,10 +254,18 @@ impl Model {
     }
 }
 
-fn run(entries: Vec<(u64, Vec<Op>)>) -> Result<(), TestCaseError> {
+fn run(
+    (rate_num, rate_den): (u64, u64),
+    entries: Vec<(u64, Vec<Op>)>,
+) -> Result<(), TestCaseError> {
     let mut sim = Sim::new();
     let mut model = Model::default();
-    for (name, concurrent, per_second, burst) in LIMITS {
+    for (l, (name, concurrent, per_second, burst)) in LIMITS.into_iter().enumerate() {
+        let per_second = if l == RATE {
+            rate_num as f64 / rate_den as f64
+        } else {
+            per_second
+        };
         sim.reply(
             limit("t", name)
                 .concurrent(concurrent)
@@ -438,7 +473,7 @@ fn run(entries: Vec<(u64, Vec<Op>)>) -> Result<(), TestCaseError> {
         expected_grants.sort();
         prop_assert_eq!(got, expected_grants, "grants of queued tickets");
         // G1, and agreement with the model, after every entry.
-        for (l, (name, concurrent, per_second, burst)) in LIMITS.iter().enumerate() {
+        for (l, (name, concurrent, _, burst)) in LIMITS.iter().enumerate() {
             let st = sim.m.limit_status("t", name).unwrap();
             if l != RATE {
                 let lim = &model.limits[l];
@@ -457,16 +492,18 @@ fn run(entries: Vec<(u64, Vec<Op>)>) -> Result<(), TestCaseError> {
                 }
             } else {
                 prop_assert_eq!(st.waiting, model.rate_queued.len() as u64);
+                // G1: sum <= burst + (num / den) × window_ms / 1000, times 1000 × den.
                 let g = &model.rate_grants;
                 for i in 0..g.len() {
-                    let mut sum = 0u64;
+                    let mut sum = 0u128;
                     for later in &g[i..] {
-                        sum += later.1 as u64;
-                        let window_ms = later.0 - g[i].0;
-                        let bound = *burst as f64 + per_second * window_ms as f64 / 1000.0;
+                        sum += later.1 as u128;
+                        let window_ms = (later.0 - g[i].0) as u128;
+                        let scale = 1_000 * rate_den as u128;
                         prop_assert!(
-                            sum as f64 <= bound,
-                            "G1 rate: {sum} tokens in {window_ms} ms"
+                            sum * scale <= *burst as u128 * scale + rate_num as u128 * window_ms,
+                            "G1 rate at {rate_num}/{rate_den} a second: {sum} tokens in \
+                             {window_ms} ms"
                         );
                     }
                 }
@@ -480,7 +517,174 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 1_000, ..ProptestConfig::default() })]
 
     #[test]
-    fn random_logs_keep_capacity_and_idempotency(entries in prop::collection::vec(entry(), 1..60)) {
-        run(entries)?;
+    fn random_logs_keep_capacity_and_idempotency((rate, entries) in case()) {
+        run(rate, entries)?;
+    }
+}
+
+// ---- budget holds (G6) -------------------------------------------------------------------
+
+/// The budget of the holds model's period, in tokens.
+const HOLD_BUDGET: u64 = 100;
+
+#[derive(Clone, Debug)]
+enum HoldOp {
+    /// Reserve run `run` holding `hold` tokens (`None`: no hold).
+    Reserve { run: u8, hold: Option<u64> },
+    /// Settle a new epoch of run `run`, charging `tokens`; `release` frees the slot too.
+    Settle { run: u8, tokens: u64, release: bool },
+    /// Release run `run`'s slot unsettled.
+    Release { run: u8 },
+}
+
+fn hold_op() -> impl Strategy<Value = HoldOp> {
+    prop_oneof![
+        4 => (0..6u8, prop::option::weighted(0.8, 0..60u64))
+            .prop_map(|(run, hold)| HoldOp::Reserve { run, hold }),
+        3 => (0..6u8, 0..50u64, prop::bool::weighted(0.5))
+            .prop_map(|(run, tokens, release)| HoldOp::Settle { run, tokens, release }),
+        1 => (0..6u8).prop_map(|run| HoldOp::Release { run }),
+    ]
+}
+
+/// The model of one tenant's period with a token budget: what each running run has left of
+/// its hold, and what is settled, held and overrun, all in integers.
+#[derive(Default)]
+struct HoldModel {
+    /// Running runs, with what is left of their hold (`None`: admitted without one).
+    running: BTreeMap<u8, Option<u64>>,
+    spent: u64,
+    held: u64,
+    overrun: u64,
+    /// What settlements charged within their run's hold.
+    from_holds: u64,
+}
+
+fn run_holds(ops: Vec<Vec<HoldOp>>) -> Result<(), TestCaseError> {
+    let mut sim = Sim::new();
+    sim.reply(Command::SetTenant {
+        tenant: "h".into(),
+        max_running: weir::machine::Change::Keep,
+        budget_tokens: weir::machine::Change::Set(HOLD_BUDGET),
+        budget_minor: weir::machine::Change::Keep,
+    });
+    let mut model = HoldModel::default();
+    let mut epoch = 0u64;
+    for entry in ops {
+        let mut commands = vec![];
+        let mut expected = vec![];
+        // Many reserves in one entry are the concurrent case: each sees the holds before it.
+        for op in &entry {
+            let run_name = |run: u8| format!("run-{run}");
+            match *op {
+                HoldOp::Reserve { run, hold } => {
+                    commands.push(Command::Reserve {
+                        tenant: "h".into(),
+                        run: run_name(run),
+                        agent: None,
+                        period: Some("p".into()),
+                        hold_tokens: hold,
+                        hold_minor: None,
+                    });
+                    let admitted = if model.running.contains_key(&run) {
+                        true
+                    } else {
+                        match hold {
+                            Some(h) => model.spent + model.held + h <= HOLD_BUDGET,
+                            None => model.spent < HOLD_BUDGET,
+                        }
+                    };
+                    if admitted && !model.running.contains_key(&run) {
+                        model.running.insert(run, hold);
+                        model.held += hold.unwrap_or(0);
+                    }
+                    expected.push(admitted.then_some(Reply::Admitted));
+                }
+                HoldOp::Settle {
+                    run,
+                    tokens,
+                    release,
+                } => {
+                    epoch += 1;
+                    commands.push(Command::Settle(weir::machine::Settle {
+                        tenant: "h".into(),
+                        run: run_name(run),
+                        epoch,
+                        period: Some("p".into()),
+                        tokens,
+                        minor_units: 0,
+                        release_slot: release,
+                    }));
+                    let mut over = 0;
+                    if let Some(Some(left)) = model.running.get_mut(&run) {
+                        let taken = tokens.min(*left);
+                        *left -= taken;
+                        model.held -= taken;
+                        model.from_holds += taken;
+                        over = tokens - taken;
+                    }
+                    model.spent += tokens;
+                    model.overrun += over;
+                    if release && let Some(left) = model.running.remove(&run) {
+                        model.held -= left.unwrap_or(0);
+                    }
+                    expected.push(Some(if over == 0 {
+                        Reply::Settled { duplicate: false }
+                    } else {
+                        Reply::Overrun {
+                            tokens: over,
+                            minor_units: 0,
+                        }
+                    }));
+                }
+                HoldOp::Release { run } => {
+                    commands.push(Command::ReleaseRun {
+                        tenant: "h".into(),
+                        run: run_name(run),
+                    });
+                    if let Some(left) = model.running.remove(&run) {
+                        model.held -= left.unwrap_or(0);
+                    }
+                    expected.push(Some(Reply::Done));
+                }
+            }
+        }
+        let applied = sim.entry(commands);
+        for ((op, reply), want) in entry.iter().zip(&applied.replies).zip(expected) {
+            match want {
+                Some(want) => prop_assert_eq!(reply, &want, "{:?}", op),
+                None => prop_assert!(
+                    matches!(reply, Reply::Refused(Refusal::BudgetExhausted { .. })),
+                    "{:?} answered {:?}",
+                    op,
+                    reply
+                ),
+            }
+        }
+        let spend = sim.m.spent("h", "p");
+        prop_assert_eq!(
+            (spend.tokens, spend.held_tokens, spend.overrun_tokens),
+            (model.spent, model.held, model.overrun)
+        );
+        // G6: the standing holds and what was charged within holds never pass the budget,
+        // however many reserves were admitted together.
+        prop_assert!(
+            spend.held_tokens + model.from_holds <= HOLD_BUDGET,
+            "holds {} and charges within holds {} passed the budget",
+            spend.held_tokens,
+            model.from_holds
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+
+    #[test]
+    fn concurrent_reserves_with_holds_never_overspend(
+        ops in prop::collection::vec(prop::collection::vec(hold_op(), 1..6), 1..40)
+    ) {
+        run_holds(ops)?;
     }
 }

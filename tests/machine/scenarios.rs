@@ -32,6 +32,27 @@ fn reserve(run: &str, agent: Option<&str>, period: Option<&str>) -> Command {
         run: run.into(),
         agent: agent.map(Into::into),
         period: period.map(Into::into),
+        hold_tokens: None,
+        hold_minor: None,
+    }
+}
+
+/// A reserve of `run` in `period` holding (tokens, minor units) of its budget.
+fn reserve_holding(run: &str, period: &str, tokens: Option<u64>, minor: Option<u64>) -> Command {
+    Command::Reserve {
+        tenant: "acme".into(),
+        run: run.into(),
+        agent: None,
+        period: Some(period.into()),
+        hold_tokens: tokens,
+        hold_minor: minor,
+    }
+}
+
+fn unknown(tenant: &str, name: &str) -> Refusal {
+    Refusal::UnknownLimit {
+        tenant: tenant.into(),
+        name: name.into(),
     }
 }
 
@@ -194,21 +215,25 @@ fn removing_a_limit_refuses_waiters_and_waits_for_holders() {
         tenant: "t".into(),
         name: "db".into(),
     });
-    assert_eq!(events, vec![refused_event(a, 2, Refusal::LimitRemoved)]);
-    assert_eq!(s.acquire(a, 3, "db"), refused(Refusal::UnknownLimit));
+    let removed = Refusal::LimitRemoved {
+        tenant: "t".into(),
+        name: "db".into(),
+    };
+    assert_eq!(events, vec![refused_event(a, 2, removed.clone())]);
+    assert_eq!(s.acquire(a, 3, "db"), refused(unknown("t", "db")));
     // The holder keeps its permit; the limit is gone once it releases.
     assert!(s.status("t", "db").removing);
     s.release(a, 1);
     assert_eq!(s.m.limit_status("t", "db"), None);
     // A duplicate of the refused ticket's acquire hears the same refusal.
-    assert_eq!(s.acquire(a, 2, "db"), refused(Refusal::LimitRemoved));
+    assert_eq!(s.acquire(a, 2, "db"), refused(removed));
 }
 
 #[test]
 fn an_unknown_limit_or_session_is_refused_never_granted() {
     let mut s = Sim::new();
     let a = s.open(3_000);
-    assert_eq!(s.acquire(a, 1, "nothing"), refused(Refusal::UnknownLimit));
+    assert_eq!(s.acquire(a, 1, "nothing"), refused(unknown("t", "nothing")));
     assert_eq!(
         s.acquire(99, 1, "nothing"),
         refused(Refusal::UnknownSession)
@@ -338,6 +363,60 @@ fn acquire_is_idempotent_per_session_and_ticket() {
 }
 
 #[test]
+fn a_rate_take_retried_after_thousands_of_others_is_answered_not_granted_twice() {
+    let mut s = Sim::new();
+    s.reply(limit("t", "api").rate(1_000.0).burst(1_000_000));
+    let a = s.open(600_000);
+    let first = s.grant(ask(a, 0, "api"));
+    // 5,000 other takes finish on the same session before the retry arrives.
+    let others: Vec<Command> = (1..=5_000).map(|t| ask(a, t, "api").into()).collect();
+    s.entries(others.chunks(1_000).map(<[Command]>::to_vec));
+    let tokens = s.status("t", "api").tokens;
+    assert_eq!(
+        s.reply(ask(a, 0, "api")),
+        Reply::Granted {
+            fence: first,
+            units: 1
+        },
+        "the retry gets its first answer"
+    );
+    assert_eq!(s.status("t", "api").tokens, tokens, "and takes no token");
+    // After the retention window, in log time, the ticket is forgotten.
+    s.wait(weir::bounds::FINISHED_TICKET_RETENTION_MS);
+    assert_ne!(
+        s.reply(ask(a, 0, "api")),
+        Reply::Granted {
+            fence: first,
+            units: 1
+        }
+    );
+}
+
+#[test]
+fn a_session_at_its_finished_ticket_bound_is_refused_not_made_to_forget() {
+    let mut s = Sim::new();
+    s.reply(limit("t", "api").rate(1_000.0).burst(1_000_000));
+    let a = s.open(600_000);
+    let max = weir::bounds::SESSION_FINISHED_TICKETS_MAX as u64;
+    let takes: Vec<Command> = (0..max).map(|t| ask(a, t, "api").into()).collect();
+    s.entries(takes.chunks(4_096).map(<[Command]>::to_vec));
+    let full = Refusal::AtCapacity {
+        what: format!("finished tickets of session {a} kept for retries"),
+        limit: max,
+    };
+    assert_eq!(s.reply(ask(a, max, "api")), refused(full.clone()));
+    assert_eq!(
+        s.release(a, max + 1).0,
+        refused(full),
+        "recording a release of an unknown ticket needs room too"
+    );
+    // Every one of them is still answered as before.
+    assert!(matches!(s.reply(ask(a, 0, "api")), Reply::Granted { .. }));
+    s.wait(weir::bounds::FINISHED_TICKET_RETENTION_MS);
+    assert!(matches!(s.reply(ask(a, max, "api")), Reply::Granted { .. }));
+}
+
+#[test]
 fn queued_ticket_is_granted_by_the_machine_on_release() {
     let mut s = Sim::db(1);
     let [a, b] = s.open_each([3_000, 3_000]);
@@ -463,7 +542,10 @@ fn run_slots_are_bounded_idempotent_and_released_once() {
     assert_eq!(s.reply(reserve("r2", None, None)), Reply::Admitted);
     assert_eq!(
         s.reply(reserve("r3", None, None)),
-        refused(Refusal::TooManyRuns { running: 2 })
+        refused(Refusal::TooManyRuns {
+            tenant: "acme".into(),
+            running: 2
+        })
     );
     let running = s.m.running("acme");
     assert_eq!(
@@ -483,14 +565,21 @@ fn a_ceiling_of_zero_admits_nobody() {
     s.reply(set_tenant(Change::Set(0), Change::Keep, Change::Keep));
     assert_eq!(
         s.reply(reserve("r1", None, None)),
-        refused(Refusal::TooManyRuns { running: 0 })
+        refused(Refusal::TooManyRuns {
+            tenant: "acme".into(),
+            running: 0
+        })
     );
     s.reply(set_tenant(Change::Clear, Change::Set(0), Change::Keep));
     assert_eq!(
         s.reply(reserve("r1", None, Some("2026-12"))),
         refused(Refusal::BudgetExhausted {
+            tenant: "acme".into(),
+            period: "2026-12".into(),
             kind: BudgetKind::Tokens,
             spent: 0,
+            held: 0,
+            hold: 0,
             budget: 0
         })
     );
@@ -514,8 +603,12 @@ fn budgets_refuse_reserves_once_the_period_is_spent() {
     assert_eq!(
         s.reply(reserve("r3", None, Some("p1"))),
         refused(Refusal::BudgetExhausted {
+            tenant: "acme".into(),
+            period: "p1".into(),
             kind: BudgetKind::Tokens,
             spent: 100,
+            held: 0,
+            hold: 0,
             budget: 100
         })
     );
@@ -523,6 +616,69 @@ fn budgets_refuse_reserves_once_the_period_is_spent() {
     assert_eq!(s.reply(reserve("r3", None, Some("p2"))), Reply::Admitted);
     let spent = s.m.spent("acme", "p1");
     assert_eq!((spent.tokens, spent.minor_units), (100, 2_000));
+}
+
+#[test]
+fn holds_admit_only_what_fits_and_settlements_replace_them_with_the_charge() {
+    let mut s = Sim::new();
+    s.reply(set_tenant(Change::Keep, Change::Set(100), Change::Keep));
+    assert_eq!(
+        s.reply(reserve_holding("r1", "p", Some(60), None)),
+        Reply::Admitted
+    );
+    assert_eq!(
+        s.reply(reserve_holding("r2", "p", Some(50), None)),
+        refused(Refusal::BudgetExhausted {
+            tenant: "acme".into(),
+            period: "p".into(),
+            kind: BudgetKind::Tokens,
+            spent: 0,
+            held: 60,
+            hold: 50,
+            budget: 100
+        }),
+        "60 held + 50 would pass 100"
+    );
+    assert_eq!(
+        s.reply(reserve_holding("r2", "p", Some(40), None)),
+        Reply::Admitted
+    );
+    // Without a hold, the older rule: admitted while the spend has not reached the budget.
+    assert_eq!(s.reply(reserve("r3", None, Some("p"))), Reply::Admitted);
+    assert_eq!(s.m.spent("acme", "p").held_tokens, 100);
+    // r1 settles within its hold, then past it: the charge replaces the hold, and the
+    // excess is recorded and reported.
+    assert_eq!(
+        s.reply(settle("r1", 1, "p", 30, 0, false)),
+        Reply::Settled { duplicate: false }
+    );
+    assert_eq!(
+        s.reply(settle("r1", 2, "p", 40, 0, true)),
+        Reply::Overrun {
+            tokens: 10,
+            minor_units: 0
+        }
+    );
+    let spend = s.m.spent("acme", "p");
+    assert_eq!(
+        (spend.tokens, spend.held_tokens, spend.overrun_tokens),
+        (70, 40, 10)
+    );
+    // Releasing r2 unsettled frees its hold.
+    s.reply(release_run("r2"));
+    assert_eq!(s.m.spent("acme", "p").held_tokens, 0);
+    assert_eq!(
+        s.reply(reserve_holding("r4", "p", Some(30), None)),
+        Reply::Admitted,
+        "70 spent + 30 fits 100"
+    );
+    assert!(matches!(
+        s.reply(reserve_holding("r5", "p", Some(1), None)),
+        Reply::Refused(Refusal::BudgetExhausted { .. })
+    ));
+    // A snapshot keeps the holds.
+    let restored = Machine::restore(&s.m.snapshot()).unwrap();
+    assert_eq!(restored.spent("acme", "p").held_tokens, 30);
 }
 
 #[test]
@@ -650,6 +806,85 @@ fn a_halt_refuses_its_scope_refuses_its_queue_and_tells_its_holders() {
     assert_eq!(s.reply(as_agent(a, 4, "bot")), queued(0));
 }
 
+#[test]
+fn a_retried_reserve_after_a_halt_answers_admitted_for_the_run_already_admitted() {
+    let mut s = Sim::new();
+    s.reply(set_tenant(Change::Set(1), Change::Keep, Change::Keep));
+    // Admitted; its reply is lost; a halt lands; the client retries.
+    assert_eq!(s.reply(reserve("r1", Some("bot"), None)), Reply::Admitted);
+    s.reply(set_halt(&HaltScope::Tenant, "incident"));
+    assert_eq!(
+        s.reply(reserve("r1", Some("bot"), None)),
+        Reply::Admitted,
+        "the retry is told what its first attempt did"
+    );
+    assert_eq!(s.m.running("acme").len(), 1, "and takes no second slot");
+    // A new run is still refused by the halt.
+    assert_eq!(
+        s.reply(reserve("r2", Some("bot"), None)),
+        refused(halted(&HaltScope::Tenant, "incident"))
+    );
+}
+
+#[test]
+fn tenants_periods_halts_and_runs_are_bounded_with_a_refusal_at_the_bound() {
+    use weir::bounds::{TENANT_HALTS_MAX, TENANT_PERIODS_MAX, TENANT_RUNS_MAX, TENANTS_MAX};
+    let full = |what: String, limit: usize| {
+        refused(Refusal::AtCapacity {
+            what,
+            limit: limit as u64,
+        })
+    };
+    let mut s = Sim::new();
+    let runs: Vec<Command> = (0..TENANT_RUNS_MAX)
+        .map(|r| reserve(&format!("r{r}"), None, None))
+        .collect();
+    s.entries(runs.chunks(4_096).map(<[Command]>::to_vec));
+    assert_eq!(
+        s.reply(reserve("one-more", None, None)),
+        full("running runs of tenant acme".into(), TENANT_RUNS_MAX),
+        "a tenant without a ceiling is bounded all the same"
+    );
+    let periods: Vec<Command> = (0..TENANT_PERIODS_MAX as u64)
+        .map(|p| settle("r", p, &format!("p{p}"), 1, 0, false))
+        .collect();
+    s.entries(periods.chunks(4_096).map(<[Command]>::to_vec));
+    assert_eq!(
+        s.reply(settle("r", 1 << 40, "one-more", 1, 0, false)),
+        full("periods of tenant acme".into(), TENANT_PERIODS_MAX)
+    );
+    assert_eq!(
+        s.reply(settle("r", 1 << 41, "p0", 1, 0, false)),
+        Reply::Settled { duplicate: false },
+        "a period already kept is charged as before"
+    );
+    let halts: Vec<Command> = (0..TENANT_HALTS_MAX)
+        .map(|a| set_halt(&HaltScope::Agent(format!("a{a}")), "stop"))
+        .collect();
+    s.entries(halts.chunks(4_096).map(<[Command]>::to_vec));
+    assert_eq!(
+        s.reply(set_halt(&HaltScope::Tenant, "stop")),
+        full("halts of tenant acme".into(), TENANT_HALTS_MAX)
+    );
+    let tenants: Vec<Command> = (1..TENANTS_MAX)
+        .map(|t| Command::SetTenant {
+            tenant: format!("t{t}"),
+            max_running: Change::Set(1),
+            budget_tokens: Change::Keep,
+            budget_minor: Change::Keep,
+        })
+        .collect();
+    s.entries(tenants.chunks(4_096).map(<[Command]>::to_vec));
+    assert_eq!(
+        s.reply(limit("new", "db").concurrent(1)),
+        full("tenants".into(), TENANTS_MAX)
+    );
+    assert_eq!(
+        s.reply(reserve("r-again", None, None)),
+        full("running runs of tenant acme".into(), TENANT_RUNS_MAX)
+    );
+}
+
 // ---- argument rules ------------------------------------------------------------------------
 
 #[test]
@@ -689,8 +924,21 @@ fn bad_arguments_are_refused_with_the_rule_they_break() {
                 run: String::new(),
                 agent: None,
                 period: None,
+                hold_tokens: None,
+                hold_minor: None,
             },
             "run is empty",
+        ),
+        (
+            Command::Reserve {
+                tenant: "t".into(),
+                run: "r".into(),
+                agent: None,
+                period: None,
+                hold_tokens: Some(1),
+                hold_minor: None,
+            },
+            "a hold needs a period to hold against",
         ),
         (
             Command::SetHalt {

@@ -1,4 +1,9 @@
-//! The stores under openraft's conformance suite, and the data directory's refusals (G8).
+//! The stores under openraft's conformance suite, the data directory's refusals (G8), a
+//! damaged log entry (G8) and power loss under the log (G3).
+
+mod crash;
+mod entries;
+mod log_damage;
 
 use std::path::{Path, PathBuf};
 

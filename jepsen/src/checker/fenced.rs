@@ -8,13 +8,16 @@
 //! 2. **No early loss.** A validation that ran wholly inside its permit's belief interval
 //!    must answer "held": the cluster expires a session only after the client's
 //!    conservative deadline has passed.
-//! 3. **Uses within beliefs.** Every action not deliberately paused lies inside its permit's
-//!    belief interval: the client library's self-expiry keeps a holder from acting late
-//!    (a holder that finds its permit lost does not act; such a `use` is marked not taken).
-//! 4. **Resource order.** The actions the resource accepted, in time order, have
-//!    non-decreasing fences: a stale holder's action after a newer holder's was refused.
-//! 5. **The library notices.** A client that resumes after its deadline is told its permit
+//! 3. **The library notices.** A client that resumes after its deadline is told its permit
 //!    may be lost (`lost_reason`) as soon as it asks.
+//!
+//! Two checks this file once made were removed because they could not fail (issue #12):
+//! "every action not paused lies inside its belief" (the workload acts only after
+//! `lost_reason()` said the permit is not lost, and the belief's end is taken from the same
+//! deadline, so the check restated the workload's own code), and "the resource accepted
+//! fences in order" (the harness's own `Resource` refuses older fences by construction). The
+//! resource stays as the scenario the paused holder acts on; whether the cluster's answers
+//! are consistent with one fenced semaphore is the [`super::linearizable`] checker's job.
 
 use std::collections::BTreeMap;
 
@@ -49,7 +52,7 @@ pub fn check(ops: &[Op]) -> Verdict {
             .max()
     };
     let mut validations = 0;
-    for op in oks(ops, "validate") {
+    for op in oks(ops, "validate").filter(|o| super::s(o, "limit").is_none_or(|l| l == "fenced")) {
         let (Some(fence), Some(invoked), Some(held)) =
             (u(op, "fence"), u(op, "invoke_ns"), flag(op, "held"))
         else {
@@ -72,43 +75,11 @@ pub fn check(ops: &[Op]) -> Verdict {
             ));
         }
     }
-    let mut accepted_max = 0;
-    let mut uses = 0;
-    for op in ops
+    let uses = ops
         .iter()
         .filter(|o| o.f == "use" && o.kind != Kind::Invoke)
-    {
-        let (Some(fence), Some(invoked), Some(paused)) =
-            (u(op, "fence"), u(op, "invoke_ns"), flag(op, "paused"))
-        else {
-            return Verdict::Unknown(format!("malformed use op: {}", op.value));
-        };
-        // An ordinary holder that found its permit lost did not act.
-        if op.value.get("taken").and_then(|t| t.as_bool()) == Some(false) {
-            continue;
-        }
-        uses += 1;
-        if !paused {
-            match beliefs.get(&fence) {
-                Some((from, to)) if *from <= invoked && invoked <= *to => {}
-                Some((from, to)) => {
-                    return Verdict::Invalid(format!(
-                        "fence {fence} used at {invoked} ns, outside its belief interval {from}..{to} ns"
-                    ));
-                }
-                // The holder crashed or the run ended before its hold was recorded.
-                None => {}
-            }
-        }
-        if op.kind == Kind::Ok {
-            if fence < accepted_max {
-                return Verdict::Invalid(format!(
-                    "the resource accepted fence {fence} after fence {accepted_max}"
-                ));
-            }
-            accepted_max = fence;
-        }
-    }
+        .filter(|o| o.value.get("taken").and_then(|t| t.as_bool()) != Some(false))
+        .count();
     for op in oks(ops, "client-pause") {
         let (Some(fence), Some(deadline), Some(resumed)) =
             (u(op, "fence"), u(op, "deadline_ns"), u(op, "resumed_ns"))
@@ -234,15 +205,6 @@ mod tests {
     }
 
     #[test]
-    fn an_unpaused_use_after_the_belief_ended_is_invalid() {
-        let mut h = takeover();
-        h[5] = used(9, 250, true, false);
-        assert!(
-            matches!(check(&h), Verdict::Invalid(d) if d.contains("outside its belief interval"))
-        );
-    }
-
-    #[test]
     fn a_use_not_taken_because_the_permit_was_lost_is_no_action() {
         let mut h = takeover();
         h.insert(
@@ -250,16 +212,6 @@ mod tests {
             op(1, Kind::Fail, "use", json!({"fence": 9, "paused": false, "invoke_ns": 250, "taken": false, "lost": "lease deadline passed without a keep-alive"}), 250),
         );
         assert_eq!(check(&h), Verdict::Valid);
-    }
-
-    #[test]
-    fn a_stale_use_accepted_after_a_newer_one_is_invalid() {
-        let mut h = takeover();
-        h[7] = used(5, 300, true, true);
-        assert_eq!(
-            check(&h),
-            Verdict::Invalid("the resource accepted fence 5 after fence 9".into())
-        );
     }
 
     #[test]

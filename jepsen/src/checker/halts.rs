@@ -1,24 +1,29 @@
 //! Halts (G6): once a halt is acknowledged, nothing in its scope is admitted until a clear is
-//! sent. An admission (`reserve` ok) in scope that was invoked after a halt's acknowledgement
+//! sent. A scope is a whole tenant (`agent` null: every agent in it) or one agent in it; the
+//! two are independent records. An admission (`reserve` ok, or `acquire` ok of a limit in
+//! the halted tenant, with its agent) in scope that was invoked after a halt's acknowledgement
 //! and acknowledged before the next clear was invoked is a violation: no linearization can
 //! put it outside the halt. (One that overlaps the clear may be ordered after it.)
 
 use super::{Verdict, s, u};
 use crate::history::{Kind, Op};
 
+/// A halted window: tenant, agent (`None`: the whole tenant), acknowledged, clear invoked.
+type Window = (String, Option<String>, u64, u64);
+
 pub fn check(ops: &[Op]) -> Verdict {
-    // Halted windows per (tenant, agent): [acknowledged, clear invoked).
-    let mut windows: Vec<(String, String, u64, u64)> = vec![];
-    let mut open: Vec<(String, String, u64)> = vec![];
+    let mut windows: Vec<Window> = vec![];
+    let mut open: Vec<(String, Option<String>, u64)> = vec![];
     for op in ops {
-        let (Some(tenant), Some(agent)) = (s(op, "tenant"), s(op, "agent")) else {
+        let Some(tenant) = s(op, "tenant") else {
             continue;
         };
+        let agent = s(op, "agent").map(String::from);
         match (op.f.as_str(), op.kind) {
-            ("set-halt", Kind::Ok) => open.push((tenant.into(), agent.into(), op.time_ns)),
+            ("set-halt", Kind::Ok) => open.push((tenant.into(), agent, op.time_ns)),
             ("clear-halt", Kind::Invoke) => {
                 open.retain(|(t, a, from)| {
-                    if t == tenant && a == agent {
+                    if t == tenant && *a == agent {
                         windows.push((t.clone(), a.clone(), *from, op.time_ns));
                         false
                     } else {
@@ -37,7 +42,7 @@ pub fn check(ops: &[Op]) -> Verdict {
     }
     for op in ops
         .iter()
-        .filter(|o| o.kind == Kind::Ok && (o.f == "reserve" || o.f == "admit"))
+        .filter(|o| o.kind == Kind::Ok && (o.f == "reserve" || o.f == "acquire"))
     {
         let (Some(tenant), Some(agent), Some(invoked)) =
             (s(op, "tenant"), s(op, "agent"), u(op, "invoke_ns"))
@@ -45,12 +50,13 @@ pub fn check(ops: &[Op]) -> Verdict {
             continue;
         };
         let done = op.time_ns;
-        if let Some((_, _, from, to)) = windows
-            .iter()
-            .find(|(t, a, from, to)| t == tenant && a == agent && *from <= invoked && done < *to)
-        {
+        if let Some((_, scope, from, to)) = windows.iter().find(|(t, a, from, to)| {
+            t == tenant && a.as_deref().is_none_or(|a| a == agent) && *from <= invoked && done < *to
+        }) {
             return Verdict::Invalid(format!(
-                "{tenant}/{agent} admitted an op invoked at {invoked} ns inside a halt acknowledged at {from} ns (cleared at {to})"
+                "{tenant}/{agent} admitted a {} invoked at {invoked} ns inside a {} halt acknowledged at {from} ns (cleared at {to})",
+                op.f,
+                if scope.is_some() { "agent" } else { "tenant" }
             ));
         }
     }
@@ -108,5 +114,35 @@ mod tests {
             at("reserve", Kind::Ok, 15, 11),
         ];
         assert!(matches!(check(&h), Verdict::Invalid(_)));
+    }
+
+    #[test]
+    fn a_tenant_halt_covers_every_agent_and_acquires_count_as_admissions() {
+        let tenant_halt = op(
+            1,
+            Kind::Ok,
+            "set-halt",
+            json!({"tenant": "x", "agent": null}),
+            10,
+        );
+        let acquired = op(
+            2,
+            Kind::Ok,
+            "acquire",
+            json!({"tenant": "x", "agent": "b", "limit": "gate", "fence": 7, "invoke_ns": 11}),
+            15,
+        );
+        assert!(
+            matches!(check(&[tenant_halt.clone(), acquired.clone()]), Verdict::Invalid(d) if d.contains("tenant halt"))
+        );
+        // An agent halt of another agent does not cover b; clearing the agent halt does
+        // not clear the tenant's.
+        let agent_halt = at("set-halt", Kind::Ok, 10, 9);
+        assert_eq!(check(&[agent_halt, acquired.clone()]), Verdict::Valid);
+        let clear_agent = at("clear-halt", Kind::Invoke, 12, 12);
+        assert!(matches!(
+            check(&[tenant_halt, clear_agent, acquired]),
+            Verdict::Invalid(_)
+        ));
     }
 }

@@ -1,35 +1,194 @@
-//! Liveness after heal (G7): once every fault is healed, a probe acquire on each limit that
-//! has room is granted within the bound (2 s, plus one leader election, which the heal may
-//! need).
+//! Liveness after heal (G7), judged two ways:
+//!
+//! - **Queued across a fault.** Before each fault, tickets queue behind a blocker on the
+//!   `queue` limit ([`crate::workload::Queued`]); after the heal the blocker releases. Every
+//!   waiter whose session survived must be granted within [`BOUND_MS`] of the heal
+//!   (`healed_ns` of its round), and the waiters of a round are granted in priority order:
+//!   by fence, levels never rise. A waiter never granted is a lost wake-up. The bound runs
+//!   from when the limit has room: the heal, or the blocker's acknowledged release if that
+//!   came later (the release may wait out a leader change on its connection).
+//! - **Behind a killed client.** A client process holding `crash` is killed -9 with a waiter
+//!   queued behind it: the waiter must be granted after the kill, within the killed client's
+//!   session TTL (the CLI's default) plus [`BOUND_MS`].
+//! - **Probes at the end.** After the final heal, a probe acquire on each capped limit once
+//!   it has room: granted within [`BOUND_MS`] of its asking, and the room itself must appear
+//!   within a session TTL of the heal (the stopped workloads' leases lapse by then) —
+//!   `since_heal_ms` at most [`BOUND_MS`] + the TTL.
+
+use std::collections::BTreeMap;
 
 use super::{Verdict, u};
-use crate::history::{Kind, Op};
+use crate::history::{Kind, NEMESIS, Op};
 
 /// G7's bound plus one election (openraft's lease and timeout, under 1 s here).
 pub const BOUND_MS: u64 = 3_000;
 
 pub fn check(ops: &[Op]) -> Verdict {
+    match probes(ops)
+        .and_then(|()| client_kills(ops))
+        .and_then(|()| queued_rounds(ops))
+    {
+        Ok(()) => Verdict::Valid,
+        Err(v) => v,
+    }
+}
+
+/// The probes after each heal: each granted within G7's bound of asking, and of the heal
+/// (plus a TTL for stale sessions of killed clients to lapse).
+fn probes(ops: &[Op]) -> Result<(), Verdict> {
+    let ttl_ms = crate::workload::TTL.as_millis() as u64;
     let probes: Vec<&Op> = ops
         .iter()
         .filter(|o| o.f == "probe" && o.kind != Kind::Invoke)
         .collect();
     if probes.is_empty() {
-        return Verdict::Unknown("no probe after the heal".into());
+        return Err(Verdict::Unknown("no probe after the heal".into()));
     }
     for p in probes {
         if p.kind != Kind::Ok {
-            return Verdict::Invalid(format!("a probe after the heal failed: {}", p.value));
+            return Err(Verdict::Invalid(format!(
+                "a probe after the heal failed: {}",
+                p.value
+            )));
         }
-        let Some(ms) = u(p, "latency_ms") else {
-            return Verdict::Unknown(format!("malformed probe: {}", p.value));
+        let (Some(ms), Some(since)) = (u(p, "latency_ms"), u(p, "since_heal_ms")) else {
+            return Err(Verdict::Unknown(format!("malformed probe: {}", p.value)));
         };
         if ms > BOUND_MS {
-            return Verdict::Invalid(format!(
-                "a probe was granted {ms} ms after the heal (bound {BOUND_MS} ms)"
-            ));
+            return Err(Verdict::Invalid(format!(
+                "a probe was granted {ms} ms after it asked (bound {BOUND_MS} ms)"
+            )));
+        }
+        if since > BOUND_MS + ttl_ms {
+            return Err(Verdict::Invalid(format!(
+                "a probe was granted {since} ms after the heal (bound {} ms: room within a TTL, then G7)",
+                BOUND_MS + ttl_ms
+            )));
         }
     }
-    Verdict::Valid
+    Ok(())
+}
+
+/// Behind a killed client process: its lease lapses (the CLI's TTL) and the permit moves on.
+fn client_kills(ops: &[Op]) -> Result<(), Verdict> {
+    let kills: Vec<u64> = ops
+        .iter()
+        .filter(|o| o.process == NEMESIS && o.kind == Kind::Info && o.f == "client-kill")
+        .filter_map(|o| u(o, "killed_ns"))
+        .collect();
+    let behind: Vec<&Op> = ops
+        .iter()
+        .filter(|o| o.f == "acquire" && o.kind != Kind::Invoke)
+        .filter(|o| o.value.get("behind_kill").is_some())
+        .collect();
+    let cli_ttl_ms = weir::bounds::SESSION_TTL_MS_DEFAULT;
+    for killed in &kills {
+        // The waiter queued before this kill and completed after it.
+        let Some(w) = behind
+            .iter()
+            .find(|o| u(o, "invoke_ns").is_some_and(|i| i < *killed) && o.time_ns >= *killed)
+        else {
+            return Err(Verdict::Invalid(format!(
+                "the waiter behind the client killed at {killed} ns ended before the kill (granted while the killed client held the permit?) or never ended"
+            )));
+        };
+        let after_ms = (w.time_ns - killed) / 1_000_000;
+        if w.kind != Kind::Ok || after_ms > cli_ttl_ms + BOUND_MS {
+            return Err(Verdict::Invalid(format!(
+                "the permit of the client killed at {killed} ns did not move on within {} ms (its TTL, then G7): {} after {after_ms} ms",
+                cli_ttl_ms + BOUND_MS,
+                w.value
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Tickets queued before a fault: every one granted after the heal, within G7's bound of
+/// the room, in priority order.
+fn queued_rounds(ops: &[Op]) -> Result<(), Verdict> {
+    // Queued rounds: heal time per round, and the waiters' outcomes.
+    // G7 counts from when the limit has room: the heal, or the blocker's acknowledged
+    // release if that came later.
+    let blockers: BTreeMap<u64, u64> = ops
+        .iter()
+        .filter(|o| o.f == "acquire" && o.kind == Kind::Invoke)
+        .filter_map(|o| Some((o.process, u(o, "blocker")?)))
+        .collect();
+    let released: BTreeMap<u64, u64> = ops
+        .iter()
+        .filter(|o| o.f == "release" && o.kind == Kind::Ok)
+        .filter_map(|o| Some((*blockers.get(&o.process)?, o.time_ns)))
+        .collect();
+    let healed: BTreeMap<u64, u64> = ops
+        .iter()
+        .filter(|o| o.process == NEMESIS && o.f == "queue-round")
+        .filter_map(|o| {
+            let round = u(o, "round")?;
+            let room = u(o, "healed_ns")?.max(released.get(&round).copied().unwrap_or(0));
+            Some((round, room))
+        })
+        .collect();
+    let mut granted: BTreeMap<u64, Vec<(u64, i64, u64)>> = BTreeMap::new();
+    let mut waiting: BTreeMap<(u64, u64), bool> = BTreeMap::new();
+    for o in ops
+        .iter()
+        .filter(|o| o.f == "acquire" && o.value.get("level").is_some())
+    {
+        let (Some(round), Some(level)) = (u(o, "round"), o.value["level"].as_i64()) else {
+            continue;
+        };
+        match o.kind {
+            Kind::Invoke => {
+                waiting.insert((round, o.process), true);
+            }
+            Kind::Ok => {
+                waiting.remove(&(round, o.process));
+                if let Some(fence) = u(o, "fence") {
+                    granted
+                        .entry(round)
+                        .or_default()
+                        .push((fence, level, o.time_ns));
+                }
+            }
+            _ => {
+                // A lapsed session withdrew the ticket; any other end is not a grant.
+                let lapsed = o.value.get("session_lost") == Some(&true.into());
+                if lapsed {
+                    waiting.remove(&(round, o.process));
+                }
+            }
+        }
+    }
+    if let Some(((round, process), _)) = waiting
+        .iter()
+        .find(|((round, _), _)| healed.contains_key(round))
+    {
+        return Err(Verdict::Invalid(format!(
+            "G7: the ticket of process {process}, queued before the fault of round {round}, was never granted after the heal"
+        )));
+    }
+    for (round, mut grants) in granted {
+        let Some(heal) = healed.get(&round) else {
+            continue;
+        };
+        grants.sort_unstable();
+        for (fence, level, at) in &grants {
+            let since = at.saturating_sub(*heal) / 1_000_000;
+            if since > BOUND_MS {
+                return Err(Verdict::Invalid(format!(
+                    "G7: the ticket at level {level} queued before the fault of round {round} was granted {since} ms after the heal and the room (fence {fence}; bound {BOUND_MS} ms)"
+                )));
+            }
+        }
+        if let Some(w) = grants.windows(2).find(|w| w[1].1 > w[0].1) {
+            return Err(Verdict::Invalid(format!(
+                "G7: round {round} granted level {} (fence {}) before level {} (fence {}): not in priority order",
+                w[0].1, w[0].0, w[1].1, w[1].0
+            )));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -41,11 +200,23 @@ mod tests {
     #[test]
     fn fast_probes_are_valid_slow_or_failed_ones_are_not() {
         assert_eq!(
-            check(&[op(1, Kind::Ok, "probe", json!({"latency_ms": 900}), 1)]),
+            check(&[op(
+                1,
+                Kind::Ok,
+                "probe",
+                json!({"latency_ms": 900, "since_heal_ms": 2500}),
+                1
+            )]),
             Verdict::Valid
         );
         assert!(matches!(
-            check(&[op(1, Kind::Ok, "probe", json!({"latency_ms": 9000}), 1)]),
+            check(&[op(
+                1,
+                Kind::Ok,
+                "probe",
+                json!({"latency_ms": 9000, "since_heal_ms": 9000}),
+                1
+            )]),
             Verdict::Invalid(_)
         ));
         assert!(matches!(
@@ -53,5 +224,150 @@ mod tests {
             Verdict::Invalid(_)
         ));
         assert!(matches!(check(&[]), Verdict::Unknown(_)));
+    }
+
+    fn probe() -> Op {
+        op(
+            1,
+            Kind::Ok,
+            "probe",
+            json!({"latency_ms": 10, "since_heal_ms": 100}),
+            1,
+        )
+    }
+
+    fn waiter(process: u64, kind: Kind, level: i64, fence: Option<u64>, at_ms: u64) -> Op {
+        let mut v = json!({"limit": "queue", "round": 1, "level": level});
+        if let Some(f) = fence {
+            v["fence"] = f.into();
+        }
+        op(process, kind, "acquire", v, at_ms * 1_000_000)
+    }
+
+    fn round(healed_ms: u64) -> Op {
+        op(
+            NEMESIS,
+            Kind::Info,
+            "queue-round",
+            json!({"round": 1, "healed_ns": healed_ms * 1_000_000}),
+            healed_ms * 1_000_000,
+        )
+    }
+
+    #[test]
+    fn queued_tickets_granted_soon_after_the_heal_in_priority_order_are_valid() {
+        let h = [
+            probe(),
+            waiter(7, Kind::Invoke, 1, None, 0),
+            waiter(8, Kind::Invoke, 3, None, 0),
+            round(1_000),
+            waiter(8, Kind::Ok, 3, Some(50), 1_100),
+            waiter(7, Kind::Ok, 1, Some(60), 1_200),
+        ];
+        assert_eq!(check(&h), Verdict::Valid);
+    }
+
+    #[test]
+    fn a_lost_wake_up_a_late_grant_or_a_priority_inversion_is_invalid() {
+        let base = [
+            probe(),
+            waiter(7, Kind::Invoke, 1, None, 0),
+            waiter(8, Kind::Invoke, 3, None, 0),
+            round(1_000),
+        ];
+        let with = |more: &[Op]| base.iter().chain(more).cloned().collect::<Vec<_>>();
+        // Process 7 never granted.
+        let lost = with(&[waiter(8, Kind::Ok, 3, Some(50), 1_100)]);
+        assert!(matches!(check(&lost), Verdict::Invalid(d) if d.contains("never granted")));
+        // Granted 5 s after the heal.
+        let late = with(&[
+            waiter(8, Kind::Ok, 3, Some(50), 1_100),
+            waiter(7, Kind::Ok, 1, Some(60), 6_000),
+        ]);
+        assert!(matches!(check(&late), Verdict::Invalid(d) if d.contains("after the heal")));
+        // Level 1 served before level 3.
+        let inverted = with(&[
+            waiter(7, Kind::Ok, 1, Some(50), 1_100),
+            waiter(8, Kind::Ok, 3, Some(60), 1_200),
+        ]);
+        assert!(matches!(check(&inverted), Verdict::Invalid(d) if d.contains("priority order")));
+        // A waiter whose session lapsed is not judged.
+        let mut lapsed = waiter(7, Kind::Fail, 1, None, 900);
+        lapsed.value["session_lost"] = true.into();
+        assert_eq!(
+            check(&with(&[lapsed, waiter(8, Kind::Ok, 3, Some(50), 1_100)])),
+            Verdict::Valid
+        );
+    }
+
+    #[test]
+    fn a_probe_whose_room_came_long_after_the_heal_is_invalid() {
+        let p = op(
+            1,
+            Kind::Ok,
+            "probe",
+            json!({"latency_ms": 10, "since_heal_ms": 8_000}),
+            1,
+        );
+        assert!(matches!(check(&[p]), Verdict::Invalid(d) if d.contains("after the heal")));
+    }
+
+    #[test]
+    fn the_permit_of_a_killed_client_moves_on_within_its_ttl() {
+        let kill = op(
+            NEMESIS,
+            Kind::Info,
+            "client-kill",
+            json!({"killed_ns": 1_000_000_000u64}),
+            1_000_000_001,
+        );
+        let waiter = |kind: Kind, at_ms: u64| {
+            op(
+                30_000,
+                kind,
+                "acquire",
+                json!({"limit": "crash", "behind_kill": true, "invoke_ns": 900_000_000u64}),
+                at_ms * 1_000_000,
+            )
+        };
+        assert_eq!(
+            check(&[probe(), kill.clone(), waiter(Kind::Ok, 4_200)]),
+            Verdict::Valid
+        );
+        // Never moved on (the waiter timed out), or granted while the killed client held it.
+        assert!(matches!(
+            check(&[probe(), kill.clone(), waiter(Kind::Fail, 21_000)]),
+            Verdict::Invalid(_)
+        ));
+        assert!(matches!(
+            check(&[probe(), kill, waiter(Kind::Ok, 950)]),
+            Verdict::Invalid(_)
+        ));
+    }
+
+    #[test]
+    fn the_bound_runs_from_the_blockers_acknowledged_release_when_it_came_after_the_heal() {
+        let blocker = |kind: Kind, f: &str, at_ms: u64| {
+            op(
+                20_010,
+                kind,
+                f,
+                json!({"limit": "queue", "blocker": 1}),
+                at_ms * 1_000_000,
+            )
+        };
+        let h = [
+            probe(),
+            blocker(Kind::Invoke, "acquire", 0),
+            waiter(7, Kind::Invoke, 1, None, 0),
+            round(1_000),
+            blocker(Kind::Invoke, "release", 1_000),
+            blocker(Kind::Ok, "release", 3_500),
+            waiter(7, Kind::Ok, 1, Some(60), 4_100),
+        ];
+        assert_eq!(check(&h), Verdict::Valid);
+        let mut late = h.to_vec();
+        late[6] = waiter(7, Kind::Ok, 1, Some(60), 6_600);
+        assert!(matches!(check(&late), Verdict::Invalid(_)));
     }
 }

@@ -4,14 +4,20 @@
 //! `Unknown` when the history cannot show the property either way (nothing to judge, a
 //! requested fault that never fired). Unknown is never counted as a pass.
 
+pub mod capacity;
+pub mod ceilings;
+pub mod convergence;
+pub mod coverage;
 pub mod fenced;
 pub mod fences;
 pub mod halts;
+pub mod linearizable;
 pub mod liveness;
 pub mod panics;
 pub mod permits;
 pub mod rate;
 pub mod settlement;
+pub mod stalls;
 
 use crate::history::{Kind, Op};
 

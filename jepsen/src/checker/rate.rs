@@ -1,32 +1,115 @@
 //! G1 for rates: the tokens granted over any window never exceed `burst + per_second ×
-//! window`.
+//! window`, the window measured in log time.
 //!
 //! Judged conservatively on the harness clock: a take invoked at or after `a` and
-//! acknowledged at or before `b` was granted at a log time inside a log window no longer than
-//! `(b − a) × r`, where `r` is the fastest leader clock rate in the run (1 without clock
-//! faults: the log clock never outruns its leaders' clocks), so the takes wholly inside
-//! `[a, b]` must fit the bucket's bound for that window.
+//! acknowledged at or before `b` was granted inside a log window no longer than
+//! `(b − a) × r`, where `r` is the fastest clock rate of the leaders that could have led
+//! during `[a, b]` — per leadership, not per run: a leader's log clock runs at its own
+//! node's rate (the clock nemesis skews it, `WEIR_TEST_CLOCK_RATE`), and a new leader
+//! continues the log clock where the last one stopped, so a window's log time is at most its
+//! real time at its leaders' fastest rate. Which nodes could lead: the one the status
+//! monitor last saw leading before the window, and every one it saw leading within a second
+//! of it (a leader is first seen up to one poll after it was elected). A leadership too
+//! short for any poll to see (under ~0.4 s: a leader that grants answers status too) is the
+//! caveat; at ±5% and these rates its excess is far below one token. A node's rate applies
+//! from the clock fault's invoke to the next heal (which restarts it true).
 
 use std::collections::BTreeMap;
 
 use super::{Verdict, oks, s, u};
-use crate::history::Op;
+use crate::history::{Kind, NEMESIS, Op};
 
 /// Per limit: rate, burst, and (invoked, acknowledged, units) of each take.
 type Takes<'a> = BTreeMap<&'a str, (f64, u64, Vec<(u64, u64, u64)>)>;
 
-/// The fastest proposer clock rate the clock nemesis gave any node (1 when none).
-fn fastest_clock(ops: &[Op]) -> f64 {
-    ops.iter()
-        .filter(|o| o.process == crate::history::NEMESIS && o.f == "clock")
-        .filter_map(|o| o.value.get("nodes")?.as_array().cloned())
-        .flatten()
-        .filter_map(|n| n.get("rate")?.as_f64())
-        .fold(1.0, f64::max)
+/// How far from a window a leader sighting still counts (the monitor polls every 100 ms;
+/// an election and its first sighting are well within this).
+const SIGHTING_SLACK_NS: u64 = 1_000_000_000;
+
+/// The clock rates the nemesis set, and the leaders the monitor saw.
+struct Clocks {
+    /// (from, to, rate of node 1, 2, 3).
+    spans: Vec<(u64, u64, Vec<f64>)>,
+    /// (first seen, node), in time order.
+    leaders: Vec<(u64, u64)>,
+}
+
+impl Clocks {
+    fn of(ops: &[Op]) -> Clocks {
+        let mut spans = vec![];
+        let mut invoked = None;
+        let mut open: Option<(u64, Vec<f64>)> = None;
+        let mut leaders = vec![];
+        for o in ops.iter().filter(|o| o.process == NEMESIS) {
+            match (o.f.as_str(), o.kind) {
+                ("clock", Kind::Invoke) => invoked = Some(o.time_ns),
+                ("clock", Kind::Info) => {
+                    let rates = o.value["nodes"]
+                        .as_array()
+                        .map(|n| {
+                            n.iter()
+                                .map(|n| n["rate"].as_f64().unwrap_or(1.0))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    open = Some((invoked.take().unwrap_or(o.time_ns), rates));
+                }
+                ("heal", Kind::Info) => {
+                    if let Some((from, rates)) = open.take() {
+                        spans.push((from, o.time_ns, rates));
+                    }
+                }
+                ("leader", Kind::Info) => {
+                    if let Some(n) = o.value["node"].as_u64() {
+                        leaders.push((o.time_ns, n));
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some((from, rates)) = open {
+            spans.push((from, u64::MAX, rates));
+        }
+        Clocks { spans, leaders }
+    }
+
+    /// The fastest rate of a node that could have led during `[a, b]` (1 when none was
+    /// skewed).
+    fn factor(&self, a: u64, b: u64) -> f64 {
+        let (lo, hi) = (
+            a.saturating_sub(SIGHTING_SLACK_NS),
+            b.saturating_add(SIGHTING_SLACK_NS),
+        );
+        let before = self
+            .leaders
+            .iter()
+            .rev()
+            .find(|(t, _)| *t < lo)
+            .map(|(_, n)| *n);
+        let mut nodes: Vec<u64> = self
+            .leaders
+            .iter()
+            .filter(|(t, _)| (lo..=hi).contains(t))
+            .map(|(_, n)| *n)
+            .chain(before)
+            .collect();
+        if nodes.is_empty() {
+            nodes = vec![1, 2, 3];
+        }
+        self.spans
+            .iter()
+            .filter(|(from, to, _)| *from <= b && a <= *to)
+            .flat_map(|(_, _, rates)| {
+                nodes
+                    .iter()
+                    .filter_map(|n| rates.get(*n as usize - 1).copied())
+            })
+            .fold(1.0, f64::max)
+    }
 }
 
 pub fn check(ops: &[Op]) -> Verdict {
-    let clock = fastest_clock(ops);
+    let clocks = Clocks::of(ops);
     let mut by_limit: Takes = BTreeMap::new();
     for op in oks(ops, "take") {
         let (Some(limit), Some(invoke), Some(units), Some(rate), Some(burst)) = (
@@ -47,21 +130,21 @@ pub fn check(ops: &[Op]) -> Verdict {
     if by_limit.is_empty() {
         return Verdict::Unknown("no rate take succeeded".into());
     }
-    for (limit, (rate, burst, takes)) in by_limit {
-        for &(a, _, _) in &takes {
-            for &(_, b, _) in &takes {
-                if b < a {
-                    continue;
-                }
-                let inside: u64 = takes
-                    .iter()
-                    .filter(|t| t.0 >= a && t.1 <= b)
-                    .map(|t| t.2)
-                    .sum();
-                let bound = burst as f64 + rate * clock * (b - a) as f64 / 1e9;
-                if inside as f64 > bound + 1e-9 {
+    for (limit, (rate, burst, mut takes)) in by_limit {
+        // For each window start `a` (an invoke), the takes invoked at or after it, by
+        // acknowledgement: each prefix is the takes inside [a, b] for b = its last ack.
+        takes.sort_unstable();
+        for i in 0..takes.len() {
+            let a = takes[i].0;
+            let mut inside: Vec<(u64, u64)> = takes[i..].iter().map(|t| (t.1, t.2)).collect();
+            inside.sort_unstable();
+            let mut sum = 0;
+            for (b, units) in inside {
+                sum += units;
+                let bound = burst as f64 + rate * clocks.factor(a, b) * (b - a) as f64 / 1e9;
+                if sum as f64 > bound + 1e-9 {
                     return Verdict::Invalid(format!(
-                        "{inside} tokens of {limit} granted within {:.3} s; the bound is {bound:.2}",
+                        "{sum} tokens of {limit} granted within {:.3} s from {a} ns; the bound is {bound:.2}",
                         (b - a) as f64 / 1e9
                     ));
                 }
@@ -109,6 +192,42 @@ mod tests {
             "clock",
             json!({"nodes": [{"rate": 1.05}]}),
             0,
+        ));
+        assert_eq!(check(&h), Verdict::Valid);
+    }
+
+    #[test]
+    fn a_fast_clock_counts_only_while_its_node_leads() {
+        // The same takes as above, 5% over the true-clock bound; node 2 ran 5% fast, but
+        // the monitor saw node 1 leading throughout: node 2's rate does not count.
+        let mut h = vec![
+            op(NEMESIS, Kind::Invoke, "clock", json!({}), 0),
+            op(
+                NEMESIS,
+                Kind::Info,
+                "clock",
+                json!({"nodes": [{"rate": 1.0}, {"rate": 1.05}, {"rate": 1.0}]}),
+                0,
+            ),
+            op(
+                NEMESIS,
+                Kind::Info,
+                "leader",
+                json!({"node": 1, "term": 4}),
+                0,
+            ),
+            take(0, 1),
+            take(0, 1),
+        ];
+        h.extend((1..=10).map(|i| take(i * 96, i * 96 + 1)));
+        assert!(matches!(check(&h), Verdict::Invalid(_)));
+        // Node 2 seen leading in the window: its rate counts.
+        h.push(op(
+            NEMESIS,
+            Kind::Info,
+            "leader",
+            json!({"node": 2, "term": 5}),
+            500_000_000,
         ));
         assert_eq!(check(&h), Verdict::Valid);
     }

@@ -1,37 +1,121 @@
-//! The settlement ledger (G3, G5): every acknowledged settle is charged exactly once — the
-//! final spend lies between the acknowledged charges and those plus the settles whose
-//! outcome is unknown — and a settle reusing a key with another payload is refused.
+//! The settlement ledger (G3, G5), exactly, per key: each settlement key (tenant, run,
+//! epoch) is charged once, with one of the payloads sent for it, or not at all.
+//!
+//! Every key settles into a period of its own, and the final read of that period's spend
+//! says exactly what the key was charged — so a double charge cannot hide behind another
+//! key's unknown outcome. Per key, with every payload sent for it (the first one, and any
+//! conflicting ones, raced or sent later):
+//! - a payload acknowledged as settled was charged: the spend is exactly its tokens, and
+//!   two different payloads both acknowledged is a conflict accepted;
+//! - otherwise, if a payload was refused as a conflict, some other payload was applied
+//!   first: the spend is the tokens of one payload whose outcome is unknown;
+//! - otherwise the spend is 0 or the tokens of one payload whose outcome is unknown;
+//! - a payload that definitely failed (another refusal) charged nothing.
 
-use super::{Verdict, oks, u};
+use std::collections::BTreeMap;
+
+use super::{Verdict, s, u};
 use crate::history::{Kind, Op};
 
+/// What is known of one key.
+#[derive(Default)]
+struct Key<'a> {
+    period: Option<&'a str>,
+    /// Tokens of payloads acknowledged as settled.
+    settled: Vec<u64>,
+    /// Tokens of payloads whose outcome is unknown (or never completed).
+    unknown: Vec<u64>,
+    /// A payload was refused as a conflict: another one had been applied.
+    conflicted: bool,
+}
+
 pub fn check(ops: &[Op]) -> Verdict {
-    let acked: u64 = oks(ops, "settle")
-        .filter(|o| o.value.get("duplicate").and_then(|d| d.as_bool()) == Some(false))
-        .filter_map(|o| u(o, "tokens"))
-        .sum();
-    let unknown: u64 = ops
+    let mut keys: BTreeMap<&str, Key> = BTreeMap::new();
+    // Invokes not yet completed, per (process, f).
+    let mut pending: BTreeMap<(u64, &str), (&str, u64)> = BTreeMap::new();
+    for op in ops
         .iter()
-        .filter(|o| o.kind == Kind::Info && o.f == "settle")
-        .filter_map(|o| u(o, "tokens"))
-        .sum();
-    if let Some(bad) = oks(ops, "settle-conflict").next() {
-        return Verdict::Invalid(format!("a conflicting settle was accepted: {}", bad.value));
+        .filter(|o| o.f == "settle" || o.f == "settle-conflict")
+    {
+        let (Some(key), Some(tokens)) = (s(op, "key"), u(op, "tokens")) else {
+            return Verdict::Unknown(format!("malformed {} op: {}", op.f, op.value));
+        };
+        let k = keys.entry(key).or_default();
+        match op.kind {
+            Kind::Invoke => {
+                if let Some(p) = s(op, "period") {
+                    k.period = Some(p);
+                }
+                pending.insert((op.process, op.f.as_str()), (key, tokens));
+                continue;
+            }
+            Kind::Ok => k.settled.push(tokens),
+            Kind::Info => k.unknown.push(tokens),
+            Kind::Fail => {
+                if s(op, "error") == Some("conflict") {
+                    k.conflicted = true;
+                }
+            }
+        }
+        pending.remove(&(op.process, op.f.as_str()));
     }
-    let Some(spent) = oks(ops, "spent").last().and_then(|o| u(o, "tokens")) else {
-        return Verdict::Unknown("no final read of the spend".into());
-    };
-    if oks(ops, "settle").next().is_none() {
-        return Verdict::Unknown("no settle was acknowledged".into());
+    for (key, tokens) in pending.into_values() {
+        keys.entry(key).or_default().unknown.push(tokens);
     }
-    if spent < acked {
-        return Verdict::Invalid(format!(
-            "spent {spent} < {acked} acknowledged: an acknowledged settle was lost"
+    let spent: BTreeMap<&str, u64> = ops
+        .iter()
+        .filter(|o| o.kind == Kind::Ok && o.f == "spent")
+        .filter_map(|o| Some((s(o, "period")?, u(o, "tokens")?)))
+        .collect();
+    let (mut judged, mut unread) = (0, 0);
+    for (key, k) in &keys {
+        let Some(spent) = k.period.and_then(|p| spent.get(p)).copied() else {
+            unread += 1;
+            continue;
+        };
+        judged += 1;
+        let mut settled = k.settled.clone();
+        settled.sort_unstable();
+        settled.dedup();
+        if settled.len() > 1 {
+            return Verdict::Invalid(format!(
+                "key {key}: two different payloads were both settled ({settled:?} tokens)"
+            ));
+        }
+        if let Some(t) = settled.first() {
+            if spent != *t {
+                return Verdict::Invalid(format!(
+                    "key {key}: charged {spent} tokens, but the payload acknowledged was {t}{}",
+                    if spent > *t {
+                        " (charged twice?)"
+                    } else {
+                        " (lost?)"
+                    }
+                ));
+            }
+        } else if !k.unknown.contains(&spent) && (k.conflicted || spent != 0) {
+            return Verdict::Invalid(format!(
+                "key {key}: charged {spent} tokens; possible: {}{:?} (outcomes unknown){}",
+                if k.conflicted { "" } else { "0 or " },
+                k.unknown,
+                if k.conflicted {
+                    ", and a conflict refusal says one was applied"
+                } else {
+                    ""
+                }
+            ));
+        }
+    }
+    if judged == 0 {
+        return Verdict::Unknown(format!(
+            "no settled key was read back ({} keys, {unread} unread)",
+            keys.len()
         ));
     }
-    if spent > acked + unknown {
-        return Verdict::Invalid(format!(
-            "spent {spent} > {acked} acknowledged + {unknown} unknown: a settle was charged twice"
+    if unread > 0 {
+        return Verdict::Unknown(format!(
+            "{unread} of {} keys were not read back",
+            keys.len()
         ));
     }
     Verdict::Valid
@@ -43,58 +127,110 @@ mod tests {
     use crate::checker::test_support::op;
     use serde_json::json;
 
-    fn settle(kind: Kind, tokens: u64, duplicate: bool) -> Op {
+    fn settle(process: u64, kind: Kind, key: &str, tokens: u64) -> Op {
+        let mut v = json!({"key": key, "tokens": tokens, "period": format!("p-{key}")});
+        if kind == Kind::Fail {
+            v["error"] = "conflict".into();
+        }
+        op(process, kind, "settle", v, 1)
+    }
+
+    fn spent(key: &str, tokens: u64) -> Op {
         op(
-            1,
-            kind,
-            "settle",
-            json!({"key": "r/1", "tokens": tokens, "duplicate": duplicate}),
-            1,
+            0,
+            Kind::Ok,
+            "spent",
+            json!({"period": format!("p-{key}"), "tokens": tokens}),
+            9,
         )
     }
 
-    fn spent(tokens: u64) -> Op {
-        op(1, Kind::Ok, "spent", json!({"tokens": tokens}), 9)
-    }
-
     #[test]
-    fn the_spend_between_acknowledged_and_unknown_is_valid() {
+    fn each_key_charged_with_its_acknowledged_or_possible_payload_is_valid() {
         let h = [
-            settle(Kind::Ok, 5, false),
-            settle(Kind::Ok, 5, true),
-            settle(Kind::Info, 3, false),
-            spent(8),
+            settle(1, Kind::Invoke, "a", 5),
+            settle(1, Kind::Ok, "a", 5),
+            settle(1, Kind::Invoke, "b", 3),
+            settle(1, Kind::Info, "b", 3),
+            settle(1, Kind::Invoke, "c", 4),
+            settle(1, Kind::Info, "c", 4),
+            spent("a", 5),
+            spent("b", 3),
+            spent("c", 0),
         ];
         assert_eq!(check(&h), Verdict::Valid);
-        assert_eq!(
-            check(&h[..3].iter().cloned().chain([spent(5)]).collect::<Vec<_>>()),
-            Verdict::Valid
-        );
     }
 
     #[test]
-    fn a_lost_or_doubled_charge_is_invalid() {
-        assert!(matches!(
-            check(&[settle(Kind::Ok, 5, false), spent(4)]),
-            Verdict::Invalid(_)
-        ));
-        assert!(matches!(
-            check(&[
-                settle(Kind::Ok, 5, false),
-                settle(Kind::Ok, 5, true),
-                spent(10)
-            ]),
-            Verdict::Invalid(_)
-        ));
-    }
-
-    #[test]
-    fn an_accepted_conflict_is_invalid() {
+    fn a_double_charge_cannot_hide_behind_another_keys_unknown() {
+        // Key a acknowledged 5 and charged 10; key b's unknown 5 never applied. The old
+        // aggregate check (10 <= 5 + 5) let this pass.
         let h = [
-            settle(Kind::Ok, 5, false),
-            op(1, Kind::Ok, "settle-conflict", json!({"key": "r/1"}), 2),
-            spent(5),
+            settle(1, Kind::Invoke, "a", 5),
+            settle(1, Kind::Ok, "a", 5),
+            settle(1, Kind::Invoke, "b", 5),
+            settle(1, Kind::Info, "b", 5),
+            spent("a", 10),
+            spent("b", 0),
         ];
-        assert!(matches!(check(&h), Verdict::Invalid(_)));
+        assert!(matches!(check(&h), Verdict::Invalid(d) if d.contains("key a")));
+    }
+
+    #[test]
+    fn a_conflict_after_an_unknown_outcome_decides_which_payload_applied() {
+        // The first payload's outcome is unknown; a conflicting one raced it and was refused:
+        // the first was applied, so its tokens must be charged.
+        let base = [
+            settle(1, Kind::Invoke, "a", 5),
+            settle(1, Kind::Info, "a", 5),
+            op(
+                2,
+                Kind::Invoke,
+                "settle-conflict",
+                json!({"key": "a", "tokens": 6}),
+                2,
+            ),
+            op(
+                2,
+                Kind::Fail,
+                "settle-conflict",
+                json!({"key": "a", "tokens": 6, "error": "conflict"}),
+                3,
+            ),
+        ];
+        let with = |t| {
+            base.iter()
+                .cloned()
+                .chain([spent("a", t)])
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(check(&with(5)), Verdict::Valid);
+        assert!(matches!(check(&with(0)), Verdict::Invalid(_)));
+        assert!(matches!(check(&with(6)), Verdict::Invalid(_)));
+    }
+
+    #[test]
+    fn two_payloads_settled_is_invalid_and_an_unread_key_unknown() {
+        let h = [
+            settle(1, Kind::Invoke, "a", 5),
+            settle(1, Kind::Ok, "a", 5),
+            op(
+                2,
+                Kind::Invoke,
+                "settle-conflict",
+                json!({"key": "a", "tokens": 6}),
+                2,
+            ),
+            op(
+                2,
+                Kind::Ok,
+                "settle-conflict",
+                json!({"key": "a", "tokens": 6}),
+                3,
+            ),
+            spent("a", 5),
+        ];
+        assert!(matches!(check(&h), Verdict::Invalid(d) if d.contains("both settled")));
+        assert!(matches!(check(&h[..2]), Verdict::Unknown(_)));
     }
 }

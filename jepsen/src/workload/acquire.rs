@@ -55,6 +55,18 @@ pub async fn acquire_recorded(
     next
 }
 
+/// Releases `permit` (waiting at most 3 s) and records the `release` op: its invoke, and
+/// `ok` once acknowledged or `info` when the outcome is unknown (the lease then lapses).
+pub async fn release_recorded(process: u64, permit: Permit, history: &Recorder) {
+    let v = json!({"limit": permit.limit(), "fence": permit.fence()});
+    history.record(process, Kind::Invoke, "release", v.clone());
+    let kind = match tokio::time::timeout(Duration::from_secs(3), permit.release()).await {
+        Ok(Ok(())) => Kind::Ok,
+        _ => Kind::Info,
+    };
+    history.record(process, kind, "release", v);
+}
+
 /// Where a belief that began at `from` ends, as G2 defines it: now (the release is about to
 /// be sent, or the loss was just seen), or earlier if the session's conservative deadline
 /// passed first — a client busy elsewhere (waiting on a read, paused) may notice its

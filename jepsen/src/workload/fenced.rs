@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::json;
 use weir::client::{Client, Permit, Session};
 
-use super::acquire::{Acquired, acquire_recorded, belief_end};
+use super::acquire::{Acquired, acquire_recorded, belief_end, release_recorded};
 use super::{FENCED, TENANT, TTL};
 use crate::history::{Kind, Recorder};
 use crate::rng::Rng;
@@ -109,12 +109,8 @@ pub async fn fenced(
             if let Some(ms) = pause.as_ref().and_then(|p| p.take()) {
                 // Believed held until the deadline, which passes during the pause.
                 let deadline_ns = history.ns_of(session.deadline());
-                history.record(
-                    process,
-                    Kind::Invoke,
-                    "client-pause",
-                    json!({"fence": fence, "ms": ms, "deadline_ns": deadline_ns}),
-                );
+                // The pause is a fact (recorded once, when it ends), not an op: the
+                // process's own ops (use, validate) happen inside it.
                 if let Some(p) = &pause {
                     p.taken.fetch_add(1, Ordering::SeqCst);
                 }
@@ -125,7 +121,7 @@ pub async fn fenced(
                 let held = validate(process, &client, fence, true, &history).await;
                 let lost = permit.lost_reason();
                 history.record(process, Kind::Ok, "client-pause", json!({"fence": fence, "ms": ms, "deadline_ns": deadline_ns, "resumed_ns": acted, "lost": lost.map(|l| l.to_string()), "validated": held}));
-                let _ = tokio::time::timeout(Duration::from_secs(3), permit.release()).await;
+                release_recorded(process, permit, &history).await;
                 break;
             }
             validate(process, &client, fence, false, &history).await;
@@ -138,7 +134,7 @@ pub async fn fenced(
                 belief_end(&history, &session, from),
                 lost.map(|l| l.to_string()),
             );
-            let _ = tokio::time::timeout(Duration::from_secs(3), permit.release()).await;
+            release_recorded(process, permit, &history).await;
         }
     }
 }
@@ -195,7 +191,7 @@ async fn validate(
         process,
         Kind::Invoke,
         "validate",
-        json!({"fence": fence, "paused": paused}),
+        json!({"limit": FENCED, "fence": fence, "paused": paused}),
     );
     match client.validate_fence(TENANT, FENCED, fence).await {
         Ok(held) => {
@@ -203,7 +199,7 @@ async fn validate(
                 process,
                 Kind::Ok,
                 "validate",
-                json!({"fence": fence, "paused": paused, "invoke_ns": at, "held": held}),
+                json!({"limit": FENCED, "fence": fence, "paused": paused, "invoke_ns": at, "held": held}),
             );
             Some(held)
         }
@@ -212,7 +208,7 @@ async fn validate(
                 process,
                 Kind::Info,
                 "validate",
-                json!({"fence": fence, "paused": paused, "error": e.to_string()}),
+                json!({"limit": FENCED, "fence": fence, "paused": paused, "error": e.to_string()}),
             );
             None
         }

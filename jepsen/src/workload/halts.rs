@@ -1,23 +1,41 @@
-//! The halter, which sets and clears a halt in turn, and the admitters, which try to be
-//! admitted in its scope meanwhile.
+//! The halter, which sets and clears halts in turn — on one agent of [`HALT_TENANT`] or on
+//! the whole tenant, chosen by the seed — and the admitters, which meanwhile try to be
+//! admitted in its scope: reserves of runs, and acquires of [`HALT_LIMIT`], as the halted
+//! agent or as another one (which only a tenant halt stops).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
-use weir::client::Client;
+use weir::client::{AcquireError, AcquireOptions, Client, Session};
 use weir::machine::{HaltScope, Reply};
 
-use super::{HALT_AGENT, HALT_TENANT};
+use super::acquire::release_recorded;
+use super::{HALT_AGENT, HALT_LIMIT, HALT_TENANT, TTL};
 use crate::history::{Kind, Recorder};
+use crate::rng::Rng;
 
-/// The halter: sets and clears the halt of (HALT_TENANT, HALT_AGENT) in turn.
-pub async fn halter(process: u64, servers: Vec<String>, history: Recorder, stop: Arc<AtomicBool>) {
+/// The other agent the admitters act as: only tenant halts cover it.
+pub const OTHER_AGENT: &str = "b";
+
+/// The halter: sets and clears a halt in turn, each time on the agent or on the tenant.
+pub async fn halter(
+    process: u64,
+    servers: Vec<String>,
+    history: Recorder,
+    stop: Arc<AtomicBool>,
+    seed: u64,
+) {
+    let mut rng = Rng::new(seed);
     let client = Client::new(servers);
-    let scope = HaltScope::Agent(HALT_AGENT.into());
-    let v = json!({"tenant": HALT_TENANT, "agent": HALT_AGENT});
     while !stop.load(Ordering::Relaxed) {
+        let (scope, agent) = if rng.range(0, 2) == 0 {
+            (HaltScope::Tenant, None)
+        } else {
+            (HaltScope::Agent(HALT_AGENT.into()), Some(HALT_AGENT))
+        };
+        let v = json!({"tenant": HALT_TENANT, "agent": agent});
         history.record(process, Kind::Invoke, "set-halt", v.clone());
         match client.set_halt(HALT_TENANT, scope.clone(), "jepsen").await {
             Ok(Reply::Done) => history.record(process, Kind::Ok, "set-halt", v.clone()),
@@ -26,47 +44,107 @@ pub async fn halter(process: u64, servers: Vec<String>, history: Recorder, stop:
         tokio::time::sleep(Duration::from_millis(300)).await;
         // A clear may take effect from its invoke on: admissions after it are allowed.
         history.record(process, Kind::Invoke, "clear-halt", v.clone());
-        let _ = client.clear_halt(HALT_TENANT, scope.clone()).await;
-        history.record(process, Kind::Ok, "clear-halt", v.clone());
+        let kind = match client.clear_halt(HALT_TENANT, scope.clone()).await {
+            Ok(_) => Kind::Ok,
+            Err(_) => Kind::Info,
+        };
+        history.record(process, kind, "clear-halt", v.clone());
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }
 
-/// An admitter: reserves (and releases) runs in the halted scope, recording admissions.
+/// An admitter: in turn reserves (and releases) a run and acquires (and releases) one unit
+/// of [`HALT_LIMIT`], as `agent`, recording each admission with its invoke time.
 pub async fn admitter(
     process: u64,
     servers: Vec<String>,
+    agent: &'static str,
     history: Recorder,
     stop: Arc<AtomicBool>,
 ) {
     let client = Client::new(servers);
+    let mut session = None;
     let mut n = 0u64;
     while !stop.load(Ordering::Relaxed) {
         n += 1;
-        let run = format!("h{process}-{n}");
-        let invoked = history.record(
-            process,
-            Kind::Invoke,
-            "reserve",
-            json!({"tenant": HALT_TENANT, "agent": HALT_AGENT}),
-        );
-        let value =
-            json!({"tenant": HALT_TENANT, "agent": HALT_AGENT, "invoke_ns": invoked, "run": run});
-        match client
-            .reserve(HALT_TENANT, &run, Some(HALT_AGENT), None)
-            .await
-        {
-            Ok(Reply::Admitted) => {
-                history.record(process, Kind::Ok, "reserve", value);
-                let _ = client.release_run(HALT_TENANT, &run).await;
+        if n.is_multiple_of(2) {
+            if session.is_none() {
+                session = Session::open(&client, TTL).await.ok();
             }
-            Ok(Reply::Refused(_)) => {
-                history.record(process, Kind::Fail, "reserve", value);
+            if let Some(s) = &session
+                && !acquire_in_scope(process, s, agent, &history).await
+            {
+                session = None;
             }
-            _ => {
-                history.record(process, Kind::Info, "reserve", value);
-            }
+        } else {
+            reserve_in_scope(process, &client, agent, n, &history).await;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn reserve_in_scope(process: u64, client: &Client, agent: &str, n: u64, history: &Recorder) {
+    let run = format!("h{process}-{n}");
+    let invoked = history.record(
+        process,
+        Kind::Invoke,
+        "reserve",
+        json!({"tenant": HALT_TENANT, "agent": agent}),
+    );
+    let value = json!({"tenant": HALT_TENANT, "agent": agent, "invoke_ns": invoked, "run": run});
+    match client.reserve(HALT_TENANT, &run, Some(agent), None).await {
+        Ok(Reply::Admitted) => {
+            history.record(process, Kind::Ok, "reserve", value);
+            let _ = client.release_run(HALT_TENANT, &run).await;
+        }
+        Ok(Reply::Refused(r)) => {
+            let mut value = value;
+            value["error"] = format!("{r:?}").into();
+            history.record(process, Kind::Fail, "reserve", value);
+        }
+        _ => {
+            history.record(process, Kind::Info, "reserve", value);
+        }
+    };
+}
+
+/// Acquires one unit of the halted tenant's limit without waiting; false when the session
+/// should be opened again.
+async fn acquire_in_scope(
+    process: u64,
+    session: &Session,
+    agent: &str,
+    history: &Recorder,
+) -> bool {
+    let mut options = AcquireOptions::new(HALT_TENANT, HALT_LIMIT);
+    options.agent = Some(agent.into());
+    options.wait = false;
+    options.timeout = Some(Duration::from_secs(3));
+    let base = json!({"tenant": HALT_TENANT, "agent": agent, "limit": HALT_LIMIT});
+    let invoked = history.record(process, Kind::Invoke, "acquire", base.clone());
+    let mut value = base;
+    value["invoke_ns"] = invoked.into();
+    match session.acquire(options).await {
+        Ok(permit) => {
+            value["fence"] = permit.fence().into();
+            history.record(process, Kind::Ok, "acquire", value);
+            release_recorded(process, permit, history).await;
+            true
+        }
+        Err(AcquireError::SessionLost) => {
+            value["error"] = "session lost".into();
+            history.record(process, Kind::Fail, "acquire", value);
+            false
+        }
+        Err(e @ (AcquireError::TimedOut | AcquireError::Refused(_))) => {
+            value["error"] = e.to_string().into();
+            history.record(process, Kind::Fail, "acquire", value);
+            true
+        }
+        Err(e) => {
+            value["error"] = e.to_string().into();
+            history.record(process, Kind::Info, "acquire", value);
+            false
+        }
     }
 }

@@ -1,5 +1,14 @@
 //! Ledger processes: reserve a run, settle it (retrying the same payload until the outcome
-//! is known), and now and then send a conflicting payload for a settled key.
+//! is known), and race conflicting payloads against it.
+//!
+//! Every key (run, epoch 1) settles into a period of its own (`ledger-RUN`), so the final
+//! read of that period is exactly what the key was charged (the settlement checker judges
+//! each key alone). Conflicting payloads (one more token) come three ways: sent by a racer
+//! at the same moment as the first payload (either may be applied first: the other must be
+//! refused), sent after the first was acknowledged, and sent after the first's outcome
+//! stayed unknown (then the refusal, or the acceptance, tells which one was applied).
+//! A racer records under a process number of its own ([`RACER`] + the process), as Jepsen
+//! wants one outstanding op per process.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,8 +21,16 @@ use super::TENANT;
 use crate::history::{Kind, Recorder};
 use crate::rng::Rng;
 
-/// A ledger process: reserve a run, settle it (retrying the same payload until the outcome
-/// is known), and now and then send a conflicting payload for a settled key.
+/// Added to a ledger process's number for its racer's.
+pub const RACER: u64 = 1_000;
+
+/// The period a key settles into.
+pub fn period_of(run: &str) -> String {
+    format!("ledger-{run}")
+}
+
+/// A ledger process: reserve a run, settle it, and now and then race or follow it with a
+/// conflicting payload.
 pub async fn ledger(
     process: u64,
     servers: Vec<String>,
@@ -27,108 +44,140 @@ pub async fn ledger(
     while !stop.load(Ordering::Relaxed) {
         n += 1;
         let run = format!("p{process}-r{n}");
-        let _ = client.reserve(TENANT, &run, None, Some("ledger")).await;
+        let period = period_of(&run);
+        let _ = client.reserve(TENANT, &run, None, Some(&period)).await;
         let tokens = rng.range(1, 9);
         let settle = Settle {
             tenant: TENANT.into(),
             run: run.clone(),
             epoch: 1,
-            period: Some("ledger".into()),
+            period: Some(period.clone()),
             tokens,
             minor_units: tokens * 10,
             release_slot: true,
         };
         let key = format!("{run}/1");
+        let mut conflicting = settle.clone();
+        conflicting.tokens += 1;
+        conflicting.minor_units = conflicting.tokens * 10;
+        // One key in six is raced by a conflicting payload sent at the same moment.
+        let racer = (rng.range(0, 5) == 0).then(|| {
+            let (client, history, conflicting, key) = (
+                client.clone(),
+                history.clone(),
+                conflicting.clone(),
+                key.clone(),
+            );
+            tokio::spawn(async move {
+                conflict(process + RACER, &client, &conflicting, &key, &history).await;
+            })
+        });
         history.record(
             process,
             Kind::Invoke,
             "settle",
-            json!({"key": key, "tokens": tokens}),
+            json!({"key": key, "tokens": tokens, "period": period}),
         );
         let outcome = settle_until_known(process, &client, &settle, &key, &history).await;
-        if outcome.is_some() && rng.range(0, 4) == 0 {
-            conflict(process, &client, &settle, &key, &history).await;
+        if let Some(r) = racer {
+            let _ = r.await;
+        }
+        // One settled key in five is sent again with another payload; every unknown one in
+        // two.
+        let again = match outcome {
+            Outcome::Settled => rng.range(0, 4) == 0,
+            Outcome::Unknown => rng.range(0, 1) == 0,
+            Outcome::Refused => false,
+        };
+        if again {
+            conflict(process, &client, &conflicting, &key, &history).await;
         }
     }
 }
 
+/// How a settle ended.
+enum Outcome {
+    Settled,
+    Refused,
+    Unknown,
+}
+
 /// Settles `settle` (invoke already recorded), trying the same payload up to three times
-/// while the outcome is unknown, and records the outcome: `Some(duplicate)` once settled.
+/// while the outcome is unknown, and records exactly one completion.
 async fn settle_until_known(
     process: u64,
     client: &Client,
     settle: &Settle,
     key: &str,
     history: &Recorder,
-) -> Option<bool> {
+) -> Outcome {
     let tokens = settle.tokens;
-    let mut outcome = None;
     for _ in 0..3 {
         match client.settle(settle.clone()).await {
+            // A retry that found its own earlier attempt applied (`duplicate`): charged
+            // once, by the attempt whose answer was lost.
             Ok(Reply::Settled { duplicate }) => {
-                outcome = Some(duplicate);
-                break;
+                history.record(
+                    process,
+                    Kind::Ok,
+                    "settle",
+                    json!({"key": key, "tokens": tokens, "retried_duplicate": duplicate}),
+                );
+                return Outcome::Settled;
             }
             Ok(other) => {
+                let error = match other {
+                    Reply::Refused(Refusal::Conflict) => "conflict".to_string(),
+                    other => format!("{other:?}"),
+                };
                 history.record(
                     process,
                     Kind::Fail,
                     "settle",
-                    json!({"key": key, "tokens": tokens, "error": format!("{other:?}")}),
+                    json!({"key": key, "tokens": tokens, "error": error}),
                 );
-                break;
+                return Outcome::Refused;
             }
             Err(_) => continue,
         }
     }
-    match outcome {
-        // A retry that found its own earlier attempt applied: charged once, by the
-        // attempt whose answer was lost.
-        Some(duplicate) => {
-            history.record(process, Kind::Ok, "settle", json!({"key": key, "tokens": tokens, "duplicate": false, "retried_duplicate": duplicate}));
-        }
-        None => {
-            history.record(
-                process,
-                Kind::Info,
-                "settle",
-                json!({"key": key, "tokens": tokens}),
-            );
-        }
-    }
-    outcome
+    history.record(
+        process,
+        Kind::Info,
+        "settle",
+        json!({"key": key, "tokens": tokens}),
+    );
+    Outcome::Unknown
 }
 
-/// Sends a payload for the settled `settle`'s key that differs from it, recorded as a
-/// `settle-conflict` op: the checker expects a conflict, never a second charge.
-async fn conflict(process: u64, client: &Client, settle: &Settle, key: &str, history: &Recorder) {
-    let mut conflicting = settle.clone();
-    conflicting.tokens += 1;
+/// Sends `conflicting` (a payload for the key that differs from the first one), recorded as
+/// a `settle-conflict` op.
+async fn conflict(
+    process: u64,
+    client: &Client,
+    conflicting: &Settle,
+    key: &str,
+    history: &Recorder,
+) {
+    let tokens = conflicting.tokens;
+    let period = conflicting.period.clone();
     history.record(
         process,
         Kind::Invoke,
         "settle-conflict",
-        json!({"key": key}),
+        json!({"key": key, "tokens": tokens, "period": period}),
     );
-    match client.settle(conflicting).await {
-        Ok(Reply::Refused(Refusal::Conflict)) => {
-            history.record(
-                process,
-                Kind::Fail,
-                "settle-conflict",
-                json!({"key": key, "error": "conflict"}),
-            );
-        }
-        Ok(Reply::Settled { .. }) => {
-            history.record(process, Kind::Ok, "settle-conflict", json!({"key": key}));
-        }
-        other => {
-            history.record(
-                process,
-                Kind::Info,
-                "settle-conflict",
-                json!({"key": key, "error": format!("{other:?}")}),
-            );
-        }
-    }
+    let (kind, error) = match client.settle(conflicting.clone()).await {
+        Ok(Reply::Refused(Refusal::Conflict)) => (Kind::Fail, Some("conflict".to_string())),
+        Ok(Reply::Settled { .. }) => (Kind::Ok, None),
+        Ok(other) => (Kind::Fail, Some(format!("{other:?}"))),
+        Err(e) if e.definitely_failed() => (Kind::Fail, Some(e.to_string())),
+        Err(e) => (Kind::Info, Some(e.to_string())),
+    };
+    history.record(
+        process,
+        kind,
+        "settle-conflict",
+        json!({"key": key, "tokens": tokens, "error": error}),
+    );
 }

@@ -1,23 +1,37 @@
 //! The client workloads, each a set of processes recording into the history, one file
-//! each: permits on limits of concurrency 1 and 3 (belief intervals, [`permits`]), rate
-//! takes ([`takes`]), reserve/settle with retries and deliberate conflicts ([`ledger`]),
-//! halts set and cleared while other processes try to be admitted in their scope
-//! ([`halts`]), and fenced actions on a downstream [`Resource`] guarded by a limit of
-//! concurrency 1 — one of whose clients the nemesis can pause ([`ClientPause`],
-//! [`fenced`]). `setup.rs` holds the limits they share; `acquire.rs` the recorded acquire
-//! and belief end that permits and fenced share.
+//! each: permits on limits of concurrency 1 and 3, ten clients each, some holding past the
+//! TTL (belief intervals, [`permits`]); rate takes of 1–3 tokens ([`takes`]);
+//! reserve/settle with retries and conflicting payloads raced and sent after known and
+//! unknown outcomes ([`ledger`]); halts on tenant and agent scope set and cleared while
+//! other processes reserve and acquire in their scope (`halts.rs`: [`halter`],
+//! [`admitter`]); `max_running` raced with reserves (`ceilings.rs`); readers validating
+//! others' fences through every node ([`reader`]); tickets queued before each fault and
+//! judged after its heal ([`Queued`]); and fenced actions on a downstream [`Resource`]
+//! guarded by a limit of concurrency 1 — one of whose clients the nemesis can pause
+//! ([`ClientPause`], [`fenced`]). `setup.rs` holds the limits they share; `acquire.rs` the
+//! recorded acquire, release and belief end they share.
 
 mod acquire;
+mod ceilings;
 mod fenced;
 mod halts;
 mod ledger;
 mod permits;
+mod queued;
+mod reader;
 mod setup;
 mod takes;
 
+pub use acquire::release_recorded;
+pub use ceilings::{CEIL_TENANT, ceiling_admitter, ceiling_setter};
 pub use fenced::{ClientPause, Resource, fenced, spawn_pausable};
-pub use halts::{admitter, halter};
+pub use halts::{OTHER_AGENT, admitter, halter};
 pub use ledger::ledger;
 pub use permits::permits;
-pub use setup::{FENCED, HALT_AGENT, HALT_TENANT, LIMITS, TENANT, TTL, setup};
+pub use queued::Queued;
+pub use reader::reader;
+pub use setup::{
+    CRASH, FENCED, FINAL_READERS, HALT_AGENT, HALT_LIMIT, HALT_LIMIT_CAP, HALT_TENANT, LIMITS,
+    QUEUE, TENANT, TTL, setup,
+};
 pub use takes::takes;

@@ -5,21 +5,38 @@ use std::time::Duration;
 
 use weir::client::Client;
 
-/// The harness's session TTL: short, so that a paused leader outlives it.
-pub const TTL: Duration = Duration::from_secs(2);
+/// The harness's session TTL: short, so that a paused leader outlives it, and the shortest
+/// that G9 promises to carry through a leader stall (the `stalls` checker holds it to that).
+pub const TTL: Duration = Duration::from_secs(3);
 
 /// The limits: (name, concurrent, per_second, burst).
-pub const LIMITS: [(&str, u32, f64, Option<u64>); 4] = [
+pub const LIMITS: [(&str, u32, f64, Option<u64>); 6] = [
     ("mutex", 1, 0.0, None),
     ("three", 3, 0.0, None),
     ("rate", 0, 20.0, Some(5)),
     ("fenced", 1, 0.0, None),
+    (QUEUE, 1, 0.0, None),
+    (CRASH, 1, 0.0, None),
 ];
 
-/// The limit that guards the [`Resource`].
+/// The limit a client process holds when the nemesis kills it (kill -9).
+pub const CRASH: &str = "crash";
+
+/// The limit on which tickets queue before a fault and are judged after the heal.
+pub const QUEUE: &str = "queue";
+
+/// The limit of [`HALT_TENANT`] the admitters acquire while halts come and go, and its cap.
+pub const HALT_LIMIT: &str = "gate";
+pub const HALT_LIMIT_CAP: u32 = 4;
+
+/// The limit that guards the [`super::Resource`].
 pub const FENCED: &str = "fenced";
 
 pub const TENANT: &str = "jepsen";
+
+/// Process numbers of the final reads' parallel readers start above this (workload
+/// processes are numbered from 1, ledger racers from 1,000, queuers from 20,000).
+pub const FINAL_READERS: u64 = 10_000;
 pub const HALT_TENANT: &str = "halty";
 pub const HALT_AGENT: &str = "a";
 
@@ -31,5 +48,9 @@ pub async fn setup(client: &Client) -> Result<(), String> {
             .await
             .map_err(|e| format!("define {name}: {e}"))?;
     }
+    client
+        .define_limit(HALT_TENANT, HALT_LIMIT, HALT_LIMIT_CAP, 0.0, None)
+        .await
+        .map_err(|e| format!("define {HALT_LIMIT}: {e}"))?;
     Ok(())
 }

@@ -1,5 +1,5 @@
-//! Rate processes: takes of the rate limit, each recorded with its invoke time and the
-//! limit's rate, for the rate checker.
+//! Rate processes: takes of the rate limit, each of 1 to [`UNITS_MAX`] tokens (seeded),
+//! recorded with its invoke time, its units and the limit's rate, for the rate checker.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,8 +11,18 @@ use weir::client::{AcquireError, AcquireOptions, Client, Session};
 use super::{LIMITS, TENANT, TTL};
 use crate::history::{Kind, Recorder};
 
+/// The most tokens one take asks for: below the burst (5), so every take can be served.
+pub const UNITS_MAX: u64 = 3;
+
 /// A rate process: takes of the rate limit, each recorded with its invoke time.
-pub async fn takes(process: u64, servers: Vec<String>, history: Recorder, stop: Arc<AtomicBool>) {
+pub async fn takes(
+    process: u64,
+    servers: Vec<String>,
+    history: Recorder,
+    stop: Arc<AtomicBool>,
+    seed: u64,
+) {
+    let mut rng = crate::rng::Rng::new(seed);
     let client = Client::new(servers);
     let (_, _, per_second, burst) = LIMITS[2];
     while !stop.load(Ordering::Relaxed) {
@@ -22,12 +32,19 @@ pub async fn takes(process: u64, servers: Vec<String>, history: Recorder, stop: 
         };
         while !stop.load(Ordering::Relaxed) {
             let mut options = AcquireOptions::new(TENANT, "rate");
+            let units = rng.range(1, UNITS_MAX);
+            options.units = units as u32;
             options.timeout = Some(Duration::from_secs(5));
-            let invoked = history.record(process, Kind::Invoke, "take", json!({"limit": "rate"}));
+            let invoked = history.record(
+                process,
+                Kind::Invoke,
+                "take",
+                json!({"limit": "rate", "units": units}),
+            );
             match session.acquire(options).await {
                 Ok(permit) => {
                     let fence = permit.consume();
-                    history.record(process, Kind::Ok, "take", json!({"limit": "rate", "fence": fence, "units": 1, "invoke_ns": invoked, "per_second": per_second, "burst": burst}));
+                    history.record(process, Kind::Ok, "take", json!({"limit": "rate", "fence": fence, "units": units, "invoke_ns": invoked, "per_second": per_second, "burst": burst}));
                 }
                 Err(AcquireError::TimedOut) => {
                     history.record(process, Kind::Fail, "take", json!({"error": "timed out"}));

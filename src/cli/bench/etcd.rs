@@ -250,7 +250,14 @@ mod load {
         }
         // Nothing to verify on etcd's side: a put-if-absent of one's own key cannot
         // over-grant; a failed acquire is counted as an error.
-        Ok(LoadReport::new(args, &recorder, elapsed, vec![], true))
+        Ok(LoadReport::new(
+            args,
+            &recorder,
+            elapsed,
+            vec![],
+            vec![],
+            true,
+        ))
     }
 
     /// One bench client: its lease, then acquire and release of its own key until told to

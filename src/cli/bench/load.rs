@@ -1,10 +1,11 @@
 //! The load workloads: clients in a loop of operations for the warm-up and the measured
-//! duration, the leader killed `--failover` times meanwhile, and a check at the end that
+//! duration, the leader killed `--failover` times and stopped `--stall` times meanwhile
+//! (kills first), and a check at the end that
 //! nothing acknowledged was lost (no limit ever over its cap, every acknowledged settle
 //! charged, none charged twice).
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
@@ -27,6 +28,15 @@ const RATE_LIMIT: &str = "bench-rate";
 
 /// How long to wait for grants to resume after a kill before calling the run failed.
 const RECOVERY_WAIT: Duration = Duration::from_secs(20);
+/// How long a `--stall` stops the leader: longer than [`STALL_TTL`], so a session that
+/// waited on the stopped node the whole time would lose its permits.
+const STALL: Duration = Duration::from_secs(4);
+/// The sessions' TTL with `--stall`: the shortest the spec promises to carry through (G9).
+const STALL_TTL: Duration = Duration::from_secs(3);
+/// The sessions' TTL otherwise.
+const SESSION_TTL: Duration = Duration::from_secs(10);
+/// The limit each `--stall` session holds one permit of for the whole run.
+const HOLD_LIMIT: &str = "bench-hold";
 
 /// The limit of `acquire-release` number `l`.
 fn limit_name(l: u64) -> String {
@@ -64,7 +74,8 @@ pub async fn measure_load(
     let clients = start_clients(args, servers, security, &recorder);
     tokio::time::sleep(Duration::from_secs_f64(args.warmup)).await;
     recorder.measuring.store(true, Ordering::Relaxed);
-    let (elapsed, recoveries_us) = measure(args, servers, security, spawned, &recorder).await?;
+    let (elapsed, recoveries_us, stalls_us) =
+        measure(args, servers, security, spawned, &recorder).await?;
     recorder.measuring.store(false, Ordering::Relaxed);
     recorder.stop.store(true, Ordering::Relaxed);
     for c in clients {
@@ -76,6 +87,7 @@ pub async fn measure_load(
         &recorder,
         elapsed,
         recoveries_us,
+        stalls_us,
         verified,
     ))
 }
@@ -122,6 +134,13 @@ async fn define_limits(admin: &Client, args: &BenchArgs) -> Result<(), String> {
             .map_err(|e| format!("define: {e}"))
     })
     .await?;
+    if args.stall > 0 {
+        let room = u32::try_from(args.clients).unwrap_or(u32::MAX);
+        admin
+            .define_limit(TENANT, HOLD_LIMIT, room, 0.0, None)
+            .await
+            .map_err(|e| format!("define: {e}"))?;
+    }
     admin
         .define_limit(TENANT, RATE_LIMIT, 0, 1e9, Some(1_000_000_000))
         .await
@@ -152,41 +171,50 @@ fn start_clients(
                 workload: args.workload,
                 limits: args.limits,
                 recorder: recorder.clone(),
+                hold: args.stall > 0,
+                lost_permit: AtomicBool::new(false),
             };
             tokio::spawn(bench.run())
         })
         .collect()
 }
 
-/// The measured part: lasts its duration, and longer if the kills asked for have not all
-/// happened. Returns how long it measured and the recovery time of each kill, µs.
+/// The measured part: lasts its duration, and longer if the kills and stalls asked for
+/// have not all happened. Returns how long it measured and the recovery time of each kill
+/// and of each stall, µs.
 async fn measure(
     args: &BenchArgs,
     servers: &[String],
     security: &ClientSecurity,
     mut spawned: Option<&mut LocalCluster>,
     recorder: &Recorder,
-) -> Result<(Duration, Vec<u64>), String> {
+) -> Result<(Duration, Vec<u64>, Vec<u64>), String> {
     let start = Instant::now();
     let duration = Duration::from_secs_f64(args.duration);
-    let kill_every = duration / (args.failover + 1);
-    let mut next_kill = start + kill_every;
-    let mut recoveries_us = vec![];
+    let incidents = (args.failover + args.stall) as usize;
+    let every = duration / (args.failover + args.stall + 1);
+    let mut next = start + every;
+    let (mut recoveries_us, mut stalls_us) = (vec![], vec![]);
     let mut progress = Progress::new();
+    let done = |r: &Vec<u64>, s: &Vec<u64>| r.len() + s.len();
     while start.elapsed() < duration
-        || (spawned.is_some() && recoveries_us.len() < args.failover as usize)
+        || (spawned.is_some() && done(&recoveries_us, &stalls_us) < incidents)
     {
         tokio::time::sleep(Duration::from_millis(100)).await;
         progress.tick(start, recorder);
         if let Some(cluster) = spawned.as_deref_mut()
-            && recoveries_us.len() < args.failover as usize
-            && Instant::now() >= next_kill
+            && done(&recoveries_us, &stalls_us) < incidents
+            && Instant::now() >= next
         {
-            recoveries_us.push(kill_the_leader(cluster, servers, security, recorder).await?);
-            next_kill = Instant::now() + kill_every;
+            if recoveries_us.len() < args.failover as usize {
+                recoveries_us.push(kill_the_leader(cluster, servers, security, recorder).await?);
+            } else {
+                stalls_us.push(stall_the_leader(cluster, servers, security, recorder).await?);
+            }
+            next = Instant::now() + every;
         }
     }
-    Ok((start.elapsed(), recoveries_us))
+    Ok((start.elapsed(), recoveries_us, stalls_us))
 }
 
 /// The once-a-second progress line on stderr.
@@ -254,6 +282,43 @@ async fn kill_the_leader(
     Ok(took_us)
 }
 
+/// SIGSTOPs the leader for [`STALL`], measuring the time to the first success of an
+/// operation sent after the stop, then SIGCONTs it (on every path); returns that time, µs.
+async fn stall_the_leader(
+    cluster: &mut LocalCluster,
+    servers: &[String],
+    security: &ClientSecurity,
+    recorder: &Recorder,
+) -> Result<u64, String> {
+    let Some(leader) = leader_among_with(servers, Duration::from_secs(10), security).await else {
+        return Err("no leader to stop".into());
+    };
+    recorder.recovered_ns.store(0, Ordering::Release);
+    recorder.kill_ns.store(recorder.ns(), Ordering::Release);
+    let stop_ns = recorder.ns();
+    let stopped_at = Instant::now();
+    cluster.pause(leader);
+    eprintln!("[bench] stopped the leader, node {leader} (SIGSTOP)");
+    let wait_until = stopped_at + RECOVERY_WAIT;
+    while recorder.recovered_ns.load(Ordering::Acquire) == 0 && Instant::now() < wait_until {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let recovered = recorder.recovered_ns.load(Ordering::Acquire);
+    recorder.kill_ns.store(0, Ordering::Release);
+    tokio::time::sleep(STALL.saturating_sub(stopped_at.elapsed())).await;
+    cluster.resume(leader);
+    eprintln!("[bench] resumed node {leader} (SIGCONT)");
+    if recovered == 0 {
+        return Err("grants did not resume within 20 s of the stop".into());
+    }
+    let took_us = (recovered - stop_ns) / 1_000;
+    eprintln!(
+        "[bench] grants resumed {:.1} ms after the stop",
+        ms(took_us)
+    );
+    Ok(took_us)
+}
+
 /// Whether nothing acknowledged was lost: no limit ever held more than its cap, and the
 /// tokens charged lie between the settles acknowledged and those plus the unknown ones.
 async fn verify(
@@ -304,18 +369,38 @@ struct BenchClient {
     workload: Workload,
     limits: u32,
     recorder: Arc<Recorder>,
+    /// `--stall`: hold one permit of [`HOLD_LIMIT`] for the whole run.
+    hold: bool,
+    /// One of this session's permits was seen lost.
+    lost_permit: AtomicBool,
 }
 
 impl BenchClient {
     async fn run(self) {
         let mut hist = histogram();
-        let session = match Session::open(&self.client, Duration::from_secs(10)).await {
+        let ttl = if self.hold { STALL_TTL } else { SESSION_TTL };
+        let session = match Session::open(&self.client, ttl).await {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("bench client {}: {e}", self.n);
                 self.recorder.errors.fetch_add(1, Ordering::Relaxed);
                 return;
             }
+        };
+        self.recorder.sessions.fetch_add(1, Ordering::Relaxed);
+        let held = match self.hold {
+            true => match session
+                .acquire(AcquireOptions::new(TENANT, HOLD_LIMIT))
+                .await
+            {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    eprintln!("bench client {}: hold: {e}", self.n);
+                    self.lost_permit.store(true, Ordering::Relaxed);
+                    None
+                }
+            },
+            false => None,
         };
         let mut i: u64 = 0;
         while !self.recorder.stop.load(Ordering::Relaxed) {
@@ -335,6 +420,18 @@ impl BenchClient {
                 Workload::Mixed | Workload::Scale => unreachable!("not a per-client workload"),
             }
         }
+        if let Some(p) = held {
+            if let Some(why) = p.lost_reason() {
+                eprintln!("bench client {}: held permit lost: {why}", self.n);
+                self.lost_permit.store(true, Ordering::Relaxed);
+            }
+            let _ = p.release().await;
+        }
+        if self.lost_permit.load(Ordering::Relaxed) {
+            self.recorder
+                .sessions_lost_permit
+                .fetch_add(1, Ordering::Relaxed);
+        }
         let _ = session.close().await;
         self.recorder.merge(&hist);
     }
@@ -346,6 +443,9 @@ impl BenchClient {
         match session.acquire(AcquireOptions::new(TENANT, &limit)).await {
             Ok(permit) => {
                 self.recorder.record(hist, sent, true);
+                if permit.lost_reason().is_some() {
+                    self.lost_permit.store(true, Ordering::Relaxed);
+                }
                 let sent = self.recorder.ns();
                 let ok = permit.release().await.is_ok();
                 self.recorder.record(hist, sent, ok);

@@ -15,7 +15,12 @@
 //! `--ca` and `--token` apply. `--failover K` (with `--spawn`) kills the
 //! leader with SIGKILL K times during the run, measures from each kill to the first
 //! operation sent after it that succeeds, restarts the node, and at the end checks that no
-//! acknowledged operation was lost.
+//! acknowledged operation was lost. `--stall K` (with `--spawn`) stops the leader with
+//! SIGSTOP K times, each for `STALL` (4 s, longer than the sessions' TTL), measures grants
+//! resuming the same way, resumes it with SIGCONT, and reports how many sessions lost a
+//! permit: with `--stall` every session has a 3 s TTL and holds one permit of its own for the
+//! whole run besides its workload, and a session counts as having lost a permit if any of
+//! its permits was ever seen lost (deadline, expiry).
 //!
 //! `--against etcd` (with `--spawn 3` and `acquire-release`) then runs the same cycle on a
 //! three-member etcd on loopback and prints both side by side (`etcd.rs`; the etcd client
@@ -80,6 +85,7 @@ pub struct BenchArgs {
     /// Start an N-node durable loopback cluster for the run (and remove it after).
     #[arg(long)]
     pub spawn: Option<u64>,
+    /// What each client does in a loop.
     #[arg(long, value_enum, default_value = "acquire-release")]
     pub workload: Workload,
     /// Concurrent clients, each with its own session.
@@ -113,6 +119,10 @@ pub struct BenchArgs {
     /// curve-*.svg charts into this directory.
     #[arg(long, value_name = "DIR")]
     pub curve: Option<std::path::PathBuf>,
+    /// Stop the leader (SIGSTOP, 4 s) this many times during the run (needs --spawn);
+    /// sessions then have a 3 s TTL and each holds a permit throughout.
+    #[arg(long, default_value_t = 0)]
+    pub stall: u32,
 }
 
 /// Refuses arguments that make no run, with the usage message.
@@ -144,6 +154,9 @@ fn check(args: &BenchArgs) -> Result<(), &'static str> {
     }
     if args.tls && args.spawn.is_none() {
         return Err("--tls needs --spawn (against given servers, use --ca and --token)");
+    }
+    if args.stall > 0 && args.spawn.is_none() {
+        return Err("--stall needs --spawn (the bench stops the nodes it started)");
     }
     if !(args.duration > 0.0
         && args.duration < 86_400.0

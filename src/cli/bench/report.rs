@@ -50,6 +50,9 @@ pub struct Recorder {
     /// Settles acknowledged as new, and settles whose outcome is unknown.
     pub settled: AtomicU64,
     pub settle_unknown: AtomicU64,
+    /// Sessions that ran, and those of them that saw one of their permits lost.
+    pub sessions: AtomicU64,
+    pub sessions_lost_permit: AtomicU64,
 }
 
 impl Recorder {
@@ -65,6 +68,8 @@ impl Recorder {
             recovered_ns: AtomicU64::new(0),
             settled: AtomicU64::new(0),
             settle_unknown: AtomicU64::new(0),
+            sessions: AtomicU64::new(0),
+            sessions_lost_permit: AtomicU64::new(0),
         }
     }
 
@@ -125,6 +130,17 @@ pub struct FailoverReport {
     pub max_ms: f64,
 }
 
+/// The stall figures: leader stops, the time from each to the first success after it, and
+/// the sessions that lost a permit.
+#[derive(Serialize)]
+pub struct StallReport {
+    pub stalls: usize,
+    pub p50_ms: f64,
+    pub max_ms: f64,
+    pub sessions: u64,
+    pub sessions_lost_permit: u64,
+}
+
 /// The results of a load run; `--json` prints it as one object (spec §4's keys first).
 #[derive(Serialize)]
 pub struct LoadReport {
@@ -139,6 +155,7 @@ pub struct LoadReport {
     pub errors: u64,
     pub duration_s: f64,
     pub failover: Option<FailoverReport>,
+    pub stall: Option<StallReport>,
     /// Nothing acknowledged was lost.
     pub verified: bool,
 }
@@ -151,6 +168,7 @@ impl LoadReport {
         recorder: &Recorder,
         elapsed: Duration,
         mut recoveries_us: Vec<u64>,
+        mut stalls_us: Vec<u64>,
         verified: bool,
     ) -> LoadReport {
         let hist = recorder.merged();
@@ -160,6 +178,14 @@ impl LoadReport {
             kills: recoveries_us.len(),
             p50_ms: ms(recoveries_us[recoveries_us.len() / 2]),
             max_ms: ms(*max),
+        });
+        stalls_us.sort();
+        let stall = stalls_us.last().map(|max| StallReport {
+            stalls: stalls_us.len(),
+            p50_ms: ms(stalls_us[stalls_us.len() / 2]),
+            max_ms: ms(*max),
+            sessions: recorder.sessions.load(Ordering::Relaxed),
+            sessions_lost_permit: recorder.sessions_lost_permit.load(Ordering::Relaxed),
         });
         LoadReport {
             workload: args.workload.name(),
@@ -173,6 +199,7 @@ impl LoadReport {
             errors: recorder.errors.load(Ordering::Relaxed),
             duration_s: elapsed.as_secs_f64(),
             failover,
+            stall,
             verified,
         }
     }
@@ -201,6 +228,13 @@ impl LoadReport {
             text.push_str(&format!(
                 "\nfailover: {} kills, grants resumed after p50 {:.1} ms, max {:.1} ms",
                 f.kills, f.p50_ms, f.max_ms
+            ));
+        }
+        if let Some(s) = &self.stall {
+            text.push_str(&format!(
+                "\nstall: {} stops, grants resumed after p50 {:.1} ms, max {:.1} ms; \
+                 {} of {} sessions lost a permit",
+                s.stalls, s.p50_ms, s.max_ms, s.sessions_lost_permit, s.sessions
             ));
         }
         text.push_str(if self.verified {

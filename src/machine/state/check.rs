@@ -3,6 +3,7 @@
 
 use super::Machine;
 use crate::machine::session::Ticket;
+use crate::machine::totals::Totals;
 
 impl Machine {
     /// Checks every invariant of the module doc and of the parts; returns the first broken.
@@ -18,6 +19,10 @@ impl Machine {
             ));
         }
         self.check_names()?;
+        let totals = Totals::of(&self.saved);
+        if totals != self.totals {
+            return Err(format!("totals kept {:?}, counted {totals:?}", self.totals));
+        }
         self.check_limits()
     }
 
@@ -40,10 +45,7 @@ impl Machine {
             for (&tid, ticket) in &session.live {
                 match ticket {
                     Ticket::Queued { limit, key } => {
-                        let w =
-                            self.saved.limits.get(limit).and_then(|l| {
-                                l.queue.iter().find(|(k, _)| *k == key).map(|(_, w)| w)
-                            });
+                        let w = self.saved.limits.get(limit).and_then(|l| l.queue.get(key));
                         if !w.is_some_and(|w| w.session == sid && w.ticket == tid) {
                             return Err(format!("queued ticket {sid}/{tid} is not in its queue"));
                         }

@@ -22,9 +22,10 @@ impl Machine {
             )));
         }
         if self.saved.sessions.len() >= SESSIONS_MAX {
-            return Err(Refusal::Invalid(format!(
-                "{SESSIONS_MAX} sessions are open already"
-            )));
+            return Err(Refusal::AtCapacity {
+                what: "open sessions".into(),
+                limit: SESSIONS_MAX as u64,
+            });
         }
         self.saved.last_session += 1;
         let id = self.saved.last_session;
@@ -64,6 +65,10 @@ impl Machine {
             touched.append(&mut self.drop_session(id));
             events.push(Event::SessionExpired { session: id });
         }
+        // PLANTED(expiry-no-grant)
+        if crate::planted::is(crate::planted::Plant::ExpiryNoGrant) {
+            return;
+        }
         for limit in touched {
             self.serve(limit, events);
         }
@@ -84,6 +89,7 @@ impl Machine {
             return BTreeSet::new();
         };
         self.expiries.remove(&(session.expires_at_ms, id));
+        self.totals.forget_session(&session);
         session
             .live
             .values()

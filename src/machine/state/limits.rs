@@ -28,7 +28,10 @@ impl Machine {
                 self.redefine_limit(id, spec, events);
                 id
             }
-            None => self.add_limit(tenant, name, spec)?,
+            None => {
+                self.tenant_mut(tenant)?;
+                self.add_limit(tenant, name, spec)?
+            }
         };
         self.serve(id, events);
         Ok(Reply::Done)
@@ -57,9 +60,10 @@ impl Machine {
     /// A new limit named (tenant, name), or the refusal when [`LIMITS_MAX`] are defined.
     fn add_limit(&mut self, tenant: &str, name: &str, spec: LimitSpec) -> Result<LimitId, Refusal> {
         if self.saved.limits.len() >= LIMITS_MAX {
-            return Err(Refusal::Invalid(format!(
-                "{LIMITS_MAX} limits are defined already"
-            )));
+            return Err(Refusal::AtCapacity {
+                what: "limits".into(),
+                limit: LIMITS_MAX as u64,
+            });
         }
         self.saved.last_limit += 1;
         let id = self.saved.last_limit;
@@ -86,8 +90,12 @@ impl Machine {
         let limit = self.saved.limits.get_mut(&id).expect("named limits exist");
         limit.removing = true;
         let waiters = limit.queue.remove_where(|_| true);
+        let removed = Refusal::LimitRemoved {
+            tenant: tenant.to_owned(),
+            name: name.to_owned(),
+        };
         for (_, w) in waiters {
-            self.refuse_waiter(&w, Refusal::LimitRemoved, events);
+            self.refuse_waiter(&w, removed.clone(), events);
         }
         self.serve(id, events);
         Reply::Done
@@ -100,9 +108,13 @@ impl Machine {
 
     /// The live limit named (tenant, name), or `UnknownLimit`.
     pub(super) fn live_limit_id(&self, tenant: &str, name: &str) -> Result<LimitId, Refusal> {
-        let id = self.limit_id(tenant, name).ok_or(Refusal::UnknownLimit)?;
+        let unknown = || Refusal::UnknownLimit {
+            tenant: tenant.to_owned(),
+            name: name.to_owned(),
+        };
+        let id = self.limit_id(tenant, name).ok_or_else(unknown)?;
         if self.saved.limits[&id].removing {
-            return Err(Refusal::UnknownLimit);
+            return Err(unknown());
         }
         Ok(id)
     }

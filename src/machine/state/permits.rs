@@ -7,7 +7,10 @@
 //! through [`Machine::unlink`], and the caller then serves the limit.
 
 use super::Machine;
-use crate::bounds::{LIMIT_WAITERS_MAX, SESSION_TICKETS_MAX};
+use crate::bounds::{
+    FINISHED_TICKETS_MAX, LIMIT_WAITERS_MAX, SESSION_TICKETS_MAX, TICKETS_LIVE_MAX,
+    TICKETS_QUEUED_MAX,
+};
 use crate::machine::command::{Acquire, Fence, LimitId, SessionId, TicketId};
 use crate::machine::limit::{Holder, Room};
 use crate::machine::queue::Waiter;
@@ -21,25 +24,35 @@ impl Machine {
         events: &mut Vec<Event>,
     ) -> Result<Reply, Refusal> {
         a.validate()?;
+        let now_ms = self.now_ms();
         let session = self
             .saved
             .sessions
-            .get(&a.session)
+            .get_mut(&a.session)
             .ok_or(Refusal::UnknownSession)?;
+        session.prune_finished(now_ms, &mut self.totals);
+        let session = &self.saved.sessions[&a.session];
         // The same ticket again: the same answer, and no second effect (G5).
         if let Some(reply) = self.answer_again(session, a.ticket) {
             return Ok(reply);
         }
+        // A new ticket ends finished; there must be room to remember it (never forget one
+        // a client may still retry).
+        session.room_to_finish(a.session)?;
         if session.live.len() >= SESSION_TICKETS_MAX {
-            return Err(Refusal::Invalid(format!(
-                "session has {SESSION_TICKETS_MAX} live tickets already"
-            )));
+            return Err(Refusal::AtCapacity {
+                what: format!("live tickets of session {}", a.session),
+                limit: SESSION_TICKETS_MAX as u64,
+            });
         }
+        self.room_for_ticket()?;
         if let Some((scope, reason)) = self
             .saved
             .tenants
             .get(&a.tenant)
             .and_then(|t| t.halt_for(a.agent.as_deref()))
+            // PLANTED(halt-skipped)
+            .filter(|_| !crate::planted::is(crate::planted::Plant::HaltSkipped))
         {
             return Err(Refusal::Halted { scope, reason });
         }
@@ -97,7 +110,16 @@ impl Machine {
     ) -> Result<Reply, Refusal> {
         let limit = self.saved.limits.get_mut(&id).expect("live limit");
         if limit.queue.len() >= LIMIT_WAITERS_MAX {
-            return Err(Refusal::QueueFull);
+            return Err(Refusal::QueueFull {
+                tenant: a.tenant.clone(),
+                name: a.limit.clone(),
+            });
+        }
+        if self.totals.queued_tickets >= TICKETS_QUEUED_MAX as u64 {
+            return Err(Refusal::AtCapacity {
+                what: "queued tickets of all sessions".into(),
+                limit: TICKETS_QUEUED_MAX as u64,
+            });
         }
         let waiter = Waiter {
             session: a.session,
@@ -113,9 +135,11 @@ impl Machine {
             .sessions
             .get_mut(&a.session)
             .expect("checked by acquire");
-        session
-            .live
-            .insert(a.ticket, Ticket::Queued { limit: id, key });
+        session.set_live(
+            a.ticket,
+            Ticket::Queued { limit: id, key },
+            &mut self.totals,
+        );
         // Queuing never makes room, but it files a rated limit for serving on refill.
         self.serve(id, events);
         Ok(Reply::Queued { position })
@@ -128,10 +152,20 @@ impl Machine {
         events: &mut Vec<Event>,
     ) -> Reply {
         // An unknown ticket of an open session is finished too: a late acquire of it is
-        // answered `TicketReleased`, not granted.
+        // answered `TicketReleased`, not granted. Recording it needs room (see `session`).
+        let now_ms = self.now_ms();
+        if let Some(session) = self.saved.sessions.get_mut(&id) {
+            session.prune_finished(now_ms, &mut self.totals);
+            let known =
+                session.live.contains_key(&ticket) || session.finished.contains_key(&ticket);
+            if !known && let Err(refusal) = session.room_to_finish(id).and(self.room_to_finish()) {
+                return Reply::Refused(refusal);
+            }
+        }
+        let totals = &mut self.totals;
         let live = self.saved.sessions.get_mut(&id).and_then(|session| {
             let live = session.live.get(&ticket).cloned();
-            session.finish(ticket, Finished::Released);
+            session.finish(ticket, Finished::Released, now_ms, totals);
             live
         });
         let Some(live) = live else {
@@ -152,7 +186,17 @@ impl Machine {
     /// next fence, and records the ticket in its session as held, or as finished when the
     /// limit holds nothing (a rate take). Returns the fence.
     fn grant(&mut self, id: LimitId, holder: Holder) -> Fence {
-        let fence = self.next_fence();
+        let last = self.saved.last_fence;
+        // PLANTED(reused-fence)
+        let fence = if crate::planted::is(crate::planted::Plant::ReusedFence)
+            && last > 0
+            && !self.saved.limits[&id].holders.contains_key(&last)
+        {
+            last
+        } else {
+            self.next_fence()
+        };
+        let now_ms = self.now_ms();
         let (session, ticket, units) = (holder.session, holder.ticket, holder.units);
         let limit = self
             .saved
@@ -171,9 +215,14 @@ impl Machine {
                 fence,
                 units,
             };
-            session.live.insert(ticket, ticket_now);
+            session.set_live(ticket, ticket_now, &mut self.totals);
         } else {
-            session.finish(ticket, Finished::Taken { fence, units });
+            session.finish(
+                ticket,
+                Finished::Taken { fence, units },
+                now_ms,
+                &mut self.totals,
+            );
         }
         fence
     }
@@ -200,6 +249,29 @@ impl Machine {
             }
         }
         id
+    }
+
+    /// `AtCapacity` when a new ticket would pass a global ticket bound: live tickets, or
+    /// finished tickets (a new ticket ends finished).
+    fn room_for_ticket(&self) -> Result<(), Refusal> {
+        if self.totals.live_tickets >= TICKETS_LIVE_MAX as u64 {
+            return Err(Refusal::AtCapacity {
+                what: "live tickets of all sessions".into(),
+                limit: TICKETS_LIVE_MAX as u64,
+            });
+        }
+        self.room_to_finish()
+    }
+
+    /// `AtCapacity` when the machine keeps [`FINISHED_TICKETS_MAX`] finished tickets.
+    fn room_to_finish(&self) -> Result<(), Refusal> {
+        if self.totals.finished_tickets >= FINISHED_TICKETS_MAX as u64 {
+            return Err(Refusal::AtCapacity {
+                what: "finished tickets of all sessions kept for retries".into(),
+                limit: FINISHED_TICKETS_MAX as u64,
+            });
+        }
+        Ok(())
     }
 
     /// The next fence: the entry's index when above every earlier fence, else one more.
@@ -271,12 +343,18 @@ impl Machine {
     /// Tells a waiter already taken out of its queue that it is refused, and finishes its
     /// ticket so a duplicate acquire gets the same answer.
     pub(super) fn refuse_waiter(&mut self, w: &Waiter, refusal: Refusal, events: &mut Vec<Event>) {
+        let now_ms = self.now_ms();
         let session = self
             .saved
             .sessions
             .get_mut(&w.session)
             .expect("waiters have sessions");
-        session.finish(w.ticket, Finished::Refused(refusal.clone()));
+        session.finish(
+            w.ticket,
+            Finished::Refused(refusal.clone()),
+            now_ms,
+            &mut self.totals,
+        );
         events.push(Event::Refused {
             session: w.session,
             ticket: w.ticket,

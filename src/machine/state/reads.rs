@@ -111,6 +111,11 @@ impl Machine {
         })
     }
 
+    /// The tenants the state knows, by name (for per-tenant metrics).
+    pub fn tenant_names(&self) -> Vec<String> {
+        self.saved.tenants.keys().cloned().collect()
+    }
+
     /// Number of open sessions.
     pub fn session_count(&self) -> usize {
         self.saved.sessions.len()

@@ -1,15 +1,31 @@
 //! A tenant's runs, budgets and halts: ceilings, run admission (reserve), settlements, and
 //! halts with their effect on the tenant's limits.
 //!
-//! Admission checks, in order: a halt covering the run's agent, the run already admitted
-//! (a retry takes no second slot), the running ceiling, then the period's budgets. A budget
+//! Admission checks, in order: the run already admitted (a retry answers `Admitted` and
+//! takes no second slot, even after a halt: its first attempt was admitted, only its reply
+//! may have been lost, and the slot it holds is its own), a halt covering the run's agent,
+//! the running ceiling, then the period's budgets. This is the order `Acquire` uses too:
+//! idempotency before anything that may have changed since the first attempt (G5).
+//!
+//! Budget holds (G6): a reserve may carry a hold, the most its run may spend in the period.
+//! It is admitted only while, for each budget it holds against, settled + standing holds +
+//! this hold fit the budget, so runs admitted with holds can never overspend together. The
+//! hold stands in the period's `held_*` until the run's settlements in that period use it
+//! up (each charge takes what it can from what is left; a charge above that is an overrun,
+//! recorded and answered `Overrun`) or its slot is released, which frees what is left. A
+//! hold names tokens, minor units or both; a kind it leaves out is held at 0. A reserve
+//! without a hold keeps the older rule: refused once the spend has reached the budget. A budget
 //! is compared with what was settled so far; settlements are idempotent per (run, epoch).
 
 use super::Machine;
-use crate::bounds::REASON_BYTES_MAX;
+use crate::bounds::{
+    HALTS_MAX, PERIODS_MAX, REASON_BYTES_MAX, RECEIPTS_MAX, RUNS_MAX, TENANT_HALTS_MAX,
+    TENANT_PERIODS_MAX, TENANT_RUNS_MAX, TENANTS_MAX,
+};
 use crate::machine::command::{Change, HaltScope, LimitId, Settle, check_key};
 use crate::machine::reply::{BudgetKind, Event, Refusal, Reply};
 use crate::machine::tenant::{Receipt, RunSlot, Tenant};
+use crate::machine::totals::{TenantCounts, Totals};
 
 impl Machine {
     pub(super) fn set_tenant(
@@ -20,21 +36,21 @@ impl Machine {
         budget_minor: Change<u64>,
     ) -> Result<Reply, Refusal> {
         check_key("tenant", tenant)?;
-        let t = self.saved.tenants.entry(tenant.to_owned()).or_default();
+        let t = self.tenant_mut(tenant)?;
         t.max_running = max_running.applied_to(t.max_running);
         t.budget_tokens = budget_tokens.applied_to(t.budget_tokens);
         t.budget_minor = budget_minor.applied_to(t.budget_minor);
         Ok(Reply::Done)
     }
 
-    pub(super) fn reserve(
-        &mut self,
-        tenant: &str,
-        run: &str,
-        agent: Option<&str>,
-        period: Option<&str>,
-        wall_ms: u64,
-    ) -> Result<Reply, Refusal> {
+    pub(super) fn reserve(&mut self, r: &Reserve<'_>, wall_ms: u64) -> Result<Reply, Refusal> {
+        let Reserve {
+            tenant,
+            run,
+            agent,
+            period,
+            hold,
+        } = *r;
         check_key("tenant", tenant)?;
         check_key("run", run)?;
         if let Some(agent) = agent {
@@ -43,39 +59,77 @@ impl Machine {
         if let Some(period) = period {
             check_key("period", period)?;
         }
-        let now_ms = self.now_ms();
-        let t = self.saved.tenants.entry(tenant.to_owned()).or_default();
-        if let Some((scope, reason)) = t.halt_for(agent) {
-            return Err(Refusal::Halted { scope, reason });
+        if hold.is_some() && period.is_none() {
+            return Err(Refusal::Invalid(
+                "a hold needs a period to hold against".into(),
+            ));
         }
+        let now_ms = self.now_ms();
+        let totals = self.totals;
+        let t = self.tenant_mut(tenant)?;
+        // The same run again (a retry whose first reply was lost): the same answer (G5).
         if t.running.contains_key(run) {
             return Ok(Reply::Admitted);
+        }
+        if let Some((scope, reason)) = t.halt_for(agent) {
+            return Err(Refusal::Halted { scope, reason });
         }
         let running = t.running.len() as u32;
         // Compared once, outside any loop: a ceiling of 0 must refuse, not skip the check.
         if let Some(max) = t.max_running
             && running >= max
         {
-            return Err(Refusal::TooManyRuns { running });
+            return Err(Refusal::TooManyRuns {
+                tenant: tenant.to_owned(),
+                running,
+            });
         }
-        if let Some(refusal) = period.and_then(|p| over_budget(t, p)) {
+        if let Some(refusal) = period.and_then(|p| over_budget(tenant, t, p, hold)) {
             return Err(refusal);
         }
+        if t.running.len() >= TENANT_RUNS_MAX {
+            return Err(Refusal::AtCapacity {
+                what: format!("running runs of tenant {tenant}"),
+                limit: TENANT_RUNS_MAX as u64,
+            });
+        }
+        if totals.tenants.runs >= RUNS_MAX as u64 {
+            return Err(Refusal::AtCapacity {
+                what: "running runs of all tenants".into(),
+                limit: RUNS_MAX as u64,
+            });
+        }
+        if let (Some(p), Some(_)) = (period, hold) {
+            room_for_period(tenant, t, p, &totals)?;
+        }
+        let (hold_tokens, hold_minor) = hold.unwrap_or_default();
+        let hold_period = match (period, hold) {
+            (Some(p), Some(_)) => {
+                let spend = t.spent.entry(p.to_owned()).or_default();
+                spend.held_tokens += hold_tokens;
+                spend.held_minor += hold_minor;
+                Some(p.to_owned())
+            }
+            _ => None,
+        };
         t.running.insert(
             run.to_owned(),
             RunSlot {
                 admitted_at_wall_ms: wall_ms,
                 admitted_at_log_ms: now_ms,
                 agent: agent.map(str::to_owned),
+                hold_period,
+                hold_tokens,
+                hold_minor,
             },
         );
         Ok(Reply::Admitted)
     }
 
-    /// Frees a run's slot. Idempotent.
+    /// Frees a run's slot, and what is left of its hold. Idempotent.
     pub(super) fn release_run(&mut self, tenant: &str, run: &str) -> Reply {
         if let Some(t) = self.saved.tenants.get_mut(tenant) {
-            t.running.remove(run);
+            t.free_slot(run);
         }
         Reply::Done
     }
@@ -83,7 +137,8 @@ impl Machine {
     pub(super) fn settle(&mut self, s: &Settle) -> Result<Reply, Refusal> {
         s.validate()?;
         let now_ms = self.now_ms();
-        let t = self.saved.tenants.entry(s.tenant.clone()).or_default();
+        let totals = self.totals;
+        let t = self.tenant_mut(&s.tenant)?;
         t.prune_receipts(now_ms);
         let receipt = Receipt {
             period: s.period.clone(),
@@ -93,30 +148,81 @@ impl Machine {
             settled_at_log_ms: now_ms,
         };
         let key = (s.run.clone(), s.epoch);
-        if let Some(stored) = t.receipts.get(&key) {
+        // PLANTED(settle-twice): a retry with the same payload falls through and charges again.
+        if let Some(stored) = t.receipts.get(&key).filter(|stored| {
+            !(crate::planted::is(crate::planted::Plant::SettleTwice)
+                && stored.same_payload(&receipt))
+        }) {
             return if stored.same_payload(&receipt) {
                 Ok(Reply::Settled { duplicate: true })
             } else {
                 Err(Refusal::Conflict)
             };
         }
+        // Receipts pruned just now are still in `totals`: the bound is judged conservatively.
+        if totals.tenants.receipts >= RECEIPTS_MAX as u64 {
+            return Err(Refusal::AtCapacity {
+                what: "settlement receipts of all tenants".into(),
+                limit: RECEIPTS_MAX as u64,
+            });
+        }
         if let Some(period) = &s.period {
+            room_for_period(&s.tenant, t, period, &totals)?;
+        }
+        let mut overrun = (0, 0);
+        if let Some(period) = &s.period {
+            // The charge uses up the run's hold on this period first; the rest is overrun.
+            let slot = t
+                .running
+                .get_mut(&s.run)
+                .filter(|slot| slot.hold_period.as_ref() == Some(period));
+            let (from_hold_tokens, from_hold_minor) = match slot {
+                Some(slot) => {
+                    let taken = (
+                        s.tokens.min(slot.hold_tokens),
+                        s.minor_units.min(slot.hold_minor),
+                    );
+                    slot.hold_tokens -= taken.0;
+                    slot.hold_minor -= taken.1;
+                    overrun = (s.tokens - taken.0, s.minor_units - taken.1);
+                    taken
+                }
+                None => (0, 0),
+            };
             let spent = t.spent.entry(period.clone()).or_default();
             spent.tokens = spent.tokens.saturating_add(s.tokens);
             spent.minor_units = spent.minor_units.saturating_add(s.minor_units);
+            spent.held_tokens -= from_hold_tokens;
+            spent.held_minor -= from_hold_minor;
+            spent.overrun_tokens = spent.overrun_tokens.saturating_add(overrun.0);
+            spent.overrun_minor = spent.overrun_minor.saturating_add(overrun.1);
         }
         if s.release_slot {
-            t.running.remove(&s.run);
+            t.free_slot(&s.run);
         }
         t.keep_receipt(key, receipt);
-        Ok(Reply::Settled { duplicate: false })
+        Ok(match overrun {
+            (0, 0) => Reply::Settled { duplicate: false },
+            (tokens, minor_units) => Reply::Overrun {
+                tokens,
+                minor_units,
+            },
+        })
     }
 
-    /// `Tick`: drops every tenant's receipts past their retention.
+    /// `Tick`: drops every tenant's receipts and every session's finished tickets past their
+    /// retention, so that idle sessions and tenants do not keep the machine-wide bounds
+    /// reached. (It walks every tenant and session: see issue #11 for a deadline index.)
     pub(super) fn prune_receipts(&mut self) -> Reply {
         let now_ms = self.now_ms();
+        for session in self.saved.sessions.values_mut() {
+            session.prune_finished(now_ms, &mut self.totals);
+        }
         for t in self.saved.tenants.values_mut() {
+            let before = TenantCounts::of(Some(t));
             t.prune_receipts(now_ms);
+            self.totals
+                .tenant_changed(before, TenantCounts::of(Some(t)));
         }
         Reply::Done
     }
@@ -139,7 +245,20 @@ impl Machine {
                 reason.len()
             )));
         }
-        let t = self.saved.tenants.entry(tenant.to_owned()).or_default();
+        let totals = self.totals;
+        let t = self.tenant_mut(tenant)?;
+        if !t.halts.contains_key(scope) && t.halts.len() >= TENANT_HALTS_MAX {
+            return Err(Refusal::AtCapacity {
+                what: format!("halts of tenant {tenant}"),
+                limit: TENANT_HALTS_MAX as u64,
+            });
+        }
+        if !t.halts.contains_key(scope) && totals.tenants.halts >= HALTS_MAX as u64 {
+            return Err(Refusal::AtCapacity {
+                what: "halts of all tenants".into(),
+                limit: HALTS_MAX as u64,
+            });
+        }
         t.halts.insert(scope.clone(), reason.to_owned());
         let ids: Vec<LimitId> = t.limits.values().copied().collect();
         let refusal = Refusal::Halted {
@@ -179,20 +298,96 @@ impl Machine {
     }
 }
 
-/// The refusal of a reserve charged to `period` when its spend has reached a budget,
-/// tokens first.
-fn over_budget(t: &Tenant, period: &str) -> Option<Refusal> {
-    let spent = t.spent.get(period).copied().unwrap_or_default();
+impl Machine {
+    /// The tenant named, created if new, or `AtCapacity` when [`TENANTS_MAX`] exist.
+    pub(super) fn tenant_mut(&mut self, tenant: &str) -> Result<&mut Tenant, Refusal> {
+        if !self.saved.tenants.contains_key(tenant) && self.saved.tenants.len() >= TENANTS_MAX {
+            return Err(Refusal::AtCapacity {
+                what: "tenants".into(),
+                limit: TENANTS_MAX as u64,
+            });
+        }
+        Ok(self.saved.tenants.entry(tenant.to_owned()).or_default())
+    }
+}
+
+/// `AtCapacity` when `period` is new to the tenant and it keeps [`TENANT_PERIODS_MAX`].
+/// Also `AtCapacity` when the period is new and all tenants keep [`PERIODS_MAX`].
+fn room_for_period(tenant: &str, t: &Tenant, period: &str, totals: &Totals) -> Result<(), Refusal> {
+    if t.spent.contains_key(period) {
+        return Ok(());
+    }
+    if t.spent.len() >= TENANT_PERIODS_MAX {
+        return Err(Refusal::AtCapacity {
+            what: format!("periods of tenant {tenant}"),
+            limit: TENANT_PERIODS_MAX as u64,
+        });
+    }
+    if totals.tenants.periods >= PERIODS_MAX as u64 {
+        return Err(Refusal::AtCapacity {
+            what: "periods of all tenants".into(),
+            limit: PERIODS_MAX as u64,
+        });
+    }
+    Ok(())
+}
+
+/// A reserve's arguments, borrowed from its command.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Reserve<'a> {
+    pub tenant: &'a str,
+    pub run: &'a str,
+    pub agent: Option<&'a str>,
+    pub period: Option<&'a str>,
+    /// The hold (tokens, minor units), when the reserve carries one. A hold that names
+    /// one kind holds 0 of the other: the run says it will spend none of it, so any spend
+    /// of that kind is an overrun.
+    pub hold: Option<(u64, u64)>,
+}
+
+/// The refusal of a reserve charged to `period` that its budgets cannot admit, tokens
+/// first: with a hold of that kind, when settled + standing holds + the hold would pass the
+/// budget; without one, when the spend has reached it.
+fn over_budget(
+    tenant: &str,
+    t: &Tenant,
+    period: &str,
+    hold: Option<(u64, u64)>,
+) -> Option<Refusal> {
+    let spend = t.spent.get(period).copied().unwrap_or_default();
+    let (hold_tokens, hold_minor) = hold.unwrap_or_default();
     [
-        (BudgetKind::Tokens, spent.tokens, t.budget_tokens),
-        (BudgetKind::MinorUnits, spent.minor_units, t.budget_minor),
+        (
+            BudgetKind::Tokens,
+            spend.tokens,
+            spend.held_tokens,
+            hold_tokens,
+            t.budget_tokens,
+        ),
+        (
+            BudgetKind::MinorUnits,
+            spend.minor_units,
+            spend.held_minor,
+            hold_minor,
+            t.budget_minor,
+        ),
     ]
     .into_iter()
-    .find_map(|(kind, spent, budget)| {
-        let budget = budget.filter(|&budget| spent >= budget)?;
-        Some(Refusal::BudgetExhausted {
+    .find_map(|(kind, spent, held, this, budget)| {
+        let budget = budget?;
+        let refused = if hold.is_some() {
+            // u128: three u64 sums cannot overflow the comparison.
+            spent as u128 + held as u128 + this as u128 > budget as u128
+        } else {
+            spent >= budget
+        };
+        refused.then(|| Refusal::BudgetExhausted {
+            tenant: tenant.to_owned(),
+            period: period.to_owned(),
             kind,
             spent,
+            held,
+            hold: this,
             budget,
         })
     })

@@ -1,0 +1,168 @@
+//! The routes: one table of (method, path, handler) that both builds the router and is
+//! what [`served_routes`] reports, so the OpenAPI test compares `docs/openapi.yaml` with
+//! what is really served. Every route but `/healthz` and `/readyz` passes the token
+//! middleware (`callers.rs`). Serving: [`serve_http`] runs the listener (`listener.rs`,
+//! TLS when `[tls]` is configured) until shutdown.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::Request;
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodRouter, delete, get, post, put};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::security::Acceptor;
+
+use super::context::HttpCtx;
+use super::error::ApiError;
+use super::listener::{HttpListener, PeerAddr};
+use super::{callers, cluster, events, halts, limits, metrics, permits, runs, sessions};
+
+type Route = (&'static str, &'static str, MethodRouter<Arc<HttpCtx>>);
+
+/// Every route, as (method, path, handler).
+fn table() -> Vec<Route> {
+    const LIMIT: &str = "/v1/tenants/{tenant}/limits/{name}";
+    vec![
+        ("GET", "/healthz", get(cluster::healthz)),
+        ("GET", "/readyz", get(cluster::readyz)),
+        ("GET", "/metrics", get(metrics::scrape)),
+        ("GET", "/v1/status", get(cluster::status)),
+        ("GET", "/v1/tenants/{tenant}/limits", get(limits::list)),
+        ("PUT", LIMIT, put(limits::define)),
+        ("GET", LIMIT, get(limits::show)),
+        ("DELETE", LIMIT, delete(limits::remove)),
+        (
+            "GET",
+            "/v1/tenants/{tenant}/limits/{name}/fences/{fence}",
+            get(limits::validate_fence),
+        ),
+        (
+            "POST",
+            "/v1/tenants/{tenant}/limits/{name}/acquire",
+            post(permits::acquire),
+        ),
+        (
+            "POST",
+            "/v1/tenants/{tenant}/limits/{name}/take",
+            post(permits::take),
+        ),
+        ("POST", "/v1/sessions", post(sessions::open)),
+        ("DELETE", "/v1/sessions/{session}", delete(sessions::close)),
+        (
+            "POST",
+            "/v1/sessions/{session}/keepalive",
+            post(sessions::keep_alive),
+        ),
+        (
+            "POST",
+            "/v1/sessions/{session}/release",
+            post(sessions::release),
+        ),
+        ("GET", "/v1/sessions/{session}/events", get(events::stream)),
+        ("GET", "/v1/tenants/{tenant}", get(runs::show_tenant)),
+        ("PUT", "/v1/tenants/{tenant}", put(runs::set_tenant)),
+        ("GET", "/v1/tenants/{tenant}/runs", get(runs::list_runs)),
+        (
+            "POST",
+            "/v1/tenants/{tenant}/runs/{run}/reserve",
+            post(runs::reserve),
+        ),
+        (
+            "POST",
+            "/v1/tenants/{tenant}/runs/{run}/release",
+            post(runs::release_run),
+        ),
+        (
+            "POST",
+            "/v1/tenants/{tenant}/runs/{run}/settle",
+            post(runs::settle),
+        ),
+        (
+            "GET",
+            "/v1/tenants/{tenant}/spent/{period}",
+            get(runs::spent),
+        ),
+        ("GET", "/v1/tenants/{tenant}/halts", get(halts::list)),
+        ("PUT", "/v1/tenants/{tenant}/halt", put(halts::set_tenant)),
+        (
+            "DELETE",
+            "/v1/tenants/{tenant}/halt",
+            delete(halts::clear_tenant),
+        ),
+        (
+            "PUT",
+            "/v1/tenants/{tenant}/agents/{agent}/halt",
+            put(halts::set_agent),
+        ),
+        (
+            "DELETE",
+            "/v1/tenants/{tenant}/agents/{agent}/halt",
+            delete(halts::clear_agent),
+        ),
+    ]
+}
+
+/// Every (method, path) served, paths in OpenAPI's `{param}` form.
+pub fn served_routes() -> Vec<(&'static str, &'static str)> {
+    table().into_iter().map(|(m, p, _)| (m, p)).collect()
+}
+
+/// The router over `ctx`: the table, JSON 404 and 405 answers, and the request counter.
+pub fn router(ctx: Arc<HttpCtx>) -> Router {
+    table()
+        .into_iter()
+        .fold(Router::new(), |r, (_, path, handler)| {
+            r.route(path, handler)
+        })
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "NotFound", "no such route") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "MethodNotAllowed",
+                "this route does not take that method",
+            )
+        })
+        .layer(middleware::from_fn_with_state(
+            ctx.clone(),
+            callers::authenticate,
+        ))
+        .layer(middleware::from_fn(count))
+        .with_state(ctx)
+}
+
+async fn count(request: Request, next: Next) -> Response {
+    crate::metrics::get().http_requests.inc();
+    next.run(request).await.into_response()
+}
+
+/// Serves HTTP on `listener` (TLS when `acceptor` is) until `shutdown` turns true; requests
+/// in flight (long polls, event streams) end with the process.
+pub async fn serve_http(
+    listener: TcpListener,
+    acceptor: Acceptor,
+    ctx: Arc<HttpCtx>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let stop = async move {
+        let _ = shutdown.wait_for(|stop| *stop).await;
+    };
+    let listener = match HttpListener::new(listener, acceptor) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!("http server: {e}");
+            return;
+        }
+    };
+    let service = router(ctx).into_make_service_with_connect_info::<PeerAddr>();
+    if let Err(e) = axum::serve(listener, service)
+        .with_graceful_shutdown(stop)
+        .await
+    {
+        tracing::warn!("http server: {e}");
+    }
+}

@@ -1,0 +1,113 @@
+//! Planted bugs: negative controls for the partition harness (`jepsen/planted.sh`).
+//!
+//! Owns the one switch, [`is`], that each planted bug's branch asks. Without the `planted`
+//! cargo feature (every default build) [`is`] is a `const fn` that answers `false`, so every
+//! plant is dead code the compiler removes. With the feature, the environment variable
+//! `WEIR_PLANT=<name>` (read once per process, in `weir serve` and in the client library
+//! alike) switches on exactly one [`Plant`]; an unknown name panics at first use, so a
+//! misspelled control never passes silently as "caught nothing".
+//!
+//! Invariants:
+//! - At most one plant is on in a process.
+//! - Each plant is one small branch marked `// PLANTED(<name>)` at the exact spot of the bug,
+//!   so `grep -rn PLANTED src` lists them all.
+
+/// One known bug the harness must catch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Plant {
+    /// The log clock is not frozen at a leader change: it adds the new leader's stamp.
+    NoFreeze,
+    /// The wall-clock gap between two leaders' batches is credited to the log clock.
+    WallGap,
+    /// The client's belief margin is 0: it believes until send time + TTL exactly.
+    MarginZero,
+    /// The client's keep-alive deadline counts from the reply's arrival, not the send.
+    KeepaliveArrival,
+    /// The proposer's clock runs 30% fast.
+    FastClock,
+    /// A grant reuses the last fence when no holder of its limit holds it.
+    ReusedFence,
+    /// A retried settlement with the same payload is charged again.
+    SettleTwice,
+    /// An acquire does not check the halts of its scope.
+    HaltSkipped,
+    /// A session's expiry releases its permits without serving the queues.
+    ExpiryNoGrant,
+}
+
+impl Plant {
+    /// Every plant, in the order of `jepsen/planted.sh`.
+    pub const ALL: [Plant; 9] = [
+        Plant::NoFreeze,
+        Plant::WallGap,
+        Plant::MarginZero,
+        Plant::KeepaliveArrival,
+        Plant::FastClock,
+        Plant::ReusedFence,
+        Plant::SettleTwice,
+        Plant::HaltSkipped,
+        Plant::ExpiryNoGrant,
+    ];
+
+    /// The name `WEIR_PLANT` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Plant::NoFreeze => "no-freeze",
+            Plant::WallGap => "wall-gap",
+            Plant::MarginZero => "margin-zero",
+            Plant::KeepaliveArrival => "keepalive-arrival",
+            Plant::FastClock => "fast-clock",
+            Plant::ReusedFence => "reused-fence",
+            Plant::SettleTwice => "settle-twice",
+            Plant::HaltSkipped => "halt-skipped",
+            Plant::ExpiryNoGrant => "expiry-no-grant",
+        }
+    }
+}
+
+/// Whether `plant` is on in this process. Always `false` without the `planted` feature.
+#[cfg(not(feature = "planted"))]
+#[inline(always)]
+pub const fn is(_plant: Plant) -> bool {
+    false
+}
+
+/// Whether `plant` is on in this process: `WEIR_PLANT` names it.
+#[cfg(feature = "planted")]
+pub fn is(plant: Plant) -> bool {
+    active() == Some(plant)
+}
+
+/// The plant `WEIR_PLANT` names, read once.
+#[cfg(feature = "planted")]
+fn active() -> Option<Plant> {
+    static ACTIVE: std::sync::OnceLock<Option<Plant>> = std::sync::OnceLock::new();
+    *ACTIVE.get_or_init(|| {
+        let name = std::env::var("WEIR_PLANT").ok()?;
+        let plant = Plant::ALL
+            .into_iter()
+            .find(|p| p.name() == name)
+            .unwrap_or_else(|| panic!("WEIR_PLANT={name}: no such plant"));
+        tracing::warn!("WEIR_PLANT={name}: a planted bug is on");
+        Some(plant)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique() {
+        let mut names: Vec<_> = Plant::ALL.iter().map(|p| p.name()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), Plant::ALL.len());
+    }
+
+    #[cfg(not(feature = "planted"))]
+    #[test]
+    fn default_builds_plant_nothing() {
+        assert!(Plant::ALL.iter().all(|&p| !is(p)));
+    }
+}

@@ -1,0 +1,435 @@
+//! The HTTP/JSON API against a real three-node cluster, with a real HTTP client: the routes
+//! match `docs/openapi.yaml`, HTTP and CLI holders share one limit, a long poll and the
+//! event stream learn a grant, and the README's `curl` examples run as written.
+
+use std::collections::BTreeSet;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use super::harness::{Cluster, phase};
+use super::{CONVERGE, ELECTION};
+
+/// The HTTP base URL of node `id`.
+pub fn base(cluster: &Cluster, id: u64) -> String {
+    format!("http://{}", cluster.node(id).config.http_listen)
+}
+
+/// A node that is not the leader: requests to it are served by forwarding.
+pub async fn follower(cluster: &Cluster) -> u64 {
+    let leader = cluster.leader(ELECTION).await;
+    (1..=3).find(|id| *id != leader).unwrap()
+}
+
+/// Sends `method path` with an optional JSON body; answers (status, JSON body or Null).
+pub async fn call(
+    http: &reqwest::Client,
+    base: &str,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+    let mut request = http.request(method, format!("{base}{path}"));
+    if let Some(b) = body {
+        request = request.json(&b);
+    }
+    let response = request.send().await.expect("the node answers HTTP");
+    let status = response.status();
+    let text = response.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+/// (method, path) of every operation in docs/openapi.yaml, read from its layout: paths at
+/// two spaces of indent, methods at four.
+fn openapi_routes() -> BTreeSet<(String, String)> {
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/openapi.yaml")).unwrap();
+    let mut routes = BTreeSet::new();
+    let mut path = None;
+    for line in text.lines() {
+        if let Some(p) = line.strip_prefix("  /") {
+            path = Some(format!("/{}", p.trim_end_matches(':')));
+        } else if let Some(m) = line.strip_prefix("    ")
+            && let Some(m) = m.strip_suffix(':')
+            && ["get", "put", "post", "delete", "patch"].contains(&m)
+        {
+            routes.insert((
+                m.to_uppercase(),
+                path.clone().expect("a method under a path"),
+            ));
+        }
+    }
+    routes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_routes_are_exactly_the_openapi_ones_and_each_is_served_by_a_follower() {
+    let listed = openapi_routes();
+    let served: BTreeSet<(String, String)> = weir::http::served_routes()
+        .into_iter()
+        .map(|(m, p)| (m.to_string(), p.to_string()))
+        .collect();
+    assert_eq!(
+        listed.difference(&served).collect::<Vec<_>>(),
+        Vec::<&(String, String)>::new(),
+        "listed in docs/openapi.yaml but not served"
+    );
+    assert_eq!(
+        served.difference(&listed).collect::<Vec<_>>(),
+        Vec::<&(String, String)>::new(),
+        "served but not listed in docs/openapi.yaml"
+    );
+    let cluster = Cluster::start("http-routes", 3, "");
+    let node = follower(&cluster).await;
+    let url = base(&cluster, node);
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(15))
+        .build()
+        .unwrap();
+    phase("every listed route answers on a follower, none with the router's NotFound");
+    for (method, path) in &listed {
+        let concrete = path
+            .replace("{tenant}", "t")
+            .replace("{name}", "l")
+            .replace("{session}", "1")
+            .replace("{fence}", "1")
+            .replace("{run}", "r")
+            .replace("{period}", "p")
+            .replace("{agent}", "a");
+        if concrete.ends_with("/events") {
+            // An event stream answers its headers at once and then stays open.
+            let r = http.get(format!("{url}{concrete}")).send().await.unwrap();
+            assert_eq!(r.status(), StatusCode::OK, "{method} {path}");
+            assert!(
+                r.headers()["content-type"]
+                    .to_str()
+                    .unwrap()
+                    .starts_with("text/event-stream")
+            );
+            continue;
+        }
+        let body = match concrete.as_str() {
+            p if p.ends_with("/halt") && method == "PUT" => Some(json!({"reason": "r"})),
+            p if p.ends_with("/release") && p.starts_with("/v1/sessions") => {
+                Some(json!({"ticket": 1}))
+            }
+            _ if method == "PUT" || method == "POST" => Some(json!({})),
+            _ => None,
+        };
+        let (status, v) = call(&http, &url, method, &concrete, body).await;
+        assert_ne!(status, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}");
+        assert_ne!(v["error"], "NotFound", "{method} {path}: {v}");
+        assert!(
+            !status.is_server_error(),
+            "{method} {path} answered {status}: {v}"
+        );
+    }
+    phase("errors are JSON with the refusal's name and a fitting status");
+    let (status, v) = call(&http, &url, "GET", "/v1/tenants/t/limits/nope", None).await;
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (StatusCode::NOT_FOUND, Some("UnknownLimit"))
+    );
+    assert!(v["message"].as_str().unwrap().contains("t/nope"), "{v}");
+    let (status, v) = call(&http, &url, "GET", "/v1/nothing", None).await;
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (StatusCode::NOT_FOUND, Some("NotFound"))
+    );
+    let (status, v) = call(
+        &http,
+        &url,
+        "PUT",
+        "/v1/tenants/t/limits/bad",
+        Some(json!({"concurrent": "x"})),
+    )
+    .await;
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("Invalid"))
+    );
+    phase("a halted tenant refuses with 409 Halted");
+    call(
+        &http,
+        &url,
+        "PUT",
+        "/v1/tenants/h/limits/l",
+        Some(json!({"concurrent": 1})),
+    )
+    .await;
+    call(
+        &http,
+        &url,
+        "PUT",
+        "/v1/tenants/h/halt",
+        Some(json!({"reason": "incident"})),
+    )
+    .await;
+    let (_, s) = call(
+        &http,
+        &url,
+        "POST",
+        "/v1/sessions",
+        Some(json!({"ttl_ms": 10_000})),
+    )
+    .await;
+    let (status, v) = call(
+        &http,
+        &url,
+        "POST",
+        "/v1/tenants/h/limits/l/acquire",
+        Some(json!({"session": s["session"], "ticket": 1})),
+    )
+    .await;
+    assert_eq!(
+        (status, v["error"].as_str(), v["reason"].as_str()),
+        (StatusCode::CONFLICT, Some("Halted"), Some("incident")),
+        "{v}"
+    );
+    let (status, v) = call(&http, &url, "GET", "/v1/tenants/h", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(v["halts"][0]["reason"], "incident", "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_and_cli_holders_share_one_limit_and_a_long_poll_and_the_event_stream_learn_the_grant()
+{
+    let cluster = Cluster::start("http-hold", 3, "");
+    let node = follower(&cluster).await;
+    let url = base(&cluster, node);
+    let http = reqwest::Client::new();
+    phase("define db with one permit over HTTP; the CLI takes it");
+    let (status, _) = call(
+        &http,
+        &url,
+        "PUT",
+        "/v1/tenants/default/limits/db",
+        Some(json!({"concurrent": 1})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let mut holder = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["acquire", "db", "--hold", "3"])
+        .env("WEIR_SERVERS", cluster.servers().join(","))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, v) = call(&http, &url, "GET", "/v1/tenants/default/limits/db", None).await;
+        if v["in_use"] == 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the CLI never got the permit: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    phase("while the CLI holds, HTTP is told Busy, then waits");
+    let (_, s) = call(
+        &http,
+        &url,
+        "POST",
+        "/v1/sessions",
+        Some(json!({"ttl_ms": 15_000})),
+    )
+    .await;
+    let session = s["session"].as_u64().expect("a session id");
+    let (status, v) = call(
+        &http,
+        &url,
+        "POST",
+        "/v1/tenants/default/limits/db/acquire",
+        Some(json!({"session": session, "ticket": 1, "wait": false})),
+    )
+    .await;
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (StatusCode::TOO_MANY_REQUESTS, Some("Busy"))
+    );
+    let other = (1..=3).find(|id| *id != node).unwrap();
+    let mut events = http
+        .get(format!(
+            "{}/v1/sessions/{session}/events",
+            base(&cluster, other)
+        ))
+        .send()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let (status, v) = call(
+        &http,
+        &url,
+        "POST",
+        "/v1/tenants/default/limits/db/acquire",
+        Some(json!({"session": session, "ticket": 2, "timeout_ms": 20_000})),
+    )
+    .await;
+    assert_eq!(
+        (status, v["status"].as_str()),
+        (StatusCode::OK, Some("granted")),
+        "{v}"
+    );
+    assert!(
+        started.elapsed() > Duration::from_secs(1),
+        "held open until the CLI released"
+    );
+    let fence = v["fence"].as_u64().unwrap();
+    assert_eq!(holder.wait().unwrap().code(), Some(0));
+    phase("the event stream (on another node) delivered the grant");
+    let mut seen = String::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !seen.contains("event: granted") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, events.chunk()).await {
+            Ok(Ok(Some(bytes))) => seen.push_str(&String::from_utf8_lossy(&bytes)),
+            other => panic!("no granted event: {other:?}; seen {seen:?}"),
+        }
+    }
+    assert!(seen.contains(&format!("\"fence\":{fence}")), "{seen}");
+    phase("while HTTP holds, the CLI is refused; the fence validates");
+    let (code, _, err) = cluster.cli(&["acquire", "db", "--no-wait", "--hold", "1"]);
+    assert_eq!(code, 3, "refused: {err}");
+    let (_, v) = call(
+        &http,
+        &url,
+        "GET",
+        &format!("/v1/tenants/default/limits/db/fences/{fence}"),
+        None,
+    )
+    .await;
+    assert_eq!(v["held"], true);
+    phase("never more than one holder: the limit's high-water mark is 1");
+    let (_, v) = call(&http, &url, "GET", "/v1/tenants/default/limits/db", None).await;
+    assert_eq!(
+        (v["in_use"].as_u64(), v["max_in_use"].as_u64()),
+        (Some(1), Some(1)),
+        "{v}"
+    );
+    let (_, v) = call(
+        &http,
+        &url,
+        "POST",
+        &format!("/v1/sessions/{session}/release"),
+        Some(json!({"ticket": 2})),
+    )
+    .await;
+    assert_eq!(v["held"], true, "{v}");
+    cluster.converged(CONVERGE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_answers_the_tokens_left_or_429_with_retry_after() {
+    let cluster = Cluster::start("http-take", 3, "");
+    let url = base(&cluster, follower(&cluster).await);
+    let http = reqwest::Client::new();
+    call(
+        &http,
+        &url,
+        "PUT",
+        "/v1/tenants/default/limits/api",
+        Some(json!({"per_second": 0.5, "burst": 2})),
+    )
+    .await;
+    let take = "/v1/tenants/default/limits/api/take";
+    let (status, v) = call(&http, &url, "POST", take, None).await;
+    assert_eq!(
+        (status, v["taken"].as_u64()),
+        (StatusCode::OK, Some(1)),
+        "{v}"
+    );
+    assert_eq!(v["remaining"], 1, "{v}");
+    call(&http, &url, "POST", take, None).await;
+    let response = http.post(format!("{url}{take}")).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry_after: u64 = response.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (1..=2).contains(&retry_after),
+        "one token in 2 s: {retry_after}"
+    );
+    let v: Value = response.json().await.unwrap();
+    assert_eq!(v["error"], "Busy");
+    phase("a take on a limit with a cap is refused: it would hold a permit");
+    call(
+        &http,
+        &url,
+        "PUT",
+        "/v1/tenants/default/limits/cap",
+        Some(json!({"concurrent": 1})),
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, v) = call(
+            &http,
+            &url,
+            "POST",
+            "/v1/tenants/default/limits/cap/take",
+            None,
+        )
+        .await;
+        if status == StatusCode::BAD_REQUEST {
+            assert_eq!(v["error"], "Invalid");
+            break;
+        }
+        // The follower has not applied the definition yet.
+        assert!(Instant::now() < deadline, "{status} {v}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The `curl` lines of README.md's HTTP example block.
+fn readme_curls() -> Vec<String> {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let block = readme
+        .split("```sh http-example")
+        .nth(1)
+        .expect("README.md has a ```sh http-example block")
+        .split("```")
+        .next()
+        .unwrap();
+    block
+        .lines()
+        .map(|l| l.split("  #").next().unwrap().trim().to_string())
+        .filter(|l| l.starts_with("curl "))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_curl_examples_run_against_a_follower() {
+    let curls = readme_curls();
+    for needed in ["/acquire", "/take", "/metrics"] {
+        assert!(
+            curls.iter().any(|c| c.contains(needed)),
+            "the README shows curl for {needed}"
+        );
+    }
+    let cluster = Cluster::start("http-readme", 3, "");
+    let node = follower(&cluster).await;
+    let addr = cluster.node(node).config.http_listen.clone();
+    for line in curls {
+        let line = line.replace("localhost:7611", &addr);
+        phase(&line);
+        let out = Command::new("sh").arg("-c").arg(&line).output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{line}: {:?} {stdout} {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!stdout.contains("\"error\""), "{line}: {stdout}");
+        assert!(!stdout.trim().is_empty(), "{line} printed nothing");
+    }
+}

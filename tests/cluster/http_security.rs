@@ -1,0 +1,237 @@
+//! The HTTP port under TLS and tokens (spec §7, G10): HTTPS verified against the cluster CA,
+//! `Authorization: Bearer` tokens authenticated and authorized by the client port exactly
+//! as a binary client's, 401 without a token, 403 outside the token's tenant, and
+//! plaintext HTTP refused by the TLS port.
+//!
+//! The HTTPS client is written here over tokio-rustls (one HTTP/1.1 request per
+//! connection, `Connection: close`), so the test needs no TLS stack in reqwest.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use weir::config::{TlsFiles, TokenEntry};
+use weir::launcher::LocalCluster;
+use weir::security::certs::{DevCa, Validity};
+use weir::security::{ClientSecurity, Connector, hash_token, tls};
+
+use crate::harness::phase;
+
+const ADMIN: &str = "http-admin-secret";
+const TENANT_A: &str = "http-tenant-a-secret";
+
+/// Longest one HTTP exchange may take: a write through the log over loopback takes ms; a
+/// follower forwarding to a leader just elected takes longer, well within this.
+const EXCHANGE_MAX: Duration = Duration::from_secs(20);
+
+/// One request over TLS (verified against `connector`'s CA) to `addr`: status and JSON body.
+async fn https(
+    connector: &Connector,
+    addr: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let exchange = async {
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let mut stream = connector.connect(tcp, addr).await.unwrap();
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        let mut head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        );
+        if let Some(t) = token {
+            head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+        }
+        head.push_str("\r\n");
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stream.write_all(body.as_bytes()).await.unwrap();
+        stream.flush().await.unwrap();
+        let mut raw = Vec::new();
+        // A TLS peer may end without close_notify after `Connection: close`; what was read
+        // is the answer.
+        let _ = stream.read_to_end(&mut raw).await;
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        let (head, rest) = text.split_once("\r\n\r\n").expect("an HTTP answer");
+        let status: u16 = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .expect("a status line");
+        let chunked = head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked");
+        let body = if chunked {
+            dechunk(rest)
+        } else {
+            rest.to_owned()
+        };
+        (status, serde_json::from_str(&body).unwrap_or(Value::Null))
+    };
+    tokio::time::timeout(EXCHANGE_MAX, exchange)
+        .await
+        .expect("bounded")
+}
+
+/// The payload of a chunked body.
+fn dechunk(mut rest: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, tail)) = rest.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 || tail.len() < n {
+            break;
+        }
+        out.push_str(&tail[..n]);
+        rest = tail[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+fn write_certs(dir: &Path, ca: &DevCa, names: &[&str]) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("ca.pem"), ca.cert_pem()).unwrap();
+    for name in names {
+        let issued = ca.issue(name, Validity::Current).unwrap();
+        std::fs::write(dir.join(format!("{name}.pem")), issued.cert_pem).unwrap();
+        std::fs::write(dir.join(format!("{name}.key")), issued.key_pem).unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_with_tokens_authenticates_and_authorizes_through_the_client_port() {
+    let mut cluster =
+        LocalCluster::in_temp_dir(env!("CARGO_BIN_EXE_weir"), "weir-http-sec").unwrap();
+    let certs = cluster.dir().join("certs");
+    let ca = DevCa::new("cluster CA").unwrap();
+    write_certs(&certs, &ca, &["node1", "node2", "node3"]);
+    let ca_pem = certs.join("ca.pem");
+    cluster = cluster.security(ClientSecurity::new(Some(&ca_pem), Some(ADMIN.into())).unwrap());
+    let connector = Connector::tls(tls::client_config(&ca_pem).unwrap());
+
+    phase("three nodes with TLS and tokens on every port elect a leader");
+    let mut configs = cluster.loopback_configs(3).unwrap();
+    for c in &mut configs {
+        let name = format!("node{}", c.id);
+        c.tls = Some(TlsFiles {
+            cert: certs.join(format!("{name}.pem")),
+            key: certs.join(format!("{name}.key")),
+            ca: ca_pem.clone(),
+        });
+        c.tokens = [(ADMIN, "admin"), (TENANT_A, "tenant:a")]
+            .iter()
+            .map(|(secret, role)| TokenEntry {
+                sha256: hash_token(secret),
+                role: role.to_string(),
+            })
+            .collect();
+    }
+    cluster.add_and_start(configs).unwrap();
+    let leader = cluster
+        .leader(Duration::from_secs(30))
+        .await
+        .expect("a leader over TLS");
+    // A follower, so the request is also carried to the leader with its token.
+    let node = (1..=3).find(|id| *id != leader).unwrap();
+    let addr = cluster.node(node).config.http_listen.clone();
+
+    phase("HTTPS with the cluster CA and an admin token: define, open a session, acquire");
+    let limit = "/v1/tenants/b/limits/x";
+    let (status, v) = https(
+        &connector,
+        &addr,
+        "PUT",
+        limit,
+        Some(ADMIN),
+        Some(json!({"concurrent": 1})),
+    )
+    .await;
+    assert_eq!(status, 200, "define as admin: {v}");
+    let (status, s) = https(
+        &connector,
+        &addr,
+        "POST",
+        "/v1/sessions",
+        Some(ADMIN),
+        Some(json!({"ttl_ms": 15_000})),
+    )
+    .await;
+    assert_eq!(status, 200, "open as admin: {s}");
+    let session = s["session"].as_u64().expect("a session id");
+    let (status, v) = https(
+        &connector,
+        &addr,
+        "POST",
+        &format!("{limit}/acquire"),
+        Some(ADMIN),
+        Some(json!({"session": session, "ticket": 1, "wait": false})),
+    )
+    .await;
+    assert_eq!(status, 200, "acquire as admin: {v}");
+
+    phase("a tenant:a token is refused in tenant b (403), allowed in a");
+    let (status, v) = https(
+        &connector,
+        &addr,
+        "PUT",
+        limit,
+        Some(TENANT_A),
+        Some(json!({"concurrent": 5})),
+    )
+    .await;
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (403, Some("Forbidden")),
+        "{v}"
+    );
+    let (status, v) = https(&connector, &addr, "GET", limit, Some(TENANT_A), None).await;
+    assert_eq!(status, 403, "a read in b as tenant:a: {v}");
+    let (status, v) = https(
+        &connector,
+        &addr,
+        "PUT",
+        "/v1/tenants/a/limits/x",
+        Some(TENANT_A),
+        Some(json!({"concurrent": 1})),
+    )
+    .await;
+    assert_eq!(status, 200, "define in a as tenant:a: {v}");
+
+    phase("no token, or an unknown one, is 401 Unauthenticated; /healthz stays open");
+    let (status, v) = https(&connector, &addr, "GET", limit, None, None).await;
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (401, Some("Unauthenticated")),
+        "{v}"
+    );
+    let (status, v) = https(&connector, &addr, "GET", limit, Some("guess"), None).await;
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (401, Some("Unauthenticated")),
+        "{v}"
+    );
+    let (status, _) = https(&connector, &addr, "GET", "/healthz", None, None).await;
+    assert_eq!(status, 200);
+
+    phase("plain HTTP to the TLS port gets no HTTP answer");
+    let plain = async {
+        let mut tcp = TcpStream::connect(&addr).await.unwrap();
+        let ask = format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        let _ = tcp.write_all(ask.as_bytes()).await;
+        let mut raw = Vec::new();
+        let _ = tcp.read_to_end(&mut raw).await;
+        raw
+    };
+    let raw = tokio::time::timeout(EXCHANGE_MAX, plain)
+        .await
+        .expect("the TLS port closes a plaintext connection");
+    assert!(
+        !String::from_utf8_lossy(&raw).starts_with("HTTP/"),
+        "plaintext HTTP was answered on the TLS port: {:?}",
+        String::from_utf8_lossy(&raw)
+    );
+    cluster.kill_all();
+}

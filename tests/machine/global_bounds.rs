@@ -1,0 +1,166 @@
+//! The machine-wide bounds of `weir::bounds` (issue #11): each refuses `AtCapacity` at its
+//! bound, naming it, while the per-session and per-tenant bounds are still far away.
+
+use weir::bounds::{FINISHED_TICKETS_MAX, HALTS_MAX, PERIODS_MAX, RECEIPTS_MAX, RUNS_MAX};
+use weir::machine::{Command, HaltScope, Refusal, Reply, Settle};
+
+use crate::sim::{Sim, ask, limit, refused};
+
+fn full(what: &str, limit: usize) -> Reply {
+    refused(Refusal::AtCapacity {
+        what: what.into(),
+        limit: limit as u64,
+    })
+}
+
+fn applied_in_entries(s: &mut Sim, commands: Vec<Command>) {
+    s.entries(commands.chunks(4_096).map(<[Command]>::to_vec));
+}
+
+#[test]
+fn finished_tickets_of_all_sessions_are_bounded() {
+    let mut s = Sim::new();
+    s.reply(limit("t", "api").rate(1_000.0).burst(1_000_000));
+    // 50,000 finished tickets a session: below the session bound, five sessions reach the
+    // machine's.
+    let per_session = FINISHED_TICKETS_MAX as u64 / 5;
+    let sessions: Vec<_> = (0..5).map(|_| s.open(600_000)).collect();
+    let takes = sessions
+        .iter()
+        .flat_map(|&a| (0..per_session).map(move |t| ask(a, t, "api").into()))
+        .collect();
+    applied_in_entries(&mut s, takes);
+    let b = s.open(600_000);
+    let at_bound = full(
+        "finished tickets of all sessions kept for retries",
+        FINISHED_TICKETS_MAX,
+    );
+    assert_eq!(s.reply(ask(b, 0, "api")), at_bound);
+    assert_eq!(
+        s.release(b, 1).0,
+        at_bound,
+        "a release of an unknown ticket too"
+    );
+    // A retry of a kept ticket is still answered, and after the window there is room.
+    assert!(matches!(
+        s.reply(ask(sessions[0], 0, "api")),
+        Reply::Granted { .. }
+    ));
+    s.wait(weir::bounds::FINISHED_TICKET_RETENTION_MS);
+    for &a in &sessions {
+        s.reply(Command::KeepAlive { session: a });
+    }
+    let b = s.open(600_000);
+    assert!(matches!(s.reply(ask(b, 0, "api")), Reply::Granted { .. }));
+}
+
+#[test]
+fn runs_periods_halts_and_receipts_of_all_tenants_are_bounded() {
+    let mut s = Sim::new();
+    let tenant = |i: usize| format!("t{i}");
+    let reserve = |t: String, run: String, period: Option<String>, hold: bool| Command::Reserve {
+        tenant: t,
+        run,
+        agent: None,
+        period,
+        hold_tokens: hold.then_some(1),
+        hold_minor: None,
+    };
+    // Runs: 10,000 in each of ten tenants.
+    let per_tenant = RUNS_MAX / 10;
+    let runs = (0..10)
+        .flat_map(|t| {
+            (0..per_tenant).map(move |r| reserve(tenant(t), format!("r{r}"), None, false))
+        })
+        .collect();
+    applied_in_entries(&mut s, runs);
+    assert_eq!(
+        s.reply(reserve(tenant(10), "r".into(), None, false)),
+        full("running runs of all tenants", RUNS_MAX)
+    );
+    // Receipts: settles with new keys, across two tenants (each below its own eviction).
+    let settle = |t: String, epoch: u64, period: Option<String>| {
+        Command::Settle(Settle {
+            tenant: t,
+            run: "s".into(),
+            epoch,
+            period,
+            tokens: 1,
+            minor_units: 0,
+            release_slot: false,
+        })
+    };
+    let half = RECEIPTS_MAX as u64 / 2;
+    let settles = (0..2)
+        .flat_map(|t| (0..half).map(move |e| settle(tenant(20 + t), e, None)))
+        .collect();
+    applied_in_entries(&mut s, settles);
+    assert_eq!(
+        s.reply(settle(tenant(22), 0, None)),
+        full("settlement receipts of all tenants", RECEIPTS_MAX)
+    );
+    // Periods: a thousand in each of a hundred tenants (held reserves need no receipts).
+    // Periods: a thousand in each of a hundred tenants, each named by a held reserve whose
+    // run is released at once (the period stays: spend is never pruned).
+    let periods = (0..100)
+        .flat_map(|t| {
+            (0..PERIODS_MAX / 100).flat_map(move |p| {
+                [
+                    reserve(
+                        tenant(100 + t),
+                        format!("h{p}"),
+                        Some(format!("p{p}")),
+                        true,
+                    ),
+                    Command::ReleaseRun {
+                        tenant: tenant(100 + t),
+                        run: format!("h{p}"),
+                    },
+                ]
+            })
+        })
+        .collect::<Vec<_>>();
+    // Free the run bound first.
+    let releases = (0..10)
+        .flat_map(|t| {
+            (0..per_tenant).map(move |r| Command::ReleaseRun {
+                tenant: tenant(t),
+                run: format!("r{r}"),
+            })
+        })
+        .collect();
+    applied_in_entries(&mut s, releases);
+    applied_in_entries(&mut s, periods);
+    assert_eq!(
+        s.reply(reserve(tenant(300), "h".into(), Some("p".into()), true)),
+        full("periods of all tenants", PERIODS_MAX)
+    );
+    // Halts: a hundred agents in each of a hundred tenants.
+    let halts = (0..100)
+        .flat_map(|t| {
+            (0..HALTS_MAX / 100).map(move |a| Command::SetHalt {
+                tenant: tenant(t),
+                scope: HaltScope::Agent(format!("a{a}")),
+                reason: "stop".into(),
+            })
+        })
+        .collect();
+    applied_in_entries(&mut s, halts);
+    assert_eq!(
+        s.reply(Command::SetHalt {
+            tenant: tenant(0),
+            scope: HaltScope::Tenant,
+            reason: "stop".into(),
+        }),
+        full("halts of all tenants", HALTS_MAX)
+    );
+    assert_eq!(
+        s.reply(Command::SetHalt {
+            tenant: tenant(0),
+            scope: HaltScope::Agent("a0".into()),
+            reason: "still".into(),
+        }),
+        Reply::Done,
+        "a halt already kept may be set again"
+    );
+}
