@@ -12,6 +12,7 @@ use hdrhistogram::Histogram;
 use tokio::task::JoinHandle;
 
 use super::super::{EXIT_ERROR, EXIT_OK, Exit, Output};
+use super::cpu::CpuClock;
 use super::report::{LoadReport, Recorder, histogram, ms};
 use super::{BenchArgs, Workload, spawn};
 use crate::client::{AcquireOptions, Client, Session};
@@ -73,23 +74,35 @@ pub async fn measure_load(
     let recorder = Arc::new(Recorder::new());
     let clients = start_clients(args, servers, security, &recorder);
     tokio::time::sleep(Duration::from_secs_f64(args.warmup)).await;
+    // CPU only over a window without incidents: a killed or stopped node is no figure.
+    let cpu = match &spawned {
+        Some(cluster) if args.failover == 0 && args.stall == 0 => {
+            CpuClock::start(&node_pids(cluster))
+        }
+        _ => None,
+    };
     recorder.measuring.store(true, Ordering::Relaxed);
     let (elapsed, recoveries_us, stalls_us) =
         measure(args, servers, security, spawned, &recorder).await?;
     recorder.measuring.store(false, Ordering::Relaxed);
+    let cpu = cpu.and_then(|c| c.stop(recorder.ops.load(Ordering::Relaxed)));
     recorder.stop.store(true, Ordering::Relaxed);
     for c in clients {
         let _ = c.await;
     }
     let verified = verify(&admin, args, &recorder, &spent_before).await?;
-    Ok(LoadReport::new(
-        args,
-        &recorder,
-        elapsed,
-        recoveries_us,
-        stalls_us,
-        verified,
-    ))
+    let mut report = LoadReport::new(args, &recorder, elapsed, recoveries_us, stalls_us, verified);
+    report.cpu = cpu;
+    Ok(report)
+}
+
+/// The running nodes of `cluster`, named `n<id>`, with their process ids.
+fn node_pids(cluster: &LocalCluster) -> Vec<(String, u32)> {
+    cluster
+        .nodes()
+        .iter()
+        .filter_map(|n| cluster.pid(n.id).map(|pid| (format!("n{}", n.id), pid)))
+        .collect()
 }
 
 /// Concurrent admin requests when defining or checking every limit: a curve point has up

@@ -32,9 +32,11 @@
 //! - `spawn.rs`: the `--spawn` cluster;
 //! - `etcd.rs`: the etcd cluster, its load, and the side-by-side comparison;
 //! - `load.rs`: the load workloads, the failover kills and the final verification;
+//! - `cpu.rs`: CPU seconds of the bench and its nodes over the measured window;
 //! - `scale.rs`: the scale point;
 //! - `report.rs`: the recorder the clients share and the printed results.
 
+mod cpu;
 mod curve;
 #[cfg(feature = "etcd")]
 mod etcd;
