@@ -13,13 +13,19 @@
 //! (G8), rather than let it be applied or found only when read.
 //!
 //! Invariants and the promises openraft relies on:
-//! - Every write is one redb transaction committed with `Durability::Immediate`: one fsync.
-//!   `save_vote` returns only once the vote is on disk; `append` calls its callback only
-//!   after its transaction is durable; `truncate` and `purge` are each atomic (`purge` writes
-//!   `last_purged` and deletes in the same transaction).
+//! - Every write goes through the ordered writer ([`super::log_writer`]): one thread, jobs
+//!   in the order asked, each group of queued jobs one redb transaction committed with
+//!   `Durability::Immediate` (one fsync).
+//! - `append` returns once its entries are in the in-memory tail, where readers find them,
+//!   and calls its callback only after their transaction is durable. `save_vote`,
+//!   `truncate` and `purge` return only once durable; each is atomic (`purge` writes
+//!   `last_purged` and deletes in the same transaction). `save_committed` returns at once:
+//!   the committed id is made durable with the next write or a few milliseconds later, so a
+//!   crash may lose the newest one (openraft allows it), never leave it ahead of its entries.
 //! - The log has no holes: entries are appended at the next index, truncated from an index
 //!   to the end, purged from the start.
-//! - Commits block on fsync, so they run on tokio's blocking pool, never on the Raft core.
+//! - Commits block on fsync, so they run on the writer thread, never on the Raft core; redb
+//!   reads that miss the tail run on tokio's blocking pool.
 //! - A decode failure of a stored entry is a `StorageError` naming the index: the node
 //!   stops rather than serve from a damaged log (at open, the start is refused).
 //! - `append` refuses an entry above [`ENTRY_BYTES_MAX`] encoded rather than store what it
@@ -31,19 +37,20 @@
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use openraft::EntryPayload;
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{AnyError, ErrorSubject, ErrorVerb, RaftLogReader, StorageIOError};
 use redb::{Database, ReadableDatabase, ReadableTable, StorageBackend, TableDefinition};
 
+use super::log_writer::{self, Flushed, Tail, Writer};
 use super::{Entry, LogId, StorageError, TypeConfig, Vote};
 use crate::bounds::{ENTRY_BYTES_MAX, ENTRY_COMMANDS_MAX};
 use crate::codec::{self, FrameError};
 
-const ENTRIES: TableDefinition<u64, &[u8]> = TableDefinition::new("entries");
-const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+pub(super) const ENTRIES: TableDefinition<u64, &[u8]> = TableDefinition::new("entries");
+pub(super) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 
 /// Frame kind of a stored entry.
 const ENTRY_MAGIC: [u8; 4] = *b"WENT";
@@ -52,12 +59,29 @@ const ENTRY_VERSION: u16 = 1;
 
 const VOTE: &str = "vote";
 const COMMITTED: &str = "committed";
-const LAST_PURGED: &str = "last_purged";
+pub(super) const LAST_PURGED: &str = "last_purged";
 
-/// The log store. Cloning shares the database (the log reader is a clone).
+/// The log store. Cloning shares the database, the tail and the writer (the log reader is
+/// a clone); the writer thread stops when the last clone is dropped.
 #[derive(Clone)]
 pub struct LogStore {
     db: Arc<Database>,
+    /// Entries not yet durable, and the newest durable ones: read before redb.
+    tail: Arc<Mutex<Tail>>,
+    /// The one thread that writes `log.redb`.
+    writer: Arc<Writer>,
+}
+
+/// The acknowledgment of an [`LogStore::append_queued`]: answers once its entries are durable.
+pub struct Durable(tokio::sync::oneshot::Receiver<Result<(), StorageError>>);
+
+impl Durable {
+    /// Waits until the append is durable (`Ok`: acknowledged) or its commit failed.
+    pub async fn wait(self) -> Result<(), StorageError> {
+        self.0
+            .await
+            .map_err(|_| write_err(Damaged("log writer stopped".into())))?
+    }
 }
 
 /// An entry as stored: its encoding sealed in a `WENT` frame.
@@ -112,7 +136,7 @@ fn read_err(e: impl std::error::Error + 'static) -> StorageError {
     io_err(ErrorSubject::Logs, ErrorVerb::Read, e)
 }
 
-fn write_err(e: impl std::error::Error + 'static) -> StorageError {
+pub(super) fn write_err(e: impl std::error::Error + 'static) -> StorageError {
     io_err(ErrorSubject::Logs, ErrorVerb::Write, e)
 }
 
@@ -159,7 +183,8 @@ impl LogStore {
         LogStore::init(db, name)
     }
 
-    /// Creates the tables if missing and verifies every stored entry.
+    /// Creates the tables if missing, verifies every stored entry, then starts the writer
+    /// thread (nothing is written before the log is known sound).
     fn init(db: Database, name: &str) -> Result<LogStore, String> {
         let w = db.begin_write().map_err(|e| format!("{name}: {e}"))?;
         w.open_table(ENTRIES).map_err(|e| format!("{name}: {e}"))?;
@@ -174,15 +199,21 @@ impl LogStore {
         }
         drop(t);
         drop(r);
-        Ok(LogStore { db: Arc::new(db) })
+        let db = Arc::new(db);
+        let tail = Arc::new(Mutex::new(Tail::default()));
+        let writer = Writer::start(db.clone(), tail.clone())?;
+        Ok(LogStore {
+            db,
+            tail,
+            writer: Arc::new(writer),
+        })
     }
 
-    /// Appends `entries` in one durable transaction: what [`RaftLogStorage::append`] does
-    /// before it calls openraft's flush callback, so `Ok` here is the acknowledgment. An
-    /// entry above [`ENTRY_BYTES_MAX`] encoded is refused, nothing written.
-    pub async fn append_durably(&mut self, entries: Vec<Entry>) -> Result<(), StorageError> {
+    /// Each entry's stored bytes (sealed), keyed by index. An entry above
+    /// [`ENTRY_BYTES_MAX`] encoded is refused, so nothing of the call is written.
+    fn seal_all(entries: &[Entry]) -> Result<Vec<(u64, Vec<u8>)>, StorageError> {
         let mut encoded = Vec::with_capacity(entries.len());
-        for e in &entries {
+        for e in entries {
             let bytes = seal_entry(e);
             if bytes.len() - codec::HEADER_BYTES > ENTRY_BYTES_MAX {
                 return Err(write_err(Damaged(format!(
@@ -193,20 +224,30 @@ impl LogStore {
             }
             encoded.push((e.log_id.index, bytes));
         }
-        self.blocking(move |db| {
-            let w = db.begin_write().map_err(write_err)?;
-            {
-                let mut t = w.open_table(ENTRIES).map_err(write_err)?;
-                for (index, bytes) in &encoded {
-                    t.insert(*index, bytes.as_slice()).map_err(write_err)?;
-                }
-            }
-            w.commit().map_err(write_err)
-        })
-        .await
+        Ok(encoded)
     }
 
-    /// Runs `f` on the blocking pool (redb reads and fsyncing commits block).
+    /// Appends `entries` and returns once they are durable: `Ok` here is the acknowledgment,
+    /// the moment [`RaftLogStorage::append`] calls openraft's flush callback (both go
+    /// through the same writer job and are answered after the same commit). An entry above
+    /// [`ENTRY_BYTES_MAX`] encoded is refused, nothing written.
+    pub async fn append_durably(&mut self, entries: Vec<Entry>) -> Result<(), StorageError> {
+        self.append_queued(entries).await?.wait().await
+    }
+
+    /// Appends `entries` as [`RaftLogStorage::append`] does: readable when this returns,
+    /// acknowledged when the returned [`Durable`] answers `Ok` (so several appends can be
+    /// queued before the first is durable, as the Raft core queues them).
+    pub async fn append_queued(&mut self, entries: Vec<Entry>) -> Result<Durable, StorageError> {
+        let encoded = LogStore::seal_all(&entries)?;
+        let (done, wait) = tokio::sync::oneshot::channel();
+        self.writer
+            .append(&self.tail, &entries, encoded, Flushed::Waiter(done))
+            .await?;
+        Ok(Durable(wait))
+    }
+
+    /// Runs `f` on the blocking pool (redb reads block; writes go to the writer thread).
     async fn blocking<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Database) -> Result<T, StorageError> + Send + 'static,
@@ -230,19 +271,6 @@ impl LogStore {
             .map(Some)
             .map_err(|e| read_err(Damaged(format!("log meta {key:?}: {e}"))))
     }
-
-    fn write_meta<T: serde::Serialize>(
-        db: &Database,
-        key: &str,
-        value: &T,
-    ) -> Result<(), StorageError> {
-        let w = db.begin_write().map_err(write_err)?;
-        w.open_table(META)
-            .map_err(write_err)?
-            .insert(key, codec::encode(value).as_slice())
-            .map_err(write_err)?;
-        w.commit().map_err(write_err)
-    }
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {
@@ -260,11 +288,25 @@ impl RaftLogReader<TypeConfig> for LogStore {
             Bound::Excluded(&i) => Some(i),
             Bound::Unbounded => None,
         };
-        self.blocking(move |db| {
-            let r = db.begin_read().map_err(read_err)?;
+        if end.is_some_and(|end| end <= start) {
+            return Ok(vec![]);
+        }
+        // The redb snapshot is begun under the tail's lock, so an entry the writer moves
+        // out of the tail after its commit is in one or the other (log_writer's invariant).
+        let (r, newer) = {
+            let tail = log_writer::lock(&self.tail);
+            if tail.covers(start) {
+                return Ok(tail.range(start, end));
+            }
+            let r = self.db.begin_read().map_err(read_err)?;
+            (r, tail.range(start, end))
+        };
+        // The tail holds the newest entries: redb is read only below its first.
+        let end = newer.first().map(|e| e.log_id.index).or(end);
+        self.blocking(move |_| {
             let t = r.open_table(ENTRIES).map_err(read_err)?;
             let iter = match end {
-                Some(end) if end <= start => return Ok(vec![]),
+                Some(end) if end <= start => return Ok(newer),
                 Some(end) => t.range(start..end),
                 None => t.range(start..),
             }
@@ -274,6 +316,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
                 let (k, v) = item.map_err(read_err)?;
                 out.push(read_entry(k.value(), v.value())?);
             }
+            out.extend(newer);
             Ok(out)
         })
         .await
@@ -284,11 +327,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = LogStore;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
-        self.blocking(|db| {
+        // When the tail holds entries its last is the log's last (log_writer's invariant).
+        let tail_last = log_writer::lock(&self.tail).last_log_id();
+        self.blocking(move |db| {
             let last_purged: Option<LogId> = LogStore::read_meta(db, LAST_PURGED)?;
             let r = db.begin_read().map_err(read_err)?;
             let t = r.open_table(ENTRIES).map_err(read_err)?;
             let last = match t.last().map_err(read_err)? {
+                _ if tail_last.is_some() => tail_last,
                 Some((k, v)) => Some(read_entry(k.value(), v.value())?.log_id),
                 None => last_purged,
             };
@@ -305,8 +351,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
-        let vote = *vote;
-        self.blocking(move |db| LogStore::write_meta(db, VOTE, &vote))
+        self.writer
+            .meta(VOTE, codec::encode(vote))
             .await
             .map_err(|e| io_err(ErrorSubject::Vote, ErrorVerb::Write, Damaged(e.to_string())))
     }
@@ -316,8 +362,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
-        self.blocking(move |db| LogStore::write_meta(db, COMMITTED, &committed))
-            .await
+        // Not awaited to disk: the core calls this before every apply, and a third fsync in
+        // series per operation buys nothing (a lagging committed id only re-applies less at
+        // start; the leader's next commit brings the rest).
+        self.writer.hint(COMMITTED, codec::encode(&committed)).await
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
@@ -334,41 +382,20 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
     {
-        let started = std::time::Instant::now();
-        let result = self.append_durably(entries.into_iter().collect()).await;
-        crate::metrics::observe(&crate::metrics::get().fsync_seconds, started.elapsed());
-        match &result {
-            Ok(()) => callback.log_io_completed(Ok(())),
-            Err(e) => callback.log_io_completed(Err(std::io::Error::other(e.to_string()))),
-        }
-        result
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        let encoded = LogStore::seal_all(&entries)?;
+        self.writer
+            .append(&self.tail, &entries, encoded, Flushed::Raft(callback))
+            .await
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        self.blocking(move |db| {
-            let w = db.begin_write().map_err(write_err)?;
-            w.open_table(ENTRIES)
-                .map_err(write_err)?
-                .retain_in(log_id.index.., |_, _| false)
-                .map_err(write_err)?;
-            w.commit().map_err(write_err)
-        })
-        .await
+        self.writer.truncate(&self.tail, log_id.index).await
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        self.blocking(move |db| {
-            let w = db.begin_write().map_err(write_err)?;
-            w.open_table(META)
-                .map_err(write_err)?
-                .insert(LAST_PURGED, codec::encode(&log_id).as_slice())
-                .map_err(write_err)?;
-            w.open_table(ENTRIES)
-                .map_err(write_err)?
-                .retain_in(..=log_id.index, |_, _| false)
-                .map_err(write_err)?;
-            w.commit().map_err(write_err)
-        })
-        .await
+        self.writer
+            .purge(&self.tail, log_id, codec::encode(&log_id))
+            .await
     }
 }

@@ -11,6 +11,7 @@
 //! `StorageError` means the disk broke its promise, and openraft stops the node on it.
 
 pub mod log_store;
+pub mod log_writer;
 pub mod network;
 pub mod state_store;
 pub mod unsynced_backend;

@@ -8,9 +8,10 @@
 //!
 //! Each round reopens the log on what survived the previous round's power loss, checks that
 //! every append, truncation and vote acknowledged before it is there (an append counts as
-//! acknowledged when [`LogStore::append_durably`] returns `Ok`, which is exactly when
-//! `append` calls openraft's flush callback), then runs a random workload until the power
-//! goes. Seeded and bounded: the same seed replays the same rounds.
+//! acknowledged when [`LogStore::append_durably`] returns `Ok`, or the `Durable` of an
+//! [`LogStore::append_queued`] answers `Ok`, which is exactly when `append` calls openraft's
+//! flush callback; queued appends are readable before that), then runs a random workload
+//! until the power goes. Seeded and bounded: the same seed replays the same rounds.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -19,6 +20,7 @@ use openraft::storage::RaftLogStorage;
 use openraft::{CommittedLeaderId, LogId, RaftLogReader, Vote};
 use redb::StorageBackend;
 use weir::codec;
+use weir::raft::Entry;
 use weir::raft::log_store::LogStore;
 
 use super::entries::entry;
@@ -211,6 +213,19 @@ async fn check(image: &[u8], acked: &mut Acked, round: usize) -> u64 {
     acked.entries.keys().last().copied().unwrap_or(0)
 }
 
+/// One to four entries after `last`, and their encodings (to compare bytes).
+fn batch(rng: &mut Rng, term: u64, last: u64) -> (Vec<Entry>, Vec<(u64, Vec<u8>)>) {
+    let n = rng.below(4) + 1;
+    let entries: Vec<Entry> = (last + 1..=last + n)
+        .map(|i| entry(term, i, 1 + rng.below(40) as usize, rng.below(1 << 20)))
+        .collect();
+    let encoded = entries
+        .iter()
+        .map(|e| (e.log_id.index, codec::encode(e)))
+        .collect();
+    (entries, encoded)
+}
+
 #[test]
 fn every_acknowledged_log_write_survives_power_loss_at_random_points() {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -250,22 +265,41 @@ fn every_acknowledged_log_write_survives_power_loss_at_random_points() {
                             }
                             ok
                         }
+                        // Several appends queued before the first is durable, as the Raft
+                        // core queues them: each counts once its own `Durable` answers.
+                        2 | 3 => {
+                            let mut queued = vec![];
+                            let mut ok = true;
+                            for _ in 0..rng.below(4) + 2 {
+                                let (entries, encoded) = batch(&mut rng, term, last);
+                                let n = entries.len() as u64;
+                                match log.append_queued(entries).await {
+                                    Ok(durable) => queued.push((durable, encoded)),
+                                    Err(_) => {
+                                        ok = false;
+                                        break;
+                                    }
+                                }
+                                last += n;
+                            }
+                            for (durable, encoded) in queued {
+                                if durable.wait().await.is_ok() {
+                                    appended += encoded.len();
+                                    acked.entries.extend(encoded);
+                                } else {
+                                    ok = false;
+                                }
+                            }
+                            ok
+                        }
                         _ => {
-                            let n = rng.below(4) + 1;
-                            let entries: Vec<_> = (last + 1..=last + n)
-                                .map(|i| {
-                                    entry(term, i, 1 + rng.below(40) as usize, rng.below(1 << 20))
-                                })
-                                .collect();
-                            let encoded: Vec<_> = entries
-                                .iter()
-                                .map(|e| (e.log_id.index, codec::encode(e)))
-                                .collect();
+                            let (entries, encoded) = batch(&mut rng, term, last);
+                            let n = entries.len() as u64;
                             let ok = log.append_durably(entries).await.is_ok();
                             if ok {
                                 acked.entries.extend(encoded);
                                 last += n;
-                                appended += n;
+                                appended += n as usize;
                             }
                             ok
                         }

@@ -109,3 +109,21 @@ fn a_data_dir_belongs_to_one_node_and_is_never_started_over() {
     let err = prepare_data_dir(&dir, 2).unwrap_err();
     assert!(err.contains("node.id") && err.contains("version"), "{err}");
 }
+
+/// `save_committed` returns before its write; the writer makes it durable on its own within
+/// milliseconds when no append comes to share the fsync.
+#[tokio::test]
+async fn a_committed_id_saved_alone_reaches_the_disk() {
+    use openraft::storage::RaftLogStorage;
+    use openraft::{CommittedLeaderId, LogId};
+    let dir = TempDir::new("committed");
+    let path = dir.0.join("log.redb");
+    let committed = Some(LogId::new(CommittedLeaderId::new(3, 1), 7));
+    {
+        let mut log = LogStore::open(&path).expect("open log");
+        log.save_committed(committed).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let mut log = LogStore::open(&path).expect("reopen log");
+    assert_eq!(log.read_committed().await.unwrap(), committed);
+}

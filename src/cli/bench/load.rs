@@ -12,6 +12,7 @@ use hdrhistogram::Histogram;
 use tokio::task::JoinHandle;
 
 use super::super::{EXIT_ERROR, EXIT_OK, Exit, Output};
+use super::cpu::CpuClock;
 use super::report::{LoadReport, Recorder, histogram, ms};
 use super::{BenchArgs, Workload, spawn};
 use crate::client::{AcquireOptions, Client, Session};
@@ -43,7 +44,8 @@ fn limit_name(l: u64) -> String {
     format!("bench-{l}")
 }
 
-/// Runs a load workload against `servers`; `spawned` is the cluster to kill leaders of.
+/// Runs a load workload against `servers` and prints its report; `spawned` is the cluster
+/// to kill leaders of.
 pub async fn run(
     args: &BenchArgs,
     servers: &[String],
@@ -51,6 +53,18 @@ pub async fn run(
     spawned: Option<&mut LocalCluster>,
     out: &Output,
 ) -> Result<Exit, String> {
+    let report = measure_load(args, servers, security, spawned).await?;
+    report.print(out);
+    Ok(if report.verified { EXIT_OK } else { EXIT_ERROR })
+}
+
+/// Runs a load workload against `servers` and returns its report.
+pub async fn measure_load(
+    args: &BenchArgs,
+    servers: &[String],
+    security: &ClientSecurity,
+    spawned: Option<&mut LocalCluster>,
+) -> Result<LoadReport, String> {
     let admin = Client::with_security(servers.to_vec(), security.clone());
     define_limits(&admin, args).await?;
     let spent_before = admin
@@ -60,27 +74,79 @@ pub async fn run(
     let recorder = Arc::new(Recorder::new());
     let clients = start_clients(args, servers, security, &recorder);
     tokio::time::sleep(Duration::from_secs_f64(args.warmup)).await;
+    // CPU only over a window without incidents: a killed or stopped node is no figure.
+    let cpu = match &spawned {
+        Some(cluster) if args.failover == 0 && args.stall == 0 => {
+            CpuClock::start(&node_pids(cluster))
+        }
+        _ => None,
+    };
     recorder.measuring.store(true, Ordering::Relaxed);
     let (elapsed, recoveries_us, stalls_us) =
         measure(args, servers, security, spawned, &recorder).await?;
     recorder.measuring.store(false, Ordering::Relaxed);
+    let cpu = cpu.and_then(|c| c.stop(recorder.ops.load(Ordering::Relaxed)));
     recorder.stop.store(true, Ordering::Relaxed);
     for c in clients {
         let _ = c.await;
     }
     let verified = verify(&admin, args, &recorder, &spent_before).await?;
-    LoadReport::new(args, &recorder, elapsed, recoveries_us, stalls_us, verified).print(out);
-    Ok(if verified { EXIT_OK } else { EXIT_ERROR })
+    let mut report = LoadReport::new(args, &recorder, elapsed, recoveries_us, stalls_us, verified);
+    report.cpu = cpu;
+    Ok(report)
+}
+
+/// The running nodes of `cluster`, named `n<id>`, with their process ids.
+fn node_pids(cluster: &LocalCluster) -> Vec<(String, u32)> {
+    cluster
+        .nodes()
+        .iter()
+        .filter_map(|n| cluster.pid(n.id).map(|pid| (format!("n{}", n.id), pid)))
+        .collect()
+}
+
+/// Concurrent admin requests when defining or checking every limit: a curve point has up
+/// to 100,000 limits, one at a time would take minutes.
+const ADMIN_PARALLEL: u64 = 32;
+
+/// Runs `f(admin, l)` for every limit number `l` below `limits`, `ADMIN_PARALLEL` at a time;
+/// returns whether every call returned true.
+async fn each_limit<F, Fut>(admin: &Client, limits: u32, f: F) -> Result<bool, String>
+where
+    F: Fn(Client, u64) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Result<bool, String>> + Send,
+{
+    let mut workers = tokio::task::JoinSet::new();
+    for w in 0..ADMIN_PARALLEL {
+        let (admin, f) = (admin.clone(), f.clone());
+        workers.spawn(async move {
+            let mut all = true;
+            let mut l = w;
+            while l < u64::from(limits) {
+                all &= f(admin.clone(), l).await?;
+                l += ADMIN_PARALLEL;
+            }
+            Ok::<bool, String>(all)
+        });
+    }
+    let mut all = true;
+    while let Some(r) = workers.join_next().await {
+        all &= r.map_err(|e| e.to_string())??;
+    }
+    Ok(all)
 }
 
 /// Defines the limits the workloads use and clears the tenant's ceilings (idempotent).
 async fn define_limits(admin: &Client, args: &BenchArgs) -> Result<(), String> {
-    for l in 0..args.limits {
+    let concurrency = args.concurrency;
+    each_limit(admin, args.limits, move |admin, l| async move {
         admin
-            .define_limit(TENANT, &limit_name(l.into()), args.concurrency, 0.0, None)
+            .define_limit(TENANT, &limit_name(l), concurrency, 0.0, None)
             .await
-            .map_err(|e| format!("define: {e}"))?;
-    }
+            .map(|_| true)
+            .map_err(|e| format!("define: {e}"))
+    })
+    .await?;
     if args.stall > 0 {
         let room = u32::try_from(args.clients).unwrap_or(u32::MAX);
         admin
@@ -274,22 +340,24 @@ async fn verify(
     recorder: &Recorder,
     spent_before: &Spend,
 ) -> Result<bool, String> {
-    let mut verified = true;
-    for l in 0..args.limits {
+    let concurrency = args.concurrency;
+    let mut verified = each_limit(admin, args.limits, move |admin, l| async move {
         let status = admin
-            .limit_status(TENANT, &limit_name(l.into()))
+            .limit_status(TENANT, &limit_name(l))
             .await
             .map_err(|e| e.to_string())?;
         if let Some(s) = status
-            && (s.max_in_use > args.concurrency as u64)
+            && (s.max_in_use > concurrency as u64)
         {
             eprintln!(
                 "[bench] VIOLATION: {} held {} of {}",
-                s.name, s.max_in_use, args.concurrency
+                s.name, s.max_in_use, concurrency
             );
-            verified = false;
+            return Ok(false);
         }
-    }
+        Ok(true)
+    })
+    .await?;
     let spent = admin
         .spent(TENANT, PERIOD)
         .await

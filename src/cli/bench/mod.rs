@@ -22,15 +22,29 @@
 //! whole run besides its workload, and a session counts as having lost a permit if any of
 //! its permits was ever seen lost (deadline, expiry).
 //!
+//! `--against etcd` (with `--spawn 3` and `acquire-release`) then runs the same cycle on a
+//! three-member etcd on loopback and prints both side by side (`etcd.rs`; the etcd client
+//! is only in a build with the `etcd` feature).
+//!
+//! `--curve DIR` (with `--spawn`) sweeps clients, limits and held permits and writes
+//! `DIR/curve.json` and charts `DIR/curve-*.svg` (`curve.rs`, drawn by `svg.rs`).
+//!
 //! - `spawn.rs`: the `--spawn` cluster;
+//! - `etcd.rs`: the etcd cluster, its load, and the side-by-side comparison;
 //! - `load.rs`: the load workloads, the failover kills and the final verification;
+//! - `cpu.rs`: CPU seconds of the bench and its nodes over the measured window;
 //! - `scale.rs`: the scale point;
 //! - `report.rs`: the recorder the clients share and the printed results.
 
+mod cpu;
+mod curve;
+#[cfg(feature = "etcd")]
+mod etcd;
 mod load;
 mod report;
 mod scale;
 mod spawn;
+mod svg;
 
 use std::time::Duration;
 
@@ -61,7 +75,14 @@ impl Workload {
     }
 }
 
-#[derive(Args, Debug)]
+/// A system to run the same permit cycle on, beside Weir.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Against {
+    /// A three-member etcd on loopback (`etcd` on PATH; a build with the `etcd` feature).
+    Etcd,
+}
+
+#[derive(Args, Clone, Debug)]
 pub struct BenchArgs {
     /// Start an N-node durable loopback cluster for the run (and remove it after).
     #[arg(long)]
@@ -93,6 +114,13 @@ pub struct BenchArgs {
     /// With --spawn: TLS on every port and an admin token (to measure what they cost).
     #[arg(long)]
     pub tls: bool,
+    /// Also run the same cycle on another system and print both side by side.
+    #[arg(long, value_enum)]
+    pub against: Option<Against>,
+    /// Sweep clients, limits and held permits (needs --spawn); write curve.json and
+    /// curve-*.svg charts into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub curve: Option<std::path::PathBuf>,
     /// Stop the leader (SIGSTOP, 4 s) this many times during the run (needs --spawn);
     /// sessions then have a 3 s TTL and each holds a permit throughout.
     #[arg(long, default_value_t = 0)]
@@ -106,6 +134,25 @@ fn check(args: &BenchArgs) -> Result<(), &'static str> {
     }
     if args.failover > 0 && args.spawn.is_none() {
         return Err("--failover needs --spawn (the bench kills the nodes it started)");
+    }
+    if args.against.is_some() && !cfg!(feature = "etcd") {
+        return Err(
+            "--against etcd needs a weir built with the etcd client: cargo build --release --features etcd",
+        );
+    }
+    // Three nodes, as etcd's three members.
+    if args.against.is_some()
+        && (args.spawn != Some(3)
+            || args.workload != Workload::AcquireRelease
+            || args.failover > 0
+            || args.tls)
+    {
+        return Err(
+            "--against etcd needs --spawn 3 and the acquire-release workload, without --failover or --tls",
+        );
+    }
+    if args.curve.is_some() && (args.spawn.is_none() || args.against.is_some() || args.tls) {
+        return Err("--curve needs --spawn, without --against or --tls");
     }
     if args.tls && args.spawn.is_none() {
         return Err("--tls needs --spawn (against given servers, use --ca and --token)");
@@ -161,6 +208,15 @@ pub fn run(args: &BenchArgs, servers: &[String], security: &ClientSecurity, out:
         }
         let result = if args.workload == Workload::Scale {
             scale::run(&servers, &security, out).await
+        } else if let Some(dir) = &args.curve {
+            curve::run(args, &servers, &security, dir, out).await
+        } else if let Some(Against::Etcd) = args.against {
+            #[cfg(feature = "etcd")]
+            {
+                against_etcd(args, &servers, &security, spawned.take(), out).await
+            }
+            #[cfg(not(feature = "etcd"))]
+            unreachable!("check() refuses --against without the etcd feature")
         } else {
             load::run(args, &servers, &security, spawned.as_mut(), out).await
         };
@@ -168,5 +224,33 @@ pub fn run(args: &BenchArgs, servers: &[String], security: &ClientSecurity, out:
             eprintln!("weir bench: {e}");
             EXIT_ERROR
         })
+    })
+}
+
+/// Weir first (then its cluster is stopped, so the two never share the CPU), then etcd;
+/// prints both side by side.
+#[cfg(feature = "etcd")]
+async fn against_etcd(
+    args: &BenchArgs,
+    servers: &[String],
+    security: &ClientSecurity,
+    mut spawned: Option<crate::launcher::LocalCluster>,
+    out: &Output,
+) -> Result<Exit, String> {
+    let weir = load::measure_load(args, servers, security, spawned.as_mut()).await?;
+    drop(spawned);
+    eprintln!(
+        "[bench] weir: {:.0} ops/s, p50 {:.3} ms; now etcd",
+        weir.ops_per_s, weir.p50_ms
+    );
+    let cluster = etcd::EtcdCluster::start()?;
+    let etcd = etcd::run(args, &cluster).await?;
+    drop(cluster);
+    let comparison = etcd::Comparison::new(weir, etcd);
+    comparison.print(out);
+    Ok(if comparison.weir.verified {
+        super::EXIT_OK
+    } else {
+        EXIT_ERROR
     })
 }

@@ -10,10 +10,19 @@ use serde::Serialize;
 
 use super::super::Output;
 use super::BenchArgs;
+use super::cpu::CpuReport;
 
 /// Microseconds as milliseconds.
 pub fn ms(us: u64) -> f64 {
     us as f64 / 1000.0
+}
+
+/// The system's load average over 1, 5 and 15 minutes (zeros where `/proc` does not say):
+/// printed with comparisons and curves, since figures mean little on a busy machine.
+pub fn load_average() -> [f64; 3] {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let mut it = text.split_whitespace().map(|v| v.parse().unwrap_or(0.0));
+    [(); 3].map(|_| it.next().unwrap_or(0.0))
 }
 
 /// A latency histogram in µs: 1 µs to 60 s (longer than any bounded wait of the client), 3
@@ -150,6 +159,9 @@ pub struct LoadReport {
     pub stall: Option<StallReport>,
     /// Nothing acknowledged was lost.
     pub verified: bool,
+    /// CPU of the bench and the spawned nodes over the measured window (`--spawn`, no
+    /// failover or stall, Linux).
+    pub cpu: Option<CpuReport>,
 }
 
 impl LoadReport {
@@ -193,6 +205,7 @@ impl LoadReport {
             failover,
             stall,
             verified,
+            cpu: None,
         }
     }
 
@@ -227,6 +240,19 @@ impl LoadReport {
                 "\nstall: {} stops, grants resumed after p50 {:.1} ms, max {:.1} ms; \
                  {} of {} sessions lost a permit",
                 s.stalls, s.p50_ms, s.max_ms, s.sessions_lost_permit, s.sessions
+            ));
+        }
+        if let Some(c) = &self.cpu {
+            text.push_str(&format!(
+                "\ncpu: {:.1} ms per 1,000 ops ({:.1} on the nodes); bench {:.2} s, nodes {} s",
+                c.ms_per_1k_ops,
+                c.nodes_ms_per_1k_ops,
+                c.bench_s,
+                c.nodes_s
+                    .iter()
+                    .map(|s| format!("{s:.2}"))
+                    .collect::<Vec<_>>()
+                    .join(" + ")
             ));
         }
         text.push_str(if self.verified {

@@ -1,5 +1,6 @@
 //! `--workload scale`: builds the scale point — 10,000 sessions holding 100,000 permits over
-//! 1,000 limits — and reports each node's memory and snapshot costs there.
+//! 1,000 limits — and reports each node's memory and snapshot costs there. `--curve` builds
+//! other points with [`build`].
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -14,11 +15,24 @@ use crate::protocol::{Request, Response};
 use crate::security::ClientSecurity;
 
 const TENANT: &str = "scale";
-const SESSIONS: u64 = 10_000;
-const PERMITS_PER_SESSION: u64 = 10;
-const LIMITS: u64 = 1_000;
-/// Clients (connections) building the point in parallel.
-const BUILDERS: u64 = 16;
+
+/// A state to build: sessions, each holding permits spread over limits.
+#[derive(Clone, Copy, Debug)]
+pub struct Point {
+    pub sessions: u64,
+    pub permits_per_session: u64,
+    pub limits: u64,
+    /// Clients (connections) building the point in parallel.
+    pub builders: u64,
+}
+
+/// `--workload scale`'s point.
+const POINT: Point = Point {
+    sessions: 10_000,
+    permits_per_session: 10,
+    limits: 1_000,
+    builders: 16,
+};
 
 fn limit_name(l: u64) -> String {
     format!("scale-{l}")
@@ -31,30 +45,14 @@ pub async fn run(
     security: &ClientSecurity,
     out: &Output,
 ) -> Result<Exit, String> {
-    let started = Instant::now();
-    let clients: Vec<Client> = (0..BUILDERS)
-        .map(|_| Client::with_security(servers.to_vec(), security.clone()))
-        .collect();
-    for l in 0..LIMITS {
-        clients[0]
-            .define_limit(TENANT, &limit_name(l), 1_000, 0.0, None)
-            .await
-            .map_err(|e| e.to_string())?;
-    }
-    eprintln!("[bench] {LIMITS} limits defined");
-    let opened = open_sessions(&clients).await?;
-    let built_in = started.elapsed();
-    let mut nodes = vec![];
-    for s in servers {
-        nodes.extend(node_figures(s, security).await);
-    }
-    let value = json!({"workload": "scale", "sessions": opened, "permits": opened as u64 * PERMITS_PER_SESSION,
-                       "limits": LIMITS, "setup_s": built_in.as_secs_f64(), "nodes": nodes});
+    let value = build(servers, security, POINT).await?;
     out.print(value.clone(), || {
         let mut text = format!(
-            "scale point: {opened} sessions, {} held permits, {LIMITS} limits (built in {:.1} s)",
-            opened as u64 * PERMITS_PER_SESSION,
-            built_in.as_secs_f64()
+            "scale point: {} sessions, {} held permits, {} limits (built in {:.1} s)",
+            value["sessions"],
+            value["permits"],
+            value["limits"],
+            value["setup_s"].as_f64().unwrap_or(0.0)
         );
         for n in value["nodes"].as_array().into_iter().flatten() {
             text.push_str(&format!(
@@ -69,20 +67,70 @@ pub async fn run(
     Ok(EXIT_OK)
 }
 
+/// Builds `point` on `servers` and returns the figures: what was built, how long it took,
+/// and each node's memory and snapshot costs.
+pub async fn build(
+    servers: &[String],
+    security: &ClientSecurity,
+    point: Point,
+) -> Result<serde_json::Value, String> {
+    let started = Instant::now();
+    let clients: Vec<Client> = (0..point.builders.max(1))
+        .map(|_| Client::with_security(servers.to_vec(), security.clone()))
+        .collect();
+    // Every permit fits: session ids do not spread permits evenly, so each limit's cap is
+    // twice its share of the permits, and at least 1,000 (what `--workload scale` used).
+    let permits = point.sessions * point.permits_per_session;
+    let share = permits.div_ceil(point.limits.max(1));
+    let concurrent = u32::try_from((2 * share + 16).max(1_000))
+        .map_err(|_| "too many permits a limit".to_string())?;
+    let mut defined = tokio::task::JoinSet::new();
+    for (c, client) in clients.iter().enumerate() {
+        let client = client.clone();
+        let builders = clients.len() as u64;
+        defined.spawn(async move {
+            let mut l = c as u64;
+            while l < point.limits {
+                client
+                    .define_limit(TENANT, &limit_name(l), concurrent, 0.0, None)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                l += builders;
+            }
+            Ok::<(), String>(())
+        });
+    }
+    while let Some(r) = defined.join_next().await {
+        r.map_err(|e| e.to_string())??;
+    }
+    eprintln!("[bench] {} limits defined", point.limits);
+    let opened = open_sessions(&clients, point).await?;
+    let built_in = started.elapsed();
+    let mut nodes = vec![];
+    for s in servers {
+        nodes.extend(node_figures(s, security).await);
+    }
+    Ok(
+        json!({"workload": "scale", "sessions": opened, "permits": opened as u64 * point.permits_per_session,
+               "limits": point.limits, "setup_s": built_in.as_secs_f64(), "nodes": nodes}),
+    )
+}
+
 /// Opens the sessions, each holding its permits, spread over the clients; returns how
 /// many were opened.
-async fn open_sessions(clients: &[Client]) -> Result<usize, String> {
+async fn open_sessions(clients: &[Client], point: Point) -> Result<usize, String> {
     let sessions: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let builders = clients.len() as u64;
     let mut tasks = vec![];
     for (c, client) in clients.iter().enumerate() {
         let client = client.clone();
         let sessions = sessions.clone();
         tasks.push(tokio::spawn(async move {
-            for s in 0..SESSIONS / BUILDERS + 1 {
-                if (s * BUILDERS + c as u64) >= SESSIONS {
+            for s in 0..point.sessions / builders + 1 {
+                if (s * builders + c as u64) >= point.sessions {
                     break;
                 }
-                let session = open_holding(&client).await?;
+                let session = open_holding(&client, point).await?;
                 sessions
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -98,7 +146,7 @@ async fn open_sessions(clients: &[Client]) -> Result<usize, String> {
 }
 
 /// Opens one session of the longest TTL and acquires its permits; returns its id.
-async fn open_holding(client: &Client) -> Result<u64, String> {
+async fn open_holding(client: &Client, point: Point) -> Result<u64, String> {
     let session = match client
         .write(Command::OpenSession {
             ttl_ms: crate::bounds::SESSION_TTL_MS_MAX,
@@ -108,14 +156,14 @@ async fn open_holding(client: &Client) -> Result<u64, String> {
         Ok(Reply::SessionOpened { session, .. }) => session,
         other => return Err(format!("open session: {other:?}")),
     };
-    for p in 0..PERMITS_PER_SESSION {
+    for p in 0..point.permits_per_session {
         let acquire = Command::Acquire(Acquire {
             session,
             ticket: p + 1,
             tenant: TENANT.into(),
             // Session ids are random (not 1, 2, 3…): spread by the id's remainder, which
-            // is uniform, so about 100 permits land on each limit, far under its cap.
-            limit: limit_name((session % LIMITS + p) % LIMITS),
+            // is uniform, so each limit gets about its share.
+            limit: limit_name((session % point.limits + p) % point.limits),
             units: 1,
             priority: Priority::default(),
             agent: None,
@@ -130,7 +178,7 @@ async fn open_holding(client: &Client) -> Result<u64, String> {
 }
 
 /// One node's memory and snapshot figures, if it answers.
-async fn node_figures(addr: &str, security: &ClientSecurity) -> Option<serde_json::Value> {
+pub async fn node_figures(addr: &str, security: &ClientSecurity) -> Option<serde_json::Value> {
     let status = match Client::ask_node_with(addr, &Request::Status, security).await {
         Ok(Response::Status(st)) => st,
         _ => return None,
