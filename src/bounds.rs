@@ -46,14 +46,18 @@ pub const SESSION_TICKETS_MAX: usize = 10_000;
 /// log-clock ms, so that a retried acquire of it is answered as before instead of being
 /// granted again (G5). The client retries a request for at most its `REQUEST_DEADLINE` of
 /// 10 s of real time; log time never runs faster than real time (machine module doc), so
-/// 60 s keeps every retry covered with a margin of six for proposer queues and clock drift.
-/// All are forgotten when the session ends.
-pub const FINISHED_TICKET_RETENTION_MS: u64 = 60_000;
+/// 15 s keeps every retry covered, with half the window again for proposer queues and clock
+/// drift. All are forgotten when the session ends. The window sets a throughput ceiling with
+/// [`FINISHED_TICKETS_MAX`]: tickets finished per second × the window must stay under it.
+/// At 60 s (the first choice) a 256-client bench finishing 14,000 tickets a second filled
+/// the machine's bound in 18 s, and every acquire of every tenant was then refused
+/// `AtCapacity` until tickets aged out; at 15 s the bound holds 16,600 a second.
+pub const FINISHED_TICKET_RETENTION_MS: u64 = 15_000;
 
 /// Most finished tickets one session keeps inside [`FINISHED_TICKET_RETENTION_MS`]. At the
 /// bound a new ticket of the session is refused `AtCapacity` rather than an old one being
 /// forgotten while its client may still retry it. 65,536 lets one session finish over
-/// 1,000 tickets a second for the whole window (a busy bench client does a few hundred);
+/// 4,000 tickets a second for the whole window (a busy bench client does a few hundred);
 /// a finished ticket costs some 40 bytes, a refused one up to a halt reason more.
 pub const SESSION_FINISHED_TICKETS_MAX: usize = 65_536;
 
@@ -191,8 +195,10 @@ pub const TICKETS_LIVE_MAX: usize = 1_000_000;
 pub const TICKETS_QUEUED_MAX: usize = 2 * LIMIT_WAITERS_MAX;
 
 /// Most finished tickets kept for retries across the machine. A finished ticket may carry
-/// a refusal with a halt reason (about 1.2 KiB at worst); 250,000 is over 4,000 finished
-/// tickets a second sustained for the whole [`FINISHED_TICKET_RETENTION_MS`] window.
+/// a refusal with a halt reason (about 1.2 KiB at worst); 250,000 is over 16,000 finished
+/// tickets a second sustained for the whole [`FINISHED_TICKET_RETENTION_MS`] window, which
+/// is what caps the machine's sustained acquire rate (the snapshot arithmetic of
+/// `machine::totals` leaves no room for more at that worst size).
 /// Tickets that finish without a request (a release of a live one, a halt's refusal of a
 /// waiter) are never refused, so the count passes this by at most the live tickets; the
 /// snapshot arithmetic counts that excess under the live and queued bounds.
