@@ -228,8 +228,10 @@ impl Limit {
 
     /// Whether `units` can be granted now (after [`Limit::refill`] to now).
     pub fn room_for(&self, units: u32, now_ms: u64) -> Room {
+        // Saturating: this also runs on a restored state before `check` has seen it
+        // (`machine::deadlines`), where the counts are whatever the bytes said.
         if self.spec.caps_concurrency()
-            && self.held_units + units as u64 > self.spec.concurrent as u64
+            && self.held_units.saturating_add(units as u64) > self.spec.concurrent as u64
         {
             return Room::NeedsRelease;
         }
@@ -239,6 +241,7 @@ impl Limit {
                 // ms until (need - tokens) micro-tokens have accrued, counting the remainder.
                 let missing = (need - self.tokens_micro) as u128 * 1000;
                 let have = self.refill_remainder as u128;
+                // `rates()` said the rate is above 0.
                 let rate = self.spec.rate_micro_per_s as u128;
                 let wait_ms = (missing - have.min(missing)).div_ceil(rate);
                 return Room::NeedsTokensAt(now_ms.saturating_add(wait_ms as u64));

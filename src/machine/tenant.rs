@@ -156,11 +156,14 @@ impl Tenant {
     }
 
     /// When the oldest receipt's retention runs out (the machine's prune deadline for this
-    /// tenant), or `None` when it keeps none.
+    /// tenant), or `None` when it keeps none. Also built from a restored state before
+    /// `check` has seen it, so an order naming a missing receipt answers `None` here (and
+    /// `check` refuses the state) instead of panicking.
     pub fn receipts_due_ms(&self) -> Option<u64> {
         let oldest = self.receipt_order.front()?;
         Some(
-            self.receipts[oldest]
+            self.receipts
+                .get(oldest)?
                 .settled_at_log_ms
                 .saturating_add(RECEIPT_RETENTION_MS),
         )
