@@ -167,23 +167,7 @@ fn snapshot_100k_permits(c: &mut Criterion) {
 /// spread over 100 fairness keys, from 10 tickets of each session.
 fn restore_100k_waiters(c: &mut Criterion) {
     let mut f = setup(1);
-    f.apply(vec![acquire(1, 0, 0)]);
-    let mut ticket = 0;
-    for chunk in (1..=SESSIONS).collect::<Vec<_>>().chunks(100) {
-        let commands = chunk
-            .iter()
-            .flat_map(|&s| (0..10).map(move |i| (s, i)))
-            .map(|(s, i)| {
-                ticket += 1;
-                let Command::Acquire(mut a) = acquire(s, 1 + i, 0) else {
-                    unreachable!("acquire builds an acquire")
-                };
-                a.priority.fairness_key = format!("key-{}", ticket % 100);
-                Command::Acquire(a)
-            })
-            .collect();
-        f.apply(commands);
-    }
+    queue_waiters(&mut f);
     let waiting =
         f.m.limit_status("bench", "limit-0")
             .expect("defined")
