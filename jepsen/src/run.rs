@@ -32,10 +32,9 @@ pub struct Outcome {
     pub rows: Vec<(&'static str, &'static str, Verdict)>,
     pub ops: usize,
     pub fired: Vec<&'static str>,
-    /// Leader stalls (`pause`) that fired, and the clients not themselves paused that lost
-    /// a permit to one ([`checker::stalls::count`]).
-    pub stalls: usize,
-    pub stall_losers: usize,
+    /// Leader stalls (`pause`) that fired, which were judged, and the clients not themselves
+    /// paused that lost a permit to one ([`checker::stalls::count`]).
+    pub stalls: checker::stalls::Tally,
 }
 
 impl Outcome {
@@ -368,7 +367,7 @@ pub fn judge(
         .iter()
         .filter(|k| !fired.contains(&k.as_str()))
         .collect();
-    let (stall_losers, stalls) = checker::stalls::count(ops);
+    let stalls = checker::stalls::count(ops);
     let nemesis = if missing.is_empty() {
         Verdict::Valid
     } else {
@@ -475,7 +474,6 @@ pub fn judge(
         ops: ops.len(),
         fired: fired.to_vec(),
         stalls,
-        stall_losers,
     }
 }
 
@@ -496,15 +494,14 @@ pub fn table(outcome: &Outcome) -> String {
 fn write_verdict(dir: &Path, plan: &Plan, outcome: &Outcome, coverage: &str) -> Result<(), String> {
     let text = format!(
         "seed {}  net {}  duration {:?}  nemeses {:?}  faults fired {:?}  ops {}\n\
-         leader stalls {}  unpaused clients that lost a permit to one {}\n\n{}\n{coverage}",
+         {}\n\n{}\n{coverage}",
         plan.seed,
         plan.net.name(),
         plan.duration,
         plan.nemeses,
         outcome.fired,
         outcome.ops,
-        outcome.stalls,
-        outcome.stall_losers,
+        outcome.stalls.summary(),
         table(outcome)
     );
     std::fs::write(dir.join("verdict.txt"), text).map_err(|e| e.to_string())
