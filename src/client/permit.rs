@@ -9,12 +9,12 @@
 
 use std::sync::Arc;
 
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 
 use super::boot_clock::{BootInstant, LOOK_EVERY};
-use super::session_state::{SessionState, release_in_background};
+use super::session_state::{SessionState, release_in_background, spawn_release};
 use super::{ClientError, Lost};
-use crate::machine::{Command, Fence, TicketId};
+use crate::machine::{Fence, TicketId};
 
 /// A held permit. Released on drop (in the background, when a runtime is running).
 pub struct Permit {
@@ -114,18 +114,25 @@ impl Permit {
     }
 
     /// Releases the permit and waits for the cluster to apply it. The belief ends before the
-    /// release is sent (G2).
+    /// release is sent (G2). An error says the first write was not confirmed (its outcome
+    /// unknown, no leader reachable); the release is retried in the background all the same,
+    /// and goes on if this future is dropped, so the permit is not left held under the live
+    /// session (G9).
     pub async fn release(mut self) -> Result<(), ClientError> {
         self.released = true;
         self.state.forget(self.ticket);
-        self.state
-            .client
-            .write(Command::Release {
-                session: self.state.id,
-                ticket: self.ticket,
-            })
-            .await
-            .map(|_| ())
+        let (first, answer) = oneshot::channel();
+        spawn_release(
+            self.state.client.clone(),
+            self.state.id,
+            self.ticket,
+            Some(first),
+        );
+        answer.await.unwrap_or_else(|_| {
+            Err(ClientError::Unreachable(
+                "the release task ended without an answer".into(),
+            ))
+        })
     }
 }
 

@@ -141,6 +141,55 @@ async fn an_acquire_whose_outcome_is_unknown_is_released() {
 }
 
 #[tokio::test]
+async fn a_release_whose_caller_gives_up_is_still_retried_until_applied() {
+    // The first release ends "outcome unknown" (a kill of the whole cluster mid-commit);
+    // the caller waits 20 ms for it and gives up, as a timeout around `release` does.
+    // Before the fix the release went no further and the permit stayed held under the live
+    // session (a recorded 300 s harness run: `fenced` granted nobody for 130 s).
+    let releases = Arc::new(AtomicU64::new(0));
+    let counted = releases.clone();
+    let base = node(|_| granted(), vec![]);
+    let handler: Handler = Arc::new(move |r: &Request| match r {
+        Request::Write(Command::Release { .. }) => {
+            if counted.fetch_add(1, Ordering::SeqCst) == 0 {
+                Some(Response::Failed(Failure::OutcomeUnknown(
+                    "leadership lost".into(),
+                )))
+            } else {
+                base(r)
+            }
+        }
+        _ => base(r),
+    });
+    let n = FakeNode::start(1, handler).await;
+    let client = Client::new(vec![n.addr.clone()]);
+    let session = Session::open(&client, TTL).await.unwrap();
+    let permit = session
+        .acquire(AcquireOptions::new("t", "l"))
+        .await
+        .unwrap();
+    let ticket = permit.ticket();
+    let gave_up = tokio::time::timeout(Duration::from_millis(20), permit.release()).await;
+    assert!(gave_up.is_err(), "the caller stopped waiting first");
+    let retried = async {
+        for _ in 0..250 {
+            let seen = n.seen().iter().filter(|r| is_release_of(ticket)(r)).count();
+            if seen >= 2 {
+                return seen;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        0
+    };
+    assert!(
+        retried.await >= 2,
+        "the release was tried again after the caller gave up: {:?}",
+        n.seen()
+    );
+    assert!(releases.load(Ordering::SeqCst) >= 2);
+}
+
+#[tokio::test]
 async fn a_halt_lost_with_a_push_is_learned_for_a_held_permit_on_resync() {
     let halts = vec![(HaltScope::Tenant, "budget".to_string())];
     let n = FakeNode::start(1, node(|_| granted(), halts)).await;
