@@ -456,6 +456,11 @@ pub fn judge(
             checker::coverage::check(ops),
         ),
         (
+            "strands",
+            "G9: no capped limit starved 30 s while its acquires timed out",
+            checker::strands::check(ops),
+        ),
+        (
             "panics",
             "no panic in any node log",
             checker::panics::check(logs),

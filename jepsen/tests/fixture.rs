@@ -88,7 +88,7 @@ fn every_checker_gives_the_recorded_verdict_on_the_real_history() {
         .map(|(name, _, v)| (name.to_string(), v.label().to_string()))
         .collect();
     let recorded = recorded();
-    assert_eq!(recorded.len(), 17, "the recorded table has every checker");
+    assert_eq!(recorded.len(), 18, "the recorded table has every checker");
     assert_eq!(
         now, recorded,
         "re-judged verdicts differ from the recorded ones"

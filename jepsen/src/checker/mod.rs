@@ -19,6 +19,7 @@ pub mod permits;
 pub mod rate;
 pub mod settlement;
 pub mod stalls;
+pub mod strands;
 
 use crate::history::{Kind, Op};
 
