@@ -76,8 +76,10 @@ type Pooled = tokio::io::BufReader<Stream>;
 
 type Pools = Arc<Mutex<BTreeMap<NodeId, Vec<Pooled>>>>;
 
-/// The peers a dial is under way to.
-type Dialing = Arc<Mutex<std::collections::BTreeSet<NodeId>>>;
+/// Per peer, held while a dial to it is under way: one dial at a time, and calls that
+/// need a connection meanwhile wait for it (within their deadlines) instead of failing
+/// at once, which openraft would retry at once, in a busy loop.
+type Dialing = Arc<Mutex<BTreeMap<NodeId, Arc<tokio::sync::Mutex<()>>>>>;
 
 /// The client side: hands openraft a [`PeerClient`] per target, sharing the pools.
 #[derive(Clone, Default)]
@@ -160,18 +162,19 @@ impl PeerClient {
 
     /// A new connection, dialed in a task of its own (see the module doc): waits for it
     /// until the caller's deadline drops this future; the task pools a connection that
-    /// arrives later. While another dial to this peer is under way, fails at once.
+    /// arrives later. While another dial to this peer is under way, waits for that one
+    /// first, and takes its connection if it went to the pool.
     async fn dial(&self) -> Result<Pooled, CallError> {
-        if !self
+        let lock = self
             .dialing
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(self.target)
-        {
-            return Err(CallError::Network(format!(
-                "still connecting to node {}",
-                self.target
-            )));
+            .entry(self.target)
+            .or_default()
+            .clone();
+        let dialing = lock.lock_owned().await;
+        if let Some(c) = self.idle() {
+            return Ok(c);
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
         let me = self.clone();
@@ -183,14 +186,12 @@ impl PeerClient {
                     me.target
                 ))),
             };
-            me.dialing
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&me.target);
             if let Err(Ok(conn)) = tx.send(dialed) {
                 // Its call gave up waiting: the next call gets it.
                 me.give_back(conn);
             }
+            // Released only now, so a call that waited finds the connection pooled.
+            drop(dialing);
         });
         rx.await.unwrap_or_else(|_| {
             Err(CallError::Network(format!(
