@@ -50,7 +50,10 @@ pub use crate::bounds::PEER_FRAME_MAX;
 const POOL_IDLE_MAX: usize = 8;
 
 /// Longest a dial (TCP connect and TLS handshake) may take, whatever its call's deadline.
-const DIAL_TIMEOUT: Duration = crate::security::tls::HANDSHAKE_TIMEOUT;
+/// A dial stuck in a silent partition holds up the calls to that peer after the heal for
+/// at most this long, so it is short: the client's own bound for its handshake and welcome
+/// ([`crate::client::SILENCE_MAX`]), far above a handshake's few milliseconds on a quiet machine.
+const DIAL_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A Raft RPC.
 #[derive(Serialize, Deserialize)]
