@@ -11,13 +11,13 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use weir::client::Client;
 use weir::config::{Config, Peer};
 use weir::launcher::{LocalCluster, loopback_addr};
 use weir::protocol::{Request, Response};
 
 use crate::netns::{self, Netns};
 use crate::proxy::{self, Addressing, Link, Links};
+use crate::secure::{self, Access, Secure};
 
 /// Where the nodes' network lives.
 #[derive(Clone, Debug)]
@@ -77,6 +77,9 @@ pub struct Cluster {
     /// Namespace mode: the kernel's grudges in force, (from, to) → answered with resets,
     /// for the connect probe to compare with what it sees. Cleared at every heal.
     grudges: std::sync::Mutex<std::collections::BTreeMap<(u64, u64), bool>>,
+    /// A `--secure` run's certificates and tokens (also installed process-wide,
+    /// [`crate::secure::install`]).
+    pub secure: Option<Arc<Secure>>,
 }
 
 /// The nodes of a run.
@@ -122,12 +125,19 @@ impl Cluster {
     /// Writes configs in `dir`, starts the proxies and the three nodes. With `lost_fsync`,
     /// each node's data directory is a [`crate::lazyfs::LazyFs`] mount over
     /// `data{id}.durable` (root and `/dev/fuse` needed), for [`Cluster::power_loss`].
+    ///
+    /// With `secure`, certificates and tokens are made in `dir/tls`
+    /// ([`Secure::generate`]) and installed for every client of this process
+    /// ([`secure::install`]); every node serves TLS on its client, peer and HTTP ports and
+    /// requires a token. Without it no node binds an HTTP port (the harness speaks the
+    /// binary protocol only) and the security in force is cleared.
     pub async fn start(
         weir: &Path,
         dir: &Path,
         seed: u64,
         net: Net,
         lost_fsync: bool,
+        secure: bool,
     ) -> Result<Cluster, String> {
         let links = Links::new(seed);
         let addrs = (1..=NODES)
@@ -137,6 +147,23 @@ impl Cluster {
             Net::Loopback => Addressing::Loopback,
             Net::Netns(_) => Addressing::Netns,
         };
+        let secure = if secure {
+            // Each node's certificate names the hosts it is dialed at: its client address,
+            // and its proxy front (peers verify the host they dial, the front).
+            let names: Vec<Vec<String>> = addrs
+                .iter()
+                .map(|(client, peer, listen, _)| {
+                    [client, peer, listen]
+                        .iter()
+                        .map(|a| secure::host(a).to_string())
+                        .collect()
+                })
+                .collect();
+            Some(Arc::new(Secure::generate(&dir.join("tls"), &names)?))
+        } else {
+            None
+        };
+        secure::install(secure.clone());
         let voters: Vec<Peer> = addrs
             .iter()
             .zip(1..)
@@ -146,14 +173,14 @@ impl Cluster {
                 client: client.clone(),
             })
             .collect();
-        let mut nodes = LocalCluster::in_dir(weir, dir)?;
+        let mut nodes = LocalCluster::in_dir(weir, dir)?.security(secure::security(Access::Admin));
         for ((client, peer, listen, source), id) in addrs.into_iter().zip(1u64..) {
             let listener = tokio::net::TcpListener::bind(&peer)
                 .await
                 .map_err(|e| format!("proxy front {peer}: {e}"))?;
             let target: SocketAddr = listen.parse().expect("an address");
             tokio::spawn(proxy::run(id, listener, target, links.clone(), addressing));
-            nodes.add(Config {
+            let mut config = Config {
                 id,
                 data_dir: nodes.data_dir(id),
                 client_addr: client,
@@ -167,7 +194,16 @@ impl Cluster {
                 // plaintext: its namespaces reach nothing outside the run.
                 insecure: matches!(net, Net::Netns(_)),
                 ..Config::default()
-            })?;
+            };
+            if let Some(secure) = &secure {
+                // A secure node serves HTTP too, over TLS, for the security check to probe.
+                config.http_listen = match net {
+                    Net::Loopback => loopback_addr()?,
+                    Net::Netns(_) => format!("{}:{}", netns::node_ip(id), netns::HTTP_PORT),
+                };
+                secure.apply(&mut config)?;
+            }
+            nodes.add(config)?;
         }
         let mut lazyfs = vec![];
         if lost_fsync {
@@ -187,6 +223,7 @@ impl Cluster {
             starts: Arc::new((0..NODES).map(|_| Default::default()).collect()),
             lazyfs,
             grudges: Default::default(),
+            secure,
         };
         for id in 1..=NODES {
             cluster.start_node(id)?;
@@ -196,6 +233,15 @@ impl Cluster {
 
     pub fn servers(&self) -> Vec<String> {
         self.nodes.servers()
+    }
+
+    /// Every node's (id, client address, HTTP address; empty when it serves no HTTP).
+    pub fn ports(&self) -> Vec<(u64, String, String)> {
+        self.nodes
+            .nodes()
+            .iter()
+            .map(|n| (n.id, n.client.clone(), n.config.http_listen.clone()))
+            .collect()
     }
 
     /// Probes every directed peer link and compares what each did with what its rule should
@@ -418,7 +464,7 @@ impl Cluster {
                 self.restart_with_clock(id, None).await?;
             }
         }
-        let client = Client::new(self.servers());
+        let client = secure::client(self.servers(), Access::Admin);
         for id in 1..=NODES {
             if self.faults(id).removed {
                 let node = self.nodes.node(id);
@@ -521,7 +567,7 @@ impl Cluster {
 
     /// Removes node `id` from the membership (it keeps running).
     pub async fn remove(&mut self, id: u64) -> Result<(), String> {
-        let client = Client::new(self.servers());
+        let client = secure::client(self.servers(), Access::Admin);
         match client.request(Request::RemoveNode { id }).await {
             Ok(Response::MembershipChanged) => {
                 self.faults(id).removed = true;

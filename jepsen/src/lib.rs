@@ -17,4 +17,5 @@ pub mod probe;
 pub mod proxy;
 pub mod rng;
 pub mod run;
+pub mod secure;
 pub mod workload;

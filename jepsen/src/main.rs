@@ -37,6 +37,12 @@ struct Args {
     /// Judge the history in this artifacts folder again instead of running.
     #[arg(long)]
     check: Option<PathBuf>,
+    /// TLS on every node's client, peer and HTTP ports (a CA and certificates made in the
+    /// artifacts folder's tls/), tokens with roles (admin, read, a tenant:NAME per tenant),
+    /// every client with the least role its ops need; checked at the start to refuse
+    /// plaintext and tokenless clients (the `security` row).
+    #[arg(long)]
+    secure: bool,
 }
 
 fn main() {
@@ -84,7 +90,7 @@ fn main() {
                 })
             })
             .collect();
-        let outcome = weir_jepsen::run::judge(&ops, &logs, &nemeses, &fired);
+        let outcome = weir_jepsen::run::judge(&ops, &logs, &nemeses, &fired, args.secure);
         print!("{}", table(&outcome));
         print!("{}", weir_jepsen::checker::coverage::report(&ops));
         std::process::exit(exit_code(&outcome));
@@ -117,6 +123,7 @@ fn main() {
         duration: Duration::from_secs(args.duration),
         nemeses,
         net,
+        secure: args.secure,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

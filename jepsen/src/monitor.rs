@@ -135,7 +135,17 @@ impl Monitor {
 
 /// One node's status, if it answers in time.
 pub async fn ask(addr: &str) -> Option<NodeStatus> {
-    match tokio::time::timeout(ASK_TIMEOUT, Client::ask_node(addr, &Request::Status)).await {
+    match tokio::time::timeout(
+        ASK_TIMEOUT,
+        Client::ask_node_with(
+            addr,
+            &Request::Status,
+            // Status needs the admin role.
+            &crate::secure::security(crate::secure::Access::Admin),
+        ),
+    )
+    .await
+    {
         Ok(Ok(Response::Status(s))) => Some(s),
         _ => None,
     }

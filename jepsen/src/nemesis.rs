@@ -424,8 +424,10 @@ pub async fn inject(
 async fn kill_client(cluster: &Cluster, history: &Recorder) -> Result<serde_json::Value, String> {
     use crate::workload::{CRASH, TENANT};
     let servers = cluster.servers();
-    let client = weir::client::Client::new(servers.clone());
-    let mut child = tokio::process::Command::new(cluster.weir())
+    let access = crate::secure::Access::Tenant(TENANT);
+    let client = crate::secure::client(servers.clone(), access);
+    let mut command = tokio::process::Command::new(cluster.weir());
+    command
         .args([
             "acquire",
             CRASH,
@@ -435,7 +437,16 @@ async fn kill_client(cluster: &Cluster, history: &Recorder) -> Result<serde_json
             TENANT,
             "--servers",
         ])
-        .arg(servers.join(","))
+        .arg(servers.join(","));
+    // A secure run: TLS against the run's CA, and the tenant's token through `--token`'s
+    // environment variable (kept off the command line other processes can read).
+    if let Some(secure) = &cluster.secure {
+        command.arg("--ca").arg(&secure.ca);
+        if let Some(token) = secure.token(access) {
+            command.env("WEIR_TOKEN", token);
+        }
+    }
+    let mut child = command
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

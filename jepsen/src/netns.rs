@@ -36,6 +36,8 @@ use std::process::{Command, Stdio};
 pub const CLIENT_PORT: u16 = 7411;
 /// The peer port of every node and of every proxy front.
 pub const PEER_PORT: u16 = 7511;
+/// The HTTP port of every node (bound in `--secure` runs only).
+pub const HTTP_PORT: u16 = 7611;
 /// The environment variable that tells a re-executed harness its namespaces' prefix.
 pub const PREFIX_ENV: &str = "WEIR_JEPSEN_NETNS";
 

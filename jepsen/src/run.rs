@@ -15,6 +15,7 @@ use crate::checker::{self, Verdict};
 use crate::cluster::{Cluster, Net};
 use crate::history::{self, Kind, Recorder};
 use crate::nemesis;
+use crate::secure::{self, Access};
 use crate::workload::{self, LIMITS, TENANT};
 
 /// What to run.
@@ -25,6 +26,9 @@ pub struct Plan {
     pub duration: Duration,
     pub nemeses: Vec<String>,
     pub net: Net,
+    /// TLS on every port and tokens with roles ([`crate::secure`]); the run is checked to
+    /// refuse plaintext and tokenless clients at its start.
+    pub secure: bool,
 }
 
 /// The verdicts, in table order.
@@ -75,13 +79,21 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
         plan.seed,
         plan.net.clone(),
         lost_fsync,
+        plan.secure,
     )
     .await?;
     if cluster.leader(Duration::from_secs(20)).await.is_none() {
         return Err("the cluster elected no leader".into());
     }
+    if let Some(secure) = &cluster.secure {
+        crate::secure::check(secure, &cluster.ports(), &history).await;
+    }
     let servers = cluster.servers();
-    workload::setup(&Client::new(servers.clone())).await?;
+    workload::setup(
+        &secure::client(servers.clone(), Access::Tenant(TENANT)),
+        &secure::client(servers.clone(), Access::Tenant(workload::HALT_TENANT)),
+    )
+    .await?;
     let monitor = crate::monitor::Monitor::start(&servers, &history, cluster.starts.clone());
     let workloads = Workloads::start(plan, &servers, &history)?;
     let targets = nemesis::Targets {
@@ -115,18 +127,19 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
         "heal",
         json!({"final": true, "ok": healed.is_ok(), "error": healed.err()}),
     );
-    let probe_client = Client::new(servers.clone());
+    let probe_client = secure::client(servers.clone(), Access::Tenant(TENANT));
     probe_liveness(&cluster, &probe_client, &history, healed_ns).await;
     monitor.stop().await;
     crate::converge::probe(&cluster, &history, true).await;
-    crate::finals::read(&probe_client, &history).await;
+    // The final reads only read.
+    crate::finals::read(&secure::client(servers.clone(), Access::Read), &history).await;
     let ops = history.ops();
     history::write_jsonl(&plan.out.join("history.jsonl"), &ops).map_err(|e| e.to_string())?;
     std::fs::write(plan.out.join("history.edn"), history::to_edn(&ops))
         .map_err(|e| e.to_string())?;
     let logs = cluster.logs();
     drop(cluster);
-    let outcome = judge(&ops, &logs, &plan.nemeses, &fired);
+    let outcome = judge(&ops, &logs, &plan.nemeses, &fired, plan.secure);
     write_verdict(&plan.out, plan, &outcome, &checker::coverage::report(&ops))?;
     Ok(outcome)
 }
@@ -356,12 +369,14 @@ async fn wait_for_room(client: &Client, limit: &str) {
     }
 }
 
-/// Runs every checker over a history.
+/// Runs every checker over a history. With `secure` (or a `security` op in the history),
+/// the `security` row judges whether the run's ports refused what they must.
 pub fn judge(
     ops: &[history::Op],
     logs: &[(String, String)],
     requested: &[String],
     fired: &[&'static str],
+    secure: bool,
 ) -> Outcome {
     let missing: Vec<&String> = requested
         .iter()
@@ -474,6 +489,13 @@ pub fn judge(
             checker::stalls::check(ops),
         ));
     }
+    if secure || checker::security::present(ops) {
+        rows.push((
+            "security",
+            "TLS and tokens on: plaintext and tokenless clients refused",
+            checker::security::check(ops),
+        ));
+    }
     Outcome {
         rows,
         ops: ops.len(),
@@ -498,10 +520,15 @@ pub fn table(outcome: &Outcome) -> String {
 
 fn write_verdict(dir: &Path, plan: &Plan, outcome: &Outcome, coverage: &str) -> Result<(), String> {
     let text = format!(
-        "seed {}  net {}  duration {:?}  nemeses {:?}  faults fired {:?}  ops {}\n\
+        "seed {}  net {}  secure {}  duration {:?}  nemeses {:?}  faults fired {:?}  ops {}\n\
          {}\n\n{}\n{coverage}",
         plan.seed,
         plan.net.name(),
+        if plan.secure {
+            "yes (TLS on client, peer and HTTP ports; tokens with roles)"
+        } else {
+            "no"
+        },
         plan.duration,
         plan.nemeses,
         outcome.fired,

@@ -59,7 +59,7 @@ fn rejudge(ops: &[Op]) -> Outcome {
                 .any(|o| o.process == NEMESIS && o.kind == Kind::Info && o.f == *k)
         })
         .collect();
-    judge(ops, &logs(), &requested, &fired)
+    judge(ops, &logs(), &requested, &fired, false)
 }
 
 /// (checker, verdict label) of each row of the recorded verdict.txt's table.

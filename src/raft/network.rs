@@ -6,6 +6,14 @@
 //! call would cost a handshake each time. Every call is bounded by openraft's deadline for
 //! it; a connection that failed or timed out is dropped, never returned to the pool.
 //!
+//! A new connection is dialed (TCP connect and TLS handshake) in a task of its own, bounded
+//! by [`DIAL_TIMEOUT`] rather than by the call's deadline, at most one per peer at a time:
+//! a heartbeat's deadline (100 ms) can be shorter than a handshake on a loaded node or over
+//! a long round trip, and a handshake cancelled with its call would start over with the
+//! next, none ever finishing (seen in the partition harness with TLS on: after a heal, no
+//! peer could reconnect and no leader was elected). A dial that finishes after its call
+//! gave up goes to the pool for the next call.
+//!
 //! With TLS configured both sides are mutual TLS ([`crate::security::tls`]): a connection
 //! whose certificate does not chain to the cluster CA fails its handshake, before any frame,
 //! so no vote, AppendEntries or snapshot from outside the cluster reaches Raft.
@@ -41,6 +49,12 @@ pub use crate::bounds::PEER_FRAME_MAX;
 /// Idle connections kept per peer.
 const POOL_IDLE_MAX: usize = 8;
 
+/// Longest a dial (TCP connect and TLS handshake) may take, whatever its call's deadline.
+/// A dial stuck in a silent partition holds up the calls to that peer after the heal for
+/// at most this long, so it is short: the client's own bound for its handshake and welcome
+/// ([`crate::client::SILENCE_MAX`]), far above a handshake's few milliseconds on a quiet machine.
+const DIAL_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// A Raft RPC.
 #[derive(Serialize, Deserialize)]
 pub enum PeerRequest {
@@ -65,10 +79,16 @@ type Pooled = tokio::io::BufReader<Stream>;
 
 type Pools = Arc<Mutex<BTreeMap<NodeId, Vec<Pooled>>>>;
 
+/// Per peer, held while a dial to it is under way: one dial at a time, and calls that
+/// need a connection meanwhile wait for it (within their deadlines) instead of failing
+/// at once, which openraft would retry at once, in a busy loop.
+type Dialing = Arc<Mutex<BTreeMap<NodeId, Arc<tokio::sync::Mutex<()>>>>>;
+
 /// The client side: hands openraft a [`PeerClient`] per target, sharing the pools.
 #[derive(Clone, Default)]
 pub struct PeerNetwork {
     pools: Pools,
+    dialing: Dialing,
     /// Local address outgoing connections are bound to, if configured.
     source_ip: Option<std::net::IpAddr>,
     /// Mutual TLS to peers, or plaintext.
@@ -79,6 +99,7 @@ impl PeerNetwork {
     pub fn new(source_ip: Option<std::net::IpAddr>, connector: Connector) -> PeerNetwork {
         PeerNetwork {
             pools: Pools::default(),
+            dialing: Dialing::default(),
             source_ip,
             connector,
         }
@@ -86,10 +107,12 @@ impl PeerNetwork {
 }
 
 /// Calls to one peer.
+#[derive(Clone)]
 pub struct PeerClient {
     target: NodeId,
     addr: String,
     pools: Pools,
+    dialing: Dialing,
     source_ip: Option<std::net::IpAddr>,
     connector: Connector,
 }
@@ -140,6 +163,60 @@ impl PeerClient {
             .pop()
     }
 
+    /// A new connection, dialed in a task of its own (see the module doc): waits for it
+    /// until the caller's deadline drops this future; the task pools a connection that
+    /// arrives later. While another dial to this peer is under way, waits for that one
+    /// first, and takes its connection if it went to the pool.
+    async fn dial(&self) -> Result<Pooled, CallError> {
+        let lock = self
+            .dialing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(self.target)
+            .or_default()
+            .clone();
+        let dialing = lock.lock_owned().await;
+        if let Some(c) = self.idle() {
+            return Ok(c);
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let me = self.clone();
+        tokio::spawn(async move {
+            let dialed = match tokio::time::timeout(DIAL_TIMEOUT, me.dial_now()).await {
+                Ok(d) => d,
+                Err(_) => Err(CallError::Network(format!(
+                    "no connection to node {} within {DIAL_TIMEOUT:?}",
+                    me.target
+                ))),
+            };
+            if let Err(Ok(conn)) = tx.send(dialed) {
+                // Its call gave up waiting: the next call gets it.
+                me.give_back(conn);
+            }
+            // Released only now, so a call that waited finds the connection pooled.
+            drop(dialing);
+        });
+        rx.await.unwrap_or_else(|_| {
+            Err(CallError::Network(format!(
+                "the dial to node {} ended without a result",
+                self.target
+            )))
+        })
+    }
+
+    /// TCP connect and handshake.
+    async fn dial_now(&self) -> Result<Pooled, CallError> {
+        let c = self.connect().await.map_err(CallError::Unreachable)?;
+        c.set_nodelay(true)
+            .map_err(|e| CallError::Network(e.to_string()))?;
+        let c = self
+            .connector
+            .connect(c, &self.addr)
+            .await
+            .map_err(|e| CallError::Network(e.to_string()))?;
+        Ok(tokio::io::BufReader::with_capacity(256 * 1024, c))
+    }
+
     fn give_back(&self, conn: Pooled) {
         let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
         let pool = pools.entry(self.target).or_default();
@@ -152,17 +229,7 @@ impl PeerClient {
         let exchange = async {
             let mut conn = match self.idle() {
                 Some(c) => c,
-                None => {
-                    let c = self.connect().await.map_err(CallError::Unreachable)?;
-                    c.set_nodelay(true)
-                        .map_err(|e| CallError::Network(e.to_string()))?;
-                    let c = self
-                        .connector
-                        .connect(c, &self.addr)
-                        .await
-                        .map_err(|e| CallError::Network(e.to_string()))?;
-                    tokio::io::BufReader::with_capacity(256 * 1024, c)
-                }
+                None => self.dial().await?,
             };
             wire::write_frame(conn.get_mut(), &request)
                 .await
@@ -208,6 +275,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
             target,
             addr: node.peer.clone(),
             pools: self.pools.clone(),
+            dialing: self.dialing.clone(),
             source_ip: self.source_ip,
             connector: self.connector.clone(),
         }
@@ -298,5 +366,83 @@ async fn peer_connection(tcp: TcpStream, acceptor: Acceptor, raft: Raft) -> Resu
             }
         };
         wire::write_frame(stream.get_mut(), &response).await?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::TlsFiles;
+    use crate::security::certs::{DevCa, Validity};
+    use crate::security::tls;
+
+    /// How long the test peer waits before its handshake: longer than [`TTL`], as a loaded
+    /// node or a long round trip makes it.
+    const SLOW: Duration = Duration::from_millis(300);
+
+    /// The calls' deadline: a heartbeat's.
+    const TTL: Duration = Duration::from_millis(100);
+
+    #[tokio::test]
+    async fn a_handshake_slower_than_the_call_deadline_still_yields_a_connection() {
+        let dir = std::env::temp_dir().join(format!("weir-peer-dial-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca = DevCa::new("test CA").unwrap();
+        let node = ca.issue("node", Validity::Current).unwrap();
+        let files = TlsFiles {
+            cert: dir.join("node.pem"),
+            key: dir.join("node.key"),
+            ca: dir.join("ca.pem"),
+        };
+        std::fs::write(&files.cert, &node.cert_pem).unwrap();
+        std::fs::write(&files.key, &node.key_pem).unwrap();
+        std::fs::write(&files.ca, ca.cert_pem()).unwrap();
+        let acceptor = Acceptor::tls(tls::peer_server_config(&files).unwrap());
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(SLOW).await;
+                    let Ok(stream) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let mut stream = tokio::io::BufReader::new(stream);
+                    while let Ok(PeerRequest::Vote(v)) =
+                        wire::read_frame(&mut stream, PEER_FRAME_MAX).await
+                    {
+                        let granted = PeerResponse::Vote(Ok(VoteResponse::new(v.vote, None, true)));
+                        if wire::write_frame(stream.get_mut(), &granted).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        let client = PeerClient {
+            target: 2,
+            addr: addr.to_string(),
+            pools: Pools::default(),
+            dialing: Dialing::default(),
+            source_ip: None,
+            connector: Connector::tls(tls::peer_client_config(&files).unwrap()),
+        };
+        let mut answered = 0;
+        for _ in 0..40 {
+            let vote = PeerRequest::Vote(VoteRequest::new(openraft::Vote::new(1, 1), None));
+            if let Ok(PeerResponse::Vote(Ok(r))) = client.call(vote, TTL).await {
+                assert!(r.vote_granted);
+                answered += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Every call alone gives up before the handshake ends; the connections their dials
+        // made serve the calls after them.
+        assert!(
+            answered > 0,
+            "no call was answered: every handshake was cancelled"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

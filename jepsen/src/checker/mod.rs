@@ -17,6 +17,7 @@ pub mod liveness;
 pub mod panics;
 pub mod permits;
 pub mod rate;
+pub mod security;
 pub mod settlement;
 pub mod stalls;
 pub mod strands;

@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
-use weir::client::Client;
 use weir::machine::{Change, Reply};
 
 use crate::history::{Kind, Recorder};
@@ -26,7 +25,7 @@ pub async fn ceiling_setter(
     seed: u64,
 ) {
     let mut rng = Rng::new(seed);
-    let client = Client::new(servers);
+    let client = crate::secure::client(servers, crate::secure::Access::Tenant(CEIL_TENANT));
     while !stop.load(Ordering::Relaxed) {
         let n = rng.range(1, 3) as u32;
         let v = json!({"tenant": CEIL_TENANT, "max_running": n});
@@ -54,7 +53,7 @@ pub async fn ceiling_admitter(
     seed: u64,
 ) {
     let mut rng = Rng::new(seed);
-    let client = Client::new(servers);
+    let client = crate::secure::client(servers, crate::secure::Access::Tenant(CEIL_TENANT));
     let mut n = 0;
     while !stop.load(Ordering::Relaxed) {
         n += 1;

@@ -86,7 +86,7 @@ pub async fn fenced(
     seed: u64,
 ) {
     let mut rng = Rng::new(seed);
-    let client = Client::new(servers);
+    let client = crate::secure::client(servers, crate::secure::Access::Tenant(TENANT));
     while !stop.load(Ordering::Relaxed) {
         let Ok(session) = Session::open(&client, TTL).await else {
             tokio::time::sleep(Duration::from_millis(100)).await;

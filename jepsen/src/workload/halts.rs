@@ -28,7 +28,7 @@ pub async fn halter(
     seed: u64,
 ) {
     let mut rng = Rng::new(seed);
-    let client = Client::new(servers);
+    let client = crate::secure::client(servers, crate::secure::Access::Tenant(HALT_TENANT));
     while !stop.load(Ordering::Relaxed) {
         let (scope, agent) = if rng.range(0, 2) == 0 {
             (HaltScope::Tenant, None)
@@ -62,7 +62,7 @@ pub async fn admitter(
     history: Recorder,
     stop: Arc<AtomicBool>,
 ) {
-    let client = Client::new(servers);
+    let client = crate::secure::client(servers, crate::secure::Access::Tenant(HALT_TENANT));
     let mut session = None;
     let mut n = 0u64;
     while !stop.load(Ordering::Relaxed) {

@@ -39,7 +39,7 @@ pub async fn ledger(
     seed: u64,
 ) {
     let mut rng = Rng::new(seed);
-    let client = Client::new(servers);
+    let client = crate::secure::client(servers, crate::secure::Access::Tenant(TENANT));
     let mut n = 0u64;
     while !stop.load(Ordering::Relaxed) {
         n += 1;

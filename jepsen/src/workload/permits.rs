@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
-use weir::client::{Client, Session};
+use weir::client::Session;
 
 use super::TTL;
 use super::acquire::{Acquired, acquire_recorded, belief_end, release_recorded};
@@ -27,7 +27,7 @@ pub async fn permits(
     seed: u64,
 ) {
     let mut rng = Rng::new(seed);
-    let client = Client::new(servers);
+    let client = crate::secure::client(servers, crate::secure::Access::Tenant(super::TENANT));
     while !stop.load(Ordering::Relaxed) {
         let Ok(session) = Session::open(&client, TTL).await else {
             tokio::time::sleep(Duration::from_millis(100)).await;

@@ -55,7 +55,7 @@ pub struct Queued {
 impl Queued {
     pub fn new(servers: Vec<String>, history: Recorder, seed: u64) -> Queued {
         Queued {
-            client: Client::new(servers),
+            client: crate::secure::client(servers, crate::secure::Access::Tenant(TENANT)),
             history,
             seed,
             current: Mutex::new(None),

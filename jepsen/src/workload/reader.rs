@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
-use weir::client::Client;
 
 use super::TENANT;
 use crate::history::{Kind, Recorder};
@@ -27,7 +26,8 @@ pub async fn reader(
     seed: u64,
 ) {
     let mut rng = Rng::new(seed);
-    let client = Client::new(vec![server]);
+    // Validating a fence only reads.
+    let client = crate::secure::client(vec![server], crate::secure::Access::Read);
     while !stop.load(Ordering::Relaxed) {
         let grants = history.recent_oks("acquire", WINDOW);
         let picked = (!grants.is_empty())

@@ -40,15 +40,16 @@ pub const FINAL_READERS: u64 = 10_000;
 pub const HALT_TENANT: &str = "halty";
 pub const HALT_AGENT: &str = "a";
 
-/// Defines the limits (retrying until the cluster answers).
-pub async fn setup(client: &Client) -> Result<(), String> {
+/// Defines the limits (retrying until the cluster answers): [`TENANT`]'s through `client`,
+/// [`HALT_TENANT`]'s through `halty` (in a secure run each with its own tenant's token).
+pub async fn setup(client: &Client, halty: &Client) -> Result<(), String> {
     for (name, concurrent, per_second, burst) in LIMITS {
         client
             .define_limit(TENANT, name, concurrent, per_second, burst)
             .await
             .map_err(|e| format!("define {name}: {e}"))?;
     }
-    client
+    halty
         .define_limit(HALT_TENANT, HALT_LIMIT, HALT_LIMIT_CAP, 0.0, None)
         .await
         .map_err(|e| format!("define {HALT_LIMIT}: {e}"))?;

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
-use weir::client::{AcquireError, AcquireOptions, Client, Session};
+use weir::client::{AcquireError, AcquireOptions, Session};
 
 use super::{LIMITS, TENANT, TTL};
 use crate::history::{Kind, Recorder};
@@ -23,7 +23,7 @@ pub async fn takes(
     seed: u64,
 ) {
     let mut rng = crate::rng::Rng::new(seed);
-    let client = Client::new(servers);
+    let client = crate::secure::client(servers, crate::secure::Access::Tenant(TENANT));
     let (_, _, per_second, burst) = LIMITS[2];
     while !stop.load(Ordering::Relaxed) {
         let Ok(session) = Session::open(&client, TTL).await else {
