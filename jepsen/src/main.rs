@@ -34,6 +34,12 @@ struct Args {
     /// namespace per node, faults by nftables and tc; root).
     #[arg(long, default_value = "loopback", value_parser = ["loopback", "netns"])]
     net: String,
+    /// Session TTL (ms) of the `fenced` workload's processes, the pausable holder's
+    /// included; the client-pause nemesis pauses 1 to 2.5 s past it. Default: the harness's
+    /// TTL, 3000. A longer TTL widens what a fast log clock or a zero margin opens in
+    /// proportion (`jepsen/planted.sh`'s `margin-zero` row).
+    #[arg(long, default_value_t = weir_jepsen::workload::TTL.as_millis() as u64)]
+    fenced_ttl_ms: u64,
     /// Judge the history in this artifacts folder again instead of running.
     #[arg(long)]
     check: Option<PathBuf>,
@@ -117,6 +123,7 @@ fn main() {
         duration: Duration::from_secs(args.duration),
         nemeses,
         net,
+        fenced_ttl: Duration::from_millis(args.fenced_ttl_ms),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

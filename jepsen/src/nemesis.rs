@@ -160,7 +160,8 @@ pub struct Step {
 /// (a clock restart, a membership change or a client fault would).
 const COMPOSABLE: [&str; 4] = ["partition", "kill", "pause", "delay"];
 
-fn fault_of(kind: &str, rng: &mut Rng) -> Option<Fault> {
+/// One fault of `kind`; `client_ttl_ms` is the pausable client's session TTL.
+fn fault_of(kind: &str, rng: &mut Rng, client_ttl_ms: u64) -> Option<Fault> {
     let node = rng.range(1, 3);
     let other = (node % 3) + 1;
     let reset = rng.range(0, 1) == 1;
@@ -187,9 +188,10 @@ fn fault_of(kind: &str, rng: &mut Rng) -> Option<Fault> {
         "pause" => Fault::PauseLeader {
             ms: rng.range(3_500, 5_000),
         },
-        // Past the client's deadline (TTL 3 s less its margin) and the cluster's expiry.
+        // Past the client's deadline (TTL less its margin) and the cluster's expiry: 1 to
+        // 2.5 s past the TTL (4 to 5.5 s at the harness's 3 s).
         "client-pause" => Fault::PauseClient {
-            ms: rng.range(4_000, 5_500),
+            ms: rng.range(client_ttl_ms + 1_000, client_ttl_ms + 2_500),
         },
         "delay" => match rng.range(0, 2) {
             0 => Fault::Delay {
@@ -225,6 +227,22 @@ fn fault_of(kind: &str, rng: &mut Rng) -> Option<Fault> {
 /// The schedule for `kinds` over `duration_ms`, from `seed`. Kinds take turns, so every
 /// requested kind fires when the run is long enough for one step each.
 pub fn schedule(seed: u64, kinds: &[String], duration_ms: u64) -> Vec<Step> {
+    schedule_for(
+        seed,
+        kinds,
+        duration_ms,
+        crate::workload::TTL.as_millis() as u64,
+    )
+}
+
+/// [`schedule`] for a pausable client whose session TTL is `client_ttl_ms`
+/// (`--fenced-ttl-ms`): its pauses last past that TTL. At the harness's TTL the two agree.
+pub fn schedule_for(
+    seed: u64,
+    kinds: &[String],
+    duration_ms: u64,
+    client_ttl_ms: u64,
+) -> Vec<Step> {
     let mut rng = Rng::new(seed);
     let implemented: Vec<&String> = kinds.iter().filter(|k| ALL.contains(&k.as_str())).collect();
     let mut steps = vec![];
@@ -240,7 +258,7 @@ pub fn schedule(seed: u64, kinds: &[String], duration_ms: u64) -> Vec<Step> {
         }
         let kind = implemented[i % implemented.len()];
         i += 1;
-        let fault = fault_of(kind, &mut rng).expect("implemented kinds have faults");
+        let fault = fault_of(kind, &mut rng, client_ttl_ms).expect("implemented kinds have faults");
         let hold_ms = match fault {
             Fault::PauseLeader { ms } => ms,
             // The client acts when its pause ends; the heal waits for it.
@@ -256,7 +274,8 @@ pub fn schedule(seed: u64, kinds: &[String], duration_ms: u64) -> Vec<Step> {
             (COMPOSABLE.contains(&kind.as_str()) && !others.is_empty() && rng.range(0, 1) == 0)
                 .then(|| {
                     let other = others[i % others.len()];
-                    let fault = fault_of(other, &mut rng).expect("implemented kinds have faults");
+                    let fault = fault_of(other, &mut rng, client_ttl_ms)
+                        .expect("implemented kinds have faults");
                     (hold_ms / 2, fault)
                 });
         steps.push(Step {
@@ -609,6 +628,30 @@ mod tests {
         }
         let total: u64 = a.iter().map(|s| s.quiet_ms + s.hold_ms).sum();
         assert!(total <= 116_000);
+    }
+
+    #[test]
+    fn client_pauses_outlast_the_pausable_clients_ttl_and_the_default_ttl_keeps_the_schedule() {
+        let kinds = vec!["client-pause".to_string()];
+        let pauses = |ttl_ms| -> Vec<u64> {
+            schedule_for(3, &kinds, 120_000, ttl_ms)
+                .iter()
+                .map(|s| match s.fault {
+                    Fault::PauseClient { ms } => ms,
+                    ref f => panic!("a client pause, not {f:?}"),
+                })
+                .collect()
+        };
+        assert!(
+            pauses(10_000)
+                .iter()
+                .all(|ms| (11_000..=12_500).contains(ms))
+        );
+        assert!(pauses(3_000).iter().all(|ms| (4_000..=5_500).contains(ms)));
+        assert_eq!(
+            schedule(3, &kinds, 120_000),
+            schedule_for(3, &kinds, 120_000, 3_000)
+        );
     }
 
     #[test]

@@ -25,6 +25,9 @@ pub struct Plan {
     pub duration: Duration,
     pub nemeses: Vec<String>,
     pub net: Net,
+    /// The session TTL of the `fenced` workload's processes (`--fenced-ttl-ms`; default
+    /// [`workload::TTL`]). The client-pause nemesis pauses past it.
+    pub fenced_ttl: Duration,
 }
 
 /// The verdicts, in table order.
@@ -89,7 +92,12 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
         client_pause: workloads.client_pause.clone(),
         queued: workload::Queued::new(servers.clone(), history.clone(), plan.seed ^ 400),
     };
-    let steps = nemesis::schedule(plan.seed, &plan.nemeses, plan.duration.as_millis() as u64);
+    let steps = nemesis::schedule_for(
+        plan.seed,
+        &plan.nemeses,
+        plan.duration.as_millis() as u64,
+        plan.fenced_ttl.as_millis() as u64,
+    );
     eprintln!(
         "[jepsen] seed {}: {} faults scheduled over {:?}",
         plan.seed,
@@ -260,6 +268,7 @@ impl Workloads {
             tasks.push(tokio::spawn(workload::fenced(
                 next(),
                 servers.clone(),
+                plan.fenced_ttl,
                 resource.clone(),
                 None,
                 history.clone(),
@@ -270,6 +279,7 @@ impl Workloads {
         let pausable = workload::spawn_pausable(
             next(),
             servers.clone(),
+            plan.fenced_ttl,
             resource.clone(),
             client_pause.clone(),
             history.clone(),
