@@ -15,7 +15,9 @@ use weir_jepsen::run::{Plan, run, table};
 #[derive(Parser, Debug)]
 #[command(name = "weir-jepsen", about = "Partition tests for Weir")]
 struct Args {
-    /// Comma list of partition,kill,pause,client-pause,clock,membership,delay, or `all`.
+    /// Comma list of partition,kill,pause,client-pause,clock,membership,delay,client-kill,
+    /// power-loss,client-cut,client-delay, or `all` (in namespace mode, all but the last
+    /// two: they need loopback mode's client fronts).
     #[arg(long, default_value = "partition,kill,pause")]
     nemesis: String,
     /// Seconds of load and faults.
@@ -48,7 +50,12 @@ struct Args {
 fn main() {
     let args = Args::parse();
     let nemeses: Vec<String> = if args.nemesis == "all" {
-        nemesis::ALL.iter().map(|s| s.to_string()).collect()
+        // The client link faults need loopback mode's client fronts.
+        nemesis::ALL
+            .iter()
+            .filter(|k| args.net != "netns" || !nemesis::LOOPBACK_ONLY.contains(k))
+            .map(|s| s.to_string())
+            .collect()
     } else {
         args.nemesis
             .split(',')

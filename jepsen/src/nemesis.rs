@@ -33,20 +33,32 @@
 //!   directory had not fsynced (the lost-fsync layer, [`crate::lazyfs`], mounted on every
 //!   data directory when this kind is requested); the heal restarts it on what it had made
 //!   durable. Acknowledged writes must survive (G3): the settlement checker reads every
-//!   acknowledged settlement back, the permit checkers see a lost grant given twice.
+//!   acknowledged settlement back, the permit checkers see a lost grant given twice;
+//! - `client-cut` (loopback mode): the cut client ([`crate::workload::CutClient`]), pinned
+//!   to a permit of `cut` with waiters behind it, is cut from the leader only: the leader's
+//!   client front holds its bytes both ways, silently, while the followers stay reachable
+//!   (and redirect it to the leader). Its session may expire; its belief must end before
+//!   anyone else is granted its permit;
+//! - `client-delay` (loopback mode): the pinned cut client's replies (node → client, on
+//!   every node's front) are delayed by about a second, built up over two; then, while the
+//!   delayed replies still arrive, its requests are dropped. The last keep-alive the
+//!   cluster received is acknowledged a second late, so a client that counted its deadline
+//!   from the reply's arrival (`keepalive-arrival`) believes that long past the expiry,
+//!   while the cluster grants a waiter.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use crate::client_front::{CUT_CLIENT_IP, ClientLink};
 use crate::cluster::Cluster;
 use crate::history::{Kind, NEMESIS, Recorder};
 use crate::rng::Rng;
-use crate::workload::ClientPause;
+use crate::workload::{ClientPause, CutClient};
 
 /// Every kind the harness can inject, in `--nemesis all` order.
-pub const ALL: [&str; 9] = [
+pub const ALL: [&str; 11] = [
     "partition",
     "kill",
     "pause",
@@ -56,7 +68,19 @@ pub const ALL: [&str; 9] = [
     "delay",
     "client-kill",
     POWER_LOSS,
+    "client-cut",
+    "client-delay",
 ];
+
+/// Kinds that need loopback mode's client fronts: `all` leaves them out in namespace mode.
+pub const LOOPBACK_ONLY: [&str; 2] = ["client-cut", "client-delay"];
+
+/// How long the cut client's replies are delayed before its requests are dropped too
+/// (`client-delay`): the delay builds up at half of real time (twice its length), then a
+/// few keep-alives (every TTL/5) are acknowledged under the whole delay.
+fn delay_phase_ms(ms: u64) -> u64 {
+    2 * ms + 1_500
+}
 
 /// The power-loss kind's name: the run mounts the lost-fsync layer when it is requested.
 pub const POWER_LOSS: &str = "power-loss";
@@ -123,6 +147,12 @@ pub enum Fault {
     PowerLoss(u64),
     PowerLossLeader,
     PowerLossAll,
+    /// The cut client cut from the leader only, both ways, silently.
+    CutClientFromLeader,
+    /// The cut client's replies delayed `ms`, then its requests dropped as well.
+    DelayClient {
+        ms: u64,
+    },
 }
 
 impl Fault {
@@ -141,6 +171,8 @@ impl Fault {
             Fault::RemoveNode(_) => "membership",
             Fault::KillClient => "client-kill",
             Fault::PowerLoss(_) | Fault::PowerLossLeader | Fault::PowerLossAll => POWER_LOSS,
+            Fault::CutClientFromLeader => "client-cut",
+            Fault::DelayClient { .. } => "client-delay",
         }
     }
 }
@@ -215,6 +247,12 @@ fn fault_of(kind: &str, rng: &mut Rng, client_ttl_ms: u64) -> Option<Fault> {
         }
         "membership" => Fault::RemoveNode(node),
         "client-kill" => Fault::KillClient,
+        "client-cut" => Fault::CutClientFromLeader,
+        // Past the client's margin (a tenth of its 3 s TTL) by far, short of the silence
+        // bound the client leaves a connection at (1 s) only thanks to the build-up.
+        "client-delay" => Fault::DelayClient {
+            ms: rng.range(1_000, 1_200),
+        },
         POWER_LOSS => match rng.range(0, 2) {
             0 => Fault::PowerLoss(node),
             1 => Fault::PowerLossLeader,
@@ -263,6 +301,10 @@ pub fn schedule_for(
             Fault::PauseLeader { ms } => ms,
             // The client acts when its pause ends; the heal waits for it.
             Fault::PauseClient { ms } => ms + 500,
+            // Past the cut client's TTL (the cluster expires it, a waiter is granted).
+            Fault::CutClientFromLeader | Fault::DelayClient { .. } => {
+                crate::workload::TTL.as_millis() as u64 + 2_500
+            }
             _ => hold_ms,
         };
         // One composable step in two gets a second fault of the next composable kind.
@@ -300,6 +342,8 @@ fn isolate(cluster: &Cluster, node: u64, reset: bool) -> Result<(), String> {
 /// What the nemesis acts on besides the cluster.
 pub struct Targets {
     pub client_pause: Arc<ClientPause>,
+    /// The client whose links the client nemeses fault.
+    pub cut_client: Arc<CutClient>,
     /// Tickets queued before each fault, judged after its heal.
     pub queued: crate::workload::Queued,
 }
@@ -412,6 +456,32 @@ pub async fn inject(
             json!({"fault": "remove-node", "node": n})
         }
         Fault::KillClient => kill_client(cluster, history).await?,
+        Fault::CutClientFromLeader => {
+            let fence = pinned(&targets.cut_client).await?;
+            let Some(l) = leader().await else {
+                targets.cut_client.let_go();
+                return Err("no leader to cut the client from".into());
+            };
+            cluster.client_link(CUT_CLIENT_IP, l, ClientLink::Cut)?;
+            json!({"fault": "client-cut", "node": l, "fence": fence})
+        }
+        Fault::DelayClient { ms } => {
+            let fence = pinned(&targets.cut_client).await?;
+            let delayed = |drop_requests| ClientLink::DelayReplies { ms, drop_requests };
+            for n in 1..=3 {
+                cluster.client_link(CUT_CLIENT_IP, n, delayed(false))?;
+            }
+            tokio::time::sleep(Duration::from_millis(delay_phase_ms(ms))).await;
+            if targets.cut_client.holding() != Some(fence) {
+                return Err(format!(
+                    "the cut client lost its permit (fence {fence}) while only its replies were delayed"
+                ));
+            }
+            for n in 1..=3 {
+                cluster.client_link(CUT_CLIENT_IP, n, delayed(true))?;
+            }
+            json!({"fault": "client-delay", "ms": ms, "fence": fence, "delayed_ms": delay_phase_ms(ms)})
+        }
         Fault::PowerLoss(n) => {
             let lost = cluster.power_loss(n)?;
             json!({"fault": "power-loss", "node": n, "lost": lost})
@@ -528,6 +598,22 @@ async fn kill_client(cluster: &Cluster, history: &Recorder) -> Result<serde_json
     Ok(json!({"fault": "kill-client", "pid": pid, "killed_ns": killed_ns, "kill": kill}))
 }
 
+/// Pins the cut client and waits (bounded) until it holds a permit under the pin; its fence.
+async fn pinned(cut: &CutClient) -> Result<u64, String> {
+    cut.pin();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(fence) = cut.holding() {
+            return Ok(fence);
+        }
+        if Instant::now() > deadline {
+            cut.let_go();
+            return Err("the cut client was granted no permit to hold".into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Client kills so far in this process (numbers each kill and its waiter).
 static KILLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -590,6 +676,8 @@ pub async fn run(
         }
         history.record(NEMESIS, Kind::Invoke, "heal", json!({}));
         let healed = cluster.heal().await;
+        // The cut client's pinned hold (if any) ends with the fault.
+        targets.cut_client.let_go();
         let healed_ns = history.record(
             NEMESIS,
             Kind::Info,

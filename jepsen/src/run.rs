@@ -90,6 +90,7 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
     let workloads = Workloads::start(plan, &servers, &history)?;
     let targets = nemesis::Targets {
         client_pause: workloads.client_pause.clone(),
+        cut_client: workloads.cut_client.clone(),
         queued: workload::Queued::new(servers.clone(), history.clone(), plan.seed ^ 400),
     };
     let steps = nemesis::schedule_for(
@@ -156,7 +157,11 @@ struct Workloads {
     /// The pausable fenced client, on a thread of its own.
     pausable: std::thread::JoinHandle<()>,
     client_pause: Arc<workload::ClientPause>,
+    cut_client: Arc<workload::CutClient>,
 }
+
+/// Waiters of ordinary addresses behind the cut client, on its limit.
+const CUT_WAITERS: u64 = 2;
 
 impl Workloads {
     /// Starts every process, each numbered and seeded from the plan's seed.
@@ -261,6 +266,28 @@ impl Workloads {
                 plan.seed ^ (170 + i as u64),
             )));
         }
+        // The cut client (its links faultable, loopback mode) and the waiters behind it.
+        let cut_client = Arc::new(workload::CutClient::default());
+        tasks.push(tokio::spawn(workload::cut_holder(
+            next(),
+            servers.clone(),
+            cut_client.clone(),
+            history.clone(),
+            stop.clone(),
+            plan.seed ^ 250,
+        )));
+        for i in 0..CUT_WAITERS {
+            tasks.push(tokio::spawn(workload::permits(
+                next(),
+                servers.clone(),
+                workload::CUT,
+                1,
+                (10, 150),
+                history.clone(),
+                stop.clone(),
+                plan.seed ^ (251 + i),
+            )));
+        }
         // The fenced limit: two ordinary holders and one the nemesis can pause.
         let resource = Arc::new(workload::Resource::default());
         let client_pause = Arc::new(workload::ClientPause::default());
@@ -292,6 +319,7 @@ impl Workloads {
             tasks,
             pausable,
             client_pause,
+            cut_client,
         })
     }
 
