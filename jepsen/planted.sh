@@ -35,7 +35,7 @@ plants=(
     "no-freeze|log clock|kill|loopback|30|3"
     "wall-gap|log clock|clock|loopback|20|1"
     "margin-zero|P1 permits|client-pause|loopback|40|1|WEIR_TEST_CLOCK_RATE=1.08|--fenced-ttl-ms 10000"
-    "keepalive-arrival|-|client-pause|loopback|30|1"
+    "keepalive-arrival|P1 permits|client-delay|loopback|30|1"
     "fast-clock|log clock|delay|loopback|30|1"
     "reused-fence|P2 fences|delay|loopback|20|1"
     "settle-twice|settlement|kill|loopback|30|1"

@@ -271,6 +271,7 @@ impl Workloads {
         tasks.push(tokio::spawn(workload::cut_holder(
             next(),
             servers.clone(),
+            matches!(plan.net, Net::Loopback),
             cut_client.clone(),
             history.clone(),
             stop.clone(),

@@ -52,16 +52,22 @@ impl CutClient {
 
 /// The cut client's process: acquire [`CUT`], hold 10–150 ms (or, pinned, until the permit
 /// may be lost or the nemesis lets go), release; every belief recorded as a `hold` fact.
+/// `bound`: its connections come from [`CUT_CLIENT_IP`] (loopback mode; in namespace mode
+/// there are no client fronts, and a loopback source cannot reach the nodes' addresses).
 pub async fn cut_holder(
     process: u64,
     servers: Vec<String>,
+    bound: bool,
     handle: Arc<CutClient>,
     history: Recorder,
     stop: Arc<AtomicBool>,
     seed: u64,
 ) {
     let mut rng = Rng::new(seed);
-    let client = Client::new(servers).with_local_addr(CUT_CLIENT_IP);
+    let client = match bound {
+        true => Client::new(servers).with_local_addr(CUT_CLIENT_IP),
+        false => Client::new(servers),
+    };
     while !stop.load(Ordering::Relaxed) {
         let Ok(session) = Session::open(&client, TTL).await else {
             tokio::time::sleep(Duration::from_millis(100)).await;
