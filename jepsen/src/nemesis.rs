@@ -248,8 +248,9 @@ fn fault_of(kind: &str, rng: &mut Rng, client_ttl_ms: u64) -> Option<Fault> {
         "membership" => Fault::RemoveNode(node),
         "client-kill" => Fault::KillClient,
         "client-cut" => Fault::CutClientFromLeader,
-        // Past the client's margin (a tenth of its 3 s TTL) by far, short of the silence
-        // bound the client leaves a connection at (1 s) only thanks to the build-up.
+        // Far past the client's margin (a tenth of its 3 s TTL). As long as the silence
+        // bound at which the client leaves a connection (1 s), or longer: the front builds
+        // the delay up, so the client never hears a silence that long.
         "client-delay" => Fault::DelayClient {
             ms: rng.range(1_000, 1_200),
         },
