@@ -132,14 +132,19 @@ impl Cluster {
         seed: u64,
         net: Net,
         lost_fsync: bool,
+        client_fronts: bool,
     ) -> Result<Cluster, String> {
         let links = Links::new(seed);
         let client_links = ClientLinks::new();
-        // Loopback: a client front per node, the node's client port behind it.
+        // Loopback with `client_fronts`: a client front per node, the node's client port
+        // behind it. Only runs that fault client links get them: with the fronts, the
+        // `pause` smoke lost permits to leader stalls that it does not lose without them
+        // (`stalls`: 8 and 9 clients against 0, seed 11; jepsen/README.md), not explained
+        // yet.
         let fronts: Vec<Option<String>> = (1..=NODES)
             .map(|_| match net {
-                Net::Loopback => loopback_addr().map(Some),
-                Net::Netns(_) => Ok(None),
+                Net::Loopback if client_fronts => loopback_addr().map(Some),
+                _ => Ok(None),
             })
             .collect::<Result<_, String>>()?;
         let addrs = (1..=NODES)
@@ -542,8 +547,8 @@ impl Cluster {
     }
 
     /// Loopback mode: the links of the client at `client` (its connections' source address)
-    /// to `node` follow `link` (the client fronts, [`crate::client_front`]). Namespace mode
-    /// has no client fronts: an error.
+    /// to `node` follow `link` (the client fronts, [`crate::client_front`], which the run
+    /// must have started with). Namespace mode has no client fronts: an error.
     pub fn client_link(&self, client: IpAddr, node: u64, link: ClientLink) -> Result<(), String> {
         match &self.net {
             Net::Loopback => {

@@ -73,12 +73,19 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
         );
     }
     let lost_fsync = plan.nemeses.iter().any(|k| k == nemesis::POWER_LOSS);
+    // Client fronts only where a client link fault is asked for (loopback mode).
+    let client_fronts = matches!(plan.net, Net::Loopback)
+        && plan
+            .nemeses
+            .iter()
+            .any(|k| nemesis::LOOPBACK_ONLY.contains(&k.as_str()));
     let mut cluster = Cluster::start(
         &plan.weir,
         &plan.out,
         plan.seed,
         plan.net.clone(),
         lost_fsync,
+        client_fronts,
     )
     .await?;
     if cluster.leader(Duration::from_secs(20)).await.is_none() {
@@ -87,7 +94,7 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
     let servers = cluster.servers();
     workload::setup(&Client::new(servers.clone())).await?;
     let monitor = crate::monitor::Monitor::start(&servers, &history, cluster.starts.clone());
-    let workloads = Workloads::start(plan, &servers, &history)?;
+    let workloads = Workloads::start(plan, &servers, &history, client_fronts)?;
     let targets = nemesis::Targets {
         client_pause: workloads.client_pause.clone(),
         cut_client: workloads.cut_client.clone(),
@@ -165,7 +172,13 @@ const CUT_WAITERS: u64 = 2;
 
 impl Workloads {
     /// Starts every process, each numbered and seeded from the plan's seed.
-    fn start(plan: &Plan, servers: &[String], history: &Recorder) -> Result<Workloads, String> {
+    /// `client_fronts`: the run has them, so the cut client binds its address.
+    fn start(
+        plan: &Plan,
+        servers: &[String],
+        history: &Recorder,
+        client_fronts: bool,
+    ) -> Result<Workloads, String> {
         let servers = servers.to_vec();
         let history = history.clone();
         let stop = Arc::new(AtomicBool::new(false));
@@ -271,7 +284,7 @@ impl Workloads {
         tasks.push(tokio::spawn(workload::cut_holder(
             next(),
             servers.clone(),
-            matches!(plan.net, Net::Loopback),
+            client_fronts,
             cut_client.clone(),
             history.clone(),
             stop.clone(),

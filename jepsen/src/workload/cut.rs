@@ -52,8 +52,8 @@ impl CutClient {
 
 /// The cut client's process: acquire [`CUT`], hold 10–150 ms (or, pinned, until the permit
 /// may be lost or the nemesis lets go), release; every belief recorded as a `hold` fact.
-/// `bound`: its connections come from [`CUT_CLIENT_IP`] (loopback mode; in namespace mode
-/// there are no client fronts, and a loopback source cannot reach the nodes' addresses).
+/// `bound`: its connections come from [`CUT_CLIENT_IP`] (when the run has client fronts;
+/// in namespace mode a loopback source could not even reach the nodes' addresses).
 pub async fn cut_holder(
     process: u64,
     servers: Vec<String>,
