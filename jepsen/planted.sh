@@ -29,12 +29,13 @@ fi
 # plant | checker that must flag it ("-": a known gap, no run yet tells it from an unplanted
 # run; run only when named, reported, never counted as caught) | nemesis | net | duration s
 # | seed | environment of the run (optional: WEIR_TEST_CLOCK_RATE, which every node inherits
-# and the harness records, so the checkers allow for it)
+# and the harness records, so the checkers allow for it) | more harness options (optional,
+# split on spaces, e.g. --fenced-ttl-ms 10000)
 plants=(
     "no-freeze|log clock|kill|loopback|30|3"
     "wall-gap|log clock|clock|loopback|20|1"
-    "margin-zero|-|client-pause|loopback|30|1|WEIR_TEST_CLOCK_RATE=1.10"
-    "keepalive-arrival|-|client-pause|loopback|30|1"
+    "margin-zero|P1 permits|client-pause|loopback|40|1|WEIR_TEST_CLOCK_RATE=1.08|--fenced-ttl-ms 10000"
+    "keepalive-arrival|P1 permits|client-delay|loopback|30|1"
     "fast-clock|log clock|delay|loopback|30|1"
     "reused-fence|P2 fences|delay|loopback|20|1"
     "settle-twice|settlement|kill|loopback|30|1"
@@ -48,7 +49,7 @@ failed=0
 gaps=0
 mkdir -p jepsen/runs
 for row in "${plants[@]}"; do
-    IFS='|' read -r plant checker nemesis net duration seed extra <<<"$row"
+    IFS='|' read -r plant checker nemesis net duration seed extra options <<<"$row"
     if [ "${#want[@]}" -gt 0 ] && [[ ! " ${want[*]} " == *" $plant "* ]]; then
         continue
     fi
@@ -65,11 +66,12 @@ for row in "${plants[@]}"; do
         out="jepsen/runs/planted-$plant-$seed"
         [ "$try" -gt 1 ] && out="$out-try$try"
         rm -rf "$out"
-        echo "planted: $plant (expect $checker): ${extra:+$extra }--nemesis $nemesis --net $net --duration $duration --seed $seed (run $try of at most $tries)"
+        echo "planted: $plant (expect $checker): ${extra:+$extra }--nemesis $nemesis --net $net --duration $duration --seed $seed${options:+ $options} (run $try of at most $tries)"
         status=0
         started=$SECONDS
+        # shellcheck disable=SC2086 # $options is a list of words on purpose
         env ${extra:+"$extra"} WEIR_PLANT="$plant" "$bin/weir-jepsen" --weir "$bin/weir" --net "$net" --nemesis "$nemesis" \
-            --duration "$duration" --seed "$seed" --out "$out" >"$out.log" 2>&1 || status=$?
+            --duration "$duration" --seed "$seed" --out "$out" ${options} >"$out.log" 2>&1 || status=$?
         # verdict.txt's table: the checker's name in 12 columns (names hold spaces), then the
         # verdict.
         invalid=$(awk '/^checker/ {t = 1; next} t && substr($0, 14, 7) == "INVALID" {

@@ -129,6 +129,11 @@ pub struct Config {
     /// Local IP address that outgoing peer connections are bound to (a multi-homed host;
     /// the harness uses it to tell nodes apart on loopback). Default: chosen by the OS.
     pub peer_source_ip: Option<std::net::IpAddr>,
+    /// Where to listen for clients, when that differs from `client_addr` (behind a proxy or
+    /// a NAT: `client_addr` is what the cluster tells clients, in `NotLeader` redirects and
+    /// the membership; the partition harness puts a client-link fault front there).
+    /// Default: `client_addr`.
+    pub client_listen: Option<String>,
     /// The initial voters, this node among them. The lowest id forms the cluster on its
     /// first start. Default: this node alone.
     pub peers: Vec<Peer>,
@@ -161,6 +166,7 @@ impl Default for Config {
             peer_addr: "127.0.0.1:7511".into(),
             peer_listen: None,
             peer_source_ip: None,
+            client_listen: None,
             peers: vec![],
             worker_threads: 1,
             http_listen: "127.0.0.1:7611".into(),
@@ -284,6 +290,7 @@ impl Config {
             ("client_addr", Some(&self.client_addr)),
             ("peer_addr", Some(&self.peer_addr)),
             ("peer_listen", self.peer_listen.as_ref()),
+            ("client_listen", self.client_listen.as_ref()),
             // Empty: no HTTP port.
             (
                 "http_listen",
@@ -399,6 +406,18 @@ mod tests {
         c.validate().unwrap();
         assert!(is_loopback("[::1]:1") && is_loopback("localhost:1"));
         assert!(!is_loopback("10.0.0.1:1"));
+    }
+
+    #[test]
+    fn a_client_listen_address_off_loopback_is_refused_like_the_client_addr() {
+        let mut c = Config {
+            client_listen: Some("0.0.0.0:7711".into()),
+            ..Config::default()
+        };
+        let err = c.validate().unwrap_err();
+        assert!(err.starts_with("client_listen = 0.0.0.0:7711"), "{err}");
+        c.client_listen = Some("127.0.0.1:7711".into());
+        c.validate().unwrap();
     }
 
     #[test]

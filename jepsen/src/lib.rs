@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod checker;
+pub mod client_front;
 pub mod cluster;
 pub mod converge;
 pub mod finals;

@@ -15,7 +15,9 @@ use weir_jepsen::run::{Plan, run, table};
 #[derive(Parser, Debug)]
 #[command(name = "weir-jepsen", about = "Partition tests for Weir")]
 struct Args {
-    /// Comma list of partition,kill,pause,client-pause,clock,membership,delay, or `all`.
+    /// Comma list of partition,kill,pause,client-pause,clock,membership,delay,client-kill,
+    /// power-loss,client-cut,client-delay, or `all` (in namespace mode, all but the last
+    /// two: they need loopback mode's client fronts).
     #[arg(long, default_value = "partition,kill,pause")]
     nemesis: String,
     /// Seconds of load and faults.
@@ -34,6 +36,12 @@ struct Args {
     /// namespace per node, faults by nftables and tc; root).
     #[arg(long, default_value = "loopback", value_parser = ["loopback", "netns"])]
     net: String,
+    /// Session TTL (ms) of the `fenced` workload's processes, the pausable holder's
+    /// included; the client-pause nemesis pauses 1 to 2.5 s past it. Default: the harness's
+    /// TTL, 3000. A longer TTL widens what a fast log clock or a zero margin opens in
+    /// proportion (`jepsen/planted.sh`'s `margin-zero` row).
+    #[arg(long, default_value_t = weir_jepsen::workload::TTL.as_millis() as u64)]
+    fenced_ttl_ms: u64,
     /// Judge the history in this artifacts folder again instead of running.
     #[arg(long)]
     check: Option<PathBuf>,
@@ -48,7 +56,12 @@ struct Args {
 fn main() {
     let args = Args::parse();
     let nemeses: Vec<String> = if args.nemesis == "all" {
-        nemesis::ALL.iter().map(|s| s.to_string()).collect()
+        // The client link faults need loopback mode's client fronts.
+        nemesis::ALL
+            .iter()
+            .filter(|k| args.net != "netns" || !nemesis::LOOPBACK_ONLY.contains(k))
+            .map(|s| s.to_string())
+            .collect()
     } else {
         args.nemesis
             .split(',')
@@ -124,6 +137,7 @@ fn main() {
         nemeses,
         net,
         secure: args.secure,
+        fenced_ttl: Duration::from_millis(args.fenced_ttl_ms),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

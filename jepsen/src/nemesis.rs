@@ -33,20 +33,32 @@
 //!   directory had not fsynced (the lost-fsync layer, [`crate::lazyfs`], mounted on every
 //!   data directory when this kind is requested); the heal restarts it on what it had made
 //!   durable. Acknowledged writes must survive (G3): the settlement checker reads every
-//!   acknowledged settlement back, the permit checkers see a lost grant given twice.
+//!   acknowledged settlement back, the permit checkers see a lost grant given twice;
+//! - `client-cut` (loopback mode): the cut client ([`crate::workload::CutClient`]), pinned
+//!   to a permit of `cut` with waiters behind it, is cut from the leader only: the leader's
+//!   client front holds its bytes both ways, silently, while the followers stay reachable
+//!   (and redirect it to the leader). Its session may expire; its belief must end before
+//!   anyone else is granted its permit;
+//! - `client-delay` (loopback mode): the pinned cut client's replies (node → client, on
+//!   every node's front) are delayed by about a second, built up over two; then, while the
+//!   delayed replies still arrive, its requests are dropped. The last keep-alive the
+//!   cluster received is acknowledged a second late, so a client that counted its deadline
+//!   from the reply's arrival (`keepalive-arrival`) believes that long past the expiry,
+//!   while the cluster grants a waiter.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use crate::client_front::{CUT_CLIENT_IP, ClientLink};
 use crate::cluster::Cluster;
 use crate::history::{Kind, NEMESIS, Recorder};
 use crate::rng::Rng;
-use crate::workload::ClientPause;
+use crate::workload::{ClientPause, CutClient};
 
 /// Every kind the harness can inject, in `--nemesis all` order.
-pub const ALL: [&str; 9] = [
+pub const ALL: [&str; 11] = [
     "partition",
     "kill",
     "pause",
@@ -56,7 +68,19 @@ pub const ALL: [&str; 9] = [
     "delay",
     "client-kill",
     POWER_LOSS,
+    "client-cut",
+    "client-delay",
 ];
+
+/// Kinds that need loopback mode's client fronts: `all` leaves them out in namespace mode.
+pub const LOOPBACK_ONLY: [&str; 2] = ["client-cut", "client-delay"];
+
+/// How long the cut client's replies are delayed before its requests are dropped too
+/// (`client-delay`): the delay builds up at half of real time (twice its length), then a
+/// few keep-alives (every TTL/5) are acknowledged under the whole delay.
+fn delay_phase_ms(ms: u64) -> u64 {
+    2 * ms + 1_500
+}
 
 /// The power-loss kind's name: the run mounts the lost-fsync layer when it is requested.
 pub const POWER_LOSS: &str = "power-loss";
@@ -123,6 +147,12 @@ pub enum Fault {
     PowerLoss(u64),
     PowerLossLeader,
     PowerLossAll,
+    /// The cut client cut from the leader only, both ways, silently.
+    CutClientFromLeader,
+    /// The cut client's replies delayed `ms`, then its requests dropped as well.
+    DelayClient {
+        ms: u64,
+    },
 }
 
 impl Fault {
@@ -141,6 +171,8 @@ impl Fault {
             Fault::RemoveNode(_) => "membership",
             Fault::KillClient => "client-kill",
             Fault::PowerLoss(_) | Fault::PowerLossLeader | Fault::PowerLossAll => POWER_LOSS,
+            Fault::CutClientFromLeader => "client-cut",
+            Fault::DelayClient { .. } => "client-delay",
         }
     }
 }
@@ -160,7 +192,8 @@ pub struct Step {
 /// (a clock restart, a membership change or a client fault would).
 const COMPOSABLE: [&str; 4] = ["partition", "kill", "pause", "delay"];
 
-fn fault_of(kind: &str, rng: &mut Rng) -> Option<Fault> {
+/// One fault of `kind`; `client_ttl_ms` is the pausable client's session TTL.
+fn fault_of(kind: &str, rng: &mut Rng, client_ttl_ms: u64) -> Option<Fault> {
     let node = rng.range(1, 3);
     let other = (node % 3) + 1;
     let reset = rng.range(0, 1) == 1;
@@ -187,9 +220,10 @@ fn fault_of(kind: &str, rng: &mut Rng) -> Option<Fault> {
         "pause" => Fault::PauseLeader {
             ms: rng.range(3_500, 5_000),
         },
-        // Past the client's deadline (TTL 3 s less its margin) and the cluster's expiry.
+        // Past the client's deadline (TTL less its margin) and the cluster's expiry: 1 to
+        // 2.5 s past the TTL (4 to 5.5 s at the harness's 3 s).
         "client-pause" => Fault::PauseClient {
-            ms: rng.range(4_000, 5_500),
+            ms: rng.range(client_ttl_ms + 1_000, client_ttl_ms + 2_500),
         },
         "delay" => match rng.range(0, 2) {
             0 => Fault::Delay {
@@ -213,6 +247,13 @@ fn fault_of(kind: &str, rng: &mut Rng) -> Option<Fault> {
         }
         "membership" => Fault::RemoveNode(node),
         "client-kill" => Fault::KillClient,
+        "client-cut" => Fault::CutClientFromLeader,
+        // Far past the client's margin (a tenth of its 3 s TTL). As long as the silence
+        // bound at which the client leaves a connection (1 s), or longer: the front builds
+        // the delay up, so the client never hears a silence that long.
+        "client-delay" => Fault::DelayClient {
+            ms: rng.range(1_000, 1_200),
+        },
         POWER_LOSS => match rng.range(0, 2) {
             0 => Fault::PowerLoss(node),
             1 => Fault::PowerLossLeader,
@@ -225,6 +266,22 @@ fn fault_of(kind: &str, rng: &mut Rng) -> Option<Fault> {
 /// The schedule for `kinds` over `duration_ms`, from `seed`. Kinds take turns, so every
 /// requested kind fires when the run is long enough for one step each.
 pub fn schedule(seed: u64, kinds: &[String], duration_ms: u64) -> Vec<Step> {
+    schedule_for(
+        seed,
+        kinds,
+        duration_ms,
+        crate::workload::TTL.as_millis() as u64,
+    )
+}
+
+/// [`schedule`] for a pausable client whose session TTL is `client_ttl_ms`
+/// (`--fenced-ttl-ms`): its pauses last past that TTL. At the harness's TTL the two agree.
+pub fn schedule_for(
+    seed: u64,
+    kinds: &[String],
+    duration_ms: u64,
+    client_ttl_ms: u64,
+) -> Vec<Step> {
     let mut rng = Rng::new(seed);
     let implemented: Vec<&String> = kinds.iter().filter(|k| ALL.contains(&k.as_str())).collect();
     let mut steps = vec![];
@@ -240,11 +297,15 @@ pub fn schedule(seed: u64, kinds: &[String], duration_ms: u64) -> Vec<Step> {
         }
         let kind = implemented[i % implemented.len()];
         i += 1;
-        let fault = fault_of(kind, &mut rng).expect("implemented kinds have faults");
+        let fault = fault_of(kind, &mut rng, client_ttl_ms).expect("implemented kinds have faults");
         let hold_ms = match fault {
             Fault::PauseLeader { ms } => ms,
             // The client acts when its pause ends; the heal waits for it.
             Fault::PauseClient { ms } => ms + 500,
+            // Past the cut client's TTL (the cluster expires it, a waiter is granted).
+            Fault::CutClientFromLeader | Fault::DelayClient { .. } => {
+                crate::workload::TTL.as_millis() as u64 + 2_500
+            }
             _ => hold_ms,
         };
         // One composable step in two gets a second fault of the next composable kind.
@@ -256,7 +317,8 @@ pub fn schedule(seed: u64, kinds: &[String], duration_ms: u64) -> Vec<Step> {
             (COMPOSABLE.contains(&kind.as_str()) && !others.is_empty() && rng.range(0, 1) == 0)
                 .then(|| {
                     let other = others[i % others.len()];
-                    let fault = fault_of(other, &mut rng).expect("implemented kinds have faults");
+                    let fault = fault_of(other, &mut rng, client_ttl_ms)
+                        .expect("implemented kinds have faults");
                     (hold_ms / 2, fault)
                 });
         steps.push(Step {
@@ -281,6 +343,8 @@ fn isolate(cluster: &Cluster, node: u64, reset: bool) -> Result<(), String> {
 /// What the nemesis acts on besides the cluster.
 pub struct Targets {
     pub client_pause: Arc<ClientPause>,
+    /// The client whose links the client nemeses fault.
+    pub cut_client: Arc<CutClient>,
     /// Tickets queued before each fault, judged after its heal.
     pub queued: crate::workload::Queued,
 }
@@ -393,6 +457,32 @@ pub async fn inject(
             json!({"fault": "remove-node", "node": n})
         }
         Fault::KillClient => kill_client(cluster, history).await?,
+        Fault::CutClientFromLeader => {
+            let fence = pinned(&targets.cut_client).await?;
+            let Some(l) = leader().await else {
+                targets.cut_client.let_go();
+                return Err("no leader to cut the client from".into());
+            };
+            cluster.client_link(CUT_CLIENT_IP, l, ClientLink::Cut)?;
+            json!({"fault": "client-cut", "node": l, "fence": fence})
+        }
+        Fault::DelayClient { ms } => {
+            let fence = pinned(&targets.cut_client).await?;
+            let delayed = |drop_requests| ClientLink::DelayReplies { ms, drop_requests };
+            for n in 1..=3 {
+                cluster.client_link(CUT_CLIENT_IP, n, delayed(false))?;
+            }
+            tokio::time::sleep(Duration::from_millis(delay_phase_ms(ms))).await;
+            if targets.cut_client.holding() != Some(fence) {
+                return Err(format!(
+                    "the cut client lost its permit (fence {fence}) while only its replies were delayed"
+                ));
+            }
+            for n in 1..=3 {
+                cluster.client_link(CUT_CLIENT_IP, n, delayed(true))?;
+            }
+            json!({"fault": "client-delay", "ms": ms, "fence": fence, "delayed_ms": delay_phase_ms(ms)})
+        }
         Fault::PowerLoss(n) => {
             let lost = cluster.power_loss(n)?;
             json!({"fault": "power-loss", "node": n, "lost": lost})
@@ -520,6 +610,22 @@ async fn kill_client(cluster: &Cluster, history: &Recorder) -> Result<serde_json
     Ok(json!({"fault": "kill-client", "pid": pid, "killed_ns": killed_ns, "kill": kill}))
 }
 
+/// Pins the cut client and waits (bounded) until it holds a permit under the pin; its fence.
+async fn pinned(cut: &CutClient) -> Result<u64, String> {
+    cut.pin();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(fence) = cut.holding() {
+            return Ok(fence);
+        }
+        if Instant::now() > deadline {
+            cut.let_go();
+            return Err("the cut client was granted no permit to hold".into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Client kills so far in this process (numbers each kill and its waiter).
 static KILLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -582,6 +688,8 @@ pub async fn run(
         }
         history.record(NEMESIS, Kind::Invoke, "heal", json!({}));
         let healed = cluster.heal().await;
+        // The cut client's pinned hold (if any) ends with the fault.
+        targets.cut_client.let_go();
         let healed_ns = history.record(
             NEMESIS,
             Kind::Info,
@@ -620,6 +728,30 @@ mod tests {
         }
         let total: u64 = a.iter().map(|s| s.quiet_ms + s.hold_ms).sum();
         assert!(total <= 116_000);
+    }
+
+    #[test]
+    fn client_pauses_outlast_the_pausable_clients_ttl_and_the_default_ttl_keeps_the_schedule() {
+        let kinds = vec!["client-pause".to_string()];
+        let pauses = |ttl_ms| -> Vec<u64> {
+            schedule_for(3, &kinds, 120_000, ttl_ms)
+                .iter()
+                .map(|s| match s.fault {
+                    Fault::PauseClient { ms } => ms,
+                    ref f => panic!("a client pause, not {f:?}"),
+                })
+                .collect()
+        };
+        assert!(
+            pauses(10_000)
+                .iter()
+                .all(|ms| (11_000..=12_500).contains(ms))
+        );
+        assert!(pauses(3_000).iter().all(|ms| (4_000..=5_500).contains(ms)));
+        assert_eq!(
+            schedule(3, &kinds, 120_000),
+            schedule_for(3, &kinds, 120_000, 3_000)
+        );
     }
 
     #[test]

@@ -29,6 +29,9 @@ pub struct Plan {
     /// TLS on every port and tokens with roles ([`crate::secure`]); the run is checked to
     /// refuse plaintext and tokenless clients at its start.
     pub secure: bool,
+    /// The session TTL of the `fenced` workload's processes (`--fenced-ttl-ms`; default
+    /// [`workload::TTL`]). The client-pause nemesis pauses past it.
+    pub fenced_ttl: Duration,
 }
 
 /// The verdicts, in table order.
@@ -73,6 +76,12 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
         );
     }
     let lost_fsync = plan.nemeses.iter().any(|k| k == nemesis::POWER_LOSS);
+    // Client fronts only where a client link fault is asked for (loopback mode).
+    let client_fronts = matches!(plan.net, Net::Loopback)
+        && plan
+            .nemeses
+            .iter()
+            .any(|k| nemesis::LOOPBACK_ONLY.contains(&k.as_str()));
     let mut cluster = Cluster::start(
         &plan.weir,
         &plan.out,
@@ -80,6 +89,7 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
         plan.net.clone(),
         lost_fsync,
         plan.secure,
+        client_fronts,
     )
     .await?;
     if cluster.leader(Duration::from_secs(20)).await.is_none() {
@@ -95,12 +105,18 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
     )
     .await?;
     let monitor = crate::monitor::Monitor::start(&servers, &history, cluster.starts.clone());
-    let workloads = Workloads::start(plan, &servers, &history)?;
+    let workloads = Workloads::start(plan, &servers, &history, client_fronts)?;
     let targets = nemesis::Targets {
         client_pause: workloads.client_pause.clone(),
+        cut_client: workloads.cut_client.clone(),
         queued: workload::Queued::new(servers.clone(), history.clone(), plan.seed ^ 400),
     };
-    let steps = nemesis::schedule(plan.seed, &plan.nemeses, plan.duration.as_millis() as u64);
+    let steps = nemesis::schedule_for(
+        plan.seed,
+        &plan.nemeses,
+        plan.duration.as_millis() as u64,
+        plan.fenced_ttl.as_millis() as u64,
+    );
     eprintln!(
         "[jepsen] seed {}: {} faults scheduled over {:?}",
         plan.seed,
@@ -160,11 +176,21 @@ struct Workloads {
     /// The pausable fenced client, on a thread of its own.
     pausable: std::thread::JoinHandle<()>,
     client_pause: Arc<workload::ClientPause>,
+    cut_client: Arc<workload::CutClient>,
 }
+
+/// Waiters of ordinary addresses behind the cut client, on its limit.
+const CUT_WAITERS: u64 = 2;
 
 impl Workloads {
     /// Starts every process, each numbered and seeded from the plan's seed.
-    fn start(plan: &Plan, servers: &[String], history: &Recorder) -> Result<Workloads, String> {
+    /// `client_fronts`: the run has them, so the cut client binds its address.
+    fn start(
+        plan: &Plan,
+        servers: &[String],
+        history: &Recorder,
+        client_fronts: bool,
+    ) -> Result<Workloads, String> {
         let servers = servers.to_vec();
         let history = history.clone();
         let stop = Arc::new(AtomicBool::new(false));
@@ -265,6 +291,29 @@ impl Workloads {
                 plan.seed ^ (170 + i as u64),
             )));
         }
+        // The cut client (its links faultable, loopback mode) and the waiters behind it.
+        let cut_client = Arc::new(workload::CutClient::default());
+        tasks.push(tokio::spawn(workload::cut_holder(
+            next(),
+            servers.clone(),
+            client_fronts,
+            cut_client.clone(),
+            history.clone(),
+            stop.clone(),
+            plan.seed ^ 250,
+        )));
+        for i in 0..CUT_WAITERS {
+            tasks.push(tokio::spawn(workload::permits(
+                next(),
+                servers.clone(),
+                workload::CUT,
+                1,
+                (10, 150),
+                history.clone(),
+                stop.clone(),
+                plan.seed ^ (251 + i),
+            )));
+        }
         // The fenced limit: two ordinary holders and one the nemesis can pause.
         let resource = Arc::new(workload::Resource::default());
         let client_pause = Arc::new(workload::ClientPause::default());
@@ -272,6 +321,7 @@ impl Workloads {
             tasks.push(tokio::spawn(workload::fenced(
                 next(),
                 servers.clone(),
+                plan.fenced_ttl,
                 resource.clone(),
                 None,
                 history.clone(),
@@ -282,6 +332,7 @@ impl Workloads {
         let pausable = workload::spawn_pausable(
             next(),
             servers.clone(),
+            plan.fenced_ttl,
             resource.clone(),
             client_pause.clone(),
             history.clone(),
@@ -294,6 +345,7 @@ impl Workloads {
             tasks,
             pausable,
             client_pause,
+            cut_client,
         })
     }
 

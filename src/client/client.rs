@@ -2,6 +2,7 @@
 //! connection to it, and retries what is safe to retry (see the module doc of
 //! [`crate::client`] for the whole design).
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -92,6 +93,9 @@ struct Inner {
     /// sessions of this client, so they open one between them. A tokio mutex held across
     /// its connect, for the same reason as `current`.
     hedge: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    /// The local address every connection is bound to before it connects
+    /// ([`Client::with_local_addr`]); `None`: the kernel picks by its routes.
+    local_ip: Option<IpAddr>,
 }
 
 /// A client of the cluster, following its leader. Clones share the connection.
@@ -121,6 +125,29 @@ impl Client {
     /// A client that connects with `security`: TLS verified against its CA, and its token
     /// in every hello.
     pub fn with_security(servers: Vec<String>, security: ClientSecurity) -> Client {
+        Client::build(servers, security, None)
+    }
+
+    /// This client's servers and security, its connections bound to the local address `ip`
+    /// (any port) before they connect: on a multi-homed host, the interface (and so the
+    /// route and the source address the nodes and firewalls see) the client's traffic
+    /// uses. Every connection of the client is bound — the leader's, the hedge's, every
+    /// redirect's. A connect fails as unreachable when `ip` is not an address of this host
+    /// or no address of the server is of `ip`'s family.
+    ///
+    /// Call it on a new client: the one returned is a fresh client with no connection and
+    /// no sessions of its own, sharing nothing with `self` (clones of `self` keep
+    /// connecting as before).
+    pub fn with_local_addr(self, ip: IpAddr) -> Client {
+        Client::build(
+            self.inner.servers.clone(),
+            self.inner.security.clone(),
+            Some(ip),
+        )
+        .stale_reads(self.stale)
+    }
+
+    fn build(servers: Vec<String>, security: ClientSecurity, local_ip: Option<IpAddr>) -> Client {
         let (events, _) = broadcast::channel(EVENT_BACKLOG);
         let (generation, _) = watch::channel(0);
         Client {
@@ -134,6 +161,7 @@ impl Client {
                 },
                 security,
                 hedge: tokio::sync::Mutex::new(None),
+                local_ip,
             }),
             stale: false,
         }
@@ -180,7 +208,13 @@ impl Client {
             _ => self.next_round_robin(&current),
         };
         let opening = Instant::now();
-        let opened = Conn::open(&addr, self.inner.feeds.clone(), &self.inner.security).await;
+        let opened = Conn::open(
+            &addr,
+            self.inner.feeds.clone(),
+            &self.inner.security,
+            self.inner.local_ip,
+        )
+        .await;
         match &opened {
             Ok(_) => tracing::debug!("connected to {addr} in {:?}", opening.elapsed()),
             Err(e) => tracing::debug!(
@@ -348,8 +382,13 @@ impl Client {
                             Some(a) => a,
                             None => self.hedge_target(attempt, avoid.as_deref()),
                         };
-                        match Conn::open(&addr, self.inner.feeds.clone(), &self.inner.security)
-                            .await
+                        match Conn::open(
+                            &addr,
+                            self.inner.feeds.clone(),
+                            &self.inner.security,
+                            self.inner.local_ip,
+                        )
+                        .await
                         {
                             Ok(c) => {
                                 let c = Arc::new(c);
@@ -484,7 +523,7 @@ impl Client {
         request: &Request,
         security: &ClientSecurity,
     ) -> Result<Response, ClientError> {
-        let conn = Conn::open(addr, Feeds::unheard(), security).await?;
+        let conn = Conn::open(addr, Feeds::unheard(), security, None).await?;
         tokio::time::timeout(CONNECT_TIMEOUT, conn.call(request))
             .await
             .unwrap_or_else(|_| Err(ClientError::OutcomeUnknown(format!("{addr}: no answer"))))

@@ -20,12 +20,13 @@
 //! the client's generation, so every session asks again about its tickets.
 
 use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::io::{BufReader, ReadHalf, WriteHalf};
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use super::ClientError;
@@ -149,14 +150,16 @@ pub(super) struct Conn {
 }
 
 impl Conn {
-    /// Connects to `addr`, says hello, asks for heartbeats, and starts the reader, writer
-    /// and watchdog. Pushes go to `feeds`.
+    /// Connects to `addr` (from `local_ip`, if given: [`super::Client::with_local_addr`]),
+    /// says hello, asks for heartbeats, and starts the reader, writer and watchdog. Pushes go
+    /// to `feeds`.
     pub(super) async fn open(
         addr: &str,
         feeds: Feeds,
         security: &ClientSecurity,
+        local_ip: Option<IpAddr>,
     ) -> Result<Conn, ClientError> {
-        let (stream, node) = handshake(addr, security).await?;
+        let (stream, node) = handshake(addr, security, local_ip).await?;
         let (rd, wr) = tokio::io::split(stream);
         let link = Arc::new(Link {
             waiters: Mutex::default(),
@@ -264,13 +267,42 @@ impl Conn {
     }
 }
 
+/// A TCP connect to `addr`; from `local_ip` (any port) when given, else from wherever the
+/// kernel's routing picks. Of the addresses `addr` resolves to, the first of `local_ip`'s
+/// family is dialed (a v4 source cannot reach a v6 address).
+pub(super) async fn dial(addr: &str, local_ip: Option<IpAddr>) -> std::io::Result<TcpStream> {
+    let Some(ip) = local_ip else {
+        return TcpStream::connect(addr).await;
+    };
+    let target: SocketAddr = tokio::net::lookup_host(addr)
+        .await?
+        .find(|a| a.is_ipv4() == ip.is_ipv4())
+        .ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::AddrNotAvailable,
+                format!("no address of {addr} is reachable from {ip}"),
+            )
+        })?;
+    let socket = if ip.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.bind(SocketAddr::new(ip, 0))?;
+    socket.connect(target).await
+}
+
 /// Connects to `addr`, exchanges hello and welcome (within [`SILENCE_MAX`]: a stopped
 /// process's socket still accepts, but never welcomes), and asks for heartbeats. Returns
 /// the stream and the node's id. A node that cannot be reached is `Unreachable`; one that
 /// answers anything but a welcome broke the protocol.
-async fn handshake(addr: &str, security: &ClientSecurity) -> Result<(Stream, u64), ClientError> {
+async fn handshake(
+    addr: &str,
+    security: &ClientSecurity,
+    local_ip: Option<IpAddr>,
+) -> Result<(Stream, u64), ClientError> {
     let unreachable = |e: &dyn std::fmt::Display| ClientError::Unreachable(format!("{addr}: {e}"));
-    let tcp = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+    let tcp = tokio::time::timeout(CONNECT_TIMEOUT, dial(addr, local_ip))
         .await
         .map_err(|_| unreachable(&format!("no connect within {CONNECT_TIMEOUT:?}")))?
         .map_err(|e| unreachable(&e))?;

@@ -32,6 +32,8 @@ struct Shared {
     seen: Mutex<Vec<Request>>,
     /// Where [`FakeNode::push`] sends: the latest connection's outbox.
     latest: Mutex<Option<mpsc::UnboundedSender<ServerFrame>>>,
+    /// The source address of every connection accepted, in order.
+    sources: Mutex<Vec<std::net::SocketAddr>>,
 }
 
 /// A fake node on a loopback port; stops when dropped.
@@ -53,11 +55,13 @@ impl FakeNode {
             leader: Mutex::new(Some((id, addr.clone()))),
             seen: Mutex::default(),
             latest: Mutex::default(),
+            sources: Mutex::default(),
         });
         let s = shared.clone();
         let accept = tokio::spawn(async move {
             let mut conns = Vec::new();
-            while let Ok((stream, _)) = listener.accept().await {
+            while let Ok((stream, from)) = listener.accept().await {
+                s.sources.lock().unwrap().push(from);
                 conns.push(AbortOnDrop(tokio::spawn(serve(stream, s.clone()))));
             }
         });
@@ -82,6 +86,11 @@ impl FakeNode {
     /// Names `leader` in the heartbeats from now on.
     pub(super) fn name_leader(&self, leader: Option<(u64, String)>) {
         *self.shared.leader.lock().unwrap() = leader;
+    }
+
+    /// The source address of every connection accepted so far.
+    pub(super) fn sources(&self) -> Vec<std::net::SocketAddr> {
+        self.shared.sources.lock().unwrap().clone()
     }
 
     /// Every request received so far.

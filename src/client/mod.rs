@@ -37,6 +37,11 @@
 //! wait for it and then share the new one (the doc of the connection field in `client.rs`
 //! says why). Each new connection bumps [`Client::generation`].
 //!
+//! On a multi-homed host, [`Client::with_local_addr`] binds every connection of the client
+//! (the leader's, the hedge's, each redirect's) to one local address before it connects, so
+//! its traffic leaves by that interface and the nodes (and firewalls between) see that
+//! source; the partition harness tells one client's links from the others' by it.
+//!
 //! # Failure detection: a silent node versus a busy one
 //!
 //! A node that stops answering while its process lives on (SIGSTOP, a frozen VM, a stalled

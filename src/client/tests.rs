@@ -475,3 +475,37 @@ async fn a_hedged_keep_alive_follows_a_redirect_to_the_leader_and_the_client_mov
         "the keep-alives after the hedge reached the leader: {at_leader}"
     );
 }
+
+#[tokio::test]
+async fn a_client_with_a_local_address_connects_from_it_and_works_as_any_other() {
+    // 127.0.0.0/8 is all local on Linux: any address in it can be bound and reach a
+    // listener on 127.0.0.1. The harness tells one client's links from the others' so.
+    let n = FakeNode::start(1, node(|_| granted(), vec![])).await;
+    let bound = "127.0.0.50".parse().unwrap();
+    let client = Client::new(vec![n.addr.clone()]).with_local_addr(bound);
+    let session = Session::open(&client, TTL).await.unwrap();
+    let permit = session
+        .acquire(AcquireOptions::new("t", "l"))
+        .await
+        .unwrap();
+    assert_eq!(permit.fence(), 11);
+    let plain = Client::new(vec![n.addr.clone()]);
+    let _other = Session::open(&plain, TTL).await.unwrap();
+    let sources: Vec<std::net::IpAddr> = n.sources().iter().map(|a| a.ip()).collect();
+    assert_eq!(
+        sources,
+        [bound, "127.0.0.1".parse().unwrap()],
+        "the bound client's one connection came from its address, the other's from the default"
+    );
+}
+
+#[tokio::test]
+async fn a_local_address_of_another_family_than_the_servers_is_refused_before_any_connect() {
+    let n = FakeNode::start(1, node(|_| granted(), vec![])).await;
+    let err = super::conn::dial(&n.addr, Some("::1".parse().unwrap()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::AddrNotAvailable, "{err}");
+    assert!(err.to_string().contains("reachable from ::1"), "{err}");
+    assert!(n.sources().is_empty(), "nothing connected");
+}

@@ -206,7 +206,8 @@ impl Security {
     }
 }
 
-/// Binds the peer port (on `peer_listen` if set, else `peer_addr`) and the client port.
+/// Binds the peer port (on `peer_listen` if set, else `peer_addr`) and the client port (on
+/// `client_listen` if set, else `client_addr`).
 async fn bind_ports(config: &Config) -> Result<(TcpListener, TcpListener), String> {
     let peer_listen = config
         .peer_listen
@@ -215,9 +216,13 @@ async fn bind_ports(config: &Config) -> Result<(TcpListener, TcpListener), Strin
     let peer_listener = TcpListener::bind(&peer_listen)
         .await
         .map_err(|e| format!("peer port {peer_listen}: {e}"))?;
-    let client_listener = TcpListener::bind(&config.client_addr)
+    let client_listen = config
+        .client_listen
+        .clone()
+        .unwrap_or_else(|| config.client_addr.clone());
+    let client_listener = TcpListener::bind(&client_listen)
         .await
-        .map_err(|e| format!("client port {}: {e}", config.client_addr))?;
+        .map_err(|e| format!("client port {client_listen}: {e}"))?;
     Ok((peer_listener, client_listener))
 }
 

@@ -33,7 +33,7 @@
 //! | `ceiling refusals` | always | the ceiling setter lowers `max_running` under three admitters |
 //! | `queued rounds` | any fault fired | every step queues a round before its fault |
 //! | `leader changes` | `kill-leader`, `power-loss-leader`, `isolate-leader` or `pause-leader` fired | each stops or cuts off the leader for longer than an election while the other two, a majority, elect one of themselves: a new (term, leader) pair |
-//! | `deadline-ended beliefs`, `lease takeovers` | `pause-client` fired | the paused holder stops past its TTL, so its belief ends at its deadline, and the permit goes to a waiting holder of `fenced` |
+//! | `deadline-ended beliefs`, `lease takeovers` | `pause-client`, `client-cut` or `client-delay` fired | the paused holder stops past its TTL, so its belief ends at its deadline, and the permit goes to a waiting holder of `fenced`; the cut client, pinned to its permit, is heard by no leader for longer than its TTL, so its deadline passes and the permit goes to a waiter of `cut` |
 //! | `lost-fsync crashes` | a `power-loss` fault fired | each one power-loses a node (or all three) and restarts it |
 //! | `skewed leaderships` | a `clocks` fault set every node's rate at least [`SKEW_SET`] off true | whichever node leads then runs skewed |
 //!
@@ -176,7 +176,7 @@ pub fn keys(ops: &[Op]) -> Vec<&'static str> {
     ]) {
         keys.push("leader changes");
     }
-    if fired_any(&["pause-client"]) {
+    if fired_any(&["pause-client", "client-cut", "client-delay"]) {
         keys.extend(["deadline-ended beliefs", "lease takeovers"]);
     }
     let all_skewed = fired

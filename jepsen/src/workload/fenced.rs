@@ -10,7 +10,7 @@ use serde_json::json;
 use weir::client::{Client, Permit, Session};
 
 use super::acquire::{Acquired, acquire_recorded, belief_end, release_recorded};
-use super::{FENCED, TENANT, TTL};
+use super::{FENCED, TENANT};
 use crate::history::{Kind, Recorder};
 use crate::rng::Rng;
 
@@ -76,9 +76,15 @@ impl ClientPause {
 ///
 /// A pausable process must run on a runtime of its own with one thread
 /// ([`spawn_pausable`]): the pause blocks that thread.
+///
+/// Its sessions' TTL is `ttl` (the harness's [`super::TTL`] unless `--fenced-ttl-ms` says
+/// otherwise: a longer one widens, in proportion, the window in which a fast log clock or a
+/// zero margin would let two holders believe at once).
+#[allow(clippy::too_many_arguments)]
 pub async fn fenced(
     process: u64,
     servers: Vec<String>,
+    ttl: Duration,
     resource: Arc<Resource>,
     pause: Option<Arc<ClientPause>>,
     history: Recorder,
@@ -88,7 +94,7 @@ pub async fn fenced(
     let mut rng = Rng::new(seed);
     let client = crate::secure::client(servers, crate::secure::Access::Tenant(TENANT));
     while !stop.load(Ordering::Relaxed) {
-        let Ok(session) = Session::open(&client, TTL).await else {
+        let Ok(session) = Session::open(&client, ttl).await else {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
@@ -216,9 +222,11 @@ async fn validate(
 }
 
 /// Starts a pausable [`fenced`] process on a thread and runtime of its own.
+#[allow(clippy::too_many_arguments)]
 pub fn spawn_pausable(
     process: u64,
     servers: Vec<String>,
+    ttl: Duration,
     resource: Arc<Resource>,
     pause: Arc<ClientPause>,
     history: Recorder,
@@ -235,6 +243,7 @@ pub fn spawn_pausable(
             runtime.block_on(fenced(
                 process,
                 servers,
+                ttl,
                 resource,
                 Some(pause),
                 history,

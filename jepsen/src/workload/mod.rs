@@ -8,11 +8,14 @@
 //! others' fences through every node ([`reader`]); tickets queued before each fault and
 //! judged after its heal ([`Queued`]); and fenced actions on a downstream [`Resource`]
 //! guarded by a limit of concurrency 1 — one of whose clients the nemesis can pause
-//! ([`ClientPause`], [`fenced`]). `setup.rs` holds the limits they share; `acquire.rs` the
+//! ([`ClientPause`], [`fenced`]); and the cut client, the one process whose links the
+//! client fronts fault, holding a limit of concurrency 1 with waiters behind it
+//! ([`cut_holder`], [`CutClient`]). `setup.rs` holds the limits they share; `acquire.rs` the
 //! recorded acquire, release and belief end they share.
 
 mod acquire;
 mod ceilings;
+mod cut;
 mod fenced;
 mod halts;
 mod ledger;
@@ -24,6 +27,7 @@ mod takes;
 
 pub use acquire::release_recorded;
 pub use ceilings::{CEIL_TENANT, ceiling_admitter, ceiling_setter};
+pub use cut::{CutClient, cut_holder};
 pub use fenced::{ClientPause, Resource, fenced, spawn_pausable};
 pub use halts::{OTHER_AGENT, admitter, halter};
 pub use ledger::ledger;
@@ -31,7 +35,7 @@ pub use permits::permits;
 pub use queued::Queued;
 pub use reader::reader;
 pub use setup::{
-    CRASH, FENCED, FINAL_READERS, HALT_AGENT, HALT_LIMIT, HALT_LIMIT_CAP, HALT_TENANT, LIMITS,
+    CRASH, CUT, FENCED, FINAL_READERS, HALT_AGENT, HALT_LIMIT, HALT_LIMIT_CAP, HALT_TENANT, LIMITS,
     QUEUE, TENANT, TTL, setup,
 };
 pub use takes::takes;

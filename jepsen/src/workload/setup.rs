@@ -10,14 +10,19 @@ use weir::client::Client;
 pub const TTL: Duration = Duration::from_secs(3);
 
 /// The limits: (name, concurrent, per_second, burst).
-pub const LIMITS: [(&str, u32, f64, Option<u64>); 6] = [
+pub const LIMITS: [(&str, u32, f64, Option<u64>); 7] = [
     ("mutex", 1, 0.0, None),
     ("three", 3, 0.0, None),
     ("rate", 0, 20.0, Some(5)),
     ("fenced", 1, 0.0, None),
     (QUEUE, 1, 0.0, None),
     (CRASH, 1, 0.0, None),
+    (CUT, 1, 0.0, None),
 ];
+
+/// The limit the cut client holds (its links faulted by the client nemeses) with waiters
+/// behind it.
+pub const CUT: &str = "cut";
 
 /// The limit a client process holds when the nemesis kills it (kill -9).
 pub const CRASH: &str = "crash";

@@ -1,0 +1,131 @@
+//! The cut client: one process whose connections all come from [`CUT_CLIENT_IP`]
+//! (`Client::with_local_addr`), so the client fronts can fault its links and no one else's
+//! ([`crate::client_front`]). It holds the one unit of [`CUT`] now and then, with waiters of
+//! ordinary addresses behind it ([`super::permits`] on the same limit). The client nemeses
+//! pin it first ([`CutClient`]): at its next grant it holds the permit until it may be lost
+//! or the nemesis lets go, so the fault meets a holder with waiters behind it.
+//!
+//! Its belief intervals are `hold` facts like every permit process's, judged by P1,
+//! capacity and the linearizability checker.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde_json::json;
+use weir::client::{Client, Session};
+
+use super::acquire::{Acquired, acquire_recorded, belief_end, release_recorded};
+use super::{CUT, TTL};
+use crate::client_front::CUT_CLIENT_IP;
+use crate::history::{Kind, Recorder};
+use crate::rng::Rng;
+
+/// The nemesis's handle on the cut client.
+#[derive(Default)]
+pub struct CutClient {
+    /// Asked for: hold the next grant until lost or let go.
+    requested: AtomicBool,
+    /// The fence of the permit held under a pin; 0 when none.
+    holding: AtomicU64,
+    /// Bumped by [`CutClient::let_go`]: a pinned hold ends when it changes.
+    let_go: AtomicU64,
+}
+
+impl CutClient {
+    /// Asks the client to hold its next grant (until lost or [`CutClient::let_go`]).
+    pub fn pin(&self) {
+        self.requested.store(true, Ordering::SeqCst);
+    }
+
+    /// The fence of the permit the client holds under a pin, if it does.
+    pub fn holding(&self) -> Option<u64> {
+        Some(self.holding.load(Ordering::SeqCst)).filter(|f| *f != 0)
+    }
+
+    /// Ends a pinned hold (the client releases) and withdraws a pin not taken yet.
+    pub fn let_go(&self) {
+        self.requested.store(false, Ordering::SeqCst);
+        self.let_go.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// The cut client's process: acquire [`CUT`], hold 10–150 ms (or, pinned, until the permit
+/// may be lost or the nemesis lets go), release; every belief recorded as a `hold` fact.
+/// `bound`: its connections come from [`CUT_CLIENT_IP`] (when the run has client fronts;
+/// in namespace mode a loopback source could not even reach the nodes' addresses).
+pub async fn cut_holder(
+    process: u64,
+    servers: Vec<String>,
+    bound: bool,
+    handle: Arc<CutClient>,
+    history: Recorder,
+    stop: Arc<AtomicBool>,
+    seed: u64,
+) {
+    let mut rng = Rng::new(seed);
+    let client = match bound {
+        true => Client::new(servers).with_local_addr(CUT_CLIENT_IP),
+        false => Client::new(servers),
+    };
+    while !stop.load(Ordering::Relaxed) {
+        let Ok(session) = Session::open(&client, TTL).await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        while !stop.load(Ordering::Relaxed) {
+            let (permit, from) = match acquire_recorded(process, &session, CUT, &history).await {
+                Acquired::Held(permit, from) => (permit, from),
+                Acquired::TimedOut => continue,
+                Acquired::Ended => break,
+            };
+            let lost = if handle.requested.swap(false, Ordering::SeqCst) {
+                let epoch = handle.let_go.load(Ordering::SeqCst);
+                handle.holding.store(permit.fence(), Ordering::SeqCst);
+                let let_go = async {
+                    while handle.let_go.load(Ordering::SeqCst) == epoch
+                        && !stop.load(Ordering::Relaxed)
+                    {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                };
+                let lost = tokio::select! {
+                    () = let_go => permit.lost_reason(),
+                    why = permit.lost() => Some(why),
+                };
+                handle.holding.store(0, Ordering::SeqCst);
+                lost
+            } else {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(rng.range(10, 150))) => permit.lost_reason(),
+                    why = permit.lost() => Some(why),
+                }
+            };
+            let (to, seen, deadline) = belief_end(&history, &session, from);
+            history.record_at(process, Kind::Ok, "hold", json!({"limit": CUT, "cap": 1, "fence": permit.fence(), "from_ns": from, "to_ns": to, "seen_ns": seen, "deadline_ns": deadline, "lost": lost.map(|l| l.to_string()), "cut_client": true}), seen);
+            release_recorded(process, permit, &history).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pin_is_held_until_let_go_and_a_pin_not_taken_is_withdrawn() {
+        let h = CutClient::default();
+        assert_eq!(h.holding(), None);
+        h.pin();
+        assert!(
+            h.requested.swap(false, Ordering::SeqCst),
+            "taken at a grant"
+        );
+        h.holding.store(7, Ordering::SeqCst);
+        assert_eq!(h.holding(), Some(7));
+        h.pin();
+        h.let_go();
+        assert!(!h.requested.load(Ordering::SeqCst), "withdrawn");
+        assert_eq!(h.let_go.load(Ordering::SeqCst), 1);
+    }
+}
