@@ -49,7 +49,16 @@ impl Node {
         // Whether this is the directory's first start does not decide initialization: Raft's
         // own state does (module doc).
         let _first_start = prepare_data_dir(dir, config.id)?;
-        let log = LogStore::open(&dir.join("log.redb"))?;
+        let mut log = LogStore::open(&dir.join("log.redb"))?;
+        // Reads wait for this much of the log to be applied after a restart (`reader`).
+        let startup_last = {
+            use openraft::storage::RaftLogStorage;
+            log.get_log_state()
+                .await
+                .map_err(|e| format!("log: {e}"))?
+                .last_log_id
+                .map(|id| id.index)
+        };
         let store = StateStore::open(dir)?;
         let state = store.state();
         let raft_config = Arc::new(config.openraft()?);
@@ -86,7 +95,7 @@ impl Node {
             config.proposer.clone(),
             watch_rx.clone(),
         );
-        let reader = Reader::start(raft.clone(), state.clone(), watch_rx.clone());
+        let reader = Reader::start(raft.clone(), state.clone(), startup_last, watch_rx.clone());
         let tokens = Arc::new(Tokens::new(TokenTable::new(&config.tokens)?));
         if let Some(listener) = http_listener {
             // Each HTTP request reaches the client port with its own token over TLS verified
