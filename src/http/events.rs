@@ -41,6 +41,9 @@ const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// cores under a load of 24), and bounds what a stream naming a bogus id costs.
 const SESSION_APPEAR_WAIT: Duration = Duration::from_secs(10);
 
+/// How often the wait for a session to appear looks again without a broadcast to wake it.
+const APPEAR_LOOK: Duration = Duration::from_millis(20);
+
 /// Checks that the current caller may follow `session`, waiting for this node to apply it
 /// if it has not yet (see the module doc).
 async fn check_owner(ctx: &HttpCtx, session: SessionId) -> Result<(), ApiError> {
@@ -51,9 +54,14 @@ async fn check_owner(ctx: &HttpCtx, session: SessionId) -> Result<(), ApiError> 
             if let Some(owner) = ctx.state.lock().machine.session_owner(session) {
                 return Some(owner);
             }
-            match applied.recv().await {
-                Ok(_) | Err(RecvError::Lagged(_)) => {}
-                Err(RecvError::Closed) => return None,
+            // Woken by an applied batch that has events, or after APPEAR_LOOK at the latest:
+            // the entry that opens a session raises no event, so it may broadcast nothing.
+            tokio::select! {
+                got = applied.recv() => match got {
+                    Ok(_) | Err(RecvError::Lagged(_)) => {}
+                    Err(RecvError::Closed) => return None,
+                },
+                () = tokio::time::sleep(APPEAR_LOOK) => {}
             }
         }
     };
