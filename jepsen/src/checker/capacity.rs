@@ -11,11 +11,13 @@
 //! expired early is caught by P1 as well, and `max_in_use` tells the two apart). So permit
 //! `A` certainly held every index in `[fence_A, L_A]`, where `L_A` is the largest fence
 //! acknowledged (on any limit) before `to_A`. More than `concurrent` such intervals over one
-//! index is a violation no order of the unknown ends can explain.
+//! index is a violation no order of the unknown ends can explain. A grant that reached its
+//! holder only after its deadline had passed is bounded by the deadline instead
+//! ([`super::hold_end`]): its session may have expired right after it.
 
 use std::collections::BTreeMap;
 
-use super::{Verdict, oks, s, u};
+use super::{Verdict, hold_end, oks, s, u};
 use crate::history::Op;
 
 /// Per limit: its cap and the fence intervals its permits certainly held.
@@ -44,7 +46,7 @@ pub fn check(ops: &[Op]) -> Verdict {
     let mut by_limit: Held = BTreeMap::new();
     for op in oks(ops, "hold") {
         let (Some(limit), Some(cap), Some(fence), Some(to)) =
-            (s(op, "limit"), u(op, "cap"), u(op, "fence"), u(op, "to_ns"))
+            (s(op, "limit"), u(op, "cap"), u(op, "fence"), hold_end(op))
         else {
             return Verdict::Unknown(format!("malformed hold op: {}", op.value));
         };
@@ -150,6 +152,40 @@ mod tests {
             status(1),
         ];
         assert_eq!(check(&h), Verdict::Valid);
+    }
+
+    #[test]
+    fn a_grant_that_arrived_after_its_deadline_is_bounded_by_the_deadline() {
+        // Fence 5 reached its holder at 40, its session's deadline having passed at 12 (a
+        // partition): recorded as believed 40..40. Fence 6 was acknowledged at 38: its
+        // session may have expired at index 6, right after granting 5. Bounded by the
+        // arrival (40), 5 would seem held at 6; bounded by the deadline it is not.
+        let late = op(
+            1,
+            Kind::Ok,
+            "hold",
+            json!({"limit": "m", "cap": 1, "fence": 5, "from_ns": 40, "to_ns": 40, "deadline_ns": 12}),
+            40,
+        );
+        let h = [
+            granted(6, 38),
+            granted(5, 40),
+            late.clone(),
+            hold(6, 38, 50),
+            status(1),
+        ];
+        assert_eq!(check(&h), Verdict::Valid);
+        // Believed until 40 (a deadline after the arrival), the same grants are invalid.
+        let mut believed = late;
+        believed.value["deadline_ns"] = json!(45);
+        let h = [
+            granted(6, 38),
+            granted(5, 40),
+            believed,
+            hold(6, 38, 50),
+            status(1),
+        ];
+        assert!(matches!(check(&h), Verdict::Invalid(d) if d.contains("log index 6")));
     }
 
     #[test]

@@ -24,7 +24,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::{Verdict, oks, s, u};
+use super::{Verdict, hold_end, oks, s, u};
 use crate::history::Op;
 use crate::rng::Rng;
 
@@ -223,7 +223,7 @@ pub fn sub_histories(ops: &[Op]) -> BTreeMap<String, (usize, Vec<Entry>)> {
     let mut ends: BTreeMap<(&str, u64), u64> = BTreeMap::new();
     for h in oks(ops, "hold") {
         if let (Some(limit), Some(cap), Some(fence), Some(to)) =
-            (s(h, "limit"), u(h, "cap"), u(h, "fence"), u(h, "to_ns"))
+            (s(h, "limit"), u(h, "cap"), u(h, "fence"), hold_end(h))
         {
             caps.insert(limit, cap as usize);
             ends.insert((limit, fence), to);
