@@ -1,33 +1,33 @@
-//! The Raft log on redb: entries, the vote, the committed id and the purge point, in
-//! `log.redb`.
+//! The Raft log: entries, the vote, the committed id and the purge point, in the data
+//! directory's `log/`, an append-only write-ahead log ([`super::wal`]).
 //!
-//! Tables: `entries: u64 -> bytes` (an openraft entry encoded with the pinned codec and
-//! sealed in a [`crate::codec`] frame of kind `b"WENT"`, so with its length and crc32c, keyed
-//! by index) and `meta: str -> bytes` (`vote`, `committed`, `last_purged`).
+//! Every entry is stored as its encoding with the pinned codec sealed in a [`crate::codec`]
+//! frame of kind `b"WENT"`, so with its length and crc32c, inside the WAL's checksummed
+//! groups: the frame makes every entry prove itself wherever it is read. [`LogStore::open`]
+//! replays and verifies every stored entry — frame, decode, at most [`ENTRY_COMMANDS_MAX`]
+//! commands, at most [`ENTRY_BYTES_MAX`] bytes, indexes contiguous — and refuses to start on
+//! the first that fails, naming the segment, the byte offset and the index (G8), rather than
+//! let it be applied or found only when read.
 //!
-//! redb checksums its own pages, but a value can still be damaged inside a valid database
-//! (a bug, a bad copy tool, a bit flipped in memory before the write): the frame makes every
-//! entry prove itself. [`LogStore::open`] verifies every stored entry — frame, decode, key
-//! equal to its index, at most [`ENTRY_COMMANDS_MAX`] commands, at most [`ENTRY_BYTES_MAX`]
-//! bytes — and refuses to start on the first that fails, naming the file and the index
-//! (G8), rather than let it be applied or found only when read.
+//! A data directory of an earlier Weir holds its log in `log.redb`; the first open imports
+//! it (every entry verified as above) into `log/` and renames it `log.redb.imported`.
 //!
 //! Invariants and the promises openraft relies on:
 //! - Every write goes through the ordered writer ([`super::log_writer`]): one thread, jobs
-//!   in the order asked, each group of queued jobs one redb transaction committed with
-//!   `Durability::Immediate` (one fsync).
+//!   in the order asked, each group of queued jobs one WAL write made durable with one
+//!   `fdatasync`.
 //! - `append` returns once its entries are in the in-memory tail, where readers find them,
-//!   and calls its callback only after their transaction is durable. `save_vote`,
-//!   `truncate` and `purge` return only once durable; each is atomic (`purge` writes
-//!   `last_purged` and deletes in the same transaction). `save_committed` returns at once:
-//!   the committed id is made durable with the next write or a few milliseconds later, so a
-//!   crash may lose the newest one (openraft allows it), never leave it ahead of its entries.
+//!   and calls its callback only after their write is durable. `save_vote`, `truncate` and
+//!   `purge` return only once durable; each is one record, so atomic. `save_committed`
+//!   returns at once: the committed id is made durable with the next write or a few
+//!   milliseconds later, so a crash may lose the newest one (openraft allows it), never
+//!   leave it ahead of its entries (it is written after them).
 //! - The log has no holes: entries are appended at the next index, truncated from an index
 //!   to the end, purged from the start.
-//! - Commits block on fsync, so they run on the writer thread, never on the Raft core; redb
+//! - Writes block on fsync, so they run on the writer thread, never on the Raft core; file
 //!   reads that miss the tail run on tokio's blocking pool.
-//! - A decode failure of a stored entry is a `StorageError` naming the index: the node
-//!   stops rather than serve from a damaged log (at open, the start is refused).
+//! - A verification failure of a stored entry is a `StorageError` naming the index: the
+//!   node stops rather than serve from a damaged log (at open, the start is refused).
 //! - `append` refuses an entry above [`ENTRY_BYTES_MAX`] encoded rather than store what it
 //!   would refuse to read (the proposer never makes one; see `bounds`).
 
@@ -42,33 +42,26 @@ use std::sync::{Arc, Mutex};
 use openraft::EntryPayload;
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{AnyError, ErrorSubject, ErrorVerb, RaftLogReader, StorageIOError};
-use redb::{Database, ReadableDatabase, ReadableTable, StorageBackend, TableDefinition};
 
 use super::log_writer::{self, Flushed, Tail, Writer};
+use super::wal::{DirDisk, LogDisk, Record, Wal};
 use super::{Entry, LogId, StorageError, TypeConfig, Vote};
 use crate::bounds::{ENTRY_BYTES_MAX, ENTRY_COMMANDS_MAX};
 use crate::codec::{self, FrameError};
 
-pub(super) const ENTRIES: TableDefinition<u64, &[u8]> = TableDefinition::new("entries");
-pub(super) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
-
 /// Frame kind of a stored entry.
 const ENTRY_MAGIC: [u8; 4] = *b"WENT";
 /// Version of a stored entry's payload layout (an openraft entry of [`TypeConfig`]).
-const ENTRY_VERSION: u16 = 1;
+pub(super) const ENTRY_VERSION: u16 = 1;
 
-const VOTE: &str = "vote";
-const COMMITTED: &str = "committed";
-pub(super) const LAST_PURGED: &str = "last_purged";
-
-/// The log store. Cloning shares the database, the tail and the writer (the log reader is
-/// a clone); the writer thread stops when the last clone is dropped.
+/// The log store. Cloning shares the WAL, the tail and the writer (the log reader is a
+/// clone); the writer thread stops when the last clone is dropped.
 #[derive(Clone)]
 pub struct LogStore {
-    db: Arc<Database>,
-    /// Entries not yet durable, and the newest durable ones: read before redb.
+    wal: Arc<Wal>,
+    /// Entries not yet durable, and the newest durable ones: read before the WAL.
     tail: Arc<Mutex<Tail>>,
-    /// The one thread that writes `log.redb`.
+    /// The one thread that writes the WAL.
     writer: Arc<Writer>,
 }
 
@@ -76,7 +69,7 @@ pub struct LogStore {
 pub struct Durable(tokio::sync::oneshot::Receiver<Result<(), StorageError>>);
 
 impl Durable {
-    /// Waits until the append is durable (`Ok`: acknowledged) or its commit failed.
+    /// Waits until the append is durable (`Ok`: acknowledged) or its write failed.
     pub async fn wait(self) -> Result<(), StorageError> {
         self.0
             .await
@@ -95,18 +88,11 @@ pub fn seal_entry_payload(payload: &[u8]) -> Vec<u8> {
     codec::seal_frame(ENTRY_MAGIC, ENTRY_VERSION, payload)
 }
 
-/// A stored entry's bytes, verified and decoded: the frame, the decode, the key it is stored
-/// under (`index`), and the entry bounds. Every read of the log goes through it; public so
-/// the fuzz target `log_entry` exercises exactly this path.
-pub fn decode_entry(index: u64, bytes: &[u8]) -> Result<Entry, FrameError> {
+/// A stored entry's bytes, verified and decoded: the frame, the decode and the entry
+/// bounds (not yet which index it should be: see [`decode_entry`]).
+pub fn open_entry(bytes: &[u8]) -> Result<Entry, FrameError> {
     let payload = codec::open_frame(bytes, ENTRY_MAGIC, ENTRY_VERSION, ENTRY_BYTES_MAX as u64)?;
     let entry: Entry = codec::decode(payload)?;
-    if entry.log_id.index != index {
-        return Err(FrameError::Invalid(format!(
-            "stored under index {index} but is entry {}",
-            entry.log_id.index
-        )));
-    }
     if let EntryPayload::Normal(batch) = &entry.payload
         && batch.commands.len() > ENTRY_COMMANDS_MAX
     {
@@ -118,10 +104,18 @@ pub fn decode_entry(index: u64, bytes: &[u8]) -> Result<Entry, FrameError> {
     Ok(entry)
 }
 
-/// [`decode_entry`] as a storage error naming the index.
-fn read_entry(index: u64, bytes: &[u8]) -> Result<Entry, StorageError> {
-    decode_entry(index, bytes)
-        .map_err(|e| read_err(Damaged(format!("log entry {index} in log.redb: {e}"))))
+/// A stored entry's bytes, verified and decoded as [`open_entry`] does, and found to be the
+/// entry at `index`. Every read of a stored entry goes through it; public so the fuzz target
+/// `log_entry` exercises exactly this path.
+pub fn decode_entry(index: u64, bytes: &[u8]) -> Result<Entry, FrameError> {
+    let entry = open_entry(bytes)?;
+    if entry.log_id.index != index {
+        return Err(FrameError::Invalid(format!(
+            "stored under index {index} but is entry {}",
+            entry.log_id.index
+        )));
+    }
+    Ok(entry)
 }
 
 fn io_err(
@@ -142,7 +136,7 @@ pub(super) fn write_err(e: impl std::error::Error + 'static) -> StorageError {
 
 /// A reason as an error value, for `AnyError`.
 #[derive(Debug)]
-struct Damaged(String);
+pub(super) struct Damaged(pub(super) String);
 
 impl std::fmt::Display for Damaged {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -153,65 +147,56 @@ impl std::fmt::Display for Damaged {
 impl std::error::Error for Damaged {}
 
 impl LogStore {
-    /// Opens (or creates) `path` and verifies every stored entry. A file that is not a redb
-    /// database, or is damaged, is refused with redb's reason; a damaged entry with its index.
-    pub fn open(path: &Path) -> Result<LogStore, String> {
-        let name = path.display().to_string();
-        if crate::planted::is(crate::planted::Plant::UnsyncedLog) {
-            // PLANTED(unsynced-log): the log's commits are never fsynced.
-            let file = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(path)
-                .map_err(|e| format!("{name}: {e}"))?;
-            let backend = super::unsynced_backend::UnsyncedFile::new(file)
-                .map_err(|e| format!("{name}: {e}"))?;
-            return LogStore::open_backend(backend, &name);
+    /// Opens (or creates) the log in the directory `dir` (a data directory's `log/`),
+    /// verifying every stored entry. A damaged log is refused naming the segment, the byte
+    /// offset and, for an entry, its index. An earlier Weir's `log.redb` beside `dir` is
+    /// imported first (module doc).
+    pub fn open(dir: &Path) -> Result<LogStore, String> {
+        // PLANTED(unsynced-log): the log's writes are never fsynced.
+        let sync = !crate::planted::is(crate::planted::Plant::UnsyncedLog);
+        let fresh = !dir.exists();
+        let disk = DirDisk::new(dir, sync).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let store = LogStore::open_disk(Box::new(disk), super::wal::SEGMENT_BYTES)?;
+        let old = dir.with_file_name("log.redb");
+        if old.exists() {
+            if !fresh {
+                return Err(format!(
+                    "{} and {} both hold a log: remove the one that is not this node's",
+                    old.display(),
+                    dir.display()
+                ));
+            }
+            super::redb_import::import(&old, &store)?;
+            let done = dir.with_file_name("log.redb.imported");
+            std::fs::rename(&old, &done).map_err(|e| format!("{}: {e}", old.display()))?;
+            if let Some(parent) = dir.parent() {
+                std::fs::File::open(parent)
+                    .and_then(|d| d.sync_all())
+                    .map_err(|e| format!("{}: {e}", parent.display()))?;
+            }
+            tracing::info!("log: imported {} into {}", old.display(), dir.display());
         }
-        let db = Database::create(path).map_err(|e| format!("{name}: {e}"))?;
-        LogStore::init(db, &name)
+        Ok(store)
     }
 
-    /// Opens (or creates) a log on `backend` (tests: a backend that simulates power loss),
-    /// verifying it as [`LogStore::open`] does; `name` stands for the file in messages.
-    pub fn open_backend(backend: impl StorageBackend, name: &str) -> Result<LogStore, String> {
-        let db = Database::builder()
-            .create_with_backend(backend)
-            .map_err(|e| format!("{name}: {e}"))?;
-        LogStore::init(db, name)
-    }
-
-    /// Creates the tables if missing, verifies every stored entry, then starts the writer
-    /// thread (nothing is written before the log is known sound).
-    fn init(db: Database, name: &str) -> Result<LogStore, String> {
-        let w = db.begin_write().map_err(|e| format!("{name}: {e}"))?;
-        w.open_table(ENTRIES).map_err(|e| format!("{name}: {e}"))?;
-        w.open_table(META).map_err(|e| format!("{name}: {e}"))?;
-        w.commit().map_err(|e| format!("{name}: {e}"))?;
-        let r = db.begin_read().map_err(|e| format!("{name}: {e}"))?;
-        let t = r.open_table(ENTRIES).map_err(|e| format!("{name}: {e}"))?;
-        for item in t.iter().map_err(|e| format!("{name}: {e}"))? {
-            let (k, v) = item.map_err(|e| format!("{name}: {e}"))?;
-            decode_entry(k.value(), v.value())
-                .map_err(|e| format!("{name}: log entry {}: {e}", k.value()))?;
-        }
-        drop(t);
-        drop(r);
-        let db = Arc::new(db);
+    /// Opens (or creates) a log on `disk` (tests: a disk that loses power, and segments of
+    /// `segment_bytes` to rotate often; else [`super::wal::SEGMENT_BYTES`]), verifying it as
+    /// [`LogStore::open`] does, then starts the writer thread (nothing is written before the
+    /// log is known sound).
+    pub fn open_disk(disk: Box<dyn LogDisk>, segment_bytes: u64) -> Result<LogStore, String> {
+        let wal = Arc::new(Wal::open(disk, segment_bytes)?);
         let tail = Arc::new(Mutex::new(Tail::default()));
-        let writer = Writer::start(db.clone(), tail.clone())?;
+        let writer = Writer::start(wal.clone(), tail.clone())?;
         Ok(LogStore {
-            db,
+            wal,
             tail,
             writer: Arc::new(writer),
         })
     }
 
-    /// Each entry's stored bytes (sealed), keyed by index. An entry above
-    /// [`ENTRY_BYTES_MAX`] encoded is refused, so nothing of the call is written.
-    fn seal_all(entries: &[Entry]) -> Result<Vec<(u64, Vec<u8>)>, StorageError> {
+    /// Each entry's stored bytes (sealed), keyed by id. An entry above [`ENTRY_BYTES_MAX`]
+    /// encoded is refused, so nothing of the call is written.
+    fn seal_all(entries: &[Entry]) -> Result<Vec<(LogId, Vec<u8>)>, StorageError> {
         let mut encoded = Vec::with_capacity(entries.len());
         for e in entries {
             let bytes = seal_entry(e);
@@ -222,14 +207,14 @@ impl LogStore {
                     bytes.len() - codec::HEADER_BYTES
                 ))));
             }
-            encoded.push((e.log_id.index, bytes));
+            encoded.push((e.log_id, bytes));
         }
         Ok(encoded)
     }
 
     /// Appends `entries` and returns once they are durable: `Ok` here is the acknowledgment,
     /// the moment [`RaftLogStorage::append`] calls openraft's flush callback (both go
-    /// through the same writer job and are answered after the same commit). An entry above
+    /// through the same writer job and are answered after the same sync). An entry above
     /// [`ENTRY_BYTES_MAX`] encoded is refused, nothing written.
     pub async fn append_durably(&mut self, entries: Vec<Entry>) -> Result<(), StorageError> {
         self.append_queued(entries).await?.wait().await
@@ -247,29 +232,10 @@ impl LogStore {
         Ok(Durable(wait))
     }
 
-    /// Runs `f` on the blocking pool (redb reads block; writes go to the writer thread).
-    async fn blocking<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&Database) -> Result<T, StorageError> + Send + 'static,
-    ) -> Result<T, StorageError> {
-        let db = self.db.clone();
-        tokio::task::spawn_blocking(move || f(&db))
-            .await
-            .map_err(write_err)?
-    }
-
-    fn read_meta<T: serde::de::DeserializeOwned>(
-        db: &Database,
-        key: &str,
-    ) -> Result<Option<T>, StorageError> {
-        let r = db.begin_read().map_err(read_err)?;
-        let t = r.open_table(META).map_err(read_err)?;
-        let Some(v) = t.get(key).map_err(read_err)? else {
-            return Ok(None);
-        };
-        codec::decode(v.value())
-            .map(Some)
-            .map_err(|e| read_err(Damaged(format!("log meta {key:?}: {e}"))))
+    /// Writes records durably at once, on the calling thread (the import, before the log
+    /// serves: the writer thread is idle).
+    pub(super) fn write_now(&self, records: &[Record<'_>]) -> Result<(), String> {
+        self.wal.write(records).map_err(|e| e.to_string())
     }
 }
 
@@ -291,35 +257,28 @@ impl RaftLogReader<TypeConfig> for LogStore {
         if end.is_some_and(|end| end <= start) {
             return Ok(vec![]);
         }
-        // The redb snapshot is begun under the tail's lock, so an entry the writer moves
-        // out of the tail after its commit is in one or the other (log_writer's invariant).
-        let (r, newer) = {
+        // The WAL is looked up under the tail's lock, so an entry the writer moves out of
+        // the tail after its sync is in one or the other (log_writer's invariant).
+        let (located, newer) = {
             let tail = log_writer::lock(&self.tail);
             if tail.covers(start) {
                 return Ok(tail.range(start, end));
             }
-            let r = self.db.begin_read().map_err(read_err)?;
-            (r, tail.range(start, end))
+            let newer = tail.range(start, end);
+            // The tail holds the newest entries: the WAL is read only below its first.
+            let below = newer.first().map(|e| e.log_id.index).or(end);
+            (self.wal.locate(start, below), newer)
         };
-        // The tail holds the newest entries: redb is read only below its first.
-        let end = newer.first().map(|e| e.log_id.index).or(end);
-        self.blocking(move |_| {
-            let t = r.open_table(ENTRIES).map_err(read_err)?;
-            let iter = match end {
-                Some(end) if end <= start => return Ok(newer),
-                Some(end) => t.range(start..end),
-                None => t.range(start..),
-            }
-            .map_err(read_err)?;
-            let mut out = vec![];
-            for item in iter {
-                let (k, v) = item.map_err(read_err)?;
-                out.push(read_entry(k.value(), v.value())?);
-            }
-            out.extend(newer);
-            Ok(out)
-        })
-        .await
+        if located.is_empty() {
+            return Ok(newer);
+        }
+        let wal = self.wal.clone();
+        let mut out = tokio::task::spawn_blocking(move || wal.read(located))
+            .await
+            .map_err(read_err)?
+            .map_err(|e| read_err(Damaged(e)))?;
+        out.extend(newer);
+        Ok(out)
     }
 }
 
@@ -329,21 +288,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
         // When the tail holds entries its last is the log's last (log_writer's invariant).
         let tail_last = log_writer::lock(&self.tail).last_log_id();
-        self.blocking(move |db| {
-            let last_purged: Option<LogId> = LogStore::read_meta(db, LAST_PURGED)?;
-            let r = db.begin_read().map_err(read_err)?;
-            let t = r.open_table(ENTRIES).map_err(read_err)?;
-            let last = match t.last().map_err(read_err)? {
-                _ if tail_last.is_some() => tail_last,
-                Some((k, v)) => Some(read_entry(k.value(), v.value())?.log_id),
-                None => last_purged,
-            };
-            Ok(LogState {
-                last_purged_log_id: last_purged,
-                last_log_id: last,
-            })
+        let purged = self.wal.meta().purged;
+        Ok(LogState {
+            last_purged_log_id: purged,
+            last_log_id: tail_last.or_else(|| self.wal.last_log_id()).or(purged),
         })
-        .await
     }
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
@@ -352,25 +301,24 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
         self.writer
-            .meta(VOTE, codec::encode(vote))
+            .vote(*vote)
             .await
             .map_err(|e| io_err(ErrorSubject::Vote, ErrorVerb::Write, Damaged(e.to_string())))
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
-        self.blocking(|db| LogStore::read_meta(db, VOTE)).await
+        Ok(self.wal.meta().vote)
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
         // Not awaited to disk: the core calls this before every apply, and a third fsync in
         // series per operation buys nothing (a lagging committed id only re-applies less at
         // start; the leader's next commit brings the rest).
-        self.writer.hint(COMMITTED, codec::encode(&committed)).await
+        self.writer.hint(committed).await
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
-        self.blocking(|db| Ok(LogStore::read_meta::<Option<LogId>>(db, COMMITTED)?.flatten()))
-            .await
+        Ok(self.wal.meta().committed)
     }
 
     async fn append<I>(
@@ -394,8 +342,6 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        self.writer
-            .purge(&self.tail, log_id, codec::encode(&log_id))
-            .await
+        self.writer.purge(&self.tail, log_id).await
     }
 }

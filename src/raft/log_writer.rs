@@ -1,36 +1,37 @@
-//! The log's ordered writer and its in-memory tail: every write to `log.redb` goes through
-//! one thread, in the order the Raft core asked for it, and the entries it has not yet made
+//! The log's ordered writer and its in-memory tail: every write to the log's WAL
+//! ([`super::wal`]) goes through one thread, in the order the Raft core asked for it, and the entries it has not yet made
 //! durable (plus a few recent durable ones) are kept in memory so they can be read at once.
 //!
 //! Why: openraft's `append` must return once the entries are *readable* and call its
 //! callback once they are *durable*. Handing the entries to a dedicated thread instead of
-//! running the commit on tokio's blocking pool costs no pool wake-up per write, lets
+//! running the write on tokio's blocking pool costs no pool wake-up per write, lets
 //! several queued writes share one fsync (group commit), and lets replication read the
-//! newest entries from memory instead of decoding them back out of redb.
+//! newest entries from memory instead of decoding them back out of the files.
 //!
 //! Invariants:
-//! - One thread owns every write transaction; jobs are applied in the order they were
-//!   queued, and all jobs of a group are in one transaction. So a vote saved after an
+//! - One thread makes every write; jobs are applied in the order they were queued, and
+//!   all jobs of a group are one WAL write (one `pwrite`, one `fdatasync`). So a vote saved after an
 //!   append is never on disk without that append's predecessors, and a vote saved before
 //!   an append is on disk no later than the append (the core awaits `save_vote` before it
 //!   appends again).
-//! - A group's transaction is committed with `Durability::Immediate` (one fsync). Nobody
+//! - A group is made durable with one fsync before anyone is answered. Nobody
 //!   waits for a committed id (`SaveCommitted`, a hint for re-applying after a restart that
 //!   openraft allows to lag): it is written after its entries, so it never names an entry
 //!   the log lacks, and a group holding only hints waits up to `HINT_LINGER` (2 ms) for a job
 //!   to share its fsync with, so it costs no fsync of its own under load.
-//! - Callbacks and waiters are answered only after the group's commit returns: an append
+//! - Callbacks and waiters are answered only after the group's sync returns: an append
 //!   is *acknowledged* (openraft's flush callback, or `append_durably`'s return) only once
 //!   durable, though it is readable from the tail before.
-//! - Fail-stop: once a group's commit fails, every later job is answered with that error
-//!   and nothing more is written. Appends return before their fsync, so later appends are
-//!   already queued behind a failed one; writing them would leave a hole on disk (redb also
-//!   refuses writes after an I/O error until reopened, but this does not rely on it).
+//! - Fail-stop: once a group's write or sync fails, every later job is answered with that
+//!   error and nothing more is written. Appends return before their fsync, so later appends
+//!   are already queued behind a failed one; writing them would leave a hole on disk (and
+//!   after a failed fsync the kernel may have dropped the dirty pages: nothing written
+//!   since can be trusted).
 //! - The tail holds contiguous indexes and always ends at the log's last entry when it is
 //!   not empty; entries not yet durable are its suffix and are never evicted; at most
 //!   [`TAIL_DURABLE_KEPT`] durable entries are kept before them.
-//! - The tail is changed, and a reader's redb snapshot is begun, under one lock: an entry
-//!   leaves the tail only after its commit, so a reader sees it in one place or the other.
+//! - The tail is changed, and a reader looks the WAL up, under one lock: an entry leaves
+//!   the tail only after the WAL has it, so a reader sees it in one place or the other.
 
 // openraft's traits fix the error type to its `StorageError`, which is large; boxing it
 // is not ours to choose.
@@ -40,11 +41,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use openraft::storage::LogFlushed;
-use redb::Database;
 use tokio::sync::{mpsc, oneshot};
 
-use super::log_store::{ENTRIES, LAST_PURGED, META, write_err};
-use super::{Entry, LogId, StorageError, TypeConfig};
+use super::log_store::write_err;
+use super::wal::{Record, Wal};
+use super::{Entry, LogId, StorageError, TypeConfig, Vote};
 
 /// How many durable entries the tail keeps for readers. Replication reads the entries it
 /// was just told about, a few at most behind; 64 entries of at most
@@ -55,7 +56,7 @@ pub const TAIL_DURABLE_KEPT: usize = 64;
 /// the next, so the queue rarely holds more than an append, a vote and a committed id.
 const JOBS_QUEUED_MAX: usize = 64;
 
-/// How many queued jobs one transaction takes at most, so one group's commit stays short.
+/// How many queued jobs one write takes at most, so one group's write stays short.
 const GROUP_JOBS_MAX: usize = 64;
 
 /// How long a group of only hints (committed ids) waits for another job to share its fsync.
@@ -185,9 +186,9 @@ impl Flushed {
 
 /// One write, in the order the core asked for it.
 enum Job {
-    /// Entries encoded for the `entries` table; `flushed` is told once they are durable.
+    /// Sealed entries with their ids; `flushed` is told once they are durable.
     Append {
-        entries: Vec<(u64, Vec<u8>)>,
+        entries: Vec<(LogId, Vec<u8>)>,
         last: LogId,
         flushed: Flushed,
     },
@@ -196,24 +197,22 @@ enum Job {
         since: u64,
         done: oneshot::Sender<Result<(), StorageError>>,
     },
-    /// Writes the purge point and deletes entries up to it.
+    /// Records the purge point; entries up to it are gone.
     Purge {
         upto: LogId,
-        bytes: Vec<u8>,
         done: oneshot::Sender<Result<(), StorageError>>,
     },
-    /// Writes a `meta` key durably (the vote).
-    Meta {
-        key: &'static str,
-        bytes: Vec<u8>,
+    /// Writes the vote durably.
+    Vote {
+        vote: Vote,
         done: oneshot::Sender<Result<(), StorageError>>,
     },
-    /// Writes a `meta` key that may be lost (the committed id); nobody waits for it.
-    Hint { key: &'static str, bytes: Vec<u8> },
+    /// Writes the committed id, which may be lost; nobody waits for it.
+    Hint { committed: Option<LogId> },
 }
 
 /// The writer thread and the queue to it. Dropping it closes the queue and waits for the
-/// thread to finish its last group, so the database is closed when it returns.
+/// thread to finish its last group, so the log is closed when it returns.
 pub struct Writer {
     jobs: Option<mpsc::Sender<Job>>,
     thread: Option<JoinHandle<()>>,
@@ -235,12 +234,12 @@ fn closed() -> StorageError {
 }
 
 impl Writer {
-    /// Starts the writer thread on `db`, keeping `tail` in step with what it commits.
-    pub fn start(db: Arc<Database>, tail: Arc<Mutex<Tail>>) -> Result<Writer, String> {
+    /// Starts the writer thread on `wal`, keeping `tail` in step with what it writes.
+    pub fn start(wal: Arc<Wal>, tail: Arc<Mutex<Tail>>) -> Result<Writer, String> {
         let (tx, rx) = mpsc::channel(JOBS_QUEUED_MAX);
         let thread = std::thread::Builder::new()
             .name("weir-log-writer".into())
-            .spawn(move || run(&db, &tail, rx))
+            .spawn(move || run(&wal, &tail, rx))
             .map_err(|e| format!("log writer thread: {e}"))?;
         Ok(Writer {
             jobs: Some(tx),
@@ -268,7 +267,7 @@ impl Writer {
         &self,
         tail: &Mutex<Tail>,
         entries: &[Entry],
-        encoded: Vec<(u64, Vec<u8>)>,
+        encoded: Vec<(LogId, Vec<u8>)>,
         flushed: Flushed,
     ) -> Result<(), StorageError> {
         let Some(last) = entries.last().map(|e| e.log_id) else {
@@ -292,26 +291,19 @@ impl Writer {
     }
 
     /// Deletes entries up to `upto` and records it as the purge point; returns once durable.
-    pub async fn purge(
-        &self,
-        tail: &Mutex<Tail>,
-        upto: LogId,
-        bytes: Vec<u8>,
-    ) -> Result<(), StorageError> {
+    pub async fn purge(&self, tail: &Mutex<Tail>, upto: LogId) -> Result<(), StorageError> {
         lock(tail).purge(upto.index);
-        self.send_and_wait(|done| Job::Purge { upto, bytes, done })
-            .await
+        self.send_and_wait(|done| Job::Purge { upto, done }).await
     }
 
-    /// Writes a `meta` key; returns once it is durable.
-    pub async fn meta(&self, key: &'static str, bytes: Vec<u8>) -> Result<(), StorageError> {
-        self.send_and_wait(|done| Job::Meta { key, bytes, done })
-            .await
+    /// Writes the vote; returns once it is durable.
+    pub async fn vote(&self, vote: Vote) -> Result<(), StorageError> {
+        self.send_and_wait(|done| Job::Vote { vote, done }).await
     }
 
-    /// Queues a `meta` key that may be lost on a crash; returns at once.
-    pub async fn hint(&self, key: &'static str, bytes: Vec<u8>) -> Result<(), StorageError> {
-        self.send(Job::Hint { key, bytes }).await
+    /// Queues the committed id, which may be lost on a crash; returns at once.
+    pub async fn hint(&self, committed: Option<LogId>) -> Result<(), StorageError> {
+        self.send(Job::Hint { committed }).await
     }
 }
 
@@ -320,9 +312,9 @@ pub fn lock(tail: &Mutex<Tail>) -> MutexGuard<'_, Tail> {
     tail.lock().expect("log tail lock poisoned")
 }
 
-/// The writer thread: takes every queued job (up to a group), writes them in one
-/// transaction, commits, updates the tail, then answers each.
-fn run(db: &Database, tail: &Mutex<Tail>, mut rx: mpsc::Receiver<Job>) {
+/// The writer thread: takes every queued job (up to a group), writes them in one durable
+/// WAL write, updates the tail, then answers each.
+fn run(wal: &Wal, tail: &Mutex<Tail>, mut rx: mpsc::Receiver<Job>) {
     // Only to wait for a job with a deadline (the hint's linger); nothing else runs on it.
     let timer = match tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -331,7 +323,7 @@ fn run(db: &Database, tail: &Mutex<Tail>, mut rx: mpsc::Receiver<Job>) {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!("log writer: no timer ({e}); hints are written without waiting");
-            return run_without_linger(db, tail, rx);
+            return run_without_linger(wal, tail, rx);
         }
     };
     let mut failed = None;
@@ -346,17 +338,17 @@ fn run(db: &Database, tail: &Mutex<Tail>, mut rx: mpsc::Receiver<Job>) {
                 take_queued(&mut rx, &mut group);
             }
         }
-        commit_group(db, tail, group, &mut failed);
+        commit_group(wal, tail, group, &mut failed);
     }
 }
 
-/// The writer loop without the hint's linger: each group is committed at once.
-fn run_without_linger(db: &Database, tail: &Mutex<Tail>, mut rx: mpsc::Receiver<Job>) {
+/// The writer loop without the hint's linger: each group is written at once.
+fn run_without_linger(wal: &Wal, tail: &Mutex<Tail>, mut rx: mpsc::Receiver<Job>) {
     let mut failed = None;
     while let Some(first) = rx.blocking_recv() {
         let mut group = vec![first];
         take_queued(&mut rx, &mut group);
-        commit_group(db, tail, group, &mut failed);
+        commit_group(wal, tail, group, &mut failed);
     }
 }
 
@@ -370,22 +362,17 @@ fn take_queued(rx: &mut mpsc::Receiver<Job>, group: &mut Vec<Job>) {
     }
 }
 
-/// Writes and commits a group, marks its entries durable in the tail, answers each job.
-/// After a failed commit (`failed` set) nothing is written and every job gets its error.
-fn commit_group(
-    db: &Database,
-    tail: &Mutex<Tail>,
-    group: Vec<Job>,
-    failed: &mut Option<StorageError>,
-) {
+/// Writes a group durably, marks its entries durable in the tail, answers each job. After a
+/// failed write (`failed` set) nothing is written and every job gets its error.
+fn commit_group(wal: &Wal, tail: &Mutex<Tail>, group: Vec<Job>, failed: &mut Option<StorageError>) {
     let result = match failed {
         Some(e) => Err(e.clone()),
         None => {
             let started = std::time::Instant::now();
-            let result = write(db, &group);
+            let result = write(wal, &group);
             crate::metrics::observe(&crate::metrics::get().fsync_seconds, started.elapsed());
             if let Err(e) = &result {
-                tracing::error!("log writer: commit failed, writing nothing more: {e}");
+                tracing::error!("log writer: write failed, writing nothing more: {e}");
                 *failed = Some(e.clone());
             }
             result
@@ -403,7 +390,7 @@ fn commit_group(
         let result = result.clone();
         match job {
             Job::Append { flushed, .. } => flushed.complete(result),
-            Job::Truncate { done, .. } | Job::Purge { done, .. } | Job::Meta { done, .. } => {
+            Job::Truncate { done, .. } | Job::Purge { done, .. } | Job::Vote { done, .. } => {
                 // A waiter that gave up (its task was dropped) needs no answer.
                 let _ = done.send(result);
             }
@@ -412,40 +399,24 @@ fn commit_group(
     }
 }
 
-/// Writes a group in one durable transaction.
-fn write(db: &Database, group: &[Job]) -> Result<(), StorageError> {
-    let w = db.begin_write().map_err(write_err)?;
-    {
-        let mut entries = w.open_table(ENTRIES).map_err(write_err)?;
-        let mut meta = w.open_table(META).map_err(write_err)?;
-        for job in group {
-            match job {
-                Job::Append { entries: e, .. } => {
-                    for (index, bytes) in e {
-                        entries
-                            .insert(*index, bytes.as_slice())
-                            .map_err(write_err)?;
-                    }
-                }
-                Job::Truncate { since, .. } => {
-                    entries
-                        .retain_in(*since.., |_, _| false)
-                        .map_err(write_err)?;
-                }
-                Job::Purge { upto, bytes, .. } => {
-                    meta.insert(LAST_PURGED, bytes.as_slice())
-                        .map_err(write_err)?;
-                    entries
-                        .retain_in(..=upto.index, |_, _| false)
-                        .map_err(write_err)?;
-                }
-                Job::Meta { key, bytes, .. } | Job::Hint { key, bytes } => {
-                    meta.insert(*key, bytes.as_slice()).map_err(write_err)?;
-                }
+/// Writes a group in one durable WAL write.
+fn write(wal: &Wal, group: &[Job]) -> Result<(), StorageError> {
+    let mut records = vec![];
+    for job in group {
+        match job {
+            Job::Append { entries, .. } => {
+                records.extend(entries.iter().map(|(log_id, sealed)| Record::Entry {
+                    log_id: *log_id,
+                    sealed,
+                }))
             }
+            Job::Truncate { since, .. } => records.push(Record::Truncate(*since)),
+            Job::Purge { upto, .. } => records.push(Record::Purge(*upto)),
+            Job::Vote { vote, .. } => records.push(Record::Vote(vote)),
+            Job::Hint { committed } => records.push(Record::Committed(*committed)),
         }
     }
-    w.commit().map_err(write_err)
+    wal.write(&records).map_err(write_err)
 }
 
 #[cfg(test)]

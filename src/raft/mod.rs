@@ -1,20 +1,21 @@
-//! openraft glue: the type configuration, the redb log store, the state-machine store, and
-//! the peer transport.
+//! openraft glue: the type configuration, the log store (a write-ahead log of its own), the
+//! state-machine store, and the peer transport.
 //!
 //! What the log carries (openraft's application data, `D`) is the machine's own [`Batch`]:
 //! a leader-stamped list of commands. What applying an entry returns (openraft's `R`) is
 //! `Option<`[`Applied`]`>`: the machine's replies and events for a batch, `None` for Raft's
 //! own blank and membership entries. A normal entry's payload is encoded as the `Batch` itself,
 //! with no wrapper, so its layout ([`crate::machine::command`]) is the format of AppendEntries
-//! on the peer port and, inside a crc32c frame per entry ([`log_store`]), of `log.redb`.
+//! on the peer port and, inside a crc32c frame per entry ([`log_store`]), of the log's files.
 //! Business refusals live inside the replies; a
 //! `StorageError` means the disk broke its promise, and openraft stops the node on it.
 
 pub mod log_store;
 pub mod log_writer;
 pub mod network;
+mod redb_import;
 pub mod state_store;
-pub mod unsynced_backend;
+pub mod wal;
 
 use std::io::Cursor;
 

@@ -49,7 +49,7 @@ impl Node {
         // Whether this is the directory's first start does not decide initialization: Raft's
         // own state does (module doc).
         let _first_start = prepare_data_dir(dir, config.id)?;
-        let mut log = LogStore::open(&dir.join("log.redb"))?;
+        let mut log = LogStore::open(&dir.join("log"))?;
         // Reads wait for this much of the log to be applied after a restart (`reader`).
         let startup_last = {
             use openraft::storage::RaftLogStorage;

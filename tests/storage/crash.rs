@@ -1,55 +1,58 @@
 //! G3 under the log: every acknowledged write survives a power loss at any point.
 //!
-//! [`CrashDisk`] is a redb [`StorageBackend`] in memory that keeps, beside the durable bytes,
-//! the writes not yet synced (what an OS page cache holds). Reads see both; `sync_data`
-//! makes them durable; a power loss keeps only the durable bytes. A fuse counts backend calls
-//! and cuts the power at a random one, so the loss lands anywhere: between transactions, in
-//! the middle of a commit's writes, between a commit's writes and its sync.
+//! [`CrashDisk`] is a [`LogDisk`] in memory: files that keep, beside their durable bytes, the
+//! writes not yet synced (what an OS page cache holds). Reads see both; `sync` makes a
+//! file's writes durable; a power loss keeps the durable bytes plus, in some rounds, a
+//! random prefix of the unsynced writes with the last of them cut short at a random byte (a
+//! torn write: the disk wrote some of what it was given before the power went). Creating
+//! and removing a file are durable when they return (the log syncs its directory after a
+//! create). A fuse counts disk calls and cuts the power at a random one, so the loss lands
+//! anywhere: between writes, between a write and its sync, while a segment is begun.
+//! Segments are small (a few KiB) so rounds rotate and purges delete segments.
 //!
 //! Each round reopens the log on what survived the previous round's power loss, checks that
-//! every append, truncation and vote acknowledged before it is there (an append counts as
-//! acknowledged when [`LogStore::append_durably`] returns `Ok`, or the `Durable` of an
-//! [`LogStore::append_queued`] answers `Ok`, which is exactly when `append` calls openraft's
-//! flush callback; queued appends are readable before that), then runs a random workload
-//! until the power goes. Seeded and bounded: the same seed replays the same rounds.
+//! every append, truncation, purge and vote acknowledged before it is there (an append
+//! counts as acknowledged when [`LogStore::append_durably`] returns `Ok`, or the `Durable`
+//! of an [`LogStore::append_queued`] answers `Ok`, which is exactly when `append` calls
+//! openraft's flush callback; queued appends are readable before that), then runs a random
+//! workload until the power goes. Seeded and bounded: the same seed replays the same rounds.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use openraft::storage::RaftLogStorage;
 use openraft::{CommittedLeaderId, LogId, RaftLogReader, Vote};
-use redb::StorageBackend;
 use weir::codec;
 use weir::raft::Entry;
 use weir::raft::log_store::LogStore;
+use weir::raft::wal::{LogDisk, SegmentFile};
 
 use super::entries::entry;
 
 /// The seed of the rounds below; change it to explore, keep it to replay.
 const SEED: u64 = 0x5eed_0f10_5eed;
 /// Rounds of open, check, work, power loss.
-const ROUNDS: usize = 40;
-/// Backend calls before the power goes, at most (drawn per round in `0..FUSE_MAX`).
-const FUSE_MAX: u64 = 400;
+const ROUNDS: usize = 60;
+/// Disk calls before the power goes, at most (drawn per round in `0..FUSE_MAX`).
+const FUSE_MAX: u64 = 120;
 /// Operations of one round's workload, at most.
 const OPS_MAX: usize = 60;
+/// Segment size of the log under test: a few entries' worth, so rounds rotate.
+const SEGMENT_BYTES: u64 = 6 * 1024;
 
-/// One unsynced change.
-#[derive(Debug)]
-enum Op {
-    Write(u64, Vec<u8>),
-    SetLen(u64),
+/// One file: what survives a power loss, what reads see, the writes since the last sync.
+#[derive(Clone, Debug, Default)]
+struct FileState {
+    durable: Vec<u8>,
+    volatile: Vec<u8>,
+    /// Writes since the last sync, in order: (offset, bytes) or a new length.
+    unsynced: Vec<(u64, Option<Vec<u8>>)>,
 }
 
 #[derive(Debug, Default)]
 struct Disk {
-    /// What survives a power loss.
-    durable: Vec<u8>,
-    /// What reads see: `durable` with `unsynced` applied.
-    volatile: Vec<u8>,
-    /// Changes since the last sync, in order.
-    unsynced: Vec<Op>,
-    /// Backend calls left before the power goes; `None`: never.
+    files: BTreeMap<String, FileState>,
+    /// Disk calls left before the power goes; `None`: never.
     fuse: Option<u64>,
     /// The power went: every later call fails and changes nothing.
     dead: bool,
@@ -75,17 +78,29 @@ impl Disk {
     }
 }
 
+/// What survives of the files: their names and durable bytes.
+type Image = BTreeMap<String, Vec<u8>>;
+
 /// A disk that can lose power; clones share it.
 #[derive(Clone, Debug, Default)]
 struct CrashDisk(Arc<Mutex<Disk>>);
 
 impl CrashDisk {
-    /// A disk holding `image` durably, losing power after `fuse` backend calls.
-    fn new(image: &[u8], fuse: Option<u64>) -> CrashDisk {
+    /// A disk holding `image` durably, losing power after `fuse` calls.
+    fn new(image: &Image, fuse: Option<u64>) -> CrashDisk {
+        let files = image
+            .iter()
+            .map(|(name, bytes)| {
+                let f = FileState {
+                    durable: bytes.clone(),
+                    volatile: bytes.clone(),
+                    unsynced: vec![],
+                };
+                (name.clone(), f)
+            })
+            .collect();
         CrashDisk(Arc::new(Mutex::new(Disk {
-            durable: image.to_vec(),
-            volatile: image.to_vec(),
-            unsynced: vec![],
+            files,
             fuse,
             dead: false,
         })))
@@ -95,68 +110,152 @@ impl CrashDisk {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Cuts the power (if the fuse has not) and returns what survived.
-    fn power_loss(&self) -> (Vec<u8>, usize) {
+    /// Cuts the power (if the fuse has not) and returns what survived and how many files
+    /// had unsynced writes. With `torn`, each file keeps a prefix of its unsynced writes
+    /// (`rng` chooses), the last of them cut short.
+    fn power_loss(&self, rng: &mut Rng, torn: bool) -> (Image, usize) {
         let mut d = self.disk();
         d.dead = true;
-        (d.durable.clone(), d.unsynced.len())
-    }
-}
-
-fn write_at(bytes: &mut [u8], offset: u64, data: &[u8]) -> std::io::Result<()> {
-    let at = offset as usize;
-    let end = at + data.len();
-    if end > bytes.len() {
-        return Err(std::io::Error::other("write past the end"));
-    }
-    bytes[at..end].copy_from_slice(data);
-    Ok(())
-}
-
-impl StorageBackend for CrashDisk {
-    fn len(&self) -> Result<u64, std::io::Error> {
-        Ok(self.disk().volatile.len() as u64)
-    }
-
-    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
-        let d = self.disk();
-        let at = offset as usize;
-        let source = d
-            .volatile
-            .get(at..at + out.len())
-            .ok_or_else(|| std::io::Error::other("read past the end"))?;
-        out.copy_from_slice(source);
-        Ok(())
-    }
-
-    fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
-        let mut d = self.disk();
-        d.tick()?;
-        d.volatile.resize(len as usize, 0);
-        d.unsynced.push(Op::SetLen(len));
-        Ok(())
-    }
-
-    fn sync_data(&self) -> Result<(), std::io::Error> {
-        let mut d = self.disk();
-        d.tick()?;
-        let ops = std::mem::take(&mut d.unsynced);
-        for op in ops {
-            match op {
-                Op::SetLen(len) => d.durable.resize(len as usize, 0),
-                Op::Write(offset, data) => write_at(&mut d.durable, offset, &data)?,
+        let mut unsynced = 0;
+        let mut image = Image::new();
+        for (name, f) in &d.files {
+            let mut bytes = f.durable.clone();
+            if !f.unsynced.is_empty() {
+                unsynced += 1;
+                if torn {
+                    let keep = rng.below(f.unsynced.len() as u64 + 1) as usize;
+                    for (i, (offset, op)) in f.unsynced.iter().take(keep).enumerate() {
+                        match op {
+                            None => bytes.resize(*offset as usize, 0),
+                            Some(data) => {
+                                let n = if i + 1 == keep {
+                                    rng.below(data.len() as u64 + 1) as usize
+                                } else {
+                                    data.len()
+                                };
+                                write_at(&mut bytes, *offset, &data[..n]);
+                            }
+                        }
+                    }
+                }
             }
+            image.insert(name.clone(), bytes);
         }
-        debug_assert_eq!(d.durable, d.volatile);
+        (image, unsynced)
+    }
+}
+
+/// Writes `data` at `offset`, growing `bytes` (with zeros) as a file grows.
+fn write_at(bytes: &mut Vec<u8>, offset: u64, data: &[u8]) {
+    let at = offset as usize;
+    if bytes.len() < at + data.len() {
+        bytes.resize(at + data.len(), 0);
+    }
+    bytes[at..at + data.len()].copy_from_slice(data);
+}
+
+/// One file of a [`CrashDisk`].
+struct CrashFile {
+    disk: CrashDisk,
+    name: String,
+}
+
+impl CrashFile {
+    fn with<T>(&self, tick: bool, f: impl FnOnce(&mut FileState) -> T) -> std::io::Result<T> {
+        let mut d = self.disk.disk();
+        if tick {
+            d.tick()?;
+        } else if d.dead {
+            return Err(std::io::Error::other("power lost"));
+        }
+        let file = d
+            .files
+            .get_mut(&self.name)
+            .ok_or_else(|| std::io::Error::other("file removed"))?;
+        Ok(f(file))
+    }
+}
+
+impl SegmentFile for CrashFile {
+    fn size(&self) -> std::io::Result<u64> {
+        self.with(false, |f| f.volatile.len() as u64)
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.with(false, |f| {
+            let at = offset as usize;
+            let source = f
+                .volatile
+                .get(at..at + buf.len())
+                .ok_or_else(|| std::io::Error::other("read past the end"))?;
+            buf.copy_from_slice(source);
+            Ok(())
+        })?
+    }
+
+    fn write_at(&self, data: &[u8], offset: u64) -> std::io::Result<()> {
+        self.with(true, |f| {
+            write_at(&mut f.volatile, offset, data);
+            f.unsynced.push((offset, Some(data.to_vec())));
+        })
+    }
+
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.with(true, |f| {
+            f.volatile.resize(len as usize, 0);
+            f.unsynced.push((len, None));
+        })
+    }
+
+    fn sync(&self) -> std::io::Result<()> {
+        self.with(true, |f| {
+            f.durable = f.volatile.clone();
+            f.unsynced.clear();
+        })
+    }
+}
+
+impl LogDisk for CrashDisk {
+    fn list(&self) -> std::io::Result<Vec<String>> {
+        let d = self.disk();
+        if d.dead {
+            return Err(std::io::Error::other("power lost"));
+        }
+        Ok(d.files.keys().cloned().collect())
+    }
+
+    fn open(&self, name: &str) -> std::io::Result<Arc<dyn SegmentFile>> {
+        if !self.disk().files.contains_key(name) {
+            return Err(std::io::Error::other(format!("{name}: no such file")));
+        }
+        Ok(Arc::new(CrashFile {
+            disk: self.clone(),
+            name: name.into(),
+        }))
+    }
+
+    fn create(&self, name: &str) -> std::io::Result<Arc<dyn SegmentFile>> {
+        let mut d = self.disk();
+        d.tick()?;
+        if d.files.contains_key(name) {
+            return Err(std::io::Error::other(format!("{name}: exists")));
+        }
+        d.files.insert(name.into(), FileState::default());
+        Ok(Arc::new(CrashFile {
+            disk: self.clone(),
+            name: name.into(),
+        }))
+    }
+
+    fn remove(&self, name: &str) -> std::io::Result<()> {
+        let mut d = self.disk();
+        d.tick()?;
+        d.files.remove(name);
         Ok(())
     }
 
-    fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
-        let mut d = self.disk();
-        d.tick()?;
-        write_at(&mut d.volatile, offset, data)?;
-        d.unsynced.push(Op::Write(offset, data.to_vec()));
-        Ok(())
+    fn describe(&self, name: &str) -> String {
+        format!("crashdisk/{name}")
     }
 }
 
@@ -172,35 +271,60 @@ impl Rng {
     }
 }
 
-/// What was acknowledged: the entries by index (encoded, to compare bytes) and the vote.
+/// What was acknowledged: the entries by index (encoded, to compare bytes), the vote and
+/// the purge point.
 #[derive(Default)]
 struct Acked {
     entries: BTreeMap<u64, Vec<u8>>,
     vote: Option<Vote<u64>>,
+    purged: Option<u64>,
+}
+
+fn open(disk: CrashDisk) -> Result<LogStore, String> {
+    LogStore::open_disk(Box::new(disk), SEGMENT_BYTES)
 }
 
 /// Opens a copy of `image` (never losing power) and checks every acknowledged write is in
 /// it; returns the last index present, and adopts into `acked` the entries that became
 /// durable though their acknowledgment was lost (the log has them now, and keeps them).
-async fn check(image: &[u8], acked: &mut Acked, round: usize) -> u64 {
-    let mut log = LogStore::open_backend(CrashDisk::new(image, None), "log.redb")
+async fn check(image: &Image, acked: &mut Acked, round: usize) -> u64 {
+    let mut log = open(CrashDisk::new(image, None))
         .unwrap_or_else(|e| panic!("round {round}: the log does not open after power loss: {e}"));
+    let state = log.get_log_state().await.unwrap();
+    let purged = state.last_purged_log_id.map(|p| p.index);
+    assert!(
+        purged >= acked.purged,
+        "round {round}: acknowledged purge to {:?} undone, found {purged:?}",
+        acked.purged
+    );
     let present = log.try_get_log_entries(0..).await.unwrap();
     let present: BTreeMap<u64, Vec<u8>> = present
         .iter()
         .map(|e| (e.log_id.index, codec::encode(e)))
         .collect();
     for (index, bytes) in &acked.entries {
+        if purged.is_some_and(|p| *index <= p) {
+            continue;
+        }
         assert_eq!(
             present.get(index),
             Some(bytes),
             "round {round}: acknowledged entry {index} lost or changed by a power loss"
         );
     }
+    assert!(
+        present.keys().all(|i| purged.is_none_or(|p| *i > p)),
+        "round {round}: entries at or below the purge point {purged:?} are still read"
+    );
     let indexes: Vec<u64> = present.keys().copied().collect();
     assert!(
         indexes.windows(2).all(|w| w[1] == w[0] + 1),
         "round {round}: the log has holes: {indexes:?}"
+    );
+    assert_eq!(
+        state.last_log_id.map(|l| l.index),
+        indexes.last().copied().or(purged),
+        "round {round}: the log state's last id is not the last entry read"
     );
     let vote = log.read_vote().await.unwrap();
     assert!(
@@ -209,8 +333,9 @@ async fn check(image: &[u8], acked: &mut Acked, round: usize) -> u64 {
         acked.vote
     );
     acked.vote = vote;
+    acked.purged = purged;
     acked.entries = present;
-    acked.entries.keys().last().copied().unwrap_or(0)
+    acked.entries.keys().last().copied().or(purged).unwrap_or(0)
 }
 
 /// One to four entries after `last`, and their encodings (to compare bytes).
@@ -233,21 +358,26 @@ fn every_acknowledged_log_write_survives_power_loss_at_random_points() {
         .build()
         .unwrap();
     let mut rng = Rng(SEED);
-    let mut image = Vec::new();
+    let mut image = Image::new();
     let mut acked = Acked::default();
     let mut cut_mid_work = 0;
     let mut cut_with_unsynced = 0;
+    let mut torn_rounds = 0;
     let mut appended = 0;
+    let mut purges = 0;
+    let mut most_segments = 0;
+    let mut segments_deleted = false;
     rt.block_on(async {
         for round in 0..ROUNDS {
             let mut last = check(&image, &mut acked, round).await;
             let disk = CrashDisk::new(&image, Some(rng.below(FUSE_MAX)));
             let mut term = acked.vote.map_or(1, |v| v.leader_id.term.max(1));
-            if let Ok(mut log) = LogStore::open_backend(disk.clone(), "log.redb") {
+            let mut first_index = acked.purged.map_or(1, |p| p + 1);
+            if let Ok(mut log) = open(disk.clone()) {
                 for _ in 0..rng.below(OPS_MAX as u64) + 1 {
-                    let ok = match rng.below(10) {
-                        0 if last > 1 => {
-                            let from = last - rng.below(last.min(4));
+                    let ok = match rng.below(12) {
+                        0 if last > first_index => {
+                            let from = last - rng.below((last - first_index).min(4));
                             let at = LogId::new(CommittedLeaderId::new(term, 1), from);
                             let ok = log.truncate(at).await.is_ok();
                             if ok {
@@ -265,9 +395,24 @@ fn every_acknowledged_log_write_survives_power_loss_at_random_points() {
                             }
                             ok
                         }
+                        // A purge of most of the log, as after a snapshot.
+                        2 if last > first_index + 8 => {
+                            let upto = last - rng.below(4);
+                            let before = disk.disk().files.len();
+                            let at = LogId::new(CommittedLeaderId::new(term, 1), upto);
+                            let ok = log.purge(at).await.is_ok();
+                            if ok {
+                                purges += 1;
+                                acked.purged = Some(upto);
+                                first_index = upto + 1;
+                                acked.entries.retain(|&i, _| i > upto);
+                                segments_deleted |= disk.disk().files.len() < before;
+                            }
+                            ok
+                        }
                         // Several appends queued before the first is durable, as the Raft
                         // core queues them: each counts once its own `Durable` answers.
-                        2 | 3 => {
+                        3 | 4 => {
                             let mut queued = vec![];
                             let mut ok = true;
                             for _ in 0..rng.below(4) + 2 {
@@ -304,32 +449,47 @@ fn every_acknowledged_log_write_survives_power_loss_at_random_points() {
                             ok
                         }
                     };
+                    most_segments = most_segments.max(disk.disk().files.len());
                     if !ok {
                         cut_mid_work += 1;
                         break;
                     }
                 }
             }
-            let (survived, unsynced) = disk.power_loss();
+            let torn = rng.below(2) == 0;
+            let (survived, unsynced) = disk.power_loss(&mut rng, torn);
             if unsynced > 0 {
                 cut_with_unsynced += 1;
+                torn_rounds += torn as usize;
             }
             image = survived;
         }
         check(&image, &mut acked, ROUNDS).await;
     });
     eprintln!(
-        "{ROUNDS} rounds: {appended} entries acknowledged, power cut mid-workload in \
-         {cut_mid_work}, with unsynced writes dropped in {cut_with_unsynced}"
+        "{ROUNDS} rounds: {appended} entries acknowledged, {purges} purges, power cut \
+         mid-workload in {cut_mid_work}, with unsynced writes dropped in {cut_with_unsynced} \
+         (torn in {torn_rounds}), at most {most_segments} segments"
     );
     // A fault that never fired proves nothing.
     assert!(
         cut_mid_work >= ROUNDS / 4,
         "the fuse fired mid-workload in {cut_mid_work} rounds"
     );
+    // A write is synced at once, so only a cut between the two leaves unsynced bytes.
     assert!(
-        cut_with_unsynced >= ROUNDS / 4,
+        cut_with_unsynced >= ROUNDS / 6,
         "unsynced writes dropped in {cut_with_unsynced}"
     );
+    assert!(
+        torn_rounds >= ROUNDS / 10,
+        "torn writes in {torn_rounds} rounds"
+    );
     assert!(appended >= 50, "only {appended} entries acknowledged");
+    assert!(purges >= 3, "only {purges} purges acknowledged");
+    assert!(
+        most_segments >= 3,
+        "the log never rotated: {most_segments} segments"
+    );
+    assert!(segments_deleted, "no purge deleted a segment");
 }

@@ -1,14 +1,16 @@
-//! G8 for the log: a damaged entry inside a valid redb database is refused at open, naming
-//! the file and the entry's index, never applied.
+//! The log's files: a damaged entry is refused at open naming the segment, the byte and the
+//! index (G8); a torn write at the end is cut off and nothing acknowledged goes with it;
+//! segments rotate and purged ones are deleted; an earlier Weir's `log.redb` is imported.
 
-use openraft::RaftLogReader;
-use redb::{Database, ReadableDatabase, TableDefinition};
-use weir::raft::log_store::LogStore;
+use openraft::storage::RaftLogStorage;
+use openraft::{CommittedLeaderId, LogId, RaftLogReader, Vote};
+use redb::{Database, TableDefinition};
+use weir::codec;
+use weir::raft::log_store::{LogStore, seal_entry_payload};
+use weir::raft::wal::DirDisk;
 
 use super::TempDir;
 use super::entries::entry;
-
-const ENTRIES: TableDefinition<u64, &[u8]> = TableDefinition::new("entries");
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -17,38 +19,228 @@ fn rt() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-#[test]
-fn an_entry_damaged_in_place_is_refused_at_open_naming_the_file_and_index() {
-    let dir = TempDir::new("logdamage");
-    let path = dir.0.join("log.redb");
+const FIRST_SEGMENT: &str = "00000000000000000001.wal";
+
+/// A log in `dir` holding entries 1..=n of term 1, each appended (and made durable) alone.
+fn log_with(dir: &std::path::Path, n: u64) {
     rt().block_on(async {
-        let mut log = LogStore::open(&path).unwrap();
-        log.append_durably((1..=5).map(|i| entry(1, i, 3, i)).collect())
-            .await
-            .unwrap();
-        assert_eq!(log.try_get_log_entries(1..=5).await.unwrap().len(), 5);
+        let mut log = LogStore::open(dir).unwrap();
+        for i in 1..=n {
+            log.append_durably(vec![entry(1, i, 3, i)]).await.unwrap();
+        }
     });
-    // Flip one byte deep inside entry 3's value, through redb: the database stays valid.
-    {
-        let db = Database::create(&path).unwrap();
-        let mut value = {
-            let r = db.begin_read().unwrap();
-            let t = r.open_table(ENTRIES).unwrap();
-            t.get(3).unwrap().unwrap().value().to_vec()
-        };
-        let at = value.len() - 5;
-        value[at] ^= 0x01;
-        let w = db.begin_write().unwrap();
-        w.open_table(ENTRIES)
-            .unwrap()
-            .insert(3, value.as_slice())
-            .unwrap();
-        w.commit().unwrap();
-    }
-    let err = LogStore::open(&path)
+}
+
+fn indexes(dir: &std::path::Path) -> Vec<u64> {
+    rt().block_on(async {
+        let mut log = LogStore::open(dir).unwrap();
+        let entries = log.try_get_log_entries(0..).await.unwrap();
+        entries.iter().map(|e| e.log_id.index).collect()
+    })
+}
+
+#[test]
+fn an_entry_damaged_in_place_is_refused_at_open_naming_the_segment_byte_and_index() {
+    let dir = TempDir::new("logdamage");
+    let log = dir.0.join("log");
+    log_with(&log, 5);
+    let segment = log.join(FIRST_SEGMENT);
+    let mut bytes = std::fs::read(&segment).unwrap();
+    let sealed = seal_entry_payload(&codec::encode(&entry(1, 3, 3, 3)));
+    let at = bytes
+        .windows(sealed.len())
+        .position(|w| w == sealed.as_slice())
+        .expect("entry 3 is stored as sealed");
+    bytes[at + sealed.len() - 5] ^= 0x01;
+    std::fs::write(&segment, &bytes).unwrap();
+    let err = LogStore::open(&log)
         .err()
         .expect("a damaged entry is refused");
-    assert!(err.contains("log.redb"), "names the file: {err}");
-    assert!(err.contains("log entry 3"), "names the index: {err}");
+    assert!(err.contains(FIRST_SEGMENT), "names the segment: {err}");
+    assert!(
+        err.contains(&format!("log entry 3 at byte {at}")),
+        "names the index and where: {err}"
+    );
     assert!(err.contains("checksum mismatch"), "says why: {err}");
+}
+
+#[test]
+fn a_torn_write_at_the_end_is_cut_off_and_the_log_goes_on() {
+    let dir = TempDir::new("logtorn");
+    let log = dir.0.join("log");
+    log_with(&log, 5);
+    let segment = log.join(FIRST_SEGMENT);
+    let len = std::fs::metadata(&segment).unwrap().len();
+    // Entry 5 was the last write, a group of its own: cut 7 bytes off it.
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&segment)
+        .unwrap();
+    file.set_len(len - 7).unwrap();
+    drop(file);
+    assert_eq!(indexes(&log), vec![1, 2, 3, 4], "the torn group is gone");
+    assert!(
+        std::fs::metadata(&segment).unwrap().len() < len - 7,
+        "the torn bytes were cut from the file"
+    );
+    // The log goes on from there, and reopens whole.
+    rt().block_on(async {
+        let mut store = LogStore::open(&log).unwrap();
+        store
+            .append_durably(vec![entry(2, 5, 1, 50)])
+            .await
+            .unwrap();
+    });
+    assert_eq!(indexes(&log), vec![1, 2, 3, 4, 5]);
+    // A tail of zeros (a length made durable before its data) is torn too.
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&segment)
+        .unwrap();
+    let len = file.metadata().unwrap().len();
+    file.set_len(len + 300).unwrap();
+    drop(file);
+    assert_eq!(indexes(&log), vec![1, 2, 3, 4, 5]);
+    // Garbage after the end is not a torn write: refused.
+    let mut bytes = std::fs::read(&segment).unwrap();
+    bytes.extend_from_slice(b"WGRP this is not a group header at all");
+    std::fs::write(&segment, &bytes).unwrap();
+    let err = LogStore::open(&log).err().expect("refused");
+    assert!(
+        err.contains(&format!("at byte {}: not a group header", bytes.len() - 38)),
+        "{err}"
+    );
+}
+
+#[test]
+fn segments_rotate_and_a_purge_deletes_the_oldest_only_once_all_their_entries_are_purged() {
+    let dir = TempDir::new("logrotate");
+    let path = dir.0.join("log");
+    let open = || {
+        let disk = DirDisk::new(&path, true).unwrap();
+        LogStore::open_disk(Box::new(disk), 2048).unwrap()
+    };
+    let segments = || {
+        let mut names: Vec<String> = std::fs::read_dir(&path)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let id = |term, index| LogId::new(CommittedLeaderId::new(term, 1), index);
+    rt().block_on(async {
+        let mut log = open();
+        log.save_vote(&Vote::new(4, 2)).await.unwrap();
+        for i in 1..=40 {
+            log.append_durably(vec![entry(1, i, 4, i)]).await.unwrap();
+        }
+        // A truncation recorded in a later segment than the entries it removes.
+        log.truncate(id(1, 30)).await.unwrap();
+        for i in 30..=45 {
+            log.append_durably(vec![entry(2, i, 4, i)]).await.unwrap();
+        }
+        log.save_committed(Some(id(2, 44))).await.unwrap();
+    });
+    let before = segments();
+    assert!(
+        before.len() >= 5,
+        "rotated into several segments: {before:?}"
+    );
+    assert_eq!(before[0], FIRST_SEGMENT);
+    rt().block_on(async {
+        let mut log = open();
+        log.purge(id(1, 20)).await.unwrap();
+    });
+    let after = segments();
+    assert!(
+        after.len() < before.len() && !after.contains(&FIRST_SEGMENT.to_string()),
+        "the oldest segments went: {before:?} -> {after:?}"
+    );
+    assert!(
+        after.len() >= 2,
+        "segments with live entries stay: {after:?}"
+    );
+    // Reopened from what is left, nothing changed: vote, committed, purge point, entries.
+    rt().block_on(async {
+        let mut log = open();
+        assert_eq!(log.read_vote().await.unwrap(), Some(Vote::new(4, 2)));
+        assert_eq!(log.read_committed().await.unwrap(), Some(id(2, 44)));
+        let state = log.get_log_state().await.unwrap();
+        assert_eq!(state.last_purged_log_id, Some(id(1, 20)));
+        assert_eq!(state.last_log_id, Some(id(2, 45)));
+        let entries = log.try_get_log_entries(0..).await.unwrap();
+        let ids: Vec<(u64, u64)> = entries
+            .iter()
+            .map(|e| (e.log_id.leader_id.term, e.log_id.index))
+            .collect();
+        let want: Vec<(u64, u64)> = (21..30)
+            .map(|i| (1, i))
+            .chain((30..=45).map(|i| (2, i)))
+            .collect();
+        assert_eq!(ids, want);
+        // Purging past everything empties the log but keeps its last id as the purge point.
+        log.purge(id(2, 45)).await.unwrap();
+        let state = log.get_log_state().await.unwrap();
+        assert_eq!(state.last_log_id, Some(id(2, 45)));
+    });
+    assert_eq!(segments().len(), 1, "only the active segment is left");
+    rt().block_on(async {
+        let mut log = open();
+        let state = log.get_log_state().await.unwrap();
+        assert_eq!(state.last_purged_log_id, Some(id(2, 45)));
+        assert_eq!(log.read_vote().await.unwrap(), Some(Vote::new(4, 2)));
+        log.append_durably(vec![entry(3, 46, 1, 1)]).await.unwrap();
+    });
+}
+
+const ENTRIES: TableDefinition<u64, &[u8]> = TableDefinition::new("entries");
+const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+
+#[test]
+fn an_earlier_weirs_log_redb_is_imported_once_and_renamed() {
+    let dir = TempDir::new("logimport");
+    let old = dir.0.join("log.redb");
+    let id = |term, index| LogId::new(CommittedLeaderId::new(term, 1), index);
+    {
+        // The earlier layout: sealed entries by index, and the meta keys.
+        let db = Database::create(&old).unwrap();
+        let w = db.begin_write().unwrap();
+        {
+            let mut t = w.open_table(ENTRIES).unwrap();
+            for i in 6..=9 {
+                let sealed = seal_entry_payload(&codec::encode(&entry(2, i, 2, i)));
+                t.insert(i, sealed.as_slice()).unwrap();
+            }
+            let mut m = w.open_table(META).unwrap();
+            m.insert("vote", codec::encode(&Vote::<u64>::new(2, 3)).as_slice())
+                .unwrap();
+            m.insert("committed", codec::encode(&Some(id(2, 8))).as_slice())
+                .unwrap();
+            m.insert("last_purged", codec::encode(&id(1, 5)).as_slice())
+                .unwrap();
+        }
+        w.commit().unwrap();
+    }
+    let log = dir.0.join("log");
+    rt().block_on(async {
+        let mut store = LogStore::open(&log).unwrap();
+        assert_eq!(store.read_vote().await.unwrap(), Some(Vote::new(2, 3)));
+        assert_eq!(store.read_committed().await.unwrap(), Some(id(2, 8)));
+        let state = store.get_log_state().await.unwrap();
+        assert_eq!(state.last_purged_log_id, Some(id(1, 5)));
+        assert_eq!(state.last_log_id, Some(id(2, 9)));
+        let entries = store.try_get_log_entries(0..).await.unwrap();
+        assert_eq!(
+            entries,
+            (6..=9).map(|i| entry(2, i, 2, i)).collect::<Vec<_>>()
+        );
+    });
+    assert!(!old.exists(), "log.redb is renamed once imported");
+    assert!(dir.0.join("log.redb.imported").exists());
+    assert_eq!(indexes(&log), vec![6, 7, 8, 9], "and the import is durable");
+    // Both a log.redb and a log/ is a mix-up the node does not guess about.
+    std::fs::copy(dir.0.join("log.redb.imported"), &old).unwrap();
+    let err = LogStore::open(&log).err().expect("refused");
+    assert!(err.contains("both hold a log"), "{err}");
 }

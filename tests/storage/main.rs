@@ -42,7 +42,7 @@ struct Builder;
 impl StoreBuilder<TypeConfig, LogStore, StateStore, TempDir> for Builder {
     async fn build(&self) -> Result<(TempDir, LogStore, StateStore), StorageError> {
         let dir = TempDir::new("suite");
-        let log = LogStore::open(&dir.0.join("log.redb")).expect("open log");
+        let log = LogStore::open(&dir.0.join("log")).expect("open log");
         let sm = StateStore::open(&dir.0).expect("open state");
         Ok((dir, log, sm))
     }
@@ -70,12 +70,25 @@ fn a_damaged_snapshot_file_is_refused_by_name() {
 }
 
 #[test]
-fn a_damaged_log_file_is_refused_by_name() {
+fn a_damaged_log_segment_is_refused_by_name() {
     let dir = TempDir::new("log");
-    let path = dir.0.join("log.redb");
-    std::fs::write(&path, vec![0xab; 8192]).unwrap();
-    let err = LogStore::open(&path).err().expect("refused");
-    assert!(err.contains("log.redb"), "{err}");
+    let log = dir.0.join("log");
+    std::fs::create_dir_all(&log).unwrap();
+    let segment = log.join("00000000000000000001.wal");
+    std::fs::write(&segment, vec![0xab; 8192]).unwrap();
+    let err = LogStore::open(&log).err().expect("refused");
+    assert!(err.contains("00000000000000000001.wal"), "{err}");
+    assert!(err.contains("at byte 0: not a group header"), "{err}");
+}
+
+#[test]
+fn a_stray_file_in_the_log_directory_is_refused_by_name() {
+    let dir = TempDir::new("log");
+    let log = dir.0.join("log");
+    std::fs::create_dir_all(&log).unwrap();
+    std::fs::write(log.join("notes.txt"), b"x").unwrap();
+    let err = LogStore::open(&log).err().expect("refused");
+    assert!(err.contains("notes.txt: not a log segment"), "{err}");
 }
 
 fn label(dir: &Path, id: u64) {
@@ -117,7 +130,7 @@ async fn a_committed_id_saved_alone_reaches_the_disk() {
     use openraft::storage::RaftLogStorage;
     use openraft::{CommittedLeaderId, LogId};
     let dir = TempDir::new("committed");
-    let path = dir.0.join("log.redb");
+    let path = dir.0.join("log");
     let committed = Some(LogId::new(CommittedLeaderId::new(3, 1), 7));
     {
         let mut log = LogStore::open(&path).expect("open log");
