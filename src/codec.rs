@@ -1,8 +1,9 @@
 //! The one bincode configuration, and the framed format that wraps every file Weir writes
 //! down whole: the machine's snapshot (`b"WSNP"`), the snapshot file around it (`b"WSST"`,
 //! [`crate::raft::state_store`]) and the data directory's identity file (`b"WNID"`,
-//! [`crate::server::data_dir`]), and every log entry stored in redb (`b"WENT"`,
-//! [`crate::raft::log_store`]). Frames on the wire use [`BINCODE`] but not this frame: the
+//! [`crate::server::data_dir`]), every log entry (`b"WENT"`, [`crate::raft::log_store`]) and
+//! the log's other records (vote, committed id, truncation, purge, checkpoint:
+//! [`crate::raft::wal`]). Frames on the wire use [`BINCODE`] but not this frame: the
 //! wire has its own lighter header ([`crate::wire`]).
 //!
 //! A frame is

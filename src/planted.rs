@@ -33,7 +33,7 @@ pub enum Plant {
     HaltSkipped,
     /// A session's expiry releases its permits without serving the queues.
     ExpiryNoGrant,
-    /// The Raft log's commits are never fsynced (its redb file backend skips `sync_data`).
+    /// The Raft log's writes are never fsynced (its files' `sync` does nothing).
     UnsyncedLog,
 }
 

@@ -22,14 +22,14 @@
 //! - Metadata: create, mkdir, unlink, rmdir and rename are durable when they return, as a
 //!   journaling filesystem commits them soon after; a file created and never synced comes
 //!   back empty (its durable length is 0), the classic zero-length file after a crash. Weir's
-//!   data directory holds `log.redb`, written by redb with `pwrite`, grown with `ftruncate`
-//!   and committed with `fdatasync` (`Durability::Immediate`: redb relies on neither rename
-//!   nor a directory fsync), and `snapshot.bin`/`node.id`, replaced by write, fsync, rename,
-//!   directory fsync: the data part of both is what this layer judges.
+//!   data directory holds `log/`, segment files appended with `pwrite` and made durable with
+//!   `fdatasync` after each write (a new segment's name with a directory fsync), and
+//!   `snapshot.bin`/`node.id`, replaced by write, fsync, rename, directory fsync: the data
+//!   part of both is what this layer judges.
 //! - The kernel caches nothing of the layer's files: every open is `FOPEN_DIRECT_IO` and
 //!   attributes and entries have a time-to-live of zero, so what a restarted node reads is
 //!   what the backing files hold after the power loss.
-//! - Locks (redb's byte-range lock) are the kernel's local ones (the layer does not claim
+//! - Locks (the log's `flock` on `log/lock`) are the kernel's local ones (the layer does not claim
 //!   POSIX locks), released when the holder dies.
 //!
 //! Invariants:

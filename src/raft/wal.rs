@@ -9,7 +9,7 @@
 //! only at its end, truncated only from an index to its end and purged only from its start:
 //! an append-only file fits it exactly (it is what etcd's WAL does).
 //!
-//! Layout. `log/` holds segments named by a sequence number (`00000000000000000001.wal`, …,
+//! Layout. `log/` holds its `lock` file ([`LOCK_FILE`]) and segments named by a sequence number (`00000000000000000001.wal`, …,
 //! 20 digits so they sort by name). A segment is a run of *groups*; the writer thread's one
 //! write, made durable by one `fdatasync`, is one group (or several, if it is larger than
 //! [`GROUP_BYTES_MAX`]):
@@ -111,15 +111,22 @@ pub trait LogDisk: Send + Sync {
     fn describe(&self, name: &str) -> String;
 }
 
+/// The lock file in a log directory: held (an exclusive `flock`) while a process has the log
+/// open, so a second process on the same directory is refused instead of interleaving writes.
+pub const LOCK_FILE: &str = "lock";
+
 /// Segments in a directory of the filesystem.
 pub struct DirDisk {
     dir: PathBuf,
     /// `false` only for `PLANTED(unsynced-log)`: syncs do nothing.
     sync: bool,
+    /// Holds the directory's lock until dropped.
+    _lock: std::fs::File,
 }
 
 impl DirDisk {
-    /// The directory `dir`, created if missing (with its parent's entry synced).
+    /// The directory `dir`, created if missing (with its parent's entry synced), locked for
+    /// this process: another process holding it is an error that says so.
     pub fn new(dir: &Path, sync: bool) -> io::Result<DirDisk> {
         if !dir.is_dir() {
             std::fs::create_dir_all(dir)?;
@@ -127,9 +134,26 @@ impl DirDisk {
                 sync_dir(parent, sync)?;
             }
         }
+        let lock = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(dir.join(LOCK_FILE))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(io::Error::other(format!(
+                    "{} is held by another process: is another node running on this data directory?",
+                    dir.join(LOCK_FILE).display()
+                )));
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
+        }
         Ok(DirDisk {
             dir: dir.to_path_buf(),
             sync,
+            _lock: lock,
         })
     }
 }
@@ -342,7 +366,7 @@ impl Wal {
         {
             match segment_seq(&name) {
                 Some(seq) => seqs.push(seq),
-                None if name.ends_with(".tmp") => {}
+                None if name == LOCK_FILE => {}
                 None => {
                     return Err(format!(
                         "{}: not a log segment (the log directory holds only NNNN.wal files)",

@@ -1,8 +1,8 @@
 //! The data directory and the identity file that says which node it belongs to.
 //!
-//! A data directory holds `node.id` (this file's concern), `log.redb` (the Raft log,
-//! [`crate::raft::log_store`]) and `snapshot.bin` (the latest snapshot,
-//! [`crate::raft::state_store`]).
+//! A data directory holds `node.id` (this file's concern), `log/` (the Raft log,
+//! [`crate::raft::log_store`]; `log.redb` in an earlier Weir, imported once) and
+//! `snapshot.bin` (the latest snapshot, [`crate::raft::state_store`]).
 //!
 //! Invariants:
 //! - A directory with files but no `node.id`, or with another node's `node.id`, is refused:

@@ -1,4 +1,4 @@
-//! The node: the data directory, Raft on the redb log and the state-machine store, the
+//! The node: the data directory, Raft on the log and the state-machine store, the
 //! proposer and the reader, and the client port. [`node`] wires them and stops them; this
 //! file only maps the module and describes the request pipeline, which no single file shows.
 //!
@@ -10,7 +10,7 @@
 //!  connection task ──spawn──▶ request task ─┬─ Write ─▶ proposer queue ─▶ proposer task
 //!   (reads frames)              (one per    │                               │ client_write_ff
 //!                                request)   │                               ▼
-//!                                           │                      openraft ─▶ log (redb)
+//!                                           │                      openraft ─▶ log (WAL)
 //!                                           │                               │ commit, apply
 //!                                           │                               ▼
 //!                                           │            StateStore::apply ─┬─▶ responder

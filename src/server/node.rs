@@ -1,4 +1,4 @@
-//! A running node: opens the data directory, starts Raft on the redb log and the
+//! A running node: opens the data directory, starts Raft on the log and the
 //! state-machine store, starts the proposer and the reader, serves the peer and client
 //! ports, and stops cleanly on SIGTERM or ctrl-c.
 //!

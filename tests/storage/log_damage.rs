@@ -124,6 +124,7 @@ fn segments_rotate_and_a_purge_deletes_the_oldest_only_once_all_their_entries_ar
         let mut names: Vec<String> = std::fs::read_dir(&path)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.ends_with(".wal"))
             .collect();
         names.sort();
         names

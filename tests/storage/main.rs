@@ -82,6 +82,21 @@ fn a_damaged_log_segment_is_refused_by_name() {
 }
 
 #[test]
+fn a_log_open_in_one_store_is_refused_to_a_second() {
+    let dir = TempDir::new("log");
+    let log = dir.0.join("log");
+    let first = LogStore::open(&log).expect("open");
+    let err = LogStore::open(&log).err().expect("refused");
+    assert!(
+        err.contains("is held by another process: is another node running on this data directory?"),
+        "{err}"
+    );
+    drop(first);
+    // The writer thread has stopped and the lock is released with the last clone.
+    LogStore::open(&log).expect("open again once the first is closed");
+}
+
+#[test]
 fn a_stray_file_in_the_log_directory_is_refused_by_name() {
     let dir = TempDir::new("log");
     let log = dir.0.join("log");
