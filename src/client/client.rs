@@ -240,7 +240,7 @@ impl Client {
         let mut wrapped = false;
         for _ in 0..n {
             let i = self.inner.next_server.fetch_add(1, Ordering::Relaxed);
-            wrapped |= (i + 1) % n == 0;
+            wrapped |= (i + 1).is_multiple_of(n);
             let addr = &self.inner.servers[i % n];
             if !current.suspects(addr) {
                 return (addr.clone(), wrapped);

@@ -129,10 +129,10 @@ impl Tail {
             .first_index()
             .filter(|first| log_id.index >= *first)
             .map(|first| (log_id.index - first) as usize);
-        if let Some(pos) = pos {
-            if self.entries.get(pos).is_some_and(|e| e.log_id == log_id) {
-                self.durable = self.durable.max(pos + 1);
-            }
+        if let Some(pos) = pos
+            && self.entries.get(pos).is_some_and(|e| e.log_id == log_id)
+        {
+            self.durable = self.durable.max(pos + 1);
         }
         while self.durable > TAIL_DURABLE_KEPT {
             self.entries.pop_front();
