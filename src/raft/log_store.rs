@@ -154,12 +154,13 @@ impl LogStore {
     pub fn open(dir: &Path) -> Result<LogStore, String> {
         // PLANTED(unsynced-log): the log's writes are never fsynced.
         let sync = !crate::planted::is(crate::planted::Plant::UnsyncedLog);
-        let fresh = !dir.exists();
         let disk = DirDisk::new(dir, sync).map_err(|e| format!("{}: {e}", dir.display()))?;
         let store = LogStore::open_disk(Box::new(disk), super::wal::SEGMENT_BYTES)?;
         let old = dir.with_file_name("log.redb");
         if old.exists() {
-            if !fresh {
+            // An import cut short by a crash left nothing: its one write is all or nothing.
+            let empty = store.wal.last_log_id().is_none() && store.wal.meta() == Default::default();
+            if !empty {
                 return Err(format!(
                     "{} and {} both hold a log: remove the one that is not this node's",
                     old.display(),

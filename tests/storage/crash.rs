@@ -2,9 +2,9 @@
 //!
 //! [`CrashDisk`] is a [`LogDisk`] in memory: files that keep, beside their durable bytes, the
 //! writes not yet synced (what an OS page cache holds). Reads see both; `sync` makes a
-//! file's writes durable; a power loss keeps the durable bytes plus, in some rounds, a
-//! random prefix of the unsynced writes with the last of them cut short at a random byte (a
-//! torn write: the disk wrote some of what it was given before the power went). Creating
+//! file's writes durable; a power loss keeps the durable bytes plus a random prefix
+//! (often empty) of the unsynced writes, the last of them cut short at a random byte (a torn
+//! write: the disk wrote some of what it was given before the power went). Creating
 //! and removing a file are durable when they return (the log syncs its directory after a
 //! create). A fuse counts disk calls and cuts the power at a random one, so the loss lands
 //! anywhere: between writes, between a write and its sync, while a segment is begun.
@@ -15,7 +15,8 @@
 //! counts as acknowledged when [`LogStore::append_durably`] returns `Ok`, or the `Durable`
 //! of an [`LogStore::append_queued`] answers `Ok`, which is exactly when `append` calls
 //! openraft's flush callback; queued appends are readable before that), then runs a random
-//! workload until the power goes. Seeded and bounded: the same seed replays the same rounds.
+//! workload until the power goes. Seeded and bounded: the same seed draws the same rounds,
+//! though where the fuse lands varies with how the writer thread happens to group writes.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -32,7 +33,7 @@ use super::entries::entry;
 /// The seed of the rounds below; change it to explore, keep it to replay.
 const SEED: u64 = 0x5eed_0f10_5eed;
 /// Rounds of open, check, work, power loss.
-const ROUNDS: usize = 60;
+const ROUNDS: usize = 100;
 /// Disk calls before the power goes, at most (drawn per round in `0..FUSE_MAX`).
 const FUSE_MAX: u64 = 120;
 /// Operations of one round's workload, at most.
@@ -110,38 +111,38 @@ impl CrashDisk {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Cuts the power (if the fuse has not) and returns what survived and how many files
-    /// had unsynced writes. With `torn`, each file keeps a prefix of its unsynced writes
-    /// (`rng` chooses), the last of them cut short.
-    fn power_loss(&self, rng: &mut Rng, torn: bool) -> (Image, usize) {
+    /// Cuts the power (if the fuse has not) and returns what survived, how many files had
+    /// unsynced writes, and how many kept a write cut short. Each file keeps a prefix of its
+    /// unsynced writes (`rng` chooses, often none), the last of them cut short.
+    fn power_loss(&self, rng: &mut Rng) -> (Image, usize, usize) {
         let mut d = self.disk();
         d.dead = true;
         let mut unsynced = 0;
+        let mut partial = 0;
         let mut image = Image::new();
         for (name, f) in &d.files {
             let mut bytes = f.durable.clone();
             if !f.unsynced.is_empty() {
                 unsynced += 1;
-                if torn {
-                    let keep = rng.below(f.unsynced.len() as u64 + 1) as usize;
-                    for (i, (offset, op)) in f.unsynced.iter().take(keep).enumerate() {
-                        match op {
-                            None => bytes.resize(*offset as usize, 0),
-                            Some(data) => {
-                                let n = if i + 1 == keep {
-                                    rng.below(data.len() as u64 + 1) as usize
-                                } else {
-                                    data.len()
-                                };
-                                write_at(&mut bytes, *offset, &data[..n]);
-                            }
+                let keep = rng.below(f.unsynced.len() as u64 + 1) as usize;
+                for (i, (offset, op)) in f.unsynced.iter().take(keep).enumerate() {
+                    match op {
+                        None => bytes.resize(*offset as usize, 0),
+                        Some(data) => {
+                            let n = if i + 1 == keep {
+                                rng.below(data.len() as u64 + 1) as usize
+                            } else {
+                                data.len()
+                            };
+                            partial += (n > 0 && n < data.len()) as usize;
+                            write_at(&mut bytes, *offset, &data[..n]);
                         }
                     }
                 }
             }
             image.insert(name.clone(), bytes);
         }
-        (image, unsynced)
+        (image, unsynced, partial)
     }
 }
 
@@ -456,12 +457,11 @@ fn every_acknowledged_log_write_survives_power_loss_at_random_points() {
                     }
                 }
             }
-            let torn = rng.below(2) == 0;
-            let (survived, unsynced) = disk.power_loss(&mut rng, torn);
+            let (survived, unsynced, partial) = disk.power_loss(&mut rng);
             if unsynced > 0 {
                 cut_with_unsynced += 1;
-                torn_rounds += torn as usize;
             }
+            torn_rounds += (partial > 0) as usize;
             image = survived;
         }
         check(&image, &mut acked, ROUNDS).await;
@@ -476,15 +476,14 @@ fn every_acknowledged_log_write_survives_power_loss_at_random_points() {
         cut_mid_work >= ROUNDS / 4,
         "the fuse fired mid-workload in {cut_mid_work} rounds"
     );
-    // A write is synced at once, so only a cut between the two leaves unsynced bytes.
+    // A write is synced at once, so only a cut between the two leaves unsynced bytes; the
+    // writer's grouping varies with timing, so these counts vary from run to run (13-18 and
+    // 5-10 of 60 rounds were seen): the bounds are well below.
     assert!(
-        cut_with_unsynced >= ROUNDS / 6,
+        cut_with_unsynced >= ROUNDS / 10,
         "unsynced writes dropped in {cut_with_unsynced}"
     );
-    assert!(
-        torn_rounds >= ROUNDS / 10,
-        "torn writes in {torn_rounds} rounds"
-    );
+    assert!(torn_rounds >= 3, "torn writes in {torn_rounds} rounds");
     assert!(appended >= 50, "only {appended} entries acknowledged");
     assert!(purges >= 3, "only {purges} purges acknowledged");
     assert!(

@@ -202,6 +202,8 @@ const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 fn an_earlier_weirs_log_redb_is_imported_once_and_renamed() {
     let dir = TempDir::new("logimport");
     let old = dir.0.join("log.redb");
+    // An import cut short by a crash left an empty log/ behind.
+    std::fs::create_dir_all(dir.0.join("log")).unwrap();
     let id = |term, index| LogId::new(CommittedLeaderId::new(term, 1), index);
     {
         // The earlier layout: sealed entries by index, and the meta keys.
@@ -240,7 +242,8 @@ fn an_earlier_weirs_log_redb_is_imported_once_and_renamed() {
     assert!(!old.exists(), "log.redb is renamed once imported");
     assert!(dir.0.join("log.redb.imported").exists());
     assert_eq!(indexes(&log), vec![6, 7, 8, 9], "and the import is durable");
-    // Both a log.redb and a log/ is a mix-up the node does not guess about.
+    // Both a log.redb and a log/ with something in it is a mix-up the node does not guess
+    // about (an empty log/ is an import cut short: imported again, as above).
     std::fs::copy(dir.0.join("log.redb.imported"), &old).unwrap();
     let err = LogStore::open(&log).err().expect("refused");
     assert!(err.contains("both hold a log"), "{err}");
