@@ -10,7 +10,7 @@
 //! let it be applied or found only when read.
 //!
 //! A data directory of an earlier Weir holds its log in `log.redb`; the first open imports
-//! it (every entry verified as above) into `log/` and renames it `log.redb.imported`.
+//! it into `log/` and renames it `log.redb.imported` ([`super::redb_import`]).
 //!
 //! Invariants and the promises openraft relies on:
 //! - Every write goes through the ordered writer ([`super::log_writer`]): one thread, jobs
@@ -154,30 +154,27 @@ impl LogStore {
     pub fn open(dir: &Path) -> Result<LogStore, String> {
         // PLANTED(unsynced-log): the log's writes are never fsynced.
         let sync = !crate::planted::is(crate::planted::Plant::UnsyncedLog);
-        let disk = DirDisk::new(dir, sync).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let store = LogStore::open_disk(Box::new(disk), super::wal::SEGMENT_BYTES)?;
         let old = dir.with_file_name("log.redb");
         if old.exists() {
-            // An import cut short by a crash left nothing: its one write is all or nothing.
-            let empty = store.wal.last_log_id().is_none() && store.wal.meta() == Default::default();
-            if !empty {
-                return Err(format!(
-                    "{} and {} both hold a log: remove the one that is not this node's",
-                    old.display(),
-                    dir.display()
-                ));
-            }
-            super::redb_import::import(&old, &store)?;
-            let done = dir.with_file_name("log.redb.imported");
-            std::fs::rename(&old, &done).map_err(|e| format!("{}: {e}", old.display()))?;
-            if let Some(parent) = dir.parent() {
-                std::fs::File::open(parent)
-                    .and_then(|d| d.sync_all())
-                    .map_err(|e| format!("{}: {e}", parent.display()))?;
-            }
-            tracing::info!("log: imported {} into {}", old.display(), dir.display());
+            super::redb_import::import_once(&old, dir, sync)?;
         }
-        Ok(store)
+        let disk = DirDisk::new(dir, sync).map_err(|e| format!("{}: {e}", dir.display()))?;
+        LogStore::open_disk(Box::new(disk), super::wal::SEGMENT_BYTES)
+    }
+
+    /// Whether the log holds nothing at all: no entry, vote, committed id or purge point.
+    pub(super) fn is_blank(&self) -> bool {
+        self.wal.last_log_id().is_none() && self.wal.meta() == Default::default()
+    }
+
+    /// The log's last entry id (or purge point), vote and purge point, as durable.
+    pub(super) fn summary(&self) -> (Option<LogId>, Option<Vote>, Option<LogId>) {
+        let meta = self.wal.meta();
+        (
+            self.wal.last_log_id().or(meta.purged),
+            meta.vote,
+            meta.purged,
+        )
     }
 
     /// Opens (or creates) a log on `disk` (tests: a disk that loses power, and segments of

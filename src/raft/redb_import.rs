@@ -1,28 +1,51 @@
 //! The import of an earlier Weir's log, `log.redb` (tables `entries: u64 -> bytes` of sealed
 //! `WENT` frames, and `meta: str -> bytes` with `vote`, `committed` and `last_purged`), into
-//! a fresh WAL, once, when [`super::log_store::LogStore::open`] finds it.
+//! the WAL in `log/`, once, when [`super::log_store::LogStore::open`] finds it.
 //!
-//! Invariants: every entry is verified as a WAL entry is ([`decode_entry`], under the key it
-//! was stored at) before anything is written; the import is one durable write, so a crash
-//! during it leaves a fresh log and `log.redb` still in place, and the next start imports
-//! again (the caller renames `log.redb` only after this returns).
+//! Steps, each safe to cut by a crash:
+//! 1. Read and verify everything: every entry as a WAL entry is verified ([`decode_entry`],
+//!    under the key it was stored at), the indexes contiguous and above the purge point.
+//!    Anything wrong refuses the start, naming `log.redb`; nothing is written.
+//! 2. Write it all into a fresh `log.importing/` (one left by an import cut short is
+//!    removed first), close it, and rename it to `log/` (the parent directory synced): so
+//!    `log/` appears whole or not at all.
+//! 3. Rename `log.redb` to `log.redb.imported` (synced).
+//!
+//! A `log/` found beside `log.redb` is either the result of step 2 with step 3 cut short
+//! (it holds exactly what `log.redb` holds: step 3 is finished), or blank (created by some
+//! earlier start: removed, and the import made), or something else, which is refused: the
+//! node does not guess which of two logs is its own.
 
 use std::path::Path;
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use super::log_store::{LogStore, decode_entry};
-use super::wal::Record;
+use super::wal::{DirDisk, Record, SEGMENT_BYTES};
 use super::{LogId, Vote};
 use crate::codec;
 
 const ENTRIES: TableDefinition<u64, &[u8]> = TableDefinition::new("entries");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 
-/// Imports `path` into `store`, whose log must be empty.
-pub fn import(path: &Path, store: &LogStore) -> Result<(), String> {
-    let name = path.display().to_string();
-    let err = |e: &dyn std::fmt::Display| format!("{name}: {e}");
+/// What `log.redb` holds, verified.
+struct Old {
+    vote: Option<Vote>,
+    committed: Option<LogId>,
+    purged: Option<LogId>,
+    /// Entry ids and their sealed frames, by index.
+    entries: Vec<(LogId, Vec<u8>)>,
+}
+
+impl Old {
+    fn summary(&self) -> (Option<LogId>, Option<Vote>, Option<LogId>) {
+        let last = self.entries.last().map(|(id, _)| *id).or(self.purged);
+        (last, self.vote, self.purged)
+    }
+}
+
+fn read(path: &Path) -> Result<Old, String> {
+    let err = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
     let db = Database::open(path).map_err(|e| err(&e))?;
     let r = db.begin_read().map_err(|e| err(&e))?;
     let meta = r.open_table(META).map_err(|e| err(&e))?;
@@ -43,28 +66,104 @@ pub fn import(path: &Path, store: &LogStore) -> Result<(), String> {
         .map(|b| codec::decode(&b).map_err(|e| err(&format!("last_purged: {e}"))))
         .transpose()?;
     let table = r.open_table(ENTRIES).map_err(|e| err(&e))?;
-    let mut entries = vec![];
+    let mut entries: Vec<(LogId, Vec<u8>)> = vec![];
     for item in table.iter().map_err(|e| err(&e))? {
         let (k, v) = item.map_err(|e| err(&e))?;
-        let entry = decode_entry(k.value(), v.value())
-            .map_err(|e| err(&format!("log entry {}: {e}", k.value())))?;
+        let index = k.value();
+        let entry =
+            decode_entry(index, v.value()).map_err(|e| err(&format!("log entry {index}: {e}")))?;
+        let expected = match (entries.last(), purged) {
+            (Some((last, _)), _) => Some(last.index + 1),
+            (None, Some(p)) if index <= p.index => {
+                return Err(err(&format!(
+                    "log entry {index} is at or below the purge point {}",
+                    p.index
+                )));
+            }
+            (None, _) => None,
+        };
+        if let Some(want) = expected
+            && want != index
+        {
+            return Err(err(&format!(
+                "log entry {index} follows entry {}: the log has a hole",
+                want - 1
+            )));
+        }
         entries.push((entry.log_id, v.value().to_vec()));
     }
-    let mut records = vec![];
-    if let Some(upto) = purged {
-        records.push(Record::Purge(upto));
+    Ok(Old {
+        vote,
+        committed,
+        purged,
+        entries,
+    })
+}
+
+/// Renames `from` to `to` and syncs their directory.
+fn rename_synced(from: &Path, to: &Path) -> Result<(), String> {
+    std::fs::rename(from, to)
+        .map_err(|e| format!("{} -> {}: {e}", from.display(), to.display()))?;
+    if let Some(parent) = to.parent() {
+        std::fs::File::open(parent)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| format!("{}: {e}", parent.display()))?;
     }
-    records.extend(entries.iter().map(|(log_id, sealed)| Record::Entry {
-        log_id: *log_id,
-        sealed,
-    }));
-    if let Some(vote) = &vote {
-        records.push(Record::Vote(vote));
+    Ok(())
+}
+
+/// Imports `old` (a `log.redb`) into the log directory `dir` (module doc), `sync` as the
+/// log's own (`false` only for the planted missing fsync).
+pub fn import_once(old: &Path, dir: &Path, sync: bool) -> Result<(), String> {
+    let imported = old.with_file_name("log.redb.imported");
+    let o = read(old)?;
+    let open = |at: &Path| -> Result<LogStore, String> {
+        let disk = DirDisk::new(at, sync).map_err(|e| format!("{}: {e}", at.display()))?;
+        LogStore::open_disk(Box::new(disk), SEGMENT_BYTES)
+    };
+    if dir.exists() {
+        let store = open(dir)?;
+        if store.summary() == o.summary() && !store.is_blank() {
+            drop(store);
+            tracing::info!("log: {} was imported already; renaming it", old.display());
+            return rename_synced(old, &imported);
+        }
+        if !store.is_blank() {
+            return Err(format!(
+                "{} and {} both hold a log: remove the one that is not this node's",
+                old.display(),
+                dir.display()
+            ));
+        }
+        drop(store);
+        std::fs::remove_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
-    if committed.is_some() {
-        records.push(Record::Committed(committed));
+    let staging = dir.with_file_name("log.importing");
+    if staging.exists() {
+        std::fs::remove_dir_all(&staging).map_err(|e| format!("{}: {e}", staging.display()))?;
     }
-    store
-        .write_now(&records)
-        .map_err(|e| err(&format!("importing: {e}")))
+    {
+        let store = open(&staging)?;
+        let mut records = vec![];
+        if let Some(upto) = o.purged {
+            records.push(Record::Purge(upto));
+        }
+        records.extend(o.entries.iter().map(|(log_id, sealed)| Record::Entry {
+            log_id: *log_id,
+            sealed,
+        }));
+        if let Some(vote) = &o.vote {
+            records.push(Record::Vote(vote));
+        }
+        if o.committed.is_some() {
+            records.push(Record::Committed(o.committed));
+        }
+        store
+            .write_now(&records)
+            .map_err(|e| format!("{}: importing {}: {e}", staging.display(), old.display()))?;
+    }
+    rename_synced(&staging, dir)?;
+    rename_synced(old, &imported)?;
+    tracing::info!("log: imported {} into {}", old.display(), dir.display());
+    Ok(())
 }

@@ -30,8 +30,9 @@
 //! when the segment was begun).
 //!
 //! Invariants:
-//! - Only the writer thread ([`super::log_writer`]) writes, through [`Wal::write`]: one
-//!   `pwrite` at the active segment's end, then one `fdatasync`; the in-memory state (the
+//! - Only the writer thread ([`super::log_writer`]) writes, through [`Wal::write`] (and,
+//!   before the writer starts, the import of an old log and the cut of a torn tail at
+//!   open): one `pwrite` at the active segment's end, then one `fdatasync`; the in-memory state (the
 //!   entry index, vote, committed id, purge point) changes only after the sync returns, so
 //!   what [`Wal`] answers is durable. A failed write or sync is returned and the caller
 //!   writes nothing more (fail-stop: the writer's invariant).
@@ -40,12 +41,13 @@
 //! - Every segment's first record is a checkpoint. A segment is begun (created, the
 //!   directory synced) before anything is written into it, and its first group carries the
 //!   checkpoint and the records that did not fit the previous one.
-//! - Segments are deleted only from the oldest, and only while every entry recorded in the
-//!   segment is at or below the durable purge point: a truncation recorded in a later
+//! - Segments are deleted only from the oldest, one durable removal at a time, and only
+//!   while every entry recorded in the segment is at or below the durable purge point: a truncation recorded in a later
 //!   segment is never lost while entries it removed remain in an earlier one, and the
 //!   newest checkpoint restates what the deleted segments' vote and committed records said.
 //! - The live entries have contiguous indexes: on replay an entry must follow the last live
-//!   one (or start the log), else the log is refused.
+//!   one, else the log is refused; when none is live (a new log, or everything purged) any
+//!   index may start it, as the Raft core appends after a snapshot.
 //! - Damage (G8): at open every group, record and entry is verified. A group that fails is a
 //!   torn write, cut off with a warning, only when it is the last thing in the newest
 //!   segment and is *incomplete*: its header or its payload runs past the end of the file,
@@ -74,6 +76,10 @@ pub const SEGMENT_BYTES: u64 = 64 << 20;
 pub const GROUP_BYTES_MAX: usize = 64 << 20;
 /// A group's header.
 pub const GROUP_HEADER_BYTES: usize = 16;
+/// Largest segment file read at open: a segment is closed before it passes `SEGMENT_BYTES`,
+/// and one write (at most `log_writer`'s 64 jobs, each at most an append of
+/// `max_payload_entries` entries of `ENTRY_BYTES_MAX`) stays far below this.
+const SEGMENT_READ_MAX: u64 = 4 << 30;
 const GROUP_MAGIC: [u8; 4] = *b"WGRP";
 
 const ENTRY_MAGIC: [u8; 4] = *b"WENT";
@@ -106,6 +112,8 @@ pub trait LogDisk: Send + Sync {
     fn open(&self, name: &str) -> io::Result<Arc<dyn SegmentFile>>;
     /// Creates an empty file, which must not exist; its name is durable when this returns.
     fn create(&self, name: &str) -> io::Result<Arc<dyn SegmentFile>>;
+    /// Removes a file; the removal is durable when this returns (so removals reach the disk
+    /// in the order they were made).
     fn remove(&self, name: &str) -> io::Result<()>;
     /// What `name` is called in messages.
     fn describe(&self, name: &str) -> String;
@@ -229,7 +237,8 @@ impl LogDisk for DirDisk {
     }
 
     fn remove(&self, name: &str) -> io::Result<()> {
-        std::fs::remove_file(self.dir.join(name))
+        std::fs::remove_file(self.dir.join(name))?;
+        sync_dir(&self.dir, self.sync)
     }
 
     fn describe(&self, name: &str) -> String {
@@ -505,7 +514,9 @@ impl Wal {
         let mut checkpoint = begin;
         let mut created = None;
         if !begin && at + estimate as u64 > self.segment_bytes {
-            seq += 1;
+            seq = seq
+                .checked_add(1)
+                .ok_or_else(|| io::Error::other("log segment numbers are exhausted"))?;
             let name = segment_name(seq);
             file = self.disk.create(&name)?;
             at = 0;
@@ -591,21 +602,24 @@ impl Wal {
     }
 
     /// Deletes the oldest segments while every entry they record is at or below the purge
-    /// point (never the active one). A failed delete is logged and left: replay drops a
-    /// purged segment's entries again.
+    /// point (never the active one), oldest first, each removal durable before the next. A
+    /// failed delete is logged and ends the round: the segment stays the oldest (a younger
+    /// one deleted before it would leave a gap replay cannot cross) and is tried again at the
+    /// next purge. Nothing is lost by keeping it: replay drops its entries again.
     fn delete_purged(&self, state: &mut State) {
         let Some(purged) = state.meta.purged else {
             return;
         };
         while state.segments.len() > 1 && state.segments[0].top.is_none_or(|t| t <= purged.index) {
-            let segment = state.segments.pop_front().expect("len > 1");
-            let name = segment_name(segment.seq);
+            let name = segment_name(state.segments[0].seq);
             if let Err(e) = self.disk.remove(&name) {
                 tracing::warn!(
-                    "log: cannot delete purged {}: {e}",
+                    "log: cannot delete purged {} (tried again at the next purge): {e}",
                     self.disk.describe(&name)
                 );
+                return;
             }
+            state.segments.pop_front();
         }
     }
 }
@@ -776,6 +790,11 @@ fn replay(
     newest: bool,
 ) -> Result<Segment, String> {
     let len = file.size().map_err(|e| e.to_string())?;
+    if len > SEGMENT_READ_MAX {
+        return Err(format!(
+            "{len} bytes, more than any segment this log writes ({SEGMENT_READ_MAX})"
+        ));
+    }
     let mut bytes = vec![0u8; len as usize];
     file.read_at(&mut bytes, 0).map_err(|e| e.to_string())?;
     let mut segment = Segment {

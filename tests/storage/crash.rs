@@ -279,6 +279,10 @@ struct Acked {
     entries: BTreeMap<u64, Vec<u8>>,
     vote: Option<Vote<u64>>,
     purged: Option<u64>,
+    /// The index of the last acknowledged truncation, and every entry submitted since (its
+    /// append acknowledged or not): from that index on, the log may hold only those.
+    truncated_from: Option<u64>,
+    since_truncate: BTreeMap<u64, Vec<u8>>,
 }
 
 fn open(disk: CrashDisk) -> Result<LogStore, String> {
@@ -317,6 +321,15 @@ async fn check(image: &Image, acked: &mut Acked, round: usize) -> u64 {
         present.keys().all(|i| purged.is_none_or(|p| *i > p)),
         "round {round}: entries at or below the purge point {purged:?} are still read"
     );
+    if let Some(from) = acked.truncated_from {
+        for (index, bytes) in present.range(from..) {
+            assert_eq!(
+                acked.since_truncate.get(index),
+                Some(bytes),
+                "round {round}: entry {index}, truncated away (from {from}), came back"
+            );
+        }
+    }
     let indexes: Vec<u64> = present.keys().copied().collect();
     assert!(
         indexes.windows(2).all(|w| w[1] == w[0] + 1),
@@ -383,6 +396,8 @@ fn every_acknowledged_log_write_survives_power_loss_at_random_points() {
                             let ok = log.truncate(at).await.is_ok();
                             if ok {
                                 acked.entries.retain(|&i, _| i < from);
+                                acked.truncated_from = Some(from);
+                                acked.since_truncate.clear();
                                 last = from - 1;
                             }
                             ok
@@ -419,6 +434,7 @@ fn every_acknowledged_log_write_survives_power_loss_at_random_points() {
                             for _ in 0..rng.below(4) + 2 {
                                 let (entries, encoded) = batch(&mut rng, term, last);
                                 let n = entries.len() as u64;
+                                acked.since_truncate.extend(encoded.iter().cloned());
                                 match log.append_queued(entries).await {
                                     Ok(durable) => queued.push((durable, encoded)),
                                     Err(_) => {
@@ -441,6 +457,7 @@ fn every_acknowledged_log_write_survives_power_loss_at_random_points() {
                         _ => {
                             let (entries, encoded) = batch(&mut rng, term, last);
                             let n = entries.len() as u64;
+                            acked.since_truncate.extend(encoded.iter().cloned());
                             let ok = log.append_durably(entries).await.is_ok();
                             if ok {
                                 acked.entries.extend(encoded);

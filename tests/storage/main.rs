@@ -139,19 +139,30 @@ fn a_data_dir_belongs_to_one_node_and_is_never_started_over() {
 }
 
 /// `save_committed` returns before its write; the writer makes it durable on its own within
-/// milliseconds when no append comes to share the fsync.
+/// milliseconds when no append comes to share the fsync (looked for in the segment while the
+/// log is still open: closing it would write the hint anyway).
 #[tokio::test]
 async fn a_committed_id_saved_alone_reaches_the_disk() {
     use openraft::storage::RaftLogStorage;
     use openraft::{CommittedLeaderId, LogId};
     let dir = TempDir::new("committed");
     let path = dir.0.join("log");
-    let committed = Some(LogId::new(CommittedLeaderId::new(3, 1), 7));
-    {
-        let mut log = LogStore::open(&path).expect("open log");
-        log.save_committed(committed).await.unwrap();
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let committed: Option<LogId<u64>> = Some(LogId::new(CommittedLeaderId::new(3, 1), 7));
+    let frame = weir::codec::seal_frame(*b"WCOM", 1, &weir::codec::encode(&committed));
+    let mut log = LogStore::open(&path).expect("open log");
+    log.save_committed(committed).await.unwrap();
+    let segment = path.join("00000000000000000001.wal");
+    let mut written = false;
+    for _ in 0..100 {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let bytes = std::fs::read(&segment).unwrap();
+        if bytes.windows(frame.len()).any(|w| w == frame.as_slice()) {
+            written = true;
+            break;
+        }
     }
+    assert!(written, "the committed id was not written within 2 s");
+    drop(log);
     let mut log = LogStore::open(&path).expect("reopen log");
     assert_eq!(log.read_committed().await.unwrap(), committed);
 }
