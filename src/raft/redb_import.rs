@@ -7,8 +7,11 @@
 //!    under the key it was stored at), the indexes contiguous and above the purge point.
 //!    Anything wrong refuses the start, naming `log.redb`; nothing is written.
 //! 2. Write it all into a fresh `log.importing/` (one left by an import cut short is
-//!    removed first), close it, and rename it to `log/` (the parent directory synced): so
-//!    `log/` appears whole or not at all.
+//!    removed first), in writes of at most half a segment, close it, and rename it to
+//!    `log/` (the parent directory synced): so `log/` appears whole or not at all.
+//!
+//! `log.redb` stays open for all of it, so redb's own file lock refuses a second process
+//! starting on the same directory meanwhile.
 //! 3. Rename `log.redb` to `log.redb.imported` (synced).
 //!
 //! A `log/` found beside `log.redb` is either the result of step 2 with step 3 cut short
@@ -44,9 +47,8 @@ impl Old {
     }
 }
 
-fn read(path: &Path) -> Result<Old, String> {
+fn read(db: &Database, path: &Path) -> Result<Old, String> {
     let err = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
-    let db = Database::open(path).map_err(|e| err(&e))?;
     let r = db.begin_read().map_err(|e| err(&e))?;
     let meta = r.open_table(META).map_err(|e| err(&e))?;
     let read_meta = |key: &str| -> Result<Option<Vec<u8>>, String> {
@@ -116,7 +118,10 @@ fn rename_synced(from: &Path, to: &Path) -> Result<(), String> {
 /// log's own (`false` only for the planted missing fsync).
 pub fn import_once(old: &Path, dir: &Path, sync: bool) -> Result<(), String> {
     let imported = old.with_file_name("log.redb.imported");
-    let o = read(old)?;
+    // Held open (with redb's own file lock) until the import is done: a second process
+    // starting on this directory meanwhile is refused by redb, not let in to race.
+    let db = Database::open(old).map_err(|e| format!("{}: {e}", old.display()))?;
+    let o = read(&db, old)?;
     let open = |at: &Path| -> Result<LogStore, String> {
         let disk = DirDisk::new(at, sync).map_err(|e| format!("{}: {e}", at.display()))?;
         LogStore::open_disk(Box::new(disk), SEGMENT_BYTES)
@@ -148,22 +153,37 @@ pub fn import_once(old: &Path, dir: &Path, sync: bool) -> Result<(), String> {
         if let Some(upto) = o.purged {
             records.push(Record::Purge(upto));
         }
-        records.extend(o.entries.iter().map(|(log_id, sealed)| Record::Entry {
-            log_id: *log_id,
-            sealed,
-        }));
+        // In writes of about half a segment, so no segment grows past what the log writes
+        // itself (the staging directory makes the pieces one import all the same).
+        let mut bytes = 0;
+        let write = |records: &[Record<'_>]| {
+            store
+                .write_now(records)
+                .map_err(|e| format!("{}: importing {}: {e}", staging.display(), old.display()))
+        };
+        for (log_id, sealed) in &o.entries {
+            if bytes + sealed.len() as u64 > SEGMENT_BYTES / 2 && !records.is_empty() {
+                write(&records)?;
+                records.clear();
+                bytes = 0;
+            }
+            bytes += sealed.len() as u64;
+            records.push(Record::Entry {
+                log_id: *log_id,
+                sealed,
+            });
+        }
         if let Some(vote) = &o.vote {
             records.push(Record::Vote(vote));
         }
         if o.committed.is_some() {
             records.push(Record::Committed(o.committed));
         }
-        store
-            .write_now(&records)
-            .map_err(|e| format!("{}: importing {}: {e}", staging.display(), old.display()))?;
+        write(&records)?;
     }
     rename_synced(&staging, dir)?;
     rename_synced(old, &imported)?;
+    drop(db);
     tracing::info!("log: imported {} into {}", old.display(), dir.display());
     Ok(())
 }

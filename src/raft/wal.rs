@@ -76,9 +76,11 @@ pub const SEGMENT_BYTES: u64 = 64 << 20;
 pub const GROUP_BYTES_MAX: usize = 64 << 20;
 /// A group's header.
 pub const GROUP_HEADER_BYTES: usize = 16;
-/// Largest segment file read at open: a segment is closed before it passes `SEGMENT_BYTES`,
-/// and one write (at most `log_writer`'s 64 jobs, each at most an append of
-/// `max_payload_entries` entries of `ENTRY_BYTES_MAX`) stays far below this.
+/// Largest segment file read at open (it is read whole). A segment is closed before a write
+/// would take it past `SEGMENT_BYTES`, so it is at most that plus one write: at most
+/// `log_writer`'s 64 jobs, each an append of `max_payload_entries` (default 64) entries of
+/// at most `ENTRY_BYTES_MAX`, about 2 GiB at the defaults; the import writes in pieces of
+/// `SEGMENT_BYTES`. A larger file is refused rather than allocated.
 const SEGMENT_READ_MAX: u64 = 4 << 30;
 const GROUP_MAGIC: [u8; 4] = *b"WGRP";
 
@@ -237,7 +239,11 @@ impl LogDisk for DirDisk {
     }
 
     fn remove(&self, name: &str) -> io::Result<()> {
-        std::fs::remove_file(self.dir.join(name))?;
+        match std::fs::remove_file(self.dir.join(name)) {
+            // Removed already (by an earlier try whose directory sync failed): sync again.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            other => other?,
+        }
         sync_dir(&self.dir, self.sync)
     }
 
