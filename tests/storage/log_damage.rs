@@ -293,3 +293,80 @@ fn a_log_redb_with_a_hole_is_refused_and_nothing_is_written() {
         "{err}"
     );
 }
+
+/// A directory whose next segment removal fails once (a failed unlink or directory sync).
+struct FailOneRemove {
+    inner: DirDisk,
+    fail_next: std::sync::atomic::AtomicBool,
+}
+
+impl weir::raft::wal::LogDisk for FailOneRemove {
+    fn list(&self) -> std::io::Result<Vec<String>> {
+        self.inner.list()
+    }
+    fn open(
+        &self,
+        name: &str,
+    ) -> std::io::Result<std::sync::Arc<dyn weir::raft::wal::SegmentFile>> {
+        self.inner.open(name)
+    }
+    fn create(
+        &self,
+        name: &str,
+    ) -> std::io::Result<std::sync::Arc<dyn weir::raft::wal::SegmentFile>> {
+        self.inner.create(name)
+    }
+    fn remove(&self, name: &str) -> std::io::Result<()> {
+        if self
+            .fail_next
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(std::io::Error::other("injected: remove failed"));
+        }
+        self.inner.remove(name)
+    }
+    fn describe(&self, name: &str) -> String {
+        self.inner.describe(name)
+    }
+}
+
+#[test]
+fn a_failed_segment_delete_keeps_it_oldest_and_the_next_purge_deletes_it() {
+    let dir = TempDir::new("logfaildelete");
+    let path = dir.0.join("log");
+    let id = |term, index| LogId::new(CommittedLeaderId::new(term, 1), index);
+    let segments = || {
+        let mut names: Vec<String> = std::fs::read_dir(&path)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.ends_with(".wal"))
+            .collect();
+        names.sort();
+        names
+    };
+    rt().block_on(async {
+        let disk = FailOneRemove {
+            inner: DirDisk::new(&path, true).unwrap(),
+            fail_next: std::sync::atomic::AtomicBool::new(true),
+        };
+        let mut log = LogStore::open_disk(Box::new(disk), 2048).unwrap();
+        for i in 1..=40 {
+            log.append_durably(vec![entry(1, i, 4, i)]).await.unwrap();
+        }
+        let before = segments();
+        assert!(before.len() >= 4, "{before:?}");
+        // The first removal fails: nothing younger may go before it.
+        log.purge(id(1, 30)).await.unwrap();
+        assert_eq!(segments(), before, "no segment deleted past a failed one");
+        // The next purge deletes it and those after it.
+        log.purge(id(1, 31)).await.unwrap();
+        let after = segments();
+        assert!(
+            after.len() < before.len() && !after.contains(&FIRST_SEGMENT.to_string()),
+            "{before:?} -> {after:?}"
+        );
+    });
+    let mut entries = indexes(&path);
+    entries.sort();
+    assert_eq!(entries, (32..=40).collect::<Vec<u64>>());
+}
