@@ -39,6 +39,17 @@ fn indexes(dir: &std::path::Path) -> Vec<u64> {
     })
 }
 
+/// The segment files in the log directory `dir`, sorted.
+fn segment_names(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".wal"))
+        .collect();
+    names.sort();
+    names
+}
+
 #[test]
 fn an_entry_damaged_in_place_is_refused_at_open_naming_the_segment_byte_and_index() {
     let dir = TempDir::new("logdamage");
@@ -120,15 +131,7 @@ fn segments_rotate_and_a_purge_deletes_the_oldest_only_once_all_their_entries_ar
         let disk = DirDisk::new(&path, true).unwrap();
         LogStore::open_disk(Box::new(disk), 2048).unwrap()
     };
-    let segments = || {
-        let mut names: Vec<String> = std::fs::read_dir(&path)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|name| name.ends_with(".wal"))
-            .collect();
-        names.sort();
-        names
-    };
+    let segments = || segment_names(&path);
     let id = |term, index| LogId::new(CommittedLeaderId::new(term, 1), index);
     rt().block_on(async {
         let mut log = open();
@@ -335,15 +338,7 @@ fn a_failed_segment_delete_keeps_it_oldest_and_the_next_purge_deletes_it() {
     let dir = TempDir::new("logfaildelete");
     let path = dir.0.join("log");
     let id = |term, index| LogId::new(CommittedLeaderId::new(term, 1), index);
-    let segments = || {
-        let mut names: Vec<String> = std::fs::read_dir(&path)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|name| name.ends_with(".wal"))
-            .collect();
-        names.sort();
-        names
-    };
+    let segments = || segment_names(&path);
     rt().block_on(async {
         let disk = FailOneRemove {
             inner: DirDisk::new(&path, true).unwrap(),
