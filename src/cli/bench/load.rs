@@ -483,21 +483,29 @@ impl BenchClient {
                     self.lost_permit.store(true, Ordering::Relaxed);
                 }
                 let sent = self.recorder.ns();
-                let ok = permit.release().await.is_ok();
-                self.recorder.record(hist, sent, ok);
+                let released = permit.release().await;
+                if let Err(e) = &released {
+                    self.recorder.note_error(e);
+                }
+                self.recorder.record(hist, sent, released.is_ok());
             }
-            Err(_) => self.recorder.record(hist, sent, false),
+            Err(e) => {
+                self.recorder.note_error(&e);
+                self.recorder.record(hist, sent, false)
+            }
         }
     }
 
     /// One take of the rate limit.
     async fn rate_take(&self, session: &Session, hist: &mut Histogram<u64>) {
         let sent = self.recorder.ns();
-        let ok = session
+        let taken = session
             .acquire(AcquireOptions::new(TENANT, RATE_LIMIT))
-            .await
-            .is_ok();
-        self.recorder.record(hist, sent, ok);
+            .await;
+        if let Err(e) = &taken {
+            self.recorder.note_error(e);
+        }
+        self.recorder.record(hist, sent, taken.is_ok());
     }
 
     /// Reserve a run, then settle it releasing the slot: two operations; settles are

@@ -54,6 +54,9 @@ pub struct Recorder {
     /// Sessions that ran, and those of them that saw one of their permits lost.
     pub sessions: AtomicU64,
     pub sessions_lost_permit: AtomicU64,
+    /// The first failed operation's error, printed after the run: an error count alone
+    /// does not say what went wrong.
+    first_error: Mutex<Option<String>>,
 }
 
 impl Recorder {
@@ -71,7 +74,27 @@ impl Recorder {
             settle_unknown: AtomicU64::new(0),
             sessions: AtomicU64::new(0),
             sessions_lost_permit: AtomicU64::new(0),
+            first_error: Mutex::new(None),
         }
+    }
+
+    /// Keeps `why` if it is the first error of the measured window.
+    pub fn note_error(&self, why: &dyn std::fmt::Display) {
+        if !self.measuring.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut first = self.first_error.lock().unwrap_or_else(|p| p.into_inner());
+        if first.is_none() {
+            *first = Some(why.to_string());
+        }
+    }
+
+    /// The first error of the measured window, if any.
+    pub fn first_error(&self) -> Option<String> {
+        self.first_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Now, in ns since the run started.
@@ -154,6 +177,8 @@ pub struct LoadReport {
     pub p999_ms: f64,
     pub max_ms: f64,
     pub errors: u64,
+    /// The first error of the measured window, when there were errors.
+    pub first_error: Option<String>,
     pub duration_s: f64,
     pub failover: Option<FailoverReport>,
     pub stall: Option<StallReport>,
@@ -201,6 +226,7 @@ impl LoadReport {
             p999_ms: ms(hist.value_at_quantile(0.999)),
             max_ms: ms(hist.max()),
             errors: recorder.errors.load(Ordering::Relaxed),
+            first_error: recorder.first_error(),
             duration_s: elapsed.as_secs_f64(),
             failover,
             stall,
@@ -229,6 +255,9 @@ impl LoadReport {
             self.p999_ms,
             self.max_ms,
         );
+        if let Some(why) = &self.first_error {
+            text.push_str(&format!("\nfirst error: {why}"));
+        }
         if let Some(f) = &self.failover {
             text.push_str(&format!(
                 "\nfailover: {} kills, grants resumed after p50 {:.1} ms, max {:.1} ms",
