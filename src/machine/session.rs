@@ -64,6 +64,12 @@ pub enum Finished {
 }
 
 impl Finished {
+    /// A refusal, which may carry a reason text (bounded apart from the small kinds:
+    /// [`crate::bounds::FINISHED_REFUSALS_MAX`]).
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, Finished::Refused(_) | Finished::Halted { .. })
+    }
+
     /// How a waiter refused with `refusal` is remembered.
     pub fn refused(refusal: Refusal) -> Finished {
         match refusal {
@@ -142,9 +148,16 @@ impl Session {
             }
             Some(Ticket::Held { .. }) => totals.live_tickets -= 1,
         }
-        if self.finished.insert(ticket, how).is_none() {
-            self.finished_order.push_back((now_ms, ticket));
-            totals.finished_tickets += 1;
+        if how.is_refusal() {
+            totals.finished_refusals += 1;
+        }
+        match self.finished.insert(ticket, how) {
+            None => {
+                self.finished_order.push_back((now_ms, ticket));
+                totals.finished_tickets += 1;
+            }
+            Some(old) if old.is_refusal() => totals.finished_refusals -= 1,
+            Some(_) => {}
         }
     }
 
@@ -155,7 +168,13 @@ impl Session {
                 break;
             }
             self.finished_order.pop_front();
-            self.finished.remove(&ticket);
+            if self
+                .finished
+                .remove(&ticket)
+                .is_some_and(|f| f.is_refusal())
+            {
+                totals.finished_refusals -= 1;
+            }
             totals.finished_tickets -= 1;
         }
     }

@@ -24,6 +24,8 @@ pub struct Totals {
     pub queued_tickets: u64,
     /// Finished tickets kept for retries, across every session.
     pub finished_tickets: u64,
+    /// Of those, the refusals (`Finished::is_refusal`), which may be large.
+    pub finished_refusals: u64,
     /// Tenant-level counts, summed over every tenant.
     pub tenants: TenantCounts,
 }
@@ -81,6 +83,7 @@ impl Totals {
         self.live_tickets += session.live.len() as u64;
         self.queued_tickets += queued_in(session);
         self.finished_tickets += session.finished.len() as u64;
+        self.finished_refusals += refusals_in(session);
     }
 
     /// Takes away what a session that is being dropped kept.
@@ -88,6 +91,7 @@ impl Totals {
         self.live_tickets -= session.live.len() as u64;
         self.queued_tickets -= queued_in(session);
         self.finished_tickets -= session.finished.len() as u64;
+        self.finished_refusals -= refusals_in(session);
     }
 
     /// A tenant's counts went from `before` to `after`.
@@ -95,6 +99,10 @@ impl Totals {
         self.tenants.sub(before);
         self.tenants.add(after);
     }
+}
+
+fn refusals_in(session: &Session) -> u64 {
+    session.finished.values().filter(|f| f.is_refusal()).count() as u64
 }
 
 fn queued_in(session: &Session) -> u64 {
@@ -200,6 +208,15 @@ mod tests {
     /// A finished ticket: its map entry and its place in the finish order.
     fn finished_bytes(how: &Finished) -> usize {
         encoded_len(&(TicketId::MAX, how)) + encoded_len(&(u64::MAX, TicketId::MAX))
+    }
+
+    /// The largest finished ticket that is not a refusal.
+    fn finished_small_bytes_max() -> usize {
+        let taken = finished_bytes(&Finished::Taken {
+            fence: Fence::MAX,
+            units: u32::MAX,
+        });
+        taken.max(finished_bytes(&Finished::Released))
     }
 
     fn finished_bytes_max() -> usize {
@@ -332,9 +349,15 @@ mod tests {
                 queued_bytes_max().max(finished_bytes_max()),
             ),
             (
-                "finished tickets",
-                FINISHED_TICKETS_MAX,
+                "finished refusals",
+                FINISHED_REFUSALS_MAX,
                 finished_bytes_max(),
+            ),
+            // The rest of the finished tickets are not refusals: a rate take or a release.
+            (
+                "finished, other",
+                FINISHED_TICKETS_MAX - FINISHED_REFUSALS_MAX,
+                finished_small_bytes_max(),
             ),
             ("limits", LIMITS_MAX, limit_bytes_max()),
             ("tenants", TENANTS_MAX, tenant_bytes_max()),

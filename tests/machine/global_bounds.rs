@@ -1,7 +1,9 @@
 //! The machine-wide bounds of `weir::bounds` (issue #11): each refuses `AtCapacity` at its
 //! bound, naming it, while the per-session and per-tenant bounds are still far away.
 
-use weir::bounds::{FINISHED_TICKETS_MAX, HALTS_MAX, PERIODS_MAX, RECEIPTS_MAX, RUNS_MAX};
+use weir::bounds::{
+    FINISHED_REFUSALS_MAX, FINISHED_TICKETS_MAX, HALTS_MAX, PERIODS_MAX, RECEIPTS_MAX, RUNS_MAX,
+};
 use weir::machine::{Command, HaltScope, Refusal, Reply, Settle};
 
 use crate::sim::{Sim, ask, limit, refused};
@@ -21,10 +23,10 @@ fn applied_in_entries(s: &mut Sim, commands: Vec<Command>) {
 fn finished_tickets_of_all_sessions_are_bounded() {
     let mut s = Sim::new();
     s.reply(limit("t", "api").rate(1_000.0).burst(1_000_000));
-    // 50,000 finished tickets a session: below the session bound, five sessions reach the
-    // machine's.
-    let per_session = FINISHED_TICKETS_MAX as u64 / 5;
-    let sessions: Vec<_> = (0..5).map(|_| s.open(600_000)).collect();
+    // 60,000 finished rate takes a session: below the session bound, ten sessions reach
+    // the machine's.
+    let per_session = FINISHED_TICKETS_MAX as u64 / 10;
+    let sessions: Vec<_> = (0..10).map(|_| s.open(600_000)).collect();
     let takes = sessions
         .iter()
         .flat_map(|&a| (0..per_session).map(move |t| ask(a, t, "api").into()))
@@ -52,6 +54,72 @@ fn finished_tickets_of_all_sessions_are_bounded() {
     }
     let b = s.open(600_000);
     assert!(matches!(s.reply(ask(b, 0, "api")), Reply::Granted { .. }));
+}
+
+/// Queues `n` waiters on `t/db` (held full by `holder`), from sessions of at most
+/// `SESSION_TICKETS_MAX` live tickets each, with ticket ids from `first`, then halts `t`:
+/// every waiter is refused and kept as a finished refusal. Lifts the halt after.
+fn halted_waiters(s: &mut Sim, n: usize, first: u64) {
+    let per_session = weir::bounds::SESSION_TICKETS_MAX;
+    let asks = (0..n.div_ceil(per_session))
+        .map(|_| s.open(600_000))
+        .collect::<Vec<_>>()
+        .into_iter()
+        .enumerate()
+        .flat_map(|(i, a)| {
+            let count = per_session.min(n - i * per_session) as u64;
+            (first..first + count).map(move |t| ask(a, t, "db").into())
+        })
+        .collect();
+    applied_in_entries(s, asks);
+    let halt = |reason: &str| Command::SetHalt {
+        tenant: "t".into(),
+        scope: HaltScope::Tenant,
+        reason: reason.into(),
+    };
+    assert_eq!(s.reply(halt("stop")), Reply::Done);
+    assert_eq!(
+        s.reply(Command::ClearHalt {
+            tenant: "t".into(),
+            scope: HaltScope::Tenant,
+        }),
+        Reply::Done
+    );
+}
+
+#[test]
+fn finished_refusals_are_bounded_apart_from_small_finished_tickets() {
+    let mut s = Sim::db(1);
+    let holder = s.open(600_000);
+    assert!(matches!(
+        s.reply(ask(holder, 0, "db")),
+        Reply::Granted { .. }
+    ));
+    // Rounds of halted waiters (a round is bounded by the limit's queue) make the machine
+    // keep FINISHED_REFUSALS_MAX refusals, far below FINISHED_TICKETS_MAX.
+    let round = weir::bounds::LIMIT_WAITERS_MAX;
+    for start in (0..FINISHED_REFUSALS_MAX).step_by(round) {
+        halted_waiters(&mut s, round.min(FINISHED_REFUSALS_MAX - start), 0);
+    }
+    const _: () = assert!(FINISHED_REFUSALS_MAX < FINISHED_TICKETS_MAX);
+    let b = s.open(600_000);
+    assert_eq!(
+        s.reply(ask(b, 0, "db")),
+        full(
+            "finished refusals of all sessions kept for retries",
+            FINISHED_REFUSALS_MAX
+        )
+    );
+    // A retry of a refused waiter still gets its refusal.
+    let Reply::Refused(Refusal::Halted { reason, .. }) = s.reply(ask(holder + 1, 0, "db")) else {
+        panic!("a kept refusal is answered again");
+    };
+    assert_eq!(reason, "stop");
+    // Once they age out there is room again.
+    s.wait(weir::bounds::FINISHED_TICKET_RETENTION_MS);
+    s.reply(Command::KeepAlive { session: holder });
+    let b = s.open(600_000);
+    assert_eq!(s.reply(ask(b, 0, "db")), crate::sim::queued(0));
 }
 
 #[test]

@@ -8,8 +8,8 @@
 
 use super::Machine;
 use crate::bounds::{
-    FINISHED_TICKETS_MAX, LIMIT_WAITERS_MAX, SESSION_TICKETS_MAX, TICKETS_LIVE_MAX,
-    TICKETS_QUEUED_MAX,
+    FINISHED_REFUSALS_MAX, FINISHED_TICKETS_MAX, LIMIT_WAITERS_MAX, SESSION_TICKETS_MAX,
+    TICKETS_LIVE_MAX, TICKETS_QUEUED_MAX,
 };
 use crate::machine::command::{Acquire, Fence, LimitId, SessionId, TicketId};
 use crate::machine::limit::{Holder, Room};
@@ -279,12 +279,19 @@ impl Machine {
         self.room_to_finish()
     }
 
-    /// `AtCapacity` when the machine keeps [`FINISHED_TICKETS_MAX`] finished tickets.
+    /// `AtCapacity` when the machine keeps [`FINISHED_TICKETS_MAX`] finished tickets, or
+    /// [`FINISHED_REFUSALS_MAX`] refusals among them (a new ticket may end as either).
     fn room_to_finish(&self) -> Result<(), Refusal> {
         if self.totals.finished_tickets >= FINISHED_TICKETS_MAX as u64 {
             return Err(Refusal::AtCapacity {
                 what: "finished tickets of all sessions kept for retries".into(),
                 limit: FINISHED_TICKETS_MAX as u64,
+            });
+        }
+        if self.totals.finished_refusals >= FINISHED_REFUSALS_MAX as u64 {
+            return Err(Refusal::AtCapacity {
+                what: "finished refusals of all sessions kept for retries".into(),
+                limit: FINISHED_REFUSALS_MAX as u64,
             });
         }
         Ok(())
