@@ -89,17 +89,26 @@ where
 const COALESCE_MAX: usize = 512;
 
 /// Writes [`write_queued`] sends without yielding first, after a yield that gathered no
-/// frame.
+/// frame (when it cannot know whether more are coming).
 const YIELD_BACKOFF: u32 = 64;
 
 /// Writes frames from `queue` until it closes or a write fails, coalescing whatever is
 /// queued by the time every runnable task has run into one write (one syscall for a whole
-/// batch of responses). Returns after
-/// writing a frame for which `last` is true.
+/// batch of responses). Returns after writing a frame for which `last` is true.
+///
+/// Whoever queues a frame wakes the writer, and tokio runs a task woken that way next: so
+/// before it drains the queue the writer yields once, and every task already runnable (the
+/// other answers of the same entry, the other clients of the connection) queues its frame
+/// first. A yield costs a pass of the scheduler, so it is skipped when nothing else is
+/// likely to come: `more_coming` says so when the writer can know (a node: whether other
+/// requests of the connection are still being served); without it (a client, which cannot
+/// know whether its callers will write) the writer yields until a yield gathers nothing,
+/// then sends the next [`YIELD_BACKOFF`] writes at once.
 pub async fn write_queued<W, T>(
     w: &mut W,
     queue: &mut tokio::sync::mpsc::Receiver<T>,
     last: impl Fn(&T) -> bool,
+    more_coming: Option<impl Fn() -> bool>,
 ) -> Result<(), WireError>
 where
     W: AsyncWrite + Unpin,
@@ -114,19 +123,19 @@ where
         push_frame(&mut buf, &first);
         let mut n = 1;
         if !done && queue.is_empty() {
-            // Whoever queued `first` woke this task, and tokio runs a task woken that way
-            // next: without this yield every frame would go out in a write of its own. Every
-            // task already runnable (the other answers of the same entry, the other clients
-            // of this connection) runs first and queues its frame, and they share one write.
-            // A yield costs a pass of the scheduler, so once one gathers nothing (a lone
-            // client) the next YIELD_BACKOFF writes go out at once.
-            if unyielded == 0 {
-                tokio::task::yield_now().await;
-                if queue.is_empty() {
-                    unyielded = YIELD_BACKOFF;
+            match &more_coming {
+                Some(more) => {
+                    if more() {
+                        tokio::task::yield_now().await;
+                    }
                 }
-            } else {
-                unyielded -= 1;
+                None if unyielded == 0 => {
+                    tokio::task::yield_now().await;
+                    if queue.is_empty() {
+                        unyielded = YIELD_BACKOFF;
+                    }
+                }
+                None => unyielded -= 1,
             }
         }
         while !done && n < COALESCE_MAX {
@@ -226,6 +235,8 @@ mod tests {
 
     use super::*;
 
+    const NONE: Option<fn() -> bool> = None;
+
     /// A sink that keeps every write's bytes apart.
     #[derive(Clone, Default)]
     struct Writes(Arc<Mutex<Vec<Vec<u8>>>>);
@@ -258,11 +269,10 @@ mod tests {
         out
     }
 
-    /// Frames queued by tasks that were runnable together share one write, on the node's
-    /// kind of runtime (one worker, where a woken task runs next): without the writer's
-    /// yield each went out in a write of its own. A lone frame still goes out at once.
-    #[test]
-    fn frames_queued_together_share_one_write() {
+    /// Eight frames queued by tasks runnable together, on the node's kind of runtime (one
+    /// worker, where a woken task runs next), then a lone frame and the last one. Returns
+    /// how many writes the eight took; checks every frame arrived, and the writer returned.
+    fn burst_writes(more_coming: Option<fn() -> bool>) -> usize {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .build()
@@ -271,8 +281,9 @@ mod tests {
             let writes = Writes::default();
             let (tx, mut rx) = tokio::sync::mpsc::channel::<u64>(64);
             let mut sink = writes.clone();
-            let writer =
-                tokio::spawn(async move { write_queued(&mut sink, &mut rx, |&v| v == 99).await });
+            let writer = tokio::spawn(async move {
+                write_queued(&mut sink, &mut rx, |&v| v == 99, more_coming).await
+            });
             // Eight answers made runnable at once, as the answers of one applied entry are.
             let (go, _) = tokio::sync::broadcast::channel::<()>(1);
             let senders: Vec<_> = (0..8u64)
@@ -290,26 +301,57 @@ mod tests {
             for s in senders {
                 s.await.unwrap();
             }
+            let written = |w: &Writes| {
+                w.0.lock()
+                    .unwrap()
+                    .iter()
+                    .map(|b| frames(b).len())
+                    .sum::<usize>()
+            };
             for _ in 0..100 {
-                if writes.0.lock().unwrap().len() == 1 {
+                if written(&writes) == 8 {
                     break;
                 }
                 tokio::task::yield_now().await;
             }
-            {
-                let w = writes.0.lock().unwrap();
-                assert_eq!(w.len(), 1, "one write for the eight frames");
-                let mut got = frames(&w[0]);
-                got.sort();
-                assert_eq!(got, (0..8).collect::<Vec<_>>());
-            }
+            let burst = writes.0.lock().unwrap().len();
             // A lone frame, then the last one: each is written, and the writer returns.
             tx.send(42).await.unwrap();
             tx.send(99).await.unwrap();
             writer.await.unwrap().unwrap();
-            let w = writes.0.lock().unwrap();
-            let rest: Vec<u64> = w[1..].iter().flat_map(|b| frames(b)).collect();
-            assert_eq!(rest, vec![42, 99]);
-        });
+            let all: Vec<u64> = writes
+                .0
+                .lock()
+                .unwrap()
+                .iter()
+                .flat_map(|b| frames(b))
+                .collect();
+            let (mut eight, rest) = (all[..8].to_vec(), &all[8..]);
+            eight.sort();
+            assert_eq!(eight, (0..8).collect::<Vec<_>>());
+            assert_eq!(rest, [42, 99]);
+            burst
+        })
+    }
+
+    /// Frames queued together share one write: without the writer's yield each went out in
+    /// a write of its own. A writer told nothing more is coming does not wait for them.
+    #[test]
+    fn frames_queued_together_share_one_write() {
+        assert_eq!(
+            burst_writes(NONE),
+            1,
+            "a client's writer, which cannot know"
+        );
+        assert_eq!(
+            burst_writes(Some(|| true)),
+            1,
+            "more answers are being served"
+        );
+        assert_eq!(
+            burst_writes(Some(|| false)),
+            8,
+            "nothing else is being served"
+        );
     }
 }

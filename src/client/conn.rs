@@ -422,5 +422,5 @@ async fn watch_silence(link: Arc<Link>, from: String) {
 /// The writer task: writes queued frames, coalescing whatever is queued into one write,
 /// until the stream breaks or the `Conn` (the queue's sender) is dropped.
 async fn write_frames(mut wr: WriteHalf<Stream>, mut queue: mpsc::Receiver<ClientFrame>) {
-    let _ = wire::write_queued(&mut wr, &mut queue, |_| false).await;
+    let _ = wire::write_queued(&mut wr, &mut queue, |_| false, None::<fn() -> bool>).await;
 }

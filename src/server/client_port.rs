@@ -103,13 +103,21 @@ async fn connection(tcp: TcpStream, ctx: Arc<Ctx>) -> Result<(), String> {
     let (rd, mut wr) = tokio::io::split(stream);
     let mut rd = BufReader::with_capacity(READ_BUFFER_BYTES, rd);
     let (out, mut outbox) = mpsc::channel::<ServerFrame>(OUTBOX_MAX);
+    // A slot per request being served; the writer gathers answers while more than the one
+    // it is writing are.
+    let slots = Arc::new(Semaphore::new(IN_FLIGHT_MAX));
+    let serving = slots.clone();
     let writer = tokio::spawn(async move {
-        let _ = wire::write_queued(&mut wr, &mut outbox, |f| {
-            matches!(f, ServerFrame::Error { .. })
-        })
+        let more_coming = move || serving.available_permits() + 1 < IN_FLIGHT_MAX;
+        let _ = wire::write_queued(
+            &mut wr,
+            &mut outbox,
+            |f| matches!(f, ServerFrame::Error { .. }),
+            Some(more_coming),
+        )
         .await;
     });
-    let result = serve(&mut rd, &out, &ctx).await;
+    let result = serve(&mut rd, &out, &ctx, slots).await;
     if let Err(reason) = &result {
         let _ = out
             .send(ServerFrame::Error {
@@ -127,6 +135,7 @@ async fn serve(
     rd: &mut BufReader<ReadHalf<Stream>>,
     out: &mpsc::Sender<ServerFrame>,
     ctx: &Arc<Ctx>,
+    slots: Arc<Semaphore>,
 ) -> Result<(), String> {
     let Some(principal) = greet(rd, out, ctx).await? else {
         return Ok(());
@@ -142,7 +151,6 @@ async fn serve(
     let _stop_forwarder = AbortOnDrop(forwarder);
     // Started by the client's `Heartbeats` frame; ends with its connection.
     let mut heartbeats: Option<AbortOnDrop> = None;
-    let slots = Arc::new(Semaphore::new(IN_FLIGHT_MAX));
     loop {
         // Cancelling a half-read frame is harmless here: the connection is closing then.
         let read = tokio::select! {
@@ -389,6 +397,10 @@ pub(super) async fn forward_events(
 
 /// Serves one request: writes through the proposer, linearizable reads through the reader,
 /// the rest here or in [`super::admin`].
+///
+/// Each request runs in a task of its own, and spawning and finishing a task copies its
+/// future: the rare administrative arms (whose openraft futures are large) are boxed so
+/// that every write's and read's task stays the size of the proposer's future.
 async fn handle(ctx: &Ctx, request: Request) -> Response {
     match request {
         Request::Write(command) => match ctx.proposer.propose(command).await {
@@ -403,7 +415,7 @@ async fn handle(ctx: &Ctx, request: Request) -> Response {
             Err(f) => Response::Failed(f),
         },
         Request::ReadLocal(query) => Response::Read(answer(&ctx.state.lock().machine, &query)),
-        Request::Status => Response::Status(admin::status(ctx).await),
+        Request::Status => Response::Status(Box::pin(admin::status(ctx)).await),
         Request::AddNode { id, peer, client } => {
             let members = ctx
                 .raft
@@ -415,10 +427,10 @@ async fn handle(ctx: &Ctx, request: Request) -> Response {
             if let Err(f) = edge::check_add_node(&peer, &client, members) {
                 return Response::Failed(f);
             }
-            admin::add_node(ctx, id, NodeAddr { peer, client }).await
+            Box::pin(admin::add_node(ctx, id, NodeAddr { peer, client })).await
         }
-        Request::RemoveNode { id } => admin::remove_node(ctx, id).await,
-        Request::SnapshotCost => admin::snapshot_cost(ctx).await,
+        Request::RemoveNode { id } => Box::pin(admin::remove_node(ctx, id)).await,
+        Request::SnapshotCost => Box::pin(admin::snapshot_cost(ctx)).await,
     }
 }
 
