@@ -25,7 +25,7 @@ use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 
 use super::boot_clock::BootInstant;
-use super::{AcquireError, Client, ClientError, Lost};
+use super::{AcquireError, Client, Lost};
 use crate::machine::{Acquire, Command, Fence, HaltScope, Refusal, Reply, SessionId, TicketId};
 use crate::task::AbortOnDrop;
 
@@ -305,46 +305,32 @@ impl SessionState {
 /// Releases `ticket` of `session` in the background, retrying up to [`RELEASE_TRIES`]
 /// writes (see there). Nothing waits for it.
 pub(super) fn release_in_background(client: Client, session: SessionId, ticket: TicketId) {
-    spawn_release(client, session, ticket, None);
+    spawn_release(client, session, ticket, 0);
 }
 
-/// Releases `ticket` of `session` in a task of its own, retrying up to [`RELEASE_TRIES`]
-/// writes, and tells `first` how the first write ended. The task outlives whoever waits on
-/// `first`: a caller that gives up (a timeout around [`Permit::release`]) or a first write
-/// whose outcome is unknown leaves the retries running, so no permit stays held under a
-/// live session because one answer was lost (G9). Without a runtime nothing is sent.
+/// Goes on with the release of `ticket` of `session` in a task of its own, after `tried`
+/// writes that did not confirm it (then after a [`RELEASE_PAUSE`]), up to [`RELEASE_TRIES`]
+/// in all. The task outlives whoever started the release: a caller that gives up (a
+/// timeout around [`Permit::release`]) or a write whose outcome is unknown leaves the
+/// retries running, so no permit stays held under a live session because one answer was
+/// lost (G9). Without a runtime nothing is sent.
 ///
 /// [`Permit::release`]: super::Permit::release
-pub(super) fn spawn_release(
-    client: Client,
-    session: SessionId,
-    ticket: TicketId,
-    first: Option<oneshot::Sender<Result<(), ClientError>>>,
-) {
+pub(super) fn spawn_release(client: Client, session: SessionId, ticket: TicketId, tried: u32) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
     runtime.spawn(async move {
-        let mut first = first;
-        for attempt in 1..=RELEASE_TRIES {
+        for attempt in tried + 1..=RELEASE_TRIES {
+            if attempt > 1 {
+                tokio::time::sleep(RELEASE_PAUSE).await;
+            }
             match client.write(Command::Release { session, ticket }).await {
-                Ok(_) => {
-                    if let Some(tx) = first.take() {
-                        let _ = tx.send(Ok(()));
-                    }
-                    return;
+                Ok(_) => return,
+                Err(e) if attempt == RELEASE_TRIES => {
+                    tracing::warn!("release of ticket {ticket} of session {session}: {e}");
                 }
-                Err(e) => {
-                    if attempt == RELEASE_TRIES {
-                        tracing::warn!("release of ticket {ticket} of session {session}: {e}");
-                    }
-                    if let Some(tx) = first.take() {
-                        let _ = tx.send(Err(e));
-                    }
-                    if attempt < RELEASE_TRIES {
-                        tokio::time::sleep(RELEASE_PAUSE).await;
-                    }
-                }
+                Err(_) => {}
             }
         }
     });

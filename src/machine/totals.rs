@@ -229,8 +229,8 @@ mod tests {
             + refusal_bytes_max()
             + encoded_len(&(u64::MAX, TicketId::MAX));
         let halted = finished_bytes(&Finished::Halted {
-            scope: HaltScope::Agent(name()),
-            reason: reason(),
+            scope: Box::new(HaltScope::Agent(name())),
+            reason: reason().into_boxed_str(),
         });
         taken
             .max(refused)
