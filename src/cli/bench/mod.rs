@@ -175,10 +175,10 @@ pub fn run(args: &BenchArgs, servers: &[String], security: &ClientSecurity, out:
         eprintln!("weir bench: {why}");
         return EXIT_USAGE;
     }
-    // One thread: the bench shares the machine with the nodes it measures, and one thread
-    // of its own costs them less than a pool's cross-thread wake-ups (measured: 3.4 s of
-    // bench CPU against 4.4 s for the same 8 s run at 256 clients).
-    let runtime = match tokio::runtime::Builder::new_current_thread()
+    // A pool. One thread was tried (seventh session): it used less of the machine (3.4 s of
+    // bench CPU against 4.4 s for an 8 s run at 256 clients) but moved neither throughput
+    // nor the p99 beyond the noise (docs/benchmarks.md).
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
     {
