@@ -439,6 +439,53 @@ fn bench_spawns_its_own_cluster_and_prints_the_json_shape() {
 }
 
 #[test]
+fn bench_keeps_the_spawned_clusters_directory_and_its_election_logs_when_asked() {
+    let weir = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = weir(&[
+        "bench",
+        "--spawn",
+        "3",
+        "--clients",
+        "2",
+        "--duration",
+        "0.5",
+        "--warmup",
+        "0",
+        "--limits",
+        "2",
+        "--keep-dir",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let dir = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("[bench] the cluster's directory, kept after the run: "))
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| panic!("the kept directory is named: {stderr}"));
+    let logs: String = (1..=3)
+        .map(|id| std::fs::read_to_string(dir.join(format!("node{id}.log"))).unwrap_or_default())
+        .collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        logs.contains("become leader"),
+        "openraft's election lines are logged: {} bytes of logs",
+        logs.len()
+    );
+    let out = weir(&["bench", "--keep-dir"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--keep-dir needs --spawn"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
 fn completions_and_the_man_page_are_generated_for_every_shell() {
     let weir = |args: &[&str]| {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))

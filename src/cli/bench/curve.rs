@@ -132,7 +132,7 @@ async fn load_point(
 /// One scale point on a fresh cluster of `n` nodes.
 async fn scale_point(n: u64, sessions: u64) -> Result<ScalePoint, String> {
     eprintln!("[bench] curve: {sessions} sessions on a fresh cluster");
-    let cluster = spawn::start(n, false)?;
+    let cluster = spawn::start(n, false, false)?;
     let servers = cluster.servers();
     if leader_among_with(&servers, Duration::from_secs(20), cluster.client_security())
         .await

@@ -87,6 +87,10 @@ pub struct BenchArgs {
     /// Start an N-node durable loopback cluster for the run (and remove it after).
     #[arg(long)]
     pub spawn: Option<u64>,
+    /// With --spawn: keep the cluster's directory (each node's data, config and log) after
+    /// the run, and log at `info` (openraft's elections included), to read what happened.
+    #[arg(long)]
+    pub keep_dir: bool,
     /// What each client does in a loop.
     #[arg(long, value_enum, default_value = "acquire-release")]
     pub workload: Workload,
@@ -134,6 +138,11 @@ fn check(args: &BenchArgs) -> Result<(), &'static str> {
     }
     if args.failover > 0 && args.spawn.is_none() {
         return Err("--failover needs --spawn (the bench kills the nodes it started)");
+    }
+    if args.keep_dir && args.spawn.is_none() {
+        return Err(
+            "--keep-dir needs --spawn (it keeps the directory of the cluster the bench starts)",
+        );
     }
     if args.against.is_some() && !cfg!(feature = "etcd") {
         return Err(
@@ -189,7 +198,11 @@ pub fn run(args: &BenchArgs, servers: &[String], security: &ClientSecurity, out:
         }
     };
     runtime.block_on(async {
-        let mut spawned = match args.spawn.map(|n| spawn::start(n, args.tls)).transpose() {
+        let mut spawned = match args
+            .spawn
+            .map(|n| spawn::start(n, args.tls, args.keep_dir))
+            .transpose()
+        {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("weir bench: {e}");

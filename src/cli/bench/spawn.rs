@@ -10,10 +10,21 @@ const REJOIN_WAIT: Duration = Duration::from_secs(20);
 
 /// Starts `n` nodes (the caller waits for a leader); with `tls`, each with development
 /// certificates and one admin token, which the returned cluster's client security holds.
-pub fn start(n: u64, tls: bool) -> Result<LocalCluster, String> {
+/// With `keep`, the directory outlives the run and the nodes log at `info`.
+pub fn start(n: u64, tls: bool, keep: bool) -> Result<LocalCluster, String> {
     let weir = std::env::current_exe().map_err(|e| format!("cannot find weir itself: {e}"))?;
-    // Warnings only: the bench's own progress lines are what the reader watches.
-    let mut cluster = LocalCluster::in_temp_dir(weir, "weir-bench")?.rust_log("warn");
+    let mut cluster = LocalCluster::in_temp_dir(weir, "weir-bench")?;
+    if keep {
+        cluster = cluster.rust_log("info,openraft=info");
+        cluster.keep_dir();
+        eprintln!(
+            "[bench] the cluster's directory, kept after the run: {}",
+            cluster.dir().display()
+        );
+    } else {
+        // Warnings only: the bench's own progress lines are what the reader watches.
+        cluster = cluster.rust_log("warn");
+    }
     let mut configs = cluster.loopback_configs(n)?;
     if tls {
         let certs = cluster.dir().join("certs");
