@@ -103,8 +103,10 @@ async fn connection(tcp: TcpStream, ctx: Arc<Ctx>) -> Result<(), String> {
     let (rd, mut wr) = tokio::io::split(stream);
     let mut rd = BufReader::with_capacity(READ_BUFFER_BYTES, rd);
     let (out, mut outbox) = mpsc::channel::<ServerFrame>(OUTBOX_MAX);
-    // A slot per request being served; the writer gathers answers while more than the one
-    // it is writing are.
+    // A slot per request being served. The writer gathers answers while two or more slots
+    // are taken: the request whose answer woke it has usually given its slot back by then
+    // (it drops it right after queueing the answer), so that is "others are still being
+    // served", and a lone client's answers go out at once.
     let slots = Arc::new(Semaphore::new(IN_FLIGHT_MAX));
     let serving = slots.clone();
     let writer = tokio::spawn(async move {
