@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use super::boot_clock::{BootInstant, LOOK_EVERY};
 use super::session_state::{SessionState, release_in_background, spawn_release};
 use super::{ClientError, Lost};
-use crate::machine::{Fence, TicketId};
+use crate::machine::{Command, Fence, SessionId, TicketId};
 
 /// A held permit. Released on drop (in the background, when a runtime is running).
 pub struct Permit {
@@ -127,9 +127,7 @@ impl Permit {
         self.state.forget(self.ticket);
         let (client, session, ticket) = (self.state.client.clone(), self.state.id, self.ticket);
         let mut unfinished = ReleaseIfDropped(Some((client.clone(), session, ticket)));
-        let first = client
-            .write(crate::machine::Command::Release { session, ticket })
-            .await;
+        let first = client.write(Command::Release { session, ticket }).await;
         unfinished.0 = None;
         match first {
             Ok(_) => Ok(()),
@@ -143,7 +141,7 @@ impl Permit {
 
 /// Starts a release in the background when dropped armed: [`Permit::release`] dropped
 /// before its first write ended.
-struct ReleaseIfDropped(Option<(super::Client, crate::machine::SessionId, TicketId)>);
+struct ReleaseIfDropped(Option<(super::Client, SessionId, TicketId)>);
 
 impl Drop for ReleaseIfDropped {
     fn drop(&mut self) {

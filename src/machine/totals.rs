@@ -220,10 +220,6 @@ mod tests {
     }
 
     fn finished_bytes_max() -> usize {
-        let taken = finished_bytes(&Finished::Taken {
-            fence: Fence::MAX,
-            units: u32::MAX,
-        });
         let refused = encoded_len(&TicketId::MAX)
             + 1
             + refusal_bytes_max()
@@ -232,10 +228,7 @@ mod tests {
             scope: Box::new(HaltScope::Agent(name())),
             reason: reason().into_boxed_str(),
         });
-        taken
-            .max(refused)
-            .max(halted)
-            .max(finished_bytes(&Finished::Released))
+        finished_small_bytes_max().max(refused).max(halted)
     }
 
     fn held_bytes_max() -> usize {

@@ -56,10 +56,10 @@ fn finished_tickets_of_all_sessions_are_bounded() {
     assert!(matches!(s.reply(ask(b, 0, "api")), Reply::Granted { .. }));
 }
 
-/// Queues `n` waiters on `t/db` (held full by `holder`), from sessions of at most
-/// `SESSION_TICKETS_MAX` live tickets each, with ticket ids from `first`, then halts `t`:
-/// every waiter is refused and kept as a finished refusal. Lifts the halt after.
-fn halted_waiters(s: &mut Sim, n: usize, first: u64) {
+/// Queues `n` waiters on `t/db` (already held full), from fresh sessions of at most
+/// `SESSION_TICKETS_MAX` live tickets each, then halts `t`: every waiter is refused and kept
+/// as a finished refusal. Lifts the halt after.
+fn halted_waiters(s: &mut Sim, n: usize) {
     let per_session = weir::bounds::SESSION_TICKETS_MAX;
     let asks = (0..n.div_ceil(per_session))
         .map(|_| s.open(600_000))
@@ -68,7 +68,7 @@ fn halted_waiters(s: &mut Sim, n: usize, first: u64) {
         .enumerate()
         .flat_map(|(i, a)| {
             let count = per_session.min(n - i * per_session) as u64;
-            (first..first + count).map(move |t| ask(a, t, "db").into())
+            (0..count).map(move |t| ask(a, t, "db").into())
         })
         .collect();
     applied_in_entries(s, asks);
@@ -99,7 +99,7 @@ fn finished_refusals_are_bounded_apart_from_small_finished_tickets() {
     // keep FINISHED_REFUSALS_MAX refusals, far below FINISHED_TICKETS_MAX.
     let round = weir::bounds::LIMIT_WAITERS_MAX;
     for start in (0..FINISHED_REFUSALS_MAX).step_by(round) {
-        halted_waiters(&mut s, round.min(FINISHED_REFUSALS_MAX - start), 0);
+        halted_waiters(&mut s, round.min(FINISHED_REFUSALS_MAX - start));
     }
     const _: () = assert!(FINISHED_REFUSALS_MAX < FINISHED_TICKETS_MAX);
     let b = s.open(600_000);

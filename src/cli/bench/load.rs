@@ -484,15 +484,9 @@ impl BenchClient {
                 }
                 let sent = self.recorder.ns();
                 let released = permit.release().await;
-                if let Err(e) = &released {
-                    self.recorder.note_error(e);
-                }
-                self.recorder.record(hist, sent, released.is_ok());
+                self.recorder.record_result(hist, sent, &released);
             }
-            Err(e) => {
-                self.recorder.note_error(&e);
-                self.recorder.record(hist, sent, false)
-            }
+            acquired @ Err(_) => self.recorder.record_result(hist, sent, &acquired),
         }
     }
 
@@ -502,10 +496,7 @@ impl BenchClient {
         let taken = session
             .acquire(AcquireOptions::new(TENANT, RATE_LIMIT))
             .await;
-        if let Err(e) = &taken {
-            self.recorder.note_error(e);
-        }
-        self.recorder.record(hist, sent, taken.is_ok());
+        self.recorder.record_result(hist, sent, &taken);
     }
 
     /// Reserve a run, then settle it releasing the slot: two operations; settles are

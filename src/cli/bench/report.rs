@@ -78,8 +78,21 @@ impl Recorder {
         }
     }
 
+    /// Records `outcome` as [`Recorder::record`] does, keeping its error if it is the first.
+    pub fn record_result<T, E: std::fmt::Display>(
+        &self,
+        hist: &mut Histogram<u64>,
+        sent_ns: u64,
+        outcome: &Result<T, E>,
+    ) {
+        if let Err(e) = outcome {
+            self.note_error(e);
+        }
+        self.record(hist, sent_ns, outcome.is_ok());
+    }
+
     /// Keeps `why` if it is the first error of the measured window.
-    pub fn note_error(&self, why: &dyn std::fmt::Display) {
+    fn note_error(&self, why: &dyn std::fmt::Display) {
         if !self.measuring.load(Ordering::Relaxed) {
             return;
         }
