@@ -275,6 +275,7 @@ mod tests {
     fn burst_writes(more_coming: Option<fn() -> bool>) -> usize {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
+            .enable_time()
             .build()
             .unwrap();
         runtime.block_on(async {
@@ -308,11 +309,12 @@ mod tests {
                     .map(|b| frames(b).len())
                     .sum::<usize>()
             };
-            for _ in 0..100 {
-                if written(&writes) == 8 {
-                    break;
-                }
-                tokio::task::yield_now().await;
+            // The writer runs on the worker thread, which a loaded machine may not schedule
+            // for a while: wait for the eight by the clock (bounded), not by a count of
+            // this thread's yields.
+            let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+            while written(&writes) < 8 && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
             }
             let burst = writes.0.lock().unwrap().len();
             // A lone frame, then the last one: each is written, and the writer returns.
