@@ -1,5 +1,6 @@
 //! openraft glue: the type configuration, the log store (a write-ahead log of its own), the
-//! state-machine store, and the peer transport.
+//! state-machine store, the peer transport, and the stand-in that makes a node ahead of a
+//! refused candidate stand for election at once ([`stand_in`]).
 //!
 //! What the log carries (openraft's application data, `D`) is the machine's own [`Batch`]:
 //! a leader-stamped list of commands. What applying an entry returns (openraft's `R`) is
@@ -14,7 +15,10 @@ pub mod log_store;
 pub mod log_writer;
 pub mod network;
 mod redb_import;
+pub mod stand_in;
 pub mod state_store;
+#[cfg(test)]
+pub mod test_cluster;
 pub mod wal;
 
 use std::io::Cursor;

@@ -18,9 +18,10 @@
 //! whose certificate does not chain to the cluster CA fails its handshake, before any frame,
 //! so no vote, AppendEntries or snapshot from outside the cluster reaches Raft.
 //!
-//! The server side ([`serve_peers`]) reads a request, hands it to the local Raft, writes the
-//! answer. Garbage, an oversized length or a bad checksum closes that connection with a
-//! logged reason and touches nothing else.
+//! The server side ([`serve_peers`]) reads a request, hands it to the local Raft
+//! ([`answer`], which also tells [`super::stand_in`] what it saw), writes the answer.
+//! Garbage, an oversized length or a bad checksum closes that connection with a logged
+//! reason and touches nothing else.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -38,6 +39,7 @@ use serde::{Deserialize, Serialize};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+use super::stand_in::StandIn;
 use super::{NodeAddr, NodeId, Raft, TypeConfig};
 use crate::security::{Acceptor, Connector, Stream};
 use crate::wire::{self, WireError};
@@ -339,15 +341,21 @@ pub async fn serve_peers(
     listener: TcpListener,
     acceptor: Acceptor,
     raft: Raft,
+    stand_in: Arc<StandIn>,
     shutdown: watch::Receiver<bool>,
 ) {
     wire::accept_loop("peer", listener, shutdown, move |stream| {
-        peer_connection(stream, acceptor.clone(), raft.clone())
+        peer_connection(stream, acceptor.clone(), raft.clone(), stand_in.clone())
     })
     .await
 }
 
-async fn peer_connection(tcp: TcpStream, acceptor: Acceptor, raft: Raft) -> Result<(), WireError> {
+async fn peer_connection(
+    tcp: TcpStream,
+    acceptor: Acceptor,
+    raft: Raft,
+    stand_in: Arc<StandIn>,
+) -> Result<(), WireError> {
     let stream = acceptor.accept(tcp).await?;
     let mut stream = tokio::io::BufReader::with_capacity(256 * 1024, stream);
     loop {
@@ -356,16 +364,43 @@ async fn peer_connection(tcp: TcpStream, acceptor: Acceptor, raft: Raft) -> Resu
             Err(WireError::Closed) => return Ok(()),
             Err(e) => return Err(e),
         };
-        let response = match request {
-            PeerRequest::AppendEntries(rpc) => {
-                PeerResponse::AppendEntries(raft.append_entries(rpc).await)
-            }
-            PeerRequest::Vote(rpc) => PeerResponse::Vote(raft.vote(rpc).await),
-            PeerRequest::InstallSnapshot(rpc) => {
-                PeerResponse::InstallSnapshot(raft.install_snapshot(rpc).await)
-            }
-        };
+        let response = answer(&raft, &stand_in, request).await;
         wire::write_frame(stream.get_mut(), &response).await?;
+    }
+}
+
+/// Hands a peer's `request` to the local Raft and returns its answer, telling `stand_in`
+/// what it needs to know: a leader's AppendEntries or snapshot chunk accepted, a vote
+/// answered.
+pub async fn answer(raft: &Raft, stand_in: &Arc<StandIn>, request: PeerRequest) -> PeerResponse {
+    match request {
+        PeerRequest::AppendEntries(rpc) => {
+            let result = raft.append_entries(rpc).await;
+            // Success or a log conflict: either way the sender leads this node's term.
+            if result
+                .as_ref()
+                .is_ok_and(|r| !matches!(r, AppendEntriesResponse::HigherVote(_)))
+            {
+                stand_in.heard_leader();
+            }
+            PeerResponse::AppendEntries(result)
+        }
+        PeerRequest::Vote(rpc) => {
+            let result = raft.vote(rpc.clone()).await;
+            if let Ok(response) = &result {
+                stand_in.answered(&rpc, response);
+            }
+            PeerResponse::Vote(result)
+        }
+        PeerRequest::InstallSnapshot(rpc) => {
+            let vote = rpc.vote;
+            let result = raft.install_snapshot(rpc).await;
+            // A node whose vote is above the sender's answers with its own.
+            if result.as_ref().is_ok_and(|r| r.vote == vote) {
+                stand_in.heard_leader();
+            }
+            PeerResponse::InstallSnapshot(result)
+        }
     }
 }
 

@@ -27,6 +27,7 @@ use crate::config::Config;
 use crate::http::{Callers, HttpCtx, serve_http};
 use crate::raft::log_store::LogStore;
 use crate::raft::network::{PeerNetwork, serve_peers};
+use crate::raft::stand_in::StandIn;
 use crate::raft::state_store::StateStore;
 use crate::raft::{NodeAddr, Raft};
 use crate::security::{Acceptor, Connector, TokenTable, Tokens, tls};
@@ -67,7 +68,7 @@ impl Node {
         let http_listener = bind_http(&config).await?;
         let raft = Raft::new(
             config.id,
-            raft_config,
+            raft_config.clone(),
             PeerNetwork::new(config.peer_source_ip, security.peer_connector),
             log,
             store,
@@ -79,6 +80,7 @@ impl Node {
             peer_listener,
             security.peer_acceptor,
             raft.clone(),
+            StandIn::new(raft.clone(), &raft_config),
             watch_rx.clone(),
         ));
         let initialized = raft
