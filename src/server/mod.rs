@@ -29,6 +29,9 @@
 //! Per node (spawned by [`node::Node::start`], all ending when the shutdown watch turns true):
 //! - **Peer accept loop** ([`crate::raft::network::serve_peers`]): one task per peer
 //!   connection, each handing one RPC at a time to the local Raft.
+//! - **Stand-in** ([`crate::raft::stand_in`]): at most one task at a time, started when this
+//!   node refuses a candidate whose log is behind and has heard no leader for a lease; it
+//!   starts at most three elections and ends.
 //! - **Client accept loop** ([`client_port::serve_clients`], via [`crate::wire::accept_loop`]):
 //!   one connection task per client connection.
 //! - **Proposer task** ([`proposer`]): owns the receiving end of the proposer queue
@@ -36,8 +39,9 @@
 //!   and the in-flight semaphore (`proposer.in_flight_max` entries, default 2). It is the
 //!   only writer of application entries, so batches enter the log in stamp order.
 //! - **Commit waiter**, one task per proposed entry: owns that entry's openraft responder and
-//!   its commands' answer channels, and holds one in-flight permit until openraft answers
-//!   or `COMMIT_TIMEOUT` passes. At most `in_flight_max` exist at once.
+//!   its commands' answer channels, and holds one in-flight permit until openraft answers,
+//!   this node stops leading in the entry's term, or `COMMIT_TIMEOUT` passes. At most
+//!   `in_flight_max` exist at once.
 //! - **Reader task** ([`reader`]): owns the receiving end of the read queue (`QUEUE_MAX` =
 //!   65,536 reads, `try_send`: full answers `Unavailable`) and runs one round at a time of at
 //!   most `ROUND_MAX` = 4,096 reads.
@@ -95,7 +99,8 @@
 //!    (term from the metrics, this node, the proposer's incarnation and clock) and hands it to
 //!    `client_write_ff`, which queues it to the Raft core and returns the receiving end of
 //!    the entry's responder without waiting for the core.
-//! 4. A commit waiter waits on the responder for at most `COMMIT_TIMEOUT` = 10 s. openraft
+//! 4. A commit waiter waits on the responder for at most `COMMIT_TIMEOUT` = 10 s, and no
+//!    longer than this node leads in the entry's term. openraft
 //!    answers it after `StateStore::apply` ran the entry through the
 //!    [`crate::machine::Machine`]: `Some(Applied)` with one reply per command, in order.
 //! 5. The waiter drops its permit and sends each command its `(index, reply)` on its oneshot.
@@ -144,11 +149,18 @@
 //!   `NotLeader` with the leader this node knows of ([`leader::known_leader`]); not proposed.
 //! - Between the metrics read and the core taking the entry: openraft refuses it with
 //!   `ForwardToLeader`, answered `NotLeader`; not appended.
-//! - After the entry was appended here: openraft keeps its responder. If a later leader
-//!   commits the entry, it is applied here as everywhere and the waiter gets the real reply,
-//!   even though this node no longer leads. If a new leader overwrites it here (truncation),
-//!   openraft answers `ForwardToLeader`, which the waiter turns into `NotLeader` (see the
-//!   caveats). If neither happens within `COMMIT_TIMEOUT`: `OutcomeUnknown`.
+//! - After the entry was appended here: when this node stops leading in the entry's term
+//!   before openraft answered, `OutcomeUnknown` at once (whether a later leader commits the
+//!   entry is not this node's to know; the client retries, idempotently). openraft does not
+//!   always answer such an entry: a stopped and resumed leader was seen to hold both its
+//!   in-flight permits for the whole `COMMIT_TIMEOUT` while every write sent to it waited
+//!   for one, so clients fleeing the next stopped leader to it lost their permits. If the
+//!   answer comes first: applied (a later leader committed it), the real reply; truncated,
+//!   `ForwardToLeader`, turned into `NotLeader` (see the caveats). If nothing happens
+//!   within `COMMIT_TIMEOUT`: `OutcomeUnknown`.
+//! - A node that does not lead never waits for an in-flight permit: a batch gathered on a
+//!   follower, or on a leader that steps down while the batch waits, is answered
+//!   `NotLeader` at once.
 //! - Raft stopped while the entry waited (the responder was dropped): `OutcomeUnknown`. Its
 //!   text says "leadership lost while committing", but openraft drops a responder only when
 //!   its core stops; a lost leadership takes one of the paths above.
@@ -187,9 +199,9 @@
 //!   before `client_write_ff`; if this node lost and regained leadership in between, the entry
 //!   is appended in the newer term but stamped with the older one. The machine sees a change
 //!   of leadership and freezes its clock for that batch: leases last longer, never shorter.
-//! - **The in-flight bound counts waiters, not entries.** A waiter that times out drops its
-//!   permit while openraft may still hold the entry, so after timeouts more than
-//!   `in_flight_max` entries can be uncommitted at once.
+//! - **The in-flight bound counts waiters, not entries.** A waiter that times out, or whose
+//!   node stops leading, drops its permit while openraft may still hold the entry, so after
+//!   either more than `in_flight_max` entries can be uncommitted at once.
 //! - **A read round has no deadline of its own.** The quorum check is bounded by openraft's
 //!   RPC deadlines, but the wait for apply is not; one slow round holds every read behind it
 //!   (the queue then fills and answers `Unavailable`), and the client's own deadline ends the
