@@ -32,6 +32,22 @@
 //!   are all that is left. It cannot loop.
 //! - Safety is Raft's own: any node may stand at any time, and a vote is still granted only
 //!   to a log at least as long as the voter's.
+//!
+//! **The backstop.** openraft 0.9 adds twice `election_timeout_max` to a node's election
+//! timer once one of its candidacies is refused by a longer log, and clears that only when
+//! its timer next starts an election (openraft's "seen greater log"; made to lapse upstream
+//! in openraft#2087, after 0.9). A stand-in leaves exactly that mark on the refused
+//! candidate, and on itself when it was once refused, so at the next stop of a leader both
+//! followers could wait 1.8 s before standing (seen in a kept `--stall` run: 1,858 ms, one
+//! round, both nodes marked). The backstop ([`StandIn::start`]) is this node's own election
+//! timer without that delay: a follower, a voter, that has accepted nothing from a leader
+//! and seen its vote unchanged for `election_timeout_max` (the lease) plus
+//! `election_timeout_max` plus a random part of up to half `election_timeout_min` stands
+//! once, then waits that long again. An unmarked openraft timer (lease plus at most
+//! `election_timeout_max`) always fires first, so the backstop changes nothing but the
+//! delay, and a node it makes stand with a shorter log is refused and answered by the
+//! stand-in of the node ahead. Its task ends with the Raft core (the metrics channel
+//! closes).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -58,18 +74,36 @@ pub struct StandIn {
     heard: Mutex<Option<Instant>>,
     /// A stand-in is under way.
     standing: AtomicBool,
+    /// How long a follower waits, besides a random part, before the backstop makes it
+    /// stand: the lease plus `election_timeout_max`.
+    backstop_after: Duration,
+    /// The backstop may start elections (tests turn it off with openraft's own timer).
+    backstop_on: AtomicBool,
 }
 
 impl StandIn {
-    /// For `raft`, run with `config` (its lease is `election_timeout_max`).
-    pub fn new(raft: Raft, config: &openraft::Config) -> Arc<StandIn> {
-        Arc::new(StandIn {
+    /// For `raft`, run with `config` (its lease is `election_timeout_max`), with its
+    /// backstop running (module doc) until the Raft core ends.
+    pub fn start(raft: Raft, config: &openraft::Config) -> Arc<StandIn> {
+        let lease = Duration::from_millis(config.election_timeout_max);
+        let stand_in = Arc::new(StandIn {
             raft,
-            lease: Duration::from_millis(config.election_timeout_max),
+            lease,
             round_max: Duration::from_millis(config.election_timeout_min),
             heard: Mutex::new(None),
             standing: AtomicBool::new(false),
-        })
+            backstop_after: lease + lease,
+            backstop_on: AtomicBool::new(true),
+        });
+        tokio::spawn(stand_in.clone().backstop());
+        stand_in
+    }
+
+    /// Lets the backstop start elections (`true`, the default) or not. openraft's own
+    /// timer has its switch in `Raft::runtime_config`; a test that turns that off for a
+    /// node turns this off too.
+    pub fn set_backstop(&self, on: bool) {
+        self.backstop_on.store(on, Ordering::Release);
     }
 
     /// This node has just accepted an AppendEntries or a snapshot chunk from a leader.
@@ -146,6 +180,63 @@ impl StandIn {
             tracing::info!(round, vote = %m.vote, "stand-in: lost to the refused candidate's vote; standing above it");
         }
     }
+
+    /// The backstop's task (module doc): checks a few times per shortest election timeout
+    /// whether this node has been a quiet follower for its deadline, and stands if so.
+    async fn backstop(self: Arc<Self>) {
+        let mut metrics = self.raft.metrics();
+        let check = (self.round_max / 6).max(Duration::from_millis(5));
+        let mut last_vote = metrics.borrow().vote;
+        let mut quiet_since = Instant::now();
+        let mut deadline = self.backstop_after + jitter(self.round_max / 2);
+        loop {
+            tokio::select! {
+                changed = metrics.changed() => if changed.is_err() { return },
+                () = tokio::time::sleep(check) => {}
+            }
+            let (following, vote) = {
+                let m = metrics.borrow();
+                let voter = m
+                    .membership_config
+                    .membership()
+                    .voter_ids()
+                    .any(|id| id == m.id);
+                (m.state == ServerState::Follower && voter, m.vote)
+            };
+            let now = Instant::now();
+            if !following || vote != last_vote {
+                last_vote = vote;
+                quiet_since = now;
+                continue;
+            }
+            let heard = *self.heard.lock().expect("no panic holds the lock");
+            let quiet_for = now - heard.map_or(quiet_since, |at| at.max(quiet_since));
+            if quiet_for < deadline || !self.backstop_on.load(Ordering::Acquire) {
+                continue;
+            }
+            tracing::info!(
+                quiet_ms = quiet_for.as_millis() as u64,
+                vote = %vote,
+                "backstop: no leader heard and no vote cast for the election timeout; standing"
+            );
+            if self.raft.trigger().elect().await.is_err() {
+                return;
+            }
+            quiet_since = Instant::now();
+            deadline = self.backstop_after + jitter(self.round_max / 2);
+        }
+    }
+}
+
+/// A random duration below `most` (zero if the OS gives no randomness: the backstop then
+/// waits its bare deadline, which openraft's own timers stagger anyway).
+fn jitter(most: Duration) -> Duration {
+    let mut bytes = [0u8; 8];
+    if getrandom::fill(&mut bytes).is_err() || most.is_zero() {
+        return Duration::ZERO;
+    }
+    let nanos = most.as_nanos() as u64;
+    Duration::from_nanos(u64::from_le_bytes(bytes) % nanos)
 }
 
 /// Whether answering `request` with `response` calls for standing at once: it was refused,

@@ -47,6 +47,20 @@ impl Net {
         self.cut.lock().unwrap().remove(&(a.min(b), a.max(b)));
     }
 
+    /// Lets node `id` stand for election by its timers, openraft's and the stand-in's
+    /// backstop, or not (`on`). A stand-in answering a refused candidate still stands.
+    pub fn elect(&self, id: NodeId, on: bool) {
+        let (raft, stand_in) = self.nodes.lock().unwrap()[&id].clone();
+        raft.runtime_config().elect(on);
+        stand_in.set_backstop(on);
+    }
+
+    /// Lets node `id`'s backstop start elections, or not (`on`), leaving openraft's timer
+    /// as it is.
+    pub fn backstop(&self, id: NodeId, on: bool) {
+        self.nodes.lock().unwrap()[&id].1.set_backstop(on);
+    }
+
     fn is_cut(&self, a: NodeId, b: NodeId) -> bool {
         self.cut.lock().unwrap().contains(&(a.min(b), a.max(b)))
     }
@@ -193,7 +207,7 @@ pub async fn start(net: &Net, dir: &std::path::Path, id: NodeId) -> (Raft, Arc<A
     )
     .await
     .unwrap();
-    let stand_in = StandIn::new(raft.clone(), &config);
+    let stand_in = StandIn::start(raft.clone(), &config);
     net.nodes
         .lock()
         .unwrap()
@@ -202,7 +216,8 @@ pub async fn start(net: &Net, dir: &std::path::Path, id: NodeId) -> (Raft, Arc<A
 }
 
 /// Starts nodes 1 to `n` on `net` and makes node 1 found the cluster: it leads once this
-/// returns. The other nodes do not stand by their timers (each test says when they may).
+/// returns. The other nodes do not stand by their timers, openraft's or the backstop (each
+/// test says when they may, with [`Net::elect`]).
 pub async fn found(
     net: &Net,
     dir: &std::path::Path,
@@ -212,7 +227,7 @@ pub async fn found(
     for id in 1..=n {
         let node = start(net, dir, id).await;
         if id != 1 {
-            node.0.runtime_config().elect(false);
+            net.elect(id, false);
         }
         nodes.insert(id, node);
     }

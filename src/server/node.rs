@@ -80,7 +80,7 @@ impl Node {
             peer_listener,
             security.peer_acceptor,
             raft.clone(),
-            StandIn::new(raft.clone(), &raft_config),
+            StandIn::start(raft.clone(), &raft_config),
             watch_rx.clone(),
         ));
         let initialized = raft

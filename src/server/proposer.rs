@@ -466,8 +466,8 @@ mod tests {
             // Each its own entry: the proposer takes a command as soon as it is queued.
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        nodes[&2].0.runtime_config().elect(true);
-        nodes[&3].0.runtime_config().elect(true);
+        net.elect(2, true);
+        net.elect(3, true);
         let elected = nodes[&2]
             .0
             .wait(Some(PATIENCE))

@@ -1,8 +1,9 @@
 //! The stand-in against three in-process nodes ([`crate::raft::test_cluster`]).
 //!
-//! Node 2 never stands for election by its own timer (openraft's `elect(false)`, which
-//! `Trigger::elect` ignores): whatever leader it becomes, its stand-in made it so. Node 3
-//! is left behind and stands first; its log can never win.
+//! In the first test node 2 never stands for election by a timer (openraft's `elect(false)`,
+//! which `Trigger::elect` ignores, and its backstop off): whatever leader it becomes, its
+//! stand-in made it so. Node 3 is left behind and stands first; its log can never win. In
+//! the second, the backstop is the only timer left in the cluster.
 
 use std::collections::BTreeMap;
 
@@ -42,7 +43,7 @@ async fn the_node_ahead_of_a_refused_candidate_stands_at_once_and_wins() {
 
     // Node 1 stops answering anyone; node 3 may now stand.
     net.cut(1, 2);
-    rafts[&3].runtime_config().elect(true);
+    net.elect(3, true);
     let elected = rafts[&2]
         .wait(Some(PATIENCE))
         .metrics(
@@ -65,6 +66,56 @@ async fn the_node_ahead_of_a_refused_candidate_stands_at_once_and_wins() {
         .await
         .unwrap();
     // The new leader takes writes, node 3 with it.
+    write(&rafts[&2], 2, 1).await;
+    for raft in rafts.values() {
+        raft.shutdown().await.unwrap();
+    }
+}
+
+/// Node 1 leads, then is cut off from everyone. openraft's timers are off on nodes 2 and 3
+/// (as a timer held back by openraft's greater-log delay would be, only for good); node 2's
+/// backstop is on. It stands once it has been a quiet follower for its deadline, node 3
+/// grants its equal log, and it leads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_backstop_stands_for_a_follower_whose_openraft_timer_does_not() {
+    let dir = TempDir::new("backstop");
+    let net = Net::default();
+    let rafts: BTreeMap<NodeId, Raft> = found(&net, &dir.0, 3)
+        .await
+        .into_iter()
+        .map(|(id, (raft, _))| (id, raft))
+        .collect();
+    write(&rafts[&1], 1, 1).await;
+    let committed = last_log_index(&rafts[&1]);
+    for id in [2, 3] {
+        rafts[&id]
+            .wait(Some(PATIENCE))
+            .log_index_at_least(committed, "the followers have node 1's log")
+            .await
+            .unwrap();
+    }
+
+    net.cut(1, 2);
+    net.cut(1, 3);
+    net.backstop(2, true);
+    let elected = rafts[&2]
+        .wait(Some(PATIENCE))
+        .metrics(
+            |m| m.state == ServerState::Leader,
+            "node 2's backstop stands for it and it wins",
+        )
+        .await
+        .expect("node 2, with only its backstop for a timer, stood and won");
+    assert!(
+        elected.current_term > 1,
+        "a new term: {}",
+        elected.current_term
+    );
+    rafts[&3]
+        .wait(Some(PATIENCE))
+        .metrics(|m| m.current_leader == Some(2), "node 3 follows node 2")
+        .await
+        .unwrap();
     write(&rafts[&2], 2, 1).await;
     for raft in rafts.values() {
         raft.shutdown().await.unwrap();
