@@ -31,7 +31,9 @@
 //!   connection, each handing one RPC at a time to the local Raft.
 //! - **Stand-in** ([`crate::raft::stand_in`]): at most one task at a time, started when this
 //!   node refuses a candidate whose log is behind and has heard no leader for a lease; it
-//!   starts at most three elections and ends.
+//!   starts at most three elections and ends. Beside it, the stand-in's **backstop** task,
+//!   one per node until the Raft core ends: an election timer for a quiet follower that
+//!   openraft 0.9's greater-log delay would hold back.
 //! - **Client accept loop** ([`client_port::serve_clients`], via [`crate::wire::accept_loop`]):
 //!   one connection task per client connection.
 //! - **Proposer task** ([`proposer`]): owns the receiving end of the proposer queue
