@@ -184,7 +184,8 @@ impl StandIn {
     /// The backstop's task (module doc): checks a few times per shortest election timeout
     /// whether this node has been a quiet follower for its deadline, and stands if so.
     async fn backstop(self: Arc<Self>) {
-        let mut metrics = self.raft.metrics();
+        // The server metrics change only with the vote, state, leader or membership.
+        let mut metrics = self.raft.server_metrics();
         let check = (self.round_max / 6).max(Duration::from_millis(5));
         let mut last_vote = metrics.borrow().vote;
         let mut quiet_since = Instant::now();

@@ -201,12 +201,14 @@ async fn run(
             &raft,
         )
         .await;
-        let metrics = raft.metrics().borrow().clone();
+        let (leading, term) = {
+            let m = raft.server_metrics();
+            let m = m.borrow();
+            (m.state == ServerState::Leader, m.vote.leader_id.term)
+        };
         let (batch, permit) = match gathered {
             None => return,
-            Some(Gathered::Ready(batch, permit)) if metrics.state == ServerState::Leader => {
-                (batch, permit)
-            }
+            Some(Gathered::Ready(batch, permit)) if leading => (batch, permit),
             Some(Gathered::Ready(batch, _) | Gathered::NotLeading(batch)) => {
                 if !batch.is_empty() {
                     let answers = batch.into_iter().map(|p| p.answer).collect();
@@ -229,7 +231,7 @@ async fn run(
         } else {
             batch.into_iter().map(|p| (p.command, p.answer)).unzip()
         };
-        let entry = stamper.stamp(metrics.current_term, commands);
+        let entry = stamper.stamp(term, commands);
         crate::metrics::get().proposed(entry.commands.len(), rx.len());
         last_proposed = Instant::now();
         let receiver = match raft.client_write_ff(entry).await {
@@ -241,9 +243,8 @@ async fn run(
             }
         };
         let raft = raft.clone();
-        let term = metrics.current_term;
         tokio::spawn(async move {
-            let mut leadership = raft.metrics();
+            let mut leadership = raft.server_metrics();
             let result = tokio::select! {
                 biased;
                 result = tokio::time::timeout(COMMIT_TIMEOUT, receiver) => Some(result),
@@ -304,7 +305,7 @@ async fn gather(
         }
     }
     batch.drain(rx, held_over, batch_max);
-    let mut leadership = raft.metrics();
+    let mut leadership = raft.server_metrics();
     let permit = tokio::select! {
         biased;
         permit = in_flight.clone().acquire_owned() => permit.expect("never closed"),
@@ -317,15 +318,19 @@ async fn gather(
 }
 
 /// Returns once this node does not lead (in `term`, if given): at once if it does not now.
-/// Also returns when Raft has stopped.
+/// Also returns when Raft has stopped. It watches openraft's server metrics, which change
+/// only with the vote, the state, the leader or the membership (the full metrics change
+/// with every append and apply, and would wake every waiter on each).
 async fn stopped_leading(
-    metrics: &mut watch::Receiver<openraft::RaftMetrics<NodeId, crate::raft::NodeAddr>>,
+    metrics: &mut watch::Receiver<
+        openraft::metrics::RaftServerMetrics<NodeId, crate::raft::NodeAddr>,
+    >,
     term: Option<u64>,
 ) {
     loop {
         {
             let m = metrics.borrow_and_update();
-            if m.state != ServerState::Leader || term.is_some_and(|t| m.current_term != t) {
+            if m.state != ServerState::Leader || term.is_some_and(|t| m.vote.leader_id.term != t) {
                 return;
             }
         }
