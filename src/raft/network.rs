@@ -395,7 +395,9 @@ pub async fn answer(raft: &Raft, stand_in: &Arc<StandIn>, request: PeerRequest) 
         PeerRequest::InstallSnapshot(rpc) => {
             let vote = rpc.vote;
             let result = raft.install_snapshot(rpc).await;
-            // A node whose vote is above the sender's answers with its own.
+            // Counted only when the answer carries the sender's vote: a node whose vote is
+            // above answers with its own, and a chunk before the last answers with the vote
+            // read before it was taken (the backstop reads openraft's own record anyway).
             if result.as_ref().is_ok_and(|r| r.vote == vote) {
                 stand_in.heard_leader();
             }

@@ -22,14 +22,20 @@
 //! Invariants:
 //! - It never stands while a leader's AppendEntries or snapshot chunk was accepted within
 //!   the leader lease (openraft's `election_timeout_max`; inside it openraft refuses every
-//!   vote anyway): a leader that is alive for this node is not disrupted.
+//!   vote anyway), nor within the lease of granting a vote: a leader that is alive for this
+//!   node, or a candidate it has just helped elect, is not disrupted. The last check is
+//!   openraft's own record of when this node's vote was last set or renewed, read from the
+//!   Raft core just before standing, so a reply that was slow to come back through the
+//!   peer port does not mislead it. (Between that read and the election command reaching
+//!   the core, a few µs of messages can still arrive; a leader heard in them is unseated,
+//!   which Raft survives.)
 //! - It stands only as a follower (a leader or a candidate has nothing to gain), and only
 //!   for a candidate whose vote is above every vote it knows: a request delayed past a
 //!   later election (a node resumed after a stop reads those from its sockets) is no sign
 //!   that the cluster lacks a leader.
 //! - At most one stand-in runs on a node at a time, of at most [`ROUNDS`] rounds, each
 //!   waited for at most the shortest election timeout; after that openraft's own timers
-//!   are all that is left. It cannot loop.
+//!   and the backstop are all that is left. It cannot loop.
 //! - Safety is Raft's own: any node may stand at any time, and a vote is still granted only
 //!   to a log at least as long as the voter's.
 //!
@@ -43,11 +49,15 @@
 //! timer without that delay: a follower, a voter, that has accepted nothing from a leader
 //! and seen its vote unchanged for `election_timeout_max` (the lease) plus
 //! `election_timeout_max` plus a random part of up to half `election_timeout_min` stands
-//! once, then waits that long again. An unmarked openraft timer (lease plus at most
-//! `election_timeout_max`) always fires first, so the backstop changes nothing but the
-//! delay, and a node it makes stand with a shorter log is refused and answered by the
-//! stand-in of the node ahead. Its task ends with the Raft core (the metrics channel
-//! closes).
+//! once, then waits that long again. Before it stands it reads openraft's own record of
+//! when the vote was last set or renewed (every accepted AppendEntries renews it, every
+//! granted vote sets it), as openraft's timer does, so a follower whose Raft core was busy
+//! and had not yet answered a live leader does not stand. An unmarked openraft timer (lease
+//! plus at most `election_timeout_max`) fires first, so the backstop changes nothing but
+//! the delay, and a node it makes stand with a shorter log is refused and answered by the
+//! stand-in of the node ahead. It does not stand while a stand-in is under way. Its task
+//! ends with the node (the shutdown watch turns true or its sender is gone) or with the
+//! Raft core (the metrics channel closes).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -55,6 +65,7 @@ use std::time::{Duration, Instant};
 
 use openraft::ServerState;
 use openraft::raft::{VoteRequest, VoteResponse};
+use tokio::sync::watch;
 
 use super::{NodeId, Raft};
 
@@ -70,7 +81,9 @@ pub struct StandIn {
     lease: Duration,
     /// Longest one round is waited for: the shortest election timeout.
     round_max: Duration,
-    /// When this node last accepted an AppendEntries or a snapshot chunk from a leader.
+    /// When an answer to a leader's AppendEntries, or a snapshot chunk answered with the
+    /// leader's own vote, last came back from this node's Raft core: a cheap first check;
+    /// openraft's own record decides ([`StandIn::quiet_for`]).
     heard: Mutex<Option<Instant>>,
     /// A stand-in is under way.
     standing: AtomicBool,
@@ -83,8 +96,13 @@ pub struct StandIn {
 
 impl StandIn {
     /// For `raft`, run with `config` (its lease is `election_timeout_max`), with its
-    /// backstop running (module doc) until the Raft core ends.
-    pub fn start(raft: Raft, config: &openraft::Config) -> Arc<StandIn> {
+    /// backstop running (module doc) until `shutdown` turns true or its sender is dropped,
+    /// or the Raft core ends.
+    pub fn start(
+        raft: Raft,
+        config: &openraft::Config,
+        shutdown: watch::Receiver<bool>,
+    ) -> Arc<StandIn> {
         let lease = Duration::from_millis(config.election_timeout_max);
         let stand_in = Arc::new(StandIn {
             raft,
@@ -95,7 +113,7 @@ impl StandIn {
             backstop_after: lease + lease,
             backstop_on: AtomicBool::new(true),
         });
-        tokio::spawn(stand_in.clone().backstop());
+        tokio::spawn(stand_in.clone().backstop(shutdown));
         stand_in
     }
 
@@ -104,6 +122,16 @@ impl StandIn {
     /// node turns this off too.
     pub fn set_backstop(&self, on: bool) {
         self.backstop_on.store(on, Ordering::Release);
+    }
+
+    /// How long ago, by openraft's own record read in the Raft core, this node's vote was
+    /// last set or renewed (a leader's AppendEntries renews it, a granted vote or an
+    /// election sets it); `None` if never, `Err` if the core has stopped.
+    async fn quiet_for(&self) -> Result<Option<Duration>, ()> {
+        self.raft
+            .with_raft_state(|s| s.vote_last_modified().map(|at| at.elapsed()))
+            .await
+            .map_err(|_| ())
     }
 
     /// This node has just accepted an AppendEntries or a snapshot chunk from a leader.
@@ -139,7 +167,14 @@ impl StandIn {
         let me = self.clone();
         let candidate = request.vote.leader_id.node_id;
         tokio::spawn(async move {
-            me.stand(candidate).await;
+            match me.quiet_for().await {
+                Ok(Some(quiet)) if quiet < me.lease => tracing::info!(
+                    quiet_ms = quiet.as_millis() as u64,
+                    "stand-in: this node's vote was set or renewed within the lease; not standing"
+                ),
+                Ok(_) => me.stand(candidate).await,
+                Err(()) => {}
+            }
             me.standing.store(false, Ordering::Release);
         });
     }
@@ -183,7 +218,7 @@ impl StandIn {
 
     /// The backstop's task (module doc): checks a few times per shortest election timeout
     /// whether this node has been a quiet follower for its deadline, and stands if so.
-    async fn backstop(self: Arc<Self>) {
+    async fn backstop(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
         // The server metrics change only with the vote, state, leader or membership.
         let mut metrics = self.raft.server_metrics();
         let check = (self.round_max / 6).max(Duration::from_millis(5));
@@ -193,6 +228,7 @@ impl StandIn {
         loop {
             tokio::select! {
                 changed = metrics.changed() => if changed.is_err() { return },
+                changed = shutdown.changed() => if changed.is_err() || *shutdown.borrow() { return },
                 () = tokio::time::sleep(check) => {}
             }
             let (following, vote) = {
@@ -212,9 +248,25 @@ impl StandIn {
             }
             let heard = *self.heard.lock().expect("no panic holds the lock");
             let quiet_for = now - heard.map_or(quiet_since, |at| at.max(quiet_since));
-            if quiet_for < deadline || !self.backstop_on.load(Ordering::Acquire) {
+            if quiet_for < deadline
+                || !self.backstop_on.load(Ordering::Acquire)
+                || self.standing.load(Ordering::Acquire)
+            {
                 continue;
             }
+            // openraft's own record decides: its core may have renewed the vote for a
+            // leader whose messages it had not yet answered.
+            let quiet_for = match self.quiet_for().await {
+                Err(()) => return,
+                Ok(None) => quiet_for,
+                Ok(Some(quiet)) if quiet < deadline => {
+                    quiet_since = Instant::now()
+                        .checked_sub(quiet)
+                        .unwrap_or_else(Instant::now);
+                    continue;
+                }
+                Ok(Some(quiet)) => quiet,
+            };
             tracing::info!(
                 quiet_ms = quiet_for.as_millis() as u64,
                 vote = %vote,

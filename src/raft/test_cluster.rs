@@ -26,8 +26,9 @@ use crate::machine::{Batch, Leadership};
 /// Every wait of these tests: far above anything here takes on a quiet machine.
 pub const PATIENCE: Duration = Duration::from_secs(20);
 
-/// A node as its peers reach it.
-type Reached = (Raft, Arc<StandIn>);
+/// A node as its peers reach it, with the sending end of its stand-in's shutdown watch
+/// (kept as long as the network, so the backstop runs until the Raft core ends).
+type Reached = (Raft, Arc<StandIn>, Arc<tokio::sync::watch::Sender<bool>>);
 
 #[derive(Clone, Default)]
 pub struct Net {
@@ -50,7 +51,7 @@ impl Net {
     /// Lets node `id` stand for election by its timers, openraft's and the stand-in's
     /// backstop, or not (`on`). A stand-in answering a refused candidate still stands.
     pub fn elect(&self, id: NodeId, on: bool) {
-        let (raft, stand_in) = self.nodes.lock().unwrap()[&id].clone();
+        let (raft, stand_in, _) = self.nodes.lock().unwrap()[&id].clone();
         raft.runtime_config().elect(on);
         stand_in.set_backstop(on);
     }
@@ -76,7 +77,7 @@ impl Net {
         if self.is_cut(from, to) {
             return None;
         }
-        let (raft, stand_in) = self.nodes.lock().unwrap().get(&to).cloned()?;
+        let (raft, stand_in, _) = self.nodes.lock().unwrap().get(&to).cloned()?;
         let response = answer(&raft, &stand_in, request).await;
         (!self.is_cut(from, to)).then_some(response)
     }
@@ -207,11 +208,12 @@ pub async fn start(net: &Net, dir: &std::path::Path, id: NodeId) -> (Raft, Arc<A
     )
     .await
     .unwrap();
-    let stand_in = StandIn::start(raft.clone(), &config);
+    let (shutdown, watch) = tokio::sync::watch::channel(false);
+    let stand_in = StandIn::start(raft.clone(), &config, watch);
     net.nodes
         .lock()
         .unwrap()
-        .insert(id, (raft.clone(), stand_in));
+        .insert(id, (raft.clone(), stand_in, Arc::new(shutdown)));
     (raft, state)
 }
 

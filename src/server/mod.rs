@@ -26,14 +26,15 @@
 //!
 //! # Tasks, what each owns, and the bound on every queue
 //!
-//! Per node (spawned by [`node::Node::start`], all ending when the shutdown watch turns true):
+//! Per node (spawned by [`node::Node::start`], all ending when the shutdown watch turns true,
+//! but for a stand-in's election task, which ends after its rounds):
 //! - **Peer accept loop** ([`crate::raft::network::serve_peers`]): one task per peer
 //!   connection, each handing one RPC at a time to the local Raft.
 //! - **Stand-in** ([`crate::raft::stand_in`]): at most one task at a time, started when this
 //!   node refuses a candidate whose log is behind and has heard no leader for a lease; it
 //!   starts at most three elections and ends. Beside it, the stand-in's **backstop** task,
-//!   one per node until the Raft core ends: an election timer for a quiet follower that
-//!   openraft 0.9's greater-log delay would hold back.
+//!   one per node: an election timer for a quiet follower that openraft 0.9's greater-log
+//!   delay would hold back.
 //! - **Client accept loop** ([`client_port::serve_clients`], via [`crate::wire::accept_loop`]):
 //!   one connection task per client connection.
 //! - **Proposer task** ([`proposer`]): owns the receiving end of the proposer queue
@@ -164,8 +165,13 @@
 //!   follower, or on a leader that steps down while the batch waits, is answered
 //!   `NotLeader` at once.
 //! - Raft stopped while the entry waited (the responder was dropped): `OutcomeUnknown`. Its
-//!   text says "leadership lost while committing", but openraft drops a responder only when
-//!   its core stops; a lost leadership takes one of the paths above.
+//!   text says "leadership lost while committing", or "this node stopped leading before the
+//!   entry was applied" when the closing metrics channel is seen first; openraft drops a
+//!   responder only when its core stops, and a lost leadership takes one of the paths above.
+//! - This node lost and regained leadership between reading its term and handing the entry
+//!   to openraft: the entry is appended in the newer term, and its waiter, watching the
+//!   older one, answers `OutcomeUnknown` at once and frees its slot though the entry may
+//!   commit (the client retries, idempotently).
 //! - Raft stopped before taking the entry (`client_write_ff` fails): `Unavailable`, and the
 //!   proposer task ends; later writes find its queue closed and are answered `Unavailable`.
 //! - The proposer task stopped with the command still queued (shutdown): `OutcomeUnknown`

@@ -11,7 +11,9 @@
 //!   first start that failed after labelling the directory (a taken port, bad openraft
 //!   settings) must still found the cluster on the next start. Every other start joins what
 //!   is on disk or what the leader sends.
-//! - Every task the node spawns watches the one shutdown channel and ends when it turns true.
+//! - Every long-lived task the node spawns watches the one shutdown channel and ends when it
+//!   turns true (or its sender is dropped, as when a start fails half-way); a stand-in's
+//!   election task ends after its rounds (at most three election timeouts).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -80,7 +82,7 @@ impl Node {
             peer_listener,
             security.peer_acceptor,
             raft.clone(),
-            StandIn::start(raft.clone(), &raft_config),
+            StandIn::start(raft.clone(), &raft_config, watch_rx.clone()),
             watch_rx.clone(),
         ));
         let initialized = raft

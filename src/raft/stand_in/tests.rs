@@ -3,7 +3,8 @@
 //! In the first test node 2 never stands for election by a timer (openraft's `elect(false)`,
 //! which `Trigger::elect` ignores, and its backstop off): whatever leader it becomes, its
 //! stand-in made it so. Node 3 is left behind and stands first; its log can never win. In
-//! the second, the backstop is the only timer left in the cluster.
+//! the second, the backstop is the only timer left in the cluster; in the third, every
+//! timer runs beside a live leader.
 
 use std::collections::BTreeMap;
 
@@ -117,6 +118,38 @@ async fn the_backstop_stands_for_a_follower_whose_openraft_timer_does_not() {
         .await
         .unwrap();
     write(&rafts[&2], 2, 1).await;
+    for raft in rafts.values() {
+        raft.shutdown().await.unwrap();
+    }
+}
+
+/// Every timer on, the backstop's included, and a live leader writing: over more than three
+/// backstop deadlines (each at most 2 x 300 + 75 ms here) no follower stands, so the term
+/// never moves and node 1 keeps leading.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_leader_is_left_alone_by_the_backstop() {
+    let dir = TempDir::new("backstop-live");
+    let net = Net::default();
+    let rafts: BTreeMap<NodeId, Raft> = found(&net, &dir.0, 3)
+        .await
+        .into_iter()
+        .map(|(id, (raft, _))| (id, raft))
+        .collect();
+    net.elect(2, true);
+    net.elect(3, true);
+    let term = rafts[&1].metrics().borrow().current_term;
+    for clock_ms in 1..=25 {
+        write(&rafts[&1], 1, clock_ms).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for (id, raft) in &rafts {
+        let m = raft.metrics().borrow().clone();
+        assert_eq!(
+            (m.current_term, m.current_leader),
+            (term, Some(1)),
+            "node {id}: the term stays and node 1 leads"
+        );
+    }
     for raft in rafts.values() {
         raft.shutdown().await.unwrap();
     }
