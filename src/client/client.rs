@@ -276,8 +276,9 @@ impl Client {
     /// out of retries is `OutcomeUnknown`.
     pub async fn request(&self, request: Request) -> Result<Response, ClientError> {
         let started = Instant::now();
-        let mut last_error =
-            ClientError::Unreachable(format!("none of {:?} answered", self.inner.servers));
+        // Built only when a try fails: formatting the server list on every request cost
+        // the bench client about 1% of its CPU.
+        let mut last_error: Option<ClientError> = None;
         let mut maybe_applied = false;
         for _ in 0..ATTEMPTS_MAX {
             if started.elapsed() > REQUEST_DEADLINE {
@@ -289,7 +290,7 @@ impl Client {
                 Err((e @ ClientError::Protocol(_), _)) => return Err(e),
                 Err((e, retry)) => {
                     maybe_applied |= !e.definitely_failed();
-                    last_error = e;
+                    last_error = Some(e);
                     retry
                 }
             };
@@ -297,6 +298,9 @@ impl Client {
                 tokio::time::sleep(jittered(RETRY_PAUSE)).await;
             }
         }
+        let last_error = last_error.unwrap_or_else(|| {
+            ClientError::Unreachable(format!("none of {:?} answered", self.inner.servers))
+        });
         if maybe_applied && is_write(&request) {
             return Err(ClientError::OutcomeUnknown(last_error.to_string()));
         }

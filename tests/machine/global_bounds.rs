@@ -3,6 +3,7 @@
 
 use weir::bounds::{
     FINISHED_REFUSALS_MAX, FINISHED_TICKETS_MAX, HALTS_MAX, PERIODS_MAX, RECEIPTS_MAX, RUNS_MAX,
+    SESSION_FINISHED_TICKETS_MAX,
 };
 use weir::machine::{Command, HaltScope, Refusal, Reply, Settle};
 
@@ -22,14 +23,24 @@ fn applied_in_entries(s: &mut Sim, commands: Vec<Command>) {
 #[test]
 fn finished_tickets_of_all_sessions_are_bounded() {
     let mut s = Sim::new();
-    s.reply(limit("t", "api").rate(1_000.0).burst(1_000_000));
-    // 60,000 finished rate takes a session: below the session bound, ten sessions reach
-    // the machine's.
-    let per_session = FINISHED_TICKETS_MAX as u64 / 10;
-    let sessions: Vec<_> = (0..10).map(|_| s.open(600_000)).collect();
+    s.reply(
+        limit("t", "api")
+            .rate(1_000.0)
+            .burst(2 * FINISHED_TICKETS_MAX as u64),
+    );
+    // Sessions of finished rate takes, each below the session bound, together reach the
+    // machine's.
+    let per_session = SESSION_FINISHED_TICKETS_MAX - 1;
+    let sessions: Vec<_> = (0..FINISHED_TICKETS_MAX.div_ceil(per_session))
+        .map(|_| s.open(600_000))
+        .collect();
     let takes = sessions
         .iter()
-        .flat_map(|&a| (0..per_session).map(move |t| ask(a, t, "api").into()))
+        .enumerate()
+        .flat_map(|(i, &a)| {
+            let count = per_session.min(FINISHED_TICKETS_MAX - i * per_session) as u64;
+            (0..count).map(move |t| ask(a, t, "api").into())
+        })
         .collect();
     applied_in_entries(&mut s, takes);
     let b = s.open(600_000);
