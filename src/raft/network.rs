@@ -6,6 +6,15 @@
 //! call would cost a handshake each time. Every call is bounded by openraft's deadline for
 //! it; a connection that failed or timed out is dropped, never returned to the pool.
 //!
+//! A pooled connection can die while it sits idle: a follower's connections to the other
+//! follower are used only in elections, and that peer may have been killed and restarted
+//! since. A call whose pooled connection fails (a write or read error, not its deadline)
+//! is made once more on a newly dialed one, inside the same deadline. Raft's RPCs may be
+//! repeated (a vote request, an AppendEntries or a snapshot chunk answered twice changes
+//! nothing the first answer did not), and without the retry the call is lost: openraft
+//! asks each voter once per election, so one dead pooled connection cost a failover a
+//! second election round (seen in a kept `--failover` run: 2,181 ms, ninth session).
+//!
 //! A new connection is dialed (TCP connect and TLS handshake) in a task of its own, bounded
 //! by [`DIAL_TIMEOUT`] rather than by the call's deadline, at most one per peer at a time:
 //! a heartbeat's deadline (100 ms) can be shorter than a handshake on a loaded node or over
@@ -127,6 +136,15 @@ enum CallError {
     Network(String),
 }
 
+impl CallError {
+    fn describe(&self) -> String {
+        match self {
+            CallError::Unreachable(io) => io.to_string(),
+            CallError::Network(why) => why.clone(),
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Reason(String);
 
@@ -229,17 +247,20 @@ impl PeerClient {
 
     async fn call(&self, request: PeerRequest, ttl: Duration) -> Result<PeerResponse, CallError> {
         let exchange = async {
-            let mut conn = match self.idle() {
-                Some(c) => c,
-                None => self.dial().await?,
-            };
-            wire::write_frame(conn.get_mut(), &request)
-                .await
-                .map_err(|e| CallError::Network(e.to_string()))?;
-            let response: PeerResponse = wire::read_frame(&mut conn, PEER_FRAME_MAX)
-                .await
-                .map_err(|e| CallError::Network(e.to_string()))?;
-            Ok((conn, response))
+            if let Some(conn) = self.idle() {
+                match self.exchange(conn, &request).await {
+                    Ok(done) => return Ok(done),
+                    // The connection may have died while it sat in the pool (the peer
+                    // restarted since): once, on a new one (module doc).
+                    Err(e) => tracing::debug!(
+                        target = self.target,
+                        "a pooled connection failed ({}); dialing a new one",
+                        e.describe()
+                    ),
+                }
+            }
+            let conn = self.dial().await?;
+            self.exchange(conn, &request).await
         };
         match tokio::time::timeout(ttl, exchange).await {
             Ok(Ok((conn, response))) => {
@@ -252,6 +273,21 @@ impl PeerClient {
                 self.target
             ))),
         }
+    }
+
+    /// Writes `request` on `conn` and reads its response.
+    async fn exchange(
+        &self,
+        mut conn: Pooled,
+        request: &PeerRequest,
+    ) -> Result<(Pooled, PeerResponse), CallError> {
+        wire::write_frame(conn.get_mut(), request)
+            .await
+            .map_err(|e| CallError::Network(e.to_string()))?;
+        let response: PeerResponse = wire::read_frame(&mut conn, PEER_FRAME_MAX)
+            .await
+            .map_err(|e| CallError::Network(e.to_string()))?;
+        Ok((conn, response))
     }
 
     fn rpc_error<E: std::error::Error>(&self, e: CallError) -> RPCError<NodeId, NodeAddr, E> {
@@ -419,6 +455,64 @@ mod tests {
 
     /// The calls' deadline: a heartbeat's.
     const TTL: Duration = Duration::from_millis(100);
+
+    /// A peer that answers one vote per connection, granting it, then closes the
+    /// connection (as a peer killed and restarted after the answer does). Returns its
+    /// address and the count of connections it accepted.
+    async fn one_answer_per_connection() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let Ok(stream) = Acceptor::plain().accept(tcp).await else {
+                        return;
+                    };
+                    let mut stream = tokio::io::BufReader::new(stream);
+                    if let Ok(PeerRequest::Vote(v)) =
+                        wire::read_frame(&mut stream, PEER_FRAME_MAX).await
+                    {
+                        let granted = PeerResponse::Vote(Ok(VoteResponse::new(v.vote, None, true)));
+                        let _ = wire::write_frame(stream.get_mut(), &granted).await;
+                    }
+                    // Dropped here: the client's pooled connection is now dead.
+                });
+            }
+        });
+        (addr, accepted)
+    }
+
+    #[tokio::test]
+    async fn a_pooled_connection_that_died_idle_costs_no_call() {
+        let (addr, accepted) = one_answer_per_connection().await;
+        let client = PeerClient {
+            target: 2,
+            addr,
+            pools: Pools::default(),
+            dialing: Dialing::default(),
+            source_ip: None,
+            connector: Connector::plain(),
+        };
+        for term in 1..=3 {
+            let vote = PeerRequest::Vote(VoteRequest::new(openraft::Vote::new(term, 1), None));
+            match client.call(vote, Duration::from_secs(5)).await {
+                Ok(PeerResponse::Vote(Ok(r))) => {
+                    assert!(r.vote_granted);
+                    assert_eq!(r.vote, openraft::Vote::new(term, 1));
+                }
+                Ok(_) => panic!("term {term}: answered with another kind of response"),
+                Err(e) => panic!("term {term}: the call failed: {}", e.describe()),
+            }
+            // Each call found the connection the last one pooled closed by the peer.
+            let idle = client.pools.lock().unwrap().get(&2).map_or(0, Vec::len);
+            assert_eq!(idle, 1, "the connection that answered is pooled");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 3);
+    }
 
     #[tokio::test]
     async fn a_handshake_slower_than_the_call_deadline_still_yields_a_connection() {
