@@ -213,7 +213,7 @@ pub const FINISHED_TICKETS_MAX: usize = 1_700_000;
 /// those may carry a halt reason or an error text, about 1.2 KiB at worst, so they are
 /// bounded apart from the small ones; the snapshot arithmetic of `machine::totals` leaves no
 /// room for more of them at that size. 200,000 is 13,300 refusals a second for the window
-/// (it was 250,000; the 50,000 fewer paid for the small finished tickets' 1.1 million more).
+/// (it was 250,000; the 50,000 fewer paid for the small finished tickets' 1.15 million more).
 pub const FINISHED_REFUSALS_MAX: usize = 200_000;
 
 /// Most settlement receipts across the machine. Past it a settle with a new key is refused

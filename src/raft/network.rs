@@ -9,11 +9,14 @@
 //! A pooled connection can die while it sits idle: a follower's connections to the other
 //! follower are used only in elections, and that peer may have been killed and restarted
 //! since. A call whose pooled connection fails (a write or read error, not its deadline)
-//! is made once more on a newly dialed one, inside the same deadline. Raft's RPCs may be
-//! repeated (a vote request, an AppendEntries or a snapshot chunk answered twice changes
-//! nothing the first answer did not), and without the retry the call is lost: openraft
-//! asks each voter once per election, so one dead pooled connection cost a failover a
-//! second election round (seen in a kept `--failover` run: 2,181 ms, ninth session).
+//! drops every idle connection to that peer (they share its fate) and is made once more on
+//! a newly dialed one, inside the same deadline. Raft's RPCs may be repeated: a vote
+//! request or an AppendEntries that arrives twice is answered from the state the first
+//! left, and a snapshot chunk that arrives twice is refused as out of place, after which
+//! openraft sends the snapshot again from its start (as it does after any network error).
+//! Without the retry the call is lost: openraft asks each voter once per election, so one
+//! dead pooled connection cost a failover a second election round (seen in a kept
+//! `--failover` run: 2,181 ms, ninth session).
 //!
 //! A new connection is dialed (TCP connect and TLS handshake) in a task of its own, bounded
 //! by [`DIAL_TIMEOUT`] rather than by the call's deadline, at most one per peer at a time:
@@ -237,6 +240,15 @@ impl PeerClient {
         Ok(tokio::io::BufReader::with_capacity(256 * 1024, c))
     }
 
+    /// Drops every idle connection to this peer. Connections pooled after this are newer
+    /// than the failure that called for it.
+    fn forget_idle(&self) {
+        self.pools
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.target);
+    }
+
     fn give_back(&self, conn: Pooled) {
         let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
         let pool = pools.entry(self.target).or_default();
@@ -251,12 +263,16 @@ impl PeerClient {
                 match self.exchange(conn, &request).await {
                     Ok(done) => return Ok(done),
                     // The connection may have died while it sat in the pool (the peer
-                    // restarted since): once, on a new one (module doc).
-                    Err(e) => tracing::debug!(
-                        target = self.target,
-                        "a pooled connection failed ({}); dialing a new one",
-                        e.describe()
-                    ),
+                    // restarted since), and so then did every other idle one to that
+                    // peer: they go, and the call is made once more on a new one.
+                    Err(e) => {
+                        tracing::debug!(
+                            target = self.target,
+                            "a pooled connection failed ({}); dialing a new one",
+                            e.describe()
+                        );
+                        self.forget_idle();
+                    }
                 }
             }
             let conn = self.dial().await?;
@@ -456,7 +472,8 @@ mod tests {
     /// The calls' deadline: a heartbeat's.
     const TTL: Duration = Duration::from_millis(100);
 
-    /// A peer that answers one vote per connection, granting it, then closes the
+    /// A peer that answers one vote per connection, granting it 100 ms after it arrived
+    /// (so that calls made together each need a connection of their own), then closes the
     /// connection (as a peer killed and restarted after the answer does). Returns its
     /// address and the count of connections it accepted.
     async fn one_answer_per_connection() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
@@ -475,6 +492,7 @@ mod tests {
                     if let Ok(PeerRequest::Vote(v)) =
                         wire::read_frame(&mut stream, PEER_FRAME_MAX).await
                     {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
                         let granted = PeerResponse::Vote(Ok(VoteResponse::new(v.vote, None, true)));
                         let _ = wire::write_frame(stream.get_mut(), &granted).await;
                     }
@@ -512,6 +530,37 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn every_idle_connection_to_a_peer_goes_when_one_of_them_failed() {
+        let (addr, accepted) = one_answer_per_connection().await;
+        let client = PeerClient {
+            target: 2,
+            addr,
+            pools: Pools::default(),
+            dialing: Dialing::default(),
+            source_ip: None,
+            connector: Connector::plain(),
+        };
+        let vote = |term| PeerRequest::Vote(VoteRequest::new(openraft::Vote::new(term, 1), None));
+        let granted = |r: Result<PeerResponse, CallError>| match r {
+            Ok(PeerResponse::Vote(Ok(r))) => r.vote_granted,
+            _ => false,
+        };
+        // Two calls at once: each dials its own connection, and both are pooled after.
+        let (a, b) = tokio::join!(
+            client.call(vote(1), Duration::from_secs(5)),
+            client.call(vote(1), Duration::from_secs(5))
+        );
+        assert!(granted(a) && granted(b));
+        let idle = || client.pools.lock().unwrap().get(&2).map_or(0, Vec::len);
+        assert_eq!(idle(), 2);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Both are dead now; the retry must not take the second from the pool.
+        assert!(granted(client.call(vote(2), Duration::from_secs(5)).await));
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 3);
+        assert_eq!(idle(), 1, "only the connection that answered is pooled");
     }
 
     #[tokio::test]
