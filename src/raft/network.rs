@@ -139,11 +139,11 @@ enum CallError {
     Network(String),
 }
 
-impl CallError {
-    fn describe(&self) -> String {
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            CallError::Unreachable(io) => io.to_string(),
-            CallError::Network(why) => why.clone(),
+            CallError::Unreachable(io) => io.fmt(f),
+            CallError::Network(why) => f.write_str(why),
         }
     }
 }
@@ -268,8 +268,7 @@ impl PeerClient {
                     Err(e) => {
                         tracing::debug!(
                             target = self.target,
-                            "a pooled connection failed ({}); dialing a new one",
-                            e.describe()
+                            "a pooled connection failed ({e}); dialing a new one"
                         );
                         self.forget_idle();
                     }
@@ -472,6 +471,23 @@ mod tests {
     /// The calls' deadline: a heartbeat's.
     const TTL: Duration = Duration::from_millis(100);
 
+    /// A client of node 2 at `addr`, with pools of its own.
+    fn client_of(addr: String, connector: Connector) -> PeerClient {
+        PeerClient {
+            target: 2,
+            addr,
+            pools: Pools::default(),
+            dialing: Dialing::default(),
+            source_ip: None,
+            connector,
+        }
+    }
+
+    /// How many idle connections `client` pools to node 2.
+    fn idle(client: &PeerClient) -> usize {
+        client.pools.lock().unwrap().get(&2).map_or(0, Vec::len)
+    }
+
     /// A peer that answers one vote per connection, granting it 100 ms after it arrived
     /// (so that calls made together each need a connection of their own), then closes the
     /// connection (as a peer killed and restarted after the answer does). Returns its
@@ -506,14 +522,7 @@ mod tests {
     #[tokio::test]
     async fn a_pooled_connection_that_died_idle_costs_no_call() {
         let (addr, accepted) = one_answer_per_connection().await;
-        let client = PeerClient {
-            target: 2,
-            addr,
-            pools: Pools::default(),
-            dialing: Dialing::default(),
-            source_ip: None,
-            connector: Connector::plain(),
-        };
+        let client = client_of(addr, Connector::plain());
         for term in 1..=3 {
             let vote = PeerRequest::Vote(VoteRequest::new(openraft::Vote::new(term, 1), None));
             match client.call(vote, Duration::from_secs(5)).await {
@@ -522,11 +531,10 @@ mod tests {
                     assert_eq!(r.vote, openraft::Vote::new(term, 1));
                 }
                 Ok(_) => panic!("term {term}: answered with another kind of response"),
-                Err(e) => panic!("term {term}: the call failed: {}", e.describe()),
+                Err(e) => panic!("term {term}: the call failed: {e}"),
             }
             // Each call found the connection the last one pooled closed by the peer.
-            let idle = client.pools.lock().unwrap().get(&2).map_or(0, Vec::len);
-            assert_eq!(idle, 1, "the connection that answered is pooled");
+            assert_eq!(idle(&client), 1, "the connection that answered is pooled");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 3);
@@ -535,14 +543,7 @@ mod tests {
     #[tokio::test]
     async fn every_idle_connection_to_a_peer_goes_when_one_of_them_failed() {
         let (addr, accepted) = one_answer_per_connection().await;
-        let client = PeerClient {
-            target: 2,
-            addr,
-            pools: Pools::default(),
-            dialing: Dialing::default(),
-            source_ip: None,
-            connector: Connector::plain(),
-        };
+        let client = client_of(addr, Connector::plain());
         let vote = |term| PeerRequest::Vote(VoteRequest::new(openraft::Vote::new(term, 1), None));
         let granted = |r: Result<PeerResponse, CallError>| match r {
             Ok(PeerResponse::Vote(Ok(r))) => r.vote_granted,
@@ -554,13 +555,16 @@ mod tests {
             client.call(vote(1), Duration::from_secs(5))
         );
         assert!(granted(a) && granted(b));
-        let idle = || client.pools.lock().unwrap().get(&2).map_or(0, Vec::len);
-        assert_eq!(idle(), 2);
+        assert_eq!(idle(&client), 2);
         tokio::time::sleep(Duration::from_millis(50)).await;
         // Both are dead now; the retry must not take the second from the pool.
         assert!(granted(client.call(vote(2), Duration::from_secs(5)).await));
         assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 3);
-        assert_eq!(idle(), 1, "only the connection that answered is pooled");
+        assert_eq!(
+            idle(&client),
+            1,
+            "only the connection that answered is pooled"
+        );
     }
 
     #[tokio::test]
@@ -600,14 +604,10 @@ mod tests {
                 });
             }
         });
-        let client = PeerClient {
-            target: 2,
-            addr: addr.to_string(),
-            pools: Pools::default(),
-            dialing: Dialing::default(),
-            source_ip: None,
-            connector: Connector::tls(tls::peer_client_config(&files).unwrap()),
-        };
+        let client = client_of(
+            addr.to_string(),
+            Connector::tls(tls::peer_client_config(&files).unwrap()),
+        );
         let mut answered = 0;
         for _ in 0..40 {
             let vote = PeerRequest::Vote(VoteRequest::new(openraft::Vote::new(1, 1), None));

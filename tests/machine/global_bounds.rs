@@ -16,6 +16,14 @@ fn full(what: &str, limit: usize) -> Reply {
     })
 }
 
+/// `n` split into shares of at most `most`, in order: one per session, each under a
+/// per-session bound.
+fn shares(n: usize, most: usize) -> Vec<u64> {
+    (0..n.div_ceil(most))
+        .map(|i| most.min(n - i * most) as u64)
+        .collect()
+}
+
 fn applied_in_entries(s: &mut Sim, commands: Vec<Command>) {
     s.entries(commands.chunks(4_096).map(<[Command]>::to_vec));
 }
@@ -30,17 +38,12 @@ fn finished_tickets_of_all_sessions_are_bounded() {
     );
     // Sessions of finished rate takes, each below the session bound, together reach the
     // machine's.
-    let per_session = SESSION_FINISHED_TICKETS_MAX - 1;
-    let sessions: Vec<_> = (0..FINISHED_TICKETS_MAX.div_ceil(per_session))
-        .map(|_| s.open(600_000))
-        .collect();
+    let counts = shares(FINISHED_TICKETS_MAX, SESSION_FINISHED_TICKETS_MAX - 1);
+    let sessions: Vec<_> = counts.iter().map(|_| s.open(600_000)).collect();
     let takes = sessions
         .iter()
-        .enumerate()
-        .flat_map(|(i, &a)| {
-            let count = per_session.min(FINISHED_TICKETS_MAX - i * per_session) as u64;
-            (0..count).map(move |t| ask(a, t, "api").into())
-        })
+        .zip(counts)
+        .flat_map(|(&a, count)| (0..count).map(move |t| ask(a, t, "api").into()))
         .collect();
     applied_in_entries(&mut s, takes);
     let b = s.open(600_000);
@@ -71,16 +74,12 @@ fn finished_tickets_of_all_sessions_are_bounded() {
 /// `SESSION_TICKETS_MAX` live tickets each, then halts `t`: every waiter is refused and kept
 /// as a finished refusal. Lifts the halt after.
 fn halted_waiters(s: &mut Sim, n: usize) {
-    let per_session = weir::bounds::SESSION_TICKETS_MAX;
-    let asks = (0..n.div_ceil(per_session))
-        .map(|_| s.open(600_000))
-        .collect::<Vec<_>>()
+    let counts = shares(n, weir::bounds::SESSION_TICKETS_MAX);
+    let sessions: Vec<_> = counts.iter().map(|_| s.open(600_000)).collect();
+    let asks = sessions
         .into_iter()
-        .enumerate()
-        .flat_map(|(i, a)| {
-            let count = per_session.min(n - i * per_session) as u64;
-            (0..count).map(move |t| ask(a, t, "db").into())
-        })
+        .zip(counts)
+        .flat_map(|(a, count)| (0..count).map(move |t| ask(a, t, "db").into()))
         .collect();
     applied_in_entries(s, asks);
     let halt = |reason: &str| Command::SetHalt {
