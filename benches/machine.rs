@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use criterion::SamplingMode;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use weir::machine::{Acquire, Batch, Command, Leadership, Machine, Priority, Settle};
+use weir_core::machine::{Acquire, Batch, Command, Leadership, Machine, Priority, Settle};
 
 const LIMITS: u64 = 1_000;
 const SESSIONS: u64 = 10_000;

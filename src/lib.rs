@@ -1,31 +1,9 @@
-//! Weir: a replicated limit cluster.
-//!
-//! This file is the table of contents; it holds no logic. Imports point down the list:
-//! nothing below knows anything above it.
+//! The `weir` binary's library: the command line ([`cli`]) and the launcher of local
+//! clusters ([`launcher`]) that `weir bench --spawn`, the cluster tests and the partition
+//! harness share. The layers it drives live in their own crates: `weir-core` (the pure
+//! machine), `weir-client` (protocol and client library) and `weir-server` (a node).
 
 #![forbid(unsafe_code)]
 
 pub mod cli;
 pub mod launcher;
-pub mod server;
-
-pub mod http;
-
-pub mod client;
-pub mod protocol;
-// TLS, tokens and roles; `config` borrows only its token parsers (`security::token`).
-pub mod security;
-
-pub mod raft;
-
-pub mod machine;
-
-pub mod metrics;
-
-pub mod bounds;
-pub mod codec;
-pub mod config;
-pub mod task;
-// Test-only planted bugs (the `planted` feature); inert in default builds.
-pub mod planted;
-pub mod wire;

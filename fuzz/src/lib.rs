@@ -24,11 +24,11 @@ use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
-use weir::codec;
-use weir::machine::{Batch, Command, Leadership, Machine, SNAPSHOT_MAGIC, SNAPSHOT_VERSION};
-use weir::protocol::{CLIENT_FRAME_MAX, ClientFrame, Request};
-use weir::raft::network::{PEER_FRAME_MAX, PeerRequest, PeerResponse};
-use weir::wire::{self, WireError};
+use weir_core::codec;
+use weir_core::machine::{Batch, Command, Leadership, Machine, SNAPSHOT_MAGIC, SNAPSHOT_VERSION};
+use weir_client::protocol::{CLIENT_FRAME_MAX, ClientFrame, Request};
+use weir_server::raft::network::{PEER_FRAME_MAX, PeerRequest, PeerResponse};
+use weir_client::wire::{self, WireError};
 
 /// Most bytes of Rust heap live at once in a fuzz process. The largest allocation Weir makes
 /// on purpose from untrusted bytes is a peer frame's buffer, sized by its declared length
@@ -125,7 +125,7 @@ pub fn client_request(data: &[u8]) {
                 apply(&mut machine, index, clock_ms, command);
             }
             Request::Read(query) | Request::ReadLocal(query) => {
-                let _ = weir::server::reader::answer(&machine, &query);
+                let _ = weir_server::server::reader::answer(&machine, &query);
             }
             // Served by the node's Raft handle and admin code, not by anything a frame's
             // bytes can steer past decoding.
@@ -193,28 +193,28 @@ pub fn snapshot_restore(data: &[u8]) {
 }
 
 /// Target `log_entry`: the bytes are one value of the log's `entries` table, stored under
-/// index 1 ([`weir::raft::log_store::decode_entry`]). Odd mode: the rest is the stored value
+/// index 1 ([`weir_server::raft::log_store::decode_entry`]). Odd mode: the rest is the stored value
 /// as is. Even mode: the rest is the payload, sealed in the entry's checksummed frame first.
 pub fn log_entry(data: &[u8]) {
     let (seal, data) = mode(data);
     let sealed;
     let bytes = if seal {
-        sealed = weir::raft::log_store::seal_entry_payload(data);
+        sealed = weir_server::raft::log_store::seal_entry_payload(data);
         &sealed[..]
     } else {
         data
     };
-    let _ = weir::raft::log_store::decode_entry(1, bytes);
+    let _ = weir_server::raft::log_store::decode_entry(1, bytes);
 }
 
 /// Target `config`: the bytes are a node's TOML config file, parsed and validated as
-/// `weir serve` does ([`weir::config::Config::parse`]) and turned into openraft's config.
+/// `weir serve` does ([`weir_server::config::Config::parse`]) and turned into openraft's config.
 pub fn config(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         // `Config::load` reads a String: a file that is not UTF-8 never reaches the parser.
         return;
     };
-    if let Ok(config) = weir::config::Config::parse(text) {
+    if let Ok(config) = weir_server::config::Config::parse(text) {
         let _ = config.openraft();
     }
 }

@@ -12,9 +12,9 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use weir::config::{Config, Peer};
 use weir::launcher::{LocalCluster, loopback_addr};
-use weir::protocol::{Request, Response};
+use weir_client::protocol::{Request, Response};
+use weir_server::config::{Config, Peer};
 
 use crate::client_front::{self, ClientLink, ClientLinks};
 use crate::netns::{self, Netns};

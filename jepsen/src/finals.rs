@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 
 use serde_json::json;
-use weir::client::Client;
+use weir_client::Client;
 
 use crate::history::{Kind, Recorder};
 use crate::workload::{LIMITS, TENANT};

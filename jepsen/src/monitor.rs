@@ -27,8 +27,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
-use weir::client::Client;
-use weir::protocol::{NodeStatus, Request, Response};
+use weir_client::Client;
+use weir_client::protocol::{NodeStatus, Request, Response};
 
 use crate::history::{Kind, NEMESIS, Recorder};
 

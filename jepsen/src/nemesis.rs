@@ -566,10 +566,10 @@ async fn kill_client(cluster: &Cluster, history: &Recorder) -> Result<serde_json
     let process = CRASH_WAITER + kill;
     tokio::spawn(async move {
         let client = waiter_client;
-        let Ok(session) = weir::client::Session::open(&client, crate::workload::TTL).await else {
+        let Ok(session) = weir_client::Session::open(&client, crate::workload::TTL).await else {
             return;
         };
-        let mut options = weir::client::AcquireOptions::new(TENANT, CRASH);
+        let mut options = weir_client::AcquireOptions::new(TENANT, CRASH);
         options.timeout = Some(Duration::from_secs(20));
         let v = json!({"limit": CRASH, "behind_kill": true, "kill": kill});
         let invoked = history.record(process, Kind::Invoke, "acquire", v.clone());

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use weir::client::{AcquireOptions, Client, Session};
+use weir_client::{AcquireOptions, Client, Session};
 
 use crate::checker::{self, Verdict};
 use crate::cluster::{Cluster, Net};

@@ -34,10 +34,10 @@ use rcgen::{
 };
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use weir::client::Client;
-use weir::config::{Config, TlsFiles, TokenEntry};
-use weir::protocol::{Failure, Request, Response};
-use weir::security::{ClientSecurity, Connector, hash_token};
+use weir_client::Client;
+use weir_client::protocol::{Failure, Request, Response};
+use weir_server::config::{Config, TlsFiles, TokenEntry};
+use weir_server::security::{ClientSecurity, Connector, hash_token};
 
 use crate::history::{self, Kind, Recorder};
 use crate::workload::{CEIL_TENANT, HALT_TENANT, TENANT};
@@ -74,7 +74,10 @@ fn rc(e: rcgen::Error) -> String {
 
 /// A fresh random secret, hex.
 fn secret() -> Result<String, String> {
-    let (a, b) = (weir::security::random_u64()?, weir::security::random_u64()?);
+    let (a, b) = (
+        weir_server::security::random_u64()?,
+        weir_server::security::random_u64()?,
+    );
     Ok(format!("{a:016x}{b:016x}"))
 }
 
@@ -124,7 +127,7 @@ impl Secure {
         let mut files = vec![];
         for (i, extra) in names.iter().enumerate() {
             let id = i + 1;
-            let mut sans: Vec<String> = weir::security::certs::LOOPBACK_NAMES
+            let mut sans: Vec<String> = weir_server::security::certs::LOOPBACK_NAMES
                 .iter()
                 .map(|n| n.to_string())
                 .collect();
@@ -160,7 +163,7 @@ impl Secure {
         for access in accesses {
             secrets.insert(role(access), secret()?);
         }
-        let connector = Connector::tls(weir::security::tls::client_config(&ca)?);
+        let connector = Connector::tls(weir_server::security::tls::client_config(&ca)?);
         Ok(Secure {
             ca,
             files,
@@ -415,7 +418,7 @@ pub async fn check(secure: &Secure, nodes: &[(u64, String, String)], history: &R
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir::config::Peer;
+    use weir_server::config::Peer;
 
     /// A secure run's files in a fresh temporary directory.
     fn generated(name: &str, names: &[Vec<String>]) -> (PathBuf, Secure) {
@@ -513,8 +516,8 @@ mod tests {
     #[tokio::test]
     async fn a_node_certificate_verifies_against_the_run_ca_for_its_own_names_only() {
         let (dir, secure) = generated("handshake", &[vec![], vec![]]);
-        let server = weir::security::tls::server_config(&secure.files[0]).unwrap();
-        let acceptor = weir::security::Acceptor::tls(server);
+        let server = weir_server::security::tls::server_config(&secure.files[0]).unwrap();
+        let acceptor = weir_server::security::Acceptor::tls(server);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move {

@@ -17,9 +17,9 @@ use clap::Args;
 use serde_json::json;
 
 use super::{EXIT_ERROR, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, Exit, Output, refused};
-use crate::bounds::SESSION_TTL_MS_DEFAULT;
-use crate::client::{AcquireError, AcquireOptions, Client, Permit, Session};
-use crate::machine::Priority;
+use weir_client::{AcquireError, AcquireOptions, Client, Permit, Session};
+use weir_core::bounds::SESSION_TTL_MS_DEFAULT;
+use weir_core::machine::Priority;
 
 #[derive(Args, Debug)]
 pub struct AcquireArgs {

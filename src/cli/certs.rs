@@ -1,10 +1,10 @@
-//! `weir certs init DIR` (a development CA and node certificates, [`crate::security::certs`])
+//! `weir certs init DIR` (a development CA and node certificates, [`weir_server::security::certs`])
 //! and `weir token hash SECRET` (the sha256 hex a config's `[[tokens]]` entry stores).
 
 use clap::Subcommand;
 
 use super::{EXIT_ERROR, EXIT_OK, Exit};
-use crate::security::{certs, hash_token};
+use weir_server::security::{certs, hash_token};
 
 #[derive(Subcommand, Debug)]
 pub enum CertsCommand {

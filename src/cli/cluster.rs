@@ -4,8 +4,8 @@ use clap::Subcommand;
 use serde_json::json;
 
 use super::{EXIT_OK, Exit, Output, client_error};
-use crate::client::{Client, ClientError};
-use crate::protocol::{Request, Response};
+use weir_client::protocol::{Request, Response};
+use weir_client::{Client, ClientError};
 
 #[derive(Subcommand, Debug)]
 pub enum ClusterCommand {

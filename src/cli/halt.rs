@@ -4,8 +4,8 @@ use clap::Subcommand;
 use serde_json::json;
 
 use super::{EXIT_OK, Exit, Output, answered, replied};
-use crate::client::Client;
-use crate::machine::HaltScope;
+use weir_client::Client;
+use weir_core::machine::HaltScope;
 
 #[derive(Subcommand, Debug)]
 pub enum HaltCommand {

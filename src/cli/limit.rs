@@ -4,9 +4,9 @@ use clap::Subcommand;
 use serde_json::json;
 
 use super::{EXIT_ERROR, EXIT_OK, Exit, Output, answered, replied};
-use crate::client::Client;
-use crate::machine::{Command, LimitStatus};
-use crate::protocol::{Answer, Query};
+use weir_client::Client;
+use weir_client::protocol::{Answer, Query};
+use weir_core::machine::{Command, LimitStatus};
 
 #[derive(Subcommand, Debug)]
 pub enum LimitCommand {

@@ -19,8 +19,8 @@ mod status;
 
 use clap::{Parser, Subcommand};
 
-use crate::client::Client;
-use crate::security::ClientSecurity;
+use weir_client::Client;
+use weir_server::security::ClientSecurity;
 
 pub use output::{
     EXIT_ERROR, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, Exit, Output, answered, client_error, refused,

@@ -2,8 +2,8 @@
 //! (0 done, 1 error, 2 usage, 3 refused). Errors and refusals are reported on stderr here,
 //! once, by the function that turns them into a status.
 
-use crate::client::ClientError;
-use crate::machine::{Refusal, Reply};
+use weir_client::ClientError;
+use weir_core::machine::{Refusal, Reply};
 
 /// Exit status: done.
 pub const EXIT_OK: i32 = 0;
@@ -39,7 +39,7 @@ impl Output {
 pub fn client_error(e: &ClientError) -> Exit {
     eprintln!("weir: {e}");
     match e {
-        ClientError::Failed(crate::protocol::Failure::BadRequest(_)) => EXIT_USAGE,
+        ClientError::Failed(weir_client::protocol::Failure::BadRequest(_)) => EXIT_USAGE,
         _ => EXIT_ERROR,
     }
 }

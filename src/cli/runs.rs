@@ -5,9 +5,9 @@ use clap::Subcommand;
 use serde_json::json;
 
 use super::{EXIT_OK, EXIT_USAGE, Exit, Output, answered, replied};
-use crate::client::Client;
-use crate::machine::{Change, Reply, Settle};
-use crate::protocol::{Answer, Query};
+use weir_client::Client;
+use weir_client::protocol::{Answer, Query};
+use weir_core::machine::{Change, Reply, Settle};
 
 #[derive(Subcommand, Debug)]
 pub enum TenantCommand {

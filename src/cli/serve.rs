@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use super::{EXIT_ERROR, EXIT_OK, EXIT_USAGE, Exit, log};
-use crate::config::Config;
+use weir_server::config::Config;
 
 /// Loads the config (the single-node default without a file), starts logging and a runtime
 /// of the config's worker threads, and serves.
@@ -34,7 +34,7 @@ pub fn run(config: Option<&Path>, data_dir: Option<PathBuf>) -> Exit {
             return EXIT_ERROR;
         }
     };
-    match runtime.block_on(crate::server::serve(config, config_path)) {
+    match runtime.block_on(weir_server::server::serve(config, config_path)) {
         Ok(()) => EXIT_OK,
         Err(e) => {
             tracing::error!("{e}");

@@ -8,9 +8,9 @@
 use serde_json::json;
 
 use super::{EXIT_OK, Exit, Output, client_error};
-use crate::client::{Client, ClientError};
-use crate::protocol::{NodeStatus, Request, Response};
-use crate::security::ClientSecurity;
+use weir_client::protocol::{NodeStatus, Request, Response};
+use weir_client::{Client, ClientError};
+use weir_server::security::ClientSecurity;
 
 /// One row of `status`.
 struct Row {

@@ -5,10 +5,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::ports::loopback_addr;
-use crate::client::Client;
-use crate::config::{Config, Peer};
-use crate::protocol::{NodeStatus, Request, Response};
-use crate::security::ClientSecurity;
+use weir_client::Client;
+use weir_client::protocol::{NodeStatus, Request, Response};
+use weir_server::config::{Config, Peer};
+use weir_server::security::ClientSecurity;
 
 /// How often the waits below ask again.
 const POLL: Duration = Duration::from_millis(50);

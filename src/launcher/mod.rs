@@ -7,7 +7,7 @@
 //! [`Config`], never formatted by hand, and validated before they are written. Every wait
 //! is bounded; every process is killed on drop.
 //!
-//! [`Config`]: crate::config::Config
+//! [`Config`]: weir_server::config::Config
 
 mod local_cluster;
 mod ports;

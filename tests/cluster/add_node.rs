@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use weir::client::Client;
 use weir::launcher::{LocalCluster, loopback_addr};
-use weir::protocol::{Failure, Request, Response};
+use weir_client::Client;
+use weir_client::protocol::{Failure, Request, Response};
 
 use crate::harness::phase;
 
@@ -47,7 +47,7 @@ async fn adding_a_node_nobody_listens_for_is_refused_and_leaves_no_member_behind
     assert_eq!(members, vec![(1, true)], "{status:?}");
 
     phase("the cluster still commits writes");
-    let define = weir::machine::Command::DefineLimit {
+    let define = weir_core::machine::Command::DefineLimit {
         tenant: "t".into(),
         name: "db".into(),
         concurrent: 1,

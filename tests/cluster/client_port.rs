@@ -5,9 +5,11 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use weir::codec;
-use weir::protocol::{CLIENT_FRAME_MAX, ClientFrame, PROTOCOL_VERSION, Request, ServerFrame};
-use weir::wire;
+use weir_client::protocol::{
+    CLIENT_FRAME_MAX, ClientFrame, PROTOCOL_VERSION, Request, ServerFrame,
+};
+use weir_client::wire;
+use weir_core::codec;
 
 use crate::harness::{Cluster, phase};
 use crate::{ELECTION, define};
@@ -146,11 +148,13 @@ async fn every_kind_of_bad_input_closes_only_its_connection() {
         ServerFrame::Welcome { .. }
     ));
     let names = match client
-        .read(weir::protocol::Query::Limits { tenant: "t".into() })
+        .read(weir_client::protocol::Query::Limits { tenant: "t".into() })
         .await
         .unwrap()
     {
-        weir::protocol::Answer::Limits(ls) => ls.into_iter().map(|l| l.name).collect::<Vec<_>>(),
+        weir_client::protocol::Answer::Limits(ls) => {
+            ls.into_iter().map(|l| l.name).collect::<Vec<_>>()
+        }
         other => panic!("{other:?}"),
     };
     assert_eq!(names, vec!["kept".to_string()]);

@@ -29,7 +29,10 @@ async fn a_first_start_that_failed_on_a_taken_port_forms_the_cluster_on_the_next
     let code = nodes.stop(id);
     assert_ne!(code, Some(0), "the failed start exits with an error");
     assert!(
-        config.data_dir.join(weir::server::IDENTITY_FILE).exists(),
+        config
+            .data_dir
+            .join(weir_server::server::IDENTITY_FILE)
+            .exists(),
         "the failed start labelled the directory"
     );
     drop(taken);
@@ -42,7 +45,7 @@ async fn a_first_start_that_failed_on_a_taken_port_forms_the_cluster_on_the_next
             nodes.dir().display()
         );
     }
-    let client = weir::client::Client::new(nodes.servers());
+    let client = weir_client::Client::new(nodes.servers());
     client.write(define("formed", 1)).await.unwrap();
     nodes.kill_all();
 }

@@ -7,11 +7,11 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use weir::client::Client;
-use weir::config::{Config, Peer};
 use weir::launcher::{LocalCluster, Node, loopback_addr};
-use weir::machine::{Command as Cmd, Reply};
-use weir::protocol::{NodeStatus, Request, Response};
+use weir_client::Client;
+use weir_client::protocol::{NodeStatus, Request, Response};
+use weir_core::machine::{Command as Cmd, Reply};
+use weir_server::config::{Config, Peer};
 
 pub struct Cluster {
     nodes: LocalCluster,

@@ -12,10 +12,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use weir::config::{TlsFiles, TokenEntry};
 use weir::launcher::LocalCluster;
-use weir::security::certs::{DevCa, Validity};
-use weir::security::{ClientSecurity, Connector, hash_token, tls};
+use weir_server::config::{TlsFiles, TokenEntry};
+use weir_server::security::certs::{DevCa, Validity};
+use weir_server::security::{ClientSecurity, Connector, hash_token, tls};
 
 use crate::harness::phase;
 

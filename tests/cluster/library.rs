@@ -3,9 +3,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use weir::client::{AcquireError, AcquireOptions, Lost, Session};
-use weir::machine::{Command, HaltScope, Priority, Refusal, Reply};
-use weir::protocol::{Answer, Query};
+use weir_client::protocol::{Answer, Query};
+use weir_client::{AcquireError, AcquireOptions, Lost, Session};
+use weir_core::machine::{Command, HaltScope, Priority, Refusal, Reply};
 
 use crate::harness::{Cluster, phase};
 use crate::{CONVERGE, ELECTION, define};
@@ -33,7 +33,7 @@ async fn ten_clients_contend_for_three_and_never_more_than_three_believe_they_ho
         let servers = cluster.servers();
         let beliefs = beliefs.clone();
         tasks.push(tokio::spawn(async move {
-            let client = weir::client::Client::new(servers);
+            let client = weir_client::Client::new(servers);
             let session = Session::open(&client, TTL).await.unwrap();
             for _ in 0..2 {
                 let mut options = AcquireOptions::new("t", "three");
@@ -221,7 +221,7 @@ async fn a_holder_keeps_its_permit_across_a_leader_kill_and_the_waiter_is_grante
         .await
         .unwrap();
     let fence = permit.fence();
-    let waiter_client = weir::client::Client::new(cluster.servers());
+    let waiter_client = weir_client::Client::new(cluster.servers());
     let waiter = tokio::spawn(async move {
         let s = Session::open(&waiter_client, TTL).await.unwrap();
         let p = s.acquire(AcquireOptions::new("t", "one")).await.unwrap();

@@ -18,8 +18,8 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use weir::machine::{Acquire, Command, Priority, Reply};
-use weir::protocol::{Answer, Query, Request, Response};
+use weir_client::protocol::{Answer, Query, Request, Response};
+use weir_core::machine::{Acquire, Command, Priority, Reply};
 
 use harness::{Cluster, phase};
 
@@ -78,7 +78,7 @@ async fn killing_the_leader_under_writes_loses_no_acknowledged_write_and_it_rejo
     phase("stream writes; kill -9 the leader after 30 of them");
     let servers = cluster.servers();
     let writer = tokio::spawn(async move {
-        let client = weir::client::Client::new(servers);
+        let client = weir_client::Client::new(servers);
         let mut acked = vec![];
         for i in 0..120 {
             let name = format!("w{i}");
@@ -173,7 +173,7 @@ async fn a_follower_stopped_past_a_snapshot_catches_up_by_installing_it() {
     assert_eq!(limit_names(&cluster).await.len(), 150);
 }
 
-async fn open(client: &weir::client::Client) -> u64 {
+async fn open(client: &weir_client::Client) -> u64 {
     match client
         .request(Request::Write(Command::OpenSession { ttl_ms: 10_000 }))
         .await
@@ -500,8 +500,8 @@ async fn cli_status_and_limits_end_to_end_with_exit_codes_and_json_keys() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queued_waiter_is_told_of_its_grant_by_push_without_asking_again() {
-    use weir::protocol::{CLIENT_FRAME_MAX, ClientFrame, PROTOCOL_VERSION, ServerFrame};
-    use weir::wire;
+    use weir_client::protocol::{CLIENT_FRAME_MAX, ClientFrame, PROTOCOL_VERSION, ServerFrame};
+    use weir_client::wire;
     let cluster = Cluster::start("push", 3, "");
     let leader = cluster.leader(ELECTION).await;
     let client = cluster.client();
@@ -582,7 +582,7 @@ async fn a_queued_waiter_is_told_of_its_grant_by_push_without_asking_again() {
         released_at.elapsed()
     );
     match pushed {
-        ServerFrame::Event(weir::machine::Event::Granted {
+        ServerFrame::Event(weir_core::machine::Event::Granted {
             session,
             ticket,
             units,

@@ -4,12 +4,12 @@
 
 use std::time::Duration;
 
-use weir::client::{Client, ClientError};
-use weir::config::TokenEntry;
 use weir::launcher::LocalCluster;
-use weir::machine::{Acquire, Command, Refusal, Reply, SessionId};
-use weir::protocol::{Failure, Request, Response};
-use weir::security::{ClientSecurity, hash_token};
+use weir_client::protocol::{Failure, Request, Response};
+use weir_client::{Client, ClientError};
+use weir_core::machine::{Acquire, Command, Refusal, Reply, SessionId};
+use weir_server::config::TokenEntry;
+use weir_server::security::{ClientSecurity, hash_token};
 
 use crate::harness::phase;
 

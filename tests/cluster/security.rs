@@ -4,13 +4,13 @@
 use std::path::Path;
 use std::time::Duration;
 
-use weir::client::{Client, ClientError};
-use weir::config::{Config, TlsFiles, TokenEntry};
 use weir::launcher::LocalCluster;
-use weir::machine::{Command, HaltScope, Reply};
-use weir::protocol::{Failure, Query, Request, Response};
-use weir::security::certs::{DevCa, Validity};
-use weir::security::{ClientSecurity, hash_token};
+use weir_client::protocol::{Failure, Query, Request, Response};
+use weir_client::{Client, ClientError};
+use weir_core::machine::{Command, HaltScope, Reply};
+use weir_server::config::{Config, TlsFiles, TokenEntry};
+use weir_server::security::certs::{DevCa, Validity};
+use weir_server::security::{ClientSecurity, hash_token};
 
 use crate::harness::phase;
 
@@ -158,7 +158,7 @@ async fn tls_peers_elect_and_clients_with_a_wrong_ca_or_an_expired_certificate_a
 
     phase("a node whose certificate another CA issued cannot join");
     let mut peers = cluster.voters();
-    let me = weir::config::Peer {
+    let me = weir_server::config::Peer {
         id: 4,
         client: weir::launcher::loopback_addr().unwrap(),
         peer: weir::launcher::loopback_addr().unwrap(),
@@ -278,7 +278,7 @@ async fn tenant_tokens_stay_in_their_tenant_read_only_reads_and_a_revoked_token_
         other => panic!("open: {other:?}"),
     };
     let acquire = |tenant: &str, ticket| {
-        Command::Acquire(weir::machine::Acquire {
+        Command::Acquire(weir_core::machine::Acquire {
             session,
             ticket,
             tenant: tenant.into(),

@@ -10,11 +10,11 @@
 
 use std::path::Path;
 
-use weir::codec;
-use weir::machine::{Batch, Command, Leadership, Machine, SNAPSHOT_MAGIC, SNAPSHOT_VERSION};
-use weir::protocol::{CLIENT_FRAME_MAX, ClientFrame, Request};
-use weir::raft::network::{PEER_FRAME_MAX, PeerRequest, PeerResponse};
-use weir::wire::{self, WireError};
+use weir_client::protocol::{CLIENT_FRAME_MAX, ClientFrame, Request};
+use weir_client::wire::{self, WireError};
+use weir_core::codec;
+use weir_core::machine::{Batch, Command, Leadership, Machine, SNAPSHOT_MAGIC, SNAPSHOT_VERSION};
+use weir_server::raft::network::{PEER_FRAME_MAX, PeerRequest, PeerResponse};
 
 /// The inputs recorded for `target`, with their file names. At least one exists for every
 /// target named here, so a moved directory fails the test instead of passing it empty.
@@ -88,7 +88,7 @@ async fn client_request_inputs_are_refused_or_served() {
                     machine.apply(index, &batch(clock_ms, command));
                 }
                 Request::Read(q) | Request::ReadLocal(q) => {
-                    weir::server::reader::answer(&machine, &q);
+                    weir_server::server::reader::answer(&machine, &q);
                 }
                 _ => {}
             }
@@ -137,7 +137,7 @@ fn snapshot_restore_inputs_are_refused_or_restored() {
 fn log_entry_inputs_are_refused_or_decoded() {
     for (name, data) in inputs("log_entry") {
         eprintln!("log_entry: {name}");
-        let _ = weir::raft::log_store::decode_entry(1, &data);
+        let _ = weir_server::raft::log_store::decode_entry(1, &data);
     }
 }
 

@@ -4,8 +4,8 @@
 //! machine restored from a snapshot (index rebuilt) is equal to the one that kept it.
 
 use proptest::prelude::*;
-use weir::bounds::{FINISHED_TICKET_RETENTION_MS, RECEIPT_RETENTION_MS};
-use weir::machine::{Change, Command, HaltScope, Machine, Reply, Settle};
+use weir_core::bounds::{FINISHED_TICKET_RETENTION_MS, RECEIPT_RETENTION_MS};
+use weir_core::machine::{Change, Command, HaltScope, Machine, Reply, Settle};
 
 use crate::sim::{Sim, ask, limit};
 

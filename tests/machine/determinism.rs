@@ -2,7 +2,7 @@
 //! a snapshot at any index and fed the rest ends byte-equal to one that never snapshotted.
 
 use proptest::prelude::*;
-use weir::machine::{
+use weir_core::machine::{
     Acquire, Batch, Change, Command, HaltScope, Leadership, Machine, Priority, Settle,
 };
 
@@ -91,7 +91,7 @@ fn log() -> impl Strategy<Value = Vec<(u64, Batch)>> {
     })
 }
 
-fn apply_all(m: &mut Machine, log: &[(u64, Batch)]) -> Vec<weir::machine::Applied> {
+fn apply_all(m: &mut Machine, log: &[(u64, Batch)]) -> Vec<weir_core::machine::Applied> {
     log.iter()
         .map(|(index, batch)| m.apply(*index, batch))
         .collect()
@@ -147,5 +147,5 @@ fn a_state_digest_changes_with_the_state() {
     m.apply(1, &batch);
     assert_ne!(m.digest(), empty);
     assert_eq!(m.digest().len(), 16);
-    assert_eq!(weir::machine::digest_of(b""), "cbf29ce484222325");
+    assert_eq!(weir_core::machine::digest_of(b""), "cbf29ce484222325");
 }

@@ -1,11 +1,11 @@
-//! The machine-wide bounds of `weir::bounds` (issue #11): each refuses `AtCapacity` at its
+//! The machine-wide bounds of `weir_core::bounds` (issue #11): each refuses `AtCapacity` at its
 //! bound, naming it, while the per-session and per-tenant bounds are still far away.
 
-use weir::bounds::{
+use weir_core::bounds::{
     FINISHED_REFUSALS_MAX, FINISHED_TICKETS_MAX, HALTS_MAX, PERIODS_MAX, RECEIPTS_MAX, RUNS_MAX,
     SESSION_FINISHED_TICKETS_MAX,
 };
-use weir::machine::{Command, HaltScope, Refusal, Reply, Settle};
+use weir_core::machine::{Command, HaltScope, Refusal, Reply, Settle};
 
 use crate::sim::{Sim, ask, limit, refused};
 
@@ -62,7 +62,7 @@ fn finished_tickets_of_all_sessions_are_bounded() {
         s.reply(ask(sessions[0], 0, "api")),
         Reply::Granted { .. }
     ));
-    s.wait(weir::bounds::FINISHED_TICKET_RETENTION_MS);
+    s.wait(weir_core::bounds::FINISHED_TICKET_RETENTION_MS);
     for &a in &sessions {
         s.reply(Command::KeepAlive { session: a });
     }
@@ -74,7 +74,7 @@ fn finished_tickets_of_all_sessions_are_bounded() {
 /// `SESSION_TICKETS_MAX` live tickets each, then halts `t`: every waiter is refused and kept
 /// as a finished refusal. Lifts the halt after.
 fn halted_waiters(s: &mut Sim, n: usize) {
-    let counts = shares(n, weir::bounds::SESSION_TICKETS_MAX);
+    let counts = shares(n, weir_core::bounds::SESSION_TICKETS_MAX);
     let sessions: Vec<_> = counts.iter().map(|_| s.open(600_000)).collect();
     let asks = sessions
         .into_iter()
@@ -107,7 +107,7 @@ fn finished_refusals_are_bounded_apart_from_small_finished_tickets() {
     ));
     // Rounds of halted waiters (a round is bounded by the limit's queue) make the machine
     // keep FINISHED_REFUSALS_MAX refusals, far below FINISHED_TICKETS_MAX.
-    let round = weir::bounds::LIMIT_WAITERS_MAX;
+    let round = weir_core::bounds::LIMIT_WAITERS_MAX;
     for start in (0..FINISHED_REFUSALS_MAX).step_by(round) {
         halted_waiters(&mut s, round.min(FINISHED_REFUSALS_MAX - start));
     }
@@ -126,7 +126,7 @@ fn finished_refusals_are_bounded_apart_from_small_finished_tickets() {
     };
     assert_eq!(reason, "stop");
     // Once they age out there is room again.
-    s.wait(weir::bounds::FINISHED_TICKET_RETENTION_MS);
+    s.wait(weir_core::bounds::FINISHED_TICKET_RETENTION_MS);
     s.reply(Command::KeepAlive { session: holder });
     let b = s.open(600_000);
     assert_eq!(s.reply(ask(b, 0, "db")), crate::sim::queued(0));

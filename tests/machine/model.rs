@@ -15,7 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
-use weir::machine::{Command, Event, Refusal, Reply, SessionId, TicketId};
+use weir_core::machine::{Command, Event, Refusal, Reply, SessionId, TicketId};
 
 use crate::sim::{Sim, ask, limit};
 
@@ -583,9 +583,9 @@ fn run_holds(ops: Vec<Vec<HoldOp>>) -> Result<(), TestCaseError> {
     let mut sim = Sim::new();
     sim.reply(Command::SetTenant {
         tenant: "h".into(),
-        max_running: weir::machine::Change::Keep,
-        budget_tokens: weir::machine::Change::Set(HOLD_BUDGET),
-        budget_minor: weir::machine::Change::Keep,
+        max_running: weir_core::machine::Change::Keep,
+        budget_tokens: weir_core::machine::Change::Set(HOLD_BUDGET),
+        budget_minor: weir_core::machine::Change::Keep,
     });
     let mut model = HoldModel::default();
     let mut epoch = 0u64;
@@ -625,7 +625,7 @@ fn run_holds(ops: Vec<Vec<HoldOp>>) -> Result<(), TestCaseError> {
                     release,
                 } => {
                     epoch += 1;
-                    commands.push(Command::Settle(weir::machine::Settle {
+                    commands.push(Command::Settle(weir_core::machine::Settle {
                         tenant: "h".into(),
                         run: run_name(run),
                         epoch,

@@ -3,7 +3,9 @@
 //! survives a snapshot; the legacy `OpenSession` of old logs still opens an unowned session
 //! on the counter.
 
-use weir::machine::{Command, Machine, Owner, Refusal, Reply, SessionId, next_session_candidate};
+use weir_core::machine::{
+    Command, Machine, Owner, Refusal, Reply, SessionId, next_session_candidate,
+};
 
 use crate::sim::Sim;
 

@@ -2,7 +2,7 @@
 //! [`crate::sim`]: limits `t/db` (concurrency) and `t/api` (rate) unless a scenario says
 //! otherwise, and tenant `acme` for runs, budgets and halts.
 
-use weir::machine::{
+use weir_core::machine::{
     BudgetKind, Change, Command, Event, HaltScope, Leadership, Machine, Priority, Refusal, Reply,
     Settle,
 };
@@ -398,7 +398,7 @@ fn a_rate_take_retried_after_thousands_of_others_is_answered_not_granted_twice()
     );
     assert_eq!(s.status("t", "api").tokens, tokens, "and takes no token");
     // After the retention window, in log time, the ticket is forgotten.
-    s.wait(weir::bounds::FINISHED_TICKET_RETENTION_MS);
+    s.wait(weir_core::bounds::FINISHED_TICKET_RETENTION_MS);
     assert_ne!(
         s.reply(ask(a, 0, "api")),
         Reply::Granted {
@@ -413,7 +413,7 @@ fn a_session_at_its_finished_ticket_bound_is_refused_not_made_to_forget() {
     let mut s = Sim::new();
     s.reply(limit("t", "api").rate(1_000.0).burst(1_000_000));
     let a = s.open(600_000);
-    let max = weir::bounds::SESSION_FINISHED_TICKETS_MAX as u64;
+    let max = weir_core::bounds::SESSION_FINISHED_TICKETS_MAX as u64;
     let takes: Vec<Command> = (0..max).map(|t| ask(a, t, "api").into()).collect();
     s.entries(takes.chunks(4_096).map(<[Command]>::to_vec));
     let full = Refusal::AtCapacity {
@@ -428,7 +428,7 @@ fn a_session_at_its_finished_ticket_bound_is_refused_not_made_to_forget() {
     );
     // Every one of them is still answered as before.
     assert!(matches!(s.reply(ask(a, 0, "api")), Reply::Granted { .. }));
-    s.wait(weir::bounds::FINISHED_TICKET_RETENTION_MS);
+    s.wait(weir_core::bounds::FINISHED_TICKET_RETENTION_MS);
     assert!(matches!(s.reply(ask(a, max, "api")), Reply::Granted { .. }));
 }
 
@@ -740,7 +740,7 @@ fn a_settlement_charges_once_and_a_conflicting_one_changes_nothing() {
 fn receipts_are_kept_for_the_retention_window_then_dropped() {
     let mut s = Sim::new();
     s.reply(settle("r1", 1, "p", 10, 0, false));
-    s.wait(weir::bounds::RECEIPT_RETENTION_MS - 1);
+    s.wait(weir_core::bounds::RECEIPT_RETENTION_MS - 1);
     assert_eq!(s.m.tenant_status("acme").receipts, 1);
     assert_eq!(
         s.reply(settle("r1", 1, "p", 10, 0, false)),
@@ -754,7 +754,7 @@ fn receipts_are_kept_for_the_retention_window_then_dropped() {
 #[test]
 fn receipts_beyond_the_count_bound_are_evicted_oldest_first_and_counted() {
     let mut s = Sim::new();
-    let max = weir::bounds::TENANT_RECEIPTS_MAX as u64;
+    let max = weir_core::bounds::TENANT_RECEIPTS_MAX as u64;
     let commands: Vec<Command> = (0..max + 3)
         .map(|e| settle("r", e, "p", 1, 0, false))
         .collect();
@@ -848,7 +848,7 @@ fn a_retried_reserve_after_a_halt_answers_admitted_for_the_run_already_admitted(
 
 #[test]
 fn tenants_periods_halts_and_runs_are_bounded_with_a_refusal_at_the_bound() {
-    use weir::bounds::{TENANT_HALTS_MAX, TENANT_PERIODS_MAX, TENANT_RUNS_MAX, TENANTS_MAX};
+    use weir_core::bounds::{TENANT_HALTS_MAX, TENANT_PERIODS_MAX, TENANT_RUNS_MAX, TENANTS_MAX};
     let full = |what: String, limit: usize| {
         refused(Refusal::AtCapacity {
             what,
@@ -910,7 +910,7 @@ fn tenants_periods_halts_and_runs_are_bounded_with_a_refusal_at_the_bound() {
 #[test]
 fn bad_arguments_are_refused_with_the_rule_they_break() {
     let mut s = Sim::new();
-    let long = "x".repeat(weir::bounds::NAME_BYTES_MAX + 1);
+    let long = "x".repeat(weir_core::bounds::NAME_BYTES_MAX + 1);
     let a = s.open(3_000);
     let weightless = Priority {
         level: 0,

@@ -6,7 +6,7 @@
 //! asks ticket 2 for two units of `t/db`", and it expects `queued(0)`, [`FREED`], or
 //! `granted_event(b, 1, fence, 1)`.
 
-use weir::machine::{
+use weir_core::machine::{
     Acquire, Applied, Batch, Command, Event, Fence, HaltScope, Leadership, LimitStatus, Machine,
     Priority, Refusal, Reply, SessionId, TicketId,
 };

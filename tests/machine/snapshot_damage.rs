@@ -1,8 +1,8 @@
 //! G8 for snapshots: flipped bits, truncation, a foreign or future format, and bytes that
 //! pass the checksum but break an invariant are all refused, each with a message naming it.
 
-use weir::codec::{self, HEADER_BYTES};
-use weir::machine::{Batch, Command, Leadership, Machine, SNAPSHOT_MAGIC, SNAPSHOT_VERSION};
+use weir_core::codec::{self, HEADER_BYTES};
+use weir_core::machine::{Batch, Command, Leadership, Machine, SNAPSHOT_MAGIC, SNAPSHOT_VERSION};
 
 use crate::sim::Sim;
 

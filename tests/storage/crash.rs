@@ -23,10 +23,10 @@ use std::sync::{Arc, Mutex};
 
 use openraft::storage::RaftLogStorage;
 use openraft::{CommittedLeaderId, LogId, RaftLogReader, Vote};
-use weir::codec;
-use weir::raft::Entry;
-use weir::raft::log_store::LogStore;
-use weir::raft::wal::{LogDisk, SegmentFile};
+use weir_core::codec;
+use weir_server::raft::Entry;
+use weir_server::raft::log_store::LogStore;
+use weir_server::raft::wal::{LogDisk, SegmentFile};
 
 use super::entries::entry;
 

@@ -1,8 +1,8 @@
 //! Log entries for the log-store tests: normal entries carrying batches of a given size.
 
 use openraft::{CommittedLeaderId, EntryPayload, LogId};
-use weir::machine::{Batch, Command, HaltScope, Leadership};
-use weir::raft::Entry;
+use weir_core::machine::{Batch, Command, HaltScope, Leadership};
+use weir_server::raft::Entry;
 
 /// Entry `index` of `term`, a batch of `commands` halts whose reasons hold `tag`.
 pub fn entry(term: u64, index: u64, commands: usize, tag: u64) -> Entry {

@@ -1,13 +1,12 @@
 //! The log's files: a damaged entry is refused at open naming the segment, the byte and the
 //! index (G8); a torn write at the end is cut off and nothing acknowledged goes with it;
-//! segments rotate and purged ones are deleted; an earlier Weir's `log.redb` is imported.
+//! segments rotate and purged ones are deleted.
 
 use openraft::storage::RaftLogStorage;
 use openraft::{CommittedLeaderId, LogId, RaftLogReader, Vote};
-use redb::{Database, TableDefinition};
-use weir::codec;
-use weir::raft::log_store::{LogStore, seal_entry_payload};
-use weir::raft::wal::DirDisk;
+use weir_core::codec;
+use weir_server::raft::log_store::{LogStore, seal_entry_payload};
+use weir_server::raft::wal::DirDisk;
 
 use super::TempDir;
 use super::entries::entry;
@@ -198,125 +197,26 @@ fn segments_rotate_and_a_purge_deletes_the_oldest_only_once_all_their_entries_ar
     });
 }
 
-const ENTRIES: TableDefinition<u64, &[u8]> = TableDefinition::new("entries");
-const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
-
-/// Writes an earlier Weir's `log.redb` at `path`: sealed entries of term 2 at `indexes`, the
-/// vote (2, 3), committed (2, 8), purge point (1, 5).
-fn write_old_log(path: &std::path::Path, indexes: &[u64]) {
-    let id = |term, index| LogId::<u64>::new(CommittedLeaderId::new(term, 1), index);
-    let db = Database::create(path).unwrap();
-    let w = db.begin_write().unwrap();
-    {
-        let mut t = w.open_table(ENTRIES).unwrap();
-        for &i in indexes {
-            let sealed = seal_entry_payload(&codec::encode(&entry(2, i, 2, i)));
-            t.insert(i, sealed.as_slice()).unwrap();
-        }
-        let mut m = w.open_table(META).unwrap();
-        m.insert("vote", codec::encode(&Vote::<u64>::new(2, 3)).as_slice())
-            .unwrap();
-        m.insert("committed", codec::encode(&Some(id(2, 8))).as_slice())
-            .unwrap();
-        m.insert("last_purged", codec::encode(&id(1, 5)).as_slice())
-            .unwrap();
-    }
-    w.commit().unwrap();
-}
-
-#[test]
-fn an_earlier_weirs_log_redb_is_imported_once_and_renamed() {
-    let dir = TempDir::new("logimport");
-    let old = dir.0.join("log.redb");
-    let imported = dir.0.join("log.redb.imported");
-    let id = |term, index| LogId::new(CommittedLeaderId::new(term, 1), index);
-    write_old_log(&old, &[6, 7, 8, 9]);
-    // An earlier start left a blank log/, and an import cut short a log.importing/.
-    std::fs::create_dir_all(dir.0.join("log")).unwrap();
-    std::fs::create_dir_all(dir.0.join("log.importing")).unwrap();
-    std::fs::write(
-        dir.0.join("log.importing/00000000000000000001.wal"),
-        b"half",
-    )
-    .unwrap();
-    let log = dir.0.join("log");
-    rt().block_on(async {
-        let mut store = LogStore::open(&log).unwrap();
-        assert_eq!(store.read_vote().await.unwrap(), Some(Vote::new(2, 3)));
-        assert_eq!(store.read_committed().await.unwrap(), Some(id(2, 8)));
-        let state = store.get_log_state().await.unwrap();
-        assert_eq!(state.last_purged_log_id, Some(id(1, 5)));
-        assert_eq!(state.last_log_id, Some(id(2, 9)));
-        let entries = store.try_get_log_entries(0..).await.unwrap();
-        assert_eq!(
-            entries,
-            (6..=9).map(|i| entry(2, i, 2, i)).collect::<Vec<_>>()
-        );
-    });
-    assert!(!old.exists(), "log.redb is renamed once imported");
-    assert!(imported.exists());
-    assert!(!dir.0.join("log.importing").exists());
-    assert_eq!(indexes(&log), vec![6, 7, 8, 9], "and the import is durable");
-    // A crash between the import and the rename: log/ holds what log.redb holds, so the
-    // rename is finished and nothing is imported twice.
-    std::fs::copy(&imported, &old).unwrap();
-    assert_eq!(indexes(&log), vec![6, 7, 8, 9]);
-    assert!(!old.exists(), "the rename was finished");
-    // A log/ that went on past log.redb is not this import's: refused, both left alone.
-    rt().block_on(async {
-        let mut store = LogStore::open(&log).unwrap();
-        store
-            .append_durably(vec![entry(2, 10, 1, 1)])
-            .await
-            .unwrap();
-    });
-    std::fs::copy(&imported, &old).unwrap();
-    let err = LogStore::open(&log).err().expect("refused");
-    assert!(err.contains("both hold a log"), "{err}");
-    assert!(old.exists());
-}
-
-#[test]
-fn a_log_redb_with_a_hole_is_refused_and_nothing_is_written() {
-    let dir = TempDir::new("logimporthole");
-    let old = dir.0.join("log.redb");
-    write_old_log(&old, &[6, 7, 9]);
-    let err = LogStore::open(&dir.0.join("log")).err().expect("refused");
-    assert!(
-        err.contains("log.redb: log entry 9 follows entry 7: the log has a hole"),
-        "{err}"
-    );
-    assert!(!dir.0.join("log").exists() && !dir.0.join("log.importing").exists());
-    // And one with an entry at or below its purge point.
-    std::fs::remove_file(&old).unwrap();
-    write_old_log(&old, &[5, 6]);
-    let err = LogStore::open(&dir.0.join("log")).err().expect("refused");
-    assert!(
-        err.contains("log entry 5 is at or below the purge point 5"),
-        "{err}"
-    );
-}
-
 /// A directory whose next segment removal fails once (a failed unlink or directory sync).
 struct FailOneRemove {
     inner: DirDisk,
     fail_next: std::sync::atomic::AtomicBool,
 }
 
-impl weir::raft::wal::LogDisk for FailOneRemove {
+impl weir_server::raft::wal::LogDisk for FailOneRemove {
     fn list(&self) -> std::io::Result<Vec<String>> {
         self.inner.list()
     }
     fn open(
         &self,
         name: &str,
-    ) -> std::io::Result<std::sync::Arc<dyn weir::raft::wal::SegmentFile>> {
+    ) -> std::io::Result<std::sync::Arc<dyn weir_server::raft::wal::SegmentFile>> {
         self.inner.open(name)
     }
     fn create(
         &self,
         name: &str,
-    ) -> std::io::Result<std::sync::Arc<dyn weir::raft::wal::SegmentFile>> {
+    ) -> std::io::Result<std::sync::Arc<dyn weir_server::raft::wal::SegmentFile>> {
         self.inner.create(name)
     }
     fn remove(&self, name: &str) -> std::io::Result<()> {

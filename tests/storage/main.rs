@@ -8,10 +8,10 @@ mod log_damage;
 use std::path::{Path, PathBuf};
 
 use openraft::testing::{StoreBuilder, Suite};
-use weir::raft::log_store::LogStore;
-use weir::raft::state_store::{SNAPSHOT_FILE, StateStore};
-use weir::raft::{StorageError, TypeConfig};
-use weir::server::{IDENTITY_FILE, prepare_data_dir};
+use weir_server::raft::log_store::LogStore;
+use weir_server::raft::state_store::{SNAPSHOT_FILE, StateStore};
+use weir_server::raft::{StorageError, TypeConfig};
+use weir_server::server::{IDENTITY_FILE, prepare_data_dir};
 
 /// A directory removed when dropped.
 struct TempDir(PathBuf);
@@ -126,7 +126,7 @@ fn a_data_dir_belongs_to_one_node_and_is_never_started_over() {
     );
     // Files but no label: refused, not started empty over them.
     std::fs::remove_file(dir.join(IDENTITY_FILE)).unwrap();
-    std::fs::write(dir.join("log.redb"), b"x").unwrap();
+    std::fs::write(dir.join("stray.bin"), b"x").unwrap();
     let err = prepare_data_dir(&dir, 2).unwrap_err();
     assert!(
         err.contains("node.id: missing") && err.contains("refusing to start"),
@@ -148,7 +148,7 @@ async fn a_committed_id_saved_alone_reaches_the_disk() {
     let dir = TempDir::new("committed");
     let path = dir.0.join("log");
     let committed: Option<LogId<u64>> = Some(LogId::new(CommittedLeaderId::new(3, 1), 7));
-    let frame = weir::codec::seal_frame(*b"WCOM", 1, &weir::codec::encode(&committed));
+    let frame = weir_core::codec::seal_frame(*b"WCOM", 1, &weir_core::codec::encode(&committed));
     let mut log = LogStore::open(&path).expect("open log");
     log.save_committed(committed).await.unwrap();
     let segment = path.join("00000000000000000001.wal");

@@ -16,13 +16,13 @@ use std::path::Path;
 
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
 use openraft::{CommittedLeaderId, EntryPayload, Membership};
-use weir::codec;
-use weir::machine::{
+use weir_core::codec;
+use weir_core::machine::{
     Acquire, Batch, Change, Command, HaltScope, Leadership, Machine, Priority, Settle,
 };
-use weir::protocol::{ClientFrame, Query, Request};
-use weir::raft::network::PeerRequest;
-use weir::raft::{Entry, LogId, NodeAddr, SnapshotMeta, StoredMembership, Vote};
+use weir_client::protocol::{ClientFrame, Query, Request};
+use weir_server::raft::network::PeerRequest;
+use weir_server::raft::{Entry, LogId, NodeAddr, SnapshotMeta, StoredMembership, Vote};
 
 fn main() {
     let root = Path::new("fuzz/corpus");
@@ -255,7 +255,7 @@ fn log_id(index: u64) -> LogId {
     LogId::new(CommittedLeaderId::new(2, 1), index)
 }
 
-fn entry(index: u64, payload: EntryPayload<weir::raft::TypeConfig>) -> Entry {
+fn entry(index: u64, payload: EntryPayload<weir_server::raft::TypeConfig>) -> Entry {
     Entry {
         log_id: log_id(index),
         payload,

@@ -104,7 +104,7 @@ fn client_kills(ops: &[Op]) -> Result<(), Verdict> {
             .collect::<Vec<&Op>>()
     };
     let end_ns = ops.iter().map(|o| o.time_ns).max().unwrap_or(0);
-    let cli_ttl_ms = weir::bounds::SESSION_TTL_MS_DEFAULT;
+    let cli_ttl_ms = weir_core::bounds::SESSION_TTL_MS_DEFAULT;
     let bound_ms = cli_ttl_ms + BOUND_MS;
     for (kill, killed) in &kills {
         let asked: Vec<u64> = behind(*kill, |k| *k == Kind::Invoke)

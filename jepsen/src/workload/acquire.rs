@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use serde_json::json;
-use weir::client::{AcquireError, AcquireOptions, Permit, Session};
+use weir_client::{AcquireError, AcquireOptions, Permit, Session};
 
 use super::TENANT;
 use crate::history::{Kind, Recorder};

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
-use weir::machine::{Change, Reply};
+use weir_core::machine::{Change, Reply};
 
 use crate::history::{Kind, Recorder};
 use crate::rng::Rng;

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
-use weir::client::{Client, Session};
+use weir_client::{Client, Session};
 
 use super::acquire::{Acquired, acquire_recorded, belief_end, release_recorded};
 use super::{CUT, TTL};

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
-use weir::client::{Client, Permit, Session};
+use weir_client::{Client, Permit, Session};
 
 use super::acquire::{Acquired, acquire_recorded, belief_end, release_recorded};
 use super::{FENCED, TENANT};

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
-use weir::client::{AcquireError, AcquireOptions, Client, Session};
-use weir::machine::{HaltScope, Reply};
+use weir_client::{AcquireError, AcquireOptions, Client, Session};
+use weir_core::machine::{HaltScope, Reply};
 
 use super::acquire::release_recorded;
 use super::{HALT_AGENT, HALT_LIMIT, HALT_TENANT, TTL};

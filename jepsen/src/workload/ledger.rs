@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::json;
-use weir::client::Client;
-use weir::machine::{Refusal, Reply, Settle};
+use weir_client::Client;
+use weir_core::machine::{Refusal, Reply, Settle};
 
 use super::TENANT;
 use crate::history::{Kind, Recorder};

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
-use weir::client::Session;
+use weir_client::Session;
 
 use super::TTL;
 use super::acquire::{Acquired, acquire_recorded, belief_end, release_recorded};

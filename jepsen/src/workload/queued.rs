@@ -13,8 +13,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use weir::client::{AcquireError, AcquireOptions, Client, Permit, Session};
-use weir::machine::Priority;
+use weir_client::{AcquireError, AcquireOptions, Client, Permit, Session};
+use weir_core::machine::Priority;
 
 use super::acquire::{belief_end, release_recorded};
 use super::{QUEUE, TENANT, TTL};

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use weir::client::Client;
+use weir_client::Client;
 
 /// The harness's session TTL: short, so that a paused leader outlives it, and the shortest
 /// that G9 promises to carry through a leader stall (the `stalls` checker holds it to that).

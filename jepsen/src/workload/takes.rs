@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
-use weir::client::{AcquireError, AcquireOptions, Session};
+use weir_client::{AcquireError, AcquireOptions, Session};
 
 use super::{LIMITS, TENANT, TTL};
 use crate::history::{Kind, Recorder};

@@ -22,7 +22,7 @@ use super::scale::{self, Point};
 use super::svg::{Series, line_chart};
 use super::{BenchArgs, load, spawn};
 use crate::launcher::leader_among_with;
-use crate::security::ClientSecurity;
+use weir_server::security::ClientSecurity;
 
 /// The client counts of the first sweep.
 const CLIENTS: [usize; 7] = [1, 4, 16, 64, 256, 1_024, 4_096];

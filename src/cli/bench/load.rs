@@ -15,11 +15,11 @@ use super::super::{EXIT_ERROR, EXIT_OK, Exit, Output};
 use super::cpu::CpuClock;
 use super::report::{LoadReport, Recorder, histogram, ms};
 use super::{BenchArgs, Workload, spawn};
-use crate::client::{AcquireOptions, Client, Session};
 use crate::launcher::{LocalCluster, leader_among_with};
-use crate::machine::Spend;
-use crate::machine::{Change, Reply, Settle};
-use crate::security::ClientSecurity;
+use weir_client::{AcquireOptions, Client, Session};
+use weir_core::machine::Spend;
+use weir_core::machine::{Change, Reply, Settle};
+use weir_server::security::ClientSecurity;
 
 /// The tenant, and the budget period, every workload works in.
 const TENANT: &str = "bench";

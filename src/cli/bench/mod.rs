@@ -52,7 +52,7 @@ use clap::{Args, ValueEnum};
 
 use super::{EXIT_ERROR, EXIT_USAGE, Exit, Output};
 use crate::launcher::leader_among_with;
-use crate::security::ClientSecurity;
+use weir_server::security::ClientSecurity;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Workload {

@@ -9,10 +9,10 @@ use serde_json::json;
 
 use super::super::{EXIT_OK, Exit, Output};
 use super::report::ms;
-use crate::client::Client;
-use crate::machine::{Acquire, Command, Priority, Reply};
-use crate::protocol::{Request, Response};
-use crate::security::ClientSecurity;
+use weir_client::Client;
+use weir_client::protocol::{Request, Response};
+use weir_core::machine::{Acquire, Command, Priority, Reply};
+use weir_server::security::ClientSecurity;
 
 const TENANT: &str = "scale";
 
@@ -149,7 +149,7 @@ async fn open_sessions(clients: &[Client], point: Point) -> Result<usize, String
 async fn open_holding(client: &Client, point: Point) -> Result<u64, String> {
     let session = match client
         .write(Command::OpenSession {
-            ttl_ms: crate::bounds::SESSION_TTL_MS_MAX,
+            ttl_ms: weir_core::bounds::SESSION_TTL_MS_MAX,
         })
         .await
     {

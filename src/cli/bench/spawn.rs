@@ -28,21 +28,21 @@ pub fn start(n: u64, tls: bool, keep: bool) -> Result<LocalCluster, String> {
     let mut configs = cluster.loopback_configs(n)?;
     if tls {
         let certs = cluster.dir().join("certs");
-        crate::security::certs::init(&certs, n)?;
-        let secret = format!("bench-{:016x}", crate::security::random_u64()?);
+        weir_server::security::certs::init(&certs, n)?;
+        let secret = format!("bench-{:016x}", weir_server::security::random_u64()?);
         for c in &mut configs {
-            c.tls = Some(crate::config::TlsFiles {
+            c.tls = Some(weir_server::config::TlsFiles {
                 cert: certs.join(format!("node{}.pem", c.id)),
                 key: certs.join(format!("node{}.key", c.id)),
                 ca: certs.join("ca.pem"),
             });
-            c.tokens = vec![crate::config::TokenEntry {
-                sha256: crate::security::hash_token(&secret),
+            c.tokens = vec![weir_server::config::TokenEntry {
+                sha256: weir_server::security::hash_token(&secret),
                 role: "admin".into(),
             }];
         }
         let security =
-            crate::security::ClientSecurity::new(Some(&certs.join("ca.pem")), Some(secret))?;
+            weir_server::security::ClientSecurity::new(Some(&certs.join("ca.pem")), Some(secret))?;
         cluster = cluster.security(security);
     }
     cluster.add_and_start(configs)?;

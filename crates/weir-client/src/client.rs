@@ -1,0 +1,543 @@
+//! [`Client`]: the handle every request goes through; it finds the leader, keeps one
+//! connection to it, and retries what is safe to retry (see the module doc of
+//! the [crate docs](crate) for the whole design).
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{broadcast, watch};
+
+use super::ClientError;
+use super::conn::{CONNECT_TIMEOUT, Conn, Fate, Feeds};
+use super::hedge::{HEDGE_SILENCE, HEDGE_TRIES, jittered};
+
+use crate::protocol::{Answer, Failure, Query, Request, Response};
+use crate::tls::ClientSecurity;
+use weir_core::machine::{Command, Event, Reply};
+
+/// Most tries of one request (connects and redirects included). Failed tries pause
+/// `RETRY_PAUSE`, so [`REQUEST_DEADLINE`] is what usually ends the retries.
+pub const ATTEMPTS_MAX: u32 = 200;
+/// Longest a request is retried for. Covers a leader election (about 1 s) several times.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
+/// Pause between tries when no leader is known.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+/// Events buffered for slow subscribers.
+const EVENT_BACKLOG: usize = 4_096;
+/// How long a node whose connection fell silent is passed over by the next connects (unless
+/// it is the only server): long enough for the rest of the cluster to elect a leader
+/// (about a second), short enough that a node back from a pause is soon used again.
+const SUSPECT_FOR: Duration = Duration::from_secs(3);
+
+/// The connection in use, and where to connect next.
+#[derive(Default)]
+struct Current {
+    /// The connection requests go to; `None` until the first request, and after it died
+    /// or was abandoned.
+    conn: Option<Arc<Conn>>,
+    /// The address to try first when there is no connection: the leader a `NotLeader`
+    /// named. Taken by the next connect; without it the connect goes round-robin.
+    preferred: Option<String>,
+    /// The node whose connection last fell silent, and when: connects pass it over for
+    /// [`SUSPECT_FOR`], and a redirect to it is not followed meanwhile.
+    suspect: Option<(String, Instant)>,
+}
+
+impl Current {
+    /// Whether `addr` fell silent less than [`SUSPECT_FOR`] ago.
+    fn suspects(&self, addr: &str) -> bool {
+        self.suspect
+            .as_ref()
+            .is_some_and(|(a, at)| a == addr && at.elapsed() < SUSPECT_FOR)
+    }
+
+    /// Learns what a dead connection's [`Fate`] says: a silent node is suspected, a deposed
+    /// node's leader is tried next.
+    fn learn(&mut self, conn: &Conn) {
+        let Fate { silent, redirect } = conn.fate();
+        if silent {
+            self.suspect = Some((conn.addr.clone(), Instant::now()));
+        }
+        if let Some(to) = redirect
+            && !self.suspects(&to)
+        {
+            self.preferred = Some(to);
+        }
+    }
+}
+
+/// What clones of a [`Client`] share.
+struct Inner {
+    servers: Vec<String>,
+    /// The connection in use, and the address to try first when there is none.
+    ///
+    /// A tokio mutex, held across the connect in [`Client::connection`], and on purpose:
+    /// when the connection dies under many concurrent requests (hundreds, in the bench),
+    /// exactly one of them reconnects while the rest wait on the lock, then find the new
+    /// live connection and use it. Released during the connect, each of them would open
+    /// its own connection (a stampede on a node that just took over), all but one would be
+    /// dropped, and every one would bump [`Inner::generation`], making every session
+    /// re-ask its tickets once per extra connection. The cost is that requests wait for
+    /// the one connect in flight, at most [`CONNECT_TIMEOUT`] — which they would have to
+    /// do anyway, having no connection. A std mutex cannot be held across the await.
+    current: tokio::sync::Mutex<Current>,
+    /// Round-robin position in `servers`.
+    next_server: AtomicUsize,
+    /// Where connections send pushes: events, and generation bumps on a `Resync`.
+    feeds: Feeds,
+    /// TLS and token for every connection ([`Client::with_security`]).
+    security: ClientSecurity,
+    /// The connection hedged keep-alives go to (`hedge` module doc): shared by the
+    /// sessions of this client, so they open one between them. A tokio mutex held across
+    /// its connect, for the same reason as `current`.
+    hedge: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    /// The local address every connection is bound to before it connects
+    /// ([`Client::with_local_addr`]); `None`: the kernel picks by its routes.
+    local_ip: Option<IpAddr>,
+}
+
+/// A client of the cluster, following its leader. Clones share the connection.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+    /// Reads answered from whichever node answers, possibly stale ([`Client::stale_reads`]).
+    stale: bool,
+}
+
+/// How one try of a request ended, when it did not answer.
+enum Retry {
+    /// Try again at once (a redirect, or a connect to the next server).
+    Now,
+    /// Try again after [`RETRY_PAUSE`] (a round of the servers or the preferred address
+    /// failed to connect, or the node could not serve it now).
+    Pause,
+}
+
+impl Client {
+    /// A client of the cluster reachable through any of `servers` (`host:port`). Connects
+    /// lazily, on the first request.
+    pub fn new(servers: Vec<String>) -> Client {
+        Client::with_security(servers, ClientSecurity::default())
+    }
+
+    /// A client that connects with `security`: TLS verified against its CA, and its token
+    /// in every hello.
+    pub fn with_security(servers: Vec<String>, security: ClientSecurity) -> Client {
+        Client::build(servers, security, None)
+    }
+
+    /// This client's servers and security, its connections bound to the local address `ip`
+    /// (any port) before they connect: on a multi-homed host, the interface (and so the
+    /// route and the source address the nodes and firewalls see) the client's traffic
+    /// uses. Every connection of the client is bound — the leader's, the hedge's, every
+    /// redirect's. A connect fails as unreachable when `ip` is not an address of this host
+    /// or no address of the server is of `ip`'s family.
+    ///
+    /// Call it on a new client: the one returned is a fresh client with no connection and
+    /// no sessions of its own, sharing nothing with `self` (clones of `self` keep
+    /// connecting as before).
+    pub fn with_local_addr(self, ip: IpAddr) -> Client {
+        Client::build(
+            self.inner.servers.clone(),
+            self.inner.security.clone(),
+            Some(ip),
+        )
+        .stale_reads(self.stale)
+    }
+
+    fn build(servers: Vec<String>, security: ClientSecurity, local_ip: Option<IpAddr>) -> Client {
+        let (events, _) = broadcast::channel(EVENT_BACKLOG);
+        let (generation, _) = watch::channel(0);
+        Client {
+            inner: Arc::new(Inner {
+                servers,
+                current: tokio::sync::Mutex::new(Current::default()),
+                next_server: AtomicUsize::default(),
+                feeds: Feeds {
+                    events,
+                    generation: Arc::new(generation),
+                },
+                security,
+                hedge: tokio::sync::Mutex::new(None),
+                local_ip,
+            }),
+            stale: false,
+        }
+    }
+
+    /// This client with reads answered by the node it is connected to from its applied state,
+    /// without a quorum round: cheaper, and possibly stale (they may miss the latest writes).
+    /// Reads are linearizable unless this is set.
+    pub fn stale_reads(mut self, stale: bool) -> Client {
+        self.stale = stale;
+        self
+    }
+
+    /// Events pushed by the nodes this client is connected to.
+    pub fn events(&self) -> broadcast::Receiver<Event> {
+        self.inner.feeds.events.subscribe()
+    }
+
+    /// The TLS and token this client connects with.
+    pub fn security(&self) -> &ClientSecurity {
+        &self.inner.security
+    }
+
+    /// Bumped on every new connection, and whenever a node says it dropped pushes for this
+    /// client (`Resync`): after each bump, pushes may have been missed.
+    pub fn generation(&self) -> watch::Receiver<u64> {
+        self.inner.feeds.generation.subscribe()
+    }
+
+    /// The live connection, opening one if needed (to the preferred address, else the next
+    /// server in turn). On failure, also says whether a round of the server list just ended.
+    async fn connection(&self) -> Result<Arc<Conn>, (ClientError, bool)> {
+        let mut current = self.inner.current.lock().await;
+        if let Some(c) = &current.conn
+            && c.is_alive()
+        {
+            return Ok(c.clone());
+        }
+        if let Some(dead) = current.conn.take() {
+            current.learn(&dead);
+        }
+        let (addr, wrapped) = match current.preferred.take() {
+            Some(a) if !current.suspects(&a) => (a, true),
+            _ => self.next_round_robin(&current),
+        };
+        let opening = Instant::now();
+        let opened = Conn::open(
+            &addr,
+            self.inner.feeds.clone(),
+            &self.inner.security,
+            self.inner.local_ip,
+        )
+        .await;
+        match &opened {
+            Ok(_) => tracing::debug!("connected to {addr} in {:?}", opening.elapsed()),
+            Err(e) => tracing::debug!(
+                "connect to {addr} failed after {:?}: {e}",
+                opening.elapsed()
+            ),
+        }
+        match opened {
+            Ok(c) => {
+                let c = Arc::new(c);
+                current.conn = Some(c.clone());
+                self.inner.feeds.generation.send_modify(|g| *g += 1);
+                Ok(c)
+            }
+            Err(e) => Err((e, wrapped)),
+        }
+    }
+
+    /// The next configured server in turn, passing over a suspected one (unless every
+    /// server is), and whether a round of the list ends with it.
+    fn next_round_robin(&self, current: &Current) -> (String, bool) {
+        let n = self.inner.servers.len().max(1);
+        let mut wrapped = false;
+        for _ in 0..n {
+            let i = self.inner.next_server.fetch_add(1, Ordering::Relaxed);
+            wrapped |= (i + 1).is_multiple_of(n);
+            let addr = &self.inner.servers[i % n];
+            if !current.suspects(addr) {
+                return (addr.clone(), wrapped);
+            }
+        }
+        let i = self.inner.next_server.fetch_add(1, Ordering::Relaxed);
+        (self.inner.servers[i % n].clone(), true)
+    }
+
+    /// Drops `conn` if it is still the current one (learning its fate); the next try goes
+    /// to `next` if given and not suspected.
+    async fn abandon(&self, conn: &Arc<Conn>, next: Option<String>) {
+        let mut current = self.inner.current.lock().await;
+        if current.conn.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
+            current.conn = None;
+            current.learn(conn);
+        }
+        if let Some(to) = next
+            && !current.suspects(&to)
+        {
+            current.preferred = Some(to);
+        }
+    }
+
+    /// Whether `addr` fell silent recently (a redirect there would only wait on it).
+    async fn suspects(&self, addr: &str) -> bool {
+        self.inner.current.lock().await.suspects(addr)
+    }
+
+    /// Sends `request` to the leader (or, for `Status` and `ReadLocal`, to whichever node
+    /// answers), following redirects and retrying within [`ATTEMPTS_MAX`] tries and
+    /// [`REQUEST_DEADLINE`]. A write that may have been applied on some try and then ran
+    /// out of retries is `OutcomeUnknown`.
+    pub async fn request(&self, request: Request) -> Result<Response, ClientError> {
+        let started = Instant::now();
+        // Built only when a try fails: formatting the server list on every request cost
+        // the bench client about 1% of its CPU.
+        let mut last_error: Option<ClientError> = None;
+        let mut maybe_applied = false;
+        for _ in 0..ATTEMPTS_MAX {
+            if started.elapsed() > REQUEST_DEADLINE {
+                break;
+            }
+            let retry = match self.try_once(&request).await {
+                Ok(response) => return Ok(response),
+                // A refused certificate or token: every try would fail the same way.
+                Err((e @ ClientError::Protocol(_), _)) => return Err(e),
+                Err((e, retry)) => {
+                    maybe_applied |= !e.definitely_failed();
+                    last_error = Some(e);
+                    retry
+                }
+            };
+            if let Retry::Pause = retry {
+                tokio::time::sleep(jittered(RETRY_PAUSE)).await;
+            }
+        }
+        let last_error = last_error.unwrap_or_else(|| {
+            ClientError::Unreachable(format!("none of {:?} answered", self.inner.servers))
+        });
+        if maybe_applied && is_write(&request) {
+            return Err(ClientError::OutcomeUnknown(last_error.to_string()));
+        }
+        Err(last_error)
+    }
+
+    /// One try of `request`: on the current connection (opening one if needed), giving the
+    /// connection up if the node cannot serve it. An answer the caller should see —
+    /// refusals and every failure but the retried ones — is `Ok`.
+    async fn try_once(&self, request: &Request) -> Result<Response, (ClientError, Retry)> {
+        let conn = match self.connection().await {
+            Ok(c) => c,
+            Err((e, wrapped)) => {
+                return Err((e, if wrapped { Retry::Pause } else { Retry::Now }));
+            }
+        };
+        match conn.call(request).await {
+            Ok(Response::Failed(Failure::NotLeader { leader })) => {
+                let mut redirect = leader.map(|(_, a)| a).filter(|a| *a != conn.addr);
+                if let Some(to) = &redirect
+                    && self.suspects(to).await
+                {
+                    // The node still names the leader that fell silent: it has not yet
+                    // noticed. Treat it as an election under way.
+                    redirect = None;
+                }
+                tracing::debug!("{}: not the leader; redirect to {redirect:?}", conn.addr);
+                if redirect.is_none() {
+                    // No other leader known: an election is likely under way. Pause before
+                    // giving the connection up, so the requests sharing it do not all
+                    // reconnect meanwhile.
+                    tokio::time::sleep(jittered(RETRY_PAUSE)).await;
+                }
+                self.abandon(&conn, redirect).await;
+                let e = ClientError::Failed(Failure::NotLeader { leader: None });
+                Err((e, Retry::Now))
+            }
+            Ok(Response::Failed(f @ (Failure::Unavailable(_) | Failure::OutcomeUnknown(_)))) => {
+                self.abandon(&conn, None).await;
+                Err((ClientError::Failed(f), Retry::Pause))
+            }
+            Ok(response) => Ok(response),
+            Err(e) => {
+                self.abandon(&conn, None).await;
+                Err((e, Retry::Now))
+            }
+        }
+    }
+
+    /// How long the current connection has heard nothing: `None` while it is heard from
+    /// within [`HEDGE_SILENCE`]; the silence when longer, or when there is no live connection
+    /// (or a connect is in flight) — then counted as [`HEDGE_SILENCE`].
+    pub(super) fn silence(&self) -> Option<Duration> {
+        let silent = match self.inner.current.try_lock() {
+            Ok(current) => match &current.conn {
+                Some(c) if c.is_alive() => c.silent_for(),
+                _ => HEDGE_SILENCE,
+            },
+            // A connect is in flight: the last connection died.
+            Err(_) => HEDGE_SILENCE,
+        };
+        (silent >= HEDGE_SILENCE).then_some(silent)
+    }
+
+    /// Sends `request` (an idempotent keep-alive) to the nodes other than the current
+    /// connection's, through this client's one hedge connection, following redirects, at
+    /// most [`HEDGE_TRIES`] tries. An answered write came from the leader: the client moves
+    /// there ([`Client::adopt`]). See the `hedge` module doc.
+    pub(super) async fn hedge(&self, request: &Request) -> Result<Response, ClientError> {
+        if self.inner.servers.len() < 2 {
+            return Err(ClientError::Unreachable("no other node to hedge to".into()));
+        }
+        let avoid = self.current_addr();
+        let mut next: Option<String> = None;
+        let mut last = ClientError::Unreachable("no other node answered the hedge".into());
+        for attempt in 0..HEDGE_TRIES {
+            let conn = {
+                let mut hedge = self.inner.hedge.lock().await;
+                match &*hedge {
+                    Some(c) if c.is_alive() && Some(&c.addr) != avoid.as_ref() => c.clone(),
+                    _ => {
+                        let addr = match next.take() {
+                            Some(a) => a,
+                            None => self.hedge_target(attempt, avoid.as_deref()),
+                        };
+                        match Conn::open(
+                            &addr,
+                            self.inner.feeds.clone(),
+                            &self.inner.security,
+                            self.inner.local_ip,
+                        )
+                        .await
+                        {
+                            Ok(c) => {
+                                let c = Arc::new(c);
+                                *hedge = Some(c.clone());
+                                c
+                            }
+                            Err(e) => {
+                                last = e;
+                                continue;
+                            }
+                        }
+                    }
+                }
+            };
+            match conn.call(request).await {
+                Ok(Response::Failed(Failure::NotLeader { leader })) => {
+                    next = leader.map(|(_, a)| a).filter(|a| Some(a) != avoid.as_ref());
+                    last = ClientError::Failed(Failure::NotLeader { leader: None });
+                    self.drop_hedge(&conn).await;
+                    if next.is_none() {
+                        tokio::time::sleep(jittered(RETRY_PAUSE)).await;
+                    }
+                }
+                Ok(Response::Failed(f)) => {
+                    last = ClientError::Failed(f);
+                    self.drop_hedge(&conn).await;
+                    tokio::time::sleep(jittered(RETRY_PAUSE)).await;
+                }
+                Ok(response) => {
+                    tracing::info!("hedged keep-alive answered by {}; moving there", conn.addr);
+                    self.adopt(&conn).await;
+                    return Ok(response);
+                }
+                Err(e) => {
+                    last = e;
+                    self.drop_hedge(&conn).await;
+                }
+            }
+        }
+        Err(last)
+    }
+
+    /// The configured server the hedge's try `attempt` goes to: the servers in turn, the
+    /// current connection's node left out (unless it is the only one).
+    fn hedge_target(&self, attempt: u32, avoid: Option<&str>) -> String {
+        let others: Vec<&String> = self
+            .inner
+            .servers
+            .iter()
+            .filter(|s| Some(s.as_str()) != avoid)
+            .collect();
+        match others.is_empty() {
+            true => self.inner.servers[attempt as usize % self.inner.servers.len()].clone(),
+            false => others[attempt as usize % others.len()].clone(),
+        }
+    }
+
+    /// The address of the current connection, if any (`None` while a connect is in flight).
+    fn current_addr(&self) -> Option<String> {
+        let current = self.inner.current.try_lock().ok()?;
+        current.conn.as_ref().map(|c| c.addr.clone())
+    }
+
+    /// Forgets the hedge connection `conn` if it is still the hedge's.
+    async fn drop_hedge(&self, conn: &Arc<Conn>) {
+        let mut hedge = self.inner.hedge.lock().await;
+        if hedge.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
+            *hedge = None;
+        }
+    }
+
+    /// Makes `conn` — whose node just acknowledged a write, so it leads — the current
+    /// connection, if the current one is still silent: the silent node is suspected (as the
+    /// detector would have done), and sessions re-ask on the new connection.
+    async fn adopt(&self, conn: &Arc<Conn>) {
+        let mut current = self.inner.current.lock().await;
+        let silent_for = match &current.conn {
+            Some(c) if Arc::ptr_eq(c, conn) => return,
+            Some(c) if c.is_alive() => c.silent_for(),
+            _ => HEDGE_SILENCE,
+        };
+        if silent_for < HEDGE_SILENCE {
+            // Heard from again meanwhile: nothing to move away from.
+            return;
+        }
+        if let Some(old) = current.conn.take() {
+            current.suspect = Some((old.addr.clone(), Instant::now()));
+            old.give_up();
+        }
+        current.conn = Some(conn.clone());
+        drop(current);
+        self.inner.feeds.generation.send_modify(|g| *g += 1);
+    }
+
+    /// A write through the log: its reply (refusals included).
+    pub async fn write(&self, command: Command) -> Result<Reply, ClientError> {
+        match self.request(Request::Write(command)).await? {
+            Response::Written { reply, .. } => Ok(reply),
+            Response::Failed(f) => Err(ClientError::Failed(f)),
+            other => Err(ClientError::Protocol(format!(
+                "unexpected answer to a write: {other:?}"
+            ))),
+        }
+    }
+
+    /// A read: linearizable, or from the connected node's applied state when
+    /// [`Client::stale_reads`] is set.
+    pub async fn read(&self, query: Query) -> Result<Answer, ClientError> {
+        let request = if self.stale {
+            Request::ReadLocal(query)
+        } else {
+            Request::Read(query)
+        };
+        match self.request(request).await? {
+            Response::Read(answer) => Ok(answer),
+            Response::Failed(f) => Err(ClientError::Failed(f)),
+            other => Err(ClientError::Protocol(format!(
+                "unexpected answer to a read: {other:?}"
+            ))),
+        }
+    }
+
+    /// Asks one node, without redirects or retries (for a given member's status). A node
+    /// that does not welcome within [`super::SILENCE_MAX`] is unreachable.
+    pub async fn ask_node(addr: &str, request: &Request) -> Result<Response, ClientError> {
+        Client::ask_node_with(addr, request, &ClientSecurity::default()).await
+    }
+
+    /// [`Client::ask_node`] with TLS and a token.
+    pub async fn ask_node_with(
+        addr: &str,
+        request: &Request,
+        security: &ClientSecurity,
+    ) -> Result<Response, ClientError> {
+        let conn = Conn::open(addr, Feeds::unheard(), security, None).await?;
+        tokio::time::timeout(CONNECT_TIMEOUT, conn.call(request))
+            .await
+            .unwrap_or_else(|_| Err(ClientError::OutcomeUnknown(format!("{addr}: no answer"))))
+    }
+}
+
+/// Whether `request` changes state (so an unknown outcome matters).
+fn is_write(request: &Request) -> bool {
+    matches!(
+        request,
+        Request::Write(_) | Request::AddNode { .. } | Request::RemoveNode { .. }
+    )
+}

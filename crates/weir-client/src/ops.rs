@@ -1,0 +1,205 @@
+//! Typed shorthands for the writes and reads of spec §2 that are not sessions or permits.
+//! Each is one request through [`Client::write`] or [`Client::read`]; refusals come back as
+//! `Ok(Reply::Refused(..))` (writes) — typed values, never text.
+
+use super::{Client, ClientError};
+use crate::protocol::{Answer, Query};
+use weir_core::machine::{
+    Change, Command, Fence, HaltScope, LimitStatus, Reply, RunSlot, Settle, Spend,
+};
+
+fn unexpected(answer: Answer) -> ClientError {
+    ClientError::Protocol(format!("unexpected answer {answer:?}"))
+}
+
+impl Client {
+    /// Defines `tenant/name`, or changes its spec (holders keep their permits): `concurrent`
+    /// units at once (0: no cap), `per_second` refill (0: no rate), `burst` tokens.
+    pub async fn define_limit(
+        &self,
+        tenant: &str,
+        name: &str,
+        concurrent: u32,
+        per_second: f64,
+        burst: Option<u64>,
+    ) -> Result<Reply, ClientError> {
+        self.write(Command::DefineLimit {
+            tenant: tenant.into(),
+            name: name.into(),
+            concurrent,
+            per_second,
+            burst,
+        })
+        .await
+    }
+
+    /// Sets, keeps or clears each of a tenant's ceilings.
+    pub async fn set_tenant(
+        &self,
+        tenant: &str,
+        max_running: Change<u32>,
+        budget_tokens: Change<u64>,
+        budget_minor: Change<u64>,
+    ) -> Result<Reply, ClientError> {
+        self.write(Command::SetTenant {
+            tenant: tenant.into(),
+            max_running,
+            budget_tokens,
+            budget_minor,
+        })
+        .await
+    }
+
+    /// `Admitted`, or a refusal (`TooManyRuns`, `BudgetExhausted`, `Halted`). No hold: the
+    /// reserve is refused once the period's spend has reached a budget.
+    pub async fn reserve(
+        &self,
+        tenant: &str,
+        run: &str,
+        agent: Option<&str>,
+        period: Option<&str>,
+    ) -> Result<Reply, ClientError> {
+        self.reserve_holding(tenant, run, agent, period, None, None)
+            .await
+    }
+
+    /// A reserve that holds budget (G6): admitted only while settled + standing holds + this
+    /// hold fit the period's budget. The run's settlements use the hold up (a charge above
+    /// it answers `Overrun`); releasing the slot frees what is left. A kind left `None` is
+    /// held at 0; with both `None` this is [`Client::reserve`].
+    pub async fn reserve_holding(
+        &self,
+        tenant: &str,
+        run: &str,
+        agent: Option<&str>,
+        period: Option<&str>,
+        hold_tokens: Option<u64>,
+        hold_minor: Option<u64>,
+    ) -> Result<Reply, ClientError> {
+        self.write(Command::Reserve {
+            tenant: tenant.into(),
+            run: run.into(),
+            agent: agent.map(Into::into),
+            period: period.map(Into::into),
+            hold_tokens,
+            hold_minor,
+        })
+        .await
+    }
+
+    /// Frees a run's slot. Idempotent.
+    pub async fn release_run(&self, tenant: &str, run: &str) -> Result<Reply, ClientError> {
+        self.write(Command::ReleaseRun {
+            tenant: tenant.into(),
+            run: run.into(),
+        })
+        .await
+    }
+
+    /// `Settled {duplicate}`, `Overrun` (charged, above the run's hold), or `Conflict`.
+    pub async fn settle(&self, settle: Settle) -> Result<Reply, ClientError> {
+        self.write(Command::Settle(settle)).await
+    }
+
+    /// Halts `scope` of a tenant: waiters are refused, holders are told.
+    pub async fn set_halt(
+        &self,
+        tenant: &str,
+        scope: HaltScope,
+        reason: &str,
+    ) -> Result<Reply, ClientError> {
+        self.write(Command::SetHalt {
+            tenant: tenant.into(),
+            scope,
+            reason: reason.into(),
+        })
+        .await
+    }
+
+    /// Clears a halt on `scope` of a tenant.
+    pub async fn clear_halt(&self, tenant: &str, scope: HaltScope) -> Result<Reply, ClientError> {
+        self.write(Command::ClearHalt {
+            tenant: tenant.into(),
+            scope,
+        })
+        .await
+    }
+
+    /// What a tenant spent in `period`.
+    pub async fn spent(&self, tenant: &str, period: &str) -> Result<Spend, ClientError> {
+        match self
+            .read(Query::Spent {
+                tenant: tenant.into(),
+                period: period.into(),
+            })
+            .await?
+        {
+            Answer::Spent(s) => Ok(s),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// A tenant's running set: each run and its slot.
+    pub async fn running(&self, tenant: &str) -> Result<Vec<(String, RunSlot)>, ClientError> {
+        match self
+            .read(Query::Running {
+                tenant: tenant.into(),
+            })
+            .await?
+        {
+            Answer::Running(r) => Ok(r),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The halts on a tenant, with their reasons.
+    pub async fn halts(&self, tenant: &str) -> Result<Vec<(HaltScope, String)>, ClientError> {
+        match self
+            .read(Query::Halts {
+                tenant: tenant.into(),
+            })
+            .await?
+        {
+            Answer::Halts(h) => Ok(h),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The state of `tenant/name`, if it is defined.
+    pub async fn limit_status(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> Result<Option<LimitStatus>, ClientError> {
+        match self
+            .read(Query::Limit {
+                tenant: tenant.into(),
+                name: name.into(),
+            })
+            .await?
+        {
+            Answer::Limit(l) => Ok(l),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Whether a permit with `fence` is held on the limit now (linearizable).
+    pub async fn validate_fence(
+        &self,
+        tenant: &str,
+        limit: &str,
+        fence: Fence,
+    ) -> Result<bool, ClientError> {
+        match self
+            .read(Query::ValidateFence {
+                tenant: tenant.into(),
+                limit: limit.into(),
+                fence,
+            })
+            .await?
+        {
+            Answer::FenceHeld(h) => Ok(h),
+            other => Err(unexpected(other)),
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! The client protocol: what travels on the client port, in [`crate::wire`] frames.
+//!
+//! A connection opens with [`ClientFrame::Hello`] carrying [`PROTOCOL_VERSION`]; the server
+//! answers [`ServerFrame::Welcome`] or [`ServerFrame::Error`] and closes. Then the client
+//! sends requests, each with an id of its choosing; the server answers each with a
+//! [`ServerFrame::Response`] carrying the same id, possibly out of order (requests are
+//! served concurrently), and may push [`ServerFrame::Event`]s at any time. A client that sends
+//! [`ClientFrame::Heartbeats`] also gets a [`ServerFrame::Heartbeat`] every
+//! [`HEARTBEAT_PERIOD`] (the library's failure detector listens for their absence), and a
+//! node that had to skip pushes for the connection says so with [`ServerFrame::Resync`].
+//!
+//! Bad input — an oversized length, a bad checksum, undecodable bytes, a wrong version — is
+//! answered with `ServerFrame::Error` naming the problem where a frame can still be written,
+//! and the connection is closed. Nothing else is affected.
+
+use serde::{Deserialize, Serialize};
+
+use weir_core::machine::{
+    Command, Event, Fence, HaltScope, LimitStatus, Reply, RunSlot, Spend, TenantStatus,
+};
+
+/// The protocol version this build speaks. A client of another version is refused at hello.
+/// Version 2: the hello carries a token.
+pub const PROTOCOL_VERSION: u32 = 2;
+
+/// Largest client frame, in bytes: a command is at most a few KiB (names are bounded by
+/// `bounds::NAME_BYTES_MAX`, reasons by `REASON_BYTES_MAX`); answers listing a tenant's
+/// limits or runs are the largest. Checked before allocation.
+pub const CLIENT_FRAME_MAX: u32 = 4 << 20;
+
+/// From client to server.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ClientFrame {
+    /// `token`: the secret whose hash the node's config lists (`None` where the node needs
+    /// no token).
+    Hello {
+        version: u32,
+        token: Option<String>,
+    },
+    Request {
+        id: u64,
+        request: Request,
+    },
+    /// Asks the node to send [`ServerFrame::Heartbeat`] on this connection every
+    /// [`HEARTBEAT_PERIOD`] from now on, so the client can tell a silent node (stopped,
+    /// frozen) from a busy one. The library sends it right after the welcome; a client that
+    /// never sends it gets no heartbeats.
+    Heartbeats,
+}
+
+/// How often a node sends [`ServerFrame::Heartbeat`] on a connection that asked for them: a
+/// fifth of the client's silence bound (`client::SILENCE_MAX`, 1 s), so a few heartbeats
+/// may be late on a busy node before the client calls the node silent.
+pub const HEARTBEAT_PERIOD: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// What a client asks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Request {
+    /// A write, through the log (leader only).
+    Write(Command),
+    /// A linearizable read (leader only).
+    Read(Query),
+    /// A read of this node's applied state, possibly stale.
+    ReadLocal(Query),
+    /// This node's view of itself and the cluster.
+    Status,
+    /// Add a node: as a learner, then as a voter once it has caught up (leader only).
+    AddNode {
+        id: u64,
+        peer: String,
+        client: String,
+    },
+    /// Remove a voter (leader only).
+    RemoveNode { id: u64 },
+    /// Measure what a snapshot of this node's state costs: encode it, decode and check it
+    /// (what a follower's install does), and report sizes and times. Changes nothing.
+    SnapshotCost,
+}
+
+/// A read of the state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Query {
+    Limit {
+        tenant: String,
+        name: String,
+    },
+    Limits {
+        tenant: String,
+    },
+    ValidateFence {
+        tenant: String,
+        limit: String,
+        fence: Fence,
+    },
+    Spent {
+        tenant: String,
+        period: String,
+    },
+    Running {
+        tenant: String,
+    },
+    Halts {
+        tenant: String,
+    },
+    Tenant {
+        tenant: String,
+    },
+}
+
+/// The answer to a [`Query`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Answer {
+    Limit(Option<LimitStatus>),
+    Limits(Vec<LimitStatus>),
+    FenceHeld(bool),
+    Spent(Spend),
+    Running(Vec<(String, RunSlot)>),
+    Halts(Vec<(HaltScope, String)>),
+    Tenant(TenantStatus),
+}
+
+/// One cluster member as a node sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    pub id: u64,
+    pub peer: String,
+    pub client: String,
+    pub voter: bool,
+    /// On the leader: the last log index known replicated to this member.
+    pub matched: Option<u64>,
+}
+
+/// A node's status.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    pub id: u64,
+    /// Its client address.
+    pub addr: String,
+    /// `Leader`, `Follower`, `Candidate`, `Learner` or `Shutdown`.
+    pub state: String,
+    pub term: u64,
+    pub leader: Option<u64>,
+    pub last_log_index: u64,
+    /// Index of the latest snapshot, and of the last entry purged from the log.
+    pub snapshot_index: Option<u64>,
+    pub purged_index: Option<u64>,
+    pub applied: u64,
+    /// Digest of the applied state; equal on replicas at the same `applied`.
+    pub digest: String,
+    /// Log-clock time of the applied state, ms.
+    pub log_ms: u64,
+    pub sessions: u64,
+    /// Resident memory of the node process, KiB (Linux; `None` elsewhere).
+    pub rss_kib: Option<u64>,
+    pub members: Vec<Member>,
+    /// The applied index `digest` is of: equal to `applied` whenever the digest is current
+    /// (always on a quiet node); older on a busy node whose state is large, since the digest
+    /// is recomputed at most once per index and within a bounded share of the apply lock
+    /// (`server::digest`).
+    pub digest_applied: u64,
+}
+
+/// What [`Request::SnapshotCost`] measured.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotCost {
+    pub applied: u64,
+    pub bytes: u64,
+    /// Encoding the state (what building a snapshot costs), µs.
+    pub build_us: u64,
+    /// Decoding and checking every invariant (what installing one costs), µs.
+    pub install_us: u64,
+}
+
+/// Why a request was not served by this node. Says whether it may have taken effect.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Failure {
+    /// This node is not the leader; `leader` is the one it knows of (id, client address).
+    /// The request was not applied.
+    NotLeader { leader: Option<(u64, String)> },
+    /// The node could not serve it now (shutting down, overloaded). Not applied.
+    Unavailable(String),
+    /// The write was proposed but its outcome is not known (leadership was lost, a timeout):
+    /// it may or may not have been applied. Retrying an idempotent request is safe.
+    OutcomeUnknown(String),
+    /// The request was malformed; the text names the problem. Not applied.
+    BadRequest(String),
+    /// The connection's token does not allow this request (its role, or a session another
+    /// principal opened). Not applied.
+    Forbidden(String),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::NotLeader {
+                leader: Some((id, addr)),
+            } => {
+                write!(f, "not the leader; the leader is node {id} at {addr}")
+            }
+            Failure::NotLeader { leader: None } => f.write_str("not the leader; no leader known"),
+            Failure::Unavailable(why) => write!(f, "unavailable: {why}"),
+            Failure::OutcomeUnknown(why) => write!(f, "outcome unknown: {why}"),
+            Failure::BadRequest(why) => write!(f, "bad request: {why}"),
+            Failure::Forbidden(why) => write!(f, "forbidden: {why}"),
+        }
+    }
+}
+
+/// What a node answers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Response {
+    /// A write's reply, with the log index of its entry.
+    Written {
+        index: u64,
+        reply: Reply,
+    },
+    Read(Answer),
+    Status(NodeStatus),
+    /// A membership change was committed.
+    MembershipChanged,
+    SnapshotCost(SnapshotCost),
+    Failed(Failure),
+}
+
+/// From server to client.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ServerFrame {
+    Welcome {
+        version: u32,
+        node: u64,
+    },
+    Response {
+        id: u64,
+        response: Response,
+    },
+    Event(Event),
+    /// The connection is being closed for this reason.
+    Error {
+        reason: String,
+    },
+    /// The node is alive (sent every [`HEARTBEAT_PERIOD`] after [`ClientFrame::Heartbeats`]),
+    /// with the Raft term it is in and the leader it knows of (id, client address). A
+    /// connection whose node led and now names another leader has been deposed: the client
+    /// moves there.
+    Heartbeat {
+        term: u64,
+        leader: Option<(u64, String)>,
+    },
+    /// The node skipped `missed_entries` entries' events for this connection (it fell
+    /// behind): pushes may have been lost, so the client asks again about every ticket it
+    /// waits for or holds.
+    Resync {
+        missed_entries: u64,
+    },
+}

@@ -1,0 +1,521 @@
+//! A session: the client's identity on the cluster, kept alive in the background, and the
+//! acquires made under it.
+//!
+//! Keep-alive: every TTL/5 ([`KEEPALIVES_PER_TTL`]) the session sends `KeepAlive`. When one is acknowledged, the
+//! session's **deadline** becomes `send time + TTL − margin` on CLOCK_BOOTTIME
+//! ([`BootInstant`], which counts suspended time; G2: the cluster cannot expire the lease
+//! before that, see the `machine` module doc). Every permit of the session is believed held
+//! only until that deadline; when it passes without a newer acknowledgement, every permit
+//! is lost.
+//!
+//! Acquire: a ticket is registered as waiting *before* its acquire is sent, so a grant
+//! pushed before the acquire's own answer arrives is not lost (the pending-then-confirmed
+//! rule). Grants, refusals, halts and expiry arrive as pushed events; and whenever the
+//! client opens a new connection (a failover), the session re-asks every waiting ticket —
+//! idempotent by (session, ticket) — so a push lost with the old connection loses nothing.
+//! The same happens when a node says it dropped pushes (`Resync`). A re-ask also reads the
+//! halts of every tenant the session holds permits of, so a halt pushed to a lost
+//! connection is learned too.
+//!
+//! An acquire that does not end in a permit — its write's outcome unknown, timed out,
+//! cancelled — gives its ticket up through a guard ([`SessionState::abandon`]), which
+//! releases it in the background: if the acquire did apply, nothing stays held for it.
+
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use super::boot_clock::{BootInstant, LOOK_EVERY};
+use super::hedge::HEDGE_WHEN_LEFT;
+
+use tokio::sync::broadcast::error::RecvError;
+
+use super::permit::Permit;
+use super::session_state::{SessionState, release_in_background};
+use super::{AcquireError, Client, ClientError, Lost};
+use crate::protocol::{Answer, Query};
+use crate::task::AbortOnDrop;
+use weir_core::machine::{Acquire, Command, Event, Priority, Refusal, Reply, SessionId, TicketId};
+
+/// Keep-alives sent per TTL. The belief deadline runs from the send time of the last
+/// acknowledged keep-alive, so a stop just after a send leaves `TTL − margin − TTL/N` of
+/// belief to find the new leader in: with a 3 s TTL, 1.7 s at N = 3 and 2.1 s at N = 5 (the
+/// budget in the client module doc). The cost is N keep-alive writes a TTL per session,
+/// batched into entries like every other command: at 3 s, 1.7 writes/s a session.
+pub(crate) const KEEPALIVES_PER_TTL: u32 = 5;
+/// How often an unanswered keep-alive looks whether it should be hedged.
+const HEDGE_LOOK: Duration = Duration::from_millis(50);
+/// How soon a keep-alive that got no acknowledgement is tried again (or TTL/5, if sooner):
+/// often enough to renew before the deadline after a brief failover.
+const KEEPALIVE_RETRY: Duration = Duration::from_millis(100);
+
+/// The safety margin subtracted from the TTL in the belief deadline: a tenth of the TTL,
+/// and at least 100 ms. It covers a clock-rate drift between this client and the leaders far
+/// larger than NTP-disciplined clocks show (the bound needed is TTL × ρ / (1 + ρ)).
+pub fn margin_for(ttl: Duration) -> Duration {
+    // PLANTED(margin-zero)
+    if weir_core::planted::is(weir_core::planted::Plant::MarginZero) {
+        return Duration::ZERO;
+    }
+    (ttl / 10).max(Duration::from_millis(100))
+}
+
+/// The belief deadline after a keep-alive (or open) sent at `sent` was acknowledged: the
+/// cluster cannot expire the session before `sent + ttl` (G2), less the margin.
+pub fn deadline_after(sent: BootInstant, ttl: Duration) -> BootInstant {
+    sent + ttl - margin_for(ttl)
+}
+
+/// Whether a permit under `deadline` is still believed held at `now`.
+pub fn believed_at(deadline: BootInstant, now: BootInstant) -> bool {
+    now < deadline
+}
+
+/// What to acquire.
+#[derive(Clone, Debug)]
+pub struct AcquireOptions {
+    /// The tenant of the limit.
+    pub tenant: String,
+    /// The limit's name.
+    pub limit: String,
+    /// Units to hold (and tokens to take, on a rated limit).
+    pub units: u32,
+    /// Where the ticket queues: level first, then fair share by key.
+    pub priority: Priority,
+    /// The agent acting, for agent-scoped halts.
+    pub agent: Option<String>,
+    /// Queue when there is no room (`false`: refuse `Busy` at once).
+    pub wait: bool,
+    /// Give up waiting after this long (the ticket is withdrawn).
+    pub timeout: Option<Duration>,
+}
+
+impl AcquireOptions {
+    /// One unit of `tenant/limit`, default priority, waiting without a timeout.
+    pub fn new(tenant: &str, limit: &str) -> AcquireOptions {
+        AcquireOptions {
+            tenant: tenant.into(),
+            limit: limit.into(),
+            units: 1,
+            priority: Priority::default(),
+            agent: None,
+            wait: true,
+            timeout: None,
+        }
+    }
+}
+
+/// A session. Dropping it, and every permit taken under it, stops its keep-alives (the
+/// cluster expires it after its TTL); [`Session::close`] ends it at once.
+pub struct Session {
+    state: Arc<SessionState>,
+}
+
+impl Session {
+    /// Opens a session with `ttl` and starts keeping it alive.
+    pub async fn open(client: &Client, ttl: Duration) -> Result<Session, ClientError> {
+        let sent = BootInstant::now();
+        let reply = client
+            .write(Command::OpenSession {
+                ttl_ms: ttl.as_millis() as u64,
+            })
+            .await?;
+        let id = match reply {
+            Reply::SessionOpened { session, .. } => session,
+            Reply::Refused(r) => {
+                return Err(ClientError::Failed(crate::protocol::Failure::BadRequest(
+                    r.to_string(),
+                )));
+            }
+            other => {
+                return Err(ClientError::Protocol(format!(
+                    "open session answered {other:?}"
+                )));
+            }
+        };
+        let deadline = deadline_after(sent, ttl);
+        let state = Arc::new(SessionState::new(client.clone(), id, ttl, deadline));
+        let task = tokio::spawn(maintain(Arc::downgrade(&state), client.clone()));
+        state.keep_task(AbortOnDrop(task));
+        Ok(Session { state })
+    }
+
+    /// The session's id on the cluster.
+    pub fn id(&self) -> SessionId {
+        self.state.id
+    }
+
+    /// The current belief deadline, as an `Instant` from now (the deadline itself is kept on
+    /// the boot clock, which counts suspended time).
+    pub fn deadline(&self) -> Instant {
+        let deadline = *self.state.deadline.borrow();
+        let (now, instant_now) = (BootInstant::now(), Instant::now());
+        // A deadline already passed maps to the past, not to now: a caller that reads it
+        // after a pause must see when the belief ended, not when it looked.
+        match deadline.remaining(now) {
+            left if !left.is_zero() => instant_now + left,
+            _ => instant_now
+                .checked_sub(now.saturating_since(deadline))
+                .unwrap_or(instant_now),
+        }
+    }
+
+    /// The current belief deadline on the boot clock.
+    pub fn boot_deadline(&self) -> BootInstant {
+        *self.state.deadline.borrow()
+    }
+
+    /// While an acquire of this session waits: how many tickets were ahead of it when the
+    /// cluster last answered `Queued` (when it was queued, or re-asked after a reconnect).
+    /// The queue moves on without telling the client, so this is an upper bound on the
+    /// position now, unless higher-priority tickets arrived since. `None` when nothing of
+    /// this session waits or no `Queued` answer came yet.
+    pub fn queued_position(&self) -> Option<u32> {
+        self.state.queued_position()
+    }
+
+    /// Acquires a permit: waits (if allowed) until the cluster grants it.
+    pub async fn acquire(&self, options: AcquireOptions) -> Result<Permit, AcquireError> {
+        let (acquire, granted) = self.state.register(|ticket| Acquire {
+            session: self.state.id,
+            ticket,
+            tenant: options.tenant.clone(),
+            limit: options.limit.clone(),
+            units: options.units,
+            priority: options.priority.clone(),
+            agent: options.agent.clone(),
+            wait: options.wait,
+        })?;
+        let ticket = acquire.ticket;
+        // Until it becomes a permit, the ticket is given up (and released in the background)
+        // if this future ends any other way than a definite refusal: an unknown outcome, a
+        // timeout, a cancellation by the caller.
+        let mut pending = Pending {
+            state: &self.state,
+            ticket,
+            armed: true,
+        };
+        match self.state.client.write(Command::Acquire(acquire)).await {
+            Ok(reply) => self.state.answered(ticket, reply),
+            Err(e) => {
+                if e.definitely_failed() {
+                    pending.armed = false;
+                    self.state.unregister(ticket);
+                }
+                return Err(AcquireError::Client(e));
+            }
+        }
+        let outcome = match options.timeout {
+            Some(limit) => match tokio::time::timeout(limit, granted).await {
+                Ok(o) => o,
+                Err(_) => {
+                    pending.armed = false;
+                    self.withdraw(ticket).await;
+                    return Err(AcquireError::TimedOut);
+                }
+            },
+            None => granted.await,
+        };
+        let outcome = outcome.unwrap_or(Err(AcquireError::SessionLost));
+        if matches!(
+            outcome,
+            Err(AcquireError::Refused(_) | AcquireError::SessionLost)
+        ) {
+            // Refused: nothing is held. Session lost: its end frees every ticket.
+            pending.armed = false;
+        }
+        let (fence, units, lost) = outcome?;
+        pending.armed = false;
+        Ok(Permit::new(
+            self.state.clone(),
+            options.tenant,
+            options.limit,
+            ticket,
+            fence,
+            units,
+            lost,
+        ))
+    }
+
+    /// Withdraws a waiting ticket; a grant that raced the withdrawal is released with it. A
+    /// release that fails is retried in the background.
+    async fn withdraw(&self, ticket: TicketId) {
+        self.state.unregister(ticket);
+        self.state.forget(ticket);
+        let release = Command::Release {
+            session: self.state.id,
+            ticket,
+        };
+        if self.state.client.write(release).await.is_err() {
+            release_in_background(self.state.client.clone(), self.state.id, ticket);
+        }
+    }
+
+    /// Closes the session: every permit is released and every ticket withdrawn.
+    pub async fn close(self) -> Result<(), ClientError> {
+        self.state.end(Lost::Closed);
+        self.state
+            .client
+            .write(Command::CloseSession {
+                session: self.state.id,
+            })
+            .await
+            .map(|_| ())
+    }
+}
+
+/// An acquire's ticket until it becomes a permit: dropped armed, it gives the ticket up.
+struct Pending<'a> {
+    state: &'a SessionState,
+    ticket: TicketId,
+    armed: bool,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.state.abandon(self.ticket);
+        }
+    }
+}
+
+/// The session's background work: keep-alives and the deadline in one loop, pushed events
+/// and re-asks after reconnects in another, run concurrently so that neither waits for the
+/// other. Ends when the session's state is dropped (only `Weak` is held).
+///
+/// Why two loops: a re-ask is a string of writes and linearizable reads, each retried
+/// through an election (seconds, under load), and a keep-alive retried across a failover
+/// takes as long. In one loop, a keep-alive due during a re-ask waited for it — after a
+/// failover, exactly when the belief deadline is nearest — and a holder with a queued
+/// ticket or a held permit lost its permit to its own re-ask.
+async fn maintain(state: Weak<SessionState>, client: Client) {
+    tokio::join!(renew(state.clone()), follow(state, client));
+}
+
+/// Keeps the session alive: a keep-alive every TTL/5 (sooner after one that got no
+/// acknowledgement), and every held permit lost once the deadline passes.
+async fn renew(state: Weak<SessionState>) {
+    let Some(ttl) = state.upgrade().map(|s| s.ttl) else {
+        return;
+    };
+    let every = ttl / KEEPALIVES_PER_TTL;
+    let mut next_keepalive = Instant::now() + every;
+    loop {
+        // The deadline is on the boot clock; the timer only says when to look (at least
+        // every LOOK_EVERY, so a deadline passed during a suspend is seen soon after).
+        let deadline = match state.upgrade() {
+            Some(s) => {
+                let left = s.deadline.borrow().remaining(BootInstant::now());
+                Instant::now() + left.min(LOOK_EVERY)
+            }
+            None => return,
+        };
+        tokio::select! {
+            _ = tokio::time::sleep_until(next_keepalive.into()) => {
+                let Some(s) = state.upgrade() else { return };
+                next_keepalive = keep_alive(&s, every).await;
+            }
+            _ = tokio::time::sleep_until(deadline.into()) => {
+                let Some(s) = state.upgrade() else { return };
+                if !believed_at(*s.deadline.borrow(), BootInstant::now()) {
+                    tracing::info!("session {}: the belief deadline passed", s.id);
+                    for t in s.held_tickets() {
+                        s.lose(t, Lost::Deadline);
+                    }
+                    // Wait for the next keep-alive; nothing to do until then.
+                    tokio::time::sleep_until(next_keepalive.into()).await;
+                }
+            }
+        }
+    }
+}
+
+/// Follows the session's pushed events, and re-asks after every new connection, `Resync`
+/// or lag of its own.
+async fn follow(state: Weak<SessionState>, client: Client) {
+    let mut events = client.events();
+    let mut generation = client.generation();
+    loop {
+        tokio::select! {
+            event = events.recv() => {
+                let Some(s) = state.upgrade() else { return };
+                match event {
+                    Ok(event) => on_event(&s, event),
+                    // Missed events: re-ask, as after a reconnect.
+                    Err(RecvError::Lagged(_)) => reask(&s).await,
+                    Err(RecvError::Closed) => return,
+                }
+            }
+            changed = generation.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                let Some(s) = state.upgrade() else { return };
+                // The new connection follows this session once a write names it.
+                reask(&s).await;
+            }
+        }
+    }
+}
+
+/// Sends one keep-alive; an acknowledged one moves the deadline to `send time + TTL −
+/// margin`. Returns when the next one is due: `every` from now, or sooner after a try that
+/// got no acknowledgement.
+async fn keep_alive(s: &SessionState, every: Duration) -> Instant {
+    let next = Instant::now() + every;
+    let sent = BootInstant::now();
+    let answer = hedged_keep_alive(s).await;
+    trace_keep_alive(s, sent, &answer);
+    match answer {
+        Ok(Reply::KeptAlive { .. }) => {
+            // PLANTED(keepalive-arrival)
+            let sent = if weir_core::planted::is(weir_core::planted::Plant::KeepaliveArrival) {
+                BootInstant::now()
+            } else {
+                sent
+            };
+            extend(s, sent);
+            next
+        }
+        Ok(Reply::Refused(Refusal::UnknownSession { .. })) => {
+            s.end(Lost::Expired);
+            next
+        }
+        // Unknown outcome or no answer: the deadline stays; it may pass.
+        _ => Instant::now() + KEEPALIVE_RETRY.min(every),
+    }
+}
+
+/// One keep-alive through the current connection, hedged to the other nodes once the
+/// deadline is near and that connection silent (the `hedge` module doc): whichever is
+/// acknowledged first answers it; the other is dropped (a keep-alive is idempotent).
+async fn hedged_keep_alive(s: &SessionState) -> Result<Reply, ClientError> {
+    let command = Command::KeepAlive { session: s.id };
+    let primary = s.client.write(command.clone());
+    tokio::pin!(primary);
+    let urgent = async {
+        loop {
+            let left = s.deadline.borrow().remaining(BootInstant::now());
+            if left < HEDGE_WHEN_LEFT && s.client.silence().is_some() {
+                return;
+            }
+            tokio::time::sleep(HEDGE_LOOK).await;
+        }
+    };
+    tokio::select! {
+        answer = &mut primary => return answer,
+        () = urgent => {}
+    }
+    tracing::info!("session {}: keep-alive hedged to the other nodes", s.id);
+    let hedge = async {
+        match s
+            .client
+            .hedge(&crate::protocol::Request::Write(command))
+            .await
+        {
+            Ok(crate::protocol::Response::Written { reply, .. }) => Ok(reply),
+            Ok(crate::protocol::Response::Failed(f)) => Err(ClientError::Failed(f)),
+            Ok(other) => Err(ClientError::Protocol(format!(
+                "hedged keep-alive: {other:?}"
+            ))),
+            Err(e) => Err(e),
+        }
+    };
+    tokio::pin!(hedge);
+    tokio::select! {
+        answer = &mut primary => answer,
+        answer = &mut hedge => match answer {
+            Ok(reply) => Ok(reply),
+            // The hedge found no leader: the primary's retries may still.
+            Err(_) => primary.await,
+        },
+    }
+}
+
+/// Traces one keep-alive: how long its answer took, and how much of the belief deadline
+/// was left when it came (the budget in the `client` module doc).
+fn trace_keep_alive(s: &SessionState, sent: BootInstant, answer: &Result<Reply, ClientError>) {
+    let now = BootInstant::now();
+    let took_ms = now.saturating_since(sent).as_millis();
+    let left_ms = s.deadline.borrow().remaining(now).as_millis();
+    match answer {
+        Ok(reply) => tracing::debug!(
+            "session {}: keep-alive answered {reply:?} after {took_ms} ms, {left_ms} ms before the deadline",
+            s.id
+        ),
+        Err(e) => tracing::info!(
+            "session {}: keep-alive failed after {took_ms} ms ({e}), {left_ms} ms before the deadline",
+            s.id
+        ),
+    }
+}
+
+/// Moves the deadline after an acknowledged keep-alive sent at `sent` (only ever later).
+fn extend(s: &SessionState, sent: BootInstant) {
+    let new = deadline_after(sent, s.ttl);
+    s.deadline.send_if_modified(|d| {
+        let later = new > *d;
+        if later {
+            *d = new;
+        }
+        later
+    });
+}
+
+/// Applies one pushed event, if it is about this session.
+fn on_event(s: &SessionState, event: Event) {
+    if event.session() != s.id {
+        return;
+    }
+    match event {
+        Event::Granted {
+            ticket,
+            fence,
+            units,
+            ..
+        } => s.granted(ticket, fence, units),
+        Event::Refused {
+            ticket, refusal, ..
+        } => s.refused(ticket, refusal),
+        Event::Halted {
+            ticket,
+            scope,
+            reason,
+            ..
+        } => s.lose(ticket, Lost::Halted { scope, reason }),
+        Event::SessionExpired { .. } => s.end(Lost::Expired),
+    }
+}
+
+/// Asks again for every waiting ticket (idempotent): a grant pushed to a lost connection is
+/// learned from the answer. Then reads the halts of every tenant it holds permits of: a
+/// halt pushed to a lost connection is learned too (asking again for a held ticket answers
+/// `Granted` even under a halt, so the halts are read instead).
+async fn reask(s: &SessionState) {
+    let waiting = s.waiting_acquires();
+    if waiting.is_empty() {
+        // Name the session on the new connection so its events are pushed here.
+        let sent = BootInstant::now();
+        match s.client.write(Command::KeepAlive { session: s.id }).await {
+            Ok(Reply::KeptAlive { .. }) => extend(s, sent),
+            Ok(Reply::Refused(Refusal::UnknownSession { .. })) => {
+                s.end(Lost::Expired);
+                return;
+            }
+            _ => {}
+        }
+    }
+    for a in waiting {
+        let ticket = a.ticket;
+        if let Ok(reply) = s.client.write(Command::Acquire(a)).await {
+            s.answered(ticket, reply);
+        }
+    }
+    for tenant in s.held_tenants() {
+        let query = Query::Halts {
+            tenant: tenant.clone(),
+        };
+        if let Ok(Answer::Halts(halts)) = s.client.read(query).await {
+            s.learn_halts(&tenant, &halts);
+        }
+    }
+}

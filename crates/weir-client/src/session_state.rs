@@ -1,0 +1,337 @@
+//! [`SessionState`]: what a [`Session`](super::Session), its [`Permit`](super::Permit)s
+//! and its background task share — the session's id, its belief deadline, and its tickets.
+//!
+//! Tickets are *waiting* (an acquire sent, no grant yet; its acquirer waits on a oneshot)
+//! or *held* (granted; its permit, or the acquirer about to make one, watches for a
+//! [`Lost`] reason). Invariants:
+//! - a ticket is in at most one of `waiting` and `held`: a grant moves it from one to the
+//!   other under one lock, so a halt or an expiry that arrives between the grant and the
+//!   acquirer's wake-up still finds it (and a halt pushed while it waits is kept for it);
+//! - a ticket that leaves both maps without a permit owning it (an acquire that failed
+//!   with an unknown outcome, timed out or was cancelled, a grant no one is left to take) is
+//!   released in the background ([`release_in_background`]): nothing stays held on the
+//!   cluster that no one here believes it holds;
+//! - once the session has ended (`ended` is set) nothing new waits: an acquire after the
+//!   end fails with `SessionLost`, and a grant that raced the end is held already lost;
+//! - the deadline only moves later. It is a [`BootInstant`], so suspended time counts.
+//!
+//! This file sits below `session.rs` and `permit.rs` (both use it, it uses neither), so
+//! the imports between the three point one way.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::{oneshot, watch};
+
+use super::boot_clock::BootInstant;
+use super::{AcquireError, Client, Lost};
+use crate::task::AbortOnDrop;
+use weir_core::machine::{Acquire, Command, Fence, HaltScope, Refusal, Reply, SessionId, TicketId};
+
+/// Writes a background release makes at most (each retried by the client within its own
+/// `REQUEST_DEADLINE`), pausing [`RELEASE_PAUSE`] between them: enough to outlast a
+/// failover or two; past that the session's own end (close or expiry) frees the ticket.
+const RELEASE_TRIES: u32 = 3;
+/// Pause between the writes of a background release.
+const RELEASE_PAUSE: Duration = Duration::from_secs(1);
+
+/// A grant as the session learned it: (fence, units, where its loss will be told), or why
+/// there is none.
+pub(super) type GrantOutcome = Result<(Fence, u32, watch::Receiver<Option<Lost>>), AcquireError>;
+
+/// A ticket whose acquire has been sent and not yet granted.
+struct Waiting {
+    /// The acquire as sent: re-sent unchanged on a re-ask (idempotent by session, ticket).
+    acquire: Acquire,
+    /// Where its outcome goes; taken when it is answered.
+    answer: Option<oneshot::Sender<GrantOutcome>>,
+    /// A loss learned before the grant (a halt pushed ahead of it): the permit starts lost.
+    lost: Option<Lost>,
+    /// How many tickets were ahead of it when the cluster last answered `Queued` (at the
+    /// first ask, or a re-ask after a reconnect); `None` until then.
+    position: Option<u32>,
+}
+
+/// A granted ticket.
+struct Held {
+    /// Tells its permit why it may no longer be held.
+    lost: watch::Sender<Option<Lost>>,
+    /// The tenant and agent it was acquired for: which halts cover it.
+    tenant: String,
+    agent: Option<String>,
+}
+
+/// The session's tickets (module doc).
+struct Tickets {
+    /// The next ticket id: unique within the session, from 1.
+    next: TicketId,
+    waiting: BTreeMap<TicketId, Waiting>,
+    held: BTreeMap<TicketId, Held>,
+    /// Why the session ended, once it has.
+    ended: Option<Lost>,
+}
+
+/// The client-side state of one session (module doc).
+pub(super) struct SessionState {
+    pub(super) client: Client,
+    pub(super) id: SessionId,
+    pub(super) ttl: Duration,
+    /// The belief deadline (see the `session` module doc): no permit of this session is
+    /// believed held past it.
+    pub(super) deadline: watch::Sender<BootInstant>,
+    /// A std mutex: held only to read or change the maps, never across an await.
+    tickets: Mutex<Tickets>,
+    /// The background task (keep-alives, events); aborted when the last holder of this
+    /// state — the session or one of its permits — drops it.
+    task: Mutex<Option<AbortOnDrop>>,
+}
+
+impl SessionState {
+    /// The state of the newly opened session `id`, believed alive until `deadline`.
+    pub(super) fn new(client: Client, id: SessionId, ttl: Duration, deadline: BootInstant) -> Self {
+        SessionState {
+            client,
+            id,
+            ttl,
+            deadline: watch::channel(deadline).0,
+            tickets: Mutex::new(Tickets {
+                next: 1,
+                waiting: BTreeMap::new(),
+                held: BTreeMap::new(),
+                ended: None,
+            }),
+            task: Mutex::new(None),
+        }
+    }
+
+    /// Hands the background task to this state: it lives as long as the state does.
+    pub(super) fn keep_task(&self, task: AbortOnDrop) {
+        *self.task.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
+    }
+
+    fn tickets(&self) -> MutexGuard<'_, Tickets> {
+        self.tickets.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a new waiting ticket *before* its acquire is sent (so a grant pushed ahead
+    /// of the acquire's own answer finds it). `acquire` builds the request for the ticket.
+    /// Returns the request and where its outcome will arrive.
+    pub(super) fn register(
+        &self,
+        acquire: impl FnOnce(TicketId) -> Acquire,
+    ) -> Result<(Acquire, oneshot::Receiver<GrantOutcome>), AcquireError> {
+        let mut t = self.tickets();
+        if t.ended.is_some() {
+            return Err(AcquireError::SessionLost);
+        }
+        let ticket = t.next;
+        t.next += 1;
+        let (answer, granted) = oneshot::channel();
+        let acquire = acquire(ticket);
+        let waiting = Waiting {
+            acquire: acquire.clone(),
+            answer: Some(answer),
+            lost: None,
+            position: None,
+        };
+        t.waiting.insert(ticket, waiting);
+        Ok((acquire, granted))
+    }
+
+    /// The position the cluster last answered for the first of this session's waiting
+    /// tickets that has one ([`Waiting::position`]).
+    pub(super) fn queued_position(&self) -> Option<u32> {
+        self.tickets().waiting.values().find_map(|w| w.position)
+    }
+
+    /// Stops waiting for `ticket` (its acquire failed or is being withdrawn).
+    pub(super) fn unregister(&self, ticket: TicketId) {
+        self.tickets().waiting.remove(&ticket);
+    }
+
+    /// Gives up `ticket`, which no permit owns (its acquire failed with an unknown outcome,
+    /// timed out or was cancelled): it stops waiting or being held here, and is released
+    /// on the cluster in the background, in case it was queued or granted there.
+    pub(super) fn abandon(&self, ticket: TicketId) {
+        {
+            let mut t = self.tickets();
+            t.waiting.remove(&ticket);
+            t.held.remove(&ticket);
+        }
+        release_in_background(self.client.clone(), self.id, ticket);
+    }
+
+    /// The acquires of every waiting ticket, to re-send.
+    pub(super) fn waiting_acquires(&self) -> Vec<Acquire> {
+        let t = self.tickets();
+        t.waiting.values().map(|w| w.acquire.clone()).collect()
+    }
+
+    /// Every held ticket.
+    pub(super) fn held_tickets(&self) -> Vec<TicketId> {
+        self.tickets().held.keys().copied().collect()
+    }
+
+    /// The tenants of the held tickets, each once.
+    pub(super) fn held_tenants(&self) -> Vec<String> {
+        let t = self.tickets();
+        let mut tenants: Vec<String> = t.held.values().map(|h| h.tenant.clone()).collect();
+        tenants.sort();
+        tenants.dedup();
+        tenants
+    }
+
+    /// Marks lost every held ticket of `tenant` that one of `halts` covers (the rule of the
+    /// machine's `Tenant::halt_for`: a tenant-wide halt covers all, an agent's halt its own).
+    pub(super) fn learn_halts(&self, tenant: &str, halts: &[(HaltScope, String)]) {
+        let t = self.tickets();
+        for h in t.held.values().filter(|h| h.tenant == tenant) {
+            let covering = halts.iter().find(|(scope, _)| match scope {
+                HaltScope::Tenant => true,
+                HaltScope::Agent(a) => h.agent.as_deref() == Some(a.as_str()),
+            });
+            if let Some((scope, reason)) = covering
+                && h.lost.borrow().is_none()
+            {
+                h.lost.send_replace(Some(Lost::Halted {
+                    scope: scope.clone(),
+                    reason: reason.clone(),
+                }));
+            }
+        }
+    }
+
+    /// Ends every held permit and waiting ticket with `why`.
+    pub(super) fn end(&self, why: Lost) {
+        let mut t = self.tickets();
+        if t.ended.is_none() {
+            t.ended = Some(why.clone());
+        }
+        for (_, held) in std::mem::take(&mut t.held) {
+            held.lost.send_replace(Some(why.clone()));
+        }
+        for (_, mut w) in std::mem::take(&mut t.waiting) {
+            if let Some(a) = w.answer.take() {
+                let _ = a.send(Err(AcquireError::SessionLost));
+            }
+        }
+    }
+
+    /// A ticket was granted: it moves from waiting to held (one lock, so nothing aimed at
+    /// it can fall between), and its acquirer gets the grant. A grant no acquirer is left to
+    /// take is released.
+    pub(super) fn granted(&self, ticket: TicketId, fence: Fence, units: u32) {
+        let orphan = {
+            let mut t = self.tickets();
+            let Some(mut w) = t.waiting.remove(&ticket) else {
+                return;
+            };
+            let lost = t.ended.clone().or(w.lost.take());
+            let (lost_tx, lost_rx) = watch::channel(lost);
+            let held = Held {
+                lost: lost_tx,
+                tenant: w.acquire.tenant.clone(),
+                agent: w.acquire.agent.clone(),
+            };
+            let gone = match w.answer.take() {
+                Some(a) => a.send(Ok((fence, units, lost_rx))).is_err(),
+                None => true,
+            };
+            if !gone {
+                t.held.insert(ticket, held);
+            }
+            gone
+        };
+        if orphan {
+            release_in_background(self.client.clone(), self.id, ticket);
+        }
+    }
+
+    /// A ticket was refused: hand the refusal to its acquirer.
+    pub(super) fn refused(&self, ticket: TicketId, refusal: Refusal) {
+        if let Some(mut w) = self.tickets().waiting.remove(&ticket)
+            && let Some(a) = w.answer.take()
+        {
+            let _ = a.send(Err(AcquireError::Refused(refusal)));
+        }
+    }
+
+    /// Marks a permit lost (it stays held on the cluster until released): a held one, or a
+    /// waiting one whose grant is still to come (it will start lost).
+    pub(super) fn lose(&self, ticket: TicketId, why: Lost) {
+        let mut t = self.tickets();
+        if let Some(h) = t.held.get(&ticket) {
+            h.lost.send_replace(Some(why));
+        } else if let Some(w) = t.waiting.get_mut(&ticket) {
+            w.lost = Some(why);
+        }
+    }
+
+    /// Stops tracking a held permit (it is being released).
+    pub(super) fn forget(&self, ticket: TicketId) {
+        self.tickets().held.remove(&ticket);
+    }
+
+    /// Whether `ticket` is waiting, held, or neither (for tests of the races).
+    #[cfg(test)]
+    pub(super) fn whereabouts(&self, ticket: TicketId) -> (bool, bool) {
+        let t = self.tickets();
+        (
+            t.waiting.contains_key(&ticket),
+            t.held.contains_key(&ticket),
+        )
+    }
+
+    /// Handles one answer to an acquire (sent first or re-asked).
+    pub(super) fn answered(&self, ticket: TicketId, reply: Reply) {
+        match reply {
+            Reply::Granted { fence, units } => self.granted(ticket, fence, units),
+            Reply::Queued { position } => {
+                if let Some(w) = self.tickets().waiting.get_mut(&ticket) {
+                    w.position = Some(position);
+                }
+            }
+            Reply::Refused(Refusal::UnknownSession { .. }) => self.end(Lost::Expired),
+            Reply::Refused(r) => self.refused(ticket, r),
+            other => self.refused(
+                ticket,
+                Refusal::Invalid(format!("unexpected answer {other:?}")),
+            ),
+        }
+    }
+}
+
+/// Releases `ticket` of `session` in the background, retrying up to [`RELEASE_TRIES`]
+/// writes (see there). Nothing waits for it.
+pub(super) fn release_in_background(client: Client, session: SessionId, ticket: TicketId) {
+    spawn_release(client, session, ticket, 0);
+}
+
+/// Goes on with the release of `ticket` of `session` in a task of its own, after `tried`
+/// writes that did not confirm it (then after a [`RELEASE_PAUSE`]), up to [`RELEASE_TRIES`]
+/// in all. The task outlives whoever started the release: a caller that gives up (a
+/// timeout around [`Permit::release`]) or a write whose outcome is unknown leaves the
+/// retries running, so no permit stays held under a live session because one answer was
+/// lost (G9). Without a runtime nothing is sent.
+///
+/// [`Permit::release`]: super::Permit::release
+pub(super) fn spawn_release(client: Client, session: SessionId, ticket: TicketId, tried: u32) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    runtime.spawn(async move {
+        for attempt in tried + 1..=RELEASE_TRIES {
+            if attempt > 1 {
+                tokio::time::sleep(RELEASE_PAUSE).await;
+            }
+            match client.write(Command::Release { session, ticket }).await {
+                Ok(_) => return,
+                Err(e) if attempt == RELEASE_TRIES => {
+                    tracing::warn!("release of ticket {ticket} of session {session}: {e}");
+                }
+                Err(_) => {}
+            }
+        }
+    });
+}

@@ -1,0 +1,233 @@
+//! Every bound on sizes, counts and durations that the state machine enforces, in one place,
+//! each with the reason for its value.
+//!
+//! The machine refuses a command that crosses one of these with a typed refusal
+//! ([`crate::machine::Refusal::Invalid`] for an argument out of its rule,
+//! [`crate::machine::Refusal::AtCapacity`] for a count bound the state reached, or a specific
+//! one); it never panics on them and never truncates silently. The network edge (`weir_server::server::edge`) runs the same argument
+//! check, [`crate::machine::Command::validate`], before a command is proposed, so a command
+//! that breaks a bound on names, reasons, units, weights, TTLs or a limit's spec never reaches
+//! the log: a machine refusal for one of them means a command bypassed the edge or the bounds
+//! changed. Bounds on what is open at once (sessions, limits, tickets, waiters) depend on the
+//! state and are judged by the machine, in log order.
+//!
+//! The last section bounds what travels between nodes: a command's and an entry's encoded
+//! bytes, and the peer frame, so that no request, however large or numerous, makes an
+//! AppendEntries that a follower must refuse (G8).
+
+/// Longest tenant, limit, agent, run, period or fairness-key name, in bytes. Names are keys in
+/// ordered maps and travel in every command; 128 bytes fits a UUID with a prefix and keeps a
+/// hostile client from inflating the state through names.
+pub const NAME_BYTES_MAX: usize = 128;
+
+/// Longest halt reason, in bytes: a sentence for the operator who reads it during an incident.
+pub const REASON_BYTES_MAX: usize = 1024;
+
+/// Shortest session TTL, in ms. Below this a client cannot keep a session alive across one
+/// ordinary leader election (about 300 ms here) plus a keep-alive interval of TTL/5.
+pub const SESSION_TTL_MS_MIN: u64 = 500;
+
+/// Longest session TTL, in ms. A crashed client's permits return only when its session
+/// expires; ten minutes bounds how long a dead holder can block a limit.
+pub const SESSION_TTL_MS_MAX: u64 = 600_000;
+
+/// Default session TTL, in ms (spec §1).
+pub const SESSION_TTL_MS_DEFAULT: u64 = 3_000;
+
+/// Most sessions open at once. A session costs a few hundred bytes plus its tickets; a
+/// million bounds that part of the state near 1 GiB even in the worst case.
+pub const SESSIONS_MAX: usize = 1_000_000;
+
+/// Most live tickets (queued or held) of one session. A client that needs more is leaking
+/// tickets; refusing them protects every other session's queue positions.
+pub const SESSION_TICKETS_MAX: usize = 10_000;
+
+/// How long a session remembers a finished ticket (released, refused, or a rate take), in
+/// log-clock ms, so that a retried acquire of it is answered as before instead of being
+/// granted again (G5). The client retries a request for at most its `REQUEST_DEADLINE` of
+/// 10 s of real time; log time never runs faster than real time (machine module doc), so
+/// 15 s keeps every retry covered, with half the window again for proposer queues and clock
+/// drift. All are forgotten when the session ends. The window sets a throughput ceiling with
+/// [`FINISHED_TICKETS_MAX`] (and [`FINISHED_REFUSALS_MAX`]): tickets finished per second ×
+/// the window must stay under it.
+/// At 60 s (the first choice) a 256-client bench finishing 14,000 tickets a second filled
+/// the machine's bound in 18 s, and every acquire of every tenant was then refused
+/// `AtCapacity` until tickets aged out; at 15 s the bounds hold 113,000 a second (13,300
+/// refusals).
+pub const FINISHED_TICKET_RETENTION_MS: u64 = 15_000;
+
+/// Most finished tickets one session keeps inside [`FINISHED_TICKET_RETENTION_MS`]. At the
+/// bound a new ticket of the session is refused `AtCapacity` rather than an old one being
+/// forgotten while its client may still retry it. 65,536 lets one session finish over
+/// 4,000 tickets a second for the whole window (a busy bench client does a few hundred);
+/// a finished ticket costs some 40 bytes, a refused one up to a halt reason more.
+pub const SESSION_FINISHED_TICKETS_MAX: usize = 65_536;
+
+/// Most tickets waiting on one limit. A queue longer than this is an outage in progress;
+/// further tickets are refused `QueueFull` rather than growing memory without bound.
+pub const LIMIT_WAITERS_MAX: usize = 100_000;
+
+/// Most limits defined at once, across all tenants.
+pub const LIMITS_MAX: usize = 100_000;
+
+/// Largest `concurrent` and largest `units` of one acquire. Held units are summed in u64, so
+/// any u32 is safe; the bound exists to keep fairness arithmetic far from overflow.
+pub const UNITS_MAX: u32 = 1 << 30;
+
+/// Largest `per_second` rate. A bucket balance is kept in micro-tokens in a u64; a billion
+/// tokens a second with a burst of the same size stays six orders of magnitude below
+/// overflow.
+pub const PER_SECOND_MAX: f64 = 1e9;
+
+/// Largest bucket (`burst`), in whole tokens. See [`PER_SECOND_MAX`].
+pub const BURST_MAX: u64 = 1_000_000_000;
+
+/// How long a settlement receipt is kept, in log-clock ms: one day. A retry of a settle
+/// within this window is recognized and has no effect; a client must not retry a settle it
+/// first sent longer ago than this (the client library gives up after seconds).
+pub const RECEIPT_RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// Most receipts one tenant keeps. Past this the oldest are dropped first, even inside the
+/// retention window, and counted in the tenant's `receipts_evicted` so the loss of
+/// idempotency for very old retries is visible, never silent.
+pub const TENANT_RECEIPTS_MAX: usize = 200_000;
+
+/// Most commands in one log entry. `Config::validate` keeps `proposer.batch_max` at or
+/// below it, so the proposer never packs more; the log store refuses to read a stored entry
+/// with more (as damaged, naming its index). Entry *bytes* are bounded separately, by
+/// [`ENTRY_BYTES_MAX`].
+pub const ENTRY_COMMANDS_MAX: usize = 4_096;
+
+/// Largest snapshot the machine will decode, in bytes. Far above the 10,000-session,
+/// 100,000-permit scale point (a few MiB) and far below what a damaged length field could
+/// ask for.
+pub const SNAPSHOT_BYTES_MAX: u64 = 1 << 30;
+
+// ---- the state machine's tenants (issue #11: every container of the state is bounded) ----
+
+/// Most tenants at once. Any reserve, settle, halt, ceiling or limit names a tenant into
+/// being, so without a bound a client could grow the state one name at a time; ten thousand
+/// namespaces is far beyond the teams one cluster serves. Past it, a command that would
+/// create a tenant is refused `AtCapacity`.
+pub const TENANTS_MAX: usize = 10_000;
+
+/// Most periods one tenant keeps spend for. Periods are never pruned (a period's spend is
+/// the record of what it cost); a thousand is eighty years of months or three years of days.
+/// A settle or hold into a new period past it is refused `AtCapacity`.
+pub const TENANT_PERIODS_MAX: usize = 1_000;
+
+/// Most halt records of one tenant (the tenant's own and one per halted agent). A hundred
+/// agents halted at once is an incident of its own; a thousand bounds a runaway script.
+pub const TENANT_HALTS_MAX: usize = 1_000;
+
+/// Most running runs of one tenant, whatever its `max_running` (which may be unset). A run
+/// slot costs a few hundred bytes; ten thousand running runs is far beyond one tenant's
+/// agents, and bounds a tenant without a ceiling.
+pub const TENANT_RUNS_MAX: usize = 10_000;
+
+// ---------------------------------------------------------------------------------------------
+// The edge and the wire: bytes of commands, entries and peer frames, connections' followings.
+// ---------------------------------------------------------------------------------------------
+
+/// Largest encoded command, in bytes, refused at the edge (`BadRequest`) above this. Every
+/// command that passes [`crate::machine::Command::validate`] encodes well below it (the
+/// largest, a `SetHalt` with an agent scope and the longest reason, is about 1.3 KiB; a unit
+/// test in `server::edge` builds the worst of each kind); the check exists so that the entry
+/// bound below holds by arithmetic, not by trust in every variant's fields.
+pub const COMMAND_BYTES_MAX: usize = 2 * 1024;
+
+/// Largest log entry, in encoded bytes (openraft's entry around the batch). The proposer
+/// closes a batch before its commands would take it past this, and the log store refuses to
+/// read a stored entry above it. 512 KiB holds hundreds of the largest commands, thousands
+/// of ordinary ones (an acquire is ~60 bytes), so batching still fills an fsync; and
+/// `max_payload_entries` of them fit a peer frame (see [`APPEND_OVERHEAD_BYTES`]).
+pub const ENTRY_BYTES_MAX: usize = 512 * 1024;
+
+/// Bytes of an entry that are not its commands: the log id, the payload tag, the batch's
+/// stamps and the commands' count, each a varint of at most 10 bytes; 256 is generous. The
+/// proposer keeps its commands to `ENTRY_BYTES_MAX - ENTRY_HEADER_BYTES`.
+pub const ENTRY_HEADER_BYTES: usize = 256;
+
+/// Bytes of an AppendEntries peer frame that are not its entries: the request's tag, the
+/// vote, the previous log id, the commit index and the entries' count (under 100 bytes);
+/// 4 KiB leaves room for openraft to add fields.
+pub const APPEND_OVERHEAD_BYTES: usize = 4 * 1024;
+
+/// Largest peer frame, in bytes, checked before allocation. `Config::validate` proves the
+/// largest AppendEntries (`raft.max_payload_entries` × [`ENTRY_BYTES_MAX`] +
+/// [`APPEND_OVERHEAD_BYTES`]) and the largest snapshot chunk fit it: a frame above it is
+/// closed by the follower, which openraft would resend forever.
+pub const PEER_FRAME_MAX: u32 = 64 << 20;
+
+/// Longest node address (peer or client) in `AddNode`, in bytes: a host name and a port.
+/// Addresses live in every membership entry and in every snapshot's metadata.
+pub const ADDR_BYTES_MAX: usize = 256;
+
+/// Most members (voters and learners) of a cluster. Raft clusters are 3 or 5 voters; 16
+/// bounds a membership entry (with [`ADDR_BYTES_MAX`]) to a few KiB, far below
+/// [`ENTRY_BYTES_MAX`], even in a joint configuration.
+pub const MEMBERS_MAX: usize = 16;
+
+/// Most sessions one client connection follows for pushes. A client library multiplexes its
+/// sessions over one connection; past this many, opening or naming another session on that
+/// connection is refused (`BadRequest`) and the client opens another connection. A session
+/// is unfollowed when the connection sees it closed or expired. 16,384 is far above what one
+/// process holds in practice (the scale point spreads 10,000 sessions over many connections)
+/// and keeps the forwarder's per-entry lookup and the set's memory small.
+pub const FOLLOWED_SESSIONS_MAX: usize = 16_384;
+
+// ---------------------------------------------------------------------------------------------
+// Global bounds of the state (issue #11): the worst state these allow must fit
+// `SNAPSHOT_BYTES_MAX`, or a node would write a snapshot its own restore refuses. The sum of
+// every count bound × the largest encoding of its item is a unit test
+// (`machine::totals::tests::worst_state_fits_a_snapshot`): raising a bound past it fails.
+// Each is judged by the machine in log order and refused `AtCapacity` at the bound.
+// ---------------------------------------------------------------------------------------------
+
+/// Most live tickets (held or queued) across the machine. The scale target is a million
+/// held permits; a held ticket encodes in under 200 bytes in the worst case (a 128-byte agent
+/// name), so this part of the state stays under 200 MiB.
+pub const TICKETS_LIVE_MAX: usize = 1_000_000;
+
+/// Most queued tickets across the machine. A queued ticket is the largest live item (its
+/// waiter carries an agent and a fairness key, and may be the only one of its flow), and a
+/// halt or a removal turns each into a finished refusal carrying up to a halt reason, without
+/// a request that could be refused; so queued tickets are bounded apart from held ones. Two
+/// full [`LIMIT_WAITERS_MAX`] queues at once.
+pub const TICKETS_QUEUED_MAX: usize = 2 * LIMIT_WAITERS_MAX;
+
+/// Most finished tickets kept for retries across the machine, of every kind. Most are small
+/// (a release or a rate take: under 45 bytes encoded); 1,700,000 is over 110,000 finished
+/// tickets a second sustained for the whole [`FINISHED_TICKET_RETENTION_MS`] window, which
+/// is what caps the machine's sustained acquire rate. (It was one bound of 250,000 for every
+/// kind, 16,600 a second, until a 256-client bench reached 24,000 acquires a second and every
+/// acquire of every tenant was refused `AtCapacity`; then 600,000, 40,000 a second, until a
+/// build with link-time optimisation released 45,000 permits a second and its 22 s bench
+/// runs were refused `AtCapacity` from about 13 s in.)
+/// Tickets that finish without a request (a release of a live one, a halt's refusal of a
+/// waiter) are never refused, so the count passes this by at most the live tickets; the
+/// snapshot arithmetic counts that excess under the live and queued bounds.
+pub const FINISHED_TICKETS_MAX: usize = 1_700_000;
+
+/// Most of the [`FINISHED_TICKETS_MAX`] that are refusals (`Finished::Refused`, `Halted`):
+/// those may carry a halt reason or an error text, about 1.2 KiB at worst, so they are
+/// bounded apart from the small ones; the snapshot arithmetic of `machine::totals` leaves no
+/// room for more of them at that size. 200,000 is 13,300 refusals a second for the window
+/// (it was 250,000; the 50,000 fewer paid for the small finished tickets' 1.15 million more).
+pub const FINISHED_REFUSALS_MAX: usize = 200_000;
+
+/// Most settlement receipts across the machine. Past it a settle with a new key is refused
+/// `AtCapacity` (receipts past their retention are dropped on every `Tick`); per tenant the
+/// older [`TENANT_RECEIPTS_MAX`] eviction still applies. A receipt is under 450 bytes.
+pub const RECEIPTS_MAX: usize = 250_000;
+
+/// Most running runs across the machine (each tenant also has [`TENANT_RUNS_MAX`]).
+pub const RUNS_MAX: usize = 100_000;
+
+/// Most periods with spend across the machine (each tenant also has
+/// [`TENANT_PERIODS_MAX`]).
+pub const PERIODS_MAX: usize = 100_000;
+
+/// Most halt records across the machine (each tenant also has [`TENANT_HALTS_MAX`]). A halt
+/// keeps its reason, up to [`REASON_BYTES_MAX`].
+pub const HALTS_MAX: usize = 10_000;

@@ -1,0 +1,349 @@
+//! The one bincode configuration, and the framed format that wraps every file Weir writes
+//! down whole: the machine's snapshot (`b"WSNP"`), the snapshot file around it (`b"WSST"`,
+//! `weir_server::raft::state_store`) and the data directory's identity file (`b"WNID"`,
+//! `weir_server::server::data_dir`), every log entry (`b"WENT"`, `weir_server::raft::log_store`) and
+//! the log's other records (vote, committed id, truncation, purge, checkpoint:
+//! `weir_server::raft::wal`). Frames on the wire use [`BINCODE`] but not this frame: the
+//! wire has its own lighter header (`weir_client::wire`).
+//!
+//! A frame is
+//!
+//! ```text
+//! offset  size  field
+//! 0       4     magic      names what the payload is (b"WSNP" for a snapshot, ...)
+//! 4       2     version    u16 little-endian, the payload's format version
+//! 6       8     length     u64 little-endian, payload bytes that follow the header
+//! 14      4     crc32c     u32 little-endian, CRC-32C (Castagnoli) of the payload
+//! 18      ..    payload    bincode 2, standard configuration (varint, little-endian)
+//! ```
+//!
+//! Invariants:
+//! - [`BINCODE`] is the only configuration used anywhere; changing it is a format change and
+//!   needs a new version number in every frame kind that uses it.
+//! - [`open_frame`] checks magic, version, length and checksum before a single payload byte
+//!   is decoded, and refuses trailing bytes: a frame that opens is exactly what was sealed.
+//! - Decoding never panics and never allocates more than the declared length, which is
+//!   checked against a caller-given maximum first; inside the payload, no length field can
+//!   make [`decode`] allocate more than a fixed multiple of the bytes it was given.
+
+use std::fmt;
+
+/// The pinned bincode configuration: standard (varint integers, little-endian), no limit
+/// (frames bound sizes before bincode sees them).
+pub const BINCODE: bincode::config::Configuration = bincode::config::standard();
+
+/// Bytes in a frame header.
+pub const HEADER_BYTES: usize = 18;
+
+/// Why a frame or its payload was refused. Every variant names what was wrong so the message
+/// can be shown to an operator as it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FrameError {
+    /// Fewer bytes than a header.
+    TooShort { len: usize },
+    /// The first four bytes are not the expected magic.
+    BadMagic { expected: [u8; 4], found: [u8; 4] },
+    /// A version this build does not read.
+    UnknownVersion { found: u16, supported: u16 },
+    /// The declared payload length is above the caller's bound.
+    TooLarge { declared: u64, max: u64 },
+    /// Fewer payload bytes than declared.
+    Truncated { declared: u64, actual: u64 },
+    /// More bytes than declared follow the header.
+    TrailingBytes { declared: u64, actual: u64 },
+    /// The payload does not match its checksum.
+    Checksum { stored: u32, computed: u32 },
+    /// The payload passed its checksum but is not a valid encoding of the expected type.
+    Decode(String),
+    /// The payload decoded but breaks an invariant of the decoded value.
+    Invalid(String),
+}
+
+impl fmt::Display for FrameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FrameError::TooShort { len } => {
+                write!(
+                    f,
+                    "truncated: {len} bytes, a header alone is {HEADER_BYTES}"
+                )
+            }
+            FrameError::BadMagic { expected, found } => write!(
+                f,
+                "bad magic: expected {:?}, found {:?}",
+                String::from_utf8_lossy(expected),
+                String::from_utf8_lossy(found)
+            ),
+            FrameError::UnknownVersion { found, supported } => {
+                write!(
+                    f,
+                    "unknown format version {found} (this build reads {supported})"
+                )
+            }
+            FrameError::TooLarge { declared, max } => {
+                write!(
+                    f,
+                    "declared length {declared} bytes is above the bound of {max}"
+                )
+            }
+            FrameError::Truncated { declared, actual } => {
+                write!(
+                    f,
+                    "truncated: header declares {declared} payload bytes, {actual} present"
+                )
+            }
+            FrameError::TrailingBytes { declared, actual } => write!(
+                f,
+                "trailing bytes: header declares {declared} payload bytes, {actual} present"
+            ),
+            FrameError::Checksum { stored, computed } => write!(
+                f,
+                "checksum mismatch: stored crc32c {stored:08x}, payload has {computed:08x}"
+            ),
+            FrameError::Decode(why) => write!(f, "undecodable payload: {why}"),
+            FrameError::Invalid(why) => write!(f, "inconsistent payload: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for FrameError {}
+
+/// Seals `payload` in a frame of kind `magic` at format `version`.
+pub fn seal_frame(magic: [u8; 4], version: u16, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_BYTES + payload.len());
+    out.extend_from_slice(&magic);
+    out.extend_from_slice(&version.to_le_bytes());
+    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    out.extend_from_slice(&crc32c::crc32c(payload).to_le_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+/// Opens a frame sealed by [`seal_frame`], returning its payload. Checks everything the
+/// header promises before returning; `max_payload` bounds the declared length.
+pub fn open_frame(
+    bytes: &[u8],
+    magic: [u8; 4],
+    version: u16,
+    max_payload: u64,
+) -> Result<&[u8], FrameError> {
+    if bytes.len() < HEADER_BYTES {
+        return Err(FrameError::TooShort { len: bytes.len() });
+    }
+    let found: [u8; 4] = bytes[0..4].try_into().expect("slice of 4");
+    if found != magic {
+        return Err(FrameError::BadMagic {
+            expected: magic,
+            found,
+        });
+    }
+    let found_version = u16::from_le_bytes(bytes[4..6].try_into().expect("slice of 2"));
+    if found_version != version {
+        return Err(FrameError::UnknownVersion {
+            found: found_version,
+            supported: version,
+        });
+    }
+    let declared = u64::from_le_bytes(bytes[6..14].try_into().expect("slice of 8"));
+    if declared > max_payload {
+        return Err(FrameError::TooLarge {
+            declared,
+            max: max_payload,
+        });
+    }
+    let stored = u32::from_le_bytes(bytes[14..18].try_into().expect("slice of 4"));
+    let payload = &bytes[HEADER_BYTES..];
+    let actual = payload.len() as u64;
+    if actual < declared {
+        return Err(FrameError::Truncated { declared, actual });
+    }
+    if actual > declared {
+        return Err(FrameError::TrailingBytes { declared, actual });
+    }
+    let computed = crc32c::crc32c(payload);
+    if computed != stored {
+        return Err(FrameError::Checksum { stored, computed });
+    }
+    Ok(payload)
+}
+
+/// Encodes `value` with [`BINCODE`].
+pub fn encode<T: serde::Serialize>(value: &T) -> Vec<u8> {
+    // Encoding into a Vec fails only for types serde cannot describe to bincode (maps of
+    // unknown length and the like), which none of Weir's types are: a failure is a bug.
+    bincode::serde::encode_to_vec(value, BINCODE).expect("weir types always encode")
+}
+
+/// How many bytes [`encode`] would produce for `value`, without building them: the
+/// proposer's measure of a command against the entry bound.
+pub fn encoded_len<T: serde::Serialize>(value: &T) -> usize {
+    let mut size = bincode::enc::write::SizeWriter::default();
+    bincode::serde::encode_into_writer(value, &mut size, BINCODE)
+        .expect("weir types always encode");
+    size.bytes_written
+}
+
+/// Most bytes bincode may claim, per byte of input, while decoding it. bincode claims each
+/// primitive's in-memory size (at most 16 bytes, a u128, from at least one encoded byte) and
+/// each string's or byte vector's declared length (one byte per encoded byte) before it
+/// allocates, so an honest input never claims more than 16 times its length. A length
+/// field that claims more is a lie, refused before the allocation it asks for.
+const CLAIM_BYTES_PER_INPUT_BYTE: usize = 16;
+
+/// Largest input [`decode`] accepts: 4 GiB, above every bound that feeds it
+/// (`SNAPSHOT_BYTES_MAX`, the frame bounds, a log entry).
+const DECODE_INPUT_BYTES_MAX: usize = 1 << 32;
+
+/// Decodes a `T` from exactly `bytes` with [`BINCODE`]; leftover bytes are an error.
+///
+/// bincode allocates a string's declared length before reading its bytes, and its only
+/// guard is the configuration's limit on claimed bytes, a constant. So the input's length
+/// picks the smallest of a few limits that still covers `CLAIM_BYTES_PER_INPUT_BYTE` × its
+/// tier: a frame of a few hundred bytes that declares a 116 PB string is refused instead of
+/// aborting the process (found by the `client_request` fuzz target, docs/fuzzing.md), and
+/// every allocation decoding makes from a declared length stays within 16 × 16 times the
+/// input (the tiers are 16 apart).
+pub fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, FrameError> {
+    const C: usize = CLAIM_BYTES_PER_INPUT_BYTE;
+    match bytes.len() {
+        n if n <= 1 << 12 => decode_within::<T, { C << 12 }>(bytes),
+        n if n <= 1 << 16 => decode_within::<T, { C << 16 }>(bytes),
+        n if n <= 1 << 20 => decode_within::<T, { C << 20 }>(bytes),
+        n if n <= 1 << 24 => decode_within::<T, { C << 24 }>(bytes),
+        n if n <= 1 << 28 => decode_within::<T, { C << 28 }>(bytes),
+        n if n <= DECODE_INPUT_BYTES_MAX => {
+            decode_within::<T, { C * DECODE_INPUT_BYTES_MAX }>(bytes)
+        }
+        n => Err(FrameError::Decode(format!(
+            "{n} bytes is above the largest decodable input of {DECODE_INPUT_BYTES_MAX}"
+        ))),
+    }
+}
+
+/// [`decode`] with bincode's claim limit at `LIMIT` bytes.
+fn decode_within<T: serde::de::DeserializeOwned, const LIMIT: usize>(
+    bytes: &[u8],
+) -> Result<T, FrameError> {
+    let config = BINCODE.with_limit::<LIMIT>();
+    let (value, used) = bincode::serde::decode_from_slice(bytes, config)
+        .map_err(|e| FrameError::Decode(e.to_string()))?;
+    if used != bytes.len() {
+        return Err(FrameError::Decode(format!(
+            "{} bytes left over after the value",
+            bytes.len() - used
+        )));
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAGIC: [u8; 4] = *b"TEST";
+
+    #[test]
+    fn a_sealed_frame_opens_to_its_payload() {
+        let sealed = seal_frame(MAGIC, 3, b"hello");
+        assert_eq!(sealed.len(), HEADER_BYTES + 5);
+        assert_eq!(&sealed[0..4], b"TEST");
+        assert_eq!(open_frame(&sealed, MAGIC, 3, 100).unwrap(), b"hello");
+    }
+
+    #[test]
+    fn every_damage_is_named() {
+        let sealed = seal_frame(MAGIC, 3, b"hello");
+        assert_eq!(
+            open_frame(&sealed[..10], MAGIC, 3, 100),
+            Err(FrameError::TooShort { len: 10 })
+        );
+        assert!(matches!(
+            open_frame(&sealed, *b"ELSE", 3, 100),
+            Err(FrameError::BadMagic { .. })
+        ));
+        assert_eq!(
+            open_frame(&sealed, MAGIC, 4, 100),
+            Err(FrameError::UnknownVersion {
+                found: 3,
+                supported: 4
+            })
+        );
+        assert_eq!(
+            open_frame(&sealed, MAGIC, 3, 4),
+            Err(FrameError::TooLarge {
+                declared: 5,
+                max: 4
+            })
+        );
+        assert_eq!(
+            open_frame(&sealed[..sealed.len() - 1], MAGIC, 3, 100),
+            Err(FrameError::Truncated {
+                declared: 5,
+                actual: 4
+            })
+        );
+        let mut longer = sealed.clone();
+        longer.push(0);
+        assert_eq!(
+            open_frame(&longer, MAGIC, 3, 100),
+            Err(FrameError::TrailingBytes {
+                declared: 5,
+                actual: 6
+            })
+        );
+        let mut flipped = sealed.clone();
+        flipped[HEADER_BYTES] ^= 1;
+        let err = open_frame(&flipped, MAGIC, 3, 100).unwrap_err();
+        assert!(matches!(err, FrameError::Checksum { .. }));
+        assert!(err.to_string().starts_with("checksum mismatch"));
+    }
+
+    #[test]
+    fn encoded_len_is_the_encoding_length() {
+        let value = (7u64, String::from("hello"), vec![1u32 << 30; 9]);
+        assert_eq!(encoded_len(&value), encode(&value).len());
+    }
+
+    #[test]
+    fn decode_refuses_a_length_the_input_cannot_hold() {
+        // A string that declares 2^60 bytes, in nine bytes: bincode would allocate it
+        // before noticing the input ends (the process aborts, or panics on capacity).
+        let mut bytes = vec![0xfd];
+        bytes.extend_from_slice(&(1u64 << 60).to_le_bytes());
+        let err = decode::<String>(&bytes).unwrap_err();
+        assert!(matches!(err, FrameError::Decode(_)), "{err}");
+        // The found case: a terabyte-long name inside a value.
+        let mut bytes = vec![7];
+        bytes.push(0xfd);
+        bytes.extend_from_slice(&1_700_000_000_000u64.to_le_bytes());
+        bytes.extend_from_slice(b"short");
+        assert!(decode::<(u32, String)>(&bytes).is_err());
+    }
+
+    #[test]
+    fn decode_takes_every_honest_size() {
+        // Tier edges: values whose claim is largest for their length still decode.
+        for len in [0usize, 1, 4_000, 4_096, 70_000, 1 << 20] {
+            let value = (u128::MAX, "x".repeat(len), vec![u128::MAX; len / 64]);
+            let bytes = encode(&value);
+            assert_eq!(decode::<(u128, String, Vec<u128>)>(&bytes).unwrap(), value);
+        }
+        let many_units = vec![(); 10_000];
+        assert_eq!(decode::<Vec<()>>(&encode(&many_units)).unwrap(), many_units);
+    }
+
+    #[test]
+    fn decode_refuses_leftover_bytes() {
+        let mut bytes = encode(&(7u32, String::from("x")));
+        assert_eq!(
+            decode::<(u32, String)>(&bytes).unwrap(),
+            (7, "x".to_string())
+        );
+        bytes.push(1);
+        let err = decode::<(u32, String)>(&bytes).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "undecodable payload: 1 bytes left over after the value"
+        );
+    }
+}

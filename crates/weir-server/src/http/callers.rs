@@ -1,0 +1,245 @@
+//! Who an HTTP request acts for: its `Authorization: Bearer TOKEN` turned into a [`Caller`],
+//! the internal client that carries the request to the cluster *with that token*, so the
+//! client port authenticates and authorizes it exactly as it does a binary client's
+//! request — one authorization path (`security::authorize`), never a second one here.
+//!
+//! - [`authenticate`] (a middleware) answers 401 `Unauthenticated` for a missing or unknown
+//!   token when tokens are configured, before anything is sent; otherwise it runs the
+//!   handler with the request's caller set ([`current`]). Without tokens configured no
+//!   header is needed and every request shares the anonymous caller.
+//! - `/healthz` and `/readyz` are open. `/metrics` is open to a peer on a loopback address
+//!   (the local scraper); from anywhere else it needs an `admin` or `read` token, because
+//!   it shows every tenant's figures.
+//! - [`Callers`] caches one caller per token, by the token's sha256 (never the secret as
+//!   a key), at most [`CALLERS_MAX`]: the least recently used is evicted past that. A
+//!   token reload (SIGHUP) empties the cache, so a revoked token's client is dropped.
+//!
+//! Invariants:
+//! - A caller's client sends its own token, or none for the anonymous caller; requests of
+//!   two tokens never share a connection, so a session is bound to the principal whose
+//!   request opened it.
+//! - Each caller has its own take session (sessions belong to their opener).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::context::HttpCtx;
+use super::error::ApiError;
+use super::listener::PeerAddr;
+use crate::security::{ClientSecurity, Connector, Principal, Role, Tokens};
+use weir_client::Client;
+use weir_core::machine::SessionId;
+
+/// Most callers cached at once. Each holds a connection to the cluster; a few hundred
+/// tokens in use through one node is far above a deployment's usual count, and a miss
+/// only costs a new connection.
+pub const CALLERS_MAX: usize = 256;
+
+/// One principal's way into the cluster.
+pub struct Caller {
+    pub client: Client,
+    /// Who the caller is: what a session's owner is checked against where this node answers
+    /// without the client port (the event stream).
+    pub principal: Principal,
+    /// The principal's own session for takes, once opened.
+    ///
+    /// A tokio mutex, held across the open, so concurrent first takes open one session.
+    pub take_session: tokio::sync::Mutex<Option<SessionId>>,
+    /// The next take's ticket in that session. Tickets are never reused in a session.
+    pub take_ticket: AtomicU64,
+}
+
+impl Caller {
+    fn new(client: Client, principal: Principal) -> Caller {
+        Caller {
+            client,
+            principal,
+            take_session: tokio::sync::Mutex::new(None),
+            take_ticket: AtomicU64::new(1),
+        }
+    }
+}
+
+/// The cache of callers, by token hash.
+pub struct Callers {
+    /// Where every caller's client reaches the cluster (this node first).
+    servers: Vec<String>,
+    /// TLS to the client port, verified against the node's CA (plaintext without `[tls]`).
+    connector: Connector,
+    /// The node's token table: what 401 is decided against.
+    tokens: Arc<Tokens>,
+    /// Changes on every token reload; the cache is emptied when it has.
+    reloads: tokio::sync::watch::Receiver<u64>,
+    /// A std lock: held only to look up or insert, never across an await.
+    cache: std::sync::Mutex<Cache>,
+}
+
+#[derive(Default)]
+struct Cache {
+    /// The reload count the entries were made under.
+    reload: u64,
+    /// Token hash → (caller, last use). Last use is `clock` at the time.
+    entries: HashMap<String, (Arc<Caller>, u64)>,
+    clock: u64,
+}
+
+impl Callers {
+    pub fn new(servers: Vec<String>, connector: Connector, tokens: Arc<Tokens>) -> Callers {
+        let reloads = tokens.reloads();
+        Callers {
+            servers,
+            connector,
+            tokens,
+            reloads,
+            cache: Default::default(),
+        }
+    }
+
+    /// The principal `token` makes here, or why it is refused.
+    fn principal(&self, token: Option<&str>) -> Result<Principal, String> {
+        self.tokens.authenticate(token)
+    }
+
+    /// The caller for `principal`, whose secret is `token`: cached, or made now.
+    fn caller(&self, principal: &Principal, token: Option<&str>) -> Arc<Caller> {
+        let reload = *self.reloads.borrow();
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.reload != reload {
+            cache.entries.clear();
+            cache.reload = reload;
+        }
+        cache.clock += 1;
+        let now = cache.clock;
+        if let Some((caller, used)) = cache.entries.get_mut(&principal.id) {
+            *used = now;
+            return caller.clone();
+        }
+        if cache.entries.len() >= CALLERS_MAX {
+            let oldest = cache
+                .entries
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(id, _)| id.clone());
+            if let Some(id) = oldest {
+                cache.entries.remove(&id);
+            }
+        }
+        // The anonymous principal (no tokens configured) sends no token.
+        let token = (!principal.id.is_empty()).then(|| token.unwrap_or_default().to_owned());
+        let security = ClientSecurity {
+            connector: self.connector.clone(),
+            token,
+        };
+        let caller = Arc::new(Caller::new(
+            Client::with_security(self.servers.clone(), security),
+            principal.clone(),
+        ));
+        cache
+            .entries
+            .insert(principal.id.clone(), (caller.clone(), now));
+        assert!(
+            cache.entries.len() <= CALLERS_MAX,
+            "callers cache over its bound: {} > {CALLERS_MAX}",
+            cache.entries.len()
+        );
+        caller
+    }
+}
+
+tokio::task_local! {
+    /// The caller of the request being handled, set by [`authenticate`] around the handler.
+    static CURRENT: Arc<Caller>;
+}
+
+/// The caller of the request being handled. Panics outside a request that
+/// [`authenticate`] let through: a handler that sends to the cluster on an open route is a
+/// bug.
+pub fn current() -> Arc<Caller> {
+    CURRENT.with(|c| c.clone())
+}
+
+/// Routes served without a token.
+fn open_route(path: &str) -> bool {
+    matches!(path, "/healthz" | "/readyz")
+}
+
+/// The middleware: authenticates the bearer token and runs the handler as its caller.
+pub async fn authenticate(
+    State(ctx): State<Arc<HttpCtx>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let path = request.uri().path().to_owned();
+    if open_route(&path) {
+        return next.run(request).await;
+    }
+    let peer = request
+        .extensions()
+        .get::<ConnectInfo<PeerAddr>>()
+        .map(|c| c.0.0);
+    if path == "/metrics" && peer.is_some_and(|a| a.ip().is_loopback()) {
+        return next.run(request).await;
+    }
+    let token = match bearer(&request) {
+        Ok(t) => t,
+        Err(why) => return unauthenticated(why),
+    };
+    let principal = match ctx.callers.principal(token.as_deref()) {
+        Ok(p) => p,
+        Err(why) => return unauthenticated(why),
+    };
+    if path == "/metrics" {
+        // The anonymous principal (no tokens configured) is admin.
+        if !matches!(principal.role, Role::Admin | Role::Read) {
+            return ApiError::new(
+                StatusCode::FORBIDDEN,
+                "Forbidden",
+                format!(
+                    "role {} may not read /metrics from a non-loopback address: it shows \
+                     every tenant's figures",
+                    principal.role
+                ),
+            )
+            .into_response();
+        }
+        return next.run(request).await;
+    }
+    let caller = ctx.callers.caller(&principal, token.as_deref());
+    CURRENT.scope(caller, next.run(request)).await
+}
+
+/// The token of an `Authorization: Bearer TOKEN` header; `None` without the header.
+fn bearer(request: &Request) -> Result<Option<String>, String> {
+    let Some(value) = request.headers().get(header::AUTHORIZATION) else {
+        return Ok(None);
+    };
+    let text = value
+        .to_str()
+        .map_err(|_| "the Authorization header is not text".to_string())?;
+    match text.split_once(' ') {
+        Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") && !token.is_empty() => {
+            Ok(Some(token.trim().to_owned()))
+        }
+        _ => Err("the Authorization header is not `Bearer TOKEN`".into()),
+    }
+}
+
+fn unauthenticated(why: String) -> Response {
+    let why = why.replace(
+        "pass --token or set WEIR_TOKEN",
+        "send `Authorization: Bearer TOKEN`",
+    );
+    let mut response =
+        ApiError::new(StatusCode::UNAUTHORIZED, "Unauthenticated", why).into_response();
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        "Bearer".parse().expect("a header value"),
+    );
+    response
+}

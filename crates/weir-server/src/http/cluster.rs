@@ -1,0 +1,102 @@
+//! The node and the cluster: `GET /v1/status` (every member as `weir status --json` shows
+//! it), `/healthz` (the process serves) and `/readyz` (a member with a known leader whose
+//! applied index is close to its log).
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use serde_json::json;
+
+use super::context::HttpCtx;
+use super::error::{ApiError, ApiResult};
+use crate::raft::Raft;
+use crate::security::ClientSecurity;
+use weir_client::protocol::{Failure, NodeStatus, Request, Response};
+use weir_client::{Client, ClientError};
+
+/// Entries a node may have in its log beyond what it applied and still be ready. Applying
+/// runs thousands of entries a second, so a healthy node is far below this; one catching up
+/// after a restart or a partition is far above it.
+const READY_LAG_MAX: u64 = 1_000;
+
+/// `GET /v1/status`: this node's view of every member, each asked for its own status
+/// (`null` for one that does not answer). Needs no leader.
+pub async fn status(State(ctx): State<Arc<HttpCtx>>) -> ApiResult {
+    // Asked with the request's own token: status needs `admin` (spec §7), which the client
+    // port decides, as for `weir status`.
+    let security = ctx.client().security().clone();
+    let me = match ask(&ctx.client_addr, &security).await {
+        Ok(s) => s,
+        Err(e @ ClientError::Failed(Failure::Forbidden(_))) => return Err(ApiError::client(&e)),
+        Err(_) => {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Unavailable",
+                "this node's client port does not answer",
+            ));
+        }
+    };
+    let mut nodes = Vec::new();
+    for m in &me.members {
+        let status = if m.id == me.id {
+            Some(me.clone())
+        } else {
+            ask(&m.client, &security).await.ok()
+        };
+        nodes.push(match status {
+            Some(s) => serde_json::to_value(s).expect("plain data"),
+            None => json!({"id": m.id, "addr": m.client, "state": "Unreachable"}),
+        });
+    }
+    Ok(Json(json!({"leader": me.leader, "term": me.term, "nodes": nodes})).into_response())
+}
+
+async fn ask(addr: &str, security: &ClientSecurity) -> Result<NodeStatus, ClientError> {
+    match Client::ask_node_with(addr, &Request::Status, security).await? {
+        Response::Status(s) => Ok(s),
+        Response::Failed(f) => Err(ClientError::Failed(f)),
+        other => Err(ClientError::Protocol(format!(
+            "unexpected answer to status: {other:?}"
+        ))),
+    }
+}
+
+/// `GET /healthz`: 200 while the process serves HTTP.
+pub async fn healthz() -> impl IntoResponse {
+    Json(json!({"ok": true}))
+}
+
+/// `GET /readyz`: 200 when this node is a member with a known leader and has applied its
+/// log to within [`READY_LAG_MAX`] entries; 503 with the reason otherwise.
+pub async fn readyz(State(ctx): State<Arc<HttpCtx>>) -> impl IntoResponse {
+    let (ready, why) = readiness(&ctx.raft);
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(json!({"ready": ready, "reason": why})))
+}
+
+fn readiness(raft: &Raft) -> (bool, String) {
+    let m = raft.metrics().borrow().clone();
+    let member = m.membership_config.nodes().any(|(id, _)| *id == m.id);
+    let applied = m.last_applied.map_or(0, |l| l.index);
+    let log = m.last_log_index.unwrap_or(0);
+    if !member {
+        return (false, "not a member of the cluster".into());
+    }
+    let Some(leader) = m.current_leader else {
+        return (false, "no leader known".into());
+    };
+    if log.saturating_sub(applied) > READY_LAG_MAX {
+        return (
+            false,
+            format!("applied {applied} is more than {READY_LAG_MAX} behind the log at {log}"),
+        );
+    }
+    (true, format!("leader {leader}, applied {applied} of {log}"))
+}

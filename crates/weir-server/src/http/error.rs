@@ -1,0 +1,182 @@
+//! [`ApiError`]: every error the HTTP API answers, as JSON `{"error": NAME, "message": TEXT,
+//! ...}` with a status code that fits.
+//!
+//! NAME is the refusal's variant name (`Busy`, `Halted`, `UnknownLimit`, …) or, for a
+//! request that was not served, the failure's (`NoLeader`, `Unavailable`, `OutcomeUnknown`,
+//! `BadRequest`, `NotFound`). A refusal's own fields follow as keys (`retry_at_ms`,
+//! `scope`, `reason`, `running`, …), so scripts read them without parsing the message.
+//!
+//! Status codes: 400 invalid input, 404 an unknown limit, session or route, 409 a
+//! conflict with the state (halted, a settlement key reused, a released ticket), 429 busy or
+//! over a ceiling (`Retry-After` when the log says when), 503 not served now (no leader,
+//! no quorum, unreachable, outcome unknown).
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+
+use crate::metrics::refusal_kind;
+use weir_client::ClientError;
+use weir_client::protocol::Failure;
+use weir_core::machine::Refusal;
+
+/// An error answer.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    /// The JSON body: `error`, `message`, and any fields of the refusal.
+    pub body: Map<String, Value>,
+    /// Seconds for `Retry-After`, when known.
+    pub retry_after_s: Option<u64>,
+}
+
+impl ApiError {
+    /// An error named `name` with `message` and no further fields.
+    pub fn new(status: StatusCode, name: &str, message: impl Into<String>) -> ApiError {
+        let mut body = Map::new();
+        body.insert("error".into(), json!(name));
+        body.insert("message".into(), json!(message.into()));
+        ApiError {
+            status,
+            body,
+            retry_after_s: None,
+        }
+    }
+
+    /// A 400 for input the API itself refuses before sending anything.
+    pub fn invalid(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "Invalid", message)
+    }
+
+    /// A refusal of the machine. `now_ms` (this node's log clock) turns `Busy {retry_at_ms}`
+    /// into a `Retry-After` of whole seconds, at least 1.
+    pub fn refused(refusal: &Refusal, now_ms: u64) -> ApiError {
+        let status = match refusal {
+            Refusal::Invalid(_) | Refusal::TooLarge { .. } => StatusCode::BAD_REQUEST,
+            Refusal::UnknownLimit { .. }
+            | Refusal::UnknownSession { .. }
+            | Refusal::LimitRemoved { .. } => StatusCode::NOT_FOUND,
+            Refusal::Halted { .. } | Refusal::Conflict { .. } | Refusal::TicketReleased { .. } => {
+                StatusCode::CONFLICT
+            }
+            Refusal::Busy { .. }
+            | Refusal::QueueFull { .. }
+            | Refusal::AtCapacity { .. }
+            | Refusal::TooManyRuns { .. }
+            | Refusal::BudgetExhausted { .. } => StatusCode::TOO_MANY_REQUESTS,
+        };
+        let mut e = ApiError::new(status, refusal_kind(refusal), refusal.to_string());
+        // The refusal's fields, from its own serialization: {"Busy": {"retry_at_ms": ..}}.
+        if let Ok(Value::Object(outer)) = serde_json::to_value(refusal)
+            && let Some((_, Value::Object(fields))) = outer.into_iter().next()
+        {
+            e.body.extend(fields);
+        }
+        if let Refusal::Busy {
+            retry_at_ms: Some(at),
+        } = refusal
+        {
+            let wait_ms = at.saturating_sub(now_ms);
+            e.body.insert("retry_after_ms".into(), json!(wait_ms));
+            e.retry_after_s = Some(wait_ms.div_ceil(1_000).max(1));
+        }
+        e
+    }
+
+    /// A request the cluster did not serve.
+    pub fn client(e: &ClientError) -> ApiError {
+        let unavailable = StatusCode::SERVICE_UNAVAILABLE;
+        match e {
+            ClientError::Unreachable(m) => ApiError::new(unavailable, "Unavailable", m.clone()),
+            ClientError::OutcomeUnknown(m) => {
+                ApiError::new(unavailable, "OutcomeUnknown", m.clone())
+            }
+            ClientError::Protocol(m) => {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "Internal", m.clone())
+            }
+            ClientError::Failed(f) => match f {
+                Failure::NotLeader { .. } => ApiError::new(unavailable, "NoLeader", f.to_string()),
+                Failure::Unavailable(_) => ApiError::new(unavailable, "Unavailable", f.to_string()),
+                Failure::OutcomeUnknown(_) => {
+                    ApiError::new(unavailable, "OutcomeUnknown", f.to_string())
+                }
+                Failure::BadRequest(_) => {
+                    ApiError::new(StatusCode::BAD_REQUEST, "BadRequest", f.to_string())
+                }
+                Failure::Forbidden(_) => {
+                    ApiError::new(StatusCode::FORBIDDEN, "Forbidden", f.to_string())
+                }
+            },
+        }
+    }
+}
+
+impl From<ClientError> for ApiError {
+    fn from(e: ClientError) -> ApiError {
+        ApiError::client(&e)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, Json(Value::Object(self.body))).into_response();
+        if let Some(s) = self.retry_after_s {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        response
+    }
+}
+
+/// What a handler returns.
+pub type ApiResult = Result<Response, ApiError>;
+
+/// A JSON request body, read whatever its content type (so `curl -d` works as is); an
+/// empty body is `{}`. Bad JSON answers 400 `Invalid` naming the problem.
+pub struct JsonBody<T>(pub T);
+
+impl<S, T> axum::extract::FromRequest<S> for JsonBody<T>
+where
+    S: Send + Sync,
+    T: serde::de::DeserializeOwned,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = axum::body::Bytes::from_request(req, state)
+            .await
+            .map_err(|e| ApiError::invalid(format!("request body: {e}")))?;
+        let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+            b"{}"
+        } else {
+            &bytes
+        };
+        serde_json::from_slice(bytes)
+            .map(JsonBody)
+            .map_err(|e| ApiError::invalid(format!("request body: {e}")))
+    }
+}
+
+/// Path parameters; a parameter that does not parse (a session id that is not a number)
+/// answers 400 `Invalid`.
+pub struct Params<T>(pub T);
+
+impl<S, T> axum::extract::FromRequestParts<S> for Params<T>
+where
+    S: Send + Sync,
+    T: serde::de::DeserializeOwned + Send,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|p| Params(p.0))
+            .map_err(|e| ApiError::invalid(format!("path: {e}")))
+    }
+}

@@ -1,0 +1,115 @@
+//! `/v1/tenants/{tenant}/limits`: define, show, list and remove limits.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::context::HttpCtx;
+use super::error::{ApiError, ApiResult, JsonBody, Params};
+use weir_client::protocol::{Answer, Query};
+use weir_core::machine::Command;
+
+/// A limit's spec; every field optional (a limit of nothing caps nothing).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Spec {
+    /// Units held at once, at most; 0 is no cap.
+    concurrent: u32,
+    /// Token refill per second; 0 is no rate.
+    per_second: f64,
+    /// Bucket size; default `max(per_second, 1)`.
+    burst: Option<u64>,
+}
+
+/// `PUT /v1/tenants/{tenant}/limits/{name}`: defines the limit, or changes its spec.
+pub async fn define(
+    State(ctx): State<Arc<HttpCtx>>,
+    Params((tenant, name)): Params<(String, String)>,
+    JsonBody(spec): JsonBody<Spec>,
+) -> ApiResult {
+    ctx.write(Command::DefineLimit {
+        tenant: tenant.clone(),
+        name: name.clone(),
+        concurrent: spec.concurrent,
+        per_second: spec.per_second,
+        burst: spec.burst,
+    })
+    .await?;
+    Ok(Json(json!({"tenant": tenant, "name": name, "defined": true})).into_response())
+}
+
+/// `GET /v1/tenants/{tenant}/limits/{name}`: its spec and use (the CLI's `limit show --json`).
+pub async fn show(
+    State(ctx): State<Arc<HttpCtx>>,
+    Params((tenant, name)): Params<(String, String)>,
+) -> ApiResult {
+    match ctx
+        .read(Query::Limit {
+            tenant: tenant.clone(),
+            name: name.clone(),
+        })
+        .await?
+    {
+        Answer::Limit(Some(l)) => Ok(Json(l).into_response()),
+        Answer::Limit(None) => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "UnknownLimit",
+            format!("unknown limit {tenant}/{name}"),
+        )),
+        other => Err(unexpected(other)),
+    }
+}
+
+/// `GET /v1/tenants/{tenant}/limits`: every limit of the tenant.
+pub async fn list(State(ctx): State<Arc<HttpCtx>>, Params(tenant): Params<String>) -> ApiResult {
+    match ctx.read(Query::Limits { tenant }).await? {
+        Answer::Limits(ls) => Ok(Json(ls).into_response()),
+        other => Err(unexpected(other)),
+    }
+}
+
+/// `DELETE /v1/tenants/{tenant}/limits/{name}`: removes it; its waiters are refused.
+pub async fn remove(
+    State(ctx): State<Arc<HttpCtx>>,
+    Params((tenant, name)): Params<(String, String)>,
+) -> ApiResult {
+    ctx.write(Command::RemoveLimit {
+        tenant: tenant.clone(),
+        name: name.clone(),
+    })
+    .await?;
+    Ok(Json(json!({"tenant": tenant, "name": name, "removed": true})).into_response())
+}
+
+/// `GET /v1/tenants/{tenant}/limits/{name}/fences/{fence}`: whether a permit with that
+/// fence is held now (linearizable).
+pub async fn validate_fence(
+    State(ctx): State<Arc<HttpCtx>>,
+    Params((tenant, limit, fence)): Params<(String, String, u64)>,
+) -> ApiResult {
+    match ctx
+        .read(Query::ValidateFence {
+            tenant,
+            limit,
+            fence,
+        })
+        .await?
+    {
+        Answer::FenceHeld(held) => Ok(Json(json!({"fence": fence, "held": held})).into_response()),
+        other => Err(unexpected(other)),
+    }
+}
+
+/// A read answered with another read's answer: a broken node, never the caller's fault.
+pub fn unexpected(answer: Answer) -> ApiError {
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "Internal",
+        format!("unexpected answer {answer:?}"),
+    )
+}

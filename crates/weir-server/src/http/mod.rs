@@ -1,0 +1,85 @@
+//! The HTTP/JSON API of a node (spec §4): every operation of spec §2 under `/v1`, a
+//! session's events as server-sent events, a one-shot rate take, `/metrics`, `/healthz`
+//! and `/readyz`. `docs/openapi.yaml` describes every route; a cluster test checks that it
+//! lists exactly what [`served_routes`] serves.
+//!
+//! # One path to the log
+//!
+//! The HTTP layer implements no operation itself. Each handler turns its request into the
+//! same [`weir_core::machine::Command`] or [`weir_client::protocol::Query`] the binary protocol
+//! carries and sends it through an internal [`weir_client::Client`] whose servers are this
+//! node's client address first, then the other initial voters'. So a write goes client port
+//! → proposer → log exactly as a CLI's does, and a read through the reader's quorum round.
+//!
+//! **A follower serves by forwarding**: its internal client follows the leader like any
+//! client (the `NotLeader` redirect, retries within `client::REQUEST_DEADLINE`), so a
+//! request to any node is answered by the leader; the caller never sees a redirect. Without
+//! a leader the answer is 503 (`NoLeader`, `Unavailable`).
+//!
+//! # Waiting and events
+//!
+//! An acquire with `wait` is held open until its ticket is granted, refused, or its
+//! `timeout_ms` (at most [`WAIT_MS_MAX`]) passes; then it answers 202 `queued` and the
+//! ticket stays queued (it is state in the log, not in the request). The wait, and the
+//! event stream, read this node's own applied events (`events.rs`), which every node
+//! computes identically from the log.
+//!
+//! # Errors
+//!
+//! JSON `{"error": NAME, "message": TEXT, ...}`, NAME being the refusal's name; `error.rs`
+//! maps each to its status code.
+//!
+//! # Layout
+//!
+//! - `router.rs` — the route table, the router, serving.
+//! - `listener.rs` — the accept loop, TLS handshakes off it.
+//! - `callers.rs` — bearer tokens: the 401 check and one internal client (and take
+//!   session) per token.
+//! - `context.rs` — [`HttpCtx`]: the callers, the applied state, Raft.
+//! - `error.rs` — [`ApiError`] and the body and path extractors that answer in it.
+//! - `limits.rs`, `permits.rs`, `sessions.rs`, `runs.rs`, `halts.rs`, `cluster.rs` — the
+//!   handlers, one file per resource.
+//! - `events.rs` — the SSE stream and the wait of a long-polled acquire.
+//! - `metrics.rs` — `/metrics`.
+//!
+//! # TLS and tokens
+//!
+//! With `[tls]` the port is HTTPS with the client port's certificate (`listener.rs`). The
+//! `Authorization: Bearer` token picks the internal client (`callers.rs`): each token has
+//! its own, which sends that token in its hello over TLS verified against the node's CA, so
+//! the client port authenticates it and authorizes each request as it does a binary
+//! client's. Here a missing or unknown token is only answered 401 early; what a role may do
+//! is decided there alone (a `Forbidden` failure, 403 here).
+//!
+//! # Caveats
+//!
+//! - The event stream reads this node's applied events directly, not through the client
+//!   port; it checks the session's owner itself, against this node's machine (`events.rs`),
+//!   so a follower that has not yet applied a just-opened session makes its stream wait up
+//!   to a few seconds, then answers 404.
+//! - A token this node knows but the leader does not (tables out of step between a
+//!   SIGHUP on one node and on another) fails the forwarded hello: 500 `Internal`.
+
+mod callers;
+mod cluster;
+mod context;
+mod error;
+mod events;
+mod halts;
+mod limits;
+mod listener;
+mod metrics;
+mod permits;
+mod router;
+mod runs;
+mod sessions;
+
+pub use callers::{CALLERS_MAX, Callers};
+pub use context::HttpCtx;
+pub use error::ApiError;
+pub use router::{router, serve_http, served_routes};
+
+/// Longest an acquire may hold its request open waiting, ms. A minute is far above a
+/// grant's usual wait and below common proxy idle timeouts; a longer wait is a loop of
+/// acquires (idempotent) or the event stream.
+pub const WAIT_MS_MAX: u64 = 60_000;

@@ -1,0 +1,205 @@
+//! Permits and tokens: `POST /v1/tenants/{tenant}/limits/{name}/acquire` (a session's
+//! ticket, long-polled while it waits) and `.../take` (a one-shot rate take, no session).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::WAIT_MS_MAX;
+use super::context::HttpCtx;
+use super::error::{ApiError, ApiResult, JsonBody, Params};
+use super::events::{Waited, wait_for_ticket};
+use super::limits::unexpected;
+use super::sessions::reply_json;
+use weir_client::protocol::{Answer, Query};
+use weir_core::machine::{Acquire, Command, Event, Priority, Refusal, Reply, SessionId, TicketId};
+
+/// An acquire's body.
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AcquireBody {
+    session: SessionId,
+    /// Chosen by the client, unique in the session; sending it again is idempotent.
+    ticket: TicketId,
+    units: u32,
+    /// Priority level, higher first.
+    priority: i32,
+    fairness_key: String,
+    weight: u32,
+    agent: Option<String>,
+    /// Queue when there is no room (`false` answers 429 `Busy` instead).
+    wait: bool,
+    /// How long to hold the request open while the ticket waits, ms (at most
+    /// [`WAIT_MS_MAX`]). When it passes the answer is 202 `queued`: the ticket stays
+    /// queued, and the same acquire (or the event stream) learns its grant later.
+    timeout_ms: u64,
+}
+
+impl Default for AcquireBody {
+    fn default() -> Self {
+        AcquireBody {
+            session: 0,
+            ticket: 0,
+            units: 1,
+            priority: 0,
+            fairness_key: String::new(),
+            weight: 1,
+            agent: None,
+            wait: true,
+            timeout_ms: 30_000,
+        }
+    }
+}
+
+/// Acquires a permit for the body's (session, ticket): 200 `granted` with its fence, 202
+/// `queued` with its position once `timeout_ms` passes, or a refusal.
+pub async fn acquire(
+    State(ctx): State<Arc<HttpCtx>>,
+    Params((tenant, limit)): Params<(String, String)>,
+    JsonBody(b): JsonBody<AcquireBody>,
+) -> ApiResult {
+    if b.timeout_ms > WAIT_MS_MAX {
+        return Err(ApiError::invalid(format!(
+            "timeout_ms {} is above {WAIT_MS_MAX}",
+            b.timeout_ms
+        )));
+    }
+    let command = Command::Acquire(Acquire {
+        session: b.session,
+        ticket: b.ticket,
+        tenant,
+        limit,
+        units: b.units,
+        priority: Priority {
+            level: b.priority,
+            fairness_key: b.fairness_key,
+            fairness_weight: b.weight,
+        },
+        agent: b.agent,
+        wait: b.wait,
+    });
+    let deadline = Instant::now() + Duration::from_millis(b.timeout_ms);
+    loop {
+        // Subscribed before the acquire is sent: a grant applied right after it is seen.
+        let mut applied = ctx.state.subscribe();
+        let reply = ctx.write(command.clone()).await?;
+        let Reply::Queued { position } = reply else {
+            return Ok(Json(reply_json(&reply)).into_response());
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(queued(position));
+        }
+        match wait_for_ticket(&mut applied, b.session, b.ticket, left).await {
+            Waited::Event(Event::Granted { fence, units, .. }) => {
+                return Ok(Json(reply_json(&Reply::Granted { fence, units })).into_response());
+            }
+            Waited::Event(Event::Refused { refusal, .. }) => {
+                return Err(ApiError::refused(&refusal, ctx.now_ms()));
+            }
+            Waited::Event(_) => {
+                let gone = Refusal::UnknownSession { session: b.session };
+                return Err(ApiError::refused(&gone, ctx.now_ms()));
+            }
+            // Missed events, or time is up: ask again (idempotent), which also answers a
+            // grant this node has not applied yet. With no time left it answers queued.
+            Waited::Lagged => {}
+            Waited::TimedOut => {
+                return match ctx.write(command).await? {
+                    Reply::Queued { position } => Ok(queued(position)),
+                    reply => Ok(Json(reply_json(&reply)).into_response()),
+                };
+            }
+        }
+    }
+}
+
+/// 202: still queued when the request's time ran out.
+fn queued(position: u32) -> axum::response::Response {
+    (
+        StatusCode::ACCEPTED,
+        Json(json!({"status": "queued", "position": position})),
+    )
+        .into_response()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TakeBody {
+    units: u32,
+    agent: Option<String>,
+}
+
+impl Default for TakeBody {
+    fn default() -> Self {
+        TakeBody {
+            units: 1,
+            agent: None,
+        }
+    }
+}
+
+/// Takes `units` tokens from a rate-only limit now, or not at all: 200 with the tokens left
+/// in the bucket, or 429 `Busy` with `Retry-After`. Runs as an acquire (`wait = false`) in
+/// the node's own session, so it goes through the log like every other grant (G1).
+pub async fn take(
+    State(ctx): State<Arc<HttpCtx>>,
+    Params((tenant, limit)): Params<(String, String)>,
+    JsonBody(b): JsonBody<TakeBody>,
+) -> ApiResult {
+    // A take holds nothing, so a limit with a cap is refused: its permit would be held by
+    // the node's session with no one to release it. The spec is read locally: it changes
+    // rarely, and the acquire itself is checked by the machine.
+    let local = ctx.state.lock().machine.limit_status(&tenant, &limit);
+    if local.is_some_and(|l| l.concurrent > 0) {
+        return Err(ApiError::invalid(format!(
+            "{tenant}/{limit} has a concurrent cap: take is for rate-only limits; acquire a permit in a session"
+        )));
+    }
+    // Two tries: the node's session may have expired since the last take.
+    for _ in 0..2 {
+        let (session, ticket) = ctx.take_ticket().await?;
+        let reply = ctx
+            .client()
+            .write(Command::Acquire(Acquire {
+                session,
+                ticket,
+                tenant: tenant.clone(),
+                limit: limit.clone(),
+                units: b.units,
+                priority: Priority::default(),
+                agent: b.agent.clone(),
+                wait: false,
+            }))
+            .await?;
+        match reply {
+            Reply::Granted { units, .. } => {
+                let remaining = match ctx
+                    .read(Query::Limit {
+                        tenant: tenant.clone(),
+                        name: limit.clone(),
+                    })
+                    .await?
+                {
+                    Answer::Limit(l) => l.map(|l| l.tokens),
+                    other => return Err(unexpected(other)),
+                };
+                return Ok(Json(json!({"taken": units, "remaining": remaining})).into_response());
+            }
+            Reply::Refused(Refusal::UnknownSession { .. }) => ctx.take_session_lost(session).await,
+            Reply::Refused(r) => return Err(ApiError::refused(&r, ctx.now_ms())),
+            other => return Err(ApiError::invalid(format!("unexpected answer {other:?}"))),
+        }
+    }
+    Err(ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "Unavailable",
+        "the node's take session could not be opened",
+    ))
+}

@@ -1,0 +1,106 @@
+//! `/v1/sessions`: open, keep alive, close, and release a ticket. A session opened here is
+//! an ordinary session: the HTTP client keeps it alive (`POST .../keepalive` well within its
+//! TTL), and the cluster expires it when keep-alives stop, releasing what it holds.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use axum::response::IntoResponse;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::context::HttpCtx;
+use super::error::{ApiResult, JsonBody, Params};
+use weir_core::machine::{Command, Reply, SessionId, TicketId};
+
+/// Default session TTL, ms (spec §1).
+const TTL_MS_DEFAULT: u64 = 3_000;
+
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OpenBody {
+    ttl_ms: u64,
+}
+
+impl Default for OpenBody {
+    fn default() -> Self {
+        OpenBody {
+            ttl_ms: TTL_MS_DEFAULT,
+        }
+    }
+}
+
+/// `POST /v1/sessions`: opens a session; answers its id and TTL.
+pub async fn open(State(ctx): State<Arc<HttpCtx>>, JsonBody(b): JsonBody<OpenBody>) -> ApiResult {
+    let reply = ctx.write(Command::OpenSession { ttl_ms: b.ttl_ms }).await?;
+    Ok(Json(reply_json(&reply)).into_response())
+}
+
+/// `POST /v1/sessions/{session}/keepalive`: renews the lease for another TTL.
+pub async fn keep_alive(
+    State(ctx): State<Arc<HttpCtx>>,
+    Params(session): Params<SessionId>,
+) -> ApiResult {
+    let reply = ctx.write(Command::KeepAlive { session }).await?;
+    Ok(Json(reply_json(&reply)).into_response())
+}
+
+/// `DELETE /v1/sessions/{session}`: closes it, releasing its permits and withdrawing its
+/// tickets.
+pub async fn close(
+    State(ctx): State<Arc<HttpCtx>>,
+    Params(session): Params<SessionId>,
+) -> ApiResult {
+    ctx.write(Command::CloseSession { session }).await?;
+    Ok(Json(json!({"session": session, "closed": true})).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseBody {
+    ticket: TicketId,
+}
+
+/// `POST /v1/sessions/{session}/release`: frees the ticket's permit or withdraws it from
+/// its queue. Idempotent.
+pub async fn release(
+    State(ctx): State<Arc<HttpCtx>>,
+    Params(session): Params<SessionId>,
+    JsonBody(b): JsonBody<ReleaseBody>,
+) -> ApiResult {
+    let reply = ctx
+        .write(Command::Release {
+            session,
+            ticket: b.ticket,
+        })
+        .await?;
+    Ok(Json(reply_json(&reply)).into_response())
+}
+
+/// A successful reply as JSON: `{"status": NAME, ...fields}`.
+pub fn reply_json(reply: &Reply) -> serde_json::Value {
+    match reply {
+        Reply::Done => json!({"status": "done"}),
+        Reply::SessionOpened { session, ttl_ms } => {
+            json!({"status": "opened", "session": session, "ttl_ms": ttl_ms})
+        }
+        Reply::KeptAlive { ttl_ms } => json!({"status": "kept_alive", "ttl_ms": ttl_ms}),
+        Reply::Granted { fence, units } => {
+            json!({"status": "granted", "fence": fence, "units": units})
+        }
+        Reply::Queued { position } => json!({"status": "queued", "position": position}),
+        Reply::Released { held, withdrawn } => {
+            json!({"status": "released", "held": held, "withdrawn": withdrawn})
+        }
+        Reply::Admitted => json!({"status": "admitted"}),
+        Reply::Settled { duplicate } => json!({"status": "settled", "duplicate": duplicate}),
+        Reply::Overrun {
+            tokens,
+            minor_units,
+        } => {
+            json!({"status": "overrun", "overrun_tokens": tokens, "overrun_minor_units": minor_units})
+        }
+        Reply::Refused(r) => json!({"status": "refused", "refusal": r.to_string()}),
+    }
+}

@@ -1,0 +1,316 @@
+//! The Raft log: entries, the vote, the committed id and the purge point, in the data
+//! directory's `log/`, an append-only write-ahead log ([`super::wal`]).
+//!
+//! Every entry is stored as its encoding with the pinned codec sealed in a [`weir_core::codec`]
+//! frame of kind `b"WENT"`, so with its length and crc32c, inside the WAL's checksummed
+//! groups: the frame makes every entry prove itself wherever it is read. [`LogStore::open`]
+//! replays and verifies every stored entry — frame, decode, at most [`ENTRY_COMMANDS_MAX`]
+//! commands, at most [`ENTRY_BYTES_MAX`] bytes, indexes contiguous — and refuses to start on
+//! the first that fails, naming the segment, the byte offset and the index (G8), rather than
+//! let it be applied or found only when read.
+//!
+//! Invariants and the promises openraft relies on:
+//! - Every write goes through the ordered writer ([`super::log_writer`]): one thread, jobs
+//!   in the order asked, each group of queued jobs one WAL write made durable with one
+//!   `fdatasync`.
+//! - `append` returns once its entries are in the in-memory tail, where readers find them,
+//!   and calls its callback only after their write is durable. `save_vote`, `truncate` and
+//!   `purge` return only once durable; each is one record, so atomic. `save_committed`
+//!   returns at once: the committed id is made durable with the next write or a few
+//!   milliseconds later, so a crash may lose the newest one (openraft allows it), never
+//!   leave it ahead of its entries (it is written after them).
+//! - The log has no holes: entries are appended at the next index, truncated from an index
+//!   to the end, purged from the start.
+//! - Writes block on fsync, so they run on the writer thread, never on the Raft core; file
+//!   reads that miss the tail run on tokio's blocking pool.
+//! - A verification failure of a stored entry is a `StorageError` naming the index: the
+//!   node stops rather than serve from a damaged log (at open, the start is refused).
+//! - `append` refuses an entry above [`ENTRY_BYTES_MAX`] encoded rather than store what it
+//!   would refuse to read (the proposer never makes one; see `bounds`).
+
+// openraft's traits fix the error type to its `StorageError`, which is large; boxing it
+// is not ours to choose.
+#![allow(clippy::result_large_err)]
+use std::fmt::Debug;
+use std::ops::{Bound, RangeBounds};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use openraft::EntryPayload;
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
+use openraft::{AnyError, ErrorSubject, ErrorVerb, RaftLogReader, StorageIOError};
+
+use super::log_writer::{self, Flushed, Tail, Writer};
+use super::wal::{DirDisk, LogDisk, Wal};
+use super::{Entry, LogId, StorageError, TypeConfig, Vote};
+use weir_core::bounds::{ENTRY_BYTES_MAX, ENTRY_COMMANDS_MAX};
+use weir_core::codec::{self, FrameError};
+
+/// Frame kind of a stored entry.
+const ENTRY_MAGIC: [u8; 4] = *b"WENT";
+/// Version of a stored entry's payload layout (an openraft entry of [`TypeConfig`]).
+pub(super) const ENTRY_VERSION: u16 = 1;
+
+/// The log store. Cloning shares the WAL, the tail and the writer (the log reader is a
+/// clone); the writer thread stops when the last clone is dropped.
+#[derive(Clone)]
+pub struct LogStore {
+    wal: Arc<Wal>,
+    /// Entries not yet durable, and the newest durable ones: read before the WAL.
+    tail: Arc<Mutex<Tail>>,
+    /// The one thread that writes the WAL.
+    writer: Arc<Writer>,
+}
+
+/// The acknowledgment of an [`LogStore::append_queued`]: answers once its entries are durable.
+pub struct Durable(tokio::sync::oneshot::Receiver<Result<(), StorageError>>);
+
+impl Durable {
+    /// Waits until the append is durable (`Ok`: acknowledged) or its write failed.
+    pub async fn wait(self) -> Result<(), StorageError> {
+        self.0
+            .await
+            .map_err(|_| write_err(Damaged("log writer stopped".into())))?
+    }
+}
+
+/// An entry as stored: its encoding sealed in a `WENT` frame.
+fn seal_entry(entry: &Entry) -> Vec<u8> {
+    seal_entry_payload(&codec::encode(entry))
+}
+
+/// An entry's encoding sealed in its `WENT` frame, as stored (public for the fuzz target,
+/// which seals mutated payloads so they reach the decoder behind the checksum).
+pub fn seal_entry_payload(payload: &[u8]) -> Vec<u8> {
+    codec::seal_frame(ENTRY_MAGIC, ENTRY_VERSION, payload)
+}
+
+/// A stored entry's bytes, verified and decoded: the frame, the decode and the entry
+/// bounds (not yet which index it should be: see [`decode_entry`]).
+pub fn open_entry(bytes: &[u8]) -> Result<Entry, FrameError> {
+    let payload = codec::open_frame(bytes, ENTRY_MAGIC, ENTRY_VERSION, ENTRY_BYTES_MAX as u64)?;
+    let entry: Entry = codec::decode(payload)?;
+    if let EntryPayload::Normal(batch) = &entry.payload
+        && batch.commands.len() > ENTRY_COMMANDS_MAX
+    {
+        return Err(FrameError::Invalid(format!(
+            "{} commands, the bound is {ENTRY_COMMANDS_MAX}",
+            batch.commands.len()
+        )));
+    }
+    Ok(entry)
+}
+
+/// A stored entry's bytes, verified and decoded as [`open_entry`] does, and found to be the
+/// entry at `index`. Every read of a stored entry goes through it; public so the fuzz target
+/// `log_entry` exercises exactly this path.
+pub fn decode_entry(index: u64, bytes: &[u8]) -> Result<Entry, FrameError> {
+    let entry = open_entry(bytes)?;
+    if entry.log_id.index != index {
+        return Err(FrameError::Invalid(format!(
+            "stored under index {index} but is entry {}",
+            entry.log_id.index
+        )));
+    }
+    Ok(entry)
+}
+
+fn io_err(
+    subject: ErrorSubject<u64>,
+    verb: ErrorVerb,
+    e: impl std::error::Error + 'static,
+) -> StorageError {
+    StorageIOError::new(subject, verb, AnyError::new(&e)).into()
+}
+
+fn read_err(e: impl std::error::Error + 'static) -> StorageError {
+    io_err(ErrorSubject::Logs, ErrorVerb::Read, e)
+}
+
+pub(super) fn write_err(e: impl std::error::Error + 'static) -> StorageError {
+    io_err(ErrorSubject::Logs, ErrorVerb::Write, e)
+}
+
+/// A reason as an error value, for `AnyError`.
+#[derive(Debug)]
+pub(super) struct Damaged(pub(super) String);
+
+impl std::fmt::Display for Damaged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Damaged {}
+
+impl LogStore {
+    /// Opens (or creates) the log in the directory `dir` (a data directory's `log/`),
+    /// verifying every stored entry. A damaged log is refused naming the segment, the byte
+    /// offset and, for an entry, its index.
+    pub fn open(dir: &Path) -> Result<LogStore, String> {
+        // PLANTED(unsynced-log): the log's writes are never fsynced.
+        let sync = !weir_core::planted::is(weir_core::planted::Plant::UnsyncedLog);
+        let disk = DirDisk::new(dir, sync).map_err(|e| format!("{}: {e}", dir.display()))?;
+        LogStore::open_disk(Box::new(disk), super::wal::SEGMENT_BYTES)
+    }
+
+    /// Opens (or creates) a log on `disk` (tests: a disk that loses power, and segments of
+    /// `segment_bytes` to rotate often; else [`super::wal::SEGMENT_BYTES`]), verifying it as
+    /// [`LogStore::open`] does, then starts the writer thread (nothing is written before the
+    /// log is known sound).
+    pub fn open_disk(disk: Box<dyn LogDisk>, segment_bytes: u64) -> Result<LogStore, String> {
+        let wal = Arc::new(Wal::open(disk, segment_bytes)?);
+        let tail = Arc::new(Mutex::new(Tail::default()));
+        let writer = Writer::start(wal.clone(), tail.clone())?;
+        Ok(LogStore {
+            wal,
+            tail,
+            writer: Arc::new(writer),
+        })
+    }
+
+    /// Each entry's stored bytes (sealed), keyed by id. An entry above [`ENTRY_BYTES_MAX`]
+    /// encoded is refused, so nothing of the call is written.
+    fn seal_all(entries: &[Entry]) -> Result<Vec<(LogId, Vec<u8>)>, StorageError> {
+        let mut encoded = Vec::with_capacity(entries.len());
+        for e in entries {
+            let bytes = seal_entry(e);
+            if bytes.len() - codec::HEADER_BYTES > ENTRY_BYTES_MAX {
+                return Err(write_err(Damaged(format!(
+                    "log entry {} is {} bytes, the bound is {ENTRY_BYTES_MAX}",
+                    e.log_id.index,
+                    bytes.len() - codec::HEADER_BYTES
+                ))));
+            }
+            encoded.push((e.log_id, bytes));
+        }
+        Ok(encoded)
+    }
+
+    /// Appends `entries` and returns once they are durable: `Ok` here is the acknowledgment,
+    /// the moment [`RaftLogStorage::append`] calls openraft's flush callback (both go
+    /// through the same writer job and are answered after the same sync). An entry above
+    /// [`ENTRY_BYTES_MAX`] encoded is refused, nothing written.
+    pub async fn append_durably(&mut self, entries: Vec<Entry>) -> Result<(), StorageError> {
+        self.append_queued(entries).await?.wait().await
+    }
+
+    /// Appends `entries` as [`RaftLogStorage::append`] does: readable when this returns,
+    /// acknowledged when the returned [`Durable`] answers `Ok` (so several appends can be
+    /// queued before the first is durable, as the Raft core queues them).
+    pub async fn append_queued(&mut self, entries: Vec<Entry>) -> Result<Durable, StorageError> {
+        let encoded = LogStore::seal_all(&entries)?;
+        let (done, wait) = tokio::sync::oneshot::channel();
+        self.writer
+            .append(&self.tail, &entries, encoded, Flushed::Waiter(done))
+            .await?;
+        Ok(Durable(wait))
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, StorageError> {
+        let start = match range.start_bound() {
+            Bound::Included(&i) => i,
+            Bound::Excluded(&i) => i + 1,
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(&i) => Some(i + 1),
+            Bound::Excluded(&i) => Some(i),
+            Bound::Unbounded => None,
+        };
+        if end.is_some_and(|end| end <= start) {
+            return Ok(vec![]);
+        }
+        // The WAL is looked up under the tail's lock, so an entry the writer moves out of
+        // the tail after its sync is in one or the other (log_writer's invariant).
+        let (located, newer) = {
+            let tail = log_writer::lock(&self.tail);
+            if tail.covers(start) {
+                return Ok(tail.range(start, end));
+            }
+            let newer = tail.range(start, end);
+            // The tail holds the newest entries: the WAL is read only below its first.
+            let below = newer.first().map(|e| e.log_id.index).or(end);
+            (self.wal.locate(start, below), newer)
+        };
+        if located.is_empty() {
+            return Ok(newer);
+        }
+        let wal = self.wal.clone();
+        let mut out = tokio::task::spawn_blocking(move || wal.read(located))
+            .await
+            .map_err(read_err)?
+            .map_err(|e| read_err(Damaged(e)))?;
+        out.extend(newer);
+        Ok(out)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
+        // When the tail holds entries its last is the log's last (log_writer's invariant).
+        let tail_last = log_writer::lock(&self.tail).last_log_id();
+        let purged = self.wal.meta().purged;
+        Ok(LogState {
+            last_purged_log_id: purged,
+            last_log_id: tail_last.or_else(|| self.wal.last_log_id()).or(purged),
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
+        self.writer
+            .vote(*vote)
+            .await
+            .map_err(|e| io_err(ErrorSubject::Vote, ErrorVerb::Write, Damaged(e.to_string())))
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
+        Ok(self.wal.meta().vote)
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
+        // Not awaited to disk: the core calls this before every apply, and a third fsync in
+        // series per operation buys nothing (a lagging committed id only re-applies less at
+        // start; the leader's next commit brings the rest).
+        self.writer.hint(committed).await
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
+        Ok(self.wal.meta().committed)
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError>
+    where
+        I: IntoIterator<Item = Entry> + Send,
+        I::IntoIter: Send,
+    {
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        let encoded = LogStore::seal_all(&entries)?;
+        self.writer
+            .append(&self.tail, &entries, encoded, Flushed::Raft(callback))
+            .await
+    }
+
+    async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.writer.truncate(&self.tail, log_id.index).await
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.writer.purge(&self.tail, log_id).await
+    }
+}

@@ -1,0 +1,628 @@
+//! The peer transport: Raft RPCs over TCP, one request and one response per frame
+//! ([`weir_client::wire`]), on pooled connections.
+//!
+//! The client side ([`PeerNetwork`]) keeps idle connections per target and reuses them:
+//! openraft asks for a client on every heartbeat and every linearizable read, so dialing per
+//! call would cost a handshake each time. Every call is bounded by openraft's deadline for
+//! it; a connection that failed or timed out is dropped, never returned to the pool.
+//!
+//! A pooled connection can die while it sits idle: a follower's connections to the other
+//! follower are used only in elections, and that peer may have been killed and restarted
+//! since. A call whose pooled connection fails (a write or read error, not its deadline)
+//! drops every idle connection to that peer (they share its fate) and is made once more on
+//! a newly dialed one, inside the same deadline. Raft's RPCs may be repeated: a vote
+//! request or an AppendEntries that arrives twice is answered from the state the first
+//! left, and a snapshot chunk that arrives twice is refused as out of place, after which
+//! openraft sends the snapshot again from its start (as it does after any network error).
+//! Without the retry the call is lost: openraft asks each voter once per election, so one
+//! dead pooled connection cost a failover a second election round (seen in a kept
+//! `--failover` run: 2,181 ms, ninth session).
+//!
+//! A new connection is dialed (TCP connect and TLS handshake) in a task of its own, bounded
+//! by [`DIAL_TIMEOUT`] rather than by the call's deadline, at most one per peer at a time:
+//! a heartbeat's deadline (100 ms) can be shorter than a handshake on a loaded node or over
+//! a long round trip, and a handshake cancelled with its call would start over with the
+//! next, none ever finishing (seen in the partition harness with TLS on: after a heal, no
+//! peer could reconnect and no leader was elected). A dial that finishes after its call
+//! gave up goes to the pool for the next call.
+//!
+//! With TLS configured both sides are mutual TLS ([`crate::security::tls`]): a connection
+//! whose certificate does not chain to the cluster CA fails its handshake, before any frame,
+//! so no vote, AppendEntries or snapshot from outside the cluster reaches Raft.
+//!
+//! The server side ([`serve_peers`]) reads a request, hands it to the local Raft
+//! ([`answer`], which also tells [`super::stand_in`] what it saw), writes the answer.
+//! Garbage, an oversized length or a bad checksum closes that connection with a logged
+//! reason and touches nothing else.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use serde::{Deserialize, Serialize};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+use super::stand_in::StandIn;
+use super::{NodeAddr, NodeId, Raft, TypeConfig};
+use crate::security::{Acceptor, Connector, Stream};
+use weir_client::wire::{self, WireError};
+
+/// Largest peer frame, in bytes: see [`weir_core::bounds::PEER_FRAME_MAX`], whose doc says why
+/// every AppendEntries and snapshot chunk fits.
+pub use weir_core::bounds::PEER_FRAME_MAX;
+
+/// Idle connections kept per peer.
+const POOL_IDLE_MAX: usize = 8;
+
+/// Longest a dial (TCP connect and TLS handshake) may take, whatever its call's deadline.
+/// A dial stuck in a silent partition holds up the calls to that peer after the heal for
+/// at most this long, so it is short: the client's own bound for its handshake and welcome
+/// ([`weir_client::SILENCE_MAX`]), far above a handshake's few milliseconds on a quiet machine.
+const DIAL_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A Raft RPC.
+#[derive(Serialize, Deserialize)]
+pub enum PeerRequest {
+    AppendEntries(AppendEntriesRequest<TypeConfig>),
+    Vote(VoteRequest<NodeId>),
+    InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
+}
+
+/// The answer to a [`PeerRequest`], of the same kind.
+#[derive(Serialize, Deserialize)]
+pub enum PeerResponse {
+    AppendEntries(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
+    Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
+    InstallSnapshot(
+        Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>,
+    ),
+}
+
+/// A pooled connection, buffered for reading (requests and responses alternate, so the
+/// buffer is empty whenever the connection is idle).
+type Pooled = tokio::io::BufReader<Stream>;
+
+type Pools = Arc<Mutex<BTreeMap<NodeId, Vec<Pooled>>>>;
+
+/// Per peer, held while a dial to it is under way: one dial at a time, and calls that
+/// need a connection meanwhile wait for it (within their deadlines) instead of failing
+/// at once, which openraft would retry at once, in a busy loop.
+type Dialing = Arc<Mutex<BTreeMap<NodeId, Arc<tokio::sync::Mutex<()>>>>>;
+
+/// The client side: hands openraft a [`PeerClient`] per target, sharing the pools.
+#[derive(Clone, Default)]
+pub struct PeerNetwork {
+    pools: Pools,
+    dialing: Dialing,
+    /// Local address outgoing connections are bound to, if configured.
+    source_ip: Option<std::net::IpAddr>,
+    /// Mutual TLS to peers, or plaintext.
+    connector: Connector,
+}
+
+impl PeerNetwork {
+    pub fn new(source_ip: Option<std::net::IpAddr>, connector: Connector) -> PeerNetwork {
+        PeerNetwork {
+            pools: Pools::default(),
+            dialing: Dialing::default(),
+            source_ip,
+            connector,
+        }
+    }
+}
+
+/// Calls to one peer.
+#[derive(Clone)]
+pub struct PeerClient {
+    target: NodeId,
+    addr: String,
+    pools: Pools,
+    dialing: Dialing,
+    source_ip: Option<std::net::IpAddr>,
+    connector: Connector,
+}
+
+/// How a call failed, before openraft's error types are chosen.
+enum CallError {
+    /// Could not connect: openraft backs off before retrying.
+    Unreachable(std::io::Error),
+    /// Connected, but the exchange failed or took too long.
+    Network(String),
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallError::Unreachable(io) => io.fmt(f),
+            CallError::Network(why) => f.write_str(why),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Reason(String);
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Reason {}
+
+impl PeerClient {
+    /// Dials the peer, from the configured source address if there is one.
+    async fn connect(&self) -> std::io::Result<TcpStream> {
+        let Some(ip) = self.source_ip else {
+            return TcpStream::connect(&self.addr).await;
+        };
+        let target = tokio::net::lookup_host(&self.addr)
+            .await?
+            .next()
+            .ok_or_else(|| std::io::Error::other(format!("{} resolves to nothing", self.addr)))?;
+        let socket = if ip.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.bind(std::net::SocketAddr::new(ip, 0))?;
+        socket.connect(target).await
+    }
+
+    fn idle(&self) -> Option<Pooled> {
+        self.pools
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(&self.target)?
+            .pop()
+    }
+
+    /// A new connection, dialed in a task of its own (see the module doc): waits for it
+    /// until the caller's deadline drops this future; the task pools a connection that
+    /// arrives later. While another dial to this peer is under way, waits for that one
+    /// first, and takes its connection if it went to the pool.
+    async fn dial(&self) -> Result<Pooled, CallError> {
+        let lock = self
+            .dialing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(self.target)
+            .or_default()
+            .clone();
+        let dialing = lock.lock_owned().await;
+        if let Some(c) = self.idle() {
+            return Ok(c);
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let me = self.clone();
+        tokio::spawn(async move {
+            let dialed = match tokio::time::timeout(DIAL_TIMEOUT, me.dial_now()).await {
+                Ok(d) => d,
+                Err(_) => Err(CallError::Network(format!(
+                    "no connection to node {} within {DIAL_TIMEOUT:?}",
+                    me.target
+                ))),
+            };
+            if let Err(Ok(conn)) = tx.send(dialed) {
+                // Its call gave up waiting: the next call gets it.
+                me.give_back(conn);
+            }
+            // Released only now, so a call that waited finds the connection pooled.
+            drop(dialing);
+        });
+        rx.await.unwrap_or_else(|_| {
+            Err(CallError::Network(format!(
+                "the dial to node {} ended without a result",
+                self.target
+            )))
+        })
+    }
+
+    /// TCP connect and handshake.
+    async fn dial_now(&self) -> Result<Pooled, CallError> {
+        let c = self.connect().await.map_err(CallError::Unreachable)?;
+        c.set_nodelay(true)
+            .map_err(|e| CallError::Network(e.to_string()))?;
+        let c = self
+            .connector
+            .connect(c, &self.addr)
+            .await
+            .map_err(|e| CallError::Network(e.to_string()))?;
+        Ok(tokio::io::BufReader::with_capacity(256 * 1024, c))
+    }
+
+    /// Drops every idle connection to this peer. Connections pooled after this are newer
+    /// than the failure that called for it.
+    fn forget_idle(&self) {
+        self.pools
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.target);
+    }
+
+    fn give_back(&self, conn: Pooled) {
+        let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        let pool = pools.entry(self.target).or_default();
+        if pool.len() < POOL_IDLE_MAX {
+            pool.push(conn);
+        }
+    }
+
+    async fn call(&self, request: PeerRequest, ttl: Duration) -> Result<PeerResponse, CallError> {
+        let exchange = async {
+            if let Some(conn) = self.idle() {
+                match self.exchange(conn, &request).await {
+                    Ok(done) => return Ok(done),
+                    // The connection may have died while it sat in the pool (the peer
+                    // restarted since), and so then did every other idle one to that
+                    // peer: they go, and the call is made once more on a new one.
+                    Err(e) => {
+                        tracing::debug!(
+                            target = self.target,
+                            "a pooled connection failed ({e}); dialing a new one"
+                        );
+                        self.forget_idle();
+                    }
+                }
+            }
+            let conn = self.dial().await?;
+            self.exchange(conn, &request).await
+        };
+        match tokio::time::timeout(ttl, exchange).await {
+            Ok(Ok((conn, response))) => {
+                self.give_back(conn);
+                Ok(response)
+            }
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(CallError::Network(format!(
+                "no answer from node {} within {ttl:?}",
+                self.target
+            ))),
+        }
+    }
+
+    /// Writes `request` on `conn` and reads its response.
+    async fn exchange(
+        &self,
+        mut conn: Pooled,
+        request: &PeerRequest,
+    ) -> Result<(Pooled, PeerResponse), CallError> {
+        wire::write_frame(conn.get_mut(), request)
+            .await
+            .map_err(|e| CallError::Network(e.to_string()))?;
+        let response: PeerResponse = wire::read_frame(&mut conn, PEER_FRAME_MAX)
+            .await
+            .map_err(|e| CallError::Network(e.to_string()))?;
+        Ok((conn, response))
+    }
+
+    fn rpc_error<E: std::error::Error>(&self, e: CallError) -> RPCError<NodeId, NodeAddr, E> {
+        match e {
+            CallError::Unreachable(io) => RPCError::Unreachable(Unreachable::new(&io)),
+            CallError::Network(why) => RPCError::Network(NetworkError::new(&Reason(why))),
+        }
+    }
+
+    fn mismatch<E: std::error::Error>(&self) -> RPCError<NodeId, NodeAddr, E> {
+        RPCError::Network(NetworkError::new(&Reason(format!(
+            "node {} answered with the wrong kind of response",
+            self.target
+        ))))
+    }
+}
+
+impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: NodeId, node: &NodeAddr) -> PeerClient {
+        PeerClient {
+            target,
+            addr: node.peer.clone(),
+            pools: self.pools.clone(),
+            dialing: self.dialing.clone(),
+            source_ip: self.source_ip,
+            connector: self.connector.clone(),
+        }
+    }
+}
+
+impl RaftNetwork<TypeConfig> for PeerClient {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, NodeAddr, RaftError<NodeId>>> {
+        match self
+            .call(PeerRequest::AppendEntries(rpc), option.hard_ttl())
+            .await
+        {
+            Ok(PeerResponse::AppendEntries(r)) => {
+                r.map_err(|e| RemoteError::new(self.target, e).into())
+            }
+            Ok(_) => Err(self.mismatch()),
+            Err(e) => Err(self.rpc_error(e)),
+        }
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, NodeAddr, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        match self
+            .call(PeerRequest::InstallSnapshot(rpc), option.hard_ttl())
+            .await
+        {
+            Ok(PeerResponse::InstallSnapshot(r)) => {
+                r.map_err(|e| RemoteError::new(self.target, e).into())
+            }
+            Ok(_) => Err(self.mismatch()),
+            Err(e) => Err(self.rpc_error(e)),
+        }
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, NodeAddr, RaftError<NodeId>>> {
+        match self.call(PeerRequest::Vote(rpc), option.hard_ttl()).await {
+            Ok(PeerResponse::Vote(r)) => r.map_err(|e| RemoteError::new(self.target, e).into()),
+            Ok(_) => Err(self.mismatch()),
+            Err(e) => Err(self.rpc_error(e)),
+        }
+    }
+}
+
+/// Serves Raft RPCs from peers on `listener` until `shutdown` turns true; each connection
+/// first passes `acceptor`'s handshake (mutual TLS, or none).
+pub async fn serve_peers(
+    listener: TcpListener,
+    acceptor: Acceptor,
+    raft: Raft,
+    stand_in: Arc<StandIn>,
+    shutdown: watch::Receiver<bool>,
+) {
+    wire::accept_loop("peer", listener, shutdown, move |stream| {
+        peer_connection(stream, acceptor.clone(), raft.clone(), stand_in.clone())
+    })
+    .await
+}
+
+async fn peer_connection(
+    tcp: TcpStream,
+    acceptor: Acceptor,
+    raft: Raft,
+    stand_in: Arc<StandIn>,
+) -> Result<(), WireError> {
+    let stream = acceptor.accept(tcp).await?;
+    let mut stream = tokio::io::BufReader::with_capacity(256 * 1024, stream);
+    loop {
+        let request: PeerRequest = match wire::read_frame(&mut stream, PEER_FRAME_MAX).await {
+            Ok(r) => r,
+            Err(WireError::Closed) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let response = answer(&raft, &stand_in, request).await;
+        wire::write_frame(stream.get_mut(), &response).await?;
+    }
+}
+
+/// Hands a peer's `request` to the local Raft and returns its answer, telling `stand_in`
+/// what it needs to know: a leader's AppendEntries or snapshot chunk accepted, a vote
+/// answered.
+pub async fn answer(raft: &Raft, stand_in: &Arc<StandIn>, request: PeerRequest) -> PeerResponse {
+    match request {
+        PeerRequest::AppendEntries(rpc) => {
+            let result = raft.append_entries(rpc).await;
+            // Success or a log conflict: either way the sender leads this node's term.
+            if result
+                .as_ref()
+                .is_ok_and(|r| !matches!(r, AppendEntriesResponse::HigherVote(_)))
+            {
+                stand_in.heard_leader();
+            }
+            PeerResponse::AppendEntries(result)
+        }
+        PeerRequest::Vote(rpc) => {
+            let result = raft.vote(rpc.clone()).await;
+            if let Ok(response) = &result {
+                stand_in.answered(&rpc, response);
+            }
+            PeerResponse::Vote(result)
+        }
+        PeerRequest::InstallSnapshot(rpc) => {
+            let vote = rpc.vote;
+            let result = raft.install_snapshot(rpc).await;
+            // Counted only when the answer carries the sender's vote: a node whose vote is
+            // above answers with its own, and a chunk before the last answers with the vote
+            // read before it was taken (the backstop reads openraft's own record anyway).
+            if result.as_ref().is_ok_and(|r| r.vote == vote) {
+                stand_in.heard_leader();
+            }
+            PeerResponse::InstallSnapshot(result)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::TlsFiles;
+    use crate::security::certs::{DevCa, Validity};
+    use crate::security::tls;
+
+    /// How long the test peer waits before its handshake: longer than [`TTL`], as a loaded
+    /// node or a long round trip makes it.
+    const SLOW: Duration = Duration::from_millis(300);
+
+    /// The calls' deadline: a heartbeat's.
+    const TTL: Duration = Duration::from_millis(100);
+
+    /// A client of node 2 at `addr`, with pools of its own.
+    fn client_of(addr: String, connector: Connector) -> PeerClient {
+        PeerClient {
+            target: 2,
+            addr,
+            pools: Pools::default(),
+            dialing: Dialing::default(),
+            source_ip: None,
+            connector,
+        }
+    }
+
+    /// How many idle connections `client` pools to node 2.
+    fn idle(client: &PeerClient) -> usize {
+        client.pools.lock().unwrap().get(&2).map_or(0, Vec::len)
+    }
+
+    /// A peer that answers one vote per connection, granting it 100 ms after it arrived
+    /// (so that calls made together each need a connection of their own), then closes the
+    /// connection (as a peer killed and restarted after the answer does). Returns its
+    /// address and the count of connections it accepted.
+    async fn one_answer_per_connection() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let Ok(stream) = Acceptor::plain().accept(tcp).await else {
+                        return;
+                    };
+                    let mut stream = tokio::io::BufReader::new(stream);
+                    if let Ok(PeerRequest::Vote(v)) =
+                        wire::read_frame(&mut stream, PEER_FRAME_MAX).await
+                    {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        let granted = PeerResponse::Vote(Ok(VoteResponse::new(v.vote, None, true)));
+                        let _ = wire::write_frame(stream.get_mut(), &granted).await;
+                    }
+                    // Dropped here: the client's pooled connection is now dead.
+                });
+            }
+        });
+        (addr, accepted)
+    }
+
+    #[tokio::test]
+    async fn a_pooled_connection_that_died_idle_costs_no_call() {
+        let (addr, accepted) = one_answer_per_connection().await;
+        let client = client_of(addr, Connector::plain());
+        for term in 1..=3 {
+            let vote = PeerRequest::Vote(VoteRequest::new(openraft::Vote::new(term, 1), None));
+            match client.call(vote, Duration::from_secs(5)).await {
+                Ok(PeerResponse::Vote(Ok(r))) => {
+                    assert!(r.vote_granted);
+                    assert_eq!(r.vote, openraft::Vote::new(term, 1));
+                }
+                Ok(_) => panic!("term {term}: answered with another kind of response"),
+                Err(e) => panic!("term {term}: the call failed: {e}"),
+            }
+            // Each call found the connection the last one pooled closed by the peer.
+            assert_eq!(idle(&client), 1, "the connection that answered is pooled");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn every_idle_connection_to_a_peer_goes_when_one_of_them_failed() {
+        let (addr, accepted) = one_answer_per_connection().await;
+        let client = client_of(addr, Connector::plain());
+        let vote = |term| PeerRequest::Vote(VoteRequest::new(openraft::Vote::new(term, 1), None));
+        let granted = |r: Result<PeerResponse, CallError>| match r {
+            Ok(PeerResponse::Vote(Ok(r))) => r.vote_granted,
+            _ => false,
+        };
+        // Two calls at once: each dials its own connection, and both are pooled after.
+        let (a, b) = tokio::join!(
+            client.call(vote(1), Duration::from_secs(5)),
+            client.call(vote(1), Duration::from_secs(5))
+        );
+        assert!(granted(a) && granted(b));
+        assert_eq!(idle(&client), 2);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Both are dead now; the retry must not take the second from the pool.
+        assert!(granted(client.call(vote(2), Duration::from_secs(5)).await));
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 3);
+        assert_eq!(
+            idle(&client),
+            1,
+            "only the connection that answered is pooled"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_handshake_slower_than_the_call_deadline_still_yields_a_connection() {
+        let dir = std::env::temp_dir().join(format!("weir-peer-dial-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca = DevCa::new("test CA").unwrap();
+        let node = ca.issue("node", Validity::Current).unwrap();
+        let files = TlsFiles {
+            cert: dir.join("node.pem"),
+            key: dir.join("node.key"),
+            ca: dir.join("ca.pem"),
+        };
+        std::fs::write(&files.cert, &node.cert_pem).unwrap();
+        std::fs::write(&files.key, &node.key_pem).unwrap();
+        std::fs::write(&files.ca, ca.cert_pem()).unwrap();
+        let acceptor = Acceptor::tls(tls::peer_server_config(&files).unwrap());
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(SLOW).await;
+                    let Ok(stream) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let mut stream = tokio::io::BufReader::new(stream);
+                    while let Ok(PeerRequest::Vote(v)) =
+                        wire::read_frame(&mut stream, PEER_FRAME_MAX).await
+                    {
+                        let granted = PeerResponse::Vote(Ok(VoteResponse::new(v.vote, None, true)));
+                        if wire::write_frame(stream.get_mut(), &granted).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        let client = client_of(
+            addr.to_string(),
+            Connector::tls(tls::peer_client_config(&files).unwrap()),
+        );
+        let mut answered = 0;
+        for _ in 0..40 {
+            let vote = PeerRequest::Vote(VoteRequest::new(openraft::Vote::new(1, 1), None));
+            if let Ok(PeerResponse::Vote(Ok(r))) = client.call(vote, TTL).await {
+                assert!(r.vote_granted);
+                answered += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Every call alone gives up before the handshake ends; the connections their dials
+        // made serve the calls after them.
+        assert!(
+            answered > 0,
+            "no call was answered: every handshake was cancelled"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,197 @@
+//! The requests about the node and the cluster rather than the limits: status, membership
+//! changes and the snapshot-cost measurement. [`super::client_port`] dispatches them here.
+//!
+//! Invariants:
+//! - Status and snapshot cost change nothing; they hold the state lock only to copy or
+//!   encode, never across an await.
+//! - Neither can slow the leader however often it is asked: status's digest comes from the
+//!   [`super::digest::DigestCache`] (once per applied index, at most 5% of the lock's time,
+//!   hashed off the lock); a snapshot-cost measurement runs one at a time, decodes on the
+//!   blocking pool, and the next may start only 20 times its encoding's lock time later.
+//! - A membership change is openraft's own (`change_membership`, answered once committed).
+//!   A node is added as a learner first and promoted to voter only once it has caught up
+//!   (its replication has matched the learner's own membership entry), so a new voter does
+//!   not hold commits back while it copies the log. A learner that has not caught up within
+//!   [`LEARNER_CATCH_UP`] (nobody listens at its address, or its certificate is not from the
+//!   cluster CA, so the mutual-TLS handshake fails) never becomes a voter: it is removed
+//!   again and the request is answered `BadRequest` saying why.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use openraft::ChangeMembers;
+
+use super::client_port::Ctx;
+use super::leader::write_failure;
+use crate::raft::{NodeAddr, NodeId};
+use weir_client::protocol::{Failure, Member, NodeStatus, Response, SnapshotCost};
+use weir_core::machine::Machine;
+
+/// This node's status: Raft metrics and the applied state's digest.
+pub async fn status(ctx: &Ctx) -> NodeStatus {
+    let m = ctx.raft.metrics().borrow().clone();
+    let (digest_applied, digest) = ctx.digest.digest(&ctx.state).await;
+    let (applied, log_ms, sessions) = {
+        let state = ctx.state.lock();
+        (
+            state.machine.applied_index(),
+            state.machine.now_ms(),
+            state.machine.session_count() as u64,
+        )
+    };
+    let voters: BTreeSet<u64> = m.membership_config.voter_ids().collect();
+    let matched: BTreeMap<u64, Option<u64>> = m
+        .replication
+        .as_ref()
+        .map(|r| r.iter().map(|(id, l)| (*id, l.map(|l| l.index))).collect())
+        .unwrap_or_default();
+    let members = m
+        .membership_config
+        .nodes()
+        .map(|(id, n)| Member {
+            id: *id,
+            peer: n.peer.clone(),
+            client: n.client.clone(),
+            voter: voters.contains(id),
+            matched: matched.get(id).copied().flatten(),
+        })
+        .collect();
+    NodeStatus {
+        id: ctx.id,
+        addr: ctx.client_addr.clone(),
+        state: format!("{:?}", m.state),
+        term: m.current_term,
+        leader: m.current_leader,
+        last_log_index: m.last_log_index.unwrap_or(0),
+        snapshot_index: m.snapshot.map(|l| l.index),
+        purged_index: m.purged.map(|l| l.index),
+        applied,
+        digest,
+        digest_applied,
+        log_ms,
+        sessions,
+        rss_kib: rss_kib(),
+        members,
+    }
+}
+
+/// This process's resident set size, from /proc (Linux).
+fn rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// How long a new learner has to catch up before it is removed again. A reachable node
+/// copies the log (or a snapshot, at most `SNAPSHOT_BYTES_MAX`) over loopback or a LAN in
+/// well under this; the client's own retry deadline is about the same, so the answer
+/// arrives while it still waits.
+pub const LEARNER_CATCH_UP: Duration = Duration::from_secs(8);
+
+/// Adds node `id`: as a learner, waiting at most [`LEARNER_CATCH_UP`] until it has caught
+/// up, then as a voter. A learner that does not catch up is removed and never votes.
+pub async fn add_node(ctx: &Ctx, id: NodeId, node: NodeAddr) -> Response {
+    let peer = node.peer.clone();
+    let added = match ctx.raft.add_learner(id, node, false).await {
+        Ok(r) => r.log_id.index,
+        Err(e) => return Response::Failed(write_failure(&ctx.raft, e)),
+    };
+    let caught_up = ctx
+        .raft
+        .wait(Some(LEARNER_CATCH_UP))
+        .metrics(
+            |m| {
+                m.replication
+                    .as_ref()
+                    .and_then(|r| r.get(&id).copied().flatten())
+                    .is_some_and(|matched| matched.index >= added)
+            },
+            "the learner has caught up",
+        )
+        .await;
+    if caught_up.is_err() {
+        let removal = ctx
+            .raft
+            .change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([id])), false)
+            .await;
+        let removed = match removal {
+            Ok(_) => "it was removed again".to_string(),
+            Err(e) => format!("removing it again failed too ({e})"),
+        };
+        return Response::Failed(Failure::BadRequest(format!(
+            "node {id} at {peer} did not catch up as a learner within {LEARNER_CATCH_UP:?} \
+             (unreachable, or its certificate is not from the cluster CA), so it was not \
+             made a voter; {removed}"
+        )));
+    }
+    match ctx
+        .raft
+        .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+        .await
+    {
+        Ok(_) => Response::MembershipChanged,
+        Err(e) => Response::Failed(write_failure(&ctx.raft, e)),
+    }
+}
+
+/// Removes voter `id`.
+pub async fn remove_node(ctx: &Ctx, id: NodeId) -> Response {
+    match ctx
+        .raft
+        .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
+        .await
+    {
+        Ok(_) => Response::MembershipChanged,
+        Err(e) => Response::Failed(write_failure(&ctx.raft, e)),
+    }
+}
+
+/// Measures what a snapshot of this node's state costs: encoding it (under the lock, as the
+/// snapshot builder does) and decoding and checking it (on the blocking pool, as an install
+/// does). Changes nothing. One measurement at a time, and the next only 20 times the last
+/// encoding's lock time later; others are answered `Unavailable` at once.
+pub async fn snapshot_cost(ctx: &Ctx) -> Response {
+    let Ok(_one_at_a_time) = ctx.snapshot_cost.try_lock() else {
+        return Response::Failed(Failure::Unavailable(
+            "a snapshot measurement is already running".into(),
+        ));
+    };
+    let (applied, bytes, build) = {
+        let mut next_allowed = ctx
+            .snapshot_cost_next
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = *next_allowed
+            && Instant::now() < t
+        {
+            return Response::Failed(Failure::Unavailable(format!(
+                "snapshot measurements are rate-limited; the next in {:?}",
+                t - Instant::now()
+            )));
+        }
+        let state = ctx.state.lock();
+        let started = Instant::now();
+        let bytes = state.machine.snapshot();
+        let build = started.elapsed();
+        *next_allowed = Some(Instant::now() + build * 20);
+        (state.machine.applied_index(), bytes, build)
+    };
+    let measured = tokio::task::spawn_blocking(move || {
+        let started = Instant::now();
+        let restored = Machine::restore(&bytes).map(|_| bytes.len());
+        (restored, started.elapsed())
+    })
+    .await;
+    let Ok((restored, install)) = measured else {
+        return Response::Failed(Failure::Unavailable("snapshot measurement failed".into()));
+    };
+    match restored {
+        Ok(len) => Response::SnapshotCost(SnapshotCost {
+            applied,
+            bytes: len as u64,
+            build_us: build.as_micros() as u64,
+            install_us: install.as_micros() as u64,
+        }),
+        Err(e) => Response::Failed(Failure::Unavailable(format!("own snapshot refused: {e}"))),
+    }
+}

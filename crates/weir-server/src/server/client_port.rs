@@ -1,0 +1,466 @@
+//! The client port: accepts connections, checks the hello, serves requests concurrently and
+//! writes their responses as they finish. Writes go to the [`Proposer`], linearizable reads
+//! to the [`Reader`], node and cluster requests to [`super::admin`]; the server module doc
+//! follows a request through all of them.
+//!
+//! Each connection has a reader (its connection task), a task per request in flight, a
+//! writer task fed by a bounded outbox, and a forwarder task for pushes.
+//!
+//! Push: a connection follows the sessions it has used (opened, or named in a write), and
+//! a forwarder task sends it every event the applied log produces for them. A push that is
+//! lost (a slow connection, a reconnect) loses nothing: the grant is state, and asking again
+//! for the ticket answers `Granted` with the same fence. A forwarder that falls behind the
+//! event feed says so with `ServerFrame::Resync`, and the client asks again about every
+//! ticket it waits for or holds; a push is never dropped without telling the client.
+//!
+//! The edge ([`super::edge`]) checks every write before it is proposed; one that breaks a
+//! bound, or would make the connection follow more than `FOLLOWED_SESSIONS_MAX` sessions,
+//! is answered `Failed(BadRequest)` naming the bound, and the connection stays open.
+//!
+//! Heartbeats: a connection that sends `ClientFrame::Heartbeats` gets a
+//! `ServerFrame::Heartbeat` every `HEARTBEAT_PERIOD` ([`heartbeat`]), so the client can tell
+//! a node that is silent (stopped) from one that is busy.
+//!
+//! Bad input — an oversized or corrupt frame, undecodable bytes, a wrong version, a request
+//! before the hello — is answered with `ServerFrame::Error` naming the problem, and that
+//! connection is closed; the node and every other connection go on.
+//!
+//! Security (spec §7): the TLS handshake, if the port has one, comes before the hello. The
+//! hello's token makes the connection's [`Principal`]; with tokens configured, a hello
+//! without a known token is refused. Every request is checked against the principal's role
+//! ([`authorize()`]) before it goes anywhere, and answered `Failure::Forbidden` if refused.
+//! When the tokens are reloaded and the principal's token is gone, the connection closes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{BufReader, ReadHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, broadcast, mpsc, watch};
+
+use super::admin;
+use super::edge;
+use super::followed::{Followed, Opening};
+use super::heartbeat;
+use super::proposer::Proposer;
+use super::reader::{Reader, answer};
+use crate::raft::state_store::AppliedState;
+use crate::raft::{NodeAddr, NodeId, Raft};
+use crate::security::{Acceptor, Principal, Stream, Tokens, authorize};
+use weir_client::protocol::{
+    CLIENT_FRAME_MAX, ClientFrame, Failure, PROTOCOL_VERSION, Request, Response, ServerFrame,
+};
+use weir_client::task::AbortOnDrop;
+use weir_client::wire::{self, WireError};
+use weir_core::machine::{Applied, Command, Event, Reply, SessionId};
+
+/// How long a new connection may take to say hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Frames queued for one connection's writer, at most; a client that does not read its
+/// responses stalls only itself.
+const OUTBOX_MAX: usize = 1_024;
+/// Requests served at once on one connection, at most. Past this the connection's reader
+/// stops reading (TCP pushes back on the client) until one finishes.
+const IN_FLIGHT_MAX: usize = 4_096;
+/// Bytes buffered in front of a connection's socket: a frame is then one read, not three.
+const READ_BUFFER_BYTES: usize = 64 * 1024;
+/// How long a closing connection's writer may take to flush what is queued (the closing
+/// `Error` frame included) before it is dropped.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What a connection needs of the node.
+pub struct Ctx {
+    pub id: NodeId,
+    pub client_addr: String,
+    pub raft: Raft,
+    /// The applied state: local reads, status, and the event feed for pushes.
+    pub state: Arc<AppliedState>,
+    pub proposer: Proposer,
+    pub reader: Reader,
+    /// TLS for the port, or plaintext.
+    pub acceptor: Acceptor,
+    /// The tokens accepted, reloaded on SIGHUP.
+    pub tokens: Arc<Tokens>,
+    /// The status digest, cached per applied index ([`super::digest`]).
+    pub digest: super::digest::DigestCache,
+    /// Held while a snapshot-cost measurement runs: one at a time.
+    pub snapshot_cost: tokio::sync::Mutex<()>,
+    /// When the next snapshot-cost measurement may start.
+    pub snapshot_cost_next: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+/// Serves client connections on `listener` until `shutdown` turns true.
+pub async fn serve_clients(listener: TcpListener, ctx: Arc<Ctx>, shutdown: watch::Receiver<bool>) {
+    wire::accept_loop("client", listener, shutdown, move |stream| {
+        connection(stream, ctx.clone())
+    })
+    .await
+}
+
+async fn connection(tcp: TcpStream, ctx: Arc<Ctx>) -> Result<(), String> {
+    let _counted = crate::metrics::get().connection();
+    let stream = ctx.acceptor.accept(tcp).await.map_err(|e| e.to_string())?;
+    let (rd, mut wr) = tokio::io::split(stream);
+    let mut rd = BufReader::with_capacity(READ_BUFFER_BYTES, rd);
+    let (out, mut outbox) = mpsc::channel::<ServerFrame>(OUTBOX_MAX);
+    // A slot per request being served. The writer gathers answers while two or more slots
+    // are taken: the request whose answer woke it has usually given its slot back by then
+    // (it drops it right after queueing the answer), so that is "others are still being
+    // served", and a lone client's answers go out at once.
+    let slots = Arc::new(Semaphore::new(IN_FLIGHT_MAX));
+    let serving = slots.clone();
+    let writer = tokio::spawn(async move {
+        let more_coming = move || serving.available_permits() + 1 < IN_FLIGHT_MAX;
+        let _ = wire::write_queued(
+            &mut wr,
+            &mut outbox,
+            |f| matches!(f, ServerFrame::Error { .. }),
+            Some(more_coming),
+        )
+        .await;
+    });
+    let result = serve(&mut rd, &out, &ctx, slots).await;
+    if let Err(reason) = &result {
+        let _ = out
+            .send(ServerFrame::Error {
+                reason: reason.clone(),
+            })
+            .await;
+    }
+    drop(out);
+    let _ = tokio::time::timeout(FLUSH_TIMEOUT, writer).await;
+    result
+}
+
+/// Serves one connection after its hello until it closes or sends bad input.
+async fn serve(
+    rd: &mut BufReader<ReadHalf<Stream>>,
+    out: &mpsc::Sender<ServerFrame>,
+    ctx: &Arc<Ctx>,
+    slots: Arc<Semaphore>,
+) -> Result<(), String> {
+    let Some(principal) = greet(rd, out, ctx).await? else {
+        return Ok(());
+    };
+    let mut revoked = std::pin::pin!(revocation(ctx.tokens.clone(), principal.clone()));
+    let followed = Followed::default();
+    let forwarder = tokio::spawn(forward_events(
+        ctx.state.subscribe(),
+        followed.clone(),
+        out.clone(),
+    ));
+    // The forwarder ends with its connection.
+    let _stop_forwarder = AbortOnDrop(forwarder);
+    // Started by the client's `Heartbeats` frame; ends with its connection.
+    let mut heartbeats: Option<AbortOnDrop> = None;
+    loop {
+        // Cancelling a half-read frame is harmless here: the connection is closing then.
+        let read = tokio::select! {
+            r = wire::read_frame::<_, ClientFrame>(rd, CLIENT_FRAME_MAX) => r,
+            why = &mut revoked => return Err(why),
+        };
+        let frame = match read {
+            Ok(f) => f,
+            Err(WireError::Closed) => return Ok(()),
+            Err(e) => return Err(e.to_string()),
+        };
+        let (id, request) = match frame {
+            ClientFrame::Request { id, request } => (id, request),
+            ClientFrame::Hello { .. } => return Err("a second hello".into()),
+            ClientFrame::Heartbeats => {
+                if heartbeats.is_none() {
+                    let beat = heartbeat::send_heartbeats(ctx.clone(), out.clone());
+                    heartbeats = Some(AbortOnDrop(tokio::spawn(beat)));
+                }
+                continue;
+            }
+        };
+        let allowed = match authorize(&principal.role, &request) {
+            Ok(()) => owned(ctx, &principal, &request).await,
+            Err(why) => Err(Failure::Forbidden(why)),
+        };
+        if let Err(failure) = allowed {
+            let response = Response::Failed(failure);
+            let _ = out.send(ServerFrame::Response { id, response }).await;
+            continue;
+        }
+        let opening = match admit(&followed, &request) {
+            Ok(opening) => opening,
+            Err(failure) => {
+                // Refused at the edge: nothing proposed, the connection goes on.
+                let response = Response::Failed(failure);
+                if out
+                    .send(ServerFrame::Response { id, response })
+                    .await
+                    .is_err()
+                {
+                    return Err("writer gone".into());
+                }
+                continue;
+            }
+        };
+        let closing = match &request {
+            Request::Write(Command::CloseSession { session }) => Some(*session),
+            _ => None,
+        };
+        let request = match request {
+            Request::Write(command) => match edge::bind_open(command, principal.owner()) {
+                Ok(command) => Request::Write(command),
+                Err(failure) => {
+                    let response = Response::Failed(failure);
+                    let _ = out.send(ServerFrame::Response { id, response }).await;
+                    continue;
+                }
+            },
+            other => other,
+        };
+        let slot = slots.clone().acquire_owned().await.expect("never closed");
+        let ctx = ctx.clone();
+        let out = out.clone();
+        let followed = followed.clone();
+        tokio::spawn(async move {
+            let response = handle(&ctx, request).await;
+            if let Response::Written { reply, .. } = &response {
+                match (reply, opening) {
+                    (Reply::SessionOpened { session, .. }, Some(opening)) => {
+                        followed.opened(opening, *session)
+                    }
+                    _ if closing.is_some() => followed.unfollow(closing.expect("checked")),
+                    _ => {}
+                }
+            }
+            let _ = out.send(ServerFrame::Response { id, response }).await;
+            drop(slot);
+        });
+    }
+}
+
+/// Resolves, with the reason, once a reload of the tokens has taken `principal`'s away.
+async fn revocation(tokens: Arc<Tokens>, principal: Principal) -> String {
+    let mut reloads = tokens.reloads();
+    loop {
+        if reloads.changed().await.is_err() {
+            // The node is going away; its shutdown ends this connection.
+            std::future::pending::<()>().await;
+        }
+        if !tokens.still_valid(&principal) {
+            return format!("the token (role {}) was revoked", principal.role);
+        }
+    }
+}
+
+/// Reads the hello, authenticates its token, and answers `Welcome`. `Ok(None)`: the client
+/// closed before saying hello. An error is the reason to close with.
+async fn greet(
+    rd: &mut BufReader<ReadHalf<Stream>>,
+    out: &mpsc::Sender<ServerFrame>,
+    ctx: &Ctx,
+) -> Result<Option<Principal>, String> {
+    let hello = tokio::time::timeout(
+        HELLO_TIMEOUT,
+        wire::read_frame::<_, ClientFrame>(rd, CLIENT_FRAME_MAX),
+    )
+    .await
+    .map_err(|_| format!("no hello within {HELLO_TIMEOUT:?}"))?;
+    let principal = match hello {
+        Ok(ClientFrame::Hello { version, token }) if version == PROTOCOL_VERSION => {
+            ctx.tokens.authenticate(token.as_deref())?
+        }
+        Ok(ClientFrame::Hello { version, .. }) => {
+            return Err(format!(
+                "protocol version {version} is not supported (this node speaks {PROTOCOL_VERSION})"
+            ));
+        }
+        Ok(ClientFrame::Request { .. } | ClientFrame::Heartbeats) => {
+            return Err("request before hello".into());
+        }
+        Err(WireError::Closed) => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
+    out.send(ServerFrame::Welcome {
+        version: PROTOCOL_VERSION,
+        node: ctx.id,
+    })
+    .await
+    .map_err(|_| "writer gone".to_string())?;
+    Ok(Some(principal))
+}
+
+/// Refuses (`Forbidden`) a request on a session another principal opened, by the
+/// machine's record of its owner (replicated: every node, a new leader included, knows it).
+///
+/// A session this node has not applied yet may be one a new leader has committed but not
+/// applied: then the check waits for a quorum round (`ensure_linearizable`, which also
+/// waits for the state to be applied up to the commit index) and looks again, so no
+/// committed session's owner is missed. A session still unknown then is left to the
+/// machine, which refuses it `UnknownSession`. The wait holds this connection's reading for
+/// one round, and only for a request naming a session this node does not have.
+async fn owned(ctx: &Ctx, principal: &Principal, request: &Request) -> Result<(), Failure> {
+    let Request::Write(command) = request else {
+        return Ok(());
+    };
+    let Some(session) = session_of(command) else {
+        return Ok(());
+    };
+    let owner_here = || ctx.state.lock().machine.session_owner(session);
+    let owner = match owner_here() {
+        Some(owner) => Some(owner),
+        None => {
+            if let Err(e) = ctx.raft.ensure_linearizable().await {
+                return Err(super::leader::read_failure(&ctx.raft, e));
+            }
+            owner_here()
+        }
+    };
+    match owner {
+        Some(owner) if !principal.may_act_on(owner) => Err(Failure::Forbidden(format!(
+            "session {session} belongs to another principal"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The edge's checks of one request before it is served ([`edge`]): a write's arguments,
+/// and the session it makes this connection follow (followed from now on, whether or not
+/// the write is then served). `Some` holds a place for the session an `OpenSession` opens.
+fn admit(
+    followed: &Followed,
+    request: &Request,
+) -> Result<Option<Opening>, weir_client::protocol::Failure> {
+    let Request::Write(command) = request else {
+        return Ok(None);
+    };
+    edge::check_write(command)?;
+    if let Some(session) = session_of(command) {
+        followed.follow(session)?;
+    }
+    match command {
+        Command::OpenSession { .. } | Command::OpenSessionFor { .. } => {
+            followed.begin_open().map(Some)
+        }
+        _ => Ok(None),
+    }
+}
+
+/// The session a write acts for, if any.
+fn session_of(command: &Command) -> Option<SessionId> {
+    match command {
+        Command::KeepAlive { session }
+        | Command::CloseSession { session }
+        | Command::Release { session, .. } => Some(*session),
+        Command::Acquire(a) => Some(a.session),
+        _ => None,
+    }
+}
+
+/// Sends the connection every event for the sessions it follows.
+pub(super) async fn forward_events(
+    mut applied: broadcast::Receiver<Arc<Applied>>,
+    followed: Followed,
+    out: mpsc::Sender<ServerFrame>,
+) {
+    use broadcast::error::RecvError;
+    loop {
+        let entry = match applied.recv().await {
+            Ok(e) => e,
+            // Missed some: their grants are state, and the client learns them by asking
+            // again, so tell it to. Waiting for room in the outbox: this frame must not be
+            // lost the way the events were.
+            Err(RecvError::Lagged(n)) => {
+                crate::metrics::get().pushes_dropped.inc_by(n);
+                tracing::warn!("a client connection missed the events of {n} entries; resync");
+                let resync = ServerFrame::Resync { missed_entries: n };
+                if out.send(resync).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            Err(RecvError::Closed) => return,
+        };
+        let mine: Vec<_> = followed.with(|followed| {
+            entry
+                .events
+                .iter()
+                .filter(|e| followed.contains(&e.session()))
+                .cloned()
+                .collect()
+        });
+        for event in mine {
+            // An expired session is followed no more; its last event still goes out.
+            if let Event::SessionExpired { session } = &event {
+                followed.unfollow(*session);
+            }
+            if out.send(ServerFrame::Event(event)).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Serves one request: writes through the proposer, linearizable reads through the reader,
+/// the rest here or in [`super::admin`].
+///
+/// Each request runs in a task of its own, and spawning and finishing a task copies its
+/// future: the rare administrative arms (whose openraft futures are large) are boxed so
+/// that every write's and read's task stays the size of the proposer's future.
+async fn handle(ctx: &Ctx, request: Request) -> Response {
+    match request {
+        Request::Write(command) => match ctx.proposer.propose(command).await {
+            Ok((index, reply)) => {
+                crate::metrics::get().replied(&reply);
+                Response::Written { index, reply }
+            }
+            Err(f) => Response::Failed(f),
+        },
+        Request::Read(query) => match ctx.reader.read(query).await {
+            Ok(a) => Response::Read(a),
+            Err(f) => Response::Failed(f),
+        },
+        Request::ReadLocal(query) => Response::Read(answer(&ctx.state.lock().machine, &query)),
+        Request::Status => Response::Status(Box::pin(admin::status(ctx)).await),
+        Request::AddNode { id, peer, client } => {
+            let members = ctx
+                .raft
+                .metrics()
+                .borrow()
+                .membership_config
+                .nodes()
+                .count();
+            if let Err(f) = edge::check_add_node(&peer, &client, members) {
+                return Response::Failed(f);
+            }
+            Box::pin(admin::add_node(ctx, id, NodeAddr { peer, client })).await
+        }
+        Request::RemoveNode { id } => Box::pin(admin::remove_node(ctx, id)).await,
+        Request::SnapshotCost => Box::pin(admin::snapshot_cost(ctx)).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_core::machine::{Applied, Event};
+
+    #[tokio::test]
+    async fn a_lagging_forwarder_tells_its_client_to_resync() {
+        // The event feed holds 2 entries; 5 are applied before the forwarder reads any.
+        let (feed, applied) = broadcast::channel(2);
+        let followed = Followed::default();
+        followed.follow(7).unwrap();
+        let (out, mut outbox) = mpsc::channel(16);
+        for _ in 0..5 {
+            let entry = Applied {
+                log_ms: 0,
+                replies: vec![],
+                events: vec![Event::SessionExpired { session: 7 }],
+            };
+            feed.send(Arc::new(entry)).unwrap();
+        }
+        let _forwarder = AbortOnDrop(tokio::spawn(forward_events(applied, followed, out)));
+        let first = tokio::time::timeout(Duration::from_secs(5), outbox.recv())
+            .await
+            .expect("a frame")
+            .expect("open");
+        assert_eq!(first, ServerFrame::Resync { missed_entries: 3 });
+    }
+}

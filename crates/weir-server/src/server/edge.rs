@@ -1,0 +1,196 @@
+//! The network edge's checks: what a client request must satisfy before anything of it is
+//! proposed, so that a request that breaks a bound is refused to that client alone and never
+//! reaches the log (G8).
+//!
+//! - A write's arguments: [`Command::validate`], the same function the machine runs first in
+//!   `apply` (names, reasons, units, weights, TTLs, a limit's spec). Its refusal is answered
+//!   `BadRequest` with the machine's own wording, so a bad name is refused the same way
+//!   whether it is found here or, defence in depth, in the machine.
+//! - A write's encoded size: checked by the proposer ([`super::proposer`]) against
+//!   [`weir_core::bounds::COMMAND_BYTES_MAX`], which the entry bound is built on.
+//! - `AddNode`'s addresses ([`ADDR_BYTES_MAX`]) and the cluster's size ([`MEMBERS_MAX`]):
+//!   addresses travel in every membership entry.
+//! - The sessions a connection follows: [`super::followed`].
+//! - An open's owner and id nonce ([`bind_open`]): an `OpenSession` (or an
+//!   `OpenSessionFor` a client filled in itself) is proposed as `OpenSessionFor` with the
+//!   connection's principal as owner and a random nonce drawn here, never the client's.
+//! - A session's owner (G10): the client port checks the machine's record of who opened
+//!   the session ([`weir_core::machine::Machine::session_owner`]) before a keep-alive, acquire,
+//!   release or close of it goes on.
+//!
+//! Bounds that depend on the state (sessions, limits, tickets, waiters open at once) are the
+//! machine's: only log order can judge them.
+
+use weir_client::protocol::Failure;
+use weir_core::bounds::{ADDR_BYTES_MAX, MEMBERS_MAX};
+use weir_core::machine::{Command, Owner};
+
+/// The command to propose for a client's `command`: an open becomes `OpenSessionFor` for
+/// `owner`, with a nonce from the OS (the session's id, so ids are unguessable); anything
+/// else is proposed as sent.
+pub fn bind_open(command: Command, owner: Option<Owner>) -> Result<Command, Failure> {
+    let ttl_ms = match command {
+        Command::OpenSession { ttl_ms } | Command::OpenSessionFor { ttl_ms, .. } => ttl_ms,
+        other => return Ok(other),
+    };
+    let nonce = crate::security::random_u64().map_err(Failure::Unavailable)?;
+    Ok(Command::OpenSessionFor {
+        ttl_ms,
+        owner,
+        nonce,
+    })
+}
+
+/// Checks a write before it is proposed.
+pub fn check_write(command: &Command) -> Result<(), Failure> {
+    command
+        .validate()
+        .map_err(|refusal| Failure::BadRequest(refusal.to_string()))
+}
+
+/// Checks an `AddNode` before openraft sees it: its addresses' lengths, and that the cluster,
+/// now of `members` members, has room for one more.
+pub fn check_add_node(peer: &str, client: &str, members: usize) -> Result<(), Failure> {
+    for (what, addr) in [("peer", peer), ("client", client)] {
+        if addr.is_empty() || addr.len() > ADDR_BYTES_MAX {
+            return Err(Failure::BadRequest(format!(
+                "{what} address is {} bytes, not in 1..={ADDR_BYTES_MAX}",
+                addr.len()
+            )));
+        }
+    }
+    if members >= MEMBERS_MAX {
+        return Err(Failure::BadRequest(format!(
+            "the cluster has {members} members, the bound is {MEMBERS_MAX}"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_core::bounds::{COMMAND_BYTES_MAX, NAME_BYTES_MAX, REASON_BYTES_MAX, UNITS_MAX};
+    use weir_core::codec;
+    use weir_core::machine::{Acquire, Change, HaltScope, Priority, Settle};
+
+    fn name() -> String {
+        "n".repeat(NAME_BYTES_MAX)
+    }
+
+    /// The largest valid command of every kind, each field at its bound.
+    fn worst_of_each_kind() -> Vec<Command> {
+        vec![
+            Command::DefineLimit {
+                tenant: name(),
+                name: name(),
+                concurrent: UNITS_MAX,
+                per_second: 1e9,
+                burst: Some(weir_core::bounds::BURST_MAX),
+            },
+            Command::RemoveLimit {
+                tenant: name(),
+                name: name(),
+            },
+            Command::OpenSession {
+                ttl_ms: weir_core::bounds::SESSION_TTL_MS_MAX,
+            },
+            Command::KeepAlive { session: u64::MAX },
+            Command::CloseSession { session: u64::MAX },
+            Command::Acquire(Acquire {
+                session: u64::MAX,
+                ticket: u64::MAX,
+                tenant: name(),
+                limit: name(),
+                units: UNITS_MAX,
+                priority: Priority {
+                    level: i32::MIN,
+                    fairness_key: name(),
+                    fairness_weight: u32::MAX,
+                },
+                agent: Some(name()),
+                wait: true,
+            }),
+            Command::Release {
+                session: u64::MAX,
+                ticket: u64::MAX,
+            },
+            Command::SetTenant {
+                tenant: name(),
+                max_running: Change::Set(u32::MAX),
+                budget_tokens: Change::Set(u64::MAX),
+                budget_minor: Change::Set(u64::MAX),
+            },
+            Command::Reserve {
+                tenant: name(),
+                run: name(),
+                agent: Some(name()),
+                period: Some(name()),
+                hold_tokens: Some(u64::MAX),
+                hold_minor: Some(u64::MAX),
+            },
+            Command::ReleaseRun {
+                tenant: name(),
+                run: name(),
+            },
+            Command::Settle(Settle {
+                tenant: name(),
+                run: name(),
+                epoch: u64::MAX,
+                period: Some(name()),
+                tokens: u64::MAX,
+                minor_units: u64::MAX,
+                release_slot: true,
+            }),
+            Command::SetHalt {
+                tenant: name(),
+                scope: HaltScope::Agent(name()),
+                reason: "r".repeat(REASON_BYTES_MAX),
+            },
+            Command::ClearHalt {
+                tenant: name(),
+                scope: HaltScope::Agent(name()),
+            },
+            Command::Tick,
+            Command::OpenSessionFor {
+                ttl_ms: weir_core::bounds::SESSION_TTL_MS_MAX,
+                owner: Some(Owner([u8::MAX; 32])),
+                nonce: u64::MAX,
+            },
+        ]
+    }
+
+    #[test]
+    fn every_command_within_the_argument_bounds_fits_the_command_byte_bound() {
+        for command in worst_of_each_kind() {
+            command.validate().unwrap();
+            let bytes = codec::encoded_len(&command);
+            assert!(bytes <= COMMAND_BYTES_MAX, "{bytes} bytes: {command:?}");
+        }
+    }
+
+    #[test]
+    fn a_name_one_byte_too_long_is_refused_naming_the_field_and_bound() {
+        let err = check_write(&Command::RemoveLimit {
+            tenant: "t".into(),
+            name: "x".repeat(NAME_BYTES_MAX + 1),
+        })
+        .unwrap_err();
+        assert_eq!(
+            err,
+            Failure::BadRequest(format!(
+                "invalid: limit name is {} bytes, the bound is {NAME_BYTES_MAX}",
+                NAME_BYTES_MAX + 1
+            ))
+        );
+    }
+
+    #[test]
+    fn add_node_addresses_and_cluster_size_are_bounded() {
+        check_add_node("127.0.0.1:1", "127.0.0.1:2", 3).unwrap();
+        let long = "a".repeat(ADDR_BYTES_MAX + 1);
+        assert!(check_add_node(&long, "x", 3).is_err());
+        assert!(check_add_node("x", "", 3).is_err());
+        assert!(check_add_node("x", "y", MEMBERS_MAX).is_err());
+    }
+}

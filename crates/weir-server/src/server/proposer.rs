@@ -1,0 +1,571 @@
+//! The leader's proposer: batches many clients' commands into one log entry, stamps it with
+//! the log clock, and hands each command's reply back to its sender.
+//!
+//! openraft 0.9 pays one fsync per `client_write`, so throughput is set by how many commands
+//! share an entry. The proposer takes the first waiting command, everything else already
+//! queued (up to `batch_max`), waits for an in-flight slot (at most `in_flight_max` entries
+//! proposed and not yet answered), takes what arrived meanwhile, and proposes: under load the
+//! batch grows by itself while the previous entry fsyncs.
+//!
+//! Stamps: `clock_ms` is this process's monotonic clock (ms since the proposer started) and
+//! the leadership is (current term, this node, this proposer's incarnation), read when the
+//! batch is stamped. Batches are
+//! submitted one at a time, in stamp order, so within one leadership the log carries
+//! non-decreasing stamps at real-time rate — what the machine's log clock needs
+//! (`machine` module doc).
+//!
+//! Ticks: while the machine has timed work (sessions, waiting rate tickets) and nothing was
+//! proposed for `tick_ms`, the leader proposes a `Tick`, so leases expire and buckets serve
+//! waiters without client traffic.
+//!
+//! Invariants:
+//! - Every command handed in is answered exactly once: its reply, `NotLeader` (not
+//!   proposed, or refused by openraft; see the server module's caveats), `Unavailable` (not
+//!   proposed: queue full, Raft stopped), or `OutcomeUnknown` (proposed, fate unknown: not
+//!   answered by openraft before this node stopped leading in its term, or within
+//!   `COMMIT_TIMEOUT`; also every command still queued when the proposer stops).
+//! - Only a leader waits for an in-flight slot; a follower's batch is answered `NotLeader`
+//!   at once, whatever its last leadership's entries still hold.
+//! - The queue is bounded; a full queue answers `Unavailable` at once.
+//! - A command above [`COMMAND_BYTES_MAX`] encoded is answered `BadRequest`, never queued.
+//! - An entry's commands take at most `ENTRY_BYTES_MAX - ENTRY_HEADER_BYTES` encoded bytes
+//!   and at most `batch_max` (≤ `ENTRY_COMMANDS_MAX`) commands: a batch is closed before the
+//!   command that would cross either, which waits for the next batch. So every entry fits
+//!   [`ENTRY_BYTES_MAX`], and `Config::validate` has proved that `max_payload_entries` of
+//!   them fit a peer frame.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use openraft::ServerState;
+use openraft::error::ClientWriteError;
+use openraft::raft::ClientWriteResult;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
+use tokio::time::error::Elapsed;
+
+use super::leader::not_leader;
+use crate::config::ProposerConfig;
+use crate::raft::state_store::AppliedState;
+use crate::raft::{NodeId, Raft, TypeConfig};
+use weir_client::protocol::Failure;
+use weir_core::bounds::{COMMAND_BYTES_MAX, ENTRY_BYTES_MAX, ENTRY_HEADER_BYTES};
+use weir_core::codec;
+use weir_core::machine::{Batch, Command, Leadership, Reply};
+
+/// Commands waiting for the proposer, at most. Past this, writers are told to back off.
+const QUEUE_MAX: usize = 65_536;
+
+/// How long a proposed entry may take to commit and apply before its commands are answered
+/// `OutcomeUnknown`. Far above any healthy commit (milliseconds); an election takes about 1 s.
+const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A command's answer: its reply and the index of its entry, or why it has none.
+pub type Outcome = Result<(u64, Reply), Failure>;
+
+/// A command waiting in the proposer's queue, with where its answer goes.
+struct QueuedWrite {
+    command: Command,
+    /// `command`'s encoded size, at most [`COMMAND_BYTES_MAX`].
+    bytes: usize,
+    answer: oneshot::Sender<Outcome>,
+}
+
+/// Encoded bytes of commands one entry may carry: the entry bound less its header.
+const BATCH_BYTES_MAX: usize = ENTRY_BYTES_MAX - ENTRY_HEADER_BYTES;
+
+/// The handle writers use.
+#[derive(Clone)]
+pub struct Proposer {
+    tx: mpsc::Sender<QueuedWrite>,
+}
+
+impl Proposer {
+    /// Starts the proposer task for `raft` (node `id`).
+    pub fn start(
+        id: NodeId,
+        raft: Raft,
+        state: Arc<AppliedState>,
+        config: ProposerConfig,
+        shutdown: watch::Receiver<bool>,
+    ) -> Proposer {
+        let (tx, rx) = mpsc::channel(QUEUE_MAX);
+        tokio::spawn(run(id, raft, state, config, rx, shutdown));
+        Proposer { tx }
+    }
+
+    /// Proposes `command` and waits for its outcome. A command above [`COMMAND_BYTES_MAX`]
+    /// encoded is refused `BadRequest` at once.
+    pub async fn propose(&self, command: Command) -> Outcome {
+        let bytes = codec::encoded_len(&command);
+        if bytes > COMMAND_BYTES_MAX {
+            return Err(Failure::BadRequest(format!(
+                "command is {bytes} bytes encoded, the bound is {COMMAND_BYTES_MAX}"
+            )));
+        }
+        let (answer, rx) = oneshot::channel();
+        self.tx
+            .try_send(QueuedWrite {
+                command,
+                bytes,
+                answer,
+            })
+            .map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => {
+                    Failure::Unavailable("proposer queue full".into())
+                }
+                mpsc::error::TrySendError::Closed(_) => {
+                    Failure::Unavailable("node shutting down".into())
+                }
+            })?;
+        rx.await
+            .unwrap_or_else(|_| Err(Failure::OutcomeUnknown("proposer stopped".into())))
+    }
+}
+
+/// What stamps a batch: this node, this proposer's incarnation and its clock.
+struct Stamper {
+    node: NodeId,
+    /// The proposer's start: `clock_ms` counts from here.
+    started: Instant,
+    /// The test hook's clock rate ([`clock_rate`]); 1 outside tests.
+    rate: f64,
+    /// This proposer's start, Unix ns (see [`Leadership::incarnation`]).
+    incarnation: u64,
+}
+
+impl Stamper {
+    fn new(node: NodeId) -> Stamper {
+        Stamper {
+            node,
+            started: Instant::now(),
+            // PLANTED(fast-clock)
+            rate: if weir_core::planted::is(weir_core::planted::Plant::FastClock) {
+                clock_rate() * 1.3
+            } else {
+                clock_rate()
+            },
+            incarnation: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64),
+        }
+    }
+
+    /// `commands` as one batch, stamped now for leadership `term`.
+    fn stamp(&self, term: u64, commands: Vec<Command>) -> Batch {
+        Batch {
+            leadership: Leadership {
+                term,
+                node: self.node,
+                incarnation: self.incarnation,
+            },
+            clock_ms: (self.started.elapsed().as_secs_f64() * 1_000.0 * self.rate) as u64,
+            wall_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64)
+                // Test hook (the partition harness's wall-skew fault): offsets WALL stamps only.
+                .saturating_add_signed(
+                    std::env::var("WEIR_TEST_WALL_SKEW_MS")
+                        .ok()
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0),
+                ),
+            commands,
+        }
+    }
+}
+
+/// The proposer task: gathers a batch, stamps it, proposes it, and hands the wait for its
+/// outcome to a task of its own (so the next batch forms while this one commits).
+async fn run(
+    id: NodeId,
+    raft: Raft,
+    state: Arc<AppliedState>,
+    config: ProposerConfig,
+    mut rx: mpsc::Receiver<QueuedWrite>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let stamper = Stamper::new(id);
+    let in_flight = Arc::new(Semaphore::new(config.in_flight_max));
+    let tick = Duration::from_millis(config.tick_ms);
+    let mut last_proposed = Instant::now();
+    // The command that closed the last batch by its size: it opens the next one.
+    let mut held_over = None;
+    loop {
+        let gathered = gather(
+            &mut rx,
+            &mut held_over,
+            &mut shutdown,
+            &in_flight,
+            last_proposed + tick,
+            config.batch_max,
+            &raft,
+        )
+        .await;
+        let (leading, term) = {
+            let m = raft.server_metrics();
+            let m = m.borrow();
+            (m.state == ServerState::Leader, m.vote.leader_id.term)
+        };
+        let (batch, permit) = match gathered {
+            None => return,
+            Some(Gathered::Ready(batch, permit)) if leading => (batch, permit),
+            Some(Gathered::Ready(batch, _) | Gathered::NotLeading(batch)) => {
+                if !batch.is_empty() {
+                    let answers = batch.into_iter().map(|p| p.answer).collect();
+                    answer_all(answers, Err(not_leader(&raft)));
+                }
+                last_proposed = Instant::now();
+                continue;
+            }
+        };
+        if batch.is_empty() {
+            // The tick timer fired with nothing to send.
+            let timed = state.lock().machine.has_timed_work();
+            last_proposed = Instant::now();
+            if !timed {
+                continue;
+            }
+        }
+        let (commands, answers): (Vec<Command>, Vec<_>) = if batch.is_empty() {
+            (vec![Command::Tick], vec![])
+        } else {
+            batch.into_iter().map(|p| (p.command, p.answer)).unzip()
+        };
+        let entry = stamper.stamp(term, commands);
+        crate::metrics::get().proposed(entry.commands.len(), rx.len());
+        last_proposed = Instant::now();
+        let receiver = match raft.client_write_ff(entry).await {
+            Ok(r) => r,
+            Err(fatal) => {
+                let failure = Failure::Unavailable(format!("raft stopped: {fatal}"));
+                answer_all(answers, Err(failure));
+                return;
+            }
+        };
+        let raft = raft.clone();
+        tokio::spawn(async move {
+            let mut leadership = raft.server_metrics();
+            let result = tokio::select! {
+                biased;
+                result = tokio::time::timeout(COMMIT_TIMEOUT, receiver) => Some(result),
+                () = stopped_leading(&mut leadership, Some(term)) => None,
+            };
+            crate::metrics::observe(
+                &crate::metrics::get().commit_seconds,
+                last_proposed.elapsed(),
+            );
+            // The entry is applied, refused or given up on: it no longer counts in flight.
+            drop(permit);
+            let outcome = match result {
+                Some(result) => entry_outcome(&raft, result),
+                // openraft may never answer an entry its deposed leader proposed (the
+                // stall runs of `docs/benchmarks.md` saw it wait out COMMIT_TIMEOUT):
+                // whether a new leader commits it is not this node's to know.
+                None => Err(Failure::OutcomeUnknown(
+                    "this node stopped leading before the entry was applied".into(),
+                )),
+            };
+            answer_all(answers, outcome);
+        });
+    }
+}
+
+/// A gathered batch: ready to propose with its in-flight slot, or to be answered
+/// `NotLeader` because this node does not lead.
+enum Gathered {
+    Ready(Vec<QueuedWrite>, OwnedSemaphorePermit),
+    NotLeading(Vec<QueuedWrite>),
+}
+
+/// Waits for the first command (`held_over` from the last batch, else the queue's) or the
+/// tick deadline `tick_at`, then, while this node leads, for an in-flight slot, taking
+/// everything queued meanwhile (up to `batch_max` commands and [`BATCH_BYTES_MAX`] bytes;
+/// the command that would cross the byte bound is left in `held_over`). The batch is empty
+/// only when the tick fired and nothing arrived. A node that does not lead, or stops
+/// leading while it waits, does not wait for a slot: the slots may be held by entries of
+/// its last leadership, and a follower's answer is `NotLeader`, at once. `None`: shutdown,
+/// or every handle is gone.
+async fn gather(
+    rx: &mut mpsc::Receiver<QueuedWrite>,
+    held_over: &mut Option<QueuedWrite>,
+    shutdown: &mut watch::Receiver<bool>,
+    in_flight: &Arc<Semaphore>,
+    tick_at: Instant,
+    batch_max: usize,
+    raft: &Raft,
+) -> Option<Gathered> {
+    let mut batch = Batching::default();
+    if let Some(first) = held_over.take() {
+        batch.push(first);
+    } else {
+        tokio::select! {
+            first = rx.recv() => batch.push(first?),
+            _ = tokio::time::sleep_until(tick_at.into()) => {}
+            _ = shutdown.changed() => return None,
+        }
+    }
+    batch.drain(rx, held_over, batch_max);
+    let mut leadership = raft.server_metrics();
+    let permit = tokio::select! {
+        biased;
+        permit = in_flight.clone().acquire_owned() => permit.expect("never closed"),
+        () = stopped_leading(&mut leadership, None) => {
+            return Some(Gathered::NotLeading(batch.writes));
+        }
+    };
+    batch.drain(rx, held_over, batch_max);
+    Some(Gathered::Ready(batch.writes, permit))
+}
+
+/// Returns once this node does not lead (in `term`, if given): at once if it does not now.
+/// Also returns when Raft has stopped. It watches openraft's server metrics, which change
+/// only with the vote, the state, the leader or the membership (the full metrics change
+/// with every append and apply, and would wake every waiter on each).
+async fn stopped_leading(
+    metrics: &mut watch::Receiver<
+        openraft::metrics::RaftServerMetrics<NodeId, crate::raft::NodeAddr>,
+    >,
+    term: Option<u64>,
+) {
+    loop {
+        {
+            let m = metrics.borrow_and_update();
+            if m.state != ServerState::Leader || term.is_some_and(|t| m.vote.leader_id.term != t) {
+                return;
+            }
+        }
+        if metrics.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A batch being gathered, with its commands' encoded bytes.
+#[derive(Default)]
+struct Batching {
+    writes: Vec<QueuedWrite>,
+    bytes: usize,
+}
+
+impl Batching {
+    fn push(&mut self, write: QueuedWrite) {
+        self.bytes += write.bytes;
+        self.writes.push(write);
+        debug_assert!(
+            self.bytes <= BATCH_BYTES_MAX,
+            "entry bytes {} above {BATCH_BYTES_MAX}",
+            self.bytes
+        );
+    }
+
+    /// Moves already-queued commands in, up to `max` commands and [`BATCH_BYTES_MAX`] bytes;
+    /// a command that would cross the byte bound (or is already held over) stops it.
+    fn drain(
+        &mut self,
+        rx: &mut mpsc::Receiver<QueuedWrite>,
+        held_over: &mut Option<QueuedWrite>,
+        max: usize,
+    ) {
+        while held_over.is_none() && self.writes.len() < max {
+            match rx.try_recv() {
+                Ok(w) if self.bytes + w.bytes > BATCH_BYTES_MAX => *held_over = Some(w),
+                Ok(w) => self.push(w),
+                Err(_) => break,
+            }
+        }
+    }
+}
+
+/// What became of a proposed entry, from what its openraft receiver gave within
+/// [`COMMIT_TIMEOUT`]: its index and replies, or the failure every command in it shares.
+fn entry_outcome<E>(
+    raft: &Raft,
+    result: Result<Result<ClientWriteResult<TypeConfig>, E>, Elapsed>,
+) -> Result<(u64, Vec<Reply>), Failure> {
+    match result {
+        Ok(Ok(Ok(written))) => match written.data {
+            Some(applied) => Ok((written.log_id.index, applied.replies)),
+            None => Err(Failure::OutcomeUnknown(
+                "entry applied without replies".into(),
+            )),
+        },
+        Ok(Ok(Err(ClientWriteError::ForwardToLeader(_)))) => Err(not_leader(raft)),
+        Ok(Ok(Err(e))) => Err(Failure::OutcomeUnknown(e.to_string())),
+        Ok(Err(_)) => Err(Failure::OutcomeUnknown(
+            "leadership lost while committing".into(),
+        )),
+        Err(_) => Err(Failure::OutcomeUnknown(format!(
+            "not committed within {COMMIT_TIMEOUT:?}"
+        ))),
+    }
+}
+
+/// Hands each command of an entry its reply, or every one the entry's failure. A tick entry
+/// has no answers and one reply.
+fn answer_all(answers: Vec<oneshot::Sender<Outcome>>, outcome: Result<(u64, Vec<Reply>), Failure>) {
+    match outcome {
+        Ok((index, replies)) => {
+            assert_eq!(replies.len(), answers.len().max(1), "one reply per command");
+            for (answer, reply) in answers.into_iter().zip(replies) {
+                let _ = answer.send(Ok((index, reply)));
+            }
+        }
+        Err(failure) => {
+            for a in answers {
+                let _ = a.send(Err(failure.clone()));
+            }
+        }
+    }
+}
+
+/// A test hook for the partition harness's clock nemesis: `WEIR_TEST_CLOCK_RATE` (0.5 to
+/// 2.0) scales this proposer's stamps, as a leader whose clock runs fast or slow would.
+/// Unset, or out of range, it is 1. Nothing else reads it.
+fn clock_rate() -> f64 {
+    let rate = std::env::var("WEIR_TEST_CLOCK_RATE")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok());
+    match rate {
+        Some(r) if (0.5..=2.0).contains(&r) => {
+            tracing::warn!("WEIR_TEST_CLOCK_RATE = {r}: this node's log-clock stamps are skewed");
+            r
+        }
+        _ => 1.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::raft::test_cluster::{Net, PATIENCE, TempDir, found};
+
+    /// Node 1 leads, then is cut off: it cannot commit, and its entries hold both in-flight
+    /// slots while a third command waits for one. Nodes 2 and 3 elect a leader, and node 1
+    /// learns of it from the follower alone: its link to the new leader stays cut, so
+    /// nothing truncates its entries and openraft never answers them. The deposed node
+    /// answers all three within half of [`COMMIT_TIMEOUT`] (before the fix they waited it
+    /// out, and every write sent to that node meanwhile waited for a slot).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_deposed_leader_answers_its_writes_instead_of_holding_its_slots() {
+        let dir = TempDir::new("proposer-deposed");
+        let net = Net::default();
+        let nodes = found(&net, &dir.0, 3).await;
+        let (raft, state) = nodes[&1].clone();
+        let (_stop, shutdown) = watch::channel(false);
+        let config = ProposerConfig {
+            in_flight_max: 2,
+            ..ProposerConfig::default()
+        };
+        let proposer = Proposer::start(1, raft.clone(), state, config, shutdown);
+        assert!(
+            proposer.propose(Command::Tick).await.is_ok(),
+            "node 1 commits"
+        );
+
+        net.cut(1, 2);
+        net.cut(1, 3);
+        let mut answers = vec![];
+        for _ in 0..3 {
+            let p = proposer.clone();
+            answers.push(tokio::spawn(async move { p.propose(Command::Tick).await }));
+            // Each its own entry: the proposer takes a command as soon as it is queued.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        net.elect(2, true);
+        net.elect(3, true);
+        let elected = nodes[&2]
+            .0
+            .wait(Some(PATIENCE))
+            .metrics(
+                |m| matches!(m.current_leader, Some(2 | 3)) && m.current_term > 1,
+                "nodes 2 and 3 elect a leader",
+            )
+            .await
+            .unwrap();
+        let follower = if elected.current_leader == Some(2) {
+            3
+        } else {
+            2
+        };
+        net.heal(1, follower);
+        raft.wait(Some(PATIENCE))
+            .metrics(|m| m.state != ServerState::Leader, "node 1 steps down")
+            .await
+            .unwrap();
+
+        let mut kinds = vec![];
+        for answer in answers {
+            let outcome = tokio::time::timeout(COMMIT_TIMEOUT / 2, answer)
+                .await
+                .expect("answered long before COMMIT_TIMEOUT")
+                .unwrap();
+            kinds.push(match outcome {
+                Err(Failure::OutcomeUnknown(why)) => {
+                    assert!(why.contains("stopped leading"), "{why}");
+                    "unknown"
+                }
+                Err(Failure::NotLeader { .. }) => "not leader",
+                other => panic!("a write of a deposed leader: {other:?}"),
+            });
+        }
+        assert!(
+            kinds[..2].contains(&"unknown"),
+            "the entries in flight are answered outcome unknown (or not leader, when openraft's \
+             truncation answered first): {kinds:?}"
+        );
+        assert_eq!(
+            kinds[2], "not leader",
+            "the write that waited for a slot is answered as a follower's, never proposed"
+        );
+        // A write now is answered at once: no slot is held.
+        let now = tokio::time::timeout(COMMIT_TIMEOUT / 2, proposer.propose(Command::Tick))
+            .await
+            .expect("answered at once");
+        assert!(
+            matches!(now, Err(Failure::NotLeader { .. })),
+            "a follower's answer: {now:?}"
+        );
+        for (raft, _) in nodes.values() {
+            raft.shutdown().await.unwrap();
+        }
+    }
+
+    fn write(bytes: usize) -> QueuedWrite {
+        QueuedWrite {
+            command: Command::Tick,
+            bytes,
+            answer: oneshot::channel().0,
+        }
+    }
+
+    #[test]
+    fn a_batch_closes_before_the_command_that_would_cross_the_entry_bound() {
+        let (tx, mut rx) = mpsc::channel(1_000);
+        let big = COMMAND_BYTES_MAX;
+        let fit = BATCH_BYTES_MAX / big;
+        for _ in 0..fit + 10 {
+            tx.try_send(write(big)).unwrap();
+        }
+        let mut held_over = None;
+        let mut batch = Batching::default();
+        batch.drain(&mut rx, &mut held_over, 100_000);
+        assert_eq!(batch.writes.len(), fit);
+        assert!(batch.bytes <= BATCH_BYTES_MAX);
+        assert!(
+            held_over.is_some(),
+            "the crossing command waits for the next batch"
+        );
+        // The held-over command is not overtaken: nothing more is drained while it waits.
+        batch.drain(&mut rx, &mut held_over, 100_000);
+        assert_eq!(batch.writes.len(), fit);
+        // The command count bound still applies below the byte bound.
+        let mut small = Batching::default();
+        let mut none = None;
+        for _ in 0..10 {
+            tx.try_send(write(1)).unwrap();
+        }
+        small.push(held_over.take().unwrap());
+        small.drain(&mut rx, &mut none, 5);
+        assert_eq!(small.writes.len(), 5);
+    }
+}
