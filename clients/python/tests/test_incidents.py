@@ -169,6 +169,38 @@ async def test_a_grant_whose_event_was_lost_is_learned_by_asking_again(
         await holder.close()
 
 
+async def test_a_keepalive_to_a_silent_node_is_hedged_to_the_others(
+    cluster: Cluster, proxies: list[Proxy]
+) -> None:
+    # With a TTL of 1.5 s every keep-alive is sent with less than 1.6 s of belief left, so
+    # one unanswered for 400 ms by a silent node is hedged to the other nodes, well before
+    # the 1 s silence bound gives its node up; the node that answers becomes the current
+    # one. (Without the hedge the silence bound alone moves it about 0.6 s later, which
+    # at this TTL leaves next to nothing of the belief.)
+    async with (
+        weir.AsyncClient([p.addr for p in proxies]) as client,
+        weir.AsyncClient(cluster.servers) as observer,
+    ):
+        await observer.define_limit("hedge", concurrent=1)
+        session = await client.session(ttl=1.5)
+        permit = await session.acquire("hedge")
+        assert await session.wait_events_connected(10)
+        assert client.current_server.endswith(proxies[0].addr)
+        proxies[0].cut()
+
+        async def hedged() -> bool:
+            return session.keepalives_hedged >= 1
+
+        await async_wait_until(hedged, 5, "a keep-alive is hedged", every=0.02)
+        await asyncio.sleep(2 * 1.5)
+        assert not client.current_server.endswith(proxies[0].addr)
+        assert permit.lost_reason() is None, permit.lost_reason()
+        assert await observer.fence_held("hedge", permit.fence)
+        proxies[0].heal()
+        await permit.release()
+        await session.close()
+
+
 async def _hold_through(cluster: Cluster, incident: str) -> None:
     """Sessions (TTL 3 s) hold permits through two clients, one entering by the leader and
     one by a follower, while the leader is killed or stopped; none may be lost."""
