@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import hashlib
 import itertools
 import os
@@ -108,10 +109,8 @@ def _kill(p: subprocess.Popen[bytes]) -> None:
             os.kill(p.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
     _LIVE.discard(p)
 
 
@@ -450,14 +449,14 @@ class Proxy:
                 w.transport.abort()
             self._loop.stop()
 
-        try:
+        with contextlib.suppress(RuntimeError):
             self._call(go)
-        except RuntimeError:
-            pass
         self._thread.join(5)
 
 
-def wait_until(predicate: Callable[[], bool], within: float, what: str, every: float = POLL) -> None:
+def wait_until(
+    predicate: Callable[[], bool], within: float, what: str, every: float = POLL
+) -> None:
     """Polls ``predicate()`` until true, at most ``within`` seconds."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
@@ -467,8 +466,9 @@ def wait_until(predicate: Callable[[], bool], within: float, what: str, every: f
     raise TimeoutError(f"not within {within} s: {what}")
 
 
-async def async_wait_until(predicate: Callable[[], Awaitable[bool]], within: float, what: str,
-                           every: float = POLL) -> None:
+async def async_wait_until(
+    predicate: Callable[[], Awaitable[bool]], within: float, what: str, every: float = POLL
+) -> None:
     """:func:`wait_until` for coroutines: ``predicate`` is an async callable."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
