@@ -452,6 +452,8 @@ class Proxy:
         with contextlib.suppress(RuntimeError):
             self._call(go)
         self._thread.join(5)
+        if not self._thread.is_alive():
+            self._loop.close()
 
 
 def wait_until(

@@ -579,7 +579,7 @@ class AsyncSession:
                 log.warning("weir: release of ticket %d of session %d: %s", ticket, self.id, e)
                 return
             except WeirError as e:
-                if self._transport._closed:
+                if self._transport.closed:
                     return
                 log.info("weir: release of ticket %d of session %d, try %d: %s",
                          ticket, self.id, attempt, e)
@@ -591,7 +591,7 @@ class AsyncSession:
         held permit lost once the deadline passes."""
         every = self.ttl / KEEPALIVES_PER_TTL
         next_keepalive = time.monotonic() + every
-        while self._ended is None:
+        while self._ended is None and not self._transport.closed:
             left = self._deadline - boot_now()
             if left <= 0:
                 for held in self._held.values():
@@ -662,7 +662,7 @@ class AsyncSession:
     async def _follow(self) -> None:
         """Follows the session's events; (re)connects as long as the session lives."""
         path = f"/v1/sessions/{self.id}/events"
-        while self._ended is None:
+        while self._ended is None and not self._transport.closed:
             try:
                 await self._transport.stream(path, self._on_open, self._on_event)
             except UnknownSession:
@@ -794,7 +794,8 @@ class AsyncSession:
         if self._ended is not None and self._ended.kind is LostKind.CLOSED:
             return
         self._end(LOST_CLOSED)
-        for task in self._tasks:
+        # The session's end frees everything it holds: background releases are moot.
+        for task in [*self._tasks, *self._background]:
             _discard(task)
         if self._on_close is not None:
             self._on_close(self)

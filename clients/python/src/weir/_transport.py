@@ -189,6 +189,10 @@ class Transport:
             trust_env=False,
         )
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     # -- nodes -------------------------------------------------------------------------
 
     @property
@@ -398,6 +402,8 @@ class Transport:
         answers, so no event after that is missed); ``on_event(name, data)`` per event.
         Raises :class:`~weir.Unavailable` when the node cannot be reached or falls silent,
         and the typed error of an error answer."""
+        if self._closed:
+            raise Unavailable("the client is closed")
         node = self.pick()
 
         async def follow() -> None:
