@@ -144,7 +144,7 @@ impl Cluster {
         secure: bool,
         client_fronts: bool,
     ) -> Result<Cluster, String> {
-        let links = Links::new(seed);
+        let links = Links::new();
         let client_links = ClientLinks::new();
         // Loopback with `client_fronts`: a client front per node, the node's client port
         // behind it. Only runs that fault client links get them: with the fronts, the
@@ -217,7 +217,14 @@ impl Cluster {
                 .await
                 .map_err(|e| format!("proxy front {peer}: {e}"))?;
             let target: SocketAddr = listen.parse().expect("an address");
-            tokio::spawn(proxy::run(id, listener, target, links.clone(), addressing));
+            tokio::spawn(proxy::run(
+                id,
+                listener,
+                target,
+                links.clone(),
+                addressing,
+                seed,
+            ));
             let mut config = Config {
                 id,
                 data_dir: nodes.data_dir(id),
@@ -303,7 +310,7 @@ impl Cluster {
                     .map_err(|e| format!("node {to}'s peer address: {e}"))?;
                 // Behind a passing rule, a killed node refuses (the proxy closes at once) and
                 // a stopped one answers nothing (the kernel still accepts): composed faults.
-                let expected = match crate::probe::expected(self.links.get(from, to)) {
+                let expected = match crate::probe::expected(self.links.get((from, to))) {
                     crate::probe::Seen::Passes if !self.is_running(to) => crate::probe::Seen::Cut,
                     crate::probe::Seen::Passes if self.nodes.is_paused(to) => {
                         crate::probe::Seen::Held
@@ -529,7 +536,7 @@ impl Cluster {
         match &self.net {
             Net::Loopback => {
                 let link = if reset { Link::Drop } else { Link::BlackHole };
-                self.links.set(from, to, link);
+                self.links.set((from, to), link);
                 Ok(())
             }
             Net::Netns(ns) => {
@@ -552,7 +559,7 @@ impl Cluster {
     /// The connections node `from` opens to node `to` are cut; those `to` opens to `from`
     /// work. Connection-level asymmetry: the proxy's in both modes.
     pub fn one_way(&self, from: u64, to: u64) {
-        self.links.set(from, to, Link::Drop);
+        self.links.set((from, to), Link::Drop);
     }
 
     /// Every peer link delayed (the proxy's in both modes: no netem here).
@@ -587,7 +594,7 @@ impl Cluster {
     fn each_link(&self, link: Link) {
         for a in 1..=NODES {
             for b in (1..=NODES).filter(|b| *b != a) {
-                self.links.set(a, b, link);
+                self.links.set((a, b), link);
             }
         }
     }
@@ -598,7 +605,7 @@ impl Cluster {
     pub fn client_link(&self, client: IpAddr, node: u64, link: ClientLink) -> Result<(), String> {
         match &self.net {
             Net::Loopback => {
-                self.client_links.set(client, node, link);
+                self.client_links.set((client, node), link);
                 Ok(())
             }
             Net::Netns(_) => {

@@ -136,7 +136,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_probe_tells_a_passing_link_from_a_cut_and_a_black_hole() {
-        let links = Links::new(1);
+        let links = Links::new();
         let front = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let front_addr = front.local_addr().unwrap();
         tokio::spawn(proxy::run(
@@ -145,15 +145,16 @@ mod tests {
             node().await,
             links.clone(),
             Addressing::Loopback,
+            1,
         ));
         assert_eq!(link(1, front_addr).await, Seen::Passes);
-        links.set(1, 2, Link::Drop);
+        links.set((1, 2), Link::Drop);
         assert_eq!(link(1, front_addr).await, Seen::Cut);
-        links.set(1, 2, Link::BlackHole);
+        links.set((1, 2), Link::BlackHole);
         assert_eq!(link(1, front_addr).await, Seen::Held);
         // The rule of another link does not touch this one.
         links.heal();
-        links.set(3, 2, Link::Drop);
+        links.set((3, 2), Link::Drop);
         assert_eq!(link(1, front_addr).await, Seen::Passes);
     }
 }
