@@ -17,7 +17,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{Verdict, hold_end, oks, s, u};
+use super::ops::{hold_end, oks, s, u};
+use super::verdict::Verdict;
 use crate::history::Op;
 
 /// Per limit: its cap and the fence intervals its permits certainly held.

@@ -45,7 +45,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{Verdict, s, u};
+use super::ops::{s, u};
+use super::verdict::Verdict;
 use crate::history::{Kind, NEMESIS, Op};
 
 /// A leadership counts as skewed when its log clock ran at least this far off real time...

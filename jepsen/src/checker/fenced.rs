@@ -21,7 +21,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{Verdict, oks, u};
+use super::ops::{oks, u};
+use super::verdict::Verdict;
 use crate::history::{Kind, Op};
 
 fn flag(op: &Op, key: &str) -> Option<bool> {
@@ -31,7 +32,7 @@ fn flag(op: &Op, key: &str) -> Option<bool> {
 pub fn check(ops: &[Op]) -> Verdict {
     // Belief intervals of the fenced limit, by fence.
     let mut beliefs: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
-    for op in oks(ops, "hold").filter(|o| super::s(o, "limit") == Some("fenced")) {
+    for op in oks(ops, "hold").filter(|o| super::ops::s(o, "limit") == Some("fenced")) {
         let (Some(fence), Some(from), Some(to)) =
             (u(op, "fence"), u(op, "from_ns"), u(op, "to_ns"))
         else {
@@ -41,7 +42,7 @@ pub fn check(ops: &[Op]) -> Verdict {
     }
     // Acknowledged grants on the fenced limit: (acknowledged at, fence), in time order.
     let grants: Vec<(u64, u64)> = oks(ops, "acquire")
-        .filter(|o| super::s(o, "limit") == Some("fenced"))
+        .filter(|o| super::ops::s(o, "limit") == Some("fenced"))
         .filter_map(|o| Some((o.time_ns, u(o, "fence")?)))
         .collect();
     let largest_granted_before = |t: u64| {
@@ -52,7 +53,9 @@ pub fn check(ops: &[Op]) -> Verdict {
             .max()
     };
     let mut validations = 0;
-    for op in oks(ops, "validate").filter(|o| super::s(o, "limit").is_none_or(|l| l == "fenced")) {
+    for op in
+        oks(ops, "validate").filter(|o| super::ops::s(o, "limit").is_none_or(|l| l == "fenced"))
+    {
         let (Some(fence), Some(invoked), Some(held)) =
             (u(op, "fence"), u(op, "invoke_ns"), flag(op, "held"))
         else {

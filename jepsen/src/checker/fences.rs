@@ -5,7 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{Verdict, oks, s, u};
+use super::ops::{oks, s, u};
+use super::verdict::Verdict;
 use crate::history::Op;
 
 pub fn check(ops: &[Op]) -> Verdict {

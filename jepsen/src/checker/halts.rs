@@ -5,7 +5,8 @@
 //! and acknowledged before the next clear was invoked is a violation: no linearization can
 //! put it outside the halt. (One that overlaps the clear may be ordered after it.)
 
-use super::{Verdict, s, u};
+use super::ops::{s, u};
+use super::verdict::Verdict;
 use crate::history::{Kind, Op};
 
 /// A halted window: tenant, agent (`None`: the whole tenant), acknowledged, clear invoked.

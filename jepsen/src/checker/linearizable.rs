@@ -24,7 +24,8 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::{Verdict, hold_end, oks, s, u};
+use super::ops::{hold_end, oks, s, u};
+use super::verdict::Verdict;
 use crate::history::Op;
 use crate::rng::Rng;
 

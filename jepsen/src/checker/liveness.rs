@@ -21,7 +21,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{Verdict, s, u};
+use super::ops::{s, u};
+use super::verdict::Verdict;
 use crate::history::{Kind, NEMESIS, Op};
 use crate::workload::QUEUE;
 

@@ -10,7 +10,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{Verdict, oks, s, u};
+use super::ops::{oks, s, u};
+use super::verdict::Verdict;
 use crate::history::Op;
 
 /// Per limit: its cap, and (instant, +1 start / -1 end) events.

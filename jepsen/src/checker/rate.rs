@@ -23,7 +23,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{Verdict, oks, s, u};
+use super::ops::{oks, s, u};
+use super::verdict::Verdict;
 use crate::history::{Kind, NEMESIS, Op};
 
 /// Per limit: rate, burst, and (invoked, acknowledged, units) of each take.

@@ -14,7 +14,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{Verdict, s, u};
+use super::ops::{s, u};
+use super::verdict::Verdict;
 use crate::history::{Kind, Op};
 
 /// What is known of one key.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::json;
 use weir_client::{AcquireError, AcquireOptions, Permit, Session};
 
-use super::TENANT;
+use super::setup::TENANT;
 use crate::history::{Kind, Recorder};
 
 /// What a recorded acquire came to.

@@ -13,8 +13,7 @@ use weir_core::machine::{Change, Reply};
 use crate::history::{Kind, Recorder};
 use crate::rng::Rng;
 
-/// The tenant whose `max_running` is raced.
-pub const CEIL_TENANT: &str = "ceil";
+use super::setup::CEIL_TENANT;
 
 /// The setter: `max_running` to a seeded value in 1..=3, every 200–500 ms.
 pub async fn ceiling_setter(

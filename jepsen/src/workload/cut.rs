@@ -16,7 +16,7 @@ use serde_json::json;
 use weir_client::{Client, Session};
 
 use super::acquire::{Acquired, acquire_recorded, belief_end, release_recorded};
-use super::{CUT, TTL};
+use super::setup::{CUT, TTL};
 use crate::client_front::CUT_CLIENT_IP;
 use crate::history::{Kind, Recorder};
 use crate::rng::Rng;

@@ -10,7 +10,7 @@ use serde_json::json;
 use weir_client::{Client, Permit, Session};
 
 use super::acquire::{Acquired, acquire_recorded, belief_end, release_recorded};
-use super::{FENCED, TENANT};
+use super::setup::{FENCED, TENANT};
 use crate::history::{Kind, Recorder};
 use crate::rng::Rng;
 

@@ -12,7 +12,7 @@ use weir_client::{AcquireError, AcquireOptions, Client, Session};
 use weir_core::machine::{HaltScope, Reply};
 
 use super::acquire::release_recorded;
-use super::{HALT_AGENT, HALT_LIMIT, HALT_TENANT, TTL};
+use super::setup::{HALT_AGENT, HALT_LIMIT, HALT_TENANT, TTL};
 use crate::history::{Kind, Recorder};
 use crate::rng::Rng;
 

@@ -17,7 +17,7 @@ use serde_json::json;
 use weir_client::Client;
 use weir_core::machine::{Refusal, Reply, Settle};
 
-use super::TENANT;
+use super::setup::TENANT;
 use crate::history::{Kind, Recorder};
 use crate::rng::Rng;
 

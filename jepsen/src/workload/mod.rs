@@ -22,11 +22,11 @@ mod ledger;
 mod permits;
 mod queued;
 mod reader;
-mod setup;
+pub(crate) mod setup;
 mod takes;
 
 pub use acquire::release_recorded;
-pub use ceilings::{CEIL_TENANT, ceiling_admitter, ceiling_setter};
+pub use ceilings::{ceiling_admitter, ceiling_setter};
 pub use cut::{CutClient, cut_holder};
 pub use fenced::{ClientPause, Resource, fenced, spawn_pausable};
 pub use halts::{OTHER_AGENT, admitter, halter};
@@ -35,7 +35,7 @@ pub use permits::permits;
 pub use queued::Queued;
 pub use reader::reader;
 pub use setup::{
-    CRASH, CUT, FENCED, FINAL_READERS, HALT_AGENT, HALT_LIMIT, HALT_LIMIT_CAP, HALT_TENANT, LIMITS,
-    QUEUE, TENANT, TTL, setup,
+    CEIL_TENANT, CRASH, CUT, FENCED, FINAL_READERS, HALT_AGENT, HALT_LIMIT, HALT_LIMIT_CAP,
+    HALT_TENANT, LIMITS, QUEUE, TENANT, TENANTS, TTL, setup,
 };
 pub use takes::takes;

@@ -7,8 +7,8 @@ use std::time::Duration;
 use serde_json::json;
 use weir_client::Session;
 
-use super::TTL;
 use super::acquire::{Acquired, acquire_recorded, belief_end, release_recorded};
+use super::setup::TTL;
 use crate::history::{Kind, Recorder};
 use crate::rng::Rng;
 
@@ -27,7 +27,8 @@ pub async fn permits(
     seed: u64,
 ) {
     let mut rng = Rng::new(seed);
-    let client = crate::secure::client(servers, crate::secure::Access::Tenant(super::TENANT));
+    let client =
+        crate::secure::client(servers, crate::secure::Access::Tenant(super::setup::TENANT));
     while !stop.load(Ordering::Relaxed) {
         let Ok(session) = Session::open(&client, TTL).await else {
             tokio::time::sleep(Duration::from_millis(100)).await;

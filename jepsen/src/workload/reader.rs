@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::TENANT;
+use super::setup::TENANT;
 use crate::history::{Kind, Recorder};
 use crate::rng::Rng;
 

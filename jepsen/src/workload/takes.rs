@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 use weir_client::{AcquireError, AcquireOptions, Session};
 
-use super::{LIMITS, TENANT, TTL};
+use super::setup::{LIMITS, TENANT, TTL};
 use crate::history::{Kind, Recorder};
 
 /// The most tokens one take asks for: below the burst (5), so every take can be served.
