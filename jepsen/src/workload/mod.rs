@@ -10,7 +10,7 @@
 //! guarded by a limit of concurrency 1 — one of whose clients the nemesis can pause
 //! ([`ClientPause`], [`fenced`]); and the cut client, the one process whose links the
 //! client fronts fault, holding a limit of concurrency 1 with waiters behind it
-//! ([`cut_holder`], [`CutClient`]). `setup.rs` holds the limits they share; `acquire.rs` the
+//! ([`cut_holder`], [`CutClient`]). `setup.rs` holds the limits they share, `process.rs` what each process is given; `acquire.rs` the
 //! recorded acquire, release and belief end they share.
 
 mod acquire;
@@ -20,6 +20,7 @@ mod fenced;
 mod halts;
 mod ledger;
 mod permits;
+mod process;
 mod queued;
 mod reader;
 pub(crate) mod setup;
@@ -32,6 +33,7 @@ pub use fenced::{ClientPause, Resource, fenced, spawn_pausable};
 pub use halts::{OTHER_AGENT, admitter, halter};
 pub use ledger::ledger;
 pub use permits::permits;
+pub use process::Process;
 pub use queued::Queued;
 pub use reader::reader;
 pub use setup::{
