@@ -14,7 +14,8 @@
 //! nodes' fixed source addresses (anything else is refused), and its delay holds each chunk
 //! of requests in turn, so a steady stream (heartbeats every 200 ms) behind a delay of more
 //! than 200 ms falls further behind with every chunk. A client fault needs the two
-//! directions apart (replies delayed, requests dropped) and a delay that is a delay.
+//! directions apart (replies delayed, requests dropped) and a delay that is a delay. Both
+//! keep their rules in a [`crate::rules::Rules`] table.
 //!
 //! Rules ([`ClientLink`]):
 //! - pass;
@@ -44,7 +45,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::rules::{Chunk, Rules, read_chunk};
+use crate::rules::Rules;
 
 /// The source address of the one client process whose links the client nemeses fault.
 pub const CUT_CLIENT_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 50));
@@ -141,19 +142,17 @@ async fn requests(
 ) {
     let mut changed = links.subscribe();
     let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        if links
-            .until_not((client, node), &mut changed, ClientLink::requests_held)
-            .await
-            .is_none()
-        {
-            return;
-        }
-        let n = match read_chunk(&mut rd, &mut buf, &mut changed).await {
-            Chunk::Bytes(n) => n,
-            Chunk::RuleChanged => continue,
-            Chunk::Ended => return,
-        };
+    let key = (client, node);
+    while let Some(n) = links
+        .next_chunk(
+            key,
+            &mut rd,
+            &mut buf,
+            &mut changed,
+            ClientLink::requests_held,
+        )
+        .await
+    {
         if wr.write_all(&buf[..n]).await.is_err() {
             return;
         }
@@ -172,19 +171,13 @@ async fn replies_in(
     let mut changed = links.subscribe();
     let mut buf = vec![0u8; 64 * 1024];
     let mut ramp = Ramp::default();
-    loop {
-        if links
-            .until_not((client, node), &mut changed, |l| l == ClientLink::Cut)
-            .await
-            .is_none()
-        {
-            return;
-        }
-        let n = match read_chunk(&mut rd, &mut buf, &mut changed).await {
-            Chunk::Bytes(n) => n,
-            Chunk::RuleChanged => continue,
-            Chunk::Ended => return,
-        };
+    let key = (client, node);
+    while let Some(n) = links
+        .next_chunk(key, &mut rd, &mut buf, &mut changed, |l| {
+            l == ClientLink::Cut
+        })
+        .await
+    {
         let now = Instant::now();
         let due = ramp.due(now, links.get((client, node)).reply_delay_ms());
         if line.send((due, buf[..n].to_vec())).await.is_err() {

@@ -42,9 +42,9 @@ impl Net {
 
 /// A node's clock as the clock nemesis set it.
 ///
-/// A monotonic offset (a time namespace of its own) was once part of this and was removed:
-/// a node reads its monotonic clock only as differences from its own start
-/// (`started.elapsed()`), so an offset cancels out and tested nothing (issue #12).
+/// It has no monotonic offset (a time namespace of its own): a node reads its monotonic
+/// clock only as differences from its own start (`started.elapsed()`), so an offset would
+/// cancel out and test nothing.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Clock {
     /// Offset of its proposer's WALL stamps, ms (`WEIR_TEST_WALL_SKEW_MS`): the wall clock

@@ -588,10 +588,10 @@ async fn kill_client(cluster: &Cluster, history: &Recorder) -> Result<serde_json
         }
         let _ = session.close().await;
     });
-    // Kill the holder only once the cluster counts the waiter queued behind it: a fixed
-    // sleep here once let a loaded machine open the waiter's session after the kill, so
-    // the "queued behind a killed client" case was never set up (and the checker called it
-    // a violation). An expiry must serve a ticket that is already waiting.
+    // Kill the holder only once the cluster counts the waiter queued behind it: after a
+    // fixed sleep a loaded machine can open the waiter's session after the kill, and the
+    // "queued behind a killed client" case is never set up. An expiry must serve a ticket
+    // that is already waiting.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if let Ok(Some(s)) = client.limit_status(TENANT, CRASH).await

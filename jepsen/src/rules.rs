@@ -72,6 +72,27 @@ impl<K: Ord + Copy, L: Copy + Default> Rules<K, L> {
         }
     }
 
+    /// The next chunk of `rd`, read once `held` is false of the rule of `key` (nothing is
+    /// read while it is true): its length in `buf`; `None` when the stream ended or the
+    /// table is gone.
+    pub async fn next_chunk(
+        &self,
+        key: K,
+        rd: &mut OwnedReadHalf,
+        buf: &mut [u8],
+        changed: &mut watch::Receiver<u64>,
+        held: impl Fn(L) -> bool,
+    ) -> Option<usize> {
+        loop {
+            self.until_not(key, changed, &held).await?;
+            match read_chunk(rd, buf, changed).await {
+                Chunk::Bytes(n) => return Some(n),
+                Chunk::RuleChanged => continue,
+                Chunk::Ended => return None,
+            }
+        }
+    }
+
     fn table(&self) -> std::sync::MutexGuard<'_, BTreeMap<K, L>> {
         self.rules.lock().unwrap_or_else(|p| p.into_inner())
     }

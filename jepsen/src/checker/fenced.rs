@@ -11,11 +11,11 @@
 //! 3. **The library notices.** A client that resumes after its deadline is told its permit
 //!    may be lost (`lost_reason`) as soon as it asks.
 //!
-//! Two checks this file once made were removed because they could not fail (issue #12):
-//! "every action not paused lies inside its belief" (the workload acts only after
-//! `lost_reason()` said the permit is not lost, and the belief's end is taken from the same
-//! deadline, so the check restated the workload's own code), and "the resource accepted
-//! fences in order" (the harness's own `Resource` refuses older fences by construction). The
+//! Two checks are not made here because they cannot fail: "every action not paused lies
+//! inside its belief" (the workload acts only after `lost_reason()` said the permit is not
+//! lost, and the belief's end is taken from the same deadline, so the check would restate
+//! the workload's own code), and "the resource accepted fences in order" (the harness's own
+//! `Resource` refuses older fences by construction). The
 //! resource stays as the scenario the paused holder acts on; whether the cluster's answers
 //! are consistent with one fenced semaphore is the [`super::linearizable`] checker's job.
 

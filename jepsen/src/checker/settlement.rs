@@ -136,6 +136,16 @@ mod tests {
         op(process, kind, "settle", v, 1)
     }
 
+    /// Process 2's payload for key `a` (6 tokens), raced against process 1's; a failure is
+    /// the conflict refusal.
+    fn conflicting(kind: Kind, time_ns: u64) -> Op {
+        let mut v = json!({"key": "a", "tokens": 6});
+        if kind == Kind::Fail {
+            v["error"] = "conflict".into();
+        }
+        op(2, kind, "settle-conflict", v, time_ns)
+    }
+
     fn spent(key: &str, tokens: u64) -> Op {
         op(
             0,
@@ -184,20 +194,8 @@ mod tests {
         let base = [
             settle(1, Kind::Invoke, "a", 5),
             settle(1, Kind::Info, "a", 5),
-            op(
-                2,
-                Kind::Invoke,
-                "settle-conflict",
-                json!({"key": "a", "tokens": 6}),
-                2,
-            ),
-            op(
-                2,
-                Kind::Fail,
-                "settle-conflict",
-                json!({"key": "a", "tokens": 6, "error": "conflict"}),
-                3,
-            ),
+            conflicting(Kind::Invoke, 2),
+            conflicting(Kind::Fail, 3),
         ];
         let with = |t| {
             base.iter()
@@ -215,20 +213,8 @@ mod tests {
         let h = [
             settle(1, Kind::Invoke, "a", 5),
             settle(1, Kind::Ok, "a", 5),
-            op(
-                2,
-                Kind::Invoke,
-                "settle-conflict",
-                json!({"key": "a", "tokens": 6}),
-                2,
-            ),
-            op(
-                2,
-                Kind::Ok,
-                "settle-conflict",
-                json!({"key": "a", "tokens": 6}),
-                3,
-            ),
+            conflicting(Kind::Invoke, 2),
+            conflicting(Kind::Ok, 3),
             spent("a", 5),
         ];
         assert!(matches!(check(&h), Verdict::Invalid(d) if d.contains("both settled")));
