@@ -241,7 +241,7 @@ async fn a_holder_keeps_its_permit_across_a_leader_kill_and_the_waiter_is_grante
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_halt_refuses_waiters_tells_holders_refuses_reserves_and_clearing_restores() {
     let cluster = Cluster::start("halt", 3, "");
-    let (client, s1, permit) = one_held(&cluster).await;
+    let (client, _holder, permit) = one_held(&cluster).await;
     let s2 = Session::open(&client, TTL).await.unwrap();
     let waiter = tokio::spawn(async move {
         s2.acquire(AcquireOptions::new("t", "one"))
