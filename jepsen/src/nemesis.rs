@@ -508,6 +508,52 @@ pub async fn inject(
     })
 }
 
+/// Whether the `crash` limit's status satisfies `ready` within 10 s (polled every 20 ms).
+async fn crash_limit_within(
+    client: &weir_client::Client,
+    ready: impl Fn(&weir_core::machine::LimitStatus) -> bool,
+) -> bool {
+    use crate::workload::{CRASH, TENANT};
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() <= deadline {
+        if let Ok(Some(s)) = client.limit_status(TENANT, CRASH).await
+            && ready(&s)
+        {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+/// The waiter behind client kill number `kill`: queues on `crash` (waiting up to 20 s) and
+/// records its `acquire` with `behind_kill` and `kill`; releases what it gets.
+async fn wait_behind_kill(client: weir_client::Client, kill: u64, history: Recorder) {
+    use crate::workload::{CRASH, TENANT};
+    let process = CRASH_WAITER + kill;
+    let Ok(session) = weir_client::Session::open(&client, crate::workload::TTL).await else {
+        return;
+    };
+    let mut options = weir_client::AcquireOptions::new(TENANT, CRASH);
+    options.timeout = Some(Duration::from_secs(20));
+    let v = json!({"limit": CRASH, "behind_kill": true, "kill": kill});
+    let invoked = history.record(process, Kind::Invoke, "acquire", v.clone());
+    let mut v = v;
+    v["invoke_ns"] = invoked.into();
+    match session.acquire(options).await {
+        Ok(p) => {
+            v["fence"] = p.fence().into();
+            history.record(process, Kind::Ok, "acquire", v);
+            crate::workload::release_recorded(process, p, &history).await;
+        }
+        Err(e) => {
+            v["error"] = e.to_string().into();
+            history.record(process, Kind::Fail, "acquire", v);
+        }
+    }
+    let _ = session.close().await;
+}
+
 /// The client-kill fault: spawns `weir acquire crash --hold`, waits (bounded) until the
 /// cluster counts its unit in use, queues a waiter behind it (a task that records its
 /// `acquire` with `behind_kill`), and kills the client -9.
@@ -543,70 +589,25 @@ async fn kill_client(cluster: &Cluster, history: &Recorder) -> Result<serde_json
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| format!("cannot start a client process: {e}"))?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(Some(s)) = client.limit_status(TENANT, CRASH).await
-            && s.in_use >= 1
-        {
-            break;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill().await;
-            return Err("the client process never held its permit".into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    if !crash_limit_within(&client, |s| s.in_use >= 1).await {
+        let _ = child.kill().await;
+        return Err("the client process never held its permit".into());
     }
     let pid = child.id();
     // Which kill this is: the waiter's ops carry it, so the checker pairs each kill with
     // its own waiter (the process number is the same for every one).
     let kill = KILLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-    let history = history.clone();
-    let waiter_client = client.clone();
-    let recorder = history.clone();
-    let process = CRASH_WAITER + kill;
-    tokio::spawn(async move {
-        let client = waiter_client;
-        let Ok(session) = weir_client::Session::open(&client, crate::workload::TTL).await else {
-            return;
-        };
-        let mut options = weir_client::AcquireOptions::new(TENANT, CRASH);
-        options.timeout = Some(Duration::from_secs(20));
-        let v = json!({"limit": CRASH, "behind_kill": true, "kill": kill});
-        let invoked = history.record(process, Kind::Invoke, "acquire", v.clone());
-        let mut v = v;
-        v["invoke_ns"] = invoked.into();
-        match session.acquire(options).await {
-            Ok(p) => {
-                v["fence"] = p.fence().into();
-                history.record(process, Kind::Ok, "acquire", v);
-                crate::workload::release_recorded(process, p, &history).await;
-            }
-            Err(e) => {
-                v["error"] = e.to_string().into();
-                history.record(process, Kind::Fail, "acquire", v);
-            }
-        }
-        let _ = session.close().await;
-    });
+    tokio::spawn(wait_behind_kill(client.clone(), kill, history.clone()));
     // Kill the holder only once the cluster counts the waiter queued behind it: after a
     // fixed sleep a loaded machine can open the waiter's session after the kill, and the
     // "queued behind a killed client" case is never set up. An expiry must serve a ticket
     // that is already waiting.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(Some(s)) = client.limit_status(TENANT, CRASH).await
-            && s.waiting >= 1
-        {
-            break;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill().await;
-            return Err("the waiter never queued behind the client process".into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    if !crash_limit_within(&client, |s| s.waiting >= 1).await {
+        let _ = child.kill().await;
+        return Err("the waiter never queued behind the client process".into());
     }
     let _ = child.kill().await;
-    let killed_ns = recorder.now_ns();
+    let killed_ns = history.now_ns();
     Ok(json!({"fault": "kill-client", "pid": pid, "killed_ns": killed_ns, "kill": kill}))
 }
 

@@ -13,9 +13,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
-use weir_client::{Client, Session};
+use weir_client::Client;
 
-use super::acquire::{Acquired, acquire_recorded, belief_end, release_recorded};
+use super::acquire::{belief_end, next_permit, release_recorded};
 use super::process::Process;
 use super::setup::{CUT, TTL};
 use crate::client_front::CUT_CLIENT_IP;
@@ -60,17 +60,8 @@ pub async fn cut_holder(p: Process, bound: bool, handle: Arc<CutClient>) {
         true => Client::new(p.servers.clone()).with_local_addr(CUT_CLIENT_IP),
         false => Client::new(p.servers.clone()),
     };
-    while p.running() {
-        let Ok(session) = Session::open(&client, TTL).await else {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            continue;
-        };
-        while p.running() {
-            let (permit, from) = match acquire_recorded(p.id, &session, CUT, &p.history).await {
-                Acquired::Held(permit, from) => (permit, from),
-                Acquired::TimedOut => continue,
-                Acquired::Ended => break,
-            };
+    while let Some(session) = p.session(&client, TTL).await {
+        while let Some((permit, from)) = next_permit(&p, &session, CUT).await {
             let lost = if handle.requested.swap(false, Ordering::SeqCst) {
                 let epoch = handle.let_go.load(Ordering::SeqCst);
                 handle.holding.store(permit.fence(), Ordering::SeqCst);

@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
-use weir_client::{Client, Permit, Session};
+use weir_client::{Client, Permit};
 
-use super::acquire::{Acquired, acquire_recorded, belief_end, release_recorded};
+use super::acquire::{belief_end, next_permit, release_recorded};
 use super::process::Process;
 use super::setup::{FENCED, TENANT};
 use crate::history::{Kind, Recorder};
@@ -88,17 +88,8 @@ pub async fn fenced(
 ) {
     let mut rng = p.rng();
     let client = p.client(crate::secure::Access::Tenant(TENANT));
-    while p.running() {
-        let Ok(session) = Session::open(&client, ttl).await else {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            continue;
-        };
-        while p.running() {
-            let (permit, from) = match acquire_recorded(p.id, &session, FENCED, &p.history).await {
-                Acquired::Held(permit, from) => (permit, from),
-                Acquired::TimedOut => continue,
-                Acquired::Ended => break,
-            };
+    while let Some(session) = p.session(&client, ttl).await {
+        while let Some((permit, from)) = next_permit(&p, &session, FENCED).await {
             let fence = permit.fence();
             let hold = |(to, seen, deadline): (u64, u64, u64), lost: Option<String>| {
                 p.history.record_at(p.id, Kind::Ok, "hold", json!({"limit": FENCED, "cap": 1, "fence": fence, "from_ns": from, "to_ns": to, "seen_ns": seen, "deadline_ns": deadline, "lost": lost}), seen);

@@ -3,9 +3,8 @@
 use std::time::Duration;
 
 use serde_json::json;
-use weir_client::Session;
 
-use super::acquire::{Acquired, acquire_recorded, belief_end, release_recorded};
+use super::acquire::{belief_end, next_permit, release_recorded};
 use super::process::Process;
 use super::setup::TTL;
 use crate::history::Kind;
@@ -16,17 +15,8 @@ use crate::history::Kind;
 pub async fn permits(p: Process, limit: &'static str, cap: u64, hold_ms: (u64, u64)) {
     let mut rng = p.rng();
     let client = p.client(crate::secure::Access::Tenant(super::setup::TENANT));
-    while p.running() {
-        let Ok(session) = Session::open(&client, TTL).await else {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            continue;
-        };
-        while p.running() {
-            let (permit, from) = match acquire_recorded(p.id, &session, limit, &p.history).await {
-                Acquired::Held(permit, from) => (permit, from),
-                Acquired::TimedOut => continue,
-                Acquired::Ended => break,
-            };
+    while let Some(session) = p.session(&client, TTL).await {
+        while let Some((permit, from)) = next_permit(&p, &session, limit).await {
             let hold = Duration::from_millis(rng.range(hold_ms.0, hold_ms.1));
             let lost = tokio::select! {
                 _ = tokio::time::sleep(hold) => permit.lost_reason(),

@@ -3,8 +3,9 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
-use weir_client::Client;
+use weir_client::{Client, Session};
 
 use crate::history::Recorder;
 use crate::rng::Rng;
@@ -37,5 +38,17 @@ impl Process {
     /// Whether the run's workloads go on.
     pub fn running(&self) -> bool {
         !self.stop.load(Ordering::Relaxed)
+    }
+
+    /// A session of `ttl` through `client`, tried every 100 ms while the run goes on; `None`
+    /// once it stops.
+    pub async fn session(&self, client: &Client, ttl: Duration) -> Option<Session> {
+        while self.running() {
+            match Session::open(client, ttl).await {
+                Ok(session) => return Some(session),
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+        None
     }
 }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use serde_json::json;
-use weir_client::{AcquireError, AcquireOptions, Session};
+use weir_client::{AcquireError, AcquireOptions};
 
 use super::process::Process;
 use super::setup::{LIMITS, TENANT, TTL};
@@ -18,11 +18,7 @@ pub async fn takes(p: Process) {
     let mut rng = p.rng();
     let client = p.client(crate::secure::Access::Tenant(TENANT));
     let (_, _, per_second, burst) = LIMITS[2];
-    while p.running() {
-        let Ok(session) = Session::open(&client, TTL).await else {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            continue;
-        };
+    while let Some(session) = p.session(&client, TTL).await {
         while p.running() {
             let mut options = AcquireOptions::new(TENANT, "rate");
             let units = rng.range(1, UNITS_MAX);
