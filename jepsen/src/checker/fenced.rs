@@ -105,27 +105,15 @@ pub fn check(ops: &[Op]) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checker::test_support::op;
+    use crate::checker::test_support::{self, op};
     use serde_json::json;
 
     fn acquired(fence: u64, at: u64) -> Op {
-        op(
-            1,
-            Kind::Ok,
-            "acquire",
-            json!({"limit": "fenced", "fence": fence, "invoke_ns": at - 1}),
-            at,
-        )
+        test_support::granted("fenced", fence, at - 1, at)
     }
 
     fn hold(fence: u64, from: u64, to: u64) -> Op {
-        op(
-            1,
-            Kind::Ok,
-            "hold",
-            json!({"limit": "fenced", "cap": 1, "fence": fence, "from_ns": from, "to_ns": to}),
-            to,
-        )
+        test_support::hold("fenced", 1, fence, from, to)
     }
 
     fn validated(fence: u64, invoked: u64, done: u64, held: bool) -> Op {
