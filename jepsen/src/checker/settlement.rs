@@ -146,6 +146,18 @@ mod tests {
         op(2, kind, "settle-conflict", v, time_ns)
     }
 
+    /// Process 1's settles, each (key, tokens, how it completed): its invoke and completion.
+    fn settles(each: &[(&str, u64, Kind)]) -> Vec<Op> {
+        each.iter()
+            .flat_map(|(key, tokens, kind)| {
+                [
+                    settle(1, Kind::Invoke, key, *tokens),
+                    settle(1, *kind, key, *tokens),
+                ]
+            })
+            .collect()
+    }
+
     fn spent(key: &str, tokens: u64) -> Op {
         op(
             0,
@@ -158,32 +170,21 @@ mod tests {
 
     #[test]
     fn each_key_charged_with_its_acknowledged_or_possible_payload_is_valid() {
-        let h = [
-            settle(1, Kind::Invoke, "a", 5),
-            settle(1, Kind::Ok, "a", 5),
-            settle(1, Kind::Invoke, "b", 3),
-            settle(1, Kind::Info, "b", 3),
-            settle(1, Kind::Invoke, "c", 4),
-            settle(1, Kind::Info, "c", 4),
-            spent("a", 5),
-            spent("b", 3),
-            spent("c", 0),
-        ];
+        let mut h = settles(&[
+            ("a", 5, Kind::Ok),
+            ("b", 3, Kind::Info),
+            ("c", 4, Kind::Info),
+        ]);
+        h.extend([spent("a", 5), spent("b", 3), spent("c", 0)]);
         assert_eq!(check(&h), Verdict::Valid);
     }
 
     #[test]
     fn a_double_charge_cannot_hide_behind_another_keys_unknown() {
-        // Key a acknowledged 5 and charged 10; key b's unknown 5 never applied. The old
-        // aggregate check (10 <= 5 + 5) let this pass.
-        let h = [
-            settle(1, Kind::Invoke, "a", 5),
-            settle(1, Kind::Ok, "a", 5),
-            settle(1, Kind::Invoke, "b", 5),
-            settle(1, Kind::Info, "b", 5),
-            spent("a", 10),
-            spent("b", 0),
-        ];
+        // Key a acknowledged 5 and charged 10; key b's unknown 5 never applied. An aggregate
+        // check (10 <= 5 + 5) would let this pass.
+        let mut h = settles(&[("a", 5, Kind::Ok), ("b", 5, Kind::Info)]);
+        h.extend([spent("a", 10), spent("b", 0)]);
         assert!(matches!(check(&h), Verdict::Invalid(d) if d.contains("key a")));
     }
 
