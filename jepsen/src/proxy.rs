@@ -241,6 +241,14 @@ mod tests {
         socket.connect(addr).await.unwrap()
     }
 
+    /// Node 1's connection to node 2 through a proxy in front of an echo server, and the
+    /// proxy's rules.
+    async fn node_1_through_proxy() -> (Arc<Links>, TcpStream) {
+        let links = Links::new();
+        let addr = echo_behind_proxy(links.clone()).await;
+        (links, dial_as_node_1(addr).await)
+    }
+
     async fn round_trip(s: &mut TcpStream, bytes: &[u8]) -> Vec<u8> {
         s.write_all(bytes).await.unwrap();
         let mut got = vec![0u8; bytes.len()];
@@ -250,9 +258,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_black_hole_holds_bytes_back_and_delivers_them_all_when_it_lifts() {
-        let links = Links::new();
-        let addr = echo_behind_proxy(links.clone()).await;
-        let mut s = dial_as_node_1(addr).await;
+        let (links, mut s) = node_1_through_proxy().await;
         assert_eq!(round_trip(&mut s, b"before").await, b"before");
         links.set((1, 2), Link::BlackHole);
         s.write_all(b"during").await.unwrap();
@@ -269,9 +275,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_drop_cuts_open_connections_and_other_links_are_untouched() {
-        let links = Links::new();
-        let addr = echo_behind_proxy(links.clone()).await;
-        let mut s = dial_as_node_1(addr).await;
+        let (links, mut s) = node_1_through_proxy().await;
         assert_eq!(round_trip(&mut s, b"x").await, b"x");
         links.set((2, 1), Link::Drop);
         assert_eq!(
@@ -287,9 +291,7 @@ mod tests {
 
     #[tokio::test]
     async fn bandwidth_paces_a_transfer() {
-        let links = Links::new();
-        let addr = echo_behind_proxy(links.clone()).await;
-        let mut s = dial_as_node_1(addr).await;
+        let (links, mut s) = node_1_through_proxy().await;
         links.set(
             (1, 2),
             Link::Bandwidth {
@@ -310,9 +312,7 @@ mod tests {
 
     #[tokio::test]
     async fn loss_makes_a_chunk_wait_out_a_retransmission_timeout_and_loses_nothing() {
-        let links = Links::new();
-        let addr = echo_behind_proxy(links.clone()).await;
-        let mut s = dial_as_node_1(addr).await;
+        let (links, mut s) = node_1_through_proxy().await;
         links.set((1, 2), Link::Loss { percent: 100 });
         let start = Instant::now();
         assert_eq!(round_trip(&mut s, b"lossy").await, b"lossy");

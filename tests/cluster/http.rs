@@ -24,13 +24,27 @@ pub async fn follower(cluster: &Cluster) -> u64 {
 }
 
 /// One node's HTTP API through one HTTP client.
-pub struct Api<'a> {
-    pub http: &'a reqwest::Client,
+pub struct Api {
+    pub http: reqwest::Client,
     /// The node's base URL ([`base`]).
-    pub base: &'a str,
+    pub base: String,
 }
 
-impl Api<'_> {
+impl Api {
+    /// Node `id`'s API through a client of reqwest's defaults.
+    pub fn of(cluster: &Cluster, id: u64) -> Api {
+        Api {
+            http: reqwest::Client::new(),
+            base: base(cluster, id),
+        }
+    }
+
+    /// Defines the limit at `path` (`/v1/tenants/T/limits/N`) with `concurrent` units.
+    pub async fn define(&self, path: &str, concurrent: u32) -> (StatusCode, Value) {
+        let body = json!({"concurrent": concurrent});
+        self.call("PUT", path, Some(body)).await
+    }
+
     /// Sends `method path` with an optional JSON body; answers (status, JSON body or Null).
     pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
         let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
@@ -98,10 +112,7 @@ async fn http_routes_are_exactly_the_openapi_ones_and_each_is_served_by_a_follow
         .timeout(Duration::from_secs(15))
         .build()
         .unwrap();
-    let api = Api {
-        http: &http,
-        base: &url,
-    };
+    let api = Api { http, base: url };
     phase("every listed route answers on a follower, none with the router's NotFound");
     for (method, path) in &listed {
         let concrete = path
@@ -119,7 +130,12 @@ async fn http_routes_are_exactly_the_openapi_ones_and_each_is_served_by_a_follow
             assert_eq!(status, StatusCode::OK, "open for the event stream: {v}");
             let session = v["session"].as_u64().expect("a session id");
             let concrete = path.replace("{session}", &session.to_string());
-            let r = http.get(format!("{url}{concrete}")).send().await.unwrap();
+            let r = api
+                .http
+                .get(format!("{}{concrete}", api.base))
+                .send()
+                .await
+                .unwrap();
             assert_eq!(r.status(), StatusCode::OK, "{method} {path}");
             assert!(
                 r.headers()["content-type"]
@@ -169,12 +185,7 @@ async fn http_routes_are_exactly_the_openapi_ones_and_each_is_served_by_a_follow
         (StatusCode::BAD_REQUEST, Some("Invalid"))
     );
     phase("a halted tenant refuses with 409 Halted");
-    api.call(
-        "PUT",
-        "/v1/tenants/h/limits/l",
-        Some(json!({"concurrent": 1})),
-    )
-    .await;
+    api.define("/v1/tenants/h/limits/l", 1).await;
     api.call(
         "PUT",
         "/v1/tenants/h/halt",
@@ -262,20 +273,9 @@ async fn http_and_cli_holders_share_one_limit_and_a_long_poll_and_the_event_stre
 {
     let cluster = Cluster::start("http-hold", 3, "");
     let node = follower(&cluster).await;
-    let url = base(&cluster, node);
-    let http = reqwest::Client::new();
-    let api = Api {
-        http: &http,
-        base: &url,
-    };
+    let api = Api::of(&cluster, node);
     phase("define db with one permit over HTTP; the CLI takes it");
-    let (status, _) = api
-        .call(
-            "PUT",
-            "/v1/tenants/default/limits/db",
-            Some(json!({"concurrent": 1})),
-        )
-        .await;
+    let (status, _) = api.define("/v1/tenants/default/limits/db", 1).await;
     assert_eq!(status, StatusCode::OK);
     let mut holder = Command::new(env!("CARGO_BIN_EXE_weir"))
         .args(["acquire", "db", "--hold", "3"])
@@ -314,7 +314,8 @@ async fn http_and_cli_holders_share_one_limit_and_a_long_poll_and_the_event_stre
         (StatusCode::TOO_MANY_REQUESTS, Some("Busy"))
     );
     let other = (1..=3).find(|id| *id != node).unwrap();
-    let mut events = http
+    let mut events = api
+        .http
         .get(format!(
             "{}/v1/sessions/{session}/events",
             base(&cluster, other)
@@ -384,12 +385,7 @@ async fn http_and_cli_holders_share_one_limit_and_a_long_poll_and_the_event_stre
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_take_answers_the_tokens_left_or_429_with_retry_after() {
     let cluster = Cluster::start("http-take", 3, "");
-    let url = base(&cluster, follower(&cluster).await);
-    let http = reqwest::Client::new();
-    let api = Api {
-        http: &http,
-        base: &url,
-    };
+    let api = Api::of(&cluster, follower(&cluster).await);
     api.call(
         "PUT",
         "/v1/tenants/default/limits/api",
@@ -405,7 +401,12 @@ async fn a_take_answers_the_tokens_left_or_429_with_retry_after() {
     );
     assert_eq!(v["remaining"], 1, "{v}");
     api.call("POST", take, None).await;
-    let response = http.post(format!("{url}{take}")).send().await.unwrap();
+    let response = api
+        .http
+        .post(format!("{}{take}", api.base))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
     let retry_after: u64 = response.headers()["retry-after"]
         .to_str()
@@ -419,12 +420,7 @@ async fn a_take_answers_the_tokens_left_or_429_with_retry_after() {
     let v: Value = response.json().await.unwrap();
     assert_eq!(v["error"], "Busy");
     phase("a take on a limit with a cap is refused: it would hold a permit");
-    api.call(
-        "PUT",
-        "/v1/tenants/default/limits/cap",
-        Some(json!({"concurrent": 1})),
-    )
-    .await;
+    api.define("/v1/tenants/default/limits/cap", 1).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let (status, v) = api
