@@ -30,7 +30,9 @@ struct Key<'a> {
     conflicted: bool,
 }
 
-pub fn check(ops: &[Op]) -> Verdict {
+/// What is known of every key sent: its payloads' outcomes, from the `settle` and
+/// `settle-conflict` ops (an invoke never completed counts as unknown).
+fn keys(ops: &[Op]) -> Result<BTreeMap<&str, Key<'_>>, Verdict> {
     let mut keys: BTreeMap<&str, Key> = BTreeMap::new();
     // Invokes not yet completed, per (process, f).
     let mut pending: BTreeMap<(u64, &str), (&str, u64)> = BTreeMap::new();
@@ -39,7 +41,10 @@ pub fn check(ops: &[Op]) -> Verdict {
         .filter(|o| o.f == "settle" || o.f == "settle-conflict")
     {
         let (Some(key), Some(tokens)) = (s(op, "key"), u(op, "tokens")) else {
-            return Verdict::Unknown(format!("malformed {} op: {}", op.f, op.value));
+            return Err(Verdict::Unknown(format!(
+                "malformed {} op: {}",
+                op.f, op.value
+            )));
         };
         let k = keys.entry(key).or_default();
         match op.kind {
@@ -63,6 +68,53 @@ pub fn check(ops: &[Op]) -> Verdict {
     for (key, tokens) in pending.into_values() {
         keys.entry(key).or_default().unknown.push(tokens);
     }
+    Ok(keys)
+}
+
+impl Key<'_> {
+    /// Whether `spent`, what the final read found charged to `key`'s period, is one of
+    /// the charges its payloads' outcomes allow.
+    fn judge(&self, key: &str, spent: u64) -> Result<(), Verdict> {
+        let mut settled = self.settled.clone();
+        settled.sort_unstable();
+        settled.dedup();
+        if settled.len() > 1 {
+            return Err(Verdict::Invalid(format!(
+                "key {key}: two different payloads were both settled ({settled:?} tokens)"
+            )));
+        }
+        if let Some(t) = settled.first() {
+            if spent != *t {
+                return Err(Verdict::Invalid(format!(
+                    "key {key}: charged {spent} tokens, but the payload acknowledged was {t}{}",
+                    if spent > *t {
+                        " (charged twice?)"
+                    } else {
+                        " (lost?)"
+                    }
+                )));
+            }
+        } else if !self.unknown.contains(&spent) && (self.conflicted || spent != 0) {
+            return Err(Verdict::Invalid(format!(
+                "key {key}: charged {spent} tokens; possible: {}{:?} (outcomes unknown){}",
+                if self.conflicted { "" } else { "0 or " },
+                self.unknown,
+                if self.conflicted {
+                    ", and a conflict refusal says one was applied"
+                } else {
+                    ""
+                }
+            )));
+        }
+        Ok(())
+    }
+}
+
+pub fn check(ops: &[Op]) -> Verdict {
+    let keys = match keys(ops) {
+        Ok(keys) => keys,
+        Err(verdict) => return verdict,
+    };
     let spent: BTreeMap<&str, u64> = ops
         .iter()
         .filter(|o| o.kind == Kind::Ok && o.f == "spent")
@@ -75,36 +127,8 @@ pub fn check(ops: &[Op]) -> Verdict {
             continue;
         };
         judged += 1;
-        let mut settled = k.settled.clone();
-        settled.sort_unstable();
-        settled.dedup();
-        if settled.len() > 1 {
-            return Verdict::Invalid(format!(
-                "key {key}: two different payloads were both settled ({settled:?} tokens)"
-            ));
-        }
-        if let Some(t) = settled.first() {
-            if spent != *t {
-                return Verdict::Invalid(format!(
-                    "key {key}: charged {spent} tokens, but the payload acknowledged was {t}{}",
-                    if spent > *t {
-                        " (charged twice?)"
-                    } else {
-                        " (lost?)"
-                    }
-                ));
-            }
-        } else if !k.unknown.contains(&spent) && (k.conflicted || spent != 0) {
-            return Verdict::Invalid(format!(
-                "key {key}: charged {spent} tokens; possible: {}{:?} (outcomes unknown){}",
-                if k.conflicted { "" } else { "0 or " },
-                k.unknown,
-                if k.conflicted {
-                    ", and a conflict refusal says one was applied"
-                } else {
-                    ""
-                }
-            ));
+        if let Err(verdict) = k.judge(key, spent) {
+            return verdict;
         }
     }
     if judged == 0 {
