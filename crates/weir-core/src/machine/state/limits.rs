@@ -6,7 +6,7 @@
 
 use super::Machine;
 use crate::bounds::LIMITS_MAX;
-use crate::machine::command::{LimitId, check_key};
+use crate::machine::command::LimitId;
 use crate::machine::limit::{Limit, LimitSpec};
 use crate::machine::reply::{Event, Refusal, Reply};
 
@@ -20,8 +20,6 @@ impl Machine {
         burst: Option<u64>,
         events: &mut Vec<Event>,
     ) -> Result<Reply, Refusal> {
-        check_key("tenant", tenant)?;
-        check_key("limit name", name)?;
         let spec = LimitSpec::new(concurrent, per_second, burst).map_err(Refusal::Invalid)?;
         let id = match self.limit_id(tenant, name) {
             Some(id) => {

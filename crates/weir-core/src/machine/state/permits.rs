@@ -23,7 +23,6 @@ impl Machine {
         a: &Acquire,
         events: &mut Vec<Event>,
     ) -> Result<Reply, Refusal> {
-        a.validate()?;
         let now_ms = self.now_ms();
         let session = self
             .saved
