@@ -1,9 +1,9 @@
 //! State-machine benchmarks (criterion): apply throughput of an acquire/release mix over
 //! 1,000 limits and 10,000 sessions, snapshot encode/decode at 100,000 held permits, and
 //! restore of 100,000 waiters queued on one limit (a restore checks every queued ticket,
-//! which must cost `n log n`, not `n²`: issue #11 asks for under a second).
+//! which must cost `n log n`, not `n²`, and take under a second).
 //!
-//! Also (issue #11): a `Tick` over an idle machine of 10,000 sessions with finished
+//! Also: a `Tick` over an idle machine of 10,000 sessions with finished
 //! tickets, 1,000 tenants with receipts and 1,000 rated queues waiting for tokens, where
 //! nothing is due (the deadline index visits nothing; a walk visits everything), and
 //! building, restoring and checking a queue of 100,000 waiters on one limit (positions by

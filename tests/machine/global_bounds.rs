@@ -1,5 +1,6 @@
-//! The machine-wide bounds of `weir_core::bounds` (issue #11): each refuses `AtCapacity` at its
-//! bound, naming it, while the per-session and per-tenant bounds are still far away.
+//! The machine-wide bounds of `weir_core::bounds` (every container of the state is bounded):
+//! each refuses `AtCapacity` at its bound, naming it, while the per-session and per-tenant
+//! bounds are still far away.
 
 use weir_core::bounds::{
     FINISHED_REFUSALS_MAX, FINISHED_TICKETS_MAX, HALTS_MAX, PERIODS_MAX, RECEIPTS_MAX, RUNS_MAX,
