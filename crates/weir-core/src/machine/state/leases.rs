@@ -29,12 +29,11 @@ impl Machine {
                 "ttl_ms {ttl_ms} is not in {SESSION_TTL_MS_MIN}..={SESSION_TTL_MS_MAX}"
             )));
         }
-        if self.saved.sessions.len() >= SESSIONS_MAX {
-            return Err(Refusal::AtCapacity {
-                what: "open sessions".into(),
-                limit: SESSIONS_MAX as u64,
-            });
-        }
+        Refusal::room(
+            self.saved.sessions.len() as u64,
+            SESSIONS_MAX,
+            format_args!("open sessions"),
+        )?;
         // Counts every session ever opened; the legacy id.
         self.saved.last_session += 1;
         let mut id = nonce.unwrap_or(self.saved.last_session);
