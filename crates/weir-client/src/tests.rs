@@ -66,6 +66,17 @@ fn acquires(n: &FakeNode) -> usize {
 const TTL: Duration = Duration::from_secs(3);
 const WAIT: Duration = Duration::from_secs(5);
 
+/// A session on node `n` (its only server), and a permit of `t/l` under it.
+async fn holding_a_permit(n: &FakeNode) -> (Session, super::Permit) {
+    let client = Client::new(vec![n.addr.clone()]);
+    let session = Session::open(&client, TTL).await.unwrap();
+    let permit = session
+        .acquire(AcquireOptions::new("t", "l"))
+        .await
+        .unwrap();
+    (session, permit)
+}
+
 /// A session's state (session 7, on no reachable node) with one ticket registered as
 /// waiting, and the receiver of its outcome: for the races of the ticket maps.
 fn one_waiting_ticket() -> (
@@ -186,12 +197,7 @@ async fn a_release_whose_caller_gives_up_is_still_retried_until_applied() {
         _ => base(r),
     });
     let n = FakeNode::start(1, handler).await;
-    let client = Client::new(vec![n.addr.clone()]);
-    let session = Session::open(&client, TTL).await.unwrap();
-    let permit = session
-        .acquire(AcquireOptions::new("t", "l"))
-        .await
-        .unwrap();
+    let (_session, permit) = holding_a_permit(&n).await;
     let ticket = permit.ticket();
     let gave_up = tokio::time::timeout(Duration::from_millis(20), permit.release()).await;
     assert!(gave_up.is_err(), "the caller stopped waiting first");
@@ -217,12 +223,7 @@ async fn a_release_whose_caller_gives_up_is_still_retried_until_applied() {
 async fn a_halt_lost_with_a_push_is_learned_for_a_held_permit_on_resync() {
     let halts = vec![(HaltScope::Tenant, "budget".to_string())];
     let n = FakeNode::start(1, node(|_| granted(), halts)).await;
-    let client = Client::new(vec![n.addr.clone()]);
-    let session = Session::open(&client, TTL).await.unwrap();
-    let permit = session
-        .acquire(AcquireOptions::new("t", "l"))
-        .await
-        .unwrap();
+    let (_session, permit) = holding_a_permit(&n).await;
     assert_eq!(permit.lost_reason(), None);
     // The Halted push for this permit was dropped by the node's lagging forwarder.
     n.push(ServerFrame::Resync { missed_entries: 1 });
@@ -367,12 +368,7 @@ async fn a_reask_that_waits_does_not_hold_up_the_keep_alives() {
         other => handler(other),
     });
     let n = FakeNode::start(1, never_read).await;
-    let client = Client::new(vec![n.addr.clone()]);
-    let session = Session::open(&client, TTL).await.unwrap();
-    let permit = session
-        .acquire(AcquireOptions::new("t", "l"))
-        .await
-        .unwrap();
+    let (_session, permit) = holding_a_permit(&n).await;
     n.push(ServerFrame::Resync { missed_entries: 1 });
     assert!(
         n.wait_for(WAIT, |r| matches!(r, Request::Read(Query::Halts { .. })))
