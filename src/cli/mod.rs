@@ -15,6 +15,7 @@ mod log;
 mod output;
 mod runs;
 mod serve;
+mod session;
 mod status;
 
 use clap::{Parser, Subcommand};
@@ -105,6 +106,9 @@ pub enum Command {
     /// Set, clear and list halts.
     #[command(subcommand)]
     Halt(halt::HaltCommand),
+    /// End a session (its owner, or an admin for any session).
+    #[command(subcommand)]
+    Session(session::SessionCommand),
     /// Add and remove nodes.
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
@@ -181,6 +185,7 @@ pub fn run(cli: Cli) -> Exit {
             Command::Run(c) => runs::run(c, &cli.tenant, &client, &out).await,
             Command::Spent { period } => runs::spent(&cli.tenant, period, &client, &out).await,
             Command::Halt(c) => halt::run(c, &cli.tenant, &client, &out).await,
+            Command::Session(c) => session::run(c, &client, &out).await,
             Command::Cluster(c) => cluster::run(c, &client, &out).await,
         }
     })
