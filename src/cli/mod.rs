@@ -1,5 +1,5 @@
 //! The `weir` command line: parses arguments, runs the command, maps outcomes to exit codes
-//! (0 done, 1 error, 2 usage, 3 refused).
+//! (0 done, 1 error, 2 usage, 3 refused: by the machine, or the token or its role).
 //!
 //! This file holds the clap definitions and the dispatch; each command group has a file of
 //! its own, and `output.rs` how every command prints and ends.
@@ -28,12 +28,22 @@ pub use output::{
     replied,
 };
 
+/// The exit statuses, for `weir --help` (and the man page).
+const EXIT_STATUS_HELP: &str = "Exit status: 0 done; 1 error (unreachable, internal); 2 usage; \
+3 refused (halted, over a ceiling or budget, conflict, timed out waiting, a token missing, \
+unknown or revoked, a role that may not)";
+
 /// The help heading of the options every command takes: a subcommand's help lists its own
 /// options first, then these.
 const GLOBAL: &str = "Global options";
 
 #[derive(Parser, Debug)]
-#[command(name = "weir", version, about = "Weir: a replicated limit cluster")]
+#[command(
+    name = "weir",
+    version,
+    about = "Weir: a replicated limit cluster",
+    after_help = EXIT_STATUS_HELP
+)]
 pub struct Cli {
     /// Servers to reach the cluster through, comma-separated host:port.
     #[arg(

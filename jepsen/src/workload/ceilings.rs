@@ -25,7 +25,8 @@ pub async fn ceiling_setter(
     seed: u64,
 ) {
     let mut rng = Rng::new(seed);
-    let client = crate::secure::client(servers, crate::secure::Access::Tenant(CEIL_TENANT));
+    // A tenant's ceiling is the operator's control: the admin role sets it.
+    let client = crate::secure::client(servers, crate::secure::Access::Admin);
     while !stop.load(Ordering::Relaxed) {
         let n = rng.range(1, 3) as u32;
         let v = json!({"tenant": CEIL_TENANT, "max_running": n});

@@ -28,7 +28,8 @@ pub async fn halter(
     seed: u64,
 ) {
     let mut rng = Rng::new(seed);
-    let client = crate::secure::client(servers, crate::secure::Access::Tenant(HALT_TENANT));
+    // Halts are the operator's control over a tenant: the admin role sets and clears them.
+    let client = crate::secure::client(servers, crate::secure::Access::Admin);
     while !stop.load(Ordering::Relaxed) {
         let (scope, agent) = if rng.range(0, 2) == 0 {
             (HaltScope::Tenant, None)

@@ -98,6 +98,10 @@ impl ApiError {
             ClientError::Protocol(m) => {
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "Internal", m.clone())
             }
+            // The leader refused the request's token (tables out of step between nodes).
+            ClientError::Refused(m) => {
+                ApiError::new(StatusCode::UNAUTHORIZED, "Unauthenticated", m.clone())
+            }
             ClientError::Failed(f) => match f {
                 Failure::NotLeader { .. } => ApiError::new(unavailable, "NoLeader", f.to_string()),
                 Failure::Unavailable(_) => ApiError::new(unavailable, "Unavailable", f.to_string()),

@@ -65,7 +65,7 @@
 //!   so a follower that has not yet applied a just-opened session makes its stream wait up
 //!   to a few seconds, then answers 404.
 //! - A token this node knows but the leader does not (tables out of step between a
-//!   SIGHUP on one node and on another) fails the forwarded hello: 500 `Internal`.
+//!   SIGHUP on one node and on another) fails the forwarded hello: 401 `Unauthenticated`.
 
 mod callers;
 mod cluster;
