@@ -420,9 +420,14 @@ async fn https_with_tokens_authenticates_and_authorizes_through_the_client_port(
     });
     for open in slow.collect::<Vec<_>>() {
         let open = open.await.unwrap();
+        let timeout = weir_server::http::HEADER_READ_TIMEOUT;
         assert!(
-            open <= weir_server::http::HEADER_READ_TIMEOUT + Duration::from_secs(5),
+            open <= timeout + Duration::from_secs(5),
             "a slow head kept its connection {open:?}"
+        );
+        assert!(
+            open >= timeout - Duration::from_secs(2),
+            "closed after {open:?}, before the timeout: for another reason"
         );
     }
 
