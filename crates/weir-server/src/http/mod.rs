@@ -96,10 +96,11 @@ pub const BODY_BYTES_MAX: usize = 64 * 1024;
 pub const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// At most this much of a body that will not be read (a request refused 401, or above
-/// [`BODY_BYTES_MAX`]) is read and dropped before the answer, so the client, still sending
-/// it, reads the answer instead of a reset connection. Dropped as it arrives: it costs
-/// no memory, only [`DRAIN_TIMEOUT`] of time at most.
-pub const DRAIN_BYTES_MAX: usize = 1 << 20;
+/// [`BODY_BYTES_MAX`]) is read and dropped before the answer, so that a client which sends
+/// its whole body before reading (curl does) reads the answer instead of a connection reset
+/// under its write. Dropped as it arrives: it costs no memory, only [`DRAIN_TIMEOUT`] of
+/// time at most. 16 MiB covers any body a client of this API sends by mistake.
+pub const DRAIN_BYTES_MAX: usize = 16 << 20;
 
 /// Longest the drain of an unread body may take.
 pub const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
