@@ -411,9 +411,9 @@ async fn https_with_tokens_authenticates_and_authorizes_through_the_client_port(
                     break;
                 }
                 let mut probe = [0u8; 64];
-                match tokio::time::timeout(Duration::from_secs(1), stream.read(&mut probe)).await {
-                    Ok(Ok(0) | Err(_)) => break,
-                    Ok(Ok(_)) | Err(_) => {}
+                let read = tokio::time::timeout(Duration::from_secs(1), stream.read(&mut probe));
+                if let Ok(Ok(0) | Err(_)) = read.await {
+                    break;
                 }
                 assert!(
                     started.elapsed() < Duration::from_secs(60),

@@ -277,7 +277,7 @@ mod tests {
             .unwrap()
         };
         let tokens = Tokens::new(table("old"));
-        let mut reloads = tokens.reloads();
+        let reloads = tokens.reloads();
         let why = tokens.reload(TokenTable::default(), false).unwrap_err();
         assert!(why.contains("reload_may_turn_auth_off"), "{why}");
         assert!(
