@@ -361,6 +361,33 @@ async fn tenant_tokens_stay_in_their_tenant_read_only_reads_and_a_revoked_token_
         })
     ));
 
+    phase("the CLI: a forbidden status and a refused token are refusals (exit 3), said cleanly");
+    let weir = |token: &str| {
+        let mut cli = std::process::Command::new(env!("CARGO_BIN_EXE_weir"));
+        cli.args(["status", "--servers", &servers.join(",")]);
+        if !token.is_empty() {
+            cli.args(["--token", token]);
+        }
+        let out = cli.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = weir(READER);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(
+        err.contains("forbidden: status requests need the admin role, not read"),
+        "{err}"
+    );
+    assert!(!err.contains("unexpected answer"), "{err}");
+    let (code, err) = weir("");
+    assert_eq!(code, Some(3), "{err}");
+    assert!(
+        err.contains("refused by the node") && err.contains("requires a token"),
+        "{err}"
+    );
+
     phase("read reads anywhere and writes nowhere");
     assert!(matches!(
         ask(&reader, Request::Read(Query::Limits { tenant: "b".into() })).await,

@@ -25,7 +25,7 @@ pub fn authorize(role: &Role, request: &Request) -> Result<(), String> {
     let (asked, write) = match request {
         Request::Write(c) => (command_tenant(c), true),
         Request::Read(q) | Request::ReadLocal(q) => (Scope::Tenant(query_tenant(q)), false),
-        Request::Status => (Scope::Admin("status"), false),
+        Request::Status => (Scope::Admin("status requests"), false),
         Request::AddNode { .. } | Request::RemoveNode { .. } => {
             (Scope::Admin("cluster changes"), true)
         }
