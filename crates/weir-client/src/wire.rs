@@ -12,7 +12,7 @@
 //! - Memory grows with the bytes that arrive, never with the length a frame announces: the
 //!   payload buffer starts at [`PAYLOAD_FIRST_BYTES`] at most and doubles as it fills, so
 //!   a peer that announces 4 MiB and sends 1,000 bytes costs about 1,000 bytes
-//!   ([`read_payload`]).
+//!   (`read_payload`).
 //! - A frame whose checksum or encoding is wrong is an error for that connection only: the
 //!   caller logs the reason and closes it.
 
