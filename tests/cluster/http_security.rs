@@ -106,7 +106,7 @@ async fn https_head(connector: &Connector, addr: &str, path: &str, token: &str) 
 }
 
 /// One request with a raw `body` of any size over TLS: the status and the JSON answer, read
-/// after the whole body was sent (a reset before the answer panics: that is the bug).
+/// after the whole body was sent (a reset under the write or before the answer panics).
 async fn https_bytes(
     connector: &Connector,
     addr: &str,
