@@ -371,7 +371,9 @@ impl Client {
             let retry = match self.try_once(&request).await {
                 Ok(response) => return Ok(response),
                 // A refused certificate or token: every try would fail the same way.
-                Err((e @ ClientError::Protocol(_), _)) => return Err(e),
+                Err((e @ (ClientError::Protocol(_) | ClientError::Refused(_)), _)) => {
+                    return Err(e);
+                }
                 Err((e, retry)) => {
                     maybe_applied |= !e.definitely_failed();
                     last_error = Some(e);

@@ -329,7 +329,15 @@ async fn handshake(
         let node = match wire::read_frame::<_, ServerFrame>(&mut stream, CLIENT_FRAME_MAX).await {
             Ok(ServerFrame::Welcome { node, .. }) => node,
             Ok(ServerFrame::Error { reason }) => {
-                return Err(ClientError::Protocol(format!("{addr}: {reason}")));
+                return Err(ClientError::Refused(format!("{addr}: {reason}")));
+            }
+            // A TLS port closes a plaintext hello (after an alert, which reads as a short or
+            // garbled frame): say what is likely.
+            Err(e) if !security.connector.is_tls() => {
+                return Err(unreachable(&format!(
+                    "{e} (if the node serves TLS, pass --ca with the cluster's CA \
+                     certificate, or set WEIR_CA)"
+                )));
             }
             Ok(other) => {
                 return Err(ClientError::Protocol(format!(

@@ -34,6 +34,14 @@ pub const SESSION_TTL_MS_MAX: u64 = 600_000;
 /// Default session TTL, in ms (spec §1).
 pub const SESSION_TTL_MS_DEFAULT: u64 = 3_000;
 
+/// Largest session id the edge draws: 2^53 - 1. JSON numbers are doubles in JavaScript
+/// and in many other parsers, exact only up to 2^53; ids drawn below it read back exactly
+/// from the HTTP API's JSON, and 53 random bits still make an id unguessable. (The
+/// machine's collision step, taken only when a drawn id is zero or live, about one open in
+/// 2^53 / live sessions, may pick a larger id: a client still gets the right session, in
+/// any integer type wider than a double's mantissa.)
+pub const SESSION_ID_DRAWN_MAX: u64 = (1 << 53) - 1;
+
 /// Most sessions open at once. A session costs a few hundred bytes plus its tickets; a
 /// million bounds that part of the state near 1 GiB even in the worst case.
 pub const SESSIONS_MAX: usize = 1_000_000;
@@ -158,6 +166,13 @@ pub const APPEND_OVERHEAD_BYTES: usize = 4 * 1024;
 /// [`APPEND_OVERHEAD_BYTES`]) and the largest snapshot chunk fit it: a frame above it is
 /// closed by the follower, which openraft would resend forever.
 pub const PEER_FRAME_MAX: u32 = 64 << 20;
+
+/// Largest frame a client-port connection may send before its hello is accepted, in bytes.
+/// Before the hello the connection is unauthenticated, so what it may make the node hold
+/// must be small: a hello is a version and a token (a token of a few hundred bytes is
+/// already long; 4 KiB leaves room for any secret a deployment generates). A first frame
+/// above it is refused, and the connection closed, before a byte of its payload is read.
+pub const HELLO_FRAME_MAX: u32 = 4 * 1024;
 
 /// Longest node address (peer or client) in `AddNode`, in bytes: a host name and a port.
 /// Addresses live in every membership entry and in every snapshot's metadata.
