@@ -29,7 +29,6 @@ use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::context::HttpCtx;
 use super::error::ApiError;
 use super::listener::PeerAddr;
 use crate::security::{ClientSecurity, Connector, Principal, Role, Tokens};
@@ -171,7 +170,7 @@ fn open_route(path: &str) -> bool {
 
 /// The middleware: authenticates the bearer token and runs the handler as its caller.
 pub async fn authenticate(
-    State(ctx): State<Arc<HttpCtx>>,
+    State(callers): State<Arc<Callers>>,
     request: Request,
     next: Next,
 ) -> Response {
@@ -190,7 +189,7 @@ pub async fn authenticate(
         Ok(t) => t,
         Err(why) => return unauthenticated(why),
     };
-    let principal = match ctx.callers.principal(token.as_deref()) {
+    let principal = match callers.principal(token.as_deref()) {
         Ok(p) => p,
         Err(why) => return unauthenticated(why),
     };
@@ -210,7 +209,7 @@ pub async fn authenticate(
         }
         return next.run(request).await;
     }
-    let caller = ctx.callers.caller(&principal, token.as_deref());
+    let caller = callers.caller(&principal, token.as_deref());
     CURRENT.scope(caller, next.run(request)).await
 }
 

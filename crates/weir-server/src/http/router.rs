@@ -13,9 +13,9 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, delete, get, post, put};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 
 use crate::security::Acceptor;
+use crate::shutdown::Shutdown;
 
 use super::context::HttpCtx;
 use super::error::ApiError;
@@ -128,7 +128,7 @@ pub fn router(ctx: Arc<HttpCtx>) -> Router {
             )
         })
         .layer(middleware::from_fn_with_state(
-            ctx.clone(),
+            ctx.callers.clone(),
             callers::authenticate,
         ))
         .layer(middleware::from_fn(count))
@@ -140,17 +140,15 @@ async fn count(request: Request, next: Next) -> Response {
     next.run(request).await.into_response()
 }
 
-/// Serves HTTP on `listener` (TLS when `acceptor` is) until `shutdown` turns true; requests
+/// Serves HTTP on `listener` (TLS when `acceptor` is) until the node shuts down; requests
 /// in flight (long polls, event streams) end with the process.
 pub async fn serve_http(
     listener: TcpListener,
     acceptor: Acceptor,
     ctx: Arc<HttpCtx>,
-    mut shutdown: watch::Receiver<bool>,
+    mut shutdown: Shutdown,
 ) {
-    let stop = async move {
-        let _ = shutdown.wait_for(|stop| *stop).await;
-    };
+    let stop = async move { shutdown.begun().await };
     let listener = match HttpListener::new(listener, acceptor) {
         Ok(l) => l,
         Err(e) => {

@@ -49,11 +49,11 @@ use openraft::raft::{
 };
 use serde::{Deserialize, Serialize};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
 
 use super::stand_in::StandIn;
 use super::{NodeAddr, NodeId, Raft, TypeConfig};
 use crate::security::{Acceptor, Connector, Stream};
+use crate::shutdown::Shutdown;
 use weir_client::wire::{self, WireError};
 
 /// Largest peer frame, in bytes: see [`weir_core::bounds::PEER_FRAME_MAX`], whose doc says why
@@ -393,9 +393,9 @@ pub async fn serve_peers(
     acceptor: Acceptor,
     raft: Raft,
     stand_in: Arc<StandIn>,
-    shutdown: watch::Receiver<bool>,
+    shutdown: Shutdown,
 ) {
-    wire::accept_loop("peer", listener, shutdown, move |stream| {
+    wire::accept_loop("peer", listener, shutdown.watch(), move |stream| {
         peer_connection(stream, acceptor.clone(), raft.clone(), stand_in.clone())
     })
     .await

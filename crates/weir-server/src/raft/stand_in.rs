@@ -56,7 +56,7 @@
 //! plus at most `election_timeout_max`) fires first, so the backstop changes nothing but
 //! the delay, and a node it makes stand with a shorter log is refused and answered by the
 //! stand-in of the node ahead. It does not stand while a stand-in is under way. Its task
-//! ends with the node (the shutdown watch turns true or its sender is gone) or with the
+//! ends with the node (its shutdown begins or its sender is gone) or with the
 //! Raft core (the metrics channel closes).
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -65,9 +65,9 @@ use std::time::{Duration, Instant};
 
 use openraft::ServerState;
 use openraft::raft::{VoteRequest, VoteResponse};
-use tokio::sync::watch;
 
 use super::{NodeId, Raft};
+use crate::shutdown::Shutdown;
 
 /// Most elections one stand-in starts: the first, one above a vote it learns in it, and one
 /// more should a third candidate have raced them.
@@ -96,13 +96,9 @@ pub struct StandIn {
 
 impl StandIn {
     /// For `raft`, run with `config` (its lease is `election_timeout_max`), with its
-    /// backstop running (module doc) until `shutdown` turns true or its sender is dropped,
+    /// backstop running (module doc) until `shutdown` begins (or its sender is dropped),
     /// or the Raft core ends.
-    pub fn start(
-        raft: Raft,
-        config: &openraft::Config,
-        shutdown: watch::Receiver<bool>,
-    ) -> Arc<StandIn> {
+    pub fn start(raft: Raft, config: &openraft::Config, shutdown: Shutdown) -> Arc<StandIn> {
         let lease = Duration::from_millis(config.election_timeout_max);
         let stand_in = Arc::new(StandIn {
             raft,
@@ -218,7 +214,7 @@ impl StandIn {
 
     /// The backstop's task (module doc): checks a few times per shortest election timeout
     /// whether this node has been a quiet follower for its deadline, and stands if so.
-    async fn backstop(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+    async fn backstop(self: Arc<Self>, mut shutdown: Shutdown) {
         // The server metrics change only with the vote, state, leader or membership.
         let mut metrics = self.raft.server_metrics();
         let check = (self.round_max / 6).max(Duration::from_millis(5));
@@ -228,7 +224,7 @@ impl StandIn {
         loop {
             tokio::select! {
                 changed = metrics.changed() => if changed.is_err() { return },
-                changed = shutdown.changed() => if changed.is_err() || *shutdown.borrow() { return },
+                () = shutdown.begun() => return,
                 () = tokio::time::sleep(check) => {}
             }
             let (following, vote) = {

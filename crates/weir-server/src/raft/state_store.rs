@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
 use super::{Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
+use weir_core::bounds::APPLIED_EVENTS_BACKLOG;
 use weir_core::codec::{self, FrameError};
 use weir_core::machine::{Applied, Machine};
 
@@ -40,8 +41,6 @@ const FILE_MAGIC: [u8; 4] = *b"WSST";
 const FILE_VERSION: u16 = 1;
 /// The snapshot file's name in the data directory.
 pub const SNAPSHOT_FILE: &str = "snapshot.bin";
-/// How many applied entries' events a subscriber may fall behind by before it misses some.
-const EVENT_BACKLOG: usize = 4_096;
 
 /// What the snapshot file holds.
 #[derive(Serialize, Deserialize)]
@@ -126,7 +125,7 @@ impl StateStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(format!("{}: {e}", path.display())),
         }
-        let (events, _) = broadcast::channel(EVENT_BACKLOG);
+        let (events, _) = broadcast::channel(APPLIED_EVENTS_BACKLOG);
         Ok(StateStore {
             state: Arc::new(AppliedState {
                 applier: Mutex::new(applier),

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use openraft::ChangeMembers;
 
-use super::client_port::Ctx;
+use super::ctx::Ctx;
 use super::leader::write_failure;
 use crate::raft::{NodeAddr, NodeId};
 use weir_client::protocol::{Failure, Member, NodeStatus, Response, SnapshotCost};

@@ -47,13 +47,13 @@ use super::leader::not_leader;
 use crate::config::ProposerConfig;
 use crate::raft::state_store::AppliedState;
 use crate::raft::{NodeId, Raft, TypeConfig};
+use crate::shutdown::Shutdown;
 use weir_client::protocol::Failure;
-use weir_core::bounds::{COMMAND_BYTES_MAX, ENTRY_BYTES_MAX, ENTRY_HEADER_BYTES};
+use weir_core::bounds::{
+    COMMAND_BYTES_MAX, ENTRY_BYTES_MAX, ENTRY_HEADER_BYTES, PROPOSE_QUEUE_MAX,
+};
 use weir_core::codec;
 use weir_core::machine::{Batch, Command, Leadership, Reply};
-
-/// Commands waiting for the proposer, at most. Past this, writers are told to back off.
-const QUEUE_MAX: usize = 65_536;
 
 /// How long a proposed entry may take to commit and apply before its commands are answered
 /// `OutcomeUnknown`. Far above any healthy commit (milliseconds); an election takes about 1 s.
@@ -86,9 +86,9 @@ impl Proposer {
         raft: Raft,
         state: Arc<AppliedState>,
         config: ProposerConfig,
-        shutdown: watch::Receiver<bool>,
+        shutdown: Shutdown,
     ) -> Proposer {
-        let (tx, rx) = mpsc::channel(QUEUE_MAX);
+        let (tx, rx) = mpsc::channel(PROPOSE_QUEUE_MAX);
         tokio::spawn(run(id, raft, state, config, rx, shutdown));
         Proposer { tx }
     }
@@ -182,7 +182,7 @@ async fn run(
     state: Arc<AppliedState>,
     config: ProposerConfig,
     mut rx: mpsc::Receiver<QueuedWrite>,
-    mut shutdown: watch::Receiver<bool>,
+    mut shutdown: Shutdown,
 ) {
     let stamper = Stamper::new(id);
     let in_flight = Arc::new(Semaphore::new(config.in_flight_max));
@@ -288,7 +288,7 @@ enum Gathered {
 async fn gather(
     rx: &mut mpsc::Receiver<QueuedWrite>,
     held_over: &mut Option<QueuedWrite>,
-    shutdown: &mut watch::Receiver<bool>,
+    shutdown: &mut Shutdown,
     in_flight: &Arc<Semaphore>,
     tick_at: Instant,
     batch_max: usize,
@@ -301,7 +301,7 @@ async fn gather(
         tokio::select! {
             first = rx.recv() => batch.push(first?),
             _ = tokio::time::sleep_until(tick_at.into()) => {}
-            _ = shutdown.changed() => return None,
+            () = shutdown.begun() => return None,
         }
     }
     batch.drain(rx, held_over, batch_max);
@@ -451,7 +451,7 @@ mod tests {
         let net = Net::default();
         let nodes = found(&net, &dir.0, 3).await;
         let (raft, state) = nodes[&1].clone();
-        let (_stop, shutdown) = watch::channel(false);
+        let (_stop, shutdown) = crate::shutdown::shutdown_channel();
         let config = ProposerConfig {
             in_flight_max: 2,
             ..ProposerConfig::default()
