@@ -12,9 +12,10 @@ use hdrhistogram::Histogram;
 use tokio::task::JoinHandle;
 
 use super::super::{EXIT_ERROR, EXIT_OK, Exit, Output};
+use super::args::{BenchArgs, Workload};
 use super::cpu::CpuClock;
 use super::report::{LoadReport, Recorder, histogram, ms};
-use super::{BenchArgs, Workload, spawn};
+use super::spawn;
 use crate::launcher::{LocalCluster, leader_among_with};
 use weir_client::{AcquireOptions, Client, Session};
 use weir_core::machine::Spend;
