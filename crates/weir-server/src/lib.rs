@@ -23,6 +23,8 @@ pub mod raft;
 
 pub mod metrics;
 
+pub mod lock;
+
 pub mod shutdown;
 
 pub mod config;

@@ -108,7 +108,7 @@ impl Callers {
     /// The caller for `principal`, whose secret is `token`: cached, or made now.
     fn caller(&self, principal: &Principal, token: Option<&str>) -> Arc<Caller> {
         let reload = *self.reloads.borrow();
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cache = crate::lock::lock(&self.cache);
         if cache.reload != reload {
             cache.entries.clear();
             cache.reload = reload;

@@ -16,7 +16,7 @@
 //! openraft sends the snapshot again from its start (as it does after any network error).
 //! Without the retry the call is lost: openraft asks each voter once per election, so one
 //! dead pooled connection cost a failover a second election round (seen in a kept
-//! `--failover` run: 2,181 ms, ninth session).
+//! `--failover` run: 2,181 ms on 7177612; `docs/benchmarks.md`, "Failover").
 //!
 //! A new connection is dialed (TCP connect and TLS handshake) in a task of its own, bounded
 //! by [`DIAL_TIMEOUT`] rather than by the call's deadline, at most one per peer at a time:
@@ -179,11 +179,7 @@ impl PeerClient {
     }
 
     fn idle(&self) -> Option<Pooled> {
-        self.pools
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_mut(&self.target)?
-            .pop()
+        crate::lock::lock(&self.pools).get_mut(&self.target)?.pop()
     }
 
     /// A new connection, dialed in a task of its own (see the module doc): waits for it
@@ -191,10 +187,7 @@ impl PeerClient {
     /// arrives later. While another dial to this peer is under way, waits for that one
     /// first, and takes its connection if it went to the pool.
     async fn dial(&self) -> Result<Pooled, CallError> {
-        let lock = self
-            .dialing
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        let lock = crate::lock::lock(&self.dialing)
             .entry(self.target)
             .or_default()
             .clone();
@@ -243,14 +236,11 @@ impl PeerClient {
     /// Drops every idle connection to this peer. Connections pooled after this are newer
     /// than the failure that called for it.
     fn forget_idle(&self) {
-        self.pools
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.target);
+        crate::lock::lock(&self.pools).remove(&self.target);
     }
 
     fn give_back(&self, conn: Pooled) {
-        let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pools = crate::lock::lock(&self.pools);
         let pool = pools.entry(self.target).or_default();
         if pool.len() < POOL_IDLE_MAX {
             pool.push(conn);

@@ -9,7 +9,7 @@
 //! term the first candidate has voted itself in, and loses that round too when the first
 //! candidate's id is the higher; only its next timeout wins. That is two seconds and more
 //! from the stop, past a 3 s session's belief budget, and every holder loses its permit
-//! (`docs/benchmarks.md`, "Seventh session", read from the kept logs of `--stall` runs).
+//! (`docs/benchmarks.md`, "Stalls", read from the kept logs of `--stall` runs).
 //!
 //! [`StandIn`] sees every vote this node answers ([`super::network::answer`]). When it
 //! refuses a candidate whose last log id is below its own while it has accepted nothing
@@ -132,7 +132,7 @@ impl StandIn {
 
     /// This node has just accepted an AppendEntries or a snapshot chunk from a leader.
     pub fn heard_leader(&self) {
-        *self.heard.lock().expect("no panic holds the lock") = Some(Instant::now());
+        *crate::lock::lock(&self.heard) = Some(Instant::now());
     }
 
     /// This node answered `request` with `response`: stands for election if that calls for
@@ -142,11 +142,7 @@ impl StandIn {
         request: &VoteRequest<NodeId>,
         response: &VoteResponse<NodeId>,
     ) {
-        let heard_ago = self
-            .heard
-            .lock()
-            .expect("no panic holds the lock")
-            .map(|at| at.elapsed());
+        let heard_ago = crate::lock::lock(&self.heard).map(|at| at.elapsed());
         let following = self.raft.metrics().borrow().state == ServerState::Follower;
         if !calls_for_stand_in(request, response, heard_ago, self.lease, following) {
             return;
@@ -242,7 +238,7 @@ impl StandIn {
                 quiet_since = now;
                 continue;
             }
-            let heard = *self.heard.lock().expect("no panic holds the lock");
+            let heard = *crate::lock::lock(&self.heard);
             let quiet_for = now - heard.map_or(quiet_since, |at| at.max(quiet_since));
             if quiet_for < deadline
                 || !self.backstop_on.load(Ordering::Acquire)

@@ -157,10 +157,7 @@ pub async fn snapshot_cost(ctx: &Ctx) -> Response {
         ));
     };
     let (applied, bytes, build) = {
-        let mut next_allowed = ctx
-            .snapshot_cost_next
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut next_allowed = crate::lock::lock(&ctx.snapshot_cost_next);
         if let Some(t) = *next_allowed
             && Instant::now() < t
         {

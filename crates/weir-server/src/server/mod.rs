@@ -251,6 +251,7 @@ pub mod leader;
 pub mod node;
 pub mod proposer;
 pub mod reader;
+pub mod stamper;
 
 pub use data_dir::{IDENTITY_FILE, prepare_data_dir};
 pub use node::{Node, serve};

@@ -35,7 +35,7 @@
 //!   them fit a peer frame.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use openraft::ServerState;
 use openraft::error::ClientWriteError;
@@ -44,6 +44,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 use tokio::time::error::Elapsed;
 
 use super::leader::not_leader;
+use super::stamper::Stamper;
 use crate::config::ProposerConfig;
 use crate::raft::state_store::AppliedState;
 use crate::raft::{NodeId, Raft, TypeConfig};
@@ -53,7 +54,7 @@ use weir_core::bounds::{
     COMMAND_BYTES_MAX, ENTRY_BYTES_MAX, ENTRY_HEADER_BYTES, PROPOSE_QUEUE_MAX,
 };
 use weir_core::codec;
-use weir_core::machine::{Batch, Command, Leadership, Reply};
+use weir_core::machine::{Command, Reply};
 
 /// How long a proposed entry may take to commit and apply before its commands are answered
 /// `OutcomeUnknown`. Far above any healthy commit (milliseconds); an election takes about 1 s.
@@ -119,58 +120,6 @@ impl Proposer {
             })?;
         rx.await
             .unwrap_or_else(|_| Err(Failure::OutcomeUnknown("proposer stopped".into())))
-    }
-}
-
-/// What stamps a batch: this node, this proposer's incarnation and its clock.
-struct Stamper {
-    node: NodeId,
-    /// The proposer's start: `clock_ms` counts from here.
-    started: Instant,
-    /// The test hook's clock rate ([`clock_rate`]); 1 outside tests.
-    rate: f64,
-    /// This proposer's start, Unix ns (see [`Leadership::incarnation`]).
-    incarnation: u64,
-}
-
-impl Stamper {
-    fn new(node: NodeId) -> Stamper {
-        Stamper {
-            node,
-            started: Instant::now(),
-            // PLANTED(fast-clock)
-            rate: if weir_core::planted::is(weir_core::planted::Plant::FastClock) {
-                clock_rate() * 1.3
-            } else {
-                clock_rate()
-            },
-            incarnation: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64),
-        }
-    }
-
-    /// `commands` as one batch, stamped now for leadership `term`.
-    fn stamp(&self, term: u64, commands: Vec<Command>) -> Batch {
-        Batch {
-            leadership: Leadership {
-                term,
-                node: self.node,
-                incarnation: self.incarnation,
-            },
-            clock_ms: (self.started.elapsed().as_secs_f64() * 1_000.0 * self.rate) as u64,
-            wall_ms: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64)
-                // Test hook (the partition harness's wall-skew fault): offsets WALL stamps only.
-                .saturating_add_signed(
-                    std::env::var("WEIR_TEST_WALL_SKEW_MS")
-                        .ok()
-                        .and_then(|v| v.parse().ok())
-                        .unwrap_or(0),
-                ),
-            commands,
-        }
     }
 }
 
@@ -242,32 +191,47 @@ async fn run(
                 return;
             }
         };
-        let raft = raft.clone();
-        tokio::spawn(async move {
-            let mut leadership = raft.server_metrics();
-            let result = tokio::select! {
-                biased;
-                result = tokio::time::timeout(COMMIT_TIMEOUT, receiver) => Some(result),
-                () = stopped_leading(&mut leadership, Some(term)) => None,
-            };
-            crate::metrics::observe(
-                &crate::metrics::get().commit_seconds,
-                last_proposed.elapsed(),
-            );
-            // The entry is applied, refused or given up on: it no longer counts in flight.
-            drop(permit);
-            let outcome = match result {
-                Some(result) => entry_outcome(&raft, result),
-                // openraft may never answer an entry its deposed leader proposed (the
-                // stall runs of `docs/benchmarks.md` saw it wait out COMMIT_TIMEOUT):
-                // whether a new leader commits it is not this node's to know.
-                None => Err(Failure::OutcomeUnknown(
-                    "this node stopped leading before the entry was applied".into(),
-                )),
-            };
-            answer_all(answers, outcome);
-        });
+        tokio::spawn(wait_for_commit(
+            raft.clone(),
+            term,
+            receiver,
+            permit,
+            answers,
+            last_proposed,
+        ));
     }
+}
+
+/// A commit waiter (server module doc): waits for openraft's answer to the entry proposed
+/// in `term` at `proposed`, at most `COMMIT_TIMEOUT` and only while this node still leads in
+/// that term, gives its in-flight slot back, and answers each of its commands.
+async fn wait_for_commit(
+    raft: Raft,
+    term: u64,
+    receiver: oneshot::Receiver<ClientWriteResult<TypeConfig>>,
+    permit: OwnedSemaphorePermit,
+    answers: Vec<oneshot::Sender<Outcome>>,
+    proposed: Instant,
+) {
+    let mut leadership = raft.server_metrics();
+    let result = tokio::select! {
+        biased;
+        result = tokio::time::timeout(COMMIT_TIMEOUT, receiver) => Some(result),
+        () = stopped_leading(&mut leadership, Some(term)) => None,
+    };
+    crate::metrics::observe(&crate::metrics::get().commit_seconds, proposed.elapsed());
+    // The entry is applied, refused or given up on: it no longer counts in flight.
+    drop(permit);
+    let outcome = match result {
+        Some(result) => entry_outcome(&raft, result),
+        // openraft may never answer an entry its deposed leader proposed (the stall runs of
+        // `docs/benchmarks.md` saw it wait out COMMIT_TIMEOUT): whether a new leader commits
+        // it is not this node's to know.
+        None => Err(Failure::OutcomeUnknown(
+            "this node stopped leading before the entry was applied".into(),
+        )),
+    };
+    answer_all(answers, outcome);
 }
 
 /// A gathered batch: ready to propose with its in-flight slot, or to be answered
@@ -415,22 +379,6 @@ fn answer_all(answers: Vec<oneshot::Sender<Outcome>>, outcome: Result<(u64, Vec<
                 let _ = a.send(Err(failure.clone()));
             }
         }
-    }
-}
-
-/// A test hook for the partition harness's clock nemesis: `WEIR_TEST_CLOCK_RATE` (0.5 to
-/// 2.0) scales this proposer's stamps, as a leader whose clock runs fast or slow would.
-/// Unset, or out of range, it is 1. Nothing else reads it.
-fn clock_rate() -> f64 {
-    let rate = std::env::var("WEIR_TEST_CLOCK_RATE")
-        .ok()
-        .and_then(|v| v.parse::<f64>().ok());
-    match rate {
-        Some(r) if (0.5..=2.0).contains(&r) => {
-            tracing::warn!("WEIR_TEST_CLOCK_RATE = {r}: this node's log-clock stamps are skewed");
-            r
-        }
-        _ => 1.0,
     }
 }
 
