@@ -124,23 +124,17 @@ pub async fn add_node(ctx: &Ctx, id: NodeId, node: NodeAddr) -> Response {
              made a voter; {removed}"
         )));
     }
-    match ctx
-        .raft
-        .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
-        .await
-    {
-        Ok(_) => Response::MembershipChanged,
-        Err(e) => Response::Failed(write_failure(&ctx.raft, e)),
-    }
+    change_membership(ctx, ChangeMembers::AddVoterIds(BTreeSet::from([id]))).await
 }
 
 /// Removes voter `id`.
 pub async fn remove_node(ctx: &Ctx, id: NodeId) -> Response {
-    match ctx
-        .raft
-        .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
-        .await
-    {
+    change_membership(ctx, ChangeMembers::RemoveVoters(BTreeSet::from([id]))).await
+}
+
+/// Makes one membership change through openraft, answered once it is committed.
+async fn change_membership(ctx: &Ctx, changes: ChangeMembers<NodeId, NodeAddr>) -> Response {
+    match ctx.raft.change_membership(changes, false).await {
         Ok(_) => Response::MembershipChanged,
         Err(e) => Response::Failed(write_failure(&ctx.raft, e)),
     }

@@ -63,41 +63,19 @@ impl Node {
         let _first_start = prepare_data_dir(dir, config.id)?;
         let storage = open_storage(dir).await?;
         let state = storage.store.state();
-        let raft_config = Arc::new(config.openraft()?);
+        let startup_last = storage.startup_last;
         let security = Security::from_config(&config)?;
         let (peer_listener, client_listener) = bind_ports(&config).await?;
         let http_listener = bind_http(&config).await?;
-        let raft = Raft::new(
-            config.id,
-            raft_config.clone(),
-            PeerNetwork::new(config.peer_source_ip, security.peer_connector.clone()),
-            storage.log,
-            storage.store,
-        )
-        .await
-        .map_err(|e| format!("raft: {e}"))?;
         let (shutdown_sender, shutdown) = shutdown_channel();
-        tokio::spawn(serve_peers(
-            peer_listener,
-            security.peer_acceptor.clone(),
-            raft.clone(),
-            StandIn::start(raft.clone(), &raft_config, shutdown.clone()),
-            shutdown.clone(),
-        ));
-        let initialized = raft
-            .is_initialized()
-            .await
-            .map_err(|e| format!("raft: {e}"))?;
-        if !initialized {
-            found_cluster(&config, &raft).await;
-        }
+        let raft = start_raft(&config, storage, &security, peer_listener, &shutdown).await?;
         let tokens = Arc::new(Tokens::new(TokenTable::new(&config.tokens)?));
         if let Some(listener) = http_listener {
             start_http(
                 &config, listener, &security, &tokens, &state, &raft, &shutdown,
             );
         }
-        let ctx = Arc::new(Ctx {
+        let ctx = Ctx {
             id: config.id,
             client_addr: config.client_addr.clone(),
             raft: raft.clone(),
@@ -108,20 +86,19 @@ impl Node {
                 config.proposer.clone(),
                 shutdown.clone(),
             ),
-            reader: Reader::start(
-                raft.clone(),
-                state.clone(),
-                storage.startup_last,
-                shutdown.clone(),
-            ),
+            reader: Reader::start(raft.clone(), state.clone(), startup_last, shutdown.clone()),
             state,
             acceptor: security.client_acceptor.clone(),
             tokens: tokens.clone(),
             digest: Default::default(),
             snapshot_cost: Default::default(),
             snapshot_cost_next: Default::default(),
-        });
-        tokio::spawn(client_port::serve_clients(client_listener, ctx, shutdown));
+        };
+        tokio::spawn(client_port::serve_clients(
+            client_listener,
+            Arc::new(ctx),
+            shutdown,
+        ));
         log_serving(&config);
         Ok(Node {
             raft,
@@ -146,6 +123,42 @@ impl Node {
         }
         tracing::info!("stopped");
     }
+}
+
+/// Starts Raft on `storage`, serves its peers on `peer_listener` (with the stand-in), and
+/// founds the cluster if Raft is not initialized and this node is the founder.
+async fn start_raft(
+    config: &Config,
+    storage: Storage,
+    security: &Security,
+    peer_listener: TcpListener,
+    shutdown: &Shutdown,
+) -> Result<Raft, String> {
+    let raft_config = Arc::new(config.openraft()?);
+    let raft = Raft::new(
+        config.id,
+        raft_config.clone(),
+        PeerNetwork::new(config.peer_source_ip, security.peer_connector.clone()),
+        storage.log,
+        storage.store,
+    )
+    .await
+    .map_err(|e| format!("raft: {e}"))?;
+    tokio::spawn(serve_peers(
+        peer_listener,
+        security.peer_acceptor.clone(),
+        raft.clone(),
+        StandIn::start(raft.clone(), &raft_config, shutdown.clone()),
+        shutdown.clone(),
+    ));
+    let initialized = raft
+        .is_initialized()
+        .await
+        .map_err(|e| format!("raft: {e}"))?;
+    if !initialized {
+        found_cluster(config, &raft).await;
+    }
+    Ok(raft)
 }
 
 /// Opens the log and the state store in `dir`.
@@ -263,21 +276,17 @@ impl Security {
 /// Binds the peer port (on `peer_listen` if set, else `peer_addr`) and the client port (on
 /// `client_listen` if set, else `client_addr`).
 async fn bind_ports(config: &Config) -> Result<(TcpListener, TcpListener), String> {
-    let peer_listen = config
-        .peer_listen
-        .clone()
-        .unwrap_or_else(|| config.peer_addr.clone());
-    let peer_listener = TcpListener::bind(&peer_listen)
+    let peer = bind("peer", config.peer_listen.as_ref(), &config.peer_addr).await?;
+    let client = bind("client", config.client_listen.as_ref(), &config.client_addr).await?;
+    Ok((peer, client))
+}
+
+/// Binds the `port` port on `listen` if set, else on its advertised `addr`.
+async fn bind(port: &str, listen: Option<&String>, addr: &str) -> Result<TcpListener, String> {
+    let listen = listen.map_or(addr, String::as_str);
+    TcpListener::bind(listen)
         .await
-        .map_err(|e| format!("peer port {peer_listen}: {e}"))?;
-    let client_listen = config
-        .client_listen
-        .clone()
-        .unwrap_or_else(|| config.client_addr.clone());
-    let client_listener = TcpListener::bind(&client_listen)
-        .await
-        .map_err(|e| format!("client port {client_listen}: {e}"))?;
-    Ok((peer_listener, client_listener))
+        .map_err(|e| format!("{port} port {listen}: {e}"))
 }
 
 /// Binds the HTTP port, unless `http_listen` is empty.

@@ -167,18 +167,9 @@ async fn run(
                 continue;
             }
         };
-        if batch.is_empty() {
-            // The tick timer fired with nothing to send.
-            let timed = state.lock().machine.has_timed_work();
+        let Some((commands, answers)) = to_propose(batch, &state) else {
             last_proposed = Instant::now();
-            if !timed {
-                continue;
-            }
-        }
-        let (commands, answers): (Vec<Command>, Vec<_>) = if batch.is_empty() {
-            (vec![Command::Tick], vec![])
-        } else {
-            batch.into_iter().map(|p| (p.command, p.answer)).unzip()
+            continue;
         };
         let entry = stamper.stamp(term, commands);
         crate::metrics::get().proposed(entry.commands.len(), rx.len());
@@ -200,6 +191,23 @@ async fn run(
             last_proposed,
         ));
     }
+}
+
+/// What a gathered batch of a leader becomes: its commands, each with its answer; a `Tick`
+/// when the tick timer fired with nothing to send while the machine has timed work
+/// (sessions to expire, rate tickets to serve); `None` when it has none.
+fn to_propose(
+    batch: Vec<QueuedWrite>,
+    state: &AppliedState,
+) -> Option<(Vec<Command>, Vec<oneshot::Sender<Outcome>>)> {
+    if !batch.is_empty() {
+        return Some(batch.into_iter().map(|p| (p.command, p.answer)).unzip());
+    }
+    state
+        .lock()
+        .machine
+        .has_timed_work()
+        .then(|| (vec![Command::Tick], vec![]))
 }
 
 /// A commit waiter (server module doc): waits for openraft's answer to the entry proposed
