@@ -331,16 +331,11 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, NodeAddr, RaftError<NodeId>>> {
-        match self
-            .call(PeerRequest::AppendEntries(rpc), option.hard_ttl())
-            .await
-        {
-            Ok(PeerResponse::AppendEntries(r)) => {
-                r.map_err(|e| RemoteError::new(self.target, e).into())
-            }
-            Ok(_) => Err(self.mismatch()),
-            Err(e) => Err(self.rpc_error(e)),
-        }
+        self.rpc(PeerRequest::AppendEntries(rpc), option, |r| match r {
+            PeerResponse::AppendEntries(r) => Some(r),
+            _ => None,
+        })
+        .await
     }
 
     async fn install_snapshot(
@@ -351,16 +346,11 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         InstallSnapshotResponse<NodeId>,
         RPCError<NodeId, NodeAddr, RaftError<NodeId, InstallSnapshotError>>,
     > {
-        match self
-            .call(PeerRequest::InstallSnapshot(rpc), option.hard_ttl())
-            .await
-        {
-            Ok(PeerResponse::InstallSnapshot(r)) => {
-                r.map_err(|e| RemoteError::new(self.target, e).into())
-            }
-            Ok(_) => Err(self.mismatch()),
-            Err(e) => Err(self.rpc_error(e)),
-        }
+        self.rpc(PeerRequest::InstallSnapshot(rpc), option, |r| match r {
+            PeerResponse::InstallSnapshot(r) => Some(r),
+            _ => None,
+        })
+        .await
     }
 
     async fn vote(
@@ -368,15 +358,34 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, NodeAddr, RaftError<NodeId>>> {
-        match self.call(PeerRequest::Vote(rpc), option.hard_ttl()).await {
-            Ok(PeerResponse::Vote(r)) => r.map_err(|e| RemoteError::new(self.target, e).into()),
-            Ok(_) => Err(self.mismatch()),
+        self.rpc(PeerRequest::Vote(rpc), option, |r| match r {
+            PeerResponse::Vote(r) => Some(r),
+            _ => None,
+        })
+        .await
+    }
+}
+
+impl PeerClient {
+    /// Sends `request` within `option`'s deadline and takes the answer `expect` picks out of
+    /// the response (`None`: the wrong kind), with every error as openraft's.
+    async fn rpc<R, E: std::error::Error>(
+        &mut self,
+        request: PeerRequest,
+        option: RPCOption,
+        expect: fn(PeerResponse) -> Option<Result<R, E>>,
+    ) -> Result<R, RPCError<NodeId, NodeAddr, E>> {
+        match self.call(request, option.hard_ttl()).await {
+            Ok(response) => match expect(response) {
+                Some(answer) => answer.map_err(|e| RemoteError::new(self.target, e).into()),
+                None => Err(self.mismatch()),
+            },
             Err(e) => Err(self.rpc_error(e)),
         }
     }
 }
 
-/// Serves Raft RPCs from peers on `listener` until `shutdown` turns true; each connection
+/// Serves Raft RPCs from peers on `listener` until the node shuts down; each connection
 /// first passes `acceptor`'s handshake (mutual TLS, or none).
 pub async fn serve_peers(
     listener: TcpListener,

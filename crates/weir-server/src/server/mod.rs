@@ -250,6 +250,7 @@ pub mod heartbeat;
 pub mod leader;
 pub mod node;
 pub mod proposer;
+pub mod queue;
 pub mod reader;
 pub mod stamper;
 

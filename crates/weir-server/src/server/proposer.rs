@@ -44,6 +44,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 use tokio::time::error::Elapsed;
 
 use super::leader::not_leader;
+use super::queue::enqueue;
 use super::stamper::Stamper;
 use crate::config::ProposerConfig;
 use crate::raft::state_store::AppliedState;
@@ -104,20 +105,12 @@ impl Proposer {
             )));
         }
         let (answer, rx) = oneshot::channel();
-        self.tx
-            .try_send(QueuedWrite {
-                command,
-                bytes,
-                answer,
-            })
-            .map_err(|e| match e {
-                mpsc::error::TrySendError::Full(_) => {
-                    Failure::Unavailable("proposer queue full".into())
-                }
-                mpsc::error::TrySendError::Closed(_) => {
-                    Failure::Unavailable("node shutting down".into())
-                }
-            })?;
+        let write = QueuedWrite {
+            command,
+            bytes,
+            answer,
+        };
+        enqueue(&self.tx, write, "proposer queue")?;
         rx.await
             .unwrap_or_else(|_| Err(Failure::OutcomeUnknown("proposer stopped".into())))
     }

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
 use super::leader::read_failure;
+use super::queue::enqueue;
 use crate::raft::Raft;
 use crate::raft::state_store::AppliedState;
 use crate::shutdown::Shutdown;
@@ -81,16 +82,7 @@ impl Reader {
     /// A linearizable read.
     pub async fn read(&self, query: Query) -> Result<Answer, Failure> {
         let (answer, rx) = oneshot::channel();
-        self.tx
-            .try_send(QueuedRead { query, answer })
-            .map_err(|e| match e {
-                mpsc::error::TrySendError::Full(_) => {
-                    Failure::Unavailable("read queue full".into())
-                }
-                mpsc::error::TrySendError::Closed(_) => {
-                    Failure::Unavailable("node shutting down".into())
-                }
-            })?;
+        enqueue(&self.tx, QueuedRead { query, answer }, "read queue")?;
         rx.await
             .unwrap_or_else(|_| Err(Failure::Unavailable("reader stopped".into())))
     }
