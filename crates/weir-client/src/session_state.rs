@@ -80,6 +80,9 @@ pub(super) struct SessionState {
     /// The belief deadline (see the `session` module doc): no permit of this session is
     /// believed held past it.
     pub(super) deadline: watch::Sender<BootInstant>,
+    /// Why the last keep-alive was refused (the node refused this client's hello), until
+    /// one is acknowledged: what a permit lost at the deadline is lost to.
+    refused: Mutex<Option<String>>,
     /// A std mutex: held only to read or change the maps, never across an await.
     tickets: Mutex<Tickets>,
     /// The background task (keep-alives, events); aborted when the last holder of this
@@ -95,6 +98,7 @@ impl SessionState {
             id,
             ttl,
             deadline: watch::channel(deadline).0,
+            refused: Mutex::new(None),
             tickets: Mutex::new(Tickets {
                 next: 1,
                 waiting: BTreeMap::new(),
@@ -102,6 +106,20 @@ impl SessionState {
                 ended: None,
             }),
             task: Mutex::new(None),
+        }
+    }
+
+    /// Records why a keep-alive was refused (`None`: one was acknowledged).
+    pub(super) fn keep_alive_refused(&self, why: Option<String>) {
+        *self.refused.lock().unwrap_or_else(|p| p.into_inner()) = why;
+    }
+
+    /// What a permit is lost to when the deadline passes: the refusal of the keep-alives,
+    /// if the cluster refused them, else the deadline itself.
+    pub(super) fn deadline_loss(&self) -> Lost {
+        match &*self.refused.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(why) => Lost::Refused(why.clone()),
+            None => Lost::Deadline,
         }
     }
 
@@ -182,15 +200,13 @@ impl SessionState {
         tenants
     }
 
-    /// Marks lost every held ticket of `tenant` that one of `halts` covers (the rule of the
-    /// machine's `Tenant::halt_for`: a tenant-wide halt covers all, an agent's halt its own).
+    /// Marks lost every held ticket of `tenant` that one of `halts` covers, by the machine's
+    /// own rule ([`HaltScope::covers`]: a tenant-wide halt covers all, an agent's its own).
     pub(super) fn learn_halts(&self, tenant: &str, halts: &[(HaltScope, String)]) {
         let t = self.tickets();
         for h in t.held.values().filter(|h| h.tenant == tenant) {
-            let covering = halts.iter().find(|(scope, _)| match scope {
-                HaltScope::Tenant => true,
-                HaltScope::Agent(a) => h.agent.as_deref() == Some(a.as_str()),
-            });
+            let agent = h.agent.as_deref();
+            let covering = halts.iter().find(|(scope, _)| scope.covers(agent));
             if let Some((scope, reason)) = covering
                 && h.lost.borrow().is_none()
             {

@@ -5,13 +5,11 @@
 //! snapshots. Field order is part of the format: append fields and variants, never reorder.
 //!
 //! The argument rules a command can break on its own, without the state (name lengths,
-//! unit ranges, weights), are checked here ([`Acquire::validate`], [`Settle::validate`]);
-//! the machine refuses a command that breaks one before it looks at anything else.
+//! unit ranges, weights), are checked in `machine::validate`; this file knows no
+//! refusal and no state, only the shapes and what each command names
+//! ([`Command::tenant`], [`Command::session`]).
 
 use serde::{Deserialize, Serialize};
-
-use super::reply::Refusal;
-use crate::bounds::{NAME_BYTES_MAX, UNITS_MAX};
 
 /// A session's id. Zero is never a session; no two live sessions share one.
 ///
@@ -146,14 +144,6 @@ pub enum HaltScope {
 }
 
 impl HaltScope {
-    /// Checks the agent's name of an agent scope.
-    pub fn validate(&self) -> Result<(), Refusal> {
-        match self {
-            HaltScope::Tenant => Ok(()),
-            HaltScope::Agent(a) => check_key("agent", a),
-        }
-    }
-
     /// Whether a waiter or holder of `agent` is inside this scope.
     pub fn covers(&self, agent: Option<&str>) -> bool {
         match self {
@@ -188,30 +178,6 @@ pub struct Acquire {
     pub wait: bool,
 }
 
-impl Acquire {
-    /// Checks the arguments alone: names, units in `1..=UNITS_MAX`, a weight of at least 1.
-    pub fn validate(&self) -> Result<(), Refusal> {
-        check_key("tenant", &self.tenant)?;
-        check_key("limit name", &self.limit)?;
-        check_name("fairness key", &self.priority.fairness_key)?;
-        if let Some(agent) = &self.agent {
-            check_key("agent", agent)?;
-        }
-        if self.units == 0 || self.units > UNITS_MAX {
-            return Err(Refusal::Invalid(format!(
-                "units {} is not in 1..={UNITS_MAX}",
-                self.units
-            )));
-        }
-        if self.priority.fairness_weight == 0 {
-            return Err(Refusal::Invalid(
-                "fairness weight 0: weights are at least 1".into(),
-            ));
-        }
-        Ok(())
-    }
-}
-
 /// A settlement of one pass of a run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Settle {
@@ -224,18 +190,6 @@ pub struct Settle {
     pub minor_units: u64,
     /// Also free the run's slot.
     pub release_slot: bool,
-}
-
-impl Settle {
-    /// Checks the arguments alone: the tenant, run and period names.
-    pub fn validate(&self) -> Result<(), Refusal> {
-        check_key("tenant", &self.tenant)?;
-        check_key("run", &self.run)?;
-        if let Some(period) = &self.period {
-            check_key("period", period)?;
-        }
-        Ok(())
-    }
 }
 
 /// Every write of spec §2. Each is applied by [`crate::machine::Machine::apply`] and answered
@@ -329,22 +283,96 @@ pub enum Command {
     },
 }
 
-/// Checks a name's length (at most [`NAME_BYTES_MAX`] bytes); `what` names the field in the
-/// refusal.
-pub(super) fn check_name(what: &str, name: &str) -> Result<(), Refusal> {
-    if name.len() > NAME_BYTES_MAX {
-        return Err(Refusal::Invalid(format!(
-            "{what} is {} bytes, the bound is {NAME_BYTES_MAX}",
-            name.len()
-        )));
+impl Command {
+    /// The tenant this command acts in: the one named by a limit, tenant, run, settlement,
+    /// halt or acquire command; `None` for the session commands and `Tick`. Authorization,
+    /// and the machine's accounting of tenant-level totals, both read it here.
+    pub fn tenant(&self) -> Option<&str> {
+        match self {
+            Command::DefineLimit { tenant, .. }
+            | Command::RemoveLimit { tenant, .. }
+            | Command::SetTenant { tenant, .. }
+            | Command::Reserve { tenant, .. }
+            | Command::ReleaseRun { tenant, .. }
+            | Command::SetHalt { tenant, .. }
+            | Command::ClearHalt { tenant, .. } => Some(tenant),
+            Command::Acquire(a) => Some(&a.tenant),
+            Command::Settle(s) => Some(&s.tenant),
+            Command::OpenSession { .. }
+            | Command::OpenSessionFor { .. }
+            | Command::KeepAlive { .. }
+            | Command::CloseSession { .. }
+            | Command::Release { .. }
+            | Command::Tick => None,
+        }
     }
-    Ok(())
+
+    /// The session this command acts for: keep-alive, close, acquire and release name one;
+    /// `None` for the rest (an open names no session yet). The edge checks its owner (G10)
+    /// and follows its events.
+    pub fn session(&self) -> Option<SessionId> {
+        match self {
+            Command::KeepAlive { session }
+            | Command::CloseSession { session }
+            | Command::Release { session, .. } => Some(*session),
+            Command::Acquire(a) => Some(a.session),
+            Command::DefineLimit { .. }
+            | Command::RemoveLimit { .. }
+            | Command::OpenSession { .. }
+            | Command::OpenSessionFor { .. }
+            | Command::SetTenant { .. }
+            | Command::Reserve { .. }
+            | Command::ReleaseRun { .. }
+            | Command::Settle(_)
+            | Command::SetHalt { .. }
+            | Command::ClearHalt { .. }
+            | Command::Tick => None,
+        }
+    }
 }
 
-/// Checks a name that must also be non-empty.
-pub(super) fn check_key(what: &str, name: &str) -> Result<(), Refusal> {
-    if name.is_empty() {
-        return Err(Refusal::Invalid(format!("{what} is empty")));
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_names_its_tenant_and_its_session() {
+        let acquire = Command::Acquire(Acquire {
+            session: 7,
+            ticket: 1,
+            tenant: "t".into(),
+            limit: "l".into(),
+            units: 1,
+            priority: Priority::default(),
+            agent: None,
+            wait: true,
+        });
+        let settle = Command::Settle(Settle {
+            tenant: "s".into(),
+            run: "r".into(),
+            epoch: 1,
+            period: None,
+            tokens: 0,
+            minor_units: 0,
+            release_slot: false,
+        });
+        let halt = Command::SetHalt {
+            tenant: "h".into(),
+            scope: HaltScope::Tenant,
+            reason: String::new(),
+        };
+        let named = |c: &Command| (c.tenant().map(str::to_owned), c.session());
+        assert_eq!(named(&acquire), (Some("t".into()), Some(7)));
+        assert_eq!(named(&settle), (Some("s".into()), None));
+        assert_eq!(named(&halt), (Some("h".into()), None));
+        assert_eq!(
+            named(&Command::Release {
+                session: 9,
+                ticket: 1
+            }),
+            (None, Some(9))
+        );
+        assert_eq!(named(&Command::OpenSession { ttl_ms: 1 }), (None, None));
+        assert_eq!(named(&Command::Tick), (None, None));
     }
-    check_name(what, name)
 }

@@ -2,10 +2,11 @@
 //!
 //! `apply` takes a log index and a [`Batch`]; it advances the log clock, expires the sessions
 //! whose leases ran out, serves the rate-limited queues the refill can now serve (those
-//! filed in [`Deadlines`] at or before now, not every rated queue), and then executes the
+//! filed in `Deadlines` at or before now, not every rated queue), and then executes the
 //! commands in order. `Tick` prunes the finished tickets and receipts that are due, found
-//! the same way: neither walks every session, tenant or limit. Everything it decides depends on the state and the batch
-//! alone: ordered maps only, integer arithmetic only, no clock, no I/O.
+//! the same way: neither walks every session, tenant or limit. Everything it decides depends
+//! on the state and the batch alone: ordered maps only, integer arithmetic only, no clock,
+//! no I/O.
 //!
 //! This file holds the state and the dispatch; each group of commands has its own child
 //! module: `limits` (define, remove), `leases` (sessions: open, keep-alive, expire, close),
@@ -18,7 +19,7 @@
 //!   and holder of every limit is such a live ticket.
 //! - `expiries` holds exactly one `(expires_at_ms, session)` per session.
 //! - `deadlines` files exactly the items the state gives a deadline, under it (checked
-//!   against a full scan: see [`Deadlines`]).
+//!   against a full scan: see `Deadlines`).
 //! - Fences are unique and increasing: every held fence is at most `last_fence`.
 //! - A limit is reachable by name from its tenant exactly while it exists.
 
@@ -31,12 +32,10 @@ mod runs;
 
 use std::collections::BTreeSet;
 
-pub use reads::{LimitStatus, TenantStatus};
-
 use super::command::{Batch, Command, SessionId};
 use super::deadlines::{Deadlines, Prune};
 use super::reply::{Applied, Event, Refusal, Reply};
-use super::snapshot::SavedLimits;
+use super::saved::SavedLimits;
 use super::totals::{TenantCounts, Totals};
 
 /// The replicated state.
@@ -53,18 +52,27 @@ pub struct Machine {
     totals: Totals,
 }
 
-/// The tenant whose receipts, runs, periods or halts `command` may change, if any. (`Tick`
+/// The tenant whose receipts, runs, periods or halts `command` may change, if any: the
+/// tenant it names ([`Command::tenant`]), unless it only touches limits and permits. (`Tick`
 /// prunes the receipts that are due and keeps the totals itself.)
 fn tenant_counted(command: &Command) -> Option<&str> {
     match command {
-        Command::SetTenant { tenant, .. }
-        | Command::Reserve { tenant, .. }
-        | Command::ReleaseRun { tenant, .. }
-        | Command::SetHalt { tenant, .. }
-        | Command::ClearHalt { tenant, .. } => Some(tenant),
-        Command::Settle(s) => Some(&s.tenant),
-        _ => None,
+        Command::DefineLimit { .. } | Command::RemoveLimit { .. } | Command::Acquire(_) => None,
+        _ => command.tenant(),
     }
+}
+
+/// A reserve's arguments, borrowed from its command.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Reserve<'a> {
+    tenant: &'a str,
+    run: &'a str,
+    agent: Option<&'a str>,
+    period: Option<&'a str>,
+    /// The hold (tokens, minor units), when the reserve carries one. A hold that names
+    /// one kind holds 0 of the other: the run says it will spend none of it, so any spend
+    /// of that kind is an overrun.
+    hold: Option<(u64, u64)>,
 }
 
 /// Collapses a `Result<Reply, Refusal>` into the reply.
@@ -86,7 +94,7 @@ impl Machine {
             .map(|(&id, s)| (s.expires_at_ms, id))
             .collect();
         let deadlines = Deadlines::of(&saved);
-        let totals = Totals::of(&saved);
+        let totals = saved.count_totals();
         Machine {
             saved,
             expiries,
@@ -239,7 +247,7 @@ impl Machine {
             } => {
                 let hold = (hold_tokens.is_some() || hold_minor.is_some())
                     .then(|| (hold_tokens.unwrap_or(0), hold_minor.unwrap_or(0)));
-                let reserve = runs::Reserve {
+                let reserve = Reserve {
                     tenant,
                     run,
                     agent: agent.as_deref(),

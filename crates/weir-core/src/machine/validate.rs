@@ -8,13 +8,19 @@
 //! (sessions, limits, tickets, waiters open at once) can only be judged in log order, so they
 //! stay with the machine.
 //!
-//! Invariant: each command is checked in the order its own handler checks, so the machine's
-//! refusal is the same whether this function or the handler finds the problem first.
+//! The machine's command handlers assume a command that passed: `Machine::apply` validates
+//! every command before its handler runs, so a handler judges only what depends on the
+//! state. (One argument rule stays with its handler: a reserve's hold needs a period.)
+//!
+//! The shapes and what a command names live in [`crate::machine::command`]; the rules live
+//! here, so the command types know no refusal.
 
-use super::command::{Command, check_key};
+use super::command::{Acquire, Command, HaltScope, Settle};
 use super::limit::LimitSpec;
 use super::reply::Refusal;
-use crate::bounds::{REASON_BYTES_MAX, SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN};
+use crate::bounds::{
+    NAME_BYTES_MAX, REASON_BYTES_MAX, SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN, UNITS_MAX,
+};
 
 impl Command {
     /// Checks the arguments alone; `Err` names the field and its bound.
@@ -96,4 +102,70 @@ fn check_reason(reason: &str) -> Result<(), Refusal> {
         )));
     }
     Ok(())
+}
+
+impl HaltScope {
+    /// Checks the agent's name of an agent scope.
+    pub fn validate(&self) -> Result<(), Refusal> {
+        match self {
+            HaltScope::Tenant => Ok(()),
+            HaltScope::Agent(a) => check_key("agent", a),
+        }
+    }
+}
+
+impl Acquire {
+    /// Checks the arguments alone: names, units in `1..=UNITS_MAX`, a weight of at least 1.
+    pub fn validate(&self) -> Result<(), Refusal> {
+        check_key("tenant", &self.tenant)?;
+        check_key("limit name", &self.limit)?;
+        check_name("fairness key", &self.priority.fairness_key)?;
+        if let Some(agent) = &self.agent {
+            check_key("agent", agent)?;
+        }
+        if self.units == 0 || self.units > UNITS_MAX {
+            return Err(Refusal::Invalid(format!(
+                "units {} is not in 1..={UNITS_MAX}",
+                self.units
+            )));
+        }
+        if self.priority.fairness_weight == 0 {
+            return Err(Refusal::Invalid(
+                "fairness weight 0: weights are at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Settle {
+    /// Checks the arguments alone: the tenant, run and period names.
+    pub fn validate(&self) -> Result<(), Refusal> {
+        check_key("tenant", &self.tenant)?;
+        check_key("run", &self.run)?;
+        if let Some(period) = &self.period {
+            check_key("period", period)?;
+        }
+        Ok(())
+    }
+}
+
+/// Checks a name's length (at most [`NAME_BYTES_MAX`] bytes); `what` names the field in the
+/// refusal.
+pub(super) fn check_name(what: &str, name: &str) -> Result<(), Refusal> {
+    if name.len() > NAME_BYTES_MAX {
+        return Err(Refusal::Invalid(format!(
+            "{what} is {} bytes, the bound is {NAME_BYTES_MAX}",
+            name.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a name that must also be non-empty.
+pub(super) fn check_key(what: &str, name: &str) -> Result<(), Refusal> {
+    if name.is_empty() {
+        return Err(Refusal::Invalid(format!("{what} is empty")));
+    }
+    check_name(what, name)
 }

@@ -15,6 +15,9 @@
 //! then answered 404 `UnknownSession`. The owner never changes, so one check covers the
 //! whole stream. A long-polled acquire's wait needs no check of its own: its acquire went
 //! through the client port, which checked the owner.
+//!
+//! A stream ends when a reload (SIGHUP) takes its caller's token away, as a client-port
+//! connection closes then: its last event is `revoked`, naming why.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -84,8 +87,9 @@ async fn check_owner_here(ctx: &HttpCtx, session: SessionId) -> Result<(), ApiEr
 }
 
 /// `GET /v1/sessions/{session}/events`: the session's events as server-sent events —
-/// `granted`, `refused`, `halted`, `expired` (the last one; the stream then ends) and
-/// `lagged`. Each `data` is JSON.
+/// `granted`, `refused`, `halted`, `expired` (the last one; the stream then ends),
+/// `lagged`, and `revoked` (the caller's token was revoked; the last one). Each `data` is
+/// JSON.
 pub async fn stream(
     State(ctx): State<Arc<HttpCtx>>,
     Params(session): Params<SessionId>,
@@ -93,17 +97,31 @@ pub async fn stream(
     // Subscribed before the check, so no event after it is missed.
     let applied = ctx.state.subscribe();
     check_owner_here(&ctx, session).await?;
+    let caller = super::callers::current();
+    let revoked = Box::pin(ctx.callers.tokens().revoked(caller.principal.clone()));
     let events = futures_util::stream::unfold(
-        (applied, Vec::<SseEvent>::new(), false),
-        move |(mut applied, mut ready, mut ended)| async move {
+        (applied, Vec::<SseEvent>::new(), false, revoked),
+        move |(mut applied, mut ready, mut ended, mut revoked)| async move {
             loop {
                 if let Some(e) = ready.pop() {
-                    return Some((Ok(e), (applied, ready, ended)));
+                    return Some((Ok(e), (applied, ready, ended, revoked)));
                 }
                 if ended {
                     return None;
                 }
-                match applied.recv().await {
+                let got = tokio::select! {
+                    got = applied.recv() => got,
+                    why = &mut revoked => {
+                        ready.push(
+                            SseEvent::default()
+                                .event("revoked")
+                                .data(json!({"session": session, "reason": why}).to_string()),
+                        );
+                        ended = true;
+                        continue;
+                    }
+                };
+                match got {
                     Ok(entry) => {
                         // Reversed, so `pop` sends them in the order they happened.
                         for event in entry.events.iter().rev() {

@@ -21,6 +21,12 @@
 //! `ServerFrame::Heartbeat` every `HEARTBEAT_PERIOD` ([`heartbeat`]), so the client can tell
 //! a node that is silent (stopped) from one that is busy.
 //!
+//! Before the hello a connection costs the node little (spec §7): the first frame may be at
+//! most [`HELLO_FRAME_MAX`] bytes (a larger one is refused before its payload is read), the
+//! hello is read without the connection's read buffer (allocated once the hello is
+//! accepted), and it must come within `HELLO_TIMEOUT`. Every frame's payload is allocated
+//! as its bytes arrive ([`wire`]), never at the length it announces.
+//!
 //! Bad input — an oversized or corrupt frame, undecodable bytes, a wrong version, a request
 //! before the hello — is answered with `ServerFrame::Error` naming the problem, and that
 //! connection is closed; the node and every other connection go on.
@@ -53,7 +59,7 @@ use weir_client::protocol::{
 };
 use weir_client::task::AbortOnDrop;
 use weir_client::wire::{self, WireError};
-use weir_core::bounds::{NODE_OUTBOX_FRAMES_MAX, READ_BUFFER_BYTES};
+use weir_core::bounds::{HELLO_FRAME_MAX, NODE_OUTBOX_FRAMES_MAX, READ_BUFFER_BYTES};
 use weir_core::machine::{Applied, Command, Event, Reply, SessionId};
 
 /// How long a new connection may take to say hello.
@@ -76,8 +82,7 @@ pub async fn serve_clients(listener: TcpListener, ctx: Arc<Ctx>, shutdown: Shutd
 async fn connection(tcp: TcpStream, ctx: Arc<Ctx>) -> Result<(), String> {
     let _counted = crate::metrics::get().connection();
     let stream = ctx.acceptor.accept(tcp).await.map_err(|e| e.to_string())?;
-    let (rd, mut wr) = tokio::io::split(stream);
-    let mut rd = BufReader::with_capacity(READ_BUFFER_BYTES, rd);
+    let (mut rd, mut wr) = tokio::io::split(stream);
     let (out, mut outbox) = mpsc::channel::<ServerFrame>(NODE_OUTBOX_FRAMES_MAX);
     // A slot per request being served. The writer gathers answers while two or more slots
     // are taken: the request whose answer woke it has usually given its slot back by then
@@ -108,9 +113,9 @@ async fn connection(tcp: TcpStream, ctx: Arc<Ctx>) -> Result<(), String> {
     result
 }
 
-/// Serves one connection after its hello until it closes or sends bad input.
+/// Serves one connection: its hello, then its requests until it closes or sends bad input.
 async fn serve(
-    rd: &mut BufReader<ReadHalf<Stream>>,
+    rd: &mut ReadHalf<Stream>,
     out: &mpsc::Sender<ServerFrame>,
     ctx: &Arc<Ctx>,
     slots: Arc<Semaphore>,
@@ -118,6 +123,9 @@ async fn serve(
     let Some(principal) = greet(rd, out, ctx).await? else {
         return Ok(());
     };
+    // Buffered from here on: the buffer is memory an unauthenticated connection must not
+    // cost. The hello was read exactly, so nothing after it is lost.
+    let rd = &mut BufReader::with_capacity(READ_BUFFER_BYTES, rd);
     let mut revoked = std::pin::pin!(revocation(ctx.tokens.clone(), principal.clone()));
     let followed = Followed::default();
     let forwarder = tokio::spawn(forward_events(
@@ -246,13 +254,13 @@ async fn revocation(tokens: Arc<Tokens>, principal: Principal) -> String {
 /// Reads the hello, authenticates its token, and answers `Welcome`. `Ok(None)`: the client
 /// closed before saying hello. An error is the reason to close with.
 async fn greet(
-    rd: &mut BufReader<ReadHalf<Stream>>,
+    rd: &mut ReadHalf<Stream>,
     out: &mpsc::Sender<ServerFrame>,
     ctx: &Ctx,
 ) -> Result<Option<Principal>, String> {
     let hello = tokio::time::timeout(
         HELLO_TIMEOUT,
-        wire::read_frame::<_, ClientFrame>(rd, CLIENT_FRAME_MAX),
+        wire::read_frame::<_, ClientFrame>(rd, HELLO_FRAME_MAX),
     )
     .await
     .map_err(|_| format!("no hello within {HELLO_TIMEOUT:?}"))?;
@@ -269,6 +277,12 @@ async fn greet(
             return Err("request before hello".into());
         }
         Err(WireError::Closed) => return Ok(None),
+        Err(WireError::TooLarge { declared, max }) => {
+            return Err(format!(
+                "a first frame of {declared} bytes is above the bound of {max} before the \
+                 hello: send the hello first"
+            ));
+        }
         Err(e) => return Err(e.to_string()),
     };
     out.send(ServerFrame::Welcome {
@@ -281,7 +295,9 @@ async fn greet(
 }
 
 /// Refuses (`Forbidden`) a request on a session another principal opened, by the shared
-/// rule ([`check_owner`]).
+/// rule ([`check_owner`]). An admin may end any session (spec §7): close it, or release a
+/// ticket of it, so that a revoked principal's permits can be freed before its session
+/// expires; keeping another's session alive or acquiring in it stays its owner's alone.
 ///
 /// A session this node has not applied yet may be one a new leader has committed but not
 /// applied: then the check waits for a quorum round (`ensure_linearizable`, which also
@@ -293,9 +309,16 @@ async fn owned(ctx: &Ctx, principal: &Principal, request: &Request) -> Result<()
     let Request::Write(command) = request else {
         return Ok(());
     };
-    let Some(session) = session_of(command) else {
+    let Some(session) = command.session() else {
         return Ok(());
     };
+    let ends = matches!(
+        command,
+        Command::CloseSession { .. } | Command::Release { .. }
+    );
+    if ends && principal.role == crate::security::Role::Admin {
+        return Ok(());
+    }
     let mut check = check_owner(&ctx.state, principal, session);
     if check == OwnerCheck::Unknown {
         if let Err(e) = ctx.raft.ensure_linearizable().await {
@@ -320,7 +343,7 @@ fn admit(
         return Ok(None);
     };
     edge::check_write(command)?;
-    if let Some(session) = session_of(command) {
+    if let Some(session) = command.session() {
         followed.follow(session)?;
     }
     match command {
@@ -328,17 +351,6 @@ fn admit(
             followed.begin_open().map(Some)
         }
         _ => Ok(None),
-    }
-}
-
-/// The session a write acts for, if any.
-fn session_of(command: &Command) -> Option<SessionId> {
-    match command {
-        Command::KeepAlive { session }
-        | Command::CloseSession { session }
-        | Command::Release { session, .. } => Some(*session),
-        Command::Acquire(a) => Some(a.session),
-        _ => None,
     }
 }
 

@@ -234,7 +234,8 @@
 //!   proposes every open as `OpenSessionFor` with the connection's principal (a hash of
 //!   its token) and a random nonce (the session's id), so the owner is replicated with the
 //!   session and every node refuses another principal's keep-alive, acquire, release and
-//!   close of it ([`client_port`]); the HTTP event stream checks the same record. The check
+//!   close of it ([`client_port`]), except that an admin may end any session (close it or
+//!   release its tickets); the HTTP event stream checks the same record. The check
 //!   reads this node's applied state: a session not applied here yet is waited for with one
 //!   quorum round (the leader) or a few seconds (an HTTP stream on a follower). Sessions
 //!   opened without tokens have no owner and are open to every principal.

@@ -108,10 +108,11 @@ impl Node {
     }
 
     /// Replaces the accepted tokens with those of `config` (a re-read config file); open
-    /// connections whose token is gone close.
+    /// connections whose token is gone close. A config without tokens, on a node that has
+    /// some, is refused unless it sets `reload_may_turn_auth_off` ([`Tokens::reload`]).
     pub fn reload_tokens(&self, config: &Config) -> Result<usize, String> {
         let table = TokenTable::new(&config.tokens)?;
-        self.tokens.replace(table);
+        self.tokens.reload(table, config.reload_may_turn_auth_off)?;
         Ok(config.tokens.len())
     }
 
@@ -379,6 +380,11 @@ fn reload(node: &Node, config_path: Option<&std::path::Path>) {
         return;
     };
     match Config::load(path).and_then(|c| node.reload_tokens(&c)) {
+        Ok(0) => tracing::warn!(
+            "SIGHUP: reloaded {} with no tokens (reload_may_turn_auth_off = true): \
+             authentication is OFF, every connection may do everything",
+            path.display()
+        ),
         Ok(n) => tracing::info!("SIGHUP: reloaded {n} token(s) from {}", path.display()),
         Err(e) => tracing::error!("SIGHUP: tokens not reloaded, keeping the old ones: {e}"),
     }

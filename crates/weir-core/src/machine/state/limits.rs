@@ -6,7 +6,7 @@
 
 use super::Machine;
 use crate::bounds::LIMITS_MAX;
-use crate::machine::command::{LimitId, check_key};
+use crate::machine::command::LimitId;
 use crate::machine::limit::{Limit, LimitSpec};
 use crate::machine::reply::{Event, Refusal, Reply};
 
@@ -20,8 +20,6 @@ impl Machine {
         burst: Option<u64>,
         events: &mut Vec<Event>,
     ) -> Result<Reply, Refusal> {
-        check_key("tenant", tenant)?;
-        check_key("limit name", name)?;
         let spec = LimitSpec::new(concurrent, per_second, burst).map_err(Refusal::Invalid)?;
         let id = match self.limit_id(tenant, name) {
             Some(id) => {
@@ -62,12 +60,8 @@ impl Machine {
 
     /// A new limit named (tenant, name), or the refusal when [`LIMITS_MAX`] are defined.
     fn add_limit(&mut self, tenant: &str, name: &str, spec: LimitSpec) -> Result<LimitId, Refusal> {
-        if self.saved.limits.len() >= LIMITS_MAX {
-            return Err(Refusal::AtCapacity {
-                what: "limits".into(),
-                limit: LIMITS_MAX as u64,
-            });
-        }
+        let defined = self.saved.limits.len() as u64;
+        Refusal::room(defined, LIMITS_MAX, format_args!("limits"))?;
         self.saved.last_limit += 1;
         let id = self.saved.last_limit;
         let limit = Limit::new(tenant, name, spec, self.now_ms());
