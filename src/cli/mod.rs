@@ -18,7 +18,7 @@ mod serve;
 mod session;
 mod status;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use weir_client::Client;
 use weir_server::security::ClientSecurity;
@@ -145,10 +145,10 @@ pub fn run(cli: Cli) -> Exit {
         return serve::run(config.as_deref(), data_dir.clone());
     }
     if let Command::Completions { shell } = &cli.command {
-        return docs::completions(*shell);
+        return docs::completions(*shell, Cli::command());
     }
     if let Command::Man = &cli.command {
-        return docs::man();
+        return docs::man(Cli::command());
     }
     if let Command::Certs(c) = &cli.command {
         return certs::certs(c);

@@ -30,7 +30,6 @@ use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::context::HttpCtx;
 use super::error::ApiError;
 use super::listener::PeerAddr;
 use crate::security::{ClientSecurity, Connector, Principal, Role, Tokens};
@@ -115,7 +114,7 @@ impl Callers {
     /// The caller for `principal`, whose secret is `token`: cached, or made now.
     fn caller(&self, principal: &Principal, token: Option<&str>) -> Arc<Caller> {
         let reload = *self.reloads.borrow();
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cache = crate::lock::lock(&self.cache);
         if cache.reload != reload {
             cache.entries.clear();
             cache.reload = reload;
@@ -177,7 +176,7 @@ fn open_route(path: &str) -> bool {
 
 /// The middleware: authenticates the bearer token and runs the handler as its caller.
 pub async fn authenticate(
-    State(ctx): State<Arc<HttpCtx>>,
+    State(callers): State<Arc<Callers>>,
     request: Request,
     next: Next,
 ) -> Response {
@@ -196,7 +195,7 @@ pub async fn authenticate(
         Ok(t) => t,
         Err(why) => return unauthenticated(request, why).await,
     };
-    let principal = match ctx.callers.principal(token.as_deref()) {
+    let principal = match callers.principal(token.as_deref()) {
         Ok(p) => p,
         Err(why) => return unauthenticated(request, why).await,
     };
@@ -216,7 +215,7 @@ pub async fn authenticate(
         }
         return next.run(request).await;
     }
-    let caller = ctx.callers.caller(&principal, token.as_deref());
+    let caller = callers.caller(&principal, token.as_deref());
     CURRENT.scope(caller, next.run(request)).await
 }
 

@@ -33,6 +33,8 @@ use axum::http::StatusCode;
 
 use super::context::HttpCtx;
 use super::error::{ApiError, Params};
+use crate::session_owner::{OwnerCheck, check_owner};
+use weir_client::protocol::Failure;
 use weir_core::machine::{Applied, Event, Refusal, SessionId, TicketId};
 
 /// How often an idle event stream sends a comment, so proxies and clients see it alive.
@@ -47,35 +49,40 @@ const SESSION_APPEAR_WAIT: Duration = Duration::from_secs(10);
 /// How often the wait for a session to appear looks again without a broadcast to wake it.
 const APPEAR_LOOK: Duration = Duration::from_millis(20);
 
-/// Checks that the current caller may follow `session`, waiting for this node to apply it
-/// if it has not yet (see the module doc).
-async fn check_owner(ctx: &HttpCtx, session: SessionId) -> Result<(), ApiError> {
+/// Checks that the current caller may follow `session` by the shared rule
+/// ([`check_owner`]), waiting for this node to apply the session if it has not yet (see the
+/// module doc).
+async fn check_owner_here(ctx: &HttpCtx, session: SessionId) -> Result<(), ApiError> {
     let caller = super::callers::current();
     let mut applied = ctx.state.subscribe();
     let appear = async {
         loop {
-            if let Some(owner) = ctx.state.lock().machine.session_owner(session) {
-                return Some(owner);
+            let check = check_owner(&ctx.state, &caller.principal, session);
+            if check != OwnerCheck::Unknown {
+                return check;
             }
             // Woken by an applied batch that has events, or after APPEAR_LOOK at the latest:
             // the entry that opens a session raises no event, so it may broadcast nothing.
             tokio::select! {
                 got = applied.recv() => match got {
                     Ok(_) | Err(RecvError::Lagged(_)) => {}
-                    Err(RecvError::Closed) => return None,
+                    Err(RecvError::Closed) => return OwnerCheck::Unknown,
                 },
                 () = tokio::time::sleep(APPEAR_LOOK) => {}
             }
         }
     };
-    match tokio::time::timeout(SESSION_APPEAR_WAIT, appear).await {
-        Ok(Some(owner)) if caller.principal.may_act_on(owner) => Ok(()),
-        Ok(Some(_)) => Err(ApiError::new(
+    let check = tokio::time::timeout(SESSION_APPEAR_WAIT, appear)
+        .await
+        .unwrap_or(OwnerCheck::Unknown);
+    match check {
+        OwnerCheck::Allowed => Ok(()),
+        OwnerCheck::Forbidden(why) => Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "Forbidden",
-            format!("forbidden: session {session} belongs to another principal"),
+            Failure::Forbidden(why).to_string(),
         )),
-        Ok(None) | Err(_) => Err(ApiError::refused(&Refusal::UnknownSession { session }, 0)),
+        OwnerCheck::Unknown => Err(ApiError::refused(&Refusal::UnknownSession { session }, 0)),
     }
 }
 
@@ -89,7 +96,7 @@ pub async fn stream(
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
     // Subscribed before the check, so no event after it is missed.
     let applied = ctx.state.subscribe();
-    check_owner(&ctx, session).await?;
+    check_owner_here(&ctx, session).await?;
     let caller = super::callers::current();
     let revoked = Box::pin(ctx.callers.tokens().revoked(caller.principal.clone()));
     let events = futures_util::stream::unfold(

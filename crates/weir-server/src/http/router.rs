@@ -20,10 +20,10 @@ use axum::routing::{MethodRouter, delete, get, post, put};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 use tower_service::Service;
 
 use crate::security::Acceptor;
+use crate::shutdown::Shutdown;
 
 use super::context::HttpCtx;
 use super::error::ApiError;
@@ -137,7 +137,7 @@ pub fn router(ctx: Arc<HttpCtx>) -> Router {
         })
         .layer(DefaultBodyLimit::max(super::BODY_BYTES_MAX))
         .layer(middleware::from_fn_with_state(
-            ctx.clone(),
+            ctx.callers.clone(),
             callers::authenticate,
         ))
         .layer(middleware::from_fn(count))
@@ -154,14 +154,14 @@ async fn count(request: Request, next: Next) -> Response {
 /// hundred bytes; 10 s is far above what any client needs to send them, on any network.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Serves HTTP/1.1 on `listener` (TLS when `acceptor` is) until `shutdown` turns true, each
+/// Serves HTTP/1.1 on `listener` (TLS when `acceptor` is) until the node shuts down, each
 /// connection in a task of its own with [`HEADER_READ_TIMEOUT`] on every request head;
 /// requests in flight (long polls, event streams) end with the process.
 pub async fn serve_http(
     listener: TcpListener,
     acceptor: Acceptor,
     ctx: Arc<HttpCtx>,
-    mut shutdown: watch::Receiver<bool>,
+    mut shutdown: Shutdown,
 ) {
     let mut listener = match HttpListener::new(listener, acceptor) {
         Ok(l) => l,
@@ -174,7 +174,7 @@ pub async fn serve_http(
     loop {
         let (stream, peer) = tokio::select! {
             c = axum::serve::Listener::accept(&mut listener) => c,
-            _ = shutdown.wait_for(|stop| *stop) => return,
+            () = shutdown.begun() => return,
         };
         let app = app.clone();
         // The router, with the connection's remote address for `ConnectInfo`.
@@ -196,7 +196,7 @@ pub async fn serve_http(
                         tracing::debug!("http connection from {peer}: {e}");
                     }
                 }
-                _ = stop.wait_for(|stop| *stop) => {}
+                () = stop.begun() => {}
             }
         });
     }
