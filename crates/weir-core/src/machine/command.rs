@@ -10,6 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::parts::{AcquireParts, Definition};
 use super::reply::Refusal;
 use crate::bounds::{NAME_BYTES_MAX, UNITS_MAX};
 
@@ -327,6 +328,13 @@ pub enum Command {
         owner: Option<Owner>,
         nonce: u64,
     },
+    /// Define a limit, or change an existing one's spec: [`Command::DefineLimit`] with
+    /// keys and shadow mode (see [`Definition`]). Whether a limit is keyed is fixed when it
+    /// is first defined.
+    Define(Definition),
+    /// An acquire or take of one or more parts, each (limit, key, units): granted on every
+    /// part in one entry under one fence, or on none (see [`AcquireParts`]).
+    AcquireParts(AcquireParts),
 }
 
 /// Checks a name's length (at most [`NAME_BYTES_MAX`] bytes); `what` names the field in the

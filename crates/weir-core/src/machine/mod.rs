@@ -90,6 +90,7 @@ pub mod clock;
 pub mod command;
 mod deadlines;
 pub mod limit;
+pub mod parts;
 pub mod queue;
 mod queue_rank;
 pub mod reply;
@@ -104,6 +105,7 @@ pub use command::{
     Acquire, Batch, Change, Command, Fence, HaltScope, Leadership, LimitId, Owner, Priority,
     SessionId, Settle, TicketId, next_session_candidate,
 };
+pub use parts::{AcquireParts, Definition, Part};
 pub use reply::{Applied, BudgetKind, Event, Refusal, Reply};
 pub use snapshot::{SNAPSHOT_MAGIC, SNAPSHOT_VERSION, digest_of};
 pub use state::{LimitStatus, Machine, TenantStatus};

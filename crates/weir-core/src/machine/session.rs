@@ -45,6 +45,39 @@ pub enum Ticket {
         fence: Fence,
         units: u32,
     },
+    /// A request of several parts, waiting in the queue of each part's limit (or key) under
+    /// the key beside it, in the request's part order.
+    QueuedParts { parts: Vec<(LimitId, QueueKey)> },
+    /// A request of several parts, granted under `fence`: holding on each part's limit (or
+    /// key) that caps concurrency the units beside it (its rate parts took their tokens at
+    /// the grant). `units` is the request's first part's, what a repeat of it is answered.
+    HeldParts {
+        fence: Fence,
+        units: u32,
+        parts: Vec<(LimitId, u32)>,
+    },
+}
+
+impl Ticket {
+    /// How many places the ticket takes in limits: 1, or one per part of a request of
+    /// several. The live-ticket bounds count these (`machine::totals`), since each place
+    /// costs the state a waiter or a holder.
+    pub fn places(&self) -> u64 {
+        match self {
+            Ticket::Queued { .. } | Ticket::Held { .. } => 1,
+            Ticket::QueuedParts { parts } => parts.len() as u64,
+            Ticket::HeldParts { parts, .. } => parts.len() as u64,
+        }
+    }
+
+    /// How many queues it waits in.
+    pub fn waiters(&self) -> u64 {
+        match self {
+            Ticket::Queued { .. } => 1,
+            Ticket::QueuedParts { parts } => parts.len() as u64,
+            Ticket::Held { .. } | Ticket::HeldParts { .. } => 0,
+        }
+    }
 }
 
 /// How a finished ticket ended: what a duplicate of its acquire is answered.
@@ -137,26 +170,20 @@ impl Session {
 
     /// Records `ticket` as live in `state` (new, or queued and now held), keeping `totals`.
     pub fn set_live(&mut self, ticket: TicketId, state: Ticket, totals: &mut Totals) {
-        if matches!(state, Ticket::Queued { .. }) {
-            totals.queued_tickets += 1;
-        }
-        match self.live.insert(ticket, state) {
-            None => totals.live_tickets += 1,
-            Some(Ticket::Queued { .. }) => totals.queued_tickets -= 1,
-            Some(Ticket::Held { .. }) => {}
+        totals.live_tickets += state.places();
+        totals.queued_tickets += state.waiters();
+        if let Some(old) = self.live.insert(ticket, state) {
+            totals.live_tickets -= old.places();
+            totals.queued_tickets -= old.waiters();
         }
     }
 
     /// Moves `ticket` from live to finished with `how`, at log time `now_ms`, keeping
     /// `totals`.
     pub fn finish(&mut self, ticket: TicketId, how: Finished, now_ms: u64, totals: &mut Totals) {
-        match self.live.remove(&ticket) {
-            None => {}
-            Some(Ticket::Queued { .. }) => {
-                totals.live_tickets -= 1;
-                totals.queued_tickets -= 1;
-            }
-            Some(Ticket::Held { .. }) => totals.live_tickets -= 1,
+        if let Some(old) = self.live.remove(&ticket) {
+            totals.live_tickets -= old.places();
+            totals.queued_tickets -= old.waiters();
         }
         if how.is_refusal() {
             totals.finished_refusals += 1;

@@ -18,9 +18,10 @@ use super::tenant::Tenant;
 /// Counts of the globally bounded items. See the module doc.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Totals {
-    /// Live tickets, held or queued, across every session.
+    /// Places live tickets take, held or queued, across every session: a ticket of one
+    /// limit takes one, a request of several parts one per part ([`Ticket::places`]).
     pub live_tickets: u64,
-    /// Of those, the queued ones.
+    /// Of those, the queued ones: waiters in queues ([`Ticket::waiters`]).
     pub queued_tickets: u64,
     /// Finished tickets kept for retries, across every session.
     pub finished_tickets: u64,
@@ -80,7 +81,7 @@ impl Totals {
 
     /// Adds what `session` keeps.
     fn add_session(&mut self, session: &Session) {
-        self.live_tickets += session.live.len() as u64;
+        self.live_tickets += places_in(session);
         self.queued_tickets += queued_in(session);
         self.finished_tickets += session.finished.len() as u64;
         self.finished_refusals += refusals_in(session);
@@ -88,7 +89,7 @@ impl Totals {
 
     /// Takes away what a session that is being dropped kept.
     pub fn forget_session(&mut self, session: &Session) {
-        self.live_tickets -= session.live.len() as u64;
+        self.live_tickets -= places_in(session);
         self.queued_tickets -= queued_in(session);
         self.finished_tickets -= session.finished.len() as u64;
         self.finished_refusals -= refusals_in(session);
@@ -106,11 +107,11 @@ fn refusals_in(session: &Session) -> u64 {
 }
 
 fn queued_in(session: &Session) -> u64 {
-    session
-        .live
-        .values()
-        .filter(|t| matches!(t, Ticket::Queued { .. }))
-        .count() as u64
+    session.live.values().map(Ticket::waiters).sum()
+}
+
+fn places_in(session: &Session) -> u64 {
+    session.live.values().map(Ticket::places).sum()
 }
 
 #[cfg(test)]
@@ -231,6 +232,8 @@ mod tests {
         finished_small_bytes_max().max(refused).max(halted)
     }
 
+    /// A held place: a holder and its share of its ticket's session entry (a part of a
+    /// request of several costs a (limit, units) pair there, within this).
     fn held_bytes_max() -> usize {
         let live = Ticket::Held {
             limit: LimitId::MAX,
@@ -246,6 +249,9 @@ mod tests {
         encoded_len(&(TicketId::MAX, live)) + encoded_len(&(Fence::MAX, holder))
     }
 
+    /// A waiter: its queue entry and its share of its ticket's session entry. A request of
+    /// several parts counts one per part against the bound (`Ticket::places`), and its
+    /// session entry's list costs each part a (limit, key) pair, within this.
     fn queued_bytes_max() -> usize {
         // A queued ticket's session entry is at most a held one's plus a key's.
         let key_bytes = 5 + 17 + 9;
@@ -264,16 +270,24 @@ mod tests {
             per_second: PER_SECOND_MAX,
             burst: BURST_MAX,
             rate_micro_per_s: u64::MAX,
+            keys_max: Some(u32::MAX),
+            shadow: true,
         };
         let mut l = Limit::new(&name(), &name(), spec, 0);
+        l.of = Some(LimitId::MAX);
+        l.shadow_refusals = u64::MAX;
         l.spec.burst = u64::MAX;
         l.held_units = u64::MAX;
         l.max_held_units = u64::MAX;
         l.tokens_micro = u64::MAX;
         l.refill_remainder = u64::MAX;
         l.refilled_at_ms = u64::MAX;
-        // The queue's next seq and four container lengths may each grow to a full varint.
-        encoded_len(&(LimitId::MAX, l)) + 5 * LEN_MAX + encoded_len(&(name(), LimitId::MAX))
+        // The queue's next seq and five container lengths may each grow to a full varint.
+        // A definition is named by its tenant's map (tenant and name in the limit); a key's
+        // state by its definition's map (no tenant in the limit, the key as its name): the
+        // definition's tenant name is the larger, since a key is at most a name's length.
+        const _: () = assert!(KEY_BYTES_MAX <= NAME_BYTES_MAX);
+        encoded_len(&(LimitId::MAX, l)) + 6 * LEN_MAX + encoded_len(&(name(), LimitId::MAX))
     }
 
     fn tenant_bytes_max() -> usize {
@@ -352,7 +366,7 @@ mod tests {
                 FINISHED_TICKETS_MAX - FINISHED_REFUSALS_MAX,
                 finished_small_bytes_max(),
             ),
-            ("limits", LIMITS_MAX, limit_bytes_max()),
+            ("limits and keys", LIMITS_MAX, limit_bytes_max()),
             ("tenants", TENANTS_MAX, tenant_bytes_max()),
             ("receipts", RECEIPTS_MAX, receipt_bytes_max()),
             ("runs", RUNS_MAX, run_bytes_max()),

@@ -47,6 +47,8 @@ impl Command {
             | Command::Release { .. }
             | Command::Tick => {}
             Command::Acquire(a) => a.validate()?,
+            Command::AcquireParts(a) => a.validate()?,
+            Command::Define(d) => d.validate()?,
             Command::SetTenant { tenant, .. } => check_key("tenant", tenant)?,
             Command::Reserve {
                 tenant,

@@ -56,6 +56,8 @@ fn command_tenant(command: &Command) -> Scope<'_> {
         | Command::SetHalt { tenant, .. }
         | Command::ClearHalt { tenant, .. } => Scope::Tenant(tenant),
         Command::Acquire(a) => Scope::Tenant(&a.tenant),
+        Command::AcquireParts(a) => Scope::Tenant(&a.tenant),
+        Command::Define(d) => Scope::Tenant(&d.tenant),
         Command::Settle(s) => Scope::Tenant(&s.tenant),
         Command::OpenSession { .. }
         | Command::OpenSessionFor { .. }

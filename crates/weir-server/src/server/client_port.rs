@@ -349,6 +349,7 @@ fn session_of(command: &Command) -> Option<SessionId> {
         | Command::CloseSession { session }
         | Command::Release { session, .. } => Some(*session),
         Command::Acquire(a) => Some(a.session),
+        Command::AcquireParts(a) => Some(a.session),
         _ => None,
     }
 }

@@ -66,6 +66,41 @@ impl Machine {
                         }
                         holders += 1;
                     }
+                    Ticket::QueuedParts { parts } => {
+                        for (limit, key) in parts {
+                            let w = self.saved.limits.get(limit).and_then(|l| l.queue.get(key));
+                            if !w.is_some_and(|w| w.session == sid && w.ticket == tid) {
+                                return Err(format!(
+                                    "queued part of {sid}/{tid} is not in its queue"
+                                ));
+                            }
+                        }
+                        if parts.len() < 2 {
+                            return Err(format!(
+                                "ticket {sid}/{tid} of parts has {} part",
+                                parts.len()
+                            ));
+                        }
+                        waiters += parts.len();
+                    }
+                    Ticket::HeldParts { fence, parts, .. } => {
+                        for (limit, units) in parts {
+                            let h = self
+                                .saved
+                                .limits
+                                .get(limit)
+                                .and_then(|l| l.holders.get(fence));
+                            if !h.is_some_and(|h| {
+                                h.session == sid && h.ticket == tid && h.units == *units
+                            }) {
+                                return Err(format!("held part of {sid}/{tid} is not a holder"));
+                            }
+                        }
+                        if parts.is_empty() {
+                            return Err(format!("ticket {sid}/{tid} holds no part"));
+                        }
+                        holders += parts.len();
+                    }
                 }
             }
         }
@@ -91,15 +126,34 @@ impl Machine {
                     .limits
                     .get(id)
                     .ok_or(format!("{name}/{lname} names no limit"))?;
-                if &l.tenant != name || &l.name != lname {
+                if &l.tenant != name || &l.name != lname || l.is_key() {
                     return Err(format!("{name}/{lname} names limit {id} of another name"));
                 }
                 named += 1;
+                for (key, kid) in &l.keys {
+                    let k = self
+                        .saved
+                        .limits
+                        .get(kid)
+                        .ok_or(format!("{name}/{lname} key {key} names no state"))?;
+                    if k.of != Some(*id) || &k.name != key || !k.tenant.is_empty() {
+                        return Err(format!("{name}/{lname} key {key} names another state"));
+                    }
+                    if k.spec != l.spec || k.removing != l.removing {
+                        return Err(format!("{name}/{lname} key {key} has another spec"));
+                    }
+                    if k.is_fresh() {
+                        // Dropped when it is found fresh; by refill alone it is found so at
+                        // the deadline it is filed under.
+                        return Err(format!("{name}/{lname} key {key} is fresh and kept"));
+                    }
+                    named += 1;
+                }
             }
         }
         if named != self.saved.limits.len() {
             return Err(format!(
-                "{} limits, {named} reachable by name",
+                "{} limits and keys, {named} reachable by name",
                 self.saved.limits.len()
             ));
         }
