@@ -123,7 +123,7 @@ pub const ENTRY_COMMANDS_MAX: usize = 4_096;
 /// ask for.
 pub const SNAPSHOT_BYTES_MAX: u64 = 1 << 30;
 
-// ---- the state machine's tenants (issue #11: every container of the state is bounded) ----
+// ---- the state machine's tenants (every container of the state is bounded) ----
 
 /// Most tenants at once. Any reserve, settle, halt, ceiling or limit names a tenant into
 /// being, so without a bound a client could grow the state one name at a time; ten thousand
@@ -198,10 +198,10 @@ pub const MEMBERS_MAX: usize = 16;
 pub const FOLLOWED_SESSIONS_MAX: usize = 16_384;
 
 // ---------------------------------------------------------------------------------------------
-// Global bounds of the state (issue #11): the worst state these allow must fit
-// `SNAPSHOT_BYTES_MAX`, or a node would write a snapshot its own restore refuses. The sum of
-// every count bound × the largest encoding of its item is a unit test
-// (`machine::totals::tests::worst_state_fits_a_snapshot`): raising a bound past it fails.
+// Global bounds of the state: the worst state these allow must fit `SNAPSHOT_BYTES_MAX`, or
+// a node would write a snapshot its own restore refuses. The sum of every count bound × the
+// largest encoding of its item is a unit test
+// (`machine::snapshot_size::worst_state_fits_a_snapshot`): raising a bound past it fails.
 // Each is judged by the machine in log order and refused `AtCapacity` at the bound.
 // ---------------------------------------------------------------------------------------------
 
@@ -220,11 +220,10 @@ pub const TICKETS_QUEUED_MAX: usize = 2 * LIMIT_WAITERS_MAX;
 /// Most finished tickets kept for retries across the machine, of every kind. Most are small
 /// (a release or a rate take: under 45 bytes encoded); 1,700,000 is over 110,000 finished
 /// tickets a second sustained for the whole [`FINISHED_TICKET_RETENTION_MS`] window, which
-/// is what caps the machine's sustained acquire rate. (It was one bound of 250,000 for every
-/// kind, 16,600 a second, until a 256-client bench reached 24,000 acquires a second and every
-/// acquire of every tenant was refused `AtCapacity`; then 600,000, 40,000 a second, until a
-/// build with link-time optimisation released 45,000 permits a second and its 22 s bench
-/// runs were refused `AtCapacity` from about 13 s in.)
+/// is what caps the machine's sustained acquire rate. A bound below the sustained rate times
+/// the window refuses every acquire of every tenant `AtCapacity` once the window fills: the
+/// release build (fat LTO) releases 45,000 permits a second at 256 clients (`weir bench`,
+/// 2026-12-03, commit 7177612).
 /// Tickets that finish without a request (a release of a live one, a halt's refusal of a
 /// waiter) are never refused, so the count passes this by at most the live tickets; the
 /// snapshot arithmetic counts that excess under the live and queued bounds.
@@ -232,9 +231,9 @@ pub const FINISHED_TICKETS_MAX: usize = 1_700_000;
 
 /// Most of the [`FINISHED_TICKETS_MAX`] that are refusals (`Finished::Refused`, `Halted`):
 /// those may carry a halt reason or an error text, about 1.2 KiB at worst, so they are
-/// bounded apart from the small ones; the snapshot arithmetic of `machine::totals` leaves no
-/// room for more of them at that size. 200,000 is 13,300 refusals a second for the window
-/// (it was 250,000; the 50,000 fewer paid for the small finished tickets' 1.15 million more).
+/// bounded apart from the small ones; the snapshot arithmetic of `machine::snapshot_size`
+/// leaves no room for more of them at that size beside the small finished tickets' bound.
+/// 200,000 is 13,300 refusals a second for the window.
 pub const FINISHED_REFUSALS_MAX: usize = 200_000;
 
 /// Most settlement receipts across the machine. Past it a settle with a new key is refused

@@ -5,14 +5,16 @@
 //! snapshots. Field order is part of the format: append fields and variants, never reorder.
 //!
 //! The argument rules a command can break on its own, without the state (name lengths,
-//! unit ranges, weights), are checked here ([`Acquire::validate`], [`Settle::validate`]);
-//! the machine refuses a command that breaks one before it looks at anything else.
+//! unit ranges, weights), are checked in [`crate::machine::validate`]; this file knows no
+//! refusal and no state, only the shapes and what each command names
+//! ([`Command::tenant`], [`Command::session`]).
+//!
+//! Keyed limits and requests of several parts have commands of their own, [`Definition`]
+//! and [`AcquireParts`]; the older [`Command::DefineLimit`] and [`Command::Acquire`] stay in
+//! the log format and mean a definition that is neither keyed nor shadow
+//! ([`Definition::from_legacy`]) and a request of one keyless part (`From<&Acquire>`).
 
 use serde::{Deserialize, Serialize};
-
-use super::parts::{AcquireParts, Definition};
-use super::reply::Refusal;
-use crate::bounds::{NAME_BYTES_MAX, UNITS_MAX};
 
 /// A session's id. Zero is never a session; no two live sessions share one.
 ///
@@ -147,14 +149,6 @@ pub enum HaltScope {
 }
 
 impl HaltScope {
-    /// Checks the agent's name of an agent scope.
-    pub fn validate(&self) -> Result<(), Refusal> {
-        match self {
-            HaltScope::Tenant => Ok(()),
-            HaltScope::Agent(a) => check_key("agent", a),
-        }
-    }
-
     /// Whether a waiter or holder of `agent` is inside this scope.
     pub fn covers(&self, agent: Option<&str>) -> bool {
         match self {
@@ -189,30 +183,6 @@ pub struct Acquire {
     pub wait: bool,
 }
 
-impl Acquire {
-    /// Checks the arguments alone: names, units in `1..=UNITS_MAX`, a weight of at least 1.
-    pub fn validate(&self) -> Result<(), Refusal> {
-        check_key("tenant", &self.tenant)?;
-        check_key("limit name", &self.limit)?;
-        check_name("fairness key", &self.priority.fairness_key)?;
-        if let Some(agent) = &self.agent {
-            check_key("agent", agent)?;
-        }
-        if self.units == 0 || self.units > UNITS_MAX {
-            return Err(Refusal::Invalid(format!(
-                "units {} is not in 1..={UNITS_MAX}",
-                self.units
-            )));
-        }
-        if self.priority.fairness_weight == 0 {
-            return Err(Refusal::Invalid(
-                "fairness weight 0: weights are at least 1".into(),
-            ));
-        }
-        Ok(())
-    }
-}
-
 /// A settlement of one pass of a run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Settle {
@@ -225,18 +195,6 @@ pub struct Settle {
     pub minor_units: u64,
     /// Also free the run's slot.
     pub release_slot: bool,
-}
-
-impl Settle {
-    /// Checks the arguments alone: the tenant, run and period names.
-    pub fn validate(&self) -> Result<(), Refusal> {
-        check_key("tenant", &self.tenant)?;
-        check_key("run", &self.run)?;
-        if let Some(period) = &self.period {
-            check_key("period", period)?;
-        }
-        Ok(())
-    }
 }
 
 /// Every write of spec §2. Each is applied by [`crate::machine::Machine::apply`] and answered
@@ -337,22 +295,185 @@ pub enum Command {
     AcquireParts(AcquireParts),
 }
 
-/// Checks a name's length (at most [`NAME_BYTES_MAX`] bytes); `what` names the field in the
-/// refusal.
-pub(super) fn check_name(what: &str, name: &str) -> Result<(), Refusal> {
-    if name.len() > NAME_BYTES_MAX {
-        return Err(Refusal::Invalid(format!(
-            "{what} is {} bytes, the bound is {NAME_BYTES_MAX}",
-            name.len()
-        )));
+impl Command {
+    /// The tenant this command acts in: the one named by a limit, tenant, run, settlement,
+    /// halt or acquire command; `None` for the session commands and `Tick`. Authorization,
+    /// and the machine's accounting of tenant-level totals, both read it here.
+    pub fn tenant(&self) -> Option<&str> {
+        match self {
+            Command::DefineLimit { tenant, .. }
+            | Command::RemoveLimit { tenant, .. }
+            | Command::SetTenant { tenant, .. }
+            | Command::Reserve { tenant, .. }
+            | Command::ReleaseRun { tenant, .. }
+            | Command::SetHalt { tenant, .. }
+            | Command::ClearHalt { tenant, .. } => Some(tenant),
+            Command::Acquire(a) => Some(&a.tenant),
+            Command::AcquireParts(a) => Some(&a.tenant),
+            Command::Define(d) => Some(&d.tenant),
+            Command::Settle(s) => Some(&s.tenant),
+            Command::OpenSession { .. }
+            | Command::OpenSessionFor { .. }
+            | Command::KeepAlive { .. }
+            | Command::CloseSession { .. }
+            | Command::Release { .. }
+            | Command::Tick => None,
+        }
     }
-    Ok(())
+
+    /// The session this command acts for: keep-alive, close, acquire and release name one;
+    /// `None` for the rest (an open names no session yet). The edge checks its owner (G10)
+    /// and follows its events.
+    pub fn session(&self) -> Option<SessionId> {
+        match self {
+            Command::KeepAlive { session }
+            | Command::CloseSession { session }
+            | Command::Release { session, .. } => Some(*session),
+            Command::Acquire(a) => Some(a.session),
+            Command::AcquireParts(a) => Some(a.session),
+            Command::DefineLimit { .. }
+            | Command::Define(_)
+            | Command::RemoveLimit { .. }
+            | Command::OpenSession { .. }
+            | Command::OpenSessionFor { .. }
+            | Command::SetTenant { .. }
+            | Command::Reserve { .. }
+            | Command::ReleaseRun { .. }
+            | Command::Settle(_)
+            | Command::SetHalt { .. }
+            | Command::ClearHalt { .. }
+            | Command::Tick => None,
+        }
+    }
 }
 
-/// Checks a name that must also be non-empty.
-pub(super) fn check_key(what: &str, name: &str) -> Result<(), Refusal> {
-    if name.is_empty() {
-        return Err(Refusal::Invalid(format!("{what} is empty")));
+/// A limit's definition, as `DefineLimit` with two more settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Definition {
+    pub tenant: String,
+    pub name: String,
+    /// Most units held at once (per key, when keyed); 0 = no cap.
+    pub concurrent: u32,
+    /// Token refill per second (per key, when keyed); 0 = no rate.
+    pub per_second: f64,
+    /// Bucket size in tokens; `None` = `max(ceil(per_second), 1)`.
+    pub burst: Option<u64>,
+    /// One bucket or semaphore per key: every request on it names a key.
+    pub keyed: bool,
+    /// Most live keys of a keyed limit; `None` = [`crate::bounds::KEYS_MAX_DEFAULT`]. Only with `keyed`.
+    pub keys_max: Option<u32>,
+    /// Evaluated and counted, never refuses (see [`crate::machine::limit::LimitSpec::shadow`]).
+    pub shadow: bool,
+}
+
+impl Definition {
+    /// The definition a `DefineLimit` makes: not keyed, not shadow.
+    pub fn from_legacy(
+        tenant: &str,
+        name: &str,
+        concurrent: u32,
+        per_second: f64,
+        burst: Option<u64>,
+    ) -> Definition {
+        Definition {
+            tenant: tenant.to_owned(),
+            name: name.to_owned(),
+            concurrent,
+            per_second,
+            burst,
+            keyed: false,
+            keys_max: None,
+            shadow: false,
+        }
     }
-    check_name(what, name)
+}
+
+/// One limit of a request: which limit, which key of it (keyed limits only), how many units.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Part {
+    pub limit: String,
+    /// The key of a keyed limit; `None` on an unkeyed one.
+    pub key: Option<String>,
+    /// Units wanted, at least 1.
+    pub units: u32,
+}
+
+/// A request for a permit (or a take) on one or more limits of one tenant, decided in one
+/// entry for all its parts: granted on every part under one fence, or on none.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AcquireParts {
+    pub session: SessionId,
+    pub ticket: TicketId,
+    pub tenant: String,
+    /// In the order the client gave; replies name the first part's units.
+    pub parts: Vec<Part>,
+    pub priority: Priority,
+    /// The agent acting, for agent-scoped halts.
+    pub agent: Option<String>,
+    /// Queue when a part has no room; `false` answers `Busy` instead.
+    pub wait: bool,
+}
+
+impl From<&Acquire> for AcquireParts {
+    fn from(a: &Acquire) -> AcquireParts {
+        AcquireParts {
+            session: a.session,
+            ticket: a.ticket,
+            tenant: a.tenant.clone(),
+            parts: vec![Part {
+                limit: a.limit.clone(),
+                key: None,
+                units: a.units,
+            }],
+            priority: a.priority.clone(),
+            agent: a.agent.clone(),
+            wait: a.wait,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_names_its_tenant_and_its_session() {
+        let acquire = Command::Acquire(Acquire {
+            session: 7,
+            ticket: 1,
+            tenant: "t".into(),
+            limit: "l".into(),
+            units: 1,
+            priority: Priority::default(),
+            agent: None,
+            wait: true,
+        });
+        let settle = Command::Settle(Settle {
+            tenant: "s".into(),
+            run: "r".into(),
+            epoch: 1,
+            period: None,
+            tokens: 0,
+            minor_units: 0,
+            release_slot: false,
+        });
+        let halt = Command::SetHalt {
+            tenant: "h".into(),
+            scope: HaltScope::Tenant,
+            reason: String::new(),
+        };
+        let named = |c: &Command| (c.tenant().map(str::to_owned), c.session());
+        assert_eq!(named(&acquire), (Some("t".into()), Some(7)));
+        assert_eq!(named(&settle), (Some("s".into()), None));
+        assert_eq!(named(&halt), (Some("h".into()), None));
+        assert_eq!(
+            named(&Command::Release {
+                session: 9,
+                ticket: 1
+            }),
+            (None, Some(9))
+        );
+        assert_eq!(named(&Command::OpenSession { ttl_ms: 1 }), (None, None));
+        assert_eq!(named(&Command::Tick), (None, None));
+    }
 }

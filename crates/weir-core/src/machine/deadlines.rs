@@ -24,7 +24,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::command::{LimitId, SessionId};
-use super::snapshot::SavedLimits;
+use super::saved::SavedLimits;
 
 /// Items filed under deadlines, ordered by (deadline, item).
 #[derive(Clone, Debug, PartialEq, Eq)]

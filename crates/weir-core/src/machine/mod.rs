@@ -65,11 +65,12 @@
 //!
 //! # Snapshots
 //!
-//! The snapshot ([`snapshot`]) is the machine's `SavedLimits`, bit-exact: all of its state
-//! but the two indexes derived from the rest, which a restore rebuilds; ordered containers,
-//! integers, f64 rates as bits, one pinned codec, a framed header with a crc32c. Decoding
-//! re-checks every invariant; a restored machine fed the rest of the log ends byte-equal to
-//! one that never snapshotted.
+//! The snapshot ([`snapshot`]) is the machine's `SavedLimits` ([`saved`]), bit-exact: all of
+//! its state but what is derived from the rest — the lease-expiry index, the deadline index,
+//! the totals of the bounded items and each queue's ranks — which a restore rebuilds;
+//! ordered containers, integers, f64 rates as bits, one pinned codec, a framed header with a
+//! crc32c. Decoding re-checks every invariant; a restored machine fed the rest of the log
+//! ends byte-equal to one that never snapshotted.
 //!
 //! # Caveats
 //!
@@ -90,23 +91,27 @@ pub mod clock;
 pub mod command;
 mod deadlines;
 pub mod limit;
-pub mod parts;
 pub mod queue;
+mod queue_key;
 mod queue_rank;
 pub mod reply;
+pub mod saved;
 pub mod session;
 pub mod snapshot;
+#[cfg(test)]
+mod snapshot_size;
 pub mod state;
+pub mod status;
 pub mod tenant;
 pub mod totals;
 mod validate;
 
 pub use command::{
-    Acquire, Batch, Change, Command, Fence, HaltScope, Leadership, LimitId, Owner, Priority,
-    SessionId, Settle, TicketId, next_session_candidate,
+    Acquire, AcquireParts, Batch, Change, Command, Definition, Fence, HaltScope, Leadership,
+    LimitId, Owner, Part, Priority, SessionId, Settle, TicketId, next_session_candidate,
 };
-pub use parts::{AcquireParts, Definition, Part};
 pub use reply::{Applied, BudgetKind, Event, Refusal, Reply};
 pub use snapshot::{SNAPSHOT_MAGIC, SNAPSHOT_VERSION, digest_of};
-pub use state::{LimitStatus, Machine, TenantStatus};
+pub use state::Machine;
+pub use status::{LimitStatus, TenantStatus};
 pub use tenant::{RunSlot, Spend};

@@ -30,41 +30,13 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::command::{Priority, SessionId, TicketId};
+use super::queue_key::QueueKey;
 use super::queue_rank::Ranks;
 
 /// Virtual-time cost of one ticket of weight 1. A power of two near 2^64 keeps the cost of
 /// any u32 weight at least 2^32, so distinct weights order exactly; u128 tags then last for
 /// 2^64 services of weight 1.
 const COST_SCALE: u128 = 1 << 64;
-
-/// A ticket's place in the service order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct QueueKey {
-    /// `i32::MAX - level`, so that the highest level sorts first.
-    rank: u32,
-    /// Virtual finish tag within the level.
-    finish: u128,
-    /// Arrival order on this limit.
-    seq: u64,
-}
-
-impl QueueKey {
-    /// A key for tests of the rank structure: distinct for distinct `n`, in an order that
-    /// is not `n`'s.
-    #[cfg(test)]
-    pub(crate) fn for_tests(n: u64) -> QueueKey {
-        QueueKey {
-            rank: (n % 3) as u32,
-            finish: (n / 3 % 50) as u128,
-            seq: n,
-        }
-    }
-
-    /// The priority level this key was queued at.
-    pub fn level(&self) -> i32 {
-        (i32::MAX as i64 - self.rank as i64) as i32
-    }
-}
 
 /// A waiting ticket.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -18,7 +18,7 @@
 //! - No block holds more than [`BLOCK_KEYS_MAX`] keys, and there are at most
 //!   `4 · len / BLOCK_KEYS_MAX + 1` blocks (so a position sums few lengths).
 
-use super::queue::QueueKey;
+use super::queue_key::QueueKey;
 
 /// Most keys in one block. A block that grows past it is split in halves; 512 keys of 48
 /// bytes keep an insert's move within one small block while 100,000 waiters need only a

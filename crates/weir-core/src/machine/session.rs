@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, VecDeque};
 use serde::{Deserialize, Serialize};
 
 use super::command::{Fence, HaltScope, LimitId, Owner, SessionId, TicketId};
-use super::queue::QueueKey;
+use super::queue_key::QueueKey;
 use super::reply::{Refusal, Reply};
 use super::totals::Totals;
 use crate::bounds::{FINISHED_TICKET_RETENTION_MS, SESSION_FINISHED_TICKETS_MAX};
@@ -96,7 +96,7 @@ pub enum Finished {
     /// Refused while it waited, by a halt of its tenant in `scope`. Kept apart from
     /// `Refused` without the tenant's name, which the duplicate acquire names itself: the
     /// largest finished ticket stays a halt reason and an agent name, not a tenant's name
-    /// more (the snapshot arithmetic of `machine::totals` counts every finished ticket).
+    /// more (the snapshot arithmetic of `machine::snapshot_size` counts every finished ticket).
     Halted {
         scope: Box<HaltScope>,
         reason: Box<str>,
@@ -166,6 +166,34 @@ impl Session {
             finished_order: VecDeque::new(),
             owner,
         }
+    }
+
+    /// Adds what this session keeps to `totals` (a count of the whole state).
+    pub fn count_into(&self, totals: &mut Totals) {
+        totals.live_tickets += self.places_count();
+        totals.queued_tickets += self.queued_count();
+        totals.finished_tickets += self.finished.len() as u64;
+        totals.finished_refusals += self.refusal_count();
+    }
+
+    /// Takes what this session keeps away from `totals`: it is being dropped.
+    pub fn forget_from(&self, totals: &mut Totals) {
+        totals.live_tickets -= self.places_count();
+        totals.queued_tickets -= self.queued_count();
+        totals.finished_tickets -= self.finished.len() as u64;
+        totals.finished_refusals -= self.refusal_count();
+    }
+
+    fn queued_count(&self) -> u64 {
+        self.live.values().map(Ticket::waiters).sum()
+    }
+
+    fn places_count(&self) -> u64 {
+        self.live.values().map(Ticket::places).sum()
+    }
+
+    fn refusal_count(&self) -> u64 {
+        self.finished.values().filter(|f| f.is_refusal()).count() as u64
     }
 
     /// Records `ticket` as live in `state` (new, or queued and now held), keeping `totals`.

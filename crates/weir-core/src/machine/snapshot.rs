@@ -1,9 +1,9 @@
-//! The snapshot: [`SavedLimits`], the machine's state in the framed format, and the state
-//! digest.
+//! The snapshot: the machine's [`SavedLimits`] in the framed format, and the state digest.
 //!
-//! `SavedLimits` is everything the machine keeps except the two indexes it derives from the
-//! rest (session leases by expiry time, and the rated limits with waiters): those are
-//! rebuilt on restore, so a snapshot cannot carry an index that disagrees with the state.
+//! `SavedLimits` is everything the machine keeps except what it derives from the rest: the
+//! lease-expiry index, the deadline index, the totals of the bounded items and each queue's
+//! ranks. A restore rebuilds all four from the saved state, so a snapshot cannot carry an
+//! index that disagrees with the state.
 //!
 //! Bytes: a frame of kind `b"WSNP"` at [`SNAPSHOT_VERSION`] (see [`crate::codec`]) whose
 //! payload is `SavedLimits` encoded with the pinned bincode configuration. Every container
@@ -15,16 +15,8 @@
 //! invariant of the machine ([`Machine::check`]): damaged, truncated, foreign or
 //! inconsistent bytes are refused with an error that names the problem, never half-loaded.
 
-use std::collections::BTreeMap;
-
-use serde::{Deserialize, Serialize};
-
-use super::clock::LogClock;
-use super::command::{Fence, LimitId, SessionId};
-use super::limit::Limit;
-use super::session::Session;
+use super::saved::SavedLimits;
 use super::state::Machine;
-use super::tenant::Tenant;
 use crate::bounds::SNAPSHOT_BYTES_MAX;
 use crate::codec::{self, FrameError};
 
@@ -43,23 +35,6 @@ pub const SNAPSHOT_MAGIC: [u8; 4] = *b"WSNP";
 /// snapshot is refused naming both versions (its limits and tickets no longer decode as
 /// they were written).
 pub const SNAPSHOT_VERSION: u16 = 5;
-
-/// The machine's saved state: what a snapshot carries, field by field in this order.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct SavedLimits {
-    pub(super) clock: LogClock,
-    /// Index of the last entry applied; `None` before any (Raft's first entry is index 0).
-    pub(super) applied: Option<u64>,
-    /// The last fence handed out (0 before any).
-    pub(super) last_fence: Fence,
-    /// The last session id handed out.
-    pub(super) last_session: SessionId,
-    /// The last limit id handed out.
-    pub(super) last_limit: LimitId,
-    pub(super) sessions: BTreeMap<SessionId, Session>,
-    pub(super) limits: BTreeMap<LimitId, Limit>,
-    pub(super) tenants: BTreeMap<String, Tenant>,
-}
 
 impl Machine {
     /// The machine as snapshot bytes.

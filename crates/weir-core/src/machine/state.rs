@@ -31,13 +31,11 @@ mod runs;
 
 use std::collections::BTreeSet;
 
-pub use reads::{LimitStatus, TenantStatus};
-
+use super::command::Definition;
 use super::command::{Batch, Command, SessionId};
 use super::deadlines::{Deadlines, Prune};
-use super::parts::Definition;
 use super::reply::{Applied, Event, Refusal, Reply};
-use super::snapshot::SavedLimits;
+use super::saved::SavedLimits;
 use super::totals::{TenantCounts, Totals};
 
 /// The replicated state.
@@ -54,18 +52,31 @@ pub struct Machine {
     totals: Totals,
 }
 
-/// The tenant whose receipts, runs, periods or halts `command` may change, if any. (`Tick`
+/// The tenant whose receipts, runs, periods or halts `command` may change, if any: the
+/// tenant it names ([`Command::tenant`]), unless it only touches limits and permits. (`Tick`
 /// prunes the receipts that are due and keeps the totals itself.)
 fn tenant_counted(command: &Command) -> Option<&str> {
     match command {
-        Command::SetTenant { tenant, .. }
-        | Command::Reserve { tenant, .. }
-        | Command::ReleaseRun { tenant, .. }
-        | Command::SetHalt { tenant, .. }
-        | Command::ClearHalt { tenant, .. } => Some(tenant),
-        Command::Settle(s) => Some(&s.tenant),
-        _ => None,
+        Command::DefineLimit { .. }
+        | Command::Define(_)
+        | Command::RemoveLimit { .. }
+        | Command::Acquire(_)
+        | Command::AcquireParts(_) => None,
+        _ => command.tenant(),
     }
+}
+
+/// A reserve's arguments, borrowed from its command.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Reserve<'a> {
+    tenant: &'a str,
+    run: &'a str,
+    agent: Option<&'a str>,
+    period: Option<&'a str>,
+    /// The hold (tokens, minor units), when the reserve carries one. A hold that names
+    /// one kind holds 0 of the other: the run says it will spend none of it, so any spend
+    /// of that kind is an overrun.
+    hold: Option<(u64, u64)>,
 }
 
 /// Collapses a `Result<Reply, Refusal>` into the reply.
@@ -87,7 +98,7 @@ impl Machine {
             .map(|(&id, s)| (s.expires_at_ms, id))
             .collect();
         let deadlines = Deadlines::of(&saved);
-        let totals = Totals::of(&saved);
+        let totals = saved.count_totals();
         Machine {
             saved,
             expiries,
@@ -245,7 +256,7 @@ impl Machine {
             } => {
                 let hold = (hold_tokens.is_some() || hold_minor.is_some())
                     .then(|| (hold_tokens.unwrap_or(0), hold_minor.unwrap_or(0)));
-                let reserve = runs::Reserve {
+                let reserve = Reserve {
                     tenant,
                     run,
                     agent: agent.as_deref(),

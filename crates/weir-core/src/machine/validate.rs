@@ -8,13 +8,23 @@
 //! (sessions, limits, tickets, waiters open at once) can only be judged in log order, so they
 //! stay with the machine.
 //!
-//! Invariant: each command is checked in the order its own handler checks, so the machine's
-//! refusal is the same whether this function or the handler finds the problem first.
+//! The machine's command handlers assume a command that passed: `Machine::apply` validates
+//! every command before its handler runs, so a handler judges only what depends on the
+//! state. (One argument rule stays with its handler: a reserve's hold needs a period.)
+//!
+//! The shapes and what a command names live in [`crate::machine::command`]; the rules live
+//! here, so the command types know no refusal. A request of parts names 1..=`PARTS_MAX`
+//! parts, each limit once, keys non-empty and at most `KEY_BYTES_MAX` bytes; whether a
+//! part's key fits its limit (a key on a keyed limit, none on another) needs the state and
+//! is the machine's. A definition's spec ([`Definition::spec`]) is built here too.
 
-use super::command::{Command, check_key};
+use super::command::{Acquire, AcquireParts, Command, Definition, HaltScope, Settle};
 use super::limit::LimitSpec;
 use super::reply::Refusal;
-use crate::bounds::{REASON_BYTES_MAX, SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN};
+use crate::bounds::{
+    KEY_BYTES_MAX, KEYS_MAX_DEFAULT, LIMITS_MAX, NAME_BYTES_MAX, PARTS_MAX, REASON_BYTES_MAX,
+    SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN, UNITS_MAX,
+};
 
 impl Command {
     /// Checks the arguments alone; `Err` names the field and its bound.
@@ -95,6 +105,160 @@ fn check_reason(reason: &str) -> Result<(), Refusal> {
         return Err(Refusal::Invalid(format!(
             "reason is {} bytes, the bound is {REASON_BYTES_MAX}",
             reason.len()
+        )));
+    }
+    Ok(())
+}
+
+impl HaltScope {
+    /// Checks the agent's name of an agent scope.
+    pub fn validate(&self) -> Result<(), Refusal> {
+        match self {
+            HaltScope::Tenant => Ok(()),
+            HaltScope::Agent(a) => check_key("agent", a),
+        }
+    }
+}
+
+impl Acquire {
+    /// Checks the arguments alone: names, units in `1..=UNITS_MAX`, a weight of at least 1.
+    pub fn validate(&self) -> Result<(), Refusal> {
+        check_key("tenant", &self.tenant)?;
+        check_key("limit name", &self.limit)?;
+        check_name("fairness key", &self.priority.fairness_key)?;
+        if let Some(agent) = &self.agent {
+            check_key("agent", agent)?;
+        }
+        if self.units == 0 || self.units > UNITS_MAX {
+            return Err(Refusal::Invalid(format!(
+                "units {} is not in 1..={UNITS_MAX}",
+                self.units
+            )));
+        }
+        if self.priority.fairness_weight == 0 {
+            return Err(Refusal::Invalid(
+                "fairness weight 0: weights are at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Settle {
+    /// Checks the arguments alone: the tenant, run and period names.
+    pub fn validate(&self) -> Result<(), Refusal> {
+        check_key("tenant", &self.tenant)?;
+        check_key("run", &self.run)?;
+        if let Some(period) = &self.period {
+            check_key("period", period)?;
+        }
+        Ok(())
+    }
+}
+
+/// Checks a name's length (at most [`NAME_BYTES_MAX`] bytes); `what` names the field in the
+/// refusal.
+pub(super) fn check_name(what: &str, name: &str) -> Result<(), Refusal> {
+    if name.len() > NAME_BYTES_MAX {
+        return Err(Refusal::Invalid(format!(
+            "{what} is {} bytes, the bound is {NAME_BYTES_MAX}",
+            name.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a name that must also be non-empty.
+pub(super) fn check_key(what: &str, name: &str) -> Result<(), Refusal> {
+    if name.is_empty() {
+        return Err(Refusal::Invalid(format!("{what} is empty")));
+    }
+    check_name(what, name)
+}
+
+impl Definition {
+    /// The spec this definition gives, or why it is invalid.
+    pub fn spec(&self) -> Result<LimitSpec, String> {
+        let keys_max = match (self.keyed, self.keys_max) {
+            (false, None) => None,
+            (false, Some(n)) => {
+                return Err(format!(
+                    "keys_max {n} is given for a limit that is not keyed"
+                ));
+            }
+            (true, n) => {
+                let n = n.unwrap_or(KEYS_MAX_DEFAULT);
+                if n == 0 || n as usize > LIMITS_MAX {
+                    return Err(format!("keys_max {n} is not in 1..={LIMITS_MAX}"));
+                }
+                Some(n)
+            }
+        };
+        let mut spec = LimitSpec::new(self.concurrent, self.per_second, self.burst)?;
+        spec.keys_max = keys_max;
+        spec.shadow = self.shadow;
+        Ok(spec)
+    }
+
+    /// Checks the arguments alone: names and the spec.
+    pub fn validate(&self) -> Result<(), Refusal> {
+        check_key("tenant", &self.tenant)?;
+        check_key("limit name", &self.name)?;
+        self.spec().map_err(Refusal::Invalid)?;
+        Ok(())
+    }
+}
+
+impl AcquireParts {
+    /// Checks the arguments alone: names, 1..=[`PARTS_MAX`] parts naming distinct limits,
+    /// keys, units in `1..=UNITS_MAX`, a weight of at least 1. A refusal names the part by
+    /// its position (from 1) and its limit.
+    pub fn validate(&self) -> Result<(), Refusal> {
+        check_key("tenant", &self.tenant)?;
+        if self.parts.is_empty() || self.parts.len() > PARTS_MAX {
+            return Err(Refusal::Invalid(format!(
+                "{} parts, a request names 1..={PARTS_MAX}",
+                self.parts.len()
+            )));
+        }
+        for (i, part) in self.parts.iter().enumerate() {
+            let n = i + 1;
+            check_key(&format!("part {n}'s limit name"), &part.limit)?;
+            if let Some(key) = &part.key {
+                check_key_bytes(n, &part.limit, key)?;
+            }
+            if part.units == 0 || part.units > UNITS_MAX {
+                return Err(Refusal::Invalid(format!(
+                    "part {n} ({}): units {} is not in 1..={UNITS_MAX}",
+                    part.limit, part.units
+                )));
+            }
+            if self.parts[..i].iter().any(|p| p.limit == part.limit) {
+                return Err(Refusal::Invalid(format!(
+                    "part {n} names limit {} again: a request names each limit once",
+                    part.limit
+                )));
+            }
+        }
+        check_name("fairness key", &self.priority.fairness_key)?;
+        if let Some(agent) = &self.agent {
+            check_key("agent", agent)?;
+        }
+        if self.priority.fairness_weight == 0 {
+            return Err(Refusal::Invalid(
+                "fairness weight 0: weights are at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Checks part `n`'s key: non-empty, at most [`KEY_BYTES_MAX`] bytes.
+fn check_key_bytes(n: usize, limit: &str, key: &str) -> Result<(), Refusal> {
+    if key.is_empty() || key.len() > KEY_BYTES_MAX {
+        return Err(Refusal::Invalid(format!(
+            "part {n} ({limit}): key is {} bytes, not in 1..={KEY_BYTES_MAX}",
+            key.len()
         )));
     }
     Ok(())

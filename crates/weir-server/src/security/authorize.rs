@@ -47,24 +47,10 @@ enum Scope<'a> {
 }
 
 fn command_tenant(command: &Command) -> Scope<'_> {
-    match command {
-        Command::DefineLimit { tenant, .. }
-        | Command::RemoveLimit { tenant, .. }
-        | Command::SetTenant { tenant, .. }
-        | Command::Reserve { tenant, .. }
-        | Command::ReleaseRun { tenant, .. }
-        | Command::SetHalt { tenant, .. }
-        | Command::ClearHalt { tenant, .. } => Scope::Tenant(tenant),
-        Command::Acquire(a) => Scope::Tenant(&a.tenant),
-        Command::AcquireParts(a) => Scope::Tenant(&a.tenant),
-        Command::Define(d) => Scope::Tenant(&d.tenant),
-        Command::Settle(s) => Scope::Tenant(&s.tenant),
-        Command::OpenSession { .. }
-        | Command::OpenSessionFor { .. }
-        | Command::KeepAlive { .. }
-        | Command::CloseSession { .. }
-        | Command::Release { .. } => Scope::Session,
-        Command::Tick => Scope::Admin("ticks"),
+    match (command, command.tenant()) {
+        (Command::Tick, _) => Scope::Admin("ticks"),
+        (_, Some(tenant)) => Scope::Tenant(tenant),
+        (_, None) => Scope::Session,
     }
 }
 

@@ -52,7 +52,7 @@ use weir_client::protocol::{
 };
 use weir_client::task::AbortOnDrop;
 use weir_client::wire::{self, WireError};
-use weir_core::machine::{Applied, Command, Event, Reply, SessionId};
+use weir_core::machine::{Applied, Command, Event, Reply};
 
 /// How long a new connection may take to say hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -299,7 +299,7 @@ async fn owned(ctx: &Ctx, principal: &Principal, request: &Request) -> Result<()
     let Request::Write(command) = request else {
         return Ok(());
     };
-    let Some(session) = session_of(command) else {
+    let Some(session) = command.session() else {
         return Ok(());
     };
     let owner_here = || ctx.state.lock().machine.session_owner(session);
@@ -331,7 +331,7 @@ fn admit(
         return Ok(None);
     };
     edge::check_write(command)?;
-    if let Some(session) = session_of(command) {
+    if let Some(session) = command.session() {
         followed.follow(session)?;
     }
     match command {
@@ -339,18 +339,6 @@ fn admit(
             followed.begin_open().map(Some)
         }
         _ => Ok(None),
-    }
-}
-
-/// The session a write acts for, if any.
-fn session_of(command: &Command) -> Option<SessionId> {
-    match command {
-        Command::KeepAlive { session }
-        | Command::CloseSession { session }
-        | Command::Release { session, .. } => Some(*session),
-        Command::Acquire(a) => Some(a.session),
-        Command::AcquireParts(a) => Some(a.session),
-        _ => None,
     }
 }
 

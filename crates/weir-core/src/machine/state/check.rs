@@ -3,7 +3,6 @@
 
 use super::Machine;
 use crate::machine::session::Ticket;
-use crate::machine::totals::Totals;
 
 impl Machine {
     /// Checks every invariant of the module doc and of the parts; returns the first broken.
@@ -20,7 +19,7 @@ impl Machine {
         }
         self.check_names()?;
         self.deadlines.check(&self.saved)?;
-        let totals = Totals::of(&self.saved);
+        let totals = self.saved.count_totals();
         if totals != self.totals {
             return Err(format!("totals kept {:?}, counted {totals:?}", self.totals));
         }

@@ -105,7 +105,7 @@ impl Machine {
         self.deadlines
             .prune
             .set(crate::machine::deadlines::Prune::Tickets(id), None);
-        self.totals.forget_session(&session);
+        session.forget_from(&mut self.totals);
         session
             .live
             .values()

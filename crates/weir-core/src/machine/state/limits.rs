@@ -13,9 +13,9 @@ use std::collections::BTreeSet;
 
 use super::Machine;
 use crate::bounds::LIMITS_MAX;
+use crate::machine::command::Definition;
 use crate::machine::command::LimitId;
 use crate::machine::limit::{Limit, LimitSpec};
-use crate::machine::parts::Definition;
 use crate::machine::reply::{Event, Refusal, Reply};
 
 impl Machine {
@@ -24,7 +24,6 @@ impl Machine {
         d: &Definition,
         events: &mut Vec<Event>,
     ) -> Result<Reply, Refusal> {
-        d.validate()?;
         let spec = d.spec().map_err(Refusal::Invalid)?;
         let (tenant, name) = (d.tenant.as_str(), d.name.as_str());
         let id = match self.limit_id(tenant, name) {

@@ -14,9 +14,10 @@ use crate::bounds::{
     SESSION_TICKETS_MAX, TICKETS_LIVE_MAX, TICKETS_QUEUED_MAX,
 };
 use crate::machine::command::{Acquire, Fence, LimitId, SessionId, TicketId};
+use crate::machine::command::{AcquireParts, Part};
 use crate::machine::limit::{Holder, Limit, Room};
-use crate::machine::parts::{AcquireParts, Part};
-use crate::machine::queue::{QueueKey, Waiter};
+use crate::machine::queue::Waiter;
+use crate::machine::queue_key::QueueKey;
 use crate::machine::reply::{Event, Refusal, Reply};
 use crate::machine::session::{Finished, Session, Ticket};
 
@@ -75,7 +76,6 @@ impl Machine {
         a: &AcquireParts,
         events: &mut Vec<Event>,
     ) -> Result<Reply, Refusal> {
-        a.validate()?;
         let now_ms = self.now_ms();
         let session = self
             .saved

@@ -19,12 +19,12 @@
 
 use std::collections::BTreeSet;
 
-use super::Machine;
+use super::{Machine, Reserve};
 use crate::bounds::{
-    HALTS_MAX, PERIODS_MAX, REASON_BYTES_MAX, RECEIPTS_MAX, RUNS_MAX, TENANT_HALTS_MAX,
-    TENANT_PERIODS_MAX, TENANT_RUNS_MAX, TENANTS_MAX,
+    HALTS_MAX, PERIODS_MAX, RECEIPTS_MAX, RUNS_MAX, TENANT_HALTS_MAX, TENANT_PERIODS_MAX,
+    TENANT_RUNS_MAX, TENANTS_MAX,
 };
-use crate::machine::command::{Change, HaltScope, LimitId, Settle, check_key};
+use crate::machine::command::{Change, HaltScope, LimitId, Settle};
 use crate::machine::deadlines::Prune;
 use crate::machine::reply::{BudgetKind, Event, Refusal, Reply};
 use crate::machine::tenant::{Receipt, RunSlot, Tenant};
@@ -38,7 +38,6 @@ impl Machine {
         budget_tokens: Change<u64>,
         budget_minor: Change<u64>,
     ) -> Result<Reply, Refusal> {
-        check_key("tenant", tenant)?;
         let t = self.tenant_mut(tenant)?;
         t.max_running = max_running.applied_to(t.max_running);
         t.budget_tokens = budget_tokens.applied_to(t.budget_tokens);
@@ -54,14 +53,6 @@ impl Machine {
             period,
             hold,
         } = *r;
-        check_key("tenant", tenant)?;
-        check_key("run", run)?;
-        if let Some(agent) = agent {
-            check_key("agent", agent)?;
-        }
-        if let Some(period) = period {
-            check_key("period", period)?;
-        }
         if hold.is_some() && period.is_none() {
             return Err(Refusal::Invalid(
                 "a hold needs a period to hold against".into(),
@@ -142,7 +133,6 @@ impl Machine {
     }
 
     pub(super) fn settle(&mut self, s: &Settle) -> Result<Reply, Refusal> {
-        s.validate()?;
         let now_ms = self.now_ms();
         let totals = self.totals;
         let t = self.tenant_mut(&s.tenant)?;
@@ -265,14 +255,6 @@ impl Machine {
         reason: &str,
         events: &mut Vec<Event>,
     ) -> Result<Reply, Refusal> {
-        check_key("tenant", tenant)?;
-        scope.validate()?;
-        if reason.len() > REASON_BYTES_MAX {
-            return Err(Refusal::Invalid(format!(
-                "reason is {} bytes, the bound is {REASON_BYTES_MAX}",
-                reason.len()
-            )));
-        }
         let totals = self.totals;
         let t = self.tenant_mut(tenant)?;
         if !t.halts.contains_key(scope) && t.halts.len() >= TENANT_HALTS_MAX {
@@ -369,19 +351,6 @@ fn room_for_period(tenant: &str, t: &Tenant, period: &str, totals: &Totals) -> R
         });
     }
     Ok(())
-}
-
-/// A reserve's arguments, borrowed from its command.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Reserve<'a> {
-    pub tenant: &'a str,
-    pub run: &'a str,
-    pub agent: Option<&'a str>,
-    pub period: Option<&'a str>,
-    /// The hold (tokens, minor units), when the reserve carries one. A hold that names
-    /// one kind holds 0 of the other: the run says it will spend none of it, so any spend
-    /// of that kind is an overrun.
-    pub hold: Option<(u64, u64)>,
 }
 
 /// The refusal of a reserve charged to `period` that its budgets cannot admit, tokens

@@ -1,0 +1,53 @@
+//! [`SavedLimits`]: everything the machine keeps that a snapshot carries, field by field.
+//!
+//! The machine ([`crate::machine::Machine`]) is `SavedLimits` plus what it derives from it:
+//! the lease-expiry index, the deadline index ([`crate::machine::deadlines`]), the totals
+//! of the bounded items ([`crate::machine::totals`]) and each queue's ranks. Those are
+//! rebuilt when a snapshot is restored, so a snapshot cannot carry an index that disagrees
+//! with the state. This file sits below the machine, the snapshot format and the derived
+//! indexes: each of them reads `SavedLimits`, and it reads none of them.
+//!
+//! Field order is part of the snapshot format (see [`crate::machine::snapshot`]): append
+//! fields, never reorder, and bump `SNAPSHOT_VERSION` with any change.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::clock::LogClock;
+use super::command::{Fence, LimitId, SessionId};
+use super::limit::Limit;
+use super::session::Session;
+use super::tenant::Tenant;
+use super::totals::{TenantCounts, Totals};
+
+/// The machine's saved state: what a snapshot carries, field by field in this order.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SavedLimits {
+    pub(super) clock: LogClock,
+    /// Index of the last entry applied; `None` before any (Raft's first entry is index 0).
+    pub(super) applied: Option<u64>,
+    /// The last fence handed out (0 before any).
+    pub(super) last_fence: Fence,
+    /// The last session id handed out.
+    pub(super) last_session: SessionId,
+    /// The last limit id handed out.
+    pub(super) last_limit: LimitId,
+    pub(super) sessions: BTreeMap<SessionId, Session>,
+    pub(super) limits: BTreeMap<LimitId, Limit>,
+    pub(super) tenants: BTreeMap<String, Tenant>,
+}
+
+impl SavedLimits {
+    /// Counts every bounded item the state keeps (on restore, and by the check).
+    pub fn count_totals(&self) -> Totals {
+        let mut totals = Totals::default();
+        for session in self.sessions.values() {
+            session.count_into(&mut totals);
+        }
+        for t in self.tenants.values() {
+            totals.tenant_changed(TenantCounts::default(), TenantCounts::of(Some(t)));
+        }
+        totals
+    }
+}
