@@ -287,15 +287,17 @@ async fn a_halt_pushed_before_the_acquirer_takes_its_grant_is_kept() {
     let client = Client::new(vec!["127.0.0.1:1".into()]);
     let state = SessionState::new(client, 7, TTL, BootInstant::now() + TTL);
     let (acquire, mut outcome) = state
-        .register(|ticket| weir_core::machine::Acquire {
-            session: 7,
-            ticket,
-            tenant: "t".into(),
-            limit: "l".into(),
-            units: 1,
-            priority: Default::default(),
-            agent: None,
-            wait: true,
+        .register(|ticket| {
+            weir_core::machine::AcquireParts::from(&weir_core::machine::Acquire {
+                session: 7,
+                ticket,
+                tenant: "t".into(),
+                limit: "l".into(),
+                units: 1,
+                priority: Default::default(),
+                agent: None,
+                wait: true,
+            })
         })
         .unwrap();
     let halted = Lost::Halted {
@@ -318,15 +320,17 @@ async fn an_expiry_that_overtakes_an_acquire_answer_fails_it_without_a_panic() {
     let client = Client::new(vec!["127.0.0.1:1".into()]);
     let state = SessionState::new(client, 7, TTL, BootInstant::now() + TTL);
     let (acquire, mut outcome) = state
-        .register(|ticket| weir_core::machine::Acquire {
-            session: 7,
-            ticket,
-            tenant: "t".into(),
-            limit: "l".into(),
-            units: 1,
-            priority: Default::default(),
-            agent: None,
-            wait: true,
+        .register(|ticket| {
+            weir_core::machine::AcquireParts::from(&weir_core::machine::Acquire {
+                session: 7,
+                ticket,
+                tenant: "t".into(),
+                limit: "l".into(),
+                units: 1,
+                priority: Default::default(),
+                agent: None,
+                wait: true,
+            })
         })
         .unwrap();
     state.end(Lost::Expired);
