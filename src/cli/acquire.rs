@@ -176,6 +176,7 @@ pub async fn run(args: &AcquireArgs, tenant: &str, client: &Client, out: &Output
         key: args.key.clone(),
         units: args.units,
         parts: args.parts.clone(),
+        estimate: false,
         priority: Priority {
             level: args.priority,
             fairness_key: args.fairness_key.clone(),

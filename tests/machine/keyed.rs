@@ -383,3 +383,98 @@ fn a_snapshot_with_live_keys_and_parts_restores_bit_exact_and_replays_equal() {
     }
     assert_eq!(on.snapshot(), from.snapshot());
 }
+
+fn settle_take(session: u64, ticket: u64, cost: u64) -> Command {
+    Command::SettleTake {
+        session,
+        ticket,
+        cost,
+    }
+}
+
+#[test]
+fn a_take_settled_below_its_estimate_returns_the_difference_never_above_the_burst() {
+    let mut s = Sim::new();
+    s.reply(limit("t", "llm").rate(10.0).burst(1_000));
+    let a = s.open(60_000);
+    s.grant(ask(a, 1, "llm").units(500).estimate());
+    assert_eq!(s.status("t", "llm").tokens, 500);
+    assert_eq!(
+        s.reply(settle_take(a, 1, 320)),
+        Reply::Settled { duplicate: false }
+    );
+    assert_eq!(s.status("t", "llm").tokens, 680, "180 returned");
+    // Settled once (G5).
+    assert_eq!(
+        s.reply(settle_take(a, 1, 0)),
+        Reply::Settled { duplicate: true }
+    );
+    assert_eq!(s.status("t", "llm").tokens, 680);
+    // Never above the burst: 300 more taken, 59 s of refill (590), all 300 returned.
+    s.grant(ask(a, 2, "llm").units(300).estimate());
+    s.wait(59_000);
+    assert_eq!(
+        s.reply(settle_take(a, 2, 0)),
+        Reply::Settled { duplicate: false }
+    );
+    assert_eq!(s.status("t", "llm").tokens, 1_000);
+}
+
+#[test]
+fn a_cost_above_the_estimate_is_charged_and_reported_as_an_overrun() {
+    let mut s = Sim::new();
+    s.reply(limit("t", "llm").rate(1.0).burst(1_000));
+    s.reply(limit("t", "user").rate(1.0).burst(100).keyed());
+    let a = s.open(60_000);
+    s.grant(
+        ask(a, 1, "llm")
+            .units(50)
+            .and("user", Some("u"), 50)
+            .estimate(),
+    );
+    assert_eq!(
+        s.reply(settle_take(a, 1, 80)),
+        Reply::Overrun {
+            tokens: 30,
+            minor_units: 0
+        }
+    );
+    assert_eq!(s.status("t", "llm").tokens, 920);
+    assert_eq!(s.m.key_status("t", "user", "u").unwrap().tokens, 20);
+    // The bucket floors at empty; the whole overrun is recorded.
+    s.grant(ask(a, 2, "user").key("u").units(20).estimate());
+    assert_eq!(
+        s.reply(settle_take(a, 2, 100)),
+        Reply::Overrun {
+            tokens: 80,
+            minor_units: 0
+        }
+    );
+    assert_eq!(s.m.key_status("t", "user", "u").unwrap().tokens, 0);
+}
+
+#[test]
+fn an_unsettled_estimate_keeps_its_key_and_stands_when_its_session_ends() {
+    let mut s = Sim::new();
+    s.reply(limit("t", "user").rate(10.0).burst(10).keyed());
+    let a = s.open(60_000);
+    s.grant(ask(a, 1, "user").key("u").units(5).estimate());
+    s.wait(5_000);
+    assert_eq!(
+        s.m.keys("t", "user").unwrap(),
+        vec!["u"],
+        "full again, but an estimate may still return tokens"
+    );
+    s.one(Command::CloseSession { session: a });
+    assert!(
+        s.m.keys("t", "user").unwrap().is_empty(),
+        "the estimate stands; the key is fresh and dropped"
+    );
+    let b = s.open(60_000);
+    assert_eq!(
+        s.reply(settle_take(b, 9, 1)),
+        refused(Refusal::Invalid(format!(
+            "ticket 9 of session {b} holds no take to settle"
+        )))
+    );
+}

@@ -144,7 +144,7 @@ impl Sim {
 /// An acquire being written: by default one unit of tenant `t`'s limit, default priority,
 /// no agent, waiting; with a key or more parts it is written as an `AcquireParts`.
 #[derive(Clone, Debug)]
-pub struct Ask(Acquire, Option<String>, Vec<Part>);
+pub struct Ask(Acquire, Option<String>, Vec<Part>, bool);
 
 /// Session `session` asks ticket `ticket` of `t/limit`.
 pub fn ask(session: SessionId, ticket: TicketId, limit: &str) -> Ask {
@@ -161,6 +161,7 @@ pub fn ask(session: SessionId, ticket: TicketId, limit: &str) -> Ask {
         },
         None,
         Vec::new(),
+        false,
     )
 }
 
@@ -168,6 +169,12 @@ impl Ask {
     /// The first part names key `key` of its (keyed) limit.
     pub fn key(mut self, key: &str) -> Ask {
         self.1 = Some(key.into());
+        self
+    }
+
+    /// Its units are an estimate, settled later (`SettleTake`).
+    pub fn estimate(mut self) -> Ask {
+        self.3 = true;
         self
     }
 
@@ -218,13 +225,14 @@ impl Ask {
 }
 
 impl From<Ask> for Command {
-    fn from(Ask(a, key, more): Ask) -> Command {
-        if key.is_none() && more.is_empty() {
+    fn from(Ask(a, key, more, estimate): Ask) -> Command {
+        if key.is_none() && more.is_empty() && !estimate {
             return Command::Acquire(a);
         }
         let mut parts = AcquireParts::from(&a);
         parts.parts[0].key = key;
         parts.parts.extend(more);
+        parts.estimate = estimate;
         Command::AcquireParts(parts)
     }
 }

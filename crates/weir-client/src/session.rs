@@ -86,6 +86,9 @@ pub struct AcquireOptions {
     /// More limits of the same tenant, decided with `limit` in one entry: granted on
     /// every part under one fence, or on none (nothing charged when one refuses).
     pub parts: Vec<Part>,
+    /// The units of the rate parts are an estimate, settled later with
+    /// [`Permit::settle`](crate::Permit::settle).
+    pub estimate: bool,
     /// Where the ticket queues: level first, then fair share by key.
     pub priority: Priority,
     /// The agent acting, for agent-scoped halts.
@@ -105,6 +108,7 @@ impl AcquireOptions {
             key: None,
             units: 1,
             parts: Vec::new(),
+            estimate: false,
             priority: Priority::default(),
             agent: None,
             wait: true,
@@ -199,6 +203,7 @@ impl Session {
             priority: options.priority.clone(),
             agent: options.agent.clone(),
             wait: options.wait,
+            estimate: options.estimate,
         })?;
         let ticket = acquire.ticket;
         // Until it becomes a permit, the ticket is given up (and released in the background)

@@ -338,11 +338,11 @@ pub(super) fn spawn_release(client: Client, session: SessionId, ticket: TicketId
     });
 }
 
-/// The command that sends `a`: an `Acquire` for one part without a key (what every node
+/// The command that sends `a`: an `Acquire` for one part without a key nor an estimate (what every node
 /// of this protocol version and the log's older entries know), an `AcquireParts` otherwise.
 pub(super) fn acquire_command(a: &AcquireParts) -> Command {
     match a.parts.as_slice() {
-        [part] if part.key.is_none() => Command::Acquire(Acquire {
+        [part] if part.key.is_none() && !a.estimate => Command::Acquire(Acquire {
             session: a.session,
             ticket: a.ticket,
             tenant: a.tenant.clone(),

@@ -293,6 +293,15 @@ pub enum Command {
     /// An acquire or take of one or more parts, each (limit, key, units): granted on every
     /// part in one entry under one fence, or on none (see [`AcquireParts`]).
     AcquireParts(AcquireParts),
+    /// Settles a take granted with `estimate`: `cost` tokens replace the estimate on every
+    /// rate part. Below the estimate the difference returns to the bucket (never above its
+    /// burst); above it the difference is charged (the bucket floors at empty) and recorded
+    /// as an overrun. Idempotent by ticket.
+    SettleTake {
+        session: SessionId,
+        ticket: TicketId,
+        cost: u64,
+    },
 }
 
 impl Command {
@@ -317,6 +326,7 @@ impl Command {
             | Command::KeepAlive { .. }
             | Command::CloseSession { .. }
             | Command::Release { .. }
+            | Command::SettleTake { .. }
             | Command::Tick => None,
         }
     }
@@ -328,7 +338,8 @@ impl Command {
         match self {
             Command::KeepAlive { session }
             | Command::CloseSession { session }
-            | Command::Release { session, .. } => Some(*session),
+            | Command::Release { session, .. }
+            | Command::SettleTake { session, .. } => Some(*session),
             Command::Acquire(a) => Some(a.session),
             Command::AcquireParts(a) => Some(a.session),
             Command::DefineLimit { .. }
@@ -412,6 +423,10 @@ pub struct AcquireParts {
     pub agent: Option<String>,
     /// Queue when a part has no room; `false` answers `Busy` instead.
     pub wait: bool,
+    /// The units of the rate parts are an estimate: the ticket stays live after its grant,
+    /// holding the estimate taken, until [`Command::SettleTake`] names the actual cost (or
+    /// it is released, or its session ends: then the estimate stands).
+    pub estimate: bool,
 }
 
 impl From<&Acquire> for AcquireParts {
@@ -428,6 +443,7 @@ impl From<&Acquire> for AcquireParts {
             priority: a.priority.clone(),
             agent: a.agent.clone(),
             wait: a.wait,
+            estimate: false,
         }
     }
 }

@@ -201,6 +201,11 @@ pub struct Limit {
     /// Requests a shadow limit would have refused (no room, too large, or no room for a new
     /// key), counted on the definition since it was defined.
     pub shadow_refusals: u64,
+    /// Estimates taken and not yet settled, by the fence of their take: a key with one is
+    /// not fresh (its settlement may return tokens).
+    pub estimating: BTreeMap<Fence, u32>,
+    /// Tokens settled above their estimates, summed on the definition since it was defined.
+    pub overrun_tokens: u64,
 }
 
 impl Limit {
@@ -221,6 +226,8 @@ impl Limit {
             of: None,
             keys: BTreeMap::new(),
             shadow_refusals: 0,
+            estimating: BTreeMap::new(),
+            overrun_tokens: 0,
         }
     }
 
@@ -242,7 +249,33 @@ impl Limit {
     /// held, nothing waiting, the bucket full. Granting from it gives the same answers as
     /// from a new one, so a key in this state is dropped.
     pub fn is_fresh(&self) -> bool {
-        self.holders.is_empty() && self.queue.is_empty() && self.bucket_full()
+        self.holders.is_empty()
+            && self.queue.is_empty()
+            && self.estimating.is_empty()
+            && self.bucket_full()
+    }
+
+    /// Settles the estimate taken under `fence` (after [`Limit::refill`] to now) at `cost`
+    /// tokens: below it the difference returns (never above the burst), above it the
+    /// difference is taken as far as the bucket holds. Returns the tokens charged above
+    /// the estimate.
+    pub fn settle_estimate(&mut self, fence: Fence, cost: u64) -> u64 {
+        let estimate = self
+            .estimating
+            .remove(&fence)
+            .expect("a settled estimate is recorded") as u64;
+        let cap = self.spec.burst * MICRO;
+        if cost <= estimate {
+            let back = (estimate - cost) * MICRO;
+            self.tokens_micro = (self.tokens_micro + back).min(cap);
+            if self.tokens_micro == cap {
+                self.refill_remainder = 0;
+            }
+            return 0;
+        }
+        let extra = cost - estimate;
+        self.tokens_micro -= (extra * MICRO).min(self.tokens_micro);
+        extra
     }
 
     fn bucket_full(&self) -> bool {
@@ -424,7 +457,10 @@ impl Limit {
             ));
         }
         if keyed_definition
-            && (!self.holders.is_empty() || !self.queue.is_empty() || !self.bucket_full())
+            && (!self.holders.is_empty()
+                || !self.queue.is_empty()
+                || !self.estimating.is_empty()
+                || !self.bucket_full())
         {
             return Err(format!("keyed limit {}: state outside its keys", self.name));
         }

@@ -124,6 +124,19 @@
 //! at it once it lacks room there. A walk also visits the passed-over waiters ahead, so
 //! serving a queue costs the waiters it passes over as well as those it grants.
 //!
+//! # Takes with an estimate
+//!
+//! A take may hold an estimate (`AcquireParts::estimate`): its rate parts take the units
+//! asked, and the ticket stays live, recorded on each rate part's limit under its fence,
+//! until `SettleTake` names the actual cost. Below the estimate the difference returns to
+//! the bucket, never above its burst; above it the difference is taken as far as the
+//! bucket holds (it floors at empty, no debt is carried) and the whole overrun is recorded
+//! on the definition and answered `Overrun`. A settlement is idempotent by ticket; a take
+//! released unsettled, or whose session ends, keeps its estimate as charged. A key with an
+//! unsettled estimate is not fresh, so the key a settlement returns tokens to exists.
+//! G1's rate bound counts what is granted: returned tokens were granted and not used, and
+//! an overrun is spending the limit did not grant, recorded rather than hidden.
+//!
 //! # Shadow limits
 //!
 //! A shadow limit (`shadow` in its spec) is evaluated on each request and never refuses:

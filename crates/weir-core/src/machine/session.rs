@@ -45,16 +45,23 @@ pub enum Ticket {
         fence: Fence,
         units: u32,
     },
-    /// A request of several parts, waiting in the queue of each part's limit (or key) under
-    /// the key beside it, in the request's part order.
-    QueuedParts { parts: Vec<(LimitId, QueueKey)> },
-    /// A request of several parts, granted under `fence`: holding on each part's limit (or
-    /// key) that caps concurrency the units beside it (its rate parts took their tokens at
-    /// the grant). `units` is the request's first part's, what a repeat of it is answered.
+    /// A request of several parts (or of one, taken with an estimate), waiting in the queue
+    /// of each part's limit (or key) under the key beside it, in the request's part order.
+    QueuedParts {
+        parts: Vec<(LimitId, QueueKey)>,
+        /// Taken with an estimate (see `AcquireParts::estimate`).
+        estimate: bool,
+    },
+    /// A request of several parts (or taken with an estimate), granted under `fence`:
+    /// holding on each part's limit (or key) that caps concurrency the units beside it (its
+    /// rate parts took their tokens at the grant). `units` is the request's first part's,
+    /// what a repeat of it is answered. `estimates`: the rate parts' estimates taken, until
+    /// the take is settled (empty once settled, or without an estimate).
     HeldParts {
         fence: Fence,
         units: u32,
         parts: Vec<(LimitId, u32)>,
+        estimates: Vec<(LimitId, u32)>,
     },
 }
 
@@ -65,8 +72,10 @@ impl Ticket {
     pub fn places(&self) -> u64 {
         match self {
             Ticket::Queued { .. } | Ticket::Held { .. } => 1,
-            Ticket::QueuedParts { parts } => parts.len() as u64,
-            Ticket::HeldParts { parts, .. } => parts.len() as u64,
+            Ticket::QueuedParts { parts, .. } => parts.len() as u64,
+            Ticket::HeldParts {
+                parts, estimates, ..
+            } => (parts.len() + estimates.len()) as u64,
         }
     }
 
@@ -74,7 +83,7 @@ impl Ticket {
     pub fn waiters(&self) -> u64 {
         match self {
             Ticket::Queued { .. } => 1,
-            Ticket::QueuedParts { parts } => parts.len() as u64,
+            Ticket::QueuedParts { parts, .. } => parts.len() as u64,
             Ticket::Held { .. } | Ticket::HeldParts { .. } => 0,
         }
     }

@@ -226,6 +226,11 @@ impl Machine {
             }
             Command::Define(d) => answer(self.define_limit(d, events)),
             Command::AcquireParts(a) => answer(self.acquire_parts(a, events)),
+            Command::SettleTake {
+                session,
+                ticket,
+                cost,
+            } => answer(self.settle_take(*session, *ticket, *cost, events)),
             Command::RemoveLimit { tenant, name } => self.remove_limit(tenant, name, events),
             Command::OpenSession { ttl_ms } => answer(self.open_session(*ttl_ms, None, None)),
             Command::OpenSessionFor {

@@ -22,8 +22,8 @@ use super::command::{Acquire, AcquireParts, Command, Definition, HaltScope, Sett
 use super::limit::LimitSpec;
 use super::reply::Refusal;
 use crate::bounds::{
-    KEY_BYTES_MAX, KEYS_MAX_DEFAULT, LIMITS_MAX, NAME_BYTES_MAX, PARTS_MAX, REASON_BYTES_MAX,
-    SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN, UNITS_MAX,
+    BURST_MAX, KEY_BYTES_MAX, KEYS_MAX_DEFAULT, LIMITS_MAX, NAME_BYTES_MAX, PARTS_MAX,
+    REASON_BYTES_MAX, SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN, UNITS_MAX,
 };
 
 impl Command {
@@ -49,6 +49,13 @@ impl Command {
                 if !(SESSION_TTL_MS_MIN..=SESSION_TTL_MS_MAX).contains(ttl_ms) {
                     return Err(Refusal::Invalid(format!(
                         "ttl_ms {ttl_ms} is not in {SESSION_TTL_MS_MIN}..={SESSION_TTL_MS_MAX}"
+                    )));
+                }
+            }
+            Command::SettleTake { cost, .. } => {
+                if *cost > BURST_MAX {
+                    return Err(Refusal::Invalid(format!(
+                        "cost {cost} is above the bound of {BURST_MAX}"
                     )));
                 }
             }

@@ -189,7 +189,13 @@ mod tests {
                 },
                 agent: Some(name()),
                 wait: true,
+                estimate: true,
             }),
+            Command::SettleTake {
+                session: u64::MAX,
+                ticket: u64::MAX,
+                cost: weir_core::bounds::BURST_MAX,
+            },
         ]
     }
 

@@ -2,9 +2,15 @@
 //! limit's queue when room appears.
 //!
 //! A ticket gets a permit in one of two ways, at once on its acquire or from the queue when
-//! the limit is served; both go through [`Machine::grant`], which takes the fence. A live
-//! ticket leaves its limit in one of two ways, its release or its session's end; both go
-//! through [`Machine::unlink`], and the caller then serves the limit.
+//! the limit is served; a request of one part goes through [`Machine::grant`], which takes
+//! the fence, and one of several parts (or with an estimate) takes one fence for all its
+//! parts and records them with `record_grant`. A live ticket leaves its limits in one of
+//! two ways, its release or its session's end; both go through [`Machine::unlink`], and the
+//! caller then serves the limits.
+//!
+//! Requests of several parts, keys and shadow parts are resolved and decided here (the
+//! rule is the machine's module doc, "Several parts"), and so are takes with an estimate
+//! and their settlement (`SettleTake`).
 
 use std::collections::BTreeMap;
 
@@ -135,6 +141,94 @@ impl Machine {
         let reply = self.enqueue(a, &parts, events)?;
         self.count_shadow(&passed);
         Ok(reply)
+    }
+
+    /// Settles the take `ticket` of `session`, granted with an estimate, at `cost` tokens on
+    /// every rate part; then serves those limits (returned tokens may let waiters through).
+    pub(super) fn settle_take(
+        &mut self,
+        session: SessionId,
+        ticket: TicketId,
+        cost: u64,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, Refusal> {
+        let now_ms = self.now_ms();
+        let s = self
+            .saved
+            .sessions
+            .get(&session)
+            .ok_or(Refusal::UnknownSession { session })?;
+        let (fence, units, holding, estimates) = match s.live.get(&ticket) {
+            Some(Ticket::HeldParts {
+                fence,
+                units,
+                parts,
+                estimates,
+            }) if !estimates.is_empty() => (*fence, *units, parts.clone(), estimates.clone()),
+            // Settled before (or taken without an estimate): nothing more to do (G5).
+            Some(Ticket::HeldParts { .. } | Ticket::Held { .. }) => {
+                return Ok(Reply::Settled { duplicate: true });
+            }
+            None if matches!(s.finished.get(&ticket), Some(Finished::Taken { .. })) => {
+                return Ok(Reply::Settled { duplicate: true });
+            }
+            Some(Ticket::Queued { .. } | Ticket::QueuedParts { .. }) => {
+                return Err(Refusal::Invalid(format!(
+                    "ticket {ticket} of session {session} waits: only a granted take settles"
+                )));
+            }
+            None => {
+                return Err(Refusal::Invalid(format!(
+                    "ticket {ticket} of session {session} holds no take to settle"
+                )));
+            }
+        };
+        let mut overrun = 0;
+        for (id, _) in &estimates {
+            let limit = self
+                .saved
+                .limits
+                .get_mut(id)
+                .expect("estimates name live limits");
+            limit.refill(now_ms);
+            let extra = limit.settle_estimate(fence, cost);
+            overrun = overrun.max(extra);
+            let def = limit.of.unwrap_or(*id);
+            self.saved
+                .limits
+                .get_mut(&def)
+                .expect("keys have definitions")
+                .overrun_tokens += extra;
+        }
+        let s = self.saved.sessions.get_mut(&session).expect("looked up");
+        if holding.is_empty() {
+            s.finish(
+                ticket,
+                Finished::Taken { fence, units },
+                now_ms,
+                &mut self.totals,
+            );
+        } else {
+            let held = Ticket::HeldParts {
+                fence,
+                units,
+                parts: holding,
+                estimates: Vec::new(),
+            };
+            s.set_live(ticket, held, &mut self.totals);
+        }
+        self.refile_tickets(session);
+        for (id, _) in estimates {
+            self.serve(id, events);
+        }
+        Ok(if overrun > 0 {
+            Reply::Overrun {
+                tokens: overrun,
+                minor_units: 0,
+            }
+        } else {
+            Reply::Settled { duplicate: false }
+        })
     }
 
     /// Counts the would-be refusals of shadow parts that passed a request granted or queued.
@@ -278,6 +372,7 @@ impl Machine {
         let units = a.parts[0].units;
         if let [part] = parts
             && part.units == units
+            && !a.estimate
         {
             let id = self.target_of(part);
             let fence = self.grant(id, holder_of(a, units));
@@ -285,32 +380,31 @@ impl Machine {
             return Reply::Granted { fence, units };
         }
         let fence = self.next_fence();
-        let mut holding = Vec::new();
+        let mut took = Took::default();
         let mut ids = Vec::with_capacity(parts.len());
         for part in parts {
             let id = self.target_of(part);
             let limit = self.saved.limits.get_mut(&id).expect("created");
-            if limit.grant(fence, holder_of(a, part.units)) {
-                holding.push((id, part.units));
-            }
+            took.grant(limit, id, fence, holder_of(a, part.units), a.estimate);
             ids.push(id);
         }
-        self.record_grant(a.session, a.ticket, fence, units, holding);
+        self.record_grant(a.session, a.ticket, fence, units, took);
         for id in ids {
             self.file(id);
         }
         Reply::Granted { fence, units }
     }
 
-    /// Records in its session that a request of several parts was granted under `fence`:
-    /// held while a part holds, else finished as a take.
+    /// Records in its session that a request of several parts (or taken with an estimate)
+    /// was granted under `fence`: held while a part holds or an estimate is unsettled, else
+    /// finished as a take.
     fn record_grant(
         &mut self,
         session: SessionId,
         ticket: TicketId,
         fence: Fence,
         units: u32,
-        holding: Vec<(LimitId, u32)>,
+        took: Took,
     ) {
         let now_ms = self.now_ms();
         let s = self
@@ -318,7 +412,7 @@ impl Machine {
             .sessions
             .get_mut(&session)
             .expect("grants go to open sessions");
-        if holding.is_empty() {
+        if took.holding.is_empty() && took.estimates.is_empty() {
             s.finish(
                 ticket,
                 Finished::Taken { fence, units },
@@ -330,7 +424,8 @@ impl Machine {
             let held = Ticket::HeldParts {
                 fence,
                 units,
-                parts: holding,
+                parts: took.holding,
+                estimates: took.estimates,
             };
             s.set_live(ticket, held, &mut self.totals);
         }
@@ -350,7 +445,7 @@ impl Machine {
             Some(Ticket::Queued { limit, key }) => Some(Reply::Queued {
                 position: position(limit, key),
             }),
-            Some(Ticket::QueuedParts { parts }) => Some(Reply::Queued {
+            Some(Ticket::QueuedParts { parts, .. }) => Some(Reply::Queued {
                 position: position(&parts[0].0, &parts[0].1),
             }),
             Some(Ticket::Held { fence, units, .. } | Ticket::HeldParts { fence, units, .. }) => {
@@ -407,12 +502,13 @@ impl Machine {
         let (first, first_key) = queued[0];
         let position = self.saved.limits[&first].queue.position(&first_key);
         let ticket = match queued.as_slice() {
-            [(limit, key)] => Ticket::Queued {
+            [(limit, key)] if !a.estimate => Ticket::Queued {
                 limit: *limit,
                 key: *key,
             },
             _ => Ticket::QueuedParts {
                 parts: queued.clone(),
+                estimate: a.estimate,
             },
         };
         let session = self
@@ -535,7 +631,7 @@ impl Machine {
                 holder.expect("a held ticket is a holder");
                 vec![*id]
             }
-            Ticket::QueuedParts { parts } => parts
+            Ticket::QueuedParts { parts, .. } => parts
                 .iter()
                 .map(|(id, key)| {
                     let waiter = limit_mut(limits, id).queue.remove(key);
@@ -543,14 +639,30 @@ impl Machine {
                     *id
                 })
                 .collect(),
-            Ticket::HeldParts { fence, parts, .. } => parts
-                .iter()
-                .map(|(id, _)| {
-                    let holder = limit_mut(limits, id).release(*fence);
-                    holder.expect("a held part is a holder");
-                    *id
-                })
-                .collect(),
+            Ticket::HeldParts {
+                fence,
+                parts,
+                estimates,
+                ..
+            } => {
+                let mut ids: Vec<LimitId> = parts
+                    .iter()
+                    .map(|(id, _)| {
+                        let holder = limit_mut(limits, id).release(*fence);
+                        holder.expect("a held part is a holder");
+                        *id
+                    })
+                    .collect();
+                // An estimate left unsettled stands as taken.
+                for (id, _) in estimates {
+                    let estimate = limit_mut(limits, id).estimating.remove(fence);
+                    estimate.expect("an unsettled estimate is recorded");
+                    ids.push(*id);
+                }
+                ids.sort_unstable();
+                ids.dedup();
+                ids
+            }
         }
     }
 
@@ -612,10 +724,10 @@ impl Machine {
             }
             let (session, ticket) = (w.session, w.ticket);
             let live = self.saved.sessions[&session].live.get(&ticket);
-            if let Some(Ticket::QueuedParts { parts }) = live {
-                let parts = parts.clone();
+            if let Some(Ticket::QueuedParts { parts, estimate }) = live {
+                let (parts, estimate) = (parts.clone(), *estimate);
                 if self.parts_ready(&parts, id, now_ms) {
-                    self.grant_waiting_parts(session, ticket, &parts, id, events);
+                    self.grant_waiting_parts(session, ticket, &parts, estimate, id, events);
                 } else {
                     passed = Some(key);
                 }
@@ -681,11 +793,12 @@ impl Machine {
         session: SessionId,
         ticket: TicketId,
         parts: &[(LimitId, QueueKey)],
+        estimate: bool,
         serving: LimitId,
         events: &mut Vec<Event>,
     ) {
         let fence = self.next_fence();
-        let mut holding = Vec::new();
+        let mut took = Took::default();
         let mut first_units = None;
         for (id, key) in parts {
             let limit = self
@@ -705,12 +818,10 @@ impl Machine {
                 units,
                 agent: w.agent,
             };
-            if limit.grant(fence, holder) {
-                holding.push((*id, units));
-            }
+            took.grant(limit, *id, fence, holder, estimate);
         }
         let units = first_units.expect("a request has parts");
-        self.record_grant(session, ticket, fence, units, holding);
+        self.record_grant(session, ticket, fence, units, took);
         events.push(Event::Granted {
             session,
             ticket,
@@ -790,7 +901,7 @@ impl Machine {
     ) -> Vec<LimitId> {
         let now_ms = self.now_ms();
         let mut others = Vec::new();
-        if let Some(Ticket::QueuedParts { parts }) =
+        if let Some(Ticket::QueuedParts { parts, .. }) =
             self.saved.sessions[&w.session].live.get(&w.ticket)
         {
             for (id, key) in parts {
@@ -822,6 +933,36 @@ impl Machine {
             refusal,
         });
         others
+    }
+}
+
+/// What a grant of several parts (or with an estimate) took: the parts that hold, and the
+/// estimates recorded on the rate parts.
+#[derive(Default)]
+struct Took {
+    holding: Vec<(LimitId, u32)>,
+    estimates: Vec<(LimitId, u32)>,
+}
+
+impl Took {
+    /// Grants `holder` its units on `limit` (of id `id`) under `fence`, whose room the caller
+    /// checked; with `estimate`, records the units taken as an estimate to settle.
+    fn grant(
+        &mut self,
+        limit: &mut Limit,
+        id: LimitId,
+        fence: Fence,
+        holder: Holder,
+        estimate: bool,
+    ) {
+        let units = holder.units;
+        if limit.grant(fence, holder) {
+            self.holding.push((id, units));
+        }
+        if estimate && limit.spec.rates() {
+            limit.estimating.insert(fence, units);
+            self.estimates.push((id, units));
+        }
     }
 }
 
