@@ -164,3 +164,98 @@ async fn keyed_limits_and_parts_through_the_cli_and_the_library() {
     phase("every node applied the same log to the same state");
     cluster.converged(CONVERGE).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_takes_parts_and_a_settled_estimate_over_http() {
+    use crate::http::{base, call, follower};
+    use serde_json::json;
+
+    let cluster = Cluster::start("keyed-http", 3, "");
+    let node = base(&cluster, follower(&cluster).await);
+    let http = reqwest::Client::new();
+    let put = |path: &'static str, body| call(&http, &node, "PUT", path, Some(body));
+    phase("define a keyed rate per user and a tenant-wide rate over HTTP");
+    let (status, _) = put(
+        "/v1/tenants/acme/limits/user",
+        json!({"per_second": 0.1, "burst": 3, "keyed": true}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, _) = put(
+        "/v1/tenants/acme/limits/all",
+        json!({"per_second": 0.1, "burst": 100}),
+    )
+    .await;
+    assert_eq!(status, 200);
+
+    phase("takes: per key, all parts or none");
+    let take = |body| {
+        call(
+            &http,
+            &node,
+            "POST",
+            "/v1/tenants/acme/limits/user/take",
+            Some(body),
+        )
+    };
+    let (status, v) =
+        take(json!({"key": "u1", "units": 3, "parts": [{"limit": "all", "units": 10}]})).await;
+    assert_eq!(
+        (status.as_u16(), v["taken"].as_u64()),
+        (200, Some(3)),
+        "{v}"
+    );
+    let (status, v) = take(json!({"key": "u1", "parts": [{"limit": "all", "units": 10}]})).await;
+    assert_eq!(
+        (status.as_u16(), v["error"].as_str()),
+        (429, Some("Busy")),
+        "{v}"
+    );
+    let (_, v) = call(&http, &node, "GET", "/v1/tenants/acme/limits/all", None).await;
+    assert_eq!(
+        v["tokens"].as_u64(),
+        Some(90),
+        "the refused take charged nothing: {v}"
+    );
+    let (status, v) = take(json!({"units": 1})).await;
+    assert_eq!(status, 400, "a keyed limit needs a key: {v}");
+
+    phase("an acquire with an estimate, settled below it over HTTP");
+    let (_, v) = call(
+        &http,
+        &node,
+        "POST",
+        "/v1/sessions",
+        Some(json!({"ttl_ms": 10_000})),
+    )
+    .await;
+    let session = v["session"].as_u64().unwrap();
+    let (status, v) = call(
+        &http,
+        &node,
+        "POST",
+        "/v1/tenants/acme/limits/all/acquire",
+        Some(json!({"session": session, "ticket": 1, "units": 50, "estimate": true})),
+    )
+    .await;
+    assert_eq!(
+        (status.as_u16(), v["status"].as_str()),
+        (200, Some("granted")),
+        "{v}"
+    );
+    let (_, v) = call(&http, &node, "GET", "/v1/tenants/acme/limits/all", None).await;
+    assert_eq!(v["tokens"].as_u64(), Some(40));
+    let settle = json!({"ticket": 1, "cost": 20});
+    let path = format!("/v1/sessions/{session}/settle");
+    let (status, v) = call(&http, &node, "POST", &path, Some(settle.clone())).await;
+    assert_eq!(
+        (status.as_u16(), v["duplicate"].as_bool()),
+        (200, Some(false)),
+        "{v}"
+    );
+    let (_, v) = call(&http, &node, "POST", &path, Some(settle)).await;
+    assert_eq!(v["duplicate"].as_bool(), Some(true), "{v}");
+    let (_, v) = call(&http, &node, "GET", "/v1/tenants/acme/limits/all", None).await;
+    assert_eq!(v["tokens"].as_u64(), Some(70), "30 returned: {v}");
+    cluster.converged(CONVERGE).await;
+}
