@@ -257,5 +257,36 @@ async fn keyed_takes_parts_and_a_settled_estimate_over_http() {
     assert_eq!(v["duplicate"].as_bool(), Some(true), "{v}");
     let (_, v) = call(&http, &node, "GET", "/v1/tenants/acme/limits/all", None).await;
     assert_eq!(v["tokens"].as_u64(), Some(70), "30 returned: {v}");
+
+    phase("a shadow limit never refuses; /metrics counts what it would have refused");
+    let (status, _) = put(
+        "/v1/tenants/acme/limits/trial",
+        json!({"per_second": 0.1, "burst": 1, "shadow": true}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let trial = |body| {
+        call(
+            &http,
+            &node,
+            "POST",
+            "/v1/tenants/acme/limits/trial/take",
+            Some(body),
+        )
+    };
+    for _ in 0..3 {
+        let (status, v) = trial(json!({"units": 1})).await;
+        assert_eq!(status, 200, "{v}");
+    }
     cluster.converged(CONVERGE).await;
+    let text = http
+        .get(format!("{node}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let line = r#"weir_shadow_refusals{tenant="acme",kind="Busy"} 2"#;
+    assert!(text.lines().any(|l| l == line), "no {line} in:\n{text}");
 }

@@ -334,7 +334,8 @@ fn a_shadow_limit_never_refuses_and_counts_what_it_would_have_refused() {
     s.grant(ask(a, 1, "new"));
     s.grant(ask(a, 2, "new").wait(false));
     s.grant(ask(a, 3, "old").and("new", None, 5));
-    assert_eq!(s.m.shadow_refusals("t", "new"), Some(2));
+    let counted = s.m.shadow_refusals("t", "new").unwrap();
+    assert_eq!((counted.busy, counted.too_large), (1, 1));
     assert_eq!(
         s.status("t", "old").tokens,
         99,
@@ -344,7 +345,8 @@ fn a_shadow_limit_never_refuses_and_counts_what_it_would_have_refused() {
     s.grant(ask(a, 4, "old").units(99));
     let busy = s.reply(ask(a, 5, "old").and("new", None, 1).wait(false));
     assert!(matches!(busy, Reply::Refused(Refusal::Busy { .. })));
-    assert_eq!(s.m.shadow_refusals("t", "new"), Some(2));
+    assert_eq!(s.m.shadow_refusals("t", "new").unwrap().total(), 2);
+    assert_eq!(s.m.tenant_shadow_refusals("t").total(), 2);
 }
 
 #[test]

@@ -158,6 +158,48 @@ pub struct Holder {
     pub agent: Option<String>,
 }
 
+/// What a shadow limit would have refused a part for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShadowKind {
+    /// No room now (what `Busy` or a wait would be).
+    Busy,
+    /// More units than it can ever grant (`TooLarge`).
+    TooLarge,
+    /// No room for a new key (`AtCapacity`).
+    AtCapacity,
+}
+
+/// A shadow limit's would-be refusals, by kind, since it was defined.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShadowRefusals {
+    pub busy: u64,
+    pub too_large: u64,
+    pub at_capacity: u64,
+}
+
+impl ShadowRefusals {
+    /// Counts one of `kind`.
+    pub fn count(&mut self, kind: ShadowKind) {
+        let n = match kind {
+            ShadowKind::Busy => &mut self.busy,
+            ShadowKind::TooLarge => &mut self.too_large,
+            ShadowKind::AtCapacity => &mut self.at_capacity,
+        };
+        *n += 1;
+    }
+
+    /// Adds `other`'s counts.
+    pub fn add(&mut self, other: ShadowRefusals) {
+        self.busy += other.busy;
+        self.too_large += other.too_large;
+        self.at_capacity += other.at_capacity;
+    }
+
+    pub fn total(&self) -> u64 {
+        self.busy + self.too_large + self.at_capacity
+    }
+}
+
 /// What a limit can do for a request of some units now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Room {
@@ -200,7 +242,7 @@ pub struct Limit {
     pub keys: BTreeMap<String, LimitId>,
     /// Requests a shadow limit would have refused (no room, too large, or no room for a new
     /// key), counted on the definition since it was defined.
-    pub shadow_refusals: u64,
+    pub shadow_refusals: ShadowRefusals,
     /// Estimates taken and not yet settled, by the fence of their take: a key with one is
     /// not fresh (its settlement may return tokens).
     pub estimating: BTreeMap<Fence, u32>,
@@ -225,7 +267,7 @@ impl Limit {
             removing: false,
             of: None,
             keys: BTreeMap::new(),
-            shadow_refusals: 0,
+            shadow_refusals: ShadowRefusals::default(),
             estimating: BTreeMap::new(),
             overrun_tokens: 0,
         }

@@ -6,7 +6,7 @@
 use crate::bounds::*;
 use crate::codec::{self, encoded_len};
 use crate::machine::command::{Fence, HaltScope, LimitId, Owner, SessionId, TicketId};
-use crate::machine::limit::{Holder, Limit, LimitSpec};
+use crate::machine::limit::{Holder, Limit, LimitSpec, ShadowRefusals};
 use crate::machine::queue;
 use crate::machine::reply::{BudgetKind, Refusal};
 use crate::machine::saved::SavedLimits;
@@ -157,7 +157,11 @@ fn limit_bytes_max() -> usize {
     };
     let mut l = Limit::new(&name(), &name(), spec, 0);
     l.of = Some(LimitId::MAX);
-    l.shadow_refusals = u64::MAX;
+    l.shadow_refusals = ShadowRefusals {
+        busy: u64::MAX,
+        too_large: u64::MAX,
+        at_capacity: u64::MAX,
+    };
     l.spec.burst = u64::MAX;
     l.held_units = u64::MAX;
     l.max_held_units = u64::MAX;

@@ -21,7 +21,7 @@ use crate::bounds::{
 };
 use crate::machine::command::{Acquire, Fence, LimitId, SessionId, TicketId};
 use crate::machine::command::{AcquireParts, Part};
-use crate::machine::limit::{Holder, Limit, Room};
+use crate::machine::limit::{Holder, Limit, Room, ShadowKind};
 use crate::machine::queue::Waiter;
 use crate::machine::queue_key::QueueKey;
 use crate::machine::reply::{Event, Refusal, Reply};
@@ -42,12 +42,12 @@ struct Resolved {
     blocked: bool,
     /// A part on a shadow limit that would refuse (too large, no room, no room for a new
     /// key): it passes, charges nothing, and is counted if the request is granted or queued.
-    shadow_pass: bool,
+    shadow_pass: Option<ShadowKind>,
 }
 
 impl Resolved {
     /// A shadow part that would refuse.
-    fn passing(def: LimitId, part: &Part) -> Resolved {
+    fn passing(def: LimitId, part: &Part, kind: ShadowKind) -> Resolved {
         Resolved {
             def,
             target: None,
@@ -55,7 +55,7 @@ impl Resolved {
             units: part.units,
             room: Room::NeedsRelease,
             blocked: false,
-            shadow_pass: true,
+            shadow_pass: Some(kind),
         }
     }
 
@@ -119,8 +119,10 @@ impl Machine {
                 reason,
             });
         }
-        let (passed, parts): (Vec<Resolved>, Vec<Resolved>) =
-            self.resolve(a)?.into_iter().partition(|p| p.shadow_pass);
+        let (passed, parts): (Vec<Resolved>, Vec<Resolved>) = self
+            .resolve(a)?
+            .into_iter()
+            .partition(|p| p.shadow_pass.is_some());
         if parts.iter().all(Resolved::ready) {
             self.count_shadow(&passed);
             return Ok(self.grant_now(a, &parts));
@@ -235,7 +237,8 @@ impl Machine {
     fn count_shadow(&mut self, passed: &[Resolved]) {
         for part in passed {
             let def = self.saved.limits.get_mut(&part.def).expect("live limit");
-            def.shadow_refusals += 1;
+            let kind = part.shadow_pass.expect("passed parts have a kind");
+            def.shadow_refusals.count(kind);
         }
     }
 
@@ -272,7 +275,7 @@ impl Machine {
                             if !d.spec.shadow {
                                 return Err(refusal);
                             }
-                            resolved.push(Resolved::passing(def, part));
+                            resolved.push(Resolved::passing(def, part, ShadowKind::AtCapacity));
                             continue;
                         }
                     }
@@ -283,7 +286,7 @@ impl Machine {
                 && part.units as u64 > max
             {
                 if d.spec.shadow {
-                    resolved.push(Resolved::passing(def, part));
+                    resolved.push(Resolved::passing(def, part, ShadowKind::TooLarge));
                     continue;
                 }
                 return Err(Refusal::TooLarge {
@@ -321,7 +324,7 @@ impl Machine {
                 units: part.units,
                 room,
                 blocked,
-                shadow_pass: shadow && !ready,
+                shadow_pass: (shadow && !ready).then_some(ShadowKind::Busy),
             });
         }
         Ok(resolved)

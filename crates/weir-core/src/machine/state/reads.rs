@@ -3,6 +3,7 @@
 
 use super::Machine;
 use crate::machine::command::{Fence, HaltScope, LimitId, Owner, SessionId};
+use crate::machine::limit::ShadowRefusals;
 use crate::machine::status::{LimitStatus, TenantStatus};
 use crate::machine::tenant::{RunSlot, Spend, Tenant};
 
@@ -54,10 +55,21 @@ impl Machine {
         Some(def.keys.keys().cloned().collect())
     }
 
-    /// Would-be refusals of shadow limit (tenant, name) since it was defined.
-    pub fn shadow_refusals(&self, tenant: &str, name: &str) -> Option<u64> {
+    /// Would-be refusals of shadow limit (tenant, name) since it was defined, by kind.
+    pub fn shadow_refusals(&self, tenant: &str, name: &str) -> Option<ShadowRefusals> {
         let id = self.limit_id(tenant, name)?;
         Some(self.saved.limits[&id].shadow_refusals)
+    }
+
+    /// Would-be refusals of every shadow limit of `tenant`, by kind, summed (for metrics).
+    pub fn tenant_shadow_refusals(&self, tenant: &str) -> ShadowRefusals {
+        self.of_tenant(tenant, |t| {
+            let mut sum = ShadowRefusals::default();
+            for id in t.limits.values() {
+                sum.add(self.saved.limits[id].shadow_refusals);
+            }
+            sum
+        })
     }
 
     /// Every limit of a tenant, by name.
