@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Negative controls (issue #12, item 1): builds `weir` and `weir-jepsen` with the test-only
+# Negative controls: builds `weir` and `weir-jepsen` with the test-only
 # `planted` feature and copies the two binaries aside, then runs, for each planted bug, one
 # short seeded harness run with `WEIR_PLANT=<name>` (read by `weir serve` and by the client
 # library inside the harness). A plant passes when the run exits 1 AND its verdict marks
@@ -13,7 +13,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # The planted binaries are built in the workspace's own target dir, so every dependency
-# built there already is reused and only the two weir crates compile again (a target dir
+# built there already is reused and only the workspace's own crates (weir-core,
+# weir-client, weir-server, weir, weir-jepsen) compile again (a target dir
 # of its own would build every dependency a second time: minutes on 2 cores). They are
 # copied to $bin and the default binaries built back (a relink from the cached default
 # artifacts, well under a minute), so target/debug never keeps a planted build. CI, whose

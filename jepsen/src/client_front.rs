@@ -14,7 +14,8 @@
 //! nodes' fixed source addresses (anything else is refused), and its delay holds each chunk
 //! of requests in turn, so a steady stream (heartbeats every 200 ms) behind a delay of more
 //! than 200 ms falls further behind with every chunk. A client fault needs the two
-//! directions apart (replies delayed, requests dropped) and a delay that is a delay.
+//! directions apart (replies delayed, requests dropped) and a delay that is a delay. Both
+//! keep their rules in a [`crate::rules::Rules`] table.
 //!
 //! Rules ([`ClientLink`]):
 //! - pass;
@@ -34,31 +35,30 @@
 //! Invariant: bytes are never lost, duplicated or reordered in either direction; a rule
 //! only delays them (a cut until it lifts). A connection ends when either side closes.
 
-use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
+
+use crate::rules::Rules;
 
 /// The source address of the one client process whose links the client nemeses fault.
 pub const CUT_CLIENT_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 50));
 
 /// What the links of one client to one node do.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ClientLink {
+    #[default]
     Pass,
     /// Both directions silently held.
     Cut,
     /// Node → client delayed by `ms`; `drop_requests`: client → node held as well.
-    DelayReplies {
-        ms: u64,
-        drop_requests: bool,
-    },
+    DelayReplies { ms: u64, drop_requests: bool },
 }
 
 impl ClientLink {
@@ -85,62 +85,8 @@ impl ClientLink {
 /// the replies of a delay of seconds to one client fit many times over.
 const DELAY_LINE_CHUNKS: usize = 1_024;
 
-/// The rules in force, per (client address, node), and a counter bumped on each change.
-pub struct ClientLinks {
-    rules: Mutex<BTreeMap<(IpAddr, u64), ClientLink>>,
-    changed: watch::Sender<u64>,
-}
-
-impl ClientLinks {
-    pub fn new() -> Arc<ClientLinks> {
-        let (changed, _) = watch::channel(0);
-        Arc::new(ClientLinks {
-            rules: Mutex::default(),
-            changed,
-        })
-    }
-
-    pub fn get(&self, client: IpAddr, node: u64) -> ClientLink {
-        *self
-            .rules
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&(client, node))
-            .unwrap_or(&ClientLink::Pass)
-    }
-
-    pub fn set(&self, client: IpAddr, node: u64, link: ClientLink) {
-        self.rules
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert((client, node), link);
-        self.changed.send_modify(|n| *n += 1);
-    }
-
-    /// Every client link passes again.
-    pub fn heal(&self) {
-        self.rules.lock().unwrap_or_else(|p| p.into_inner()).clear();
-        self.changed.send_modify(|n| *n += 1);
-    }
-
-    /// Waits until `held` is false of the rule of (`client`, `node`); `None` when the rules
-    /// are gone (the cluster dropped).
-    async fn until_not(
-        &self,
-        client: IpAddr,
-        node: u64,
-        changed: &mut watch::Receiver<u64>,
-        held: impl Fn(ClientLink) -> bool,
-    ) -> Option<ClientLink> {
-        loop {
-            let link = self.get(client, node);
-            if !held(link) {
-                return Some(link);
-            }
-            changed.changed().await.ok()?;
-        }
-    }
-}
+/// The rules in force, per (client address, node).
+pub type ClientLinks = Rules<(IpAddr, u64), ClientLink>;
 
 /// Runs the front of node `node`, forwarding to its client port `target`, until the
 /// listener fails.
@@ -161,10 +107,10 @@ async fn forward(
     target: SocketAddr,
     links: Arc<ClientLinks>,
 ) {
-    let mut changed = links.changed.subscribe();
+    let mut changed = links.subscribe();
     // Opened into a cut: nothing reaches the node until it lifts.
     if links
-        .until_not(client, node, &mut changed, |l| l == ClientLink::Cut)
+        .until_not((client, node), &mut changed, |l| l == ClientLink::Cut)
         .await
         .is_none()
     {
@@ -194,23 +140,19 @@ async fn requests(
     node: u64,
     links: Arc<ClientLinks>,
 ) {
-    let mut changed = links.changed.subscribe();
+    let mut changed = links.subscribe();
     let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        if links
-            .until_not(client, node, &mut changed, ClientLink::requests_held)
-            .await
-            .is_none()
-        {
-            return;
-        }
-        let n = tokio::select! {
-            r = rd.read(&mut buf) => match r {
-                Ok(0) | Err(_) => return,
-                Ok(n) => n,
-            },
-            _ = changed.changed() => continue,
-        };
+    let key = (client, node);
+    while let Some(n) = links
+        .next_chunk(
+            key,
+            &mut rd,
+            &mut buf,
+            &mut changed,
+            ClientLink::requests_held,
+        )
+        .await
+    {
         if wr.write_all(&buf[..n]).await.is_err() {
             return;
         }
@@ -226,26 +168,18 @@ async fn replies_in(
     node: u64,
     links: Arc<ClientLinks>,
 ) {
-    let mut changed = links.changed.subscribe();
+    let mut changed = links.subscribe();
     let mut buf = vec![0u8; 64 * 1024];
     let mut ramp = Ramp::default();
-    loop {
-        if links
-            .until_not(client, node, &mut changed, |l| l == ClientLink::Cut)
-            .await
-            .is_none()
-        {
-            return;
-        }
-        let n = tokio::select! {
-            r = rd.read(&mut buf) => match r {
-                Ok(0) | Err(_) => return,
-                Ok(n) => n,
-            },
-            _ = changed.changed() => continue,
-        };
+    let key = (client, node);
+    while let Some(n) = links
+        .next_chunk(key, &mut rd, &mut buf, &mut changed, |l| {
+            l == ClientLink::Cut
+        })
+        .await
+    {
         let now = Instant::now();
-        let due = ramp.due(now, links.get(client, node).reply_delay_ms());
+        let due = ramp.due(now, links.get((client, node)).reply_delay_ms());
         if line.send((due, buf[..n].to_vec())).await.is_err() {
             return;
         }
@@ -260,7 +194,7 @@ async fn replies_out(
     node: u64,
     links: Arc<ClientLinks>,
 ) {
-    let mut changed = links.changed.subscribe();
+    let mut changed = links.subscribe();
     while let Some((due, bytes)) = line.recv().await {
         // Undelayed chunks (no rule) go at once: a timer, even one already due, waits for
         // the runtime's timer to turn (a millisecond tick, later on a busy runtime), and
@@ -269,7 +203,7 @@ async fn replies_out(
             tokio::time::sleep_until(due).await;
         }
         if links
-            .until_not(client, node, &mut changed, |l| l == ClientLink::Cut)
+            .until_not((client, node), &mut changed, |l| l == ClientLink::Cut)
             .await
             .is_none()
         {
@@ -313,6 +247,7 @@ impl Ramp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::AsyncReadExt;
 
     #[test]
     fn the_delay_builds_up_at_half_of_real_time_drops_at_once_and_keeps_order() {
@@ -338,20 +273,7 @@ mod tests {
 
     /// An echo server behind a front; returns the front's address.
     async fn echo_behind_front(links: Arc<ClientLinks>) -> SocketAddr {
-        let echo = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let target = echo.local_addr().unwrap();
-        tokio::spawn(async move {
-            while let Ok((mut s, _)) = echo.accept().await {
-                tokio::spawn(async move {
-                    let mut buf = [0u8; 4096];
-                    while let Ok(n) = s.read(&mut buf).await {
-                        if n == 0 || s.write_all(&buf[..n]).await.is_err() {
-                            return;
-                        }
-                    }
-                });
-            }
-        });
+        let target = crate::rules::echo_server().await;
         let front = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = front.local_addr().unwrap();
         tokio::spawn(run(1, front, target, links));
@@ -386,7 +308,7 @@ mod tests {
         let mut cut = dial_from(CUT_CLIENT_IP, addr).await;
         let mut other = dial_from("127.0.0.1".parse().unwrap(), addr).await;
         assert_eq!(round_trip(&mut cut, b"a", WAIT).await.unwrap(), b"a");
-        links.set(CUT_CLIENT_IP, 1, ClientLink::Cut);
+        links.set((CUT_CLIENT_IP, 1), ClientLink::Cut);
         assert_eq!(round_trip(&mut cut, b"held", SHORT).await, None);
         assert_eq!(
             round_trip(&mut other, b"free", WAIT).await.unwrap(),
@@ -447,8 +369,7 @@ mod tests {
             b"hello"
         );
         links.set(
-            CUT_CLIENT_IP,
-            2,
+            (CUT_CLIENT_IP, 2),
             ClientLink::DelayReplies {
                 ms: 200,
                 drop_requests: true,

@@ -38,13 +38,46 @@ impl Net {
             Net::Netns(_) => "netns",
         }
     }
+
+    /// Each node's client front address, if it gets one: loopback with `wanted`, the node's
+    /// client port behind it. Only runs that fault client links get them: with the fronts,
+    /// the `pause` smoke lost permits to leader stalls that it does not lose without them
+    /// (`stalls`: 8 and 9 clients against 0, seed 11; jepsen/README.md), not explained yet.
+    fn client_fronts(&self, wanted: bool) -> Result<Vec<Option<String>>, String> {
+        (1..=NODES)
+            .map(|_| match self {
+                Net::Loopback if wanted => loopback_addr().map(Some),
+                _ => Ok(None),
+            })
+            .collect()
+    }
+
+    /// What every node's config has in this mode, beside its own addresses.
+    fn config(&self) -> Config {
+        Config {
+            // The harness speaks the binary protocol only; no node binds an HTTP port.
+            http_listen: String::new(),
+            // Namespace addresses are not loopback ones, and the harness speaks
+            // plaintext: its namespaces reach nothing outside the run.
+            insecure: matches!(self, Net::Netns(_)),
+            ..Config::default()
+        }
+    }
+
+    /// Where node `id` serves HTTP in a secure run.
+    fn http_listen(&self, id: u64) -> Result<String, String> {
+        Ok(match self {
+            Net::Loopback => loopback_addr()?,
+            Net::Netns(_) => format!("{}:{}", netns::node_ip(id), netns::HTTP_PORT),
+        })
+    }
 }
 
 /// A node's clock as the clock nemesis set it.
 ///
-/// A monotonic offset (a time namespace of its own) was once part of this and was removed:
-/// a node reads its monotonic clock only as differences from its own start
-/// (`started.elapsed()`), so an offset cancels out and tested nothing (issue #12).
+/// It has no monotonic offset (a time namespace of its own): a node reads its monotonic
+/// clock only as differences from its own start (`started.elapsed()`), so an offset would
+/// cancel out and test nothing.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Clock {
     /// Offset of its proposer's WALL stamps, ms (`WEIR_TEST_WALL_SKEW_MS`): the wall clock
@@ -106,9 +139,12 @@ fn exited(pid: u32) -> bool {
     }
 }
 
+/// A node's addresses, as [`addresses`] gives them.
+type NodeAddrs = (String, String, String, Option<IpAddr>);
+
 /// Node `id`'s addresses: (client, peer as the cluster knows it = the proxy front, peer
 /// listen, the source address it dials from, if one must be set).
-fn addresses(net: &Net, id: u64) -> Result<(String, String, String, Option<IpAddr>), String> {
+fn addresses(net: &Net, id: u64) -> Result<NodeAddrs, String> {
     Ok(match net {
         Net::Loopback => (
             loopback_addr()?,
@@ -123,6 +159,70 @@ fn addresses(net: &Net, id: u64) -> Result<(String, String, String, Option<IpAdd
             None,
         ),
     })
+}
+
+/// A `--secure` run's CA, node certificates and tokens, made in `dir/tls`. Each node's
+/// certificate names the hosts it is dialed at: its client address, and its proxy front
+/// (peers verify the host they dial, the front).
+fn certificates(dir: &Path, addrs: &[NodeAddrs]) -> Result<Arc<Secure>, String> {
+    let names: Vec<Vec<String>> = addrs
+        .iter()
+        .map(|(client, peer, listen, _)| {
+            [client, peer, listen]
+                .iter()
+                .map(|a| secure::host(a).to_string())
+                .collect()
+        })
+        .collect();
+    Ok(Arc::new(Secure::generate(&dir.join("tls"), &names)?))
+}
+
+/// The voters as every node's config names them: the peer address is the proxy front, the
+/// client address the client front where there is one.
+fn voters(addrs: &[NodeAddrs], fronts: &[Option<String>]) -> Vec<Peer> {
+    addrs
+        .iter()
+        .zip(1..)
+        .zip(fronts)
+        .map(|(((client, peer, _, _), id), front)| Peer {
+            id,
+            peer: peer.clone(),
+            client: front.as_ref().unwrap_or(client).clone(),
+        })
+        .collect()
+}
+
+/// Starts node `id`'s client front on `front`, forwarding to the node's `client_listen`.
+async fn start_client_front(
+    id: u64,
+    front: &str,
+    client_listen: &str,
+    links: &Arc<ClientLinks>,
+) -> Result<(), String> {
+    let listener = bind("client front", front).await?;
+    let target: SocketAddr = client_listen.parse().expect("an address");
+    tokio::spawn(client_front::run(id, listener, target, links.clone()));
+    Ok(())
+}
+
+/// The lost-fsync layer on each node's data directory, over `dir/data{id}.durable`.
+fn mount_lost_fsync(
+    dir: &Path,
+    nodes: &LocalCluster,
+) -> Result<Vec<crate::lazyfs::LazyFs>, String> {
+    (1..=NODES)
+        .map(|id| {
+            let backing = dir.join(format!("data{id}.durable"));
+            crate::lazyfs::LazyFs::mount(&backing, &nodes.data_dir(id)).map_err(|e| e.to_string())
+        })
+        .collect()
+}
+
+/// A listener of the harness's on `addr` (`what` it is, for the error).
+async fn bind(what: &str, addr: &str) -> Result<tokio::net::TcpListener, String> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("{what} {addr}: {e}"))
 }
 
 impl Cluster {
@@ -144,19 +244,9 @@ impl Cluster {
         secure: bool,
         client_fronts: bool,
     ) -> Result<Cluster, String> {
-        let links = Links::new(seed);
+        let links = Links::new();
         let client_links = ClientLinks::new();
-        // Loopback with `client_fronts`: a client front per node, the node's client port
-        // behind it. Only runs that fault client links get them: with the fronts, the
-        // `pause` smoke lost permits to leader stalls that it does not lose without them
-        // (`stalls`: 8 and 9 clients against 0, seed 11; jepsen/README.md), not explained
-        // yet.
-        let fronts: Vec<Option<String>> = (1..=NODES)
-            .map(|_| match net {
-                Net::Loopback if client_fronts => loopback_addr().map(Some),
-                _ => Ok(None),
-            })
-            .collect::<Result<_, String>>()?;
+        let fronts = net.client_fronts(client_fronts)?;
         let addrs = (1..=NODES)
             .map(|id| addresses(&net, id))
             .collect::<Result<Vec<_>, String>>()?;
@@ -164,33 +254,12 @@ impl Cluster {
             Net::Loopback => Addressing::Loopback,
             Net::Netns(_) => Addressing::Netns,
         };
-        let secure = if secure {
-            // Each node's certificate names the hosts it is dialed at: its client address,
-            // and its proxy front (peers verify the host they dial, the front).
-            let names: Vec<Vec<String>> = addrs
-                .iter()
-                .map(|(client, peer, listen, _)| {
-                    [client, peer, listen]
-                        .iter()
-                        .map(|a| secure::host(a).to_string())
-                        .collect()
-                })
-                .collect();
-            Some(Arc::new(Secure::generate(&dir.join("tls"), &names)?))
-        } else {
-            None
+        let secure = match secure {
+            true => Some(certificates(dir, &addrs)?),
+            false => None,
         };
         secure::install(secure.clone());
-        let voters: Vec<Peer> = addrs
-            .iter()
-            .zip(1..)
-            .zip(&fronts)
-            .map(|(((client, peer, _, _), id), front)| Peer {
-                id,
-                peer: peer.clone(),
-                client: front.as_ref().unwrap_or(client).clone(),
-            })
-            .collect();
+        let voters = voters(&addrs, &fronts);
         let mut nodes = LocalCluster::in_dir(weir, dir)?.security(secure::security(Access::Admin));
         for (((client, peer, listen, source), id), front) in
             addrs.into_iter().zip(1u64..).zip(fronts.iter().cloned())
@@ -199,25 +268,15 @@ impl Cluster {
             // `client_addr` the front's.
             let (client, client_listen) = match front {
                 Some(front) => {
-                    let listener = tokio::net::TcpListener::bind(&front)
-                        .await
-                        .map_err(|e| format!("client front {front}: {e}"))?;
-                    let target: SocketAddr = client.parse().expect("an address");
-                    tokio::spawn(client_front::run(
-                        id,
-                        listener,
-                        target,
-                        client_links.clone(),
-                    ));
+                    start_client_front(id, &front, &client, &client_links).await?;
                     (front, Some(client))
                 }
                 None => (client, None),
             };
-            let listener = tokio::net::TcpListener::bind(&peer)
-                .await
-                .map_err(|e| format!("proxy front {peer}: {e}"))?;
+            let listener = bind("proxy front", &peer).await?;
             let target: SocketAddr = listen.parse().expect("an address");
-            tokio::spawn(proxy::run(id, listener, target, links.clone(), addressing));
+            let links = links.clone();
+            tokio::spawn(proxy::run(id, listener, target, links, addressing, seed));
             let mut config = Config {
                 id,
                 data_dir: nodes.data_dir(id),
@@ -227,33 +286,19 @@ impl Cluster {
                 peer_source_ip: source,
                 client_listen,
                 peers: voters.clone(),
-                // The harness speaks the binary protocol only; no node binds an HTTP port.
-                http_listen: String::new(),
-                // Namespace addresses are not loopback ones, and the harness speaks
-                // plaintext: its namespaces reach nothing outside the run.
-                insecure: matches!(net, Net::Netns(_)),
-                ..Config::default()
+                ..net.config()
             };
             if let Some(secure) = &secure {
                 // A secure node serves HTTP too, over TLS, for the security check to probe.
-                config.http_listen = match net {
-                    Net::Loopback => loopback_addr()?,
-                    Net::Netns(_) => format!("{}:{}", netns::node_ip(id), netns::HTTP_PORT),
-                };
+                config.http_listen = net.http_listen(id)?;
                 secure.apply(&mut config)?;
             }
             nodes.add(config)?;
         }
-        let mut lazyfs = vec![];
-        if lost_fsync {
-            for id in 1..=NODES {
-                let backing = dir.join(format!("data{id}.durable"));
-                lazyfs.push(
-                    crate::lazyfs::LazyFs::mount(&backing, &nodes.data_dir(id))
-                        .map_err(|e| e.to_string())?,
-                );
-            }
-        }
+        let lazyfs = match lost_fsync {
+            true => mount_lost_fsync(dir, &nodes)?,
+            false => vec![],
+        };
         let mut cluster = Cluster {
             nodes,
             faults: vec![NodeFaults::default(); NODES as usize],
@@ -303,7 +348,7 @@ impl Cluster {
                     .map_err(|e| format!("node {to}'s peer address: {e}"))?;
                 // Behind a passing rule, a killed node refuses (the proxy closes at once) and
                 // a stopped one answers nothing (the kernel still accepts): composed faults.
-                let expected = match crate::probe::expected(self.links.get(from, to)) {
+                let expected = match crate::probe::expected(self.links.get((from, to))) {
                     crate::probe::Seen::Passes if !self.is_running(to) => crate::probe::Seen::Cut,
                     crate::probe::Seen::Passes if self.nodes.is_paused(to) => {
                         crate::probe::Seen::Held
@@ -529,7 +574,7 @@ impl Cluster {
         match &self.net {
             Net::Loopback => {
                 let link = if reset { Link::Drop } else { Link::BlackHole };
-                self.links.set(from, to, link);
+                self.links.set((from, to), link);
                 Ok(())
             }
             Net::Netns(ns) => {
@@ -552,7 +597,7 @@ impl Cluster {
     /// The connections node `from` opens to node `to` are cut; those `to` opens to `from`
     /// work. Connection-level asymmetry: the proxy's in both modes.
     pub fn one_way(&self, from: u64, to: u64) {
-        self.links.set(from, to, Link::Drop);
+        self.links.set((from, to), Link::Drop);
     }
 
     /// Every peer link delayed (the proxy's in both modes: no netem here).
@@ -587,7 +632,7 @@ impl Cluster {
     fn each_link(&self, link: Link) {
         for a in 1..=NODES {
             for b in (1..=NODES).filter(|b| *b != a) {
-                self.links.set(a, b, link);
+                self.links.set((a, b), link);
             }
         }
     }
@@ -598,7 +643,7 @@ impl Cluster {
     pub fn client_link(&self, client: IpAddr, node: u64, link: ClientLink) -> Result<(), String> {
         match &self.net {
             Net::Loopback => {
-                self.client_links.set(client, node, link);
+                self.client_links.set((client, node), link);
                 Ok(())
             }
             Net::Netns(_) => {

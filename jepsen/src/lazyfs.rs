@@ -1,5 +1,5 @@
-//! A filesystem that loses what was not fsynced: the power-loss fault's disk (issue #12, item
-//! 2, after LazyFS).
+//! A filesystem that loses what was not fsynced: the power-loss fault's disk (after
+//! LazyFS).
 //!
 //! kill -9 keeps the kernel's page cache, so a node that forgot an fsync still finds its
 //! writes after a restart, and a missing fsync is invisible. [`LazyFs`] is a FUSE filesystem
@@ -358,6 +358,27 @@ impl Layer {
         Ok(self.path(parent)?.join(name))
     }
 
+    /// Unlink or rmdir (`remove`) of `name` in `parent`: removed from the backing directory,
+    /// and its durable image forgotten (metadata is durable at once).
+    fn remove(
+        &self,
+        parent: INodeNo,
+        name: &OsStr,
+        reply: ReplyEmpty,
+        remove: fn(PathBuf) -> io::Result<()>,
+    ) {
+        let result = (|| -> Result<(), Errno> {
+            let path = self.child(parent, name)?;
+            remove(self.backing.join(&path))?;
+            self.state().forget_path(&path);
+            Ok(())
+        })();
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
     fn entry(&self, path: PathBuf) -> Result<FileAttr, Errno> {
         let meta = std::fs::symlink_metadata(self.backing.join(&path))?;
         let inode = self.state().inode_of(path);
@@ -494,29 +515,11 @@ impl Filesystem for Layer {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let result = (|| -> Result<(), Errno> {
-            let path = self.child(parent, name)?;
-            std::fs::remove_file(self.backing.join(&path))?;
-            self.state().forget_path(&path);
-            Ok(())
-        })();
-        match result {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        self.remove(parent, name, reply, std::fs::remove_file::<PathBuf>);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let result = (|| -> Result<(), Errno> {
-            let path = self.child(parent, name)?;
-            std::fs::remove_dir(self.backing.join(&path))?;
-            self.state().forget_path(&path);
-            Ok(())
-        })();
-        match result {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        self.remove(parent, name, reply, std::fs::remove_dir::<PathBuf>);
     }
 
     fn rename(

@@ -17,6 +17,7 @@ pub mod netns;
 pub mod probe;
 pub mod proxy;
 pub mod rng;
+pub mod rules;
 pub mod run;
 pub mod secure;
 pub mod workload;

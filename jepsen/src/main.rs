@@ -3,7 +3,7 @@
 
 #![forbid(unsafe_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Parser;
@@ -53,8 +53,9 @@ struct Args {
     secure: bool,
 }
 
-fn main() {
-    let args = Args::parse();
+/// The nemeses `--nemesis` names (`all`: every one the network mode can inject); exits 2
+/// on an unknown one.
+fn nemeses(args: &Args) -> Vec<String> {
     let nemeses: Vec<String> = if args.nemesis == "all" {
         // The client link faults need loopback mode's client fronts.
         nemesis::ALL
@@ -76,47 +77,47 @@ fn main() {
         );
         std::process::exit(2);
     }
-    if let Some(dir) = &args.check {
-        let ops = match weir_jepsen::history::read_jsonl(&dir.join("history.jsonl")) {
-            Ok(ops) => ops,
-            Err(e) => {
-                eprintln!("weir-jepsen: {e}");
-                std::process::exit(2);
-            }
-        };
-        let logs: Vec<(String, String)> = (1..=3)
-            .filter_map(|n| {
-                std::fs::read_to_string(dir.join(format!("node{n}.log")))
-                    .ok()
-                    .map(|t| (format!("node{n}"), t))
-            })
-            .collect();
-        // Which faults fired is in the history itself.
-        let fired: Vec<&'static str> = nemesis::ALL
-            .iter()
-            .copied()
-            .filter(|k| {
-                ops.iter().any(|o| {
-                    o.process == weir_jepsen::history::NEMESIS
-                        && o.kind == weir_jepsen::history::Kind::Info
-                        && o.f == *k
-                })
-            })
-            .collect();
-        let outcome = weir_jepsen::run::judge(&ops, &logs, &nemeses, &fired, args.secure);
-        print!("{}", table(&outcome));
-        print!("{}", weir_jepsen::checker::coverage::report(&ops));
-        std::process::exit(exit_code(&outcome));
-    }
-    let net = if args.net == "netns" {
-        match std::env::var(netns::PREFIX_ENV) {
-            // Re-executed inside the clients' namespace by the process that made them.
-            Ok(prefix) => Net::Netns(Netns { prefix }),
-            Err(_) => std::process::exit(run_in_namespaces()),
+    nemeses
+}
+
+/// `--check DIR`: judges a recorded run's history (and its nodes' logs) again, prints the
+/// table and exits with its code.
+fn recheck(dir: &Path, nemeses: &[String], secure: bool) -> ! {
+    let ops = match weir_jepsen::history::read_jsonl(&dir.join("history.jsonl")) {
+        Ok(ops) => ops,
+        Err(e) => {
+            eprintln!("weir-jepsen: {e}");
+            std::process::exit(2);
         }
-    } else {
-        Net::Loopback
     };
+    let logs: Vec<(String, String)> = (1..=3)
+        .filter_map(|n| {
+            std::fs::read_to_string(dir.join(format!("node{n}.log")))
+                .ok()
+                .map(|t| (format!("node{n}"), t))
+        })
+        .collect();
+    // Which faults fired is in the history itself.
+    let fired: Vec<&'static str> = nemesis::ALL
+        .iter()
+        .copied()
+        .filter(|k| {
+            ops.iter().any(|o| {
+                o.process == weir_jepsen::history::NEMESIS
+                    && o.kind == weir_jepsen::history::Kind::Info
+                    && o.f == *k
+            })
+        })
+        .collect();
+    let outcome = weir_jepsen::run::judge(&ops, &logs, nemeses, &fired, secure);
+    print!("{}", table(&outcome));
+    print!("{}", weir_jepsen::checker::coverage::report(&ops));
+    std::process::exit(exit_code(&outcome));
+}
+
+/// What to run, from the arguments: the `weir` binary (beside this one unless `--weir`
+/// names it) and the output folder (`--out`, else `jepsen/runs/seed-N-<time>`).
+fn plan(args: Args, nemeses: Vec<String>, net: Net) -> Plan {
     let weir = args.weir.unwrap_or_else(|| {
         std::env::current_exe()
             .ok()
@@ -129,16 +130,34 @@ fn main() {
     let out = args
         .out
         .unwrap_or_else(|| PathBuf::from(format!("jepsen/runs/seed-{}-{stamp}", args.seed)));
-    let plan = Plan {
+    Plan {
         weir,
-        out: out.clone(),
+        out,
         seed: args.seed,
         duration: Duration::from_secs(args.duration),
         nemeses,
         net,
         secure: args.secure,
         fenced_ttl: Duration::from_millis(args.fenced_ttl_ms),
+    }
+}
+
+fn main() {
+    let args = Args::parse();
+    let nemeses = nemeses(&args);
+    if let Some(dir) = &args.check {
+        recheck(dir, &nemeses, args.secure);
+    }
+    let net = if args.net == "netns" {
+        match std::env::var(netns::PREFIX_ENV) {
+            // Re-executed inside the clients' namespace by the process that made them.
+            Ok(prefix) => Net::Netns(Netns { prefix }),
+            Err(_) => std::process::exit(run_in_namespaces()),
+        }
+    } else {
+        Net::Loopback
     };
+    let plan = plan(args, nemeses, net);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -157,7 +176,7 @@ fn main() {
                 "faults fired: {:?}; {} ops; artifacts in {}",
                 outcome.fired,
                 outcome.ops,
-                out.display()
+                plan.out.display()
             );
             std::process::exit(exit_code(&outcome));
         }

@@ -356,17 +356,45 @@ pub async fn inject(
     fault: &Fault,
     history: &Recorder,
 ) -> Result<serde_json::Value, String> {
-    let leader = || async { cluster.leader(Duration::from_secs(5)).await };
-    let how = |reset: bool| if reset { "reset" } else { "silent" };
+    match fault {
+        Fault::PauseClient { .. }
+        | Fault::KillClient
+        | Fault::CutClientFromLeader
+        | Fault::DelayClient { .. } => client_fault(cluster, targets, fault, history).await,
+        Fault::IsolateNode { .. }
+        | Fault::IsolateLeader { .. }
+        | Fault::Bridge { .. }
+        | Fault::Ring { .. }
+        | Fault::OneWay { .. }
+        | Fault::Delay { .. }
+        | Fault::Loss { .. }
+        | Fault::Bandwidth { .. } => network_fault(cluster, fault).await,
+        _ => node_fault(cluster, fault).await,
+    }
+}
+
+/// The leader, for a fault that acts on it (`what` it does, for the error).
+async fn leader(cluster: &Cluster, what: &str) -> Result<u64, String> {
+    match cluster.leader(Duration::from_secs(5)).await {
+        Some(l) => Ok(l),
+        None => Err(format!("no leader to {what}")),
+    }
+}
+
+/// How a cut fault cuts, for the history.
+fn how(reset: bool) -> &'static str {
+    if reset { "reset" } else { "silent" }
+}
+
+/// A fault of the peer network: partitions, one-way cuts, delay, loss, bandwidth.
+async fn network_fault(cluster: &mut Cluster, fault: &Fault) -> Result<serde_json::Value, String> {
     Ok(match *fault {
         Fault::IsolateNode { node, reset } => {
             isolate(cluster, node, reset)?;
             json!({"fault": "isolate", "node": node, "cut": how(reset)})
         }
         Fault::IsolateLeader { reset } => {
-            let Some(l) = leader().await else {
-                return Err("no leader to isolate".into());
-            };
+            let l = leader(cluster, "isolate").await?;
             isolate(cluster, l, reset)?;
             json!({"fault": "isolate-leader", "node": l, "cut": how(reset)})
         }
@@ -389,45 +417,6 @@ pub async fn inject(
             cluster.one_way(from, to);
             json!({"fault": "one-way", "from": from, "to": to})
         }
-        Fault::Kill(n) => {
-            cluster.kill(n);
-            json!({"fault": "kill", "node": n})
-        }
-        Fault::KillLeader => {
-            let Some(l) = leader().await else {
-                return Err("no leader to kill".into());
-            };
-            cluster.kill(l);
-            json!({"fault": "kill-leader", "node": l})
-        }
-        Fault::KillAll => {
-            for n in 1..=3 {
-                cluster.kill(n);
-            }
-            json!({"fault": "kill-all"})
-        }
-        Fault::PauseLeader { ms } => {
-            let Some(l) = leader().await else {
-                return Err("no leader to pause".into());
-            };
-            cluster.pause(l);
-            json!({"fault": "pause-leader", "node": l, "ms": ms})
-        }
-        Fault::PauseClient { ms } => {
-            // The client pauses at its next fenced action: wait (bounded) until it has.
-            let pause = &targets.client_pause;
-            let before = pause.taken();
-            pause.request(ms);
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while pause.taken() == before {
-                if Instant::now() > deadline {
-                    pause.withdraw();
-                    return Err("the pausable client reached no fenced action".into());
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            json!({"fault": "pause-client", "ms": ms})
-        }
         Fault::Delay { ms, jitter_ms } => {
             cluster.delay(ms, jitter_ms);
             json!({"fault": "delay", "ms": ms, "jitter_ms": jitter_ms})
@@ -439,6 +428,33 @@ pub async fn inject(
         Fault::Bandwidth { bytes_per_s } => {
             cluster.bandwidth(bytes_per_s)?;
             json!({"fault": "bandwidth", "bytes_per_s": bytes_per_s})
+        }
+        _ => unreachable!("not a network fault: {fault:?}"),
+    })
+}
+
+/// A fault of the node processes: kills, stalls, clocks, membership, power losses.
+async fn node_fault(cluster: &mut Cluster, fault: &Fault) -> Result<serde_json::Value, String> {
+    Ok(match *fault {
+        Fault::Kill(n) => {
+            cluster.kill(n);
+            json!({"fault": "kill", "node": n})
+        }
+        Fault::KillLeader => {
+            let l = leader(cluster, "kill").await?;
+            cluster.kill(l);
+            json!({"fault": "kill-leader", "node": l})
+        }
+        Fault::KillAll => {
+            for n in 1..=3 {
+                cluster.kill(n);
+            }
+            json!({"fault": "kill-all"})
+        }
+        Fault::PauseLeader { ms } => {
+            let l = leader(cluster, "pause").await?;
+            cluster.pause(l);
+            json!({"fault": "pause-leader", "node": l, "ms": ms})
         }
         Fault::Clocks(clocks) => {
             for (i, (wall_skew_ms, rate)) in clocks.iter().enumerate() {
@@ -456,13 +472,59 @@ pub async fn inject(
             cluster.remove(n).await?;
             json!({"fault": "remove-node", "node": n})
         }
+        Fault::PowerLoss(n) => {
+            let lost = cluster.power_loss(n)?;
+            json!({"fault": "power-loss", "node": n, "lost": lost})
+        }
+        Fault::PowerLossLeader => {
+            let l = leader(cluster, "power off").await?;
+            let lost = cluster.power_loss(l)?;
+            json!({"fault": "power-loss-leader", "node": l, "lost": lost})
+        }
+        Fault::PowerLossAll => {
+            // All three down before any loses its writes: a whole-cluster outage.
+            for n in 1..=3 {
+                cluster.kill(n);
+            }
+            let mut lost = vec![];
+            for n in 1..=3 {
+                lost.push(cluster.power_loss(n)?);
+            }
+            json!({"fault": "power-loss-all", "lost": lost})
+        }
+        _ => unreachable!("not a node fault: {fault:?}"),
+    })
+}
+
+/// A fault of one client: paused, killed, cut from the leader, its replies delayed.
+async fn client_fault(
+    cluster: &mut Cluster,
+    targets: &Targets,
+    fault: &Fault,
+    history: &Recorder,
+) -> Result<serde_json::Value, String> {
+    Ok(match *fault {
+        Fault::PauseClient { ms } => {
+            // The client pauses at its next fenced action: wait (bounded) until it has.
+            let pause = &targets.client_pause;
+            let before = pause.taken();
+            pause.request(ms);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while pause.taken() == before {
+                if Instant::now() > deadline {
+                    pause.withdraw();
+                    return Err("the pausable client reached no fenced action".into());
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            json!({"fault": "pause-client", "ms": ms})
+        }
         Fault::KillClient => kill_client(cluster, history).await?,
         Fault::CutClientFromLeader => {
             let fence = pinned(&targets.cut_client).await?;
-            let Some(l) = leader().await else {
-                targets.cut_client.let_go();
-                return Err("no leader to cut the client from".into());
-            };
+            let l = leader(cluster, "cut the client from")
+                .await
+                .inspect_err(|_| targets.cut_client.let_go())?;
             cluster.client_link(CUT_CLIENT_IP, l, ClientLink::Cut)?;
             json!({"fault": "client-cut", "node": l, "fence": fence})
         }
@@ -483,29 +545,54 @@ pub async fn inject(
             }
             json!({"fault": "client-delay", "ms": ms, "fence": fence, "delayed_ms": delay_phase_ms(ms)})
         }
-        Fault::PowerLoss(n) => {
-            let lost = cluster.power_loss(n)?;
-            json!({"fault": "power-loss", "node": n, "lost": lost})
-        }
-        Fault::PowerLossLeader => {
-            let Some(l) = leader().await else {
-                return Err("no leader to power off".into());
-            };
-            let lost = cluster.power_loss(l)?;
-            json!({"fault": "power-loss-leader", "node": l, "lost": lost})
-        }
-        Fault::PowerLossAll => {
-            // All three down before any loses its writes: a whole-cluster outage.
-            for n in 1..=3 {
-                cluster.kill(n);
-            }
-            let mut lost = vec![];
-            for n in 1..=3 {
-                lost.push(cluster.power_loss(n)?);
-            }
-            json!({"fault": "power-loss-all", "lost": lost})
-        }
+        _ => unreachable!("not a client fault: {fault:?}"),
     })
+}
+
+/// Whether the `crash` limit's status satisfies `ready` within 10 s (polled every 20 ms).
+async fn crash_limit_within(
+    client: &weir_client::Client,
+    ready: impl Fn(&weir_core::machine::LimitStatus) -> bool,
+) -> bool {
+    use crate::workload::{CRASH, TENANT};
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() <= deadline {
+        if let Ok(Some(s)) = client.limit_status(TENANT, CRASH).await
+            && ready(&s)
+        {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+/// The waiter behind client kill number `kill`: queues on `crash` (waiting up to 20 s) and
+/// records its `acquire` with `behind_kill` and `kill`; releases what it gets.
+async fn wait_behind_kill(client: weir_client::Client, kill: u64, history: Recorder) {
+    use crate::workload::{CRASH, TENANT};
+    let process = CRASH_WAITER + kill;
+    let Ok(session) = weir_client::Session::open(&client, crate::workload::TTL).await else {
+        return;
+    };
+    let mut options = weir_client::AcquireOptions::new(TENANT, CRASH);
+    options.timeout = Some(Duration::from_secs(20));
+    let v = json!({"limit": CRASH, "behind_kill": true, "kill": kill});
+    let invoked = history.record(process, Kind::Invoke, "acquire", v.clone());
+    let mut v = v;
+    v["invoke_ns"] = invoked.into();
+    match session.acquire(options).await {
+        Ok(p) => {
+            v["fence"] = p.fence().into();
+            history.record(process, Kind::Ok, "acquire", v);
+            crate::workload::release_recorded(process, p, &history).await;
+        }
+        Err(e) => {
+            v["error"] = e.to_string().into();
+            history.record(process, Kind::Fail, "acquire", v);
+        }
+    }
+    let _ = session.close().await;
 }
 
 /// The client-kill fault: spawns `weir acquire crash --hold`, waits (bounded) until the
@@ -543,70 +630,25 @@ async fn kill_client(cluster: &Cluster, history: &Recorder) -> Result<serde_json
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| format!("cannot start a client process: {e}"))?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(Some(s)) = client.limit_status(TENANT, CRASH).await
-            && s.in_use >= 1
-        {
-            break;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill().await;
-            return Err("the client process never held its permit".into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    if !crash_limit_within(&client, |s| s.in_use >= 1).await {
+        let _ = child.kill().await;
+        return Err("the client process never held its permit".into());
     }
     let pid = child.id();
     // Which kill this is: the waiter's ops carry it, so the checker pairs each kill with
     // its own waiter (the process number is the same for every one).
     let kill = KILLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-    let history = history.clone();
-    let waiter_client = client.clone();
-    let recorder = history.clone();
-    let process = CRASH_WAITER + kill;
-    tokio::spawn(async move {
-        let client = waiter_client;
-        let Ok(session) = weir_client::Session::open(&client, crate::workload::TTL).await else {
-            return;
-        };
-        let mut options = weir_client::AcquireOptions::new(TENANT, CRASH);
-        options.timeout = Some(Duration::from_secs(20));
-        let v = json!({"limit": CRASH, "behind_kill": true, "kill": kill});
-        let invoked = history.record(process, Kind::Invoke, "acquire", v.clone());
-        let mut v = v;
-        v["invoke_ns"] = invoked.into();
-        match session.acquire(options).await {
-            Ok(p) => {
-                v["fence"] = p.fence().into();
-                history.record(process, Kind::Ok, "acquire", v);
-                crate::workload::release_recorded(process, p, &history).await;
-            }
-            Err(e) => {
-                v["error"] = e.to_string().into();
-                history.record(process, Kind::Fail, "acquire", v);
-            }
-        }
-        let _ = session.close().await;
-    });
-    // Kill the holder only once the cluster counts the waiter queued behind it: a fixed
-    // sleep here once let a loaded machine open the waiter's session after the kill, so
-    // the "queued behind a killed client" case was never set up (and the checker called it
-    // a violation). An expiry must serve a ticket that is already waiting.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(Some(s)) = client.limit_status(TENANT, CRASH).await
-            && s.waiting >= 1
-        {
-            break;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill().await;
-            return Err("the waiter never queued behind the client process".into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    tokio::spawn(wait_behind_kill(client.clone(), kill, history.clone()));
+    // Kill the holder only once the cluster counts the waiter queued behind it: after a
+    // fixed sleep a loaded machine can open the waiter's session after the kill, and the
+    // "queued behind a killed client" case is never set up. An expiry must serve a ticket
+    // that is already waiting.
+    if !crash_limit_within(&client, |s| s.waiting >= 1).await {
+        let _ = child.kill().await;
+        return Err("the waiter never queued behind the client process".into());
     }
     let _ = child.kill().await;
-    let killed_ns = recorder.now_ns();
+    let killed_ns = history.now_ns();
     Ok(json!({"fault": "kill-client", "pid": pid, "killed_ns": killed_ns, "kill": kill}))
 }
 

@@ -23,80 +23,53 @@
 //! proxy keeps delay and the one-way cut, which TCP cannot show at the packet level (an
 //! input drop kills a connection in both directions).
 
-use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::watch;
 
+use crate::rng::Rng;
+use crate::rules::{Chunk, Rules, read_chunk};
+
 /// What a directed link does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Link {
+    #[default]
     Pass,
     Drop,
     BlackHole,
-    Delay { ms: u64, jitter_ms: u64 },
-    Bandwidth { bytes_per_s: u64 },
-    Loss { percent: u64 },
+    Delay {
+        ms: u64,
+        jitter_ms: u64,
+    },
+    Bandwidth {
+        bytes_per_s: u64,
+    },
+    Loss {
+        percent: u64,
+    },
 }
 
 /// Linux's minimum retransmission timeout: what a lost segment costs a TCP stream.
 const RTO_MS: u64 = 200;
 
-/// The rules of every directed link, and a counter bumped on each change.
-pub struct Links {
-    rules: Mutex<BTreeMap<(u64, u64), Link>>,
-    changed: watch::Sender<u64>,
-    /// Deterministic noise (jitter, loss).
-    noise: Mutex<u64>,
-}
+/// The rules of every directed link, per (from, to).
+pub type Links = Rules<(u64, u64), Link>;
 
-impl Links {
-    pub fn new(seed: u64) -> Arc<Links> {
-        let (changed, _) = watch::channel(0);
-        Arc::new(Links {
-            rules: Mutex::new(BTreeMap::new()),
-            changed,
-            noise: Mutex::new(seed | 1),
-        })
-    }
+/// One proxy's deterministic noise (jitter, loss), seeded by the run.
+struct Noise(Mutex<Rng>);
 
-    pub fn get(&self, from: u64, to: u64) -> Link {
-        *self
-            .rules
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&(from, to))
-            .unwrap_or(&Link::Pass)
-    }
-
-    pub fn set(&self, from: u64, to: u64, link: Link) {
-        self.rules
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert((from, to), link);
-        self.changed.send_modify(|n| *n += 1);
-    }
-
-    /// Every link passes again.
-    pub fn heal(&self) {
-        self.rules.lock().unwrap_or_else(|p| p.into_inner()).clear();
-        self.changed.send_modify(|n| *n += 1);
-    }
-
+impl Noise {
     /// A number in `0..=max`.
-    fn noise(&self, max: u64) -> u64 {
-        if max == 0 {
-            return 0;
-        }
-        let mut n = self.noise.lock().unwrap_or_else(|p| p.into_inner());
-        *n ^= *n << 13;
-        *n ^= *n >> 7;
-        *n ^= *n << 17;
-        *n % (max + 1)
+    fn upto(&self, max: u64) -> u64 {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .range(0, max)
     }
 }
 
@@ -142,14 +115,16 @@ impl Addressing {
     }
 }
 
-/// Runs the proxy in front of node `to` until the listener fails.
+/// Runs the proxy in front of node `to` until the listener fails; `seed` seeds its noise.
 pub async fn run(
     to: u64,
     listener: TcpListener,
     target: SocketAddr,
     links: Arc<Links>,
     addressing: Addressing,
+    seed: u64,
 ) {
+    let noise = Arc::new(Noise(Mutex::new(Rng::new(seed ^ to))));
     loop {
         let Ok((inbound, from_addr)) = listener.accept().await else {
             return;
@@ -157,14 +132,15 @@ pub async fn run(
         let Some(from) = addressing.node_of(from_addr) else {
             continue;
         };
-        if links.get(from, to) == Link::Drop {
+        if links.get((from, to)) == Link::Drop {
             continue;
         }
         let links = links.clone();
+        let noise = noise.clone();
         tokio::spawn(async move {
             // A connection opened into a black hole waits for the rule to change first.
-            let mut changed = links.changed.subscribe();
-            if past_black_hole(&links, from, to, &mut changed)
+            let mut changed = links.subscribe();
+            if past_black_hole(&links, (from, to), &mut changed)
                 .await
                 .is_none()
             {
@@ -180,8 +156,8 @@ pub async fn run(
             // Requests flow from -> to, answers to -> from; both obey the link from -> to
             // (cut means cut), and delay applies to the requests.
             tokio::select! {
-                _ = pipe(ri, wo, from, to, links.clone(), true) => {}
-                _ = pipe(ro, wi, from, to, links.clone(), false) => {}
+                _ = pipe(ri, wo, (from, to), links.clone(), noise.clone(), true) => {}
+                _ = pipe(ro, wi, (from, to), links, noise, false) => {}
             }
         });
     }
@@ -191,58 +167,50 @@ pub async fn run(
 /// or has turned into, a cut. `changed` is the caller's own subscription to rule changes.
 async fn past_black_hole(
     links: &Links,
-    from: u64,
-    to: u64,
+    link: (u64, u64),
     changed: &mut watch::Receiver<u64>,
 ) -> Option<Link> {
-    loop {
-        match links.get(from, to) {
-            Link::BlackHole => changed.changed().await.ok()?,
-            Link::Drop => return None,
-            link => return Some(link),
-        }
-    }
+    links
+        .until_not(link, changed, |l| l == Link::BlackHole)
+        .await
+        .filter(|l| *l != Link::Drop)
 }
 
+/// One direction of a connection over `link` (`requests`: from -> to).
 async fn pipe(
-    mut rd: tokio::net::tcp::OwnedReadHalf,
-    mut wr: tokio::net::tcp::OwnedWriteHalf,
-    from: u64,
-    to: u64,
+    mut rd: OwnedReadHalf,
+    mut wr: OwnedWriteHalf,
+    link: (u64, u64),
     links: Arc<Links>,
+    noise: Arc<Noise>,
     requests: bool,
 ) {
-    let mut changed = links.changed.subscribe();
+    let mut changed = links.subscribe();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         // Nothing is read while the link is a black hole: the bytes wait in the kernel's
         // buffers, as they would in the sender's retransmission queue.
-        if past_black_hole(&links, from, to, &mut changed)
-            .await
-            .is_none()
-        {
+        if past_black_hole(&links, link, &mut changed).await.is_none() {
             return;
         }
-        let n = tokio::select! {
-            r = rd.read(&mut buf) => match r {
-                Ok(0) | Err(_) => return,
-                Ok(n) => n,
-            },
-            _ = changed.changed() => continue,
+        let n = match read_chunk(&mut rd, &mut buf, &mut changed).await {
+            Chunk::Bytes(n) => n,
+            Chunk::RuleChanged => continue,
+            Chunk::Ended => return,
         };
-        let Some(link) = past_black_hole(&links, from, to, &mut changed).await else {
+        let Some(rule) = past_black_hole(&links, link, &mut changed).await else {
             return;
         };
-        match link {
+        match rule {
             Link::Delay { ms, jitter_ms } if requests => {
-                tokio::time::sleep(Duration::from_millis(ms + links.noise(jitter_ms))).await;
+                tokio::time::sleep(Duration::from_millis(ms + noise.upto(jitter_ms))).await;
             }
             Link::Bandwidth { bytes_per_s } => {
                 let ns = n as u64 * 1_000_000_000 / bytes_per_s.max(1);
                 tokio::time::sleep(Duration::from_nanos(ns)).await;
             }
-            Link::Loss { percent } if links.noise(99) < percent => {
-                tokio::time::sleep(Duration::from_millis(RTO_MS + links.noise(100))).await;
+            Link::Loss { percent } if noise.upto(99) < percent => {
+                tokio::time::sleep(Duration::from_millis(RTO_MS + noise.upto(100))).await;
             }
             _ => {}
         }
@@ -256,26 +224,14 @@ async fn pipe(
 mod tests {
     use super::*;
     use std::time::Instant;
+    use tokio::io::AsyncReadExt;
 
     /// A proxy in front of an echo server, entered from node 1's loopback source address.
     async fn echo_behind_proxy(links: Arc<Links>) -> SocketAddr {
-        let echo = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let target = echo.local_addr().unwrap();
-        tokio::spawn(async move {
-            while let Ok((mut s, _)) = echo.accept().await {
-                tokio::spawn(async move {
-                    let mut buf = [0u8; 4096];
-                    while let Ok(n) = s.read(&mut buf).await {
-                        if n == 0 || s.write_all(&buf[..n]).await.is_err() {
-                            return;
-                        }
-                    }
-                });
-            }
-        });
+        let target = crate::rules::echo_server().await;
         let front = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = front.local_addr().unwrap();
-        tokio::spawn(run(2, front, target, links, Addressing::Loopback));
+        tokio::spawn(run(2, front, target, links, Addressing::Loopback, 1));
         addr
     }
 
@@ -283,6 +239,14 @@ mod tests {
         let socket = TcpSocket::new_v4().unwrap();
         socket.bind(SocketAddr::new(source_ip(1), 0)).unwrap();
         socket.connect(addr).await.unwrap()
+    }
+
+    /// Node 1's connection to node 2 through a proxy in front of an echo server, and the
+    /// proxy's rules.
+    async fn node_1_through_proxy() -> (Arc<Links>, TcpStream) {
+        let links = Links::new();
+        let addr = echo_behind_proxy(links.clone()).await;
+        (links, dial_as_node_1(addr).await)
     }
 
     async fn round_trip(s: &mut TcpStream, bytes: &[u8]) -> Vec<u8> {
@@ -294,11 +258,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_black_hole_holds_bytes_back_and_delivers_them_all_when_it_lifts() {
-        let links = Links::new(1);
-        let addr = echo_behind_proxy(links.clone()).await;
-        let mut s = dial_as_node_1(addr).await;
+        let (links, mut s) = node_1_through_proxy().await;
         assert_eq!(round_trip(&mut s, b"before").await, b"before");
-        links.set(1, 2, Link::BlackHole);
+        links.set((1, 2), Link::BlackHole);
         s.write_all(b"during").await.unwrap();
         let mut got = [0u8; 6];
         let early = tokio::time::timeout(Duration::from_millis(300), s.read_exact(&mut got)).await;
@@ -313,17 +275,15 @@ mod tests {
 
     #[tokio::test]
     async fn a_drop_cuts_open_connections_and_other_links_are_untouched() {
-        let links = Links::new(1);
-        let addr = echo_behind_proxy(links.clone()).await;
-        let mut s = dial_as_node_1(addr).await;
+        let (links, mut s) = node_1_through_proxy().await;
         assert_eq!(round_trip(&mut s, b"x").await, b"x");
-        links.set(2, 1, Link::Drop);
+        links.set((2, 1), Link::Drop);
         assert_eq!(
             round_trip(&mut s, b"y").await,
             b"y",
             "the reverse link is not ours"
         );
-        links.set(1, 2, Link::Drop);
+        links.set((1, 2), Link::Drop);
         let mut buf = [0u8; 1];
         let r = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await;
         assert!(matches!(r, Ok(Ok(0)) | Ok(Err(_))), "cut: {r:?}");
@@ -331,12 +291,9 @@ mod tests {
 
     #[tokio::test]
     async fn bandwidth_paces_a_transfer() {
-        let links = Links::new(1);
-        let addr = echo_behind_proxy(links.clone()).await;
-        let mut s = dial_as_node_1(addr).await;
+        let (links, mut s) = node_1_through_proxy().await;
         links.set(
-            1,
-            2,
+            (1, 2),
             Link::Bandwidth {
                 bytes_per_s: 20_000,
             },
@@ -355,10 +312,8 @@ mod tests {
 
     #[tokio::test]
     async fn loss_makes_a_chunk_wait_out_a_retransmission_timeout_and_loses_nothing() {
-        let links = Links::new(1);
-        let addr = echo_behind_proxy(links.clone()).await;
-        let mut s = dial_as_node_1(addr).await;
-        links.set(1, 2, Link::Loss { percent: 100 });
+        let (links, mut s) = node_1_through_proxy().await;
+        links.set((1, 2), Link::Loss { percent: 100 });
         let start = Instant::now();
         assert_eq!(round_trip(&mut s, b"lossy").await, b"lossy");
         // Every chunk "lost" once each way: at least two RTOs (a lower bound: waiting can
@@ -372,7 +327,7 @@ mod tests {
 
     #[tokio::test]
     async fn connections_from_unknown_sources_are_refused() {
-        let links = Links::new(1);
+        let links = Links::new();
         let addr = echo_behind_proxy(links).await;
         let mut s = TcpStream::connect(addr).await.unwrap();
         let _ = s.write_all(b"hello").await;

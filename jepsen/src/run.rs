@@ -34,6 +34,17 @@ pub struct Plan {
     pub fenced_ttl: Duration,
 }
 
+impl Plan {
+    /// Client fronts only where a client link fault is asked for (loopback mode).
+    fn client_fronts(&self) -> bool {
+        matches!(self.net, Net::Loopback)
+            && self
+                .nemeses
+                .iter()
+                .any(|k| nemesis::LOOPBACK_ONLY.contains(&k.as_str()))
+    }
+}
+
 /// The verdicts, in table order.
 pub struct Outcome {
     pub rows: Vec<(&'static str, &'static str, Verdict)>,
@@ -53,35 +64,9 @@ impl Outcome {
 pub async fn run(plan: &Plan) -> Result<Outcome, String> {
     std::fs::create_dir_all(&plan.out).map_err(|e| format!("{}: {e}", plan.out.display()))?;
     let history = Recorder::new();
-    // Nodes inherit the harness's environment: a clock rate set there (a planted run's
-    // sustained drift, `jepsen/planted.sh`) holds for every node all run long, and the
-    // checkers that allow for clock rates must know it.
-    if let Some(rate) = std::env::var("WEIR_TEST_CLOCK_RATE")
-        .ok()
-        .and_then(|v| v.parse::<f64>().ok())
-        .filter(|r| (0.5..=2.0).contains(r))
-    {
-        // An invoke and its completion, so the history keeps Jepsen's shape.
-        history.record(
-            crate::history::NEMESIS,
-            Kind::Invoke,
-            "clock",
-            json!({"fault": "env-clocks"}),
-        );
-        history.record(
-            crate::history::NEMESIS,
-            Kind::Info,
-            "clock",
-            json!({"fault": "env-clocks", "nodes": [{"rate": rate}, {"rate": rate}, {"rate": rate}]}),
-        );
-    }
+    record_env_clock(&history);
     let lost_fsync = plan.nemeses.iter().any(|k| k == nemesis::POWER_LOSS);
-    // Client fronts only where a client link fault is asked for (loopback mode).
-    let client_fronts = matches!(plan.net, Net::Loopback)
-        && plan
-            .nemeses
-            .iter()
-            .any(|k| nemesis::LOOPBACK_ONLY.contains(&k.as_str()));
+    let client_fronts = plan.client_fronts();
     let mut cluster = Cluster::start(
         &plan.weir,
         &plan.out,
@@ -130,19 +115,7 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
     }
     workloads.stop().await;
     // Heal, then probe liveness: each capped limit, once it has room, grants a new waiter.
-    history.record(
-        history::NEMESIS,
-        Kind::Invoke,
-        "heal",
-        json!({"final": true}),
-    );
-    let healed = cluster.heal().await;
-    let healed_ns = history.record(
-        history::NEMESIS,
-        Kind::Info,
-        "heal",
-        json!({"final": true, "ok": healed.is_ok(), "error": healed.err()}),
-    );
+    let healed_ns = final_heal(&mut cluster, &history).await;
     let probe_client = secure::client(servers.clone(), Access::Tenant(TENANT));
     probe_liveness(&cluster, &probe_client, &history, healed_ns).await;
     monitor.stop().await;
@@ -158,6 +131,51 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
     let outcome = judge(&ops, &logs, &plan.nemeses, &fired, plan.secure);
     write_verdict(&plan.out, plan, &outcome, &checker::coverage::report(&ops))?;
     Ok(outcome)
+}
+
+/// Records a clock rate the harness's environment sets for every node.
+///
+/// Nodes inherit the harness's environment: a clock rate set there (a planted run's
+/// sustained drift, `jepsen/planted.sh`) holds for every node all run long, and the
+/// checkers that allow for clock rates must know it.
+fn record_env_clock(history: &Recorder) {
+    let Some(rate) = std::env::var("WEIR_TEST_CLOCK_RATE")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|r| (0.5..=2.0).contains(r))
+    else {
+        return;
+    };
+    // An invoke and its completion, so the history keeps Jepsen's shape.
+    history.record(
+        history::NEMESIS,
+        Kind::Invoke,
+        "clock",
+        json!({"fault": "env-clocks"}),
+    );
+    history.record(
+        history::NEMESIS,
+        Kind::Info,
+        "clock",
+        json!({"fault": "env-clocks", "nodes": [{"rate": rate}, {"rate": rate}, {"rate": rate}]}),
+    );
+}
+
+/// The heal at the end of the schedule, recorded; returns when its completion was recorded.
+async fn final_heal(cluster: &mut Cluster, history: &Recorder) -> u64 {
+    history.record(
+        history::NEMESIS,
+        Kind::Invoke,
+        "heal",
+        json!({"final": true}),
+    );
+    let healed = cluster.heal().await;
+    history.record(
+        history::NEMESIS,
+        Kind::Info,
+        "heal",
+        json!({"final": true, "ok": healed.is_ok(), "error": healed.err()}),
+    )
 }
 
 /// Clients per capped permit limit (`mutex`, `three`).
@@ -182,6 +200,128 @@ struct Workloads {
 /// Waiters of ordinary addresses behind the cut client, on its limit.
 const CUT_WAITERS: u64 = 2;
 
+/// Numbers, seeds and spawns a run's workload processes, keeping their handles.
+struct Spawner {
+    servers: Vec<String>,
+    history: Recorder,
+    stop: Arc<AtomicBool>,
+    /// The run's seed; each process's is derived from it.
+    seed: u64,
+    /// The last process number given.
+    last: u64,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Spawner {
+    /// The next process, seeded `run seed ^ salt`, entering the cluster through `servers`.
+    fn next_on(&mut self, servers: Vec<String>, salt: u64) -> workload::Process {
+        self.last += 1;
+        workload::Process {
+            id: self.last,
+            servers,
+            history: self.history.clone(),
+            stop: self.stop.clone(),
+            seed: self.seed ^ salt,
+        }
+    }
+
+    /// The next process, through every node.
+    fn next(&mut self, salt: u64) -> workload::Process {
+        self.next_on(self.servers.clone(), salt)
+    }
+
+    fn spawn(&mut self, task: impl Future<Output = ()> + Send + 'static) {
+        self.tasks.push(tokio::spawn(task));
+    }
+
+    /// Ten clients on each capped limit; two of each hold longer than the session TTL (on
+    /// keep-alives, across faults), the rest briefly.
+    fn permit_holders(&mut self) {
+        let ttl_ms = workload::TTL.as_millis() as u64;
+        let limits = [("mutex", 1u64), ("three", 3)];
+        let holders = limits
+            .into_iter()
+            .flat_map(|(limit, cap)| (0..PERMIT_CLIENTS).map(move |i| (limit, cap, i)));
+        for (n, (limit, cap, i)) in holders.enumerate() {
+            let hold = if i < LONG_HOLDERS {
+                (ttl_ms * 5 / 4, ttl_ms * 3)
+            } else {
+                (10, 150)
+            };
+            let p = self.next(n as u64 + 1);
+            self.spawn(workload::permits(p, limit, cap, hold));
+        }
+    }
+
+    /// Rate takers, the ledger, halts set and cleared under admitters, and `max_running`
+    /// raced with reserves.
+    fn tenant_workloads(&mut self) {
+        for i in 0..RATE_TAKERS {
+            let p = self.next(50 + i);
+            self.spawn(workload::takes(p));
+        }
+        for i in 0..2 {
+            let p = self.next(100 + i);
+            self.spawn(workload::ledger(p));
+        }
+        let p = self.next(150);
+        self.spawn(workload::halter(p));
+        for agent in [
+            workload::HALT_AGENT,
+            workload::HALT_AGENT,
+            workload::OTHER_AGENT,
+        ] {
+            let p = self.next(0);
+            self.spawn(workload::admitter(p, agent));
+        }
+        let p = self.next(180);
+        self.spawn(workload::ceiling_setter(p));
+        for i in 0..3 {
+            let p = self.next(181 + i);
+            self.spawn(workload::ceiling_admitter(p));
+        }
+    }
+
+    /// A reader through each node, validating others' fences.
+    fn readers(&mut self) {
+        for (i, server) in self.servers.clone().into_iter().enumerate() {
+            let p = self.next_on(vec![server], 170 + i as u64);
+            self.spawn(workload::reader(p));
+        }
+    }
+
+    /// The cut client (its links faultable, loopback mode; `bound` to its address when the
+    /// run has client fronts) and the waiters behind it.
+    fn cut_client(&mut self, bound: bool) -> Arc<workload::CutClient> {
+        let cut_client = Arc::new(workload::CutClient::default());
+        let p = self.next(250);
+        self.spawn(workload::cut_holder(p, bound, cut_client.clone()));
+        for i in 0..CUT_WAITERS {
+            let p = self.next(251 + i);
+            self.spawn(workload::permits(p, workload::CUT, 1, (10, 150)));
+        }
+        cut_client
+    }
+
+    /// The fenced limit: two ordinary holders, and one the nemesis can pause, on a thread of
+    /// its own (returned with its pause handle).
+    fn fenced(
+        &mut self,
+        ttl: Duration,
+    ) -> Result<(Arc<workload::ClientPause>, std::thread::JoinHandle<()>), String> {
+        let resource = Arc::new(workload::Resource::default());
+        let client_pause = Arc::new(workload::ClientPause::default());
+        for i in 0..2 {
+            let p = self.next(200 + i);
+            self.spawn(workload::fenced(p, ttl, resource.clone(), None));
+        }
+        let p = self.next(300);
+        let pausable = workload::spawn_pausable(p, ttl, resource, client_pause.clone())
+            .map_err(|e| format!("cannot start the pausable client: {e}"))?;
+        Ok((client_pause, pausable))
+    }
+}
+
 impl Workloads {
     /// Starts every process, each numbered and seeded from the plan's seed.
     /// `client_fronts`: the run has them, so the cut client binds its address.
@@ -191,158 +331,22 @@ impl Workloads {
         history: &Recorder,
         client_fronts: bool,
     ) -> Result<Workloads, String> {
-        let servers = servers.to_vec();
-        let history = history.clone();
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut tasks = vec![];
-        let mut process = 0u64;
-        let mut next = || {
-            process += 1;
-            process
+        let mut spawner = Spawner {
+            servers: servers.to_vec(),
+            history: history.clone(),
+            stop: Arc::new(AtomicBool::new(false)),
+            seed: plan.seed,
+            last: 0,
+            tasks: vec![],
         };
-        // Ten clients on each capped limit; two of each hold longer than the session TTL
-        // (on keep-alives, across faults), the rest briefly.
-        let ttl_ms = workload::TTL.as_millis() as u64;
-        let mut permit_processes = vec![];
-        for (limit, cap) in [("mutex", 1u64), ("three", 3)] {
-            for i in 0..PERMIT_CLIENTS {
-                let hold = if i < LONG_HOLDERS {
-                    (ttl_ms * 5 / 4, ttl_ms * 3)
-                } else {
-                    (10, 150)
-                };
-                permit_processes.push((limit, cap, hold));
-            }
-        }
-        for (i, (limit, cap, hold)) in permit_processes.into_iter().enumerate() {
-            tasks.push(tokio::spawn(workload::permits(
-                next(),
-                servers.clone(),
-                limit,
-                cap,
-                hold,
-                history.clone(),
-                stop.clone(),
-                plan.seed ^ (i as u64 + 1),
-            )));
-        }
-        for i in 0..RATE_TAKERS {
-            tasks.push(tokio::spawn(workload::takes(
-                next(),
-                servers.clone(),
-                history.clone(),
-                stop.clone(),
-                plan.seed ^ (50 + i),
-            )));
-        }
-        for i in 0..2 {
-            tasks.push(tokio::spawn(workload::ledger(
-                next(),
-                servers.clone(),
-                history.clone(),
-                stop.clone(),
-                plan.seed ^ (100 + i),
-            )));
-        }
-        tasks.push(tokio::spawn(workload::halter(
-            next(),
-            servers.clone(),
-            history.clone(),
-            stop.clone(),
-            plan.seed ^ 150,
-        )));
-        for agent in [
-            workload::HALT_AGENT,
-            workload::HALT_AGENT,
-            workload::OTHER_AGENT,
-        ] {
-            tasks.push(tokio::spawn(workload::admitter(
-                next(),
-                servers.clone(),
-                agent,
-                history.clone(),
-                stop.clone(),
-            )));
-        }
-        // max_running raced with reserves.
-        tasks.push(tokio::spawn(workload::ceiling_setter(
-            next(),
-            servers.clone(),
-            history.clone(),
-            stop.clone(),
-            plan.seed ^ 180,
-        )));
-        for i in 0..3 {
-            tasks.push(tokio::spawn(workload::ceiling_admitter(
-                next(),
-                servers.clone(),
-                history.clone(),
-                stop.clone(),
-                plan.seed ^ (181 + i),
-            )));
-        }
-        // A reader through each node, validating others' fences.
-        for (i, server) in servers.iter().enumerate() {
-            tasks.push(tokio::spawn(workload::reader(
-                next(),
-                server.clone(),
-                history.clone(),
-                stop.clone(),
-                plan.seed ^ (170 + i as u64),
-            )));
-        }
-        // The cut client (its links faultable, loopback mode) and the waiters behind it.
-        let cut_client = Arc::new(workload::CutClient::default());
-        tasks.push(tokio::spawn(workload::cut_holder(
-            next(),
-            servers.clone(),
-            client_fronts,
-            cut_client.clone(),
-            history.clone(),
-            stop.clone(),
-            plan.seed ^ 250,
-        )));
-        for i in 0..CUT_WAITERS {
-            tasks.push(tokio::spawn(workload::permits(
-                next(),
-                servers.clone(),
-                workload::CUT,
-                1,
-                (10, 150),
-                history.clone(),
-                stop.clone(),
-                plan.seed ^ (251 + i),
-            )));
-        }
-        // The fenced limit: two ordinary holders and one the nemesis can pause.
-        let resource = Arc::new(workload::Resource::default());
-        let client_pause = Arc::new(workload::ClientPause::default());
-        for i in 0..2 {
-            tasks.push(tokio::spawn(workload::fenced(
-                next(),
-                servers.clone(),
-                plan.fenced_ttl,
-                resource.clone(),
-                None,
-                history.clone(),
-                stop.clone(),
-                plan.seed ^ (200 + i),
-            )));
-        }
-        let pausable = workload::spawn_pausable(
-            next(),
-            servers.clone(),
-            plan.fenced_ttl,
-            resource.clone(),
-            client_pause.clone(),
-            history.clone(),
-            stop.clone(),
-            plan.seed ^ 300,
-        )
-        .map_err(|e| format!("cannot start the pausable client: {e}"))?;
+        spawner.permit_holders();
+        spawner.tenant_workloads();
+        spawner.readers();
+        let cut_client = spawner.cut_client(client_fronts);
+        let (client_pause, pausable) = spawner.fenced(plan.fenced_ttl)?;
         Ok(Workloads {
-            stop,
-            tasks,
+            stop: spawner.stop,
+            tasks: spawner.tasks,
             pausable,
             client_pause,
             cut_client,
@@ -421,6 +425,86 @@ async fn wait_for_room(client: &Client, limit: &str) {
     }
 }
 
+/// The checkers that judge the history alone, in table order: (row, what it holds, check).
+type HistoryChecker = (&'static str, &'static str, fn(&[history::Op]) -> Verdict);
+const HISTORY_CHECKERS: [HistoryChecker; 15] = [
+    (
+        "P1 permits",
+        "G2: believers never exceed concurrent",
+        checker::permits::check,
+    ),
+    (
+        "P2 fences",
+        "unique, increasing in real time",
+        checker::fences::check,
+    ),
+    (
+        "capacity",
+        "G1: held permits within concurrent at every log index",
+        checker::capacity::check,
+    ),
+    (
+        "rate",
+        "G1: tokens within burst + rate x window",
+        checker::rate::check,
+    ),
+    (
+        "log clock",
+        "never ahead of real time (frozen at leader changes)",
+        checker::clock::check,
+    ),
+    (
+        "fenced",
+        "stale holders refused; validation linearizable",
+        checker::fenced::check,
+    ),
+    (
+        "linearizable",
+        "each capped limit a fenced semaphore (WGL)",
+        checker::linearizable::check,
+    ),
+    (
+        "settlement",
+        "G3 G5: charged exactly once; conflicts refused",
+        checker::settlement::check,
+    ),
+    (
+        "ceilings",
+        "G6: no run admitted at max_running",
+        checker::ceilings::check,
+    ),
+    (
+        "halts",
+        "G6: nothing admitted after a halt",
+        checker::halts::check,
+    ),
+    (
+        "liveness",
+        "G7: granted soon after the heal",
+        checker::liveness::check,
+    ),
+    (
+        "client kill",
+        "G7: a killed client's permit moves on within its TTL",
+        checker::liveness::check_client_kills,
+    ),
+    (
+        "convergence",
+        "G4: every node alive; equal digests at equal applied",
+        checker::convergence::check,
+    ),
+    (
+        "coverage",
+        "every key case exercised (counts in verdict.txt)",
+        checker::coverage::check,
+    ),
+    (
+        "strands",
+        "G9: no capped limit starved 30 s while its acquires timed out",
+        checker::strands::check,
+    ),
+];
+
 /// Runs every checker over a history. With `secure` (or a `security` op in the history),
 /// the `security` row judges whether the run's ports refused what they must.
 pub fn judge(
@@ -440,99 +524,28 @@ pub fn judge(
     } else {
         Verdict::Unknown(format!("requested faults that never fired: {missing:?}"))
     };
+    let pairs = match history::check_pairs(ops) {
+        Ok(()) => Verdict::Valid,
+        Err(e) => Verdict::Unknown(format!("the harness recorded a malformed history: {e}")),
+    };
     let mut rows = vec![
         ("nemesis", "every requested fault fired", nemesis),
         (
             "history",
             "every op one invoke, one completion (Knossos' shape)",
-            match history::check_pairs(ops) {
-                Ok(()) => Verdict::Valid,
-                Err(e) => {
-                    Verdict::Unknown(format!("the harness recorded a malformed history: {e}"))
-                }
-            },
-        ),
-        (
-            "P1 permits",
-            "G2: believers never exceed concurrent",
-            checker::permits::check(ops),
-        ),
-        (
-            "P2 fences",
-            "unique, increasing in real time",
-            checker::fences::check(ops),
-        ),
-        (
-            "capacity",
-            "G1: held permits within concurrent at every log index",
-            checker::capacity::check(ops),
-        ),
-        (
-            "rate",
-            "G1: tokens within burst + rate x window",
-            checker::rate::check(ops),
-        ),
-        (
-            "log clock",
-            "never ahead of real time (frozen at leader changes)",
-            checker::clock::check(ops),
-        ),
-        (
-            "fenced",
-            "stale holders refused; validation linearizable",
-            checker::fenced::check(ops),
-        ),
-        (
-            "linearizable",
-            "each capped limit a fenced semaphore (WGL)",
-            checker::linearizable::check(ops),
-        ),
-        (
-            "settlement",
-            "G3 G5: charged exactly once; conflicts refused",
-            checker::settlement::check(ops),
-        ),
-        (
-            "ceilings",
-            "G6: no run admitted at max_running",
-            checker::ceilings::check(ops),
-        ),
-        (
-            "halts",
-            "G6: nothing admitted after a halt",
-            checker::halts::check(ops),
-        ),
-        (
-            "liveness",
-            "G7: granted soon after the heal",
-            checker::liveness::check(ops),
-        ),
-        (
-            "client kill",
-            "G7: a killed client's permit moves on within its TTL",
-            checker::liveness::check_client_kills(ops),
-        ),
-        (
-            "convergence",
-            "G4: every node alive; equal digests at equal applied",
-            checker::convergence::check(ops),
-        ),
-        (
-            "coverage",
-            "every key case exercised (counts in verdict.txt)",
-            checker::coverage::check(ops),
-        ),
-        (
-            "strands",
-            "G9: no capped limit starved 30 s while its acquires timed out",
-            checker::strands::check(ops),
-        ),
-        (
-            "panics",
-            "no panic in any node log",
-            checker::panics::check(logs),
+            pairs,
         ),
     ];
+    rows.extend(
+        HISTORY_CHECKERS
+            .iter()
+            .map(|(name, what, check)| (*name, *what, check(ops))),
+    );
+    rows.push((
+        "panics",
+        "no panic in any node log",
+        checker::panics::check(logs),
+    ));
     // Judged when leader stalls were asked for: without them it would only be unknown.
     if requested.iter().any(|k| k == "pause") {
         rows.push((

@@ -40,10 +40,7 @@ use weir_server::config::{Config, TlsFiles, TokenEntry};
 use weir_server::security::{ClientSecurity, Connector, hash_token};
 
 use crate::history::{self, Kind, Recorder};
-use crate::workload::{CEIL_TENANT, HALT_TENANT, TENANT};
-
-/// The tenants the workloads act in: each gets a `tenant:NAME` token.
-pub const TENANTS: [&str; 3] = [TENANT, HALT_TENANT, CEIL_TENANT];
+use crate::workload::setup::{TENANT, TENANTS};
 
 /// The role a client needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -418,6 +415,7 @@ pub async fn check(secure: &Secure, nodes: &[(u64, String, String)], history: &R
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::workload::setup::{CEIL_TENANT, HALT_TENANT};
     use weir_server::config::Peer;
 
     /// A secure run's files in a fresh temporary directory.

@@ -29,6 +29,41 @@ fn root() -> bool {
     root
 }
 
+/// The layer mounted over fresh directories; unmounted, and its directories removed, on
+/// drop.
+struct Mounted {
+    fs: Option<LazyFs>,
+    backing: PathBuf,
+    mount: PathBuf,
+}
+
+impl Mounted {
+    /// `None` without root (the test is then not run).
+    fn new(name: &str) -> Option<Mounted> {
+        if !root() {
+            return None;
+        }
+        let (backing, mount) = dirs(name);
+        let fs = LazyFs::mount(&backing, &mount).expect("mounts");
+        Some(Mounted {
+            fs: Some(fs),
+            backing,
+            mount,
+        })
+    }
+
+    fn fs(&self) -> &LazyFs {
+        self.fs.as_ref().expect("mounted until dropped")
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        drop(self.fs.take());
+        let _ = std::fs::remove_dir_all(self.backing.parent().expect("a parent"));
+    }
+}
+
 fn read(path: &std::path::Path) -> Vec<u8> {
     let mut bytes = vec![];
     File::open(path)
@@ -40,11 +75,10 @@ fn read(path: &std::path::Path) -> Vec<u8> {
 
 #[test]
 fn a_power_loss_leaves_exactly_the_synced_contents() {
-    if !root() {
+    let Some(mounted) = Mounted::new("synced") else {
         return;
-    }
-    let (backing, mount) = dirs("synced");
-    let fs = LazyFs::mount(&backing, &mount).expect("mounts");
+    };
+    let (fs, backing, mount) = (mounted.fs(), &mounted.backing, &mounted.mount);
     let path = mount.join("log");
     let synced: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
     {
@@ -81,17 +115,14 @@ fn a_power_loss_leaves_exactly_the_synced_contents() {
         synced,
         "and in the backing file"
     );
-    drop(fs);
-    let _ = std::fs::remove_dir_all(backing.parent().expect("a parent"));
 }
 
 #[test]
 fn an_unsynced_new_file_comes_back_empty_and_a_synced_one_whole() {
-    if !root() {
+    let Some(mounted) = Mounted::new("new") else {
         return;
-    }
-    let (backing, mount) = dirs("new");
-    let fs = LazyFs::mount(&backing, &mount).expect("mounts");
+    };
+    let (fs, mount) = (mounted.fs(), &mounted.mount);
     std::fs::write(mount.join("lost"), b"never synced").expect("writes");
     let mut kept = File::create(mount.join("kept")).expect("creates");
     kept.write_all(b"synced").expect("writes");
@@ -113,17 +144,14 @@ fn an_unsynced_new_file_comes_back_empty_and_a_synced_one_whole() {
     );
     assert_eq!(read(&mount.join("kept")), b"synced");
     assert_eq!(read(&mount.join("sub/final")), b"renamed after its fsync");
-    drop(fs);
-    let _ = std::fs::remove_dir_all(backing.parent().expect("a parent"));
 }
 
 #[test]
 fn a_cut_since_the_last_sync_is_undone_and_a_second_loss_keeps_what_was_synced_between() {
-    if !root() {
+    let Some(mounted) = Mounted::new("cut") else {
         return;
-    }
-    let (backing, mount) = dirs("cut");
-    let fs = LazyFs::mount(&backing, &mount).expect("mounts");
+    };
+    let (fs, mount) = (mounted.fs(), &mounted.mount);
     let path = mount.join("db");
     let first: Vec<u8> = (0..9000u32).map(|i| (i % 13) as u8).collect();
     let f = OpenOptions::new()
@@ -150,6 +178,4 @@ fn a_cut_since_the_last_sync_is_undone_and_a_second_loss_keeps_what_was_synced_b
     expected[..11].copy_from_slice(b"second life");
     assert_eq!(read(&path), expected);
     assert_eq!(fs.losses(), 2);
-    drop(fs);
-    let _ = std::fs::remove_dir_all(backing.parent().expect("a parent"));
 }

@@ -71,6 +71,17 @@ impl Raw {
             .expect("the connection stays open")
     }
 
+    /// Sends `command` as request `id` and asserts it was written.
+    async fn written(&mut self, id: u64, command: Command) {
+        self.send(id, Request::Write(command)).await;
+        let (responses, _) = self.responses(1).await;
+        assert!(
+            matches!(responses[&id], Response::Written { .. }),
+            "{:?}",
+            responses[&id]
+        );
+    }
+
     /// Waits for the responses to `ids`; events seen meanwhile are returned too.
     async fn responses(&mut self, n: usize) -> (BTreeMap<u64, Response>, Vec<Event>) {
         let mut out = BTreeMap::new();
@@ -406,28 +417,11 @@ async fn a_connection_follows_a_bounded_set_of_sessions_and_drops_ended_ones() {
             _ => assert!(Instant::now() < deadline, "no expiry event"),
         }
     }
-    raw.send(fill + 2, Request::Write(Command::KeepAlive { session: 7 }))
+    raw.written(fill + 2, Command::KeepAlive { session: 7 })
         .await;
-    let (responses, _) = raw.responses(1).await;
-    assert!(
-        matches!(responses[&(fill + 2)], Response::Written { .. }),
-        "{:?}",
-        responses[&(fill + 2)]
-    );
     phase("a close frees its place too");
-    raw.send(
-        fill + 3,
-        Request::Write(Command::CloseSession { session: 1 << 40 }),
-    )
-    .await;
-    let (responses, _) = raw.responses(1).await;
-    assert!(matches!(responses[&(fill + 3)], Response::Written { .. }));
-    raw.send(fill + 4, Request::Write(Command::KeepAlive { session: 8 }))
+    raw.written(fill + 3, Command::CloseSession { session: 1 << 40 })
         .await;
-    let (responses, _) = raw.responses(1).await;
-    assert!(
-        matches!(responses[&(fill + 4)], Response::Written { .. }),
-        "{:?}",
-        responses[&(fill + 4)]
-    );
+    raw.written(fill + 4, Command::KeepAlive { session: 8 })
+        .await;
 }

@@ -23,23 +23,46 @@ pub async fn follower(cluster: &Cluster) -> u64 {
     (1..=3).find(|id| *id != leader).unwrap()
 }
 
-/// Sends `method path` with an optional JSON body; answers (status, JSON body or Null).
-pub async fn call(
-    http: &reqwest::Client,
-    base: &str,
-    method: &str,
-    path: &str,
-    body: Option<Value>,
-) -> (StatusCode, Value) {
-    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-    let mut request = http.request(method, format!("{base}{path}"));
-    if let Some(b) = body {
-        request = request.json(&b);
+/// One node's HTTP API through one HTTP client.
+pub struct Api {
+    pub http: reqwest::Client,
+    /// The node's base URL ([`base`]).
+    pub base: String,
+}
+
+impl Api {
+    /// Node `id`'s API through a client of reqwest's defaults.
+    pub fn of(cluster: &Cluster, id: u64) -> Api {
+        Api {
+            http: reqwest::Client::new(),
+            base: base(cluster, id),
+        }
     }
-    let response = request.send().await.expect("the node answers HTTP");
-    let status = response.status();
-    let text = response.text().await.unwrap();
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+
+    /// Defines the limit at `path` (`/v1/tenants/T/limits/N`) with `concurrent` units.
+    pub async fn define(&self, path: &str, concurrent: u32) -> (StatusCode, Value) {
+        let body = json!({"concurrent": concurrent});
+        self.call("PUT", path, Some(body)).await
+    }
+
+    /// Sends `method path` with an optional JSON body; answers (status, JSON body or Null).
+    pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let mut request = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(b) = body {
+            request = request.json(&b);
+        }
+        let response = request.send().await.expect("the node answers HTTP");
+        let status = response.status();
+        let text = response.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// Opens a session of TTL 10 s: (status, the answer, whose `session` is its id).
+    pub async fn open_session(&self) -> (StatusCode, Value) {
+        let ttl = json!({"ttl_ms": 10_000});
+        self.call("POST", "/v1/sessions", Some(ttl)).await
+    }
 }
 
 /// (method, path) of every operation in docs/openapi.yaml, read from its layout: paths at
@@ -89,6 +112,7 @@ async fn http_routes_are_exactly_the_openapi_ones_and_each_is_served_by_a_follow
         .timeout(Duration::from_secs(15))
         .build()
         .unwrap();
+    let api = Api { http, base: url };
     phase("every listed route answers on a follower, none with the router's NotFound");
     for (method, path) in &listed {
         let concrete = path
@@ -102,18 +126,16 @@ async fn http_routes_are_exactly_the_openapi_ones_and_each_is_served_by_a_follow
         if concrete.ends_with("/events") {
             // An event stream answers its headers at once and then stays open. It needs a
             // session that exists (its owner is checked first): one opened for it.
-            let (status, v) = call(
-                &http,
-                &url,
-                "POST",
-                "/v1/sessions",
-                Some(json!({"ttl_ms": 10_000})),
-            )
-            .await;
+            let (status, v) = api.open_session().await;
             assert_eq!(status, StatusCode::OK, "open for the event stream: {v}");
             let session = v["session"].as_u64().expect("a session id");
             let concrete = path.replace("{session}", &session.to_string());
-            let r = http.get(format!("{url}{concrete}")).send().await.unwrap();
+            let r = api
+                .http
+                .get(format!("{}{concrete}", api.base))
+                .send()
+                .await
+                .unwrap();
             assert_eq!(r.status(), StatusCode::OK, "{method} {path}");
             assert!(
                 r.headers()["content-type"]
@@ -131,7 +153,7 @@ async fn http_routes_are_exactly_the_openapi_ones_and_each_is_served_by_a_follow
             _ if method == "PUT" || method == "POST" => Some(json!({})),
             _ => None,
         };
-        let (status, v) = call(&http, &url, method, &concrete, body).await;
+        let (status, v) = api.call(method, &concrete, body).await;
         assert_ne!(status, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}");
         assert_ne!(v["error"], "NotFound", "{method} {path}: {v}");
         assert!(
@@ -140,62 +162,44 @@ async fn http_routes_are_exactly_the_openapi_ones_and_each_is_served_by_a_follow
         );
     }
     phase("errors are JSON with the refusal's name and a fitting status");
-    let (status, v) = call(&http, &url, "GET", "/v1/tenants/t/limits/nope", None).await;
+    let (status, v) = api.call("GET", "/v1/tenants/t/limits/nope", None).await;
     assert_eq!(
         (status, v["error"].as_str()),
         (StatusCode::NOT_FOUND, Some("UnknownLimit"))
     );
     assert!(v["message"].as_str().unwrap().contains("t/nope"), "{v}");
-    let (status, v) = call(&http, &url, "GET", "/v1/nothing", None).await;
+    let (status, v) = api.call("GET", "/v1/nothing", None).await;
     assert_eq!(
         (status, v["error"].as_str()),
         (StatusCode::NOT_FOUND, Some("NotFound"))
     );
-    let (status, v) = call(
-        &http,
-        &url,
-        "PUT",
-        "/v1/tenants/t/limits/bad",
-        Some(json!({"concurrent": "x"})),
-    )
-    .await;
+    let (status, v) = api
+        .call(
+            "PUT",
+            "/v1/tenants/t/limits/bad",
+            Some(json!({"concurrent": "x"})),
+        )
+        .await;
     assert_eq!(
         (status, v["error"].as_str()),
         (StatusCode::BAD_REQUEST, Some("Invalid"))
     );
     phase("a halted tenant refuses with 409 Halted");
-    call(
-        &http,
-        &url,
-        "PUT",
-        "/v1/tenants/h/limits/l",
-        Some(json!({"concurrent": 1})),
-    )
-    .await;
-    call(
-        &http,
-        &url,
+    api.define("/v1/tenants/h/limits/l", 1).await;
+    api.call(
         "PUT",
         "/v1/tenants/h/halt",
         Some(json!({"reason": "incident"})),
     )
     .await;
-    let (_, s) = call(
-        &http,
-        &url,
-        "POST",
-        "/v1/sessions",
-        Some(json!({"ttl_ms": 10_000})),
-    )
-    .await;
-    let (status, v) = call(
-        &http,
-        &url,
-        "POST",
-        "/v1/tenants/h/limits/l/acquire",
-        Some(json!({"session": s["session"], "ticket": 1})),
-    )
-    .await;
+    let (_, s) = api.open_session().await;
+    let (status, v) = api
+        .call(
+            "POST",
+            "/v1/tenants/h/limits/l/acquire",
+            Some(json!({"session": s["session"], "ticket": 1})),
+        )
+        .await;
     assert_eq!(
         (status, v["error"].as_str(), v["reason"].as_str()),
         (StatusCode::CONFLICT, Some("Halted"), Some("incident")),
@@ -207,18 +211,17 @@ async fn http_routes_are_exactly_the_openapi_ones_and_each_is_served_by_a_follow
         (Some("h"), Some("halted h (tenant): incident")),
         "{v}"
     );
-    let (status, v) = call(&http, &url, "GET", "/v1/tenants/h", None).await;
+    let (status, v) = api.call("GET", "/v1/tenants/h", None).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(v["halts"][0]["reason"], "incident", "{v}");
     phase("an unknown session and a too-large acquire name the session and the limit");
-    let (status, v) = call(
-        &http,
-        &url,
-        "POST",
-        "/v1/tenants/t/limits/db/acquire",
-        Some(json!({"session": 987654, "ticket": 1})),
-    )
-    .await;
+    let (status, v) = api
+        .call(
+            "POST",
+            "/v1/tenants/t/limits/db/acquire",
+            Some(json!({"session": 987654, "ticket": 1})),
+        )
+        .await;
     assert_eq!(
         (status, v["error"].as_str(), v["session"].as_u64()),
         (StatusCode::NOT_FOUND, Some("UnknownSession"), Some(987654)),
@@ -228,24 +231,22 @@ async fn http_routes_are_exactly_the_openapi_ones_and_each_is_served_by_a_follow
         v["message"], "unknown session 987654 (closed or expired)",
         "{v}"
     );
-    let (status, v) = call(
-        &http,
-        &url,
-        "POST",
-        "/v1/tenants/h/limits/l/acquire",
-        Some(json!({"session": s["session"], "ticket": 2, "units": 5})),
-    )
-    .await;
+    let (status, v) = api
+        .call(
+            "POST",
+            "/v1/tenants/h/limits/l/acquire",
+            Some(json!({"session": s["session"], "ticket": 2, "units": 5})),
+        )
+        .await;
     assert_eq!(status, StatusCode::CONFLICT, "halted before too large: {v}");
-    call(&http, &url, "DELETE", "/v1/tenants/h/halt", None).await;
-    let (status, v) = call(
-        &http,
-        &url,
-        "POST",
-        "/v1/tenants/h/limits/l/acquire",
-        Some(json!({"session": s["session"], "ticket": 3, "units": 5})),
-    )
-    .await;
+    api.call("DELETE", "/v1/tenants/h/halt", None).await;
+    let (status, v) = api
+        .call(
+            "POST",
+            "/v1/tenants/h/limits/l/acquire",
+            Some(json!({"session": s["session"], "ticket": 3, "units": 5})),
+        )
+        .await;
     assert_eq!(
         (
             status,
@@ -272,17 +273,9 @@ async fn http_and_cli_holders_share_one_limit_and_a_long_poll_and_the_event_stre
 {
     let cluster = Cluster::start("http-hold", 3, "");
     let node = follower(&cluster).await;
-    let url = base(&cluster, node);
-    let http = reqwest::Client::new();
+    let api = Api::of(&cluster, node);
     phase("define db with one permit over HTTP; the CLI takes it");
-    let (status, _) = call(
-        &http,
-        &url,
-        "PUT",
-        "/v1/tenants/default/limits/db",
-        Some(json!({"concurrent": 1})),
-    )
-    .await;
+    let (status, _) = api.define("/v1/tenants/default/limits/db", 1).await;
     assert_eq!(status, StatusCode::OK);
     let mut holder = Command::new(env!("CARGO_BIN_EXE_weir"))
         .args(["acquire", "db", "--hold", "3"])
@@ -294,7 +287,7 @@ async fn http_and_cli_holders_share_one_limit_and_a_long_poll_and_the_event_stre
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let (_, v) = call(&http, &url, "GET", "/v1/tenants/default/limits/db", None).await;
+        let (_, v) = api.call("GET", "/v1/tenants/default/limits/db", None).await;
         if v["in_use"] == 1 {
             break;
         }
@@ -305,29 +298,24 @@ async fn http_and_cli_holders_share_one_limit_and_a_long_poll_and_the_event_stre
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     phase("while the CLI holds, HTTP is told Busy, then waits");
-    let (_, s) = call(
-        &http,
-        &url,
-        "POST",
-        "/v1/sessions",
-        Some(json!({"ttl_ms": 15_000})),
-    )
-    .await;
+    let (_, s) = api
+        .call("POST", "/v1/sessions", Some(json!({"ttl_ms": 15_000})))
+        .await;
     let session = s["session"].as_u64().expect("a session id");
-    let (status, v) = call(
-        &http,
-        &url,
-        "POST",
-        "/v1/tenants/default/limits/db/acquire",
-        Some(json!({"session": session, "ticket": 1, "wait": false})),
-    )
-    .await;
+    let (status, v) = api
+        .call(
+            "POST",
+            "/v1/tenants/default/limits/db/acquire",
+            Some(json!({"session": session, "ticket": 1, "wait": false})),
+        )
+        .await;
     assert_eq!(
         (status, v["error"].as_str()),
         (StatusCode::TOO_MANY_REQUESTS, Some("Busy"))
     );
     let other = (1..=3).find(|id| *id != node).unwrap();
-    let mut events = http
+    let mut events = api
+        .http
         .get(format!(
             "{}/v1/sessions/{session}/events",
             base(&cluster, other)
@@ -336,14 +324,13 @@ async fn http_and_cli_holders_share_one_limit_and_a_long_poll_and_the_event_stre
         .await
         .unwrap();
     let started = Instant::now();
-    let (status, v) = call(
-        &http,
-        &url,
-        "POST",
-        "/v1/tenants/default/limits/db/acquire",
-        Some(json!({"session": session, "ticket": 2, "timeout_ms": 20_000})),
-    )
-    .await;
+    let (status, v) = api
+        .call(
+            "POST",
+            "/v1/tenants/default/limits/db/acquire",
+            Some(json!({"session": session, "ticket": 2, "timeout_ms": 20_000})),
+        )
+        .await;
     assert_eq!(
         (status, v["status"].as_str()),
         (StatusCode::OK, Some("granted")),
@@ -369,30 +356,28 @@ async fn http_and_cli_holders_share_one_limit_and_a_long_poll_and_the_event_stre
     phase("while HTTP holds, the CLI is refused; the fence validates");
     let (code, _, err) = cluster.cli(&["acquire", "db", "--no-wait", "--hold", "1"]);
     assert_eq!(code, 3, "refused: {err}");
-    let (_, v) = call(
-        &http,
-        &url,
-        "GET",
-        &format!("/v1/tenants/default/limits/db/fences/{fence}"),
-        None,
-    )
-    .await;
+    let (_, v) = api
+        .call(
+            "GET",
+            &format!("/v1/tenants/default/limits/db/fences/{fence}"),
+            None,
+        )
+        .await;
     assert_eq!(v["held"], true);
     phase("never more than one holder: the limit's high-water mark is 1");
-    let (_, v) = call(&http, &url, "GET", "/v1/tenants/default/limits/db", None).await;
+    let (_, v) = api.call("GET", "/v1/tenants/default/limits/db", None).await;
     assert_eq!(
         (v["in_use"].as_u64(), v["max_in_use"].as_u64()),
         (Some(1), Some(1)),
         "{v}"
     );
-    let (_, v) = call(
-        &http,
-        &url,
-        "POST",
-        &format!("/v1/sessions/{session}/release"),
-        Some(json!({"ticket": 2})),
-    )
-    .await;
+    let (_, v) = api
+        .call(
+            "POST",
+            &format!("/v1/sessions/{session}/release"),
+            Some(json!({"ticket": 2})),
+        )
+        .await;
     assert_eq!(v["held"], true, "{v}");
     cluster.converged(CONVERGE).await;
 }
@@ -400,26 +385,28 @@ async fn http_and_cli_holders_share_one_limit_and_a_long_poll_and_the_event_stre
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_take_answers_the_tokens_left_or_429_with_retry_after() {
     let cluster = Cluster::start("http-take", 3, "");
-    let url = base(&cluster, follower(&cluster).await);
-    let http = reqwest::Client::new();
-    call(
-        &http,
-        &url,
+    let api = Api::of(&cluster, follower(&cluster).await);
+    api.call(
         "PUT",
         "/v1/tenants/default/limits/api",
         Some(json!({"per_second": 0.5, "burst": 2})),
     )
     .await;
     let take = "/v1/tenants/default/limits/api/take";
-    let (status, v) = call(&http, &url, "POST", take, None).await;
+    let (status, v) = api.call("POST", take, None).await;
     assert_eq!(
         (status, v["taken"].as_u64()),
         (StatusCode::OK, Some(1)),
         "{v}"
     );
     assert_eq!(v["remaining"], 1, "{v}");
-    call(&http, &url, "POST", take, None).await;
-    let response = http.post(format!("{url}{take}")).send().await.unwrap();
+    api.call("POST", take, None).await;
+    let response = api
+        .http
+        .post(format!("{}{take}", api.base))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
     let retry_after: u64 = response.headers()["retry-after"]
         .to_str()
@@ -433,24 +420,12 @@ async fn a_take_answers_the_tokens_left_or_429_with_retry_after() {
     let v: Value = response.json().await.unwrap();
     assert_eq!(v["error"], "Busy");
     phase("a take on a limit with a cap is refused: it would hold a permit");
-    call(
-        &http,
-        &url,
-        "PUT",
-        "/v1/tenants/default/limits/cap",
-        Some(json!({"concurrent": 1})),
-    )
-    .await;
+    api.define("/v1/tenants/default/limits/cap", 1).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let (status, v) = call(
-            &http,
-            &url,
-            "POST",
-            "/v1/tenants/default/limits/cap/take",
-            None,
-        )
-        .await;
+        let (status, v) = api
+            .call("POST", "/v1/tenants/default/limits/cap/take", None)
+            .await;
         if status == StatusCode::BAD_REQUEST {
             assert_eq!(v["error"], "Invalid");
             break;

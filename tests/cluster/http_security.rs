@@ -26,55 +26,69 @@ const TENANT_A: &str = "http-tenant-a-secret";
 /// follower forwarding to a leader just elected takes longer, well within this.
 const EXCHANGE_MAX: Duration = Duration::from_secs(20);
 
-/// One request over TLS (verified against `connector`'s CA) to `addr`: status and JSON body.
-async fn https(
-    connector: &Connector,
-    addr: &str,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    body: Option<Value>,
-) -> (u16, Value) {
-    let exchange = async {
-        let tcp = TcpStream::connect(addr).await.unwrap();
-        let mut stream = connector.connect(tcp, addr).await.unwrap();
-        let body = body.map(|b| b.to_string()).unwrap_or_default();
-        let mut head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
-             Content-Type: application/json\r\nContent-Length: {}\r\n",
-            body.len()
-        );
-        if let Some(t) = token {
-            head.push_str(&format!("Authorization: Bearer {t}\r\n"));
-        }
-        head.push_str("\r\n");
-        stream.write_all(head.as_bytes()).await.unwrap();
-        stream.write_all(body.as_bytes()).await.unwrap();
-        stream.flush().await.unwrap();
-        let mut raw = Vec::new();
-        // A TLS peer may end without close_notify after `Connection: close`; what was read
-        // is the answer.
-        let _ = stream.read_to_end(&mut raw).await;
-        let text = String::from_utf8_lossy(&raw).into_owned();
-        let (head, rest) = text.split_once("\r\n\r\n").expect("an HTTP answer");
-        let status: u16 = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .expect("a status line");
-        let chunked = head
-            .to_ascii_lowercase()
-            .contains("transfer-encoding: chunked");
-        let body = if chunked {
-            dechunk(rest)
-        } else {
-            rest.to_owned()
+/// One node's HTTPS port, verified against `connector`'s CA.
+struct Https<'a> {
+    connector: &'a Connector,
+    addr: &'a str,
+}
+
+impl Https<'_> {
+    /// Defines the limit at `path` with `concurrent` units, as the holder of `token`.
+    async fn define(&self, path: &str, token: &str, concurrent: u32) -> (u16, Value) {
+        let body = json!({"concurrent": concurrent});
+        self.call("PUT", path, Some(token), Some(body)).await
+    }
+
+    /// One request with an optional bearer `token` and JSON body: status and JSON body.
+    async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let (connector, addr) = (self.connector, self.addr);
+        let exchange = async {
+            let tcp = TcpStream::connect(addr).await.unwrap();
+            let mut stream = connector.connect(tcp, addr).await.unwrap();
+            let body = body.map(|b| b.to_string()).unwrap_or_default();
+            let mut head = format!(
+                "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+                 Content-Type: application/json\r\nContent-Length: {}\r\n",
+                body.len()
+            );
+            if let Some(t) = token {
+                head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+            }
+            head.push_str("\r\n");
+            stream.write_all(head.as_bytes()).await.unwrap();
+            stream.write_all(body.as_bytes()).await.unwrap();
+            stream.flush().await.unwrap();
+            let mut raw = Vec::new();
+            // A TLS peer may end without close_notify after `Connection: close`; what was read
+            // is the answer.
+            let _ = stream.read_to_end(&mut raw).await;
+            let text = String::from_utf8_lossy(&raw).into_owned();
+            let (head, rest) = text.split_once("\r\n\r\n").expect("an HTTP answer");
+            let status: u16 = head
+                .split_whitespace()
+                .nth(1)
+                .and_then(|s| s.parse().ok())
+                .expect("a status line");
+            let chunked = head
+                .to_ascii_lowercase()
+                .contains("transfer-encoding: chunked");
+            let body = if chunked {
+                dechunk(rest)
+            } else {
+                rest.to_owned()
+            };
+            (status, serde_json::from_str(&body).unwrap_or(Value::Null))
         };
-        (status, serde_json::from_str(&body).unwrap_or(Value::Null))
-    };
-    tokio::time::timeout(EXCHANGE_MAX, exchange)
-        .await
-        .expect("bounded")
+        tokio::time::timeout(EXCHANGE_MAX, exchange)
+            .await
+            .expect("bounded")
+    }
 }
 
 /// The status and head of a GET to `path` over TLS, read up to the end of the head only: an
@@ -165,72 +179,50 @@ async fn https_with_tokens_authenticates_and_authorizes_through_the_client_port(
     // A follower, so the request is also carried to the leader with its token.
     let node = (1..=3).find(|id| *id != leader).unwrap();
     let addr = cluster.node(node).config.http_listen.clone();
+    let web = Https {
+        connector: &connector,
+        addr: &addr,
+    };
 
     phase("HTTPS with the cluster CA and an admin token: define, open a session, acquire");
     let limit = "/v1/tenants/b/limits/x";
-    let (status, v) = https(
-        &connector,
-        &addr,
-        "PUT",
-        limit,
-        Some(ADMIN),
-        Some(json!({"concurrent": 1})),
-    )
-    .await;
+    let (status, v) = web.define(limit, ADMIN, 1).await;
     assert_eq!(status, 200, "define as admin: {v}");
-    let (status, s) = https(
-        &connector,
-        &addr,
-        "POST",
-        "/v1/sessions",
-        Some(ADMIN),
-        Some(json!({"ttl_ms": 15_000})),
-    )
-    .await;
+    let (status, s) = web
+        .call(
+            "POST",
+            "/v1/sessions",
+            Some(ADMIN),
+            Some(json!({"ttl_ms": 15_000})),
+        )
+        .await;
     assert_eq!(status, 200, "open as admin: {s}");
     let session = s["session"].as_u64().expect("a session id");
-    let (status, v) = https(
-        &connector,
-        &addr,
-        "POST",
-        &format!("{limit}/acquire"),
-        Some(ADMIN),
-        Some(json!({"session": session, "ticket": 1, "wait": false})),
-    )
-    .await;
+    let (status, v) = web
+        .call(
+            "POST",
+            &format!("{limit}/acquire"),
+            Some(ADMIN),
+            Some(json!({"session": session, "ticket": 1, "wait": false})),
+        )
+        .await;
     assert_eq!(status, 200, "acquire as admin: {v}");
 
     phase("a tenant:a token is refused in tenant b (403), allowed in a");
-    let (status, v) = https(
-        &connector,
-        &addr,
-        "PUT",
-        limit,
-        Some(TENANT_A),
-        Some(json!({"concurrent": 5})),
-    )
-    .await;
+    let (status, v) = web.define(limit, TENANT_A, 5).await;
     assert_eq!(
         (status, v["error"].as_str()),
         (403, Some("Forbidden")),
         "{v}"
     );
-    let (status, v) = https(&connector, &addr, "GET", limit, Some(TENANT_A), None).await;
+    let (status, v) = web.call("GET", limit, Some(TENANT_A), None).await;
     assert_eq!(status, 403, "a read in b as tenant:a: {v}");
-    let (status, v) = https(
-        &connector,
-        &addr,
-        "PUT",
-        "/v1/tenants/a/limits/x",
-        Some(TENANT_A),
-        Some(json!({"concurrent": 1})),
-    )
-    .await;
+    let (status, v) = web.define("/v1/tenants/a/limits/x", TENANT_A, 1).await;
     assert_eq!(status, 200, "define in a as tenant:a: {v}");
 
     phase("a session's event stream is refused to another principal (403), served to its owner");
     let events = format!("/v1/sessions/{session}/events");
-    let (status, v) = https(&connector, &addr, "GET", &events, Some(TENANT_A), None).await;
+    let (status, v) = web.call("GET", &events, Some(TENANT_A), None).await;
     assert_eq!(
         (status, v["error"].as_str()),
         (403, Some("Forbidden")),
@@ -243,7 +235,7 @@ async fn https_with_tokens_authenticates_and_authorizes_through_the_client_port(
         "{head}"
     );
     let unknown = format!("/v1/sessions/{}/events", session.wrapping_add(1));
-    let (status, v) = https(&connector, &addr, "GET", &unknown, Some(ADMIN), None).await;
+    let (status, v) = web.call("GET", &unknown, Some(ADMIN), None).await;
     assert_eq!(
         (status, v["error"].as_str()),
         (404, Some("UnknownSession")),
@@ -251,19 +243,19 @@ async fn https_with_tokens_authenticates_and_authorizes_through_the_client_port(
     );
 
     phase("no token, or an unknown one, is 401 Unauthenticated; /healthz stays open");
-    let (status, v) = https(&connector, &addr, "GET", limit, None, None).await;
+    let (status, v) = web.call("GET", limit, None, None).await;
     assert_eq!(
         (status, v["error"].as_str()),
         (401, Some("Unauthenticated")),
         "{v}"
     );
-    let (status, v) = https(&connector, &addr, "GET", limit, Some("guess"), None).await;
+    let (status, v) = web.call("GET", limit, Some("guess"), None).await;
     assert_eq!(
         (status, v["error"].as_str()),
         (401, Some("Unauthenticated")),
         "{v}"
     );
-    let (status, _) = https(&connector, &addr, "GET", "/healthz", None, None).await;
+    let (status, _) = web.call("GET", "/healthz", None, None).await;
     assert_eq!(status, 200);
 
     phase("plain HTTP to the TLS port gets no HTTP answer");

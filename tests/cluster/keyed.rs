@@ -167,13 +167,12 @@ async fn keyed_limits_and_parts_through_the_cli_and_the_library() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keyed_takes_parts_and_a_settled_estimate_over_http() {
-    use crate::http::{base, call, follower};
+    use crate::http::{Api, follower};
     use serde_json::json;
 
     let cluster = Cluster::start("keyed-http", 3, "");
-    let node = base(&cluster, follower(&cluster).await);
-    let http = reqwest::Client::new();
-    let put = |path: &'static str, body| call(&http, &node, "PUT", path, Some(body));
+    let api = Api::of(&cluster, follower(&cluster).await);
+    let put = |path: &'static str, body| api.call("PUT", path, Some(body));
     phase("define a keyed rate per user and a tenant-wide rate over HTTP");
     let (status, _) = put(
         "/v1/tenants/acme/limits/user",
@@ -189,15 +188,7 @@ async fn keyed_takes_parts_and_a_settled_estimate_over_http() {
     assert_eq!(status, 200);
 
     phase("takes: per key, all parts or none");
-    let take = |body| {
-        call(
-            &http,
-            &node,
-            "POST",
-            "/v1/tenants/acme/limits/user/take",
-            Some(body),
-        )
-    };
+    let take = |body| api.call("POST", "/v1/tenants/acme/limits/user/take", Some(body));
     let (status, v) =
         take(json!({"key": "u1", "units": 3, "parts": [{"limit": "all", "units": 10}]})).await;
     assert_eq!(
@@ -211,7 +202,7 @@ async fn keyed_takes_parts_and_a_settled_estimate_over_http() {
         (429, Some("Busy")),
         "{v}"
     );
-    let (_, v) = call(&http, &node, "GET", "/v1/tenants/acme/limits/all", None).await;
+    let (_, v) = api.call("GET", "/v1/tenants/acme/limits/all", None).await;
     assert_eq!(
         v["tokens"].as_u64(),
         Some(90),
@@ -221,41 +212,35 @@ async fn keyed_takes_parts_and_a_settled_estimate_over_http() {
     assert_eq!(status, 400, "a keyed limit needs a key: {v}");
 
     phase("an acquire with an estimate, settled below it over HTTP");
-    let (_, v) = call(
-        &http,
-        &node,
-        "POST",
-        "/v1/sessions",
-        Some(json!({"ttl_ms": 10_000})),
-    )
-    .await;
+    let (_, v) = api
+        .call("POST", "/v1/sessions", Some(json!({"ttl_ms": 10_000})))
+        .await;
     let session = v["session"].as_u64().unwrap();
-    let (status, v) = call(
-        &http,
-        &node,
-        "POST",
-        "/v1/tenants/acme/limits/all/acquire",
-        Some(json!({"session": session, "ticket": 1, "units": 50, "estimate": true})),
-    )
-    .await;
+    let (status, v) = api
+        .call(
+            "POST",
+            "/v1/tenants/acme/limits/all/acquire",
+            Some(json!({"session": session, "ticket": 1, "units": 50, "estimate": true})),
+        )
+        .await;
     assert_eq!(
         (status.as_u16(), v["status"].as_str()),
         (200, Some("granted")),
         "{v}"
     );
-    let (_, v) = call(&http, &node, "GET", "/v1/tenants/acme/limits/all", None).await;
+    let (_, v) = api.call("GET", "/v1/tenants/acme/limits/all", None).await;
     assert_eq!(v["tokens"].as_u64(), Some(40));
     let settle = json!({"ticket": 1, "cost": 20});
     let path = format!("/v1/sessions/{session}/settle");
-    let (status, v) = call(&http, &node, "POST", &path, Some(settle.clone())).await;
+    let (status, v) = api.call("POST", &path, Some(settle.clone())).await;
     assert_eq!(
         (status.as_u16(), v["duplicate"].as_bool()),
         (200, Some(false)),
         "{v}"
     );
-    let (_, v) = call(&http, &node, "POST", &path, Some(settle)).await;
+    let (_, v) = api.call("POST", &path, Some(settle)).await;
     assert_eq!(v["duplicate"].as_bool(), Some(true), "{v}");
-    let (_, v) = call(&http, &node, "GET", "/v1/tenants/acme/limits/all", None).await;
+    let (_, v) = api.call("GET", "/v1/tenants/acme/limits/all", None).await;
     assert_eq!(v["tokens"].as_u64(), Some(70), "30 returned: {v}");
 
     phase("a shadow limit never refuses; /metrics counts what it would have refused");
@@ -265,22 +250,15 @@ async fn keyed_takes_parts_and_a_settled_estimate_over_http() {
     )
     .await;
     assert_eq!(status, 200);
-    let trial = |body| {
-        call(
-            &http,
-            &node,
-            "POST",
-            "/v1/tenants/acme/limits/trial/take",
-            Some(body),
-        )
-    };
+    let trial = |body| api.call("POST", "/v1/tenants/acme/limits/trial/take", Some(body));
     for _ in 0..3 {
         let (status, v) = trial(json!({"units": 1})).await;
         assert_eq!(status, 200, "{v}");
     }
     cluster.converged(CONVERGE).await;
-    let text = http
-        .get(format!("{node}/metrics"))
+    let text = api
+        .http
+        .get(format!("{}/metrics", api.base))
         .send()
         .await
         .unwrap()

@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use weir_client::protocol::{Answer, Query};
-use weir_client::{AcquireError, AcquireOptions, Lost, Session};
+use weir_client::{AcquireError, AcquireOptions, Lost, Permit, Session};
 use weir_core::machine::{Command, HaltScope, Priority, Refusal, Reply};
 
 use crate::harness::{Cluster, phase};
@@ -93,31 +93,28 @@ async fn ten_clients_contend_for_three_and_never_more_than_three_believe_they_ho
             }
         }
     }
-    let limit = match admin
-        .read(Query::Limit {
-            tenant: "t".into(),
-            name: "three".into(),
-        })
-        .await
-        .unwrap()
-    {
-        Answer::Limit(Some(l)) => l,
-        other => panic!("{other:?}"),
-    };
+    let limit = admin.limit_status("t", "three").await.unwrap().unwrap();
     assert_eq!((limit.in_use, limit.max_in_use), (0, 3));
+}
+
+/// Once `cluster` has a leader: limit `one` of tenant `t` (concurrency 1) defined and its
+/// unit held. Answers the client, the holder's session and its permit.
+async fn one_held(cluster: &Cluster) -> (weir_client::Client, Session, Permit) {
+    cluster.leader(ELECTION).await;
+    let client = cluster.client();
+    client.write(define("one", 1)).await.unwrap();
+    let holder = Session::open(&client, TTL).await.unwrap();
+    let permit = holder
+        .acquire(AcquireOptions::new("t", "one"))
+        .await
+        .unwrap();
+    (client, holder, permit)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_are_served_by_priority() {
     let cluster = Cluster::start("priority", 3, "");
-    cluster.leader(ELECTION).await;
-    let client = cluster.client();
-    client.write(define("one", 1)).await.unwrap();
-    let holder = Session::open(&client, TTL).await.unwrap();
-    let held = holder
-        .acquire(AcquireOptions::new("t", "one"))
-        .await
-        .unwrap();
+    let (client, _holder, held) = one_held(&cluster).await;
     phase("queue levels 0, 5, 1 in that order; release; they are served 5, 1, 0");
     let order: Arc<Mutex<Vec<i32>>> = Arc::default();
     let mut tasks = vec![];
@@ -136,17 +133,8 @@ async fn waiters_are_served_by_priority() {
         // Let each queue before the next.
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
-            let waiting = match client
-                .read(Query::Limit {
-                    tenant: "t".into(),
-                    name: "one".into(),
-                })
-                .await
-                .unwrap()
-            {
-                Answer::Limit(Some(l)) => l.waiting,
-                _ => 0,
-            };
+            let limit = client.limit_status("t", "one").await.unwrap();
+            let waiting = limit.map_or(0, |l| l.waiting);
             if waiting as usize == tasks.len() || Instant::now() > deadline {
                 break;
             }
@@ -163,14 +151,7 @@ async fn waiters_are_served_by_priority() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_session_knows_how_many_tickets_were_ahead_when_it_was_queued() {
     let cluster = Cluster::start("position", 1, "");
-    cluster.leader(ELECTION).await;
-    let client = cluster.client();
-    client.write(define("one", 1)).await.unwrap();
-    let holder = Session::open(&client, TTL).await.unwrap();
-    let held = holder
-        .acquire(AcquireOptions::new("t", "one"))
-        .await
-        .unwrap();
+    let (client, holder, held) = one_held(&cluster).await;
     assert_eq!(
         holder.queued_position(),
         None,
@@ -212,14 +193,8 @@ async fn a_waiting_session_knows_how_many_tickets_were_ahead_when_it_was_queued(
 async fn a_holder_keeps_its_permit_across_a_leader_kill_and_the_waiter_is_granted_only_after_release()
  {
     let mut cluster = Cluster::start("failover", 3, "");
+    let (client, _holder, permit) = one_held(&cluster).await;
     let first = cluster.leader(ELECTION).await;
-    let client = cluster.client();
-    client.write(define("one", 1)).await.unwrap();
-    let holder = Session::open(&client, TTL).await.unwrap();
-    let permit = holder
-        .acquire(AcquireOptions::new("t", "one"))
-        .await
-        .unwrap();
     let fence = permit.fence();
     let waiter_client = weir_client::Client::new(cluster.servers());
     let waiter = tokio::spawn(async move {
@@ -266,11 +241,7 @@ async fn a_holder_keeps_its_permit_across_a_leader_kill_and_the_waiter_is_grante
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_halt_refuses_waiters_tells_holders_refuses_reserves_and_clearing_restores() {
     let cluster = Cluster::start("halt", 3, "");
-    cluster.leader(ELECTION).await;
-    let client = cluster.client();
-    client.write(define("one", 1)).await.unwrap();
-    let s1 = Session::open(&client, TTL).await.unwrap();
-    let permit = s1.acquire(AcquireOptions::new("t", "one")).await.unwrap();
+    let (client, _holder, permit) = one_held(&cluster).await;
     let s2 = Session::open(&client, TTL).await.unwrap();
     let waiter = tokio::spawn(async move {
         s2.acquire(AcquireOptions::new("t", "one"))

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::ELECTION;
 use super::harness::{Cluster, phase};
-use super::http::{base, call};
+use super::http::Api;
 
 /// The value of the sample `name` (a full sample name with labels, as exposed).
 fn sample(text: &str, name: &str) -> Option<f64> {
@@ -53,19 +53,18 @@ fn promtool(text: &str) -> Option<(bool, String)> {
 async fn metrics_pass_promtool_and_move_with_operations_and_health_answers() {
     let cluster = Cluster::start("metrics", 3, "");
     let leader = cluster.leader(ELECTION).await;
-    let url = base(&cluster, leader);
-    let http = reqwest::Client::new();
+    let api = Api::of(&cluster, leader);
     phase("healthz and readyz");
-    let (status, _) = call(&http, &url, "GET", "/healthz", None).await;
+    let (status, _) = api.call("GET", "/healthz", None).await;
     assert_eq!(status, StatusCode::OK);
-    let (status, v) = call(&http, &url, "GET", "/readyz", None).await;
+    let (status, v) = api.call("GET", "/readyz", None).await;
     assert_eq!(
         (status, v["ready"].as_bool()),
         (StatusCode::OK, Some(true)),
         "{v}"
     );
     phase("scrape before; promtool accepts the exposition");
-    let before = scrape(&http, &url).await;
+    let before = scrape(&api.http, &api.base).await;
     match promtool(&before) {
         Some((ok, said)) => assert!(ok, "promtool check metrics: {said}\n{before}"),
         None => eprintln!("WARNING: promtool is not installed; the exposition was not checked"),
@@ -93,32 +92,18 @@ async fn metrics_pass_promtool_and_move_with_operations_and_health_answers() {
     }
     phase("run operations: define, a holder and a waiter, a refusal");
     let proposed_before = sample(&before, "weir_entries_proposed_total").unwrap();
-    call(
-        &http,
-        &url,
-        "PUT",
-        "/v1/tenants/acme/limits/db",
-        Some(json!({"concurrent": 1})),
-    )
-    .await;
-    let (_, s) = call(
-        &http,
-        &url,
-        "POST",
-        "/v1/sessions",
-        Some(json!({"ttl_ms": 10_000})),
-    )
-    .await;
+    api.define("/v1/tenants/acme/limits/db", 1).await;
+    let (_, s) = api.open_session().await;
     let session = s["session"].as_u64().unwrap();
     let acquire = |ticket: u64, wait: bool| json!({"session": session, "ticket": ticket, "wait": wait, "timeout_ms": 0});
     let path = "/v1/tenants/acme/limits/db/acquire";
-    let (status, _) = call(&http, &url, "POST", path, Some(acquire(1, true))).await;
+    let (status, _) = api.call("POST", path, Some(acquire(1, true))).await;
     assert_eq!(status, StatusCode::OK);
-    let (status, _) = call(&http, &url, "POST", path, Some(acquire(2, true))).await;
+    let (status, _) = api.call("POST", path, Some(acquire(2, true))).await;
     assert_eq!(status, StatusCode::ACCEPTED, "queued");
-    let (status, _) = call(&http, &url, "POST", path, Some(acquire(3, false))).await;
+    let (status, _) = api.call("POST", path, Some(acquire(3, false))).await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
-    let after = scrape(&http, &url).await;
+    let after = scrape(&api.http, &api.base).await;
     if let Some((ok, said)) = promtool(&after) {
         assert!(ok, "promtool check metrics: {said}\n{after}");
     }

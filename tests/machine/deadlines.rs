@@ -1,4 +1,4 @@
-//! The deadline index (`machine::deadlines`, issue #11): after any sequence of operations
+//! The deadline index (`machine::deadlines`): after any sequence of operations
 //! the index the machine keeps agrees with a full scan of its state (`Machine::check`
 //! compares them after every entry here), a `Tick` leaves nothing due behind it, and a
 //! machine restored from a snapshot (index rebuilt) is equal to the one that kept it.

@@ -1,5 +1,6 @@
-//! The machine-wide bounds of `weir_core::bounds` (issue #11): each refuses `AtCapacity` at its
-//! bound, naming it, while the per-session and per-tenant bounds are still far away.
+//! The machine-wide bounds of `weir_core::bounds` (every container of the state is bounded):
+//! each refuses `AtCapacity` at its bound, naming it, while the per-session and per-tenant
+//! bounds are still far away.
 
 use weir_core::bounds::{
     FINISHED_REFUSALS_MAX, FINISHED_TICKETS_MAX, HALTS_MAX, PERIODS_MAX, RECEIPTS_MAX, RUNS_MAX,
@@ -132,19 +133,25 @@ fn finished_refusals_are_bounded_apart_from_small_finished_tickets() {
     assert_eq!(s.reply(ask(b, 0, "db")), crate::sim::queued(0));
 }
 
-#[test]
-fn runs_periods_halts_and_receipts_of_all_tenants_are_bounded() {
-    let mut s = Sim::new();
-    let tenant = |i: usize| format!("t{i}");
-    let reserve = |t: String, run: String, period: Option<String>, hold: bool| Command::Reserve {
-        tenant: t,
+fn tenant(i: usize) -> String {
+    format!("t{i}")
+}
+
+fn reserve(tenant: String, run: String, period: Option<String>, hold: bool) -> Command {
+    Command::Reserve {
+        tenant,
         run,
         agent: None,
         period,
         hold_tokens: hold.then_some(1),
         hold_minor: None,
-    };
-    // Runs: 10,000 in each of ten tenants.
+    }
+}
+
+#[test]
+fn runs_of_all_tenants_are_bounded() {
+    let mut s = Sim::new();
+    // 10,000 in each of ten tenants.
     let per_tenant = RUNS_MAX / 10;
     let runs = (0..10)
         .flat_map(|t| {
@@ -156,13 +163,18 @@ fn runs_periods_halts_and_receipts_of_all_tenants_are_bounded() {
         s.reply(reserve(tenant(10), "r".into(), None, false)),
         full("running runs of all tenants", RUNS_MAX)
     );
-    // Receipts: settles with new keys, across two tenants (each below its own eviction).
-    let settle = |t: String, epoch: u64, period: Option<String>| {
+}
+
+#[test]
+fn receipts_of_all_tenants_are_bounded() {
+    let mut s = Sim::new();
+    // Settles with new keys, across two tenants (each below its own eviction).
+    let settle = |t: String, epoch: u64| {
         Command::Settle(Settle {
             tenant: t,
             run: "s".into(),
             epoch,
-            period,
+            period: None,
             tokens: 1,
             minor_units: 0,
             release_slot: false,
@@ -170,50 +182,44 @@ fn runs_periods_halts_and_receipts_of_all_tenants_are_bounded() {
     };
     let half = RECEIPTS_MAX as u64 / 2;
     let settles = (0..2)
-        .flat_map(|t| (0..half).map(move |e| settle(tenant(20 + t), e, None)))
+        .flat_map(|t| (0..half).map(move |e| settle(tenant(20 + t), e)))
         .collect();
     applied_in_entries(&mut s, settles);
     assert_eq!(
-        s.reply(settle(tenant(22), 0, None)),
+        s.reply(settle(tenant(22), 0)),
         full("settlement receipts of all tenants", RECEIPTS_MAX)
     );
-    // Periods: a thousand in each of a hundred tenants (held reserves need no receipts).
-    // Periods: a thousand in each of a hundred tenants, each named by a held reserve whose
-    // run is released at once (the period stays: spend is never pruned).
+}
+
+#[test]
+fn periods_of_all_tenants_are_bounded() {
+    let mut s = Sim::new();
+    // A thousand in each of a hundred tenants, each named by a held reserve whose run is
+    // released at once (the period stays: spend is never pruned).
     let periods = (0..100)
         .flat_map(|t| {
             (0..PERIODS_MAX / 100).flat_map(move |p| {
                 [
-                    reserve(
-                        tenant(100 + t),
-                        format!("h{p}"),
-                        Some(format!("p{p}")),
-                        true,
-                    ),
+                    reserve(tenant(t), format!("h{p}"), Some(format!("p{p}")), true),
                     Command::ReleaseRun {
-                        tenant: tenant(100 + t),
+                        tenant: tenant(t),
                         run: format!("h{p}"),
                     },
                 ]
             })
         })
         .collect::<Vec<_>>();
-    // Free the run bound first.
-    let releases = (0..10)
-        .flat_map(|t| {
-            (0..per_tenant).map(move |r| Command::ReleaseRun {
-                tenant: tenant(t),
-                run: format!("r{r}"),
-            })
-        })
-        .collect();
-    applied_in_entries(&mut s, releases);
     applied_in_entries(&mut s, periods);
     assert_eq!(
         s.reply(reserve(tenant(300), "h".into(), Some("p".into()), true)),
         full("periods of all tenants", PERIODS_MAX)
     );
-    // Halts: a hundred agents in each of a hundred tenants.
+}
+
+#[test]
+fn halts_of_all_tenants_are_bounded() {
+    let mut s = Sim::new();
+    // A hundred agents in each of a hundred tenants.
     let halts = (0..100)
         .flat_map(|t| {
             (0..HALTS_MAX / 100).map(move |a| Command::SetHalt {

@@ -1,6 +1,6 @@
 //! The state machine's tests: scenarios named for the behaviours of spec §2, a property
 //! test against a reference model (G1, G5), determinism and snapshot damage (G4, G8), and
-//! the deadline index against a full scan (issue #11).
+//! the deadline index against a full scan, and the machine-wide bounds.
 
 mod deadlines;
 mod determinism;

@@ -174,6 +174,43 @@ impl Model {
         touched
     }
 
+    /// Ends the sessions whose leases ran out by `log_ms`, earliest expiry first, all before
+    /// any limit they were on is served.
+    fn expire(&mut self, log_ms: u64, expected: &mut Vec<(SessionId, TicketId)>) {
+        let mut due: Vec<(u64, SessionId, usize)> = self
+            .sessions
+            .iter()
+            .filter(|(_, (_, at))| *at <= log_ms)
+            .map(|(slot, (id, at))| (*at, *id, *slot))
+            .collect();
+        due.sort();
+        let mut touched = BTreeSet::new();
+        for (_, id, slot) in due {
+            self.sessions.remove(&slot);
+            touched.append(&mut self.drop_session(id));
+        }
+        for l in touched {
+            self.serve(l, expected);
+        }
+    }
+
+    /// A live session releases ticket `key`: freed or withdrawn wherever it is, and each
+    /// concurrency limit it left is served.
+    fn release(&mut self, key: (SessionId, TicketId), expected: &mut Vec<(SessionId, TicketId)>) {
+        self.released.insert(key);
+        self.taken.remove(&key);
+        self.rate_queued.remove(&key);
+        for l in 0..RATE {
+            let lim = &mut self.limits[l];
+            let held = lim.held.remove(&key).is_some();
+            let queued = lim.queue.len();
+            lim.queue.retain(|(s, t, _)| (*s, *t) != key);
+            if held || queued != lim.queue.len() {
+                self.serve(l, expected);
+            }
+        }
+    }
+
     fn end_session(&mut self, sid: SessionId, expected: &mut Vec<(SessionId, TicketId)>) {
         for l in self.drop_session(sid) {
             self.serve(l, expected);
@@ -260,10 +297,41 @@ impl Model {
     }
 }
 
-fn run(
-    (rate_num, rate_den): (u64, u64),
-    entries: Vec<(u64, Vec<Op>)>,
-) -> Result<(), TestCaseError> {
+/// What the checks of one entry gather: the grants of queued tickets the model expects it
+/// to make, and every fence it handed out.
+#[derive(Default)]
+struct Seen {
+    expected_grants: Vec<(SessionId, TicketId)>,
+    fences: Vec<(u64, (SessionId, TicketId))>,
+}
+
+fn run(rate: (u64, u64), entries: Vec<(u64, Vec<Op>)>) -> Result<(), TestCaseError> {
+    let (mut sim, mut model) = setup(rate);
+    let mut next_abandoned = SESSIONS;
+    for (advance, ops) in entries {
+        let log_ms = sim.m.now_ms() + advance;
+        let mut seen = Seen::default();
+        model.expire(log_ms, &mut seen.expected_grants);
+        let commands = commands_of(&model, &ops);
+        let applied = sim.entry_after(advance, commands.clone());
+        prop_assert_eq!(applied.log_ms, log_ms);
+        for ((op, command), reply) in ops.iter().zip(&commands).zip(&applied.replies) {
+            let slots = &mut next_abandoned;
+            check_reply(&mut model, (op, command, reply), log_ms, &mut seen, slots)?;
+        }
+        let mut got = check_events(&mut model, &applied.events, log_ms, &mut seen)?;
+        model.fences(&seen.fences)?;
+        got.sort();
+        seen.expected_grants.sort();
+        prop_assert_eq!(got, seen.expected_grants, "grants of queued tickets");
+        check_limits(&sim, &model, rate)?;
+    }
+    Ok(())
+}
+
+/// The machine with the [`LIMITS`] (the rate limit at `rate_num / rate_den` a second) and
+/// [`SESSIONS`] open sessions, and the model of it.
+fn setup((rate_num, rate_den): (u64, u64)) -> (Sim, Model) {
     let mut sim = Sim::new();
     let mut model = Model::default();
     for (l, (name, concurrent, per_second, burst)) in LIMITS.into_iter().enumerate() {
@@ -287,246 +355,250 @@ fn run(
         let id = sim.open(TTL_MS);
         model.sessions.insert(slot, (id, sim.m.now_ms() + TTL_MS));
     }
-    let mut next_abandoned = SESSIONS;
-    for (advance, ops) in entries {
-        let log_ms = sim.m.now_ms() + advance;
-        let mut expected_grants = vec![];
-        // Leases that ran out end first, earliest expiry first.
-        let mut due: Vec<(u64, SessionId, usize)> = model
+    (sim, model)
+}
+
+/// The commands of an entry's ops, each naming the session its slot has now (or an id no
+/// session has, for an empty slot).
+fn commands_of(model: &Model, ops: &[Op]) -> Vec<Command> {
+    let sid = |s: usize| {
+        model
             .sessions
-            .iter()
-            .filter(|(_, (_, at))| *at <= log_ms)
-            .map(|(slot, (id, at))| (*at, *id, *slot))
-            .collect();
-        due.sort();
-        // All of them end before any limit they were on is served.
-        let mut touched = BTreeSet::new();
-        for (_, id, slot) in due {
-            model.sessions.remove(&slot);
-            touched.append(&mut model.drop_session(id));
-        }
-        for l in touched {
-            model.serve(l, &mut expected_grants);
-        }
-        let sid = |m: &Model, s: usize| m.sessions.get(&s).map_or(10_000 + s as u64, |(id, _)| *id);
-        let commands: Vec<Command> = ops
-            .iter()
-            .map(|op| match *op {
-                Op::Acquire { s, n, limit, wait } => {
-                    let t = ticket_id(n, limit);
-                    ask(sid(&model, s), t, LIMITS[limit].0)
-                        .units(units_of(t))
-                        .wait(wait)
-                        .into()
-                }
-                Op::Release { s, n, limit } => Command::Release {
-                    session: sid(&model, s),
-                    ticket: ticket_id(n, limit),
-                },
-                Op::KeepAlive { s } => Command::KeepAlive {
-                    session: sid(&model, s),
-                },
-                Op::Close { s } => Command::CloseSession {
-                    session: sid(&model, s),
-                },
-                // A live slot is not reopened; the entry only lets time pass for it.
-                Op::Reopen { s } if model.sessions.contains_key(&s) => Command::Tick,
-                Op::Reopen { .. } => Command::OpenSession { ttl_ms: TTL_MS },
-            })
-            .collect();
-        let applied = sim.entry_after(advance, commands.clone());
-        prop_assert_eq!(applied.log_ms, log_ms);
-        let mut seen = vec![];
-        for ((op, command), reply) in ops.iter().zip(&commands).zip(&applied.replies) {
-            match (op, command) {
-                (Op::Acquire { limit, wait, .. }, Command::Acquire(a)) => {
-                    let key = (a.session, a.ticket);
-                    if !model.alive(a.session) {
-                        prop_assert_eq!(
-                            reply,
-                            &Reply::Refused(Refusal::UnknownSession { session: a.session })
-                        );
-                    } else if *limit == RATE {
-                        if model.released.contains(&key) {
-                            prop_assert_eq!(
-                                reply,
-                                &Reply::Refused(Refusal::TicketReleased {
-                                    session: key.0,
-                                    ticket: key.1
-                                })
-                            );
-                        } else if let Some(f) = model.taken.get(&key) {
-                            prop_assert_eq!(
-                                reply,
-                                &Reply::Granted {
-                                    fence: *f,
-                                    units: a.units
-                                }
-                            );
-                        } else if model.rate_queued.contains(&key) {
-                            // Still waiting, or granted by this entry's refill before the
-                            // commands ran (the event, read below, carries the same fence).
-                            match reply {
-                                Reply::Queued { .. } => {}
-                                Reply::Granted { fence, .. } => seen.push((*fence, key)),
-                                other => prop_assert!(false, "queued rate ticket: {:?}", other),
-                            }
-                        } else {
-                            match reply {
-                                Reply::Granted { fence, units } => {
-                                    seen.push((*fence, key));
-                                    model.taken.insert(key, *fence);
-                                    model.rate_grants.push((log_ms, *units));
-                                }
-                                Reply::Queued { .. } => {
-                                    prop_assert!(*wait);
-                                    model.rate_queued.insert(key);
-                                    model.rate_ever_queued.insert(key);
-                                }
-                                Reply::Refused(Refusal::Busy { .. }) => prop_assert!(!*wait),
-                                other => prop_assert!(false, "rate acquire answered {:?}", other),
-                            }
-                        }
-                    } else {
-                        let expect =
-                            model.acquire(*limit, key, *wait, reply, (&a.tenant, &a.limit));
-                        prop_assert_eq!(reply, &expect, "acquire {:?}", a);
-                        if let Reply::Granted { fence, .. } = reply {
-                            seen.push((*fence, key));
-                        }
-                    }
-                }
-                (Op::Release { .. }, Command::Release { session, ticket }) => {
-                    let key = (*session, *ticket);
-                    if !model.alive(*session) {
-                        continue;
-                    }
-                    model.released.insert(key);
-                    model.taken.remove(&key);
-                    model.rate_queued.remove(&key);
-                    for l in 0..RATE {
-                        let lim = &mut model.limits[l];
-                        let held = lim.held.remove(&key).is_some();
-                        let queued = lim.queue.len();
-                        lim.queue.retain(|(s, t, _)| (*s, *t) != key);
-                        if held || queued != lim.queue.len() {
-                            model.serve(l, &mut expected_grants);
-                        }
-                    }
-                }
-                (Op::KeepAlive { .. }, Command::KeepAlive { session }) => {
-                    // Commands name the session their slot had when the entry was built.
-                    match model.sessions.values_mut().find(|(id, _)| id == session) {
-                        Some((_, at)) => {
-                            *at = log_ms + TTL_MS;
-                            prop_assert_eq!(reply, &Reply::KeptAlive { ttl_ms: TTL_MS });
-                        }
-                        None => prop_assert_eq!(
-                            reply,
-                            &Reply::Refused(Refusal::UnknownSession { session: *session })
-                        ),
-                    }
-                }
-                (Op::Close { .. }, Command::CloseSession { session }) => {
-                    let slot = model
-                        .sessions
-                        .iter()
-                        .find(|(_, (id, _))| id == session)
-                        .map(|(s, _)| *s);
-                    if let Some(slot) = slot {
-                        model.sessions.remove(&slot);
-                        model.end_session(*session, &mut expected_grants);
-                    }
-                }
-                (Op::Reopen { s }, Command::OpenSession { .. }) => {
-                    let Reply::SessionOpened { session, .. } = reply else {
-                        return Err(TestCaseError::fail(format!("open: {reply:?}")));
-                    };
-                    // The slot was empty when the entry was built; a session opened into it
-                    // earlier in this entry keeps a slot of its own until it expires.
-                    if let Some(old) = model.sessions.insert(*s, (*session, log_ms + TTL_MS)) {
-                        model.sessions.insert(next_abandoned, old);
-                        next_abandoned += 1;
-                    }
-                }
-                (Op::Reopen { .. }, Command::Tick) => {}
-                other => unreachable!("{other:?}"),
+            .get(&s)
+            .map_or(10_000 + s as u64, |(id, _)| *id)
+    };
+    ops.iter()
+        .map(|op| match *op {
+            Op::Acquire { s, n, limit, wait } => {
+                let t = ticket_id(n, limit);
+                ask(sid(s), t, LIMITS[limit].0)
+                    .units(units_of(t))
+                    .wait(wait)
+                    .into()
             }
-        }
-        // Grants the machine made for queued tickets.
-        let mut got = vec![];
-        for e in &applied.events {
-            if let Event::Granted {
-                session,
-                ticket,
-                fence,
-                units,
-            } = e
-            {
-                let key = (*session, *ticket);
-                seen.push((*fence, key));
-                // Ticket ids name their limit. A grant made before the commands ran may be
-                // of a ticket one of them released: it counts against the bucket all the same.
-                if key.1 % 3 == RATE as u64 {
-                    model.rate_queued.remove(&key);
-                    prop_assert!(
-                        model.rate_ever_queued.contains(&key),
-                        "rate grant {key:?} of a ticket that never waited"
-                    );
-                    model.rate_grants.push((log_ms, *units));
-                    if !model.released.contains(&key) {
-                        model.taken.insert(key, *fence);
-                    }
-                } else {
-                    got.push(key);
-                    for lim in &mut model.limits {
-                        if let Some(h) = lim.held.get_mut(&key) {
-                            h.1 = *fence;
-                        }
-                    }
-                }
-            }
-        }
-        model.fences(&seen)?;
-        got.sort();
-        expected_grants.sort();
-        prop_assert_eq!(got, expected_grants, "grants of queued tickets");
-        // G1, and agreement with the model, after every entry.
-        for (l, (name, concurrent, _, burst)) in LIMITS.iter().enumerate() {
-            let st = sim.m.limit_status("t", name).unwrap();
-            if l != RATE {
-                let lim = &model.limits[l];
-                prop_assert!(
-                    st.in_use <= *concurrent as u64,
-                    "G1: {} held on {name}",
-                    st.in_use
+            Op::Release { s, n, limit } => Command::Release {
+                session: sid(s),
+                ticket: ticket_id(n, limit),
+            },
+            Op::KeepAlive { s } => Command::KeepAlive { session: sid(s) },
+            Op::Close { s } => Command::CloseSession { session: sid(s) },
+            // A live slot is not reopened; the entry only lets time pass for it.
+            Op::Reopen { s } if model.sessions.contains_key(&s) => Command::Tick,
+            Op::Reopen { .. } => Command::OpenSession { ttl_ms: TTL_MS },
+        })
+        .collect()
+}
+
+/// Checks one command's reply against the model, and moves the model by it.
+fn check_reply(
+    model: &mut Model,
+    (op, command, reply): (&Op, &Command, &Reply),
+    log_ms: u64,
+    seen: &mut Seen,
+    next_abandoned: &mut usize,
+) -> Result<(), TestCaseError> {
+    match (op, command) {
+        (Op::Acquire { limit, wait, .. }, Command::Acquire(a)) => {
+            let key = (a.session, a.ticket);
+            if !model.alive(a.session) {
+                prop_assert_eq!(
+                    reply,
+                    &Reply::Refused(Refusal::UnknownSession { session: a.session })
                 );
-                prop_assert_eq!(st.in_use, lim.used() as u64, "in use on {}", name);
-                prop_assert_eq!(st.waiting, lim.queue.len() as u64, "waiting on {}", name);
-                for (_, f) in lim.held.values() {
-                    prop_assert!(
-                        sim.m.validate_fence("t", name, *f),
-                        "fence {f} held on {name}"
-                    );
-                }
+            } else if *limit == RATE {
+                check_rate_acquire(model, key, *wait, reply, log_ms, seen)?;
             } else {
-                prop_assert_eq!(st.waiting, model.rate_queued.len() as u64);
-                // G1: sum <= burst + (num / den) × window_ms / 1000, times 1000 × den.
-                let g = &model.rate_grants;
-                for i in 0..g.len() {
-                    let mut sum = 0u128;
-                    for later in &g[i..] {
-                        sum += later.1 as u128;
-                        let window_ms = (later.0 - g[i].0) as u128;
-                        let scale = 1_000 * rate_den as u128;
-                        prop_assert!(
-                            sum * scale <= *burst as u128 * scale + rate_num as u128 * window_ms,
-                            "G1 rate at {rate_num}/{rate_den} a second: {sum} tokens in \
-                             {window_ms} ms"
-                        );
-                    }
+                let expect = model.acquire(*limit, key, *wait, reply, (&a.tenant, &a.limit));
+                prop_assert_eq!(reply, &expect, "acquire {:?}", a);
+                if let Reply::Granted { fence, .. } = reply {
+                    seen.fences.push((*fence, key));
                 }
             }
+        }
+        (Op::Release { .. }, Command::Release { session, ticket }) => {
+            if model.alive(*session) {
+                model.release((*session, *ticket), &mut seen.expected_grants);
+            }
+        }
+        (Op::KeepAlive { .. }, Command::KeepAlive { session }) => {
+            // Commands name the session their slot had when the entry was built.
+            match model.sessions.values_mut().find(|(id, _)| id == session) {
+                Some((_, at)) => {
+                    *at = log_ms + TTL_MS;
+                    prop_assert_eq!(reply, &Reply::KeptAlive { ttl_ms: TTL_MS });
+                }
+                None => prop_assert_eq!(
+                    reply,
+                    &Reply::Refused(Refusal::UnknownSession { session: *session })
+                ),
+            }
+        }
+        (Op::Close { .. }, Command::CloseSession { session }) => {
+            let slot = model
+                .sessions
+                .iter()
+                .find(|(_, (id, _))| id == session)
+                .map(|(s, _)| *s);
+            if let Some(slot) = slot {
+                model.sessions.remove(&slot);
+                model.end_session(*session, &mut seen.expected_grants);
+            }
+        }
+        (Op::Reopen { s }, Command::OpenSession { .. }) => {
+            let Reply::SessionOpened { session, .. } = reply else {
+                return Err(TestCaseError::fail(format!("open: {reply:?}")));
+            };
+            // The slot was empty when the entry was built; a session opened into it
+            // earlier in this entry keeps a slot of its own until it expires.
+            if let Some(old) = model.sessions.insert(*s, (*session, log_ms + TTL_MS)) {
+                model.sessions.insert(*next_abandoned, old);
+                *next_abandoned += 1;
+            }
+        }
+        (Op::Reopen { .. }, Command::Tick) => {}
+        other => unreachable!("{other:?}"),
+    }
+    Ok(())
+}
+
+/// Checks the reply to an acquire of the rate limit by a live session: the model does not
+/// repeat the refill, so it checks what an answer may be and records the grants.
+fn check_rate_acquire(
+    model: &mut Model,
+    key: (SessionId, TicketId),
+    wait: bool,
+    reply: &Reply,
+    log_ms: u64,
+    seen: &mut Seen,
+) -> Result<(), TestCaseError> {
+    if model.released.contains(&key) {
+        prop_assert_eq!(
+            reply,
+            &Reply::Refused(Refusal::TicketReleased {
+                session: key.0,
+                ticket: key.1
+            })
+        );
+    } else if let Some(f) = model.taken.get(&key) {
+        let units = units_of(key.1);
+        prop_assert_eq!(reply, &Reply::Granted { fence: *f, units });
+    } else if model.rate_queued.contains(&key) {
+        // Still waiting, or granted by this entry's refill before the commands ran (the
+        // event, read after the replies, carries the same fence).
+        match reply {
+            Reply::Queued { .. } => {}
+            Reply::Granted { fence, .. } => seen.fences.push((*fence, key)),
+            other => prop_assert!(false, "queued rate ticket: {:?}", other),
+        }
+    } else {
+        match reply {
+            Reply::Granted { fence, units } => {
+                seen.fences.push((*fence, key));
+                model.taken.insert(key, *fence);
+                model.rate_grants.push((log_ms, *units));
+            }
+            Reply::Queued { .. } => {
+                prop_assert!(wait);
+                model.rate_queued.insert(key);
+                model.rate_ever_queued.insert(key);
+            }
+            Reply::Refused(Refusal::Busy { .. }) => prop_assert!(!wait),
+            other => prop_assert!(false, "rate acquire answered {:?}", other),
+        }
+    }
+    Ok(())
+}
+
+/// Reads the grants the machine made for queued tickets in this entry, moving the model by
+/// them; returns the grants of the concurrency limits' tickets.
+fn check_events(
+    model: &mut Model,
+    events: &[Event],
+    log_ms: u64,
+    seen: &mut Seen,
+) -> Result<Vec<(SessionId, TicketId)>, TestCaseError> {
+    let mut got = vec![];
+    for e in events {
+        let Event::Granted {
+            session,
+            ticket,
+            fence,
+            units,
+        } = e
+        else {
+            continue;
+        };
+        let key = (*session, *ticket);
+        seen.fences.push((*fence, key));
+        // Ticket ids name their limit. A grant made before the commands ran may be of a
+        // ticket one of them released: it counts against the bucket all the same.
+        if key.1 % 3 == RATE as u64 {
+            model.rate_queued.remove(&key);
+            prop_assert!(
+                model.rate_ever_queued.contains(&key),
+                "rate grant {key:?} of a ticket that never waited"
+            );
+            model.rate_grants.push((log_ms, *units));
+            if !model.released.contains(&key) {
+                model.taken.insert(key, *fence);
+            }
+        } else {
+            got.push(key);
+            for lim in &mut model.limits {
+                if let Some(h) = lim.held.get_mut(&key) {
+                    h.1 = *fence;
+                }
+            }
+        }
+    }
+    Ok(got)
+}
+
+/// G1, and agreement with the model, after an entry.
+fn check_limits(sim: &Sim, model: &Model, rate: (u64, u64)) -> Result<(), TestCaseError> {
+    for (l, (name, concurrent, _, burst)) in LIMITS.iter().enumerate() {
+        let st = sim.m.limit_status("t", name).unwrap();
+        if l == RATE {
+            prop_assert_eq!(st.waiting, model.rate_queued.len() as u64);
+            check_rate_window(&model.rate_grants, *burst, rate)?;
+            continue;
+        }
+        let lim = &model.limits[l];
+        prop_assert!(
+            st.in_use <= *concurrent as u64,
+            "G1: {} held on {name}",
+            st.in_use
+        );
+        prop_assert_eq!(st.in_use, lim.used() as u64, "in use on {}", name);
+        prop_assert_eq!(st.waiting, lim.queue.len() as u64, "waiting on {}", name);
+        for (_, f) in lim.held.values() {
+            prop_assert!(
+                sim.m.validate_fence("t", name, *f),
+                "fence {f} held on {name}"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// G1 for the rate limit: the tokens granted over any window of the log (grants as (log
+/// ms, units)) never exceed `burst + rate × window`; in integers, `sum × 1000 × den <=
+/// burst × 1000 × den + num × window_ms`.
+fn check_rate_window(
+    grants: &[(u64, u32)],
+    burst: u64,
+    (rate_num, rate_den): (u64, u64),
+) -> Result<(), TestCaseError> {
+    let scale = 1_000 * rate_den as u128;
+    for (i, first) in grants.iter().enumerate() {
+        let mut sum = 0u128;
+        for later in &grants[i..] {
+            sum += later.1 as u128;
+            let window_ms = (later.0 - first.0) as u128;
+            prop_assert!(
+                sum * scale <= burst as u128 * scale + rate_num as u128 * window_ms,
+                "G1 rate at {rate_num}/{rate_den} a second: {sum} tokens in {window_ms} ms"
+            );
         }
     }
     Ok(())
@@ -579,6 +651,94 @@ struct HoldModel {
     from_holds: u64,
 }
 
+impl HoldModel {
+    /// A reserve of `run` holding `hold`: `Some(Admitted)`, or `None` for a refusal by the
+    /// budget. A running run is admitted again; a new one only while its hold fits beside
+    /// what is settled and held (without a hold: while the spend is below the budget).
+    fn reserve(&mut self, run: u8, hold: Option<u64>) -> Option<Reply> {
+        if !self.running.contains_key(&run) {
+            let fits = match hold {
+                Some(h) => self.spent + self.held + h <= HOLD_BUDGET,
+                None => self.spent < HOLD_BUDGET,
+            };
+            if !fits {
+                return None;
+            }
+            self.running.insert(run, hold);
+            self.held += hold.unwrap_or(0);
+        }
+        Some(Reply::Admitted)
+    }
+
+    /// A settlement charging `tokens` to `run`: within what is left of its hold first, the
+    /// rest an overrun; `release` frees the slot too.
+    fn settle(&mut self, run: u8, tokens: u64, release: bool) -> Reply {
+        let mut over = 0;
+        if let Some(Some(left)) = self.running.get_mut(&run) {
+            let taken = tokens.min(*left);
+            *left -= taken;
+            self.held -= taken;
+            self.from_holds += taken;
+            over = tokens - taken;
+        }
+        self.spent += tokens;
+        self.overrun += over;
+        if release {
+            self.release(run);
+        }
+        match over {
+            0 => Reply::Settled { duplicate: false },
+            _ => Reply::Overrun {
+                tokens: over,
+                minor_units: 0,
+            },
+        }
+    }
+
+    /// Frees `run`'s slot and what is left of its hold.
+    fn release(&mut self, run: u8) -> Reply {
+        if let Some(left) = self.running.remove(&run) {
+            self.held -= left.unwrap_or(0);
+        }
+        Reply::Done
+    }
+}
+
+/// The command of `op` on tenant `h`'s period `p`; a settlement takes the next `epoch`.
+fn hold_command(op: &HoldOp, epoch: &mut u64) -> Command {
+    let run_name = |run: u8| format!("run-{run}");
+    match *op {
+        HoldOp::Reserve { run, hold } => Command::Reserve {
+            tenant: "h".into(),
+            run: run_name(run),
+            agent: None,
+            period: Some("p".into()),
+            hold_tokens: hold,
+            hold_minor: None,
+        },
+        HoldOp::Settle {
+            run,
+            tokens,
+            release,
+        } => {
+            *epoch += 1;
+            Command::Settle(weir_core::machine::Settle {
+                tenant: "h".into(),
+                run: run_name(run),
+                epoch: *epoch,
+                period: Some("p".into()),
+                tokens,
+                minor_units: 0,
+                release_slot: release,
+            })
+        }
+        HoldOp::Release { run } => Command::ReleaseRun {
+            tenant: "h".into(),
+            run: run_name(run),
+        },
+    }
+}
+
 fn run_holds(ops: Vec<Vec<HoldOp>>) -> Result<(), TestCaseError> {
     let mut sim = Sim::new();
     sim.reply(Command::SetTenant {
@@ -590,84 +750,23 @@ fn run_holds(ops: Vec<Vec<HoldOp>>) -> Result<(), TestCaseError> {
     let mut model = HoldModel::default();
     let mut epoch = 0u64;
     for entry in ops {
-        let mut commands = vec![];
-        let mut expected = vec![];
         // Many reserves in one entry are the concurrent case: each sees the holds before it.
-        for op in &entry {
-            let run_name = |run: u8| format!("run-{run}");
-            match *op {
-                HoldOp::Reserve { run, hold } => {
-                    commands.push(Command::Reserve {
-                        tenant: "h".into(),
-                        run: run_name(run),
-                        agent: None,
-                        period: Some("p".into()),
-                        hold_tokens: hold,
-                        hold_minor: None,
-                    });
-                    let admitted = if model.running.contains_key(&run) {
-                        true
-                    } else {
-                        match hold {
-                            Some(h) => model.spent + model.held + h <= HOLD_BUDGET,
-                            None => model.spent < HOLD_BUDGET,
-                        }
-                    };
-                    if admitted && !model.running.contains_key(&run) {
-                        model.running.insert(run, hold);
-                        model.held += hold.unwrap_or(0);
-                    }
-                    expected.push(admitted.then_some(Reply::Admitted));
-                }
+        let commands = entry
+            .iter()
+            .map(|op| hold_command(op, &mut epoch))
+            .collect();
+        let expected: Vec<Option<Reply>> = entry
+            .iter()
+            .map(|op| match *op {
+                HoldOp::Reserve { run, hold } => model.reserve(run, hold),
                 HoldOp::Settle {
                     run,
                     tokens,
                     release,
-                } => {
-                    epoch += 1;
-                    commands.push(Command::Settle(weir_core::machine::Settle {
-                        tenant: "h".into(),
-                        run: run_name(run),
-                        epoch,
-                        period: Some("p".into()),
-                        tokens,
-                        minor_units: 0,
-                        release_slot: release,
-                    }));
-                    let mut over = 0;
-                    if let Some(Some(left)) = model.running.get_mut(&run) {
-                        let taken = tokens.min(*left);
-                        *left -= taken;
-                        model.held -= taken;
-                        model.from_holds += taken;
-                        over = tokens - taken;
-                    }
-                    model.spent += tokens;
-                    model.overrun += over;
-                    if release && let Some(left) = model.running.remove(&run) {
-                        model.held -= left.unwrap_or(0);
-                    }
-                    expected.push(Some(if over == 0 {
-                        Reply::Settled { duplicate: false }
-                    } else {
-                        Reply::Overrun {
-                            tokens: over,
-                            minor_units: 0,
-                        }
-                    }));
-                }
-                HoldOp::Release { run } => {
-                    commands.push(Command::ReleaseRun {
-                        tenant: "h".into(),
-                        run: run_name(run),
-                    });
-                    if let Some(left) = model.running.remove(&run) {
-                        model.held -= left.unwrap_or(0);
-                    }
-                    expected.push(Some(Reply::Done));
-                }
-            }
-        }
+                } => Some(model.settle(run, tokens, release)),
+                HoldOp::Release { run } => Some(model.release(run)),
+            })
+            .collect();
         let applied = sim.entry(commands);
         for ((op, reply), want) in entry.iter().zip(&applied.replies).zip(expected) {
             match want {

@@ -30,6 +30,16 @@ fn log_with(dir: &std::path::Path, n: u64) {
     });
 }
 
+/// A log of five entries in a fresh directory: the directory (removed on drop), the log and
+/// its first segment.
+fn five_entries(tag: &str) -> (TempDir, std::path::PathBuf, std::path::PathBuf) {
+    let dir = TempDir::new(tag);
+    let log = dir.0.join("log");
+    log_with(&log, 5);
+    let segment = log.join(FIRST_SEGMENT);
+    (dir, log, segment)
+}
+
 fn indexes(dir: &std::path::Path) -> Vec<u64> {
     rt().block_on(async {
         let mut log = LogStore::open(dir).unwrap();
@@ -51,10 +61,7 @@ fn segment_names(dir: &std::path::Path) -> Vec<String> {
 
 #[test]
 fn an_entry_damaged_in_place_is_refused_at_open_naming_the_segment_byte_and_index() {
-    let dir = TempDir::new("logdamage");
-    let log = dir.0.join("log");
-    log_with(&log, 5);
-    let segment = log.join(FIRST_SEGMENT);
+    let (_dir, log, segment) = five_entries("logdamage");
     let mut bytes = std::fs::read(&segment).unwrap();
     let sealed = seal_entry_payload(&codec::encode(&entry(1, 3, 3, 3)));
     let at = bytes
@@ -76,10 +83,7 @@ fn an_entry_damaged_in_place_is_refused_at_open_naming_the_segment_byte_and_inde
 
 #[test]
 fn a_torn_write_at_the_end_is_cut_off_and_the_log_goes_on() {
-    let dir = TempDir::new("logtorn");
-    let log = dir.0.join("log");
-    log_with(&log, 5);
-    let segment = log.join(FIRST_SEGMENT);
+    let (_dir, log, segment) = five_entries("logtorn");
     let len = std::fs::metadata(&segment).unwrap().len();
     // Entry 5 was the last write, a group of its own: cut 7 bytes off it.
     let file = std::fs::OpenOptions::new()

@@ -1,6 +1,91 @@
 //! [`Client`]: the handle every request goes through; it finds the leader, keeps one
-//! connection to it, and retries what is safe to retry (see the module doc of
-//! the [crate docs](crate) for the whole design).
+//! connection to it, and retries what is safe to retry.
+//!
+//! # Leader following
+//!
+//! A [`Client`] is a cheap handle (clone it freely); clones share one connection, and the
+//! requests of many tasks go over it at once, each with an id, their responses coming back
+//! in any order. There is no connection until the first request. A connect goes to the
+//! *preferred* address if there is one — the leader a `NotLeader` answer named — and
+//! otherwise to the next of the configured servers, round-robin. A `NotLeader` that names
+//! another node gives the connection up and sends the next try there at once; one that
+//! names no other node (an election is under way) pauses first, so the requests sharing the
+//! connection do not all reconnect at once. `Status` and `ReadLocal` are answered by
+//! whichever node is asked; [`Client::stale_reads`] sends reads as `ReadLocal`.
+//!
+//! Only one connect is in flight at a time: the requests that find the connection dead
+//! wait for it and then share the new one (the doc of [`Inner::current`] says why). Each
+//! new connection bumps [`Client::generation`].
+//!
+//! On a multi-homed host, [`Client::with_local_addr`] binds every connection of the client
+//! (the leader's, the hedge's, each redirect's) to one local address before it connects, so
+//! its traffic leaves by that interface and the nodes (and firewalls between) see that
+//! source; the partition harness tells one client's links from the others' by it.
+//!
+//! # Failure detection: a silent node versus a busy one
+//!
+//! A node that stops answering while its process lives on (SIGSTOP, a frozen VM, a stalled
+//! disk) keeps its sockets open: nothing fails, requests just wait. A shorter per-try
+//! timeout cannot tell that node from a busy one — during an election, tries legitimately
+//! take over a second (`docs/benchmarks.md`, "What was tried and reverted"). So the client
+//! does not time requests; it listens for *silence*:
+//!
+//! - **Heartbeats.** Right after the welcome, every connection sends `Heartbeats`, and the
+//!   node then sends a small `Heartbeat` frame every `HEARTBEAT_PERIOD` (200 ms) from a task
+//!   of its own, whatever its requests are doing. A busy node — an election under way, a
+//!   slow commit — still sends them; a stopped one sends nothing at all.
+//! - **The silence bound.** A watchdog per connection declares it dead when *no frame at
+//!   all* (response, event or heartbeat) arrived for [`SILENCE_MAX`] (1 s, five periods).
+//!   Every request in flight on it then fails at once as "outcome unknown" and is retried
+//!   (every write is idempotent) on a new connection; the welcome of a new connection is
+//!   held to the same bound, since a stopped process's socket still accepts connects.
+//! - **Where to go next.** The silent node is *suspected* for [`SUSPECT_FOR`] (3 s):
+//!   connects pass it over, and a `NotLeader` that still names it (a follower that has not
+//!   noticed yet) is treated as "no leader known" (a pause, then the next server) instead of
+//!   a redirect into the silence. The live nodes elect a leader within about a second, and
+//!   the usual `NotLeader` redirects lead there.
+//! - **A deposed leader.** Heartbeats carry the node's term and the leader it knows of. A
+//!   connection whose node named itself leader and then names another (it lost an
+//!   election while partitioned, and is alive) is given up with that leader as the next
+//!   address, before any request has to fail there.
+//! - **No storms.** One connect at a time per [`Client`], so a dead connection costs one
+//!   reconnect per `Client`, not one per request in flight; a kill (connection refused) is
+//!   detected at once, so kill-failover is not slowed; and the `Heartbeat` is `try_send` on
+//!   the node, so a slow reader is never sent more than its outbox holds.
+//! - **Hedged keep-alives** (`hedge.rs`): a keep-alive near its session's deadline on a
+//!   connection silent for two heartbeats is sent to the other nodes too, and the client
+//!   moves to the node that acknowledges it.
+//! - **Jitter.** Every pause between tries (no leader known, a full round of refused
+//!   connects, an unavailable node) is 50–150% of [`RETRY_PAUSE`] ([`jittered`]): the mean
+//!   is unchanged, so kill-failover waits no longer on average, and clients that lost their
+//!   leader at the same instant do not come back in step. Immediate retries (a redirect, the
+//!   next server after a refused connect) stay immediate.
+//!
+//! # Retries
+//!
+//! [`Client::request`] retries at most [`ATTEMPTS_MAX`] tries within [`REQUEST_DEADLINE`]:
+//! - a connect that fails moves on to the next server at once, pausing after a full round
+//!   of them or a failed connect to the preferred address;
+//! - a node that is `Unavailable`, or that answers `OutcomeUnknown`, loses the connection
+//!   and the next try comes after a pause;
+//! - a connection that breaks, falls silent ([`SILENCE_MAX`]) or is deposed, or a try with
+//!   no response within [`RESPONSE_TIMEOUT`], loses the connection and is tried again at
+//!   once;
+//! - every other answer, refusals included, is returned.
+//!
+//! Every write of the machine is idempotent by its ids (a retried `OpenSession` at worst
+//! opens a session that expires unused), so a write whose answer was lost is retried too;
+//! when retries run out after a try that may have applied, the error is
+//! [`ClientError::OutcomeUnknown`], never "failed".
+//!
+//! # Caveats
+//!
+//! - A partitioned old leader that still believes it leads keeps sending heartbeats that
+//!   name itself; requests there wait for its commit timeout (the partition harness covers
+//!   that path). Only a deposed node that *knows* the new leader redirects.
+//!
+//! [`SILENCE_MAX`]: crate::SILENCE_MAX
+//! [`RESPONSE_TIMEOUT`]: crate::RESPONSE_TIMEOUT
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -11,7 +96,6 @@ use tokio::sync::{broadcast, watch};
 
 use super::ClientError;
 use super::conn::{CONNECT_TIMEOUT, Conn, Fate, Feeds};
-use super::hedge::{HEDGE_SILENCE, HEDGE_TRIES, jittered};
 
 use crate::protocol::{Answer, Failure, Query, Request, Response};
 use crate::tls::ClientSecurity;
@@ -23,7 +107,7 @@ pub const ATTEMPTS_MAX: u32 = 200;
 /// Longest a request is retried for. Covers a leader election (about 1 s) several times.
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 /// Pause between tries when no leader is known.
-const RETRY_PAUSE: Duration = Duration::from_millis(100);
+pub(super) const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// Events buffered for slow subscribers.
 const EVENT_BACKLOG: usize = 4_096;
 /// How long a node whose connection fell silent is passed over by the next connects (unless
@@ -33,16 +117,16 @@ const SUSPECT_FOR: Duration = Duration::from_secs(3);
 
 /// The connection in use, and where to connect next.
 #[derive(Default)]
-struct Current {
+pub(super) struct Current {
     /// The connection requests go to; `None` until the first request, and after it died
     /// or was abandoned.
-    conn: Option<Arc<Conn>>,
+    pub(super) conn: Option<Arc<Conn>>,
     /// The address to try first when there is no connection: the leader a `NotLeader`
     /// named. Taken by the next connect; without it the connect goes round-robin.
     preferred: Option<String>,
     /// The node whose connection last fell silent, and when: connects pass it over for
     /// [`SUSPECT_FOR`], and a redirect to it is not followed meanwhile.
-    suspect: Option<(String, Instant)>,
+    pub(super) suspect: Option<(String, Instant)>,
 }
 
 impl Current {
@@ -69,8 +153,8 @@ impl Current {
 }
 
 /// What clones of a [`Client`] share.
-struct Inner {
-    servers: Vec<String>,
+pub(super) struct Inner {
+    pub(super) servers: Vec<String>,
     /// The connection in use, and the address to try first when there is none.
     ///
     /// A tokio mutex, held across the connect in [`Client::connection`], and on purpose:
@@ -82,17 +166,17 @@ struct Inner {
     /// re-ask its tickets once per extra connection. The cost is that requests wait for
     /// the one connect in flight, at most [`CONNECT_TIMEOUT`] — which they would have to
     /// do anyway, having no connection. A std mutex cannot be held across the await.
-    current: tokio::sync::Mutex<Current>,
+    pub(super) current: tokio::sync::Mutex<Current>,
     /// Round-robin position in `servers`.
     next_server: AtomicUsize,
     /// Where connections send pushes: events, and generation bumps on a `Resync`.
-    feeds: Feeds,
+    pub(super) feeds: Feeds,
     /// TLS and token for every connection ([`Client::with_security`]).
     security: ClientSecurity,
     /// The connection hedged keep-alives go to (`hedge` module doc): shared by the
     /// sessions of this client, so they open one between them. A tokio mutex held across
     /// its connect, for the same reason as `current`.
-    hedge: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    pub(super) hedge: tokio::sync::Mutex<Option<Arc<Conn>>>,
     /// The local address every connection is bound to before it connects
     /// ([`Client::with_local_addr`]); `None`: the kernel picks by its routes.
     local_ip: Option<IpAddr>,
@@ -101,7 +185,7 @@ struct Inner {
 /// A client of the cluster, following its leader. Clones share the connection.
 #[derive(Clone)]
 pub struct Client {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
     /// Reads answered from whichever node answers, possibly stale ([`Client::stale_reads`]).
     stale: bool,
 }
@@ -208,13 +292,7 @@ impl Client {
             _ => self.next_round_robin(&current),
         };
         let opening = Instant::now();
-        let opened = Conn::open(
-            &addr,
-            self.inner.feeds.clone(),
-            &self.inner.security,
-            self.inner.local_ip,
-        )
-        .await;
+        let opened = self.open(&addr).await;
         match &opened {
             Ok(_) => tracing::debug!("connected to {addr} in {:?}", opening.elapsed()),
             Err(e) => tracing::debug!(
@@ -231,6 +309,12 @@ impl Client {
             }
             Err(e) => Err((e, wrapped)),
         }
+    }
+
+    /// A new connection to `addr`, with this client's feeds, security and local address.
+    pub(super) async fn open(&self, addr: &str) -> Result<Conn, ClientError> {
+        let inner = &self.inner;
+        Conn::open(addr, inner.feeds.clone(), &inner.security, inner.local_ip).await
     }
 
     /// The next configured server in turn, passing over a suspected one (unless every
@@ -350,152 +434,9 @@ impl Client {
         }
     }
 
-    /// How long the current connection has heard nothing: `None` while it is heard from
-    /// within [`HEDGE_SILENCE`]; the silence when longer, or when there is no live connection
-    /// (or a connect is in flight) — then counted as [`HEDGE_SILENCE`].
-    pub(super) fn silence(&self) -> Option<Duration> {
-        let silent = match self.inner.current.try_lock() {
-            Ok(current) => match &current.conn {
-                Some(c) if c.is_alive() => c.silent_for(),
-                _ => HEDGE_SILENCE,
-            },
-            // A connect is in flight: the last connection died.
-            Err(_) => HEDGE_SILENCE,
-        };
-        (silent >= HEDGE_SILENCE).then_some(silent)
-    }
-
-    /// Sends `request` (an idempotent keep-alive) to the nodes other than the current
-    /// connection's, through this client's one hedge connection, following redirects, at
-    /// most [`HEDGE_TRIES`] tries. An answered write came from the leader: the client moves
-    /// there ([`Client::adopt`]). See the `hedge` module doc.
-    pub(super) async fn hedge(&self, request: &Request) -> Result<Response, ClientError> {
-        if self.inner.servers.len() < 2 {
-            return Err(ClientError::Unreachable("no other node to hedge to".into()));
-        }
-        let avoid = self.current_addr();
-        let mut next: Option<String> = None;
-        let mut last = ClientError::Unreachable("no other node answered the hedge".into());
-        for attempt in 0..HEDGE_TRIES {
-            let conn = {
-                let mut hedge = self.inner.hedge.lock().await;
-                match &*hedge {
-                    Some(c) if c.is_alive() && Some(&c.addr) != avoid.as_ref() => c.clone(),
-                    _ => {
-                        let addr = match next.take() {
-                            Some(a) => a,
-                            None => self.hedge_target(attempt, avoid.as_deref()),
-                        };
-                        match Conn::open(
-                            &addr,
-                            self.inner.feeds.clone(),
-                            &self.inner.security,
-                            self.inner.local_ip,
-                        )
-                        .await
-                        {
-                            Ok(c) => {
-                                let c = Arc::new(c);
-                                *hedge = Some(c.clone());
-                                c
-                            }
-                            Err(e) => {
-                                last = e;
-                                continue;
-                            }
-                        }
-                    }
-                }
-            };
-            match conn.call(request).await {
-                Ok(Response::Failed(Failure::NotLeader { leader })) => {
-                    next = leader.map(|(_, a)| a).filter(|a| Some(a) != avoid.as_ref());
-                    last = ClientError::Failed(Failure::NotLeader { leader: None });
-                    self.drop_hedge(&conn).await;
-                    if next.is_none() {
-                        tokio::time::sleep(jittered(RETRY_PAUSE)).await;
-                    }
-                }
-                Ok(Response::Failed(f)) => {
-                    last = ClientError::Failed(f);
-                    self.drop_hedge(&conn).await;
-                    tokio::time::sleep(jittered(RETRY_PAUSE)).await;
-                }
-                Ok(response) => {
-                    tracing::info!("hedged keep-alive answered by {}; moving there", conn.addr);
-                    self.adopt(&conn).await;
-                    return Ok(response);
-                }
-                Err(e) => {
-                    last = e;
-                    self.drop_hedge(&conn).await;
-                }
-            }
-        }
-        Err(last)
-    }
-
-    /// The configured server the hedge's try `attempt` goes to: the servers in turn, the
-    /// current connection's node left out (unless it is the only one).
-    fn hedge_target(&self, attempt: u32, avoid: Option<&str>) -> String {
-        let others: Vec<&String> = self
-            .inner
-            .servers
-            .iter()
-            .filter(|s| Some(s.as_str()) != avoid)
-            .collect();
-        match others.is_empty() {
-            true => self.inner.servers[attempt as usize % self.inner.servers.len()].clone(),
-            false => others[attempt as usize % others.len()].clone(),
-        }
-    }
-
-    /// The address of the current connection, if any (`None` while a connect is in flight).
-    fn current_addr(&self) -> Option<String> {
-        let current = self.inner.current.try_lock().ok()?;
-        current.conn.as_ref().map(|c| c.addr.clone())
-    }
-
-    /// Forgets the hedge connection `conn` if it is still the hedge's.
-    async fn drop_hedge(&self, conn: &Arc<Conn>) {
-        let mut hedge = self.inner.hedge.lock().await;
-        if hedge.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
-            *hedge = None;
-        }
-    }
-
-    /// Makes `conn` — whose node just acknowledged a write, so it leads — the current
-    /// connection, if the current one is still silent: the silent node is suspected (as the
-    /// detector would have done), and sessions re-ask on the new connection.
-    async fn adopt(&self, conn: &Arc<Conn>) {
-        let mut current = self.inner.current.lock().await;
-        let silent_for = match &current.conn {
-            Some(c) if Arc::ptr_eq(c, conn) => return,
-            Some(c) if c.is_alive() => c.silent_for(),
-            _ => HEDGE_SILENCE,
-        };
-        if silent_for < HEDGE_SILENCE {
-            // Heard from again meanwhile: nothing to move away from.
-            return;
-        }
-        if let Some(old) = current.conn.take() {
-            current.suspect = Some((old.addr.clone(), Instant::now()));
-            old.give_up();
-        }
-        current.conn = Some(conn.clone());
-        drop(current);
-        self.inner.feeds.generation.send_modify(|g| *g += 1);
-    }
-
     /// A write through the log: its reply (refusals included).
     pub async fn write(&self, command: Command) -> Result<Reply, ClientError> {
-        match self.request(Request::Write(command)).await? {
-            Response::Written { reply, .. } => Ok(reply),
-            Response::Failed(f) => Err(ClientError::Failed(f)),
-            other => Err(ClientError::Protocol(format!(
-                "unexpected answer to a write: {other:?}"
-            ))),
-        }
+        reply_of(self.request(Request::Write(command)).await?)
     }
 
     /// A read: linearizable, or from the connected node's applied state when
@@ -534,10 +475,59 @@ impl Client {
     }
 }
 
+/// The reply in a write's response: every write's answer is unwrapped here, whichever
+/// connection it came back on.
+pub(super) fn reply_of(response: Response) -> Result<Reply, ClientError> {
+    match response {
+        Response::Written { reply, .. } => Ok(reply),
+        Response::Failed(f) => Err(ClientError::Failed(f)),
+        other => Err(ClientError::Protocol(format!(
+            "unexpected answer to a write: {other:?}"
+        ))),
+    }
+}
+
 /// Whether `request` changes state (so an unknown outcome matters).
 fn is_write(request: &Request) -> bool {
     matches!(
         request,
         Request::Write(_) | Request::AddNode { .. } | Request::RemoveNode { .. }
     )
+}
+
+/// `pause` scaled by a factor in [0.5, 1.5): the mean pause is unchanged (so no failover
+/// waits longer on average), but clients that lost their leader at the same instant do not
+/// come back in step. The spread comes from the hasher's per-process random keys and the
+/// time, so it needs no random-number crate.
+pub(super) fn jittered(pause: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
+    let unit = (h.finish() % 1_000) as f64 / 1_000.0;
+    pause.mul_f64(0.5 + unit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_within_half_to_one_and_a_half_of_the_pause_and_varies() {
+        let pause = Duration::from_millis(100);
+        let seen: Vec<Duration> = (0..200).map(|_| jittered(pause)).collect();
+        assert!(
+            seen.iter().all(|d| *d >= pause / 2 && *d < pause * 3 / 2),
+            "{seen:?}"
+        );
+        let distinct: std::collections::BTreeSet<_> = seen.iter().collect();
+        assert!(
+            distinct.len() > 20,
+            "jitter spreads the pauses: {distinct:?}"
+        );
+    }
 }

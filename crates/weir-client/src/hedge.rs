@@ -1,12 +1,16 @@
-//! The hedged keep-alive, and the jitter of the client's pauses.
+//! The hedged keep-alive, all of it: when a keep-alive is hedged ([`hedged_keep_alive`]),
+//! the one hedge connection per [`Client`] and its tries ([`Client::hedge`]), and the move to
+//! the node that answers ([`Client::adopt`]).
 //!
-//! A keep-alive that is still unanswered while its session's belief deadline is near *and*
-//! the connection it went to has been silent for [`HEDGE_SILENCE`] is sent again to the
-//! other nodes ([`Client::hedge`]), without waiting for the silence detector
-//! ([`super::SILENCE_MAX`]) to give the connection up. A keep-alive is idempotent, so the
-//! two copies cost nothing but a write. The node that acknowledges the hedge has just
-//! committed a write: it leads, and the client moves its connection there at once
-//! ([`Client::adopt`]), so every request, not only the keep-alive, leaves the silent node.
+//! A keep-alive that is still unanswered while its session's belief deadline is near (less
+//! than [`HEDGE_WHEN_LEFT`] left) *and* the connection it went to has been silent for
+//! [`HEDGE_SILENCE`] is sent again to the other nodes, without waiting for the silence
+//! detector ([`crate::SILENCE_MAX`]) to give the connection up; the hedge follows their
+//! redirects. A keep-alive is idempotent, so the two copies cost nothing but a write. The
+//! node that acknowledges the hedge has just committed a write: it leads, and the client
+//! moves its connection there at once (the silent node is suspected and the requests
+//! waiting on it retried there), so every request, not only the keep-alive, leaves the
+//! silent node.
 //!
 //! Invariants and bounds:
 //! - a hedge never starts while the connection is heard from (a busy node sends heartbeats),
@@ -17,8 +21,47 @@
 //!   connection per try between them, not one each;
 //! - at most [`HEDGE_TRIES`] tries, each connect bounded as every connect is, and paused
 //!   [`jittered`] between rounds, so hundreds of clients do not storm a node just elected.
+//!
+//! # The budget: the session's deadline sets the urgency
+//!
+//! A session with TTL `T` renews every `T/5` and believes its permits until `last
+//! acknowledged send + T − margin`. With `T` = 3 s (margin 300 ms) the worst case is a stop
+//! just after a keep-alive was sent and before its answer: the last acknowledged one was
+//! sent 600 ms earlier, so the belief ends `2.1 s − r` after the stop (with keep-alives
+//! every `T/3` it would be `1.7 s − r`), `r` being how long before the stop that keep-alive
+//! went out (up to one commit round trip: a few ms on a quiet machine, over 100 ms in a
+//! loaded debug build). Against it:
+//!
+//! | step | detector path | hedged path |
+//! |---|---|---|
+//! | notice the silence | 1.0–1.1 s (`SILENCE_MAX` + its check) | 0.4–0.45 s |
+//! | find the leader (the election runs from the stop, concurrently: 0.8–1 s) | redirects, 100 ms pauses | the same, on the hedge connection |
+//! | reconnect | one connect per `Client` (loopback: ~1 ms) | one per `Client` |
+//! | keep-alive round trip | one commit on the new leader | the same |
+//!
+//! On the detector path alone that leaves 1.0 s − `r` for discovery, reconnect and the
+//! commit, which a loaded machine can exceed; the hedge starts the discovery 0.6 s sooner
+//! and ends at the election's end plus one commit. The session on the cluster does not
+//! expire meanwhile: the log clock freezes across the leader change (`machine` module doc),
+//! so what costs a holder its permit is only its own belief deadline. Two more things would
+//! cost it, and the client avoids both: keep-alives run in a loop of their own (`session.rs`),
+//! so one due while the session re-asks its tickets after the reconnect (a string of writes
+//! and reads, each retried through the election) does not wait for the re-ask; and after
+//! `SUSPECT_FOR` (3 s from the detection, about 4.1 s from the stop) a node still stopped
+//! can be connected to again, costing one welcome timeout (1 s) to the requests behind that
+//! connect — the hedge does not wait on that connect. A TTL below 3 s has less slack than
+//! this budget and may lose permits to a stall.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::ClientError;
+use super::boot_clock::BootInstant;
+use super::client::{Client, RETRY_PAUSE, jittered, reply_of};
+use super::conn::Conn;
+use super::session_state::SessionState;
+use crate::protocol::{Failure, Request, Response};
+use weir_core::machine::{Command, Reply};
 
 /// How long the connection a keep-alive went to must have been silent before the keep-alive
 /// is hedged: two heartbeat periods missed, far below the detector's bound, since a hedge
@@ -32,40 +75,170 @@ pub(super) const HEDGE_SILENCE: Duration = Duration::from_millis(400);
 pub(super) const HEDGE_WHEN_LEFT: Duration = Duration::from_millis(1_600);
 /// Most tries of one hedge (a try is a write to one node, a connect first if needed).
 pub(super) const HEDGE_TRIES: u32 = 20;
+/// How often an unanswered keep-alive looks whether it should be hedged.
+const HEDGE_LOOK: Duration = Duration::from_millis(50);
 
-/// `pause` scaled by a factor in [0.5, 1.5): the mean pause is unchanged (so no failover
-/// waits longer on average), but clients that lost their leader at the same instant do not
-/// come back in step. The spread comes from the hasher's per-process random keys and the
-/// time, so it needs no random-number crate.
-pub(super) fn jittered(pause: Duration) -> Duration {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos(),
-    );
-    let unit = (h.finish() % 1_000) as f64 / 1_000.0;
-    pause.mul_f64(0.5 + unit)
+/// One keep-alive through the current connection, hedged to the other nodes once the
+/// deadline is near and that connection silent (the `hedge` module doc): whichever is
+/// acknowledged first answers it; the other is dropped (a keep-alive is idempotent).
+pub(super) async fn hedged_keep_alive(s: &SessionState) -> Result<Reply, ClientError> {
+    let command = Command::KeepAlive { session: s.id };
+    let primary = s.client.write(command.clone());
+    tokio::pin!(primary);
+    let urgent = async {
+        loop {
+            let left = s.deadline.borrow().remaining(BootInstant::now());
+            if left < HEDGE_WHEN_LEFT && s.client.silence().is_some() {
+                return;
+            }
+            tokio::time::sleep(HEDGE_LOOK).await;
+        }
+    };
+    tokio::select! {
+        answer = &mut primary => return answer,
+        () = urgent => {}
+    }
+    tracing::info!("session {}: keep-alive hedged to the other nodes", s.id);
+    let hedge = async { reply_of(s.client.hedge(&Request::Write(command)).await?) };
+    tokio::pin!(hedge);
+    tokio::select! {
+        answer = &mut primary => answer,
+        answer = &mut hedge => match answer {
+            Ok(reply) => Ok(reply),
+            // The hedge found no leader: the primary's retries may still.
+            Err(_) => primary.await,
+        },
+    }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+impl Client {
+    /// How long the current connection has heard nothing: `None` while it is heard from
+    /// within [`HEDGE_SILENCE`]; the silence when longer, or when there is no live connection
+    /// (or a connect is in flight) — then counted as [`HEDGE_SILENCE`].
+    pub(super) fn silence(&self) -> Option<Duration> {
+        let silent = match self.inner.current.try_lock() {
+            Ok(current) => match &current.conn {
+                Some(c) if c.is_alive() => c.silent_for(),
+                _ => HEDGE_SILENCE,
+            },
+            // A connect is in flight: the last connection died.
+            Err(_) => HEDGE_SILENCE,
+        };
+        (silent >= HEDGE_SILENCE).then_some(silent)
+    }
 
-    #[test]
-    fn jitter_stays_within_half_to_one_and_a_half_of_the_pause_and_varies() {
-        let pause = Duration::from_millis(100);
-        let seen: Vec<Duration> = (0..200).map(|_| jittered(pause)).collect();
-        assert!(
-            seen.iter().all(|d| *d >= pause / 2 && *d < pause * 3 / 2),
-            "{seen:?}"
-        );
-        let distinct: std::collections::BTreeSet<_> = seen.iter().collect();
-        assert!(
-            distinct.len() > 20,
-            "jitter spreads the pauses: {distinct:?}"
-        );
+    /// Sends `request` (an idempotent keep-alive) to the nodes other than the current
+    /// connection's, through this client's one hedge connection, following redirects, at
+    /// most [`HEDGE_TRIES`] tries. An answered write came from the leader: the client moves
+    /// there ([`Client::adopt`]). See the `hedge` module doc.
+    pub(super) async fn hedge(&self, request: &Request) -> Result<Response, ClientError> {
+        if self.inner.servers.len() < 2 {
+            return Err(ClientError::Unreachable("no other node to hedge to".into()));
+        }
+        let avoid = self.current_addr();
+        let mut next: Option<String> = None;
+        let mut last = ClientError::Unreachable("no other node answered the hedge".into());
+        for attempt in 0..HEDGE_TRIES {
+            let conn = {
+                let mut hedge = self.inner.hedge.lock().await;
+                match &*hedge {
+                    Some(c) if c.is_alive() && Some(&c.addr) != avoid.as_ref() => c.clone(),
+                    _ => {
+                        let addr = match next.take() {
+                            Some(a) => a,
+                            None => self.hedge_target(attempt, avoid.as_deref()),
+                        };
+                        match self.open(&addr).await {
+                            Ok(c) => {
+                                let c = Arc::new(c);
+                                *hedge = Some(c.clone());
+                                c
+                            }
+                            Err(e) => {
+                                last = e;
+                                continue;
+                            }
+                        }
+                    }
+                }
+            };
+            match conn.call(request).await {
+                Ok(Response::Failed(Failure::NotLeader { leader })) => {
+                    next = leader.map(|(_, a)| a).filter(|a| Some(a) != avoid.as_ref());
+                    last = ClientError::Failed(Failure::NotLeader { leader: None });
+                    self.drop_hedge(&conn).await;
+                    if next.is_none() {
+                        tokio::time::sleep(jittered(RETRY_PAUSE)).await;
+                    }
+                }
+                Ok(Response::Failed(f)) => {
+                    last = ClientError::Failed(f);
+                    self.drop_hedge(&conn).await;
+                    tokio::time::sleep(jittered(RETRY_PAUSE)).await;
+                }
+                Ok(response) => {
+                    tracing::info!("hedged keep-alive answered by {}; moving there", conn.addr);
+                    self.adopt(&conn).await;
+                    return Ok(response);
+                }
+                Err(e) => {
+                    last = e;
+                    self.drop_hedge(&conn).await;
+                }
+            }
+        }
+        Err(last)
+    }
+
+    /// The configured server the hedge's try `attempt` goes to: the servers in turn, the
+    /// current connection's node left out (unless it is the only one).
+    fn hedge_target(&self, attempt: u32, avoid: Option<&str>) -> String {
+        let others: Vec<&String> = self
+            .inner
+            .servers
+            .iter()
+            .filter(|s| Some(s.as_str()) != avoid)
+            .collect();
+        match others.is_empty() {
+            true => self.inner.servers[attempt as usize % self.inner.servers.len()].clone(),
+            false => others[attempt as usize % others.len()].clone(),
+        }
+    }
+
+    /// The address of the current connection, if any (`None` while a connect is in flight).
+    fn current_addr(&self) -> Option<String> {
+        let current = self.inner.current.try_lock().ok()?;
+        current.conn.as_ref().map(|c| c.addr.clone())
+    }
+
+    /// Forgets the hedge connection `conn` if it is still the hedge's.
+    async fn drop_hedge(&self, conn: &Arc<Conn>) {
+        let mut hedge = self.inner.hedge.lock().await;
+        if hedge.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
+            *hedge = None;
+        }
+    }
+
+    /// Makes `conn` — whose node just acknowledged a write, so it leads — the current
+    /// connection, if the current one is still silent: the silent node is suspected (as the
+    /// detector would have done), and sessions re-ask on the new connection.
+    async fn adopt(&self, conn: &Arc<Conn>) {
+        let mut current = self.inner.current.lock().await;
+        let silent_for = match &current.conn {
+            Some(c) if Arc::ptr_eq(c, conn) => return,
+            Some(c) if c.is_alive() => c.silent_for(),
+            _ => HEDGE_SILENCE,
+        };
+        if silent_for < HEDGE_SILENCE {
+            // Heard from again meanwhile: nothing to move away from.
+            return;
+        }
+        if let Some(old) = current.conn.take() {
+            current.suspect = Some((old.addr.clone(), Instant::now()));
+            old.give_up();
+        }
+        current.conn = Some(conn.clone());
+        drop(current);
+        self.inner.feeds.generation.send_modify(|g| *g += 1);
     }
 }

@@ -1,31 +1,58 @@
 //! A session: the client's identity on the cluster, kept alive in the background, and the
 //! acquires made under it.
 //!
-//! Keep-alive: every TTL/5 ([`KEEPALIVES_PER_TTL`]) the session sends `KeepAlive`. When one is acknowledged, the
-//! session's **deadline** becomes `send time + TTL − margin` on CLOCK_BOOTTIME
-//! ([`BootInstant`], which counts suspended time; G2: the cluster cannot expire the lease
-//! before that, see the `machine` module doc). Every permit of the session is believed held
-//! only until that deadline; when it passes without a newer acknowledgement, every permit
-//! is lost.
+//! # Keep-alive and the belief deadline
 //!
-//! Acquire: a ticket is registered as waiting *before* its acquire is sent, so a grant
-//! pushed before the acquire's own answer arrives is not lost (the pending-then-confirmed
-//! rule). Grants, refusals, halts and expiry arrive as pushed events; and whenever the
-//! client opens a new connection (a failover), the session re-asks every waiting ticket —
-//! idempotent by (session, ticket) — so a push lost with the old connection loses nothing.
-//! The same happens when a node says it dropped pushes (`Resync`). A re-ask also reads the
-//! halts of every tenant the session holds permits of, so a halt pushed to a lost
-//! connection is learned too.
+//! A [`Session`] sends `KeepAlive` every TTL/5 ([`KEEPALIVES_PER_TTL`]). When one is
+//! acknowledged, the session's **belief deadline** becomes `send time + TTL − margin`
+//! ([`margin_for`], [`deadline_after`]) on CLOCK_BOOTTIME ([`BootInstant`]): the cluster
+//! cannot expire the session before then (G2, see the `machine` module doc). The boot clock
+//! counts the time the machine spends suspended, which the monotonic clock (`Instant`) does
+//! not, so a client resuming from a suspend finds its deadline passed instead of believing
+//! in permits whose lease ran out in real time; timers only say when to look. Every
+//! permit of the session is believed held only until that deadline. A keep-alive with no
+//! acknowledgement leaves the deadline where it was and is retried soon
+//! ([`KEEPALIVE_RETRY`]); when the deadline passes, every held permit is lost
+//! ([`Lost::Deadline`]). A keep-alive answered `UnknownSession` ends the session
+//! ([`Lost::Expired`]). Near the deadline, on a silent connection, a keep-alive is hedged to
+//! the other nodes (`hedge.rs`).
 //!
-//! An acquire that does not end in a permit — its write's outcome unknown, timed out,
-//! cancelled — gives its ticket up through a guard ([`SessionState::abandon`]), which
-//! releases it in the background: if the acquire did apply, nothing stays held for it.
+//! # Acquires, pushes and re-asks
+//!
+//! A ticket is registered as waiting *before* its acquire is sent, so a grant pushed ahead
+//! of the acquire's own answer is not lost (the pending-then-confirmed rule). A node pushes
+//! to a connection the events of the sessions that connection has used, and the client
+//! fans them out to every [`Client::events`] subscriber; a session learns its grants,
+//! refusals, halts and expiry from them without asking. A push can still be lost — with a
+//! connection that broke, by a subscriber that fell behind, or by the node's forwarder that
+//! fell behind (it then sends `Resync`, which bumps [`Client::generation`]) — so on every
+//! new connection, every `Resync` and every lag of its own the session re-asks each waiting
+//! ticket: the acquire is idempotent by (session, ticket), and a ticket granted meanwhile
+//! answers `Granted` with the same fence. With no ticket waiting it sends a keep-alive
+//! instead, which names the session on the new connection so its pushes follow it there.
+//! Asking again for a *held* ticket answers `Granted` even under a halt, so for held
+//! permits the re-ask reads the halts of their tenants instead, and marks lost every permit
+//! a halt covers: a `Halted` push that was lost is learned too.
+//!
+//! Keep-alives and re-asks run in two loops ([`maintain`]), so a keep-alive never waits for
+//! a re-ask.
+//!
+//! # Nothing stays held that no one believes it holds
+//!
+//! A ticket leaves the session's maps without a permit owning it when its acquire fails
+//! with an unknown outcome, times out, or is cancelled (the future dropped), or when a
+//! grant arrives for an acquirer that is gone. Each of these releases the ticket in the
+//! background ([`SessionState::abandon`]), with bounded retries (a release is idempotent,
+//! and releases a queued ticket too); so does a permit dropped without `release`, and a
+//! withdrawal whose release failed. A definite refusal holds nothing and sends nothing. A
+//! background release that runs out of retries leaves the ticket to the session's end
+//! (close, or expiry after its TTL).
 
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use super::boot_clock::{BootInstant, LOOK_EVERY};
-use super::hedge::HEDGE_WHEN_LEFT;
+use super::hedge::hedged_keep_alive;
 
 use tokio::sync::broadcast::error::RecvError;
 
@@ -44,8 +71,6 @@ use weir_core::machine::{
 /// budget in the client module doc). The cost is N keep-alive writes a TTL per session,
 /// batched into entries like every other command: at 3 s, 1.7 writes/s a session.
 pub(crate) const KEEPALIVES_PER_TTL: u32 = 5;
-/// How often an unanswered keep-alive looks whether it should be hedged.
-const HEDGE_LOOK: Duration = Duration::from_millis(50);
 /// How soon a keep-alive that got no acknowledgement is tried again (or TTL/5, if sooner):
 /// often enough to renew before the deadline after a brief failover.
 const KEEPALIVE_RETRY: Duration = Duration::from_millis(100);
@@ -402,52 +427,6 @@ async fn keep_alive(s: &SessionState, every: Duration) -> Instant {
         }
         // Unknown outcome or no answer: the deadline stays; it may pass.
         _ => Instant::now() + KEEPALIVE_RETRY.min(every),
-    }
-}
-
-/// One keep-alive through the current connection, hedged to the other nodes once the
-/// deadline is near and that connection silent (the `hedge` module doc): whichever is
-/// acknowledged first answers it; the other is dropped (a keep-alive is idempotent).
-async fn hedged_keep_alive(s: &SessionState) -> Result<Reply, ClientError> {
-    let command = Command::KeepAlive { session: s.id };
-    let primary = s.client.write(command.clone());
-    tokio::pin!(primary);
-    let urgent = async {
-        loop {
-            let left = s.deadline.borrow().remaining(BootInstant::now());
-            if left < HEDGE_WHEN_LEFT && s.client.silence().is_some() {
-                return;
-            }
-            tokio::time::sleep(HEDGE_LOOK).await;
-        }
-    };
-    tokio::select! {
-        answer = &mut primary => return answer,
-        () = urgent => {}
-    }
-    tracing::info!("session {}: keep-alive hedged to the other nodes", s.id);
-    let hedge = async {
-        match s
-            .client
-            .hedge(&crate::protocol::Request::Write(command))
-            .await
-        {
-            Ok(crate::protocol::Response::Written { reply, .. }) => Ok(reply),
-            Ok(crate::protocol::Response::Failed(f)) => Err(ClientError::Failed(f)),
-            Ok(other) => Err(ClientError::Protocol(format!(
-                "hedged keep-alive: {other:?}"
-            ))),
-            Err(e) => Err(e),
-        }
-    };
-    tokio::pin!(hedge);
-    tokio::select! {
-        answer = &mut primary => answer,
-        answer = &mut hedge => match answer {
-            Ok(reply) => Ok(reply),
-            // The hedge found no leader: the primary's retries may still.
-            Err(_) => primary.await,
-        },
     }
 }
 

@@ -184,15 +184,13 @@ impl SessionState {
         tenants
     }
 
-    /// Marks lost every held ticket of `tenant` that one of `halts` covers (the rule of the
-    /// machine's `Tenant::halt_for`: a tenant-wide halt covers all, an agent's halt its own).
+    /// Marks lost every held ticket of `tenant` that one of `halts` covers, by the machine's
+    /// own rule ([`HaltScope::covers`]: a tenant-wide halt covers all, an agent's its own).
     pub(super) fn learn_halts(&self, tenant: &str, halts: &[(HaltScope, String)]) {
         let t = self.tickets();
         for h in t.held.values().filter(|h| h.tenant == tenant) {
-            let covering = halts.iter().find(|(scope, _)| match scope {
-                HaltScope::Tenant => true,
-                HaltScope::Agent(a) => h.agent.as_deref() == Some(a.as_str()),
-            });
+            let agent = h.agent.as_deref();
+            let covering = halts.iter().find(|(scope, _)| scope.covers(agent));
             if let Some((scope, reason)) = covering
                 && h.lost.borrow().is_none()
             {

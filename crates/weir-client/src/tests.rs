@@ -66,6 +66,43 @@ fn acquires(n: &FakeNode) -> usize {
 const TTL: Duration = Duration::from_secs(3);
 const WAIT: Duration = Duration::from_secs(5);
 
+/// A session on node `n` (its only server), and a permit of `t/l` under it.
+async fn holding_a_permit(n: &FakeNode) -> (Session, super::Permit) {
+    let client = Client::new(vec![n.addr.clone()]);
+    let session = Session::open(&client, TTL).await.unwrap();
+    let permit = session
+        .acquire(AcquireOptions::new("t", "l"))
+        .await
+        .unwrap();
+    (session, permit)
+}
+
+/// A session's state (session 7, on no reachable node) with one ticket registered as
+/// waiting, and the receiver of its outcome: for the races of the ticket maps.
+fn one_waiting_ticket() -> (
+    SessionState,
+    u64,
+    tokio::sync::oneshot::Receiver<super::session_state::GrantOutcome>,
+) {
+    let client = Client::new(vec!["127.0.0.1:1".into()]);
+    let state = SessionState::new(client, 7, TTL, BootInstant::now() + TTL);
+    let (acquire, outcome) = state
+        .register(|ticket| {
+            weir_core::machine::AcquireParts::from(&weir_core::machine::Acquire {
+                session: 7,
+                ticket,
+                tenant: "t".into(),
+                limit: "l".into(),
+                units: 1,
+                priority: Default::default(),
+                agent: None,
+                wait: true,
+            })
+        })
+        .unwrap();
+    (state, acquire.ticket, outcome)
+}
+
 #[tokio::test]
 async fn a_resync_makes_a_waiting_ticket_ask_again_and_learn_its_grant() {
     // The node queues the acquire, then grants it with a push that its forwarder drops
@@ -162,12 +199,7 @@ async fn a_release_whose_caller_gives_up_is_still_retried_until_applied() {
         _ => base(r),
     });
     let n = FakeNode::start(1, handler).await;
-    let client = Client::new(vec![n.addr.clone()]);
-    let session = Session::open(&client, TTL).await.unwrap();
-    let permit = session
-        .acquire(AcquireOptions::new("t", "l"))
-        .await
-        .unwrap();
+    let (_session, permit) = holding_a_permit(&n).await;
     let ticket = permit.ticket();
     let gave_up = tokio::time::timeout(Duration::from_millis(20), permit.release()).await;
     assert!(gave_up.is_err(), "the caller stopped waiting first");
@@ -193,12 +225,7 @@ async fn a_release_whose_caller_gives_up_is_still_retried_until_applied() {
 async fn a_halt_lost_with_a_push_is_learned_for_a_held_permit_on_resync() {
     let halts = vec![(HaltScope::Tenant, "budget".to_string())];
     let n = FakeNode::start(1, node(|_| granted(), halts)).await;
-    let client = Client::new(vec![n.addr.clone()]);
-    let session = Session::open(&client, TTL).await.unwrap();
-    let permit = session
-        .acquire(AcquireOptions::new("t", "l"))
-        .await
-        .unwrap();
+    let (_session, permit) = holding_a_permit(&n).await;
     assert_eq!(permit.lost_reason(), None);
     // The Halted push for this permit was dropped by the node's lagging forwarder.
     n.push(ServerFrame::Resync { missed_entries: 1 });
@@ -284,68 +311,38 @@ async fn a_deposed_leader_names_the_new_one_and_the_client_moves_there() {
 
 #[tokio::test]
 async fn a_halt_pushed_before_the_acquirer_takes_its_grant_is_kept() {
-    let client = Client::new(vec!["127.0.0.1:1".into()]);
-    let state = SessionState::new(client, 7, TTL, BootInstant::now() + TTL);
-    let (acquire, mut outcome) = state
-        .register(|ticket| {
-            weir_core::machine::AcquireParts::from(&weir_core::machine::Acquire {
-                session: 7,
-                ticket,
-                tenant: "t".into(),
-                limit: "l".into(),
-                units: 1,
-                priority: Default::default(),
-                agent: None,
-                wait: true,
-            })
-        })
-        .unwrap();
+    let (state, ticket, mut outcome) = one_waiting_ticket();
     let halted = Lost::Halted {
         scope: HaltScope::Tenant,
         reason: "stop".into(),
     };
     // The halt's push overtakes the grant's answer.
-    state.lose(acquire.ticket, halted.clone());
-    state.answered(acquire.ticket, Reply::Granted { fence: 3, units: 1 });
+    state.lose(ticket, halted.clone());
+    state.answered(ticket, Reply::Granted { fence: 3, units: 1 });
     let (fence, _, lost) = outcome.try_recv().unwrap().unwrap();
     assert_eq!(fence, 3);
     assert_eq!(*lost.borrow(), Some(halted));
-    assert_eq!(state.whereabouts(acquire.ticket), (false, true));
+    assert_eq!(state.whereabouts(ticket), (false, true));
 }
 
 #[tokio::test]
 async fn an_expiry_that_overtakes_an_acquire_answer_fails_it_without_a_panic() {
     // The ticket leaves `waiting` (the session expired) before its acquire's answer is
     // handled: the answer must find nothing and the acquirer must see the session lost.
-    let client = Client::new(vec!["127.0.0.1:1".into()]);
-    let state = SessionState::new(client, 7, TTL, BootInstant::now() + TTL);
-    let (acquire, mut outcome) = state
-        .register(|ticket| {
-            weir_core::machine::AcquireParts::from(&weir_core::machine::Acquire {
-                session: 7,
-                ticket,
-                tenant: "t".into(),
-                limit: "l".into(),
-                units: 1,
-                priority: Default::default(),
-                agent: None,
-                wait: true,
-            })
-        })
-        .unwrap();
+    let (state, ticket, mut outcome) = one_waiting_ticket();
     state.end(Lost::Expired);
     // Each kind of answer finds the ticket gone, and none may panic.
-    state.answered(acquire.ticket, Reply::Queued { position: 2 });
-    state.answered(acquire.ticket, Reply::Granted { fence: 3, units: 1 });
+    state.answered(ticket, Reply::Queued { position: 2 });
+    state.answered(ticket, Reply::Granted { fence: 3, units: 1 });
     state.answered(
-        acquire.ticket,
+        ticket,
         Reply::Refused(Refusal::UnknownSession { session: 1 }),
     );
     assert!(matches!(
         outcome.try_recv().unwrap(),
         Err(AcquireError::SessionLost)
     ));
-    assert_eq!(state.whereabouts(acquire.ticket), (false, false));
+    assert_eq!(state.whereabouts(ticket), (false, false));
 }
 
 #[test]
@@ -373,12 +370,7 @@ async fn a_reask_that_waits_does_not_hold_up_the_keep_alives() {
         other => handler(other),
     });
     let n = FakeNode::start(1, never_read).await;
-    let client = Client::new(vec![n.addr.clone()]);
-    let session = Session::open(&client, TTL).await.unwrap();
-    let permit = session
-        .acquire(AcquireOptions::new("t", "l"))
-        .await
-        .unwrap();
+    let (_session, permit) = holding_a_permit(&n).await;
     n.push(ServerFrame::Resync { missed_entries: 1 });
     assert!(
         n.wait_for(WAIT, |r| matches!(r, Request::Read(Query::Halts { .. })))

@@ -103,7 +103,7 @@ const YIELD_BACKOFF: u32 = 64;
 /// likely to come: `more_coming` says so when the writer can know (a node: whether other
 /// requests of the connection are still being served); without it (a client, which cannot
 /// know whether its callers will write) the writer yields until a yield gathers nothing,
-/// then sends the next [`YIELD_BACKOFF`] writes at once.
+/// then sends the next `YIELD_BACKOFF` writes at once.
 pub async fn write_queued<W, T>(
     w: &mut W,
     queue: &mut tokio::sync::mpsc::Receiver<T>,

@@ -17,7 +17,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{Verdict, hold_end, oks, s, u};
+use super::ops::{hold_end, oks, s, u};
+use super::verdict::Verdict;
 use crate::history::Op;
 
 /// Per limit: its cap and the fence intervals its permits certainly held.
@@ -107,28 +108,16 @@ pub fn check(ops: &[Op]) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checker::test_support::op;
+    use crate::checker::test_support::{self, op};
     use crate::history::Kind;
     use serde_json::json;
 
     fn granted(fence: u64, at: u64) -> Op {
-        op(
-            1,
-            Kind::Ok,
-            "acquire",
-            json!({"limit": "m", "fence": fence}),
-            at,
-        )
+        test_support::granted("m", fence, at, at)
     }
 
     fn hold(fence: u64, from: u64, to: u64) -> Op {
-        op(
-            1,
-            Kind::Ok,
-            "hold",
-            json!({"limit": "m", "cap": 1, "fence": fence, "from_ns": from, "to_ns": to}),
-            to,
-        )
+        test_support::hold("m", 1, fence, from, to)
     }
 
     fn status(max_in_use: u64) -> Op {
@@ -160,31 +149,22 @@ mod tests {
         // partition): recorded as believed 40..40. Fence 6 was acknowledged at 38: its
         // session may have expired at index 6, right after granting 5. Bounded by the
         // arrival (40), 5 would seem held at 6; bounded by the deadline it is not.
-        let late = op(
-            1,
-            Kind::Ok,
-            "hold",
-            json!({"limit": "m", "cap": 1, "fence": 5, "from_ns": 40, "to_ns": 40, "deadline_ns": 12}),
-            40,
-        );
-        let h = [
-            granted(6, 38),
-            granted(5, 40),
-            late.clone(),
-            hold(6, 38, 50),
-            status(1),
-        ];
-        assert_eq!(check(&h), Verdict::Valid);
+        let mut late = hold(5, 40, 40);
+        late.value["deadline_ns"] = json!(12);
+        let history = |late: Op| {
+            [
+                granted(6, 38),
+                granted(5, 40),
+                late,
+                hold(6, 38, 50),
+                status(1),
+            ]
+        };
+        assert_eq!(check(&history(late.clone())), Verdict::Valid);
         // Believed until 40 (a deadline after the arrival), the same grants are invalid.
         let mut believed = late;
         believed.value["deadline_ns"] = json!(45);
-        let h = [
-            granted(6, 38),
-            granted(5, 40),
-            believed,
-            hold(6, 38, 50),
-            status(1),
-        ];
+        let h = history(believed);
         assert!(matches!(check(&h), Verdict::Invalid(d) if d.contains("log index 6")));
     }
 

@@ -10,7 +10,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{Verdict, s, u};
+use super::ops::{s, u};
+use super::verdict::Verdict;
 use crate::history::{Kind, Op};
 
 pub fn check(ops: &[Op]) -> Verdict {

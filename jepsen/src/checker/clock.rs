@@ -23,7 +23,8 @@
 //! stamp added whole), a fast proposer clock. It cannot see a clock that runs slow (leases
 //! then live longer, which is the safe side).
 
-use super::{Verdict, u};
+use super::ops::u;
+use super::verdict::Verdict;
 use crate::history::{Kind, NEMESIS, Op};
 
 /// Stamps are whole milliseconds, each difference rounded down; the status read and the

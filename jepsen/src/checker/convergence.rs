@@ -10,7 +10,7 @@
 //!
 //! Unknown when no final probe ran or it compared no digests.
 
-use super::Verdict;
+use super::verdict::Verdict;
 use crate::history::{Kind, NEMESIS, Op};
 
 fn facts<'a>(ops: &'a [Op], f: &'a str) -> impl Iterator<Item = &'a Op> + 'a {

@@ -45,7 +45,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{Verdict, s, u};
+use super::ops::{s, u};
+use super::verdict::Verdict;
 use crate::history::{Kind, NEMESIS, Op};
 
 /// A leadership counts as skewed when its log clock ran at least this far off real time...
@@ -55,82 +56,79 @@ const SKEW_SEEN: f64 = 0.02;
 /// shorter span could not tell 2% from noise).
 const SKEW_SPAN_MS_MIN: u64 = 3_000;
 
+/// How many ops `keep` selects.
+fn count(ops: &[Op], keep: impl Fn(&Op) -> bool) -> u64 {
+    ops.iter().filter(|o| keep(o)).count() as u64
+}
+
+/// Whether `op` is a failed op of one of `fs` whose error contains `error`.
+fn refused(op: &Op, fs: &[&str], error: &str) -> bool {
+    op.kind == Kind::Fail
+        && fs.contains(&op.f.as_str())
+        && s(op, "error").is_some_and(|e| e.contains(error))
+}
+
+/// A belief that ended at its deadline, which passed before the holder next heard.
+fn lapsed(op: &Op) -> bool {
+    matches!((u(op, "to_ns"), u(op, "deadline_ns"), u(op, "seen_ns")),
+        (Some(to), Some(d), Some(seen)) if to == d && d < seen)
+}
+
+/// Per capped limit, the lapsed beliefs followed by the next grant (in fence order).
+fn takeovers(holds: &[&Op]) -> u64 {
+    let mut by_limit: BTreeMap<&str, Vec<(u64, bool)>> = BTreeMap::new();
+    for h in holds {
+        if let (Some(limit), Some(fence)) = (s(h, "limit"), u(h, "fence")) {
+            by_limit.entry(limit).or_default().push((fence, lapsed(h)));
+        }
+    }
+    by_limit
+        .values_mut()
+        .map(|v| {
+            v.sort_unstable();
+            v.windows(2).filter(|w| w[0].1).count() as u64
+        })
+        .sum()
+}
+
 /// Every count, in report order.
 pub fn counts(ops: &[Op]) -> Vec<(&'static str, u64)> {
     let holds: Vec<&Op> = ops
         .iter()
         .filter(|o| o.kind == Kind::Ok && o.f == "hold")
         .collect();
-    let lapsed = |o: &Op| {
-        matches!((u(o, "to_ns"), u(o, "deadline_ns"), u(o, "seen_ns")),
-            (Some(to), Some(d), Some(seen)) if to == d && d < seen)
-    };
     let deadline_ended = holds.iter().filter(|o| lapsed(o)).count() as u64;
-    // Per capped limit, holds by fence: a lapsed one followed by the next grant.
-    let mut by_limit: BTreeMap<&str, Vec<(u64, bool)>> = BTreeMap::new();
-    for h in &holds {
-        if let (Some(limit), Some(fence)) = (s(h, "limit"), u(h, "fence")) {
-            by_limit.entry(limit).or_default().push((fence, lapsed(h)));
-        }
-    }
-    let takeovers = by_limit
-        .values_mut()
-        .map(|v| {
-            v.sort_unstable();
-            v.windows(2).filter(|w| w[0].1).count() as u64
-        })
-        .sum();
-    let leaders = ops
-        .iter()
-        .filter(|o| o.process == NEMESIS && o.f == "leader")
-        .count() as u64;
-    let stale = ops
-        .iter()
-        .filter(|o| o.kind == Kind::Ok && o.f == "validate")
-        .filter(|o| o.value.get("held") == Some(&false.into()))
-        .count() as u64;
-    let halted = ops
-        .iter()
-        .filter(|o| o.kind == Kind::Fail && (o.f == "reserve" || o.f == "acquire"))
-        .filter(|o| s(o, "error").is_some_and(|e| e.contains("alted")))
-        .count() as u64;
-    let conflicts = ops
-        .iter()
-        .filter(|o| o.kind == Kind::Fail && (o.f == "settle" || o.f == "settle-conflict"))
-        .filter(|o| s(o, "error") == Some("conflict"))
-        .count() as u64;
-    let skewed = ops
-        .iter()
-        .filter(|o| o.process == NEMESIS && o.f == "leadership")
-        .filter(|o| {
-            let (real, log) = (u(o, "real_ms").unwrap_or(0), u(o, "log_ms").unwrap_or(0));
-            real >= SKEW_SPAN_MS_MIN && (log as f64 / real as f64 - 1.0).abs() >= SKEW_SEEN
-        })
-        .count() as u64;
-    let ceiling = ops
-        .iter()
-        .filter(|o| o.kind == Kind::Fail && o.f == "reserve-run")
-        .filter(|o| s(o, "error").is_some_and(|e| e.contains("TooManyRuns")))
-        .count() as u64;
-    let queued = ops
-        .iter()
-        .filter(|o| o.process == NEMESIS && o.f == "queue-round")
-        .count() as u64;
+    let nemesis = |f: &'static str| move |o: &Op| o.process == NEMESIS && o.f == f;
+    let leaders = count(ops, nemesis("leader"));
+    let stale = count(ops, |o| {
+        o.kind == Kind::Ok && o.f == "validate" && o.value.get("held") == Some(&false.into())
+    });
+    let halted = count(ops, |o| refused(o, &["reserve", "acquire"], "alted"));
+    let conflicts = count(ops, |o| {
+        o.kind == Kind::Fail
+            && (o.f == "settle" || o.f == "settle-conflict")
+            && s(o, "error") == Some("conflict")
+    });
+    let skewed = count(ops, |o| {
+        let (real, log) = (u(o, "real_ms").unwrap_or(0), u(o, "log_ms").unwrap_or(0));
+        nemesis("leadership")(o)
+            && real >= SKEW_SPAN_MS_MIN
+            && (log as f64 / real as f64 - 1.0).abs() >= SKEW_SEEN
+    });
+    let ceiling = count(ops, |o| refused(o, &["reserve-run"], "TooManyRuns"));
+    let queued = count(ops, nemesis("queue-round"));
     // Each power-loss fault that fired: one node, or all three.
     let lost_fsync = ops
         .iter()
-        .filter(|o| o.process == NEMESIS && o.kind == Kind::Info && o.f == "power-loss")
-        .map(|o| {
-            if s(o, "fault") == Some("power-loss-all") {
-                3
-            } else {
-                1
-            }
+        .filter(|o| o.kind == Kind::Info && nemesis("power-loss")(o))
+        .map(|o| match s(o, "fault") {
+            Some("power-loss-all") => 3,
+            _ => 1,
         })
         .sum();
     vec![
         ("deadline-ended beliefs", deadline_ended),
-        ("lease takeovers", takeovers),
+        ("lease takeovers", takeovers(&holds)),
         ("leader changes", leaders.saturating_sub(1)),
         ("stale validations", stale),
         ("halted refusals", halted),

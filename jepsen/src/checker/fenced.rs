@@ -11,17 +11,18 @@
 //! 3. **The library notices.** A client that resumes after its deadline is told its permit
 //!    may be lost (`lost_reason`) as soon as it asks.
 //!
-//! Two checks this file once made were removed because they could not fail (issue #12):
-//! "every action not paused lies inside its belief" (the workload acts only after
-//! `lost_reason()` said the permit is not lost, and the belief's end is taken from the same
-//! deadline, so the check restated the workload's own code), and "the resource accepted
-//! fences in order" (the harness's own `Resource` refuses older fences by construction). The
+//! Two checks are not made here because they cannot fail: "every action not paused lies
+//! inside its belief" (the workload acts only after `lost_reason()` said the permit is not
+//! lost, and the belief's end is taken from the same deadline, so the check would restate
+//! the workload's own code), and "the resource accepted fences in order" (the harness's own
+//! `Resource` refuses older fences by construction). The
 //! resource stays as the scenario the paused holder acts on; whether the cluster's answers
 //! are consistent with one fenced semaphore is the [`super::linearizable`] checker's job.
 
 use std::collections::BTreeMap;
 
-use super::{Verdict, oks, u};
+use super::ops::{oks, u};
+use super::verdict::Verdict;
 use crate::history::{Kind, Op};
 
 fn flag(op: &Op, key: &str) -> Option<bool> {
@@ -31,7 +32,7 @@ fn flag(op: &Op, key: &str) -> Option<bool> {
 pub fn check(ops: &[Op]) -> Verdict {
     // Belief intervals of the fenced limit, by fence.
     let mut beliefs: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
-    for op in oks(ops, "hold").filter(|o| super::s(o, "limit") == Some("fenced")) {
+    for op in oks(ops, "hold").filter(|o| super::ops::s(o, "limit") == Some("fenced")) {
         let (Some(fence), Some(from), Some(to)) =
             (u(op, "fence"), u(op, "from_ns"), u(op, "to_ns"))
         else {
@@ -41,7 +42,7 @@ pub fn check(ops: &[Op]) -> Verdict {
     }
     // Acknowledged grants on the fenced limit: (acknowledged at, fence), in time order.
     let grants: Vec<(u64, u64)> = oks(ops, "acquire")
-        .filter(|o| super::s(o, "limit") == Some("fenced"))
+        .filter(|o| super::ops::s(o, "limit") == Some("fenced"))
         .filter_map(|o| Some((o.time_ns, u(o, "fence")?)))
         .collect();
     let largest_granted_before = |t: u64| {
@@ -52,7 +53,9 @@ pub fn check(ops: &[Op]) -> Verdict {
             .max()
     };
     let mut validations = 0;
-    for op in oks(ops, "validate").filter(|o| super::s(o, "limit").is_none_or(|l| l == "fenced")) {
+    for op in
+        oks(ops, "validate").filter(|o| super::ops::s(o, "limit").is_none_or(|l| l == "fenced"))
+    {
         let (Some(fence), Some(invoked), Some(held)) =
             (u(op, "fence"), u(op, "invoke_ns"), flag(op, "held"))
         else {
@@ -102,27 +105,15 @@ pub fn check(ops: &[Op]) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checker::test_support::op;
+    use crate::checker::test_support::{self, op};
     use serde_json::json;
 
     fn acquired(fence: u64, at: u64) -> Op {
-        op(
-            1,
-            Kind::Ok,
-            "acquire",
-            json!({"limit": "fenced", "fence": fence, "invoke_ns": at - 1}),
-            at,
-        )
+        test_support::granted("fenced", fence, at - 1, at)
     }
 
     fn hold(fence: u64, from: u64, to: u64) -> Op {
-        op(
-            1,
-            Kind::Ok,
-            "hold",
-            json!({"limit": "fenced", "cap": 1, "fence": fence, "from_ns": from, "to_ns": to}),
-            to,
-        )
+        test_support::hold("fenced", 1, fence, from, to)
     }
 
     fn validated(fence: u64, invoked: u64, done: u64, held: bool) -> Op {

@@ -5,7 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{Verdict, oks, s, u};
+use super::ops::{oks, s, u};
+use super::verdict::Verdict;
 use crate::history::Op;
 
 pub fn check(ops: &[Op]) -> Verdict {
@@ -58,18 +59,10 @@ pub fn check(ops: &[Op]) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checker::test_support::op;
-    use crate::history::Kind;
-    use serde_json::json;
+    use crate::checker::test_support::granted;
 
     fn acquired(fence: u64, invoked: u64, done: u64) -> Op {
-        op(
-            1,
-            Kind::Ok,
-            "acquire",
-            json!({"limit": "m", "fence": fence, "invoke_ns": invoked}),
-            done,
-        )
+        granted("m", fence, invoked, done)
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! and acknowledged before the next clear was invoked is a violation: no linearization can
 //! put it outside the halt. (One that overlaps the clear may be ordered after it.)
 
-use super::{Verdict, s, u};
+use super::ops::{s, u};
+use super::verdict::Verdict;
 use crate::history::{Kind, Op};
 
 /// A halted window: tenant, agent (`None`: the whole tenant), acknowledged, clear invoked.
@@ -80,31 +81,31 @@ mod tests {
     }
 
     #[test]
-    fn admissions_outside_the_halt_are_valid() {
-        let h = [
-            at("reserve", Kind::Ok, 5, 4),
-            at("set-halt", Kind::Ok, 10, 9),
-            at("clear-halt", Kind::Invoke, 20, 20),
-            at("reserve", Kind::Ok, 22, 21),
+    fn admissions_outside_the_halt_or_overlapping_its_set_or_clear_are_valid() {
+        let valid = [
+            // Before the halt, and after its clear was invoked.
+            vec![
+                at("reserve", Kind::Ok, 5, 4),
+                at("set-halt", Kind::Ok, 10, 9),
+                at("clear-halt", Kind::Invoke, 20, 20),
+                at("reserve", Kind::Ok, 22, 21),
+            ],
+            // Invoked before the halt's acknowledgement: allowed to land either side.
+            vec![
+                at("set-halt", Kind::Ok, 10, 9),
+                at("reserve", Kind::Ok, 12, 9),
+            ],
+            // Overlapping the clear: may follow it.
+            vec![
+                at("set-halt", Kind::Ok, 10, 9),
+                at("reserve", Kind::Invoke, 19, 19),
+                at("clear-halt", Kind::Invoke, 20, 20),
+                at("reserve", Kind::Ok, 22, 19),
+            ],
         ];
-        assert_eq!(check(&h), Verdict::Valid);
-        // Invoked before the acknowledgement: allowed to land either side.
-        let h = [
-            at("set-halt", Kind::Ok, 10, 9),
-            at("reserve", Kind::Ok, 12, 9),
-        ];
-        assert_eq!(check(&h), Verdict::Valid);
-    }
-
-    #[test]
-    fn an_admission_overlapping_the_clear_may_follow_it() {
-        let h = [
-            at("set-halt", Kind::Ok, 10, 9),
-            at("reserve", Kind::Invoke, 19, 19),
-            at("clear-halt", Kind::Invoke, 20, 20),
-            at("reserve", Kind::Ok, 22, 19),
-        ];
-        assert_eq!(check(&h), Verdict::Valid);
+        for h in valid {
+            assert_eq!(check(&h), Verdict::Valid, "{h:?}");
+        }
     }
 
     #[test]

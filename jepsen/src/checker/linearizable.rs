@@ -24,7 +24,8 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::{Verdict, hold_end, oks, s, u};
+use super::ops::{hold_end, oks, s, u};
+use super::verdict::Verdict;
 use crate::history::Op;
 use crate::rng::Rng;
 
@@ -340,37 +341,36 @@ mod tests {
     }
 
     #[test]
-    fn sequential_holders_with_validations_are_linearizable() {
-        let h = [
-            acq(5, 0, 10),
-            val(5, true, 11, 12),
-            end(5, 13, 15),
-            acq(9, 16, 20),
-            val(5, false, 21, 22),
-            val(9, true, 21, 23),
-            end(9, 30, NEVER),
+    fn sequential_holders_and_overlapping_ops_linearize_in_some_order() {
+        let linearizable = [
+            // Sequential holders, each validated.
+            vec![
+                acq(5, 0, 10),
+                val(5, true, 11, 12),
+                end(5, 13, 15),
+                acq(9, 16, 20),
+                val(5, false, 21, 22),
+                val(9, true, 21, 23),
+                end(9, 30, NEVER),
+            ],
+            // The second acquire overlaps the first's end: ordered after it.
+            vec![
+                acq(5, 0, 10),
+                end(5, 12, 30),
+                acq(9, 14, 25),
+                val(9, true, 26, 28),
+            ],
+            // A validation overlapping the end may see either state.
+            vec![
+                acq(5, 0, 10),
+                end(5, 12, 30),
+                val(5, true, 20, 40),
+                val(5, false, 20, 40),
+            ],
         ];
-        assert_eq!(search(&h, 1, 1_000), Outcome::Linearizable);
-    }
-
-    #[test]
-    fn overlapping_ops_linearize_in_some_order() {
-        // The second acquire overlaps the first's end: ordered after it.
-        let h = [
-            acq(5, 0, 10),
-            end(5, 12, 30),
-            acq(9, 14, 25),
-            val(9, true, 26, 28),
-        ];
-        assert_eq!(search(&h, 1, 1_000), Outcome::Linearizable);
-        // A validation overlapping the end may see either state.
-        let h = [
-            acq(5, 0, 10),
-            end(5, 12, 30),
-            val(5, true, 20, 40),
-            val(5, false, 20, 40),
-        ];
-        assert_eq!(search(&h, 1, 1_000), Outcome::Linearizable);
+        for h in linearizable {
+            assert_eq!(search(&h, 1, 1_000), Outcome::Linearizable, "{h:?}");
+        }
     }
 
     #[test]

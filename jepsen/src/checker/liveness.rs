@@ -21,7 +21,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{Verdict, s, u};
+use super::ops::{s, u};
+use super::verdict::Verdict;
 use crate::history::{Kind, NEMESIS, Op};
 use crate::workload::QUEUE;
 
@@ -87,9 +88,8 @@ fn probes(ops: &[Op]) -> Result<(), Verdict> {
 /// Each kill is paired with its own waiter by the kill's number (`kill`, on the fault and
 /// on the waiter's ops). The waiter must have asked before the kill (the nemesis kills only
 /// once the cluster counts it waiting); one that asked after it did not set the case up
-/// and makes the verdict unknown, never invalid — an unplanted run on a loaded machine
-/// once opened the waiter's session after the kill, and the old check (the first waiter
-/// that asked before the kill) called that a violation.
+/// and makes the verdict unknown, never invalid: on a loaded machine an unplanted run can
+/// open the waiter's session only after the kill, which is no violation.
 fn client_kills(ops: &[Op]) -> Result<(), Verdict> {
     let kills: Vec<(Option<u64>, u64)> = ops
         .iter()

@@ -1,6 +1,6 @@
 //! No panic in any node's log.
 
-use super::Verdict;
+use super::verdict::Verdict;
 
 /// Judges the node logs (`(name, text)`).
 pub fn check(logs: &[(String, String)]) -> Verdict {

@@ -10,7 +10,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{Verdict, oks, s, u};
+use super::ops::{oks, s, u};
+use super::verdict::Verdict;
 use crate::history::Op;
 
 /// Per limit: its cap, and (instant, +1 start / -1 end) events.
@@ -53,38 +54,27 @@ pub fn check(ops: &[Op]) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checker::test_support::op;
-    use crate::history::Kind;
-    use serde_json::json;
+    use crate::checker::test_support;
 
     fn hold(limit: &str, cap: u64, from: u64, to: u64) -> Op {
-        op(
-            1,
-            Kind::Ok,
-            "hold",
-            json!({"limit": limit, "cap": cap, "fence": from, "from_ns": from, "to_ns": to}),
-            to,
-        )
+        test_support::hold(limit, cap, from, from, to)
     }
 
     #[test]
     fn sequential_and_touching_holds_are_valid() {
-        assert_eq!(
-            check(&[
-                hold("m", 1, 0, 10),
-                hold("m", 1, 10, 20),
-                hold("m", 1, 25, 30)
-            ]),
-            Verdict::Valid
-        );
-        assert_eq!(
-            check(&[
-                hold("t", 3, 0, 10),
-                hold("t", 3, 1, 10),
-                hold("t", 3, 2, 10)
-            ]),
-            Verdict::Valid
-        );
+        let one_after_another = [
+            hold("m", 1, 0, 10),
+            hold("m", 1, 10, 20),
+            hold("m", 1, 25, 30),
+        ];
+        let three_of_three = [
+            hold("t", 3, 0, 10),
+            hold("t", 3, 1, 10),
+            hold("t", 3, 2, 10),
+        ];
+        for history in [one_after_another, three_of_three] {
+            assert_eq!(check(&history), Verdict::Valid);
+        }
     }
 
     #[test]

@@ -23,7 +23,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{Verdict, oks, s, u};
+use super::ops::{oks, s, u};
+use super::verdict::Verdict;
 use crate::history::{Kind, NEMESIS, Op};
 
 /// Per limit: rate, burst, and (invoked, acknowledged, units) of each take.
@@ -57,27 +58,11 @@ impl Clocks {
                 // Every node's rate for the whole run, from the harness's environment
                 // (`WEIR_TEST_CLOCK_RATE`, which every node inherits): no heal ends it.
                 ("clock", Kind::Info) if o.value["fault"] == "env-clocks" => {
-                    let rates = o.value["nodes"]
-                        .as_array()
-                        .map(|n| {
-                            n.iter()
-                                .map(|n| n["rate"].as_f64().unwrap_or(1.0))
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    spans.push((0, u64::MAX, rates));
+                    spans.push((0, u64::MAX, node_rates(o)));
                     invoked = None;
                 }
                 ("clock", Kind::Info) => {
-                    let rates = o.value["nodes"]
-                        .as_array()
-                        .map(|n| {
-                            n.iter()
-                                .map(|n| n["rate"].as_f64().unwrap_or(1.0))
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    open = Some((invoked.take().unwrap_or(o.time_ns), rates));
+                    open = Some((invoked.take().unwrap_or(o.time_ns), node_rates(o)));
                 }
                 ("heal", Kind::Info) => {
                     if let Some((from, rates)) = open.take() {
@@ -131,6 +116,18 @@ impl Clocks {
             })
             .fold(1.0, f64::max)
     }
+}
+
+/// The per-node clock rates a `clock` fault's completion records (1 where one is missing).
+fn node_rates(op: &Op) -> Vec<f64> {
+    op.value["nodes"]
+        .as_array()
+        .map(|n| {
+            n.iter()
+                .map(|n| n["rate"].as_f64().unwrap_or(1.0))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 pub fn check(ops: &[Op]) -> Verdict {

@@ -9,7 +9,7 @@
 //!   node that refuses everything (dead, or TLS broken) proves nothing either way.
 //! - No `security` op, or one without probes: unknown.
 
-use super::Verdict;
+use super::verdict::Verdict;
 use crate::history::{Kind, Op};
 
 /// Whether the history has a `security` op: a secure run's, judged by [`check`].

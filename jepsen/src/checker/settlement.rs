@@ -14,7 +14,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{Verdict, s, u};
+use super::ops::{s, u};
+use super::verdict::Verdict;
 use crate::history::{Kind, Op};
 
 /// What is known of one key.
@@ -29,7 +30,9 @@ struct Key<'a> {
     conflicted: bool,
 }
 
-pub fn check(ops: &[Op]) -> Verdict {
+/// What is known of every key sent: its payloads' outcomes, from the `settle` and
+/// `settle-conflict` ops (an invoke never completed counts as unknown).
+fn keys(ops: &[Op]) -> Result<BTreeMap<&str, Key<'_>>, Verdict> {
     let mut keys: BTreeMap<&str, Key> = BTreeMap::new();
     // Invokes not yet completed, per (process, f).
     let mut pending: BTreeMap<(u64, &str), (&str, u64)> = BTreeMap::new();
@@ -38,7 +41,10 @@ pub fn check(ops: &[Op]) -> Verdict {
         .filter(|o| o.f == "settle" || o.f == "settle-conflict")
     {
         let (Some(key), Some(tokens)) = (s(op, "key"), u(op, "tokens")) else {
-            return Verdict::Unknown(format!("malformed {} op: {}", op.f, op.value));
+            return Err(Verdict::Unknown(format!(
+                "malformed {} op: {}",
+                op.f, op.value
+            )));
         };
         let k = keys.entry(key).or_default();
         match op.kind {
@@ -62,6 +68,53 @@ pub fn check(ops: &[Op]) -> Verdict {
     for (key, tokens) in pending.into_values() {
         keys.entry(key).or_default().unknown.push(tokens);
     }
+    Ok(keys)
+}
+
+impl Key<'_> {
+    /// Whether `spent`, what the final read found charged to `key`'s period, is one of
+    /// the charges its payloads' outcomes allow.
+    fn judge(&self, key: &str, spent: u64) -> Result<(), Verdict> {
+        let mut settled = self.settled.clone();
+        settled.sort_unstable();
+        settled.dedup();
+        if settled.len() > 1 {
+            return Err(Verdict::Invalid(format!(
+                "key {key}: two different payloads were both settled ({settled:?} tokens)"
+            )));
+        }
+        if let Some(t) = settled.first() {
+            if spent != *t {
+                return Err(Verdict::Invalid(format!(
+                    "key {key}: charged {spent} tokens, but the payload acknowledged was {t}{}",
+                    if spent > *t {
+                        " (charged twice?)"
+                    } else {
+                        " (lost?)"
+                    }
+                )));
+            }
+        } else if !self.unknown.contains(&spent) && (self.conflicted || spent != 0) {
+            return Err(Verdict::Invalid(format!(
+                "key {key}: charged {spent} tokens; possible: {}{:?} (outcomes unknown){}",
+                if self.conflicted { "" } else { "0 or " },
+                self.unknown,
+                if self.conflicted {
+                    ", and a conflict refusal says one was applied"
+                } else {
+                    ""
+                }
+            )));
+        }
+        Ok(())
+    }
+}
+
+pub fn check(ops: &[Op]) -> Verdict {
+    let keys = match keys(ops) {
+        Ok(keys) => keys,
+        Err(verdict) => return verdict,
+    };
     let spent: BTreeMap<&str, u64> = ops
         .iter()
         .filter(|o| o.kind == Kind::Ok && o.f == "spent")
@@ -74,36 +127,8 @@ pub fn check(ops: &[Op]) -> Verdict {
             continue;
         };
         judged += 1;
-        let mut settled = k.settled.clone();
-        settled.sort_unstable();
-        settled.dedup();
-        if settled.len() > 1 {
-            return Verdict::Invalid(format!(
-                "key {key}: two different payloads were both settled ({settled:?} tokens)"
-            ));
-        }
-        if let Some(t) = settled.first() {
-            if spent != *t {
-                return Verdict::Invalid(format!(
-                    "key {key}: charged {spent} tokens, but the payload acknowledged was {t}{}",
-                    if spent > *t {
-                        " (charged twice?)"
-                    } else {
-                        " (lost?)"
-                    }
-                ));
-            }
-        } else if !k.unknown.contains(&spent) && (k.conflicted || spent != 0) {
-            return Verdict::Invalid(format!(
-                "key {key}: charged {spent} tokens; possible: {}{:?} (outcomes unknown){}",
-                if k.conflicted { "" } else { "0 or " },
-                k.unknown,
-                if k.conflicted {
-                    ", and a conflict refusal says one was applied"
-                } else {
-                    ""
-                }
-            ));
+        if let Err(verdict) = k.judge(key, spent) {
+            return verdict;
         }
     }
     if judged == 0 {
@@ -135,6 +160,28 @@ mod tests {
         op(process, kind, "settle", v, 1)
     }
 
+    /// Process 2's payload for key `a` (6 tokens), raced against process 1's; a failure is
+    /// the conflict refusal.
+    fn conflicting(kind: Kind, time_ns: u64) -> Op {
+        let mut v = json!({"key": "a", "tokens": 6});
+        if kind == Kind::Fail {
+            v["error"] = "conflict".into();
+        }
+        op(2, kind, "settle-conflict", v, time_ns)
+    }
+
+    /// Process 1's settles, each (key, tokens, how it completed): its invoke and completion.
+    fn settles(each: &[(&str, u64, Kind)]) -> Vec<Op> {
+        each.iter()
+            .flat_map(|(key, tokens, kind)| {
+                [
+                    settle(1, Kind::Invoke, key, *tokens),
+                    settle(1, *kind, key, *tokens),
+                ]
+            })
+            .collect()
+    }
+
     fn spent(key: &str, tokens: u64) -> Op {
         op(
             0,
@@ -147,32 +194,21 @@ mod tests {
 
     #[test]
     fn each_key_charged_with_its_acknowledged_or_possible_payload_is_valid() {
-        let h = [
-            settle(1, Kind::Invoke, "a", 5),
-            settle(1, Kind::Ok, "a", 5),
-            settle(1, Kind::Invoke, "b", 3),
-            settle(1, Kind::Info, "b", 3),
-            settle(1, Kind::Invoke, "c", 4),
-            settle(1, Kind::Info, "c", 4),
-            spent("a", 5),
-            spent("b", 3),
-            spent("c", 0),
-        ];
+        let mut h = settles(&[
+            ("a", 5, Kind::Ok),
+            ("b", 3, Kind::Info),
+            ("c", 4, Kind::Info),
+        ]);
+        h.extend([spent("a", 5), spent("b", 3), spent("c", 0)]);
         assert_eq!(check(&h), Verdict::Valid);
     }
 
     #[test]
     fn a_double_charge_cannot_hide_behind_another_keys_unknown() {
-        // Key a acknowledged 5 and charged 10; key b's unknown 5 never applied. The old
-        // aggregate check (10 <= 5 + 5) let this pass.
-        let h = [
-            settle(1, Kind::Invoke, "a", 5),
-            settle(1, Kind::Ok, "a", 5),
-            settle(1, Kind::Invoke, "b", 5),
-            settle(1, Kind::Info, "b", 5),
-            spent("a", 10),
-            spent("b", 0),
-        ];
+        // Key a acknowledged 5 and charged 10; key b's unknown 5 never applied. An aggregate
+        // check (10 <= 5 + 5) would let this pass.
+        let mut h = settles(&[("a", 5, Kind::Ok), ("b", 5, Kind::Info)]);
+        h.extend([spent("a", 10), spent("b", 0)]);
         assert!(matches!(check(&h), Verdict::Invalid(d) if d.contains("key a")));
     }
 
@@ -183,20 +219,8 @@ mod tests {
         let base = [
             settle(1, Kind::Invoke, "a", 5),
             settle(1, Kind::Info, "a", 5),
-            op(
-                2,
-                Kind::Invoke,
-                "settle-conflict",
-                json!({"key": "a", "tokens": 6}),
-                2,
-            ),
-            op(
-                2,
-                Kind::Fail,
-                "settle-conflict",
-                json!({"key": "a", "tokens": 6, "error": "conflict"}),
-                3,
-            ),
+            conflicting(Kind::Invoke, 2),
+            conflicting(Kind::Fail, 3),
         ];
         let with = |t| {
             base.iter()
@@ -214,20 +238,8 @@ mod tests {
         let h = [
             settle(1, Kind::Invoke, "a", 5),
             settle(1, Kind::Ok, "a", 5),
-            op(
-                2,
-                Kind::Invoke,
-                "settle-conflict",
-                json!({"key": "a", "tokens": 6}),
-                2,
-            ),
-            op(
-                2,
-                Kind::Ok,
-                "settle-conflict",
-                json!({"key": "a", "tokens": 6}),
-                3,
-            ),
+            conflicting(Kind::Invoke, 2),
+            conflicting(Kind::Ok, 3),
             spent("a", 5),
         ];
         assert!(matches!(check(&h), Verdict::Invalid(d) if d.contains("both settled")));

@@ -22,7 +22,8 @@
 
 use std::collections::BTreeSet;
 
-use super::{Verdict, oks, s};
+use super::ops::{oks, s};
+use super::verdict::Verdict;
 use crate::history::{Kind, NEMESIS, Op};
 
 /// How long after a stall's heal a loss still counts against it: the session TTL (3 s).

@@ -12,7 +12,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{Verdict, oks, s, u};
+use super::ops::{oks, s, u};
+use super::verdict::Verdict;
 use crate::history::{Kind, Op};
 
 /// The longest a capped limit may go without a grant while an acquire of it timed out.

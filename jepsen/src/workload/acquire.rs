@@ -6,7 +6,8 @@ use std::time::Duration;
 use serde_json::json;
 use weir_client::{AcquireError, AcquireOptions, Permit, Session};
 
-use super::TENANT;
+use super::process::Process;
+use super::setup::TENANT;
 use crate::history::{Kind, Recorder};
 
 /// What a recorded acquire came to.
@@ -53,6 +54,20 @@ pub async fn acquire_recorded(
         json!({"limit": limit, "error": error}),
     );
     next
+}
+
+/// The next permit of `limit` in `session` ([`acquire_recorded`], again after each wait that
+/// timed out) and when its belief began; `None` when the session ended (open a new one) or
+/// the run stops.
+pub async fn next_permit(p: &Process, session: &Session, limit: &str) -> Option<(Permit, u64)> {
+    while p.running() {
+        match acquire_recorded(p.id, session, limit, &p.history).await {
+            Acquired::Held(permit, from) => return Some((permit, from)),
+            Acquired::TimedOut => continue,
+            Acquired::Ended => return None,
+        }
+    }
+    None
 }
 
 /// Releases `permit` (waiting at most 3 s) and records the `release` op: its invoke, and

@@ -13,13 +13,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
-use weir_client::{Client, Session};
+use weir_client::Client;
 
-use super::acquire::{Acquired, acquire_recorded, belief_end, release_recorded};
-use super::{CUT, TTL};
+use super::acquire::{belief_end, next_permit, release_recorded};
+use super::process::Process;
+use super::setup::{CUT, TTL};
 use crate::client_front::CUT_CLIENT_IP;
-use crate::history::{Kind, Recorder};
-use crate::rng::Rng;
+use crate::history::Kind;
 
 /// The nemesis's handle on the cut client.
 #[derive(Default)]
@@ -54,38 +54,19 @@ impl CutClient {
 /// may be lost or the nemesis lets go), release; every belief recorded as a `hold` fact.
 /// `bound`: its connections come from [`CUT_CLIENT_IP`] (when the run has client fronts;
 /// in namespace mode a loopback source could not even reach the nodes' addresses).
-pub async fn cut_holder(
-    process: u64,
-    servers: Vec<String>,
-    bound: bool,
-    handle: Arc<CutClient>,
-    history: Recorder,
-    stop: Arc<AtomicBool>,
-    seed: u64,
-) {
-    let mut rng = Rng::new(seed);
+pub async fn cut_holder(p: Process, bound: bool, handle: Arc<CutClient>) {
+    let mut rng = p.rng();
     let client = match bound {
-        true => Client::new(servers).with_local_addr(CUT_CLIENT_IP),
-        false => Client::new(servers),
+        true => Client::new(p.servers.clone()).with_local_addr(CUT_CLIENT_IP),
+        false => Client::new(p.servers.clone()),
     };
-    while !stop.load(Ordering::Relaxed) {
-        let Ok(session) = Session::open(&client, TTL).await else {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            continue;
-        };
-        while !stop.load(Ordering::Relaxed) {
-            let (permit, from) = match acquire_recorded(process, &session, CUT, &history).await {
-                Acquired::Held(permit, from) => (permit, from),
-                Acquired::TimedOut => continue,
-                Acquired::Ended => break,
-            };
+    while let Some(session) = p.session(&client, TTL).await {
+        while let Some((permit, from)) = next_permit(&p, &session, CUT).await {
             let lost = if handle.requested.swap(false, Ordering::SeqCst) {
                 let epoch = handle.let_go.load(Ordering::SeqCst);
                 handle.holding.store(permit.fence(), Ordering::SeqCst);
                 let let_go = async {
-                    while handle.let_go.load(Ordering::SeqCst) == epoch
-                        && !stop.load(Ordering::Relaxed)
-                    {
+                    while handle.let_go.load(Ordering::SeqCst) == epoch && p.running() {
                         tokio::time::sleep(Duration::from_millis(20)).await;
                     }
                 };
@@ -101,9 +82,9 @@ pub async fn cut_holder(
                     why = permit.lost() => Some(why),
                 }
             };
-            let (to, seen, deadline) = belief_end(&history, &session, from);
-            history.record_at(process, Kind::Ok, "hold", json!({"limit": CUT, "cap": 1, "fence": permit.fence(), "from_ns": from, "to_ns": to, "seen_ns": seen, "deadline_ns": deadline, "lost": lost.map(|l| l.to_string()), "cut_client": true}), seen);
-            release_recorded(process, permit, &history).await;
+            let (to, seen, deadline) = belief_end(&p.history, &session, from);
+            p.history.record_at(p.id, Kind::Ok, "hold", json!({"limit": CUT, "cap": 1, "fence": permit.fence(), "from_ns": from, "to_ns": to, "seen_ns": seen, "deadline_ns": deadline, "lost": lost.map(|l| l.to_string()), "cut_client": true}), seen);
+            release_recorded(p.id, permit, &p.history).await;
         }
     }
 }

@@ -2,17 +2,17 @@
 //! downstream [`Resource`] with it, release; one of them can be paused by the nemesis
 //! between its check and its action ([`ClientPause`]).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
-use weir_client::{Client, Permit, Session};
+use weir_client::{Client, Permit};
 
-use super::acquire::{Acquired, acquire_recorded, belief_end, release_recorded};
-use super::{FENCED, TENANT};
+use super::acquire::{belief_end, next_permit, release_recorded};
+use super::process::Process;
+use super::setup::{FENCED, TENANT};
 use crate::history::{Kind, Recorder};
-use crate::rng::Rng;
 
 /// The downstream resource the `fenced` limit guards, owned by the harness: it accepts an
 /// action whose fence is at least the largest it has accepted and refuses an older one — the
@@ -80,41 +80,30 @@ impl ClientPause {
 /// Its sessions' TTL is `ttl` (the harness's [`super::TTL`] unless `--fenced-ttl-ms` says
 /// otherwise: a longer one widens, in proportion, the window in which a fast log clock or a
 /// zero margin would let two holders believe at once).
-#[allow(clippy::too_many_arguments)]
 pub async fn fenced(
-    process: u64,
-    servers: Vec<String>,
+    p: Process,
     ttl: Duration,
     resource: Arc<Resource>,
     pause: Option<Arc<ClientPause>>,
-    history: Recorder,
-    stop: Arc<AtomicBool>,
-    seed: u64,
 ) {
-    let mut rng = Rng::new(seed);
-    let client = crate::secure::client(servers, crate::secure::Access::Tenant(TENANT));
-    while !stop.load(Ordering::Relaxed) {
-        let Ok(session) = Session::open(&client, ttl).await else {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            continue;
-        };
-        while !stop.load(Ordering::Relaxed) {
-            let (permit, from) = match acquire_recorded(process, &session, FENCED, &history).await {
-                Acquired::Held(permit, from) => (permit, from),
-                Acquired::TimedOut => continue,
-                Acquired::Ended => break,
-            };
+    let mut rng = p.rng();
+    let client = p.client(crate::secure::Access::Tenant(TENANT));
+    while let Some(session) = p.session(&client, ttl).await {
+        while let Some((permit, from)) = next_permit(&p, &session, FENCED).await {
             let fence = permit.fence();
             let hold = |(to, seen, deadline): (u64, u64, u64), lost: Option<String>| {
-                history.record_at(process, Kind::Ok, "hold", json!({"limit": FENCED, "cap": 1, "fence": fence, "from_ns": from, "to_ns": to, "seen_ns": seen, "deadline_ns": deadline, "lost": lost}), seen);
+                p.history.record_at(p.id, Kind::Ok, "hold", json!({"limit": FENCED, "cap": 1, "fence": fence, "from_ns": from, "to_ns": to, "seen_ns": seen, "deadline_ns": deadline, "lost": lost}), seen);
             };
             if let Some(why) = permit.lost_reason() {
-                hold(belief_end(&history, &session, from), Some(why.to_string()));
+                hold(
+                    belief_end(&p.history, &session, from),
+                    Some(why.to_string()),
+                );
                 continue;
             }
             if let Some(ms) = pause.as_ref().and_then(|p| p.take()) {
                 // Believed held until the deadline, which passes during the pause.
-                let deadline_ns = history.ns_of(session.deadline());
+                let deadline_ns = p.history.ns_of(session.deadline());
                 // The pause is a fact (recorded once, when it ends), not an op: the
                 // process's own ops (use, validate) happen inside it.
                 if let Some(p) = &pause {
@@ -122,25 +111,25 @@ pub async fn fenced(
                 }
                 std::thread::sleep(Duration::from_millis(ms));
                 // The action comes first: the pause fell between the check and the act.
-                let acted = act(process, &resource, &permit, true, &history);
-                hold(belief_end(&history, &session, from), None);
-                let held = validate(process, &client, fence, true, &history).await;
+                let acted = act(p.id, &resource, &permit, true, &p.history);
+                hold(belief_end(&p.history, &session, from), None);
+                let held = validate(p.id, &client, fence, true, &p.history).await;
                 let lost = permit.lost_reason();
-                history.record(process, Kind::Ok, "client-pause", json!({"fence": fence, "ms": ms, "deadline_ns": deadline_ns, "resumed_ns": acted, "lost": lost.map(|l| l.to_string()), "validated": held}));
-                release_recorded(process, permit, &history).await;
+                p.history.record(p.id, Kind::Ok, "client-pause", json!({"fence": fence, "ms": ms, "deadline_ns": deadline_ns, "resumed_ns": acted, "lost": lost.map(|l| l.to_string()), "validated": held}));
+                release_recorded(p.id, permit, &p.history).await;
                 break;
             }
-            validate(process, &client, fence, false, &history).await;
-            act(process, &resource, &permit, false, &history);
+            validate(p.id, &client, fence, false, &p.history).await;
+            act(p.id, &resource, &permit, false, &p.history);
             let lost = tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(rng.range(10, 100))) => permit.lost_reason(),
                 why = permit.lost() => Some(why),
             };
             hold(
-                belief_end(&history, &session, from),
+                belief_end(&p.history, &session, from),
                 lost.map(|l| l.to_string()),
             );
-            release_recorded(process, permit, &history).await;
+            release_recorded(p.id, permit, &p.history).await;
         }
     }
 }
@@ -222,16 +211,11 @@ async fn validate(
 }
 
 /// Starts a pausable [`fenced`] process on a thread and runtime of its own.
-#[allow(clippy::too_many_arguments)]
 pub fn spawn_pausable(
-    process: u64,
-    servers: Vec<String>,
+    p: Process,
     ttl: Duration,
     resource: Arc<Resource>,
     pause: Arc<ClientPause>,
-    history: Recorder,
-    stop: Arc<AtomicBool>,
-    seed: u64,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("pausable-client".into())
@@ -240,16 +224,7 @@ pub fn spawn_pausable(
                 .enable_all()
                 .build()
                 .expect("a runtime for the pausable client");
-            runtime.block_on(fenced(
-                process,
-                servers,
-                ttl,
-                resource,
-                Some(pause),
-                history,
-                stop,
-                seed,
-            ));
+            runtime.block_on(fenced(p, ttl, resource, Some(pause)));
         })
 }
 

@@ -3,8 +3,6 @@
 //! admitted in its scope: reserves of runs, and acquires of [`HALT_LIMIT`], as the halted
 //! agent or as another one (which only a tenant halt stops).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
@@ -12,72 +10,61 @@ use weir_client::{AcquireError, AcquireOptions, Client, Session};
 use weir_core::machine::{HaltScope, Reply};
 
 use super::acquire::release_recorded;
-use super::{HALT_AGENT, HALT_LIMIT, HALT_TENANT, TTL};
+use super::process::Process;
+use super::setup::{HALT_AGENT, HALT_LIMIT, HALT_TENANT, TTL};
 use crate::history::{Kind, Recorder};
-use crate::rng::Rng;
 
 /// The other agent the admitters act as: only tenant halts cover it.
 pub const OTHER_AGENT: &str = "b";
 
 /// The halter: sets and clears a halt in turn, each time on the agent or on the tenant.
-pub async fn halter(
-    process: u64,
-    servers: Vec<String>,
-    history: Recorder,
-    stop: Arc<AtomicBool>,
-    seed: u64,
-) {
-    let mut rng = Rng::new(seed);
-    let client = crate::secure::client(servers, crate::secure::Access::Tenant(HALT_TENANT));
-    while !stop.load(Ordering::Relaxed) {
+pub async fn halter(p: Process) {
+    let mut rng = p.rng();
+    let client = p.client(crate::secure::Access::Tenant(HALT_TENANT));
+    while p.running() {
         let (scope, agent) = if rng.range(0, 2) == 0 {
             (HaltScope::Tenant, None)
         } else {
             (HaltScope::Agent(HALT_AGENT.into()), Some(HALT_AGENT))
         };
         let v = json!({"tenant": HALT_TENANT, "agent": agent});
-        history.record(process, Kind::Invoke, "set-halt", v.clone());
+        p.history.record(p.id, Kind::Invoke, "set-halt", v.clone());
         match client.set_halt(HALT_TENANT, scope.clone(), "jepsen").await {
-            Ok(Reply::Done) => history.record(process, Kind::Ok, "set-halt", v.clone()),
-            _ => history.record(process, Kind::Info, "set-halt", v.clone()),
+            Ok(Reply::Done) => p.history.record(p.id, Kind::Ok, "set-halt", v.clone()),
+            _ => p.history.record(p.id, Kind::Info, "set-halt", v.clone()),
         };
         tokio::time::sleep(Duration::from_millis(300)).await;
         // A clear may take effect from its invoke on: admissions after it are allowed.
-        history.record(process, Kind::Invoke, "clear-halt", v.clone());
+        p.history
+            .record(p.id, Kind::Invoke, "clear-halt", v.clone());
         let kind = match client.clear_halt(HALT_TENANT, scope.clone()).await {
             Ok(_) => Kind::Ok,
             Err(_) => Kind::Info,
         };
-        history.record(process, kind, "clear-halt", v.clone());
+        p.history.record(p.id, kind, "clear-halt", v.clone());
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }
 
 /// An admitter: in turn reserves (and releases) a run and acquires (and releases) one unit
 /// of [`HALT_LIMIT`], as `agent`, recording each admission with its invoke time.
-pub async fn admitter(
-    process: u64,
-    servers: Vec<String>,
-    agent: &'static str,
-    history: Recorder,
-    stop: Arc<AtomicBool>,
-) {
-    let client = crate::secure::client(servers, crate::secure::Access::Tenant(HALT_TENANT));
+pub async fn admitter(p: Process, agent: &'static str) {
+    let client = p.client(crate::secure::Access::Tenant(HALT_TENANT));
     let mut session = None;
     let mut n = 0u64;
-    while !stop.load(Ordering::Relaxed) {
+    while p.running() {
         n += 1;
         if n.is_multiple_of(2) {
             if session.is_none() {
                 session = Session::open(&client, TTL).await.ok();
             }
             if let Some(s) = &session
-                && !acquire_in_scope(process, s, agent, &history).await
+                && !acquire_in_scope(p.id, s, agent, &p.history).await
             {
                 session = None;
             }
         } else {
-            reserve_in_scope(process, &client, agent, n, &history).await;
+            reserve_in_scope(p.id, &client, agent, n, &p.history).await;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

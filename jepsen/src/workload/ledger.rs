@@ -10,16 +10,13 @@
 //! A racer records under a process number of its own ([`RACER`] + the process), as Jepsen
 //! wants one outstanding op per process.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use serde_json::json;
 use weir_client::Client;
 use weir_core::machine::{Refusal, Reply, Settle};
 
-use super::TENANT;
+use super::process::Process;
+use super::setup::TENANT;
 use crate::history::{Kind, Recorder};
-use crate::rng::Rng;
 
 /// Added to a ledger process's number for its racer's.
 pub const RACER: u64 = 1_000;
@@ -31,19 +28,13 @@ pub fn period_of(run: &str) -> String {
 
 /// A ledger process: reserve a run, settle it, and now and then race or follow it with a
 /// conflicting payload.
-pub async fn ledger(
-    process: u64,
-    servers: Vec<String>,
-    history: Recorder,
-    stop: Arc<AtomicBool>,
-    seed: u64,
-) {
-    let mut rng = Rng::new(seed);
-    let client = crate::secure::client(servers, crate::secure::Access::Tenant(TENANT));
+pub async fn ledger(p: Process) {
+    let mut rng = p.rng();
+    let client = p.client(crate::secure::Access::Tenant(TENANT));
     let mut n = 0u64;
-    while !stop.load(Ordering::Relaxed) {
+    while p.running() {
         n += 1;
-        let run = format!("p{process}-r{n}");
+        let run = format!("p{}-r{n}", p.id);
         let period = period_of(&run);
         let _ = client.reserve(TENANT, &run, None, Some(&period)).await;
         let tokens = rng.range(1, 9);
@@ -64,21 +55,22 @@ pub async fn ledger(
         let racer = (rng.range(0, 5) == 0).then(|| {
             let (client, history, conflicting, key) = (
                 client.clone(),
-                history.clone(),
+                p.history.clone(),
                 conflicting.clone(),
                 key.clone(),
             );
+            let racer = p.id + RACER;
             tokio::spawn(async move {
-                conflict(process + RACER, &client, &conflicting, &key, &history).await;
+                conflict(racer, &client, &conflicting, &key, &history).await;
             })
         });
-        history.record(
-            process,
+        p.history.record(
+            p.id,
             Kind::Invoke,
             "settle",
             json!({"key": key, "tokens": tokens, "period": period}),
         );
-        let outcome = settle_until_known(process, &client, &settle, &key, &history).await;
+        let outcome = settle_until_known(p.id, &client, &settle, &key, &p.history).await;
         if let Some(r) = racer {
             let _ = r.await;
         }
@@ -90,7 +82,7 @@ pub async fn ledger(
             Outcome::Refused => false,
         };
         if again {
-            conflict(process, &client, &conflicting, &key, &history).await;
+            conflict(p.id, &client, &conflicting, &key, &p.history).await;
         }
     }
 }

@@ -10,7 +10,7 @@
 //! guarded by a limit of concurrency 1 — one of whose clients the nemesis can pause
 //! ([`ClientPause`], [`fenced`]); and the cut client, the one process whose links the
 //! client fronts fault, holding a limit of concurrency 1 with waiters behind it
-//! ([`cut_holder`], [`CutClient`]). `setup.rs` holds the limits they share; `acquire.rs` the
+//! ([`cut_holder`], [`CutClient`]). `setup.rs` holds the limits they share, `process.rs` what each process is given; `acquire.rs` the
 //! recorded acquire, release and belief end they share.
 
 mod acquire;
@@ -20,22 +20,24 @@ mod fenced;
 mod halts;
 mod ledger;
 mod permits;
+mod process;
 mod queued;
 mod reader;
-mod setup;
+pub(crate) mod setup;
 mod takes;
 
 pub use acquire::release_recorded;
-pub use ceilings::{CEIL_TENANT, ceiling_admitter, ceiling_setter};
+pub use ceilings::{ceiling_admitter, ceiling_setter};
 pub use cut::{CutClient, cut_holder};
 pub use fenced::{ClientPause, Resource, fenced, spawn_pausable};
 pub use halts::{OTHER_AGENT, admitter, halter};
 pub use ledger::ledger;
 pub use permits::permits;
+pub use process::Process;
 pub use queued::Queued;
 pub use reader::reader;
 pub use setup::{
-    CRASH, CUT, FENCED, FINAL_READERS, HALT_AGENT, HALT_LIMIT, HALT_LIMIT_CAP, HALT_TENANT, LIMITS,
-    QUEUE, TENANT, TTL, setup,
+    CEIL_TENANT, CRASH, CUT, FENCED, FINAL_READERS, HALT_AGENT, HALT_LIMIT, HALT_LIMIT_CAP,
+    HALT_TENANT, LIMITS, QUEUE, TENANT, TENANTS, TTL, setup,
 };
 pub use takes::takes;

@@ -17,7 +17,7 @@ use weir_client::{AcquireError, AcquireOptions, Client, Permit, Session};
 use weir_core::machine::Priority;
 
 use super::acquire::{belief_end, release_recorded};
-use super::{QUEUE, TENANT, TTL};
+use super::setup::{QUEUE, TENANT, TTL};
 use crate::history::{Kind, NEMESIS, Recorder};
 use crate::rng::Rng;
 

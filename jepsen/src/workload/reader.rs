@@ -4,32 +4,25 @@
 //! holder on its own fresh fence. Each validation is a `validate` op with its limit; the
 //! linearizability checker judges them against the grants and the belief ends.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
 
-use super::TENANT;
-use crate::history::{Kind, Recorder};
-use crate::rng::Rng;
+use super::process::Process;
+use super::setup::TENANT;
+use crate::history::Kind;
 
 /// How many of the latest ops a reader looks through for grants to validate.
 const WINDOW: usize = 400;
 
-/// A reader through `server`: validates a recent grant's fence every few milliseconds.
-pub async fn reader(
-    process: u64,
-    server: String,
-    history: Recorder,
-    stop: Arc<AtomicBool>,
-    seed: u64,
-) {
-    let mut rng = Rng::new(seed);
+/// A reader through its process's one server: validates a recent grant's fence every few
+/// milliseconds.
+pub async fn reader(p: Process) {
+    let mut rng = p.rng();
     // Validating a fence only reads.
-    let client = crate::secure::client(vec![server], crate::secure::Access::Read);
-    while !stop.load(Ordering::Relaxed) {
-        let grants = history.recent_oks("acquire", WINDOW);
+    let client = p.client(crate::secure::Access::Read);
+    while p.running() {
+        let grants = p.history.recent_oks("acquire", WINDOW);
         let picked = (!grants.is_empty())
             .then(|| &grants[rng.range(0, grants.len() as u64 - 1) as usize])
             .and_then(|g| {
@@ -43,18 +36,18 @@ pub async fn reader(
             continue;
         };
         let v = json!({"limit": limit, "fence": fence, "paused": false, "reader": true});
-        let at = history.record(process, Kind::Invoke, "validate", v.clone());
+        let at = p.history.record(p.id, Kind::Invoke, "validate", v.clone());
         match client.validate_fence(TENANT, &limit, fence).await {
             Ok(held) => {
                 let mut v = v;
                 v["invoke_ns"] = at.into();
                 v["held"] = held.into();
-                history.record(process, Kind::Ok, "validate", v)
+                p.history.record(p.id, Kind::Ok, "validate", v)
             }
             Err(e) => {
                 let mut v = v;
                 v["error"] = e.to_string().into();
-                history.record(process, Kind::Info, "validate", v)
+                p.history.record(p.id, Kind::Info, "validate", v)
             }
         };
         tokio::time::sleep(Duration::from_millis(rng.range(5, 30))).await;

@@ -1,4 +1,5 @@
-//! What the workloads share: the tenant, the limits and the session TTL, and [`setup`],
+//! What the workloads share (and `secure.rs` reads): the tenants, the limits and the
+//! session TTL, and [`setup`],
 //! which defines the limits before the run.
 
 use std::time::Duration;
@@ -44,6 +45,12 @@ pub const TENANT: &str = "jepsen";
 pub const FINAL_READERS: u64 = 10_000;
 pub const HALT_TENANT: &str = "halty";
 pub const HALT_AGENT: &str = "a";
+
+/// The tenant whose `max_running` is raced (`ceilings.rs`).
+pub const CEIL_TENANT: &str = "ceil";
+
+/// The tenants the workloads act in: in a secure run each gets a `tenant:NAME` token.
+pub const TENANTS: [&str; 3] = [TENANT, HALT_TENANT, CEIL_TENANT];
 
 /// Defines the limits (retrying until the cluster answers): [`TENANT`]'s through `client`,
 /// [`HALT_TENANT`]'s through `halty` (in a secure run each with its own tenant's token).

@@ -5,7 +5,7 @@
 //! snapshots. Field order is part of the format: append fields and variants, never reorder.
 //!
 //! The argument rules a command can break on its own, without the state (name lengths,
-//! unit ranges, weights), are checked in [`crate::machine::validate`]; this file knows no
+//! unit ranges, weights), are checked in `machine::validate`; this file knows no
 //! refusal and no state, only the shapes and what each command names
 //! ([`Command::tenant`], [`Command::session`]).
 //!

@@ -11,7 +11,7 @@
 //!   (`Session::finished_due_ms`), and a tenant with settlement receipts, filed at the time
 //!   its oldest one does (`Tenant::receipts_due_ms`). `Tick` prunes what is due.
 //!
-//! Session leases have their own index (`Machine::expiries`), older than this one.
+//! Session leases have their own index (`Machine::expiries`), ordered by expiry time.
 //!
 //! Derived state: never serialized, rebuilt from the saved state at restore
 //! ([`Deadlines::of`]), and compared with that rebuild by `Machine::check`, so a place that

@@ -71,7 +71,7 @@
 //! dropped in the entry that finds it fresh again: nothing held, nothing waiting, its
 //! bucket at its burst. A bucket reaches its burst by refill alone, so a key with a bucket
 //! below its burst and nothing else is filed in the deadline index at the log time it is
-//! full ([`deadlines`]) and dropped there. *Claim: dropping a fresh key changes no
+//! full (`deadlines`) and dropped there. *Claim: dropping a fresh key changes no
 //! decision.* A request on a key with no state is decided as on a new limit: a full bucket
 //! (whose refill the burst caps, so its remainder is zero either way), nothing held, an
 //! empty queue; that is exactly the state that was dropped, since `max_in_use` is not

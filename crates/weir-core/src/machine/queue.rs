@@ -12,8 +12,8 @@
 //!
 //! Tags are fixed at arrival, so the service order of the tickets present is the key order of
 //! one ordered map, and a ticket's position is the count of keys before it. That count is
-//! answered by [`Ranks`] (sorted blocks of keys, derived from the map and rebuilt when a
-//! queue is decoded), not by walking the map: a queue of 100,000 waiters answers each
+//! answered by `queue_rank::Ranks` (sorted blocks of keys, derived from the map and rebuilt
+//! when a queue is decoded), not by walking the map: a queue of 100,000 waiters answers each
 //! position in a few hundred steps, so building it is not quadratic.
 //!
 //! Invariants:
@@ -57,7 +57,7 @@ struct Flow {
 
 /// The queue. See the module doc for the order it serves.
 ///
-/// Decoded through [`SavedQueue`] (the same fields but `ranks`), which rebuilds the ranks.
+/// Decoded through `SavedQueue` (the same fields but `ranks`), which rebuilds the ranks.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(from = "SavedQueue")]
 pub struct WaitQueue {

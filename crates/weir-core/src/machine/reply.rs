@@ -84,6 +84,21 @@ pub enum Refusal {
     AtCapacity { what: String, limit: u64 },
 }
 
+impl Refusal {
+    /// `Ok` while `count` is below `bound` (there is room for one more), else `AtCapacity`
+    /// naming `what` and the bound: how every count bound of the state refuses (see
+    /// [`crate::bounds`]). `what` is formatted only for a refusal.
+    pub fn room(count: u64, bound: usize, what: std::fmt::Arguments<'_>) -> Result<(), Refusal> {
+        if count < bound as u64 {
+            return Ok(());
+        }
+        Err(Refusal::AtCapacity {
+            what: what.to_string(),
+            limit: bound as u64,
+        })
+    }
+}
+
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

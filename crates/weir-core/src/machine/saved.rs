@@ -1,7 +1,7 @@
 //! [`SavedLimits`]: everything the machine keeps that a snapshot carries, field by field.
 //!
 //! The machine ([`crate::machine::Machine`]) is `SavedLimits` plus what it derives from it:
-//! the lease-expiry index, the deadline index ([`crate::machine::deadlines`]), the totals
+//! the lease-expiry index, the deadline index (`machine::deadlines`), the totals
 //! of the bounded items ([`crate::machine::totals`]) and each queue's ranks. Those are
 //! rebuilt when a snapshot is restored, so a snapshot cannot carry an index that disagrees
 //! with the state. This file sits below the machine, the snapshot format and the derived

@@ -264,12 +264,11 @@ impl Session {
     /// `AtCapacity` when the session keeps as many finished tickets as the bound allows:
     /// recording one more would mean forgetting one a client may still retry.
     pub fn room_to_finish(&self, id: u64) -> Result<(), Refusal> {
-        if self.finished.len() >= SESSION_FINISHED_TICKETS_MAX {
-            return Err(Refusal::AtCapacity {
-                what: format!("finished tickets of session {id} kept for retries"),
-                limit: SESSION_FINISHED_TICKETS_MAX as u64,
-            });
-        }
+        Refusal::room(
+            self.finished.len() as u64,
+            SESSION_FINISHED_TICKETS_MAX,
+            format_args!("finished tickets of session {id} kept for retries"),
+        )?;
         Ok(())
     }
 

@@ -2,10 +2,11 @@
 //!
 //! `apply` takes a log index and a [`Batch`]; it advances the log clock, expires the sessions
 //! whose leases ran out, serves the rate-limited queues the refill can now serve (those
-//! filed in [`Deadlines`] at or before now, not every rated queue), and then executes the
+//! filed in `Deadlines` at or before now, not every rated queue), and then executes the
 //! commands in order. `Tick` prunes the finished tickets and receipts that are due, found
-//! the same way: neither walks every session, tenant or limit. Everything it decides depends on the state and the batch
-//! alone: ordered maps only, integer arithmetic only, no clock, no I/O.
+//! the same way: neither walks every session, tenant or limit. Everything it decides depends
+//! on the state and the batch alone: ordered maps only, integer arithmetic only, no clock,
+//! no I/O.
 //!
 //! This file holds the state and the dispatch; each group of commands has its own child
 //! module: `limits` (define, remove), `leases` (sessions: open, keep-alive, expire, close),
@@ -18,7 +19,7 @@
 //!   and holder of every limit is such a live ticket.
 //! - `expiries` holds exactly one `(expires_at_ms, session)` per session.
 //! - `deadlines` files exactly the items the state gives a deadline, under it (checked
-//!   against a full scan: see [`Deadlines`]).
+//!   against a full scan: see `Deadlines`).
 //! - Fences are unique and increasing: every held fence is at most `last_fence`.
 //! - A limit is reachable by name from its tenant exactly while it exists.
 

@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, VecDeque};
 use serde::{Deserialize, Serialize};
 
 use super::command::{HaltScope, LimitId};
+use super::reply::Refusal;
 use crate::bounds::{RECEIPT_RETENTION_MS, TENANT_RECEIPTS_MAX};
 
 /// A run in the running set.
@@ -103,8 +104,21 @@ pub struct Tenant {
 }
 
 impl Tenant {
+    /// `Halted` when a halt of this tenant (named `name`) covers `agent`'s work (`None`: no
+    /// agent), the tenant-wide halt first; the refusal names the scope and its reason.
+    pub fn refuse_if_halted(&self, name: &str, agent: Option<&str>) -> Result<(), Refusal> {
+        match self.halt_for(agent) {
+            None => Ok(()),
+            Some((scope, reason)) => Err(Refusal::Halted {
+                tenant: name.to_owned(),
+                scope,
+                reason,
+            }),
+        }
+    }
+
     /// The halt covering an agent (`None`: no agent), tenant-wide first.
-    pub fn halt_for(&self, agent: Option<&str>) -> Option<(HaltScope, String)> {
+    fn halt_for(&self, agent: Option<&str>) -> Option<(HaltScope, String)> {
         if let Some(reason) = self.halts.get(&HaltScope::Tenant) {
             return Some((HaltScope::Tenant, reason.clone()));
         }

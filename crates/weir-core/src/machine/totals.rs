@@ -18,9 +18,9 @@ use super::tenant::Tenant;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Totals {
     /// Places live tickets take, held or queued, across every session: a ticket of one
-    /// limit takes one, a request of several parts one per part ([`Ticket::places`]).
+    /// limit takes one, a request of several parts one per part ([`crate::machine::session::Ticket::places`]).
     pub live_tickets: u64,
-    /// Of those, the queued ones: waiters in queues ([`Ticket::waiters`]).
+    /// Of those, the queued ones: waiters in queues ([`crate::machine::session::Ticket::waiters`]).
     pub queued_tickets: u64,
     /// Finished tickets kept for retries, across every session.
     pub finished_tickets: u64,

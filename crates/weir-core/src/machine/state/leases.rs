@@ -9,7 +9,7 @@
 use std::collections::BTreeSet;
 
 use super::Machine;
-use crate::bounds::{SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN, SESSIONS_MAX};
+use crate::bounds::SESSIONS_MAX;
 use crate::machine::command::{LimitId, Owner, SessionId, next_session_candidate};
 use crate::machine::reply::{Event, Refusal, Reply};
 use crate::machine::session::Session;
@@ -24,17 +24,8 @@ impl Machine {
         owner: Option<Owner>,
         nonce: Option<u64>,
     ) -> Result<Reply, Refusal> {
-        if !(SESSION_TTL_MS_MIN..=SESSION_TTL_MS_MAX).contains(&ttl_ms) {
-            return Err(Refusal::Invalid(format!(
-                "ttl_ms {ttl_ms} is not in {SESSION_TTL_MS_MIN}..={SESSION_TTL_MS_MAX}"
-            )));
-        }
-        if self.saved.sessions.len() >= SESSIONS_MAX {
-            return Err(Refusal::AtCapacity {
-                what: "open sessions".into(),
-                limit: SESSIONS_MAX as u64,
-            });
-        }
+        let open = self.saved.sessions.len() as u64;
+        Refusal::room(open, SESSIONS_MAX, format_args!("open sessions"))?;
         // Counts every session ever opened; the legacy id.
         self.saved.last_session += 1;
         let mut id = nonce.unwrap_or(self.saved.last_session);

@@ -104,12 +104,8 @@ impl Machine {
 
     /// A new limit named (tenant, name), or the refusal when [`LIMITS_MAX`] are defined.
     fn add_limit(&mut self, tenant: &str, name: &str, spec: LimitSpec) -> Result<LimitId, Refusal> {
-        if self.saved.limits.len() >= LIMITS_MAX {
-            return Err(Refusal::AtCapacity {
-                what: "limits".into(),
-                limit: LIMITS_MAX as u64,
-            });
-        }
+        let defined = self.saved.limits.len() as u64;
+        Refusal::room(defined, LIMITS_MAX, format_args!("limits"))?;
         self.saved.last_limit += 1;
         let id = self.saved.last_limit;
         let limit = Limit::new(tenant, name, spec, self.now_ms());

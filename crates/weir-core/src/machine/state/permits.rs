@@ -82,42 +82,15 @@ impl Machine {
         a: &AcquireParts,
         events: &mut Vec<Event>,
     ) -> Result<Reply, Refusal> {
-        let now_ms = self.now_ms();
-        let session = self
-            .saved
-            .sessions
-            .get_mut(&a.session)
-            .ok_or(Refusal::UnknownSession { session: a.session })?;
-        session.prune_finished(now_ms, &mut self.totals);
-        self.refile_tickets(a.session);
-        let session = &self.saved.sessions[&a.session];
-        // The same ticket again: the same answer, and no second effect (G5).
-        if let Some(reply) = self.answer_again(a.session, a.ticket, &a.tenant, session) {
+        if let Some(reply) = self.ticket_admits(a)? {
             return Ok(reply);
         }
-        // A new ticket ends finished; there must be room to remember it (never forget one
-        // a client may still retry).
-        session.room_to_finish(a.session)?;
-        if session.live.len() >= SESSION_TICKETS_MAX {
-            return Err(Refusal::AtCapacity {
-                what: format!("live tickets of session {}", a.session),
-                limit: SESSION_TICKETS_MAX as u64,
-            });
-        }
         self.room_for_ticket()?;
-        if let Some((scope, reason)) = self
-            .saved
-            .tenants
-            .get(&a.tenant)
-            .and_then(|t| t.halt_for(a.agent.as_deref()))
-            // PLANTED(halt-skipped)
-            .filter(|_| !crate::planted::is(crate::planted::Plant::HaltSkipped))
+        // PLANTED(halt-skipped)
+        if let Some(t) = self.saved.tenants.get(&a.tenant)
+            && !crate::planted::is(crate::planted::Plant::HaltSkipped)
         {
-            return Err(Refusal::Halted {
-                tenant: a.tenant.clone(),
-                scope,
-                reason,
-            });
+            t.refuse_if_halted(&a.tenant, a.agent.as_deref())?;
         }
         let (passed, parts): (Vec<Resolved>, Vec<Resolved>) = self
             .resolve(a)?
@@ -434,6 +407,31 @@ impl Machine {
         }
     }
 
+    /// The session's side of an acquire: `Some` answer for a ticket it already knows (the
+    /// same answer, no second effect: G5), else whether it has room for a new ticket. Prunes
+    /// the session's finished tickets that are due first.
+    fn ticket_admits(&mut self, a: &AcquireParts) -> Result<Option<Reply>, Refusal> {
+        let now_ms = self.now_ms();
+        let session = self
+            .saved
+            .sessions
+            .get_mut(&a.session)
+            .ok_or(Refusal::UnknownSession { session: a.session })?;
+        session.prune_finished(now_ms, &mut self.totals);
+        self.refile_tickets(a.session);
+        let session = &self.saved.sessions[&a.session];
+        if let Some(reply) = self.answer_again(a.session, a.ticket, &a.tenant, session) {
+            return Ok(Some(reply));
+        }
+        // A new ticket ends finished; there must be room to remember it (never forget one
+        // a client may still retry).
+        session.room_to_finish(a.session)?;
+        let live = session.live.len() as u64;
+        let what = format_args!("live tickets of session {}", a.session);
+        Refusal::room(live, SESSION_TICKETS_MAX, what)?;
+        Ok(None)
+    }
+
     /// What an acquire naming a ticket the session already knows is answered, or `None`
     /// for a new ticket.
     fn answer_again(
@@ -672,30 +670,27 @@ impl Machine {
     /// `AtCapacity` when a new ticket would pass a global ticket bound: live tickets, or
     /// finished tickets (a new ticket ends finished).
     fn room_for_ticket(&self) -> Result<(), Refusal> {
-        if self.totals.live_tickets >= TICKETS_LIVE_MAX as u64 {
-            return Err(Refusal::AtCapacity {
-                what: "live tickets of all sessions".into(),
-                limit: TICKETS_LIVE_MAX as u64,
-            });
-        }
+        Refusal::room(
+            self.totals.live_tickets,
+            TICKETS_LIVE_MAX,
+            format_args!("live tickets of all sessions"),
+        )?;
         self.room_to_finish()
     }
 
     /// `AtCapacity` when the machine keeps [`FINISHED_TICKETS_MAX`] finished tickets, or
     /// [`FINISHED_REFUSALS_MAX`] refusals among them (a new ticket may end as either).
     fn room_to_finish(&self) -> Result<(), Refusal> {
-        if self.totals.finished_tickets >= FINISHED_TICKETS_MAX as u64 {
-            return Err(Refusal::AtCapacity {
-                what: "finished tickets of all sessions kept for retries".into(),
-                limit: FINISHED_TICKETS_MAX as u64,
-            });
-        }
-        if self.totals.finished_refusals >= FINISHED_REFUSALS_MAX as u64 {
-            return Err(Refusal::AtCapacity {
-                what: "finished refusals of all sessions kept for retries".into(),
-                limit: FINISHED_REFUSALS_MAX as u64,
-            });
-        }
+        Refusal::room(
+            self.totals.finished_tickets,
+            FINISHED_TICKETS_MAX,
+            format_args!("finished tickets of all sessions kept for retries"),
+        )?;
+        Refusal::room(
+            self.totals.finished_refusals,
+            FINISHED_REFUSALS_MAX,
+            format_args!("finished refusals of all sessions kept for retries"),
+        )?;
         Ok(())
     }
 

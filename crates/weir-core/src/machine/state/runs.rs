@@ -46,76 +46,27 @@ impl Machine {
     }
 
     pub(super) fn reserve(&mut self, r: &Reserve<'_>, wall_ms: u64) -> Result<Reply, Refusal> {
-        let Reserve {
-            tenant,
-            run,
-            agent,
-            period,
-            hold,
-        } = *r;
-        if hold.is_some() && period.is_none() {
+        if r.hold.is_some() && r.period.is_none() {
             return Err(Refusal::Invalid(
                 "a hold needs a period to hold against".into(),
             ));
         }
         let now_ms = self.now_ms();
         let totals = self.totals;
-        let t = self.tenant_mut(tenant)?;
+        let t = self.tenant_mut(r.tenant)?;
         // The same run again (a retry whose first reply was lost): the same answer (G5).
-        if t.running.contains_key(run) {
+        if t.running.contains_key(r.run) {
             return Ok(Reply::Admitted);
         }
-        if let Some((scope, reason)) = t.halt_for(agent) {
-            return Err(Refusal::Halted {
-                tenant: tenant.to_owned(),
-                scope,
-                reason,
-            });
-        }
-        let running = t.running.len() as u32;
-        // Compared once, outside any loop: a ceiling of 0 must refuse, not skip the check.
-        if let Some(max) = t.max_running
-            && running >= max
-        {
-            return Err(Refusal::TooManyRuns {
-                tenant: tenant.to_owned(),
-                running,
-            });
-        }
-        if let Some(refusal) = period.and_then(|p| over_budget(tenant, t, p, hold)) {
-            return Err(refusal);
-        }
-        if t.running.len() >= TENANT_RUNS_MAX {
-            return Err(Refusal::AtCapacity {
-                what: format!("running runs of tenant {tenant}"),
-                limit: TENANT_RUNS_MAX as u64,
-            });
-        }
-        if totals.tenants.runs >= RUNS_MAX as u64 {
-            return Err(Refusal::AtCapacity {
-                what: "running runs of all tenants".into(),
-                limit: RUNS_MAX as u64,
-            });
-        }
-        if let (Some(p), Some(_)) = (period, hold) {
-            room_for_period(tenant, t, p, &totals)?;
-        }
-        let (hold_tokens, hold_minor) = hold.unwrap_or_default();
-        let hold_period = match (period, hold) {
-            (Some(p), Some(_)) => {
-                let spend = t.spent.entry(p.to_owned()).or_default();
-                spend.held_tokens += hold_tokens;
-                spend.held_minor += hold_minor;
-                Some(p.to_owned())
-            }
-            _ => None,
-        };
+        refuse_run(t, r, &totals)?;
+        let (hold_tokens, hold_minor) = r.hold.unwrap_or_default();
+        let hold_period = place_hold(t, r);
         t.running.insert(
-            run.to_owned(),
+            r.run.to_owned(),
             RunSlot {
                 admitted_at_wall_ms: wall_ms,
                 admitted_at_log_ms: now_ms,
-                agent: agent.map(str::to_owned),
+                agent: r.agent.map(str::to_owned),
                 hold_period,
                 hold_tokens,
                 hold_minor,
@@ -161,43 +112,18 @@ impl Machine {
             };
         }
         // Receipts pruned just now are still in `totals`: the bound is judged conservatively.
-        if totals.tenants.receipts >= RECEIPTS_MAX as u64 {
-            return Err(Refusal::AtCapacity {
-                what: "settlement receipts of all tenants".into(),
-                limit: RECEIPTS_MAX as u64,
-            });
-        }
+        Refusal::room(
+            totals.tenants.receipts,
+            RECEIPTS_MAX,
+            format_args!("settlement receipts of all tenants"),
+        )?;
         if let Some(period) = &s.period {
             room_for_period(&s.tenant, t, period, &totals)?;
         }
-        let mut overrun = (0, 0);
-        if let Some(period) = &s.period {
-            // The charge uses up the run's hold on this period first; the rest is overrun.
-            let slot = t
-                .running
-                .get_mut(&s.run)
-                .filter(|slot| slot.hold_period.as_ref() == Some(period));
-            let (from_hold_tokens, from_hold_minor) = match slot {
-                Some(slot) => {
-                    let taken = (
-                        s.tokens.min(slot.hold_tokens),
-                        s.minor_units.min(slot.hold_minor),
-                    );
-                    slot.hold_tokens -= taken.0;
-                    slot.hold_minor -= taken.1;
-                    overrun = (s.tokens - taken.0, s.minor_units - taken.1);
-                    taken
-                }
-                None => (0, 0),
-            };
-            let spent = t.spent.entry(period.clone()).or_default();
-            spent.tokens = spent.tokens.saturating_add(s.tokens);
-            spent.minor_units = spent.minor_units.saturating_add(s.minor_units);
-            spent.held_tokens -= from_hold_tokens;
-            spent.held_minor -= from_hold_minor;
-            spent.overrun_tokens = spent.overrun_tokens.saturating_add(overrun.0);
-            spent.overrun_minor = spent.overrun_minor.saturating_add(overrun.1);
-        }
+        let overrun = match &s.period {
+            Some(period) => charge(t, s, period),
+            None => (0, 0),
+        };
         if s.release_slot {
             t.free_slot(&s.run);
         }
@@ -257,17 +183,18 @@ impl Machine {
     ) -> Result<Reply, Refusal> {
         let totals = self.totals;
         let t = self.tenant_mut(tenant)?;
-        if !t.halts.contains_key(scope) && t.halts.len() >= TENANT_HALTS_MAX {
-            return Err(Refusal::AtCapacity {
-                what: format!("halts of tenant {tenant}"),
-                limit: TENANT_HALTS_MAX as u64,
-            });
-        }
-        if !t.halts.contains_key(scope) && totals.tenants.halts >= HALTS_MAX as u64 {
-            return Err(Refusal::AtCapacity {
-                what: "halts of all tenants".into(),
-                limit: HALTS_MAX as u64,
-            });
+        if !t.halts.contains_key(scope) {
+            let count = t.halts.len() as u64;
+            Refusal::room(
+                count,
+                TENANT_HALTS_MAX,
+                format_args!("halts of tenant {tenant}"),
+            )?;
+            Refusal::room(
+                totals.tenants.halts,
+                HALTS_MAX,
+                format_args!("halts of all tenants"),
+            )?;
         }
         t.halts.insert(scope.clone(), reason.to_owned());
         let defs: Vec<LimitId> = t.limits.values().copied().collect();
@@ -338,19 +265,87 @@ fn room_for_period(tenant: &str, t: &Tenant, period: &str, totals: &Totals) -> R
     if t.spent.contains_key(period) {
         return Ok(());
     }
-    if t.spent.len() >= TENANT_PERIODS_MAX {
-        return Err(Refusal::AtCapacity {
-            what: format!("periods of tenant {tenant}"),
-            limit: TENANT_PERIODS_MAX as u64,
+    Refusal::room(
+        t.spent.len() as u64,
+        TENANT_PERIODS_MAX,
+        format_args!("periods of tenant {tenant}"),
+    )?;
+    Refusal::room(
+        totals.tenants.periods,
+        PERIODS_MAX,
+        format_args!("periods of all tenants"),
+    )?;
+    Ok(())
+}
+
+/// Charges settlement `s` to `period`: the charge uses up the run's hold on this period
+/// first, and the rest is overrun, recorded in the period's spend (G6). Returns the overrun
+/// (tokens, minor units).
+fn charge(t: &mut Tenant, s: &Settle, period: &str) -> (u64, u64) {
+    let slot = t
+        .running
+        .get_mut(&s.run)
+        .filter(|slot| slot.hold_period.as_deref() == Some(period));
+    let (from_hold, overrun) = match slot {
+        Some(slot) => {
+            let taken = (
+                s.tokens.min(slot.hold_tokens),
+                s.minor_units.min(slot.hold_minor),
+            );
+            slot.hold_tokens -= taken.0;
+            slot.hold_minor -= taken.1;
+            (taken, (s.tokens - taken.0, s.minor_units - taken.1))
+        }
+        None => ((0, 0), (0, 0)),
+    };
+    let spent = t.spent.entry(period.to_owned()).or_default();
+    spent.tokens = spent.tokens.saturating_add(s.tokens);
+    spent.minor_units = spent.minor_units.saturating_add(s.minor_units);
+    spent.held_tokens -= from_hold.0;
+    spent.held_minor -= from_hold.1;
+    spent.overrun_tokens = spent.overrun_tokens.saturating_add(overrun.0);
+    spent.overrun_minor = spent.overrun_minor.saturating_add(overrun.1);
+    overrun
+}
+
+/// Why tenant `t` cannot admit the new run of `r`, in this order: a halt covering its agent,
+/// the tenant's ceiling, the period's budget, then the bounds on runs and periods.
+fn refuse_run(t: &Tenant, r: &Reserve<'_>, totals: &Totals) -> Result<(), Refusal> {
+    let tenant = r.tenant;
+    t.refuse_if_halted(tenant, r.agent)?;
+    let running = t.running.len() as u32;
+    // Compared once, outside any loop: a ceiling of 0 must refuse, not skip the check.
+    if let Some(max) = t.max_running
+        && running >= max
+    {
+        return Err(Refusal::TooManyRuns {
+            tenant: tenant.to_owned(),
+            running,
         });
     }
-    if totals.tenants.periods >= PERIODS_MAX as u64 {
-        return Err(Refusal::AtCapacity {
-            what: "periods of all tenants".into(),
-            limit: PERIODS_MAX as u64,
-        });
+    if let Some(refusal) = r.period.and_then(|p| over_budget(tenant, t, p, r.hold)) {
+        return Err(refusal);
+    }
+    let what = format_args!("running runs of tenant {tenant}");
+    Refusal::room(t.running.len() as u64, TENANT_RUNS_MAX, what)?;
+    let what = format_args!("running runs of all tenants");
+    Refusal::room(totals.tenants.runs, RUNS_MAX, what)?;
+    if let (Some(p), Some(_)) = (r.period, r.hold) {
+        room_for_period(tenant, t, p, totals)?;
     }
     Ok(())
+}
+
+/// Adds the hold of `r`, if it carries one, to its period's standing holds; the period
+/// held against, for the run's slot.
+fn place_hold(t: &mut Tenant, r: &Reserve<'_>) -> Option<String> {
+    let (Some(period), Some((tokens, minor))) = (r.period, r.hold) else {
+        return None;
+    };
+    let spend = t.spent.entry(period.to_owned()).or_default();
+    spend.held_tokens += tokens;
+    spend.held_minor += minor;
+    Some(period.to_owned())
 }
 
 /// The refusal of a reserve charged to `period` that its budgets cannot admit, tokens

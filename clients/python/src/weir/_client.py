@@ -1,0 +1,381 @@
+"""The asyncio client: every operation of the cluster's HTTP/JSON API, and sessions."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable, Generator, Iterable
+from types import TracebackType
+from typing import Any, Final
+
+from ._config import resolve
+from ._session import AsyncSession, q
+from ._transport import REQUEST_DEADLINE, Transport
+from .errors import Busy, NotSupported, ProtocolError
+from .types import Halt, LimitStatus, Part, Run, Settlement, Spent, TenantStatus
+
+
+class _Keep:
+    """The default of :meth:`AsyncClient.set_tenant`'s ceilings: leave it as it is."""
+
+    _instance: _Keep | None = None
+
+    def __new__(cls) -> _Keep:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+KEEP: Final = _Keep()
+"""Leave a tenant ceiling as it is (:meth:`AsyncClient.set_tenant`); ``None`` clears it."""
+
+
+class SessionOpener:
+    """What :meth:`AsyncClient.session` returns: await it for a session (close it
+    yourself), or use it as ``async with`` (closed on exit)."""
+
+    def __init__(self, open_: Callable[[], Awaitable[AsyncSession]]) -> None:
+        self._open = open_
+        self._session: AsyncSession | None = None
+
+    def __await__(self) -> Generator[Any, None, AsyncSession]:
+        return self._open().__await__()
+
+    async def __aenter__(self) -> AsyncSession:
+        self._session = await self._open()
+        return self._session
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._session is not None:
+            await self._session.__aexit__(exc_type, exc, tb)
+
+
+def _expect_dict(answer: Any, what: str) -> dict[str, Any]:
+    if not isinstance(answer, dict):
+        raise ProtocolError(f"{what} answered {answer!r}")
+    return answer
+
+
+def _expect_list(answer: Any, what: str) -> list[Any]:
+    if not isinstance(answer, list):
+        raise ProtocolError(f"{what} answered {answer!r}")
+    return answer
+
+
+class AsyncClient:
+    """A client of a Weir cluster over its HTTP/JSON API (asyncio).
+
+    ``servers``: the nodes' HTTP addresses (``host:port`` or URLs; any node is an entry
+    point), default ``WEIR_HTTP_SERVERS`` / ``WEIR_SERVERS`` / ``127.0.0.1:7611``. ``ca``: a
+    PEM CA file to verify the nodes over TLS (default ``WEIR_CA``). ``token``: the bearer
+    token (default ``WEIR_TOKEN``). ``tenant``: the tenant operations act in unless told
+    otherwise (default ``WEIR_TENANT`` or ``default``). ``request_deadline``: how long one
+    request is retried across nodes (seconds; at most 10, the default, so that a retried
+    acquire stays within the 15 s for which the cluster remembers a finished ticket).
+    """
+
+    def __init__(
+        self,
+        servers: str | Iterable[str] | None = None,
+        *,
+        ca: str | os.PathLike[str] | None = None,
+        token: str | None = None,
+        tenant: str | None = None,
+        request_deadline: float = REQUEST_DEADLINE,
+    ) -> None:
+        if not 0 < request_deadline <= REQUEST_DEADLINE:
+            raise ValueError(f"request_deadline must be in (0, {REQUEST_DEADLINE:g}] seconds")
+        self.settings = resolve(servers, ca, token, tenant)
+        self.tenant = self.settings.tenant
+        self._transport = Transport(self.settings, request_deadline)
+        self._sessions: set[AsyncSession] = set()
+
+    def __repr__(self) -> str:
+        return f"AsyncClient(servers={list(self.settings.urls)}, tenant={self.tenant!r})"
+
+    @property
+    def servers(self) -> list[str]:
+        """The nodes' base URLs."""
+        return list(self.settings.urls)
+
+    @property
+    def current_server(self) -> str:
+        """The node requests go to now."""
+        return self._transport.current.url
+
+    def _t(self, tenant: str | None) -> str:
+        return q(self.tenant if tenant is None else tenant)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Closes every session still open (each bounded to a few seconds) and the
+        connections."""
+        sessions = list(self._sessions)
+        if sessions:
+            await asyncio.gather(
+                *(asyncio.wait_for(s.close(), 5.0) for s in sessions), return_exceptions=True
+            )
+        await self._transport.aclose()
+
+    # -- sessions ----------------------------------------------------------------------
+
+    def session(self, ttl: float = 3.0, *, tenant: str | None = None) -> SessionOpener:
+        """Opens a session with a TTL of ``ttl`` seconds (default 3), kept alive every
+        TTL/5: ``async with client.session() as s`` (closed on exit) or
+        ``s = await client.session()``. ``tenant`` is the default tenant of its acquires.
+        A TTL of at least 3 s rides out a stalled leader (G9)."""
+
+        async def open_() -> AsyncSession:
+            session = await AsyncSession.open(
+                self._transport, ttl, self.tenant if tenant is None else tenant,
+                on_close=self._sessions.discard,
+            )
+            self._sessions.add(session)
+            return session
+
+        return SessionOpener(open_)
+
+    # -- limits ------------------------------------------------------------------------
+
+    async def define_limit(
+        self,
+        name: str,
+        *,
+        concurrent: int = 0,
+        per_second: float = 0.0,
+        burst: int | None = None,
+        tenant: str | None = None,
+        keys_max: int | None = None,
+    ) -> None:
+        """Defines limit ``name`` or changes its spec: ``concurrent`` units held at once
+        (0: no cap), ``per_second`` token refill (0: no rate), ``burst`` bucket size
+        (default ``max(per_second, 1)``). ``keys_max`` (a keyed limit) is not served by the
+        cluster yet and raises :class:`~weir.NotSupported`."""
+        if keys_max is not None:
+            raise NotSupported("keyed limits are not served by the cluster yet")
+        body: dict[str, Any] = {"concurrent": concurrent, "per_second": per_second}
+        if burst is not None:
+            body["burst"] = burst
+        await self._transport.call("PUT", f"/v1/tenants/{self._t(tenant)}/limits/{q(name)}",
+                                   body)
+
+    async def show_limit(self, name: str, *, tenant: str | None = None) -> LimitStatus:
+        """A limit's spec and use (raises :class:`~weir.UnknownLimit`)."""
+        answer = await self._transport.call(
+            "GET", f"/v1/tenants/{self._t(tenant)}/limits/{q(name)}"
+        )
+        return LimitStatus.from_json(_expect_dict(answer, "limit show"))
+
+    async def list_limits(self, *, tenant: str | None = None) -> list[LimitStatus]:
+        """Every limit of the tenant."""
+        answer = await self._transport.call("GET", f"/v1/tenants/{self._t(tenant)}/limits")
+        return [LimitStatus.from_json(v) for v in _expect_list(answer, "limit list")]
+
+    async def remove_limit(self, name: str, *, tenant: str | None = None) -> None:
+        """Removes a limit; its waiters are refused with :class:`~weir.LimitRemoved`."""
+        await self._transport.call("DELETE",
+                                   f"/v1/tenants/{self._t(tenant)}/limits/{q(name)}")
+
+    async def fence_held(self, name: str, fence: int, *, tenant: str | None = None) -> bool:
+        """Whether a permit with ``fence`` is held on the limit now (linearizable)."""
+        answer = await self._transport.call(
+            "GET", f"/v1/tenants/{self._t(tenant)}/limits/{q(name)}/fences/{int(fence)}"
+        )
+        return bool(_expect_dict(answer, "fence check").get("held"))
+
+    # -- takes -------------------------------------------------------------------------
+
+    async def take(
+        self,
+        name: str,
+        units: int = 1,
+        *,
+        agent: str | None = None,
+        tenant: str | None = None,
+        wait: float | None = None,
+        key: str | None = None,
+        parts: list[Part] | None = None,
+        hold: int | None = None,
+    ) -> int | None:
+        """Takes ``units`` tokens from a rate-only limit now, or not at all: answers the
+        tokens left in the bucket, or raises :class:`~weir.Busy` whose ``retry_after`` says
+        in how many seconds the tokens will be there. With ``wait`` (seconds), sleeps for
+        ``retry_after`` and tries again while that stays within ``wait``.
+
+        ``key`` (keyed limits), ``parts`` (several limits at once) and ``hold`` (take an
+        estimate, settle the actual cost later) are not served by the cluster yet and raise
+        :class:`~weir.NotSupported`."""
+        if key is not None:
+            raise NotSupported("keyed limits are not served by the cluster yet")
+        if parts is not None:
+            raise NotSupported("multi-part takes are not served by the cluster yet")
+        if hold is not None:
+            raise NotSupported("held costs are not served by the cluster yet")
+        body: dict[str, Any] = {"units": units}
+        if agent is not None:
+            body["agent"] = agent
+        path = f"/v1/tenants/{self._t(tenant)}/limits/{q(name)}/take"
+        started = time.monotonic()
+        while True:
+            try:
+                answer = await self._transport.call("POST", path, body)
+            except Busy as busy:
+                after = busy.retry_after
+                if wait is None or after is None:
+                    raise
+                if time.monotonic() - started + after > wait:
+                    raise
+                await asyncio.sleep(after)
+                continue
+            remaining = _expect_dict(answer, "take").get("remaining")
+            return None if remaining is None else int(remaining)
+
+    # -- tenants -----------------------------------------------------------------------
+
+    async def set_tenant(
+        self,
+        *,
+        max_running: int | _Keep | None = KEEP,
+        budget_tokens: int | _Keep | None = KEEP,
+        budget_minor: int | _Keep | None = KEEP,
+        tenant: str | None = None,
+    ) -> TenantStatus:
+        """Sets a tenant's ceilings: each left at :data:`KEEP` stays, a number sets it,
+        ``None`` clears it (no ceiling). Answers the tenant as it is now."""
+        body: dict[str, Any] = {}
+        for key, value in (
+            ("max_running", max_running),
+            ("budget_tokens", budget_tokens),
+            ("budget_minor", budget_minor),
+        ):
+            if not isinstance(value, _Keep):
+                body[key] = value
+        answer = await self._transport.call("PUT", f"/v1/tenants/{self._t(tenant)}", body)
+        return TenantStatus.from_json(_expect_dict(answer, "tenant set"))
+
+    async def show_tenant(self, *, tenant: str | None = None) -> TenantStatus:
+        """A tenant's ceilings, budgets, running count and halts."""
+        answer = await self._transport.call("GET", f"/v1/tenants/{self._t(tenant)}")
+        return TenantStatus.from_json(_expect_dict(answer, "tenant show"))
+
+    # -- runs and spend ----------------------------------------------------------------
+
+    async def reserve(
+        self,
+        run: str,
+        *,
+        agent: str | None = None,
+        period: str | None = None,
+        hold_tokens: int | None = None,
+        hold_minor: int | None = None,
+        tenant: str | None = None,
+    ) -> None:
+        """Admits ``run`` to a slot of the tenant's running set (idempotent per run), or
+        raises :class:`~weir.TooManyRuns`, :class:`~weir.BudgetExhausted` or
+        :class:`~weir.Halted`. A hold (``hold_tokens``, ``hold_minor``; needs ``period``)
+        reserves that much of the period's budget for the run (G6)."""
+        body: dict[str, Any] = {}
+        for k, v in (("agent", agent), ("period", period), ("hold_tokens", hold_tokens),
+                     ("hold_minor", hold_minor)):
+            if v is not None:
+                body[k] = v
+        await self._transport.call(
+            "POST", f"/v1/tenants/{self._t(tenant)}/runs/{q(run)}/reserve", body
+        )
+
+    async def release_run(self, run: str, *, tenant: str | None = None) -> None:
+        """Frees the run's slot (idempotent)."""
+        await self._transport.call("POST",
+                                   f"/v1/tenants/{self._t(tenant)}/runs/{q(run)}/release")
+
+    async def settle(
+        self,
+        run: str,
+        *,
+        epoch: int,
+        period: str | None = None,
+        tokens: int = 0,
+        minor_units: int = 0,
+        release_slot: bool = False,
+        tenant: str | None = None,
+    ) -> Settlement:
+        """Charges one pass of ``run`` to the period, once per ``(run, epoch)``: a retry
+        with the same payload answers ``duplicate``; the same key with another payload
+        raises :class:`~weir.Conflict`."""
+        body: dict[str, Any] = {
+            "epoch": epoch,
+            "tokens": tokens,
+            "minor_units": minor_units,
+            "release_slot": release_slot,
+        }
+        if period is not None:
+            body["period"] = period
+        answer = await self._transport.call(
+            "POST", f"/v1/tenants/{self._t(tenant)}/runs/{q(run)}/settle", body
+        )
+        return Settlement.from_json(_expect_dict(answer, "settle"))
+
+    async def list_runs(self, *, tenant: str | None = None) -> list[Run]:
+        """The running set, with admission times."""
+        answer = await self._transport.call("GET", f"/v1/tenants/{self._t(tenant)}/runs")
+        return [Run.from_json(v) for v in _expect_list(answer, "run list")]
+
+    async def spent(self, period: str, *, tenant: str | None = None) -> Spent:
+        """Spend charged to ``period``."""
+        answer = await self._transport.call(
+            "GET", f"/v1/tenants/{self._t(tenant)}/spent/{q(period)}"
+        )
+        return Spent.from_json(_expect_dict(answer, "spent"))
+
+    # -- halts -------------------------------------------------------------------------
+
+    def _halt_path(self, agent: str | None, tenant: str | None) -> str:
+        if agent is None:
+            return f"/v1/tenants/{self._t(tenant)}/halt"
+        return f"/v1/tenants/{self._t(tenant)}/agents/{q(agent)}/halt"
+
+    async def set_halt(self, reason: str, *, agent: str | None = None,
+                       tenant: str | None = None) -> None:
+        """Halts the tenant, or one ``agent`` of it: its reserves and acquires are refused,
+        its queued tickets refused, and its permit holders told (their permits'
+        :meth:`~weir.AsyncPermit.lost` resolves)."""
+        await self._transport.call("PUT", self._halt_path(agent, tenant), {"reason": reason})
+
+    async def clear_halt(self, *, agent: str | None = None, tenant: str | None = None) -> None:
+        """Clears the tenant's halt, or one agent's."""
+        await self._transport.call("DELETE", self._halt_path(agent, tenant))
+
+    async def list_halts(self, *, tenant: str | None = None) -> list[Halt]:
+        """The tenant's halts, tenant-wide first."""
+        answer = await self._transport.call("GET", f"/v1/tenants/{self._t(tenant)}/halts")
+        return [Halt.from_json(v) for v in _expect_list(answer, "halt list")]
+
+    # -- the cluster -------------------------------------------------------------------
+
+    async def status(self) -> dict[str, Any]:
+        """Every member's status as the node asked sees it (``weir status --json``:
+        ``{"leader", "term", "nodes": [...]}``). Needs an ``admin`` token when tokens are
+        configured."""
+        return _expect_dict(await self._transport.call("GET", "/v1/status"), "status")
+
+
+__all__ = ["KEEP", "AsyncClient", "SessionOpener"]

@@ -1,0 +1,820 @@
+"""Sessions and permits (asyncio).
+
+# Keep-alive and the belief deadline (G2)
+
+A session sends a keep-alive every TTL/5 from a task of its own. When one is
+acknowledged, the session's **belief deadline** becomes ``send time + TTL - margin``
+(margin: a tenth of the TTL, at least 100 ms) on CLOCK_BOOTTIME where the platform has it,
+else the monotonic clock (``_clock.py``). The cluster cannot expire the session before
+``send time + TTL`` (its log clock never runs faster than real time), so every permit of
+the session is believed held only until that deadline. A keep-alive with no
+acknowledgement leaves the deadline where it was and is tried again after 100 ms; once the
+deadline passes, every held permit is lost (:attr:`LostKind.DEADLINE`), and stays lost.
+A keep-alive answered ``UnknownSession`` ends the session (:attr:`LostKind.EXPIRED`).
+
+A keep-alive still unanswered when less than 1.6 s of the belief is left, while its node
+has been silent for 400 ms, is *hedged*: sent to the other nodes too; the node that
+answers becomes the client's current node (the Rust library's rule, ``hedge.rs``).
+
+# Grants, refusals, halts: the event stream
+
+Each session follows its events (``GET /v1/sessions/{id}/events``, server-sent events)
+from a task of its own. An acquire registers its ticket as waiting *before* it is sent,
+then sends it with ``timeout_ms = 0``: answered ``granted`` it is a permit at once;
+answered ``queued``, its grant (or refusal) comes on the event stream. Every time the
+stream (re)connects, and whenever the node says it ``lagged``, the session asks again for
+every waiting ticket with the very same request (idempotent by session and ticket: a
+ticket granted meanwhile answers ``granted`` with the same fence), and reads the halts of
+every tenant it holds permits of, so a grant or a halt whose event was lost is learned
+anyway. A ``refused`` event is followed by one more ask of that ticket, which answers
+the refusal with its fields (``Halted.scope``, ...).
+
+# Nothing stays held that no one believes it holds
+
+A ticket that leaves the session without a permit owning it (its acquire's outcome
+unknown, timed out, or cancelled) is released in the background. A release whose outcome
+is unknown is retried (every second) until it is known or the session has ended (closing
+or expiring frees everything the session holds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Generator
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+from urllib.parse import quote
+
+from ._clock import KEEPALIVES_PER_TTL, LOOK_EVERY, boot_now, deadline_after
+from ._transport import Transport, jittered
+from .errors import (
+    Forbidden,
+    NotSupported,
+    ProtocolError,
+    Refused,
+    SessionLost,
+    TimedOut,
+    Unauthenticated,
+    UnknownSession,
+    WeirError,
+    refusal,
+)
+from .types import (
+    LOST_CLOSED,
+    LOST_DEADLINE,
+    LOST_EXPIRED,
+    Halt,
+    HaltScope,
+    Lost,
+    LostKind,
+    Part,
+    Priority,
+)
+
+log = logging.getLogger("weir")
+
+#: How soon a keep-alive that got no acknowledgement is tried again (or TTL/5, if sooner).
+KEEPALIVE_RETRY = 0.1
+#: How often an unanswered keep-alive looks whether it should be hedged.
+HEDGE_LOOK = 0.05
+#: A keep-alive is hedged only when less than this is left of the belief (s).
+HEDGE_WHEN_LEFT = 1.6
+#: Pause between the tries of a background release (s).
+RELEASE_PAUSE = 1.0
+#: Pause before the event stream is opened again after it failed (s), jittered.
+STREAM_PAUSE = 0.2
+
+
+def q(segment: str) -> str:
+    """A path segment, percent-encoded."""
+    return quote(segment, safe="")
+
+
+@dataclass
+class _Held:
+    """A granted ticket: which halts cover it, and why it may be lost."""
+
+    tenant: str
+    agent: str | None
+    lost: Lost | None
+    changed: asyncio.Event
+
+    def set_lost(self, why: Lost, replace: bool = False) -> None:
+        if self.lost is None or replace:
+            self.lost = why
+            self.changed.set()
+
+
+@dataclass
+class _Grant:
+    fence: int
+    units: int
+    held: _Held
+
+
+@dataclass
+class _Waiting:
+    """A ticket whose acquire was sent and not yet granted."""
+
+    path: str
+    body: dict[str, Any]
+    tenant: str
+    agent: str | None
+    future: asyncio.Future[_Grant | WeirError]
+    #: A loss learned before the grant (a halt): the permit starts lost.
+    lost: Lost | None = None
+    #: Tickets ahead of it when the cluster last answered ``queued``.
+    position: int | None = None
+
+
+def _discard(task: asyncio.Future[Any]) -> None:
+    """Cancels ``task`` if pending; its outcome is not wanted."""
+    if not task.done():
+        task.cancel()
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+
+class AsyncPermit:
+    """A held permit: its fence, whether it may be lost, and its release.
+
+    Believed held from its grant until :meth:`release` is called (the belief ends before
+    the release is sent) or until :meth:`lost_reason` is not ``None``.
+    """
+
+    def __init__(
+        self,
+        session: AsyncSession,
+        tenant: str,
+        limit: str,
+        ticket: int,
+        fence: int,
+        units: int,
+        held: _Held,
+    ) -> None:
+        self._session = session
+        self._held = held
+        self._released = False
+        self.tenant = tenant
+        self.limit = limit
+        self.ticket = ticket
+        self.fence = fence
+        self.units = units
+
+    def __repr__(self) -> str:
+        return (
+            f"AsyncPermit({self.tenant}/{self.limit}, fence={self.fence}, units={self.units},"
+            f" lost={self.lost_reason()})"
+        )
+
+    @property
+    def session(self) -> AsyncSession:
+        return self._session
+
+    @property
+    def released(self) -> bool:
+        return self._released
+
+    def lost_reason(self) -> Lost | None:
+        """Why the permit may no longer be held, or ``None`` while it is believed held."""
+        if self._held.lost is not None:
+            return self._held.lost
+        if boot_now() >= self._session.deadline:
+            return LOST_DEADLINE
+        return None
+
+    async def lost(self) -> Lost:
+        """Resolves when the permit may no longer be held: the session's belief deadline
+        passed, a halt covers it, or the session expired or was closed."""
+        while True:
+            why = self.lost_reason()
+            if why is not None:
+                return why
+            left = self._session.deadline - boot_now()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._held.changed.wait(), timeout=min(left, LOOK_EVERY))
+
+    async def release(self) -> None:
+        """Releases the permit and waits for the cluster to apply it. The belief ends
+        before the release is sent (G2). If the release's outcome is unknown (or no node
+        answered) it raises, and the release goes on in the background, retried until its
+        outcome is known or the session has ended. Calling it again does nothing."""
+        if self._released:
+            return
+        self._released = True
+        s = self._session
+        s._forget(self.ticket)
+        try:
+            await s._transport.call(
+                "POST", f"/v1/sessions/{s.id}/release", {"ticket": self.ticket}
+            )
+        except Refused:
+            # UnknownSession: the session's end freed everything it held.
+            return
+        except (Unauthenticated, Forbidden, ProtocolError):
+            raise
+        except WeirError:
+            s._release_in_background(self.ticket, pause_first=True)
+            raise
+        except asyncio.CancelledError:
+            s._release_in_background(self.ticket, pause_first=False)
+            raise
+
+    async def _release_on_exit(self) -> None:
+        try:
+            await self.release()
+        except WeirError as e:
+            log.warning("weir: release of %s/%s fence %d: %s", self.tenant, self.limit,
+                        self.fence, e)
+
+    async def __aenter__(self) -> AsyncPermit:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._release_on_exit()
+
+
+class AcquireContext:
+    """What :meth:`AsyncSession.acquire` returns: await it for a permit (release it
+    yourself), or use it as ``async with`` (released on exit)."""
+
+    def __init__(self, acquire: Callable[[], Awaitable[AsyncPermit]]) -> None:
+        self._acquire = acquire
+        self._permit: AsyncPermit | None = None
+
+    def __await__(self) -> Generator[Any, None, AsyncPermit]:
+        return self._acquire().__await__()
+
+    async def __aenter__(self) -> AsyncPermit:
+        self._permit = await self._acquire()
+        return self._permit
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._permit is not None:
+            await self._permit._release_on_exit()
+
+
+class AsyncSession:
+    """A session: the client's identity on the cluster, kept alive in the background
+    (module doc). Open one with :meth:`weir.AsyncClient.session`."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        session_id: int,
+        ttl: float,
+        deadline: float,
+        tenant: str,
+        on_close: Callable[[AsyncSession], None] | None = None,
+    ) -> None:
+        self._transport = transport
+        self.id = session_id
+        self.ttl = ttl
+        self._deadline = deadline
+        self._tenant = tenant
+        self._on_close = on_close
+        self._next_ticket = 1
+        self._waiting: dict[int, _Waiting] = {}
+        self._held: dict[int, _Held] = {}
+        self._ended: Lost | None = None
+        self._reask_wanted = asyncio.Event()
+        self._stream_up = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._background: set[asyncio.Task[None]] = set()
+        #: Keep-alives acknowledged, and hedged (for tests and diagnostics).
+        self.keepalives_acknowledged = 0
+        self.keepalives_hedged = 0
+
+    @classmethod
+    async def open(
+        cls,
+        transport: Transport,
+        ttl: float,
+        tenant: str,
+        on_close: Callable[[AsyncSession], None] | None = None,
+    ) -> AsyncSession:
+        if ttl <= 0:
+            raise ValueError("ttl must be positive (seconds)")
+        sent = boot_now()
+        answer = await transport.call("POST", "/v1/sessions", {"ttl_ms": round(ttl * 1000)})
+        if not isinstance(answer, dict) or "session" not in answer:
+            raise ProtocolError(f"open session answered {answer!r}")
+        granted_ttl = min(ttl, float(answer.get("ttl_ms", ttl * 1000)) / 1000.0)
+        session = cls(
+            transport, int(answer["session"]), granted_ttl,
+            deadline_after(sent, granted_ttl), tenant, on_close,
+        )
+        session._start()
+        return session
+
+    def _start(self) -> None:
+        self._tasks = [
+            asyncio.ensure_future(self._renew()),
+            asyncio.ensure_future(self._follow()),
+            asyncio.ensure_future(self._reasker()),
+        ]
+
+    def __repr__(self) -> str:
+        return f"AsyncSession(id={self.id}, ttl={self.ttl}, ended={self._ended})"
+
+    # -- what callers read -------------------------------------------------------------
+
+    @property
+    def deadline(self) -> float:
+        """The belief deadline, on :func:`weir.boot_now`'s clock (seconds)."""
+        return self._deadline
+
+    def deadline_left(self) -> float:
+        """Seconds until the belief deadline (negative once passed)."""
+        return self._deadline - boot_now()
+
+    @property
+    def ended(self) -> Lost | None:
+        """Why the session ended (expired, closed), or ``None`` while it lives."""
+        return self._ended
+
+    @property
+    def events_connected(self) -> bool:
+        """Whether the event stream is connected now."""
+        return self._stream_up.is_set()
+
+    async def wait_events_connected(self, timeout: float) -> bool:
+        """Waits (at most ``timeout`` s) until the event stream is connected."""
+        try:
+            await asyncio.wait_for(self._stream_up.wait(), timeout)
+            return True
+        except TimeoutError:
+            return False
+
+    def queued_position(self) -> int | None:
+        """While an acquire waits: how many tickets were ahead of it when the cluster last
+        answered ``queued`` (an upper bound on the position now, unless higher-priority
+        tickets arrived since)."""
+        for w in self._waiting.values():
+            if w.position is not None:
+                return w.position
+        return None
+
+    # -- acquire -----------------------------------------------------------------------
+
+    def acquire(
+        self,
+        limit: str,
+        units: int = 1,
+        *,
+        priority: int | Priority = 0,
+        fairness_key: str | None = None,
+        weight: int | None = None,
+        agent: str | None = None,
+        wait: bool = True,
+        timeout: float | None = None,
+        tenant: str | None = None,
+        key: str | None = None,
+        parts: list[Part] | None = None,
+    ) -> AcquireContext:
+        """Acquires ``units`` of ``limit``: ``async with session.acquire("db") as permit``
+        (released on exit) or ``permit = await session.acquire("db")``.
+
+        ``priority`` is a level (higher first) or a :class:`~weir.Priority`;
+        ``fairness_key`` and ``weight`` set its fair share. ``agent`` names the acting
+        agent (agent halts cover it). ``wait=False`` raises :class:`~weir.Busy` at once
+        when there is no room; otherwise it waits, at most ``timeout`` seconds (then
+        :class:`~weir.TimedOut`, the ticket withdrawn). ``key`` and ``parts`` (keyed limits,
+        several limits at once) are not served by the cluster yet and raise
+        :class:`~weir.NotSupported`.
+        """
+        if key is not None:
+            raise NotSupported("keyed limits are not served by the cluster yet")
+        if parts is not None:
+            raise NotSupported("multi-part acquires are not served by the cluster yet")
+        prio = priority if isinstance(priority, Priority) else Priority(level=int(priority))
+        if fairness_key is not None or weight is not None:
+            prio = Priority(
+                level=prio.level,
+                fairness_key=prio.fairness_key if fairness_key is None else fairness_key,
+                weight=prio.weight if weight is None else weight,
+            )
+        tenant = self._tenant if tenant is None else tenant
+
+        def start() -> Awaitable[AsyncPermit]:
+            return self._acquire(tenant, limit, units, prio, agent, wait, timeout)
+
+        return AcquireContext(start)
+
+    async def _acquire(
+        self,
+        tenant: str,
+        limit: str,
+        units: int,
+        priority: Priority,
+        agent: str | None,
+        wait: bool,
+        timeout: float | None,
+    ) -> AsyncPermit:
+        if self._ended is not None:
+            raise SessionLost(f"session {self.id} ended: {self._ended}", self._ended)
+        ticket = self._next_ticket
+        self._next_ticket += 1
+        path = f"/v1/tenants/{q(tenant)}/limits/{q(limit)}/acquire"
+        body: dict[str, Any] = {
+            "session": self.id,
+            "ticket": ticket,
+            "units": units,
+            "priority": priority.level,
+            "fairness_key": priority.fairness_key,
+            "weight": priority.weight,
+            "wait": wait,
+            "timeout_ms": 0,
+        }
+        if agent is not None:
+            body["agent"] = agent
+        future: asyncio.Future[_Grant | WeirError] = asyncio.get_running_loop().create_future()
+        # Registered before it is sent: a grant on the event stream ahead of the answer
+        # finds it.
+        self._waiting[ticket] = _Waiting(path, body, tenant, agent, future)
+        started = time.monotonic()
+        armed = True
+        try:
+            try:
+                answer = await self._transport.call("POST", path, body)
+            except Refused as r:
+                self._refused(ticket, r)
+            except WeirError as e:
+                if e.definitely_failed:
+                    armed = False
+                    self._waiting.pop(ticket, None)
+                raise
+            else:
+                self._answered(ticket, answer)
+            left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
+            done, _ = await asyncio.wait({future}, timeout=left)
+            if not done:
+                armed = False
+                await self._withdraw(ticket)
+                raise TimedOut(f"{tenant}/{limit}: still waiting after {timeout:g} s")
+            outcome = future.result()
+            # Refused (nothing held) or session lost (its end frees every ticket).
+            armed = False
+            if isinstance(outcome, WeirError):
+                raise outcome
+            return AsyncPermit(
+                self, tenant, limit, ticket, outcome.fence, outcome.units, outcome.held
+            )
+        finally:
+            if armed:
+                self._abandon(ticket)
+
+    # -- the tickets -------------------------------------------------------------------
+
+    def _answered(self, ticket: int, answer: Any) -> None:
+        status = answer.get("status") if isinstance(answer, dict) else None
+        if status == "granted":
+            self._granted(ticket, int(answer["fence"]), int(answer.get("units", 1)))
+        elif status == "queued":
+            w = self._waiting.get(ticket)
+            if w is not None and isinstance(answer.get("position"), int):
+                w.position = answer["position"]
+        else:
+            self._refused(ticket, ProtocolError(f"unexpected answer to an acquire: {answer!r}"))
+
+    def _granted(self, ticket: int, fence: int, units: int) -> None:
+        w = self._waiting.pop(ticket, None)
+        if w is None:
+            return
+        lost = self._ended or w.lost
+        held = _Held(w.tenant, w.agent, lost, asyncio.Event())
+        if lost is not None:
+            held.changed.set()
+        if w.future.done():
+            self._release_in_background(ticket, pause_first=False)
+            return
+        self._held[ticket] = held
+        w.future.set_result(_Grant(fence, units, held))
+
+    def _refused(self, ticket: int, error: WeirError) -> None:
+        if isinstance(error, UnknownSession):
+            self._end(LOST_EXPIRED)
+            return
+        w = self._waiting.pop(ticket, None)
+        if w is not None and not w.future.done():
+            w.future.set_result(error)
+
+    def _lose(self, ticket: int, why: Lost) -> None:
+        held = self._held.get(ticket)
+        if held is not None:
+            held.set_lost(why)
+            return
+        w = self._waiting.get(ticket)
+        if w is not None and w.lost is None:
+            w.lost = why
+
+    def _forget(self, ticket: int) -> None:
+        self._held.pop(ticket, None)
+
+    def _end(self, why: Lost) -> None:
+        if self._ended is None:
+            self._ended = why
+            log.info("weir: session %d ended: %s", self.id, why)
+        for held in self._held.values():
+            held.set_lost(why, replace=True)
+        self._held.clear()
+        waiting, self._waiting = self._waiting, {}
+        for w in waiting.values():
+            if not w.future.done():
+                w.future.set_result(SessionLost(f"session {self.id} ended: {why}", why))
+        self._reask_wanted.set()
+
+    def _abandon(self, ticket: int) -> None:
+        self._waiting.pop(ticket, None)
+        self._held.pop(ticket, None)
+        self._release_in_background(ticket, pause_first=False)
+
+    async def _withdraw(self, ticket: int) -> None:
+        self._waiting.pop(ticket, None)
+        self._held.pop(ticket, None)
+        try:
+            await self._transport.call(
+                "POST", f"/v1/sessions/{self.id}/release", {"ticket": ticket}
+            )
+        except Refused:
+            pass
+        except WeirError:
+            self._release_in_background(ticket, pause_first=True)
+
+    def _release_in_background(self, ticket: int, pause_first: bool) -> None:
+        task = asyncio.ensure_future(self._release_until_known(ticket, pause_first))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _release_until_known(self, ticket: int, pause_first: bool) -> None:
+        attempt = 0
+        while True:
+            if attempt > 0 or pause_first:
+                await asyncio.sleep(jittered(RELEASE_PAUSE))
+            attempt += 1
+            if self._ended is not None and self._ended.kind is not LostKind.DEADLINE:
+                return  # closed or expired: the end freed the ticket
+            try:
+                await self._transport.call(
+                    "POST", f"/v1/sessions/{self.id}/release", {"ticket": ticket}
+                )
+                return
+            except Refused:
+                return
+            except (Unauthenticated, Forbidden, ProtocolError) as e:
+                log.warning("weir: release of ticket %d of session %d: %s", ticket, self.id, e)
+                return
+            except WeirError as e:
+                if self._transport.closed:
+                    return
+                log.info("weir: release of ticket %d of session %d, try %d: %s",
+                         ticket, self.id, attempt, e)
+
+    # -- background work ---------------------------------------------------------------
+
+    async def _renew(self) -> None:
+        """Keep-alives every TTL/5 (sooner after one that was not acknowledged), and every
+        held permit lost once the deadline passes."""
+        every = self.ttl / KEEPALIVES_PER_TTL
+        next_keepalive = time.monotonic() + every
+        while self._ended is None and not self._transport.closed:
+            left = self._deadline - boot_now()
+            if left <= 0:
+                for held in self._held.values():
+                    held.set_lost(LOST_DEADLINE)
+            wait = min(next_keepalive - time.monotonic(), LOOK_EVERY)
+            if left > 0:
+                wait = min(wait, left)
+            if wait > 0:
+                await asyncio.sleep(wait)
+                continue
+            next_keepalive = await self._keep_alive(every)
+
+    async def _keep_alive(self, every: float) -> float:
+        """One keep-alive; returns when the next is due (monotonic)."""
+        due = time.monotonic() + every
+        sent = boot_now()
+        try:
+            answer = await self._hedged_keep_alive()
+        except UnknownSession:
+            self._end(LOST_EXPIRED)
+            return due
+        except WeirError as e:
+            log.info("weir: session %d keep-alive failed (%s), %.0f ms before the deadline",
+                     self.id, e, (self._deadline - boot_now()) * 1000)
+            return time.monotonic() + min(KEEPALIVE_RETRY, every)
+        if isinstance(answer, dict) and answer.get("status") == "kept_alive":
+            self._extend(sent)
+            self.keepalives_acknowledged += 1
+            return due
+        log.warning("weir: session %d keep-alive answered %r", self.id, answer)
+        return time.monotonic() + min(KEEPALIVE_RETRY, every)
+
+    async def _hedged_keep_alive(self) -> Any:
+        path = f"/v1/sessions/{self.id}/keepalive"
+        primary: asyncio.Future[Any] = asyncio.ensure_future(self._transport.call("POST", path))
+        hedge: asyncio.Future[Any] | None = None
+        try:
+            while True:
+                done, _ = await asyncio.wait({primary}, timeout=HEDGE_LOOK)
+                if done:
+                    return primary.result()
+                left = self._deadline - boot_now()
+                if (
+                    left < HEDGE_WHEN_LEFT
+                    and len(self._transport.nodes) > 1
+                    and self._transport.silence() >= 0.4
+                ):
+                    break
+            self.keepalives_hedged += 1
+            log.info("weir: session %d keep-alive hedged to the other nodes", self.id)
+            hedge = asyncio.ensure_future(self._transport.hedge("POST", path))
+            done, _ = await asyncio.wait({primary, hedge}, return_when=asyncio.FIRST_COMPLETED)
+            if primary in done:
+                return primary.result()
+            if hedge.exception() is None:
+                return hedge.result()
+            return await primary
+        finally:
+            _discard(primary)
+            if hedge is not None:
+                _discard(hedge)
+
+    def _extend(self, sent: float) -> None:
+        new = deadline_after(sent, self.ttl)
+        if new > self._deadline:
+            self._deadline = new
+
+    async def _follow(self) -> None:
+        """Follows the session's events; (re)connects as long as the session lives."""
+        path = f"/v1/sessions/{self.id}/events"
+        while self._ended is None and not self._transport.closed:
+            try:
+                await self._transport.stream(path, self._on_open, self._on_event)
+            except UnknownSession:
+                # A node behind the leader may not know the session yet: ask the leader.
+                if await self._gone():
+                    return
+                self._transport.move_on(self._transport.current)
+            except (Unauthenticated, Forbidden) as e:
+                log.error("weir: session %d event stream: %s", self.id, e)
+                await asyncio.sleep(1.0)
+            except WeirError as e:
+                log.info("weir: session %d event stream: %s", self.id, e)
+            finally:
+                self._stream_up.clear()
+            if self._ended is None:
+                await asyncio.sleep(jittered(STREAM_PAUSE))
+
+    async def _gone(self) -> bool:
+        """Whether the session is gone on the cluster (a keep-alive says so)."""
+        sent = boot_now()
+        try:
+            answer = await self._transport.call("POST", f"/v1/sessions/{self.id}/keepalive")
+        except UnknownSession:
+            self._end(LOST_EXPIRED)
+            return True
+        except WeirError:
+            return False
+        if isinstance(answer, dict) and answer.get("status") == "kept_alive":
+            self._extend(sent)
+        return False
+
+    def _on_open(self) -> None:
+        self._stream_up.set()
+        self._reask_wanted.set()
+
+    def _on_event(self, name: str, data: str) -> None:
+        try:
+            event = json.loads(data)
+        except ValueError:
+            log.warning("weir: session %d: event %s with bad data %r", self.id, name, data)
+            return
+        if not isinstance(event, dict):
+            return
+        if name == "lagged":
+            self._reask_wanted.set()
+            return
+        if event.get("session") != self.id:
+            return
+        ticket = event.get("ticket")
+        if name == "granted" and isinstance(ticket, int):
+            self._granted(ticket, int(event["fence"]), int(event.get("units", 1)))
+        elif name == "refused" and isinstance(ticket, int):
+            if ticket in self._waiting:
+                task = asyncio.ensure_future(
+                    self._typed_refusal(
+                        ticket, str(event.get("error", "")), str(event.get("message", ""))
+                    )
+                )
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
+        elif name == "halted" and isinstance(ticket, int):
+            try:
+                scope = HaltScope.parse(event.get("scope"))
+            except ValueError:
+                scope = HaltScope()
+            self._lose(ticket, Lost(LostKind.HALTED, scope, str(event.get("reason", ""))))
+        elif name == "expired":
+            self._end(LOST_EXPIRED)
+
+    async def _typed_refusal(self, ticket: int, name: str, message: str) -> None:
+        """A waiting ticket was refused: one more ask answers the refusal with its fields
+        (the event carries only its name and text)."""
+        w = self._waiting.get(ticket)
+        if w is None:
+            return
+        try:
+            answer = await self._transport.call("POST", w.path, w.body)
+        except Refused as r:
+            self._refused(ticket, r)
+        except WeirError:
+            self._refused(ticket, refusal(name, message))
+        else:
+            self._answered(ticket, answer)
+
+    async def _reasker(self) -> None:
+        while self._ended is None:
+            await self._reask_wanted.wait()
+            self._reask_wanted.clear()
+            if self._ended is not None:
+                return
+            await self._reask()
+
+    async def _reask(self) -> None:
+        """Asks again for every waiting ticket (idempotent), then reads the halts of every
+        tenant it holds permits of."""
+        for ticket, w in list(self._waiting.items()):
+            if ticket not in self._waiting:
+                continue
+            try:
+                answer = await self._transport.call("POST", w.path, w.body)
+            except Refused as r:
+                self._refused(ticket, r)
+            except WeirError as e:
+                log.info("weir: session %d re-ask of ticket %d: %s", self.id, ticket, e)
+            else:
+                self._answered(ticket, answer)
+        for tenant in sorted({h.tenant for h in self._held.values()}):
+            try:
+                halts = await self._transport.call("GET", f"/v1/tenants/{q(tenant)}/halts")
+            except WeirError:
+                continue
+            if isinstance(halts, list):
+                self._learn_halts(tenant, [Halt.from_json(h) for h in halts])
+
+    def _learn_halts(self, tenant: str, halts: list[Halt]) -> None:
+        for held in self._held.values():
+            if held.tenant != tenant or held.lost is not None:
+                continue
+            for h in halts:
+                if h.scope.is_tenant or h.scope.agent == held.agent:
+                    held.set_lost(Lost(LostKind.HALTED, h.scope, h.reason))
+                    break
+
+    # -- the end -----------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Closes the session: every permit is released and every ticket withdrawn. Raises
+        if the cluster did not confirm it (the session then expires after its TTL)."""
+        if self._ended is not None and self._ended.kind is LostKind.CLOSED:
+            return
+        self._end(LOST_CLOSED)
+        # The session's end frees everything it holds: background releases are moot.
+        for task in [*self._tasks, *self._background]:
+            _discard(task)
+        if self._on_close is not None:
+            self._on_close(self)
+        with contextlib.suppress(UnknownSession):
+            await self._transport.call("DELETE", f"/v1/sessions/{self.id}")
+
+    async def __aenter__(self) -> AsyncSession:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            await self.close()
+        except WeirError as e:
+            log.warning("weir: close of session %d: %s (it expires after its TTL)", self.id, e)
+
+
+__all__ = ["AcquireContext", "AsyncPermit", "AsyncSession"]

@@ -1,0 +1,50 @@
+"""The synchronous facade: the same client on a thread of its own."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from harness import Cluster, wait_until
+
+import weir
+
+
+def test_the_blocking_permit_cycle(cluster: Cluster) -> None:
+    with weir.Client(cluster.servers, tenant="sync") as client:
+        client.define_limit("db", concurrent=1)
+        with client.session(ttl=3) as s1, client.session(ttl=3) as s2:
+            with s1.acquire("db") as p1:
+                assert p1.fence > 0 and p1.lost_reason() is None
+                assert client.fence_held("db", p1.fence)
+                got: list[weir.Permit] = []
+                t = threading.Thread(target=lambda: got.append(s2.acquire("db", timeout=30)))
+                t.start()
+                wait_until(lambda: client.show_limit("db").waiting == 1, 10, "queued")
+                assert s2.queued_position() == 0
+            t.join(10)
+            assert not t.is_alive() and got
+            with got[0] as p2:
+                assert p2.fence > p1.fence
+            assert client.show_limit("db").in_use == 0
+            with pytest.raises(weir.TimedOut), s1.acquire("db"), s2.acquire("db", timeout=0.3):
+                pass
+        assert client.show_limit("db").in_use == 0
+
+
+def test_blocking_lost_on_a_halt_and_takes(cluster: Cluster) -> None:
+    with weir.Client(cluster.servers, tenant="sync-halt") as client:
+        client.define_limit("db", concurrent=2)
+        client.define_limit("api", per_second=1, burst=1)
+        assert client.take("api") == 0
+        with pytest.raises(weir.Busy) as busy:
+            client.take("api")
+        assert busy.value.retry_after is not None
+        with client.session() as s, s.acquire("db", agent="bot") as permit:
+            assert permit.lost(timeout=0.3) is None
+            client.set_halt("enough", agent="bot")
+            why = permit.lost(timeout=10)
+            assert why is not None and why.kind is weir.LostKind.HALTED
+            assert why.scope == weir.HaltScope("bot")
+        client.clear_halt(agent="bot")
+        assert client.list_halts() == []
