@@ -193,18 +193,18 @@ pub fn snapshot_restore(data: &[u8]) {
 }
 
 /// Target `log_entry`: the bytes are one value of the log's `entries` table, stored under
-/// index 1 ([`weir_server::raft::log_store::decode_entry`]). Odd mode: the rest is the stored value
+/// index 1 ([`weir_server::raft::log_entry::decode_entry`]). Odd mode: the rest is the stored value
 /// as is. Even mode: the rest is the payload, sealed in the entry's checksummed frame first.
 pub fn log_entry(data: &[u8]) {
     let (seal, data) = mode(data);
     let sealed;
     let bytes = if seal {
-        sealed = weir_server::raft::log_store::seal_entry_payload(data);
+        sealed = weir_server::raft::log_entry::seal_entry_payload(data);
         &sealed[..]
     } else {
         data
     };
-    let _ = weir_server::raft::log_store::decode_entry(1, bytes);
+    let _ = weir_server::raft::log_entry::decode_entry(1, bytes);
 }
 
 /// Target `config`: the bytes are a node's TOML config file, parsed and validated as

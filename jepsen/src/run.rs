@@ -84,9 +84,10 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
         crate::secure::check(secure, &cluster.ports(), &history).await;
     }
     let servers = cluster.servers();
+    // Limit definitions are the operator's: the admin role makes them.
     workload::setup(
-        &secure::client(servers.clone(), Access::Tenant(TENANT)),
-        &secure::client(servers.clone(), Access::Tenant(workload::HALT_TENANT)),
+        &secure::client(servers.clone(), Access::Admin),
+        &secure::client(servers.clone(), Access::Admin),
     )
     .await?;
     let monitor = crate::monitor::Monitor::start(&servers, &history, cluster.starts.clone());

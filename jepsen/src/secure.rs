@@ -45,7 +45,8 @@ use crate::workload::setup::{TENANT, TENANTS};
 /// The role a client needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Access {
-    /// Status, digests, membership changes: the monitor, the convergence probe, the heal.
+    /// Status, digests, membership changes (the monitor, the convergence probe, the heal),
+    /// and the operator's controls over a tenant: limit definitions, halts, ceilings.
     Admin,
     /// Reads only: the fence readers, the final reads.
     Read,

@@ -1,5 +1,5 @@
 //! The `weir` command line: parses arguments, runs the command, maps outcomes to exit codes
-//! (0 done, 1 error, 2 usage, 3 refused).
+//! (0 done, 1 error, 2 usage, 3 refused: by the machine, or the token or its role).
 //!
 //! This file holds the clap definitions and the dispatch; each command group has a file of
 //! its own, and `output.rs` how every command prints and ends.
@@ -15,9 +15,10 @@ mod log;
 mod output;
 mod runs;
 mod serve;
+mod session;
 mod status;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use weir_client::Client;
 use weir_server::security::ClientSecurity;
@@ -27,12 +28,22 @@ pub use output::{
     replied,
 };
 
+/// The exit statuses, for `weir --help` (and the man page).
+const EXIT_STATUS_HELP: &str = "Exit status: 0 done; 1 error (unreachable, internal); 2 usage; \
+3 refused (halted, over a ceiling or budget, conflict, timed out waiting, a token missing, \
+unknown or revoked, a role that may not)";
+
 /// The help heading of the options every command takes: a subcommand's help lists its own
 /// options first, then these.
 const GLOBAL: &str = "Global options";
 
 #[derive(Parser, Debug)]
-#[command(name = "weir", version, about = "Weir: a replicated limit cluster")]
+#[command(
+    name = "weir",
+    version,
+    about = "Weir: a replicated limit cluster",
+    after_help = EXIT_STATUS_HELP
+)]
 pub struct Cli {
     /// Servers to reach the cluster through, comma-separated host:port.
     #[arg(
@@ -105,6 +116,9 @@ pub enum Command {
     /// Set, clear and list halts.
     #[command(subcommand)]
     Halt(halt::HaltCommand),
+    /// End a session (its owner, or an admin for any session).
+    #[command(subcommand)]
+    Session(session::SessionCommand),
     /// Add and remove nodes.
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
@@ -131,10 +145,10 @@ pub fn run(cli: Cli) -> Exit {
         return serve::run(config.as_deref(), data_dir.clone());
     }
     if let Command::Completions { shell } = &cli.command {
-        return docs::completions(*shell);
+        return docs::completions(*shell, Cli::command());
     }
     if let Command::Man = &cli.command {
-        return docs::man();
+        return docs::man(Cli::command());
     }
     if let Command::Certs(c) = &cli.command {
         return certs::certs(c);
@@ -181,6 +195,7 @@ pub fn run(cli: Cli) -> Exit {
             Command::Run(c) => runs::run(c, &cli.tenant, &client, &out).await,
             Command::Spent { period } => runs::spent(&cli.tenant, period, &client, &out).await,
             Command::Halt(c) => halt::run(c, &cli.tenant, &client, &out).await,
+            Command::Session(c) => session::run(c, &client, &out).await,
             Command::Cluster(c) => cluster::run(c, &client, &out).await,
         }
     })

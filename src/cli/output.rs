@@ -1,8 +1,9 @@
 //! How a command ends: what it prints (human text or one JSON value) and its exit status
-//! (0 done, 1 error, 2 usage, 3 refused). Errors and refusals are reported on stderr here,
+//! (0 done, 1 error, 2 usage, 3 refused: by the machine, or the token or its role). Errors and refusals are reported on stderr here,
 //! once, by the function that turns them into a status.
 
 use weir_client::ClientError;
+use weir_client::protocol::Failure;
 use weir_core::machine::{Refusal, Reply};
 
 /// Exit status: done.
@@ -11,7 +12,8 @@ pub const EXIT_OK: i32 = 0;
 pub const EXIT_ERROR: i32 = 1;
 /// Exit status: bad usage.
 pub const EXIT_USAGE: i32 = 2;
-/// Exit status: refused (halted, over a ceiling or budget, conflict, timed out waiting).
+/// Exit status: refused (halted, over a ceiling or budget, conflict, timed out waiting; a
+/// token missing, unknown or revoked; a role that may not).
 pub const EXIT_REFUSED: i32 = 3;
 
 /// What a command ends with: the exit status, and what was printed is already printed.
@@ -35,11 +37,13 @@ impl Output {
 
 /// Reports a client error; returns the exit status for it. A request the node's edge
 /// refused as malformed (a name above its bound, say) is bad usage, as the machine's own
-/// `Invalid` refusal is.
+/// `Invalid` refusal is; a token refused (missing, unknown, revoked) or a role that may not
+/// make the request is a refusal, as a halt is.
 pub fn client_error(e: &ClientError) -> Exit {
     eprintln!("weir: {e}");
     match e {
-        ClientError::Failed(weir_client::protocol::Failure::BadRequest(_)) => EXIT_USAGE,
+        ClientError::Failed(Failure::BadRequest(_)) => EXIT_USAGE,
+        ClientError::Refused(_) | ClientError::Failed(Failure::Forbidden(_)) => EXIT_REFUSED,
         _ => EXIT_ERROR,
     }
 }
@@ -80,6 +84,21 @@ mod tests {
         assert_eq!(refused(&full), EXIT_REFUSED);
         assert_eq!(
             refused(&Refusal::Invalid("run is empty".into())),
+            EXIT_USAGE
+        );
+    }
+
+    #[test]
+    fn an_unauthenticated_or_forbidden_request_is_a_refusal_and_unreachable_an_error() {
+        let why = || "why".to_string();
+        assert_eq!(client_error(&ClientError::Refused(why())), EXIT_REFUSED);
+        assert_eq!(
+            client_error(&ClientError::Failed(Failure::Forbidden(why()))),
+            EXIT_REFUSED
+        );
+        assert_eq!(client_error(&ClientError::Unreachable(why())), EXIT_ERROR);
+        assert_eq!(
+            client_error(&ClientError::Failed(Failure::BadRequest(why()))),
             EXIT_USAGE
         );
     }

@@ -65,6 +65,9 @@ async fn first_answer(
     for addr in servers {
         match Client::ask_node_with(addr, &Request::Status, security).await {
             Ok(Response::Status(s)) => return Ok(s),
+            // Not this token's to ask (every node answers the same): say so, as it is.
+            Ok(Response::Failed(f)) => return Err(ClientError::Failed(f)),
+            Err(e @ ClientError::Refused(_)) => return Err(e),
             Ok(other) => why.push(format!("{addr}: unexpected answer {other:?}")),
             Err(e) => why.push(e.to_string()),
         }

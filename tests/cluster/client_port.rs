@@ -81,8 +81,14 @@ async fn every_kind_of_bad_input_closes_only_its_connection() {
             "above the bound",
         ),
         (
-            "oversized length",
+            "oversized length before the hello",
             [u32::MAX.to_le_bytes(), [0; 4]].concat(),
+            false,
+            "a first frame of 4294967295 bytes is above the bound of 4096 before the hello",
+        ),
+        (
+            "oversized length after the hello",
+            [hello(), u32::MAX.to_le_bytes().to_vec(), vec![0; 4]].concat(),
             false,
             "frame of 4294967295 bytes is above the bound of 4194304",
         ),

@@ -26,69 +26,55 @@ const TENANT_A: &str = "http-tenant-a-secret";
 /// follower forwarding to a leader just elected takes longer, well within this.
 const EXCHANGE_MAX: Duration = Duration::from_secs(20);
 
-/// One node's HTTPS port, verified against `connector`'s CA.
-struct Https<'a> {
-    connector: &'a Connector,
-    addr: &'a str,
-}
-
-impl Https<'_> {
-    /// Defines the limit at `path` with `concurrent` units, as the holder of `token`.
-    async fn define(&self, path: &str, token: &str, concurrent: u32) -> (u16, Value) {
-        let body = json!({"concurrent": concurrent});
-        self.call("PUT", path, Some(token), Some(body)).await
-    }
-
-    /// One request with an optional bearer `token` and JSON body: status and JSON body.
-    async fn call(
-        &self,
-        method: &str,
-        path: &str,
-        token: Option<&str>,
-        body: Option<Value>,
-    ) -> (u16, Value) {
-        let (connector, addr) = (self.connector, self.addr);
-        let exchange = async {
-            let tcp = TcpStream::connect(addr).await.unwrap();
-            let mut stream = connector.connect(tcp, addr).await.unwrap();
-            let body = body.map(|b| b.to_string()).unwrap_or_default();
-            let mut head = format!(
-                "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
-                 Content-Type: application/json\r\nContent-Length: {}\r\n",
-                body.len()
-            );
-            if let Some(t) = token {
-                head.push_str(&format!("Authorization: Bearer {t}\r\n"));
-            }
-            head.push_str("\r\n");
-            stream.write_all(head.as_bytes()).await.unwrap();
-            stream.write_all(body.as_bytes()).await.unwrap();
-            stream.flush().await.unwrap();
-            let mut raw = Vec::new();
-            // A TLS peer may end without close_notify after `Connection: close`; what was read
-            // is the answer.
-            let _ = stream.read_to_end(&mut raw).await;
-            let text = String::from_utf8_lossy(&raw).into_owned();
-            let (head, rest) = text.split_once("\r\n\r\n").expect("an HTTP answer");
-            let status: u16 = head
-                .split_whitespace()
-                .nth(1)
-                .and_then(|s| s.parse().ok())
-                .expect("a status line");
-            let chunked = head
-                .to_ascii_lowercase()
-                .contains("transfer-encoding: chunked");
-            let body = if chunked {
-                dechunk(rest)
-            } else {
-                rest.to_owned()
-            };
-            (status, serde_json::from_str(&body).unwrap_or(Value::Null))
+/// One request over TLS (verified against `connector`'s CA) to `addr`: status and JSON body.
+async fn https(
+    connector: &Connector,
+    addr: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let exchange = async {
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let mut stream = connector.connect(tcp, addr).await.unwrap();
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        let mut head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        );
+        if let Some(t) = token {
+            head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+        }
+        head.push_str("\r\n");
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stream.write_all(body.as_bytes()).await.unwrap();
+        stream.flush().await.unwrap();
+        let mut raw = Vec::new();
+        // A TLS peer may end without close_notify after `Connection: close`; what was read
+        // is the answer.
+        let _ = stream.read_to_end(&mut raw).await;
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        let (head, rest) = text.split_once("\r\n\r\n").expect("an HTTP answer");
+        let status: u16 = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .expect("a status line");
+        let chunked = head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked");
+        let body = if chunked {
+            dechunk(rest)
+        } else {
+            rest.to_owned()
         };
-        tokio::time::timeout(EXCHANGE_MAX, exchange)
-            .await
-            .expect("bounded")
-    }
+        (status, serde_json::from_str(&body).unwrap_or(Value::Null))
+    };
+    tokio::time::timeout(EXCHANGE_MAX, exchange)
+        .await
+        .expect("bounded")
 }
 
 /// The status and head of a GET to `path` over TLS, read up to the end of the head only: an
@@ -117,6 +103,76 @@ async fn https_head(connector: &Connector, addr: &str, path: &str, token: &str) 
     tokio::time::timeout(EXCHANGE_MAX, exchange)
         .await
         .expect("bounded")
+}
+
+/// One request with a raw `body` of any size over TLS: the status and the JSON answer, read
+/// after the whole body was sent (a reset under the write or before the answer panics).
+async fn https_bytes(
+    connector: &Connector,
+    addr: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &[u8],
+) -> (u16, Value) {
+    let exchange = async {
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let mut stream = connector.connect(tcp, addr).await.unwrap();
+        let mut head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        );
+        if let Some(t) = token {
+            head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+        }
+        head.push_str("\r\n");
+        stream.write_all(head.as_bytes()).await.unwrap();
+        // As curl does: the whole body is sent before the answer is read. A node that
+        // answers and closes without reading it resets the connection under the write.
+        stream
+            .write_all(body)
+            .await
+            .expect("the node read the whole body before it closed");
+        stream.flush().await.unwrap();
+        let mut raw = Vec::new();
+        let read = stream.read_to_end(&mut raw).await;
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        let Some((head, rest)) = text.split_once("\r\n\r\n") else {
+            panic!("no HTTP answer ({read:?}): {text:?}");
+        };
+        let status: u16 = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .expect("a status line");
+        (status, serde_json::from_str(rest).unwrap_or(Value::Null))
+    };
+    tokio::time::timeout(EXCHANGE_MAX, exchange)
+        .await
+        .expect("bounded")
+}
+
+/// Follows an event stream over TLS until it ends; returns everything read after the head.
+async fn follow_events(connector: Connector, addr: String, path: String, token: &str) -> String {
+    let tcp = TcpStream::connect(&addr).await.unwrap();
+    let mut stream = connector.connect(tcp, &addr).await.unwrap();
+    let head =
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.flush().await.unwrap();
+    let mut raw = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => raw.extend_from_slice(&chunk[..n]),
+        }
+        // The stream's last chunk: the body ended.
+        if raw.ends_with(b"0\r\n\r\n") {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&raw).into_owned()
 }
 
 /// The payload of a chunked body.
@@ -179,50 +235,116 @@ async fn https_with_tokens_authenticates_and_authorizes_through_the_client_port(
     // A follower, so the request is also carried to the leader with its token.
     let node = (1..=3).find(|id| *id != leader).unwrap();
     let addr = cluster.node(node).config.http_listen.clone();
-    let web = Https {
-        connector: &connector,
-        addr: &addr,
-    };
 
     phase("HTTPS with the cluster CA and an admin token: define, open a session, acquire");
     let limit = "/v1/tenants/b/limits/x";
-    let (status, v) = web.define(limit, ADMIN, 1).await;
+    let (status, v) = https(
+        &connector,
+        &addr,
+        "PUT",
+        limit,
+        Some(ADMIN),
+        Some(json!({"concurrent": 1})),
+    )
+    .await;
     assert_eq!(status, 200, "define as admin: {v}");
-    let (status, s) = web
-        .call(
-            "POST",
-            "/v1/sessions",
-            Some(ADMIN),
-            Some(json!({"ttl_ms": 15_000})),
-        )
-        .await;
+    let (status, s) = https(
+        &connector,
+        &addr,
+        "POST",
+        "/v1/sessions",
+        Some(ADMIN),
+        Some(json!({"ttl_ms": 15_000})),
+    )
+    .await;
     assert_eq!(status, 200, "open as admin: {s}");
     let session = s["session"].as_u64().expect("a session id");
-    let (status, v) = web
-        .call(
-            "POST",
-            &format!("{limit}/acquire"),
-            Some(ADMIN),
-            Some(json!({"session": session, "ticket": 1, "wait": false})),
-        )
-        .await;
+    let (status, v) = https(
+        &connector,
+        &addr,
+        "POST",
+        &format!("{limit}/acquire"),
+        Some(ADMIN),
+        Some(json!({"session": session, "ticket": 1, "wait": false})),
+    )
+    .await;
     assert_eq!(status, 200, "acquire as admin: {v}");
 
     phase("a tenant:a token is refused in tenant b (403), allowed in a");
-    let (status, v) = web.define(limit, TENANT_A, 5).await;
+    let (status, v) = https(
+        &connector,
+        &addr,
+        "PUT",
+        limit,
+        Some(TENANT_A),
+        Some(json!({"concurrent": 5})),
+    )
+    .await;
     assert_eq!(
         (status, v["error"].as_str()),
         (403, Some("Forbidden")),
         "{v}"
     );
-    let (status, v) = web.call("GET", limit, Some(TENANT_A), None).await;
+    let (status, v) = https(&connector, &addr, "GET", limit, Some(TENANT_A), None).await;
     assert_eq!(status, 403, "a read in b as tenant:a: {v}");
-    let (status, v) = web.define("/v1/tenants/a/limits/x", TENANT_A, 1).await;
-    assert_eq!(status, 200, "define in a as tenant:a: {v}");
+    let (status, v) = https(
+        &connector,
+        &addr,
+        "GET",
+        "/v1/tenants/a/limits",
+        Some(TENANT_A),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "a read in a as tenant:a: {v}");
+
+    phase("the controls over tenant a are admin's: tenant:a gets 403 on each, even in a");
+    let (status, v) = https(
+        &connector,
+        &addr,
+        "PUT",
+        "/v1/tenants/a/halt",
+        Some(ADMIN),
+        Some(json!({"reason": "incident"})),
+    )
+    .await;
+    assert_eq!(status, 200, "admin halts a: {v}");
+    let controls = [
+        ("DELETE", "/v1/tenants/a/halt", None),
+        (
+            "PUT",
+            "/v1/tenants/a",
+            Some(json!({"budget_tokens": 1_000_000, "max_running": 100})),
+        ),
+        (
+            "PUT",
+            "/v1/tenants/a/limits/x",
+            Some(json!({"concurrent": 1})),
+        ),
+        ("DELETE", "/v1/tenants/a/limits/x", None),
+    ];
+    for (method, path, body) in controls {
+        let (status, v) = https(&connector, &addr, method, path, Some(TENANT_A), body).await;
+        assert_eq!(
+            (status, v["error"].as_str()),
+            (403, Some("Forbidden")),
+            "{method} {path} as tenant:a: {v}"
+        );
+    }
+    let (status, v) = https(
+        &connector,
+        &addr,
+        "DELETE",
+        "/v1/tenants/a/halt",
+        Some(ADMIN),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "admin clears a's halt: {v}");
 
     phase("a session's event stream is refused to another principal (403), served to its owner");
     let events = format!("/v1/sessions/{session}/events");
-    let (status, v) = web.call("GET", &events, Some(TENANT_A), None).await;
+    let (status, v) = https(&connector, &addr, "GET", &events, Some(TENANT_A), None).await;
     assert_eq!(
         (status, v["error"].as_str()),
         (403, Some("Forbidden")),
@@ -235,7 +357,7 @@ async fn https_with_tokens_authenticates_and_authorizes_through_the_client_port(
         "{head}"
     );
     let unknown = format!("/v1/sessions/{}/events", session.wrapping_add(1));
-    let (status, v) = web.call("GET", &unknown, Some(ADMIN), None).await;
+    let (status, v) = https(&connector, &addr, "GET", &unknown, Some(ADMIN), None).await;
     assert_eq!(
         (status, v["error"].as_str()),
         (404, Some("UnknownSession")),
@@ -243,20 +365,129 @@ async fn https_with_tokens_authenticates_and_authorizes_through_the_client_port(
     );
 
     phase("no token, or an unknown one, is 401 Unauthenticated; /healthz stays open");
-    let (status, v) = web.call("GET", limit, None, None).await;
+    let (status, v) = https(&connector, &addr, "GET", limit, None, None).await;
     assert_eq!(
         (status, v["error"].as_str()),
         (401, Some("Unauthenticated")),
         "{v}"
     );
-    let (status, v) = web.call("GET", limit, Some("guess"), None).await;
+    let (status, v) = https(&connector, &addr, "GET", limit, Some("guess"), None).await;
     assert_eq!(
         (status, v["error"].as_str()),
         (401, Some("Unauthenticated")),
         "{v}"
     );
-    let (status, _) = web.call("GET", "/healthz", None, None).await;
+    let (status, _) = https(&connector, &addr, "GET", "/healthz", None, None).await;
     assert_eq!(status, 200);
+
+    phase("a body above the bound is 413; without a token a large body is answered 401, not reset");
+    // Above the body bound, and above what socket buffers absorb.
+    let big = vec![b' '; 12 << 20];
+    let (status, v) = https_bytes(&connector, &addr, "/v1/sessions", Some(ADMIN), &big).await;
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (413, Some("PayloadTooLarge")),
+        "{v}"
+    );
+    let (status, v) = https_bytes(&connector, &addr, "/v1/sessions", None, &big).await;
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (401, Some("Unauthenticated")),
+        "{v}"
+    );
+
+    phase("a request head sent a byte a second is closed after the header read timeout");
+    let slow = (0..5).map(|_| {
+        let (connector, addr) = (connector.clone(), addr.clone());
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let tcp = TcpStream::connect(&addr).await.unwrap();
+            let mut stream = connector.connect(tcp, &addr).await.unwrap();
+            for byte in b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: "
+                .iter()
+                .cycle()
+            {
+                if stream.write_all(&[*byte]).await.is_err() || stream.flush().await.is_err() {
+                    break;
+                }
+                let mut probe = [0u8; 64];
+                let read = tokio::time::timeout(Duration::from_secs(1), stream.read(&mut probe));
+                if let Ok(Ok(0) | Err(_)) = read.await {
+                    break;
+                }
+                assert!(
+                    started.elapsed() < Duration::from_secs(60),
+                    "still open after 60 s"
+                );
+            }
+            started.elapsed()
+        })
+    });
+    for open in slow.collect::<Vec<_>>() {
+        let open = open.await.unwrap();
+        let timeout = weir_server::http::HEADER_READ_TIMEOUT;
+        assert!(
+            open <= timeout + Duration::from_secs(5),
+            "a slow head kept its connection {open:?}"
+        );
+        assert!(
+            open >= timeout - Duration::from_secs(2),
+            "closed after {open:?}, before the timeout: for another reason"
+        );
+    }
+
+    phase("an admin closes another principal's session (a tenant:a session, over HTTP)");
+    let (status, s) = https(
+        &connector,
+        &addr,
+        "POST",
+        "/v1/sessions",
+        Some(TENANT_A),
+        Some(json!({"ttl_ms": 60_000})),
+    )
+    .await;
+    assert_eq!(status, 200, "open as tenant:a: {s}");
+    let theirs = s["session"].as_u64().expect("a session id");
+    assert!(
+        theirs < 1 << 53,
+        "session id {theirs} is not exact in a JSON double"
+    );
+
+    phase("revoking tenant:a's token (SIGHUP) ends its event stream with `revoked`");
+    let stream = tokio::spawn(follow_events(
+        connector.clone(),
+        addr.clone(),
+        format!("/v1/sessions/{theirs}/events"),
+        TENANT_A,
+    ));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for id in 1..=3 {
+        let mut config = cluster.node(id).config.clone();
+        config.tokens.retain(|t| t.role != "tenant:a");
+        std::fs::write(
+            &cluster.node(id).config_path,
+            toml::to_string(&config).unwrap(),
+        )
+        .unwrap();
+        cluster.signal(id, "-HUP");
+    }
+    let text = tokio::time::timeout(Duration::from_secs(15), stream)
+        .await
+        .expect("the stream of a revoked token ended")
+        .unwrap();
+    assert!(text.contains("event: revoked"), "{text}");
+    assert!(text.contains("was revoked"), "{text}");
+    let (status, v) = https(
+        &connector,
+        &addr,
+        "DELETE",
+        &format!("/v1/sessions/{theirs}"),
+        Some(ADMIN),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "admin closes tenant:a's session: {v}");
+    assert_eq!(v["closed"], json!(true), "{v}");
 
     phase("plain HTTP to the TLS port gets no HTTP answer");
     let plain = async {

@@ -126,14 +126,17 @@ async fn tls_peers_elect_and_clients_with_a_wrong_ca_or_an_expired_certificate_a
         Err(ClientError::Protocol(why)) => assert!(why.contains("certificate"), "{why}"),
         other => panic!("a wrong CA was not refused: {other:?}"),
     }
-    phase("a plaintext client on a TLS port gets no welcome");
+    phase("a plaintext client on a TLS port gets no welcome, and a hint to pass --ca");
     let plain = Client::ask_node_with(
         &cluster.node(leader).client,
         &Request::Status,
         &security(None, Some(ADMIN)),
     )
     .await;
-    assert!(plain.is_err(), "{plain:?}");
+    assert!(
+        matches!(&plain, Err(ClientError::Unreachable(w)) if w.contains("pass --ca")),
+        "{plain:?}"
+    );
     phase("no token, or an unknown one, is refused with a clear error");
     let none = Client::ask_node_with(
         &cluster.node(leader).client,
@@ -142,7 +145,7 @@ async fn tls_peers_elect_and_clients_with_a_wrong_ca_or_an_expired_certificate_a
     )
     .await;
     assert!(
-        matches!(&none, Err(ClientError::Protocol(w)) if w.contains("requires a token")),
+        matches!(&none, Err(ClientError::Refused(w)) if w.contains("requires a token")),
         "{none:?}"
     );
     let unknown = Client::ask_node_with(
@@ -152,7 +155,7 @@ async fn tls_peers_elect_and_clients_with_a_wrong_ca_or_an_expired_certificate_a
     )
     .await;
     assert!(
-        matches!(&unknown, Err(ClientError::Protocol(w)) if w.contains("not recognized")),
+        matches!(&unknown, Err(ClientError::Refused(w)) if w.contains("not recognized")),
         "{unknown:?}"
     );
 
@@ -257,20 +260,55 @@ async fn tenant_tokens_stay_in_their_tenant_read_only_reads_and_a_revoked_token_
     let b = Client::with_security(servers.clone(), security(None, Some(TENANT_B)));
     let reader = Client::with_security(servers.clone(), security(None, Some(READER)));
 
-    phase("admin defines in both tenants; tenant:a in its own");
+    phase("admin defines in both tenants");
     for t in ["a", "b"] {
         assert!(matches!(
             ask(&admin, Request::Write(define(t))).await,
             Ok(Response::Written { .. })
         ));
     }
+
+    phase("the controls over tenant a are admin's: tenant:a can neither lift nor raise them");
+    let halt = Command::SetHalt {
+        tenant: "a".into(),
+        scope: HaltScope::Tenant,
+        reason: "incident".into(),
+    };
     assert!(matches!(
-        ask(&a, Request::Write(define("a"))).await,
+        ask(&admin, Request::Write(halt)).await,
+        Ok(Response::Written { .. })
+    ));
+    let clear = Command::ClearHalt {
+        tenant: "a".into(),
+        scope: HaltScope::Tenant,
+    };
+    let raise = Command::SetTenant {
+        tenant: "a".into(),
+        max_running: weir_core::machine::Change::Set(100),
+        budget_tokens: weir_core::machine::Change::Set(1_000_000),
+        budget_minor: weir_core::machine::Change::Keep,
+    };
+    for command in [clear.clone(), raise, define("a")] {
+        let r = ask(&a, Request::Write(command.clone())).await;
+        assert!(
+            matches!(&r, Ok(Response::Failed(Failure::Forbidden(w))) if w.contains("admin role")),
+            "tenant:a was not refused {command:?} in its own tenant: {r:?}"
+        );
+    }
+    match ask(&a, Request::Read(Query::Halts { tenant: "a".into() })).await {
+        Ok(Response::Read(weir_client::protocol::Answer::Halts(h))) => {
+            assert_eq!(h.len(), 1, "the admin's halt stands: {h:?}")
+        }
+        other => panic!("tenant:a reads its halts: {other:?}"),
+    }
+    assert!(matches!(
+        ask(&admin, Request::Write(clear)).await,
         Ok(Response::Written { .. })
     ));
 
     phase("tenant:a cannot define, acquire, reserve, read or halt in tenant b");
-    let session = match ask(&a, Request::Write(Command::OpenSession { ttl_ms: 10_000 })).await {
+    // Long enough to outlive the revocation below without keep-alives.
+    let session = match ask(&a, Request::Write(Command::OpenSession { ttl_ms: 120_000 })).await {
         Ok(Response::Written {
             reply: Reply::SessionOpened { session, .. },
             ..
@@ -323,6 +361,33 @@ async fn tenant_tokens_stay_in_their_tenant_read_only_reads_and_a_revoked_token_
         })
     ));
 
+    phase("the CLI: a forbidden status and a refused token are refusals (exit 3), said cleanly");
+    let weir = |token: &str| {
+        let mut cli = std::process::Command::new(env!("CARGO_BIN_EXE_weir"));
+        cli.args(["status", "--servers", &servers.join(",")]);
+        if !token.is_empty() {
+            cli.args(["--token", token]);
+        }
+        let out = cli.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = weir(READER);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(
+        err.contains("forbidden: status requests need the admin role, not read"),
+        "{err}"
+    );
+    assert!(!err.contains("unexpected answer"), "{err}");
+    let (code, err) = weir("");
+    assert_eq!(code, Some(3), "{err}");
+    assert!(
+        err.contains("refused by the node") && err.contains("requires a token"),
+        "{err}"
+    );
+
     phase("read reads anywhere and writes nowhere");
     assert!(matches!(
         ask(&reader, Request::Read(Query::Limits { tenant: "b".into() })).await,
@@ -364,7 +429,7 @@ async fn tenant_tokens_stay_in_their_tenant_read_only_reads_and_a_revoked_token_
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         match ask(&a, Request::Read(Query::Limits { tenant: "a".into() })).await {
-            Err(ClientError::Protocol(why)) => {
+            Err(ClientError::Refused(why)) => {
                 assert!(why.contains("not recognized"), "{why}");
                 break;
             }
@@ -385,4 +450,111 @@ async fn tenant_tokens_stay_in_their_tenant_read_only_reads_and_a_revoked_token_
         ask(&b, Request::Read(Query::Limits { tenant: "b".into() })).await,
         Ok(Response::Read(_))
     ));
+
+    phase("the revoked principal's session holds its permit until an admin closes it");
+    let two_units = |session, ticket| {
+        Command::Acquire(weir_core::machine::Acquire {
+            session,
+            ticket,
+            tenant: "a".into(),
+            limit: "x".into(),
+            units: 2,
+            priority: Default::default(),
+            agent: None,
+            wait: false,
+        })
+    };
+    let mine = match ask(
+        &admin,
+        Request::Write(Command::OpenSession { ttl_ms: 10_000 }),
+    )
+    .await
+    {
+        Ok(Response::Written {
+            reply: Reply::SessionOpened { session, .. },
+            ..
+        }) => session,
+        other => panic!("open: {other:?}"),
+    };
+    assert!(
+        matches!(
+            ask(&admin, Request::Write(two_units(mine, 1))).await,
+            Ok(Response::Written {
+                reply: Reply::Refused(weir_core::machine::Refusal::Busy { .. }),
+                ..
+            })
+        ),
+        "tenant:a's permit is still held"
+    );
+    let closed = ask(&admin, Request::Write(Command::CloseSession { session })).await;
+    assert!(
+        matches!(closed, Ok(Response::Written { .. })),
+        "an admin closes another principal's session: {closed:?}"
+    );
+    assert!(matches!(
+        ask(&admin, Request::Write(two_units(mine, 2))).await,
+        Ok(Response::Written {
+            reply: Reply::Granted { .. },
+            ..
+        })
+    ));
+    let r = ask(&b, Request::Write(Command::CloseSession { session: mine })).await;
+    assert!(forbidden(&r), "tenant:b closed the admin's session: {r:?}");
+
+    phase("a reload that removes every token is refused: authentication stays on");
+    let mut none = config.clone();
+    none.tokens.clear();
+    std::fs::write(&path, toml::to_string(&none).unwrap()).unwrap();
+    cluster.signal(1, "-HUP");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !cluster
+        .log_tail(1, 200)
+        .iter()
+        .any(|l| l.contains("reload_may_turn_auth_off"))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the refused reload was not logged"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let tokenless = Client::with_security(servers.clone(), security(None, None));
+    let r = ask(
+        &tokenless,
+        Request::Read(Query::Limits { tenant: "b".into() }),
+    )
+    .await;
+    assert!(
+        matches!(&r, Err(ClientError::Refused(w)) if w.contains("requires a token")),
+        "a tokenless client was served after the reload: {r:?}"
+    );
+    assert!(matches!(
+        ask(&b, Request::Read(Query::Limits { tenant: "b".into() })).await,
+        Ok(Response::Read(_))
+    ));
+
+    phase("a first frame above the pre-hello bound is refused before its payload is read");
+    let mut raw = tokio::net::TcpStream::connect(&servers[0]).await.unwrap();
+    let mut header = 4_194_000u32.to_le_bytes().to_vec();
+    header.extend_from_slice(&[0; 4]);
+    header.extend_from_slice(&[7; 1_000]);
+    use tokio::io::AsyncWriteExt;
+    raw.write_all(&header).await.unwrap();
+    let answer = tokio::time::timeout(
+        Duration::from_secs(10),
+        weir_client::wire::read_frame::<_, weir_client::protocol::ServerFrame>(
+            &mut raw,
+            weir_client::protocol::CLIENT_FRAME_MAX,
+        ),
+    )
+    .await
+    .expect("answered at once");
+    assert!(
+        matches!(
+            &answer,
+            Ok(weir_client::protocol::ServerFrame::Error { reason })
+                if reason.contains("4194000 bytes is above the bound of 4096 before the hello")
+        ),
+        "{answer:?}"
+    );
 }

@@ -137,7 +137,7 @@ fn snapshot_restore_inputs_are_refused_or_restored() {
 fn log_entry_inputs_are_refused_or_decoded() {
     for (name, data) in inputs("log_entry") {
         eprintln!("log_entry: {name}");
-        let _ = weir_server::raft::log_store::decode_entry(1, &data);
+        let _ = weir_server::raft::log_entry::decode_entry(1, &data);
     }
 }
 

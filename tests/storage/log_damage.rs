@@ -5,7 +5,8 @@
 use openraft::storage::RaftLogStorage;
 use openraft::{CommittedLeaderId, LogId, RaftLogReader, Vote};
 use weir_core::codec;
-use weir_server::raft::log_store::{LogStore, seal_entry_payload};
+use weir_server::raft::log_entry::seal_entry_payload;
+use weir_server::raft::log_store::LogStore;
 use weir_server::raft::wal::DirDisk;
 
 use super::TempDir;

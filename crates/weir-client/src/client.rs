@@ -99,6 +99,7 @@ use super::conn::{CONNECT_TIMEOUT, Conn, Fate, Feeds};
 
 use crate::protocol::{Answer, Failure, Query, Request, Response};
 use crate::tls::ClientSecurity;
+use weir_core::bounds::CLIENT_EVENTS_BACKLOG;
 use weir_core::machine::{Command, Event, Reply};
 
 /// Most tries of one request (connects and redirects included). Failed tries pause
@@ -108,8 +109,6 @@ pub const ATTEMPTS_MAX: u32 = 200;
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 /// Pause between tries when no leader is known.
 pub(super) const RETRY_PAUSE: Duration = Duration::from_millis(100);
-/// Events buffered for slow subscribers.
-const EVENT_BACKLOG: usize = 4_096;
 /// How long a node whose connection fell silent is passed over by the next connects (unless
 /// it is the only server): long enough for the rest of the cluster to elect a leader
 /// (about a second), short enough that a node back from a pause is soon used again.
@@ -232,7 +231,7 @@ impl Client {
     }
 
     fn build(servers: Vec<String>, security: ClientSecurity, local_ip: Option<IpAddr>) -> Client {
-        let (events, _) = broadcast::channel(EVENT_BACKLOG);
+        let (events, _) = broadcast::channel(CLIENT_EVENTS_BACKLOG);
         let (generation, _) = watch::channel(0);
         Client {
             inner: Arc::new(Inner {
@@ -371,7 +370,9 @@ impl Client {
             let retry = match self.try_once(&request).await {
                 Ok(response) => return Ok(response),
                 // A refused certificate or token: every try would fail the same way.
-                Err((e @ ClientError::Protocol(_), _)) => return Err(e),
+                Err((e @ (ClientError::Protocol(_) | ClientError::Refused(_)), _)) => {
+                    return Err(e);
+                }
                 Err((e, retry)) => {
                     maybe_applied |= !e.definitely_failed();
                     last_error = Some(e);

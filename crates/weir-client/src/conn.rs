@@ -37,6 +37,7 @@ use crate::protocol::{
 use crate::task::AbortOnDrop;
 use crate::tls::{ClientSecurity, Stream};
 use crate::wire;
+use weir_core::bounds::{CLIENT_OUTBOX_FRAMES_MAX, READ_BUFFER_BYTES};
 use weir_core::machine::Event;
 
 /// Longest a TCP connect may take (a refused one fails at once; this bounds an unrouted
@@ -55,11 +56,6 @@ const SILENCE_CHECK: Duration = Duration::from_millis(100);
 /// Longest one try waits for its response. The node answers a write within its commit
 /// timeout (10 s) at worst.
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(12);
-/// Frames queued for one connection's writer task, at most.
-const OUTBOX_MAX: usize = 4_096;
-/// Read buffer of one connection: large enough that a burst of pushed events and
-/// responses is read in few system calls.
-const READ_BUFFER_BYTES: usize = 64 * 1024;
 
 const _: () = assert!(
     SILENCE_MAX.as_millis() >= 4 * HEARTBEAT_PERIOD.as_millis(),
@@ -176,7 +172,7 @@ impl Conn {
             addr.to_owned(),
         ));
         let watchdog = tokio::spawn(watch_silence(link.clone(), addr.to_owned()));
-        let (outbox, queue) = mpsc::channel(OUTBOX_MAX);
+        let (outbox, queue) = mpsc::channel(CLIENT_OUTBOX_FRAMES_MAX);
         let writer = tokio::spawn(write_frames(wr, queue));
         Ok(Conn {
             addr: addr.to_owned(),
@@ -329,7 +325,15 @@ async fn handshake(
         let node = match wire::read_frame::<_, ServerFrame>(&mut stream, CLIENT_FRAME_MAX).await {
             Ok(ServerFrame::Welcome { node, .. }) => node,
             Ok(ServerFrame::Error { reason }) => {
-                return Err(ClientError::Protocol(format!("{addr}: {reason}")));
+                return Err(ClientError::Refused(format!("{addr}: {reason}")));
+            }
+            // A TLS port closes a plaintext hello (after an alert, which reads as a short or
+            // garbled frame): say what is likely.
+            Err(e) if !security.connector.is_tls() => {
+                return Err(unreachable(&format!(
+                    "{e} (if the node serves TLS, pass --ca with the cluster's CA \
+                     certificate, or set WEIR_CA)"
+                )));
             }
             Ok(other) => {
                 return Err(ClientError::Protocol(format!(

@@ -17,8 +17,13 @@ pub enum ClientError {
     Unreachable(String),
     /// It was sent, and may or may not have been applied.
     OutcomeUnknown(String),
-    /// A node broke the protocol.
+    /// A node broke the protocol, or the connection failed in a way a retry would repeat
+    /// (a certificate the client does not trust).
     Protocol(String),
+    /// A node refused this client at its hello: no token, an unknown or revoked one, or a
+    /// protocol version it does not speak. Not applied; every try would be refused the same
+    /// way.
+    Refused(String),
     /// A node answered that it cannot serve it; see the failure for whether it applied.
     Failed(Failure),
 }
@@ -29,7 +34,7 @@ impl ClientError {
     pub fn is_retryable(&self) -> bool {
         match self {
             ClientError::Unreachable(_) | ClientError::OutcomeUnknown(_) => true,
-            ClientError::Protocol(_) => false,
+            ClientError::Protocol(_) | ClientError::Refused(_) => false,
             ClientError::Failed(f) => !matches!(f, Failure::BadRequest(_) | Failure::Forbidden(_)),
         }
     }
@@ -38,7 +43,9 @@ impl ClientError {
     /// unknown: it may have been applied.
     pub fn definitely_failed(&self) -> bool {
         match self {
-            ClientError::Unreachable(_) | ClientError::Protocol(_) => true,
+            ClientError::Unreachable(_) | ClientError::Protocol(_) | ClientError::Refused(_) => {
+                true
+            }
             ClientError::OutcomeUnknown(_) => false,
             ClientError::Failed(f) => !matches!(f, Failure::OutcomeUnknown(_)),
         }
@@ -51,6 +58,7 @@ impl std::fmt::Display for ClientError {
             ClientError::Unreachable(why) => write!(f, "unreachable: {why}"),
             ClientError::OutcomeUnknown(why) => write!(f, "outcome unknown: {why}"),
             ClientError::Protocol(why) => write!(f, "protocol error: {why}"),
+            ClientError::Refused(why) => write!(f, "refused by the node: {why}"),
             ClientError::Failed(failure) => write!(f, "{failure}"),
         }
     }
@@ -95,6 +103,7 @@ mod tests {
             (ClientError::Unreachable(why()), true, true),
             (ClientError::OutcomeUnknown(why()), true, false),
             (ClientError::Protocol(why()), false, true),
+            (ClientError::Refused(why()), false, true),
             (
                 ClientError::Failed(Failure::NotLeader { leader: None }),
                 true,

@@ -34,6 +34,8 @@ struct Shared {
     latest: Mutex<Option<mpsc::UnboundedSender<ServerFrame>>>,
     /// The source address of every connection accepted, in order.
     sources: Mutex<Vec<std::net::SocketAddr>>,
+    /// Once set, every hello is refused with this reason (a revoked token).
+    refuse: Mutex<Option<String>>,
 }
 
 /// A fake node on a loopback port; stops when dropped.
@@ -56,6 +58,7 @@ impl FakeNode {
             seen: Mutex::default(),
             latest: Mutex::default(),
             sources: Mutex::default(),
+            refuse: Mutex::default(),
         });
         let s = shared.clone();
         let accept = tokio::spawn(async move {
@@ -76,6 +79,15 @@ impl FakeNode {
     pub(super) fn push(&self, frame: ServerFrame) {
         let latest = self.shared.latest.lock().unwrap();
         latest.as_ref().expect("a connection").send(frame).unwrap();
+    }
+
+    /// From now on refuses every hello with `reason`, and closes the latest connection
+    /// with it, as a node does when a reload revokes the connection's token.
+    pub(super) fn revoke(&self, reason: &str) {
+        *self.shared.refuse.lock().unwrap() = Some(reason.to_owned());
+        self.push(ServerFrame::Error {
+            reason: reason.to_owned(),
+        });
     }
 
     /// From now on, sends nothing at all.
@@ -136,6 +148,13 @@ async fn serve(stream: tokio::net::TcpStream, s: Arc<Shared>) {
             Err(_) => return,
         };
         match frame {
+            ClientFrame::Hello { .. } if s.refuse.lock().unwrap().is_some() => {
+                let reason = s.refuse.lock().unwrap().clone().expect("checked");
+                let _ = out.send(ServerFrame::Error { reason });
+                // Time for the writer to send it before the connection is dropped.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                return;
+            }
             ClientFrame::Hello { version, .. } => {
                 let _ = out.send(ServerFrame::Welcome {
                     version,

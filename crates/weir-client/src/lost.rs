@@ -1,6 +1,7 @@
 //! [`Lost`]: why a permit may no longer be believed held.
 //!
-//! A permit is lost by its session (deadline, expiry, close) or by a halt; a permit that
+//! A permit is lost by its session (deadline, expiry, close, keep-alives refused) or by a
+//! halt; a permit that
 //! is released is not "lost", it is gone (its guard was consumed). The reasons are values
 //! for the caller to act on, never text to match.
 
@@ -18,6 +19,9 @@ pub enum Lost {
     Expired,
     /// The session was closed.
     Closed,
+    /// The deadline passed while the cluster refused this client's keep-alives (its token
+    /// was revoked, say): the reason the node gave.
+    Refused(String),
 }
 
 impl std::fmt::Display for Lost {
@@ -27,6 +31,10 @@ impl std::fmt::Display for Lost {
             Lost::Halted { scope, reason } => write!(f, "halted ({scope}): {reason}"),
             Lost::Expired => f.write_str("session expired"),
             Lost::Closed => f.write_str("session closed"),
+            Lost::Refused(why) => write!(
+                f,
+                "lease deadline passed: the cluster refused this client's keep-alives ({why})"
+            ),
         }
     }
 }

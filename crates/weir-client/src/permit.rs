@@ -79,7 +79,8 @@ impl Permit {
     /// Why the permit may no longer be held, if it may not.
     pub fn lost_reason(&self) -> Option<Lost> {
         self.lost.borrow().clone().or_else(|| {
-            (*self.state.deadline.borrow() <= BootInstant::now()).then_some(Lost::Deadline)
+            (*self.state.deadline.borrow() <= BootInstant::now())
+                .then(|| self.state.deadline_loss())
         })
     }
 
@@ -93,7 +94,7 @@ impl Permit {
             }
             let left = deadline.borrow().remaining(BootInstant::now());
             if left.is_zero() {
-                return Lost::Deadline;
+                return self.state.deadline_loss();
             }
             // The deadline is on the boot clock; the timer only says when to look again.
             let at = std::time::Instant::now() + left.min(LOOK_EVERY);

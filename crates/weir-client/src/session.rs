@@ -364,7 +364,7 @@ async fn renew(state: Weak<SessionState>) {
                 if !believed_at(*s.deadline.borrow(), BootInstant::now()) {
                     tracing::info!("session {}: the belief deadline passed", s.id);
                     for t in s.held_tickets() {
-                        s.lose(t, Lost::Deadline);
+                        s.lose(t, s.deadline_loss());
                     }
                     // Wait for the next keep-alive; nothing to do until then.
                     tokio::time::sleep_until(next_keepalive.into()).await;
@@ -419,7 +419,12 @@ async fn keep_alive(s: &SessionState, every: Duration) -> Instant {
                 sent
             };
             extend(s, sent);
+            s.keep_alive_refused(None);
             next
+        }
+        Err(ClientError::Refused(why)) => {
+            s.keep_alive_refused(Some(why));
+            Instant::now() + KEEPALIVE_RETRY.min(every)
         }
         Ok(Reply::Refused(Refusal::UnknownSession { .. })) => {
             s.end(Lost::Expired);

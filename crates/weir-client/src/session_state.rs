@@ -82,6 +82,9 @@ pub(super) struct SessionState {
     /// The belief deadline (see the `session` module doc): no permit of this session is
     /// believed held past it.
     pub(super) deadline: watch::Sender<BootInstant>,
+    /// Why the last keep-alive was refused (the node refused this client's hello), until
+    /// one is acknowledged: what a permit lost at the deadline is lost to.
+    refused: Mutex<Option<String>>,
     /// A std mutex: held only to read or change the maps, never across an await.
     tickets: Mutex<Tickets>,
     /// The background task (keep-alives, events); aborted when the last holder of this
@@ -97,6 +100,7 @@ impl SessionState {
             id,
             ttl,
             deadline: watch::channel(deadline).0,
+            refused: Mutex::new(None),
             tickets: Mutex::new(Tickets {
                 next: 1,
                 waiting: BTreeMap::new(),
@@ -104,6 +108,20 @@ impl SessionState {
                 ended: None,
             }),
             task: Mutex::new(None),
+        }
+    }
+
+    /// Records why a keep-alive was refused (`None`: one was acknowledged).
+    pub(super) fn keep_alive_refused(&self, why: Option<String>) {
+        *self.refused.lock().unwrap_or_else(|p| p.into_inner()) = why;
+    }
+
+    /// What a permit is lost to when the deadline passes: the refusal of the keep-alives,
+    /// if the cluster refused them, else the deadline itself.
+    pub(super) fn deadline_loss(&self) -> Lost {
+        match &*self.refused.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(why) => Lost::Refused(why.clone()),
+            None => Lost::Deadline,
         }
     }
 

@@ -241,6 +241,39 @@ async fn a_halt_lost_with_a_push_is_learned_for_a_held_permit_on_resync() {
     );
 }
 
+/// A node that refuses the client's hellos (its token revoked) costs the permit at the
+/// deadline, and the reason says the keep-alives were refused and why, not only that the
+/// deadline passed.
+#[tokio::test]
+async fn a_permit_lost_to_refused_keep_alives_says_so() {
+    let n = FakeNode::start(1, node(|_| granted(), vec![])).await;
+    let client = Client::new(vec![n.addr.clone()]);
+    let session = Session::open(&client, TTL).await.unwrap();
+    let permit = session
+        .acquire(AcquireOptions::new("t", "l"))
+        .await
+        .unwrap();
+    n.revoke("the token is not recognized by this node");
+    let why = tokio::time::timeout(TTL + WAIT, permit.lost())
+        .await
+        .expect("the permit is lost by its deadline");
+    let Lost::Refused(reason) = &why else {
+        panic!("lost to {why:?}, not to the refusal");
+    };
+    assert!(reason.contains("not recognized"), "{reason}");
+    assert!(why.to_string().contains("refused"), "{why}");
+    assert_eq!(permit.lost_reason(), Some(why));
+    // A request is refused by the node, typed as such.
+    let e = client
+        .write(Command::KeepAlive { session: 7 })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, ClientError::Refused(w) if w.contains("not recognized")),
+        "{e:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_silent_node_is_given_up_and_the_session_moves_to_the_next() {
     let a = FakeNode::start(1, node(|_| granted(), vec![])).await;

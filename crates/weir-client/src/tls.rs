@@ -90,6 +90,11 @@ impl Connector {
         Connector(Some(config.into()))
     }
 
+    /// Whether connections are TLS.
+    pub fn is_tls(&self) -> bool {
+        self.0.is_some()
+    }
+
     /// Wraps a connected socket to `addr` (`host:port`; the host is the name the server's
     /// certificate must carry), running the handshake.
     pub async fn connect(&self, tcp: TcpStream, addr: &str) -> io::Result<Stream> {

@@ -9,6 +9,10 @@
 //!
 //! Invariants:
 //! - The length is checked against the port's bound before a byte of payload is allocated.
+//! - Memory grows with the bytes that arrive, never with the length a frame announces: the
+//!   payload buffer starts at [`PAYLOAD_FIRST_BYTES`] at most and doubles as it fills, so
+//!   a peer that announces 4 MiB and sends 1,000 bytes costs about 1,000 bytes
+//!   (`read_payload`).
 //! - A frame whose checksum or encoding is wrong is an error for that connection only: the
 //!   caller logs the reason and closes it.
 
@@ -157,6 +161,34 @@ where
     Ok(())
 }
 
+/// The payload buffer's first allocation, in bytes, at most: an ordinary request or answer
+/// fits it in one read; a larger frame grows the buffer as its bytes arrive.
+pub const PAYLOAD_FIRST_BYTES: usize = 8 * 1024;
+
+/// Reads the `declared` bytes of a payload into `payload` (cleared first), growing it only
+/// as bytes arrive (at most twice what has arrived, or [`PAYLOAD_FIRST_BYTES`]): a sender
+/// that announces a large frame and stalls holds no more memory than it has sent. An end of
+/// stream before `declared` bytes is `UnexpectedEof`.
+async fn read_payload<R>(r: &mut R, declared: u32, payload: &mut Vec<u8>) -> io::Result<()>
+where
+    R: AsyncRead + Unpin,
+{
+    payload.clear();
+    payload.reserve_exact((declared as usize).min(PAYLOAD_FIRST_BYTES));
+    // `read_to_end` reserves only as the buffer fills, doubling it (amortized growth).
+    r.take(u64::from(declared)).read_to_end(payload).await?;
+    if payload.len() < declared as usize {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!(
+                "the frame announced {declared} bytes, the stream ended after {}",
+                payload.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Reads one frame of at most `max` payload bytes and decodes it.
 pub async fn read_frame<R, T>(r: &mut R, max: u32) -> Result<T, WireError>
 where
@@ -175,8 +207,8 @@ where
     if declared > max {
         return Err(WireError::TooLarge { declared, max });
     }
-    let mut payload = vec![0u8; declared as usize];
-    r.read_exact(&mut payload).await?;
+    let mut payload = Vec::new();
+    read_payload(r, declared, &mut payload).await?;
     let computed = crc32c::crc32c(&payload);
     if computed != stored {
         return Err(WireError::Checksum { stored, computed });
@@ -256,6 +288,59 @@ mod tests {
         fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
             Poll::Ready(Ok(()))
         }
+    }
+
+    /// A reader that yields `bytes`, then never anything more (a sender that stalls).
+    struct Stalls(Vec<u8>);
+
+    impl AsyncRead for Stalls {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            if self.0.is_empty() {
+                return Poll::Pending;
+            }
+            let n = self.0.len().min(buf.remaining()).min(100);
+            buf.put_slice(&self.0[..n]);
+            self.0.drain(..n);
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// A frame that announces 4,194,000 bytes and sends 1,000 of them holds a buffer of
+    /// about what arrived, not of what it announced.
+    #[tokio::test]
+    async fn a_frame_announced_large_costs_only_the_bytes_received() {
+        let mut r = Stalls(vec![7u8; 1_000]);
+        let mut payload = Vec::new();
+        let read = read_payload(&mut r, 4_194_000, &mut payload);
+        let stalled = tokio::time::timeout(std::time::Duration::from_millis(100), read).await;
+        assert!(stalled.is_err(), "the sender stalled: the read must wait");
+        assert_eq!(payload.len(), 1_000);
+        assert!(
+            payload.capacity() <= PAYLOAD_FIRST_BYTES,
+            "{} bytes held for 1,000 received",
+            payload.capacity()
+        );
+    }
+
+    /// A payload larger than the first allocation is read whole, as its bytes arrive; a
+    /// stream that ends early is an error naming both counts.
+    #[tokio::test]
+    async fn a_large_payload_is_read_whole_and_a_short_one_is_an_error() {
+        let bytes: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
+        let mut payload = Vec::new();
+        read_payload(&mut &bytes[..], 100_000, &mut payload)
+            .await
+            .unwrap();
+        assert_eq!(payload, bytes);
+        let e = read_payload(&mut &bytes[..10], 20, &mut payload)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+        assert!(e.to_string().contains("announced 20 bytes"), "{e}");
     }
 
     /// Decodes every frame of `bytes`, in order.

@@ -34,6 +34,14 @@ pub const SESSION_TTL_MS_MAX: u64 = 600_000;
 /// Default session TTL, in ms (spec §1).
 pub const SESSION_TTL_MS_DEFAULT: u64 = 3_000;
 
+/// Largest session id the edge draws: 2^53 - 1. JSON numbers are doubles in JavaScript
+/// and in many other parsers, exact only up to 2^53; ids drawn below it read back exactly
+/// from the HTTP API's JSON, and 53 random bits still make an id unguessable. (The
+/// machine's collision step, taken only when a drawn id is zero or live, about one open in
+/// 2^53 / live sessions, may pick a larger id: a client still gets the right session, in
+/// any integer type wider than a double's mantissa.)
+pub const SESSION_ID_DRAWN_MAX: u64 = (1 << 53) - 1;
+
 /// Most sessions open at once. A session costs a few hundred bytes plus its tickets; a
 /// million bounds that part of the state near 1 GiB even in the worst case.
 pub const SESSIONS_MAX: usize = 1_000_000;
@@ -180,6 +188,13 @@ pub const APPEND_OVERHEAD_BYTES: usize = 4 * 1024;
 /// closed by the follower, which openraft would resend forever.
 pub const PEER_FRAME_MAX: u32 = 64 << 20;
 
+/// Largest frame a client-port connection may send before its hello is accepted, in bytes.
+/// Before the hello the connection is unauthenticated, so what it may make the node hold
+/// must be small: a hello is a version and a token (a token of a few hundred bytes is
+/// already long; 4 KiB leaves room for any secret a deployment generates). A first frame
+/// above it is refused, and the connection closed, before a byte of its payload is read.
+pub const HELLO_FRAME_MAX: u32 = 4 * 1024;
+
 /// Longest node address (peer or client) in `AddNode`, in bytes: a host name and a port.
 /// Addresses live in every membership entry and in every snapshot's metadata.
 pub const ADDR_BYTES_MAX: usize = 256;
@@ -251,3 +266,56 @@ pub const PERIODS_MAX: usize = 100_000;
 /// Most halt records across the machine (each tenant also has [`TENANT_HALTS_MAX`]). A halt
 /// keeps its reason, up to [`REASON_BYTES_MAX`].
 pub const HALTS_MAX: usize = 10_000;
+
+// ---------------------------------------------------------------------------------------------
+// Buffers and queues of a node and of the client library, outside the machine: each bounds
+// the memory one connection or one node's pipeline may hold, so a slow or hostile peer stalls
+// only itself. They are defined here beside the machine's bounds so that each value, and
+// every difference between the node's side and the client's, is said in one place.
+// ---------------------------------------------------------------------------------------------
+
+/// Bytes buffered in front of a connection's socket, on the node and in the client library
+/// alike: a burst of frames (pushed events, answers) is read in few system calls, and a
+/// frame is one read, not three. 64 KiB is several hundred typical frames and small beside
+/// a connection's other memory.
+pub const READ_BUFFER_BYTES: usize = 64 * 1024;
+
+/// Frames queued for one client connection's writer on the node: answers and pushed events
+/// waiting for the socket. A client that does not read stalls only itself: a full outbox
+/// holds up that connection's request tasks, their in-flight slots run out, and its reader
+/// stops reading. 1,024 frames (a few hundred KiB) per connection keeps thousands of
+/// connections' worst case small, and coalesced writes of up to 512 frames keep it drained.
+pub const NODE_OUTBOX_FRAMES_MAX: usize = 1_024;
+
+/// Frames queued for one connection's writer in the client library: the requests of every
+/// task of the process that shares the connection. Larger than the node's, because one
+/// client connection carries many callers at once and a full outbox makes each of them
+/// wait; 4,096 matches the requests the node serves at once on one connection, so the
+/// queue never holds more than the node would take.
+pub const CLIENT_OUTBOX_FRAMES_MAX: usize = 4_096;
+
+/// Commands waiting for a node's proposer, at most; past it a write is answered
+/// `Unavailable` at once (`try_send`), never queued without bound. 65,536 is sixteen full
+/// entries of [`ENTRY_COMMANDS_MAX`], far more than a healthy leader ever has waiting
+/// (the proposer drains it into entries as fast as they commit), and at
+/// [`COMMAND_BYTES_MAX`] each at most 128 MiB.
+pub const PROPOSE_QUEUE_MAX: usize = 65_536;
+
+/// Linearizable reads waiting for a node's reader, at most; past it a read is answered
+/// `Unavailable` at once. The same 65,536 as [`PROPOSE_QUEUE_MAX`]: a read round answers up
+/// to 4,096 at once after one quorum round, so a full queue is sixteen rounds behind and
+/// the node is overloaded, not bursting.
+pub const READ_QUEUE_MAX: usize = 65_536;
+
+/// Applied entries a subscriber of a node's event feed (a client connection's forwarder, an
+/// HTTP event stream) may fall behind by before it misses some: it is then told so
+/// (`Resync`, a `lagged` event) and asks again, losing nothing. The feed holds shared
+/// entries, so the cost is the last 4,096 entries' events, once per node; at a
+/// healthy node's rate of a few hundred entries a second, several seconds of slack.
+pub const APPLIED_EVENTS_BACKLOG: usize = 4_096;
+
+/// Events the client library buffers for a slow subscriber of its event stream before that
+/// subscriber misses some (and is told it lagged). One process's own sessions produce far
+/// fewer events than a node's whole feed; 4,096 covers a burst of grants to every permit a
+/// process usually waits for.
+pub const CLIENT_EVENTS_BACKLOG: usize = 4_096;

@@ -132,6 +132,11 @@ pub struct Config {
     pub tls: Option<TlsFiles>,
     /// Allow plaintext on non-loopback addresses. Default false.
     pub insecure: bool,
+    /// Whether a reload (SIGHUP) that finds no tokens, on a node that has some, may turn
+    /// authentication off. Default false: such a reload is refused and the old tokens kept
+    /// (logged at ERROR), so deleting the last `[[tokens]]` entry by mistake never opens
+    /// the node to every tokenless client. Read from the reloaded file.
+    pub reload_may_turn_auth_off: bool,
     /// Tokens accepted on the client port; re-read on SIGHUP. Default: none, and then
     /// every connection may do everything.
     pub tokens: Vec<TokenEntry>,
@@ -154,6 +159,7 @@ impl Default for Config {
             proposer: ProposerConfig::default(),
             tls: None,
             insecure: false,
+            reload_may_turn_auth_off: false,
             tokens: vec![],
         }
     }

@@ -2,8 +2,10 @@
 //!
 //! Owns: openraft's glue over Weir's own write-ahead log and snapshot files ([`raft`]); the
 //! node, its client port, proposer and readers ([`server`]); HTTP/JSON ([`http`]);
-//! Prometheus metrics ([`metrics`]); the node's configuration ([`config`]); server-side
-//! security: tokens, roles, node certificates, mutual TLS between peers ([`security`]).
+//! the session-owner rule the client port and HTTP share ([`session_owner`]); Prometheus
+//! metrics ([`metrics`]); the node's shutdown signal ([`shutdown`]); the node's
+//! configuration ([`config`]); server-side security: tokens, roles, node certificates,
+//! mutual TLS between peers ([`security`]).
 //!
 //! Imports point down the list below: nothing knows anything above it. It builds on
 //! `weir-core` and `weir-client` (the protocol, the wire framing, and the client library
@@ -15,9 +17,15 @@ pub mod server;
 
 pub mod http;
 
+pub mod session_owner;
+
 pub mod raft;
 
 pub mod metrics;
+
+pub mod lock;
+
+pub mod shutdown;
 
 pub mod config;
 

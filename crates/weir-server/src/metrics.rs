@@ -266,7 +266,7 @@ impl Metrics {
     /// Sets the view gauges from Raft's metrics and the machine, then encodes every metric
     /// in Prometheus' text format.
     pub fn scrape(&self, raft: &RaftView, machine: &Machine) -> String {
-        let _one_at_a_time = self.scrape.lock().unwrap_or_else(|p| p.into_inner());
+        let _one_at_a_time = crate::lock::lock(&self.scrape);
         for role in ROLES {
             self.role
                 .get_or_create(&RoleLabel { role: role.into() })

@@ -16,7 +16,8 @@ use super::setup::CEIL_TENANT;
 /// The setter: `max_running` to a seeded value in 1..=3, every 200–500 ms.
 pub async fn ceiling_setter(p: Process) {
     let mut rng = p.rng();
-    let client = p.client(crate::secure::Access::Tenant(CEIL_TENANT));
+    // A tenant's ceiling is the operator's control: the admin role sets it.
+    let client = p.client(crate::secure::Access::Admin);
     while p.running() {
         let n = rng.range(1, 3) as u32;
         let v = json!({"tenant": CEIL_TENANT, "max_running": n});

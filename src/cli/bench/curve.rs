@@ -17,10 +17,11 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::super::{EXIT_OK, Exit, Output};
+use super::args::BenchArgs;
 use super::report::load_average;
 use super::scale::{self, Point};
 use super::svg::{Series, line_chart};
-use super::{BenchArgs, load, spawn};
+use super::{load, spawn};
 use crate::launcher::leader_among_with;
 use weir_server::security::ClientSecurity;
 

@@ -177,7 +177,7 @@ mod load {
     use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
     use tokio::task::JoinHandle;
 
-    use super::super::BenchArgs;
+    use super::super::args::BenchArgs;
     use super::super::report::{LoadReport, Recorder, histogram};
     use super::{EtcdCluster, READY_WAIT};
 

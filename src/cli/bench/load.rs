@@ -12,9 +12,10 @@ use hdrhistogram::Histogram;
 use tokio::task::JoinHandle;
 
 use super::super::{EXIT_ERROR, EXIT_OK, Exit, Output};
+use super::args::{BenchArgs, Workload};
 use super::cpu::CpuClock;
 use super::report::{LoadReport, Recorder, histogram, ms};
-use super::{BenchArgs, Workload, spawn};
+use super::spawn;
 use crate::launcher::{LocalCluster, leader_among_with};
 use weir_client::{AcquireOptions, Client, Session};
 use weir_core::machine::Spend;
@@ -219,11 +220,12 @@ async fn measure(
             && done(&recoveries_us, &stalls_us) < incidents
             && Instant::now() >= next
         {
-            if recoveries_us.len() < args.failover as usize {
-                recoveries_us.push(kill_the_leader(cluster, servers, security, recorder).await?);
+            let (incident, took_us) = if recoveries_us.len() < args.failover as usize {
+                (Incident::Kill, &mut recoveries_us)
             } else {
-                stalls_us.push(stall_the_leader(cluster, servers, security, recorder).await?);
-            }
+                (Incident::Stall, &mut stalls_us)
+            };
+            took_us.push(disrupt_the_leader(incident, cluster, servers, security, recorder).await?);
             next = Instant::now() + every;
         }
     }
@@ -261,74 +263,75 @@ impl Progress {
     }
 }
 
-/// SIGKILLs the leader, waits for the first success of an operation sent after the kill,
-/// restarts the node; returns the time from the kill to that success, µs.
-async fn kill_the_leader(
-    cluster: &mut LocalCluster,
-    servers: &[String],
-    security: &ClientSecurity,
-    recorder: &Recorder,
-) -> Result<u64, String> {
-    let Some(leader) = leader_among_with(servers, Duration::from_secs(10), security).await else {
-        return Err("no leader to kill".into());
-    };
-    recorder.recovered_ns.store(0, Ordering::Release);
-    recorder.kill_ns.store(recorder.ns(), Ordering::Release);
-    let kill_ns = recorder.ns();
-    cluster.kill(leader);
-    eprintln!("[bench] killed the leader, node {leader}");
-    let wait_until = Instant::now() + RECOVERY_WAIT;
-    while recorder.recovered_ns.load(Ordering::Acquire) == 0 && Instant::now() < wait_until {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let recovered = recorder.recovered_ns.load(Ordering::Acquire);
-    recorder.kill_ns.store(0, Ordering::Release);
-    if recovered == 0 {
-        return Err("grants did not resume within 20 s of the kill".into());
-    }
-    let took_us = (recovered - kill_ns) / 1_000;
-    eprintln!(
-        "[bench] grants resumed {:.1} ms after the kill",
-        ms(took_us)
-    );
-    spawn::restart(cluster, leader).await?;
-    Ok(took_us)
+/// What the bench does to the leader during a run: `--failover` kills it, `--stall` stops it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Incident {
+    /// SIGKILL; the node is restarted once grants resume.
+    Kill,
+    /// SIGSTOP for [`STALL`], then SIGCONT (on every path).
+    Stall,
 }
 
-/// SIGSTOPs the leader for [`STALL`], measuring the time to the first success of an
-/// operation sent after the stop, then SIGCONTs it (on every path); returns that time, µs.
-async fn stall_the_leader(
+impl Incident {
+    /// The incident's name in messages.
+    fn name(self) -> &'static str {
+        match self {
+            Incident::Kill => "kill",
+            Incident::Stall => "stop",
+        }
+    }
+}
+
+/// Kills or stops the leader, waits for the first success of an operation sent after it,
+/// and undoes it (a killed node restarted, a stopped one resumed once [`STALL`] has
+/// passed); returns the time from the incident to that success, µs.
+async fn disrupt_the_leader(
+    incident: Incident,
     cluster: &mut LocalCluster,
     servers: &[String],
     security: &ClientSecurity,
     recorder: &Recorder,
 ) -> Result<u64, String> {
+    let what = incident.name();
     let Some(leader) = leader_among_with(servers, Duration::from_secs(10), security).await else {
-        return Err("no leader to stop".into());
+        return Err(format!("no leader to {what}"));
     };
     recorder.recovered_ns.store(0, Ordering::Release);
     recorder.kill_ns.store(recorder.ns(), Ordering::Release);
-    let stop_ns = recorder.ns();
-    let stopped_at = Instant::now();
-    cluster.pause(leader);
-    eprintln!("[bench] stopped the leader, node {leader} (SIGSTOP)");
-    let wait_until = stopped_at + RECOVERY_WAIT;
+    let from_ns = recorder.ns();
+    let from = Instant::now();
+    match incident {
+        Incident::Kill => {
+            cluster.kill(leader);
+            eprintln!("[bench] killed the leader, node {leader}");
+        }
+        Incident::Stall => {
+            cluster.pause(leader);
+            eprintln!("[bench] stopped the leader, node {leader} (SIGSTOP)");
+        }
+    }
+    let wait_until = from + RECOVERY_WAIT;
     while recorder.recovered_ns.load(Ordering::Acquire) == 0 && Instant::now() < wait_until {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let recovered = recorder.recovered_ns.load(Ordering::Acquire);
     recorder.kill_ns.store(0, Ordering::Release);
-    tokio::time::sleep(STALL.saturating_sub(stopped_at.elapsed())).await;
-    cluster.resume(leader);
-    eprintln!("[bench] resumed node {leader} (SIGCONT)");
-    if recovered == 0 {
-        return Err("grants did not resume within 20 s of the stop".into());
+    if incident == Incident::Stall {
+        tokio::time::sleep(STALL.saturating_sub(from.elapsed())).await;
+        cluster.resume(leader);
+        eprintln!("[bench] resumed node {leader} (SIGCONT)");
     }
-    let took_us = (recovered - stop_ns) / 1_000;
+    if recovered == 0 {
+        return Err(format!("grants did not resume within 20 s of the {what}"));
+    }
+    let took_us = (recovered - from_ns) / 1_000;
     eprintln!(
-        "[bench] grants resumed {:.1} ms after the stop",
+        "[bench] grants resumed {:.1} ms after the {what}",
         ms(took_us)
     );
+    if incident == Incident::Kill {
+        spawn::restart(cluster, leader).await?;
+    }
     Ok(took_us)
 }
 

@@ -29,6 +29,7 @@
 //! `--curve DIR` (with `--spawn`) sweeps clients, limits and held permits and writes
 //! `DIR/curve.json` and charts `DIR/curve-*.svg` (`curve.rs`, drawn by `svg.rs`).
 //!
+//! - `args.rs`: the options and the check of their combinations;
 //! - `spawn.rs`: the `--spawn` cluster;
 //! - `etcd.rs`: the etcd cluster, its load, and the side-by-side comparison;
 //! - `load.rs`: the load workloads, the failover kills and the final verification;
@@ -36,6 +37,7 @@
 //! - `scale.rs`: the scale point;
 //! - `report.rs`: the recorder the clients share and the printed results.
 
+mod args;
 mod cpu;
 mod curve;
 #[cfg(feature = "etcd")]
@@ -48,145 +50,21 @@ mod svg;
 
 use std::time::Duration;
 
-use clap::{Args, ValueEnum};
+pub use args::BenchArgs;
+use args::{Against, Workload, check};
 
 use super::{EXIT_ERROR, EXIT_USAGE, Exit, Output};
 use crate::launcher::leader_among_with;
 use weir_server::security::ClientSecurity;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Workload {
-    AcquireRelease,
-    RateTake,
-    ReserveSettle,
-    Mixed,
-    Scale,
-}
-
-impl Workload {
-    fn name(self) -> &'static str {
-        match self {
-            Workload::AcquireRelease => "acquire-release",
-            Workload::RateTake => "rate-take",
-            Workload::ReserveSettle => "reserve-settle",
-            Workload::Mixed => "mixed",
-            Workload::Scale => "scale",
-        }
-    }
-}
-
-/// A system to run the same permit cycle on, beside Weir.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Against {
-    /// A three-member etcd on loopback (`etcd` on PATH; a build with the `etcd` feature).
-    Etcd,
-}
-
-#[derive(Args, Clone, Debug)]
-pub struct BenchArgs {
-    /// Start an N-node durable loopback cluster for the run (and remove it after).
-    #[arg(long)]
-    pub spawn: Option<u64>,
-    /// With --spawn: keep the cluster's directory (each node's data, config and log) after
-    /// the run, and log at `info` (openraft's elections included), to read what happened.
-    #[arg(long)]
-    pub keep_dir: bool,
-    /// What each client does in a loop.
-    #[arg(long, value_enum, default_value = "acquire-release")]
-    pub workload: Workload,
-    /// Concurrent clients, each with its own session.
-    #[arg(long, default_value_t = 64)]
-    pub clients: usize,
-    /// Measured seconds.
-    #[arg(long, default_value_t = 10.0)]
-    pub duration: f64,
-    /// Seconds of load before measuring.
-    #[arg(long, default_value_t = 2.0)]
-    pub warmup: f64,
-    /// Limits the clients spread over.
-    #[arg(long, default_value_t = 100)]
-    pub limits: u32,
-    /// `concurrent` of each limit.
-    #[arg(long, default_value_t = 16)]
-    pub concurrency: u32,
-    /// Clients sharing one connection.
-    #[arg(long, default_value_t = 16)]
-    pub clients_per_connection: usize,
-    /// Kill the leader this many times during the run (needs --spawn).
-    #[arg(long, default_value_t = 0)]
-    pub failover: u32,
-    /// With --spawn: TLS on every port and an admin token (to measure what they cost).
-    #[arg(long)]
-    pub tls: bool,
-    /// Also run the same cycle on another system and print both side by side.
-    #[arg(long, value_enum)]
-    pub against: Option<Against>,
-    /// Sweep clients, limits and held permits (needs --spawn); write curve.json and
-    /// curve-*.svg charts into this directory.
-    #[arg(long, value_name = "DIR")]
-    pub curve: Option<std::path::PathBuf>,
-    /// Stop the leader (SIGSTOP, 4 s) this many times during the run (needs --spawn);
-    /// sessions then have a 3 s TTL and each holds a permit throughout.
-    #[arg(long, default_value_t = 0)]
-    pub stall: u32,
-}
-
-/// Refuses arguments that make no run, with the usage message.
-fn check(args: &BenchArgs) -> Result<(), &'static str> {
-    if args.clients == 0 || args.limits == 0 || args.clients_per_connection == 0 {
-        return Err("--clients, --limits and --clients-per-connection must be positive");
-    }
-    if args.failover > 0 && args.spawn.is_none() {
-        return Err("--failover needs --spawn (the bench kills the nodes it started)");
-    }
-    if args.keep_dir && args.spawn.is_none() {
-        return Err(
-            "--keep-dir needs --spawn (it keeps the directory of the cluster the bench starts)",
-        );
-    }
-    if args.against.is_some() && !cfg!(feature = "etcd") {
-        return Err(
-            "--against etcd needs a weir built with the etcd client: cargo build --release --features etcd",
-        );
-    }
-    // Three nodes, as etcd's three members.
-    if args.against.is_some()
-        && (args.spawn != Some(3)
-            || args.workload != Workload::AcquireRelease
-            || args.failover > 0
-            || args.tls)
-    {
-        return Err(
-            "--against etcd needs --spawn 3 and the acquire-release workload, without --failover or --tls",
-        );
-    }
-    if args.curve.is_some() && (args.spawn.is_none() || args.against.is_some() || args.tls) {
-        return Err("--curve needs --spawn, without --against or --tls");
-    }
-    if args.tls && args.spawn.is_none() {
-        return Err("--tls needs --spawn (against given servers, use --ca and --token)");
-    }
-    if args.stall > 0 && args.spawn.is_none() {
-        return Err("--stall needs --spawn (the bench stops the nodes it started)");
-    }
-    if !(args.duration > 0.0
-        && args.duration < 86_400.0
-        && args.warmup >= 0.0
-        && args.warmup < 3_600.0)
-    {
-        return Err("--duration must be in (0, 86400) and --warmup in [0, 3600) seconds");
-    }
-    Ok(())
-}
 
 pub fn run(args: &BenchArgs, servers: &[String], security: &ClientSecurity, out: &Output) -> Exit {
     if let Err(why) = check(args) {
         eprintln!("weir bench: {why}");
         return EXIT_USAGE;
     }
-    // A pool. One thread was tried (seventh session): it used less of the machine (3.4 s of
-    // bench CPU against 4.4 s for an 8 s run at 256 clients) but moved neither throughput
-    // nor the p99 beyond the noise (docs/benchmarks.md).
+    // A pool. One thread used less of the machine (3.4 s of bench CPU against 4.4 s at 256
+    // clients, 060a289) but moved neither throughput nor the p99 beyond the noise
+    // (docs/benchmarks.md, "What was tried and reverted").
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

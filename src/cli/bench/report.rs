@@ -9,7 +9,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use super::super::Output;
-use super::BenchArgs;
+use super::args::BenchArgs;
 use super::cpu::CpuReport;
 
 /// Microseconds as milliseconds.

@@ -4,7 +4,8 @@
 //! request — one authorization path (`security::authorize`), never a second one here.
 //!
 //! - [`authenticate`] (a middleware) answers 401 `Unauthenticated` for a missing or unknown
-//!   token when tokens are configured, before anything is sent; otherwise it runs the
+//!   token when tokens are configured, before anything is sent (the body is dropped as it
+//!   arrives, bounded, never buffered); otherwise it runs the
 //!   handler with the request's caller set ([`current`]). Without tokens configured no
 //!   header is needed and every request shares the anonymous caller.
 //! - `/healthz` and `/readyz` are open. `/metrics` is open to a peer on a loopback address
@@ -29,7 +30,6 @@ use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::context::HttpCtx;
 use super::error::ApiError;
 use super::listener::PeerAddr;
 use crate::security::{ClientSecurity, Connector, Principal, Role, Tokens};
@@ -101,6 +101,11 @@ impl Callers {
         }
     }
 
+    /// The node's token table (reloaded on SIGHUP).
+    pub fn tokens(&self) -> &Arc<Tokens> {
+        &self.tokens
+    }
+
     /// The principal `token` makes here, or why it is refused.
     fn principal(&self, token: Option<&str>) -> Result<Principal, String> {
         self.tokens.authenticate(token)
@@ -109,7 +114,7 @@ impl Callers {
     /// The caller for `principal`, whose secret is `token`: cached, or made now.
     fn caller(&self, principal: &Principal, token: Option<&str>) -> Arc<Caller> {
         let reload = *self.reloads.borrow();
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cache = crate::lock::lock(&self.cache);
         if cache.reload != reload {
             cache.entries.clear();
             cache.reload = reload;
@@ -171,7 +176,7 @@ fn open_route(path: &str) -> bool {
 
 /// The middleware: authenticates the bearer token and runs the handler as its caller.
 pub async fn authenticate(
-    State(ctx): State<Arc<HttpCtx>>,
+    State(callers): State<Arc<Callers>>,
     request: Request,
     next: Next,
 ) -> Response {
@@ -188,11 +193,11 @@ pub async fn authenticate(
     }
     let token = match bearer(&request) {
         Ok(t) => t,
-        Err(why) => return unauthenticated(why),
+        Err(why) => return unauthenticated(request, why).await,
     };
-    let principal = match ctx.callers.principal(token.as_deref()) {
+    let principal = match callers.principal(token.as_deref()) {
         Ok(p) => p,
-        Err(why) => return unauthenticated(why),
+        Err(why) => return unauthenticated(request, why).await,
     };
     if path == "/metrics" {
         // The anonymous principal (no tokens configured) is admin.
@@ -210,7 +215,7 @@ pub async fn authenticate(
         }
         return next.run(request).await;
     }
-    let caller = ctx.callers.caller(&principal, token.as_deref());
+    let caller = callers.caller(&principal, token.as_deref());
     CURRENT.scope(caller, next.run(request)).await
 }
 
@@ -230,7 +235,10 @@ fn bearer(request: &Request) -> Result<Option<String>, String> {
     }
 }
 
-fn unauthenticated(why: String) -> Response {
+/// The 401 for `request`, after its body is drained (bounded: `error::drain`) so a client
+/// still sending it can read the answer.
+async fn unauthenticated(request: Request, why: String) -> Response {
+    super::error::drain(request.into_body()).await;
     let why = why.replace(
         "pass --token or set WEIR_TOKEN",
         "send `Authorization: Bearer TOKEN`",

@@ -27,7 +27,7 @@ pub struct HttpCtx {
     /// Carry every operation to the leader over the client protocol with the request's
     /// token, following it across failovers: this node's client address first, then the
     /// other initial voters'.
-    pub callers: Callers,
+    pub callers: Arc<Callers>,
     /// This node's applied state: session events, the log clock, local figures.
     pub state: Arc<AppliedState>,
     pub raft: Raft,
@@ -44,7 +44,7 @@ impl HttpCtx {
         HttpCtx {
             id,
             client_addr,
-            callers,
+            callers: Arc::new(callers),
             state,
             raft,
         }

@@ -6,7 +6,9 @@
 //! `BadRequest`, `NotFound`). A refusal's own fields follow as keys (`retry_at_ms`,
 //! `scope`, `reason`, `running`, …), so scripts read them without parsing the message.
 //!
-//! Status codes: 400 invalid input, 404 an unknown limit, session or route, 409 a
+//! Status codes: 400 invalid input, 401 no or an unknown token, 403 a role that may not,
+//! 408 a body that did not arrive in time, 413 a body above its bound, 404 an unknown
+//! limit, session or route, 409 a
 //! conflict with the state (halted, a settlement key reused, a released ticket), 429 busy or
 //! over a ceiling (`Retry-After` when the log says when), 503 not served now (no leader,
 //! no quorum, unreachable, outcome unknown).
@@ -16,6 +18,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
+use super::{BODY_BYTES_MAX, BODY_READ_TIMEOUT, DRAIN_BYTES_MAX, DRAIN_TIMEOUT};
 use crate::metrics::refusal_kind;
 use weir_client::ClientError;
 use weir_client::protocol::Failure;
@@ -95,6 +98,10 @@ impl ApiError {
             ClientError::Protocol(m) => {
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "Internal", m.clone())
             }
+            // The leader refused the request's token (tables out of step between nodes).
+            ClientError::Refused(m) => {
+                ApiError::new(StatusCode::UNAUTHORIZED, "Unauthenticated", m.clone())
+            }
             ClientError::Failed(f) => match f {
                 Failure::NotLeader { .. } => ApiError::new(unavailable, "NoLeader", f.to_string()),
                 Failure::Unavailable(_) => ApiError::new(unavailable, "Unavailable", f.to_string()),
@@ -145,9 +152,34 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
-        let bytes = axum::body::Bytes::from_request(req, state)
-            .await
-            .map_err(|e| ApiError::invalid(format!("request body: {e}")))?;
+        let declared = req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if let Some(declared) = declared.filter(|&n| n > BODY_BYTES_MAX as u64) {
+            drain(req.into_body()).await;
+            return Err(too_large(declared.to_string()));
+        }
+        let bytes = tokio::time::timeout(
+            BODY_READ_TIMEOUT,
+            axum::body::Bytes::from_request(req, state),
+        )
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "RequestTimeout",
+                format!("the request body did not arrive within {BODY_READ_TIMEOUT:?}"),
+            )
+        })?
+        .map_err(|e| {
+            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                too_large("more".into())
+            } else {
+                ApiError::invalid(format!("request body: {e}"))
+            }
+        })?;
         let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
             b"{}"
         } else {
@@ -157,6 +189,32 @@ where
             .map(JsonBody)
             .map_err(|e| ApiError::invalid(format!("request body: {e}")))
     }
+}
+
+/// The 413 for a body of `declared` bytes.
+fn too_large(declared: String) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "PayloadTooLarge",
+        format!("the request body is {declared} bytes, the bound is {BODY_BYTES_MAX}"),
+    )
+}
+
+/// Reads and drops up to [`DRAIN_BYTES_MAX`] of a body that will not be used, for at most
+/// [`DRAIN_TIMEOUT`], so a client still sending it reads the answer rather than a reset.
+pub async fn drain(body: axum::body::Body) {
+    use futures_util::StreamExt;
+    let mut chunks = body.into_data_stream();
+    let mut seen = 0usize;
+    let _ = tokio::time::timeout(DRAIN_TIMEOUT, async {
+        while let Some(Ok(chunk)) = chunks.next().await {
+            seen += chunk.len();
+            if seen > DRAIN_BYTES_MAX {
+                return;
+            }
+        }
+    })
+    .await;
 }
 
 /// Path parameters; a parameter that does not parse (a session id that is not a number)

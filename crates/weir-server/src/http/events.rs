@@ -15,6 +15,9 @@
 //! then answered 404 `UnknownSession`. The owner never changes, so one check covers the
 //! whole stream. A long-polled acquire's wait needs no check of its own: its acquire went
 //! through the client port, which checked the owner.
+//!
+//! A stream ends when a reload (SIGHUP) takes its caller's token away, as a client-port
+//! connection closes then: its last event is `revoked`, naming why.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -30,6 +33,8 @@ use axum::http::StatusCode;
 
 use super::context::HttpCtx;
 use super::error::{ApiError, Params};
+use crate::session_owner::{OwnerCheck, check_owner};
+use weir_client::protocol::Failure;
 use weir_core::machine::{Applied, Event, Refusal, SessionId, TicketId};
 
 /// How often an idle event stream sends a comment, so proxies and clients see it alive.
@@ -44,59 +49,79 @@ const SESSION_APPEAR_WAIT: Duration = Duration::from_secs(10);
 /// How often the wait for a session to appear looks again without a broadcast to wake it.
 const APPEAR_LOOK: Duration = Duration::from_millis(20);
 
-/// Checks that the current caller may follow `session`, waiting for this node to apply it
-/// if it has not yet (see the module doc).
-async fn check_owner(ctx: &HttpCtx, session: SessionId) -> Result<(), ApiError> {
+/// Checks that the current caller may follow `session` by the shared rule
+/// ([`check_owner`]), waiting for this node to apply the session if it has not yet (see the
+/// module doc).
+async fn check_owner_here(ctx: &HttpCtx, session: SessionId) -> Result<(), ApiError> {
     let caller = super::callers::current();
     let mut applied = ctx.state.subscribe();
     let appear = async {
         loop {
-            if let Some(owner) = ctx.state.lock().machine.session_owner(session) {
-                return Some(owner);
+            let check = check_owner(&ctx.state, &caller.principal, session);
+            if check != OwnerCheck::Unknown {
+                return check;
             }
             // Woken by an applied batch that has events, or after APPEAR_LOOK at the latest:
             // the entry that opens a session raises no event, so it may broadcast nothing.
             tokio::select! {
                 got = applied.recv() => match got {
                     Ok(_) | Err(RecvError::Lagged(_)) => {}
-                    Err(RecvError::Closed) => return None,
+                    Err(RecvError::Closed) => return OwnerCheck::Unknown,
                 },
                 () = tokio::time::sleep(APPEAR_LOOK) => {}
             }
         }
     };
-    match tokio::time::timeout(SESSION_APPEAR_WAIT, appear).await {
-        Ok(Some(owner)) if caller.principal.may_act_on(owner) => Ok(()),
-        Ok(Some(_)) => Err(ApiError::new(
+    let check = tokio::time::timeout(SESSION_APPEAR_WAIT, appear)
+        .await
+        .unwrap_or(OwnerCheck::Unknown);
+    match check {
+        OwnerCheck::Allowed => Ok(()),
+        OwnerCheck::Forbidden(why) => Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "Forbidden",
-            format!("forbidden: session {session} belongs to another principal"),
+            Failure::Forbidden(why).to_string(),
         )),
-        Ok(None) | Err(_) => Err(ApiError::refused(&Refusal::UnknownSession { session }, 0)),
+        OwnerCheck::Unknown => Err(ApiError::refused(&Refusal::UnknownSession { session }, 0)),
     }
 }
 
 /// `GET /v1/sessions/{session}/events`: the session's events as server-sent events —
-/// `granted`, `refused`, `halted`, `expired` (the last one; the stream then ends) and
-/// `lagged`. Each `data` is JSON.
+/// `granted`, `refused`, `halted`, `expired` (the last one; the stream then ends),
+/// `lagged`, and `revoked` (the caller's token was revoked; the last one). Each `data` is
+/// JSON.
 pub async fn stream(
     State(ctx): State<Arc<HttpCtx>>,
     Params(session): Params<SessionId>,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
     // Subscribed before the check, so no event after it is missed.
     let applied = ctx.state.subscribe();
-    check_owner(&ctx, session).await?;
+    check_owner_here(&ctx, session).await?;
+    let caller = super::callers::current();
+    let revoked = Box::pin(ctx.callers.tokens().revoked(caller.principal.clone()));
     let events = futures_util::stream::unfold(
-        (applied, Vec::<SseEvent>::new(), false),
-        move |(mut applied, mut ready, mut ended)| async move {
+        (applied, Vec::<SseEvent>::new(), false, revoked),
+        move |(mut applied, mut ready, mut ended, mut revoked)| async move {
             loop {
                 if let Some(e) = ready.pop() {
-                    return Some((Ok(e), (applied, ready, ended)));
+                    return Some((Ok(e), (applied, ready, ended, revoked)));
                 }
                 if ended {
                     return None;
                 }
-                match applied.recv().await {
+                let got = tokio::select! {
+                    got = applied.recv() => got,
+                    why = &mut revoked => {
+                        ready.push(
+                            SseEvent::default()
+                                .event("revoked")
+                                .data(json!({"session": session, "reason": why}).to_string()),
+                        );
+                        ended = true;
+                        continue;
+                    }
+                };
+                match got {
                     Ok(entry) => {
                         // Reversed, so `pop` sends them in the order they happened.
                         for event in entry.events.iter().rev() {

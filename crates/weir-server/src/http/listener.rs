@@ -1,4 +1,4 @@
-//! [`HttpListener`]: the HTTP port's listener for `axum::serve`, plaintext or TLS with the
+//! [`HttpListener`]: the HTTP port's listener, plaintext or TLS with the
 //! node's server certificate (`security::tls::server_config`, the client port's).
 //!
 //! TCP connections are accepted by a task of their own, and each TLS handshake runs in its
@@ -9,13 +9,11 @@
 //! Invariants:
 //! - With TLS on, nothing but a completed handshake reaches the router: plaintext HTTP to
 //!   the port fails its handshake and is closed.
-//! - The accept task ends with the listener (when axum drops it at shutdown).
+//! - The accept task ends with the listener (when `serve_http` returns at shutdown).
 
 use std::io;
 use std::net::SocketAddr;
 
-use axum::extract::connect_info::Connected;
-use axum::serve::IncomingStream;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
@@ -29,8 +27,8 @@ const READY_MAX: usize = 64;
 /// spin while the cause lasts.
 const ACCEPT_ERROR_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
 
-/// The remote address of an HTTP connection, for `ConnectInfo` (the loopback rule of
-/// `/metrics`).
+/// The remote address of an HTTP connection, put in every request's `ConnectInfo` by
+/// `router::serve_http` (the loopback rule of `/metrics`).
 #[derive(Clone, Copy, Debug)]
 pub struct PeerAddr(pub SocketAddr);
 
@@ -102,11 +100,5 @@ impl axum::serve::Listener for HttpListener {
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
         Ok(self.local)
-    }
-}
-
-impl Connected<IncomingStream<'_, HttpListener>> for PeerAddr {
-    fn connect_info(stream: IncomingStream<'_, HttpListener>) -> PeerAddr {
-        PeerAddr(*stream.remote_addr())
     }
 }

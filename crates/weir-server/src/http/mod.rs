@@ -24,6 +24,13 @@
 //! event stream, read this node's own applied events (`events.rs`), which every node
 //! computes identically from the log.
 //!
+//! # Limits before and after authentication
+//!
+//! Every request head must arrive within `HEADER_READ_TIMEOUT` (the connection is closed
+//! otherwise); a body is at most [`BODY_BYTES_MAX`] bytes (413) and must arrive within
+//! [`BODY_READ_TIMEOUT`] (408). A request refused 401 reads no body: at most
+//! [`DRAIN_BYTES_MAX`] of it is dropped as it arrives, so the 401 can be read.
+//!
 //! # Errors
 //!
 //! JSON `{"error": NAME, "message": TEXT, ...}`, NAME being the refusal's name; `error.rs`
@@ -58,7 +65,7 @@
 //!   so a follower that has not yet applied a just-opened session makes its stream wait up
 //!   to a few seconds, then answers 404.
 //! - A token this node knows but the leader does not (tables out of step between a
-//!   SIGHUP on one node and on another) fails the forwarded hello: 500 `Internal`.
+//!   SIGHUP on one node and on another) fails the forwarded hello: 401 `Unauthenticated`.
 
 mod callers;
 mod cluster;
@@ -77,7 +84,26 @@ mod sessions;
 pub use callers::{CALLERS_MAX, Callers};
 pub use context::HttpCtx;
 pub use error::ApiError;
-pub use router::{router, serve_http, served_routes};
+pub use router::{HEADER_READ_TIMEOUT, router, serve_http, served_routes};
+
+/// Largest request body, in bytes; a larger one is answered 413 `PayloadTooLarge`. The
+/// largest body the API takes is a halt with the longest reason (about 1 KiB of JSON);
+/// 64 KiB is far above it, and bounds what one request makes the node buffer.
+pub const BODY_BYTES_MAX: usize = 64 * 1024;
+
+/// How long a request's body may take to arrive once its head has: a client that sends a
+/// body slowly holds its connection only this long (answered 408 `RequestTimeout`).
+pub const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// At most this much of a body that will not be read (a request refused 401, or above
+/// [`BODY_BYTES_MAX`]) is read and dropped before the answer, so that a client which sends
+/// its whole body before reading (curl does) reads the answer instead of a connection reset
+/// under its write. Dropped as it arrives: it costs no memory, only [`DRAIN_TIMEOUT`] of
+/// time at most. 16 MiB covers any body a client of this API sends by mistake.
+pub const DRAIN_BYTES_MAX: usize = 16 << 20;
+
+/// Longest the drain of an unread body may take.
+pub const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Longest an acquire may hold its request open waiting, ms. A minute is far above a
 /// grant's usual wait and below common proxy idle timeouts; a longer wait is a loop of

@@ -2,20 +2,28 @@
 //! what [`served_routes`] reports, so the OpenAPI test compares `docs/openapi.yaml` with
 //! what is really served. Every route but `/healthz` and `/readyz` passes the token
 //! middleware (`callers.rs`). Serving: [`serve_http`] runs the listener (`listener.rs`,
-//! TLS when `[tls]` is configured) until shutdown.
+//! TLS when `[tls]` is configured) until shutdown, each connection on hyper's HTTP/1.1
+//! server with a header read timeout ([`HEADER_READ_TIMEOUT`]); request bodies are bounded
+//! in bytes ([`super::BODY_BYTES_MAX`]) and in time (`error.rs`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
+use axum::extract::ConnectInfo;
+use axum::extract::DefaultBodyLimit;
 use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, delete, get, post, put};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tower_service::Service;
 
 use crate::security::Acceptor;
+use crate::shutdown::Shutdown;
 
 use super::context::HttpCtx;
 use super::error::ApiError;
@@ -132,8 +140,9 @@ pub fn router(ctx: Arc<HttpCtx>) -> Router {
                 "this route does not take that method",
             )
         })
+        .layer(DefaultBodyLimit::max(super::BODY_BYTES_MAX))
         .layer(middleware::from_fn_with_state(
-            ctx.clone(),
+            ctx.callers.clone(),
             callers::authenticate,
         ))
         .layer(middleware::from_fn(count))
@@ -145,29 +154,55 @@ async fn count(request: Request, next: Next) -> Response {
     next.run(request).await.into_response()
 }
 
-/// Serves HTTP on `listener` (TLS when `acceptor` is) until `shutdown` turns true; requests
-/// in flight (long polls, event streams) end with the process.
+/// How long a client may take to send a request's head (the request line and headers):
+/// a slow sender holds its connection only this long, then it is closed. A head is a few
+/// hundred bytes; 10 s is far above what any client needs to send them, on any network.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves HTTP/1.1 on `listener` (TLS when `acceptor` is) until the node shuts down, each
+/// connection in a task of its own with [`HEADER_READ_TIMEOUT`] on every request head;
+/// requests in flight (long polls, event streams) end with the process.
 pub async fn serve_http(
     listener: TcpListener,
     acceptor: Acceptor,
     ctx: Arc<HttpCtx>,
-    mut shutdown: watch::Receiver<bool>,
+    mut shutdown: Shutdown,
 ) {
-    let stop = async move {
-        let _ = shutdown.wait_for(|stop| *stop).await;
-    };
-    let listener = match HttpListener::new(listener, acceptor) {
+    let mut listener = match HttpListener::new(listener, acceptor) {
         Ok(l) => l,
         Err(e) => {
             tracing::warn!("http server: {e}");
             return;
         }
     };
-    let service = router(ctx).into_make_service_with_connect_info::<PeerAddr>();
-    if let Err(e) = axum::serve(listener, service)
-        .with_graceful_shutdown(stop)
-        .await
-    {
-        tracing::warn!("http server: {e}");
+    let app = router(ctx);
+    loop {
+        let (stream, peer) = tokio::select! {
+            c = axum::serve::Listener::accept(&mut listener) => c,
+            () = shutdown.begun() => return,
+        };
+        let app = app.clone();
+        // The router, with the connection's remote address for `ConnectInfo`.
+        let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+            let mut request = request.map(axum::body::Body::new);
+            request.extensions_mut().insert(ConnectInfo(PeerAddr(peer)));
+            // The router is always ready: no `poll_ready` needed before `call`.
+            app.clone().call(request)
+        });
+        let mut stop = shutdown.clone();
+        tokio::spawn(async move {
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::select! {
+                r = connection => {
+                    if let Err(e) = r {
+                        tracing::debug!("http connection from {peer}: {e}");
+                    }
+                }
+                () = stop.begun() => {}
+            }
+        });
     }
 }

@@ -1,13 +1,13 @@
 //! The Raft log: entries, the vote, the committed id and the purge point, in the data
 //! directory's `log/`, an append-only write-ahead log ([`super::wal`]).
 //!
-//! Every entry is stored as its encoding with the pinned codec sealed in a [`weir_core::codec`]
-//! frame of kind `b"WENT"`, so with its length and crc32c, inside the WAL's checksummed
-//! groups: the frame makes every entry prove itself wherever it is read. [`LogStore::open`]
-//! replays and verifies every stored entry — frame, decode, at most [`ENTRY_COMMANDS_MAX`]
-//! commands, at most [`ENTRY_BYTES_MAX`] bytes, indexes contiguous — and refuses to start on
-//! the first that fails, naming the segment, the byte offset and the index (G8), rather than
-//! let it be applied or found only when read.
+//! Every entry is stored sealed in its own frame ([`super::log_entry`]: the pinned codec's
+//! encoding, kind `b"WENT"`, length and crc32c), inside the WAL's checksummed groups: the
+//! frame makes every entry prove itself wherever it is read. [`LogStore::open`] replays and
+//! verifies every stored entry — frame, decode, at most `ENTRY_COMMANDS_MAX` commands, at
+//! most [`ENTRY_BYTES_MAX`] bytes, indexes contiguous — and refuses to start on the first
+//! that fails, naming the segment, the byte offset and the index (G8), rather than let it
+//! be applied or found only when read.
 //!
 //! Invariants and the promises openraft relies on:
 //! - Every write goes through the ordered writer ([`super::log_writer`]): one thread, jobs
@@ -36,20 +36,16 @@ use std::ops::{Bound, RangeBounds};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use openraft::EntryPayload;
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
-use openraft::{AnyError, ErrorSubject, ErrorVerb, RaftLogReader, StorageIOError};
+use openraft::{ErrorSubject, ErrorVerb, RaftLogReader};
 
+use super::log_entry::seal_entry;
+use super::log_error::{Damaged, io_err, read_err, write_err};
 use super::log_writer::{self, Flushed, Tail, Writer};
 use super::wal::{DirDisk, LogDisk, Wal};
 use super::{Entry, LogId, StorageError, TypeConfig, Vote};
-use weir_core::bounds::{ENTRY_BYTES_MAX, ENTRY_COMMANDS_MAX};
-use weir_core::codec::{self, FrameError};
-
-/// Frame kind of a stored entry.
-const ENTRY_MAGIC: [u8; 4] = *b"WENT";
-/// Version of a stored entry's payload layout (an openraft entry of [`TypeConfig`]).
-pub(super) const ENTRY_VERSION: u16 = 1;
+use weir_core::bounds::ENTRY_BYTES_MAX;
+use weir_core::codec;
 
 /// The log store. Cloning shares the WAL, the tail and the writer (the log reader is a
 /// clone); the writer thread stops when the last clone is dropped.
@@ -73,75 +69,6 @@ impl Durable {
             .map_err(|_| write_err(Damaged("log writer stopped".into())))?
     }
 }
-
-/// An entry as stored: its encoding sealed in a `WENT` frame.
-fn seal_entry(entry: &Entry) -> Vec<u8> {
-    seal_entry_payload(&codec::encode(entry))
-}
-
-/// An entry's encoding sealed in its `WENT` frame, as stored (public for the fuzz target,
-/// which seals mutated payloads so they reach the decoder behind the checksum).
-pub fn seal_entry_payload(payload: &[u8]) -> Vec<u8> {
-    codec::seal_frame(ENTRY_MAGIC, ENTRY_VERSION, payload)
-}
-
-/// A stored entry's bytes, verified and decoded: the frame, the decode and the entry
-/// bounds (not yet which index it should be: see [`decode_entry`]).
-pub fn open_entry(bytes: &[u8]) -> Result<Entry, FrameError> {
-    let payload = codec::open_frame(bytes, ENTRY_MAGIC, ENTRY_VERSION, ENTRY_BYTES_MAX as u64)?;
-    let entry: Entry = codec::decode(payload)?;
-    if let EntryPayload::Normal(batch) = &entry.payload
-        && batch.commands.len() > ENTRY_COMMANDS_MAX
-    {
-        return Err(FrameError::Invalid(format!(
-            "{} commands, the bound is {ENTRY_COMMANDS_MAX}",
-            batch.commands.len()
-        )));
-    }
-    Ok(entry)
-}
-
-/// A stored entry's bytes, verified and decoded as [`open_entry`] does, and found to be the
-/// entry at `index`. Every read of a stored entry goes through it; public so the fuzz target
-/// `log_entry` exercises exactly this path.
-pub fn decode_entry(index: u64, bytes: &[u8]) -> Result<Entry, FrameError> {
-    let entry = open_entry(bytes)?;
-    if entry.log_id.index != index {
-        return Err(FrameError::Invalid(format!(
-            "stored under index {index} but is entry {}",
-            entry.log_id.index
-        )));
-    }
-    Ok(entry)
-}
-
-fn io_err(
-    subject: ErrorSubject<u64>,
-    verb: ErrorVerb,
-    e: impl std::error::Error + 'static,
-) -> StorageError {
-    StorageIOError::new(subject, verb, AnyError::new(&e)).into()
-}
-
-fn read_err(e: impl std::error::Error + 'static) -> StorageError {
-    io_err(ErrorSubject::Logs, ErrorVerb::Read, e)
-}
-
-pub(super) fn write_err(e: impl std::error::Error + 'static) -> StorageError {
-    io_err(ErrorSubject::Logs, ErrorVerb::Write, e)
-}
-
-/// A reason as an error value, for `AnyError`.
-#[derive(Debug)]
-pub(super) struct Damaged(pub(super) String);
-
-impl std::fmt::Display for Damaged {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Damaged {}
 
 impl LogStore {
     /// Opens (or creates) the log in the directory `dir` (a data directory's `log/`),

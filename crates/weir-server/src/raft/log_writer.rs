@@ -43,7 +43,7 @@ use std::thread::JoinHandle;
 use openraft::storage::LogFlushed;
 use tokio::sync::{mpsc, oneshot};
 
-use super::log_store::write_err;
+use super::log_error::write_err;
 use super::wal::{Record, Wal};
 use super::{Entry, LogId, StorageError, TypeConfig, Vote};
 

@@ -16,7 +16,7 @@
 //! openraft sends the snapshot again from its start (as it does after any network error).
 //! Without the retry the call is lost: openraft asks each voter once per election, so one
 //! dead pooled connection cost a failover a second election round (seen in a kept
-//! `--failover` run: 2,181 ms, ninth session).
+//! `--failover` run: 2,181 ms on 7177612; `docs/benchmarks.md`, "Failover").
 //!
 //! A new connection is dialed (TCP connect and TLS handshake) in a task of its own, bounded
 //! by [`DIAL_TIMEOUT`] rather than by the call's deadline, at most one per peer at a time:
@@ -49,11 +49,11 @@ use openraft::raft::{
 };
 use serde::{Deserialize, Serialize};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
 
 use super::stand_in::StandIn;
 use super::{NodeAddr, NodeId, Raft, TypeConfig};
 use crate::security::{Acceptor, Connector, Stream};
+use crate::shutdown::Shutdown;
 use weir_client::wire::{self, WireError};
 
 /// Largest peer frame, in bytes: see [`weir_core::bounds::PEER_FRAME_MAX`], whose doc says why
@@ -179,11 +179,7 @@ impl PeerClient {
     }
 
     fn idle(&self) -> Option<Pooled> {
-        self.pools
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_mut(&self.target)?
-            .pop()
+        crate::lock::lock(&self.pools).get_mut(&self.target)?.pop()
     }
 
     /// A new connection, dialed in a task of its own (see the module doc): waits for it
@@ -191,10 +187,7 @@ impl PeerClient {
     /// arrives later. While another dial to this peer is under way, waits for that one
     /// first, and takes its connection if it went to the pool.
     async fn dial(&self) -> Result<Pooled, CallError> {
-        let lock = self
-            .dialing
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        let lock = crate::lock::lock(&self.dialing)
             .entry(self.target)
             .or_default()
             .clone();
@@ -243,14 +236,11 @@ impl PeerClient {
     /// Drops every idle connection to this peer. Connections pooled after this are newer
     /// than the failure that called for it.
     fn forget_idle(&self) {
-        self.pools
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.target);
+        crate::lock::lock(&self.pools).remove(&self.target);
     }
 
     fn give_back(&self, conn: Pooled) {
-        let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pools = crate::lock::lock(&self.pools);
         let pool = pools.entry(self.target).or_default();
         if pool.len() < POOL_IDLE_MAX {
             pool.push(conn);
@@ -341,16 +331,11 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, NodeAddr, RaftError<NodeId>>> {
-        match self
-            .call(PeerRequest::AppendEntries(rpc), option.hard_ttl())
-            .await
-        {
-            Ok(PeerResponse::AppendEntries(r)) => {
-                r.map_err(|e| RemoteError::new(self.target, e).into())
-            }
-            Ok(_) => Err(self.mismatch()),
-            Err(e) => Err(self.rpc_error(e)),
-        }
+        self.rpc(PeerRequest::AppendEntries(rpc), option, |r| match r {
+            PeerResponse::AppendEntries(r) => Some(r),
+            _ => None,
+        })
+        .await
     }
 
     async fn install_snapshot(
@@ -361,16 +346,11 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         InstallSnapshotResponse<NodeId>,
         RPCError<NodeId, NodeAddr, RaftError<NodeId, InstallSnapshotError>>,
     > {
-        match self
-            .call(PeerRequest::InstallSnapshot(rpc), option.hard_ttl())
-            .await
-        {
-            Ok(PeerResponse::InstallSnapshot(r)) => {
-                r.map_err(|e| RemoteError::new(self.target, e).into())
-            }
-            Ok(_) => Err(self.mismatch()),
-            Err(e) => Err(self.rpc_error(e)),
-        }
+        self.rpc(PeerRequest::InstallSnapshot(rpc), option, |r| match r {
+            PeerResponse::InstallSnapshot(r) => Some(r),
+            _ => None,
+        })
+        .await
     }
 
     async fn vote(
@@ -378,24 +358,43 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, NodeAddr, RaftError<NodeId>>> {
-        match self.call(PeerRequest::Vote(rpc), option.hard_ttl()).await {
-            Ok(PeerResponse::Vote(r)) => r.map_err(|e| RemoteError::new(self.target, e).into()),
-            Ok(_) => Err(self.mismatch()),
+        self.rpc(PeerRequest::Vote(rpc), option, |r| match r {
+            PeerResponse::Vote(r) => Some(r),
+            _ => None,
+        })
+        .await
+    }
+}
+
+impl PeerClient {
+    /// Sends `request` within `option`'s deadline and takes the answer `expect` picks out of
+    /// the response (`None`: the wrong kind), with every error as openraft's.
+    async fn rpc<R, E: std::error::Error>(
+        &mut self,
+        request: PeerRequest,
+        option: RPCOption,
+        expect: fn(PeerResponse) -> Option<Result<R, E>>,
+    ) -> Result<R, RPCError<NodeId, NodeAddr, E>> {
+        match self.call(request, option.hard_ttl()).await {
+            Ok(response) => match expect(response) {
+                Some(answer) => answer.map_err(|e| RemoteError::new(self.target, e).into()),
+                None => Err(self.mismatch()),
+            },
             Err(e) => Err(self.rpc_error(e)),
         }
     }
 }
 
-/// Serves Raft RPCs from peers on `listener` until `shutdown` turns true; each connection
+/// Serves Raft RPCs from peers on `listener` until the node shuts down; each connection
 /// first passes `acceptor`'s handshake (mutual TLS, or none).
 pub async fn serve_peers(
     listener: TcpListener,
     acceptor: Acceptor,
     raft: Raft,
     stand_in: Arc<StandIn>,
-    shutdown: watch::Receiver<bool>,
+    shutdown: Shutdown,
 ) {
-    wire::accept_loop("peer", listener, shutdown, move |stream| {
+    wire::accept_loop("peer", listener, shutdown.watch(), move |stream| {
         peer_connection(stream, acceptor.clone(), raft.clone(), stand_in.clone())
     })
     .await

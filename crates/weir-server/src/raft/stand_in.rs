@@ -9,7 +9,7 @@
 //! term the first candidate has voted itself in, and loses that round too when the first
 //! candidate's id is the higher; only its next timeout wins. That is two seconds and more
 //! from the stop, past a 3 s session's belief budget, and every holder loses its permit
-//! (`docs/benchmarks.md`, "Seventh session", read from the kept logs of `--stall` runs).
+//! (`docs/benchmarks.md`, "Stalls", read from the kept logs of `--stall` runs).
 //!
 //! [`StandIn`] sees every vote this node answers ([`super::network::answer`]). When it
 //! refuses a candidate whose last log id is below its own while it has accepted nothing
@@ -56,7 +56,7 @@
 //! plus at most `election_timeout_max`) fires first, so the backstop changes nothing but
 //! the delay, and a node it makes stand with a shorter log is refused and answered by the
 //! stand-in of the node ahead. It does not stand while a stand-in is under way. Its task
-//! ends with the node (the shutdown watch turns true or its sender is gone) or with the
+//! ends with the node (its shutdown begins or its sender is gone) or with the
 //! Raft core (the metrics channel closes).
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -65,9 +65,9 @@ use std::time::{Duration, Instant};
 
 use openraft::ServerState;
 use openraft::raft::{VoteRequest, VoteResponse};
-use tokio::sync::watch;
 
 use super::{NodeId, Raft};
+use crate::shutdown::Shutdown;
 
 /// Most elections one stand-in starts: the first, one above a vote it learns in it, and one
 /// more should a third candidate have raced them.
@@ -96,13 +96,9 @@ pub struct StandIn {
 
 impl StandIn {
     /// For `raft`, run with `config` (its lease is `election_timeout_max`), with its
-    /// backstop running (module doc) until `shutdown` turns true or its sender is dropped,
+    /// backstop running (module doc) until `shutdown` begins (or its sender is dropped),
     /// or the Raft core ends.
-    pub fn start(
-        raft: Raft,
-        config: &openraft::Config,
-        shutdown: watch::Receiver<bool>,
-    ) -> Arc<StandIn> {
+    pub fn start(raft: Raft, config: &openraft::Config, shutdown: Shutdown) -> Arc<StandIn> {
         let lease = Duration::from_millis(config.election_timeout_max);
         let stand_in = Arc::new(StandIn {
             raft,
@@ -136,7 +132,7 @@ impl StandIn {
 
     /// This node has just accepted an AppendEntries or a snapshot chunk from a leader.
     pub fn heard_leader(&self) {
-        *self.heard.lock().expect("no panic holds the lock") = Some(Instant::now());
+        *crate::lock::lock(&self.heard) = Some(Instant::now());
     }
 
     /// This node answered `request` with `response`: stands for election if that calls for
@@ -146,11 +142,7 @@ impl StandIn {
         request: &VoteRequest<NodeId>,
         response: &VoteResponse<NodeId>,
     ) {
-        let heard_ago = self
-            .heard
-            .lock()
-            .expect("no panic holds the lock")
-            .map(|at| at.elapsed());
+        let heard_ago = crate::lock::lock(&self.heard).map(|at| at.elapsed());
         let following = self.raft.metrics().borrow().state == ServerState::Follower;
         if !calls_for_stand_in(request, response, heard_ago, self.lease, following) {
             return;
@@ -218,7 +210,7 @@ impl StandIn {
 
     /// The backstop's task (module doc): checks a few times per shortest election timeout
     /// whether this node has been a quiet follower for its deadline, and stands if so.
-    async fn backstop(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+    async fn backstop(self: Arc<Self>, mut shutdown: Shutdown) {
         // The server metrics change only with the vote, state, leader or membership.
         let mut metrics = self.raft.server_metrics();
         let check = (self.round_max / 6).max(Duration::from_millis(5));
@@ -228,7 +220,7 @@ impl StandIn {
         loop {
             tokio::select! {
                 changed = metrics.changed() => if changed.is_err() { return },
-                changed = shutdown.changed() => if changed.is_err() || *shutdown.borrow() { return },
+                () = shutdown.begun() => return,
                 () = tokio::time::sleep(check) => {}
             }
             let (following, vote) = {
@@ -246,7 +238,7 @@ impl StandIn {
                 quiet_since = now;
                 continue;
             }
-            let heard = *self.heard.lock().expect("no panic holds the lock");
+            let heard = *crate::lock::lock(&self.heard);
             let quiet_for = now - heard.map_or(quiet_since, |at| at.max(quiet_since));
             if quiet_for < deadline
                 || !self.backstop_on.load(Ordering::Acquire)

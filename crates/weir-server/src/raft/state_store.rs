@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
 use super::{Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
+use weir_core::bounds::APPLIED_EVENTS_BACKLOG;
 use weir_core::codec::{self, FrameError};
 use weir_core::machine::{Applied, Machine};
 
@@ -40,8 +41,6 @@ const FILE_MAGIC: [u8; 4] = *b"WSST";
 const FILE_VERSION: u16 = 1;
 /// The snapshot file's name in the data directory.
 pub const SNAPSHOT_FILE: &str = "snapshot.bin";
-/// How many applied entries' events a subscriber may fall behind by before it misses some.
-const EVENT_BACKLOG: usize = 4_096;
 
 /// What the snapshot file holds.
 #[derive(Serialize, Deserialize)]
@@ -94,7 +93,7 @@ impl AppliedState {
         // A panic while holding the lock is a bug that already stopped the Raft core; the
         // state it guarded is still the last consistent one, since apply mutates in place
         // only through the machine, which asserts before it changes anything it cannot undo.
-        self.applier.lock().unwrap_or_else(|p| p.into_inner())
+        crate::lock::lock(&self.applier)
     }
 
     /// Subscribes to the applied entries' outputs.
@@ -126,7 +125,7 @@ impl StateStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(format!("{}: {e}", path.display())),
         }
-        let (events, _) = broadcast::channel(EVENT_BACKLOG);
+        let (events, _) = broadcast::channel(APPLIED_EVENTS_BACKLOG);
         Ok(StateStore {
             state: Arc::new(AppliedState {
                 applier: Mutex::new(applier),
@@ -148,7 +147,7 @@ impl StateStore {
     async fn persist(&self, meta: &SnapshotMeta, data: Arc<Vec<u8>>) -> Result<(), StorageError> {
         let _one_at_a_time = self.state.persist.lock().await;
         let newer = {
-            let current = self.state.current.lock().unwrap_or_else(|p| p.into_inner());
+            let current = crate::lock::lock(&self.state.current);
             current
                 .as_ref()
                 .is_none_or(|(m, _)| meta.last_log_id > m.last_log_id)
@@ -169,7 +168,7 @@ impl StateStore {
             .await
             .map_err(|e| sm_err(ErrorVerb::Write, e))?
             .map_err(|e| sm_err(ErrorVerb::Write, format!("{SNAPSHOT_FILE}: {e}")))?;
-        *self.state.current.lock().unwrap_or_else(|p| p.into_inner()) = Some((meta.clone(), data));
+        *crate::lock::lock(&self.state.current) = Some((meta.clone(), data));
         Ok(())
     }
 }
@@ -307,12 +306,7 @@ impl RaftStateMachine<TypeConfig> for StateStore {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
-        let current = self
-            .state
-            .current
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let current = crate::lock::lock(&self.state.current).clone();
         Ok(current.map(|(meta, data)| Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(data.to_vec())),

@@ -21,14 +21,15 @@ use super::network::{PeerRequest, PeerResponse, answer};
 use super::stand_in::StandIn;
 use super::state_store::{AppliedState, StateStore};
 use super::{NodeAddr, NodeId, Raft, TypeConfig};
+use crate::shutdown::{ShutdownSender, shutdown_channel};
 use weir_core::machine::{Batch, Leadership};
 
 /// Every wait of these tests: far above anything here takes on a quiet machine.
 pub const PATIENCE: Duration = Duration::from_secs(20);
 
-/// A node as its peers reach it, with the sending end of its stand-in's shutdown watch
+/// A node as its peers reach it, with the sending end of its stand-in's shutdown signal
 /// (kept as long as the network, so the backstop runs until the Raft core ends).
-type Reached = (Raft, Arc<StandIn>, Arc<tokio::sync::watch::Sender<bool>>);
+type Reached = (Raft, Arc<StandIn>, Arc<ShutdownSender>);
 
 #[derive(Clone, Default)]
 pub struct Net {
@@ -208,7 +209,7 @@ pub async fn start(net: &Net, dir: &std::path::Path, id: NodeId) -> (Raft, Arc<A
     )
     .await
     .unwrap();
-    let (shutdown, watch) = tokio::sync::watch::channel(false);
+    let (shutdown, watch) = shutdown_channel();
     let stand_in = StandIn::start(raft.clone(), &config, watch);
     net.nodes
         .lock()

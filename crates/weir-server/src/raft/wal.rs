@@ -1,16 +1,17 @@
 //! The log's files: an append-only write-ahead log of checksummed groups in numbered segment
 //! files under the data directory's `log/`, replayed into memory when the node starts.
 //!
-//! Why not redb, which keeps the snapshot's neighbours: under the one-client bench a redb
-//! commit of one small entry took 0.38–0.57 ms on average (the `weir_fsync_seconds` metric),
-//! most of it CPU in redb's page allocator and copy-on-write B-tree, and an operation waits
-//! for two of them in series (the leader's, then a follower's). Appending the same bytes to
-//! a file and calling `fdatasync` took about 0.06 ms on the same disk. A Raft log is written
-//! only at its end, truncated only from an index to its end and purged only from its start:
-//! an append-only file fits it exactly (it is what etcd's WAL does).
+//! Why a log of its own and not a table in an embedded database: openraft makes every
+//! write wait for two durable appends in series (the leader's, then a follower's), and with
+//! the log in redb a commit of one small entry took 0.38–0.57 ms, most of it CPU in redb's
+//! page allocator and copy-on-write B-tree, where appending the same bytes to a file and
+//! calling `fdatasync` took 0.05–0.1 ms on the same disk (3dea51d, 2026-12-02; the figures
+//! and their commands are in docs/design.md, "Storage"). A Raft log is written only at its
+//! end, truncated only from an index to its end and purged only from its start: an
+//! append-only file fits it exactly (it is what etcd's WAL does).
 //!
-//! Layout. `log/` holds its `lock` file ([`LOCK_FILE`]) and segments named by a sequence number (`00000000000000000001.wal`, …,
-//! 20 digits so they sort by name). A segment is a run of *groups*; the writer thread's one
+//! Layout. `log/` holds its `lock` file ([`LOCK_FILE`]) and segments named by a sequence
+//! number (`00000000000000000001.wal`, …, 20 digits so they sort by name). A segment is a run of *groups*; the writer thread's one
 //! write, made durable by one `fdatasync`, is one group (or several, if it is larger than
 //! [`GROUP_BYTES_MAX`]):
 //!
@@ -23,7 +24,7 @@
 //! 16      ..    payload   records, each a `weir_core::codec` frame
 //! ```
 //!
-//! Records, by frame kind: `WENT` a log entry (sealed by [`super::log_store`], so every
+//! Records, by frame kind: `WENT` a log entry (sealed by [`super::log_entry`], so every
 //! entry still proves itself when read), `WVOT` the vote, `WCOM` the committed id, `WTRN` a
 //! truncation (entries from an index on are gone), `WPUR` a purge (the purge point; entries
 //! up to it are gone), `WCKP` a checkpoint (vote, committed id and purge point as they stood
@@ -31,9 +32,9 @@
 //!
 //! Invariants:
 //! - Only the writer thread ([`super::log_writer`]) writes, through [`Wal::write`] (and,
-//!   before the writer starts, the import of an old log and the cut of a torn tail at
-//!   open): one `pwrite` at the active segment's end, then one `fdatasync`; the in-memory state (the
-//!   entry index, vote, committed id, purge point) changes only after the sync returns, so
+//!   before the writer starts, the cut of a torn tail at open): one `pwrite` at the active
+//!   segment's end, then one `fdatasync`; the in-memory state (the entry index, vote,
+//!   committed id, purge point) changes only after the sync returns, so
 //!   what [`Wal`] answers is durable. A failed write or sync is returned and the caller
 //!   writes nothing more (fail-stop: the writer's invariant).
 //! - Bytes once written are never rewritten: a segment grows at its end only. So a reader
@@ -42,9 +43,10 @@
 //!   directory synced) before anything is written into it, and its first group carries the
 //!   checkpoint and the records that did not fit the previous one.
 //! - Segments are deleted only from the oldest, one durable removal at a time, and only
-//!   while every entry recorded in the segment is at or below the durable purge point: a truncation recorded in a later
-//!   segment is never lost while entries it removed remain in an earlier one, and the
-//!   newest checkpoint restates what the deleted segments' vote and committed records said.
+//!   while every entry recorded in the segment is at or below the durable purge point: a
+//!   truncation recorded in a later segment is never lost while entries it removed remain
+//!   in an earlier one, and the newest checkpoint restates what the deleted segments' vote
+//!   and committed records said.
 //! - The live entries have contiguous indexes: on replay an entry must follow the last live
 //!   one, else the log is refused; when none is live (a new log, or everything purged) any
 //!   index may start it, as the Raft core appends after a snapshot.
@@ -65,7 +67,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::log_store::{decode_entry, open_entry};
+use super::log_entry::{ENTRY_MAGIC, ENTRY_VERSION, decode_entry, open_entry};
 use super::{LogId, Vote};
 use weir_core::bounds::ENTRY_BYTES_MAX;
 use weir_core::codec::{self, FrameError, HEADER_BYTES};
@@ -79,18 +81,17 @@ pub const GROUP_HEADER_BYTES: usize = 16;
 /// Largest segment file read at open (it is read whole). A segment is closed before a write
 /// would take it past `SEGMENT_BYTES`, so it is at most that plus one write: at most
 /// `log_writer`'s 64 jobs, each an append of `max_payload_entries` (default 64) entries of
-/// at most `ENTRY_BYTES_MAX`, about 2 GiB at the defaults; the import writes in pieces of
-/// `SEGMENT_BYTES`. A larger file is refused rather than allocated.
+/// at most `ENTRY_BYTES_MAX`, about 2 GiB at the defaults. A larger file is refused rather
+/// than allocated.
 const SEGMENT_READ_MAX: u64 = 4 << 30;
 const GROUP_MAGIC: [u8; 4] = *b"WGRP";
 
-const ENTRY_MAGIC: [u8; 4] = *b"WENT";
 const VOTE_MAGIC: [u8; 4] = *b"WVOT";
 const COMMITTED_MAGIC: [u8; 4] = *b"WCOM";
 const TRUNCATE_MAGIC: [u8; 4] = *b"WTRN";
 const PURGE_MAGIC: [u8; 4] = *b"WPUR";
 const CHECKPOINT_MAGIC: [u8; 4] = *b"WCKP";
-/// Version of every record kind but `WENT` (whose version `log_store` owns).
+/// Version of every record kind but `WENT` (whose version [`super::log_entry`] owns).
 const RECORD_VERSION: u16 = 1;
 /// Largest payload of a record other than an entry (a vote, ids, a checkpoint: tens of bytes).
 const META_BYTES_MAX: u64 = 1024;
@@ -745,13 +746,7 @@ fn first_bad_record(payload: &[u8], payload_at: usize) -> String {
             return format!("; record at byte {} unreadable", payload_at + p);
         };
         let failed = if magic == ENTRY_MAGIC {
-            codec::open_frame(
-                frame,
-                magic,
-                super::log_store::ENTRY_VERSION,
-                ENTRY_BYTES_MAX as u64,
-            )
-            .err()
+            codec::open_frame(frame, magic, ENTRY_VERSION, ENTRY_BYTES_MAX as u64).err()
         } else {
             codec::open_frame(frame, magic, RECORD_VERSION, META_BYTES_MAX).err()
         };

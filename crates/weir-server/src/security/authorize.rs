@@ -1,8 +1,15 @@
-//! What each [`Role`] may ask (spec §7): `admin` everything; `tenant:NAME` every operation
-//! and read naming NAME, and sessions (which belong to whoever opened them, checked by the
-//! client port against the applied state); `read` only reads. Status digests, snapshot
-//! figures, membership changes and ticks are admin's alone: they cost the leader work for
-//! every caller or change the cluster itself.
+//! What each [`Role`] may ask (spec §7): `admin` everything; `tenant:NAME` its own work
+//! inside NAME (sessions, acquires, takes, runs, settlements, reads naming NAME; sessions
+//! belong to whoever opened them, checked by the client port against the applied state);
+//! `read` only reads. Status digests, snapshot figures, membership changes and ticks are
+//! admin's alone: they cost the leader work for every caller or change the cluster itself.
+//!
+//! The controls an operator sets on a tenant are admin's alone too, so a tenant cannot lift
+//! them: halts (set and clear), the tenant's ceiling and budgets (`SetTenant`), and its limit
+//! definitions (`DefineLimit`, `RemoveLimit`). A limit's `concurrent` and `per_second` are
+//! caps like a ceiling: a tenant that could redefine them could raise its own cap on the
+//! shared resource the limit protects (a database's connections, a model's rate), or remove
+//! the limit its operator set. A tenant reads all of them.
 
 use super::token::Role;
 use weir_client::protocol::{Query, Request};
@@ -18,7 +25,7 @@ pub fn authorize(role: &Role, request: &Request) -> Result<(), String> {
     let (asked, write) = match request {
         Request::Write(c) => (command_tenant(c), true),
         Request::Read(q) | Request::ReadLocal(q) => (Scope::Tenant(query_tenant(q)), false),
-        Request::Status => (Scope::Admin("status"), false),
+        Request::Status => (Scope::Admin("status requests"), false),
         Request::AddNode { .. } | Request::RemoveNode { .. } => {
             (Scope::Admin("cluster changes"), true)
         }
@@ -48,6 +55,11 @@ enum Scope<'a> {
 
 fn command_tenant(command: &Command) -> Scope<'_> {
     match (command, command.tenant()) {
+        (Command::DefineLimit { .. } | Command::RemoveLimit { .. }, _) => {
+            Scope::Admin("limit definitions")
+        }
+        (Command::SetTenant { .. }, _) => Scope::Admin("a tenant's ceiling and budgets"),
+        (Command::SetHalt { .. } | Command::ClearHalt { .. }, _) => Scope::Admin("halts"),
         (Command::Tick, _) => Scope::Admin("ticks"),
         (_, Some(tenant)) => Scope::Tenant(tenant),
         (_, None) => Scope::Session,
@@ -69,6 +81,7 @@ fn query_tenant(query: &Query) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use weir_core::machine::{Change, HaltScope};
 
     #[test]
     fn tenant_read_and_admin_reach_what_the_spec_says() {
@@ -83,8 +96,20 @@ mod tests {
             })
         };
         let read = |t: &str| Request::Read(Query::Limits { tenant: t.into() });
-        assert!(authorize(&a, &define("a")).is_ok());
-        assert!(authorize(&a, &define("b")).is_err());
+        let reserve = |t: &str| {
+            Request::Write(Command::Reserve {
+                tenant: t.into(),
+                run: "r".into(),
+                agent: None,
+                period: None,
+                hold_tokens: None,
+                hold_minor: None,
+            })
+        };
+        assert!(authorize(&a, &reserve("a")).is_ok());
+        assert!(authorize(&a, &reserve("b")).is_err());
+        assert!(authorize(&a, &read("a")).is_ok());
+        assert!(authorize(&Role::Admin, &define("a")).is_ok());
         assert!(authorize(&a, &read("b")).is_err());
         assert!(authorize(&a, &Request::Status).is_err());
         assert!(authorize(&Role::Read, &read("b")).is_ok());
@@ -98,5 +123,51 @@ mod tests {
         );
         assert!(authorize(&Role::Admin, &Request::RemoveNode { id: 2 }).is_ok());
         assert!(authorize(&a, &Request::RemoveNode { id: 2 }).is_err());
+    }
+
+    /// Halts, ceilings, budgets and limit definitions are the operator's: a tenant token
+    /// can neither lift nor raise them in its own tenant; an admin can.
+    #[test]
+    fn the_controls_over_a_tenant_are_admins_alone() {
+        let a = Role::Tenant("a".into());
+        let controls = [
+            Command::SetHalt {
+                tenant: "a".into(),
+                scope: HaltScope::Tenant,
+                reason: "incident".into(),
+            },
+            Command::ClearHalt {
+                tenant: "a".into(),
+                scope: HaltScope::Tenant,
+            },
+            Command::ClearHalt {
+                tenant: "a".into(),
+                scope: HaltScope::Agent("x".into()),
+            },
+            Command::SetTenant {
+                tenant: "a".into(),
+                max_running: Change::Set(100),
+                budget_tokens: Change::Set(1_000_000),
+                budget_minor: Change::Keep,
+            },
+            Command::DefineLimit {
+                tenant: "a".into(),
+                name: "x".into(),
+                concurrent: 1_000,
+                per_second: 0.0,
+                burst: None,
+            },
+            Command::RemoveLimit {
+                tenant: "a".into(),
+                name: "x".into(),
+            },
+        ];
+        for command in controls {
+            let request = Request::Write(command);
+            let why = authorize(&a, &request).unwrap_err();
+            assert!(why.contains("need the admin role, not tenant:a"), "{why}");
+            assert!(authorize(&Role::Read, &request).is_err());
+            assert!(authorize(&Role::Admin, &request).is_ok());
+        }
     }
 }

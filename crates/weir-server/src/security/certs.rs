@@ -87,34 +87,68 @@ impl DevCa {
     }
 }
 
-/// Writes `text` to `path`, refusing to overwrite (a CA key overwritten is a cluster whose
-/// nodes no longer trust each other).
-fn write_new(path: &Path, text: &str) -> Result<(), String> {
+/// Writes `text` to `path` with permissions `mode` (before umask), refusing to overwrite
+/// (a CA key overwritten is a cluster whose nodes no longer trust each other).
+fn write_new(path: &Path, text: &str, mode: u32) -> Result<(), String> {
     use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
+        .mode(mode)
         .open(path)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     f.write_all(text.as_bytes())
         .map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// A certificate's permissions: public, readable by all.
+const CERT_MODE: u32 = 0o644;
+
+/// A private key's permissions: its owner's alone, whatever the umask (a key another user
+/// can read lets them impersonate the node).
+const KEY_MODE: u32 = 0o600;
+
 /// Writes `ca.pem` and `node{i}.pem` / `node{i}.key` for i in 1..=`nodes` into `dir`
-/// (created if missing; existing files are not overwritten). Returns the files written.
+/// (created if missing; existing files are not overwritten; keys readable by their owner
+/// alone). Returns the files written.
 pub fn init(dir: &Path, nodes: u64) -> Result<Vec<std::path::PathBuf>, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let ca = DevCa::new("weir development CA")?;
     let mut written = vec![dir.join("ca.pem")];
-    write_new(&written[0], &ca.cert_pem())?;
+    write_new(&written[0], &ca.cert_pem(), CERT_MODE)?;
     for id in 1..=nodes {
         let issued = ca.issue(&format!("weir node {id}"), Validity::Current)?;
         let cert = dir.join(format!("node{id}.pem"));
         let key = dir.join(format!("node{id}.key"));
-        write_new(&cert, &issued.cert_pem)?;
-        write_new(&key, &issued.key_pem)?;
+        write_new(&cert, &issued.cert_pem, CERT_MODE)?;
+        write_new(&key, &issued.key_pem, KEY_MODE)?;
         written.push(cert);
         written.push(key);
     }
     Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// Keys are written 0600 whatever the process's umask (0022 gave them 0644).
+    #[test]
+    fn init_writes_private_keys_readable_by_their_owner_alone() {
+        let dir = std::env::temp_dir().join(format!("weir-certs-mode-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let written = init(&dir, 2).unwrap();
+        assert_eq!(written.len(), 5);
+        for path in written {
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+            if path.extension().is_some_and(|e| e == "key") {
+                assert_eq!(mode, 0o600, "{} is {mode:o}", path.display());
+            } else {
+                assert_eq!(mode & 0o600, 0o600, "{} is {mode:o}", path.display());
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -15,6 +15,12 @@
 //! - With tokens configured, no request is served on a connection whose hello carried no
 //!   known token; every request is checked against the connection's role before it is
 //!   proposed or read.
+//! - The controls an operator sets on a tenant (halts, its ceiling and budgets, its limit
+//!   definitions) are the admin role's alone ([`authorize()`]): a tenant cannot lift them.
+//! - A reload never turns authentication off unless the reloaded config says so
+//!   ([`Tokens::reload`]); a revoked token's connections and HTTP event streams end.
+//! - Certificates' private keys are written readable by their owner alone
+//!   ([`certs::init`]).
 //! - Nothing here runs inside the state machine: randomness (session nonces) is drawn at
 //!   the edge and travels in the log entry.
 

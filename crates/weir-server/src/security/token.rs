@@ -6,6 +6,8 @@
 //!   nothing useful about the secret.
 //! - An empty table means authentication is off: every connection is [`Principal::anonymous`]
 //!   with every right, as before tokens existed (the loopback-only default).
+//! - A reload never turns authentication off unless the reloaded config says so
+//!   ([`Tokens::reload`]).
 
 use std::collections::BTreeMap;
 
@@ -176,6 +178,22 @@ impl Tokens {
         self.read().still_valid(principal)
     }
 
+    /// Replaces the table with a reloaded one, unless that would turn authentication off
+    /// (tokens now, none in `table`) and `may_turn_off` is false: then the old table stays
+    /// and the error says why. A reload never silently turns authentication off (spec §7).
+    pub fn reload(&self, table: TokenTable, may_turn_off: bool) -> Result<(), String> {
+        if self.read().enabled() && !table.enabled() && !may_turn_off {
+            return Err(
+                "the reloaded config has no tokens, which would turn authentication off and \
+                 serve every tokenless client: refused, the old tokens stay (set \
+                 reload_may_turn_auth_off = true in the config to allow it)"
+                    .into(),
+            );
+        }
+        self.replace(table);
+        Ok(())
+    }
+
     /// Replaces the table and tells every connection to re-check its principal.
     pub fn replace(&self, table: TokenTable) {
         *self.table.write().unwrap_or_else(|p| p.into_inner()) = table;
@@ -185,6 +203,26 @@ impl Tokens {
     /// Changes on every [`Tokens::replace`].
     pub fn reloads(&self) -> tokio::sync::watch::Receiver<u64> {
         self.reloaded.subscribe()
+    }
+
+    /// Resolves, with the reason, once a reload has taken `principal`'s token away; never
+    /// while it stays (nor after the node drops its tokens at shutdown).
+    pub fn revoked(
+        self: &std::sync::Arc<Self>,
+        principal: Principal,
+    ) -> impl std::future::Future<Output = String> + Send + use<> {
+        let tokens = self.clone();
+        let mut reloads = self.reloads();
+        async move {
+            loop {
+                if reloads.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+                if !tokens.still_valid(&principal) {
+                    return format!("the token (role {}) was revoked", principal.role);
+                }
+            }
+        }
     }
 }
 
@@ -225,5 +263,41 @@ mod tests {
             hash_token("abc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
+    }
+
+    /// A reload that finds no tokens keeps the old ones unless the config allows turning
+    /// authentication off; a reload to other tokens, or from none, is applied.
+    #[test]
+    fn a_reload_to_no_tokens_is_refused_unless_allowed() {
+        let table = |secret: &str| {
+            TokenTable::new(&[TokenEntry {
+                sha256: hash_token(secret),
+                role: "admin".into(),
+            }])
+            .unwrap()
+        };
+        let tokens = Tokens::new(table("old"));
+        let reloads = tokens.reloads();
+        let why = tokens.reload(TokenTable::default(), false).unwrap_err();
+        assert!(why.contains("reload_may_turn_auth_off"), "{why}");
+        assert!(
+            tokens.authenticate(None).is_err(),
+            "authentication stays on"
+        );
+        assert!(
+            tokens.authenticate(Some("old")).is_ok(),
+            "the old token stays"
+        );
+        assert!(
+            !reloads.has_changed().unwrap(),
+            "no connection is told of a reload"
+        );
+        tokens.reload(table("new"), false).unwrap();
+        assert!(tokens.authenticate(Some("old")).is_err());
+        assert!(tokens.authenticate(Some("new")).is_ok());
+        tokens.reload(TokenTable::default(), true).unwrap();
+        assert_eq!(tokens.authenticate(None).unwrap(), Principal::anonymous());
+        tokens.reload(table("again"), false).unwrap();
+        assert!(tokens.authenticate(None).is_err());
     }
 }

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use openraft::ChangeMembers;
 
-use super::client_port::Ctx;
+use super::ctx::Ctx;
 use super::leader::write_failure;
 use crate::raft::{NodeAddr, NodeId};
 use weir_client::protocol::{Failure, Member, NodeStatus, Response, SnapshotCost};
@@ -124,23 +124,17 @@ pub async fn add_node(ctx: &Ctx, id: NodeId, node: NodeAddr) -> Response {
              made a voter; {removed}"
         )));
     }
-    match ctx
-        .raft
-        .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
-        .await
-    {
-        Ok(_) => Response::MembershipChanged,
-        Err(e) => Response::Failed(write_failure(&ctx.raft, e)),
-    }
+    change_membership(ctx, ChangeMembers::AddVoterIds(BTreeSet::from([id]))).await
 }
 
 /// Removes voter `id`.
 pub async fn remove_node(ctx: &Ctx, id: NodeId) -> Response {
-    match ctx
-        .raft
-        .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
-        .await
-    {
+    change_membership(ctx, ChangeMembers::RemoveVoters(BTreeSet::from([id]))).await
+}
+
+/// Makes one membership change through openraft, answered once it is committed.
+async fn change_membership(ctx: &Ctx, changes: ChangeMembers<NodeId, NodeAddr>) -> Response {
+    match ctx.raft.change_membership(changes, false).await {
         Ok(_) => Response::MembershipChanged,
         Err(e) => Response::Failed(write_failure(&ctx.raft, e)),
     }
@@ -157,10 +151,7 @@ pub async fn snapshot_cost(ctx: &Ctx) -> Response {
         ));
     };
     let (applied, bytes, build) = {
-        let mut next_allowed = ctx
-            .snapshot_cost_next
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut next_allowed = crate::lock::lock(&ctx.snapshot_cost_next);
         if let Some(t) = *next_allowed
             && Instant::now() < t
         {

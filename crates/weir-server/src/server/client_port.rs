@@ -21,6 +21,12 @@
 //! `ServerFrame::Heartbeat` every `HEARTBEAT_PERIOD` ([`heartbeat`]), so the client can tell
 //! a node that is silent (stopped) from one that is busy.
 //!
+//! Before the hello a connection costs the node little (spec §7): the first frame may be at
+//! most [`HELLO_FRAME_MAX`] bytes (a larger one is refused before its payload is read), the
+//! hello is read without the connection's read buffer (allocated once the hello is
+//! accepted), and it must come within `HELLO_TIMEOUT`. Every frame's payload is allocated
+//! as its bytes arrive ([`wire`]), never at the length it announces.
+//!
 //! Bad input — an oversized or corrupt frame, undecodable bytes, a wrong version, a request
 //! before the hello — is answered with `ServerFrame::Error` naming the problem, and that
 //! connection is closed; the node and every other connection go on.
@@ -36,62 +42,38 @@ use std::time::Duration;
 
 use tokio::io::{BufReader, ReadHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, broadcast, mpsc, watch};
+use tokio::sync::{Semaphore, broadcast, mpsc};
 
 use super::admin;
+use super::ctx::Ctx;
 use super::edge;
 use super::followed::{Followed, Opening};
 use super::heartbeat;
-use super::proposer::Proposer;
-use super::reader::{Reader, answer};
-use crate::raft::state_store::AppliedState;
-use crate::raft::{NodeAddr, NodeId, Raft};
-use crate::security::{Acceptor, Principal, Stream, Tokens, authorize};
+use super::reader::answer;
+use crate::raft::NodeAddr;
+use crate::security::{Principal, Stream, Tokens, authorize};
+use crate::session_owner::{OwnerCheck, check_owner};
+use crate::shutdown::Shutdown;
 use weir_client::protocol::{
     CLIENT_FRAME_MAX, ClientFrame, Failure, PROTOCOL_VERSION, Request, Response, ServerFrame,
 };
 use weir_client::task::AbortOnDrop;
 use weir_client::wire::{self, WireError};
-use weir_core::machine::{Applied, Command, Event, Reply};
+use weir_core::bounds::{HELLO_FRAME_MAX, NODE_OUTBOX_FRAMES_MAX, READ_BUFFER_BYTES};
+use weir_core::machine::{Applied, Command, Event, Reply, SessionId};
 
 /// How long a new connection may take to say hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
-/// Frames queued for one connection's writer, at most; a client that does not read its
-/// responses stalls only itself.
-const OUTBOX_MAX: usize = 1_024;
 /// Requests served at once on one connection, at most. Past this the connection's reader
 /// stops reading (TCP pushes back on the client) until one finishes.
 const IN_FLIGHT_MAX: usize = 4_096;
-/// Bytes buffered in front of a connection's socket: a frame is then one read, not three.
-const READ_BUFFER_BYTES: usize = 64 * 1024;
 /// How long a closing connection's writer may take to flush what is queued (the closing
 /// `Error` frame included) before it is dropped.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// What a connection needs of the node.
-pub struct Ctx {
-    pub id: NodeId,
-    pub client_addr: String,
-    pub raft: Raft,
-    /// The applied state: local reads, status, and the event feed for pushes.
-    pub state: Arc<AppliedState>,
-    pub proposer: Proposer,
-    pub reader: Reader,
-    /// TLS for the port, or plaintext.
-    pub acceptor: Acceptor,
-    /// The tokens accepted, reloaded on SIGHUP.
-    pub tokens: Arc<Tokens>,
-    /// The status digest, cached per applied index ([`super::digest`]).
-    pub digest: super::digest::DigestCache,
-    /// Held while a snapshot-cost measurement runs: one at a time.
-    pub snapshot_cost: tokio::sync::Mutex<()>,
-    /// When the next snapshot-cost measurement may start.
-    pub snapshot_cost_next: std::sync::Mutex<Option<std::time::Instant>>,
-}
-
-/// Serves client connections on `listener` until `shutdown` turns true.
-pub async fn serve_clients(listener: TcpListener, ctx: Arc<Ctx>, shutdown: watch::Receiver<bool>) {
-    wire::accept_loop("client", listener, shutdown, move |stream| {
+/// Serves client connections on `listener` until the node shuts down.
+pub async fn serve_clients(listener: TcpListener, ctx: Arc<Ctx>, shutdown: Shutdown) {
+    wire::accept_loop("client", listener, shutdown.watch(), move |stream| {
         connection(stream, ctx.clone())
     })
     .await
@@ -100,9 +82,8 @@ pub async fn serve_clients(listener: TcpListener, ctx: Arc<Ctx>, shutdown: watch
 async fn connection(tcp: TcpStream, ctx: Arc<Ctx>) -> Result<(), String> {
     let _counted = crate::metrics::get().connection();
     let stream = ctx.acceptor.accept(tcp).await.map_err(|e| e.to_string())?;
-    let (rd, mut wr) = tokio::io::split(stream);
-    let mut rd = BufReader::with_capacity(READ_BUFFER_BYTES, rd);
-    let (out, mut outbox) = mpsc::channel::<ServerFrame>(OUTBOX_MAX);
+    let (mut rd, mut wr) = tokio::io::split(stream);
+    let (out, mut outbox) = mpsc::channel::<ServerFrame>(NODE_OUTBOX_FRAMES_MAX);
     // A slot per request being served. The writer gathers answers while two or more slots
     // are taken: the request whose answer woke it has usually given its slot back by then
     // (it drops it right after queueing the answer), so that is "others are still being
@@ -132,9 +113,9 @@ async fn connection(tcp: TcpStream, ctx: Arc<Ctx>) -> Result<(), String> {
     result
 }
 
-/// Serves one connection after its hello until it closes or sends bad input.
+/// Serves one connection: its hello, then its requests until it closes or sends bad input.
 async fn serve(
-    rd: &mut BufReader<ReadHalf<Stream>>,
+    rd: &mut ReadHalf<Stream>,
     out: &mpsc::Sender<ServerFrame>,
     ctx: &Arc<Ctx>,
     slots: Arc<Semaphore>,
@@ -142,6 +123,9 @@ async fn serve(
     let Some(principal) = greet(rd, out, ctx).await? else {
         return Ok(());
     };
+    // Buffered from here on: the buffer is memory an unauthenticated connection must not
+    // cost. The hello was read exactly, so nothing after it is lost.
+    let rd = &mut BufReader::with_capacity(READ_BUFFER_BYTES, rd);
     let mut revoked = std::pin::pin!(revocation(ctx.tokens.clone(), principal.clone()));
     let followed = Followed::default();
     let forwarder = tokio::spawn(forward_events(
@@ -159,35 +143,23 @@ async fn serve(
             r = wire::read_frame::<_, ClientFrame>(rd, CLIENT_FRAME_MAX) => r,
             why = &mut revoked => return Err(why),
         };
-        let frame = match read {
-            Ok(f) => f,
-            Err(WireError::Closed) => return Ok(()),
-            Err(e) => return Err(e.to_string()),
-        };
-        let (id, request) = match frame {
-            ClientFrame::Request { id, request } => (id, request),
-            ClientFrame::Hello { .. } => return Err("a second hello".into()),
-            ClientFrame::Heartbeats => {
+        let (id, request) = match read {
+            Ok(ClientFrame::Request { id, request }) => (id, request),
+            Ok(ClientFrame::Hello { .. }) => return Err("a second hello".into()),
+            Ok(ClientFrame::Heartbeats) => {
                 if heartbeats.is_none() {
                     let beat = heartbeat::send_heartbeats(ctx.clone(), out.clone());
                     heartbeats = Some(AbortOnDrop(tokio::spawn(beat)));
                 }
                 continue;
             }
+            Err(WireError::Closed) => return Ok(()),
+            Err(e) => return Err(e.to_string()),
         };
-        let allowed = match authorize(&principal.role, &request) {
-            Ok(()) => owned(ctx, &principal, &request).await,
-            Err(why) => Err(Failure::Forbidden(why)),
-        };
-        if let Err(failure) = allowed {
-            let response = Response::Failed(failure);
-            let _ = out.send(ServerFrame::Response { id, response }).await;
-            continue;
-        }
-        let opening = match admit(&followed, &request) {
-            Ok(opening) => opening,
+        let admitted = match screen(ctx, &principal, &followed, request).await {
+            Ok(admitted) => admitted,
             Err(failure) => {
-                // Refused at the edge: nothing proposed, the connection goes on.
+                // Refused before it went anywhere: nothing proposed, the connection goes on.
                 let response = Response::Failed(failure);
                 if out
                     .send(ServerFrame::Response { id, response })
@@ -199,40 +171,70 @@ async fn serve(
                 continue;
             }
         };
-        let closing = match &request {
-            Request::Write(Command::CloseSession { session }) => Some(*session),
-            _ => None,
-        };
-        let request = match request {
-            Request::Write(command) => match edge::bind_open(command, principal.owner()) {
-                Ok(command) => Request::Write(command),
-                Err(failure) => {
-                    let response = Response::Failed(failure);
-                    let _ = out.send(ServerFrame::Response { id, response }).await;
-                    continue;
-                }
-            },
-            other => other,
-        };
         let slot = slots.clone().acquire_owned().await.expect("never closed");
         let ctx = ctx.clone();
         let out = out.clone();
         let followed = followed.clone();
         tokio::spawn(async move {
-            let response = handle(&ctx, request).await;
-            if let Response::Written { reply, .. } = &response {
-                match (reply, opening) {
-                    (Reply::SessionOpened { session, .. }, Some(opening)) => {
-                        followed.opened(opening, *session)
-                    }
-                    _ if closing.is_some() => followed.unfollow(closing.expect("checked")),
-                    _ => {}
-                }
-            }
+            let response = admitted.serve(&ctx, &followed).await;
             let _ = out.send(ServerFrame::Response { id, response }).await;
             drop(slot);
         });
     }
+}
+
+/// A request past every check of [`screen`], ready to be served.
+struct Admitted {
+    request: Request,
+    /// The place held for the session an `OpenSession` opens.
+    opening: Option<Opening>,
+    /// The session a `CloseSession` closes.
+    closing: Option<SessionId>,
+}
+
+impl Admitted {
+    /// Serves the request and updates what the connection follows by its answer: the
+    /// session an open made, or the one a close ended.
+    async fn serve(self, ctx: &Ctx, followed: &Followed) -> Response {
+        let response = handle(ctx, self.request).await;
+        if let Response::Written { reply, .. } = &response {
+            match (reply, self.opening, self.closing) {
+                (Reply::SessionOpened { session, .. }, Some(opening), _) => {
+                    followed.opened(opening, *session)
+                }
+                (_, _, Some(closing)) => followed.unfollow(closing),
+                _ => {}
+            }
+        }
+        response
+    }
+}
+
+/// Every check of a request before it is served, in order: the principal's role
+/// ([`authorize()`]), the session's owner ([`owned`]), the edge's bounds and the sessions
+/// followed ([`admit`]), and an open bound to its principal ([`edge::bind_open`]).
+async fn screen(
+    ctx: &Ctx,
+    principal: &Principal,
+    followed: &Followed,
+    request: Request,
+) -> Result<Admitted, Failure> {
+    authorize(&principal.role, &request).map_err(Failure::Forbidden)?;
+    owned(ctx, principal, &request).await?;
+    let opening = admit(followed, &request)?;
+    let closing = match &request {
+        Request::Write(Command::CloseSession { session }) => Some(*session),
+        _ => None,
+    };
+    let request = match request {
+        Request::Write(command) => Request::Write(edge::bind_open(command, principal.owner())?),
+        other => other,
+    };
+    Ok(Admitted {
+        request,
+        opening,
+        closing,
+    })
 }
 
 /// Resolves, with the reason, once a reload of the tokens has taken `principal`'s away.
@@ -252,13 +254,13 @@ async fn revocation(tokens: Arc<Tokens>, principal: Principal) -> String {
 /// Reads the hello, authenticates its token, and answers `Welcome`. `Ok(None)`: the client
 /// closed before saying hello. An error is the reason to close with.
 async fn greet(
-    rd: &mut BufReader<ReadHalf<Stream>>,
+    rd: &mut ReadHalf<Stream>,
     out: &mpsc::Sender<ServerFrame>,
     ctx: &Ctx,
 ) -> Result<Option<Principal>, String> {
     let hello = tokio::time::timeout(
         HELLO_TIMEOUT,
-        wire::read_frame::<_, ClientFrame>(rd, CLIENT_FRAME_MAX),
+        wire::read_frame::<_, ClientFrame>(rd, HELLO_FRAME_MAX),
     )
     .await
     .map_err(|_| format!("no hello within {HELLO_TIMEOUT:?}"))?;
@@ -275,6 +277,12 @@ async fn greet(
             return Err("request before hello".into());
         }
         Err(WireError::Closed) => return Ok(None),
+        Err(WireError::TooLarge { declared, max }) => {
+            return Err(format!(
+                "a first frame of {declared} bytes is above the bound of {max} before the \
+                 hello: send the hello first"
+            ));
+        }
         Err(e) => return Err(e.to_string()),
     };
     out.send(ServerFrame::Welcome {
@@ -286,8 +294,10 @@ async fn greet(
     Ok(Some(principal))
 }
 
-/// Refuses (`Forbidden`) a request on a session another principal opened, by the
-/// machine's record of its owner (replicated: every node, a new leader included, knows it).
+/// Refuses (`Forbidden`) a request on a session another principal opened, by the shared
+/// rule ([`check_owner`]). An admin may end any session (spec §7): close it, or release a
+/// ticket of it, so that a revoked principal's permits can be freed before its session
+/// expires; keeping another's session alive or acquiring in it stays its owner's alone.
 ///
 /// A session this node has not applied yet may be one a new leader has committed but not
 /// applied: then the check waits for a quorum round (`ensure_linearizable`, which also
@@ -302,21 +312,23 @@ async fn owned(ctx: &Ctx, principal: &Principal, request: &Request) -> Result<()
     let Some(session) = command.session() else {
         return Ok(());
     };
-    let owner_here = || ctx.state.lock().machine.session_owner(session);
-    let owner = match owner_here() {
-        Some(owner) => Some(owner),
-        None => {
-            if let Err(e) = ctx.raft.ensure_linearizable().await {
-                return Err(super::leader::read_failure(&ctx.raft, e));
-            }
-            owner_here()
+    let ends = matches!(
+        command,
+        Command::CloseSession { .. } | Command::Release { .. }
+    );
+    if ends && principal.role == crate::security::Role::Admin {
+        return Ok(());
+    }
+    let mut check = check_owner(&ctx.state, principal, session);
+    if check == OwnerCheck::Unknown {
+        if let Err(e) = ctx.raft.ensure_linearizable().await {
+            return Err(super::leader::read_failure(&ctx.raft, e));
         }
-    };
-    match owner {
-        Some(owner) if !principal.may_act_on(owner) => Err(Failure::Forbidden(format!(
-            "session {session} belongs to another principal"
-        ))),
-        _ => Ok(()),
+        check = check_owner(&ctx.state, principal, session);
+    }
+    match check {
+        OwnerCheck::Forbidden(why) => Err(Failure::Forbidden(why)),
+        OwnerCheck::Allowed | OwnerCheck::Unknown => Ok(()),
     }
 }
 

@@ -8,8 +8,10 @@
 //! - A directory with files but no `node.id`, or with another node's `node.id`, is refused:
 //!   a node never starts empty over existing data.
 //! - The directory is created, with its `node.id`, only on a first start, and that first
-//!   start is reported to the caller: only then may the founding voter initialize the
-//!   cluster (see [`super::node`]), so a restarted node simply rejoins.
+//!   start is reported to the caller. It does not decide who initializes the cluster:
+//!   Raft's own state does ([`super::node`]), so a first start that failed after labelling
+//!   the directory still founds the cluster on the next start, and a restarted node whose
+//!   Raft holds a vote, a log or a membership simply rejoins.
 
 use std::path::Path;
 

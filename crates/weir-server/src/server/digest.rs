@@ -56,7 +56,7 @@ impl Drop for Computing<'_> {
 
 impl DigestCache {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        crate::lock::lock(&self.inner)
     }
 
     /// Whether a computation for `applied` should start at `now`; if so, marks it running.

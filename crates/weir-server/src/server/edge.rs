@@ -13,7 +13,8 @@
 //! - The sessions a connection follows: [`super::followed`].
 //! - An open's owner and id nonce ([`bind_open`]): an `OpenSession` (or an
 //!   `OpenSessionFor` a client filled in itself) is proposed as `OpenSessionFor` with the
-//!   connection's principal as owner and a random nonce drawn here, never the client's.
+//!   connection's principal as owner and a random nonce drawn here, never the client's,
+//!   below 2^53 ([`SESSION_ID_DRAWN_MAX`]) so that JSON parsers of doubles read it exactly.
 //! - A session's owner (G10): the client port checks the machine's record of who opened
 //!   the session ([`weir_core::machine::Machine::session_owner`]) before a keep-alive, acquire,
 //!   release or close of it goes on.
@@ -22,18 +23,18 @@
 //! machine's: only log order can judge them.
 
 use weir_client::protocol::Failure;
-use weir_core::bounds::{ADDR_BYTES_MAX, MEMBERS_MAX};
+use weir_core::bounds::{ADDR_BYTES_MAX, MEMBERS_MAX, SESSION_ID_DRAWN_MAX};
 use weir_core::machine::{Command, Owner};
 
 /// The command to propose for a client's `command`: an open becomes `OpenSessionFor` for
-/// `owner`, with a nonce from the OS (the session's id, so ids are unguessable); anything
-/// else is proposed as sent.
+/// `owner`, with a nonce from the OS (the session's id, so ids are unguessable) of at most
+/// [`SESSION_ID_DRAWN_MAX`] (exact as a JSON number); anything else is proposed as sent.
 pub fn bind_open(command: Command, owner: Option<Owner>) -> Result<Command, Failure> {
     let ttl_ms = match command {
         Command::OpenSession { ttl_ms } | Command::OpenSessionFor { ttl_ms, .. } => ttl_ms,
         other => return Ok(other),
     };
-    let nonce = crate::security::random_u64().map_err(Failure::Unavailable)?;
+    let nonce = crate::security::random_u64().map_err(Failure::Unavailable)? & SESSION_ID_DRAWN_MAX;
     Ok(Command::OpenSessionFor {
         ttl_ms,
         owner,
@@ -222,6 +223,26 @@ mod tests {
                 NAME_BYTES_MAX + 1
             ))
         );
+    }
+
+    /// Session ids are drawn below 2^53, exact in a JSON double, and still spread over
+    /// the whole range (the top bits of some draws are set).
+    #[test]
+    fn drawn_session_ids_are_exact_as_json_numbers() {
+        let mut high = 0;
+        for _ in 0..10_000 {
+            let open = bind_open(Command::OpenSession { ttl_ms: 3_000 }, None).unwrap();
+            let Command::OpenSessionFor { nonce, .. } = open else {
+                panic!("an open is proposed as OpenSessionFor: {open:?}");
+            };
+            assert!(nonce <= SESSION_ID_DRAWN_MAX, "{nonce} is above 2^53 - 1");
+            assert_eq!(
+                nonce as f64 as u64, nonce,
+                "{nonce} is not exact as a double"
+            );
+            high += usize::from(nonce >> 52 == 1);
+        }
+        assert!(high > 4_000, "{high} of 10,000 draws have bit 52 set");
     }
 
     #[test]

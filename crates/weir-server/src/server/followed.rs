@@ -51,7 +51,7 @@ fn full() -> Failure {
 
 impl Followed {
     fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        crate::lock::lock(&self.0)
     }
 
     /// Follows `session`, or refuses at the bound.

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use super::client_port::Ctx;
+use super::ctx::Ctx;
 use super::leader::known_leader;
 use weir_client::protocol::{HEARTBEAT_PERIOD, ServerFrame};
 

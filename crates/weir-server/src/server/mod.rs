@@ -26,8 +26,9 @@
 //!
 //! # Tasks, what each owns, and the bound on every queue
 //!
-//! Per node (spawned by [`node::Node::start`], all ending when the shutdown watch turns true,
-//! but for a stand-in's election task, which ends after its rounds):
+//! Per node (spawned by [`node::Node::start`], all ending when the node's
+//! [`crate::shutdown`] signal begins, but for a stand-in's election task, which ends after
+//! its rounds):
 //! - **Peer accept loop** ([`crate::raft::network::serve_peers`]): one task per peer
 //!   connection, each handing one RPC at a time to the local Raft.
 //! - **Stand-in** ([`crate::raft::stand_in`]): at most one task at a time, started when this
@@ -38,19 +39,19 @@
 //! - **Client accept loop** ([`client_port::serve_clients`], via [`weir_client::wire::accept_loop`]):
 //!   one connection task per client connection.
 //! - **Proposer task** ([`proposer`]): owns the receiving end of the proposer queue
-//!   (`QUEUE_MAX` = 65,536 commands, `try_send`: a full queue answers `Unavailable` at once)
+//!   (`PROPOSE_QUEUE_MAX` = 65,536 commands, `try_send`: a full queue answers `Unavailable` at once)
 //!   and the in-flight semaphore (`proposer.in_flight_max` entries, default 2). It is the
 //!   only writer of application entries, so batches enter the log in stamp order.
 //! - **Commit waiter**, one task per proposed entry: owns that entry's openraft responder and
 //!   its commands' answer channels, and holds one in-flight permit until openraft answers,
 //!   this node stops leading in the entry's term, or `COMMIT_TIMEOUT` passes. At most
 //!   `in_flight_max` exist at once.
-//! - **Reader task** ([`reader`]): owns the receiving end of the read queue (`QUEUE_MAX` =
-//!   65,536 reads, `try_send`: full answers `Unavailable`) and runs one round at a time of at
-//!   most `ROUND_MAX` = 4,096 reads.
+//! - **Reader task** ([`reader`]): owns the receiving end of the read queue
+//!   (`READ_QUEUE_MAX` = 65,536 reads, `try_send`: full answers `Unavailable`) and runs one
+//!   round at a time of at most `ROUND_MAX` = 4,096 reads.
 //! - **openraft's own tasks** (core, replication, state-machine worker). `StateStore::apply`
 //!   runs in the state-machine worker and sends on the event broadcast (its sender lives in
-//!   [`crate::raft::state_store::AppliedState`]; `EVENT_BACKLOG` = 4,096 entries per
+//!   [`crate::raft::state_store::AppliedState`]; `APPLIED_EVENTS_BACKLOG` = 4,096 entries per
 //!   subscriber; sending never waits).
 //!
 //! - **HTTP listener** ([`crate::http`], if `http_listen` is set): axum's tasks, one per
@@ -64,8 +65,8 @@
 //!   slots per connection bounds the request tasks; when it is empty the connection task
 //!   stops reading, and TCP pushes back on the client.
 //! - **Request task**, one per request: runs `handle` and sends the response to the outbox.
-//! - **Writer task**: owns the socket's write half and the outbox's receiving end (`OUTBOX_MAX`
-//!   = 1,024 frames); coalesces up to 512 queued frames per write.
+//! - **Writer task**: owns the socket's write half and the outbox's receiving end
+//!   (`NODE_OUTBOX_FRAMES_MAX` = 1,024 frames); coalesces up to 512 queued frames per write.
 //! - **Forwarder task**: owns one broadcast subscription; sends the connection's events to the
 //!   outbox, and `Resync` when it fell behind. Aborted when the connection task ends.
 //! - **Heartbeat task** ([`heartbeat`]), once the client sent `Heartbeats`: a
@@ -216,7 +217,7 @@
 //!   wait for it.
 //! - **Pushes are hints, not messages.** Events applied before a connection's forwarder
 //!   subscribed are never sent to it, and an event can reach the client before or after the
-//!   reply of the write that caused it. A forwarder that falls `EVENT_BACKLOG` entries behind
+//!   reply of the write that caused it. A forwarder that falls `APPLIED_EVENTS_BACKLOG` entries behind
 //!   (its connection reads slowly and the outbox is full) skips what it missed, and tells
 //!   the client with `ServerFrame::Resync` (waiting for room in the outbox, so this frame is
 //!   not lost the way the events were). The grant is state, so the client's sessions ask
@@ -233,13 +234,15 @@
 //!   proposes every open as `OpenSessionFor` with the connection's principal (a hash of
 //!   its token) and a random nonce (the session's id), so the owner is replicated with the
 //!   session and every node refuses another principal's keep-alive, acquire, release and
-//!   close of it ([`client_port`]); the HTTP event stream checks the same record. The check
+//!   close of it ([`client_port`]), except that an admin may end any session (close it or
+//!   release its tickets); the HTTP event stream checks the same record. The check
 //!   reads this node's applied state: a session not applied here yet is waited for with one
 //!   quorum round (the leader) or a few seconds (an HTTP stream on a follower). Sessions
 //!   opened without tokens have no owner and are open to every principal.
 
 pub mod admin;
 pub mod client_port;
+pub mod ctx;
 pub mod data_dir;
 pub mod digest;
 pub mod edge;
@@ -248,7 +251,9 @@ pub mod heartbeat;
 pub mod leader;
 pub mod node;
 pub mod proposer;
+pub mod queue;
 pub mod reader;
+pub mod stamper;
 
 pub use data_dir::{IDENTITY_FILE, prepare_data_dir};
 pub use node::{Node, serve};

@@ -11,17 +11,17 @@
 //!   first start that failed after labelling the directory (a taken port, bad openraft
 //!   settings) must still found the cluster on the next start. Every other start joins what
 //!   is on disk or what the leader sends.
-//! - Every long-lived task the node spawns watches the one shutdown channel and ends when it
-//!   turns true (or its sender is dropped, as when a start fails half-way); a stand-in's
-//!   election task ends after its rounds (at most three election timeouts).
+//! - Every long-lived task the node spawns holds the one [`crate::shutdown::Shutdown`] and
+//!   ends when it begins (or its sender is dropped, as when a start fails half-way); a
+//!   stand-in's election task ends after its rounds (at most three election timeouts).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 
-use super::client_port::{self, Ctx};
+use super::client_port;
+use super::ctx::Ctx;
 use super::data_dir::prepare_data_dir;
 use super::proposer::Proposer;
 use super::reader::Reader;
@@ -30,17 +30,26 @@ use crate::http::{Callers, HttpCtx, serve_http};
 use crate::raft::log_store::LogStore;
 use crate::raft::network::{PeerNetwork, serve_peers};
 use crate::raft::stand_in::StandIn;
-use crate::raft::state_store::StateStore;
+use crate::raft::state_store::{AppliedState, StateStore};
 use crate::raft::{NodeAddr, Raft};
 use crate::security::{Acceptor, Connector, TokenTable, Tokens, tls};
+use crate::shutdown::{Shutdown, ShutdownSender, shutdown_channel};
 
 /// A running node.
 pub struct Node {
     pub raft: Raft,
     /// The tokens its client port accepts; [`Node::reload_tokens`] replaces them.
     tokens: Arc<Tokens>,
-    /// Turned true once, by [`Node::stop`]; every spawned task watches it.
-    shutdown: watch::Sender<bool>,
+    /// Begun once, by [`Node::stop`]; every spawned task watches it.
+    shutdown: ShutdownSender,
+}
+
+/// The log and the state store, opened, and what a restart's reads wait for.
+struct Storage {
+    log: LogStore,
+    store: StateStore,
+    /// The last index in the log at start: reads wait for it to be applied (`reader`).
+    startup_last: Option<u64>,
 }
 
 impl Node {
@@ -52,141 +61,187 @@ impl Node {
         // Whether this is the directory's first start does not decide initialization: Raft's
         // own state does (module doc).
         let _first_start = prepare_data_dir(dir, config.id)?;
-        let mut log = LogStore::open(&dir.join("log"))?;
-        // Reads wait for this much of the log to be applied after a restart (`reader`).
-        let startup_last = {
-            use openraft::storage::RaftLogStorage;
-            log.get_log_state()
-                .await
-                .map_err(|e| format!("log: {e}"))?
-                .last_log_id
-                .map(|id| id.index)
-        };
-        let store = StateStore::open(dir)?;
-        let state = store.state();
-        let raft_config = Arc::new(config.openraft()?);
+        let storage = open_storage(dir).await?;
+        let state = storage.store.state();
+        let startup_last = storage.startup_last;
         let security = Security::from_config(&config)?;
         let (peer_listener, client_listener) = bind_ports(&config).await?;
         let http_listener = bind_http(&config).await?;
-        let raft = Raft::new(
-            config.id,
-            raft_config.clone(),
-            PeerNetwork::new(config.peer_source_ip, security.peer_connector),
-            log,
-            store,
-        )
-        .await
-        .map_err(|e| format!("raft: {e}"))?;
-        let (shutdown, watch_rx) = watch::channel(false);
-        tokio::spawn(serve_peers(
-            peer_listener,
-            security.peer_acceptor,
-            raft.clone(),
-            StandIn::start(raft.clone(), &raft_config, watch_rx.clone()),
-            watch_rx.clone(),
-        ));
-        let initialized = raft
-            .is_initialized()
-            .await
-            .map_err(|e| format!("raft: {e}"))?;
-        if !initialized {
-            found_cluster(&config, &raft).await;
-        }
-        let proposer = Proposer::start(
-            config.id,
-            raft.clone(),
-            state.clone(),
-            config.proposer.clone(),
-            watch_rx.clone(),
-        );
-        let reader = Reader::start(raft.clone(), state.clone(), startup_last, watch_rx.clone());
+        let (shutdown_sender, shutdown) = shutdown_channel();
+        let raft = start_raft(&config, storage, &security, peer_listener, &shutdown).await?;
         let tokens = Arc::new(Tokens::new(TokenTable::new(&config.tokens)?));
         if let Some(listener) = http_listener {
-            // Each HTTP request reaches the client port with its own token over TLS verified
-            // against the node's CA, so it is authenticated and authorized there, as a
-            // binary client's is.
-            let callers = Callers::new(
-                http_servers(&config),
-                security.internal_connector.clone(),
-                tokens.clone(),
+            start_http(
+                &config, listener, &security, &tokens, &state, &raft, &shutdown,
             );
-            let http = HttpCtx::new(
-                config.id,
-                config.client_addr.clone(),
-                callers,
-                state.clone(),
-                raft.clone(),
-            );
-            tokio::spawn(serve_http(
-                listener,
-                security.client_acceptor.clone(),
-                Arc::new(http),
-                watch_rx.clone(),
-            ));
-            let scheme = if config.tls.is_some() {
-                "HTTPS"
-            } else {
-                "HTTP"
-            };
-            tracing::info!("serving {scheme} on {}", config.http_listen);
         }
-        let ctx = Arc::new(Ctx {
+        let ctx = Ctx {
             id: config.id,
             client_addr: config.client_addr.clone(),
             raft: raft.clone(),
+            proposer: Proposer::start(
+                config.id,
+                raft.clone(),
+                state.clone(),
+                config.proposer.clone(),
+                shutdown.clone(),
+            ),
+            reader: Reader::start(raft.clone(), state.clone(), startup_last, shutdown.clone()),
             state,
-            proposer,
-            reader,
-            acceptor: security.client_acceptor,
+            acceptor: security.client_acceptor.clone(),
             tokens: tokens.clone(),
             digest: Default::default(),
             snapshot_cost: Default::default(),
             snapshot_cost_next: Default::default(),
-        });
-        tokio::spawn(client_port::serve_clients(client_listener, ctx, watch_rx));
-        tracing::info!(
-            "serving clients on {}, peers on {}, data in {}",
-            config.client_addr,
-            config.peer_addr,
-            dir.display()
-        );
-        match &config.tls {
-            Some(_) => tracing::info!("TLS on: client and HTTP ports TLS, peer port mutual TLS"),
-            None => tracing::warn!(
-                "no [tls] configured: serving PLAINTEXT (allowed on loopback addresses only, \
-                 or with insecure = true)"
-            ),
-        }
-        if config.tokens.is_empty() {
-            tracing::warn!("no tokens configured: every client connection may do everything");
-        } else {
-            tracing::info!(
-                "{} token(s) accepted on the client port",
-                config.tokens.len()
-            );
-        }
+        };
+        tokio::spawn(client_port::serve_clients(
+            client_listener,
+            Arc::new(ctx),
+            shutdown,
+        ));
+        log_serving(&config);
         Ok(Node {
             raft,
             tokens,
-            shutdown,
+            shutdown: shutdown_sender,
         })
     }
 
     /// Replaces the accepted tokens with those of `config` (a re-read config file); open
-    /// connections whose token is gone close.
+    /// connections whose token is gone close. A config without tokens, on a node that has
+    /// some, is refused unless it sets `reload_may_turn_auth_off` ([`Tokens::reload`]).
     pub fn reload_tokens(&self, config: &Config) -> Result<usize, String> {
         let table = TokenTable::new(&config.tokens)?;
-        self.tokens.replace(table);
+        self.tokens.reload(table, config.reload_may_turn_auth_off)?;
         Ok(config.tokens.len())
     }
 
     /// Stops serving and shuts Raft down.
     pub async fn stop(self) {
-        let _ = self.shutdown.send(true);
+        self.shutdown.begin();
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!("raft shutdown: {e}");
         }
         tracing::info!("stopped");
+    }
+}
+
+/// Starts Raft on `storage`, serves its peers on `peer_listener` (with the stand-in), and
+/// founds the cluster if Raft is not initialized and this node is the founder.
+async fn start_raft(
+    config: &Config,
+    storage: Storage,
+    security: &Security,
+    peer_listener: TcpListener,
+    shutdown: &Shutdown,
+) -> Result<Raft, String> {
+    let raft_config = Arc::new(config.openraft()?);
+    let raft = Raft::new(
+        config.id,
+        raft_config.clone(),
+        PeerNetwork::new(config.peer_source_ip, security.peer_connector.clone()),
+        storage.log,
+        storage.store,
+    )
+    .await
+    .map_err(|e| format!("raft: {e}"))?;
+    tokio::spawn(serve_peers(
+        peer_listener,
+        security.peer_acceptor.clone(),
+        raft.clone(),
+        StandIn::start(raft.clone(), &raft_config, shutdown.clone()),
+        shutdown.clone(),
+    ));
+    let initialized = raft
+        .is_initialized()
+        .await
+        .map_err(|e| format!("raft: {e}"))?;
+    if !initialized {
+        found_cluster(config, &raft).await;
+    }
+    Ok(raft)
+}
+
+/// Opens the log and the state store in `dir`.
+async fn open_storage(dir: &std::path::Path) -> Result<Storage, String> {
+    let mut log = LogStore::open(&dir.join("log"))?;
+    let startup_last = {
+        use openraft::storage::RaftLogStorage;
+        log.get_log_state()
+            .await
+            .map_err(|e| format!("log: {e}"))?
+            .last_log_id
+            .map(|id| id.index)
+    };
+    let store = StateStore::open(dir)?;
+    Ok(Storage {
+        log,
+        store,
+        startup_last,
+    })
+}
+
+/// Serves HTTP on `listener`. Each HTTP request reaches the client port with its own token
+/// over TLS verified against the node's CA, so it is authenticated and authorized there, as
+/// a binary client's is.
+fn start_http(
+    config: &Config,
+    listener: TcpListener,
+    security: &Security,
+    tokens: &Arc<Tokens>,
+    state: &Arc<AppliedState>,
+    raft: &Raft,
+    shutdown: &Shutdown,
+) {
+    let callers = Callers::new(
+        http_servers(config),
+        security.internal_connector.clone(),
+        tokens.clone(),
+    );
+    let http = HttpCtx::new(
+        config.id,
+        config.client_addr.clone(),
+        callers,
+        state.clone(),
+        raft.clone(),
+    );
+    tokio::spawn(serve_http(
+        listener,
+        security.client_acceptor.clone(),
+        Arc::new(http),
+        shutdown.clone(),
+    ));
+    let scheme = if config.tls.is_some() {
+        "HTTPS"
+    } else {
+        "HTTP"
+    };
+    tracing::info!("serving {scheme} on {}", config.http_listen);
+}
+
+/// Says where the node serves and how it is secured: plaintext and an open port are
+/// warnings.
+fn log_serving(config: &Config) {
+    tracing::info!(
+        "serving clients on {}, peers on {}, data in {}",
+        config.client_addr,
+        config.peer_addr,
+        config.data_dir.display()
+    );
+    match &config.tls {
+        Some(_) => tracing::info!("TLS on: client and HTTP ports TLS, peer port mutual TLS"),
+        None => tracing::warn!(
+            "no [tls] configured: serving PLAINTEXT (allowed on loopback addresses only, \
+             or with insecure = true)"
+        ),
+    }
+    if config.tokens.is_empty() {
+        tracing::warn!("no tokens configured: every client connection may do everything");
+    } else {
+        tracing::info!(
+            "{} token(s) accepted on the client port",
+            config.tokens.len()
+        );
     }
 }
 
@@ -222,21 +277,17 @@ impl Security {
 /// Binds the peer port (on `peer_listen` if set, else `peer_addr`) and the client port (on
 /// `client_listen` if set, else `client_addr`).
 async fn bind_ports(config: &Config) -> Result<(TcpListener, TcpListener), String> {
-    let peer_listen = config
-        .peer_listen
-        .clone()
-        .unwrap_or_else(|| config.peer_addr.clone());
-    let peer_listener = TcpListener::bind(&peer_listen)
+    let peer = bind("peer", config.peer_listen.as_ref(), &config.peer_addr).await?;
+    let client = bind("client", config.client_listen.as_ref(), &config.client_addr).await?;
+    Ok((peer, client))
+}
+
+/// Binds the `port` port on `listen` if set, else on its advertised `addr`.
+async fn bind(port: &str, listen: Option<&String>, addr: &str) -> Result<TcpListener, String> {
+    let listen = listen.map_or(addr, String::as_str);
+    TcpListener::bind(listen)
         .await
-        .map_err(|e| format!("peer port {peer_listen}: {e}"))?;
-    let client_listen = config
-        .client_listen
-        .clone()
-        .unwrap_or_else(|| config.client_addr.clone());
-    let client_listener = TcpListener::bind(&client_listen)
-        .await
-        .map_err(|e| format!("client port {client_listen}: {e}"))?;
-    Ok((peer_listener, client_listener))
+        .map_err(|e| format!("{port} port {listen}: {e}"))
 }
 
 /// Binds the HTTP port, unless `http_listen` is empty.
@@ -329,6 +380,11 @@ fn reload(node: &Node, config_path: Option<&std::path::Path>) {
         return;
     };
     match Config::load(path).and_then(|c| node.reload_tokens(&c)) {
+        Ok(0) => tracing::warn!(
+            "SIGHUP: reloaded {} with no tokens (reload_may_turn_auth_off = true): \
+             authentication is OFF, every connection may do everything",
+            path.display()
+        ),
         Ok(n) => tracing::info!("SIGHUP: reloaded {n} token(s) from {}", path.display()),
         Err(e) => tracing::error!("SIGHUP: tokens not reloaded, keeping the old ones: {e}"),
     }

@@ -35,7 +35,7 @@
 //!   them fit a peer frame.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use openraft::ServerState;
 use openraft::error::ClientWriteError;
@@ -44,16 +44,18 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 use tokio::time::error::Elapsed;
 
 use super::leader::not_leader;
+use super::queue::enqueue;
+use super::stamper::Stamper;
 use crate::config::ProposerConfig;
 use crate::raft::state_store::AppliedState;
 use crate::raft::{NodeId, Raft, TypeConfig};
+use crate::shutdown::Shutdown;
 use weir_client::protocol::Failure;
-use weir_core::bounds::{COMMAND_BYTES_MAX, ENTRY_BYTES_MAX, ENTRY_HEADER_BYTES};
+use weir_core::bounds::{
+    COMMAND_BYTES_MAX, ENTRY_BYTES_MAX, ENTRY_HEADER_BYTES, PROPOSE_QUEUE_MAX,
+};
 use weir_core::codec;
-use weir_core::machine::{Batch, Command, Leadership, Reply};
-
-/// Commands waiting for the proposer, at most. Past this, writers are told to back off.
-const QUEUE_MAX: usize = 65_536;
+use weir_core::machine::{Command, Reply};
 
 /// How long a proposed entry may take to commit and apply before its commands are answered
 /// `OutcomeUnknown`. Far above any healthy commit (milliseconds); an election takes about 1 s.
@@ -86,9 +88,9 @@ impl Proposer {
         raft: Raft,
         state: Arc<AppliedState>,
         config: ProposerConfig,
-        shutdown: watch::Receiver<bool>,
+        shutdown: Shutdown,
     ) -> Proposer {
-        let (tx, rx) = mpsc::channel(QUEUE_MAX);
+        let (tx, rx) = mpsc::channel(PROPOSE_QUEUE_MAX);
         tokio::spawn(run(id, raft, state, config, rx, shutdown));
         Proposer { tx }
     }
@@ -103,74 +105,14 @@ impl Proposer {
             )));
         }
         let (answer, rx) = oneshot::channel();
-        self.tx
-            .try_send(QueuedWrite {
-                command,
-                bytes,
-                answer,
-            })
-            .map_err(|e| match e {
-                mpsc::error::TrySendError::Full(_) => {
-                    Failure::Unavailable("proposer queue full".into())
-                }
-                mpsc::error::TrySendError::Closed(_) => {
-                    Failure::Unavailable("node shutting down".into())
-                }
-            })?;
+        let write = QueuedWrite {
+            command,
+            bytes,
+            answer,
+        };
+        enqueue(&self.tx, write, "proposer queue")?;
         rx.await
             .unwrap_or_else(|_| Err(Failure::OutcomeUnknown("proposer stopped".into())))
-    }
-}
-
-/// What stamps a batch: this node, this proposer's incarnation and its clock.
-struct Stamper {
-    node: NodeId,
-    /// The proposer's start: `clock_ms` counts from here.
-    started: Instant,
-    /// The test hook's clock rate ([`clock_rate`]); 1 outside tests.
-    rate: f64,
-    /// This proposer's start, Unix ns (see [`Leadership::incarnation`]).
-    incarnation: u64,
-}
-
-impl Stamper {
-    fn new(node: NodeId) -> Stamper {
-        Stamper {
-            node,
-            started: Instant::now(),
-            // PLANTED(fast-clock)
-            rate: if weir_core::planted::is(weir_core::planted::Plant::FastClock) {
-                clock_rate() * 1.3
-            } else {
-                clock_rate()
-            },
-            incarnation: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64),
-        }
-    }
-
-    /// `commands` as one batch, stamped now for leadership `term`.
-    fn stamp(&self, term: u64, commands: Vec<Command>) -> Batch {
-        Batch {
-            leadership: Leadership {
-                term,
-                node: self.node,
-                incarnation: self.incarnation,
-            },
-            clock_ms: (self.started.elapsed().as_secs_f64() * 1_000.0 * self.rate) as u64,
-            wall_ms: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64)
-                // Test hook (the partition harness's wall-skew fault): offsets WALL stamps only.
-                .saturating_add_signed(
-                    std::env::var("WEIR_TEST_WALL_SKEW_MS")
-                        .ok()
-                        .and_then(|v| v.parse().ok())
-                        .unwrap_or(0),
-                ),
-            commands,
-        }
     }
 }
 
@@ -182,7 +124,7 @@ async fn run(
     state: Arc<AppliedState>,
     config: ProposerConfig,
     mut rx: mpsc::Receiver<QueuedWrite>,
-    mut shutdown: watch::Receiver<bool>,
+    mut shutdown: Shutdown,
 ) {
     let stamper = Stamper::new(id);
     let in_flight = Arc::new(Semaphore::new(config.in_flight_max));
@@ -218,18 +160,9 @@ async fn run(
                 continue;
             }
         };
-        if batch.is_empty() {
-            // The tick timer fired with nothing to send.
-            let timed = state.lock().machine.has_timed_work();
+        let Some((commands, answers)) = to_propose(batch, &state) else {
             last_proposed = Instant::now();
-            if !timed {
-                continue;
-            }
-        }
-        let (commands, answers): (Vec<Command>, Vec<_>) = if batch.is_empty() {
-            (vec![Command::Tick], vec![])
-        } else {
-            batch.into_iter().map(|p| (p.command, p.answer)).unzip()
+            continue;
         };
         let entry = stamper.stamp(term, commands);
         crate::metrics::get().proposed(entry.commands.len(), rx.len());
@@ -242,32 +175,64 @@ async fn run(
                 return;
             }
         };
-        let raft = raft.clone();
-        tokio::spawn(async move {
-            let mut leadership = raft.server_metrics();
-            let result = tokio::select! {
-                biased;
-                result = tokio::time::timeout(COMMIT_TIMEOUT, receiver) => Some(result),
-                () = stopped_leading(&mut leadership, Some(term)) => None,
-            };
-            crate::metrics::observe(
-                &crate::metrics::get().commit_seconds,
-                last_proposed.elapsed(),
-            );
-            // The entry is applied, refused or given up on: it no longer counts in flight.
-            drop(permit);
-            let outcome = match result {
-                Some(result) => entry_outcome(&raft, result),
-                // openraft may never answer an entry its deposed leader proposed (the
-                // stall runs of `docs/benchmarks.md` saw it wait out COMMIT_TIMEOUT):
-                // whether a new leader commits it is not this node's to know.
-                None => Err(Failure::OutcomeUnknown(
-                    "this node stopped leading before the entry was applied".into(),
-                )),
-            };
-            answer_all(answers, outcome);
-        });
+        tokio::spawn(wait_for_commit(
+            raft.clone(),
+            term,
+            receiver,
+            permit,
+            answers,
+            last_proposed,
+        ));
     }
+}
+
+/// What a gathered batch of a leader becomes: its commands, each with its answer; a `Tick`
+/// when the tick timer fired with nothing to send while the machine has timed work
+/// (sessions to expire, rate tickets to serve); `None` when it has none.
+fn to_propose(
+    batch: Vec<QueuedWrite>,
+    state: &AppliedState,
+) -> Option<(Vec<Command>, Vec<oneshot::Sender<Outcome>>)> {
+    if !batch.is_empty() {
+        return Some(batch.into_iter().map(|p| (p.command, p.answer)).unzip());
+    }
+    state
+        .lock()
+        .machine
+        .has_timed_work()
+        .then(|| (vec![Command::Tick], vec![]))
+}
+
+/// A commit waiter (server module doc): waits for openraft's answer to the entry proposed
+/// in `term` at `proposed`, at most `COMMIT_TIMEOUT` and only while this node still leads in
+/// that term, gives its in-flight slot back, and answers each of its commands.
+async fn wait_for_commit(
+    raft: Raft,
+    term: u64,
+    receiver: oneshot::Receiver<ClientWriteResult<TypeConfig>>,
+    permit: OwnedSemaphorePermit,
+    answers: Vec<oneshot::Sender<Outcome>>,
+    proposed: Instant,
+) {
+    let mut leadership = raft.server_metrics();
+    let result = tokio::select! {
+        biased;
+        result = tokio::time::timeout(COMMIT_TIMEOUT, receiver) => Some(result),
+        () = stopped_leading(&mut leadership, Some(term)) => None,
+    };
+    crate::metrics::observe(&crate::metrics::get().commit_seconds, proposed.elapsed());
+    // The entry is applied, refused or given up on: it no longer counts in flight.
+    drop(permit);
+    let outcome = match result {
+        Some(result) => entry_outcome(&raft, result),
+        // openraft may never answer an entry its deposed leader proposed (the stall runs of
+        // `docs/benchmarks.md` saw it wait out COMMIT_TIMEOUT): whether a new leader commits
+        // it is not this node's to know.
+        None => Err(Failure::OutcomeUnknown(
+            "this node stopped leading before the entry was applied".into(),
+        )),
+    };
+    answer_all(answers, outcome);
 }
 
 /// A gathered batch: ready to propose with its in-flight slot, or to be answered
@@ -288,7 +253,7 @@ enum Gathered {
 async fn gather(
     rx: &mut mpsc::Receiver<QueuedWrite>,
     held_over: &mut Option<QueuedWrite>,
-    shutdown: &mut watch::Receiver<bool>,
+    shutdown: &mut Shutdown,
     in_flight: &Arc<Semaphore>,
     tick_at: Instant,
     batch_max: usize,
@@ -301,7 +266,7 @@ async fn gather(
         tokio::select! {
             first = rx.recv() => batch.push(first?),
             _ = tokio::time::sleep_until(tick_at.into()) => {}
-            _ = shutdown.changed() => return None,
+            () = shutdown.begun() => return None,
         }
     }
     batch.drain(rx, held_over, batch_max);
@@ -418,22 +383,6 @@ fn answer_all(answers: Vec<oneshot::Sender<Outcome>>, outcome: Result<(u64, Vec<
     }
 }
 
-/// A test hook for the partition harness's clock nemesis: `WEIR_TEST_CLOCK_RATE` (0.5 to
-/// 2.0) scales this proposer's stamps, as a leader whose clock runs fast or slow would.
-/// Unset, or out of range, it is 1. Nothing else reads it.
-fn clock_rate() -> f64 {
-    let rate = std::env::var("WEIR_TEST_CLOCK_RATE")
-        .ok()
-        .and_then(|v| v.parse::<f64>().ok());
-    match rate {
-        Some(r) if (0.5..=2.0).contains(&r) => {
-            tracing::warn!("WEIR_TEST_CLOCK_RATE = {r}: this node's log-clock stamps are skewed");
-            r
-        }
-        _ => 1.0,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -451,7 +400,7 @@ mod tests {
         let net = Net::default();
         let nodes = found(&net, &dir.0, 3).await;
         let (raft, state) = nodes[&1].clone();
-        let (_stop, shutdown) = watch::channel(false);
+        let (_stop, shutdown) = crate::shutdown::shutdown_channel();
         let config = ProposerConfig {
             in_flight_max: 2,
             ..ProposerConfig::default()

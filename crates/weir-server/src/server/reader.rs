@@ -18,16 +18,17 @@
 
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 
 use super::leader::read_failure;
+use super::queue::enqueue;
 use crate::raft::Raft;
 use crate::raft::state_store::AppliedState;
+use crate::shutdown::Shutdown;
 use weir_client::protocol::{Answer, Failure, Query};
+use weir_core::bounds::READ_QUEUE_MAX;
 use weir_core::machine::Machine;
 
-/// Reads waiting for a round, at most.
-const QUEUE_MAX: usize = 65_536;
 /// Reads answered by one round, at most (the rest wait for the next).
 const ROUND_MAX: usize = 4_096;
 /// How long a round after a restart waits for the startup log to be applied before its
@@ -71,9 +72,9 @@ impl Reader {
         raft: Raft,
         state: Arc<AppliedState>,
         startup_last: Option<u64>,
-        shutdown: watch::Receiver<bool>,
+        shutdown: Shutdown,
     ) -> Reader {
-        let (tx, rx) = mpsc::channel(QUEUE_MAX);
+        let (tx, rx) = mpsc::channel(READ_QUEUE_MAX);
         tokio::spawn(run(raft, state, startup_last, rx, shutdown));
         Reader { tx }
     }
@@ -81,16 +82,7 @@ impl Reader {
     /// A linearizable read.
     pub async fn read(&self, query: Query) -> Result<Answer, Failure> {
         let (answer, rx) = oneshot::channel();
-        self.tx
-            .try_send(QueuedRead { query, answer })
-            .map_err(|e| match e {
-                mpsc::error::TrySendError::Full(_) => {
-                    Failure::Unavailable("read queue full".into())
-                }
-                mpsc::error::TrySendError::Closed(_) => {
-                    Failure::Unavailable("node shutting down".into())
-                }
-            })?;
+        enqueue(&self.tx, QueuedRead { query, answer }, "read queue")?;
         rx.await
             .unwrap_or_else(|_| Err(Failure::Unavailable("reader stopped".into())))
     }
@@ -103,7 +95,7 @@ async fn run(
     state: Arc<AppliedState>,
     startup_last: Option<u64>,
     mut rx: mpsc::Receiver<QueuedRead>,
-    mut shutdown: watch::Receiver<bool>,
+    mut shutdown: Shutdown,
 ) {
     // Cleared once the log this node started with is applied (module doc).
     let mut catching_up = startup_last;
@@ -114,7 +106,7 @@ async fn run(
                 Some(p) => round.push(p),
                 None => return,
             },
-            _ = shutdown.changed() => return,
+            () = shutdown.begun() => return,
         }
         while round.len() < ROUND_MAX {
             match rx.try_recv() {

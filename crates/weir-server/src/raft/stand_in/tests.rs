@@ -19,11 +19,7 @@ async fn the_node_ahead_of_a_refused_candidate_stands_at_once_and_wins() {
     let dir = TempDir::new("stand-in");
     let net = Net::default();
     // Node 2 never stands by its own timer; node 3 may once it is behind.
-    let rafts: BTreeMap<NodeId, Raft> = found(&net, &dir.0, 3)
-        .await
-        .into_iter()
-        .map(|(id, (raft, _))| (id, raft))
-        .collect();
+    let rafts = three_nodes(&net, &dir).await;
     write(&rafts[&1], 1, 1).await;
 
     // Node 3 falls behind: node 1 and node 2 commit two entries it does not have.
@@ -68,9 +64,7 @@ async fn the_node_ahead_of_a_refused_candidate_stands_at_once_and_wins() {
         .unwrap();
     // The new leader takes writes, node 3 with it.
     write(&rafts[&2], 2, 1).await;
-    for raft in rafts.values() {
-        raft.shutdown().await.unwrap();
-    }
+    shut_down(&rafts).await;
 }
 
 /// Node 1 leads, then is cut off from everyone. openraft's timers are off on nodes 2 and 3
@@ -81,11 +75,7 @@ async fn the_node_ahead_of_a_refused_candidate_stands_at_once_and_wins() {
 async fn the_backstop_stands_for_a_follower_whose_openraft_timer_does_not() {
     let dir = TempDir::new("backstop");
     let net = Net::default();
-    let rafts: BTreeMap<NodeId, Raft> = found(&net, &dir.0, 3)
-        .await
-        .into_iter()
-        .map(|(id, (raft, _))| (id, raft))
-        .collect();
+    let rafts = three_nodes(&net, &dir).await;
     write(&rafts[&1], 1, 1).await;
     let committed = last_log_index(&rafts[&1]);
     for id in [2, 3] {
@@ -118,9 +108,7 @@ async fn the_backstop_stands_for_a_follower_whose_openraft_timer_does_not() {
         .await
         .unwrap();
     write(&rafts[&2], 2, 1).await;
-    for raft in rafts.values() {
-        raft.shutdown().await.unwrap();
-    }
+    shut_down(&rafts).await;
 }
 
 /// Every timer on, the backstop's included, and a live leader writing: over more than three
@@ -130,11 +118,7 @@ async fn the_backstop_stands_for_a_follower_whose_openraft_timer_does_not() {
 async fn a_live_leader_is_left_alone_by_the_backstop() {
     let dir = TempDir::new("backstop-live");
     let net = Net::default();
-    let rafts: BTreeMap<NodeId, Raft> = found(&net, &dir.0, 3)
-        .await
-        .into_iter()
-        .map(|(id, (raft, _))| (id, raft))
-        .collect();
+    let rafts = three_nodes(&net, &dir).await;
     net.elect(2, true);
     net.elect(3, true);
     let term = rafts[&1].metrics().borrow().current_term;
@@ -150,9 +134,7 @@ async fn a_live_leader_is_left_alone_by_the_backstop() {
             "node {id}: the term stays and node 1 leads"
         );
     }
-    for raft in rafts.values() {
-        raft.shutdown().await.unwrap();
-    }
+    shut_down(&rafts).await;
 }
 
 fn vote_request(term: u64, last_index: u64) -> VoteRequest<NodeId> {
@@ -226,4 +208,20 @@ fn only_a_refusal_by_log_with_no_leader_for_a_lease_calls_for_a_stand_in() {
         !calls_for_stand_in(&request, &refusal(6), long_ago, lease, false),
         "a leader or a candidate does not stand in"
     );
+}
+
+/// Nodes 1 to 3 on `net`, node 1 leading (see [`found`]), by id.
+async fn three_nodes(net: &Net, dir: &TempDir) -> BTreeMap<NodeId, Raft> {
+    found(net, &dir.0, 3)
+        .await
+        .into_iter()
+        .map(|(id, (raft, _))| (id, raft))
+        .collect()
+}
+
+/// Shuts every node down.
+async fn shut_down(rafts: &BTreeMap<NodeId, Raft>) {
+    for raft in rafts.values() {
+        raft.shutdown().await.unwrap();
+    }
 }

@@ -1,0 +1,35 @@
+//! [`Ctx`]: what a client connection needs of the node — its identity, Raft, the applied
+//! state, the proposer and the reader, the port's TLS and tokens, and the caches of the
+//! admin requests. Built once by [`super::node`]; shared by `Arc` with the client port
+//! ([`super::client_port`]), the admin requests ([`super::admin`]) and the heartbeats
+//! ([`super::heartbeat`]), none of which import each other for it.
+
+use std::sync::Arc;
+
+use super::digest::DigestCache;
+use super::proposer::Proposer;
+use super::reader::Reader;
+use crate::raft::state_store::AppliedState;
+use crate::raft::{NodeId, Raft};
+use crate::security::{Acceptor, Tokens};
+
+/// What a connection needs of the node.
+pub struct Ctx {
+    pub id: NodeId,
+    pub client_addr: String,
+    pub raft: Raft,
+    /// The applied state: local reads, status, and the event feed for pushes.
+    pub state: Arc<AppliedState>,
+    pub proposer: Proposer,
+    pub reader: Reader,
+    /// TLS for the port, or plaintext.
+    pub acceptor: Acceptor,
+    /// The tokens accepted, reloaded on SIGHUP.
+    pub tokens: Arc<Tokens>,
+    /// The status digest, cached per applied index ([`super::digest`]).
+    pub digest: DigestCache,
+    /// Held while a snapshot-cost measurement runs: one at a time.
+    pub snapshot_cost: tokio::sync::Mutex<()>,
+    /// When the next snapshot-cost measurement may start.
+    pub snapshot_cost_next: std::sync::Mutex<Option<std::time::Instant>>,
+}

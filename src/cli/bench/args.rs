@@ -1,0 +1,130 @@
+//! `weir bench`'s arguments: the workloads, the systems to compare with, every option, and
+//! the check that refuses a combination that makes no run.
+
+use clap::{Args, ValueEnum};
+
+/// What each bench client does in a loop (the module doc of `bench` describes each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Workload {
+    AcquireRelease,
+    RateTake,
+    ReserveSettle,
+    Mixed,
+    Scale,
+}
+
+impl Workload {
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::AcquireRelease => "acquire-release",
+            Workload::RateTake => "rate-take",
+            Workload::ReserveSettle => "reserve-settle",
+            Workload::Mixed => "mixed",
+            Workload::Scale => "scale",
+        }
+    }
+}
+
+/// A system to run the same permit cycle on, beside Weir.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Against {
+    /// A three-member etcd on loopback (`etcd` on PATH; a build with the `etcd` feature).
+    Etcd,
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct BenchArgs {
+    /// Start an N-node durable loopback cluster for the run (and remove it after).
+    #[arg(long)]
+    pub spawn: Option<u64>,
+    /// With --spawn: keep the cluster's directory (each node's data, config and log) after
+    /// the run, and log at `info` (openraft's elections included), to read what happened.
+    #[arg(long)]
+    pub keep_dir: bool,
+    /// What each client does in a loop.
+    #[arg(long, value_enum, default_value = "acquire-release")]
+    pub workload: Workload,
+    /// Concurrent clients, each with its own session.
+    #[arg(long, default_value_t = 64)]
+    pub clients: usize,
+    /// Measured seconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub duration: f64,
+    /// Seconds of load before measuring.
+    #[arg(long, default_value_t = 2.0)]
+    pub warmup: f64,
+    /// Limits the clients spread over.
+    #[arg(long, default_value_t = 100)]
+    pub limits: u32,
+    /// `concurrent` of each limit.
+    #[arg(long, default_value_t = 16)]
+    pub concurrency: u32,
+    /// Clients sharing one connection.
+    #[arg(long, default_value_t = 16)]
+    pub clients_per_connection: usize,
+    /// Kill the leader this many times during the run (needs --spawn).
+    #[arg(long, default_value_t = 0)]
+    pub failover: u32,
+    /// With --spawn: TLS on every port and an admin token (to measure what they cost).
+    #[arg(long)]
+    pub tls: bool,
+    /// Also run the same cycle on another system and print both side by side.
+    #[arg(long, value_enum)]
+    pub against: Option<Against>,
+    /// Sweep clients, limits and held permits (needs --spawn); write curve.json and
+    /// curve-*.svg charts into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub curve: Option<std::path::PathBuf>,
+    /// Stop the leader (SIGSTOP, 4 s) this many times during the run (needs --spawn);
+    /// sessions then have a 3 s TTL and each holds a permit throughout.
+    #[arg(long, default_value_t = 0)]
+    pub stall: u32,
+}
+
+/// Refuses arguments that make no run, with the usage message.
+pub fn check(args: &BenchArgs) -> Result<(), &'static str> {
+    if args.clients == 0 || args.limits == 0 || args.clients_per_connection == 0 {
+        return Err("--clients, --limits and --clients-per-connection must be positive");
+    }
+    if args.failover > 0 && args.spawn.is_none() {
+        return Err("--failover needs --spawn (the bench kills the nodes it started)");
+    }
+    if args.keep_dir && args.spawn.is_none() {
+        return Err(
+            "--keep-dir needs --spawn (it keeps the directory of the cluster the bench starts)",
+        );
+    }
+    if args.against.is_some() && !cfg!(feature = "etcd") {
+        return Err(
+            "--against etcd needs a weir built with the etcd client: cargo build --release --features etcd",
+        );
+    }
+    // Three nodes, as etcd's three members.
+    if args.against.is_some()
+        && (args.spawn != Some(3)
+            || args.workload != Workload::AcquireRelease
+            || args.failover > 0
+            || args.tls)
+    {
+        return Err(
+            "--against etcd needs --spawn 3 and the acquire-release workload, without --failover or --tls",
+        );
+    }
+    if args.curve.is_some() && (args.spawn.is_none() || args.against.is_some() || args.tls) {
+        return Err("--curve needs --spawn, without --against or --tls");
+    }
+    if args.tls && args.spawn.is_none() {
+        return Err("--tls needs --spawn (against given servers, use --ca and --token)");
+    }
+    if args.stall > 0 && args.spawn.is_none() {
+        return Err("--stall needs --spawn (the bench stops the nodes it started)");
+    }
+    if !(args.duration > 0.0
+        && args.duration < 86_400.0
+        && args.warmup >= 0.0
+        && args.warmup < 3_600.0)
+    {
+        return Err("--duration must be in (0, 86400) and --warmup in [0, 3600) seconds");
+    }
+    Ok(())
+}
