@@ -10,6 +10,10 @@
 //!
 //! With `--hold SECS`: holds, then releases; ctrl-c or SIGTERM end the hold early (released,
 //! exit 0); a lost permit exits 3.
+//!
+//! `--key K` names the key of a keyed limit; `--part LIMIT[:UNITS][@KEY]` (repeatable) adds
+//! limits decided with NAME in one entry: the permit holds on all of them under one fence,
+//! or the acquire is refused (or waits) with nothing charged.
 
 use std::time::Duration;
 
@@ -19,7 +23,7 @@ use serde_json::json;
 use super::{EXIT_ERROR, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, Exit, Output, refused};
 use weir_client::{AcquireError, AcquireOptions, Client, Permit, Session};
 use weir_core::bounds::SESSION_TTL_MS_DEFAULT;
-use weir_core::machine::Priority;
+use weir_core::machine::{Part, Priority};
 
 #[derive(Args, Debug)]
 pub struct AcquireArgs {
@@ -28,6 +32,14 @@ pub struct AcquireArgs {
     /// Units of the limit to hold (or tokens to take, on a rate-only limit).
     #[arg(long, default_value_t = 1)]
     pub units: u32,
+    /// The key of NAME, when NAME is a keyed limit (a user, an API key, an IP, a model).
+    #[arg(long)]
+    pub key: Option<String>,
+    /// Another limit decided with NAME in one entry, as LIMIT[:UNITS][@KEY] (units 1 by
+    /// default; the key is everything after the first @). Repeatable: every part is granted
+    /// under one fence, or none is charged.
+    #[arg(long = "part", value_parser = parse_part)]
+    pub parts: Vec<Part>,
     /// Priority level: higher is served first.
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub priority: i32,
@@ -106,6 +118,33 @@ async fn with_progress<T>(
     result
 }
 
+/// Parses `--part LIMIT[:UNITS][@KEY]`.
+fn parse_part(text: &str) -> Result<Part, String> {
+    let (head, key) = match text.split_once('@') {
+        Some((head, key)) => (head, Some(key.to_owned())),
+        None => (text, None),
+    };
+    let (limit, units) = match head.rsplit_once(':') {
+        Some((limit, units)) => {
+            let units = units
+                .parse::<u32>()
+                .map_err(|_| format!("units {units:?} of part {text:?} is not a count"))?;
+            (limit, units)
+        }
+        None => (head, 1),
+    };
+    if limit.is_empty() {
+        return Err(format!(
+            "part {text:?} names no limit (LIMIT[:UNITS][@KEY])"
+        ));
+    }
+    Ok(Part {
+        limit: limit.to_owned(),
+        key,
+        units,
+    })
+}
+
 fn seconds(what: &str, s: f64) -> Result<Duration, Exit> {
     if !s.is_finite() || !(0.0..=1e9).contains(&s) {
         eprintln!("weir: --{what} {s} is not a number of seconds");
@@ -134,7 +173,10 @@ pub async fn run(args: &AcquireArgs, tenant: &str, client: &Client, out: &Output
     let options = AcquireOptions {
         tenant: tenant.to_owned(),
         limit: args.name.clone(),
+        key: args.key.clone(),
         units: args.units,
+        parts: args.parts.clone(),
+        estimate: false,
         priority: Priority {
             level: args.priority,
             fairness_key: args.fairness_key.clone(),
@@ -274,5 +316,31 @@ async fn run_command(permit: &Permit, argv: &[String]) -> Exit {
             eprintln!("weir: waiting for {}: {e}", argv[0]);
             EXIT_ERROR
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_part_names_its_limit_units_and_key() {
+        let part = |limit: &str, key: Option<&str>, units| Part {
+            limit: limit.into(),
+            key: key.map(Into::into),
+            units,
+        };
+        assert_eq!(parse_part("global"), Ok(part("global", None, 1)));
+        assert_eq!(
+            parse_part("model:3@gpt-4"),
+            Ok(part("model", Some("gpt-4"), 3))
+        );
+        assert_eq!(parse_part("ip@::1"), Ok(part("ip", Some("::1"), 1)));
+        assert!(
+            parse_part("model:x")
+                .unwrap_err()
+                .contains("is not a count")
+        );
+        assert!(parse_part("@k").unwrap_err().contains("names no limit"));
     }
 }

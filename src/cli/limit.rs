@@ -6,7 +6,7 @@ use serde_json::json;
 use super::{EXIT_ERROR, EXIT_OK, Exit, Output, answered, replied};
 use weir_client::Client;
 use weir_client::protocol::{Answer, Query};
-use weir_core::machine::{Command, LimitStatus};
+use weir_core::machine::{Command, Definition, LimitStatus};
 
 #[derive(Subcommand, Debug)]
 pub enum LimitCommand {
@@ -23,6 +23,15 @@ pub enum LimitCommand {
         /// Bucket size; default max(ceil(per_second), 1).
         #[arg(long)]
         burst: Option<u64>,
+        /// One bucket or semaphore per key: every acquire names a key (`--key`).
+        #[arg(long)]
+        keyed: bool,
+        /// Most live keys of a keyed limit (default 1000); implies --keyed.
+        #[arg(long)]
+        keys_max: Option<u32>,
+        /// Shadow mode: evaluated and counted, never refuses.
+        #[arg(long)]
+        shadow: bool,
     },
     /// Show one limit.
     Show {
@@ -85,10 +94,28 @@ pub async fn run(command: &LimitCommand, tenant: &str, client: &Client, out: &Ou
             concurrent,
             per_second,
             burst,
+            keyed,
+            keys_max,
+            shadow,
         } => {
-            let defined = client
-                .define_limit(tenant, name, *concurrent, *per_second, *burst)
-                .await;
+            let keyed = *keyed || keys_max.is_some();
+            let defined = if keyed || *shadow {
+                let definition = Definition {
+                    tenant: tenant.into(),
+                    name: name.clone(),
+                    concurrent: *concurrent,
+                    per_second: *per_second,
+                    burst: *burst,
+                    keyed,
+                    keys_max: *keys_max,
+                    shadow: *shadow,
+                };
+                client.define(definition).await
+            } else {
+                client
+                    .define_limit(tenant, name, *concurrent, *per_second, *burst)
+                    .await
+            };
             match replied(defined) {
                 Ok(_) => {
                     out.print(

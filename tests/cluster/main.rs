@@ -9,6 +9,7 @@ mod harness;
 mod http;
 mod http_security;
 mod incidents;
+mod keyed;
 mod library;
 mod metrics;
 mod owners;

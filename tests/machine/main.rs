@@ -5,6 +5,7 @@
 mod deadlines;
 mod determinism;
 mod global_bounds;
+mod keyed;
 mod model;
 mod owners;
 mod scenarios;

@@ -806,3 +806,326 @@ proptest! {
         run_holds(ops)?;
     }
 }
+
+// ---- keys and parts (G1, all or nothing, no lost wake-up) ----------------------------------
+
+/// The limits of the parts model, all concurrency limits: (name, concurrent, keyed).
+const PART_LIMITS: [(&str, u32, bool); 3] = [("k2", 2, true), ("u3", 3, false), ("k1", 1, true)];
+/// The requests: ticket `n` always asks `REQUESTS[n % REQUESTS.len()]`, parts of (limit
+/// index, key, units), so a ticket id always means the same request.
+const REQUESTS: [&[(usize, Option<&str>, u32)]; 8] = [
+    &[(0, Some("x"), 1)],
+    &[(0, Some("y"), 2)],
+    &[(1, None, 2)],
+    &[(2, Some("x"), 1)],
+    &[(0, Some("x"), 1), (1, None, 1)],
+    &[(1, None, 2), (2, Some("x"), 1)],
+    &[(0, Some("y"), 1), (1, None, 1), (2, Some("y"), 1)],
+    &[(2, Some("y"), 1), (0, Some("x"), 2)],
+];
+const PART_SESSIONS: usize = 3;
+
+#[derive(Clone, Debug)]
+enum PartOp {
+    Acquire { s: usize, n: u64, wait: bool },
+    Release { s: usize, n: u64 },
+    Close { s: usize },
+    KeepAlive { s: usize },
+}
+
+fn part_op() -> impl Strategy<Value = PartOp> {
+    let s = 0..PART_SESSIONS;
+    prop_oneof![
+        6 => (s.clone(), 0..16u64, prop::bool::weighted(0.8))
+            .prop_map(|(s, n, wait)| PartOp::Acquire { s, n, wait }),
+        4 => (s.clone(), 0..16u64).prop_map(|(s, n)| PartOp::Release { s, n }),
+        1 => s.clone().prop_map(|s| PartOp::Close { s }),
+        2 => s.prop_map(|s| PartOp::KeepAlive { s }),
+    ]
+}
+
+/// (limit index, key) of one part's limit state.
+type Place = (usize, Option<&'static str>);
+
+/// The model: which tickets hold (with their fence) and which wait, and each place's FIFO
+/// queue (every ticket has the default priority, so each queue serves in arrival order).
+#[derive(Default)]
+struct PartModel {
+    held: BTreeMap<(SessionId, TicketId), u64>,
+    waiting: BTreeSet<(SessionId, TicketId)>,
+    queues: BTreeMap<Place, Vec<(SessionId, TicketId)>>,
+    fences: BTreeSet<u64>,
+    /// The largest fence of the entries before this one: every new fence is above it.
+    fences_before: u64,
+    released_fences: BTreeSet<u64>,
+}
+
+fn request_of(ticket: TicketId) -> &'static [(usize, Option<&'static str>, u32)] {
+    REQUESTS[ticket as usize % REQUESTS.len()]
+}
+
+impl PartModel {
+    fn in_use(&self, place: Place) -> u32 {
+        self.held
+            .keys()
+            .flat_map(|&(_, t)| request_of(t))
+            .filter(|(l, k, _)| (*l, *k) == place)
+            .map(|(_, _, u)| u)
+            .sum()
+    }
+
+    fn leave_queues(&mut self, key: (SessionId, TicketId)) {
+        self.waiting.remove(&key);
+        for q in self.queues.values_mut() {
+            q.retain(|k| *k != key);
+        }
+    }
+
+    fn grant(&mut self, key: (SessionId, TicketId), fence: u64) -> Result<(), TestCaseError> {
+        self.leave_queues(key);
+        // Within an entry grants by events and by replies interleave: only the set counts.
+        prop_assert!(
+            fence > self.fences_before && self.fences.insert(fence),
+            "fence {fence} not new and above every earlier entry's"
+        );
+        self.held.insert(key, fence);
+        Ok(())
+    }
+
+    fn end(&mut self, key: (SessionId, TicketId)) {
+        self.leave_queues(key);
+        if let Some(f) = self.held.remove(&key) {
+            self.released_fences.insert(f);
+        }
+    }
+
+    fn end_session(&mut self, sid: SessionId) {
+        let keys: Vec<_> = self
+            .held
+            .keys()
+            .chain(self.waiting.iter())
+            .filter(|(s, _)| *s == sid)
+            .copied()
+            .collect();
+        for key in keys {
+            self.end(key);
+        }
+    }
+}
+
+fn run_parts(entries: Vec<(u64, Vec<PartOp>)>) -> Result<(), TestCaseError> {
+    let mut sim = Sim::new();
+    for (name, concurrent, keyed) in PART_LIMITS {
+        let l = limit("t", name).concurrent(concurrent);
+        sim.reply(if keyed { l.keyed() } else { l });
+    }
+    let mut sessions: Vec<SessionId> = (0..PART_SESSIONS).map(|_| sim.open(TTL_MS)).collect();
+    let mut model = PartModel::default();
+    for (advance, ops) in entries {
+        let commands: Vec<Command> = ops
+            .iter()
+            .map(|op| match *op {
+                PartOp::Acquire { s, n, wait } => {
+                    let parts = request_of(n);
+                    let (l, key, units) = parts[0];
+                    let mut a = ask(sessions[s], n, PART_LIMITS[l].0)
+                        .units(units)
+                        .wait(wait);
+                    if let Some(k) = key {
+                        a = a.key(k);
+                    }
+                    for &(l, key, units) in &parts[1..] {
+                        a = a.and(PART_LIMITS[l].0, key, units);
+                    }
+                    a.into()
+                }
+                PartOp::Release { s, n } => Command::Release {
+                    session: sessions[s],
+                    ticket: n,
+                },
+                PartOp::Close { s } => Command::CloseSession {
+                    session: sessions[s],
+                },
+                PartOp::KeepAlive { s } => Command::KeepAlive {
+                    session: sessions[s],
+                },
+            })
+            .collect();
+        let applied = sim.entry_after(advance, commands.clone());
+        // Sessions that expired at the start of the entry end first.
+        for e in &applied.events {
+            if let Event::SessionExpired { session } = e {
+                model.end_session(*session);
+            }
+        }
+        for (command, reply) in commands.iter().zip(&applied.replies) {
+            match command {
+                Command::Acquire(_) | Command::AcquireParts(_) => {
+                    let (session, ticket) = match command {
+                        Command::Acquire(a) => (a.session, a.ticket),
+                        Command::AcquireParts(a) => (a.session, a.ticket),
+                        _ => unreachable!(),
+                    };
+                    let key = (session, ticket);
+                    match reply {
+                        Reply::Granted { fence, .. } => {
+                            if let Some(f) = model.held.get(&key) {
+                                prop_assert_eq!(f, fence, "G5: a held ticket keeps its fence");
+                            } else {
+                                // New, or granted earlier in this entry (its event agrees).
+                                let waited = model.waiting.contains(&key);
+                                model.grant(key, *fence)?;
+                                if waited {
+                                    model.fences.remove(fence);
+                                    model.held.remove(&key);
+                                    model.waiting.insert(key);
+                                }
+                            }
+                        }
+                        Reply::Queued { .. } => {
+                            if model.waiting.insert(key) {
+                                for &(l, k, _) in request_of(ticket) {
+                                    model.queues.entry((l, k)).or_default().push(key);
+                                }
+                            }
+                        }
+                        Reply::Refused(Refusal::Busy { .. }) => {
+                            let wait = matches!(command, Command::Acquire(a) if a.wait)
+                                || matches!(command, Command::AcquireParts(a) if a.wait);
+                            prop_assert!(!wait, "a waiting request answered Busy");
+                        }
+                        Reply::Refused(_) => {}
+                        other => prop_assert!(false, "acquire answered {:?}", other),
+                    }
+                }
+                Command::Release { session, ticket } => model.end((*session, *ticket)),
+                Command::CloseSession { session } => model.end_session(*session),
+                _ => {}
+            }
+        }
+        for e in &applied.events {
+            match e {
+                Event::Granted {
+                    session,
+                    ticket,
+                    fence,
+                    ..
+                } if model.waiting.contains(&(*session, *ticket)) => {
+                    model.grant((*session, *ticket), *fence)?;
+                }
+                Event::Refused {
+                    session, ticket, ..
+                } => model.end((*session, *ticket)),
+                _ => {}
+            }
+        }
+        // Reopen the sessions that ended, so the log keeps its clients.
+        for sid in sessions.iter_mut() {
+            if sim.m.session_owner(*sid).is_none() {
+                *sid = sim.open(TTL_MS);
+            }
+        }
+        check_parts(&sim, &model)?;
+        model.fences_before = model.fences.last().copied().unwrap_or(0);
+    }
+    Ok(())
+}
+
+/// The checks after every entry: per place, G1 and the machine's counts against the
+/// model's; every held ticket holds on all its parts; no waiting ticket could be granted
+/// (some part has no room for it, or a waiter ahead of it there has none); a key lives
+/// exactly while something holds or waits on it.
+fn check_parts(sim: &Sim, model: &PartModel) -> Result<(), TestCaseError> {
+    for (l, (name, cap, keyed)) in PART_LIMITS.iter().enumerate() {
+        let places: Vec<Place> = if *keyed {
+            vec![(l, Some("x")), (l, Some("y"))]
+        } else {
+            vec![(l, None)]
+        };
+        let mut live_keys = vec![];
+        for place in places {
+            let status = match place.1 {
+                Some(k) => sim.m.key_status("t", name, k).unwrap(),
+                None => sim.m.limit_status("t", name).unwrap(),
+            };
+            let in_use = model.in_use(place);
+            let waiting = model.queues.get(&place).map_or(0, Vec::len);
+            prop_assert!(status.in_use <= *cap as u64, "G1 on {:?}", place);
+            prop_assert_eq!(status.in_use, in_use as u64, "in use on {:?}", place);
+            prop_assert_eq!(status.waiting, waiting as u64, "waiting on {:?}", place);
+            if let Some(k) = place.1
+                && (in_use > 0 || waiting > 0)
+            {
+                live_keys.push(k.to_owned());
+            }
+        }
+        if *keyed {
+            prop_assert_eq!(
+                sim.m.keys("t", name).unwrap(),
+                live_keys,
+                "live keys of {}",
+                name
+            );
+        }
+    }
+    for (&(_, ticket), &fence) in &model.held {
+        for &(l, _, _) in request_of(ticket) {
+            prop_assert!(
+                sim.m.validate_fence("t", PART_LIMITS[l].0, fence),
+                "all or nothing: fence {fence} not held on {}",
+                PART_LIMITS[l].0
+            );
+        }
+    }
+    for &fence in &model.released_fences {
+        for (name, _, _) in PART_LIMITS {
+            prop_assert!(
+                !sim.m.validate_fence("t", name, fence),
+                "released {fence} held"
+            );
+        }
+    }
+    // No lost wake-up (G7): a waiting ticket has a part without room for it or behind a
+    // waiter there without room.
+    for &(session, ticket) in &model.waiting {
+        let blocked = request_of(ticket).iter().any(|&(l, k, units)| {
+            let cap = PART_LIMITS[l].1;
+            let in_use = model.in_use((l, k));
+            let queue = &model.queues[&(l, k)];
+            in_use + units > cap
+                || queue
+                    .iter()
+                    .take_while(|w| **w != (session, ticket))
+                    .any(|w| {
+                        let u = request_of(w.1)
+                            .iter()
+                            .find(|p| (p.0, p.1) == (l, k))
+                            .unwrap()
+                            .2;
+                        in_use + u > cap
+                    })
+        });
+        prop_assert!(
+            blocked,
+            "ticket {}/{} waits with room on every part",
+            session,
+            ticket
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_logs_of_keys_and_parts_keep_capacity_atomicity_and_wake_ups(
+        entries in prop::collection::vec(
+            (prop_oneof![6 => Just(0u64), 2 => 0..600u64, 1 => 600..1_500u64],
+             prop::collection::vec(part_op(), 0..5)),
+            1..50,
+        )
+    ) {
+        run_parts(entries)?;
+    }
+}

@@ -7,8 +7,8 @@
 //! `granted_event(b, 1, fence, 1)`.
 
 use weir_core::machine::{
-    Acquire, Applied, Batch, Command, Event, Fence, HaltScope, Leadership, LimitStatus, Machine,
-    Priority, Refusal, Reply, SessionId, TicketId,
+    Acquire, AcquireParts, Applied, Batch, Command, Definition, Event, Fence, HaltScope,
+    Leadership, LimitStatus, Machine, Part, Priority, Refusal, Reply, SessionId, TicketId,
 };
 
 pub struct Sim {
@@ -142,25 +142,52 @@ impl Sim {
 }
 
 /// An acquire being written: by default one unit of tenant `t`'s limit, default priority,
-/// no agent, waiting.
+/// no agent, waiting; with a key or more parts it is written as an `AcquireParts`.
 #[derive(Clone, Debug)]
-pub struct Ask(Acquire);
+pub struct Ask(Acquire, Option<String>, Vec<Part>, bool);
 
 /// Session `session` asks ticket `ticket` of `t/limit`.
 pub fn ask(session: SessionId, ticket: TicketId, limit: &str) -> Ask {
-    Ask(Acquire {
-        session,
-        ticket,
-        tenant: "t".into(),
-        limit: limit.into(),
-        units: 1,
-        priority: Priority::default(),
-        agent: None,
-        wait: true,
-    })
+    Ask(
+        Acquire {
+            session,
+            ticket,
+            tenant: "t".into(),
+            limit: limit.into(),
+            units: 1,
+            priority: Priority::default(),
+            agent: None,
+            wait: true,
+        },
+        None,
+        Vec::new(),
+        false,
+    )
 }
 
 impl Ask {
+    /// The first part names key `key` of its (keyed) limit.
+    pub fn key(mut self, key: &str) -> Ask {
+        self.1 = Some(key.into());
+        self
+    }
+
+    /// Its units are an estimate, settled later (`SettleTake`).
+    pub fn estimate(mut self) -> Ask {
+        self.3 = true;
+        self
+    }
+
+    /// One more part: `units` of `limit`, of its key `key` if any.
+    pub fn and(mut self, limit: &str, key: Option<&str>, units: u32) -> Ask {
+        self.2.push(Part {
+            limit: limit.into(),
+            key: key.map(Into::into),
+            units,
+        });
+        self
+    }
+
     pub fn units(mut self, units: u32) -> Ask {
         self.0.units = units;
         self
@@ -198,8 +225,15 @@ impl Ask {
 }
 
 impl From<Ask> for Command {
-    fn from(a: Ask) -> Command {
-        Command::Acquire(a.0)
+    fn from(Ask(a, key, more, estimate): Ask) -> Command {
+        if key.is_none() && more.is_empty() && !estimate {
+            return Command::Acquire(a);
+        }
+        let mut parts = AcquireParts::from(&a);
+        parts.parts[0].key = key;
+        parts.parts.extend(more);
+        parts.estimate = estimate;
+        Command::AcquireParts(parts)
     }
 }
 
@@ -211,6 +245,9 @@ pub struct Define {
     concurrent: u32,
     per_second: f64,
     burst: Option<u64>,
+    keyed: bool,
+    keys_max: Option<u32>,
+    shadow: bool,
 }
 
 /// Defines (tenant, name).
@@ -221,6 +258,9 @@ pub fn limit(tenant: &str, name: &str) -> Define {
         concurrent: 0,
         per_second: 0.0,
         burst: None,
+        keyed: false,
+        keys_max: None,
+        shadow: false,
     }
 }
 
@@ -239,10 +279,40 @@ impl Define {
         self.burst = Some(tokens);
         self
     }
+
+    /// Keyed, with the default `keys_max`.
+    pub fn keyed(mut self) -> Define {
+        self.keyed = true;
+        self
+    }
+
+    /// Keyed, at most `n` live keys.
+    pub fn keys_max(mut self, n: u32) -> Define {
+        self.keyed = true;
+        self.keys_max = Some(n);
+        self
+    }
+
+    pub fn shadow(mut self) -> Define {
+        self.shadow = true;
+        self
+    }
 }
 
 impl From<Define> for Command {
     fn from(d: Define) -> Command {
+        if d.keyed || d.shadow {
+            return Command::Define(Definition {
+                tenant: d.tenant,
+                name: d.name,
+                concurrent: d.concurrent,
+                per_second: d.per_second,
+                burst: d.burst,
+                keyed: d.keyed,
+                keys_max: d.keys_max,
+                shadow: d.shadow,
+            });
+        }
         Command::DefineLimit {
             tenant: d.tenant,
             name: d.name,

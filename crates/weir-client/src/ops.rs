@@ -5,7 +5,7 @@
 use super::{Client, ClientError};
 use crate::protocol::{Answer, Query};
 use weir_core::machine::{
-    Change, Command, Fence, HaltScope, LimitStatus, Reply, RunSlot, Settle, Spend,
+    Change, Command, Definition, Fence, HaltScope, LimitStatus, Reply, RunSlot, Settle, Spend,
 };
 
 fn unexpected(answer: Answer) -> ClientError {
@@ -31,6 +31,12 @@ impl Client {
             burst,
         })
         .await
+    }
+
+    /// Defines a limit with every setting of [`Definition`]: keyed (one bucket or semaphore
+    /// per key, at most `keys_max` live keys) and shadow mode besides the spec.
+    pub async fn define(&self, definition: Definition) -> Result<Reply, ClientError> {
+        self.write(Command::Define(definition)).await
     }
 
     /// Sets, keeps or clears each of a tenant's ceilings.

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use super::boot_clock::{BootInstant, LOOK_EVERY};
 use super::session_state::{SessionState, release_in_background, spawn_release};
 use super::{ClientError, Lost};
-use weir_core::machine::{Command, Fence, SessionId, TicketId};
+use weir_core::machine::{Command, Fence, Reply, SessionId, TicketId};
 
 /// A held permit. Released on drop (in the background, when a runtime is running).
 pub struct Permit {
@@ -112,6 +112,20 @@ impl Permit {
         self.released = true;
         self.state.forget(self.ticket);
         self.fence
+    }
+
+    /// Settles a take granted with `AcquireOptions::estimate` at its actual `cost` in
+    /// tokens, on every rate part: below the estimate the difference returns to the bucket,
+    /// above it the difference is charged and answered `Reply::Overrun`. Idempotent: a
+    /// retry answers `Settled { duplicate: true }`. The guard stays: release or consume it
+    /// as before (a take that holds nothing else is finished by its settlement).
+    pub async fn settle(&self, cost: u64) -> Result<Reply, ClientError> {
+        let settle = Command::SettleTake {
+            session: self.state.id,
+            ticket: self.ticket,
+            cost,
+        };
+        self.state.client.write(settle).await
     }
 
     /// Releases the permit and waits for the cluster to apply it. The belief ends before the

@@ -20,8 +20,10 @@ use weir_core::machine::{
 };
 
 /// The protocol version this build speaks. A client of another version is refused at hello.
-/// Version 2: the hello carries a token.
-pub const PROTOCOL_VERSION: u32 = 2;
+/// Version 2: the hello carries a token. Version 3: writes may carry the commands of keyed
+/// limits and requests of several parts (`Command::Define`, `Command::AcquireParts`), which
+/// a node of version 2 could not decode.
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Largest client frame, in bytes: a command is at most a few KiB (names are bounded by
 /// `bounds::NAME_BYTES_MAX`, reasons by `REASON_BYTES_MAX`); answers listing a tenant's

@@ -57,11 +57,13 @@ use super::hedge::hedged_keep_alive;
 use tokio::sync::broadcast::error::RecvError;
 
 use super::permit::Permit;
-use super::session_state::{SessionState, release_in_background};
+use super::session_state::{SessionState, acquire_command, release_in_background};
 use super::{AcquireError, Client, ClientError, Lost};
 use crate::protocol::{Answer, Query};
 use crate::task::AbortOnDrop;
-use weir_core::machine::{Acquire, Command, Event, Priority, Refusal, Reply, SessionId, TicketId};
+use weir_core::machine::{
+    AcquireParts, Command, Event, Part, Priority, Refusal, Reply, SessionId, TicketId,
+};
 
 /// Keep-alives sent per TTL. The belief deadline runs from the send time of the last
 /// acknowledged keep-alive, so a stop just after a send leaves `TTL − margin − TTL/N` of
@@ -102,8 +104,16 @@ pub struct AcquireOptions {
     pub tenant: String,
     /// The limit's name.
     pub limit: String,
+    /// The key of `limit`, when it is keyed (a user, an API key, an IP, a model).
+    pub key: Option<String>,
     /// Units to hold (and tokens to take, on a rated limit).
     pub units: u32,
+    /// More limits of the same tenant, decided with `limit` in one entry: granted on
+    /// every part under one fence, or on none (nothing charged when one refuses).
+    pub parts: Vec<Part>,
+    /// The units of the rate parts are an estimate, settled later with
+    /// [`Permit::settle`](crate::Permit::settle).
+    pub estimate: bool,
     /// Where the ticket queues: level first, then fair share by key.
     pub priority: Priority,
     /// The agent acting, for agent-scoped halts.
@@ -120,7 +130,10 @@ impl AcquireOptions {
         AcquireOptions {
             tenant: tenant.into(),
             limit: limit.into(),
+            key: None,
             units: 1,
+            parts: Vec::new(),
+            estimate: false,
             priority: Priority::default(),
             agent: None,
             wait: true,
@@ -200,15 +213,22 @@ impl Session {
 
     /// Acquires a permit: waits (if allowed) until the cluster grants it.
     pub async fn acquire(&self, options: AcquireOptions) -> Result<Permit, AcquireError> {
-        let (acquire, granted) = self.state.register(|ticket| Acquire {
+        let first = Part {
+            limit: options.limit.clone(),
+            key: options.key.clone(),
+            units: options.units,
+        };
+        let (acquire, granted) = self.state.register(|ticket| AcquireParts {
             session: self.state.id,
             ticket,
             tenant: options.tenant.clone(),
-            limit: options.limit.clone(),
-            units: options.units,
+            parts: std::iter::once(first)
+                .chain(options.parts.iter().cloned())
+                .collect(),
             priority: options.priority.clone(),
             agent: options.agent.clone(),
             wait: options.wait,
+            estimate: options.estimate,
         })?;
         let ticket = acquire.ticket;
         // Until it becomes a permit, the ticket is given up (and released in the background)
@@ -219,7 +239,7 @@ impl Session {
             ticket,
             armed: true,
         };
-        match self.state.client.write(Command::Acquire(acquire)).await {
+        match self.state.client.write(acquire_command(&acquire)).await {
             Ok(reply) => self.state.answered(ticket, reply),
             Err(e) => {
                 if e.definitely_failed() {
@@ -490,7 +510,7 @@ async fn reask(s: &SessionState) {
     }
     for a in waiting {
         let ticket = a.ticket;
-        if let Ok(reply) = s.client.write(Command::Acquire(a)).await {
+        if let Ok(reply) = s.client.write(acquire_command(&a)).await {
             s.answered(ticket, reply);
         }
     }

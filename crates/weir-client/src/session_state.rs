@@ -27,7 +27,9 @@ use tokio::sync::{oneshot, watch};
 use super::boot_clock::BootInstant;
 use super::{AcquireError, Client, Lost};
 use crate::task::AbortOnDrop;
-use weir_core::machine::{Acquire, Command, Fence, HaltScope, Refusal, Reply, SessionId, TicketId};
+use weir_core::machine::{
+    Acquire, AcquireParts, Command, Fence, HaltScope, Refusal, Reply, SessionId, TicketId,
+};
 
 /// Writes a background release makes at most (each retried by the client within its own
 /// `REQUEST_DEADLINE`), pausing [`RELEASE_PAUSE`] between them: enough to outlast a
@@ -43,7 +45,7 @@ pub(super) type GrantOutcome = Result<(Fence, u32, watch::Receiver<Option<Lost>>
 /// A ticket whose acquire has been sent and not yet granted.
 struct Waiting {
     /// The acquire as sent: re-sent unchanged on a re-ask (idempotent by session, ticket).
-    acquire: Acquire,
+    acquire: AcquireParts,
     /// Where its outcome goes; taken when it is answered.
     answer: Option<oneshot::Sender<GrantOutcome>>,
     /// A loss learned before the grant (a halt pushed ahead of it): the permit starts lost.
@@ -137,8 +139,8 @@ impl SessionState {
     /// Returns the request and where its outcome will arrive.
     pub(super) fn register(
         &self,
-        acquire: impl FnOnce(TicketId) -> Acquire,
-    ) -> Result<(Acquire, oneshot::Receiver<GrantOutcome>), AcquireError> {
+        acquire: impl FnOnce(TicketId) -> AcquireParts,
+    ) -> Result<(AcquireParts, oneshot::Receiver<GrantOutcome>), AcquireError> {
         let mut t = self.tickets();
         if t.ended.is_some() {
             return Err(AcquireError::SessionLost);
@@ -181,7 +183,7 @@ impl SessionState {
     }
 
     /// The acquires of every waiting ticket, to re-send.
-    pub(super) fn waiting_acquires(&self) -> Vec<Acquire> {
+    pub(super) fn waiting_acquires(&self) -> Vec<AcquireParts> {
         let t = self.tickets();
         t.waiting.values().map(|w| w.acquire.clone()).collect()
     }
@@ -350,4 +352,22 @@ pub(super) fn spawn_release(client: Client, session: SessionId, ticket: TicketId
             }
         }
     });
+}
+
+/// The command that sends `a`: an `Acquire` for one part without a key nor an estimate (what every node
+/// of this protocol version and the log's older entries know), an `AcquireParts` otherwise.
+pub(super) fn acquire_command(a: &AcquireParts) -> Command {
+    match a.parts.as_slice() {
+        [part] if part.key.is_none() && !a.estimate => Command::Acquire(Acquire {
+            session: a.session,
+            ticket: a.ticket,
+            tenant: a.tenant.clone(),
+            limit: part.limit.clone(),
+            units: part.units,
+            priority: a.priority.clone(),
+            agent: a.agent.clone(),
+            wait: a.wait,
+        }),
+        _ => Command::AcquireParts(a.clone()),
+    }
 }

@@ -87,15 +87,17 @@ fn one_waiting_ticket() -> (
     let client = Client::new(vec!["127.0.0.1:1".into()]);
     let state = SessionState::new(client, 7, TTL, BootInstant::now() + TTL);
     let (acquire, outcome) = state
-        .register(|ticket| weir_core::machine::Acquire {
-            session: 7,
-            ticket,
-            tenant: "t".into(),
-            limit: "l".into(),
-            units: 1,
-            priority: Default::default(),
-            agent: None,
-            wait: true,
+        .register(|ticket| {
+            weir_core::machine::AcquireParts::from(&weir_core::machine::Acquire {
+                session: 7,
+                ticket,
+                tenant: "t".into(),
+                limit: "l".into(),
+                units: 1,
+                priority: Default::default(),
+                agent: None,
+                wait: true,
+            })
         })
         .unwrap();
     (state, acquire.ticket, outcome)

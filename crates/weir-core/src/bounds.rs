@@ -75,8 +75,28 @@ pub const SESSION_FINISHED_TICKETS_MAX: usize = 65_536;
 /// further tickets are refused `QueueFull` rather than growing memory without bound.
 pub const LIMIT_WAITERS_MAX: usize = 100_000;
 
-/// Most limits defined at once, across all tenants.
+/// Most limits at once, across all tenants: definitions and the live keys of keyed ones
+/// together (a live key is a limit's state of its own, and costs a snapshot about what a
+/// definition does; the snapshot arithmetic of `machine::totals` has room for one count of
+/// them, not two). Past it a definition or a new key is refused `AtCapacity`.
 pub const LIMITS_MAX: usize = 100_000;
+
+/// Longest key of a keyed limit, in bytes. Keys name users, API keys, IP addresses and
+/// models; 128 holds a UUID with a prefix, an IPv6 address or a sha256 in hex, and keeps a
+/// live key's state as small as a definition's (see [`LIMITS_MAX`]).
+pub const KEY_BYTES_MAX: usize = 128;
+
+/// Live keys of a keyed limit when its definition names no `keys_max`. A key lives only
+/// while its state differs from a fresh one (a bucket below its burst, a permit held, a
+/// ticket waiting), so this bounds the keys active within a refill time, not all keys ever
+/// seen; a thousand keeps a hundred keyed limits at their bound within [`LIMITS_MAX`]. A
+/// definition may set any `keys_max` up to `LIMITS_MAX`.
+pub const KEYS_MAX_DEFAULT: u32 = 1_000;
+
+/// Most parts of one request. A decision against the tenant's, the model's, the user's and
+/// the global limit is four; eight leaves room, and keeps the largest request (every part
+/// a longest name and key) within [`COMMAND_BYTES_MAX`].
+pub const PARTS_MAX: usize = 8;
 
 /// Largest `concurrent` and largest `units` of one acquire. Held units are summed in u64, so
 /// any u32 is safe; the bound exists to keep fairness arithmetic far from overflow.
@@ -138,11 +158,12 @@ pub const TENANT_RUNS_MAX: usize = 10_000;
 // ---------------------------------------------------------------------------------------------
 
 /// Largest encoded command, in bytes, refused at the edge (`BadRequest`) above this. Every
-/// command that passes [`crate::machine::Command::validate`] encodes well below it (the
-/// largest, a `SetHalt` with an agent scope and the longest reason, is about 1.3 KiB; a unit
-/// test in `server::edge` builds the worst of each kind); the check exists so that the entry
-/// bound below holds by arithmetic, not by trust in every variant's fields.
-pub const COMMAND_BYTES_MAX: usize = 2 * 1024;
+/// command that passes [`crate::machine::Command::validate`] encodes below it (the largest,
+/// an `AcquireParts` of [`PARTS_MAX`] parts each with the longest limit name and key, is
+/// about 2.6 KiB; a unit test in `server::edge` builds the worst of each kind); the check
+/// exists so that the entry bound below holds by arithmetic, not by trust in every
+/// variant's fields.
+pub const COMMAND_BYTES_MAX: usize = 4 * 1024;
 
 /// Largest log entry, in encoded bytes (openraft's entry around the batch). The proposer
 /// closes a batch before its commands would take it past this, and the log store refuses to

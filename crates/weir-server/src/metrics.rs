@@ -38,6 +38,13 @@ pub struct KindLabel {
     pub kind: String,
 }
 
+/// A label naming a tenant and a refusal kind.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TenantKindLabel {
+    pub tenant: String,
+    pub kind: String,
+}
+
 /// A label naming a Raft role.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RoleLabel {
@@ -81,6 +88,10 @@ pub struct Metrics {
     pub held_units: Family<TenantLabel, Gauge>,
     /// Tickets queued now, per tenant.
     pub waiters: Family<TenantLabel, Gauge>,
+    /// Would-be refusals of the tenant's shadow limits, by the refusal's kind (`Busy`,
+    /// `TooLarge`, `AtCapacity`): the machine's counts, summed over the tenant's limits,
+    /// each counted since it was defined (so the sum drops when a shadow limit is removed).
+    pub shadow_refusals: Family<TenantKindLabel, Gauge>,
     /// HTTP requests served.
     pub http_requests: Counter,
     registry: Registry,
@@ -122,6 +133,7 @@ impl Metrics {
             sessions: Gauge::default(),
             held_units: Family::default(),
             waiters: Family::default(),
+            shadow_refusals: Family::default(),
             http_requests: Counter::default(),
             registry: Registry::default(),
             scrape: Mutex::new(()),
@@ -202,6 +214,11 @@ impl Metrics {
         );
         r.register("waiters", "Queued tickets, per tenant", m.waiters.clone());
         r.register(
+            "shadow_refusals",
+            "Requests the tenant's shadow limits would have refused, by kind, since each was defined",
+            m.shadow_refusals.clone(),
+        );
+        r.register(
             "http_requests",
             "HTTP requests served",
             m.http_requests.clone(),
@@ -261,11 +278,27 @@ impl Metrics {
         self.sessions.set(machine.session_count() as i64);
         self.held_units.clear();
         self.waiters.clear();
+        self.shadow_refusals.clear();
         for tenant in machine.tenant_names() {
             let (held, waiting) = machine
                 .limits(&tenant)
                 .iter()
                 .fold((0u64, 0u64), |(h, w), l| (h + l.in_use, w + l.waiting));
+            let shadow = machine.tenant_shadow_refusals(&tenant);
+            if shadow.total() > 0 {
+                let kinds = [
+                    ("Busy", shadow.busy),
+                    ("TooLarge", shadow.too_large),
+                    ("AtCapacity", shadow.at_capacity),
+                ];
+                for (kind, n) in kinds {
+                    let label = TenantKindLabel {
+                        tenant: tenant.clone(),
+                        kind: kind.into(),
+                    };
+                    self.shadow_refusals.get_or_create(&label).set(n as i64);
+                }
+            }
             let label = TenantLabel { tenant };
             self.held_units.get_or_create(&label).set(held as i64);
             self.waiters.get_or_create(&label).set(waiting as i64);

@@ -8,6 +8,11 @@
 //! unit ranges, weights), are checked in `machine::validate`; this file knows no
 //! refusal and no state, only the shapes and what each command names
 //! ([`Command::tenant`], [`Command::session`]).
+//!
+//! Keyed limits and requests of several parts have commands of their own, [`Definition`]
+//! and [`AcquireParts`]; the older [`Command::DefineLimit`] and [`Command::Acquire`] stay in
+//! the log format and mean a definition that is neither keyed nor shadow
+//! ([`Definition::from_legacy`]) and a request of one keyless part (`From<&Acquire>`).
 
 use serde::{Deserialize, Serialize};
 
@@ -281,6 +286,22 @@ pub enum Command {
         owner: Option<Owner>,
         nonce: u64,
     },
+    /// Define a limit, or change an existing one's spec: [`Command::DefineLimit`] with
+    /// keys and shadow mode (see [`Definition`]). Whether a limit is keyed is fixed when it
+    /// is first defined.
+    Define(Definition),
+    /// An acquire or take of one or more parts, each (limit, key, units): granted on every
+    /// part in one entry under one fence, or on none (see [`AcquireParts`]).
+    AcquireParts(AcquireParts),
+    /// Settles a take granted with `estimate`: `cost` tokens replace the estimate on every
+    /// rate part. Below the estimate the difference returns to the bucket (never above its
+    /// burst); above it the difference is charged (the bucket floors at empty) and recorded
+    /// as an overrun. Idempotent by ticket.
+    SettleTake {
+        session: SessionId,
+        ticket: TicketId,
+        cost: u64,
+    },
 }
 
 impl Command {
@@ -297,12 +318,15 @@ impl Command {
             | Command::SetHalt { tenant, .. }
             | Command::ClearHalt { tenant, .. } => Some(tenant),
             Command::Acquire(a) => Some(&a.tenant),
+            Command::AcquireParts(a) => Some(&a.tenant),
+            Command::Define(d) => Some(&d.tenant),
             Command::Settle(s) => Some(&s.tenant),
             Command::OpenSession { .. }
             | Command::OpenSessionFor { .. }
             | Command::KeepAlive { .. }
             | Command::CloseSession { .. }
             | Command::Release { .. }
+            | Command::SettleTake { .. }
             | Command::Tick => None,
         }
     }
@@ -314,9 +338,12 @@ impl Command {
         match self {
             Command::KeepAlive { session }
             | Command::CloseSession { session }
-            | Command::Release { session, .. } => Some(*session),
+            | Command::Release { session, .. }
+            | Command::SettleTake { session, .. } => Some(*session),
             Command::Acquire(a) => Some(a.session),
+            Command::AcquireParts(a) => Some(a.session),
             Command::DefineLimit { .. }
+            | Command::Define(_)
             | Command::RemoveLimit { .. }
             | Command::OpenSession { .. }
             | Command::OpenSessionFor { .. }
@@ -327,6 +354,96 @@ impl Command {
             | Command::SetHalt { .. }
             | Command::ClearHalt { .. }
             | Command::Tick => None,
+        }
+    }
+}
+
+/// A limit's definition, as `DefineLimit` with two more settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Definition {
+    pub tenant: String,
+    pub name: String,
+    /// Most units held at once (per key, when keyed); 0 = no cap.
+    pub concurrent: u32,
+    /// Token refill per second (per key, when keyed); 0 = no rate.
+    pub per_second: f64,
+    /// Bucket size in tokens; `None` = `max(ceil(per_second), 1)`.
+    pub burst: Option<u64>,
+    /// One bucket or semaphore per key: every request on it names a key.
+    pub keyed: bool,
+    /// Most live keys of a keyed limit; `None` = [`crate::bounds::KEYS_MAX_DEFAULT`]. Only with `keyed`.
+    pub keys_max: Option<u32>,
+    /// Evaluated and counted, never refuses (see [`crate::machine::limit::LimitSpec::shadow`]).
+    pub shadow: bool,
+}
+
+impl Definition {
+    /// The definition a `DefineLimit` makes: not keyed, not shadow.
+    pub fn from_legacy(
+        tenant: &str,
+        name: &str,
+        concurrent: u32,
+        per_second: f64,
+        burst: Option<u64>,
+    ) -> Definition {
+        Definition {
+            tenant: tenant.to_owned(),
+            name: name.to_owned(),
+            concurrent,
+            per_second,
+            burst,
+            keyed: false,
+            keys_max: None,
+            shadow: false,
+        }
+    }
+}
+
+/// One limit of a request: which limit, which key of it (keyed limits only), how many units.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Part {
+    pub limit: String,
+    /// The key of a keyed limit; `None` on an unkeyed one.
+    pub key: Option<String>,
+    /// Units wanted, at least 1.
+    pub units: u32,
+}
+
+/// A request for a permit (or a take) on one or more limits of one tenant, decided in one
+/// entry for all its parts: granted on every part under one fence, or on none.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AcquireParts {
+    pub session: SessionId,
+    pub ticket: TicketId,
+    pub tenant: String,
+    /// In the order the client gave; replies name the first part's units.
+    pub parts: Vec<Part>,
+    pub priority: Priority,
+    /// The agent acting, for agent-scoped halts.
+    pub agent: Option<String>,
+    /// Queue when a part has no room; `false` answers `Busy` instead.
+    pub wait: bool,
+    /// The units of the rate parts are an estimate: the ticket stays live after its grant,
+    /// holding the estimate taken, until [`Command::SettleTake`] names the actual cost (or
+    /// it is released, or its session ends: then the estimate stands).
+    pub estimate: bool,
+}
+
+impl From<&Acquire> for AcquireParts {
+    fn from(a: &Acquire) -> AcquireParts {
+        AcquireParts {
+            session: a.session,
+            ticket: a.ticket,
+            tenant: a.tenant.clone(),
+            parts: vec![Part {
+                limit: a.limit.clone(),
+                key: None,
+                units: a.units,
+            }],
+            priority: a.priority.clone(),
+            agent: a.agent.clone(),
+            wait: a.wait,
+            estimate: false,
         }
     }
 }

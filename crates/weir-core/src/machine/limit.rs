@@ -19,12 +19,21 @@
 //! - `tokens_micro <= burst * 1e6`, and `refill_remainder < 1000`.
 //! - A limit redefined to `concurrent = 0` keeps the holders it had (they release as
 //!   usual); only its new grants hold nothing.
+//!
+//! Keyed limits: a keyed definition is a `Limit` that holds nothing itself; each key whose
+//! state differs from a fresh one is a `Limit` of its own (`of` names the definition, the
+//! definition's `keys` names it back), created by the first request that charges it and
+//! dropped as soon as it is fresh again ([`Limit::is_fresh`]: nothing held or waiting, the
+//! bucket at its burst). A fresh key answers exactly as a new one would, so dropping it
+//! changes no decision; the snapshot holds only keys that are not fresh.
+//! - A keyed definition holds nothing, queues nothing, and its bucket stays full.
+//! - Only a keyed definition has `keys`.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::command::{Fence, SessionId, TicketId};
+use super::command::{Fence, LimitId, SessionId, TicketId};
 use super::queue::WaitQueue;
 
 /// Micro-tokens per token.
@@ -43,6 +52,13 @@ pub struct LimitSpec {
     /// `per_second` in micro-tokens per second, rounded down (exactly: see
     /// [`micro_per_s_floor`]).
     pub rate_micro_per_s: u64,
+    /// `Some(keys_max)`: a keyed limit, one bucket or semaphore per key, at most `keys_max`
+    /// keys live at once. `None`: one bucket or semaphore.
+    pub keys_max: Option<u32>,
+    /// Shadow mode: a part on this limit is evaluated and charged when it has room, and
+    /// never refused nor queued when it has none: it passes uncharged and the would-be
+    /// refusal is counted (`Limit::shadow_refusals`).
+    pub shadow: bool,
 }
 
 impl LimitSpec {
@@ -75,6 +91,8 @@ impl LimitSpec {
             per_second,
             burst,
             rate_micro_per_s,
+            keys_max: None,
+            shadow: false,
         })
     }
 
@@ -140,6 +158,48 @@ pub struct Holder {
     pub agent: Option<String>,
 }
 
+/// What a shadow limit would have refused a part for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShadowKind {
+    /// No room now (what `Busy` or a wait would be).
+    Busy,
+    /// More units than it can ever grant (`TooLarge`).
+    TooLarge,
+    /// No room for a new key (`AtCapacity`).
+    AtCapacity,
+}
+
+/// A shadow limit's would-be refusals, by kind, since it was defined.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShadowRefusals {
+    pub busy: u64,
+    pub too_large: u64,
+    pub at_capacity: u64,
+}
+
+impl ShadowRefusals {
+    /// Counts one of `kind`.
+    pub fn count(&mut self, kind: ShadowKind) {
+        let n = match kind {
+            ShadowKind::Busy => &mut self.busy,
+            ShadowKind::TooLarge => &mut self.too_large,
+            ShadowKind::AtCapacity => &mut self.at_capacity,
+        };
+        *n += 1;
+    }
+
+    /// Adds `other`'s counts.
+    pub fn add(&mut self, other: ShadowRefusals) {
+        self.busy += other.busy;
+        self.too_large += other.too_large;
+        self.at_capacity += other.at_capacity;
+    }
+
+    pub fn total(&self) -> u64 {
+        self.busy + self.too_large + self.at_capacity
+    }
+}
+
 /// What a limit can do for a request of some units now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Room {
@@ -173,6 +233,21 @@ pub struct Limit {
     pub queue: WaitQueue,
     /// Removed by the operator; kept only until its last holder releases.
     pub removing: bool,
+    /// `Some(definition)` for the state of one key of a keyed limit: then `name` is the key,
+    /// `tenant` is empty (the definition's are used), and the state exists only while it
+    /// differs from a fresh one ([`Limit::is_fresh`]).
+    pub of: Option<LimitId>,
+    /// A keyed definition's live keys, by key. Its own holders and queue stay empty and its
+    /// bucket full: every request names a key.
+    pub keys: BTreeMap<String, LimitId>,
+    /// Requests a shadow limit would have refused (no room, too large, or no room for a new
+    /// key), counted on the definition since it was defined.
+    pub shadow_refusals: ShadowRefusals,
+    /// Estimates taken and not yet settled, by the fence of their take: a key with one is
+    /// not fresh (its settlement may return tokens).
+    pub estimating: BTreeMap<Fence, u32>,
+    /// Tokens settled above their estimates, summed on the definition since it was defined.
+    pub overrun_tokens: u64,
 }
 
 impl Limit {
@@ -190,7 +265,75 @@ impl Limit {
             refilled_at_ms: now_ms,
             queue: WaitQueue::default(),
             removing: false,
+            of: None,
+            keys: BTreeMap::new(),
+            shadow_refusals: ShadowRefusals::default(),
+            estimating: BTreeMap::new(),
+            overrun_tokens: 0,
         }
+    }
+
+    /// A fresh key `key` of keyed definition `of` (of spec `spec`), at log time `now_ms`.
+    pub fn new_key(of: LimitId, key: &str, spec: LimitSpec, now_ms: u64) -> Limit {
+        Limit {
+            of: Some(of),
+            ..Limit::new("", key, spec, now_ms)
+        }
+    }
+
+    /// Whether this is a key's state: the one kind of limit that exists only while it
+    /// differs from a fresh one.
+    pub fn is_key(&self) -> bool {
+        self.of.is_some()
+    }
+
+    /// Whether the state is that of a fresh limit (after [`Limit::refill`] to now): nothing
+    /// held, nothing waiting, the bucket full. Granting from it gives the same answers as
+    /// from a new one, so a key in this state is dropped.
+    pub fn is_fresh(&self) -> bool {
+        self.holders.is_empty()
+            && self.queue.is_empty()
+            && self.estimating.is_empty()
+            && self.bucket_full()
+    }
+
+    /// Settles the estimate taken under `fence` (after [`Limit::refill`] to now) at `cost`
+    /// tokens: below it the difference returns (never above the burst), above it the
+    /// difference is taken as far as the bucket holds. Returns the tokens charged above
+    /// the estimate.
+    pub fn settle_estimate(&mut self, fence: Fence, cost: u64) -> u64 {
+        let estimate = self
+            .estimating
+            .remove(&fence)
+            .expect("a settled estimate is recorded") as u64;
+        let cap = self.spec.burst * MICRO;
+        if cost <= estimate {
+            let back = (estimate - cost) * MICRO;
+            self.tokens_micro = (self.tokens_micro + back).min(cap);
+            if self.tokens_micro == cap {
+                self.refill_remainder = 0;
+            }
+            return 0;
+        }
+        let extra = cost - estimate;
+        self.tokens_micro -= (extra * MICRO).min(self.tokens_micro);
+        extra
+    }
+
+    fn bucket_full(&self) -> bool {
+        !self.spec.rates() || self.tokens_micro == self.spec.burst * MICRO
+    }
+
+    /// The log time at which the bucket is full again, counted from the last refill (the
+    /// answer does not change with refills in between: the integer refill is exact).
+    fn full_at_ms(&self) -> u64 {
+        let cap = self.spec.burst as u128 * MICRO as u128 * 1000;
+        let have = self.tokens_micro as u128 * 1000 + self.refill_remainder as u128;
+        let wait_ms = cap
+            .saturating_sub(have)
+            .div_ceil(self.spec.rate_micro_per_s as u128);
+        self.refilled_at_ms
+            .saturating_add(u64::try_from(wait_ms).unwrap_or(u64::MAX))
     }
 
     /// Replaces the spec, keeping holders and queue; the bucket is clamped to the new burst.
@@ -250,23 +393,39 @@ impl Limit {
         Room::Yes
     }
 
-    /// When the refill alone lets the head of the queue through: `None` when nothing
-    /// waits, the limit does not rate, or the head waits for a release (which serves the
-    /// limit itself); else the log time the bucket holds the head's tokens, computed from
-    /// the state of the last refill (that time itself when it already holds them). The
-    /// machine files the limit under it (`machine::deadlines`). The bucket's integer refill
-    /// does not depend on how often it is refilled, so the answer stays the same whether
-    /// or not the limit is refilled again before then.
+    /// When time alone changes this limit, computed from the state of the last refill:
+    /// - with waiters, when the refill lets the first *blocking* waiter through (the first
+    ///   that has no room here; those before it are waiters of several parts that have room
+    ///   here and wait for another part, see `machine::state::permits`): `None` when none
+    ///   blocks, the limit does not rate, or the blocker waits for a release (which serves
+    ///   the limit itself); else the log time the bucket holds its tokens;
+    /// - without waiters, for a key's state with nothing held: when its bucket is full
+    ///   again, the time it becomes fresh and is dropped.
+    ///
+    /// The machine files the limit under it (`machine::deadlines`). The bucket's integer
+    /// refill does not depend on how often it is refilled, so the answer stays the same
+    /// whether or not the limit is refilled again before then.
     pub fn tokens_due_ms(&self) -> Option<u64> {
         if !self.spec.rates() {
             return None;
         }
-        let (_, head) = self.queue.peek()?;
-        match self.room_for(head.units, self.refilled_at_ms) {
-            Room::NeedsRelease => None,
-            Room::NeedsTokensAt(at_ms) => Some(at_ms),
-            Room::Yes => Some(self.refilled_at_ms),
+        if self.queue.is_empty() {
+            return (self.is_key() && self.holders.is_empty() && !self.bucket_full())
+                .then(|| self.full_at_ms());
         }
+        match self.first_blocker(self.refilled_at_ms)? {
+            Room::NeedsTokensAt(at_ms) => Some(at_ms),
+            _ => None,
+        }
+    }
+
+    /// The room of the first waiter that has none (in service order), or `None` when every
+    /// waiter has room.
+    pub fn first_blocker(&self, now_ms: u64) -> Option<Room> {
+        self.queue
+            .iter()
+            .map(|(_, w)| self.room_for(w.units, now_ms))
+            .find(|room| *room != Room::Yes)
     }
 
     /// Takes `units` for `holder` under `fence`: tokens always (when rated), concurrency only
@@ -307,9 +466,11 @@ impl Limit {
         Some(holder)
     }
 
-    /// Whether the limit can be dropped: removed and nothing held or waiting.
+    /// Whether the limit can be dropped: removed and nothing held, waiting or keyed under
+    /// it; or a key's state that is fresh.
     pub fn is_gone(&self) -> bool {
-        self.removing && self.holders.is_empty() && self.queue.is_empty()
+        let empty = self.holders.is_empty() && self.queue.is_empty() && self.keys.is_empty();
+        (self.removing && empty) || (self.is_key() && self.is_fresh())
     }
 
     /// Checks the invariants of the module doc.
@@ -330,6 +491,22 @@ impl Limit {
         if self.tokens_micro > self.spec.burst * MICRO || self.refill_remainder >= 1000 {
             return Err(format!("limit {}: bucket out of range", self.name));
         }
+        let keyed_definition = self.spec.keys_max.is_some() && !self.is_key();
+        if !keyed_definition && !self.keys.is_empty() {
+            return Err(format!(
+                "limit {}: keys or counts on a limit without keys",
+                self.name
+            ));
+        }
+        if keyed_definition
+            && (!self.holders.is_empty()
+                || !self.queue.is_empty()
+                || !self.estimating.is_empty()
+                || !self.bucket_full())
+        {
+            return Err(format!("keyed limit {}: state outside its keys", self.name));
+        }
+
         self.queue
             .check()
             .map_err(|e| format!("limit {}: {e}", self.name))

@@ -61,7 +61,90 @@
 //!
 //! Priority level first; within a level weighted-fair across fairness keys; first come
 //! within a key ([`queue`]). The head blocks: a ticket for more units than are free waits,
-//! and those behind it wait too, so large requests are never starved.
+//! and those behind it wait too, so large requests are never starved. (A request of
+//! several parts that has room in a queue is the one exception: see below.)
+//!
+//! # Keyed limits
+//!
+//! A keyed definition stands for one bucket or semaphore per key ([`limit`]). A key's state
+//! is a limit of its own, created by the first request that charges it or waits on it, and
+//! dropped in the entry that finds it fresh again: nothing held, nothing waiting, its
+//! bucket at its burst. A bucket reaches its burst by refill alone, so a key with a bucket
+//! below its burst and nothing else is filed in the deadline index at the log time it is
+//! full (`deadlines`) and dropped there. *Claim: dropping a fresh key changes no
+//! decision.* A request on a key with no state is decided as on a new limit: a full bucket
+//! (whose refill the burst caps, so its remainder is zero either way), nothing held, an
+//! empty queue; that is exactly the state that was dropped, since `max_in_use` is not
+//! decided on. So the decisions and fences are those of a machine that kept every key
+//! forever, and a snapshot holds only the keys that are not fresh, all decided on the log
+//! clock (G4). Live keys are bounded per definition (`keys_max`) and, with the definitions,
+//! by [`crate::bounds::LIMITS_MAX`]: a new key past either is refused `AtCapacity` naming
+//! the limit.
+//!
+//! # Several parts
+//!
+//! A request may name up to [`crate::bounds::PARTS_MAX`] parts, each (limit, key, units),
+//! all of one tenant, no limit twice. It is decided in one entry: granted on every part
+//! under one fence, or queued on every part, or refused with nothing charged. A part that
+//! names an unknown limit, a key its limit does not take, or more units than its limit
+//! can ever grant refuses the whole request naming that part's limit.
+//!
+//! A new request is granted at once when every part is *ready*: its limit has room for it
+//! and no waiter in its queue lacks room (else it would pass someone who blocks). A waiting
+//! request of several parts sits in the queue of every part's limit. Serving a queue walks
+//! it in order ([`state`]'s `serve`):
+//! - a waiter without room here stops the walk: it blocks those behind it, as a head does;
+//! - a waiter of one part with room is granted;
+//! - a waiter of several parts with room here is granted when every other part is ready
+//!   for it (room there, and no waiter ahead of it there without room), all parts in this
+//!   entry, taking it out of every queue as service; otherwise it is passed over and the
+//!   walk goes on: the room here is not what it waits for, so it never blocks a waiter
+//!   behind it that can use it.
+//!
+//! *G1 holds:* every part is charged only when its own limit has room for it
+//! (`Limit::grant` asserts it), and the parts of one request are charged in the same entry
+//! or not at all; a passed-over waiter holds nothing.
+//!
+//! *No wake-up is lost (G7):* say waiter `W` has room on every part and nobody ahead of it
+//! without room on any part. The last change that brought this about made room (a release,
+//! an expiry, a refill, a withdrawal) on some limit `L` of `W`'s, or withdrew a waiter
+//! ahead of `W` there. Each of those serves `L` in the same entry: a release, an expiry and
+//! a withdrawal serve the limits they touch, and a refill is filed in the deadline index
+//! under the time the first waiter without room in `L` gets its tokens — `W` itself or a
+//! waiter ahead of it, whose service comes first. The walk of `L` passes over or grants
+//! everyone ahead of `W` (none lacks room) and reaches `W`, whose other parts are ready: it
+//! is granted. So after every entry, every waiting request has a part without room, or a
+//! waiter ahead of it on some part without room (the property test of the machine checks
+//! this after every entry against a model).
+//!
+//! Caveat: a request of several parts can wait longer than head-of-line order would let
+//! it. While it waits for part `A`, the room it has in `B` goes to those behind it in
+//! `B`; when `A` has room, `B` may have none, and it blocks `B` from then on. It is served
+//! as soon as both have room at once, which blocking makes come: each of its queues stops
+//! at it once it lacks room there. A walk also visits the passed-over waiters ahead, so
+//! serving a queue costs the waiters it passes over as well as those it grants.
+//!
+//! # Takes with an estimate
+//!
+//! A take may hold an estimate (`AcquireParts::estimate`): its rate parts take the units
+//! asked, and the ticket stays live, recorded on each rate part's limit under its fence,
+//! until `SettleTake` names the actual cost. Below the estimate the difference returns to
+//! the bucket, never above its burst; above it the difference is taken as far as the
+//! bucket holds (it floors at empty, no debt is carried) and the whole overrun is recorded
+//! on the definition and answered `Overrun`. A settlement is idempotent by ticket; a take
+//! released unsettled, or whose session ends, keeps its estimate as charged. A key with an
+//! unsettled estimate is not fresh, so the key a settlement returns tokens to exists.
+//! G1's rate bound counts what is granted: returned tokens were granted and not used, and
+//! an overrun is spending the limit did not grant, recorded rather than hidden.
+//!
+//! # Shadow limits
+//!
+//! A shadow limit (`shadow` in its spec) is evaluated on each request and never refuses:
+//! a part on it with room is charged with the rest; a part that would refuse (no room, too
+//! many units, no room for a new key) passes uncharged and is counted on the definition
+//! when the request is granted or queued (a request refused by another part counts
+//! nothing). A shadow part is decided when its request arrives: a request that waits
+//! carries only its enforced parts, so its later grant does not charge the shadow limit.
 //!
 //! # Snapshots
 //!
@@ -107,8 +190,8 @@ pub mod totals;
 mod validate;
 
 pub use command::{
-    Acquire, Batch, Change, Command, Fence, HaltScope, Leadership, LimitId, Owner, Priority,
-    SessionId, Settle, TicketId, next_session_candidate,
+    Acquire, AcquireParts, Batch, Change, Command, Definition, Fence, HaltScope, Leadership,
+    LimitId, Owner, Part, Priority, SessionId, Settle, TicketId, next_session_candidate,
 };
 pub use reply::{Applied, BudgetKind, Event, Refusal, Reply};
 pub use snapshot::{SNAPSHOT_MAGIC, SNAPSHOT_VERSION, digest_of};

@@ -19,8 +19,10 @@
 //! Invariants:
 //! - Every waiter's flow has a record whose `queued` counts exactly that flow's waiters.
 //! - A level has a virtual-time record only while it has waiters.
-//! - Service is strictly in key order: the head blocks those behind it (a large request is
-//!   never starved by small ones slipping past).
+//! - Service is in key order: a waiter that has no room blocks those behind it (a large
+//!   request is never starved by small ones slipping past). A waiter of several parts that
+//!   has room here but waits for another part is passed over ([`WaitQueue::take`] serves
+//!   a waiter that is not the head).
 //! - `ranks` holds exactly the keys of `order`.
 
 use std::collections::BTreeMap;
@@ -141,14 +143,32 @@ impl WaitQueue {
 
     /// Serves the head: removes it and moves its level's virtual time to its finish tag.
     pub fn pop(&mut self) -> Option<(QueueKey, Waiter)> {
-        let (key, waiter) = self.order.pop_first()?;
-        assert!(self.ranks.remove(&key), "ranks hold every queued key");
+        let key = *self.order.first_key_value()?.0;
+        let waiter = self.take(&key).expect("the head is queued");
+        Some((key, waiter))
+    }
+
+    /// Serves the waiter under `key`, head or not (a waiter of several parts, granted where
+    /// it waited behind others that wait for room: see `machine::state::permits`): removes
+    /// it and moves its level's virtual time to its finish tag, as [`WaitQueue::pop`] does.
+    pub fn take(&mut self, key: &QueueKey) -> Option<Waiter> {
+        let waiter = self.order.remove(key)?;
+        assert!(self.ranks.remove(key), "ranks hold every queued key");
         let level = key.level();
         if let Some(v) = self.virtual_time.get_mut(&level) {
             *v = (*v).max(key.finish);
         }
         self.forget(level, &waiter.fairness_key);
-        Some((key, waiter))
+        Some(waiter)
+    }
+
+    /// The first waiter after `key` in service order (the head for `None`).
+    pub fn next_after(&self, key: Option<&QueueKey>) -> Option<(&QueueKey, &Waiter)> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        match key {
+            None => self.order.first_key_value(),
+            Some(k) => self.order.range((Excluded(*k), Unbounded)).next(),
+        }
     }
 
     /// Withdraws the ticket queued under `key` (a release, an expiry, a refusal). Virtual

@@ -45,6 +45,48 @@ pub enum Ticket {
         fence: Fence,
         units: u32,
     },
+    /// A request of several parts (or of one, taken with an estimate), waiting in the queue
+    /// of each part's limit (or key) under the key beside it, in the request's part order.
+    QueuedParts {
+        parts: Vec<(LimitId, QueueKey)>,
+        /// Taken with an estimate (see `AcquireParts::estimate`).
+        estimate: bool,
+    },
+    /// A request of several parts (or taken with an estimate), granted under `fence`:
+    /// holding on each part's limit (or key) that caps concurrency the units beside it (its
+    /// rate parts took their tokens at the grant). `units` is the request's first part's,
+    /// what a repeat of it is answered. `estimates`: the rate parts' estimates taken, until
+    /// the take is settled (empty once settled, or without an estimate).
+    HeldParts {
+        fence: Fence,
+        units: u32,
+        parts: Vec<(LimitId, u32)>,
+        estimates: Vec<(LimitId, u32)>,
+    },
+}
+
+impl Ticket {
+    /// How many places the ticket takes in limits: 1, or one per part of a request of
+    /// several. The live-ticket bounds count these (`machine::totals`), since each place
+    /// costs the state a waiter or a holder.
+    pub fn places(&self) -> u64 {
+        match self {
+            Ticket::Queued { .. } | Ticket::Held { .. } => 1,
+            Ticket::QueuedParts { parts, .. } => parts.len() as u64,
+            Ticket::HeldParts {
+                parts, estimates, ..
+            } => (parts.len() + estimates.len()) as u64,
+        }
+    }
+
+    /// How many queues it waits in.
+    pub fn waiters(&self) -> u64 {
+        match self {
+            Ticket::Queued { .. } => 1,
+            Ticket::QueuedParts { parts, .. } => parts.len() as u64,
+            Ticket::Held { .. } | Ticket::HeldParts { .. } => 0,
+        }
+    }
 }
 
 /// How a finished ticket ended: what a duplicate of its acquire is answered.
@@ -137,7 +179,7 @@ impl Session {
 
     /// Adds what this session keeps to `totals` (a count of the whole state).
     pub fn count_into(&self, totals: &mut Totals) {
-        totals.live_tickets += self.live.len() as u64;
+        totals.live_tickets += self.places_count();
         totals.queued_tickets += self.queued_count();
         totals.finished_tickets += self.finished.len() as u64;
         totals.finished_refusals += self.refusal_count();
@@ -145,17 +187,18 @@ impl Session {
 
     /// Takes what this session keeps away from `totals`: it is being dropped.
     pub fn forget_from(&self, totals: &mut Totals) {
-        totals.live_tickets -= self.live.len() as u64;
+        totals.live_tickets -= self.places_count();
         totals.queued_tickets -= self.queued_count();
         totals.finished_tickets -= self.finished.len() as u64;
         totals.finished_refusals -= self.refusal_count();
     }
 
     fn queued_count(&self) -> u64 {
-        let queued = self.live.values();
-        queued
-            .filter(|t| matches!(t, Ticket::Queued { .. }))
-            .count() as u64
+        self.live.values().map(Ticket::waiters).sum()
+    }
+
+    fn places_count(&self) -> u64 {
+        self.live.values().map(Ticket::places).sum()
     }
 
     fn refusal_count(&self) -> u64 {
@@ -164,26 +207,20 @@ impl Session {
 
     /// Records `ticket` as live in `state` (new, or queued and now held), keeping `totals`.
     pub fn set_live(&mut self, ticket: TicketId, state: Ticket, totals: &mut Totals) {
-        if matches!(state, Ticket::Queued { .. }) {
-            totals.queued_tickets += 1;
-        }
-        match self.live.insert(ticket, state) {
-            None => totals.live_tickets += 1,
-            Some(Ticket::Queued { .. }) => totals.queued_tickets -= 1,
-            Some(Ticket::Held { .. }) => {}
+        totals.live_tickets += state.places();
+        totals.queued_tickets += state.waiters();
+        if let Some(old) = self.live.insert(ticket, state) {
+            totals.live_tickets -= old.places();
+            totals.queued_tickets -= old.waiters();
         }
     }
 
     /// Moves `ticket` from live to finished with `how`, at log time `now_ms`, keeping
     /// `totals`.
     pub fn finish(&mut self, ticket: TicketId, how: Finished, now_ms: u64, totals: &mut Totals) {
-        match self.live.remove(&ticket) {
-            None => {}
-            Some(Ticket::Queued { .. }) => {
-                totals.live_tickets -= 1;
-                totals.queued_tickets -= 1;
-            }
-            Some(Ticket::Held { .. }) => totals.live_tickets -= 1,
+        if let Some(old) = self.live.remove(&ticket) {
+            totals.live_tickets -= old.places();
+            totals.queued_tickets -= old.waiters();
         }
         if how.is_refusal() {
             totals.finished_refusals += 1;

@@ -29,9 +29,12 @@ pub const SNAPSHOT_MAGIC: [u8; 4] = *b"WSNP";
 /// (a finished ticket keeps its refusal), budget holds, and finished tickets' log times.
 /// Version 4: a session keeps its owner; every refusal names its object, and a waiter
 /// refused by a halt is kept as `Finished::Halted`, and queues and rate refills carry new
-/// derived indexes. Only this version is read: a version-3 snapshot is refused naming both
-/// versions (its refusals and queues no longer decode as they were written).
-pub const SNAPSHOT_VERSION: u16 = 4;
+/// derived indexes. Version 5: keyed limits (a limit's spec says whether it is keyed and
+/// in shadow mode; a limit keeps its keys, or the definition it is a key of, and its
+/// shadow count) and tickets of several parts. Only this version is read: an older
+/// snapshot is refused naming both versions (its limits and tickets no longer decode as
+/// they were written).
+pub const SNAPSHOT_VERSION: u16 = 5;
 
 impl Machine {
     /// The machine as snapshot bytes.
@@ -86,20 +89,20 @@ mod tests {
     }
 
     #[test]
-    fn a_version_3_snapshot_is_refused_naming_both_versions() {
+    fn a_version_4_snapshot_is_refused_naming_both_versions() {
         let mut m = Machine::new();
         entry(&mut m, 1, vec![Command::OpenSession { ttl_ms: 10_000 }]);
         let mut bytes = m.snapshot();
-        bytes[4..6].copy_from_slice(&3u16.to_le_bytes());
+        bytes[4..6].copy_from_slice(&4u16.to_le_bytes());
         let err = Machine::restore(&bytes).unwrap_err().to_string();
         assert!(
-            err.contains("unknown format version 3 (this build reads 4)"),
+            err.contains("unknown format version 4 (this build reads 5)"),
             "{err}"
         );
     }
 
     #[test]
-    fn a_version_4_snapshot_keeps_owners_and_a_damaged_one_is_refused() {
+    fn a_version_5_snapshot_keeps_owners_and_a_damaged_one_is_refused() {
         let mut m = Machine::new();
         let open = Command::OpenSessionFor {
             ttl_ms: 10_000,

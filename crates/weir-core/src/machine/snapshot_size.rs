@@ -6,7 +6,7 @@
 use crate::bounds::*;
 use crate::codec::{self, encoded_len};
 use crate::machine::command::{Fence, HaltScope, LimitId, Owner, SessionId, TicketId};
-use crate::machine::limit::{Holder, Limit, LimitSpec};
+use crate::machine::limit::{Holder, Limit, LimitSpec, ShadowRefusals};
 use crate::machine::queue;
 use crate::machine::reply::{BudgetKind, Refusal};
 use crate::machine::saved::SavedLimits;
@@ -114,6 +114,8 @@ fn finished_bytes_max() -> usize {
     finished_small_bytes_max().max(refused).max(halted)
 }
 
+/// A held place: a holder and its share of its ticket's session entry (a part of a request
+/// of several costs a (limit, units) pair there, within this).
 fn held_bytes_max() -> usize {
     let live = Ticket::Held {
         limit: LimitId::MAX,
@@ -129,6 +131,9 @@ fn held_bytes_max() -> usize {
     encoded_len(&(TicketId::MAX, live)) + encoded_len(&(Fence::MAX, holder))
 }
 
+/// A waiter: its queue entry and its share of its ticket's session entry. A request of
+/// several parts counts one per part against the bound (`Ticket::places`), and its session
+/// entry's list costs each part a (limit, key) pair, within this.
 fn queued_bytes_max() -> usize {
     // A queued ticket's session entry is at most a held one's plus a key's.
     let key_bytes = 5 + 17 + 9;
@@ -147,16 +152,28 @@ fn limit_bytes_max() -> usize {
         per_second: PER_SECOND_MAX,
         burst: BURST_MAX,
         rate_micro_per_s: u64::MAX,
+        keys_max: Some(u32::MAX),
+        shadow: true,
     };
     let mut l = Limit::new(&name(), &name(), spec, 0);
+    l.of = Some(LimitId::MAX);
+    l.shadow_refusals = ShadowRefusals {
+        busy: u64::MAX,
+        too_large: u64::MAX,
+        at_capacity: u64::MAX,
+    };
     l.spec.burst = u64::MAX;
     l.held_units = u64::MAX;
     l.max_held_units = u64::MAX;
     l.tokens_micro = u64::MAX;
     l.refill_remainder = u64::MAX;
     l.refilled_at_ms = u64::MAX;
-    // The queue's next seq and four container lengths may each grow to a full varint.
-    encoded_len(&(LimitId::MAX, l)) + 5 * LEN_MAX + encoded_len(&(name(), LimitId::MAX))
+    // The queue's next seq and five container lengths may each grow to a full varint.
+    // A definition is named by its tenant's map (tenant and name in the limit); a key's
+    // state by its definition's map (no tenant in the limit, the key as its name): the
+    // definition's tenant name is the larger, since a key is at most a name's length.
+    const _: () = assert!(KEY_BYTES_MAX <= NAME_BYTES_MAX);
+    encoded_len(&(LimitId::MAX, l)) + 6 * LEN_MAX + encoded_len(&(name(), LimitId::MAX))
 }
 
 fn tenant_bytes_max() -> usize {
@@ -235,7 +252,7 @@ fn worst_state() -> (Vec<(&'static str, usize, usize)>, u64) {
             FINISHED_TICKETS_MAX - FINISHED_REFUSALS_MAX,
             finished_small_bytes_max(),
         ),
-        ("limits", LIMITS_MAX, limit_bytes_max()),
+        ("limits and keys", LIMITS_MAX, limit_bytes_max()),
         ("tenants", TENANTS_MAX, tenant_bytes_max()),
         ("receipts", RECEIPTS_MAX, receipt_bytes_max()),
         ("runs", RUNS_MAX, run_bytes_max()),

@@ -32,6 +32,7 @@ mod runs;
 
 use std::collections::BTreeSet;
 
+use super::command::Definition;
 use super::command::{Batch, Command, SessionId};
 use super::deadlines::{Deadlines, Prune};
 use super::reply::{Applied, Event, Refusal, Reply};
@@ -57,7 +58,11 @@ pub struct Machine {
 /// prunes the receipts that are due and keeps the totals itself.)
 fn tenant_counted(command: &Command) -> Option<&str> {
     match command {
-        Command::DefineLimit { .. } | Command::RemoveLimit { .. } | Command::Acquire(_) => None,
+        Command::DefineLimit { .. }
+        | Command::Define(_)
+        | Command::RemoveLimit { .. }
+        | Command::Acquire(_)
+        | Command::AcquireParts(_) => None,
         _ => command.tenant(),
     }
 }
@@ -171,8 +176,8 @@ impl Machine {
         let mut events = Vec::new();
         self.expire_sessions(now_ms, &mut events);
         // In id order, as when every rated queue was served on every entry: serving one
-        // limit never changes another's deadline, so the grants (and their fences) are the
-        // same.
+        // limit moves another's deadline only later (a grant of several parts charges the
+        // others' buckets), so the grants (and their fences) are the same.
         let mut due = self.deadlines.serve.due(now_ms);
         due.sort_unstable();
         for id in due {
@@ -216,7 +221,17 @@ impl Machine {
                 concurrent,
                 per_second,
                 burst,
-            } => answer(self.define_limit(tenant, name, *concurrent, *per_second, *burst, events)),
+            } => {
+                let d = Definition::from_legacy(tenant, name, *concurrent, *per_second, *burst);
+                answer(self.define_limit(&d, events))
+            }
+            Command::Define(d) => answer(self.define_limit(d, events)),
+            Command::AcquireParts(a) => answer(self.acquire_parts(a, events)),
+            Command::SettleTake {
+                session,
+                ticket,
+                cost,
+            } => answer(self.settle_take(*session, *ticket, *cost, events)),
             Command::RemoveLimit { tenant, name } => self.remove_limit(tenant, name, events),
             Command::OpenSession { ttl_ms } => answer(self.open_session(*ttl_ms, None, None)),
             Command::OpenSessionFor {

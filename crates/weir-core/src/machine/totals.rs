@@ -17,9 +17,10 @@ use super::tenant::Tenant;
 /// Counts of the globally bounded items. See the module doc.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Totals {
-    /// Live tickets, held or queued, across every session.
+    /// Places live tickets take, held or queued, across every session: a ticket of one
+    /// limit takes one, a request of several parts one per part ([`crate::machine::session::Ticket::places`]).
     pub live_tickets: u64,
-    /// Of those, the queued ones.
+    /// Of those, the queued ones: waiters in queues ([`crate::machine::session::Ticket::waiters`]).
     pub queued_tickets: u64,
     /// Finished tickets kept for retries, across every session.
     pub finished_tickets: u64,

@@ -13,13 +13,17 @@
 //! state. (One argument rule stays with its handler: a reserve's hold needs a period.)
 //!
 //! The shapes and what a command names live in [`crate::machine::command`]; the rules live
-//! here, so the command types know no refusal.
+//! here, so the command types know no refusal. A request of parts names 1..=`PARTS_MAX`
+//! parts, each limit once, keys non-empty and at most `KEY_BYTES_MAX` bytes; whether a
+//! part's key fits its limit (a key on a keyed limit, none on another) needs the state and
+//! is the machine's. A definition's spec ([`Definition::spec`]) is built here too.
 
-use super::command::{Acquire, Command, HaltScope, Settle};
+use super::command::{Acquire, AcquireParts, Command, Definition, HaltScope, Settle};
 use super::limit::LimitSpec;
 use super::reply::Refusal;
 use crate::bounds::{
-    NAME_BYTES_MAX, REASON_BYTES_MAX, SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN, UNITS_MAX,
+    BURST_MAX, KEY_BYTES_MAX, KEYS_MAX_DEFAULT, LIMITS_MAX, NAME_BYTES_MAX, PARTS_MAX,
+    REASON_BYTES_MAX, SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN, UNITS_MAX,
 };
 
 impl Command {
@@ -48,11 +52,20 @@ impl Command {
                     )));
                 }
             }
+            Command::SettleTake { cost, .. } => {
+                if *cost > BURST_MAX {
+                    return Err(Refusal::Invalid(format!(
+                        "cost {cost} is above the bound of {BURST_MAX}"
+                    )));
+                }
+            }
             Command::KeepAlive { .. }
             | Command::CloseSession { .. }
             | Command::Release { .. }
             | Command::Tick => {}
             Command::Acquire(a) => a.validate()?,
+            Command::AcquireParts(a) => a.validate()?,
+            Command::Define(d) => d.validate()?,
             Command::SetTenant { tenant, .. } => check_key("tenant", tenant)?,
             Command::Reserve {
                 tenant,
@@ -168,4 +181,92 @@ pub(super) fn check_key(what: &str, name: &str) -> Result<(), Refusal> {
         return Err(Refusal::Invalid(format!("{what} is empty")));
     }
     check_name(what, name)
+}
+
+impl Definition {
+    /// The spec this definition gives, or why it is invalid.
+    pub fn spec(&self) -> Result<LimitSpec, String> {
+        let keys_max = match (self.keyed, self.keys_max) {
+            (false, None) => None,
+            (false, Some(n)) => {
+                return Err(format!(
+                    "keys_max {n} is given for a limit that is not keyed"
+                ));
+            }
+            (true, n) => {
+                let n = n.unwrap_or(KEYS_MAX_DEFAULT);
+                if n == 0 || n as usize > LIMITS_MAX {
+                    return Err(format!("keys_max {n} is not in 1..={LIMITS_MAX}"));
+                }
+                Some(n)
+            }
+        };
+        let mut spec = LimitSpec::new(self.concurrent, self.per_second, self.burst)?;
+        spec.keys_max = keys_max;
+        spec.shadow = self.shadow;
+        Ok(spec)
+    }
+
+    /// Checks the arguments alone: names and the spec.
+    pub fn validate(&self) -> Result<(), Refusal> {
+        check_key("tenant", &self.tenant)?;
+        check_key("limit name", &self.name)?;
+        self.spec().map_err(Refusal::Invalid)?;
+        Ok(())
+    }
+}
+
+impl AcquireParts {
+    /// Checks the arguments alone: names, 1..=[`PARTS_MAX`] parts naming distinct limits,
+    /// keys, units in `1..=UNITS_MAX`, a weight of at least 1. A refusal names the part by
+    /// its position (from 1) and its limit.
+    pub fn validate(&self) -> Result<(), Refusal> {
+        check_key("tenant", &self.tenant)?;
+        if self.parts.is_empty() || self.parts.len() > PARTS_MAX {
+            return Err(Refusal::Invalid(format!(
+                "{} parts, a request names 1..={PARTS_MAX}",
+                self.parts.len()
+            )));
+        }
+        for (i, part) in self.parts.iter().enumerate() {
+            let n = i + 1;
+            check_key(&format!("part {n}'s limit name"), &part.limit)?;
+            if let Some(key) = &part.key {
+                check_key_bytes(n, &part.limit, key)?;
+            }
+            if part.units == 0 || part.units > UNITS_MAX {
+                return Err(Refusal::Invalid(format!(
+                    "part {n} ({}): units {} is not in 1..={UNITS_MAX}",
+                    part.limit, part.units
+                )));
+            }
+            if self.parts[..i].iter().any(|p| p.limit == part.limit) {
+                return Err(Refusal::Invalid(format!(
+                    "part {n} names limit {} again: a request names each limit once",
+                    part.limit
+                )));
+            }
+        }
+        check_name("fairness key", &self.priority.fairness_key)?;
+        if let Some(agent) = &self.agent {
+            check_key("agent", agent)?;
+        }
+        if self.priority.fairness_weight == 0 {
+            return Err(Refusal::Invalid(
+                "fairness weight 0: weights are at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Checks part `n`'s key: non-empty, at most [`KEY_BYTES_MAX`] bytes.
+fn check_key_bytes(n: usize, limit: &str, key: &str) -> Result<(), Refusal> {
+    if key.is_empty() || key.len() > KEY_BYTES_MAX {
+        return Err(Refusal::Invalid(format!(
+            "part {n} ({limit}): key is {} bytes, not in 1..={KEY_BYTES_MAX}",
+            key.len()
+        )));
+    }
+    Ok(())
 }

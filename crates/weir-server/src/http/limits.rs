@@ -12,7 +12,7 @@ use serde_json::json;
 use super::context::HttpCtx;
 use super::error::{ApiError, ApiResult, JsonBody, Params};
 use weir_client::protocol::{Answer, Query};
-use weir_core::machine::Command;
+use weir_core::machine::{Command, Definition};
 
 /// A limit's spec; every field optional (a limit of nothing caps nothing).
 #[derive(Debug, Default, Deserialize)]
@@ -24,6 +24,12 @@ pub struct Spec {
     per_second: f64,
     /// Bucket size; default `max(per_second, 1)`.
     burst: Option<u64>,
+    /// One bucket or semaphore per key: every acquire or take names a key.
+    keyed: bool,
+    /// Most live keys of a keyed limit (implies `keyed`).
+    keys_max: Option<u32>,
+    /// Evaluated and counted, never refuses.
+    shadow: bool,
 }
 
 /// `PUT /v1/tenants/{tenant}/limits/{name}`: defines the limit, or changes its spec.
@@ -32,14 +38,28 @@ pub async fn define(
     Params((tenant, name)): Params<(String, String)>,
     JsonBody(spec): JsonBody<Spec>,
 ) -> ApiResult {
-    ctx.write(Command::DefineLimit {
-        tenant: tenant.clone(),
-        name: name.clone(),
-        concurrent: spec.concurrent,
-        per_second: spec.per_second,
-        burst: spec.burst,
-    })
-    .await?;
+    let keyed = spec.keyed || spec.keys_max.is_some();
+    let command = if keyed || spec.shadow {
+        Command::Define(Definition {
+            tenant: tenant.clone(),
+            name: name.clone(),
+            concurrent: spec.concurrent,
+            per_second: spec.per_second,
+            burst: spec.burst,
+            keyed,
+            keys_max: spec.keys_max,
+            shadow: spec.shadow,
+        })
+    } else {
+        Command::DefineLimit {
+            tenant: tenant.clone(),
+            name: name.clone(),
+            concurrent: spec.concurrent,
+            per_second: spec.per_second,
+            burst: spec.burst,
+        }
+    };
+    ctx.write(command).await?;
     Ok(Json(json!({"tenant": tenant, "name": name, "defined": true})).into_response())
 }
 

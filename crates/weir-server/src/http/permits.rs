@@ -18,7 +18,9 @@ use super::events::{Waited, wait_for_ticket};
 use super::limits::unexpected;
 use super::sessions::reply_json;
 use weir_client::protocol::{Answer, Query};
-use weir_core::machine::{Acquire, Command, Event, Priority, Refusal, Reply, SessionId, TicketId};
+use weir_core::machine::{
+    Acquire, AcquireParts, Command, Event, Part, Priority, Refusal, Reply, SessionId, TicketId,
+};
 
 /// An acquire's body.
 #[derive(Debug, Deserialize)]
@@ -27,7 +29,14 @@ pub struct AcquireBody {
     session: SessionId,
     /// Chosen by the client, unique in the session; sending it again is idempotent.
     ticket: TicketId,
+    /// The key of the limit, when it is keyed.
+    key: Option<String>,
     units: u32,
+    /// More limits of the tenant decided with this one: all granted under one fence, or
+    /// none charged.
+    parts: Vec<Part>,
+    /// The units of the rate parts are an estimate, settled later (`.../settle`).
+    estimate: bool,
     /// Priority level, higher first.
     priority: i32,
     fairness_key: String,
@@ -46,7 +55,10 @@ impl Default for AcquireBody {
         AcquireBody {
             session: 0,
             ticket: 0,
+            key: None,
             units: 1,
+            parts: Vec::new(),
+            estimate: false,
             priority: 0,
             fairness_key: String::new(),
             weight: 1,
@@ -70,12 +82,11 @@ pub async fn acquire(
             b.timeout_ms
         )));
     }
-    let command = Command::Acquire(Acquire {
+    let command = acquire_command(AcquireParts {
         session: b.session,
         ticket: b.ticket,
         tenant,
-        limit,
-        units: b.units,
+        parts: first_and(limit, b.key, b.units, b.parts),
         priority: Priority {
             level: b.priority,
             fairness_key: b.fairness_key,
@@ -83,6 +94,7 @@ pub async fn acquire(
         },
         agent: b.agent,
         wait: b.wait,
+        estimate: b.estimate,
     });
     let deadline = Instant::now() + Duration::from_millis(b.timeout_ms);
     loop {
@@ -129,17 +141,48 @@ fn queued(position: u32) -> axum::response::Response {
         .into_response()
 }
 
+/// The parts of a request: the path's limit (with the body's key and units) first, then
+/// the body's parts.
+fn first_and(limit: String, key: Option<String>, units: u32, more: Vec<Part>) -> Vec<Part> {
+    std::iter::once(Part { limit, key, units })
+        .chain(more)
+        .collect()
+}
+
+/// An `Acquire` for one keyless part without an estimate, an `AcquireParts` otherwise.
+fn acquire_command(a: AcquireParts) -> Command {
+    match a.parts.as_slice() {
+        [part] if part.key.is_none() && !a.estimate => Command::Acquire(Acquire {
+            session: a.session,
+            ticket: a.ticket,
+            tenant: a.tenant,
+            limit: part.limit.clone(),
+            units: part.units,
+            priority: a.priority,
+            agent: a.agent,
+            wait: a.wait,
+        }),
+        _ => Command::AcquireParts(a),
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TakeBody {
+    /// The key of the limit, when it is keyed.
+    key: Option<String>,
     units: u32,
+    /// More rate limits of the tenant taken from with this one, all or none.
+    parts: Vec<Part>,
     agent: Option<String>,
 }
 
 impl Default for TakeBody {
     fn default() -> Self {
         TakeBody {
+            key: None,
             units: 1,
+            parts: Vec::new(),
             agent: None,
         }
     }
@@ -156,29 +199,38 @@ pub async fn take(
     // A take holds nothing, so a limit with a cap is refused: its permit would be held by
     // the node's session with no one to release it. The spec is read locally: it changes
     // rarely, and the acquire itself is checked by the machine.
-    let local = ctx.state.lock().machine.limit_status(&tenant, &limit);
-    if local.is_some_and(|l| l.concurrent > 0) {
-        return Err(ApiError::invalid(format!(
-            "{tenant}/{limit} has a concurrent cap: take is for rate-only limits; acquire a permit in a session"
-        )));
+    let parts = first_and(limit.clone(), b.key.clone(), b.units, b.parts.clone());
+    for part in &parts {
+        let local = ctx.state.lock().machine.limit_status(&tenant, &part.limit);
+        if local.is_some_and(|l| l.concurrent > 0) {
+            return Err(ApiError::invalid(format!(
+                "{tenant}/{} has a concurrent cap: take is for rate-only limits; acquire a permit in a session",
+                part.limit
+            )));
+        }
     }
+    // The bucket left is told for one keyless part; a key's or several are not one bucket.
+    let one_bucket = parts.len() == 1 && b.key.is_none();
     // Two tries: the node's session may have expired since the last take.
     for _ in 0..2 {
         let (session, ticket) = ctx.take_ticket().await?;
         let reply = ctx
             .client()
-            .write(Command::Acquire(Acquire {
+            .write(acquire_command(AcquireParts {
                 session,
                 ticket,
                 tenant: tenant.clone(),
-                limit: limit.clone(),
-                units: b.units,
+                parts: parts.clone(),
                 priority: Priority::default(),
                 agent: b.agent.clone(),
                 wait: false,
+                estimate: false,
             }))
             .await?;
         match reply {
+            Reply::Granted { units, .. } if !one_bucket => {
+                return Ok(Json(json!({"taken": units, "remaining": null})).into_response());
+            }
             Reply::Granted { units, .. } => {
                 let remaining = match ctx
                     .read(Query::Limit {

@@ -71,6 +71,11 @@ fn table() -> Vec<Route> {
             "/v1/sessions/{session}/release",
             post(sessions::release),
         ),
+        (
+            "POST",
+            "/v1/sessions/{session}/settle",
+            post(sessions::settle_take),
+        ),
         ("GET", "/v1/sessions/{session}/events", get(events::stream)),
         ("GET", "/v1/tenants/{tenant}", get(runs::show_tenant)),
         ("PUT", "/v1/tenants/{tenant}", put(runs::set_tenant)),

@@ -78,6 +78,32 @@ pub async fn release(
     Ok(Json(reply_json(&reply)).into_response())
 }
 
+/// A settlement's body: the take (granted with `estimate`) and its actual cost in tokens.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SettleTakeBody {
+    ticket: TicketId,
+    cost: u64,
+}
+
+/// `POST /v1/sessions/{session}/settle`: settles a take granted with an estimate at its
+/// actual cost: `settled` (the difference returned), or `overrun` with what was charged
+/// above the estimate. Idempotent: a retry answers `settled` with `duplicate`.
+pub async fn settle_take(
+    State(ctx): State<Arc<HttpCtx>>,
+    Params(session): Params<SessionId>,
+    JsonBody(b): JsonBody<SettleTakeBody>,
+) -> ApiResult {
+    let reply = ctx
+        .write(Command::SettleTake {
+            session,
+            ticket: b.ticket,
+            cost: b.cost,
+        })
+        .await?;
+    Ok(Json(reply_json(&reply)).into_response())
+}
+
 /// A successful reply as JSON: `{"status": NAME, ...fields}`.
 pub fn reply_json(reply: &Reply) -> serde_json::Value {
     match reply {

@@ -71,9 +71,13 @@ pub fn check_add_node(peer: &str, client: &str, members: usize) -> Result<(), Fa
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_core::bounds::{COMMAND_BYTES_MAX, NAME_BYTES_MAX, REASON_BYTES_MAX, UNITS_MAX};
+    use weir_core::bounds::{
+        COMMAND_BYTES_MAX, KEY_BYTES_MAX, NAME_BYTES_MAX, PARTS_MAX, REASON_BYTES_MAX, UNITS_MAX,
+    };
     use weir_core::codec;
-    use weir_core::machine::{Acquire, Change, HaltScope, Priority, Settle};
+    use weir_core::machine::{
+        Acquire, AcquireParts, Change, Definition, HaltScope, Part, Priority, Settle,
+    };
 
     fn name() -> String {
         "n".repeat(NAME_BYTES_MAX)
@@ -157,6 +161,41 @@ mod tests {
                 ttl_ms: weir_core::bounds::SESSION_TTL_MS_MAX,
                 owner: Some(Owner([u8::MAX; 32])),
                 nonce: u64::MAX,
+            },
+            Command::Define(Definition {
+                tenant: name(),
+                name: name(),
+                concurrent: UNITS_MAX,
+                per_second: 1e9,
+                burst: Some(weir_core::bounds::BURST_MAX),
+                keyed: true,
+                keys_max: Some(weir_core::bounds::LIMITS_MAX as u32),
+                shadow: true,
+            }),
+            Command::AcquireParts(AcquireParts {
+                session: u64::MAX,
+                ticket: u64::MAX,
+                tenant: name(),
+                parts: (0..PARTS_MAX)
+                    .map(|i| Part {
+                        limit: format!("{i}{}", "n".repeat(NAME_BYTES_MAX - 1)),
+                        key: Some("k".repeat(KEY_BYTES_MAX)),
+                        units: UNITS_MAX,
+                    })
+                    .collect(),
+                priority: Priority {
+                    level: i32::MIN,
+                    fairness_key: name(),
+                    fairness_weight: u32::MAX,
+                },
+                agent: Some(name()),
+                wait: true,
+                estimate: true,
+            }),
+            Command::SettleTake {
+                session: u64::MAX,
+                ticket: u64::MAX,
+                cost: weir_core::bounds::BURST_MAX,
             },
         ]
     }

@@ -8,7 +8,13 @@ impl Machine {
     /// Checks every invariant of the module doc and of the parts; returns the first broken.
     /// Run on every decoded snapshot, and by tests after every entry.
     pub fn check(&self) -> Result<(), String> {
-        let (waiters_expected, holders_expected) = self.check_sessions()?;
+        let (waiters_expected, holders_expected, estimating) = self.check_sessions()?;
+        let recorded: usize = self.saved.limits.values().map(|l| l.estimating.len()).sum();
+        if recorded != estimating {
+            return Err(format!(
+                "limits record {recorded} unsettled estimates, tickets {estimating}"
+            ));
+        }
         let waiters: usize = self.saved.limits.values().map(|l| l.queue.len()).sum();
         let holders: usize = self.saved.limits.values().map(|l| l.holders.len()).sum();
         if waiters != waiters_expected || holders != holders_expected {
@@ -27,10 +33,12 @@ impl Machine {
     }
 
     /// Every session is well formed and has its expiry record, and every live ticket is
-    /// where it says it is. Returns the numbers of queued and held tickets.
-    fn check_sessions(&self) -> Result<(usize, usize), String> {
+    /// where it says it is. Returns the numbers of waiters, holders and unsettled estimates
+    /// the tickets account for.
+    fn check_sessions(&self) -> Result<(usize, usize, usize), String> {
         let mut waiters = 0usize;
         let mut holders = 0usize;
+        let mut estimating = 0usize;
         for (&sid, session) in &self.saved.sessions {
             session.check().map_err(|e| format!("session {sid}: {e}"))?;
             if !self.expiries.contains(&(session.expires_at_ms, sid)) {
@@ -65,6 +73,53 @@ impl Machine {
                         }
                         holders += 1;
                     }
+                    Ticket::QueuedParts { parts, estimate } => {
+                        for (limit, key) in parts {
+                            let w = self.saved.limits.get(limit).and_then(|l| l.queue.get(key));
+                            if !w.is_some_and(|w| w.session == sid && w.ticket == tid) {
+                                return Err(format!(
+                                    "queued part of {sid}/{tid} is not in its queue"
+                                ));
+                            }
+                        }
+                        if parts.len() < 2 && !estimate {
+                            return Err(format!(
+                                "ticket {sid}/{tid} of parts has {} part",
+                                parts.len()
+                            ));
+                        }
+                        waiters += parts.len();
+                    }
+                    Ticket::HeldParts {
+                        fence,
+                        parts,
+                        estimates,
+                        ..
+                    } => {
+                        for (limit, units) in parts {
+                            let h = self
+                                .saved
+                                .limits
+                                .get(limit)
+                                .and_then(|l| l.holders.get(fence));
+                            if !h.is_some_and(|h| {
+                                h.session == sid && h.ticket == tid && h.units == *units
+                            }) {
+                                return Err(format!("held part of {sid}/{tid} is not a holder"));
+                            }
+                        }
+                        for (limit, units) in estimates {
+                            let e = self.saved.limits.get(limit);
+                            if e.and_then(|l| l.estimating.get(fence)) != Some(units) {
+                                return Err(format!("estimate of {sid}/{tid} is not recorded"));
+                            }
+                        }
+                        estimating += estimates.len();
+                        if parts.is_empty() && estimates.is_empty() {
+                            return Err(format!("ticket {sid}/{tid} holds no part"));
+                        }
+                        holders += parts.len();
+                    }
                 }
             }
         }
@@ -75,7 +130,7 @@ impl Machine {
                 self.saved.sessions.len()
             ));
         }
-        Ok((waiters, holders))
+        Ok((waiters, holders, estimating))
     }
 
     /// Every tenant is well formed, and exactly the limits that exist are reachable by
@@ -90,15 +145,34 @@ impl Machine {
                     .limits
                     .get(id)
                     .ok_or(format!("{name}/{lname} names no limit"))?;
-                if &l.tenant != name || &l.name != lname {
+                if &l.tenant != name || &l.name != lname || l.is_key() {
                     return Err(format!("{name}/{lname} names limit {id} of another name"));
                 }
                 named += 1;
+                for (key, kid) in &l.keys {
+                    let k = self
+                        .saved
+                        .limits
+                        .get(kid)
+                        .ok_or(format!("{name}/{lname} key {key} names no state"))?;
+                    if k.of != Some(*id) || &k.name != key || !k.tenant.is_empty() {
+                        return Err(format!("{name}/{lname} key {key} names another state"));
+                    }
+                    if k.spec != l.spec || k.removing != l.removing {
+                        return Err(format!("{name}/{lname} key {key} has another spec"));
+                    }
+                    if k.is_fresh() {
+                        // Dropped when it is found fresh; by refill alone it is found so at
+                        // the deadline it is filed under.
+                        return Err(format!("{name}/{lname} key {key} is fresh and kept"));
+                    }
+                    named += 1;
+                }
             }
         }
         if named != self.saved.limits.len() {
             return Err(format!(
-                "{} limits, {named} reachable by name",
+                "{} limits and keys, {named} reachable by name",
                 self.saved.limits.len()
             ));
         }

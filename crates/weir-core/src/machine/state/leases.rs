@@ -100,7 +100,7 @@ impl Machine {
         session
             .live
             .values()
-            .map(|ticket| self.unlink(ticket))
+            .flat_map(|ticket| self.unlink(ticket))
             .collect()
     }
 }

@@ -3,9 +3,17 @@
 //! A redefinition keeps holders and waiters, and refuses at once the waiters the new spec
 //! could never serve. A removal refuses the waiters and keeps the limit, unreachable for new
 //! acquires, until its last holder releases (`serve` then drops it).
+//!
+//! A keyed limit's keys carry its spec: a redefinition or a removal reaches every live key
+//! (a keyed definition itself holds nothing). Whether a limit is keyed is fixed when it is
+//! first defined: a redefinition that changes it is refused, since the keys' states and
+//! the tickets on them could not carry over.
+
+use std::collections::BTreeSet;
 
 use super::Machine;
 use crate::bounds::LIMITS_MAX;
+use crate::machine::command::Definition;
 use crate::machine::command::LimitId;
 use crate::machine::limit::{Limit, LimitSpec};
 use crate::machine::reply::{Event, Refusal, Reply};
@@ -13,17 +21,26 @@ use crate::machine::reply::{Event, Refusal, Reply};
 impl Machine {
     pub(super) fn define_limit(
         &mut self,
-        tenant: &str,
-        name: &str,
-        concurrent: u32,
-        per_second: f64,
-        burst: Option<u64>,
+        d: &Definition,
         events: &mut Vec<Event>,
     ) -> Result<Reply, Refusal> {
-        let spec = LimitSpec::new(concurrent, per_second, burst).map_err(Refusal::Invalid)?;
+        let spec = d.spec().map_err(Refusal::Invalid)?;
+        let (tenant, name) = (d.tenant.as_str(), d.name.as_str());
         let id = match self.limit_id(tenant, name) {
             Some(id) => {
-                self.redefine_limit(id, spec, events);
+                let keyed = self.saved.limits[&id].spec.keys_max.is_some();
+                if keyed != spec.keys_max.is_some() {
+                    let (was, asked) = if keyed {
+                        ("keyed", "not keyed")
+                    } else {
+                        ("not keyed", "keyed")
+                    };
+                    return Err(Refusal::Invalid(format!(
+                        "limit {tenant}/{name} is {was} and the definition is {asked}: \
+                         remove it first"
+                    )));
+                }
+                self.redefine_limit(id, spec);
                 id
             }
             None => {
@@ -31,22 +48,48 @@ impl Machine {
                 self.add_limit(tenant, name, spec)?
             }
         };
-        self.serve(id, events);
+        let mut touched = self.redefined_waiters(id, events);
+        touched.extend(self.states_of(id));
+        for state in touched {
+            self.serve(state, events);
+        }
         Ok(Reply::Done)
     }
 
-    /// Gives limit `id` a new spec, refusing the waiters it can never serve.
-    fn redefine_limit(&mut self, id: LimitId, spec: LimitSpec, events: &mut Vec<Event>) {
+    /// Gives limit `id` (and its keys) a new spec.
+    fn redefine_limit(&mut self, id: LimitId, spec: LimitSpec) {
         let now_ms = self.now_ms();
-        let limit = self.saved.limits.get_mut(&id).expect("named limits exist");
-        limit.redefine(spec, now_ms);
-        let (tenant, name) = (limit.tenant.clone(), limit.name.clone());
-        // Tickets that the new spec can never serve are refused now, not left to block the
-        // queue forever.
-        let Some(max) = limit.spec.max_units() else {
-            return;
+        let mut states = self.states_of(id);
+        states.push(id);
+        states.dedup();
+        for state in states {
+            let limit = self
+                .saved
+                .limits
+                .get_mut(&state)
+                .expect("named limits exist");
+            limit.redefine(spec.clone(), now_ms);
+        }
+    }
+
+    /// Refuses the waiters of limit `id` (or its keys) that its spec can never serve, now
+    /// rather than left to block a queue forever; returns the other limits that requests
+    /// of several parts among them left, to be served.
+    fn redefined_waiters(&mut self, id: LimitId, events: &mut Vec<Event>) -> BTreeSet<LimitId> {
+        let (tenant, name) = self.names_of(id);
+        let Some(max) = self.saved.limits[&id].spec.max_units() else {
+            return BTreeSet::new();
         };
-        let too_large = limit.queue.remove_where(|w| w.units as u64 > max);
+        let mut too_large = Vec::new();
+        for state in self.states_of(id) {
+            let limit = self
+                .saved
+                .limits
+                .get_mut(&state)
+                .expect("named limits exist");
+            too_large.extend(limit.queue.remove_where(|w| w.units as u64 > max));
+        }
+        let mut touched = BTreeSet::new();
         for (_, w) in too_large {
             let refusal = Refusal::TooLarge {
                 tenant: tenant.clone(),
@@ -54,8 +97,9 @@ impl Machine {
                 units: w.units,
                 max,
             };
-            self.refuse_waiter(&w, refusal, events);
+            touched.extend(self.refuse_waiter(&w, refusal, events));
         }
+        touched
     }
 
     /// A new limit named (tenant, name), or the refusal when [`LIMITS_MAX`] are defined.
@@ -84,17 +128,38 @@ impl Machine {
         let Some(id) = self.limit_id(tenant, name) else {
             return Reply::Done;
         };
-        let limit = self.saved.limits.get_mut(&id).expect("named limits exist");
-        limit.removing = true;
-        let waiters = limit.queue.remove_where(|_| true);
         let removed = Refusal::LimitRemoved {
             tenant: tenant.to_owned(),
             name: name.to_owned(),
         };
-        for (_, w) in waiters {
-            self.refuse_waiter(&w, removed.clone(), events);
+        self.saved.limits.get_mut(&id).expect("named").removing = true;
+        let states = self.states_of(id);
+        let mut waiters = Vec::new();
+        for &state in &states {
+            let limit = self
+                .saved
+                .limits
+                .get_mut(&state)
+                .expect("named limits exist");
+            limit.removing = true;
+            waiters.extend(limit.queue.remove_where(|_| true));
         }
-        self.serve(id, events);
+        let mut touched: BTreeSet<LimitId> = states.into_iter().collect();
+        for (_, w) in waiters {
+            touched.extend(self.refuse_waiter(&w, removed.clone(), events));
+        }
+        for state in touched {
+            self.serve(state, events);
+        }
+        // A keyed definition goes with its last key (`file`), or now when it has none.
+        if self
+            .saved
+            .limits
+            .get(&id)
+            .is_some_and(|l| l.keys.is_empty())
+        {
+            self.file(id);
+        }
         Reply::Done
     }
 

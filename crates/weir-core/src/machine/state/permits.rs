@@ -2,25 +2,84 @@
 //! limit's queue when room appears.
 //!
 //! A ticket gets a permit in one of two ways, at once on its acquire or from the queue when
-//! the limit is served; both go through [`Machine::grant`], which takes the fence. A live
-//! ticket leaves its limit in one of two ways, its release or its session's end; both go
-//! through [`Machine::unlink`], and the caller then serves the limit.
+//! the limit is served; a request of one part goes through [`Machine::grant`], which takes
+//! the fence, and one of several parts (or with an estimate) takes one fence for all its
+//! parts and records them with `record_grant`. A live ticket leaves its limits in one of
+//! two ways, its release or its session's end; both go through [`Machine::unlink`], and the
+//! caller then serves the limits.
+//!
+//! Requests of several parts, keys and shadow parts are resolved and decided here (the
+//! rule is the machine's module doc, "Several parts"), and so are takes with an estimate
+//! and their settlement (`SettleTake`).
+
+use std::collections::BTreeMap;
 
 use super::Machine;
 use crate::bounds::{
-    FINISHED_REFUSALS_MAX, FINISHED_TICKETS_MAX, LIMIT_WAITERS_MAX, SESSION_TICKETS_MAX,
-    TICKETS_LIVE_MAX, TICKETS_QUEUED_MAX,
+    FINISHED_REFUSALS_MAX, FINISHED_TICKETS_MAX, LIMIT_WAITERS_MAX, LIMITS_MAX,
+    SESSION_TICKETS_MAX, TICKETS_LIVE_MAX, TICKETS_QUEUED_MAX,
 };
 use crate::machine::command::{Acquire, Fence, LimitId, SessionId, TicketId};
-use crate::machine::limit::{Holder, Room};
+use crate::machine::command::{AcquireParts, Part};
+use crate::machine::limit::{Holder, Limit, Room, ShadowKind};
 use crate::machine::queue::Waiter;
+use crate::machine::queue_key::QueueKey;
 use crate::machine::reply::{Event, Refusal, Reply};
 use crate::machine::session::{Finished, Session, Ticket};
 
+/// One part of a request, resolved against the state.
+struct Resolved {
+    /// The limit's definition.
+    def: LimitId,
+    /// The limit charged: the definition, or its key's state; `None` for a key that has
+    /// no state (it is fresh), created when the request is granted or queued.
+    target: Option<LimitId>,
+    key: Option<String>,
+    units: u32,
+    /// The room for the part now.
+    room: Room,
+    /// Whether a waiter in the target's queue has no room: a new request waits behind it.
+    blocked: bool,
+    /// A part on a shadow limit that would refuse (too large, no room, no room for a new
+    /// key): it passes, charges nothing, and is counted if the request is granted or queued.
+    shadow_pass: Option<ShadowKind>,
+}
+
+impl Resolved {
+    /// A shadow part that would refuse.
+    fn passing(def: LimitId, part: &Part, kind: ShadowKind) -> Resolved {
+        Resolved {
+            def,
+            target: None,
+            key: part.key.clone(),
+            units: part.units,
+            room: Room::NeedsRelease,
+            blocked: false,
+            shadow_pass: Some(kind),
+        }
+    }
+
+    /// Whether the part can be granted now, ahead of nobody.
+    fn ready(&self) -> bool {
+        self.room == Room::Yes && !self.blocked
+    }
+}
+
 impl Machine {
+    /// An acquire of one limit: an [`AcquireParts`] of one keyless part.
     pub(super) fn acquire(
         &mut self,
         a: &Acquire,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, Refusal> {
+        self.acquire_parts(&AcquireParts::from(a), events)
+    }
+
+    /// An acquire or take of one or more parts: every part granted in this entry under one
+    /// fence, or the request queued on every part, or refused with nothing charged.
+    pub(super) fn acquire_parts(
+        &mut self,
+        a: &AcquireParts,
         events: &mut Vec<Event>,
     ) -> Result<Reply, Refusal> {
         if let Some(reply) = self.ticket_admits(a)? {
@@ -33,42 +92,325 @@ impl Machine {
         {
             t.refuse_if_halted(&a.tenant, a.agent.as_deref())?;
         }
-        let id = self.live_limit_id(&a.tenant, &a.limit)?;
-        let now_ms = self.now_ms();
-        let limit = self.saved.limits.get_mut(&id).expect("live limit");
-        if let Some(max) = limit.spec.max_units()
-            && a.units as u64 > max
-        {
-            return Err(Refusal::TooLarge {
-                tenant: a.tenant.clone(),
-                name: a.limit.clone(),
-                units: a.units,
-                max,
-            });
-        }
-        limit.refill(now_ms);
-        let room = limit.room_for(a.units, now_ms);
-        if limit.queue.is_empty() && room == Room::Yes {
-            let fence = self.grant(id, holder_of(a));
-            return Ok(Reply::Granted {
-                fence,
-                units: a.units,
-            });
+        let (passed, parts): (Vec<Resolved>, Vec<Resolved>) = self
+            .resolve(a)?
+            .into_iter()
+            .partition(|p| p.shadow_pass.is_some());
+        if parts.iter().all(Resolved::ready) {
+            self.count_shadow(&passed);
+            return Ok(self.grant_now(a, &parts));
         }
         if !a.wait {
-            let retry_at_ms = match room {
-                Room::NeedsTokensAt(at) if limit.queue.is_empty() => Some(at),
-                _ => None,
-            };
+            // A retry time only when every part that lacks room waits for tokens alone.
+            let waits: Option<Vec<u64>> = parts
+                .iter()
+                .filter(|p| !p.ready())
+                .map(|p| match p.room {
+                    Room::NeedsTokensAt(at) if !p.blocked => Some(at),
+                    _ => None,
+                })
+                .collect();
+            let retry_at_ms = waits.and_then(|w| w.into_iter().max());
             return Err(Refusal::Busy { retry_at_ms });
         }
-        self.enqueue(id, a, events)
+        let reply = self.enqueue(a, &parts, events)?;
+        self.count_shadow(&passed);
+        Ok(reply)
+    }
+
+    /// Settles the take `ticket` of `session`, granted with an estimate, at `cost` tokens on
+    /// every rate part; then serves those limits (returned tokens may let waiters through).
+    pub(super) fn settle_take(
+        &mut self,
+        session: SessionId,
+        ticket: TicketId,
+        cost: u64,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, Refusal> {
+        let now_ms = self.now_ms();
+        let s = self
+            .saved
+            .sessions
+            .get(&session)
+            .ok_or(Refusal::UnknownSession { session })?;
+        let (fence, units, holding, estimates) = match s.live.get(&ticket) {
+            Some(Ticket::HeldParts {
+                fence,
+                units,
+                parts,
+                estimates,
+            }) if !estimates.is_empty() => (*fence, *units, parts.clone(), estimates.clone()),
+            // Settled before (or taken without an estimate): nothing more to do (G5).
+            Some(Ticket::HeldParts { .. } | Ticket::Held { .. }) => {
+                return Ok(Reply::Settled { duplicate: true });
+            }
+            None if matches!(s.finished.get(&ticket), Some(Finished::Taken { .. })) => {
+                return Ok(Reply::Settled { duplicate: true });
+            }
+            Some(Ticket::Queued { .. } | Ticket::QueuedParts { .. }) => {
+                return Err(Refusal::Invalid(format!(
+                    "ticket {ticket} of session {session} waits: only a granted take settles"
+                )));
+            }
+            None => {
+                return Err(Refusal::Invalid(format!(
+                    "ticket {ticket} of session {session} holds no take to settle"
+                )));
+            }
+        };
+        let mut overrun = 0;
+        for (id, _) in &estimates {
+            let limit = self
+                .saved
+                .limits
+                .get_mut(id)
+                .expect("estimates name live limits");
+            limit.refill(now_ms);
+            let extra = limit.settle_estimate(fence, cost);
+            overrun = overrun.max(extra);
+            let def = limit.of.unwrap_or(*id);
+            self.saved
+                .limits
+                .get_mut(&def)
+                .expect("keys have definitions")
+                .overrun_tokens += extra;
+        }
+        let s = self.saved.sessions.get_mut(&session).expect("looked up");
+        if holding.is_empty() {
+            s.finish(
+                ticket,
+                Finished::Taken { fence, units },
+                now_ms,
+                &mut self.totals,
+            );
+        } else {
+            let held = Ticket::HeldParts {
+                fence,
+                units,
+                parts: holding,
+                estimates: Vec::new(),
+            };
+            s.set_live(ticket, held, &mut self.totals);
+        }
+        self.refile_tickets(session);
+        for (id, _) in estimates {
+            self.serve(id, events);
+        }
+        Ok(if overrun > 0 {
+            Reply::Overrun {
+                tokens: overrun,
+                minor_units: 0,
+            }
+        } else {
+            Reply::Settled { duplicate: false }
+        })
+    }
+
+    /// Counts the would-be refusals of shadow parts that passed a request granted or queued.
+    fn count_shadow(&mut self, passed: &[Resolved]) {
+        for part in passed {
+            let def = self.saved.limits.get_mut(&part.def).expect("live limit");
+            let kind = part.shadow_pass.expect("passed parts have a kind");
+            def.shadow_refusals.count(kind);
+        }
+    }
+
+    /// Resolves every part of `a` in order: the first part that names an unknown limit, a
+    /// key its limit does not take, too many units, or a new key past its limit's bound,
+    /// refuses the request, naming that part's limit. Changes nothing but refills.
+    fn resolve(&mut self, a: &AcquireParts) -> Result<Vec<Resolved>, Refusal> {
+        let now_ms = self.now_ms();
+        let mut resolved = Vec::with_capacity(a.parts.len());
+        for (i, part) in a.parts.iter().enumerate() {
+            let n = i + 1;
+            let def = self.live_limit_id(&a.tenant, &part.limit)?;
+            let d = &self.saved.limits[&def];
+            let target = match (d.spec.keys_max, &part.key) {
+                (Some(_), None) => {
+                    return Err(Refusal::Invalid(format!(
+                        "part {n}: limit {}/{} is keyed, and the part names no key",
+                        a.tenant, part.limit
+                    )));
+                }
+                (None, Some(key)) => {
+                    return Err(Refusal::Invalid(format!(
+                        "part {n}: limit {}/{} is not keyed, and the part names key {key}",
+                        a.tenant, part.limit
+                    )));
+                }
+                (None, None) => Some(def),
+                (Some(keys_max), Some(key)) => {
+                    let target = d.keys.get(key).copied();
+                    if target.is_none() {
+                        let room =
+                            self.room_for_key(&a.tenant, &part.limit, d.keys.len(), keys_max);
+                        if let Err(refusal) = room {
+                            if !d.spec.shadow {
+                                return Err(refusal);
+                            }
+                            resolved.push(Resolved::passing(def, part, ShadowKind::AtCapacity));
+                            continue;
+                        }
+                    }
+                    target
+                }
+            };
+            if let Some(max) = d.spec.max_units()
+                && part.units as u64 > max
+            {
+                if d.spec.shadow {
+                    resolved.push(Resolved::passing(def, part, ShadowKind::TooLarge));
+                    continue;
+                }
+                return Err(Refusal::TooLarge {
+                    tenant: a.tenant.clone(),
+                    name: part.limit.clone(),
+                    units: part.units,
+                    max,
+                });
+            }
+            let shadow = d.spec.shadow;
+            let mut target = target;
+            if let Some(id) = target {
+                let limit = self.saved.limits.get_mut(&id).expect("live limit");
+                limit.refill(now_ms);
+                if limit.is_key() && limit.is_fresh() {
+                    // Refilled to its burst: a key in this state has none (`file` drops it).
+                    self.file(id);
+                    target = None;
+                }
+            }
+            let (room, blocked) = match target {
+                Some(id) => {
+                    let limit = &self.saved.limits[&id];
+                    let blocked = limit.first_blocker(now_ms).is_some();
+                    (limit.room_for(part.units, now_ms), blocked)
+                }
+                // A fresh key: a full bucket, nothing held, and the units fit (above).
+                None => (Room::Yes, false),
+            };
+            let ready = room == Room::Yes && !blocked;
+            resolved.push(Resolved {
+                def,
+                target,
+                key: part.key.clone(),
+                units: part.units,
+                room,
+                blocked,
+                shadow_pass: (shadow && !ready).then_some(ShadowKind::Busy),
+            });
+        }
+        Ok(resolved)
+    }
+
+    /// `AtCapacity` when a new key of (tenant, name), which has `live` keys, would pass its
+    /// `keys_max` or the machine's [`LIMITS_MAX`].
+    fn room_for_key(
+        &self,
+        tenant: &str,
+        name: &str,
+        live: usize,
+        keys_max: u32,
+    ) -> Result<(), Refusal> {
+        if live >= keys_max as usize {
+            return Err(Refusal::AtCapacity {
+                what: format!("keys of limit {tenant}/{name}"),
+                limit: keys_max as u64,
+            });
+        }
+        if self.saved.limits.len() >= LIMITS_MAX {
+            return Err(Refusal::AtCapacity {
+                what: "limits and keys".into(),
+                limit: LIMITS_MAX as u64,
+            });
+        }
+        Ok(())
+    }
+
+    /// The limit a resolved part charges, creating its key's state if it has none.
+    fn target_of(&mut self, part: &Resolved) -> LimitId {
+        if let Some(id) = part.target {
+            return id;
+        }
+        let key = part.key.as_deref().expect("only keys lack a state");
+        let def = self.saved.limits.get_mut(&part.def).expect("live limit");
+        let spec = def.spec.clone();
+        self.saved.last_limit += 1;
+        let id = self.saved.last_limit;
+        def.keys.insert(key.to_owned(), id);
+        let limit = Limit::new_key(part.def, key, spec, self.now_ms());
+        self.saved.limits.insert(id, limit);
+        id
+    }
+
+    /// Grants `a` now: every part is ready.
+    fn grant_now(&mut self, a: &AcquireParts, parts: &[Resolved]) -> Reply {
+        let units = a.parts[0].units;
+        if let [part] = parts
+            && part.units == units
+            && !a.estimate
+        {
+            let id = self.target_of(part);
+            let fence = self.grant(id, holder_of(a, units));
+            self.file(id);
+            return Reply::Granted { fence, units };
+        }
+        let fence = self.next_fence();
+        let mut took = Took::default();
+        let mut ids = Vec::with_capacity(parts.len());
+        for part in parts {
+            let id = self.target_of(part);
+            let limit = self.saved.limits.get_mut(&id).expect("created");
+            took.grant(limit, id, fence, holder_of(a, part.units), a.estimate);
+            ids.push(id);
+        }
+        self.record_grant(a.session, a.ticket, fence, units, took);
+        for id in ids {
+            self.file(id);
+        }
+        Reply::Granted { fence, units }
+    }
+
+    /// Records in its session that a request of several parts (or taken with an estimate)
+    /// was granted under `fence`: held while a part holds or an estimate is unsettled, else
+    /// finished as a take.
+    fn record_grant(
+        &mut self,
+        session: SessionId,
+        ticket: TicketId,
+        fence: Fence,
+        units: u32,
+        took: Took,
+    ) {
+        let now_ms = self.now_ms();
+        let s = self
+            .saved
+            .sessions
+            .get_mut(&session)
+            .expect("grants go to open sessions");
+        if took.holding.is_empty() && took.estimates.is_empty() {
+            s.finish(
+                ticket,
+                Finished::Taken { fence, units },
+                now_ms,
+                &mut self.totals,
+            );
+            self.refile_tickets(session);
+        } else {
+            let held = Ticket::HeldParts {
+                fence,
+                units,
+                parts: took.holding,
+                estimates: took.estimates,
+            };
+            s.set_live(ticket, held, &mut self.totals);
+        }
     }
 
     /// The session's side of an acquire: `Some` answer for a ticket it already knows (the
     /// same answer, no second effect: G5), else whether it has room for a new ticket. Prunes
     /// the session's finished tickets that are due first.
-    fn ticket_admits(&mut self, a: &Acquire) -> Result<Option<Reply>, Refusal> {
+    fn ticket_admits(&mut self, a: &AcquireParts) -> Result<Option<Reply>, Refusal> {
         let now_ms = self.now_ms();
         let session = self
             .saved
@@ -78,7 +420,7 @@ impl Machine {
         session.prune_finished(now_ms, &mut self.totals);
         self.refile_tickets(a.session);
         let session = &self.saved.sessions[&a.session];
-        if let Some(reply) = self.answer_again(a, session) {
+        if let Some(reply) = self.answer_again(a.session, a.ticket, &a.tenant, session) {
             return Ok(Some(reply));
         }
         // A new ticket ends finished; there must be room to remember it (never forget one
@@ -92,63 +434,95 @@ impl Machine {
 
     /// What an acquire naming a ticket the session already knows is answered, or `None`
     /// for a new ticket.
-    fn answer_again(&self, a: &Acquire, session: &Session) -> Option<Reply> {
-        let ticket = a.ticket;
+    fn answer_again(
+        &self,
+        session_id: SessionId,
+        ticket: TicketId,
+        tenant: &str,
+        session: &Session,
+    ) -> Option<Reply> {
+        let position = |limit: &LimitId, key| self.saved.limits[limit].queue.position(key);
         match session.live.get(&ticket) {
             Some(Ticket::Queued { limit, key }) => Some(Reply::Queued {
-                position: self.saved.limits[limit].queue.position(key),
+                position: position(limit, key),
             }),
-            Some(Ticket::Held { fence, units, .. }) => Some(Reply::Granted {
-                fence: *fence,
-                units: *units,
+            Some(Ticket::QueuedParts { parts, .. }) => Some(Reply::Queued {
+                position: position(&parts[0].0, &parts[0].1),
             }),
+            Some(Ticket::Held { fence, units, .. } | Ticket::HeldParts { fence, units, .. }) => {
+                Some(Reply::Granted {
+                    fence: *fence,
+                    units: *units,
+                })
+            }
             None => session
                 .finished
                 .get(&ticket)
-                .map(|f| f.reply(a.session, ticket, &a.tenant)),
+                .map(|f| f.reply(session_id, ticket, tenant)),
         }
     }
 
-    /// Queues `a` on limit `id`, unless the queue is full.
+    /// Queues `a` on every part's limit, unless a queue is full.
     fn enqueue(
         &mut self,
-        id: LimitId,
-        a: &Acquire,
+        a: &AcquireParts,
+        parts: &[Resolved],
         events: &mut Vec<Event>,
     ) -> Result<Reply, Refusal> {
-        let limit = self.saved.limits.get_mut(&id).expect("live limit");
-        if limit.queue.len() >= LIMIT_WAITERS_MAX {
-            return Err(Refusal::QueueFull {
-                tenant: a.tenant.clone(),
-                name: a.limit.clone(),
+        for (part, asked) in parts.iter().zip(&a.parts) {
+            let waiting = part
+                .target
+                .map_or(0, |id| self.saved.limits[&id].queue.len());
+            if waiting >= LIMIT_WAITERS_MAX {
+                return Err(Refusal::QueueFull {
+                    tenant: a.tenant.clone(),
+                    name: asked.limit.clone(),
+                });
+            }
+        }
+        if self.totals.queued_tickets + parts.len() as u64 > TICKETS_QUEUED_MAX as u64 {
+            return Err(Refusal::AtCapacity {
+                what: "queued tickets of all sessions".into(),
+                limit: TICKETS_QUEUED_MAX as u64,
             });
         }
-        Refusal::room(
-            self.totals.queued_tickets,
-            TICKETS_QUEUED_MAX,
-            format_args!("queued tickets of all sessions"),
-        )?;
-        let waiter = Waiter {
-            session: a.session,
-            ticket: a.ticket,
-            units: a.units,
-            agent: a.agent.clone(),
-            fairness_key: String::new(),
+        let mut queued = Vec::with_capacity(parts.len());
+        for part in parts {
+            let id = self.target_of(part);
+            let waiter = Waiter {
+                session: a.session,
+                ticket: a.ticket,
+                units: part.units,
+                agent: a.agent.clone(),
+                fairness_key: String::new(),
+            };
+            let limit = self.saved.limits.get_mut(&id).expect("created");
+            let key = limit.queue.push(waiter, &a.priority);
+            queued.push((id, key));
+        }
+        let (first, first_key) = queued[0];
+        let position = self.saved.limits[&first].queue.position(&first_key);
+        let ticket = match queued.as_slice() {
+            [(limit, key)] if !a.estimate => Ticket::Queued {
+                limit: *limit,
+                key: *key,
+            },
+            _ => Ticket::QueuedParts {
+                parts: queued.clone(),
+                estimate: a.estimate,
+            },
         };
-        let key = limit.queue.push(waiter, &a.priority);
-        let position = limit.queue.position(&key);
         let session = self
             .saved
             .sessions
             .get_mut(&a.session)
             .expect("checked by acquire");
-        session.set_live(
-            a.ticket,
-            Ticket::Queued { limit: id, key },
-            &mut self.totals,
-        );
-        // Queuing never makes room, but it files a rated limit for serving on refill.
-        self.serve(id, events);
+        session.set_live(a.ticket, ticket, &mut self.totals);
+        // Queuing never makes room for this ticket, but it files a rated limit for serving
+        // on refill (and may let a waiter behind a passed-over one through, see `serve`).
+        for (id, _) in queued {
+            self.serve(id, events);
+        }
         Ok(Reply::Queued { position })
     }
 
@@ -184,11 +558,12 @@ impl Machine {
                 withdrawn: false,
             };
         };
-        let limit = self.unlink(&live);
-        self.serve(limit, events);
+        for limit in self.unlink(&live) {
+            self.serve(limit, events);
+        }
         Reply::Released {
-            held: matches!(live, Ticket::Held { .. }),
-            withdrawn: matches!(live, Ticket::Queued { .. }),
+            held: matches!(live, Ticket::Held { .. } | Ticket::HeldParts { .. }),
+            withdrawn: matches!(live, Ticket::Queued { .. } | Ticket::QueuedParts { .. }),
         }
     }
 
@@ -239,28 +614,57 @@ impl Machine {
         fence
     }
 
-    /// Takes a live ticket out of its limit: a queued one leaves the queue, a held one frees
-    /// its permit. The session's own record is the caller's. Returns the limit, which the
-    /// caller must serve.
-    pub(super) fn unlink(&mut self, ticket: &Ticket) -> LimitId {
-        let (Ticket::Queued { limit: id, .. } | Ticket::Held { limit: id, .. }) = *ticket;
-        let limit = self
-            .saved
-            .limits
-            .get_mut(&id)
-            .expect("tickets name live limits");
+    /// Takes a live ticket out of its limits: a queued one leaves the queues, a held one
+    /// frees its permits. The session's own record is the caller's. Returns the limits,
+    /// which the caller must serve.
+    pub(super) fn unlink(&mut self, ticket: &Ticket) -> Vec<LimitId> {
+        let limits = &mut self.saved.limits;
         match ticket {
-            Ticket::Queued { key, .. } => {
-                limit
-                    .queue
-                    .remove(key)
-                    .expect("a queued ticket is in its queue");
+            Ticket::Queued { limit: id, key } => {
+                let waiter = limit_mut(limits, id).queue.remove(key);
+                waiter.expect("a queued ticket is in its queue");
+                vec![*id]
             }
-            Ticket::Held { fence, .. } => {
-                limit.release(*fence).expect("a held ticket is a holder");
+            Ticket::Held {
+                limit: id, fence, ..
+            } => {
+                let holder = limit_mut(limits, id).release(*fence);
+                holder.expect("a held ticket is a holder");
+                vec![*id]
+            }
+            Ticket::QueuedParts { parts, .. } => parts
+                .iter()
+                .map(|(id, key)| {
+                    let waiter = limit_mut(limits, id).queue.remove(key);
+                    waiter.expect("a queued part is in its queue");
+                    *id
+                })
+                .collect(),
+            Ticket::HeldParts {
+                fence,
+                parts,
+                estimates,
+                ..
+            } => {
+                let mut ids: Vec<LimitId> = parts
+                    .iter()
+                    .map(|(id, _)| {
+                        let holder = limit_mut(limits, id).release(*fence);
+                        holder.expect("a held part is a holder");
+                        *id
+                    })
+                    .collect();
+                // An estimate left unsettled stands as taken.
+                for (id, _) in estimates {
+                    let estimate = limit_mut(limits, id).estimating.remove(fence);
+                    estimate.expect("an unsettled estimate is recorded");
+                    ids.push(*id);
+                }
+                ids.sort_unstable();
+                ids.dedup();
+                ids
             }
         }
-        id
     }
 
     /// `AtCapacity` when a new ticket would pass a global ticket bound: live tickets, or
@@ -299,21 +703,37 @@ impl Machine {
         fence
     }
 
-    /// Grants what the head of limit `id`'s queue can take, head first, until the head must
-    /// wait; then files the limit.
+    /// Serves limit `id`'s queue in order: grants each waiter that has room here, until one
+    /// has none (it blocks those behind it). A waiter of several parts that has room here is
+    /// granted when every other part is ready for it too (room, and no waiter ahead of it
+    /// there without room); else it is passed over, since the room here is not what it
+    /// waits for. Then files the limit (see the machine's module doc, "Several parts").
     pub(super) fn serve(&mut self, id: LimitId, events: &mut Vec<Event>) {
         let now_ms = self.now_ms();
+        let mut passed: Option<QueueKey> = None;
         loop {
             let limit = self.saved.limits.get_mut(&id).expect("served limits exist");
             limit.refill(now_ms);
-            let Some((_, head)) = limit.queue.peek() else {
+            let Some((&key, w)) = limit.queue.next_after(passed.as_ref()) else {
                 break;
             };
-            if limit.room_for(head.units, now_ms) != Room::Yes {
+            if limit.room_for(w.units, now_ms) != Room::Yes {
                 break;
             }
-            let (_, w) = limit.queue.pop().expect("peeked");
-            let (session, ticket, units) = (w.session, w.ticket, w.units);
+            let (session, ticket) = (w.session, w.ticket);
+            let live = self.saved.sessions[&session].live.get(&ticket);
+            if let Some(Ticket::QueuedParts { parts, estimate }) = live {
+                let (parts, estimate) = (parts.clone(), *estimate);
+                if self.parts_ready(&parts, id, now_ms) {
+                    self.grant_waiting_parts(session, ticket, &parts, estimate, id, events);
+                } else {
+                    passed = Some(key);
+                }
+                continue;
+            }
+            let limit = self.saved.limits.get_mut(&id).expect("served limits exist");
+            let w = limit.queue.take(&key).expect("listed");
+            let units = w.units;
             let holder = Holder {
                 session,
                 ticket,
@@ -331,36 +751,168 @@ impl Machine {
         self.file(id);
     }
 
-    /// Drops limit `id` if it was removed and is now empty; otherwise files it under the
-    /// time its head can be served by the refill alone (or unfiles it: see
-    /// `Limit::tokens_due_ms`).
-    fn file(&mut self, id: LimitId) {
-        let limit = &self.saved.limits[&id];
-        if limit.is_gone() {
-            let name = limit.name.clone();
-            let tenant = limit.tenant.clone();
-            self.saved.limits.remove(&id);
-            self.deadlines.serve.set(id, None);
-            let t = self
+    /// Whether every part of a waiting request but the one on limit `serving` is ready: its
+    /// limit has room for it, and no waiter ahead of it there lacks room (it would block).
+    fn parts_ready(
+        &mut self,
+        parts: &[(LimitId, QueueKey)],
+        serving: LimitId,
+        now_ms: u64,
+    ) -> bool {
+        parts
+            .iter()
+            .filter(|(id, _)| *id != serving)
+            .all(|(id, key)| {
+                let limit = self
+                    .saved
+                    .limits
+                    .get_mut(id)
+                    .expect("waiters' limits exist");
+                limit.refill(now_ms);
+                let units = limit
+                    .queue
+                    .get(key)
+                    .expect("a queued part is in its queue")
+                    .units;
+                limit.room_for(units, now_ms) == Room::Yes
+                    && limit
+                        .queue
+                        .iter()
+                        .take_while(|(k, _)| *k < key)
+                        .all(|(_, v)| limit.room_for(v.units, now_ms) == Room::Yes)
+            })
+    }
+
+    /// Grants a waiting request of several parts, every part ready: takes it out of every
+    /// queue (as service), charges every part under one fence, and tells its session. Files
+    /// every part's limit but `serving`, which its `serve` files.
+    fn grant_waiting_parts(
+        &mut self,
+        session: SessionId,
+        ticket: TicketId,
+        parts: &[(LimitId, QueueKey)],
+        estimate: bool,
+        serving: LimitId,
+        events: &mut Vec<Event>,
+    ) {
+        let fence = self.next_fence();
+        let mut took = Took::default();
+        let mut first_units = None;
+        for (id, key) in parts {
+            let limit = self
                 .saved
-                .tenants
-                .get_mut(&tenant)
-                .expect("limits have tenants");
-            t.limits.remove(&name);
-            if t.is_empty() {
-                self.saved.tenants.remove(&tenant);
-                self.refile_receipts(&tenant);
+                .limits
+                .get_mut(id)
+                .expect("waiters' limits exist");
+            let w = limit
+                .queue
+                .take(key)
+                .expect("a queued part is in its queue");
+            let units = w.units;
+            first_units.get_or_insert(units);
+            let holder = Holder {
+                session,
+                ticket,
+                units,
+                agent: w.agent,
+            };
+            took.grant(limit, *id, fence, holder, estimate);
+        }
+        let units = first_units.expect("a request has parts");
+        self.record_grant(session, ticket, fence, units, took);
+        events.push(Event::Granted {
+            session,
+            ticket,
+            fence,
+            units,
+        });
+        for (id, _) in parts {
+            if *id != serving {
+                self.file(*id);
             }
-        } else {
+        }
+    }
+
+    /// Drops limit `id` if it is gone (removed and empty, or a key that is fresh again);
+    /// otherwise files it under the time the refill alone changes it (or unfiles it: see
+    /// `Limit::tokens_due_ms`).
+    pub(super) fn file(&mut self, id: LimitId) {
+        let limit = &self.saved.limits[&id];
+        if !limit.is_gone() {
             let due = limit.tokens_due_ms();
             self.deadlines.serve.set(id, due);
+            return;
+        }
+        let limit = self.saved.limits.remove(&id).expect("filed limits exist");
+        self.deadlines.serve.set(id, None);
+        if let Some(def) = limit.of {
+            let d = self
+                .saved
+                .limits
+                .get_mut(&def)
+                .expect("keys have definitions");
+            d.keys.remove(&limit.name);
+            if d.is_gone() {
+                self.file(def);
+            }
+            return;
+        }
+        let t = self
+            .saved
+            .tenants
+            .get_mut(&limit.tenant)
+            .expect("limits have tenants");
+        t.limits.remove(&limit.name);
+        if t.is_empty() {
+            self.saved.tenants.remove(&limit.tenant);
+            self.refile_receipts(&limit.tenant);
+        }
+    }
+
+    /// The (tenant, name) a limit is known by: its own, or its definition's for a key.
+    pub(super) fn names_of(&self, id: LimitId) -> (String, String) {
+        let limit = &self.saved.limits[&id];
+        let def = limit.of.map_or(limit, |d| &self.saved.limits[&d]);
+        (def.tenant.clone(), def.name.clone())
+    }
+
+    /// The limits a definition stands for: its keys' states when keyed, itself otherwise.
+    pub(super) fn states_of(&self, def: LimitId) -> Vec<LimitId> {
+        let limit = &self.saved.limits[&def];
+        if limit.spec.keys_max.is_some() {
+            limit.keys.values().copied().collect()
+        } else {
+            vec![def]
         }
     }
 
     /// Tells a waiter already taken out of its queue that it is refused, and finishes its
-    /// ticket so a duplicate acquire gets the same answer.
-    pub(super) fn refuse_waiter(&mut self, w: &Waiter, refusal: Refusal, events: &mut Vec<Event>) {
+    /// ticket so a duplicate acquire gets the same answer. A request of several parts leaves
+    /// its other queues too: returns those limits, which the caller must serve (it may have
+    /// blocked them) once it has refused every waiter it refuses.
+    #[must_use]
+    pub(super) fn refuse_waiter(
+        &mut self,
+        w: &Waiter,
+        refusal: Refusal,
+        events: &mut Vec<Event>,
+    ) -> Vec<LimitId> {
         let now_ms = self.now_ms();
+        let mut others = Vec::new();
+        if let Some(Ticket::QueuedParts { parts, .. }) =
+            self.saved.sessions[&w.session].live.get(&w.ticket)
+        {
+            for (id, key) in parts {
+                let limit = self
+                    .saved
+                    .limits
+                    .get_mut(id)
+                    .expect("waiters' limits exist");
+                if limit.queue.remove(key).is_some() {
+                    others.push(*id);
+                }
+            }
+        }
         let session = self
             .saved
             .sessions
@@ -378,15 +930,51 @@ impl Machine {
             ticket: w.ticket,
             refusal,
         });
+        others
     }
 }
 
-/// The holder an acquire granted at once becomes.
-fn holder_of(a: &Acquire) -> Holder {
+/// What a grant of several parts (or with an estimate) took: the parts that hold, and the
+/// estimates recorded on the rate parts.
+#[derive(Default)]
+struct Took {
+    holding: Vec<(LimitId, u32)>,
+    estimates: Vec<(LimitId, u32)>,
+}
+
+impl Took {
+    /// Grants `holder` its units on `limit` (of id `id`) under `fence`, whose room the caller
+    /// checked; with `estimate`, records the units taken as an estimate to settle.
+    fn grant(
+        &mut self,
+        limit: &mut Limit,
+        id: LimitId,
+        fence: Fence,
+        holder: Holder,
+        estimate: bool,
+    ) {
+        let units = holder.units;
+        if limit.grant(fence, holder) {
+            self.holding.push((id, units));
+        }
+        if estimate && limit.spec.rates() {
+            limit.estimating.insert(fence, units);
+            self.estimates.push((id, units));
+        }
+    }
+}
+
+/// The holder of `units` a request granted at once becomes.
+fn holder_of(a: &AcquireParts, units: u32) -> Holder {
     Holder {
         session: a.session,
         ticket: a.ticket,
-        units: a.units,
+        units,
         agent: a.agent.clone(),
     }
+}
+
+/// The live limit `id` of `limits`, which a ticket names.
+fn limit_mut<'a>(limits: &'a mut BTreeMap<LimitId, Limit>, id: &LimitId) -> &'a mut Limit {
+    limits.get_mut(id).expect("tickets name live limits")
 }

@@ -2,7 +2,8 @@
 //! whether a fence is still held. Reads never change the state.
 
 use super::Machine;
-use crate::machine::command::{Fence, HaltScope, Owner, SessionId};
+use crate::machine::command::{Fence, HaltScope, LimitId, Owner, SessionId};
+use crate::machine::limit::ShadowRefusals;
 use crate::machine::status::{LimitStatus, TenantStatus};
 use crate::machine::tenant::{RunSlot, Spend, Tenant};
 
@@ -12,26 +13,80 @@ impl Machine {
         self.saved.tenants.get(tenant).map(read).unwrap_or_default()
     }
 
-    /// A limit's status, removed-but-held ones included.
+    /// A limit's status, removed-but-held ones included. A keyed limit's counts are its
+    /// live keys' summed (`max_in_use`: the most any live key held).
     pub fn limit_status(&self, tenant: &str, name: &str) -> Option<LimitStatus> {
         let id = self.limit_id(tenant, name)?;
-        Some(LimitStatus::of(&self.saved.limits[&id]))
+        Some(self.status_of(id))
+    }
+
+    fn status_of(&self, id: LimitId) -> LimitStatus {
+        let limit = &self.saved.limits[&id];
+        let mut status = LimitStatus::of(limit);
+        for kid in limit.keys.values() {
+            let key = &self.saved.limits[kid];
+            status.in_use += key.held_units;
+            status.waiting += key.queue.len() as u64;
+            status.max_in_use = status.max_in_use.max(key.max_held_units);
+        }
+        status
+    }
+
+    /// The status of key `key` of keyed limit (tenant, name): its own state, or a fresh
+    /// one's when it has none. `None` when there is no such keyed limit.
+    pub fn key_status(&self, tenant: &str, name: &str, key: &str) -> Option<LimitStatus> {
+        let id = self.limit_id(tenant, name)?;
+        let def = &self.saved.limits[&id];
+        def.spec.keys_max?;
+        let mut status = match def.keys.get(key) {
+            Some(kid) => LimitStatus::of(&self.saved.limits[kid]),
+            None => LimitStatus::of(def),
+        };
+        status.tenant = tenant.to_owned();
+        status.name = name.to_owned();
+        Some(status)
+    }
+
+    /// The live keys of keyed limit (tenant, name), in key order; `None` when there is no
+    /// such keyed limit.
+    pub fn keys(&self, tenant: &str, name: &str) -> Option<Vec<String>> {
+        let def = &self.saved.limits[&self.limit_id(tenant, name)?];
+        def.spec.keys_max?;
+        Some(def.keys.keys().cloned().collect())
+    }
+
+    /// Would-be refusals of shadow limit (tenant, name) since it was defined, by kind.
+    pub fn shadow_refusals(&self, tenant: &str, name: &str) -> Option<ShadowRefusals> {
+        let id = self.limit_id(tenant, name)?;
+        Some(self.saved.limits[&id].shadow_refusals)
+    }
+
+    /// Would-be refusals of every shadow limit of `tenant`, by kind, summed (for metrics).
+    pub fn tenant_shadow_refusals(&self, tenant: &str) -> ShadowRefusals {
+        self.of_tenant(tenant, |t| {
+            let mut sum = ShadowRefusals::default();
+            for id in t.limits.values() {
+                sum.add(self.saved.limits[id].shadow_refusals);
+            }
+            sum
+        })
     }
 
     /// Every limit of a tenant, by name.
     pub fn limits(&self, tenant: &str) -> Vec<LimitStatus> {
         self.of_tenant(tenant, |t| {
-            t.limits
-                .values()
-                .map(|id| LimitStatus::of(&self.saved.limits[id]))
-                .collect()
+            t.limits.values().map(|id| self.status_of(*id)).collect()
         })
     }
 
-    /// Whether a permit with `fence` is held on (tenant, name) now.
+    /// Whether a permit with `fence` is held on (tenant, name) now (on any of its keys,
+    /// when keyed).
     pub fn validate_fence(&self, tenant: &str, name: &str, fence: Fence) -> bool {
-        self.limit_id(tenant, name)
-            .is_some_and(|id| self.saved.limits[&id].holders.contains_key(&fence))
+        self.limit_id(tenant, name).is_some_and(|id| {
+            self.states_of(id)
+                .iter()
+                .any(|s| self.saved.limits[s].holders.contains_key(&fence))
+        })
     }
 
     /// Spend charged to a period.

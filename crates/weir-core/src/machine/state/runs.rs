@@ -17,6 +17,8 @@
 //! without a hold keeps the older rule: refused once the spend has reached the budget. A budget
 //! is compared with what was settled so far; settlements are idempotent per (run, epoch).
 
+use std::collections::BTreeSet;
+
 use super::{Machine, Reserve};
 use crate::bounds::{
     HALTS_MAX, PERIODS_MAX, RECEIPTS_MAX, RUNS_MAX, TENANT_HALTS_MAX, TENANT_PERIODS_MAX,
@@ -195,16 +197,21 @@ impl Machine {
             )?;
         }
         t.halts.insert(scope.clone(), reason.to_owned());
-        let ids: Vec<LimitId> = t.limits.values().copied().collect();
+        let defs: Vec<LimitId> = t.limits.values().copied().collect();
+        let ids: Vec<LimitId> = defs.into_iter().flat_map(|d| self.states_of(d)).collect();
         let refusal = Refusal::Halted {
             tenant: tenant.to_owned(),
             scope: scope.clone(),
             reason: reason.to_owned(),
         };
-        for id in ids {
+        // Every waiter in scope leaves every queue before any limit is served, so no grant
+        // reaches a request the halt covers; a holder of several parts is told once.
+        let mut told = BTreeSet::new();
+        let mut refused = Vec::new();
+        for &id in &ids {
             let limit = self.saved.limits.get_mut(&id).expect("named limits exist");
             for (_, h) in limit.holders.iter() {
-                if scope.covers(h.agent.as_deref()) {
+                if scope.covers(h.agent.as_deref()) && told.insert((h.session, h.ticket)) {
                     events.push(Event::Halted {
                         session: h.session,
                         ticket: h.ticket,
@@ -213,13 +220,18 @@ impl Machine {
                     });
                 }
             }
-            let refused = limit
-                .queue
-                .remove_where(|w| scope.covers(w.agent.as_deref()));
-            for (_, w) in refused {
-                self.refuse_waiter(&w, refusal.clone(), events);
-            }
-            // Withdrawing a blocked head can let an out-of-scope waiter behind it through.
+            refused.extend(
+                limit
+                    .queue
+                    .remove_where(|w| scope.covers(w.agent.as_deref())),
+            );
+        }
+        let mut touched: BTreeSet<LimitId> = ids.into_iter().collect();
+        for (_, w) in refused {
+            touched.extend(self.refuse_waiter(&w, refusal.clone(), events));
+        }
+        // Withdrawing a blocked head can let an out-of-scope waiter behind it through.
+        for id in touched {
             self.serve(id, events);
         }
         Ok(Reply::Done)
