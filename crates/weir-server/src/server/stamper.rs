@@ -6,8 +6,9 @@
 //! harness's `clock` nemesis skew them, read once when the proposer starts, never per batch:
 //! `WEIR_TEST_CLOCK_RATE` (0.5 to 2.0) scales the log clock as a leader whose clock runs
 //! fast or slow would, and `WEIR_TEST_WALL_SKEW_MS` offsets the wall stamps. They are read
-//! in every build, because the harness runs its clock nemesis against the default build;
-//! unset (as everywhere outside that harness) they change nothing.
+//! only in builds with the test-only `planted` feature (the harness's clock nemesis runs
+//! against such a build): a production node's log clock answers to nothing in its
+//! environment, and one that finds them set says at start that it ignores them.
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -75,7 +76,22 @@ struct TestClock {
 }
 
 impl TestClock {
+    /// Reads both hooks, warning when the log clock is skewed. Without the `planted`
+    /// feature: true clocks, and a warning if a hook is set.
+    #[cfg(not(feature = "planted"))]
+    fn from_env() -> TestClock {
+        for hook in ["WEIR_TEST_CLOCK_RATE", "WEIR_TEST_WALL_SKEW_MS"] {
+            if std::env::var_os(hook).is_some() {
+                tracing::warn!(
+                    "{hook} is set but ignored: only a build with the `planted` feature has test hooks"
+                );
+            }
+        }
+        TestClock::parse(None, None)
+    }
+
     /// Reads both hooks, warning when the log clock is skewed.
+    #[cfg(feature = "planted")]
     fn from_env() -> TestClock {
         let clock = TestClock::parse(
             std::env::var("WEIR_TEST_CLOCK_RATE").ok().as_deref(),
