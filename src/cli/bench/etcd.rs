@@ -22,8 +22,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::super::Output;
 use super::report::{LoadReport, load_average};
+use crate::cli::output::Output;
 use crate::launcher::free_port;
 
 /// Members of the etcd cluster: three, as Weir's `--spawn 3`.

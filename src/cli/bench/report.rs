@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use super::super::Output;
 use super::args::BenchArgs;
 use super::cpu::CpuReport;
+use crate::cli::output::Output;
 
 /// Microseconds as milliseconds.
 pub fn ms(us: u64) -> f64 {
