@@ -66,8 +66,25 @@ impl DevCa {
 
     /// A node certificate called `name` for the loopback names, valid as `validity` says.
     pub fn issue(&self, name: &str, validity: Validity) -> Result<Issued, String> {
+        self.issue_for(name, &[], validity)
+    }
+
+    /// A node certificate called `name` for the loopback names and `hosts` (the names the
+    /// node is dialed at), for both ends of a connection (server and client
+    /// authentication), valid as `validity` says.
+    pub fn issue_for(
+        &self,
+        name: &str,
+        hosts: &[String],
+        validity: Validity,
+    ) -> Result<Issued, String> {
         let key = KeyPair::generate().map_err(rc)?;
-        let names: Vec<String> = LOOPBACK_NAMES.iter().map(|n| n.to_string()).collect();
+        let mut names: Vec<String> = LOOPBACK_NAMES.iter().map(|n| n.to_string()).collect();
+        for host in hosts {
+            if !names.contains(host) {
+                names.push(host.clone());
+            }
+        }
         let mut params = CertificateParams::new(names).map_err(rc)?;
         params.distinguished_name.push(DnType::CommonName, name);
         params.extended_key_usages = vec![
