@@ -255,7 +255,7 @@ fn queued_rounds(ops: &[Op]) -> Result<(), Verdict> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checker::test_support::op;
+    use crate::checker::test_support::{fact, op};
     use serde_json::json;
 
     #[test]
@@ -306,9 +306,7 @@ mod tests {
     }
 
     fn round(healed_ms: u64) -> Op {
-        op(
-            NEMESIS,
-            Kind::Info,
+        fact(
             "queue-round",
             json!({"round": 1, "healed_ns": healed_ms * 1_000_000}),
             healed_ms * 1_000_000,
@@ -382,9 +380,7 @@ mod tests {
     }
 
     fn kill(n: u64, at_ms: u64) -> Op {
-        op(
-            NEMESIS,
-            Kind::Info,
+        fact(
             "client-kill",
             json!({"kill": n, "killed_ns": at_ms * 1_000_000}),
             at_ms * 1_000_000 + 1,
