@@ -6,18 +6,16 @@
 //! The HTTPS client is written here over tokio-rustls (one HTTP/1.1 request per
 //! connection), so the test needs no TLS stack in reqwest.
 
-use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use weir::launcher::LocalCluster;
-use weir_server::config::{TlsFiles, TokenEntry};
 use weir_server::security::certs::{DevCa, Validity};
-use weir_server::security::{ClientSecurity, Connector, Stream, hash_token, tls};
+use weir_server::security::{ClientSecurity, Connector, Stream, tls};
 
-use crate::harness::phase;
+use crate::harness::{phase, start_secured, token_entries, write_certs};
 
 const ADMIN: &str = "http-admin-secret";
 const TENANT_A: &str = "http-tenant-a-secret";
@@ -222,49 +220,21 @@ fn dechunk(mut rest: &str) -> String {
     out
 }
 
-fn write_certs(dir: &Path, ca: &DevCa, names: &[&str]) {
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(dir.join("ca.pem"), ca.cert_pem()).unwrap();
-    for name in names {
-        let issued = ca.issue(name, Validity::Current).unwrap();
-        std::fs::write(dir.join(format!("{name}.pem")), issued.cert_pem).unwrap();
-        std::fs::write(dir.join(format!("{name}.key")), issued.key_pem).unwrap();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_with_tokens_authenticates_and_authorizes_through_the_client_port() {
     let mut cluster =
         LocalCluster::in_temp_dir(env!("CARGO_BIN_EXE_weir"), "weir-http-sec").unwrap();
     let certs = cluster.dir().join("certs");
     let ca = DevCa::new("cluster CA").unwrap();
-    write_certs(&certs, &ca, &["node1", "node2", "node3"]);
+    let nodes = ["node1", "node2", "node3"].map(|n| (n, Validity::Current));
+    write_certs(&certs, &ca, &nodes);
     let ca_pem = certs.join("ca.pem");
     cluster = cluster.security(ClientSecurity::new(Some(&ca_pem), Some(ADMIN.into())).unwrap());
     let connector = Connector::tls(tls::client_config(&ca_pem).unwrap());
 
     phase("three nodes with TLS and tokens on every port elect a leader");
-    let mut configs = cluster.loopback_configs(3).unwrap();
-    for c in &mut configs {
-        let name = format!("node{}", c.id);
-        c.tls = Some(TlsFiles {
-            cert: certs.join(format!("{name}.pem")),
-            key: certs.join(format!("{name}.key")),
-            ca: ca_pem.clone(),
-        });
-        c.tokens = [(ADMIN, "admin"), (TENANT_A, "tenant:a")]
-            .iter()
-            .map(|(secret, role)| TokenEntry {
-                sha256: hash_token(secret),
-                role: role.to_string(),
-            })
-            .collect();
-    }
-    cluster.add_and_start(configs).unwrap();
-    let leader = cluster
-        .leader(Duration::from_secs(30))
-        .await
-        .expect("a leader over TLS");
+    let tokens = token_entries(&[(ADMIN, "admin"), (TENANT_A, "tenant:a")]);
+    let leader = start_secured(&mut cluster, Some(&certs), &tokens).await;
     // A follower, so the request is also carried to the leader with its token.
     let follower = (1..=3).find(|id| *id != leader).unwrap();
     let addr = cluster.node(follower).config.http_listen.clone();
