@@ -53,6 +53,17 @@ impl Cluster {
         Cluster { nodes }
     }
 
+    /// Three nodes started as [`Cluster::start`] does with no extra keys, a leader elected,
+    /// and `limit` (one permit) defined through a client: the cluster, its leader and that
+    /// client.
+    pub async fn three_with_limit(tag: &str, limit: &str) -> (Cluster, u64, Client) {
+        let cluster = Cluster::start(tag, 3, "");
+        let leader = cluster.leader(crate::ELECTION).await;
+        let client = cluster.client();
+        client.write(crate::define(limit, 1)).await.unwrap();
+        (cluster, leader, client)
+    }
+
     /// Configures (does not start) one more node, `id = nodes + 1`, whose initial voters are
     /// the cluster's plus itself: it never forms a cluster of its own (it is not the lowest
     /// id) and waits to be added.
