@@ -1,10 +1,12 @@
 //! Development certificates: a CA and node certificates for the loopback configs
-//! (`weir certs init DIR`), and the same in memory for the cluster tests.
+//! (`weir certs init DIR`), and the same in memory for the cluster tests and the partition
+//! harness.
 //!
-//! A node certificate names `localhost`, `127.0.0.1` and `::1` and is good for both server
-//! and client authentication: one file serves the client port, the peer port, and the
-//! node's own dialing of its peers (mutual TLS). These are for development and tests on
-//! one machine: a deployment issues certificates naming its hosts from its own CA.
+//! A node certificate names `localhost`, `127.0.0.1` and `::1` (and, through
+//! [`DevCa::issue_for`], the hosts a node is dialed at) and is good for both server and
+//! client authentication: one file serves the client port, the peer port, and the node's
+//! own dialing of its peers (mutual TLS). These are for development and tests: a deployment
+//! issues certificates naming its hosts from its own CA.
 
 use std::path::Path;
 
