@@ -578,17 +578,9 @@ async fn wait_behind_kill(client: weir_client::Client, kill: u64, history: Recor
     let mut options = weir_client::AcquireOptions::new(TENANT, CRASH);
     options.timeout = Some(Duration::from_secs(20));
     let v = json!({"limit": CRASH, "behind_kill": true, "kill": kill});
-    let invoked = history.record(process, Kind::Invoke, "acquire", v.clone());
-    let mut v = v;
-    v["invoke_ns"] = invoked.into();
-    match session.acquire(options).await {
-        Ok(p) => {
-            v["fence"] = p.fence().into();
-            history.record(process, Kind::Ok, "acquire", v);
-            crate::workload::release_recorded(process, p, &history).await;
-        }
-        Err(e) => {
-            v["error"] = e.to_string().into();
+    match crate::workload::acquire_as(process, &session, options, v, &history).await {
+        Ok(p) => crate::workload::release_recorded(process, p, &history).await,
+        Err((_, v)) => {
             history.record(process, Kind::Fail, "acquire", v);
         }
     }

@@ -1,7 +1,7 @@
 //! `--secure`: the run's cluster with TLS on every port and tokens with roles, the clients
 //! that dial it, and the check at the start that it really refuses the rest.
 //!
-//! - [`Secure::generate`] makes a CA and one certificate per node (rcgen, as `weir certs
+//! - [`Secure::generate`] makes a CA and one certificate per node (`DevCa`, as `weir certs
 //!   init` does, but each node's certificate also names that node's own addresses: in
 //!   namespace mode they are not loopback ones, and a client verifies the host it dialed),
 //!   writes them under `<out>/tls/`, and draws a random secret per token: one `admin`, one
@@ -28,15 +28,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-    KeyUsagePurpose, date_time_ymd,
-};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use weir_client::Client;
 use weir_client::protocol::{Failure, Request, Response};
 use weir_server::config::{Config, TlsFiles, TokenEntry};
+use weir_server::security::certs::{DevCa, Validity};
 use weir_server::security::{ClientSecurity, Connector, hash_token};
 
 use crate::history::{self, Kind, Recorder};
@@ -64,10 +61,6 @@ pub struct Secure {
     secrets: BTreeMap<String, String>,
     /// TLS verified against [`Secure::ca`].
     connector: Connector,
-}
-
-fn rc(e: rcgen::Error) -> String {
-    format!("certificate generation: {e}")
 }
 
 /// A fresh random secret, hex.
@@ -107,50 +100,17 @@ impl Secure {
             std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
             Ok(path)
         };
-        let ca_key = KeyPair::generate().map_err(rc)?;
-        let mut params = CertificateParams::new(Vec::<String>::new()).map_err(rc)?;
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "weir-jepsen run CA");
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        params.not_before = date_time_ymd(2024, 1, 1);
-        params.not_after = date_time_ymd(2100, 1, 1);
-        let ca_cert = params.self_signed(&ca_key).map_err(rc)?;
-        let ca = write("ca.pem", &ca_cert.pem())?;
+        let run_ca = DevCa::new("weir-jepsen run CA")?;
+        let ca = write("ca.pem", &run_ca.cert_pem())?;
         let mut files = vec![];
-        for (i, extra) in names.iter().enumerate() {
+        for (i, hosts) in names.iter().enumerate() {
             let id = i + 1;
-            let mut sans: Vec<String> = weir_server::security::certs::LOOPBACK_NAMES
-                .iter()
-                .map(|n| n.to_string())
-                .collect();
-            for n in extra {
-                if !sans.contains(n) {
-                    sans.push(n.clone());
-                }
-            }
-            let key = KeyPair::generate().map_err(rc)?;
-            let mut params = CertificateParams::new(sans).map_err(rc)?;
-            params
-                .distinguished_name
-                .push(DnType::CommonName, format!("weir-jepsen node {id}"));
             // One certificate for the client, peer and HTTP ports and for dialing peers.
-            params.extended_key_usages = vec![
-                ExtendedKeyUsagePurpose::ServerAuth,
-                ExtendedKeyUsagePurpose::ClientAuth,
-            ];
-            params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-            params.not_before = date_time_ymd(2024, 1, 1);
-            params.not_after = date_time_ymd(2100, 1, 1);
-            let cert = params.signed_by(&key, &ca_cert, &ca_key).map_err(rc)?;
+            let issued =
+                run_ca.issue_for(&format!("weir-jepsen node {id}"), hosts, Validity::Current)?;
             files.push(TlsFiles {
-                cert: write(&format!("node{id}.pem"), &cert.pem())?,
-                key: write(&format!("node{id}.key"), &key.serialize_pem())?,
+                cert: write(&format!("node{id}.pem"), &issued.cert_pem)?,
+                key: write(&format!("node{id}.key"), &issued.key_pem)?,
                 ca: ca.clone(),
             });
         }

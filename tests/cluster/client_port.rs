@@ -12,7 +12,6 @@ use weir_client::wire;
 use weir_core::codec;
 
 use crate::harness::{Cluster, phase};
-use crate::{ELECTION, define};
 
 fn frame(payload: &[u8]) -> Vec<u8> {
     [
@@ -62,10 +61,7 @@ async fn send_bad(addr: &str, bytes: &[u8], close_write: bool) -> Option<String>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_kind_of_bad_input_closes_only_its_connection() {
-    let cluster = Cluster::start("badclient", 3, "");
-    let leader = cluster.leader(ELECTION).await;
-    let client = cluster.client();
-    client.write(define("kept", 1)).await.unwrap();
+    let (cluster, leader, client) = Cluster::three_with_limit("badclient", "kept").await;
     let addr = cluster.node(leader).client.clone();
     let mut unknown_kind = codec::encode(&ClientFrame::Request {
         id: 1,

@@ -299,10 +299,7 @@ async fn every_argument_bound_is_refused_at_the_edge_and_never_reaches_the_log()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_large_requests_on_one_connection_does_not_stall_later_writes() {
-    let cluster = Cluster::start("edgeburst", 3, "");
-    let leader = cluster.leader(ELECTION).await;
-    let client = cluster.client();
-    client.write(define("before", 1)).await.unwrap();
+    let (cluster, leader, client) = Cluster::three_with_limit("edgeburst", "before").await;
     let mut raw = Raw::connect(&cluster.node(leader).client).await;
     phase("a burst: oversized requests, then many of the largest valid ones");
     let oversized = 32u64;

@@ -1,9 +1,11 @@
 //! A cluster of real `weir serve` processes on loopback, in a temporary directory, with
 //! ports this harness owns: [`weir::launcher::LocalCluster`] plus what the tests add (the
-//! CLI against the cluster, panicking waits, a spare node, log tails on failure).
+//! CLI against the cluster, panicking waits, a spare node, log tails on failure), and for
+//! the security tests a secured start: certificates from a CA, tokens with roles.
 //! Everything is killed on drop, and the directory removed unless a test failed; every wait
 //! is bounded.
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -11,7 +13,9 @@ use weir::launcher::{LocalCluster, Node, loopback_addr};
 use weir_client::Client;
 use weir_client::protocol::{NodeStatus, Request, Response};
 use weir_core::machine::{Command as Cmd, Reply};
-use weir_server::config::{Config, Peer};
+use weir_server::config::{Config, Peer, TlsFiles, TokenEntry};
+use weir_server::security::certs::{DevCa, Validity};
+use weir_server::security::hash_token;
 
 pub struct Cluster {
     nodes: LocalCluster,
@@ -47,6 +51,17 @@ impl Cluster {
             .add_and_start(configs.iter().map(|c| overlay(c, extra)).collect())
             .unwrap();
         Cluster { nodes }
+    }
+
+    /// Three nodes started as [`Cluster::start`] does with no extra keys, a leader elected,
+    /// and `limit` (one permit) defined through a client: the cluster, its leader and that
+    /// client.
+    pub async fn three_with_limit(tag: &str, limit: &str) -> (Cluster, u64, Client) {
+        let cluster = Cluster::start(tag, 3, "");
+        let leader = cluster.leader(crate::ELECTION).await;
+        let client = cluster.client();
+        client.write(crate::define(limit, 1)).await.unwrap();
+        (cluster, leader, client)
     }
 
     /// Configures (does not start) one more node, `id = nodes + 1`, whose initial voters are
@@ -214,4 +229,56 @@ impl Drop for Cluster {
 /// Logs a test phase.
 pub fn phase(name: &str) {
     eprintln!("[phase] {name}");
+}
+
+/// Writes `ca.pem` of `ca` and a certificate (`NAME.pem`, `NAME.key`) for each name into
+/// `dir`.
+pub fn write_certs(dir: &Path, ca: &DevCa, names: &[(&str, Validity)]) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("ca.pem"), ca.cert_pem()).unwrap();
+    for (name, validity) in names {
+        let issued = ca.issue(name, *validity).unwrap();
+        std::fs::write(dir.join(format!("{name}.pem")), issued.cert_pem).unwrap();
+        std::fs::write(dir.join(format!("{name}.key")), issued.key_pem).unwrap();
+    }
+}
+
+/// The TLS files [`write_certs`] wrote into `dir` for `name`.
+pub fn tls_files(dir: &Path, name: &str) -> TlsFiles {
+    TlsFiles {
+        cert: dir.join(format!("{name}.pem")),
+        key: dir.join(format!("{name}.key")),
+        ca: dir.join("ca.pem"),
+    }
+}
+
+/// Each (secret, role) as a config's `[[tokens]]` entry: the secret's hash and the role.
+pub fn token_entries(roles: &[(&str, &str)]) -> Vec<TokenEntry> {
+    roles
+        .iter()
+        .map(|(secret, role)| TokenEntry {
+            sha256: hash_token(secret),
+            role: role.to_string(),
+        })
+        .collect()
+}
+
+/// Starts three loopback nodes of `cluster`, each with `tokens` and, given `certs`, TLS on
+/// every port from the files [`write_certs`] wrote there (`node1` .. `node3`); answers the
+/// leader they elect.
+pub async fn start_secured(
+    cluster: &mut LocalCluster,
+    certs: Option<&Path>,
+    tokens: &[TokenEntry],
+) -> u64 {
+    let mut configs = cluster.loopback_configs(3).unwrap();
+    for c in &mut configs {
+        c.tls = certs.map(|dir| tls_files(dir, &format!("node{}", c.id)));
+        c.tokens = tokens.to_vec();
+    }
+    cluster.add_and_start(configs).unwrap();
+    cluster
+        .leader(Duration::from_secs(30))
+        .await
+        .expect("a leader")
 }

@@ -47,15 +47,31 @@ impl Api {
 
     /// Sends `method path` with an optional JSON body; answers (status, JSON body or Null).
     pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+        let response = self.send(method, path, body).await;
+        let status = response.status();
+        let text = response.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// Sends `method path` without a body: the response itself, for its headers or a stream.
+    pub async fn response(&self, method: &str, path: &str) -> reqwest::Response {
+        self.send(method, path, None).await
+    }
+
+    async fn send(&self, method: &str, path: &str, body: Option<Value>) -> reqwest::Response {
         let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
         let mut request = self.http.request(method, format!("{}{path}", self.base));
         if let Some(b) = body {
             request = request.json(&b);
         }
-        let response = request.send().await.expect("the node answers HTTP");
-        let status = response.status();
-        let text = response.text().await.unwrap();
-        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+        request.send().await.expect("the node answers HTTP")
+    }
+
+    /// Acquires on the limit at `path` (`/v1/tenants/T/limits/N`) with `body` (session,
+    /// ticket and options).
+    pub async fn acquire(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        self.call("POST", &format!("{path}/acquire"), Some(body))
+            .await
     }
 
     /// Opens a session of TTL 10 s: (status, the answer, whose `session` is its id).
@@ -130,12 +146,7 @@ async fn http_routes_are_exactly_the_openapi_ones_and_each_is_served_by_a_follow
             assert_eq!(status, StatusCode::OK, "open for the event stream: {v}");
             let session = v["session"].as_u64().expect("a session id");
             let concrete = path.replace("{session}", &session.to_string());
-            let r = api
-                .http
-                .get(format!("{}{concrete}", api.base))
-                .send()
-                .await
-                .unwrap();
+            let r = api.response("GET", &concrete).await;
             assert_eq!(r.status(), StatusCode::OK, "{method} {path}");
             assert!(
                 r.headers()["content-type"]
@@ -194,10 +205,9 @@ async fn http_routes_are_exactly_the_openapi_ones_and_each_is_served_by_a_follow
     .await;
     let (_, s) = api.open_session().await;
     let (status, v) = api
-        .call(
-            "POST",
-            "/v1/tenants/h/limits/l/acquire",
-            Some(json!({"session": s["session"], "ticket": 1})),
+        .acquire(
+            "/v1/tenants/h/limits/l",
+            json!({"session": s["session"], "ticket": 1}),
         )
         .await;
     assert_eq!(
@@ -216,10 +226,9 @@ async fn http_routes_are_exactly_the_openapi_ones_and_each_is_served_by_a_follow
     assert_eq!(v["halts"][0]["reason"], "incident", "{v}");
     phase("an unknown session and a too-large acquire name the session and the limit");
     let (status, v) = api
-        .call(
-            "POST",
-            "/v1/tenants/t/limits/db/acquire",
-            Some(json!({"session": 987654, "ticket": 1})),
+        .acquire(
+            "/v1/tenants/t/limits/db",
+            json!({"session": 987654, "ticket": 1}),
         )
         .await;
     assert_eq!(
@@ -232,19 +241,17 @@ async fn http_routes_are_exactly_the_openapi_ones_and_each_is_served_by_a_follow
         "{v}"
     );
     let (status, v) = api
-        .call(
-            "POST",
-            "/v1/tenants/h/limits/l/acquire",
-            Some(json!({"session": s["session"], "ticket": 2, "units": 5})),
+        .acquire(
+            "/v1/tenants/h/limits/l",
+            json!({"session": s["session"], "ticket": 2, "units": 5}),
         )
         .await;
     assert_eq!(status, StatusCode::CONFLICT, "halted before too large: {v}");
     api.call("DELETE", "/v1/tenants/h/halt", None).await;
     let (status, v) = api
-        .call(
-            "POST",
-            "/v1/tenants/h/limits/l/acquire",
-            Some(json!({"session": s["session"], "ticket": 3, "units": 5})),
+        .acquire(
+            "/v1/tenants/h/limits/l",
+            json!({"session": s["session"], "ticket": 3, "units": 5}),
         )
         .await;
     assert_eq!(
@@ -303,10 +310,9 @@ async fn http_and_cli_holders_share_one_limit_and_a_long_poll_and_the_event_stre
         .await;
     let session = s["session"].as_u64().expect("a session id");
     let (status, v) = api
-        .call(
-            "POST",
-            "/v1/tenants/default/limits/db/acquire",
-            Some(json!({"session": session, "ticket": 1, "wait": false})),
+        .acquire(
+            "/v1/tenants/default/limits/db",
+            json!({"session": session, "ticket": 1, "wait": false}),
         )
         .await;
     assert_eq!(
@@ -325,10 +331,9 @@ async fn http_and_cli_holders_share_one_limit_and_a_long_poll_and_the_event_stre
         .unwrap();
     let started = Instant::now();
     let (status, v) = api
-        .call(
-            "POST",
-            "/v1/tenants/default/limits/db/acquire",
-            Some(json!({"session": session, "ticket": 2, "timeout_ms": 20_000})),
+        .acquire(
+            "/v1/tenants/default/limits/db",
+            json!({"session": session, "ticket": 2, "timeout_ms": 20_000}),
         )
         .await;
     assert_eq!(
@@ -401,12 +406,7 @@ async fn a_take_answers_the_tokens_left_or_429_with_retry_after() {
     );
     assert_eq!(v["remaining"], 1, "{v}");
     api.call("POST", take, None).await;
-    let response = api
-        .http
-        .post(format!("{}{take}", api.base))
-        .send()
-        .await
-        .unwrap();
+    let response = api.response("POST", take).await;
     assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
     let retry_after: u64 = response.headers()["retry-after"]
         .to_str()

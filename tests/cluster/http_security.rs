@@ -4,20 +4,18 @@
 //! plaintext HTTP refused by the TLS port.
 //!
 //! The HTTPS client is written here over tokio-rustls (one HTTP/1.1 request per
-//! connection, `Connection: close`), so the test needs no TLS stack in reqwest.
+//! connection), so the test needs no TLS stack in reqwest.
 
-use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use weir::launcher::LocalCluster;
-use weir_server::config::{TlsFiles, TokenEntry};
 use weir_server::security::certs::{DevCa, Validity};
-use weir_server::security::{ClientSecurity, Connector, hash_token, tls};
+use weir_server::security::{ClientSecurity, Connector, Stream, tls};
 
-use crate::harness::phase;
+use crate::harness::{phase, start_secured, token_entries, write_certs};
 
 const ADMIN: &str = "http-admin-secret";
 const TENANT_A: &str = "http-tenant-a-secret";
@@ -26,153 +24,186 @@ const TENANT_A: &str = "http-tenant-a-secret";
 /// follower forwarding to a leader just elected takes longer, well within this.
 const EXCHANGE_MAX: Duration = Duration::from_secs(20);
 
-/// One request over TLS (verified against `connector`'s CA) to `addr`: status and JSON body.
-async fn https(
-    connector: &Connector,
-    addr: &str,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    body: Option<Value>,
-) -> (u16, Value) {
-    let exchange = async {
+/// One node's HTTPS port, verified against the cluster CA. Every request opens its own
+/// connection.
+#[derive(Clone)]
+struct Https {
+    connector: Connector,
+    addr: String,
+}
+
+impl Https {
+    /// A TLS connection with a request head written: `Authorization: Bearer` when a token is
+    /// given; with a body length, `Content-Length` and `Connection: close`.
+    async fn open(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body_len: Option<usize>,
+    ) -> Stream {
+        let addr = &self.addr;
         let tcp = TcpStream::connect(addr).await.unwrap();
-        let mut stream = connector.connect(tcp, addr).await.unwrap();
-        let body = body.map(|b| b.to_string()).unwrap_or_default();
-        let mut head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
-             Content-Type: application/json\r\nContent-Length: {}\r\n",
-            body.len()
-        );
+        let mut stream = self.connector.connect(tcp, addr).await.unwrap();
+        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\n");
+        if let Some(len) = body_len {
+            head.push_str(&format!(
+                "Connection: close\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n"
+            ));
+        }
         if let Some(t) = token {
             head.push_str(&format!("Authorization: Bearer {t}\r\n"));
         }
         head.push_str("\r\n");
         stream.write_all(head.as_bytes()).await.unwrap();
-        stream.write_all(body.as_bytes()).await.unwrap();
-        stream.flush().await.unwrap();
-        let mut raw = Vec::new();
-        // A TLS peer may end without close_notify after `Connection: close`; what was read
-        // is the answer.
-        let _ = stream.read_to_end(&mut raw).await;
-        let text = String::from_utf8_lossy(&raw).into_owned();
-        let (head, rest) = text.split_once("\r\n\r\n").expect("an HTTP answer");
-        let status: u16 = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .expect("a status line");
-        let chunked = head
-            .to_ascii_lowercase()
-            .contains("transfer-encoding: chunked");
-        let body = if chunked {
-            dechunk(rest)
-        } else {
-            rest.to_owned()
-        };
-        (status, serde_json::from_str(&body).unwrap_or(Value::Null))
-    };
-    tokio::time::timeout(EXCHANGE_MAX, exchange)
-        .await
-        .expect("bounded")
-}
-
-/// The status and head of a GET to `path` over TLS, read up to the end of the head only: an
-/// event stream answered 200 never ends on its own.
-async fn https_head(connector: &Connector, addr: &str, path: &str, token: &str) -> (u16, String) {
-    let exchange = async {
-        let tcp = TcpStream::connect(addr).await.unwrap();
-        let mut stream = connector.connect(tcp, addr).await.unwrap();
-        let head =
-            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n");
-        stream.write_all(head.as_bytes()).await.unwrap();
-        stream.flush().await.unwrap();
-        let mut raw = Vec::new();
-        let mut byte = [0u8; 1];
-        while !raw.ends_with(b"\r\n\r\n") && stream.read(&mut byte).await.unwrap() == 1 {
-            raw.push(byte[0]);
-        }
-        let head = String::from_utf8_lossy(&raw).into_owned();
-        let status: u16 = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .expect("a status line");
-        (status, head)
-    };
-    tokio::time::timeout(EXCHANGE_MAX, exchange)
-        .await
-        .expect("bounded")
-}
-
-/// One request with a raw `body` of any size over TLS: the status and the JSON answer, read
-/// after the whole body was sent (a reset under the write or before the answer panics).
-async fn https_bytes(
-    connector: &Connector,
-    addr: &str,
-    path: &str,
-    token: Option<&str>,
-    body: &[u8],
-) -> (u16, Value) {
-    let exchange = async {
-        let tcp = TcpStream::connect(addr).await.unwrap();
-        let mut stream = connector.connect(tcp, addr).await.unwrap();
-        let mut head = format!(
-            "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
-             Content-Type: application/json\r\nContent-Length: {}\r\n",
-            body.len()
-        );
-        if let Some(t) = token {
-            head.push_str(&format!("Authorization: Bearer {t}\r\n"));
-        }
-        head.push_str("\r\n");
-        stream.write_all(head.as_bytes()).await.unwrap();
-        // As curl does: the whole body is sent before the answer is read. A node that
-        // answers and closes without reading it resets the connection under the write.
         stream
-            .write_all(body)
-            .await
-            .expect("the node read the whole body before it closed");
+    }
+
+    /// One request with an optional JSON body: status and JSON answer.
+    async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let exchange = async {
+            let body = body.map(|b| b.to_string()).unwrap_or_default();
+            let mut stream = self.open(method, path, token, Some(body.len())).await;
+            stream.write_all(body.as_bytes()).await.unwrap();
+            stream.flush().await.unwrap();
+            let mut raw = Vec::new();
+            // A TLS peer may end without close_notify after `Connection: close`; what was
+            // read is the answer.
+            let _ = stream.read_to_end(&mut raw).await;
+            let text = String::from_utf8_lossy(&raw).into_owned();
+            let (head, rest) = text.split_once("\r\n\r\n").expect("an HTTP answer");
+            let chunked = head
+                .to_ascii_lowercase()
+                .contains("transfer-encoding: chunked");
+            let body = if chunked {
+                dechunk(rest)
+            } else {
+                rest.to_owned()
+            };
+            (status_of(head), json_of(&body))
+        };
+        bounded(exchange).await
+    }
+
+    /// A request that must succeed (200): its JSON answer.
+    async fn ok(&self, method: &str, path: &str, token: &str, body: Option<Value>) -> Value {
+        let (status, v) = self.call(method, path, Some(token), body).await;
+        assert_eq!(status, 200, "{method} {path}: {v}");
+        v
+    }
+
+    /// Opens a session as `token`'s principal: its id.
+    async fn open_session(&self, token: &str, ttl_ms: u64) -> u64 {
+        let s = self
+            .ok(
+                "POST",
+                "/v1/sessions",
+                token,
+                Some(json!({ "ttl_ms": ttl_ms })),
+            )
+            .await;
+        s["session"].as_u64().expect("a session id")
+    }
+
+    /// A request that must be refused with `status` and the refusal named `error`.
+    async fn refused(
+        &self,
+        (method, path, token, body): (&str, &str, Option<&str>, Option<Value>),
+        status: u16,
+        error: &str,
+    ) {
+        let (got, v) = self.call(method, path, token, body).await;
+        assert_eq!(
+            (got, v["error"].as_str()),
+            (status, Some(error)),
+            "{method} {path}: {v}"
+        );
+    }
+
+    /// The status and head of a GET to `path`, read up to the end of the head only: an event
+    /// stream answered 200 never ends on its own.
+    async fn head(&self, path: &str, token: &str) -> (u16, String) {
+        let exchange = async {
+            let mut stream = self.open("GET", path, Some(token), None).await;
+            stream.flush().await.unwrap();
+            let mut raw = Vec::new();
+            let mut byte = [0u8; 1];
+            while !raw.ends_with(b"\r\n\r\n") && stream.read(&mut byte).await.unwrap() == 1 {
+                raw.push(byte[0]);
+            }
+            let head = String::from_utf8_lossy(&raw).into_owned();
+            (status_of(&head), head)
+        };
+        bounded(exchange).await
+    }
+
+    /// A POST with a raw `body` of any size: the status and the JSON answer, read after the
+    /// whole body was sent (a reset under the write or before the answer panics).
+    async fn post_bytes(&self, path: &str, token: Option<&str>, body: &[u8]) -> (u16, Value) {
+        let exchange = async {
+            let mut stream = self.open("POST", path, token, Some(body.len())).await;
+            // As curl does: the whole body is sent before the answer is read. A node that
+            // answers and closes without reading it resets the connection under the write.
+            stream
+                .write_all(body)
+                .await
+                .expect("the node read the whole body before it closed");
+            stream.flush().await.unwrap();
+            let mut raw = Vec::new();
+            let read = stream.read_to_end(&mut raw).await;
+            let text = String::from_utf8_lossy(&raw).into_owned();
+            let Some((head, rest)) = text.split_once("\r\n\r\n") else {
+                panic!("no HTTP answer ({read:?}): {text:?}");
+            };
+            (status_of(head), json_of(rest))
+        };
+        bounded(exchange).await
+    }
+
+    /// Follows an event stream until it ends; returns everything read after the head.
+    async fn follow_events(self, path: String, token: &str) -> String {
+        let mut stream = self.open("GET", &path, Some(token), None).await;
         stream.flush().await.unwrap();
         let mut raw = Vec::new();
-        let read = stream.read_to_end(&mut raw).await;
-        let text = String::from_utf8_lossy(&raw).into_owned();
-        let Some((head, rest)) = text.split_once("\r\n\r\n") else {
-            panic!("no HTTP answer ({read:?}): {text:?}");
-        };
-        let status: u16 = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .expect("a status line");
-        (status, serde_json::from_str(rest).unwrap_or(Value::Null))
-    };
+        let mut chunk = [0u8; 4096];
+        loop {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => raw.extend_from_slice(&chunk[..n]),
+            }
+            // The stream's last chunk: the body ended.
+            if raw.ends_with(b"0\r\n\r\n") {
+                break;
+            }
+        }
+        String::from_utf8_lossy(&raw).into_owned()
+    }
+}
+
+/// `exchange`, failing the test if it takes longer than [`EXCHANGE_MAX`].
+async fn bounded<T>(exchange: impl std::future::Future<Output = T>) -> T {
     tokio::time::timeout(EXCHANGE_MAX, exchange)
         .await
         .expect("bounded")
 }
 
-/// Follows an event stream over TLS until it ends; returns everything read after the head.
-async fn follow_events(connector: Connector, addr: String, path: String, token: &str) -> String {
-    let tcp = TcpStream::connect(&addr).await.unwrap();
-    let mut stream = connector.connect(tcp, &addr).await.unwrap();
-    let head =
-        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n");
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.flush().await.unwrap();
-    let mut raw = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        match stream.read(&mut chunk).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => raw.extend_from_slice(&chunk[..n]),
-        }
-        // The stream's last chunk: the body ended.
-        if raw.ends_with(b"0\r\n\r\n") {
-            break;
-        }
-    }
-    String::from_utf8_lossy(&raw).into_owned()
+/// The status code of an HTTP answer's head.
+fn status_of(head: &str) -> u16 {
+    head.split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status line")
+}
+
+/// A body as JSON; `Null` when it is none.
+fn json_of(body: &str) -> Value {
+    serde_json::from_str(body).unwrap_or(Value::Null)
 }
 
 /// The payload of a chunked body.
@@ -189,126 +220,49 @@ fn dechunk(mut rest: &str) -> String {
     out
 }
 
-fn write_certs(dir: &Path, ca: &DevCa, names: &[&str]) {
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(dir.join("ca.pem"), ca.cert_pem()).unwrap();
-    for name in names {
-        let issued = ca.issue(name, Validity::Current).unwrap();
-        std::fs::write(dir.join(format!("{name}.pem")), issued.cert_pem).unwrap();
-        std::fs::write(dir.join(format!("{name}.key")), issued.key_pem).unwrap();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_with_tokens_authenticates_and_authorizes_through_the_client_port() {
     let mut cluster =
         LocalCluster::in_temp_dir(env!("CARGO_BIN_EXE_weir"), "weir-http-sec").unwrap();
     let certs = cluster.dir().join("certs");
     let ca = DevCa::new("cluster CA").unwrap();
-    write_certs(&certs, &ca, &["node1", "node2", "node3"]);
+    let nodes = ["node1", "node2", "node3"].map(|n| (n, Validity::Current));
+    write_certs(&certs, &ca, &nodes);
     let ca_pem = certs.join("ca.pem");
     cluster = cluster.security(ClientSecurity::new(Some(&ca_pem), Some(ADMIN.into())).unwrap());
     let connector = Connector::tls(tls::client_config(&ca_pem).unwrap());
 
     phase("three nodes with TLS and tokens on every port elect a leader");
-    let mut configs = cluster.loopback_configs(3).unwrap();
-    for c in &mut configs {
-        let name = format!("node{}", c.id);
-        c.tls = Some(TlsFiles {
-            cert: certs.join(format!("{name}.pem")),
-            key: certs.join(format!("{name}.key")),
-            ca: ca_pem.clone(),
-        });
-        c.tokens = [(ADMIN, "admin"), (TENANT_A, "tenant:a")]
-            .iter()
-            .map(|(secret, role)| TokenEntry {
-                sha256: hash_token(secret),
-                role: role.to_string(),
-            })
-            .collect();
-    }
-    cluster.add_and_start(configs).unwrap();
-    let leader = cluster
-        .leader(Duration::from_secs(30))
-        .await
-        .expect("a leader over TLS");
+    let tokens = token_entries(&[(ADMIN, "admin"), (TENANT_A, "tenant:a")]);
+    let leader = start_secured(&mut cluster, Some(&certs), &tokens).await;
     // A follower, so the request is also carried to the leader with its token.
-    let node = (1..=3).find(|id| *id != leader).unwrap();
-    let addr = cluster.node(node).config.http_listen.clone();
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let addr = cluster.node(follower).config.http_listen.clone();
+    let node = Https {
+        connector,
+        addr: addr.clone(),
+    };
 
     phase("HTTPS with the cluster CA and an admin token: define, open a session, acquire");
     let limit = "/v1/tenants/b/limits/x";
-    let (status, v) = https(
-        &connector,
-        &addr,
-        "PUT",
-        limit,
-        Some(ADMIN),
-        Some(json!({"concurrent": 1})),
-    )
-    .await;
-    assert_eq!(status, 200, "define as admin: {v}");
-    let (status, s) = https(
-        &connector,
-        &addr,
-        "POST",
-        "/v1/sessions",
-        Some(ADMIN),
-        Some(json!({"ttl_ms": 15_000})),
-    )
-    .await;
-    assert_eq!(status, 200, "open as admin: {s}");
-    let session = s["session"].as_u64().expect("a session id");
-    let (status, v) = https(
-        &connector,
-        &addr,
-        "POST",
-        &format!("{limit}/acquire"),
-        Some(ADMIN),
-        Some(json!({"session": session, "ticket": 1, "wait": false})),
-    )
-    .await;
-    assert_eq!(status, 200, "acquire as admin: {v}");
+    node.ok("PUT", limit, ADMIN, Some(json!({"concurrent": 1})))
+        .await;
+    let session = node.open_session(ADMIN, 15_000).await;
+    let acquire = json!({"session": session, "ticket": 1, "wait": false});
+    node.ok("POST", &format!("{limit}/acquire"), ADMIN, Some(acquire))
+        .await;
 
     phase("a tenant:a token is refused in tenant b (403), allowed in a");
-    let (status, v) = https(
-        &connector,
-        &addr,
-        "PUT",
-        limit,
-        Some(TENANT_A),
-        Some(json!({"concurrent": 5})),
-    )
-    .await;
-    assert_eq!(
-        (status, v["error"].as_str()),
-        (403, Some("Forbidden")),
-        "{v}"
-    );
-    let (status, v) = https(&connector, &addr, "GET", limit, Some(TENANT_A), None).await;
-    assert_eq!(status, 403, "a read in b as tenant:a: {v}");
-    let (status, v) = https(
-        &connector,
-        &addr,
-        "GET",
-        "/v1/tenants/a/limits",
-        Some(TENANT_A),
-        None,
-    )
-    .await;
-    assert_eq!(status, 200, "a read in a as tenant:a: {v}");
+    let define = Some(json!({"concurrent": 5}));
+    node.refused(("PUT", limit, Some(TENANT_A), define), 403, "Forbidden")
+        .await;
+    node.refused(("GET", limit, Some(TENANT_A), None), 403, "Forbidden")
+        .await;
+    node.ok("GET", "/v1/tenants/a/limits", TENANT_A, None).await;
 
     phase("the controls over tenant a are admin's: tenant:a gets 403 on each, even in a");
-    let (status, v) = https(
-        &connector,
-        &addr,
-        "PUT",
-        "/v1/tenants/a/halt",
-        Some(ADMIN),
-        Some(json!({"reason": "incident"})),
-    )
-    .await;
-    assert_eq!(status, 200, "admin halts a: {v}");
+    let halt = Some(json!({"reason": "incident"}));
+    node.ok("PUT", "/v1/tenants/a/halt", ADMIN, halt).await;
     let controls = [
         ("DELETE", "/v1/tenants/a/halt", None),
         (
@@ -324,81 +278,50 @@ async fn https_with_tokens_authenticates_and_authorizes_through_the_client_port(
         ("DELETE", "/v1/tenants/a/limits/x", None),
     ];
     for (method, path, body) in controls {
-        let (status, v) = https(&connector, &addr, method, path, Some(TENANT_A), body).await;
-        assert_eq!(
-            (status, v["error"].as_str()),
-            (403, Some("Forbidden")),
-            "{method} {path} as tenant:a: {v}"
-        );
+        node.refused((method, path, Some(TENANT_A), body), 403, "Forbidden")
+            .await;
     }
-    let (status, v) = https(
-        &connector,
-        &addr,
-        "DELETE",
-        "/v1/tenants/a/halt",
-        Some(ADMIN),
-        None,
-    )
-    .await;
-    assert_eq!(status, 200, "admin clears a's halt: {v}");
+    node.ok("DELETE", "/v1/tenants/a/halt", ADMIN, None).await;
 
     phase("a session's event stream is refused to another principal (403), served to its owner");
     let events = format!("/v1/sessions/{session}/events");
-    let (status, v) = https(&connector, &addr, "GET", &events, Some(TENANT_A), None).await;
-    assert_eq!(
-        (status, v["error"].as_str()),
-        (403, Some("Forbidden")),
-        "tenant:a following admin's session: {v}"
-    );
-    let (status, head) = https_head(&connector, &addr, &events, ADMIN).await;
+    node.refused(("GET", &events, Some(TENANT_A), None), 403, "Forbidden")
+        .await;
+    let (status, head) = node.head(&events, ADMIN).await;
     assert_eq!(status, 200, "admin following its own session: {head}");
     assert!(
         head.to_ascii_lowercase().contains("text/event-stream"),
         "{head}"
     );
     let unknown = format!("/v1/sessions/{}/events", session.wrapping_add(1));
-    let (status, v) = https(&connector, &addr, "GET", &unknown, Some(ADMIN), None).await;
-    assert_eq!(
-        (status, v["error"].as_str()),
-        (404, Some("UnknownSession")),
-        "{v}"
-    );
+    node.refused(("GET", &unknown, Some(ADMIN), None), 404, "UnknownSession")
+        .await;
 
     phase("no token, or an unknown one, is 401 Unauthenticated; /healthz stays open");
-    let (status, v) = https(&connector, &addr, "GET", limit, None, None).await;
-    assert_eq!(
-        (status, v["error"].as_str()),
-        (401, Some("Unauthenticated")),
-        "{v}"
-    );
-    let (status, v) = https(&connector, &addr, "GET", limit, Some("guess"), None).await;
-    assert_eq!(
-        (status, v["error"].as_str()),
-        (401, Some("Unauthenticated")),
-        "{v}"
-    );
-    let (status, _) = https(&connector, &addr, "GET", "/healthz", None, None).await;
+    for token in [None, Some("guess")] {
+        node.refused(("GET", limit, token, None), 401, "Unauthenticated")
+            .await;
+    }
+    let (status, _) = node.call("GET", "/healthz", None, None).await;
     assert_eq!(status, 200);
 
     phase("a body above the bound is 413; without a token a large body is answered 401, not reset");
     // Above the body bound, and above what socket buffers absorb.
     let big = vec![b' '; 12 << 20];
-    let (status, v) = https_bytes(&connector, &addr, "/v1/sessions", Some(ADMIN), &big).await;
-    assert_eq!(
-        (status, v["error"].as_str()),
-        (413, Some("PayloadTooLarge")),
-        "{v}"
-    );
-    let (status, v) = https_bytes(&connector, &addr, "/v1/sessions", None, &big).await;
-    assert_eq!(
-        (status, v["error"].as_str()),
-        (401, Some("Unauthenticated")),
-        "{v}"
-    );
-
+    for (token, refusal) in [
+        (Some(ADMIN), (413, "PayloadTooLarge")),
+        (None, (401, "Unauthenticated")),
+    ] {
+        let (status, v) = node.post_bytes("/v1/sessions", token, &big).await;
+        assert_eq!(
+            (status, v["error"].as_str()),
+            (refusal.0, Some(refusal.1)),
+            "{v}"
+        );
+    }
     phase("a request head sent a byte a second is closed after the header read timeout");
     let slow = (0..5).map(|_| {
-        let (connector, addr) = (connector.clone(), addr.clone());
+        let (connector, addr) = (node.connector.clone(), addr.clone());
         tokio::spawn(async move {
             let started = std::time::Instant::now();
             let tcp = TcpStream::connect(&addr).await.unwrap();
@@ -437,29 +360,17 @@ async fn https_with_tokens_authenticates_and_authorizes_through_the_client_port(
     }
 
     phase("an admin closes another principal's session (a tenant:a session, over HTTP)");
-    let (status, s) = https(
-        &connector,
-        &addr,
-        "POST",
-        "/v1/sessions",
-        Some(TENANT_A),
-        Some(json!({"ttl_ms": 60_000})),
-    )
-    .await;
-    assert_eq!(status, 200, "open as tenant:a: {s}");
-    let theirs = s["session"].as_u64().expect("a session id");
+    let theirs = node.open_session(TENANT_A, 60_000).await;
     assert!(
         theirs < 1 << 53,
         "session id {theirs} is not exact in a JSON double"
     );
 
     phase("revoking tenant:a's token (SIGHUP) ends its event stream with `revoked`");
-    let stream = tokio::spawn(follow_events(
-        connector.clone(),
-        addr.clone(),
-        format!("/v1/sessions/{theirs}/events"),
-        TENANT_A,
-    ));
+    let stream = tokio::spawn(
+        node.clone()
+            .follow_events(format!("/v1/sessions/{theirs}/events"), TENANT_A),
+    );
     tokio::time::sleep(Duration::from_secs(1)).await;
     for id in 1..=3 {
         let mut config = cluster.node(id).config.clone();
@@ -477,16 +388,9 @@ async fn https_with_tokens_authenticates_and_authorizes_through_the_client_port(
         .unwrap();
     assert!(text.contains("event: revoked"), "{text}");
     assert!(text.contains("was revoked"), "{text}");
-    let (status, v) = https(
-        &connector,
-        &addr,
-        "DELETE",
-        &format!("/v1/sessions/{theirs}"),
-        Some(ADMIN),
-        None,
-    )
-    .await;
-    assert_eq!(status, 200, "admin closes tenant:a's session: {v}");
+    let v = node
+        .ok("DELETE", &format!("/v1/sessions/{theirs}"), ADMIN, None)
+        .await;
     assert_eq!(v["closed"], json!(true), "{v}");
 
     phase("plain HTTP to the TLS port gets no HTTP answer");

@@ -9,22 +9,16 @@ use weir_client::protocol::{Failure, Request, Response};
 use weir_client::{Client, ClientError};
 use weir_core::machine::{Acquire, Command, Refusal, Reply, SessionId};
 use weir_server::config::TokenEntry;
-use weir_server::security::{ClientSecurity, hash_token};
+use weir_server::security::ClientSecurity;
 
-use crate::harness::phase;
+use crate::harness::{phase, start_secured, token_entries};
 
 const ADMIN: &str = "owners-admin";
 const ALICE: &str = "owners-alice";
 const BOB: &str = "owners-bob";
 
 fn tokens() -> Vec<TokenEntry> {
-    [(ADMIN, "admin"), (ALICE, "tenant:t"), (BOB, "tenant:t")]
-        .iter()
-        .map(|(secret, role)| TokenEntry {
-            sha256: hash_token(secret),
-            role: role.to_string(),
-        })
-        .collect()
+    token_entries(&[(ADMIN, "admin"), (ALICE, "tenant:t"), (BOB, "tenant:t")])
 }
 
 fn as_token(token: &str) -> ClientSecurity {
@@ -93,15 +87,7 @@ async fn a_new_leader_refuses_another_principal_on_a_session_opened_before_the_f
     let mut cluster =
         LocalCluster::in_temp_dir(env!("CARGO_BIN_EXE_weir"), "weir-owners-failover").unwrap();
     cluster = cluster.security(as_token(ADMIN));
-    let mut configs = cluster.loopback_configs(3).unwrap();
-    for c in &mut configs {
-        c.tokens = tokens();
-    }
-    cluster.add_and_start(configs).unwrap();
-    let old = cluster
-        .leader(Duration::from_secs(30))
-        .await
-        .expect("a leader");
+    let old = start_secured(&mut cluster, None, &tokens()).await;
     let servers = cluster.servers();
     let admin = Client::with_security(servers.clone(), as_token(ADMIN));
     let alice = Client::with_security(servers.clone(), as_token(ALICE));

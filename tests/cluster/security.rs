@@ -8,49 +8,24 @@ use weir::launcher::LocalCluster;
 use weir_client::protocol::{Failure, Query, Request, Response};
 use weir_client::{Client, ClientError};
 use weir_core::machine::{Command, HaltScope, Reply};
-use weir_server::config::{Config, TlsFiles, TokenEntry};
+use weir_server::config::{Config, TokenEntry};
+use weir_server::security::ClientSecurity;
 use weir_server::security::certs::{DevCa, Validity};
-use weir_server::security::{ClientSecurity, hash_token};
 
-use crate::harness::phase;
+use crate::harness::{phase, start_secured, tls_files, token_entries, write_certs};
 
 const ADMIN: &str = "admin-secret";
 const TENANT_A: &str = "tenant-a-secret";
 const TENANT_B: &str = "tenant-b-secret";
 const READER: &str = "read-secret";
 
-/// Writes `ca.pem` of `ca` and a certificate for each name into `dir`.
-fn write_certs(dir: &Path, ca: &DevCa, names: &[(&str, Validity)]) {
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(dir.join("ca.pem"), ca.cert_pem()).unwrap();
-    for (name, validity) in names {
-        let issued = ca.issue(name, *validity).unwrap();
-        std::fs::write(dir.join(format!("{name}.pem")), issued.cert_pem).unwrap();
-        std::fs::write(dir.join(format!("{name}.key")), issued.key_pem).unwrap();
-    }
-}
-
-fn tls_files(dir: &Path, name: &str) -> TlsFiles {
-    TlsFiles {
-        cert: dir.join(format!("{name}.pem")),
-        key: dir.join(format!("{name}.key")),
-        ca: dir.join("ca.pem"),
-    }
-}
-
 fn tokens() -> Vec<TokenEntry> {
-    [
+    token_entries(&[
         (ADMIN, "admin"),
         (TENANT_A, "tenant:a"),
         (TENANT_B, "tenant:b"),
         (READER, "read"),
-    ]
-    .iter()
-    .map(|(secret, role)| TokenEntry {
-        sha256: hash_token(secret),
-        role: role.to_string(),
-    })
-    .collect()
+    ])
 }
 
 fn security(ca: Option<&Path>, token: Option<&str>) -> ClientSecurity {
@@ -101,16 +76,7 @@ async fn tls_peers_elect_and_clients_with_a_wrong_ca_or_an_expired_certificate_a
     cluster = cluster.security(admin.clone());
 
     phase("three nodes with certificates from one CA elect a leader over mutual TLS");
-    let mut configs = cluster.loopback_configs(3).unwrap();
-    for c in &mut configs {
-        c.tls = Some(tls_files(&certs, &format!("node{}", c.id)));
-        c.tokens = tokens();
-    }
-    cluster.add_and_start(configs).unwrap();
-    let leader = cluster
-        .leader(Duration::from_secs(30))
-        .await
-        .expect("a leader over TLS");
+    let leader = start_secured(&mut cluster, Some(&certs), &tokens()).await;
     let client = Client::with_security(cluster.servers(), admin.clone());
     assert!(matches!(
         ask(&client, Request::Write(define("a"))).await,

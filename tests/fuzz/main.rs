@@ -16,9 +16,10 @@ use weir_core::codec;
 use weir_core::machine::{Batch, Command, Leadership, Machine, SNAPSHOT_MAGIC, SNAPSHOT_VERSION};
 use weir_server::raft::network::{PEER_FRAME_MAX, PeerRequest, PeerResponse};
 
-/// The inputs recorded for `target`, with their file names. At least one exists for every
-/// target named here, so a moved directory fails the test instead of passing it empty.
-fn inputs(target: &str) -> Vec<(String, Vec<u8>)> {
+/// The inputs recorded for `target`, in file-name order, each name printed as its input is
+/// taken (so a crash names it). At least one exists for every target named here, so a
+/// moved directory fails the test instead of passing it empty.
+fn inputs(target: &str) -> impl Iterator<Item = Vec<u8>> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fuzz/inputs")
         .join(target);
@@ -32,14 +33,20 @@ fn inputs(target: &str) -> Vec<(String, Vec<u8>)> {
         .collect();
     out.sort();
     assert!(!out.is_empty(), "no inputs in {}", dir.display());
-    out
+    let target = target.to_owned();
+    out.into_iter().map(move |(name, data)| {
+        eprintln!("{target}: {name}");
+        data
+    })
 }
 
-/// Splits the mode byte off: `true` when the rest is payload to be sealed.
-fn mode(data: &[u8]) -> (bool, &[u8]) {
+/// A framed target's input as the reader sees it: the mode byte split off, then the rest
+/// sealed by `seal` (even mode) or as it is (odd mode, or no mode byte).
+fn framed(data: &[u8], seal: impl FnOnce(&[u8]) -> Vec<u8>) -> Vec<u8> {
     match data.split_first() {
-        Some((first, rest)) => (first & 1 == 0, rest),
-        None => (false, data),
+        Some((first, rest)) if first & 1 == 0 => seal(rest),
+        Some((_, rest)) => rest.to_vec(),
+        None => data.to_vec(),
     }
 }
 
@@ -65,14 +72,8 @@ fn wire_frames(mut data: &[u8]) -> Vec<u8> {
 
 #[tokio::test]
 async fn client_request_inputs_are_refused_or_served() {
-    for (name, data) in inputs("client_request") {
-        eprintln!("client_request: {name}");
-        let (seal, rest) = mode(&data);
-        let stream = if seal {
-            wire_frames(rest)
-        } else {
-            rest.to_vec()
-        };
+    for data in inputs("client_request") {
+        let stream = framed(&data, wire_frames);
         let mut reader = &stream[..];
         let mut machine = Machine::new();
         let mut clock_ms: u64 = 0;
@@ -98,14 +99,8 @@ async fn client_request_inputs_are_refused_or_served() {
 
 #[tokio::test]
 async fn peer_frame_inputs_are_refused_or_read() {
-    for (name, data) in inputs("peer_frame") {
-        eprintln!("peer_frame: {name}");
-        let (seal, rest) = mode(&data);
-        let bytes = if seal {
-            wire_frame(rest)
-        } else {
-            rest.to_vec()
-        };
+    for data in inputs("peer_frame") {
+        let bytes = framed(&data, wire_frame);
         let _: Result<PeerRequest, WireError> =
             wire::read_frame(&mut &bytes[..], PEER_FRAME_MAX).await;
         let _: Result<PeerResponse, WireError> =
@@ -115,14 +110,10 @@ async fn peer_frame_inputs_are_refused_or_read() {
 
 #[test]
 fn snapshot_restore_inputs_are_refused_or_restored() {
-    for (name, data) in inputs("snapshot_restore") {
-        eprintln!("snapshot_restore: {name}");
-        let (seal, rest) = mode(&data);
-        let bytes = if seal {
+    for data in inputs("snapshot_restore") {
+        let bytes = framed(&data, |rest| {
             codec::seal_frame(SNAPSHOT_MAGIC, SNAPSHOT_VERSION, rest)
-        } else {
-            rest.to_vec()
-        };
+        });
         if let Ok(mut machine) = Machine::restore(&bytes) {
             let next = machine.applied_index().saturating_add(1);
             if next > machine.applied_index() {
@@ -135,8 +126,7 @@ fn snapshot_restore_inputs_are_refused_or_restored() {
 
 #[test]
 fn log_entry_inputs_are_refused_or_decoded() {
-    for (name, data) in inputs("log_entry") {
-        eprintln!("log_entry: {name}");
+    for data in inputs("log_entry") {
         let _ = weir_server::raft::log_entry::decode_entry(1, &data);
     }
 }

@@ -148,17 +148,31 @@ fn reserve(tenant: String, run: String, period: Option<String>, hold: bool) -> C
     }
 }
 
-#[test]
-fn runs_of_all_tenants_are_bounded() {
+/// A machine with `each` items in each of `tenants` tenants, item `i` of tenant `t` made by
+/// the commands `item(tenant(t), i)`.
+fn filled_across_tenants<I: IntoIterator<Item = Command>>(
+    tenants: usize,
+    each: usize,
+    item: impl Fn(String, usize) -> I,
+) -> Sim {
     let mut s = Sim::new();
-    // 10,000 in each of ten tenants.
-    let per_tenant = RUNS_MAX / 10;
-    let runs = (0..10)
+    let commands = (0..tenants)
         .flat_map(|t| {
-            (0..per_tenant).map(move |r| reserve(tenant(t), format!("r{r}"), None, false))
+            (0..each)
+                .flat_map(|i| item(tenant(t), i))
+                .collect::<Vec<_>>()
         })
         .collect();
-    applied_in_entries(&mut s, runs);
+    applied_in_entries(&mut s, commands);
+    s
+}
+
+#[test]
+fn runs_of_all_tenants_are_bounded() {
+    // 10,000 in each of ten tenants.
+    let mut s = filled_across_tenants(10, RUNS_MAX / 10, |t, r| {
+        [reserve(t, format!("r{r}"), None, false)]
+    });
     assert_eq!(
         s.reply(reserve(tenant(10), "r".into(), None, false)),
         full("running runs of all tenants", RUNS_MAX)
@@ -167,49 +181,38 @@ fn runs_of_all_tenants_are_bounded() {
 
 #[test]
 fn receipts_of_all_tenants_are_bounded() {
-    let mut s = Sim::new();
     // Settles with new keys, across two tenants (each below its own eviction).
-    let settle = |t: String, epoch: u64| {
+    let settle = |t: String, epoch: usize| {
         Command::Settle(Settle {
             tenant: t,
             run: "s".into(),
-            epoch,
+            epoch: epoch as u64,
             period: None,
             tokens: 1,
             minor_units: 0,
             release_slot: false,
         })
     };
-    let half = RECEIPTS_MAX as u64 / 2;
-    let settles = (0..2)
-        .flat_map(|t| (0..half).map(move |e| settle(tenant(20 + t), e)))
-        .collect();
-    applied_in_entries(&mut s, settles);
+    let mut s = filled_across_tenants(2, RECEIPTS_MAX / 2, |t, e| [settle(t, e)]);
     assert_eq!(
-        s.reply(settle(tenant(22), 0)),
+        s.reply(settle(tenant(2), 0)),
         full("settlement receipts of all tenants", RECEIPTS_MAX)
     );
 }
 
 #[test]
 fn periods_of_all_tenants_are_bounded() {
-    let mut s = Sim::new();
     // A thousand in each of a hundred tenants, each named by a held reserve whose run is
     // released at once (the period stays: spend is never pruned).
-    let periods = (0..100)
-        .flat_map(|t| {
-            (0..PERIODS_MAX / 100).flat_map(move |p| {
-                [
-                    reserve(tenant(t), format!("h{p}"), Some(format!("p{p}")), true),
-                    Command::ReleaseRun {
-                        tenant: tenant(t),
-                        run: format!("h{p}"),
-                    },
-                ]
-            })
-        })
-        .collect::<Vec<_>>();
-    applied_in_entries(&mut s, periods);
+    let mut s = filled_across_tenants(100, PERIODS_MAX / 100, |t, p| {
+        [
+            reserve(t.clone(), format!("h{p}"), Some(format!("p{p}")), true),
+            Command::ReleaseRun {
+                tenant: t,
+                run: format!("h{p}"),
+            },
+        ]
+    });
     assert_eq!(
         s.reply(reserve(tenant(300), "h".into(), Some("p".into()), true)),
         full("periods of all tenants", PERIODS_MAX)
@@ -218,18 +221,14 @@ fn periods_of_all_tenants_are_bounded() {
 
 #[test]
 fn halts_of_all_tenants_are_bounded() {
-    let mut s = Sim::new();
     // A hundred agents in each of a hundred tenants.
-    let halts = (0..100)
-        .flat_map(|t| {
-            (0..HALTS_MAX / 100).map(move |a| Command::SetHalt {
-                tenant: tenant(t),
-                scope: HaltScope::Agent(format!("a{a}")),
-                reason: "stop".into(),
-            })
-        })
-        .collect();
-    applied_in_entries(&mut s, halts);
+    let mut s = filled_across_tenants(100, HALTS_MAX / 100, |t, a| {
+        [Command::SetHalt {
+            tenant: t,
+            scope: HaltScope::Agent(format!("a{a}")),
+            reason: "stop".into(),
+        }]
+    });
     assert_eq!(
         s.reply(Command::SetHalt {
             tenant: tenant(0),

@@ -130,17 +130,21 @@ mod tests {
         )
     }
 
-    #[test]
-    fn one_holder_after_another_is_valid() {
-        // Fence 5 held 10..20; fence 9 granted at 30, after 5's belief ended.
-        let h = [
+    /// Fence 5 held 10..20, then fence 9 granted at `at` and held until 40.
+    fn five_then_nine(at: u64) -> [Op; 5] {
+        [
             granted(5, 10),
             hold(5, 10, 20),
-            granted(9, 30),
-            hold(9, 30, 40),
+            granted(9, at),
+            hold(9, at, 40),
             status(1),
-        ];
-        assert_eq!(check(&h), Verdict::Valid);
+        ]
+    }
+
+    #[test]
+    fn one_holder_after_another_is_valid() {
+        // Fence 9 granted at 30, after 5's belief ended.
+        assert_eq!(check(&five_then_nine(30)), Verdict::Valid);
     }
 
     #[test]
@@ -186,14 +190,7 @@ mod tests {
     fn a_grant_overlapping_only_in_real_time_is_not_judged_in_log_order() {
         // Fence 9 acknowledged at 25, after 5's belief ended at 20: 5's end entry may come
         // before index 9.
-        let h = [
-            granted(5, 10),
-            hold(5, 10, 20),
-            granted(9, 25),
-            hold(9, 25, 40),
-            status(1),
-        ];
-        assert_eq!(check(&h), Verdict::Valid);
+        assert_eq!(check(&five_then_nine(25)), Verdict::Valid);
     }
 
     #[test]

@@ -114,25 +114,25 @@ mod tests {
         op(p, Kind::Invoke, "release-run", json!({"run": run}), t)
     }
 
-    #[test]
-    fn admissions_under_the_ceiling_are_valid() {
-        let h = [
+    /// A ceiling of 1 set, then run x admitted under it.
+    fn one_admitted_under_one() -> [Op; 3] {
+        [
             set(Kind::Invoke, 1, 0),
             set(Kind::Ok, 1, 1),
             admit(1, "x", 2, 3),
-            release(1, "x", 10),
-            admit(2, "y", 11, 12),
-        ];
+        ]
+    }
+
+    #[test]
+    fn admissions_under_the_ceiling_are_valid() {
+        let mut h = one_admitted_under_one().to_vec();
+        h.extend([release(1, "x", 10), admit(2, "y", 11, 12)]);
         assert_eq!(check(&h), Verdict::Valid);
     }
 
     #[test]
     fn an_admission_at_the_ceiling_is_invalid_unless_a_raise_overlaps_it() {
-        let base = [
-            set(Kind::Invoke, 1, 0),
-            set(Kind::Ok, 1, 1),
-            admit(1, "x", 2, 3),
-        ];
+        let base = one_admitted_under_one();
         let over: Vec<Op> = base.iter().cloned().chain([admit(2, "y", 5, 6)]).collect();
         assert!(matches!(check(&over), Verdict::Invalid(d) if d.contains("run y")));
         // A raise to 2 invoked before y was acknowledged may have applied first.

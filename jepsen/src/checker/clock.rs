@@ -70,13 +70,11 @@ fn fastest_rate(ops: &[Op]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checker::test_support::op;
+    use crate::checker::test_support::fact;
     use serde_json::json;
 
     fn sample(log_ms: u64, real_ms: u64) -> Op {
-        op(
-            NEMESIS,
-            Kind::Info,
+        fact(
             "log-clock",
             json!({"node": 2, "log_ms": log_ms, "real_ns": real_ms * 1_000_000}),
             real_ms * 1_000_000,
@@ -101,9 +99,7 @@ mod tests {
 
     #[test]
     fn a_clock_fault_allows_its_rate_and_no_more() {
-        let clock = op(
-            NEMESIS,
-            Kind::Info,
+        let clock = fact(
             "clock",
             json!({"fault": "clocks", "nodes": [{"rate": 0.97}, {"rate": 1.05}, {"rate": 1.0}]}),
             1,

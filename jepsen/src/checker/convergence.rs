@@ -60,13 +60,11 @@ pub fn check(ops: &[Op]) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checker::test_support::op;
+    use crate::checker::test_support::fact;
     use serde_json::json;
 
     fn converge(last: bool, converged: bool) -> Op {
-        op(
-            NEMESIS,
-            Kind::Info,
+        fact(
             "converge",
             json!({"final": last, "converged": converged, "compared": 2}),
             5,
@@ -81,9 +79,7 @@ mod tests {
 
     #[test]
     fn a_failed_heal_a_mismatch_or_a_replica_that_never_caught_up_is_invalid() {
-        let heal = op(
-            NEMESIS,
-            Kind::Info,
+        let heal = fact(
             "heal",
             json!({"ok": false, "error": "node 2 exited on its own"}),
             3,
@@ -91,13 +87,7 @@ mod tests {
         assert!(
             matches!(check(&[heal, converge(true, true)]), Verdict::Invalid(d) if d.contains("node 2"))
         );
-        let mismatch = op(
-            NEMESIS,
-            Kind::Info,
-            "digest-mismatch",
-            json!({"applied": 9}),
-            3,
-        );
+        let mismatch = fact("digest-mismatch", json!({"applied": 9}), 3);
         assert!(matches!(
             check(&[mismatch, converge(true, true)]),
             Verdict::Invalid(_)
@@ -114,9 +104,7 @@ mod tests {
             check(&[converge(false, true)]),
             Verdict::Unknown(_)
         ));
-        let none = op(
-            NEMESIS,
-            Kind::Info,
+        let none = fact(
             "converge",
             json!({"final": true, "converged": true, "compared": 0}),
             5,

@@ -224,7 +224,7 @@ pub fn report(ops: &[Op]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checker::test_support::op;
+    use crate::checker::test_support::{fact, op};
     use serde_json::json;
 
     fn hold(fence: u64, to: u64, deadline: u64, seen: u64) -> Op {
@@ -246,7 +246,7 @@ mod tests {
     }
 
     fn fired(value: serde_json::Value) -> Op {
-        op(NEMESIS, Kind::Info, "fault", value, 1)
+        fact("fault", value, 1)
     }
 
     /// The four refusals every run's workloads produce.
@@ -279,15 +279,7 @@ mod tests {
 
     #[test]
     fn power_losses_count_their_nodes_and_are_key_when_fired() {
-        let nemesis = |fault: &str| {
-            op(
-                NEMESIS,
-                Kind::Info,
-                "power-loss",
-                json!({"fault": fault}),
-                1,
-            )
-        };
+        let nemesis = |fault: &str| fact("power-loss", json!({"fault": fault}), 1);
         let failed = op(NEMESIS, Kind::Fail, "power-loss", json!({"error": "x"}), 1);
         let h = [nemesis("power-loss"), nemesis("power-loss-all"), failed];
         assert!(counts(&h).contains(&("lost-fsync crashes", 4)));

@@ -374,38 +374,36 @@ mod tests {
     }
 
     #[test]
-    fn two_holders_of_a_mutex_at_once_are_not_linearizable() {
-        // 9 granted (returned at 20) while 5's lease could not have ended (its end's call is
-        // at 25).
-        let h = [
-            acq(5, 0, 10),
-            acq(9, 11, 20),
-            end(5, 25, 30),
-            end(9, 40, 50),
+    fn two_holders_a_stale_or_lost_validation_and_fences_out_of_order_are_not_linearizable() {
+        let not_linearizable = [
+            // 9 granted (returned at 20) while 5's lease could not have ended (its end's call
+            // is at 25).
+            vec![
+                acq(5, 0, 10),
+                acq(9, 11, 20),
+                end(5, 25, 30),
+                end(9, 40, 50),
+            ],
+            // A stale fence validated as held.
+            vec![
+                acq(5, 0, 10),
+                end(5, 11, 12),
+                acq(9, 13, 20),
+                val(5, true, 21, 22),
+            ],
+            // A held fence validated as lost.
+            vec![acq(5, 0, 10), val(5, false, 11, 12), end(5, 13, 14)],
+            // Fence 9 acknowledged before fence 5 was asked for: 5 cannot follow 9.
+            vec![acq(9, 0, 10), end(9, 11, 12), acq(5, 13, 20)],
         ];
-        assert!(matches!(search(&h, 1, 1_000), Outcome::Not(_)));
-        // Under capacity 2 it is fine.
-        assert_eq!(search(&h, 2, 1_000), Outcome::Linearizable);
-    }
-
-    #[test]
-    fn a_stale_fence_validated_as_held_is_not_linearizable() {
-        let h = [
-            acq(5, 0, 10),
-            end(5, 11, 12),
-            acq(9, 13, 20),
-            val(5, true, 21, 22),
-        ];
-        assert!(matches!(search(&h, 1, 1_000), Outcome::Not(_)));
-    }
-
-    #[test]
-    fn a_held_fence_validated_as_lost_and_fences_out_of_order_are_not_linearizable() {
-        let h = [acq(5, 0, 10), val(5, false, 11, 12), end(5, 13, 14)];
-        assert!(matches!(search(&h, 1, 1_000), Outcome::Not(_)));
-        // Fence 9 acknowledged before fence 5 was asked for: 5 cannot follow 9.
-        let h = [acq(9, 0, 10), end(9, 11, 12), acq(5, 13, 20)];
-        assert!(matches!(search(&h, 1, 1_000), Outcome::Not(_)));
+        for h in &not_linearizable {
+            assert!(matches!(search(h, 1, 1_000), Outcome::Not(_)), "{h:?}");
+        }
+        // Under capacity 2 the two holders are fine.
+        assert_eq!(
+            search(&not_linearizable[0], 2, 1_000),
+            Outcome::Linearizable
+        );
     }
 
     #[test]

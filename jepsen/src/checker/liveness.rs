@@ -255,7 +255,7 @@ fn queued_rounds(ops: &[Op]) -> Result<(), Verdict> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checker::test_support::op;
+    use crate::checker::test_support::{fact, op};
     use serde_json::json;
 
     #[test]
@@ -306,36 +306,36 @@ mod tests {
     }
 
     fn round(healed_ms: u64) -> Op {
-        op(
-            NEMESIS,
-            Kind::Info,
+        fact(
             "queue-round",
             json!({"round": 1, "healed_ns": healed_ms * 1_000_000}),
             healed_ms * 1_000_000,
         )
     }
 
-    #[test]
-    fn queued_tickets_granted_soon_after_the_heal_in_priority_order_are_valid() {
-        let h = [
+    /// Processes 7 (level 1) and 8 (level 3) queued, then the round's heal at 1 s.
+    fn queued_then_healed() -> [Op; 4] {
+        [
             probe(),
             waiter(7, Kind::Invoke, 1, None, 0),
             waiter(8, Kind::Invoke, 3, None, 0),
             round(1_000),
+        ]
+    }
+
+    #[test]
+    fn queued_tickets_granted_soon_after_the_heal_in_priority_order_are_valid() {
+        let mut h = queued_then_healed().to_vec();
+        h.extend([
             waiter(8, Kind::Ok, 3, Some(50), 1_100),
             waiter(7, Kind::Ok, 1, Some(60), 1_200),
-        ];
+        ]);
         assert_eq!(check(&h), Verdict::Valid);
     }
 
     #[test]
     fn a_lost_wake_up_a_late_grant_or_a_priority_inversion_is_invalid() {
-        let base = [
-            probe(),
-            waiter(7, Kind::Invoke, 1, None, 0),
-            waiter(8, Kind::Invoke, 3, None, 0),
-            round(1_000),
-        ];
+        let base = queued_then_healed();
         let with = |more: &[Op]| base.iter().chain(more).cloned().collect::<Vec<_>>();
         // Process 7 never granted.
         let lost = with(&[waiter(8, Kind::Ok, 3, Some(50), 1_100)]);
@@ -382,9 +382,7 @@ mod tests {
     }
 
     fn kill(n: u64, at_ms: u64) -> Op {
-        op(
-            NEMESIS,
-            Kind::Info,
+        fact(
             "client-kill",
             json!({"kill": n, "killed_ns": at_ms * 1_000_000}),
             at_ms * 1_000_000 + 1,

@@ -180,7 +180,7 @@ pub fn check(ops: &[Op]) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checker::test_support::op;
+    use crate::checker::test_support::{fact, op};
     use crate::history::Kind;
     use serde_json::json;
 
@@ -238,26 +238,18 @@ mod tests {
         let mut h = vec![take(0, 1), take(0, 1)];
         h.extend((1..=10).map(|i| take(i * 96, i * 96 + 1)));
         assert!(matches!(check(&h), Verdict::Invalid(_)));
-        h.push(op(
-            crate::history::NEMESIS,
-            Kind::Info,
-            "clock",
-            json!({"nodes": [{"rate": 1.05}]}),
-            0,
-        ));
+        h.push(fact("clock", json!({"nodes": [{"rate": 1.05}]}), 0));
         assert_eq!(check(&h), Verdict::Valid);
     }
 
     #[test]
     fn a_clock_rate_from_the_environment_holds_for_the_whole_run() {
-        let env = op(
-            NEMESIS,
-            Kind::Info,
+        let env = fact(
             "clock",
             json!({"fault": "env-clocks", "nodes": [{"rate": 1.08}, {"rate": 1.08}, {"rate": 1.08}]}),
             0,
         );
-        let heal = op(NEMESIS, Kind::Info, "heal", json!({}), 1_000);
+        let heal = fact("heal", json!({}), 1_000);
         let clocks = Clocks::of(&[env, heal]);
         assert_eq!(clocks.factor(5_000_000_000, 6_000_000_000), 1.08);
     }
@@ -268,33 +260,19 @@ mod tests {
         // the monitor saw node 1 leading throughout: node 2's rate does not count.
         let mut h = vec![
             op(NEMESIS, Kind::Invoke, "clock", json!({}), 0),
-            op(
-                NEMESIS,
-                Kind::Info,
+            fact(
                 "clock",
                 json!({"nodes": [{"rate": 1.0}, {"rate": 1.05}, {"rate": 1.0}]}),
                 0,
             ),
-            op(
-                NEMESIS,
-                Kind::Info,
-                "leader",
-                json!({"node": 1, "term": 4}),
-                0,
-            ),
+            fact("leader", json!({"node": 1, "term": 4}), 0),
             take(0, 1),
             take(0, 1),
         ];
         h.extend((1..=10).map(|i| take(i * 96, i * 96 + 1)));
         assert!(matches!(check(&h), Verdict::Invalid(_)));
         // Node 2 seen leading in the window: its rate counts.
-        h.push(op(
-            NEMESIS,
-            Kind::Info,
-            "leader",
-            json!({"node": 2, "term": 5}),
-            500_000_000,
-        ));
+        h.push(fact("leader", json!({"node": 2, "term": 5}), 500_000_000));
         assert_eq!(check(&h), Verdict::Valid);
     }
 

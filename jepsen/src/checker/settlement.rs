@@ -182,6 +182,14 @@ mod tests {
             .collect()
     }
 
+    /// Key a settled with 5 tokens, completing as `first`, and a conflicting payload for the
+    /// same key, completing as `second`.
+    fn raced(first: Kind, second: Kind) -> Vec<Op> {
+        let mut h = settles(&[("a", 5, first)]);
+        h.extend([conflicting(Kind::Invoke, 2), conflicting(second, 3)]);
+        h
+    }
+
     fn spent(key: &str, tokens: u64) -> Op {
         op(
             0,
@@ -216,17 +224,10 @@ mod tests {
     fn a_conflict_after_an_unknown_outcome_decides_which_payload_applied() {
         // The first payload's outcome is unknown; a conflicting one raced it and was refused:
         // the first was applied, so its tokens must be charged.
-        let base = [
-            settle(1, Kind::Invoke, "a", 5),
-            settle(1, Kind::Info, "a", 5),
-            conflicting(Kind::Invoke, 2),
-            conflicting(Kind::Fail, 3),
-        ];
         let with = |t| {
-            base.iter()
-                .cloned()
-                .chain([spent("a", t)])
-                .collect::<Vec<_>>()
+            let mut h = raced(Kind::Info, Kind::Fail);
+            h.push(spent("a", t));
+            h
         };
         assert_eq!(check(&with(5)), Verdict::Valid);
         assert!(matches!(check(&with(0)), Verdict::Invalid(_)));
@@ -235,13 +236,8 @@ mod tests {
 
     #[test]
     fn two_payloads_settled_is_invalid_and_an_unread_key_unknown() {
-        let h = [
-            settle(1, Kind::Invoke, "a", 5),
-            settle(1, Kind::Ok, "a", 5),
-            conflicting(Kind::Invoke, 2),
-            conflicting(Kind::Ok, 3),
-            spent("a", 5),
-        ];
+        let mut h = raced(Kind::Ok, Kind::Ok);
+        h.push(spent("a", 5));
         assert!(matches!(check(&h), Verdict::Invalid(d) if d.contains("both settled")));
         assert!(matches!(check(&h[..2]), Verdict::Unknown(_)));
     }

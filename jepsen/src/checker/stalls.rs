@@ -176,7 +176,7 @@ pub fn check(ops: &[Op]) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checker::test_support::op;
+    use crate::checker::test_support::{fact, op};
     use serde_json::json;
 
     const S: u64 = 1_000_000_000;
@@ -188,21 +188,9 @@ mod tests {
     /// A stall from `from` to `heal`, its new leader seen `elected` after the stop.
     fn stall_elected(from: u64, heal: u64, elected: u64) -> Vec<Op> {
         vec![
-            op(
-                NEMESIS,
-                Kind::Info,
-                "pause",
-                json!({"fault": "pause-leader"}),
-                from,
-            ),
-            op(
-                NEMESIS,
-                Kind::Info,
-                "leader",
-                json!({"node": 2, "term": 3}),
-                from + elected,
-            ),
-            op(NEMESIS, Kind::Info, "heal", json!({"ok": true}), heal),
+            fact("pause", json!({"fault": "pause-leader"}), from),
+            fact("leader", json!({"node": 2, "term": 3}), from + elected),
+            fact("heal", json!({"ok": true}), heal),
         ]
     }
 
@@ -272,8 +260,8 @@ mod tests {
         );
         // A stall whose new leader was never seen before the heal is not judged either.
         let mut unseen = vec![
-            op(NEMESIS, Kind::Info, "pause", json!({}), 10 * S),
-            op(NEMESIS, Kind::Info, "heal", json!({"ok": true}), 14 * S),
+            fact("pause", json!({}), 10 * S),
+            fact("heal", json!({"ok": true}), 14 * S),
             hold(2, Some(SESSION_LOSSES[0]), 12 * S),
         ];
         assert_eq!(

@@ -1,9 +1,9 @@
-//! What the checkers' tests share: an op built in one call, and the grant and belief ops
-//! most checkers read.
+//! What the checkers' tests share: an op built in one call, a nemesis fact, and the grant
+//! and belief ops most checkers read.
 
 use serde_json::json;
 
-use crate::history::{Kind, Op};
+use crate::history::{Kind, NEMESIS, Op};
 
 pub fn op(process: u64, kind: Kind, f: &str, value: serde_json::Value, time_ns: u64) -> Op {
     Op {
@@ -13,6 +13,11 @@ pub fn op(process: u64, kind: Kind, f: &str, value: serde_json::Value, time_ns: 
         value,
         time_ns,
     }
+}
+
+/// A fact the nemesis records (an `Info` op of the nemesis process): `f` with `value`.
+pub fn fact(f: &str, value: serde_json::Value, time_ns: u64) -> Op {
+    op(NEMESIS, Kind::Info, f, value, time_ns)
 }
 
 /// A granted acquire of `fence` on `limit`, invoked at `invoked_ns`, acknowledged at `at_ns`.

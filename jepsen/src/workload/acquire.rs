@@ -1,5 +1,5 @@
-//! The recorded acquire, and where a belief ends: shared by the permit and fenced
-//! processes.
+//! The recorded acquire, and where a belief ends: shared by the permit, fenced and halt
+//! processes and the nemesis's waiters.
 
 use std::time::Duration;
 
@@ -54,6 +54,32 @@ pub async fn acquire_recorded(
         json!({"limit": limit, "error": error}),
     );
     next
+}
+
+/// Acquires with `options` and records the `acquire` op: its invoke with `value`, then on a
+/// grant `value` with the invoke time and the fence (ok). On an error, returns it with
+/// `value` carrying the invoke time and the error's text, for the caller to record with
+/// the kind the error calls for.
+pub async fn acquire_as(
+    process: u64,
+    session: &Session,
+    options: AcquireOptions,
+    mut value: serde_json::Value,
+    history: &Recorder,
+) -> Result<Permit, (AcquireError, serde_json::Value)> {
+    let invoked = history.record(process, Kind::Invoke, "acquire", value.clone());
+    value["invoke_ns"] = invoked.into();
+    match session.acquire(options).await {
+        Ok(permit) => {
+            value["fence"] = permit.fence().into();
+            history.record(process, Kind::Ok, "acquire", value);
+            Ok(permit)
+        }
+        Err(e) => {
+            value["error"] = e.to_string().into();
+            Err((e, value))
+        }
+    }
 }
 
 /// The next permit of `limit` in `session` ([`acquire_recorded`], again after each wait that

@@ -9,7 +9,7 @@ use serde_json::json;
 use weir_client::{AcquireError, AcquireOptions, Client, Session};
 use weir_core::machine::{HaltScope, Reply};
 
-use super::acquire::release_recorded;
+use super::acquire::{acquire_as, release_recorded};
 use super::process::Process;
 use super::setup::{HALT_AGENT, HALT_LIMIT, HALT_TENANT, TTL};
 use crate::history::{Kind, Recorder};
@@ -108,31 +108,19 @@ async fn acquire_in_scope(
     options.agent = Some(agent.into());
     options.wait = false;
     options.timeout = Some(Duration::from_secs(3));
-    let base = json!({"tenant": HALT_TENANT, "agent": agent, "limit": HALT_LIMIT});
-    let invoked = history.record(process, Kind::Invoke, "acquire", base.clone());
-    let mut value = base;
-    value["invoke_ns"] = invoked.into();
-    match session.acquire(options).await {
+    let value = json!({"tenant": HALT_TENANT, "agent": agent, "limit": HALT_LIMIT});
+    let (e, value) = match acquire_as(process, session, options, value, history).await {
         Ok(permit) => {
-            value["fence"] = permit.fence().into();
-            history.record(process, Kind::Ok, "acquire", value);
             release_recorded(process, permit, history).await;
-            true
+            return true;
         }
-        Err(AcquireError::SessionLost) => {
-            value["error"] = "session lost".into();
-            history.record(process, Kind::Fail, "acquire", value);
-            false
-        }
-        Err(e @ (AcquireError::TimedOut | AcquireError::Refused(_))) => {
-            value["error"] = e.to_string().into();
-            history.record(process, Kind::Fail, "acquire", value);
-            true
-        }
-        Err(e) => {
-            value["error"] = e.to_string().into();
-            history.record(process, Kind::Info, "acquire", value);
-            false
-        }
-    }
+        Err(refused) => refused,
+    };
+    let (kind, keep_session) = match e {
+        AcquireError::SessionLost => (Kind::Fail, false),
+        AcquireError::TimedOut | AcquireError::Refused(_) => (Kind::Fail, true),
+        _ => (Kind::Info, false),
+    };
+    history.record(process, kind, "acquire", value);
+    keep_session
 }

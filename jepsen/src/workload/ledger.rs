@@ -105,33 +105,26 @@ async fn settle_until_known(
 ) -> Outcome {
     let tokens = settle.tokens;
     for _ in 0..3 {
-        match client.settle(settle.clone()).await {
+        let (kind, fields, outcome) = match client.settle(settle.clone()).await {
             // A retry that found its own earlier attempt applied (`duplicate`): charged
             // once, by the attempt whose answer was lost.
-            Ok(Reply::Settled { duplicate }) => {
-                history.record(
-                    process,
-                    Kind::Ok,
-                    "settle",
-                    json!({"key": key, "tokens": tokens, "retried_duplicate": duplicate}),
-                );
-                return Outcome::Settled;
-            }
+            Ok(Reply::Settled { duplicate }) => (
+                Kind::Ok,
+                json!({"key": key, "tokens": tokens, "retried_duplicate": duplicate}),
+                Outcome::Settled,
+            ),
             Ok(other) => {
                 let error = match other {
                     Reply::Refused(Refusal::Conflict { .. }) => "conflict".to_string(),
                     other => format!("{other:?}"),
                 };
-                history.record(
-                    process,
-                    Kind::Fail,
-                    "settle",
-                    json!({"key": key, "tokens": tokens, "error": error}),
-                );
-                return Outcome::Refused;
+                let fields = json!({"key": key, "tokens": tokens, "error": error});
+                (Kind::Fail, fields, Outcome::Refused)
             }
             Err(_) => continue,
-        }
+        };
+        history.record(process, kind, "settle", fields);
+        return outcome;
     }
     history.record(
         process,

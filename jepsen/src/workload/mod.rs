@@ -26,7 +26,7 @@ mod reader;
 pub(crate) mod setup;
 mod takes;
 
-pub use acquire::release_recorded;
+pub use acquire::{acquire_as, release_recorded};
 pub use ceilings::{ceiling_admitter, ceiling_setter};
 pub use cut::{CutClient, cut_holder};
 pub use fenced::{ClientPause, Resource, fenced, spawn_pausable};

@@ -215,96 +215,76 @@ fn write(dir: &Path, name: &str, text: &str) -> Result<(), String> {
 /// The charts: throughput, latency and RSS against clients and limits; RSS and snapshot
 /// times against held permits.
 fn draw(dir: &Path, c: &Curve) -> Result<(), String> {
-    let series = |name: &str,
-                  points: &[LoadPoint],
-                  x: fn(&LoadPoint) -> f64,
-                  y: fn(&LoadPoint) -> f64| Series {
+    let load = |name: &str,
+                points: &[LoadPoint],
+                x: fn(&LoadPoint) -> f64,
+                y: fn(&LoadPoint) -> f64| Series {
         name: name.into(),
         points: points.iter().map(|p| (x(p), y(p))).collect(),
     };
+    let latency = |points: &[LoadPoint], x: fn(&LoadPoint) -> f64| {
+        vec![
+            load("p50", points, x, |p| p.p50_ms),
+            load("p99", points, x, |p| p.p99_ms),
+        ]
+    };
     let by_clients = |p: &LoadPoint| p.clients as f64;
     let by_limits = |p: &LoadPoint| f64::from(p.limits);
-    let d = c.duration_s;
-    write(
-        dir,
-        "curve-clients-throughput.svg",
-        &line_chart(
-            &format!("acquire-release, 3 durable nodes, 100 limits ({d} s a point)"),
-            "clients",
-            "operations/s",
-            &[series("ops/s", &c.clients, by_clients, |p| p.ops_per_s)],
-        ),
-    )?;
-    write(
-        dir,
-        "curve-clients-latency.svg",
-        &line_chart(
-            "latency against clients",
-            "clients",
-            "ms",
-            &[
-                series("p50", &c.clients, by_clients, |p| p.p50_ms),
-                series("p99", &c.clients, by_clients, |p| p.p99_ms),
-            ],
-        ),
-    )?;
-    write(
-        dir,
-        "curve-limits.svg",
-        &line_chart(
-            "256 clients against the number of limits",
-            "limits",
-            "operations/s",
-            &[series("ops/s", &c.limits, by_limits, |p| p.ops_per_s)],
-        ),
-    )?;
-    write(
-        dir,
-        "curve-limits-latency.svg",
-        &line_chart(
-            "latency against the number of limits, 256 clients",
-            "limits",
-            "ms",
-            &[
-                series("p50", &c.limits, by_limits, |p| p.p50_ms),
-                series("p99", &c.limits, by_limits, |p| p.p99_ms),
-            ],
-        ),
-    )?;
-    let permits = |f: fn(&ScalePoint) -> f64| -> Vec<(f64, f64)> {
-        c.scale.iter().map(|p| (p.permits as f64, f(p))).collect()
+    let permits = |name: &str, y: fn(&ScalePoint) -> f64| Series {
+        name: name.into(),
+        points: c.scale.iter().map(|p| (p.permits as f64, y(p))).collect(),
     };
-    write(
-        dir,
-        "curve-scale-rss.svg",
-        &line_chart(
-            "node RSS against held permits (10 a session)",
+    let d = c.duration_s;
+    // Each chart: its file, title, axis labels and series.
+    let charts = [
+        (
+            "curve-clients-throughput.svg",
+            format!("acquire-release, 3 durable nodes, 100 limits ({d} s a point)"),
+            "clients",
+            "operations/s",
+            vec![load("ops/s", &c.clients, by_clients, |p| p.ops_per_s)],
+        ),
+        (
+            "curve-clients-latency.svg",
+            "latency against clients".into(),
+            "clients",
+            "ms",
+            latency(&c.clients, by_clients),
+        ),
+        (
+            "curve-limits.svg",
+            "256 clients against the number of limits".into(),
+            "limits",
+            "operations/s",
+            vec![load("ops/s", &c.limits, by_limits, |p| p.ops_per_s)],
+        ),
+        (
+            "curve-limits-latency.svg",
+            "latency against the number of limits, 256 clients".into(),
+            "limits",
+            "ms",
+            latency(&c.limits, by_limits),
+        ),
+        (
+            "curve-scale-rss.svg",
+            "node RSS against held permits (10 a session)".into(),
             "held permits",
             "MiB",
-            &[Series {
-                name: "largest node RSS".into(),
-                points: permits(|p| p.rss_mib_max),
-            }],
+            vec![permits("largest node RSS", |p| p.rss_mib_max)],
         ),
-    )?;
-    write(
-        dir,
-        "curve-scale-snapshot.svg",
-        &line_chart(
-            "snapshot build and install against held permits",
+        (
+            "curve-scale-snapshot.svg",
+            "snapshot build and install against held permits".into(),
             "held permits",
             "ms",
-            &[
-                Series {
-                    name: "build (encode)".into(),
-                    points: permits(|p| p.snapshot_build_ms_max),
-                },
-                Series {
-                    name: "install (decode + check)".into(),
-                    points: permits(|p| p.snapshot_install_ms_max),
-                },
+            vec![
+                permits("build (encode)", |p| p.snapshot_build_ms_max),
+                permits("install (decode + check)", |p| p.snapshot_install_ms_max),
             ],
         ),
-    )?;
+    ];
+    for (file, title, x_label, y_label, series) in charts {
+        write(dir, file, &line_chart(&title, x_label, y_label, &series))?;
+    }
     Ok(())
 }

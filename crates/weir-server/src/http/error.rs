@@ -90,32 +90,28 @@ impl ApiError {
     /// A request the cluster did not serve.
     pub fn client(e: &ClientError) -> ApiError {
         let unavailable = StatusCode::SERVICE_UNAVAILABLE;
-        match e {
-            ClientError::Unreachable(m) => ApiError::new(unavailable, "Unavailable", m.clone()),
-            ClientError::OutcomeUnknown(m) => {
-                ApiError::new(unavailable, "OutcomeUnknown", m.clone())
-            }
-            ClientError::Protocol(m) => {
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "Internal", m.clone())
-            }
+        let (status, name) = match e {
+            ClientError::Unreachable(_) => (unavailable, "Unavailable"),
+            ClientError::OutcomeUnknown(_) => (unavailable, "OutcomeUnknown"),
+            ClientError::Protocol(_) => (StatusCode::INTERNAL_SERVER_ERROR, "Internal"),
             // The leader refused the request's token (tables out of step between nodes).
-            ClientError::Refused(m) => {
-                ApiError::new(StatusCode::UNAUTHORIZED, "Unauthenticated", m.clone())
-            }
+            ClientError::Refused(_) => (StatusCode::UNAUTHORIZED, "Unauthenticated"),
             ClientError::Failed(f) => match f {
-                Failure::NotLeader { .. } => ApiError::new(unavailable, "NoLeader", f.to_string()),
-                Failure::Unavailable(_) => ApiError::new(unavailable, "Unavailable", f.to_string()),
-                Failure::OutcomeUnknown(_) => {
-                    ApiError::new(unavailable, "OutcomeUnknown", f.to_string())
-                }
-                Failure::BadRequest(_) => {
-                    ApiError::new(StatusCode::BAD_REQUEST, "BadRequest", f.to_string())
-                }
-                Failure::Forbidden(_) => {
-                    ApiError::new(StatusCode::FORBIDDEN, "Forbidden", f.to_string())
-                }
+                Failure::NotLeader { .. } => (unavailable, "NoLeader"),
+                Failure::Unavailable(_) => (unavailable, "Unavailable"),
+                Failure::OutcomeUnknown(_) => (unavailable, "OutcomeUnknown"),
+                Failure::BadRequest(_) => (StatusCode::BAD_REQUEST, "BadRequest"),
+                Failure::Forbidden(_) => (StatusCode::FORBIDDEN, "Forbidden"),
             },
-        }
+        };
+        let message = match e {
+            ClientError::Unreachable(m)
+            | ClientError::OutcomeUnknown(m)
+            | ClientError::Protocol(m)
+            | ClientError::Refused(m) => m.clone(),
+            ClientError::Failed(f) => f.to_string(),
+        };
+        ApiError::new(status, name, message)
     }
 }
 

@@ -1,10 +1,12 @@
 //! Development certificates: a CA and node certificates for the loopback configs
-//! (`weir certs init DIR`), and the same in memory for the cluster tests.
+//! (`weir certs init DIR`), and the same in memory for the cluster tests and the partition
+//! harness.
 //!
-//! A node certificate names `localhost`, `127.0.0.1` and `::1` and is good for both server
-//! and client authentication: one file serves the client port, the peer port, and the
-//! node's own dialing of its peers (mutual TLS). These are for development and tests on
-//! one machine: a deployment issues certificates naming its hosts from its own CA.
+//! A node certificate names `localhost`, `127.0.0.1` and `::1` (and, through
+//! [`DevCa::issue_for`], the hosts a node is dialed at) and is good for both server and
+//! client authentication: one file serves the client port, the peer port, and the node's
+//! own dialing of its peers (mutual TLS). These are for development and tests: a deployment
+//! issues certificates naming its hosts from its own CA.
 
 use std::path::Path;
 
@@ -66,8 +68,25 @@ impl DevCa {
 
     /// A node certificate called `name` for the loopback names, valid as `validity` says.
     pub fn issue(&self, name: &str, validity: Validity) -> Result<Issued, String> {
+        self.issue_for(name, &[], validity)
+    }
+
+    /// A node certificate called `name` for the loopback names and `hosts` (the names the
+    /// node is dialed at), for both ends of a connection (server and client
+    /// authentication), valid as `validity` says.
+    pub fn issue_for(
+        &self,
+        name: &str,
+        hosts: &[String],
+        validity: Validity,
+    ) -> Result<Issued, String> {
         let key = KeyPair::generate().map_err(rc)?;
-        let names: Vec<String> = LOOPBACK_NAMES.iter().map(|n| n.to_string()).collect();
+        let mut names: Vec<String> = LOOPBACK_NAMES.iter().map(|n| n.to_string()).collect();
+        for host in hosts {
+            if !names.contains(host) {
+                names.push(host.clone());
+            }
+        }
         let mut params = CertificateParams::new(names).map_err(rc)?;
         params.distinguished_name.push(DnType::CommonName, name);
         params.extended_key_usages = vec![

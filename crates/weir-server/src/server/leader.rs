@@ -36,13 +36,10 @@ pub fn write_failure(
     raft: &Raft,
     e: RaftError<NodeId, ClientWriteError<NodeId, NodeAddr>>,
 ) -> Failure {
-    match e {
-        RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => not_leader(raft),
-        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
-            Failure::BadRequest(e.to_string())
-        }
-        RaftError::Fatal(f) => Failure::Unavailable(f.to_string()),
-    }
+    raft_failure(e, |e| match e {
+        ClientWriteError::ForwardToLeader(_) => not_leader(raft),
+        ClientWriteError::ChangeMembershipError(e) => Failure::BadRequest(e.to_string()),
+    })
 }
 
 /// Maps a failed `ensure_linearizable` (the read path's leadership check) to a failure.
@@ -50,11 +47,17 @@ pub fn read_failure(
     raft: &Raft,
     e: RaftError<NodeId, CheckIsLeaderError<NodeId, NodeAddr>>,
 ) -> Failure {
+    raft_failure(e, |e| match e {
+        CheckIsLeaderError::ForwardToLeader(_) => not_leader(raft),
+        CheckIsLeaderError::QuorumNotEnough(q) => Failure::Unavailable(format!("no quorum: {q}")),
+    })
+}
+
+/// A `RaftError` as a failure: its API error through `api`; a fatal error (the Raft core
+/// stopped) makes the node unavailable.
+fn raft_failure<E>(e: RaftError<NodeId, E>, api: impl FnOnce(E) -> Failure) -> Failure {
     match e {
-        RaftError::APIError(CheckIsLeaderError::ForwardToLeader(_)) => not_leader(raft),
-        RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(q)) => {
-            Failure::Unavailable(format!("no quorum: {q}"))
-        }
+        RaftError::APIError(e) => api(e),
         RaftError::Fatal(f) => Failure::Unavailable(f.to_string()),
     }
 }

@@ -16,10 +16,8 @@ use crate::raft::test_cluster::{Net, PATIENCE, TempDir, found, last_log_index, w
 /// node 2, whose own timer never elects, stands at once and wins.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_node_ahead_of_a_refused_candidate_stands_at_once_and_wins() {
-    let dir = TempDir::new("stand-in");
-    let net = Net::default();
     // Node 2 never stands by its own timer; node 3 may once it is behind.
-    let rafts = three_nodes(&net, &dir).await;
+    let (_dir, net, rafts) = three_nodes("stand-in").await;
     write(&rafts[&1], 1, 1).await;
 
     // Node 3 falls behind: node 1 and node 2 commit two entries it does not have.
@@ -27,11 +25,7 @@ async fn the_node_ahead_of_a_refused_candidate_stands_at_once_and_wins() {
     write(&rafts[&1], 1, 2).await;
     write(&rafts[&1], 1, 3).await;
     let ahead = last_log_index(&rafts[&1]);
-    rafts[&2]
-        .wait(Some(PATIENCE))
-        .log_index_at_least(ahead, "node 2 has node 1's log")
-        .await
-        .unwrap();
+    has_log(&rafts[&2], ahead, "node 2 has node 1's log").await;
     assert!(
         last_log_index(&rafts[&3]) < ahead,
         "node 3 is behind: {:?} against {ahead:?}",
@@ -41,30 +35,9 @@ async fn the_node_ahead_of_a_refused_candidate_stands_at_once_and_wins() {
     // Node 1 stops answering anyone; node 3 may now stand.
     net.cut(1, 2);
     net.elect(3, true);
-    let elected = rafts[&2]
-        .wait(Some(PATIENCE))
-        .metrics(
-            |m| m.state == ServerState::Leader,
-            "node 2 stands for itself and wins",
-        )
-        .await
-        .expect("node 2, whose timer never elects, stood when it refused node 3 and won");
-    assert!(
-        elected.current_term > 1,
-        "a new term: {}",
-        elected.current_term
-    );
-    rafts[&3]
-        .wait(Some(PATIENCE))
-        .metrics(
-            |m| m.current_leader == Some(2) && m.last_log_index > ahead,
-            "node 3 follows node 2 and has its log",
-        )
-        .await
-        .unwrap();
-    // The new leader takes writes, node 3 with it.
-    write(&rafts[&2], 2, 1).await;
-    shut_down(&rafts).await;
+    // Node 2, whose timer never elects, stands when it refuses node 3, and wins; node 3
+    // follows it and has its log.
+    node_2_wins(&rafts, ahead).await;
 }
 
 /// Node 1 leads, then is cut off from everyone. openraft's timers are off on nodes 2 and 3
@@ -73,42 +46,18 @@ async fn the_node_ahead_of_a_refused_candidate_stands_at_once_and_wins() {
 /// grants its equal log, and it leads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_backstop_stands_for_a_follower_whose_openraft_timer_does_not() {
-    let dir = TempDir::new("backstop");
-    let net = Net::default();
-    let rafts = three_nodes(&net, &dir).await;
+    let (_dir, net, rafts) = three_nodes("backstop").await;
     write(&rafts[&1], 1, 1).await;
     let committed = last_log_index(&rafts[&1]);
     for id in [2, 3] {
-        rafts[&id]
-            .wait(Some(PATIENCE))
-            .log_index_at_least(committed, "the followers have node 1's log")
-            .await
-            .unwrap();
+        has_log(&rafts[&id], committed, "the followers have node 1's log").await;
     }
 
     net.cut(1, 2);
     net.cut(1, 3);
     net.backstop(2, true);
-    let elected = rafts[&2]
-        .wait(Some(PATIENCE))
-        .metrics(
-            |m| m.state == ServerState::Leader,
-            "node 2's backstop stands for it and it wins",
-        )
-        .await
-        .expect("node 2, with only its backstop for a timer, stood and won");
-    assert!(
-        elected.current_term > 1,
-        "a new term: {}",
-        elected.current_term
-    );
-    rafts[&3]
-        .wait(Some(PATIENCE))
-        .metrics(|m| m.current_leader == Some(2), "node 3 follows node 2")
-        .await
-        .unwrap();
-    write(&rafts[&2], 2, 1).await;
-    shut_down(&rafts).await;
+    // Node 2, with only its backstop for a timer, stands and wins; node 3 follows it.
+    node_2_wins(&rafts, committed).await;
 }
 
 /// Every timer on, the backstop's included, and a live leader writing: over more than three
@@ -116,9 +65,7 @@ async fn the_backstop_stands_for_a_follower_whose_openraft_timer_does_not() {
 /// never moves and node 1 keeps leading.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_leader_is_left_alone_by_the_backstop() {
-    let dir = TempDir::new("backstop-live");
-    let net = Net::default();
-    let rafts = three_nodes(&net, &dir).await;
+    let (_dir, net, rafts) = three_nodes("backstop-live").await;
     net.elect(2, true);
     net.elect(3, true);
     let term = rafts[&1].metrics().borrow().current_term;
@@ -210,13 +157,50 @@ fn only_a_refusal_by_log_with_no_leader_for_a_lease_calls_for_a_stand_in() {
     );
 }
 
-/// Nodes 1 to 3 on `net`, node 1 leading (see [`found`]), by id.
-async fn three_nodes(net: &Net, dir: &TempDir) -> BTreeMap<NodeId, Raft> {
-    found(net, &dir.0, 3)
+/// Nodes 1 to 3 on a fresh net, node 1 leading (see [`found`]), by id, with their
+/// directory under one named after `tag` (removed when the returned [`TempDir`] drops).
+async fn three_nodes(tag: &str) -> (TempDir, Net, BTreeMap<NodeId, Raft>) {
+    let dir = TempDir::new(tag);
+    let net = Net::default();
+    let rafts = found(&net, &dir.0, 3)
         .await
         .into_iter()
         .map(|(id, (raft, _))| (id, raft))
-        .collect()
+        .collect();
+    (dir, net, rafts)
+}
+
+/// Waits until `raft`'s log reaches `index`.
+async fn has_log(raft: &Raft, index: Option<u64>, what: &str) {
+    raft.wait(Some(PATIENCE))
+        .log_index_at_least(index, what)
+        .await
+        .unwrap();
+}
+
+/// Node 2 leads in a term after node 1's, node 3 follows it with a log past `past`, and
+/// the new leader takes writes, node 3 with it; then every node shuts down.
+async fn node_2_wins(rafts: &BTreeMap<NodeId, Raft>, past: Option<u64>) {
+    let elected = rafts[&2]
+        .wait(Some(PATIENCE))
+        .metrics(|m| m.state == ServerState::Leader, "node 2 stands and wins")
+        .await
+        .expect("node 2 stood and won");
+    assert!(
+        elected.current_term > 1,
+        "a new term: {}",
+        elected.current_term
+    );
+    rafts[&3]
+        .wait(Some(PATIENCE))
+        .metrics(
+            |m| m.current_leader == Some(2) && m.last_log_index > past,
+            "node 3 follows node 2 and has its log",
+        )
+        .await
+        .unwrap();
+    write(&rafts[&2], 2, 1).await;
+    shut_down(rafts).await;
 }
 
 /// Shuts every node down.
