@@ -67,6 +67,7 @@
 //! - A token this node knows but the leader does not (tables out of step between a
 //!   SIGHUP on one node and on another) fails the forwarded hello: 401 `Unauthenticated`.
 
+mod bounds;
 mod callers;
 mod cluster;
 mod context;
@@ -81,31 +82,8 @@ mod router;
 mod runs;
 mod sessions;
 
+pub use bounds::{BODY_BYTES_MAX, BODY_READ_TIMEOUT, DRAIN_BYTES_MAX, DRAIN_TIMEOUT, WAIT_MS_MAX};
 pub use callers::{CALLERS_MAX, Callers};
 pub use context::HttpCtx;
 pub use error::ApiError;
 pub use router::{HEADER_READ_TIMEOUT, router, serve_http, served_routes};
-
-/// Largest request body, in bytes; a larger one is answered 413 `PayloadTooLarge`. The
-/// largest body the API takes is a halt with the longest reason (about 1 KiB of JSON);
-/// 64 KiB is far above it, and bounds what one request makes the node buffer.
-pub const BODY_BYTES_MAX: usize = 64 * 1024;
-
-/// How long a request's body may take to arrive once its head has: a client that sends a
-/// body slowly holds its connection only this long (answered 408 `RequestTimeout`).
-pub const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// At most this much of a body that will not be read (a request refused 401, or above
-/// [`BODY_BYTES_MAX`]) is read and dropped before the answer, so that a client which sends
-/// its whole body before reading (curl does) reads the answer instead of a connection reset
-/// under its write. Dropped as it arrives: it costs no memory, only [`DRAIN_TIMEOUT`] of
-/// time at most. 16 MiB covers any body a client of this API sends by mistake.
-pub const DRAIN_BYTES_MAX: usize = 16 << 20;
-
-/// Longest the drain of an unread body may take.
-pub const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Longest an acquire may hold its request open waiting, ms. A minute is far above a
-/// grant's usual wait and below common proxy idle timeouts; a longer wait is a loop of
-/// acquires (idempotent) or the event stream.
-pub const WAIT_MS_MAX: u64 = 60_000;

@@ -11,7 +11,7 @@ use axum::response::IntoResponse;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::WAIT_MS_MAX;
+use super::bounds::WAIT_MS_MAX;
 use super::context::HttpCtx;
 use super::error::{ApiError, ApiResult, JsonBody, Params};
 use super::events::{Waited, wait_for_ticket};

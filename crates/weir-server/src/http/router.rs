@@ -4,7 +4,7 @@
 //! middleware (`callers.rs`). Serving: [`serve_http`] runs the listener (`listener.rs`,
 //! TLS when `[tls]` is configured) until shutdown, each connection on hyper's HTTP/1.1
 //! server with a header read timeout ([`HEADER_READ_TIMEOUT`]); request bodies are bounded
-//! in bytes ([`super::BODY_BYTES_MAX`]) and in time (`error.rs`).
+//! in bytes ([`super::bounds::BODY_BYTES_MAX`]) and in time (`error.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -140,7 +140,7 @@ pub fn router(ctx: Arc<HttpCtx>) -> Router {
                 "this route does not take that method",
             )
         })
-        .layer(DefaultBodyLimit::max(super::BODY_BYTES_MAX))
+        .layer(DefaultBodyLimit::max(super::bounds::BODY_BYTES_MAX))
         .layer(middleware::from_fn_with_state(
             ctx.callers.clone(),
             callers::authenticate,

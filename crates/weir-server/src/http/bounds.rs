@@ -1,0 +1,27 @@
+//! The HTTP port's own bounds: how large a request body may be, how long it may take to
+//! arrive, how much of an unread body is drained before an answer, and how long an acquire
+//! may hold its request open. The bounds every port shares are weir-core's.
+
+/// Largest request body, in bytes; a larger one is answered 413 `PayloadTooLarge`. The
+/// largest body the API takes is a halt with the longest reason (about 1 KiB of JSON);
+/// 64 KiB is far above it, and bounds what one request makes the node buffer.
+pub const BODY_BYTES_MAX: usize = 64 * 1024;
+
+/// How long a request's body may take to arrive once its head has: a client that sends a
+/// body slowly holds its connection only this long (answered 408 `RequestTimeout`).
+pub const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// At most this much of a body that will not be read (a request refused 401, or above
+/// [`BODY_BYTES_MAX`]) is read and dropped before the answer, so that a client which sends
+/// its whole body before reading (curl does) reads the answer instead of a connection reset
+/// under its write. Dropped as it arrives: it costs no memory, only [`DRAIN_TIMEOUT`] of
+/// time at most. 16 MiB covers any body a client of this API sends by mistake.
+pub const DRAIN_BYTES_MAX: usize = 16 << 20;
+
+/// Longest the drain of an unread body may take.
+pub const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Longest an acquire may hold its request open waiting, ms. A minute is far above a
+/// grant's usual wait and below common proxy idle timeouts; a longer wait is a loop of
+/// acquires (idempotent) or the event stream.
+pub const WAIT_MS_MAX: u64 = 60_000;
