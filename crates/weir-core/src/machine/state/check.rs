@@ -2,6 +2,8 @@
 //! state module doc, and of each part (sessions, tenants, limits and their queues).
 
 use super::Machine;
+use crate::machine::command::{Fence, LimitId, SessionId, TicketId};
+use crate::machine::queue_key::QueueKey;
 use crate::machine::session::Ticket;
 
 impl Machine {
@@ -50,8 +52,7 @@ impl Machine {
             for (&tid, ticket) in &session.live {
                 match ticket {
                     Ticket::Queued { limit, key } => {
-                        let w = self.saved.limits.get(limit).and_then(|l| l.queue.get(key));
-                        if !w.is_some_and(|w| w.session == sid && w.ticket == tid) {
+                        if !self.waits_in(*limit, key, sid, tid) {
                             return Err(format!("queued ticket {sid}/{tid} is not in its queue"));
                         }
                         waiters += 1;
@@ -61,22 +62,14 @@ impl Machine {
                         fence,
                         units,
                     } => {
-                        let h = self
-                            .saved
-                            .limits
-                            .get(limit)
-                            .and_then(|l| l.holders.get(fence));
-                        if !h.is_some_and(|h| {
-                            h.session == sid && h.ticket == tid && h.units == *units
-                        }) {
+                        if !self.holds(*limit, *fence, *units, sid, tid) {
                             return Err(format!("held ticket {sid}/{tid} is not a holder"));
                         }
                         holders += 1;
                     }
                     Ticket::QueuedParts { parts, estimate } => {
                         for (limit, key) in parts {
-                            let w = self.saved.limits.get(limit).and_then(|l| l.queue.get(key));
-                            if !w.is_some_and(|w| w.session == sid && w.ticket == tid) {
+                            if !self.waits_in(*limit, key, sid, tid) {
                                 return Err(format!(
                                     "queued part of {sid}/{tid} is not in its queue"
                                 ));
@@ -97,14 +90,7 @@ impl Machine {
                         ..
                     } => {
                         for (limit, units) in parts {
-                            let h = self
-                                .saved
-                                .limits
-                                .get(limit)
-                                .and_then(|l| l.holders.get(fence));
-                            if !h.is_some_and(|h| {
-                                h.session == sid && h.ticket == tid && h.units == *units
-                            }) {
+                            if !self.holds(*limit, *fence, *units, sid, tid) {
                                 return Err(format!("held part of {sid}/{tid} is not a holder"));
                             }
                         }
@@ -131,6 +117,29 @@ impl Machine {
             ));
         }
         Ok((waiters, holders, estimating))
+    }
+
+    /// Ticket `sid`/`tid` waits in `limit`'s queue under `key`.
+    fn waits_in(&self, limit: LimitId, key: &QueueKey, sid: SessionId, tid: TicketId) -> bool {
+        let w = self.saved.limits.get(&limit).and_then(|l| l.queue.get(key));
+        w.is_some_and(|w| w.session == sid && w.ticket == tid)
+    }
+
+    /// Ticket `sid`/`tid` holds `units` of `limit` under `fence`.
+    fn holds(
+        &self,
+        limit: LimitId,
+        fence: Fence,
+        units: u32,
+        sid: SessionId,
+        tid: TicketId,
+    ) -> bool {
+        let h = self
+            .saved
+            .limits
+            .get(&limit)
+            .and_then(|l| l.holders.get(&fence));
+        h.is_some_and(|h| h.session == sid && h.ticket == tid && h.units == units)
     }
 
     /// Every tenant is well formed, and exactly the limits that exist are reachable by
