@@ -763,11 +763,7 @@ impl Machine {
             .iter()
             .filter(|(id, _)| *id != serving)
             .all(|(id, key)| {
-                let limit = self
-                    .saved
-                    .limits
-                    .get_mut(id)
-                    .expect("waiters' limits exist");
+                let limit = limit_mut(&mut self.saved.limits, id);
                 limit.refill(now_ms);
                 let units = limit
                     .queue
@@ -799,11 +795,7 @@ impl Machine {
         let mut took = Took::default();
         let mut first_units = None;
         for (id, key) in parts {
-            let limit = self
-                .saved
-                .limits
-                .get_mut(id)
-                .expect("waiters' limits exist");
+            let limit = limit_mut(&mut self.saved.limits, id);
             let w = limit
                 .queue
                 .take(key)
@@ -903,11 +895,7 @@ impl Machine {
             self.saved.sessions[&w.session].live.get(&w.ticket)
         {
             for (id, key) in parts {
-                let limit = self
-                    .saved
-                    .limits
-                    .get_mut(id)
-                    .expect("waiters' limits exist");
+                let limit = limit_mut(&mut self.saved.limits, id);
                 if limit.queue.remove(key).is_some() {
                     others.push(*id);
                 }
