@@ -68,8 +68,12 @@ const WAIT: Duration = Duration::from_secs(5);
 
 /// A session on node `n` (its only server), and a permit of `t/l` under it.
 async fn holding_a_permit(n: &FakeNode) -> (Session, super::Permit) {
-    let client = Client::new(vec![n.addr.clone()]);
-    let session = Session::open(&client, TTL).await.unwrap();
+    permit_of(&Client::new(vec![n.addr.clone()])).await
+}
+
+/// A session of `client`, and a permit of `t/l` under it.
+async fn permit_of(client: &Client) -> (Session, super::Permit) {
+    let session = Session::open(client, TTL).await.unwrap();
     let permit = session
         .acquire(AcquireOptions::new("t", "l"))
         .await
@@ -248,11 +252,7 @@ async fn a_halt_lost_with_a_push_is_learned_for_a_held_permit_on_resync() {
 async fn a_permit_lost_to_refused_keep_alives_says_so() {
     let n = FakeNode::start(1, node(|_| granted(), vec![])).await;
     let client = Client::new(vec![n.addr.clone()]);
-    let session = Session::open(&client, TTL).await.unwrap();
-    let permit = session
-        .acquire(AcquireOptions::new("t", "l"))
-        .await
-        .unwrap();
+    let (_session, permit) = permit_of(&client).await;
     n.revoke("the token is not recognized by this node");
     let why = tokio::time::timeout(TTL + WAIT, permit.lost())
         .await
@@ -279,11 +279,7 @@ async fn a_silent_node_is_given_up_and_the_session_moves_to_the_next() {
     let a = FakeNode::start(1, node(|_| granted(), vec![])).await;
     let b = FakeNode::start(2, node(|_| granted(), vec![])).await;
     let client = Client::new(vec![a.addr.clone(), b.addr.clone()]);
-    let session = Session::open(&client, TTL).await.unwrap();
-    let permit = session
-        .acquire(AcquireOptions::new("t", "l"))
-        .await
-        .unwrap();
+    let (_session, permit) = permit_of(&client).await;
     a.fall_silent();
     let moved = b
         .wait_for(WAIT, |r| {
@@ -512,11 +508,7 @@ async fn a_client_with_a_local_address_connects_from_it_and_works_as_any_other()
     let n = FakeNode::start(1, node(|_| granted(), vec![])).await;
     let bound = "127.0.0.50".parse().unwrap();
     let client = Client::new(vec![n.addr.clone()]).with_local_addr(bound);
-    let session = Session::open(&client, TTL).await.unwrap();
-    let permit = session
-        .acquire(AcquireOptions::new("t", "l"))
-        .await
-        .unwrap();
+    let (_session, permit) = permit_of(&client).await;
     assert_eq!(permit.fence(), 11);
     let plain = Client::new(vec![n.addr.clone()]);
     let _other = Session::open(&plain, TTL).await.unwrap();
