@@ -83,6 +83,15 @@ mod tests {
         "n".repeat(NAME_BYTES_MAX)
     }
 
+    /// A priority at its bounds: the lowest level, the longest fairness key, the largest weight.
+    fn priority() -> Priority {
+        Priority {
+            level: i32::MIN,
+            fairness_key: name(),
+            fairness_weight: u32::MAX,
+        }
+    }
+
     /// The largest valid command of every kind, each field at its bound.
     fn worst_of_each_kind() -> Vec<Command> {
         vec![
@@ -108,11 +117,7 @@ mod tests {
                 tenant: name(),
                 limit: name(),
                 units: UNITS_MAX,
-                priority: Priority {
-                    level: i32::MIN,
-                    fairness_key: name(),
-                    fairness_weight: u32::MAX,
-                },
+                priority: priority(),
                 agent: Some(name()),
                 wait: true,
             }),
@@ -183,11 +188,7 @@ mod tests {
                         units: UNITS_MAX,
                     })
                     .collect(),
-                priority: Priority {
-                    level: i32::MIN,
-                    fairness_key: name(),
-                    fairness_weight: u32::MAX,
-                },
+                priority: priority(),
                 agent: Some(name()),
                 wait: true,
                 estimate: true,
