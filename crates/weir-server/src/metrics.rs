@@ -139,90 +139,35 @@ impl Metrics {
             scrape: Mutex::new(()),
         };
         let mut r = Registry::with_prefix("weir");
-        r.register(
-            "entries_proposed",
-            "Log entries proposed by this node's proposer",
-            m.entries_proposed.clone(),
-        );
-        r.register(
-            "batch_commands",
-            "Commands per proposed log entry",
-            m.batch_commands.clone(),
-        );
-        r.register(
-            "commit_seconds",
-            "Time from proposing an entry to its commands' answers",
-            m.commit_seconds.clone(),
-        );
-        r.register(
-            "fsync_seconds",
-            "Time of one durable commit of the log store",
-            m.fsync_seconds.clone(),
-        );
-        r.register(
-            "proposer_queue_depth",
-            "Commands waiting in the proposer queue",
-            m.proposer_queue_depth.clone(),
-        );
-        r.register(
-            "refusals",
-            "Refusals answered to clients, by kind",
-            m.refusals.clone(),
-        );
-        r.register(
-            "connections",
-            "Open client-port connections",
-            m.connections.clone(),
-        );
-        r.register(
-            "pushes_dropped",
-            "Pushed events missed by slow client connections",
-            m.pushes_dropped.clone(),
-        );
-        r.register(
-            "snapshot_bytes",
-            "Size of the latest snapshot built or installed",
-            m.snapshot_bytes.clone(),
-        );
-        r.register(
-            "snapshot_build_seconds",
-            "Time to build a snapshot",
-            m.snapshot_build_seconds.clone(),
-        );
-        r.register(
-            "snapshot_install_seconds",
-            "Time to install a snapshot",
-            m.snapshot_install_seconds.clone(),
-        );
-        r.register("role", "1 for this node's Raft role", m.role.clone());
-        r.register("term", "Current Raft term", m.term.clone());
-        r.register(
-            "commit_index",
-            "Highest log index known committed",
-            m.commit_index.clone(),
-        );
-        r.register(
-            "applied_index",
-            "Highest log index applied to the state machine",
-            m.applied_index.clone(),
-        );
-        r.register("sessions", "Open sessions", m.sessions.clone());
-        r.register(
-            "held_units",
-            "Permit units held, per tenant",
-            m.held_units.clone(),
-        );
-        r.register("waiters", "Queued tickets, per tenant", m.waiters.clone());
-        r.register(
-            "shadow_refusals",
-            "Requests the tenant's shadow limits would have refused, by kind, since each was defined",
-            m.shadow_refusals.clone(),
-        );
-        r.register(
-            "http_requests",
-            "HTTP requests served",
-            m.http_requests.clone(),
-        );
+        // Registers each listed field of `m` under its own name, in this order.
+        macro_rules! register {
+            ($($field:ident: $help:literal,)*) => {
+                $(r.register(stringify!($field), $help, m.$field.clone());)*
+            };
+        }
+        register! {
+            entries_proposed: "Log entries proposed by this node's proposer",
+            batch_commands: "Commands per proposed log entry",
+            commit_seconds: "Time from proposing an entry to its commands' answers",
+            fsync_seconds: "Time of one durable commit of the log store",
+            proposer_queue_depth: "Commands waiting in the proposer queue",
+            refusals: "Refusals answered to clients, by kind",
+            connections: "Open client-port connections",
+            pushes_dropped: "Pushed events missed by slow client connections",
+            snapshot_bytes: "Size of the latest snapshot built or installed",
+            snapshot_build_seconds: "Time to build a snapshot",
+            snapshot_install_seconds: "Time to install a snapshot",
+            role: "1 for this node's Raft role",
+            term: "Current Raft term",
+            commit_index: "Highest log index known committed",
+            applied_index: "Highest log index applied to the state machine",
+            sessions: "Open sessions",
+            held_units: "Permit units held, per tenant",
+            waiters: "Queued tickets, per tenant",
+            shadow_refusals: "Requests the tenant's shadow limits would have refused, by kind, \
+                              since each was defined",
+            http_requests: "HTTP requests served",
+        }
         m.registry = r;
         m
     }
