@@ -237,89 +237,54 @@ impl From<Ask> for Command {
     }
 }
 
-/// A `DefineLimit` being written: by default no cap, no rate, the default burst.
+/// A limit's definition being written: by default no cap, no rate, the default burst; a
+/// `DefineLimit` unless it is keyed or shadow.
 #[derive(Clone, Debug)]
-pub struct Define {
-    tenant: String,
-    name: String,
-    concurrent: u32,
-    per_second: f64,
-    burst: Option<u64>,
-    keyed: bool,
-    keys_max: Option<u32>,
-    shadow: bool,
-}
+pub struct Define(Definition);
 
 /// Defines (tenant, name).
 pub fn limit(tenant: &str, name: &str) -> Define {
-    Define {
-        tenant: tenant.into(),
-        name: name.into(),
-        concurrent: 0,
-        per_second: 0.0,
-        burst: None,
-        keyed: false,
-        keys_max: None,
-        shadow: false,
-    }
+    Define(Definition::from_legacy(tenant, name, 0, 0.0, None))
 }
 
 impl Define {
     pub fn concurrent(mut self, concurrent: u32) -> Define {
-        self.concurrent = concurrent;
+        self.0.concurrent = concurrent;
         self
     }
 
     pub fn rate(mut self, per_second: f64) -> Define {
-        self.per_second = per_second;
+        self.0.per_second = per_second;
         self
     }
 
     pub fn burst(mut self, tokens: u64) -> Define {
-        self.burst = Some(tokens);
+        self.0.burst = Some(tokens);
         self
     }
 
     /// Keyed, with the default `keys_max`.
     pub fn keyed(mut self) -> Define {
-        self.keyed = true;
+        self.0.keyed = true;
         self
     }
 
     /// Keyed, at most `n` live keys.
     pub fn keys_max(mut self, n: u32) -> Define {
-        self.keyed = true;
-        self.keys_max = Some(n);
+        self.0.keyed = true;
+        self.0.keys_max = Some(n);
         self
     }
 
     pub fn shadow(mut self) -> Define {
-        self.shadow = true;
+        self.0.shadow = true;
         self
     }
 }
 
 impl From<Define> for Command {
     fn from(d: Define) -> Command {
-        if d.keyed || d.shadow {
-            return Command::Define(Definition {
-                tenant: d.tenant,
-                name: d.name,
-                concurrent: d.concurrent,
-                per_second: d.per_second,
-                burst: d.burst,
-                keyed: d.keyed,
-                keys_max: d.keys_max,
-                shadow: d.shadow,
-            });
-        }
-        Command::DefineLimit {
-            tenant: d.tenant,
-            name: d.name,
-            concurrent: d.concurrent,
-            per_second: d.per_second,
-            burst: d.burst,
-        }
+        d.0.into_command()
     }
 }
 

@@ -397,6 +397,21 @@ impl Definition {
             shadow: false,
         }
     }
+
+    /// The command that writes this definition: `DefineLimit` when it is neither keyed nor
+    /// shadow (one `from_legacy` makes), `Define` otherwise.
+    pub fn into_command(self) -> Command {
+        if self.keyed || self.keys_max.is_some() || self.shadow {
+            return Command::Define(self);
+        }
+        Command::DefineLimit {
+            tenant: self.tenant,
+            name: self.name,
+            concurrent: self.concurrent,
+            per_second: self.per_second,
+            burst: self.burst,
+        }
+    }
 }
 
 /// One limit of a request: which limit, which key of it (keyed limits only), how many units.

@@ -38,28 +38,17 @@ pub async fn define(
     Params((tenant, name)): Params<(String, String)>,
     JsonBody(spec): JsonBody<Spec>,
 ) -> ApiResult {
-    let keyed = spec.keyed || spec.keys_max.is_some();
-    let command = if keyed || spec.shadow {
-        Command::Define(Definition {
-            tenant: tenant.clone(),
-            name: name.clone(),
-            concurrent: spec.concurrent,
-            per_second: spec.per_second,
-            burst: spec.burst,
-            keyed,
-            keys_max: spec.keys_max,
-            shadow: spec.shadow,
-        })
-    } else {
-        Command::DefineLimit {
-            tenant: tenant.clone(),
-            name: name.clone(),
-            concurrent: spec.concurrent,
-            per_second: spec.per_second,
-            burst: spec.burst,
-        }
+    let definition = Definition {
+        tenant: tenant.clone(),
+        name: name.clone(),
+        concurrent: spec.concurrent,
+        per_second: spec.per_second,
+        burst: spec.burst,
+        keyed: spec.keyed || spec.keys_max.is_some(),
+        keys_max: spec.keys_max,
+        shadow: spec.shadow,
     };
-    ctx.write(command).await?;
+    ctx.write(definition.into_command()).await?;
     Ok(Json(json!({"tenant": tenant, "name": name, "defined": true})).into_response())
 }
 
