@@ -6,7 +6,7 @@ use weir_core::machine::{Command, Event, Machine, Refusal, Reply};
 
 use crate::sim::{
     FREED, Sim, WITHDRAWN, ask, fence, granted, granted_event, limit, queued, refused,
-    refused_event,
+    refused_event, removed,
 };
 
 fn invalid_containing(reply: &Reply, words: &str) {
@@ -273,14 +273,8 @@ fn a_waiting_request_of_parts_leaves_every_queue_when_released_or_its_limit_remo
         0
     );
     assert_eq!(s.reply(ask(w, 2, "db").and("pool", None, 1)), queued(0));
-    let (_, events) = s.one(Command::RemoveLimit {
-        tenant: "t".into(),
-        name: "pool".into(),
-    });
-    let removed = Refusal::LimitRemoved {
-        tenant: "t".into(),
-        name: "pool".into(),
-    };
+    let (_, events) = s.remove("pool");
+    let removed = removed("pool");
     assert_eq!(events, vec![refused_event(w, 2, removed)]);
     assert_eq!(s.status("t", "db").waiting, 0, "gone from db's queue too");
 }
@@ -292,10 +286,7 @@ fn removing_a_keyed_limit_refuses_its_waiters_and_keeps_held_keys_until_released
     let [a, b] = s.open_each([60_000; 2]);
     s.grant(ask(a, 1, "db").key("k"));
     assert_eq!(s.reply(ask(b, 1, "db").key("k")), queued(0));
-    let (_, events) = s.one(Command::RemoveLimit {
-        tenant: "t".into(),
-        name: "db".into(),
-    });
+    let (_, events) = s.remove("db");
     assert!(matches!(events[..], [Event::Refused { .. }]));
     assert_eq!(
         s.reply(ask(b, 2, "db").key("other")),

@@ -9,7 +9,7 @@ use weir_core::machine::{
 
 use crate::sim::{
     FREED, NOTHING_RELEASED, Sim, WITHDRAWN, ask, fence, granted, granted_event, halted,
-    halted_event, limit, queued, refused, refused_event,
+    halted_event, limit, queued, refused, refused_event, removed,
 };
 
 // ---- tenant `acme`: runs, budgets, halts ---------------------------------------------------
@@ -216,14 +216,8 @@ fn removing_a_limit_refuses_waiters_and_waits_for_holders() {
     let a = s.open(3_000);
     s.acquire(a, 1, "db");
     s.acquire(a, 2, "db");
-    let (_, events) = s.one(Command::RemoveLimit {
-        tenant: "t".into(),
-        name: "db".into(),
-    });
-    let removed = Refusal::LimitRemoved {
-        tenant: "t".into(),
-        name: "db".into(),
-    };
+    let (_, events) = s.remove("db");
+    let removed = removed("db");
     assert_eq!(events, vec![refused_event(a, 2, removed.clone())]);
     assert_eq!(s.acquire(a, 3, "db"), refused(unknown("t", "db")));
     // The holder keeps its permit; the limit is gone once it releases.

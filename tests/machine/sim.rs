@@ -133,6 +133,14 @@ impl Sim {
         self.one(Command::Release { session, ticket })
     }
 
+    /// Removes `t/name`.
+    pub fn remove(&mut self, name: &str) -> (Reply, Vec<Event>) {
+        self.one(Command::RemoveLimit {
+            tenant: "t".into(),
+            name: name.into(),
+        })
+    }
+
     /// The status of a limit that must exist.
     pub fn status(&self, tenant: &str, name: &str) -> LimitStatus {
         self.m
@@ -352,6 +360,14 @@ pub fn halted(scope: &HaltScope, reason: &str) -> Refusal {
         tenant: "acme".into(),
         scope: scope.clone(),
         reason: reason.into(),
+    }
+}
+
+/// The refusal of a request waiting on `t/name` when the limit is removed.
+pub fn removed(name: &str) -> Refusal {
+    Refusal::LimitRemoved {
+        tenant: "t".into(),
+        name: name.into(),
     }
 }
 
