@@ -3,7 +3,7 @@
 use clap::Subcommand;
 use serde_json::json;
 
-use super::{EXIT_OK, Exit, Output, answered, replied};
+use super::{EXIT_OK, Exit, Output, answered};
 use weir_client::Client;
 use weir_core::machine::HaltScope;
 
@@ -35,30 +35,16 @@ fn scope(agent: &Option<String>) -> HaltScope {
 
 pub async fn run(command: &HaltCommand, tenant: &str, client: &Client, out: &Output) -> Exit {
     match command {
-        HaltCommand::Set { agent, reason } => {
-            match replied(client.set_halt(tenant, scope(agent), reason).await) {
-                Ok(_) => {
-                    out.print(
-                        json!({"tenant": tenant, "agent": agent, "halted": true}),
-                        || format!("halted {tenant} ({})", scope(agent)),
-                    );
-                    EXIT_OK
-                }
-                Err(code) => code,
-            }
-        }
-        HaltCommand::Clear { agent } => {
-            match replied(client.clear_halt(tenant, scope(agent)).await) {
-                Ok(_) => {
-                    out.print(
-                        json!({"tenant": tenant, "agent": agent, "cleared": true}),
-                        || format!("cleared the halt of {tenant} ({})", scope(agent)),
-                    );
-                    EXIT_OK
-                }
-                Err(code) => code,
-            }
-        }
+        HaltCommand::Set { agent, reason } => out.done(
+            client.set_halt(tenant, scope(agent), reason).await,
+            json!({"tenant": tenant, "agent": agent, "halted": true}),
+            || format!("halted {tenant} ({})", scope(agent)),
+        ),
+        HaltCommand::Clear { agent } => out.done(
+            client.clear_halt(tenant, scope(agent)).await,
+            json!({"tenant": tenant, "agent": agent, "cleared": true}),
+            || format!("cleared the halt of {tenant} ({})", scope(agent)),
+        ),
         HaltCommand::List => match answered(client.halts(tenant).await) {
             Ok(halts) => {
                 let rows: Vec<_> = halts

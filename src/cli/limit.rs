@@ -3,7 +3,7 @@
 use clap::Subcommand;
 use serde_json::json;
 
-use super::{EXIT_ERROR, EXIT_OK, Exit, Output, answered, replied};
+use super::{EXIT_ERROR, EXIT_OK, Exit, Output, answered};
 use weir_client::Client;
 use weir_client::protocol::{Answer, Query};
 use weir_core::machine::{Command, Definition, LimitStatus};
@@ -116,16 +116,11 @@ pub async fn run(command: &LimitCommand, tenant: &str, client: &Client, out: &Ou
                     .define_limit(tenant, name, *concurrent, *per_second, *burst)
                     .await
             };
-            match replied(defined) {
-                Ok(_) => {
-                    out.print(
-                        json!({"tenant": tenant, "name": name, "defined": true}),
-                        || format!("defined {tenant}/{name}"),
-                    );
-                    EXIT_OK
-                }
-                Err(code) => code,
-            }
+            out.done(
+                defined,
+                json!({"tenant": tenant, "name": name, "defined": true}),
+                || format!("defined {tenant}/{name}"),
+            )
         }
         LimitCommand::Show { name } => match answered(client.limit_status(tenant, name).await) {
             Ok(Some(l)) => {
@@ -161,16 +156,11 @@ pub async fn run(command: &LimitCommand, tenant: &str, client: &Client, out: &Ou
                     name: name.clone(),
                 })
                 .await;
-            match replied(removed) {
-                Ok(_) => {
-                    out.print(
-                        json!({"tenant": tenant, "name": name, "removed": true}),
-                        || format!("removed {tenant}/{name}"),
-                    );
-                    EXIT_OK
-                }
-                Err(code) => code,
-            }
+            out.done(
+                removed,
+                json!({"tenant": tenant, "name": name, "removed": true}),
+                || format!("removed {tenant}/{name}"),
+            )
         }
     }
 }

@@ -33,6 +33,23 @@ impl Output {
             println!("{}", text());
         }
     }
+
+    /// Ends a write whose reply is not shown: prints `value`, or `text` for people, when it
+    /// is done; reports its refusal or failure otherwise.
+    pub fn done(
+        &self,
+        result: Result<Reply, ClientError>,
+        value: serde_json::Value,
+        text: impl FnOnce() -> String,
+    ) -> Exit {
+        match replied(result) {
+            Ok(_) => {
+                self.print(value, text);
+                EXIT_OK
+            }
+            Err(code) => code,
+        }
+    }
 }
 
 /// Reports a client error; returns the exit status for it. A request the node's edge

@@ -166,27 +166,17 @@ pub async fn run(command: &RunCommand, tenant: &str, client: &Client, out: &Outp
                     *hold_minor,
                 )
                 .await;
-            match replied(reserved) {
-                Ok(_) => {
-                    out.print(
-                        json!({"tenant": tenant, "run": run, "admitted": true}),
-                        || format!("admitted {tenant}/{run}"),
-                    );
-                    EXIT_OK
-                }
-                Err(code) => code,
-            }
+            out.done(
+                reserved,
+                json!({"tenant": tenant, "run": run, "admitted": true}),
+                || format!("admitted {tenant}/{run}"),
+            )
         }
-        RunCommand::Release { run } => match replied(client.release_run(tenant, run).await) {
-            Ok(_) => {
-                out.print(
-                    json!({"tenant": tenant, "run": run, "released": true}),
-                    || format!("released {tenant}/{run}"),
-                );
-                EXIT_OK
-            }
-            Err(code) => code,
-        },
+        RunCommand::Release { run } => out.done(
+            client.release_run(tenant, run).await,
+            json!({"tenant": tenant, "run": run, "released": true}),
+            || format!("released {tenant}/{run}"),
+        ),
         RunCommand::Settle {
             run,
             epoch,

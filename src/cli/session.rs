@@ -6,7 +6,7 @@
 use clap::Subcommand;
 use serde_json::json;
 
-use super::{EXIT_OK, Exit, Output, replied};
+use super::{Exit, Output};
 use weir_client::Client;
 use weir_core::machine::{Command, SessionId};
 
@@ -22,16 +22,10 @@ pub enum SessionCommand {
 
 pub async fn run(command: &SessionCommand, client: &Client, out: &Output) -> Exit {
     match command {
-        SessionCommand::Close { id } => {
-            match replied(client.write(Command::CloseSession { session: *id }).await) {
-                Ok(_) => {
-                    out.print(json!({"session": id, "closed": true}), || {
-                        format!("closed session {id}")
-                    });
-                    EXIT_OK
-                }
-                Err(code) => code,
-            }
-        }
+        SessionCommand::Close { id } => out.done(
+            client.write(Command::CloseSession { session: *id }).await,
+            json!({"session": id, "closed": true}),
+            || format!("closed session {id}"),
+        ),
     }
 }
