@@ -19,11 +19,7 @@ fn keys(v: &serde_json::Value, keys: &[&str]) {
 async fn acquire_runs_a_command_under_a_permit_and_every_other_subcommand_works() {
     let cluster = Cluster::start("cli-all", 3, "");
     cluster.leader(ELECTION).await;
-    let ok = |args: &[&str]| {
-        let (code, out, err) = cluster.cli(args);
-        assert_eq!(code, 0, "weir {args:?}: {err}");
-        out
-    };
+    let ok = |args: &[&str]| cluster.cli_ok(args);
     ok(&["limit", "define", "db", "--concurrent", "1"]);
     ok(&[
         "limit",

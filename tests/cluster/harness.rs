@@ -116,6 +116,13 @@ impl Cluster {
         )
     }
 
+    /// Runs `weir args` against the cluster, which must exit 0; returns its stdout.
+    pub fn cli_ok(&self, args: &[&str]) -> String {
+        let (code, out, err) = self.cli(args);
+        assert_eq!(code, 0, "weir {args:?}: {err}");
+        out
+    }
+
     pub fn is_running(&self, id: u64) -> bool {
         self.nodes.is_running(id)
     }

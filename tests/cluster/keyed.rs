@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use weir_client::protocol::{Answer, Query};
 use weir_client::{AcquireError, AcquireOptions, Session};
 use weir_core::machine::{Part, Refusal};
 
@@ -17,11 +16,7 @@ const TTL: Duration = Duration::from_secs(3);
 async fn keyed_limits_and_parts_through_the_cli_and_the_library() {
     let cluster = Cluster::start("keyed", 3, "");
     cluster.leader(ELECTION).await;
-    let ok = |args: &[&str]| {
-        let (code, out, err) = cluster.cli(args);
-        assert_eq!(code, 0, "weir {args:?}: {err}");
-        out
-    };
+    let ok = |args: &[&str]| cluster.cli_ok(args);
     let refused = |args: &[&str], words: &str| {
         let (code, _, err) = cluster.cli(args);
         assert_eq!(code, 3, "weir {args:?} should be refused: {err}");
@@ -148,15 +143,7 @@ async fn keyed_limits_and_parts_through_the_cli_and_the_library() {
         .unwrap();
     let permit = permit.unwrap();
     let fence = permit.fence();
-    let valid = client
-        .read(Query::ValidateFence {
-            tenant: "t".into(),
-            limit: "pool".into(),
-            fence,
-        })
-        .await
-        .unwrap();
-    assert!(matches!(valid, Answer::FenceHeld(true)), "{valid:?}");
+    assert!(client.validate_fence("t", "pool", fence).await.unwrap());
     permit.release().await.unwrap();
     waiter.close().await.unwrap();
     holder.close().await.unwrap();

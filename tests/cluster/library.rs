@@ -3,7 +3,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use weir_client::protocol::{Answer, Query};
 use weir_client::{AcquireError, AcquireOptions, Lost, Permit, Session};
 use weir_core::machine::{Command, HaltScope, Priority, Refusal, Reply};
 
@@ -213,15 +212,7 @@ async fn a_holder_keeps_its_permit_across_a_leader_kill_and_the_waiter_is_grante
         None,
         "keep-alives went through the new leader"
     );
-    let held = client
-        .read(Query::ValidateFence {
-            tenant: "t".into(),
-            limit: "one".into(),
-            fence,
-        })
-        .await
-        .unwrap();
-    assert_eq!(held, Answer::FenceHeld(true));
+    assert!(client.validate_fence("t", "one", fence).await.unwrap());
     assert!(
         !waiter.is_finished(),
         "the waiter is not granted while the permit is held"
