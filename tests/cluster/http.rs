@@ -45,6 +45,12 @@ impl Api {
         self.call("PUT", path, Some(body)).await
     }
 
+    /// Defines the limit at `path` with the spec `body`, which must be accepted.
+    pub async fn define_spec(&self, path: &str, body: Value) {
+        let (status, v) = self.call("PUT", path, Some(body)).await;
+        assert_eq!(status, 200, "PUT {path}: {v}");
+    }
+
     /// Sends `method path` with an optional JSON body; answers (status, JSON body or Null).
     pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
         let response = self.send(method, path, body).await;

@@ -159,20 +159,17 @@ async fn keyed_takes_parts_and_a_settled_estimate_over_http() {
 
     let cluster = Cluster::start("keyed-http", 3, "");
     let api = Api::of(&cluster, follower(&cluster).await);
-    let put = |path: &'static str, body| api.call("PUT", path, Some(body));
     phase("define a keyed rate per user and a tenant-wide rate over HTTP");
-    let (status, _) = put(
+    api.define_spec(
         "/v1/tenants/acme/limits/user",
         json!({"per_second": 0.1, "burst": 3, "keyed": true}),
     )
     .await;
-    assert_eq!(status, 200);
-    let (status, _) = put(
+    api.define_spec(
         "/v1/tenants/acme/limits/all",
         json!({"per_second": 0.1, "burst": 100}),
     )
     .await;
-    assert_eq!(status, 200);
 
     phase("takes: per key, all parts or none");
     let take = |body| api.call("POST", "/v1/tenants/acme/limits/user/take", Some(body));
@@ -231,12 +228,11 @@ async fn keyed_takes_parts_and_a_settled_estimate_over_http() {
     assert_eq!(v["tokens"].as_u64(), Some(70), "30 returned: {v}");
 
     phase("a shadow limit never refuses; /metrics counts what it would have refused");
-    let (status, _) = put(
+    api.define_spec(
         "/v1/tenants/acme/limits/trial",
         json!({"per_second": 0.1, "burst": 1, "shadow": true}),
     )
     .await;
-    assert_eq!(status, 200);
     let trial = |body| api.call("POST", "/v1/tenants/acme/limits/trial/take", Some(body));
     for _ in 0..3 {
         let (status, v) = trial(json!({"units": 1})).await;
