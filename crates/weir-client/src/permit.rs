@@ -9,10 +9,8 @@
 
 use std::sync::Arc;
 
-use tokio::sync::watch;
-
 use super::boot_clock::{BootInstant, LOOK_EVERY};
-use super::session_state::{SessionState, release_in_background, spawn_release};
+use super::session_state::{Grant, SessionState, release_in_background, spawn_release};
 use super::{ClientError, Lost};
 use weir_core::machine::{Command, Fence, Reply, SessionId, TicketId};
 
@@ -23,9 +21,8 @@ pub struct Permit {
     tenant: String,
     limit: String,
     ticket: TicketId,
-    fence: Fence,
-    units: u32,
-    lost: watch::Receiver<Option<Lost>>,
+    /// Its fence, its units and where its loss is told.
+    grant: Grant,
     released: bool,
 }
 
@@ -35,30 +32,26 @@ impl Permit {
         tenant: String,
         limit: String,
         ticket: TicketId,
-        fence: Fence,
-        units: u32,
-        lost: watch::Receiver<Option<Lost>>,
+        grant: Grant,
     ) -> Permit {
         Permit {
             state,
             tenant,
             limit,
             ticket,
-            fence,
-            units,
-            lost,
+            grant,
             released: false,
         }
     }
 
     /// The fence: pass it to the resource this permit guards.
     pub fn fence(&self) -> Fence {
-        self.fence
+        self.grant.fence
     }
 
     /// The units granted.
     pub fn units(&self) -> u32 {
-        self.units
+        self.grant.units
     }
 
     /// The ticket this permit was granted for, unique within its session.
@@ -78,7 +71,7 @@ impl Permit {
 
     /// Why the permit may no longer be held, if it may not.
     pub fn lost_reason(&self) -> Option<Lost> {
-        self.lost.borrow().clone().or_else(|| {
+        self.grant.lost.borrow().clone().or_else(|| {
             (*self.state.deadline.borrow() <= BootInstant::now())
                 .then(|| self.state.deadline_loss())
         })
@@ -86,7 +79,7 @@ impl Permit {
 
     /// Resolves when the permit may no longer be held.
     pub async fn lost(&self) -> Lost {
-        let mut lost = self.lost.clone();
+        let mut lost = self.grant.lost.clone();
         let mut deadline = self.state.deadline.subscribe();
         loop {
             if let Some(why) = lost.borrow().clone() {
@@ -111,7 +104,7 @@ impl Permit {
     pub fn consume(mut self) -> Fence {
         self.released = true;
         self.state.forget(self.ticket);
-        self.fence
+        self.grant.fence
     }
 
     /// Settles a take granted with `AcquireOptions::estimate` at its actual `cost` in

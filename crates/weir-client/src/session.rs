@@ -268,16 +268,14 @@ impl Session {
             // Refused: nothing is held. Session lost: its end frees every ticket.
             pending.armed = false;
         }
-        let (fence, units, lost) = outcome?;
+        let grant = outcome?;
         pending.armed = false;
         Ok(Permit::new(
             self.state.clone(),
             options.tenant,
             options.limit,
             ticket,
-            fence,
-            units,
-            lost,
+            grant,
         ))
     }
 

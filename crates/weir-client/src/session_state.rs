@@ -38,9 +38,16 @@ const RELEASE_TRIES: u32 = 3;
 /// Pause between the writes of a background release.
 const RELEASE_PAUSE: Duration = Duration::from_secs(1);
 
-/// A grant as the session learned it: (fence, units, where its loss will be told), or why
-/// there is none.
-pub(super) type GrantOutcome = Result<(Fence, u32, watch::Receiver<Option<Lost>>), AcquireError>;
+/// A grant as the session learned it.
+pub(super) struct Grant {
+    pub(super) fence: Fence,
+    pub(super) units: u32,
+    /// Where its loss will be told.
+    pub(super) lost: watch::Receiver<Option<Lost>>,
+}
+
+/// A grant, or why there is none.
+pub(super) type GrantOutcome = Result<Grant, AcquireError>;
 
 /// A ticket whose acquire has been sent and not yet granted.
 struct Waiting {
@@ -253,7 +260,13 @@ impl SessionState {
                 agent: w.acquire.agent.clone(),
             };
             let gone = match w.answer.take() {
-                Some(a) => a.send(Ok((fence, units, lost_rx))).is_err(),
+                Some(a) => a
+                    .send(Ok(Grant {
+                        fence,
+                        units,
+                        lost: lost_rx,
+                    }))
+                    .is_err(),
                 None => true,
             };
             if !gone {

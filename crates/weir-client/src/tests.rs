@@ -348,9 +348,9 @@ async fn a_halt_pushed_before_the_acquirer_takes_its_grant_is_kept() {
     // The halt's push overtakes the grant's answer.
     state.lose(ticket, halted.clone());
     state.answered(ticket, Reply::Granted { fence: 3, units: 1 });
-    let (fence, _, lost) = outcome.try_recv().unwrap().unwrap();
-    assert_eq!(fence, 3);
-    assert_eq!(*lost.borrow(), Some(halted));
+    let grant = outcome.try_recv().unwrap().unwrap();
+    assert_eq!(grant.fence, 3);
+    assert_eq!(*grant.lost.borrow(), Some(halted));
     assert_eq!(state.whereabouts(ticket), (false, true));
 }
 
