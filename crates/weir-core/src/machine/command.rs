@@ -7,12 +7,14 @@
 //! The argument rules a command can break on its own, without the state (name lengths,
 //! unit ranges, weights), are checked in `machine::validate`; this file knows no
 //! refusal and no state, only the shapes and what each command names
-//! ([`Command::tenant`], [`Command::session`]).
+//! ([`Command::tenant`], [`Command::session`], [`Command::definition`]).
 //!
 //! Keyed limits and requests of several parts have commands of their own, [`Definition`]
 //! and [`AcquireParts`]; the older [`Command::DefineLimit`] and [`Command::Acquire`] stay in
 //! the log format and mean a definition that is neither keyed nor shadow
 //! ([`Definition::from_legacy`]) and a request of one keyless part (`From<&Acquire>`).
+
+use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
@@ -354,6 +356,29 @@ impl Command {
             | Command::SetHalt { .. }
             | Command::ClearHalt { .. }
             | Command::Tick => None,
+        }
+    }
+
+    /// The definition a `DefineLimit` (as [`Definition::from_legacy`] reads it) or a
+    /// `Define` writes; `None` for the rest. The machine validates and applies both through
+    /// it.
+    pub fn definition(&self) -> Option<Cow<'_, Definition>> {
+        match self {
+            Command::DefineLimit {
+                tenant,
+                name,
+                concurrent,
+                per_second,
+                burst,
+            } => Some(Cow::Owned(Definition::from_legacy(
+                tenant,
+                name,
+                *concurrent,
+                *per_second,
+                *burst,
+            ))),
+            Command::Define(d) => Some(Cow::Borrowed(d)),
+            _ => None,
         }
     }
 }

@@ -32,7 +32,6 @@ mod runs;
 
 use std::collections::BTreeSet;
 
-use super::command::Definition;
 use super::command::{Batch, Command, SessionId};
 use super::deadlines::{Deadlines, Prune};
 use super::reply::{Applied, Event, Refusal, Reply};
@@ -215,17 +214,10 @@ impl Machine {
 
     fn dispatch(&mut self, command: &Command, wall_ms: u64, events: &mut Vec<Event>) -> Reply {
         match command {
-            Command::DefineLimit {
-                tenant,
-                name,
-                concurrent,
-                per_second,
-                burst,
-            } => {
-                let d = Definition::from_legacy(tenant, name, *concurrent, *per_second, *burst);
+            Command::DefineLimit { .. } | Command::Define(_) => {
+                let d = command.definition().expect("a definition command");
                 answer(self.define_limit(&d, events))
             }
-            Command::Define(d) => answer(self.define_limit(d, events)),
             Command::AcquireParts(a) => answer(self.acquire_parts(a, events)),
             Command::SettleTake {
                 session,

@@ -30,16 +30,10 @@ impl Command {
     /// Checks the arguments alone; `Err` names the field and its bound.
     pub fn validate(&self) -> Result<(), Refusal> {
         match self {
-            Command::DefineLimit {
-                tenant,
-                name,
-                concurrent,
-                per_second,
-                burst,
-            } => {
-                check_key("tenant", tenant)?;
-                check_key("limit name", name)?;
-                LimitSpec::new(*concurrent, *per_second, *burst).map_err(Refusal::Invalid)?;
+            Command::DefineLimit { .. } | Command::Define(_) => {
+                self.definition()
+                    .expect("a definition command")
+                    .validate()?;
             }
             Command::RemoveLimit { tenant, name } => {
                 check_key("tenant", tenant)?;
@@ -65,7 +59,6 @@ impl Command {
             | Command::Tick => {}
             Command::Acquire(a) => a.validate()?,
             Command::AcquireParts(a) => a.validate()?,
-            Command::Define(d) => d.validate()?,
             Command::SetTenant { tenant, .. } => check_key("tenant", tenant)?,
             Command::Reserve {
                 tenant,
