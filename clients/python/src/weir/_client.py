@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Awaitable, Callable, Generator, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import Any, Final
 
 from ._config import resolve
+from ._opening import Opening
 from ._session import AsyncSession, q
 from ._transport import REQUEST_DEADLINE, Transport
 from .errors import Busy, NotSupported, ProtocolError
@@ -34,29 +35,12 @@ KEEP: Final = _Keep()
 """Leave a tenant ceiling as it is (:meth:`AsyncClient.set_tenant`); ``None`` clears it."""
 
 
-class SessionOpener:
+class SessionOpener(Opening[AsyncSession]):
     """What :meth:`AsyncClient.session` returns: await it for a session (close it
     yourself), or use it as ``async with`` (closed on exit)."""
 
     def __init__(self, open_: Callable[[], Awaitable[AsyncSession]]) -> None:
-        self._open = open_
-        self._session: AsyncSession | None = None
-
-    def __await__(self) -> Generator[Any, None, AsyncSession]:
-        return self._open().__await__()
-
-    async def __aenter__(self) -> AsyncSession:
-        self._session = await self._open()
-        return self._session
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._session is not None:
-            await self._session.__aexit__(exc_type, exc, tb)
+        super().__init__(open_, lambda session, *exc: session.__aexit__(*exc))
 
 
 def _expect_dict(answer: Any, what: str) -> dict[str, Any]:

@@ -44,13 +44,14 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 from urllib.parse import quote
 
 from ._clock import KEEPALIVES_PER_TTL, LOOK_EVERY, boot_now, deadline_after
+from ._opening import Opening
 from ._transport import Transport, jittered
 from .errors import (
     Forbidden,
@@ -243,29 +244,12 @@ class AsyncPermit:
         await self._release_on_exit()
 
 
-class AcquireContext:
+class AcquireContext(Opening["AsyncPermit"]):
     """What :meth:`AsyncSession.acquire` returns: await it for a permit (release it
     yourself), or use it as ``async with`` (released on exit)."""
 
     def __init__(self, acquire: Callable[[], Awaitable[AsyncPermit]]) -> None:
-        self._acquire = acquire
-        self._permit: AsyncPermit | None = None
-
-    def __await__(self) -> Generator[Any, None, AsyncPermit]:
-        return self._acquire().__await__()
-
-    async def __aenter__(self) -> AsyncPermit:
-        self._permit = await self._acquire()
-        return self._permit
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._permit is not None:
-            await self._permit._release_on_exit()
+        super().__init__(acquire, lambda permit, *exc: permit._release_on_exit())
 
 
 class AsyncSession:
