@@ -5,7 +5,6 @@ use serde_json::json;
 
 use super::{EXIT_ERROR, EXIT_OK, Exit, Output, answered};
 use weir_client::Client;
-use weir_client::protocol::{Answer, Query};
 use weir_core::machine::{Command, Definition, LimitStatus};
 
 #[derive(Subcommand, Debug)]
@@ -133,20 +132,13 @@ pub async fn run(command: &LimitCommand, tenant: &str, client: &Client, out: &Ou
             }
             Err(code) => code,
         },
-        LimitCommand::List => match answered(
-            client
-                .read(Query::Limits {
-                    tenant: tenant.into(),
-                })
-                .await,
-        ) {
-            Ok(Answer::Limits(ls)) => {
+        LimitCommand::List => match answered(client.limits(tenant).await) {
+            Ok(ls) => {
                 out.print(limit_json(&ls), || {
                     ls.iter().map(limit_text).collect::<Vec<_>>().join("\n")
                 });
                 EXIT_OK
             }
-            Ok(_) => EXIT_ERROR,
             Err(code) => code,
         },
         LimitCommand::Remove { name } => {

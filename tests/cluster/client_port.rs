@@ -101,7 +101,7 @@ async fn every_kind_of_bad_input_closes_only_its_connection() {
                 token: None,
             })),
             false,
-            "protocol version 99 is not supported (this node speaks 3)",
+            "protocol version 99 is not supported (this node speaks 4)",
         ),
         (
             "request before hello",
@@ -150,12 +150,12 @@ async fn every_kind_of_bad_input_closes_only_its_connection() {
         ServerFrame::Welcome { .. }
     ));
     let names = match client
-        .read(weir_client::protocol::Query::Limits { tenant: "t".into() })
+        .read(weir_client::protocol::Query::limits("t"))
         .await
         .unwrap()
     {
-        weir_client::protocol::Answer::Limits(ls) => {
-            ls.into_iter().map(|l| l.name).collect::<Vec<_>>()
+        weir_client::protocol::Answer::Limits(page) => {
+            page.limits.into_iter().map(|l| l.name).collect::<Vec<_>>()
         }
         other => panic!("{other:?}"),
     };

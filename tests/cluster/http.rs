@@ -279,6 +279,76 @@ async fn http_routes_are_exactly_the_openapi_ones_and_each_is_served_by_a_follow
         v["message"], "too large for h/l: 5 units, the limit grants at most 1",
         "{v}"
     );
+    lists_answer_objects_and_limits_page(&api).await;
+}
+
+/// The names of a page of limits, and its `next`.
+fn page_names(v: &Value) -> (Vec<&str>, Option<&str>) {
+    let names = v["limits"].as_array().expect("limits is an array");
+    let names = names.iter().map(|l| l["name"].as_str().unwrap()).collect();
+    (names, v["next"].as_str())
+}
+
+/// `GET …/limits`, `…/runs` and `…/halts` answer objects; limits page by `prefix`, `after`
+/// and `limit`, and a bad page size or an unknown parameter is refused naming it.
+async fn lists_answer_objects_and_limits_page(api: &Api) {
+    phase("lists answer objects; limits page by prefix, after and limit");
+    for name in ["a0", "a1", "a2", "b0"] {
+        api.define(&format!("/v1/tenants/lists/limits/{name}"), 1)
+            .await;
+    }
+    let page = |q: &'static str| async move {
+        let (status, v) = api
+            .call("GET", &format!("/v1/tenants/lists/limits{q}"), None)
+            .await;
+        assert_eq!(status, StatusCode::OK, "{q}: {v}");
+        v
+    };
+    let all = page("").await;
+    assert_eq!(
+        page_names(&all),
+        (vec!["a0", "a1", "a2", "b0"], None),
+        "{all}"
+    );
+    assert_eq!(all["limits"][0]["tenant"], "lists", "{all}");
+    let v = page("?limit=2").await;
+    assert_eq!(page_names(&v), (vec!["a0", "a1"], Some("a1")), "{v}");
+    let v = page("?limit=2&after=a1").await;
+    assert_eq!(page_names(&v), (vec!["a2", "b0"], None), "{v}");
+    let v = page("?prefix=a&limit=2&after=a1").await;
+    assert_eq!(page_names(&v), (vec!["a2"], None), "{v}");
+    let v = page("?prefix=b").await;
+    assert_eq!(page_names(&v), (vec!["b0"], None), "{v}");
+    for (q, named) in [
+        ("?limit=0", "limit 0"),
+        ("?limit=1001", "limit 1001"),
+        ("?size=3", "size"),
+    ] {
+        let (status, v) = api
+            .call("GET", &format!("/v1/tenants/lists/limits{q}"), None)
+            .await;
+        assert_eq!(
+            (status, v["error"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("Invalid")),
+            "{q}"
+        );
+        assert!(v["message"].as_str().unwrap().contains(named), "{q}: {v}");
+    }
+    let (status, _) = api
+        .call("POST", "/v1/tenants/lists/runs/r1/reserve", Some(json!({})))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, v) = api.call("GET", "/v1/tenants/lists/runs", None).await;
+    assert_eq!(v["runs"].as_array().map(Vec::len), Some(1), "{v}");
+    assert_eq!(v["runs"][0]["run"], "r1", "{v}");
+    let halt = Some(json!({"reason": "stuck"}));
+    api.call("PUT", "/v1/tenants/lists/agents/x/halt", halt)
+        .await;
+    let (_, v) = api.call("GET", "/v1/tenants/lists/halts", None).await;
+    assert_eq!(
+        v,
+        json!({"halts": [{"scope": "agent", "agent": "x", "reason": "stuck"}]})
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -39,11 +39,10 @@ pub fn define(name: &str, concurrent: u32) -> Command {
 
 async fn limit_names(cluster: &Cluster) -> BTreeSet<String> {
     let client = cluster.client();
-    match client
-        .request(Request::Read(Query::Limits { tenant: "t".into() }))
-        .await
-    {
-        Ok(Response::Read(Answer::Limits(ls))) => ls.into_iter().map(|l| l.name).collect(),
+    match client.request(Request::Read(Query::limits("t"))).await {
+        Ok(Response::Read(Answer::Limits(page))) => {
+            page.limits.into_iter().map(|l| l.name).collect()
+        }
         other => panic!("read failed: {other:?}"),
     }
 }

@@ -304,7 +304,7 @@ async fn tenant_tokens_stay_in_their_tenant_read_only_reads_and_a_revoked_token_
             hold_tokens: None,
             hold_minor: None,
         }),
-        Request::Read(Query::Limits { tenant: "b".into() }),
+        Request::Read(Query::limits("b")),
         Request::ReadLocal(Query::Tenant { tenant: "b".into() }),
         Request::Write(Command::SetHalt {
             tenant: "b".into(),
@@ -356,7 +356,7 @@ async fn tenant_tokens_stay_in_their_tenant_read_only_reads_and_a_revoked_token_
 
     phase("read reads anywhere and writes nowhere");
     assert!(matches!(
-        ask(&reader, Request::Read(Query::Limits { tenant: "b".into() })).await,
+        ask(&reader, Request::Read(Query::limits("b"))).await,
         Ok(Response::Read(_))
     ));
     for request in [
@@ -394,7 +394,7 @@ async fn tenant_tokens_stay_in_their_tenant_read_only_reads_and_a_revoked_token_
     cluster.signal(1, "-HUP");
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        match ask(&a, Request::Read(Query::Limits { tenant: "a".into() })).await {
+        match ask(&a, Request::Read(Query::limits("a"))).await {
             Err(ClientError::Refused(why)) => {
                 assert!(why.contains("not recognized"), "{why}");
                 break;
@@ -413,7 +413,7 @@ async fn tenant_tokens_stay_in_their_tenant_read_only_reads_and_a_revoked_token_
         "the open connection was not closed for its revoked token"
     );
     assert!(matches!(
-        ask(&b, Request::Read(Query::Limits { tenant: "b".into() })).await,
+        ask(&b, Request::Read(Query::limits("b"))).await,
         Ok(Response::Read(_))
     ));
 
@@ -485,17 +485,13 @@ async fn tenant_tokens_stay_in_their_tenant_read_only_reads_and_a_revoked_token_
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let tokenless = Client::with_security(servers.clone(), security(None, None));
-    let r = ask(
-        &tokenless,
-        Request::Read(Query::Limits { tenant: "b".into() }),
-    )
-    .await;
+    let r = ask(&tokenless, Request::Read(Query::limits("b"))).await;
     assert!(
         matches!(&r, Err(ClientError::Refused(w)) if w.contains("requires a token")),
         "a tokenless client was served after the reload: {r:?}"
     );
     assert!(matches!(
-        ask(&b, Request::Read(Query::Limits { tenant: "b".into() })).await,
+        ask(&b, Request::Read(Query::limits("b"))).await,
         Ok(Response::Read(_))
     ));
 

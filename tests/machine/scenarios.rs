@@ -959,3 +959,57 @@ fn bad_arguments_are_refused_with_the_rule_they_break() {
         assert_eq!(s.reply(command), refused(Refusal::Invalid(why.into())));
     }
 }
+
+// ---- reads: a tenant's limits, page by page -------------------------------------------------
+
+#[test]
+fn a_tenant_of_many_limits_reads_page_by_page_each_once_in_name_order() {
+    let mut s = Sim::new();
+    let names: Vec<String> = (0..2_500).map(|i| format!("l{i:05}")).collect();
+    let defines: Vec<Command> = names
+        .iter()
+        .map(|n| limit("big", n).concurrent(1).into())
+        .collect();
+    s.entry(defines);
+    s.define("other", "l00000", 1, 0.0);
+    let mut read = Vec::new();
+    let mut after: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let page = s.m.limits_page("big", "", after.as_deref(), 1_000);
+        pages += 1;
+        assert!(page.limits.len() <= 1_000);
+        read.extend(page.limits.into_iter().map(|l| l.name));
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+        assert!(pages < 10, "paging ends");
+    }
+    assert_eq!((pages, &read), (3, &names));
+    // A page size above the bound is clamped to it; zero is one.
+    assert_eq!(
+        s.m.limits_page("big", "", None, u32::MAX).limits.len(),
+        1_000
+    );
+    let one = s.m.limits_page("big", "", None, 0);
+    assert_eq!((one.limits.len(), one.next.as_deref()), (1, Some("l00000")));
+    // A prefix bounds the range; `after` past it, or before it, still answers inside it.
+    let p = s.m.limits_page("big", "l0001", None, 1_000);
+    assert_eq!(p.limits.len(), 10);
+    assert_eq!(p.next, None);
+    let p = s.m.limits_page("big", "l0001", Some("l00015"), 3);
+    let got: Vec<_> = p.limits.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(
+        (got, p.next.as_deref()),
+        (vec!["l00016", "l00017", "l00018"], Some("l00018"))
+    );
+    let p = s.m.limits_page("big", "l0001", Some("a"), 2);
+    assert_eq!(p.limits[0].name, "l00010");
+    assert!(
+        s.m.limits_page("big", "l0001", Some("l2"), 2)
+            .limits
+            .is_empty()
+    );
+    assert!(s.m.limits_page("nobody", "", None, 10).limits.is_empty());
+}

@@ -55,6 +55,10 @@ async def test_units_priority_and_listing(cluster: Cluster) -> None:
         await client.define_limit("units", concurrent=3)
         limits = {status.name: status for status in await client.list_limits()}
         assert limits["units"].concurrent == 3
+        for name in ("listed-b", "listed-a"):
+            await client.define_limit(name, concurrent=1)
+        listed = [status.name for status in await client.list_limits(prefix="listed-")]
+        assert listed == ["listed-a", "listed-b"]
         async with client.session() as s:
             async with s.acquire("units", units=2, priority=weir.Priority(5, "k", 2)) as p:
                 assert p.units == 2

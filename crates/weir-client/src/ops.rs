@@ -5,7 +5,8 @@
 use super::{Client, ClientError};
 use crate::protocol::{Answer, Query};
 use weir_core::machine::{
-    Change, Command, Definition, Fence, HaltScope, LimitStatus, Reply, RunSlot, Settle, Spend,
+    Change, Command, Definition, Fence, HaltScope, LimitStatus, LimitsPage, Reply, RunSlot, Settle,
+    Spend,
 };
 
 fn unexpected(answer: Answer) -> ClientError {
@@ -186,6 +187,47 @@ impl Client {
         {
             Answer::Limit(l) => Ok(l),
             other => Err(unexpected(other)),
+        }
+    }
+
+    /// One page of a tenant's limits, by name: names starting with `prefix`, strictly after
+    /// `after`, at most `max` (at most `bounds::LIMITS_PAGE_MAX`). Each page is its own
+    /// linearizable read.
+    pub async fn limits_page(
+        &self,
+        tenant: &str,
+        prefix: &str,
+        after: Option<&str>,
+        max: u32,
+    ) -> Result<LimitsPage, ClientError> {
+        match self
+            .read(Query::Limits {
+                tenant: tenant.into(),
+                prefix: prefix.into(),
+                after: after.map(str::to_owned),
+                max,
+            })
+            .await?
+        {
+            Answer::Limits(page) => Ok(page),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Every limit of a tenant, by name, read page by page (each page linearizable; a limit
+    /// defined or removed between pages may or may not appear). Every page starts strictly
+    /// after the last name of the one before, so the loop ends.
+    pub async fn limits(&self, tenant: &str) -> Result<Vec<LimitStatus>, ClientError> {
+        let mut all = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let max = weir_core::bounds::LIMITS_PAGE_MAX as u32;
+            let page = self.limits_page(tenant, "", after.as_deref(), max).await?;
+            all.extend(page.limits);
+            match page.next {
+                Some(next) => after = Some(next),
+                None => return Ok(all),
+            }
         }
     }
 

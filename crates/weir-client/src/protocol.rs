@@ -15,15 +15,17 @@
 
 use serde::{Deserialize, Serialize};
 
+use weir_core::bounds::LIMITS_PAGE_MAX;
 use weir_core::machine::{
-    Command, Event, Fence, HaltScope, LimitStatus, Reply, RunSlot, Spend, TenantStatus,
+    Command, Event, Fence, HaltScope, LimitStatus, LimitsPage, Reply, RunSlot, Spend, TenantStatus,
 };
 
 /// The protocol version this build speaks. A client of another version is refused at hello.
 /// Version 2: the hello carries a token. Version 3: writes may carry the commands of keyed
 /// limits and requests of several parts (`Command::Define`, `Command::AcquireParts`), which
-/// a node of version 2 could not decode.
-pub const PROTOCOL_VERSION: u32 = 3;
+/// a node of version 2 could not decode. Version 4: a list of limits is read by pages
+/// (`Query::Limits` names a prefix, a name to start after and a page size).
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Largest client frame, in bytes: a command is at most a few KiB (names are bounded by
 /// `bounds::NAME_BYTES_MAX`, reasons by `REASON_BYTES_MAX`); answers listing a tenant's
@@ -86,8 +88,14 @@ pub enum Query {
         tenant: String,
         name: String,
     },
+    /// One page of the tenant's limits, by name: those starting with `prefix` (empty: all)
+    /// and strictly after `after`, at most `max` (clamped to `1..=bounds::LIMITS_PAGE_MAX`).
+    /// Answered [`Answer::Limits`], whose `next` is the `after` of the following page.
     Limits {
         tenant: String,
+        prefix: String,
+        after: Option<String>,
+        max: u32,
     },
     ValidateFence {
         tenant: String,
@@ -109,11 +117,23 @@ pub enum Query {
     },
 }
 
+impl Query {
+    /// The first page of the tenant's limits, as large as a page may be.
+    pub fn limits(tenant: &str) -> Query {
+        Query::Limits {
+            tenant: tenant.into(),
+            prefix: String::new(),
+            after: None,
+            max: LIMITS_PAGE_MAX as u32,
+        }
+    }
+}
+
 /// The answer to a [`Query`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Answer {
     Limit(Option<LimitStatus>),
-    Limits(Vec<LimitStatus>),
+    Limits(LimitsPage),
     FenceHeld(bool),
     Spent(Spend),
     Running(Vec<(String, RunSlot)>),

@@ -98,6 +98,12 @@ pub const KEYS_MAX_DEFAULT: u32 = 1_000;
 /// a longest name and key) within [`COMMAND_BYTES_MAX`].
 pub const PARTS_MAX: usize = 8;
 
+/// Most limits one list read answers (a page; the next page is asked `after` the last
+/// name). A limit's status encodes in at most about 330 bytes (two longest names and its
+/// figures), so a page stays near 330 KB, far below the client frame bound of 4 MiB, and a
+/// read of a tenant with [`LIMITS_MAX`] limits never builds an answer of all of them.
+pub const LIMITS_PAGE_MAX: usize = 1_000;
+
 /// Largest `concurrent` and largest `units` of one acquire. Held units are summed in u64, so
 /// any u32 is safe; the bound exists to keep fairness arithmetic far from overflow.
 pub const UNITS_MAX: u32 = 1 << 30;

@@ -49,10 +49,12 @@ def _expect_dict(answer: Any, what: str) -> dict[str, Any]:
     return answer
 
 
-def _expect_list(answer: Any, what: str) -> list[Any]:
-    if not isinstance(answer, list):
+def _expect_list(answer: Any, key: str, what: str) -> list[Any]:
+    """The list under ``key`` of an answer ``{key: [...], ...}``."""
+    items = _expect_dict(answer, what).get(key)
+    if not isinstance(items, list):
         raise ProtocolError(f"{what} answered {answer!r}")
-    return answer
+    return items
 
 
 class AsyncClient:
@@ -169,10 +171,23 @@ class AsyncClient:
         )
         return LimitStatus.from_json(_expect_dict(answer, "limit show"))
 
-    async def list_limits(self, *, tenant: str | None = None) -> list[LimitStatus]:
-        """Every limit of the tenant."""
-        answer = await self._transport.call("GET", f"/v1/tenants/{self._t(tenant)}/limits")
-        return [LimitStatus.from_json(v) for v in _expect_list(answer, "limit list")]
+    async def list_limits(self, *, prefix: str = "",
+                          tenant: str | None = None) -> list[LimitStatus]:
+        """Every limit of the tenant whose name starts with ``prefix``, by name, read page
+        by page (each page linearizable)."""
+        limits: list[LimitStatus] = []
+        path = f"/v1/tenants/{self._t(tenant)}/limits?prefix={q(prefix)}"
+        after: str | None = None
+        while True:
+            page = path if after is None else f"{path}&after={q(after)}"
+            answer = await self._transport.call("GET", page)
+            limits += [LimitStatus.from_json(v)
+                       for v in _expect_list(answer, "limits", "limit list")]
+            after = answer.get("next")
+            if after is None:
+                return limits
+            if not isinstance(after, str):
+                raise ProtocolError(f"limit list answered next {after!r}")
 
     async def remove_limit(self, name: str, *, tenant: str | None = None) -> None:
         """Removes a limit; its waiters are refused with :class:`~weir.LimitRemoved`."""
@@ -321,7 +336,7 @@ class AsyncClient:
     async def list_runs(self, *, tenant: str | None = None) -> list[Run]:
         """The running set, with admission times."""
         answer = await self._transport.call("GET", f"/v1/tenants/{self._t(tenant)}/runs")
-        return [Run.from_json(v) for v in _expect_list(answer, "run list")]
+        return [Run.from_json(v) for v in _expect_list(answer, "runs", "run list")]
 
     async def spent(self, period: str, *, tenant: str | None = None) -> Spent:
         """Spend charged to ``period``."""
@@ -351,7 +366,7 @@ class AsyncClient:
     async def list_halts(self, *, tenant: str | None = None) -> list[Halt]:
         """The tenant's halts, tenant-wide first."""
         answer = await self._transport.call("GET", f"/v1/tenants/{self._t(tenant)}/halts")
-        return [Halt.from_json(v) for v in _expect_list(answer, "halt list")]
+        return [Halt.from_json(v) for v in _expect_list(answer, "halts", "halt list")]
 
     # -- the cluster -------------------------------------------------------------------
 

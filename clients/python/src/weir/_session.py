@@ -758,8 +758,8 @@ class AsyncSession:
                 halts = await self._transport.call("GET", f"/v1/tenants/{q(tenant)}/halts")
             except WeirError:
                 continue
-            if isinstance(halts, list):
-                self._learn_halts(tenant, [Halt.from_json(h) for h in halts])
+            if isinstance(halts, dict) and isinstance(halts.get("halts"), list):
+                self._learn_halts(tenant, [Halt.from_json(h) for h in halts["halts"]])
 
     def _learn_halts(self, tenant: str, halts: list[Halt]) -> None:
         for held in self._held.values():

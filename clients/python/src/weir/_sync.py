@@ -251,8 +251,9 @@ class Client:
     def show_limit(self, name: str, *, tenant: str | None = None) -> LimitStatus:
         return self._runner.run(self.aio.show_limit(name, tenant=tenant))
 
-    def list_limits(self, *, tenant: str | None = None) -> list[LimitStatus]:
-        return self._runner.run(self.aio.list_limits(tenant=tenant))
+    def list_limits(self, *, prefix: str = "",
+                    tenant: str | None = None) -> list[LimitStatus]:
+        return self._runner.run(self.aio.list_limits(prefix=prefix, tenant=tenant))
 
     def remove_limit(self, name: str, *, tenant: str | None = None) -> None:
         self._runner.run(self.aio.remove_limit(name, tenant=tenant))

@@ -44,6 +44,15 @@ impl LimitStatus {
     }
 }
 
+/// One page of a tenant's limits, in name order (`Machine::limits_page`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LimitsPage {
+    /// The page's limits, by name.
+    pub limits: Vec<LimitStatus>,
+    /// The name to ask `after` for the next page; `None` on the last page.
+    pub next: Option<String>,
+}
+
 /// A tenant's ceilings and counts, for reads.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TenantStatus {

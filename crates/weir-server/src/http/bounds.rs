@@ -25,3 +25,9 @@ pub const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2)
 /// grant's usual wait and below common proxy idle timeouts; a longer wait is a loop of
 /// acquires (idempotent) or the event stream.
 pub const WAIT_MS_MAX: u64 = 60_000;
+
+/// Page size of `GET /v1/tenants/{tenant}/limits` when the request names no `limit`: the
+/// largest page (weir-core's `LIMITS_PAGE_MAX`), so a tenant of up to a thousand limits
+/// answers in one page, and one of 100,000 in a hundred pages, each a read of its own
+/// range that builds at most a third of a megabyte of JSON.
+pub const LIMITS_PAGE_DEFAULT: u32 = weir_core::bounds::LIMITS_PAGE_MAX as u32;

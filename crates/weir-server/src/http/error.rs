@@ -234,3 +234,25 @@ where
             .map_err(|e| ApiError::invalid(format!("path: {e}")))
     }
 }
+
+/// Query-string parameters; one that does not parse (a page size that is not a number) or
+/// that the route does not know answers 400 `Invalid` naming it.
+pub struct QueryParams<T>(pub T);
+
+impl<S, T> axum::extract::FromRequestParts<S> for QueryParams<T>
+where
+    S: Send + Sync,
+    T: serde::de::DeserializeOwned + Send,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|q| QueryParams(q.0))
+            .map_err(|e| ApiError::invalid(format!("query: {}", e.body_text())))
+    }
+}

@@ -55,10 +55,11 @@ pub async fn clear_agent(
     clear(&ctx, tenant, HaltScope::Agent(agent)).await
 }
 
-/// `GET /v1/tenants/{tenant}/halts`: the tenant's halts, tenant-wide first.
+/// `GET /v1/tenants/{tenant}/halts`: the tenant's halts, tenant-wide first, as
+/// `{"halts": [...]}`.
 pub async fn list(State(ctx): State<Arc<HttpCtx>>, Params(tenant): Params<String>) -> ApiResult {
     match ctx.read(Query::Halts { tenant }).await? {
-        Answer::Halts(h) => Ok(Json(halts_json(&h)).into_response()),
+        Answer::Halts(h) => Ok(Json(json!({ "halts": halts_json(&h) })).into_response()),
         other => Err(unexpected(other)),
     }
 }

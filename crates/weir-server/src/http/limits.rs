@@ -9,9 +9,11 @@ use axum::response::IntoResponse;
 use serde::Deserialize;
 use serde_json::json;
 
+use super::bounds::LIMITS_PAGE_DEFAULT;
 use super::context::HttpCtx;
-use super::error::{ApiError, ApiResult, JsonBody, Params};
+use super::error::{ApiError, ApiResult, JsonBody, Params, QueryParams};
 use weir_client::protocol::{Answer, Query};
+use weir_core::bounds::LIMITS_PAGE_MAX;
 use weir_core::machine::{Command, Definition};
 
 /// A limit's spec; every field optional (a limit of nothing caps nothing).
@@ -74,10 +76,45 @@ pub async fn show(
     }
 }
 
-/// `GET /v1/tenants/{tenant}/limits`: every limit of the tenant.
-pub async fn list(State(ctx): State<Arc<HttpCtx>>, Params(tenant): Params<String>) -> ApiResult {
-    match ctx.read(Query::Limits { tenant }).await? {
-        Answer::Limits(ls) => Ok(Json(ls).into_response()),
+/// The query of `GET /v1/tenants/{tenant}/limits`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListParams {
+    /// Only names starting with this.
+    #[serde(default)]
+    prefix: String,
+    /// Only names strictly after this (the `next` of the page before).
+    after: Option<String>,
+    /// Page size, `1..=LIMITS_PAGE_MAX`.
+    #[serde(default = "page_default")]
+    limit: u32,
+}
+
+fn page_default() -> u32 {
+    LIMITS_PAGE_DEFAULT
+}
+
+/// `GET /v1/tenants/{tenant}/limits`: one page of the tenant's limits, by name, as
+/// `{"limits": [...], "next": NAME | null}` (`next`: the `after` of the next page).
+pub async fn list(
+    State(ctx): State<Arc<HttpCtx>>,
+    Params(tenant): Params<String>,
+    QueryParams(p): QueryParams<ListParams>,
+) -> ApiResult {
+    if !(1..=LIMITS_PAGE_MAX as u32).contains(&p.limit) {
+        return Err(ApiError::invalid(format!(
+            "query: limit {} is outside 1..={LIMITS_PAGE_MAX}",
+            p.limit
+        )));
+    }
+    let query = Query::Limits {
+        tenant,
+        prefix: p.prefix,
+        after: p.after,
+        max: p.limit,
+    };
+    match ctx.read(query).await? {
+        Answer::Limits(page) => Ok(Json(page).into_response()),
         other => Err(unexpected(other)),
     }
 }

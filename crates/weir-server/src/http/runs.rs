@@ -154,7 +154,8 @@ pub async fn settle(
     Ok(Json(reply_json(&reply)).into_response())
 }
 
-/// `GET /v1/tenants/{tenant}/runs`: the running set, with admission times.
+/// `GET /v1/tenants/{tenant}/runs`: the running set, with admission times, as
+/// `{"runs": [...]}`.
 pub async fn list_runs(
     State(ctx): State<Arc<HttpCtx>>,
     Params(tenant): Params<String>,
@@ -169,7 +170,7 @@ pub async fn list_runs(
                            "admitted_at_log_ms": slot.admitted_at_log_ms})
                 })
                 .collect();
-            Ok(Json(rows).into_response())
+            Ok(Json(json!({ "runs": rows })).into_response())
         }
         other => Err(unexpected(other)),
     }

@@ -69,7 +69,7 @@ fn command_tenant(command: &Command) -> Scope<'_> {
 fn query_tenant(query: &Query) -> &str {
     match query {
         Query::Limit { tenant, .. }
-        | Query::Limits { tenant }
+        | Query::Limits { tenant, .. }
         | Query::ValidateFence { tenant, .. }
         | Query::Spent { tenant, .. }
         | Query::Running { tenant }
@@ -95,7 +95,7 @@ mod tests {
                 burst: None,
             })
         };
-        let read = |t: &str| Request::Read(Query::Limits { tenant: t.into() });
+        let read = |t: &str| Request::Read(Query::limits(t));
         let reserve = |t: &str| {
             Request::Write(Command::Reserve {
                 tenant: t.into(),

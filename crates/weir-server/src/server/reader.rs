@@ -51,7 +51,12 @@ pub struct Reader {
 pub fn answer(machine: &Machine, query: &Query) -> Answer {
     match query {
         Query::Limit { tenant, name } => Answer::Limit(machine.limit_status(tenant, name)),
-        Query::Limits { tenant } => Answer::Limits(machine.limits(tenant)),
+        Query::Limits {
+            tenant,
+            prefix,
+            after,
+            max,
+        } => Answer::Limits(machine.limits_page(tenant, prefix, after.as_deref(), *max)),
         Query::ValidateFence {
             tenant,
             limit,

@@ -2,9 +2,10 @@
 //! whether a fence is still held. Reads never change the state.
 
 use super::Machine;
+use crate::bounds::LIMITS_PAGE_MAX;
 use crate::machine::command::{Fence, HaltScope, LimitId, Owner, SessionId};
 use crate::machine::limit::ShadowRefusals;
-use crate::machine::status::{LimitStatus, TenantStatus};
+use crate::machine::status::{LimitStatus, LimitsPage, TenantStatus};
 use crate::machine::tenant::{RunSlot, Spend, Tenant};
 
 impl Machine {
@@ -76,6 +77,42 @@ impl Machine {
     pub fn limits(&self, tenant: &str) -> Vec<LimitStatus> {
         self.of_tenant(tenant, |t| {
             t.limits.values().map(|id| self.status_of(*id)).collect()
+        })
+    }
+
+    /// One page of a tenant's limits, by name: those whose name starts with `prefix` and
+    /// (when `after` is given) sorts strictly after `after`, at most `max` of them (clamped
+    /// to `1..=LIMITS_PAGE_MAX`, so an answer fits a client frame). Reads only the range it
+    /// answers, plus one name to tell whether another page follows: a page of a tenant with
+    /// 100,000 limits costs what a page of a tenant with ten does.
+    pub fn limits_page(
+        &self,
+        tenant: &str,
+        prefix: &str,
+        after: Option<&str>,
+        max: u32,
+    ) -> LimitsPage {
+        use std::ops::Bound;
+        let max = (max as usize).clamp(1, LIMITS_PAGE_MAX);
+        self.of_tenant(tenant, |t| {
+            let start = match after {
+                Some(a) if a >= prefix => Bound::Excluded(a),
+                _ => Bound::Included(prefix),
+            };
+            let mut names = t
+                .limits
+                .range::<str, _>((start, Bound::Unbounded))
+                .take_while(|(name, _)| name.starts_with(prefix));
+            let limits: Vec<LimitStatus> = names
+                .by_ref()
+                .take(max)
+                .map(|(_, id)| self.status_of(*id))
+                .collect();
+            let more = names.next().is_some();
+            let next = more
+                .then(|| limits.last().map(|l| l.name.clone()))
+                .flatten();
+            LimitsPage { limits, next }
         })
     }
 
