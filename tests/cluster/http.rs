@@ -201,6 +201,11 @@ async fn http_routes_are_exactly_the_openapi_ones_and_each_is_served_by_a_follow
         (status, v["error"].as_str()),
         (StatusCode::BAD_REQUEST, Some("Invalid"))
     );
+    assert!(
+        v["message"].as_str().unwrap().contains("field concurrent"),
+        "{v}"
+    );
+    bodies_that_are_not_objects_are_refused(&api).await;
     phase("a halted tenant refuses with 409 Halted");
     api.define("/v1/tenants/h/limits/l", 1).await;
     api.call(
@@ -280,6 +285,37 @@ async fn http_routes_are_exactly_the_openapi_ones_and_each_is_served_by_a_follow
         "{v}"
     );
     lists_answer_objects_and_limits_page(&api).await;
+}
+
+/// A body that is JSON but not an object is refused 400 naming what it is, on every route
+/// that takes a body of fields all optional (where an array once read as a struct).
+async fn bodies_that_are_not_objects_are_refused(api: &Api) {
+    phase("a JSON array, null or number as a body is refused 400");
+    let routes = [
+        ("PUT", "/v1/tenants/t/limits/arr"),
+        ("PUT", "/v1/tenants/t"),
+        ("POST", "/v1/tenants/t/runs/r/reserve"),
+        ("POST", "/v1/tenants/t/runs/r/release"),
+    ];
+    for (method, path) in routes {
+        for (body, kind) in [
+            (json!([]), "an array"),
+            (json!([null, null]), "an array"),
+            (json!(null), "null"),
+            (json!(3), "a number"),
+        ] {
+            let (status, v) = api.call(method, path, Some(body.clone())).await;
+            assert_eq!(
+                status,
+                StatusCode::BAD_REQUEST,
+                "{method} {path} {body}: {v}"
+            );
+            let expected = format!("request body: expected a JSON object, got {kind}");
+            assert_eq!(v["message"], expected, "{method} {path} {body}");
+        }
+    }
+    let (status, _) = api.call("GET", "/v1/tenants/t/limits/arr", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "nothing was defined");
 }
 
 /// The names of a page of limits, and its `next`.

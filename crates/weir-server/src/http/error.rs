@@ -22,6 +22,7 @@ use super::bounds::{BODY_BYTES_MAX, BODY_READ_TIMEOUT, DRAIN_BYTES_MAX, DRAIN_TI
 use crate::metrics::refusal_kind;
 use weir_client::ClientError;
 use weir_client::protocol::Failure;
+use weir_core::bounds::NAME_BYTES_MAX;
 use weir_core::machine::Refusal;
 
 /// An error answer.
@@ -137,7 +138,9 @@ impl IntoResponse for ApiError {
 pub type ApiResult = Result<Response, ApiError>;
 
 /// A JSON request body, read whatever its content type (so `curl -d` works as is); an
-/// empty body is `{}`. Bad JSON answers 400 `Invalid` naming the problem.
+/// empty body is `{}`. Every body the API takes is a JSON object: bad JSON, another kind
+/// of value, an unknown field or a field of the wrong type answers 400 `Invalid` naming
+/// the problem and the field.
 pub struct JsonBody<T>(pub T);
 
 impl<S, T> axum::extract::FromRequest<S> for JsonBody<T>
@@ -181,10 +184,36 @@ where
         } else {
             &bytes
         };
-        serde_json::from_slice(bytes)
-            .map(JsonBody)
-            .map_err(|e| ApiError::invalid(format!("request body: {e}")))
+        parse_object(bytes).map(JsonBody)
     }
+}
+
+/// A body parsed into `T`, which is declared as a JSON object: anything else (an array,
+/// `null`, a number) is refused, as is a field of the wrong type or one `T` does not know,
+/// with a message naming the field.
+fn parse_object<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let value: serde_json::Value = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::invalid(format!("request body: {e}")))?;
+    if !value.is_object() {
+        let kind = match value {
+            serde_json::Value::Array(_) => "an array",
+            serde_json::Value::Null => "null",
+            serde_json::Value::Bool(_) => "a boolean",
+            serde_json::Value::Number(_) => "a number",
+            _ => "a string",
+        };
+        return Err(ApiError::invalid(format!(
+            "request body: expected a JSON object, got {kind}"
+        )));
+    }
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let field = e.path().to_string();
+        let why = e.into_inner();
+        match field.as_str() {
+            "." => ApiError::invalid(format!("request body: {why}")),
+            _ => ApiError::invalid(format!("request body: field {field}: {why}")),
+        }
+    })
 }
 
 /// The 413 for a body of `declared` bytes.
@@ -214,7 +243,7 @@ pub async fn drain(body: axum::body::Body) {
 }
 
 /// Path parameters; a parameter that does not parse (a session id that is not a number)
-/// answers 400 `Invalid`.
+/// or breaks its bound ([`check_path_param`]) answers 400 `Invalid`.
 pub struct Params<T>(pub T);
 
 impl<S, T> axum::extract::FromRequestParts<S> for Params<T>
@@ -228,11 +257,34 @@ where
         parts: &mut axum::http::request::Parts,
         state: &S,
     ) -> Result<Self, ApiError> {
+        let raw = axum::extract::RawPathParams::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::invalid(format!("path: {e}")))?;
+        for (param, value) in &raw {
+            check_path_param(param, value)?;
+        }
         axum::extract::Path::<T>::from_request_parts(parts, state)
             .await
             .map(|p| Params(p.0))
             .map_err(|e| ApiError::invalid(format!("path: {e}")))
     }
+}
+
+/// The edge's check of a path parameter, the same on reads as on writes: a name (tenant,
+/// limit, agent, run, period) is 1..=`NAME_BYTES_MAX` bytes, and a session id is never 0.
+/// A read of a name no write could create is refused rather than answered empty.
+fn check_path_param(param: &str, value: &str) -> Result<(), ApiError> {
+    let is_name = matches!(param, "tenant" | "name" | "agent" | "run" | "period");
+    if is_name && (value.is_empty() || value.len() > NAME_BYTES_MAX) {
+        return Err(ApiError::invalid(format!(
+            "path: {param} is {} bytes, not in 1..={NAME_BYTES_MAX}",
+            value.len()
+        )));
+    }
+    if param == "session" && value == "0" {
+        return Err(ApiError::invalid("path: session 0 is never a session"));
+    }
+    Ok(())
 }
 
 /// Query-string parameters; one that does not parse (a page size that is not a number) or

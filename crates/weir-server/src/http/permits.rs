@@ -22,51 +22,58 @@ use weir_core::machine::{
     Acquire, AcquireParts, Command, Event, Part, Priority, Refusal, Reply, SessionId, TicketId,
 };
 
-/// An acquire's body.
+/// An acquire's body: `session` and `ticket` are required, every other field has the
+/// default its doc names (docs/openapi.yaml's `AcquireBody` says the same).
 #[derive(Debug, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(deny_unknown_fields)]
 pub struct AcquireBody {
     session: SessionId,
     /// Chosen by the client, unique in the session; sending it again is idempotent.
     ticket: TicketId,
     /// The key of the limit, when it is keyed.
+    #[serde(default)]
     key: Option<String>,
+    /// Default 1.
+    #[serde(default = "one")]
     units: u32,
     /// More limits of the tenant decided with this one: all granted under one fence, or
     /// none charged.
+    #[serde(default)]
     parts: Vec<Part>,
     /// The units of the rate parts are an estimate, settled later (`.../settle`).
+    #[serde(default)]
     estimate: bool,
     /// Priority level, higher first.
+    #[serde(default)]
     priority: i32,
+    #[serde(default)]
     fairness_key: String,
+    /// Default 1.
+    #[serde(default = "one")]
     weight: u32,
+    #[serde(default)]
     agent: Option<String>,
-    /// Queue when there is no room (`false` answers 429 `Busy` instead).
+    /// Queue when there is no room (`false` answers 429 `Busy` instead). Default true.
+    #[serde(default = "yes")]
     wait: bool,
     /// How long to hold the request open while the ticket waits, ms (at most
-    /// [`WAIT_MS_MAX`]). When it passes the answer is 202 `queued`: the ticket stays
-    /// queued, and the same acquire (or the event stream) learns its grant later.
+    /// [`WAIT_MS_MAX`]; default 30 s). When it passes the answer is 202 `queued`: the
+    /// ticket stays queued, and the same acquire (or the event stream) learns its grant
+    /// later.
+    #[serde(default = "timeout_ms_default")]
     timeout_ms: u64,
 }
 
-impl Default for AcquireBody {
-    fn default() -> Self {
-        AcquireBody {
-            session: 0,
-            ticket: 0,
-            key: None,
-            units: 1,
-            parts: Vec::new(),
-            estimate: false,
-            priority: 0,
-            fairness_key: String::new(),
-            weight: 1,
-            agent: None,
-            wait: true,
-            timeout_ms: 30_000,
-        }
-    }
+fn one() -> u32 {
+    1
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn timeout_ms_default() -> u64 {
+    30_000
 }
 
 /// Acquires a permit for the body's (session, ticket): 200 `granted` with its fence, 202

@@ -115,10 +115,17 @@ pub async fn reserve(
     Ok(Json(reply_json(&reply)).into_response())
 }
 
+/// The body of a release: no fields (an empty body reads as `{}`); anything else is
+/// refused, so a client that means to send something learns it is not read.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoFields {}
+
 /// `POST /v1/tenants/{tenant}/runs/{run}/release`: frees the run's slot. Idempotent.
 pub async fn release_run(
     State(ctx): State<Arc<HttpCtx>>,
     Params((tenant, run)): Params<(String, String)>,
+    JsonBody(NoFields {}): JsonBody<NoFields>,
 ) -> ApiResult {
     let reply = ctx.write(Command::ReleaseRun { tenant, run }).await?;
     Ok(Json(reply_json(&reply)).into_response())

@@ -1,0 +1,97 @@
+"""The event stream against docs/openapi.yaml: every event a live stream sends has a name
+the document lists under the stream's `x-events` and data valid against that event's
+schema, and a session that is granted, halted, refused and expires sees each of those.
+
+Usage: python events.py BASE_URL (a node with no tokens; run by tests/openapi/run.sh).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jsonschema_rs
+import yaml
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "openapi.yaml"
+STREAM_SECONDS_MAX = 20.0
+
+
+def event_schemas() -> dict[str, Any]:
+    doc = yaml.safe_load(DOC.read_text())
+    ok = doc["paths"]["/v1/sessions/{session}/events"]["get"]["responses"]["200"]
+    schemas = doc["components"]["schemas"]
+    return {
+        name: schemas[ref["$ref"].rsplit("/", 1)[1]]
+        for name, ref in ok["x-events"].items()
+        if isinstance(ref, dict) and "$ref" in ref
+    }
+
+
+async def read_events(http: httpx.AsyncClient, session: int, seen: list[tuple[str, Any]],
+                      started: asyncio.Event) -> None:
+    async with http.stream("GET", f"/v1/sessions/{session}/events", timeout=None) as r:
+        r.raise_for_status()
+        started.set()
+        name = None
+        async for line in r.aiter_lines():
+            if line.startswith("event:"):
+                name = line[len("event:"):].strip()
+            elif line.startswith("data:") and name is not None:
+                seen.append((name, json.loads(line[len("data:"):])))
+                name = None
+
+
+async def call(http: httpx.AsyncClient, method: str, path: str, body: Any = None) -> Any:
+    r = await http.request(method, path, json=body)
+    assert r.status_code < 500, f"{method} {path}: {r.status_code} {r.text}"
+    return r.json()
+
+
+async def drive(base: str) -> list[tuple[str, Any]]:
+    async with httpx.AsyncClient(base_url=base, timeout=10) as http:
+        await call(http, "PUT", "/v1/tenants/ev/limits/one", {"concurrent": 1})
+        session = (await call(http, "POST", "/v1/sessions", {"ttl_ms": 1500}))["session"]
+        seen: list[tuple[str, Any]] = []
+        started = asyncio.Event()
+        reader = asyncio.create_task(read_events(http, session, seen, started))
+        await asyncio.wait_for(started.wait(), 10)
+        acquire = "/v1/tenants/ev/limits/one/acquire"
+        base_body = {"session": session, "timeout_ms": 0}
+        await call(http, "POST", acquire, {**base_body, "ticket": 1})
+        await call(http, "POST", acquire, {**base_body, "ticket": 2})  # queued
+        await call(http, "POST", f"/v1/sessions/{session}/release", {"ticket": 1})  # granted
+        await call(http, "POST", acquire, {**base_body, "ticket": 3})  # queued
+        await call(http, "PUT", "/v1/tenants/ev/halt", {"reason": "drill"})  # halted, refused
+        # No keep-alive: the session expires and the stream ends after its last event.
+        await asyncio.wait_for(reader, STREAM_SECONDS_MAX)
+        return seen
+
+
+def main() -> int:
+    schemas = event_schemas()
+    seen = asyncio.run(drive(sys.argv[1]))
+    failures = []
+    for name, data in seen:
+        if name not in schemas:
+            failures.append(f"event {name!r} is not documented: {data}")
+            continue
+        for error in jsonschema_rs.validator_for(schemas[name]).iter_errors(data):
+            failures.append(f"event {name!r} {data} does not match its schema: {error}")
+    names = {name for name, _ in seen}
+    for needed in ("granted", "halted", "refused", "expired"):
+        if needed not in names:
+            failures.append(f"no {needed!r} event was seen (saw {sorted(names)})")
+    for f in failures:
+        print(f"events: {f}")
+    print(f"events: {len(seen)} events checked against docs/openapi.yaml, "
+          f"{len(failures)} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
