@@ -179,11 +179,9 @@ where
                 ApiError::invalid(format!("request body: {e}"))
             }
         })?;
-        let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
-            b"{}"
-        } else {
-            &bytes
-        };
+        // Only a body of no bytes is `{}`: whitespace alone is not JSON, and a client that
+        // sends it meant to send something.
+        let bytes: &[u8] = if bytes.is_empty() { b"{}" } else { &bytes };
         parse_object(bytes).map(JsonBody)
     }
 }
