@@ -2,6 +2,7 @@
 //! test against a reference model (G1, G5), determinism and snapshot damage (G4, G8), and
 //! the deadline index against a full scan, and the machine-wide bounds.
 
+mod apply;
 mod deadlines;
 mod determinism;
 mod global_bounds;

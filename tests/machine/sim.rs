@@ -290,6 +290,13 @@ impl Define {
     }
 }
 
+impl Define {
+    /// The definition itself (for an `ApplyLimits`).
+    pub fn definition(self) -> Definition {
+        self.0
+    }
+}
+
 impl From<Define> for Command {
     fn from(d: Define) -> Command {
         d.0.into_command()

@@ -171,6 +171,20 @@ pub const TENANT_RUNS_MAX: usize = 10_000;
 /// variant's fields.
 pub const COMMAND_BYTES_MAX: usize = 4 * 1024;
 
+/// Most definitions in one `ApplyLimits` (a tenant's limits as a file). A definition
+/// encodes in at most about 300 bytes (a longest tenant and name and its spec), so 256 of
+/// them stay under [`APPLY_COMMAND_BYTES_MAX`]; applying them is 256 defines in one entry,
+/// microseconds of work. A tenant with more limits applies its file in parts (without
+/// `prune`, or with prefixes of its own).
+pub const APPLY_DEFINITIONS_MAX: usize = 256;
+
+/// Largest encoded `ApplyLimits`, refused at the edge (`BadRequest`) above this; every other
+/// command keeps [`COMMAND_BYTES_MAX`]. 128 KiB is a quarter of [`ENTRY_BYTES_MAX`]: the
+/// proposer closes a batch before it, so one entry carries it beside other commands, and
+/// a follower receives it in an ordinary AppendEntries. Replication never waits on more
+/// than one entry's bytes, so an apply cannot stall it (G8).
+pub const APPLY_COMMAND_BYTES_MAX: usize = 128 * 1024;
+
 /// Largest log entry, in encoded bytes (openraft's entry around the batch). The proposer
 /// closes a batch before its commands would take it past this, and the log store refuses to
 /// read a stored entry above it. 512 KiB holds hundreds of the largest commands, thousands

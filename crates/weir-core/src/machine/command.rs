@@ -304,6 +304,18 @@ pub enum Command {
         ticket: TicketId,
         cost: u64,
     },
+    /// Set a tenant's definitions in one entry: create and change those given (as `Define`
+    /// does; one equal to the limit's spec is left alone), and with `prune` remove the
+    /// tenant's other limits (as `RemoveLimit` does). All or nothing: a definition that
+    /// cannot apply refuses the whole command, naming it. Answered
+    /// [`crate::machine::Reply::LimitsApplied`]. Bounded by
+    /// [`crate::bounds::APPLY_DEFINITIONS_MAX`] and [`crate::bounds::APPLY_COMMAND_BYTES_MAX`].
+    ApplyLimits {
+        tenant: String,
+        /// Each names a distinct limit of `tenant` (its own `tenant` field is `tenant`).
+        definitions: Vec<Definition>,
+        prune: bool,
+    },
 }
 
 impl Command {
@@ -318,7 +330,8 @@ impl Command {
             | Command::Reserve { tenant, .. }
             | Command::ReleaseRun { tenant, .. }
             | Command::SetHalt { tenant, .. }
-            | Command::ClearHalt { tenant, .. } => Some(tenant),
+            | Command::ClearHalt { tenant, .. }
+            | Command::ApplyLimits { tenant, .. } => Some(tenant),
             Command::Acquire(a) => Some(&a.tenant),
             Command::AcquireParts(a) => Some(&a.tenant),
             Command::Define(d) => Some(&d.tenant),
@@ -346,6 +359,7 @@ impl Command {
             Command::AcquireParts(a) => Some(a.session),
             Command::DefineLimit { .. }
             | Command::Define(_)
+            | Command::ApplyLimits { .. }
             | Command::RemoveLimit { .. }
             | Command::OpenSession { .. }
             | Command::OpenSessionFor { .. }

@@ -193,7 +193,7 @@ pub use command::{
     Acquire, AcquireParts, Batch, Change, Command, Definition, Fence, HaltScope, Leadership,
     LimitId, Owner, Part, Priority, SessionId, Settle, TicketId, next_session_candidate,
 };
-pub use reply::{Applied, BudgetKind, Event, Refusal, Reply};
+pub use reply::{Applied, BudgetKind, Event, LimitsChange, Refusal, Reply};
 pub use snapshot::{SNAPSHOT_MAGIC, SNAPSHOT_VERSION, digest_of};
 pub use state::Machine;
 pub use status::{LimitStatus, LimitsPage, TenantStatus};

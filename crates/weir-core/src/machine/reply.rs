@@ -168,6 +168,39 @@ impl std::fmt::Display for Refusal {
     }
 }
 
+/// What an `ApplyLimits` changed (or, in a dry run, would change): names of the tenant's
+/// limits, each list in name order, no name in two lists.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitsChange {
+    /// Defined anew (or revived while removed but still held).
+    pub created: Vec<String>,
+    /// Given a new spec.
+    pub changed: Vec<String>,
+    /// Removed by `prune`: live limits the definitions did not name.
+    pub removed: Vec<String>,
+    /// Named with the spec they already had.
+    pub unchanged: Vec<String>,
+}
+
+impl LimitsChange {
+    /// Puts each list in name order.
+    pub fn sort(&mut self) {
+        for list in [
+            &mut self.created,
+            &mut self.changed,
+            &mut self.removed,
+            &mut self.unchanged,
+        ] {
+            list.sort();
+        }
+    }
+
+    /// Whether applying changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.created.is_empty() && self.changed.is_empty() && self.removed.is_empty()
+    }
+}
+
 /// The answer to one command.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reply {
@@ -210,6 +243,8 @@ pub enum Reply {
         minor_units: u64,
     },
     Refused(Refusal),
+    /// `ApplyLimits`: what it changed.
+    LimitsApplied(LimitsChange),
 }
 
 /// Something another session must be told, produced by an entry it did not send.

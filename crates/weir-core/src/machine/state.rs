@@ -23,6 +23,7 @@
 //! - Fences are unique and increasing: every held fence is at most `last_fence`.
 //! - A limit is reachable by name from its tenant exactly while it exists.
 
+mod apply;
 mod check;
 mod leases;
 mod limits;
@@ -59,6 +60,7 @@ fn tenant_counted(command: &Command) -> Option<&str> {
     match command {
         Command::DefineLimit { .. }
         | Command::Define(_)
+        | Command::ApplyLimits { .. }
         | Command::RemoveLimit { .. }
         | Command::Acquire(_)
         | Command::AcquireParts(_) => None,
@@ -225,6 +227,11 @@ impl Machine {
                 cost,
             } => answer(self.settle_take(*session, *ticket, *cost, events)),
             Command::RemoveLimit { tenant, name } => self.remove_limit(tenant, name, events),
+            Command::ApplyLimits {
+                tenant,
+                definitions,
+                prune,
+            } => answer(self.apply_limits(tenant, definitions, *prune, events)),
             Command::OpenSession { ttl_ms } => answer(self.open_session(*ttl_ms, None, None)),
             Command::OpenSessionFor {
                 ttl_ms,

@@ -22,8 +22,8 @@ use super::command::{Acquire, AcquireParts, Command, Definition, HaltScope, Sett
 use super::limit::LimitSpec;
 use super::reply::Refusal;
 use crate::bounds::{
-    BURST_MAX, KEY_BYTES_MAX, KEYS_MAX_DEFAULT, LIMITS_MAX, NAME_BYTES_MAX, PARTS_MAX,
-    REASON_BYTES_MAX, SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN, UNITS_MAX,
+    APPLY_DEFINITIONS_MAX, BURST_MAX, KEY_BYTES_MAX, KEYS_MAX_DEFAULT, LIMITS_MAX, NAME_BYTES_MAX,
+    PARTS_MAX, REASON_BYTES_MAX, SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN, UNITS_MAX,
 };
 
 impl Command {
@@ -39,6 +39,11 @@ impl Command {
                 check_key("tenant", tenant)?;
                 check_key("limit name", name)?;
             }
+            Command::ApplyLimits {
+                tenant,
+                definitions,
+                ..
+            } => check_apply(tenant, definitions)?,
             Command::OpenSession { ttl_ms } | Command::OpenSessionFor { ttl_ms, .. } => {
                 if !(SESSION_TTL_MS_MIN..=SESSION_TTL_MS_MAX).contains(ttl_ms) {
                     return Err(Refusal::Invalid(format!(
@@ -260,6 +265,36 @@ fn check_key_bytes(n: usize, limit: &str, key: &str) -> Result<(), Refusal> {
             "part {n} ({limit}): key is {} bytes, not in 1..={KEY_BYTES_MAX}",
             key.len()
         )));
+    }
+    Ok(())
+}
+
+/// An `ApplyLimits`'s arguments: at most [`APPLY_DEFINITIONS_MAX`] definitions, each of
+/// `tenant`, valid, and naming a distinct limit; a refusal names the definition.
+fn check_apply(tenant: &str, definitions: &[Definition]) -> Result<(), Refusal> {
+    check_key("tenant", tenant)?;
+    if definitions.len() > APPLY_DEFINITIONS_MAX {
+        return Err(Refusal::Invalid(format!(
+            "{} definitions, an apply names at most {APPLY_DEFINITIONS_MAX}",
+            definitions.len()
+        )));
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for d in definitions {
+        let name = &d.name;
+        if d.tenant != tenant {
+            return Err(Refusal::Invalid(format!(
+                "definition {name} is of tenant {}, the apply of tenant {tenant}",
+                d.tenant
+            )));
+        }
+        if !names.insert(name.as_str()) {
+            return Err(Refusal::Invalid(format!(
+                "definition {name} is given twice"
+            )));
+        }
+        d.validate()
+            .map_err(|r| Refusal::Invalid(format!("definition {name}: {r}")))?;
     }
     Ok(())
 }

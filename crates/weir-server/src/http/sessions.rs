@@ -127,6 +127,8 @@ pub fn reply_json(reply: &Reply) -> serde_json::Value {
         } => {
             json!({"status": "overrun", "overrun_tokens": tokens, "overrun_minor_units": minor_units})
         }
+        Reply::LimitsApplied(c) => json!({"status": "applied", "created": c.created,
+            "changed": c.changed, "removed": c.removed, "unchanged": c.unchanged}),
         Reply::Refused(r) => json!({"status": "refused", "refusal": r.to_string()}),
     }
 }

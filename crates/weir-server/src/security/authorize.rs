@@ -55,9 +55,10 @@ enum Scope<'a> {
 
 fn command_tenant(command: &Command) -> Scope<'_> {
     match (command, command.tenant()) {
-        (Command::DefineLimit { .. } | Command::RemoveLimit { .. }, _) => {
-            Scope::Admin("limit definitions")
-        }
+        (
+            Command::DefineLimit { .. } | Command::RemoveLimit { .. } | Command::ApplyLimits { .. },
+            _,
+        ) => Scope::Admin("limit definitions"),
         (Command::SetTenant { .. }, _) => Scope::Admin("a tenant's ceiling and budgets"),
         (Command::SetHalt { .. } | Command::ClearHalt { .. }, _) => Scope::Admin("halts"),
         (Command::Tick, _) => Scope::Admin("ticks"),

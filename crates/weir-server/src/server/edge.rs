@@ -211,6 +211,32 @@ mod tests {
     }
 
     #[test]
+    fn the_largest_valid_apply_fits_its_byte_bound_and_one_more_definition_is_refused() {
+        use weir_core::bounds::{APPLY_COMMAND_BYTES_MAX, APPLY_DEFINITIONS_MAX, BURST_MAX};
+        let definition = |i: usize| Definition {
+            tenant: name(),
+            name: format!("{i:0>width$}", width = NAME_BYTES_MAX),
+            concurrent: UNITS_MAX,
+            per_second: 1e9,
+            burst: Some(BURST_MAX),
+            keyed: true,
+            keys_max: Some(weir_core::bounds::LIMITS_MAX as u32),
+            shadow: true,
+        };
+        let apply = |n: usize| Command::ApplyLimits {
+            tenant: name(),
+            definitions: (0..n).map(definition).collect(),
+            prune: true,
+        };
+        let largest = apply(APPLY_DEFINITIONS_MAX);
+        largest.validate().unwrap();
+        let bytes = codec::encoded_len(&largest);
+        assert!(bytes <= APPLY_COMMAND_BYTES_MAX, "{bytes} bytes");
+        let err = apply(APPLY_DEFINITIONS_MAX + 1).validate().unwrap_err();
+        assert!(err.to_string().contains("257 definitions"), "{err}");
+    }
+
+    #[test]
     fn a_name_one_byte_too_long_is_refused_naming_the_field_and_bound() {
         let err = check_write(&Command::RemoveLimit {
             tenant: "t".into(),

@@ -27,7 +27,8 @@
 //! - Only a leader waits for an in-flight slot; a follower's batch is answered `NotLeader`
 //!   at once, whatever its last leadership's entries still hold.
 //! - The queue is bounded; a full queue answers `Unavailable` at once.
-//! - A command above [`COMMAND_BYTES_MAX`] encoded is answered `BadRequest`, never queued.
+//! - A command above [`COMMAND_BYTES_MAX`] encoded (an `ApplyLimits` above
+//!   [`APPLY_COMMAND_BYTES_MAX`]) is answered `BadRequest`, never queued.
 //! - An entry's commands take at most `ENTRY_BYTES_MAX - ENTRY_HEADER_BYTES` encoded bytes
 //!   and at most `batch_max` (≤ `ENTRY_COMMANDS_MAX`) commands: a batch is closed before the
 //!   command that would cross either, which waits for the next batch. So every entry fits
@@ -52,7 +53,8 @@ use crate::raft::{NodeId, Raft, TypeConfig};
 use crate::shutdown::Shutdown;
 use weir_client::protocol::Failure;
 use weir_core::bounds::{
-    COMMAND_BYTES_MAX, ENTRY_BYTES_MAX, ENTRY_HEADER_BYTES, PROPOSE_QUEUE_MAX,
+    APPLY_COMMAND_BYTES_MAX, COMMAND_BYTES_MAX, ENTRY_BYTES_MAX, ENTRY_HEADER_BYTES,
+    PROPOSE_QUEUE_MAX,
 };
 use weir_core::codec;
 use weir_core::machine::{Command, Reply};
@@ -96,12 +98,17 @@ impl Proposer {
     }
 
     /// Proposes `command` and waits for its outcome. A command above [`COMMAND_BYTES_MAX`]
-    /// encoded is refused `BadRequest` at once.
+    /// encoded (an `ApplyLimits` above [`APPLY_COMMAND_BYTES_MAX`]) is refused `BadRequest`
+    /// at once.
     pub async fn propose(&self, command: Command) -> Outcome {
         let bytes = codec::encoded_len(&command);
-        if bytes > COMMAND_BYTES_MAX {
+        let bound = match command {
+            Command::ApplyLimits { .. } => APPLY_COMMAND_BYTES_MAX,
+            _ => COMMAND_BYTES_MAX,
+        };
+        if bytes > bound {
             return Err(Failure::BadRequest(format!(
-                "command is {bytes} bytes encoded, the bound is {COMMAND_BYTES_MAX}"
+                "command is {bytes} bytes encoded, the bound is {bound}"
             )));
         }
         let (answer, rx) = oneshot::channel();
