@@ -5,8 +5,8 @@
 use super::{Client, ClientError};
 use crate::protocol::{Answer, Query};
 use weir_core::machine::{
-    Change, Command, Definition, Fence, HaltScope, LimitStatus, LimitsPage, Reply, RunSlot, Settle,
-    Spend,
+    Change, Command, Definition, Fence, HaltScope, LimitStatus, LimitsChange, LimitsPage, Refusal,
+    Reply, RunSlot, Settle, Spend,
 };
 
 fn unexpected(answer: Answer) -> ClientError {
@@ -228,6 +228,43 @@ impl Client {
                 Some(next) => after = Some(next),
                 None => return Ok(all),
             }
+        }
+    }
+
+    /// Sets `tenant`'s definitions in one entry (`Command::ApplyLimits`): creates, changes,
+    /// and with `prune` removes the tenant's other limits; all or nothing. With `dry_run`
+    /// the change is computed by a linearizable read and nothing is written. The change, or
+    /// the refusal naming the definition that cannot apply.
+    pub async fn apply_limits(
+        &self,
+        tenant: &str,
+        definitions: Vec<Definition>,
+        prune: bool,
+        dry_run: bool,
+    ) -> Result<Result<LimitsChange, Refusal>, ClientError> {
+        let tenant = tenant.to_owned();
+        if dry_run {
+            return match self
+                .read(Query::LimitsChange {
+                    tenant,
+                    definitions,
+                    prune,
+                })
+                .await?
+            {
+                Answer::LimitsChange(change) => Ok(change),
+                other => Err(unexpected(other)),
+            };
+        }
+        let command = Command::ApplyLimits {
+            tenant,
+            definitions,
+            prune,
+        };
+        match self.write(command).await? {
+            Reply::LimitsApplied(change) => Ok(Ok(change)),
+            Reply::Refused(refusal) => Ok(Err(refusal)),
+            other => Err(ClientError::Protocol(format!("unexpected reply {other:?}"))),
         }
     }
 

@@ -17,7 +17,8 @@ use serde::{Deserialize, Serialize};
 
 use weir_core::bounds::LIMITS_PAGE_MAX;
 use weir_core::machine::{
-    Command, Event, Fence, HaltScope, LimitStatus, LimitsPage, Reply, RunSlot, Spend, TenantStatus,
+    Command, Definition, Event, Fence, HaltScope, LimitStatus, LimitsChange, LimitsPage, Refusal,
+    Reply, RunSlot, Spend, TenantStatus,
 };
 
 /// The protocol version this build speaks. A client of another version is refused at hello.
@@ -82,7 +83,7 @@ pub enum Request {
 }
 
 /// A read of the state.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Query {
     Limit {
         tenant: String,
@@ -115,6 +116,13 @@ pub enum Query {
     Tenant {
         tenant: String,
     },
+    /// The dry run of an `ApplyLimits`: what it would change, read linearizably from the
+    /// applied state (no log entry). Answered [`Answer::LimitsChange`].
+    LimitsChange {
+        tenant: String,
+        definitions: Vec<Definition>,
+        prune: bool,
+    },
 }
 
 impl Query {
@@ -139,6 +147,8 @@ pub enum Answer {
     Running(Vec<(String, RunSlot)>),
     Halts(Vec<(HaltScope, String)>),
     Tenant(TenantStatus),
+    /// The change an apply would make, or why it would be refused.
+    LimitsChange(Result<LimitsChange, Refusal>),
 }
 
 /// One cluster member as a node sees it.

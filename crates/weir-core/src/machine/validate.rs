@@ -271,7 +271,7 @@ fn check_key_bytes(n: usize, limit: &str, key: &str) -> Result<(), Refusal> {
 
 /// An `ApplyLimits`'s arguments: at most [`APPLY_DEFINITIONS_MAX`] definitions, each of
 /// `tenant`, valid, and naming a distinct limit; a refusal names the definition.
-fn check_apply(tenant: &str, definitions: &[Definition]) -> Result<(), Refusal> {
+pub(crate) fn check_apply(tenant: &str, definitions: &[Definition]) -> Result<(), Refusal> {
     check_key("tenant", tenant)?;
     if definitions.len() > APPLY_DEFINITIONS_MAX {
         return Err(Refusal::Invalid(format!(

@@ -14,7 +14,7 @@ use super::context::HttpCtx;
 use super::error::{ApiError, ApiResult, JsonBody, Params, QueryParams};
 use weir_client::protocol::{Answer, Query};
 use weir_core::bounds::LIMITS_PAGE_MAX;
-use weir_core::machine::{Command, Definition};
+use weir_core::machine::{Command, Definition, Reply};
 
 /// A limit's spec; every field optional (a limit of nothing caps nothing).
 #[derive(Debug, Default, Deserialize)]
@@ -34,22 +34,96 @@ pub struct Spec {
     shadow: bool,
 }
 
+impl Spec {
+    /// The definition of (tenant, name) with this spec.
+    fn definition(self, tenant: &str, name: &str) -> Definition {
+        Definition {
+            tenant: tenant.to_owned(),
+            name: name.to_owned(),
+            concurrent: self.concurrent,
+            per_second: self.per_second,
+            burst: self.burst,
+            keyed: self.keyed || self.keys_max.is_some(),
+            keys_max: self.keys_max,
+            shadow: self.shadow,
+        }
+    }
+}
+
+/// The body of `PUT /v1/tenants/{tenant}/limits`: the tenant's limits by name.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApplyBody {
+    /// Each limit's spec, as `PUT …/limits/{name}` takes it.
+    limits: std::collections::BTreeMap<String, Spec>,
+    /// Remove the tenant's limits not named.
+    #[serde(default)]
+    prune: bool,
+    /// Answer the change without making it.
+    #[serde(default)]
+    dry_run: bool,
+}
+
+/// `PUT /v1/tenants/{tenant}/limits`: sets the tenant's definitions in one entry (all or
+/// nothing), answering `{created, changed, removed, unchanged, applied}`; with `dry_run`
+/// the change comes from a linearizable read and `applied` is false.
+pub async fn apply(
+    State(ctx): State<Arc<HttpCtx>>,
+    Params(tenant): Params<String>,
+    JsonBody(b): JsonBody<ApplyBody>,
+) -> ApiResult {
+    let definitions: Vec<Definition> = b
+        .limits
+        .into_iter()
+        .map(|(name, spec)| spec.definition(&tenant, &name))
+        .collect();
+    let change = if b.dry_run {
+        let query = Query::LimitsChange {
+            tenant,
+            definitions,
+            prune: b.prune,
+        };
+        match ctx.read(query).await? {
+            Answer::LimitsChange(Ok(change)) => change,
+            Answer::LimitsChange(Err(refusal)) => {
+                return Err(ApiError::refused(&refusal, ctx.now_ms()));
+            }
+            other => return Err(unexpected(other)),
+        }
+    } else {
+        let command = Command::ApplyLimits {
+            tenant,
+            definitions,
+            prune: b.prune,
+        };
+        match ctx.write(command).await? {
+            Reply::LimitsApplied(change) => change,
+            other => return Err(unexpected_reply(other)),
+        }
+    };
+    Ok(
+        Json(json!({"created": change.created, "changed": change.changed,
+        "removed": change.removed, "unchanged": change.unchanged, "applied": !b.dry_run}))
+        .into_response(),
+    )
+}
+
+/// A write answered with another write's reply: a broken node.
+fn unexpected_reply(reply: Reply) -> ApiError {
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "Internal",
+        format!("unexpected reply {reply:?}"),
+    )
+}
+
 /// `PUT /v1/tenants/{tenant}/limits/{name}`: defines the limit, or changes its spec.
 pub async fn define(
     State(ctx): State<Arc<HttpCtx>>,
     Params((tenant, name)): Params<(String, String)>,
     JsonBody(spec): JsonBody<Spec>,
 ) -> ApiResult {
-    let definition = Definition {
-        tenant: tenant.clone(),
-        name: name.clone(),
-        concurrent: spec.concurrent,
-        per_second: spec.per_second,
-        burst: spec.burst,
-        keyed: spec.keyed || spec.keys_max.is_some(),
-        keys_max: spec.keys_max,
-        shadow: spec.shadow,
-    };
+    let definition = spec.definition(&tenant, &name);
     ctx.write(definition.into_command()).await?;
     Ok(Json(json!({"tenant": tenant, "name": name, "defined": true})).into_response())
 }

@@ -41,6 +41,7 @@ fn table() -> Vec<Route> {
         ("GET", "/metrics", get(metrics::scrape)),
         ("GET", "/v1/status", get(cluster::status)),
         ("GET", "/v1/tenants/{tenant}/limits", get(limits::list)),
+        ("PUT", "/v1/tenants/{tenant}/limits", put(limits::apply)),
         ("PUT", LIMIT, put(limits::define)),
         ("GET", LIMIT, get(limits::show)),
         ("DELETE", LIMIT, delete(limits::remove)),

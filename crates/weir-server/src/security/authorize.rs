@@ -75,7 +75,8 @@ fn query_tenant(query: &Query) -> &str {
         | Query::Spent { tenant, .. }
         | Query::Running { tenant }
         | Query::Halts { tenant }
-        | Query::Tenant { tenant } => tenant,
+        | Query::Tenant { tenant }
+        | Query::LimitsChange { tenant, .. } => tenant,
     }
 }
 

@@ -66,6 +66,11 @@ pub fn answer(machine: &Machine, query: &Query) -> Answer {
         Query::Running { tenant } => Answer::Running(machine.running(tenant)),
         Query::Halts { tenant } => Answer::Halts(machine.halts(tenant)),
         Query::Tenant { tenant } => Answer::Tenant(machine.tenant_status(tenant)),
+        Query::LimitsChange {
+            tenant,
+            definitions,
+            prune,
+        } => Answer::LimitsChange(machine.apply_dry_run(tenant, definitions, *prune)),
     }
 }
 

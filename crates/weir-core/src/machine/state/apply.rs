@@ -103,6 +103,18 @@ impl Machine {
         Ok(change)
     }
 
+    /// The dry run of an `ApplyLimits`: its argument checks (as the edge runs them), then
+    /// [`Machine::limits_change`]. Changes nothing.
+    pub fn apply_dry_run(
+        &self,
+        tenant: &str,
+        definitions: &[Definition],
+        prune: bool,
+    ) -> Result<LimitsChange, Refusal> {
+        crate::machine::validate::check_apply(tenant, definitions)?;
+        self.limits_change(tenant, definitions, prune)
+    }
+
     /// Room for `created` more limits (a removing limit revived takes no new room, but is
     /// counted: the bound is judged conservatively), and for the tenant if it is new.
     fn room_for(&self, tenant: &str, created: usize) -> Result<(), Refusal> {
