@@ -11,6 +11,7 @@ mod cluster;
 mod docs;
 mod halt;
 mod limit;
+mod limits_file;
 mod log;
 mod output;
 mod runs;
@@ -100,6 +101,9 @@ pub enum Command {
     /// Define, show, list and remove limits.
     #[command(subcommand)]
     Limit(limit::LimitCommand),
+    /// A tenant's limits as a file: apply one (all or nothing), or export them.
+    #[command(subcommand)]
+    Limits(limits_file::LimitsCommand),
     /// Hold a permit for a while, or while a command runs.
     Acquire(acquire::AcquireArgs),
     /// Set or show a tenant's ceilings and budgets.
@@ -190,6 +194,7 @@ pub fn run(cli: Cli) -> Exit {
             | Command::Man => unreachable!("handled above"),
             Command::Status { watch } => status::run(&cli.servers, &security, *watch, &out).await,
             Command::Limit(c) => limit::run(c, &cli.tenant, &client, &out).await,
+            Command::Limits(c) => limits_file::run(c, &cli.tenant, &client, &out).await,
             Command::Acquire(a) => acquire::run(a, &cli.tenant, &client, &out).await,
             Command::Tenant(c) => runs::tenant(c, &cli.tenant, &client, &out).await,
             Command::Run(c) => runs::run(c, &cli.tenant, &client, &out).await,

@@ -85,3 +85,83 @@ async fn limits_apply_over_http_and_the_client_all_or_nothing_with_a_dry_run() {
     let (_, db) = api.call("GET", "/v1/tenants/f/limits/db", None).await;
     assert_eq!(db["concurrent"], 3, "{db}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_apply_and_export_through_the_cli_round_trip_with_no_change() {
+    let cluster = Cluster::start("apply-cli", 3, "");
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/config/limits.toml");
+    let json = |out: String| serde_json::from_str::<Value>(&out).unwrap();
+    cluster.cli_ok(&[
+        "limit",
+        "define",
+        "--tenant",
+        "acme",
+        "stale",
+        "--concurrent",
+        "1",
+    ]);
+
+    phase("a dry run of the shipped example prints the change and makes none");
+    let out = cluster.cli_ok(&[
+        "limits",
+        "apply",
+        example,
+        "--tenant",
+        "acme",
+        "--prune",
+        "--dry-run",
+        "--json",
+    ]);
+    let expected = json!({"created": ["api", "db", "tokens"], "changed": [],
+        "removed": ["stale"], "unchanged": [], "applied": false});
+    assert_eq!(json(out), expected);
+    let text = cluster.cli_ok(&["limits", "apply", example, "--tenant", "acme", "--dry-run"]);
+    assert!(text.contains("would be created: api, db, tokens"), "{text}");
+
+    phase("the apply makes it; export then apply changes nothing");
+    let out = cluster.cli_ok(&["limits", "apply", example, "--tenant", "acme", "--prune"]);
+    assert!(
+        out.contains("created: api, db, tokens") && out.contains("removed: stale"),
+        "{out}"
+    );
+    let exported = cluster.cli_ok(&["limits", "export", "--tenant", "acme"]);
+    assert!(
+        exported.contains("[limits.api]") && exported.contains("keys_max = 10000"),
+        "{exported}"
+    );
+    let dir = tempfile_dir();
+    let file = dir.join("acme.toml");
+    std::fs::write(&file, &exported).unwrap();
+    let path = file.to_str().unwrap();
+    let out = cluster.cli_ok(&[
+        "limits", "apply", path, "--tenant", "acme", "--prune", "--json",
+    ]);
+    let unchanged = json!({"created": [], "changed": [], "removed": [],
+        "unchanged": ["api", "db", "tokens"], "applied": true});
+    assert_eq!(json(out), unchanged);
+
+    phase("a file with an unknown key or format is refused before anything is sent");
+    std::fs::write(&file, "[limits.x]\nconcurent = 3\n").unwrap();
+    let (code, _, err) = cluster.cli(&["limits", "apply", path, "--tenant", "acme"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("unknown field `concurent`"), "{err}");
+    let yaml = dir.join("acme.yaml");
+    std::fs::write(&yaml, "domain: acme\n").unwrap();
+    let (code, _, err) = cluster.cli(&[
+        "limits",
+        "apply",
+        yaml.to_str().unwrap(),
+        "--tenant",
+        "acme",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("unknown limits file format"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A fresh directory under the system's temp dir, named for this process.
+fn tempfile_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("weir-limits-file-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}

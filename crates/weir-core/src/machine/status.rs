@@ -25,6 +25,10 @@ pub struct LimitStatus {
     pub tokens: u64,
     /// Removed, waiting for its holders to release.
     pub removing: bool,
+    /// Most live keys, when the limit is keyed (`None`: not keyed).
+    pub keys_max: Option<u32>,
+    /// Evaluated and counted, never refuses.
+    pub shadow: bool,
 }
 
 impl LimitStatus {
@@ -40,6 +44,8 @@ impl LimitStatus {
             max_in_use: limit.max_held_units,
             tokens: limit.tokens_micro / MICRO,
             removing: limit.removing,
+            keys_max: limit.spec.keys_max,
+            shadow: limit.spec.shadow,
         }
     }
 }
