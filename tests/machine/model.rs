@@ -1129,3 +1129,125 @@ proptest! {
         run_parts(entries)?;
     }
 }
+
+// ---- ApplyLimits against a map of definitions ------------------------------------------------
+//
+// The reference: a tenant's limits are a map name → (concurrent, per_second). An apply of
+// a file (a map of the same) creates the names new to it, changes those whose spec differs,
+// leaves the equal ones, and with prune removes the rest; one invalid definition (a burst of
+// 0) refuses it all and the map stays. The machine's reply, its dry run and its limits
+// after each apply must equal the model's.
+
+/// A file: up to five of six names, each with a small spec; `bad` names one invalid.
+#[derive(Clone, Debug)]
+struct ApplyOp {
+    file: BTreeMap<char, (u32, u32)>,
+    prune: bool,
+    bad: Option<char>,
+}
+
+fn apply_op() -> impl Strategy<Value = ApplyOp> {
+    let spec = (0u32..3, 0u32..3);
+    (
+        prop::collection::btree_map(prop::char::range('a', 'f'), spec, 0..5),
+        any::<bool>(),
+        prop::option::weighted(0.15, prop::char::range('a', 'f')),
+    )
+        .prop_map(|(file, prune, bad)| ApplyOp { file, prune, bad })
+}
+
+fn apply_command(op: &ApplyOp) -> Command {
+    let mut definitions: Vec<_> = op
+        .file
+        .iter()
+        .map(|(name, (c, r))| {
+            let d = limit("t", &name.to_string()).concurrent(*c).rate(*r as f64);
+            d.definition()
+        })
+        .collect();
+    if let Some(bad) = op.bad.filter(|b| !op.file.contains_key(b)) {
+        definitions.push(limit("t", &bad.to_string()).rate(1.0).burst(0).definition());
+    }
+    Command::ApplyLimits {
+        tenant: "t".into(),
+        definitions,
+        prune: op.prune,
+    }
+}
+
+/// The model's change for `op`, or `None` when it is refused; applies it to `model`.
+fn model_apply(model: &mut BTreeMap<char, (u32, u32)>, op: &ApplyOp) -> Option<[Vec<String>; 4]> {
+    if op.bad.is_some_and(|b| !op.file.contains_key(&b)) {
+        return None;
+    }
+    let mut change: [Vec<String>; 4] = Default::default();
+    for (name, spec) in &op.file {
+        let kind = match model.insert(*name, *spec) {
+            None => 0,
+            Some(old) if old != *spec => 1,
+            Some(_) => 3,
+        };
+        change[kind].push(name.to_string());
+    }
+    if op.prune {
+        let gone: Vec<char> = model
+            .keys()
+            .filter(|n| !op.file.contains_key(n))
+            .copied()
+            .collect();
+        for name in gone {
+            model.remove(&name);
+            change[2].push(name.to_string());
+        }
+    }
+    Some(change)
+}
+
+fn run_applies(ops: Vec<ApplyOp>) -> Result<(), TestCaseError> {
+    let mut sim = Sim::new();
+    let mut model = BTreeMap::new();
+    for op in &ops {
+        let command = apply_command(op);
+        let Command::ApplyLimits { definitions, .. } = &command else {
+            unreachable!()
+        };
+        let dry = sim.m.apply_dry_run("t", definitions, op.prune);
+        let reply = sim.reply(command.clone());
+        match (model_apply(&mut model, op), &reply) {
+            (Some([created, changed, removed, unchanged]), Reply::LimitsApplied(c)) => {
+                prop_assert_eq!(&c.created, &created, "{:?}", op);
+                prop_assert_eq!(&c.changed, &changed, "{:?}", op);
+                prop_assert_eq!(&c.removed, &removed, "{:?}", op);
+                prop_assert_eq!(&c.unchanged, &unchanged, "{:?}", op);
+                prop_assert_eq!(dry, Ok(c.clone()), "the dry run answers the apply");
+            }
+            (None, Reply::Refused(Refusal::Invalid(why))) => {
+                prop_assert!(why.contains("burst 0"), "{}", why);
+                prop_assert!(dry.is_err(), "the dry run refuses too");
+            }
+            (expected, got) => prop_assert!(false, "model {:?}, machine {:?}", expected, got),
+        }
+        let limits: BTreeMap<char, (u32, u32)> = sim
+            .m
+            .limits("t")
+            .into_iter()
+            .filter(|l| !l.removing)
+            .map(|l| {
+                let name = l.name.chars().next().unwrap();
+                (name, (l.concurrent, l.per_second as u32))
+            })
+            .collect();
+        prop_assert_eq!(&limits, &model, "after {:?}", op);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+    #[test]
+    fn applies_of_random_files_match_a_map_of_definitions(
+        ops in prop::collection::vec(apply_op(), 1..12)
+    ) {
+        run_applies(ops)?;
+    }
+}
