@@ -146,6 +146,21 @@
 //! nothing). A shadow part is decided when its request arrives: a request that waits
 //! carries only its enforced parts, so its later grant does not charge the shadow limit.
 //!
+//! # Limits as files
+//!
+//! `ApplyLimits` sets a tenant's definitions in one entry (`state/apply.rs`). It is judged
+//! whole before anything changes: every spec, no limit changing whether it is keyed, room
+//! for the limits and the tenant it creates. A refusal names the definition and the state
+//! is as before, so a file is applied entirely or not at all, and every replica decides it
+//! the same way from the same entry (G4). Then each created or changed definition is
+//! applied as `Define` is and each pruned limit removed as `RemoveLimit` is, so G1 holds as
+//! it does for those: a lowered `concurrent` keeps its holders and new grants wait, and
+//! waiters the new spec can never serve (or of a removed limit) are refused at once rather
+//! than left queued. A definition equal to the limit's spec is not touched at all. The
+//! snapshot carries the definitions and nothing of the apply itself. The dry run
+//! (`Machine::apply_dry_run`) is the same judgment on the applied state, answered by a
+//! linearizable read.
+//!
 //! # Snapshots
 //!
 //! The snapshot ([`snapshot`]) is the machine's `SavedLimits` ([`saved`]), bit-exact: all of
