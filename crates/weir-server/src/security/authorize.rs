@@ -56,7 +56,10 @@ enum Scope<'a> {
 fn command_tenant(command: &Command) -> Scope<'_> {
     match (command, command.tenant()) {
         (
-            Command::DefineLimit { .. } | Command::RemoveLimit { .. } | Command::ApplyLimits { .. },
+            Command::DefineLimit { .. }
+            | Command::Define(_)
+            | Command::RemoveLimit { .. }
+            | Command::ApplyLimits { .. },
             _,
         ) => Scope::Admin("limit definitions"),
         (Command::SetTenant { .. }, _) => Scope::Admin("a tenant's ceiling and budgets"),
@@ -83,7 +86,7 @@ fn query_tenant(query: &Query) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_core::machine::{Change, HaltScope};
+    use weir_core::machine::{Change, Definition, HaltScope};
 
     #[test]
     fn tenant_read_and_admin_reach_what_the_spec_says() {
@@ -112,6 +115,20 @@ mod tests {
         assert!(authorize(&a, &reserve("b")).is_err());
         assert!(authorize(&a, &read("a")).is_ok());
         assert!(authorize(&Role::Admin, &define("a")).is_ok());
+        // Every way of defining limits is admin's: a keyed definition and an apply too.
+        let keyed = Definition {
+            keyed: true,
+            ..Definition::from_legacy("a", "k", 0, 1.0, None)
+        };
+        let apply = Command::ApplyLimits {
+            tenant: "a".into(),
+            definitions: vec![keyed.clone()],
+            prune: false,
+        };
+        for write in [Command::Define(keyed), apply] {
+            assert!(authorize(&a, &Request::Write(write.clone())).is_err());
+            assert!(authorize(&Role::Admin, &Request::Write(write)).is_ok());
+        }
         assert!(authorize(&a, &read("b")).is_err());
         assert!(authorize(&a, &Request::Status).is_err());
         assert!(authorize(&Role::Read, &read("b")).is_ok());
