@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::limit::{Limit, MICRO};
+use super::limit::{Limit, MICRO, ShadowRefusals};
 
 /// What `limit show` reports.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -25,6 +25,16 @@ pub struct LimitStatus {
     pub tokens: u64,
     /// Removed, waiting for its holders to release.
     pub removing: bool,
+    /// `Some(keys_max)` on a keyed definition (its counts above are its live keys' summed).
+    pub keys_max: Option<u32>,
+    /// Live keys of a keyed definition: those whose state differs from a fresh one's.
+    pub live_keys: u64,
+    /// Shadow mode: evaluated and counted, never refuses.
+    pub shadow: bool,
+    /// A shadow definition's would-be refusals since it was defined, by kind.
+    pub shadow_refusals: ShadowRefusals,
+    /// Tokens settled above their estimates, summed since the definition was defined.
+    pub overrun_tokens: u64,
 }
 
 impl LimitStatus {
@@ -40,8 +50,21 @@ impl LimitStatus {
             max_in_use: limit.max_held_units,
             tokens: limit.tokens_micro / MICRO,
             removing: limit.removing,
+            keys_max: limit.spec.keys_max,
+            live_keys: limit.keys.len() as u64,
+            shadow: limit.spec.shadow,
+            shadow_refusals: limit.shadow_refusals,
+            overrun_tokens: limit.overrun_tokens,
         }
     }
+}
+
+/// One page of a keyed definition's live keys, in key order: what `Query::Keys` answers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyPage {
+    pub keys: Vec<String>,
+    /// The key to ask `after` for the next page; `None` when this page is the last.
+    pub next: Option<String>,
 }
 
 /// A tenant's ceilings and counts, for reads.

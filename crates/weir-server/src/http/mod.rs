@@ -74,6 +74,7 @@ mod context;
 mod error;
 mod events;
 mod halts;
+mod keys;
 mod limits;
 mod listener;
 mod metrics;

@@ -61,6 +61,13 @@ pub fn answer(machine: &Machine, query: &Query) -> Answer {
         Query::Running { tenant } => Answer::Running(machine.running(tenant)),
         Query::Halts { tenant } => Answer::Halts(machine.halts(tenant)),
         Query::Tenant { tenant } => Answer::Tenant(machine.tenant_status(tenant)),
+        Query::Key { tenant, name, key } => Answer::Key(machine.key_status(tenant, name, key)),
+        Query::Keys {
+            tenant,
+            name,
+            after,
+            limit,
+        } => Answer::Keys(machine.keys_page(tenant, name, after.as_deref(), *limit)),
     }
 }
 
