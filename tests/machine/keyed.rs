@@ -529,6 +529,12 @@ fn a_keyed_definitions_status_counts_live_keys_shadow_refusals_and_overruns() {
     let fresh = s.m.key_status("t", "user", "w").unwrap();
     assert_eq!((fresh.tokens, fresh.in_use, fresh.waiting), (10, 0, 0));
     assert_eq!((fresh.tenant.as_str(), fresh.name.as_str()), ("t", "user"));
+    // Of a key, what is counted on the definition is the definition's.
+    let u = s.m.key_status("t", "user", "u").unwrap();
+    assert_eq!(
+        (u.live_keys, u.overrun_tokens, u.shadow_refusals.busy),
+        (2, 2, 1)
+    );
     let plain = {
         s.reply(limit("t", "flat").rate(1.0).burst(1));
         s.status("t", "flat")

@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use super::limit::{Limit, MICRO, ShadowRefusals};
 
-/// What `limit show` reports.
+/// What `limit show` reports. Of one key (`Machine::key_status`) the spec and counts are
+/// the key's, and `keys_max`, `live_keys`, `shadow_refusals` and `overrun_tokens` its
+/// definition's.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LimitStatus {
     pub tenant: String,

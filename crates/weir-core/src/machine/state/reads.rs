@@ -37,7 +37,8 @@ impl Machine {
 
     /// The status of key `key` of keyed limit (tenant, name): its own state, or, for a key
     /// that is not live, a fresh key's (a full bucket, an idle semaphore: what the key
-    /// would answer). `None` when there is no such keyed limit.
+    /// would answer); the definition's live keys, shadow refusals and overruns. `None` when
+    /// there is no such keyed limit.
     pub fn key_status(&self, tenant: &str, name: &str, key: &str) -> Option<LimitStatus> {
         let id = self.limit_id(tenant, name)?;
         let def = &self.saved.limits[&id];
@@ -49,6 +50,10 @@ impl Machine {
         status.tenant = tenant.to_owned();
         status.name = name.to_owned();
         status.removing = def.removing;
+        // What is counted on the definition, not on its keys.
+        status.live_keys = def.keys.len() as u64;
+        status.shadow_refusals = def.shadow_refusals;
+        status.overrun_tokens = def.overrun_tokens;
         Some(status)
     }
 
