@@ -14,6 +14,15 @@
 //! `--key K` names the key of a keyed limit; `--part LIMIT[:UNITS][@KEY]` (repeatable) adds
 //! limits decided with NAME in one entry: the permit holds on all of them under one fence,
 //! or the acquire is refused (or waits) with nothing charged.
+//!
+//! `--estimate` (with a command) takes the rate parts' units as an estimate and settles the
+//! actual cost when the command ends: the command finds `WEIR_SETTLE_FILE` in its
+//! environment, the path of an empty file weir made for it, and writes the cost there in
+//! tokens (a decimal count; surrounding whitespace is ignored). Below the estimate the
+//! difference returns to each rate part's bucket (never above its burst); above it the
+//! difference is charged and recorded as an overrun. A file left empty settles nothing: the
+//! estimate stands, as it does for a take never settled. A file that does not hold a count
+//! is an error (exit 1) and settles nothing. The file is removed afterwards.
 
 use std::time::Duration;
 
@@ -23,7 +32,7 @@ use serde_json::json;
 use super::{EXIT_ERROR, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, Exit, Output, refused};
 use weir_client::{AcquireError, AcquireOptions, Client, Permit, Session};
 use weir_core::bounds::SESSION_TTL_MS_DEFAULT;
-use weir_core::machine::{Part, Priority};
+use weir_core::machine::{Part, Priority, Reply};
 
 #[derive(Args, Debug)]
 pub struct AcquireArgs {
@@ -64,6 +73,10 @@ pub struct AcquireArgs {
     /// Session TTL, ms.
     #[arg(long, default_value_t = SESSION_TTL_MS_DEFAULT)]
     pub ttl_ms: u64,
+    /// The rate parts' units are an estimate: the command writes the actual cost to the file
+    /// named in WEIR_SETTLE_FILE, and weir settles it when the command ends.
+    #[arg(long, conflicts_with = "hold")]
+    pub estimate: bool,
     /// The command to run while holding the permit.
     #[arg(last = true)]
     pub command: Vec<String>,
@@ -158,6 +171,10 @@ pub async fn run(args: &AcquireArgs, tenant: &str, client: &Client, out: &Output
         eprintln!("weir acquire: give --hold SECS or -- COMMAND [ARG...]");
         return EXIT_USAGE;
     }
+    if args.estimate && args.command.is_empty() {
+        eprintln!("weir acquire: --estimate needs -- COMMAND (it reports the cost)");
+        return EXIT_USAGE;
+    }
     let timeout = match args.timeout.map(|s| seconds("timeout", s)).transpose() {
         Ok(t) => t,
         Err(code) => return code,
@@ -176,7 +193,7 @@ pub async fn run(args: &AcquireArgs, tenant: &str, client: &Client, out: &Output
         key: args.key.clone(),
         units: args.units,
         parts: args.parts.clone(),
-        estimate: false,
+        estimate: args.estimate,
         priority: Priority {
             level: args.priority,
             fairness_key: args.fairness_key.clone(),
@@ -223,7 +240,10 @@ pub async fn run(args: &AcquireArgs, tenant: &str, client: &Client, out: &Output
             if out.json {
                 eprintln!("{granted}");
             }
-            run_command(&permit, &args.command).await
+            match args.estimate {
+                true => run_estimated(&permit, &args.command, out).await,
+                false => run_command(&permit, &args.command, &[]).await,
+            }
         }
     };
     let released = permit.release().await;
@@ -260,11 +280,71 @@ fn terminate(pid: u32) {
         .status();
 }
 
-async fn run_command(permit: &Permit, argv: &[String]) -> Exit {
+/// Runs the command of an `--estimate` acquire with `WEIR_SETTLE_FILE`, then settles the
+/// cost it wrote there (module doc). The command's exit status, or 1 when the cost could not
+/// be read or settled.
+async fn run_estimated(permit: &Permit, argv: &[String], out: &Output) -> Exit {
+    let path = std::env::temp_dir().join(format!(
+        "weir-settle-{}-{}",
+        std::process::id(),
+        permit.fence()
+    ));
+    if let Err(e) = std::fs::File::create_new(&path) {
+        eprintln!("weir: cannot make {}: {e}", path.display());
+        return EXIT_ERROR;
+    }
+    let code = run_command(permit, argv, &[("WEIR_SETTLE_FILE", path.as_os_str())]).await;
+    let written = std::fs::read_to_string(&path);
+    let _ = std::fs::remove_file(&path);
+    let cost = match written.as_deref().map(str::trim) {
+        Ok("") => return code,
+        Ok(text) => match text.parse::<u64>() {
+            Ok(cost) => cost,
+            Err(_) => {
+                eprintln!("weir: WEIR_SETTLE_FILE holds {text:?}, not a count of tokens");
+                return EXIT_ERROR;
+            }
+        },
+        Err(e) => {
+            eprintln!("weir: reading WEIR_SETTLE_FILE: {e}");
+            return EXIT_ERROR;
+        }
+    };
+    match permit.settle(cost).await {
+        Ok(Reply::Overrun { tokens, .. }) => {
+            report_settled(out, cost, tokens);
+            code
+        }
+        Ok(Reply::Settled { .. }) => {
+            report_settled(out, cost, 0);
+            code
+        }
+        Ok(Reply::Refused(r)) => refused(&r),
+        Ok(other) => {
+            eprintln!("weir: settle: unexpected reply {other:?}");
+            EXIT_ERROR
+        }
+        Err(e) => super::client_error(&e),
+    }
+}
+
+/// Says on stderr (stdout is the command's) what a settlement did.
+fn report_settled(out: &Output, cost: u64, overrun: u64) {
+    if out.json {
+        eprintln!("{}", json!({"settled": cost, "overrun_tokens": overrun}));
+    } else if overrun > 0 {
+        eprintln!("weir: settled at {cost} tokens: {overrun} above the estimate, charged");
+    } else {
+        eprintln!("weir: settled at {cost} tokens");
+    }
+}
+
+async fn run_command(permit: &Permit, argv: &[String], env: &[(&str, &std::ffi::OsStr)]) -> Exit {
     let mut child = match tokio::process::Command::new(&argv[0])
         .args(&argv[1..])
         .env("WEIR_FENCE", permit.fence().to_string())
         .env("WEIR_UNITS", permit.units().to_string())
+        .envs(env.iter().copied())
         .kill_on_drop(true)
         .spawn()
     {

@@ -1,10 +1,13 @@
-//! `weir limit define | show | list | remove`.
+//! `weir limit define | show | keys | list | remove`. `show --key K` reads one key of a
+//! keyed limit (a key that is not live shows a fresh key's state); `keys` pages through a
+//! keyed limit's live keys, at most `bounds::KEYS_PAGE_MAX` a page.
 
 use clap::Subcommand;
 use serde_json::json;
 
 use super::{EXIT_ERROR, EXIT_OK, Exit, Output, answered};
 use weir_client::Client;
+use weir_core::bounds::KEYS_PAGE_MAX;
 use weir_core::machine::{Command, Definition, LimitStatus};
 
 #[derive(Subcommand, Debug)]
@@ -32,10 +35,25 @@ pub enum LimitCommand {
         #[arg(long)]
         shadow: bool,
     },
-    /// Show one limit.
+    /// Show one limit, or one key of a keyed limit (a key that is not live shows a fresh
+    /// key's state: a full bucket, an idle semaphore).
     Show {
         /// The limit's name.
         name: String,
+        /// A key of the keyed limit.
+        #[arg(long)]
+        key: Option<String>,
+    },
+    /// List a keyed limit's live keys, in key order, a page at a time.
+    Keys {
+        /// The keyed limit's name.
+        name: String,
+        /// Start after this key (the `next` of the previous page).
+        #[arg(long)]
+        after: Option<String>,
+        /// Most keys in the page (at most 1000).
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
     },
     /// List the tenant's limits.
     List,
@@ -76,6 +94,22 @@ pub fn limit_text(l: &LimitStatus) -> String {
     }
     if parts.is_empty() {
         parts.push("no cap and no rate: admits everything".into());
+    }
+    if let Some(keys_max) = l.keys_max {
+        parts.push(format!("keyed; live keys {} of {keys_max}", l.live_keys));
+    }
+    if l.overrun_tokens > 0 {
+        parts.push(format!("overrun tokens {}", l.overrun_tokens));
+    }
+    if l.shadow {
+        let r = &l.shadow_refusals;
+        parts.push(format!(
+            "shadow; would have refused {} (busy {}, too large {}, at capacity {})",
+            r.total(),
+            r.busy,
+            r.too_large,
+            r.at_capacity
+        ));
     }
     format!(
         "{}/{}: {}{}",
@@ -121,17 +155,10 @@ pub async fn run(command: &LimitCommand, tenant: &str, client: &Client, out: &Ou
                 || format!("defined {tenant}/{name}"),
             )
         }
-        LimitCommand::Show { name } => match answered(client.limit_status(tenant, name).await) {
-            Ok(Some(l)) => {
-                out.print(limit_json(&l), || limit_text(&l));
-                EXIT_OK
-            }
-            Ok(None) => {
-                eprintln!("weir: unknown limit {tenant}/{name}");
-                EXIT_ERROR
-            }
-            Err(code) => code,
-        },
+        LimitCommand::Show { name, key } => show(client, tenant, name, key.as_deref(), out).await,
+        LimitCommand::Keys { name, after, limit } => {
+            keys(client, tenant, name, after.as_deref(), *limit, out).await
+        }
         LimitCommand::List => match answered(client.limits(tenant).await) {
             Ok(ls) => {
                 out.print(limit_json(&ls), || {
@@ -154,5 +181,68 @@ pub async fn run(command: &LimitCommand, tenant: &str, client: &Client, out: &Ou
                 || format!("removed {tenant}/{name}"),
             )
         }
+    }
+}
+
+/// `limit show NAME [--key K]`.
+async fn show(client: &Client, tenant: &str, name: &str, key: Option<&str>, out: &Output) -> Exit {
+    let status = match key {
+        Some(key) => client.key_status(tenant, name, key).await,
+        None => client.limit_status(tenant, name).await,
+    };
+    match answered(status) {
+        Ok(Some(l)) => {
+            let mut json = limit_json(&l);
+            if let Some(key) = key {
+                json["key"] = key.into();
+            }
+            out.print(json, || match key {
+                Some(key) => format!("key {key} of {}", limit_text(&l)),
+                None => limit_text(&l),
+            });
+            EXIT_OK
+        }
+        Ok(None) => {
+            let what = if key.is_some() {
+                "keyed limit"
+            } else {
+                "limit"
+            };
+            eprintln!("weir: unknown {what} {tenant}/{name}");
+            EXIT_ERROR
+        }
+        Err(code) => code,
+    }
+}
+
+/// `limit keys NAME [--after K] [--limit N]`: one page, `{"keys": [...], "next": ...}`.
+async fn keys(
+    client: &Client,
+    tenant: &str,
+    name: &str,
+    after: Option<&str>,
+    limit: u32,
+    out: &Output,
+) -> Exit {
+    if limit == 0 || limit > KEYS_PAGE_MAX {
+        eprintln!("weir: --limit must be in 1..={KEYS_PAGE_MAX}");
+        return super::EXIT_USAGE;
+    }
+    match answered(client.keys(tenant, name, after, limit).await) {
+        Ok(Some(page)) => {
+            out.print(json!({"keys": page.keys, "next": page.next}), || {
+                let mut lines = page.keys.clone();
+                if let Some(next) = &page.next {
+                    lines.push(format!("(more: --after {next})"));
+                }
+                lines.join("\n")
+            });
+            EXIT_OK
+        }
+        Ok(None) => {
+            eprintln!("weir: unknown keyed limit {tenant}/{name}");
+            EXIT_ERROR
+        }
+        Err(code) => code,
     }
 }

@@ -435,6 +435,26 @@ fn bench_spawns_its_own_cluster_and_prints_the_json_shape() {
 }
 
 #[test]
+fn bench_runs_the_keyed_take_and_multi_workloads_without_a_refusal() {
+    // A take of the keyed limit without its key, or of the parts without the model's key,
+    // is refused: no error at all says every take named its keys.
+    for workload in ["keyed-take", "multi"] {
+        #[rustfmt::skip]
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["bench", "--spawn", "1", "--workload", workload, "--clients", "4",
+                   "--duration", "1", "--warmup", "0.2", "--limits", "1", "--json"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{workload}: {stderr}");
+        let v = json(&String::from_utf8_lossy(&out.stdout));
+        assert_eq!(v["workload"].as_str(), Some(workload), "{v}");
+        assert!(v["ops"].as_u64().unwrap() > 0, "{workload}: {v}");
+        assert_eq!(v["errors"].as_u64(), Some(0), "{workload}: {v}\n{stderr}");
+    }
+}
+
+#[test]
 fn bench_keeps_the_spawned_clusters_directory_and_its_election_logs_when_asked() {
     let weir = |args: &[&str]| {
         std::process::Command::new(env!("CARGO_BIN_EXE_weir"))

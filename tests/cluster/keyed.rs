@@ -251,3 +251,241 @@ async fn keyed_takes_parts_and_a_settled_estimate_over_http() {
     let line = r#"weir_shadow_refusals{tenant="acme",kind="Busy"} 2"#;
     assert!(text.lines().any(|l| l == line), "no {line} in:\n{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_limits_keys_are_read_through_the_cli_the_library_and_http() {
+    use crate::http::{Api, follower};
+    use serde_json::json;
+
+    let cluster = Cluster::start("keyed-reads", 3, "");
+    cluster.leader(ELECTION).await;
+    let ok = |args: &[&str]| cluster.cli_ok(args);
+    let json_of = |args: &[&str]| -> serde_json::Value {
+        serde_json::from_str(ok(args).trim()).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    };
+    #[rustfmt::skip]
+    ok(&["limit", "define", "api", "--per-second", "0.01", "--burst", "5", "--keyed", "--shadow"]);
+    for key in ["carol", "alice", "bob"] {
+        ok(&[
+            "acquire", "api", "--key", key, "--units", "2", "--hold", "0",
+        ]);
+    }
+    // A shadow limit never refuses: 4 tokens for bob's 3 are granted, counted, not taken.
+    #[rustfmt::skip]
+    ok(&["acquire", "api", "--key", "bob", "--units", "4", "--no-wait", "--hold", "0"]);
+
+    phase("CLI: limit show --key, limit show of the definition, limit keys paged");
+    let alice = json_of(&["limit", "show", "api", "--key", "alice", "--json"]);
+    assert_eq!(
+        (alice["tokens"].as_u64(), alice["key"].as_str()),
+        (Some(3), Some("alice"))
+    );
+    let dave = json_of(&["limit", "show", "api", "--key", "dave", "--json"]);
+    assert_eq!(
+        dave["tokens"].as_u64(),
+        Some(5),
+        "a key not live is fresh: {dave}"
+    );
+    let text = ok(&["limit", "show", "api"]);
+    assert!(text.contains("keyed; live keys 3 of 1000"), "{text}");
+    assert!(
+        text.contains("shadow; would have refused 1 (busy 1"),
+        "{text}"
+    );
+    let page = json_of(&["limit", "keys", "api", "--limit", "2", "--json"]);
+    assert_eq!(page, json!({"keys": ["alice", "bob"], "next": "bob"}));
+    let page = json_of(&["limit", "keys", "api", "--after", "bob", "--json"]);
+    assert_eq!(page, json!({"keys": ["carol"], "next": null}));
+    let (code, _, err) = cluster.cli(&["limit", "keys", "api", "--limit", "1001"]);
+    assert_eq!(code, 2, "{err}");
+    ok(&["limit", "define", "flat", "--per-second", "1"]);
+    let (code, _, err) = cluster.cli(&["limit", "keys", "flat"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("unknown keyed limit default/flat"), "{err}");
+
+    phase("library: key_status and keys");
+    let client = cluster.client();
+    let bob = client
+        .key_status("default", "api", "bob")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((bob.tokens, bob.name.as_str()), (3, "api"));
+    let page = client
+        .keys("default", "api", Some("alice"), 10)
+        .await
+        .unwrap();
+    let page = page.unwrap();
+    assert_eq!(
+        (page.keys, page.next),
+        (vec!["bob".into(), "carol".into()], None)
+    );
+    assert!(
+        client
+            .keys("default", "flat", None, 10)
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    phase("HTTP on a follower: GET …/keys/{key} and GET …/keys?after&limit");
+    let api = Api::of(&cluster, follower(&cluster).await);
+    let (status, v) = api
+        .call("GET", "/v1/tenants/default/limits/api/keys/carol", None)
+        .await;
+    assert_eq!(
+        (status.as_u16(), v["tokens"].as_u64()),
+        (200, Some(3)),
+        "{v}"
+    );
+    let (status, v) = api
+        .call("GET", "/v1/tenants/default/limits/api/keys/zed", None)
+        .await;
+    assert_eq!(
+        (status.as_u16(), v["tokens"].as_u64()),
+        (200, Some(5)),
+        "fresh: {v}"
+    );
+    let (_, v) = api
+        .call("GET", "/v1/tenants/default/limits/api/keys?limit=2", None)
+        .await;
+    assert_eq!(v, json!({"keys": ["alice", "bob"], "next": "bob"}));
+    let (_, v) = api
+        .call(
+            "GET",
+            "/v1/tenants/default/limits/api/keys?after=bob&limit=2",
+            None,
+        )
+        .await;
+    assert_eq!(v, json!({"keys": ["carol"], "next": null}));
+    let (_, v) = api
+        .call("GET", "/v1/tenants/default/limits/api", None)
+        .await;
+    assert_eq!(
+        (
+            v["live_keys"].as_u64(),
+            v["shadow_refusals"]["busy"].as_u64()
+        ),
+        (Some(3), Some(1)),
+        "{v}"
+    );
+    for (path, status, error) in [
+        (
+            "/v1/tenants/default/limits/api/keys?limit=0",
+            400,
+            "Invalid",
+        ),
+        (
+            "/v1/tenants/default/limits/api/keys?limit=x",
+            400,
+            "Invalid",
+        ),
+        ("/v1/tenants/default/limits/api/keys?page=2", 400, "Invalid"),
+        ("/v1/tenants/default/limits/flat/keys", 404, "UnknownLimit"),
+        (
+            "/v1/tenants/default/limits/nope/keys/k",
+            404,
+            "UnknownLimit",
+        ),
+    ] {
+        let (got, v) = api.call("GET", path, None).await;
+        assert_eq!(
+            (got.as_u16(), v["error"].as_str()),
+            (status, Some(error)),
+            "{path}: {v}"
+        );
+    }
+    cluster.converged(CONVERGE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_settles_an_estimate_at_the_cost_its_command_reports() {
+    let cluster = Cluster::start("keyed-estimate", 3, "");
+    cluster.leader(ELECTION).await;
+    let ok = |args: &[&str]| cluster.cli_ok(args);
+    let status =
+        |args: &[&str]| -> serde_json::Value { serde_json::from_str(ok(args).trim()).unwrap() };
+    #[rustfmt::skip]
+    ok(&["limit", "define", "tpm", "--per-second", "0.01", "--burst", "1000", "--keyed"]);
+    let estimated = |cost: &str, exit: i32| {
+        let script =
+            format!("echo units=$WEIR_UNITS; printf '{cost}' > \"$WEIR_SETTLE_FILE\"; exit {exit}");
+        #[rustfmt::skip]
+        let args = ["acquire", "tpm", "--key", "u", "--units", "500", "--estimate", "--json", "--", "sh", "-c", &script];
+        cluster.cli(&args)
+    };
+
+    phase("below the estimate: the difference returns to the key's bucket");
+    let (code, out, err) = estimated("320\n", 0);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("units=500"), "{out}");
+    assert!(
+        err.contains(r#"{"overrun_tokens":0,"settled":320}"#),
+        "{err}"
+    );
+    let key = status(&["limit", "show", "tpm", "--key", "u", "--json"]);
+    assert_eq!(key["tokens"].as_u64(), Some(680), "180 returned: {key}");
+
+    phase("above it: charged (down to an empty bucket) and recorded as an overrun");
+    let (code, _, err) = estimated("600", 4);
+    assert_eq!(code, 4, "the command's status: {err}");
+    assert!(err.contains(r#""overrun_tokens":100"#), "{err}");
+    let key = status(&["limit", "show", "tpm", "--key", "u", "--json"]);
+    assert_eq!(key["tokens"].as_u64(), Some(80), "680 - 600: {key}");
+    let def = status(&["limit", "show", "tpm", "--json"]);
+    assert_eq!(def["overrun_tokens"].as_u64(), Some(100), "{def}");
+
+    phase("nothing written: the estimate stands; not a count: an error, nothing settled");
+    ok(&[
+        "limit",
+        "define",
+        "flat",
+        "--per-second",
+        "0.01",
+        "--burst",
+        "100",
+    ]);
+    let (code, _, err) = cluster.cli(&[
+        "acquire",
+        "flat",
+        "--units",
+        "40",
+        "--estimate",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = cluster.cli(&[
+        "acquire",
+        "flat",
+        "--units",
+        "10",
+        "--estimate",
+        "--",
+        "sh",
+        "-c",
+        "echo lots > \"$WEIR_SETTLE_FILE\"",
+    ]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains(r#"holds "lots", not a count of tokens"#),
+        "{err}"
+    );
+    let flat = status(&["limit", "show", "flat", "--json"]);
+    assert_eq!(
+        flat["tokens"].as_u64(),
+        Some(50),
+        "both estimates stand: {flat}"
+    );
+    let (code, _, err) = cluster.cli(&["acquire", "flat", "--estimate", "--hold", "0"]);
+    assert_eq!(code, 2, "{err}");
+    let leftovers = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter(|e| {
+            let name = e.as_ref().unwrap().file_name();
+            name.to_string_lossy().starts_with("weir-settle-")
+        })
+        .count();
+    assert_eq!(leftovers, 0, "settle files are removed");
+    cluster.converged(CONVERGE).await;
+}

@@ -471,3 +471,76 @@ fn an_unsettled_estimate_keeps_its_key_and_stands_when_its_session_ends() {
         )))
     );
 }
+
+#[test]
+fn live_keys_are_read_in_pages_of_at_most_the_bound_in_key_order() {
+    let mut s = Sim::new();
+    s.reply(limit("t", "api").rate(1.0).burst(5).keyed().keys_max(2_000));
+    let a = s.open(60_000);
+    for (ticket, key) in ["d", "b", "a", "c"].into_iter().enumerate() {
+        s.grant(ask(a, ticket as u64 + 1, "api").key(key));
+    }
+    let first = s.m.keys_page("t", "api", None, 3).unwrap();
+    assert_eq!(first.keys, vec!["a", "b", "c"]);
+    assert_eq!(first.next.as_deref(), Some("c"));
+    let last = s.m.keys_page("t", "api", first.next.as_deref(), 3).unwrap();
+    assert_eq!((last.keys, last.next), (vec!["d".to_owned()], None));
+    let exact = s.m.keys_page("t", "api", None, 4).unwrap();
+    assert_eq!(
+        (exact.keys.len(), exact.next),
+        (4, None),
+        "no page past the last key"
+    );
+    // After a key that is not live: from the next one in order.
+    assert_eq!(
+        s.m.keys_page("t", "api", Some("bb"), 10).unwrap().keys,
+        ["c", "d"]
+    );
+    // However many are asked for, a page holds at most KEYS_PAGE_MAX.
+    for ticket in 10..1_100u64 {
+        s.grant(ask(a, ticket, "api").key(&format!("k{ticket:05}")));
+    }
+    let bounded = s.m.keys_page("t", "api", None, u32::MAX).unwrap();
+    assert_eq!(
+        bounded.keys.len(),
+        weir_core::bounds::KEYS_PAGE_MAX as usize
+    );
+    assert!(bounded.next.is_some());
+    assert!(s.m.keys_page("t", "nope", None, 3).is_none());
+}
+
+#[test]
+fn a_keyed_definitions_status_counts_live_keys_shadow_refusals_and_overruns() {
+    let mut s = Sim::new();
+    s.reply(limit("t", "user").rate(1.0).burst(10).keyed().shadow());
+    let a = s.open(60_000);
+    s.grant(ask(a, 1, "user").key("u").units(10).estimate());
+    s.grant(ask(a, 2, "user").key("v").units(4));
+    s.grant(ask(a, 3, "user").key("v").units(7).wait(false));
+    s.reply(settle_take(a, 1, 12));
+    let def = s.status("t", "user");
+    assert_eq!(
+        (def.keys_max, def.live_keys, def.shadow),
+        (Some(1_000), 2, true)
+    );
+    assert_eq!(def.shadow_refusals.busy, 1, "v had 6 tokens for 7");
+    assert_eq!(def.overrun_tokens, 2);
+    // A key that is not live answers a fresh key's state: the full bucket.
+    let fresh = s.m.key_status("t", "user", "w").unwrap();
+    assert_eq!((fresh.tokens, fresh.in_use, fresh.waiting), (10, 0, 0));
+    assert_eq!((fresh.tenant.as_str(), fresh.name.as_str()), ("t", "user"));
+    // Of a key, what is counted on the definition is the definition's.
+    let u = s.m.key_status("t", "user", "u").unwrap();
+    assert_eq!(
+        (u.live_keys, u.overrun_tokens, u.shadow_refusals.busy),
+        (2, 2, 1)
+    );
+    let plain = {
+        s.reply(limit("t", "flat").rate(1.0).burst(1));
+        s.status("t", "flat")
+    };
+    assert_eq!(
+        (plain.keys_max, plain.live_keys, plain.shadow),
+        (None, 0, false)
+    );
+}

@@ -5,8 +5,8 @@
 use super::{Client, ClientError};
 use crate::protocol::{Answer, Query};
 use weir_core::machine::{
-    Change, Command, Definition, Fence, HaltScope, LimitStatus, LimitsChange, LimitsPage, Refusal,
-    Reply, RunSlot, Settle, Spend,
+    Change, Command, Definition, Fence, HaltScope, KeyPage, LimitStatus, LimitsChange, LimitsPage,
+    Refusal, Reply, RunSlot, Settle, Spend,
 };
 
 fn unexpected(answer: Answer) -> ClientError {
@@ -214,6 +214,26 @@ impl Client {
         }
     }
 
+    /// The state of key `key` of keyed limit `tenant/name` (linearizable): a fresh key's
+    /// (a full bucket, an idle semaphore) when the key is not live; `None` when there is no
+    /// keyed limit of that name.
+    pub async fn key_status(
+        &self,
+        tenant: &str,
+        name: &str,
+        key: &str,
+    ) -> Result<Option<LimitStatus>, ClientError> {
+        let query = Query::Key {
+            tenant: tenant.into(),
+            name: name.into(),
+            key: key.into(),
+        };
+        match self.read(query).await? {
+            Answer::Key(k) => Ok(k),
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// Every limit of a tenant, by name, read page by page (each page linearizable; a limit
     /// defined or removed between pages may or may not appear). Every page starts strictly
     /// after the last name of the one before, so the loop ends.
@@ -265,6 +285,28 @@ impl Client {
             Reply::LimitsApplied(change) => Ok(Ok(change)),
             Reply::Refused(refusal) => Ok(Err(refusal)),
             other => Err(ClientError::Protocol(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// At most `limit` (up to `bounds::KEYS_PAGE_MAX`) live keys of keyed limit
+    /// `tenant/name` after `after`, in key order, and the key to ask after for the next
+    /// page (linearizable); `None` when there is no keyed limit of that name.
+    pub async fn keys(
+        &self,
+        tenant: &str,
+        name: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Option<KeyPage>, ClientError> {
+        let query = Query::Keys {
+            tenant: tenant.into(),
+            name: name.into(),
+            after: after.map(str::to_owned),
+            limit,
+        };
+        match self.read(query).await? {
+            Answer::Keys(page) => Ok(page),
+            other => Err(unexpected(other)),
         }
     }
 

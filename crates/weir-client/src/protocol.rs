@@ -17,15 +17,17 @@ use serde::{Deserialize, Serialize};
 
 use weir_core::bounds::LIMITS_PAGE_MAX;
 use weir_core::machine::{
-    Command, Definition, Event, Fence, HaltScope, LimitStatus, LimitsChange, LimitsPage, Refusal,
-    Reply, RunSlot, Spend, TenantStatus,
+    Command, Definition, Event, Fence, HaltScope, KeyPage, LimitStatus, LimitsChange, LimitsPage,
+    Refusal, Reply, RunSlot, Spend, TenantStatus,
 };
 
 /// The protocol version this build speaks. A client of another version is refused at hello.
 /// Version 2: the hello carries a token. Version 3: writes may carry the commands of keyed
 /// limits and requests of several parts (`Command::Define`, `Command::AcquireParts`), which
 /// a node of version 2 could not decode. Version 4: a list of limits is read by pages
-/// (`Query::Limits` names a prefix, a name to start after and a page size).
+/// (`Query::Limits` names a prefix, a name to start after and a page size), reads of a keyed
+/// limit's keys (`Query::Key`, `Query::Keys`), and a limit's status carries its live keys,
+/// shadow refusals and overruns, which a node or client of version 3 could not decode.
 pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Largest client frame, in bytes: a command is at most a few KiB (names are bounded by
@@ -123,6 +125,21 @@ pub enum Query {
         definitions: Vec<Definition>,
         prune: bool,
     },
+    /// The status of one key of a keyed limit: its own state while it is live, a fresh
+    /// key's (a full bucket, an idle semaphore) otherwise.
+    Key {
+        tenant: String,
+        name: String,
+        key: String,
+    },
+    /// At most `limit` (up to `bounds::KEYS_PAGE_MAX`) live keys of a keyed limit after
+    /// `after`, in key order.
+    Keys {
+        tenant: String,
+        name: String,
+        after: Option<String>,
+        limit: u32,
+    },
 }
 
 impl Query {
@@ -149,6 +166,10 @@ pub enum Answer {
     Tenant(TenantStatus),
     /// The change an apply would make, or why it would be refused.
     LimitsChange(Result<LimitsChange, Refusal>),
+    /// `None`: no keyed limit of that name.
+    Key(Option<LimitStatus>),
+    /// `None`: no keyed limit of that name.
+    Keys(Option<KeyPage>),
 }
 
 /// One cluster member as a node sees it.
@@ -284,4 +305,57 @@ pub enum ServerFrame {
     Resync {
         missed_entries: u64,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_core::codec;
+
+    fn round_trips<T: Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug>(
+        value: T,
+    ) {
+        let bytes = codec::encode(&value);
+        assert_eq!(codec::decode::<T>(&bytes).unwrap(), value);
+    }
+
+    #[test]
+    fn key_reads_and_their_answers_round_trip() {
+        round_trips(ClientFrame::Request {
+            id: 7,
+            request: Request::Read(Query::Key {
+                tenant: "t".into(),
+                name: "api".into(),
+                key: "alice".into(),
+            }),
+        });
+        round_trips(Request::ReadLocal(Query::Keys {
+            tenant: "t".into(),
+            name: "api".into(),
+            after: Some("alice".into()),
+            limit: 100,
+        }));
+        round_trips(Response::Read(Answer::Keys(Some(KeyPage {
+            keys: vec!["bob".into(), "carol".into()],
+            next: Some("carol".into()),
+        }))));
+        round_trips(Response::Read(Answer::Keys(None)));
+        round_trips(Response::Read(Answer::Key(None)));
+    }
+
+    #[test]
+    fn a_key_query_is_encoded_as_its_variant_index_then_its_fields() {
+        // `Query::Key` is variant 7: appended after the queries of version 3, whose
+        // encodings do not change.
+        let bytes = codec::encode(&Query::Key {
+            tenant: "t".into(),
+            name: "n".into(),
+            key: "k".into(),
+        });
+        assert_eq!(bytes, [7, 1, b't', 1, b'n', 1, b'k']);
+        assert_eq!(
+            codec::encode(&Query::Limits { tenant: "t".into() }),
+            [1, 1, b't']
+        );
+    }
 }

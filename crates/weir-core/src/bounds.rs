@@ -93,6 +93,12 @@ pub const KEY_BYTES_MAX: usize = 128;
 /// definition may set any `keys_max` up to `LIMITS_MAX`.
 pub const KEYS_MAX_DEFAULT: u32 = 1_000;
 
+/// Most keys in one page of a keyed definition's live keys (`Query::Keys`, `weir limit
+/// keys`, `GET …/keys`): at most [`KEY_BYTES_MAX`] bytes each, a page stays far below the
+/// client frame bound and one read of it holds the apply lock for a bounded walk, however
+/// many keys live.
+pub const KEYS_PAGE_MAX: u32 = 1_000;
+
 /// Most parts of one request. A decision against the tenant's, the model's, the user's and
 /// the global limit is four; eight leaves room, and keeps the largest request (every part
 /// a longest name and key) within [`COMMAND_BYTES_MAX`].

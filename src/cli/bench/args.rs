@@ -11,6 +11,9 @@ pub enum Workload {
     ReserveSettle,
     Mixed,
     Scale,
+    KeyedTake,
+    Multi,
+    KeyedScale,
 }
 
 impl Workload {
@@ -21,6 +24,9 @@ impl Workload {
             Workload::ReserveSettle => "reserve-settle",
             Workload::Mixed => "mixed",
             Workload::Scale => "scale",
+            Workload::KeyedTake => "keyed-take",
+            Workload::Multi => "multi",
+            Workload::KeyedScale => "keyed-scale",
         }
     }
 }

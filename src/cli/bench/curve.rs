@@ -4,7 +4,10 @@
 //!   room for every client, so no acquire waits): throughput, p50, p99, the largest node RSS;
 //! - limits 10 … 100,000 at 256 clients: the same figures;
 //! - sessions 1,000 … 100,000, ten held permits each (up to 1,000,000), on a fresh
-//!   cluster per point: each node's RSS and snapshot build and install time.
+//!   cluster per point: each node's RSS and snapshot build and install time;
+//! - the keyed point: one keyed limit with every live key the bounds allow
+//!   (`keyed_point.rs`), on a fresh cluster: RSS, snapshot build and install time, and the
+//!   bytes of one live key.
 //!
 //! The load sweeps run on the `--spawn` cluster, one after the other, with the run's
 //! `--duration` and `--warmup`; each scale point starts its own cluster (a state is only
@@ -18,6 +21,7 @@ use serde::Serialize;
 
 use super::super::{EXIT_OK, Exit, Output};
 use super::args::BenchArgs;
+use super::keyed_point;
 use super::report::load_average;
 use super::scale::{self, Point};
 use super::svg::{Series, line_chart};
@@ -76,6 +80,8 @@ struct Curve {
     clients: Vec<LoadPoint>,
     limits: Vec<LoadPoint>,
     scale: Vec<ScalePoint>,
+    /// The keyed point's figures, as `--workload keyed-scale` prints them.
+    keyed: serde_json::Value,
     load_average: [f64; 3],
 }
 
@@ -163,7 +169,24 @@ async fn scale_point(n: u64, sessions: u64) -> Result<ScalePoint, String> {
     })
 }
 
-/// Runs the three sweeps, writes `dir/curve.json` and the charts, prints the JSON.
+/// The keyed point on a fresh cluster of `n` nodes.
+async fn keyed_point_on_a_fresh_cluster(n: u64) -> Result<serde_json::Value, String> {
+    eprintln!(
+        "[bench] curve: {} live keys on a fresh cluster",
+        keyed_point::KEYS
+    );
+    let cluster = spawn::start(n, false, false)?;
+    let servers = cluster.servers();
+    if leader_among_with(&servers, Duration::from_secs(20), cluster.client_security())
+        .await
+        .is_none()
+    {
+        return Err(format!("no leader among {servers:?}"));
+    }
+    keyed_point::build(&servers, cluster.client_security(), keyed_point::KEYS).await
+}
+
+/// Runs the three sweeps and the keyed point, writes `dir/curve.json` and the charts, prints the JSON.
 pub async fn run(
     args: &BenchArgs,
     servers: &[String],
@@ -177,6 +200,7 @@ pub async fn run(
         clients: vec![],
         limits: vec![],
         scale: vec![],
+        keyed: serde_json::Value::Null,
         load_average: [0.0; 3],
     };
     for c in CLIENTS {
@@ -192,6 +216,7 @@ pub async fn run(
     for s in SESSIONS {
         curve.scale.push(scale_point(n, s).await?);
     }
+    curve.keyed = keyed_point_on_a_fresh_cluster(n).await?;
     curve.load_average = load_average();
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let json = serde_json::to_string_pretty(&curve).expect("a curve serializes");

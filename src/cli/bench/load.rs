@@ -16,10 +16,10 @@ use super::args::{BenchArgs, Workload};
 use super::cpu::CpuClock;
 use super::report::{LoadReport, Recorder, histogram, ms};
 use super::spawn;
+use super::zipf::{Sampler, Zipf};
 use crate::launcher::{LocalCluster, leader_among_with};
 use weir_client::{AcquireOptions, Client, Session};
-use weir_core::machine::Spend;
-use weir_core::machine::{Change, Reply, Settle};
+use weir_core::machine::{Change, Definition, Part, Reply, Settle, Spend};
 use weir_server::security::ClientSecurity;
 
 /// The tenant, and the budget period, every workload works in.
@@ -27,6 +27,23 @@ const TENANT: &str = "bench";
 const PERIOD: &str = "bench";
 /// The rate limit of `rate-take`: a rate no run reaches, so no take waits.
 const RATE_LIMIT: &str = "bench-rate";
+
+/// The keyed rate limit of `keyed-take`, its keys (`k0`…), drawn Zipf-distributed with
+/// exponent [`ZIPF_S`]. A key refills one token a second from a burst no run empties, so a
+/// key lives (differs from a fresh one) for a second per token taken from it: the live
+/// set is the keys taken from lately, created and dropped as the run goes.
+const KEYED_LIMIT: &str = "bench-keyed";
+const KEYS: usize = 100_000;
+const ZIPF_S: f64 = 1.1;
+/// Live keys allowed: within `bounds::LIMITS_MAX` (100,000 definitions and live keys
+/// together) beside the other limits the bench defines.
+const KEYED_KEYS_MAX: u32 = 90_000;
+/// The three limits of `multi`: a tenant-wide rate, a per-model rate keyed by one of
+/// [`MODELS`] models, and a global rate; none is ever short of tokens.
+const MULTI_TENANT: &str = "bench-multi-tenant";
+const MULTI_MODEL: &str = "bench-multi-model";
+const MULTI_GLOBAL: &str = "bench-multi-global";
+const MODELS: u64 = 16;
 
 /// How long to wait for grants to resume after a kill before calling the run failed.
 const RECOVERY_WAIT: Duration = Duration::from_secs(20);
@@ -163,7 +180,35 @@ async fn define_limits(admin: &Client, args: &BenchArgs) -> Result<(), String> {
         .set_tenant(TENANT, Change::Clear, Change::Clear, Change::Clear)
         .await
         .map_err(|e| e.to_string())?;
-    Ok(())
+    match args.workload {
+        Workload::KeyedTake => define_rate(admin, KEYED_LIMIT, Some(KEYED_KEYS_MAX)).await,
+        Workload::Multi => {
+            define_rate(admin, MULTI_TENANT, None).await?;
+            define_rate(admin, MULTI_MODEL, Some(MODELS as u32)).await?;
+            define_rate(admin, MULTI_GLOBAL, None).await
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Defines rate limit `name` of `keyed-take` or `multi`: one token a second from a burst of
+/// a billion, per key when `keys_max` is given.
+async fn define_rate(admin: &Client, name: &str, keys_max: Option<u32>) -> Result<(), String> {
+    let definition = Definition {
+        tenant: TENANT.into(),
+        name: name.into(),
+        concurrent: 0,
+        per_second: 1.0,
+        burst: Some(1_000_000_000),
+        keyed: keys_max.is_some(),
+        keys_max,
+        shadow: false,
+    };
+    match admin.define(definition).await {
+        Ok(Reply::Done) => Ok(()),
+        Ok(other) => Err(format!("define {name}: {other:?}")),
+        Err(e) => Err(format!("define {name}: {e}")),
+    }
 }
 
 /// Starts `--clients` client loops, `--clients-per-connection` of them to a connection.
@@ -174,6 +219,10 @@ fn start_clients(
     recorder: &Arc<Recorder>,
 ) -> Vec<JoinHandle<()>> {
     let mut client = Client::with_security(servers.to_vec(), security.clone());
+    let zipf = match args.workload {
+        Workload::KeyedTake => Zipf::new(KEYS, ZIPF_S),
+        _ => Zipf::new(1, ZIPF_S),
+    };
     (0..args.clients)
         .map(|n| {
             if n % args.clients_per_connection == 0 {
@@ -188,7 +237,7 @@ fn start_clients(
                 hold: args.stall > 0,
                 lost_permit: AtomicBool::new(false),
             };
-            tokio::spawn(bench.run())
+            tokio::spawn(bench.run(zipf.sampler(n as u64)))
         })
         .collect()
 }
@@ -392,7 +441,8 @@ struct BenchClient {
 }
 
 impl BenchClient {
-    async fn run(self) {
+    /// The loop; `keys` draws the keys of `keyed-take`.
+    async fn run(self, mut keys: Sampler) {
         let mut hist = histogram();
         let ttl = if self.hold { STALL_TTL } else { SESSION_TTL };
         let session = match Session::open(&self.client, ttl).await {
@@ -437,7 +487,15 @@ impl BenchClient {
                         }
                         Workload::RateTake => self.rate_take(&session, &mut hist).await,
                         Workload::ReserveSettle => self.reserve_settle(i, &mut hist).await,
-                        Workload::Mixed | Workload::Scale => {
+                        Workload::KeyedTake => {
+                            let key = format!("k{}", keys.next_rank());
+                            self.take(&session, keyed_take(&key), &mut hist).await
+                        }
+                        Workload::Multi => {
+                            let take = multi_take(self.n as u64 + i);
+                            self.take(&session, take, &mut hist).await
+                        }
+                        Workload::Mixed | Workload::Scale | Workload::KeyedScale => {
                             unreachable!("not a per-client workload")
                         }
                     }
@@ -495,10 +553,14 @@ impl BenchClient {
 
     /// One take of the rate limit.
     async fn rate_take(&self, session: &Session, hist: &mut Histogram<u64>) {
+        self.take(session, AcquireOptions::new(TENANT, RATE_LIMIT), hist)
+            .await
+    }
+
+    /// One take (of limits that hold nothing): one operation.
+    async fn take(&self, session: &Session, options: AcquireOptions, hist: &mut Histogram<u64>) {
         let sent = self.recorder.ns();
-        let taken = session
-            .acquire(AcquireOptions::new(TENANT, RATE_LIMIT))
-            .await;
+        let taken = session.acquire(options).await;
         self.recorder.record_result(hist, sent, &taken);
     }
 
@@ -535,4 +597,30 @@ impl BenchClient {
             _ => self.recorder.record(hist, sent, false),
         }
     }
+}
+
+/// A take of one token of `keyed-take`'s limit, from `key`.
+fn keyed_take(key: &str) -> AcquireOptions {
+    let mut options = AcquireOptions::new(TENANT, KEYED_LIMIT);
+    options.key = Some(key.to_owned());
+    options
+}
+
+/// A take of `multi`: one token of the tenant's rate, of model `i % MODELS`'s, and of the
+/// global one, in one request.
+fn multi_take(i: u64) -> AcquireOptions {
+    let mut options = AcquireOptions::new(TENANT, MULTI_TENANT);
+    options.parts = vec![
+        Part {
+            limit: MULTI_MODEL.into(),
+            key: Some(format!("m{}", i % MODELS)),
+            units: 1,
+        },
+        Part {
+            limit: MULTI_GLOBAL.into(),
+            key: None,
+            units: 1,
+        },
+    ];
+    options
 }

@@ -3,9 +3,14 @@
 //! Workloads: `acquire-release` (each client acquires a permit of one of `--limits` limits
 //! of `--concurrency` and releases it; each is one operation), `rate-take` (takes of a rate
 //! limit that holds nothing), `reserve-settle` (reserve a run, then settle it releasing the
-//! slot), `mixed` (a rotation of the three), and `scale` (builds the scale point — 10,000
+//! slot), `mixed` (a rotation of the three), `keyed-take` (takes of one keyed rate limit,
+//! each naming one of 100,000 keys drawn Zipf-distributed with exponent 1.1, `zipf.rs`),
+//! `multi` (takes of three limits in one request: a tenant-wide rate, a keyed per-model
+//! rate over 16 models, and a global rate), and `scale` (builds the scale point — 10,000
 //! sessions, 100,000 held permits, 1,000 limits — and reports node memory and snapshot
-//! costs). Latencies go into an HDR histogram (µs, 3 significant digits); a progress line
+//! costs), and `keyed-scale` (builds the keyed point — one keyed limit with every live key
+//! the bounds allow — and reports node memory, snapshot costs and the bytes of a live key).
+//! Latencies go into an HDR histogram (µs, 3 significant digits); a progress line
 //! is printed every second to stderr.
 //!
 //! `--spawn N` starts a durable N-node cluster on loopback with the default config in a
@@ -34,7 +39,9 @@
 //! - `etcd.rs`: the etcd cluster, its load, and the side-by-side comparison;
 //! - `load.rs`: the load workloads, the failover kills and the final verification;
 //! - `cpu.rs`: CPU seconds of the bench and its nodes over the measured window;
+//! - `zipf.rs`: the Zipf key sampler of `keyed-take`;
 //! - `scale.rs`: the scale point;
+//! - `keyed_point.rs`: the keyed point;
 //! - `report.rs`: the recorder the clients share and the printed results.
 
 mod args;
@@ -42,11 +49,13 @@ mod cpu;
 mod curve;
 #[cfg(feature = "etcd")]
 mod etcd;
+mod keyed_point;
 mod load;
 mod report;
 mod scale;
 mod spawn;
 mod svg;
+mod zipf;
 
 use std::time::Duration;
 
@@ -102,6 +111,8 @@ pub fn run(args: &BenchArgs, servers: &[String], security: &ClientSecurity, out:
         }
         let result = if args.workload == Workload::Scale {
             scale::run(&servers, &security, out).await
+        } else if args.workload == Workload::KeyedScale {
+            keyed_point::run(&servers, &security, out).await
         } else if let Some(dir) = &args.curve {
             curve::run(args, &servers, &security, dir, out).await
         } else if let Some(Against::Etcd) = args.against {

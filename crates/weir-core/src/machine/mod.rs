@@ -211,5 +211,5 @@ pub use command::{
 pub use reply::{Applied, BudgetKind, Event, LimitsChange, Refusal, Reply};
 pub use snapshot::{SNAPSHOT_MAGIC, SNAPSHOT_VERSION, digest_of};
 pub use state::Machine;
-pub use status::{LimitStatus, LimitsPage, TenantStatus};
+pub use status::{KeyPage, LimitStatus, LimitsPage, TenantStatus};
 pub use tenant::{RunSlot, Spend};

@@ -5,9 +5,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::limit::{Limit, MICRO};
+use super::limit::{Limit, MICRO, ShadowRefusals};
 
-/// What `limit show` reports.
+/// What `limit show` reports. Of one key (`Machine::key_status`) the spec and counts are
+/// the key's, and `keys_max`, `live_keys`, `shadow_refusals` and `overrun_tokens` its
+/// definition's.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LimitStatus {
     pub tenant: String,
@@ -25,10 +27,16 @@ pub struct LimitStatus {
     pub tokens: u64,
     /// Removed, waiting for its holders to release.
     pub removing: bool,
-    /// Most live keys, when the limit is keyed (`None`: not keyed).
+    /// `Some(keys_max)` on a keyed definition (its counts above are its live keys' summed).
     pub keys_max: Option<u32>,
-    /// Evaluated and counted, never refuses.
+    /// Live keys of a keyed definition: those whose state differs from a fresh one's.
+    pub live_keys: u64,
+    /// Shadow mode: evaluated and counted, never refuses.
     pub shadow: bool,
+    /// A shadow definition's would-be refusals since it was defined, by kind.
+    pub shadow_refusals: ShadowRefusals,
+    /// Tokens settled above their estimates, summed since the definition was defined.
+    pub overrun_tokens: u64,
 }
 
 impl LimitStatus {
@@ -45,7 +53,10 @@ impl LimitStatus {
             tokens: limit.tokens_micro / MICRO,
             removing: limit.removing,
             keys_max: limit.spec.keys_max,
+            live_keys: limit.keys.len() as u64,
             shadow: limit.spec.shadow,
+            shadow_refusals: limit.shadow_refusals,
+            overrun_tokens: limit.overrun_tokens,
         }
     }
 }
@@ -56,6 +67,14 @@ pub struct LimitsPage {
     /// The page's limits, by name.
     pub limits: Vec<LimitStatus>,
     /// The name to ask `after` for the next page; `None` on the last page.
+    pub next: Option<String>,
+}
+
+/// One page of a keyed definition's live keys, in key order: what `Query::Keys` answers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyPage {
+    pub keys: Vec<String>,
+    /// The key to ask `after` for the next page; `None` when this page is the last.
     pub next: Option<String>,
 }
 

@@ -44,8 +44,8 @@
 //!   session) per token.
 //! - `context.rs` — [`HttpCtx`]: the callers, the applied state, Raft.
 //! - `error.rs` — [`ApiError`] and the body and path extractors that answer in it.
-//! - `limits.rs`, `permits.rs`, `sessions.rs`, `runs.rs`, `halts.rs`, `cluster.rs` — the
-//!   handlers, one file per resource.
+//! - `limits.rs`, `keys.rs`, `permits.rs`, `sessions.rs`, `runs.rs`, `halts.rs`,
+//!   `cluster.rs` — the handlers, one file per resource.
 //! - `events.rs` — the SSE stream and the wait of a long-polled acquire.
 //! - `metrics.rs` — `/metrics`.
 //!
@@ -74,6 +74,7 @@ mod context;
 mod error;
 mod events;
 mod halts;
+mod keys;
 mod limits;
 mod listener;
 mod metrics;

@@ -28,7 +28,7 @@ use crate::shutdown::Shutdown;
 use super::context::HttpCtx;
 use super::error::ApiError;
 use super::listener::{HttpListener, PeerAddr};
-use super::{callers, cluster, events, halts, limits, metrics, permits, runs, sessions};
+use super::{callers, cluster, events, halts, keys, limits, metrics, permits, runs, sessions};
 
 type Route = (&'static str, &'static str, MethodRouter<Arc<HttpCtx>>);
 
@@ -49,6 +49,16 @@ fn table() -> Vec<Route> {
             "GET",
             "/v1/tenants/{tenant}/limits/{name}/fences/{fence}",
             get(limits::validate_fence),
+        ),
+        (
+            "GET",
+            "/v1/tenants/{tenant}/limits/{name}/keys",
+            get(keys::list),
+        ),
+        (
+            "GET",
+            "/v1/tenants/{tenant}/limits/{name}/keys/{key}",
+            get(keys::show),
         ),
         (
             "POST",

@@ -79,7 +79,9 @@ fn query_tenant(query: &Query) -> &str {
         | Query::Running { tenant }
         | Query::Halts { tenant }
         | Query::Tenant { tenant }
-        | Query::LimitsChange { tenant, .. } => tenant,
+        | Query::LimitsChange { tenant, .. }
+        | Query::Key { tenant, .. }
+        | Query::Keys { tenant, .. } => tenant,
     }
 }
 

@@ -71,6 +71,13 @@ pub fn answer(machine: &Machine, query: &Query) -> Answer {
             definitions,
             prune,
         } => Answer::LimitsChange(machine.apply_dry_run(tenant, definitions, *prune)),
+        Query::Key { tenant, name, key } => Answer::Key(machine.key_status(tenant, name, key)),
+        Query::Keys {
+            tenant,
+            name,
+            after,
+            limit,
+        } => Answer::Keys(machine.keys_page(tenant, name, after.as_deref(), *limit)),
     }
 }
 

@@ -2,11 +2,13 @@
 //! whether a fence is still held. Reads never change the state.
 
 use super::Machine;
-use crate::bounds::LIMITS_PAGE_MAX;
+use crate::bounds::{KEYS_PAGE_MAX, LIMITS_PAGE_MAX};
 use crate::machine::command::{Fence, HaltScope, LimitId, Owner, SessionId};
+use crate::machine::limit::Limit;
 use crate::machine::limit::ShadowRefusals;
-use crate::machine::status::{LimitStatus, LimitsPage, TenantStatus};
+use crate::machine::status::{KeyPage, LimitStatus, LimitsPage, TenantStatus};
 use crate::machine::tenant::{RunSlot, Spend, Tenant};
+use std::ops::Bound;
 
 impl Machine {
     /// `read` of the tenant named, or the empty answer for a tenant the state does not know.
@@ -33,18 +35,25 @@ impl Machine {
         status
     }
 
-    /// The status of key `key` of keyed limit (tenant, name): its own state, or a fresh
-    /// one's when it has none. `None` when there is no such keyed limit.
+    /// The status of key `key` of keyed limit (tenant, name): its own state, or, for a key
+    /// that is not live, a fresh key's (a full bucket, an idle semaphore: what the key
+    /// would answer); the definition's live keys, shadow refusals and overruns. `None` when
+    /// there is no such keyed limit.
     pub fn key_status(&self, tenant: &str, name: &str, key: &str) -> Option<LimitStatus> {
         let id = self.limit_id(tenant, name)?;
         let def = &self.saved.limits[&id];
         def.spec.keys_max?;
         let mut status = match def.keys.get(key) {
             Some(kid) => LimitStatus::of(&self.saved.limits[kid]),
-            None => LimitStatus::of(def),
+            None => LimitStatus::of(&Limit::new_key(id, key, def.spec.clone(), self.now_ms())),
         };
         status.tenant = tenant.to_owned();
         status.name = name.to_owned();
+        status.removing = def.removing;
+        // What is counted on the definition, not on its keys.
+        status.live_keys = def.keys.len() as u64;
+        status.shadow_refusals = def.shadow_refusals;
+        status.overrun_tokens = def.overrun_tokens;
         Some(status)
     }
 
@@ -54,6 +63,35 @@ impl Machine {
         let def = &self.saved.limits[&self.limit_id(tenant, name)?];
         def.spec.keys_max?;
         Some(def.keys.keys().cloned().collect())
+    }
+
+    /// At most `limit` (bounded by [`KEYS_PAGE_MAX`]) live keys of keyed limit (tenant,
+    /// name) after `after` (from the first when `None`), in key order, with the key to ask
+    /// after next when more follow. `None` when there is no such keyed limit.
+    pub fn keys_page(
+        &self,
+        tenant: &str,
+        name: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Option<KeyPage> {
+        let def = &self.saved.limits[&self.limit_id(tenant, name)?];
+        def.spec.keys_max?;
+        let start = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut range = def
+            .keys
+            .range::<str, _>((start, Bound::Unbounded))
+            .map(|(k, _)| k);
+        let keys: Vec<String> = range
+            .by_ref()
+            .take(limit.min(KEYS_PAGE_MAX) as usize)
+            .cloned()
+            .collect();
+        let next = match range.next() {
+            Some(_) => keys.last().cloned(),
+            None => None,
+        };
+        Some(KeyPage { keys, next })
     }
 
     /// Would-be refusals of shadow limit (tenant, name) since it was defined, by kind.

@@ -1,0 +1,194 @@
+//! The keyed point: one keyed rate limit with as many live keys as the bounds allow, and
+//! what they cost each node — RSS, snapshot bytes, snapshot build and install time — with
+//! the memory of one live key (`--workload keyed-scale`, and the last point of `--curve`).
+//!
+//! The limit refills one token in 1,000 s from a burst of one, so a key taken from once
+//! stays live (differs from a fresh one) for the whole measurement. Builders take from
+//! every key once, each over a session of its own, then close their sessions, so what is
+//! left on the nodes beyond the empty cluster's state is the live keys. A key's cost is
+//! the growth between the figures taken before the keys and after, divided by the keys:
+//! exact for snapshot bytes, and for RSS what the process grew (the allocator's slack
+//! included). The live keys are bounded by `bounds::LIMITS_MAX` (definitions and live keys
+//! together), so the point is `LIMITS_MAX - 1` keys: every limit slot but the
+//! definition's own.
+
+use std::time::Instant;
+
+use serde_json::json;
+
+use super::super::{EXIT_OK, Exit, Output};
+use super::scale::node_figures;
+use weir_client::Client;
+use weir_core::bounds::{LIMITS_MAX, SESSION_TTL_MS_MAX};
+use weir_core::machine::{AcquireParts, Command, Definition, Part, Priority, Reply};
+use weir_server::security::ClientSecurity;
+
+const TENANT: &str = "keyed-point";
+const LIMIT: &str = "keys";
+/// Live keys at the point: every limit slot the bounds allow but the definition's.
+pub const KEYS: u64 = LIMITS_MAX as u64 - 1;
+/// Clients taking from the keys in parallel: enough that the proposer batches.
+const BUILDERS: u64 = 64;
+
+/// `--workload keyed-scale`: builds the point on `servers` and prints its figures.
+pub async fn run(
+    servers: &[String],
+    security: &ClientSecurity,
+    out: &Output,
+) -> Result<Exit, String> {
+    let value = build(servers, security, KEYS).await?;
+    out.print(value.clone(), || {
+        let mut text = format!(
+            "keyed point: {} live keys of one keyed limit (built in {:.1} s)",
+            value["live_keys"],
+            value["setup_s"].as_f64().unwrap_or(0.0)
+        );
+        for n in value["nodes"].as_array().into_iter().flatten() {
+            text.push_str(&format!(
+                "\nnode {} ({}): RSS {:.1} MiB ({} bytes a live key), snapshot {} bytes ({} a key), build {:.1} ms, install {:.1} ms",
+                n["id"], n["state"].as_str().unwrap_or("?"), n["rss_mib"].as_f64().unwrap_or(0.0),
+                n["rss_bytes_per_key"], n["snapshot_bytes"], n["snapshot_bytes_per_key"],
+                n["snapshot_build_ms"].as_f64().unwrap_or(0.0),
+                n["snapshot_install_ms"].as_f64().unwrap_or(0.0)
+            ));
+        }
+        text
+    });
+    Ok(EXIT_OK)
+}
+
+/// Builds `keys` live keys on `servers` (a cluster with nothing of this tenant yet) and
+/// returns the figures: each node's before and after, and the growth a live key.
+pub async fn build(
+    servers: &[String],
+    security: &ClientSecurity,
+    keys: u64,
+) -> Result<serde_json::Value, String> {
+    let admin = Client::with_security(servers.to_vec(), security.clone());
+    define(&admin, keys).await?;
+    let mut before = vec![];
+    for s in servers {
+        before.push(node_figures(s, security).await);
+    }
+    let started = Instant::now();
+    let mut builders = tokio::task::JoinSet::new();
+    for b in 0..BUILDERS {
+        let client = Client::with_security(servers.to_vec(), security.clone());
+        builders.spawn(async move { take_each(&client, b, keys).await });
+    }
+    while let Some(r) = builders.join_next().await {
+        r.map_err(|e| e.to_string())??;
+    }
+    let built_in = started.elapsed();
+    let live = match admin.limit_status(TENANT, LIMIT).await {
+        Ok(Some(status)) => status.live_keys,
+        other => return Err(format!("status of {TENANT}/{LIMIT}: {other:?}")),
+    };
+    if live != keys {
+        return Err(format!("{live} live keys after taking from {keys}"));
+    }
+    eprintln!(
+        "[bench] {live} live keys in {:.1} s",
+        built_in.as_secs_f64()
+    );
+    let mut nodes = vec![];
+    for (s, before) in servers.iter().zip(before) {
+        if let Some(after) = node_figures(s, security).await {
+            nodes.push(growth(after, before.as_ref(), keys));
+        }
+    }
+    Ok(
+        json!({"workload": "keyed-scale", "live_keys": live, "setup_s": built_in.as_secs_f64(),
+              "nodes": nodes}),
+    )
+}
+
+/// Defines the keyed limit: one token in 1,000 s from a burst of one, `keys` live keys.
+async fn define(admin: &Client, keys: u64) -> Result<(), String> {
+    let definition = Definition {
+        tenant: TENANT.into(),
+        name: LIMIT.into(),
+        concurrent: 0,
+        per_second: 0.001,
+        burst: Some(1),
+        keyed: true,
+        keys_max: Some(u32::try_from(keys).map_err(|_| "too many keys".to_string())?),
+        shadow: false,
+    };
+    match admin.define(definition).await {
+        Ok(Reply::Done) => Ok(()),
+        other => Err(format!("define {TENANT}/{LIMIT}: {other:?}")),
+    }
+}
+
+/// The key of number `k`: fixed width, so every key costs the same bytes.
+fn key_name(k: u64) -> String {
+    format!("key-{k:07}")
+}
+
+/// Builder `b` of [`BUILDERS`] takes one token from every key `k` with `k % BUILDERS == b`,
+/// over one session, which it closes after (its finished tickets go with it).
+async fn take_each(client: &Client, b: u64, keys: u64) -> Result<(), String> {
+    let session = match client
+        .write(Command::OpenSession {
+            ttl_ms: SESSION_TTL_MS_MAX,
+        })
+        .await
+    {
+        Ok(Reply::SessionOpened { session, .. }) => session,
+        other => return Err(format!("open session: {other:?}")),
+    };
+    let mut k = b;
+    while k < keys {
+        let take = Command::AcquireParts(AcquireParts {
+            session,
+            ticket: k + 1,
+            tenant: TENANT.into(),
+            parts: vec![Part {
+                limit: LIMIT.into(),
+                key: Some(key_name(k)),
+                units: 1,
+            }],
+            priority: Priority::default(),
+            agent: None,
+            wait: false,
+            estimate: false,
+        });
+        match client.write(take).await {
+            Ok(Reply::Granted { .. }) => {}
+            other => return Err(format!("take from {}: {other:?}", key_name(k))),
+        }
+        k += BUILDERS;
+    }
+    match client.write(Command::CloseSession { session }).await {
+        Ok(Reply::Done) => Ok(()),
+        other => Err(format!("close session: {other:?}")),
+    }
+}
+
+/// A node's figures after, with its RSS before and the growth a live key in RSS and
+/// snapshot bytes.
+fn growth(
+    mut after: serde_json::Value,
+    before: Option<&serde_json::Value>,
+    keys: u64,
+) -> serde_json::Value {
+    let of = |v: Option<&serde_json::Value>, k: &str| v.and_then(|v| v[k].as_f64());
+    let rss_before = of(before, "rss_mib");
+    let per_key = |a: Option<f64>, b: Option<f64>, scale: f64| {
+        a.zip(b)
+            .map(|(a, b)| ((a - b) * scale / keys as f64).round())
+    };
+    after["rss_mib_before"] = json!(rss_before);
+    after["rss_bytes_per_key"] = json!(per_key(
+        of(Some(&after), "rss_mib"),
+        rss_before,
+        1_048_576.0
+    ));
+    after["snapshot_bytes_per_key"] = json!(per_key(
+        of(Some(&after), "snapshot_bytes"),
+        of(before, "snapshot_bytes"),
+        1.0
+    ));
+    after
+}
