@@ -16,14 +16,16 @@
 use serde::{Deserialize, Serialize};
 
 use weir_core::machine::{
-    Command, Event, Fence, HaltScope, LimitStatus, Reply, RunSlot, Spend, TenantStatus,
+    Command, Event, Fence, HaltScope, HolderView, LimitStatus, QueuePage, Reply, RunSlot, Spend,
+    TenantStatus, WaiterView,
 };
 
 /// The protocol version this build speaks. A client of another version is refused at hello.
 /// Version 2: the hello carries a token. Version 3: writes may carry the commands of keyed
 /// limits and requests of several parts (`Command::Define`, `Command::AcquireParts`), which
-/// a node of version 2 could not decode.
-pub const PROTOCOL_VERSION: u32 = 3;
+/// a node of version 2 could not decode. Version 4: reads of a limit's holders and waiters
+/// (`Query::Holders`, `Query::Waiters`).
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Largest client frame, in bytes: a command is at most a few KiB (names are bounded by
 /// `bounds::NAME_BYTES_MAX`, reasons by `REASON_BYTES_MAX`); answers listing a tenant's
@@ -107,6 +109,21 @@ pub enum Query {
     Tenant {
         tenant: String,
     },
+    /// A limit's permits held now, skipping the first `after`, at most `max` (capped at
+    /// `bounds::QUEUE_PAGE_MAX`): `Machine::holders`.
+    Holders {
+        tenant: String,
+        name: String,
+        after: u64,
+        max: u32,
+    },
+    /// A limit's waiting tickets in serving order, paged like `Holders`: `Machine::waiters`.
+    Waiters {
+        tenant: String,
+        name: String,
+        after: u64,
+        max: u32,
+    },
 }
 
 /// The answer to a [`Query`].
@@ -119,6 +136,10 @@ pub enum Answer {
     Running(Vec<(String, RunSlot)>),
     Halts(Vec<(HaltScope, String)>),
     Tenant(TenantStatus),
+    /// `None`: no such limit.
+    Holders(Option<QueuePage<HolderView>>),
+    /// `None`: no such limit.
+    Waiters(Option<QueuePage<WaiterView>>),
 }
 
 /// One cluster member as a node sees it.

@@ -74,7 +74,9 @@ fn query_tenant(query: &Query) -> &str {
         | Query::Spent { tenant, .. }
         | Query::Running { tenant }
         | Query::Halts { tenant }
-        | Query::Tenant { tenant } => tenant,
+        | Query::Tenant { tenant }
+        | Query::Holders { tenant, .. }
+        | Query::Waiters { tenant, .. } => tenant,
     }
 }
 

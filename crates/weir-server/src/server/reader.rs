@@ -61,6 +61,18 @@ pub fn answer(machine: &Machine, query: &Query) -> Answer {
         Query::Running { tenant } => Answer::Running(machine.running(tenant)),
         Query::Halts { tenant } => Answer::Halts(machine.halts(tenant)),
         Query::Tenant { tenant } => Answer::Tenant(machine.tenant_status(tenant)),
+        Query::Holders {
+            tenant,
+            name,
+            after,
+            max,
+        } => Answer::Holders(machine.holders(tenant, name, *after, *max)),
+        Query::Waiters {
+            tenant,
+            name,
+            after,
+            max,
+        } => Answer::Waiters(machine.waiters(tenant, name, *after, *max)),
     }
 }
 
