@@ -3,6 +3,7 @@
 mod add_node;
 mod cli;
 mod client_port;
+mod console;
 mod edge;
 mod first_start;
 mod harness;
