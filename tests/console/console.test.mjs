@@ -1,7 +1,7 @@
 // The operator console in a real headless Chromium (Debian's, driven by playwright-core)
 // against real three-node clusters of the debug binary. Phases, each logged:
-//  1. without tokens: the console loads every view (screenshots to docs/console-*.png at
-//     1280x800); a grant made by the CLI appears live on the limit's page; a halt set from
+//  1. without tokens: the console loads every view (screenshots of each at 1280x800 into
+//     the directory WEIR_CONSOLE_SHOTS names, if set); a grant made by the CLI appears live on the limit's page; a halt set from
 //     the page refuses the next CLI acquire in its scope and a clear from the page lifts it;
 //     the page fits a phone's width; killing the leader, the page shows the new leader (the
 //     time it took is printed; the requirement is 2 s, the wait is bounded at 10 s).
@@ -17,10 +17,10 @@ import path from 'node:path';
 import { chromium } from 'playwright-core';
 import { Cluster } from './cluster.mjs';
 
-const DOCS = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..', '..', 'docs');
+/** Where the screenshots of each view go (`docs` refreshes the README's); unset: none. */
+const SHOTS = process.env.WEIR_CONSOLE_SHOTS;
 /** Longest any single wait on the page lasts, ms. */
 const WAIT_MS = 10_000;
-const SHOTS = process.env.WEIR_CONSOLE_SHOTS !== '0';
 
 const log = (m) => console.log(`[console] ${m}`);
 
@@ -38,7 +38,7 @@ async function browser() {
 }
 
 async function shot(page, name) {
-  if (SHOTS) await page.screenshot({ path: path.join(DOCS, `console-${name}.png`) });
+  if (SHOTS) await page.screenshot({ path: path.join(SHOTS, `console-${name}.png`) });
 }
 
 /** Fails on any script error or CSP violation the page reports. */
@@ -82,8 +82,14 @@ async function withoutTokens(b) {
     log(`phase: a CLI grant appears live on the limit's page (${Date.now() - started} ms after the CLI started)`);
     await shot(page, 'limit');
 
-    await page.goto(`${cluster.url(viewer)}/ui#/tenants/default`);
+    const tenant = await cluster.http(leader, 'PUT', '/v1/tenants/default', { max_running: 4, budget_tokens: 1000 });
+    assert.equal(tenant.status, 200, JSON.stringify(tenant.json));
+    const run = await cluster.http(leader, 'POST', '/v1/tenants/default/runs/nightly/reserve',
+      { agent: 'etl', period: '2026-12', hold_tokens: 300 });
+    assert.equal(run.status, 200, JSON.stringify(run.json));
+    await page.goto(`${cluster.url(viewer)}/ui#/tenants/default/2026-12`);
     await page.locator('#halt-form').waitFor();
+    await page.locator('#tenant-body td', { hasText: 'nightly' }).waitFor();
     await page.fill('#halt-agent', 'etl');
     await page.fill('#halt-reason', 'runaway loop');
     await page.click('#halt-button');
