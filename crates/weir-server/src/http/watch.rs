@@ -48,11 +48,17 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// The length of the window `WATCH_EVENTS_PER_SECOND_MAX` counts over.
 const RATE_WINDOW: Duration = Duration::from_secs(1);
 
+/// The node's activity feed, as one viewer reads it.
+type Feed = broadcast::Receiver<Arc<Activities>>;
+
+/// The node's Raft metrics (its leader and term), as one viewer watches them.
+type Metrics = watch::Receiver<openraft::RaftMetrics<u64, NodeAddr>>;
+
 /// One viewer's stream: where it reads, what it has to send, what it last told.
 struct Viewer {
     node: u64,
-    feed: broadcast::Receiver<Arc<Activities>>,
-    metrics: watch::Receiver<openraft::RaftMetrics<u64, NodeAddr>>,
+    feed: Feed,
+    metrics: Metrics,
     revoked: BoxFuture<'static, String>,
     /// Events ready to send, oldest last (sent with `pop`).
     ready: Vec<SseEvent>,
@@ -81,24 +87,12 @@ pub async fn stream(
             ),
         ));
     }
-    let feed = ctx.state.watch();
-    let metrics = ctx.raft.metrics();
-    let leader = leader_of(&metrics);
-    let hello = SseEvent::default()
-        .event("hello")
-        .data(json!({"node": ctx.id, "leader": leader.0, "term": leader.1}).to_string());
-    let viewer = Viewer {
-        node: ctx.id,
-        feed,
-        metrics,
-        revoked: Box::pin(ctx.callers.tokens().revoked(caller.principal.clone())),
-        ready: vec![hello],
-        leader,
-        sent_in_window: 0,
-        window_start: Instant::now(),
-        resync_owed: false,
-        ended: false,
-    };
+    let viewer = Viewer::new(
+        ctx.id,
+        ctx.state.watch(),
+        ctx.raft.metrics(),
+        Box::pin(ctx.callers.tokens().revoked(caller.principal.clone())),
+    );
     let events = futures_util::stream::unfold(viewer, |mut v| async move {
         let e = v.next().await?;
         Some((Ok(e), v))
@@ -106,14 +100,33 @@ pub async fn stream(
     Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
 }
 
-fn leader_of(
-    metrics: &watch::Receiver<openraft::RaftMetrics<u64, NodeAddr>>,
-) -> (Option<u64>, u64) {
+fn leader_of(metrics: &Metrics) -> (Option<u64>, u64) {
     let m = metrics.borrow();
     (m.current_leader, m.current_term)
 }
 
 impl Viewer {
+    /// A viewer of `feed` whose first event is `hello` with the leader `metrics` know.
+    fn new(node: u64, feed: Feed, metrics: Metrics, revoked: BoxFuture<'static, String>) -> Viewer {
+        let leader = leader_of(&metrics);
+        let hello = named(
+            "hello",
+            &json!({"node": node, "leader": leader.0, "term": leader.1}),
+        );
+        Viewer {
+            node,
+            feed,
+            metrics,
+            revoked,
+            ready: vec![hello],
+            leader,
+            sent_in_window: 0,
+            window_start: Instant::now(),
+            resync_owed: false,
+            ended: false,
+        }
+    }
+
     /// The next event to send, waiting for one; `None` once the stream ended.
     async fn next(&mut self) -> Option<SseEvent> {
         loop {
@@ -210,4 +223,77 @@ fn sse_of(a: &Activity) -> SseEvent {
     let data = serde_json::to_value(a).expect("plain data");
     let kind = data["kind"].as_str().unwrap_or("activity").to_owned();
     named(&kind, &data)
+}
+
+#[cfg(test)]
+mod tests {
+    //! The stream's bounds and its resync rule, on a feed of this test's own.
+
+    use super::*;
+
+    /// A viewer of a feed of `capacity` entries, the feed's sender, and the metrics' sender
+    /// (kept: a closed metrics channel ends the stream).
+    fn viewer(
+        capacity: usize,
+    ) -> (
+        Viewer,
+        broadcast::Sender<Arc<Activities>>,
+        watch::Sender<openraft::RaftMetrics<u64, NodeAddr>>,
+    ) {
+        let (feed, rx) = broadcast::channel(capacity);
+        let (metrics_tx, metrics) = watch::channel(openraft::RaftMetrics::new_initial(1));
+        let v = Viewer::new(1, rx, metrics, Box::pin(std::future::pending()));
+        (v, feed, metrics_tx)
+    }
+
+    fn expired(n: u64) -> Activity {
+        Activity::Expired { session: n }
+    }
+
+    /// The next event as its SSE text, within a bound far above the rate window.
+    async fn next(v: &mut Viewer) -> String {
+        let e = tokio::time::timeout(Duration::from_secs(5), v.next())
+            .await
+            .expect("an event within 5 s")
+            .expect("the stream goes on");
+        format!("{e:?}")
+    }
+
+    #[tokio::test]
+    async fn past_the_rate_bound_the_rest_of_the_second_is_dropped_and_resync_sent() {
+        let (mut v, feed, _metrics) = viewer(16);
+        assert!(next(&mut v).await.contains("hello"));
+        let flood: Activities = (0..u64::from(WATCH_EVENTS_PER_SECOND_MAX) + 50)
+            .map(expired)
+            .collect();
+        feed.send(Arc::new(flood)).unwrap();
+        for i in 0..WATCH_EVENTS_PER_SECOND_MAX {
+            let e = next(&mut v).await;
+            assert!(e.contains(&format!("session\\\":{i}}}")), "{i}: {e}");
+        }
+        let e = next(&mut v).await;
+        assert!(e.contains("resync") && e.contains("in a second"), "{e}");
+        feed.send(Arc::new(vec![expired(7)])).unwrap();
+        let e = next(&mut v).await;
+        assert!(
+            e.contains("session\\\":7}"),
+            "the next second sends again: {e}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_viewer_behind_the_feed_is_sent_resync_then_goes_on() {
+        let (mut v, feed, _metrics) = viewer(2);
+        assert!(next(&mut v).await.contains("hello"));
+        for n in 0..5 {
+            feed.send(Arc::new(vec![expired(n)])).unwrap();
+        }
+        let e = next(&mut v).await;
+        assert!(
+            e.contains("resync") && e.contains("fell 3 entries behind"),
+            "{e}"
+        );
+        assert!(next(&mut v).await.contains("session\\\":3}"));
+        assert!(next(&mut v).await.contains("session\\\":4}"));
+    }
 }
