@@ -57,6 +57,9 @@ async function withoutTokens(b) {
     log(`cluster up: leader ${leader}, the page is on node ${viewer}`);
     assert.equal((await cluster.http(leader, 'PUT', '/v1/tenants/default/limits/db', { concurrent: 2 })).status, 200);
     assert.equal((await cluster.http(leader, 'PUT', '/v1/tenants/default/limits/api', { per_second: 50 })).status, 200);
+    const keyed = await cluster.http(leader, 'PUT', '/v1/tenants/default/limits/per-user', { concurrent: 1, keyed: true });
+    assert.equal(keyed.status, 200, JSON.stringify(keyed.json));
+    assert.equal((await cluster.http(leader, 'PUT', '/v1/tenants/default/limits/trial', { concurrent: 5, shadow: true })).status, 200);
 
     const page = await b.context.newPage();
     const errors = watchErrors(page);
@@ -70,6 +73,16 @@ async function withoutTokens(b) {
 
     await page.goto(`${cluster.url(viewer)}/ui#/limits/default`);
     await page.getByRole('link', { name: 'db' }).waitFor();
+    const perUser = page.locator('tr', { has: page.getByRole('link', { name: 'per-user' }) });
+    assert.match(await perUser.textContent(), /keyed/);
+    assert.match(await page.locator('tr', { has: page.getByRole('link', { name: 'trial' }) }).textContent(), /shadow/);
+    await page.fill('#limits-prefix', 'd');
+    await page.press('#limits-prefix', 'Enter');
+    await page.getByRole('link', { name: 'api' }).waitFor({ state: 'detached' });
+    assert.equal(await page.getByRole('link', { name: 'db' }).count(), 1, 'the filter keeps db');
+    await page.fill('#limits-prefix', '');
+    await page.press('#limits-prefix', 'Enter');
+    await page.getByRole('link', { name: 'api' }).waitFor();
     await shot(page, 'limits');
 
     await page.goto(`${cluster.url(viewer)}/ui#/limit/default/db`);

@@ -36,6 +36,12 @@ fn waiters_are_listed_in_the_order_the_queue_serves_them() {
     );
     let holders = s.m.holders("t", "db", 0, 10).unwrap();
     assert_eq!(holders.total, 1);
+    let status = s.status("t", "db");
+    assert_eq!(
+        (status.keyed, status.live_keys),
+        (false, 0),
+        "an unkeyed limit has no keys"
+    );
     let h = &holders.items[0];
     assert_eq!(
         (h.session, h.ticket, h.fence, h.units, &h.key),
@@ -100,6 +106,11 @@ fn a_keyed_limit_lists_each_live_key_in_key_order() {
     assert_eq!(
         (waiters.total, waiters.items[0].key.as_deref()),
         (1, Some("bob"))
+    );
+    let status = s.m.limit_status("t", "gpu").unwrap();
+    assert_eq!(
+        (status.keyed, status.live_keys, status.shadow),
+        (true, 2, false)
     );
     // A key's ticket is named by its definition, not by the key.
     assert_eq!(s.m.ticket_limit(c, 1), Some(("t".into(), "gpu".into())));

@@ -1,5 +1,5 @@
-// Limits of a tenant: kind, units in use against the cap as a bar, waiters, tokens, live
-// keys of keyed limits, shadow and removal marks; filtered by name prefix and paged by the
+// Limits of a tenant: kind (concurrency, rate, keyed), units in use against the cap as a
+// bar, waiters, tokens, live keys of keyed limits, shadow and removal marks; filtered by name prefix and paged by the
 // node (`?prefix=&after=&limit=`, answered `{"limits": [...], "next": NAME|null}`), so a
 // tenant of 100,000 limits costs one page per look. Re-read when an event names the tenant.
 
@@ -75,7 +75,7 @@ function kindTags(l) {
   const tags = [];
   if (l.concurrent > 0) tags.push('concurrency');
   if (l.per_second > 0) tags.push('rate');
-  if (l.keyed || l.keys_max != null) tags.push('keyed');
+  if (l.keyed) tags.push('keyed');
   if (l.shadow) tags.push('shadow');
   if (l.removing) tags.push('removing');
   return tags.map((t) => h('span', { class: 'tag' }, t));
@@ -92,6 +92,6 @@ function limitTable(tenant, limits) {
         : `${l.in_use}`,
       l.waiting,
       l.per_second > 0 ? `${l.tokens} / ${l.burst}` : '—',
-      l.keys ?? l.live_keys ?? '—',
+      l.keyed ? l.live_keys : '—',
     ]));
 }

@@ -25,6 +25,12 @@ pub struct LimitStatus {
     pub tokens: u64,
     /// Removed, waiting for its holders to release.
     pub removing: bool,
+    /// One bucket or semaphore per key (`keys_max` set).
+    pub keyed: bool,
+    /// Keys whose state differs from a fresh one's (0 for an unkeyed limit).
+    pub live_keys: u64,
+    /// Evaluated and counted, never refuses.
+    pub shadow: bool,
 }
 
 impl LimitStatus {
@@ -40,6 +46,9 @@ impl LimitStatus {
             max_in_use: limit.max_held_units,
             tokens: limit.tokens_micro / MICRO,
             removing: limit.removing,
+            keyed: limit.spec.keys_max.is_some(),
+            live_keys: limit.keys.len() as u64,
+            shadow: limit.spec.shadow,
         }
     }
 }
