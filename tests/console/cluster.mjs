@@ -59,9 +59,14 @@ export class Cluster {
   /** `tokens`: secret -> role, written as [[tokens]] (none: no authentication). */
   static async start(tokens = {}) {
     const c = new Cluster(tokens);
-    await c.configure();
-    for (const n of c.nodes) c.startNode(n.id);
-    await c.leader();
+    try {
+      await c.configure();
+      for (const n of c.nodes) c.startNode(n.id);
+      await c.leader();
+    } catch (e) {
+      await c.close();
+      throw e;
+    }
     return c;
   }
 
