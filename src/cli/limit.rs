@@ -65,8 +65,8 @@ pub enum LimitCommand {
 }
 
 /// `limit show --json`: spec §4's `{"tenant", "name", "concurrent", "per_second", "burst",
-/// "in_use", "waiting", "max_in_use"}`, then `tokens` and `removing` — the fields of
-/// [`LimitStatus`] in order.
+/// "in_use", "waiting", "max_in_use"}`, then `tokens`, `removing`, `keyed`, `live_keys` and
+/// `shadow` — the fields of [`LimitStatus`] in order.
 fn limit_json<T: serde::Serialize + ?Sized>(l: &T) -> serde_json::Value {
     serde_json::to_value(l).expect("limit status serializes")
 }

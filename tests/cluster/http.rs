@@ -144,7 +144,8 @@ async fn http_routes_are_exactly_the_openapi_ones_and_each_is_served_by_a_follow
             .replace("{fence}", "1")
             .replace("{run}", "r")
             .replace("{period}", "p")
-            .replace("{agent}", "a");
+            .replace("{agent}", "a")
+            .replace("{file}", "app.js");
         if concrete.ends_with("/events") {
             // An event stream answers its headers at once and then stays open. It needs a
             // session that exists (its owner is checked first): one opened for it.

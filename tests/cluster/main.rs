@@ -4,6 +4,7 @@ mod add_node;
 mod apply;
 mod cli;
 mod client_port;
+mod console;
 mod edge;
 mod first_start;
 mod harness;

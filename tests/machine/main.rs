@@ -9,6 +9,7 @@ mod global_bounds;
 mod keyed;
 mod model;
 mod owners;
+mod queue_reads;
 mod scenarios;
 mod sim;
 mod snapshot_damage;

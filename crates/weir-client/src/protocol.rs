@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 
 use weir_core::bounds::LIMITS_PAGE_MAX;
 use weir_core::machine::{
-    Command, Definition, Event, Fence, HaltScope, KeyPage, LimitStatus, LimitsChange, LimitsPage,
-    Refusal, Reply, RunSlot, Spend, TenantStatus,
+    Command, Definition, Event, Fence, HaltScope, HolderView, KeyPage, LimitStatus, LimitsChange,
+    LimitsPage, QueuePage, Refusal, Reply, RunSlot, Spend, TenantStatus, WaiterView,
 };
 
 /// The protocol version this build speaks. A client of another version is refused at hello.
@@ -27,7 +27,8 @@ use weir_core::machine::{
 /// a node of version 2 could not decode. Version 4: a list of limits is read by pages
 /// (`Query::Limits` names a prefix, a name to start after and a page size), reads of a keyed
 /// limit's keys (`Query::Key`, `Query::Keys`), and a limit's status carries its live keys,
-/// shadow refusals and overruns, which a node or client of version 3 could not decode.
+/// shadow refusals and overruns, and reads of a limit's holders and waiters
+/// (`Query::Holders`, `Query::Waiters`), which a node or client of version 3 could not decode.
 pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Largest client frame, in bytes: a command is at most a few KiB (names are bounded by
@@ -140,6 +141,21 @@ pub enum Query {
         after: Option<String>,
         limit: u32,
     },
+    /// A limit's permits held now, skipping the first `after`, at most `max` (capped at
+    /// `bounds::QUEUE_PAGE_MAX`): `Machine::holders`.
+    Holders {
+        tenant: String,
+        name: String,
+        after: u64,
+        max: u32,
+    },
+    /// A limit's waiting tickets in serving order, paged like `Holders`: `Machine::waiters`.
+    Waiters {
+        tenant: String,
+        name: String,
+        after: u64,
+        max: u32,
+    },
 }
 
 impl Query {
@@ -170,6 +186,10 @@ pub enum Answer {
     Key(Option<LimitStatus>),
     /// `None`: no keyed limit of that name.
     Keys(Option<KeyPage>),
+    /// `None`: no such limit.
+    Holders(Option<QueuePage<HolderView>>),
+    /// `None`: no such limit.
+    Waiters(Option<QueuePage<WaiterView>>),
 }
 
 /// One cluster member as a node sees it.

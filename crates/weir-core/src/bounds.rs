@@ -345,3 +345,9 @@ pub const APPLIED_EVENTS_BACKLOG: usize = 4_096;
 /// fewer events than a node's whole feed; 4,096 covers a burst of grants to every permit a
 /// process usually waits for.
 pub const CLIENT_EVENTS_BACKLOG: usize = 4_096;
+
+/// Most holders or waiters one read of a limit's permits or queue answers (the console's
+/// holders and waiters views page through more). A page is built under the state lock on
+/// every node that answers it; 500 rows is a screenful many times over and costs well under
+/// a millisecond to collect, while a queue may hold 100,000 waiters.
+pub const QUEUE_PAGE_MAX: u32 = 500;

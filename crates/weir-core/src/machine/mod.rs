@@ -192,6 +192,7 @@ pub mod limit;
 pub mod queue;
 mod queue_key;
 mod queue_rank;
+pub mod queue_view;
 pub mod reply;
 pub mod saved;
 pub mod session;
@@ -208,6 +209,7 @@ pub use command::{
     Acquire, AcquireParts, Batch, Change, Command, Definition, Fence, HaltScope, Leadership,
     LimitId, Owner, Part, Priority, SessionId, Settle, TicketId, next_session_candidate,
 };
+pub use queue_view::{HolderView, QueuePage, WaiterView};
 pub use reply::{Applied, BudgetKind, Event, LimitsChange, Refusal, Reply};
 pub use snapshot::{SNAPSHOT_MAGIC, SNAPSHOT_VERSION, digest_of};
 pub use state::Machine;

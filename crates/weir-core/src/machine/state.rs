@@ -11,7 +11,7 @@
 //! This file holds the state and the dispatch; each group of commands has its own child
 //! module: `limits` (define, remove), `leases` (sessions: open, keep-alive, expire, close),
 //! `permits` (acquire, release, and serving a queue), `runs` (tenant ceilings, run admission,
-//! settlements, halts), `reads` (what queries see) and `check` (the invariants below).
+//! settlements, halts), `reads` and `queue_reads` (what queries see) and `check` (the invariants below).
 //!
 //! Invariants (checked by [`Machine::check`], asserted where they can break):
 //! - Every live ticket is in exactly one place: a `Queued` ticket is in its limit's queue
@@ -28,6 +28,7 @@ mod check;
 mod leases;
 mod limits;
 mod permits;
+mod queue_reads;
 mod reads;
 mod runs;
 

@@ -37,6 +37,8 @@ pub struct LimitStatus {
     pub shadow_refusals: ShadowRefusals,
     /// Tokens settled above their estimates, summed since the definition was defined.
     pub overrun_tokens: u64,
+    /// One bucket or semaphore per key (`keys_max` set).
+    pub keyed: bool,
 }
 
 impl LimitStatus {
@@ -57,6 +59,7 @@ impl LimitStatus {
             shadow: limit.spec.shadow,
             shadow_refusals: limit.shadow_refusals,
             overrun_tokens: limit.overrun_tokens,
+            keyed: limit.spec.keys_max.is_some(),
         }
     }
 }

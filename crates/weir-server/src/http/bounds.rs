@@ -1,6 +1,7 @@
 //! The HTTP port's own bounds: how large a request body may be, how long it may take to
 //! arrive, how much of an unread body is drained before an answer, and how long an acquire
-//! may hold its request open. The bounds every port shares are weir-core's.
+//! may hold its request open, how far a console's event stream may fall behind. The bounds
+//! every port shares are weir-core's.
 
 /// Largest request body, in bytes; a larger one is answered 413 `PayloadTooLarge`. The
 /// largest body the API takes is a halt with the longest reason (about 1 KiB of JSON);
@@ -31,3 +32,17 @@ pub const WAIT_MS_MAX: u64 = 60_000;
 /// answers in one page, and one of 100,000 in a hundred pages, each a read of its own
 /// range that builds at most a third of a megabyte of JSON.
 pub const LIMITS_PAGE_DEFAULT: u32 = weir_core::bounds::LIMITS_PAGE_MAX as u32;
+/// Applied entries a console's cluster-wide event stream (`GET /v1/events`) may fall behind
+/// the node's activity feed before it misses some. It is then sent `resync` (re-read the
+/// state; nothing was skipped silently), as a session's stream is sent `lagged`. The feed is
+/// one broadcast shared by every viewer, so this bounds the memory of all viewers together
+/// at this many entries' activities; a slow viewer bounds only its own lag. 1,024 entries
+/// are seconds of a busy cluster's traffic: a browser tab reading SSE keeps up unless it is
+/// suspended, and then a re-read is what it needs anyway.
+pub const WATCH_ENTRIES_BACKLOG: usize = 1_024;
+
+/// Most activities one `GET /v1/events` stream sends per second; above it the stream drops
+/// the rest of that second and sends `resync` once, so a flood of grants (a benchmark, an
+/// incident) costs a viewer's connection a bounded rate of frames, and the page re-reads
+/// the state instead of rendering each one. A person reads nowhere near 200 events a second.
+pub const WATCH_EVENTS_PER_SECOND_MAX: u32 = 200;

@@ -169,9 +169,10 @@ pub fn current() -> Arc<Caller> {
     CURRENT.with(|c| c.clone())
 }
 
-/// Routes served without a token.
+/// Routes served without a token: health, and the console's page and assets (which hold
+/// no data: the page asks `/v1` for everything with its token, `console.rs`).
 fn open_route(path: &str) -> bool {
-    matches!(path, "/healthz" | "/readyz")
+    matches!(path, "/healthz" | "/readyz" | "/ui") || path.starts_with("/ui/")
 }
 
 /// The middleware: authenticates the bearer token and runs the handler as its caller.

@@ -1,5 +1,5 @@
 //! The node and the cluster: `GET /v1/status` (every member as `weir status --json` shows
-//! it), `/healthz` (the process serves) and `/readyz` (a member with a known leader whose
+//! it, with its readiness by the rule of `/readyz`), `/healthz` (the process serves) and `/readyz` (a member with a known leader whose
 //! applied index is close to its log).
 
 use std::sync::Arc;
@@ -47,7 +47,14 @@ pub async fn status(State(ctx): State<Arc<HttpCtx>>) -> ApiResult {
             ask(&m.client, &security).await.ok()
         };
         nodes.push(match status {
-            Some(s) => serde_json::to_value(s).expect("plain data"),
+            Some(s) => {
+                let member = s.members.iter().any(|m| m.id == s.id);
+                let (ready, why) = ready_rule(member, s.leader, s.applied, s.last_log_index);
+                let mut v = serde_json::to_value(s).expect("plain data");
+                v["ready"] = json!(ready);
+                v["ready_reason"] = json!(why);
+                v
+            }
             None => json!({"id": m.id, "addr": m.client, "state": "Unreachable"}),
         });
     }
@@ -86,10 +93,16 @@ fn readiness(raft: &Raft) -> (bool, String) {
     let member = m.membership_config.nodes().any(|(id, _)| *id == m.id);
     let applied = m.last_applied.map_or(0, |l| l.index);
     let log = m.last_log_index.unwrap_or(0);
+    ready_rule(member, m.current_leader, applied, log)
+}
+
+/// The rule of `/readyz`, from a node's figures: what `/v1/status` reports for each node
+/// (`ready`, `ready_reason`), so the console shows every node's readiness from one node.
+fn ready_rule(member: bool, leader: Option<u64>, applied: u64, log: u64) -> (bool, String) {
     if !member {
         return (false, "not a member of the cluster".into());
     }
-    let Some(leader) = m.current_leader else {
+    let Some(leader) = leader else {
         return (false, "no leader known".into());
     };
     if log.saturating_sub(applied) > READY_LAG_MAX {

@@ -1,5 +1,6 @@
 //! The HTTP/JSON API of a node (spec §4): every operation of spec §2 under `/v1`, a
-//! session's events as server-sent events, a one-shot rate take, `/metrics`, `/healthz`
+//! session's events and the cluster's activity as server-sent events, the operator console
+//! at `/ui`, a one-shot rate take, `/metrics`, `/healthz`
 //! and `/readyz`. `docs/openapi.yaml` describes every route; a cluster test checks that it
 //! lists exactly what [`served_routes`] serves.
 //!
@@ -46,7 +47,11 @@
 //! - `error.rs` — [`ApiError`] and the body and path extractors that answer in it.
 //! - `limits.rs`, `keys.rs`, `permits.rs`, `sessions.rs`, `runs.rs`, `halts.rs`,
 //!   `cluster.rs` — the handlers, one file per resource.
-//! - `events.rs` — the SSE stream and the wait of a long-polled acquire.
+//! - `events.rs` — a session's SSE stream and the wait of a long-polled acquire.
+//! - `watch.rs` — the cluster-wide SSE stream the console follows (`GET /v1/events`).
+//! - `queue.rs` — a limit's holders and waiters, paged.
+//! - `console.rs` — the operator console's page at `/ui` (built into the binary) and
+//!   `/v1/whoami`.
 //! - `metrics.rs` — `/metrics`.
 //!
 //! # TLS and tokens
@@ -70,6 +75,7 @@
 mod bounds;
 mod callers;
 mod cluster;
+mod console;
 mod context;
 mod error;
 mod events;
@@ -79,11 +85,16 @@ mod limits;
 mod listener;
 mod metrics;
 mod permits;
+mod queue;
 mod router;
 mod runs;
 mod sessions;
+mod watch;
 
-pub use bounds::{BODY_BYTES_MAX, BODY_READ_TIMEOUT, DRAIN_BYTES_MAX, DRAIN_TIMEOUT, WAIT_MS_MAX};
+pub use bounds::{
+    BODY_BYTES_MAX, BODY_READ_TIMEOUT, DRAIN_BYTES_MAX, DRAIN_TIMEOUT, WAIT_MS_MAX,
+    WATCH_ENTRIES_BACKLOG, WATCH_EVENTS_PER_SECOND_MAX,
+};
 pub use callers::{CALLERS_MAX, Callers};
 pub use context::HttpCtx;
 pub use error::ApiError;

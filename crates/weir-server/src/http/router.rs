@@ -1,7 +1,7 @@
 //! The routes: one table of (method, path, handler) that both builds the router and is
 //! what [`served_routes`] reports, so the OpenAPI test compares `docs/openapi.yaml` with
-//! what is really served. Every route but `/healthz` and `/readyz` passes the token
-//! middleware (`callers.rs`). Serving: [`serve_http`] runs the listener (`listener.rs`,
+//! what is really served. Every route but `/healthz`, `/readyz` and the console's page
+//! (`/ui`, `/ui/{file}`: no data) passes the token middleware (`callers.rs`). Serving: [`serve_http`] runs the listener (`listener.rs`,
 //! TLS when `[tls]` is configured) until shutdown, each connection on hyper's HTTP/1.1
 //! server with a header read timeout ([`HEADER_READ_TIMEOUT`]); request bodies are bounded
 //! in bytes ([`super::bounds::BODY_BYTES_MAX`]) and in time (`error.rs`).
@@ -28,7 +28,10 @@ use crate::shutdown::Shutdown;
 use super::context::HttpCtx;
 use super::error::ApiError;
 use super::listener::{HttpListener, PeerAddr};
-use super::{callers, cluster, events, halts, keys, limits, metrics, permits, runs, sessions};
+use super::{
+    callers, cluster, console, events, halts, keys, limits, metrics, permits, queue, runs,
+    sessions, watch,
+};
 
 type Route = (&'static str, &'static str, MethodRouter<Arc<HttpCtx>>);
 
@@ -40,6 +43,20 @@ fn table() -> Vec<Route> {
         ("GET", "/readyz", get(cluster::readyz)),
         ("GET", "/metrics", get(metrics::scrape)),
         ("GET", "/v1/status", get(cluster::status)),
+        ("GET", "/v1/events", get(watch::stream)),
+        ("GET", "/v1/whoami", get(console::whoami)),
+        ("GET", "/ui", get(console::page)),
+        ("GET", "/ui/{file}", get(console::asset)),
+        (
+            "GET",
+            "/v1/tenants/{tenant}/limits/{name}/holders",
+            get(queue::holders),
+        ),
+        (
+            "GET",
+            "/v1/tenants/{tenant}/limits/{name}/waiters",
+            get(queue::waiters),
+        ),
         ("GET", "/v1/tenants/{tenant}/limits", get(limits::list)),
         ("PUT", "/v1/tenants/{tenant}/limits", put(limits::apply)),
         ("PUT", LIMIT, put(limits::define)),

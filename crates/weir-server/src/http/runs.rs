@@ -196,7 +196,9 @@ pub async fn spent(
         .await?
     {
         Answer::Spent(s) => Ok(Json(json!({"tenant": tenant, "period": period,
-            "tokens": s.tokens, "minor_units": s.minor_units}))
+            "tokens": s.tokens, "minor_units": s.minor_units,
+            "held_tokens": s.held_tokens, "held_minor": s.held_minor,
+            "overrun_tokens": s.overrun_tokens, "overrun_minor": s.overrun_minor}))
         .into_response()),
         other => Err(unexpected(other)),
     }

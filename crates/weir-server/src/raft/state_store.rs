@@ -15,6 +15,8 @@
 //!   triple.
 //! - Events of every applied entry are published to subscribers; a slow subscriber may miss
 //!   some (it learns of them by asking again: grants are state, not messages).
+//! - What each entry did cluster-wide (`activity.rs`) is derived and published only while
+//!   the activity feed has a subscriber (a console's event stream).
 
 // openraft's traits fix the error type to its `StorageError`, which is large; boxing it
 // is not ours to choose.
@@ -30,6 +32,7 @@ use openraft::{
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
+use super::activity::{self, Activities};
 use super::{Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
 use weir_core::bounds::APPLIED_EVENTS_BACKLOG;
 use weir_core::codec::{self, FrameError};
@@ -70,6 +73,9 @@ pub struct AppliedState {
     persist: tokio::sync::Mutex<()>,
     dir: PathBuf,
     events: broadcast::Sender<Arc<Applied>>,
+    /// What each applied entry did, for the console's event stream (`activity.rs`):
+    /// derived only while it has a subscriber.
+    activity: broadcast::Sender<Arc<Activities>>,
 }
 
 /// The state-machine store handed to openraft. Clones share everything.
@@ -100,6 +106,12 @@ impl AppliedState {
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Applied>> {
         self.events.subscribe()
     }
+
+    /// Subscribes to what the applied entries did, cluster-wide (`activity.rs`). A
+    /// subscriber more than `WATCH_ENTRIES_BACKLOG` entries behind misses some, and is told.
+    pub fn watch(&self) -> broadcast::Receiver<Arc<Activities>> {
+        self.activity.subscribe()
+    }
 }
 
 impl StateStore {
@@ -126,6 +138,7 @@ impl StateStore {
             Err(e) => return Err(format!("{}: {e}", path.display())),
         }
         let (events, _) = broadcast::channel(APPLIED_EVENTS_BACKLOG);
+        let (activity, _) = broadcast::channel(crate::http::WATCH_ENTRIES_BACKLOG);
         Ok(StateStore {
             state: Arc::new(AppliedState {
                 applier: Mutex::new(applier),
@@ -133,6 +146,7 @@ impl StateStore {
                 persist: tokio::sync::Mutex::new(()),
                 dir: dir.to_owned(),
                 events,
+                activity,
             }),
         })
     }
@@ -240,6 +254,8 @@ impl RaftStateMachine<TypeConfig> for StateStore {
     {
         let mut out = vec![];
         let mut published = vec![];
+        let mut watched = vec![];
+        let watching = activity::wanted(&self.state.activity);
         {
             let mut state = self.state.lock();
             for entry in entries {
@@ -251,7 +267,21 @@ impl RaftStateMachine<TypeConfig> for StateStore {
                         None
                     }
                     EntryPayload::Normal(batch) => {
+                        let released =
+                            watching.then(|| activity::released_limits(&state.machine, &batch));
                         let applied = state.machine.apply(index, &batch);
+                        if let Some(released) = released {
+                            let did = activity::of_entry(
+                                &state.machine,
+                                &batch,
+                                &applied.replies,
+                                &applied.events,
+                                released,
+                            );
+                            if !did.is_empty() {
+                                watched.push(Arc::new(did));
+                            }
+                        }
                         if !applied.events.is_empty() {
                             published.push(Arc::new(applied.clone()));
                         }
@@ -269,6 +299,10 @@ impl RaftStateMachine<TypeConfig> for StateStore {
         for applied in published {
             // No subscriber is fine: nobody is connected to push to.
             let _ = self.state.events.send(applied);
+        }
+        for did in watched {
+            // The last viewer may have left since: nobody to tell is fine.
+            let _ = self.state.activity.send(did);
         }
         Ok(out)
     }

@@ -81,7 +81,9 @@ fn query_tenant(query: &Query) -> &str {
         | Query::Tenant { tenant }
         | Query::LimitsChange { tenant, .. }
         | Query::Key { tenant, .. }
-        | Query::Keys { tenant, .. } => tenant,
+        | Query::Keys { tenant, .. }
+        | Query::Holders { tenant, .. }
+        | Query::Waiters { tenant, .. } => tenant,
     }
 }
 

@@ -78,6 +78,18 @@ pub fn answer(machine: &Machine, query: &Query) -> Answer {
             after,
             limit,
         } => Answer::Keys(machine.keys_page(tenant, name, after.as_deref(), *limit)),
+        Query::Holders {
+            tenant,
+            name,
+            after,
+            max,
+        } => Answer::Holders(machine.holders(tenant, name, *after, *max)),
+        Query::Waiters {
+            tenant,
+            name,
+            after,
+            max,
+        } => Answer::Waiters(machine.waiters(tenant, name, *after, *max)),
     }
 }
 

@@ -1,0 +1,108 @@
+//! A limit's permits and queue, for the console's "one limit" view:
+//! `GET /v1/tenants/{tenant}/limits/{name}/holders` (permits held now, by key then fence)
+//! and `.../waiters` (tickets waiting, in the order they will be served). Both are
+//! linearizable reads (`Query::Holders`, `Query::Waiters`) paged by offset: `after` items
+//! skipped (default 0), at most `limit` answered (default and most `QUEUE_PAGE_MAX`). The
+//! answer is `{"items": [...], "total": N, "next": OFFSET|null}`, `next` being the `after`
+//! of the following page.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use axum::extract::rejection::QueryRejection;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::context::HttpCtx;
+use super::error::{ApiError, ApiResult, Params};
+use super::limits::unexpected;
+use weir_client::protocol::{Answer, Query};
+use weir_core::bounds::QUEUE_PAGE_MAX;
+use weir_core::machine::QueuePage;
+
+/// The page asked for.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Paging {
+    #[serde(default)]
+    after: u64,
+    #[serde(default = "page_max")]
+    limit: u32,
+}
+
+fn page_max() -> u32 {
+    QUEUE_PAGE_MAX
+}
+
+/// The query string as [`Paging`], or 400 `Invalid` naming what is wrong.
+fn paging(q: Result<axum::extract::Query<Paging>, QueryRejection>) -> Result<Paging, ApiError> {
+    let Paging { after, limit } = q
+        .map_err(|e| ApiError::invalid(format!("query: {}", e.body_text())))?
+        .0;
+    if limit == 0 || limit > QUEUE_PAGE_MAX {
+        return Err(ApiError::invalid(format!(
+            "query: limit {limit} is outside 1..={QUEUE_PAGE_MAX}"
+        )));
+    }
+    Ok(Paging { after, limit })
+}
+
+/// `GET /v1/tenants/{tenant}/limits/{name}/holders`.
+pub async fn holders(
+    State(ctx): State<Arc<HttpCtx>>,
+    Params((tenant, name)): Params<(String, String)>,
+    q: Result<axum::extract::Query<Paging>, QueryRejection>,
+) -> ApiResult {
+    let Paging { after, limit } = paging(q)?;
+    let query = Query::Holders {
+        tenant: tenant.clone(),
+        name: name.clone(),
+        after,
+        max: limit,
+    };
+    match ctx.read(query).await? {
+        Answer::Holders(page) => answer(page, after, &tenant, &name),
+        other => Err(unexpected(other)),
+    }
+}
+
+/// `GET /v1/tenants/{tenant}/limits/{name}/waiters`.
+pub async fn waiters(
+    State(ctx): State<Arc<HttpCtx>>,
+    Params((tenant, name)): Params<(String, String)>,
+    q: Result<axum::extract::Query<Paging>, QueryRejection>,
+) -> ApiResult {
+    let Paging { after, limit } = paging(q)?;
+    let query = Query::Waiters {
+        tenant: tenant.clone(),
+        name: name.clone(),
+        after,
+        max: limit,
+    };
+    match ctx.read(query).await? {
+        Answer::Waiters(page) => answer(page, after, &tenant, &name),
+        other => Err(unexpected(other)),
+    }
+}
+
+/// A page as JSON with the offset of the next one, or 404 `UnknownLimit`.
+fn answer<T: Serialize>(
+    page: Option<QueuePage<T>>,
+    after: u64,
+    tenant: &str,
+    name: &str,
+) -> ApiResult {
+    let Some(page) = page else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "UnknownLimit",
+            format!("unknown limit {tenant}/{name}"),
+        ));
+    };
+    let end = after.saturating_add(page.items.len() as u64);
+    let next = (end < page.total).then_some(end);
+    Ok(Json(json!({"items": page.items, "total": page.total, "next": next})).into_response())
+}

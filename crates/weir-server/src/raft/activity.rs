@@ -1,0 +1,260 @@
+//! What the cluster did, as the operator console follows it: [`Activity`], the events one
+//! applied entry produced across every tenant — grants (at once or from a queue), tickets
+//! queued, refusals, releases, session expiries, halts set and cleared, limits defined and
+//! removed. The state-machine store derives it from each applied batch (its commands, their
+//! replies and the entry's session events) and publishes it on the node's activity feed,
+//! which `GET /v1/events` serves (`http/watch.rs`).
+//!
+//! Invariants:
+//! - Derived only while someone listens: the store asks [`wanted`] first, so a node without
+//!   a viewer pays one atomic load per applied batch, nothing more.
+//! - Derived from this node's applied log alone, so every node computes the same activity
+//!   for the same entry (as with session events); it is observation, never state: nothing
+//!   reads it back into the machine.
+//! - A release's limit is looked up *before* the batch applies (the ticket is gone after),
+//!   a queued grant's *after* (the ticket is held then); an activity names what it could
+//!   find, `null` otherwise.
+
+use serde::Serialize;
+use tokio::sync::broadcast;
+
+use weir_core::machine::{Batch, Command, Event, Machine, Refusal, Reply, SessionId, TicketId};
+
+/// One thing the cluster did. Serialized with its kind as `kind` (the SSE event name).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Activity {
+    /// A ticket was granted: at its acquire (`queued` false) or from a queue.
+    Granted {
+        tenant: Option<String>,
+        limit: Option<String>,
+        session: SessionId,
+        ticket: TicketId,
+        fence: u64,
+        units: u32,
+        queued: bool,
+    },
+    /// A ticket waits, `position` tickets ahead of it.
+    Queued {
+        tenant: String,
+        limit: String,
+        session: SessionId,
+        ticket: TicketId,
+        position: u32,
+    },
+    /// A ticket was refused (at its acquire, or withdrawn from a queue).
+    Refused {
+        tenant: Option<String>,
+        limit: Option<String>,
+        session: SessionId,
+        ticket: TicketId,
+        error: &'static str,
+        message: String,
+    },
+    /// A ticket was released: `held` whether a permit was freed.
+    Released {
+        tenant: Option<String>,
+        limit: Option<String>,
+        session: SessionId,
+        ticket: TicketId,
+        held: bool,
+    },
+    /// A session's lease ran out: its permits are released, its tickets withdrawn.
+    Expired {
+        session: SessionId,
+    },
+    /// A halt was set on `scope` (`tenant` or `agent NAME`).
+    HaltSet {
+        tenant: String,
+        scope: String,
+        reason: String,
+    },
+    HaltCleared {
+        tenant: String,
+        scope: String,
+    },
+    /// A limit was defined or redefined.
+    Defined {
+        tenant: String,
+        limit: String,
+    },
+    Removed {
+        tenant: String,
+        limit: String,
+    },
+}
+
+/// Activities of one applied entry, in the order they happened.
+pub type Activities = Vec<Activity>;
+
+/// Whether anyone listens to `feed`: when not, nothing is derived.
+pub fn wanted(feed: &broadcast::Sender<std::sync::Arc<Activities>>) -> bool {
+    feed.receiver_count() > 0
+}
+
+/// Before `batch` applies: the (tenant, limit) of each command's released ticket, by
+/// command index (`None` for a command that releases nothing named).
+pub fn released_limits(machine: &Machine, batch: &Batch) -> Vec<Option<(String, String)>> {
+    batch
+        .commands
+        .iter()
+        .map(|c| match c {
+            Command::Release { session, ticket } => machine.ticket_limit(*session, *ticket),
+            _ => None,
+        })
+        .collect()
+}
+
+/// After `batch` applied to `machine` with `replies` and `events`: what it did.
+pub fn of_entry(
+    machine: &Machine,
+    batch: &Batch,
+    replies: &[Reply],
+    events: &[Event],
+    released: Vec<Option<(String, String)>>,
+) -> Activities {
+    let mut out = Vec::new();
+    for ((command, reply), named) in batch.commands.iter().zip(replies).zip(released) {
+        if let Some(a) = of_command(command, reply, named) {
+            out.push(a);
+        }
+    }
+    out.extend(events.iter().filter_map(|e| of_event(machine, e)));
+    out
+}
+
+/// The activity of one command and its reply, if it did something the console shows.
+fn of_command(
+    command: &Command,
+    reply: &Reply,
+    released: Option<(String, String)>,
+) -> Option<Activity> {
+    let (tenant, limit, session, ticket) = match command {
+        Command::Acquire(a) => (&a.tenant, a.limit.clone(), a.session, a.ticket),
+        Command::AcquireParts(a) => (
+            &a.tenant,
+            a.parts.first().map(|p| p.limit.clone()).unwrap_or_default(),
+            a.session,
+            a.ticket,
+        ),
+        Command::Release { session, ticket } => {
+            let Reply::Released { held, .. } = reply else {
+                return None;
+            };
+            let (tenant, limit) = released.unzip();
+            return Some(Activity::Released {
+                tenant,
+                limit,
+                session: *session,
+                ticket: *ticket,
+                held: *held,
+            });
+        }
+        _ => return of_control(command, reply),
+    };
+    let tenant = tenant.clone();
+    match reply {
+        Reply::Granted { fence, units } => Some(Activity::Granted {
+            tenant: Some(tenant),
+            limit: Some(limit),
+            session,
+            ticket,
+            fence: *fence,
+            units: *units,
+            queued: false,
+        }),
+        Reply::Queued { position } => Some(Activity::Queued {
+            tenant,
+            limit,
+            session,
+            ticket,
+            position: *position,
+        }),
+        Reply::Refused(r) => Some(refused(Some((tenant, limit)), session, ticket, r)),
+        _ => None,
+    }
+}
+
+/// The activity of an operator's command that succeeded: halts and definitions.
+fn of_control(command: &Command, reply: &Reply) -> Option<Activity> {
+    if matches!(reply, Reply::Refused(_)) {
+        return None;
+    }
+    Some(match command {
+        Command::SetHalt {
+            tenant,
+            scope,
+            reason,
+        } => Activity::HaltSet {
+            tenant: tenant.clone(),
+            scope: scope.to_string(),
+            reason: reason.clone(),
+        },
+        Command::ClearHalt { tenant, scope } => Activity::HaltCleared {
+            tenant: tenant.clone(),
+            scope: scope.to_string(),
+        },
+        Command::DefineLimit { tenant, name, .. } => Activity::Defined {
+            tenant: tenant.clone(),
+            limit: name.clone(),
+        },
+        Command::Define(d) => Activity::Defined {
+            tenant: d.tenant.clone(),
+            limit: d.name.clone(),
+        },
+        Command::RemoveLimit { tenant, name } => Activity::Removed {
+            tenant: tenant.clone(),
+            limit: name.clone(),
+        },
+        _ => return None,
+    })
+}
+
+/// The activity of an event for another session; a queued grant's limit is looked up in
+/// the state after the entry (the ticket is held there now). A halt covering a held permit
+/// is shown by its `halt_set` already.
+fn of_event(machine: &Machine, event: &Event) -> Option<Activity> {
+    Some(match event {
+        Event::Granted {
+            session,
+            ticket,
+            fence,
+            units,
+        } => {
+            let (tenant, limit) = machine.ticket_limit(*session, *ticket).unzip();
+            Activity::Granted {
+                tenant,
+                limit,
+                session: *session,
+                ticket: *ticket,
+                fence: *fence,
+                units: *units,
+                queued: true,
+            }
+        }
+        Event::Refused {
+            session,
+            ticket,
+            refusal,
+        } => refused(None, *session, *ticket, refusal),
+        Event::Halted { .. } => return None,
+        Event::SessionExpired { session } => Activity::Expired { session: *session },
+    })
+}
+
+fn refused(
+    named: Option<(String, String)>,
+    session: SessionId,
+    ticket: TicketId,
+    refusal: &Refusal,
+) -> Activity {
+    let (tenant, limit) = named.unzip();
+    Activity::Refused {
+        tenant,
+        limit,
+        session,
+        ticket,
+        error: crate::metrics::refusal_kind(refusal),
+        message: refusal.to_string(),
+    }
+}
