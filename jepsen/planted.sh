@@ -43,6 +43,7 @@ plants=(
     "halt-skipped|halts|delay|loopback|20|1"
     "expiry-no-grant|client kill|client-kill|loopback|30|1"
     "unsynced-log|settlement|power-loss|loopback|30|1"
+    "refused-charges-first|keyed|partition|loopback|20|1"
 )
 
 want=("$@")

@@ -28,7 +28,7 @@ pub struct Op {
     /// A client process number, or `u64::MAX` for the nemesis.
     pub process: u64,
     pub kind: Kind,
-    /// The operation: `acquire`, `release`, `hold`, `take`, `reserve`, `settle`, `spent`,
+    /// The operation: `acquire`, `release`, `hold`, `take`, `multi`, `drain`, `reserve`, `settle`, `spent`,
     /// `set-halt`, `clear-halt`, `probe`, or a nemesis fault.
     pub f: String,
     pub value: serde_json::Value,
@@ -159,8 +159,9 @@ fn edn(value: &serde_json::Value) -> String {
 /// Facts: records that are not operations (a belief interval, a pause taken, what the
 /// status monitor and the convergence probe saw). They have no invoke, are kept in
 /// `history.jsonl` for the checkers, and are left out of the EDN export.
-pub const FACTS: [&str; 10] = [
+pub const FACTS: [&str; 11] = [
     "hold",
+    "multi-hold",
     "leadership",
     "queue-armed",
     "queue-round",

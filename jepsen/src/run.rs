@@ -119,6 +119,7 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
     let healed_ns = final_heal(&mut cluster, &history).await;
     let probe_client = secure::client(servers.clone(), Access::Tenant(TENANT));
     probe_liveness(&cluster, &probe_client, &history, healed_ns).await;
+    workload::keyed::drain(&probe_client, &history).await;
     monitor.stop().await;
     crate::converge::probe(&cluster, &history, true).await;
     // The final reads only read.
@@ -188,6 +189,9 @@ const LONG_HOLDERS: u64 = 2;
 /// Processes taking tokens of the rate limit, each 1 to 3 at a time.
 const RATE_TAKERS: u64 = 3;
 
+/// Processes sending requests of several parts on the keyed limits.
+const MULTI_CLIENTS: u64 = 3;
+
 /// The workload processes of a run, and how to stop them.
 struct Workloads {
     stop: Arc<AtomicBool>,
@@ -254,7 +258,7 @@ impl Spawner {
         }
     }
 
-    /// Rate takers, the ledger, halts set and cleared under admitters, and `max_running`
+    /// Rate takers, the ledger, requests of several parts on keyed limits, halts set and cleared under admitters, and `max_running`
     /// raced with reserves.
     fn tenant_workloads(&mut self) {
         for i in 0..RATE_TAKERS {
@@ -264,6 +268,10 @@ impl Spawner {
         for i in 0..2 {
             let p = self.next(100 + i);
             self.spawn(workload::ledger(p));
+        }
+        for i in 0..MULTI_CLIENTS {
+            let p = self.next(60 + i);
+            self.spawn(workload::keyed::multi(p));
         }
         let p = self.next(150);
         self.spawn(workload::halter(p));
@@ -553,6 +561,14 @@ pub fn judge(
             "stalls",
             "G9: no unpaused client lost a permit to a leader stall",
             checker::stalls::check(ops),
+        ));
+    }
+    // Judged when the history has keyed requests (every run since the workload exists).
+    if checker::keyed::present(ops) {
+        rows.push((
+            "keyed",
+            "G1 per key; a refused request of several parts charges none",
+            checker::keyed::check(ops),
         ));
     }
     if secure || checker::security::present(ops) {

@@ -28,7 +28,9 @@
 //! fell behind (it then sends `Resync`, which bumps [`Client::generation`]) — so on every
 //! new connection, every `Resync` and every lag of its own the session re-asks each waiting
 //! ticket: the acquire is idempotent by (session, ticket), and a ticket granted meanwhile
-//! answers `Granted` with the same fence. With no ticket waiting it sends a keep-alive
+//! answers `Granted` with the same fence. An acquire that never waits (`wait: false`) is not
+//! re-asked: its own write's answer decides it, and a refusal at once is not remembered by
+//! the cluster, so a second ask could be granted after the caller was told `Refused`. With no ticket waiting it sends a keep-alive
 //! instead, which names the session on the new connection so its pushes follow it there.
 //! Asking again for a *held* ticket answers `Granted` even under a halt, so for held
 //! permits the re-ask reads the halts of their tenants instead, and marks lost every permit
@@ -493,7 +495,15 @@ fn on_event(s: &SessionState, event: Event) {
 /// halt pushed to a lost connection is learned too (asking again for a held ticket answers
 /// `Granted` even under a halt, so the halts are read instead).
 async fn reask(s: &SessionState) {
-    let waiting = s.waiting_acquires();
+    // An acquire that never waits is decided by its own write, whose answer it awaits: no
+    // push can grant it, and asking again could only have it decided twice (the machine
+    // remembers a refusal only for a ticket that waited), refused to the caller and
+    // granted, tokens charged, to the re-ask.
+    let waiting: Vec<AcquireParts> = s
+        .waiting_acquires()
+        .into_iter()
+        .filter(|a| a.wait)
+        .collect();
     if waiting.is_empty() {
         // Name the session on the new connection so its events are pushed here.
         let sent = BootInstant::now();

@@ -137,6 +137,29 @@ async fn a_resync_makes_a_waiting_ticket_ask_again_and_learn_its_grant() {
 }
 
 #[tokio::test]
+async fn a_resync_re_asks_a_waiting_ticket_but_never_one_that_does_not_wait() {
+    // The node leaves the first acquire unanswered (its answer still to come when the
+    // Resync arrives). A ticket that waits is asked again; one that never waits is decided
+    // by its own write alone: asked again, a refusal at once (which the cluster does not
+    // remember) could be followed by a grant the caller never hears of.
+    for wait in [true, false] {
+        let n = FakeNode::start(1, node(|k| if k == 1 { None } else { granted() }, vec![])).await;
+        let client = Client::new(vec![n.addr.clone()]);
+        let session = Session::open(&client, TTL).await.unwrap();
+        let mut options = AcquireOptions::new("t", "l");
+        options.wait = wait;
+        let acquiring = tokio::spawn(async move { session.acquire(options).await.map(|_| ()) });
+        assert!(n.wait_for(WAIT, is_acquire).await, "the acquire was sent");
+        n.push(ServerFrame::Resync { missed_entries: 3 });
+        // The re-ask follows the Resync at once; its second acquire would be in by now.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let expected = if wait { 2 } else { 1 };
+        assert_eq!(acquires(&n), expected, "wait {wait}: acquires sent");
+        acquiring.abort();
+    }
+}
+
+#[tokio::test]
 async fn a_cancelled_acquire_releases_its_ticket() {
     let n = FakeNode::start(1, node(|_| queued(), vec![])).await;
     let client = Client::new(vec![n.addr.clone()]);

@@ -35,11 +35,13 @@ pub enum Plant {
     ExpiryNoGrant,
     /// The Raft log's writes are never fsynced (its files' `sync` does nothing).
     UnsyncedLog,
+    /// A take of several parts refused `Busy` charges its first part's tokens anyway.
+    RefusedChargesFirst,
 }
 
 impl Plant {
     /// Every plant, in the order of `jepsen/planted.sh`.
-    pub const ALL: [Plant; 10] = [
+    pub const ALL: [Plant; 11] = [
         Plant::NoFreeze,
         Plant::WallGap,
         Plant::MarginZero,
@@ -50,6 +52,7 @@ impl Plant {
         Plant::HaltSkipped,
         Plant::ExpiryNoGrant,
         Plant::UnsyncedLog,
+        Plant::RefusedChargesFirst,
     ];
 
     /// The name `WEIR_PLANT` takes.
@@ -65,6 +68,7 @@ impl Plant {
             Plant::HaltSkipped => "halt-skipped",
             Plant::ExpiryNoGrant => "expiry-no-grant",
             Plant::UnsyncedLog => "unsynced-log",
+            Plant::RefusedChargesFirst => "refused-charges-first",
         }
     }
 }

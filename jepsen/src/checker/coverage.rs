@@ -16,6 +16,9 @@
 //! - `queued rounds`: rounds of tickets queued before a fault and granted after its heal;
 //! - `skewed leaderships`: leaderships whose log clock the monitor saw run at least 2% off
 //!   real time over three seconds or more (the clock nemesis' rate skew, observed);
+//! - `multi-part grants`, `multi-part refusals`: requests of several parts on the keyed
+//!   limits granted, and refused with nothing granted (`workload::keyed`); key counts in
+//!   every history that has such requests;
 //! - `lost-fsync crashes`: nodes power-lost by the `power-loss` fault (kill -9, then every
 //!   write not fsynced dropped), each restarted on what it had made durable; a key count
 //!   when `power-loss` is requested.
@@ -31,6 +34,7 @@
 //! | `halted refusals` | always | the halter halts the tenant and agent scopes the admitters reserve in |
 //! | `conflict refusals` | always | the ledger settles a conflicting payload after each settle |
 //! | `ceiling refusals` | always | the ceiling setter lowers `max_running` under three admitters |
+//! | `multi-part grants`, `multi-part refusals` | the history has requests of several parts | three processes send them without waiting on a bucket of 3 tokens and semaphore keys of one, all run long |
 //! | `queued rounds` | any fault fired | every step queues a round before its fault |
 //! | `leader changes` | `kill-leader`, `power-loss-leader`, `isolate-leader` or `pause-leader` fired | each stops or cuts off the leader for longer than an election while the other two, a majority, elect one of themselves: a new (term, leader) pair |
 //! | `deadline-ended beliefs`, `lease takeovers` | `pause-client`, `client-cut` or `client-delay` fired | the paused holder stops past its TTL, so its belief ends at its deadline, and the permit goes to a waiting holder of `fenced`; the cut client, pinned to its permit, is heard by no leader for longer than its TTL, so its deadline passes and the permit goes to a waiter of `cut` |
@@ -137,6 +141,14 @@ pub fn counts(ops: &[Op]) -> Vec<(&'static str, u64)> {
         ("queued rounds", queued),
         ("skewed leaderships", skewed),
         ("lost-fsync crashes", lost_fsync),
+        (
+            "multi-part grants",
+            count(ops, |o| o.kind == Kind::Ok && o.f == "multi"),
+        ),
+        (
+            "multi-part refusals",
+            count(ops, |o| refused(o, &["multi"], "refused")),
+        ),
     ]
 }
 
@@ -165,6 +177,9 @@ pub fn keys(ops: &[Op]) -> Vec<&'static str> {
     ];
     if !fired.is_empty() {
         keys.push("queued rounds");
+    }
+    if super::keyed::present(ops) {
+        keys.extend(["multi-part grants", "multi-part refusals"]);
     }
     if fired_any(&[
         "kill-leader",
@@ -292,6 +307,23 @@ mod tests {
         let mut lost = always();
         lost.push(fired(json!({"fault": "power-loss", "node": 1})));
         assert!(matches!(check(&lost), Verdict::Unknown(d) if d.contains("lost-fsync crashes")));
+    }
+
+    #[test]
+    fn requests_of_several_parts_are_counted_and_key_when_present() {
+        let multi = |kind, error: &str| op(1, kind, "multi", json!({"error": error}), 1);
+        let mut h = always();
+        h.push(multi(Kind::Invoke, ""));
+        h.push(multi(Kind::Ok, ""));
+        assert!(
+            matches!(check(&h), Verdict::Unknown(d) if d == "never exercised: multi-part refusals")
+        );
+        // An unknown outcome is no refusal.
+        h.push(multi(Kind::Info, "refused? the connection closed"));
+        assert!(counts(&h).contains(&("multi-part refusals", 0)));
+        h.push(multi(Kind::Fail, "refused: busy"));
+        assert!(counts(&h).contains(&("multi-part grants", 1)));
+        assert_eq!(check(&h), Verdict::Valid);
     }
 
     #[test]

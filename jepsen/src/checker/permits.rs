@@ -35,20 +35,30 @@ pub fn check(ops: &[Op]) -> Verdict {
     if by_limit.is_empty() {
         return Verdict::Unknown("no permit was held".into());
     }
-    for (limit, (cap, mut events)) in by_limit {
-        // Ends sort before starts at the same instant.
-        events.sort();
-        let mut held = 0i64;
-        for (at, delta) in events {
-            held += delta;
-            if held > cap as i64 {
-                return Verdict::Invalid(format!(
-                    "{held} clients believed they held {limit} (cap {cap}) at {at} ns"
-                ));
-            }
+    for (limit, (cap, events)) in by_limit {
+        if let Some((held, at)) = excess(cap, events) {
+            return Verdict::Invalid(format!(
+                "{held} clients believed they held {limit} (cap {cap}) at {at} ns"
+            ));
         }
     }
     Verdict::Valid
+}
+
+/// The first instant at which more than `cap` of the intervals given as `events` (instant,
+/// +1 start / -1 end) overlap, and how many do; an interval ending at the instant another
+/// begins does not overlap it.
+pub(crate) fn excess(cap: u64, mut events: Vec<(u64, i64)>) -> Option<(i64, u64)> {
+    // Ends sort before starts at the same instant.
+    events.sort();
+    let mut held = 0i64;
+    for (at, delta) in events {
+        held += delta;
+        if held > cap as i64 {
+            return Some((held, at));
+        }
+    }
+    None
 }
 
 #[cfg(test)]

@@ -39,7 +39,7 @@ const SIGHTING_SLACK_NS: u64 = 1_000_000_000;
 const LOG_TICK_S: f64 = 0.001;
 
 /// The clock rates the nemesis set, and the leaders the monitor saw.
-struct Clocks {
+pub(crate) struct Clocks {
     /// (from, to, rate of node 1, 2, 3).
     spans: Vec<(u64, u64, Vec<f64>)>,
     /// (first seen, node), in time order.
@@ -47,7 +47,7 @@ struct Clocks {
 }
 
 impl Clocks {
-    fn of(ops: &[Op]) -> Clocks {
+    pub(crate) fn of(ops: &[Op]) -> Clocks {
         let mut spans = vec![];
         let mut invoked = None;
         let mut open: Option<(u64, Vec<f64>)> = None;
@@ -152,29 +152,45 @@ pub fn check(ops: &[Op]) -> Verdict {
     if by_limit.is_empty() {
         return Verdict::Unknown("no rate take succeeded".into());
     }
-    for (limit, (rate, burst, mut takes)) in by_limit {
-        // For each window start `a` (an invoke), the takes invoked at or after it, by
-        // acknowledgement: each prefix is the takes inside [a, b] for b = its last ack.
-        takes.sort_unstable();
-        for i in 0..takes.len() {
-            let a = takes[i].0;
-            let mut inside: Vec<(u64, u64)> = takes[i..].iter().map(|t| (t.1, t.2)).collect();
-            inside.sort_unstable();
-            let mut sum = 0;
-            for (b, units) in inside {
-                sum += units;
-                let window_s = (b - a) as f64 / 1e9 + LOG_TICK_S;
-                let bound = burst as f64 + rate * clocks.factor(a, b) * window_s;
-                if sum as f64 > bound + 1e-9 {
-                    return Verdict::Invalid(format!(
-                        "{sum} tokens of {limit} granted within {:.3} s from {a} ns; the bound is {bound:.2}",
-                        (b - a) as f64 / 1e9
-                    ));
-                }
-            }
+    for (limit, (rate, burst, takes)) in by_limit {
+        if let Some(why) = over_bound(limit, rate, burst, takes, &clocks) {
+            return Verdict::Invalid(why);
         }
     }
     Verdict::Valid
+}
+
+/// The first window in which the `takes` (invoked, acknowledged, units) of `limit`, a
+/// bucket of `rate` a second and `burst`, were granted more tokens than `burst + rate ×
+/// window × r` (module doc), as the violation's text; `None` when every window fits.
+pub(crate) fn over_bound(
+    limit: &str,
+    rate: f64,
+    burst: u64,
+    mut takes: Vec<(u64, u64, u64)>,
+    clocks: &Clocks,
+) -> Option<String> {
+    // For each window start `a` (an invoke), the takes invoked at or after it, by
+    // acknowledgement: each prefix is the takes inside [a, b] for b = its last ack.
+    takes.sort_unstable();
+    for i in 0..takes.len() {
+        let a = takes[i].0;
+        let mut inside: Vec<(u64, u64)> = takes[i..].iter().map(|t| (t.1, t.2)).collect();
+        inside.sort_unstable();
+        let mut sum = 0;
+        for (b, units) in inside {
+            sum += units;
+            let window_s = (b - a) as f64 / 1e9 + LOG_TICK_S;
+            let bound = burst as f64 + rate * clocks.factor(a, b) * window_s;
+            if sum as f64 > bound + 1e-9 {
+                return Some(format!(
+                    "{sum} tokens of {limit} granted within {:.3} s from {a} ns; the bound is {bound:.2}",
+                    (b - a) as f64 / 1e9
+                ));
+            }
+        }
+    }
+    None
 }
 
 #[cfg(test)]

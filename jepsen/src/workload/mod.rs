@@ -10,7 +10,8 @@
 //! guarded by a limit of concurrency 1 — one of whose clients the nemesis can pause
 //! ([`ClientPause`], [`fenced`]); and the cut client, the one process whose links the
 //! client fronts fault, holding a limit of concurrency 1 with waiters behind it
-//! ([`cut_holder`], [`CutClient`]). `setup.rs` holds the limits they share, `process.rs` what each process is given; `acquire.rs` the
+//! ([`cut_holder`], [`CutClient`]); requests of several parts on keyed limits, whose bucket
+//! keys are drained after the last heal ([`keyed`]). `setup.rs` holds the limits they share, `process.rs` what each process is given; `acquire.rs` the
 //! recorded acquire, release and belief end they share.
 
 mod acquire;
@@ -18,6 +19,7 @@ mod ceilings;
 mod cut;
 mod fenced;
 mod halts;
+pub mod keyed;
 mod ledger;
 mod permits;
 mod process;

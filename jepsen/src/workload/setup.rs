@@ -1,6 +1,6 @@
 //! What the workloads share (and `secure.rs` reads): the tenants, the limits and the
 //! session TTL, and [`setup`],
-//! which defines the limits before the run.
+//! which defines the limits before the run (the keyed ones of `keyed.rs` too).
 
 use std::time::Duration;
 
@@ -60,6 +60,14 @@ pub async fn setup(client: &Client, halty: &Client) -> Result<(), String> {
             .define_limit(TENANT, name, concurrent, per_second, burst)
             .await
             .map_err(|e| format!("define {name}: {e}"))?;
+    }
+    for definition in super::keyed::definitions() {
+        let name = definition.name.clone();
+        match client.define(definition).await {
+            Ok(weir_core::machine::Reply::Refused(r)) => return Err(format!("define {name}: {r}")),
+            Ok(_) => {}
+            Err(e) => return Err(format!("define {name}: {e}")),
+        }
     }
     halty
         .define_limit(HALT_TENANT, HALT_LIMIT, HALT_LIMIT_CAP, 0.0, None)

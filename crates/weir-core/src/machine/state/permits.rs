@@ -101,6 +101,13 @@ impl Machine {
             return Ok(self.grant_now(a, &parts));
         }
         if !a.wait {
+            // PLANTED(refused-charges-first)
+            if crate::planted::is(crate::planted::Plant::RefusedChargesFirst)
+                && parts.len() > 1
+                && parts[0].ready()
+            {
+                self.charge_refused(&parts[0]);
+            }
             // A retry time only when every part that lacks room waits for tokens alone.
             let waits: Option<Vec<u64>> = parts
                 .iter()
@@ -204,6 +211,17 @@ impl Machine {
         } else {
             Reply::Settled { duplicate: false }
         })
+    }
+
+    /// The planted bug `refused-charges-first`: takes `part`'s tokens (its room checked)
+    /// although its request is refused.
+    fn charge_refused(&mut self, part: &Resolved) {
+        let id = self.target_of(part);
+        let limit = self.saved.limits.get_mut(&id).expect("created");
+        if limit.spec.rates() {
+            limit.tokens_micro -= part.units as u64 * crate::machine::limit::MICRO;
+        }
+        self.file(id);
     }
 
     /// Counts the would-be refusals of shadow parts that passed a request granted or queued.
