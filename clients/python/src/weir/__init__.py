@@ -27,7 +27,6 @@ from .errors import (
     Halted,
     Invalid,
     LimitRemoved,
-    NotSupported,
     OutcomeUnknown,
     ProtocolError,
     QueueFull,
@@ -45,6 +44,7 @@ from .errors import (
 )
 from .types import (
     TENANT,
+    CostSettlement,
     Halt,
     HaltScope,
     LimitStatus,
@@ -71,6 +71,7 @@ __all__ = [
     "Busy",
     "Client",
     "Conflict",
+    "CostSettlement",
     "Forbidden",
     "Halt",
     "HaltScope",
@@ -80,7 +81,6 @@ __all__ = [
     "LimitStatus",
     "Lost",
     "LostKind",
-    "NotSupported",
     "OutcomeUnknown",
     "Part",
     "Permit",
