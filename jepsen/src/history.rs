@@ -159,7 +159,7 @@ fn edn(value: &serde_json::Value) -> String {
 /// Facts: records that are not operations (a belief interval, a pause taken, what the
 /// status monitor and the convergence probe saw). They have no invoke, are kept in
 /// `history.jsonl` for the checkers, and are left out of the EDN export.
-pub const FACTS: [&str; 10] = [
+pub const FACTS: [&str; 11] = [
     "hold",
     "leadership",
     "queue-armed",
@@ -170,6 +170,7 @@ pub const FACTS: [&str; 10] = [
     "converge",
     "monitor",
     "log-clock",
+    "python-holder",
 ];
 
 /// Checks Jepsen's shape on every operation (facts aside): per process, an `invoke`, then

@@ -10,7 +10,8 @@
 //! guarded by a limit of concurrency 1 — one of whose clients the nemesis can pause
 //! ([`ClientPause`], [`fenced`]); and the cut client, the one process whose links the
 //! client fronts fault, holding a limit of concurrency 1 with waiters behind it
-//! ([`cut_holder`], [`CutClient`]). `setup.rs` holds the limits they share, `process.rs` what each process is given; `acquire.rs` the
+//! ([`cut_holder`], [`CutClient`]); and, when asked for, permit holders running the Python
+//! client in processes of their own beside the Rust ones ([`python_holder`]). `setup.rs` holds the limits they share, `process.rs` what each process is given; `acquire.rs` the
 //! recorded acquire, release and belief end they share.
 
 mod acquire;
@@ -21,6 +22,7 @@ mod halts;
 mod ledger;
 mod permits;
 mod process;
+mod python;
 mod queued;
 mod reader;
 pub(crate) mod setup;
@@ -34,6 +36,7 @@ pub use halts::{OTHER_AGENT, admitter, halter};
 pub use ledger::ledger;
 pub use permits::permits;
 pub use process::Process;
+pub use python::{PythonHolders, python_holder};
 pub use queued::Queued;
 pub use reader::reader;
 pub use setup::{
