@@ -34,6 +34,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import random
 import sys
 import time
@@ -245,6 +246,18 @@ async def main(argv: list[str]) -> int:
         print("jepsen_holder: the harness's clock is CLOCK_BOOTTIME, which this platform "
               "lacks", file=sys.stderr)
         return 2
+    # The client's own account (keep-alives failed or hedged, nodes passed over) goes to
+    # stderr, which the harness keeps as python-holder-N.log, stamped on the history's clock.
+    history = History(args.process, args.epoch_boot_ns)
+
+    class Stamp(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            return f"{history.now()} {record.levelname} {record.getMessage()}"
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(Stamp())
+    logging.getLogger("weir").addHandler(handler)
+    logging.getLogger("weir").setLevel(logging.INFO)
     stop = asyncio.Event()
     watcher = asyncio.ensure_future(stdin_closed(stop))
     async with weir.AsyncClient(args.servers, tenant=args.tenant) as client:

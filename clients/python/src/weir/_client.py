@@ -14,7 +14,7 @@ from ._opening import Opening
 from ._session import AsyncSession, q
 from ._transport import REQUEST_DEADLINE, Transport
 from .errors import Busy, ProtocolError, Refused, name_part
-from .types import Halt, LimitStatus, Part, Run, Settlement, Spent, TenantStatus
+from .types import Halt, LimitSpec, LimitStatus, Part, Run, Settlement, Spent, TenantStatus
 
 
 class _Keep:
@@ -158,15 +158,7 @@ class AsyncClient:
         every acquire and take names a ``key``; ``keys_max`` bounds the live keys (and
         implies ``keyed``; the cluster's default is 1000). Whether a limit is keyed is fixed
         at its first definition. ``shadow``: evaluated and counted, never refuses."""
-        body: dict[str, Any] = {"concurrent": concurrent, "per_second": per_second}
-        if burst is not None:
-            body["burst"] = burst
-        if keyed or keys_max is not None:
-            body["keyed"] = True
-        if keys_max is not None:
-            body["keys_max"] = keys_max
-        if shadow:
-            body["shadow"] = True
+        body = LimitSpec(concurrent, per_second, burst, keyed, keys_max, shadow).to_json()
         await self._transport.call("PUT", f"/v1/tenants/{self._t(tenant)}/limits/{q(name)}",
                                    body)
 

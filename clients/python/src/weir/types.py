@@ -131,6 +131,35 @@ class Part:
 
 
 @dataclass(frozen=True)
+class LimitSpec:
+    """A limit's spec, as defined: ``concurrent`` units held at once (0: no cap),
+    ``per_second`` token refill (0: no rate), ``burst`` bucket size (``None``: the
+    cluster's default, ``max(per_second, 1)``); ``keyed`` (one bucket or semaphore per key)
+    or ``keys_max`` (that, with a bound on live keys); ``shadow`` (evaluated and counted,
+    never refuses)."""
+
+    concurrent: int = 0
+    per_second: float = 0.0
+    burst: int | None = None
+    keyed: bool = False
+    keys_max: int | None = None
+    shadow: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """The spec as the API takes it (fields left at their defaults are left out)."""
+        body: dict[str, Any] = {"concurrent": self.concurrent, "per_second": self.per_second}
+        if self.burst is not None:
+            body["burst"] = self.burst
+        if self.keyed or self.keys_max is not None:
+            body["keyed"] = True
+        if self.keys_max is not None:
+            body["keys_max"] = self.keys_max
+        if self.shadow:
+            body["shadow"] = True
+        return body
+
+
+@dataclass(frozen=True)
 class LimitStatus:
     """A limit's spec and use, as ``weir limit show --json`` prints it."""
 
