@@ -4,8 +4,10 @@ naming their part, and estimates settled at the actual cost."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
-from harness import Cluster
+from harness import Cluster, async_wait_until
 
 import weir
 
@@ -67,6 +69,33 @@ async def test_parts_are_granted_together_or_none_is_charged(cluster: Cluster) -
                 await s.acquire("db", parts=[weir.Part("no-such-part")])
             assert unknown.value.part == weir.Part("no-such-part")
             assert (await client.show_limit("db")).in_use == 0
+
+
+async def test_a_queued_request_of_several_parts_is_granted_on_the_event_stream(
+    cluster: Cluster,
+) -> None:
+    async with weir.AsyncClient(cluster.servers, tenant="parts") as client:
+        await client.define_limit("pool", concurrent=4)
+        await client.define_limit("lock", concurrent=1)
+        async with client.session() as holder, client.session() as waiter:
+            blocker = await holder.acquire("lock")
+            queued = asyncio.ensure_future(
+                waiter.acquire("pool", units=2, parts=[weir.Part("lock")], timeout=30)
+            )
+
+            async def waits() -> bool:
+                return (await client.show_limit("lock")).waiting == 1
+
+            await async_wait_until(waits, 10, "the request of two parts queues")
+            # Nothing of it is charged while it waits.
+            assert (await client.show_limit("pool")).in_use == 0
+            await blocker.release()
+            both = await asyncio.wait_for(queued, 10)
+            assert both.fence > blocker.fence and both.units == 2
+            assert (await client.show_limit("pool")).in_use == 2
+            assert await client.fence_held("lock", both.fence)
+            await both.release()
+            assert (await client.show_limit("pool")).in_use == 0
 
 
 async def test_a_take_of_several_parts_takes_from_all_or_none(cluster: Cluster) -> None:
