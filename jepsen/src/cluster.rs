@@ -55,7 +55,7 @@ impl Net {
     /// What every node's config has in this mode, beside its own addresses.
     fn config(&self) -> Config {
         Config {
-            // The harness speaks the binary protocol only; no node binds an HTTP port.
+            // The harness speaks the binary protocol: no HTTP port unless a run asks for one.
             http_listen: String::new(),
             // Namespace addresses are not loopback ones, and the harness speaks
             // plaintext: its namespaces reach nothing outside the run.
@@ -64,13 +64,26 @@ impl Net {
         }
     }
 
-    /// Where node `id` serves HTTP in a secure run.
+    /// Where node `id` serves HTTP in a secure run, or one with Python holders.
     fn http_listen(&self, id: u64) -> Result<String, String> {
         Ok(match self {
             Net::Loopback => loopback_addr()?,
             Net::Netns(_) => format!("{}:{}", netns::node_ip(id), netns::HTTP_PORT),
         })
     }
+}
+
+/// What a run asks of its cluster beside its network mode.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Setup {
+    /// Each node's data directory on the lost-fsync layer, for `power-loss`.
+    pub lost_fsync: bool,
+    /// TLS on every port and tokens with roles (`--secure`).
+    pub secure: bool,
+    /// Client fronts before every node's client port (loopback, client link faults).
+    pub client_fronts: bool,
+    /// Every node serves HTTP (plaintext, or TLS in a secure run), for the Python holders.
+    pub http: bool,
 }
 
 /// A node's clock as the clock nemesis set it.
@@ -226,24 +239,29 @@ async fn bind(what: &str, addr: &str) -> Result<tokio::net::TcpListener, String>
 }
 
 impl Cluster {
-    /// Writes configs in `dir`, starts the proxies and the three nodes. With `lost_fsync`,
-    /// each node's data directory is a [`crate::lazyfs::LazyFs`] mount over
-    /// `data{id}.durable` (root and `/dev/fuse` needed), for [`Cluster::power_loss`].
+    /// Writes configs in `dir`, starts the proxies and the three nodes. With
+    /// `setup.lost_fsync`, each node's data directory is a [`crate::lazyfs::LazyFs`] mount
+    /// over `data{id}.durable` (root and `/dev/fuse` needed), for [`Cluster::power_loss`].
     ///
-    /// With `secure`, certificates and tokens are made in `dir/tls`
+    /// With `setup.secure`, certificates and tokens are made in `dir/tls`
     /// ([`Secure::generate`]) and installed for every client of this process
     /// ([`secure::install`]); every node serves TLS on its client, peer and HTTP ports and
-    /// requires a token. Without it no node binds an HTTP port (the harness speaks the
-    /// binary protocol only) and the security in force is cleared.
+    /// requires a token. Without it the security in force is cleared, and no node binds an
+    /// HTTP port (the harness speaks the binary protocol) unless `setup.http` asks for one
+    /// (the Python holders speak HTTP).
     pub async fn start(
         weir: &Path,
         dir: &Path,
         seed: u64,
         net: Net,
-        lost_fsync: bool,
-        secure: bool,
-        client_fronts: bool,
+        setup: Setup,
     ) -> Result<Cluster, String> {
+        let Setup {
+            lost_fsync,
+            secure,
+            client_fronts,
+            http,
+        } = setup;
         let links = Links::new();
         let client_links = ClientLinks::new();
         let fronts = net.client_fronts(client_fronts)?;
@@ -288,9 +306,11 @@ impl Cluster {
                 peers: voters.clone(),
                 ..net.config()
             };
-            if let Some(secure) = &secure {
+            if secure.is_some() || http {
                 // A secure node serves HTTP too, over TLS, for the security check to probe.
                 config.http_listen = net.http_listen(id)?;
+            }
+            if let Some(secure) = &secure {
                 secure.apply(&mut config)?;
             }
             nodes.add(config)?;

@@ -171,6 +171,7 @@ pub const FACTS: [&str; 11] = [
     "converge",
     "monitor",
     "log-clock",
+    "python-holder",
 ];
 
 /// Checks Jepsen's shape on every operation (facts aside): per process, an `invoke`, then

@@ -11,6 +11,12 @@ use weir_jepsen::cluster::Net;
 use weir_jepsen::nemesis;
 use weir_jepsen::netns::{self, Netns};
 use weir_jepsen::run::{Plan, run, table};
+use weir_jepsen::workload::PythonHolders;
+
+/// With `client-pause` requested, every which permit a Python holder holds through a pause
+/// past its TTL: often enough for a few a minute, rarely enough that most of its beliefs
+/// are ordinary ones.
+const PYTHON_PAUSE_EVERY: u64 = 5;
 
 #[derive(Parser, Debug)]
 #[command(name = "weir-jepsen", about = "Partition tests for Weir")]
@@ -51,6 +57,19 @@ struct Args {
     /// plaintext and tokenless clients (the `security` row).
     #[arg(long)]
     secure: bool,
+    /// Permit holders running the Python client (`clients/python`) as processes of their
+    /// own, beside the Rust holders, on the same limits; their beliefs are judged with the
+    /// rest. Every node then serves HTTP. Each pauses past its TTL every fifth permit when
+    /// `client-pause` is requested.
+    #[arg(long, default_value_t = 0)]
+    python_holders: u64,
+    /// The Python interpreter of the Python holders, with the client installed (a venv's
+    /// `bin/python`); default `$WEIR_JEPSEN_PYTHON`, else `python3`.
+    #[arg(long)]
+    python: Option<PathBuf>,
+    /// The Python holders' driver (default: `clients/python/tests/jepsen_holder.py`).
+    #[arg(long)]
+    python_holder_script: Option<PathBuf>,
 }
 
 /// The nemeses `--nemesis` names (`all`: every one the network mode can inject); exits 2
@@ -130,6 +149,21 @@ fn plan(args: Args, nemeses: Vec<String>, net: Net) -> Plan {
     let out = args
         .out
         .unwrap_or_else(|| PathBuf::from(format!("jepsen/runs/seed-{}-{stamp}", args.seed)));
+    let python = (args.python_holders > 0).then(|| PythonHolders {
+        count: args.python_holders,
+        python: args
+            .python
+            .or_else(|| std::env::var_os("WEIR_JEPSEN_PYTHON").map(PathBuf::from))
+            .unwrap_or_else(|| PathBuf::from("python3")),
+        script: args
+            .python_holder_script
+            .unwrap_or_else(PythonHolders::default_script),
+        pause_every: if nemeses.iter().any(|k| k == "client-pause") {
+            PYTHON_PAUSE_EVERY
+        } else {
+            0
+        },
+    });
     Plan {
         weir,
         out,
@@ -139,6 +173,7 @@ fn plan(args: Args, nemeses: Vec<String>, net: Net) -> Plan {
         net,
         secure: args.secure,
         fenced_ttl: Duration::from_millis(args.fenced_ttl_ms),
+        python,
     }
 }
 

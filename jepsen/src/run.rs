@@ -12,7 +12,7 @@ use serde_json::json;
 use weir_client::{AcquireOptions, Client, Session};
 
 use crate::checker::{self, Verdict};
-use crate::cluster::{Cluster, Net};
+use crate::cluster::{Cluster, Net, Setup};
 use crate::history::{self, Kind, Recorder};
 use crate::nemesis;
 use crate::secure::{self, Access};
@@ -32,6 +32,9 @@ pub struct Plan {
     /// The session TTL of the `fenced` workload's processes (`--fenced-ttl-ms`; default
     /// [`workload::TTL`]). The client-pause nemesis pauses past it.
     pub fenced_ttl: Duration,
+    /// Permit holders running the Python client beside the Rust ones (`--python-holders`);
+    /// every node serves HTTP for them.
+    pub python: Option<workload::PythonHolders>,
 }
 
 impl Plan {
@@ -67,16 +70,14 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
     record_env_clock(&history);
     let lost_fsync = plan.nemeses.iter().any(|k| k == nemesis::POWER_LOSS);
     let client_fronts = plan.client_fronts();
-    let mut cluster = Cluster::start(
-        &plan.weir,
-        &plan.out,
-        plan.seed,
-        plan.net.clone(),
+    let setup = Setup {
         lost_fsync,
-        plan.secure,
+        secure: plan.secure,
         client_fronts,
-    )
-    .await?;
+        http: plan.python.is_some(),
+    };
+    let mut cluster =
+        Cluster::start(&plan.weir, &plan.out, plan.seed, plan.net.clone(), setup).await?;
     if cluster.leader(Duration::from_secs(20)).await.is_none() {
         return Err("the cluster elected no leader".into());
     }
@@ -91,7 +92,8 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
     )
     .await?;
     let monitor = crate::monitor::Monitor::start(&servers, &history, cluster.starts.clone());
-    let workloads = Workloads::start(plan, &servers, &history, client_fronts)?;
+    let http: Vec<String> = cluster.ports().into_iter().map(|(_, _, h)| h).collect();
+    let workloads = Workloads::start(plan, &servers, &http, &history, client_fronts)?;
     let targets = nemesis::Targets {
         client_pause: workloads.client_pause.clone(),
         cut_client: workloads.cut_client.clone(),
@@ -329,6 +331,25 @@ impl Spawner {
             .map_err(|e| format!("cannot start the pausable client: {e}"))?;
         Ok((client_pause, pausable))
     }
+
+    /// The Python holders, taking turns on the capped permit limits, each a process of its
+    /// own reaching the nodes at `http`; their stderr goes to `out`.
+    fn python_holders(&mut self, holders: &workload::PythonHolders, http: &[String], out: &Path) {
+        let shared = Arc::new(holders.clone());
+        let limits = [("mutex", 1u64), ("three", 3)];
+        for i in 0..holders.count {
+            let p = self.next(400 + i);
+            let log = out.join(format!("python-holder-{}.log", p.id));
+            let limit = limits[(i % 2) as usize];
+            self.spawn(workload::python_holder(
+                p,
+                shared.clone(),
+                http.to_vec(),
+                limit,
+                log,
+            ));
+        }
+    }
 }
 
 impl Workloads {
@@ -337,6 +358,7 @@ impl Workloads {
     fn start(
         plan: &Plan,
         servers: &[String],
+        http: &[String],
         history: &Recorder,
         client_fronts: bool,
     ) -> Result<Workloads, String> {
@@ -353,6 +375,9 @@ impl Workloads {
         spawner.readers();
         let cut_client = spawner.cut_client(client_fronts);
         let (client_pause, pausable) = spawner.fenced(plan.fenced_ttl)?;
+        if let Some(python) = &plan.python {
+            spawner.python_holders(python, http, &plan.out);
+        }
         Ok(Workloads {
             stop: spawner.stop,
             tasks: spawner.tasks,
@@ -569,6 +594,13 @@ pub fn judge(
             "keyed",
             "G1 per key; a refused request of several parts charges none",
             checker::keyed::check(ops),
+        ));
+    }
+    if checker::python::present(ops) {
+        rows.push((
+            "python",
+            "every Python holder ran and exited cleanly; Python beliefs judged",
+            checker::python::check(ops),
         ));
     }
     if secure || checker::security::present(ops) {

@@ -49,20 +49,6 @@ async def test_takes_answer_remaining_tokens_or_busy_with_retry_after(cluster: C
             await client.take("capped")
 
 
-async def test_what_the_cluster_does_not_serve_yet_is_not_faked(cluster: Cluster) -> None:
-    async with weir.AsyncClient(cluster.servers) as client, client.session() as s:
-        with pytest.raises(weir.NotSupported):
-            await client.take("api", key="user-1")
-        with pytest.raises(weir.NotSupported):
-            await client.take("api", hold=100)
-        with pytest.raises(weir.NotSupported):
-            await client.take("api", parts=[weir.Part("api", 1)])
-        with pytest.raises(weir.NotSupported):
-            s.acquire("db", key="user-1")
-        with pytest.raises(weir.NotSupported):
-            await client.define_limit("keyed", per_second=1, keys_max=100)
-
-
 async def test_runs_budgets_settlements_and_spend(cluster: Cluster) -> None:
     async with weir.AsyncClient(cluster.servers, tenant="acme") as client:
         tenant = await client.set_tenant(max_running=2, budget_tokens=100)

@@ -20,6 +20,7 @@ pub mod liveness;
 mod ops;
 pub mod panics;
 pub mod permits;
+pub mod python;
 pub mod rate;
 pub mod security;
 pub mod settlement;

@@ -6,7 +6,9 @@
 //! the harness clock. The workload records the deadline itself (`deadline_ns`), not the
 //! moment the client noticed it (`seen_ns`), which can be much later when the client was
 //! busy waiting on something else. An
-//! interval ending at the instant another begins does not overlap it.
+//! interval ending at the instant another begins does not overlap it. A violation names the
+//! processes that believed at once, and which of them are Python holders (`"client":
+//! "python"` in their `hold`).
 
 use std::collections::BTreeMap;
 
@@ -14,8 +16,8 @@ use super::ops::{oks, s, u};
 use super::verdict::Verdict;
 use crate::history::Op;
 
-/// Per limit: its cap, and (instant, +1 start / -1 end) events.
-type Beliefs<'a> = BTreeMap<&'a str, (u64, Vec<(u64, i64)>)>;
+/// Per limit: its cap, and (instant, +1 start / -1 end, the hold) events.
+type Beliefs<'a> = BTreeMap<&'a str, (u64, Vec<(u64, i64, &'a Op)>)>;
 
 pub fn check(ops: &[Op]) -> Verdict {
     let mut by_limit: Beliefs = BTreeMap::new();
@@ -29,17 +31,32 @@ pub fn check(ops: &[Op]) -> Verdict {
             return Verdict::Unknown(format!("malformed hold op: {}", op.value));
         };
         let entry = by_limit.entry(limit).or_insert((cap, vec![]));
-        entry.1.push((from, 1));
-        entry.1.push((to, -1));
+        // An empty belief (granted after its deadline had passed) overlaps nothing.
+        if from < to {
+            entry.1.push((from, 1, op));
+            entry.1.push((to, -1, op));
+        }
     }
     if by_limit.is_empty() {
         return Verdict::Unknown("no permit was held".into());
     }
-    for (limit, (cap, events)) in by_limit {
-        if let Some((held, at)) = excess(cap, events) {
-            return Verdict::Invalid(format!(
-                "{held} clients believed they held {limit} (cap {cap}) at {at} ns"
-            ));
+    for (limit, (cap, mut events)) in by_limit {
+        // Ends sort before starts at the same instant.
+        events.sort_by_key(|(at, delta, _)| (*at, *delta));
+        let mut believers: Vec<&Op> = vec![];
+        for (at, delta, op) in events {
+            if delta > 0 {
+                believers.push(op);
+            } else if let Some(i) = believers.iter().position(|b| std::ptr::eq(*b, op)) {
+                believers.swap_remove(i);
+            }
+            if believers.len() as u64 > cap {
+                return Verdict::Invalid(format!(
+                    "{} clients believed they held {limit} (cap {cap}) at {at} ns: {}",
+                    believers.len(),
+                    named(&believers)
+                ));
+            }
         }
     }
     Verdict::Valid
@@ -59,6 +76,19 @@ pub(crate) fn excess(cap: u64, mut events: Vec<(u64, i64)>) -> Option<(i64, u64)
         }
     }
     None
+}
+
+/// The believers' processes, each marked when it is a Python holder.
+fn named(believers: &[&Op]) -> String {
+    let mut names: Vec<String> = believers
+        .iter()
+        .map(|b| match s(b, "client") {
+            Some("python") => format!("process {} (Python)", b.process),
+            _ => format!("process {}", b.process),
+        })
+        .collect();
+    names.sort();
+    names.join(", ")
 }
 
 #[cfg(test)]
@@ -89,10 +119,16 @@ mod tests {
 
     #[test]
     fn overlapping_beyond_the_cap_is_invalid() {
-        let v = check(&[hold("m", 1, 0, 10), hold("m", 1, 9, 20)]);
+        let mut python = hold("m", 1, 9, 20);
+        python.process = 45;
+        python.value["client"] = "python".into();
+        let v = check(&[hold("m", 1, 0, 10), python, hold("m", 1, 12, 12)]);
         assert_eq!(
             v,
-            Verdict::Invalid("2 clients believed they held m (cap 1) at 9 ns".into())
+            Verdict::Invalid(
+                "2 clients believed they held m (cap 1) at 9 ns: process 1, process 45 (Python)"
+                    .into()
+            )
         );
     }
 

@@ -11,7 +11,9 @@
 //! ([`ClientPause`], [`fenced`]); and the cut client, the one process whose links the
 //! client fronts fault, holding a limit of concurrency 1 with waiters behind it
 //! ([`cut_holder`], [`CutClient`]); requests of several parts on keyed limits, whose bucket
-//! keys are drained after the last heal ([`keyed`]). `setup.rs` holds the limits they share, `process.rs` what each process is given; `acquire.rs` the
+//! keys are drained after the last heal ([`keyed`]); and, when asked for, permit holders
+//! running the Python client in processes of their own beside the Rust ones
+//! ([`python_holder`]). `setup.rs` holds the limits they share, `process.rs` what each process is given; `acquire.rs` the
 //! recorded acquire, release and belief end they share.
 
 mod acquire;
@@ -23,6 +25,7 @@ pub mod keyed;
 mod ledger;
 mod permits;
 mod process;
+mod python;
 mod queued;
 mod reader;
 pub(crate) mod setup;
@@ -36,6 +39,7 @@ pub use halts::{OTHER_AGENT, admitter, halter};
 pub use ledger::ledger;
 pub use permits::permits;
 pub use process::Process;
+pub use python::{PythonHolders, python_holder};
 pub use queued::Queued;
 pub use reader::reader;
 pub use setup::{

@@ -13,8 +13,8 @@ from ._config import resolve
 from ._opening import Opening
 from ._session import AsyncSession, q
 from ._transport import REQUEST_DEADLINE, Transport
-from .errors import Busy, NotSupported, ProtocolError
-from .types import Halt, LimitStatus, Part, Run, Settlement, Spent, TenantStatus
+from .errors import Busy, ProtocolError, Refused, name_part
+from .types import Halt, LimitSpec, LimitStatus, Part, Run, Settlement, Spent, TenantStatus
 
 
 class _Keep:
@@ -150,17 +150,17 @@ class AsyncClient:
         per_second: float = 0.0,
         burst: int | None = None,
         tenant: str | None = None,
+        keyed: bool = False,
         keys_max: int | None = None,
+        shadow: bool = False,
     ) -> None:
         """Defines limit ``name`` or changes its spec: ``concurrent`` units held at once
         (0: no cap), ``per_second`` token refill (0: no rate), ``burst`` bucket size
-        (default ``max(per_second, 1)``). ``keys_max`` (a keyed limit) is not served by the
-        cluster yet and raises :class:`~weir.NotSupported`."""
-        if keys_max is not None:
-            raise NotSupported("keyed limits are not served by the cluster yet")
-        body: dict[str, Any] = {"concurrent": concurrent, "per_second": per_second}
-        if burst is not None:
-            body["burst"] = burst
+        (default ``max(per_second, 1)``). ``keyed``: one bucket or semaphore per key, so
+        every acquire and take names a ``key``; ``keys_max`` bounds the live keys (and
+        implies ``keyed``; the cluster's default is 1000). Whether a limit is keyed is fixed
+        at its first definition. ``shadow``: evaluated and counted, never refuses."""
+        body = LimitSpec(concurrent, per_second, burst, keyed, keys_max, shadow).to_json()
         await self._transport.call("PUT", f"/v1/tenants/{self._t(tenant)}/limits/{q(name)}",
                                    body)
 
@@ -213,31 +213,36 @@ class AsyncClient:
         wait: float | None = None,
         key: str | None = None,
         parts: list[Part] | None = None,
-        hold: int | None = None,
     ) -> int | None:
         """Takes ``units`` tokens from a rate-only limit now, or not at all: answers the
         tokens left in the bucket, or raises :class:`~weir.Busy` whose ``retry_after`` says
         in how many seconds the tokens will be there. With ``wait`` (seconds), sleeps for
         ``retry_after`` and tries again while that stays within ``wait``.
 
-        ``key`` (keyed limits), ``parts`` (several limits at once) and ``hold`` (take an
-        estimate, settle the actual cost later) are not served by the cluster yet and raise
-        :class:`~weir.NotSupported`."""
-        if key is not None:
-            raise NotSupported("keyed limits are not served by the cluster yet")
-        if parts is not None:
-            raise NotSupported("multi-part takes are not served by the cluster yet")
-        if hold is not None:
-            raise NotSupported("held costs are not served by the cluster yet")
+        ``key``: the key of a keyed limit. ``parts``: more rate limits of the tenant
+        (:class:`~weir.Part`), taken from with ``name`` all or none; a refusal names its
+        part (:attr:`~weir.Refused.part`). The tokens left are told for one keyless limit
+        only (``None`` for a key or several parts). A cost known only afterwards is held
+        and settled with a permit: ``session.acquire(..., estimate=True)``, then
+        :meth:`~weir.AsyncPermit.settle`."""
         body: dict[str, Any] = {"units": units}
+        if key is not None:
+            body["key"] = key
+        if parts:
+            body["parts"] = [p.to_json() for p in parts]
         if agent is not None:
             body["agent"] = agent
+        asked = (Part(name, units, key), *(parts or ()))
         path = f"/v1/tenants/{self._t(tenant)}/limits/{q(name)}/take"
         started = time.monotonic()
         while True:
             try:
                 answer = await self._transport.call("POST", path, body)
-            except Busy as busy:
+            except Refused as refused:
+                name_part(refused, asked)
+                if not isinstance(refused, Busy):
+                    raise
+                busy = refused
                 after = busy.retry_after
                 if wait is None or after is None:
                     raise

@@ -29,6 +29,15 @@ every tenant it holds permits of, so a grant or a halt whose event was lost is l
 anyway. A ``refused`` event is followed by one more ask of that ticket, which answers
 the refusal with its fields (``Halted.scope``, ...).
 
+# Keys, parts and held costs
+
+An acquire names the key of a keyed limit (``key=``) and more limits of its tenant
+(``parts=``), all decided in one entry: granted under one fence, or refused with nothing
+charged (the refusal names the part, :attr:`Refused.part`). With ``estimate=True`` the
+units of the rate parts are an estimate: the ticket stays live after its grant, holding
+what it took, until :meth:`AsyncPermit.settle` names the actual cost (idempotent by
+ticket); released unsettled, or ended with its session, the estimate stands as charged.
+
 # Nothing stays held that no one believes it holds
 
 A ticket that leaves the session without a permit owning it (its acquire's outcome
@@ -55,7 +64,6 @@ from ._opening import Opening
 from ._transport import Transport, jittered
 from .errors import (
     Forbidden,
-    NotSupported,
     ProtocolError,
     Refused,
     SessionLost,
@@ -63,12 +71,14 @@ from .errors import (
     Unauthenticated,
     UnknownSession,
     WeirError,
+    name_part,
     refusal,
 )
 from .types import (
     LOST_CLOSED,
     LOST_DEADLINE,
     LOST_EXPIRED,
+    CostSettlement,
     Halt,
     HaltScope,
     Lost,
@@ -133,6 +143,44 @@ class _Waiting:
     position: int | None = None
 
 
+@dataclass(frozen=True)
+class _Request:
+    """What an acquire asks for, before a ticket is given to it."""
+
+    tenant: str
+    limit: str
+    key: str | None
+    units: int
+    #: The request's own limit first, then the caller's parts (what a refusal names).
+    parts: tuple[Part, ...]
+    estimate: bool
+    priority: Priority
+    agent: str | None
+
+    def body(self, session: int, ticket: int, wait: bool) -> dict[str, Any]:
+        """The acquire's JSON body for ``ticket`` of ``session`` (``timeout_ms = 0``: the
+        grant of a queued ticket comes on the event stream)."""
+        body: dict[str, Any] = {
+            "session": session,
+            "ticket": ticket,
+            "units": self.units,
+            "priority": self.priority.level,
+            "fairness_key": self.priority.fairness_key,
+            "weight": self.priority.weight,
+            "wait": wait,
+            "timeout_ms": 0,
+        }
+        if self.key is not None:
+            body["key"] = self.key
+        if len(self.parts) > 1:
+            body["parts"] = [p.to_json() for p in self.parts[1:]]
+        if self.estimate:
+            body["estimate"] = True
+        if self.agent is not None:
+            body["agent"] = self.agent
+        return body
+
+
 def _discard(task: asyncio.Future[Any]) -> None:
     """Cancels ``task`` if pending; its outcome is not wanted."""
     if not task.done():
@@ -150,21 +198,24 @@ class AsyncPermit:
     def __init__(
         self,
         session: AsyncSession,
-        tenant: str,
-        limit: str,
+        request: _Request,
         ticket: int,
-        fence: int,
-        units: int,
-        held: _Held,
+        grant: _Grant,
     ) -> None:
         self._session = session
-        self._held = held
+        self._held = grant.held
         self._released = False
-        self.tenant = tenant
-        self.limit = limit
+        self.tenant = request.tenant
+        self.limit = request.limit
+        #: The key of ``limit`` (a keyed limit), else ``None``.
+        self.key = request.key
+        #: Every part granted under this permit's fence, its own limit first.
+        self.parts = request.parts
+        #: Whether the rate parts' units are an estimate, to :meth:`settle`.
+        self.estimate = request.estimate
         self.ticket = ticket
-        self.fence = fence
-        self.units = units
+        self.fence = grant.fence
+        self.units = grant.units
 
     def __repr__(self) -> str:
         return (
@@ -198,6 +249,27 @@ class AsyncPermit:
             left = self._session.deadline - boot_now()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._held.changed.wait(), timeout=min(left, LOOK_EVERY))
+
+    async def settle(self, cost: int) -> CostSettlement:
+        """Settles a permit acquired with ``estimate=True`` at its actual ``cost`` in tokens,
+        on every rate part: below the estimate the unused tokens return to the bucket,
+        above it the difference is charged and reported as an overrun. Idempotent: settling
+        again (a retry after :class:`~weir.OutcomeUnknown`) answers ``duplicate``. A permit
+        that holds nothing else (a rate-only limit) is finished by its settlement; one with
+        concurrent parts stays held until released."""
+        if not self.estimate:
+            raise ValueError(f"{self.tenant}/{self.limit} fence {self.fence}: only a permit "
+                             "acquired with estimate=True settles")
+        if cost < 0:
+            raise ValueError("cost must be at least 0 tokens")
+        s = self._session
+        answer = await s._transport.call(
+            "POST", f"/v1/sessions/{s.id}/settle", {"ticket": self.ticket, "cost": int(cost)}
+        )
+        if not isinstance(answer, dict):
+            raise ProtocolError(f"settle answered {answer!r}")
+        one = self.units if len(self.parts) == 1 else None
+        return CostSettlement.from_json(answer, int(cost), one)
 
     async def release(self) -> None:
         """Releases the permit and waits for the cluster to apply it. The belief ends
@@ -369,6 +441,7 @@ class AsyncSession:
         tenant: str | None = None,
         key: str | None = None,
         parts: list[Part] | None = None,
+        estimate: bool = False,
     ) -> AcquireContext:
         """Acquires ``units`` of ``limit``: ``async with session.acquire("db") as permit``
         (released on exit) or ``permit = await session.acquire("db")``.
@@ -377,14 +450,13 @@ class AsyncSession:
         ``fairness_key`` and ``weight`` set its fair share. ``agent`` names the acting
         agent (agent halts cover it). ``wait=False`` raises :class:`~weir.Busy` at once
         when there is no room; otherwise it waits, at most ``timeout`` seconds (then
-        :class:`~weir.TimedOut`, the ticket withdrawn). ``key`` and ``parts`` (keyed limits,
-        several limits at once) are not served by the cluster yet and raise
-        :class:`~weir.NotSupported`.
+        :class:`~weir.TimedOut`, the ticket withdrawn).
+
+        ``key``: the key of a keyed limit. ``parts``: more limits of the tenant
+        (:class:`~weir.Part`), granted with ``limit`` under one fence or not at all; a
+        refusal names its part (:attr:`~weir.Refused.part`). ``estimate``: the units of the
+        rate parts are an estimate, settled later with :meth:`AsyncPermit.settle`.
         """
-        if key is not None:
-            raise NotSupported("keyed limits are not served by the cluster yet")
-        if parts is not None:
-            raise NotSupported("multi-part acquires are not served by the cluster yet")
         prio = priority if isinstance(priority, Priority) else Priority(level=int(priority))
         if fairness_key is not None or weight is not None:
             prio = Priority(
@@ -393,39 +465,26 @@ class AsyncSession:
                 weight=prio.weight if weight is None else weight,
             )
         tenant = self._tenant if tenant is None else tenant
+        request = _Request(
+            tenant, limit, key, units, (Part(limit, units, key), *(parts or ())), estimate,
+            prio, agent,
+        )
 
         def start() -> Awaitable[AsyncPermit]:
-            return self._acquire(tenant, limit, units, prio, agent, wait, timeout)
+            return self._acquire(request, wait, timeout)
 
         return AcquireContext(start)
 
     async def _acquire(
-        self,
-        tenant: str,
-        limit: str,
-        units: int,
-        priority: Priority,
-        agent: str | None,
-        wait: bool,
-        timeout: float | None,
+        self, request: _Request, wait: bool, timeout: float | None
     ) -> AsyncPermit:
         if self._ended is not None:
             raise SessionLost(f"session {self.id} ended: {self._ended}", self._ended)
         ticket = self._next_ticket
         self._next_ticket += 1
+        tenant, limit, agent = request.tenant, request.limit, request.agent
         path = f"/v1/tenants/{q(tenant)}/limits/{q(limit)}/acquire"
-        body: dict[str, Any] = {
-            "session": self.id,
-            "ticket": ticket,
-            "units": units,
-            "priority": priority.level,
-            "fairness_key": priority.fairness_key,
-            "weight": priority.weight,
-            "wait": wait,
-            "timeout_ms": 0,
-        }
-        if agent is not None:
-            body["agent"] = agent
+        body = request.body(self.id, ticket, wait)
         future: asyncio.Future[_Grant | WeirError] = asyncio.get_running_loop().create_future()
         # Registered before it is sent: a grant on the event stream ahead of the answer
         # finds it.
@@ -453,11 +512,11 @@ class AsyncSession:
             outcome = future.result()
             # Refused (nothing held) or session lost (its end frees every ticket).
             armed = False
+            if isinstance(outcome, Refused):
+                raise name_part(outcome, request.parts)
             if isinstance(outcome, WeirError):
                 raise outcome
-            return AsyncPermit(
-                self, tenant, limit, ticket, outcome.fence, outcome.units, outcome.held
-            )
+            return AsyncPermit(self, request, ticket, outcome)
         finally:
             if armed:
                 self._abandon(ticket)

@@ -19,7 +19,18 @@ from typing import Any, TypeVar
 from ._client import KEEP, AsyncClient, _Keep
 from ._session import AsyncPermit, AsyncSession
 from ._transport import REQUEST_DEADLINE
-from .types import Halt, LimitStatus, Lost, Part, Priority, Run, Settlement, Spent, TenantStatus
+from .types import (
+    CostSettlement,
+    Halt,
+    LimitStatus,
+    Lost,
+    Part,
+    Priority,
+    Run,
+    Settlement,
+    Spent,
+    TenantStatus,
+)
 
 T = TypeVar("T")
 
@@ -71,6 +82,9 @@ class Permit:
         self.ticket = permit.ticket
         self.fence = permit.fence
         self.units = permit.units
+        self.key = permit.key
+        self.parts = permit.parts
+        self.estimate = permit.estimate
 
     def __repr__(self) -> str:
         return f"Permit({self.tenant}/{self.limit}, fence={self.fence}, units={self.units})"
@@ -90,6 +104,11 @@ class Permit:
                 return None
 
         return self._runner.run(wait())
+
+    def settle(self, cost: int) -> CostSettlement:
+        """Settles a permit acquired with ``estimate=True`` at its actual cost; see
+        :meth:`weir.AsyncPermit.settle`."""
+        return self._runner.run(self.aio.settle(cost))
 
     def release(self) -> None:
         """Releases the permit; see :meth:`weir.AsyncPermit.release`."""
@@ -152,6 +171,7 @@ class Session:
         tenant: str | None = None,
         key: str | None = None,
         parts: list[Part] | None = None,
+        estimate: bool = False,
     ) -> Permit:
         """Acquires a permit, blocking while it waits; see
         :meth:`weir.AsyncSession.acquire`. Use the permit as ``with`` to release it on
@@ -159,6 +179,7 @@ class Session:
         acquiring = self.aio.acquire(
             limit, units, priority=priority, fairness_key=fairness_key, weight=weight,
             agent=agent, wait=wait, timeout=timeout, tenant=tenant, key=key, parts=parts,
+            estimate=estimate,
         )
 
         async def go() -> AsyncPermit:
@@ -243,10 +264,12 @@ class Client:
 
     def define_limit(self, name: str, *, concurrent: int = 0, per_second: float = 0.0,
                      burst: int | None = None, tenant: str | None = None,
-                     keys_max: int | None = None) -> None:
+                     keyed: bool = False, keys_max: int | None = None,
+                     shadow: bool = False) -> None:
         self._runner.run(self.aio.define_limit(name, concurrent=concurrent,
                                                per_second=per_second, burst=burst,
-                                               tenant=tenant, keys_max=keys_max))
+                                               tenant=tenant, keyed=keyed, keys_max=keys_max,
+                                               shadow=shadow))
 
     def show_limit(self, name: str, *, tenant: str | None = None) -> LimitStatus:
         return self._runner.run(self.aio.show_limit(name, tenant=tenant))
@@ -263,9 +286,9 @@ class Client:
 
     def take(self, name: str, units: int = 1, *, agent: str | None = None,
              tenant: str | None = None, wait: float | None = None, key: str | None = None,
-             parts: list[Part] | None = None, hold: int | None = None) -> int | None:
+             parts: list[Part] | None = None) -> int | None:
         return self._runner.run(self.aio.take(name, units, agent=agent, tenant=tenant,
-                                              wait=wait, key=key, parts=parts, hold=hold))
+                                              wait=wait, key=key, parts=parts))
 
     def set_tenant(self, *, max_running: int | _Keep | None = KEEP,
                    budget_tokens: int | _Keep | None = KEEP,

@@ -20,10 +20,10 @@ Authentication and authorization: :class:`Unauthenticated` (no or an unknown tok
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .types import HaltScope, Lost
+from .types import HaltScope, Lost, Part
 
 
 class WeirError(Exception):
@@ -69,11 +69,6 @@ class ProtocolError(WeirError):
     internal error, an unexpected shape), or TLS verification failed."""
 
 
-class NotSupported(WeirError):
-    """A feature the API has a place for but the cluster does not serve yet (keyed
-    limits, multi-part requests, held costs)."""
-
-
 class TimedOut(WeirError):
     """An acquire waited longer than its timeout; its ticket was withdrawn."""
 
@@ -90,7 +85,10 @@ class Refused(WeirError):
     """The cluster refused the request; nothing was done.
 
     ``name`` is the refusal's name as the server gives it (``"Halted"``), ``fields`` the
-    whole JSON error body, ``status`` the HTTP status code.
+    whole JSON error body, ``status`` the HTTP status code. ``part``: for a refusal of an
+    acquire or a take that names one of the request's limits (``UnknownLimit``,
+    ``TooLarge``, ``QueueFull``, ``LimitRemoved``), the request's :class:`~weir.Part` of
+    that limit (its own limit is the first part), else ``None``.
     """
 
     def __init__(
@@ -105,6 +103,7 @@ class Refused(WeirError):
         self.name = name or type(self).__name__
         self.fields: Mapping[str, Any] = dict(fields or {})
         self.status = status
+        self.part: Part | None = None
 
     def _str(self, key: str) -> str:
         v = self.fields.get(key)
@@ -299,6 +298,14 @@ _REFUSALS: dict[str, type[Refused]] = {
     "BadRequest": Invalid,
     "AtCapacity": AtCapacity,
 }
+
+
+def name_part(refused: Refused, parts: Sequence[Part]) -> Refused:
+    """Sets ``refused.part`` to the first of the request's ``parts`` whose limit the
+    refusal names (its ``name`` field); answers ``refused``."""
+    named = refused.fields.get("name")
+    refused.part = next((p for p in parts if p.limit == named), None)
+    return refused
 
 
 def refusal(name: str, message: str, fields: Mapping[str, Any] | None = None,

@@ -116,13 +116,47 @@ class Priority:
 
 @dataclass(frozen=True)
 class Part:
-    """One (limit, units, key) of a request naming several limits, granted together or
-    not at all (spec §2). **Not served by the cluster yet**: passing ``parts=`` raises
-    :class:`weir.NotSupported`. The type is here so code can be written against it."""
+    """One limit of a request naming several (``parts=`` of an acquire or a take):
+    ``units`` of ``limit``, of its ``key`` when the limit is keyed. The request's own limit
+    comes first; all its parts are decided in one entry, granted under one fence or none
+    charged (a refusal by one part charges none of the others)."""
 
     limit: str
     units: int = 1
     key: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The part as the API takes it: ``{"limit", "key", "units"}``."""
+        return {"limit": self.limit, "key": self.key, "units": self.units}
+
+
+@dataclass(frozen=True)
+class LimitSpec:
+    """A limit's spec, as defined: ``concurrent`` units held at once (0: no cap),
+    ``per_second`` token refill (0: no rate), ``burst`` bucket size (``None``: the
+    cluster's default, ``max(per_second, 1)``); ``keyed`` (one bucket or semaphore per key)
+    or ``keys_max`` (that, with a bound on live keys); ``shadow`` (evaluated and counted,
+    never refuses)."""
+
+    concurrent: int = 0
+    per_second: float = 0.0
+    burst: int | None = None
+    keyed: bool = False
+    keys_max: int | None = None
+    shadow: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """The spec as the API takes it (fields left at their defaults are left out)."""
+        body: dict[str, Any] = {"concurrent": self.concurrent, "per_second": self.per_second}
+        if self.burst is not None:
+            body["burst"] = self.burst
+        if self.keyed or self.keys_max is not None:
+            body["keyed"] = True
+        if self.keys_max is not None:
+            body["keys_max"] = self.keys_max
+        if self.shadow:
+            body["shadow"] = True
+        return body
 
 
 @dataclass(frozen=True)
@@ -252,3 +286,32 @@ class Settlement:
                 overrun_minor_units=int(v.get("overrun_minor_units", 0)),
             )
         return cls(duplicate=bool(v.get("duplicate", False)))
+
+
+@dataclass(frozen=True)
+class CostSettlement:
+    """How a permit acquired with ``estimate=True`` was settled at its actual ``cost``
+    (:meth:`weir.AsyncPermit.settle`). Each rate part's estimate is replaced by the cost:
+    below it the unused tokens go back to the part's bucket (never above its burst), above
+    it the difference is charged as far as the bucket holds and reported
+    (``overrun_tokens``, the largest over the parts). A ``duplicate`` is a settlement of a
+    permit settled before: nothing changed.
+
+    ``estimate`` and ``returned_tokens`` (the estimate less the cost, when below it) are
+    told for a permit of one limit; for several parts, whose estimates are their own
+    units, they are ``None``."""
+
+    cost: int
+    duplicate: bool
+    overrun_tokens: int
+    estimate: int | None
+    returned_tokens: int | None
+
+    @classmethod
+    def from_json(cls, v: Mapping[str, Any], cost: int, estimate: int | None) -> CostSettlement:
+        overrun = int(v.get("overrun_tokens", 0)) if v.get("status") == "overrun" else 0
+        duplicate = bool(v.get("duplicate", False)) and overrun == 0
+        returned = None
+        if estimate is not None:
+            returned = 0 if duplicate else max(0, estimate - cost)
+        return cls(cost, duplicate, overrun, estimate, returned)
