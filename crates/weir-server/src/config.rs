@@ -125,6 +125,12 @@ pub struct Config {
     /// HTTP/JSON port (the `/v1` API, `/metrics`, `/healthz`, `/readyz`). Default
     /// `127.0.0.1:7611`; the empty string serves no HTTP.
     pub http_listen: String,
+    /// gRPC port of Envoy's rate-limit service (`ShouldRateLimit`, `crate::rls`). Default
+    /// the empty string: no gRPC port, so a config that does not name it serves none.
+    pub grpc_listen: String,
+    /// Whether `ShouldRateLimit` answers carry `RateLimit-Limit`, `RateLimit-Remaining` and
+    /// `RateLimit-Reset` in `response_headers_to_add`. Default false, as envoyproxy/ratelimit.
+    pub grpc_ratelimit_headers: bool,
     pub raft: RaftConfig,
     pub proposer: ProposerConfig,
     /// TLS on the client, peer and HTTP ports. Default: none, which is allowed on loopback
@@ -155,6 +161,8 @@ impl Default for Config {
             peers: vec![],
             worker_threads: 1,
             http_listen: "127.0.0.1:7611".into(),
+            grpc_listen: String::new(),
+            grpc_ratelimit_headers: false,
             raft: RaftConfig::default(),
             proposer: ProposerConfig::default(),
             tls: None,
@@ -281,6 +289,10 @@ impl Config {
             (
                 "http_listen",
                 Some(&self.http_listen).filter(|a| !a.is_empty()),
+            ),
+            (
+                "grpc_listen",
+                Some(&self.grpc_listen).filter(|a| !a.is_empty()),
             ),
         ];
         for (key, addr) in listens {

@@ -196,5 +196,5 @@ pub use command::{
 pub use reply::{Applied, BudgetKind, Event, Refusal, Reply};
 pub use snapshot::{SNAPSHOT_MAGIC, SNAPSHOT_VERSION, digest_of};
 pub use state::Machine;
-pub use status::{LimitStatus, TenantStatus};
+pub use status::{BucketNow, LimitStatus, TenantStatus};
 pub use tenant::{RunSlot, Spend};

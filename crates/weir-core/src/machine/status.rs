@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::limit::{Limit, MICRO};
+use super::limit::{Limit, LimitSpec, MICRO};
 
 /// What `limit show` reports.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -53,4 +53,15 @@ pub struct TenantStatus {
     pub running: u64,
     pub receipts: u64,
     pub receipts_evicted: u64,
+}
+
+/// A bucket as it stands at a log time, for answers that report what is left (Envoy's
+/// `limit_remaining` and `duration_until_reset`). Built by `Machine::bucket_now`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BucketNow {
+    pub spec: LimitSpec,
+    /// Whole tokens in the bucket, refilled to the log time asked.
+    pub tokens: u64,
+    /// Ms from that log time until the bucket is full again (0 when it is, or does not rate).
+    pub full_in_ms: u64,
 }

@@ -1,0 +1,151 @@
+//! The `RateLimitResponse` of a decided [`Plan`]: one status per descriptor in order,
+//! `overall_code`, and the `RateLimit-*` headers when configured.
+
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit,
+};
+use envoy_types::pb::google::protobuf::Duration;
+use weir_core::machine::{BucketNow, Machine};
+
+use super::plan::{Plan, Target};
+use crate::metrics;
+
+/// Envoy's units, shortest first, with their seconds (a month is 30 days, a year 365, as
+/// `weir_core::rls::yaml::unit_seconds` compiles them).
+const UNITS: [(Unit, u64); 7] = [
+    (Unit::Second, 1),
+    (Unit::Minute, 60),
+    (Unit::Hour, 3_600),
+    (Unit::Day, 86_400),
+    (Unit::Week, 7 * 86_400),
+    (Unit::Month, 30 * 86_400),
+    (Unit::Year, 365 * 86_400),
+];
+
+/// The limit as Envoy names it. A bucket compiled from a ratelimit file (`burst =
+/// requests_per_unit`, `per_second = burst / unit`) gives back its unit and requests; any
+/// other gives its rate in the shortest unit in which it is at least one request.
+pub fn rate_limit_of(name: &str, bucket: &BucketNow) -> RateLimit {
+    let per_second = bucket.spec.per_second;
+    let burst = bucket.spec.burst as f64;
+    let exact = UNITS
+        .iter()
+        .find(|(_, s)| (per_second * *s as f64 - burst).abs() <= burst * 1e-9);
+    let (unit, requests) = match exact {
+        Some((unit, _)) => (*unit, bucket.spec.burst),
+        None => {
+            let (unit, secs) = UNITS
+                .iter()
+                .find(|(_, s)| per_second * *s as f64 >= 1.0)
+                .unwrap_or(&UNITS[UNITS.len() - 1]);
+            (*unit, (per_second * *secs as f64).round() as u64)
+        }
+    };
+    RateLimit {
+        name: name.to_owned(),
+        requests_per_unit: u32::try_from(requests).unwrap_or(u32::MAX),
+        unit: unit as i32,
+    }
+}
+
+/// The answer: `over[n]` says whether part `n` was refused for want of room.
+pub fn response(plan: &Plan, machine: &Machine, over: &[bool], headers: bool) -> RateLimitResponse {
+    let mut statuses = Vec::with_capacity(plan.targets.len());
+    for target in &plan.targets {
+        let (status, kind) = match target {
+            Target::Unmatched => (ok_status(), "unmatched"),
+            Target::Unlimited => (ok_status(), "unlimited"),
+            Target::Part(n) => {
+                let status = part_status(plan, machine, *n, over[*n]);
+                let kind = if over[*n] { "over_limit" } else { "ok" };
+                (status, kind)
+            }
+        };
+        metrics::get()
+            .rls_descriptors
+            .get_or_create(&metrics::KindLabel { kind: kind.into() })
+            .inc();
+        statuses.push(status);
+    }
+    let overall = if statuses.iter().any(|s| s.code == Code::OverLimit as i32) {
+        Code::OverLimit
+    } else {
+        Code::Ok
+    };
+    let response_headers_to_add = if headers {
+        ratelimit_headers(&statuses)
+    } else {
+        Vec::new()
+    };
+    RateLimitResponse {
+        overall_code: overall as i32,
+        statuses,
+        response_headers_to_add,
+        ..Default::default()
+    }
+}
+
+fn ok_status() -> DescriptorStatus {
+    DescriptorStatus {
+        code: Code::Ok as i32,
+        ..Default::default()
+    }
+}
+
+/// Part `n`'s status, its bucket read on this node now.
+fn part_status(plan: &Plan, machine: &Machine, n: usize, over: bool) -> DescriptorStatus {
+    let part = &plan.parts[n];
+    let code = if over { Code::OverLimit } else { Code::Ok } as i32;
+    let Some(bucket) = machine.bucket_now(&plan.tenant, &part.limit, part.key.as_deref()) else {
+        // Removed since the plan was made: the decision stands, there is nothing to report.
+        return DescriptorStatus {
+            code,
+            ..Default::default()
+        };
+    };
+    DescriptorStatus {
+        code,
+        current_limit: Some(rate_limit_of(&part.limit, &bucket)),
+        limit_remaining: u32::try_from(bucket.tokens).unwrap_or(u32::MAX),
+        duration_until_reset: Some(Duration {
+            seconds: (bucket.full_in_ms / 1000) as i64,
+            nanos: ((bucket.full_in_ms % 1000) * 1_000_000) as i32,
+        }),
+        ..Default::default()
+    }
+}
+
+/// `RateLimit-Limit`, `-Remaining` and `-Reset` (whole seconds, rounded up) of the
+/// descriptor with the least remaining, among those with a limit; none without one.
+fn ratelimit_headers(statuses: &[DescriptorStatus]) -> Vec<HeaderValue> {
+    let Some(tightest) = statuses
+        .iter()
+        .filter(|s| s.current_limit.is_some())
+        .min_by_key(|s| s.limit_remaining)
+    else {
+        return Vec::new();
+    };
+    let limit = tightest
+        .current_limit
+        .as_ref()
+        .map_or(0, |l| l.requests_per_unit);
+    let reset = tightest
+        .duration_until_reset
+        .as_ref()
+        .map_or(0, |d| d.seconds + i64::from(d.nanos > 0));
+    [
+        ("RateLimit-Limit", limit.to_string()),
+        ("RateLimit-Remaining", tightest.limit_remaining.to_string()),
+        ("RateLimit-Reset", reset.to_string()),
+    ]
+    .into_iter()
+    .map(|(key, value)| HeaderValue {
+        key: key.into(),
+        value,
+        ..Default::default()
+    })
+    .collect()
+}
