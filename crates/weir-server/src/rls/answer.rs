@@ -51,15 +51,25 @@ pub fn rate_limit_of(name: &str, bucket: &BucketNow) -> RateLimit {
     }
 }
 
-/// The answer: `over[n]` says whether part `n` was refused for want of room.
-pub fn response(plan: &Plan, machine: &Machine, over: &[bool], headers: bool) -> RateLimitResponse {
+/// How the take of a plan ended, as the answer reports it.
+pub struct Taken {
+    /// Whether part `n` was refused for want of room (all `false` when granted).
+    pub over: Vec<bool>,
+    /// Granted, and not yet applied on this node (it forwarded the take to the leader):
+    /// this node's buckets do not show it yet, so its hits are counted off what they show.
+    pub granted_elsewhere: bool,
+}
+
+/// The answer to `plan` taken as `taken`.
+pub fn response(plan: &Plan, machine: &Machine, taken: &Taken, headers: bool) -> RateLimitResponse {
+    let over = &taken.over;
     let mut statuses = Vec::with_capacity(plan.targets.len());
     for target in &plan.targets {
         let (status, kind) = match target {
             Target::Unmatched => (ok_status(), "unmatched"),
             Target::Unlimited => (ok_status(), "unlimited"),
             Target::Part(n) => {
-                let status = part_status(plan, machine, *n, over[*n]);
+                let status = part_status(plan, machine, *n, taken);
                 let kind = if over[*n] { "over_limit" } else { "ok" };
                 (status, kind)
             }
@@ -96,16 +106,27 @@ fn ok_status() -> DescriptorStatus {
 }
 
 /// Part `n`'s status, its bucket read on this node now.
-fn part_status(plan: &Plan, machine: &Machine, n: usize, over: bool) -> DescriptorStatus {
+fn part_status(plan: &Plan, machine: &Machine, n: usize, taken: &Taken) -> DescriptorStatus {
     let part = &plan.parts[n];
+    let over = taken.over[n];
     let code = if over { Code::OverLimit } else { Code::Ok } as i32;
-    let Some(bucket) = machine.bucket_now(&plan.tenant, &part.limit, part.key.as_deref()) else {
+    let Some(mut bucket) = machine.bucket_now(&plan.tenant, &part.limit, part.key.as_deref())
+    else {
         // Removed since the plan was made: the decision stands, there is nothing to report.
         return DescriptorStatus {
             code,
             ..Default::default()
         };
     };
+    if taken.granted_elsewhere && bucket.spec.rates() {
+        let units = part.units as u64;
+        // At the machine's own rate (whole micro-tokens a second, `rates()` says above 0).
+        let taken_ms =
+            (units as u128 * 1_000_000_000).div_ceil(bucket.spec.rate_micro_per_s as u128);
+        let taken_ms = u64::try_from(taken_ms).unwrap_or(u64::MAX);
+        bucket.tokens = bucket.tokens.saturating_sub(units);
+        bucket.full_in_ms = bucket.full_in_ms.saturating_add(taken_ms);
+    }
     DescriptorStatus {
         code,
         current_limit: Some(rate_limit_of(&part.limit, &bucket)),

@@ -11,7 +11,7 @@ use weir_client::ClientError;
 use weir_client::protocol::{Failure, Request as ClientRequest};
 use weir_core::machine::{AcquireParts, Command, Priority, Refusal, Reply};
 
-use super::answer::response;
+use super::answer::{Taken, response};
 use super::plan::{Plan, plan};
 use super::request::{Checked, check};
 use crate::http::{HttpCtx, act_as};
@@ -62,18 +62,20 @@ impl RlsService {
             plan(&state.machine, &checked)
         }
         .map_err(Status::invalid_argument)?;
-        let over = if plan.parts.is_empty() {
-            Vec::new()
+        let taken = if plan.parts.is_empty() {
+            Taken {
+                over: Vec::new(),
+                granted_elsewhere: false,
+            }
         } else {
             self.take(&plan).await?
         };
         let state = self.ctx.state.lock();
-        Ok(response(&plan, &state.machine, &over, self.headers))
+        Ok(response(&plan, &state.machine, &taken, self.headers))
     }
 
-    /// Takes every part of `plan` in one entry: whether each part was refused for want of
-    /// room (all `false` when granted).
-    async fn take(&self, plan: &Plan) -> Result<Vec<bool>, Status> {
+    /// Takes every part of `plan` in one entry.
+    async fn take(&self, plan: &Plan) -> Result<Taken, Status> {
         // Two tries: the caller's take session may have expired since its last take.
         for _ in 0..2 {
             let (session, ticket) = self.ctx.take_ticket().await.map_err(client_status)?;
@@ -86,11 +88,22 @@ impl RlsService {
                 .await
                 .map_err(client_status)?;
             match reply {
-                Reply::Granted { .. } => return Ok(vec![false; plan.parts.len()]),
+                Reply::Granted { .. } => {
+                    let state = self.ctx.state.lock();
+                    return Ok(Taken {
+                        over: vec![false; plan.parts.len()],
+                        granted_elsewhere: !state.machine.ticket_applied(session, ticket),
+                    });
+                }
                 Reply::Refused(Refusal::UnknownSession { .. }) => {
                     self.ctx.take_session_lost(session).await;
                 }
-                Reply::Refused(r) => return self.refused(plan, r),
+                Reply::Refused(r) => {
+                    return self.refused(plan, r).map(|over| Taken {
+                        over,
+                        granted_elsewhere: false,
+                    });
+                }
                 other => {
                     return Err(Status::internal(format!(
                         "unexpected answer to a take: {other:?}"

@@ -2,7 +2,7 @@
 //! whether a fence is still held. Reads never change the state.
 
 use super::Machine;
-use crate::machine::command::{Fence, HaltScope, LimitId, Owner, SessionId};
+use crate::machine::command::{Fence, HaltScope, LimitId, Owner, SessionId, TicketId};
 use crate::machine::limit::ShadowRefusals;
 use crate::machine::limit::{Limit, MICRO};
 use crate::machine::status::{BucketNow, LimitStatus, TenantStatus};
@@ -160,6 +160,16 @@ impl Machine {
     /// opened without authentication. What the edge checks a session's requests against.
     pub fn session_owner(&self, session: SessionId) -> Option<Option<Owner>> {
         self.saved.sessions.get(&session).map(|s| s.owner)
+    }
+
+    /// Whether this state has applied the acquire of `ticket` in `session` (it is live or
+    /// finished there): how a node that forwarded a take tells whether its own view
+    /// includes it yet.
+    pub fn ticket_applied(&self, session: SessionId, ticket: TicketId) -> bool {
+        self.saved
+            .sessions
+            .get(&session)
+            .is_some_and(|s| s.live.contains_key(&ticket) || s.finished.contains_key(&ticket))
     }
 
     pub fn session_count(&self) -> usize {
