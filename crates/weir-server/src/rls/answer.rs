@@ -55,9 +55,9 @@ pub fn rate_limit_of(name: &str, bucket: &BucketNow) -> RateLimit {
 pub struct Taken {
     /// Whether part `n` was refused for want of room (all `false` when granted).
     pub over: Vec<bool>,
-    /// Granted, and not yet applied on this node (it forwarded the take to the leader):
-    /// this node's buckets do not show it yet, so its hits are counted off what they show.
-    pub granted_elsewhere: bool,
+    /// Per part: units granted through this node that its machine has not applied yet
+    /// (`pending.rs`), counted off what its buckets show.
+    pub unapplied: Vec<u64>,
 }
 
 /// The answer to `plan` taken as `taken`.
@@ -118,8 +118,8 @@ fn part_status(plan: &Plan, machine: &Machine, n: usize, taken: &Taken) -> Descr
             ..Default::default()
         };
     };
-    if taken.granted_elsewhere && bucket.spec.rates() {
-        let units = part.units as u64;
+    let units = taken.unapplied[n];
+    if units > 0 && bucket.spec.rates() {
         // At the machine's own rate (whole micro-tokens a second, `rates()` says above 0).
         let taken_ms =
             (units as u128 * 1_000_000_000).div_ceil(bucket.spec.rate_micro_per_s as u128);

@@ -36,7 +36,9 @@
 //! # Caveats
 //!
 //! - `limit_remaining` and `duration_until_reset` are this node's view just after the
-//!   answer: on a follower that has not yet applied the entry they can be a take behind.
+//!   answer, less the takes granted through this node that it has not applied yet
+//!   (`pending.rs`): exact for a client that calls one node; takes through other nodes
+//!   show once this node applies them (a heartbeat later, about 100 ms).
 //! - After a refusal the over-limit descriptors are those whose bucket, on this node's
 //!   view, has fewer tokens than their hits; when that view shows none (it lags), every
 //!   charged, non-shadow descriptor is reported over the limit.
@@ -51,8 +53,10 @@
 //! - `request.rs` — the edge's checks of a `RateLimitRequest`.
 //! - `plan.rs` — matching descriptors to limits: a [`plan::Plan`].
 //! - `answer.rs` — the `RateLimitResponse`.
+//! - `pending.rs` — takes granted through this node and not yet applied here.
 
 mod answer;
+mod pending;
 mod plan;
 mod request;
 mod serve;

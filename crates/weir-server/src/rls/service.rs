@@ -12,22 +12,29 @@ use weir_client::protocol::{Failure, Request as ClientRequest};
 use weir_core::machine::{AcquireParts, Command, Priority, Refusal, Reply};
 
 use super::answer::{Taken, response};
+use super::pending::Pending;
 use super::plan::{Plan, plan};
 use super::request::{Checked, check};
 use crate::http::{HttpCtx, act_as};
 use crate::security::authorize;
 
 /// The service: the HTTP port's context (its callers, one internal client and take
-/// session per token, and this node's applied state), and whether answers carry the
-/// `RateLimit-*` headers.
+/// session per token, and this node's applied state), whether answers carry the
+/// `RateLimit-*` headers, and the takes this node has not applied yet.
 pub struct RlsService {
     ctx: Arc<HttpCtx>,
     headers: bool,
+    /// Takes granted through this node and not yet applied here.
+    pending: Pending,
 }
 
 impl RlsService {
     pub fn new(ctx: Arc<HttpCtx>, headers: bool) -> RlsService {
-        RlsService { ctx, headers }
+        RlsService {
+            ctx,
+            headers,
+            pending: Pending::default(),
+        }
     }
 }
 
@@ -62,20 +69,24 @@ impl RlsService {
             plan(&state.machine, &checked)
         }
         .map_err(Status::invalid_argument)?;
-        let taken = if plan.parts.is_empty() {
-            Taken {
-                over: Vec::new(),
-                granted_elsewhere: false,
-            }
+        let over = if plan.parts.is_empty() {
+            Vec::new()
         } else {
             self.take(&plan).await?
         };
         let state = self.ctx.state.lock();
+        let taken = Taken {
+            over,
+            unapplied: self
+                .pending
+                .unapplied(&state.machine, &plan.tenant, &plan.parts),
+        };
         Ok(response(&plan, &state.machine, &taken, self.headers))
     }
 
-    /// Takes every part of `plan` in one entry.
-    async fn take(&self, plan: &Plan) -> Result<Taken, Status> {
+    /// Takes every part of `plan` in one entry: whether each part was refused for want of
+    /// room (all `false` when granted).
+    async fn take(&self, plan: &Plan) -> Result<Vec<bool>, Status> {
         // Two tries: the caller's take session may have expired since its last take.
         for _ in 0..2 {
             let (session, ticket) = self.ctx.take_ticket().await.map_err(client_status)?;
@@ -90,20 +101,15 @@ impl RlsService {
             match reply {
                 Reply::Granted { .. } => {
                     let state = self.ctx.state.lock();
-                    return Ok(Taken {
-                        over: vec![false; plan.parts.len()],
-                        granted_elsewhere: !state.machine.ticket_applied(session, ticket),
-                    });
+                    let id = (session, ticket);
+                    self.pending
+                        .add(&state.machine, id, &plan.tenant, &plan.parts);
+                    return Ok(vec![false; plan.parts.len()]);
                 }
                 Reply::Refused(Refusal::UnknownSession { .. }) => {
                     self.ctx.take_session_lost(session).await;
                 }
-                Reply::Refused(r) => {
-                    return self.refused(plan, r).map(|over| Taken {
-                        over,
-                        granted_elsewhere: false,
-                    });
-                }
+                Reply::Refused(r) => return self.refused(plan, r),
                 other => {
                     return Err(Status::internal(format!(
                         "unexpected answer to a take: {other:?}"
