@@ -123,6 +123,26 @@ impl Rls {
             .map(|a| a.into_inner())
     }
 
+    /// Waits until the node answers with the file's limits: it matches on its own applied
+    /// state, which has the definitions a heartbeat after the leader (a probe number
+    /// charged meanwhile is never used again).
+    async fn await_limits(&mut self) {
+        let deadline = Instant::now() + FAILOVER_MAX;
+        loop {
+            let answer = self
+                .ok(request(vec![descriptor(&[("to_number", "probe")])], 1))
+                .await;
+            if answer.statuses[0].current_limit.is_some() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the node never matched the file's limits"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     async fn ok(&mut self, r: RateLimitRequest) -> RateLimitResponse {
         self.call(r).await.unwrap()
     }
@@ -147,6 +167,16 @@ fn seen(s: &DescriptorStatus) -> (i32, u32, i32, u32) {
 
 const DAY: i32 = Unit::Day as i32;
 
+/// The exposition line of the unmatched descriptors' count, up to its value.
+const UNMATCHED: &str = "weir_rls_descriptors_total{kind=\"unmatched\"} ";
+
+/// The value of the exposition line that starts with `prefix` (0 when there is none yet).
+fn figure(text: &str, prefix: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .map_or(0, |v| v.parse().unwrap())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn should_rate_limit_decides_a_ratelimit_file_atomically_on_any_node_and_across_a_leader_kill()
  {
@@ -155,6 +185,19 @@ async fn should_rate_limit_decides_a_ratelimit_file_atomically_on_any_node_and_a
     apply_yaml(&client).await;
     let follower = (1..=3).find(|id| *id != leader).unwrap();
     let mut rls = Rls::plain(&cluster.node(follower).config.grpc_listen.clone()).await;
+    rls.await_limits().await;
+    let metrics_url = format!(
+        "http://{}/metrics",
+        cluster.node(follower).config.http_listen
+    );
+    let text = reqwest::get(&metrics_url)
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    // Probes answered before the node had applied the file counted as unmatched.
+    let unmatched_before = figure(&text, UNMATCHED);
 
     phase("nested descriptor with a value, then a key alone: 3 a day per number");
     let marketing = |n| [("message_type", "marketing"), ("to_number", n)];
@@ -281,20 +324,13 @@ async fn should_rate_limit_decides_a_ratelimit_file_atomically_on_any_node_and_a
     assert!(e.message().contains("descriptors has 17 entries"), "{e:?}");
 
     phase("the unmatched and shadow figures are in /metrics");
-    let metrics_url = format!(
-        "http://{}/metrics",
-        cluster.node(follower).config.http_listen
-    );
     let text = reqwest::get(&metrics_url)
         .await
         .unwrap()
         .text()
         .await
         .unwrap();
-    assert!(
-        text.contains("weir_rls_descriptors_total{kind=\"unmatched\"} 1"),
-        "{text}"
-    );
+    assert_eq!(figure(&text, UNMATCHED), unmatched_before + 1, "{text}");
     assert!(
         text.contains("weir_rls_descriptors_total{kind=\"over_limit\"} 2"),
         "{text}"
@@ -420,6 +456,7 @@ async fn should_rate_limit_over_tls_authenticates_the_token_and_applies_its_role
 
     phase("the tenant's own token decides, through the follower");
     rls.token = Some(EDGE.into());
+    rls.await_limits().await;
     assert_eq!(
         seen(&rls.one(&[("to_number", "1")], 1).await),
         (OK, 100, DAY, 99)

@@ -170,3 +170,64 @@ fn ratelimit_headers(statuses: &[DescriptorStatus]) -> Vec<HeaderValue> {
     })
     .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_core::machine::limit::LimitSpec;
+
+    fn bucket(per_second: f64, burst: u64, tokens: u64, full_in_ms: u64) -> BucketNow {
+        BucketNow {
+            spec: LimitSpec::new(0, per_second, Some(burst)).unwrap(),
+            tokens,
+            full_in_ms,
+        }
+    }
+
+    #[test]
+    fn a_compiled_window_gives_back_its_unit_and_another_rate_the_shortest_whole_unit() {
+        let of = |b: &BucketNow| {
+            let l = rate_limit_of("n", b);
+            (l.requests_per_unit, l.unit)
+        };
+        assert_eq!(of(&bucket(3.0 / 86_400.0, 3, 0, 0)), (3, Unit::Day as i32));
+        assert_eq!(of(&bucket(10.0, 10, 0, 0)), (10, Unit::Second as i32));
+        assert_eq!(of(&bucket(1.0, 60, 0, 0)), (60, Unit::Minute as i32));
+        // Burst 20 at 10/s is no window: its rate, per second.
+        assert_eq!(of(&bucket(10.0, 20, 0, 0)), (10, Unit::Second as i32));
+        assert_eq!(of(&bucket(0.5, 1, 0, 0)), (30, Unit::Minute as i32));
+    }
+
+    #[test]
+    fn headers_name_the_tightest_limited_descriptor() {
+        let status = |remaining, requests, reset_ms: u64| DescriptorStatus {
+            code: Code::Ok as i32,
+            current_limit: Some(RateLimit {
+                name: "n".into(),
+                requests_per_unit: requests,
+                unit: Unit::Second as i32,
+            }),
+            limit_remaining: remaining,
+            duration_until_reset: Some(Duration {
+                seconds: (reset_ms / 1000) as i64,
+                nanos: ((reset_ms % 1000) * 1_000_000) as i32,
+            }),
+            ..Default::default()
+        };
+        let statuses = [status(5, 10, 500), ok_status(), status(2, 3, 1_001)];
+        let headers: Vec<(String, String)> = ratelimit_headers(&statuses)
+            .into_iter()
+            .map(|h| (h.key, h.value))
+            .collect();
+        let expected = [
+            ("RateLimit-Limit", "3"),
+            ("RateLimit-Remaining", "2"),
+            ("RateLimit-Reset", "2"),
+        ];
+        assert_eq!(
+            headers,
+            expected.map(|(k, v)| (k.to_string(), v.to_string()))
+        );
+        assert!(ratelimit_headers(&[ok_status()]).is_empty());
+    }
+}

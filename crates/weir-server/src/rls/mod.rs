@@ -42,6 +42,9 @@
 //! - After a refusal the over-limit descriptors are those whose bucket, on this node's
 //!   view, has fewer tokens than their hits; when that view shows none (it lags), every
 //!   charged, non-shadow descriptor is reported over the limit.
+//! - A node matches on its own applied state: a limit just defined is matched by a
+//!   follower once it has applied the definition (a heartbeat later); until then its
+//!   descriptors answer as unmatched (OK).
 //! - Two descriptors that match one keyed limit with different keys cannot share a take
 //!   (a request names each limit once): `INVALID_ARGUMENT`. The same limit and key twice
 //!   is one part of the summed hits.

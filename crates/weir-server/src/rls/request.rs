@@ -85,3 +85,93 @@ pub fn check(request: RateLimitRequest) -> Result<Checked, String> {
         descriptors,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use envoy_types::pb::google::protobuf::UInt64Value;
+
+    fn descriptor(entries: &[(&str, &str)], hits: Option<u64>) -> RateLimitDescriptor {
+        RateLimitDescriptor {
+            entries: entries
+                .iter()
+                .map(|(k, v)| Entry {
+                    key: k.to_string(),
+                    value: v.to_string(),
+                })
+                .collect(),
+            hits_addend: hits.map(|value| UInt64Value { value }),
+            ..Default::default()
+        }
+    }
+
+    fn request(descriptors: Vec<RateLimitDescriptor>, hits: u32) -> RateLimitRequest {
+        RateLimitRequest {
+            domain: "d".into(),
+            descriptors,
+            hits_addend: hits,
+        }
+    }
+
+    #[test]
+    fn hits_are_the_descriptors_else_the_requests_and_zero_is_one() {
+        let checked = check(request(
+            vec![
+                descriptor(&[("k", "v")], None),
+                descriptor(&[("k", "w")], Some(7)),
+                descriptor(&[("k", "x")], Some(0)),
+            ],
+            0,
+        ))
+        .unwrap();
+        let hits: Vec<u32> = checked.descriptors.iter().map(|d| d.hits).collect();
+        assert_eq!(hits, [1, 7, 1]);
+        let checked = check(request(vec![descriptor(&[("k", "v")], None)], 3)).unwrap();
+        assert_eq!(checked.descriptors[0].hits, 3);
+    }
+
+    #[test]
+    fn each_bound_is_refused_naming_its_field() {
+        let refused = |r: RateLimitRequest| check(r).unwrap_err();
+        let mut r = request(vec![], 1);
+        r.domain = "x".repeat(129);
+        assert!(refused(r).starts_with("domain is 129 bytes"));
+        let many = vec![descriptor(&[("k", "v")], None); RLS_DESCRIPTORS_MAX + 1];
+        assert!(refused(request(many, 1)).starts_with("descriptors has 17 entries"));
+        let deep: Vec<(&str, &str)> = vec![("k", "v"); RLS_ENTRIES_MAX + 1];
+        let e = refused(request(
+            vec![descriptor(&[("k", "v")], None), descriptor(&deep, None)],
+            1,
+        ));
+        assert!(e.starts_with("descriptors[1].entries has 9 entries"), "{e}");
+        assert!(refused(request(vec![descriptor(&[], None)], 1)).contains("has 0 entries"));
+        let long = "v".repeat(KEY_BYTES_MAX + 1);
+        let e = refused(request(
+            vec![descriptor(&[("a", "b"), ("k", &long)], None)],
+            1,
+        ));
+        assert!(
+            e.starts_with("descriptors[0].entries[1].value is 129 bytes"),
+            "{e}"
+        );
+        let e = refused(request(vec![descriptor(&[("", "v")], None)], 1));
+        assert!(
+            e.starts_with("descriptors[0].entries[0].key is 0 bytes"),
+            "{e}"
+        );
+        let e = refused(request(vec![descriptor(&[("k", "v")], Some(1 << 31))], 1));
+        assert!(
+            e.starts_with("descriptors[0].hits_addend is 2147483648"),
+            "{e}"
+        );
+        let mut negative = descriptor(&[("k", "v")], None);
+        negative.is_negative_hits = true;
+        let e = refused(request(vec![negative], 1));
+        assert!(
+            e.starts_with("descriptors[0].is_negative_hits is not supported"),
+            "{e}"
+        );
+    }
+}
