@@ -40,7 +40,7 @@
 //!   (`pending.rs`): exact for a client that calls one node; takes through other nodes
 //!   show once this node applies them (a heartbeat later, about 100 ms).
 //! - After a refusal the over-limit descriptors are those whose bucket, on this node's
-//!   view, has fewer tokens than their hits; when that view shows none (it lags), every
+//!   view (less its pending takes), has fewer tokens than their hits; when that view shows none (it lags), every
 //!   charged, non-shadow descriptor is reported over the limit.
 //! - A node matches on its own applied state: a limit just defined is matched by a
 //!   follower once it has applied the definition (a heartbeat later); until then its

@@ -7,10 +7,13 @@
 //! - At most [`PENDING_MAX`] takes are remembered (the oldest is forgotten first: its
 //!   figure then shows one take too many left, never a wrong decision: decisions are the
 //!   leader's machine's).
-//! - A take is forgotten once this node's machine has applied it.
+//! - A take is forgotten once this node's machine has applied it, or [`PENDING_TTL`] after
+//!   it was granted (its session may have expired here before the take was seen applied:
+//!   then nothing would ever say so).
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use weir_core::machine::{Machine, Part, SessionId, TicketId};
 
@@ -18,7 +21,12 @@ use weir_core::machine::{Machine, Part, SessionId, TicketId};
 /// throughput a node reaches.
 pub const PENDING_MAX: usize = 4_096;
 
+/// How long a granted take is counted at most: a node applies a committed entry within a
+/// heartbeat or two (100 ms each by default); a view later than this is stale anyway.
+pub const PENDING_TTL: Duration = Duration::from_secs(1);
+
 struct PendingTake {
+    granted_at: Instant,
     session: SessionId,
     ticket: TicketId,
     tenant: String,
@@ -50,6 +58,7 @@ impl Pending {
             takes.pop_front();
         }
         takes.push_back(PendingTake {
+            granted_at: Instant::now(),
             session,
             ticket,
             tenant: tenant.to_owned(),
@@ -58,10 +67,13 @@ impl Pending {
     }
 
     /// For each of `parts` of `tenant`: the units taken from its (limit, key) by granted
-    /// takes `machine` has not applied. Forgets the takes it has.
+    /// takes `machine` has not applied. Forgets the takes it has, and those past
+    /// [`PENDING_TTL`].
     pub fn unapplied(&self, machine: &Machine, tenant: &str, parts: &[Part]) -> Vec<u64> {
         let mut takes = crate::lock::lock(&self.takes);
-        takes.retain(|t| !machine.ticket_applied(t.session, t.ticket));
+        takes.retain(|t| {
+            t.granted_at.elapsed() < PENDING_TTL && !machine.ticket_applied(t.session, t.ticket)
+        });
         parts
             .iter()
             .map(|p| {

@@ -127,14 +127,18 @@ impl RlsService {
         match refusal {
             Refusal::Busy { .. } => {
                 let state = self.ctx.state.lock();
+                let machine = &state.machine;
+                let unapplied = self.pending.unapplied(machine, &plan.tenant, &plan.parts);
                 let short: Vec<bool> = plan
                     .parts
                     .iter()
-                    .map(|p| {
-                        state
-                            .machine
+                    .zip(unapplied)
+                    .map(|(p, gone)| {
+                        machine
                             .bucket_now(&plan.tenant, &p.limit, p.key.as_deref())
-                            .is_some_and(|b| !b.spec.shadow && b.tokens < p.units as u64)
+                            .is_some_and(|b| {
+                                !b.spec.shadow && b.tokens.saturating_sub(gone) < p.units as u64
+                            })
                     })
                     .collect();
                 Ok(if short.contains(&true) {
