@@ -419,6 +419,19 @@ mod tests {
     }
 
     #[test]
+    fn a_grpc_port_off_loopback_is_refused_without_tls_and_none_is_served_by_default() {
+        assert_eq!(Config::default().grpc_listen, "");
+        let mut c = Config {
+            grpc_listen: "0.0.0.0:8081".into(),
+            ..Config::default()
+        };
+        let err = c.validate().unwrap_err();
+        assert!(err.starts_with("grpc_listen = 0.0.0.0:8081"), "{err}");
+        c.grpc_listen = "127.0.0.1:8081".into();
+        c.validate().unwrap();
+    }
+
+    #[test]
     fn the_largest_append_entries_must_fit_a_peer_frame() {
         let fits = (PEER_FRAME_MAX as u64 - APPEND_OVERHEAD_BYTES as u64) / ENTRY_BYTES_MAX as u64;
         let mut c = Config::default();

@@ -54,7 +54,7 @@
 //! - `serve.rs` — the port: TCP, TLS (ALPN `h2`), tonic's HTTP/2 server, shutdown.
 //! - `service.rs` — [`RlsService`]: authentication, the take, the answer.
 //! - `request.rs` — the edge's checks of a `RateLimitRequest`.
-//! - `plan.rs` — matching descriptors to limits: a [`plan::Plan`].
+//! - `plan.rs` — matching descriptors to limits: a `Plan`.
 //! - `answer.rs` — the `RateLimitResponse`.
 //! - `pending.rs` — takes granted through this node and not yet applied here.
 
