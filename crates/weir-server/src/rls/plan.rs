@@ -125,3 +125,116 @@ fn check_rate_only(machine: &Machine, tenant: &str, m: &Matched<'_>) -> Result<(
         _ => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rls::request::Descriptor;
+    use weir_core::machine::{Batch, Leadership};
+    use weir_core::rls::yaml;
+
+    const FILE: &str = "
+domain: d
+descriptors:
+  - key: ip
+    rate_limit: {unit: second, requests_per_unit: 10}
+  - key: inner
+    value: x
+    descriptors:
+      - key: user
+        rate_limit: {unit: minute, requests_per_unit: 5, name: users}
+  - key: vip
+    rate_limit: {unit: minute, requests_per_unit: 50, replaces: [{name: users}]}
+";
+
+    fn machine() -> Machine {
+        let mut machine = Machine::new();
+        let commands = yaml::parse(FILE)
+            .unwrap()
+            .compile()
+            .unwrap()
+            .into_iter()
+            .map(|d| d.into_command())
+            .collect();
+        let batch = Batch {
+            leadership: Leadership::default(),
+            clock_ms: 0,
+            wall_ms: 0,
+            commands,
+        };
+        let applied = machine.apply(1, &batch);
+        assert!(
+            applied
+                .replies
+                .iter()
+                .all(|r| *r == weir_core::machine::Reply::Done)
+        );
+        machine
+    }
+
+    fn checked(descriptors: &[(&[(&str, &str)], u32)]) -> Checked {
+        Checked {
+            tenant: "d".into(),
+            descriptors: descriptors
+                .iter()
+                .map(|(entries, hits)| Descriptor {
+                    entries: entries
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                    hits: *hits,
+                })
+                .collect(),
+        }
+    }
+
+    fn part(limit: &str, key: &str, units: u32) -> Part {
+        Part {
+            limit: limit.into(),
+            key: Some(key.into()),
+            units,
+        }
+    }
+
+    #[test]
+    fn one_part_per_limit_and_key_hits_summed_and_unmatched_or_inner_nodes_uncharged() {
+        let m = machine();
+        let p = plan(
+            &m,
+            &checked(&[
+                (&[("ip", "1.2.3.4")], 1),
+                (&[("nothing", "here")], 1),
+                (&[("ip", "1.2.3.4")], 2),
+                (&[("inner", "x")], 1),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            p.targets,
+            [
+                Target::Part(0),
+                Target::Unmatched,
+                Target::Part(0),
+                Target::Unlimited
+            ]
+        );
+        assert_eq!(p.parts, [part("envoy:ip", "1.2.3.4", 3)]);
+    }
+
+    #[test]
+    fn a_replaced_match_is_uncharged_and_one_limit_with_two_keys_is_refused() {
+        let m = machine();
+        let p = plan(
+            &m,
+            &checked(&[(&[("inner", "x"), ("user", "u")], 1), (&[("vip", "v")], 1)]),
+        )
+        .unwrap();
+        assert_eq!(p.targets, [Target::Unlimited, Target::Part(0)]);
+        assert_eq!(p.parts, [part("envoy:vip", "v", 1)]);
+        let e = plan(&m, &checked(&[(&[("ip", "a")], 1), (&[("ip", "b")], 1)])).unwrap_err();
+        assert!(
+            e.starts_with("descriptors[1] matches limit envoy:ip with another key"),
+            "{e}"
+        );
+    }
+}
