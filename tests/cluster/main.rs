@@ -15,6 +15,7 @@ mod keyed;
 mod library;
 mod metrics;
 mod owners;
+mod rls;
 mod security;
 
 use std::collections::BTreeSet;

@@ -99,6 +99,16 @@ pub const KEYS_MAX_DEFAULT: u32 = 1_000;
 /// many keys live.
 pub const KEYS_PAGE_MAX: u32 = 1_000;
 
+/// Most descriptors of one Envoy `ShouldRateLimit` request. A route's rate-limit actions
+/// make a few (a remote address, a path, a header); sixteen leaves room, while the
+/// descriptors a request charges become parts, at most [`PARTS_MAX`].
+pub const RLS_DESCRIPTORS_MAX: usize = 16;
+
+/// Most entries of one Envoy descriptor: the depth of a ratelimit descriptor tree. Every
+/// level adds a segment to a limit's name, which fits in [`NAME_BYTES_MAX`] only for a few
+/// levels anyway.
+pub const RLS_ENTRIES_MAX: usize = 8;
+
 /// Most parts of one request. A decision against the tenant's, the model's, the user's and
 /// the global limit is four; eight leaves room, and keeps the largest request (every part
 /// a longest name and key) within [`COMMAND_BYTES_MAX`].

@@ -14,5 +14,6 @@
 pub mod bounds;
 pub mod codec;
 pub mod machine;
+pub mod rls;
 // Test-only planted bugs (the `planted` feature); inert in default builds.
 pub mod planted;

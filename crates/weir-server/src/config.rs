@@ -125,6 +125,12 @@ pub struct Config {
     /// HTTP/JSON port (the `/v1` API, `/metrics`, `/healthz`, `/readyz`). Default
     /// `127.0.0.1:7611`; the empty string serves no HTTP.
     pub http_listen: String,
+    /// gRPC port of Envoy's rate-limit service (`ShouldRateLimit`, `crate::rls`). Default
+    /// the empty string: no gRPC port, so a config that does not name it serves none.
+    pub grpc_listen: String,
+    /// Whether `ShouldRateLimit` answers carry `RateLimit-Limit`, `RateLimit-Remaining` and
+    /// `RateLimit-Reset` in `response_headers_to_add`. Default false, as envoyproxy/ratelimit.
+    pub grpc_ratelimit_headers: bool,
     pub raft: RaftConfig,
     pub proposer: ProposerConfig,
     /// TLS on the client, peer and HTTP ports. Default: none, which is allowed on loopback
@@ -155,6 +161,8 @@ impl Default for Config {
             peers: vec![],
             worker_threads: 1,
             http_listen: "127.0.0.1:7611".into(),
+            grpc_listen: String::new(),
+            grpc_ratelimit_headers: false,
             raft: RaftConfig::default(),
             proposer: ProposerConfig::default(),
             tls: None,
@@ -282,6 +290,10 @@ impl Config {
                 "http_listen",
                 Some(&self.http_listen).filter(|a| !a.is_empty()),
             ),
+            (
+                "grpc_listen",
+                Some(&self.grpc_listen).filter(|a| !a.is_empty()),
+            ),
         ];
         for (key, addr) in listens {
             if let Some(addr) = addr
@@ -403,6 +415,19 @@ mod tests {
         let err = c.validate().unwrap_err();
         assert!(err.starts_with("client_listen = 0.0.0.0:7711"), "{err}");
         c.client_listen = Some("127.0.0.1:7711".into());
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn a_grpc_port_off_loopback_is_refused_without_tls_and_none_is_served_by_default() {
+        assert_eq!(Config::default().grpc_listen, "");
+        let mut c = Config {
+            grpc_listen: "0.0.0.0:8081".into(),
+            ..Config::default()
+        };
+        let err = c.validate().unwrap_err();
+        assert!(err.starts_with("grpc_listen = 0.0.0.0:8081"), "{err}");
+        c.grpc_listen = "127.0.0.1:8081".into();
         c.validate().unwrap();
     }
 

@@ -17,6 +17,9 @@ pub mod server;
 
 pub mod http;
 
+// Envoy's rate-limit service (gRPC `ShouldRateLimit`) on `grpc_listen`.
+pub mod rls;
+
 pub mod session_owner;
 
 pub mod raft;

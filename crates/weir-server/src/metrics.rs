@@ -94,6 +94,9 @@ pub struct Metrics {
     pub shadow_refusals: Family<TenantKindLabel, Gauge>,
     /// HTTP requests served.
     pub http_requests: Counter,
+    /// Descriptors of Envoy `ShouldRateLimit` requests answered, by outcome (`ok`,
+    /// `over_limit`, `unlimited`, `unmatched`: no limit of the domain matched, answered OK).
+    pub rls_descriptors: Family<KindLabel, Counter>,
     registry: Registry,
     /// Serializes scrapes: a refresh clears the per-tenant families and sets them again.
     scrape: Mutex<()>,
@@ -135,6 +138,7 @@ impl Metrics {
             waiters: Family::default(),
             shadow_refusals: Family::default(),
             http_requests: Counter::default(),
+            rls_descriptors: Family::default(),
             registry: Registry::default(),
             scrape: Mutex::new(()),
         };
@@ -167,6 +171,7 @@ impl Metrics {
             shadow_refusals: "Requests the tenant's shadow limits would have refused, by kind, \
                               since each was defined",
             http_requests: "HTTP requests served",
+            rls_descriptors: "Descriptors of Envoy ShouldRateLimit requests, by outcome",
         }
         m.registry = r;
         m

@@ -326,7 +326,7 @@ impl Limit {
 
     /// The log time at which the bucket is full again, counted from the last refill (the
     /// answer does not change with refills in between: the integer refill is exact).
-    fn full_at_ms(&self) -> u64 {
+    pub(crate) fn full_at_ms(&self) -> u64 {
         let cap = self.spec.burst as u128 * MICRO as u128 * 1000;
         let have = self.tokens_micro as u128 * 1000 + self.refill_remainder as u128;
         let wait_ms = cap

@@ -213,5 +213,5 @@ pub use queue_view::{HolderView, QueuePage, WaiterView};
 pub use reply::{Applied, BudgetKind, Event, LimitsChange, Refusal, Reply};
 pub use snapshot::{SNAPSHOT_MAGIC, SNAPSHOT_VERSION, digest_of};
 pub use state::Machine;
-pub use status::{KeyPage, LimitStatus, LimitsPage, TenantStatus};
+pub use status::{BucketNow, KeyPage, LimitStatus, LimitsPage, TenantStatus};
 pub use tenant::{RunSlot, Spend};

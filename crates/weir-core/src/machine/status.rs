@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::limit::{Limit, MICRO, ShadowRefusals};
+use super::limit::{Limit, LimitSpec, MICRO, ShadowRefusals};
 
 /// What `limit show` reports. Of one key (`Machine::key_status`) the spec and counts are
 /// the key's, and `keys_max`, `live_keys`, `shadow_refusals` and `overrun_tokens` its
@@ -90,4 +90,15 @@ pub struct TenantStatus {
     pub running: u64,
     pub receipts: u64,
     pub receipts_evicted: u64,
+}
+
+/// A bucket as it stands at a log time, for answers that report what is left (Envoy's
+/// `limit_remaining` and `duration_until_reset`). Built by `Machine::bucket_now`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BucketNow {
+    pub spec: LimitSpec,
+    /// Whole tokens in the bucket, refilled to the log time asked.
+    pub tokens: u64,
+    /// Ms from that log time until the bucket is full again (0 when it is, or does not rate).
+    pub full_in_ms: u64,
 }

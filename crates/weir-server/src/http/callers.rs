@@ -157,6 +157,21 @@ impl Callers {
     }
 }
 
+impl Callers {
+    /// The caller for `token` as `authenticate` makes it (for another port carrying
+    /// requests into the cluster the same way, the gRPC one), or why the token is refused.
+    pub fn for_token(&self, token: Option<&str>) -> Result<Arc<Caller>, String> {
+        let principal = self.principal(token)?;
+        Ok(self.caller(&principal, token))
+    }
+}
+
+/// Runs `work` as `caller`'s request: `current()` and the context's writes, reads and take
+/// session act for it.
+pub async fn act_as<F: std::future::Future>(caller: Arc<Caller>, work: F) -> F::Output {
+    CURRENT.scope(caller, work).await
+}
+
 tokio::task_local! {
     /// The caller of the request being handled, set by [`authenticate`] around the handler.
     static CURRENT: Arc<Caller>;

@@ -95,7 +95,8 @@ pub use bounds::{
     BODY_BYTES_MAX, BODY_READ_TIMEOUT, DRAIN_BYTES_MAX, DRAIN_TIMEOUT, WAIT_MS_MAX,
     WATCH_ENTRIES_BACKLOG, WATCH_EVENTS_PER_SECOND_MAX,
 };
-pub use callers::{CALLERS_MAX, Callers};
+pub use callers::{CALLERS_MAX, Caller, Callers, act_as};
 pub use context::HttpCtx;
 pub use error::ApiError;
+pub use listener::HttpListener;
 pub use router::{HEADER_READ_TIMEOUT, router, serve_http, served_routes};

@@ -32,6 +32,7 @@ use crate::raft::network::{PeerNetwork, serve_peers};
 use crate::raft::stand_in::StandIn;
 use crate::raft::state_store::{AppliedState, StateStore};
 use crate::raft::{NodeAddr, Raft};
+use crate::rls;
 use crate::security::{Acceptor, Connector, TokenTable, Tokens, tls};
 use crate::shutdown::{Shutdown, ShutdownSender, shutdown_channel};
 
@@ -67,13 +68,16 @@ impl Node {
         let security = Security::from_config(&config)?;
         let (peer_listener, client_listener) = bind_ports(&config).await?;
         let http_listener = bind_http(&config).await?;
+        let grpc_listener = bind_grpc(&config).await?;
         let (shutdown_sender, shutdown) = shutdown_channel();
         let raft = start_raft(&config, storage, &security, peer_listener, &shutdown).await?;
         let tokens = Arc::new(Tokens::new(TokenTable::new(&config.tokens)?));
+        let edge = edge_ctx(&config, &security, &tokens, &state, &raft);
         if let Some(listener) = http_listener {
-            start_http(
-                &config, listener, &security, &tokens, &state, &raft, &shutdown,
-            );
+            start_http(&config, listener, &security, &edge, &shutdown);
+        }
+        if let Some(listener) = grpc_listener {
+            start_grpc(&config, listener, edge, &shutdown)?;
         }
         let ctx = Ctx {
             id: config.id,
@@ -181,34 +185,42 @@ async fn open_storage(dir: &std::path::Path) -> Result<Storage, String> {
     })
 }
 
-/// Serves HTTP on `listener`. Each HTTP request reaches the client port with its own token
-/// over TLS verified against the node's CA, so it is authenticated and authorized there, as
-/// a binary client's is.
-fn start_http(
+/// What the HTTP and gRPC ports share: one internal client (and take session) per token.
+/// Each request reaches the client port with its own token over TLS verified against the
+/// node's CA, so it is authenticated and authorized there, as a binary client's is.
+fn edge_ctx(
     config: &Config,
-    listener: TcpListener,
     security: &Security,
     tokens: &Arc<Tokens>,
     state: &Arc<AppliedState>,
     raft: &Raft,
-    shutdown: &Shutdown,
-) {
+) -> Arc<HttpCtx> {
     let callers = Callers::new(
         http_servers(config),
         security.internal_connector.clone(),
         tokens.clone(),
     );
-    let http = HttpCtx::new(
+    Arc::new(HttpCtx::new(
         config.id,
         config.client_addr.clone(),
         callers,
         state.clone(),
         raft.clone(),
-    );
+    ))
+}
+
+/// Serves HTTP on `listener`.
+fn start_http(
+    config: &Config,
+    listener: TcpListener,
+    security: &Security,
+    edge: &Arc<HttpCtx>,
+    shutdown: &Shutdown,
+) {
     tokio::spawn(serve_http(
         listener,
         security.client_acceptor.clone(),
-        Arc::new(http),
+        edge.clone(),
         shutdown.clone(),
     ));
     let scheme = if config.tls.is_some() {
@@ -217,6 +229,28 @@ fn start_http(
         "HTTP"
     };
     tracing::info!("serving {scheme} on {}", config.http_listen);
+}
+
+/// Serves Envoy's rate-limit service on `listener`.
+fn start_grpc(
+    config: &Config,
+    listener: TcpListener,
+    edge: Arc<HttpCtx>,
+    shutdown: &Shutdown,
+) -> Result<(), String> {
+    let acceptor = rls::grpc_acceptor(config.tls.as_ref())?;
+    let service = rls::RlsService::new(edge, config.grpc_ratelimit_headers);
+    tokio::spawn(rls::serve_grpc(
+        listener,
+        acceptor,
+        service,
+        shutdown.clone(),
+    ));
+    tracing::info!(
+        "serving Envoy's rate-limit service (gRPC) on {}",
+        config.grpc_listen
+    );
+    Ok(())
 }
 
 /// Says where the node serves and how it is secured: plaintext and an open port are
@@ -299,6 +333,17 @@ async fn bind_http(config: &Config) -> Result<Option<TcpListener>, String> {
         .await
         .map(Some)
         .map_err(|e| format!("http port {}: {e}", config.http_listen))
+}
+
+/// Binds the gRPC port, unless `grpc_listen` is empty.
+async fn bind_grpc(config: &Config) -> Result<Option<TcpListener>, String> {
+    if config.grpc_listen.is_empty() {
+        return Ok(None);
+    }
+    TcpListener::bind(&config.grpc_listen)
+        .await
+        .map(Some)
+        .map_err(|e| format!("grpc port {}: {e}", config.grpc_listen))
 }
 
 /// Where the HTTP layer's internal client reaches the cluster: this node first (it answers

@@ -3,10 +3,10 @@
 
 use super::Machine;
 use crate::bounds::{KEYS_PAGE_MAX, LIMITS_PAGE_MAX};
-use crate::machine::command::{Fence, HaltScope, LimitId, Owner, SessionId};
-use crate::machine::limit::Limit;
+use crate::machine::command::{Fence, HaltScope, LimitId, Owner, SessionId, TicketId};
 use crate::machine::limit::ShadowRefusals;
-use crate::machine::status::{KeyPage, LimitStatus, LimitsPage, TenantStatus};
+use crate::machine::limit::{Limit, MICRO};
+use crate::machine::status::{BucketNow, KeyPage, LimitStatus, LimitsPage, TenantStatus};
 use crate::machine::tenant::{RunSlot, Spend, Tenant};
 use std::ops::Bound;
 
@@ -55,6 +55,39 @@ impl Machine {
         status.shadow_refusals = def.shadow_refusals;
         status.overrun_tokens = def.overrun_tokens;
         Some(status)
+    }
+
+    /// Whether limit (tenant, name) exists (removed-but-held ones included).
+    pub fn has_limit(&self, tenant: &str, name: &str) -> bool {
+        self.limit_id(tenant, name).is_some()
+    }
+
+    /// The bucket of limit (tenant, name), or of its key `key` when keyed (a fresh key's when
+    /// the key has no state), refilled to this machine's log time; `None` when there is no
+    /// such limit, or `key` is given for an unkeyed one or missing for a keyed one. Reads a
+    /// copy: the state is not refilled.
+    pub fn bucket_now(&self, tenant: &str, name: &str, key: Option<&str>) -> Option<BucketNow> {
+        let def = &self.saved.limits[&self.limit_id(tenant, name)?];
+        let now_ms = self.now_ms();
+        let mut bucket = match (def.spec.keys_max, key) {
+            (None, None) => def.clone(),
+            (Some(_), Some(key)) => match def.keys.get(key) {
+                Some(kid) => self.saved.limits[kid].clone(),
+                None => Limit::new_key(0, key, def.spec.clone(), now_ms),
+            },
+            _ => return None,
+        };
+        bucket.refill(now_ms);
+        let full_in_ms = if bucket.spec.rates() {
+            bucket.full_at_ms().saturating_sub(now_ms)
+        } else {
+            0
+        };
+        Some(BucketNow {
+            spec: bucket.spec,
+            tokens: bucket.tokens_micro / MICRO,
+            full_in_ms,
+        })
     }
 
     /// The live keys of keyed limit (tenant, name), in key order; `None` when there is no
@@ -201,6 +234,16 @@ impl Machine {
     /// opened without authentication. What the edge checks a session's requests against.
     pub fn session_owner(&self, session: SessionId) -> Option<Option<Owner>> {
         self.saved.sessions.get(&session).map(|s| s.owner)
+    }
+
+    /// Whether this state has applied the acquire of `ticket` in `session` (it is live or
+    /// finished there): how a node that forwarded a take tells whether its own view
+    /// includes it yet.
+    pub fn ticket_applied(&self, session: SessionId, ticket: TicketId) -> bool {
+        self.saved
+            .sessions
+            .get(&session)
+            .is_some_and(|s| s.live.contains_key(&ticket) || s.finished.contains_key(&ticket))
     }
 
     pub fn session_count(&self) -> usize {

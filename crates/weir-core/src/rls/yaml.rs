@@ -1,0 +1,355 @@
+//! envoyproxy/ratelimit's configuration file, read and compiled to Weir definitions.
+//!
+//! The format (one file per domain):
+//!
+//! ```yaml
+//! domain: edge            # the tenant
+//! descriptors:
+//!   - key: remote_address # a node: key, optional value, optional rate_limit
+//!     rate_limit: {unit: second, requests_per_unit: 10}
+//!   - key: path
+//!     value: /login
+//!     shadow_mode: true
+//!     rate_limit: {unit: minute, requests_per_unit: 5, name: login, replaces: [{name: x}]}
+//!     descriptors: [...]  # nested nodes: the descriptor's next entry
+//! ```
+//!
+//! `rate_limit` holds `unit` (second, minute, hour, day, week, month, year; any case),
+//! `requests_per_unit`, `unlimited`, `name` and `replaces`; a node also takes
+//! `detailed_metric` (read, and without effect: Weir's metrics are per tenant). Unknown
+//! fields, a `value` ending in `*` (ratelimit's wildcard, not supported), a rate of 0
+//! requests, two sibling nodes with the same key and value, and a `replaces` naming no
+//! rule are refused, naming the node's path. See the module above for what each node becomes.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use super::path::{Segment, limit_name, replaces_name};
+use crate::machine::Definition;
+
+/// A whole ratelimit file.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RatelimitFile {
+    pub domain: String,
+    #[serde(default)]
+    pub descriptors: Vec<Node>,
+}
+
+/// One descriptor node.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Node {
+    pub key: String,
+    /// `None` (or empty): the node matches any value of `key`.
+    #[serde(default)]
+    pub value: Option<String>,
+    #[serde(default)]
+    pub rate_limit: Option<RateLimit>,
+    #[serde(default)]
+    pub shadow_mode: bool,
+    #[serde(default)]
+    pub detailed_metric: bool,
+    #[serde(default)]
+    pub descriptors: Vec<Node>,
+}
+
+/// A node's limit.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimit {
+    #[serde(default)]
+    pub unit: Option<String>,
+    #[serde(default)]
+    pub requests_per_unit: Option<u32>,
+    #[serde(default)]
+    pub unlimited: bool,
+    /// The rule's name, for `replaces`.
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub replaces: Vec<Replaces>,
+}
+
+/// One rule another replaces.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Replaces {
+    pub name: String,
+}
+
+/// Seconds in a ratelimit `unit` (a month is 30 days, a year 365), or `None` for another
+/// word.
+pub fn unit_seconds(unit: &str) -> Option<u64> {
+    Some(match unit.to_ascii_lowercase().as_str() {
+        "second" => 1,
+        "minute" => 60,
+        "hour" => 3_600,
+        "day" => 86_400,
+        "week" => 7 * 86_400,
+        "month" => 30 * 86_400,
+        "year" => 365 * 86_400,
+        _ => return None,
+    })
+}
+
+/// Reads a ratelimit file; the error names the line and column.
+pub fn parse(text: &str) -> Result<RatelimitFile, String> {
+    serde_norway::from_str(text).map_err(|e| format!("ratelimit YAML: {e}"))
+}
+
+/// A node as the walk found it: its path and its rule.
+struct Found<'a> {
+    path: Vec<Segment<'a>>,
+    node: &'a Node,
+}
+
+impl RatelimitFile {
+    /// The definitions of the file (tenant = domain), in tree order, markers of `replaces`
+    /// last; or why the file is refused, naming the node.
+    pub fn compile(&self) -> Result<Vec<Definition>, String> {
+        if self.domain.is_empty() {
+            return Err("domain is empty".into());
+        }
+        let mut found = Vec::new();
+        walk(&self.descriptors, &mut Vec::new(), &mut found)?;
+        let mut by_rule: BTreeMap<&str, &[Segment<'_>]> = BTreeMap::new();
+        let mut out = Vec::with_capacity(found.len());
+        for f in &found {
+            let d = self.definition(f)?;
+            d.validate().map_err(|r| format!("{}: {r}", d.name))?;
+            out.push(d);
+            if let Some(name) = f.node.rate_limit.as_ref().and_then(|r| r.name.as_deref())
+                && by_rule.insert(name, &f.path).is_some()
+            {
+                return Err(format!("rate_limit name {name:?} is given twice"));
+            }
+        }
+        for f in &found {
+            let Some(rule) = &f.node.rate_limit else {
+                continue;
+            };
+            for r in &rule.replaces {
+                let replaced = by_rule.get(r.name.as_str()).ok_or_else(|| {
+                    format!(
+                        "{}: replaces {:?}, which no rate_limit names",
+                        limit_name(&f.path),
+                        r.name
+                    )
+                })?;
+                let marker = self.named(replaces_name(&f.path, replaced), 0.0, None, false, false);
+                marker
+                    .validate()
+                    .map_err(|r| format!("{}: {r}", marker.name))?;
+                out.push(marker);
+            }
+        }
+        Ok(out)
+    }
+
+    fn named(
+        &self,
+        name: String,
+        per_second: f64,
+        burst: Option<u64>,
+        keyed: bool,
+        shadow: bool,
+    ) -> Definition {
+        Definition {
+            tenant: self.domain.clone(),
+            name,
+            concurrent: 0,
+            per_second,
+            burst,
+            keyed,
+            keys_max: None,
+            shadow,
+        }
+    }
+
+    /// The definition of one node.
+    fn definition(&self, f: &Found<'_>) -> Result<Definition, String> {
+        let name = limit_name(&f.path);
+        let keyed = f.path.iter().any(|s| s.value.is_none());
+        let shadow = f.node.shadow_mode;
+        let Some(rule) = f.node.rate_limit.as_ref().filter(|r| !r.unlimited) else {
+            return Ok(self.named(name, 0.0, None, false, shadow));
+        };
+        let (Some(unit), Some(requests)) = (&rule.unit, rule.requests_per_unit) else {
+            return Err(format!(
+                "{name}: rate_limit needs unit and requests_per_unit (or unlimited: true)"
+            ));
+        };
+        let seconds = unit_seconds(unit).ok_or_else(|| {
+            format!("{name}: unit {unit:?} is not second, minute, hour, day, week, month or year")
+        })?;
+        if requests == 0 {
+            return Err(format!(
+                "{name}: requests_per_unit 0 refuses every request; remove the descriptor's \
+                 traffic at the proxy instead"
+            ));
+        }
+        Ok(self.named(
+            name,
+            requests as f64 / seconds as f64,
+            Some(requests as u64),
+            keyed,
+            shadow,
+        ))
+    }
+}
+
+/// Collects `nodes` and their descendants under `path`, refusing wildcards and duplicates.
+fn walk<'a>(
+    nodes: &'a [Node],
+    path: &mut Vec<Segment<'a>>,
+    found: &mut Vec<Found<'a>>,
+) -> Result<(), String> {
+    let mut seen = std::collections::BTreeSet::new();
+    for node in nodes {
+        let value = node.value.as_deref().filter(|v| !v.is_empty());
+        path.push(Segment {
+            key: &node.key,
+            value,
+        });
+        let name = limit_name(path);
+        if node.key.is_empty() {
+            return Err(format!("{name}: a descriptor's key is empty"));
+        }
+        if value.is_some_and(|v| v.ends_with('*')) {
+            return Err(format!(
+                "{name}: wildcard values (ending in `*`) are not supported; name each value"
+            ));
+        }
+        if !seen.insert(name.clone()) {
+            return Err(format!("{name}: the descriptor is given twice"));
+        }
+        found.push(Found {
+            path: path.clone(),
+            node,
+        });
+        walk(&node.descriptors, path, found)?;
+        path.pop();
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rls::path::{replaced, resolve};
+
+    const EXAMPLE: &str = include_str!("../../../../docs/envoy-ratelimit.yaml");
+
+    fn compiled() -> Vec<Definition> {
+        parse(EXAMPLE).unwrap().compile().unwrap()
+    }
+
+    fn find<'a>(defs: &'a [Definition], name: &str) -> &'a Definition {
+        defs.iter()
+            .find(|d| d.name == name)
+            .unwrap_or_else(|| panic!("no {name}"))
+    }
+
+    #[test]
+    fn every_node_is_a_limit_and_a_window_is_a_bucket_of_its_size() {
+        let defs = compiled();
+        assert!(defs.iter().all(|d| d.tenant == "edge" && d.concurrent == 0));
+        let per_ip = find(&defs, "envoy:remote_address");
+        assert_eq!(
+            (per_ip.per_second, per_ip.burst, per_ip.keyed),
+            (10.0, Some(10), true)
+        );
+        let one = find(&defs, "envoy:remote_address=10.0.0.5");
+        assert_eq!(
+            (one.per_second, one.burst, one.keyed),
+            (2.0, Some(2), false)
+        );
+        let unlimited = find(&defs, "envoy:remote_address=127.0.0.1");
+        assert_eq!((unlimited.per_second, unlimited.keyed), (0.0, false));
+        let inner = find(&defs, "envoy:message_type=marketing");
+        assert_eq!(inner.per_second, 0.0);
+        let nested = find(&defs, "envoy:message_type=marketing/to_number");
+        assert_eq!(
+            (nested.per_second, nested.burst, nested.keyed),
+            (3.0 / 86_400.0, Some(3), true)
+        );
+        assert!(find(&defs, "envoy:path=%2Fsearch").shadow);
+        assert_eq!(find(&defs, "envoy:plan=gold").per_second, 10.0);
+        // The marker that api_key's rule replaces the `generic` one.
+        find(&defs, "envoy~api_key~plan");
+        assert_eq!(defs.len(), 11);
+    }
+
+    #[test]
+    fn descriptors_match_as_ratelimit_documents() {
+        let defs = compiled();
+        let exists = |n: &str| defs.iter().any(|d| d.name == n);
+        let name = |entries: &[(&str, &str)]| resolve(entries, exists).map(|m| (m.name, m.key));
+        assert_eq!(
+            name(&[("remote_address", "10.0.0.9")]),
+            Some(("envoy:remote_address".into(), Some("10.0.0.9".into())))
+        );
+        assert_eq!(
+            name(&[("remote_address", "10.0.0.5")]),
+            Some(("envoy:remote_address=10.0.0.5".into(), None))
+        );
+        assert_eq!(
+            name(&[("message_type", "marketing"), ("to_number", "555")]),
+            Some((
+                "envoy:message_type=marketing/to_number".into(),
+                Some("555".into())
+            ))
+        );
+        // A message type with no node of its own matches nothing (no `message_type` node).
+        assert_eq!(
+            name(&[("message_type", "alert"), ("to_number", "555")]),
+            None
+        );
+        assert_eq!(name(&[("unknown", "x")]), None);
+        let plan = resolve(&[("plan", "silver")], exists).unwrap();
+        let key = resolve(&[("api_key", "k1")], exists).unwrap();
+        let gold = resolve(&[("plan", "gold")], exists).unwrap();
+        assert_eq!(replaced(&[&plan, &key], exists), vec![true, false]);
+        assert_eq!(replaced(&[&gold, &key], exists), vec![false, false]);
+    }
+
+    #[test]
+    fn bad_files_are_refused_naming_the_node() {
+        let refused = |text: &str| parse(text).and_then(|f| f.compile()).unwrap_err();
+        let e = refused(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+        );
+        assert!(e.contains("envoy:k: unit \"fortnight\""), "{e}");
+        let e = refused("domain: d\ndescriptors:\n  - key: k\n    value: a*\n");
+        assert!(e.contains("envoy:k=a*: wildcard"), "{e}");
+        let e = refused("domain: d\ndescriptors:\n  - key: k\n  - key: k\n");
+        assert!(e.contains("envoy:k: the descriptor is given twice"), "{e}");
+        let e = refused(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 0}\n",
+        );
+        assert!(e.contains("requests_per_unit 0"), "{e}");
+        let e = refused("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second}\n");
+        assert!(e.contains("needs unit and requests_per_unit"), "{e}");
+        let e = refused(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, replaces: [{name: z}]}\n",
+        );
+        assert!(
+            e.contains("replaces \"z\", which no rate_limit names"),
+            "{e}"
+        );
+        let e = refused("domain: d\ndescriptors:\n  - key: k\n    colour: red\n");
+        assert!(
+            e.contains("unknown field `colour`") && e.contains("line 4"),
+            "{e}"
+        );
+        let e = refused(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 1}\n",
+        );
+        assert!(e.contains("below one micro-token a second"), "{e}");
+        let long = "k".repeat(130);
+        let e = refused(&format!("domain: d\ndescriptors:\n  - key: {long}\n"));
+        assert!(e.contains("limit name is 136 bytes"), "{e}");
+    }
+}

@@ -1,0 +1,233 @@
+//! The `RateLimitResponse` of a decided [`Plan`]: one status per descriptor in order,
+//! `overall_code`, and the `RateLimit-*` headers when configured.
+
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit,
+};
+use envoy_types::pb::google::protobuf::Duration;
+use weir_core::machine::{BucketNow, Machine};
+
+use super::plan::{Plan, Target};
+use crate::metrics;
+
+/// Envoy's units, shortest first, with their seconds (a month is 30 days, a year 365, as
+/// `weir_core::rls::yaml::unit_seconds` compiles them).
+const UNITS: [(Unit, u64); 7] = [
+    (Unit::Second, 1),
+    (Unit::Minute, 60),
+    (Unit::Hour, 3_600),
+    (Unit::Day, 86_400),
+    (Unit::Week, 7 * 86_400),
+    (Unit::Month, 30 * 86_400),
+    (Unit::Year, 365 * 86_400),
+];
+
+/// The limit as Envoy names it. A bucket compiled from a ratelimit file (`burst =
+/// requests_per_unit`, `per_second = burst / unit`) gives back its unit and requests; any
+/// other gives its rate in the shortest unit in which it is at least one request.
+pub fn rate_limit_of(name: &str, bucket: &BucketNow) -> RateLimit {
+    let per_second = bucket.spec.per_second;
+    let burst = bucket.spec.burst as f64;
+    let exact = UNITS
+        .iter()
+        .find(|(_, s)| (per_second * *s as f64 - burst).abs() <= burst * 1e-9);
+    let (unit, requests) = match exact {
+        Some((unit, _)) => (*unit, bucket.spec.burst),
+        None => {
+            let (unit, secs) = UNITS
+                .iter()
+                .find(|(_, s)| per_second * *s as f64 >= 1.0)
+                .unwrap_or(&UNITS[UNITS.len() - 1]);
+            (*unit, (per_second * *secs as f64).round() as u64)
+        }
+    };
+    RateLimit {
+        name: name.to_owned(),
+        requests_per_unit: u32::try_from(requests).unwrap_or(u32::MAX),
+        unit: unit as i32,
+    }
+}
+
+/// How the take of a plan ended, as the answer reports it.
+pub struct Taken {
+    /// Whether part `n` was refused for want of room (all `false` when granted).
+    pub over: Vec<bool>,
+    /// Per part: units granted through this node that its machine has not applied yet
+    /// (`pending.rs`), counted off what its buckets show.
+    pub unapplied: Vec<u64>,
+}
+
+/// The answer to `plan` taken as `taken`.
+pub fn response(plan: &Plan, machine: &Machine, taken: &Taken, headers: bool) -> RateLimitResponse {
+    let over = &taken.over;
+    let mut statuses = Vec::with_capacity(plan.targets.len());
+    for target in &plan.targets {
+        let (status, kind) = match target {
+            Target::Unmatched => (ok_status(), "unmatched"),
+            Target::Unlimited => (ok_status(), "unlimited"),
+            Target::Part(n) => {
+                let status = part_status(plan, machine, *n, taken);
+                let kind = if over[*n] { "over_limit" } else { "ok" };
+                (status, kind)
+            }
+        };
+        metrics::get()
+            .rls_descriptors
+            .get_or_create(&metrics::KindLabel { kind: kind.into() })
+            .inc();
+        statuses.push(status);
+    }
+    let overall = if statuses.iter().any(|s| s.code == Code::OverLimit as i32) {
+        Code::OverLimit
+    } else {
+        Code::Ok
+    };
+    let response_headers_to_add = if headers {
+        ratelimit_headers(&statuses)
+    } else {
+        Vec::new()
+    };
+    RateLimitResponse {
+        overall_code: overall as i32,
+        statuses,
+        response_headers_to_add,
+        ..Default::default()
+    }
+}
+
+fn ok_status() -> DescriptorStatus {
+    DescriptorStatus {
+        code: Code::Ok as i32,
+        ..Default::default()
+    }
+}
+
+/// Part `n`'s status, its bucket read on this node now.
+fn part_status(plan: &Plan, machine: &Machine, n: usize, taken: &Taken) -> DescriptorStatus {
+    let part = &plan.parts[n];
+    let over = taken.over[n];
+    let code = if over { Code::OverLimit } else { Code::Ok } as i32;
+    let Some(mut bucket) = machine.bucket_now(&plan.tenant, &part.limit, part.key.as_deref())
+    else {
+        // Removed since the plan was made: the decision stands, there is nothing to report.
+        return DescriptorStatus {
+            code,
+            ..Default::default()
+        };
+    };
+    let units = taken.unapplied[n];
+    if units > 0 && bucket.spec.rates() {
+        // At the machine's own rate (whole micro-tokens a second, `rates()` says above 0).
+        let taken_ms =
+            (units as u128 * 1_000_000_000).div_ceil(bucket.spec.rate_micro_per_s as u128);
+        let taken_ms = u64::try_from(taken_ms).unwrap_or(u64::MAX);
+        bucket.tokens = bucket.tokens.saturating_sub(units);
+        bucket.full_in_ms = bucket.full_in_ms.saturating_add(taken_ms);
+    }
+    DescriptorStatus {
+        code,
+        current_limit: Some(rate_limit_of(&part.limit, &bucket)),
+        limit_remaining: u32::try_from(bucket.tokens).unwrap_or(u32::MAX),
+        duration_until_reset: Some(Duration {
+            seconds: (bucket.full_in_ms / 1000) as i64,
+            nanos: ((bucket.full_in_ms % 1000) * 1_000_000) as i32,
+        }),
+        ..Default::default()
+    }
+}
+
+/// `RateLimit-Limit`, `-Remaining` and `-Reset` (whole seconds, rounded up) of the
+/// descriptor with the least remaining, among those with a limit; none without one.
+fn ratelimit_headers(statuses: &[DescriptorStatus]) -> Vec<HeaderValue> {
+    let Some(tightest) = statuses
+        .iter()
+        .filter(|s| s.current_limit.is_some())
+        .min_by_key(|s| s.limit_remaining)
+    else {
+        return Vec::new();
+    };
+    let limit = tightest
+        .current_limit
+        .as_ref()
+        .map_or(0, |l| l.requests_per_unit);
+    let reset = tightest
+        .duration_until_reset
+        .as_ref()
+        .map_or(0, |d| d.seconds + i64::from(d.nanos > 0));
+    [
+        ("RateLimit-Limit", limit.to_string()),
+        ("RateLimit-Remaining", tightest.limit_remaining.to_string()),
+        ("RateLimit-Reset", reset.to_string()),
+    ]
+    .into_iter()
+    .map(|(key, value)| HeaderValue {
+        key: key.into(),
+        value,
+        ..Default::default()
+    })
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_core::machine::limit::LimitSpec;
+
+    fn bucket(per_second: f64, burst: u64, tokens: u64, full_in_ms: u64) -> BucketNow {
+        BucketNow {
+            spec: LimitSpec::new(0, per_second, Some(burst)).unwrap(),
+            tokens,
+            full_in_ms,
+        }
+    }
+
+    #[test]
+    fn a_compiled_window_gives_back_its_unit_and_another_rate_the_shortest_whole_unit() {
+        let of = |b: &BucketNow| {
+            let l = rate_limit_of("n", b);
+            (l.requests_per_unit, l.unit)
+        };
+        assert_eq!(of(&bucket(3.0 / 86_400.0, 3, 0, 0)), (3, Unit::Day as i32));
+        assert_eq!(of(&bucket(10.0, 10, 0, 0)), (10, Unit::Second as i32));
+        assert_eq!(of(&bucket(1.0, 60, 0, 0)), (60, Unit::Minute as i32));
+        // Burst 20 at 10/s is no window: its rate, per second.
+        assert_eq!(of(&bucket(10.0, 20, 0, 0)), (10, Unit::Second as i32));
+        assert_eq!(of(&bucket(0.5, 1, 0, 0)), (30, Unit::Minute as i32));
+    }
+
+    #[test]
+    fn headers_name_the_tightest_limited_descriptor() {
+        let status = |remaining, requests, reset_ms: u64| DescriptorStatus {
+            code: Code::Ok as i32,
+            current_limit: Some(RateLimit {
+                name: "n".into(),
+                requests_per_unit: requests,
+                unit: Unit::Second as i32,
+            }),
+            limit_remaining: remaining,
+            duration_until_reset: Some(Duration {
+                seconds: (reset_ms / 1000) as i64,
+                nanos: ((reset_ms % 1000) * 1_000_000) as i32,
+            }),
+            ..Default::default()
+        };
+        let statuses = [status(5, 10, 500), ok_status(), status(2, 3, 1_001)];
+        let headers: Vec<(String, String)> = ratelimit_headers(&statuses)
+            .into_iter()
+            .map(|h| (h.key, h.value))
+            .collect();
+        let expected = [
+            ("RateLimit-Limit", "3"),
+            ("RateLimit-Remaining", "2"),
+            ("RateLimit-Reset", "2"),
+        ];
+        assert_eq!(
+            headers,
+            expected.map(|(k, v)| (k.to_string(), v.to_string()))
+        );
+        assert!(ratelimit_headers(&[ok_status()]).is_empty());
+    }
+}

@@ -1,0 +1,69 @@
+//! Envoy's rate-limit service on a node's gRPC port (`grpc_listen`):
+//! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`, what Envoy's `ratelimit`
+//! filter, Istio and Envoy Gateway call. Messages and the service are Envoy's own, from the
+//! `envoy-types` crate (generated from Envoy's `.proto` files and published, so the build
+//! needs no `protoc`).
+//!
+//! # A request, end to end
+//!
+//! 1. **Edge** (`request.rs`): the token in the `authorization` metadata (`Bearer TOKEN`)
+//!    authenticates as on the HTTP port (`http::Callers`); bounds are checked before
+//!    anything else (descriptors per request, entries per descriptor, key and value bytes,
+//!    hits), and bad input is `INVALID_ARGUMENT` naming the field (`descriptors[1].entries[0].key`).
+//! 2. **Match** (`plan.rs`): the domain is the tenant. Each descriptor is matched against
+//!    the tenant's limits on this node's applied state, by the rule of
+//!    [`weir_core::rls::path::resolve`]; a `replaces` marker drops a replaced match. A
+//!    descriptor that matches no limit answers OK and is counted (`rls_descriptors
+//!    {kind="unmatched"}`), as envoyproxy/ratelimit answers; one that matches a limit with
+//!    no rate (an `unlimited` or inner node) answers OK.
+//! 3. **Decide**: the descriptors that matched a rate are the parts (limit, key, hits) of ONE
+//!    take (`AcquireParts`, `wait = false`) in the caller's take session, through the
+//!    caller's internal client, so the write goes through the client port's authorization
+//!    and a follower forwards it to the leader as HTTP does. One entry decides every part:
+//!    a request over one limit charges none of the others (G1 per part).
+//! 4. **Answer** (`answer.rs`): a status per descriptor, in the request's order, with the
+//!    limit as Envoy names it, what is left and when the bucket is full again, read on this
+//!    node's applied state right after the decision; `overall_code` is OVER_LIMIT when any
+//!    descriptor is; `RateLimit-*` headers when `grpc_ratelimit_headers` is on.
+//!
+//! # Invariants
+//!
+//! - Nothing is charged unless every part is granted (the machine's multi-part rule).
+//! - A shadow limit answers OK and is charged when it has room (the machine's shadow mode).
+//! - A request's failure is its own: a bad request, an unknown token or an unreachable
+//!   leader answers that call with a gRPC status; the port keeps serving.
+//!
+//! # Caveats
+//!
+//! - `limit_remaining` and `duration_until_reset` are this node's view just after the
+//!   answer, less the takes granted through this node that it has not applied yet
+//!   (`pending.rs`): exact for a client that calls one node; takes through other nodes
+//!   show once this node applies them (a heartbeat later, about 100 ms).
+//! - After a refusal the over-limit descriptors are those whose bucket, on this node's
+//!   view (less its pending takes), has fewer tokens than their hits; when that view shows none (it lags), every
+//!   charged, non-shadow descriptor is reported over the limit.
+//! - A node matches on its own applied state: a limit just defined is matched by a
+//!   follower once it has applied the definition (a heartbeat later); until then its
+//!   descriptors answer as unmatched (OK).
+//! - Two descriptors that match one keyed limit with different keys cannot share a take
+//!   (a request names each limit once): `INVALID_ARGUMENT`. The same limit and key twice
+//!   is one part of the summed hits.
+//!
+//! # Layout
+//!
+//! - `serve.rs` — the port: TCP, TLS (ALPN `h2`), tonic's HTTP/2 server, shutdown.
+//! - `service.rs` — [`RlsService`]: authentication, the take, the answer.
+//! - `request.rs` — the edge's checks of a `RateLimitRequest`.
+//! - `plan.rs` — matching descriptors to limits: a `Plan`.
+//! - `answer.rs` — the `RateLimitResponse`.
+//! - `pending.rs` — takes granted through this node and not yet applied here.
+
+mod answer;
+mod pending;
+mod plan;
+mod request;
+mod serve;
+mod service;
+
+pub use serve::{grpc_acceptor, serve_grpc};
+pub use service::RlsService;

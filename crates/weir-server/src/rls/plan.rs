@@ -1,0 +1,240 @@
+//! Which limit each descriptor of a checked request is decided on: a [`Plan`], made on
+//! this node's applied state (definitions change rarely; the take itself is decided by the
+//! leader's machine, which refuses a part whose limit is gone).
+
+use weir_core::machine::{Machine, Part};
+use weir_core::rls::path::{Matched, replaced, resolve};
+
+use super::request::Checked;
+
+/// What a descriptor is decided on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// No limit of the tenant matches: OK, uncharged.
+    Unmatched,
+    /// A limit without a rate (an `unlimited` or inner node), or one a matched `replaces`
+    /// rule drops: OK, uncharged.
+    Unlimited,
+    /// Part `n` of the take.
+    Part(usize),
+}
+
+/// A request's decision plan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub tenant: String,
+    /// One per descriptor, in order.
+    pub targets: Vec<Target>,
+    /// The take's parts: distinct (limit, key), hits summed.
+    pub parts: Vec<Part>,
+}
+
+/// Matches every descriptor of `request` on `machine`; an error names the descriptors that
+/// cannot share one take, or a limit a take cannot decide.
+pub fn plan(machine: &Machine, request: &Checked) -> Result<Plan, String> {
+    let tenant = request.tenant.as_str();
+    let exists = |name: &str| machine.has_limit(tenant, name);
+    let matched: Vec<Option<Matched<'_>>> = request
+        .descriptors
+        .iter()
+        .map(|d| {
+            let entries: Vec<(&str, &str)> = d
+                .entries
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            resolve(&entries, exists)
+        })
+        .collect();
+    let rated: Vec<&Matched<'_>> = matched
+        .iter()
+        .flatten()
+        .filter(|m| rates(machine, tenant, m))
+        .collect();
+    let dropped = replaced(&rated, exists);
+    let mut plan = Plan {
+        tenant: request.tenant.clone(),
+        targets: Vec::with_capacity(matched.len()),
+        parts: Vec::new(),
+    };
+    for (i, m) in matched.iter().enumerate() {
+        let target = match m {
+            None => Target::Unmatched,
+            Some(m) => {
+                let is_dropped = rated
+                    .iter()
+                    .position(|r| std::ptr::eq(*r, m))
+                    .is_none_or(|r| dropped[r]);
+                if is_dropped {
+                    Target::Unlimited
+                } else {
+                    check_rate_only(machine, tenant, m)?;
+                    Target::Part(plan.add_part(i, m, request.descriptors[i].hits)?)
+                }
+            }
+        };
+        plan.targets.push(target);
+    }
+    Ok(plan)
+}
+
+impl Plan {
+    /// Adds descriptor `i`'s hits on `m` to the parts, as a new part or summed into the part
+    /// of the same limit and key; returns its index.
+    fn add_part(&mut self, i: usize, m: &Matched<'_>, hits: u32) -> Result<usize, String> {
+        let same_limit = self.parts.iter().position(|p| p.limit == m.name);
+        match same_limit {
+            Some(n) if self.parts[n].key == m.key => {
+                let part = &mut self.parts[n];
+                part.units = part.units.saturating_add(hits);
+                Ok(n)
+            }
+            Some(_) => Err(format!(
+                "descriptors[{i}] matches limit {} with another key than an earlier \
+                 descriptor: one request decides each limit once",
+                m.name
+            )),
+            None => {
+                self.parts.push(Part {
+                    limit: m.name.clone(),
+                    key: m.key.clone(),
+                    units: hits,
+                });
+                Ok(self.parts.len() - 1)
+            }
+        }
+    }
+}
+
+/// Whether the limit `m` reached takes tokens (a node with a rate); a limit without one
+/// (an `unlimited` or inner node), or one whose keying does not fit the path, does not.
+fn rates(machine: &Machine, tenant: &str, m: &Matched<'_>) -> bool {
+    machine
+        .bucket_now(tenant, &m.name, m.key.as_deref())
+        .is_some_and(|b| b.spec.rates())
+}
+
+/// A take holds nothing, so a limit with a concurrency cap cannot be decided here.
+fn check_rate_only(machine: &Machine, tenant: &str, m: &Matched<'_>) -> Result<(), String> {
+    match machine.bucket_now(tenant, &m.name, m.key.as_deref()) {
+        Some(b) if b.spec.concurrent > 0 => Err(format!(
+            "limit {tenant}/{} has a concurrent cap: Envoy's descriptors take tokens from \
+             rate-only limits",
+            m.name
+        )),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rls::request::Descriptor;
+    use weir_core::machine::{Batch, Leadership};
+    use weir_core::rls::yaml;
+
+    const FILE: &str = "
+domain: d
+descriptors:
+  - key: ip
+    rate_limit: {unit: second, requests_per_unit: 10}
+  - key: inner
+    value: x
+    descriptors:
+      - key: user
+        rate_limit: {unit: minute, requests_per_unit: 5, name: users}
+  - key: vip
+    rate_limit: {unit: minute, requests_per_unit: 50, replaces: [{name: users}]}
+";
+
+    fn machine() -> Machine {
+        let mut machine = Machine::new();
+        let commands = yaml::parse(FILE)
+            .unwrap()
+            .compile()
+            .unwrap()
+            .into_iter()
+            .map(|d| d.into_command())
+            .collect();
+        let batch = Batch {
+            leadership: Leadership::default(),
+            clock_ms: 0,
+            wall_ms: 0,
+            commands,
+        };
+        let applied = machine.apply(1, &batch);
+        assert!(
+            applied
+                .replies
+                .iter()
+                .all(|r| *r == weir_core::machine::Reply::Done)
+        );
+        machine
+    }
+
+    fn checked(descriptors: &[(&[(&str, &str)], u32)]) -> Checked {
+        Checked {
+            tenant: "d".into(),
+            descriptors: descriptors
+                .iter()
+                .map(|(entries, hits)| Descriptor {
+                    entries: entries
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                    hits: *hits,
+                })
+                .collect(),
+        }
+    }
+
+    fn part(limit: &str, key: &str, units: u32) -> Part {
+        Part {
+            limit: limit.into(),
+            key: Some(key.into()),
+            units,
+        }
+    }
+
+    #[test]
+    fn one_part_per_limit_and_key_hits_summed_and_unmatched_or_inner_nodes_uncharged() {
+        let m = machine();
+        let p = plan(
+            &m,
+            &checked(&[
+                (&[("ip", "1.2.3.4")], 1),
+                (&[("nothing", "here")], 1),
+                (&[("ip", "1.2.3.4")], 2),
+                (&[("inner", "x")], 1),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            p.targets,
+            [
+                Target::Part(0),
+                Target::Unmatched,
+                Target::Part(0),
+                Target::Unlimited
+            ]
+        );
+        assert_eq!(p.parts, [part("envoy:ip", "1.2.3.4", 3)]);
+    }
+
+    #[test]
+    fn a_replaced_match_is_uncharged_and_one_limit_with_two_keys_is_refused() {
+        let m = machine();
+        let p = plan(
+            &m,
+            &checked(&[(&[("inner", "x"), ("user", "u")], 1), (&[("vip", "v")], 1)]),
+        )
+        .unwrap();
+        assert_eq!(p.targets, [Target::Unlimited, Target::Part(0)]);
+        assert_eq!(p.parts, [part("envoy:vip", "v", 1)]);
+        let e = plan(&m, &checked(&[(&[("ip", "a")], 1), (&[("ip", "b")], 1)])).unwrap_err();
+        assert!(
+            e.starts_with("descriptors[1] matches limit envoy:ip with another key"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,478 @@
+//! Envoy's rate-limit service on a real three-node cluster: a tonic client built from
+//! Envoy's own types (`envoy-types`) calls `ShouldRateLimit` on a follower, against the
+//! limits compiled from `docs/envoy-ratelimit.yaml` (envoyproxy/ratelimit's format).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::UInt64Value;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tonic::transport::{Channel, Endpoint, Uri};
+use weir::launcher::{LocalCluster, loopback_addr};
+use weir_client::Client;
+use weir_core::machine::Reply;
+use weir_core::rls::yaml;
+use weir_server::security::certs::{DevCa, Validity};
+use weir_server::security::{ClientSecurity, Connector, Stream};
+
+use crate::harness::{phase, token_entries, write_certs};
+
+/// The file every test here loads, as users run it with envoyproxy/ratelimit.
+const RATELIMIT_YAML: &str = include_str!("../../docs/envoy-ratelimit.yaml");
+
+/// Longest wait for an answer across a leader's loss (an election, then a forwarded take).
+const FAILOVER_MAX: Duration = Duration::from_secs(20);
+
+/// Starts three nodes, each with a gRPC port (`extra` applied to every config), and waits
+/// for a leader: the cluster and its leader.
+async fn start(tag: &str, each: impl Fn(&mut weir_server::config::Config)) -> (LocalCluster, u64) {
+    start_with(
+        LocalCluster::in_temp_dir(env!("CARGO_BIN_EXE_weir"), tag).unwrap(),
+        each,
+    )
+    .await
+}
+
+async fn start_with(
+    mut cluster: LocalCluster,
+    each: impl Fn(&mut weir_server::config::Config),
+) -> (LocalCluster, u64) {
+    let mut configs = cluster.loopback_configs(3).unwrap();
+    for c in &mut configs {
+        c.grpc_listen = loopback_addr().unwrap();
+        each(c);
+    }
+    cluster.add_and_start(configs).unwrap();
+    let leader = cluster
+        .leader(Duration::from_secs(30))
+        .await
+        .expect("a leader");
+    (cluster, leader)
+}
+
+/// Defines every limit of the ratelimit file through the log (the definitions the file
+/// compiles to).
+async fn apply_yaml(client: &Client) {
+    let file = yaml::parse(RATELIMIT_YAML).unwrap();
+    for definition in file.compile().unwrap() {
+        let name = definition.name.clone();
+        let reply = client.write(definition.into_command()).await.unwrap();
+        assert_eq!(reply, Reply::Done, "define {name}");
+    }
+}
+
+/// A descriptor of (key, value) entries.
+fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: k.to_string(),
+                value: v.to_string(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+fn request(descriptors: Vec<RateLimitDescriptor>, hits: u32) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "edge".into(),
+        descriptors,
+        hits_addend: hits,
+    }
+}
+
+struct Rls {
+    client: RateLimitServiceClient<Channel>,
+    token: Option<String>,
+}
+
+impl Rls {
+    async fn plain(addr: &str) -> Rls {
+        let channel = Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        Rls {
+            client: RateLimitServiceClient::new(channel),
+            token: None,
+        }
+    }
+
+    async fn call(&mut self, r: RateLimitRequest) -> Result<RateLimitResponse, tonic::Status> {
+        let mut r = tonic::Request::new(r);
+        r.set_timeout(FAILOVER_MAX);
+        if let Some(t) = &self.token {
+            r.metadata_mut()
+                .insert("authorization", format!("Bearer {t}").parse().unwrap());
+        }
+        self.client
+            .should_rate_limit(r)
+            .await
+            .map(|a| a.into_inner())
+    }
+
+    /// Waits until the node answers with the file's limits: it matches on its own applied
+    /// state, which has the definitions a heartbeat after the leader (a probe number
+    /// charged meanwhile is never used again).
+    async fn await_limits(&mut self) {
+        let deadline = Instant::now() + FAILOVER_MAX;
+        loop {
+            let answer = self
+                .ok(request(vec![descriptor(&[("to_number", "probe")])], 1))
+                .await;
+            if answer.statuses[0].current_limit.is_some() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the node never matched the file's limits"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn ok(&mut self, r: RateLimitRequest) -> RateLimitResponse {
+        self.call(r).await.unwrap()
+    }
+
+    /// The one status of a one-descriptor request.
+    async fn one(&mut self, entries: &[(&str, &str)], hits: u32) -> DescriptorStatus {
+        let answer = self.ok(request(vec![descriptor(entries)], hits)).await;
+        assert_eq!(answer.statuses.len(), 1);
+        assert_eq!(answer.overall_code, answer.statuses[0].code);
+        answer.statuses[0].clone()
+    }
+}
+
+const OK: i32 = Code::Ok as i32;
+const OVER: i32 = Code::OverLimit as i32;
+
+/// (code, requests_per_unit, unit, remaining) of a status with a limit.
+fn seen(s: &DescriptorStatus) -> (i32, u32, i32, u32) {
+    let l = s.current_limit.as_ref().expect("a current limit");
+    (s.code, l.requests_per_unit, l.unit, s.limit_remaining)
+}
+
+const DAY: i32 = Unit::Day as i32;
+
+/// The exposition line of the unmatched descriptors' count, up to its value.
+const UNMATCHED: &str = "weir_rls_descriptors_total{kind=\"unmatched\"} ";
+
+/// The value of the exposition line that starts with `prefix` (0 when there is none yet).
+fn figure(text: &str, prefix: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .map_or(0, |v| v.parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn should_rate_limit_decides_a_ratelimit_file_atomically_on_any_node_and_across_a_leader_kill()
+ {
+    let (mut cluster, leader) = start("weir-rls", |c| c.grpc_ratelimit_headers = true).await;
+    let client = Client::new(cluster.servers());
+    apply_yaml(&client).await;
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let mut rls = Rls::plain(&cluster.node(follower).config.grpc_listen.clone()).await;
+    rls.await_limits().await;
+    let metrics_url = format!(
+        "http://{}/metrics",
+        cluster.node(follower).config.http_listen
+    );
+    let text = reqwest::get(&metrics_url)
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    // Probes answered before the node had applied the file counted as unmatched.
+    let unmatched_before = figure(&text, UNMATCHED);
+
+    phase("nested descriptor with a value, then a key alone: 3 a day per number");
+    let marketing = |n| [("message_type", "marketing"), ("to_number", n)];
+    for left in [2, 1, 0] {
+        let s = rls.one(&marketing("555"), 0).await;
+        assert_eq!(seen(&s), (OK, 3, DAY, left));
+        // Until full again: (3 - left) tokens at 3 a day, the rate floored to whole
+        // micro-tokens a second (34 µ/s, 2% under 3 a day).
+        let reset = s.duration_until_reset.unwrap().seconds as u64;
+        let token_s = 1_000_000 / 34;
+        assert!(
+            reset.abs_diff((3 - left as u64) * token_s) <= 60,
+            "{reset} s, {left} left"
+        );
+    }
+    assert_eq!(
+        seen(&rls.one(&marketing("555"), 0).await),
+        (OVER, 3, DAY, 0)
+    );
+    assert_eq!(seen(&rls.one(&marketing("556"), 0).await), (OK, 3, DAY, 2));
+
+    phase("hits_addend: the request's, and a descriptor's overriding it");
+    assert_eq!(
+        seen(&rls.one(&[("to_number", "777")], 10).await),
+        (OK, 100, DAY, 90)
+    );
+    let mut d = descriptor(&[("to_number", "777")]);
+    d.hits_addend = Some(UInt64Value { value: 5 });
+    let answer = rls.ok(request(vec![d], 10)).await;
+    assert_eq!(seen(&answer.statuses[0]), (OK, 100, DAY, 85));
+
+    phase("a request over one of two limits charges neither");
+    let both = request(
+        vec![
+            descriptor(&[("to_number", "888")]),
+            descriptor(&marketing("555")),
+        ],
+        1,
+    );
+    let answer = rls.ok(both).await;
+    assert_eq!(answer.overall_code, OVER);
+    assert_eq!(seen(&answer.statuses[0]), (OK, 100, DAY, 100));
+    assert_eq!(seen(&answer.statuses[1]), (OVER, 3, DAY, 0));
+    assert_eq!(
+        seen(&rls.one(&[("to_number", "888")], 1).await),
+        (OK, 100, DAY, 99)
+    );
+
+    phase("RateLimit-* headers name the tightest descriptor");
+    let answer = rls
+        .ok(request(
+            vec![
+                descriptor(&[("to_number", "999")]),
+                descriptor(&marketing("557")),
+            ],
+            1,
+        ))
+        .await;
+    let headers: Vec<(String, String)> = answer
+        .response_headers_to_add
+        .iter()
+        .map(|h| (h.key.clone(), h.value.clone()))
+        .collect();
+    assert_eq!(
+        headers[..2],
+        [
+            ("RateLimit-Limit".to_string(), "3".to_string()),
+            ("RateLimit-Remaining".to_string(), "2".to_string()),
+        ]
+    );
+    assert_eq!(headers[2].0, "RateLimit-Reset");
+    let reset: u64 = headers[2].1.parse().unwrap();
+    assert!((28_000..=30_000).contains(&reset), "{headers:?}");
+
+    phase("shadow mode answers OK past its limit; unmatched and unlimited answer OK");
+    for _ in 0..3 {
+        let s = rls.one(&[("path", "/search")], 1).await;
+        assert_eq!(
+            (s.code, s.current_limit.unwrap().requests_per_unit),
+            (OK, 1)
+        );
+    }
+    for entries in [[("nothing", "matches")], [("remote_address", "127.0.0.1")]] {
+        let s = rls.one(&entries, 1).await;
+        assert_eq!((s.code, s.current_limit), (OK, None));
+    }
+
+    phase("replaces: the api_key rule drops the generic plan limit it replaces");
+    let answer = rls
+        .ok(request(
+            vec![
+                descriptor(&[("plan", "silver")]),
+                descriptor(&[("api_key", "k")]),
+            ],
+            1,
+        ))
+        .await;
+    assert_eq!(
+        (answer.statuses[0].code, &answer.statuses[0].current_limit),
+        (OK, &None)
+    );
+    assert_eq!(seen(&answer.statuses[1]), (OK, 5, Unit::Hour as i32, 4));
+    let plan = rls.one(&[("plan", "silver")], 1).await;
+    assert_eq!(seen(&plan), (OK, 60, Unit::Minute as i32, 59));
+
+    phase("bad input is INVALID_ARGUMENT naming the field");
+    let mut empty_domain = request(vec![descriptor(&[("to_number", "1")])], 1);
+    empty_domain.domain.clear();
+    let e = rls.call(empty_domain).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(e.message().starts_with("domain is 0 bytes"), "{e:?}");
+    let e = rls
+        .call(request(vec![descriptor(&[("to_number", "")])], 1))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(
+        e.message()
+            .starts_with("descriptors[0].entries[0].value is 0 bytes"),
+        "{e:?}"
+    );
+    let many = (0..17).map(|_| descriptor(&[("a", "b")])).collect();
+    let e = rls.call(request(many, 1)).await.unwrap_err();
+    assert!(e.message().contains("descriptors has 17 entries"), "{e:?}");
+
+    phase("the unmatched and shadow figures are in /metrics");
+    let text = reqwest::get(&metrics_url)
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(figure(&text, UNMATCHED), unmatched_before + 1, "{text}");
+    assert!(
+        text.contains("weir_rls_descriptors_total{kind=\"over_limit\"} 2"),
+        "{text}"
+    );
+    let shadow = text
+        .lines()
+        .find(|l| {
+            l.starts_with("weir_shadow_refusals{")
+                && l.contains("tenant=\"edge\"")
+                && l.contains("kind=\"Busy\"")
+        })
+        .unwrap_or_else(|| panic!("no shadow figure for edge:\n{text}"));
+    assert!(shadow.ends_with(" 2"), "{shadow}");
+
+    phase("the leader is killed: the follower answers once a new leader is elected");
+    cluster.kill(leader);
+    let deadline = Instant::now() + FAILOVER_MAX;
+    let after = loop {
+        match rls
+            .call(request(vec![descriptor(&[("to_number", "999")])], 1))
+            .await
+        {
+            Ok(a) => break a,
+            Err(e) => {
+                assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+                assert!(
+                    Instant::now() < deadline,
+                    "no answer after the leader's loss: {e:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    // 100 a day, 1 taken before the kill, 1 now (and at most one more by a try whose
+    // outcome was unknown).
+    let (code, _, _, left) = seen(&after.statuses[0]);
+    assert!(code == OK && (97..=98).contains(&left), "{after:?}");
+}
+
+/// A gRPC connector over Weir's TLS client (verified against the cluster CA).
+#[derive(Clone)]
+struct TlsConnect {
+    connector: Connector,
+    addr: String,
+}
+
+impl tower_service::Service<Uri> for TlsConnect {
+    type Response = TokioIo<Stream>;
+    type Error = std::io::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<TokioIo<Stream>, std::io::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), std::io::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Uri) -> Self::Future {
+        let this = self.clone();
+        Box::pin(async move {
+            let tcp = TcpStream::connect(&this.addr).await?;
+            let stream = this.connector.connect(tcp, &this.addr).await?;
+            Ok(TokioIo::new(stream))
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn should_rate_limit_over_tls_authenticates_the_token_and_applies_its_role() {
+    const ADMIN: &str = "rls-admin-secret";
+    const EDGE: &str = "rls-edge-secret";
+    const OTHER: &str = "rls-other-secret";
+    let cluster = LocalCluster::in_temp_dir(env!("CARGO_BIN_EXE_weir"), "weir-rls-tls").unwrap();
+    let certs = cluster.dir().join("certs");
+    let ca = DevCa::new("cluster CA").unwrap();
+    write_certs(
+        &certs,
+        &ca,
+        &["node1", "node2", "node3"].map(|n| (n, Validity::Current)),
+    );
+    let ca_pem = certs.join("ca.pem");
+    let security = ClientSecurity::new(Some(&ca_pem), Some(ADMIN.into())).unwrap();
+    let cluster = cluster.security(security.clone());
+    let tokens = token_entries(&[
+        (ADMIN, "admin"),
+        (EDGE, "tenant:edge"),
+        (OTHER, "tenant:other"),
+    ]);
+    phase("three nodes with TLS and tokens on every port, the gRPC one included");
+    let (cluster, leader) = start_with(cluster, |c| {
+        c.tls = Some(crate::harness::tls_files(&certs, &format!("node{}", c.id)));
+        c.tokens = tokens.clone();
+    })
+    .await;
+    apply_yaml(&Client::with_security(cluster.servers(), security)).await;
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let addr = cluster.node(follower).config.grpc_listen.clone();
+    let connect = TlsConnect {
+        connector: Connector::tls(weir_server::security::tls::client_config(&ca_pem).unwrap()),
+        addr: addr.clone(),
+    };
+    let channel = Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_with_connector(connect)
+        .await
+        .unwrap();
+    let mut rls = Rls {
+        client: RateLimitServiceClient::new(channel),
+        token: None,
+    };
+    let ask = || request(vec![descriptor(&[("to_number", "1")])], 1);
+
+    phase("no token: UNAUTHENTICATED; another tenant's token: PERMISSION_DENIED");
+    let e = rls.call(ask()).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
+    rls.token = Some("not-a-token".into());
+    assert_eq!(
+        rls.call(ask()).await.unwrap_err().code(),
+        tonic::Code::Unauthenticated
+    );
+    rls.token = Some(OTHER.into());
+    let e = rls.call(ask()).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("\"edge\""), "{e:?}");
+
+    phase("the tenant's own token decides, through the follower");
+    rls.token = Some(EDGE.into());
+    rls.await_limits().await;
+    assert_eq!(
+        seen(&rls.one(&[("to_number", "1")], 1).await),
+        (OK, 100, DAY, 99)
+    );
+
+    phase("plaintext to the TLS port gets no answer");
+    let plain = Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(5));
+    let refused = match plain.connect().await {
+        Err(_) => true,
+        Ok(channel) => {
+            let mut c = RateLimitServiceClient::new(channel);
+            c.should_rate_limit(ask()).await.is_err()
+        }
+    };
+    assert!(refused);
+}
