@@ -132,7 +132,9 @@ pub fn client_request(data: &[u8]) {
             Request::Status
             | Request::AddNode { .. }
             | Request::RemoveNode { .. }
-            | Request::SnapshotCost => {}
+            | Request::SnapshotCost
+            | Request::BackupBegin
+            | Request::BackupChunk { .. } => {}
         }
     }
 }

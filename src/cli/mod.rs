@@ -16,6 +16,7 @@ mod output;
 mod runs;
 mod serve;
 mod session;
+mod snapshot;
 mod status;
 
 use clap::{CommandFactory, Parser, Subcommand};
@@ -122,6 +123,9 @@ pub enum Command {
     /// Add and remove nodes.
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
+    /// Back up the cluster, inspect a backup, restore a new cluster from one.
+    #[command(subcommand)]
+    Snapshot(snapshot::SnapshotCommand),
     /// Load the cluster and report throughput and latency.
     Bench(bench::BenchArgs),
     /// Development certificates.
@@ -157,6 +161,11 @@ pub fn run(cli: Cli) -> Exit {
         return certs::token(c);
     }
     log::init_client();
+    if let Command::Snapshot(c) = &cli.command
+        && let Some(exit) = snapshot::offline(c, &Output { json: cli.json })
+    {
+        return exit;
+    }
     let security = match ClientSecurity::new(cli.ca.as_deref(), cli.token.clone()) {
         Ok(s) => s,
         Err(e) => {
@@ -197,6 +206,7 @@ pub fn run(cli: Cli) -> Exit {
             Command::Halt(c) => halt::run(c, &cli.tenant, &client, &out).await,
             Command::Session(c) => session::run(c, &client, &out).await,
             Command::Cluster(c) => cluster::run(c, &client, &out).await,
+            Command::Snapshot(c) => snapshot::save(c, &client, &out).await,
         }
     })
 }

@@ -1,6 +1,7 @@
 //! Cluster tests: the real `weir` binary as three processes on loopback.
 
 mod add_node;
+mod backup;
 mod cli;
 mod client_port;
 mod edge;

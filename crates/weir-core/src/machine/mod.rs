@@ -194,7 +194,7 @@ pub use command::{
     LimitId, Owner, Part, Priority, SessionId, Settle, TicketId, next_session_candidate,
 };
 pub use reply::{Applied, BudgetKind, Event, Refusal, Reply};
-pub use snapshot::{SNAPSHOT_MAGIC, SNAPSHOT_VERSION, digest_of};
+pub use snapshot::{SNAPSHOT_MAGIC, SNAPSHOT_VERSION, SnapshotContents, digest_of};
 pub use state::Machine;
 pub use status::{LimitStatus, TenantStatus};
 pub use tenant::{RunSlot, Spend};

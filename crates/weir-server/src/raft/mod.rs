@@ -11,6 +11,7 @@
 //! Business refusals live inside the replies; a
 //! `StorageError` means the disk broke its promise, and openraft stops the node on it.
 
+pub mod cluster_identity;
 pub mod log_entry;
 pub mod log_error;
 pub mod log_store;

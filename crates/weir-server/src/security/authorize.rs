@@ -30,6 +30,7 @@ pub fn authorize(role: &Role, request: &Request) -> Result<(), String> {
             (Scope::Admin("cluster changes"), true)
         }
         Request::SnapshotCost => (Scope::Admin("snapshot figures"), false),
+        Request::BackupBegin | Request::BackupChunk { .. } => (Scope::Admin("backups"), false),
     };
     match (asked, tenant) {
         (Scope::Admin(what), _) => Err(format!("{what} need the admin role, not {role}")),
