@@ -529,7 +529,7 @@ async fn peer_connection(tcp: TcpStream, server: PeerServer) -> Result<(), WireE
 
 /// The answer to a connection's first frame: welcome only a hello of this version from a
 /// node of this node's cluster (adopting it when this node has none).
-fn welcome(hello: Result<PeerHello, WireError>, identity: &ClusterIdentity) -> PeerWelcome {
+pub fn welcome(hello: Result<PeerHello, WireError>, identity: &ClusterIdentity) -> PeerWelcome {
     let refused = |reason: String| PeerWelcome::Refused { reason };
     let hello = match hello {
         Ok(h) if h.magic == PEER_HELLO_MAGIC => h,
