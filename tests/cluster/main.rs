@@ -15,6 +15,7 @@ mod library;
 mod metrics;
 mod owners;
 mod security;
+mod upgrade;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -38,7 +39,7 @@ pub fn define(name: &str, concurrent: u32) -> Command {
     }
 }
 
-async fn limit_names(cluster: &Cluster) -> BTreeSet<String> {
+pub async fn limit_names(cluster: &Cluster) -> BTreeSet<String> {
     let client = cluster.client();
     match client
         .request(Request::Read(Query::Limits { tenant: "t".into() }))
