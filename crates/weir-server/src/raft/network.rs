@@ -34,7 +34,9 @@
 //! version ([`PEER_PROTOCOL_VERSION`]), node id and cluster identity
 //! ([`super::cluster_identity`]); the listener answers [`PeerWelcome::Welcome`] only when
 //! both are its own (a node without an identity adopts the dialer's), else
-//! [`PeerWelcome::Refused`] naming both versions or both identities, and closes. So a node
+//! [`PeerWelcome::Refused`] naming both versions or both identities, and closes. A first
+//! frame that is not a hello (garbage, or a node of peer protocol 1) gets no answer: the
+//! connection is closed and the reason, naming both versions, logged. So a node
 //! of the cluster a backup was taken from can neither vote in nor append to the cluster
 //! restored from it, even with certificates from the same CA.
 //!
@@ -507,11 +509,24 @@ async fn peer_connection(tcp: TcpStream, server: PeerServer) -> Result<(), WireE
     } = server;
     let stream = acceptor.accept(tcp).await?;
     let mut stream = tokio::io::BufReader::with_capacity(256 * 1024, stream);
-    let hello = tokio::time::timeout(HELLO_TIMEOUT, wire::read_frame(&mut stream, PEER_FRAME_MAX))
-        .await
-        .map_err(|_| WireError::Decode(format!("no peer hello within {HELLO_TIMEOUT:?}")))?;
+    let hello: Result<PeerHello, WireError> =
+        tokio::time::timeout(HELLO_TIMEOUT, wire::read_frame(&mut stream, PEER_FRAME_MAX))
+            .await
+            .map_err(|_| WireError::Decode(format!("no peer hello within {HELLO_TIMEOUT:?}")))?;
+    // Only a hello is answered: a first frame that is not one (garbage, or a node of peer
+    // protocol 1, which could not read the answer) is refused by closing, with the reason
+    // logged here.
+    let hello = match hello {
+        Err(WireError::Closed) => return Ok(()),
+        // A frame that is damage (too long, a bad checksum) is refused as any other.
+        Err(e) if !matches!(e, WireError::Decode(_)) => return Err(e),
+        h => h,
+    };
+    let is_hello = matches!(&hello, Ok(h) if h.magic == PEER_HELLO_MAGIC);
     let welcome = welcome(hello, &identity);
-    wire::write_frame(stream.get_mut(), &welcome).await?;
+    if is_hello {
+        wire::write_frame(stream.get_mut(), &welcome).await?;
+    }
     if let PeerWelcome::Refused { reason } = welcome {
         tracing::warn!("refused a peer: {reason}");
         return Err(WireError::Decode(reason));

@@ -124,6 +124,16 @@ mod tests {
         );
         assert!(authorize(&Role::Admin, &Request::RemoveNode { id: 2 }).is_ok());
         assert!(authorize(&a, &Request::RemoveNode { id: 2 }).is_err());
+        let chunk = Request::BackupChunk {
+            index: 1,
+            offset: 0,
+        };
+        for backup in [Request::BackupBegin, chunk] {
+            assert!(authorize(&Role::Admin, &backup).is_ok());
+            let why = authorize(&Role::Read, &backup).unwrap_err();
+            assert!(why.contains("backups need the admin role"), "{why}");
+            assert!(authorize(&a, &backup).is_err());
+        }
     }
 
     /// Halts, ceilings, budgets and limit definitions are the operator's: a tenant token
