@@ -204,6 +204,34 @@ async fn a_cluster_restored_from_a_backup_has_every_write_up_to_it_and_refuses_t
     let new_cluster = backup["restored_cluster"].as_str().unwrap().to_owned();
     assert_ne!(old_cluster, new_cluster);
 
+    phase("a damaged copy is refused by inspect and restore, naming the file");
+    let damaged = dir.join("damaged.wbak");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x01;
+    std::fs::write(&damaged, &bytes).unwrap();
+    let damaged_arg = damaged.to_str().unwrap();
+    let (code, _, err) = cluster.cli(&["snapshot", "inspect", damaged_arg]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(damaged_arg) && err.contains("checksum mismatch"),
+        "{err}"
+    );
+    let node1 = cluster.node(1);
+    let (code, _, err) = cluster.cli(&[
+        "snapshot",
+        "restore",
+        file_arg,
+        "--data-dir",
+        node1.config.data_dir.to_str().unwrap(),
+        "--id",
+        "1",
+        "--config",
+        node1.config_path.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "a restore over a live data directory: {err}");
+    assert!(err.contains("not empty"), "{err}");
+
     phase("every data directory lost; node 3's is kept aside as the old cluster's");
     for id in 1..=3 {
         cluster.kill(id);
