@@ -27,6 +27,11 @@
 //!   snapshot's checksum): every node restored from one file agrees on it, and it is never
 //!   the source cluster's, so a node of that cluster is refused by the restored ones
 //!   ([`crate::raft::cluster_identity`]).
+//! - Memory: the leader holds one encoded copy of its state while a backup is read
+//!   (`server::backup_export`), and `save` one chunk (1 MiB) at a time. `inspect` and
+//!   `restore` read the snapshot whole and restore it (one copy of the bytes and the
+//!   machine), and `restore` encodes `snapshot.bin` from it (one more copy): a backup of
+//!   the largest state the bounds allow needs about three times its size in memory there.
 //! - A restored node's Raft state is a snapshot at the backup's log id with the membership
 //!   of its own config's voters, an empty log, and a vote at the backup's term (for itself,
 //!   not committed), so the first election of the new cluster runs in a later term than any
