@@ -8,7 +8,7 @@ use clap::Subcommand;
 use serde_json::json;
 
 use super::{EXIT_ERROR, EXIT_OK, Exit, Output, client_error};
-use weir_client::protocol::{BackupHeader, Request, Response};
+use weir_client::protocol::{BackupHeader, Failure, Request, Response};
 use weir_client::{Client, ClientError};
 use weir_server::backup::{BackupWriter, read_backup};
 use weir_server::config::Config;
@@ -57,35 +57,64 @@ pub fn offline(command: &SnapshotCommand, out: &Output) -> Option<Exit> {
     }
 }
 
+/// How many times `save` begins a backup: a chunk refused because the leader changed (or
+/// another save replaced the held backup) begins it once more, at the new leader.
+const SAVE_ATTEMPTS: u32 = 2;
+
 /// `weir snapshot save FILE`.
 pub async fn save(command: &SnapshotCommand, client: &Client, out: &Output) -> Exit {
     let SnapshotCommand::Save { file } = command else {
         unreachable!("inspect and restore run offline");
     };
+    for attempt in 1..=SAVE_ATTEMPTS {
+        match save_once(file, client).await {
+            Ok(header) => {
+                print_saved(file, &header, out);
+                return EXIT_OK;
+            }
+            Err(Attempt::Again(why)) if attempt < SAVE_ATTEMPTS => {
+                eprintln!("weir: {why}; beginning the backup again");
+            }
+            Err(Attempt::Again(why)) => return fail(&why),
+            Err(Attempt::Failed(exit)) => return exit,
+        }
+    }
+    unreachable!("the last attempt returns")
+}
+
+/// Why one attempt at a backup ended without a file.
+enum Attempt {
+    /// The held backup went away (leader change, another save): worth beginning again.
+    Again(String),
+    /// Reported already; the exit status.
+    Failed(Exit),
+}
+
+/// Begins a backup and streams it into `file`.
+async fn save_once(file: &Path, client: &Client) -> Result<BackupHeader, Attempt> {
     let header = match client.request(Request::BackupBegin).await {
         Ok(Response::BackupBegun(h)) => h,
-        other => return unexpected(other),
+        other => return Err(Attempt::Failed(unexpected(other))),
     };
     let index = header.index;
-    let mut writer = match BackupWriter::create(file, header.clone()) {
-        Ok(w) => w,
-        Err(e) => return fail(&e),
-    };
+    let mut writer =
+        BackupWriter::create(file, header.clone()).map_err(|e| Attempt::Failed(fail(&e)))?;
     while writer.written() < header.snapshot_bytes {
         let offset = writer.written();
         let chunk = match client.request(Request::BackupChunk { index, offset }).await {
             Ok(Response::BackupChunk(bytes)) if !bytes.is_empty() => bytes,
-            other => return unexpected(other),
+            // The client retried it (bounded) before giving up.
+            Err(ClientError::Failed(Failure::Unavailable(why))) => {
+                return Err(Attempt::Again(why));
+            }
+            other => return Err(Attempt::Failed(unexpected(other))),
         };
-        if let Err(e) = writer.write(&chunk) {
-            return fail(&e);
-        }
+        writer
+            .write(&chunk)
+            .map_err(|e| Attempt::Failed(fail(&e)))?;
     }
-    if let Err(e) = writer.finish() {
-        return fail(&e);
-    }
-    print_saved(file, &header, out);
-    EXIT_OK
+    writer.finish().map_err(|e| Attempt::Failed(fail(&e)))?;
+    Ok(header)
 }
 
 fn print_saved(file: &Path, header: &BackupHeader, out: &Output) {
