@@ -27,7 +27,9 @@ use std::task::{Context, Poll, Waker};
 use weir_core::codec;
 use weir_core::machine::{Batch, Command, Leadership, Machine, SNAPSHOT_MAGIC, SNAPSHOT_VERSION};
 use weir_client::protocol::{CLIENT_FRAME_MAX, ClientFrame, Request};
-use weir_server::raft::network::{PEER_FRAME_MAX, PeerRequest, PeerResponse};
+use weir_server::raft::network::{
+    PEER_FRAME_MAX, PeerHello, PeerRequest, PeerResponse, PeerWelcome,
+};
 use weir_client::wire::{self, WireError};
 
 /// Most bytes of Rust heap live at once in a fuzz process. The largest allocation Weir makes
@@ -132,7 +134,9 @@ pub fn client_request(data: &[u8]) {
             Request::Status
             | Request::AddNode { .. }
             | Request::RemoveNode { .. }
-            | Request::SnapshotCost => {}
+            | Request::SnapshotCost
+            | Request::BackupBegin
+            | Request::BackupChunk { .. } => {}
         }
     }
 }
@@ -153,8 +157,8 @@ fn apply(machine: &mut Machine, index: u64, clock_ms: u64, command: Command) {
 }
 
 /// Target `peer_frame`: the bytes are one frame on the peer port, read with the peer
-/// bound ([`PEER_FRAME_MAX`]) as a request (what the server side reads) and as a response
-/// (what the client side reads). Even mode: the rest is the payload (see the module doc).
+/// bound ([`PEER_FRAME_MAX`]) as a request and a hello (what the server side reads) and as
+/// a response and a welcome (what the client side reads). Even mode: the rest is the payload (see the module doc).
 pub fn peer_frame(data: &[u8]) {
     let (seal, data) = mode(data);
     let sealed;
@@ -167,6 +171,9 @@ pub fn peer_frame(data: &[u8]) {
     let _: Result<PeerRequest, WireError> =
         ready(wire::read_frame(&mut &bytes[..], PEER_FRAME_MAX));
     let _: Result<PeerResponse, WireError> =
+        ready(wire::read_frame(&mut &bytes[..], PEER_FRAME_MAX));
+    let _: Result<PeerHello, WireError> = ready(wire::read_frame(&mut &bytes[..], PEER_FRAME_MAX));
+    let _: Result<PeerWelcome, WireError> =
         ready(wire::read_frame(&mut &bytes[..], PEER_FRAME_MAX));
 }
 

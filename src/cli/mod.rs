@@ -17,6 +17,7 @@ mod output;
 mod runs;
 mod serve;
 mod session;
+mod snapshot;
 mod status;
 
 use clap::{CommandFactory, Parser, Subcommand};
@@ -126,6 +127,9 @@ pub enum Command {
     /// Add and remove nodes.
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
+    /// Back up the cluster, inspect a backup, restore a new cluster from one.
+    #[command(subcommand)]
+    Snapshot(snapshot::SnapshotCommand),
     /// Load the cluster and report throughput and latency.
     Bench(bench::BenchArgs),
     /// Development certificates.
@@ -161,6 +165,11 @@ pub fn run(cli: Cli) -> Exit {
         return certs::token(c);
     }
     log::init_client();
+    if let Command::Snapshot(c) = &cli.command
+        && let Some(exit) = snapshot::offline(c, &Output { json: cli.json })
+    {
+        return exit;
+    }
     let security = match ClientSecurity::new(cli.ca.as_deref(), cli.token.clone()) {
         Ok(s) => s,
         Err(e) => {
@@ -202,6 +211,7 @@ pub fn run(cli: Cli) -> Exit {
             Command::Halt(c) => halt::run(c, &cli.tenant, &client, &out).await,
             Command::Session(c) => session::run(c, &client, &out).await,
             Command::Cluster(c) => cluster::run(c, &client, &out).await,
+            Command::Snapshot(c) => snapshot::save(c, &client, &out).await,
         }
     })
 }

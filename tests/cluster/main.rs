@@ -2,6 +2,7 @@
 
 mod add_node;
 mod apply;
+mod backup;
 mod cli;
 mod client_port;
 mod console;
@@ -17,6 +18,7 @@ mod metrics;
 mod owners;
 mod rls;
 mod security;
+mod upgrade;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -40,7 +42,7 @@ pub fn define(name: &str, concurrent: u32) -> Command {
     }
 }
 
-async fn limit_names(cluster: &Cluster) -> BTreeSet<String> {
+pub async fn limit_names(cluster: &Cluster) -> BTreeSet<String> {
     let client = cluster.client();
     match client.request(Request::Read(Query::limits("t"))).await {
         Ok(Response::Read(Answer::Limits(page))) => {

@@ -314,6 +314,11 @@ async fn tenant_tokens_stay_in_their_tenant_read_only_reads_and_a_revoked_token_
         Request::Status,
         Request::SnapshotCost,
         Request::RemoveNode { id: 1 },
+        Request::BackupBegin,
+        Request::BackupChunk {
+            index: 1,
+            offset: 0,
+        },
     ];
     for request in into_b {
         let r = ask(&a, request.clone()).await;

@@ -3,6 +3,7 @@
 
 mod crash;
 mod entries;
+mod formats;
 mod log_damage;
 
 use std::path::{Path, PathBuf};

@@ -83,6 +83,45 @@ pub enum Request {
     /// Measure what a snapshot of this node's state costs: encode it, decode and check it
     /// (what a follower's install does), and report sizes and times. Changes nothing.
     SnapshotCost,
+    /// Begin a backup (leader only, admin): after a quorum round, the node encodes its state
+    /// at the index it has applied (committed, and every write acknowledged before the
+    /// request) and holds the bytes for [`Request::BackupChunk`]. Changes nothing.
+    BackupBegin,
+    /// Up to [`BACKUP_CHUNK_BYTES`] of the held backup at log index `index`, from `offset`.
+    BackupChunk { index: u64, offset: u64 },
+}
+
+/// Largest [`Response::BackupChunk`], in bytes: a quarter of [`CLIENT_FRAME_MAX`], so a
+/// chunk and its frame always fit.
+pub const BACKUP_CHUNK_BYTES: u64 = 1 << 20;
+
+/// What a backup holds besides the machine's snapshot: where it was taken and how to
+/// verify the bytes that follow. The header of a backup file (`weir_server::backup`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackupHeader {
+    /// The identity of the cluster it was taken from.
+    pub cluster: [u8; 16],
+    /// The log index of the last entry the snapshot includes.
+    pub index: u64,
+    /// That entry's term and the node that proposed it.
+    pub term: u64,
+    pub leader: u64,
+    /// The cluster's members at that index.
+    pub members: Vec<BackupMember>,
+    /// The machine snapshot (a `WSNP` frame): its length and CRC-32C.
+    pub snapshot_bytes: u64,
+    pub snapshot_crc32c: u32,
+    /// When it was taken, Unix ms (shown to people only).
+    pub wall_ms: u64,
+}
+
+/// One member of the cluster a backup was taken from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackupMember {
+    pub id: u64,
+    pub peer: String,
+    pub client: String,
+    pub voter: bool,
 }
 
 /// A read of the state.
@@ -293,6 +332,10 @@ pub enum Response {
     MembershipChanged,
     SnapshotCost(SnapshotCost),
     Failed(Failure),
+    /// A backup was begun: its header.
+    BackupBegun(BackupHeader),
+    /// Bytes of the held backup.
+    BackupChunk(Vec<u8>),
 }
 
 /// From server to client.

@@ -1,6 +1,6 @@
 //! A Weir node: the replicated shell around the pure machine (`weir-core`).
 //!
-//! Owns: openraft's glue over Weir's own write-ahead log and snapshot files ([`raft`]); the
+//! Owns: the backup file and restoring a data directory from it ([`backup`]); openraft's glue over Weir's own write-ahead log and snapshot files ([`raft`]); the
 //! node, its client port, proposer and readers ([`server`]); HTTP/JSON ([`http`]);
 //! the session-owner rule the client port and HTTP share ([`session_owner`]); Prometheus
 //! metrics ([`metrics`]); the node's shutdown signal ([`shutdown`]); the node's
@@ -12,6 +12,8 @@
 //! that HTTP forwards through) and must never be a dependency of either.
 
 #![forbid(unsafe_code)]
+
+pub mod backup;
 
 pub mod server;
 

@@ -211,7 +211,7 @@ pub use command::{
 };
 pub use queue_view::{HolderView, QueuePage, WaiterView};
 pub use reply::{Applied, BudgetKind, Event, LimitsChange, Refusal, Reply};
-pub use snapshot::{SNAPSHOT_MAGIC, SNAPSHOT_VERSION, digest_of};
+pub use snapshot::{SNAPSHOT_MAGIC, SNAPSHOT_VERSION, SnapshotContents, digest_of};
 pub use state::Machine;
 pub use status::{BucketNow, KeyPage, LimitStatus, LimitsPage, TenantStatus};
 pub use tenant::{RunSlot, Spend};

@@ -56,10 +56,61 @@ impl Machine {
         Ok(machine)
     }
 
+    /// What the state holds, counted (`weir snapshot inspect`).
+    pub fn contents(&self) -> SnapshotContents {
+        let saved = self.saved();
+        let mut c = SnapshotContents {
+            applied: saved.applied,
+            last_fence: saved.last_fence,
+            tenants: saved.tenants.len() as u64,
+            sessions: saved.sessions.len() as u64,
+            ..SnapshotContents::default()
+        };
+        for limit in saved.limits.values() {
+            if limit.of.is_some() {
+                c.keys += 1;
+            } else {
+                c.limits += 1;
+            }
+            c.holders += limit.holders.len() as u64;
+            c.queued += limit.queue.len() as u64;
+        }
+        for tenant in saved.tenants.values() {
+            c.runs += tenant.running.len() as u64;
+            c.settlements += tenant.receipts.len() as u64;
+            c.halts += tenant.halts.len() as u64;
+        }
+        c
+    }
+
     /// A digest of the state: equal on replicas at the same applied index.
     pub fn digest(&self) -> String {
         digest_of(&codec::encode(self.saved()))
     }
+}
+
+/// What a machine state holds, counted: the figures `weir snapshot inspect` shows.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SnapshotContents {
+    /// Index of the last entry applied.
+    pub applied: Option<u64>,
+    /// The last fence handed out.
+    pub last_fence: u64,
+    pub tenants: u64,
+    /// Limit definitions (a keyed limit counts once).
+    pub limits: u64,
+    /// Live keys of keyed limits.
+    pub keys: u64,
+    pub sessions: u64,
+    /// Permits held, over every limit and key.
+    pub holders: u64,
+    /// Tickets waiting in queues.
+    pub queued: u64,
+    /// Runs holding a slot.
+    pub runs: u64,
+    /// Settlement receipts kept.
+    pub settlements: u64,
+    pub halts: u64,
 }
 
 /// The digest of some bytes: 64-bit FNV-1a, as 16 hex digits. Not cryptographic; it exists

@@ -12,6 +12,7 @@
 //! `StorageError` means the disk broke its promise, and openraft stops the node on it.
 
 pub mod activity;
+pub mod cluster_identity;
 pub mod log_entry;
 pub mod log_error;
 pub mod log_store;

@@ -30,6 +30,16 @@
 //! whose certificate does not chain to the cluster CA fails its handshake, before any frame,
 //! so no vote, AppendEntries or snapshot from outside the cluster reaches Raft.
 //!
+//! Every connection then opens with a hello ([`PeerHello`]): the dialer's peer protocol
+//! version ([`PEER_PROTOCOL_VERSION`]), node id and cluster identity
+//! ([`super::cluster_identity`]); the listener answers [`PeerWelcome::Welcome`] only when
+//! both are its own (a node without an identity adopts the dialer's), else
+//! [`PeerWelcome::Refused`] naming both versions or both identities, and closes. A first
+//! frame that is not a hello (garbage, or a node of peer protocol 1) gets no answer: the
+//! connection is closed and the reason, naming both versions, logged. So a node
+//! of the cluster a backup was taken from can neither vote in nor append to the cluster
+//! restored from it, even with certificates from the same CA.
+//!
 //! The server side ([`serve_peers`]) reads a request, hands it to the local Raft
 //! ([`answer`], which also tells [`super::stand_in`] what it saw), writes the answer.
 //! Garbage, an oversized length or a bad checksum closes that connection with a logged
@@ -50,6 +60,7 @@ use openraft::raft::{
 use serde::{Deserialize, Serialize};
 use tokio::net::{TcpListener, TcpStream};
 
+use super::cluster_identity::{ClusterId, ClusterIdentity};
 use super::stand_in::StandIn;
 use super::{NodeAddr, NodeId, Raft, TypeConfig};
 use crate::security::{Acceptor, Connector, Stream};
@@ -68,6 +79,39 @@ const POOL_IDLE_MAX: usize = 8;
 /// at most this long, so it is short: the client's own bound for its handshake and welcome
 /// ([`weir_client::SILENCE_MAX`]), far above a handshake's few milliseconds on a quiet machine.
 const DIAL_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The peer protocol's version. 1: no hello, a connection's first frame is a request.
+/// 2: every connection opens with a [`PeerHello`] answered by a [`PeerWelcome`].
+pub const PEER_PROTOCOL_VERSION: u32 = 2;
+
+/// The first four bytes of every hello: a frame of peer protocol 1 (a [`PeerRequest`])
+/// never decodes with them, so a node of that version is told apart from damage.
+pub const PEER_HELLO_MAGIC: [u8; 4] = *b"WPHI";
+
+/// Longest a listener waits for a connection's hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The first frame the dialer sends on a peer connection.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerHello {
+    /// [`PEER_HELLO_MAGIC`].
+    pub magic: [u8; 4],
+    /// The dialer's [`PEER_PROTOCOL_VERSION`].
+    pub version: u32,
+    /// The dialer's node id.
+    pub from: NodeId,
+    /// The dialer's cluster identity.
+    pub cluster: [u8; 16],
+}
+
+/// The listener's answer to a [`PeerHello`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PeerWelcome {
+    /// Same version, same cluster: requests may follow.
+    Welcome { version: u32, cluster: [u8; 16] },
+    /// Another version or another cluster; the listener closes the connection.
+    Refused { reason: String },
+}
 
 /// A Raft RPC.
 #[derive(Serialize, Deserialize)]
@@ -99,7 +143,7 @@ type Pools = Arc<Mutex<BTreeMap<NodeId, Vec<Pooled>>>>;
 type Dialing = Arc<Mutex<BTreeMap<NodeId, Arc<tokio::sync::Mutex<()>>>>>;
 
 /// The client side: hands openraft a [`PeerClient`] per target, sharing the pools.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct PeerNetwork {
     pools: Pools,
     dialing: Dialing,
@@ -107,15 +151,28 @@ pub struct PeerNetwork {
     source_ip: Option<std::net::IpAddr>,
     /// Mutual TLS to peers, or plaintext.
     connector: Connector,
+    /// Who this node is, for the hello: its id and its cluster.
+    me: Arc<Me>,
+}
+
+/// What a dialer's hello says about it.
+pub struct Me {
+    pub id: NodeId,
+    pub identity: Arc<ClusterIdentity>,
 }
 
 impl PeerNetwork {
-    pub fn new(source_ip: Option<std::net::IpAddr>, connector: Connector) -> PeerNetwork {
+    pub fn new(
+        source_ip: Option<std::net::IpAddr>,
+        connector: Connector,
+        me: Arc<Me>,
+    ) -> PeerNetwork {
         PeerNetwork {
             pools: Pools::default(),
             dialing: Dialing::default(),
             source_ip,
             connector,
+            me,
         }
     }
 }
@@ -129,6 +186,7 @@ pub struct PeerClient {
     dialing: Dialing,
     source_ip: Option<std::net::IpAddr>,
     connector: Connector,
+    me: Arc<Me>,
 }
 
 /// How a call failed, before openraft's error types are chosen.
@@ -220,7 +278,7 @@ impl PeerClient {
         })
     }
 
-    /// TCP connect and handshake.
+    /// TCP connect, handshake and hello.
     async fn dial_now(&self) -> Result<Pooled, CallError> {
         let c = self.connect().await.map_err(CallError::Unreachable)?;
         c.set_nodelay(true)
@@ -230,7 +288,45 @@ impl PeerClient {
             .connect(c, &self.addr)
             .await
             .map_err(|e| CallError::Network(e.to_string()))?;
-        Ok(tokio::io::BufReader::with_capacity(256 * 1024, c))
+        let mut conn = tokio::io::BufReader::with_capacity(256 * 1024, c);
+        self.hello(&mut conn).await?;
+        Ok(conn)
+    }
+
+    /// Says hello on a new connection and reads the welcome; a refusal is logged as a
+    /// warning (it names both versions or both identities) and fails the call.
+    async fn hello(&self, conn: &mut Pooled) -> Result<(), CallError> {
+        let Some(cluster) = self.me.identity.get() else {
+            return Err(CallError::Network(
+                "this node has no cluster identity yet: it speaks to peers only once \
+                 it has founded, joined or been restored into a cluster"
+                    .into(),
+            ));
+        };
+        let hello = PeerHello {
+            magic: PEER_HELLO_MAGIC,
+            version: PEER_PROTOCOL_VERSION,
+            from: self.me.id,
+            cluster: cluster.0,
+        };
+        let network = |e: WireError| CallError::Network(e.to_string());
+        wire::write_frame(conn.get_mut(), &hello)
+            .await
+            .map_err(network)?;
+        match wire::read_frame(conn, PEER_FRAME_MAX)
+            .await
+            .map_err(network)?
+        {
+            PeerWelcome::Welcome { .. } => Ok(()),
+            PeerWelcome::Refused { reason } => {
+                let why = format!(
+                    "node {} at {} refused this node: {reason}",
+                    self.target, self.addr
+                );
+                tracing::warn!("{why}");
+                Err(CallError::Network(why))
+            }
+        }
     }
 
     /// Drops every idle connection to this peer. Connections pooled after this are newer
@@ -321,6 +417,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
             dialing: self.dialing.clone(),
             source_ip: self.source_ip,
             connector: self.connector.clone(),
+            me: self.me.clone(),
         }
     }
 }
@@ -385,29 +482,55 @@ impl PeerClient {
     }
 }
 
+/// What the peer port's connections share.
+#[derive(Clone)]
+pub struct PeerServer {
+    pub acceptor: Acceptor,
+    pub raft: Raft,
+    pub stand_in: Arc<StandIn>,
+    pub identity: Arc<ClusterIdentity>,
+}
+
 /// Serves Raft RPCs from peers on `listener` until the node shuts down; each connection
-/// first passes `acceptor`'s handshake (mutual TLS, or none).
-pub async fn serve_peers(
-    listener: TcpListener,
-    acceptor: Acceptor,
-    raft: Raft,
-    stand_in: Arc<StandIn>,
-    shutdown: Shutdown,
-) {
+/// first passes the acceptor's handshake (mutual TLS, or none), then the hello.
+pub async fn serve_peers(listener: TcpListener, server: PeerServer, shutdown: Shutdown) {
     wire::accept_loop("peer", listener, shutdown.watch(), move |stream| {
-        peer_connection(stream, acceptor.clone(), raft.clone(), stand_in.clone())
+        peer_connection(stream, server.clone())
     })
     .await
 }
 
-async fn peer_connection(
-    tcp: TcpStream,
-    acceptor: Acceptor,
-    raft: Raft,
-    stand_in: Arc<StandIn>,
-) -> Result<(), WireError> {
+async fn peer_connection(tcp: TcpStream, server: PeerServer) -> Result<(), WireError> {
+    let PeerServer {
+        acceptor,
+        raft,
+        stand_in,
+        identity,
+    } = server;
     let stream = acceptor.accept(tcp).await?;
     let mut stream = tokio::io::BufReader::with_capacity(256 * 1024, stream);
+    let hello: Result<PeerHello, WireError> =
+        tokio::time::timeout(HELLO_TIMEOUT, wire::read_frame(&mut stream, PEER_FRAME_MAX))
+            .await
+            .map_err(|_| WireError::Decode(format!("no peer hello within {HELLO_TIMEOUT:?}")))?;
+    // Only a hello is answered: a first frame that is not one (garbage, or a node of peer
+    // protocol 1, which could not read the answer) is refused by closing, with the reason
+    // logged here.
+    let hello = match hello {
+        Err(WireError::Closed) => return Ok(()),
+        // A frame that is damage (too long, a bad checksum) is refused as any other.
+        Err(e) if !matches!(e, WireError::Decode(_)) => return Err(e),
+        h => h,
+    };
+    let is_hello = matches!(&hello, Ok(h) if h.magic == PEER_HELLO_MAGIC);
+    let welcome = welcome(hello, &identity);
+    if is_hello {
+        wire::write_frame(stream.get_mut(), &welcome).await?;
+    }
+    if let PeerWelcome::Refused { reason } = welcome {
+        tracing::warn!("refused a peer: {reason}");
+        return Err(WireError::Decode(reason));
+    }
     loop {
         let request: PeerRequest = match wire::read_frame(&mut stream, PEER_FRAME_MAX).await {
             Ok(r) => r,
@@ -416,6 +539,37 @@ async fn peer_connection(
         };
         let response = answer(&raft, &stand_in, request).await;
         wire::write_frame(stream.get_mut(), &response).await?;
+    }
+}
+
+/// The answer to a connection's first frame: welcome only a hello of this version from a
+/// node of this node's cluster (adopting it when this node has none).
+pub fn welcome(hello: Result<PeerHello, WireError>, identity: &ClusterIdentity) -> PeerWelcome {
+    let refused = |reason: String| PeerWelcome::Refused { reason };
+    let hello = match hello {
+        Ok(h) if h.magic == PEER_HELLO_MAGIC => h,
+        Ok(_) | Err(WireError::Decode(_)) => {
+            return refused(format!(
+                "the first frame is not a peer hello: a node of peer protocol version 1 \
+                 (which sends none)? this node speaks peer protocol version \
+                 {PEER_PROTOCOL_VERSION}"
+            ));
+        }
+        Err(e) => return refused(format!("no peer hello: {e}")),
+    };
+    if hello.version != PEER_PROTOCOL_VERSION {
+        return refused(format!(
+            "node {} speaks peer protocol version {}; this node speaks version \
+             {PEER_PROTOCOL_VERSION}",
+            hello.from, hello.version
+        ));
+    }
+    match identity.admit(ClusterId(hello.cluster), hello.from) {
+        Ok(own) => PeerWelcome::Welcome {
+            version: PEER_PROTOCOL_VERSION,
+            cluster: own.0,
+        },
+        Err(reason) => refused(reason),
     }
 }
 
@@ -479,7 +633,28 @@ mod tests {
             dialing: Dialing::default(),
             source_ip: None,
             connector,
+            me: Arc::new(Me {
+                id: 1,
+                identity: Arc::new(ClusterIdentity::fixed(
+                    std::path::Path::new("/nonexistent"),
+                    Some(TEST_CLUSTER),
+                )),
+            }),
         }
+    }
+
+    /// The cluster the test peers and clients are in.
+    const TEST_CLUSTER: ClusterId = ClusterId([3; 16]);
+
+    /// Reads the hello on a test peer's connection and welcomes it.
+    async fn welcome_hello<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+        stream: &mut tokio::io::BufReader<S>,
+    ) -> bool {
+        let identity =
+            ClusterIdentity::fixed(std::path::Path::new("/nonexistent"), Some(TEST_CLUSTER));
+        let answer = welcome(wire::read_frame(stream, PEER_FRAME_MAX).await, &identity);
+        let ok = matches!(answer, PeerWelcome::Welcome { .. });
+        wire::write_frame(stream.get_mut(), &answer).await.is_ok() && ok
     }
 
     /// How many idle connections `client` pools to node 2.
@@ -504,6 +679,9 @@ mod tests {
                         return;
                     };
                     let mut stream = tokio::io::BufReader::new(stream);
+                    if !welcome_hello(&mut stream).await {
+                        return;
+                    }
                     if let Ok(PeerRequest::Vote(v)) =
                         wire::read_frame(&mut stream, PEER_FRAME_MAX).await
                     {
@@ -592,6 +770,9 @@ mod tests {
                         return;
                     };
                     let mut stream = tokio::io::BufReader::new(stream);
+                    if !welcome_hello(&mut stream).await {
+                        return;
+                    }
                     while let Ok(PeerRequest::Vote(v)) =
                         wire::read_frame(&mut stream, PEER_FRAME_MAX).await
                     {

@@ -169,14 +169,7 @@ impl StateStore {
         if !newer {
             return Ok(());
         }
-        let bytes = codec::seal_frame(
-            FILE_MAGIC,
-            FILE_VERSION,
-            &codec::encode(&SnapshotFile {
-                meta: meta.clone(),
-                data: data.to_vec(),
-            }),
-        );
+        let bytes = encode_file(meta, &data);
         let dir = self.state.dir.clone();
         tokio::task::spawn_blocking(move || write_atomically(&dir, SNAPSHOT_FILE, &bytes))
             .await
@@ -185,6 +178,22 @@ impl StateStore {
         *crate::lock::lock(&self.state.current) = Some((meta.clone(), data));
         Ok(())
     }
+}
+
+/// The bytes of a snapshot file holding `meta` and the machine snapshot `data`.
+pub fn encode_file(meta: &SnapshotMeta, data: &[u8]) -> Vec<u8> {
+    /// [`SnapshotFile`] borrowed: the same encoding (a byte slice and a `Vec<u8>` are both a
+    /// length and the bytes), without copying the machine's bytes first.
+    #[derive(Serialize)]
+    struct Borrowed<'a> {
+        meta: &'a SnapshotMeta,
+        data: &'a [u8],
+    }
+    codec::seal_frame(
+        FILE_MAGIC,
+        FILE_VERSION,
+        &codec::encode(&Borrowed { meta, data }),
+    )
 }
 
 /// Verifies and decodes the snapshot file.

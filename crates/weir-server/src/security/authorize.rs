@@ -30,6 +30,7 @@ pub fn authorize(role: &Role, request: &Request) -> Result<(), String> {
             (Scope::Admin("cluster changes"), true)
         }
         Request::SnapshotCost => (Scope::Admin("snapshot figures"), false),
+        Request::BackupBegin | Request::BackupChunk { .. } => (Scope::Admin("backups"), false),
     };
     match (asked, tenant) {
         (Scope::Admin(what), _) => Err(format!("{what} need the admin role, not {role}")),
@@ -146,6 +147,16 @@ mod tests {
         );
         assert!(authorize(&Role::Admin, &Request::RemoveNode { id: 2 }).is_ok());
         assert!(authorize(&a, &Request::RemoveNode { id: 2 }).is_err());
+        let chunk = Request::BackupChunk {
+            index: 1,
+            offset: 0,
+        };
+        for backup in [Request::BackupBegin, chunk] {
+            assert!(authorize(&Role::Admin, &backup).is_ok());
+            let why = authorize(&Role::Read, &backup).unwrap_err();
+            assert!(why.contains("backups need the admin role"), "{why}");
+            assert!(authorize(&a, &backup).is_err());
+        }
     }
 
     /// Halts, ceilings, budgets and limit definitions are the operator's: a tenant token

@@ -45,6 +45,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, broadcast, mpsc};
 
 use super::admin;
+use super::backup_export;
 use super::ctx::Ctx;
 use super::edge;
 use super::followed::{Followed, Opening};
@@ -434,6 +435,8 @@ async fn handle(ctx: &Ctx, request: Request) -> Response {
         }
         Request::RemoveNode { id } => Box::pin(admin::remove_node(ctx, id)).await,
         Request::SnapshotCost => Box::pin(admin::snapshot_cost(ctx)).await,
+        Request::BackupBegin => Box::pin(backup_export::begin(ctx)).await,
+        Request::BackupChunk { index, offset } => backup_export::chunk(ctx, index, offset),
     }
 }
 

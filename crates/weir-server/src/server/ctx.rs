@@ -6,9 +6,11 @@
 
 use std::sync::Arc;
 
+use super::backup_export::BackupSlot;
 use super::digest::DigestCache;
 use super::proposer::Proposer;
 use super::reader::Reader;
+use crate::raft::cluster_identity::ClusterIdentity;
 use crate::raft::state_store::AppliedState;
 use crate::raft::{NodeId, Raft};
 use crate::security::{Acceptor, Tokens};
@@ -32,4 +34,8 @@ pub struct Ctx {
     pub snapshot_cost: tokio::sync::Mutex<()>,
     /// When the next snapshot-cost measurement may start.
     pub snapshot_cost_next: std::sync::Mutex<Option<std::time::Instant>>,
+    /// The cluster this node belongs to: named in every backup.
+    pub identity: Arc<ClusterIdentity>,
+    /// The backup held for its chunks ([`super::backup_export`]).
+    pub backup: BackupSlot,
 }

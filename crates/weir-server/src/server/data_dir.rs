@@ -1,6 +1,7 @@
 //! The data directory and the identity file that says which node it belongs to.
 //!
-//! A data directory holds `node.id` (this file's concern), `log/` (the Raft log,
+//! A data directory holds `node.id` (this file's concern), `cluster.id` (the cluster its
+//! Raft state belongs to, [`crate::raft::cluster_identity`]), `log/` (the Raft log,
 //! [`crate::raft::log_store`]) and
 //! `snapshot.bin` (the latest snapshot, [`crate::raft::state_store`]).
 //!

@@ -241,6 +241,7 @@
 //!   opened without tokens have no owner and are open to every principal.
 
 pub mod admin;
+pub mod backup_export;
 pub mod client_port;
 pub mod ctx;
 pub mod data_dir;

@@ -27,8 +27,9 @@ use super::proposer::Proposer;
 use super::reader::Reader;
 use crate::config::Config;
 use crate::http::{Callers, HttpCtx, serve_http};
+use crate::raft::cluster_identity::{ClusterId, ClusterIdentity};
 use crate::raft::log_store::LogStore;
-use crate::raft::network::{PeerNetwork, serve_peers};
+use crate::raft::network::{Me, PeerNetwork, PeerServer, serve_peers};
 use crate::raft::stand_in::StandIn;
 use crate::raft::state_store::{AppliedState, StateStore};
 use crate::raft::{NodeAddr, Raft};
@@ -62,6 +63,7 @@ impl Node {
         // Whether this is the directory's first start does not decide initialization: Raft's
         // own state does (module doc).
         let _first_start = prepare_data_dir(dir, config.id)?;
+        let identity = Arc::new(ClusterIdentity::open(dir)?);
         let storage = open_storage(dir).await?;
         let state = storage.store.state();
         let startup_last = storage.startup_last;
@@ -70,7 +72,15 @@ impl Node {
         let http_listener = bind_http(&config).await?;
         let grpc_listener = bind_grpc(&config).await?;
         let (shutdown_sender, shutdown) = shutdown_channel();
-        let raft = start_raft(&config, storage, &security, peer_listener, &shutdown).await?;
+        let raft = start_raft(
+            &config,
+            storage,
+            &security,
+            peer_listener,
+            &identity,
+            &shutdown,
+        )
+        .await?;
         let tokens = Arc::new(Tokens::new(TokenTable::new(&config.tokens)?));
         let edge = edge_ctx(&config, &security, &tokens, &state, &raft);
         if let Some(listener) = http_listener {
@@ -97,6 +107,8 @@ impl Node {
             digest: Default::default(),
             snapshot_cost: Default::default(),
             snapshot_cost_next: Default::default(),
+            identity,
+            backup: Default::default(),
         };
         tokio::spawn(client_port::serve_clients(
             client_listener,
@@ -131,37 +143,47 @@ impl Node {
 }
 
 /// Starts Raft on `storage`, serves its peers on `peer_listener` (with the stand-in), and
-/// founds the cluster if Raft is not initialized and this node is the founder.
+/// founds the cluster if Raft is not initialized and this node is the founder. A node with
+/// Raft state but no recorded cluster identity is given [`ClusterId::UNRECORDED`] before
+/// it serves peers (`raft::cluster_identity`).
 async fn start_raft(
     config: &Config,
     storage: Storage,
     security: &Security,
     peer_listener: TcpListener,
+    identity: &Arc<ClusterIdentity>,
     shutdown: &Shutdown,
 ) -> Result<Raft, String> {
     let raft_config = Arc::new(config.openraft()?);
+    let me = Arc::new(Me {
+        id: config.id,
+        identity: identity.clone(),
+    });
     let raft = Raft::new(
         config.id,
         raft_config.clone(),
-        PeerNetwork::new(config.peer_source_ip, security.peer_connector.clone()),
+        PeerNetwork::new(config.peer_source_ip, security.peer_connector.clone(), me),
         storage.log,
         storage.store,
     )
     .await
     .map_err(|e| format!("raft: {e}"))?;
-    tokio::spawn(serve_peers(
-        peer_listener,
-        security.peer_acceptor.clone(),
-        raft.clone(),
-        StandIn::start(raft.clone(), &raft_config, shutdown.clone()),
-        shutdown.clone(),
-    ));
     let initialized = raft
         .is_initialized()
         .await
         .map_err(|e| format!("raft: {e}"))?;
+    if initialized {
+        identity.record(ClusterId::UNRECORDED)?;
+    }
+    let server = PeerServer {
+        acceptor: security.peer_acceptor.clone(),
+        raft: raft.clone(),
+        stand_in: StandIn::start(raft.clone(), &raft_config, shutdown.clone()),
+        identity: identity.clone(),
+    };
+    tokio::spawn(serve_peers(peer_listener, server, shutdown.clone()));
     if !initialized {
-        found_cluster(config, &raft).await;
+        found_cluster(config, &raft, identity).await?;
     }
     Ok(raft)
 }
@@ -360,15 +382,22 @@ fn http_servers(config: &Config) -> Vec<String> {
     servers
 }
 
-/// On a start of an uninitialized Raft, the founder (the lowest-id configured voter)
-/// initializes the cluster with every configured voter; any other node does nothing and
-/// waits to be contacted.
-async fn found_cluster(config: &Config, raft: &Raft) {
+/// On a start of an uninitialized Raft, the founder (the lowest-id configured voter) draws
+/// the cluster's identity (unless one is recorded) and initializes the cluster with every
+/// configured voter; any other node does nothing and waits to be contacted, adopting the
+/// identity of the first peer that says hello.
+async fn found_cluster(
+    config: &Config,
+    raft: &Raft,
+    identity: &ClusterIdentity,
+) -> Result<(), String> {
     let voters = config.voters();
     let founder = voters.iter().map(|v| v.id).min() == Some(config.id);
     if !founder {
-        return;
+        return Ok(());
     }
+    let cluster = identity.record(ClusterId::random()?)?;
+    tracing::info!("cluster identity {cluster}");
     let members: BTreeMap<u64, NodeAddr> = voters
         .iter()
         .map(|v| {
@@ -385,6 +414,7 @@ async fn found_cluster(config: &Config, raft: &Raft) {
         Ok(()) => tracing::info!("formed a cluster of {} voters", voters.len()),
         Err(e) => tracing::warn!("initialize: {e}"),
     }
+    Ok(())
 }
 
 /// Runs a node until SIGTERM or ctrl-c; on SIGHUP re-reads the tokens from `config_path`

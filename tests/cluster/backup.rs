@@ -1,0 +1,307 @@
+//! Backups and disaster recovery: `weir snapshot save`, every data directory lost, three
+//! nodes restored from the file under a new cluster identity, and a node of the old cluster
+//! refused by them naming both identities.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command as Process, Stdio};
+use std::time::{Duration, Instant};
+
+use weir_client::Client;
+use weir_client::protocol::{Answer, Query, Request, Response};
+use weir_core::machine::{Acquire, Command, Priority, Reply, Settle};
+use weir_server::config::Config;
+
+use crate::harness::{Cluster, phase};
+use crate::{CONVERGE, ELECTION, define};
+
+/// A process killed and reaped on drop.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn read(client: &Client, query: Query) -> Answer {
+    match client.request(Request::Read(query)).await {
+        Ok(Response::Read(a)) => a,
+        other => panic!("read failed: {other:?}"),
+    }
+}
+
+/// Units held on limit `name` of tenant `t`, or `None` if the limit does not exist.
+async fn in_use(client: &Client, name: &str) -> Option<u64> {
+    let query = Query::Limit {
+        tenant: "t".into(),
+        name: name.into(),
+    };
+    match read(client, query).await {
+        Answer::Limit(l) => l.map(|l| l.in_use),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+async fn runs(client: &Client) -> Vec<String> {
+    match read(client, Query::Running { tenant: "t".into() }).await {
+        Answer::Running(r) => r.into_iter().map(|(run, _)| run).collect(),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+async fn spent_tokens(client: &Client) -> u64 {
+    let query = Query::Spent {
+        tenant: "t".into(),
+        period: "p".into(),
+    };
+    match read(client, query).await {
+        Answer::Spent(s) => s.tokens,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+fn reserve(run: &str) -> Command {
+    Command::Reserve {
+        tenant: "t".into(),
+        run: run.into(),
+        agent: None,
+        period: Some("p".into()),
+        hold_tokens: None,
+        hold_minor: None,
+    }
+}
+
+fn settle(run: &str, tokens: u64) -> Command {
+    Command::Settle(Settle {
+        tenant: "t".into(),
+        run: run.into(),
+        epoch: 1,
+        period: Some("p".into()),
+        tokens,
+        minor_units: 0,
+        release_slot: false,
+    })
+}
+
+/// Acknowledged writes before the backup: ten limits, a session holding two permits, two
+/// runs, one settlement. Returns the session.
+async fn writes_before(cluster: &Cluster, client: &Client) -> u64 {
+    for i in 0..10 {
+        assert_eq!(
+            cluster.write(client, define(&format!("l{i}"), 5)).await,
+            Reply::Done
+        );
+    }
+    let Reply::SessionOpened { session, .. } = cluster
+        .write(client, Command::OpenSession { ttl_ms: 600_000 })
+        .await
+    else {
+        panic!("no session");
+    };
+    for ticket in 1..=2 {
+        let acquire = Command::Acquire(Acquire {
+            session,
+            ticket,
+            tenant: "t".into(),
+            limit: "l0".into(),
+            units: 1,
+            priority: Priority::default(),
+            agent: None,
+            wait: false,
+        });
+        let reply = cluster.write(client, acquire).await;
+        assert!(matches!(reply, Reply::Granted { .. }), "{reply:?}");
+    }
+    for run in ["r1", "r2"] {
+        assert_eq!(cluster.write(client, reserve(run)).await, Reply::Admitted);
+    }
+    let settled = cluster.write(client, settle("r1", 100)).await;
+    assert!(matches!(settled, Reply::Settled { .. }), "{settled:?}");
+    session
+}
+
+/// Acknowledged writes after the backup, which a restore must not show.
+async fn writes_after(cluster: &Cluster, client: &Client) {
+    assert_eq!(cluster.write(client, define("after", 1)).await, Reply::Done);
+    assert_eq!(cluster.write(client, reserve("r3")).await, Reply::Admitted);
+    let settled = cluster.write(client, settle("r2", 50)).await;
+    assert!(matches!(settled, Reply::Settled { .. }), "{settled:?}");
+}
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+/// Waits (bounded) until the file at `path` holds every one of `needles` on one line.
+fn wait_for_line(path: &Path, needles: &[&str], within: Duration) -> Option<String> {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if let Some(line) = text.lines().find(|l| needles.iter().all(|n| l.contains(n))) {
+            return Some(line.to_owned());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    None
+}
+
+/// Starts the old cluster's node 3 on its own data, on new ports: its Raft state still names
+/// the old members' addresses, which the restored nodes now use.
+fn start_old_node(cluster: &Cluster, old_data: &Path) -> (Killed, PathBuf) {
+    let dir = cluster.node(3).config_path.parent().unwrap().to_owned();
+    let mut config = Config {
+        data_dir: old_data.to_owned(),
+        client_addr: weir::launcher::loopback_addr().unwrap(),
+        peer_addr: weir::launcher::loopback_addr().unwrap(),
+        http_listen: weir::launcher::loopback_addr().unwrap(),
+        ..cluster.node(3).config.clone()
+    };
+    for peer in config.peers.iter_mut().filter(|p| p.id == 3) {
+        peer.peer = config.peer_addr.clone();
+        peer.client = config.client_addr.clone();
+    }
+    let path = dir.join("old3.toml");
+    std::fs::write(&path, toml::to_string(&config).unwrap()).unwrap();
+    let log = dir.join("old3.log");
+    let child = Process::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    (Killed(child), log)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_restored_from_a_backup_has_every_write_up_to_it_and_refuses_the_old_one() {
+    let mut cluster = Cluster::start("backup", 3, "");
+    cluster.leader(ELECTION).await;
+    let client = cluster.client();
+    phase("acknowledged writes, then a backup, then more writes");
+    writes_before(&cluster, &client).await;
+    let dir = cluster.node(1).config_path.parent().unwrap().to_owned();
+    let file = dir.join("cluster.wbak");
+    let file_arg = file.to_str().unwrap();
+    let saved = json(&cluster.cli_ok(&["--json", "snapshot", "save", file_arg]));
+    writes_after(&cluster, &client).await;
+    assert_eq!(in_use(&client, "after").await, Some(0));
+
+    phase("inspect: what the file holds, verified");
+    let seen = json(&cluster.cli_ok(&["--json", "snapshot", "inspect", file_arg]));
+    assert_eq!(seen["verified"], true);
+    let backup = &seen["backup"];
+    assert_eq!(backup["index"], saved["index"]);
+    assert_eq!(backup["contents"]["limits"], 10);
+    assert_eq!(backup["contents"]["holders"], 2);
+    assert_eq!(backup["contents"]["runs"], 2);
+    assert_eq!(backup["contents"]["settlements"], 1);
+    assert_eq!(backup["members"].as_array().unwrap().len(), 3);
+    let old_cluster = backup["cluster"].as_str().unwrap().to_owned();
+    let new_cluster = backup["restored_cluster"].as_str().unwrap().to_owned();
+    assert_ne!(old_cluster, new_cluster);
+
+    phase("a damaged copy is refused by inspect and restore, naming the file");
+    let damaged = dir.join("damaged.wbak");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x01;
+    std::fs::write(&damaged, &bytes).unwrap();
+    let damaged_arg = damaged.to_str().unwrap();
+    let (code, _, err) = cluster.cli(&["snapshot", "inspect", damaged_arg]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(damaged_arg) && err.contains("checksum mismatch"),
+        "{err}"
+    );
+    let node1 = cluster.node(1);
+    let (code, _, err) = cluster.cli(&[
+        "snapshot",
+        "restore",
+        file_arg,
+        "--data-dir",
+        node1.config.data_dir.to_str().unwrap(),
+        "--id",
+        "1",
+        "--config",
+        node1.config_path.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "a restore over a live data directory: {err}");
+    assert!(err.contains("not empty"), "{err}");
+
+    phase("every data directory lost; node 3's is kept aside as the old cluster's");
+    for id in 1..=3 {
+        cluster.kill(id);
+    }
+    let old_data = dir.join("old-data3");
+    std::fs::rename(cluster.node(3).config.data_dir.clone(), &old_data).unwrap();
+    for id in 1..=2 {
+        std::fs::remove_dir_all(&cluster.node(id).config.data_dir).unwrap();
+    }
+
+    phase("restore three nodes from the file, start them");
+    for id in 1..=3u64 {
+        let node = cluster.node(id);
+        let restored = json(&cluster.cli_ok(&[
+            "--json",
+            "snapshot",
+            "restore",
+            file_arg,
+            "--data-dir",
+            node.config.data_dir.to_str().unwrap(),
+            "--id",
+            &id.to_string(),
+            "--config",
+            node.config_path.to_str().unwrap(),
+        ]));
+        assert_eq!(restored["cluster"], new_cluster.as_str());
+    }
+    for id in 1..=3 {
+        cluster.start_node(id);
+    }
+    cluster.leader(ELECTION).await;
+    let client = cluster.client();
+
+    phase("every write up to the backup is there, none after it");
+    for i in 0..10 {
+        assert!(
+            in_use(&client, &format!("l{i}")).await.is_some(),
+            "l{i} lost"
+        );
+    }
+    assert_eq!(in_use(&client, "l0").await, Some(2), "the held permits");
+    assert_eq!(in_use(&client, "after").await, None);
+    let mut running = runs(&client).await;
+    running.sort();
+    assert_eq!(running, vec!["r1".to_string(), "r2".to_string()]);
+    assert_eq!(spent_tokens(&client).await, 100);
+
+    phase("the restored cluster serves");
+    assert_eq!(cluster.write(&client, define("new", 1)).await, Reply::Done);
+    cluster.converged(CONVERGE).await;
+
+    phase("a node of the old cluster is refused, naming both identities");
+    let (_old, old_log) = start_old_node(&cluster, &old_data);
+    let refused = [old_cluster.as_str(), new_cluster.as_str(), "refused"];
+    let on_old = wait_for_line(&old_log, &refused, Duration::from_secs(20));
+    assert!(
+        on_old.is_some(),
+        "the old node logged no refusal naming both identities"
+    );
+    let on_restored = wait_for_line(&cluster.node(1).log, &refused, Duration::from_secs(5))
+        .or_else(|| wait_for_line(&cluster.node(2).log, &refused, Duration::from_secs(5)));
+    assert!(on_restored.is_some(), "no restored node logged the refusal");
+    eprintln!(
+        "old node: {}\nrestored: {}",
+        on_old.unwrap(),
+        on_restored.unwrap()
+    );
+    assert_eq!(
+        cluster.write(&client, define("still", 1)).await,
+        Reply::Done
+    );
+    cluster.converged(CONVERGE).await;
+}
