@@ -408,17 +408,22 @@ mod tests {
 
     #[test]
     fn a_key_query_is_encoded_as_its_variant_index_then_its_fields() {
-        // `Query::Key` is variant 7: appended after the queries of version 3, whose
-        // encodings do not change.
+        // `Query::Key` is variant 8: appended after the queries of version 3 and the
+        // apply's dry run.
         let bytes = codec::encode(&Query::Key {
             tenant: "t".into(),
             name: "n".into(),
             key: "k".into(),
         });
-        assert_eq!(bytes, [7, 1, b't', 1, b'n', 1, b'k']);
+        assert_eq!(bytes, [8, 1, b't', 1, b'n', 1, b'k']);
         assert_eq!(
-            codec::encode(&Query::Limits { tenant: "t".into() }),
-            [1, 1, b't']
+            codec::encode(&Query::Limits {
+                tenant: "t".into(),
+                prefix: String::new(),
+                after: None,
+                max: 5,
+            }),
+            [1, 1, b't', 0, 0, 5]
         );
     }
 }
