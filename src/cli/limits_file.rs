@@ -2,8 +2,10 @@
 //! limits as a file.
 //!
 //! The file format is chosen by the file's extension ([`read`]): `.toml` is Weir's own
-//! ([`LimitsFile`]); another format plugs in as one more arm there, returning the same
-//! definitions. Export writes Weir's TOML, so `export` then `apply` changes nothing: every
+//! ([`LimitsFile`]); `.yaml` or `.yml` is envoyproxy/ratelimit's configuration, compiled by
+//! `weir_core::rls::yaml` into one limit per descriptor node of its `domain`, which is the
+//! tenant (a `--tenant` other than the default naming another tenant is refused, naming
+//! both). Export writes Weir's TOML, so `export` then `apply` changes nothing: every
 //! field a definition has is written, `burst` resolved, and floats exactly (TOML keeps a
 //! f64's shortest round-trip form).
 //!
@@ -34,7 +36,8 @@ pub enum LimitsCommand {
     /// Set the tenant's limits to a file's, in one entry (all or nothing).
     Apply {
         /// The file (`.toml`: `[limits.NAME]` tables of concurrent, per_second, burst,
-        /// keyed, keys_max, shadow).
+        /// keyed, keys_max, shadow; `.yaml`/`.yml`: an envoyproxy/ratelimit configuration,
+        /// whose `domain` is the tenant).
         file: PathBuf,
         /// Also remove the tenant's limits the file does not name.
         #[arg(long)]
@@ -79,19 +82,36 @@ fn is_zero_f64(n: &f64) -> bool {
     *n == 0.0
 }
 
-/// The definitions of `tenant` in the file at `path`, in the format its extension names.
-pub fn read(path: &Path, tenant: &str) -> Result<Vec<Definition>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let file: LimitsFile = match path.extension().and_then(|e| e.to_str()) {
-        Some("toml") => toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?,
-        other => {
-            return Err(format!(
-                "{}: unknown limits file format {other:?} (known: .toml)",
-                path.display()
-            ));
+/// The tenant and its definitions in the file at `path`, in the format its extension names.
+/// `tenant` is the command line's; a ratelimit file names its own (its `domain`), and
+/// `tenant_given` says whether the command line named one that must agree.
+pub fn read(
+    path: &Path,
+    tenant: &str,
+    tenant_given: bool,
+) -> Result<(String, Vec<Definition>), String> {
+    let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let text = std::fs::read_to_string(path).map_err(|e| at(&e))?;
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("toml") => {
+            let file: LimitsFile = toml::from_str(&text).map_err(|e| at(&e))?;
+            Ok((tenant.to_owned(), file.definitions(tenant)))
         }
-    };
-    Ok(file.definitions(tenant))
+        Some("yaml" | "yml") => {
+            let file = weir_core::rls::yaml::parse(&text).map_err(|e| at(&e))?;
+            if tenant_given && file.domain != tenant {
+                return Err(at(&format_args!(
+                    "the file's domain {:?} is its tenant, but --tenant names {tenant:?}",
+                    file.domain
+                )));
+            }
+            let definitions = file.compile().map_err(|e| at(&e))?;
+            Ok((file.domain, definitions))
+        }
+        other => Err(at(&format_args!(
+            "unknown limits file format {other:?} (known: .toml, .yaml, .yml)"
+        ))),
+    }
 }
 
 impl LimitsFile {
@@ -156,14 +176,17 @@ pub async fn run(command: &LimitsCommand, tenant: &str, client: &Client, out: &O
             prune,
             dry_run,
         } => {
-            let definitions = match read(file, tenant) {
+            // The global `--tenant` defaults to `default`: only another name must agree
+            // with a ratelimit file's domain.
+            let tenant_given = tenant != "default";
+            let (tenant, definitions) = match read(file, tenant, tenant_given) {
                 Ok(d) => d,
                 Err(e) => {
                     eprintln!("weir: {e}");
                     return EXIT_USAGE;
                 }
             };
-            let applied = client.apply_limits(tenant, definitions, *prune, *dry_run);
+            let applied = client.apply_limits(&tenant, definitions, *prune, *dry_run);
             match answered(applied.await) {
                 Ok(Ok(c)) => {
                     let value = json!({"created": c.created, "changed": c.changed,

@@ -145,17 +145,40 @@ async fn limits_apply_and_export_through_the_cli_round_trip_with_no_change() {
     let (code, _, err) = cluster.cli(&["limits", "apply", path, "--tenant", "acme"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("unknown field `concurent`"), "{err}");
-    let yaml = dir.join("acme.yaml");
-    std::fs::write(&yaml, "domain: acme\n").unwrap();
-    let (code, _, err) = cluster.cli(&[
-        "limits",
-        "apply",
-        yaml.to_str().unwrap(),
-        "--tenant",
-        "acme",
-    ]);
+    let other = dir.join("acme.ini");
+    std::fs::write(&other, "[limits]\n").unwrap();
+    let (code, _, err) = cluster.cli(&["limits", "apply", other.to_str().unwrap()]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("unknown limits file format"), "{err}");
+
+    phase("an envoyproxy/ratelimit file applies to its domain, one limit per node");
+    let ratelimit = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/envoy-ratelimit.yaml");
+    let compiled = weir_core::rls::yaml::parse(&std::fs::read_to_string(ratelimit).unwrap())
+        .unwrap()
+        .compile()
+        .unwrap();
+    let mut expected: Vec<String> = compiled.iter().map(|d| d.name.clone()).collect();
+    expected.sort();
+    let (code, _, err) = cluster.cli(&["limits", "apply", ratelimit, "--tenant", "acme"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("domain \"edge\" is its tenant, but --tenant names \"acme\""),
+        "{err}"
+    );
+    let out = json(cluster.cli_ok(&["limits", "apply", ratelimit, "--json"]));
+    assert_eq!(out["created"], json!(expected), "{out}");
+    assert!(
+        expected.contains(&"envoy:remote_address".to_owned()),
+        "{expected:?}"
+    );
+    let listed = json(cluster.cli_ok(&["limit", "list", "--tenant", "edge", "--json"]));
+    assert_eq!(
+        listed.as_array().map(Vec::len),
+        Some(expected.len()),
+        "{listed}"
+    );
+    let again = json(cluster.cli_ok(&["limits", "apply", ratelimit, "--tenant", "edge", "--json"]));
+    assert_eq!(again["unchanged"], json!(expected), "{again}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
