@@ -168,3 +168,30 @@ async def test_status_names_the_leader(cluster: Cluster) -> None:
         status = await client.status()
         assert status["leader"] in (1, 2, 3)
         assert len(status["nodes"]) == 3
+
+
+async def test_limits_apply_all_or_nothing_with_a_dry_run_and_prune(cluster: Cluster) -> None:
+    async with weir.AsyncClient(cluster.servers, tenant="files") as client:
+        await client.define_limit("stale", concurrent=1)
+        limits = {
+            "db": weir.LimitSpec(concurrent=3),
+            "api": weir.LimitSpec(per_second=10, burst=20, keys_max=100),
+        }
+        dry = await client.apply_limits(limits, prune=True, dry_run=True)
+        assert dry == weir.LimitsChange(["api", "db"], [], ["stale"], [], False)
+        assert [limit.name for limit in await client.list_limits()] == ["stale"]
+
+        done = await client.apply_limits(limits, prune=True)
+        assert done == weir.LimitsChange(["api", "db"], [], ["stale"], [], True)
+        api = await client.show_limit("api")
+        assert (api.per_second, api.burst) == (10, 20)
+
+        # One definition that cannot apply refuses the whole apply, naming it.
+        bad = {"db": weir.LimitSpec(concurrent=5), "api": weir.LimitSpec(per_second=10)}
+        with pytest.raises(weir.Invalid) as invalid:
+            await client.apply_limits(bad)
+        assert "api" in str(invalid.value)
+        assert (await client.show_limit("db")).concurrent == 3
+
+        again = await client.apply_limits(limits)
+        assert again == weir.LimitsChange([], [], [], ["api", "db"], True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Final
 
@@ -14,7 +14,17 @@ from ._opening import Opening
 from ._session import AsyncSession, q
 from ._transport import REQUEST_DEADLINE, Transport
 from .errors import Busy, ProtocolError, Refused, name_part
-from .types import Halt, LimitSpec, LimitStatus, Part, Run, Settlement, Spent, TenantStatus
+from .types import (
+    Halt,
+    LimitsChange,
+    LimitSpec,
+    LimitStatus,
+    Part,
+    Run,
+    Settlement,
+    Spent,
+    TenantStatus,
+)
 
 
 class _Keep:
@@ -163,6 +173,28 @@ class AsyncClient:
         body = LimitSpec(concurrent, per_second, burst, keyed, keys_max, shadow).to_json()
         await self._transport.call("PUT", f"/v1/tenants/{self._t(tenant)}/limits/{q(name)}",
                                    body)
+
+    async def apply_limits(
+        self,
+        limits: Mapping[str, LimitSpec],
+        *,
+        prune: bool = False,
+        dry_run: bool = False,
+        tenant: str | None = None,
+    ) -> LimitsChange:
+        """Sets the tenant's limits to ``limits`` (name to spec) in one log entry, all or
+        nothing: creates and changes them, and with ``prune`` removes the tenant's other
+        limits. A definition that cannot apply refuses the whole apply, naming it
+        (:class:`~weir.Invalid`), and nothing changes. With ``dry_run`` the change is read,
+        never made. Needs an ``admin`` token where tokens are on, as defining a limit does."""
+        body = {
+            "limits": {name: spec.to_json() for name, spec in limits.items()},
+            "prune": prune,
+            "dry_run": dry_run,
+        }
+        answer = await self._transport.call("PUT", f"/v1/tenants/{self._t(tenant)}/limits",
+                                            body)
+        return LimitsChange.from_json(_expect_dict(answer, "limits apply"))
 
     async def show_limit(self, name: str, *, tenant: str | None = None) -> LimitStatus:
         """A limit's spec and use (raises :class:`~weir.UnknownLimit`)."""

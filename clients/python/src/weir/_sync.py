@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine, Iterable, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -22,6 +22,8 @@ from ._transport import REQUEST_DEADLINE
 from .types import (
     CostSettlement,
     Halt,
+    LimitsChange,
+    LimitSpec,
     LimitStatus,
     Lost,
     Part,
@@ -270,6 +272,11 @@ class Client:
                                                per_second=per_second, burst=burst,
                                                tenant=tenant, keyed=keyed, keys_max=keys_max,
                                                shadow=shadow))
+
+    def apply_limits(self, limits: Mapping[str, LimitSpec], *, prune: bool = False,
+                     dry_run: bool = False, tenant: str | None = None) -> LimitsChange:
+        return self._runner.run(self.aio.apply_limits(limits, prune=prune, dry_run=dry_run,
+                                                      tenant=tenant))
 
     def show_limit(self, name: str, *, tenant: str | None = None) -> LimitStatus:
         return self._runner.run(self.aio.show_limit(name, tenant=tenant))

@@ -160,6 +160,29 @@ class LimitSpec:
 
 
 @dataclass(frozen=True)
+class LimitsChange:
+    """What an apply of a tenant's limits did (or, for a dry run, would do): the names
+    created, changed, removed and left unchanged, each in name order, and whether it was
+    applied (``False`` for a dry run)."""
+
+    created: list[str]
+    changed: list[str]
+    removed: list[str]
+    unchanged: list[str]
+    applied: bool
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> LimitsChange:
+        return LimitsChange(
+            created=[str(n) for n in d["created"]],
+            changed=[str(n) for n in d["changed"]],
+            removed=[str(n) for n in d["removed"]],
+            unchanged=[str(n) for n in d["unchanged"]],
+            applied=bool(d["applied"]),
+        )
+
+
+@dataclass(frozen=True)
 class LimitStatus:
     """A limit's spec and use, as ``weir limit show --json`` prints it."""
 
