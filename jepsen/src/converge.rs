@@ -1,4 +1,4 @@
-//! The convergence probe (G4, and the "every node alive"): after every heal and at
+//! The convergence probe (G4, and "every node alive"): after every heal and at
 //! the end of a run, every node must be alive and answering, and the replicas must meet —
 //! reach a common applied index — with equal digests there.
 //!
