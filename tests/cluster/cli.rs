@@ -455,6 +455,81 @@ fn bench_runs_the_keyed_take_and_multi_workloads_without_a_refusal() {
 }
 
 #[test]
+fn bench_runs_the_rls_workload_over_grpc_on_a_spawned_cluster() {
+    #[rustfmt::skip]
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["bench", "--spawn", "3", "--workload", "rls", "--clients", "4",
+               "--duration", "1", "--warmup", "0.2", "--json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let v = json(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(v["workload"].as_str(), Some("rls"), "{v}");
+    assert_eq!(v["clients"].as_u64(), Some(4), "{v}");
+    // Every take answered OK and named the limit: a descriptor no limit matched, or a
+    // refusal, would count as an error.
+    assert!(v["ops"].as_u64().unwrap() > 0, "{v}");
+    assert_eq!(v["errors"].as_u64(), Some(0), "{v}\n{stderr}");
+    assert!(v["p50_ms"].as_f64().unwrap() > 0.0, "{v}");
+}
+
+/// `redis-server` on PATH, where `.ci/run` installs it; elsewhere the test says it skipped.
+fn redis_installed() -> bool {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .any(|dir| dir.join("redis-server").is_file())
+}
+
+#[test]
+fn bench_against_redis_runs_weirs_takes_and_redis_lua_bucket_with_both_fsyncs() {
+    if !redis_installed() {
+        eprintln!("skipped: redis-server is not installed (Debian: redis-server)");
+        return;
+    }
+    #[rustfmt::skip]
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["bench", "--spawn", "3", "--against", "redis", "--workload", "rate-take",
+               "--clients", "4", "--duration", "1", "--warmup", "0.2", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let v = json(&String::from_utf8_lossy(&out.stdout));
+    for (run, workload) in [
+        ("weir_rate_take", "rate-take"),
+        ("weir_rls", "rls"),
+        ("redis_always", "rate-take"),
+        ("redis_everysec", "rate-take"),
+    ] {
+        let r = &v[run];
+        assert_eq!(r["workload"].as_str(), Some(workload), "{run}: {v}");
+        assert!(r["ops"].as_u64().unwrap() > 0, "{run}: {v}");
+        // On Redis a refused take of the bucket that never runs short is an error too.
+        assert_eq!(r["errors"].as_u64(), Some(0), "{run}: {v}\n{stderr}");
+    }
+    let ratio = v["rate_take_over_always"].as_f64().unwrap();
+    let expected = v["weir_rate_take"]["ops_per_s"].as_f64().unwrap()
+        / v["redis_always"]["ops_per_s"].as_f64().unwrap();
+    assert!((ratio - expected).abs() < 1e-9, "{v}");
+    // Each Redis ran in a directory of its own, removed with it.
+    for fsync in ["always", "everysec"] {
+        let dir = std::env::temp_dir().join(format!("weir-bench-redis-{fsync}-{pid}"));
+        assert!(!dir.exists(), "{} left behind", dir.display());
+        let running = std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+            .any(|cmdline| String::from_utf8_lossy(&cmdline).contains(&*dir.to_string_lossy()));
+        assert!(!running, "a redis-server of {} still runs", dir.display());
+    }
+}
+
+#[test]
 fn bench_keeps_the_spawned_clusters_directory_and_its_election_logs_when_asked() {
     let weir = |args: &[&str]| {
         std::process::Command::new(env!("CARGO_BIN_EXE_weir"))

@@ -14,6 +14,7 @@ pub enum Workload {
     KeyedTake,
     Multi,
     KeyedScale,
+    Rls,
 }
 
 impl Workload {
@@ -27,6 +28,7 @@ impl Workload {
             Workload::KeyedTake => "keyed-take",
             Workload::Multi => "multi",
             Workload::KeyedScale => "keyed-scale",
+            Workload::Rls => "rls",
         }
     }
 }
@@ -36,6 +38,9 @@ impl Workload {
 pub enum Against {
     /// A three-member etcd on loopback (`etcd` on PATH; a build with the `etcd` feature).
     Etcd,
+    /// Debian's `redis-server` on loopback: the take as a Lua token bucket, with
+    /// `appendfsync always` and with `everysec`.
+    Redis,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -85,6 +90,10 @@ pub struct BenchArgs {
     /// sessions then have a 3 s TTL and each holds a permit throughout.
     #[arg(long, default_value_t = 0)]
     pub stall: u32,
+    /// With `--workload rls` against given `--servers`: the nodes' gRPC addresses
+    /// (`grpc_listen`), comma-separated; clients spread over them.
+    #[arg(long, value_delimiter = ',', value_name = "ADDR")]
+    pub grpc: Vec<String>,
 }
 
 /// Refuses arguments that make no run, with the usage message.
@@ -100,21 +109,13 @@ pub fn check(args: &BenchArgs) -> Result<(), &'static str> {
             "--keep-dir needs --spawn (it keeps the directory of the cluster the bench starts)",
         );
     }
-    if args.against.is_some() && !cfg!(feature = "etcd") {
-        return Err(
-            "--against etcd needs a weir built with the etcd client: cargo build --release --features etcd",
-        );
+    match args.against {
+        Some(Against::Etcd) => check_etcd(args)?,
+        Some(Against::Redis) => check_redis(args)?,
+        None => {}
     }
-    // Three nodes, as etcd's three members.
-    if args.against.is_some()
-        && (args.spawn != Some(3)
-            || args.workload != Workload::AcquireRelease
-            || args.failover > 0
-            || args.tls)
-    {
-        return Err(
-            "--against etcd needs --spawn 3 and the acquire-release workload, without --failover or --tls",
-        );
+    if args.workload == Workload::Rls {
+        check_rls(args)?;
     }
     if args.curve.is_some() && (args.spawn.is_none() || args.against.is_some() || args.tls) {
         return Err("--curve needs --spawn, without --against or --tls");
@@ -133,4 +134,109 @@ pub fn check(args: &BenchArgs) -> Result<(), &'static str> {
         return Err("--duration must be in (0, 86400) and --warmup in [0, 3600) seconds");
     }
     Ok(())
+}
+
+fn check_etcd(args: &BenchArgs) -> Result<(), &'static str> {
+    if !cfg!(feature = "etcd") {
+        return Err(
+            "--against etcd needs a weir built with the etcd client: cargo build --release --features etcd",
+        );
+    }
+    // Three nodes, as etcd's three members.
+    if args.spawn != Some(3)
+        || args.workload != Workload::AcquireRelease
+        || args.failover > 0
+        || args.tls
+    {
+        return Err(
+            "--against etcd needs --spawn 3 and the acquire-release workload, without --failover or --tls",
+        );
+    }
+    Ok(())
+}
+
+fn check_redis(args: &BenchArgs) -> Result<(), &'static str> {
+    if args.spawn != Some(3)
+        || !matches!(args.workload, Workload::RateTake | Workload::Rls)
+        || args.failover > 0
+        || args.stall > 0
+        || args.tls
+    {
+        return Err(
+            "--against redis needs --spawn 3 and the rate-take or rls workload (both are run), without --failover, --stall or --tls",
+        );
+    }
+    Ok(())
+}
+
+fn check_rls(args: &BenchArgs) -> Result<(), &'static str> {
+    if args.spawn.is_none() && args.grpc.is_empty() {
+        return Err("--workload rls needs --spawn, or the nodes' gRPC addresses in --grpc");
+    }
+    if args.tls || args.failover > 0 || args.stall > 0 || args.curve.is_some() {
+        return Err("--workload rls runs without --tls, --failover, --stall or --curve");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    fn checked(args: &[&str]) -> Result<(), &'static str> {
+        let cli = Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))
+            .expect("the options parse");
+        check(&cli.bench)
+    }
+
+    #[test]
+    fn rls_and_redis_runs_are_checked() {
+        assert_eq!(checked(&["--spawn", "3", "--workload", "rls"]), Ok(()));
+        assert_eq!(checked(&["--workload", "rls", "--grpc", "a:1,b:2"]), Ok(()));
+        assert_eq!(
+            checked(&["--workload", "rls"]),
+            Err("--workload rls needs --spawn, or the nodes' gRPC addresses in --grpc")
+        );
+        assert!(checked(&["--spawn", "3", "--workload", "rls", "--tls"]).is_err());
+        let redis = ["--spawn", "3", "--against", "redis", "--workload"];
+        for workload in ["rate-take", "rls"] {
+            let args: Vec<&str> = redis.iter().copied().chain([workload]).collect();
+            assert_eq!(checked(&args), Ok(()), "{workload}");
+        }
+        for refused in [
+            &["--spawn", "3", "--against", "redis"][..],
+            &[
+                "--spawn",
+                "1",
+                "--against",
+                "redis",
+                "--workload",
+                "rate-take",
+            ],
+            &[
+                "--spawn",
+                "3",
+                "--against",
+                "redis",
+                "--workload",
+                "rls",
+                "--failover",
+                "1",
+            ],
+        ] {
+            assert!(
+                checked(refused)
+                    .unwrap_err()
+                    .starts_with("--against redis needs --spawn 3")
+            );
+        }
+    }
 }

@@ -16,13 +16,13 @@
 //! The module, and with it the etcd client (and so gRPC), is only in a build with the
 //! `etcd` feature; without it `--against etcd` says how to get a build that has it.
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde::Serialize;
 
-use super::report::{LoadReport, load_average};
+use super::external::{External, find_program};
+use super::report::{LoadReport, load_average, ratio, table};
 use crate::cli::output::Output;
 use crate::launcher::free_port;
 
@@ -32,10 +32,9 @@ pub const MEMBERS: usize = 3;
 /// How long the members may take to elect a leader and answer a write.
 const READY_WAIT: Duration = Duration::from_secs(30);
 
-/// A three-member etcd on loopback, killed and removed on drop.
+/// A three-member etcd on loopback, killed and removed on drop (by its [`External`]).
 pub struct EtcdCluster {
-    dir: PathBuf,
-    children: Vec<Child>,
+    _external: External,
     /// `http://127.0.0.1:PORT` of each member's client port.
     pub endpoints: Vec<String>,
 }
@@ -43,19 +42,12 @@ pub struct EtcdCluster {
 impl EtcdCluster {
     /// Starts the members (the caller waits until they answer).
     pub fn start() -> Result<EtcdCluster, String> {
-        let dir = std::env::temp_dir().join(format!("weir-bench-etcd-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let mut cluster = EtcdCluster {
-            dir,
-            children: vec![],
-            endpoints: vec![],
-        };
+        let etcd = find_program("etcd", "etcd-server")?;
+        let mut external = External::new("etcd")?;
+        let mut endpoints = vec![];
         let mut peers = vec![];
         for _ in 0..MEMBERS {
-            cluster
-                .endpoints
-                .push(format!("http://127.0.0.1:{}", free_port()?));
+            endpoints.push(format!("http://127.0.0.1:{}", free_port()?));
             peers.push(format!("http://127.0.0.1:{}", free_port()?));
         }
         let initial: Vec<String> = peers
@@ -66,40 +58,25 @@ impl EtcdCluster {
         let initial = initial.join(",");
         for (i, peer) in peers.iter().enumerate() {
             let name = format!("e{}", i + 1);
-            let log = std::fs::File::create(cluster.dir.join(format!("{name}.log")))
-                .map_err(|e| format!("etcd log: {e}"))?;
-            let child = Command::new("etcd")
+            let mut command = Command::new(&etcd);
+            command
                 .args(["--name", &name])
                 .arg("--data-dir")
-                .arg(cluster.dir.join(&name))
-                .args(["--listen-client-urls", &cluster.endpoints[i]])
-                .args(["--advertise-client-urls", &cluster.endpoints[i]])
+                .arg(external.dir().join(&name))
+                .args(["--listen-client-urls", &endpoints[i]])
+                .args(["--advertise-client-urls", &endpoints[i]])
                 .args(["--listen-peer-urls", peer])
                 .args(["--initial-advertise-peer-urls", peer])
                 .args(["--initial-cluster", &initial])
                 .args(["--initial-cluster-state", "new"])
                 .args(["--initial-cluster-token", "weir-bench"])
-                .args(["--logger", "zap", "--log-level", "error"])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .map_err(|e| {
-                    format!("cannot start etcd ({e}): install it (Debian: etcd-server)")
-                })?;
-            cluster.children.push(child);
+                .args(["--logger", "zap", "--log-level", "error"]);
+            external.spawn(command, &format!("{name}.log"))?;
         }
-        Ok(cluster)
-    }
-}
-
-impl Drop for EtcdCluster {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        Ok(EtcdCluster {
+            _external: external,
+            endpoints,
+        })
     }
 }
 
@@ -118,7 +95,6 @@ pub struct Comparison {
 
 impl Comparison {
     pub fn new(weir: LoadReport, etcd: LoadReport) -> Comparison {
-        let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
         Comparison {
             throughput_ratio: ratio(weir.ops_per_s, etcd.ops_per_s),
             p50_ratio: ratio(weir.p50_ms, etcd.p50_ms),
@@ -134,27 +110,13 @@ impl Comparison {
     }
 
     fn text(&self) -> String {
-        let row = |name: &str, r: &LoadReport| {
-            format!(
-                "{name:<5} {:>10.0} {:>9.3} {:>9.3} {:>9.3} {:>7}",
-                r.ops_per_s, r.p50_ms, r.p99_ms, r.p999_ms, r.errors
-            )
-        };
         let [l1, l5, l15] = self.load_average;
         format!(
-            "acquire-release with {} clients, {:.1} s each\n\
-             {:<5} {:>10} {:>9} {:>9} {:>9} {:>7}\n{}\n{}\n\
+            "acquire-release with {} clients, {:.1} s each\n{}\n\
              weir/etcd: throughput {:.2}x, p50 {:.2}x; load average {l1:.2} {l5:.2} {l15:.2}{}",
             self.weir.clients,
             self.weir.duration_s,
-            "",
-            "ops/s",
-            "p50 ms",
-            "p99 ms",
-            "p99.9 ms",
-            "errors",
-            row("weir", &self.weir),
-            row("etcd", &self.etcd),
+            table(&[("weir", &self.weir), ("etcd", &self.etcd)]),
             self.throughput_ratio,
             self.p50_ratio,
             if self.weir.verified {
@@ -178,7 +140,7 @@ mod load {
     use tokio::task::JoinHandle;
 
     use super::super::args::BenchArgs;
-    use super::super::report::{LoadReport, Recorder, histogram};
+    use super::super::report::{LoadReport, Recorder, histogram, measured_window};
     use super::{EtcdCluster, READY_WAIT};
 
     /// Keys of the bench, all under this prefix.
@@ -227,24 +189,7 @@ mod load {
             clients.push(tokio::spawn(cycle(c, n, ttl_s, recorder.clone())));
         }
         tokio::time::sleep(Duration::from_secs_f64(args.warmup)).await;
-        recorder.measuring.store(true, Ordering::Relaxed);
-        let start = Instant::now();
-        let duration = Duration::from_secs_f64(args.duration);
-        let mut last_ops = 0;
-        while start.elapsed() < duration {
-            tokio::time::sleep(Duration::from_secs(1).min(duration)).await;
-            let ops = recorder.ops.load(Ordering::Relaxed);
-            eprintln!(
-                "[bench] etcd {:>5.1}s  {:>9} ops  errors {}",
-                start.elapsed().as_secs_f64(),
-                ops - last_ops,
-                recorder.errors.load(Ordering::Relaxed)
-            );
-            last_ops = ops;
-        }
-        let elapsed = start.elapsed();
-        recorder.measuring.store(false, Ordering::Relaxed);
-        recorder.stop.store(true, Ordering::Relaxed);
+        let elapsed = measured_window(args, &recorder, "etcd").await;
         for c in clients {
             let _ = c.await;
         }

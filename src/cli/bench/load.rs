@@ -23,7 +23,7 @@ use weir_core::machine::{Change, Definition, Part, Reply, Settle, Spend};
 use weir_server::security::ClientSecurity;
 
 /// The tenant, and the budget period, every workload works in.
-const TENANT: &str = "bench";
+pub(super) const TENANT: &str = "bench";
 const PERIOD: &str = "bench";
 /// The rate limit of `rate-take`: a rate no run reaches, so no take waits.
 const RATE_LIMIT: &str = "bench-rate";
@@ -115,7 +115,7 @@ pub async fn measure_load(
 }
 
 /// The running nodes of `cluster`, named `n<id>`, with their process ids.
-fn node_pids(cluster: &LocalCluster) -> Vec<(String, u32)> {
+pub(super) fn node_pids(cluster: &LocalCluster) -> Vec<(String, u32)> {
     cluster
         .nodes()
         .iter()
@@ -495,7 +495,10 @@ impl BenchClient {
                             let take = multi_take(self.n as u64 + i);
                             self.take(&session, take, &mut hist).await
                         }
-                        Workload::Mixed | Workload::Scale | Workload::KeyedScale => {
+                        Workload::Mixed
+                        | Workload::Scale
+                        | Workload::KeyedScale
+                        | Workload::Rls => {
                             unreachable!("not a per-client workload")
                         }
                     }

@@ -31,12 +31,20 @@
 //! three-member etcd on loopback and prints both side by side (`etcd.rs`; the etcd client
 //! is only in a build with the `etcd` feature).
 //!
+//! `--workload rls` is `rate-take`'s take over Envoy's gRPC rate-limit protocol (`rls.rs`).
+//! `--against redis` (with `--spawn 3` and `rate-take` or `rls`) runs Weir's `rate-take` and
+//! `rls`, then the same take as a Lua token bucket on a loopback Redis fsyncing `always`
+//! and then `everysec`, and prints the four side by side (`redis.rs`, over `resp.rs`).
+//!
 //! `--curve DIR` (with `--spawn`) sweeps clients, limits and held permits and writes
 //! `DIR/curve.json` and charts `DIR/curve-*.svg` (`curve.rs`, drawn by `svg.rs`).
 //!
 //! - `args.rs`: the options and the check of their combinations;
 //! - `spawn.rs`: the `--spawn` cluster;
+//! - `external.rs`: the compared systems' processes and temporary directory;
 //! - `etcd.rs`: the etcd cluster, its load, and the side-by-side comparison;
+//! - `rls.rs`: the gRPC client and load of `--workload rls`;
+//! - `redis.rs`, `resp.rs`: the Redis server, its Lua bucket, its load, the comparison;
 //! - `load.rs`: the load workloads, the failover kills and the final verification;
 //! - `cpu.rs`: CPU seconds of the bench and its nodes over the measured window;
 //! - `zipf.rs`: the Zipf key sampler of `keyed-take`;
@@ -49,9 +57,13 @@ mod cpu;
 mod curve;
 #[cfg(feature = "etcd")]
 mod etcd;
+mod external;
 mod keyed_point;
 mod load;
+mod redis;
 mod report;
+mod resp;
+mod rls;
 mod scale;
 mod spawn;
 mod svg;
@@ -115,6 +127,10 @@ pub fn run(args: &BenchArgs, servers: &[String], security: &ClientSecurity, out:
             keyed_point::run(&servers, &security, out).await
         } else if let Some(dir) = &args.curve {
             curve::run(args, &servers, &security, dir, out).await
+        } else if let Some(Against::Redis) = args.against {
+            redis::against(args, &servers, &security, spawned.take(), out).await
+        } else if args.workload == Workload::Rls {
+            rls::run(args, &servers, &security, spawned.as_ref(), out).await
         } else if let Some(Against::Etcd) = args.against {
             #[cfg(feature = "etcd")]
             {

@@ -12,6 +12,53 @@ use super::args::BenchArgs;
 use super::cpu::CpuReport;
 use crate::cli::output::Output;
 
+/// The measured window of a load whose clients already run past their warm-up: counts
+/// outcomes for `--duration`, prints a progress line a second on stderr (after `name`),
+/// then tells the clients to stop; returns how long it measured.
+pub async fn measured_window(args: &BenchArgs, recorder: &Recorder, name: &str) -> Duration {
+    recorder.measuring.store(true, Ordering::Relaxed);
+    let start = Instant::now();
+    let duration = Duration::from_secs_f64(args.duration);
+    let mut last_ops = 0;
+    while start.elapsed() < duration {
+        let left = duration.saturating_sub(start.elapsed());
+        tokio::time::sleep(Duration::from_secs(1).min(left)).await;
+        let ops = recorder.ops.load(Ordering::Relaxed);
+        eprintln!(
+            "[bench] {name} {:>5.1}s  {:>9} ops  errors {}",
+            start.elapsed().as_secs_f64(),
+            ops - last_ops,
+            recorder.errors.load(Ordering::Relaxed)
+        );
+        last_ops = ops;
+    }
+    let elapsed = start.elapsed();
+    recorder.measuring.store(false, Ordering::Relaxed);
+    recorder.stop.store(true, Ordering::Relaxed);
+    elapsed
+}
+
+/// `a / b`, 0 when `b` is not positive (a system that did nothing).
+pub fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 { a / b } else { 0.0 }
+}
+
+/// Reports side by side under one header, a row each: throughput, latencies, errors.
+pub fn table(rows: &[(&str, &LoadReport)]) -> String {
+    let width = rows.iter().map(|(name, _)| name.len()).max().unwrap_or(0);
+    let mut text = format!(
+        "{:<width$} {:>10} {:>9} {:>9} {:>9} {:>7}",
+        "", "ops/s", "p50 ms", "p99 ms", "p99.9 ms", "errors"
+    );
+    for (name, r) in rows {
+        text.push_str(&format!(
+            "\n{name:<width$} {:>10.0} {:>9.3} {:>9.3} {:>9.3} {:>7}",
+            r.ops_per_s, r.p50_ms, r.p99_ms, r.p999_ms, r.errors
+        ));
+    }
+    text
+}
+
 /// Microseconds as milliseconds.
 pub fn ms(us: u64) -> f64 {
     us as f64 / 1000.0

@@ -26,6 +26,10 @@ pub fn start(n: u64, tls: bool, keep: bool) -> Result<LocalCluster, String> {
         cluster = cluster.rust_log("warn");
     }
     let mut configs = cluster.loopback_configs(n)?;
+    // Envoy's rate-limit service on every node, for `--workload rls`.
+    for c in &mut configs {
+        c.grpc_listen = crate::launcher::loopback_addr()?;
+    }
     if tls {
         let certs = cluster.dir().join("certs");
         weir_server::security::certs::init(&certs, n)?;

@@ -1,0 +1,349 @@
+//! `--against redis`: the take of `rate-take` on one Redis, measured in the same run as
+//! Weir's `rate-take` and `rls`, printed side by side.
+//!
+//! The take is the token bucket teams write for Redis: a Lua script ([`SCRIPT`]), loaded
+//! once and called with `EVALSHA`, that refills a hash's tokens by the time elapsed since
+//! its last call (Redis's own clock, `TIME`) and takes one if there is one. One key for
+//! every client, with the rate and burst of Weir's bench limit, so no take is ever refused
+//! (a refusal counts as an error). envoyproxy/ratelimit itself keeps fixed-window counters
+//! (`INCRBY` and `EXPIRE` in a pipeline): a cheaper operation with weaker semantics, not
+//! measured here. Each bench client has a connection of its own and one command in flight,
+//! as Weir's clients have one request in flight each.
+//!
+//! Redis runs as Debian packages it (`/usr/bin/redis-server`, found on PATH), on a
+//! loopback port of the launcher's allocator, in a temporary directory of its own, with
+//! the append-only file on and RDB snapshots off, twice: `appendfsync always` (an fsync
+//! per write before the reply, which is what Weir's log does) and `appendfsync everysec`
+//! (a second of acknowledged takes lost on a crash). Both start empty; each is killed and
+//! its directory removed when its run ends, on an error, or on ctrl-c ([`External`]).
+//! Redis is one process with no replica: a crash of it loses the limit, which Weir's three
+//! nodes survive.
+
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::args::{BenchArgs, Workload};
+use super::external::{External, find_program};
+use super::report::{LoadReport, Recorder, histogram, load_average, measured_window, ratio, table};
+use super::resp::{Connection, Value};
+use super::{load, rls};
+use crate::cli::output::Output;
+use crate::cli::{EXIT_ERROR, EXIT_OK, Exit};
+use crate::launcher::{LocalCluster, free_port};
+use weir_server::security::ClientSecurity;
+
+/// The token bucket: `KEYS[1]` is a hash of `tokens` and `at` (µs of Redis's clock);
+/// `ARGV` are the rate per second, the burst and the tokens to take. Returns `{granted (1
+/// or 0), tokens left (floored)}`.
+pub const SCRIPT: &str = r"
+local rate = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local take = tonumber(ARGV[3])
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local bucket = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+local tokens = tonumber(bucket[1]) or burst
+local at = tonumber(bucket[2]) or now
+tokens = math.min(burst, tokens + math.max(0, now - at) * rate / 1000000)
+local granted = 0
+if tokens >= take then
+  tokens = tokens - take
+  granted = 1
+end
+redis.call('HSET', KEYS[1], 'tokens', string.format('%.17g', tokens), 'at', string.format('%.0f', now))
+return {granted, math.floor(tokens)}
+";
+
+/// The bucket's key, rate and burst: those of Weir's `rate-take` limit.
+const KEY: &str = "weir-bench:bench-rate";
+const RATE: &str = "1000000000";
+const BURST: &str = "1000000000";
+
+/// How long Redis may take to answer after it starts.
+const READY_WAIT: Duration = Duration::from_secs(10);
+
+/// When Redis fsyncs its append-only file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fsync {
+    /// Before each write's reply.
+    Always,
+    /// Once a second.
+    Everysec,
+}
+
+impl Fsync {
+    fn name(self) -> &'static str {
+        match self {
+            Fsync::Always => "always",
+            Fsync::Everysec => "everysec",
+        }
+    }
+}
+
+/// One Redis on loopback, killed and removed on drop.
+pub struct RedisServer {
+    _external: External,
+    /// `127.0.0.1:PORT`.
+    pub addr: String,
+}
+
+impl RedisServer {
+    /// Starts Redis with the append-only file fsynced as `fsync` says, and waits (bounded)
+    /// until it answers.
+    pub async fn start(fsync: Fsync) -> Result<RedisServer, String> {
+        let program = find_program("redis-server", "redis-server")?;
+        let mut external = External::new(&format!("redis-{}", fsync.name()))?;
+        let port = free_port()?;
+        let mut command = Command::new(program);
+        command
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .arg("--dir")
+            .arg(external.dir())
+            .arg("--logfile")
+            .arg(external.dir().join("redis.log"))
+            .args(["--appendonly", "yes", "--appendfsync", fsync.name()])
+            .args(["--save", "", "--daemonize", "no"]);
+        external.spawn(command, "redis.stderr")?;
+        let server = RedisServer {
+            _external: external,
+            addr: format!("127.0.0.1:{port}"),
+        };
+        server.ready().await?;
+        Ok(server)
+    }
+
+    async fn ready(&self) -> Result<(), String> {
+        let until = Instant::now() + READY_WAIT;
+        loop {
+            let ping = async { Connection::open(&self.addr).await?.call(&[b"PING"]).await };
+            match tokio::time::timeout(Duration::from_secs(1), ping).await {
+                Ok(Ok(Value::Simple(pong))) if pong == "PONG" => return Ok(()),
+                _ if Instant::now() >= until => {
+                    return Err(format!("redis-server at {} did not answer", self.addr));
+                }
+                _ => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+
+    /// Loads [`SCRIPT`]; returns its SHA1 for `EVALSHA`.
+    pub async fn load_script(&self) -> Result<String, String> {
+        let mut c = Connection::open(&self.addr).await?;
+        match c.call(&[b"SCRIPT", b"LOAD", SCRIPT.as_bytes()]).await? {
+            Value::Bulk(Some(sha)) => String::from_utf8(sha).map_err(|e| e.to_string()),
+            other => Err(format!("SCRIPT LOAD answered {other:?}")),
+        }
+    }
+}
+
+/// One take of `tokens` from the bucket at `key` with `rate` and `burst`: granted or not,
+/// or the error.
+pub async fn take(
+    c: &mut Connection,
+    sha: &str,
+    key: &str,
+    rate: &str,
+    burst: &str,
+    tokens: &str,
+) -> Result<bool, String> {
+    let args: [&[u8]; 7] = [
+        b"EVALSHA",
+        sha.as_bytes(),
+        b"1",
+        key.as_bytes(),
+        rate.as_bytes(),
+        burst.as_bytes(),
+        tokens.as_bytes(),
+    ];
+    match c.call(&args).await? {
+        Value::Array(Some(a)) if a.len() == 2 => match a[0] {
+            Value::Int(1) => Ok(true),
+            Value::Int(0) => Ok(false),
+            _ => Err(format!("the script answered {a:?}")),
+        },
+        other => Err(format!("the script answered {other:?}")),
+    }
+}
+
+/// Runs the take on a Redis with `fsync` for `args`' clients, warm-up and duration.
+pub async fn measure(args: &BenchArgs, fsync: Fsync) -> Result<LoadReport, String> {
+    let server = RedisServer::start(fsync).await?;
+    let sha = server.load_script().await?;
+    eprintln!("[bench] redis ({}) answers", fsync.name());
+    let recorder = Arc::new(Recorder::new());
+    let mut clients = vec![];
+    for _ in 0..args.clients {
+        let c = Connection::open(&server.addr).await?;
+        clients.push(tokio::spawn(client(c, sha.clone(), recorder.clone())));
+    }
+    tokio::time::sleep(Duration::from_secs_f64(args.warmup)).await;
+    let elapsed = measured_window(args, &recorder, &format!("redis {}", fsync.name())).await;
+    for c in clients {
+        let _ = c.await;
+    }
+    Ok(LoadReport::new(
+        args,
+        &recorder,
+        elapsed,
+        vec![],
+        vec![],
+        true,
+    ))
+}
+
+/// One bench client: takes until told to stop; a refused take is an error.
+async fn client(mut c: Connection, sha: String, recorder: Arc<Recorder>) {
+    let mut hist = histogram();
+    while !recorder.stop.load(Ordering::Relaxed) {
+        let sent = recorder.ns();
+        let taken = match take(&mut c, &sha, KEY, RATE, BURST, "1").await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err("refused by a bucket that never runs short".to_owned()),
+            Err(e) => Err(e),
+        };
+        recorder.record_result(&mut hist, sent, &taken);
+    }
+    recorder.merge(&hist);
+}
+
+/// Weir's takes and Redis's, same clients, same run.
+#[derive(Serialize)]
+pub struct Comparison {
+    pub weir_rate_take: LoadReport,
+    pub weir_rls: LoadReport,
+    pub redis_always: LoadReport,
+    pub redis_everysec: LoadReport,
+    /// Weir's ops/s over Redis's: `rate-take` and `rls`, each over `always` and `everysec`.
+    pub rate_take_over_always: f64,
+    pub rate_take_over_everysec: f64,
+    pub rls_over_always: f64,
+    pub rls_over_everysec: f64,
+    /// The load average when the run ended.
+    pub load_average: [f64; 3],
+}
+
+impl Comparison {
+    fn text(&self) -> String {
+        let [l1, l5, l15] = self.load_average;
+        format!(
+            "a take with {} clients, {:.1} s each\n{}\n\
+             weir/redis throughput: rate-take {:.2}x always, {:.2}x everysec; \
+             rls {:.2}x always, {:.2}x everysec; load average {l1:.2} {l5:.2} {l15:.2}",
+            self.weir_rate_take.clients,
+            self.weir_rate_take.duration_s,
+            table(&[
+                ("weir rate-take", &self.weir_rate_take),
+                ("weir rls", &self.weir_rls),
+                ("redis always", &self.redis_always),
+                ("redis everysec", &self.redis_everysec),
+            ]),
+            self.rate_take_over_always,
+            self.rate_take_over_everysec,
+            self.rls_over_always,
+            self.rls_over_everysec,
+        )
+    }
+}
+
+/// Weir first (`rate-take`, then `rls`; then its cluster is stopped, so the systems never
+/// share the CPU), then Redis with `always`, then with `everysec`; prints all four. A ctrl-c
+/// ends the run with everything it started stopped and removed.
+pub async fn against(
+    args: &BenchArgs,
+    servers: &[String],
+    security: &ClientSecurity,
+    spawned: Option<LocalCluster>,
+    out: &Output,
+) -> Result<Exit, String> {
+    tokio::select! {
+        result = run(args, servers, security, spawned) => {
+            let comparison = result?;
+            let value = serde_json::to_value(&comparison).expect("a comparison serializes");
+            out.print(value, || comparison.text());
+            Ok(if comparison.weir_rate_take.verified { EXIT_OK } else { EXIT_ERROR })
+        }
+        _ = tokio::signal::ctrl_c() => Err("interrupted; Redis and the cluster are stopped and removed".into()),
+    }
+}
+
+async fn run(
+    args: &BenchArgs,
+    servers: &[String],
+    security: &ClientSecurity,
+    mut spawned: Option<LocalCluster>,
+) -> Result<Comparison, String> {
+    let with = |workload| BenchArgs {
+        workload,
+        ..args.clone()
+    };
+    let weir_rate_take = load::measure_load(
+        &with(Workload::RateTake),
+        servers,
+        security,
+        spawned.as_mut(),
+    )
+    .await?;
+    let weir_rls = rls::measure(&with(Workload::Rls), servers, security, spawned.as_ref()).await?;
+    drop(spawned);
+    eprintln!(
+        "[bench] weir: rate-take {:.0} ops/s, rls {:.0} ops/s; now redis",
+        weir_rate_take.ops_per_s, weir_rls.ops_per_s
+    );
+    let take = with(Workload::RateTake);
+    let redis_always = measure(&take, Fsync::Always).await?;
+    let redis_everysec = measure(&take, Fsync::Everysec).await?;
+    Ok(Comparison {
+        rate_take_over_always: ratio(weir_rate_take.ops_per_s, redis_always.ops_per_s),
+        rate_take_over_everysec: ratio(weir_rate_take.ops_per_s, redis_everysec.ops_per_s),
+        rls_over_always: ratio(weir_rls.ops_per_s, redis_always.ops_per_s),
+        rls_over_everysec: ratio(weir_rls.ops_per_s, redis_everysec.ops_per_s),
+        weir_rate_take,
+        weir_rls,
+        redis_always,
+        redis_everysec,
+        load_average: load_average(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The script on a real Redis (skipped where `redis-server` is not installed): a bucket
+    /// grants while it has tokens, refuses when short, and refills with time.
+    #[tokio::test]
+    async fn the_lua_bucket_grants_refuses_when_short_and_refills() {
+        if find_program("redis-server", "redis-server").is_err() {
+            eprintln!("skipped: redis-server is not installed");
+            return;
+        }
+        let server = RedisServer::start(Fsync::Everysec).await.unwrap();
+        let sha = server.load_script().await.unwrap();
+        let mut c = Connection::open(&server.addr).await.unwrap();
+        // Two tokens, one per 1,000 s: two takes, then none.
+        let mut takes = vec![];
+        for tokens in ["1", "1", "1"] {
+            takes.push(
+                take(&mut c, &sha, "slow", "0.001", "2", tokens)
+                    .await
+                    .unwrap(),
+            );
+        }
+        assert_eq!(takes, [true, true, false]);
+        assert!(
+            !take(&mut c, &sha, "fresh", "0.001", "2", "3")
+                .await
+                .unwrap()
+        );
+        // One token, 20 a second: empty after a take, full again 200 ms later.
+        assert!(take(&mut c, &sha, "fast", "20", "1", "1").await.unwrap());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(take(&mut c, &sha, "fast", "20", "1", "1").await.unwrap());
+        let err = take(&mut c, "0000", "k", "1", "1", "1").await.unwrap_err();
+        assert!(err.starts_with("redis: NOSCRIPT"), "{err}");
+    }
+}

@@ -1,0 +1,198 @@
+//! `--workload rls`: the take of `rate-take` as Envoy asks for it, over gRPC
+//! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`.
+//!
+//! Every request has the tenant as its domain and one descriptor, `(bench, take)`, whose
+//! limit (`envoy:bench=take`, the name a ratelimit file's node `key: bench, value: take`
+//! compiles to) is a rate no run reaches, as `rate-take`'s: each answer must be OK and name
+//! the limit (a descriptor no limit matches also answers OK, uncharged, so that counts as
+//! an error here). The client is tonic's, with Envoy's own message types (`envoy-types`);
+//! `--clients-per-connection` clients share one HTTP/2 channel.
+//!
+//! With `--spawn` the clients call the leader's gRPC port (the nodes of a spawned cluster
+//! each have one); against given `--servers`, the gRPC addresses in `--grpc`, the
+//! connections spread over them in turn.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use tokio::task::JoinHandle;
+use tonic::transport::{Channel, Endpoint};
+
+use super::args::BenchArgs;
+use super::cpu::CpuClock;
+use super::load::{TENANT, node_pids};
+use super::report::{LoadReport, Recorder, histogram, measured_window};
+use crate::cli::output::Output;
+use crate::cli::{EXIT_OK, Exit};
+use crate::launcher::{LocalCluster, leader_among_with};
+use weir_client::Client;
+use weir_core::rls::path::{Segment, limit_name};
+use weir_server::security::ClientSecurity;
+
+/// The descriptor of every request: its one entry's key and value.
+const KEY: &str = "bench";
+const VALUE: &str = "take";
+
+/// Longest wait for an answer, and for the node asked to match the limit at the start.
+const ANSWER_WAIT: Duration = Duration::from_secs(10);
+
+/// The channel of bench clients to one node's gRPC port.
+type Rls = RateLimitServiceClient<Channel>;
+
+/// Runs `--workload rls` and prints its report.
+pub async fn run(
+    args: &BenchArgs,
+    servers: &[String],
+    security: &ClientSecurity,
+    spawned: Option<&LocalCluster>,
+    out: &Output,
+) -> Result<Exit, String> {
+    let report = measure(args, servers, security, spawned).await?;
+    report.print(out);
+    Ok(EXIT_OK)
+}
+
+/// Runs `--workload rls` against `servers` (the client ports, for the definition) and
+/// returns its report; `spawned` is the cluster whose leader the clients call.
+pub async fn measure(
+    args: &BenchArgs,
+    servers: &[String],
+    security: &ClientSecurity,
+    spawned: Option<&LocalCluster>,
+) -> Result<LoadReport, String> {
+    let admin = Client::with_security(servers.to_vec(), security.clone());
+    let limit = limit_name(&[Segment {
+        key: KEY,
+        value: Some(VALUE),
+    }]);
+    admin
+        .define_limit(TENANT, &limit, 0, 1e9, Some(1_000_000_000))
+        .await
+        .map_err(|e| format!("define {limit}: {e}"))?;
+    let targets = targets(args, servers, security, spawned).await?;
+    let recorder = Arc::new(Recorder::new());
+    let clients = start_clients(args, &targets, &recorder).await?;
+    tokio::time::sleep(Duration::from_secs_f64(args.warmup)).await;
+    let cpu = spawned.and_then(|c| CpuClock::start(&node_pids(c)));
+    let elapsed = measured_window(args, &recorder, "rls").await;
+    let cpu = cpu.and_then(|c| c.stop(recorder.ops.load(Ordering::Relaxed)));
+    for c in clients {
+        let _ = c.await;
+    }
+    // Nothing to verify: a take of a limit that never runs short holds nothing to lose.
+    let mut report = LoadReport::new(args, &recorder, elapsed, vec![], vec![], true);
+    report.cpu = cpu;
+    Ok(report)
+}
+
+/// The gRPC addresses to call: the spawned leader's, or `--grpc`.
+async fn targets(
+    args: &BenchArgs,
+    servers: &[String],
+    security: &ClientSecurity,
+    spawned: Option<&LocalCluster>,
+) -> Result<Vec<String>, String> {
+    let Some(cluster) = spawned else {
+        return Ok(args.grpc.clone());
+    };
+    let leader = leader_among_with(servers, ANSWER_WAIT, security)
+        .await
+        .ok_or("no leader to call over gRPC")?;
+    Ok(vec![cluster.node(leader).config.grpc_listen.clone()])
+}
+
+/// Connects (`--clients-per-connection` clients to a channel, the channels over `targets`
+/// in turn), waits until each node matches the limit, and starts the clients.
+async fn start_clients(
+    args: &BenchArgs,
+    targets: &[String],
+    recorder: &Arc<Recorder>,
+) -> Result<Vec<JoinHandle<()>>, String> {
+    let mut channels: Vec<Rls> = vec![];
+    let mut clients = vec![];
+    for n in 0..args.clients {
+        if n % args.clients_per_connection == 0 {
+            let target = &targets[channels.len() % targets.len()];
+            let mut rls = connect(target).await?;
+            if channels.len() < targets.len() {
+                matched(&mut rls, target).await?;
+            }
+            channels.push(rls);
+        }
+        let rls = channels.last().expect("connected above").clone();
+        clients.push(tokio::spawn(client(rls, recorder.clone())));
+    }
+    Ok(clients)
+}
+
+async fn connect(target: &str) -> Result<Rls, String> {
+    let channel = Endpoint::from_shared(format!("http://{target}"))
+        .map_err(|e| format!("{target}: {e}"))?
+        .connect_timeout(ANSWER_WAIT)
+        .timeout(ANSWER_WAIT)
+        .connect()
+        .await
+        .map_err(|e| format!("gRPC {target}: {e}"))?;
+    Ok(RateLimitServiceClient::new(channel))
+}
+
+/// The request of every take: one hit of the bench's descriptor.
+fn request() -> RateLimitRequest {
+    RateLimitRequest {
+        domain: TENANT.into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: KEY.into(),
+                value: VALUE.into(),
+            }],
+            ..Default::default()
+        }],
+        hits_addend: 1,
+    }
+}
+
+/// A take granted: the answer is OK and its one status names the limit.
+fn granted(
+    answer: Result<tonic::Response<RateLimitResponse>, tonic::Status>,
+) -> Result<(), String> {
+    let answer = answer.map_err(|s| format!("{:?}: {}", s.code(), s.message()))?;
+    let answer = answer.into_inner();
+    match answer.statuses.first() {
+        Some(s) if s.current_limit.is_none() => Err("no limit matched the descriptor".into()),
+        Some(_) if answer.overall_code == Code::Ok as i32 => Ok(()),
+        Some(_) => Err(format!("overall_code {}", answer.overall_code)),
+        None => Err("an answer without statuses".into()),
+    }
+}
+
+/// Waits (bounded) until the node at `target` matches the limit: it matches on its own
+/// applied state, which has the definition a heartbeat after the leader.
+async fn matched(rls: &mut Rls, target: &str) -> Result<(), String> {
+    let deadline = Instant::now() + ANSWER_WAIT;
+    loop {
+        match granted(rls.should_rate_limit(request()).await) {
+            Ok(()) => return Ok(()),
+            Err(e) if Instant::now() >= deadline => {
+                return Err(format!("gRPC {target} does not grant the take: {e}"));
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+}
+
+/// One bench client: takes until told to stop.
+async fn client(mut rls: Rls, recorder: Arc<Recorder>) {
+    let mut hist = histogram();
+    while !recorder.stop.load(Ordering::Relaxed) {
+        let sent = recorder.ns();
+        let taken = granted(rls.should_rate_limit(request()).await);
+        recorder.record_result(&mut hist, sent, &taken);
+    }
+    recorder.merge(&hist);
+}
