@@ -454,6 +454,33 @@ fn bench_runs_the_keyed_take_and_multi_workloads_without_a_refusal() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_rate_take_proposes_one_command_per_take() {
+    let cluster = Cluster::start("cli-bench-take", 1, "");
+    let leader = cluster.leader(ELECTION).await;
+    #[rustfmt::skip]
+    let out = cluster.cli_ok(&["bench", "--workload", "rate-take", "--clients", "4",
+                               "--duration", "1", "--warmup", "0", "--limits", "1", "--json"]);
+    let v = json(&out);
+    let ops = v["ops"].as_f64().unwrap();
+    assert!(ops > 0.0 && v["errors"].as_u64() == Some(0), "{v}");
+    let url = format!("http://{}/metrics", cluster.node(leader).config.http_listen);
+    let text = reqwest::get(&url).await.unwrap().text().await.unwrap();
+    let commands: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("weir_batch_commands_sum "))
+        .expect("the commands proposed")
+        .parse()
+        .unwrap();
+    // A take is one command; besides them the run defines two limits, opens and closes four
+    // sessions and keeps them alive. A permit dropped after each take would propose a
+    // release beside it: twice the takes.
+    assert!(
+        commands >= ops && commands < ops * 1.2 + 50.0,
+        "{commands} commands proposed for {ops} takes"
+    );
+}
+
 #[test]
 fn bench_runs_the_rls_workload_over_grpc_on_a_spawned_cluster() {
     #[rustfmt::skip]

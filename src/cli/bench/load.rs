@@ -560,10 +560,12 @@ impl BenchClient {
             .await
     }
 
-    /// One take (of limits that hold nothing): one operation.
+    /// One take (of limits that hold nothing): one operation, one entry. The grant is
+    /// consumed, as a user's take is: a dropped permit would send a release in the
+    /// background, a second entry that frees nothing.
     async fn take(&self, session: &Session, options: AcquireOptions, hist: &mut Histogram<u64>) {
         let sent = self.recorder.ns();
-        let taken = session.acquire(options).await;
+        let taken = session.acquire(options).await.map(|p| p.consume());
         self.recorder.record_result(hist, sent, &taken);
     }
 
