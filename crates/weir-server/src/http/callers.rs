@@ -19,7 +19,8 @@
 //! - A caller's client sends its own token, or none for the anonymous caller; requests of
 //!   two tokens never share a connection, so a session is bound to the principal whose
 //!   request opened it.
-//! - Each caller has its own take session (sessions belong to their opener).
+//! - Each caller has its own take sessions (sessions belong to their opener), one at a
+//!   time, each for at most `TAKE_SESSION_TICKETS` takes (`context.rs`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -47,12 +48,20 @@ pub struct Caller {
     /// Who the caller is: what a session's owner is checked against where this node answers
     /// without the client port (the event stream).
     pub principal: Principal,
-    /// The principal's own session for takes, once opened.
+    /// The principal's current session for takes, once opened, with the ticket at which
+    /// the next take opens another (`HttpCtx::take_ticket`).
     ///
     /// A tokio mutex, held across the open, so concurrent first takes open one session.
-    pub take_session: tokio::sync::Mutex<Option<SessionId>>,
+    pub take_session: tokio::sync::Mutex<Option<TakeSession>>,
     /// The next take's ticket in that session. Tickets are never reused in a session.
     pub take_ticket: AtomicU64,
+}
+
+/// A take session and the first ticket not to be taken in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TakeSession {
+    pub id: SessionId,
+    pub until: u64,
 }
 
 impl Caller {

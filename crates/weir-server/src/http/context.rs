@@ -6,18 +6,32 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::callers::{self, Callers};
+use super::callers::{self, Callers, TakeSession};
 use super::error::ApiError;
 use crate::raft::Raft;
 use crate::raft::state_store::AppliedState;
 use weir_client::protocol::{Answer, Query};
 use weir_client::{Client, ClientError};
+use weir_core::bounds;
 use weir_core::machine::{Command, Reply, SessionId, TicketId};
 
 /// TTL of the node's own session for takes, ms. Long, because a take holds nothing under it
 /// (a rate-only grant only spends tokens) and each take renews nothing: a session that
 /// expires between takes is simply opened again.
 const TAKE_SESSION_TTL_MS: u64 = 60_000;
+
+/// Takes in one take session before the next take opens another. A session keeps each
+/// finished ticket for `FINISHED_TICKET_RETENTION_MS` (15 s) and refuses a new one
+/// `AtCapacity` at `SESSION_FINISHED_TICKETS_MAX` (65,536): one session for every take of a
+/// caller would cap the caller at 4,369 takes a second through this node. Half the bound
+/// keeps a session well under it whatever the rate; the sessions left behind expire on
+/// their TTL, and the machine's own bound on finished tickets counts every session's.
+const TAKE_SESSION_TICKETS: u64 = (bounds::SESSION_FINISHED_TICKETS_MAX / 2) as u64;
+
+/// The session `ticket` is taken in: the current one if the ticket is before its end.
+fn in_session(current: Option<TakeSession>, ticket: TicketId) -> Option<SessionId> {
+    current.filter(|s| ticket < s.until).map(|s| s.id)
+}
 
 /// What the HTTP handlers share.
 pub struct HttpCtx {
@@ -73,40 +87,61 @@ impl HttpCtx {
         self.state.lock().machine.now_ms()
     }
 
-    /// The caller's take session and a fresh ticket in it, opening the session if needed.
+    /// The caller's take session and a fresh ticket in it, opening a session when there is
+    /// none or the current one has had its [`TAKE_SESSION_TICKETS`].
     pub async fn take_ticket(&self) -> Result<(SessionId, TicketId), ClientError> {
         let caller = callers::current();
         let mut session = caller.take_session.lock().await;
-        let id = match *session {
-            Some(id) => id,
-            None => {
-                let id = match caller
-                    .client
-                    .write(Command::OpenSession {
-                        ttl_ms: TAKE_SESSION_TTL_MS,
-                    })
-                    .await?
-                {
-                    Reply::SessionOpened { session, .. } => session,
-                    other => {
-                        return Err(ClientError::Protocol(format!(
-                            "unexpected answer to an open: {other:?}"
-                        )));
-                    }
-                };
-                *session = Some(id);
-                id
+        let ticket = caller.take_ticket.fetch_add(1, Ordering::Relaxed);
+        if let Some(id) = in_session(*session, ticket) {
+            return Ok((id, ticket));
+        }
+        let id = match caller
+            .client
+            .write(Command::OpenSession {
+                ttl_ms: TAKE_SESSION_TTL_MS,
+            })
+            .await?
+        {
+            Reply::SessionOpened { session, .. } => session,
+            other => {
+                return Err(ClientError::Protocol(format!(
+                    "unexpected answer to an open: {other:?}"
+                )));
             }
         };
-        Ok((id, caller.take_ticket.fetch_add(1, Ordering::Relaxed)))
+        *session = Some(TakeSession {
+            id,
+            until: ticket.saturating_add(TAKE_SESSION_TICKETS),
+        });
+        Ok((id, ticket))
     }
 
     /// Forgets the caller's take session (it expired); the next take opens another.
     pub async fn take_session_lost(&self, lost: SessionId) {
         let caller = callers::current();
         let mut session = caller.take_session.lock().await;
-        if *session == Some(lost) {
+        if session.is_some_and(|s| s.id == lost) {
             *session = None;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_take_session_serves_its_tickets_then_the_next_take_opens_another() {
+        assert_eq!(in_session(None, 1), None);
+        let s = TakeSession {
+            id: 7,
+            until: 1 + TAKE_SESSION_TICKETS,
+        };
+        assert_eq!(in_session(Some(s), 1), Some(7));
+        assert_eq!(in_session(Some(s), TAKE_SESSION_TICKETS), Some(7));
+        assert_eq!(in_session(Some(s), 1 + TAKE_SESSION_TICKETS), None);
+        // A session is never asked for more finished tickets than it keeps.
+        const { assert!(TAKE_SESSION_TICKETS < bounds::SESSION_FINISHED_TICKETS_MAX as u64) };
     }
 }
