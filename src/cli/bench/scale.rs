@@ -55,12 +55,8 @@ pub async fn run(
             value["setup_s"].as_f64().unwrap_or(0.0)
         );
         for n in value["nodes"].as_array().into_iter().flatten() {
-            text.push_str(&format!(
-                "\nnode {} ({}): RSS {:.1} MiB, snapshot {} bytes, build {:.1} ms, install {:.1} ms",
-                n["id"], n["state"].as_str().unwrap_or("?"), n["rss_mib"].as_f64().unwrap_or(0.0),
-                n["snapshot_bytes"], n["snapshot_build_ms"].as_f64().unwrap_or(0.0),
-                n["snapshot_install_ms"].as_f64().unwrap_or(0.0)
-            ));
+            text.push('\n');
+            text.push_str(&node_line(n));
         }
         text
     });
@@ -175,6 +171,26 @@ async fn open_holding(client: &Client, point: Point) -> Result<u64, String> {
         }
     }
     Ok(session)
+}
+
+/// One node's figures as a line of text (those of [`node_figures`]), with the cost of one
+/// live key where the figures carry it (the keyed point's).
+pub fn node_line(n: &serde_json::Value) -> String {
+    let per_key = |figure: &str, unit: &str| match n.get(figure) {
+        Some(v) if !v.is_null() => format!(" ({v} {unit})"),
+        _ => String::new(),
+    };
+    format!(
+        "node {} ({}): RSS {:.1} MiB{}, snapshot {} bytes{}, build {:.1} ms, install {:.1} ms",
+        n["id"],
+        n["state"].as_str().unwrap_or("?"),
+        n["rss_mib"].as_f64().unwrap_or(0.0),
+        per_key("rss_bytes_per_key", "bytes a live key"),
+        n["snapshot_bytes"],
+        per_key("snapshot_bytes_per_key", "a key"),
+        n["snapshot_build_ms"].as_f64().unwrap_or(0.0),
+        n["snapshot_install_ms"].as_f64().unwrap_or(0.0)
+    )
 }
 
 /// One node's memory and snapshot figures, if it answers.

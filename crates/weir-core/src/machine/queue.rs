@@ -93,6 +93,15 @@ impl From<SavedQueue> for WaitQueue {
 }
 
 impl WaitQueue {
+    /// A queue that never held a ticket.
+    pub const EMPTY: WaitQueue = WaitQueue {
+        order: BTreeMap::new(),
+        flows: BTreeMap::new(),
+        virtual_time: BTreeMap::new(),
+        next_seq: 0,
+        ranks: Ranks::EMPTY,
+    };
+
     /// Number of waiting tickets.
     pub fn len(&self) -> usize {
         self.order.len()
@@ -280,6 +289,54 @@ impl WaitQueue {
             return Err("a level without waiters keeps a virtual time".into());
         }
         Ok(())
+    }
+}
+
+/// A limit's queue, allocated only once a ticket has waited on it: most limits (and nearly
+/// every key of a keyed limit) never queue, and an unused [`WaitQueue`] is more than a
+/// hundred bytes. Reads see [`WaitQueue::EMPTY`] until then; the first write allocates.
+///
+/// Encoded exactly as the [`WaitQueue`] it stands for, so the snapshot bytes do not depend
+/// on whether the queue was allocated; a decoded queue equal to a never-used one is not.
+#[derive(Clone, Debug, Default)]
+pub struct LazyQueue(Option<Box<WaitQueue>>);
+
+static NEVER_USED: WaitQueue = WaitQueue::EMPTY;
+
+impl std::ops::Deref for LazyQueue {
+    type Target = WaitQueue;
+
+    fn deref(&self) -> &WaitQueue {
+        self.0.as_deref().unwrap_or(&NEVER_USED)
+    }
+}
+
+impl std::ops::DerefMut for LazyQueue {
+    fn deref_mut(&mut self) -> &mut WaitQueue {
+        self.0.get_or_insert_with(Box::default)
+    }
+}
+
+impl PartialEq for LazyQueue {
+    fn eq(&self, other: &LazyQueue) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for LazyQueue {}
+
+impl Serialize for LazyQueue {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        (**self).serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for LazyQueue {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<LazyQueue, D::Error> {
+        let queue = WaitQueue::deserialize(deserializer)?;
+        Ok(LazyQueue(
+            (queue != WaitQueue::EMPTY).then(|| Box::new(queue)),
+        ))
     }
 }
 
