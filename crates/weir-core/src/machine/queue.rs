@@ -391,6 +391,26 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_lazy_queue_encodes_as_its_queue_allocated_or_not_and_keeps_a_used_empty_one() {
+        use crate::codec::{decode, encode};
+        let never = LazyQueue::default();
+        assert!(never.0.is_none());
+        assert_eq!(encode(&never), encode(&WaitQueue::default()));
+        let decoded: LazyQueue = decode(&encode(&never)).unwrap();
+        assert!(decoded.0.is_none(), "a never-used queue is not allocated");
+        let mut used = LazyQueue::default();
+        used.push(w(1), &p(0, "", 1));
+        assert_eq!(encode(&used), encode(&*used));
+        // Emptied, it still counts arrivals: the decoded queue keeps that, bit for bit.
+        used.pop();
+        let bytes = encode(&used);
+        let decoded: LazyQueue = decode(&bytes).unwrap();
+        assert_eq!(encode(&decoded), bytes);
+        assert_eq!(decoded, used);
+        assert_ne!(decoded, never);
+    }
+
     fn drain(q: &mut WaitQueue) -> Vec<TicketId> {
         let mut out = vec![];
         while let Some((_, w)) = q.pop() {
