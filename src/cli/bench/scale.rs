@@ -3,7 +3,7 @@
 //! other points with [`build`].
 
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 
@@ -193,13 +193,18 @@ pub fn node_line(n: &serde_json::Value) -> String {
     )
 }
 
+/// How long a node may take to answer a figure: its status digests the whole state and its
+/// snapshot cost builds and installs a snapshot, seconds at a million live keys.
+const FIGURES_WAIT: Duration = Duration::from_secs(120);
+
 /// One node's memory and snapshot figures, if it answers.
 pub async fn node_figures(addr: &str, security: &ClientSecurity) -> Option<serde_json::Value> {
-    let status = match Client::ask_node_with(addr, &Request::Status, security).await {
+    let ask = |request| Client::ask_node_within(addr, request, security, FIGURES_WAIT);
+    let status = match ask(&Request::Status).await {
         Ok(Response::Status(st)) => st,
         _ => return None,
     };
-    let cost = match Client::ask_node_with(addr, &Request::SnapshotCost, security).await {
+    let cost = match ask(&Request::SnapshotCost).await {
         Ok(Response::SnapshotCost(c)) => Some(c),
         _ => None,
     };
