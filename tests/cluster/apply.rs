@@ -84,6 +84,30 @@ async fn limits_apply_over_http_and_the_client_all_or_nothing_with_a_dry_run() {
     assert_eq!(applied, Ok(change));
     let (_, db) = api.call("GET", "/v1/tenants/f/limits/db", None).await;
     assert_eq!(db["concurrent"], 3, "{db}");
+
+    phase("an export is the body PUT takes: putting it back changes nothing");
+    let keyed = json!({"per_second": 0.3, "keyed": true, "keys_max": 500, "shadow": true});
+    api.define_spec("/v1/tenants/f/limits/k", keyed).await;
+    let (status, exported) = api.call("GET", "/v1/tenants/f/definitions", None).await;
+    assert_eq!(status, StatusCode::OK, "{exported}");
+    let db = json!({"concurrent": 3, "per_second": 0.0, "burst": 1, "keyed": false,
+                    "keys_max": null, "shadow": false});
+    let k = json!({"concurrent": 0, "per_second": 0.3, "burst": 1, "keyed": true,
+                   "keys_max": 500, "shadow": true});
+    assert_eq!(exported["limits"]["db"], db, "{exported}");
+    assert_eq!(exported["limits"]["k"], k, "{exported}");
+    let mut back = exported.clone();
+    back["prune"] = json!(true);
+    let (_, v) = apply(back).await;
+    let unchanged = json!({"created": [], "changed": [], "removed": [],
+                           "unchanged": ["api", "db", "k"], "applied": true});
+    assert_eq!(v, unchanged);
+    let (_, again) = api.call("GET", "/v1/tenants/f/definitions", None).await;
+    assert_eq!(again, exported);
+    let (status, none) = api
+        .call("GET", "/v1/tenants/nobody/definitions", None)
+        .await;
+    assert_eq!((status, none), (StatusCode::OK, json!({"limits": {}})));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,7 @@
 //! The HTTP port under TLS and tokens (spec §7, G10): HTTPS verified against the cluster CA,
 //! `Authorization: Bearer` tokens authenticated and authorized by the client port exactly
-//! as a binary client's, 401 without a token, 403 outside the token's tenant, and
+//! as a binary client's, 401 without a token, 403 outside the token's tenant (a limit, a
+//! tenant's export), and
 //! plaintext HTTP refused by the TLS port.
 //!
 //! The HTTPS client is written here over tokio-rustls (one HTTP/1.1 request per
@@ -259,6 +260,10 @@ async fn https_with_tokens_authenticates_and_authorizes_through_the_client_port(
     node.refused(("GET", limit, Some(TENANT_A), None), 403, "Forbidden")
         .await;
     node.ok("GET", "/v1/tenants/a/limits", TENANT_A, None).await;
+    let export_b = ("GET", "/v1/tenants/b/definitions", Some(TENANT_A), None);
+    node.refused(export_b, 403, "Forbidden").await;
+    node.ok("GET", "/v1/tenants/a/definitions", TENANT_A, None)
+        .await;
 
     phase("the controls over tenant a are admin's: tenant:a gets 403 on each, even in a");
     let halt = Some(json!({"reason": "incident"}));

@@ -3,8 +3,8 @@
 //! bounds are still far away.
 
 use weir_core::bounds::{
-    FINISHED_REFUSALS_MAX, FINISHED_TICKETS_MAX, HALTS_MAX, PERIODS_MAX, RECEIPTS_MAX, RUNS_MAX,
-    SESSION_FINISHED_TICKETS_MAX,
+    FINISHED_REFUSALS_MAX, FINISHED_TICKETS_MAX, HALTS_MAX, KEYS_LIVE_MAX, PERIODS_MAX,
+    RECEIPTS_MAX, RUNS_MAX, SESSION_FINISHED_TICKETS_MAX,
 };
 use weir_core::machine::{Command, HaltScope, Refusal, Reply, Settle};
 
@@ -246,4 +246,44 @@ fn halts_of_all_tenants_are_bounded() {
         Reply::Done,
         "a halt already kept may be set again"
     );
+}
+
+#[test]
+fn live_keys_of_all_keyed_limits_are_bounded_apart_from_definitions() {
+    let mut s = Sim::new();
+    // Two keyed buckets whose own bounds together pass the machine's: keys taken from
+    // stay live (one token in 1,000 s).
+    let each = (KEYS_LIVE_MAX / 2 + 1) as u32;
+    for name in ["a", "b"] {
+        let def = limit("t", name).rate(0.001).burst(1).keyed().keys_max(each);
+        assert_eq!(s.reply(def), Reply::Done);
+    }
+    let key = |limit: &'static str, session: u64, k: u64| {
+        ask(session, k, limit).key(&format!("{limit}-{k}")).into()
+    };
+    let a_keys = each as usize;
+    let b_keys = KEYS_LIVE_MAX - a_keys;
+    let mut takes: Vec<Command> = Vec::new();
+    for (limit, n) in [("a", a_keys), ("b", b_keys)] {
+        let mut first = 0;
+        for count in shares(n, SESSION_FINISHED_TICKETS_MAX - 1) {
+            let session = s.open(600_000);
+            takes.extend((first..first + count).map(|k| key(limit, session, k)));
+            first += count;
+        }
+    }
+    applied_in_entries(&mut s, takes);
+    assert_eq!(s.m.limit_status("t", "b").unwrap().live_keys, b_keys as u64);
+    let c = s.open(600_000);
+    assert_eq!(
+        s.reply(ask(c, 1, "b").key("one-more")),
+        full("live keys", KEYS_LIVE_MAX),
+        "b is below its own keys_max, the machine is at its bound"
+    );
+    // A key that lives takes no new room; definitions are counted apart.
+    assert!(matches!(
+        s.reply(ask(c, 2, "b").key("b-0").wait(false)),
+        Reply::Refused(Refusal::Busy { .. })
+    ));
+    assert_eq!(s.reply(limit("t", "c").rate(1.0)), Reply::Done);
 }

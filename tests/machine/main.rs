@@ -7,6 +7,7 @@ mod deadlines;
 mod determinism;
 mod global_bounds;
 mod keyed;
+mod memory;
 mod model;
 mod owners;
 mod queue_reads;

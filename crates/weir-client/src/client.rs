@@ -469,8 +469,19 @@ impl Client {
         request: &Request,
         security: &ClientSecurity,
     ) -> Result<Response, ClientError> {
+        Client::ask_node_within(addr, request, security, CONNECT_TIMEOUT).await
+    }
+
+    /// [`Client::ask_node_with`], waiting up to `wait` for the answer: for a request whose
+    /// work grows with the state (a status's digest, a snapshot's build and install).
+    pub async fn ask_node_within(
+        addr: &str,
+        request: &Request,
+        security: &ClientSecurity,
+        wait: Duration,
+    ) -> Result<Response, ClientError> {
         let conn = Conn::open(addr, Feeds::unheard(), security, None).await?;
-        tokio::time::timeout(CONNECT_TIMEOUT, conn.call(request))
+        tokio::time::timeout(wait, conn.call(request))
             .await
             .unwrap_or_else(|_| Err(ClientError::OutcomeUnknown(format!("{addr}: no answer"))))
     }

@@ -75,22 +75,28 @@ pub const SESSION_FINISHED_TICKETS_MAX: usize = 65_536;
 /// further tickets are refused `QueueFull` rather than growing memory without bound.
 pub const LIMIT_WAITERS_MAX: usize = 100_000;
 
-/// Most limits at once, across all tenants: definitions and the live keys of keyed ones
-/// together (a live key is a limit's state of its own, and costs a snapshot about what a
-/// definition does; the snapshot arithmetic of `machine::totals` has room for one count of
-/// them, not two). Past it a definition or a new key is refused `AtCapacity`.
+/// Most limit definitions at once, across all tenants (the live keys of keyed ones are
+/// bounded apart, by [`KEYS_LIVE_MAX`]). Past it a definition is refused `AtCapacity`.
 pub const LIMITS_MAX: usize = 100_000;
+
+/// Most live keys at once, across every keyed limit. A key lives only while its state
+/// differs from a fresh one, so this bounds the keys active within a refill time: a million
+/// is a per-user or per-API-key limit of a large service. A live key of a token bucket holds
+/// a few hundred bytes of a node's memory and at most some 440 bytes of a snapshot (a
+/// 128-byte key twice, in its state and in its definition's map), so this part of the state
+/// stays under 420 MiB encoded. Past it a new key is refused `AtCapacity`.
+pub const KEYS_LIVE_MAX: usize = 1_000_000;
 
 /// Longest key of a keyed limit, in bytes. Keys name users, API keys, IP addresses and
 /// models; 128 holds a UUID with a prefix, an IPv6 address or a sha256 in hex, and keeps a
-/// live key's state as small as a definition's (see [`LIMITS_MAX`]).
+/// live key's encoding within the snapshot arithmetic of [`KEYS_LIVE_MAX`].
 pub const KEY_BYTES_MAX: usize = 128;
 
 /// Live keys of a keyed limit when its definition names no `keys_max`. A key lives only
 /// while its state differs from a fresh one (a bucket below its burst, a permit held, a
 /// ticket waiting), so this bounds the keys active within a refill time, not all keys ever
-/// seen; a thousand keeps a hundred keyed limits at their bound within [`LIMITS_MAX`]. A
-/// definition may set any `keys_max` up to `LIMITS_MAX`.
+/// seen; a thousand keeps a thousand keyed limits at their bound within [`KEYS_LIVE_MAX`].
+/// A definition may set any `keys_max` up to `KEYS_LIVE_MAX`.
 pub const KEYS_MAX_DEFAULT: u32 = 1_000;
 
 /// Most keys in one page of a keyed definition's live keys (`Query::Keys`, `weir limit
@@ -150,8 +156,9 @@ pub const ENTRY_COMMANDS_MAX: usize = 4_096;
 
 /// Largest snapshot the machine will decode, in bytes. Far above the 10,000-session,
 /// 100,000-permit scale point (a few MiB) and far below what a damaged length field could
-/// ask for.
-pub const SNAPSHOT_BYTES_MAX: u64 = 1 << 30;
+/// ask for. 2 GiB: the worst state the global bounds allow must fit (see below), and with
+/// [`KEYS_LIVE_MAX`] live keys of the longest names that state is some 1.4 GiB.
+pub const SNAPSHOT_BYTES_MAX: u64 = 1 << 31;
 
 // ---- the state machine's tenants (every container of the state is bounded) ----
 

@@ -8,25 +8,24 @@
 //! left on the nodes beyond the empty cluster's state is the live keys. A key's cost is
 //! the growth between the figures taken before the keys and after, divided by the keys:
 //! exact for snapshot bytes, and for RSS what the process grew (the allocator's slack
-//! included). The live keys are bounded by `bounds::LIMITS_MAX` (definitions and live keys
-//! together), so the point is `LIMITS_MAX - 1` keys: every limit slot but the
-//! definition's own.
+//! included). The point is `bounds::KEYS_LIVE_MAX` keys (a million): every live key the
+//! machine allows, all of one definition.
 
 use std::time::Instant;
 
 use serde_json::json;
 
 use super::super::{EXIT_OK, Exit, Output};
-use super::scale::node_figures;
+use super::scale::{node_figures, node_line};
 use weir_client::Client;
-use weir_core::bounds::{LIMITS_MAX, SESSION_TTL_MS_MAX};
+use weir_core::bounds::{KEYS_LIVE_MAX, SESSION_TTL_MS_MAX};
 use weir_core::machine::{AcquireParts, Command, Definition, Part, Priority, Reply};
 use weir_server::security::ClientSecurity;
 
 const TENANT: &str = "keyed-point";
 const LIMIT: &str = "keys";
-/// Live keys at the point: every limit slot the bounds allow but the definition's.
-pub const KEYS: u64 = LIMITS_MAX as u64 - 1;
+/// Live keys at the point: every live key the bounds allow.
+pub const KEYS: u64 = KEYS_LIVE_MAX as u64;
 /// Clients taking from the keys in parallel: enough that the proposer batches.
 const BUILDERS: u64 = 64;
 
@@ -44,13 +43,8 @@ pub async fn run(
             value["setup_s"].as_f64().unwrap_or(0.0)
         );
         for n in value["nodes"].as_array().into_iter().flatten() {
-            text.push_str(&format!(
-                "\nnode {} ({}): RSS {:.1} MiB ({} bytes a live key), snapshot {} bytes ({} a key), build {:.1} ms, install {:.1} ms",
-                n["id"], n["state"].as_str().unwrap_or("?"), n["rss_mib"].as_f64().unwrap_or(0.0),
-                n["rss_bytes_per_key"], n["snapshot_bytes"], n["snapshot_bytes_per_key"],
-                n["snapshot_build_ms"].as_f64().unwrap_or(0.0),
-                n["snapshot_install_ms"].as_f64().unwrap_or(0.0)
-            ));
+            text.push('\n');
+            text.push_str(&node_line(n));
         }
         text
     });

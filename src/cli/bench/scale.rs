@@ -3,7 +3,7 @@
 //! other points with [`build`].
 
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 
@@ -55,12 +55,8 @@ pub async fn run(
             value["setup_s"].as_f64().unwrap_or(0.0)
         );
         for n in value["nodes"].as_array().into_iter().flatten() {
-            text.push_str(&format!(
-                "\nnode {} ({}): RSS {:.1} MiB, snapshot {} bytes, build {:.1} ms, install {:.1} ms",
-                n["id"], n["state"].as_str().unwrap_or("?"), n["rss_mib"].as_f64().unwrap_or(0.0),
-                n["snapshot_bytes"], n["snapshot_build_ms"].as_f64().unwrap_or(0.0),
-                n["snapshot_install_ms"].as_f64().unwrap_or(0.0)
-            ));
+            text.push('\n');
+            text.push_str(&node_line(n));
         }
         text
     });
@@ -177,13 +173,38 @@ async fn open_holding(client: &Client, point: Point) -> Result<u64, String> {
     Ok(session)
 }
 
+/// One node's figures as a line of text (those of [`node_figures`]), with the cost of one
+/// live key where the figures carry it (the keyed point's).
+pub fn node_line(n: &serde_json::Value) -> String {
+    let per_key = |figure: &str, unit: &str| match n.get(figure) {
+        Some(v) if !v.is_null() => format!(" ({v} {unit})"),
+        _ => String::new(),
+    };
+    format!(
+        "node {} ({}): RSS {:.1} MiB{}, snapshot {} bytes{}, build {:.1} ms, install {:.1} ms",
+        n["id"],
+        n["state"].as_str().unwrap_or("?"),
+        n["rss_mib"].as_f64().unwrap_or(0.0),
+        per_key("rss_bytes_per_key", "bytes a live key"),
+        n["snapshot_bytes"],
+        per_key("snapshot_bytes_per_key", "a key"),
+        n["snapshot_build_ms"].as_f64().unwrap_or(0.0),
+        n["snapshot_install_ms"].as_f64().unwrap_or(0.0)
+    )
+}
+
+/// How long a node may take to answer a figure: its status digests the whole state and its
+/// snapshot cost builds and installs a snapshot, seconds at a million live keys.
+const FIGURES_WAIT: Duration = Duration::from_secs(120);
+
 /// One node's memory and snapshot figures, if it answers.
 pub async fn node_figures(addr: &str, security: &ClientSecurity) -> Option<serde_json::Value> {
-    let status = match Client::ask_node_with(addr, &Request::Status, security).await {
+    let ask = |request| Client::ask_node_within(addr, request, security, FIGURES_WAIT);
+    let status = match ask(&Request::Status).await {
         Ok(Response::Status(st)) => st,
         _ => return None,
     };
-    let cost = match Client::ask_node_with(addr, &Request::SnapshotCost, security).await {
+    let cost = match ask(&Request::SnapshotCost).await {
         Ok(Response::SnapshotCost(c)) => Some(c),
         _ => None,
     };

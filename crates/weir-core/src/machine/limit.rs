@@ -30,11 +30,12 @@
 //! - Only a keyed definition has `keys`.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use super::command::{Fence, LimitId, SessionId, TicketId};
-use super::queue::WaitQueue;
+use super::queue::LazyQueue;
 
 /// Micro-tokens per token.
 pub const MICRO: u64 = 1_000_000;
@@ -200,6 +201,25 @@ impl ShadowRefusals {
     }
 }
 
+/// A spec shared behind an [`Arc`], encoded and decoded as the spec itself: the snapshot
+/// bytes do not depend on the sharing (`Machine::from_saved` shares a decoded definition's
+/// spec with its keys again).
+mod shared_spec {
+    use std::sync::Arc;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::LimitSpec;
+
+    pub fn serialize<S: Serializer>(spec: &Arc<LimitSpec>, s: S) -> Result<S::Ok, S::Error> {
+        spec.as_ref().serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<LimitSpec>, D::Error> {
+        LimitSpec::deserialize(d).map(Arc::new)
+    }
+}
+
 /// What a limit can do for a request of some units now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Room {
@@ -216,7 +236,9 @@ pub enum Room {
 pub struct Limit {
     pub tenant: String,
     pub name: String,
-    pub spec: LimitSpec,
+    /// Shared by a keyed definition and its keys (encoded as the spec itself).
+    #[serde(with = "shared_spec")]
+    pub spec: Arc<LimitSpec>,
     /// Permits held, by fence.
     pub holders: BTreeMap<Fence, Holder>,
     /// Sum of `holders`' units.
@@ -230,7 +252,7 @@ pub struct Limit {
     pub refill_remainder: u64,
     /// Log time of the last refill.
     pub refilled_at_ms: u64,
-    pub queue: WaitQueue,
+    pub queue: LazyQueue,
     /// Removed by the operator; kept only until its last holder releases.
     pub removing: bool,
     /// `Some(definition)` for the state of one key of a keyed limit: then `name` is the key,
@@ -252,7 +274,7 @@ pub struct Limit {
 
 impl Limit {
     /// A new limit with a full bucket, at log time `now_ms`.
-    pub fn new(tenant: &str, name: &str, spec: LimitSpec, now_ms: u64) -> Limit {
+    pub fn new(tenant: &str, name: &str, spec: Arc<LimitSpec>, now_ms: u64) -> Limit {
         Limit {
             tenant: tenant.to_owned(),
             name: name.to_owned(),
@@ -263,7 +285,7 @@ impl Limit {
             max_held_units: 0,
             refill_remainder: 0,
             refilled_at_ms: now_ms,
-            queue: WaitQueue::default(),
+            queue: LazyQueue::default(),
             removing: false,
             of: None,
             keys: BTreeMap::new(),
@@ -274,7 +296,7 @@ impl Limit {
     }
 
     /// A fresh key `key` of keyed definition `of` (of spec `spec`), at log time `now_ms`.
-    pub fn new_key(of: LimitId, key: &str, spec: LimitSpec, now_ms: u64) -> Limit {
+    pub fn new_key(of: LimitId, key: &str, spec: Arc<LimitSpec>, now_ms: u64) -> Limit {
         Limit {
             of: Some(of),
             ..Limit::new("", key, spec, now_ms)
@@ -337,7 +359,7 @@ impl Limit {
     }
 
     /// Replaces the spec, keeping holders and queue; the bucket is clamped to the new burst.
-    pub fn redefine(&mut self, spec: LimitSpec, now_ms: u64) {
+    pub fn redefine(&mut self, spec: Arc<LimitSpec>, now_ms: u64) {
         self.refill(now_ms);
         self.tokens_micro = self.tokens_micro.min(spec.burst * MICRO);
         if self.tokens_micro == spec.burst * MICRO {
@@ -521,7 +543,7 @@ mod tests {
     fn bucket_refills_exactly_with_no_lost_fractions() {
         // One token every 3 seconds, refilled in 1 ms steps: fractions must add up.
         let spec = LimitSpec::new(0, 1.0 / 3.0, Some(5)).unwrap();
-        let mut l = Limit::new("t", "r", spec, 0);
+        let mut l = Limit::new("t", "r", spec.into(), 0);
         l.tokens_micro = 0;
         for ms in 1..=3_000 {
             l.refill(ms);

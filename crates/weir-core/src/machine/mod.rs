@@ -77,9 +77,14 @@
 //! empty queue; that is exactly the state that was dropped, since `max_in_use` is not
 //! decided on. So the decisions and fences are those of a machine that kept every key
 //! forever, and a snapshot holds only the keys that are not fresh, all decided on the log
-//! clock (G4). Live keys are bounded per definition (`keys_max`) and, with the definitions,
-//! by [`crate::bounds::LIMITS_MAX`]: a new key past either is refused `AtCapacity` naming
-//! the limit.
+//! clock (G4). Live keys are bounded per definition (`keys_max`) and across the machine
+//! ([`crate::bounds::KEYS_LIVE_MAX`], apart from the definitions' `LIMITS_MAX`): a new key
+//! past either is refused `AtCapacity`, naming the limit or the live keys.
+//!
+//! In memory a live key is a limit of its own, kept small: its spec is its definition's,
+//! shared; its queue is allocated only once a ticket waits on it; and the limits map holds
+//! each limit boxed, so its nodes' empty slots cost a pointer, not a limit. The snapshot
+//! encodes each exactly as the unshared, unboxed limit it stands for.
 //!
 //! # Several parts
 //!

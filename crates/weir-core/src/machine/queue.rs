@@ -93,6 +93,15 @@ impl From<SavedQueue> for WaitQueue {
 }
 
 impl WaitQueue {
+    /// A queue that never held a ticket.
+    pub const EMPTY: WaitQueue = WaitQueue {
+        order: BTreeMap::new(),
+        flows: BTreeMap::new(),
+        virtual_time: BTreeMap::new(),
+        next_seq: 0,
+        ranks: Ranks::EMPTY,
+    };
+
     /// Number of waiting tickets.
     pub fn len(&self) -> usize {
         self.order.len()
@@ -283,6 +292,54 @@ impl WaitQueue {
     }
 }
 
+/// A limit's queue, allocated only once a ticket has waited on it: most limits (and nearly
+/// every key of a keyed limit) never queue, and an unused [`WaitQueue`] is more than a
+/// hundred bytes. Reads see [`WaitQueue::EMPTY`] until then; the first write allocates.
+///
+/// Encoded exactly as the [`WaitQueue`] it stands for, so the snapshot bytes do not depend
+/// on whether the queue was allocated; a decoded queue equal to a never-used one is not.
+#[derive(Clone, Debug, Default)]
+pub struct LazyQueue(Option<Box<WaitQueue>>);
+
+static NEVER_USED: WaitQueue = WaitQueue::EMPTY;
+
+impl std::ops::Deref for LazyQueue {
+    type Target = WaitQueue;
+
+    fn deref(&self) -> &WaitQueue {
+        self.0.as_deref().unwrap_or(&NEVER_USED)
+    }
+}
+
+impl std::ops::DerefMut for LazyQueue {
+    fn deref_mut(&mut self) -> &mut WaitQueue {
+        self.0.get_or_insert_with(Box::default)
+    }
+}
+
+impl PartialEq for LazyQueue {
+    fn eq(&self, other: &LazyQueue) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for LazyQueue {}
+
+impl Serialize for LazyQueue {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        (**self).serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for LazyQueue {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<LazyQueue, D::Error> {
+        let queue = WaitQueue::deserialize(deserializer)?;
+        Ok(LazyQueue(
+            (queue != WaitQueue::EMPTY).then(|| Box::new(queue)),
+        ))
+    }
+}
+
 /// The most bytes one waiter can add to a queue's encoding: its key and waiter with the
 /// largest numbers and longest names, and a flow and a level of its own. For the snapshot
 /// arithmetic (`machine::totals`).
@@ -332,6 +389,26 @@ mod tests {
             agent: None,
             fairness_key: String::new(),
         }
+    }
+
+    #[test]
+    fn a_lazy_queue_encodes_as_its_queue_allocated_or_not_and_keeps_a_used_empty_one() {
+        use crate::codec::{decode, encode};
+        let never = LazyQueue::default();
+        assert!(never.0.is_none());
+        assert_eq!(encode(&never), encode(&WaitQueue::default()));
+        let decoded: LazyQueue = decode(&encode(&never)).unwrap();
+        assert!(decoded.0.is_none(), "a never-used queue is not allocated");
+        let mut used = LazyQueue::default();
+        used.push(w(1), &p(0, "", 1));
+        assert_eq!(encode(&used), encode(&*used));
+        // Emptied, it still counts arrivals: the decoded queue keeps that, bit for bit.
+        used.pop();
+        let bytes = encode(&used);
+        let decoded: LazyQueue = decode(&bytes).unwrap();
+        assert_eq!(encode(&decoded), bytes);
+        assert_eq!(decoded, used);
+        assert_ne!(decoded, never);
     }
 
     fn drain(q: &mut WaitQueue) -> Vec<TicketId> {

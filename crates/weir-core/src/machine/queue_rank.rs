@@ -44,6 +44,12 @@ impl PartialEq for Ranks {
 impl Eq for Ranks {}
 
 impl Ranks {
+    /// No keys.
+    pub const EMPTY: Ranks = Ranks {
+        blocks: Vec::new(),
+        len: 0,
+    };
+
     /// Ranks of keys given in ascending order (a decoded queue's map keys).
     pub fn from_sorted(keys: impl Iterator<Item = QueueKey>) -> Ranks {
         let keys: Vec<QueueKey> = keys.collect();

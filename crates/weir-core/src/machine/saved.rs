@@ -11,12 +11,13 @@
 //! fields, never reorder, and bump `SNAPSHOT_VERSION` with any change.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use super::clock::LogClock;
 use super::command::{Fence, LimitId, SessionId};
-use super::limit::Limit;
+use super::limit::{Limit, LimitSpec};
 use super::session::Session;
 use super::tenant::Tenant;
 use super::totals::{TenantCounts, Totals};
@@ -34,7 +35,9 @@ pub struct SavedLimits {
     /// The last limit id handed out.
     pub(super) last_limit: LimitId,
     pub(super) sessions: BTreeMap<SessionId, Session>,
-    pub(super) limits: BTreeMap<LimitId, Limit>,
+    /// Boxed: a map's nodes then hold a pointer a limit, not the limit itself in every
+    /// slot of every node (half of them empty). Encoded as the limit itself.
+    pub(super) limits: BTreeMap<LimitId, Box<Limit>>,
     pub(super) tenants: BTreeMap<String, Tenant>,
 }
 
@@ -45,9 +48,28 @@ impl SavedLimits {
         for session in self.sessions.values() {
             session.count_into(&mut totals);
         }
+        totals.live_keys = self.limits.values().filter(|l| l.is_key()).count() as u64;
         for t in self.tenants.values() {
             totals.tenant_changed(TenantCounts::default(), TenantCounts::of(Some(t)));
         }
         totals
+    }
+
+    /// Gives each key the shared spec of its definition, which a decoded state has one of
+    /// per limit (a key whose spec differs keeps its own, for the check to find).
+    pub fn share_specs(&mut self) {
+        let keyed: BTreeMap<LimitId, Arc<LimitSpec>> = self
+            .limits
+            .iter()
+            .filter(|(_, l)| !l.is_key() && l.spec.keys_max.is_some())
+            .map(|(&id, l)| (id, Arc::clone(&l.spec)))
+            .collect();
+        for limit in self.limits.values_mut() {
+            if let Some(spec) = limit.of.and_then(|of| keyed.get(&of))
+                && *spec == limit.spec
+            {
+                limit.spec = Arc::clone(spec);
+            }
+        }
     }
 }

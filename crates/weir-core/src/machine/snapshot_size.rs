@@ -146,34 +146,51 @@ fn session_bytes_max() -> usize {
     encoded_len(&(SessionId::MAX, s)) + 3 * LEN_MAX
 }
 
-fn limit_bytes_max() -> usize {
-    let spec = LimitSpec {
+/// `l` with the largest spec and numbers, and its encoding as an entry of the limits map
+/// with room for its queue's next seq and five container lengths to grow to full varints.
+fn maxed_limit_bytes(mut l: Limit) -> usize {
+    l.spec = std::sync::Arc::new(LimitSpec {
         concurrent: u32::MAX,
         per_second: PER_SECOND_MAX,
-        burst: BURST_MAX,
+        burst: u64::MAX,
         rate_micro_per_s: u64::MAX,
         keys_max: Some(u32::MAX),
         shadow: true,
-    };
-    let mut l = Limit::new(&name(), &name(), spec, 0);
+    });
+    l.held_units = u64::MAX;
+    l.max_held_units = u64::MAX;
+    l.tokens_micro = u64::MAX;
+    l.refill_remainder = u64::MAX;
+    l.refilled_at_ms = u64::MAX;
+    encoded_len(&(LimitId::MAX, l)) + 6 * LEN_MAX
+}
+
+/// A definition: its limit (tenant and name, counts of its keys' refusals and overruns) and
+/// its entry in its tenant's map.
+fn limit_bytes_max() -> usize {
+    let mut l = Limit::new(
+        &name(),
+        &name(),
+        LimitSpec::new(0, 0.0, None).unwrap().into(),
+        0,
+    );
     l.of = Some(LimitId::MAX);
     l.shadow_refusals = ShadowRefusals {
         busy: u64::MAX,
         too_large: u64::MAX,
         at_capacity: u64::MAX,
     };
-    l.spec.burst = u64::MAX;
-    l.held_units = u64::MAX;
-    l.max_held_units = u64::MAX;
-    l.tokens_micro = u64::MAX;
-    l.refill_remainder = u64::MAX;
-    l.refilled_at_ms = u64::MAX;
-    // The queue's next seq and five container lengths may each grow to a full varint.
-    // A definition is named by its tenant's map (tenant and name in the limit); a key's
-    // state by its definition's map (no tenant in the limit, the key as its name): the
-    // definition's tenant name is the larger, since a key is at most a name's length.
-    const _: () = assert!(KEY_BYTES_MAX <= NAME_BYTES_MAX);
-    encoded_len(&(LimitId::MAX, l)) + 6 * LEN_MAX + encoded_len(&(name(), LimitId::MAX))
+    l.overrun_tokens = u64::MAX;
+    maxed_limit_bytes(l) + encoded_len(&(name(), LimitId::MAX))
+}
+
+/// A live key's state: its limit (no tenant, the key as its name; refusals and overruns
+/// are counted on its definition) and its entry in its definition's map of keys.
+fn key_bytes_max() -> usize {
+    let key = "k".repeat(KEY_BYTES_MAX);
+    let spec = LimitSpec::new(0, 0.0, None).unwrap().into();
+    let l = Limit::new_key(LimitId::MAX, &key, spec, 0);
+    maxed_limit_bytes(l) + encoded_len(&(key, LimitId::MAX))
 }
 
 fn tenant_bytes_max() -> usize {
@@ -252,7 +269,8 @@ fn worst_state() -> (Vec<(&'static str, usize, usize)>, u64) {
             FINISHED_TICKETS_MAX - FINISHED_REFUSALS_MAX,
             finished_small_bytes_max(),
         ),
-        ("limits and keys", LIMITS_MAX, limit_bytes_max()),
+        ("limits", LIMITS_MAX, limit_bytes_max()),
+        ("live keys", KEYS_LIVE_MAX, key_bytes_max()),
         ("tenants", TENANTS_MAX, tenant_bytes_max()),
         ("receipts", RECEIPTS_MAX, receipt_bytes_max()),
         ("runs", RUNS_MAX, run_bytes_max()),

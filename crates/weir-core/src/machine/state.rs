@@ -94,7 +94,8 @@ impl Machine {
     }
 
     /// A machine holding `saved`, with its derived indexes rebuilt. The caller checks it.
-    pub(super) fn from_saved(saved: SavedLimits) -> Machine {
+    pub(super) fn from_saved(mut saved: SavedLimits) -> Machine {
+        saved.share_specs();
         let expiries = saved
             .sessions
             .iter()

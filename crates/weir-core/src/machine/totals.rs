@@ -1,5 +1,6 @@
 //! [`Totals`]: how many of each bounded item the whole machine keeps, so the global bounds of
-//! [`crate::bounds`] (live, queued and finished tickets, receipts, runs, periods, halts) are
+//! [`crate::bounds`] (live, queued and finished tickets, receipts, runs, periods, halts,
+//! live keys) are
 //! judged in O(1) per command.
 //!
 //! Totals are derived: never serialized, computed from the saved state on restore
@@ -28,6 +29,8 @@ pub struct Totals {
     pub finished_refusals: u64,
     /// Tenant-level counts, summed over every tenant.
     pub tenants: TenantCounts,
+    /// Live keys of keyed limits, across every definition: the limits whose `of` names one.
+    pub live_keys: u64,
 }
 
 /// Sizes of one tenant's bounded containers (or their sums over tenants).

@@ -22,8 +22,8 @@ use super::command::{Acquire, AcquireParts, Command, Definition, HaltScope, Sett
 use super::limit::LimitSpec;
 use super::reply::Refusal;
 use crate::bounds::{
-    APPLY_DEFINITIONS_MAX, BURST_MAX, KEY_BYTES_MAX, KEYS_MAX_DEFAULT, LIMITS_MAX, NAME_BYTES_MAX,
-    PARTS_MAX, REASON_BYTES_MAX, SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN, UNITS_MAX,
+    APPLY_DEFINITIONS_MAX, BURST_MAX, KEY_BYTES_MAX, KEYS_LIVE_MAX, KEYS_MAX_DEFAULT,
+    NAME_BYTES_MAX, PARTS_MAX, REASON_BYTES_MAX, SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN, UNITS_MAX,
 };
 
 impl Command {
@@ -193,8 +193,8 @@ impl Definition {
             }
             (true, n) => {
                 let n = n.unwrap_or(KEYS_MAX_DEFAULT);
-                if n == 0 || n as usize > LIMITS_MAX {
-                    return Err(format!("keys_max {n} is not in 1..={LIMITS_MAX}"));
+                if n == 0 || n as usize > KEYS_LIVE_MAX {
+                    return Err(format!("keys_max {n} is not in 1..={KEYS_LIVE_MAX}"));
                 }
                 Some(n)
             }

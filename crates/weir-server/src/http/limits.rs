@@ -1,4 +1,5 @@
-//! `/v1/tenants/{tenant}/limits`: define, show, list and remove limits.
+//! `/v1/tenants/{tenant}/limits`: define, show, list and remove limits, apply a tenant's
+//! limits at once, and export them (`/v1/tenants/{tenant}/definitions`).
 
 use std::sync::Arc;
 
@@ -13,7 +14,7 @@ use super::bounds::LIMITS_PAGE_DEFAULT;
 use super::context::HttpCtx;
 use super::error::{ApiError, ApiResult, JsonBody, Params, QueryParams};
 use weir_client::protocol::{Answer, Query};
-use weir_core::bounds::LIMITS_PAGE_MAX;
+use weir_core::bounds::{LIMITS_MAX, LIMITS_PAGE_MAX};
 use weir_core::machine::{Command, Definition, Reply};
 
 /// A limit's spec; every field optional (a limit of nothing caps nothing).
@@ -62,6 +63,43 @@ pub struct ApplyBody {
     /// Answer the change without making it.
     #[serde(default)]
     dry_run: bool,
+}
+
+/// `GET /v1/tenants/{tenant}/definitions`: the tenant's limits as the body `PUT …/limits`
+/// takes, `{limits: {name: spec}}`, every field given and `burst` resolved, so putting it
+/// back changes nothing (`weir limits export` over HTTP). Limits removed and still
+/// draining are left out. Read page by page (each linearizable), as `weir limits export`
+/// does; a tenant has at most `LIMITS_MAX` limits, so the pages are bounded.
+pub async fn export(State(ctx): State<Arc<HttpCtx>>, Params(tenant): Params<String>) -> ApiResult {
+    let mut limits = serde_json::Map::new();
+    let mut after = None;
+    for _ in 0..=LIMITS_MAX / LIMITS_PAGE_MAX {
+        let query = Query::Limits {
+            tenant: tenant.clone(),
+            prefix: String::new(),
+            after: after.take(),
+            max: LIMITS_PAGE_MAX as u32,
+        };
+        let page = match ctx.read(query).await? {
+            Answer::Limits(page) => page,
+            other => return Err(unexpected(other)),
+        };
+        for l in page.limits.iter().filter(|l| !l.removing) {
+            let spec = json!({"concurrent": l.concurrent, "per_second": l.per_second,
+                "burst": l.burst, "keyed": l.keys_max.is_some(), "keys_max": l.keys_max,
+                "shadow": l.shadow});
+            limits.insert(l.name.clone(), spec);
+        }
+        match page.next {
+            Some(next) => after = Some(next),
+            None => return Ok(Json(json!({ "limits": limits })).into_response()),
+        }
+    }
+    Err(ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "Internal",
+        format!("tenant {tenant} answered more than {LIMITS_MAX} limits"),
+    ))
 }
 
 /// `PUT /v1/tenants/{tenant}/limits`: sets the tenant's definitions in one entry (all or

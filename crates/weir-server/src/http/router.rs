@@ -59,6 +59,11 @@ fn table() -> Vec<Route> {
         ),
         ("GET", "/v1/tenants/{tenant}/limits", get(limits::list)),
         ("PUT", "/v1/tenants/{tenant}/limits", put(limits::apply)),
+        (
+            "GET",
+            "/v1/tenants/{tenant}/definitions",
+            get(limits::export),
+        ),
         ("PUT", LIMIT, put(limits::define)),
         ("GET", LIMIT, get(limits::show)),
         ("DELETE", LIMIT, delete(limits::remove)),

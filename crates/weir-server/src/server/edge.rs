@@ -174,7 +174,7 @@ mod tests {
                 per_second: 1e9,
                 burst: Some(weir_core::bounds::BURST_MAX),
                 keyed: true,
-                keys_max: Some(weir_core::bounds::LIMITS_MAX as u32),
+                keys_max: Some(weir_core::bounds::KEYS_LIVE_MAX as u32),
                 shadow: true,
             }),
             Command::AcquireParts(AcquireParts {
@@ -220,7 +220,7 @@ mod tests {
             per_second: 1e9,
             burst: Some(BURST_MAX),
             keyed: true,
-            keys_max: Some(weir_core::bounds::LIMITS_MAX as u32),
+            keys_max: Some(weir_core::bounds::KEYS_LIVE_MAX as u32),
             shadow: true,
         };
         let apply = |n: usize| Command::ApplyLimits {

@@ -83,7 +83,7 @@ impl Machine {
                      is keyed is fixed: remove it first"
                 )));
             }
-            match limit.spec == spec {
+            match *limit.spec == spec {
                 true => change.unchanged.push(name.clone()),
                 false => change.changed.push(name.clone()),
             }
@@ -121,7 +121,7 @@ impl Machine {
         if created == 0 {
             return Ok(());
         }
-        let defined = self.saved.limits.len() + created - 1;
+        let defined = self.definitions() + created - 1;
         Refusal::room(defined as u64, LIMITS_MAX, format_args!("limits"))?;
         let tenants = self.saved.tenants.len();
         if !self.saved.tenants.contains_key(tenant) {

@@ -10,6 +10,7 @@
 //! the tickets on them could not carry over.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use super::Machine;
 use crate::bounds::LIMITS_MAX;
@@ -59,6 +60,7 @@ impl Machine {
     /// Gives limit `id` (and its keys) a new spec.
     fn redefine_limit(&mut self, id: LimitId, spec: LimitSpec) {
         let now_ms = self.now_ms();
+        let spec = Arc::new(spec);
         let mut states = self.states_of(id);
         states.push(id);
         states.dedup();
@@ -102,14 +104,22 @@ impl Machine {
         touched
     }
 
+    /// Limits kept that are not keys' states: definitions, removing ones included.
+    pub(super) fn definitions(&self) -> usize {
+        self.saved.limits.len() - self.totals.live_keys as usize
+    }
+
     /// A new limit named (tenant, name), or the refusal when [`LIMITS_MAX`] are defined.
     fn add_limit(&mut self, tenant: &str, name: &str, spec: LimitSpec) -> Result<LimitId, Refusal> {
-        let defined = self.saved.limits.len() as u64;
-        Refusal::room(defined, LIMITS_MAX, format_args!("limits"))?;
+        Refusal::room(
+            self.definitions() as u64,
+            LIMITS_MAX,
+            format_args!("limits"),
+        )?;
         self.saved.last_limit += 1;
         let id = self.saved.last_limit;
-        let limit = Limit::new(tenant, name, spec, self.now_ms());
-        self.saved.limits.insert(id, limit);
+        let limit = Limit::new(tenant, name, Arc::new(spec), self.now_ms());
+        self.saved.limits.insert(id, Box::new(limit));
         self.saved
             .tenants
             .entry(tenant.to_owned())

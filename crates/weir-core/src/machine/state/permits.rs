@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 use super::Machine;
 use crate::bounds::{
-    FINISHED_REFUSALS_MAX, FINISHED_TICKETS_MAX, LIMIT_WAITERS_MAX, LIMITS_MAX,
+    FINISHED_REFUSALS_MAX, FINISHED_TICKETS_MAX, KEYS_LIVE_MAX, LIMIT_WAITERS_MAX,
     SESSION_TICKETS_MAX, TICKETS_LIVE_MAX, TICKETS_QUEUED_MAX,
 };
 use crate::machine::command::{Acquire, Fence, LimitId, SessionId, TicketId};
@@ -322,7 +322,7 @@ impl Machine {
     }
 
     /// `AtCapacity` when a new key of (tenant, name), which has `live` keys, would pass its
-    /// `keys_max` or the machine's [`LIMITS_MAX`].
+    /// `keys_max` or the machine's [`KEYS_LIVE_MAX`].
     fn room_for_key(
         &self,
         tenant: &str,
@@ -336,10 +336,10 @@ impl Machine {
                 limit: keys_max as u64,
             });
         }
-        if self.saved.limits.len() >= LIMITS_MAX {
+        if self.totals.live_keys >= KEYS_LIVE_MAX as u64 {
             return Err(Refusal::AtCapacity {
-                what: "limits and keys".into(),
-                limit: LIMITS_MAX as u64,
+                what: "live keys".into(),
+                limit: KEYS_LIVE_MAX as u64,
             });
         }
         Ok(())
@@ -357,7 +357,8 @@ impl Machine {
         let id = self.saved.last_limit;
         def.keys.insert(key.to_owned(), id);
         let limit = Limit::new_key(part.def, key, spec, self.now_ms());
-        self.saved.limits.insert(id, limit);
+        self.saved.limits.insert(id, Box::new(limit));
+        self.totals.live_keys += 1;
         id
     }
 
@@ -856,6 +857,7 @@ impl Machine {
         let limit = self.saved.limits.remove(&id).expect("filed limits exist");
         self.deadlines.serve.set(id, None);
         if let Some(def) = limit.of {
+            self.totals.live_keys -= 1;
             let d = self
                 .saved
                 .limits
@@ -981,6 +983,6 @@ fn holder_of(a: &AcquireParts, units: u32) -> Holder {
 }
 
 /// The live limit `id` of `limits`, which a ticket names.
-fn limit_mut<'a>(limits: &'a mut BTreeMap<LimitId, Limit>, id: &LimitId) -> &'a mut Limit {
+fn limit_mut<'a>(limits: &'a mut BTreeMap<LimitId, Box<Limit>>, id: &LimitId) -> &'a mut Limit {
     limits.get_mut(id).expect("tickets name live limits")
 }

@@ -25,7 +25,7 @@ impl Machine {
         Some(
             def.keys
                 .iter()
-                .map(|(key, kid)| (Some(key.clone()), &self.saved.limits[kid]))
+                .map(|(key, kid)| (Some(key.clone()), &*self.saved.limits[kid]))
                 .collect(),
         )
     }

@@ -5,7 +5,7 @@ use super::Machine;
 use crate::bounds::{KEYS_PAGE_MAX, LIMITS_PAGE_MAX};
 use crate::machine::command::{Fence, HaltScope, LimitId, Owner, SessionId, TicketId};
 use crate::machine::limit::ShadowRefusals;
-use crate::machine::limit::{Limit, MICRO};
+use crate::machine::limit::{Limit, LimitSpec, MICRO};
 use crate::machine::status::{BucketNow, KeyPage, LimitStatus, LimitsPage, TenantStatus};
 use crate::machine::tenant::{RunSlot, Spend, Tenant};
 use std::ops::Bound;
@@ -70,9 +70,9 @@ impl Machine {
         let def = &self.saved.limits[&self.limit_id(tenant, name)?];
         let now_ms = self.now_ms();
         let mut bucket = match (def.spec.keys_max, key) {
-            (None, None) => def.clone(),
+            (None, None) => Limit::clone(def),
             (Some(_), Some(key)) => match def.keys.get(key) {
-                Some(kid) => self.saved.limits[kid].clone(),
+                Some(kid) => Limit::clone(&self.saved.limits[kid]),
                 None => Limit::new_key(0, key, def.spec.clone(), now_ms),
             },
             _ => return None,
@@ -84,7 +84,7 @@ impl Machine {
             0
         };
         Some(BucketNow {
-            spec: bucket.spec,
+            spec: LimitSpec::clone(&bucket.spec),
             tokens: bucket.tokens_micro / MICRO,
             full_in_ms,
         })
