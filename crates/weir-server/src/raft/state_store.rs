@@ -329,17 +329,25 @@ impl RaftStateMachine<TypeConfig> for StateStore {
         meta: &SnapshotMeta,
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError> {
-        let data = snapshot.into_inner();
-        let started = std::time::Instant::now();
-        let restored = Machine::restore(&data);
-        crate::metrics::get().snapshot_installed(data.len(), started.elapsed());
+        let data = Arc::new(snapshot.into_inner());
+        // Decoding and checking a large snapshot takes seconds (a million live keys); on a
+        // blocking thread it does not stall the node's heartbeats, votes and client ports,
+        // which share the runtime's workers. The state is untouched until it succeeds.
+        let decoding = data.clone();
+        let restored = tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
+            let restored = Machine::restore(&decoding);
+            crate::metrics::get().snapshot_installed(decoding.len(), started.elapsed());
+            restored
+        })
+        .await
+        .map_err(|e| sm_err(ErrorVerb::Read, format!("snapshot decoding stopped: {e}")))?;
         let machine = restored.map_err(|e| {
             sm_err(
                 ErrorVerb::Read,
                 format!("snapshot {} from the leader: {e}", meta.snapshot_id),
             )
         })?;
-        let data = Arc::new(data);
         self.persist(meta, data).await?;
         let mut state = self.state.lock();
         state.machine = machine;
