@@ -4,6 +4,9 @@
 //! the halted tenant, with its agent) in scope that was invoked after a halt's acknowledgement
 //! and acknowledged before the next clear was invoked is a violation: no linearization can
 //! put it outside the halt. (One that overlaps the clear may be ordered after it.)
+//!
+//! A run in which no admission in scope was even tried inside a halt (granted or refused)
+//! judged nothing: unknown, never valid.
 
 use super::ops::{s, u};
 use super::verdict::Verdict;
@@ -41,25 +44,42 @@ pub fn check(ops: &[Op]) -> Verdict {
     if windows.is_empty() {
         return Verdict::Unknown("no halt was acknowledged".into());
     }
-    for op in ops
-        .iter()
-        .filter(|o| o.kind == Kind::Ok && (o.f == "reserve" || o.f == "acquire"))
-    {
+    let mut judged = 0;
+    for op in ops.iter().filter(|o| {
+        matches!(o.kind, Kind::Ok | Kind::Fail) && (o.f == "reserve" || o.f == "acquire")
+    }) {
         let (Some(tenant), Some(agent), Some(invoked)) =
             (s(op, "tenant"), s(op, "agent"), u(op, "invoke_ns"))
         else {
             continue;
         };
+        let in_scope =
+            |(t, a, _, _): &&Window| t == tenant && a.as_deref().is_none_or(|a| a == agent);
         let done = op.time_ns;
-        if let Some((_, scope, from, to)) = windows.iter().find(|(t, a, from, to)| {
-            t == tenant && a.as_deref().is_none_or(|a| a == agent) && *from <= invoked && done < *to
-        }) {
+        if windows
+            .iter()
+            .filter(in_scope)
+            .any(|(_, _, from, to)| (*from..*to).contains(&invoked))
+        {
+            judged += 1;
+        }
+        if op.kind != Kind::Ok {
+            continue;
+        }
+        if let Some((_, scope, from, to)) = windows
+            .iter()
+            .filter(in_scope)
+            .find(|(_, _, from, to)| *from <= invoked && done < *to)
+        {
             return Verdict::Invalid(format!(
                 "{tenant}/{agent} admitted a {} invoked at {invoked} ns inside a {} halt acknowledged at {from} ns (cleared at {to})",
                 op.f,
                 if scope.is_some() { "agent" } else { "tenant" }
             ));
         }
+    }
+    if judged == 0 {
+        return Verdict::Unknown("no admission in scope was tried inside a halt".into());
     }
     Verdict::Valid
 }
@@ -87,6 +107,7 @@ mod tests {
             vec![
                 at("reserve", Kind::Ok, 5, 4),
                 at("set-halt", Kind::Ok, 10, 9),
+                at("reserve", Kind::Fail, 12, 11),
                 at("clear-halt", Kind::Invoke, 20, 20),
                 at("reserve", Kind::Ok, 22, 21),
             ],
@@ -94,6 +115,7 @@ mod tests {
             vec![
                 at("set-halt", Kind::Ok, 10, 9),
                 at("reserve", Kind::Ok, 12, 9),
+                at("reserve", Kind::Fail, 14, 13),
             ],
             // Overlapping the clear: may follow it.
             vec![
@@ -106,6 +128,17 @@ mod tests {
         for h in valid {
             assert_eq!(check(&h), Verdict::Valid, "{h:?}");
         }
+    }
+
+    #[test]
+    fn a_halt_inside_which_nothing_was_tried_judged_nothing() {
+        let h = [
+            at("reserve", Kind::Ok, 5, 4),
+            at("set-halt", Kind::Ok, 10, 9),
+            at("clear-halt", Kind::Invoke, 20, 20),
+            at("reserve", Kind::Ok, 22, 21),
+        ];
+        assert!(matches!(check(&h), Verdict::Unknown(d) if d.contains("no admission")));
     }
 
     #[test]
@@ -139,7 +172,11 @@ mod tests {
         // An agent halt of another agent does not cover b; clearing the agent halt does
         // not clear the tenant's.
         let agent_halt = at("set-halt", Kind::Ok, 10, 9);
-        assert_eq!(check(&[agent_halt, acquired.clone()]), Verdict::Valid);
+        let refused = at("acquire", Kind::Fail, 13, 12);
+        assert_eq!(
+            check(&[agent_halt, refused, acquired.clone()]),
+            Verdict::Valid
+        );
         let clear_agent = at("clear-halt", Kind::Invoke, 12, 12);
         assert!(matches!(
             check(&[tenant_halt, clear_agent, acquired]),
