@@ -44,6 +44,7 @@ plants=(
     "expiry-no-grant|client kill|client-kill|loopback|30|1"
     "unsynced-log|settlement|power-loss|loopback|30|1"
     "refused-charges-first|keyed|partition|loopback|20|1"
+    "told-late|told|client-cut|loopback|30|1"
 )
 
 want=("$@")

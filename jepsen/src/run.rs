@@ -596,6 +596,15 @@ pub fn judge(
             checker::keyed::check(ops),
         ));
     }
+    // Judged when the history has holds recorded as the application saw them (every run
+    // since the workloads record them; a recorded history from before has none).
+    if checker::told::present(ops) {
+        rows.push((
+            "told",
+            "G2: the application told of a loss soon after the deadline",
+            checker::told::check(ops),
+        ));
+    }
     if checker::python::present(ops) {
         rows.push((
             "python",

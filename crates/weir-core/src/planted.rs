@@ -37,11 +37,14 @@ pub enum Plant {
     UnsyncedLog,
     /// A take of several parts refused `Busy` charges its first part's tokens anyway.
     RefusedChargesFirst,
+    /// The client library tells the application that a permit may be lost 3 s after its
+    /// belief deadline (`lost()`, `lost_reason()` and the loss it pushes to held permits).
+    ToldLate,
 }
 
 impl Plant {
     /// Every plant, in the order of `jepsen/planted.sh`.
-    pub const ALL: [Plant; 11] = [
+    pub const ALL: [Plant; 12] = [
         Plant::NoFreeze,
         Plant::WallGap,
         Plant::MarginZero,
@@ -53,6 +56,7 @@ impl Plant {
         Plant::ExpiryNoGrant,
         Plant::UnsyncedLog,
         Plant::RefusedChargesFirst,
+        Plant::ToldLate,
     ];
 
     /// The name `WEIR_PLANT` takes.
@@ -69,6 +73,7 @@ impl Plant {
             Plant::ExpiryNoGrant => "expiry-no-grant",
             Plant::UnsyncedLog => "unsynced-log",
             Plant::RefusedChargesFirst => "refused-charges-first",
+            Plant::ToldLate => "told-late",
         }
     }
 }

@@ -17,6 +17,7 @@
 //! recorded acquire, release and belief end they share.
 
 mod acquire;
+mod belief;
 mod ceilings;
 mod cut;
 mod fenced;
