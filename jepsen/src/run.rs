@@ -54,7 +54,7 @@ pub struct Outcome {
     pub ops: usize,
     pub fired: Vec<&'static str>,
     /// Leader stalls (`pause`) that fired, which were judged, and the clients not themselves
-    /// paused that lost a permit to one ([`checker::stalls::count`]).
+    /// paused that lost a permit or a waiting session to one ([`checker::stalls::count`]).
     pub stalls: checker::stalls::Tally,
 }
 
