@@ -45,6 +45,10 @@ plants=(
     "unsynced-log|settlement|power-loss|loopback|30|1"
     "refused-charges-first|keyed|partition|loopback|20|1"
     "told-late|told|client-cut|loopback|30|1"
+    "fast-clock-small|log clock|delay|loopback|30|1"
+    "local-wall|convergence|delay|loopback|20|1"
+    "keepalive-previous|stalls|pause|loopback|30|1"
+    "halt-keeps-queue|halts|delay|loopback|20|1"
 )
 
 want=("$@")

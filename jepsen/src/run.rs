@@ -285,6 +285,8 @@ impl Spawner {
             let p = self.next(0);
             self.spawn(workload::admitter(p, agent));
         }
+        let (p, w) = (self.next(190), self.next(191));
+        self.spawn(workload::halt_queue(p, w));
         let p = self.next(180);
         self.spawn(workload::ceiling_setter(p));
         for i in 0..3 {
@@ -584,7 +586,7 @@ pub fn judge(
     if requested.iter().any(|k| k == "pause") {
         rows.push((
             "stalls",
-            "G9: no unpaused client lost a permit to a leader stall",
+            "G9: no unpaused client lost a permit or a waiting session to a leader stall",
             checker::stalls::check(ops),
         ));
     }

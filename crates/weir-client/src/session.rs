@@ -412,9 +412,11 @@ async fn keep_alive(s: &SessionState, every: Duration) -> Instant {
     trace_keep_alive(s, sent, &answer);
     match answer {
         Ok(Reply::KeptAlive { .. }) => {
-            // PLANTED(keepalive-arrival)
+            // PLANTED(keepalive-arrival), PLANTED(keepalive-previous)
             let sent = if weir_core::planted::is(weir_core::planted::Plant::KeepaliveArrival) {
                 BootInstant::now()
+            } else if weir_core::planted::is(weir_core::planted::Plant::KeepalivePrevious) {
+                sent - every * 2
             } else {
                 sent
             };

@@ -40,11 +40,22 @@ pub enum Plant {
     /// The client library tells the application that a permit may be lost 3 s after its
     /// belief deadline (`lost()`, `lost_reason()` and the loss it pushes to held permits).
     ToldLate,
+    /// The proposer's clock 4% fast: the small twin of `fast-clock`.
+    FastClockSmall,
+    /// An apply reads the node's own wall clock instead of the entry's stamp (G4: the
+    /// state then depends on something outside the log).
+    LocalWall,
+    /// An acknowledged keep-alive is credited to the send time of the one two before it
+    /// (two keep-alive intervals earlier), so the belief deadline falls short (G9).
+    KeepalivePrevious,
+    /// A halt leaves the waiters in its scope queued (to be granted) instead of refusing
+    /// them.
+    HaltKeepsQueue,
 }
 
 impl Plant {
     /// Every plant, in the order of `jepsen/planted.sh`.
-    pub const ALL: [Plant; 12] = [
+    pub const ALL: [Plant; 16] = [
         Plant::NoFreeze,
         Plant::WallGap,
         Plant::MarginZero,
@@ -57,6 +68,10 @@ impl Plant {
         Plant::UnsyncedLog,
         Plant::RefusedChargesFirst,
         Plant::ToldLate,
+        Plant::FastClockSmall,
+        Plant::LocalWall,
+        Plant::KeepalivePrevious,
+        Plant::HaltKeepsQueue,
     ];
 
     /// The name `WEIR_PLANT` takes.
@@ -74,6 +89,10 @@ impl Plant {
             Plant::UnsyncedLog => "unsynced-log",
             Plant::RefusedChargesFirst => "refused-charges-first",
             Plant::ToldLate => "told-late",
+            Plant::FastClockSmall => "fast-clock-small",
+            Plant::LocalWall => "local-wall",
+            Plant::KeepalivePrevious => "keepalive-previous",
+            Plant::HaltKeepsQueue => "halt-keeps-queue",
         }
     }
 }
