@@ -19,21 +19,15 @@
 //! maximum of `log − real`; any other sample that broke the bound would have an earlier
 //! recorded one that breaks it too (for `r ≥ 1`).
 //!
-//! That bound is loose by the cluster's start (the log clock starts seconds after the
-//! harness does), so a clock a few percent fast stays under it for minutes. Hence a second
-//! bound, per leadership, from the monitor's `leadership` facts (the real time and the log
-//! time between the first and the last status one leader gave):
-//!
-//! `log_ms ≤ real_ms × r + LEADERSHIP_NOISE_MS`
-//!
-//! [`LEADERSHIP_NOISE_MS`] covers how far each end's reading can be off: the applied log
-//! time trails the leader's clock by the commit of the last batch, and each status reply's
-//! arrival by up to the monitor's ask timeout.
-//!
 //! What it catches: a clock that is not frozen across a leader change (the new leader's
-//! stamp added whole), a fast proposer clock (a leader of over 25 s at 4% fast: 1 s
-//! over). It cannot see a clock that runs slow (leases then live longer, which is the safe
-//! side), nor a few hundred ms credited at each leader change (under both bounds' slack).
+//! stamp added whole), a fast proposer clock (4% fast: the log clock starts within a second
+//! of the harness, so it is over a second ahead after 30–40 s of run). It cannot see a
+//! clock that runs slow (leases then live longer, which is the safe side), nor a few
+//! hundred ms credited at each leader change (under the bound's slack, the log clock's lag
+//! behind the harness's start). A per-leadership bound from the monitor's `leadership`
+//! facts is not sound: the last status of a deposed leader that still calls itself leader
+//! carries log time its successors stamped (a `kill` smoke: 33 s of log time in a
+//! 19.8 s span).
 
 use super::ops::u;
 use super::verdict::Verdict;
@@ -43,14 +37,6 @@ use crate::history::{Kind, NEMESIS, Op};
 /// reply add nothing positive. A few ms of slack covers rounding in the harness's own
 /// conversion; a real jump is seconds.
 pub const SLACK_MS: u64 = 50;
-
-/// How far one leadership's log time may exceed its real time × the rate: each end's log
-/// reading trails the leader's clock by the commit of the last batch, and each reply's
-/// arrival is off by up to the monitor's ask timeout (300 ms). Most leaderships of the runs
-/// here read within 130 ms; the first leadership of the recorded fixture
-/// (`jepsen/fixtures/kill-30s-seed3`, made under load) read 756 ms over, its first status
-/// taken while the applied log was still catching up at start. Hence a second.
-pub const LEADERSHIP_NOISE_MS: u64 = 1_000;
 
 pub fn check(ops: &[Op]) -> Verdict {
     let rate = fastest_rate(ops);
@@ -71,26 +57,6 @@ pub fn check(ops: &[Op]) -> Verdict {
                 "node {} reported log time {log_ms} ms {:.0} ms into the run (at most {allowed_ms} ms at clock rate {rate}): the log clock ran ahead of real time",
                 o.value["node"],
                 real_ns as f64 / 1e6
-            ));
-        }
-    }
-    leaderships(ops, rate)
-}
-
-/// The per-leadership bound: no leader's log clock ran faster than `rate` over its term.
-fn leaderships(ops: &[Op], rate: f64) -> Verdict {
-    for o in ops
-        .iter()
-        .filter(|o| o.process == NEMESIS && o.kind == Kind::Info && o.f == "leadership")
-    {
-        let (Some(log_ms), Some(real_ms)) = (u(o, "log_ms"), u(o, "real_ms")) else {
-            return Verdict::Unknown(format!("malformed leadership fact: {}", o.value));
-        };
-        let allowed_ms = (real_ms as f64 * rate) as u64 + LEADERSHIP_NOISE_MS;
-        if log_ms > allowed_ms {
-            return Verdict::Invalid(format!(
-                "node {} led term {} for {real_ms} ms of real time and {log_ms} ms of log time (at most {allowed_ms} ms at clock rate {rate}): its clock ran fast",
-                o.value["node"], o.value["term"]
             ));
         }
     }
@@ -135,23 +101,6 @@ mod tests {
         // 8 s of log time after 5 s of run: a new leader's 3 s uptime added at the change.
         let h = [sample(4_000, 5_000), sample(8_000, 5_100)];
         assert!(matches!(check(&h), Verdict::Invalid(d) if d.contains("ahead of real time")));
-    }
-
-    fn leadership(real_ms: u64, log_ms: u64) -> Op {
-        let v = json!({"term": 4, "node": 1, "start": 1, "real_ms": real_ms, "log_ms": log_ms});
-        fact("leadership", v, 1)
-    }
-
-    #[test]
-    fn a_leader_clock_a_few_percent_fast_over_its_term_is_invalid() {
-        let early = sample(0, 5_000);
-        // 30 s of leadership on a clock 4% fast: 1.2 s more log time than real.
-        let fast = [early.clone(), leadership(30_000, 31_200)];
-        assert!(matches!(check(&fast), Verdict::Invalid(d) if d.contains("ran fast")));
-        // The readings' noise (the fixture's first leadership, 756 ms over), and a slow
-        // clock, are not.
-        let noisy = [early, leadership(4_651, 5_407), leadership(10_000, 9_000)];
-        assert_eq!(check(&noisy), Verdict::Valid);
     }
 
     #[test]
