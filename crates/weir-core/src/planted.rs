@@ -51,11 +51,14 @@ pub enum Plant {
     /// A halt leaves the waiters in its scope queued (to be granted) instead of refusing
     /// them.
     HaltKeepsQueue,
+    /// A keep-alive skips the session-owner check at the edge (G10): any principal can keep
+    /// another's session alive.
+    OwnerSkipped,
 }
 
 impl Plant {
     /// Every plant, in the order of `jepsen/planted.sh`.
-    pub const ALL: [Plant; 16] = [
+    pub const ALL: [Plant; 17] = [
         Plant::NoFreeze,
         Plant::WallGap,
         Plant::MarginZero,
@@ -72,6 +75,7 @@ impl Plant {
         Plant::LocalWall,
         Plant::KeepalivePrevious,
         Plant::HaltKeepsQueue,
+        Plant::OwnerSkipped,
     ];
 
     /// The name `WEIR_PLANT` takes.
@@ -93,6 +97,7 @@ impl Plant {
             Plant::LocalWall => "local-wall",
             Plant::KeepalivePrevious => "keepalive-previous",
             Plant::HaltKeepsQueue => "halt-keeps-queue",
+            Plant::OwnerSkipped => "owner-skipped",
         }
     }
 }
