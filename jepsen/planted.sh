@@ -52,6 +52,7 @@ plants=(
     "keepalive-previous|stalls|pause|loopback|30|1"
     "halt-keeps-queue|halts|delay|loopback|20|1"
     "owner-skipped|test|cluster|owners::"
+    "edge-unchecked|test|cluster|edge::every_argument_bound"
 )
 
 want=("$@")

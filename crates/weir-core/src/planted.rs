@@ -54,11 +54,14 @@ pub enum Plant {
     /// A keep-alive skips the session-owner check at the edge (G10): any principal can keep
     /// another's session alive.
     OwnerSkipped,
+    /// An acquire's argument bounds are checked only in the machine, not at the edge (G8):
+    /// a request breaking one is proposed, written to the log and refused there.
+    EdgeUnchecked,
 }
 
 impl Plant {
     /// Every plant, in the order of `jepsen/planted.sh`.
-    pub const ALL: [Plant; 17] = [
+    pub const ALL: [Plant; 18] = [
         Plant::NoFreeze,
         Plant::WallGap,
         Plant::MarginZero,
@@ -76,6 +79,7 @@ impl Plant {
         Plant::KeepalivePrevious,
         Plant::HaltKeepsQueue,
         Plant::OwnerSkipped,
+        Plant::EdgeUnchecked,
     ];
 
     /// The name `WEIR_PLANT` takes.
@@ -98,6 +102,7 @@ impl Plant {
             Plant::KeepalivePrevious => "keepalive-previous",
             Plant::HaltKeepsQueue => "halt-keeps-queue",
             Plant::OwnerSkipped => "owner-skipped",
+            Plant::EdgeUnchecked => "edge-unchecked",
         }
     }
 }
