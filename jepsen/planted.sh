@@ -28,7 +28,9 @@ if [ "${PLANTED_RESTORE:-1}" != 0 ]; then
 fi
 
 # plant | checker that must flag it ("-": a known gap, no run yet tells it from an unplanted
-# run; run only when named, reported, never counted as caught) | nemesis | net | duration s
+# run; run only when named, reported, never counted as caught; "test": a plant a cargo test
+# catches rather than a partition run, the nemesis field naming the test binary of the
+# `weir` crate and the net field the test's name filter) | nemesis | net | duration s
 # | seed | environment of the run (optional: WEIR_TEST_CLOCK_RATE, which every node inherits
 # and the harness records, so the checkers allow for it) | more harness options (optional,
 # split on spaces, e.g. --fenced-ttl-ms 10000)
@@ -44,6 +46,13 @@ plants=(
     "expiry-no-grant|client kill|client-kill|loopback|30|1"
     "unsynced-log|settlement|power-loss|loopback|30|1"
     "refused-charges-first|keyed|partition|loopback|20|1"
+    "told-late|told|client-cut|loopback|30|1"
+    "fast-clock-small|log clock|delay|loopback|30|1"
+    "local-wall|convergence|delay|loopback|20|1"
+    "keepalive-previous|stalls|pause|loopback|30|1"
+    "halt-keeps-queue|halts|delay|loopback|20|1"
+    "owner-skipped|test|cluster|owners::"
+    "edge-unchecked|test|cluster|edge::every_argument_bound"
 )
 
 want=("$@")
@@ -58,6 +67,23 @@ for row in "${plants[@]}"; do
     if [ "$checker" = "-" ] && [ "${#want[@]}" -eq 0 ]; then
         echo "planted: $plant NOT JUDGED: a known gap, no checker tells it from an unplanted run yet (jepsen/README.md, \"Planted bugs\"); run it by name to see what it does"
         gaps=$((gaps + 1))
+        continue
+    fi
+    if [ "$checker" = test ]; then
+        # The test, built with the feature, run with the plant on in its nodes (they inherit
+        # WEIR_PLANT); caught when a test fails (a build error is not a catch).
+        out="jepsen/runs/planted-$plant.log"
+        echo "planted: $plant (expect cargo test --test $nemesis $net to fail)"
+        started=$SECONDS
+        WEIR_PLANT="$plant" cargo test --locked -p weir --features weir/planted --test "$nemesis" "$net" >"$out" 2>&1
+        status=$?
+        tested=1
+        if [ "$status" -ne 0 ] && grep -q '^test result: FAILED' "$out"; then
+            echo "planted: $plant caught by test (failed: $(grep -c '\.\.\. FAILED$' "$out"); $((SECONDS - started)) s)"
+        else
+            echo "planted: $plant NOT caught by the test (exit $status; see $out)" >&2
+            failed=$((failed + 1))
+        fi
         continue
     fi
     # A seeded run replays its fault schedule, not its timing: on a loaded machine a plant
@@ -92,6 +118,11 @@ for row in "${plants[@]}"; do
         fi
     done
 done
+# The test's build left a planted `weir` in target/debug (its CARGO_BIN_EXE_weir): build the
+# default one back, as above.
+if [ "${tested:-0}" = 1 ] && [ "${PLANTED_RESTORE:-1}" != 0 ]; then
+    cargo build --workspace --bins --locked || exit 1
+fi
 if [ "$failed" -gt 0 ]; then
     echo "planted: $failed plant(s) not caught by their checker: a checker that cannot see the bug it exists for" >&2
     exit 1

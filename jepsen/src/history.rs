@@ -159,7 +159,7 @@ fn edn(value: &serde_json::Value) -> String {
 /// Facts: records that are not operations (a belief interval, a pause taken, what the
 /// status monitor and the convergence probe saw). They have no invoke, are kept in
 /// `history.jsonl` for the checkers, and are left out of the EDN export.
-pub const FACTS: [&str; 12] = [
+pub const FACTS: [&str; 13] = [
     "hold",
     "multi-hold",
     "leadership",
@@ -172,6 +172,7 @@ pub const FACTS: [&str; 12] = [
     "monitor",
     "log-clock",
     "python-holder",
+    "halt-room",
 ];
 
 /// Checks Jepsen's shape on every operation (facts aside): per process, an `invoke`, then

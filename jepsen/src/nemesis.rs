@@ -579,7 +579,9 @@ async fn wait_behind_kill(client: weir_client::Client, kill: u64, history: Recor
     options.timeout = Some(Duration::from_secs(20));
     let v = json!({"limit": CRASH, "behind_kill": true, "kill": kill});
     match crate::workload::acquire_as(process, &session, options, v, &history).await {
-        Ok(p) => crate::workload::release_recorded(process, p, &history).await,
+        Ok(p) => {
+            crate::workload::release_recorded(process, p, &history).await;
+        }
         Err((_, v)) => {
             history.record(process, Kind::Fail, "acquire", v);
         }

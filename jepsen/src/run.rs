@@ -54,7 +54,7 @@ pub struct Outcome {
     pub ops: usize,
     pub fired: Vec<&'static str>,
     /// Leader stalls (`pause`) that fired, which were judged, and the clients not themselves
-    /// paused that lost a permit to one ([`checker::stalls::count`]).
+    /// paused that lost a permit or a waiting session to one ([`checker::stalls::count`]).
     pub stalls: checker::stalls::Tally,
 }
 
@@ -285,6 +285,8 @@ impl Spawner {
             let p = self.next(0);
             self.spawn(workload::admitter(p, agent));
         }
+        let (p, w) = (self.next(190), self.next(191));
+        self.spawn(workload::halt_queue(p, w));
         let p = self.next(180);
         self.spawn(workload::ceiling_setter(p));
         for i in 0..3 {
@@ -584,7 +586,7 @@ pub fn judge(
     if requested.iter().any(|k| k == "pause") {
         rows.push((
             "stalls",
-            "G9: no unpaused client lost a permit to a leader stall",
+            "G9: no unpaused client lost a permit or a waiting session to a leader stall",
             checker::stalls::check(ops),
         ));
     }
@@ -594,6 +596,15 @@ pub fn judge(
             "keyed",
             "G1 per key; a refused request of several parts charges none",
             checker::keyed::check(ops),
+        ));
+    }
+    // Judged when the history has holds recorded as the application saw them (every run
+    // since the workloads record them; a recorded history from before has none).
+    if checker::told::present(ops) {
+        rows.push((
+            "told",
+            "G2: the application told of a loss soon after the deadline",
+            checker::told::check(ops),
         ));
     }
     if checker::python::present(ops) {

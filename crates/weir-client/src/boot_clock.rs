@@ -19,7 +19,7 @@ use std::time::Duration;
 
 /// Longest a wait on the belief deadline sleeps before it looks at the clock again, so a
 /// deadline that passed during a suspend is noticed within this long of resuming.
-pub(super) const LOOK_EVERY: Duration = Duration::from_millis(250);
+pub const LOOK_EVERY: Duration = Duration::from_millis(250);
 
 /// A point on CLOCK_BOOTTIME (since boot), or on the monotonic clock where there is none.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

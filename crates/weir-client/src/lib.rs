@@ -83,7 +83,7 @@ mod session_state;
 #[cfg(test)]
 mod tests;
 
-pub use boot_clock::BootInstant;
+pub use boot_clock::{BootInstant, LOOK_EVERY};
 pub use client::{ATTEMPTS_MAX, Client, REQUEST_DEADLINE};
 pub use conn::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT, SILENCE_MAX};
 pub use error::{AcquireError, ClientError};

@@ -72,8 +72,7 @@ impl Permit {
     /// Why the permit may no longer be held, if it may not.
     pub fn lost_reason(&self) -> Option<Lost> {
         self.grant.lost.borrow().clone().or_else(|| {
-            (*self.state.deadline.borrow() <= BootInstant::now())
-                .then(|| self.state.deadline_loss())
+            (self.state.told_at() <= BootInstant::now()).then(|| self.state.deadline_loss())
         })
     }
 
@@ -85,7 +84,7 @@ impl Permit {
             if let Some(why) = lost.borrow().clone() {
                 return why;
             }
-            let left = deadline.borrow().remaining(BootInstant::now());
+            let left = self.state.told_at().remaining(BootInstant::now());
             if left.is_zero() {
                 return self.state.deadline_loss();
             }

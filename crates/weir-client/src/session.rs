@@ -349,7 +349,7 @@ async fn renew(state: Weak<SessionState>) {
         // every LOOK_EVERY, so a deadline passed during a suspend is seen soon after).
         let deadline = match state.upgrade() {
             Some(s) => {
-                let left = s.deadline.borrow().remaining(BootInstant::now());
+                let left = s.told_at().remaining(BootInstant::now());
                 Instant::now() + left.min(LOOK_EVERY)
             }
             None => return,
@@ -361,7 +361,7 @@ async fn renew(state: Weak<SessionState>) {
             }
             _ = tokio::time::sleep_until(deadline.into()) => {
                 let Some(s) = state.upgrade() else { return };
-                if !believed_at(*s.deadline.borrow(), BootInstant::now()) {
+                if !believed_at(s.told_at(), BootInstant::now()) {
                     tracing::info!("session {}: the belief deadline passed", s.id);
                     for t in s.held_tickets() {
                         s.lose(t, s.deadline_loss());
@@ -412,9 +412,11 @@ async fn keep_alive(s: &SessionState, every: Duration) -> Instant {
     trace_keep_alive(s, sent, &answer);
     match answer {
         Ok(Reply::KeptAlive { .. }) => {
-            // PLANTED(keepalive-arrival)
+            // PLANTED(keepalive-arrival), PLANTED(keepalive-previous)
             let sent = if weir_core::planted::is(weir_core::planted::Plant::KeepaliveArrival) {
                 BootInstant::now()
+            } else if weir_core::planted::is(weir_core::planted::Plant::KeepalivePrevious) {
+                sent - every * 2
             } else {
                 sent
             };

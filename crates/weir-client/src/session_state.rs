@@ -123,6 +123,17 @@ impl SessionState {
         *self.refused.lock().unwrap_or_else(|p| p.into_inner()) = why;
     }
 
+    /// When the application is told that the belief deadline passed (`Permit::lost`,
+    /// `Permit::lost_reason`, the loss marked on held permits): at the deadline itself.
+    pub(super) fn told_at(&self) -> BootInstant {
+        let deadline = *self.deadline.borrow();
+        // PLANTED(told-late): the application is told 3 s after the deadline.
+        if weir_core::planted::is(weir_core::planted::Plant::ToldLate) {
+            return deadline + Duration::from_secs(3);
+        }
+        deadline
+    }
+
     /// What a permit is lost to when the deadline passes: the refusal of the keep-alives,
     /// if the cluster refused them, else the deadline itself.
     pub(super) fn deadline_loss(&self) -> Lost {

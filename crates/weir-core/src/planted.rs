@@ -37,11 +37,31 @@ pub enum Plant {
     UnsyncedLog,
     /// A take of several parts refused `Busy` charges its first part's tokens anyway.
     RefusedChargesFirst,
+    /// The client library tells the application that a permit may be lost 3 s after its
+    /// belief deadline (`lost()`, `lost_reason()` and the loss it pushes to held permits).
+    ToldLate,
+    /// The proposer's clock 4% fast: the small twin of `fast-clock`.
+    FastClockSmall,
+    /// An apply reads the node's own wall clock instead of the entry's stamp (G4: the
+    /// state then depends on something outside the log).
+    LocalWall,
+    /// An acknowledged keep-alive is credited to the send time of the one two before it
+    /// (two keep-alive intervals earlier), so the belief deadline falls short (G9).
+    KeepalivePrevious,
+    /// A halt leaves the waiters in its scope queued (to be granted) instead of refusing
+    /// them.
+    HaltKeepsQueue,
+    /// A keep-alive skips the session-owner check at the edge (G10): any principal can keep
+    /// another's session alive.
+    OwnerSkipped,
+    /// An acquire's argument bounds are checked only in the machine, not at the edge (G8):
+    /// a request breaking one is proposed, written to the log and refused there.
+    EdgeUnchecked,
 }
 
 impl Plant {
     /// Every plant, in the order of `jepsen/planted.sh`.
-    pub const ALL: [Plant; 11] = [
+    pub const ALL: [Plant; 18] = [
         Plant::NoFreeze,
         Plant::WallGap,
         Plant::MarginZero,
@@ -53,6 +73,13 @@ impl Plant {
         Plant::ExpiryNoGrant,
         Plant::UnsyncedLog,
         Plant::RefusedChargesFirst,
+        Plant::ToldLate,
+        Plant::FastClockSmall,
+        Plant::LocalWall,
+        Plant::KeepalivePrevious,
+        Plant::HaltKeepsQueue,
+        Plant::OwnerSkipped,
+        Plant::EdgeUnchecked,
     ];
 
     /// The name `WEIR_PLANT` takes.
@@ -69,6 +96,13 @@ impl Plant {
             Plant::ExpiryNoGrant => "expiry-no-grant",
             Plant::UnsyncedLog => "unsynced-log",
             Plant::RefusedChargesFirst => "refused-charges-first",
+            Plant::ToldLate => "told-late",
+            Plant::FastClockSmall => "fast-clock-small",
+            Plant::LocalWall => "local-wall",
+            Plant::KeepalivePrevious => "keepalive-previous",
+            Plant::HaltKeepsQueue => "halt-keeps-queue",
+            Plant::OwnerSkipped => "owner-skipped",
+            Plant::EdgeUnchecked => "edge-unchecked",
         }
     }
 }

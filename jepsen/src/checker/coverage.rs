@@ -72,8 +72,13 @@ fn refused(op: &Op, fs: &[&str], error: &str) -> bool {
         && s(op, "error").is_some_and(|e| e.contains(error))
 }
 
-/// A belief that ended at its deadline, which passed before the holder next heard.
+/// A belief that ended at its deadline: told it may be lost at or after the library's
+/// deadline (a hold recorded as the application saw it), or (a holder stopped whole, a
+/// Python holder) ending at the deadline, which passed before the holder next heard.
 fn lapsed(op: &Op) -> bool {
+    if let (Some(told), Some(deadline)) = (u(op, "told_ns"), u(op, "deadline_ns")) {
+        return told >= deadline;
+    }
     matches!((u(op, "to_ns"), u(op, "deadline_ns"), u(op, "seen_ns")),
         (Some(to), Some(d), Some(seen)) if to == d && d < seen)
 }
@@ -258,6 +263,25 @@ mod tests {
         let c = counts(&h);
         assert!(c.contains(&("deadline-ended beliefs", 1)));
         assert!(c.contains(&("lease takeovers", 1)));
+    }
+
+    #[test]
+    fn an_application_told_at_or_after_its_deadline_lapsed_and_one_released_did_not() {
+        let told = |fence, told: Option<u64>| {
+            let mut o = hold(fence, told.unwrap_or(50), 100, 120);
+            o.value["told_ns"] = told.into();
+            o.value["application"] = true.into();
+            o
+        };
+        let h = [
+            told(3, Some(103)),
+            told(5, None),
+            told(7, Some(100)),
+            told(9, Some(80)),
+        ];
+        let c = counts(&h);
+        assert!(c.contains(&("deadline-ended beliefs", 2)), "{c:?}");
+        assert!(c.contains(&("lease takeovers", 2)), "{c:?}");
     }
 
     fn fired(value: serde_json::Value) -> Op {

@@ -4,6 +4,16 @@
 //! the halted tenant, with its agent) in scope that was invoked after a halt's acknowledgement
 //! and acknowledged before the next clear was invoked is a violation: no linearization can
 //! put it outside the halt. (One that overlaps the clear may be ordered after it.)
+//!
+//! Queued tickets (the spec: a halt refuses the queued tickets in its scope): a waiter that
+//! queued behind a blocker (`"queued": true`, `workload::halt_queue`) can be granted only
+//! once the blocker's release frees the unit, so when that release was invoked after a
+//! halt in the waiter's scope was acknowledged (its `halt-room` fact: the blocker still
+//! held, the release acknowledged) and the grant was acknowledged before the clear was
+//! invoked, the grant was decided inside the halt: a ticket the halt should have refused.
+//!
+//! A run in which no admission in scope was even tried inside a halt (granted or refused)
+//! judged nothing: unknown, never valid.
 
 use super::ops::{s, u};
 use super::verdict::Verdict;
@@ -41,19 +51,33 @@ pub fn check(ops: &[Op]) -> Verdict {
     if windows.is_empty() {
         return Verdict::Unknown("no halt was acknowledged".into());
     }
-    for op in ops
-        .iter()
-        .filter(|o| o.kind == Kind::Ok && (o.f == "reserve" || o.f == "acquire"))
-    {
+    let mut judged = 0;
+    for op in ops.iter().filter(|o| {
+        matches!(o.kind, Kind::Ok | Kind::Fail) && (o.f == "reserve" || o.f == "acquire")
+    }) {
         let (Some(tenant), Some(agent), Some(invoked)) =
             (s(op, "tenant"), s(op, "agent"), u(op, "invoke_ns"))
         else {
             continue;
         };
+        let in_scope =
+            |(t, a, _, _): &&Window| t == tenant && a.as_deref().is_none_or(|a| a == agent);
         let done = op.time_ns;
-        if let Some((_, scope, from, to)) = windows.iter().find(|(t, a, from, to)| {
-            t == tenant && a.as_deref().is_none_or(|a| a == agent) && *from <= invoked && done < *to
-        }) {
+        if windows
+            .iter()
+            .filter(in_scope)
+            .any(|(_, _, from, to)| (*from..*to).contains(&invoked))
+        {
+            judged += 1;
+        }
+        if op.kind != Kind::Ok {
+            continue;
+        }
+        if let Some((_, scope, from, to)) = windows
+            .iter()
+            .filter(in_scope)
+            .find(|(_, _, from, to)| *from <= invoked && done < *to)
+        {
             return Verdict::Invalid(format!(
                 "{tenant}/{agent} admitted a {} invoked at {invoked} ns inside a {} halt acknowledged at {from} ns (cleared at {to})",
                 op.f,
@@ -61,7 +85,49 @@ pub fn check(ops: &[Op]) -> Verdict {
             ));
         }
     }
+    if let Err(violation) = queued_grants(ops, &windows) {
+        return violation;
+    }
+    if judged == 0 {
+        return Verdict::Unknown("no admission in scope was tried inside a halt".into());
+    }
     Verdict::Valid
+}
+
+/// The queued waiters' rule (module doc): no waiter granted after its room came inside a
+/// halt of its scope and before that halt's clear was invoked.
+fn queued_grants(ops: &[Op], windows: &[Window]) -> Result<(), Verdict> {
+    let rooms = ops
+        .iter()
+        .filter(|o| o.f == "halt-room" && o.kind == Kind::Ok);
+    for room in rooms {
+        let (Some(round), Some(room_ns)) = (u(room, "round"), u(room, "room_ns")) else {
+            continue;
+        };
+        let granted = ops.iter().find(|o| {
+            o.kind == Kind::Ok
+                && o.f == "acquire"
+                && o.value.get("queued").and_then(|q| q.as_bool()) == Some(true)
+                && u(o, "round") == Some(round)
+        });
+        let Some(grant) = granted else { continue };
+        let (Some(tenant), Some(agent)) = (s(grant, "tenant"), s(grant, "agent")) else {
+            continue;
+        };
+        if let Some((_, scope, from, to)) = windows.iter().find(|(t, a, from, to)| {
+            t == tenant
+                && a.as_deref().is_none_or(|a| a == agent)
+                && *from <= room_ns
+                && grant.time_ns < *to
+        }) {
+            return Err(Verdict::Invalid(format!(
+                "{tenant}/{agent}: a queued ticket (round {round}) was granted at {} ns, its room at {room_ns} ns, inside a {} halt acknowledged at {from} ns (cleared at {to}): the halt should have refused it",
+                grant.time_ns,
+                if scope.is_some() { "agent" } else { "tenant" }
+            )));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -87,6 +153,7 @@ mod tests {
             vec![
                 at("reserve", Kind::Ok, 5, 4),
                 at("set-halt", Kind::Ok, 10, 9),
+                at("reserve", Kind::Fail, 12, 11),
                 at("clear-halt", Kind::Invoke, 20, 20),
                 at("reserve", Kind::Ok, 22, 21),
             ],
@@ -94,6 +161,7 @@ mod tests {
             vec![
                 at("set-halt", Kind::Ok, 10, 9),
                 at("reserve", Kind::Ok, 12, 9),
+                at("reserve", Kind::Fail, 14, 13),
             ],
             // Overlapping the clear: may follow it.
             vec![
@@ -106,6 +174,58 @@ mod tests {
         for h in valid {
             assert_eq!(check(&h), Verdict::Valid, "{h:?}");
         }
+    }
+
+    #[test]
+    fn a_halt_inside_which_nothing_was_tried_judged_nothing() {
+        let h = [
+            at("reserve", Kind::Ok, 5, 4),
+            at("set-halt", Kind::Ok, 10, 9),
+            at("clear-halt", Kind::Invoke, 20, 20),
+            at("reserve", Kind::Ok, 22, 21),
+        ];
+        assert!(matches!(check(&h), Verdict::Unknown(d) if d.contains("no admission")));
+    }
+
+    fn queued(kind: Kind, round: u64, t: u64, invoke: u64) -> Op {
+        let v = json!({"tenant": "x", "agent": "a", "queued": true, "round": round, "invoke_ns": invoke});
+        op(2, kind, "acquire", v, t)
+    }
+
+    fn room(round: u64, t: u64) -> Op {
+        op(
+            3,
+            Kind::Ok,
+            "halt-room",
+            json!({"round": round, "room_ns": t}),
+            t,
+        )
+    }
+
+    #[test]
+    fn a_queued_ticket_granted_after_its_room_came_inside_a_halt_is_invalid() {
+        // Queued at 5, the halt acknowledged at 10, the room at 12, granted at 14, the
+        // clear invoked at 20: the halt should have refused the ticket.
+        let h = [
+            queued(Kind::Invoke, 1, 5, 5),
+            at("set-halt", Kind::Ok, 10, 9),
+            room(1, 12),
+            queued(Kind::Ok, 1, 14, 5),
+            at("clear-halt", Kind::Invoke, 20, 20),
+        ];
+        assert!(matches!(check(&h), Verdict::Invalid(d) if d.contains("queued ticket (round 1)")));
+        // Refused instead, or granted after the clear, or its room before the halt: valid.
+        let refused = [
+            at("set-halt", Kind::Ok, 10, 9),
+            room(1, 12),
+            queued(Kind::Fail, 1, 11, 5),
+            at("clear-halt", Kind::Invoke, 20, 20),
+            room(2, 21),
+            queued(Kind::Ok, 2, 22, 15),
+            room(3, 8),
+            queued(Kind::Ok, 3, 11, 7),
+        ];
+        assert_eq!(check(&refused), Verdict::Valid);
     }
 
     #[test]
@@ -139,7 +259,11 @@ mod tests {
         // An agent halt of another agent does not cover b; clearing the agent halt does
         // not clear the tenant's.
         let agent_halt = at("set-halt", Kind::Ok, 10, 9);
-        assert_eq!(check(&[agent_halt, acquired.clone()]), Verdict::Valid);
+        let refused = at("acquire", Kind::Fail, 13, 12);
+        assert_eq!(
+            check(&[agent_halt, refused, acquired.clone()]),
+            Verdict::Valid
+        );
         let clear_agent = at("clear-halt", Kind::Invoke, 12, 12);
         assert!(matches!(
             check(&[tenant_halt, clear_agent, acquired]),

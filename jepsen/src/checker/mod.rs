@@ -28,6 +28,7 @@ pub mod stalls;
 pub mod strands;
 #[cfg(test)]
 mod test_support;
+pub mod told;
 mod verdict;
 
 pub use verdict::Verdict;

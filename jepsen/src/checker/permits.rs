@@ -1,11 +1,14 @@
 //! P1, permit exclusion (G2): at no real instant do more clients believe they hold a permit
 //! of a limit than its `concurrent`.
 //!
-//! Each `hold` op is one client's belief interval: from receiving the grant (`from_ns`) to
-//! sending its release or its lease deadline passing, whichever came first (`to_ns`), on
-//! the harness clock. The workload records the deadline itself (`deadline_ns`), not the
-//! moment the client noticed it (`seen_ns`), which can be much later when the client was
-//! busy waiting on something else. An
+//! Each `hold` op is one client's belief interval, on the harness clock: from receiving the
+//! grant (`from_ns`) to its end (`to_ns`). For the Rust holders (`"application": true`) the
+//! end is where the application stopped believing: when the library told it the permit may
+//! be lost, or when it sent its release, whichever came first — so a library that tells
+//! its application late is judged by what the application did. For a holder stopped whole
+//! (`client-pause`) and the Python holders, it is the release or the library's deadline,
+//! whichever came first (G2's definition; `deadline_ns`), not the moment the client
+//! noticed (`seen_ns`), which comes late when the process was stopped. An
 //! interval ending at the instant another begins does not overlap it. A violation names the
 //! processes that believed at once, and which of them are Python holders (`"client":
 //! "python"` in their `hold`).

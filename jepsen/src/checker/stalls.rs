@@ -3,9 +3,10 @@
 //! belief deadlines, so no client that was not itself paused loses a permit to it.
 //!
 //! A loss counts against a stall when a `hold` op records its permit lost to its session
-//! (the belief deadline passed, or the session expired) and saw it between the pause's start
-//! and [`AFTER_HEAL_MS`] after its heal (a deadline that passed during the stall can be
-//! noticed a little later). The process the `client-pause` nemesis stops is left out: its own
+//! (the belief deadline passed, or the session expired), or an `acquire` fails because its
+//! session ended while its owner waited (`session lost`: a queued ticket's session is kept
+//! alive as a holder's is), between the pause's start and [`AFTER_HEAL_MS`] after its heal
+//! (a deadline that passed during the stall can be noticed a little later). The process the `client-pause` nemesis stops is left out: its own
 //! pause is what costs it its permit. Losses to halts are the halts checker's.
 //!
 //! G9 holds a client to its deadline *when the rest of the cluster elects a new leader*, and
@@ -22,7 +23,7 @@
 
 use std::collections::BTreeSet;
 
-use super::ops::{oks, s};
+use super::ops::s;
 use super::verdict::Verdict;
 use crate::history::{Kind, NEMESIS, Op};
 
@@ -55,7 +56,7 @@ impl Tally {
     /// One line for `verdict.txt`.
     pub fn summary(&self) -> String {
         let mut line = format!(
-            "leader stalls {} (judged {}: alone, a new leader within {} ms)  unpaused clients that lost a permit to one {}",
+            "leader stalls {} (judged {}: alone, a new leader within {} ms)  unpaused clients that lost a permit or a waiting session to one {}",
             self.stalls, self.judged, ELECTED_WITHIN_MS, self.losers
         );
         if !self.not_judged.is_empty() {
@@ -149,14 +150,27 @@ pub fn count(ops: &[Op]) -> Tally {
         .filter(|o| o.f == "client-pause")
         .map(|o| o.process)
         .collect();
-    let losers: BTreeSet<u64> = oks(ops, "hold")
-        .filter(|o| !paused.contains(&o.process))
-        .filter(|o| s(o, "lost").is_some_and(|l| SESSION_LOSSES.contains(&l)))
+    let losers: BTreeSet<u64> = ops
+        .iter()
+        .filter(|o| lost_session(o) && !paused.contains(&o.process))
         .filter(|o| judged.iter().any(|(a, b)| (*a..=*b).contains(&o.time_ns)))
         .map(|o| o.process)
         .collect();
     tally.losers = losers.len();
     tally
+}
+
+/// Whether `o` records a session lost to its end: a held permit lost to its deadline or
+/// its expiry, or an acquire whose session ended while it waited.
+fn lost_session(o: &Op) -> bool {
+    match (o.f.as_str(), o.kind) {
+        ("hold", Kind::Ok) => s(o, "lost").is_some_and(|l| SESSION_LOSSES.contains(&l)),
+        ("acquire", Kind::Fail) => {
+            s(o, "error") == Some("session lost")
+                || o.value.get("session_lost").and_then(|v| v.as_bool()) == Some(true)
+        }
+        _ => false,
+    }
 }
 
 pub fn check(ops: &[Op]) -> Verdict {
@@ -168,7 +182,7 @@ pub fn check(ops: &[Op]) -> Verdict {
         }
         Tally { losers: 0, .. } => Verdict::Valid,
         Tally { losers, judged, .. } => Verdict::Invalid(format!(
-            "G9: {losers} clients not themselves paused lost a permit to {judged} leader stalls (alone, a new leader within {ELECTED_WITHIN_MS} ms)"
+            "G9: {losers} clients not themselves paused lost a permit or a waiting session to {judged} leader stalls (alone, a new leader within {ELECTED_WITHIN_MS} ms)"
         )),
     }
 }
@@ -208,6 +222,22 @@ mod tests {
         assert!(
             matches!(check(&ops), Verdict::Invalid(ref why) if why.contains("2 clients")),
             "a holder lost to a leader stall violates G9"
+        );
+    }
+
+    #[test]
+    fn a_session_lost_while_its_owner_waited_in_an_acquire_counts() {
+        let mut ops = stall(10 * S, 14 * S);
+        let waiting = json!({"limit": "mutex", "error": "session lost"});
+        ops.push(op(6, Kind::Fail, "acquire", waiting, 12 * S));
+        let queued = json!({"limit": "queue", "error": "session lost", "session_lost": true});
+        ops.push(op(7, Kind::Fail, "acquire", queued, 13 * S));
+        // Timed out waiting, or refused: the session lives on.
+        let timed_out = json!({"limit": "mutex", "error": "timed out"});
+        ops.push(op(8, Kind::Fail, "acquire", timed_out, 12 * S));
+        assert_eq!(count(&ops).losers, 2);
+        assert!(
+            matches!(check(&ops), Verdict::Invalid(ref why) if why.contains("waiting session"))
         );
     }
 

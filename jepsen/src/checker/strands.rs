@@ -8,7 +8,8 @@
 //! [`STARVED_MAX_S`] between one grant and the next (or the run's last op) in which an
 //! acquire of that limit timed out waiting. The bound is far above any fault's hold plus
 //! the cluster's recovery (a kill of all three nodes, a power loss: seconds), and far below
-//! a session's life under a workload that keeps it alive.
+//! a session's life under a workload that keeps it alive. A history with no grant of a
+//! capped limit judged nothing: unknown.
 
 use std::collections::BTreeMap;
 
@@ -55,6 +56,9 @@ pub fn worst(ops: &[Op]) -> Option<(String, u64, u64)> {
 }
 
 pub fn check(ops: &[Op]) -> Verdict {
+    if !oks(ops, "hold").any(|o| u(o, "cap").is_some()) {
+        return Verdict::Unknown("no permit of a capped limit was granted".into());
+    }
     match worst(ops) {
         Some((limit, from, to)) if to - from > STARVED_MAX_S * 1_000_000_000 => {
             Verdict::Invalid(format!(

@@ -98,7 +98,8 @@ pub async fn next_permit(p: &Process, session: &Session, limit: &str) -> Option<
 
 /// Releases `permit` (waiting at most 3 s) and records the `release` op: its invoke, and
 /// `ok` once acknowledged or `info` when the outcome is unknown (the lease then lapses).
-pub async fn release_recorded(process: u64, permit: Permit, history: &Recorder) {
+/// Returns whether it was acknowledged.
+pub async fn release_recorded(process: u64, permit: Permit, history: &Recorder) -> bool {
     let v = json!({"limit": permit.limit(), "fence": permit.fence()});
     history.record(process, Kind::Invoke, "release", v.clone());
     let kind = match tokio::time::timeout(Duration::from_secs(3), permit.release()).await {
@@ -106,6 +107,7 @@ pub async fn release_recorded(process: u64, permit: Permit, history: &Recorder) 
         _ => Kind::Info,
     };
     history.record(process, kind, "release", v);
+    kind == Kind::Ok
 }
 
 /// Where a belief that began at `from` ends, as G2 defines it: now (the release is about to

@@ -5,8 +5,8 @@
 //! pin it first ([`CutClient`]): at its next grant it holds the permit until it may be lost
 //! or the nemesis lets go, so the fault meets a holder with waiters behind it.
 //!
-//! Its belief intervals are `hold` facts like every permit process's, judged by P1,
-//! capacity and the linearizability checker.
+//! Its belief intervals are `hold` facts like every permit process's, as its application
+//! saw them ([`Belief`]), judged by P1, capacity, the linearizability checker and `told`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -15,11 +15,11 @@ use std::time::Duration;
 use serde_json::json;
 use weir_client::Client;
 
-use super::acquire::{belief_end, next_permit, release_recorded};
+use super::acquire::{next_permit, release_recorded};
+use super::belief::Belief;
 use super::process::Process;
 use super::setup::{CUT, TTL};
 use crate::client_front::CUT_CLIENT_IP;
-use crate::history::Kind;
 
 /// The nemesis's handle on the cut client.
 #[derive(Default)]
@@ -62,7 +62,8 @@ pub async fn cut_holder(p: Process, bound: bool, handle: Arc<CutClient>) {
     };
     while let Some(session) = p.session(&client, TTL).await {
         while let Some((permit, from)) = next_permit(&p, &session, CUT).await {
-            let lost = if handle.requested.swap(false, Ordering::SeqCst) {
+            let mut belief = Belief::new(&permit, &p.history, from);
+            if handle.requested.swap(false, Ordering::SeqCst) {
                 let epoch = handle.let_go.load(Ordering::SeqCst);
                 handle.holding.store(permit.fence(), Ordering::SeqCst);
                 let let_go = async {
@@ -70,20 +71,16 @@ pub async fn cut_holder(p: Process, bound: bool, handle: Arc<CutClient>) {
                         tokio::time::sleep(Duration::from_millis(20)).await;
                     }
                 };
-                let lost = tokio::select! {
-                    () = let_go => permit.lost_reason(),
-                    why = permit.lost() => Some(why),
-                };
-                handle.holding.store(0, Ordering::SeqCst);
-                lost
-            } else {
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_millis(rng.range(10, 150))) => permit.lost_reason(),
-                    why = permit.lost() => Some(why),
+                if belief.race(let_go).await.is_ok() {
+                    belief.check();
                 }
-            };
-            let (to, seen, deadline) = belief_end(&p.history, &session, from);
-            p.history.record_at(p.id, Kind::Ok, "hold", json!({"limit": CUT, "cap": 1, "fence": permit.fence(), "from_ns": from, "to_ns": to, "seen_ns": seen, "deadline_ns": deadline, "lost": lost.map(|l| l.to_string()), "cut_client": true}), seen);
+                handle.holding.store(0, Ordering::SeqCst);
+            } else {
+                belief.work(Duration::from_millis(rng.range(10, 150))).await;
+            }
+            let fields =
+                json!({"limit": CUT, "cap": 1, "fence": permit.fence(), "cut_client": true});
+            belief.record(p.id, &session, fields);
             release_recorded(p.id, permit, &p.history).await;
         }
     }

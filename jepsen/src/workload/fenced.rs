@@ -7,9 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
-use weir_client::{Client, Permit};
+use weir_client::Client;
 
 use super::acquire::{belief_end, next_permit, release_recorded};
+use super::belief::Belief;
 use super::process::Process;
 use super::setup::{FENCED, TENANT};
 use crate::history::{Kind, Recorder};
@@ -91,14 +92,10 @@ pub async fn fenced(
     while let Some(session) = p.session(&client, ttl).await {
         while let Some((permit, from)) = next_permit(&p, &session, FENCED).await {
             let fence = permit.fence();
-            let hold = |(to, seen, deadline): (u64, u64, u64), lost: Option<String>| {
-                p.history.record_at(p.id, Kind::Ok, "hold", json!({"limit": FENCED, "cap": 1, "fence": fence, "from_ns": from, "to_ns": to, "seen_ns": seen, "deadline_ns": deadline, "lost": lost}), seen);
-            };
-            if let Some(why) = permit.lost_reason() {
-                hold(
-                    belief_end(&p.history, &session, from),
-                    Some(why.to_string()),
-                );
+            let fields = json!({"limit": FENCED, "cap": 1, "fence": fence});
+            let mut belief = Belief::new(&permit, &p.history, from);
+            if belief.check().is_some() {
+                belief.record(p.id, &session, fields);
                 continue;
             }
             if let Some(ms) = pause.as_ref().and_then(|p| p.take()) {
@@ -111,49 +108,46 @@ pub async fn fenced(
                 }
                 std::thread::sleep(Duration::from_millis(ms));
                 // The action comes first: the pause fell between the check and the act.
-                let acted = act(p.id, &resource, &permit, true, &p.history);
-                hold(belief_end(&p.history, &session, from), None);
-                let held = validate(p.id, &client, fence, true, &p.history).await;
+                let acted = act(p.id, &resource, fence, None, &p.history);
+                // Stopped whole, its application heard nothing: its belief ends at the
+                // library's deadline, as G2 defines it.
+                let (to, seen, deadline) = belief_end(&p.history, &session, from);
+                p.history.record_at(p.id, Kind::Ok, "hold", json!({"limit": FENCED, "cap": 1, "fence": fence, "from_ns": from, "to_ns": to, "seen_ns": seen, "deadline_ns": deadline, "lost": null, "application": false}), seen);
+                let held = validate(p.id, &client, fence, None, &p.history).await;
                 let lost = permit.lost_reason();
                 p.history.record(p.id, Kind::Ok, "client-pause", json!({"fence": fence, "ms": ms, "deadline_ns": deadline_ns, "resumed_ns": acted, "lost": lost.map(|l| l.to_string()), "validated": held}));
                 release_recorded(p.id, permit, &p.history).await;
                 break;
             }
-            validate(p.id, &client, fence, false, &p.history).await;
-            act(p.id, &resource, &permit, false, &p.history);
-            let lost = tokio::select! {
-                _ = tokio::time::sleep(Duration::from_millis(rng.range(10, 100))) => permit.lost_reason(),
-                why = permit.lost() => Some(why),
-            };
-            hold(
-                belief_end(&p.history, &session, from),
-                lost.map(|l| l.to_string()),
-            );
+            validate(p.id, &client, fence, Some(&mut belief), &p.history).await;
+            act(p.id, &resource, fence, Some(&mut belief), &p.history);
+            belief.work(Duration::from_millis(rng.range(10, 100))).await;
+            belief.record(p.id, &session, fields);
             release_recorded(p.id, permit, &p.history).await;
         }
     }
 }
 
-/// One action on the resource with `permit`'s fence, recorded as a `use` op; returns its
-/// time. An ordinary holder (`paused` false) checks its permit first — after the invoke is
+/// One action on the resource with `fence`, recorded as a `use` op; returns its time. An
+/// ordinary holder (its `belief` given) checks its permit first — after the invoke is
 /// recorded, so a use it takes lies inside its belief — and does not act on a permit that
-/// may be lost (`taken: false`). The paused holder acts without looking: its check came
-/// before the pause.
+/// may be lost (`taken: false`). The paused holder (`belief` `None`) acts without looking:
+/// its check came before the pause.
 fn act(
     process: u64,
     resource: &Resource,
-    permit: &Permit,
-    paused: bool,
+    fence: u64,
+    belief: Option<&mut Belief<'_>>,
     history: &Recorder,
 ) -> u64 {
-    let fence = permit.fence();
+    let paused = belief.is_none();
     let at = history.record(
         process,
         Kind::Invoke,
         "use",
         json!({"fence": fence, "paused": paused}),
     );
-    if !paused && let Some(why) = permit.lost_reason() {
+    if let Some(why) = belief.and_then(Belief::check) {
         history.record(process, Kind::Fail, "use", json!({"fence": fence, "paused": paused, "invoke_ns": at, "taken": false, "lost": why.to_string()}));
         return at;
     }
@@ -175,20 +169,33 @@ fn act(
 }
 
 /// ValidateFence on `fenced`, recorded as a `validate` op; the answer, when there was one.
+/// An ordinary holder (its `belief` given) races the read against `lost()`, as an
+/// application does, and gives it up (`info`) when told the permit may be lost; the paused
+/// holder (`None`) waits for the answer.
 async fn validate(
     process: u64,
     client: &Client,
     fence: u64,
-    paused: bool,
+    belief: Option<&mut Belief<'_>>,
     history: &Recorder,
 ) -> Option<bool> {
+    let paused = belief.is_none();
     let at = history.record(
         process,
         Kind::Invoke,
         "validate",
         json!({"limit": FENCED, "fence": fence, "paused": paused}),
     );
-    match client.validate_fence(TENANT, FENCED, fence).await {
+    let read = client.validate_fence(TENANT, FENCED, fence);
+    let answer = match belief {
+        Some(belief) => belief.race(read).await.unwrap_or_else(|why| {
+            Err(weir_client::ClientError::OutcomeUnknown(format!(
+                "given up: the permit may be lost ({why})"
+            )))
+        }),
+        None => read.await,
+    };
+    match answer {
         Ok(held) => {
             history.record(
                 process,

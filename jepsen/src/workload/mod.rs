@@ -4,7 +4,7 @@
 //! reserve/settle with retries and conflicting payloads raced and sent after known and
 //! unknown outcomes ([`ledger`]); halts on tenant and agent scope set and cleared while
 //! other processes reserve and acquire in their scope (`halts.rs`: [`halter`],
-//! [`admitter`]); `max_running` raced with reserves (`ceilings.rs`); readers validating
+//! [`admitter`]), and a ticket queued behind a blocker in that scope ([`halt_queue`]); `max_running` raced with reserves (`ceilings.rs`); readers validating
 //! others' fences through every node ([`reader`]); tickets queued before each fault and
 //! judged after its heal ([`Queued`]); and fenced actions on a downstream [`Resource`]
 //! guarded by a limit of concurrency 1 — one of whose clients the nemesis can pause
@@ -14,12 +14,16 @@
 //! keys are drained after the last heal ([`keyed`]); and, when asked for, permit holders
 //! running the Python client in processes of their own beside the Rust ones
 //! ([`python_holder`]). `setup.rs` holds the limits they share, `process.rs` what each process is given; `acquire.rs` the
-//! recorded acquire, release and belief end they share.
+//! recorded acquire, release and belief end they share; `belief.rs` how a holder works on a
+//! permit as an application does (each step checked, raced against `lost()`) and records
+//! when it was told the permit may be lost.
 
 mod acquire;
+mod belief;
 mod ceilings;
 mod cut;
 mod fenced;
+mod halt_queue;
 mod halts;
 pub mod keyed;
 mod ledger;
@@ -35,6 +39,7 @@ pub use acquire::{acquire_as, release_recorded};
 pub use ceilings::{ceiling_admitter, ceiling_setter};
 pub use cut::{CutClient, cut_holder};
 pub use fenced::{ClientPause, Resource, fenced, spawn_pausable};
+pub use halt_queue::halt_queue;
 pub use halts::{OTHER_AGENT, admitter, halter};
 pub use ledger::ledger;
 pub use permits::permits;

@@ -1,29 +1,29 @@
-//! Permit processes: acquire, hold, release, each belief interval recorded as a `hold` op.
+//! Permit processes: acquire, hold, release, each belief interval recorded as a `hold` op
+//! as the application saw it ([`Belief`]).
 
 use std::time::Duration;
 
 use serde_json::json;
 
-use super::acquire::{belief_end, next_permit, release_recorded};
+use super::acquire::{next_permit, release_recorded};
+use super::belief::Belief;
 use super::process::Process;
 use super::setup::TTL;
-use crate::history::Kind;
 
-/// A permit process: acquire, hold for `hold_ms` (a range, seeded) or until the permit may
-/// be lost, release; each belief interval recorded as a `hold` op. Long holds (longer than
-/// the session TTL) live on keep-alives, and span faults.
+/// A permit process: acquire, work for `hold_ms` (a range, seeded; in steps, each preceded
+/// by `lost_reason()` and raced against `lost()`) or until told the permit may be lost,
+/// release; each belief interval recorded as a `hold` op. Long holds (longer than the
+/// session TTL) live on keep-alives, and span faults.
 pub async fn permits(p: Process, limit: &'static str, cap: u64, hold_ms: (u64, u64)) {
     let mut rng = p.rng();
     let client = p.client(crate::secure::Access::Tenant(super::setup::TENANT));
     while let Some(session) = p.session(&client, TTL).await {
         while let Some((permit, from)) = next_permit(&p, &session, limit).await {
             let hold = Duration::from_millis(rng.range(hold_ms.0, hold_ms.1));
-            let lost = tokio::select! {
-                _ = tokio::time::sleep(hold) => permit.lost_reason(),
-                why = permit.lost() => Some(why),
-            };
-            let (to, seen, deadline) = belief_end(&p.history, &session, from);
-            p.history.record_at(p.id, Kind::Ok, "hold", json!({"limit": limit, "cap": cap, "fence": permit.fence(), "from_ns": from, "to_ns": to, "seen_ns": seen, "deadline_ns": deadline, "lost": lost.map(|l| l.to_string())}), seen);
+            let mut belief = Belief::new(&permit, &p.history, from);
+            belief.work(hold).await;
+            let fields = json!({"limit": limit, "cap": cap, "fence": permit.fence()});
+            belief.record(p.id, &session, fields);
             release_recorded(p.id, permit, &p.history).await;
         }
     }

@@ -35,6 +35,10 @@ pub const QUEUE: &str = "queue";
 pub const HALT_LIMIT: &str = "gate";
 pub const HALT_LIMIT_CAP: u32 = 4;
 
+/// The limit of [`HALT_TENANT`] on which a ticket queues while halts come and go
+/// (`halt_queue.rs`): one unit, so the waiter queues behind the blocker.
+pub const HALT_QUEUE: &str = "hqueue";
+
 /// The limit that guards the [`super::Resource`].
 pub const FENCED: &str = "fenced";
 
@@ -73,5 +77,9 @@ pub async fn setup(client: &Client, halty: &Client) -> Result<(), String> {
         .define_limit(HALT_TENANT, HALT_LIMIT, HALT_LIMIT_CAP, 0.0, None)
         .await
         .map_err(|e| format!("define {HALT_LIMIT}: {e}"))?;
+    halty
+        .define_limit(HALT_TENANT, HALT_QUEUE, 1, 0.0, None)
+        .await
+        .map_err(|e| format!("define {HALT_QUEUE}: {e}"))?;
     Ok(())
 }

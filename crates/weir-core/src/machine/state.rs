@@ -186,10 +186,11 @@ impl Machine {
         for id in due {
             self.serve(id, &mut events);
         }
+        let wall_ms = planted_wall_ms(batch.wall_ms);
         let replies = batch
             .commands
             .iter()
-            .map(|command| self.execute(command, batch.wall_ms, &mut events))
+            .map(|command| self.execute(command, wall_ms, &mut events))
             .collect();
         Applied {
             log_ms: now_ms,
@@ -283,4 +284,15 @@ impl Machine {
             Command::Tick => self.prune_due(),
         }
     }
+}
+
+/// The wall stamp an apply uses: the entry's own.
+fn planted_wall_ms(stamped: u64) -> u64 {
+    // PLANTED(local-wall): the apply reads this node's wall clock, not the entry's stamp.
+    if crate::planted::is(crate::planted::Plant::LocalWall) {
+        return std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+    }
+    stamped
 }

@@ -35,9 +35,11 @@ impl Stamper {
         Stamper {
             node,
             started: Instant::now(),
-            // PLANTED(fast-clock)
+            // PLANTED(fast-clock), PLANTED(fast-clock-small)
             rate: if weir_core::planted::is(weir_core::planted::Plant::FastClock) {
                 clock.rate * 1.3
+            } else if weir_core::planted::is(weir_core::planted::Plant::FastClockSmall) {
+                clock.rate * 1.04
             } else {
                 clock.rate
             },

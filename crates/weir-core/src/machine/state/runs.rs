@@ -220,11 +220,14 @@ impl Machine {
                     });
                 }
             }
-            refused.extend(
-                limit
-                    .queue
-                    .remove_where(|w| scope.covers(w.agent.as_deref())),
-            );
+            // PLANTED(halt-keeps-queue): the waiters in scope stay queued, to be granted.
+            if !crate::planted::is(crate::planted::Plant::HaltKeepsQueue) {
+                refused.extend(
+                    limit
+                        .queue
+                        .remove_where(|w| scope.covers(w.agent.as_deref())),
+                );
+            }
         }
         let mut touched: BTreeSet<LimitId> = ids.into_iter().collect();
         for (_, w) in refused {
