@@ -195,6 +195,7 @@ mod queue_rank;
 pub mod queue_view;
 pub mod reply;
 pub mod saved;
+mod saved_v5;
 pub mod session;
 pub mod snapshot;
 #[cfg(test)]
@@ -211,7 +212,9 @@ pub use command::{
 };
 pub use queue_view::{HolderView, QueuePage, WaiterView};
 pub use reply::{Applied, BudgetKind, Event, LimitsChange, Refusal, Reply};
-pub use snapshot::{SNAPSHOT_MAGIC, SNAPSHOT_VERSION, SnapshotContents, digest_of};
+pub use snapshot::{
+    SNAPSHOT_MAGIC, SNAPSHOT_VERSION, SNAPSHOT_VERSION_READ_MIN, SnapshotContents, digest_of,
+};
 pub use state::Machine;
 pub use status::{BucketNow, KeyPage, LimitStatus, LimitsPage, TenantStatus};
 pub use tenant::{RunSlot, Spend};

@@ -127,6 +127,7 @@ fn held_bytes_max() -> usize {
         ticket: TicketId::MAX,
         units: u32::MAX,
         agent: Some(name()),
+        granted_at_ms: u64::MAX,
     };
     encoded_len(&(TicketId::MAX, live)) + encoded_len(&(Fence::MAX, holder))
 }

@@ -369,17 +369,24 @@ impl Machine {
             && !a.estimate
         {
             let id = self.target_of(part);
-            let fence = self.grant(id, holder_of(a, units));
+            let fence = self.grant(id, holder_of(a, units, self.now_ms()));
             self.file(id);
             return Reply::Granted { fence, units };
         }
         let fence = self.next_fence();
+        let now_ms = self.now_ms();
         let mut took = Took::default();
         let mut ids = Vec::with_capacity(parts.len());
         for part in parts {
             let id = self.target_of(part);
             let limit = self.saved.limits.get_mut(&id).expect("created");
-            took.grant(limit, id, fence, holder_of(a, part.units), a.estimate);
+            took.grant(
+                limit,
+                id,
+                fence,
+                holder_of(a, part.units, now_ms),
+                a.estimate,
+            );
             ids.push(id);
         }
         self.record_grant(a.session, a.ticket, fence, units, took);
@@ -513,6 +520,7 @@ impl Machine {
                 units: part.units,
                 agent: a.agent.clone(),
                 fairness_key: String::new(),
+                weight: 0,
             };
             let limit = self.saved.limits.get_mut(&id).expect("created");
             let key = limit.queue.push(waiter, &a.priority);
@@ -757,6 +765,7 @@ impl Machine {
                 ticket,
                 units,
                 agent: w.agent,
+                granted_at_ms: now_ms,
             };
             let fence = self.grant(id, holder);
             events.push(Event::Granted {
@@ -810,6 +819,7 @@ impl Machine {
         events: &mut Vec<Event>,
     ) {
         let fence = self.next_fence();
+        let now_ms = self.now_ms();
         let mut took = Took::default();
         let mut first_units = None;
         for (id, key) in parts {
@@ -825,6 +835,7 @@ impl Machine {
                 ticket,
                 units,
                 agent: w.agent,
+                granted_at_ms: now_ms,
             };
             took.grant(limit, *id, fence, holder, estimate);
         }
@@ -971,12 +982,13 @@ impl Took {
 }
 
 /// The holder of `units` a request granted at once becomes.
-fn holder_of(a: &AcquireParts, units: u32) -> Holder {
+fn holder_of(a: &AcquireParts, units: u32, now_ms: u64) -> Holder {
     Holder {
         session: a.session,
         ticket: a.ticket,
         units,
         agent: a.agent.clone(),
+        granted_at_ms: now_ms,
     }
 }
 
