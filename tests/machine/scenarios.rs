@@ -812,6 +812,43 @@ fn a_halt_refuses_its_scope_refuses_its_queue_and_tells_its_holders() {
     assert_eq!(s.reply(as_agent(a, 4, "bot")), queued(0));
 }
 
+/// A waiting request refused at once is remembered: asked again (a re-ask after a
+/// reconnect, a late duplicate) it answers the same refusal, though what refused it has
+/// gone, and is never granted after its refusal was answered. A request that does not wait
+/// is not remembered: its own answer decides it, and asking again decides afresh.
+#[test]
+fn a_waiting_request_refused_at_once_answers_the_same_refusal_when_asked_again() {
+    let mut s = Sim::new();
+    s.define("acme", "db", 1, 0.0);
+    let a = s.open(60_000);
+    let bot = HaltScope::Agent("bot".into());
+    let as_bot = |ticket| ask(a, ticket, "db").tenant("acme").agent("bot");
+    assert_eq!(s.reply(set_halt(&bot, "runaway loop")), Reply::Done);
+    let runaway = refused(halted(&bot, "runaway loop"));
+    assert_eq!(s.reply(as_bot(1)), runaway);
+    assert_eq!(s.reply(as_bot(2).wait(false)), runaway);
+    // The halt is cleared and the limit has room: the ticket refused while waiting
+    // answers its refusal again, the one that did not wait is decided afresh.
+    assert_eq!(s.reply(clear_halt(&bot)), Reply::Done);
+    assert_eq!(s.reply(as_bot(1)), runaway);
+    assert!(matches!(
+        s.reply(as_bot(2).wait(false)),
+        Reply::Granted { .. }
+    ));
+    assert_eq!(s.status("acme", "db").in_use, 1);
+
+    // A limit that did not exist yet: defined since, the first answer still stands.
+    let unknown = refused(Refusal::UnknownLimit {
+        tenant: "acme".into(),
+        name: "gpu".into(),
+    });
+    let gpu = ask(a, 3, "gpu").tenant("acme");
+    assert_eq!(s.reply(gpu.clone()), unknown);
+    s.define("acme", "gpu", 1, 0.0);
+    assert_eq!(s.reply(gpu), unknown);
+    assert_eq!(s.status("acme", "gpu").in_use, 0);
+}
+
 #[test]
 fn a_retried_reserve_after_a_halt_answers_admitted_for_the_run_already_admitted() {
     let mut s = Sim::new();

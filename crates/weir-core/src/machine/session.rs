@@ -8,6 +8,15 @@
 //! permit of one limit), finished (remembered so that a late duplicate of its acquire gets
 //! the same answer), or unknown.
 //!
+//! A request that would wait (`wait: true`) and is refused at once (halted, an unknown
+//! limit, too large, a full queue, a bound of the state) finishes its ticket with that
+//! refusal too, as one refused while it waited does: the client re-asks every waiting
+//! ticket after a reconnect, and a re-ask whose first answer was lost must get that answer,
+//! not a second decision (a grant after a refusal the caller may have seen). The one
+//! exception is a refusal for want of room to remember finished tickets, which cannot be
+//! remembered: nothing was decided, and a re-ask decides afresh. A request that does not
+//! wait is not remembered when refused: its caller does not re-ask it.
+//!
 //! Retention of finished tickets is tied to the client's retry window, in log time: a
 //! finished ticket is kept [`FINISHED_TICKET_RETENTION_MS`] of log time after it finished,
 //! and only then forgotten. Log time never runs faster than real time (see the machine's
@@ -100,9 +109,9 @@ pub enum Finished {
     Taken { fence: Fence, units: u32 },
     /// Released (or withdrawn) by the client.
     Released,
-    /// Refused while it waited, for any reason but a halt.
+    /// Refused while it waited (or at once, asked to wait), for any reason but a halt.
     Refused(Box<Refusal>),
-    /// Refused while it waited, by a halt of its tenant in `scope`. Kept apart from
+    /// Refused while it waited (or at once, asked to wait), by a halt of its tenant in `scope`. Kept apart from
     /// `Refused` without the tenant's name, which the duplicate acquire names itself: the
     /// largest finished ticket stays a halt reason and an agent name, not a tenant's name
     /// more (the snapshot arithmetic of `machine::snapshot_size` counts every finished ticket).

@@ -85,6 +85,38 @@ impl Machine {
         if let Some(reply) = self.ticket_admits(a)? {
             return Ok(reply);
         }
+        let decided = self.decide_new(a, events);
+        if let Err(refusal) = &decided
+            && a.wait
+        {
+            self.remember_refusal(a, refusal);
+        }
+        decided
+    }
+
+    /// Remembers that the new waiting request `a` was refused at once with `refusal`, as a
+    /// finished ticket, so that asking again (a re-ask after a reconnect, a late duplicate)
+    /// answers the same refusal instead of deciding a second time. A refusal for want of
+    /// room to remember finished tickets cannot be remembered, and is not: the request was
+    /// decided nothing, so asking again decides it afresh.
+    fn remember_refusal(&mut self, a: &AcquireParts, refusal: &Refusal) {
+        let now_ms = self.now_ms();
+        let room = self.room_to_finish();
+        let session = self
+            .saved
+            .sessions
+            .get_mut(&a.session)
+            .expect("checked by ticket_admits");
+        if room.and(session.room_to_finish(a.session)).is_err() {
+            return;
+        }
+        let how = Finished::refused(refusal.clone());
+        session.finish(a.ticket, how, now_ms, &mut self.totals);
+        self.refile_tickets(a.session);
+    }
+
+    /// A new request (its session has room for it): granted, queued, or refused.
+    fn decide_new(&mut self, a: &AcquireParts, events: &mut Vec<Event>) -> Result<Reply, Refusal> {
         self.room_for_ticket()?;
         // PLANTED(halt-skipped)
         if let Some(t) = self.saved.tenants.get(&a.tenant)
