@@ -30,7 +30,8 @@ use weir_core::machine::{
 /// shadow refusals and overruns, and reads of a limit's holders and waiters
 /// (`Query::Holders`, `Query::Waiters`), which a node or client of version 3 could not decode.
 /// Version 5: a page of holders or waiters carries the log clock it was read at, each holder
-/// its grant's log time and each waiter its fairness weight.
+/// its grant's log time and each waiter its fairness weight; writes may carry
+/// `Command::KeepAliveAcked` (a keep-alive with the session's acknowledged mark).
 pub const PROTOCOL_VERSION: u32 = 5;
 
 /// Largest client frame, in bytes: a command is at most a few KiB (names are bounded by

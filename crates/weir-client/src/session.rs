@@ -3,7 +3,9 @@
 //!
 //! # Keep-alive and the belief deadline
 //!
-//! A [`Session`] sends `KeepAlive` every TTL/5 ([`KEEPALIVES_PER_TTL`]). When one is
+//! A [`Session`] sends `KeepAliveAcked` every TTL/5 ([`KEEPALIVES_PER_TTL`]), carrying
+//! the session's acknowledged mark (its lowest ticket still waiting: the cluster forgets
+//! the finished tickets below it, see `weir_core::machine::session`). When one is
 //! acknowledged, the session's **belief deadline** becomes `send time + TTL − margin`
 //! ([`margin_for`], [`deadline_after`]) on CLOCK_BOOTTIME ([`BootInstant`]): the cluster
 //! cannot expire the session before then (G2, see the `machine` module doc). The boot clock

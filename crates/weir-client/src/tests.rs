@@ -29,7 +29,9 @@ fn node(
             session: 7,
             ttl_ms: *ttl_ms,
         }),
-        Request::Write(Command::KeepAlive { .. }) => written(Reply::KeptAlive { ttl_ms: 3_000 }),
+        Request::Write(Command::KeepAlive { .. } | Command::KeepAliveAcked { .. }) => {
+            written(Reply::KeptAlive { ttl_ms: 3_000 })
+        }
         Request::Write(Command::Release { .. }) => written(Reply::Released {
             held: true,
             withdrawn: false,
@@ -306,7 +308,10 @@ async fn a_silent_node_is_given_up_and_the_session_moves_to_the_next() {
     a.fall_silent();
     let moved = b
         .wait_for(WAIT, |r| {
-            matches!(r, Request::Write(Command::KeepAlive { .. }))
+            matches!(
+                r,
+                Request::Write(Command::KeepAlive { .. } | Command::KeepAliveAcked { .. })
+            )
         })
         .await;
     assert!(moved, "a keep-alive reached the live node");
@@ -354,7 +359,10 @@ async fn a_deposed_leader_names_the_new_one_and_the_client_moves_there() {
     a.name_leader(Some((2, b.addr.clone())));
     let moved = b
         .wait_for(WAIT, |r| {
-            matches!(r, Request::Write(Command::KeepAlive { .. }))
+            matches!(
+                r,
+                Request::Write(Command::KeepAlive { .. } | Command::KeepAliveAcked { .. })
+            )
         })
         .await;
     assert!(moved, "the session followed the named leader");
@@ -432,7 +440,12 @@ async fn a_reask_that_waits_does_not_hold_up_the_keep_alives() {
     let keep_alives = |n: &FakeNode| {
         n.seen()
             .iter()
-            .filter(|r| matches!(r, Request::Write(Command::KeepAlive { .. })))
+            .filter(|r| {
+                matches!(
+                    r,
+                    Request::Write(Command::KeepAlive { .. } | Command::KeepAliveAcked { .. })
+                )
+            })
             .count()
     };
     let before = keep_alives(&n);

@@ -179,9 +179,11 @@
 //!   budget is exhausted, no further reserve in that period is admitted. Reserves *with* a
 //!   hold cannot overspend together (G6): each is admitted only while settled + standing
 //!   holds + its hold fit; a charge above its hold is recorded and reported as an overrun.
-//! - Retention: finished tickets are kept for a log-time window longer than the client's
-//!   retry deadline, and a session that would need more than its bound is refused rather
-//!   than made to forget ([`session`]). Settlement receipts are kept a day and bounded in
+//! - Retention: a finished ticket is kept until its session's acknowledged mark passes it
+//!   (the client's word that it will not ask about it again) or a log-time window longer
+//!   than the client's retry deadline runs out, whichever is first; a ticket below the mark
+//!   that is not live is refused without effect, and a session that would need more than
+//!   its bound is refused rather than made to forget ([`session`]). Settlement receipts are kept a day and bounded in
 //!   count per tenant (the oldest evicted and counted, see [`crate::bounds`]); a duplicate
 //!   older than either retention is treated as new.
 

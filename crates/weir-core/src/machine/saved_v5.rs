@@ -1,9 +1,12 @@
 //! Snapshot version 5, read and converted: [`SavedLimitsV5`] decodes the payload of a
 //! version 5 snapshot and [`SavedLimitsV5::upgrade`] turns it into today's [`SavedLimits`].
 //!
-//! Version 6 differs from 5 in what a limit keeps of its holders and waiters: a holder
-//! keeps the log time of its grant, and a waiter its fairness weight. A version 5 snapshot
-//! kept neither, so the conversion gives each holder the snapshot's log clock as its grant
+//! Version 6 differs from 5 in what a limit keeps of its holders and waiters, and in what
+//! a session keeps: a holder keeps the log time of its grant, a waiter its fairness weight,
+//! and a session its acknowledged mark (`machine::session`). A version 5 session converts
+//! with the mark at 0, nothing acknowledged: its finished tickets stay until a mark passes
+//! them, their log-time window runs out, or the session ends. A version 5 snapshot kept
+//! neither of the others, so the conversion gives each holder the snapshot's log clock as its grant
 //! time (the earliest time the state proves it was held by; "held for" then counts from
 //! the upgrade) and each waiter the weight 0, which the reads answer as "not kept". Nothing
 //! decided depends on either: grants never read `granted_at_ms`, and a waiter's place was
@@ -21,7 +24,7 @@ use super::command::{Fence, LimitId, SessionId, TicketId};
 use super::limit::{Holder, Limit, LimitSpec, ShadowRefusals};
 use super::queue::QueueV5;
 use super::saved::SavedLimits;
-use super::session::Session;
+use super::session::SessionV5;
 use super::tenant::Tenant;
 
 /// The machine's saved state as version 5 encoded it.
@@ -32,7 +35,7 @@ pub(super) struct SavedLimitsV5 {
     last_fence: Fence,
     last_session: SessionId,
     last_limit: LimitId,
-    sessions: BTreeMap<SessionId, Session>,
+    sessions: BTreeMap<SessionId, SessionV5>,
     limits: BTreeMap<LimitId, LimitV5>,
     tenants: BTreeMap<String, Tenant>,
 }
@@ -78,7 +81,9 @@ impl SavedLimitsV5 {
             last_fence: self.last_fence,
             last_session: self.last_session,
             last_limit: self.last_limit,
-            sessions: self.sessions,
+            sessions: (self.sessions.into_iter())
+                .map(|(id, s)| (id, s.into()))
+                .collect(),
             limits: (self.limits.into_iter())
                 .map(|(id, l)| (id, l.upgrade(now_ms)))
                 .collect(),

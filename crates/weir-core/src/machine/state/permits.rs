@@ -183,7 +183,10 @@ impl Machine {
             Some(Ticket::HeldParts { .. } | Ticket::Held { .. }) => {
                 return Ok(Reply::Settled { duplicate: true });
             }
-            None if matches!(s.finished.get(&ticket), Some(Finished::Taken { .. })) => {
+            // Finished as a take, or finished and forgotten below the mark: nothing more.
+            None if matches!(s.finished.get(&ticket), Some(Finished::Taken { .. }))
+                || !s.remembers(ticket) =>
+            {
                 return Ok(Reply::Settled { duplicate: true });
             }
             Some(Ticket::Queued { .. } | Ticket::QueuedParts { .. }) => {
@@ -480,6 +483,13 @@ impl Machine {
         if let Some(reply) = self.answer_again(a.session, a.ticket, &a.tenant, session) {
             return Ok(Some(reply));
         }
+        if !session.remembers(a.ticket) {
+            return Err(Refusal::Invalid(format!(
+                "ticket {} of session {} is below the session's acknowledged mark {}: a new \
+                 request takes a new ticket",
+                a.ticket, a.session, session.acked_below
+            )));
+        }
         // A new ticket ends finished; there must be room to remember it (never forget one
         // a client may still retry).
         session.room_to_finish(a.session)?;
@@ -595,8 +605,10 @@ impl Machine {
         let now_ms = self.now_ms();
         if let Some(session) = self.saved.sessions.get_mut(&id) {
             session.prune_finished(now_ms, &mut self.totals);
-            let known =
-                session.live.contains_key(&ticket) || session.finished.contains_key(&ticket);
+            // A ticket below the mark is not recorded, so needs no room.
+            let known = session.live.contains_key(&ticket)
+                || session.finished.contains_key(&ticket)
+                || !session.remembers(ticket);
             let room = session.room_to_finish(id).and(self.room_to_finish());
             self.refile_tickets(id);
             if !known && let Err(refusal) = room {
