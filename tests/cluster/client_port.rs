@@ -101,7 +101,7 @@ async fn every_kind_of_bad_input_closes_only_its_connection() {
                 token: None,
             })),
             false,
-            "protocol version 99 is not supported (this node speaks 4)",
+            "protocol version 99 is not supported (this node speaks 5)",
         ),
         (
             "request before hello",

@@ -301,7 +301,7 @@ async fn holders_and_waiters_answer_the_permits_and_the_queue_in_serving_order()
     let (holder, low, high) = (open().await, open().await, open().await);
     let acquire = |session: u64, priority: i32, key: &str| {
         json!({"session": session, "ticket": 1, "units": 1, "wait": true, "timeout_ms": 1,
-               "priority": priority, "fairness_key": key, "agent": "a"})
+               "priority": priority, "fairness_key": key, "agent": "a", "weight": priority + 1})
     };
     let (status, held) = call(
         &admin,
@@ -333,6 +333,9 @@ async fn holders_and_waiters_answer_the_permits_and_the_queue_in_serving_order()
         "{hs}"
     );
     assert!(h["lease_expires_at_ms"].as_u64().unwrap() > 0, "{hs}");
+    // Held for: the page's log clock less the grant's, both on the log clock.
+    let granted_at_ms = h["granted_at_ms"].as_u64().expect("a grant time");
+    assert!(hs["now_ms"].as_u64().unwrap() >= granted_at_ms, "{hs}");
 
     phase("waiters in serving order: the higher level first, then the earlier low one");
     let (status, ws) = call(&reader, "GET", &format!("{limit}/waiters"), None).await;
@@ -347,14 +350,15 @@ async fn holders_and_waiters_answer_the_permits_and_the_queue_in_serving_order()
                 w["position"].as_u64().unwrap(),
                 w["level"].as_i64().unwrap(),
                 w["fairness_key"].as_str().unwrap().to_owned(),
+                w["weight"].as_u64().unwrap(),
             )
         })
         .collect();
     assert_eq!(
         order,
         vec![
-            (high, 0, 5, "interactive".to_owned()),
-            (low, 1, 0, "batch".to_owned())
+            (high, 0, 5, "interactive".to_owned(), 6),
+            (low, 1, 0, "batch".to_owned(), 1)
         ]
     );
 

@@ -594,3 +594,64 @@ async fn the_readme_curl_examples_run_against_a_follower() {
         assert!(!stdout.trim().is_empty(), "{line} printed nothing");
     }
 }
+
+/// A keep-alive may carry the session's acknowledged mark: a finished ticket below it is
+/// forgotten, and asking for it again is refused 400 `Invalid` naming the mark (never
+/// granted a second time); a keep-alive without a body is as before, and an unknown field
+/// is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keep_alive_with_a_mark_forgets_the_tickets_below_it() {
+    let cluster = Cluster::start("http-mark", 3, "");
+    let api = Api::of(&cluster, follower(&cluster).await);
+    let db = "/v1/tenants/default/limits/db";
+    assert_eq!(api.define(db, 1).await.0, StatusCode::OK);
+    let (_, opened) = api.open_session().await;
+    let session = opened["session"].as_u64().expect("a session");
+    let ask = json!({"session": session, "ticket": 1, "wait": false});
+    let (status, v) = api.acquire(db, ask.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    let release = format!("/v1/sessions/{session}/release");
+    let (status, _) = api.call("POST", &release, Some(json!({"ticket": 1}))).await;
+    assert_eq!(status, StatusCode::OK);
+    // Remembered: a late duplicate of the acquire is refused as released.
+    let (status, v) = api.acquire(db, ask.clone()).await;
+    assert_eq!(
+        (status, &v["error"]),
+        (StatusCode::CONFLICT, &json!("TicketReleased")),
+        "{v}"
+    );
+
+    let keepalive = format!("/v1/sessions/{session}/keepalive");
+    let (status, v) = api.call("POST", &keepalive, None).await;
+    assert_eq!(
+        (status, &v["status"]),
+        (StatusCode::OK, &json!("kept_alive")),
+        "{v}"
+    );
+    let (status, v) = api
+        .call("POST", &keepalive, Some(json!({"acked_below": 2})))
+        .await;
+    assert_eq!(
+        (status, &v["status"]),
+        (StatusCode::OK, &json!("kept_alive")),
+        "{v}"
+    );
+    let (status, v) = api.acquire(db, ask).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("below the session's acknowledged mark 2"),
+        "{v}"
+    );
+    let (status, v) = api
+        .call(
+            "POST",
+            &keepalive,
+            Some(json!({"acked_below": 2, "mark": 3})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "an unknown field: {v}");
+    cluster.converged(CONVERGE).await;
+}

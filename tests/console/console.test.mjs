@@ -93,7 +93,28 @@ async function withoutTokens(b) {
     await page.locator('#recent li.ok', { hasText: 'granted' }).waitFor();
     await page.locator('#holders td', { hasText: 'etl' }).waitFor();
     log(`phase: a CLI grant appears live on the limit's page (${Date.now() - started} ms after the CLI started)`);
+    // A waiter of weight 3 under fairness key "batch": db holds 1 of 2, and 2 units wait.
+    const opened = await cluster.http(leader, 'POST', '/v1/sessions', { ttl_ms: 60_000 });
+    assert.equal(opened.status, 200, JSON.stringify(opened.json));
+    const waiting = { session: opened.json.session, ticket: 1, units: 2, fairness_key: 'batch', weight: 3, timeout_ms: 0 };
+    const queued = await cluster.http(leader, 'POST', '/v1/tenants/default/limits/db/acquire', waiting);
+    assert.equal(queued.status, 202, JSON.stringify(queued.json));
+    const waiterRow = page.locator('#waiters tr', { hasText: 'batch' });
+    await waiterRow.waitFor();
+    const weightCell = await waiterRow.locator('td').nth(3).textContent();
+    assert.equal(weightCell, '3', `the waiter's weight is shown: ${await waiterRow.textContent()}`);
+    // Held for: the log clock at the read less the grant's log time, as "N ms", "N.N s", ...
+    const holderRow = page.locator('#holders tr', { hasText: 'etl' });
+    const heldFor = await holderRow.locator('td').nth(4).textContent();
+    assert.match(heldFor, /^\d+(\.\d)? (ms|s)$/, `held for: ${await holderRow.textContent()}`);
+    const holders = await cluster.http(leader, 'GET', '/v1/tenants/default/limits/db/holders');
+    const etl = holders.json.items.find((x) => x.agent === 'etl');
+    assert.ok(etl.granted_at_ms > 0 && holders.json.now_ms >= etl.granted_at_ms, JSON.stringify(holders.json));
+    log(`phase: the limit's page shows the holder held for ${heldFor} and the waiter's weight 3`);
     await shot(page, 'limit');
+    const withdrawn = await cluster.http(leader, 'POST', `/v1/sessions/${opened.json.session}/release`, { ticket: 1 });
+    assert.equal(withdrawn.status, 200, JSON.stringify(withdrawn.json));
+    await waiterRow.waitFor({ state: 'detached' });
 
     const tenant = await cluster.http(leader, 'PUT', '/v1/tenants/default', { max_running: 4, budget_tokens: 1000 });
     assert.equal(tenant.status, 200, JSON.stringify(tenant.json));

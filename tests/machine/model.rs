@@ -10,7 +10,10 @@
 //! of them not exact in binary, and some entries let a few token-times pass at once so a
 //! bucket refilling even slightly too fast is caught. Every fence ever
 //! handed out must be new and larger than all before it, and a re-asked ticket must get its
-//! own fence back (G5).
+//! own fence back (G5). Sessions raise their acknowledged marks at random
+//! (`KeepAliveAcked`): a ticket below its session's mark that is not live is refused
+//! without effect, and every ticket at or above it keeps its answer (a retried ticket the
+//! client has not acknowledged never forgets it).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -51,6 +54,12 @@ enum Op {
     KeepAlive {
         s: usize,
     },
+    /// A keep-alive raising the session's acknowledged mark to `below` (ticket ids run to
+    /// 17, so some marks pass them all).
+    Ack {
+        s: usize,
+        below: TicketId,
+    },
     Close {
         s: usize,
     },
@@ -66,6 +75,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(s, n, limit, wait)| Op::Acquire { s, n, limit, wait }),
         4 => (s.clone(), 0..6u64, 0..3usize).prop_map(|(s, n, limit)| Op::Release { s, n, limit }),
         3 => s.clone().prop_map(|s| Op::KeepAlive { s }),
+        1 => (s.clone(), 0..20u64).prop_map(|(s, below)| Op::Ack { s, below }),
         1 => s.clone().prop_map(|s| Op::Close { s }),
         1 => s.prop_map(|s| Op::Reopen { s }),
     ]
@@ -139,11 +149,18 @@ struct Model {
     rate_grants: Vec<(u64, u32)>,
     /// Every fence handed out, and to whom.
     fences: BTreeMap<u64, (SessionId, TicketId)>,
+    /// Each session's acknowledged mark (absent: 0).
+    marks: BTreeMap<SessionId, TicketId>,
 }
 
 impl Model {
     fn alive(&self, sid: SessionId) -> bool {
         self.sessions.values().any(|(id, _)| *id == sid)
+    }
+
+    /// Whether `key`'s ticket is below its session's acknowledged mark.
+    fn acknowledged(&self, key: (SessionId, TicketId)) -> bool {
+        key.1 < self.marks.get(&key.0).copied().unwrap_or(0)
     }
 
     /// Grants from the head of concurrency limit `l` while it fits.
@@ -246,6 +263,7 @@ impl Model {
         (tenant, name): (&str, &str),
     ) -> Reply {
         let units = units_of(key.1);
+        let mark = self.marks.get(&key.0).copied().unwrap_or(0);
         let lim = &mut self.limits[l];
         if let Some((u, f)) = lim.held.get_mut(&key) {
             // Granted earlier in this entry by a release or expiry: its fence arrives with
@@ -264,6 +282,9 @@ impl Model {
             return Reply::Queued {
                 position: pos as u32,
             };
+        }
+        if key.1 < mark {
+            return below_mark(key, mark);
         }
         if self.released.contains(&key) {
             return Reply::Refused(Refusal::TicketReleased {
@@ -295,6 +316,14 @@ impl Model {
             position: lim.queue.len() as u32 - 1,
         }
     }
+}
+
+/// The refusal of an acquire naming a ticket below its session's mark that is not live.
+fn below_mark((session, ticket): (SessionId, TicketId), mark: TicketId) -> Reply {
+    Reply::Refused(Refusal::Invalid(format!(
+        "ticket {ticket} of session {session} is below the session's acknowledged mark {mark}: \
+         a new request takes a new ticket"
+    )))
 }
 
 /// What the checks of one entry gather: the grants of queued tickets the model expects it
@@ -381,6 +410,10 @@ fn commands_of(model: &Model, ops: &[Op]) -> Vec<Command> {
                 ticket: ticket_id(n, limit),
             },
             Op::KeepAlive { s } => Command::KeepAlive { session: sid(s) },
+            Op::Ack { s, below } => Command::KeepAliveAcked {
+                session: sid(s),
+                acked_below: below,
+            },
             Op::Close { s } => Command::CloseSession { session: sid(s) },
             // A live slot is not reopened; the entry only lets time pass for it.
             Op::Reopen { s } if model.sessions.contains_key(&s) => Command::Tick,
@@ -420,12 +453,19 @@ fn check_reply(
                 model.release((*session, *ticket), &mut seen.expected_grants);
             }
         }
-        (Op::KeepAlive { .. }, Command::KeepAlive { session }) => {
+        (
+            Op::KeepAlive { .. } | Op::Ack { .. },
+            Command::KeepAlive { session } | Command::KeepAliveAcked { session, .. },
+        ) => {
             // Commands name the session their slot had when the entry was built.
             match model.sessions.values_mut().find(|(id, _)| id == session) {
                 Some((_, at)) => {
                     *at = log_ms + TTL_MS;
                     prop_assert_eq!(reply, &Reply::KeptAlive { ttl_ms: TTL_MS });
+                    if let Command::KeepAliveAcked { acked_below, .. } = command {
+                        let mark = model.marks.entry(*session).or_default();
+                        *mark = (*mark).max(*acked_below);
+                    }
                 }
                 None => prop_assert_eq!(
                     reply,
@@ -471,7 +511,9 @@ fn check_rate_acquire(
     log_ms: u64,
     seen: &mut Seen,
 ) -> Result<(), TestCaseError> {
-    if model.released.contains(&key) {
+    if !model.rate_queued.contains(&key) && model.acknowledged(key) {
+        prop_assert_eq!(reply, &below_mark(key, model.marks[&key.0]));
+    } else if model.released.contains(&key) {
         prop_assert_eq!(
             reply,
             &Reply::Refused(Refusal::TicketReleased {

@@ -137,3 +137,38 @@ fn a_page_never_holds_more_than_the_bound() {
     assert_eq!(last.items.len(), 10);
     assert_eq!(last.items[0].position, QUEUE_PAGE_MAX);
 }
+
+/// A holder is answered with its grant's log time and the page with the log clock it was
+/// read at, so "held for" needs no other clock; a waiter with its fairness weight.
+#[test]
+fn holders_answer_their_grant_time_and_waiters_their_weight() {
+    let mut s = Sim::db(1);
+    let [holder, heavy, light] = s.open_each([60_000; 3]);
+    let granted_at_ms = s.m.now_ms();
+    s.grant(ask(holder, 1, "db"));
+    let heavy_ask = ask(heavy, 1, "db").priority(weir_core::machine::Priority {
+        level: 0,
+        fairness_key: "batch".into(),
+        fairness_weight: 3,
+    });
+    assert_eq!(s.reply(heavy_ask), queued(0));
+    assert_eq!(s.reply(ask(light, 1, "db").at(0, "ui")), queued(1));
+    s.entry_after(2_500, vec![]);
+
+    let page = s.m.holders("t", "db", 0, 10).unwrap();
+    assert_eq!(page.items[0].granted_at_ms, granted_at_ms);
+    assert_eq!(page.now_ms, granted_at_ms + 2_500);
+    let waiters = s.m.waiters("t", "db", 0, 10).unwrap();
+    let weights: Vec<_> = waiters
+        .items
+        .iter()
+        .map(|w| (w.session, w.weight))
+        .collect();
+    assert_eq!(weights, vec![(heavy, 3), (light, 1)]);
+    assert_eq!(waiters.now_ms, granted_at_ms + 2_500);
+
+    // Both survive a snapshot.
+    let restored = weir_core::machine::Machine::restore(&s.m.snapshot()).unwrap();
+    assert_eq!(restored.holders("t", "db", 0, 10), Some(page));
+    assert_eq!(restored.waiters("t", "db", 0, 10), Some(waiters));
+}

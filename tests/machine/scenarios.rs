@@ -394,6 +394,80 @@ fn a_rate_take_retried_after_thousands_of_others_is_answered_not_granted_twice()
     assert_ne!(s.reply(ask(a, 0, "api")), first_answer);
 }
 
+fn acked(session: u64, acked_below: u64) -> Command {
+    Command::KeepAliveAcked {
+        session,
+        acked_below,
+    }
+}
+
+/// The acknowledged mark: finished tickets below it are forgotten, and asking about one is
+/// refused without effect; live tickets below it stay live; tickets at or above it keep
+/// their answers; the mark never moves down.
+#[test]
+fn finished_tickets_below_the_acknowledged_mark_are_forgotten_and_never_granted_again() {
+    let mut s = Sim::db(2);
+    s.reply(limit("t", "api").rate(1_000.0).burst(1_000_000));
+    let a = s.open(600_000);
+    let taken = s.grant(ask(a, 1, "api"));
+    let held = s.grant(ask(a, 2, "db"));
+    let later = s.grant(ask(a, 4, "api"));
+    assert_eq!(s.reply(acked(a, 4)), Reply::KeptAlive { ttl_ms: 600_000 });
+
+    let below = |ticket| {
+        refused(Refusal::Invalid(format!(
+            "ticket {ticket} of session {a} is below the session's acknowledged mark 4: a new \
+             request takes a new ticket"
+        )))
+    };
+    // Ticket 1 finished below the mark: forgotten, and its retry takes no second token.
+    let tokens = s.status("t", "api").tokens;
+    assert_eq!(s.reply(ask(a, 1, "api")), below(1));
+    assert_eq!(
+        s.reply(ask(a, 3, "db")),
+        below(3),
+        "never asked: refused too"
+    );
+    assert_eq!(s.status("t", "api").tokens, tokens);
+    // Ticket 2 is live below the mark: answered as held, released, and then not recorded.
+    assert_eq!(
+        s.reply(ask(a, 2, "db")),
+        Reply::Granted {
+            fence: held,
+            units: 1
+        }
+    );
+    assert_eq!(s.release(a, 2).0, FREED);
+    assert_eq!(s.release(a, 2).0, NOTHING_RELEASED);
+    assert_eq!(s.reply(ask(a, 2, "db")), below(2));
+    assert_eq!(s.status("t", "db").in_use, 0);
+    // Ticket 4, at the mark, keeps its answer; a lower mark changes nothing.
+    assert_eq!(s.reply(acked(a, 1)), Reply::KeptAlive { ttl_ms: 600_000 });
+    assert_eq!(
+        s.reply(ask(a, 4, "api")),
+        Reply::Granted {
+            fence: later,
+            units: 1
+        }
+    );
+    assert_ne!(taken, later);
+    assert_eq!(s.reply(acked(a, 5)), Reply::KeptAlive { ttl_ms: 600_000 });
+    assert_eq!(
+        s.reply(ask(a, 4, "api")),
+        refused(Refusal::Invalid(format!(
+            "ticket 4 of session {a} is below the session's acknowledged mark 5: a new \
+             request takes a new ticket"
+        )))
+    );
+    // The mark is state: a restored machine refuses the same.
+    let restored = Machine::restore(&s.m.snapshot()).unwrap();
+    assert_eq!(restored.digest(), s.m.digest());
+    assert_eq!(
+        s.reply(acked(a + 1, 9)),
+        refused(Refusal::UnknownSession { session: a + 1 })
+    );
+}
+
 #[test]
 fn a_session_at_its_finished_ticket_bound_is_refused_not_made_to_forget() {
     let mut s = Sim::new();
@@ -810,6 +884,43 @@ fn a_halt_refuses_its_scope_refuses_its_queue_and_tells_its_holders() {
     s.reply(clear_halt(&tenant));
     assert_eq!(s.reply(reserve("r3", Some("bot"), None)), Reply::Admitted);
     assert_eq!(s.reply(as_agent(a, 4, "bot")), queued(0));
+}
+
+/// A waiting request refused at once is remembered: asked again (a re-ask after a
+/// reconnect, a late duplicate) it answers the same refusal, though what refused it has
+/// gone, and is never granted after its refusal was answered. A request that does not wait
+/// is not remembered: its own answer decides it, and asking again decides afresh.
+#[test]
+fn a_waiting_request_refused_at_once_answers_the_same_refusal_when_asked_again() {
+    let mut s = Sim::new();
+    s.define("acme", "db", 1, 0.0);
+    let a = s.open(60_000);
+    let bot = HaltScope::Agent("bot".into());
+    let as_bot = |ticket| ask(a, ticket, "db").tenant("acme").agent("bot");
+    assert_eq!(s.reply(set_halt(&bot, "runaway loop")), Reply::Done);
+    let runaway = refused(halted(&bot, "runaway loop"));
+    assert_eq!(s.reply(as_bot(1)), runaway);
+    assert_eq!(s.reply(as_bot(2).wait(false)), runaway);
+    // The halt is cleared and the limit has room: the ticket refused while waiting
+    // answers its refusal again, the one that did not wait is decided afresh.
+    assert_eq!(s.reply(clear_halt(&bot)), Reply::Done);
+    assert_eq!(s.reply(as_bot(1)), runaway);
+    assert!(matches!(
+        s.reply(as_bot(2).wait(false)),
+        Reply::Granted { .. }
+    ));
+    assert_eq!(s.status("acme", "db").in_use, 1);
+
+    // A limit that did not exist yet: defined since, the first answer still stands.
+    let unknown = refused(Refusal::UnknownLimit {
+        tenant: "acme".into(),
+        name: "gpu".into(),
+    });
+    let gpu = ask(a, 3, "gpu").tenant("acme");
+    assert_eq!(s.reply(gpu.clone()), unknown);
+    s.define("acme", "gpu", 1, 0.0);
+    assert_eq!(s.reply(gpu), unknown);
+    assert_eq!(s.status("acme", "gpu").in_use, 0);
 }
 
 #[test]

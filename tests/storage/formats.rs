@@ -137,10 +137,16 @@ fn today() -> Vec<(String, Vec<u8>)> {
             "cluster.id.wcid-1".into(),
             weir_server::raft::cluster_identity::encode_cluster_id(CLUSTER),
         ),
-        ("machine.wsnp-5".into(), snapshot.clone()),
-        ("snapshot.bin.wsst-1".into(), encode_file(&meta, &snapshot)),
+        ("machine.wsnp-6".into(), snapshot.clone()),
+        (
+            "snapshot.bin.wsst-1.wsnp-6".into(),
+            encode_file(&meta, &snapshot),
+        ),
         ("segment.wal.went-1".into(), segment),
-        ("backup.wbak-1".into(), std::fs::read(&backup).unwrap()),
+        (
+            "backup.wbak-1.wsnp-6".into(),
+            std::fs::read(&backup).unwrap(),
+        ),
         (
             "client-hello.protocol-3".into(),
             frame(&ClientFrame::Hello {
@@ -187,11 +193,17 @@ fn every_shipped_format_version_is_read_or_refused_as_documented() {
     );
     std::fs::write(dir.0.join("cluster.id"), fixture("cluster.id.wcid-1")).unwrap();
     assert_eq!(read_cluster_id(&dir.0).unwrap(), Some(CLUSTER));
-    let restored = Machine::restore(&fixture("machine.wsnp-5")).unwrap();
-    assert_eq!(restored.digest(), machine().digest());
-    std::fs::write(dir.0.join(SNAPSHOT_FILE), fixture("snapshot.bin.wsst-1")).unwrap();
-    let store = StateStore::open(&dir.0).unwrap();
-    assert_eq!(store.state().lock().last_applied, Some(log_id(3)));
+    // Version 5 is converted: its holder's grant time is the snapshot's log clock, which
+    // is when the fixture's permit was granted, so the state is today's to the byte.
+    for name in ["machine.wsnp-5", "machine.wsnp-6"] {
+        let restored = Machine::restore(&fixture(name)).unwrap();
+        assert_eq!(restored.digest(), machine().digest(), "{name}");
+    }
+    for name in ["snapshot.bin.wsst-1", "snapshot.bin.wsst-1.wsnp-6"] {
+        std::fs::write(dir.0.join(SNAPSHOT_FILE), fixture(name)).unwrap();
+        let store = StateStore::open(&dir.0).unwrap();
+        assert_eq!(store.state().lock().last_applied, Some(log_id(3)), "{name}");
+    }
     let log = dir.0.join("log");
     std::fs::create_dir_all(&log).unwrap();
     std::fs::write(
@@ -206,8 +218,10 @@ fn every_shipped_format_version_is_read_or_refused_as_documented() {
     });
     assert_eq!(indexes, vec![1, 2, 3]);
     let backup = dir.0.join("backup");
-    std::fs::write(&backup, fixture("backup.wbak-1")).unwrap();
-    assert_eq!(read_backup(&backup).unwrap().header.index, 3);
+    for name in ["backup.wbak-1", "backup.wbak-1.wsnp-6"] {
+        std::fs::write(&backup, fixture(name)).unwrap();
+        assert_eq!(read_backup(&backup).unwrap().header.index, 3, "{name}");
+    }
     let hello: ClientFrame = decode_frame(&fixture("client-hello.protocol-3"));
     assert!(matches!(hello, ClientFrame::Hello { version: 3, .. }));
     let identity = ClusterIdentity::fixed(&dir.0, Some(CLUSTER));
@@ -291,8 +305,8 @@ fn a_version_this_build_does_not_know_is_refused_naming_the_file_and_both_versio
     let err = read_cluster_id(&dir.0).unwrap_err();
     assert!(err.contains("cluster.id"), "{err}");
     both(&err, 1);
-    for (at, current) in [(0, 1), (snapshot_offset(), 5)] {
-        let mut file = fixture("snapshot.bin.wsst-1");
+    for (at, current) in [(0, 1), (snapshot_offset(), 6)] {
+        let mut file = fixture("snapshot.bin.wsst-1.wsnp-6");
         bump(&mut file, at, current);
         if at != 0 {
             reseal_outer(&mut file);
@@ -302,7 +316,7 @@ fn a_version_this_build_does_not_know_is_refused_naming_the_file_and_both_versio
         assert!(err.contains("snapshot.bin"), "{err}");
         both(&err, current);
     }
-    let mut backup = fixture("backup.wbak-1");
+    let mut backup = fixture("backup.wbak-1.wsnp-6");
     bump(&mut backup, 0, 1);
     let path = dir.0.join("backup");
     std::fs::write(&path, &backup).unwrap();
@@ -317,7 +331,7 @@ fn a_version_this_build_does_not_know_is_refused_naming_the_file_and_both_versio
 fn a_damaged_backup_file_is_refused_naming_it_and_what_is_wrong() {
     let dir = TempDir::new("damaged-backup");
     let path = dir.0.join("backup");
-    let mut damaged = fixture("backup.wbak-1");
+    let mut damaged = fixture("backup.wbak-1.wsnp-6");
     let last = damaged.len() - 1;
     damaged[last] ^= 0x40;
     std::fs::write(&path, &damaged).unwrap();
@@ -331,8 +345,8 @@ fn a_damaged_backup_file_is_refused_naming_it_and_what_is_wrong() {
 
 /// Where the machine snapshot starts inside the snapshot file fixture.
 fn snapshot_offset() -> usize {
-    let file = fixture("snapshot.bin.wsst-1");
-    let inner = fixture("machine.wsnp-5");
+    let file = fixture("snapshot.bin.wsst-1.wsnp-6");
+    let inner = fixture("machine.wsnp-6");
     file.windows(inner.len())
         .position(|w| w == inner.as_slice())
         .expect("the snapshot file holds the machine snapshot")

@@ -82,7 +82,11 @@ const HEDGE_LOOK: Duration = Duration::from_millis(50);
 /// deadline is near and that connection silent (the `hedge` module doc): whichever is
 /// acknowledged first answers it; the other is dropped (a keep-alive is idempotent).
 pub(super) async fn hedged_keep_alive(s: &SessionState) -> Result<Reply, ClientError> {
-    let command = Command::KeepAlive { session: s.id };
+    // Every keep-alive carries the session's acknowledged mark (`SessionState::acked_below`).
+    let command = Command::KeepAliveAcked {
+        session: s.id,
+        acked_below: s.acked_below(),
+    };
     let primary = s.client.write(command.clone());
     tokio::pin!(primary);
     let urgent = async {

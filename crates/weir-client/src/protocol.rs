@@ -29,7 +29,10 @@ use weir_core::machine::{
 /// limit's keys (`Query::Key`, `Query::Keys`), and a limit's status carries its live keys,
 /// shadow refusals and overruns, and reads of a limit's holders and waiters
 /// (`Query::Holders`, `Query::Waiters`), which a node or client of version 3 could not decode.
-pub const PROTOCOL_VERSION: u32 = 4;
+/// Version 5: a page of holders or waiters carries the log clock it was read at, each holder
+/// its grant's log time and each waiter its fairness weight; writes may carry
+/// `Command::KeepAliveAcked` (a keep-alive with the session's acknowledged mark).
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// Largest client frame, in bytes: a command is at most a few KiB (names are bounded by
 /// `bounds::NAME_BYTES_MAX`, reasons by `REASON_BYTES_MAX`); answers listing a tenant's

@@ -3,7 +3,9 @@
 //!
 //! # Keep-alive and the belief deadline
 //!
-//! A [`Session`] sends `KeepAlive` every TTL/5 ([`KEEPALIVES_PER_TTL`]). When one is
+//! A [`Session`] sends `KeepAliveAcked` every TTL/5 ([`KEEPALIVES_PER_TTL`]), carrying
+//! the session's acknowledged mark (its lowest ticket still waiting: the cluster forgets
+//! the finished tickets below it, see `weir_core::machine::session`). When one is
 //! acknowledged, the session's **belief deadline** becomes `send time + TTL − margin`
 //! ([`margin_for`], [`deadline_after`]) on CLOCK_BOOTTIME ([`BootInstant`]): the cluster
 //! cannot expire the session before then (G2, see the `machine` module doc). The boot clock
@@ -28,9 +30,12 @@
 //! fell behind (it then sends `Resync`, which bumps [`Client::generation`]) — so on every
 //! new connection, every `Resync` and every lag of its own the session re-asks each waiting
 //! ticket: the acquire is idempotent by (session, ticket), and a ticket granted meanwhile
-//! answers `Granted` with the same fence. An acquire that never waits (`wait: false`) is not
-//! re-asked: its own write's answer decides it, and a refusal at once is not remembered by
-//! the cluster, so a second ask could be granted after the caller was told `Refused`. With no ticket waiting it sends a keep-alive
+//! answers `Granted` with the same fence, and one refused (at once, or while it waited)
+//! answers the same refusal: the cluster remembers the refusals of requests that wait
+//! (`machine::session`). An acquire that never waits (`wait: false`) is not re-asked: its
+//! own write's answer decides it, and the cluster does not remember its refusal, so a
+//! second ask could be granted after the caller was told `Refused`. With no ticket waiting
+//! it sends a keep-alive
 //! instead, which names the session on the new connection so its pushes follow it there.
 //! Asking again for a *held* ticket answers `Granted` even under a halt, so for held
 //! permits the re-ask reads the halts of their tenants instead, and marks lost every permit

@@ -184,6 +184,17 @@ impl SessionState {
     }
 
     /// Stops waiting for `ticket` (its acquire failed or is being withdrawn).
+    /// The session's acknowledged mark (`weir_core::machine::session`): its lowest ticket
+    /// still waiting — an acquire sent and not yet answered for good, which a re-ask or a
+    /// retry may still name — else the next ticket. Every ticket below it was answered
+    /// (granted, refused) or given up, and is never asked about again: a held ticket is
+    /// live on the cluster and only released, never re-asked, so it does not hold the mark
+    /// back.
+    pub(super) fn acked_below(&self) -> TicketId {
+        let t = self.tickets();
+        t.waiting.keys().next().copied().unwrap_or(t.next)
+    }
+
     pub(super) fn unregister(&self, ticket: TicketId) {
         self.tickets().waiting.remove(&ticket);
     }

@@ -29,7 +29,9 @@ fn node(
             session: 7,
             ttl_ms: *ttl_ms,
         }),
-        Request::Write(Command::KeepAlive { .. }) => written(Reply::KeptAlive { ttl_ms: 3_000 }),
+        Request::Write(Command::KeepAlive { .. } | Command::KeepAliveAcked { .. }) => {
+            written(Reply::KeptAlive { ttl_ms: 3_000 })
+        }
         Request::Write(Command::Release { .. }) => written(Reply::Released {
             held: true,
             withdrawn: false,
@@ -306,7 +308,10 @@ async fn a_silent_node_is_given_up_and_the_session_moves_to_the_next() {
     a.fall_silent();
     let moved = b
         .wait_for(WAIT, |r| {
-            matches!(r, Request::Write(Command::KeepAlive { .. }))
+            matches!(
+                r,
+                Request::Write(Command::KeepAlive { .. } | Command::KeepAliveAcked { .. })
+            )
         })
         .await;
     assert!(moved, "a keep-alive reached the live node");
@@ -354,7 +359,10 @@ async fn a_deposed_leader_names_the_new_one_and_the_client_moves_there() {
     a.name_leader(Some((2, b.addr.clone())));
     let moved = b
         .wait_for(WAIT, |r| {
-            matches!(r, Request::Write(Command::KeepAlive { .. }))
+            matches!(
+                r,
+                Request::Write(Command::KeepAlive { .. } | Command::KeepAliveAcked { .. })
+            )
         })
         .await;
     assert!(moved, "the session followed the named leader");
@@ -432,7 +440,12 @@ async fn a_reask_that_waits_does_not_hold_up_the_keep_alives() {
     let keep_alives = |n: &FakeNode| {
         n.seen()
             .iter()
-            .filter(|r| matches!(r, Request::Write(Command::KeepAlive { .. })))
+            .filter(|r| {
+                matches!(
+                    r,
+                    Request::Write(Command::KeepAlive { .. } | Command::KeepAliveAcked { .. })
+                )
+            })
             .count()
     };
     let before = keep_alives(&n);
@@ -552,4 +565,62 @@ async fn a_local_address_of_another_family_than_the_servers_is_refused_before_an
     assert_eq!(err.kind(), std::io::ErrorKind::AddrNotAvailable, "{err}");
     assert!(err.to_string().contains("reachable from ::1"), "{err}");
     assert!(n.sources().is_empty(), "nothing connected");
+}
+
+/// The acknowledged marks of the keep-alives node `n` received after its first `from`
+/// requests, waiting (at most [`WAIT`]) until there is one.
+async fn marks_after(n: &FakeNode, from: usize) -> Vec<u64> {
+    let marks = |n: &FakeNode| -> Vec<u64> {
+        (n.seen().iter().skip(from))
+            .filter_map(|r| match r {
+                Request::Write(Command::KeepAliveAcked { acked_below, .. }) => Some(*acked_below),
+                _ => None,
+            })
+            .collect()
+    };
+    let until = tokio::time::Instant::now() + WAIT;
+    while marks(n).is_empty() && tokio::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    marks(n)
+}
+
+#[tokio::test]
+async fn keep_alives_carry_the_lowest_ticket_still_waiting_as_the_acknowledged_mark() {
+    // Acquires 1 and 3 are granted; acquire 2 is never answered, so ticket 2 waits.
+    let n = FakeNode::start(1, node(|k| if k == 2 { None } else { granted() }, vec![])).await;
+    let client = Client::new(vec![n.addr.clone()]);
+    let session = Arc::new(Session::open(&client, TTL).await.unwrap());
+    let _first = session
+        .acquire(AcquireOptions::new("t", "l"))
+        .await
+        .unwrap();
+    // Ticket 1 is held, not waiting: the mark passes it, to the next ticket.
+    let from = n.seen().len();
+    assert_eq!(marks_after(&n, from).await.first(), Some(&2));
+
+    let waiting = {
+        let session = session.clone();
+        tokio::spawn(async move {
+            session
+                .acquire(AcquireOptions::new("t", "l"))
+                .await
+                .map(|_| ())
+        })
+    };
+    assert!(
+        n.wait_for(
+            WAIT,
+            |r| matches!(r, Request::Write(Command::Acquire(a)) if a.ticket == 2)
+        )
+        .await
+    );
+    let _third = session
+        .acquire(AcquireOptions::new("t", "l"))
+        .await
+        .unwrap();
+    // Ticket 2 may still be re-asked: the mark stays at it though ticket 3 was answered.
+    let from = n.seen().len();
+    assert_eq!(marks_after(&n, from).await.first(), Some(&2));
+    waiting.abort();
 }

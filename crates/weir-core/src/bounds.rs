@@ -64,9 +64,12 @@ pub const SESSION_TICKETS_MAX: usize = 10_000;
 /// refusals).
 pub const FINISHED_TICKET_RETENTION_MS: u64 = 15_000;
 
-/// Most finished tickets one session keeps inside [`FINISHED_TICKET_RETENTION_MS`]. At the
-/// bound a new ticket of the session is refused `AtCapacity` rather than an old one being
-/// forgotten while its client may still retry it. 65,536 lets one session finish over
+/// Most finished tickets one session keeps: those at or above its acknowledged mark and
+/// inside [`FINISHED_TICKET_RETENTION_MS`] (`machine::session`). At the bound a new ticket
+/// of the session is refused `AtCapacity` rather than an old one being forgotten while its
+/// client may still retry it. A client that carries a mark (the Rust client, on every
+/// keep-alive) keeps only what finished since its last keep-alive plus what it has in
+/// flight, far below this; the bound is for a client that carries none. 65,536 lets one session finish over
 /// 4,000 tickets a second for the whole window (a busy bench client does a few hundred);
 /// a finished ticket costs some 40 bytes, a refused one up to a halt reason more.
 pub const SESSION_FINISHED_TICKETS_MAX: usize = 65_536;
@@ -275,13 +278,17 @@ pub const TICKETS_LIVE_MAX: usize = 1_000_000;
 /// full [`LIMIT_WAITERS_MAX`] queues at once.
 pub const TICKETS_QUEUED_MAX: usize = 2 * LIMIT_WAITERS_MAX;
 
-/// Most finished tickets kept for retries across the machine, of every kind. Most are small
+/// Most finished tickets kept for retries across the machine, of every kind: the ceiling
+/// for sessions whose clients carry no acknowledged mark (with marks, each session keeps
+/// what it has in flight and what finished since its last keep-alive). Most are small
 /// (a release or a rate take: under 45 bytes encoded); 1,700,000 is over 110,000 finished
-/// tickets a second sustained for the whole [`FINISHED_TICKET_RETENTION_MS`] window, which
-/// is what caps the machine's sustained acquire rate. A bound below the sustained rate times
-/// the window refuses every acquire of every tenant `AtCapacity` once the window fills: the
-/// release build (fat LTO) releases 45,000 permits a second at 256 clients (`weir bench`,
-/// 2026-12-03, commit 7177612).
+/// tickets a second sustained for the whole [`FINISHED_TICKET_RETENTION_MS`] window by
+/// clients that carry no mark, which caps their sustained acquire rate. A bound below that
+/// rate times the window refuses every acquire of every tenant `AtCapacity` once the window
+/// fills: the release build (fat LTO) releases 45,000 permits a second at 256 clients
+/// (`weir bench`, 2026-12-03, commit 7177612). The snapshot arithmetic
+/// (`machine::snapshot_size`) counts them beside a million sessions, each with its
+/// acknowledged mark, and a million live keys.
 /// Tickets that finish without a request (a release of a live one, a halt's refusal of a
 /// waiter) are never refused, so the count passes this by at most the live tickets; the
 /// snapshot arithmetic counts that excess under the live and queued bounds.

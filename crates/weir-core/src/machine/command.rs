@@ -316,6 +316,14 @@ pub enum Command {
         definitions: Vec<Definition>,
         prune: bool,
     },
+    /// Extend a session's lease as `KeepAlive` does, and raise its acknowledged mark to
+    /// `acked_below`: the client will never ask about a ticket below it again, so its
+    /// finished tickets there are forgotten (`machine::session`, "the acknowledged mark").
+    /// A mark at or below the session's changes nothing.
+    KeepAliveAcked {
+        session: SessionId,
+        acked_below: TicketId,
+    },
 }
 
 impl Command {
@@ -339,6 +347,7 @@ impl Command {
             Command::OpenSession { .. }
             | Command::OpenSessionFor { .. }
             | Command::KeepAlive { .. }
+            | Command::KeepAliveAcked { .. }
             | Command::CloseSession { .. }
             | Command::Release { .. }
             | Command::SettleTake { .. }
@@ -352,6 +361,7 @@ impl Command {
     pub fn session(&self) -> Option<SessionId> {
         match self {
             Command::KeepAlive { session }
+            | Command::KeepAliveAcked { session, .. }
             | Command::CloseSession { session }
             | Command::Release { session, .. }
             | Command::SettleTake { session, .. } => Some(*session),

@@ -157,6 +157,9 @@ pub struct Holder {
     pub ticket: TicketId,
     pub units: u32,
     pub agent: Option<String>,
+    /// Log time of the grant, ms (what "held for" is measured from). A holder restored from
+    /// a version 5 snapshot, which did not keep it, has the snapshot's log clock.
+    pub granted_at_ms: u64,
 }
 
 /// What a shadow limit would have refused a part for.

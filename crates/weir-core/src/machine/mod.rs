@@ -184,9 +184,11 @@
 //!   budget is exhausted, no further reserve in that period is admitted. Reserves *with* a
 //!   hold cannot overspend together (G6): each is admitted only while settled + standing
 //!   holds + its hold fit; a charge above its hold is recorded and reported as an overrun.
-//! - Retention: finished tickets are kept for a log-time window longer than the client's
-//!   retry deadline, and a session that would need more than its bound is refused rather
-//!   than made to forget ([`session`]). Settlement receipts are kept a day and bounded in
+//! - Retention: a finished ticket is kept until its session's acknowledged mark passes it
+//!   (the client's word that it will not ask about it again) or a log-time window longer
+//!   than the client's retry deadline runs out, whichever is first; a ticket below the mark
+//!   that is not live is refused without effect, and a session that would need more than
+//!   its bound is refused rather than made to forget ([`session`]). Settlement receipts are kept a day and bounded in
 //!   count per tenant (the oldest evicted and counted, see [`crate::bounds`]); a duplicate
 //!   older than either retention is treated as new.
 
@@ -200,6 +202,7 @@ mod queue_rank;
 pub mod queue_view;
 pub mod reply;
 pub mod saved;
+mod saved_v5;
 pub mod session;
 pub mod snapshot;
 #[cfg(test)]
@@ -216,7 +219,9 @@ pub use command::{
 };
 pub use queue_view::{HolderView, QueuePage, WaiterView};
 pub use reply::{Applied, BudgetKind, Event, LimitsChange, Refusal, Reply};
-pub use snapshot::{SNAPSHOT_MAGIC, SNAPSHOT_VERSION, SnapshotContents, digest_of};
+pub use snapshot::{
+    SNAPSHOT_MAGIC, SNAPSHOT_VERSION, SNAPSHOT_VERSION_READ_MIN, SnapshotContents, digest_of,
+};
 pub use state::Machine;
 pub use status::{BucketNow, KeyPage, LimitStatus, LimitsPage, TenantStatus};
 pub use tenant::{RunSlot, Spend};

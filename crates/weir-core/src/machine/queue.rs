@@ -46,6 +46,10 @@ pub struct Waiter {
     pub units: u32,
     pub agent: Option<String>,
     pub fairness_key: String,
+    /// Its fairness weight as asked (at least 1), set with the key by [`WaitQueue::push`].
+    /// 0 for a waiter restored from a version 5 snapshot, which did not keep it (its tag
+    /// was computed from its weight all the same; only the display lacks it).
+    pub weight: u32,
 }
 
 /// One (level, key) flow's bookkeeping.
@@ -92,6 +96,53 @@ impl From<SavedQueue> for WaitQueue {
     }
 }
 
+/// A queue as snapshot version 5 encoded it: its waiters without their weights.
+#[derive(Deserialize)]
+pub(super) struct QueueV5 {
+    order: BTreeMap<QueueKey, WaiterV5>,
+    flows: BTreeMap<(i32, String), Flow>,
+    virtual_time: BTreeMap<i32, u128>,
+    next_seq: u64,
+}
+
+/// A waiter as snapshot version 5 encoded it.
+#[derive(Deserialize)]
+struct WaiterV5 {
+    session: SessionId,
+    ticket: TicketId,
+    units: u32,
+    agent: Option<String>,
+    fairness_key: String,
+}
+
+impl From<QueueV5> for WaitQueue {
+    /// The same queue (tags, flows and order are as they were); each waiter's weight is 0,
+    /// "not kept".
+    fn from(v5: QueueV5) -> WaitQueue {
+        let order = v5
+            .order
+            .into_iter()
+            .map(|(key, w)| {
+                let waiter = Waiter {
+                    session: w.session,
+                    ticket: w.ticket,
+                    units: w.units,
+                    agent: w.agent,
+                    fairness_key: w.fairness_key,
+                    weight: 0,
+                };
+                (key, waiter)
+            })
+            .collect();
+        WaitQueue::from(SavedQueue {
+            order,
+            flows: v5.flows,
+            virtual_time: v5.virtual_time,
+            next_seq: v5.next_seq,
+        })
+    }
+}
+
 impl WaitQueue {
     /// A queue that never held a ticket.
     pub const EMPTY: WaitQueue = WaitQueue {
@@ -117,6 +168,7 @@ impl WaitQueue {
         let level = priority.level;
         let weight = priority.fairness_weight.max(1);
         waiter.fairness_key.clone_from(&priority.fairness_key);
+        waiter.weight = weight;
         let v = self.virtual_time.get(&level).copied().unwrap_or(0);
         let flow = self
             .flows
@@ -333,10 +385,14 @@ impl Serialize for LazyQueue {
 
 impl<'de> Deserialize<'de> for LazyQueue {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<LazyQueue, D::Error> {
-        let queue = WaitQueue::deserialize(deserializer)?;
-        Ok(LazyQueue(
-            (queue != WaitQueue::EMPTY).then(|| Box::new(queue)),
-        ))
+        Ok(WaitQueue::deserialize(deserializer)?.into())
+    }
+}
+
+impl From<WaitQueue> for LazyQueue {
+    /// Allocated unless equal to a never-used queue.
+    fn from(queue: WaitQueue) -> LazyQueue {
+        LazyQueue((queue != WaitQueue::EMPTY).then(|| Box::new(queue)))
     }
 }
 
@@ -359,6 +415,7 @@ pub(crate) fn waiter_bytes_max() -> usize {
         units: u32::MAX,
         agent: Some(name.clone()),
         fairness_key: name.clone(),
+        weight: u32::MAX,
     };
     let flow = Flow {
         last_finish: u128::MAX,
@@ -388,6 +445,7 @@ mod tests {
             units: 1,
             agent: None,
             fairness_key: String::new(),
+            weight: 0,
         }
     }
 

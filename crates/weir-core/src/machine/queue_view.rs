@@ -25,6 +25,9 @@ pub struct HolderView {
     pub agent: Option<String>,
     /// Log time the holding session's lease runs to, ms (0 for a session already gone).
     pub lease_expires_at_ms: u64,
+    /// Log time of the grant, ms: the permit has been held for the page's `now_ms` less
+    /// this (a permit restored from a version 5 snapshot counts from that snapshot's clock).
+    pub granted_at_ms: u64,
 }
 
 /// A ticket waiting on a limit (or on one key of a keyed limit).
@@ -38,6 +41,9 @@ pub struct WaiterView {
     pub level: i32,
     /// The fairness key it shares service under within its level.
     pub fairness_key: String,
+    /// Its fairness weight within its level (at least 1; 0 for a ticket queued before
+    /// snapshot version 6, which did not keep it).
+    pub weight: u32,
     pub session: SessionId,
     pub ticket: TicketId,
     pub units: u32,
@@ -51,4 +57,8 @@ pub struct QueuePage<T> {
     pub items: Vec<T>,
     /// Items the limit has in all.
     pub total: u64,
+    /// The log clock when the page was read, ms: what a holder's `granted_at_ms` is
+    /// measured against (the log clock is the machine's only clock; see the machine's
+    /// module doc).
+    pub now_ms: u64,
 }

@@ -8,21 +8,63 @@
 //! permit of one limit), finished (remembered so that a late duplicate of its acquire gets
 //! the same answer), or unknown.
 //!
-//! Retention of finished tickets is tied to the client's retry window, in log time: a
-//! finished ticket is kept [`FINISHED_TICKET_RETENTION_MS`] of log time after it finished,
-//! and only then forgotten. Log time never runs faster than real time (see the machine's
-//! module doc), so a retry the client sends within its deadline always finds the ticket.
-//! Nothing is forgotten early: a session holding [`SESSION_FINISHED_TICKETS_MAX`] finished
-//! tickets inside the window has its new tickets (and releases of unknown ones) refused
-//! `AtCapacity` until old ones age out. (Tickets that finish without a request of their own
-//! — a queued ticket refused by a halt, an expiry — are never refused, so the count can pass
-//! the bound by at most the session's live tickets, [`crate::bounds::SESSION_TICKETS_MAX`].)
+//! A request that would wait (`wait: true`) and is refused at once (halted, an unknown
+//! limit, too large, a full queue, a bound of the state) finishes its ticket with that
+//! refusal too, as one refused while it waited does: the client re-asks every waiting
+//! ticket after a reconnect, and a re-ask whose first answer was lost must get that answer,
+//! not a second decision (a grant after a refusal the caller may have seen). The one
+//! exception is a refusal for want of room to remember finished tickets, which cannot be
+//! remembered: nothing was decided, and a re-ask decides afresh. A request that does not
+//! wait is not remembered when refused: its caller does not re-ask it.
+//!
+//! # Forgetting finished tickets: the acknowledged mark
+//!
+//! Ticket ids are the client's: the Rust client numbers a session's tickets 1, 2, 3, … and
+//! never reuses one (`weir-client`'s `session_state`); the Python client and HTTP callers
+//! choose their own, unique in the session. A session carries an *acknowledged mark*
+//! `acked_below` (0 at its opening): the client's word that it will never ask about a
+//! ticket below it again, neither acquire nor re-ask. The client raises it with
+//! `Command::KeepAliveAcked` (the Rust client on every keep-alive; an HTTP caller with the
+//! optional `acked_below` of `POST /v1/sessions/{id}/keepalive`); it never moves down. The
+//! rule:
+//!
+//! - a finished ticket below the mark is forgotten (when the mark passes it, or at once
+//!   when a live ticket below the mark finishes: it is not recorded);
+//! - an acquire naming a ticket below the mark that is not live is refused `Invalid`
+//!   ("below the session's acknowledged mark"), and decides nothing; a release of one
+//!   answers that nothing was released (as for any unknown ticket) and records nothing;
+//! - a live ticket below the mark stays live and answers as before: the mark forgets
+//!   answers, never permits or places in a queue.
+//!
+//! *G5 holds whatever the client sends:* a ticket below the mark is either live (answered
+//! as live) or refused without effect, so no acquire is ever granted twice, and no late
+//! duplicate is granted after its first answer. *A retry finds its answer when the client
+//! keeps its side:* it raises the mark only past tickets it will not ask about again — the
+//! Rust client to its lowest ticket still waiting or with a request in flight (a held
+//! ticket does not hold the mark back: it is live, and a held permit is never re-asked) —
+//! so every ticket it may still retry is at or above the mark, and its finished answer is
+//! kept.
+//!
+//! So what a session remembers is bounded by what its client has in flight, plus what
+//! finished since its last keep-alive (a fifth of its TTL for the Rust client). A session
+//! whose client carries no mark (an HTTP caller that sends none, the Python client, the
+//! node's own take sessions) keeps the log-time window as before: a finished ticket is
+//! forgotten [`FINISHED_TICKET_RETENTION_MS`] of log time after it finished, mark or not.
+//! Log time never runs faster than real time (see the machine's module doc), so a retry
+//! the client sends within its deadline always finds the ticket. Nothing is forgotten
+//! early: a session holding [`SESSION_FINISHED_TICKETS_MAX`] finished tickets has its new
+//! tickets (and releases of unknown ones) refused `AtCapacity` until its mark passes them or
+//! they age out; a closed or expired session drops everything. (Tickets that finish without
+//! a request of their own — a queued ticket refused by a halt, an expiry — are never
+//! refused, so the count can pass the bound by at most the session's live tickets,
+//! [`crate::bounds::SESSION_TICKETS_MAX`].)
 //!
 //! Invariants:
 //! - A ticket id is never both live and finished.
 //! - A ticket refused by a halt is kept as `Finished::Halted`, never `Finished::Refused`.
 //! - `finished_order` lists exactly the finished tickets with their finish times, oldest
 //!   first.
+//! - No finished ticket is below `acked_below`.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -100,9 +142,9 @@ pub enum Finished {
     Taken { fence: Fence, units: u32 },
     /// Released (or withdrawn) by the client.
     Released,
-    /// Refused while it waited, for any reason but a halt.
+    /// Refused while it waited (or at once, asked to wait), for any reason but a halt.
     Refused(Box<Refusal>),
-    /// Refused while it waited, by a halt of its tenant in `scope`. Kept apart from
+    /// Refused while it waited (or at once, asked to wait), by a halt of its tenant in `scope`. Kept apart from
     /// `Refused` without the tenant's name, which the duplicate acquire names itself: the
     /// largest finished ticket stays a halt reason and an agent name, not a tenant's name
     /// more (the snapshot arithmetic of `machine::snapshot_size` counts every finished ticket).
@@ -163,6 +205,36 @@ pub struct Session {
     /// changes. The edge refuses another principal's keep-alive, acquire, release, close
     /// and event-following (G10).
     pub owner: Option<Owner>,
+    /// The acknowledged mark (module doc): every ticket below it that is not live is
+    /// forgotten and refused. Only rises; 0 at the opening.
+    pub acked_below: TicketId,
+}
+
+/// A session as snapshot version 5 encoded it: without its acknowledged mark.
+#[derive(Deserialize)]
+pub(super) struct SessionV5 {
+    ttl_ms: u64,
+    expires_at_ms: u64,
+    live: BTreeMap<TicketId, Ticket>,
+    finished: BTreeMap<TicketId, Finished>,
+    finished_order: VecDeque<(u64, TicketId)>,
+    owner: Option<Owner>,
+}
+
+impl From<SessionV5> for Session {
+    /// The same session with no ticket acknowledged: its finished tickets stay until its
+    /// mark passes them, their window runs out, or it ends.
+    fn from(v5: SessionV5) -> Session {
+        Session {
+            ttl_ms: v5.ttl_ms,
+            expires_at_ms: v5.expires_at_ms,
+            live: v5.live,
+            finished: v5.finished,
+            finished_order: v5.finished_order,
+            owner: v5.owner,
+            acked_below: 0,
+        }
+    }
 }
 
 impl Session {
@@ -174,6 +246,7 @@ impl Session {
             finished: BTreeMap::new(),
             finished_order: VecDeque::new(),
             owner,
+            acked_below: 0,
         }
     }
 
@@ -215,12 +288,20 @@ impl Session {
         }
     }
 
+    /// Whether the session would remember `ticket` finished: it is at or above the mark.
+    pub fn remembers(&self, ticket: TicketId) -> bool {
+        ticket >= self.acked_below
+    }
+
     /// Moves `ticket` from live to finished with `how`, at log time `now_ms`, keeping
-    /// `totals`.
+    /// `totals`. A ticket below the mark is not recorded (module doc).
     pub fn finish(&mut self, ticket: TicketId, how: Finished, now_ms: u64, totals: &mut Totals) {
         if let Some(old) = self.live.remove(&ticket) {
             totals.live_tickets -= old.places();
             totals.queued_tickets -= old.waiters();
+        }
+        if !self.remembers(ticket) {
+            return;
         }
         if how.is_refusal() {
             totals.finished_refusals += 1;
@@ -233,6 +314,23 @@ impl Session {
             Some(old) if old.is_refusal() => totals.finished_refusals -= 1,
             Some(_) => {}
         }
+    }
+
+    /// Raises the acknowledged mark to `below` (it never moves down) and forgets the
+    /// finished tickets under it, keeping `totals`.
+    pub fn acknowledge(&mut self, below: TicketId, totals: &mut Totals) {
+        if below <= self.acked_below {
+            return;
+        }
+        self.acked_below = below;
+        let kept = self.finished.split_off(&below);
+        let forgotten = std::mem::replace(&mut self.finished, kept);
+        if forgotten.is_empty() {
+            return;
+        }
+        totals.finished_tickets -= forgotten.len() as u64;
+        totals.finished_refusals -= forgotten.values().filter(|f| f.is_refusal()).count() as u64;
+        self.finished_order.retain(|&(_, t)| t >= below);
     }
 
     /// Forgets the finished tickets whose retention ran out at log time `now_ms`.
@@ -294,6 +392,14 @@ impl Session {
                 .any(|(a, b)| a.0 > b.0)
         {
             return Err("finished_order does not list the finished tickets".into());
+        }
+        if let Some((t, _)) = self.finished.first_key_value()
+            && *t < self.acked_below
+        {
+            return Err(format!(
+                "finished ticket {t} is below the acknowledged mark {}",
+                self.acked_below
+            ));
         }
         Ok(())
     }

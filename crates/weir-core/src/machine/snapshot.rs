@@ -16,6 +16,7 @@
 //! inconsistent bytes are refused with an error that names the problem, never half-loaded.
 
 use super::saved::SavedLimits;
+use super::saved_v5::SavedLimitsV5;
 use super::state::Machine;
 use crate::bounds::SNAPSHOT_BYTES_MAX;
 use crate::codec::{self, FrameError};
@@ -23,18 +24,22 @@ use crate::codec::{self, FrameError};
 /// Frame kind of a snapshot.
 pub const SNAPSHOT_MAGIC: [u8; 4] = *b"WSNP";
 
-/// The snapshot format this build writes and reads. Bump it with any change to the
-/// serialized types of [`SavedLimits`]. Version 2: the derived indexes and the log clock's
-/// unread wall-clock stamp are no longer written. Version 3: refusals name their objects
-/// (a finished ticket keeps its refusal), budget holds, and finished tickets' log times.
-/// Version 4: a session keeps its owner; every refusal names its object, and a waiter
-/// refused by a halt is kept as `Finished::Halted`, and queues and rate refills carry new
-/// derived indexes. Version 5: keyed limits (a limit's spec says whether it is keyed and
-/// in shadow mode; a limit keeps its keys, or the definition it is a key of, and its
-/// shadow count) and tickets of several parts. Only this version is read: an older
-/// snapshot is refused naming both versions (its limits and tickets no longer decode as
-/// they were written).
-pub const SNAPSHOT_VERSION: u16 = 5;
+/// The snapshot format this build writes. Bump it with any change to the serialized types
+/// of [`SavedLimits`]. Version 2: the derived indexes and the log clock's unread wall-clock
+/// stamp are no longer written. Version 3: refusals name their objects (a finished ticket
+/// keeps its refusal), budget holds, and finished tickets' log times. Version 4: a session
+/// keeps its owner; every refusal names its object, and a waiter refused by a halt is kept
+/// as `Finished::Halted`, and queues and rate refills carry new derived indexes. Version 5:
+/// keyed limits (a limit's spec says whether it is keyed and in shadow mode; a limit keeps
+/// its keys, or the definition it is a key of, and its shadow count) and tickets of several
+/// parts. Version 6: a holder keeps its grant's log time, a waiter its fairness weight.
+/// This version and [`SNAPSHOT_VERSION_READ_MIN`] are read; an older snapshot is refused
+/// naming both versions (its limits and tickets no longer decode as they were written).
+pub const SNAPSHOT_VERSION: u16 = 6;
+
+/// The oldest snapshot version this build reads: version 5, converted on restore as
+/// [`super::saved_v5`] says.
+pub const SNAPSHOT_VERSION_READ_MIN: u16 = 5;
 
 impl Machine {
     /// The machine as snapshot bytes.
@@ -46,11 +51,23 @@ impl Machine {
         )
     }
 
-    /// A machine from snapshot bytes, or why they were refused.
+    /// A machine from snapshot bytes (of this version, or of version 5, converted), or why
+    /// they were refused.
     pub fn restore(bytes: &[u8]) -> Result<Machine, FrameError> {
-        let payload =
-            codec::open_frame(bytes, SNAPSHOT_MAGIC, SNAPSHOT_VERSION, SNAPSHOT_BYTES_MAX)?;
-        let saved: SavedLimits = codec::decode(payload)?;
+        let v5 = bytes.get(4..6) == Some(&SNAPSHOT_VERSION_READ_MIN.to_le_bytes()[..]);
+        let saved = if v5 {
+            let payload = codec::open_frame(
+                bytes,
+                SNAPSHOT_MAGIC,
+                SNAPSHOT_VERSION_READ_MIN,
+                SNAPSHOT_BYTES_MAX,
+            )?;
+            codec::decode::<SavedLimitsV5>(payload)?.upgrade()
+        } else {
+            let payload =
+                codec::open_frame(bytes, SNAPSHOT_MAGIC, SNAPSHOT_VERSION, SNAPSHOT_BYTES_MAX)?;
+            codec::decode::<SavedLimits>(payload)?
+        };
         let machine = Machine::from_saved(saved);
         machine.check().map_err(FrameError::Invalid)?;
         Ok(machine)
@@ -147,13 +164,13 @@ mod tests {
         bytes[4..6].copy_from_slice(&4u16.to_le_bytes());
         let err = Machine::restore(&bytes).unwrap_err().to_string();
         assert!(
-            err.contains("unknown format version 4 (this build reads 5)"),
+            err.contains("unknown format version 4 (this build reads 6)"),
             "{err}"
         );
     }
 
     #[test]
-    fn a_version_5_snapshot_keeps_owners_and_a_damaged_one_is_refused() {
+    fn a_snapshot_keeps_owners_and_a_damaged_one_is_refused() {
         let mut m = Machine::new();
         let open = Command::OpenSessionFor {
             ttl_ms: 10_000,

@@ -127,6 +127,7 @@ fn held_bytes_max() -> usize {
         ticket: TicketId::MAX,
         units: u32::MAX,
         agent: Some(name()),
+        granted_at_ms: u64::MAX,
     };
     encoded_len(&(TicketId::MAX, live)) + encoded_len(&(Fence::MAX, holder))
 }
@@ -143,6 +144,7 @@ fn queued_bytes_max() -> usize {
 fn session_bytes_max() -> usize {
     let mut s = Session::new(u64::MAX, 0, Some(Owner([u8::MAX; 32])));
     s.expires_at_ms = u64::MAX;
+    s.acked_below = TicketId::MAX;
     encoded_len(&(SessionId::MAX, s)) + 3 * LEN_MAX
 }
 

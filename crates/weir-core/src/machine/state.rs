@@ -242,6 +242,10 @@ impl Machine {
                 nonce,
             } => answer(self.open_session(*ttl_ms, *owner, Some(*nonce))),
             Command::KeepAlive { session } => answer(self.keep_alive(*session)),
+            Command::KeepAliveAcked {
+                session,
+                acked_below,
+            } => answer(self.keep_alive_acked(*session, *acked_below)),
             Command::CloseSession { session } => {
                 self.end_session(*session, events);
                 Reply::Done

@@ -59,6 +59,7 @@ impl Command {
                 }
             }
             Command::KeepAlive { .. }
+            | Command::KeepAliveAcked { .. }
             | Command::CloseSession { .. }
             | Command::Release { .. }
             | Command::Tick => {}

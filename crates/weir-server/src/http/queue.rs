@@ -3,8 +3,10 @@
 //! and `.../waiters` (tickets waiting, in the order they will be served). Both are
 //! linearizable reads (`Query::Holders`, `Query::Waiters`) paged by offset: `after` items
 //! skipped (default 0), at most `limit` answered (default and most `QUEUE_PAGE_MAX`). The
-//! answer is `{"items": [...], "total": N, "next": OFFSET|null}`, `next` being the `after`
-//! of the following page.
+//! answer is `{"items": [...], "total": N, "next": OFFSET|null, "now_ms": T}`, `next` being
+//! the `after` of the following page and `now_ms` the log clock the page was read at: a
+//! holder's `granted_at_ms` is on that clock, so "held for" is `now_ms - granted_at_ms`
+//! with no wall clock involved.
 
 use std::sync::Arc;
 
@@ -104,5 +106,7 @@ fn answer<T: Serialize>(
     };
     let end = after.saturating_add(page.items.len() as u64);
     let next = (end < page.total).then_some(end);
-    Ok(Json(json!({"items": page.items, "total": page.total, "next": next})).into_response())
+    let body =
+        json!({"items": page.items, "total": page.total, "next": next, "now_ms": page.now_ms});
+    Ok(Json(body).into_response())
 }

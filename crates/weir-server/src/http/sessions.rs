@@ -37,12 +37,32 @@ pub async fn open(State(ctx): State<Arc<HttpCtx>>, JsonBody(b): JsonBody<OpenBod
     Ok(Json(reply_json(&reply)).into_response())
 }
 
-/// `POST /v1/sessions/{session}/keepalive`: renews the lease for another TTL.
+/// A keep-alive's body, optional: `acked_below`, the session's acknowledged mark. A caller
+/// that names its tickets 1, 2, 3, … sends its lowest ticket it may still ask about (or
+/// retry): the cluster forgets the finished tickets below it and refuses them `Invalid`
+/// from then on (`weir_core::machine::session`). Without it the session's finished tickets
+/// are kept for their log-time window, as for every caller that carries no mark.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KeepAliveBody {
+    acked_below: Option<TicketId>,
+}
+
+/// `POST /v1/sessions/{session}/keepalive`: renews the lease for another TTL (and raises
+/// the session's acknowledged mark, when the body names one).
 pub async fn keep_alive(
     State(ctx): State<Arc<HttpCtx>>,
     Params(session): Params<SessionId>,
+    JsonBody(b): JsonBody<KeepAliveBody>,
 ) -> ApiResult {
-    let reply = ctx.write(Command::KeepAlive { session }).await?;
+    let command = match b.acked_below {
+        None => Command::KeepAlive { session },
+        Some(acked_below) => Command::KeepAliveAcked {
+            session,
+            acked_below,
+        },
+    };
+    let reply = ctx.write(command).await?;
     Ok(Json(reply_json(&reply)).into_response())
 }
 

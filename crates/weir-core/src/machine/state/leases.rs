@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 
 use super::Machine;
 use crate::bounds::SESSIONS_MAX;
-use crate::machine::command::{LimitId, Owner, SessionId, next_session_candidate};
+use crate::machine::command::{LimitId, Owner, SessionId, TicketId, next_session_candidate};
 use crate::machine::reply::{Event, Refusal, Reply};
 use crate::machine::session::Session;
 
@@ -56,6 +56,20 @@ impl Machine {
         Ok(Reply::KeptAlive {
             ttl_ms: session.ttl_ms,
         })
+    }
+
+    /// A keep-alive that also raises the session's acknowledged mark to `acked_below`,
+    /// forgetting its finished tickets below it (`machine::session`).
+    pub(super) fn keep_alive_acked(
+        &mut self,
+        id: SessionId,
+        acked_below: TicketId,
+    ) -> Result<Reply, Refusal> {
+        let reply = self.keep_alive(id)?;
+        let session = self.saved.sessions.get_mut(&id).expect("kept alive");
+        session.acknowledge(acked_below, &mut self.totals);
+        self.refile_tickets(id);
+        Ok(reply)
     }
 
     /// Ends every session whose lease has run out, earliest first, and only then serves the

@@ -85,6 +85,38 @@ impl Machine {
         if let Some(reply) = self.ticket_admits(a)? {
             return Ok(reply);
         }
+        let decided = self.decide_new(a, events);
+        if let Err(refusal) = &decided
+            && a.wait
+        {
+            self.remember_refusal(a, refusal);
+        }
+        decided
+    }
+
+    /// Remembers that the new waiting request `a` was refused at once with `refusal`, as a
+    /// finished ticket, so that asking again (a re-ask after a reconnect, a late duplicate)
+    /// answers the same refusal instead of deciding a second time. A refusal for want of
+    /// room to remember finished tickets cannot be remembered, and is not: the request was
+    /// decided nothing, so asking again decides it afresh.
+    fn remember_refusal(&mut self, a: &AcquireParts, refusal: &Refusal) {
+        let now_ms = self.now_ms();
+        let room = self.room_to_finish();
+        let session = self
+            .saved
+            .sessions
+            .get_mut(&a.session)
+            .expect("checked by ticket_admits");
+        if room.and(session.room_to_finish(a.session)).is_err() {
+            return;
+        }
+        let how = Finished::refused(refusal.clone());
+        session.finish(a.ticket, how, now_ms, &mut self.totals);
+        self.refile_tickets(a.session);
+    }
+
+    /// A new request (its session has room for it): granted, queued, or refused.
+    fn decide_new(&mut self, a: &AcquireParts, events: &mut Vec<Event>) -> Result<Reply, Refusal> {
         self.room_for_ticket()?;
         // PLANTED(halt-skipped)
         if let Some(t) = self.saved.tenants.get(&a.tenant)
@@ -151,7 +183,10 @@ impl Machine {
             Some(Ticket::HeldParts { .. } | Ticket::Held { .. }) => {
                 return Ok(Reply::Settled { duplicate: true });
             }
-            None if matches!(s.finished.get(&ticket), Some(Finished::Taken { .. })) => {
+            // Finished as a take, or finished and forgotten below the mark: nothing more.
+            None if matches!(s.finished.get(&ticket), Some(Finished::Taken { .. }))
+                || !s.remembers(ticket) =>
+            {
                 return Ok(Reply::Settled { duplicate: true });
             }
             Some(Ticket::Queued { .. } | Ticket::QueuedParts { .. }) => {
@@ -370,17 +405,24 @@ impl Machine {
             && !a.estimate
         {
             let id = self.target_of(part);
-            let fence = self.grant(id, holder_of(a, units));
+            let fence = self.grant(id, holder_of(a, units, self.now_ms()));
             self.file(id);
             return Reply::Granted { fence, units };
         }
         let fence = self.next_fence();
+        let now_ms = self.now_ms();
         let mut took = Took::default();
         let mut ids = Vec::with_capacity(parts.len());
         for part in parts {
             let id = self.target_of(part);
             let limit = self.saved.limits.get_mut(&id).expect("created");
-            took.grant(limit, id, fence, holder_of(a, part.units), a.estimate);
+            took.grant(
+                limit,
+                id,
+                fence,
+                holder_of(a, part.units, now_ms),
+                a.estimate,
+            );
             ids.push(id);
         }
         self.record_grant(a.session, a.ticket, fence, units, took);
@@ -441,6 +483,13 @@ impl Machine {
         let session = &self.saved.sessions[&a.session];
         if let Some(reply) = self.answer_again(a.session, a.ticket, &a.tenant, session) {
             return Ok(Some(reply));
+        }
+        if !session.remembers(a.ticket) {
+            return Err(Refusal::Invalid(format!(
+                "ticket {} of session {} is below the session's acknowledged mark {}: a new \
+                 request takes a new ticket",
+                a.ticket, a.session, session.acked_below
+            )));
         }
         // A new ticket ends finished; there must be room to remember it (never forget one
         // a client may still retry).
@@ -514,6 +563,7 @@ impl Machine {
                 units: part.units,
                 agent: a.agent.clone(),
                 fairness_key: String::new(),
+                weight: 0,
             };
             let limit = self.saved.limits.get_mut(&id).expect("created");
             let key = limit.queue.push(waiter, &a.priority);
@@ -556,8 +606,10 @@ impl Machine {
         let now_ms = self.now_ms();
         if let Some(session) = self.saved.sessions.get_mut(&id) {
             session.prune_finished(now_ms, &mut self.totals);
-            let known =
-                session.live.contains_key(&ticket) || session.finished.contains_key(&ticket);
+            // A ticket below the mark is not recorded, so needs no room.
+            let known = session.live.contains_key(&ticket)
+                || session.finished.contains_key(&ticket)
+                || !session.remembers(ticket);
             let room = session.room_to_finish(id).and(self.room_to_finish());
             self.refile_tickets(id);
             if !known && let Err(refusal) = room {
@@ -758,6 +810,7 @@ impl Machine {
                 ticket,
                 units,
                 agent: w.agent,
+                granted_at_ms: now_ms,
             };
             let fence = self.grant(id, holder);
             events.push(Event::Granted {
@@ -811,6 +864,7 @@ impl Machine {
         events: &mut Vec<Event>,
     ) {
         let fence = self.next_fence();
+        let now_ms = self.now_ms();
         let mut took = Took::default();
         let mut first_units = None;
         for (id, key) in parts {
@@ -826,6 +880,7 @@ impl Machine {
                 ticket,
                 units,
                 agent: w.agent,
+                granted_at_ms: now_ms,
             };
             took.grant(limit, *id, fence, holder, estimate);
         }
@@ -973,12 +1028,13 @@ impl Took {
 }
 
 /// The holder of `units` a request granted at once becomes.
-fn holder_of(a: &AcquireParts, units: u32) -> Holder {
+fn holder_of(a: &AcquireParts, units: u32, now_ms: u64) -> Holder {
     Holder {
         session: a.session,
         ticket: a.ticket,
         units,
         agent: a.agent.clone(),
+        granted_at_ms: now_ms,
     }
 }
 

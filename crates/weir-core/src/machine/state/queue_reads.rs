@@ -58,9 +58,15 @@ impl Machine {
                     .sessions
                     .get(&h.session)
                     .map_or(0, |s| s.expires_at_ms),
+                granted_at_ms: h.granted_at_ms,
             })
             .collect();
-        Some(QueuePage { items, total })
+        let now_ms = self.now_ms();
+        Some(QueuePage {
+            items,
+            total,
+            now_ms,
+        })
     }
 
     /// Page of (tenant, name)'s waiting tickets in serving order (key by key), skipping the
@@ -86,13 +92,19 @@ impl Machine {
                 position: u32::try_from(position).unwrap_or(u32::MAX),
                 level: qk.level(),
                 fairness_key: w.fairness_key.clone(),
+                weight: w.weight,
                 session: w.session,
                 ticket: w.ticket,
                 units: w.units,
                 agent: w.agent.clone(),
             })
             .collect();
-        Some(QueuePage { items, total })
+        let now_ms = self.now_ms();
+        Some(QueuePage {
+            items,
+            total,
+            now_ms,
+        })
     }
 
     /// The (tenant, name) of the limit a live ticket waits on or holds, its first part's
