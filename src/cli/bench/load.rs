@@ -23,7 +23,7 @@ use weir_core::machine::{Change, Definition, Part, Reply, Settle, Spend};
 use weir_server::security::ClientSecurity;
 
 /// The tenant, and the budget period, every workload works in.
-const TENANT: &str = "bench";
+pub(super) const TENANT: &str = "bench";
 const PERIOD: &str = "bench";
 /// The rate limit of `rate-take`: a rate no run reaches, so no take waits.
 const RATE_LIMIT: &str = "bench-rate";
@@ -53,12 +53,12 @@ const STALL: Duration = Duration::from_secs(4);
 /// The sessions' TTL with `--stall`: the shortest the spec promises to carry through (G9).
 const STALL_TTL: Duration = Duration::from_secs(3);
 /// The sessions' TTL otherwise.
-const SESSION_TTL: Duration = Duration::from_secs(10);
+pub(super) const SESSION_TTL: Duration = Duration::from_secs(10);
 /// The limit each `--stall` session holds one permit of for the whole run.
 const HOLD_LIMIT: &str = "bench-hold";
 
 /// The limit of `acquire-release` number `l`.
-fn limit_name(l: u64) -> String {
+pub(super) fn limit_name(l: u64) -> String {
     format!("bench-{l}")
 }
 
@@ -155,7 +155,7 @@ where
 }
 
 /// Defines the limits the workloads use and clears the tenant's ceilings (idempotent).
-async fn define_limits(admin: &Client, args: &BenchArgs) -> Result<(), String> {
+pub(super) async fn define_limits(admin: &Client, args: &BenchArgs) -> Result<(), String> {
     let concurrency = args.concurrency;
     each_limit(admin, args.limits, move |admin, l| async move {
         admin
@@ -193,7 +193,11 @@ async fn define_limits(admin: &Client, args: &BenchArgs) -> Result<(), String> {
 
 /// Defines rate limit `name` of `keyed-take` or `multi`: one token a second from a burst of
 /// a billion, per key when `keys_max` is given.
-async fn define_rate(admin: &Client, name: &str, keys_max: Option<u32>) -> Result<(), String> {
+pub(super) async fn define_rate(
+    admin: &Client,
+    name: &str,
+    keys_max: Option<u32>,
+) -> Result<(), String> {
     let definition = Definition {
         tenant: TENANT.into(),
         name: name.into(),
@@ -314,7 +318,7 @@ impl Progress {
 
 /// What the bench does to the leader during a run: `--failover` kills it, `--stall` stops it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Incident {
+pub(super) enum Incident {
     /// SIGKILL; the node is restarted once grants resume.
     Kill,
     /// SIGSTOP for [`STALL`], then SIGCONT (on every path).
@@ -334,7 +338,7 @@ impl Incident {
 /// Kills or stops the leader, waits for the first success of an operation sent after it,
 /// and undoes it (a killed node restarted, a stopped one resumed once [`STALL`] has
 /// passed); returns the time from the incident to that success, µs.
-async fn disrupt_the_leader(
+pub(super) async fn disrupt_the_leader(
     incident: Incident,
     cluster: &mut LocalCluster,
     servers: &[String],
@@ -599,11 +603,16 @@ impl BenchClient {
     }
 }
 
-/// A take of one token of `keyed-take`'s limit, from `key`.
-fn keyed_take(key: &str) -> AcquireOptions {
-    let mut options = AcquireOptions::new(TENANT, KEYED_LIMIT);
+/// A take of one token of keyed limit `limit`, from `key`.
+pub(super) fn keyed_take_of(limit: &str, key: &str) -> AcquireOptions {
+    let mut options = AcquireOptions::new(TENANT, limit);
     options.key = Some(key.to_owned());
     options
+}
+
+/// A take of one token of `keyed-take`'s limit, from `key`.
+fn keyed_take(key: &str) -> AcquireOptions {
+    keyed_take_of(KEYED_LIMIT, key)
 }
 
 /// A take of `multi`: one token of the tenant's rate, of model `i % MODELS`'s, and of the
