@@ -17,10 +17,11 @@
 //! per node its resident memory, open files and threads (`/proc/PID`), and the bytes of its
 //! log and of its snapshot on disk (`snapshot.bin` in its data directory, the rest is the
 //! log). The last line is the verdict: for each node's series and for the p99, the median of
-//! the first quarter of the intervals against the median of the last quarter; a series is
-//! flagged when it grew by more than `--drift-threshold` percent and by more than its floor
-//! ([`METRICS`]: below it a change is noise, not a leak). Medians, so the one interval that
-//! holds a kill or a restart does not decide. A node restarted by a kill starts its series
+//! the first quarter of the intervals against the median of the last quarter (for the log,
+//! a sawtooth, the peaks: [`Stat`]); a series is flagged when it grew by more than
+//! `--drift-threshold` percent and by more than its floor ([`METRICS`]: below it a change is
+//! noise, not a leak). Medians, so the one interval that holds a kill or a restart does not
+//! decide. A node restarted by a kill starts its series
 //! afresh; its sample says `restarted`. `--chart FILE` draws every series over time
 //! (`svg.rs`).
 //!
@@ -60,23 +61,41 @@ const KEYS_PER_SESSION: u64 = 20;
 /// Every this many sessions, one is dropped without closing (left to expire).
 const ABANDON_EVERY: u64 = 4;
 
-/// A series of a node: its name, its unit, the growth below which it is noise, and how it
-/// is read from a sample.
+/// What stands for a quarter of a series.
+#[derive(Clone, Copy)]
+enum Stat {
+    /// Its median: one interval with a kill or a restart in it does not decide.
+    Median,
+    /// Its peak: for a sawtooth, as the log is (it grows by segments of 64 MiB and drops
+    /// when a snapshot lets the oldest go), whose median depends on where the samples fall
+    /// in the teeth, while a log that is never purged raises its peak.
+    Max,
+}
+
+/// A series of a node: its name, its unit, the growth below which it is noise, what stands
+/// for a quarter, and how it is read from a sample.
 type Metric = (
     &'static str,
     &'static str,
     f64,
+    Stat,
     fn(&NodeSample) -> Option<f64>,
 );
 
 /// The node series, with their floors: 4 MiB of memory or of log, 8 open files, 4 threads,
 /// 1 MiB of snapshot.
 const METRICS: [Metric; 5] = [
-    ("rss", "MiB", 4.0, |s| s.rss_mib),
-    ("fds", "open files", 8.0, |s| s.fds.map(|v| v as f64)),
-    ("threads", "threads", 4.0, |s| s.threads.map(|v| v as f64)),
-    ("log", "MiB on disk", 4.0, |s| Some(s.log_mib)),
-    ("snapshot", "MiB on disk", 1.0, |s| Some(s.snapshot_mib)),
+    ("rss", "MiB", 4.0, Stat::Median, |s| s.rss_mib),
+    ("fds", "open files", 8.0, Stat::Median, |s| {
+        s.fds.map(|v| v as f64)
+    }),
+    ("threads", "threads", 4.0, Stat::Median, |s| {
+        s.threads.map(|v| v as f64)
+    }),
+    ("log", "MiB on disk", 4.0, Stat::Max, |s| Some(s.log_mib)),
+    ("snapshot", "MiB on disk", 1.0, Stat::Median, |s| {
+        Some(s.snapshot_mib)
+    }),
 ];
 /// The floor of the p99: 2 ms.
 const P99_FLOOR_MS: f64 = 2.0;
@@ -474,25 +493,30 @@ fn disk_bytes(dir: &Path) -> (u64, u64) {
     (log, snapshot)
 }
 
-/// The median of the finite `values`; `None` if there are none.
-fn median(mut values: Vec<f64>) -> Option<f64> {
+/// The median or the peak of the finite `values` present; 0 if there are none.
+fn summary(stat: Stat, values: &[Option<f64>]) -> f64 {
+    let mut values: Vec<f64> = values.iter().flatten().copied().collect();
     values.retain(|v| v.is_finite());
     values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied()
+    let at = match stat {
+        Stat::Median => values.len() / 2,
+        Stat::Max => values.len().saturating_sub(1),
+    };
+    values.get(at).copied().unwrap_or(0.0)
 }
 
-/// The drift of one series given per interval (absent where not measured).
+/// The drift of one series given per interval (absent where not measured); `metric` is its
+/// unit, floor and statistic.
 fn drift(
     series: String,
-    unit: &'static str,
-    floor: f64,
+    metric: (&'static str, f64, Stat),
     values: &[Option<f64>],
     pct: f64,
 ) -> Drift {
+    let (unit, floor, stat) = metric;
     let quarter = (values.len() / 4).max(1);
-    let first = median(values[..quarter].iter().flatten().copied().collect()).unwrap_or(0.0);
-    let tail = &values[values.len().saturating_sub(quarter)..];
-    let last = median(tail.iter().flatten().copied().collect()).unwrap_or(0.0);
+    let first = summary(stat, &values[..quarter]);
+    let last = summary(stat, &values[values.len().saturating_sub(quarter)..]);
     let growth_pct = match first > 0.0 {
         true => (last - first) / first * 100.0,
         false if last > 0.0 => f64::INFINITY,
@@ -518,22 +542,23 @@ pub fn verdict(intervals: &[Interval], threshold_pct: f64) -> Vec<Drift> {
     ids.dedup();
     let mut all = vec![];
     for id in ids {
-        for (name, unit, floor, read) in METRICS {
+        for (name, unit, floor, stat, read) in METRICS {
             let values: Vec<Option<f64>> = intervals
                 .iter()
                 .map(|i| i.nodes.iter().find(|n| n.id == id).and_then(read))
                 .collect();
+            let metric = (unit, floor, stat);
             all.push(drift(
                 format!("n{id} {name}"),
-                unit,
-                floor,
+                metric,
                 &values,
                 threshold_pct,
             ));
         }
     }
     let p99: Vec<Option<f64>> = intervals.iter().map(|i| Some(i.p99_ms)).collect();
-    all.push(drift("p99".into(), "ms", P99_FLOOR_MS, &p99, threshold_pct));
+    let metric = ("ms", P99_FLOOR_MS, Stat::Median);
+    all.push(drift("p99".into(), metric, &p99, threshold_pct));
     all
 }
 
@@ -601,7 +626,7 @@ fn write_chart(file: &Path, intervals: &[Interval]) -> Result<(), String> {
     ids.dedup();
     let mut charts: Vec<String> = METRICS
         .iter()
-        .map(|(name, unit, _, read)| {
+        .map(|(name, unit, _, _, read)| {
             let series: Vec<Series> = ids
                 .iter()
                 .map(|id| Series {
@@ -665,12 +690,13 @@ mod tests {
 
     #[test]
     fn a_steady_climb_is_flagged_and_a_sawtooth_or_a_spike_is_not() {
-        // rss climbs 40 -> 79 MiB; the log is a sawtooth (a snapshot purges it); the p99
-        // has one spike (a kill) in the last quarter.
+        // rss climbs 40 -> 79 MiB; the log is a sawtooth (a snapshot purges it) whose
+        // quarters' medians differ by the phase of the samples (60 against 90 MiB) and whose
+        // peaks do not; the p99 has one spike (a kill) in the last quarter.
         let intervals: Vec<Interval> = (0..40)
             .map(|k| {
                 let p99 = if k == 38 { 900.0 } else { 3.0 };
-                interval(k as f64 * 60.0, 40.0 + k as f64, (k % 5) as f64 * 3.0, p99)
+                interval(k as f64 * 60.0, 40.0 + k as f64, (k % 7) as f64 * 10.0, p99)
             })
             .collect();
         let drift = verdict(&intervals, 20.0);
