@@ -1,7 +1,8 @@
 //! The operator console's server side: the page and its assets served without a token
 //! under a strict Content-Security-Policy; the cluster event stream `GET /v1/events`
 //! (grants, releases, halts set and cleared, named by tenant and limit; 403 for a tenant
-//! token); a limit's holders and waiters in serving order, paged. The page itself is tested
+//! token); a limit's holders and waiters in serving order, paged; a node's record of leader
+//! changes in `GET /v1/status` after a leader is killed. The page itself is tested
 //! in headless Chromium by `tests/console` (`.ci/run`).
 
 use std::time::Duration;
@@ -413,4 +414,58 @@ async fn holders_and_waiters_answer_the_permits_and_the_queue_in_serving_order()
         StatusCode::FORBIDDEN,
         "a tenant token reads its own tenant only"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nodes_leader_history_keeps_the_killed_leader_and_names_the_new_one() {
+    let (mut cluster, _) = cluster("console-leaders").await;
+    let since_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let old = cluster.leader(EVENT_WAIT).await.expect("a leader");
+    let viewer = (1..=3).find(|id| *id != old).unwrap();
+    let status_url = format!(
+        "http://{}/v1/status",
+        cluster.node(viewer).config.http_listen
+    );
+    phase("the leader is killed; a follower's record names it, then the new leader");
+    cluster.kill(old);
+    let admin = client(Some(ADMIN));
+    let deadline = Instant::now() + EVENT_WAIT;
+    let history = loop {
+        let (status, body) = call(&admin, "GET", &status_url, None).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let history = body["leader_history"].clone();
+        let newest = &history["changes"][0]["leader"];
+        if newest.as_u64().is_some_and(|l| l != old) {
+            break history;
+        }
+        assert!(Instant::now() < deadline, "no new leader recorded: {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(history["node"].as_u64(), Some(viewer), "{history}");
+    let changes = history["changes"].as_array().unwrap();
+    let terms: Vec<u64> = changes
+        .iter()
+        .map(|c| c["term"].as_u64().unwrap())
+        .collect();
+    assert!(
+        terms.windows(2).all(|w| w[0] >= w[1]),
+        "newest first: {history}"
+    );
+    let old_term = changes
+        .iter()
+        .find(|c| c["leader"].as_u64() == Some(old))
+        .unwrap_or_else(|| panic!("the killed leader is in the record: {history}"))["term"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        terms[0] > old_term,
+        "a new term for the new leader: {history}"
+    );
+    for c in changes {
+        let at = c["at_ms"].as_u64().unwrap();
+        assert!(at + 60_000 >= since_ms, "seen since the node started: {c}");
+    }
 }

@@ -18,6 +18,7 @@ mod metrics;
 mod owners;
 mod rls;
 mod security;
+mod soak;
 mod upgrade;
 
 use std::collections::BTreeSet;

@@ -168,6 +168,16 @@ async function withoutTokens(b) {
     const shown = Number(await page.locator('#leader').getAttribute('data-leader'));
     log(`phase: leader ${leader} killed; the page shows leader ${shown} after ${Date.now() - killed} ms (requirement: 2000 ms)`);
     assert.notEqual(shown, leader);
+    // The node's own record: after a reload this page has seen only the new leader, and the
+    // history still names the killed one.
+    await page.reload();
+    await page.waitForFunction((old) => {
+      const t = document.getElementById('leader-history')?.textContent ?? '';
+      return t.includes('recorded since it started') && t.includes(`node ${old}`);
+    }, leader, { timeout: WAIT_MS });
+    const elections = await page.locator('#elections').textContent();
+    assert.match(elections, /^Elections in the last hour: ([2-9]|\d{2,}) \(as node \d+ recorded since it started\)$/);
+    log(`phase: after a reload the leader history is the node's record: ${elections}`);
     assert.deepEqual(errors, []);
     await page.close();
   } catch (e) {

@@ -1,8 +1,12 @@
 // Cluster view: every node's role, term, applied index and lag, whether replicas at the
 // same applied index agree on the state's digest, readiness (the rule of /readyz), and the
-// leader changes this page saw. The leader line follows the event stream at once; the node
-// table is re-read on a leader change, on resync, and every few seconds while shown (it is
-// one request for the whole cluster, not one per limit).
+// leader's history: the leader changes the node serving this page recorded since it started
+// (`leader_history` of /v1/status, so elections before the page was opened count), with the
+// elections of the last hour (terms in which a leader was known); before the first status
+// read, or without the admin role, the changes this page saw itself. The leader line follows
+// the event stream at once; the node table and the record are re-read on a leader change, on
+// resync, and every few seconds while shown (one request for the whole cluster, not one per
+// limit).
 
 import { get } from './api.js';
 import { clock, debounce, errorBox, h, show, table } from './dom.js';
@@ -21,17 +25,29 @@ export function mount(root, ctx) {
       ? `No leader known to node ${ctx.node ?? '?'} (term ${ctx.term ?? '?'})`
       : `Leader: node ${ctx.leader} · term ${ctx.term}`;
     leaderLine.dataset.leader = ctx.leader ?? '';
+    drawHistory();
+  };
+
+  // The node's own record once read, else what this page saw.
+  let record = null;
+  const drawHistory = () => {
+    const changes = record?.changes ?? ctx.leaders;
     const hour = Date.now() - 3600_000;
-    const recent = ctx.leaders.filter((l) => l.at_ms >= hour);
-    show(history, h('h2', {}, `Leader changes seen (last hour: ${recent.length})`),
-      table('Leader changes this page saw, newest first', [['at'], ['leader'], ['term', true]],
-        ctx.leaders.map((l) => [clock(l.at_ms), l.leader == null ? 'none' : `node ${l.leader}`, l.term])));
+    const elected = new Set(changes.filter((l) => l.at_ms >= hour && l.leader != null).map((l) => l.term));
+    const whose = record ? `node ${record.node} recorded since it started` : 'this page saw';
+    show(history,
+      h('h2', {}, 'Leader history'),
+      h('p', { id: 'elections' }, `Elections in the last hour: ${elected.size} (as ${whose})`),
+      table(`Leader changes ${whose}, newest first`, [['at'], ['leader'], ['term', true]],
+        changes.map((l) => [clock(l.at_ms), l.leader == null ? 'none' : `node ${l.leader}`, l.term])));
   };
 
   const load = async () => {
     try {
       const status = await get('/v1/status');
       show(nodes, nodeTable(status));
+      record = status.leader_history ?? null;
+      drawHistory();
     } catch (e) {
       show(nodes, errorBox(e.status === 403
         ? new Error(`The node table needs the admin role (${e.message}); the leader above is live.`)

@@ -94,6 +94,23 @@ pub struct BenchArgs {
     /// (`grpc_listen`), comma-separated; clients spread over them.
     #[arg(long, value_delimiter = ',', value_name = "ADDR")]
     pub grpc: Vec<String>,
+    /// A soak (needs --spawn): churn for --duration, sampling every node each SECS and
+    /// printing one line per interval, then a verdict on each series' drift.
+    #[arg(long, value_name = "SECS")]
+    pub report_every: Option<f64>,
+    /// With --report-every: kill the leader every SECS (0: never).
+    #[arg(long, value_name = "SECS", default_value_t = 600.0)]
+    pub kill_every: f64,
+    /// With --report-every: stop the leader (SIGSTOP, 4 s) every SECS (0: never).
+    #[arg(long, value_name = "SECS", default_value_t = 900.0)]
+    pub stall_every: f64,
+    /// With --report-every: write the drift of each series as an SVG chart to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub chart: Option<std::path::PathBuf>,
+    /// With --report-every: growth (percent, first quarter to last) above which a series
+    /// is flagged.
+    #[arg(long, value_name = "PCT", default_value_t = 20.0)]
+    pub drift_threshold: f64,
 }
 
 /// Refuses arguments that make no run, with the usage message.
@@ -126,6 +143,7 @@ pub fn check(args: &BenchArgs) -> Result<(), &'static str> {
     if args.stall > 0 && args.spawn.is_none() {
         return Err("--stall needs --spawn (the bench stops the nodes it started)");
     }
+    check_soak(args)?;
     if !(args.duration > 0.0
         && args.duration < 86_400.0
         && args.warmup >= 0.0
@@ -239,4 +257,30 @@ mod tests {
             );
         }
     }
+}
+/// Refuses soak options that make no soak.
+fn check_soak(args: &BenchArgs) -> Result<(), &'static str> {
+    let Some(every) = args.report_every else {
+        return match args.chart.is_some() {
+            true => Err("--chart needs --report-every (it charts the soak's intervals)"),
+            false => Ok(()),
+        };
+    };
+    if args.spawn.is_none()
+        || args.failover > 0
+        || args.stall > 0
+        || args.curve.is_some()
+        || args.against.is_some()
+    {
+        return Err(
+            "--report-every needs --spawn (it samples the nodes it started), without --failover, --stall, --curve or --against (use --kill-every and --stall-every)",
+        );
+    }
+    if !(every > 0.0 && args.duration >= 4.0 * every) {
+        return Err("--report-every must be positive and --duration at least four intervals");
+    }
+    if !(args.kill_every >= 0.0 && args.stall_every >= 0.0 && args.drift_threshold >= 0.0) {
+        return Err("--kill-every, --stall-every and --drift-threshold must not be negative");
+    }
+    Ok(())
 }

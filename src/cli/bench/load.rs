@@ -52,12 +52,12 @@ const STALL: Duration = Duration::from_secs(4);
 /// The sessions' TTL with `--stall`: the shortest the spec promises to carry through (G9).
 const STALL_TTL: Duration = Duration::from_secs(3);
 /// The sessions' TTL otherwise.
-const SESSION_TTL: Duration = Duration::from_secs(10);
+pub(super) const SESSION_TTL: Duration = Duration::from_secs(10);
 /// The limit each `--stall` session holds one permit of for the whole run.
 const HOLD_LIMIT: &str = "bench-hold";
 
 /// The limit of `acquire-release` number `l`.
-fn limit_name(l: u64) -> String {
+pub(super) fn limit_name(l: u64) -> String {
     format!("bench-{l}")
 }
 
@@ -154,7 +154,7 @@ where
 }
 
 /// Defines the limits the workloads use and clears the tenant's ceilings (idempotent).
-async fn define_limits(admin: &Client, args: &BenchArgs) -> Result<(), String> {
+pub(super) async fn define_limits(admin: &Client, args: &BenchArgs) -> Result<(), String> {
     let concurrency = args.concurrency;
     each_limit(admin, args.limits, move |admin, l| async move {
         admin
@@ -192,7 +192,11 @@ async fn define_limits(admin: &Client, args: &BenchArgs) -> Result<(), String> {
 
 /// Defines rate limit `name` of `keyed-take` or `multi`: one token a second from a burst of
 /// a billion, per key when `keys_max` is given.
-async fn define_rate(admin: &Client, name: &str, keys_max: Option<u32>) -> Result<(), String> {
+pub(super) async fn define_rate(
+    admin: &Client,
+    name: &str,
+    keys_max: Option<u32>,
+) -> Result<(), String> {
     let definition = Definition {
         tenant: TENANT.into(),
         name: name.into(),
@@ -313,7 +317,7 @@ impl Progress {
 
 /// What the bench does to the leader during a run: `--failover` kills it, `--stall` stops it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Incident {
+pub(super) enum Incident {
     /// SIGKILL; the node is restarted once grants resume.
     Kill,
     /// SIGSTOP for [`STALL`], then SIGCONT (on every path).
@@ -333,7 +337,7 @@ impl Incident {
 /// Kills or stops the leader, waits for the first success of an operation sent after it,
 /// and undoes it (a killed node restarted, a stopped one resumed once [`STALL`] has
 /// passed); returns the time from the incident to that success, µs.
-async fn disrupt_the_leader(
+pub(super) async fn disrupt_the_leader(
     incident: Incident,
     cluster: &mut LocalCluster,
     servers: &[String],
@@ -603,11 +607,16 @@ impl BenchClient {
     }
 }
 
-/// A take of one token of `keyed-take`'s limit, from `key`.
-fn keyed_take(key: &str) -> AcquireOptions {
-    let mut options = AcquireOptions::new(TENANT, KEYED_LIMIT);
+/// A take of one token of keyed limit `limit`, from `key`.
+pub(super) fn keyed_take_of(limit: &str, key: &str) -> AcquireOptions {
+    let mut options = AcquireOptions::new(TENANT, limit);
     options.key = Some(key.to_owned());
     options
+}
+
+/// A take of one token of `keyed-take`'s limit, from `key`.
+fn keyed_take(key: &str) -> AcquireOptions {
+    keyed_take_of(KEYED_LIMIT, key)
 }
 
 /// A take of `multi`: one token of the tenant's rate, of model `i % MODELS`'s, and of the

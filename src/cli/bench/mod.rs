@@ -27,6 +27,12 @@
 //! whole run besides its workload, and a session counts as having lost a permit if any of
 //! its permits was ever seen lost (deadline, expiry).
 //!
+//! `--report-every SECS` (with `--spawn`) makes the run a soak (`soak.rs`): sessions,
+//! permits and keys churn for `--duration` while the leader is killed every `--kill-every`
+//! and stopped every `--stall-every` seconds; every node's memory, open files, threads, log
+//! and snapshot bytes, and the p99, are printed each interval and charted (`--chart FILE`),
+//! and each series' growth over the run is judged at the end.
+//!
 //! `--against etcd` (with `--spawn 3` and `acquire-release`) then runs the same cycle on a
 //! three-member etcd on loopback and prints both side by side (`etcd.rs`; the etcd client
 //! is only in a build with the `etcd` feature).
@@ -50,6 +56,7 @@
 //! - `zipf.rs`: the Zipf key sampler of `keyed-take`;
 //! - `scale.rs`: the scale point;
 //! - `keyed_point.rs`: the keyed point;
+//! - `soak.rs`: the soak (`--report-every`);
 //! - `report.rs`: the recorder the clients share and the printed results.
 
 mod args;
@@ -65,6 +72,7 @@ mod report;
 mod resp;
 mod rls;
 mod scale;
+mod soak;
 mod spawn;
 mod svg;
 mod zipf;
@@ -125,6 +133,11 @@ pub fn run(args: &BenchArgs, servers: &[String], security: &ClientSecurity, out:
             scale::run(&servers, &security, out).await
         } else if args.workload == Workload::KeyedScale {
             keyed_point::run(&servers, &security, out).await
+        } else if args.report_every.is_some() {
+            match spawned.as_mut() {
+                Some(cluster) => soak::run(args, &servers, &security, cluster, out).await,
+                None => Err("--report-every needs --spawn".into()),
+            }
         } else if let Some(dir) = &args.curve {
             curve::run(args, &servers, &security, dir, out).await
         } else if let Some(Against::Redis) = args.against {

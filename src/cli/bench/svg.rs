@@ -1,6 +1,7 @@
 //! A line chart as a small hand-written SVG: a log-scaled x axis (the curve's points are
-//! powers of ten or of four), a linear y axis from zero, one polyline with dots per series,
-//! and a legend. Enough for `docs/`, and no plotting dependency to build.
+//! powers of ten or of four) or a linear one from zero (time, for the soak), a linear y axis
+//! from zero, one polyline with dots per series, and a legend; and a grid of such charts in
+//! one picture. Enough for `docs/`, and no plotting dependency to build.
 
 use std::fmt::Write;
 
@@ -52,8 +53,45 @@ fn step(span: f64) -> f64 {
         .unwrap_or(10.0 * p)
 }
 
-/// The chart. The x ticks are the x values of the first series.
+/// How x values map to the width of the plot.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Scale {
+    /// log10 from the smallest x to the largest; ticks at the first series' x values.
+    Log,
+    /// From 0 to the largest x; ticks at "nice" steps.
+    Linear,
+}
+
+/// The chart on a log-scaled x axis. The x ticks are the x values of the first series.
 pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> String {
+    chart(title, x_label, y_label, series, Scale::Log)
+}
+
+/// The chart on a linear x axis from zero (time), ticks at round steps.
+pub fn time_chart(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> String {
+    chart(title, x_label, y_label, series, Scale::Linear)
+}
+
+/// `charts` (each as [`line_chart`] draws it) in one picture, `columns` side by side.
+pub fn grid(charts: &[String], columns: usize) -> String {
+    let columns = columns.max(1);
+    let rows = charts.len().div_ceil(columns).max(1);
+    let (w, h) = (WIDTH * columns as f64, HEIGHT * rows as f64);
+    let mut svg = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}">"#
+    );
+    svg.push('\n');
+    for (i, c) in charts.iter().enumerate() {
+        let (x, y) = (WIDTH * (i % columns) as f64, HEIGHT * (i / columns) as f64);
+        let _ = write!(svg, r#"<g transform="translate({x},{y})">"#);
+        svg.push_str(c);
+        svg.push_str("</g>\n");
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
+fn chart(title: &str, x_label: &str, y_label: &str, series: &[Series], scale: Scale) -> String {
     let xs: Vec<f64> = series
         .iter()
         .flat_map(|s| s.points.iter().map(|p| p.0))
@@ -61,13 +99,19 @@ pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series]) 
         .collect();
     let ys = series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
     let x_min = xs.iter().copied().fold(f64::INFINITY, f64::min).max(1e-9);
-    let x_max = xs.iter().copied().fold(0.0, f64::max).max(x_min * 10.0);
+    let x_max = match scale {
+        Scale::Log => xs.iter().copied().fold(0.0, f64::max).max(x_min * 10.0),
+        Scale::Linear => xs.iter().copied().fold(0.0, f64::max).max(1e-9),
+    };
     let y_max = ys.fold(0.0, f64::max);
     let y_step = step(if y_max > 0.0 { y_max } else { 1.0 });
     let y_top = ((y_max / y_step).floor() + 1.0) * y_step;
     let plot_w = WIDTH - LEFT - RIGHT;
     let plot_h = HEIGHT - TOP - BOTTOM;
-    let px = |x: f64| LEFT + (x.log10() - x_min.log10()) / (x_max.log10() - x_min.log10()) * plot_w;
+    let px = |x: f64| match scale {
+        Scale::Log => LEFT + (x.log10() - x_min.log10()) / (x_max.log10() - x_min.log10()) * plot_w,
+        Scale::Linear => LEFT + x / x_max * plot_w,
+    };
     let py = |y: f64| TOP + plot_h - y / y_top * plot_h;
 
     let mut svg = String::new();
@@ -99,18 +143,29 @@ pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series]) 
         );
         y += y_step;
     }
-    // x ticks at the first series' points.
-    if let Some(first) = series.first() {
-        for (x, _) in &first.points {
-            let _ = writeln!(
-                svg,
-                r##"<line x1="{0:.1}" x2="{0:.1}" y1="{TOP}" y2="{1}" stroke="#eeeeee"/><text x="{0:.1}" y="{2}" text-anchor="middle">{3}</text>"##,
-                px(*x),
-                TOP + plot_h,
-                TOP + plot_h + 16.0,
-                label(*x)
-            );
+    // x ticks at the first series' points (log) or at round steps (linear).
+    let x_ticks: Vec<f64> = match scale {
+        Scale::Log => series
+            .first()
+            .map(|s| s.points.iter().map(|p| p.0).collect())
+            .unwrap_or_default(),
+        Scale::Linear => {
+            let x_step = step(x_max);
+            (0..)
+                .map(|k| k as f64 * x_step)
+                .take_while(|x| *x <= x_max)
+                .collect()
         }
+    };
+    for x in &x_ticks {
+        let _ = writeln!(
+            svg,
+            r##"<line x1="{0:.1}" x2="{0:.1}" y1="{TOP}" y2="{1}" stroke="#eeeeee"/><text x="{0:.1}" y="{2}" text-anchor="middle">{3}</text>"##,
+            px(*x),
+            TOP + plot_h,
+            TOP + plot_h + 16.0,
+            label(*x)
+        );
     }
     let _ = writeln!(
         svg,

@@ -46,3 +46,8 @@ pub const WATCH_ENTRIES_BACKLOG: usize = 1_024;
 /// incident) costs a viewer's connection a bounded rate of frames, and the page re-reads
 /// the state instead of rendering each one. A person reads nowhere near 200 events a second.
 pub const WATCH_EVENTS_PER_SECOND_MAX: u32 = 200;
+
+/// Leader changes a node keeps in its own record for the console (`leaders.rs`): the newest
+/// 256. An election every ten minutes for a day is 144; a cluster that elects more often
+/// than that has one problem to show, not 256 rows of it. An entry is a few dozen bytes.
+pub const LEADER_HISTORY_MAX: usize = 256;

@@ -1,5 +1,6 @@
 //! The node and the cluster: `GET /v1/status` (every member as `weir status --json` shows
-//! it, with its readiness by the rule of `/readyz`), `/healthz` (the process serves) and `/readyz` (a member with a known leader whose
+//! it, with its readiness by the rule of `/readyz`, and the leader changes this node saw),
+//! `/healthz` (the process serves) and `/readyz` (a member with a known leader whose
 //! applied index is close to its log).
 
 use std::sync::Arc;
@@ -23,7 +24,8 @@ use weir_client::{Client, ClientError};
 const READY_LAG_MAX: u64 = 1_000;
 
 /// `GET /v1/status`: this node's view of every member, each asked for its own status
-/// (`null` for one that does not answer). Needs no leader.
+/// (`null` for one that does not answer), and this node's record of leader changes
+/// (`leader_history`). Needs no leader.
 pub async fn status(State(ctx): State<Arc<HttpCtx>>) -> ApiResult {
     // Asked with the request's own token: status needs `admin` (spec §7), which the client
     // port decides, as for `weir status`.
@@ -58,7 +60,14 @@ pub async fn status(State(ctx): State<Arc<HttpCtx>>) -> ApiResult {
             None => json!({"id": m.id, "addr": m.client, "state": "Unreachable"}),
         });
     }
-    Ok(Json(json!({"leader": me.leader, "term": me.term, "nodes": nodes})).into_response())
+    let history = json!({"node": me.id, "changes": ctx.leaders.newest_first()});
+    Ok(Json(json!({
+        "leader": me.leader,
+        "term": me.term,
+        "nodes": nodes,
+        "leader_history": history,
+    }))
+    .into_response())
 }
 
 async fn ask(addr: &str, security: &ClientSecurity) -> Result<NodeStatus, ClientError> {

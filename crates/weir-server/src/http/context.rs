@@ -1,13 +1,15 @@
 //! [`HttpCtx`]: what every HTTP handler reaches — the callers (one internal client per
 //! token, `callers.rs`) that carry requests to the leader, this node's applied state
-//! (events, local figures) and Raft (health, metrics). [`HttpCtx::write`], [`HttpCtx::read`]
-//! and the take session act for the current request's caller.
+//! (events, local figures), Raft (health, metrics) and the leader changes this node saw
+//! (`leaders.rs`). [`HttpCtx::write`], [`HttpCtx::read`] and the take session act for the
+//! current request's caller.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::callers::{self, Callers, TakeSession};
 use super::error::ApiError;
+use super::leaders::LeaderHistory;
 use crate::raft::Raft;
 use crate::raft::state_store::AppliedState;
 use weir_client::protocol::{Answer, Query};
@@ -45,6 +47,8 @@ pub struct HttpCtx {
     /// This node's applied state: session events, the log clock, local figures.
     pub state: Arc<AppliedState>,
     pub raft: Raft,
+    /// The leader changes this node saw since it started (`leaders.rs`).
+    pub leaders: Arc<LeaderHistory>,
 }
 
 impl HttpCtx {
@@ -60,6 +64,7 @@ impl HttpCtx {
             client_addr,
             callers: Arc::new(callers),
             state,
+            leaders: LeaderHistory::follow(&raft),
             raft,
         }
     }

@@ -81,6 +81,7 @@ mod error;
 mod events;
 mod halts;
 mod keys;
+mod leaders;
 mod limits;
 mod listener;
 mod metrics;
