@@ -197,6 +197,32 @@ fn check_rls(args: &BenchArgs) -> Result<(), &'static str> {
     Ok(())
 }
 
+fn check_soak(args: &BenchArgs) -> Result<(), &'static str> {
+    let Some(every) = args.report_every else {
+        return match args.chart.is_some() {
+            true => Err("--chart needs --report-every (it charts the soak's intervals)"),
+            false => Ok(()),
+        };
+    };
+    if args.spawn.is_none()
+        || args.failover > 0
+        || args.stall > 0
+        || args.curve.is_some()
+        || args.against.is_some()
+    {
+        return Err(
+            "--report-every needs --spawn (it samples the nodes it started), without --failover, --stall, --curve or --against (use --kill-every and --stall-every)",
+        );
+    }
+    if !(every > 0.0 && args.duration >= 4.0 * every) {
+        return Err("--report-every must be positive and --duration at least four intervals");
+    }
+    if !(args.kill_every >= 0.0 && args.stall_every >= 0.0 && args.drift_threshold >= 0.0) {
+        return Err("--kill-every, --stall-every and --drift-threshold must not be negative");
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser;
@@ -257,30 +283,4 @@ mod tests {
             );
         }
     }
-}
-/// Refuses soak options that make no soak.
-fn check_soak(args: &BenchArgs) -> Result<(), &'static str> {
-    let Some(every) = args.report_every else {
-        return match args.chart.is_some() {
-            true => Err("--chart needs --report-every (it charts the soak's intervals)"),
-            false => Ok(()),
-        };
-    };
-    if args.spawn.is_none()
-        || args.failover > 0
-        || args.stall > 0
-        || args.curve.is_some()
-        || args.against.is_some()
-    {
-        return Err(
-            "--report-every needs --spawn (it samples the nodes it started), without --failover, --stall, --curve or --against (use --kill-every and --stall-every)",
-        );
-    }
-    if !(every > 0.0 && args.duration >= 4.0 * every) {
-        return Err("--report-every must be positive and --duration at least four intervals");
-    }
-    if !(args.kill_every >= 0.0 && args.stall_every >= 0.0 && args.drift_threshold >= 0.0) {
-        return Err("--kill-every, --stall-every and --drift-threshold must not be negative");
-    }
-    Ok(())
 }
