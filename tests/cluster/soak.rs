@@ -49,6 +49,14 @@ fn a_short_soak_reports_every_series_of_every_node_and_kills_and_stalls_the_lead
             .any(|n| n["restarted"] == true)),
         "a killed leader's node comes back as a new process: {intervals:?}"
     );
+    let cycled: u64 = intervals
+        .iter()
+        .map(|i| i["limits_cycled"].as_u64().expect("limits_cycled"))
+        .sum();
+    assert!(
+        cycled >= 5,
+        "keyed limits appear and disappear: {intervals:?}"
+    );
     let v = &verdict["verdict"];
     assert!(v["kills"].as_u64().unwrap() >= 1, "{v}\n{stderr}");
     assert!(v["stalls"].as_u64().unwrap() >= 1, "{v}\n{stderr}");

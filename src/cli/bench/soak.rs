@@ -7,7 +7,10 @@
 //! limits and a take of one token of the keyed rate limit [`KEYED`] from a key of that
 //! session's own (so keys are created, then left to refill, which drops them from the live
 //! set a second later), and then closes the session, or every [`ABANDON_EVERY`]th session
-//! drops it without closing, leaving it to expire on the nodes. Meanwhile the leader is
+//! drops it without closing, leaving it to expire on the nodes. Beside them one more loop
+//! makes keyed limits appear and disappear: every [`DEFINITION_EVERY`] it defines a keyed
+//! limit of its own, takes from [`DEFINITION_KEYS`] keys of it, and removes it with those
+//! keys still live (names cycle through [`DEFINITION_NAMES`]). Meanwhile the leader is
 //! killed (SIGKILL, restarted once grants resume) every `--kill-every` seconds and stopped
 //! (SIGSTOP for 4 s, then SIGCONT) every `--stall-every` seconds, as `--failover` and
 //! `--stall` do (`load.rs`).
@@ -46,6 +49,7 @@ use super::spawn;
 use super::svg::{Series, grid, time_chart};
 use crate::launcher::LocalCluster;
 use weir_client::{AcquireOptions, Client, Session};
+use weir_core::machine::Command;
 use weir_server::raft::state_store::SNAPSHOT_FILE;
 use weir_server::security::ClientSecurity;
 
@@ -60,6 +64,12 @@ const OPS_PER_SESSION: u64 = 200;
 const KEYS_PER_SESSION: u64 = 20;
 /// Every this many sessions, one is dropped without closing (left to expire).
 const ABANDON_EVERY: u64 = 4;
+/// How often a keyed limit appears and disappears.
+const DEFINITION_EVERY: Duration = Duration::from_secs(1);
+/// Keys taken from in a keyed limit between its definition and its removal.
+const DEFINITION_KEYS: u64 = 20;
+/// The appearing limits' names cycle through this many.
+const DEFINITION_NAMES: u64 = 16;
 
 /// What stands for a quarter of a series.
 #[derive(Clone, Copy)]
@@ -127,6 +137,8 @@ pub struct Interval {
     pub p99_ms: f64,
     pub sessions_opened: u64,
     pub sessions_abandoned: u64,
+    /// Keyed limits defined, taken from and removed.
+    pub limits_cycled: u64,
     /// Incidents since the run began.
     pub kills: u32,
     pub stalls: u32,
@@ -165,6 +177,7 @@ struct Churn {
     interval: Mutex<Histogram<u64>>,
     sessions_opened: AtomicU64,
     sessions_abandoned: AtomicU64,
+    limits_cycled: AtomicU64,
 }
 
 impl Churn {
@@ -190,8 +203,10 @@ pub async fn run(
         interval: Mutex::new(histogram()),
         sessions_opened: AtomicU64::new(0),
         sessions_abandoned: AtomicU64::new(0),
+        limits_cycled: AtomicU64::new(0),
     });
-    let clients = start_clients(args, servers, security, &churn);
+    let mut clients = start_clients(args, servers, security, &churn);
+    clients.push(tokio::spawn(definitions_loop(admin, churn.clone())));
     tokio::time::sleep(Duration::from_secs_f64(args.warmup)).await;
     churn.recorder.measuring.store(true, Ordering::Relaxed);
     let (intervals, incidents) = soak(args, servers, security, cluster, &churn, out).await;
@@ -291,6 +306,42 @@ async fn churn_loop(client: Client, n: u64, limits: u32, churn: Arc<Churn>) {
     }
 }
 
+/// Keyed limits appearing and disappearing until told to stop: define one, take a token
+/// from each of its keys in a session, close the session, remove the limit.
+async fn definitions_loop(admin: Client, churn: Arc<Churn>) {
+    let mut n: u64 = 0;
+    while !churn.recorder.stop.load(Ordering::Relaxed) {
+        tokio::time::sleep(DEFINITION_EVERY).await;
+        let name = format!("soak-def-{}", n % DEFINITION_NAMES);
+        n += 1;
+        let sent = churn.recorder.ns();
+        let defined = define_rate(&admin, &name, Some(DEFINITION_KEYS as u32)).await;
+        churn.record(sent, &defined);
+        if defined.is_err() {
+            continue;
+        }
+        if let Ok(session) = Session::open(&admin, SESSION_TTL).await {
+            for k in 0..DEFINITION_KEYS {
+                let sent = churn.recorder.ns();
+                let key = format!("k{k}");
+                churn.record(sent, &session.acquire(keyed_take_of(&name, &key)).await);
+            }
+            let _ = session.close().await;
+        }
+        let sent = churn.recorder.ns();
+        let removed = admin
+            .write(Command::RemoveLimit {
+                tenant: load::TENANT.into(),
+                name,
+            })
+            .await;
+        if removed.is_ok() {
+            churn.limits_cycled.fetch_add(1, Ordering::Relaxed);
+        }
+        churn.record(sent, &removed);
+    }
+}
+
 /// The incidents of the run so far.
 #[derive(Default)]
 struct Incidents {
@@ -353,7 +404,7 @@ async fn soak(
     let mut incidents = Incidents::default();
     let mut intervals: Vec<Interval> = vec![];
     let mut next_report = start + every;
-    let mut last = (start, 0u64, 0u64, 0u64, 0u64);
+    let mut last = (start, 0u64, 0u64, 0u64, 0u64, 0u64);
     while Instant::now() < end {
         tokio::time::sleep(Duration::from_millis(100)).await;
         if let Some(incident) = schedule.due() {
@@ -375,6 +426,7 @@ async fn soak(
             churn.recorder.errors.load(Ordering::Relaxed),
             churn.sessions_opened.load(Ordering::Relaxed),
             churn.sessions_abandoned.load(Ordering::Relaxed),
+            churn.limits_cycled.load(Ordering::Relaxed),
         );
         let interval = Interval {
             t_s: (now.0 - start).as_secs_f64(),
@@ -384,6 +436,7 @@ async fn soak(
             p99_ms: ms(hist.value_at_quantile(0.99)),
             sessions_opened: now.3 - last.3,
             sessions_abandoned: now.4 - last.4,
+            limits_cycled: now.5 - last.5,
             kills: incidents.kills,
             stalls: incidents.stalls,
             nodes,
@@ -564,13 +617,14 @@ pub fn verdict(intervals: &[Interval], threshold_pct: f64) -> Vec<Drift> {
 
 fn interval_text(i: &Interval) -> String {
     let mut text = format!(
-        "[soak] {:>6.0}s  {:>7.0} ops/s  {} errors  p99 {:.2} ms  sessions +{} ({} abandoned)  kills {} stalls {}",
+        "[soak] {:>6.0}s  {:>7.0} ops/s  {} errors  p99 {:.2} ms  sessions +{} ({} abandoned)  limits +{}  kills {} stalls {}",
         i.t_s,
         i.ops_per_s,
         i.errors,
         i.p99_ms,
         i.sessions_opened,
         i.sessions_abandoned,
+        i.limits_cycled,
         i.kills,
         i.stalls
     );
@@ -665,6 +719,7 @@ mod tests {
             p99_ms: p99,
             sessions_opened: 0,
             sessions_abandoned: 0,
+            limits_cycled: 0,
             kills: 0,
             stalls: 0,
             nodes: vec![NodeSample {
