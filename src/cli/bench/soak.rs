@@ -585,14 +585,20 @@ fn drift(
     }
 }
 
-/// The drift of every node's series and of the p99 over `intervals`.
-pub fn verdict(intervals: &[Interval], threshold_pct: f64) -> Vec<Drift> {
+/// Every node id sampled in `intervals`, ascending, once each.
+fn node_ids(intervals: &[Interval]) -> Vec<u64> {
     let mut ids: Vec<u64> = intervals
         .iter()
         .flat_map(|i| i.nodes.iter().map(|n| n.id))
         .collect();
     ids.sort_unstable();
     ids.dedup();
+    ids
+}
+
+/// The drift of every node's series and of the p99 over `intervals`.
+pub fn verdict(intervals: &[Interval], threshold_pct: f64) -> Vec<Drift> {
+    let ids = node_ids(intervals);
     let mut all = vec![];
     for id in ids {
         for (name, unit, floor, stat, read) in METRICS {
@@ -672,12 +678,7 @@ fn verdict_text(v: &Verdict) -> String {
 
 /// Writes one chart per series kind (each node a line), and the p99, in one SVG.
 fn write_chart(file: &Path, intervals: &[Interval]) -> Result<(), String> {
-    let mut ids: Vec<u64> = intervals
-        .iter()
-        .flat_map(|i| i.nodes.iter().map(|n| n.id))
-        .collect();
-    ids.sort_unstable();
-    ids.dedup();
+    let ids = node_ids(intervals);
     let mut charts: Vec<String> = METRICS
         .iter()
         .map(|(name, unit, _, _, read)| {
