@@ -176,6 +176,33 @@ fn start_old_node(cluster: &Cluster, old_data: &Path) -> (Killed, PathBuf) {
     (Killed(child), log)
 }
 
+/// Restores every (stopped, emptied) node of `cluster` from the backup `file` with `weir
+/// snapshot restore`, checks each took the cluster identity `restored`, starts them all and
+/// waits for a leader; a client of the restored cluster.
+async fn restore_every_node(cluster: &mut Cluster, file: &str, restored: &str) -> Client {
+    for id in 1..=3u64 {
+        let node = cluster.node(id);
+        let answer = json(&cluster.cli_ok(&[
+            "--json",
+            "snapshot",
+            "restore",
+            file,
+            "--data-dir",
+            node.config.data_dir.to_str().unwrap(),
+            "--id",
+            &id.to_string(),
+            "--config",
+            node.config_path.to_str().unwrap(),
+        ]));
+        assert_eq!(answer["cluster"], restored, "{answer}");
+    }
+    for id in 1..=3 {
+        cluster.start_node(id);
+    }
+    cluster.leader(ELECTION).await;
+    cluster.client()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_restored_from_a_backup_has_every_write_up_to_it_and_refuses_the_old_one() {
     let mut cluster = Cluster::start("backup", 3, "");
@@ -243,27 +270,7 @@ async fn a_cluster_restored_from_a_backup_has_every_write_up_to_it_and_refuses_t
     }
 
     phase("restore three nodes from the file, start them");
-    for id in 1..=3u64 {
-        let node = cluster.node(id);
-        let restored = json(&cluster.cli_ok(&[
-            "--json",
-            "snapshot",
-            "restore",
-            file_arg,
-            "--data-dir",
-            node.config.data_dir.to_str().unwrap(),
-            "--id",
-            &id.to_string(),
-            "--config",
-            node.config_path.to_str().unwrap(),
-        ]));
-        assert_eq!(restored["cluster"], new_cluster.as_str());
-    }
-    for id in 1..=3 {
-        cluster.start_node(id);
-    }
-    cluster.leader(ELECTION).await;
-    let client = cluster.client();
+    let client = restore_every_node(&mut cluster, file_arg, &new_cluster).await;
 
     phase("every write up to the backup is there, none after it");
     for i in 0..10 {
@@ -303,5 +310,51 @@ async fn a_cluster_restored_from_a_backup_has_every_write_up_to_it_and_refuses_t
         cluster.write(&client, define("still", 1)).await,
         Reply::Done
     );
+    cluster.converged(CONVERGE).await;
+}
+
+/// The upgrade across a change of the peer protocol: a backup taken by the release before
+/// (the shipped fixture `backup.wbak-1`, whose machine snapshot is version 5) restores every
+/// node of a cluster of this release; all start from the same converted state, so they
+/// agree (equal digests), and the cluster serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_of_the_release_before_restores_a_cluster_of_this_one() {
+    let mut cluster = Cluster::start("oldbackup", 3, "");
+    cluster.leader(ELECTION).await;
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/formats/backup.wbak-1");
+    let file_arg = fixture.to_str().unwrap();
+    phase("inspect reads the version 5 snapshot inside");
+    let seen = json(&cluster.cli_ok(&["--json", "snapshot", "inspect", file_arg]));
+    assert_eq!(seen["verified"], true, "{seen}");
+    let backup = &seen["backup"];
+    assert_eq!(backup["index"], 3, "{seen}");
+    assert_eq!(backup["contents"]["limits"], 1, "{seen}");
+    assert_eq!(backup["contents"]["holders"], 1, "{seen}");
+    let restored = backup["restored_cluster"].as_str().unwrap().to_owned();
+
+    phase("every node stopped and emptied, restored from the old release's file");
+    for id in 1..=3 {
+        cluster.kill(id);
+        std::fs::remove_dir_all(&cluster.node(id).config.data_dir).unwrap();
+    }
+    let client = restore_every_node(&mut cluster, file_arg, &restored).await;
+    let limit = match read(
+        &client,
+        Query::Limit {
+            tenant: "t".into(),
+            name: "l".into(),
+        },
+    )
+    .await
+    {
+        Answer::Limit(Some(l)) => l,
+        other => panic!("the backup's limit: {other:?}"),
+    };
+    assert_eq!((limit.concurrent, limit.max_in_use), (2, 1), "{limit:?}");
+
+    phase("the restored cluster serves, and its nodes agree");
+    assert_eq!(cluster.write(&client, define("new", 1)).await, Reply::Done);
+    assert_eq!(in_use(&client, "new").await, Some(0));
     cluster.converged(CONVERGE).await;
 }

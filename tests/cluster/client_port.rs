@@ -6,7 +6,8 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use weir_client::protocol::{
-    CLIENT_FRAME_MAX, ClientFrame, PROTOCOL_VERSION, Request, ServerFrame,
+    Answer, CLIENT_FRAME_MAX, ClientFrame, Failure, PROTOCOL_VERSION, Query, Request, Response,
+    ServerFrame,
 };
 use weir_client::wire;
 use weir_core::codec;
@@ -101,7 +102,7 @@ async fn every_kind_of_bad_input_closes_only_its_connection() {
                 token: None,
             })),
             false,
-            "protocol version 99 is not supported (this node speaks 5)",
+            "protocol version 99 is not supported (this node speaks 4 to 5)",
         ),
         (
             "request before hello",
@@ -162,4 +163,83 @@ async fn every_kind_of_bad_input_closes_only_its_connection() {
     assert_eq!(names, vec!["kept".to_string()]);
     let log = std::fs::read_to_string(&cluster.node(leader).log).unwrap();
     assert!(!log.contains("panicked"), "no node panicked");
+}
+
+/// Sends `request` on `s` with id `id` and reads frames until its response.
+async fn ask(s: &mut TcpStream, id: u64, request: Request) -> Response {
+    let frame_bytes = frame(&codec::encode(&ClientFrame::Request { id, request }));
+    s.write_all(&frame_bytes).await.unwrap();
+    for _ in 0..64 {
+        match wire::read_frame::<_, ServerFrame>(s, CLIENT_FRAME_MAX).await {
+            Ok(ServerFrame::Response { id: got, response }) if got == id => return response,
+            Ok(_) => {}
+            Err(e) => panic!("no response to request {id}: {e}"),
+        }
+    }
+    panic!("no response to request {id} in 64 frames");
+}
+
+/// A client of the release before (protocol 4) is welcomed in its own version and served,
+/// so it keeps its session while the nodes are upgraded under it; the one read whose answer
+/// changed shape is refused on its connection, naming both versions; 3 is refused at hello.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_of_the_protocol_before_is_served_in_its_own_version() {
+    let (cluster, leader, _client) = Cluster::three_with_limit("oldclient", "kept").await;
+    let addr = cluster.node(leader).client.clone();
+    let mut s = TcpStream::connect(&addr).await.unwrap();
+    let hello4 = frame(&codec::encode(&ClientFrame::Hello {
+        version: 4,
+        token: None,
+    }));
+    s.write_all(&hello4).await.unwrap();
+    let welcome = wire::read_frame::<_, ServerFrame>(&mut s, CLIENT_FRAME_MAX)
+        .await
+        .unwrap();
+    assert!(
+        matches!(welcome, ServerFrame::Welcome { version: 4, .. }),
+        "{welcome:?}"
+    );
+    let status = ask(
+        &mut s,
+        1,
+        Request::Read(Query::Limit {
+            tenant: "t".into(),
+            name: "kept".into(),
+        }),
+    )
+    .await;
+    assert!(
+        matches!(&status, Response::Read(Answer::Limit(Some(l))) if l.name == "kept"),
+        "{status:?}"
+    );
+    let holders = ask(
+        &mut s,
+        2,
+        Request::Read(Query::Holders {
+            tenant: "t".into(),
+            name: "kept".into(),
+            after: 0,
+            max: 10,
+        }),
+    )
+    .await;
+    let Response::Failed(Failure::BadRequest(why)) = holders else {
+        panic!("a holders read on protocol 4 was answered: {holders:?}");
+    };
+    assert!(
+        why.contains("needs client protocol 5") && why.contains("this connection speaks 4"),
+        "{why}"
+    );
+    phase("the connection goes on after the refusal");
+    let again = ask(&mut s, 3, Request::Status).await;
+    assert!(matches!(again, Response::Status(_)), "{again:?}");
+    let hello3 = frame(&codec::encode(&ClientFrame::Hello {
+        version: 3,
+        token: None,
+    }));
+    let reason = send_bad(&addr, &hello3, false).await.unwrap_or_default();
+    assert!(
+        reason.contains("protocol version 3 is not supported (this node speaks 4 to 5)"),
+        "{reason}"
+    );
 }

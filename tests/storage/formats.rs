@@ -9,13 +9,17 @@
 use std::path::{Path, PathBuf};
 
 use openraft::{CommittedLeaderId, LogId, Membership, RaftLogReader, StoredMembership};
-use weir_client::protocol::{BackupHeader, BackupMember, ClientFrame};
+use weir_client::protocol::{
+    BackupHeader, BackupMember, ClientFrame, PROTOCOL_VERSION_MIN, Request,
+};
 use weir_client::wire;
 use weir_core::machine::{Acquire, Batch, Command, Leadership, Machine, Priority};
 use weir_server::backup::{BackupWriter, read_backup};
 use weir_server::raft::cluster_identity::{ClusterId, ClusterIdentity, read_cluster_id};
 use weir_server::raft::log_store::LogStore;
-use weir_server::raft::network::{PeerHello, PeerRequest, PeerWelcome, welcome};
+use weir_server::raft::network::{
+    PEER_PROTOCOL_VERSION, PeerHello, PeerRequest, PeerWelcome, welcome,
+};
 use weir_server::raft::state_store::{SNAPSHOT_FILE, StateStore, encode_file};
 use weir_server::raft::{NodeAddr, SnapshotMeta};
 use weir_server::server::{IDENTITY_FILE, prepare_data_dir};
@@ -127,9 +131,21 @@ fn today() -> Vec<(String, Vec<u8>)> {
     writer.finish().unwrap();
     let hello = PeerHello {
         magic: weir_server::raft::network::PEER_HELLO_MAGIC,
-        version: 2,
+        version: PEER_PROTOCOL_VERSION,
         from: 2,
         cluster: CLUSTER.0,
+    };
+    let client_hello = |version| {
+        frame(&ClientFrame::Hello {
+            version,
+            token: None,
+        })
+    };
+    let request = |command| {
+        frame(&ClientFrame::Request {
+            id: 7,
+            request: Request::Write(command),
+        })
     };
     vec![
         ("node.id.wnid-1".into(), node_id),
@@ -147,14 +163,22 @@ fn today() -> Vec<(String, Vec<u8>)> {
             "backup.wbak-1.wsnp-6".into(),
             std::fs::read(&backup).unwrap(),
         ),
+        ("client-hello.protocol-3".into(), client_hello(3)),
+        ("client-hello.protocol-4".into(), client_hello(4)),
+        ("client-hello.protocol-5".into(), client_hello(5)),
+        // A keep-alive as every version since 1 sends it, and the acknowledged one of 5.
         (
-            "client-hello.protocol-3".into(),
-            frame(&ClientFrame::Hello {
-                version: 3,
-                token: None,
+            "client-request.protocol-4".into(),
+            request(Command::KeepAlive { session: 9 }),
+        ),
+        (
+            "client-request.protocol-5".into(),
+            request(Command::KeepAliveAcked {
+                session: 9,
+                acked_below: 12,
             }),
         ),
-        ("peer-hello.protocol-2".into(), frame(&hello)),
+        ("peer-hello.protocol-3".into(), frame(&hello)),
     ]
 }
 
@@ -222,25 +246,65 @@ fn every_shipped_format_version_is_read_or_refused_as_documented() {
         std::fs::write(&backup, fixture(name)).unwrap();
         assert_eq!(read_backup(&backup).unwrap().header.index, 3, "{name}");
     }
-    let hello: ClientFrame = decode_frame(&fixture("client-hello.protocol-3"));
-    assert!(matches!(hello, ClientFrame::Hello { version: 3, .. }));
+    // Client hellos decode with their version: a node serves 4 and 5 and refuses 3 at the
+    // hello naming both (tests/cluster/client_port.rs), and a request of 4 is one of 5.
+    for version in 3..=5 {
+        let hello: ClientFrame =
+            decode_frame(&fixture(&format!("client-hello.protocol-{version}")));
+        assert_eq!(
+            hello,
+            ClientFrame::Hello {
+                version,
+                token: None
+            }
+        );
+    }
+    assert_eq!(PROTOCOL_VERSION_MIN, 4);
+    for (version, command) in [
+        (4, Command::KeepAlive { session: 9 }),
+        (
+            5,
+            Command::KeepAliveAcked {
+                session: 9,
+                acked_below: 12,
+            },
+        ),
+    ] {
+        let request: ClientFrame =
+            decode_frame(&fixture(&format!("client-request.protocol-{version}")));
+        assert_eq!(
+            request,
+            ClientFrame::Request {
+                id: 7,
+                request: Request::Write(command)
+            }
+        );
+    }
     let identity = ClusterIdentity::fixed(&dir.0, Some(CLUSTER));
-    let peer = fixture("peer-hello.protocol-2");
+    let peer = fixture("peer-hello.protocol-3");
     assert!(matches!(
         welcome(Ok(decode_frame::<PeerHello>(&peer)), &identity),
-        PeerWelcome::Welcome { version: 2, .. }
+        PeerWelcome::Welcome { version: 3, .. }
     ));
-    let newer = PeerHello {
-        version: 3,
-        ..decode_frame::<PeerHello>(&peer)
-    };
-    let PeerWelcome::Refused { reason } = welcome(Ok(newer), &identity) else {
-        panic!("a peer of protocol 3 was welcomed");
-    };
-    assert!(
-        reason.contains("node 2 speaks peer protocol version 3; this node speaks version 2"),
-        "{reason}"
-    );
+    // Peer protocol 2 had the same frames, but its log cannot hold what 3's may: refused.
+    for (name, version) in [("peer-hello.protocol-2", 2), ("", 4)] {
+        let hello = match name {
+            "" => PeerHello {
+                version,
+                ..decode_frame::<PeerHello>(&peer)
+            },
+            name => decode_frame::<PeerHello>(&fixture(name)),
+        };
+        let PeerWelcome::Refused { reason } = welcome(Ok(hello), &identity) else {
+            panic!("a peer of protocol {version} was welcomed");
+        };
+        assert!(
+            reason.contains(&format!(
+                "node 2 speaks peer protocol version {version}; this node speaks version 3"
+            )),
+            "{reason}"
+        );
+    }
     // Peer protocol 1 had no hello: its first frame was a request, refused naming both.
     let v1 = fixture("peer-vote.protocol-1");
     let first = rt().block_on(wire::read_frame::<_, PeerHello>(
@@ -252,7 +316,7 @@ fn every_shipped_format_version_is_read_or_refused_as_documented() {
     };
     assert!(
         reason.contains("peer protocol version 1")
-            && reason.contains("speaks peer protocol version 2"),
+            && reason.contains("speaks peer protocol version 3"),
         "{reason}"
     );
 }

@@ -21,7 +21,9 @@ use weir_core::machine::{
     LimitsPage, QueuePage, Refusal, Reply, RunSlot, Spend, TenantStatus, WaiterView,
 };
 
-/// The protocol version this build speaks. A client of another version is refused at hello.
+/// The protocol version this build speaks. A client of a version from
+/// [`PROTOCOL_VERSION_MIN`] up to this one is served in its own version; another is refused at
+/// hello, naming both.
 /// Version 2: the hello carries a token. Version 3: writes may carry the commands of keyed
 /// limits and requests of several parts (`Command::Define`, `Command::AcquireParts`), which
 /// a node of version 2 could not decode. Version 4: a list of limits is read by pages
@@ -33,6 +35,34 @@ use weir_core::machine::{
 /// its grant's log time and each waiter its fairness weight; writes may carry
 /// `Command::KeepAliveAcked` (a keep-alive with the session's acknowledged mark).
 pub const PROTOCOL_VERSION: u32 = 5;
+
+/// The oldest version a node still serves, so that clients of the release before keep
+/// their sessions while the nodes are upgraded under them. A connection of version 4 is
+/// answered exactly as version 4 answered, except for the one read whose answer changed
+/// shape in version 5: a read of a limit's holders or waiters is refused on it
+/// ([`refused_before_5`]). Version 4 cannot name `Command::KeepAliveAcked`, the only
+/// other change.
+pub const PROTOCOL_VERSION_MIN: u32 = 4;
+
+/// Why `request` cannot be served on a connection of `version` (at least
+/// [`PROTOCOL_VERSION_MIN`]): `Some` for a read of holders or waiters below version 5,
+/// whose pages that version decodes in another shape.
+pub fn refused_before_5(version: u32, request: &Request) -> Option<String> {
+    let (Request::Read(query) | Request::ReadLocal(query)) = request else {
+        return None;
+    };
+    let what = match query {
+        Query::Holders { .. } => "holders",
+        Query::Waiters { .. } => "waiters",
+        _ => return None,
+    };
+    (version < 5).then(|| {
+        format!(
+            "a read of a limit's {what} needs client protocol 5 (its page changed shape); \
+             this connection speaks {version}: upgrade the client"
+        )
+    })
+}
 
 /// Largest client frame, in bytes: a command is at most a few KiB (names are bounded by
 /// `bounds::NAME_BYTES_MAX`, reasons by `REASON_BYTES_MAX`); answers listing a tenant's

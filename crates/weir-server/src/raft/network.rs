@@ -82,7 +82,16 @@ const DIAL_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The peer protocol's version. 1: no hello, a connection's first frame is a request.
 /// 2: every connection opens with a [`PeerHello`] answered by a [`PeerWelcome`].
-pub const PEER_PROTOCOL_VERSION: u32 = 2;
+/// 3: the frames are those of 2, but the log they carry may hold `Command::KeepAliveAcked`,
+/// and the machine remembers a waiting request refused at once and forgets finished
+/// tickets below a session's acknowledged mark: a node of 2 could not decode such a log,
+/// or would decide its re-asked tickets otherwise.
+///
+/// The version stands for what the nodes of one cluster must share: the frames, and what
+/// an entry of the log means (the commands it may hold and how the machine decides them).
+/// It is raised with either, so that nodes that would apply one log differently refuse
+/// each other at the hello (naming both versions) instead of diverging.
+pub const PEER_PROTOCOL_VERSION: u32 = 3;
 
 /// The first four bytes of every hello: a frame of peer protocol 1 (a [`PeerRequest`])
 /// never decodes with them, so a node of that version is told apart from damage.

@@ -27,6 +27,11 @@
 //! accepted), and it must come within `HELLO_TIMEOUT`. Every frame's payload is allocated
 //! as its bytes arrive ([`wire`]), never at the length it announces.
 //!
+//! Versions: a hello of any version from `PROTOCOL_VERSION_MIN` to `PROTOCOL_VERSION` is
+//! welcomed in that version, and the connection speaks it from then on; a request whose
+//! answer that version could not decode is refused on it ([`refused_before_5`]), and the
+//! connection goes on.
+//!
 //! Bad input — an oversized or corrupt frame, undecodable bytes, a wrong version, a request
 //! before the hello — is answered with `ServerFrame::Error` naming the problem, and that
 //! connection is closed; the node and every other connection go on.
@@ -56,7 +61,8 @@ use crate::security::{Principal, Stream, Tokens, authorize};
 use crate::session_owner::{OwnerCheck, check_owner};
 use crate::shutdown::Shutdown;
 use weir_client::protocol::{
-    CLIENT_FRAME_MAX, ClientFrame, Failure, PROTOCOL_VERSION, Request, Response, ServerFrame,
+    CLIENT_FRAME_MAX, ClientFrame, Failure, PROTOCOL_VERSION, PROTOCOL_VERSION_MIN, Request,
+    Response, ServerFrame, refused_before_5,
 };
 use weir_client::task::AbortOnDrop;
 use weir_client::wire::{self, WireError};
@@ -121,7 +127,7 @@ async fn serve(
     ctx: &Arc<Ctx>,
     slots: Arc<Semaphore>,
 ) -> Result<(), String> {
-    let Some(principal) = greet(rd, out, ctx).await? else {
+    let Some((principal, version)) = greet(rd, out, ctx).await? else {
         return Ok(());
     };
     // Buffered from here on: the buffer is memory an unauthenticated connection must not
@@ -157,7 +163,7 @@ async fn serve(
             Err(WireError::Closed) => return Ok(()),
             Err(e) => return Err(e.to_string()),
         };
-        let admitted = match screen(ctx, &principal, &followed, request).await {
+        let admitted = match screen(ctx, &principal, version, &followed, request).await {
             Ok(admitted) => admitted,
             Err(failure) => {
                 // Refused before it went anywhere: nothing proposed, the connection goes on.
@@ -211,15 +217,20 @@ impl Admitted {
     }
 }
 
-/// Every check of a request before it is served, in order: the principal's role
-/// ([`authorize()`]), the session's owner ([`owned`]), the edge's bounds and the sessions
-/// followed ([`admit`]), and an open bound to its principal ([`edge::bind_open`]).
+/// Every check of a request before it is served, in order: what the connection's protocol
+/// `version` can decode ([`refused_before_5`]), the principal's role ([`authorize()`]), the
+/// session's owner ([`owned`]), the edge's bounds and the sessions followed ([`admit`]), and
+/// an open bound to its principal ([`edge::bind_open`]).
 async fn screen(
     ctx: &Ctx,
     principal: &Principal,
+    version: u32,
     followed: &Followed,
     request: Request,
 ) -> Result<Admitted, Failure> {
+    if let Some(why) = refused_before_5(version, &request) {
+        return Err(Failure::BadRequest(why));
+    }
     authorize(&principal.role, &request).map_err(Failure::Forbidden)?;
     owned(ctx, principal, &request).await?;
     let opening = admit(followed, &request)?;
@@ -252,26 +263,31 @@ async fn revocation(tokens: Arc<Tokens>, principal: Principal) -> String {
     }
 }
 
-/// Reads the hello, authenticates its token, and answers `Welcome`. `Ok(None)`: the client
-/// closed before saying hello. An error is the reason to close with.
+/// Reads the hello, authenticates its token, and answers `Welcome` with the version the
+/// connection speaks from now on: the client's, from [`PROTOCOL_VERSION_MIN`] up to
+/// [`PROTOCOL_VERSION`]. `Ok(None)`: the client closed before saying hello. An error is the
+/// reason to close with.
 async fn greet(
     rd: &mut ReadHalf<Stream>,
     out: &mpsc::Sender<ServerFrame>,
     ctx: &Ctx,
-) -> Result<Option<Principal>, String> {
+) -> Result<Option<(Principal, u32)>, String> {
     let hello = tokio::time::timeout(
         HELLO_TIMEOUT,
         wire::read_frame::<_, ClientFrame>(rd, HELLO_FRAME_MAX),
     )
     .await
     .map_err(|_| format!("no hello within {HELLO_TIMEOUT:?}"))?;
-    let principal = match hello {
-        Ok(ClientFrame::Hello { version, token }) if version == PROTOCOL_VERSION => {
-            ctx.tokens.authenticate(token.as_deref())?
+    let (principal, version) = match hello {
+        Ok(ClientFrame::Hello { version, token })
+            if (PROTOCOL_VERSION_MIN..=PROTOCOL_VERSION).contains(&version) =>
+        {
+            (ctx.tokens.authenticate(token.as_deref())?, version)
         }
         Ok(ClientFrame::Hello { version, .. }) => {
             return Err(format!(
-                "protocol version {version} is not supported (this node speaks {PROTOCOL_VERSION})"
+                "protocol version {version} is not supported (this node speaks \
+                 {PROTOCOL_VERSION_MIN} to {PROTOCOL_VERSION})"
             ));
         }
         Ok(ClientFrame::Request { .. } | ClientFrame::Heartbeats) => {
@@ -287,12 +303,12 @@ async fn greet(
         Err(e) => return Err(e.to_string()),
     };
     out.send(ServerFrame::Welcome {
-        version: PROTOCOL_VERSION,
+        version,
         node: ctx.id,
     })
     .await
     .map_err(|_| "writer gone".to_string())?;
-    Ok(Some(principal))
+    Ok(Some((principal, version)))
 }
 
 /// Refuses (`Forbidden`) a request on a session another principal opened, by the shared
