@@ -344,3 +344,28 @@ fn a_cut_since_the_last_sync_is_undone_and_a_second_loss_keeps_what_was_synced_b
     assert_eq!(read(&path), expected);
     assert_eq!(fs.losses(), 2);
 }
+
+#[test]
+fn a_first_start_keeps_its_data_directory_and_identity_through_a_power_loss() {
+    use weir_server::raft::cluster_identity::{ClusterId, read_cluster_id, write_cluster_id};
+    use weir_server::server::data_dir::prepare_data_dir;
+    let Some(mounted) = Mounted::new("first") else {
+        return;
+    };
+    let (fs, mount) = (mounted.fs(), &mounted.mount);
+    // The server's own code on the layer: the data directory made at a first start (its
+    // entry in its parent), its node.id and cluster.id (each renamed into place).
+    let dir = mount.join("data");
+    assert_eq!(prepare_data_dir(&dir, 7), Ok(true), "a first start");
+    let id = ClusterId::random().expect("an identity");
+    write_cluster_id(&dir, id).expect("records the identity");
+    let loss = fs.power_loss().expect("power loss");
+    assert_eq!(loss.entries, 0, "every entry made durable: {loss:?}");
+    assert_eq!(
+        prepare_data_dir(&dir, 7),
+        Ok(false),
+        "the directory and its node.id survived: not a first start again"
+    );
+    assert_eq!(read_cluster_id(&dir), Ok(Some(id)));
+    assert_eq!(names(&dir), ["cluster.id", "node.id"]);
+}
