@@ -18,19 +18,24 @@
 //! file's undo pages: the file as it is now is durable (both calls make the size durable
 //! too, which is what `fdatasync` promises for the data that follows).
 //!
-//! What the model takes as durable at once, and why that is enough for Weir:
-//! - Metadata: create, mkdir, unlink, rmdir and rename are durable when they return, as a
-//!   journaling filesystem commits them soon after; a file created and never synced comes
-//!   back empty (its durable length is 0), the classic zero-length file after a crash. Weir's
-//!   data directory holds `log/`, segment files appended with `pwrite` and made durable with
-//!   `fdatasync` after each write (a new segment's name with a directory fsync), and
-//!   `snapshot.bin`/`node.id`, replaced by write, fsync, rename, directory fsync: the data
-//!   part of both is what this layer judges.
+//! Directory entries the same way ([`dirs`]): a create, mkdir, rename, unlink or rmdir is
+//! durable only once its directory is fsynced; a power loss puts every directory back to its
+//! entries at its last fsync (a file created and not dir-synced disappears, a rename not
+//! dir-synced is undone, an unlink not dir-synced comes back with its durable contents). A
+//! file created, its entry made durable and its data never synced comes back empty (its
+//! durable length is 0), the classic zero-length file after a crash. Weir's data directory
+//! holds `log/`, segment files appended with `pwrite` and made durable with `fdatasync`
+//! after each write (a new segment's name and a removed one's with a directory fsync), and
+//! `snapshot.bin`, `node.id` and `cluster.id`, each replaced by write, fsync, rename,
+//! directory fsync: this layer judges all of it.
+//!
+//! What the model takes as given:
 //! - The kernel caches nothing of the layer's files: every open is `FOPEN_DIRECT_IO` and
 //!   attributes and entries have a time-to-live of zero, so what a restarted node reads is
 //!   what the backing files hold after the power loss.
 //! - Locks (the log's `flock` on `log/lock`) are the kernel's local ones (the layer does not claim
 //!   POSIX locks), released when the holder dies.
+//! - Metadata other than entries and sizes (modes, times) is durable at once.
 //!
 //! Invariants:
 //! - A file's undo pages all lie below its durable length, and each holds the durable bytes
@@ -57,6 +62,8 @@ use fuser::{
     TimeOrNow, WriteFlags,
 };
 
+mod dirs;
+
 /// The granularity of undo pages: the page size, so one write of a page saves one page.
 const PAGE_BYTES: u64 = 4096;
 
@@ -73,6 +80,9 @@ pub struct Loss {
     pub pages: u64,
     /// Bytes cut off files that had grown since their last sync.
     pub bytes_cut: u64,
+    /// Directory entries put back to their state at their directory's last sync: names that
+    /// came back, disappeared, or name another file again.
+    pub entries: u64,
 }
 
 /// A file changed since its last sync.
@@ -97,6 +107,12 @@ struct State {
     next_handle: u64,
     /// Inode → what it has unsynced. A file not here is durable as it is.
     unsynced: HashMap<u64, Unsynced>,
+    /// Directory inode → its entries at its last fsync, for a directory changed since. A
+    /// directory not here is durable as it is.
+    listings: HashMap<u64, dirs::Listing>,
+    /// Inode → whether it is a directory, for each object removed from the tree that a saved
+    /// listing may still name: kept in the removed directory under its inode number.
+    kept: HashMap<u64, bool>,
     /// How many power losses the mount has had.
     losses: u64,
 }
@@ -104,12 +120,15 @@ struct State {
 /// The filesystem as the FUSE session sees it.
 struct Layer {
     backing: PathBuf,
+    /// Where removed objects are kept (`<backing>.removed`, see [`dirs`]).
+    removed: PathBuf,
     state: Arc<Mutex<State>>,
 }
 
 /// A mounted layer: unmounted on drop.
 pub struct LazyFs {
     backing: PathBuf,
+    removed: PathBuf,
     mountpoint: PathBuf,
     state: Arc<Mutex<State>>,
     session: Option<BackgroundSession>,
@@ -137,6 +156,9 @@ impl LazyFs {
         std::fs::create_dir_all(backing)?;
         std::fs::create_dir_all(mountpoint)?;
         let backing = backing.canonicalize()?;
+        let removed = dirs::beside(&backing, "removed");
+        let _ = std::fs::remove_dir_all(&removed);
+        std::fs::create_dir(&removed)?;
         let mut state = State {
             next_inode: 2,
             next_handle: 1,
@@ -147,6 +169,7 @@ impl LazyFs {
         let state = Arc::new(Mutex::new(state));
         let layer = Layer {
             backing: backing.clone(),
+            removed: removed.clone(),
             state: state.clone(),
         };
         let mut config = Config::default();
@@ -165,6 +188,7 @@ impl LazyFs {
         })?;
         Ok(LazyFs {
             backing,
+            removed,
             mountpoint: mountpoint.to_owned(),
             state,
             session: Some(session),
@@ -186,30 +210,29 @@ impl LazyFs {
         lock(&self.state).losses
     }
 
-    /// Drops every write not fsynced: each file back to its state at its last sync. Call it
-    /// only while no process uses the mount (see the module's invariants).
+    /// Drops every write and every directory change not fsynced: each file back to its
+    /// state at its last sync, each directory to its entries at its last sync. Call it only
+    /// while no process uses the mount (see the module's invariants).
     pub fn power_loss(&self) -> io::Result<Loss> {
         let mut state = lock(&self.state);
         let mut loss = Loss::default();
         let unsynced = std::mem::take(&mut state.unsynced);
         for (inode, file) in unsynced {
-            // An unlinked file's state was dropped with it; one renamed keeps its inode.
-            let Some(path) = state.paths.get(&inode) else {
+            // In the tree or kept as removed; one deleted for good was forgotten with it.
+            let Some(path) = state.location(&self.backing, &self.removed, inode) else {
                 continue;
             };
-            let backing = OpenOptions::new()
-                .write(true)
-                .open(self.backing.join(path))?;
+            let backing = OpenOptions::new().write(true).open(path)?;
             for (page, bytes) in &file.undo {
                 backing.write_all_at(bytes, page * PAGE_BYTES)?;
             }
             let len = backing.metadata()?.len();
             loss.bytes_cut += len.saturating_sub(file.durable_len);
             backing.set_len(file.durable_len)?;
-            backing.sync_all()?;
             loss.files += 1;
             loss.pages += file.undo.len() as u64;
         }
+        loss.entries = state.rebuild(&self.backing, &self.removed)?;
         // The dead process's handles: a late release finds nothing, which is fine.
         state.handles.clear();
         state.losses += 1;
@@ -229,6 +252,8 @@ impl Drop for LazyFs {
                 .arg(&self.mountpoint)
                 .status();
         }
+        // What was kept for a power loss means nothing once unmounted.
+        let _ = std::fs::remove_dir_all(&self.removed);
     }
 }
 
@@ -281,18 +306,8 @@ impl State {
         inode
     }
 
-    /// `path` is gone (unlinked, or replaced by a rename): its inode with it, and whatever it
-    /// had unsynced (the power loss must never write to another file that takes its name).
-    fn forget_path(&mut self, path: &Path) {
-        if let Some(inode) = self.inodes.remove(path) {
-            self.paths.remove(&inode);
-            self.unsynced.remove(&inode);
-        }
-    }
-
     /// Renames `from` to `to` in the tables, with everything under it.
     fn rename(&mut self, from: &Path, to: &Path) {
-        self.forget_path(to);
         let moved: Vec<(PathBuf, u64)> = self
             .inodes
             .iter()
@@ -359,7 +374,7 @@ impl Layer {
     }
 
     /// Unlink or rmdir (`remove`) of `name` in `parent`: removed from the backing directory,
-    /// and its durable image forgotten (metadata is durable at once).
+    /// and kept for a power loss until `parent` is synced ([`dirs`]).
     fn remove(
         &self,
         parent: INodeNo,
@@ -369,8 +384,10 @@ impl Layer {
     ) {
         let result = (|| -> Result<(), Errno> {
             let path = self.child(parent, name)?;
-            remove(self.backing.join(&path))?;
-            self.state().forget_path(&path);
+            let mut state = self.state();
+            state.entries_change(&self.backing, parent.0)?;
+            let target = self.backing.join(&path);
+            state.remove_keeping(&self.backing, &self.removed, &path, || remove(target))?;
             Ok(())
         })();
         match result {
@@ -503,6 +520,7 @@ impl Filesystem for Layer {
     ) {
         let result = (|| -> Result<FileAttr, Errno> {
             let path = self.child(parent, name)?;
+            self.state().entries_change(&self.backing, parent.0)?;
             std::fs::DirBuilder::new()
                 .mode(mode & !umask & 0o7777)
                 .create(self.backing.join(&path))?;
@@ -538,8 +556,23 @@ impl Filesystem for Layer {
             }
             let from = self.child(parent, name)?;
             let to = self.child(newparent, newname)?;
-            std::fs::rename(self.backing.join(&from), self.backing.join(&to))?;
-            self.state().rename(&from, &to);
+            let (source, target) = (self.backing.join(&from), self.backing.join(&to));
+            std::fs::symlink_metadata(&source)?;
+            if from == to {
+                return Ok(());
+            }
+            let mut state = self.state();
+            state.entries_change(&self.backing, parent.0)?;
+            state.entries_change(&self.backing, newparent.0)?;
+            if std::fs::symlink_metadata(&target).is_ok() {
+                // The object it replaces is kept until the directory is synced.
+                state.remove_keeping(&self.backing, &self.removed, &to, || {
+                    std::fs::rename(&source, &target)
+                })?;
+            } else {
+                std::fs::rename(&source, &target)?;
+            }
+            state.rename(&from, &to);
             Ok(())
         })();
         match result {
@@ -573,6 +606,9 @@ impl Filesystem for Layer {
         let result = (|| -> Result<(FileAttr, FileHandle), Errno> {
             let path = self.child(parent, name)?;
             let existed = self.backing.join(&path).exists();
+            if !existed {
+                self.state().entries_change(&self.backing, parent.0)?;
+            }
             let file = self.open_backing(&path, flags, Some(mode & !umask & 0o7777))?;
             let attr = self.entry(path)?;
             if !existed {
@@ -742,13 +778,23 @@ impl Filesystem for Layer {
     fn fsyncdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        // Metadata is durable at once in this model (see the module doc).
-        reply.ok();
+        let result = (|| -> Result<(), Errno> {
+            let path = self.path(ino)?;
+            let mut state = self.state();
+            std::fs::File::open(self.backing.join(path))?.sync_all()?;
+            // Its entries as they are now are durable.
+            state.dir_synced(&self.removed, ino.0)?;
+            Ok(())
+        })();
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

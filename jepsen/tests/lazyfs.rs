@@ -1,11 +1,12 @@
 //! The lost-fsync layer itself (`weir_jepsen::lazyfs`): after a power loss every file holds
-//! exactly what its last fsync made durable. These mount FUSE, so they need root and
+//! exactly what its last fsync made durable, and every directory exactly the entries its
+//! last fsync made durable. These mount FUSE, so they need root and
 //! `/dev/fuse` (CI has both); without root they say so and return.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use weir_jepsen::lazyfs::{LazyFs, Loss};
 
@@ -85,6 +86,7 @@ fn a_power_loss_leaves_exactly_the_synced_contents() {
         let mut f = File::create(&path).expect("creates");
         f.write_all(&synced).expect("writes");
         f.sync_data().expect("fdatasync");
+        sync_dir(mount);
         // Unsynced: an overwrite inside the synced part, across a page boundary, and an
         // append past its end.
         f.write_all_at(&[0xEE; 300], 4000).expect("overwrites");
@@ -102,7 +104,8 @@ fn a_power_loss_leaves_exactly_the_synced_contents() {
         Loss {
             files: 1,
             pages: 2,
-            bytes_cut: 5000
+            bytes_cut: 5000,
+            entries: 0
         }
     );
     assert_eq!(
@@ -118,7 +121,7 @@ fn a_power_loss_leaves_exactly_the_synced_contents() {
 }
 
 #[test]
-fn an_unsynced_new_file_comes_back_empty_and_a_synced_one_whole() {
+fn a_new_file_whose_entry_is_synced_comes_back_empty_unless_its_data_is_synced_too() {
     let Some(mounted) = Mounted::new("new") else {
         return;
     };
@@ -130,20 +133,181 @@ fn an_unsynced_new_file_comes_back_empty_and_a_synced_one_whole() {
     kept.write_all(b" and more").expect("writes");
     drop(kept);
     std::fs::create_dir(mount.join("sub")).expect("mkdir");
+    sync_dir(mount);
     std::fs::write(mount.join("sub/tmp"), b"renamed after its fsync").expect("writes");
     File::open(mount.join("sub/tmp"))
         .expect("opens")
         .sync_all()
         .expect("fsync");
     std::fs::rename(mount.join("sub/tmp"), mount.join("sub/final")).expect("renames");
+    sync_dir(&mount.join("sub"));
     fs.power_loss().expect("power loss");
     assert_eq!(
         read(&mount.join("lost")),
         b"",
-        "created, never synced: empty"
+        "its entry synced, its data never: empty"
     );
     assert_eq!(read(&mount.join("kept")), b"synced");
     assert_eq!(read(&mount.join("sub/final")), b"renamed after its fsync");
+    assert_eq!(names(&mount.join("sub")), ["final"]);
+}
+
+/// The names in `dir`, sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("lists")
+        .map(|e| {
+            e.expect("an entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// fsync of a directory handle: its entries as they are now become durable.
+fn sync_dir(dir: &Path) {
+    File::open(dir).expect("opens").sync_all().expect("fsyncs");
+}
+
+/// A file at `path` with `bytes`, synced, its entry not.
+fn synced_file(path: &Path, bytes: &[u8]) {
+    let mut f = File::create(path).expect("creates");
+    f.write_all(bytes).expect("writes");
+    f.sync_all().expect("fsync");
+}
+
+#[test]
+fn a_file_created_and_not_dir_synced_disappears_even_with_its_data_synced() {
+    let Some(mounted) = Mounted::new("create") else {
+        return;
+    };
+    let (fs, mount) = (mounted.fs(), &mounted.mount);
+    synced_file(&mount.join("kept"), b"its entry synced");
+    sync_dir(mount);
+    synced_file(&mount.join("lost"), b"its data synced, its entry never");
+    let loss = fs.power_loss().expect("power loss");
+    assert_eq!(names(mount), ["kept"], "the unsynced entry is gone");
+    assert_eq!(read(&mount.join("kept")), b"its entry synced");
+    assert_eq!(loss.entries, 1);
+    assert!(
+        !mounted.backing.join("lost").exists(),
+        "and from the backing directory"
+    );
+}
+
+#[test]
+fn a_rename_not_dir_synced_is_undone_with_the_replaced_file_back_and_one_dir_synced_sticks() {
+    let Some(mounted) = Mounted::new("rename") else {
+        return;
+    };
+    let (fs, mount) = (mounted.fs(), &mounted.mount);
+    // The atomic replace: temporary file, fsync, rename over the old one; the directory's
+    // fsync missing.
+    synced_file(&mount.join("snapshot"), b"the old snapshot");
+    sync_dir(mount);
+    synced_file(&mount.join("snapshot.tmp"), b"the new snapshot");
+    std::fs::rename(mount.join("snapshot.tmp"), mount.join("snapshot")).expect("renames");
+    assert_eq!(read(&mount.join("snapshot")), b"the new snapshot");
+    let loss = fs.power_loss().expect("power loss");
+    assert_eq!(
+        read(&mount.join("snapshot")),
+        b"the old snapshot",
+        "the replaced file is back under its name"
+    );
+    assert_eq!(names(mount), ["snapshot"]);
+    assert_eq!(loss.entries, 1, "snapshot names the old file again");
+    // A rename of a file whose entry was synced comes back under its old name.
+    synced_file(&mount.join("a"), b"moved");
+    sync_dir(mount);
+    std::fs::rename(mount.join("a"), mount.join("b")).expect("renames");
+    fs.power_loss().expect("power loss");
+    assert_eq!(names(mount), ["a", "snapshot"]);
+    assert_eq!(read(&mount.join("a")), b"moved");
+    // With the directory's fsync, the same replace sticks.
+    synced_file(&mount.join("snapshot.tmp"), b"the new snapshot");
+    std::fs::rename(mount.join("snapshot.tmp"), mount.join("snapshot")).expect("renames");
+    sync_dir(mount);
+    fs.power_loss().expect("power loss");
+    assert_eq!(read(&mount.join("snapshot")), b"the new snapshot");
+    assert_eq!(names(mount), ["a", "snapshot"]);
+}
+
+#[test]
+fn an_unlink_not_dir_synced_comes_back_with_its_durable_contents_and_one_dir_synced_sticks() {
+    let Some(mounted) = Mounted::new("unlink") else {
+        return;
+    };
+    let (fs, mount) = (mounted.fs(), &mounted.mount);
+    std::fs::create_dir(mount.join("log")).expect("mkdir");
+    sync_dir(mount);
+    let segment = mount.join("log/1.wal");
+    synced_file(&segment, b"durable");
+    sync_dir(&mount.join("log"));
+    OpenOptions::new()
+        .append(true)
+        .open(&segment)
+        .expect("opens")
+        .write_all(b" and not")
+        .expect("writes");
+    std::fs::remove_file(&segment).expect("unlinks");
+    assert_eq!(names(&mount.join("log")), Vec::<String>::new());
+    let loss = fs.power_loss().expect("power loss");
+    assert_eq!(
+        read(&segment),
+        b"durable",
+        "back, with its durable contents only"
+    );
+    assert_eq!((loss.entries, loss.bytes_cut), (1, 8));
+    std::fs::remove_file(&segment).expect("unlinks");
+    sync_dir(&mount.join("log"));
+    let removed = PathBuf::from(format!(
+        "{}.removed",
+        mounted.backing.canonicalize().expect("exists").display()
+    ));
+    assert_eq!(
+        names(&removed),
+        Vec::<String>::new(),
+        "nothing kept once the removal is durable"
+    );
+    fs.power_loss().expect("power loss");
+    assert_eq!(names(&mount.join("log")), Vec::<String>::new());
+}
+
+#[test]
+fn a_directory_made_and_not_dir_synced_disappears_with_its_files_and_an_rmdir_comes_back() {
+    let Some(mounted) = Mounted::new("mkdir") else {
+        return;
+    };
+    let (fs, mount) = (mounted.fs(), &mounted.mount);
+    std::fs::create_dir(mount.join("kept")).expect("mkdir");
+    std::fs::create_dir(mount.join("gone")).expect("mkdir");
+    sync_dir(mount);
+    std::fs::create_dir(mount.join("lost")).expect("mkdir");
+    synced_file(
+        &mount.join("lost/f"),
+        b"synced, in a directory never synced in its parent",
+    );
+    sync_dir(&mount.join("lost"));
+    synced_file(&mount.join("kept/f"), b"synced, and its directory too");
+    sync_dir(&mount.join("kept"));
+    std::fs::remove_dir(mount.join("gone")).expect("rmdir");
+    fs.power_loss().expect("power loss");
+    assert_eq!(
+        names(mount),
+        ["gone", "kept"],
+        "the unsynced mkdir undone with its file, the unsynced rmdir undone"
+    );
+    assert_eq!(
+        read(&mount.join("kept/f")),
+        b"synced, and its directory too"
+    );
+    std::fs::remove_dir(mount.join("gone")).expect("rmdir");
+    sync_dir(mount);
+    fs.power_loss().expect("power loss");
+    assert_eq!(names(mount), ["kept"], "a synced rmdir sticks");
 }
 
 #[test]
@@ -163,6 +327,7 @@ fn a_cut_since_the_last_sync_is_undone_and_a_second_loss_keeps_what_was_synced_b
         .expect("opens");
     f.write_all_at(&first, 0).expect("writes");
     f.sync_data().expect("fdatasync");
+    sync_dir(mount);
     f.set_len(100).expect("cuts");
     f.set_len(20_000).expect("grows");
     f.write_all_at(b"unsynced", 19_000).expect("writes");
@@ -178,4 +343,29 @@ fn a_cut_since_the_last_sync_is_undone_and_a_second_loss_keeps_what_was_synced_b
     expected[..11].copy_from_slice(b"second life");
     assert_eq!(read(&path), expected);
     assert_eq!(fs.losses(), 2);
+}
+
+#[test]
+fn a_first_start_keeps_its_data_directory_and_identity_through_a_power_loss() {
+    use weir_server::raft::cluster_identity::{ClusterId, read_cluster_id, write_cluster_id};
+    use weir_server::server::data_dir::prepare_data_dir;
+    let Some(mounted) = Mounted::new("first") else {
+        return;
+    };
+    let (fs, mount) = (mounted.fs(), &mounted.mount);
+    // The server's own code on the layer: the data directory made at a first start (its
+    // entry in its parent), its node.id and cluster.id (each renamed into place).
+    let dir = mount.join("data");
+    assert_eq!(prepare_data_dir(&dir, 7), Ok(true), "a first start");
+    let id = ClusterId::random().expect("an identity");
+    write_cluster_id(&dir, id).expect("records the identity");
+    let loss = fs.power_loss().expect("power loss");
+    assert_eq!(loss.entries, 0, "every entry made durable: {loss:?}");
+    assert_eq!(
+        prepare_data_dir(&dir, 7),
+        Ok(false),
+        "the directory and its node.id survived: not a first start again"
+    );
+    assert_eq!(read_cluster_id(&dir), Ok(Some(id)));
+    assert_eq!(names(&dir), ["cluster.id", "node.id"]);
 }

@@ -35,6 +35,9 @@ pub enum Plant {
     ExpiryNoGrant,
     /// The Raft log's writes are never fsynced (its files' `sync` does nothing).
     UnsyncedLog,
+    /// The Raft log's directory is never fsynced: a new segment's name and a removed one's
+    /// absence never become durable (the files' own data still does).
+    UnsyncedDir,
     /// A take of several parts refused `Busy` charges its first part's tokens anyway.
     RefusedChargesFirst,
     /// The client library tells the application that a permit may be lost 3 s after its
@@ -61,7 +64,7 @@ pub enum Plant {
 
 impl Plant {
     /// Every plant, in the order of `jepsen/planted.sh`.
-    pub const ALL: [Plant; 18] = [
+    pub const ALL: [Plant; 19] = [
         Plant::NoFreeze,
         Plant::WallGap,
         Plant::MarginZero,
@@ -72,6 +75,7 @@ impl Plant {
         Plant::HaltSkipped,
         Plant::ExpiryNoGrant,
         Plant::UnsyncedLog,
+        Plant::UnsyncedDir,
         Plant::RefusedChargesFirst,
         Plant::ToldLate,
         Plant::FastClockSmall,
@@ -95,6 +99,7 @@ impl Plant {
             Plant::HaltSkipped => "halt-skipped",
             Plant::ExpiryNoGrant => "expiry-no-grant",
             Plant::UnsyncedLog => "unsynced-log",
+            Plant::UnsyncedDir => "unsynced-dir",
             Plant::RefusedChargesFirst => "refused-charges-first",
             Plant::ToldLate => "told-late",
             Plant::FastClockSmall => "fast-clock-small",

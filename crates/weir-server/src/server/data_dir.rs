@@ -8,11 +8,12 @@
 //! Invariants:
 //! - A directory with files but no `node.id`, or with another node's `node.id`, is refused:
 //!   a node never starts empty over existing data.
-//! - The directory is created, with its `node.id`, only on a first start, and that first
-//!   start is reported to the caller. It does not decide who initializes the cluster:
-//!   Raft's own state does ([`super::node`]), so a first start that failed after labelling
-//!   the directory still founds the cluster on the next start, and a restarted node whose
-//!   Raft holds a vote, a log or a membership simply rejoins.
+//! - The directory is created (its entry in its parent fsynced), with its `node.id`
+//!   (written, fsynced, renamed into place, the directory fsynced), only on a first start,
+//!   and that first start is reported to the caller. It does not decide who initializes the
+//!   cluster: Raft's own state does ([`super::node`]), so a first start that failed after
+//!   labelling the directory still founds the cluster on the next start, and a restarted
+//!   node whose Raft holds a vote, a log or a membership simply rejoins.
 
 use std::path::Path;
 
@@ -46,13 +47,27 @@ pub fn prepare_data_dir(dir: &Path, id: u64) -> Result<bool, String> {
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             refuse_unlabelled_data(dir, &label)?;
-            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            create_durably(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
             let bytes = codec::seal_frame(IDENTITY_MAGIC, IDENTITY_VERSION, &codec::encode(&id));
             write_atomically(dir, IDENTITY_FILE, &bytes)
                 .map_err(|e| format!("{}: {e}", label.display()))?;
             Ok(true)
         }
         Err(e) => Err(format!("{}: {e}", label.display())),
+    }
+}
+
+/// Creates `dir` if missing, with its entry in its parent fsynced: else a power loss soon
+/// after the first start could take the directory, and the identity, vote and log in it,
+/// with it.
+fn create_durably(dir: &Path) -> std::io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir)?;
+    match dir.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => std::fs::File::open(parent)?.sync_all(),
+        _ => std::fs::File::open(".")?.sync_all(),
     }
 }
 
