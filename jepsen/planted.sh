@@ -55,9 +55,9 @@ plants=(
     "halt-keeps-queue|halts|delay|loopback|20|1"
     "owner-skipped|test|cluster|owners::"
     "edge-unchecked|test|cluster|edge::every_argument_bound"
-    "cli-told-late|told|client-cut|loopback|30|1"
-    "python-told-late|told|client-pause|loopback|30|1||--python-holders 4"
     "no-freeze-small|test|machine|scenarios::a_new_leaders_fast_clock_does_not_expire_leases_early"
+    "python-told-late|told|client-pause|loopback|30|1||--python-holders 4"
+    "cli-told-late|told|client-cut|loopback|30|1"
 )
 
 want=("$@")
