@@ -50,6 +50,9 @@ use crate::rules::Rules;
 /// The source address of the one client process whose links the client nemeses fault.
 pub const CUT_CLIENT_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 50));
 
+/// The source address of the CLI holder's `weir acquire` processes (`--local-addr`).
+pub const CLI_CLIENT_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 51));
+
 /// What the links of one client to one node do.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ClientLink {

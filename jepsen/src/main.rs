@@ -178,6 +178,14 @@ fn plan(args: Args, nemeses: Vec<String>, net: Net) -> Plan {
 }
 
 fn main() {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv
+        .get(1)
+        .is_some_and(|a| a == weir_jepsen::workload::COMMAND_FLAG)
+    {
+        // The CLI holder's command (`weir acquire cli -- weir-jepsen --cli-command ...`).
+        std::process::exit(weir_jepsen::workload::command_main(&argv[2..]));
+    }
     let args = Args::parse();
     let nemeses = nemeses(&args);
     if let Some(dir) = &args.check {

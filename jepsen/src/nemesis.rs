@@ -51,7 +51,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::client_front::{CUT_CLIENT_IP, ClientLink};
+use crate::client_front::{CLI_CLIENT_IP, CUT_CLIENT_IP, ClientLink};
 use crate::cluster::Cluster;
 use crate::history::{Kind, NEMESIS, Recorder};
 use crate::rng::Rng;
@@ -345,6 +345,8 @@ pub struct Targets {
     pub client_pause: Arc<ClientPause>,
     /// The client whose links the client nemeses fault.
     pub cut_client: Arc<CutClient>,
+    /// The CLI holder, cut from the leader with the cut client (when it runs).
+    pub cli_holder: Option<Arc<CutClient>>,
     /// Tickets queued before each fault, judged after its heal.
     pub queued: crate::workload::Queued,
 }
@@ -522,11 +524,15 @@ async fn client_fault(
         Fault::KillClient => kill_client(cluster, history).await?,
         Fault::CutClientFromLeader => {
             let fence = pinned(&targets.cut_client).await?;
+            let cli = cli_pinned(targets).await;
             let l = leader(cluster, "cut the client from")
                 .await
-                .inspect_err(|_| targets.cut_client.let_go())?;
+                .inspect_err(|_| let_go(targets))?;
             cluster.client_link(CUT_CLIENT_IP, l, ClientLink::Cut)?;
-            json!({"fault": "client-cut", "node": l, "fence": fence})
+            if cli.is_some() {
+                cluster.client_link(CLI_CLIENT_IP, l, ClientLink::Cut)?;
+            }
+            json!({"fault": "client-cut", "node": l, "fence": fence, "cli_fence": cli})
         }
         Fault::DelayClient { ms } => {
             let fence = pinned(&targets.cut_client).await?;
@@ -662,6 +668,20 @@ async fn pinned(cut: &CutClient) -> Result<u64, String> {
     }
 }
 
+/// The CLI holder's fence once it holds a pinned permit, if it runs and is granted one
+/// within [`pinned`]'s bound (else the cut goes on without it).
+async fn cli_pinned(targets: &Targets) -> Option<u64> {
+    pinned(targets.cli_holder.as_deref()?).await.ok()
+}
+
+/// Ends the pinned holds of the cut client and the CLI holder.
+fn let_go(targets: &Targets) {
+    targets.cut_client.let_go();
+    if let Some(cli) = &targets.cli_holder {
+        cli.let_go();
+    }
+}
+
 /// Client kills so far in this process (numbers each kill and its waiter).
 static KILLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -724,8 +744,8 @@ pub async fn run(
         }
         history.record(NEMESIS, Kind::Invoke, "heal", json!({}));
         let healed = cluster.heal().await;
-        // The cut client's pinned hold (if any) ends with the fault.
-        targets.cut_client.let_go();
+        // The pinned holds (if any) end with the fault.
+        let_go(targets);
         let healed_ns = history.record(
             NEMESIS,
             Kind::Info,

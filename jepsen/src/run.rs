@@ -97,6 +97,7 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
     let targets = nemesis::Targets {
         client_pause: workloads.client_pause.clone(),
         cut_client: workloads.cut_client.clone(),
+        cli_holder: workloads.cli_holder.clone(),
         queued: workload::Queued::new(servers.clone(), history.clone(), plan.seed ^ 400),
     };
     let steps = nemesis::schedule_for(
@@ -202,6 +203,8 @@ struct Workloads {
     pausable: std::thread::JoinHandle<()>,
     client_pause: Arc<workload::ClientPause>,
     cut_client: Arc<workload::CutClient>,
+    /// The CLI holder's handle, when it runs (`client-cut` asked for, loopback mode).
+    cli_holder: Option<Arc<workload::CutClient>>,
 }
 
 /// Waiters of ordinary addresses behind the cut client, on its limit.
@@ -316,6 +319,20 @@ impl Spawner {
         cut_client
     }
 
+    /// The CLI holder (`weir` is the CLI, its record files go to `out`) and the waiters
+    /// behind it, on its limit.
+    fn cli_holder(&mut self, weir: &Path, out: &Path) -> Arc<workload::CutClient> {
+        let handle = Arc::new(workload::CutClient::default());
+        let p = self.next(260);
+        let (weir, out) = (weir.to_path_buf(), out.to_path_buf());
+        self.spawn(workload::cli_holder(p, weir, out, handle.clone()));
+        for i in 0..CUT_WAITERS {
+            let p = self.next(261 + i);
+            self.spawn(workload::permits(p, workload::CLI_LIMIT, 1, (10, 150)));
+        }
+        handle
+    }
+
     /// The fenced limit: two ordinary holders, and one the nemesis can pause, on a thread of
     /// its own (returned with its pause handle).
     fn fenced(
@@ -380,12 +397,15 @@ impl Workloads {
         if let Some(python) = &plan.python {
             spawner.python_holders(python, http, &plan.out);
         }
+        let cli = client_fronts && plan.nemeses.iter().any(|k| k == "client-cut");
+        let cli_holder = cli.then(|| spawner.cli_holder(&plan.weir, &plan.out));
         Ok(Workloads {
             stop: spawner.stop,
             tasks: spawner.tasks,
             pausable,
             client_pause,
             cut_client,
+            cli_holder,
         })
     }
 

@@ -4,7 +4,11 @@
 //! With a command: it runs with `WEIR_FENCE` (and `WEIR_UNITS`) in its environment, its
 //! standard streams inherited; weir exits with its status and releases the permit when it
 //! ends. If the permit may be lost (the lease deadline passed, a halt covers it, the session
-//! expired) the command gets SIGTERM (SIGKILL 10 s later) and weir exits 3. SIGTERM or
+//! expired) the command gets SIGTERM (SIGKILL 10 s later) and weir exits 3; weir learns of
+//! the loss from the library's `Permit::lost`, which looks at the deadline at least every
+//! `weir_client::LOOK_EVERY`, so the command is signalled within that of the deadline. With
+//! `--json` it says so on stderr first as `{"lost": WHY, "deadline_boot_ns": N}`: the
+//! session's belief deadline on CLOCK_BOOTTIME (ns since boot). SIGTERM or
 //! ctrl-c to weir is passed on to the command as SIGTERM; the permit is released when it
 //! has exited.
 //!
@@ -24,13 +28,13 @@
 //! estimate stands, as it does for a take never settled. A file that does not hold a count
 //! is an error (exit 1) and settles nothing. The file is removed afterwards.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::Args;
 use serde_json::json;
 
 use super::{EXIT_ERROR, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, Exit, Output, refused};
-use weir_client::{AcquireError, AcquireOptions, Client, Permit, Session};
+use weir_client::{AcquireError, AcquireOptions, BootInstant, Client, Lost, Permit, Session};
 use weir_core::bounds::SESSION_TTL_MS_DEFAULT;
 use weir_core::machine::{Part, Priority, Reply};
 
@@ -241,8 +245,8 @@ pub async fn run(args: &AcquireArgs, tenant: &str, client: &Client, out: &Output
                 eprintln!("{granted}");
             }
             match args.estimate {
-                true => run_estimated(&permit, &args.command, out).await,
-                false => run_command(&permit, &args.command, &[]).await,
+                true => run_estimated(&permit, &args.command, (&session, out)).await,
+                false => run_command(&permit, &args.command, &[], (&session, out)).await,
             }
         }
     };
@@ -283,7 +287,8 @@ fn terminate(pid: u32) {
 /// Runs the command of an `--estimate` acquire with `WEIR_SETTLE_FILE`, then settles the
 /// cost it wrote there (module doc). The command's exit status, or 1 when the cost could not
 /// be read or settled.
-async fn run_estimated(permit: &Permit, argv: &[String], out: &Output) -> Exit {
+async fn run_estimated(permit: &Permit, argv: &[String], tell: (&Session, &Output)) -> Exit {
+    let out = tell.1;
     let path = std::env::temp_dir().join(format!(
         "weir-settle-{}-{}",
         std::process::id(),
@@ -293,7 +298,8 @@ async fn run_estimated(permit: &Permit, argv: &[String], out: &Output) -> Exit {
         eprintln!("weir: cannot make {}: {e}", path.display());
         return EXIT_ERROR;
     }
-    let code = run_command(permit, argv, &[("WEIR_SETTLE_FILE", path.as_os_str())]).await;
+    let settle = [("WEIR_SETTLE_FILE", path.as_os_str())];
+    let code = run_command(permit, argv, &settle, tell).await;
     let written = std::fs::read_to_string(&path);
     let _ = std::fs::remove_file(&path);
     let cost = match written.as_deref().map(str::trim) {
@@ -339,7 +345,30 @@ fn report_settled(out: &Output, cost: u64, overrun: u64) {
     }
 }
 
-async fn run_command(permit: &Permit, argv: &[String], env: &[(&str, &std::ffi::OsStr)]) -> Exit {
+/// Says on stderr that the permit may be lost (`why`) and `command` is being stopped: with
+/// `--json` as `{"lost": WHY, "deadline_boot_ns": N}` (module doc), else as text.
+fn report_lost(out: &Output, session: &Session, why: &Lost, command: &str) {
+    if !out.json {
+        eprintln!("weir: permit lost ({why}): stopping {command}");
+        return;
+    }
+    // The deadline is kept on the boot clock; `Session::deadline` maps it to an `Instant`.
+    let (boot, now, deadline) = (BootInstant::now(), Instant::now(), session.deadline());
+    let since_boot = boot.saturating_since(BootInstant::from_since_boot(Duration::ZERO));
+    let at = (since_boot + deadline.saturating_duration_since(now))
+        .saturating_sub(now.saturating_duration_since(deadline));
+    let line = json!({"lost": why.to_string(), "deadline_boot_ns": at.as_nanos() as u64});
+    eprintln!("{line}");
+}
+
+/// Runs `argv` while the permit is held (module doc); `tell`: the session and the output
+/// style, to report a loss.
+async fn run_command(
+    permit: &Permit,
+    argv: &[String],
+    env: &[(&str, &std::ffi::OsStr)],
+    tell: (&Session, &Output),
+) -> Exit {
     let mut child = match tokio::process::Command::new(&argv[0])
         .args(&argv[1..])
         .env("WEIR_FENCE", permit.fence().to_string())
@@ -367,7 +396,11 @@ async fn run_command(permit: &Permit, argv: &[String], env: &[(&str, &std::ffi::
         tokio::select! {
             status = child.wait() => break status,
             why = permit.lost(), if lost.is_none() => {
-                eprintln!("weir: permit lost ({why}): stopping {}", argv[0]);
+                // PLANTED(cli-told-late): the command is stopped 3 s after the loss.
+                if weir_core::planted::is(weir_core::planted::Plant::CliToldLate) {
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                }
+                report_lost(tell.1, tell.0, &why, &argv[0]);
                 terminate(pid);
                 lost = Some(why);
                 let killer = tokio::time::sleep(Duration::from_secs(10));

@@ -78,6 +78,9 @@ pub struct Cli {
     /// Connect with TLS, verifying the servers against this CA certificate (PEM).
     #[arg(long, global = true, env = "WEIR_CA")]
     pub ca: Option<std::path::PathBuf>,
+    /// Open every connection to the cluster from this local address (a host with several).
+    #[arg(long, global = true, help_heading = GLOBAL)]
+    pub local_addr: Option<std::net::IpAddr>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -191,8 +194,11 @@ pub fn run(cli: Cli) -> Exit {
         }
     };
     runtime.block_on(async {
-        let client =
+        let mut client =
             Client::with_security(cli.servers.clone(), security.clone()).stale_reads(cli.stale);
+        if let Some(ip) = cli.local_addr {
+            client = client.with_local_addr(ip);
+        }
         let out = Output { json: cli.json };
         match &cli.command {
             Command::Serve { .. }

@@ -13,9 +13,17 @@ Each turn, as the Rust permit workload does: open a session (again after one end
 acquire one unit of the limit (waiting at most 5 s), hold it for a seeded time while
 racing the work against ``permit.lost()`` and checking ``permit.lost_reason()`` before
 each step of work, then release. Recorded: the ``acquire`` op (invoke; ok with the fence
-and the invoke time, fail or info), the ``hold`` fact (the belief from the grant to the
-release being sent or the session's deadline, whichever came first, and when the end was
-seen), and the ``release`` op (ok, or info when its outcome is unknown).
+and the invoke time, fail or info), the ``hold`` fact, and the ``release`` op (ok, or info
+when its outcome is unknown). The ``hold`` is the belief as the application saw it: from
+the grant to the moment the client first told it that the permit may be lost
+(``lost_reason()`` answering or ``lost()`` resolving: ``told_ns``), or to the release being
+sent if it never was; beside it the client's own deadline (``deadline_ns``), so the
+harness's ``told`` check sees a client that tells the application late. A permit held
+through a pause (below) is recorded as G2 defines the belief (to the deadline, if that
+came first) with ``"application": false``: nothing ran in the process to be told while
+it stood still; what it was told after it resumed (``resumed_ns``, ``told_ns``) is judged
+by ``told`` from the resume. Not told at the resume, it works on for a TTL before it
+releases, as an application that believes it holds would.
 
 With ``--pause-every K``, every K-th permit is held through a stop-the-world pause
 (``--pause-ms``, a blocking sleep on the event loop, keep-alives included) between the
@@ -126,6 +134,8 @@ class Holder:
         self.h = History(args.process, args.epoch_boot_ns)
         self.rng = random.Random(args.seed)
         self.held = 0
+        #: When the last pause ended (harness ns), if the permit was held through one.
+        self.resumed: int | None = None
 
     async def run(self) -> None:
         while not self.stop.is_set():
@@ -165,7 +175,7 @@ class Holder:
         self.held += 1
         pause = self.a.pause_every > 0 and self.held % self.a.pause_every == 0
         lost = await self.work(session, permit, pause)
-        self.belief_ended(session, permit, granted, lost)
+        self.belief_ended(session, permit, granted, lost, pause)
         await self.release(permit)
         return session.ended is None
 
@@ -176,8 +186,10 @@ class Holder:
         preceded by ``lost_reason()``; answers why the permit was lost, if it was."""
         steps = max(1, round(self.rng.uniform(*self.a.hold_ms) / 1000.0 / STEP))
         lost_task = asyncio.ensure_future(permit.lost())
+        self.resumed = None
+        i = 0
         try:
-            for i in range(steps):
+            while i < steps:
                 why = permit.lost_reason()
                 if why is not None:
                     return why
@@ -185,6 +197,10 @@ class Holder:
                     why = self.stall(session, permit)
                     if why is not None:
                         return why
+                    # Not told at the resume: work on for a TTL, as an application that
+                    # believes it holds does, so a client that tells it late is seen.
+                    steps = i + 1 + round(self.a.ttl / STEP)
+                i += 1
                 step = asyncio.ensure_future(asyncio.sleep(STEP))
                 done, _ = await asyncio.wait({step, lost_task},
                                              return_when=asyncio.FIRST_COMPLETED)
@@ -201,7 +217,7 @@ class Holder:
         ms = self.rng.randint(*self.a.pause_ms)
         deadline = self.h.ns(session.deadline)
         time.sleep(ms / 1000.0)
-        resumed = self.h.now()
+        resumed = self.resumed = self.h.now()
         why = permit.lost_reason()
         self.h.record("ok", "client-pause", {
             "limit": self.a.limit, "fence": permit.fence, "ms": ms, "deadline_ns": deadline,
@@ -210,16 +226,20 @@ class Holder:
         return why
 
     def belief_ended(self, session: weir.AsyncSession, permit: weir.AsyncPermit,
-                     granted: int, lost: weir.Lost | None) -> None:
-        """Records the belief: from the grant to now (the release is about to be sent, or
-        the loss was just seen), or to the session's deadline if that passed first."""
+                     granted: int, lost: weir.Lost | None, paused: bool) -> None:
+        """Records the belief, now (the loss was just told, or the release is about to be
+        sent): to the moment it was told, else to now; a paused one to the session's
+        deadline if that passed first."""
         seen = self.h.now()
         deadline = self.h.ns(session.deadline)
-        to = max(granted, min(seen, deadline))
+        told = None if lost is None else seen
+        to = max(granted, min(seen, deadline) if paused else seen)
         self.h.record("ok", "hold", {
             "limit": self.a.limit, "cap": self.a.cap, "fence": permit.fence,
             "from_ns": granted, "to_ns": to, "seen_ns": seen, "deadline_ns": deadline,
-            "lost": None if lost is None else str(lost), "client": "python",
+            "told_ns": told, "lost": None if lost is None else str(lost),
+            "application": not paused, "resumed_ns": self.resumed if paused else None,
+            "client": "python",
         }, at=seen)
 
     async def release(self, permit: weir.AsyncPermit) -> None:

@@ -1,6 +1,7 @@
 """The partition harness's Python holder (``jepsen_holder.py``) against a real cluster: the
 history it writes has the harness's shape and clock, and a holder paused past its TTL
-records a belief that ended at its deadline, before the permit could go to anyone else."""
+records a belief that ended at its deadline, before the permit could go to anyone else, and
+that it was told of the loss as soon as it resumed."""
 
 from __future__ import annotations
 
@@ -70,6 +71,7 @@ def test_the_holder_records_acquires_beliefs_and_releases(cluster: Cluster) -> N
     assert len(released) == len(holds)
     for h in holds:
         assert h["limit"] == "py-mutex" and h["cap"] == 1 and h["lost"] is None
+        assert h["application"] is True and h["told_ns"] is None and h["client"] == "python"
         assert h["from_ns"] <= h["to_ns"] <= h["seen_ns"] and h["to_ns"] <= h["deadline_ns"]
     # One holder of a limit of one: its beliefs follow each other.
     for a, b in itertools.pairwise(holds):
@@ -91,3 +93,7 @@ def test_a_holder_paused_past_its_ttl_believes_only_until_its_deadline(
     assert first["lost"] == str(weir.Lost(weir.LostKind.DEADLINE))
     hold = next(h for h in of(ops, "hold") if h["fence"] == first["fence"])
     assert hold["to_ns"] == hold["deadline_ns"] < first["resumed_ns"]
+    # Stopped whole, it is judged by G2's deadline, and by what it was told once resumed:
+    # at the resume itself.
+    assert hold["application"] is False and hold["resumed_ns"] == first["resumed_ns"]
+    assert first["resumed_ns"] <= hold["told_ns"] <= hold["seen_ns"]

@@ -60,11 +60,21 @@ pub enum Plant {
     /// An acquire's argument bounds are checked only in the machine, not at the edge (G8):
     /// a request breaking one is proposed, written to the log and refused there.
     EdgeUnchecked,
+    /// The log clock credits 300 ms at each leader change: the small twin of `no-freeze`.
+    NoFreezeSmall,
+    /// The Python client tells the application that a permit may be lost 3 s late: after
+    /// its belief deadline, or after it learned of the loss (its session expired, a halt).
+    /// Its branches are in the Python client (`clients/python/src/weir/
+    /// _planted.py`), which honours it only in an interpreter started with
+    /// `-X weir_planted`; the harness passes that flag when it is a planted build.
+    PythonToldLate,
+    /// `weir acquire -- COMMAND` sends its command SIGTERM 3 s after the permit may be lost.
+    CliToldLate,
 }
 
 impl Plant {
     /// Every plant, in the order of `jepsen/planted.sh`.
-    pub const ALL: [Plant; 19] = [
+    pub const ALL: [Plant; 22] = [
         Plant::NoFreeze,
         Plant::WallGap,
         Plant::MarginZero,
@@ -84,6 +94,9 @@ impl Plant {
         Plant::HaltKeepsQueue,
         Plant::OwnerSkipped,
         Plant::EdgeUnchecked,
+        Plant::NoFreezeSmall,
+        Plant::PythonToldLate,
+        Plant::CliToldLate,
     ];
 
     /// The name `WEIR_PLANT` takes.
@@ -108,9 +121,15 @@ impl Plant {
             Plant::HaltKeepsQueue => "halt-keeps-queue",
             Plant::OwnerSkipped => "owner-skipped",
             Plant::EdgeUnchecked => "edge-unchecked",
+            Plant::NoFreezeSmall => "no-freeze-small",
+            Plant::PythonToldLate => "python-told-late",
+            Plant::CliToldLate => "cli-told-late",
         }
     }
 }
+
+/// Whether this build has the `planted` feature (so `WEIR_PLANT` is read at all).
+pub const ENABLED: bool = cfg!(feature = "planted");
 
 /// Whether `plant` is on in this process. Always `false` without the `planted` feature.
 #[cfg(not(feature = "planted"))]

@@ -23,11 +23,13 @@
 //! stamp added whole), a fast proposer clock (4% fast: the log clock starts within a second
 //! of the harness, so it is over a second ahead after 30–40 s of run). It cannot see a
 //! clock that runs slow (leases then live longer, which is the safe side), nor a few
-//! hundred ms credited at each leader change (under the bound's slack, the log clock's lag
-//! behind the harness's start). A per-leadership bound from the monitor's `leadership`
-//! facts is not sound: the last status of a deposed leader that still calls itself leader
-//! carries log time its successors stamped (a `kill` smoke: 33 s of log time in a
-//! 19.8 s span).
+//! hundred ms credited at each leader change (`no-freeze-small`, 300 ms): the correct clock
+//! freezes for each change's whole outage, the election included (over 300 ms here), so
+//! such a clock still never runs ahead of real time; a machine test of the freeze catches
+//! it (`jepsen/README.md`, *Planted bugs*). A per-leadership bound from the monitor's
+//! `leadership` facts is not sound: the last status of a deposed leader that still calls
+//! itself leader carries log time its successors stamped (a `kill` smoke: 33 s of log time
+//! in a 19.8 s span).
 
 use super::ops::u;
 use super::verdict::Verdict;

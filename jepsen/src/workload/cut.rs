@@ -43,6 +43,24 @@ impl CutClient {
         Some(self.holding.load(Ordering::SeqCst)).filter(|f| *f != 0)
     }
 
+    /// Takes the pin asked for, if one is: the let-go epoch (the pinned hold ends when
+    /// [`CutClient::let_go_epoch`] moves past it).
+    pub fn take_pin(&self) -> Option<u64> {
+        self.requested
+            .swap(false, Ordering::SeqCst)
+            .then(|| self.let_go_epoch())
+    }
+
+    /// Says which fence the pinned holder holds (0: none).
+    pub fn set_holding(&self, fence: u64) {
+        self.holding.store(fence, Ordering::SeqCst);
+    }
+
+    /// How many let-gos there were.
+    pub fn let_go_epoch(&self) -> u64 {
+        self.let_go.load(Ordering::SeqCst)
+    }
+
     /// Ends a pinned hold (the client releases) and withdraws a pin not taken yet.
     pub fn let_go(&self) {
         self.requested.store(false, Ordering::SeqCst);
@@ -63,18 +81,17 @@ pub async fn cut_holder(p: Process, bound: bool, handle: Arc<CutClient>) {
     while let Some(session) = p.session(&client, TTL).await {
         while let Some((permit, from)) = next_permit(&p, &session, CUT).await {
             let mut belief = Belief::new(&permit, &p.history, from);
-            if handle.requested.swap(false, Ordering::SeqCst) {
-                let epoch = handle.let_go.load(Ordering::SeqCst);
-                handle.holding.store(permit.fence(), Ordering::SeqCst);
+            if let Some(epoch) = handle.take_pin() {
+                handle.set_holding(permit.fence());
                 let let_go = async {
-                    while handle.let_go.load(Ordering::SeqCst) == epoch && p.running() {
+                    while handle.let_go_epoch() == epoch && p.running() {
                         tokio::time::sleep(Duration::from_millis(20)).await;
                     }
                 };
                 if belief.race(let_go).await.is_ok() {
                     belief.check();
                 }
-                handle.holding.store(0, Ordering::SeqCst);
+                handle.set_holding(0);
             } else {
                 belief.work(Duration::from_millis(rng.range(10, 150))).await;
             }

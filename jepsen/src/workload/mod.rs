@@ -13,7 +13,8 @@
 //! ([`cut_holder`], [`CutClient`]); requests of several parts on keyed limits, whose bucket
 //! keys are drained after the last heal ([`keyed`]); and, when asked for, permit holders
 //! running the Python client in processes of their own beside the Rust ones
-//! ([`python_holder`]). `setup.rs` holds the limits they share, `process.rs` what each process is given; `acquire.rs` the
+//! ([`python_holder`]); and, with the cut client, a holder that holds through the CLI
+//! (`weir acquire -- COMMAND`, [`cli_holder`]). `setup.rs` holds the limits they share, `process.rs` what each process is given; `acquire.rs` the
 //! recorded acquire, release and belief end they share; `belief.rs` how a holder works on a
 //! permit as an application does (each step checked, raced against `lost()`) and records
 //! when it was told the permit may be lost.
@@ -21,6 +22,7 @@
 mod acquire;
 mod belief;
 mod ceilings;
+mod cli;
 mod cut;
 mod fenced;
 mod halt_queue;
@@ -37,6 +39,7 @@ mod takes;
 
 pub use acquire::{acquire_as, release_recorded};
 pub use ceilings::{ceiling_admitter, ceiling_setter};
+pub use cli::{CLI_LIMIT, COMMAND_FLAG, cli_holder, command_main};
 pub use cut::{CutClient, cut_holder};
 pub use fenced::{ClientPause, Resource, fenced, spawn_pausable};
 pub use halt_queue::halt_queue;

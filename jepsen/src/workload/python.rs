@@ -9,8 +9,11 @@
 //! HTTP; TLS and its tenant's token through `WEIR_CA` and `WEIR_TOKEN` in a secure run), is
 //! given its process number and the harness's start on CLOCK_BOOTTIME, and writes its ops
 //! to stdout in the history's own format, on the harness's clock: each line is recorded as
-//! it arrives, with its own time. Its stderr goes to `python-holder-N.log` in the run's
-//! folder. When the workloads stop, its stdin is closed; it releases, closes its session and
+//! it arrives, with its own time. Its `hold` facts are beliefs as its application saw them
+//! (when `lost()` / `lost_reason()` told it), judged by `told` with the Rust holders'.
+//! A planted harness build starts the interpreter with `-X weir_planted`, so the client's
+//! own plants (`clients/python/src/weir/_planted.py`) can be switched on by `WEIR_PLANT`.
+//! Its stderr goes to `python-holder-N.log` in the run's folder. When the workloads stop, its stdin is closed; it releases, closes its session and
 //! exits, or is killed after [`EXIT_WAIT`].
 //!
 //! A `python-holder` fact opens and closes each driver's stretch (its limit, then its exit,
@@ -33,8 +36,9 @@ use crate::history::{Kind, Op};
 use crate::secure::Access;
 
 /// How long a driver may take to exit after its stdin is closed: its last hold (at most
-/// [`HOLD_MS`]'s upper end, or a pause) and release (3 s at most), and its session's close.
-pub const EXIT_WAIT: Duration = Duration::from_secs(15);
+/// [`HOLD_MS`]'s upper end, or a pause of at most TTL + 1 s and a TTL of work after it),
+/// its release (3 s at most) and its session's close (3 s at most), on a loaded machine.
+pub const EXIT_WAIT: Duration = Duration::from_secs(20);
 
 /// A Python holder's hold, ms (seeded in the driver): brief, as most Rust holders'.
 const HOLD_MS: (u64, u64) = (10, 150);
@@ -63,8 +67,9 @@ impl PythonHolders {
     }
 }
 
-/// Nanoseconds on CLOCK_BOOTTIME now (the clock the Python client keeps its deadline on).
-fn boot_ns() -> u64 {
+/// Nanoseconds on CLOCK_BOOTTIME now (the clock the Python client, the Rust library and so
+/// the CLI keep their deadlines on).
+pub(super) fn boot_ns() -> u64 {
     let zero = BootInstant::from_since_boot(Duration::ZERO);
     BootInstant::now().saturating_since(zero).as_nanos() as u64
 }
@@ -82,6 +87,11 @@ pub async fn python_holder(
     let epoch = boot_ns().saturating_sub(p.history.now_ns());
     let ttl_ms = TTL.as_millis() as u64;
     let mut command = tokio::process::Command::new(&holders.python);
+    if weir_core::planted::ENABLED {
+        // A planted build: the client honours a Python plant `WEIR_PLANT` names (it is
+        // inherited), as the Rust library in this harness honours a Rust one.
+        command.args(["-X", "weir_planted"]);
+    }
     command
         .arg(&holders.script)
         .args([
@@ -102,10 +112,13 @@ pub async fn python_holder(
         .args(["--ttl-ms", &ttl_ms.to_string()])
         .args(["--hold-ms", &format!("{},{}", HOLD_MS.0, HOLD_MS.1)])
         .args(["--pause-every", &holders.pause_every.to_string()])
-        // Past the TTL by 1–2.5 s, as the client-pause nemesis pauses the fenced holder.
+        // Past the TTL by 0.2–1 s: the session expires and the permit may go to another,
+        // and the client's deadline passed at most 1.6 s before the resume (it falls 2.1–2.7 s
+        // into the pause), so a client that tells its application ~3 s late keeps it
+        // believing well over `told`'s bound past the resume.
         .args([
             "--pause-ms",
-            &format!("{},{}", ttl_ms + 1_000, ttl_ms + 2_500),
+            &format!("{},{}", ttl_ms + 200, ttl_ms + 1_000),
         ])
         .env_remove("WEIR_HTTP_SERVERS")
         .env_remove("WEIR_SERVERS")

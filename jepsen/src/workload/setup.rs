@@ -11,7 +11,7 @@ use weir_client::Client;
 pub const TTL: Duration = Duration::from_secs(3);
 
 /// The limits: (name, concurrent, per_second, burst).
-pub const LIMITS: [(&str, u32, f64, Option<u64>); 7] = [
+pub const LIMITS: [(&str, u32, f64, Option<u64>); 8] = [
     ("mutex", 1, 0.0, None),
     ("three", 3, 0.0, None),
     ("rate", 0, 20.0, Some(5)),
@@ -19,6 +19,7 @@ pub const LIMITS: [(&str, u32, f64, Option<u64>); 7] = [
     (QUEUE, 1, 0.0, None),
     (CRASH, 1, 0.0, None),
     (CUT, 1, 0.0, None),
+    (super::cli::CLI_LIMIT, 1, 0.0, None),
 ];
 
 /// The limit the cut client holds (its links faulted by the client nemeses) with waiters

@@ -61,6 +61,7 @@ from urllib.parse import quote
 
 from ._clock import KEEPALIVES_PER_TTL, LOOK_EVERY, boot_now, deadline_after
 from ._opening import Opening
+from ._planted import is_on as _planted
 from ._transport import Transport, jittered
 from .errors import (
     Forbidden,
@@ -116,6 +117,14 @@ class _Held:
     changed: asyncio.Event
 
     def set_lost(self, why: Lost, replace: bool = False) -> None:
+        # PLANTED(python-told-late): a loss learned now reaches the application 3 s later.
+        if _planted("python-told-late"):
+            with contextlib.suppress(RuntimeError):
+                asyncio.get_running_loop().call_later(3.0, self._set_lost, why, replace)
+                return
+        self._set_lost(why, replace)
+
+    def _set_lost(self, why: Lost, replace: bool) -> None:
         if self.lost is None or replace:
             self.lost = why
             self.changed.set()
@@ -235,7 +244,7 @@ class AsyncPermit:
         """Why the permit may no longer be held, or ``None`` while it is believed held."""
         if self._held.lost is not None:
             return self._held.lost
-        if boot_now() >= self._session.deadline:
+        if boot_now() >= self._session._told_at():
             return LOST_DEADLINE
         return None
 
@@ -246,7 +255,7 @@ class AsyncPermit:
             why = self.lost_reason()
             if why is not None:
                 return why
-            left = self._session.deadline - boot_now()
+            left = self._session._told_at() - boot_now()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._held.changed.wait(), timeout=min(left, LOOK_EVERY))
 
@@ -397,6 +406,14 @@ class AsyncSession:
     def deadline_left(self) -> float:
         """Seconds until the belief deadline (negative once passed)."""
         return self._deadline - boot_now()
+
+    def _told_at(self) -> float:
+        """When the application is told that the belief deadline passed (``lost()``,
+        ``lost_reason()``, the loss marked on held permits): at the deadline itself."""
+        # PLANTED(python-told-late): the application is told 3 s after the deadline.
+        if _planted("python-told-late"):
+            return self._deadline + 3.0
+        return self._deadline
 
     @property
     def ended(self) -> Lost | None:
@@ -636,7 +653,7 @@ class AsyncSession:
         next_keepalive = time.monotonic() + every
         while self._ended is None and not self._transport.closed:
             left = self._deadline - boot_now()
-            if left <= 0:
+            if boot_now() >= self._told_at():
                 for held in self._held.values():
                     held.set_lost(LOST_DEADLINE)
             wait = min(next_keepalive - time.monotonic(), LOOK_EVERY)

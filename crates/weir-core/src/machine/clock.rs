@@ -49,6 +49,11 @@ impl LogClock {
             self.now_ms = self.now_ms.saturating_add(batch.clock_ms);
             self.leadership = batch.leadership;
             self.last_stamp_ms = batch.clock_ms;
+        } else if crate::planted::is(crate::planted::Plant::NoFreezeSmall) {
+            // PLANTED(no-freeze-small): 300 ms credited at each leader change.
+            self.now_ms = self.now_ms.saturating_add(300);
+            self.leadership = batch.leadership;
+            self.last_stamp_ms = batch.clock_ms;
         } else if crate::planted::is(crate::planted::Plant::WallGap) && self.last_wall_ms() > 0 {
             // PLANTED(wall-gap): the wall-clock outage between the two leaders is credited.
             self.now_ms = self
