@@ -194,6 +194,9 @@ class Holder:
                 if why is not None:
                     return why
                 if pause and i == steps // 2:
+                    # Once a hold: the steps grow below, and a second pause would hide what
+                    # the application was told after the first resume.
+                    pause = False
                     why = self.stall(session, permit)
                     if why is not None:
                         return why
