@@ -52,7 +52,7 @@ plants=(
     "told-late|told|client-cut|loopback|30|1"
     "fast-clock-small|log clock|delay|loopback|30|1"
     "local-wall|convergence|delay|loopback|20|1"
-    "keepalive-previous|stalls|pause|loopback|30|1"
+    "keepalive-previous|stalls|pause|loopback|60|1"
     "halt-keeps-queue|halts|delay|loopback|20|1"
     "owner-skipped|test|cluster|owners::"
     "edge-unchecked|test|cluster|edge::every_argument_bound"
