@@ -22,6 +22,10 @@
 //! Holds of a process stopped whole (`client-pause`) are judged only from its resume, when
 //! it records one (the Python holders do: `resumed_ns`): nothing runs in it to be told while
 //! it stands still, but once it runs again it must be told at once, within the same bound.
+//! The Rust `fenced` holder the nemesis pauses records no resume on its hold: it acts, then
+//! validates over the network before it asks, so its moment of asking carries a network
+//! round; what `lost_reason()` answered then is judged by [`super::fenced`]'s third rule
+//! (asked after the deadline, it must say lost), which needs no bound.
 //! A history with no hold judged nothing: unknown.
 //!
 //! What it cannot see: lateness under the bound (the margin covers up to a tenth of the
