@@ -179,6 +179,66 @@ async fn a_follower_stopped_past_a_snapshot_catches_up_by_installing_it() {
     assert_eq!(limit_names(&cluster).await.len(), 150);
 }
 
+/// The `.wal` segment files of node `id`'s log, by name (so in sequence order).
+fn segments(cluster: &Cluster, id: u64) -> Vec<String> {
+    let dir = cluster.node(id).config.data_dir.join("log");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".wal"))
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_log_segments_rotate_go_behind_snapshots_and_read_back_after_a_restart() {
+    let extra = "[raft]\nsnapshot_logs_since_last = 40\nmax_in_snapshot_log_to_keep = 0\npurge_batch_size = 1\nlog_segment_bytes = 65536\n";
+    let mut cluster = Cluster::start("segments", 1, extra);
+    cluster.leader(ELECTION).await;
+    assert_eq!(segments(&cluster, 1), ["00000000000000000001.wal"]);
+    phase("write well past several 64 KiB segments");
+    let client = cluster.client();
+    let pad = "x".repeat(100);
+    for i in 0..1_500 {
+        cluster
+            .write(&client, define(&format!("{pad}{i}"), 1))
+            .await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let names = loop {
+        let names = segments(&cluster, 1);
+        if names
+            .first()
+            .is_some_and(|n| n != "00000000000000000001.wal")
+        {
+            break names;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the first segment was never deleted behind a snapshot: {names:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let newest: u64 = names
+        .last()
+        .unwrap()
+        .trim_end_matches(".wal")
+        .parse()
+        .unwrap();
+    assert!(newest >= 3, "rotated at least twice: {names:?}");
+    let digest = cluster.converged(CONVERGE).await;
+    phase("restart: the log opens from the segments left");
+    assert_eq!(cluster.stop(1), Some(0), "SIGTERM is a clean exit");
+    cluster.start_node(1);
+    cluster.leader(ELECTION).await;
+    assert_eq!(
+        cluster.converged(CONVERGE).await,
+        digest,
+        "the same state after the restart"
+    );
+}
+
 async fn open(client: &weir_client::Client) -> u64 {
     match client
         .request(Request::Write(Command::OpenSession { ttl_ms: 10_000 }))

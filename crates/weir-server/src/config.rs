@@ -50,7 +50,15 @@ pub struct RaftConfig {
     pub max_payload_entries: u64,
     /// Purge the log behind a snapshot only once this many entries can go. Default 256.
     pub purge_batch_size: u64,
+    /// A log segment is closed and the next begun before a write would take it past this
+    /// many bytes. Default (and most) 64 MiB; at least 64 KiB. Smaller segments are begun
+    /// and deleted more often (the partition harness uses them so that a power loss meets
+    /// both).
+    pub log_segment_bytes: u64,
 }
+
+/// The least `raft.log_segment_bytes`.
+pub const LOG_SEGMENT_BYTES_MIN: u64 = 64 << 10;
 
 impl Default for RaftConfig {
     fn default() -> Self {
@@ -63,6 +71,7 @@ impl Default for RaftConfig {
             install_snapshot_timeout_ms: 10_000,
             max_payload_entries: 64,
             purge_batch_size: 256,
+            log_segment_bytes: crate::raft::wal::SEGMENT_BYTES,
         }
     }
 }
@@ -235,6 +244,15 @@ impl Config {
             );
         }
         check_append_fits(r.max_payload_entries)?;
+        if !(LOG_SEGMENT_BYTES_MIN..=crate::raft::wal::SEGMENT_BYTES).contains(&r.log_segment_bytes)
+        {
+            return Err(format!(
+                "raft.log_segment_bytes = {} must be between {} (64 KiB) and {} (64 MiB)",
+                r.log_segment_bytes,
+                LOG_SEGMENT_BYTES_MIN,
+                crate::raft::wal::SEGMENT_BYTES
+            ));
+        }
         let p = &self.proposer;
         if p.batch_max == 0 || p.batch_max > ENTRY_COMMANDS_MAX {
             return Err(format!(
@@ -391,6 +409,29 @@ mod tests {
         );
         let c: Result<Config, _> = toml::from_str("idd = 3");
         assert!(c.unwrap_err().to_string().contains("unknown field `idd`"));
+    }
+
+    #[test]
+    fn a_log_segment_size_outside_64_kib_to_64_mib_is_refused() {
+        let mut c = Config::default();
+        for bytes in [
+            LOG_SEGMENT_BYTES_MIN - 1,
+            crate::raft::wal::SEGMENT_BYTES + 1,
+        ] {
+            c.raft.log_segment_bytes = bytes;
+            assert_eq!(
+                c.validate().unwrap_err(),
+                format!(
+                    "raft.log_segment_bytes = {bytes} must be between 65536 (64 KiB) and 67108864 (64 MiB)"
+                )
+            );
+        }
+        for bytes in [LOG_SEGMENT_BYTES_MIN, 1 << 20] {
+            c.raft.log_segment_bytes = bytes;
+            c.validate().unwrap();
+        }
+        let single: Config = toml::from_str("[raft]\nlog_segment_bytes = 1048576").unwrap();
+        assert_eq!(single.raft.log_segment_bytes, 1 << 20);
     }
 
     #[test]

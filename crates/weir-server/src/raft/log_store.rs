@@ -75,10 +75,16 @@ impl LogStore {
     /// verifying every stored entry. A damaged log is refused naming the segment, the byte
     /// offset and, for an entry, its index.
     pub fn open(dir: &Path) -> Result<LogStore, String> {
+        LogStore::open_sized(dir, super::wal::SEGMENT_BYTES)
+    }
+
+    /// [`LogStore::open`] with segments of `segment_bytes` (`raft.log_segment_bytes`, at
+    /// most [`super::wal::SEGMENT_BYTES`]: a segment of any size up to that is read back).
+    pub fn open_sized(dir: &Path, segment_bytes: u64) -> Result<LogStore, String> {
         // PLANTED(unsynced-log): the log's writes are never fsynced.
         let sync = !weir_core::planted::is(weir_core::planted::Plant::UnsyncedLog);
         let disk = DirDisk::new(dir, sync).map_err(|e| format!("{}: {e}", dir.display()))?;
-        LogStore::open_disk(Box::new(disk), super::wal::SEGMENT_BYTES)
+        LogStore::open_disk(Box::new(disk), segment_bytes.min(super::wal::SEGMENT_BYTES))
     }
 
     /// Opens (or creates) a log on `disk` (tests: a disk that loses power, and segments of

@@ -72,7 +72,8 @@ use super::{LogId, Vote};
 use weir_core::bounds::ENTRY_BYTES_MAX;
 use weir_core::codec::{self, FrameError, HEADER_BYTES};
 
-/// A segment is closed and a new one begun before a write would take it past this.
+/// The largest (and default) segment: a segment is closed and a new one begun before a write
+/// would take it past its size (`raft.log_segment_bytes`, at most this).
 pub const SEGMENT_BYTES: u64 = 64 << 20;
 /// Largest group payload; a larger write is split into several groups (one sync still).
 pub const GROUP_BYTES_MAX: usize = 64 << 20;
@@ -376,7 +377,7 @@ pub struct Located {
 impl Wal {
     /// Opens the log on `disk`, replaying and verifying every segment; creates the first
     /// segment of an empty log. A damaged log is refused with the segment and offset.
-    /// `segment_bytes` is [`SEGMENT_BYTES`] but in tests, which rotate sooner.
+    /// `segment_bytes` is `raft.log_segment_bytes` (at most [`SEGMENT_BYTES`]; tests rotate sooner).
     pub fn open(disk: Box<dyn LogDisk>, segment_bytes: u64) -> Result<Wal, String> {
         let mut seqs: Vec<u64> = vec![];
         for name in disk
@@ -509,7 +510,7 @@ impl Wal {
     }
 
     /// Writes `records` durably, in order: one write at the active segment's end (a new
-    /// segment first if it would pass [`SEGMENT_BYTES`]), one sync, then the in-memory
+    /// segment first if it would pass its segment size), one sync, then the in-memory
     /// state. `Err`: nothing may be assumed written; the caller writes nothing more.
     pub fn write(&self, records: &[Record<'_>]) -> io::Result<()> {
         if records.is_empty() {

@@ -64,7 +64,7 @@ impl Node {
         // own state does (module doc).
         let _first_start = prepare_data_dir(dir, config.id)?;
         let identity = Arc::new(ClusterIdentity::open(dir)?);
-        let storage = open_storage(dir).await?;
+        let storage = open_storage(dir, config.raft.log_segment_bytes).await?;
         let state = storage.store.state();
         let startup_last = storage.startup_last;
         let security = Security::from_config(&config)?;
@@ -189,8 +189,8 @@ async fn start_raft(
 }
 
 /// Opens the log and the state store in `dir`.
-async fn open_storage(dir: &std::path::Path) -> Result<Storage, String> {
-    let mut log = LogStore::open(&dir.join("log"))?;
+async fn open_storage(dir: &std::path::Path, segment_bytes: u64) -> Result<Storage, String> {
+    let mut log = LogStore::open_sized(&dir.join("log"), segment_bytes)?;
     let startup_last = {
         use openraft::storage::RaftLogStorage;
         log.get_log_state()
