@@ -248,7 +248,7 @@ async fn bind(what: &str, addr: &str) -> Result<tokio::net::TcpListener, String>
 }
 
 impl Cluster {
-    /// Writes configs in `dir`, starts the proxies and the three nodes. With
+    /// Writes configs in `dir`, starts the proxies and the nodes (`setup.nodes` of them). With
     /// `setup.lost_fsync`, each node's data directory is a [`crate::lazyfs::LazyFs`] mount
     /// over `data{id}.durable` (root and `/dev/fuse` needed), for [`Cluster::power_loss`].
     ///
