@@ -1,4 +1,4 @@
-//! Three `weir` processes, each with its own data directory, its client port open to the
+//! Three (or, with `--nodes 5`, five) `weir` processes, each with its own data directory, its client port open to the
 //! harness (on loopback behind a [`crate::client_front`], which can fault one client's links)
 //! and its peer port behind a [`crate::proxy`] — on loopback, or each in a network
 //! namespace of its own ([`crate::netns`]). The fault primitives the nemesis uses (cut,
@@ -43,8 +43,8 @@ impl Net {
     /// client port behind it. Only runs that fault client links get them: with the fronts,
     /// the `pause` smoke lost permits to leader stalls that it does not lose without them
     /// (`stalls`: 8 and 9 clients against 0, seed 11; jepsen/README.md), not explained yet.
-    fn client_fronts(&self, wanted: bool) -> Result<Vec<Option<String>>, String> {
-        (1..=NODES)
+    fn client_fronts(&self, wanted: bool, nodes: u64) -> Result<Vec<Option<String>>, String> {
+        (1..=nodes)
             .map(|_| match self {
                 Net::Loopback if wanted => loopback_addr().map(Some),
                 _ => Ok(None),
@@ -84,8 +84,10 @@ impl Net {
 pub const LOG_SEGMENT_BYTES: u64 = weir_server::config::LOG_SEGMENT_BYTES_MIN;
 
 /// What a run asks of its cluster beside its network mode.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct Setup {
+    /// How many nodes: 3, or 5 ([`SIZES`]).
+    pub nodes: u64,
     /// Each node's data directory on the lost-fsync layer, for `power-loss`.
     pub lost_fsync: bool,
     /// TLS on every port and tokens with roles (`--secure`).
@@ -122,6 +124,8 @@ struct NodeFaults {
 pub struct Cluster {
     /// The node processes; their directory is the run's output directory, kept.
     nodes: LocalCluster,
+    /// How many: the nodes are `1..=size`.
+    size: u64,
     faults: Vec<NodeFaults>,
     pub links: Arc<Links>,
     /// Loopback mode: the rules of the client fronts, per (client address, node).
@@ -142,8 +146,12 @@ pub struct Cluster {
     pub secure: Option<Arc<Secure>>,
 }
 
-/// The nodes of a run.
-const NODES: u64 = 3;
+/// The cluster sizes a run may have (`--nodes`): three nodes survive one failure, five
+/// survive two.
+pub const SIZES: [u64; 2] = [3, 5];
+
+/// The most nodes a run has: the proxies and namespaces know node addresses up to it.
+pub const MAX_NODES: u64 = 5;
 
 /// How long a started node may take to answer a status request: it opens its store and
 /// replays its log, which takes well under a second for a run's worth of entries.
@@ -232,8 +240,9 @@ async fn start_client_front(
 fn mount_lost_fsync(
     dir: &Path,
     nodes: &LocalCluster,
+    size: u64,
 ) -> Result<Vec<crate::lazyfs::LazyFs>, String> {
-    (1..=NODES)
+    (1..=size)
         .map(|id| {
             let backing = dir.join(format!("data{id}.durable"));
             crate::lazyfs::LazyFs::mount(&backing, &nodes.data_dir(id)).map_err(|e| e.to_string())
@@ -249,7 +258,7 @@ async fn bind(what: &str, addr: &str) -> Result<tokio::net::TcpListener, String>
 }
 
 impl Cluster {
-    /// Writes configs in `dir`, starts the proxies and the three nodes. With
+    /// Writes configs in `dir`, starts the proxies and the nodes (`setup.nodes` of them). With
     /// `setup.lost_fsync`, each node's data directory is a [`crate::lazyfs::LazyFs`] mount
     /// over `data{id}.durable` (root and `/dev/fuse` needed), for [`Cluster::power_loss`].
     ///
@@ -267,6 +276,7 @@ impl Cluster {
         setup: Setup,
     ) -> Result<Cluster, String> {
         let Setup {
+            nodes: size,
             lost_fsync,
             secure,
             client_fronts,
@@ -274,8 +284,13 @@ impl Cluster {
         } = setup;
         let links = Links::new();
         let client_links = ClientLinks::new();
-        let fronts = net.client_fronts(client_fronts)?;
-        let addrs = (1..=NODES)
+        if !SIZES.contains(&size) {
+            return Err(format!(
+                "a cluster of {size} nodes: the harness runs {SIZES:?}"
+            ));
+        }
+        let fronts = net.client_fronts(client_fronts, size)?;
+        let addrs = (1..=size)
             .map(|id| addresses(&net, id))
             .collect::<Result<Vec<_>, String>>()?;
         let addressing = match net {
@@ -326,24 +341,46 @@ impl Cluster {
             nodes.add(config)?;
         }
         let lazyfs = match lost_fsync {
-            true => mount_lost_fsync(dir, &nodes)?,
+            true => mount_lost_fsync(dir, &nodes, size)?,
             false => vec![],
         };
         let mut cluster = Cluster {
             nodes,
-            faults: vec![NodeFaults::default(); NODES as usize],
+            size,
+            faults: vec![NodeFaults::default(); size as usize],
             links,
             client_links,
             net,
-            starts: Arc::new((0..NODES).map(|_| Default::default()).collect()),
+            starts: Arc::new((0..size).map(|_| Default::default()).collect()),
             lazyfs,
             grudges: Default::default(),
             secure,
         };
-        for id in 1..=NODES {
+        for id in cluster.ids() {
             cluster.start_node(id)?;
         }
         Ok(cluster)
+    }
+
+    /// The nodes' ids, `1..=size`.
+    pub fn ids(&self) -> std::ops::RangeInclusive<u64> {
+        1..=self.size
+    }
+
+    /// How many nodes the cluster has.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Every directed peer link, (from, to), in order.
+    fn directed(&self) -> Vec<(u64, u64)> {
+        self.ids()
+            .flat_map(|from| {
+                self.ids()
+                    .filter(move |to| *to != from)
+                    .map(move |to| (from, to))
+            })
+            .collect()
     }
 
     pub fn servers(&self) -> Vec<String> {
@@ -368,29 +405,28 @@ impl Cluster {
         }
         let mut seen = vec![];
         let mut wrong = vec![];
-        for from in 1..=NODES {
-            for to in (1..=NODES).filter(|t| *t != from) {
-                let front: SocketAddr = self
-                    .nodes
-                    .node(to)
-                    .peer
-                    .parse()
-                    .map_err(|e| format!("node {to}'s peer address: {e}"))?;
-                // Behind a passing rule, a killed node refuses (the proxy closes at once) and
-                // a stopped one answers nothing (the kernel still accepts): composed faults.
-                let expected = match crate::probe::expected(self.links.get((from, to))) {
-                    crate::probe::Seen::Passes if !self.is_running(to) => crate::probe::Seen::Cut,
-                    crate::probe::Seen::Passes if self.nodes.is_paused(to) => {
-                        crate::probe::Seen::Held
-                    }
-                    e => e,
-                };
-                let got = crate::probe::link(from, front).await;
-                if got != expected {
-                    wrong.push(format!("{from}->{to}: expected {expected:?}, saw {got:?}"));
-                }
-                seen.push(format!("{from}->{to} {got:?}"));
+        let mut probes = vec![];
+        for (from, to) in self.directed() {
+            let front: SocketAddr = self
+                .nodes
+                .node(to)
+                .peer
+                .parse()
+                .map_err(|e| format!("node {to}'s peer address: {e}"))?;
+            // Behind a passing rule, a killed node refuses (the proxy closes at once) and
+            // a stopped one answers nothing (the kernel still accepts): composed faults.
+            let expected = match crate::probe::expected(self.links.get((from, to))) {
+                crate::probe::Seen::Passes if !self.is_running(to) => crate::probe::Seen::Cut,
+                crate::probe::Seen::Passes if self.nodes.is_paused(to) => crate::probe::Seen::Held,
+                e => e,
+            };
+            probes.push((from, to, expected, crate::probe::link(from, front)));
+        }
+        for (from, to, expected, got) in self.probed(probes).await {
+            if got != expected {
+                wrong.push(format!("{from}->{to}: expected {expected:?}, saw {got:?}"));
             }
+            seen.push(format!("{from}->{to} {got:?}"));
         }
         if wrong.is_empty() {
             Ok(Some(serde_json::json!(seen)))
@@ -415,24 +451,25 @@ impl Cluster {
             .clone();
         let mut seen = vec![];
         let mut wrong = vec![];
-        for from in 1..=NODES {
-            for to in (1..=NODES).filter(|t| *t != from) {
-                let target = SocketAddr::new(netns::node_ip(to), netns::PEER_PORT);
-                let expected = match grudges.get(&(from, to)) {
-                    Some(true) => Seen::Cut,
-                    Some(false) => Seen::Held,
-                    // No grudge: a killed node's kernel resets, a stopped one's accepts and
-                    // answers nothing, as behind the proxy.
-                    None if !self.is_running(to) => Seen::Cut,
-                    None if self.nodes.is_paused(to) => Seen::Held,
-                    None => Seen::Passes,
-                };
-                let got = crate::probe::kernel_link(from, target).await;
-                if got != expected {
-                    wrong.push(format!("{from}->{to}: expected {expected:?}, saw {got:?}"));
-                }
-                seen.push(format!("{from}->{to} {got:?}"));
+        let mut probes = vec![];
+        for (from, to) in self.directed() {
+            let target = SocketAddr::new(netns::node_ip(to), netns::PEER_PORT);
+            let expected = match grudges.get(&(from, to)) {
+                Some(true) => Seen::Cut,
+                Some(false) => Seen::Held,
+                // No grudge: a killed node's kernel resets, a stopped one's accepts and
+                // answers nothing, as behind the proxy.
+                None if !self.is_running(to) => Seen::Cut,
+                None if self.nodes.is_paused(to) => Seen::Held,
+                None => Seen::Passes,
+            };
+            probes.push((from, to, expected, crate::probe::kernel_link(from, target)));
+        }
+        for (from, to, expected, got) in self.probed(probes).await {
+            if got != expected {
+                wrong.push(format!("{from}->{to}: expected {expected:?}, saw {got:?}"));
             }
+            seen.push(format!("{from}->{to} {got:?}"));
         }
         if wrong.is_empty() {
             Ok(serde_json::json!(seen))
@@ -442,6 +479,35 @@ impl Cluster {
                 wrong.join("; ")
             ))
         }
+    }
+
+    /// Runs the probes of [`Cluster::verify_links`]: (from, to, expected, probe) → (from, to,
+    /// expected, seen), in order. Three nodes' six links are probed one after another; five
+    /// nodes' twenty all at once, since a held link takes up to 1.8 s to tell
+    /// ([`crate::probe`]) and a partition of two of five holds up to fourteen.
+    async fn probed<F>(
+        &self,
+        probes: Vec<(u64, u64, crate::probe::Seen, F)>,
+    ) -> Vec<(u64, u64, crate::probe::Seen, crate::probe::Seen)>
+    where
+        F: Future<Output = crate::probe::Seen> + Send + 'static,
+    {
+        let mut out = vec![];
+        if self.size <= 3 {
+            for (from, to, expected, probe) in probes {
+                out.push((from, to, expected, probe.await));
+            }
+            return out;
+        }
+        let tasks: Vec<_> = probes
+            .into_iter()
+            .map(|(from, to, expected, probe)| (from, to, expected, tokio::spawn(probe)))
+            .collect();
+        for (from, to, expected, task) in tasks {
+            let got = task.await.unwrap_or(crate::probe::Seen::Unreachable);
+            out.push((from, to, expected, got));
+        }
+        out
     }
 
     /// The `weir` binary the nodes run (also the CLI client the client-kill fault spawns).
@@ -461,7 +527,7 @@ impl Cluster {
     /// Nodes the harness started and has not killed whose process has exited on its own (a
     /// crash, a refusal to start): they must never pass for running ones.
     pub fn dead(&self) -> Vec<u64> {
-        (1..=NODES)
+        self.ids()
             .filter(|id| self.nodes.pid(*id).is_some_and(exited))
             .collect()
     }
@@ -557,13 +623,13 @@ impl Cluster {
             ));
             self.kill(id);
         }
-        for id in 1..=NODES {
+        for id in self.ids() {
             if self.nodes.is_paused(id) {
                 self.resume(id);
             }
             self.start_node(id)?;
         }
-        for id in 1..=NODES {
+        for id in self.ids() {
             if !self.nodes.answering(id, ANSWER_BOUND).await {
                 failures.push(format!(
                     "node {id} did not answer within {ANSWER_BOUND:?} of the heal: {}",
@@ -574,13 +640,13 @@ impl Cluster {
         if !failures.is_empty() {
             return Err(failures.join("; "));
         }
-        for id in 1..=NODES {
+        for id in self.ids() {
             if self.faults(id).clock.is_some() {
                 self.restart_with_clock(id, None).await?;
             }
         }
         let client = secure::client(self.servers(), Access::Admin);
-        for id in 1..=NODES {
+        for id in self.ids() {
             if self.faults(id).removed {
                 let node = self.nodes.node(id);
                 let request = Request::AddNode {
@@ -660,10 +726,8 @@ impl Cluster {
     }
 
     fn each_link(&self, link: Link) {
-        for a in 1..=NODES {
-            for b in (1..=NODES).filter(|b| *b != a) {
-                self.links.set((a, b), link);
-            }
+        for pair in self.directed() {
+            self.links.set(pair, link);
         }
     }
 

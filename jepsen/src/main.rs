@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Parser;
+use clap::builder::TypedValueParser;
 use weir_jepsen::cluster::Net;
 use weir_jepsen::nemesis;
 use weir_jepsen::netns::{self, Netns};
@@ -26,6 +27,13 @@ struct Args {
     /// two: they need loopback mode's client fronts).
     #[arg(long, default_value = "partition,kill,pause")]
     nemesis: String,
+    /// Nodes in the cluster: 3, or 5 (quorum 3 of 5). On five, the faults that take one
+    /// node can take two at once: kill or power off two (the leader among them, or not),
+    /// isolate two, split 3|2 or 2|2|1 with the leader in a group of two. Five-node
+    /// schedules are drawn apart from three-node ones: a seed's three-node schedule is
+    /// the same with or without this option.
+    #[arg(long, default_value_t = 3, value_parser = clap::builder::PossibleValuesParser::new(["3", "5"]).map(|s| s.parse::<u64>().expect("3 or 5")))]
+    nodes: u64,
     /// Seconds of load and faults.
     #[arg(long, default_value_t = 60)]
     duration: u64,
@@ -109,7 +117,7 @@ fn recheck(dir: &Path, nemeses: &[String], secure: bool) -> ! {
             std::process::exit(2);
         }
     };
-    let logs: Vec<(String, String)> = (1..=3)
+    let logs: Vec<(String, String)> = (1..=weir_jepsen::cluster::MAX_NODES)
         .filter_map(|n| {
             std::fs::read_to_string(dir.join(format!("node{n}.log")))
                 .ok()
@@ -168,6 +176,7 @@ fn plan(args: Args, nemeses: Vec<String>, net: Net) -> Plan {
         weir,
         out,
         seed: args.seed,
+        nodes: args.nodes,
         duration: Duration::from_secs(args.duration),
         nemeses,
         net,
@@ -194,8 +203,11 @@ fn main() {
     let net = if args.net == "netns" {
         match std::env::var(netns::PREFIX_ENV) {
             // Re-executed inside the clients' namespace by the process that made them.
-            Ok(prefix) => Net::Netns(Netns { prefix }),
-            Err(_) => std::process::exit(run_in_namespaces()),
+            Ok(prefix) => Net::Netns(Netns {
+                prefix,
+                nodes: args.nodes,
+            }),
+            Err(_) => std::process::exit(run_in_namespaces(args.nodes)),
         }
     } else {
         Net::Loopback
@@ -260,15 +272,15 @@ async fn interrupted() {
 }
 
 /// Namespace mode's outer process: makes the namespaces, runs this same command again inside
-/// the clients' one, and deletes them when it ends (ctrl-c and SIGTERM included). Returns the
-/// exit code.
-fn run_in_namespaces() -> i32 {
+/// the clients' one, and deletes them when it ends (ctrl-c and SIGTERM included); `nodes`
+/// node namespaces. Returns the exit code.
+fn run_in_namespaces(nodes: u64) -> i32 {
     if let Err(e) = netns::available() {
         eprintln!("weir-jepsen: {e}");
         return 2;
     }
     netns::reap_stale();
-    let netns = match Netns::create(&format!("wj{}", std::process::id())) {
+    let netns = match Netns::create(&format!("wj{}", std::process::id()), nodes) {
         Ok(n) => n,
         Err(e) => {
             eprintln!("weir-jepsen: cannot build the namespaces: {e}");

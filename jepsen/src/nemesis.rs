@@ -1,7 +1,9 @@
 //! The nemesis: a seeded schedule of faults, and their injection.
 //!
-//! The schedule is a pure function of the seed, the requested kinds and the duration: the
-//! same seed replays the same schedule. Each step waits a quiet gap, injects one fault,
+//! The schedule is a pure function of the cluster's size, the seed, the requested kinds and
+//! the duration: the same seed replays the same schedule. Three- and five-node schedules
+//! are drawn by separate functions ([`fault_of`], [`fault_of_five`]) from the same loop, so
+//! a seed's three-node schedule does not change with what five nodes can do. Each step waits a quiet gap, injects one fault,
 //! holds it, and heals everything. When two or more composable kinds (partition, kill,
 //! pause, delay) are requested, one such step in two also injects a fault of another of
 //! them halfway through its hold — composed, overlapping faults, healed together. Targets named at run time (the leader) are resolved when
@@ -12,8 +14,13 @@
 //! - `partition`: isolate a node, isolate the leader (with three nodes, the majority /
 //!   minority halves are these), a bridge, the majorities ring (each node cut from one
 //!   neighbour, `1 ↛ 2 ↛ 3 ↛ 1`), silent (black hole) or answered by resets; and a one-way
-//!   cut of the connections one node opens to another;
-//! - `kill`: kill -9 one node, the leader, or all three, then restart;
+//!   cut of the connections one node opens to another. On five nodes also: two nodes
+//!   isolated at once (1|1|3), the leader and one other node cut from the rest (3|2, the
+//!   leader in the minority) or from two groups (2|2|1: no majority anywhere); the bridge
+//!   is one node joining two pairs, the ring each node cut from its two non-neighbours (each
+//!   still sees a majority, no two the same);
+//! - `kill`: kill -9 one node, the leader, or all of them, then restart; on five nodes also
+//!   two at once: two named nodes, or the leader and one other;
 //! - `pause`: SIGSTOP the leader past the election timeout and the session TTL, then SIGCONT;
 //! - `client-pause`: stop a holder of the `fenced` limit between checking its permit and
 //!   acting on it, past its lease deadline, then let it act with its fence;
@@ -29,7 +36,8 @@
 //!   holds the one unit of `crash`; a waiter queues behind it; the client is killed -9. Its
 //!   lease must lapse (its session TTL, the CLI's default) and the permit move on to the
 //!   waiter — judged by the liveness checker;
-//! - `power-loss`: kill -9 one node, the leader, or all three, and drop every write its data
+//! - `power-loss`: kill -9 one node, the leader, or all of them (on five, also two: two
+//!   named nodes, or the leader and one other), and drop every write its data
 //!   directory had not fsynced (the lost-fsync layer, [`crate::lazyfs`], mounted on every
 //!   data directory when this kind is requested); the heal restarts it on what it had made
 //!   durable. Acknowledged writes must survive (G3): the settlement checker reads every
@@ -109,8 +117,22 @@ pub enum Fault {
         middle: u64,
         reset: bool,
     },
-    /// Node 2 stops hearing 1, 3 stops hearing 2, 1 stops hearing 3.
+    /// Three nodes: node 2 stops hearing 1, 3 stops hearing 2, 1 stops hearing 3. Five:
+    /// each node and its two non-neighbours (`i`, `i ± 2`) cannot reach each other.
     Ring {
+        reset: bool,
+    },
+    /// Five nodes: each of these cannot reach any other node (1|1|3).
+    IsolateNodes {
+        nodes: [u64; 2],
+        reset: bool,
+    },
+    /// Five nodes: the leader and the node `with` places after it (cyclically) on one side,
+    /// the other three on the other (3|2), or, `three_way`, split again into two and one
+    /// (2|2|1).
+    SplitLeader {
+        with: u64,
+        three_way: bool,
         reset: bool,
     },
     /// Connections from `from` to `to` are cut; the reverse direction works.
@@ -121,6 +143,12 @@ pub enum Fault {
     Kill(u64),
     KillLeader,
     KillAll,
+    /// Five nodes: kill -9 of two at once.
+    KillTwo([u64; 2]),
+    /// Five nodes: kill -9 of the leader and the node `with` places after it.
+    KillLeaderAnd {
+        with: u64,
+    },
     PauseLeader {
         ms: u64,
     },
@@ -137,9 +165,9 @@ pub enum Fault {
     Bandwidth {
         bytes_per_s: u64,
     },
-    /// Per node (1, 2, 3): wall-clock skew (ms, signed) and clock rate in thousandths
+    /// Per node (1, 2, …): wall-clock skew (ms, signed) and clock rate in thousandths
     /// (1000: true).
-    Clocks([(i64, u64); 3]),
+    Clocks(Vec<(i64, u64)>),
     RemoveNode(u64),
     /// kill -9 of a client process holding a permit.
     KillClient,
@@ -147,6 +175,12 @@ pub enum Fault {
     PowerLoss(u64),
     PowerLossLeader,
     PowerLossAll,
+    /// Five nodes: power loss of two at once, or of the leader and the node `with` places
+    /// after it.
+    PowerLossTwo([u64; 2]),
+    PowerLossLeaderAnd {
+        with: u64,
+    },
     /// The cut client cut from the leader only, both ways, silently.
     CutClientFromLeader,
     /// The cut client's replies delayed `ms`, then its requests dropped as well.
@@ -162,15 +196,25 @@ impl Fault {
             | Fault::IsolateLeader { .. }
             | Fault::Bridge { .. }
             | Fault::Ring { .. }
+            | Fault::IsolateNodes { .. }
+            | Fault::SplitLeader { .. }
             | Fault::OneWay { .. } => "partition",
-            Fault::Kill(_) | Fault::KillLeader | Fault::KillAll => "kill",
+            Fault::Kill(_)
+            | Fault::KillLeader
+            | Fault::KillAll
+            | Fault::KillTwo(_)
+            | Fault::KillLeaderAnd { .. } => "kill",
             Fault::PauseLeader { .. } => "pause",
             Fault::PauseClient { .. } => "client-pause",
             Fault::Delay { .. } | Fault::Loss { .. } | Fault::Bandwidth { .. } => "delay",
             Fault::Clocks(_) => "clock",
             Fault::RemoveNode(_) => "membership",
             Fault::KillClient => "client-kill",
-            Fault::PowerLoss(_) | Fault::PowerLossLeader | Fault::PowerLossAll => POWER_LOSS,
+            Fault::PowerLoss(_)
+            | Fault::PowerLossLeader
+            | Fault::PowerLossAll
+            | Fault::PowerLossTwo(_)
+            | Fault::PowerLossLeaderAnd { .. } => POWER_LOSS,
             Fault::CutClientFromLeader => "client-cut",
             Fault::DelayClient { .. } => "client-delay",
         }
@@ -243,7 +287,7 @@ fn fault_of(kind: &str, rng: &mut Rng, client_ttl_ms: u64) -> Option<Fault> {
                 let skew_ms = rng.range(0, 2 * WALL_SKEW_MS_MAX) as i64 - WALL_SKEW_MS_MAX as i64;
                 (skew_ms, rng.range(950, 1_050))
             };
-            Fault::Clocks([one(), one(), one()])
+            Fault::Clocks(vec![one(), one(), one()])
         }
         "membership" => Fault::RemoveNode(node),
         "client-kill" => Fault::KillClient,
@@ -260,6 +304,70 @@ fn fault_of(kind: &str, rng: &mut Rng, client_ttl_ms: u64) -> Option<Fault> {
             _ => Fault::PowerLossAll,
         },
         _ => return None,
+    })
+}
+
+/// One fault of `kind` on five nodes. The kinds that name nodes (partition, kill,
+/// power-loss, clock, membership) draw among five and can take two at once; the others are
+/// [`fault_of`]'s.
+fn fault_of_five(kind: &str, rng: &mut Rng, client_ttl_ms: u64) -> Option<Fault> {
+    const N: u64 = 5;
+    let node = rng.range(1, N);
+    // Another node than `node`, and an offset from the leader (resolved when fired).
+    let second = (node - 1 + rng.range(1, N - 1)) % N + 1;
+    let with = rng.range(1, N - 1);
+    let reset = rng.range(0, 1) == 1;
+    Some(match kind {
+        "partition" => match rng.range(0, 7) {
+            0 => Fault::IsolateNode { node, reset },
+            1 => Fault::IsolateLeader { reset },
+            2 => Fault::IsolateNodes {
+                nodes: [node, second],
+                reset,
+            },
+            3 => Fault::SplitLeader {
+                with,
+                three_way: false,
+                reset,
+            },
+            4 => Fault::SplitLeader {
+                with,
+                three_way: true,
+                reset,
+            },
+            5 => Fault::Bridge {
+                middle: node,
+                reset,
+            },
+            6 => Fault::Ring { reset },
+            _ => Fault::OneWay {
+                from: node,
+                to: second,
+            },
+        },
+        "kill" => match rng.range(0, 4) {
+            0 => Fault::Kill(node),
+            1 => Fault::KillLeader,
+            2 => Fault::KillAll,
+            3 => Fault::KillTwo([node, second]),
+            _ => Fault::KillLeaderAnd { with },
+        },
+        POWER_LOSS => match rng.range(0, 4) {
+            0 => Fault::PowerLoss(node),
+            1 => Fault::PowerLossLeader,
+            2 => Fault::PowerLossAll,
+            3 => Fault::PowerLossTwo([node, second]),
+            _ => Fault::PowerLossLeaderAnd { with },
+        },
+        "clock" => {
+            let mut one = || {
+                let skew_ms = rng.range(0, 2 * WALL_SKEW_MS_MAX) as i64 - WALL_SKEW_MS_MAX as i64;
+                (skew_ms, rng.range(950, 1_050))
+            };
+            Fault::Clocks((0..N).map(|_| one()).collect())
+        }
+        "membership" => Fault::RemoveNode(node),
+        other => return fault_of(other, rng, client_ttl_ms),
     })
 }
 
@@ -282,6 +390,19 @@ pub fn schedule_for(
     duration_ms: u64,
     client_ttl_ms: u64,
 ) -> Vec<Step> {
+    schedule_on(3, seed, kinds, duration_ms, client_ttl_ms)
+}
+
+/// [`schedule_for`] on a cluster of `nodes` (3 or 5): three nodes' faults are
+/// [`fault_of`]'s, five nodes' [`fault_of_five`]'s.
+pub fn schedule_on(
+    nodes: u64,
+    seed: u64,
+    kinds: &[String],
+    duration_ms: u64,
+    client_ttl_ms: u64,
+) -> Vec<Step> {
+    let fault_of = if nodes == 5 { fault_of_five } else { fault_of };
     let mut rng = Rng::new(seed);
     let implemented: Vec<&String> = kinds.iter().filter(|k| ALL.contains(&k.as_str())).collect();
     let mut steps = vec![];
@@ -332,10 +453,30 @@ pub fn schedule_for(
     steps
 }
 
-/// Cuts `node` off from the other two, both ways.
+/// Cuts `node` off from every other node, both ways.
 fn isolate(cluster: &Cluster, node: u64, reset: bool) -> Result<(), String> {
-    for other in (1..=3).filter(|o| *o != node) {
+    for other in cluster.ids().filter(|o| *o != node) {
         cluster.cut_both(node, other, reset)?;
+    }
+    Ok(())
+}
+
+/// The node `with` places after `node`, cyclically among the cluster's.
+fn after(cluster: &Cluster, node: u64, with: u64) -> u64 {
+    (node - 1 + with) % cluster.size() + 1
+}
+
+/// Cuts every two nodes of different groups from each other, both ways: the groups are
+/// the sides of the partition.
+fn split(cluster: &Cluster, groups: &[Vec<u64>], reset: bool) -> Result<(), String> {
+    for (i, a) in groups.iter().enumerate() {
+        for b in &groups[i + 1..] {
+            for x in a {
+                for y in b {
+                    cluster.cut_both(*x, *y, reset)?;
+                }
+            }
+        }
     }
     Ok(())
 }
@@ -367,6 +508,8 @@ pub async fn inject(
         | Fault::IsolateLeader { .. }
         | Fault::Bridge { .. }
         | Fault::Ring { .. }
+        | Fault::IsolateNodes { .. }
+        | Fault::SplitLeader { .. }
         | Fault::OneWay { .. }
         | Fault::Delay { .. }
         | Fault::Loss { .. }
@@ -400,6 +543,13 @@ async fn network_fault(cluster: &mut Cluster, fault: &Fault) -> Result<serde_jso
             isolate(cluster, l, reset)?;
             json!({"fault": "isolate-leader", "node": l, "cut": how(reset)})
         }
+        Fault::Bridge { middle, reset } if cluster.size() == 5 => {
+            // The middle node joins two pairs that cannot reach each other.
+            let side = |a, b| vec![after(cluster, middle, a), after(cluster, middle, b)];
+            let (left, right) = (side(1, 2), side(3, 4));
+            split(cluster, &[left.clone(), right.clone()], reset)?;
+            json!({"fault": "bridge", "middle": middle, "sides": [left, right], "cut": how(reset)})
+        }
         Fault::Bridge { middle, reset } => {
             let (a, b) = match middle {
                 1 => (2, 3),
@@ -409,11 +559,39 @@ async fn network_fault(cluster: &mut Cluster, fault: &Fault) -> Result<serde_jso
             cluster.cut_both(a, b, reset)?;
             json!({"fault": "bridge", "middle": middle, "cut": how(reset)})
         }
+        Fault::Ring { reset } if cluster.size() == 5 => {
+            for node in cluster.ids() {
+                cluster.cut_both(node, after(cluster, node, 2), reset)?;
+            }
+            json!({"fault": "majorities-ring", "cut": how(reset)})
+        }
         Fault::Ring { reset } => {
             for (from, to) in [(1, 2), (2, 3), (3, 1)] {
                 cluster.cut(from, to, reset)?;
             }
             json!({"fault": "majorities-ring", "cut": how(reset)})
+        }
+        Fault::IsolateNodes { nodes, reset } => {
+            for node in nodes {
+                isolate(cluster, node, reset)?;
+            }
+            json!({"fault": "isolate-two", "nodes": nodes, "cut": how(reset)})
+        }
+        Fault::SplitLeader {
+            with,
+            three_way,
+            reset,
+        } => {
+            let l = leader(cluster, "split off").await?;
+            let minority = vec![l, after(cluster, l, with)];
+            let rest: Vec<u64> = cluster.ids().filter(|n| !minority.contains(n)).collect();
+            let groups = if three_way {
+                vec![minority, rest[..2].to_vec(), rest[2..].to_vec()]
+            } else {
+                vec![minority, rest]
+            };
+            split(cluster, &groups, reset)?;
+            json!({"fault": if three_way { "split-2-2-1" } else { "split-3-2" }, "leader": l, "groups": groups, "cut": how(reset)})
         }
         Fault::OneWay { from, to } => {
             cluster.one_way(from, to);
@@ -448,17 +626,30 @@ async fn node_fault(cluster: &mut Cluster, fault: &Fault) -> Result<serde_json::
             json!({"fault": "kill-leader", "node": l})
         }
         Fault::KillAll => {
-            for n in 1..=3 {
+            for n in cluster.ids() {
                 cluster.kill(n);
             }
             json!({"fault": "kill-all"})
+        }
+        Fault::KillTwo(nodes) => {
+            for n in nodes {
+                cluster.kill(n);
+            }
+            json!({"fault": "kill-two", "nodes": nodes})
+        }
+        Fault::KillLeaderAnd { with } => {
+            let l = leader(cluster, "kill").await?;
+            let other = after(cluster, l, with);
+            cluster.kill(l);
+            cluster.kill(other);
+            json!({"fault": "kill-leader-and-one", "node": l, "nodes": [l, other]})
         }
         Fault::PauseLeader { ms } => {
             let l = leader(cluster, "pause").await?;
             cluster.pause(l);
             json!({"fault": "pause-leader", "node": l, "ms": ms})
         }
-        Fault::Clocks(clocks) => {
+        Fault::Clocks(ref clocks) => {
             for (i, (wall_skew_ms, rate)) in clocks.iter().enumerate() {
                 let clock = crate::cluster::Clock {
                     wall_skew_ms: *wall_skew_ms,
@@ -484,15 +675,38 @@ async fn node_fault(cluster: &mut Cluster, fault: &Fault) -> Result<serde_json::
             json!({"fault": "power-loss-leader", "node": l, "lost": lost})
         }
         Fault::PowerLossAll => {
-            // All three down before any loses its writes: a whole-cluster outage.
-            for n in 1..=3 {
+            // All down before any loses its writes: a whole-cluster outage.
+            for n in cluster.ids() {
                 cluster.kill(n);
             }
             let mut lost = vec![];
-            for n in 1..=3 {
+            for n in cluster.ids() {
                 lost.push(cluster.power_loss(n)?);
             }
             json!({"fault": "power-loss-all", "lost": lost})
+        }
+        Fault::PowerLossTwo(nodes) => {
+            // Both down before either loses its writes.
+            for n in nodes {
+                cluster.kill(n);
+            }
+            let mut lost = vec![];
+            for n in nodes {
+                lost.push(cluster.power_loss(n)?);
+            }
+            json!({"fault": "power-loss-two", "nodes": nodes, "lost": lost})
+        }
+        Fault::PowerLossLeaderAnd { with } => {
+            let l = leader(cluster, "power off").await?;
+            let nodes = [l, after(cluster, l, with)];
+            for n in nodes {
+                cluster.kill(n);
+            }
+            let mut lost = vec![];
+            for n in nodes {
+                lost.push(cluster.power_loss(n)?);
+            }
+            json!({"fault": "power-loss-leader-and-one", "node": l, "nodes": nodes, "lost": lost})
         }
         _ => unreachable!("not a node fault: {fault:?}"),
     })
@@ -537,7 +751,7 @@ async fn client_fault(
         Fault::DelayClient { ms } => {
             let fence = pinned(&targets.cut_client).await?;
             let delayed = |drop_requests| ClientLink::DelayReplies { ms, drop_requests };
-            for n in 1..=3 {
+            for n in cluster.ids() {
                 cluster.client_link(CUT_CLIENT_IP, n, delayed(false))?;
             }
             tokio::time::sleep(Duration::from_millis(delay_phase_ms(ms))).await;
@@ -546,7 +760,7 @@ async fn client_fault(
                     "the cut client lost its permit (fence {fence}) while only its replies were delayed"
                 ));
             }
-            for n in 1..=3 {
+            for n in cluster.ids() {
                 cluster.client_link(CUT_CLIENT_IP, n, delayed(true))?;
             }
             json!({"fault": "client-delay", "ms": ms, "fence": fence, "delayed_ms": delay_phase_ms(ms)})
@@ -819,5 +1033,139 @@ mod tests {
             };
             assert!(clocks.iter().all(|(_, r)| (950..=1_050).contains(r)));
         }
+    }
+}
+
+#[cfg(test)]
+mod pinned {
+    use super::*;
+
+    /// FNV-1a, 64 bits: a digest that stays the same across Rust releases.
+    fn fnv(text: &str) -> u64 {
+        text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+        })
+    }
+
+    /// Every schedule of seeds 0..64, for a few kind lists and durations, on `nodes`.
+    fn schedules(nodes: u64) -> Vec<Vec<Step>> {
+        let all: Vec<String> = ALL.iter().map(|s| s.to_string()).collect();
+        let lists = [
+            vec!["partition".to_string()],
+            vec!["kill".to_string()],
+            vec!["partition".into(), "kill".into(), "pause".into()],
+            all,
+        ];
+        let mut out = vec![];
+        for seed in 0..64 {
+            for kinds in &lists {
+                for duration in [30_000, 60_000, 120_000] {
+                    out.push(schedule_on(nodes, seed, kinds, duration, 3_000));
+                }
+            }
+        }
+        out
+    }
+
+    /// CI's smokes and `planted.sh` name seeds: a three-node schedule must not move. The
+    /// digest is of the schedules as drawn before five-node clusters existed.
+    #[test]
+    fn three_node_schedules_are_those_the_seeds_always_gave() {
+        let text: String = schedules(3).iter().map(|s| format!("{s:?}\n")).collect();
+        assert_eq!((fnv(&text), text.len()), (0x0cdf_553e_b3ce_451d, 611_599));
+    }
+
+    /// Whether `fault` takes two nodes (or a group of two) at once.
+    fn takes_two(fault: &Fault) -> bool {
+        matches!(
+            fault,
+            Fault::IsolateNodes { .. }
+                | Fault::SplitLeader { .. }
+                | Fault::KillTwo(_)
+                | Fault::KillLeaderAnd { .. }
+                | Fault::PowerLossTwo(_)
+                | Fault::PowerLossLeaderAnd { .. }
+        )
+    }
+
+    /// The nodes `fault` names, and the offsets from the leader it names.
+    fn named(fault: &Fault) -> (Vec<u64>, Vec<u64>) {
+        match fault {
+            Fault::IsolateNode { node, .. }
+            | Fault::Bridge { middle: node, .. }
+            | Fault::Kill(node)
+            | Fault::PowerLoss(node)
+            | Fault::RemoveNode(node) => (vec![*node], vec![]),
+            Fault::OneWay { from, to } => (vec![*from, *to], vec![]),
+            Fault::IsolateNodes { nodes, .. }
+            | Fault::KillTwo(nodes)
+            | Fault::PowerLossTwo(nodes) => (nodes.to_vec(), vec![]),
+            Fault::SplitLeader { with, .. }
+            | Fault::KillLeaderAnd { with }
+            | Fault::PowerLossLeaderAnd { with } => (vec![], vec![*with]),
+            _ => (vec![], vec![]),
+        }
+    }
+
+    #[test]
+    fn five_node_schedules_replay_take_two_at_once_and_name_only_their_nodes() {
+        let five = schedules(5);
+        assert_eq!(
+            five,
+            schedules(5),
+            "the same seed replays the same schedule"
+        );
+        assert_ne!(five, schedules(3));
+        let faults: Vec<&Fault> = five
+            .iter()
+            .flatten()
+            .flat_map(|s| std::iter::once(&s.fault).chain(s.also.iter().map(|(_, f)| f)))
+            .collect();
+        for f in &faults {
+            let (nodes, offsets) = named(f);
+            assert!(nodes.iter().all(|n| (1..=5).contains(n)), "{f:?}");
+            assert!(offsets.iter().all(|o| (1..=4).contains(o)), "{f:?}");
+            if let [a, b] = nodes[..] {
+                assert_ne!(a, b, "two different nodes: {f:?}");
+            }
+            if let Fault::Clocks(clocks) = f {
+                assert_eq!(clocks.len(), 5);
+            }
+        }
+        for two in [
+            |f: &Fault| matches!(f, Fault::IsolateNodes { .. }),
+            |f: &Fault| {
+                matches!(
+                    f,
+                    Fault::SplitLeader {
+                        three_way: false,
+                        ..
+                    }
+                )
+            },
+            |f: &Fault| {
+                matches!(
+                    f,
+                    Fault::SplitLeader {
+                        three_way: true,
+                        ..
+                    }
+                )
+            },
+            |f: &Fault| matches!(f, Fault::KillTwo(_)),
+            |f: &Fault| matches!(f, Fault::KillLeaderAnd { .. }),
+            |f: &Fault| matches!(f, Fault::PowerLossTwo(_)),
+            |f: &Fault| matches!(f, Fault::PowerLossLeaderAnd { .. }),
+        ] {
+            assert!(
+                faults.iter().any(|f| two(f)),
+                "every two-node fault is drawn"
+            );
+        }
+        let three = schedules(3);
+        assert!(
+            !three.iter().flatten().any(|s| takes_two(&s.fault)),
+            "three nodes never lose two"
+        );
     }
 }

@@ -1,6 +1,6 @@
 //! Namespace mode: the cluster on a network of its own, faults by the kernel.
 //!
-//! One network namespace per node (`<prefix>-n1` … `-n3`), one for the harness and its
+//! One network namespace per node (`<prefix>-n1` … `-n3`, or `-n5` with `--nodes 5`), one for the harness and its
 //! clients (`-c`), and a switch namespace (`-sw`) holding a bridge that every other one is
 //! joined to by a veth pair. Addresses come from `10.213.0.0/24` and exist only inside
 //! these namespaces: no route, NAT or forwarding reaches the host, so concurrent runs (each
@@ -69,6 +69,8 @@ pub fn client_ip() -> IpAddr {
 #[derive(Clone, Debug)]
 pub struct Netns {
     pub prefix: String,
+    /// How many node namespaces: `-n1` to `-n{nodes}`.
+    pub nodes: u64,
 }
 
 /// Runs a command to completion; an error names it and carries its stderr.
@@ -144,17 +146,19 @@ impl Netns {
 
     /// Every namespace of the run.
     fn all(&self) -> Vec<String> {
-        ["n1", "n2", "n3", "c", "sw"]
-            .iter()
-            .map(|w| self.ns(w))
+        (1..=self.nodes)
+            .map(|id| format!("n{id}"))
+            .chain(["c".to_string(), "sw".to_string()])
+            .map(|w| self.ns(&w))
             .collect()
     }
 
     /// Creates the namespaces, the bridge, the veths, the addresses and the firewall tables.
     /// On an error, whatever was made is deleted again.
-    pub fn create(prefix: &str) -> Result<Netns, String> {
+    pub fn create(prefix: &str, nodes: u64) -> Result<Netns, String> {
         let netns = Netns {
             prefix: prefix.to_owned(),
+            nodes,
         };
         netns.build().inspect_err(|_| netns.destroy())?;
         Ok(netns)
@@ -166,23 +170,16 @@ impl Netns {
         ipcmd(&["-n", &sw, "link", "set", "lo", "up"])?;
         ipcmd(&["-n", &sw, "link", "add", "br0", "type", "bridge"])?;
         ipcmd(&["-n", &sw, "link", "set", "br0", "up"])?;
-        for (who, addrs) in [
-            ("n1", vec![node_ip(1)]),
-            ("n2", vec![node_ip(2)]),
-            ("n3", vec![node_ip(3)]),
-            (
-                "c",
-                vec![
-                    client_ip(),
-                    front_ip(1),
-                    front_ip(2),
-                    front_ip(3),
-                    leg_ip(1),
-                    leg_ip(2),
-                    leg_ip(3),
-                ],
-            ),
-        ] {
+        let ids = 1..=self.nodes;
+        let harness: Vec<IpAddr> = std::iter::once(client_ip())
+            .chain(ids.clone().map(front_ip))
+            .chain(ids.clone().map(leg_ip))
+            .collect();
+        let spaces = ids
+            .map(|id| (format!("n{id}"), vec![node_ip(id)]))
+            .chain([("c".to_string(), harness)]);
+        for (who, addrs) in spaces {
+            let who = who.as_str();
             let ns = self.ns(who);
             ipcmd(&["netns", "add", &ns])?;
             ipcmd(&["-n", &ns, "link", "set", "lo", "up"])?;
@@ -238,10 +235,10 @@ impl Netns {
 
     /// Every node drops `percent`% of the peer packets it receives.
     pub fn loss(&self, percent: u64) -> Result<(), String> {
-        let peers: Vec<String> = (1..=3)
+        let peers: Vec<String> = (1..=self.nodes)
             .flat_map(|i| [front_ip(i).to_string(), leg_ip(i).to_string()])
             .collect();
-        for id in 1..=3 {
+        for id in 1..=self.nodes {
             self.nft(
                 &self.node_ns(id),
                 &format!(
@@ -255,7 +252,7 @@ impl Netns {
 
     /// Every node's interface sends at most `bytes_per_s` (a token bucket filter).
     pub fn bandwidth(&self, bytes_per_s: u64) -> Result<(), String> {
-        for id in 1..=3 {
+        for id in 1..=self.nodes {
             run(
                 in_ns(&self.node_ns(id), "tc").args([
                     "qdisc",
@@ -279,7 +276,7 @@ impl Netns {
 
     /// Every grudge, loss rule and bandwidth limit removed.
     pub fn heal(&self) -> Result<(), String> {
-        for id in 1..=3 {
+        for id in 1..=self.nodes {
             let ns = self.node_ns(id);
             self.nft(&ns, "flush chain inet weir input\n")?;
             // No qdisc to delete is not an error worth reporting.
@@ -327,7 +324,9 @@ pub fn reap_stale() {
     prefixes.dedup();
     for prefix in prefixes {
         if !std::path::Path::new(&format!("/proc/{}", &prefix[2..])).exists() {
-            Netns { prefix }.destroy();
+            // However many nodes it had: deleting a namespace that is not there is a no-op.
+            let nodes = crate::cluster::MAX_NODES;
+            Netns { prefix, nodes }.destroy();
         }
     }
 }

@@ -92,13 +92,14 @@ pub enum Addressing {
 impl Addressing {
     /// Which node a connection from `addr` comes from, if any.
     fn node_of(self, addr: SocketAddr) -> Option<u64> {
+        const MAX: u8 = crate::cluster::MAX_NODES as u8;
         let IpAddr::V4(v4) = addr.ip() else {
             return None;
         };
         let [a, _, _, d] = v4.octets();
         match self {
-            Addressing::Loopback if a == 127 && (11..=13).contains(&d) => Some(d as u64 - 10),
-            Addressing::Netns if a == 10 && (1..=3).contains(&d) => Some(d as u64),
+            Addressing::Loopback if a == 127 && (11..=10 + MAX).contains(&d) => Some(d as u64 - 10),
+            Addressing::Netns if a == 10 && (1..=MAX).contains(&d) => Some(d as u64),
             _ => None,
         }
     }

@@ -23,6 +23,8 @@ pub struct Plan {
     pub weir: PathBuf,
     pub out: PathBuf,
     pub seed: u64,
+    /// Nodes in the cluster (`--nodes`): 3 or 5.
+    pub nodes: u64,
     pub duration: Duration,
     pub nemeses: Vec<String>,
     pub net: Net,
@@ -67,10 +69,11 @@ impl Outcome {
 pub async fn run(plan: &Plan) -> Result<Outcome, String> {
     std::fs::create_dir_all(&plan.out).map_err(|e| format!("{}: {e}", plan.out.display()))?;
     let history = Recorder::new();
-    record_env_clock(&history);
+    record_env_clock(&history, plan.nodes);
     let lost_fsync = plan.nemeses.iter().any(|k| k == nemesis::POWER_LOSS);
     let client_fronts = plan.client_fronts();
     let setup = Setup {
+        nodes: plan.nodes,
         lost_fsync,
         secure: plan.secure,
         client_fronts,
@@ -100,15 +103,17 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
         cli_holder: workloads.cli_holder.clone(),
         queued: workload::Queued::new(servers.clone(), history.clone(), plan.seed ^ 400),
     };
-    let steps = nemesis::schedule_for(
+    let steps = nemesis::schedule_on(
+        plan.nodes,
         plan.seed,
         &plan.nemeses,
         plan.duration.as_millis() as u64,
         plan.fenced_ttl.as_millis() as u64,
     );
     eprintln!(
-        "[jepsen] seed {}: {} faults scheduled over {:?}",
+        "[jepsen] seed {}, {} nodes: {} faults scheduled over {:?}",
         plan.seed,
+        plan.nodes,
         steps.len(),
         plan.duration
     );
@@ -143,7 +148,7 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
 /// Nodes inherit the harness's environment: a clock rate set there (a planted run's
 /// sustained drift, `jepsen/planted.sh`) holds for every node all run long, and the
 /// checkers that allow for clock rates must know it.
-fn record_env_clock(history: &Recorder) {
+fn record_env_clock(history: &Recorder, nodes: u64) {
     let Some(rate) = std::env::var("WEIR_TEST_CLOCK_RATE")
         .ok()
         .and_then(|v| v.parse::<f64>().ok())
@@ -158,11 +163,12 @@ fn record_env_clock(history: &Recorder) {
         "clock",
         json!({"fault": "env-clocks"}),
     );
+    let rates: Vec<serde_json::Value> = (0..nodes).map(|_| json!({"rate": rate})).collect();
     history.record(
         history::NEMESIS,
         Kind::Info,
         "clock",
-        json!({"fault": "env-clocks", "nodes": [{"rate": rate}, {"rate": rate}, {"rate": rate}]}),
+        json!({"fault": "env-clocks", "nodes": rates}),
     );
 }
 
@@ -665,9 +671,10 @@ pub fn table(outcome: &Outcome) -> String {
 
 fn write_verdict(dir: &Path, plan: &Plan, outcome: &Outcome, coverage: &str) -> Result<(), String> {
     let text = format!(
-        "seed {}  net {}  secure {}  duration {:?}  nemeses {:?}  faults fired {:?}  ops {}\n\
+        "seed {}  nodes {}  net {}  secure {}  duration {:?}  nemeses {:?}  faults fired {:?}  ops {}\n\
          {}\n\n{}\n{coverage}",
         plan.seed,
+        plan.nodes,
         plan.net.name(),
         if plan.secure {
             "yes (TLS on client, peer and HTTP ports; tokens with roles)"

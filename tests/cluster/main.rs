@@ -8,6 +8,7 @@ mod client_port;
 mod console;
 mod edge;
 mod first_start;
+mod five;
 mod harness;
 mod http;
 mod http_security;

@@ -499,5 +499,11 @@ mod tests {
                 "{name}"
             );
         }
+        // The five-node configs: each lists the voters of the cluster it joins and itself.
+        for id in [4u64, 5] {
+            let c = Config::load(&dir.join(format!("node{id}.toml"))).unwrap();
+            let ids: Vec<u64> = c.voters().iter().map(|p| p.id).collect();
+            assert_eq!(ids, (1..=id).collect::<Vec<_>>(), "node{id}.toml");
+        }
     }
 }

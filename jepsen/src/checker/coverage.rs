@@ -36,9 +36,9 @@
 //! | `ceiling refusals` | always | the ceiling setter lowers `max_running` under three admitters |
 //! | `multi-part grants`, `multi-part refusals` | the history has requests of several parts | three processes send them without waiting on a bucket of 3 tokens and semaphore keys of one, all run long |
 //! | `queued rounds` | any fault fired | every step queues a round before its fault |
-//! | `leader changes` | `kill-leader`, `power-loss-leader`, `isolate-leader` or `pause-leader` fired | each stops or cuts off the leader for longer than an election while the other two, a majority, elect one of themselves: a new (term, leader) pair |
+//! | `leader changes` | `kill-leader`, `power-loss-leader`, `isolate-leader` or `pause-leader` fired, or on five nodes `kill-leader-and-one`, `power-loss-leader-and-one` or `split-3-2` | each stops or cuts off the leader for longer than an election while the others, a majority, elect one of themselves: a new (term, leader) pair |
 //! | `deadline-ended beliefs`, `lease takeovers` | `pause-client`, `client-cut` or `client-delay` fired | the paused holder stops past its TTL, so its belief ends at its deadline, and the permit goes to a waiting holder of `fenced`; the cut client, pinned to its permit, is heard by no leader for longer than its TTL, so its deadline passes and the permit goes to a waiter of `cut` |
-//! | `lost-fsync crashes` | a `power-loss` fault fired | each one power-loses a node (or all three) and restarts it |
+//! | `lost-fsync crashes` | a `power-loss` fault fired | each one power-loses a node (or two, or all of them) and restarts it |
 //! | `skewed leaderships` | a `clocks` fault set every node's rate at least [`SKEW_SET`] off true | whichever node leads then runs skewed |
 //!
 //! A kill of one node, a partition other than `isolate-leader`, a delay or a leader stall
@@ -126,13 +126,15 @@ pub fn counts(ops: &[Op]) -> Vec<(&'static str, u64)> {
     });
     let ceiling = count(ops, |o| refused(o, &["reserve-run"], "TooManyRuns"));
     let queued = count(ops, nemesis("queue-round"));
-    // Each power-loss fault that fired: one node, or all three.
+    // Each power-loss fault that fired: one node, or as many as it lists losses of (two,
+    // or all of them).
     let lost_fsync = ops
         .iter()
         .filter(|o| o.kind == Kind::Info && nemesis("power-loss")(o))
-        .map(|o| match s(o, "fault") {
-            Some("power-loss-all") => 3,
-            _ => 1,
+        .map(|o| {
+            o.value["lost"]
+                .as_array()
+                .map_or(1, |lost| lost.len() as u64)
         })
         .sum();
     vec![
@@ -191,6 +193,9 @@ pub fn keys(ops: &[Op]) -> Vec<&'static str> {
         "power-loss-leader",
         "isolate-leader",
         "pause-leader",
+        "kill-leader-and-one",
+        "power-loss-leader-and-one",
+        "split-3-2",
     ]) {
         keys.push("leader changes");
     }
@@ -213,7 +218,13 @@ pub fn keys(ops: &[Op]) -> Vec<&'static str> {
     if all_skewed {
         keys.push("skewed leaderships");
     }
-    if fired_any(&["power-loss", "power-loss-leader", "power-loss-all"]) {
+    if fired_any(&[
+        "power-loss",
+        "power-loss-leader",
+        "power-loss-all",
+        "power-loss-two",
+        "power-loss-leader-and-one",
+    ]) {
         keys.push("lost-fsync crashes");
     }
     keys
@@ -318,12 +329,29 @@ mod tests {
 
     #[test]
     fn power_losses_count_their_nodes_and_are_key_when_fired() {
-        let nemesis = |fault: &str| fact("power-loss", json!({"fault": fault}), 1);
+        // As recorded: one loss of one node, a list of them for several.
+        let nemesis = |fault: &str, nodes: usize| {
+            let lost = match nodes {
+                1 => json!({}),
+                n => json!(vec![json!({}); n]),
+            };
+            fact("power-loss", json!({"fault": fault, "lost": lost}), 1)
+        };
         let failed = op(NEMESIS, Kind::Fail, "power-loss", json!({"error": "x"}), 1);
-        let h = [nemesis("power-loss"), nemesis("power-loss-all"), failed];
+        let h = [
+            nemesis("power-loss", 1),
+            nemesis("power-loss-all", 3),
+            failed,
+        ];
         assert!(counts(&h).contains(&("lost-fsync crashes", 4)));
         assert!(keys(&h).contains(&"lost-fsync crashes"));
-        assert!(keys(&[nemesis("power-loss-leader")]).contains(&"leader changes"));
+        assert!(keys(&[nemesis("power-loss-leader", 1)]).contains(&"leader changes"));
+        // Five nodes: two at once, or all five.
+        let five = [nemesis("power-loss-two", 2), nemesis("power-loss-all", 5)];
+        assert!(counts(&five).contains(&("lost-fsync crashes", 7)));
+        assert!(keys(&five).contains(&"lost-fsync crashes"));
+        let with_leader = [nemesis("power-loss-leader-and-one", 2)];
+        assert!(keys(&with_leader).contains(&"leader changes"));
         assert!(
             !keys(&[fired(json!({"fault": "kill", "node": 2}))]).contains(&"lost-fsync crashes")
         );
