@@ -12,6 +12,8 @@
 //!   over fence);
 //! - `halted refusals`: reserves and acquires refused because their scope was halted;
 //! - `conflict refusals`: settles refused as conflicting with an earlier payload;
+//! - `redelivered duplicates`: acknowledged payloads delivered again and answered as
+//!   duplicates (the exactly-once charge met a second delivery);
 //! - `ceiling refusals`: reserves refused at `max_running` (`TooManyRuns`);
 //! - `queued rounds`: rounds of tickets queued before a fault and granted after its heal;
 //! - `skewed leaderships`: leaderships whose log clock the monitor saw run at least 2% off
@@ -33,6 +35,7 @@
 //! | `stale validations` | always | the reader validates released fences of every capped limit |
 //! | `halted refusals` | always | the halter halts the tenant and agent scopes the admitters reserve in |
 //! | `conflict refusals` | always | the ledger settles a conflicting payload after each settle |
+//! | `redelivered duplicates` | the history has redelivered settles (every run since the ledger redelivers; a recorded older history has none) | the ledger delivers one acknowledged payload in four again, long after any fault could make it unknown |
 //! | `ceiling refusals` | always | the ceiling setter lowers `max_running` under three admitters |
 //! | `multi-part grants`, `multi-part refusals` | the history has requests of several parts | three processes send them without waiting on a bucket of 3 tokens and semaphore keys of one, all run long |
 //! | `queued rounds` | any fault fired | every step queues a round before its fault |
@@ -118,6 +121,12 @@ pub fn counts(ops: &[Op]) -> Vec<(&'static str, u64)> {
             && (o.f == "settle" || o.f == "settle-conflict")
             && s(o, "error") == Some("conflict")
     });
+    let redelivered = count(ops, |o| {
+        o.kind == Kind::Ok
+            && o.f == "settle"
+            && o.value.get("redelivered") == Some(&true.into())
+            && o.value.get("duplicate") == Some(&true.into())
+    });
     let skewed = count(ops, |o| {
         let (real, log) = (u(o, "real_ms").unwrap_or(0), u(o, "log_ms").unwrap_or(0));
         nemesis("leadership")(o)
@@ -144,6 +153,7 @@ pub fn counts(ops: &[Op]) -> Vec<(&'static str, u64)> {
         ("stale validations", stale),
         ("halted refusals", halted),
         ("conflict refusals", conflicts),
+        ("redelivered duplicates", redelivered),
         ("ceiling refusals", ceiling),
         ("queued rounds", queued),
         ("skewed leaderships", skewed),
@@ -182,6 +192,12 @@ pub fn keys(ops: &[Op]) -> Vec<&'static str> {
         "conflict refusals",
         "ceiling refusals",
     ];
+    if ops
+        .iter()
+        .any(|o| o.f == "settle" && o.value.get("redelivered").is_some())
+    {
+        keys.push("redelivered duplicates");
+    }
     if !fired.is_empty() {
         keys.push("queued rounds");
     }
@@ -299,7 +315,7 @@ mod tests {
         fact("fault", value, 1)
     }
 
-    /// The four refusals every run's workloads produce.
+    /// The four refusals and the duplicate every run's workloads produce.
     fn always() -> Vec<Op> {
         vec![
             op(1, Kind::Ok, "validate", json!({"held": false}), 1),
@@ -315,6 +331,13 @@ mod tests {
                 Kind::Fail,
                 "settle-conflict",
                 json!({"error": "conflict"}),
+                1,
+            ),
+            op(
+                1,
+                Kind::Ok,
+                "settle",
+                json!({"redelivered": true, "duplicate": true}),
                 1,
             ),
             op(
@@ -382,6 +405,22 @@ mod tests {
     fn a_key_count_of_zero_is_unknown() {
         assert!(matches!(check(&[]), Verdict::Unknown(d) if d.contains("stale validations")));
         assert_eq!(check(&always()), Verdict::Valid);
+        // Redelivered, and answered as a new settlement: no duplicate met.
+        let mut charged_again: Vec<Op> = always()
+            .into_iter()
+            .filter(|o| o.value.get("redelivered").is_none())
+            .collect();
+        assert_eq!(check(&charged_again), Verdict::Valid);
+        charged_again.push(op(
+            1,
+            Kind::Ok,
+            "settle",
+            json!({"redelivered": true, "duplicate": false}),
+            1,
+        ));
+        assert!(
+            matches!(check(&charged_again), Verdict::Unknown(d) if d == "never exercised: redelivered duplicates")
+        );
         let mut kill_leader = always();
         kill_leader.push(fired(json!({"fault": "kill-leader", "node": 1})));
         assert!(

@@ -10,7 +10,9 @@
 //! - otherwise, if a payload was refused as a conflict, some other payload was applied
 //!   first: the spend is the tokens of one payload whose outcome is unknown;
 //! - otherwise the spend is 0 or the tokens of one payload whose outcome is unknown;
-//! - a payload that definitely failed (another refusal) charged nothing.
+//! - a payload that definitely failed (another refusal) charged nothing;
+//! - a payload delivered again after it was acknowledged (`redelivered`) is answered as a
+//!   duplicate, never as a new settlement (its charge is judged by the spend as above).
 
 use std::collections::BTreeMap;
 
@@ -111,6 +113,17 @@ impl Key<'_> {
 }
 
 pub fn check(ops: &[Op]) -> Verdict {
+    if let Some(op) = ops.iter().find(|o| {
+        o.kind == Kind::Ok
+            && o.f == "settle"
+            && o.value.get("redelivered") == Some(&true.into())
+            && o.value.get("duplicate") == Some(&false.into())
+    }) {
+        return Verdict::Invalid(format!(
+            "key {}: a payload delivered again after its acknowledgement was answered as a new settlement",
+            s(op, "key").unwrap_or("?")
+        ));
+    }
     let keys = match keys(ops) {
         Ok(keys) => keys,
         Err(verdict) => return verdict,
@@ -232,6 +245,34 @@ mod tests {
         assert_eq!(check(&with(5)), Verdict::Valid);
         assert!(matches!(check(&with(0)), Verdict::Invalid(_)));
         assert!(matches!(check(&with(6)), Verdict::Invalid(_)));
+    }
+
+    #[test]
+    fn a_redelivered_payload_must_be_a_duplicate_and_charge_once() {
+        let redelivered = |kind, duplicate: bool| {
+            let mut o = settle(1, kind, "a", 5);
+            o.value["redelivered"] = true.into();
+            if kind == Kind::Ok {
+                o.value["duplicate"] = duplicate.into();
+            }
+            o
+        };
+        let with = |duplicate, charged| {
+            let mut h = settles(&[("a", 5, Kind::Ok)]);
+            h.extend([
+                redelivered(Kind::Invoke, false),
+                redelivered(Kind::Ok, duplicate),
+                spent("a", charged),
+            ]);
+            h
+        };
+        assert_eq!(check(&with(true, 5)), Verdict::Valid);
+        assert!(
+            matches!(check(&with(true, 10)), Verdict::Invalid(d) if d.contains("charged twice"))
+        );
+        assert!(
+            matches!(check(&with(false, 5)), Verdict::Invalid(d) if d.contains("as a new settlement"))
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Ledger processes: reserve a run, settle it (retrying the same payload until the outcome
-//! is known), and race conflicting payloads against it.
+//! is known), deliver a settled payload again now and then, and race conflicting payloads
+//! against it.
 //!
 //! Every key (run, epoch 1) settles into a period of its own (`ledger-RUN`), so the final
 //! read of that period is exactly what the key was charged (the settlement checker judges
@@ -7,6 +8,10 @@
 //! at the same moment as the first payload (either may be applied first: the other must be
 //! refused), sent after the first was acknowledged, and sent after the first's outcome
 //! stayed unknown (then the refusal, or the acceptance, tells which one was applied).
+//! A payload already acknowledged is delivered again, unchanged, one key in four, the way
+//! an at-least-once queue redelivers a settlement message: it must be answered as a
+//! duplicate and charge nothing more (recorded as a `settle` op marked `redelivered`, so a
+//! second charge shows in the key's spend whatever faults the run had).
 //! A racer records under a process number of its own ([`RACER`] + the process), as Jepsen
 //! wants one outstanding op per process.
 
@@ -74,6 +79,9 @@ pub async fn ledger(p: Process) {
         if let Some(r) = racer {
             let _ = r.await;
         }
+        if matches!(outcome, Outcome::Settled) && rng.range(0, 3) == 0 {
+            redeliver(p.id, &client, &settle, &key, &p.history).await;
+        }
         // One settled key in five is sent again with another payload; every unknown one in
         // two.
         let again = match outcome {
@@ -133,6 +141,38 @@ async fn settle_until_known(
         json!({"key": key, "tokens": tokens}),
     );
     Outcome::Unknown
+}
+
+/// Delivers `settle`, already acknowledged, once more, recorded as a `settle` op marked
+/// `redelivered` with whether the answer called it a duplicate.
+async fn redeliver(process: u64, client: &Client, settle: &Settle, key: &str, history: &Recorder) {
+    let tokens = settle.tokens;
+    let period = settle.period.clone();
+    history.record(
+        process,
+        Kind::Invoke,
+        "settle",
+        json!({"key": key, "tokens": tokens, "period": period, "redelivered": true}),
+    );
+    let (kind, fields) = match client.settle(settle.clone()).await {
+        Ok(Reply::Settled { duplicate }) => (
+            Kind::Ok,
+            json!({"key": key, "tokens": tokens, "redelivered": true, "duplicate": duplicate}),
+        ),
+        Ok(other) => (
+            Kind::Fail,
+            json!({"key": key, "tokens": tokens, "redelivered": true, "error": format!("{other:?}")}),
+        ),
+        Err(e) if e.definitely_failed() => (
+            Kind::Fail,
+            json!({"key": key, "tokens": tokens, "redelivered": true, "error": e.to_string()}),
+        ),
+        Err(e) => (
+            Kind::Info,
+            json!({"key": key, "tokens": tokens, "redelivered": true, "error": e.to_string()}),
+        ),
+    };
+    history.record(process, kind, "settle", fields);
 }
 
 /// Sends `conflicting` (a payload for the key that differs from the first one), recorded as
