@@ -2,8 +2,14 @@
 //! (`max_in_use` for the capacity checker) and the spend of every period a settlement key
 //! went into (the settlement checker judges each key by its own period). Each read is
 //! recorded as an invoke and one completion.
+//!
+//! The spend reads share a budget ([`SPEND_READS_WITHIN`]): a cluster that answers nothing
+//! (every node dead, or alive with Raft stopped) would otherwise cost each of a thousand
+//! periods its client's whole timeout. A period not read in time is recorded as a failed
+//! read, which the settlement checker counts as unread (its verdict unknown, never valid).
 
 use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 use weir_client::Client;
@@ -13,6 +19,9 @@ use crate::workload::{LIMITS, TENANT};
 
 /// Reads at once, at most.
 const PARALLEL_READS: usize = 16;
+
+/// How long the spend reads may take, all told.
+const SPEND_READS_WITHIN: Duration = Duration::from_secs(90);
 
 /// Process number of the final reads.
 const READER: u64 = 0;
@@ -43,6 +52,7 @@ pub async fn read(client: &Client, history: &Recorder) {
         .filter_map(|o| Some(o.value.get("period")?.as_str()?.to_string()))
         .collect();
     let periods: Vec<String> = periods.into_iter().collect();
+    let deadline = Instant::now() + SPEND_READS_WITHIN;
     for chunk in periods.chunks(PARALLEL_READS) {
         let reads: Vec<_> = chunk
             .iter()
@@ -53,14 +63,21 @@ pub async fn read(client: &Client, history: &Recorder) {
                 let process = READER + 1 + i as u64 + crate::workload::FINAL_READERS;
                 tokio::spawn(async move {
                     history.record(process, Kind::Invoke, "spent", json!({"period": period}));
-                    match client.spent(TENANT, &period).await {
-                        Ok(s) => history.record(
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    match tokio::time::timeout(left, client.spent(TENANT, &period)).await {
+                        Err(_) => history.record(
+                            process,
+                            Kind::Fail,
+                            "spent",
+                            json!({"period": period, "error": format!("not read: the final reads ran past {SPEND_READS_WITHIN:?}")}),
+                        ),
+                        Ok(Ok(s)) => history.record(
                             process,
                             Kind::Ok,
                             "spent",
                             json!({"period": period, "tokens": s.tokens}),
                         ),
-                        Err(e) => history.record(
+                        Ok(Err(e)) => history.record(
                             process,
                             Kind::Fail,
                             "spent",

@@ -323,6 +323,27 @@ impl LocalCluster {
         self.nodes[Self::index(id)].paused = false;
     }
 
+    /// Waits at most `within` for node `id` to exit on its own (no signal sent); returns its
+    /// status code (`None` for a death by signal), or `Err` if it still runs or never ran.
+    pub fn exited_within(&mut self, id: u64, within: Duration) -> Result<Option<i32>, String> {
+        let deadline = Instant::now() + within;
+        let node = &mut self.nodes[Self::index(id)];
+        let child = node
+            .child
+            .as_mut()
+            .ok_or_else(|| format!("node {id} is not running"))?;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                node.child = None;
+                return Ok(status.code());
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("node {id} still runs after {within:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// SIGTERM, then waits (at most 10 s, then SIGKILL) for the exit; returns its status
     /// code, `None` if it did not exit cleanly in time or was not running.
     pub fn stop(&mut self, id: u64) -> Option<i32> {

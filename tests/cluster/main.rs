@@ -7,6 +7,7 @@ mod cli;
 mod client_port;
 mod console;
 mod edge;
+mod fatal;
 mod first_start;
 mod five;
 mod harness;

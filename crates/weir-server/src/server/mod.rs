@@ -257,4 +257,4 @@ pub mod reader;
 pub mod stamper;
 
 pub use data_dir::{IDENTITY_FILE, prepare_data_dir};
-pub use node::{Node, serve};
+pub use node::{Node, RAFT_STOPPED, serve};

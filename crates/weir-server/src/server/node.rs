@@ -11,6 +11,10 @@
 //!   first start that failed after labelling the directory (a taken port, bad openraft
 //!   settings) must still found the cluster on the next start. Every other start joins what
 //!   is on disk or what the leader sends.
+//! - A node whose Raft stops on its own (a storage error, a panic in Raft's core) exits with
+//!   an error naming why: it cannot order anything again, and a process that still accepts
+//!   connections but answers nothing would hide the failure from whatever supervises it.
+//!   Restarted, it recovers from its data directory.
 //! - Every long-lived task the node spawns holds the one [`crate::shutdown::Shutdown`] and
 //!   ends when it begins (or its sender is dropped, as when a start fails half-way); a
 //!   stand-in's election task ends after its rounds (at most three election timeouts).
@@ -130,6 +134,23 @@ impl Node {
         let table = TokenTable::new(&config.tokens)?;
         self.tokens.reload(table, config.reload_may_turn_auth_off)?;
         Ok(config.tokens.len())
+    }
+
+    /// Returns once Raft has stopped on its own, with why: its core quit on an error (a
+    /// storage error, a violated invariant), or its task ended (a panic). Never returns
+    /// while Raft runs; after [`Node::stop`] it is not asked.
+    pub async fn raft_stopped(&self) -> String {
+        let mut metrics = self.raft.metrics();
+        loop {
+            if let Err(fatal) = &metrics.borrow().running_state {
+                return fatal.to_string();
+            }
+            // An error here: the metrics' sender is gone, so Raft's core task has ended (a
+            // panic drops it without setting `running_state`).
+            if metrics.changed().await.is_err() {
+                return "Raft's core task ended (a panic: see above)".into();
+            }
+        }
     }
 
     /// Stops serving and shuts Raft down.
@@ -417,9 +438,10 @@ async fn found_cluster(
     Ok(())
 }
 
-/// Runs a node until SIGTERM or ctrl-c; on SIGHUP re-reads the tokens from `config_path`
-/// (if the node was started from a file). The handlers are installed before the node
-/// starts, so a signal that arrives while it starts is not lost (nor fatal).
+/// Runs a node until SIGTERM or ctrl-c, or until its Raft stops on its own (an error: the
+/// node cannot serve again until restarted); on SIGHUP re-reads the tokens from
+/// `config_path` (if the node was started from a file). The handlers are installed before
+/// the node starts, so a signal that arrives while it starts is not lost (nor fatal).
 pub async fn serve(config: Config, config_path: Option<std::path::PathBuf>) -> Result<(), String> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term =
@@ -428,6 +450,7 @@ pub async fn serve(config: Config, config_path: Option<std::path::PathBuf>) -> R
         signal(SignalKind::interrupt()).map_err(|e| format!("cannot watch SIGINT: {e}"))?;
     let mut hup = signal(SignalKind::hangup()).map_err(|e| format!("cannot watch SIGHUP: {e}"))?;
     let node = Node::start(config).await?;
+    let mut stopped = None;
     loop {
         tokio::select! {
             _ = term.recv() => {
@@ -439,11 +462,22 @@ pub async fn serve(config: Config, config_path: Option<std::path::PathBuf>) -> R
                 break;
             }
             _ = hup.recv() => reload(&node, config_path.as_deref()),
+            why = node.raft_stopped() => {
+                stopped = Some(why);
+                break;
+            }
         }
     }
     node.stop().await;
-    Ok(())
+    match stopped {
+        Some(why) => Err(format!("{RAFT_STOPPED}: {why}")),
+        None => Ok(()),
+    }
 }
+
+/// The start of the error a node exits with when its Raft stopped on its own.
+pub const RAFT_STOPPED: &str =
+    "Raft stopped on its own; the node exits (restarted, it recovers from its data directory)";
 
 /// SIGHUP: re-reads the config file and replaces the tokens; a file that no longer loads
 /// keeps the old tokens (logged), so a typo does not lock everyone out.
