@@ -96,7 +96,14 @@ pub struct Setup {
     pub client_fronts: bool,
     /// Every node serves HTTP (plaintext, or TLS in a secure run), for the Python holders.
     pub http: bool,
+    /// Entries between snapshots, none kept behind one (0: the nodes' defaults).
+    pub snapshot_every: u64,
 }
+
+/// Entries between snapshots by default (`--snapshot-every`): a 30 s run applies a few
+/// thousand, so each node builds several while the faults go on, and with no log kept
+/// behind a snapshot a node that missed entries is sent one.
+pub const SNAPSHOT_EVERY: u64 = 500;
 
 /// A node's clock as the clock nemesis set it.
 ///
@@ -281,6 +288,7 @@ impl Cluster {
             secure,
             client_fronts,
             http,
+            snapshot_every,
         } = setup;
         let links = Links::new();
         let client_links = ClientLinks::new();
@@ -331,6 +339,11 @@ impl Cluster {
                 peers: voters.clone(),
                 ..net.config()
             };
+            if snapshot_every > 0 {
+                config.raft.snapshot_logs_since_last = snapshot_every;
+                config.raft.max_in_snapshot_log_to_keep = 0;
+                config.raft.purge_batch_size = 1;
+            }
             if secure.is_some() || http {
                 // A secure node serves HTTP too, over TLS, for the security check to probe.
                 config.http_listen = net.http_listen(id)?;

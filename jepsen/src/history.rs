@@ -157,9 +157,10 @@ fn edn(value: &serde_json::Value) -> String {
 }
 
 /// Facts: records that are not operations (a belief interval, a pause taken, what the
-/// status monitor and the convergence probe saw). They have no invoke, are kept in
+/// status monitor and the convergence probe saw, what the node logs said of snapshots).
+/// They have no invoke, are kept in
 /// `history.jsonl` for the checkers, and are left out of the EDN export.
-pub const FACTS: [&str; 13] = [
+pub const FACTS: [&str; 14] = [
     "hold",
     "multi-hold",
     "leadership",
@@ -173,6 +174,7 @@ pub const FACTS: [&str; 13] = [
     "log-clock",
     "python-holder",
     "halt-room",
+    "snapshots",
 ];
 
 /// Checks Jepsen's shape on every operation (facts aside): per process, an `invoke`, then

@@ -56,6 +56,13 @@ struct Args {
     /// proportion (`jepsen/planted.sh`'s `margin-zero` row).
     #[arg(long, default_value_t = weir_jepsen::workload::TTL.as_millis() as u64)]
     fenced_ttl_ms: u64,
+    /// Every node builds a snapshot after this many log entries and keeps no log behind it
+    /// (`raft.snapshot_logs_since_last`; `max_in_snapshot_log_to_keep` 0, `purge_batch_size`
+    /// 1), so snapshots are built, sent to lagging nodes, installed and loaded at restarts
+    /// while the faults go on (a 30 s run applies a few thousand entries). 0: the nodes'
+    /// defaults (10,000 entries, 1,000 kept), as a production cluster snapshots.
+    #[arg(long, default_value_t = weir_jepsen::cluster::SNAPSHOT_EVERY)]
+    snapshot_every: u64,
     /// Judge the history in this artifacts folder again instead of running.
     #[arg(long)]
     check: Option<PathBuf>,
@@ -182,6 +189,7 @@ fn plan(args: Args, nemeses: Vec<String>, net: Net) -> Plan {
         net,
         secure: args.secure,
         fenced_ttl: Duration::from_millis(args.fenced_ttl_ms),
+        snapshot_every: args.snapshot_every,
         python,
     }
 }

@@ -34,6 +34,8 @@ pub struct Plan {
     /// The session TTL of the `fenced` workload's processes (`--fenced-ttl-ms`; default
     /// [`workload::TTL`]). The client-pause nemesis pauses past it.
     pub fenced_ttl: Duration,
+    /// Entries between snapshots on every node (`--snapshot-every`; 0: the nodes' default).
+    pub snapshot_every: u64,
     /// Permit holders running the Python client beside the Rust ones (`--python-holders`);
     /// every node serves HTTP for them.
     pub python: Option<workload::PythonHolders>,
@@ -78,6 +80,7 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
         secure: plan.secure,
         client_fronts,
         http: plan.python.is_some(),
+        snapshot_every: plan.snapshot_every,
     };
     let mut cluster =
         Cluster::start(&plan.weir, &plan.out, plan.seed, plan.net.clone(), setup).await?;
@@ -132,12 +135,17 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
     crate::converge::probe(&cluster, &history, true).await;
     // The final reads only read.
     crate::finals::read(&secure::client(servers.clone(), Access::Read), &history).await;
+    let logs = cluster.logs();
+    drop(cluster);
+    // What the node logs say of snapshots, for the coverage counts.
+    let (snapshots, _) = checker::snapshots::judge(&logs);
+    let mut fact = snapshots.json();
+    fact["every"] = plan.snapshot_every.into();
+    history.record(history::NEMESIS, Kind::Info, "snapshots", fact);
     let ops = history.ops();
     history::write_jsonl(&plan.out.join("history.jsonl"), &ops).map_err(|e| e.to_string())?;
     std::fs::write(plan.out.join("history.edn"), history::to_edn(&ops))
         .map_err(|e| e.to_string())?;
-    let logs = cluster.logs();
-    drop(cluster);
     let outcome = judge(&ops, &logs, &plan.nemeses, &fired, plan.secure);
     write_verdict(&plan.out, plan, &outcome, &checker::coverage::report(&ops))?;
     Ok(outcome)
@@ -608,6 +616,15 @@ pub fn judge(
         "no panic in any node log",
         checker::panics::check(logs),
     ));
+    // Judged when the nodes log their snapshots (every run since they do; the logs of a
+    // recorded run from before have no such line).
+    if checker::snapshots::present(logs) {
+        rows.push((
+            "snapshots",
+            "a saved snapshot, or a newer one, loaded at every later start",
+            checker::snapshots::judge(logs).1,
+        ));
+    }
     // Judged when leader stalls were asked for: without them it would only be unknown.
     if requested.iter().any(|k| k == "pause") {
         rows.push((
@@ -671,7 +688,7 @@ pub fn table(outcome: &Outcome) -> String {
 
 fn write_verdict(dir: &Path, plan: &Plan, outcome: &Outcome, coverage: &str) -> Result<(), String> {
     let text = format!(
-        "seed {}  nodes {}  net {}  secure {}  duration {:?}  nemeses {:?}  faults fired {:?}  ops {}\n\
+        "seed {}  nodes {}  net {}  secure {}  snapshot every {}  duration {:?}  nemeses {:?}  faults fired {:?}  ops {}\n\
          {}\n\n{}\n{coverage}",
         plan.seed,
         plan.nodes,
@@ -680,6 +697,10 @@ fn write_verdict(dir: &Path, plan: &Plan, outcome: &Outcome, coverage: &str) -> 
             "yes (TLS on client, peer and HTTP ports; tokens with roles)"
         } else {
             "no"
+        },
+        match plan.snapshot_every {
+            0 => "10000 (the default)".to_string(),
+            n => n.to_string(),
         },
         plan.duration,
         plan.nemeses,

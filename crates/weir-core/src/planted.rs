@@ -70,11 +70,14 @@ pub enum Plant {
     PythonToldLate,
     /// `weir acquire -- COMMAND` sends its command SIGTERM 3 s after the permit may be lost.
     CliToldLate,
+    /// The snapshot file is replaced without fsyncs (neither the file nor its directory):
+    /// a power loss can take a saved snapshot back to an older one, or to none.
+    UnsyncedSnapshot,
 }
 
 impl Plant {
     /// Every plant, in the order of `jepsen/planted.sh`.
-    pub const ALL: [Plant; 22] = [
+    pub const ALL: [Plant; 23] = [
         Plant::NoFreeze,
         Plant::WallGap,
         Plant::MarginZero,
@@ -97,6 +100,7 @@ impl Plant {
         Plant::NoFreezeSmall,
         Plant::PythonToldLate,
         Plant::CliToldLate,
+        Plant::UnsyncedSnapshot,
     ];
 
     /// The name `WEIR_PLANT` takes.
@@ -124,6 +128,7 @@ impl Plant {
             Plant::NoFreezeSmall => "no-freeze-small",
             Plant::PythonToldLate => "python-told-late",
             Plant::CliToldLate => "cli-told-late",
+            Plant::UnsyncedSnapshot => "unsynced-snapshot",
         }
     }
 }

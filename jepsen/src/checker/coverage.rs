@@ -21,6 +21,11 @@
 //! - `multi-part grants`, `multi-part refusals`: requests of several parts on the keyed
 //!   limits granted, and refused with nothing granted (`workload::keyed`); key counts in
 //!   every history that has such requests;
+//! - `snapshots built`, `snapshots sent`, `snapshots installed`, `snapshots loaded`:
+//!   snapshots the nodes built, a leader sent to a follower (the last chunk taken),
+//!   followers installed, and starts that loaded one, summed over the nodes, from their
+//!   logs (the harness's `snapshots` fact); `snapshots built` is key when the run asked for
+//!   frequent snapshots (`--snapshot-every`);
 //! - `lost-fsync crashes`: nodes power-lost by the `power-loss` fault (kill -9, then every
 //!   write not fsynced dropped), each restarted on what it had made durable; a key count
 //!   when `power-loss` is requested.
@@ -41,6 +46,8 @@
 //! | `queued rounds` | any fault fired | every step queues a round before its fault |
 //! | `leader changes` | `kill-leader`, `power-loss-leader`, `isolate-leader` or `pause-leader` fired, or on five nodes `kill-leader-and-one`, `power-loss-leader-and-one` or `split-3-2` | each stops or cuts off the leader for longer than an election while the others, a majority, elect one of themselves: a new (term, leader) pair |
 //! | `deadline-ended beliefs`, `lease takeovers` | `pause-client`, `client-cut` or `client-delay` fired | the paused holder stops past its TTL, so its belief ends at its deadline, and the permit goes to a waiting holder of `fenced`; the cut client, pinned to its permit, is heard by no leader for longer than its TTL, so its deadline passes and the permit goes to a waiter of `cut` |
+//! | `snapshots built` | the `snapshots` fact has a nonzero `every` of at most [`SNAPSHOT_EVERY_KEY`] | every node builds one each `every` entries; a run of a few seconds applies thousands |
+//! | `snapshots built` | the `snapshots` fact has a nonzero `every` of at most [`SNAPSHOT_EVERY_KEY`] | every node builds one each `every` entries; a run of a few seconds applies thousands |
 //! | `lost-fsync crashes` | a `power-loss` fault fired | each one power-loses a node (or two, or all of them) and restarts it |
 //! | `skewed leaderships` | a `clocks` fault set every node's rate at least [`SKEW_SET`] off true | whichever node leads then runs skewed |
 //!
@@ -62,6 +69,17 @@ const SKEW_SEEN: f64 = 0.02;
 /// ...over at least this long (the applied log time lags by up to a few hundred ms, so a
 /// shorter span could not tell 2% from noise).
 const SKEW_SPAN_MS_MIN: u64 = 3_000;
+
+/// `snapshots built` is key when the run asked for a snapshot at least this often.
+pub const SNAPSHOT_EVERY_KEY: u64 = 1_000;
+
+/// The `snapshots` fact's count `name` (0 without the fact).
+fn snapshot_count(ops: &[Op], name: &str) -> u64 {
+    ops.iter()
+        .filter(|o| o.process == NEMESIS && o.f == "snapshots")
+        .filter_map(|o| u(o, name))
+        .sum()
+}
 
 /// How many ops `keep` selects.
 fn count(ops: &[Op], keep: impl Fn(&Op) -> bool) -> u64 {
@@ -158,6 +176,10 @@ pub fn counts(ops: &[Op]) -> Vec<(&'static str, u64)> {
         ("queued rounds", queued),
         ("skewed leaderships", skewed),
         ("lost-fsync crashes", lost_fsync),
+        ("snapshots built", snapshot_count(ops, "built")),
+        ("snapshots sent", snapshot_count(ops, "sent")),
+        ("snapshots installed", snapshot_count(ops, "installed")),
+        ("snapshots loaded", snapshot_count(ops, "loaded")),
         (
             "multi-part grants",
             count(ops, |o| o.kind == Kind::Ok && o.f == "multi"),
@@ -203,6 +225,13 @@ pub fn keys(ops: &[Op]) -> Vec<&'static str> {
     }
     if super::keyed::present(ops) {
         keys.extend(["multi-part grants", "multi-part refusals"]);
+    }
+    if ops
+        .iter()
+        .filter(|o| o.process == NEMESIS && o.f == "snapshots")
+        .any(|o| u(o, "every").is_some_and(|n| n > 0 && n <= SNAPSHOT_EVERY_KEY))
+    {
+        keys.push("snapshots built");
     }
     if fired_any(&[
         "kill-leader",
@@ -441,6 +470,37 @@ mod tests {
             assert!(k.contains(&"queued rounds"), "{fault}");
             assert!(!k.contains(&"leader changes"), "{fault}");
             assert!(!k.contains(&"deadline-ended beliefs"), "{fault}");
+        }
+    }
+
+    #[test]
+    fn snapshots_are_counted_from_the_fact_and_built_ones_key_when_asked_for_often() {
+        let snapshots = |every: u64, built: u64| {
+            fact(
+                "snapshots",
+                json!({"every": every, "built": built, "sent": 2, "installed": 1, "loaded": 4, "judged": 3}),
+                9,
+            )
+        };
+        let c = counts(&[snapshots(500, 12)]);
+        for (name, n) in [
+            ("snapshots built", 12),
+            ("snapshots sent", 2),
+            ("snapshots installed", 1),
+            ("snapshots loaded", 4),
+        ] {
+            assert!(c.contains(&(name, n)), "{name}: {c:?}");
+        }
+        let mut none_built = always();
+        none_built.push(snapshots(500, 0));
+        assert!(
+            matches!(check(&none_built), Verdict::Unknown(d) if d == "never exercised: snapshots built")
+        );
+        // The nodes' own default (10,000 entries), or none asked for: not key.
+        for every in [0, 10_000] {
+            let mut h = always();
+            h.push(snapshots(every, 0));
+            assert_eq!(check(&h), Verdict::Valid, "every {every}");
         }
     }
 

@@ -24,6 +24,7 @@ pub mod python;
 pub mod rate;
 pub mod security;
 pub mod settlement;
+pub mod snapshots;
 pub mod stalls;
 pub mod strands;
 #[cfg(test)]

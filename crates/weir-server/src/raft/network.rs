@@ -452,11 +452,19 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         InstallSnapshotResponse<NodeId>,
         RPCError<NodeId, NodeAddr, RaftError<NodeId, InstallSnapshotError>>,
     > {
-        self.rpc(PeerRequest::InstallSnapshot(rpc), option, |r| match r {
-            PeerResponse::InstallSnapshot(r) => Some(r),
-            _ => None,
-        })
-        .await
+        let (done, vote, id) = (rpc.done, rpc.vote, rpc.meta.snapshot_id.clone());
+        let answer = self
+            .rpc(PeerRequest::InstallSnapshot(rpc), option, |r| match r {
+                PeerResponse::InstallSnapshot(r) => Some(r),
+                _ => None,
+            })
+            .await;
+        // The last chunk, answered under the sender's own vote: the follower installed it
+        // (a higher vote in the answer is a refusal).
+        if done && answer.as_ref().is_ok_and(|r| r.vote == vote) {
+            tracing::info!("{SNAPSHOT_SENT} to node {}: {id}", self.target);
+        }
+        answer
     }
 
     async fn vote(
@@ -490,6 +498,10 @@ impl PeerClient {
         }
     }
 }
+
+/// Logged by a leader when a follower took the last chunk of a snapshot, then the
+/// follower and the snapshot's id (read by the partition harness).
+pub const SNAPSHOT_SENT: &str = "snapshot sent";
 
 /// What the peer port's connections share.
 #[derive(Clone)]

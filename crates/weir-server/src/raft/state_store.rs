@@ -15,6 +15,9 @@
 //!   triple.
 //! - Events of every applied entry are published to subscribers; a slow subscriber may miss
 //!   some (it learns of them by asking again: grants are state, not messages).
+//! - Each snapshot built, installed or loaded at start is logged (INFO) with its id, in the
+//!   words of the `SNAPSHOT_*` constants, which the partition harness reads: a line is
+//!   written only once the file holding that snapshot, or a newer one, is durable.
 //! - What each entry did cluster-wide (`activity.rs`) is derived and published only while
 //!   the activity feed has a subscriber (a console's event stream).
 
@@ -44,6 +47,15 @@ const FILE_MAGIC: [u8; 4] = *b"WSST";
 const FILE_VERSION: u16 = 1;
 /// The snapshot file's name in the data directory.
 pub const SNAPSHOT_FILE: &str = "snapshot.bin";
+
+/// Logged when a snapshot was built and the file holds it (or a newer one), then its id.
+pub const SNAPSHOT_BUILT: &str = "snapshot built and saved";
+/// Logged when a snapshot from the leader was saved and replaced the state, then its id.
+pub const SNAPSHOT_INSTALLED: &str = "snapshot installed from the leader and saved";
+/// Logged at start when the snapshot file was loaded, then its id.
+pub const SNAPSHOT_LOADED: &str = "snapshot loaded at start";
+/// Logged at start when there is no snapshot file.
+pub const SNAPSHOT_NONE: &str = "no snapshot at start";
 
 /// What the snapshot file holds.
 #[derive(Serialize, Deserialize)]
@@ -132,9 +144,12 @@ impl StateStore {
                     Machine::restore(&file.data).map_err(|e| format!("{}: {e}", path.display()))?;
                 applier.last_applied = file.meta.last_log_id;
                 applier.membership = file.meta.last_membership.clone();
+                tracing::info!("{SNAPSHOT_LOADED}: {}", file.meta.snapshot_id);
                 current = Some((file.meta, Arc::new(file.data)));
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                tracing::info!("{SNAPSHOT_NONE}");
+            }
             Err(e) => return Err(format!("{}: {e}", path.display())),
         }
         let (events, _) = broadcast::channel(APPLIED_EVENTS_BACKLOG);
@@ -171,7 +186,12 @@ impl StateStore {
         }
         let bytes = encode_file(meta, &data);
         let dir = self.state.dir.clone();
-        tokio::task::spawn_blocking(move || write_atomically(&dir, SNAPSHOT_FILE, &bytes))
+        // PLANTED(unsynced-snapshot): the file replaced without a single fsync.
+        let write = match weir_core::planted::is(weir_core::planted::Plant::UnsyncedSnapshot) {
+            true => replace_unsynced,
+            false => write_atomically,
+        };
+        tokio::task::spawn_blocking(move || write(&dir, SNAPSHOT_FILE, &bytes))
             .await
             .map_err(|e| sm_err(ErrorVerb::Write, e))?
             .map_err(|e| sm_err(ErrorVerb::Write, format!("{SNAPSHOT_FILE}: {e}")))?;
@@ -218,6 +238,13 @@ pub fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result
     std::fs::File::open(dir)?.sync_all()
 }
 
+/// `write_atomically` without its fsyncs: the `unsynced-snapshot` plant's.
+fn replace_unsynced(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, dir.join(name))
+}
+
 /// The snapshot id: derived from the last log id, so every node names the same snapshot alike.
 fn snapshot_id(last: Option<LogId>) -> String {
     match last {
@@ -241,6 +268,11 @@ impl RaftSnapshotBuilder<TypeConfig> for StateStore {
             (meta, data)
         };
         self.persist(&meta, data.clone()).await?;
+        tracing::info!(
+            "{SNAPSHOT_BUILT}: {}, {} bytes",
+            meta.snapshot_id,
+            data.len()
+        );
         Ok(Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(data.to_vec())),
@@ -353,6 +385,7 @@ impl RaftStateMachine<TypeConfig> for StateStore {
         state.machine = machine;
         state.last_applied = meta.last_log_id;
         state.membership = meta.last_membership.clone();
+        tracing::info!("{SNAPSHOT_INSTALLED}: {}", meta.snapshot_id);
         Ok(())
     }
 
