@@ -15,14 +15,22 @@
 //!   [`LEARNER_CATCH_UP`] (nobody listens at its address, or its certificate is not from the
 //!   cluster CA, so the mutual-TLS handshake fails) never becomes a voter: it is removed
 //!   again and the request is answered `BadRequest` saying why.
+//! - A membership request is served only by the leader: another node answers `NotLeader`,
+//!   naming the leader it knows. openraft judges "a change is in progress" before it judges
+//!   leadership, so without this check a follower whose view of the membership is behind
+//!   (a node just removed never learns that its removal committed) would refuse the
+//!   request as in progress, and the client would not be sent on to the leader. On the
+//!   leader, a change still in progress (the second step of a joint change) is waited out
+//!   for at most [`IN_PROGRESS_WAIT`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use openraft::ChangeMembers;
+use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 
 use super::ctx::Ctx;
-use super::leader::write_failure;
+use super::leader::{not_leader, write_failure};
 use crate::raft::{NodeAddr, NodeId};
 use weir_client::protocol::{Failure, Member, NodeStatus, Response, SnapshotCost};
 use weir_core::machine::Machine;
@@ -88,13 +96,46 @@ fn rss_kib() -> Option<u64> {
 /// arrives while it still waits.
 pub const LEARNER_CATCH_UP: Duration = Duration::from_secs(8);
 
+/// How long a membership request on the leader waits for a change in progress to commit.
+pub const IN_PROGRESS_WAIT: Duration = Duration::from_secs(5);
+
+/// Runs one membership step (`step` calls openraft) where only the leader may: on another
+/// node the answer is `NotLeader`; on the leader, a refusal because a change is in
+/// progress is tried again every 100 ms for at most [`IN_PROGRESS_WAIT`].
+async fn on_leader<T, F, Fut>(ctx: &Ctx, step: F) -> Result<T, Failure>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<T, RaftError<NodeId, ClientWriteError<NodeId, NodeAddr>>>>,
+{
+    let deadline = Instant::now() + IN_PROGRESS_WAIT;
+    loop {
+        let leads = {
+            let m = ctx.raft.metrics();
+            let m = m.borrow();
+            m.current_leader == Some(m.id)
+        };
+        if !leads {
+            return Err(not_leader(&ctx.raft));
+        }
+        match step().await {
+            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(
+                ChangeMembershipError::InProgress(_),
+            ))) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(write_failure(&ctx.raft, e)),
+            Ok(r) => return Ok(r),
+        }
+    }
+}
+
 /// Adds node `id`: as a learner, waiting at most [`LEARNER_CATCH_UP`] until it has caught
 /// up, then as a voter. A learner that does not catch up is removed and never votes.
 pub async fn add_node(ctx: &Ctx, id: NodeId, node: NodeAddr) -> Response {
     let peer = node.peer.clone();
-    let added = match ctx.raft.add_learner(id, node, false).await {
+    let added = match on_leader(ctx, || ctx.raft.add_learner(id, node.clone(), false)).await {
         Ok(r) => r.log_id.index,
-        Err(e) => return Response::Failed(write_failure(&ctx.raft, e)),
+        Err(failure) => return Response::Failed(failure),
     };
     let caught_up = ctx
         .raft
@@ -132,11 +173,12 @@ pub async fn remove_node(ctx: &Ctx, id: NodeId) -> Response {
     change_membership(ctx, ChangeMembers::RemoveVoters(BTreeSet::from([id]))).await
 }
 
-/// Makes one membership change through openraft, answered once it is committed.
+/// Makes one membership change through openraft on the leader, answered once it is
+/// committed.
 async fn change_membership(ctx: &Ctx, changes: ChangeMembers<NodeId, NodeAddr>) -> Response {
-    match ctx.raft.change_membership(changes, false).await {
+    match on_leader(ctx, || ctx.raft.change_membership(changes.clone(), false)).await {
         Ok(_) => Response::MembershipChanged,
-        Err(e) => Response::Failed(write_failure(&ctx.raft, e)),
+        Err(failure) => Response::Failed(failure),
     }
 }
 
