@@ -12,7 +12,7 @@
 #
 # Usage: jepsen/long.sh TABLE.md SEED:NET[:NODES]...
 # Environment: LONG_NEMESIS (default all), LONG_DURATION s (default 600), LONG_OUT (default
-# jepsen/runs/long), LONG_BIN (default target/release: `cargo build --release --bins` first).
+# jepsen/runs/long), LONG_BIN (default target/release: `cargo build --release --workspace --bins` first).
 # Exit status: 0 when every run of this invocation was valid, 1 otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,7 +29,7 @@ out_dir=${LONG_OUT:-jepsen/runs/long}
 bin=${LONG_BIN:-target/release}
 for b in weir weir-jepsen; do
     if [ ! -x "$bin/$b" ]; then
-        echo "long: $bin/$b is missing: cargo build --release --bins" >&2
+        echo "long: $bin/$b is missing: cargo build --release --workspace --bins" >&2
         exit 2
     fi
 done
