@@ -71,10 +71,10 @@ pub fn judge(logs: &[(String, String)]) -> (Tally, Verdict) {
     let mut tally = Tally::default();
     let mut verdict = Verdict::Valid;
     for (name, text) in logs {
-        if let Err(v) = judge_node(name, text, &mut tally) {
-            if verdict == Verdict::Valid || matches!(v, Verdict::Invalid(_)) {
-                verdict = v;
-            }
+        if let Err(v) = judge_node(name, text, &mut tally)
+            && (verdict == Verdict::Valid || matches!(v, Verdict::Invalid(_)))
+        {
+            verdict = v;
         }
     }
     (tally, verdict)
