@@ -15,6 +15,8 @@
 //! A run in which no admission in scope was even tried inside a halt (granted or refused)
 //! judged nothing: unknown, never valid.
 
+use std::collections::HashMap;
+
 use super::ops::{s, u};
 use super::verdict::Verdict;
 use crate::history::{Kind, Op};
@@ -97,6 +99,17 @@ pub fn check(ops: &[Op]) -> Verdict {
 /// The queued waiters' rule (module doc): no waiter granted after its room came inside a
 /// halt of its scope and before that halt's clear was invoked.
 fn queued_grants(ops: &[Op], windows: &[Window]) -> Result<(), Verdict> {
+    // The first queued grant of each round, found in one pass.
+    let mut grants: HashMap<u64, &Op> = HashMap::new();
+    for o in ops.iter().filter(|o| {
+        o.kind == Kind::Ok
+            && o.f == "acquire"
+            && o.value.get("queued").and_then(|q| q.as_bool()) == Some(true)
+    }) {
+        if let Some(round) = u(o, "round") {
+            grants.entry(round).or_insert(o);
+        }
+    }
     let rooms = ops
         .iter()
         .filter(|o| o.f == "halt-room" && o.kind == Kind::Ok);
@@ -104,12 +117,7 @@ fn queued_grants(ops: &[Op], windows: &[Window]) -> Result<(), Verdict> {
         let (Some(round), Some(room_ns)) = (u(room, "round"), u(room, "room_ns")) else {
             continue;
         };
-        let granted = ops.iter().find(|o| {
-            o.kind == Kind::Ok
-                && o.f == "acquire"
-                && o.value.get("queued").and_then(|q| q.as_bool()) == Some(true)
-                && u(o, "round") == Some(round)
-        });
+        let granted = grants.get(&round).copied();
         let Some(grant) = granted else { continue };
         let (Some(tenant), Some(agent)) = (s(grant, "tenant"), s(grant, "agent")) else {
             continue;
