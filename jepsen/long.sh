@@ -80,7 +80,7 @@ for entry in "$@"; do
         flagged=$(awk '/^checker/ {t = 1; next} t && NF == 0 {t = 0}
             t && substr($0, 14, 7) != "valid  " { n = substr($0, 1, 12); sub(/ +$/, "", n);
             v = substr($0, 14, 9); sub(/ +$/, "", v); printf "%s%s %s", s, n, v; s = ", " }' "$verdict_file")
-        stalls=$(sed -n '2s/^leader stalls \([0-9]*\) (judged \([0-9]*\).*one \([0-9]*\)$/\1, judged \2, \3 losers/p' "$verdict_file")
+        stalls=$(sed -n '2s/^leader stalls \([0-9]*\) (judged \([0-9]*\).*one \([0-9]*\).*$/\1, judged \2, \3 losers/p' "$verdict_file")
         coverage=$(awk '/^coverage:/ {c = 1; next} c && NF {printf "%s%s", s, $NF; s = " / "}' "$verdict_file")
         if [ "$status" -eq 0 ] && [ -z "$flagged" ]; then
             verdict="**all valid**"

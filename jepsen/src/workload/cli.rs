@@ -279,6 +279,12 @@ async fn hold_once(
         p.history.record(p.id, kind, "acquire", v);
         return;
     };
+    if started.is_none() {
+        // The command ran and ended between two looks at the record (a grant that arrived
+        // past its deadline ends within milliseconds): its acquire is still to record.
+        let v = json!({"limit": CLI_LIMIT, "fence": fence, "invoke_ns": invoked});
+        p.history.record_at(p.id, Kind::Ok, "acquire", v, at(from));
+    }
     let lost = lost_line(&stderr);
     let to = end.map_or(seen_ns, |(_, e)| at(e));
     let told = end.filter(|(term, _)| *term).map(|(_, e)| at(e));

@@ -66,7 +66,16 @@ pub async fn ledger(p: Process) {
             );
             let racer = p.id + RACER;
             tokio::spawn(async move {
-                conflict(racer, &client, &conflicting, &key, &history).await;
+                let fields = json!({"key": key, "tokens": conflicting.tokens});
+                send_once(
+                    racer,
+                    &client,
+                    &conflicting,
+                    "settle-conflict",
+                    fields,
+                    &history,
+                )
+                .await;
             })
         });
         p.history.record(
@@ -80,7 +89,9 @@ pub async fn ledger(p: Process) {
             let _ = r.await;
         }
         if matches!(outcome, Outcome::Settled) && rng.range(0, 3) == 0 {
-            redeliver(p.id, &client, &settle, &key, &p.history).await;
+            // Delivered once more, as an at-least-once queue does.
+            let fields = json!({"key": key, "tokens": tokens, "redelivered": true});
+            send_once(p.id, &client, &settle, "settle", fields, &p.history).await;
         }
         // One settled key in five is sent again with another payload; every unknown one in
         // two.
@@ -90,7 +101,9 @@ pub async fn ledger(p: Process) {
             Outcome::Refused => false,
         };
         if again {
-            conflict(p.id, &client, &conflicting, &key, &p.history).await;
+            let fields = json!({"key": key, "tokens": conflicting.tokens});
+            let f = "settle-conflict";
+            send_once(p.id, &client, &conflicting, f, fields, &p.history).await;
         }
     }
 }
@@ -143,66 +156,43 @@ async fn settle_until_known(
     Outcome::Unknown
 }
 
-/// Delivers `settle`, already acknowledged, once more, recorded as a `settle` op marked
-/// `redelivered` with whether the answer called it a duplicate.
-async fn redeliver(process: u64, client: &Client, settle: &Settle, key: &str, history: &Recorder) {
-    let tokens = settle.tokens;
-    let period = settle.period.clone();
-    history.record(
-        process,
-        Kind::Invoke,
-        "settle",
-        json!({"key": key, "tokens": tokens, "period": period, "redelivered": true}),
-    );
-    let (kind, fields) = match client.settle(settle.clone()).await {
-        Ok(Reply::Settled { duplicate }) => (
-            Kind::Ok,
-            json!({"key": key, "tokens": tokens, "redelivered": true, "duplicate": duplicate}),
-        ),
-        Ok(other) => (
-            Kind::Fail,
-            json!({"key": key, "tokens": tokens, "redelivered": true, "error": format!("{other:?}")}),
-        ),
-        Err(e) if e.definitely_failed() => (
-            Kind::Fail,
-            json!({"key": key, "tokens": tokens, "redelivered": true, "error": e.to_string()}),
-        ),
-        Err(e) => (
-            Kind::Info,
-            json!({"key": key, "tokens": tokens, "redelivered": true, "error": e.to_string()}),
-        ),
-    };
-    history.record(process, kind, "settle", fields);
-}
-
-/// Sends `conflicting` (a payload for the key that differs from the first one), recorded as
-/// a `settle-conflict` op.
-async fn conflict(
+/// Sends `settle` once as op `f`: records the invoke (with the payload's period) and one
+/// completion, each carrying `fields`: `ok` when settled, with `duplicate` (whether the
+/// answer called it one); `fail` when refused (`error` "conflict" for a conflicting
+/// payload) or certainly not applied; `info` when its outcome is unknown.
+async fn send_once(
     process: u64,
     client: &Client,
-    conflicting: &Settle,
-    key: &str,
+    settle: &Settle,
+    f: &str,
+    fields: serde_json::Value,
     history: &Recorder,
 ) {
-    let tokens = conflicting.tokens;
-    let period = conflicting.period.clone();
-    history.record(
-        process,
-        Kind::Invoke,
-        "settle-conflict",
-        json!({"key": key, "tokens": tokens, "period": period}),
-    );
-    let (kind, error) = match client.settle(conflicting.clone()).await {
-        Ok(Reply::Refused(Refusal::Conflict { .. })) => (Kind::Fail, Some("conflict".to_string())),
-        Ok(Reply::Settled { .. }) => (Kind::Ok, None),
-        Ok(other) => (Kind::Fail, Some(format!("{other:?}"))),
-        Err(e) if e.definitely_failed() => (Kind::Fail, Some(e.to_string())),
-        Err(e) => (Kind::Info, Some(e.to_string())),
+    let mut invoke = fields.clone();
+    invoke["period"] = json!(settle.period);
+    history.record(process, Kind::Invoke, f, invoke);
+    let mut done = fields;
+    let kind = match client.settle(settle.clone()).await {
+        Ok(Reply::Settled { duplicate }) => {
+            done["duplicate"] = duplicate.into();
+            Kind::Ok
+        }
+        Ok(Reply::Refused(Refusal::Conflict { .. })) => {
+            done["error"] = "conflict".into();
+            Kind::Fail
+        }
+        Ok(other) => {
+            done["error"] = format!("{other:?}").into();
+            Kind::Fail
+        }
+        Err(e) => {
+            done["error"] = e.to_string().into();
+            if e.definitely_failed() {
+                Kind::Fail
+            } else {
+                Kind::Info
+            }
+        }
     };
-    history.record(
-        process,
-        kind,
-        "settle-conflict",
-        json!({"key": key, "tokens": tokens, "error": error}),
-    );
+    history.record(process, kind, f, done);
 }
