@@ -38,14 +38,15 @@ const SIGHTING_SLACK_NS: u64 = 1_000_000_000;
 /// this of log time (module doc).
 const LOG_TICK_S: f64 = 0.001;
 
+/// The nodes that could have led a window in which the monitor saw no leader, nor one before.
+const EVERY_NODE: [u64; 3] = [1, 2, 3];
+
 /// The clock rates the nemesis set, and the leaders the monitor saw.
 pub(crate) struct Clocks {
-    /// (from, to, rate of node 1, 2, 3).
+    /// (from, to, rate of node 1, 2, 3), by `from`.
     spans: Vec<(u64, u64, Vec<f64>)>,
     /// (first seen, node), in time order.
     leaders: Vec<(u64, u64)>,
-    /// Indexes of `spans` by their start.
-    by_from: Vec<usize>,
 }
 
 impl Clocks {
@@ -83,13 +84,8 @@ impl Clocks {
             spans.push((from, u64::MAX, rates));
         }
         leaders.sort_by_key(|(t, _)| *t);
-        let mut by_from: Vec<usize> = (0..spans.len()).collect();
-        by_from.sort_by_key(|i| spans[*i].0);
-        Clocks {
-            spans,
-            leaders,
-            by_from,
-        }
+        spans.sort_by_key(|(from, _, _)| *from);
+        Clocks { spans, leaders }
     }
 
     /// The fastest rate of a node that could have led during `[a, b]` (1 when none was
@@ -114,7 +110,7 @@ impl Clocks {
             .chain(before)
             .collect();
         if nodes.is_empty() {
-            nodes = vec![1, 2, 3];
+            nodes = EVERY_NODE.to_vec();
         }
         self.spans
             .iter()
@@ -223,7 +219,7 @@ struct Reach<'c> {
     /// Sightings taken in: `clocks.leaders[..seen]` (those before the window's slack were
     /// all passed at the start, the last of them kept in `nodes`).
     seen: usize,
-    /// Spans taken in: `clocks.by_from[..met]`.
+    /// Spans taken in: `clocks.spans[..met]`.
     met: usize,
     /// The nodes that could have led, in the order first seen.
     nodes: Vec<u64>,
@@ -268,20 +264,19 @@ impl<'c> Reach<'c> {
             }
             self.seen += 1;
         }
-        while let Some(&i) = c.by_from.get(self.met) {
-            if c.spans[i].0 > b {
+        while let Some(&(from, to, _)) = c.spans.get(self.met) {
+            if from > b {
                 break;
             }
-            if c.spans[i].1 >= self.a {
-                self.spans.push(i);
+            if to >= self.a {
+                self.spans.push(self.met);
                 self.stale = true;
             }
             self.met += 1;
         }
         if self.stale {
-            let everyone = [1, 2, 3];
             let nodes = if self.nodes.is_empty() {
-                &everyone[..]
+                &EVERY_NODE[..]
             } else {
                 &self.nodes[..]
             };
