@@ -16,6 +16,7 @@ use weir::launcher::{LocalCluster, loopback_addr};
 use weir_client::protocol::{Request, Response};
 use weir_server::config::{Config, Peer, RaftConfig};
 
+use crate::addrs;
 use crate::client_front::{self, ClientLink, ClientLinks};
 use crate::netns::{self, Netns};
 use crate::proxy::{self, Addressing, Link, Links};
@@ -72,7 +73,7 @@ impl Net {
     fn http_listen(&self, id: u64) -> Result<String, String> {
         Ok(match self {
             Net::Loopback => loopback_addr()?,
-            Net::Netns(_) => format!("{}:{}", netns::node_ip(id), netns::HTTP_PORT),
+            Net::Netns(_) => format!("{}:{}", addrs::node_ip(id), netns::HTTP_PORT),
         })
     }
 }
@@ -157,9 +158,6 @@ pub struct Cluster {
 /// survive two.
 pub const SIZES: [u64; 2] = [3, 5];
 
-/// The most nodes a run has: the proxies and namespaces know node addresses up to it.
-pub const MAX_NODES: u64 = 5;
-
 /// How long a started node may take to answer a status request: it opens its store and
 /// replays its log, which takes well under a second for a run's worth of entries.
 const ANSWER_BOUND: Duration = Duration::from_secs(10);
@@ -191,9 +189,9 @@ fn addresses(net: &Net, id: u64) -> Result<NodeAddrs, String> {
             Some(proxy::source_ip(id)),
         ),
         Net::Netns(_) => (
-            format!("{}:{}", netns::node_ip(id), netns::CLIENT_PORT),
-            format!("{}:{}", netns::front_ip(id), netns::PEER_PORT),
-            format!("{}:{}", netns::node_ip(id), netns::PEER_PORT),
+            format!("{}:{}", addrs::node_ip(id), netns::CLIENT_PORT),
+            format!("{}:{}", addrs::front_ip(id), netns::PEER_PORT),
+            format!("{}:{}", addrs::node_ip(id), netns::PEER_PORT),
             None,
         ),
     })
@@ -466,7 +464,7 @@ impl Cluster {
         let mut wrong = vec![];
         let mut probes = vec![];
         for (from, to) in self.directed() {
-            let target = SocketAddr::new(netns::node_ip(to), netns::PEER_PORT);
+            let target = SocketAddr::new(addrs::node_ip(to), netns::PEER_PORT);
             let expected = match grudges.get(&(from, to)) {
                 Some(true) => Seen::Cut,
                 Some(false) => Seen::Held,

@@ -4,6 +4,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod addrs;
 pub mod checker;
 pub mod client_front;
 pub mod cluster;

@@ -124,7 +124,7 @@ fn recheck(dir: &Path, nemeses: &[String], secure: bool) -> ! {
             std::process::exit(2);
         }
     };
-    let logs: Vec<(String, String)> = (1..=weir_jepsen::cluster::MAX_NODES)
+    let logs: Vec<(String, String)> = (1..=weir_jepsen::addrs::MAX_NODES)
         .filter_map(|n| {
             std::fs::read_to_string(dir.join(format!("node{n}.log")))
                 .ok()

@@ -6,6 +6,8 @@
 //! these namespaces: no route, NAT or forwarding reaches the host, so concurrent runs (each
 //! with its own prefix, `wj<pid>`) cannot see each other.
 //!
+//! The addresses (`addrs.rs`):
+//!
 //! | address | where | what |
 //! |---|---|---|
 //! | `10.213.0.i` | `-ni` | node `i`: client port 7411, peer port 7511; it dials peers from here |
@@ -29,8 +31,10 @@
 //! `nft` and `tc` (`.ci/run` installs `iproute2`, `nftables`, `iptables`).
 
 use std::io::Write;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::process::{Command, Stdio};
+
+use crate::addrs::{MAX_NODES, client_ip, front_ip, leg_ip, node_ip};
 
 /// The client port of every node (namespaces isolate, so every node can use the same).
 pub const CLIENT_PORT: u16 = 7411;
@@ -40,30 +44,6 @@ pub const PEER_PORT: u16 = 7511;
 pub const HTTP_PORT: u16 = 7611;
 /// The environment variable that tells a re-executed harness its namespaces' prefix.
 pub const PREFIX_ENV: &str = "WEIR_JEPSEN_NETNS";
-
-fn ip(last: u8) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::new(10, 213, 0, last))
-}
-
-/// Node `id`'s own address.
-pub fn node_ip(id: u64) -> IpAddr {
-    ip(id as u8)
-}
-
-/// The proxy front of node `id`.
-pub fn front_ip(id: u64) -> IpAddr {
-    ip(20 + id as u8)
-}
-
-/// Where the proxy dials from when it carries node `id`'s connections.
-pub fn leg_ip(id: u64) -> IpAddr {
-    ip(30 + id as u8)
-}
-
-/// The clients' address.
-pub fn client_ip() -> IpAddr {
-    ip(254)
-}
 
 /// The namespaces of one run.
 #[derive(Clone, Debug)]
@@ -325,7 +305,7 @@ pub fn reap_stale() {
     for prefix in prefixes {
         if !std::path::Path::new(&format!("/proc/{}", &prefix[2..])).exists() {
             // However many nodes it had: deleting a namespace that is not there is a no-op.
-            let nodes = crate::cluster::MAX_NODES;
+            let nodes = MAX_NODES;
             Netns { prefix, nodes }.destroy();
         }
     }

@@ -94,7 +94,7 @@ pub async fn kernel_link(from: u64, target: SocketAddr) -> Seen {
         return Seen::Unreachable;
     };
     if socket
-        .bind(SocketAddr::new(crate::netns::leg_ip(from), 0))
+        .bind(SocketAddr::new(crate::addrs::leg_ip(from), 0))
         .is_err()
     {
         return Seen::Unreachable;

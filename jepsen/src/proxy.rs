@@ -92,7 +92,7 @@ pub enum Addressing {
 impl Addressing {
     /// Which node a connection from `addr` comes from, if any.
     fn node_of(self, addr: SocketAddr) -> Option<u64> {
-        const MAX: u8 = crate::cluster::MAX_NODES as u8;
+        const MAX: u8 = crate::addrs::MAX_NODES as u8;
         let IpAddr::V4(v4) = addr.ip() else {
             return None;
         };
@@ -109,7 +109,7 @@ impl Addressing {
             Addressing::Loopback => TcpStream::connect(target).await,
             Addressing::Netns => {
                 let socket = TcpSocket::new_v4()?;
-                socket.bind(SocketAddr::new(crate::netns::leg_ip(from), 0))?;
+                socket.bind(SocketAddr::new(crate::addrs::leg_ip(from), 0))?;
                 socket.connect(target).await
             }
         }

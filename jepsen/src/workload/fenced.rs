@@ -78,7 +78,7 @@ impl ClientPause {
 /// A pausable process must run on a runtime of its own with one thread
 /// ([`spawn_pausable`]): the pause blocks that thread.
 ///
-/// Its sessions' TTL is `ttl` (the harness's [`super::TTL`] unless `--fenced-ttl-ms` says
+/// Its sessions' TTL is `ttl` (the harness's [`super::setup::TTL`] unless `--fenced-ttl-ms` says
 /// otherwise: a longer one widens, in proportion, the window in which a fast log clock or a
 /// zero margin would let two holders believe at once).
 pub async fn fenced(

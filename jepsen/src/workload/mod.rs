@@ -14,7 +14,7 @@
 //! keys are drained after the last heal ([`keyed`]); and, when asked for, permit holders
 //! running the Python client in processes of their own beside the Rust ones
 //! ([`python_holder`]); and, with the cut client, a holder that holds through the CLI
-//! (`weir acquire -- COMMAND`, [`cli_holder`]). `setup.rs` holds the limits they share, `process.rs` what each process is given; `acquire.rs` the
+//! (`weir acquire -- COMMAND`, [`cli_holder`]). `setup.rs` holds the limits they share (`define.rs` defines them before the run), `process.rs` what each process is given; `acquire.rs` the
 //! recorded acquire, release and belief end they share; `belief.rs` how a holder works on a
 //! permit as an application does (each step checked, raced against `lost()`) and records
 //! when it was told the permit may be lost.
@@ -24,6 +24,7 @@ mod belief;
 mod ceilings;
 mod cli;
 mod cut;
+mod define;
 mod fenced;
 mod halt_queue;
 mod halts;
@@ -39,8 +40,9 @@ mod takes;
 
 pub use acquire::{acquire_as, release_recorded};
 pub use ceilings::{ceiling_admitter, ceiling_setter};
-pub use cli::{CLI_LIMIT, COMMAND_FLAG, cli_holder, command_main};
+pub use cli::{COMMAND_FLAG, cli_holder, command_main};
 pub use cut::{CutClient, cut_holder};
+pub use define::setup;
 pub use fenced::{ClientPause, Resource, fenced, spawn_pausable};
 pub use halt_queue::halt_queue;
 pub use halts::{OTHER_AGENT, admitter, halter};
@@ -51,7 +53,7 @@ pub use python::{PythonHolders, python_holder};
 pub use queued::Queued;
 pub use reader::reader;
 pub use setup::{
-    CEIL_TENANT, CRASH, CUT, FENCED, FINAL_READERS, HALT_AGENT, HALT_LIMIT, HALT_LIMIT_CAP,
-    HALT_TENANT, LIMITS, QUEUE, TENANT, TENANTS, TTL, setup,
+    CEIL_TENANT, CLI_LIMIT, CRASH, CUT, FENCED, FINAL_READERS, HALT_AGENT, HALT_LIMIT,
+    HALT_LIMIT_CAP, HALT_TENANT, LIMITS, QUEUE, TENANT, TENANTS, TTL,
 };
 pub use takes::takes;

@@ -1,10 +1,9 @@
 //! What the workloads share (and `secure.rs` reads): the tenants, the limits and the
-//! session TTL, and [`setup`],
-//! which defines the limits before the run (the keyed ones of `keyed.rs` too).
+//! session TTL (`define.rs` defines the limits before the run). Constants only: it imports
+//! nothing of the crate, so every workload and `secure.rs` read it from below, and it must
+//! never import them back.
 
 use std::time::Duration;
-
-use weir_client::Client;
 
 /// The harness's session TTL: short, so that a paused leader outlives it, and the shortest
 /// that G9 promises to carry through a leader stall (the `stalls` checker holds it to that).
@@ -19,8 +18,11 @@ pub const LIMITS: [(&str, u32, f64, Option<u64>); 8] = [
     (QUEUE, 1, 0.0, None),
     (CRASH, 1, 0.0, None),
     (CUT, 1, 0.0, None),
-    (super::cli::CLI_LIMIT, 1, 0.0, None),
+    (CLI_LIMIT, 1, 0.0, None),
 ];
+
+/// The limit the CLI holder holds, with waiters behind it.
+pub const CLI_LIMIT: &str = "cli";
 
 /// The limit the cut client holds (its links faulted by the client nemeses) with waiters
 /// behind it.
@@ -40,7 +42,7 @@ pub const HALT_LIMIT_CAP: u32 = 4;
 /// (`halt_queue.rs`): one unit, so the waiter queues behind the blocker.
 pub const HALT_QUEUE: &str = "hqueue";
 
-/// The limit that guards the [`super::Resource`].
+/// The limit that guards the fenced workload's `Resource`.
 pub const FENCED: &str = "fenced";
 
 pub const TENANT: &str = "jepsen";
@@ -56,31 +58,3 @@ pub const CEIL_TENANT: &str = "ceil";
 
 /// The tenants the workloads act in: in a secure run each gets a `tenant:NAME` token.
 pub const TENANTS: [&str; 3] = [TENANT, HALT_TENANT, CEIL_TENANT];
-
-/// Defines the limits (retrying until the cluster answers): [`TENANT`]'s through `client`,
-/// [`HALT_TENANT`]'s through `halty` (in a secure run each with its own tenant's token).
-pub async fn setup(client: &Client, halty: &Client) -> Result<(), String> {
-    for (name, concurrent, per_second, burst) in LIMITS {
-        client
-            .define_limit(TENANT, name, concurrent, per_second, burst)
-            .await
-            .map_err(|e| format!("define {name}: {e}"))?;
-    }
-    for definition in super::keyed::definitions() {
-        let name = definition.name.clone();
-        match client.define(definition).await {
-            Ok(weir_core::machine::Reply::Refused(r)) => return Err(format!("define {name}: {r}")),
-            Ok(_) => {}
-            Err(e) => return Err(format!("define {name}: {e}")),
-        }
-    }
-    halty
-        .define_limit(HALT_TENANT, HALT_LIMIT, HALT_LIMIT_CAP, 0.0, None)
-        .await
-        .map_err(|e| format!("define {HALT_LIMIT}: {e}"))?;
-    halty
-        .define_limit(HALT_TENANT, HALT_QUEUE, 1, 0.0, None)
-        .await
-        .map_err(|e| format!("define {HALT_QUEUE}: {e}"))?;
-    Ok(())
-}
