@@ -10,7 +10,7 @@
 //!   reports the same `applied` (`equal_at`);
 //! - whenever two nodes report digests of the same index (`digest_applied`), they are compared.
 //!
-//! It records one `converge` fact; [`crate::checker::convergence`] judges it.
+//! It records one `converge` fact; `checker/convergence.rs` judges it.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

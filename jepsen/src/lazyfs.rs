@@ -46,7 +46,7 @@
 //!   answer to a request it has sent before the process may exit.
 //! - Never in a node's own code: this is the harness's disk, in the harness's process.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -63,6 +63,9 @@ use fuser::{
 };
 
 mod dirs;
+mod state;
+
+use state::{State, Unsynced};
 
 /// The granularity of undo pages: the page size, so one write of a page saves one page.
 const PAGE_BYTES: u64 = 4096;
@@ -83,38 +86,6 @@ pub struct Loss {
     /// Directory entries put back to their state at their directory's last sync: names that
     /// came back, disappeared, or name another file again.
     pub entries: u64,
-}
-
-/// A file changed since its last sync.
-#[derive(Debug)]
-struct Unsynced {
-    /// The file's length at its last sync (or when the layer first saw it).
-    durable_len: u64,
-    /// Page number → that page's durable bytes (shorter than a page at the durable end).
-    undo: BTreeMap<u64, Vec<u8>>,
-}
-
-/// Everything the layer keeps; one lock, since the session runs one thread.
-#[derive(Debug, Default)]
-struct State {
-    /// Inode number → its path relative to the backing directory ("" is the root).
-    paths: HashMap<u64, PathBuf>,
-    /// The reverse of `paths`.
-    inodes: HashMap<PathBuf, u64>,
-    next_inode: u64,
-    /// Open handles → (inode, the backing file).
-    handles: HashMap<u64, (u64, Arc<File>)>,
-    next_handle: u64,
-    /// Inode → what it has unsynced. A file not here is durable as it is.
-    unsynced: HashMap<u64, Unsynced>,
-    /// Directory inode → its entries at its last fsync, for a directory changed since. A
-    /// directory not here is durable as it is.
-    listings: HashMap<u64, dirs::Listing>,
-    /// Inode → whether it is a directory, for each object removed from the tree that a saved
-    /// listing may still name: kept in the removed directory under its inode number.
-    kept: HashMap<u64, bool>,
-    /// How many power losses the mount has had.
-    losses: u64,
 }
 
 /// The filesystem as the FUSE session sees it.

@@ -15,7 +15,7 @@
 //!
 //! - `log-clock` samples: a node's `log_ms` and the harness time its reply arrived, each
 //!   time a reply sets a new maximum of log time less real time (the samples the log-clock
-//!   checker, [`crate::checker::clock`], needs: any other would break its bound only if a
+//!   checker, `checker/clock.rs`, needs: any other would break its bound only if a
 //!   recorded one did).
 //!
 //! It only reads: a status request changes nothing on a node. A node that does not answer

@@ -1,7 +1,7 @@
 //! The fault rules the harness's two forwarders obey, and the read they both do.
 //!
-//! The peer proxy ([`crate::proxy`]) keeps a rule per directed pair of nodes, the client
-//! fronts ([`crate::client_front`]) one per (client address, node); both keep them in a
+//! The peer proxy (`proxy.rs`) keeps a rule per directed pair of nodes, the client
+//! fronts (`client_front.rs`) one per (client address, node); both keep them in a
 //! [`Rules`] table. Every forwarding task watches the table's change counter, so a stream
 //! held by a rule wakes at the change that frees it, and a read in progress gives way to a
 //! change ([`read_chunk`]) so the new rule applies to the next chunk.

@@ -18,7 +18,7 @@
 //!   the node's status, a plaintext HTTP request and an HTTPS request without a bearer
 //!   token must each be refused (the token refusals with their clear errors), while the
 //!   admin token over TLS is served on both ports (the control: a dead node refuses
-//!   everything). It records one `security` op; [`crate::checker::security`] judges it.
+//!   everything). It records one `security` op; `checker/security.rs` judges it.
 //!
 //! Invariant: a process runs one cluster, so the security in force is process-wide: set
 //! once by [`install`] before the first client dials, read by every dial after.

@@ -38,16 +38,12 @@
 //! file that some filesystems (ext4) let carry its directory entry along: here only the
 //! directory's own fsync does.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::ffi::OsString;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use super::State;
-
-/// A directory's entries: name → inode.
-pub(super) type Listing = BTreeMap<OsString, u64>;
+use super::state::{Listing, State};
 
 /// One object of the durable tree, at its place in it.
 struct Placed {
