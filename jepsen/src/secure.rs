@@ -37,7 +37,7 @@ use weir_server::security::certs::{DevCa, Validity};
 use weir_server::security::{ClientSecurity, Connector, hash_token};
 
 use crate::history::{self, Kind, Recorder};
-use crate::workload::setup::{TENANT, TENANTS};
+use crate::setup::{TENANT, TENANTS};
 
 /// The role a client needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -376,7 +376,7 @@ pub async fn check(secure: &Secure, nodes: &[(u64, String, String)], history: &R
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workload::setup::{CEIL_TENANT, HALT_TENANT};
+    use crate::setup::{CEIL_TENANT, HALT_TENANT};
     use weir_server::config::Peer;
 
     /// A secure run's files in a fresh temporary directory.

@@ -7,8 +7,8 @@ use serde_json::json;
 use weir_client::{AcquireError, AcquireOptions, Permit, Session};
 
 use super::process::Process;
-use super::setup::TENANT;
 use crate::history::{Kind, Recorder};
+use crate::setup::TENANT;
 
 /// What a recorded acquire came to.
 pub enum Acquired {

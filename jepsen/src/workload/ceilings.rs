@@ -11,7 +11,7 @@ use weir_core::machine::{Change, Reply};
 use super::process::Process;
 use crate::history::Kind;
 
-use super::setup::CEIL_TENANT;
+use crate::setup::CEIL_TENANT;
 
 /// The setter: `max_running` to a seeded value in 1..=3, every 200–500 ms.
 pub async fn ceiling_setter(p: Process) {

@@ -34,9 +34,9 @@ use serde_json::{Value, json};
 use super::cut::CutClient;
 use super::process::Process;
 use super::python::boot_ns;
-use super::setup::{CLI_LIMIT, TENANT, TTL};
 use crate::client_front::CLI_CLIENT_IP;
 use crate::history::Kind;
+use crate::setup::{CLI_LIMIT, TENANT, TTL};
 
 /// The first argument that puts this binary in its command mode.
 pub const COMMAND_FLAG: &str = "--cli-command";

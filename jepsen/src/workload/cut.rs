@@ -18,8 +18,8 @@ use weir_client::Client;
 use super::acquire::{next_permit, release_recorded};
 use super::belief::Belief;
 use super::process::Process;
-use super::setup::{CUT, TTL};
 use crate::client_front::CUT_CLIENT_IP;
+use crate::setup::{CUT, TTL};
 
 /// The nemesis's handle on the cut client.
 #[derive(Default)]

@@ -4,7 +4,7 @@
 use weir_client::Client;
 
 use super::keyed;
-use super::setup::{HALT_LIMIT, HALT_LIMIT_CAP, HALT_QUEUE, HALT_TENANT, LIMITS, TENANT};
+use crate::setup::{HALT_LIMIT, HALT_LIMIT_CAP, HALT_QUEUE, HALT_TENANT, LIMITS, TENANT};
 
 /// Defines the limits (retrying until the cluster answers): [`TENANT`]'s through `client`,
 /// [`HALT_TENANT`]'s through `halty` (in a secure run each with its own tenant's token).

@@ -12,8 +12,8 @@ use weir_client::Client;
 use super::acquire::{belief_end, next_permit, release_recorded};
 use super::belief::Belief;
 use super::process::Process;
-use super::setup::{FENCED, TENANT};
 use crate::history::{Kind, Recorder};
+use crate::setup::{FENCED, TENANT};
 
 /// The downstream resource the `fenced` limit guards, owned by the harness: it accepts an
 /// action whose fence is at least the largest it has accepted and refuses an older one — the
@@ -78,7 +78,7 @@ impl ClientPause {
 /// A pausable process must run on a runtime of its own with one thread
 /// ([`spawn_pausable`]): the pause blocks that thread.
 ///
-/// Its sessions' TTL is `ttl` (the harness's [`super::setup::TTL`] unless `--fenced-ttl-ms` says
+/// Its sessions' TTL is `ttl` (the harness's [`crate::setup::TTL`] unless `--fenced-ttl-ms` says
 /// otherwise: a longer one widens, in proportion, the window in which a fast log clock or a
 /// zero margin would let two holders believe at once).
 pub async fn fenced(

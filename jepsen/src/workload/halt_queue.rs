@@ -22,8 +22,8 @@ use weir_client::{AcquireError, AcquireOptions, Session};
 use super::acquire::{acquire_as, release_recorded};
 use super::halts::OTHER_AGENT;
 use super::process::Process;
-use super::setup::{HALT_AGENT, HALT_QUEUE, HALT_TENANT, TTL};
 use crate::history::Kind;
+use crate::setup::{HALT_AGENT, HALT_QUEUE, HALT_TENANT, TTL};
 
 /// The queued-in-halt processes: rounds of blocker (`p`), queued waiter (`w`, a process
 /// number of its own: its acquire is open while the blocker releases) and release.

@@ -11,8 +11,8 @@ use weir_core::machine::{HaltScope, Reply};
 
 use super::acquire::{acquire_as, release_recorded};
 use super::process::Process;
-use super::setup::{HALT_AGENT, HALT_LIMIT, HALT_TENANT, TTL};
 use crate::history::{Kind, Recorder};
+use crate::setup::{HALT_AGENT, HALT_LIMIT, HALT_TENANT, TTL};
 
 /// The other agent the admitters act as: only tenant halts cover it.
 pub const OTHER_AGENT: &str = "b";

@@ -27,9 +27,9 @@ use weir_core::machine::{Definition, Part, Refusal};
 
 use super::acquire::belief_end;
 use super::process::Process;
-use super::setup::{TENANT, TTL};
 use crate::history::{Kind, Recorder};
 use crate::rng::Rng;
+use crate::setup::{TENANT, TTL};
 
 /// The keyed bucket: one per key, every request's first part.
 pub const KEYED_RATE: &str = "krate";

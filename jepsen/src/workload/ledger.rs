@@ -20,8 +20,8 @@ use weir_client::Client;
 use weir_core::machine::{Refusal, Reply, Settle};
 
 use super::process::Process;
-use super::setup::TENANT;
 use crate::history::{Kind, Recorder};
+use crate::setup::TENANT;
 
 /// Added to a ledger process's number for its racer's.
 pub const RACER: u64 = 1_000;

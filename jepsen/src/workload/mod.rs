@@ -35,9 +35,12 @@ mod process;
 mod python;
 mod queued;
 mod reader;
-pub(crate) mod setup;
 mod takes;
 
+pub use crate::setup::{
+    CEIL_TENANT, CLI_LIMIT, CRASH, CUT, FENCED, FINAL_READERS, HALT_AGENT, HALT_LIMIT,
+    HALT_LIMIT_CAP, HALT_TENANT, LIMITS, QUEUE, TENANT, TENANTS, TTL,
+};
 pub use acquire::{acquire_as, release_recorded};
 pub use ceilings::{ceiling_admitter, ceiling_setter};
 pub use cli::{COMMAND_FLAG, cli_holder, command_main};
@@ -52,8 +55,4 @@ pub use process::Process;
 pub use python::{PythonHolders, python_holder};
 pub use queued::Queued;
 pub use reader::reader;
-pub use setup::{
-    CEIL_TENANT, CLI_LIMIT, CRASH, CUT, FENCED, FINAL_READERS, HALT_AGENT, HALT_LIMIT,
-    HALT_LIMIT_CAP, HALT_TENANT, LIMITS, QUEUE, TENANT, TENANTS, TTL,
-};
 pub use takes::takes;

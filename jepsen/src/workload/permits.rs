@@ -8,7 +8,7 @@ use serde_json::json;
 use super::acquire::{next_permit, release_recorded};
 use super::belief::Belief;
 use super::process::Process;
-use super::setup::TTL;
+use crate::setup::TTL;
 
 /// A permit process: acquire, work for `hold_ms` (a range, seeded; in steps, each preceded
 /// by `lost_reason()` and raced against `lost()`) or until told the permit may be lost,
@@ -16,7 +16,7 @@ use super::setup::TTL;
 /// session TTL) live on keep-alives, and span faults.
 pub async fn permits(p: Process, limit: &'static str, cap: u64, hold_ms: (u64, u64)) {
     let mut rng = p.rng();
-    let client = p.client(crate::secure::Access::Tenant(super::setup::TENANT));
+    let client = p.client(crate::secure::Access::Tenant(crate::setup::TENANT));
     while let Some(session) = p.session(&client, TTL).await {
         while let Some((permit, from)) = next_permit(&p, &session, limit).await {
             let hold = Duration::from_millis(rng.range(hold_ms.0, hold_ms.1));

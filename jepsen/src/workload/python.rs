@@ -31,9 +31,9 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use weir_client::BootInstant;
 
 use super::process::Process;
-use super::setup::{TENANT, TTL};
 use crate::history::{Kind, Op};
 use crate::secure::Access;
+use crate::setup::{TENANT, TTL};
 
 /// How long a driver may take to exit after its stdin is closed: its last hold (at most
 /// [`HOLD_MS`]'s upper end, or a pause of at most TTL + 1 s and a TTL of work after it),

@@ -17,9 +17,9 @@ use weir_client::{AcquireError, AcquireOptions, Client, Permit, Session};
 use weir_core::machine::Priority;
 
 use super::acquire::{belief_end, release_recorded};
-use super::setup::{QUEUE, TENANT, TTL};
 use crate::history::{Kind, NEMESIS, Recorder};
 use crate::rng::Rng;
+use crate::setup::{QUEUE, TENANT, TTL};
 
 /// Waiters per round: enough for an order to mean something, few enough that each is
 /// served (one at a time, each holding a moment) well inside G7's 2 s.

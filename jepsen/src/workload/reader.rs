@@ -9,8 +9,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::process::Process;
-use super::setup::TENANT;
 use crate::history::Kind;
+use crate::setup::TENANT;
 
 /// How many of the latest ops a reader looks through for grants to validate.
 const WINDOW: usize = 400;

@@ -7,8 +7,8 @@ use serde_json::json;
 use weir_client::{AcquireError, AcquireOptions};
 
 use super::process::Process;
-use super::setup::{LIMITS, TENANT, TTL};
 use crate::history::Kind;
+use crate::setup::{LIMITS, TENANT, TTL};
 
 /// The most tokens one take asks for: below the burst (5), so every take can be served.
 pub const UNITS_MAX: u64 = 3;

@@ -1,5 +1,5 @@
 //! What the workloads share (and `secure.rs` reads): the tenants, the limits and the
-//! session TTL (`define.rs` defines the limits before the run). Constants only: it imports
+//! session TTL (`workload/define.rs` defines the limits before the run). Constants only: it imports
 //! nothing of the crate, so every workload and `secure.rs` read it from below, and it must
 //! never import them back.
 
