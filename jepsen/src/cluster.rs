@@ -4,7 +4,7 @@
 //! namespace of its own ([`crate::netns`]). The fault primitives the nemesis uses (cut,
 //! one-way, delay, loss, bandwidth, kill, pause, clocks, membership) are methods here, so
 //! the nemesis does not care which network mode it runs in. The processes themselves are
-//! [`weir::launcher::LocalCluster`]'s, which kills them on drop.
+//! [`weir_launcher::LocalCluster`]'s, which kills them on drop.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
@@ -12,8 +12,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use weir::launcher::{LocalCluster, loopback_addr};
 use weir_client::protocol::{Request, Response};
+use weir_launcher::{LocalCluster, loopback_addr};
 use weir_server::config::{Config, Peer, RaftConfig};
 
 use crate::addrs;

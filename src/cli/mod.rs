@@ -2,10 +2,10 @@
 //! (0 done, 1 error, 2 usage, 3 refused: by the machine, or the token or its role).
 //!
 //! This file holds the clap definitions and the dispatch; each command group has a file of
-//! its own, and `output.rs` how every command prints and ends.
+//! its own, and `output.rs` how every command prints and ends. `weir bench` is the
+//! `weir-bench` crate's: its arguments and its run, with the same exit statuses.
 
 mod acquire;
-mod bench;
 mod certs;
 mod cluster;
 mod docs;
@@ -134,7 +134,7 @@ pub enum Command {
     #[command(subcommand)]
     Snapshot(snapshot::SnapshotCommand),
     /// Load the cluster and report throughput and latency.
-    Bench(bench::BenchArgs),
+    Bench(weir_bench::BenchArgs),
     /// Development certificates.
     #[command(subcommand)]
     Certs(certs::CertsCommand),
@@ -181,7 +181,8 @@ pub fn run(cli: Cli) -> Exit {
         }
     };
     if let Command::Bench(args) = &cli.command {
-        return bench::run(args, &cli.servers, &security, &Output { json: cli.json });
+        let out = weir_bench::Output { json: cli.json };
+        return weir_bench::run(args, &cli.servers, &security, &out);
     }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -273,5 +274,12 @@ mod tests {
         }
         let cli = Cli::try_parse_from(["weir", "spent", "p", "--tenant", "acme"]).unwrap();
         assert_eq!(cli.tenant, "acme");
+    }
+
+    #[test]
+    fn the_bench_ends_with_the_statuses_of_every_command() {
+        assert_eq!(weir_bench::EXIT_OK, EXIT_OK);
+        assert_eq!(weir_bench::EXIT_ERROR, EXIT_ERROR);
+        assert_eq!(weir_bench::EXIT_USAGE, EXIT_USAGE);
     }
 }

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use weir::launcher::{LocalCluster, loopback_addr};
 use weir_client::Client;
 use weir_client::protocol::{Failure, Request, Response};
+use weir_launcher::{LocalCluster, loopback_addr};
 
 use crate::harness::phase;
 

@@ -152,9 +152,9 @@ fn start_old_node(cluster: &Cluster, old_data: &Path) -> (Killed, PathBuf) {
     let dir = cluster.node(3).config_path.parent().unwrap().to_owned();
     let mut config = Config {
         data_dir: old_data.to_owned(),
-        client_addr: weir::launcher::loopback_addr().unwrap(),
-        peer_addr: weir::launcher::loopback_addr().unwrap(),
-        http_listen: weir::launcher::loopback_addr().unwrap(),
+        client_addr: weir_launcher::loopback_addr().unwrap(),
+        peer_addr: weir_launcher::loopback_addr().unwrap(),
+        http_listen: weir_launcher::loopback_addr().unwrap(),
         ..cluster.node(3).config.clone()
     };
     for peer in config.peers.iter_mut().filter(|p| p.id == 3) {

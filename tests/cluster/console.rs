@@ -11,7 +11,7 @@ use reqwest::StatusCode;
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 use tokio::time::Instant;
-use weir::launcher::LocalCluster;
+use weir_launcher::LocalCluster;
 use weir_server::security::ClientSecurity;
 
 use crate::harness::{phase, start_secured, token_entries};

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use weir::launcher::LocalCluster;
+use weir_launcher::LocalCluster;
 use weir_server::server::RAFT_STOPPED;
 
 use crate::harness::phase;

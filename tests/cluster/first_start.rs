@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use weir::launcher::LocalCluster;
+use weir_launcher::LocalCluster;
 
 use crate::harness::phase;
 use crate::{ELECTION, define};

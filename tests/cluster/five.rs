@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use weir::launcher::{LocalCluster, loopback_addr};
+use weir_launcher::{LocalCluster, loopback_addr};
 use weir_server::config::Config;
 use weir_server::security::ClientSecurity;
 

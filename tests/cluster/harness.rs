@@ -1,5 +1,5 @@
 //! A cluster of real `weir serve` processes on loopback, in a temporary directory, with
-//! ports this harness owns: [`weir::launcher::LocalCluster`] plus what the tests add (the
+//! ports this harness owns: [`weir_launcher::LocalCluster`] plus what the tests add (the
 //! CLI against the cluster, panicking waits, a spare node, log tails on failure), and for
 //! the security tests a secured start: certificates from a CA, tokens with roles.
 //! Everything is killed on drop, and the directory removed unless a test failed; every wait
@@ -9,10 +9,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use weir::launcher::{LocalCluster, Node, loopback_addr};
 use weir_client::Client;
 use weir_client::protocol::{NodeStatus, Request, Response};
 use weir_core::machine::{Command as Cmd, Reply};
+use weir_launcher::{LocalCluster, Node, loopback_addr};
 use weir_server::config::{Config, Peer, TlsFiles, TokenEntry};
 use weir_server::security::certs::{DevCa, Validity};
 use weir_server::security::hash_token;

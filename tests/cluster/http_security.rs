@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use weir::launcher::LocalCluster;
+use weir_launcher::LocalCluster;
 use weir_server::security::certs::{DevCa, Validity};
 use weir_server::security::{ClientSecurity, Connector, Stream, tls};
 

@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use weir::launcher::LocalCluster;
 use weir_client::protocol::{Failure, Request, Response};
 use weir_client::{Client, ClientError};
 use weir_core::machine::{Acquire, Command, Refusal, Reply, SessionId};
+use weir_launcher::LocalCluster;
 use weir_server::config::TokenEntry;
 use weir_server::security::ClientSecurity;
 
@@ -143,7 +143,7 @@ async fn a_new_leader_refuses_another_principal_on_a_session_opened_before_the_f
         .filter(|n| n.id != old)
         .map(|n| n.client.clone())
         .collect();
-    let new = weir::launcher::leader_among_with(&rest, Duration::from_secs(30), &as_token(ADMIN))
+    let new = weir_launcher::leader_among_with(&rest, Duration::from_secs(30), &as_token(ADMIN))
         .await
         .expect("a new leader");
     assert_ne!(new, old);

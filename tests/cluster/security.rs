@@ -4,10 +4,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use weir::launcher::LocalCluster;
 use weir_client::protocol::{Failure, Query, Request, Response};
 use weir_client::{Client, ClientError};
 use weir_core::machine::{Command, HaltScope, Reply};
+use weir_launcher::LocalCluster;
 use weir_server::config::{Config, TokenEntry};
 use weir_server::security::ClientSecurity;
 use weir_server::security::certs::{DevCa, Validity};
@@ -129,8 +129,8 @@ async fn tls_peers_elect_and_clients_with_a_wrong_ca_or_an_expired_certificate_a
     let mut peers = cluster.voters();
     let me = weir_server::config::Peer {
         id: 4,
-        client: weir::launcher::loopback_addr().unwrap(),
-        peer: weir::launcher::loopback_addr().unwrap(),
+        client: weir_launcher::loopback_addr().unwrap(),
+        peer: weir_launcher::loopback_addr().unwrap(),
     };
     peers.push(me.clone());
     cluster

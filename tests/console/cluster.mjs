@@ -6,7 +6,7 @@
 // Ports go into a config before the node starts, so they cannot be the kernel's pick at bind
 // time. A port from the ephemeral range may be handed to an outgoing connection before the
 // node binds it, so ports are taken below that range, each checked by binding it once, and
-// never handed out twice in a process (the same rule as src/launcher/ports.rs).
+// never handed out twice in a process (the same rule as crates/weir-launcher/src/ports.rs).
 
 import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';

@@ -10,7 +10,7 @@ Ports: a node's ports go into its config before it starts, so they cannot be the
 pick at bind time. A port found by binding port 0 and closing it is from the kernel's
 *ephemeral* range, where the kernel may hand it to an outgoing connection as its source
 port before the node binds it (the Rust launcher met exactly that in CI:
-``src/launcher/ports.rs``). So, like the launcher, :func:`free_port` takes ports *below*
+``crates/weir-launcher/src/ports.rs``). So, like the launcher, :func:`free_port` takes ports *below*
 the ephemeral range (read from ``/proc``), checks each by binding it on 127.0.0.1, and
 never hands out the same one twice in a process; processes start at offsets from their pid.
 """

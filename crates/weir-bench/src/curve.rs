@@ -19,14 +19,14 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::super::{EXIT_OK, Exit, Output};
 use super::args::BenchArgs;
 use super::keyed_point;
 use super::report::load_average;
 use super::scale::{self, Point};
 use super::svg::{Series, line_chart};
 use super::{load, spawn};
-use crate::launcher::leader_among_with;
+use crate::output::{EXIT_OK, Exit, Output};
+use weir_launcher::leader_among_with;
 use weir_server::security::ClientSecurity;
 
 /// The client counts of the first sweep.

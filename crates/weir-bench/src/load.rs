@@ -11,15 +11,15 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use tokio::task::JoinHandle;
 
-use super::super::{EXIT_ERROR, EXIT_OK, Exit, Output};
 use super::args::{BenchArgs, Workload};
 use super::cpu::CpuClock;
 use super::report::{LoadReport, Recorder, histogram, ms};
 use super::spawn;
 use super::zipf::{Sampler, Zipf};
-use crate::launcher::{LocalCluster, leader_among_with};
+use crate::output::{EXIT_ERROR, EXIT_OK, Exit, Output};
 use weir_client::{AcquireOptions, Client, Session};
 use weir_core::machine::{Change, Definition, Part, Reply, Settle, Spend};
+use weir_launcher::{LocalCluster, leader_among_with};
 use weir_server::security::ClientSecurity;
 
 /// The tenant, and the budget period, every workload works in.

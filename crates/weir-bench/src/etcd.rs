@@ -23,8 +23,8 @@ use serde::Serialize;
 
 use super::external::{External, find_program};
 use super::report::{LoadReport, load_average, ratio, table};
-use crate::cli::output::Output;
-use crate::launcher::free_port;
+use crate::output::Output;
+use weir_launcher::free_port;
 
 /// Members of the etcd cluster: three, as Weir's `--spawn 3`.
 pub const MEMBERS: usize = 3;

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::super::{EXIT_OK, Exit, Output};
 use super::report::ms;
+use crate::output::{EXIT_OK, Exit, Output};
 use weir_client::Client;
 use weir_client::protocol::{Request, Response};
 use weir_core::machine::{Acquire, Command, Priority, Reply};

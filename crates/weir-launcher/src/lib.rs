@@ -7,7 +7,13 @@
 //! [`Config`], never formatted by hand, and validated before they are written. Every wait
 //! is bounded; every process is killed on drop.
 //!
+//! Must never depend on: the `weir` crate (it runs the binary whose path it is given),
+//! `weir-bench` or the harness, which all depend on it; and nothing of weir-core, -client or
+//! -server may ever depend on it. Where it sits among the crates: `docs/design.md`.
+//!
 //! [`Config`]: weir_server::config::Config
+
+#![forbid(unsafe_code)]
 
 mod local_cluster;
 mod ports;

@@ -28,11 +28,10 @@ use super::args::BenchArgs;
 use super::cpu::CpuClock;
 use super::load::{TENANT, node_pids};
 use super::report::{LoadReport, Recorder, histogram, measured_window};
-use crate::cli::output::Output;
-use crate::cli::{EXIT_OK, Exit};
-use crate::launcher::{LocalCluster, leader_among_with};
+use crate::output::{EXIT_OK, Exit, Output};
 use weir_client::Client;
 use weir_core::rls::path::{Segment, limit_name};
+use weir_launcher::{LocalCluster, leader_among_with};
 use weir_server::security::ClientSecurity;
 
 /// The descriptor of every request: its one entry's key and value.

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::args::BenchArgs;
 use super::cpu::CpuReport;
-use crate::cli::output::Output;
+use crate::output::Output;
 
 /// The measured window of a load whose clients already run past their warm-up: counts
 /// outcomes for `--duration`, prints a progress line a second on stderr (after `name`),

@@ -15,8 +15,8 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use super::super::{EXIT_OK, Exit, Output};
 use super::scale::{node_figures, node_line};
+use crate::output::{EXIT_OK, Exit, Output};
 use weir_client::Client;
 use weir_core::bounds::{KEYS_LIVE_MAX, SESSION_TTL_MS_MAX};
 use weir_core::machine::{AcquireParts, Command, Definition, Part, Priority, Reply};

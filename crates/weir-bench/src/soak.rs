@@ -38,7 +38,6 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use super::super::{EXIT_ERROR, EXIT_OK, Exit, Output};
 use super::args::BenchArgs;
 use super::load::{
     self, Incident, SESSION_TTL, define_limits, define_rate, disrupt_the_leader, keyed_take_of,
@@ -47,9 +46,10 @@ use super::load::{
 use super::report::{Recorder, histogram, ms};
 use super::spawn;
 use super::svg::{Series, grid, time_chart};
-use crate::launcher::LocalCluster;
+use crate::output::{EXIT_ERROR, EXIT_OK, Exit, Output};
 use weir_client::{AcquireOptions, Client, Session};
 use weir_core::machine::Command;
+use weir_launcher::LocalCluster;
 use weir_server::raft::state_store::SNAPSHOT_FILE;
 use weir_server::security::ClientSecurity;
 

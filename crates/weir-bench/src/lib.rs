@@ -57,7 +57,16 @@
 //! - `scale.rs`: the scale point;
 //! - `keyed_point.rs`: the keyed point;
 //! - `soak.rs`: the soak (`--report-every`);
-//! - `report.rs`: the recorder the clients share and the printed results.
+//! - `report.rs`: the recorder the clients share and the printed results;
+//! - `output.rs`: how the bench prints (text or JSON) and its exit statuses.
+//!
+//! This crate owns everything of `weir bench`; the `weir` command line only parses its
+//! [`BenchArgs`] (a `clap::Args`) and calls [`run`]. It starts clusters through
+//! `weir-launcher` and reaches them through `weir-client`. Must never depend on: the `weir`
+//! crate (which depends on this one); and it is never a dependency of weir-core,
+//! weir-client or weir-server. Where it sits among the crates: `docs/design.md`.
+
+#![forbid(unsafe_code)]
 
 mod args;
 mod cpu;
@@ -67,6 +76,7 @@ mod etcd;
 mod external;
 mod keyed_point;
 mod load;
+mod output;
 mod redis;
 mod report;
 mod resp;
@@ -81,11 +91,13 @@ use std::time::Duration;
 
 pub use args::BenchArgs;
 use args::{Against, Workload, check};
+pub use output::{EXIT_ERROR, EXIT_OK, EXIT_USAGE, Exit, Output};
 
-use super::{EXIT_ERROR, EXIT_USAGE, Exit, Output};
-use crate::launcher::leader_among_with;
+use weir_launcher::leader_among_with;
 use weir_server::security::ClientSecurity;
 
+/// Runs `weir bench` against `servers` (or the cluster it spawns) with the client's TLS and
+/// token; prints the results to `out` and returns the exit status.
 pub fn run(args: &BenchArgs, servers: &[String], security: &ClientSecurity, out: &Output) -> Exit {
     if let Err(why) = check(args) {
         eprintln!("weir bench: {why}");
@@ -168,7 +180,7 @@ async fn against_etcd(
     args: &BenchArgs,
     servers: &[String],
     security: &ClientSecurity,
-    mut spawned: Option<crate::launcher::LocalCluster>,
+    mut spawned: Option<weir_launcher::LocalCluster>,
     out: &Output,
 ) -> Result<Exit, String> {
     let weir = load::measure_load(args, servers, security, spawned.as_mut()).await?;
@@ -183,7 +195,7 @@ async fn against_etcd(
     let comparison = etcd::Comparison::new(weir, etcd);
     comparison.print(out);
     Ok(if comparison.weir.verified {
-        super::EXIT_OK
+        EXIT_OK
     } else {
         EXIT_ERROR
     })

@@ -31,9 +31,8 @@ use super::external::{External, find_program};
 use super::report::{LoadReport, Recorder, histogram, load_average, measured_window, ratio, table};
 use super::resp::{Connection, Value};
 use super::{load, rls};
-use crate::cli::output::Output;
-use crate::cli::{EXIT_ERROR, EXIT_OK, Exit};
-use crate::launcher::{LocalCluster, free_port};
+use crate::output::{EXIT_ERROR, EXIT_OK, Exit, Output};
+use weir_launcher::{LocalCluster, free_port};
 use weir_server::security::ClientSecurity;
 
 /// The token bucket: `KEYS[1]` is a hash of `tokens` and `at` (µs of Redis's clock);

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::ports::loopback_addr;
+use crate::ports::loopback_addr;
 use weir_client::Client;
 use weir_client::protocol::{NodeStatus, Request, Response};
 use weir_server::config::{Config, Peer};
@@ -141,7 +141,7 @@ impl LocalCluster {
         self.dir.join(format!("data{id}"))
     }
 
-    /// Configs for `n` nodes on loopback with fresh ports ([`super::free_port`]; HTTP too), each
+    /// Configs for `n` nodes on loopback with fresh ports ([`crate::free_port`]; HTTP too), each
     /// listing all `n` as initial voters; data in [`LocalCluster::data_dir`].
     pub fn loopback_configs(&self, n: u64) -> Result<Vec<Config>, String> {
         let voters = (1..=n)

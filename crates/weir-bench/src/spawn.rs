@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::launcher::LocalCluster;
+use weir_launcher::LocalCluster;
 
 /// How long a restarted node may take to answer again.
 const REJOIN_WAIT: Duration = Duration::from_secs(20);
@@ -28,7 +28,7 @@ pub fn start(n: u64, tls: bool, keep: bool) -> Result<LocalCluster, String> {
     let mut configs = cluster.loopback_configs(n)?;
     // Envoy's rate-limit service on every node, for `--workload rls`.
     for c in &mut configs {
-        c.grpc_listen = crate::launcher::loopback_addr()?;
+        c.grpc_listen = weir_launcher::loopback_addr()?;
     }
     if tls {
         let certs = cluster.dir().join("certs");
