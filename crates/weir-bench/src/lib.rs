@@ -68,24 +68,26 @@
 
 #![forbid(unsafe_code)]
 
-mod args;
-mod cpu;
+// Declared in layers, highest first: a file imports only modules below its own
+// (`tests/layering` holds the crate to this list).
 mod curve;
+mod soak;
+mod keyed_point;
+mod scale;
 #[cfg(feature = "etcd")]
 mod etcd;
-mod external;
-mod keyed_point;
-mod load;
-mod output;
 mod redis;
-mod report;
 mod resp;
+mod external;
 mod rls;
-mod scale;
-mod soak;
+mod load;
+mod report;
 mod spawn;
+mod args;
+mod cpu;
 mod svg;
 mod zipf;
+mod output;
 
 use std::time::Duration;
 
