@@ -123,25 +123,25 @@ impl<'a> Description<'a> {
         }
     }
 
-    /// An operator's `control` over `tenant`; `tenant_records` as for [`Description`].
-    fn control(
-        tenant: &'a str,
-        control: Control,
-        tenant_records: bool,
-        effect: Effect<'a>,
-    ) -> Description<'a> {
+    /// An operator's `control` over `tenant`, changing none of its records.
+    fn control(tenant: &'a str, control: Control, effect: Effect<'a>) -> Description<'a> {
         Description {
             tenant: Some(tenant),
             session: None,
             control: Some(control),
-            tenant_records,
+            tenant_records: false,
             bytes_max: COMMAND_BYTES_MAX,
             effect,
         }
     }
 
     /// An acquire in `tenant` for `session`'s `ticket`, first part on `limit`.
-    fn asks(tenant: &'a str, limit: &'a str, session: SessionId, ticket: TicketId) -> Self {
+    fn asks(
+        tenant: &'a str,
+        limit: &'a str,
+        session: SessionId,
+        ticket: TicketId,
+    ) -> Description<'a> {
         Description {
             tenant: Some(tenant),
             session: Some(session),
@@ -164,44 +164,47 @@ impl Command {
         use Control::{Ceilings, Halts, Limits, Time};
         match self {
             Command::DefineLimit { tenant, name, .. } => {
-                Description::control(tenant, Limits, false, Effect::Defines { tenant, name })
+                Description::control(tenant, Limits, Effect::Defines { tenant, name })
             }
             Command::Define(d) => Description::control(
                 &d.tenant,
                 Limits,
-                false,
                 Effect::Defines {
                     tenant: &d.tenant,
                     name: &d.name,
                 },
             ),
             Command::RemoveLimit { tenant, name } => {
-                Description::control(tenant, Limits, false, Effect::Removes { tenant, name })
+                Description::control(tenant, Limits, Effect::Removes { tenant, name })
             }
             Command::ApplyLimits { tenant, .. } => Description {
                 bytes_max: APPLY_COMMAND_BYTES_MAX,
-                ..Description::control(tenant, Limits, false, Effect::Other)
+                ..Description::control(tenant, Limits, Effect::Other)
             },
-            Command::SetTenant { tenant, .. } => {
-                Description::control(tenant, Ceilings, true, Effect::Other)
-            }
+            Command::SetTenant { tenant, .. } => Description {
+                tenant_records: true,
+                ..Description::control(tenant, Ceilings, Effect::Other)
+            },
             Command::SetHalt {
                 tenant,
                 scope,
                 reason,
-            } => Description::control(
-                tenant,
-                Halts,
-                true,
-                Effect::SetsHalt {
+            } => Description {
+                tenant_records: true,
+                ..Description::control(
                     tenant,
-                    scope,
-                    reason,
-                },
-            ),
-            Command::ClearHalt { tenant, scope } => {
-                Description::control(tenant, Halts, true, Effect::ClearsHalt { tenant, scope })
-            }
+                    Halts,
+                    Effect::SetsHalt {
+                        tenant,
+                        scope,
+                        reason,
+                    },
+                )
+            },
+            Command::ClearHalt { tenant, scope } => Description {
+                tenant_records: true,
+                ..Description::control(tenant, Halts, Effect::ClearsHalt { tenant, scope })
+            },
             Command::Reserve { tenant, .. } | Command::ReleaseRun { tenant, .. } => {
                 Description::in_tenant(tenant)
             }
