@@ -6,17 +6,20 @@
 //!
 //! The argument rules a command can break on its own, without the state (name lengths,
 //! unit ranges, weights), are checked in `machine::validate`; this file knows no
-//! refusal and no state, only the shapes and what each command names
-//! ([`Command::tenant`], [`Command::session`], [`Command::definition`]).
+//! refusal and no state, only the shapes. What each command names and is (its tenant,
+//! session, control, size bound, effect: [`Command::describe`]) is stated once, in the
+//! child module `describe`.
 //!
 //! Keyed limits and requests of several parts have commands of their own, [`Definition`]
 //! and [`AcquireParts`]; the older [`Command::DefineLimit`] and [`Command::Acquire`] stay in
 //! the log format and mean a definition that is neither keyed nor shadow
 //! ([`Definition::from_legacy`]) and a request of one keyless part (`From<&Acquire>`).
 
-use std::borrow::Cow;
+mod describe;
 
 use serde::{Deserialize, Serialize};
+
+pub use describe::{Control, Description, Effect};
 
 /// A session's id. Zero is never a session; no two live sessions share one.
 ///
@@ -326,87 +329,6 @@ pub enum Command {
     },
 }
 
-impl Command {
-    /// The tenant this command acts in: the one named by a limit, tenant, run, settlement,
-    /// halt or acquire command; `None` for the session commands and `Tick`. Authorization,
-    /// and the machine's accounting of tenant-level totals, both read it here.
-    pub fn tenant(&self) -> Option<&str> {
-        match self {
-            Command::DefineLimit { tenant, .. }
-            | Command::RemoveLimit { tenant, .. }
-            | Command::SetTenant { tenant, .. }
-            | Command::Reserve { tenant, .. }
-            | Command::ReleaseRun { tenant, .. }
-            | Command::SetHalt { tenant, .. }
-            | Command::ClearHalt { tenant, .. }
-            | Command::ApplyLimits { tenant, .. } => Some(tenant),
-            Command::Acquire(a) => Some(&a.tenant),
-            Command::AcquireParts(a) => Some(&a.tenant),
-            Command::Define(d) => Some(&d.tenant),
-            Command::Settle(s) => Some(&s.tenant),
-            Command::OpenSession { .. }
-            | Command::OpenSessionFor { .. }
-            | Command::KeepAlive { .. }
-            | Command::KeepAliveAcked { .. }
-            | Command::CloseSession { .. }
-            | Command::Release { .. }
-            | Command::SettleTake { .. }
-            | Command::Tick => None,
-        }
-    }
-
-    /// The session this command acts for: keep-alive, close, acquire and release name one;
-    /// `None` for the rest (an open names no session yet). The edge checks its owner (G10)
-    /// and follows its events.
-    pub fn session(&self) -> Option<SessionId> {
-        match self {
-            Command::KeepAlive { session }
-            | Command::KeepAliveAcked { session, .. }
-            | Command::CloseSession { session }
-            | Command::Release { session, .. }
-            | Command::SettleTake { session, .. } => Some(*session),
-            Command::Acquire(a) => Some(a.session),
-            Command::AcquireParts(a) => Some(a.session),
-            Command::DefineLimit { .. }
-            | Command::Define(_)
-            | Command::ApplyLimits { .. }
-            | Command::RemoveLimit { .. }
-            | Command::OpenSession { .. }
-            | Command::OpenSessionFor { .. }
-            | Command::SetTenant { .. }
-            | Command::Reserve { .. }
-            | Command::ReleaseRun { .. }
-            | Command::Settle(_)
-            | Command::SetHalt { .. }
-            | Command::ClearHalt { .. }
-            | Command::Tick => None,
-        }
-    }
-
-    /// The definition a `DefineLimit` (as [`Definition::from_legacy`] reads it) or a
-    /// `Define` writes; `None` for the rest. The machine validates and applies both through
-    /// it.
-    pub fn definition(&self) -> Option<Cow<'_, Definition>> {
-        match self {
-            Command::DefineLimit {
-                tenant,
-                name,
-                concurrent,
-                per_second,
-                burst,
-            } => Some(Cow::Owned(Definition::from_legacy(
-                tenant,
-                name,
-                *concurrent,
-                *per_second,
-                *burst,
-            ))),
-            Command::Define(d) => Some(Cow::Borrowed(d)),
-            _ => None,
-        }
-    }
-}
-
 /// A limit's definition, as `DefineLimit` with two more settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Definition {
@@ -509,51 +431,5 @@ impl From<&Acquire> for AcquireParts {
             wait: a.wait,
             estimate: false,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_command_names_its_tenant_and_its_session() {
-        let acquire = Command::Acquire(Acquire {
-            session: 7,
-            ticket: 1,
-            tenant: "t".into(),
-            limit: "l".into(),
-            units: 1,
-            priority: Priority::default(),
-            agent: None,
-            wait: true,
-        });
-        let settle = Command::Settle(Settle {
-            tenant: "s".into(),
-            run: "r".into(),
-            epoch: 1,
-            period: None,
-            tokens: 0,
-            minor_units: 0,
-            release_slot: false,
-        });
-        let halt = Command::SetHalt {
-            tenant: "h".into(),
-            scope: HaltScope::Tenant,
-            reason: String::new(),
-        };
-        let named = |c: &Command| (c.tenant().map(str::to_owned), c.session());
-        assert_eq!(named(&acquire), (Some("t".into()), Some(7)));
-        assert_eq!(named(&settle), (Some("s".into()), None));
-        assert_eq!(named(&halt), (Some("h".into()), None));
-        assert_eq!(
-            named(&Command::Release {
-                session: 9,
-                ticket: 1
-            }),
-            (None, Some(9))
-        );
-        assert_eq!(named(&Command::OpenSession { ttl_ms: 1 }), (None, None));
-        assert_eq!(named(&Command::Tick), (None, None));
     }
 }

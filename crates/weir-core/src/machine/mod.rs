@@ -214,8 +214,9 @@ pub mod totals;
 mod validate;
 
 pub use command::{
-    Acquire, AcquireParts, Batch, Change, Command, Definition, Fence, HaltScope, Leadership,
-    LimitId, Owner, Part, Priority, SessionId, Settle, TicketId, next_session_candidate,
+    Acquire, AcquireParts, Batch, Change, Command, Control, Definition, Description, Effect, Fence,
+    HaltScope, Leadership, LimitId, Owner, Part, Priority, SessionId, Settle, TicketId,
+    next_session_candidate,
 };
 pub use queue_view::{HolderView, QueuePage, WaiterView};
 pub use reply::{Applied, BudgetKind, Event, LimitsChange, Refusal, Reply};

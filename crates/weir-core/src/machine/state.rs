@@ -54,21 +54,6 @@ pub struct Machine {
     totals: Totals,
 }
 
-/// The tenant whose receipts, runs, periods or halts `command` may change, if any: the
-/// tenant it names ([`Command::tenant`]), unless it only touches limits and permits. (`Tick`
-/// prunes the receipts that are due and keeps the totals itself.)
-fn tenant_counted(command: &Command) -> Option<&str> {
-    match command {
-        Command::DefineLimit { .. }
-        | Command::Define(_)
-        | Command::ApplyLimits { .. }
-        | Command::RemoveLimit { .. }
-        | Command::Acquire(_)
-        | Command::AcquireParts(_) => None,
-        _ => command.tenant(),
-    }
-}
-
 /// A reserve's arguments, borrowed from its command.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Reserve<'a> {
@@ -206,7 +191,7 @@ impl Machine {
             return Reply::Refused(refusal);
         }
         // Tenant-level totals move by the named tenant's container sizes (see `totals`).
-        let tenant = tenant_counted(command);
+        let tenant = command.tenant_counted();
         let before = tenant.map(|t| TenantCounts::of(self.saved.tenants.get(t)));
         let reply = self.dispatch(command, wall_ms, events);
         if let (Some(t), Some(before)) = (tenant, before) {

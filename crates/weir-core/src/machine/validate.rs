@@ -18,7 +18,7 @@
 //! part's key fits its limit (a key on a keyed limit, none on another) needs the state and
 //! is the machine's. A definition's spec ([`Definition::spec`]) is built here too.
 
-use super::command::{Acquire, AcquireParts, Command, Definition, HaltScope, Settle};
+use super::command::{Acquire, AcquireParts, Command, Definition, Effect, HaltScope, Settle};
 use super::limit::LimitSpec;
 use super::reply::Refusal;
 use crate::bounds::{
@@ -29,28 +29,31 @@ use crate::bounds::{
 impl Command {
     /// Checks the arguments alone; `Err` names the field and its bound.
     pub fn validate(&self) -> Result<(), Refusal> {
+        // What every command's description names is checked the same way: its tenant is a
+        // key, an open's TTL is in range. The arms below check the rest of each command.
+        let described = self.describe();
+        if let Some(tenant) = described.tenant {
+            check_key("tenant", tenant)?;
+        }
+        if let Effect::Opens { ttl_ms } = described.effect
+            && !(SESSION_TTL_MS_MIN..=SESSION_TTL_MS_MAX).contains(&ttl_ms)
+        {
+            return Err(Refusal::Invalid(format!(
+                "ttl_ms {ttl_ms} is not in {SESSION_TTL_MS_MIN}..={SESSION_TTL_MS_MAX}"
+            )));
+        }
         match self {
             Command::DefineLimit { .. } | Command::Define(_) => {
                 self.definition()
                     .expect("a definition command")
                     .validate()?;
             }
-            Command::RemoveLimit { tenant, name } => {
-                check_key("tenant", tenant)?;
-                check_key("limit name", name)?;
-            }
+            Command::RemoveLimit { name, .. } => check_key("limit name", name)?,
             Command::ApplyLimits {
                 tenant,
                 definitions,
                 ..
             } => check_apply(tenant, definitions)?,
-            Command::OpenSession { ttl_ms } | Command::OpenSessionFor { ttl_ms, .. } => {
-                if !(SESSION_TTL_MS_MIN..=SESSION_TTL_MS_MAX).contains(ttl_ms) {
-                    return Err(Refusal::Invalid(format!(
-                        "ttl_ms {ttl_ms} is not in {SESSION_TTL_MS_MIN}..={SESSION_TTL_MS_MAX}"
-                    )));
-                }
-            }
             Command::SettleTake { cost, .. } => {
                 if *cost > BURST_MAX {
                     return Err(Refusal::Invalid(format!(
@@ -58,22 +61,19 @@ impl Command {
                     )));
                 }
             }
-            Command::KeepAlive { .. }
+            Command::OpenSession { .. }
+            | Command::OpenSessionFor { .. }
+            | Command::KeepAlive { .. }
             | Command::KeepAliveAcked { .. }
             | Command::CloseSession { .. }
             | Command::Release { .. }
+            | Command::SetTenant { .. }
             | Command::Tick => {}
             Command::Acquire(a) => a.validate()?,
             Command::AcquireParts(a) => a.validate()?,
-            Command::SetTenant { tenant, .. } => check_key("tenant", tenant)?,
             Command::Reserve {
-                tenant,
-                run,
-                agent,
-                period,
-                ..
+                run, agent, period, ..
             } => {
-                check_key("tenant", tenant)?;
                 check_key("run", run)?;
                 if let Some(agent) = agent {
                     check_key("agent", agent)?;
@@ -82,24 +82,13 @@ impl Command {
                     check_key("period", period)?;
                 }
             }
-            Command::ReleaseRun { tenant, run } => {
-                check_key("tenant", tenant)?;
-                check_key("run", run)?;
-            }
+            Command::ReleaseRun { run, .. } => check_key("run", run)?,
             Command::Settle(s) => s.validate()?,
-            Command::SetHalt {
-                tenant,
-                scope,
-                reason,
-            } => {
-                check_key("tenant", tenant)?;
+            Command::SetHalt { scope, reason, .. } => {
                 scope.validate()?;
                 check_reason(reason)?;
             }
-            Command::ClearHalt { tenant, scope } => {
-                check_key("tenant", tenant)?;
-                scope.validate()?;
-            }
+            Command::ClearHalt { scope, .. } => scope.validate()?,
         }
         Ok(())
     }

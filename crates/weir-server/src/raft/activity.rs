@@ -18,7 +18,9 @@
 use serde::Serialize;
 use tokio::sync::broadcast;
 
-use weir_core::machine::{Batch, Command, Event, Machine, Refusal, Reply, SessionId, TicketId};
+use weir_core::machine::{
+    Batch, Command, Effect, Event, Machine, Refusal, Reply, SessionId, TicketId,
+};
 
 /// One thing the cluster did. Serialized with its kind as `kind` (the SSE event name).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -98,8 +100,8 @@ pub fn released_limits(machine: &Machine, batch: &Batch) -> Vec<Option<(String, 
     batch
         .commands
         .iter()
-        .map(|c| match c {
-            Command::Release { session, ticket } => machine.ticket_limit(*session, *ticket),
+        .map(|c| match c.effect() {
+            Effect::Releases { session, ticket } => machine.ticket_limit(session, ticket),
             _ => None,
         })
         .collect()
@@ -129,15 +131,14 @@ fn of_command(
     reply: &Reply,
     released: Option<(String, String)>,
 ) -> Option<Activity> {
-    let (tenant, limit, session, ticket) = match command {
-        Command::Acquire(a) => (&a.tenant, a.limit.clone(), a.session, a.ticket),
-        Command::AcquireParts(a) => (
-            &a.tenant,
-            a.parts.first().map(|p| p.limit.clone()).unwrap_or_default(),
-            a.session,
-            a.ticket,
-        ),
-        Command::Release { session, ticket } => {
+    let (tenant, limit, session, ticket) = match command.effect() {
+        Effect::Asks {
+            tenant,
+            limit,
+            session,
+            ticket,
+        } => (tenant.to_owned(), limit.to_owned(), session, ticket),
+        Effect::Releases { session, ticket } => {
             let Reply::Released { held, .. } = reply else {
                 return None;
             };
@@ -145,14 +146,13 @@ fn of_command(
             return Some(Activity::Released {
                 tenant,
                 limit,
-                session: *session,
-                ticket: *ticket,
+                session,
+                ticket,
                 held: *held,
             });
         }
-        _ => return of_control(command, reply),
+        effect => return of_control(effect, reply),
     };
-    let tenant = tenant.clone();
     match reply {
         Reply::Granted { fence, units } => Some(Activity::Granted {
             tenant: Some(tenant),
@@ -175,38 +175,39 @@ fn of_command(
     }
 }
 
-/// The activity of an operator's command that succeeded: halts and definitions.
-fn of_control(command: &Command, reply: &Reply) -> Option<Activity> {
+/// The activity of an operator's command that succeeded, by its effect: halts and
+/// definitions.
+fn of_control(effect: Effect<'_>, reply: &Reply) -> Option<Activity> {
     if matches!(reply, Reply::Refused(_)) {
         return None;
     }
-    Some(match command {
-        Command::SetHalt {
+    Some(match effect {
+        Effect::SetsHalt {
             tenant,
             scope,
             reason,
         } => Activity::HaltSet {
-            tenant: tenant.clone(),
+            tenant: tenant.to_owned(),
             scope: scope.to_string(),
-            reason: reason.clone(),
+            reason: reason.to_owned(),
         },
-        Command::ClearHalt { tenant, scope } => Activity::HaltCleared {
-            tenant: tenant.clone(),
+        Effect::ClearsHalt { tenant, scope } => Activity::HaltCleared {
+            tenant: tenant.to_owned(),
             scope: scope.to_string(),
         },
-        Command::DefineLimit { tenant, name, .. } => Activity::Defined {
-            tenant: tenant.clone(),
-            limit: name.clone(),
+        Effect::Defines { tenant, name } => Activity::Defined {
+            tenant: tenant.to_owned(),
+            limit: name.to_owned(),
         },
-        Command::Define(d) => Activity::Defined {
-            tenant: d.tenant.clone(),
-            limit: d.name.clone(),
+        Effect::Removes { tenant, name } => Activity::Removed {
+            tenant: tenant.to_owned(),
+            limit: name.to_owned(),
         },
-        Command::RemoveLimit { tenant, name } => Activity::Removed {
-            tenant: tenant.clone(),
-            limit: name.clone(),
-        },
-        _ => return None,
+        Effect::Opens { .. }
+        | Effect::Closes { .. }
+        | Effect::Releases { .. }
+        | Effect::Asks { .. }
+        | Effect::Other => return None,
     })
 }
 

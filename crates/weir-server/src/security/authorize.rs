@@ -13,7 +13,7 @@
 
 use super::token::Role;
 use weir_client::protocol::{Query, Request};
-use weir_core::machine::Command;
+use weir_core::machine::{Command, Control};
 
 /// `Ok` if `role` may make `request`, else the reason it may not.
 pub fn authorize(role: &Role, request: &Request) -> Result<(), String> {
@@ -23,7 +23,7 @@ pub fn authorize(role: &Role, request: &Request) -> Result<(), String> {
         Role::Read => None,
     };
     let (asked, write) = match request {
-        Request::Write(c) => (command_tenant(c), true),
+        Request::Write(c) => (command_scope(c), true),
         Request::Read(q) | Request::ReadLocal(q) => (Scope::Tenant(query_tenant(q)), false),
         Request::Status => (Scope::Admin("status requests"), false),
         Request::AddNode { .. } | Request::RemoveNode { .. } => {
@@ -54,20 +54,18 @@ enum Scope<'a> {
     Admin(&'static str),
 }
 
-fn command_tenant(command: &Command) -> Scope<'_> {
-    match (command, command.tenant()) {
-        (
-            Command::DefineLimit { .. }
-            | Command::Define(_)
-            | Command::RemoveLimit { .. }
-            | Command::ApplyLimits { .. },
-            _,
-        ) => Scope::Admin("limit definitions"),
-        (Command::SetTenant { .. }, _) => Scope::Admin("a tenant's ceiling and budgets"),
-        (Command::SetHalt { .. } | Command::ClearHalt { .. }, _) => Scope::Admin("halts"),
-        (Command::Tick, _) => Scope::Admin("ticks"),
-        (_, Some(tenant)) => Scope::Tenant(tenant),
-        (_, None) => Scope::Session,
+/// What a write reaches, from the facts its description states ([`Command::describe`]): an
+/// operator's control is admin's, naming what it controls; other work is its tenant's, or,
+/// naming none, a session's.
+fn command_scope(command: &Command) -> Scope<'_> {
+    let described = command.describe();
+    match (described.control, described.tenant) {
+        (Some(Control::Limits), _) => Scope::Admin("limit definitions"),
+        (Some(Control::Ceilings), _) => Scope::Admin("a tenant's ceiling and budgets"),
+        (Some(Control::Halts), _) => Scope::Admin("halts"),
+        (Some(Control::Time), _) => Scope::Admin("ticks"),
+        (None, Some(tenant)) => Scope::Tenant(tenant),
+        (None, None) => Scope::Session,
     }
 }
 

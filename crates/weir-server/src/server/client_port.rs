@@ -67,7 +67,7 @@ use weir_client::protocol::{
 use weir_client::task::AbortOnDrop;
 use weir_client::wire::{self, WireError};
 use weir_core::bounds::{HELLO_FRAME_MAX, NODE_OUTBOX_FRAMES_MAX, READ_BUFFER_BYTES};
-use weir_core::machine::{Applied, Command, Event, Reply, SessionId};
+use weir_core::machine::{Applied, Command, Effect, Event, Reply, SessionId};
 
 /// How long a new connection may take to say hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -235,7 +235,10 @@ async fn screen(
     owned(ctx, principal, &request).await?;
     let opening = admit(followed, &request)?;
     let closing = match &request {
-        Request::Write(Command::CloseSession { session }) => Some(*session),
+        Request::Write(command) => match command.effect() {
+            Effect::Closes { session } => Some(session),
+            _ => None,
+        },
         _ => None,
     };
     let request = match request {
@@ -330,8 +333,8 @@ async fn owned(ctx: &Ctx, principal: &Principal, request: &Request) -> Result<()
         return Ok(());
     };
     let ends = matches!(
-        command,
-        Command::CloseSession { .. } | Command::Release { .. }
+        command.effect(),
+        Effect::Closes { .. } | Effect::Releases { .. }
     );
     if ends && principal.role == crate::security::Role::Admin {
         return Ok(());
@@ -369,10 +372,8 @@ fn admit(
     if let Some(session) = command.session() {
         followed.follow(session)?;
     }
-    match command {
-        Command::OpenSession { .. } | Command::OpenSessionFor { .. } => {
-            followed.begin_open().map(Some)
-        }
+    match command.effect() {
+        Effect::Opens { .. } => followed.begin_open().map(Some),
         _ => Ok(None),
     }
 }

@@ -24,15 +24,14 @@
 
 use weir_client::protocol::Failure;
 use weir_core::bounds::{ADDR_BYTES_MAX, MEMBERS_MAX, SESSION_ID_DRAWN_MAX};
-use weir_core::machine::{Command, Owner};
+use weir_core::machine::{Command, Effect, Owner};
 
 /// The command to propose for a client's `command`: an open becomes `OpenSessionFor` for
 /// `owner`, with a nonce from the OS (the session's id, so ids are unguessable) of at most
 /// [`SESSION_ID_DRAWN_MAX`] (exact as a JSON number); anything else is proposed as sent.
 pub fn bind_open(command: Command, owner: Option<Owner>) -> Result<Command, Failure> {
-    let ttl_ms = match command {
-        Command::OpenSession { ttl_ms } | Command::OpenSessionFor { ttl_ms, .. } => ttl_ms,
-        other => return Ok(other),
+    let Effect::Opens { ttl_ms } = command.effect() else {
+        return Ok(command);
     };
     let nonce = crate::security::random_u64().map_err(Failure::Unavailable)? & SESSION_ID_DRAWN_MAX;
     Ok(Command::OpenSessionFor {

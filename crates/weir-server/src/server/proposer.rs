@@ -27,8 +27,9 @@
 //! - Only a leader waits for an in-flight slot; a follower's batch is answered `NotLeader`
 //!   at once, whatever its last leadership's entries still hold.
 //! - The queue is bounded; a full queue answers `Unavailable` at once.
-//! - A command above [`COMMAND_BYTES_MAX`] encoded (an `ApplyLimits` above
-//!   [`APPLY_COMMAND_BYTES_MAX`]) is answered `BadRequest`, never queued.
+//! - A command above its bound encoded ([`Command::bytes_max`]:
+//!   [`weir_core::bounds::COMMAND_BYTES_MAX`], an `ApplyLimits`
+//!   [`weir_core::bounds::APPLY_COMMAND_BYTES_MAX`]) is answered `BadRequest`, never queued.
 //! - An entry's commands take at most `ENTRY_BYTES_MAX - ENTRY_HEADER_BYTES` encoded bytes
 //!   and at most `batch_max` (≤ `ENTRY_COMMANDS_MAX`) commands: a batch is closed before the
 //!   command that would cross either, which waits for the next batch. So every entry fits
@@ -52,10 +53,7 @@ use crate::raft::state_store::AppliedState;
 use crate::raft::{NodeId, Raft, TypeConfig};
 use crate::shutdown::Shutdown;
 use weir_client::protocol::Failure;
-use weir_core::bounds::{
-    APPLY_COMMAND_BYTES_MAX, COMMAND_BYTES_MAX, ENTRY_BYTES_MAX, ENTRY_HEADER_BYTES,
-    PROPOSE_QUEUE_MAX,
-};
+use weir_core::bounds::{ENTRY_BYTES_MAX, ENTRY_HEADER_BYTES, PROPOSE_QUEUE_MAX};
 use weir_core::codec;
 use weir_core::machine::{Command, Reply};
 
@@ -69,7 +67,7 @@ pub type Outcome = Result<(u64, Reply), Failure>;
 /// A command waiting in the proposer's queue, with where its answer goes.
 struct QueuedWrite {
     command: Command,
-    /// `command`'s encoded size, at most [`COMMAND_BYTES_MAX`].
+    /// `command`'s encoded size, at most [`Command::bytes_max`].
     bytes: usize,
     answer: oneshot::Sender<Outcome>,
 }
@@ -97,15 +95,11 @@ impl Proposer {
         Proposer { tx }
     }
 
-    /// Proposes `command` and waits for its outcome. A command above [`COMMAND_BYTES_MAX`]
-    /// encoded (an `ApplyLimits` above [`APPLY_COMMAND_BYTES_MAX`]) is refused `BadRequest`
-    /// at once.
+    /// Proposes `command` and waits for its outcome. A command above its bound encoded
+    /// ([`Command::bytes_max`]) is refused `BadRequest` at once.
     pub async fn propose(&self, command: Command) -> Outcome {
         let bytes = codec::encoded_len(&command);
-        let bound = match command {
-            Command::ApplyLimits { .. } => APPLY_COMMAND_BYTES_MAX,
-            _ => COMMAND_BYTES_MAX,
-        };
+        let bound = command.bytes_max();
         if bytes > bound {
             return Err(Failure::BadRequest(format!(
                 "command is {bytes} bytes encoded, the bound is {bound}"
@@ -394,6 +388,7 @@ fn answer_all(answers: Vec<oneshot::Sender<Outcome>>, outcome: Result<(u64, Vec<
 mod tests {
     use super::*;
     use crate::raft::test_cluster::{Net, PATIENCE, TempDir, found};
+    use weir_core::bounds::COMMAND_BYTES_MAX;
 
     /// Node 1 leads, then is cut off: it cannot commit, and its entries hold both in-flight
     /// slots while a third command waits for one. Nodes 2 and 3 elect a leader, and node 1
