@@ -17,10 +17,10 @@ use envoy_types::pb::google::protobuf::UInt64Value;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tonic::transport::{Channel, Endpoint, Uri};
+use weir::cli::limits_file::ratelimit_yaml as yaml;
 use weir::launcher::{LocalCluster, loopback_addr};
 use weir_client::Client;
 use weir_core::machine::Reply;
-use weir_core::rls::yaml;
 use weir_server::security::certs::{DevCa, Validity};
 use weir_server::security::{ClientSecurity, Connector, Stream};
 
