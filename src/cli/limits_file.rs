@@ -3,7 +3,7 @@
 //!
 //! The file format is chosen by the file's extension ([`read`]): `.toml` is Weir's own
 //! ([`LimitsFile`]); `.yaml` or `.yml` is envoyproxy/ratelimit's configuration, compiled by
-//! `weir_core::rls::yaml` into one limit per descriptor node of its `domain`, which is the
+//! [`ratelimit_yaml`] into one limit per descriptor node of its `domain`, which is the
 //! tenant (a `--tenant` other than the default naming another tenant is refused, naming
 //! both). Export writes Weir's TOML, so `export` then `apply` changes nothing: every
 //! field a definition has is written, `burst` resolved, and floats exactly (TOML keeps a
@@ -30,6 +30,8 @@ use serde_json::json;
 use super::{EXIT_ERROR, EXIT_OK, EXIT_USAGE, Exit, Output, answered, refused};
 use weir_client::Client;
 use weir_core::machine::{Definition, LimitStatus, LimitsChange};
+
+pub mod ratelimit_yaml;
 
 #[derive(Subcommand, Debug)]
 pub enum LimitsCommand {
@@ -98,7 +100,7 @@ pub fn read(
             Ok((tenant.to_owned(), file.definitions(tenant)))
         }
         Some("yaml" | "yml") => {
-            let file = weir_core::rls::yaml::parse(&text).map_err(|e| at(&e))?;
+            let file = ratelimit_yaml::parse(&text).map_err(|e| at(&e))?;
             if tenant_given && file.domain != tenant {
                 return Err(at(&format_args!(
                     "the file's domain {:?} is its tenant, but --tenant names {tenant:?}",

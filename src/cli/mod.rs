@@ -11,7 +11,7 @@ mod cluster;
 mod docs;
 mod halt;
 mod limit;
-mod limits_file;
+pub mod limits_file;
 mod log;
 mod output;
 mod runs;

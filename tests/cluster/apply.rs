@@ -177,10 +177,11 @@ async fn limits_apply_and_export_through_the_cli_round_trip_with_no_change() {
 
     phase("an envoyproxy/ratelimit file applies to its domain, one limit per node");
     let ratelimit = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/envoy-ratelimit.yaml");
-    let compiled = weir_core::rls::yaml::parse(&std::fs::read_to_string(ratelimit).unwrap())
-        .unwrap()
-        .compile()
-        .unwrap();
+    let compiled =
+        weir::cli::limits_file::ratelimit_yaml::parse(&std::fs::read_to_string(ratelimit).unwrap())
+            .unwrap()
+            .compile()
+            .unwrap();
     let mut expected: Vec<String> = compiled.iter().map(|d| d.name.clone()).collect();
     expected.sort();
     let (code, _, err) = cluster.cli(&["limits", "apply", ratelimit, "--tenant", "acme"]);

@@ -153,7 +153,7 @@
 //!
 //! # Limits as files
 //!
-//! `ApplyLimits` sets a tenant's definitions in one entry (`state/apply.rs`). It is judged
+//! `ApplyLimits` sets a tenant's definitions in one entry (`state/apply_limits.rs`). It is judged
 //! whole before anything changes: every spec, no limit changing whether it is keyed, room
 //! for the limits and the tenant it creates. A refusal names the definition and the state
 //! is as before, so a file is applied entirely or not at all, and every replica decides it

@@ -9,9 +9,10 @@
 //! no I/O.
 //!
 //! This file holds the state and the dispatch; each group of commands has its own child
-//! module: `limits` (define, remove), `leases` (sessions: open, keep-alive, expire, close),
-//! `permits` (acquire, release, and serving a queue), `runs` (tenant ceilings, run admission,
-//! settlements, halts), `reads` and `queue_reads` (what queries see) and `check` (the invariants below).
+//! module: `limits` (define, remove), `apply_limits` (a tenant's whole set of definitions),
+//! `leases` (sessions: open, keep-alive, expire, close), `permits` (acquire, release, settle,
+//! and serving a queue), `runs` (tenant ceilings, run admission, settlements, halts), `reads`
+//! and `queue_reads` (what queries see) and `check` (the invariants below).
 //!
 //! Invariants (checked by [`Machine::check`], asserted where they can break):
 //! - Every live ticket is in exactly one place: a `Queued` ticket is in its limit's queue
@@ -23,7 +24,7 @@
 //! - Fences are unique and increasing: every held fence is at most `last_fence`.
 //! - A limit is reachable by name from its tenant exactly while it exists.
 
-mod apply;
+mod apply_limits;
 mod check;
 mod leases;
 mod limits;

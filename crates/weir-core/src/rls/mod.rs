@@ -1,6 +1,9 @@
-//! Envoy's rate-limit service, the pure half: envoyproxy/ratelimit's YAML configuration
-//! compiled to Weir limit [`Definition`](crate::machine::Definition)s ([`yaml`]), and the
-//! rule that finds the limit of a request's descriptor among a tenant's limits ([`path`]).
+//! Envoy's rate-limit service, the pure half: how envoyproxy/ratelimit's configuration maps
+//! to Weir limit [`Definition`](crate::machine::Definition)s, the names and the unit
+//! ([`unit_seconds`]) that mapping uses, and the rule that finds the limit of a request's
+//! descriptor among a tenant's limits ([`path`]). Reading the YAML file and compiling it is
+//! the CLI's (`weir limits apply`, its `limits_file::ratelimit_yaml`): the core parses no
+//! file format and depends on no YAML reader.
 //!
 //! # One limit per node of the descriptor tree
 //!
@@ -32,4 +35,18 @@
 //! `duration_until_reset` is the time until the bucket is full again.
 
 pub mod path;
-pub mod yaml;
+
+/// Seconds in a ratelimit `unit` (a month is 30 days, a year 365), or `None` for another
+/// word.
+pub fn unit_seconds(unit: &str) -> Option<u64> {
+    Some(match unit.to_ascii_lowercase().as_str() {
+        "second" => 1,
+        "minute" => 60,
+        "hour" => 3_600,
+        "day" => 86_400,
+        "week" => 7 * 86_400,
+        "month" => 30 * 86_400,
+        "year" => 365 * 86_400,
+        _ => return None,
+    })
+}

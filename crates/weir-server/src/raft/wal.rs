@@ -374,6 +374,17 @@ pub struct Located {
     locs: Vec<Loc>,
 }
 
+/// Where one write goes: `file` (segment `seq`) at byte `at`; with `checkpoint`, the write
+/// begins the segment and carries its checkpoint first; `created` is the segment begun for
+/// it, recorded in the state once the write is durable.
+struct Placement {
+    file: Arc<dyn SegmentFile>,
+    seq: u64,
+    at: u64,
+    checkpoint: bool,
+    created: Option<Arc<dyn SegmentFile>>,
+}
+
 impl Wal {
     /// Opens the log on `disk`, replaying and verifying every segment; creates the first
     /// segment of an empty log. A damaged log is refused with the segment and offset.
@@ -516,29 +527,61 @@ impl Wal {
         if records.is_empty() {
             return Ok(());
         }
-        let (mut file, mut seq, mut at, begin) = {
+        let estimate: usize = records.iter().map(record_len_estimate).sum();
+        let place = self.place_write(estimate)?;
+        let (buf, locs) = self.encode_groups(&place, records, estimate);
+        append_durably(place.file.as_ref(), &buf, place.at)?;
+        self.note_written(place, records, locs, buf.len());
+        Ok(())
+    }
+
+    /// Where a write of about `estimate` bytes goes: the active segment's end, or the start
+    /// of a new segment, created now, when the write would take the active one past its
+    /// segment size.
+    fn place_write(&self, estimate: usize) -> io::Result<Placement> {
+        let (file, seq, at, begin) = {
             let state = self.lock();
             let active = state.segments.back().expect("an open log has a segment");
             (active.file.clone(), active.seq, active.len, active.len == 0)
         };
-        let estimate: usize = records.iter().map(record_len_estimate).sum();
-        let mut checkpoint = begin;
-        let mut created = None;
         if !begin && at + estimate as u64 > self.segment_bytes {
-            seq = seq
+            let seq = seq
                 .checked_add(1)
                 .ok_or_else(|| io::Error::other("log segment numbers are exhausted"))?;
             let name = segment_name(seq);
-            file = self.disk.create(&name)?;
-            at = 0;
-            checkpoint = true;
-            created = Some(file.clone());
+            let file = self.disk.create(&name)?;
+            return Ok(Placement {
+                file: file.clone(),
+                seq,
+                at: 0,
+                checkpoint: true,
+                created: Some(file),
+            });
         }
+        Ok(Placement {
+            file,
+            seq,
+            at,
+            checkpoint: begin,
+            created: None,
+        })
+    }
+
+    /// The bytes of one write: its groups (a checkpoint first when the segment begins), each
+    /// at most [`GROUP_BYTES_MAX`] of payload unless one record alone is larger, and where
+    /// each entry's frame lands.
+    fn encode_groups(
+        &self,
+        place: &Placement,
+        records: &[Record<'_>],
+        estimate: usize,
+    ) -> (Vec<u8>, Vec<Loc>) {
+        let (seq, at) = (place.seq, place.at);
         let mut buf = Vec::with_capacity(estimate + GROUP_HEADER_BYTES + 128);
         let mut locs = vec![];
         let mut group_start = 0;
         buf.extend_from_slice(&[0u8; GROUP_HEADER_BYTES]);
-        if checkpoint {
+        if place.checkpoint {
             let meta = self.meta();
             buf.extend_from_slice(&codec::seal_frame(
                 CHECKPOINT_MAGIC,
@@ -569,13 +612,23 @@ impl Wal {
             }
         }
         seal_group(&mut buf, group_start);
-        file.write_at(&buf, at)?;
-        file.sync()?;
+        (buf, locs)
+    }
 
+    /// The in-memory state after a durable write of `written` bytes at `place`: the new
+    /// segment, if one was begun; every record, in order; the active segment's length; and
+    /// after a purge, the segments it emptied deleted.
+    fn note_written(
+        &self,
+        place: Placement,
+        records: &[Record<'_>],
+        locs: Vec<Loc>,
+        written: usize,
+    ) {
         let mut state = self.lock();
-        if let Some(file) = created {
+        if let Some(file) = place.created {
             state.segments.push_back(Segment {
-                seq,
+                seq: place.seq,
                 file,
                 len: 0,
                 top: None,
@@ -605,11 +658,10 @@ impl Wal {
             }
         }
         let active = state.segments.back_mut().expect("a segment");
-        active.len = at + buf.len() as u64;
+        active.len = place.at + written as u64;
         if records.iter().any(|r| matches!(r, Record::Purge(_))) {
             self.delete_purged(&mut state);
         }
-        Ok(())
     }
 
     /// Deletes the oldest segments while every entry they record is at or below the purge
@@ -633,6 +685,12 @@ impl Wal {
             state.segments.pop_front();
         }
     }
+}
+
+/// One write of `buf` at byte `at` of `file`, then one sync: durable when this returns.
+fn append_durably(file: &dyn SegmentFile, buf: &[u8], at: u64) -> io::Result<()> {
+    file.write_at(buf, at)?;
+    file.sync()
 }
 
 /// A record's frame length (an entry: exactly; others: at most).
@@ -794,14 +852,7 @@ fn replay(
     file: Arc<dyn SegmentFile>,
     newest: bool,
 ) -> Result<Segment, String> {
-    let len = file.size().map_err(|e| e.to_string())?;
-    if len > SEGMENT_READ_MAX {
-        return Err(format!(
-            "{len} bytes, more than any segment this log writes ({SEGMENT_READ_MAX})"
-        ));
-    }
-    let mut bytes = vec![0u8; len as usize];
-    file.read_at(&mut bytes, 0).map_err(|e| e.to_string())?;
+    let bytes = read_segment(file.as_ref())?;
     let mut segment = Segment {
         seq,
         file,
@@ -813,85 +864,137 @@ fn replay(
         let (payload, end) = match read_group(&bytes, at) {
             Ok(group) => group,
             Err(e) => {
-                let torn = match &e {
-                    GroupError::Torn(_) => true,
-                    GroupError::Damaged(_) => bytes[at..].iter().all(|b| *b == 0),
-                };
-                let why = match e {
-                    GroupError::Torn(why) | GroupError::Damaged(why) => why,
-                };
-                if newest && torn {
-                    tracing::warn!(
-                        "log segment {}: a torn write at byte {at} ({why}), cut off: it was never acknowledged",
-                        segment_name(seq)
-                    );
-                    segment
-                        .file
-                        .set_len(at as u64)
-                        .and_then(|()| segment.file.sync())
-                        .map_err(|e| format!("cutting the torn write at byte {at}: {e}"))?;
-                    break;
-                }
-                return Err(format!("at byte {at}: {why}"));
+                cut_torn_write(&segment, &bytes, at, e, newest)?;
+                break;
             }
         };
-        let payload_at = at + GROUP_HEADER_BYTES;
-        let mut p = 0;
-        while p < payload.len() {
-            let offset = payload_at + p;
-            let (magic, frame, next) =
-                next_frame(payload, p).map_err(|e| format!("at byte {offset}: record: {e}"))?;
-            if at == 0 && p == 0 && magic != CHECKPOINT_MAGIC {
-                return Err(format!(
-                    "at byte 0: the segment does not begin with a checkpoint (found {:?})",
-                    String::from_utf8_lossy(&magic)
-                ));
-            }
-            let bad = |e: FrameError| format!("at byte {offset}: {e}");
-            match magic {
-                ENTRY_MAGIC => {
-                    let log_id = open_entry(frame).map_err(bad)?.log_id;
-                    state
-                        .push(Loc {
-                            log_id,
-                            seq,
-                            offset: offset as u64,
-                            len: frame.len() as u32,
-                        })
-                        .map_err(|why| format!("at byte {offset}: {why}"))?;
-                    segment.top = Some(segment.top.map_or(log_id.index, |t| t.max(log_id.index)));
-                }
-                VOTE_MAGIC => state.meta.vote = Some(open_meta(frame, VOTE_MAGIC).map_err(bad)?),
-                COMMITTED_MAGIC => {
-                    state.meta.committed = open_meta(frame, COMMITTED_MAGIC).map_err(bad)?
-                }
-                TRUNCATE_MAGIC => {
-                    let since: u64 = open_meta(frame, TRUNCATE_MAGIC).map_err(bad)?;
-                    state.truncate(since);
-                }
-                PURGE_MAGIC => {
-                    let upto: LogId = open_meta(frame, PURGE_MAGIC).map_err(bad)?;
-                    state.purge(upto);
-                }
-                CHECKPOINT_MAGIC => {
-                    let meta: Meta = open_meta(frame, CHECKPOINT_MAGIC).map_err(bad)?;
-                    state.meta.vote = meta.vote;
-                    state.meta.committed = meta.committed;
-                    if let Some(upto) = meta.purged {
-                        state.purge(upto);
-                    }
-                }
-                other => {
-                    return Err(format!(
-                        "at byte {offset}: unknown record kind {:?}",
-                        String::from_utf8_lossy(&other)
-                    ));
-                }
-            }
-            p = next;
-        }
+        replay_group(state, &mut segment, payload, at)?;
         at = end;
         segment.len = at as u64;
     }
     Ok(segment)
+}
+
+/// A segment's bytes, read whole; a file larger than any segment this log writes is refused.
+fn read_segment(file: &dyn SegmentFile) -> Result<Vec<u8>, String> {
+    let len = file.size().map_err(|e| e.to_string())?;
+    if len > SEGMENT_READ_MAX {
+        return Err(format!(
+            "{len} bytes, more than any segment this log writes ({SEGMENT_READ_MAX})"
+        ));
+    }
+    let mut bytes = vec![0u8; len as usize];
+    file.read_at(&mut bytes, 0).map_err(|e| e.to_string())?;
+    Ok(bytes)
+}
+
+/// The group at `at` of `bytes` could not be read (`e`): a torn write, when it is the newest
+/// segment's tail (it runs past the end, or all from it on is zero), is cut off, durably;
+/// anything else is damage, returned naming the byte.
+fn cut_torn_write(
+    segment: &Segment,
+    bytes: &[u8],
+    at: usize,
+    e: GroupError,
+    newest: bool,
+) -> Result<(), String> {
+    let torn = match &e {
+        GroupError::Torn(_) => true,
+        GroupError::Damaged(_) => bytes[at..].iter().all(|b| *b == 0),
+    };
+    let why = match e {
+        GroupError::Torn(why) | GroupError::Damaged(why) => why,
+    };
+    if newest && torn {
+        tracing::warn!(
+            "log segment {}: a torn write at byte {at} ({why}), cut off: it was never acknowledged",
+            segment_name(segment.seq)
+        );
+        segment
+            .file
+            .set_len(at as u64)
+            .and_then(|()| segment.file.sync())
+            .map_err(|e| format!("cutting the torn write at byte {at}: {e}"))?;
+        return Ok(());
+    }
+    Err(format!("at byte {at}: {why}"))
+}
+
+/// Replays the records of the verified group at `at` (its `payload`) into `state`, in order;
+/// the segment's first record must be a checkpoint.
+fn replay_group(
+    state: &mut State,
+    segment: &mut Segment,
+    payload: &[u8],
+    at: usize,
+) -> Result<(), String> {
+    let payload_at = at + GROUP_HEADER_BYTES;
+    let mut p = 0;
+    while p < payload.len() {
+        let offset = payload_at + p;
+        let (magic, frame, next) =
+            next_frame(payload, p).map_err(|e| format!("at byte {offset}: record: {e}"))?;
+        if at == 0 && p == 0 && magic != CHECKPOINT_MAGIC {
+            return Err(format!(
+                "at byte 0: the segment does not begin with a checkpoint (found {:?})",
+                String::from_utf8_lossy(&magic)
+            ));
+        }
+        replay_record(state, segment, magic, frame, offset)?;
+        p = next;
+    }
+    Ok(())
+}
+
+/// Checks one record (its `frame`, of kind `magic`, at byte `offset` of the segment) and
+/// applies it to `state`: an entry follows the last live one, the others set the vote, the
+/// committed id, a truncation, a purge or a checkpoint's restatement.
+fn replay_record(
+    state: &mut State,
+    segment: &mut Segment,
+    magic: [u8; 4],
+    frame: &[u8],
+    offset: usize,
+) -> Result<(), String> {
+    let seq = segment.seq;
+    let bad = |e: FrameError| format!("at byte {offset}: {e}");
+    match magic {
+        ENTRY_MAGIC => {
+            let log_id = open_entry(frame).map_err(bad)?.log_id;
+            state
+                .push(Loc {
+                    log_id,
+                    seq,
+                    offset: offset as u64,
+                    len: frame.len() as u32,
+                })
+                .map_err(|why| format!("at byte {offset}: {why}"))?;
+            segment.top = Some(segment.top.map_or(log_id.index, |t| t.max(log_id.index)));
+        }
+        VOTE_MAGIC => state.meta.vote = Some(open_meta(frame, VOTE_MAGIC).map_err(bad)?),
+        COMMITTED_MAGIC => state.meta.committed = open_meta(frame, COMMITTED_MAGIC).map_err(bad)?,
+        TRUNCATE_MAGIC => {
+            let since: u64 = open_meta(frame, TRUNCATE_MAGIC).map_err(bad)?;
+            state.truncate(since);
+        }
+        PURGE_MAGIC => {
+            let upto: LogId = open_meta(frame, PURGE_MAGIC).map_err(bad)?;
+            state.purge(upto);
+        }
+        CHECKPOINT_MAGIC => {
+            let meta: Meta = open_meta(frame, CHECKPOINT_MAGIC).map_err(bad)?;
+            state.meta.vote = meta.vote;
+            state.meta.committed = meta.committed;
+            if let Some(upto) = meta.purged {
+                state.purge(upto);
+            }
+        }
+        other => {
+            return Err(format!(
+                "at byte {offset}: unknown record kind {:?}",
+                String::from_utf8_lossy(&other)
+            ));
+        }
+    }
+    Ok(())
 }

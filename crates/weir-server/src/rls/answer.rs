@@ -14,7 +14,7 @@ use super::plan::{Plan, Target};
 use crate::metrics;
 
 /// Envoy's units, shortest first, with their seconds (a month is 30 days, a year 365, as
-/// `weir_core::rls::yaml::unit_seconds` compiles them).
+/// `weir_core::rls::unit_seconds` counts them).
 const UNITS: [(Unit, u64); 7] = [
     (Unit::Second, 1),
     (Unit::Minute, 60),

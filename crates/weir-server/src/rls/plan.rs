@@ -130,29 +130,52 @@ fn check_rate_only(machine: &Machine, tenant: &str, m: &Matched<'_>) -> Result<(
 mod tests {
     use super::*;
     use crate::rls::request::Descriptor;
-    use weir_core::machine::{Batch, Leadership};
-    use weir_core::rls::yaml;
+    use weir_core::machine::{Batch, Definition, Leadership};
+    use weir_core::rls::path::{Segment, limit_name, replaces_name};
 
-    const FILE: &str = "
-domain: d
-descriptors:
-  - key: ip
-    rate_limit: {unit: second, requests_per_unit: 10}
-  - key: inner
-    value: x
-    descriptors:
-      - key: user
-        rate_limit: {unit: minute, requests_per_unit: 5, name: users}
-  - key: vip
-    rate_limit: {unit: minute, requests_per_unit: 50, replaces: [{name: users}]}
-";
+    /// What `weir limits apply` compiles this ratelimit file to (tenant `d`), in its order:
+    ///
+    /// ```yaml
+    /// domain: d
+    /// descriptors:
+    ///   - key: ip
+    ///     rate_limit: {unit: second, requests_per_unit: 10}
+    ///   - key: inner
+    ///     value: x
+    ///     descriptors:
+    ///       - key: user
+    ///         rate_limit: {unit: minute, requests_per_unit: 5, name: users}
+    ///   - key: vip
+    ///     rate_limit: {unit: minute, requests_per_unit: 50, replaces: [{name: users}]}
+    /// ```
+    fn definitions() -> Vec<Definition> {
+        let segment = |key, value| Segment { key, value };
+        let ip = [segment("ip", None)];
+        let inner = [segment("inner", Some("x"))];
+        let user = [segment("inner", Some("x")), segment("user", None)];
+        let vip = [segment("vip", None)];
+        let limit = |name: String, per_second: f64, burst: Option<u64>, keyed: bool| Definition {
+            tenant: "d".into(),
+            name,
+            concurrent: 0,
+            per_second,
+            burst,
+            keyed,
+            keys_max: None,
+            shadow: false,
+        };
+        vec![
+            limit(limit_name(&ip), 10.0, Some(10), true),
+            limit(limit_name(&inner), 0.0, None, false),
+            limit(limit_name(&user), 5.0 / 60.0, Some(5), true),
+            limit(limit_name(&vip), 50.0 / 60.0, Some(50), true),
+            limit(replaces_name(&vip, &user), 0.0, None, false),
+        ]
+    }
 
     fn machine() -> Machine {
         let mut machine = Machine::new();
-        let commands = yaml::parse(FILE)
-            .unwrap()
-            .compile()
-            .unwrap()
+        let commands = definitions()
             .into_iter()
             .map(|d| d.into_command())
             .collect();

@@ -190,4 +190,21 @@ impl Machine {
         }
         Ok(id)
     }
+
+    /// The (tenant, name) a limit is known by: its own, or its definition's for a key.
+    fn names_of(&self, id: LimitId) -> (String, String) {
+        let limit = &self.saved.limits[&id];
+        let def = limit.of.map_or(limit, |d| &self.saved.limits[&d]);
+        (def.tenant.clone(), def.name.clone())
+    }
+
+    /// The limits a definition stands for: its keys' states when keyed, itself otherwise.
+    pub(super) fn states_of(&self, def: LimitId) -> Vec<LimitId> {
+        let limit = &self.saved.limits[&def];
+        if limit.spec.keys_max.is_some() {
+            limit.keys.values().copied().collect()
+        } else {
+            vec![def]
+        }
+    }
 }

@@ -1,4 +1,6 @@
-//! envoyproxy/ratelimit's configuration file, read and compiled to Weir definitions.
+//! envoyproxy/ratelimit's configuration file, read and compiled to Weir definitions: one
+//! limit per descriptor node, as `weir_core::rls` describes (the matcher the server runs
+//! finds a descriptor's limit by the names given here).
 //!
 //! The format (one file per domain):
 //!
@@ -19,14 +21,20 @@
 //! `detailed_metric` (read, and without effect: Weir's metrics are per tenant). Unknown
 //! fields, a `value` ending in `*` (ratelimit's wildcard, not supported), a rate of 0
 //! requests, two sibling nodes with the same key and value, and a `replaces` naming no
-//! rule are refused, naming the node's path. See the module above for what each node becomes.
+//! rule are refused, naming the node's path. See `weir_core::rls` for what each node becomes.
+//!
+//! Invariants: compiling changes nothing but its output; a file is refused as a whole, never
+//! half compiled; every definition returned has passed `Definition::validate`. The YAML
+//! reader (`serde_norway`) lives here, with the CLI that reads files, and never in the
+//! core or the client.
 
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use super::path::{Segment, limit_name, replaces_name};
-use crate::machine::Definition;
+use weir_core::machine::Definition;
+use weir_core::rls::path::{Segment, limit_name, replaces_name};
+use weir_core::rls::unit_seconds;
 
 /// A whole ratelimit file.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -77,21 +85,6 @@ pub struct RateLimit {
 #[serde(deny_unknown_fields)]
 pub struct Replaces {
     pub name: String,
-}
-
-/// Seconds in a ratelimit `unit` (a month is 30 days, a year 365), or `None` for another
-/// word.
-pub fn unit_seconds(unit: &str) -> Option<u64> {
-    Some(match unit.to_ascii_lowercase().as_str() {
-        "second" => 1,
-        "minute" => 60,
-        "hour" => 3_600,
-        "day" => 86_400,
-        "week" => 7 * 86_400,
-        "month" => 30 * 86_400,
-        "year" => 365 * 86_400,
-        _ => return None,
-    })
 }
 
 /// Reads a ratelimit file; the error names the line and column.
@@ -238,9 +231,9 @@ fn walk<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rls::path::{replaced, resolve};
+    use weir_core::rls::path::{replaced, resolve};
 
-    const EXAMPLE: &str = include_str!("../../../../docs/envoy-ratelimit.yaml");
+    const EXAMPLE: &str = include_str!("../../../docs/envoy-ratelimit.yaml");
 
     fn compiled() -> Vec<Definition> {
         parse(EXAMPLE).unwrap().compile().unwrap()
