@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use weir::launcher::{LocalCluster, loopback_addr};
-use weir_client::protocol::{Request, Response};
+use weir_proto::protocol::{Request, Response};
 use weir_server::config::{Config, Peer, RaftConfig};
 
 use crate::client_front::{self, ClientLink, ClientLinks};

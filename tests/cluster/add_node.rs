@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use weir::launcher::{LocalCluster, loopback_addr};
 use weir_client::Client;
-use weir_client::protocol::{Failure, Request, Response};
+use weir_proto::protocol::{Failure, Request, Response};
 
 use crate::harness::phase;
 

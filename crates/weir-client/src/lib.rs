@@ -63,11 +63,6 @@
 
 #![forbid(unsafe_code)]
 
-pub mod protocol;
-pub mod task;
-pub mod tls;
-pub mod wire;
-
 mod boot_clock;
 mod client;
 mod conn;

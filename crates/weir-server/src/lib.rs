@@ -17,11 +17,6 @@ pub mod backup;
 
 pub mod server;
 
-pub mod http;
-
-// Envoy's rate-limit service (gRPC `ShouldRateLimit`) on `grpc_listen`.
-pub mod rls;
-
 pub mod session_owner;
 
 pub mod raft;
@@ -31,6 +26,8 @@ pub mod metrics;
 pub mod lock;
 
 pub mod shutdown;
+
+pub mod accept;
 
 pub mod config;
 

@@ -84,7 +84,7 @@ use args::{Against, Workload, check};
 
 use super::{EXIT_ERROR, EXIT_USAGE, Exit, Output};
 use crate::launcher::leader_among_with;
-use weir_server::security::ClientSecurity;
+use weir_proto::tls::ClientSecurity;
 
 pub fn run(args: &BenchArgs, servers: &[String], security: &ClientSecurity, out: &Output) -> Exit {
     if let Err(why) = check(args) {

@@ -34,7 +34,7 @@ use super::{load, rls};
 use crate::cli::output::Output;
 use crate::cli::{EXIT_ERROR, EXIT_OK, Exit};
 use crate::launcher::{LocalCluster, free_port};
-use weir_server::security::ClientSecurity;
+use weir_proto::tls::ClientSecurity;
 
 /// The token bucket: `KEYS[1]` is a hash of `tokens` and `at` (µs of Redis's clock);
 /// `ARGV` are the rate per second, the burst and the tokens to take. Returns `{granted (1

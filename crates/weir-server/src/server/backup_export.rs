@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use super::ctx::Ctx;
 use super::leader::read_failure;
-use weir_client::protocol::{BACKUP_CHUNK_BYTES, BackupHeader, BackupMember, Failure, Response};
+use weir_proto::protocol::{BACKUP_CHUNK_BYTES, BackupHeader, BackupMember, Failure, Response};
 
 /// The backup held for its chunks: its index and its bytes.
 #[derive(Default)]

@@ -36,7 +36,7 @@
 //!   starts at most three elections and ends. Beside it, the stand-in's **backstop** task,
 //!   one per node: an election timer for a quiet follower that openraft 0.9's greater-log
 //!   delay would hold back.
-//! - **Client accept loop** ([`client_port::serve_clients`], via [`weir_client::wire::accept_loop`]):
+//! - **Client accept loop** ([`client_port::serve_clients`], via [`crate::accept::accept_loop`]):
 //!   one connection task per client connection.
 //! - **Proposer task** ([`proposer`]): owns the receiving end of the proposer queue
 //!   (`PROPOSE_QUEUE_MAX` = 65,536 commands, `try_send`: a full queue answers `Unavailable` at once)
@@ -202,7 +202,7 @@
 //!   proposer answers `NotLeader`. In a cluster of five or more voters the same entry can
 //!   survive on another node that later wins an election and commits it. Every machine write
 //!   is idempotent by its ids, so the client's retry on the new leader is safe; but the
-//!   promise in [`weir_client::protocol::Failure::NotLeader`] is stronger than this path keeps.
+//!   promise in [`weir_proto::protocol::Failure::NotLeader`] is stronger than this path keeps.
 //!   Membership changes map `ForwardToLeader` the same way.
 //! - **A stamp's term can be older than its entry's.** The term is read from the metrics
 //!   before `client_write_ff`; if this node lost and regained leadership in between, the entry
@@ -248,6 +248,7 @@ pub mod data_dir;
 pub mod digest;
 pub mod edge;
 pub mod followed;
+pub mod front;
 pub mod heartbeat;
 pub mod leader;
 pub mod node;

@@ -7,7 +7,7 @@
 //! # One path to the log
 //!
 //! The HTTP layer implements no operation itself. Each handler turns its request into the
-//! same [`weir_core::machine::Command`] or [`weir_client::protocol::Query`] the binary protocol
+//! same [`weir_core::machine::Command`] or [`weir_proto::protocol::Query`] the binary protocol
 //! carries and sends it through an internal [`weir_client::Client`] whose servers are this
 //! node's client address first, then the other initial voters'. So a write goes client port
 //! → proposer → log exactly as a CLI's does, and a read through the reader's quorum round.
@@ -79,6 +79,7 @@ mod console;
 mod context;
 mod error;
 mod events;
+mod front;
 mod halts;
 mod keys;
 mod leaders;
@@ -92,12 +93,16 @@ mod runs;
 mod sessions;
 mod watch;
 
+// Envoy's rate-limit service (gRPC `ShouldRateLimit`) on `grpc_listen`.
+pub mod rls;
+
 pub use bounds::{
     BODY_BYTES_MAX, BODY_READ_TIMEOUT, DRAIN_BYTES_MAX, DRAIN_TIMEOUT, WAIT_MS_MAX,
-    WATCH_ENTRIES_BACKLOG, WATCH_EVENTS_PER_SECOND_MAX,
+    WATCH_EVENTS_PER_SECOND_MAX,
 };
 pub use callers::{CALLERS_MAX, Caller, Callers, act_as};
 pub use context::HttpCtx;
 pub use error::ApiError;
+pub use front::Front;
 pub use listener::HttpListener;
 pub use router::{HEADER_READ_TIMEOUT, router, serve_http, served_routes};
