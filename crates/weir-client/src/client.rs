@@ -94,8 +94,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{broadcast, watch};
 
-use super::ClientError;
 use super::conn::{CONNECT_TIMEOUT, Conn, Fate, Feeds};
+use super::error::ClientError;
 
 use weir_core::bounds::CLIENT_EVENTS_BACKLOG;
 use weir_core::machine::{Command, Event, Reply};

@@ -29,7 +29,7 @@ use tokio::io::{BufReader, ReadHalf, WriteHalf};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
-use super::ClientError;
+use super::error::ClientError;
 use weir_core::bounds::{CLIENT_OUTBOX_FRAMES_MAX, READ_BUFFER_BYTES};
 use weir_core::machine::Event;
 use weir_proto::protocol::{

@@ -55,10 +55,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::ClientError;
 use super::boot_clock::BootInstant;
 use super::client::{Client, RETRY_PAUSE, jittered, reply_of};
 use super::conn::Conn;
+use super::error::ClientError;
 use super::session_state::SessionState;
 use weir_core::machine::{Command, Reply};
 use weir_proto::protocol::{Failure, Request, Response};

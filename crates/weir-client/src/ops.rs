@@ -2,7 +2,8 @@
 //! Each is one request through [`Client::write`] or [`Client::read`]; refusals come back as
 //! `Ok(Reply::Refused(..))` (writes) — typed values, never text.
 
-use super::{Client, ClientError};
+use super::client::Client;
+use super::error::ClientError;
 use weir_core::machine::{
     Change, Command, Definition, Fence, HaltScope, KeyPage, LimitStatus, LimitsChange, LimitsPage,
     Refusal, Reply, RunSlot, Settle, Spend,

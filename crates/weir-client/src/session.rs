@@ -63,9 +63,11 @@ use super::hedge::hedged_keep_alive;
 
 use tokio::sync::broadcast::error::RecvError;
 
+use super::client::Client;
+use super::error::{AcquireError, ClientError};
+use super::lost::Lost;
 use super::permit::Permit;
 use super::session_state::{SessionState, acquire_command, release_in_background};
-use super::{AcquireError, Client, ClientError, Lost};
 use weir_core::machine::{
     AcquireParts, Command, Event, Part, Priority, Refusal, Reply, SessionId, TicketId,
 };

@@ -25,7 +25,9 @@ use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 
 use super::boot_clock::BootInstant;
-use super::{AcquireError, Client, Lost};
+use super::client::Client;
+use super::error::AcquireError;
+use super::lost::Lost;
 use weir_core::machine::{
     Acquire, AcquireParts, Command, Fence, HaltScope, Refusal, Reply, SessionId, TicketId,
 };

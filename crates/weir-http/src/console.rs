@@ -1,5 +1,5 @@
 //! The operator console: a page served at `/ui` from files built into the binary
-//! (`crates/weir-server/ui/`, by `include_str!`), and `GET /v1/whoami`, which tells the
+//! (`crates/weir-http/ui/`, by `include_str!`), and `GET /v1/whoami`, which tells the
 //! page what its token may do so it offers only those actions.
 //!
 //! Invariants:

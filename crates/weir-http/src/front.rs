@@ -15,8 +15,10 @@ use weir_server::security::{Acceptor, Tokens};
 use weir_server::server::front::{Doors, FrontDoors};
 use weir_server::shutdown::Shutdown;
 
+use crate::callers::Callers;
+use crate::context::HttpCtx;
 use crate::rls;
-use crate::{Callers, HttpCtx, serve_http};
+use crate::router::serve_http;
 
 /// Starts HTTP (if `http_listen` is set) and Envoy's rate-limit service (if `grpc_listen`
 /// is) on a node.

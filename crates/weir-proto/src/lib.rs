@@ -5,8 +5,8 @@
 //!
 //! It builds on `weir-core` (the commands and replies the protocol carries) and must never
 //! depend on `weir-client`, `weir-server` or `weir-http`: both ends of the client port
-//! depend on it. Imports point down the list below: [`protocol`] is written in [`wire`]
-//! frames, and [`wire`] reads from a [`tls::Stream`]; [`task`] knows nothing of the others.
+//! depend on it. Imports point down the list below; none of its modules imports another
+//! (the protocol travels in [`wire`] frames, on a [`tls::Stream`] or any other byte stream).
 //!
 //! The crates and their dependency arrows: `docs/design.md`, "Crates".
 

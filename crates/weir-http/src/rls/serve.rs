@@ -12,7 +12,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 
 use super::service::RlsService;
-use crate::HttpListener;
+use crate::listener::HttpListener;
 use weir_proto::tls::Stream;
 use weir_server::security::tls::server_config;
 use weir_server::security::{Acceptor, TlsFiles};

@@ -15,7 +15,8 @@ use super::answer::{Taken, response};
 use super::pending::Pending;
 use super::plan::{Plan, plan};
 use super::request::{Checked, check};
-use crate::{HttpCtx, act_as};
+use crate::callers::act_as;
+use crate::context::HttpCtx;
 use weir_server::security::authorize;
 
 /// The service: the HTTP port's context (its callers, one internal client and take

@@ -636,7 +636,7 @@ pub async fn answer(raft: &Raft, stand_in: &Arc<StandIn>, request: PeerRequest) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::TlsFiles;
+    use crate::security::TlsFiles;
     use crate::security::certs::{DevCa, Validity};
     use crate::security::tls;
 

@@ -11,7 +11,7 @@
 //!
 //! Invariants:
 //! - A node without TLS files listens on loopback addresses only, unless its config says
-//!   `insecure = true` ([`crate::config::Config::validate`]).
+//!   `insecure = true` (`Config::validate`, in `config.rs`).
 //! - With tokens configured, no request is served on a connection whose hello carried no
 //!   known token; every request is checked against the connection's role before it is
 //!   proposed or read.

@@ -22,10 +22,6 @@ use super::ctx::Ctx;
 use super::leader::read_failure;
 use weir_proto::protocol::{BACKUP_CHUNK_BYTES, BackupHeader, BackupMember, Failure, Response};
 
-/// The backup held for its chunks: its index and its bytes.
-#[derive(Default)]
-pub struct BackupSlot(std::sync::Mutex<Option<(u64, Arc<Vec<u8>>)>>);
-
 /// Begins a backup: leadership confirmed by a quorum round, then the state encoded.
 pub async fn begin(ctx: &Ctx) -> Response {
     if let Err(e) = ctx.raft.ensure_linearizable().await {

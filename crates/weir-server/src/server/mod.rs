@@ -54,8 +54,9 @@
 //!   [`crate::raft::state_store::AppliedState`]; `APPLIED_EVENTS_BACKLOG` = 4,096 entries per
 //!   subscriber; sending never waits).
 //!
-//! - **HTTP listener** ([`crate::http`], if `http_listen` is set): axum's tasks, one per
-//!   HTTP connection. Its handlers do not enter the pipeline directly: they go through an
+//! - **Front doors** ([`front`], handed in by whoever starts the node; the binary's are
+//!   `weir-http`'s): the HTTP listener, if `http_listen` is set, with axum's tasks, one per
+//!   HTTP connection, and the gRPC port, if `grpc_listen` is set. Their handlers do not enter the pipeline directly: they go through an
 //!   internal `client::Client` to the leader's client port, so an HTTP request is one more
 //!   client connection here and takes exactly the path drawn above.
 //!
@@ -242,6 +243,7 @@
 
 pub mod admin;
 pub mod backup_export;
+pub mod backup_slot;
 pub mod client_port;
 pub mod ctx;
 pub mod data_dir;

@@ -1,10 +1,10 @@
 //! A running node: opens the data directory, starts Raft on the log and the
-//! state-machine store, starts the proposer and the reader, serves the peer and client
-//! ports, and stops cleanly on SIGTERM or ctrl-c.
+//! state-machine store, starts the front doors it is given ([`super::front`]), the proposer
+//! and the reader, serves the peer and client ports, and stops cleanly on SIGTERM or ctrl-c.
 //!
 //! Invariants:
-//! - Both ports are bound before Raft starts: a taken port fails the start, and nothing is
-//!   served half-way.
+//! - Its ports and the front doors' are bound before Raft starts: a taken port fails the
+//!   start, and nothing is served half-way.
 //! - Only the lowest-id configured voter initializes the cluster, and only while Raft says it
 //!   is not initialized (`Raft::is_initialized`: no vote, no log, no membership on disk).
 //!   This is decided from Raft's own state, not from "first start" of the data directory: a
