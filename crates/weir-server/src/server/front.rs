@@ -45,12 +45,3 @@ pub trait FrontDoors: Send + Sync {
     /// Serves what `doors` holds, as `config` says; an error fails the node's start.
     fn start(&self, config: &Config, doors: Doors) -> Result<(), String>;
 }
-
-/// No front doors: a node that serves its client and peer ports only.
-pub struct NoFrontDoors;
-
-impl FrontDoors for NoFrontDoors {
-    fn start(&self, _config: &Config, _doors: Doors) -> Result<(), String> {
-        Ok(())
-    }
-}
