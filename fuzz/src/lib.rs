@@ -26,11 +26,11 @@ use std::task::{Context, Poll, Waker};
 
 use weir_core::codec;
 use weir_core::machine::{Batch, Command, Leadership, Machine, SNAPSHOT_MAGIC, SNAPSHOT_VERSION};
-use weir_client::protocol::{CLIENT_FRAME_MAX, ClientFrame, Request};
+use weir_proto::protocol::{CLIENT_FRAME_MAX, ClientFrame, Request};
+use weir_proto::wire::{self, WireError};
 use weir_server::raft::network::{
     PEER_FRAME_MAX, PeerHello, PeerRequest, PeerResponse, PeerWelcome,
 };
-use weir_client::wire::{self, WireError};
 
 /// Most bytes of Rust heap live at once in a fuzz process. The largest allocation Weir makes
 /// on purpose from untrusted bytes is a peer frame's buffer, sized by its declared length

@@ -12,8 +12,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use weir_client::protocol::{Request, Response};
 use weir_launcher::{LocalCluster, loopback_addr};
+use weir_proto::protocol::{Request, Response};
 use weir_server::config::{Config, Peer, RaftConfig};
 
 use crate::addrs;

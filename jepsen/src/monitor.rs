@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use weir_client::Client;
-use weir_client::protocol::{NodeStatus, Request, Response};
+use weir_proto::protocol::{NodeStatus, Request, Response};
 
 use crate::history::{Kind, NEMESIS, Recorder};
 

@@ -31,10 +31,11 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use weir_client::Client;
-use weir_client::protocol::{Failure, Request, Response};
+use weir_proto::protocol::{Failure, Request, Response};
+use weir_proto::tls::{ClientSecurity, Connector};
 use weir_server::config::{Config, TlsFiles, TokenEntry};
 use weir_server::security::certs::{DevCa, Validity};
-use weir_server::security::{ClientSecurity, Connector, hash_token};
+use weir_server::security::hash_token;
 
 use crate::history::{self, Kind, Recorder};
 use crate::setup::{TENANT, TENANTS};
@@ -121,7 +122,7 @@ impl Secure {
         for access in accesses {
             secrets.insert(role(access), secret()?);
         }
-        let connector = Connector::tls(weir_server::security::tls::client_config(&ca)?);
+        let connector = Connector::tls(weir_proto::tls::client_config(&ca)?);
         Ok(Secure {
             ca,
             files,

@@ -4,8 +4,8 @@ use clap::Subcommand;
 use serde_json::json;
 
 use super::{EXIT_OK, Exit, Output, client_error};
-use weir_client::protocol::{Request, Response};
 use weir_client::{Client, ClientError};
+use weir_proto::protocol::{Request, Response};
 
 #[derive(Subcommand, Debug)]
 pub enum ClusterCommand {

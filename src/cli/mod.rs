@@ -23,7 +23,7 @@ mod status;
 use clap::{CommandFactory, Parser, Subcommand};
 
 use weir_client::Client;
-use weir_server::security::ClientSecurity;
+use weir_proto::tls::ClientSecurity;
 
 pub use output::{
     EXIT_ERROR, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, Exit, Output, answered, client_error, refused,

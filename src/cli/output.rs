@@ -3,8 +3,8 @@
 //! once, by the function that turns them into a status.
 
 use weir_client::ClientError;
-use weir_client::protocol::Failure;
 use weir_core::machine::{Refusal, Reply};
+use weir_proto::protocol::Failure;
 
 /// Exit status: done.
 pub const EXIT_OK: i32 = 0;

@@ -6,8 +6,8 @@ use serde_json::json;
 
 use super::{EXIT_OK, EXIT_USAGE, Exit, Output, answered, replied};
 use weir_client::Client;
-use weir_client::protocol::{Answer, Query};
 use weir_core::machine::{Change, Reply, Settle};
+use weir_proto::protocol::{Answer, Query};
 
 #[derive(Subcommand, Debug)]
 pub enum TenantCommand {

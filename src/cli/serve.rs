@@ -34,7 +34,11 @@ pub fn run(config: Option<&Path>, data_dir: Option<PathBuf>) -> Exit {
             return EXIT_ERROR;
         }
     };
-    match runtime.block_on(weir_server::server::serve(config, config_path)) {
+    match runtime.block_on(weir_server::server::serve(
+        config,
+        config_path,
+        &weir_http::Front,
+    )) {
         Ok(()) => EXIT_OK,
         Err(e) => {
             tracing::error!("{e}");

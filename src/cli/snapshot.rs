@@ -8,8 +8,8 @@ use clap::Subcommand;
 use serde_json::json;
 
 use super::{EXIT_ERROR, EXIT_OK, Exit, Output, client_error};
-use weir_client::protocol::{BackupHeader, Failure, Request, Response};
 use weir_client::{Client, ClientError};
+use weir_proto::protocol::{BackupHeader, Failure, Request, Response};
 use weir_server::backup::{BackupWriter, read_backup};
 use weir_server::config::Config;
 use weir_server::raft::cluster_identity::ClusterId;

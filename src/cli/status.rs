@@ -8,9 +8,9 @@
 use serde_json::json;
 
 use super::{EXIT_OK, Exit, Output, client_error};
-use weir_client::protocol::{NodeStatus, Request, Response};
 use weir_client::{Client, ClientError};
-use weir_server::security::ClientSecurity;
+use weir_proto::protocol::{NodeStatus, Request, Response};
+use weir_proto::tls::ClientSecurity;
 
 /// One row of `status`.
 struct Row {

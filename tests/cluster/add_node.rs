@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use weir_client::Client;
-use weir_client::protocol::{Failure, Request, Response};
 use weir_launcher::{LocalCluster, loopback_addr};
+use weir_proto::protocol::{Failure, Request, Response};
 
 use crate::harness::phase;
 

@@ -7,8 +7,8 @@ use std::process::{Child, Command as Process, Stdio};
 use std::time::{Duration, Instant};
 
 use weir_client::Client;
-use weir_client::protocol::{Answer, Query, Request, Response};
 use weir_core::machine::{Acquire, Command, Priority, Reply, Settle};
+use weir_proto::protocol::{Answer, Query, Request, Response};
 use weir_server::config::Config;
 
 use crate::harness::{Cluster, phase};

@@ -5,12 +5,12 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use weir_client::protocol::{
+use weir_core::codec;
+use weir_proto::protocol::{
     Answer, CLIENT_FRAME_MAX, ClientFrame, Failure, PROTOCOL_VERSION, Query, Request, Response,
     ServerFrame,
 };
-use weir_client::wire;
-use weir_core::codec;
+use weir_proto::wire;
 
 use crate::harness::{Cluster, phase};
 
@@ -151,11 +151,11 @@ async fn every_kind_of_bad_input_closes_only_its_connection() {
         ServerFrame::Welcome { .. }
     ));
     let names = match client
-        .read(weir_client::protocol::Query::limits("t"))
+        .read(weir_proto::protocol::Query::limits("t"))
         .await
         .unwrap()
     {
-        weir_client::protocol::Answer::Limits(page) => {
+        weir_proto::protocol::Answer::Limits(page) => {
             page.limits.into_iter().map(|l| l.name).collect::<Vec<_>>()
         }
         other => panic!("{other:?}"),

@@ -12,7 +12,7 @@ use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 use weir_launcher::LocalCluster;
-use weir_server::security::ClientSecurity;
+use weir_proto::tls::ClientSecurity;
 
 use crate::harness::{phase, start_secured, token_entries};
 

@@ -9,13 +9,13 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::mpsc;
-use weir_client::protocol::{
-    CLIENT_FRAME_MAX, ClientFrame, Failure, PROTOCOL_VERSION, Request, Response, ServerFrame,
-};
-use weir_client::wire;
 use weir_core::bounds::{FOLLOWED_SESSIONS_MAX, NAME_BYTES_MAX, REASON_BYTES_MAX, UNITS_MAX};
 use weir_core::codec;
 use weir_core::machine::{Acquire, Change, Command, Event, HaltScope, Priority, Reply, Settle};
+use weir_proto::protocol::{
+    CLIENT_FRAME_MAX, ClientFrame, Failure, PROTOCOL_VERSION, Request, Response, ServerFrame,
+};
+use weir_proto::wire;
 
 use crate::harness::{Cluster, phase};
 use crate::{CONVERGE, ELECTION, define};

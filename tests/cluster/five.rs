@@ -11,8 +11,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use weir_launcher::{LocalCluster, loopback_addr};
+use weir_proto::tls::ClientSecurity;
 use weir_server::config::Config;
-use weir_server::security::ClientSecurity;
 
 use crate::harness::phase;
 

@@ -10,9 +10,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use weir_client::Client;
-use weir_client::protocol::{NodeStatus, Request, Response};
 use weir_core::machine::{Command as Cmd, Reply};
 use weir_launcher::{LocalCluster, Node, loopback_addr};
+use weir_proto::protocol::{NodeStatus, Request, Response};
 use weir_server::config::{Config, Peer, TlsFiles, TokenEntry};
 use weir_server::security::certs::{DevCa, Validity};
 use weir_server::security::hash_token;

@@ -113,7 +113,7 @@ fn openapi_routes() -> BTreeSet<(String, String)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_routes_are_exactly_the_openapi_ones_and_each_is_served_by_a_follower() {
     let listed = openapi_routes();
-    let served: BTreeSet<(String, String)> = weir_server::http::served_routes()
+    let served: BTreeSet<(String, String)> = weir_http::served_routes()
         .into_iter()
         .map(|(m, p)| (m.to_string(), p.to_string()))
         .collect();

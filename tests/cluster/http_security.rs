@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use weir_launcher::LocalCluster;
+use weir_proto::tls::{ClientSecurity, Connector, Stream};
 use weir_server::security::certs::{DevCa, Validity};
-use weir_server::security::{ClientSecurity, Connector, Stream, tls};
 
 use crate::harness::{phase, start_secured, token_entries, write_certs};
 
@@ -231,7 +231,7 @@ async fn https_with_tokens_authenticates_and_authorizes_through_the_client_port(
     write_certs(&certs, &ca, &nodes);
     let ca_pem = certs.join("ca.pem");
     cluster = cluster.security(ClientSecurity::new(Some(&ca_pem), Some(ADMIN.into())).unwrap());
-    let connector = Connector::tls(tls::client_config(&ca_pem).unwrap());
+    let connector = Connector::tls(weir_proto::tls::client_config(&ca_pem).unwrap());
 
     phase("three nodes with TLS and tokens on every port elect a leader");
     let tokens = token_entries(&[(ADMIN, "admin"), (TENANT_A, "tenant:a")]);
@@ -353,7 +353,7 @@ async fn https_with_tokens_authenticates_and_authorizes_through_the_client_port(
     });
     for open in slow.collect::<Vec<_>>() {
         let open = open.await.unwrap();
-        let timeout = weir_server::http::HEADER_READ_TIMEOUT;
+        let timeout = weir_http::HEADER_READ_TIMEOUT;
         assert!(
             open <= timeout + Duration::from_secs(5),
             "a slow head kept its connection {open:?}"

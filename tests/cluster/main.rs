@@ -27,8 +27,8 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use weir_client::protocol::{Answer, Query, Request, Response};
 use weir_core::machine::{Acquire, Command, Priority, Reply};
+use weir_proto::protocol::{Answer, Query, Request, Response};
 
 use harness::{Cluster, phase};
 
@@ -568,8 +568,8 @@ async fn cli_status_and_limits_end_to_end_with_exit_codes_and_json_keys() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queued_waiter_is_told_of_its_grant_by_push_without_asking_again() {
-    use weir_client::protocol::{CLIENT_FRAME_MAX, ClientFrame, PROTOCOL_VERSION, ServerFrame};
-    use weir_client::wire;
+    use weir_proto::protocol::{CLIENT_FRAME_MAX, ClientFrame, PROTOCOL_VERSION, ServerFrame};
+    use weir_proto::wire;
     let cluster = Cluster::start("push", 3, "");
     let leader = cluster.leader(ELECTION).await;
     let client = cluster.client();

@@ -4,12 +4,12 @@
 
 use std::time::Duration;
 
-use weir_client::protocol::{Failure, Request, Response};
 use weir_client::{Client, ClientError};
 use weir_core::machine::{Acquire, Command, Refusal, Reply, SessionId};
 use weir_launcher::LocalCluster;
+use weir_proto::protocol::{Failure, Request, Response};
+use weir_proto::tls::ClientSecurity;
 use weir_server::config::TokenEntry;
-use weir_server::security::ClientSecurity;
 
 use crate::harness::{phase, start_secured, token_entries};
 

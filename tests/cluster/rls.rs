@@ -21,8 +21,8 @@ use weir::cli::limits_file::ratelimit_yaml as yaml;
 use weir_client::Client;
 use weir_core::machine::Reply;
 use weir_launcher::{LocalCluster, loopback_addr};
+use weir_proto::tls::{ClientSecurity, Connector, Stream};
 use weir_server::security::certs::{DevCa, Validity};
-use weir_server::security::{ClientSecurity, Connector, Stream};
 
 use crate::harness::{phase, token_entries, write_certs};
 
@@ -427,7 +427,7 @@ async fn should_rate_limit_over_tls_authenticates_the_token_and_applies_its_role
     let follower = (1..=3).find(|id| *id != leader).unwrap();
     let addr = cluster.node(follower).config.grpc_listen.clone();
     let connect = TlsConnect {
-        connector: Connector::tls(weir_server::security::tls::client_config(&ca_pem).unwrap()),
+        connector: Connector::tls(weir_proto::tls::client_config(&ca_pem).unwrap()),
         addr: addr.clone(),
     };
     let channel = Endpoint::from_shared(format!("http://{addr}"))

@@ -4,12 +4,12 @@
 use std::path::Path;
 use std::time::Duration;
 
-use weir_client::protocol::{Failure, Query, Request, Response};
 use weir_client::{Client, ClientError};
 use weir_core::machine::{Command, HaltScope, Reply};
 use weir_launcher::LocalCluster;
+use weir_proto::protocol::{Failure, Query, Request, Response};
+use weir_proto::tls::ClientSecurity;
 use weir_server::config::{Config, TokenEntry};
-use weir_server::security::ClientSecurity;
 use weir_server::security::certs::{DevCa, Validity};
 
 use crate::harness::{phase, start_secured, tls_files, token_entries, write_certs};
@@ -262,7 +262,7 @@ async fn tenant_tokens_stay_in_their_tenant_read_only_reads_and_a_revoked_token_
         );
     }
     match ask(&a, Request::Read(Query::Halts { tenant: "a".into() })).await {
-        Ok(Response::Read(weir_client::protocol::Answer::Halts(h))) => {
+        Ok(Response::Read(weir_proto::protocol::Answer::Halts(h))) => {
             assert_eq!(h.len(), 1, "the admin's halt stands: {h:?}")
         }
         other => panic!("tenant:a reads its halts: {other:?}"),
@@ -509,9 +509,9 @@ async fn tenant_tokens_stay_in_their_tenant_read_only_reads_and_a_revoked_token_
     raw.write_all(&header).await.unwrap();
     let answer = tokio::time::timeout(
         Duration::from_secs(10),
-        weir_client::wire::read_frame::<_, weir_client::protocol::ServerFrame>(
+        weir_proto::wire::read_frame::<_, weir_proto::protocol::ServerFrame>(
             &mut raw,
-            weir_client::protocol::CLIENT_FRAME_MAX,
+            weir_proto::protocol::CLIENT_FRAME_MAX,
         ),
     )
     .await
@@ -519,7 +519,7 @@ async fn tenant_tokens_stay_in_their_tenant_read_only_reads_and_a_revoked_token_
     assert!(
         matches!(
             &answer,
-            Ok(weir_client::protocol::ServerFrame::Error { reason })
+            Ok(weir_proto::protocol::ServerFrame::Error { reason })
                 if reason.contains("4194000 bytes is above the bound of 4096 before the hello")
         ),
         "{answer:?}"

@@ -10,10 +10,10 @@
 
 use std::path::Path;
 
-use weir_client::protocol::{CLIENT_FRAME_MAX, ClientFrame, Request};
-use weir_client::wire::{self, WireError};
 use weir_core::codec;
 use weir_core::machine::{Batch, Command, Leadership, Machine, SNAPSHOT_MAGIC, SNAPSHOT_VERSION};
+use weir_proto::protocol::{CLIENT_FRAME_MAX, ClientFrame, Request};
+use weir_proto::wire::{self, WireError};
 use weir_server::raft::network::{PEER_FRAME_MAX, PeerRequest, PeerResponse};
 
 /// The inputs recorded for `target`, in file-name order, each name printed as its input is

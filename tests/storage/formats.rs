@@ -9,11 +9,11 @@
 use std::path::{Path, PathBuf};
 
 use openraft::{CommittedLeaderId, LogId, Membership, RaftLogReader, StoredMembership};
-use weir_client::protocol::{
+use weir_core::machine::{Acquire, Batch, Command, Leadership, Machine, Priority};
+use weir_proto::protocol::{
     BackupHeader, BackupMember, ClientFrame, PROTOCOL_VERSION_MIN, Request,
 };
-use weir_client::wire;
-use weir_core::machine::{Acquire, Batch, Command, Leadership, Machine, Priority};
+use weir_proto::wire;
 use weir_server::backup::{BackupWriter, read_backup};
 use weir_server::raft::cluster_identity::{ClusterId, ClusterIdentity, read_cluster_id};
 use weir_server::raft::log_store::LogStore;

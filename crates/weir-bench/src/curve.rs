@@ -27,7 +27,7 @@ use super::svg::{Series, line_chart};
 use super::{load, spawn};
 use crate::output::{EXIT_OK, Exit, Output};
 use weir_launcher::leader_among_with;
-use weir_server::security::ClientSecurity;
+use weir_proto::tls::ClientSecurity;
 
 /// The client counts of the first sweep.
 const CLIENTS: [usize; 7] = [1, 4, 16, 64, 256, 1_024, 4_096];

@@ -20,7 +20,7 @@ use crate::output::{EXIT_OK, Exit, Output};
 use weir_client::Client;
 use weir_core::bounds::{KEYS_LIVE_MAX, SESSION_TTL_MS_MAX};
 use weir_core::machine::{AcquireParts, Command, Definition, Part, Priority, Reply};
-use weir_server::security::ClientSecurity;
+use weir_proto::tls::ClientSecurity;
 
 const TENANT: &str = "keyed-point";
 const LIMIT: &str = "keys";

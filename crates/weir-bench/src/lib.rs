@@ -96,7 +96,7 @@ use args::{Against, Workload, check};
 pub use output::{EXIT_ERROR, EXIT_OK, EXIT_USAGE, Exit, Output};
 
 use weir_launcher::leader_among_with;
-use weir_server::security::ClientSecurity;
+use weir_proto::tls::ClientSecurity;
 
 /// Runs `weir bench` against `servers` (or the cluster it spawns) with the client's TLS and
 /// token; prints the results to `out` and returns the exit status.

@@ -20,7 +20,7 @@ use crate::output::{EXIT_ERROR, EXIT_OK, Exit, Output};
 use weir_client::{AcquireOptions, Client, Session};
 use weir_core::machine::{Change, Definition, Part, Reply, Settle, Spend};
 use weir_launcher::{LocalCluster, leader_among_with};
-use weir_server::security::ClientSecurity;
+use weir_proto::tls::ClientSecurity;
 
 /// The tenant, and the budget period, every workload works in.
 pub(super) const TENANT: &str = "bench";

@@ -33,7 +33,7 @@ use super::resp::{Connection, Value};
 use super::{load, rls};
 use crate::output::{EXIT_ERROR, EXIT_OK, Exit, Output};
 use weir_launcher::{LocalCluster, free_port};
-use weir_server::security::ClientSecurity;
+use weir_proto::tls::ClientSecurity;
 
 /// The token bucket: `KEYS[1]` is a hash of `tokens` and `at` (µs of Redis's clock);
 /// `ARGV` are the rate per second, the burst and the tokens to take. Returns `{granted (1

@@ -32,7 +32,7 @@ use crate::output::{EXIT_OK, Exit, Output};
 use weir_client::Client;
 use weir_core::rls::path::{Segment, limit_name};
 use weir_launcher::{LocalCluster, leader_among_with};
-use weir_server::security::ClientSecurity;
+use weir_proto::tls::ClientSecurity;
 
 /// The descriptor of every request: its one entry's key and value.
 const KEY: &str = "bench";

@@ -10,9 +10,9 @@ use serde_json::json;
 use super::report::ms;
 use crate::output::{EXIT_OK, Exit, Output};
 use weir_client::Client;
-use weir_client::protocol::{Request, Response};
 use weir_core::machine::{Acquire, Command, Priority, Reply};
-use weir_server::security::ClientSecurity;
+use weir_proto::protocol::{Request, Response};
+use weir_proto::tls::ClientSecurity;
 
 const TENANT: &str = "scale";
 

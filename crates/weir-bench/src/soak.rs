@@ -50,8 +50,8 @@ use crate::output::{EXIT_ERROR, EXIT_OK, Exit, Output};
 use weir_client::{AcquireOptions, Client, Session};
 use weir_core::machine::Command;
 use weir_launcher::LocalCluster;
+use weir_proto::tls::ClientSecurity;
 use weir_server::raft::state_store::SNAPSHOT_FILE;
-use weir_server::security::ClientSecurity;
 
 /// The keyed rate limit of the churn: one token a second per key from a burst no take
 /// empties, so a key taken from once is live for a second.

@@ -46,7 +46,7 @@ pub fn start(n: u64, tls: bool, keep: bool) -> Result<LocalCluster, String> {
             }];
         }
         let security =
-            weir_server::security::ClientSecurity::new(Some(&certs.join("ca.pem")), Some(secret))?;
+            weir_proto::tls::ClientSecurity::new(Some(&certs.join("ca.pem")), Some(secret))?;
         cluster = cluster.security(security);
     }
     cluster.add_and_start(configs)?;

@@ -94,13 +94,13 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{broadcast, watch};
 
-use super::ClientError;
 use super::conn::{CONNECT_TIMEOUT, Conn, Fate, Feeds};
+use super::error::ClientError;
 
-use crate::protocol::{Answer, Failure, Query, Request, Response};
-use crate::tls::ClientSecurity;
 use weir_core::bounds::CLIENT_EVENTS_BACKLOG;
 use weir_core::machine::{Command, Event, Reply};
+use weir_proto::protocol::{Answer, Failure, Query, Request, Response};
+use weir_proto::tls::ClientSecurity;
 
 /// Most tries of one request (connects and redirects included). Failed tries pause
 /// `RETRY_PAUSE`, so [`REQUEST_DEADLINE`] is what usually ends the retries.

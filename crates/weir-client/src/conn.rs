@@ -29,16 +29,16 @@ use tokio::io::{BufReader, ReadHalf, WriteHalf};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
-use super::ClientError;
-use crate::protocol::{
+use super::error::ClientError;
+use weir_core::bounds::{CLIENT_OUTBOX_FRAMES_MAX, READ_BUFFER_BYTES};
+use weir_core::machine::Event;
+use weir_proto::protocol::{
     CLIENT_FRAME_MAX, ClientFrame, HEARTBEAT_PERIOD, PROTOCOL_VERSION, Request, Response,
     ServerFrame,
 };
-use crate::task::AbortOnDrop;
-use crate::tls::{ClientSecurity, Stream};
-use crate::wire;
-use weir_core::bounds::{CLIENT_OUTBOX_FRAMES_MAX, READ_BUFFER_BYTES};
-use weir_core::machine::Event;
+use weir_proto::task::AbortOnDrop;
+use weir_proto::tls::{ClientSecurity, Stream};
+use weir_proto::wire;
 
 /// Longest a TCP connect may take (a refused one fails at once; this bounds an unrouted
 /// address).

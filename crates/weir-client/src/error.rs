@@ -7,8 +7,8 @@
 //! later may succeed. Refusals by the machine (halted, busy, over budget) are not errors
 //! here: they are typed replies (`Reply::Refused`), or [`AcquireError::Refused`].
 
-use crate::protocol::Failure;
 use weir_core::machine::Refusal;
+use weir_proto::protocol::Failure;
 
 /// Why a request has no answer.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -11,11 +11,11 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
-use crate::protocol::{
+use weir_proto::protocol::{
     CLIENT_FRAME_MAX, ClientFrame, HEARTBEAT_PERIOD, Request, Response, ServerFrame,
 };
-use crate::task::AbortOnDrop;
-use crate::wire;
+use weir_proto::task::AbortOnDrop;
+use weir_proto::wire;
 
 /// What the fake answers a request: `None` is no answer at all.
 pub(super) type Handler = Arc<dyn Fn(&Request) -> Option<Response> + Send + Sync>;

@@ -55,13 +55,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::ClientError;
 use super::boot_clock::BootInstant;
 use super::client::{Client, RETRY_PAUSE, jittered, reply_of};
 use super::conn::Conn;
+use super::error::ClientError;
 use super::session_state::SessionState;
-use crate::protocol::{Failure, Request, Response};
 use weir_core::machine::{Command, Reply};
+use weir_proto::protocol::{Failure, Request, Response};
 
 /// How long the connection a keep-alive went to must have been silent before the keep-alive
 /// is hedged: two heartbeat periods missed, far below the detector's bound, since a hedge

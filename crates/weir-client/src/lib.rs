@@ -1,7 +1,9 @@
 //! Weir's Rust client library: async, any node as the entry point, the leader followed
 //! across failovers with bounded retries, sessions kept alive in the background, permits as
 //! guards that release on drop, and typed errors that say whether a request may have taken
-//! effect. It builds on `weir-core` (the commands and replies) and never on the server.
+//! effect. It builds on `weir-core` (the commands and replies) and `weir-proto` (the
+//! client protocol, its frames, client-side TLS), and must never depend on `weir-server` or
+//! `weir-http`: the front doors depend on it, not the reverse.
 //!
 //! # Example
 //!
@@ -60,28 +62,40 @@
 //! How it works — leader following, failure detection and retries, sessions and re-asks,
 //! the hedged keep-alive — is in the module docs of `client.rs`, `conn.rs`, `session.rs`
 //! and `hedge.rs`.
+//!
+//! # Layout
+//!
+//! Imports point down the module list below (`ops` adds the typed operations to
+//! `Client`; `error` and `lost` know nothing above them). The crates and their dependency
+//! arrows: `docs/design.md`, "Layers".
 
 #![forbid(unsafe_code)]
 
-pub mod protocol;
-pub mod task;
-pub mod tls;
-pub mod wire;
-
-mod boot_clock;
-mod client;
-mod conn;
-mod error;
-#[cfg(test)]
-mod fake_node;
-mod hedge;
-mod lost;
-mod ops;
-mod permit;
-mod session;
-mod session_state;
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod fake_node;
+
+mod ops;
+
+mod session;
+
+mod hedge;
+
+mod permit;
+
+mod session_state;
+
+mod boot_clock;
+
+mod client;
+
+mod conn;
+
+mod lost;
+
+mod error;
 
 pub use boot_clock::{BootInstant, LOOK_EVERY};
 pub use client::{ATTEMPTS_MAX, Client, REQUEST_DEADLINE};

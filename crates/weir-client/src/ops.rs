@@ -2,12 +2,13 @@
 //! Each is one request through [`Client::write`] or [`Client::read`]; refusals come back as
 //! `Ok(Reply::Refused(..))` (writes) — typed values, never text.
 
-use super::{Client, ClientError};
-use crate::protocol::{Answer, Query};
+use super::client::Client;
+use super::error::ClientError;
 use weir_core::machine::{
     Change, Command, Definition, Fence, HaltScope, KeyPage, LimitStatus, LimitsChange, LimitsPage,
     Refusal, Reply, RunSlot, Settle, Spend,
 };
+use weir_proto::protocol::{Answer, Query};
 
 fn unexpected(answer: Answer) -> ClientError {
     ClientError::Protocol(format!("unexpected answer {answer:?}"))

@@ -10,8 +10,10 @@
 use std::sync::Arc;
 
 use super::boot_clock::{BootInstant, LOOK_EVERY};
+use super::client::Client;
+use super::error::ClientError;
+use super::lost::Lost;
 use super::session_state::{Grant, SessionState, release_in_background, spawn_release};
-use super::{ClientError, Lost};
 use weir_core::machine::{Command, Fence, Reply, SessionId, TicketId};
 
 /// A held permit. Released on drop (in the background, when a runtime is running).
@@ -148,7 +150,7 @@ impl Permit {
 
 /// Starts a release in the background when dropped armed: [`Permit::release`] dropped
 /// before its first write ended.
-struct ReleaseIfDropped(Option<(super::Client, SessionId, TicketId)>);
+struct ReleaseIfDropped(Option<(Client, SessionId, TicketId)>);
 
 impl Drop for ReleaseIfDropped {
     fn drop(&mut self) {

@@ -63,14 +63,16 @@ use super::hedge::hedged_keep_alive;
 
 use tokio::sync::broadcast::error::RecvError;
 
+use super::client::Client;
+use super::error::{AcquireError, ClientError};
+use super::lost::Lost;
 use super::permit::Permit;
 use super::session_state::{SessionState, acquire_command, release_in_background};
-use super::{AcquireError, Client, ClientError, Lost};
-use crate::protocol::{Answer, Query};
-use crate::task::AbortOnDrop;
 use weir_core::machine::{
     AcquireParts, Command, Event, Part, Priority, Refusal, Reply, SessionId, TicketId,
 };
+use weir_proto::protocol::{Answer, Query};
+use weir_proto::task::AbortOnDrop;
 
 /// Keep-alives sent per TTL. The belief deadline runs from the send time of the last
 /// acknowledged keep-alive, so a stop just after a send leaves `TTL − margin − TTL/N` of
@@ -167,9 +169,9 @@ impl Session {
         let id = match reply {
             Reply::SessionOpened { session, .. } => session,
             Reply::Refused(r) => {
-                return Err(ClientError::Failed(crate::protocol::Failure::BadRequest(
-                    r.to_string(),
-                )));
+                return Err(ClientError::Failed(
+                    weir_proto::protocol::Failure::BadRequest(r.to_string()),
+                ));
             }
             other => {
                 return Err(ClientError::Protocol(format!(

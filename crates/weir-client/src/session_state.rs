@@ -25,11 +25,13 @@ use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 
 use super::boot_clock::BootInstant;
-use super::{AcquireError, Client, Lost};
-use crate::task::AbortOnDrop;
+use super::client::Client;
+use super::error::AcquireError;
+use super::lost::Lost;
 use weir_core::machine::{
     Acquire, AcquireParts, Command, Fence, HaltScope, Refusal, Reply, SessionId, TicketId,
 };
+use weir_proto::task::AbortOnDrop;
 
 /// Writes a background release makes at most (each retried by the client within its own
 /// `REQUEST_DEADLINE`), pausing [`RELEASE_PAUSE`] between them: enough to outlast a

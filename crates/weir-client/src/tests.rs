@@ -9,8 +9,8 @@ use std::time::Duration;
 use super::fake_node::{FakeNode, Handler};
 use super::session_state::SessionState;
 use super::{AcquireError, AcquireOptions, BootInstant, Client, ClientError, Lost, Session};
-use crate::protocol::{Answer, Failure, Query, Request, Response, ServerFrame};
 use weir_core::machine::{Command, HaltScope, Refusal, Reply};
+use weir_proto::protocol::{Answer, Failure, Query, Request, Response, ServerFrame};
 
 fn written(reply: Reply) -> Option<Response> {
     Some(Response::Written { index: 1, reply })

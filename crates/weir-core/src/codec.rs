@@ -4,7 +4,7 @@
 //! `weir_server::server::data_dir`), every log entry (`b"WENT"`, `weir_server::raft::log_store`) and
 //! the log's other records (vote, committed id, truncation, purge, checkpoint:
 //! `weir_server::raft::wal`). Frames on the wire use [`BINCODE`] but not this frame: the
-//! wire has its own lighter header (`weir_client::wire`).
+//! wire has its own lighter header (`weir_proto::wire`).
 //!
 //! A frame is
 //!

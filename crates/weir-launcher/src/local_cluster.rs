@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use crate::ports::loopback_addr;
 use weir_client::Client;
-use weir_client::protocol::{NodeStatus, Request, Response};
+use weir_proto::protocol::{NodeStatus, Request, Response};
+use weir_proto::tls::ClientSecurity;
 use weir_server::config::{Config, Peer};
-use weir_server::security::ClientSecurity;
 
 /// How often the waits below ask again.
 const POLL: Duration = Duration::from_millis(50);

@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! a sealed frame (weir_core::codec) of kind WBAK, version 1, whose payload is a
-//!   BackupHeader (weir_client::protocol): the source cluster's identity, the index, term
+//!   BackupHeader (weir_proto::protocol): the source cluster's identity, the index, term
 //!   and proposer of the last entry included, the members at that index, the length and
 //!   CRC-32C of the snapshot that follows, and when it was taken;
 //! then exactly snapshot_bytes bytes: the machine snapshot, a WSNP frame
@@ -51,9 +51,9 @@ use crate::raft::log_store::LogStore;
 use crate::raft::state_store::{SNAPSHOT_FILE, encode_file, write_atomically};
 use crate::raft::{LogId, NodeAddr, SnapshotMeta, StoredMembership, Vote};
 use crate::server::data_dir::prepare_data_dir;
-use weir_client::protocol::BackupHeader;
 use weir_core::codec::{self, HEADER_BYTES};
 use weir_core::machine::{Machine, SnapshotContents};
+use weir_proto::protocol::BackupHeader;
 
 /// Frame kind of a backup file's header.
 pub const BACKUP_MAGIC: [u8; 4] = *b"WBAK";
@@ -160,7 +160,7 @@ pub struct Inspection {
     pub index: u64,
     pub term: u64,
     pub leader: u64,
-    pub members: Vec<weir_client::protocol::BackupMember>,
+    pub members: Vec<weir_proto::protocol::BackupMember>,
     pub wall_ms: u64,
     pub file_bytes: u64,
     pub snapshot_bytes: u64,

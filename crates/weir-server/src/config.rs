@@ -134,7 +134,7 @@ pub struct Config {
     /// HTTP/JSON port (the `/v1` API, `/metrics`, `/healthz`, `/readyz`). Default
     /// `127.0.0.1:7611`; the empty string serves no HTTP.
     pub http_listen: String,
-    /// gRPC port of Envoy's rate-limit service (`ShouldRateLimit`, `crate::rls`). Default
+    /// gRPC port of Envoy's rate-limit service (`ShouldRateLimit`, `weir_http::rls`). Default
     /// the empty string: no gRPC port, so a config that does not name it serves none.
     pub grpc_listen: String,
     /// Whether `ShouldRateLimit` answers carry `RateLimit-Limit`, `RateLimit-Remaining` and

@@ -1,15 +1,21 @@
 //! A Weir node: the replicated shell around the pure machine (`weir-core`).
 //!
-//! Owns: the backup file and restoring a data directory from it ([`backup`]); openraft's glue over Weir's own write-ahead log and snapshot files ([`raft`]); the
-//! node, its client port, proposer and readers ([`server`]); HTTP/JSON ([`http`]);
-//! the session-owner rule the client port and HTTP share ([`session_owner`]); Prometheus
-//! metrics ([`metrics`]); the node's shutdown signal ([`shutdown`]); the node's
-//! configuration ([`config`]); server-side security: tokens, roles, node certificates,
-//! mutual TLS between peers ([`security`]).
+//! Owns: the backup file and restoring a data directory from it ([`backup`]); the node,
+//! its client port, proposer and readers, and the front doors it is given at start
+//! ([`server`]); the session-owner rule the client port and the HTTP port share
+//! ([`session_owner`]); the node's configuration ([`config`]); openraft's glue over Weir's
+//! own write-ahead log and snapshot files ([`raft`]); Prometheus metrics ([`metrics`]);
+//! the node's shutdown signal ([`shutdown`]); the accept loop of the client and peer ports
+//! ([`accept`]); server-side security: tokens, roles, node certificates, mutual TLS
+//! between peers ([`security`]).
 //!
-//! Imports point down the list below: nothing knows anything above it. It builds on
-//! `weir-core` and `weir-client` (the protocol, the wire framing, and the client library
-//! that HTTP forwards through) and must never be a dependency of either.
+//! Imports point down the list below: nothing knows anything above it (`config` reads the
+//! log's segment size from [`raft`], and takes its token and TLS entries from
+//! [`security`]). It builds on `weir-core` and `weir-proto` (the client protocol, the wire
+//! framing, client-side TLS) and must never depend on `weir-client` or `weir-http`: the
+//! front doors (HTTP/JSON, Envoy's gRPC) reach the cluster through the client library and
+//! are handed to the node by whoever starts it ([`server::front`]). The crates and their
+//! dependency arrows: `docs/design.md`, "Layers".
 
 #![forbid(unsafe_code)]
 
@@ -17,12 +23,9 @@ pub mod backup;
 
 pub mod server;
 
-pub mod http;
-
-// Envoy's rate-limit service (gRPC `ShouldRateLimit`) on `grpc_listen`.
-pub mod rls;
-
 pub mod session_owner;
+
+pub mod config;
 
 pub mod raft;
 
@@ -32,7 +35,7 @@ pub mod lock;
 
 pub mod shutdown;
 
-pub mod config;
+pub mod accept;
 
 // TLS, tokens and roles; `config` takes its token and TLS entries from here.
 pub mod security;

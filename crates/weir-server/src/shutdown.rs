@@ -37,7 +37,7 @@ impl Shutdown {
         let _ = self.0.wait_for(|stop| *stop).await;
     }
 
-    /// The raw watch, for [`weir_client::wire::accept_loop`], which takes one.
+    /// The raw watch, for [`crate::accept::accept_loop`], which takes one.
     pub fn watch(&self) -> watch::Receiver<bool> {
         self.0.clone()
     }

@@ -20,7 +20,7 @@ use weir_core::codec;
 use weir_core::machine::{
     Acquire, Batch, Change, Command, HaltScope, Leadership, Machine, Priority, Settle,
 };
-use weir_client::protocol::{ClientFrame, Query, Request};
+use weir_proto::protocol::{ClientFrame, Query, Request};
 use weir_server::raft::network::PeerRequest;
 use weir_server::raft::{Entry, LogId, NodeAddr, SnapshotMeta, StoredMembership, Vote};
 

@@ -22,6 +22,15 @@ use weir_core::machine::{
     Batch, Command, Effect, Event, Machine, Refusal, Reply, SessionId, TicketId,
 };
 
+/// Applied entries a console's cluster-wide event stream (`GET /v1/events`) may fall behind
+/// the node's activity feed before it misses some. It is then sent `resync` (re-read the
+/// state; nothing was skipped silently), as a session's stream is sent `lagged`. The feed is
+/// one broadcast shared by every viewer, so this bounds the memory of all viewers together
+/// at this many entries' activities; a slow viewer bounds only its own lag. 1,024 entries
+/// are seconds of a busy cluster's traffic: a browser tab reading SSE keeps up unless it is
+/// suspended, and then a re-read is what it needs anyway.
+pub const WATCH_ENTRIES_BACKLOG: usize = 1_024;
+
 /// One thing the cluster did. Serialized with its kind as `kind` (the SSE event name).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

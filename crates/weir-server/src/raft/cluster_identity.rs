@@ -8,7 +8,7 @@
 //! - **Adopted**: a node with no Raft state and no identity (a new member waiting to be
 //!   contacted) takes the identity of the first peer that says hello to it.
 //! - **Restored**: `weir snapshot restore` derives it from the backup file
-//!   ([`crate::backup`]), the same for every node restored from that file, and never equal
+//!   (`backup.rs`), the same for every node restored from that file, and never equal
 //!   to the identity of the cluster the backup was taken from.
 //! - **Unrecorded**: a data directory written before identities existed holds Raft state but
 //!   no `cluster.id`; it is given [`ClusterId::UNRECORDED`] (all zeros) at start, which every

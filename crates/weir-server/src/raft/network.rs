@@ -1,5 +1,5 @@
 //! The peer transport: Raft RPCs over TCP, one request and one response per frame
-//! ([`weir_client::wire`]), on pooled connections.
+//! ([`weir_proto::wire`]), on pooled connections.
 //!
 //! The client side ([`PeerNetwork`]) keeps idle connections per target and reuses them:
 //! openraft asks for a client on every heartbeat and every linearizable read, so dialing per
@@ -63,9 +63,11 @@ use tokio::net::{TcpListener, TcpStream};
 use super::cluster_identity::{ClusterId, ClusterIdentity};
 use super::stand_in::StandIn;
 use super::{NodeAddr, NodeId, Raft, TypeConfig};
-use crate::security::{Acceptor, Connector, Stream};
+use crate::accept::accept_loop;
+use crate::security::Acceptor;
 use crate::shutdown::Shutdown;
-use weir_client::wire::{self, WireError};
+use weir_proto::tls::{Connector, Stream};
+use weir_proto::wire::{self, WireError};
 
 /// Largest peer frame, in bytes: see [`weir_core::bounds::PEER_FRAME_MAX`], whose doc says why
 /// every AppendEntries and snapshot chunk fits.
@@ -515,7 +517,7 @@ pub struct PeerServer {
 /// Serves Raft RPCs from peers on `listener` until the node shuts down; each connection
 /// first passes the acceptor's handshake (mutual TLS, or none), then the hello.
 pub async fn serve_peers(listener: TcpListener, server: PeerServer, shutdown: Shutdown) {
-    wire::accept_loop("peer", listener, shutdown.watch(), move |stream| {
+    accept_loop("peer", listener, shutdown.watch(), move |stream| {
         peer_connection(stream, server.clone())
     })
     .await
@@ -634,7 +636,7 @@ pub async fn answer(raft: &Raft, stand_in: &Arc<StandIn>, request: PeerRequest) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::TlsFiles;
+    use crate::security::TlsFiles;
     use crate::security::certs::{DevCa, Validity};
     use crate::security::tls;
 

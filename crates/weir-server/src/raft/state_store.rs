@@ -35,7 +35,7 @@ use openraft::{
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
-use super::activity::{self, Activities};
+use super::activity::{self, Activities, WATCH_ENTRIES_BACKLOG};
 use super::{Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
 use weir_core::bounds::APPLIED_EVENTS_BACKLOG;
 use weir_core::codec::{self, FrameError};
@@ -153,7 +153,7 @@ impl StateStore {
             Err(e) => return Err(format!("{}: {e}", path.display())),
         }
         let (events, _) = broadcast::channel(APPLIED_EVENTS_BACKLOG);
-        let (activity, _) = broadcast::channel(crate::http::WATCH_ENTRIES_BACKLOG);
+        let (activity, _) = broadcast::channel(WATCH_ENTRIES_BACKLOG);
         Ok(StateStore {
             state: Arc::new(AppliedState {
                 applier: Mutex::new(applier),

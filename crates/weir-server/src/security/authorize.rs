@@ -12,8 +12,8 @@
 //! the limit its operator set. A tenant reads all of them.
 
 use super::token::Role;
-use weir_client::protocol::{Query, Request};
 use weir_core::machine::{Command, Control};
+use weir_proto::protocol::{Query, Request};
 
 /// `Ok` if `role` may make `request`, else the reason it may not.
 pub fn authorize(role: &Role, request: &Request) -> Result<(), String> {

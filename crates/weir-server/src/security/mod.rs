@@ -2,7 +2,7 @@
 //! role may ask.
 //!
 //! - [`tls`] loads certificates and keys into rustls configurations and wraps sockets in
-//!   [`tls::Stream`], so the wire code reads and writes one stream type whether TLS is on
+//!   [`weir_proto::tls::Stream`], so the wire code reads and writes one stream type whether TLS is on
 //!   or not. The peer port is mutual TLS: both ends present a certificate from the one
 //!   cluster CA, and a connection without one is refused in the handshake, before a frame.
 //! - [`token`] holds the configured tokens (sha256 hex of the secret, never the secret) and
@@ -11,7 +11,7 @@
 //!
 //! Invariants:
 //! - A node without TLS files listens on loopback addresses only, unless its config says
-//!   `insecure = true` ([`crate::config::Config::validate`]).
+//!   `insecure = true` (`Config::validate`, in `config.rs`).
 //! - With tokens configured, no request is served on a connection whose hello carried no
 //!   known token; every request is checked against the connection's role before it is
 //!   proposed or read.
@@ -30,7 +30,7 @@ pub mod tls;
 pub mod token;
 
 pub use authorize::authorize;
-pub use tls::{Acceptor, ClientSecurity, Connector, Stream, TlsFiles};
+pub use tls::{Acceptor, TlsFiles};
 pub use token::{Principal, Role, TokenEntry, TokenTable, Tokens, hash_token};
 
 /// A random u64 from the OS: session nonces, generated secrets.

@@ -1,6 +1,6 @@
 //! TLS on a node's ports: the config's certificate files ([`TlsFiles`]) and the rustls
 //! configurations built from them. The socket type and the client side of a handshake are
-//! the client crate's ([`weir_client::tls`]), re-exported here.
+//! the protocol crate's ([`weir_proto::tls`]), which this builds on.
 //!
 //! - Client port (and any other server port, HTTP included: [`server_config`]): the node
 //!   presents its certificate; clients verify it against their CA file and the host name
@@ -24,10 +24,7 @@ use rustls::{ClientConfig, ServerConfig};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpStream;
 
-pub use weir_client::tls::{
-    ClientSecurity, Connector, HANDSHAKE_TIMEOUT, Stream, client_config, load_certs,
-};
-use weir_client::tls::{provider, roots};
+use weir_proto::tls::{HANDSHAKE_TIMEOUT, Stream, load_certs, provider, roots};
 
 /// TLS files (PEM). With them the client port is TLS and the peer port mutual TLS; see
 /// [`crate::security::tls`].

@@ -32,8 +32,8 @@ use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use super::ctx::Ctx;
 use super::leader::{not_leader, write_failure};
 use crate::raft::{NodeAddr, NodeId};
-use weir_client::protocol::{Failure, Member, NodeStatus, Response, SnapshotCost};
 use weir_core::machine::Machine;
+use weir_proto::protocol::{Failure, Member, NodeStatus, Response, SnapshotCost};
 
 /// This node's status: Raft metrics and the applied state's digest.
 pub async fn status(ctx: &Ctx) -> NodeStatus {

@@ -20,11 +20,7 @@ use std::sync::Arc;
 
 use super::ctx::Ctx;
 use super::leader::read_failure;
-use weir_client::protocol::{BACKUP_CHUNK_BYTES, BackupHeader, BackupMember, Failure, Response};
-
-/// The backup held for its chunks: its index and its bytes.
-#[derive(Default)]
-pub struct BackupSlot(std::sync::Mutex<Option<(u64, Arc<Vec<u8>>)>>);
+use weir_proto::protocol::{BACKUP_CHUNK_BYTES, BackupHeader, BackupMember, Failure, Response};
 
 /// Begins a backup: leadership confirmed by a quorum round, then the state encoded.
 pub async fn begin(ctx: &Ctx) -> Response {

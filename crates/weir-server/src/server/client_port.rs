@@ -56,18 +56,20 @@ use super::edge;
 use super::followed::{Followed, Opening};
 use super::heartbeat;
 use super::reader::answer;
+use crate::accept::accept_loop;
 use crate::raft::NodeAddr;
-use crate::security::{Principal, Stream, Tokens, authorize};
+use crate::security::{Principal, Tokens, authorize};
 use crate::session_owner::{OwnerCheck, check_owner};
 use crate::shutdown::Shutdown;
-use weir_client::protocol::{
+use weir_core::bounds::{HELLO_FRAME_MAX, NODE_OUTBOX_FRAMES_MAX, READ_BUFFER_BYTES};
+use weir_core::machine::{Applied, Command, Effect, Event, Reply, SessionId};
+use weir_proto::protocol::{
     CLIENT_FRAME_MAX, ClientFrame, Failure, PROTOCOL_VERSION, PROTOCOL_VERSION_MIN, Request,
     Response, ServerFrame, refused_before_5,
 };
-use weir_client::task::AbortOnDrop;
-use weir_client::wire::{self, WireError};
-use weir_core::bounds::{HELLO_FRAME_MAX, NODE_OUTBOX_FRAMES_MAX, READ_BUFFER_BYTES};
-use weir_core::machine::{Applied, Command, Effect, Event, Reply, SessionId};
+use weir_proto::task::AbortOnDrop;
+use weir_proto::tls::Stream;
+use weir_proto::wire::{self, WireError};
 
 /// How long a new connection may take to say hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -80,7 +82,7 @@ const FLUSH_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Serves client connections on `listener` until the node shuts down.
 pub async fn serve_clients(listener: TcpListener, ctx: Arc<Ctx>, shutdown: Shutdown) {
-    wire::accept_loop("client", listener, shutdown.watch(), move |stream| {
+    accept_loop("client", listener, shutdown.watch(), move |stream| {
         connection(stream, ctx.clone())
     })
     .await
@@ -364,7 +366,7 @@ async fn owned(ctx: &Ctx, principal: &Principal, request: &Request) -> Result<()
 fn admit(
     followed: &Followed,
     request: &Request,
-) -> Result<Option<Opening>, weir_client::protocol::Failure> {
+) -> Result<Option<Opening>, weir_proto::protocol::Failure> {
     let Request::Write(command) = request else {
         return Ok(None);
     };

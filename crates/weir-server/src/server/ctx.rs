@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use super::backup_export::BackupSlot;
+use super::backup_slot::BackupSlot;
 use super::digest::DigestCache;
 use super::proposer::Proposer;
 use super::reader::Reader;
@@ -36,6 +36,6 @@ pub struct Ctx {
     pub snapshot_cost_next: std::sync::Mutex<Option<std::time::Instant>>,
     /// The cluster this node belongs to: named in every backup.
     pub identity: Arc<ClusterIdentity>,
-    /// The backup held for its chunks ([`super::backup_export`]).
+    /// The backup held for its chunks (served by [`super::backup_export`]).
     pub backup: BackupSlot,
 }

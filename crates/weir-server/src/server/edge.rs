@@ -22,9 +22,9 @@
 //! Bounds that depend on the state (sessions, limits, tickets, waiters open at once) are the
 //! machine's: only log order can judge them.
 
-use weir_client::protocol::Failure;
 use weir_core::bounds::{ADDR_BYTES_MAX, MEMBERS_MAX, SESSION_ID_DRAWN_MAX};
 use weir_core::machine::{Command, Effect, Owner};
+use weir_proto::protocol::Failure;
 
 /// The command to propose for a client's `command`: an open becomes `OpenSessionFor` for
 /// `owner`, with a nonce from the OS (the session's id, so ids are unguessable) of at most

@@ -15,9 +15,9 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
-use weir_client::protocol::Failure;
 use weir_core::bounds::FOLLOWED_SESSIONS_MAX;
 use weir_core::machine::SessionId;
+use weir_proto::protocol::Failure;
 
 /// The followed set, shared by a connection's request tasks (which add and remove) and its
 /// forwarder (which reads it per applied entry). A std mutex: held only to look up or change

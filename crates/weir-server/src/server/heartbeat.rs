@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 
 use super::ctx::Ctx;
 use super::leader::known_leader;
-use weir_client::protocol::{HEARTBEAT_PERIOD, ServerFrame};
+use weir_proto::protocol::{HEARTBEAT_PERIOD, ServerFrame};
 
 /// Sends a heartbeat on `out` every [`HEARTBEAT_PERIOD`] until the connection's outbox closes.
 pub async fn send_heartbeats(ctx: Arc<Ctx>, out: mpsc::Sender<ServerFrame>) {

@@ -9,7 +9,7 @@
 use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 
 use crate::raft::{NodeAddr, NodeId, Raft};
-use weir_client::protocol::Failure;
+use weir_proto::protocol::Failure;
 
 /// The leader this node knows of, as (id, client address). `None` while no leader is known
 /// or the leader is not (yet) in this node's membership.

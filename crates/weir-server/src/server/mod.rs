@@ -36,7 +36,7 @@
 //!   starts at most three elections and ends. Beside it, the stand-in's **backstop** task,
 //!   one per node: an election timer for a quiet follower that openraft 0.9's greater-log
 //!   delay would hold back.
-//! - **Client accept loop** ([`client_port::serve_clients`], via [`weir_client::wire::accept_loop`]):
+//! - **Client accept loop** ([`client_port::serve_clients`], via [`crate::accept::accept_loop`]):
 //!   one connection task per client connection.
 //! - **Proposer task** ([`proposer`]): owns the receiving end of the proposer queue
 //!   (`PROPOSE_QUEUE_MAX` = 65,536 commands, `try_send`: a full queue answers `Unavailable` at once)
@@ -54,8 +54,9 @@
 //!   [`crate::raft::state_store::AppliedState`]; `APPLIED_EVENTS_BACKLOG` = 4,096 entries per
 //!   subscriber; sending never waits).
 //!
-//! - **HTTP listener** ([`crate::http`], if `http_listen` is set): axum's tasks, one per
-//!   HTTP connection. Its handlers do not enter the pipeline directly: they go through an
+//! - **Front doors** ([`front`], handed in by whoever starts the node; the binary's are
+//!   `weir-http`'s): the HTTP listener, if `http_listen` is set, with axum's tasks, one per
+//!   HTTP connection, and the gRPC port, if `grpc_listen` is set. Their handlers do not enter the pipeline directly: they go through an
 //!   internal `client::Client` to the leader's client port, so an HTTP request is one more
 //!   client connection here and takes exactly the path drawn above.
 //!
@@ -202,7 +203,7 @@
 //!   proposer answers `NotLeader`. In a cluster of five or more voters the same entry can
 //!   survive on another node that later wins an election and commits it. Every machine write
 //!   is idempotent by its ids, so the client's retry on the new leader is safe; but the
-//!   promise in [`weir_client::protocol::Failure::NotLeader`] is stronger than this path keeps.
+//!   promise in [`weir_proto::protocol::Failure::NotLeader`] is stronger than this path keeps.
 //!   Membership changes map `ForwardToLeader` the same way.
 //! - **A stamp's term can be older than its entry's.** The term is read from the metrics
 //!   before `client_write_ff`; if this node lost and regained leadership in between, the entry
@@ -242,12 +243,14 @@
 
 pub mod admin;
 pub mod backup_export;
+pub mod backup_slot;
 pub mod client_port;
 pub mod ctx;
 pub mod data_dir;
 pub mod digest;
 pub mod edge;
 pub mod followed;
+pub mod front;
 pub mod heartbeat;
 pub mod leader;
 pub mod node;

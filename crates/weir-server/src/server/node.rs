@@ -1,10 +1,10 @@
 //! A running node: opens the data directory, starts Raft on the log and the
-//! state-machine store, starts the proposer and the reader, serves the peer and client
-//! ports, and stops cleanly on SIGTERM or ctrl-c.
+//! state-machine store, starts the front doors it is given ([`super::front`]), the proposer
+//! and the reader, serves the peer and client ports, and stops cleanly on SIGTERM or ctrl-c.
 //!
 //! Invariants:
-//! - Both ports are bound before Raft starts: a taken port fails the start, and nothing is
-//!   served half-way.
+//! - Its ports and the front doors' are bound before Raft starts: a taken port fails the
+//!   start, and nothing is served half-way.
 //! - Only the lowest-id configured voter initializes the cluster, and only while Raft says it
 //!   is not initialized (`Raft::is_initialized`: no vote, no log, no membership on disk).
 //!   This is decided from Raft's own state, not from "first start" of the data directory: a
@@ -27,19 +27,19 @@ use tokio::net::TcpListener;
 use super::client_port;
 use super::ctx::Ctx;
 use super::data_dir::prepare_data_dir;
+use super::front::{Doors, FrontDoors};
 use super::proposer::Proposer;
 use super::reader::Reader;
 use crate::config::Config;
-use crate::http::{Callers, HttpCtx, serve_http};
 use crate::raft::cluster_identity::{ClusterId, ClusterIdentity};
 use crate::raft::log_store::LogStore;
 use crate::raft::network::{Me, PeerNetwork, PeerServer, serve_peers};
 use crate::raft::stand_in::StandIn;
-use crate::raft::state_store::{AppliedState, StateStore};
+use crate::raft::state_store::StateStore;
 use crate::raft::{NodeAddr, Raft};
-use crate::rls;
-use crate::security::{Acceptor, Connector, TokenTable, Tokens, tls};
+use crate::security::{Acceptor, TokenTable, Tokens, tls};
 use crate::shutdown::{Shutdown, ShutdownSender, shutdown_channel};
+use weir_proto::tls::{Connector, client_config};
 
 /// A running node.
 pub struct Node {
@@ -59,9 +59,9 @@ struct Storage {
 }
 
 impl Node {
-    /// Starts a node from `config`: binds both ports (failing if either is taken) and
-    /// returns once it serves.
-    pub async fn start(config: Config) -> Result<Node, String> {
+    /// Starts a node from `config`: binds its ports and the front doors' (failing if any is
+    /// taken), starts Raft, then the `front` doors, and returns once it serves.
+    pub async fn start(config: Config, front: &dyn FrontDoors) -> Result<Node, String> {
         config.validate()?;
         let dir = &config.data_dir;
         // Whether this is the directory's first start does not decide initialization: Raft's
@@ -86,13 +86,19 @@ impl Node {
         )
         .await?;
         let tokens = Arc::new(Tokens::new(TokenTable::new(&config.tokens)?));
-        let edge = edge_ctx(&config, &security, &tokens, &state, &raft);
-        if let Some(listener) = http_listener {
-            start_http(&config, listener, &security, &edge, &shutdown);
-        }
-        if let Some(listener) = grpc_listener {
-            start_grpc(&config, listener, edge, &shutdown)?;
-        }
+        front.start(
+            &config,
+            Doors {
+                http: http_listener,
+                grpc: grpc_listener,
+                client_acceptor: security.client_acceptor.clone(),
+                internal_connector: security.internal_connector.clone(),
+                tokens: tokens.clone(),
+                state: state.clone(),
+                raft: raft.clone(),
+                shutdown: shutdown.clone(),
+            },
+        )?;
         let ctx = Ctx {
             id: config.id,
             client_addr: config.client_addr.clone(),
@@ -228,74 +234,6 @@ async fn open_storage(dir: &std::path::Path, segment_bytes: u64) -> Result<Stora
     })
 }
 
-/// What the HTTP and gRPC ports share: one internal client (and take session) per token.
-/// Each request reaches the client port with its own token over TLS verified against the
-/// node's CA, so it is authenticated and authorized there, as a binary client's is.
-fn edge_ctx(
-    config: &Config,
-    security: &Security,
-    tokens: &Arc<Tokens>,
-    state: &Arc<AppliedState>,
-    raft: &Raft,
-) -> Arc<HttpCtx> {
-    let callers = Callers::new(
-        http_servers(config),
-        security.internal_connector.clone(),
-        tokens.clone(),
-    );
-    Arc::new(HttpCtx::new(
-        config.id,
-        config.client_addr.clone(),
-        callers,
-        state.clone(),
-        raft.clone(),
-    ))
-}
-
-/// Serves HTTP on `listener`.
-fn start_http(
-    config: &Config,
-    listener: TcpListener,
-    security: &Security,
-    edge: &Arc<HttpCtx>,
-    shutdown: &Shutdown,
-) {
-    tokio::spawn(serve_http(
-        listener,
-        security.client_acceptor.clone(),
-        edge.clone(),
-        shutdown.clone(),
-    ));
-    let scheme = if config.tls.is_some() {
-        "HTTPS"
-    } else {
-        "HTTP"
-    };
-    tracing::info!("serving {scheme} on {}", config.http_listen);
-}
-
-/// Serves Envoy's rate-limit service on `listener`.
-fn start_grpc(
-    config: &Config,
-    listener: TcpListener,
-    edge: Arc<HttpCtx>,
-    shutdown: &Shutdown,
-) -> Result<(), String> {
-    let acceptor = rls::grpc_acceptor(config.tls.as_ref())?;
-    let service = rls::RlsService::new(edge, config.grpc_ratelimit_headers);
-    tokio::spawn(rls::serve_grpc(
-        listener,
-        acceptor,
-        service,
-        shutdown.clone(),
-    ));
-    tracing::info!(
-        "serving Envoy's rate-limit service (gRPC) on {}",
-        config.grpc_listen
-    );
-    Ok(())
-}
-
 /// Says where the node serves and how it is secured: plaintext and an open port are
 /// warnings.
 fn log_serving(config: &Config) {
@@ -328,7 +266,7 @@ struct Security {
     client_acceptor: Acceptor,
     peer_acceptor: Acceptor,
     peer_connector: Connector,
-    /// The HTTP layer's internal clients' way into the client port: verified against `ca`.
+    /// The front doors' internal clients' way into the client port: verified against `ca`.
     internal_connector: Connector,
 }
 
@@ -346,7 +284,7 @@ impl Security {
             client_acceptor: Acceptor::tls(tls::server_config(files)?),
             peer_acceptor: Acceptor::tls(tls::peer_server_config(files)?),
             peer_connector: Connector::tls(tls::peer_client_config(files)?),
-            internal_connector: Connector::tls(tls::client_config(&files.ca)?),
+            internal_connector: Connector::tls(client_config(&files.ca)?),
         })
     }
 }
@@ -389,20 +327,6 @@ async fn bind_grpc(config: &Config) -> Result<Option<TcpListener>, String> {
         .map_err(|e| format!("grpc port {}: {e}", config.grpc_listen))
 }
 
-/// Where the HTTP layer's internal client reaches the cluster: this node first (it answers
-/// at once when it leads), then the other initial voters; redirects find the rest.
-fn http_servers(config: &Config) -> Vec<String> {
-    let mut servers = vec![config.client_addr.clone()];
-    servers.extend(
-        config
-            .voters()
-            .into_iter()
-            .map(|v| v.client)
-            .filter(|c| *c != config.client_addr),
-    );
-    servers
-}
-
 /// On a start of an uninitialized Raft, the founder (the lowest-id configured voter) draws
 /// the cluster's identity (unless one is recorded) and initializes the cluster with every
 /// configured voter; any other node does nothing and waits to be contacted, adopting the
@@ -442,14 +366,18 @@ async fn found_cluster(
 /// node cannot serve again until restarted); on SIGHUP re-reads the tokens from
 /// `config_path` (if the node was started from a file). The handlers are installed before
 /// the node starts, so a signal that arrives while it starts is not lost (nor fatal).
-pub async fn serve(config: Config, config_path: Option<std::path::PathBuf>) -> Result<(), String> {
+pub async fn serve(
+    config: Config,
+    config_path: Option<std::path::PathBuf>,
+    front: &dyn FrontDoors,
+) -> Result<(), String> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term =
         signal(SignalKind::terminate()).map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
     let mut int =
         signal(SignalKind::interrupt()).map_err(|e| format!("cannot watch SIGINT: {e}"))?;
     let mut hup = signal(SignalKind::hangup()).map_err(|e| format!("cannot watch SIGHUP: {e}"))?;
-    let node = Node::start(config).await?;
+    let node = Node::start(config, front).await?;
     let mut stopped = None;
     loop {
         tokio::select! {

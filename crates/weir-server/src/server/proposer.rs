@@ -52,10 +52,10 @@ use crate::config::ProposerConfig;
 use crate::raft::state_store::AppliedState;
 use crate::raft::{NodeId, Raft, TypeConfig};
 use crate::shutdown::Shutdown;
-use weir_client::protocol::Failure;
 use weir_core::bounds::{ENTRY_BYTES_MAX, ENTRY_HEADER_BYTES, PROPOSE_QUEUE_MAX};
 use weir_core::codec;
 use weir_core::machine::{Command, Reply};
+use weir_proto::protocol::Failure;
 
 /// How long a proposed entry may take to commit and apply before its commands are answered
 /// `OutcomeUnknown`. Far above any healthy commit (milliseconds); an election takes about 1 s.

@@ -5,7 +5,7 @@
 
 use tokio::sync::mpsc::{self, error::TrySendError};
 
-use weir_client::protocol::Failure;
+use weir_proto::protocol::Failure;
 
 /// Puts `item` on `queue` (named `name` in the failure) without waiting: `Unavailable` if
 /// it is full or its task has stopped (the node is shutting down).

@@ -25,9 +25,9 @@ use super::queue::enqueue;
 use crate::raft::Raft;
 use crate::raft::state_store::AppliedState;
 use crate::shutdown::Shutdown;
-use weir_client::protocol::{Answer, Failure, Query};
 use weir_core::bounds::READ_QUEUE_MAX;
 use weir_core::machine::Machine;
+use weir_proto::protocol::{Answer, Failure, Query};
 
 /// Reads answered by one round, at most (the rest wait for the next).
 const ROUND_MAX: usize = 4_096;

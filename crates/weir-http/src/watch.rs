@@ -12,8 +12,8 @@
 //! limits by reading them.
 //!
 //! Bounds and the resync rule (the client protocol's `Resync`, a session stream's `lagged`):
-//! - A stream that falls more than `WATCH_ENTRIES_BACKLOG` applied entries behind the feed
-//!   misses some; it is then sent `resync` (with how many entries it missed) and goes on.
+//! - A stream that falls more than `WATCH_ENTRIES_BACKLOG` (the activity feed's, in
+//!   `weir_server::raft::activity`) applied entries behind the feed misses some; it is then sent `resync` (with how many entries it missed) and goes on.
 //! - A stream sends at most `WATCH_EVENTS_PER_SECOND_MAX` activities a second; beyond that
 //!   it drops the rest of that second and sends `resync` once when the second ends.
 //!
@@ -38,9 +38,9 @@ use tokio::time::Instant;
 use super::bounds::WATCH_EVENTS_PER_SECOND_MAX;
 use super::context::HttpCtx;
 use super::error::ApiError;
-use crate::raft::NodeAddr;
-use crate::raft::activity::{Activities, Activity};
-use crate::security::Role;
+use weir_server::raft::NodeAddr;
+use weir_server::raft::activity::{Activities, Activity};
+use weir_server::security::Role;
 
 /// How often an idle stream sends a comment, so proxies and browsers see it alive.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);

@@ -1,5 +1,18 @@
-//! The HTTP/JSON API of a node (spec §4): every operation of spec §2 under `/v1`, a
-//! session's events and the cluster's activity as server-sent events, the operator console
+//! A node's front doors: the HTTP/JSON API (spec §4) and Envoy's rate-limit service over
+//! gRPC ([`rls`]), started beside the node's own ports by [`Front`] (the node's
+//! `weir_server::server::front::FrontDoors`, handed in by whoever starts the node).
+//!
+//! It builds on `weir-server` (the node's applied state, Raft's metrics, tokens, TLS
+//! acceptors, metrics), `weir-client` (the internal clients every request goes through)
+//! and `weir-proto` (the protocol they speak), and must never be a dependency of any of
+//! them: the binary hands it to the node, which never names it. Imports point down the module list below: [`Front`] starts
+//! [`rls`] and the router; the router its handlers; the handlers the context; the context
+//! the callers; `bounds` and `listener` know nothing above them. The crates and their
+//! dependency arrows: `docs/design.md`, "Layers".
+//!
+//! # The HTTP/JSON API
+//!
+//! Every operation of spec §2 under `/v1`, a session's events and the cluster's activity as server-sent events, the operator console
 //! at `/ui`, a one-shot rate take, `/metrics`, `/healthz`
 //! and `/readyz`. `docs/openapi.yaml` describes every route; a cluster test checks that it
 //! lists exactly what [`served_routes`] serves.
@@ -7,7 +20,7 @@
 //! # One path to the log
 //!
 //! The HTTP layer implements no operation itself. Each handler turns its request into the
-//! same [`weir_core::machine::Command`] or [`weir_client::protocol::Query`] the binary protocol
+//! same [`weir_core::machine::Command`] or [`weir_proto::protocol::Query`] the binary protocol
 //! carries and sends it through an internal [`weir_client::Client`] whose servers are this
 //! node's client address first, then the other initial voters'. So a write goes client port
 //! → proposer → log exactly as a CLI's does, and a read through the reader's quorum round.
@@ -39,6 +52,8 @@
 //!
 //! # Layout
 //!
+//! - `front.rs` — [`Front`]: HTTP, then gRPC, on the listeners the node bound.
+//! - `rls/` — Envoy's rate-limit service ([`rls`]'s own doc).
 //! - `router.rs` — the route table, the router, serving.
 //! - `listener.rs` — the accept loop, TLS handshakes off it.
 //! - `callers.rs` — bearer tokens: the 401 check and one internal client (and take
@@ -72,32 +87,56 @@
 //! - A token this node knows but the leader does not (tables out of step between a
 //!   SIGHUP on one node and on another) fails the forwarded hello: 401 `Unauthenticated`.
 
-mod bounds;
-mod callers;
-mod cluster;
-mod console;
-mod context;
-mod error;
-mod events;
-mod halts;
-mod keys;
-mod leaders;
-mod limits;
-mod listener;
-mod metrics;
-mod permits;
-mod queue;
+mod front;
+
+// Envoy's rate-limit service (gRPC `ShouldRateLimit`) on `grpc_listen`.
+pub mod rls;
+
 mod router;
+
+mod cluster;
+
+mod console;
+
+mod keys;
+
+mod metrics;
+
+mod permits;
+
+mod queue;
+
 mod runs;
-mod sessions;
+
 mod watch;
+
+mod events;
+
+mod halts;
+
+mod sessions;
+
+mod limits;
+
+mod context;
+
+mod callers;
+
+mod leaders;
+
+mod error;
+
+mod listener;
+
+mod bounds;
 
 pub use bounds::{
     BODY_BYTES_MAX, BODY_READ_TIMEOUT, DRAIN_BYTES_MAX, DRAIN_TIMEOUT, WAIT_MS_MAX,
-    WATCH_ENTRIES_BACKLOG, WATCH_EVENTS_PER_SECOND_MAX,
+    WATCH_EVENTS_PER_SECOND_MAX,
 };
 pub use callers::{CALLERS_MAX, Caller, Callers, act_as};
 pub use context::HttpCtx;
 pub use error::ApiError;
+pub use front::Front;
 pub use listener::HttpListener;
 pub use router::{HEADER_READ_TIMEOUT, router, serve_http, served_routes};

@@ -22,8 +22,8 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tower_service::Service;
 
-use crate::security::Acceptor;
-use crate::shutdown::Shutdown;
+use weir_server::security::Acceptor;
+use weir_server::shutdown::Shutdown;
 
 use super::context::HttpCtx;
 use super::error::ApiError;
@@ -183,7 +183,7 @@ pub fn router(ctx: Arc<HttpCtx>) -> Router {
 }
 
 async fn count(request: Request, next: Next) -> Response {
-    crate::metrics::get().http_requests.inc();
+    weir_server::metrics::get().http_requests.inc();
     next.run(request).await.into_response()
 }
 

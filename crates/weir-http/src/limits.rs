@@ -13,9 +13,9 @@ use serde_json::json;
 use super::bounds::LIMITS_PAGE_DEFAULT;
 use super::context::HttpCtx;
 use super::error::{ApiError, ApiResult, JsonBody, Params, QueryParams};
-use weir_client::protocol::{Answer, Query};
 use weir_core::bounds::{LIMITS_MAX, LIMITS_PAGE_MAX};
 use weir_core::machine::{Command, Definition, Reply};
+use weir_proto::protocol::{Answer, Query};
 
 /// A limit's spec; every field optional (a limit of nothing caps nothing).
 #[derive(Debug, Default, Deserialize)]

@@ -32,15 +32,6 @@ pub const WAIT_MS_MAX: u64 = 60_000;
 /// answers in one page, and one of 100,000 in a hundred pages, each a read of its own
 /// range that builds at most a third of a megabyte of JSON.
 pub const LIMITS_PAGE_DEFAULT: u32 = weir_core::bounds::LIMITS_PAGE_MAX as u32;
-/// Applied entries a console's cluster-wide event stream (`GET /v1/events`) may fall behind
-/// the node's activity feed before it misses some. It is then sent `resync` (re-read the
-/// state; nothing was skipped silently), as a session's stream is sent `lagged`. The feed is
-/// one broadcast shared by every viewer, so this bounds the memory of all viewers together
-/// at this many entries' activities; a slow viewer bounds only its own lag. 1,024 entries
-/// are seconds of a busy cluster's traffic: a browser tab reading SSE keeps up unless it is
-/// suspended, and then a re-read is what it needs anyway.
-pub const WATCH_ENTRIES_BACKLOG: usize = 1_024;
-
 /// Most activities one `GET /v1/events` stream sends per second; above it the stream drops
 /// the rest of that second and sends `resync` once, so a flood of grants (a benchmark, an
 /// incident) costs a viewer's connection a bounded rate of frames, and the page re-reads

@@ -8,15 +8,16 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 use weir_client::ClientError;
-use weir_client::protocol::{Failure, Request as ClientRequest};
 use weir_core::machine::{AcquireParts, Command, Priority, Refusal, Reply};
+use weir_proto::protocol::{Failure, Request as ClientRequest};
 
 use super::answer::{Taken, response};
 use super::pending::Pending;
 use super::plan::{Plan, plan};
 use super::request::{Checked, check};
-use crate::http::{HttpCtx, act_as};
-use crate::security::authorize;
+use crate::callers::act_as;
+use crate::context::HttpCtx;
+use weir_server::security::authorize;
 
 /// The service: the HTTP port's context (its callers, one internal client and take
 /// session per token, and this node's applied state), whether answers carry the

@@ -17,10 +17,10 @@ use super::error::{ApiError, ApiResult, JsonBody, Params};
 use super::events::{Waited, wait_for_ticket};
 use super::limits::unexpected;
 use super::sessions::reply_json;
-use weir_client::protocol::{Answer, Query};
 use weir_core::machine::{
     Acquire, AcquireParts, Command, Event, Part, Priority, Refusal, Reply, SessionId, TicketId,
 };
+use weir_proto::protocol::{Answer, Query};
 
 /// An acquire's body: `session` and `ticket` are required, every other field has the
 /// default its doc names (docs/openapi.yaml's `AcquireBody` says the same).

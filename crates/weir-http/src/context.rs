@@ -10,12 +10,12 @@ use std::sync::atomic::Ordering;
 use super::callers::{self, Callers, TakeSession};
 use super::error::ApiError;
 use super::leaders::LeaderHistory;
-use crate::raft::Raft;
-use crate::raft::state_store::AppliedState;
-use weir_client::protocol::{Answer, Query};
 use weir_client::{Client, ClientError};
 use weir_core::bounds;
 use weir_core::machine::{Command, Reply, SessionId, TicketId};
+use weir_proto::protocol::{Answer, Query};
+use weir_server::raft::Raft;
+use weir_server::raft::state_store::AppliedState;
 
 /// TTL of the node's own session for takes, ms. Long, because a take holds nothing under it
 /// (a rate-only grant only spends tokens) and each take renews nothing: a session that

@@ -21,7 +21,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 
 use super::bounds::LEADER_HISTORY_MAX;
-use crate::raft::Raft;
+use weir_server::raft::Raft;
 
 /// One change of the leader or term this node saw.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

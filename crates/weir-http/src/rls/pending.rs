@@ -53,7 +53,7 @@ impl Pending {
         if machine.ticket_applied(session, ticket) {
             return;
         }
-        let mut takes = crate::lock::lock(&self.takes);
+        let mut takes = weir_server::lock::lock(&self.takes);
         if takes.len() >= PENDING_MAX {
             takes.pop_front();
         }
@@ -70,7 +70,7 @@ impl Pending {
     /// takes `machine` has not applied. Forgets the takes it has, and those past
     /// [`PENDING_TTL`].
     pub fn unapplied(&self, machine: &Machine, tenant: &str, parts: &[Part]) -> Vec<u64> {
-        let mut takes = crate::lock::lock(&self.takes);
+        let mut takes = weir_server::lock::lock(&self.takes);
         takes.retain(|t| {
             t.granted_at.elapsed() < PENDING_TTL && !machine.ticket_applied(t.session, t.ticket)
         });

@@ -21,9 +21,9 @@ use serde_json::json;
 use super::context::HttpCtx;
 use super::error::{ApiError, ApiResult, Params};
 use super::limits::unexpected;
-use weir_client::protocol::{Answer, Query};
 use weir_core::bounds::QUEUE_PAGE_MAX;
 use weir_core::machine::QueuePage;
+use weir_proto::protocol::{Answer, Query};
 
 /// The page asked for.
 #[derive(Debug, Deserialize)]

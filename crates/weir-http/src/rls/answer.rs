@@ -11,7 +11,7 @@ use envoy_types::pb::google::protobuf::Duration;
 use weir_core::machine::{BucketNow, Machine};
 
 use super::plan::{Plan, Target};
-use crate::metrics;
+use weir_server::metrics;
 
 /// Envoy's units, shortest first, with their seconds (a month is 30 days, a year 365, as
 /// `weir_core::rls::unit_seconds` counts them).

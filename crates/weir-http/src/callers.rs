@@ -33,9 +33,10 @@ use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
 use super::listener::PeerAddr;
-use crate::security::{ClientSecurity, Connector, Principal, Role, Tokens};
 use weir_client::Client;
 use weir_core::machine::SessionId;
+use weir_proto::tls::{ClientSecurity, Connector};
+use weir_server::security::{Principal, Role, Tokens};
 
 /// Most callers cached at once. Each holds a connection to the cluster; a few hundred
 /// tokens in use through one node is far above a deployment's usual count, and a miss
@@ -123,7 +124,7 @@ impl Callers {
     /// The caller for `principal`, whose secret is `token`: cached, or made now.
     fn caller(&self, principal: &Principal, token: Option<&str>) -> Arc<Caller> {
         let reload = *self.reloads.borrow();
-        let mut cache = crate::lock::lock(&self.cache);
+        let mut cache = weir_server::lock::lock(&self.cache);
         if cache.reload != reload {
             cache.entries.clear();
             cache.reload = reload;

@@ -1,5 +1,5 @@
 //! The operator console: a page served at `/ui` from files built into the binary
-//! (`crates/weir-server/ui/`, by `include_str!`), and `GET /v1/whoami`, which tells the
+//! (`crates/weir-http/ui/`, by `include_str!`), and `GET /v1/whoami`, which tells the
 //! page what its token may do so it offers only those actions.
 //!
 //! Invariants:
@@ -31,17 +31,17 @@ pub const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; 
 
 /// Every file of the console: (name under `/ui/`, content type, bytes).
 const ASSETS: &[(&str, &str, &str)] = &[
-    ("index.html", HTML, include_str!("../../ui/index.html")),
-    ("style.css", CSS, include_str!("../../ui/style.css")),
-    ("app.js", JS, include_str!("../../ui/app.js")),
-    ("api.js", JS, include_str!("../../ui/api.js")),
-    ("feed.js", JS, include_str!("../../ui/feed.js")),
-    ("dom.js", JS, include_str!("../../ui/dom.js")),
-    ("cluster.js", JS, include_str!("../../ui/cluster.js")),
-    ("limits.js", JS, include_str!("../../ui/limits.js")),
-    ("limit.js", JS, include_str!("../../ui/limit.js")),
-    ("tenants.js", JS, include_str!("../../ui/tenants.js")),
-    ("icon.svg", SVG, include_str!("../../ui/icon.svg")),
+    ("index.html", HTML, include_str!("../ui/index.html")),
+    ("style.css", CSS, include_str!("../ui/style.css")),
+    ("app.js", JS, include_str!("../ui/app.js")),
+    ("api.js", JS, include_str!("../ui/api.js")),
+    ("feed.js", JS, include_str!("../ui/feed.js")),
+    ("dom.js", JS, include_str!("../ui/dom.js")),
+    ("cluster.js", JS, include_str!("../ui/cluster.js")),
+    ("limits.js", JS, include_str!("../ui/limits.js")),
+    ("limit.js", JS, include_str!("../ui/limit.js")),
+    ("tenants.js", JS, include_str!("../ui/tenants.js")),
+    ("icon.svg", SVG, include_str!("../ui/icon.svg")),
 ];
 
 const HTML: &str = "text/html; charset=utf-8";

@@ -13,8 +13,8 @@ use super::context::HttpCtx;
 use super::error::{ApiResult, JsonBody, Params};
 use super::limits::unexpected;
 use super::sessions::reply_json;
-use weir_client::protocol::{Answer, Query};
 use weir_core::machine::{Change, Command, Settle};
+use weir_proto::protocol::{Answer, Query};
 
 /// A ceiling in `PUT /v1/tenants/{tenant}`: absent keeps it, a number sets it, `null`
 /// clears it (no ceiling).

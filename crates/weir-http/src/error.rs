@@ -19,11 +19,11 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
 use super::bounds::{BODY_BYTES_MAX, BODY_READ_TIMEOUT, DRAIN_BYTES_MAX, DRAIN_TIMEOUT};
-use crate::metrics::refusal_kind;
 use weir_client::ClientError;
-use weir_client::protocol::Failure;
 use weir_core::bounds::NAME_BYTES_MAX;
 use weir_core::machine::Refusal;
+use weir_proto::protocol::Failure;
+use weir_server::metrics::refusal_kind;
 
 /// An error answer.
 #[derive(Debug)]

@@ -12,10 +12,11 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 
 use super::service::RlsService;
-use crate::http::HttpListener;
-use crate::security::tls::server_config;
-use crate::security::{Acceptor, Stream, TlsFiles};
-use crate::shutdown::Shutdown;
+use crate::listener::HttpListener;
+use weir_proto::tls::Stream;
+use weir_server::security::tls::server_config;
+use weir_server::security::{Acceptor, TlsFiles};
+use weir_server::shutdown::Shutdown;
 
 /// The gRPC port's acceptor: plaintext without `[tls]`, else the client port's certificate
 /// with ALPN `h2`.

@@ -33,9 +33,9 @@ use axum::http::StatusCode;
 
 use super::context::HttpCtx;
 use super::error::{ApiError, Params};
-use crate::session_owner::{OwnerCheck, check_owner};
-use weir_client::protocol::Failure;
 use weir_core::machine::{Applied, Event, Refusal, SessionId, TicketId};
+use weir_proto::protocol::Failure;
+use weir_server::session_owner::{OwnerCheck, check_owner};
 
 /// How often an idle event stream sends a comment, so proxies and clients see it alive.
 const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -163,7 +163,7 @@ fn sse_of(event: &Event) -> SseEvent {
         } => (
             "refused",
             json!({"session": session, "ticket": ticket,
-                   "error": crate::metrics::refusal_kind(refusal), "message": refusal.to_string()}),
+                   "error": weir_server::metrics::refusal_kind(refusal), "message": refusal.to_string()}),
         ),
         Event::Halted {
             session,

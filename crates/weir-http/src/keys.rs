@@ -17,8 +17,8 @@ use serde_json::json;
 use super::context::HttpCtx;
 use super::error::{ApiError, ApiResult, Params};
 use super::limits::unexpected;
-use weir_client::protocol::{Answer, Query};
 use weir_core::bounds::KEYS_PAGE_MAX;
+use weir_proto::protocol::{Answer, Query};
 
 /// Keys per page when the request names no `limit`.
 const PAGE_DEFAULT: u32 = 100;

@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 use super::context::HttpCtx;
 use super::error::{ApiResult, JsonBody, Params};
 use super::limits::unexpected;
-use weir_client::protocol::{Answer, Query};
 use weir_core::machine::{Command, HaltScope};
+use weir_proto::protocol::{Answer, Query};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -17,7 +17,8 @@ use std::net::SocketAddr;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
-use crate::security::{Acceptor, Stream};
+use weir_proto::tls::Stream;
+use weir_server::security::Acceptor;
 
 /// Connections past their handshake, waiting for axum to take them. Axum takes each at once;
 /// the bound only stops a flood of handshakes from queueing without limit.

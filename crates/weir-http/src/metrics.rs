@@ -1,4 +1,4 @@
-//! `GET /metrics`: the node's [`crate::metrics`] in Prometheus' text format, with the view
+//! `GET /metrics`: the node's [`weir_server::metrics`] in Prometheus' text format, with the view
 //! gauges (role, term, indexes, sessions, per-tenant use) read at the scrape.
 
 use std::sync::Arc;
@@ -8,7 +8,7 @@ use axum::http::header;
 use axum::response::IntoResponse;
 
 use super::context::HttpCtx;
-use crate::metrics::{self, RaftView};
+use weir_server::metrics::{self, RaftView};
 
 /// The content type of Prometheus' text exposition format.
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";

@@ -1,4 +1,4 @@
-//! Frames on a TCP stream, shared by the peer port and the client port.
+//! Frames on a TCP stream: the client port's (both ends) and the peer port's.
 //!
 //! ```text
 //! offset  size  field
@@ -214,49 +214,6 @@ where
         return Err(WireError::Checksum { stored, computed });
     }
     codec::decode(&payload).map_err(|e| WireError::Decode(e.to_string()))
-}
-
-/// Accepts connections on `listener` until `shutdown` turns true, serving each with
-/// `serve(stream)` in a task of its own that also ends at shutdown. A connection that ends
-/// with an error is logged with its reason under `port`'s name; accept errors (out of file
-/// descriptors, say) are logged and retried after a pause, never fatal.
-pub async fn accept_loop<F, Fut, E>(
-    port: &'static str,
-    listener: tokio::net::TcpListener,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
-    serve: F,
-) where
-    F: Fn(tokio::net::TcpStream) -> Fut,
-    Fut: std::future::Future<Output = Result<(), E>> + Send + 'static,
-    E: std::fmt::Display + Send + 'static,
-{
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            _ = shutdown.changed() => return,
-        };
-        let (stream, from) = match accepted {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::warn!("{port} port: accept failed: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        let connection = serve(stream);
-        let mut shutdown = shutdown.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                r = connection => {
-                    if let Err(reason) = r {
-                        tracing::info!(%from, "{port} connection closed: {reason}");
-                    }
-                }
-                _ = shutdown.changed() => {}
-            }
-        });
-    }
 }
 
 #[cfg(test)]

@@ -13,10 +13,10 @@ use serde_json::json;
 
 use super::context::HttpCtx;
 use super::error::{ApiError, ApiResult};
-use crate::raft::Raft;
-use crate::security::ClientSecurity;
-use weir_client::protocol::{Failure, NodeStatus, Request, Response};
 use weir_client::{Client, ClientError};
+use weir_proto::protocol::{Failure, NodeStatus, Request, Response};
+use weir_proto::tls::ClientSecurity;
+use weir_server::raft::Raft;
 
 /// Entries a node may have in its log beyond what it applied and still be ready. Applying
 /// runs thousands of entries a second, so a healthy node is far below this; one catching up
