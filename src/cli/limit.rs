@@ -64,7 +64,7 @@ pub enum LimitCommand {
     },
 }
 
-/// `limit show --json`: spec §4's `{"tenant", "name", "concurrent", "per_second", "burst",
+/// `limit show --json`: the documented `{"tenant", "name", "concurrent", "per_second", "burst",
 /// "in_use", "waiting", "max_in_use"}`, then `tokens`, `removing`, `keyed`, `live_keys` and
 /// `shadow` — the fields of [`LimitStatus`] in order.
 fn limit_json<T: serde::Serialize + ?Sized>(l: &T) -> serde_json::Value {

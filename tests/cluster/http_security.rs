@@ -1,4 +1,4 @@
-//! The HTTP port under TLS and tokens (spec §7, G10): HTTPS verified against the cluster CA,
+//! The HTTP port under TLS and tokens (G10, docs/security.md): HTTPS verified against the cluster CA,
 //! `Authorization: Bearer` tokens authenticated and authorized by the client port exactly
 //! as a binary client's, 401 without a token, 403 outside the token's tenant (a limit, a
 //! tenant's export), and

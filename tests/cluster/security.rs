@@ -1,4 +1,4 @@
-//! Security end to end (spec §7, G10): real TLS handshakes between real processes, tokens
+//! Security end to end (G10, docs/security.md): real TLS handshakes between real processes, tokens
 //! and their roles, and reloading tokens with SIGHUP.
 
 use std::path::Path;

@@ -964,3 +964,104 @@ fn reexports_test_modules_globs_comments_and_strings_are_no_edges() {
     );
     assert_eq!(found, Vec::<String>::new());
 }
+
+/// A heading's anchor as GitHub makes it: lower case, spaces to hyphens, punctuation gone.
+fn anchor_of(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Every relative link in `text` (a Markdown file at `file`) that names nothing: a missing
+/// file or folder, or an anchor no heading of the target makes.
+fn dead_links(file: &Path, text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let dir = file.parent().unwrap_or(Path::new("."));
+    let mut rest = text;
+    while let Some(start) = rest.find("](") {
+        rest = &rest[start + 2..];
+        let Some(end) = rest.find(')') else { break };
+        let target = &rest[..end];
+        rest = &rest[end..];
+        if target.contains("://") || target.starts_with("mailto:") || target.contains(' ') {
+            continue;
+        }
+        let (path, anchor) = match target.split_once('#') {
+            Some((p, a)) => (p, Some(a)),
+            None => (target, None),
+        };
+        let resolved = if path.is_empty() {
+            file.to_path_buf()
+        } else {
+            dir.join(path)
+        };
+        if !resolved.exists() {
+            out.push(format!("{}: `{target}` names no file", file.display()));
+            continue;
+        }
+        if let Some(anchor) = anchor
+            && resolved.extension().is_some_and(|e| e == "md")
+        {
+            let target_text = fs::read_to_string(&resolved).unwrap_or_default();
+            let found = target_text
+                .lines()
+                .filter_map(|l| l.strip_prefix('#'))
+                .map(|l| anchor_of(l.trim_start_matches('#')))
+                .any(|a| a == anchor);
+            if !found {
+                out.push(format!(
+                    "{}: `{target}`: no heading makes that anchor",
+                    file.display()
+                ));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_relative_link_in_the_docs_names_a_file_and_heading_that_exist() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![root.join("README.md"), root.join("jepsen/README.md")];
+    for dir in ["docs", "clients/python"] {
+        for entry in fs::read_dir(root.join(dir)).unwrap().flatten() {
+            if entry.path().extension().is_some_and(|e| e == "md") {
+                files.push(entry.path());
+            }
+        }
+    }
+    let mut dead = Vec::new();
+    for file in &files {
+        dead.extend(dead_links(file, &fs::read_to_string(file).unwrap()));
+    }
+    assert!(
+        dead.is_empty(),
+        "dead links ({}):\n{}",
+        dead.len(),
+        dead.join("\n")
+    );
+}
+
+#[test]
+fn a_link_to_a_missing_file_or_heading_is_dead() {
+    let dir = scratch("links", &[("docs/a.md", "# A map\n## Map of the source\n")]);
+    let file = dir.join("README.md");
+    let text = "[ok](docs/a.md#map-of-the-source) [gone](docs/b.md) [bad](docs/a.md#nowhere) \
+                [web](https://example.com/x)";
+    let dead = dead_links(&file, text);
+    fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(dead.len(), 2, "{dead:?}");
+    assert!(dead[0].contains("`docs/b.md` names no file"), "{}", dead[0]);
+    assert!(
+        dead[1].contains("`docs/a.md#nowhere`: no heading"),
+        "{}",
+        dead[1]
+    );
+}

@@ -1,6 +1,7 @@
 //! Keyed limits, requests of several parts and shadow mode, one scenario per behaviour
-//! (spec §1 "keyed limit", "part"; §2 "Acquires and takes may name a key … and several
-//! parts"), in the language of [`crate::sim`]. Tenant `t` throughout.
+//! (a keyed limit is a bucket or semaphore per key, alive only while it differs from a fresh
+//! one; the parts of one request are granted together in one entry or not at all), in the
+//! language of [`crate::sim`]. Tenant `t` throughout.
 
 use weir_core::machine::{Command, Event, Machine, Refusal, Reply};
 

@@ -1,4 +1,4 @@
-//! The state machine's tests: scenarios named for the behaviours of spec §2, a property
+//! The state machine's tests: scenarios named for the behaviours of the operations, a property
 //! test against a reference model (G1, G5), determinism and snapshot damage (G4, G8), and
 //! the deadline index against a full scan, and the machine-wide bounds.
 

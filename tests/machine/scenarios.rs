@@ -1,4 +1,4 @@
-//! One scenario per behaviour of spec §2, named for it, written in the language of
+//! One scenario per behaviour of the operations, named for it, written in the language of
 //! [`crate::sim`]: limits `t/db` (concurrency) and `t/api` (rate) unless a scenario says
 //! otherwise, and tenant `acme` for runs, budgets and halts.
 

@@ -1,4 +1,4 @@
-"""TLS and tokens (spec §7, G10) against a cluster with ``[tls]`` from ``weir certs init``
+"""TLS and tokens (G10, docs/security.md) against a cluster with ``[tls]`` from ``weir certs init``
 and ``[[tokens]]``: HTTPS verified against the CA, bearer tokens, roles, sessions owned by
 their principal, and the environment variables the CLI honours."""
 

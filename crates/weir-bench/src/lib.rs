@@ -106,8 +106,8 @@ pub fn run(args: &BenchArgs, servers: &[String], security: &ClientSecurity, out:
         return EXIT_USAGE;
     }
     // A pool. One thread used less of the machine (3.4 s of bench CPU against 4.4 s at 256
-    // clients, 060a289) but moved neither throughput nor the p99 beyond the noise
-    // (docs/benchmarks.md, "What was tried and reverted").
+    // clients) but moved neither throughput nor the p99 beyond the noise
+    // (docs/benchmarks.md, "What was tried and reverted", with the build it was measured on).
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

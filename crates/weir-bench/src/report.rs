@@ -225,7 +225,7 @@ pub struct StallReport {
     pub sessions_lost_permit: u64,
 }
 
-/// The results of a load run; `--json` prints it as one object (spec §4's keys first).
+/// The results of a load run; `--json` prints it as one object (the keys README documents first).
 #[derive(Serialize)]
 pub struct LoadReport {
     pub workload: &'static str,

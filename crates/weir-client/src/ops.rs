@@ -1,4 +1,4 @@
-//! Typed shorthands for the writes and reads of spec §2 that are not sessions or permits.
+//! Typed shorthands for the writes and reads that are not sessions or permits.
 //! Each is one request through [`Client::write`] or [`Client::read`]; refusals come back as
 //! `Ok(Reply::Refused(..))` (writes) — typed values, never text.
 

@@ -31,7 +31,7 @@ pub const SESSION_TTL_MS_MIN: u64 = 500;
 /// expires; ten minutes bounds how long a dead holder can block a limit.
 pub const SESSION_TTL_MS_MAX: u64 = 600_000;
 
-/// Default session TTL, in ms (spec §1).
+/// Default session TTL, in ms (the TTL G9 is promised for).
 pub const SESSION_TTL_MS_DEFAULT: u64 = 3_000;
 
 /// Largest session id the edge draws: 2^53 - 1. JSON numbers are doubles in JavaScript
@@ -285,8 +285,8 @@ pub const TICKETS_QUEUED_MAX: usize = 2 * LIMIT_WAITERS_MAX;
 /// tickets a second sustained for the whole [`FINISHED_TICKET_RETENTION_MS`] window by
 /// clients that carry no mark, which caps their sustained acquire rate. A bound below that
 /// rate times the window refuses every acquire of every tenant `AtCapacity` once the window
-/// fills: the release build (fat LTO) releases 45,000 permits a second at 256 clients
-/// (`weir bench`, 2026-12-03, commit 7177612). The snapshot arithmetic
+/// fills: the release build (fat LTO) releases about 45,000 permits a second at 256 clients
+/// (docs/benchmarks.md, "Bounds sized from a measurement"). The snapshot arithmetic
 /// (`machine::snapshot_size`) counts them beside a million sessions, each with its
 /// acknowledged mark, and a million live keys.
 /// Tickets that finish without a request (a release of a live one, a halt's refusal of a

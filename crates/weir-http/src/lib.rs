@@ -1,4 +1,4 @@
-//! A node's front doors: the HTTP/JSON API (spec §4) and Envoy's rate-limit service over
+//! A node's front doors: the HTTP/JSON API (README, "HTTP/JSON, metrics and health") and Envoy's rate-limit service over
 //! gRPC ([`rls`]), started beside the node's own ports by [`Front`] (the node's
 //! `weir_server::server::front::FrontDoors`, handed in by whoever starts the node).
 //!
@@ -12,7 +12,7 @@
 //!
 //! # The HTTP/JSON API
 //!
-//! Every operation of spec §2 under `/v1`, a session's events and the cluster's activity as server-sent events, the operator console
+//! Every operation under `/v1`, a session's events and the cluster's activity as server-sent events, the operator console
 //! at `/ui`, a one-shot rate take, `/metrics`, `/healthz`
 //! and `/readyz`. `docs/openapi.yaml` describes every route; a cluster test checks that it
 //! lists exactly what [`served_routes`] serves.

@@ -14,7 +14,7 @@ use super::context::HttpCtx;
 use super::error::{ApiResult, JsonBody, Params};
 use weir_core::machine::{Command, Reply, SessionId, TicketId};
 
-/// Default session TTL, ms (spec §1).
+/// Default session TTL, ms (the TTL G9 is promised for).
 const TTL_MS_DEFAULT: u64 = 3_000;
 
 #[derive(Debug, Deserialize)]

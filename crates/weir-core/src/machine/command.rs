@@ -202,7 +202,7 @@ pub struct Settle {
     pub release_slot: bool,
 }
 
-/// Every write of spec §2. Each is applied by [`crate::machine::Machine::apply`] and answered
+/// Every write a client or operator can make. Each is applied by [`crate::machine::Machine::apply`] and answered
 /// by one [`crate::machine::Reply`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Command {

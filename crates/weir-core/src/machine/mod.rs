@@ -1,7 +1,7 @@
 //! The limit state machine: pure, deterministic, bit-exact.
 //!
 //! Every node applies the same Raft log to a [`Machine`] and reaches byte-identical state.
-//! This module owns every rule of spec §2 — limits, sessions, tickets and grants, the wait
+//! This module owns every rule of the operations — limits, sessions, tickets and grants, the wait
 //! queue, tenants, budgets, halts — and nothing else: no clock, no I/O, no randomness, no
 //! hash-map order, no floating-point arithmetic in any decision. The server wraps it; the
 //! server never decides a grant.

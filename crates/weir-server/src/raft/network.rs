@@ -16,7 +16,7 @@
 //! openraft sends the snapshot again from its start (as it does after any network error).
 //! Without the retry the call is lost: openraft asks each voter once per election, so one
 //! dead pooled connection cost a failover a second election round (seen in a kept
-//! `--failover` run: 2,181 ms on 7177612; `docs/benchmarks.md`, "Failover").
+//! `--failover` run, in `docs/benchmarks.md`, "Failover").
 //!
 //! A new connection is dialed (TCP connect and TLS handshake) in a task of its own, bounded
 //! by [`DIAL_TIMEOUT`] rather than by the call's deadline, at most one per peer at a time:

@@ -5,8 +5,8 @@
 //! write wait for two durable appends in series (the leader's, then a follower's), and with
 //! the log in redb a commit of one small entry took 0.38–0.57 ms, most of it CPU in redb's
 //! page allocator and copy-on-write B-tree, where appending the same bytes to a file and
-//! calling `fdatasync` took 0.05–0.1 ms on the same disk (3dea51d, 2026-12-02; the figures
-//! and their commands are in docs/design.md, "Storage"). A Raft log is written only at its
+//! calling `fdatasync` took 0.05–0.1 ms on the same disk (the figures, their commands and
+//! the build they were measured on are in docs/benchmarks.md and docs/design.md, "Storage"). A Raft log is written only at its
 //! end, truncated only from an index to its end and purged only from its start: an
 //! append-only file fits it exactly (it is what etcd's WAL does).
 //!

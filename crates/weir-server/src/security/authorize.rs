@@ -1,4 +1,4 @@
-//! What each [`Role`] may ask (spec §7): `admin` everything; `tenant:NAME` its own work
+//! What each [`Role`] may ask (G10, docs/security.md): `admin` everything; `tenant:NAME` its own work
 //! inside NAME (sessions, acquires, takes, runs, settlements, reads naming NAME; sessions
 //! belong to whoever opened them, checked by the client port against the applied state);
 //! `read` only reads. Status digests, snapshot figures, membership changes and ticks are

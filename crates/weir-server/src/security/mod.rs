@@ -1,4 +1,4 @@
-//! Security at the edges (spec §7, G10): TLS on the ports, tokens with roles, and what each
+//! Security at the edges (G10, docs/security.md): TLS on the ports, tokens with roles, and what each
 //! role may ask.
 //!
 //! - [`tls`] loads certificates and keys into rustls configurations and wraps sockets in

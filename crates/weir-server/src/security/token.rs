@@ -180,7 +180,7 @@ impl Tokens {
 
     /// Replaces the table with a reloaded one, unless that would turn authentication off
     /// (tokens now, none in `table`) and `may_turn_off` is false: then the old table stays
-    /// and the error says why. A reload never silently turns authentication off (spec §7).
+    /// and the error says why. A reload never silently turns authentication off (docs/security.md).
     pub fn reload(&self, table: TokenTable, may_turn_off: bool) -> Result<(), String> {
         if self.read().enabled() && !table.enabled() && !may_turn_off {
             return Err(

@@ -21,7 +21,7 @@
 //! `ServerFrame::Heartbeat` every `HEARTBEAT_PERIOD` ([`heartbeat`]), so the client can tell
 //! a node that is silent (stopped) from one that is busy.
 //!
-//! Before the hello a connection costs the node little (spec §7): the first frame may be at
+//! Before the hello a connection costs the node little (docs/security.md): the first frame may be at
 //! most [`HELLO_FRAME_MAX`] bytes (a larger one is refused before its payload is read), the
 //! hello is read without the connection's read buffer (allocated once the hello is
 //! accepted), and it must come within `HELLO_TIMEOUT`. Every frame's payload is allocated
@@ -36,7 +36,7 @@
 //! before the hello — is answered with `ServerFrame::Error` naming the problem, and that
 //! connection is closed; the node and every other connection go on.
 //!
-//! Security (spec §7): the TLS handshake, if the port has one, comes before the hello. The
+//! Security (G10, docs/security.md): the TLS handshake, if the port has one, comes before the hello. The
 //! hello's token makes the connection's [`Principal`]; with tokens configured, a hello
 //! without a known token is refused. Every request is checked against the principal's role
 //! ([`authorize()`]) before it goes anywhere, and answered `Failure::Forbidden` if refused.
@@ -317,7 +317,7 @@ async fn greet(
 }
 
 /// Refuses (`Forbidden`) a request on a session another principal opened, by the shared
-/// rule ([`check_owner`]). An admin may end any session (spec §7): close it, or release a
+/// rule ([`check_owner`]). An admin may end any session (G10): close it, or release a
 /// ticket of it, so that a revoked principal's permits can be freed before its session
 /// expires; keeping another's session alive or acquiring in it stays its owner's alone.
 ///

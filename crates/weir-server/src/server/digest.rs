@@ -1,6 +1,6 @@
 //! [`DigestCache`]: the applied state's digest for `status`, kept cheap for the leader.
 //!
-//! The digest is a hash of the machine's encoded state (spec §4: equal on replicas at the
+//! The digest is a hash of the machine's encoded state (`weir status --json`: equal on replicas at the
 //! same applied index), so computing it is linear in the state, and the encoding must be
 //! taken under the apply lock. A status loop, from any caller, must not slow the leader:
 //!

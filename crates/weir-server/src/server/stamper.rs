@@ -1,5 +1,5 @@
 //! What stamps a batch: this node, this proposer's incarnation and its clock — the only
-//! time the machine ever sees (spec §6: time arrives in entries).
+//! time the machine ever sees (docs/design.md, "Log entry": time arrives in entries).
 //!
 //! The log clock (`clock_ms`) is the proposer's monotonic time since it started; the wall
 //! stamp (`wall_ms`) is the system clock, for reports only. Two test hooks of the partition
