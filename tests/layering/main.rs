@@ -37,9 +37,11 @@ struct ModFile {
     /// Module path from the crate root (empty for the root).
     path: Vec<String>,
     file: PathBuf,
-    /// Whether the file's children live in its own directory (`lib.rs`, `main.rs`,
-    /// `mod.rs`) or in a directory named after it (`name.rs` → `name/`).
+    /// Where its children's files are: its own directory for `lib.rs`, `main.rs` and
+    /// `mod.rs`, a directory named after it for `name.rs` (`name/`).
     dir: PathBuf,
+    /// Its production tokens, each with the inline module it sits in ([`production`]).
+    prod: Vec<(Token, Vec<String>)>,
 }
 
 /// A crate's files and the imports among them.
@@ -440,16 +442,18 @@ impl Crate {
             .parent()
             .ok_or("a root file has a directory")?
             .to_path_buf();
-        let mut pending = vec![ModFile {
-            path: Vec::new(),
-            file: root.to_path_buf(),
-            dir,
-        }];
-        while let Some(m) = pending.pop() {
+        // (module path, file, where its children are) of the files still to read.
+        let mut pending = vec![(Vec::new(), root.to_path_buf(), dir)];
+        while let Some((path, file, dir)) = pending.pop() {
             let source =
-                fs::read_to_string(&m.file).map_err(|e| format!("{}: {e}", m.file.display()))?;
-            let prod = production(&tokens(&strip(&source)));
-            for child in declared_mods(&prod) {
+                fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+            let m = ModFile {
+                path,
+                file,
+                dir,
+                prod: production(&tokens(&strip(&source))),
+            };
+            for child in declared_mods(&m.prod) {
                 if m.path.is_empty() {
                     order.push(child.clone());
                 }
@@ -469,7 +473,7 @@ impl Crate {
                 };
                 let mut path = m.path.clone();
                 path.push(child);
-                pending.push(ModFile { path, file, dir });
+                pending.push((path, file, dir));
             }
             files.push(m);
         }
@@ -488,16 +492,13 @@ impl Crate {
     }
 
     /// The edges of the file-level import graph: (from, to, line, what was named).
-    fn edges(&self) -> Result<Vec<(usize, usize, usize, String)>, String> {
+    fn edges(&self) -> Vec<(usize, usize, usize, String)> {
         // Re-exports of each file: a name → the path it stands for.
         let mut reexports: BTreeMap<usize, BTreeMap<String, Vec<String>>> = BTreeMap::new();
         let mut parsed = Vec::new();
         for (index, m) in self.files.iter().enumerate() {
-            let source =
-                fs::read_to_string(&m.file).map_err(|e| format!("{}: {e}", m.file.display()))?;
-            let prod = production(&tokens(&strip(&source)));
-            let used = uses(&prod);
-            let inline = inline_paths(&prod);
+            let used = uses(&m.prod);
+            let inline = inline_paths(&m.prod);
             for (named, bound, inner) in &used {
                 if named.reexport && inner.is_empty() {
                     let absolute = self.absolute(&m.path, &named.segments);
@@ -551,7 +552,7 @@ impl Crate {
             }
         }
         edges.retain(|(from, to, _, _)| from != to);
-        Ok(edges)
+        edges
     }
 
     /// A path as written in module `module`, made absolute (from the crate root), or
@@ -621,8 +622,8 @@ impl Crate {
     }
 
     /// Every breach of the two rules, as lines a reader can act on.
-    fn breaches(&self) -> Result<Vec<String>, String> {
-        let edges = self.edges()?;
+    fn breaches(&self) -> Vec<String> {
+        let edges = self.edges();
         let mut out = Vec::new();
         // Rule 2: the declared order of the root's modules.
         let position = |index: usize| {
@@ -682,11 +683,9 @@ impl Crate {
                 lines.join("\n")
             ));
         }
-        Ok(out)
+        out
     }
-}
 
-impl Crate {
     /// The root's modules in an order every import fits (the declared order where imports
     /// allow), or the modules that import each other when none does.
     fn fitting_order(&self, edges: &[(usize, usize, usize, String)]) -> String {
@@ -824,7 +823,7 @@ fn workspace_roots(root: &Path) -> Vec<(String, PathBuf)> {
 fn check(root: &Path) -> Vec<String> {
     let mut breaches = Vec::new();
     for (name, file) in workspace_roots(root) {
-        match Crate::read(&name, &file).and_then(|c| c.breaches()) {
+        match Crate::read(&name, &file).map(|c| c.breaches()) {
             Ok(found) => breaches.extend(found),
             Err(e) => breaches.push(format!("{name}: cannot read: {e}")),
         }
@@ -863,7 +862,7 @@ fn scratch(name: &str, files: &[(&str, &str)]) -> PathBuf {
 
 fn breaches_of(name: &str, files: &[(&str, &str)]) -> Vec<String> {
     let dir = scratch(name, files);
-    let found = Crate::read(name, &dir.join("src/lib.rs")).and_then(|c| c.breaches());
+    let found = Crate::read(name, &dir.join("src/lib.rs")).map(|c| c.breaches());
     fs::remove_dir_all(&dir).unwrap();
     found.unwrap()
 }
