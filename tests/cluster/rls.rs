@@ -436,7 +436,7 @@ async fn should_rate_limit_over_tls_authenticates_the_token_and_applies_its_role
         .await
         .unwrap();
     let mut rls = Rls {
-        client: RateLimitServiceClient::new(channel),
+        client: RateLimitServiceClient::new(channel.clone()),
         token: None,
     };
     let ask = || request(vec![descriptor(&[("to_number", "1")])], 1);
@@ -453,6 +453,39 @@ async fn should_rate_limit_over_tls_authenticates_the_token_and_applies_its_role
     let e = rls.call(ask()).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
     assert!(e.message().contains("\"edge\""), "{e:?}");
+
+    phase("a garbage body without a token is UNAUTHENTICATED, never decoded");
+    for size in [3, 1 << 20] {
+        let e = raw_call(&channel, vec![0xff; size], None)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.code(),
+            tonic::Code::Unauthenticated,
+            "{size} bytes: {e:?}"
+        );
+    }
+
+    phase("another tenant's token with an oversized request: PERMISSION_DENIED, not invalid");
+    let oversized = request((0..1_000).map(|_| descriptor(&[("a", "b")])).collect(), 1);
+    let e = rls.call(oversized.clone()).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+
+    phase("the tenant's own token: a message above the bound is refused before decoding");
+    let e = raw_call(&channel, vec![0xff; 1 << 20], Some(EDGE))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::OutOfRange, "{e:?}");
+    assert!(e.message().contains("too large"), "{e:?}");
+    rls.token = Some(EDGE.into());
+    let e = rls.call(oversized).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+
+    phase("a silent connection is closed within the port's first-request timeout");
+    let silent = tokio::spawn(silent_until_closed(
+        Connector::tls(weir_proto::tls::client_config(&ca_pem).unwrap()),
+        addr.clone(),
+    ));
 
     phase("the tenant's own token decides, through the follower");
     rls.token = Some(EDGE.into());
@@ -475,4 +508,95 @@ async fn should_rate_limit_over_tls_authenticates_the_token_and_applies_its_role
         }
     };
     assert!(refused);
+
+    let waited = silent.await.unwrap();
+    let bound = weir_http::bounds::RLS_FIRST_REQUEST_TIMEOUT + Duration::from_secs(5);
+    assert!(waited < bound, "closed after {waited:?}");
+}
+
+/// Connects over TLS to `addr`, sends nothing, and reads until the node closes the
+/// connection: how long that took (at most a minute, then a failure).
+async fn silent_until_closed(connector: Connector, addr: String) -> Duration {
+    use tokio::io::AsyncReadExt;
+    let started = Instant::now();
+    let tcp = TcpStream::connect(&addr).await.unwrap();
+    let mut stream = connector.connect(tcp, &addr).await.unwrap();
+    let mut buf = [0u8; 1024];
+    let closed = tokio::time::timeout(Duration::from_secs(60), async {
+        // The server's HTTP/2 settings come first; then nothing until it closes.
+        while stream.read(&mut buf).await.is_ok_and(|n| n > 0) {}
+    })
+    .await;
+    assert!(closed.is_ok(), "a silent connection was held for a minute");
+    started.elapsed()
+}
+
+/// Calls `ShouldRateLimit` with `body` as its message, raw bytes (not a protobuf
+/// encoding), with `token` as its bearer token.
+async fn raw_call(
+    channel: &Channel,
+    body: Vec<u8>,
+    token: Option<&str>,
+) -> Result<Vec<u8>, tonic::Status> {
+    let mut grpc = tonic::client::Grpc::new(channel.clone());
+    grpc.ready()
+        .await
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let mut r = tonic::Request::new(body);
+    r.set_timeout(Duration::from_secs(10));
+    if let Some(t) = token {
+        r.metadata_mut()
+            .insert("authorization", format!("Bearer {t}").parse().unwrap());
+    }
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(
+        "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+    );
+    grpc.unary(r, path, RawCodec).await.map(|a| a.into_inner())
+}
+
+/// A gRPC message as its bytes, both ways.
+#[derive(Clone, Copy, Default)]
+struct RawCodec;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+
+    fn encoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+
+    fn decoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+}
+
+impl tonic::codec::Encoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn encode(
+        &mut self,
+        item: Vec<u8>,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        bytes::BufMut::put_slice(dst, &item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<Vec<u8>>, tonic::Status> {
+        let bytes = bytes::Buf::chunk(src).to_vec();
+        bytes::Buf::advance(src, bytes.len());
+        Ok(Some(bytes))
+    }
 }

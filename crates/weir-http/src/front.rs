@@ -103,11 +103,13 @@ fn start_grpc(
     shutdown: &Shutdown,
 ) -> Result<(), String> {
     let acceptor = rls::grpc_acceptor(config.tls.as_ref())?;
+    let callers = edge.callers.clone();
     let service = rls::RlsService::new(edge, config.grpc_ratelimit_headers);
     tokio::spawn(rls::serve_grpc(
         listener,
         acceptor,
         service,
+        callers,
         shutdown.clone(),
     ));
     tracing::info!(

@@ -128,7 +128,7 @@ mod error;
 
 mod listener;
 
-mod bounds;
+pub mod bounds;
 
 pub use bounds::{
     BODY_BYTES_MAX, BODY_READ_TIMEOUT, DRAIN_BYTES_MAX, DRAIN_TIMEOUT, WAIT_MS_MAX,

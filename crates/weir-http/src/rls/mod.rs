@@ -6,10 +6,15 @@
 //!
 //! # A request, end to end
 //!
-//! 1. **Edge** (`request.rs`): the token in the `authorization` metadata (`Bearer TOKEN`)
-//!    authenticates as on the HTTP port (`http::Callers`); bounds are checked before
-//!    anything else (descriptors per request, entries per descriptor, key and value bytes,
-//!    hits), and bad input is `INVALID_ARGUMENT` naming the field (`descriptors[1].entries[0].key`).
+//! 1. **Edge** (`gate.rs`, `request.rs`): the token in the `authorization` metadata
+//!    (`Bearer TOKEN`) authenticates as on the HTTP port (`http::Callers`), from the
+//!    request's headers, before its body is read: without a valid token the answer is
+//!    `UNAUTHENTICATED` and the body is never decoded. The body is decoded up to
+//!    `RLS_MESSAGE_BYTES_MAX`; the token's role is checked against the domain (the
+//!    tenant): `PERMISSION_DENIED`; then the bounds (descriptors per request, entries per
+//!    descriptor, key and value bytes, hits), and bad input is `INVALID_ARGUMENT` naming
+//!    the field (`descriptors[1].entries[0].key`). Refusals come in that order:
+//!    unauthenticated, forbidden, invalid.
 //! 2. **Match** (`plan.rs`): the domain is the tenant. Each descriptor is matched against
 //!    the tenant's limits on this node's applied state, by the rule of
 //!    [`weir_core::rls::path::resolve`]; a `replaces` marker drops a replaced match. A
@@ -51,7 +56,9 @@
 //!
 //! # Layout
 //!
-//! - `serve.rs` — the port: TCP, TLS (ALPN `h2`), tonic's HTTP/2 server, shutdown.
+//! - `serve.rs` — the port: TCP, TLS (ALPN `h2`), tonic's HTTP/2 server and its bounds,
+//!   shutdown.
+//! - `gate.rs` — authentication before the body, and each connection's deadline.
 //! - `service.rs` — [`RlsService`]: authentication, the take, the answer.
 //! - `request.rs` — the edge's checks of a `RateLimitRequest`.
 //! - `plan.rs` — matching descriptors to limits: a `Plan`.
@@ -59,6 +66,7 @@
 //! - `pending.rs` — takes granted through this node and not yet applied here.
 
 mod answer;
+mod gate;
 mod pending;
 mod plan;
 mod request;

@@ -1,19 +1,27 @@
 //! The gRPC port: the HTTP port's accept loop and TLS handshakes (`http::HttpListener`,
 //! each handshake in its own bounded task), with ALPN `h2` offered over TLS as gRPC
-//! clients ask, and tonic's HTTP/2 server serving [`RlsService`] until shutdown.
+//! clients ask, and tonic's HTTP/2 server serving [`RlsService`] behind the [`Gate`] until
+//! shutdown.
+//!
+//! Every bound of the port is here, with its value in `crate::bounds` (`RLS_*`): the
+//! connections open at once (one past them is closed as it is accepted), the streams of
+//! one connection, a request's bytes (before decoding) and time, and each connection's
+//! deadline (`gate.rs`).
 
 use std::io;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 
+use super::gate::{Gate, GrpcIo};
 use super::service::RlsService;
+use crate::bounds::{
+    RLS_CONNECTIONS_MAX, RLS_MESSAGE_BYTES_MAX, RLS_REQUEST_TIMEOUT, RLS_STREAMS_PER_CONNECTION_MAX,
+};
+use crate::callers::Callers;
 use crate::listener::HttpListener;
-use weir_proto::tls::Stream;
 use weir_server::security::tls::server_config;
 use weir_server::security::{Acceptor, TlsFiles};
 use weir_server::shutdown::Shutdown;
@@ -29,11 +37,13 @@ pub fn grpc_acceptor(tls: Option<&TlsFiles>) -> Result<Acceptor, String> {
     Ok(Acceptor::tls(Arc::new(config)))
 }
 
-/// Serves `service` on `listener` until `shutdown` begins.
+/// Serves `service` on `listener` until `shutdown` begins, admitting requests whose token
+/// `callers` knows.
 pub async fn serve_grpc(
     listener: TcpListener,
     acceptor: Acceptor,
     service: RlsService,
+    callers: Arc<Callers>,
     mut shutdown: Shutdown,
 ) {
     let listener = match HttpListener::new(listener, acceptor) {
@@ -43,52 +53,35 @@ pub async fn serve_grpc(
             return;
         }
     };
-    let incoming = futures_util::stream::unfold(listener, |mut listener| async move {
-        let (stream, _peer) = axum::serve::Listener::accept(&mut listener).await;
-        Some((Ok::<_, io::Error>(GrpcIo(stream)), listener))
+    let slots = Arc::new(Semaphore::new(RLS_CONNECTIONS_MAX));
+    let incoming = futures_util::stream::unfold(listener, move |mut listener| {
+        let slots = slots.clone();
+        async move {
+            loop {
+                let (stream, peer) = axum::serve::Listener::accept(&mut listener).await;
+                match slots.clone().try_acquire_owned() {
+                    Ok(slot) => {
+                        return Some((Ok::<_, io::Error>(GrpcIo::new(stream, slot)), listener));
+                    }
+                    // Dropped: closed at once, costing nothing more.
+                    Err(_) => tracing::debug!(
+                        "grpc connection from {} closed: {RLS_CONNECTIONS_MAX} connections \
+                         are open",
+                        peer
+                    ),
+                }
+            }
+        }
     });
+    let service =
+        RateLimitServiceServer::new(service).max_decoding_message_size(RLS_MESSAGE_BYTES_MAX);
     let served = tonic::transport::Server::builder()
-        .add_service(RateLimitServiceServer::new(service))
+        .max_concurrent_streams(RLS_STREAMS_PER_CONNECTION_MAX)
+        .timeout(RLS_REQUEST_TIMEOUT)
+        .add_service(Gate::new(service, callers))
         .serve_with_incoming_shutdown(incoming, async move { shutdown.begun().await })
         .await;
     if let Err(e) = served {
         tracing::warn!("grpc server: {e}");
-    }
-}
-
-/// A connection as tonic takes it (tonic asks what it knows of the peer: nothing here).
-struct GrpcIo(Stream);
-
-impl tonic::transport::server::Connected for GrpcIo {
-    type ConnectInfo = ();
-
-    fn connect_info(&self) {}
-}
-
-impl AsyncRead for GrpcIo {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for GrpcIo {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().0).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
     }
 }

@@ -51,12 +51,18 @@ impl RateLimitService for RlsService {
             .callers
             .for_token(token.as_deref())
             .map_err(Status::unauthenticated)?;
-        let checked = check(request.into_inner()).map_err(Status::invalid_argument)?;
-        // The role is checked before the tenant's limits are read, so a token of another
-        // tenant learns nothing of them; the take is checked again by the client port.
-        let probe =
-            ClientRequest::Write(Command::AcquireParts(take(&checked.tenant, 0, 0, vec![])));
+        // The role is checked against the domain before the request's fields and before
+        // the tenant's limits are read, so a token of another tenant learns nothing of
+        // them and is told it is forbidden, not what is wrong with its request; the take
+        // is checked again by the client port.
+        let probe = ClientRequest::Write(Command::AcquireParts(take(
+            &request.get_ref().domain,
+            0,
+            0,
+            vec![],
+        )));
         authorize(&caller.principal.role, &probe).map_err(Status::permission_denied)?;
+        let checked = check(request.into_inner()).map_err(Status::invalid_argument)?;
         act_as(caller, self.decide(checked))
             .await
             .map(Response::new)
@@ -196,7 +202,7 @@ fn take(
 }
 
 /// The token of `authorization: Bearer TOKEN` metadata; `None` without it.
-fn bearer(metadata: &MetadataMap) -> Result<Option<String>, Status> {
+pub(super) fn bearer(metadata: &MetadataMap) -> Result<Option<String>, Status> {
     let Some(value) = metadata.get("authorization") else {
         return Ok(None);
     };
