@@ -29,7 +29,7 @@ use weir_core::machine::{Batch, Command, Leadership, Machine, SNAPSHOT_MAGIC, SN
 use weir_proto::protocol::{CLIENT_FRAME_MAX, ClientFrame, Request};
 use weir_proto::wire::{self, WireError};
 use weir_server::raft::network::{
-    PEER_FRAME_MAX, PeerHello, PeerRequest, PeerResponse, PeerWelcome,
+    PEER_FRAME_MAX, PeerAnnounce, PeerHello, PeerRequest, PeerResponse, PeerWelcome,
 };
 
 /// Most bytes of Rust heap live at once in a fuzz process. The largest allocation Weir makes
@@ -173,6 +173,8 @@ pub fn peer_frame(data: &[u8]) {
     let _: Result<PeerResponse, WireError> =
         ready(wire::read_frame(&mut &bytes[..], PEER_FRAME_MAX));
     let _: Result<PeerHello, WireError> = ready(wire::read_frame(&mut &bytes[..], PEER_FRAME_MAX));
+    let _: Result<PeerAnnounce, WireError> =
+        ready(wire::read_frame(&mut &bytes[..], PEER_FRAME_MAX));
     let _: Result<PeerWelcome, WireError> =
         ready(wire::read_frame(&mut &bytes[..], PEER_FRAME_MAX));
 }

@@ -358,3 +358,81 @@ async fn a_backup_of_the_release_before_restores_a_cluster_of_this_one() {
     assert_eq!(in_use(&client, "new").await, Some(0));
     cluster.converged(CONVERGE).await;
 }
+
+/// Copies directory `from` to `to`, files and subdirectories.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// A copy of node 3's data directory (a VM clone, a copied volume, a restore beside the
+/// original) started at another address while node 3 runs: the other nodes refuse it at
+/// its hello, naming both addresses, and the cluster goes on as it was: the same leader in
+/// the same term, node 3 a follower that applies what the leader commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_of_a_nodes_data_directory_started_elsewhere_is_refused_and_disturbs_nothing() {
+    let mut cluster = Cluster::start("copy", 3, "");
+    cluster.leader(ELECTION).await;
+    let client = cluster.client();
+    assert_eq!(
+        cluster.write(&client, define("before", 1)).await,
+        Reply::Done
+    );
+    cluster.converged(CONVERGE).await;
+
+    phase("node 3 stopped, its data directory copied, node 3 started again on its own");
+    let dir = cluster.node(3).config_path.parent().unwrap().to_owned();
+    let copy = dir.join("copy-data3");
+    cluster.stop(3);
+    copy_dir(&cluster.node(3).config.data_dir, &copy);
+    cluster.start_node(3);
+    let leader = cluster.leader(ELECTION).await;
+    cluster.converged(CONVERGE).await;
+    let term = cluster.status(leader).await.unwrap().term;
+
+    phase("the copy starts at another address");
+    let (_copy, copy_log) = start_old_node(&cluster, &copy);
+    // Elections time out within a second: three seconds let the copy campaign several
+    // times, as it did when it was let in.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    phase("the same leader in the same term, and node 3 follows it");
+    let status = cluster.status(leader).await.unwrap();
+    assert_eq!(
+        (status.state.as_str(), status.term),
+        ("Leader", term),
+        "{status:?}"
+    );
+    assert_eq!(
+        cluster.write(&client, define("after", 1)).await,
+        Reply::Done
+    );
+    cluster.converged(CONVERGE).await;
+    let three = cluster.status(3).await.unwrap();
+    assert_eq!(
+        (three.term, three.leader),
+        (term, Some(leader)),
+        "{three:?}"
+    );
+
+    phase("the others refused the copy, naming both addresses, and the copy knows it");
+    let refused = ["says it is node 3", "refused"];
+    let seen = wait_for_line(&cluster.node(1).log, &refused, Duration::from_secs(5))
+        .or_else(|| wait_for_line(&cluster.node(2).log, &refused, Duration::from_secs(5)));
+    assert!(
+        seen.is_some(),
+        "neither node 1 nor node 2 logged the refusal"
+    );
+    assert!(
+        wait_for_line(&copy_log, &refused, Duration::from_secs(5)).is_some(),
+        "the copy did not log that it was refused"
+    );
+}

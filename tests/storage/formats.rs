@@ -18,7 +18,7 @@ use weir_server::backup::{BackupWriter, read_backup};
 use weir_server::raft::cluster_identity::{ClusterId, ClusterIdentity, read_cluster_id};
 use weir_server::raft::log_store::LogStore;
 use weir_server::raft::network::{
-    PEER_PROTOCOL_VERSION, PeerHello, PeerRequest, PeerWelcome, welcome,
+    PEER_PROTOCOL_VERSION, PeerAnnounce, PeerHello, PeerRequest, PeerWelcome, welcome,
 };
 use weir_server::raft::state_store::{SNAPSHOT_FILE, StateStore, encode_file};
 use weir_server::raft::{NodeAddr, SnapshotMeta};
@@ -178,7 +178,8 @@ fn today() -> Vec<(String, Vec<u8>)> {
                 acked_below: 12,
             }),
         ),
-        ("peer-hello.protocol-3".into(), frame(&hello)),
+        ("peer-hello.protocol-4".into(), frame(&hello)),
+        ("peer-announce.protocol-4".into(), frame(&announce())),
     ]
 }
 
@@ -281,13 +282,22 @@ fn every_shipped_format_version_is_read_or_refused_as_documented() {
         );
     }
     let identity = ClusterIdentity::fixed(&dir.0, Some(CLUSTER));
-    let peer = fixture("peer-hello.protocol-3");
+    let peer = fixture("peer-hello.protocol-4");
     assert!(matches!(
         welcome(Ok(decode_frame::<PeerHello>(&peer)), &identity),
-        PeerWelcome::Welcome { version: 3, .. }
+        PeerWelcome::Welcome { version: 4, .. }
     ));
-    // Peer protocol 2 had the same frames, but its log cannot hold what 3's may: refused.
-    for (name, version) in [("peer-hello.protocol-2", 2), ("", 4)] {
+    assert_eq!(
+        decode_frame::<PeerAnnounce>(&fixture("peer-announce.protocol-4")),
+        announce()
+    );
+    // Peer protocol 2 had the same frames, but its log cannot hold what 3's may; 3 sends
+    // no address after its hello: both refused.
+    for (name, version) in [
+        ("peer-hello.protocol-2", 2),
+        ("peer-hello.protocol-3", 3),
+        ("", 5),
+    ] {
         let hello = match name {
             "" => PeerHello {
                 version,
@@ -300,7 +310,7 @@ fn every_shipped_format_version_is_read_or_refused_as_documented() {
         };
         assert!(
             reason.contains(&format!(
-                "node 2 speaks peer protocol version {version}; this node speaks version 3"
+                "node 2 speaks peer protocol version {version}; this node speaks version 4"
             )),
             "{reason}"
         );
@@ -316,9 +326,16 @@ fn every_shipped_format_version_is_read_or_refused_as_documented() {
     };
     assert!(
         reason.contains("peer protocol version 1")
-            && reason.contains("speaks peer protocol version 3"),
+            && reason.contains("speaks peer protocol version 4"),
         "{reason}"
     );
+}
+
+/// The address the fixtures' peer announces after its hello.
+fn announce() -> PeerAnnounce {
+    PeerAnnounce {
+        peer_addr: "127.0.0.1:7412".into(),
+    }
 }
 
 fn decode_frame<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> T {

@@ -32,13 +32,42 @@
 //!
 //! Every connection then opens with a hello ([`PeerHello`]): the dialer's peer protocol
 //! version ([`PEER_PROTOCOL_VERSION`]), node id and cluster identity
-//! ([`super::cluster_identity`]); the listener answers [`PeerWelcome::Welcome`] only when
-//! both are its own (a node without an identity adopts the dialer's), else
-//! [`PeerWelcome::Refused`] naming both versions or both identities, and closes. A first
+//! ([`super::cluster_identity`]), then its address ([`PeerAnnounce`], below); the listener
+//! answers [`PeerWelcome::Welcome`] only when both are its own (a node without an identity
+//! adopts the dialer's) and the address is the one it knows for that id, else
+//! [`PeerWelcome::Refused`] naming both versions, identities or addresses, and closes. A first
 //! frame that is not a hello (garbage, or a node of peer protocol 1) gets no answer: the
 //! connection is closed and the reason, naming both versions, logged. So a node
 //! of the cluster a backup was taken from can neither vote in nor append to the cluster
 //! restored from it, even with certificates from the same CA.
+//!
+//! # One node id, one process
+//!
+//! A data directory carries a node's id, its vote and its log; a copy of it (a VM clone, a
+//! copied volume, a restore beside a running original) started elsewhere would be a second
+//! voter with the same id: it campaigns in the terms its copy of the vote allows, and a
+//! higher term from it deposes the leader while the real node sits as a candidate. A
+//! random instance key drawn at first start would not tell them apart (the copy has the
+//! same file), and a key drawn at every start could not tell a copy from a restart. What
+//! does tell them apart is where they are: the membership, agreed through the log, lists
+//! each member's peer address, and the other members reach the real node there.
+//!
+//! So after its hello the dialer announces its own `peer_addr` ([`PeerAnnounce`]), and the
+//! listener accepts a member's id only from the address its membership lists for it
+//! ([`known_at`]); a process that names a member's id at another address is refused at
+//! the hello (the refusal names both addresses, logged on both sides). Nothing of it
+//! reaches Raft: none of its votes is counted, none of its terms is seen, and the real
+//! node, which nobody dialed at the copy's address, is not disturbed. A restart on the same
+//! data directory and config announces the same address and is welcomed; a cluster
+//! restored from a backup keeps the members' addresses from the backup's membership, and
+//! its nodes announce them; a node not (yet) in the listener's membership, a member being
+//! added, is not judged by address. What this does not catch: a copy started with the
+//! original's very address (on another host behind the same name), which the network
+//! itself cannot route to both; and a member that moves must be removed and added again
+//! at its new address, as before.
+//!
+//! Refusals are logged at WARN at most once per [`REFUSAL_LOG_EVERY`] each, with a count:
+//! a refused peer (a copy, or a node of another cluster) dials again on every heartbeat.
 //!
 //! The server side ([`serve_peers`]) reads a request, hands it to the local Raft
 //! ([`answer`], which also tells [`super::stand_in`] what it saw), writes the answer.
@@ -88,12 +117,14 @@ const DIAL_TIMEOUT: Duration = Duration::from_secs(1);
 /// and the machine remembers a waiting request refused at once and forgets finished
 /// tickets below a session's acknowledged mark: a node of 2 could not decode such a log,
 /// or would decide its re-asked tickets otherwise.
+/// 4: the hello is followed by a [`PeerAnnounce`], the dialer's own peer address, which
+/// the listener holds against the address its membership knows for the dialer's id.
 ///
 /// The version stands for what the nodes of one cluster must share: the frames, and what
 /// an entry of the log means (the commands it may hold and how the machine decides them).
 /// It is raised with either, so that nodes that would apply one log differently refuse
 /// each other at the hello (naming both versions) instead of diverging.
-pub const PEER_PROTOCOL_VERSION: u32 = 3;
+pub const PEER_PROTOCOL_VERSION: u32 = 4;
 
 /// The first four bytes of every hello: a frame of peer protocol 1 (a [`PeerRequest`])
 /// never decodes with them, so a node of that version is told apart from damage.
@@ -114,6 +145,21 @@ pub struct PeerHello {
     /// The dialer's cluster identity.
     pub cluster: [u8; 16],
 }
+
+/// The second frame the dialer sends, right after its [`PeerHello`] (peer protocol 4 on):
+/// the address its peers reach it at (its `peer_addr`, as the membership lists it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerAnnounce {
+    pub peer_addr: String,
+}
+
+/// Largest [`PeerAnnounce`] frame, in bytes: an address of at most
+/// [`weir_core::bounds::ADDR_BYTES_MAX`] bytes and its length.
+const ANNOUNCE_FRAME_MAX: u32 = 1024;
+
+/// The same refusal is logged at most once in this long (with how many were not): a
+/// refused peer dials again on every heartbeat and election, hundreds of times a second.
+const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// The listener's answer to a [`PeerHello`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -170,6 +216,8 @@ pub struct PeerNetwork {
 pub struct Me {
     pub id: NodeId,
     pub identity: Arc<ClusterIdentity>,
+    /// This node's `peer_addr`, announced after every hello.
+    pub peer_addr: String,
 }
 
 impl PeerNetwork {
@@ -324,6 +372,12 @@ impl PeerClient {
         wire::write_frame(conn.get_mut(), &hello)
             .await
             .map_err(network)?;
+        let announce = PeerAnnounce {
+            peer_addr: self.me.peer_addr.clone(),
+        };
+        wire::write_frame(conn.get_mut(), &announce)
+            .await
+            .map_err(network)?;
         match wire::read_frame(conn, PEER_FRAME_MAX)
             .await
             .map_err(network)?
@@ -334,7 +388,7 @@ impl PeerClient {
                     "node {} at {} refused this node: {reason}",
                     self.target, self.addr
                 );
-                tracing::warn!("{why}");
+                log_refusal(&why);
                 Err(CallError::Network(why))
             }
         }
@@ -546,12 +600,25 @@ async fn peer_connection(tcp: TcpStream, server: PeerServer) -> Result<(), WireE
         h => h,
     };
     let is_hello = matches!(&hello, Ok(h) if h.magic == PEER_HELLO_MAGIC);
-    let welcome = welcome(hello, &identity);
+    let from = hello.as_ref().map(|h| h.from).ok();
+    let mut welcome = welcome(hello, &identity);
+    if let (PeerWelcome::Welcome { .. }, Some(from)) = (&welcome, from) {
+        // A hello of this version is followed by the dialer's address.
+        let announce: PeerAnnounce = tokio::time::timeout(
+            HELLO_TIMEOUT,
+            wire::read_frame(&mut stream, ANNOUNCE_FRAME_MAX),
+        )
+        .await
+        .map_err(|_| WireError::Decode(format!("no peer address within {HELLO_TIMEOUT:?}")))??;
+        if let Err(reason) = known_at(&raft, from, &announce.peer_addr) {
+            welcome = PeerWelcome::Refused { reason };
+        }
+    }
     if is_hello {
         wire::write_frame(stream.get_mut(), &welcome).await?;
     }
     if let PeerWelcome::Refused { reason } = welcome {
-        tracing::warn!("refused a peer: {reason}");
+        log_refusal(&format!("refused a peer: {reason}"));
         return Err(WireError::Decode(reason));
     }
     loop {
@@ -562,6 +629,52 @@ async fn peer_connection(tcp: TcpStream, server: PeerServer) -> Result<(), WireE
         };
         let response = answer(&raft, &stand_in, request).await;
         wire::write_frame(stream.get_mut(), &response).await?;
+    }
+}
+
+/// Whether node `from`, announcing `peer_addr`, is where this node's membership knows it:
+/// a member is accepted only from its own address, so a second process with its id (a
+/// copy of its data directory started elsewhere) is refused and the member is untouched.
+/// A node the membership does not list is not judged here.
+pub fn known_at(raft: &Raft, from: NodeId, peer_addr: &str) -> Result<(), String> {
+    let known = raft
+        .metrics()
+        .borrow()
+        .membership_config
+        .nodes()
+        .find(|(id, _)| **id == from)
+        .map(|(_, n)| n.peer.clone());
+    match known {
+        Some(known) if known != peer_addr => Err(format!(
+            "a process at {peer_addr} says it is node {from}, but this cluster knows node \
+             {from} at {known}: refused, so that one node id is one voter (a copy of node \
+             {from}'s data directory started elsewhere?)"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Logs a refusal at WARN, each distinct one at most once per [`REFUSAL_LOG_EVERY`], with
+/// how many times it was seen since (a refused peer dials again and again).
+fn log_refusal(reason: &str) {
+    static SEEN: Mutex<BTreeMap<String, (std::time::Instant, u64)>> = Mutex::new(BTreeMap::new());
+    let now = std::time::Instant::now();
+    let mut seen = crate::lock::lock(&SEEN);
+    // Distinct refusals are few (one per refused peer); the map is cleared if it grows.
+    if seen.len() >= 64 && !seen.contains_key(reason) {
+        seen.clear();
+    }
+    match seen.get_mut(reason) {
+        Some((last, more)) if now.duration_since(*last) < REFUSAL_LOG_EVERY => *more += 1,
+        Some((last, more)) => {
+            tracing::warn!("{reason} ({} more times in {REFUSAL_LOG_EVERY:?})", *more);
+            *last = now;
+            *more = 0;
+        }
+        None => {
+            tracing::warn!("{reason}");
+            seen.insert(reason.to_owned(), (now, 0));
+        }
     }
 }
 
@@ -662,6 +775,7 @@ mod tests {
                     std::path::Path::new("/nonexistent"),
                     Some(TEST_CLUSTER),
                 )),
+                peer_addr: "127.0.0.1:1".into(),
             }),
         }
     }
@@ -677,6 +791,8 @@ mod tests {
             ClusterIdentity::fixed(std::path::Path::new("/nonexistent"), Some(TEST_CLUSTER));
         let answer = welcome(wire::read_frame(stream, PEER_FRAME_MAX).await, &identity);
         let ok = matches!(answer, PeerWelcome::Welcome { .. });
+        let announced: Result<PeerAnnounce, _> = wire::read_frame(stream, PEER_FRAME_MAX).await;
+        let ok = ok && announced.is_ok();
         wire::write_frame(stream.get_mut(), &answer).await.is_ok() && ok
     }
 

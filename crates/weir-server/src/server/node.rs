@@ -185,6 +185,7 @@ async fn start_raft(
     let me = Arc::new(Me {
         id: config.id,
         identity: identity.clone(),
+        peer_addr: config.peer_addr.clone(),
     });
     let raft = Raft::new(
         config.id,
