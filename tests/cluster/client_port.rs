@@ -243,3 +243,69 @@ async fn a_client_of_the_protocol_before_is_served_in_its_own_version() {
         "{reason}"
     );
 }
+
+/// Connects and says hello: the connection, or the reason of the error frame it got.
+async fn greeted(addr: &str) -> Result<TcpStream, String> {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(&hello()).await.unwrap();
+    let answer = tokio::time::timeout(
+        Duration::from_secs(10),
+        wire::read_frame::<_, ServerFrame>(&mut s, CLIENT_FRAME_MAX),
+    )
+    .await
+    .expect("an answer to the hello");
+    match answer {
+        Ok(ServerFrame::Welcome { .. }) => Ok(s),
+        Ok(ServerFrame::Error { reason }) => Err(reason),
+        other => panic!("unexpected answer to a hello: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frame_begun_after_the_hello_ends_within_its_bound_and_a_principal_holds_few_connections()
+{
+    const MAX: usize = 3;
+    let cluster = Cluster::start("partial", 1, &format!("client_connections_max = {MAX}"));
+    cluster.leader(crate::ELECTION).await;
+    let addr = cluster.node(1).client.clone();
+
+    phase("a frame announcing 4,000 bytes and sending 10, after the hello, is closed");
+    let partial = [
+        hello(),
+        4_000u32.to_le_bytes().to_vec(),
+        0u32.to_le_bytes().to_vec(),
+        vec![0; 10],
+    ]
+    .concat();
+    let reason = send_bad(&addr, &partial, false)
+        .await
+        .expect("an error frame");
+    assert!(
+        reason.contains("a frame begun was not complete within 10s"),
+        "{reason}"
+    );
+
+    phase("one principal's connections past client_connections_max are refused at the hello");
+    // The node's own HTTP port may hold a connection of the anonymous principal too.
+    let mut open = Vec::new();
+    let refused = loop {
+        match greeted(&addr).await {
+            Ok(s) => open.push(s),
+            Err(reason) => break reason,
+        }
+        assert!(open.len() <= MAX, "{} connections welcomed", open.len());
+    };
+    assert!(!open.is_empty());
+    assert!(
+        refused.contains(&format!("{MAX} connections open to this node"))
+            && refused.contains("client_connections_max"),
+        "{refused}"
+    );
+    phase("a connection closed frees its place");
+    drop(open.pop());
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while let Err(reason) = greeted(&addr).await {
+        assert!(std::time::Instant::now() < deadline, "{reason}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

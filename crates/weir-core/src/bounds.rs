@@ -241,6 +241,23 @@ pub const PEER_FRAME_MAX: u32 = 64 << 20;
 /// above it is refused, and the connection closed, before a byte of its payload is read.
 pub const HELLO_FRAME_MAX: u32 = 4 * 1024;
 
+/// Longest a client-port frame may take to arrive once its first byte has, after the
+/// hello, in ms; past it the connection is closed (`a frame begun was not complete within
+/// 10s`). A connection may be idle between frames as long as it likes, but a frame begun
+/// holds the bytes read so far (up to the client frame bound of 4 MiB): without this bound
+/// a client could pin that much per connection for as long as it stayed connected. The
+/// largest request a client sends (an `ApplyLimits` of 128 KiB) takes a second even at
+/// 1 Mbit/s; ten is the hello's and the HTTP head's bound.
+pub const FRAME_READ_TIMEOUT_MS: u64 = 10_000;
+
+/// Client-port connections one principal (one token; every connection when no tokens are
+/// configured) may hold open to one node at once, by default (`client_connections_max`
+/// in a node's config). One more is refused at its hello, naming the bound. The client
+/// library holds one connection per node, and the HTTP port's one per caller token; a
+/// thousand is a fleet of a thousand processes sharing one token, and with
+/// [`FRAME_READ_TIMEOUT_MS`] bounds what one principal's half-sent frames can hold.
+pub const CLIENT_CONNECTIONS_PER_PRINCIPAL_DEFAULT: usize = 1_024;
+
 /// Longest node address (peer or client) in `AddNode`, in bytes: a host name and a port.
 /// Addresses live in every membership entry and in every snapshot's metadata.
 pub const ADDR_BYTES_MAX: usize = 256;

@@ -195,20 +195,48 @@ where
     R: AsyncRead + Unpin,
     T: serde::de::DeserializeOwned,
 {
+    read_frame_within(r, max, None).await
+}
+
+/// [`read_frame`], with the frame's bytes after its first bounded by `rest_within`: the
+/// wait for a frame to begin is the caller's, but a frame begun must end within it, so a
+/// sender cannot hold a half-sent frame's bytes on the reader for ever. Past it:
+/// `WireError::Io` of kind `TimedOut`, naming the bound.
+pub async fn read_frame_within<R, T>(
+    r: &mut R,
+    max: u32,
+    rest_within: Option<std::time::Duration>,
+) -> Result<T, WireError>
+where
+    R: AsyncRead + Unpin,
+    T: serde::de::DeserializeOwned,
+{
     let mut header = [0u8; 8];
     match r.read_exact(&mut header[..1]).await {
         Ok(_) => {}
         Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Err(WireError::Closed),
         Err(e) => return Err(e.into()),
     }
-    r.read_exact(&mut header[1..]).await?;
-    let declared = u32::from_le_bytes(header[0..4].try_into().expect("4 bytes"));
-    let stored = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
-    if declared > max {
-        return Err(WireError::TooLarge { declared, max });
-    }
-    let mut payload = Vec::new();
-    read_payload(r, declared, &mut payload).await?;
+    let rest = async {
+        r.read_exact(&mut header[1..]).await?;
+        let declared = u32::from_le_bytes(header[0..4].try_into().expect("4 bytes"));
+        let stored = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
+        if declared > max {
+            return Err(WireError::TooLarge { declared, max });
+        }
+        let mut payload = Vec::new();
+        read_payload(r, declared, &mut payload).await?;
+        Ok((stored, payload))
+    };
+    let (stored, payload) = match rest_within {
+        None => rest.await?,
+        Some(within) => tokio::time::timeout(within, rest).await.map_err(|_| {
+            WireError::Io(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("a frame begun was not complete within {within:?}"),
+            ))
+        })??,
+    };
     let computed = crc32c::crc32c(&payload);
     if computed != stored {
         return Err(WireError::Checksum { stored, computed });

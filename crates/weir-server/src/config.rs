@@ -155,6 +155,10 @@ pub struct Config {
     /// Tokens accepted on the client port; re-read on SIGHUP. Default: none, and then
     /// every connection may do everything.
     pub tokens: Vec<TokenEntry>,
+    /// Client-port connections one principal (one token, or everyone when no tokens are
+    /// configured) may hold open to this node at once; one more is refused at its hello.
+    /// Default 1,024 (`weir_core::bounds::CLIENT_CONNECTIONS_PER_PRINCIPAL_DEFAULT`).
+    pub client_connections_max: usize,
 }
 
 impl Default for Config {
@@ -178,6 +182,7 @@ impl Default for Config {
             insecure: false,
             reload_may_turn_auth_off: false,
             tokens: vec![],
+            client_connections_max: weir_core::bounds::CLIENT_CONNECTIONS_PER_PRINCIPAL_DEFAULT,
         }
     }
 }
@@ -214,6 +219,9 @@ impl Config {
     pub fn validate(&self) -> Result<(), String> {
         if self.id == 0 {
             return Err("id = 0: node ids start at 1".into());
+        }
+        if self.client_connections_max == 0 {
+            return Err("client_connections_max = 0: no client could connect".into());
         }
         let r = &self.raft;
         if !(1..=256).contains(&self.worker_threads) {

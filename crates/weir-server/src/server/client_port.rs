@@ -27,6 +27,13 @@
 //! accepted), and it must come within `HELLO_TIMEOUT`. Every frame's payload is allocated
 //! as its bytes arrive ([`wire`]), never at the length it announces.
 //!
+//! After the hello a connection may be idle between frames as long as it likes, but a frame
+//! begun must be complete within `FRAME_READ_TIMEOUT_MS` (10 s), so a half-sent frame
+//! cannot pin its bytes for as long as the connection lives; and one principal (one token,
+//! or everyone without tokens) holds at most `client_connections_max` connections to the
+//! node at once ([`PerPrincipal`]; default `CLIENT_CONNECTIONS_PER_PRINCIPAL_DEFAULT`),
+//! one more refused at its hello, naming the bound.
+//!
 //! Versions: a hello of any version from `PROTOCOL_VERSION_MIN` to `PROTOCOL_VERSION` is
 //! welcomed in that version, and the connection speaks it from then on; a request whose
 //! answer that version could not decode is refused on it ([`refused_before_5`]), and the
@@ -42,7 +49,8 @@
 //! ([`authorize()`]) before it goes anywhere, and answered `Failure::Forbidden` if refused.
 //! When the tokens are reloaded and the principal's token is gone, the connection closes.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{BufReader, ReadHalf};
@@ -61,7 +69,9 @@ use crate::raft::NodeAddr;
 use crate::security::{Principal, Tokens, authorize};
 use crate::session_owner::{OwnerCheck, check_owner};
 use crate::shutdown::Shutdown;
-use weir_core::bounds::{HELLO_FRAME_MAX, NODE_OUTBOX_FRAMES_MAX, READ_BUFFER_BYTES};
+use weir_core::bounds::{
+    FRAME_READ_TIMEOUT_MS, HELLO_FRAME_MAX, NODE_OUTBOX_FRAMES_MAX, READ_BUFFER_BYTES,
+};
 use weir_core::machine::{Applied, Command, Effect, Event, Reply, SessionId};
 use weir_proto::protocol::{
     CLIENT_FRAME_MAX, ClientFrame, Failure, PROTOCOL_VERSION, PROTOCOL_VERSION_MIN, Request,
@@ -80,15 +90,77 @@ const IN_FLIGHT_MAX: usize = 4_096;
 /// `Error` frame included) before it is dropped.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Serves client connections on `listener` until the node shuts down.
-pub async fn serve_clients(listener: TcpListener, ctx: Arc<Ctx>, shutdown: Shutdown) {
+/// Live connections per principal, and the bound on them.
+pub struct PerPrincipal {
+    max: usize,
+    open: Mutex<HashMap<String, usize>>,
+}
+
+/// One counted connection of a principal; uncounted when dropped.
+struct Counted {
+    of: Arc<PerPrincipal>,
+    id: String,
+}
+
+impl PerPrincipal {
+    pub fn new(max: usize) -> Arc<PerPrincipal> {
+        Arc::new(PerPrincipal {
+            max,
+            open: Mutex::default(),
+        })
+    }
+
+    /// Counts a connection of `principal`, unless it holds `max` already.
+    fn enter(self: &Arc<Self>, principal: &Principal) -> Result<Counted, String> {
+        let mut open = crate::lock::lock(&self.open);
+        let n = open.entry(principal.id.clone()).or_default();
+        if *n >= self.max {
+            return Err(format!(
+                "this token (role {}) has {} connections open to this node, the bound \
+                 (client_connections_max)",
+                principal.role, self.max
+            ));
+        }
+        *n += 1;
+        Ok(Counted {
+            of: self.clone(),
+            id: principal.id.clone(),
+        })
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        let mut open = crate::lock::lock(&self.of.open);
+        if let Some(n) = open.get_mut(&self.id) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.id);
+            }
+        }
+    }
+}
+
+/// Serves client connections on `listener` until the node shuts down, at most
+/// `per_principal_max` at once of one principal.
+pub async fn serve_clients(
+    listener: TcpListener,
+    ctx: Arc<Ctx>,
+    per_principal_max: usize,
+    shutdown: Shutdown,
+) {
+    let counts = PerPrincipal::new(per_principal_max);
     accept_loop("client", listener, shutdown.watch(), move |stream| {
-        connection(stream, ctx.clone())
+        connection(stream, ctx.clone(), counts.clone())
     })
     .await
 }
 
-async fn connection(tcp: TcpStream, ctx: Arc<Ctx>) -> Result<(), String> {
+async fn connection(
+    tcp: TcpStream,
+    ctx: Arc<Ctx>,
+    counts: Arc<PerPrincipal>,
+) -> Result<(), String> {
     let _counted = crate::metrics::get().connection();
     let stream = ctx.acceptor.accept(tcp).await.map_err(|e| e.to_string())?;
     let (mut rd, mut wr) = tokio::io::split(stream);
@@ -109,7 +181,7 @@ async fn connection(tcp: TcpStream, ctx: Arc<Ctx>) -> Result<(), String> {
         )
         .await;
     });
-    let result = serve(&mut rd, &out, &ctx, slots).await;
+    let result = serve(&mut rd, &out, &ctx, &counts, slots).await;
     if let Err(reason) = &result {
         let _ = out
             .send(ServerFrame::Error {
@@ -127,9 +199,10 @@ async fn serve(
     rd: &mut ReadHalf<Stream>,
     out: &mpsc::Sender<ServerFrame>,
     ctx: &Arc<Ctx>,
+    counts: &Arc<PerPrincipal>,
     slots: Arc<Semaphore>,
 ) -> Result<(), String> {
-    let Some((principal, version)) = greet(rd, out, ctx).await? else {
+    let Some((principal, version, _counted)) = greet(rd, out, ctx, counts).await? else {
         return Ok(());
     };
     // Buffered from here on: the buffer is memory an unauthenticated connection must not
@@ -149,7 +222,11 @@ async fn serve(
     loop {
         // Cancelling a half-read frame is harmless here: the connection is closing then.
         let read = tokio::select! {
-            r = wire::read_frame::<_, ClientFrame>(rd, CLIENT_FRAME_MAX) => r,
+            r = wire::read_frame_within::<_, ClientFrame>(
+                rd,
+                CLIENT_FRAME_MAX,
+                Some(Duration::from_millis(FRAME_READ_TIMEOUT_MS)),
+            ) => r,
             why = &mut revoked => return Err(why),
         };
         let (id, request) = match read {
@@ -270,13 +347,14 @@ async fn revocation(tokens: Arc<Tokens>, principal: Principal) -> String {
 
 /// Reads the hello, authenticates its token, and answers `Welcome` with the version the
 /// connection speaks from now on: the client's, from [`PROTOCOL_VERSION_MIN`] up to
-/// [`PROTOCOL_VERSION`]. `Ok(None)`: the client closed before saying hello. An error is the
-/// reason to close with.
+/// [`PROTOCOL_VERSION`], counted among its principal's connections. `Ok(None)`: the client
+/// closed before saying hello. An error is the reason to close with.
 async fn greet(
     rd: &mut ReadHalf<Stream>,
     out: &mpsc::Sender<ServerFrame>,
     ctx: &Ctx,
-) -> Result<Option<(Principal, u32)>, String> {
+    counts: &Arc<PerPrincipal>,
+) -> Result<Option<(Principal, u32, Counted)>, String> {
     let hello = tokio::time::timeout(
         HELLO_TIMEOUT,
         wire::read_frame::<_, ClientFrame>(rd, HELLO_FRAME_MAX),
@@ -307,13 +385,14 @@ async fn greet(
         }
         Err(e) => return Err(e.to_string()),
     };
+    let counted = counts.enter(&principal)?;
     out.send(ServerFrame::Welcome {
         version,
         node: ctx.id,
     })
     .await
     .map_err(|_| "writer gone".to_string())?;
-    Ok(Some((principal, version)))
+    Ok(Some((principal, version, counted)))
 }
 
 /// Refuses (`Forbidden`) a request on a session another principal opened, by the shared

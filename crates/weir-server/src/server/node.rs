@@ -123,6 +123,7 @@ impl Node {
         tokio::spawn(client_port::serve_clients(
             client_listener,
             Arc::new(ctx),
+            config.client_connections_max,
             shutdown,
         ));
         log_serving(&config);
