@@ -49,3 +49,74 @@ async fn a_first_start_that_failed_on_a_taken_port_forms_the_cluster_on_the_next
     client.write(define("formed", 1)).await.unwrap();
     nodes.kill_all();
 }
+
+/// Every path under `dir` with its mode (permission bits), sorted.
+fn modes(dir: &std::path::Path) -> Vec<(String, u32)> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut all = vec![(
+        dir.display().to_string(),
+        std::fs::metadata(dir).unwrap().permissions().mode() & 0o777,
+    )];
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            all.extend(modes(&path));
+        } else {
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+            all.push((path.display().to_string(), mode));
+        }
+    }
+    all.sort();
+    all
+}
+
+/// Whether every directory in `seen` is 0700 and every file 0600.
+fn private(seen: &[(String, u32)]) -> bool {
+    seen.iter().all(|(path, mode)| {
+        let dir = std::path::Path::new(path).is_dir();
+        *mode == if dir { 0o700 } else { 0o600 }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_data_directory_is_0700_its_files_and_backups_0600_and_looser_ones_are_tightened() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut cluster = crate::harness::Cluster::start("modes", 1, "");
+    cluster.leader(ELECTION).await;
+    let client = cluster.client();
+    cluster.write(&client, define("kept", 1)).await;
+    let dir = cluster.node(1).config.data_dir.clone();
+
+    phase("a node's data directory and its files, as created");
+    let seen = modes(&dir);
+    assert!(seen.len() >= 4, "{seen:?}");
+    assert!(private(&seen), "{seen:?}");
+
+    phase("a backup file is 0600");
+    let backup = dir.parent().unwrap().join("saved.wbak");
+    cluster.cli_ok(&["snapshot", "save", backup.to_str().unwrap()]);
+    let mode = std::fs::metadata(&backup).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "{}", backup.display());
+
+    phase("loosened while stopped: tightened at the next start, with a log line");
+    cluster.stop(1);
+    for (path, _) in modes(&dir) {
+        let loose = if std::path::Path::new(&path).is_dir() {
+            0o755
+        } else {
+            0o644
+        };
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(loose)).unwrap();
+    }
+    assert!(!private(&modes(&dir)));
+    cluster.start_node(1);
+    cluster.leader(ELECTION).await;
+    let seen = modes(&dir);
+    assert!(private(&seen), "{seen:?}");
+    let log = std::fs::read_to_string(&cluster.node(1).log).unwrap();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("paths were readable by others") && l.contains("now 700")),
+        "{log}"
+    );
+}

@@ -83,7 +83,7 @@ impl BackupWriter {
             .ok_or_else(|| format!("{}: not a file name", path.display()))?;
         let tmp = path.with_file_name(format!("{}.tmp", name.to_string_lossy()));
         let mut file =
-            std::fs::File::create(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
+            crate::private_files::create(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
         let frame = codec::seal_frame(BACKUP_MAGIC, BACKUP_VERSION, &codec::encode(&header));
         file.write_all(&frame)
             .map_err(|e| format!("{}: {e}", tmp.display()))?;

@@ -37,5 +37,7 @@ pub mod shutdown;
 
 pub mod accept;
 
+pub mod private_files;
+
 // TLS, tokens and roles; `config` takes its token and TLS entries from here.
 pub mod security;

@@ -230,7 +230,7 @@ fn decode_file(bytes: &[u8]) -> Result<SnapshotFile, FrameError> {
 /// Replaces `dir/name` with `bytes`: temporary file, fsync, rename, fsync of the directory.
 pub fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = dir.join(format!("{name}.tmp"));
-    let mut f = std::fs::File::create(&tmp)?;
+    let mut f = crate::private_files::create(&tmp)?;
     f.write_all(bytes)?;
     f.sync_all()?;
     drop(f);
@@ -241,7 +241,7 @@ pub fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result
 /// `write_atomically` without its fsyncs: the `unsynced-snapshot` plant's.
 fn replace_unsynced(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = dir.join(format!("{name}.tmp"));
-    std::fs::write(&tmp, bytes)?;
+    crate::private_files::create(&tmp)?.write_all(bytes)?;
     std::fs::rename(&tmp, dir.join(name))
 }
 

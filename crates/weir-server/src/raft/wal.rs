@@ -141,12 +141,12 @@ impl DirDisk {
     /// this process: another process holding it is an error that says so.
     pub fn new(dir: &Path, sync: bool) -> io::Result<DirDisk> {
         if !dir.is_dir() {
-            std::fs::create_dir_all(dir)?;
+            crate::private_files::create_dir_all(dir)?;
             if let Some(parent) = dir.parent() {
                 sync_dir(parent, sync)?;
             }
         }
-        let lock = std::fs::OpenOptions::new()
+        let lock = crate::private_files::options()
             .read(true)
             .write(true)
             .create(true)
@@ -231,7 +231,7 @@ impl LogDisk for DirDisk {
     }
 
     fn create(&self, name: &str) -> io::Result<Arc<dyn SegmentFile>> {
-        let file = std::fs::OpenOptions::new()
+        let file = crate::private_files::options()
             .read(true)
             .write(true)
             .create_new(true)

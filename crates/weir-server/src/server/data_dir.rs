@@ -6,6 +6,8 @@
 //! `snapshot.bin` (the latest snapshot, [`crate::raft::state_store`]).
 //!
 //! Invariants:
+//! - The directory is `0700` and its files `0600` ([`crate::private_files`]): created so,
+//!   and tightened at every start (logged) when found looser.
 //! - A directory with files but no `node.id`, or with another node's `node.id`, is refused:
 //!   a node never starts empty over existing data.
 //! - The directory is created (its entry in its parent fsynced), with its `node.id`
@@ -43,6 +45,8 @@ pub fn prepare_data_dir(dir: &Path, id: u64) -> Result<bool, String> {
                     label.display()
                 ));
             }
+            // Only a directory labelled as this node's is walked: never one it refuses.
+            crate::private_files::tighten(dir)?;
             Ok(false)
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -51,6 +55,7 @@ pub fn prepare_data_dir(dir: &Path, id: u64) -> Result<bool, String> {
             let bytes = codec::seal_frame(IDENTITY_MAGIC, IDENTITY_VERSION, &codec::encode(&id));
             write_atomically(dir, IDENTITY_FILE, &bytes)
                 .map_err(|e| format!("{}: {e}", label.display()))?;
+            crate::private_files::tighten(dir)?;
             Ok(true)
         }
         Err(e) => Err(format!("{}: {e}", label.display())),
@@ -64,7 +69,7 @@ fn create_durably(dir: &Path) -> std::io::Result<()> {
     if dir.is_dir() {
         return Ok(());
     }
-    std::fs::create_dir_all(dir)?;
+    crate::private_files::create_dir_all(dir)?;
     match dir.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => std::fs::File::open(parent)?.sync_all(),
         _ => std::fs::File::open(".")?.sync_all(),
