@@ -32,7 +32,7 @@ pub fn certs(command: &CertsCommand) -> Exit {
     match certs::init(dir, *nodes) {
         Ok(files) => {
             for f in files {
-                println!("wrote {}", f.display());
+                super::output::say(&format!("wrote {}", f.display()));
             }
             EXIT_OK
         }
@@ -45,6 +45,6 @@ pub fn certs(command: &CertsCommand) -> Exit {
 
 pub fn token(command: &TokenCommand) -> Exit {
     let TokenCommand::Hash { secret } = command;
-    println!("{}", hash_token(secret));
+    super::output::say(&hash_token(secret));
     EXIT_OK
 }

@@ -28,9 +28,10 @@ impl Output {
     /// Prints `value` as JSON, or `text` for people.
     pub fn print(&self, value: serde_json::Value, text: impl FnOnce() -> String) {
         if self.json {
-            println!("{value}");
+            // JSON escapes control characters itself; a program reads it, not a terminal.
+            write_line(&value.to_string());
         } else {
-            println!("{}", text());
+            say(&text());
         }
     }
 
@@ -52,12 +53,51 @@ impl Output {
     }
 }
 
+/// Prints `text` and a newline on stdout for a person: every character that could hide
+/// text or drive the terminal (control characters but the line breaks and tabs of the
+/// text itself, bidirectional and zero-width ones: `weir_core::machine::hidden_char`) is
+/// printed escaped (`\u{1b}`), so a name from the cluster cannot paint on the operator's
+/// screen.
+pub fn say(text: &str) {
+    write_line(&escaped(text));
+}
+
+/// `text` with every hidden character but `\n` and `\t` written as its escape.
+pub fn escaped(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c != '\n' && c != '\t' && weir_core::machine::hidden_char(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Writes `line` and a newline on stdout. A reader that went away (`weir limit list | head
+/// -1`) ends the command quietly, with status 0: what it asked for was done, and no one
+/// reads the rest.
+fn write_line(line: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let written = writeln!(out, "{line}").and_then(|()| out.flush());
+    match written {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(EXIT_OK),
+        Err(e) => {
+            eprintln!("weir: writing to stdout: {e}");
+            std::process::exit(EXIT_ERROR);
+        }
+    }
+}
+
 /// Reports a client error; returns the exit status for it. A request the node's edge
 /// refused as malformed (a name above its bound, say) is bad usage, as the machine's own
 /// `Invalid` refusal is; a token refused (missing, unknown, revoked) or a role that may not
 /// make the request is a refusal, as a halt is.
 pub fn client_error(e: &ClientError) -> Exit {
-    eprintln!("weir: {e}");
+    eprintln!("weir: {}", escaped(&e.to_string()));
     match e {
         ClientError::Failed(Failure::BadRequest(_)) => EXIT_USAGE,
         ClientError::Refused(_) | ClientError::Failed(Failure::Forbidden(_)) => EXIT_REFUSED,
@@ -67,7 +107,7 @@ pub fn client_error(e: &ClientError) -> Exit {
 
 /// Reports a refusal; returns the exit status for it.
 pub fn refused(r: &Refusal) -> Exit {
-    eprintln!("weir: refused: {r}");
+    eprintln!("weir: refused: {}", escaped(&r.to_string()));
     match r {
         Refusal::Invalid(_) => EXIT_USAGE,
         _ => EXIT_REFUSED,
@@ -117,6 +157,18 @@ mod tests {
         assert_eq!(
             client_error(&ClientError::Failed(Failure::BadRequest(why()))),
             EXIT_USAGE
+        );
+    }
+
+    #[test]
+    fn text_for_a_terminal_shows_control_bidi_and_zero_width_characters_escaped() {
+        assert_eq!(
+            escaped("r\u{1b}[31mX\u{0}\nnext\tcol \u{202e}txt\u{200b}."),
+            "r\\u{1b}[31mX\\u{0}\nnext\tcol \\u{202e}txt\\u{200b}."
+        );
+        assert_eq!(
+            escaped("plain names, ünïcode ok"),
+            "plain names, ünïcode ok"
         );
     }
 }

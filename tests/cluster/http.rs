@@ -655,3 +655,92 @@ async fn a_keep_alive_with_a_mark_forgets_the_tickets_below_it() {
     assert_eq!(status, StatusCode::BAD_REQUEST, "an unknown field: {v}");
     cluster.converged(CONVERGE).await;
 }
+
+/// One name rule for every name, on writes and reads, on every port: control, bidi and
+/// zero-width characters are refused, a read names nothing longer than a write could, a
+/// JSON object may not name a key twice; and the CLI exits quietly when its reader goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_are_printable_on_every_port_and_a_json_key_is_given_once() {
+    let cluster = Cluster::start("http-names", 1, "");
+    cluster.leader(ELECTION).await;
+    let api = Api::of(&cluster, 1);
+    let refused = |status: StatusCode, v: &Value, needle: &str| {
+        assert_eq!(status, 400, "{v}");
+        assert!(v.to_string().contains(needle), "{v}");
+    };
+
+    phase("names with ESC, newline, NUL, RTL override or a zero-width space are refused");
+    let (s, v) = api
+        .call(
+            "POST",
+            "/v1/tenants/acme/runs/r%1B%5B31mX%0Aevil/reserve",
+            None,
+        )
+        .await;
+    refused(s, &v, "holds the character \\\\u{1b}");
+    for name in ["a%00b", "evil%E2%80%AEtxt.exe", "zero%E2%80%8Bwidth"] {
+        let (s, v) = api.define(&format!("/v1/tenants/t/limits/{name}"), 1).await;
+        refused(s, &v, "holds the character");
+        let (s, v) = api.define(&format!("/v1/tenants/{name}/limits/l"), 1).await;
+        refused(s, &v, "holds the character");
+    }
+    let client = cluster.client();
+    let e = client
+        .write(weir_core::machine::Command::DefineLimit {
+            tenant: "t".into(),
+            name: "agent\u{202e}gnp.exe".into(),
+            concurrent: 1,
+            per_second: 0.0,
+            burst: None,
+        })
+        .await;
+    assert!(
+        format!("{e:?}").contains("holds the character \\\\u{202e}"),
+        "{e:?}"
+    );
+
+    phase("a read names nothing a write could not: a 10 KB key is refused");
+    api.define("/v1/tenants/t/limits/keyed", 1).await;
+    let long = "k".repeat(10_000);
+    let (s, v) = api
+        .call(
+            "GET",
+            &format!("/v1/tenants/t/limits/keyed/keys/{long}"),
+            None,
+        )
+        .await;
+    refused(s, &v, "key is 10000 bytes");
+
+    phase("a JSON object that names a key twice is refused");
+    let response = api
+        .http
+        .put(format!("{}/v1/tenants/t/limits/twice", api.base))
+        .header("content-type", "application/json")
+        .body(r#"{"concurrent":1,"concurrent":100000}"#)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    let v: Value = response.json().await.unwrap();
+    refused(status, &v, "the key \\\"concurrent\\\" appears twice");
+    let (s, v) = api.call("GET", "/v1/tenants/t/limits/twice", None).await;
+    assert_eq!(s, 404, "{v}");
+
+    phase("`weir --tenant t limit list` whose reader has gone exits quietly");
+    for i in 0..50 {
+        api.define(&format!("/v1/tenants/t/limits/l{i}"), 1).await;
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["--tenant", "t", "limit", "list"])
+        .env("WEIR_SERVERS", cluster.servers().join(","))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+}

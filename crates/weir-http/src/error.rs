@@ -190,6 +190,11 @@ where
 /// `null`, a number) is refused, as is a field of the wrong type or one `T` does not know,
 /// with a message naming the field.
 fn parse_object<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    // A key twice in one object is refused: parsers disagree on which one wins (serde_json
+    // keeps the last), so `{"concurrent":1,"concurrent":100000}` would mean what a proxy
+    // or a reviewer before this node did not read.
+    serde_json::from_slice::<UniqueKeys>(bytes)
+        .map_err(|e| ApiError::invalid(format!("request body: {e}")))?;
     let value: serde_json::Value = serde_json::from_slice(bytes)
         .map_err(|e| ApiError::invalid(format!("request body: {e}")))?;
     if !value.is_object() {
@@ -212,6 +217,62 @@ fn parse_object<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiEr
             _ => ApiError::invalid(format!("request body: field {field}: {why}")),
         }
     })
+}
+
+/// A JSON value read only to check that no object in it names a key twice.
+struct UniqueKeys;
+
+impl<'de> serde::Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<UniqueKeys, D::Error> {
+        d.deserialize_any(UniqueKeysVisitor)
+    }
+}
+
+struct UniqueKeysVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueKeysVisitor {
+    type Value = UniqueKeys;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_unit<E>(self) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<UniqueKeys, A::Error> {
+        while seq.next_element::<UniqueKeys>()?.is_some() {}
+        Ok(UniqueKeys)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<UniqueKeys, A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            map.next_value::<UniqueKeys>()?;
+            if !seen.insert(key.clone()) {
+                return Err(serde::de::Error::custom(format!(
+                    "the key {key:?} appears twice in one object"
+                )));
+            }
+        }
+        Ok(UniqueKeys)
+    }
 }
 
 /// The 413 for a body of `declared` bytes.
@@ -269,15 +330,24 @@ where
 }
 
 /// The edge's check of a path parameter, the same on reads as on writes: a name (tenant,
-/// limit, agent, run, period) is 1..=`NAME_BYTES_MAX` bytes, and a session id is never 0.
-/// A read of a name no write could create is refused rather than answered empty.
+/// limit, agent, run, period) is 1..=`NAME_BYTES_MAX` bytes and a key 1..=`KEY_BYTES_MAX`,
+/// printable (`weir_core::machine::name_rule`), and a session id is never 0. A read of a
+/// name no write could create is refused rather than answered empty.
 fn check_path_param(param: &str, value: &str) -> Result<(), ApiError> {
-    let is_name = matches!(param, "tenant" | "name" | "agent" | "run" | "period");
-    if is_name && (value.is_empty() || value.len() > NAME_BYTES_MAX) {
-        return Err(ApiError::invalid(format!(
-            "path: {param} is {} bytes, not in 1..={NAME_BYTES_MAX}",
-            value.len()
-        )));
+    let max = match param {
+        "tenant" | "name" | "agent" | "run" | "period" => Some(NAME_BYTES_MAX),
+        "key" => Some(weir_core::bounds::KEY_BYTES_MAX),
+        _ => None,
+    };
+    if let Some(max) = max {
+        if value.is_empty() || value.len() > max {
+            return Err(ApiError::invalid(format!(
+                "path: {param} is {} bytes, not in 1..={max}",
+                value.len()
+            )));
+        }
+        weir_core::machine::name_rule(param, value, max)
+            .map_err(|why| ApiError::invalid(format!("path: {why}")))?;
     }
     if param == "session" && value == "0" {
         return Err(ApiError::invalid("path: session 0 is never a session"));

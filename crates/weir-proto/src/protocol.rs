@@ -231,6 +231,62 @@ pub enum Query {
 }
 
 impl Query {
+    /// Every name the query carries held to the name rule of writes
+    /// ([`weir_core::machine::name_rule`]): a read names nothing a write could not have
+    /// made (an empty `prefix` or `after` is a read's own and allowed).
+    pub fn check_names(&self) -> Result<(), String> {
+        use weir_core::bounds::{KEY_BYTES_MAX, NAME_BYTES_MAX};
+        use weir_core::machine::name_rule;
+        let name = |what, n: &str| name_rule(what, n, NAME_BYTES_MAX);
+        let (tenant, limit) = match self {
+            Query::Limit { tenant, name } | Query::Holders { tenant, name, .. } => {
+                (tenant, Some(name))
+            }
+            Query::Waiters { tenant, name, .. } => (tenant, Some(name)),
+            Query::ValidateFence { tenant, limit, .. } => (tenant, Some(limit)),
+            Query::Limits {
+                tenant,
+                prefix,
+                after,
+                ..
+            } => {
+                name("prefix", prefix)?;
+                if let Some(after) = after {
+                    name("after", after)?;
+                }
+                (tenant, None)
+            }
+            Query::Spent { tenant, period } => {
+                name("period", period)?;
+                (tenant, None)
+            }
+            Query::Running { tenant }
+            | Query::Halts { tenant }
+            | Query::Tenant { tenant }
+            | Query::LimitsChange { tenant, .. } => (tenant, None),
+            Query::Key { tenant, name, key } => {
+                name_rule("key", key, KEY_BYTES_MAX)?;
+                (tenant, Some(name))
+            }
+            Query::Keys {
+                tenant,
+                name,
+                after,
+                ..
+            } => {
+                if let Some(after) = after {
+                    name_rule("after", after, KEY_BYTES_MAX)?;
+                }
+                (tenant, Some(name))
+            }
+        };
+        name("tenant", tenant)?;
+        if let Some(limit) = limit {
+            name("limit name", limit)?;
+        }
+        Ok(())
+    }
+
     /// The first page of the tenant's limits, as large as a page may be.
     pub fn limits(tenant: &str) -> Query {
         Query::Limits {

@@ -226,3 +226,4 @@ pub use snapshot::{
 pub use state::Machine;
 pub use status::{BucketNow, KeyPage, LimitStatus, LimitsPage, TenantStatus};
 pub use tenant::{RunSlot, Spend};
+pub use validate::{hidden_char, name_rule};

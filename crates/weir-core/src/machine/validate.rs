@@ -151,16 +151,48 @@ impl Settle {
     }
 }
 
-/// Checks a name's length (at most [`NAME_BYTES_MAX`] bytes); `what` names the field in the
-/// refusal.
-pub(super) fn check_name(what: &str, name: &str) -> Result<(), Refusal> {
-    if name.len() > NAME_BYTES_MAX {
-        return Err(Refusal::Invalid(format!(
-            "{what} is {} bytes, the bound is {NAME_BYTES_MAX}",
+/// Whether `c` may not be in a name: a control character (NUL, ESC, newline, …), a
+/// bidirectional override, embedding, isolate or mark, or a zero-width or invisible
+/// formatting character. Names are printed on operators' terminals and pages; each of
+/// these can hide text, move the cursor or make one name look like another.
+pub fn hidden_char(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{00ad}'
+                | '\u{061c}'
+                | '\u{180e}'
+                | '\u{200b}'..='\u{200f}'
+                | '\u{2028}'..='\u{202e}'
+                | '\u{2060}'..='\u{206f}'
+                | '\u{feff}'
+                | '\u{fff9}'..='\u{fffb}'
+        )
+}
+
+/// The name rule of every name a client sends, on writes and reads alike: at most `max`
+/// bytes and no [`hidden_char`]; the refusal names the field (`what`) and the character.
+pub fn name_rule(what: &str, name: &str, max: usize) -> Result<(), String> {
+    if name.len() > max {
+        return Err(format!(
+            "{what} is {} bytes, the bound is {max}",
             name.len()
-        )));
+        ));
+    }
+    if let Some(c) = name.chars().find(|c| hidden_char(*c)) {
+        return Err(format!(
+            "{what} holds the character {}: names are printable text, without control, \
+             bidirectional or zero-width characters",
+            c.escape_unicode()
+        ));
     }
     Ok(())
+}
+
+/// Checks a name by [`name_rule`] (at most [`NAME_BYTES_MAX`] bytes); `what` names the
+/// field in the refusal.
+pub(super) fn check_name(what: &str, name: &str) -> Result<(), Refusal> {
+    name_rule(what, name, NAME_BYTES_MAX).map_err(Refusal::Invalid)
 }
 
 /// Checks a name that must also be non-empty.
@@ -256,7 +288,7 @@ fn check_key_bytes(n: usize, limit: &str, key: &str) -> Result<(), Refusal> {
             key.len()
         )));
     }
-    Ok(())
+    name_rule(&format!("part {n} ({limit}): key"), key, KEY_BYTES_MAX).map_err(Refusal::Invalid)
 }
 
 /// An `ApplyLimits`'s arguments: at most [`APPLY_DEFINITIONS_MAX`] definitions, each of

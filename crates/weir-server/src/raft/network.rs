@@ -118,7 +118,9 @@ const DIAL_TIMEOUT: Duration = Duration::from_secs(1);
 /// tickets below a session's acknowledged mark: a node of 2 could not decode such a log,
 /// or would decide its re-asked tickets otherwise.
 /// 4: the hello is followed by a [`PeerAnnounce`], the dialer's own peer address, which
-/// the listener holds against the address its membership knows for the dialer's id.
+/// the listener holds against the address its membership knows for the dialer's id; and
+/// the machine refuses a name or key with a control, bidirectional or zero-width
+/// character (`weir_core::machine::name_rule`), which 3 applied.
 ///
 /// The version stands for what the nodes of one cluster must share: the frames, and what
 /// an entry of the log means (the commands it may hold and how the machine decides them).

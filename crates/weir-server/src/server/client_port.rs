@@ -311,6 +311,9 @@ async fn screen(
         return Err(Failure::BadRequest(why));
     }
     authorize(&principal.role, &request).map_err(Failure::Forbidden)?;
+    if let Request::Read(query) = &request {
+        query.check_names().map_err(Failure::BadRequest)?;
+    }
     owned(ctx, principal, &request).await?;
     let opening = admit(followed, &request)?;
     let closing = match &request {
