@@ -417,3 +417,37 @@ async fn https_with_tokens_authenticates_and_authorizes_through_the_client_port(
     );
     cluster.kill_all();
 }
+
+/// `/metrics` names every tenant: with tokens, a loopback scraper reads it without one
+/// unless `metrics_loopback_open = false`, and then it needs an admin or read token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_may_require_a_token_from_loopback_too() {
+    const READ: &str = "http-metrics-read-secret";
+    let mut cluster =
+        LocalCluster::in_temp_dir(env!("CARGO_BIN_EXE_weir"), "weir-http-metrics-token")
+            .unwrap()
+            .security(ClientSecurity::new(None, Some(ADMIN.into())).unwrap());
+    let tokens = token_entries(&[(ADMIN, "admin"), (READ, "read"), (TENANT_A, "tenant:a")]);
+    let mut config = cluster.loopback_configs(1).unwrap().remove(0);
+    config.tokens = tokens;
+    config.metrics_loopback_open = false;
+    let url = format!("http://{}/metrics", config.http_listen);
+    cluster.add_and_start(vec![config]).unwrap();
+    cluster
+        .leader(Duration::from_secs(30))
+        .await
+        .expect("a leader");
+    let http = reqwest::Client::new();
+    let get = |token: Option<&'static str>| {
+        let mut request = http.get(&url);
+        if let Some(t) = token {
+            request = request.bearer_auth(t);
+        }
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    phase("from loopback: no token 401, a tenant's 403, read and admin 200");
+    assert_eq!(get(None).await, 401);
+    assert_eq!(get(Some(TENANT_A)).await, 403);
+    assert_eq!(get(Some(READ)).await, 200);
+    assert_eq!(get(Some(ADMIN)).await, 200);
+}

@@ -9,8 +9,9 @@
 //!   handler with the request's caller set ([`current`]). Without tokens configured no
 //!   header is needed and every request shares the anonymous caller.
 //! - `/healthz` and `/readyz` are open. `/metrics` is open to a peer on a loopback address
-//!   (the local scraper); from anywhere else it needs an `admin` or `read` token, because
-//!   it shows every tenant's figures.
+//!   (the local scraper) unless the node's config says `metrics_loopback_open = false`;
+//!   from anywhere else (and then from loopback too) it needs an `admin` or `read` token,
+//!   because it shows every tenant's figures.
 //! - [`Callers`] caches one caller per token, by the token's sha256 (never the secret as
 //!   a key), at most [`CALLERS_MAX`]: the least recently used is evicted past that. A
 //!   token reload (SIGHUP) empties the cache, so a revoked token's client is dropped.
@@ -88,6 +89,8 @@ pub struct Callers {
     reloads: tokio::sync::watch::Receiver<u64>,
     /// A std lock: held only to look up or insert, never across an await.
     cache: std::sync::Mutex<Cache>,
+    /// Whether `/metrics` is served to loopback peers without a token.
+    metrics_loopback_open: bool,
 }
 
 #[derive(Default)]
@@ -108,7 +111,14 @@ impl Callers {
             tokens,
             reloads,
             cache: Default::default(),
+            metrics_loopback_open: true,
         }
+    }
+
+    /// Whether `/metrics` is served to loopback peers without a token (default yes).
+    pub fn metrics_loopback_open(mut self, open: bool) -> Callers {
+        self.metrics_loopback_open = open;
+        self
     }
 
     /// The node's token table (reloaded on SIGHUP).
@@ -214,7 +224,10 @@ pub async fn authenticate(
         .extensions()
         .get::<ConnectInfo<PeerAddr>>()
         .map(|c| c.0.0);
-    if path == "/metrics" && peer.is_some_and(|a| a.ip().is_loopback()) {
+    if path == "/metrics"
+        && callers.metrics_loopback_open
+        && peer.is_some_and(|a| a.ip().is_loopback())
+    {
         return next.run(request).await;
     }
     let token = match bearer(&request) {
@@ -232,8 +245,7 @@ pub async fn authenticate(
                 StatusCode::FORBIDDEN,
                 "Forbidden",
                 format!(
-                    "role {} may not read /metrics from a non-loopback address: it shows \
-                     every tenant's figures",
+                    "role {} may not read /metrics: it shows every tenant's figures",
                     principal.role
                 ),
             )

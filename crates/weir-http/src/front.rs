@@ -63,7 +63,8 @@ fn edge_ctx(
         http_servers(config),
         internal_connector.clone(),
         tokens.clone(),
-    );
+    )
+    .metrics_loopback_open(config.metrics_loopback_open);
     Arc::new(HttpCtx::new(
         config.id,
         config.client_addr.clone(),

@@ -159,6 +159,10 @@ pub struct Config {
     /// configured) may hold open to this node at once; one more is refused at its hello.
     /// Default 1,024 (`weir_core::bounds::CLIENT_CONNECTIONS_PER_PRINCIPAL_DEFAULT`).
     pub client_connections_max: usize,
+    /// Whether `/metrics` is served without a token to a scraper on a loopback address.
+    /// Default true. `/metrics` names every tenant: where other users share the host, set
+    /// it false and scrape with a `read` token (it needs one from elsewhere anyway).
+    pub metrics_loopback_open: bool,
 }
 
 impl Default for Config {
@@ -183,6 +187,7 @@ impl Default for Config {
             reload_may_turn_auth_off: false,
             tokens: vec![],
             client_connections_max: weir_core::bounds::CLIENT_CONNECTIONS_PER_PRINCIPAL_DEFAULT,
+            metrics_loopback_open: true,
         }
     }
 }
