@@ -29,7 +29,8 @@ use serde_json::json;
 
 use super::{EXIT_ERROR, EXIT_OK, EXIT_USAGE, Exit, Output, answered, refused};
 use weir_client::Client;
-use weir_core::machine::{Definition, LimitStatus, LimitsChange};
+use weir_core::bounds::{APPLY_COMMAND_BYTES_MAX, APPLY_DEFINITIONS_MAX};
+use weir_core::machine::{Command, Definition, LimitStatus, LimitsChange};
 
 pub mod ratelimit_yaml;
 
@@ -84,6 +85,55 @@ fn is_zero_f64(n: &f64) -> bool {
     *n == 0.0
 }
 
+/// Largest limits file `weir limits apply` reads, in bytes: one apply carries at most
+/// `APPLY_DEFINITIONS_MAX` (256) definitions in at most `APPLY_COMMAND_BYTES_MAX` (128 KiB),
+/// and a limit is a few lines of a file, so 1 MiB holds any file one apply can take with
+/// room for comments. Read no further than this (a device such as /dev/urandom never ends),
+/// and a larger file is refused before it is parsed.
+pub const LIMITS_FILE_BYTES_MAX: u64 = 1 << 20;
+
+/// The text of the limits file at `path`, read no further than [`LIMITS_FILE_BYTES_MAX`].
+fn read_bounded(path: &Path) -> Result<String, String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(LIMITS_FILE_BYTES_MAX + 1).read_to_end(&mut bytes))
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > LIMITS_FILE_BYTES_MAX {
+        return Err(format!(
+            "larger than {LIMITS_FILE_BYTES_MAX} bytes, the bound of a limits file (one apply \
+             takes at most {APPLY_DEFINITIONS_MAX} limits): nothing was applied; split it"
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| "not UTF-8 text: nothing was applied".into())
+}
+
+/// Refuses, before anything is sent, what one `ApplyLimits` cannot carry: more than
+/// `APPLY_DEFINITIONS_MAX` definitions or more than `APPLY_COMMAND_BYTES_MAX` encoded, with
+/// a message that says nothing was applied.
+fn fits_one_apply(tenant: &str, definitions: &[Definition], prune: bool) -> Result<(), String> {
+    if definitions.len() > APPLY_DEFINITIONS_MAX {
+        return Err(format!(
+            "the file defines {} limits; one apply takes at most {APPLY_DEFINITIONS_MAX}: \
+             nothing was applied; split the file (and apply the parts without --prune)",
+            definitions.len()
+        ));
+    }
+    let bytes = weir_core::codec::encode(&Command::ApplyLimits {
+        tenant: tenant.to_owned(),
+        definitions: definitions.to_vec(),
+        prune,
+    })
+    .len();
+    if bytes > APPLY_COMMAND_BYTES_MAX {
+        return Err(format!(
+            "the file's limits encode in {bytes} bytes; one apply carries at most \
+             {APPLY_COMMAND_BYTES_MAX}: nothing was applied; split the file"
+        ));
+    }
+    Ok(())
+}
+
 /// The tenant and its definitions in the file at `path`, in the format its extension names.
 /// `tenant` is the command line's; a ratelimit file names its own (its `domain`), and
 /// `tenant_given` says whether the command line named one that must agree.
@@ -93,7 +143,7 @@ pub fn read(
     tenant_given: bool,
 ) -> Result<(String, Vec<Definition>), String> {
     let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
-    let text = std::fs::read_to_string(path).map_err(|e| at(&e))?;
+    let text = read_bounded(path).map_err(|e| at(&e))?;
     match path.extension().and_then(|e| e.to_str()) {
         Some("toml") => {
             let file: LimitsFile = toml::from_str(&text).map_err(|e| at(&e))?;
@@ -181,10 +231,12 @@ pub async fn run(command: &LimitsCommand, tenant: &str, client: &Client, out: &O
             // The global `--tenant` defaults to `default`: only another name must agree
             // with a ratelimit file's domain.
             let tenant_given = tenant != "default";
-            let (tenant, definitions) = match read(file, tenant, tenant_given) {
+            let (tenant, definitions) = match read(file, tenant, tenant_given)
+                .and_then(|(t, d)| fits_one_apply(&t, &d, *prune).map(|()| (t, d)))
+            {
                 Ok(d) => d,
                 Err(e) => {
-                    eprintln!("weir: {e}");
+                    eprintln!("weir: {}", super::output::escaped(&e));
                     return EXIT_USAGE;
                 }
             };

@@ -629,3 +629,42 @@ fn completions_and_the_man_page_are_generated_for_every_shell() {
     );
     assert!(man.contains("acquire"));
 }
+
+/// `weir limits apply` refuses, before it sends anything and saying nothing was applied,
+/// a file one apply cannot carry: too many limits, too many bytes, or a device that never
+/// ends (read no further than the bound).
+#[test]
+fn limits_apply_refuses_a_file_one_apply_cannot_carry_and_says_nothing_was_applied() {
+    let dir = std::env::temp_dir().join(format!("weir-cli-apply-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let many = dir.join("many.toml");
+    let text: String = (0..300)
+        .map(|i| format!("[limits.l{i}]\nconcurrent = 1\n"))
+        .collect();
+    std::fs::write(&many, text).unwrap();
+    let huge = dir.join("huge.toml");
+    std::fs::write(&huge, format!("# {}\n", "x".repeat(2 << 20))).unwrap();
+    let apply = |file: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["limits", "apply", file])
+            .env("WEIR_SERVERS", "127.0.0.1:1")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code(), stderr)
+    };
+    for (file, needle) in [
+        (many.to_str().unwrap(), "the file defines 300 limits"),
+        (huge.to_str().unwrap(), "larger than 1048576 bytes"),
+        ("/dev/urandom", "larger than 1048576 bytes"),
+    ] {
+        let (code, stderr) = apply(file);
+        assert_eq!(code, Some(2), "{file}: {stderr}");
+        assert!(
+            stderr.contains(needle) && stderr.contains("nothing was applied"),
+            "{file}: {stderr}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
