@@ -113,3 +113,67 @@ async fn a_removed_node_asked_to_add_itself_back_sends_the_client_to_the_leader(
     let members: Vec<(u64, bool)> = status.members.iter().map(|m| (m.id, m.voter)).collect();
     assert_eq!(members, vec![(1, true), (2, true), (3, true)], "{status:?}");
 }
+
+/// `weir cluster add` of a node of another cluster: refused naming both identities (not
+/// the certificate), and the leader logs the refusal a few times, not thousands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adding_a_node_of_another_cluster_names_the_identities_and_logs_little() {
+    let mut ours = LocalCluster::in_temp_dir(env!("CARGO_BIN_EXE_weir"), "weir-add-ours").unwrap();
+    let mut theirs =
+        LocalCluster::in_temp_dir(env!("CARGO_BIN_EXE_weir"), "weir-add-theirs").unwrap();
+    ours.add_and_start(ours.loopback_configs(1).unwrap())
+        .unwrap();
+    theirs
+        .add_and_start(theirs.loopback_configs(1).unwrap())
+        .unwrap();
+    let leader = ours
+        .leader(Duration::from_secs(30))
+        .await
+        .expect("a leader");
+    theirs
+        .leader(Duration::from_secs(30))
+        .await
+        .expect("their leader");
+    let client = Client::new(ours.servers());
+
+    phase("add the other cluster's node as node 2");
+    let other = theirs.node(1).config.clone();
+    let answer = tokio::time::timeout(
+        Duration::from_secs(30),
+        client.request(Request::AddNode {
+            id: 2,
+            peer: other.peer_addr.clone(),
+            client: other.client_addr.clone(),
+        }),
+    )
+    .await
+    .expect("bounded");
+    match &answer {
+        Ok(Response::Failed(Failure::BadRequest(why))) => {
+            assert!(
+                why.contains("refused this cluster's connections")
+                    && why.contains("belongs to cluster")
+                    && !why.contains("certificate"),
+                "{why}"
+            );
+        }
+        other => panic!("a node of another cluster was not refused: {other:?}"),
+    }
+    let log = std::fs::read_to_string(&ours.node(leader).log).unwrap();
+    // Its own refusal line once per 10 s; openraft's report of each failed replication,
+    // which it backs off between (before, it retried at once: some 30,000 lines here).
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("refused this node"))
+        .collect();
+    let own = lines
+        .iter()
+        .filter(|l| l.contains("weir_server::raft::network"))
+        .count();
+    assert!(
+        own == 1 && lines.len() < 200,
+        "{own} own lines of {} refusal lines, the first: {:?}",
+        lines.len(),
+        &lines[..lines.len().min(3)]
+    );
+}

@@ -391,7 +391,10 @@ impl PeerClient {
                     self.target, self.addr
                 );
                 log_refusal(&why);
-                Err(CallError::Network(why))
+                crate::lock::lock(&REFUSED_BY).insert(self.addr.clone(), reason);
+                // As unreachable: openraft backs off before it dials again, rather than
+                // retrying (and logging) at once, thousands of times a second.
+                Err(CallError::Unreachable(std::io::Error::other(why)))
             }
         }
     }
@@ -654,6 +657,17 @@ pub fn known_at(raft: &Raft, from: NodeId, peer_addr: &str) -> Result<(), String
         )),
         _ => Ok(()),
     }
+}
+
+/// The last refusal each peer address answered this node's hello with (a node of another
+/// cluster, of another version, or one that knows this node elsewhere): what
+/// `cluster add` names when the node it adds never catches up. One entry per address
+/// dialed, so it stays as small as the membership and the addresses tried.
+static REFUSED_BY: Mutex<BTreeMap<String, String>> = Mutex::new(BTreeMap::new());
+
+/// Why the peer at `addr` last refused this node's hello, if it did.
+pub fn refused_by(addr: &str) -> Option<String> {
+    crate::lock::lock(&REFUSED_BY).get(addr).cloned()
 }
 
 /// Logs a refusal at WARN, each distinct one at most once per [`REFUSAL_LOG_EVERY`], with

@@ -159,10 +159,14 @@ pub async fn add_node(ctx: &Ctx, id: NodeId, node: NodeAddr) -> Response {
             Ok(_) => "it was removed again".to_string(),
             Err(e) => format!("removing it again failed too ({e})"),
         };
+        // A node that answered at all but refused names why; else it was not reached.
+        let why = match crate::raft::network::refused_by(&peer) {
+            Some(reason) => format!("it refused this cluster's connections: {reason}"),
+            None => "unreachable, or its certificate is not from the cluster CA".into(),
+        };
         return Response::Failed(Failure::BadRequest(format!(
             "node {id} at {peer} did not catch up as a learner within {LEARNER_CATCH_UP:?} \
-             (unreachable, or its certificate is not from the cluster CA), so it was not \
-             made a voter; {removed}"
+             ({why}), so it was not made a voter; {removed}"
         )));
     }
     change_membership(ctx, ChangeMembers::AddVoterIds(BTreeSet::from([id]))).await
