@@ -192,7 +192,7 @@ where
 fn parse_object<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     // A key twice in one object is refused: parsers disagree on which one wins (serde_json
     // keeps the last), so `{"concurrent":1,"concurrent":100000}` would mean what a proxy
-    // or a reviewer before this node did not read.
+    // or a person reading the body before this node did not.
     serde_json::from_slice::<UniqueKeys>(bytes)
         .map_err(|e| ApiError::invalid(format!("request body: {e}")))?;
     let value: serde_json::Value = serde_json::from_slice(bytes)
