@@ -59,10 +59,12 @@ impl HttpCtx {
         state: Arc<AppliedState>,
         raft: Raft,
     ) -> HttpCtx {
+        let callers = Arc::new(callers);
+        super::forward::follow_leader(raft.clone(), callers.clone());
         HttpCtx {
             id,
             client_addr,
-            callers: Arc::new(callers),
+            callers,
             state,
             leaders: LeaderHistory::follow(&raft),
             raft,

@@ -18,7 +18,9 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
-use super::bounds::{BODY_BYTES_MAX, BODY_READ_TIMEOUT, DRAIN_BYTES_MAX, DRAIN_TIMEOUT};
+use super::bounds::{
+    BODY_BYTES_MAX, BODY_READ_TIMEOUT, DRAIN_BYTES_MAX, DRAIN_TIMEOUT, FORWARD_RETRY_MAX,
+};
 use weir_client::ClientError;
 use weir_core::bounds::NAME_BYTES_MAX;
 use weir_core::machine::Refusal;
@@ -110,10 +112,19 @@ impl ApiError {
             | ClientError::OutcomeUnknown(m)
             | ClientError::Protocol(m)
             | ClientError::Refused(m) => m.clone(),
+            ClientError::Failed(Failure::NotLeader { leader: None }) => no_leader_message(),
             ClientError::Failed(f) => f.to_string(),
         };
         ApiError::new(status, name, message)
     }
+}
+
+/// The text of a 503 `NoLeader` for a forwarded request (`forward.rs`, rule 2).
+fn no_leader_message() -> String {
+    format!(
+        "no leader known yet to this node after {FORWARD_RETRY_MAX:?} (an election may be \
+         under way): try again, or another node"
+    )
 }
 
 impl From<ClientError> for ApiError {
