@@ -584,6 +584,78 @@ async fn a_keep_alive_held_by_a_node_that_still_heartbeats_is_hedged_and_the_per
 }
 
 #[tokio::test]
+async fn a_request_held_by_the_old_leader_is_re_sent_when_told_the_leader_moved() {
+    // `a` heartbeats and holds every keep-alive (a leader cut from its peers); `b` leads. A
+    // node forwarding its callers' requests learns of `b` from its own Raft and says so.
+    let answers = node(|_| granted(), vec![]);
+    let a = FakeNode::start(
+        1,
+        Arc::new(move |r: &Request| match r {
+            Request::Write(Command::KeepAlive { .. }) => None,
+            _ => answers(r),
+        }),
+    )
+    .await;
+    let b = FakeNode::start(2, node(|_| granted(), vec![])).await;
+    let client = Client::new(vec![a.addr.clone(), b.addr.clone()])
+        .with_retry_deadline(Duration::from_millis(500));
+    let keep_alive = Request::Write(Command::KeepAlive { session: 7 });
+    let held = tokio::spawn({
+        let client = client.clone();
+        let keep_alive = keep_alive.clone();
+        async move { client.request(keep_alive).await }
+    });
+    assert!(
+        a.wait_for(WAIT, |r| *r == keep_alive).await,
+        "the keep-alive reached a"
+    );
+    // Held longer than the retry deadline: a request already sent is not cut short by it.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(!held.is_finished(), "still waiting on a");
+    client.leader_moved(&b.addr).await;
+    let answer = tokio::time::timeout(WAIT, held)
+        .await
+        .expect("answered once re-sent")
+        .unwrap()
+        .expect("the re-sent keep-alive is acknowledged");
+    assert!(matches!(answer, Response::Written { .. }), "{answer:?}");
+    assert!(b.seen().contains(&keep_alive), "re-sent to b");
+    // Told again where it already is: nothing is given up.
+    client.leader_moved(&b.addr).await;
+    let before = b.seen().len();
+    client.request(keep_alive.clone()).await.unwrap();
+    assert_eq!(
+        b.seen().len(),
+        before + 1,
+        "the next request went to b at once"
+    );
+}
+
+#[tokio::test]
+async fn a_client_with_a_short_retry_deadline_gives_up_on_no_leader_within_it() {
+    // Every node is a follower that knows no leader (an election that does not end).
+    let follower: Handler =
+        Arc::new(|_: &Request| Some(Response::Failed(Failure::NotLeader { leader: None })));
+    let a = FakeNode::start(1, follower.clone()).await;
+    let b = FakeNode::start(2, follower).await;
+    let client = Client::new(vec![a.addr.clone(), b.addr.clone()])
+        .with_retry_deadline(Duration::from_millis(300));
+    let answer = tokio::time::timeout(
+        Duration::from_secs(5),
+        client.request(Request::Write(Command::KeepAlive { session: 7 })),
+    )
+    .await
+    .expect("given up well before the library's 10 s");
+    assert!(
+        matches!(
+            answer,
+            Err(ClientError::Failed(Failure::NotLeader { leader: None }))
+        ),
+        "{answer:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_client_with_a_local_address_connects_from_it_and_works_as_any_other() {
     // 127.0.0.0/8 is all local on Linux: any address in it can be bound and reach a
     // listener on 127.0.0.1. The harness tells one client's links from the others' so.

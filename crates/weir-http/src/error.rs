@@ -94,7 +94,9 @@ impl ApiError {
     pub fn client(e: &ClientError) -> ApiError {
         let unavailable = StatusCode::SERVICE_UNAVAILABLE;
         let (status, name) = match e {
-            ClientError::Unreachable(_) => (unavailable, "Unavailable"),
+            // No node it tried took the request: no leader was found (the nodes it tried
+            // are down or electing), which is what the caller needs to know.
+            ClientError::Unreachable(_) => (unavailable, "NoLeader"),
             ClientError::OutcomeUnknown(_) => (unavailable, "OutcomeUnknown"),
             ClientError::Protocol(_) => (StatusCode::INTERNAL_SERVER_ERROR, "Internal"),
             // The leader refused the request's token (tables out of step between nodes).
@@ -108,10 +110,10 @@ impl ApiError {
             },
         };
         let message = match e {
-            ClientError::Unreachable(m)
-            | ClientError::OutcomeUnknown(m)
-            | ClientError::Protocol(m)
-            | ClientError::Refused(m) => m.clone(),
+            ClientError::Unreachable(m) => format!("{} (last try: {m})", no_leader_message()),
+            ClientError::OutcomeUnknown(m) | ClientError::Protocol(m) | ClientError::Refused(m) => {
+                m.clone()
+            }
             ClientError::Failed(Failure::NotLeader { leader: None }) => no_leader_message(),
             ClientError::Failed(f) => f.to_string(),
         };
