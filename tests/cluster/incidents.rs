@@ -176,3 +176,46 @@ async fn a_follower_without_a_leader_answers_no_leader_yet_instead_of_holding_th
         "the answer tells the caller to go elsewhere: {message}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_down_is_one_warning_when_it_goes_and_one_line_when_it_comes_back() {
+    let mut cluster = Cluster::start("peerlog", 3, "");
+    let leader = cluster.leader(ELECTION).await;
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+
+    phase("a follower is killed for 3 s, then started again");
+    cluster.kill(follower);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    cluster.start_node(follower);
+    let log = cluster.node(leader).log.clone();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap();
+        if text.contains(&format!("node {follower} answers again")) {
+            break text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the leader never logged node {follower} back:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let lines = |needle: &str| text.lines().filter(|l| l.contains(needle)).count();
+    assert_eq!(
+        lines("RPCError"),
+        0,
+        "openraft's per-RPC error lines are not logged:\n{text}"
+    );
+    assert_eq!(
+        lines(&format!("node {follower} is unreachable")),
+        1,
+        "one warning when it went:\n{text}"
+    );
+    let back = text
+        .lines()
+        .find(|l| l.contains(&format!("node {follower} answers again")))
+        .unwrap();
+    assert!(back.contains(" INFO "), "{back}");
+    assert!(back.contains("failed RPCs not logged"), "{back}");
+    eprintln!("{back}");
+}
