@@ -33,6 +33,46 @@ impl Workload {
     }
 }
 
+/// A compound incident `--incident` puts a fresh cluster through (`incident.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Schedule {
+    /// kill -9 of the leader.
+    Kill,
+    /// The leader stopped (SIGSTOP) for 5 s, then resumed.
+    Stall,
+    /// The leader stopped for 5 s and resumed, then the new leader killed 3 s later.
+    StallThenKill,
+    /// Five nodes: the leader killed, then the next leader killed as soon as it serves.
+    KillThenKill,
+    /// Five nodes: the clients' entry node (a follower) stopped for 5 s, the leader
+    /// killed 1 s into it.
+    StallFollowerThenKillLeader,
+    /// The leader cut from the other nodes, not from clients: refused (it needs a proxy in
+    /// front of every peer port, which the spawned cluster does not have).
+    PartitionLeader,
+}
+
+impl Schedule {
+    pub fn name(self) -> &'static str {
+        match self {
+            Schedule::Kill => "kill",
+            Schedule::Stall => "stall",
+            Schedule::StallThenKill => "stall-then-kill",
+            Schedule::KillThenKill => "kill-then-kill",
+            Schedule::StallFollowerThenKillLeader => "stall-follower-then-kill-leader",
+            Schedule::PartitionLeader => "partition-leader",
+        }
+    }
+
+    /// The cluster's size: five where two nodes are down at once or in a row.
+    pub fn nodes(self) -> u64 {
+        match self {
+            Schedule::KillThenKill | Schedule::StallFollowerThenKillLeader => 5,
+            _ => 3,
+        }
+    }
+}
+
 /// A system to run the same permit cycle on, beside Weir.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Against {
@@ -55,8 +95,12 @@ pub struct BenchArgs {
     /// What each client does in a loop.
     #[arg(long, value_enum, default_value = "acquire-release")]
     pub workload: Workload,
-    /// Concurrent clients, each with its own session.
-    #[arg(long, default_value_t = 64)]
+    /// Concurrent clients, each with its own session (256 with --incident).
+    #[arg(
+        long,
+        default_value_t = 64,
+        default_value_if("incident", clap::builder::ArgPredicate::IsPresent, "256")
+    )]
     pub clients: usize,
     /// Measured seconds.
     #[arg(long, default_value_t = 10.0)]
@@ -104,6 +148,19 @@ pub struct BenchArgs {
     /// With --report-every: stop the leader (SIGSTOP, 4 s) every SECS (0: never).
     #[arg(long, value_name = "SECS", default_value_t = 900.0)]
     pub stall_every: f64,
+    /// Put a fresh cluster of its own through a compound incident while every client holds
+    /// a permit (TTL 3 s); report the sessions that lost one, the grants that arrived
+    /// already lost, and when grants resumed after each fault's election.
+    #[arg(long, value_enum, value_name = "SCHEDULE")]
+    pub incident: Option<Schedule>,
+    /// With --incident: this many holders using the Python client (`clients/python`, in
+    /// the interpreter `WEIR_BENCH_PYTHON` names, else `target/py-venv/bin/python`, else
+    /// `python3`) beside the Rust clients.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub python: u32,
+    /// With --incident: run the schedule this many times, each on a fresh cluster, and sum.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub runs: u32,
     /// With --report-every: write the drift of each series as an SVG chart to FILE.
     #[arg(long, value_name = "FILE")]
     pub chart: Option<std::path::PathBuf>,
@@ -121,7 +178,7 @@ pub fn check(args: &BenchArgs) -> Result<(), &'static str> {
     if args.failover > 0 && args.spawn.is_none() {
         return Err("--failover needs --spawn (the bench kills the nodes it started)");
     }
-    if args.keep_dir && args.spawn.is_none() {
+    if args.keep_dir && args.spawn.is_none() && args.incident.is_none() {
         return Err(
             "--keep-dir needs --spawn (it keeps the directory of the cluster the bench starts)",
         );
@@ -144,6 +201,7 @@ pub fn check(args: &BenchArgs) -> Result<(), &'static str> {
         return Err("--stall needs --spawn (the bench stops the nodes it started)");
     }
     check_soak(args)?;
+    check_incident(args)?;
     if !(args.duration > 0.0
         && args.duration < 86_400.0
         && args.warmup >= 0.0
@@ -193,6 +251,37 @@ fn check_rls(args: &BenchArgs) -> Result<(), &'static str> {
     }
     if args.tls || args.failover > 0 || args.stall > 0 || args.curve.is_some() {
         return Err("--workload rls runs without --tls, --failover, --stall or --curve");
+    }
+    Ok(())
+}
+
+fn check_incident(args: &BenchArgs) -> Result<(), &'static str> {
+    let Some(schedule) = args.incident else {
+        return match args.python > 0 || args.runs != 1 {
+            true => Err("--python and --runs go with --incident"),
+            false => Ok(()),
+        };
+    };
+    if schedule == Schedule::PartitionLeader {
+        return Err(
+            "--incident partition-leader is not run by the bench: cutting the leader from its peers but not from clients needs a proxy in front of every peer port, which the spawned cluster does not have; the partition harness runs it (weir-jepsen --nemesis partition, jepsen/README.md)",
+        );
+    }
+    if args.spawn.is_some()
+        || args.failover > 0
+        || args.stall > 0
+        || args.tls
+        || args.curve.is_some()
+        || args.against.is_some()
+        || args.report_every.is_some()
+        || args.workload != Workload::AcquireRelease
+    {
+        return Err(
+            "--incident starts its own cluster for each run: without --spawn, --failover, --stall, --tls, --curve, --against, --report-every or --workload",
+        );
+    }
+    if args.runs == 0 || args.runs > 1_000 || args.python > 1_000 {
+        return Err("--runs must be in 1..=1000 and --python at most 1000");
     }
     Ok(())
 }
