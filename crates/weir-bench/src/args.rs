@@ -330,6 +330,53 @@ mod tests {
         check(&cli.bench)
     }
 
+    fn parsed(args: &[&str]) -> BenchArgs {
+        Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))
+            .expect("the options parse")
+            .bench
+    }
+
+    #[test]
+    fn an_incident_runs_256_clients_unless_told_and_refuses_what_it_cannot_run() {
+        assert_eq!(parsed(&[]).clients, 64);
+        assert_eq!(parsed(&["--incident", "kill"]).clients, 256);
+        assert_eq!(parsed(&["--incident", "kill", "--clients", "8"]).clients, 8);
+        assert_eq!(
+            parsed(&["--incident", "stall-then-kill"]).incident,
+            Some(Schedule::StallThenKill)
+        );
+        assert_eq!(Schedule::KillThenKill.nodes(), 5);
+        assert_eq!(Schedule::StallThenKill.nodes(), 3);
+        for ok in [
+            &[
+                "--incident",
+                "kill-then-kill",
+                "--python",
+                "4",
+                "--runs",
+                "20",
+            ][..],
+            &["--incident", "stall", "--keep-dir"],
+        ] {
+            assert_eq!(checked(ok), Ok(()), "{ok:?}");
+        }
+        assert!(
+            checked(&["--incident", "partition-leader"])
+                .unwrap_err()
+                .contains("needs a proxy in front of every peer port")
+        );
+        assert!(
+            checked(&["--incident", "kill", "--failover", "1"])
+                .unwrap_err()
+                .starts_with("--incident starts its own cluster")
+        );
+        assert!(checked(&["--incident", "kill", "--runs", "0"]).is_err());
+        assert_eq!(
+            checked(&["--runs", "3"]),
+            Err("--python and --runs go with --incident")
+        );
+    }
+
     #[test]
     fn rls_and_redis_runs_are_checked() {
         assert_eq!(checked(&["--spawn", "3", "--workload", "rls"]), Ok(()));
