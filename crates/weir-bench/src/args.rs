@@ -175,6 +175,7 @@ pub fn check(args: &BenchArgs) -> Result<(), &'static str> {
     if args.clients == 0 || args.limits == 0 || args.clients_per_connection == 0 {
         return Err("--clients, --limits and --clients-per-connection must be positive");
     }
+    check_incident(args)?;
     if args.failover > 0 && args.spawn.is_none() {
         return Err("--failover needs --spawn (the bench kills the nodes it started)");
     }
@@ -201,7 +202,6 @@ pub fn check(args: &BenchArgs) -> Result<(), &'static str> {
         return Err("--stall needs --spawn (the bench stops the nodes it started)");
     }
     check_soak(args)?;
-    check_incident(args)?;
     if !(args.duration > 0.0
         && args.duration < 86_400.0
         && args.warmup >= 0.0
