@@ -42,7 +42,7 @@ pub enum Schedule {
     Stall,
     /// The leader stopped for 5 s and resumed, then the new leader killed 3 s later.
     StallThenKill,
-    /// Five nodes: the leader killed, then the next leader killed as soon as it serves.
+    /// Five nodes: the leader killed, then the next leader killed 1 s after it is seen.
     KillThenKill,
     /// Five nodes: the clients' entry node (a follower) stopped for 5 s, the leader
     /// killed 1 s into it.

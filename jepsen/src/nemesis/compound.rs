@@ -1,7 +1,10 @@
 //! The compound kinds ([`super::fault::COMPOUND`]): two faults within one session TTL, a
 //! quorum up throughout, injected in sequence by one call. `stall-then-kill` stops the
 //! leader, resumes it after its stall and kills the leader of the moment after a pause;
-//! `kill-then-kill` (five nodes) kills the leader, then the next one once it is seen;
+//! `kill-then-kill` (five nodes) kills the leader, then the next one a while after it is
+//! seen (time to take the holders' keep-alives: a leader killed the moment it is elected
+//! leaves two elections back to back, longer than a 3 s TTL's budget whatever the client
+//! does);
 //! `stall-entry-then-kill-leader` (five nodes) stops the clients' entry node and kills the
 //! leader while it is stopped, then resumes the entry node. The step's heal restarts what
 //! was killed (and resumes what is still stopped).
@@ -40,10 +43,13 @@ pub(super) async fn inject(
         Fault::KillThenKill { after_ms } => {
             let first = leader(cluster, "kill").await?;
             cluster.kill(first);
+            leader(cluster, "kill again").await?;
+            let elected_ms = at();
             tokio::time::sleep(Duration::from_millis(after_ms)).await;
             let second = leader(cluster, "kill again").await?;
             cluster.kill(second);
-            json!({"fault": "kill-then-kill", "killed": [first, second], "killed_ms": at()})
+            json!({"fault": "kill-then-kill", "killed": [first, second],
+                   "elected_ms": elected_ms, "killed_ms": at()})
         }
         Fault::StallEntryThenKillLeader { stall_ms, after_ms } => {
             let l = leader(cluster, "kill").await?;

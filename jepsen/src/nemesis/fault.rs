@@ -135,8 +135,8 @@ pub enum Fault {
         stall_ms: u64,
         then_ms: u64,
     },
-    /// Five nodes: the leader killed -9; the next leader, once one is seen and at the
-    /// soonest `after_ms` after the first kill, killed too.
+    /// Five nodes: the leader killed -9; the leader of the moment `after_ms` after the next
+    /// leader is first seen, killed too.
     KillThenKill {
         after_ms: u64,
     },

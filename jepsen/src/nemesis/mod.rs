@@ -58,8 +58,8 @@
 //! `--nemesis` on their own (never part of `all`), judged by the `kept` checker:
 //! - `stall-then-kill`: the leader stopped 5 s and resumed, then the leader of the moment
 //!   killed -9 3 s later;
-//! - `kill-then-kill` (five nodes): the leader killed, then the next leader, 1 s after the
-//!   first kill at the soonest;
+//! - `kill-then-kill` (five nodes): the leader killed, then the next leader 1 s after it is
+//!   first seen (within one TTL of the first kill);
 //! - `stall-entry-then-kill-leader` (five nodes): the clients' entry node (node 1, or the
 //!   first follower after it) stopped 5 s, the leader killed 1 s into the stop.
 //!

@@ -31,8 +31,8 @@ const COMPOUND_STALL_MS: u64 = 5_000;
 fn injecting_ms(fault: &Fault) -> u64 {
     match *fault {
         Fault::StallThenKill { stall_ms, then_ms } => stall_ms + then_ms,
-        // The second kill waits for a leader: about an election more.
-        Fault::KillThenKill { after_ms } => after_ms + 2_000,
+        // Before the second kill, an election: about a second and a half.
+        Fault::KillThenKill { after_ms } => after_ms + 1_500,
         Fault::StallEntryThenKillLeader { stall_ms, .. } => stall_ms,
         _ => 0,
     }
