@@ -21,8 +21,11 @@
 //! - `stall-follower-then-kill-leader` (five nodes): a follower, which every client names
 //!   first (its entry node), stopped for [`STALL`]; the leader killed [`KILL_AGAIN`] into
 //!   it.
+//! - `partition-leader`: the leader cut from the other nodes, both ways, for [`STALL`]
+//!   (`peer_proxy.rs`: every peer port behind a proxy's front), not from its clients; then
+//!   the links heal.
 //!
-//! For each fault the run measures when a new leader was first seen among the nodes still up
+//! For each fault the run measures when a new leader was first seen among the other nodes
 //! (`elected_ms`, from the fault; none for a follower's stall, which elects no one) and when
 //! the first work grant sent after the fault arrived (`resumed_ms`); the gap is the second
 //! less the first (from the fault itself when nothing was elected). [`SETTLE`] after the last
@@ -46,6 +49,7 @@ use tokio::task::JoinHandle;
 
 use super::args::{BenchArgs, Schedule};
 use super::load::TENANT;
+use super::peer_proxy::{self, PeerProxies};
 use super::spawn;
 use crate::output::{EXIT_ERROR, EXIT_OK, Exit, Output};
 use weir_client::{AcquireOptions, Client, Session};
@@ -283,7 +287,24 @@ impl IncidentReport {
 
 /// One run on a fresh cluster.
 async fn one_run(args: &BenchArgs, schedule: Schedule, run: u32) -> Result<RunFigures, String> {
-    let mut cluster = spawn::start(schedule.nodes(), false, args.keep_dir)?;
+    // `partition-leader`: every peer port behind a front of the proxy's.
+    let mut fronts = vec![];
+    let mut cluster = spawn::start_with(schedule.nodes(), false, args.keep_dir, |configs| {
+        if schedule != Schedule::PartitionLeader {
+            return;
+        }
+        for c in configs {
+            if let Ok(listen) = weir_launcher::loopback_addr() {
+                fronts.push((c.id, c.peer_addr.clone(), listen.clone()));
+                c.peer_listen = Some(listen);
+                c.peer_source_ip = Some(peer_proxy::source_ip(c.id));
+            }
+        }
+    })?;
+    let proxies = match fronts.is_empty() {
+        true => None,
+        false => Some(PeerProxies::start(&fronts).await?),
+    };
     let servers = cluster.servers();
     let security = cluster.client_security().clone();
     let Some(leader) = leader_among_with(&servers, WAIT, &security).await else {
@@ -341,7 +362,7 @@ async fn one_run(args: &BenchArgs, schedule: Schedule, run: u32) -> Result<RunFi
     let figures = match holders {
         Ok(()) => {
             tokio::time::sleep(Duration::from_secs_f64(args.warmup)).await;
-            let faults = inject(schedule, &mut cluster, &servers, &security, &shared).await;
+            let faults = inject(schedule, &mut cluster, proxies.as_ref(), &shared).await;
             tokio::time::sleep(SETTLE).await;
             faults
         }
@@ -403,10 +424,11 @@ async fn wait_holding(
 async fn inject(
     schedule: Schedule,
     cluster: &mut LocalCluster,
-    servers: &[String],
-    security: &ClientSecurity,
+    proxies: Option<&PeerProxies>,
     shared: &Arc<Shared>,
 ) -> Result<Vec<FaultFigures>, String> {
+    let servers = &cluster.servers();
+    let security = &cluster.client_security().clone();
     let t0 = Instant::now();
     let leader = leader_among_with(servers, WAIT, security)
         .await
@@ -464,7 +486,26 @@ async fn inject(
             cluster.resume(entry);
         }
         Schedule::PartitionLeader => {
-            unreachable!("check() refuses partition-leader")
+            let proxies = proxies.expect("partition-leader's cluster has peer proxies");
+            let slot = &shared.faults[0];
+            slot.from_ns.store(shared.ns().max(1), Ordering::Release);
+            proxies.isolate(leader, schedule.nodes());
+            eprintln!("[bench] cut node {leader} from its peers");
+            let w = Injected {
+                slot: 0,
+                what: format!("cut n{leader} from its peers"),
+                at: Instant::now(),
+                t0,
+            };
+            // The heal comes on time whether or not grants resumed by then.
+            let heal = async {
+                sleep_until(t0 + STALL).await;
+                proxies.heal();
+                eprintln!("[bench] healed node {leader}'s peer links");
+            };
+            let down = [leader];
+            let (figures, ()) = tokio::join!(w.watch(cluster, &down, true, shared), heal);
+            faults.push(figures);
         }
     }
     Ok(faults)
@@ -627,12 +668,22 @@ async fn rust_holder(client: Client, n: usize, shared: Arc<Shared>) {
     let mut lost = false;
     {
         let work = async {
+            // Once the held permit's session is lost, work goes on in a session of its own,
+            // so that grants resuming is still seen.
+            let mut replacement: Option<Session> = None;
             while !shared.stop.load(Ordering::Relaxed) {
                 let sent = shared.ns();
-                if let Ok(p) = session
+                let current = replacement.as_ref().unwrap_or(&session);
+                let acquired = current
                     .acquire(AcquireOptions::new(TENANT, WORK_LIMIT))
-                    .await
+                    .await;
+                if acquired.is_err()
+                    && held.lost_reason().is_some()
+                    && let Ok(s) = Session::open(&client, TTL).await
                 {
+                    replacement = Some(s);
+                }
+                if let Ok(p) = acquired {
                     shared.granted(sent);
                     shared.grants.fetch_add(1, Ordering::Relaxed);
                     if let Some(why) = p.lost_reason() {

@@ -6,7 +6,7 @@ the limit to hold, the limit to take work permits of, the session TTL in seconds
 
 It opens a session, acquires one permit of the hold limit and prints ``held``; then, until
 its stdin closes, it acquires and releases a permit of the work limit every ``PACE``
-seconds, printing ``arrived-lost REASON`` for a grant whose ``lost_reason()`` already
+seconds (in a new session once the first is lost), printing ``arrived-lost REASON`` for a grant whose ``lost_reason()`` already
 answers when it arrives, and watches the held permit: the first time ``lost()`` resolves it
 prints ``lost REASON``. When stdin closes it checks the held permit once more, releases
 it, closes the session and prints ``done GRANTS ARRIVED_LOST``.
@@ -45,10 +45,15 @@ async def main() -> None:
 
         watcher = asyncio.ensure_future(watch())
         grants = arrived_lost = 0
+        # Once the held permit's session is lost, work goes on in a session of its own.
+        worker = session
         while not stdin_closed.done():
             try:
-                permit = await session.acquire(work, timeout=WAIT)
+                permit = await worker.acquire(work, timeout=WAIT)
             except weir.WeirError:
+                if held.lost_reason() is not None:
+                    with contextlib.suppress(weir.WeirError, TimeoutError):
+                        worker = await asyncio.wait_for(client.session(ttl=float(ttl)), WAIT)
                 await asyncio.sleep(PACE)
                 continue
             grants += 1

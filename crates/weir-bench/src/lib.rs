@@ -65,7 +65,7 @@
 //! - `keyed_point.rs`: the keyed point;
 //! - `soak.rs`: the soak (`--report-every`);
 //! - `incident.rs`, `incident_holder.py`: the compound incidents (`--incident`) and the
-//!   Python holder they run;
+//!   Python holder they run; `peer_proxy.rs`: the peer links `partition-leader` cuts;
 //! - `report.rs`: the recorder the clients share and the printed results;
 //! - `output.rs`: how the bench prints (text or JSON) and its exit statuses.
 //!
@@ -91,6 +91,7 @@ mod resp;
 mod external;
 mod rls;
 mod load;
+mod peer_proxy;
 mod report;
 mod spawn;
 mod args;
