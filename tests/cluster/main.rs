@@ -3,6 +3,7 @@
 mod add_node;
 mod apply;
 mod backup;
+mod bench_incident;
 mod cli;
 mod client_port;
 mod console;
