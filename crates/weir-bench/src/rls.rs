@@ -66,10 +66,7 @@ pub async fn measure(
     spawned: Option<&LocalCluster>,
 ) -> Result<LoadReport, String> {
     let admin = Client::with_security(servers.to_vec(), security.clone());
-    let limit = limit_name(&[Segment {
-        key: KEY,
-        value: Some(VALUE),
-    }]);
+    let limit = limit_name(&[Segment::of_node(KEY, Some(VALUE))]);
     admin
         .define_limit(TENANT, &limit, 0, 1e9, Some(1_000_000_000))
         .await

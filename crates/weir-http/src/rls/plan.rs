@@ -29,8 +29,8 @@ pub struct Plan {
     pub parts: Vec<Part>,
 }
 
-/// Matches every descriptor of `request` on `machine`; an error names the descriptors that
-/// cannot share one take, or a limit a take cannot decide.
+/// Matches every descriptor of `request` on `machine`; an error names a limit a take cannot
+/// decide.
 pub fn plan(machine: &Machine, request: &Checked) -> Result<Plan, String> {
     let tenant = request.tenant.as_str();
     let exists = |name: &str| machine.has_limit(tenant, name);
@@ -69,7 +69,7 @@ pub fn plan(machine: &Machine, request: &Checked) -> Result<Plan, String> {
                     Target::Unlimited
                 } else {
                     check_rate_only(machine, tenant, m)?;
-                    Target::Part(plan.add_part(i, m, request.descriptors[i].hits)?)
+                    Target::Part(plan.add_part(m, request.descriptors[i].hits))
                 }
             }
         };
@@ -80,27 +80,26 @@ pub fn plan(machine: &Machine, request: &Checked) -> Result<Plan, String> {
 
 impl Plan {
     /// Adds descriptor `i`'s hits on `m` to the parts, as a new part or summed into the part
-    /// of the same limit and key; returns its index.
-    fn add_part(&mut self, i: usize, m: &Matched<'_>, hits: u32) -> Result<usize, String> {
-        let same_limit = self.parts.iter().position(|p| p.limit == m.name);
-        match same_limit {
-            Some(n) if self.parts[n].key == m.key => {
+    /// of the same limit and key; returns its index. Two keys of one keyed limit are two
+    /// parts of the one take.
+    fn add_part(&mut self, m: &Matched<'_>, hits: u32) -> usize {
+        let same = self
+            .parts
+            .iter()
+            .position(|p| p.limit == m.name && p.key == m.key);
+        match same {
+            Some(n) => {
                 let part = &mut self.parts[n];
                 part.units = part.units.saturating_add(hits);
-                Ok(n)
+                n
             }
-            Some(_) => Err(format!(
-                "descriptors[{i}] matches limit {} with another key than an earlier \
-                 descriptor: one request decides each limit once",
-                m.name
-            )),
             None => {
                 self.parts.push(Part {
                     limit: m.name.clone(),
                     key: m.key.clone(),
                     units: hits,
                 });
-                Ok(self.parts.len() - 1)
+                self.parts.len() - 1
             }
         }
     }
@@ -149,7 +148,7 @@ mod tests {
     ///     rate_limit: {unit: minute, requests_per_unit: 50, replaces: [{name: users}]}
     /// ```
     fn definitions() -> Vec<Definition> {
-        let segment = |key, value| Segment { key, value };
+        let segment = |key, value| Segment::of_node(key, value);
         let ip = [segment("ip", None)];
         let inner = [segment("inner", Some("x"))];
         let user = [segment("inner", Some("x")), segment("user", None)];
@@ -245,7 +244,7 @@ mod tests {
     }
 
     #[test]
-    fn a_replaced_match_is_uncharged_and_one_limit_with_two_keys_is_refused() {
+    fn a_replaced_match_is_uncharged_and_two_keys_of_one_limit_are_two_parts() {
         let m = machine();
         let p = plan(
             &m,
@@ -254,10 +253,22 @@ mod tests {
         .unwrap();
         assert_eq!(p.targets, [Target::Unlimited, Target::Part(0)]);
         assert_eq!(p.parts, [part("envoy:vip", "v", 1)]);
-        let e = plan(&m, &checked(&[(&[("ip", "a")], 1), (&[("ip", "b")], 1)])).unwrap_err();
-        assert!(
-            e.starts_with("descriptors[1] matches limit envoy:ip with another key"),
-            "{e}"
+        let p = plan(
+            &m,
+            &checked(&[
+                (&[("ip", "a")], 1),
+                (&[("ip", "b")], 2),
+                (&[("ip", "a")], 1),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            p.targets,
+            [Target::Part(0), Target::Part(1), Target::Part(0)]
+        );
+        assert_eq!(
+            p.parts,
+            [part("envoy:ip", "a", 2), part("envoy:ip", "b", 2)]
         );
     }
 }
