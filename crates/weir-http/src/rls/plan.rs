@@ -58,6 +58,9 @@ pub fn plan(machine: &Machine, request: &Checked) -> Result<Plan, String> {
         parts: Vec::new(),
     };
     for (i, m) in matched.iter().enumerate() {
+        if let Some(limit) = request.descriptors[i].limit {
+            check_override(machine, tenant, i, m.as_ref(), limit)?;
+        }
         let target = match m {
             None => Target::Unmatched,
             Some(m) => {
@@ -111,6 +114,43 @@ fn rates(machine: &Machine, tenant: &str, m: &Matched<'_>) -> bool {
     machine
         .bucket_now(tenant, &m.name, m.key.as_deref())
         .is_some_and(|b| b.spec.rates())
+}
+
+/// A descriptor's `limit` override `(requests, unit seconds)` is decided only as the limit
+/// it matched: the same rate and window. Another rate would need a limit defined by the
+/// request, and limits are the operator's, written through the log: refused, naming why.
+fn check_override(
+    machine: &Machine,
+    tenant: &str,
+    i: usize,
+    m: Option<&Matched<'_>>,
+    (requests, unit): (u32, u64),
+) -> Result<(), String> {
+    let bucket = m.and_then(|m| machine.bucket_now(tenant, &m.name, m.key.as_deref()));
+    let same = bucket.as_ref().is_some_and(|b| {
+        b.spec.burst == requests as u64
+            && (b.spec.per_second * unit as f64 - requests as f64).abs() <= requests as f64 * 1e-9
+    });
+    if same {
+        return Ok(());
+    }
+    let configured = match (m, &bucket) {
+        (Some(m), Some(b)) if b.spec.rates() => {
+            format!(
+                "limit {} allows {} per {} s",
+                m.name,
+                b.spec.burst,
+                b.spec.burst as f64 / b.spec.per_second
+            )
+        }
+        (Some(m), _) => format!("limit {} has no rate", m.name),
+        (None, _) => "no limit of the domain matches".to_owned(),
+    };
+    Err(format!(
+        "descriptors[{i}].limit asks {requests} per {unit} s, and {configured}: Weir decides \
+         only the limits the operator defined (a rate of the request's own is not \
+         supported; define it in the file)"
+    ))
 }
 
 /// A take holds nothing, so a limit with a concurrency cap cannot be decided here.
@@ -205,6 +245,7 @@ mod tests {
                         .map(|(k, v)| (k.to_string(), v.to_string()))
                         .collect(),
                     hits: *hits,
+                    limit: None,
                 })
                 .collect(),
         }
