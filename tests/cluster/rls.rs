@@ -644,6 +644,21 @@ fn camel(upper: &str) -> String {
         .collect()
 }
 
+/// Runs the `weir` CLI with `args` against `cluster`: (exit code, stdout, stderr).
+fn cli(cluster: &LocalCluster, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(args)
+        .env("WEIR_SERVERS", cluster.servers().join(","))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// Requests of a case sent at once when they repeat with `{i}` (distinct values).
 const CONCURRENT_ASKS: usize = 32;
 
@@ -704,6 +719,47 @@ async fn envoy_conformance_cases_answer_as_ratelimit_documents() {
         written.keys_max,
         Some(weir_core::bounds::RLS_KEYS_MAX_DEFAULT)
     );
+
+    let url = format!(
+        "http://{}/v1/tenants/wildcard/limits/envoy:path=%2Fv1%2F*",
+        node.http_listen
+    );
+    let shown: serde_json::Value = reqwest::get(&url).await.unwrap().json().await.unwrap();
+    assert_eq!(shown["name"], "envoy:path=%2Fv1%2F*", "{shown}");
+    let (code, out, err) = cli(
+        &cluster,
+        &["limit", "show", "envoy:path=/v1/*", "--tenant", "wildcard"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+
+    phase("limits apply --keys-max sets a node's bound, and the next apply keeps it");
+    let file = cluster.dir().join("gateway.yaml");
+    std::fs::write(
+        &file,
+        "domain: gw\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: minute, requests_per_unit: 9}\n",
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+    let keys_max = || async {
+        let l = client.limit_status("gw", "envoy:api_key").await.unwrap();
+        l.unwrap().keys_max
+    };
+    let (code, out, err) = cli(
+        &cluster,
+        &["limits", "apply", file, "--keys-max", "envoy:api_key=7"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(keys_max().await, Some(7));
+    let (code, out, err) = cli(&cluster, &["limits", "apply", file]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(
+        keys_max().await,
+        Some(7),
+        "kept by an apply without the flag"
+    );
+    let (code, out, err) = cli(&cluster, &["limits", "apply", file, "--keys-max", "250000"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(keys_max().await, Some(250_000));
 
     phase("a key refused for want of room is counted apart");
     let text = reqwest::get(format!("http://{}/metrics", node.http_listen))
