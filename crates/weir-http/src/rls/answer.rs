@@ -247,6 +247,52 @@ mod tests {
     }
 
     #[test]
+    fn a_key_without_room_answers_as_the_operator_chose_and_never_with_tokens_left() {
+        use weir_core::machine::{Batch, Definition, Leadership, Part};
+        let mut machine = Machine::new();
+        let define = Definition {
+            tenant: "d".into(),
+            name: "envoy:k".into(),
+            concurrent: 0,
+            per_second: 10.0,
+            burst: Some(10),
+            keyed: true,
+            keys_max: Some(1),
+            shadow: false,
+        };
+        let batch = Batch {
+            leadership: Leadership::default(),
+            clock_ms: 0,
+            wall_ms: 0,
+            commands: vec![define.into_command()],
+        };
+        machine.apply(1, &batch);
+        let plan = Plan {
+            tenant: "d".into(),
+            targets: vec![Target::Part(0)],
+            parts: vec![Part {
+                limit: "envoy:k".into(),
+                key: Some("new".into()),
+                units: 1,
+            }],
+        };
+        for (over_limit, code) in [(false, Code::Ok), (true, Code::OverLimit)] {
+            let taken = Taken {
+                over: vec![false],
+                keys_full: vec![true],
+                keys_full_over_limit: over_limit,
+                unapplied: vec![0],
+            };
+            let answer = response(&plan, &machine, &taken, true);
+            assert_eq!(answer.overall_code, code as i32);
+            let s = &answer.statuses[0];
+            assert_eq!((s.code, s.limit_remaining), (code as i32, 0));
+            assert_eq!(s.duration_until_reset, None);
+            assert_eq!(s.current_limit.as_ref().unwrap().requests_per_unit, 10);
+        }
+    }
+
+    #[test]
     fn a_request_fits_when_its_hits_are_back_not_when_the_bucket_is_full() {
         // 2 a minute, empty, full in 60 s: one token is back in 30 s, two in 60 s.
         let empty = bucket(2.0 / 60.0, 2, 0, 60_000);
