@@ -732,6 +732,20 @@ async fn envoy_conformance_cases_answer_as_ratelimit_documents() {
     );
     assert_eq!(code, 0, "{out}{err}");
 
+    let (code, out, err) = cli(
+        &cluster,
+        &[
+            "limit",
+            "remove",
+            "envoy:path=/v1/health",
+            "--tenant",
+            "wildcard",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let gone = client.limit_status("wildcard", "envoy:path=%2Fv1%2Fhealth");
+    assert_eq!(gone.await.unwrap(), None, "removed under its escaped name");
+
     phase("limits apply --keys-max sets a node's bound, and the next apply keeps it");
     let file = cluster.dir().join("gateway.yaml");
     std::fs::write(
