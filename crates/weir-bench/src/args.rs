@@ -138,6 +138,12 @@ pub struct BenchArgs {
     /// (`grpc_listen`), comma-separated; clients spread over them.
     #[arg(long, value_delimiter = ',', value_name = "ADDR")]
     pub grpc: Vec<String>,
+    /// With `--workload rls`: each request names the next of N distinct API keys (in
+    /// turn, across all clients) on one keyed rule of 100 a minute per key whose
+    /// `keys_max` is N, as a gateway's per-key rule; an answer that finds no room for its
+    /// key is an error. 0 (the default): one descriptor, one limit.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub rls_keys: u32,
     /// A soak (needs --spawn): churn for --duration, sampling every node each SECS and
     /// printing one line per interval, then a verdict on each series' drift.
     #[arg(long, value_name = "SECS")]
@@ -191,6 +197,8 @@ pub fn check(args: &BenchArgs) -> Result<(), &'static str> {
     }
     if args.workload == Workload::Rls {
         check_rls(args)?;
+    } else if args.rls_keys > 0 {
+        return Err("--rls-keys is for --workload rls");
     }
     if args.curve.is_some() && (args.spawn.is_none() || args.against.is_some() || args.tls) {
         return Err("--curve needs --spawn, without --against or --tls");
@@ -251,6 +259,9 @@ fn check_rls(args: &BenchArgs) -> Result<(), &'static str> {
     }
     if args.tls || args.failover > 0 || args.stall > 0 || args.curve.is_some() {
         return Err("--workload rls runs without --tls, --failover, --stall or --curve");
+    }
+    if args.rls_keys as usize > weir_core::bounds::KEYS_LIVE_MAX {
+        return Err("--rls-keys is at most the cluster's live keys bound, 1,000,000");
     }
     Ok(())
 }
