@@ -35,7 +35,12 @@ fn a_short_kill_incident_reports_its_fault_its_holders_and_its_grants() {
     let elected = fault["elected_ms"].as_f64().expect("a new leader was seen");
     let resumed = fault["resumed_ms"].as_f64().expect("grants resumed");
     assert!(elected > 0.0 && resumed > 0.0, "{v}");
-    assert_eq!(fault["gap_ms"].as_f64(), Some((resumed - elected).max(0.0)));
+    // Each figure is rounded on its own: the gap agrees with the other two within that.
+    let gap = fault["gap_ms"].as_f64().expect("a gap");
+    assert!(
+        (gap - (resumed - elected).max(0.0)).abs() < 0.01,
+        "gap {gap} against {resumed} - {elected}: {v}"
+    );
     // Every client held; the sums are the run's.
     assert_eq!(run["sessions"].as_u64(), Some(4), "{v}\n{stderr}");
     assert_eq!(v["sessions"], run["sessions"]);

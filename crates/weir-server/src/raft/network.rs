@@ -500,7 +500,11 @@ impl PeerClient {
         let answer = self.call(request, option.hard_ttl()).await;
         match &answer {
             Ok(_) => self.health.answered(self.target),
-            Err(e) => self.health.failed(self.target, e),
+            Err(e) => {
+                let refused = matches!(e, CallError::Unreachable(io)
+                    if io.kind() == std::io::ErrorKind::ConnectionRefused);
+                self.health.failed(self.target, e, refused);
+            }
         }
         match answer {
             Ok(response) => match expect(response) {

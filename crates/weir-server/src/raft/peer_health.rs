@@ -6,10 +6,14 @@
 //! about a hundred identical lines. Here the peer transport ([`super::network`]) reports
 //! each RPC's outcome, and a peer's change of state is logged once:
 //!
-//! - the first failure after an answer (or at start): one WARN, "node N is unreachable:
-//!   WHY", and the failures after it are counted, not logged;
-//! - the first answer after failures: one INFO, "node N answers again after D (K failed RPCs
-//!   not logged)".
+//! - a refused connection (nothing listens: the process is gone), or the third failure in
+//!   a row of any kind (a deadline missed: the peer is stopped, cut off, or slower than a
+//!   heartbeat's 100 ms deadline three times running): one WARN, "node N is unreachable:
+//!   WHY", and the failures after it are counted, not logged. One or two missed deadlines
+//!   on a loaded machine are not an outage and log nothing;
+//! - the first answer after that WARN: one INFO, "node N answers again after D (K failed
+//!   RPCs not logged)", D counted from the run's first failure. An answer after failures
+//!   that logged nothing ends the run quietly.
 //!
 //! openraft's own lines for those failures are dropped by [`is_peer_rpc_failure`], which the
 //! node's log filter asks (`weir serve`'s logging): its replication `RPCError` and its vote
@@ -37,12 +41,17 @@ pub enum Change {
     Back { after: Duration, suppressed: u64 },
 }
 
+/// Failures in a row, of any kind, that make a peer down (the module doc).
+const FAILURES_DOWN: u64 = 3;
+
 #[derive(Default)]
 struct Peer {
     /// Since when it has not answered; `None` while it answers.
     down_since: Option<Instant>,
-    /// Failed RPCs after the one that logged the `Down`.
-    suppressed: u64,
+    /// Failed RPCs in the current run.
+    failures: u64,
+    /// Whether this run logged its WARN.
+    warned: bool,
 }
 
 /// The peers' states, shared by every RPC client of this node.
@@ -50,9 +59,10 @@ struct Peer {
 pub struct PeerHealth(Arc<Mutex<BTreeMap<NodeId, Peer>>>);
 
 impl PeerHealth {
-    /// Records a failed RPC to `peer`; logs the first of a run at WARN.
-    pub fn failed(&self, peer: NodeId, why: &dyn std::fmt::Display) {
-        if self.note_failed(peer, Instant::now()) == Some(Change::Down) {
+    /// Records a failed RPC to `peer` (`refused`: its connect was refused); logs the run at
+    /// WARN once it makes the peer down.
+    pub fn failed(&self, peer: NodeId, why: &dyn std::fmt::Display, refused: bool) {
+        if self.note_failed(peer, Instant::now(), refused) == Some(Change::Down) {
             tracing::warn!("node {peer} is unreachable: {why}; retried quietly until it answers");
         }
     }
@@ -67,29 +77,25 @@ impl PeerHealth {
         }
     }
 
-    fn note_failed(&self, peer: NodeId, now: Instant) -> Option<Change> {
+    fn note_failed(&self, peer: NodeId, now: Instant, refused: bool) -> Option<Change> {
         let mut peers = crate::lock::lock(&self.0);
         let p = peers.entry(peer).or_default();
-        match p.down_since {
-            Some(_) => {
-                p.suppressed += 1;
-                None
-            }
-            None => {
-                p.down_since = Some(now);
-                p.suppressed = 0;
-                Some(Change::Down)
-            }
+        p.down_since.get_or_insert(now);
+        p.failures += 1;
+        if p.warned || !(refused || p.failures >= FAILURES_DOWN) {
+            return None;
         }
+        p.warned = true;
+        Some(Change::Down)
     }
 
     fn note_answered(&self, peer: NodeId, now: Instant) -> Option<Change> {
         let mut peers = crate::lock::lock(&self.0);
-        let p = peers.entry(peer).or_default();
-        let since = p.down_since.take()?;
-        Some(Change::Back {
+        let p = std::mem::take(peers.entry(peer).or_default());
+        let since = p.down_since?;
+        p.warned.then(|| Change::Back {
             after: now.saturating_duration_since(since),
-            suppressed: std::mem::take(&mut p.suppressed),
+            suppressed: p.failures - 1,
         })
     }
 }
@@ -125,15 +131,14 @@ mod tests {
             None,
             "answering from the start: nothing"
         );
-        assert_eq!(h.note_failed(2, t0), Some(Change::Down));
-        for i in 1..=114 {
-            assert_eq!(h.note_failed(2, t0 + Duration::from_millis(i)), None);
-        }
         assert_eq!(
-            h.note_failed(3, t0),
+            h.note_failed(2, t0, true),
             Some(Change::Down),
-            "each peer has its own run"
+            "refused: down at once"
         );
+        for i in 1..=114 {
+            assert_eq!(h.note_failed(2, t0 + Duration::from_millis(i), false), None);
+        }
         assert_eq!(
             h.note_answered(2, t0 + Duration::from_secs(3)),
             Some(Change::Back {
@@ -142,16 +147,32 @@ mod tests {
             })
         );
         assert_eq!(h.note_answered(2, t0 + Duration::from_secs(4)), None);
+    }
+
+    #[test]
+    fn missed_deadlines_are_an_outage_only_three_in_a_row() {
+        let h = PeerHealth::default();
+        let t0 = Instant::now();
+        assert_eq!(h.note_failed(3, t0, false), None);
+        assert_eq!(h.note_failed(3, t0, false), None);
         assert_eq!(
-            h.note_failed(2, t0),
-            Some(Change::Down),
-            "a new run logs again"
+            h.note_answered(3, t0),
+            None,
+            "two misses then an answer: quiet"
         );
+        assert_eq!(h.note_failed(3, t0, false), None, "the count starts over");
+        assert_eq!(h.note_failed(3, t0, false), None);
         assert_eq!(
-            h.note_answered(2, t0),
+            h.note_failed(2, t0, false),
+            None,
+            "each peer has its own run"
+        );
+        assert_eq!(h.note_failed(3, t0, false), Some(Change::Down));
+        assert_eq!(
+            h.note_answered(3, t0 + Duration::from_secs(1)),
             Some(Change::Back {
-                after: Duration::ZERO,
-                suppressed: 0
+                after: Duration::from_secs(1),
+                suppressed: 2
             })
         );
     }
