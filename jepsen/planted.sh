@@ -34,8 +34,8 @@ fi
 # | seed | environment of the run (optional: WEIR_TEST_CLOCK_RATE, which every node inherits
 # and the harness records, so the checkers allow for it) | more harness options (optional,
 # split on spaces, e.g. --fenced-ttl-ms 10000)
-# (`python-told-late` needs WEIR_JEPSEN_PYTHON, or python3, to have this checkout's Python
-# client installed, as CI's venv does: the harness's Python holders run it.)
+# (`python-told-late` and `forward-held` need WEIR_JEPSEN_PYTHON, or python3, to have this
+# checkout's Python client installed, as CI's venv does: the harness's Python holders run it.)
 plants=(
     "no-freeze|log clock|kill|loopback|30|3"
     "wall-gap|log clock|clock|loopback|20|1"
@@ -60,6 +60,7 @@ plants=(
     "no-freeze-small|test|machine|scenarios::a_new_leaders_fast_clock_does_not_expire_leases_early"
     "python-told-late|told|client-pause|loopback|30|1||--python-holders 4"
     "cli-told-late|told|client-cut|loopback|30|1"
+    "forward-held|kept|stall-then-kill|loopback|40|1||--python-holders 4"
 )
 
 want=("$@")

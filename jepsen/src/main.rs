@@ -24,7 +24,9 @@ const PYTHON_PAUSE_EVERY: u64 = 5;
 struct Args {
     /// Comma list of partition,kill,pause,client-pause,clock,membership,delay,client-kill,
     /// power-loss,client-cut,client-delay, or `all` (in namespace mode, all but the last
-    /// two: they need loopback mode's client fronts).
+    /// two: they need loopback mode's client fronts). Also the compound kinds, never in
+    /// `all`: stall-then-kill, and with --nodes 5 kill-then-kill and
+    /// stall-entry-then-kill-leader (judged by the `kept` checker).
     #[arg(long, default_value = "partition,kill,pause")]
     nemesis: String,
     /// Nodes in the cluster: 3, or 5 (quorum 3 of 5). On five, the faults that take one
@@ -104,10 +106,22 @@ fn nemeses(args: &Args) -> Vec<String> {
             .filter(|s| !s.is_empty())
             .collect()
     };
-    if let Some(bad) = nemeses.iter().find(|k| !nemesis::ALL.contains(&k.as_str())) {
+    let known = |k: &str| nemesis::ALL.contains(&k) || nemesis::COMPOUND.contains(&k);
+    if let Some(bad) = nemeses.iter().find(|k| !known(k)) {
         eprintln!(
-            "weir-jepsen: unknown nemesis {bad:?} (known: {})",
-            nemesis::ALL.join(",")
+            "weir-jepsen: unknown nemesis {bad:?} (known: {}, and the compound {})",
+            nemesis::ALL.join(","),
+            nemesis::COMPOUND.join(",")
+        );
+        std::process::exit(2);
+    }
+    if let Some(five) = nemeses
+        .iter()
+        .find(|k| nemesis::FIVE_ONLY.contains(&k.as_str()))
+        && args.nodes != 5
+    {
+        eprintln!(
+            "weir-jepsen: --nemesis {five} takes two nodes down at once: it needs --nodes 5 (three would lose the quorum)"
         );
         std::process::exit(2);
     }
@@ -134,6 +148,7 @@ fn recheck(dir: &Path, nemeses: &[String], secure: bool) -> ! {
     // Which faults fired is in the history itself.
     let fired: Vec<&'static str> = nemesis::ALL
         .iter()
+        .chain(nemesis::COMPOUND.iter())
         .copied()
         .filter(|k| {
             ops.iter().any(|o| {

@@ -633,6 +633,17 @@ pub fn judge(
             checker::stalls::check(ops),
         ));
     }
+    // Judged when a compound kind was asked for (its faults are what it exists for).
+    if requested
+        .iter()
+        .any(|k| nemesis::COMPOUND.contains(&k.as_str()))
+    {
+        rows.push((
+            "kept",
+            "G9: no holder lost a permit to faults that kept a quorum up",
+            checker::kept::check(ops),
+        ));
+    }
     // Judged when the history has keyed requests (every run since the workload exists).
     if checker::keyed::present(ops) {
         rows.push((

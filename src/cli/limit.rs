@@ -169,6 +169,13 @@ pub async fn run(command: &LimitCommand, tenant: &str, client: &Client, out: &Ou
             Err(code) => code,
         },
         LimitCommand::Remove { name } => {
+            // A name as a ratelimit file wrote it (`envoy:path=/beta`): the read finds the
+            // limit, and the removal names it as it is stored.
+            let stored = match client.limit_status(tenant, name).await {
+                Ok(Some(l)) if name.starts_with(weir_core::rls::path::PREFIX) => Some(l.name),
+                _ => None,
+            };
+            let name = stored.as_ref().unwrap_or(name);
             let removed = client
                 .write(Command::RemoveLimit {
                     tenant: tenant.into(),

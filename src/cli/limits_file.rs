@@ -48,6 +48,12 @@ pub enum LimitsCommand {
         /// Print the change without making it.
         #[arg(long)]
         dry_run: bool,
+        /// For a ratelimit file: the live keys of its keyed limits, `N` for every one, or
+        /// `NAME=N` for one (its name escaped or as the file wrote it, e.g.
+        /// `envoy:path=/v1=50000`); repeatable. Without it a limit keeps the bound it has,
+        /// and a new one gets 100,000.
+        #[arg(long, value_name = "N|NAME=N")]
+        keys_max: Vec<String>,
     },
     /// Print the tenant's limits as a file `apply` takes.
     Export,
@@ -141,10 +147,14 @@ pub fn read(
     path: &Path,
     tenant: &str,
     tenant_given: bool,
+    keys_max: &ratelimit_yaml::KeysMax,
 ) -> Result<(String, Vec<Definition>), String> {
     let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
     let text = read_bounded(path).map_err(|e| at(&e))?;
     match path.extension().and_then(|e| e.to_str()) {
+        Some("toml") if keys_max.file.is_some() || !keys_max.of.is_empty() => Err(at(
+            &"--keys-max is for a ratelimit file; a .toml file gives each limit's keys_max",
+        )),
         Some("toml") => {
             let file: LimitsFile = toml::from_str(&text).map_err(|e| at(&e))?;
             Ok((tenant.to_owned(), file.definitions(tenant)))
@@ -157,13 +167,27 @@ pub fn read(
                     file.domain
                 )));
             }
-            let definitions = file.compile().map_err(|e| at(&e))?;
+            let definitions = file.compile_with(keys_max).map_err(|e| at(&e))?;
             Ok((file.domain, definitions))
         }
         other => Err(at(&format_args!(
             "unknown limits file format {other:?} (known: .toml, .yaml, .yml)"
         ))),
     }
+}
+
+/// The domain of the ratelimit file at `path`, if it is one that reads (a file that does
+/// not is reported by [`read`]).
+fn ratelimit_domain(path: &Path) -> Option<String> {
+    let yaml = matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml")
+    );
+    if !yaml {
+        return None;
+    }
+    let text = read_bounded(path).ok()?;
+    ratelimit_yaml::parse(&text).ok().map(|f| f.domain)
 }
 
 impl LimitsFile {
@@ -201,6 +225,25 @@ impl LimitsFile {
     }
 }
 
+/// `--keys-max` values: `N` for the file, `NAME=N` for one limit (split at the last `=`,
+/// so a name may hold `=` as the file wrote it).
+pub fn keys_max_flags(flags: &[String]) -> Result<ratelimit_yaml::KeysMax, String> {
+    let mut keys_max = ratelimit_yaml::KeysMax::default();
+    for flag in flags {
+        let number = |text: &str| {
+            text.parse::<u32>()
+                .map_err(|e| format!("--keys-max {flag:?}: {text:?} is not a count: {e}"))
+        };
+        match flag.rsplit_once('=') {
+            Some((name, n)) => {
+                keys_max.of.insert(name.to_owned(), number(n)?);
+            }
+            None => keys_max.file = Some(number(flag)?),
+        }
+    }
+    Ok(keys_max)
+}
+
 /// The change as text: one line per kind that has names.
 fn change_text(c: &LimitsChange, dry_run: bool) -> String {
     let verb = if dry_run { "would be " } else { "" };
@@ -227,11 +270,31 @@ pub async fn run(command: &LimitsCommand, tenant: &str, client: &Client, out: &O
             file,
             prune,
             dry_run,
+            keys_max,
         } => {
             // The global `--tenant` defaults to `default`: only another name must agree
             // with a ratelimit file's domain.
             let tenant_given = tenant != "default";
-            let (tenant, definitions) = match read(file, tenant, tenant_given)
+            let mut keys_max = match keys_max_flags(keys_max) {
+                Ok(k) => k,
+                Err(e) => {
+                    eprintln!("weir: {e}");
+                    return EXIT_USAGE;
+                }
+            };
+            if let Some(domain) = ratelimit_domain(file) {
+                // What the domain's limits have now, kept where no flag says otherwise.
+                match answered(client.limits(&domain).await) {
+                    Ok(limits) => {
+                        keys_max.now = limits
+                            .iter()
+                            .filter_map(|l| Some((l.name.clone(), l.keys_max?)))
+                            .collect();
+                    }
+                    Err(code) => return code,
+                }
+            }
+            let (tenant, definitions) = match read(file, tenant, tenant_given, &keys_max)
                 .and_then(|(t, d)| fits_one_apply(&t, &d, *prune).map(|()| (t, d)))
             {
                 Ok(d) => d,

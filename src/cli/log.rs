@@ -1,13 +1,18 @@
 //! Logging for `weir serve`: `tracing` to stderr, filtered by `RUST_LOG` (default `info`),
-//! with the node id on every line.
+//! with the node id on every line. openraft's per-RPC failure lines are dropped whatever the
+//! filter: the peer transport logs a peer's going and coming back once each instead
+//! (`weir_server::raft::peer_health`).
 
 use std::fmt;
 
 use tracing::{Event, Subscriber};
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::filter_fn;
 use tracing_subscriber::fmt::format::{DefaultFields, Format, Full, Writer};
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::prelude::*;
 use tracing_subscriber::registry::LookupSpan;
+use weir_server::raft::peer_health::is_peer_rpc_failure;
 
 /// The default format with `node=ID` in front of every line.
 struct NodeTagged {
@@ -35,8 +40,7 @@ where
 pub fn init(id: u64) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,openraft=warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let lines = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .fmt_fields(DefaultFields::new())
@@ -44,7 +48,9 @@ pub fn init(id: u64) {
             id,
             inner: Format::default(),
         })
-        .try_init();
+        .with_filter(filter)
+        .with_filter(filter_fn(|meta| !is_peer_rpc_failure(meta)));
+    let _ = tracing_subscriber::registry().with(lines).try_init();
 }
 
 /// Installs a subscriber for a client command (not `serve`), only when `RUST_LOG` is set:

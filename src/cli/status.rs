@@ -29,21 +29,32 @@ struct Table {
     leader_log: Option<u64>,
 }
 
-/// Prints the table once, or with `watch` redraws it every second until interrupted (an
-/// unreachable cluster is shown as such and asked again).
+/// Prints the table once, or with `watch` every second until interrupted (an unreachable
+/// cluster is shown as such and asked again). On a terminal each table replaces the last;
+/// into a pipe or a file nothing but text is written: each table follows the last under a
+/// line with the time it was taken (GMT), so a quiet cluster does not look frozen in a log.
 pub async fn run(servers: &[String], security: &ClientSecurity, watch: bool, out: &Output) -> Exit {
     if !watch {
         return once(servers, security, out).await;
     }
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
     loop {
         tick.tick().await;
-        // Clear the screen and home the cursor, then draw.
         if !out.json {
-            print!("\x1b[2J\x1b[H");
+            match terminal {
+                // Clear the screen and home the cursor, then draw.
+                true => print!("\x1b[2J\x1b[H"),
+                false => println!("-- {}", utc_now()),
+            }
         }
         once(servers, security, out).await;
     }
+}
+
+/// The wall clock now, as HTTP writes dates (`Sun, 06 Dec 2026 04:01:09 GMT`).
+fn utc_now() -> String {
+    httpdate::fmt_http_date(std::time::SystemTime::now())
 }
 
 async fn once(servers: &[String], security: &ClientSecurity, out: &Output) -> Exit {

@@ -499,6 +499,18 @@ fn bench_runs_the_rls_workload_over_grpc_on_a_spawned_cluster() {
     assert!(v["ops"].as_u64().unwrap() > 0, "{v}");
     assert_eq!(v["errors"].as_u64(), Some(0), "{v}\n{stderr}");
     assert!(v["p50_ms"].as_f64().unwrap() > 0.0, "{v}");
+    // Distinct API keys on one keyed rule: every answer OK with its key's bucket.
+    #[rustfmt::skip]
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["bench", "--spawn", "3", "--workload", "rls", "--rls-keys", "500",
+               "--clients", "4", "--duration", "1", "--warmup", "0.2", "--json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let v = json(&String::from_utf8_lossy(&out.stdout));
+    assert!(v["ops"].as_u64().unwrap() > 0, "{v}");
+    assert_eq!(v["errors"].as_u64(), Some(0), "{v}\n{stderr}");
 }
 
 /// `redis-server` on PATH, where `.ci/run` installs it; elsewhere the test says it skipped.

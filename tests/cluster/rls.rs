@@ -600,3 +600,316 @@ impl tonic::codec::Decoder for RawCodec {
         Ok(Some(bytes))
     }
 }
+
+/// The conformance cases: one file, every case a ratelimit configuration and requests with
+/// their expected answers (the file's header says each field).
+const CONFORMANCE: &str = include_str!("../fixtures/envoy_conformance.yaml");
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Cases {
+    cases: Vec<Case>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Case {
+    name: String,
+    behaviour: String,
+    config: String,
+    #[serde(default)]
+    keys_max: Vec<String>,
+    #[serde(default)]
+    refused: Option<String>,
+    #[serde(default)]
+    requests: Vec<Ask>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Ask {
+    descriptors: Vec<AskDescriptor>,
+    #[serde(default)]
+    hits: u32,
+    #[serde(default = "once")]
+    times: usize,
+    #[serde(default)]
+    code: Option<String>,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    statuses: Vec<Expected>,
+}
+
+fn once() -> usize {
+    1
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AskDescriptor {
+    entries: Vec<(String, String)>,
+    #[serde(default)]
+    hits: Option<u64>,
+    #[serde(default)]
+    limit: Option<(u32, String)>,
+    #[serde(default)]
+    negative: bool,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Expected {
+    code: String,
+    /// `[requests_per_unit, UNIT]`, or `none`; absent: not checked.
+    #[serde(default)]
+    limit: Option<serde_json::Value>,
+    #[serde(default)]
+    remaining: Option<u32>,
+    /// Seconds, within [`RESET_SLACK_S`].
+    #[serde(default)]
+    reset: Option<f64>,
+}
+
+/// How far an answer's `duration_until_reset` may be from a case's: the time the case's
+/// requests take, at most.
+const RESET_SLACK_S: f64 = 1.5;
+
+impl Ask {
+    /// The request of repetition `i`: `{i}` in a value is `i`.
+    fn request(&self, domain: &str, i: usize) -> RateLimitRequest {
+        use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+        use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
+        let descriptors = self
+            .descriptors
+            .iter()
+            .map(|d| RateLimitDescriptor {
+                entries: d
+                    .entries
+                    .iter()
+                    .map(|(k, v)| Entry {
+                        key: k.clone(),
+                        value: v.replace("{i}", &i.to_string()),
+                    })
+                    .collect(),
+                hits_addend: d.hits.map(|value| UInt64Value { value }),
+                limit: d.limit.as_ref().map(|(requests, unit)| RateLimitOverride {
+                    requests_per_unit: *requests,
+                    unit: RateLimitUnit::from_str_name(unit).expect("a unit") as i32,
+                }),
+                is_negative_hits: d.negative,
+            })
+            .collect();
+        RateLimitRequest {
+            domain: domain.into(),
+            descriptors,
+            hits_addend: self.hits,
+        }
+    }
+
+    /// Checks `answer` (of repetition `i` of case `case`) against the expectation.
+    fn check(&self, case: &str, i: usize, answer: Result<RateLimitResponse, tonic::Status>) {
+        let at = format!("case {case}, request repetition {i}");
+        if let Some(error) = &self.error {
+            let e = answer.expect_err(&at);
+            assert_eq!(format!("{:?}", e.code()), camel(error), "{at}: {e:?}");
+            return;
+        }
+        let answer = answer.unwrap_or_else(|e| panic!("{at}: {e:?}"));
+        let code_name = |c: i32| Code::try_from(c).unwrap().as_str_name().to_owned();
+        if let Some(code) = &self.code {
+            assert_eq!(&code_name(answer.overall_code), code, "{at}: {answer:?}");
+        }
+        assert!(self.statuses.is_empty() || answer.statuses.len() == self.statuses.len());
+        for (n, (s, want)) in answer.statuses.iter().zip(&self.statuses).enumerate() {
+            let at = format!("{at}, status {n}: {s:?}");
+            assert_eq!(code_name(s.code), want.code, "{at}");
+            match &want.limit {
+                None => {}
+                Some(serde_json::Value::String(none)) if none == "none" => {
+                    assert_eq!(s.current_limit, None, "{at}")
+                }
+                Some(l) => {
+                    let (requests, unit): (u32, String) =
+                        serde_json::from_value(l.clone()).unwrap();
+                    let got = s.current_limit.as_ref().expect(&at);
+                    let unit_name = Unit::try_from(got.unit).unwrap().as_str_name();
+                    assert_eq!(
+                        (got.requests_per_unit, unit_name),
+                        (requests, unit.as_str()),
+                        "{at}"
+                    );
+                }
+            }
+            if let Some(remaining) = want.remaining {
+                assert_eq!(s.limit_remaining, remaining, "{at}");
+            }
+            if let Some(reset) = want.reset {
+                let d = s.duration_until_reset.as_ref().expect(&at);
+                let got = d.seconds as f64 + d.nanos as f64 / 1e9;
+                assert!(
+                    (got - reset).abs() <= RESET_SLACK_S,
+                    "{at}: reset {got} s, not {reset}"
+                );
+            }
+        }
+    }
+}
+
+/// `INVALID_ARGUMENT` as tonic's `Debug` names the code: `InvalidArgument`.
+fn camel(upper: &str) -> String {
+    upper
+        .split('_')
+        .map(|w| {
+            let mut c = w.chars();
+            let first = c.next().map(|f| f.to_string()).unwrap_or_default();
+            first + &c.as_str().to_ascii_lowercase()
+        })
+        .collect()
+}
+
+/// Runs the `weir` CLI with `args` against `cluster`: (exit code, stdout, stderr).
+fn cli(cluster: &LocalCluster, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(args)
+        .env("WEIR_SERVERS", cluster.servers().join(","))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Requests of a case sent at once when they repeat with `{i}` (distinct values).
+const CONCURRENT_ASKS: usize = 32;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_conformance_cases_answer_as_ratelimit_documents() {
+    let cases: Cases = serde_norway::from_str(CONFORMANCE).unwrap();
+    let (cluster, leader) = start("weir-rls-conformance", |_| {}).await;
+    let client = Client::new(cluster.servers());
+    let node = cluster.node(leader).config.clone();
+    let mut rls = Rls::plain(&node.grpc_listen).await;
+    for case in &cases.cases {
+        phase(&format!("{}: {}", case.name, case.behaviour));
+        let mut file = yaml::parse(&case.config).unwrap();
+        file.domain = case.name.clone();
+        let keys_max = weir::cli::limits_file::keys_max_flags(&case.keys_max).unwrap();
+        let compiled = file.compile_with(&keys_max);
+        if let Some(refused) = &case.refused {
+            let e = compiled.expect_err(&case.name);
+            assert!(e.contains(refused.as_str()), "{}: {e}", case.name);
+            continue;
+        }
+        let definitions = compiled.unwrap();
+        let applied = client.apply_limits(&case.name, definitions, true, false);
+        applied.await.unwrap().unwrap();
+        for ask in &case.requests {
+            let repeated = ask
+                .descriptors
+                .iter()
+                .any(|d| d.entries.iter().any(|e| e.1.contains("{i}")));
+            let width = if repeated { CONCURRENT_ASKS } else { 1 };
+            let mut i = 0;
+            while i < ask.times {
+                let batch: Vec<usize> = (i..ask.times.min(i + width)).collect();
+                let calls = batch.iter().map(|&n| {
+                    let mut rls = Rls {
+                        client: rls.client.clone(),
+                        token: None,
+                    };
+                    let r = ask.request(&case.name, n);
+                    async move { (n, rls.call(r).await) }
+                });
+                for (n, answer) in futures_util::future::join_all(calls).await {
+                    ask.check(&case.name, n, answer);
+                }
+                i += width;
+            }
+        }
+    }
+
+    phase("names as the file wrote them: reads find the escaped limit");
+    let written = client
+        .limit_status("wildcard", "envoy:path=/v1/*")
+        .await
+        .unwrap()
+        .expect("the wildcard limit, named as written");
+    assert_eq!(written.name, "envoy:path=%2Fv1%2F*");
+    assert_eq!(
+        written.keys_max,
+        Some(weir_core::bounds::RLS_KEYS_MAX_DEFAULT)
+    );
+
+    let url = format!(
+        "http://{}/v1/tenants/wildcard/limits/envoy:path=%2Fv1%2F*",
+        node.http_listen
+    );
+    let shown: serde_json::Value = reqwest::get(&url).await.unwrap().json().await.unwrap();
+    assert_eq!(shown["name"], "envoy:path=%2Fv1%2F*", "{shown}");
+    let (code, out, err) = cli(
+        &cluster,
+        &["limit", "show", "envoy:path=/v1/*", "--tenant", "wildcard"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+
+    let (code, out, err) = cli(
+        &cluster,
+        &[
+            "limit",
+            "remove",
+            "envoy:path=/v1/health",
+            "--tenant",
+            "wildcard",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let gone = client.limit_status("wildcard", "envoy:path=%2Fv1%2Fhealth");
+    assert_eq!(gone.await.unwrap(), None, "removed under its escaped name");
+
+    phase("limits apply --keys-max sets a node's bound, and the next apply keeps it");
+    let file = cluster.dir().join("gateway.yaml");
+    std::fs::write(
+        &file,
+        "domain: gw\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: minute, requests_per_unit: 9}\n",
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+    let keys_max = || async {
+        let l = client.limit_status("gw", "envoy:api_key").await.unwrap();
+        l.unwrap().keys_max
+    };
+    let (code, out, err) = cli(
+        &cluster,
+        &["limits", "apply", file, "--keys-max", "envoy:api_key=7"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(keys_max().await, Some(7));
+    let (code, out, err) = cli(&cluster, &["limits", "apply", file]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(
+        keys_max().await,
+        Some(7),
+        "kept by an apply without the flag"
+    );
+    let (code, out, err) = cli(&cluster, &["limits", "apply", file, "--keys-max", "250000"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(keys_max().await, Some(250_000));
+
+    phase("a key refused for want of room is counted apart");
+    let text = reqwest::get(format!("http://{}/metrics", node.http_listen))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        figure(&text, "weir_rls_descriptors_total{kind=\"keys_full\"} "),
+        1,
+        "{text}"
+    );
+    let _ = &mut rls;
+}

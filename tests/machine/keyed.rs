@@ -545,3 +545,47 @@ fn a_keyed_definitions_status_counts_live_keys_shadow_refusals_and_overruns() {
         (None, 0, false)
     );
 }
+
+#[test]
+fn two_keys_of_one_keyed_limit_are_two_parts_of_one_take_each_key_once() {
+    let mut s = Sim::new();
+    assert_eq!(
+        s.reply(limit("t", "api").rate(10.0).burst(2).keyed().keys_max(3)),
+        Reply::Done
+    );
+    let a = s.open(60_000);
+    // Alice and Bob in one entry: both charged, or neither.
+    s.grant(
+        ask(a, 1, "api")
+            .key("alice")
+            .units(2)
+            .and("api", Some("bob"), 1),
+    );
+    assert_eq!(s.m.key_status("t", "api", "alice").unwrap().tokens, 0);
+    assert_eq!(s.m.key_status("t", "api", "bob").unwrap().tokens, 1);
+    assert!(matches!(
+        s.reply(
+            ask(a, 2, "api")
+                .key("bob")
+                .and("api", Some("alice"), 1)
+                .wait(false)
+        ),
+        Reply::Refused(Refusal::Busy { .. })
+    ));
+    assert_eq!(
+        s.m.key_status("t", "api", "bob").unwrap().tokens,
+        1,
+        "nothing charged"
+    );
+    let r = s.reply(ask(a, 3, "api").key("bob").and("api", Some("bob"), 1));
+    invalid_containing(&r, "part 2 names limit api again");
+    // Two new keys of one request count against keys_max together: 2 live + 2 new > 3.
+    assert_eq!(
+        s.reply(ask(a, 4, "api").key("carol").and("api", Some("dave"), 1)),
+        refused(Refusal::AtCapacity {
+            what: "keys of limit t/api".into(),
+            limit: 3
+        })
+    );
+    assert_eq!(s.m.keys("t", "api").unwrap(), vec!["alice", "bob"]);
+}

@@ -201,9 +201,21 @@ async def test_a_keepalive_to_a_silent_node_is_hedged_to_the_others(
         await session.close()
 
 
+async def _watch(permits: list[weir.AsyncPermit], lost: list[str], seconds: float) -> None:
+    """Notes every permit that may be lost, for ``seconds``."""
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        for p in permits:
+            why = p.lost_reason()
+            if why is not None:
+                lost.append(f"fence {p.fence}: {why}")
+        await asyncio.sleep(0.05)
+
+
 async def _hold_through(cluster: Cluster, incident: str) -> None:
     """Sessions (TTL 3 s) hold permits through two clients, one entering by the leader and
-    one by a follower, while the leader is killed or stopped; none may be lost."""
+    one by a follower, while the leader is killed or stopped, or stopped and then, once
+    resumed, its successor killed; none may be lost."""
     leader = cluster.leader()
     others = [n.id for n in cluster.nodes if n.id != leader]
     by_leader = [cluster.node(i).http for i in [leader, *others]]
@@ -225,6 +237,15 @@ async def _hold_through(cluster: Cluster, incident: str) -> None:
         lost: list[str] = []
         resumed_after: float | None = None
         try:
+            if incident == "stall-then-kill":
+                # The stalled leader resumes after 5 s, and 3 s later the node that took
+                # over is killed: a frozen VM back, then its successor restarted.
+                second = await asyncio.to_thread(cluster.leader, 5.0)
+                await _watch(permits, lost, 5.0 - (time.monotonic() - struck))
+                cluster.resume(leader)
+                await _watch(permits, lost, 3.0)
+                cluster.kill(second)
+                struck = time.monotonic()
             deadline = time.monotonic() + 6.0  # two TTLs
             probe_session = await asyncio.wait_for(via_follower.session(ttl=3), 15)
             probe = asyncio.ensure_future(probe_session.acquire("incident"))
@@ -237,7 +258,7 @@ async def _hold_through(cluster: Cluster, incident: str) -> None:
                     resumed_after = time.monotonic() - struck
                 await asyncio.sleep(0.05)
         finally:
-            if incident == "pause":
+            if incident in ("pause", "stall-then-kill"):
                 cluster.resume(leader)
         assert not lost, lost
         new_permit = await asyncio.wait_for(probe, 15)
@@ -262,3 +283,9 @@ async def test_a_killed_leader_costs_no_permit(fresh_cluster: Cluster) -> None:
 
 async def test_a_stopped_leader_costs_no_permit(fresh_cluster: Cluster) -> None:
     await _hold_through(fresh_cluster, "pause")
+
+
+async def test_a_stall_then_a_kill_of_the_next_leader_costs_no_permit(
+    fresh_cluster: Cluster,
+) -> None:
+    await _hold_through(fresh_cluster, "stall-then-kill")

@@ -33,6 +33,46 @@ impl Workload {
     }
 }
 
+/// A compound incident `--incident` puts a fresh cluster through (`incident.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Schedule {
+    /// kill -9 of the leader.
+    Kill,
+    /// The leader stopped (SIGSTOP) for 5 s, then resumed.
+    Stall,
+    /// The leader stopped for 5 s and resumed, then the new leader killed 3 s later.
+    StallThenKill,
+    /// Five nodes: the leader killed, then the next leader killed 1 s after it is seen.
+    KillThenKill,
+    /// Five nodes: the clients' entry node (a follower) stopped for 5 s, the leader
+    /// killed 1 s into it.
+    StallFollowerThenKillLeader,
+    /// The leader cut from the other nodes (both ways, by a proxy in front of every peer
+    /// port), not from clients, for 5 s, then healed.
+    PartitionLeader,
+}
+
+impl Schedule {
+    pub fn name(self) -> &'static str {
+        match self {
+            Schedule::Kill => "kill",
+            Schedule::Stall => "stall",
+            Schedule::StallThenKill => "stall-then-kill",
+            Schedule::KillThenKill => "kill-then-kill",
+            Schedule::StallFollowerThenKillLeader => "stall-follower-then-kill-leader",
+            Schedule::PartitionLeader => "partition-leader",
+        }
+    }
+
+    /// The cluster's size: five where two nodes are down at once or in a row.
+    pub fn nodes(self) -> u64 {
+        match self {
+            Schedule::KillThenKill | Schedule::StallFollowerThenKillLeader => 5,
+            _ => 3,
+        }
+    }
+}
+
 /// A system to run the same permit cycle on, beside Weir.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Against {
@@ -55,8 +95,12 @@ pub struct BenchArgs {
     /// What each client does in a loop.
     #[arg(long, value_enum, default_value = "acquire-release")]
     pub workload: Workload,
-    /// Concurrent clients, each with its own session.
-    #[arg(long, default_value_t = 64)]
+    /// Concurrent clients, each with its own session (256 with --incident).
+    #[arg(
+        long,
+        default_value_t = 64,
+        default_value_if("incident", clap::builder::ArgPredicate::IsPresent, "256")
+    )]
     pub clients: usize,
     /// Measured seconds.
     #[arg(long, default_value_t = 10.0)]
@@ -94,6 +138,12 @@ pub struct BenchArgs {
     /// (`grpc_listen`), comma-separated; clients spread over them.
     #[arg(long, value_delimiter = ',', value_name = "ADDR")]
     pub grpc: Vec<String>,
+    /// With `--workload rls`: each request names the next of N distinct API keys (in
+    /// turn, across all clients) on one keyed rule of 100 a minute per key whose
+    /// `keys_max` is N, as a gateway's per-key rule; an answer that finds no room for its
+    /// key is an error. 0 (the default): one descriptor, one limit.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub rls_keys: u32,
     /// A soak (needs --spawn): churn for --duration, sampling every node each SECS and
     /// printing one line per interval, then a verdict on each series' drift.
     #[arg(long, value_name = "SECS")]
@@ -104,6 +154,19 @@ pub struct BenchArgs {
     /// With --report-every: stop the leader (SIGSTOP, 4 s) every SECS (0: never).
     #[arg(long, value_name = "SECS", default_value_t = 900.0)]
     pub stall_every: f64,
+    /// Put a fresh cluster of its own through a compound incident while every client holds
+    /// a permit (TTL 3 s); report the sessions that lost one, the grants that arrived
+    /// already lost, and when grants resumed after each fault's election.
+    #[arg(long, value_enum, value_name = "SCHEDULE")]
+    pub incident: Option<Schedule>,
+    /// With --incident: this many holders using the Python client (`clients/python`, in
+    /// the interpreter `WEIR_BENCH_PYTHON` names, else `target/py-venv/bin/python`, else
+    /// `python3`) beside the Rust clients.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub python: u32,
+    /// With --incident: run the schedule this many times, each on a fresh cluster, and sum.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub runs: u32,
     /// With --report-every: write the drift of each series as an SVG chart to FILE.
     #[arg(long, value_name = "FILE")]
     pub chart: Option<std::path::PathBuf>,
@@ -118,10 +181,11 @@ pub fn check(args: &BenchArgs) -> Result<(), &'static str> {
     if args.clients == 0 || args.limits == 0 || args.clients_per_connection == 0 {
         return Err("--clients, --limits and --clients-per-connection must be positive");
     }
+    check_incident(args)?;
     if args.failover > 0 && args.spawn.is_none() {
         return Err("--failover needs --spawn (the bench kills the nodes it started)");
     }
-    if args.keep_dir && args.spawn.is_none() {
+    if args.keep_dir && args.spawn.is_none() && args.incident.is_none() {
         return Err(
             "--keep-dir needs --spawn (it keeps the directory of the cluster the bench starts)",
         );
@@ -133,6 +197,8 @@ pub fn check(args: &BenchArgs) -> Result<(), &'static str> {
     }
     if args.workload == Workload::Rls {
         check_rls(args)?;
+    } else if args.rls_keys > 0 {
+        return Err("--rls-keys is for --workload rls");
     }
     if args.curve.is_some() && (args.spawn.is_none() || args.against.is_some() || args.tls) {
         return Err("--curve needs --spawn, without --against or --tls");
@@ -194,6 +260,35 @@ fn check_rls(args: &BenchArgs) -> Result<(), &'static str> {
     if args.tls || args.failover > 0 || args.stall > 0 || args.curve.is_some() {
         return Err("--workload rls runs without --tls, --failover, --stall or --curve");
     }
+    if args.rls_keys as usize > weir_core::bounds::KEYS_LIVE_MAX {
+        return Err("--rls-keys is at most the cluster's live keys bound, 1,000,000");
+    }
+    Ok(())
+}
+
+fn check_incident(args: &BenchArgs) -> Result<(), &'static str> {
+    let Some(_) = args.incident else {
+        return match args.python > 0 || args.runs != 1 {
+            true => Err("--python and --runs go with --incident"),
+            false => Ok(()),
+        };
+    };
+    if args.spawn.is_some()
+        || args.failover > 0
+        || args.stall > 0
+        || args.tls
+        || args.curve.is_some()
+        || args.against.is_some()
+        || args.report_every.is_some()
+        || args.workload != Workload::AcquireRelease
+    {
+        return Err(
+            "--incident starts its own cluster for each run: without --spawn, --failover, --stall, --tls, --curve, --against, --report-every or --workload",
+        );
+    }
+    if args.runs == 0 || args.runs > 1_000 || args.python > 1_000 {
+        return Err("--runs must be in 1..=1000 and --python at most 1000");
+    }
     Ok(())
 }
 
@@ -239,6 +334,49 @@ mod tests {
         let cli = Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))
             .expect("the options parse");
         check(&cli.bench)
+    }
+
+    fn parsed(args: &[&str]) -> BenchArgs {
+        Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))
+            .expect("the options parse")
+            .bench
+    }
+
+    #[test]
+    fn an_incident_runs_256_clients_unless_told_and_refuses_what_it_cannot_run() {
+        assert_eq!(parsed(&[]).clients, 64);
+        assert_eq!(parsed(&["--incident", "kill"]).clients, 256);
+        assert_eq!(parsed(&["--incident", "kill", "--clients", "8"]).clients, 8);
+        assert_eq!(
+            parsed(&["--incident", "stall-then-kill"]).incident,
+            Some(Schedule::StallThenKill)
+        );
+        assert_eq!(Schedule::KillThenKill.nodes(), 5);
+        assert_eq!(Schedule::StallThenKill.nodes(), 3);
+        for ok in [
+            &[
+                "--incident",
+                "kill-then-kill",
+                "--python",
+                "4",
+                "--runs",
+                "20",
+            ][..],
+            &["--incident", "stall", "--keep-dir"],
+        ] {
+            assert_eq!(checked(ok), Ok(()), "{ok:?}");
+        }
+        assert_eq!(checked(&["--incident", "partition-leader"]), Ok(()));
+        assert!(
+            checked(&["--incident", "kill", "--failover", "1"])
+                .unwrap_err()
+                .starts_with("--incident starts its own cluster")
+        );
+        assert!(checked(&["--incident", "kill", "--runs", "0"]).is_err());
+        assert_eq!(
+            checked(&["--runs", "3"]),
+            Err("--python and --runs go with --incident")
+        );
     }
 
     #[test]

@@ -42,6 +42,13 @@
 //! `rls`, then the same take as a Lua token bucket on a loopback Redis fsyncing `always`
 //! and then `everysec`, and prints the four side by side (`redis.rs`, over `resp.rs`).
 //!
+//! `--incident SCHEDULE` puts a fresh cluster of its own (three nodes, five for the
+//! schedules that take two) through a compound incident, `--runs` times, while
+//! `--clients` Rust clients (256 by default) and `--python N` Python holders each hold a
+//! permit with a 3 s TTL, and reports per run the sessions that lost a permit, the grants
+//! that arrived already lost, and for each fault the time to the new leader and the gap
+//! from it to the first grant (`incident.rs`; the schedules in `docs/benchmarks.md`).
+//!
 //! `--curve DIR` (with `--spawn`) sweeps clients, limits and held permits and writes
 //! `DIR/curve.json` and charts `DIR/curve-*.svg` (`curve.rs`, drawn by `svg.rs`).
 //!
@@ -57,6 +64,8 @@
 //! - `scale.rs`: the scale point;
 //! - `keyed_point.rs`: the keyed point;
 //! - `soak.rs`: the soak (`--report-every`);
+//! - `incident.rs`, `incident_holder.py`: the compound incidents (`--incident`) and the
+//!   Python holder they run; `peer_proxy.rs`: the peer links `partition-leader` cuts;
 //! - `report.rs`: the recorder the clients share and the printed results;
 //! - `output.rs`: how the bench prints (text or JSON) and its exit statuses.
 //!
@@ -71,6 +80,7 @@
 // Declared in layers, highest first: a file imports only modules below its own
 // (`tests/layering` holds the crate to this list).
 mod curve;
+mod incident;
 mod soak;
 mod keyed_point;
 mod scale;
@@ -81,6 +91,7 @@ mod resp;
 mod external;
 mod rls;
 mod load;
+mod peer_proxy;
 mod report;
 mod spawn;
 mod args;
@@ -119,6 +130,14 @@ pub fn run(args: &BenchArgs, servers: &[String], security: &ClientSecurity, out:
         }
     };
     runtime.block_on(async {
+        if let Some(schedule) = args.incident {
+            return incident::run(args, schedule, out)
+                .await
+                .unwrap_or_else(|e| {
+                    eprintln!("weir bench: {e}");
+                    EXIT_ERROR
+                });
+        }
         let mut spawned = match args
             .spawn
             .map(|n| spawn::start(n, args.tls, args.keep_dir))

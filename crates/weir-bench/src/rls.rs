@@ -8,12 +8,19 @@
 //! an error here). The client is tonic's, with Envoy's own message types (`envoy-types`);
 //! `--clients-per-connection` clients share one HTTP/2 channel.
 //!
+//! With `--rls-keys N` every request names the next of N distinct API keys, in turn across
+//! the clients, as descriptor `(api_key, k<n>)` on the keyed limit `envoy:api_key` (100 a
+//! minute per key, `keys_max` N, what a ratelimit file's `key: api_key` node compiles to):
+//! a gateway's per-key rule seeing N keys in every round. An answer must be OK with a reset
+//! time: one whose key found no room (answered OK with nothing remaining and no reset)
+//! counts as an error, so a run without errors ran in steady state within the keys bound.
+//!
 //! With `--spawn` the clients call the leader's gRPC port (the nodes of a spawned cluster
 //! each have one); against given `--servers`, the gRPC addresses in `--grpc`, the
 //! connections spread over them in turn.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -30,6 +37,7 @@ use super::load::{TENANT, node_pids};
 use super::report::{LoadReport, Recorder, histogram, measured_window};
 use crate::output::{EXIT_OK, Exit, Output};
 use weir_client::Client;
+use weir_core::machine::{Definition, Reply};
 use weir_core::rls::path::{Segment, limit_name};
 use weir_launcher::{LocalCluster, leader_among_with};
 use weir_proto::tls::ClientSecurity;
@@ -37,6 +45,37 @@ use weir_proto::tls::ClientSecurity;
 /// The descriptor of every request: its one entry's key and value.
 const KEY: &str = "bench";
 const VALUE: &str = "take";
+
+/// With `--rls-keys`: the descriptor's key, and each key's rate (per minute).
+const KEYED_KEY: &str = "api_key";
+const KEYED_PER_MINUTE: u64 = 100;
+
+/// What each request asks: one descriptor, or the next of `keys` distinct API keys.
+#[derive(Clone)]
+struct Asks {
+    keys: u32,
+    next: Arc<AtomicU64>,
+}
+
+impl Asks {
+    /// The next request: one hit of the bench's descriptor, or of the next key.
+    fn request(&self) -> RateLimitRequest {
+        let (key, value) = if self.keys == 0 {
+            (KEY.to_owned(), VALUE.to_owned())
+        } else {
+            let n = self.next.fetch_add(1, Ordering::Relaxed) % u64::from(self.keys);
+            (KEYED_KEY.to_owned(), format!("k{n}"))
+        };
+        RateLimitRequest {
+            domain: TENANT.into(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: vec![Entry { key, value }],
+                ..Default::default()
+            }],
+            hits_addend: 1,
+        }
+    }
+}
 
 /// Longest wait for an answer, and for the node asked to match the limit at the start.
 const ANSWER_WAIT: Duration = Duration::from_secs(10);
@@ -66,17 +105,36 @@ pub async fn measure(
     spawned: Option<&LocalCluster>,
 ) -> Result<LoadReport, String> {
     let admin = Client::with_security(servers.to_vec(), security.clone());
-    let limit = limit_name(&[Segment {
-        key: KEY,
-        value: Some(VALUE),
-    }]);
-    admin
-        .define_limit(TENANT, &limit, 0, 1e9, Some(1_000_000_000))
-        .await
-        .map_err(|e| format!("define {limit}: {e}"))?;
+    if args.rls_keys == 0 {
+        let limit = limit_name(&[Segment::of_node(KEY, Some(VALUE))]);
+        admin
+            .define_limit(TENANT, &limit, 0, 1e9, Some(1_000_000_000))
+            .await
+            .map_err(|e| format!("define {limit}: {e}"))?;
+    } else {
+        let limit = limit_name(&[Segment::of_node(KEYED_KEY, None)]);
+        let definition = Definition {
+            tenant: TENANT.into(),
+            name: limit.clone(),
+            concurrent: 0,
+            per_second: KEYED_PER_MINUTE as f64 / 60.0,
+            burst: Some(KEYED_PER_MINUTE),
+            keyed: true,
+            keys_max: Some(args.rls_keys),
+            shadow: false,
+        };
+        match admin.write(definition.into_command()).await {
+            Ok(Reply::Done) => {}
+            other => return Err(format!("define {limit}: {other:?}")),
+        }
+    }
     let targets = targets(args, servers, security, spawned).await?;
     let recorder = Arc::new(Recorder::new());
-    let clients = start_clients(args, &targets, &recorder).await?;
+    let asks = Asks {
+        keys: args.rls_keys,
+        next: Arc::new(AtomicU64::new(0)),
+    };
+    let clients = start_clients(args, &targets, &recorder, &asks).await?;
     tokio::time::sleep(Duration::from_secs_f64(args.warmup)).await;
     let cpu = spawned.and_then(|c| CpuClock::start(&node_pids(c)));
     let elapsed = measured_window(args, &recorder, "rls").await;
@@ -112,6 +170,7 @@ async fn start_clients(
     args: &BenchArgs,
     targets: &[String],
     recorder: &Arc<Recorder>,
+    asks: &Asks,
 ) -> Result<Vec<JoinHandle<()>>, String> {
     let mut channels: Vec<Rls> = vec![];
     let mut clients = vec![];
@@ -120,12 +179,12 @@ async fn start_clients(
             let target = &targets[channels.len() % targets.len()];
             let mut rls = connect(target).await?;
             if channels.len() < targets.len() {
-                matched(&mut rls, target).await?;
+                matched(&mut rls, target, asks).await?;
             }
             channels.push(rls);
         }
         let rls = channels.last().expect("connected above").clone();
-        clients.push(tokio::spawn(client(rls, recorder.clone())));
+        clients.push(tokio::spawn(client(rls, recorder.clone(), asks.clone())));
     }
     Ok(clients)
 }
@@ -141,21 +200,6 @@ async fn connect(target: &str) -> Result<Rls, String> {
     Ok(RateLimitServiceClient::new(channel))
 }
 
-/// The request of every take: one hit of the bench's descriptor.
-fn request() -> RateLimitRequest {
-    RateLimitRequest {
-        domain: TENANT.into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: KEY.into(),
-                value: VALUE.into(),
-            }],
-            ..Default::default()
-        }],
-        hits_addend: 1,
-    }
-}
-
 /// A take granted: the answer is OK and its one status names the limit.
 fn granted(
     answer: Result<tonic::Response<RateLimitResponse>, tonic::Status>,
@@ -164,6 +208,8 @@ fn granted(
     let answer = answer.into_inner();
     match answer.statuses.first() {
         Some(s) if s.current_limit.is_none() => Err("no limit matched the descriptor".into()),
+        // OK with no reset: a key that found no room in its limit's keys_max.
+        Some(s) if s.duration_until_reset.is_none() => Err("no room for the key".into()),
         Some(_) if answer.overall_code == Code::Ok as i32 => Ok(()),
         Some(_) => Err(format!("overall_code {}", answer.overall_code)),
         None => Err("an answer without statuses".into()),
@@ -172,10 +218,10 @@ fn granted(
 
 /// Waits (bounded) until the node at `target` matches the limit: it matches on its own
 /// applied state, which has the definition a heartbeat after the leader.
-async fn matched(rls: &mut Rls, target: &str) -> Result<(), String> {
+async fn matched(rls: &mut Rls, target: &str, asks: &Asks) -> Result<(), String> {
     let deadline = Instant::now() + ANSWER_WAIT;
     loop {
-        match granted(rls.should_rate_limit(request()).await) {
+        match granted(rls.should_rate_limit(asks.request()).await) {
             Ok(()) => return Ok(()),
             Err(e) if Instant::now() >= deadline => {
                 return Err(format!("gRPC {target} does not grant the take: {e}"));
@@ -186,11 +232,11 @@ async fn matched(rls: &mut Rls, target: &str) -> Result<(), String> {
 }
 
 /// One bench client: takes until told to stop.
-async fn client(mut rls: Rls, recorder: Arc<Recorder>) {
+async fn client(mut rls: Rls, recorder: Arc<Recorder>, asks: Asks) {
     let mut hist = histogram();
     while !recorder.stop.load(Ordering::Relaxed) {
         let sent = recorder.ns();
-        let taken = granted(rls.should_rate_limit(request()).await);
+        let taken = granted(rls.should_rate_limit(asks.request()).await);
         recorder.record_result(&mut hist, sent, &taken);
     }
     recorder.merge(&hist);

@@ -12,6 +12,16 @@ const REJOIN_WAIT: Duration = Duration::from_secs(20);
 /// certificates and one admin token, which the returned cluster's client security holds.
 /// With `keep`, the directory outlives the run and the nodes log at `info`.
 pub fn start(n: u64, tls: bool, keep: bool) -> Result<LocalCluster, String> {
+    start_with(n, tls, keep, |_| {})
+}
+
+/// [`start`], with `edit` changing the nodes' configs before they start.
+pub fn start_with(
+    n: u64,
+    tls: bool,
+    keep: bool,
+    edit: impl FnOnce(&mut [weir_server::config::Config]),
+) -> Result<LocalCluster, String> {
     let weir = std::env::current_exe().map_err(|e| format!("cannot find weir itself: {e}"))?;
     let mut cluster = LocalCluster::in_temp_dir(weir, "weir-bench")?;
     if keep {
@@ -49,6 +59,7 @@ pub fn start(n: u64, tls: bool, keep: bool) -> Result<LocalCluster, String> {
             weir_proto::tls::ClientSecurity::new(Some(&certs.join("ca.pem")), Some(secret))?;
         cluster = cluster.security(security);
     }
+    edit(&mut configs);
     cluster.add_and_start(configs)?;
     Ok(cluster)
 }

@@ -52,9 +52,10 @@
 //!   reconnect per `Client`, not one per request in flight; a kill (connection refused) is
 //!   detected at once, so kill-failover is not slowed; and the `Heartbeat` is `try_send` on
 //!   the node, so a slow reader is never sent more than its outbox holds.
-//! - **Hedged keep-alives** (`hedge.rs`): a keep-alive near its session's deadline on a
-//!   connection silent for two heartbeats is sent to the other nodes too, and the client
-//!   moves to the node that acknowledges it.
+//! - **Hedged writes** (`hedge.rs`): a keep-alive or acquire near its session's deadline
+//!   that has gone unanswered for 400 ms is sent to the other nodes too, whether or not its
+//!   connection heartbeats, and the client moves to the node that acknowledges it. The
+//!   silence bound judges liveness; the hedge judges answers.
 //! - **Jitter.** Every pause between tries (no leader known, a full round of refused
 //!   connects, an unavailable node) is 50–150% of [`RETRY_PAUSE`] ([`jittered`]): the mean
 //!   is unchanged, so kill-failover waits no longer on average, and clients that lost their
@@ -63,7 +64,9 @@
 //!
 //! # Retries
 //!
-//! [`Client::request`] retries at most [`ATTEMPTS_MAX`] tries within [`REQUEST_DEADLINE`]:
+//! [`Client::request`] retries at most [`ATTEMPTS_MAX`] tries within [`REQUEST_DEADLINE`]
+//! (or the shorter deadline of [`Client::with_retry_deadline`], past which only a redirect
+//! to a named leader still gets its try):
 //! - a connect that fails moves on to the next server at once, pausing after a full round
 //!   of them or a failed connect to the preferred address;
 //! - a node that is `Unavailable`, or that answers `OutcomeUnknown`, loses the connection
@@ -172,13 +175,16 @@ pub(super) struct Inner {
     pub(super) feeds: Feeds,
     /// TLS and token for every connection ([`Client::with_security`]).
     security: ClientSecurity,
-    /// The connection hedged keep-alives go to (`hedge` module doc): shared by the
+    /// The connection hedged writes go to (`hedge` module doc): shared by the
     /// sessions of this client, so they open one between them. A tokio mutex held across
     /// its connect, for the same reason as `current`.
     pub(super) hedge: tokio::sync::Mutex<Option<Arc<Conn>>>,
     /// The local address every connection is bound to before it connects
     /// ([`Client::with_local_addr`]); `None`: the kernel picks by its routes.
     local_ip: Option<IpAddr>,
+    /// Longest a request is retried for ([`REQUEST_DEADLINE`] unless
+    /// [`Client::with_retry_deadline`] set another).
+    retry_deadline: Duration,
 }
 
 /// A client of the cluster, following its leader. Clones share the connection.
@@ -222,12 +228,52 @@ impl Client {
     /// no sessions of its own, sharing nothing with `self` (clones of `self` keep
     /// connecting as before).
     pub fn with_local_addr(self, ip: IpAddr) -> Client {
-        Client::build(
+        let mut client = Client::build(
             self.inner.servers.clone(),
             self.inner.security.clone(),
             Some(ip),
         )
-        .stale_reads(self.stale)
+        .stale_reads(self.stale);
+        Arc::get_mut(&mut client.inner)
+            .expect("a client just built is not shared")
+            .retry_deadline = self.inner.retry_deadline;
+        client
+    }
+
+    /// This client's servers and security, its requests retried for at most `deadline`
+    /// instead of [`REQUEST_DEADLINE`]: for a node forwarding its own clients' requests,
+    /// which answers "no leader yet, try another node" sooner than a client would give up
+    /// (`weir-http`'s `forward` module). A try already sent is not cut short: the deadline
+    /// is looked at between tries.
+    ///
+    /// Call it on a new client: the one returned shares nothing with `self`.
+    pub fn with_retry_deadline(self, deadline: Duration) -> Client {
+        let mut client = Client::build(
+            self.inner.servers.clone(),
+            self.inner.security.clone(),
+            self.inner.local_ip,
+        )
+        .stale_reads(self.stale);
+        Arc::get_mut(&mut client.inner)
+            .expect("a client just built is not shared")
+            .retry_deadline = deadline;
+        client
+    }
+
+    /// Tells the client that the leader is at `addr` (a node that forwards requests learns
+    /// it from its own Raft, before any answer would say so): the current connection, if it
+    /// goes elsewhere, is given up — the requests waiting there are retried at once, at
+    /// `addr` — and the next connect goes to `addr`. The old node is not suspected.
+    pub async fn leader_moved(&self, addr: &str) {
+        let mut current = self.inner.current.lock().await;
+        let elsewhere = current.conn.as_ref().is_some_and(|c| c.addr != addr);
+        if elsewhere && let Some(old) = current.conn.take() {
+            tracing::debug!("the leader moved to {addr}: leaving {}", old.addr);
+            old.redirect(addr.to_owned());
+        }
+        if current.conn.is_none() {
+            current.preferred = Some(addr.to_owned());
+        }
     }
 
     fn build(servers: Vec<String>, security: ClientSecurity, local_ip: Option<IpAddr>) -> Client {
@@ -245,6 +291,7 @@ impl Client {
                 security,
                 hedge: tokio::sync::Mutex::new(None),
                 local_ip,
+                retry_deadline: REQUEST_DEADLINE,
             }),
             stale: false,
         }
@@ -348,6 +395,12 @@ impl Client {
         }
     }
 
+    /// Whether a redirect to a named leader waits for its try: a shorter retry deadline
+    /// ([`Client::with_retry_deadline`]) still gives it that try.
+    async fn leader_named(&self) -> bool {
+        self.inner.current.lock().await.preferred.is_some()
+    }
+
     /// Whether `addr` fell silent recently (a redirect there would only wait on it).
     async fn suspects(&self, addr: &str) -> bool {
         self.inner.current.lock().await.suspects(addr)
@@ -359,12 +412,15 @@ impl Client {
     /// out of retries is `OutcomeUnknown`.
     pub async fn request(&self, request: Request) -> Result<Response, ClientError> {
         let started = Instant::now();
+        let deadline = self.inner.retry_deadline;
         // Built only when a try fails: formatting the server list on every request cost
         // the bench client about 1% of its CPU.
         let mut last_error: Option<ClientError> = None;
         let mut maybe_applied = false;
         for _ in 0..ATTEMPTS_MAX {
-            if started.elapsed() > REQUEST_DEADLINE {
+            if started.elapsed() > REQUEST_DEADLINE
+                || (started.elapsed() > deadline && !self.leader_named().await)
+            {
                 break;
             }
             let retry = match self.try_once(&request).await {

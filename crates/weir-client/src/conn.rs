@@ -199,9 +199,14 @@ impl Conn {
         });
     }
 
-    /// How long nothing has arrived on this connection (the hedged keep-alive's signal).
-    pub(super) fn silent_for(&self) -> Duration {
-        self.link.silent_for()
+    /// Gives the connection up because the leader is at `to` (its node's own Raft said so,
+    /// or a peer's did): every request waiting on it fails as "deposed" and is retried at
+    /// once, there. The node is not suspected: it is alive, only not the leader.
+    pub(super) fn redirect(&self, to: String) {
+        self.link.kill(Fate {
+            silent: false,
+            redirect: Some(to),
+        });
     }
 
     /// Why the connection died, if it died of silence or a deposed node.

@@ -60,7 +60,7 @@
 //! - [`Client::ask_node`] asks one given node, with no redirect or retry.
 //!
 //! How it works — leader following, failure detection and retries, sessions and re-asks,
-//! the hedged keep-alive — is in the module docs of `client.rs`, `conn.rs`, `session.rs`
+//! the hedged write — is in the module docs of `client.rs`, `conn.rs`, `session.rs`
 //! and `hedge.rs`.
 //!
 //! # Layout

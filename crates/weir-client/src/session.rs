@@ -16,8 +16,8 @@
 //! acknowledgement leaves the deadline where it was and is retried soon
 //! ([`KEEPALIVE_RETRY`]); when the deadline passes, every held permit is lost
 //! ([`Lost::Deadline`]). A keep-alive answered `UnknownSession` ends the session
-//! ([`Lost::Expired`]). Near the deadline, on a silent connection, a keep-alive is hedged to
-//! the other nodes (`hedge.rs`).
+//! ([`Lost::Expired`]). Near the deadline, a keep-alive or acquire unanswered for 400 ms is
+//! hedged to the other nodes, whether or not its node heartbeats (`hedge.rs`).
 //!
 //! # Acquires, pushes and re-asks
 //!
@@ -59,7 +59,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use super::boot_clock::{BootInstant, LOOK_EVERY};
-use super::hedge::hedged_keep_alive;
+use super::hedge::{hedged_keep_alive, hedged_write};
 
 use tokio::sync::broadcast::error::RecvError;
 
@@ -206,6 +206,12 @@ impl Session {
         }
     }
 
+    /// How many of this session's keep-alives and acquires were hedged to the other nodes
+    /// (unanswered near the deadline: the `hedge` module doc).
+    pub fn writes_hedged(&self) -> u64 {
+        self.state.hedged()
+    }
+
     /// The current belief deadline on the boot clock.
     pub fn boot_deadline(&self) -> BootInstant {
         *self.state.deadline.borrow()
@@ -248,7 +254,7 @@ impl Session {
             ticket,
             armed: true,
         };
-        match self.state.client.write(acquire_command(&acquire)).await {
+        match hedged_write(&self.state, acquire_command(&acquire)).await {
             Ok(reply) => self.state.answered(ticket, reply),
             Err(e) => {
                 if e.definitely_failed() {

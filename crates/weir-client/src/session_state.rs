@@ -19,6 +19,7 @@
 //! the imports between the three point one way.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -99,6 +100,9 @@ pub(super) struct SessionState {
     /// The background task (keep-alives, events); aborted when the last holder of this
     /// state — the session or one of its permits — drops it.
     task: Mutex<Option<AbortOnDrop>>,
+    /// Writes of this session hedged to the other nodes (`hedge` module doc): for tests,
+    /// the bench and diagnostics.
+    hedged: AtomicU64,
 }
 
 impl SessionState {
@@ -117,7 +121,18 @@ impl SessionState {
                 ended: None,
             }),
             task: Mutex::new(None),
+            hedged: AtomicU64::new(0),
         }
+    }
+
+    /// Counts one write of this session hedged.
+    pub(super) fn note_hedged(&self) {
+        self.hedged.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many writes of this session were hedged.
+    pub(super) fn hedged(&self) -> u64 {
+        self.hedged.load(Ordering::Relaxed)
     }
 
     /// Records why a keep-alive was refused (`None`: one was acknowledged).

@@ -482,9 +482,6 @@ async fn a_hedged_keep_alive_follows_a_redirect_to_the_leader_and_the_client_mov
         .await
         .unwrap();
     a.fall_silent();
-    // A hedge starts only once the connection has been silent this long (the client moves
-    // only away from a silent node).
-    tokio::time::sleep(super::hedge::HEDGE_SILENCE + Duration::from_millis(100)).await;
     let keep_alive = Request::Write(Command::KeepAlive {
         session: session.id(),
     });
@@ -534,6 +531,127 @@ async fn a_hedged_keep_alive_follows_a_redirect_to_the_leader_and_the_client_mov
     assert!(
         at_leader >= 2,
         "the keep-alives after the hedge reached the leader: {at_leader}"
+    );
+}
+
+#[tokio::test]
+async fn a_keep_alive_held_by_a_node_that_still_heartbeats_is_hedged_and_the_permit_kept() {
+    // `a` opened the session and granted the permit, then holds every keep-alive without
+    // an answer while its heartbeats go on (a follower whose forwarded writes wait on a dead
+    // leader, a leader cut from its peers): the connection is never silent. `b` leads.
+    let hold = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let answers = node(|_| granted(), vec![]);
+    let held = hold.clone();
+    let a = FakeNode::start(
+        1,
+        Arc::new(move |r: &Request| match r {
+            Request::Write(Command::KeepAlive { .. } | Command::KeepAliveAcked { .. })
+                if held.load(Ordering::SeqCst) =>
+            {
+                None
+            }
+            _ => answers(r),
+        }),
+    )
+    .await;
+    let b = FakeNode::start(2, node(|_| granted(), vec![])).await;
+    let client = Client::new(vec![a.addr.clone(), b.addr.clone()]);
+    let session = Session::open(&client, Duration::from_secs(3))
+        .await
+        .unwrap();
+    let permit = session
+        .acquire(AcquireOptions::new("t", "l"))
+        .await
+        .expect("granted by a");
+    hold.store(true, Ordering::SeqCst);
+    // Two TTLs: without the hedge the belief ends within one.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(
+        permit.lost_reason(),
+        None,
+        "the permit outlived the held keep-alives"
+    );
+    assert!(session.writes_hedged() >= 1, "a keep-alive was hedged");
+    let is_keep_alive = |r: &Request| matches!(r, Request::Write(Command::KeepAliveAcked { .. }));
+    let at_b = b.seen().iter().filter(|r| is_keep_alive(r)).count();
+    assert!(at_b >= 5, "the keep-alives moved to b: {at_b} there");
+    // Once moved, nothing more waits on `a`: the hedge fired once or twice, not every time.
+    assert!(
+        session.writes_hedged() <= 2,
+        "the client stayed on b: {} hedges",
+        session.writes_hedged()
+    );
+}
+
+#[tokio::test]
+async fn a_request_held_by_the_old_leader_is_re_sent_when_told_the_leader_moved() {
+    // `a` heartbeats and holds every keep-alive (a leader cut from its peers); `b` leads. A
+    // node forwarding its callers' requests learns of `b` from its own Raft and says so.
+    let answers = node(|_| granted(), vec![]);
+    let a = FakeNode::start(
+        1,
+        Arc::new(move |r: &Request| match r {
+            Request::Write(Command::KeepAlive { .. }) => None,
+            _ => answers(r),
+        }),
+    )
+    .await;
+    let b = FakeNode::start(2, node(|_| granted(), vec![])).await;
+    let client = Client::new(vec![a.addr.clone(), b.addr.clone()])
+        .with_retry_deadline(Duration::from_millis(500));
+    let keep_alive = Request::Write(Command::KeepAlive { session: 7 });
+    let held = tokio::spawn({
+        let client = client.clone();
+        let keep_alive = keep_alive.clone();
+        async move { client.request(keep_alive).await }
+    });
+    assert!(
+        a.wait_for(WAIT, |r| *r == keep_alive).await,
+        "the keep-alive reached a"
+    );
+    // Held longer than the retry deadline: a request already sent is not cut short by it.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(!held.is_finished(), "still waiting on a");
+    client.leader_moved(&b.addr).await;
+    let answer = tokio::time::timeout(WAIT, held)
+        .await
+        .expect("answered once re-sent")
+        .unwrap()
+        .expect("the re-sent keep-alive is acknowledged");
+    assert!(matches!(answer, Response::Written { .. }), "{answer:?}");
+    assert!(b.seen().contains(&keep_alive), "re-sent to b");
+    // Told again where it already is: nothing is given up.
+    client.leader_moved(&b.addr).await;
+    let before = b.seen().len();
+    client.request(keep_alive.clone()).await.unwrap();
+    assert_eq!(
+        b.seen().len(),
+        before + 1,
+        "the next request went to b at once"
+    );
+}
+
+#[tokio::test]
+async fn a_client_with_a_short_retry_deadline_gives_up_on_no_leader_within_it() {
+    // Every node is a follower that knows no leader (an election that does not end).
+    let follower: Handler =
+        Arc::new(|_: &Request| Some(Response::Failed(Failure::NotLeader { leader: None })));
+    let a = FakeNode::start(1, follower.clone()).await;
+    let b = FakeNode::start(2, follower).await;
+    let client = Client::new(vec![a.addr.clone(), b.addr.clone()])
+        .with_retry_deadline(Duration::from_millis(300));
+    let answer = tokio::time::timeout(
+        Duration::from_secs(5),
+        client.request(Request::Write(Command::KeepAlive { session: 7 })),
+    )
+    .await
+    .expect("given up well before the library's 10 s");
+    assert!(
+        matches!(
+            answer,
+            Err(ClientError::Failed(Failure::NotLeader { leader: None }))
+        ),
+        "{answer:?}"
     );
 }
 

@@ -102,6 +102,13 @@ pub const KEY_BYTES_MAX: usize = 128;
 /// A definition may set any `keys_max` up to `KEYS_LIVE_MAX`.
 pub const KEYS_MAX_DEFAULT: u32 = 1_000;
 
+/// Live keys of a keyed limit compiled from an envoyproxy/ratelimit file when `weir limits
+/// apply` is given no `--keys-max` and the limit had none: sized for a gateway, which sees
+/// tens of thousands of client addresses and API keys a minute. At the bound a limit's
+/// keys hold some 44 MiB of a snapshot (about 440 bytes each, see [`KEYS_LIVE_MAX`]); ten
+/// such limits at their bound reach [`KEYS_LIVE_MAX`], which stays the machine's bound.
+pub const RLS_KEYS_MAX_DEFAULT: u32 = 100_000;
+
 /// Most keys in one page of a keyed definition's live keys (`Query::Keys`, `weir limit
 /// keys`, `GET …/keys`): at most [`KEY_BYTES_MAX`] bytes each, a page stays far below the
 /// client frame bound and one read of it holds the apply lock for a bounded walk, however

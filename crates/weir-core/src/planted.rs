@@ -73,11 +73,15 @@ pub enum Plant {
     /// The snapshot file is replaced without fsyncs (neither the file nor its directory):
     /// a power loss can take a saved snapshot back to an older one, or to none.
     UnsyncedSnapshot,
+    /// The HTTP front door's forwarder holds a forwarded request until its own request
+    /// timeout (the internal client's `REQUEST_DEADLINE`) once the leader it went to failed,
+    /// instead of answering as soon as the next leader did.
+    ForwardHeld,
 }
 
 impl Plant {
     /// Every plant, in the order of `jepsen/planted.sh`.
-    pub const ALL: [Plant; 23] = [
+    pub const ALL: [Plant; 24] = [
         Plant::NoFreeze,
         Plant::WallGap,
         Plant::MarginZero,
@@ -101,6 +105,7 @@ impl Plant {
         Plant::PythonToldLate,
         Plant::CliToldLate,
         Plant::UnsyncedSnapshot,
+        Plant::ForwardHeld,
     ];
 
     /// The name `WEIR_PLANT` takes.
@@ -129,6 +134,7 @@ impl Plant {
             Plant::PythonToldLate => "python-told-late",
             Plant::CliToldLate => "cli-told-late",
             Plant::UnsyncedSnapshot => "unsynced-snapshot",
+            Plant::ForwardHeld => "forward-held",
         }
     }
 }

@@ -43,6 +43,11 @@ pub const WATCH_EVENTS_PER_SECOND_MAX: u32 = 200;
 /// than that has one problem to show, not 256 rows of it. An entry is a few dozen bytes.
 pub const LEADER_HISTORY_MAX: usize = 256;
 
+/// Longest a caller's internal client retries a request this node forwards before the
+/// answer is 503 "no leader yet, try another node" (`forward.rs` argues the value: one
+/// election with room, inside a 3 s TTL's keep-alive budget).
+pub const FORWARD_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(2);
+
 // ---- the gRPC port (Envoy's rate-limit service, `rls/`) ----
 //
 // Before authentication a gRPC request costs its headers only: the token is read from the

@@ -32,6 +32,7 @@ use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use super::bounds::FORWARD_RETRY_MAX;
 use super::error::ApiError;
 use super::listener::PeerAddr;
 use weir_client::Client;
@@ -161,10 +162,9 @@ impl Callers {
             connector: self.connector.clone(),
             token,
         };
-        let caller = Arc::new(Caller::new(
-            Client::with_security(self.servers.clone(), security),
-            principal.clone(),
-        ));
+        let client = Client::with_security(self.servers.clone(), security)
+            .with_retry_deadline(FORWARD_RETRY_MAX);
+        let caller = Arc::new(Caller::new(client, principal.clone()));
         cache
             .entries
             .insert(principal.id.clone(), (caller.clone(), now));
@@ -178,6 +178,17 @@ impl Callers {
 }
 
 impl Callers {
+    /// The internal clients of the callers cached now (`forward.rs` tells them where the
+    /// leader is).
+    pub fn clients(&self) -> Vec<Client> {
+        let cache = weir_server::lock::lock(&self.cache);
+        cache
+            .entries
+            .values()
+            .map(|(c, _)| c.client.clone())
+            .collect()
+    }
+
     /// The caller for `token` as `authenticate` makes it (for another port carrying
     /// requests into the cluster the same way, the gRPC one), or why the token is refused.
     pub fn for_token(&self, token: Option<&str>) -> Result<Arc<Caller>, String> {

@@ -13,6 +13,7 @@ use super::leaders::LeaderHistory;
 use weir_client::{Client, ClientError};
 use weir_core::bounds;
 use weir_core::machine::{Command, Reply, SessionId, TicketId};
+use weir_core::planted::Plant;
 use weir_proto::protocol::{Answer, Query};
 use weir_server::raft::Raft;
 use weir_server::raft::state_store::AppliedState;
@@ -29,6 +30,10 @@ const TAKE_SESSION_TTL_MS: u64 = 60_000;
 /// keeps a session well under it whatever the rate; the sessions left behind expire on
 /// their TTL, and the machine's own bound on finished tickets counts every session's.
 const TAKE_SESSION_TICKETS: u64 = (bounds::SESSION_FINISHED_TICKETS_MAX / 2) as u64;
+
+/// The `forward-held` plant's mark of a write that followed a failed leader: no answer
+/// through a live leader takes this long.
+const FORWARD_HELD_AFTER: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The session `ticket` is taken in: the current one if the ticket is before its end.
 fn in_session(current: Option<TakeSession>, ticket: TicketId) -> Option<SessionId> {
@@ -59,10 +64,12 @@ impl HttpCtx {
         state: Arc<AppliedState>,
         raft: Raft,
     ) -> HttpCtx {
+        let callers = Arc::new(callers);
+        super::forward::follow_leader(raft.clone(), callers.clone());
         HttpCtx {
             id,
             client_addr,
-            callers: Arc::new(callers),
+            callers,
             state,
             leaders: LeaderHistory::follow(&raft),
             raft,
@@ -76,7 +83,14 @@ impl HttpCtx {
 
     /// A write through the log; a refusal is an error.
     pub async fn write(&self, command: Command) -> Result<Reply, ApiError> {
-        match self.client().write(command).await? {
+        let sent = std::time::Instant::now();
+        let written = self.client().write(command).await;
+        // PLANTED(forward-held): a write that had to follow a failed leader is held until the
+        // internal client's own request timeout before it is answered.
+        if weir_core::planted::is(Plant::ForwardHeld) && sent.elapsed() > FORWARD_HELD_AFTER {
+            tokio::time::sleep(weir_client::REQUEST_DEADLINE.saturating_sub(sent.elapsed())).await;
+        }
+        match written? {
             Reply::Refused(r) => Err(ApiError::refused(&r, self.now_ms())),
             reply => Ok(reply),
         }

@@ -18,7 +18,9 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
-use super::bounds::{BODY_BYTES_MAX, BODY_READ_TIMEOUT, DRAIN_BYTES_MAX, DRAIN_TIMEOUT};
+use super::bounds::{
+    BODY_BYTES_MAX, BODY_READ_TIMEOUT, DRAIN_BYTES_MAX, DRAIN_TIMEOUT, FORWARD_RETRY_MAX,
+};
 use weir_client::ClientError;
 use weir_core::bounds::NAME_BYTES_MAX;
 use weir_core::machine::Refusal;
@@ -92,7 +94,9 @@ impl ApiError {
     pub fn client(e: &ClientError) -> ApiError {
         let unavailable = StatusCode::SERVICE_UNAVAILABLE;
         let (status, name) = match e {
-            ClientError::Unreachable(_) => (unavailable, "Unavailable"),
+            // No node it tried took the request: no leader was found (the nodes it tried
+            // are down or electing), which is what the caller needs to know.
+            ClientError::Unreachable(_) => (unavailable, "NoLeader"),
             ClientError::OutcomeUnknown(_) => (unavailable, "OutcomeUnknown"),
             ClientError::Protocol(_) => (StatusCode::INTERNAL_SERVER_ERROR, "Internal"),
             // The leader refused the request's token (tables out of step between nodes).
@@ -106,14 +110,23 @@ impl ApiError {
             },
         };
         let message = match e {
-            ClientError::Unreachable(m)
-            | ClientError::OutcomeUnknown(m)
-            | ClientError::Protocol(m)
-            | ClientError::Refused(m) => m.clone(),
+            ClientError::Unreachable(m) => format!("{} (last try: {m})", no_leader_message()),
+            ClientError::OutcomeUnknown(m) | ClientError::Protocol(m) | ClientError::Refused(m) => {
+                m.clone()
+            }
+            ClientError::Failed(Failure::NotLeader { leader: None }) => no_leader_message(),
             ClientError::Failed(f) => f.to_string(),
         };
         ApiError::new(status, name, message)
     }
+}
+
+/// The text of a 503 `NoLeader` for a forwarded request (`forward.rs`, rule 2).
+fn no_leader_message() -> String {
+    format!(
+        "no leader known yet to this node after {FORWARD_RETRY_MAX:?} (an election may be \
+         under way): try again, or another node"
+    )
 }
 
 impl From<ClientError> for ApiError {

@@ -105,7 +105,8 @@ fn start_grpc(
 ) -> Result<(), String> {
     let acceptor = rls::grpc_acceptor(config.tls.as_ref())?;
     let callers = edge.callers.clone();
-    let service = rls::RlsService::new(edge, config.grpc_ratelimit_headers);
+    let service = rls::RlsService::new(edge, config.grpc_ratelimit_headers)
+        .keys_full_over_limit(config.grpc_keys_full_over_limit);
     tokio::spawn(rls::serve_grpc(
         listener,
         acceptor,

@@ -26,9 +26,11 @@
 //! → proposer → log exactly as a CLI's does, and a read through the reader's quorum round.
 //!
 //! **A follower serves by forwarding**: its internal client follows the leader like any
-//! client (the `NotLeader` redirect, retries within `client::REQUEST_DEADLINE`), so a
-//! request to any node is answered by the leader; the caller never sees a redirect. Without
-//! a leader the answer is 503 (`NoLeader`, `Unavailable`).
+//! client (the `NotLeader` redirect), and also as this node's own Raft learns it, so a
+//! request to any node is answered by the leader and the caller never sees a redirect. A
+//! request is re-sent to the next leader as soon as this node knows it, and answered 503
+//! `NoLeader` ("try again, or another node") when no leader is found within
+//! `FORWARD_RETRY_MAX` = 2 s (`forward.rs`).
 //!
 //! # Waiting and events
 //!
@@ -59,6 +61,7 @@
 //! - `callers.rs` — bearer tokens: the 401 check and one internal client (and take
 //!   session) per token.
 //! - `context.rs` — [`HttpCtx`]: the callers, the applied state, Raft.
+//! - `forward.rs` — a forwarded request follows the leader, and gives up after a bound.
 //! - `error.rs` — [`ApiError`] and the body and path extractors that answer in it.
 //! - `limits.rs`, `keys.rs`, `permits.rs`, `sessions.rs`, `runs.rs`, `halts.rs`,
 //!   `cluster.rs` — the handlers, one file per resource.
@@ -119,6 +122,8 @@ mod sessions;
 mod limits;
 
 mod context;
+
+mod forward;
 
 mod callers;
 

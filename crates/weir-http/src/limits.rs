@@ -166,6 +166,18 @@ pub async fn define(
     Ok(Json(json!({"tenant": tenant, "name": name, "defined": true})).into_response())
 }
 
+/// The limit `name` names in `tenant` on this node's applied state: itself, or a limit
+/// compiled from a ratelimit file whose name reads as `name` (`envoy:path=/beta`, as the
+/// file wrote it, for `envoy:path=%2Fbeta`: a URL decodes `%2F` to `/`). Reads find such a
+/// name on their own (`weir_server::server::reader`); a removal is a write, named here.
+pub fn as_named(ctx: &HttpCtx, tenant: &str, name: String) -> String {
+    let state = ctx.state.lock();
+    state
+        .machine
+        .limit_as_written(tenant, &name)
+        .unwrap_or(name)
+}
+
 /// `GET /v1/tenants/{tenant}/limits/{name}`: its spec and use (the CLI's `limit show --json`).
 pub async fn show(
     State(ctx): State<Arc<HttpCtx>>,
@@ -236,6 +248,7 @@ pub async fn remove(
     State(ctx): State<Arc<HttpCtx>>,
     Params((tenant, name)): Params<(String, String)>,
 ) -> ApiResult {
+    let name = as_named(&ctx, &tenant, name);
     ctx.write(Command::RemoveLimit {
         tenant: tenant.clone(),
         name: name.clone(),

@@ -140,6 +140,11 @@ pub struct Config {
     /// Whether `ShouldRateLimit` answers carry `RateLimit-Limit`, `RateLimit-Remaining` and
     /// `RateLimit-Reset` in `response_headers_to_add`. Default false, as envoyproxy/ratelimit.
     pub grpc_ratelimit_headers: bool,
+    /// How `ShouldRateLimit` answers a descriptor whose keyed limit has no room for a new
+    /// key (its `keys_max` live keys): `OVER_LIMIT` when true, else `OK` (the default: fail
+    /// open, as Envoy's `failure_mode_deny: false` does). Either way counted in
+    /// `weir_rls_descriptors_total{kind="keys_full"}` and logged once per limit.
+    pub grpc_keys_full_over_limit: bool,
     pub raft: RaftConfig,
     pub proposer: ProposerConfig,
     /// TLS on the client, peer and HTTP ports. Default: none, which is allowed on loopback
@@ -180,6 +185,7 @@ impl Default for Config {
             http_listen: "127.0.0.1:7611".into(),
             grpc_listen: String::new(),
             grpc_ratelimit_headers: false,
+            grpc_keys_full_over_limit: false,
             raft: RaftConfig::default(),
             proposer: ProposerConfig::default(),
             tls: None,

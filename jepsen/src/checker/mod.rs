@@ -14,6 +14,7 @@ pub mod coverage;
 pub mod fenced;
 pub mod fences;
 pub mod halts;
+pub mod kept;
 pub mod keyed;
 pub mod linearizable;
 pub mod liveness;

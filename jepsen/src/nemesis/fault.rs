@@ -1,4 +1,4 @@
-//! What every fault shares: the kinds ([`ALL`]), the [`Fault`] a step injects and its
+//! What every fault shares: the kinds ([`ALL`], and the compound ones, [`COMPOUND`]), the [`Fault`] a step injects and its
 //! kind, the [`Targets`] the client faults act on, and the two ways a fault names a node
 //! at the moment it fires ([`leader`], [`after`]). It imports no other file of the nemesis:
 //! the schedule, the driver and every fault's file read it from below.
@@ -23,6 +23,19 @@ pub const ALL: [&str; 11] = [
     "client-cut",
     "client-delay",
 ];
+
+/// Compound kinds: two faults within one session TTL (3 s), a quorum up throughout. Each
+/// is named on `--nemesis` on its own terms; none is part of `all`, so a seed's schedules
+/// of the kinds above stay those it always gave. The `kept` checker judges them.
+pub const COMPOUND: [&str; 3] = [
+    "stall-then-kill",
+    "kill-then-kill",
+    "stall-entry-then-kill-leader",
+];
+
+/// Compound kinds that take two nodes down at once: five nodes only (three would lose the
+/// quorum).
+pub const FIVE_ONLY: [&str; 2] = ["kill-then-kill", "stall-entry-then-kill-leader"];
 
 /// Kinds that need loopback mode's client fronts: `all` leaves them out in namespace mode.
 pub const LOOPBACK_ONLY: [&str; 2] = ["client-cut", "client-delay"];
@@ -116,6 +129,24 @@ pub enum Fault {
     DelayClient {
         ms: u64,
     },
+    /// The leader stopped (SIGSTOP) `stall_ms`, resumed, and the leader of the moment
+    /// killed -9 `then_ms` after the resume.
+    StallThenKill {
+        stall_ms: u64,
+        then_ms: u64,
+    },
+    /// Five nodes: the leader killed -9; the leader of the moment `after_ms` after the next
+    /// leader is first seen, killed too.
+    KillThenKill {
+        after_ms: u64,
+    },
+    /// Five nodes: the clients' entry node (node 1, first in every client's list; the first
+    /// follower after it when it leads) stopped `stall_ms`, and the leader killed -9
+    /// `after_ms` into the stop.
+    StallEntryThenKillLeader {
+        stall_ms: u64,
+        after_ms: u64,
+    },
 }
 
 impl Fault {
@@ -146,6 +177,9 @@ impl Fault {
             | Fault::PowerLossLeaderAnd { .. } => POWER_LOSS,
             Fault::CutClientFromLeader => "client-cut",
             Fault::DelayClient { .. } => "client-delay",
+            Fault::StallThenKill { .. } => COMPOUND[0],
+            Fault::KillThenKill { .. } => COMPOUND[1],
+            Fault::StallEntryThenKillLeader { .. } => COMPOUND[2],
         }
     }
 }

@@ -54,11 +54,21 @@
 //!   from the reply's arrival (`keepalive-arrival`) believes that long past the expiry,
 //!   while the cluster grants a waiter.
 //!
+//! Compound kinds, two faults within one session TTL with a quorum up throughout, named on
+//! `--nemesis` on their own (never part of `all`), judged by the `kept` checker:
+//! - `stall-then-kill`: the leader stopped 5 s and resumed, then the leader of the moment
+//!   killed -9 3 s later;
+//! - `kill-then-kill` (five nodes): the leader killed, then the next leader 1 s after it is
+//!   first seen (within one TTL of the first kill);
+//! - `stall-entry-then-kill-leader` (five nodes): the clients' entry node (node 1, or the
+//!   first follower after it) stopped 5 s, the leader killed 1 s into the stop.
+//!
 //! Files: `fault.rs` holds what every fault shares (the kinds, [`Fault`], [`Targets`], the
 //! leader and the node after it, named when a fault fires); `schedule.rs` draws the
 //! schedule; one file per kind injects its faults (`partition.rs`, `kill.rs`, `pause.rs`,
 //! `delay.rs`, `clock.rs`, `membership.rs`, `power_loss.rs`, `client_pause.rs`,
-//! `client_kill.rs`, and `client_link.rs` for `client-cut` and `client-delay`); this file
+//! `client_kill.rs`, `client_link.rs` for `client-cut` and `client-delay`, and `compound.rs`
+//! for the compound kinds); this file
 //! is the driver: it dispatches each fault to its kind's file, records it, and heals. No
 //! fault's file imports another's, nor this one.
 
@@ -73,6 +83,7 @@ mod client_kill;
 mod client_link;
 mod client_pause;
 mod clock;
+mod compound;
 mod delay;
 mod fault;
 mod kill;
@@ -83,7 +94,7 @@ mod power_loss;
 mod schedule;
 
 pub use clock::WALL_SKEW_MS_MAX;
-pub use fault::{ALL, Fault, LOOPBACK_ONLY, POWER_LOSS, Targets};
+pub use fault::{ALL, COMPOUND, FIVE_ONLY, Fault, LOOPBACK_ONLY, POWER_LOSS, Targets};
 pub use schedule::{Step, schedule, schedule_for, schedule_on};
 
 /// Injects `fault` through the file of its kind ([`Fault::kind`], the one place that groups
@@ -105,6 +116,7 @@ pub async fn inject(
         "client-pause" => client_pause::inject(targets, fault).await,
         "client-kill" => client_kill::kill_client(cluster, history).await,
         "client-cut" | "client-delay" => client_link::inject(cluster, targets, fault).await,
+        kind if COMPOUND.contains(&kind) => compound::inject(cluster, fault).await,
         other => Err(format!("no injector for faults of kind {other}")),
     }
 }

@@ -5,7 +5,7 @@
 //! same schedule, and a seed's three-node schedule is pinned (the `pinned` tests).
 
 use super::clock::WALL_SKEW_MS_MAX;
-use super::fault::{ALL, Fault, POWER_LOSS};
+use super::fault::{ALL, COMPOUND, Fault, POWER_LOSS};
 use crate::rng::Rng;
 
 /// A step of the schedule.
@@ -22,6 +22,21 @@ pub struct Step {
 /// Kinds that compose: each can overlap another without one undoing the other's injection
 /// (a clock restart, a membership change or a client fault would).
 const COMPOSABLE: [&str; 4] = ["partition", "kill", "pause", "delay"];
+
+/// How long a compound kind's stall stops its node: past the harness's TTL (3 s).
+const COMPOUND_STALL_MS: u64 = 5_000;
+
+/// How long injecting `fault` itself takes, ms (a compound fault's sequence; others fire at
+/// once): the schedule counts it with the step's hold.
+fn injecting_ms(fault: &Fault) -> u64 {
+    match *fault {
+        Fault::StallThenKill { stall_ms, then_ms } => stall_ms + then_ms,
+        // Before the second kill, an election: about a second and a half.
+        Fault::KillThenKill { after_ms } => after_ms + 1_500,
+        Fault::StallEntryThenKillLeader { stall_ms, .. } => stall_ms,
+        _ => 0,
+    }
+}
 
 /// One fault of `kind`; `client_ttl_ms` is the pausable client's session TTL.
 fn fault_of(kind: &str, rng: &mut Rng, client_ttl_ms: u64) -> Option<Fault> {
@@ -89,6 +104,16 @@ fn fault_of(kind: &str, rng: &mut Rng, client_ttl_ms: u64) -> Option<Fault> {
             0 => Fault::PowerLoss(node),
             1 => Fault::PowerLossLeader,
             _ => Fault::PowerLossAll,
+        },
+        // The compound kinds are fixed sequences: their timing is the incident's own.
+        "stall-then-kill" => Fault::StallThenKill {
+            stall_ms: COMPOUND_STALL_MS,
+            then_ms: 3_000,
+        },
+        "kill-then-kill" => Fault::KillThenKill { after_ms: 1_000 },
+        "stall-entry-then-kill-leader" => Fault::StallEntryThenKillLeader {
+            stall_ms: COMPOUND_STALL_MS,
+            after_ms: 1_000,
         },
         _ => return None,
     })
@@ -191,7 +216,10 @@ pub fn schedule_on(
 ) -> Vec<Step> {
     let fault_of = if nodes == 5 { fault_of_five } else { fault_of };
     let mut rng = Rng::new(seed);
-    let implemented: Vec<&String> = kinds.iter().filter(|k| ALL.contains(&k.as_str())).collect();
+    let implemented: Vec<&String> = kinds
+        .iter()
+        .filter(|k| ALL.contains(&k.as_str()) || COMPOUND.contains(&k.as_str()))
+        .collect();
     let mut steps = vec![];
     let mut at = 0;
     // Leave the last seconds for the heal and the liveness probes.
@@ -214,8 +242,19 @@ pub fn schedule_on(
             Fault::CutClientFromLeader | Fault::DelayClient { .. } => {
                 crate::workload::TTL.as_millis() as u64 + 2_500
             }
+            // After a compound fault's last step: past the TTL, so a permit it cost is seen
+            // lost before the heal.
+            Fault::StallThenKill { .. }
+            | Fault::KillThenKill { .. }
+            | Fault::StallEntryThenKillLeader { .. } => {
+                crate::workload::TTL.as_millis() as u64 + 1_000
+            }
             _ => hold_ms,
         };
+        let busy_ms = injecting_ms(&fault);
+        if busy_ms > 0 && at + quiet_ms + busy_ms + hold_ms > budget {
+            break;
+        }
         // One composable step in two gets a second fault of the next composable kind.
         let others: Vec<&&String> = implemented
             .iter()
@@ -235,7 +274,7 @@ pub fn schedule_on(
             hold_ms,
             also,
         });
-        at += quiet_ms + hold_ms;
+        at += quiet_ms + busy_ms + hold_ms;
     }
     steps
 }

@@ -12,9 +12,13 @@ acknowledgement leaves the deadline where it was and is tried again after 100 ms
 deadline passes, every held permit is lost (:attr:`LostKind.DEADLINE`), and stays lost.
 A keep-alive answered ``UnknownSession`` ends the session (:attr:`LostKind.EXPIRED`).
 
-A keep-alive still unanswered when less than 1.6 s of the belief is left, while its node
-has been silent for 400 ms, is *hedged*: sent to the other nodes too; the node that
-answers becomes the client's current node (the Rust library's rule, ``hedge.rs``).
+A keep-alive or an acquire that has gone unanswered for 400 ms while less than 1.6 s of
+the belief is left is *hedged*: sent to the other nodes too, whether or not its node
+answers probes (a node that heartbeats but holds requests, a follower whose forward waits
+on a dead leader, is as bad as a silent one); the node that answers becomes the client's
+current node. Both are idempotent (a keep-alive by its session, an acquire by its
+ticket), so the copy costs only a request. The rule is the Rust library's (its
+``hedge.rs`` argues the budget) and lives in one place here, :meth:`AsyncSession._hedged`.
 
 # Grants, refusals, halts: the event stream
 
@@ -53,7 +57,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -92,10 +96,12 @@ log = logging.getLogger("weir")
 
 #: How soon a keep-alive that got no acknowledgement is tried again (or TTL/5, if sooner).
 KEEPALIVE_RETRY = 0.1
-#: How often an unanswered keep-alive looks whether it should be hedged.
+#: How often an unanswered keep-alive or acquire looks whether it should be hedged.
 HEDGE_LOOK = 0.05
-#: A keep-alive is hedged only when less than this is left of the belief (s).
+#: A write is hedged only when less than this is left of the belief (s).
 HEDGE_WHEN_LEFT = 1.6
+#: ... and only once it has gone unanswered this long (s).
+HEDGE_AFTER = 0.4
 #: Pause between the tries of a background release (s).
 RELEASE_PAUSE = 1.0
 #: Pause before the event stream is opened again after it failed (s), jittered.
@@ -360,9 +366,11 @@ class AsyncSession:
         self._stream_up = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[None]] = set()
-        #: Keep-alives acknowledged, and hedged (for tests and diagnostics).
+        #: Keep-alives acknowledged, keep-alives hedged, and every write hedged (keep-alives
+        #: and acquires), for tests and diagnostics.
         self.keepalives_acknowledged = 0
         self.keepalives_hedged = 0
+        self.writes_hedged = 0
 
     @classmethod
     async def open(
@@ -510,7 +518,7 @@ class AsyncSession:
         armed = True
         try:
             try:
-                answer = await self._transport.call("POST", path, body)
+                answer = await self._hedged("POST", path, body)
             except Refused as r:
                 self._refused(ticket, r)
             except WeirError as e:
@@ -685,9 +693,20 @@ class AsyncSession:
         return time.monotonic() + min(KEEPALIVE_RETRY, every)
 
     async def _hedged_keep_alive(self) -> Any:
-        path = f"/v1/sessions/{self.id}/keepalive"
-        primary: asyncio.Future[Any] = asyncio.ensure_future(self._transport.call("POST", path))
+        return await self._hedged("POST", f"/v1/sessions/{self.id}/keepalive")
+
+    async def _hedged(
+        self, method: str, path: str, body: Mapping[str, Any] | None = None
+    ) -> Any:
+        """An idempotent write of this session (a keep-alive, an acquire) to the current
+        node, hedged to the others once it has gone unanswered for :data:`HEDGE_AFTER` with
+        less than :data:`HEDGE_WHEN_LEFT` of the belief left, whether or not the node is
+        heard from (the module doc): the first answer wins."""
+        primary: asyncio.Future[Any] = asyncio.ensure_future(
+            self._transport.call(method, path, body)
+        )
         hedge: asyncio.Future[Any] | None = None
+        sent = time.monotonic()
         try:
             while True:
                 done, _ = await asyncio.wait({primary}, timeout=HEDGE_LOOK)
@@ -697,12 +716,15 @@ class AsyncSession:
                 if (
                     left < HEDGE_WHEN_LEFT
                     and len(self._transport.nodes) > 1
-                    and self._transport.silence() >= 0.4
+                    and time.monotonic() - sent >= HEDGE_AFTER
                 ):
                     break
-            self.keepalives_hedged += 1
-            log.info("weir: session %d keep-alive hedged to the other nodes", self.id)
-            hedge = asyncio.ensure_future(self._transport.hedge("POST", path))
+            self.writes_hedged += 1
+            if path.endswith("/keepalive"):
+                self.keepalives_hedged += 1
+            log.info("weir: session %d %s unanswered for %.0f ms near its deadline, hedged "
+                     "to the other nodes", self.id, path, (time.monotonic() - sent) * 1000)
+            hedge = asyncio.ensure_future(self._transport.hedge(method, path, body))
             done, _ = await asyncio.wait({primary, hedge}, return_when=asyncio.FIRST_COMPLETED)
             if primary in done:
                 return primary.result()

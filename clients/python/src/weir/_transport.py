@@ -33,9 +33,9 @@ try and then ran out of tries is :class:`~weir.OutcomeUnknown`, never "failed".
 
 # Hedging
 
-:meth:`Transport.hedge` sends an idempotent request (a keep-alive) to the other nodes while
-the current one is silent; the node that answers becomes the current one (see the session
-module).
+:meth:`Transport.hedge` sends an idempotent request (a keep-alive, an acquire) to the
+other nodes while the current one has not answered it, silent or not; the node that
+answers becomes the current one (the session module says when a request is hedged).
 """
 
 from __future__ import annotations
@@ -85,8 +85,6 @@ CONNECT_TIMEOUT = 2.0
 #: Longest one try waits for its answer (s): a node answers within its own client's
 #: 10 s deadline at worst.
 RESPONSE_TIMEOUT = 15.0
-#: A keep-alive is hedged only once its node has been silent this long (s).
-HEDGE_SILENCE = 0.4
 #: Most tries of one hedge.
 HEDGE_TRIES = 20
 
@@ -220,13 +218,6 @@ class Transport:
         self.move_on(node)
         log.info("weir: %s fell silent; passed over for %g s", node.url, SUSPECT_FOR)
 
-    def silence(self) -> float:
-        """How long the current node has been silent while in use (0 when not in use)."""
-        node = self.current
-        if node.users == 0:
-            return 0.0
-        return time.monotonic() - max(node.last_heard, node.busy_since)
-
     def _enter(self, node: Node) -> None:
         node.users += 1
         if node.users == 1:
@@ -350,8 +341,8 @@ class Transport:
 
     async def hedge(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> Any:
         """Sends an idempotent request to the nodes other than the current one, in turn;
-        the node that answers becomes the current one if the current one is still
-        silent."""
+        the node that answers committed it, so it leads: it becomes the current one, and the
+        one that did not answer is passed over for :data:`SUSPECT_FOR`."""
         avoid = self.current
         others = [n for n in self.nodes if n is not avoid]
         if not others:
@@ -386,10 +377,10 @@ class Transport:
         raise last
 
     def _adopt(self, node: Node, old: Node) -> None:
-        if self.current is old and self.silence() >= HEDGE_SILENCE:
+        if self.current is old:
             old.suspect_until = time.monotonic() + SUSPECT_FOR
             self._current = node.index
-            log.info("weir: hedged keep-alive answered by %s; moving there", node.url)
+            log.info("weir: hedged request answered by %s; moving there", node.url)
 
     async def stream(
         self,

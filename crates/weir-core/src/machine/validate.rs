@@ -14,7 +14,7 @@
 //!
 //! The shapes and what a command names live in [`crate::machine::command`]; the rules live
 //! here, so the command types know no refusal. A request of parts names 1..=`PARTS_MAX`
-//! parts, each limit once, keys non-empty and at most `KEY_BYTES_MAX` bytes; whether a
+//! parts, each limit (each key of a keyed one) once, keys non-empty and at most `KEY_BYTES_MAX` bytes; whether a
 //! part's key fits its limit (a key on a keyed limit, none on another) needs the state and
 //! is the machine's. A definition's spec ([`Definition::spec`]) is built here too.
 
@@ -237,7 +237,8 @@ impl Definition {
 }
 
 impl AcquireParts {
-    /// Checks the arguments alone: names, 1..=[`PARTS_MAX`] parts naming distinct limits,
+    /// Checks the arguments alone: names, 1..=[`PARTS_MAX`] parts naming distinct limits
+    /// (or distinct keys of one keyed limit),
     /// keys, units in `1..=UNITS_MAX`, a weight of at least 1. A refusal names the part by
     /// its position (from 1) and its limit.
     pub fn validate(&self) -> Result<(), Refusal> {
@@ -260,9 +261,13 @@ impl AcquireParts {
                     part.limit, part.units
                 )));
             }
-            if self.parts[..i].iter().any(|p| p.limit == part.limit) {
+            if self.parts[..i]
+                .iter()
+                .any(|p| p.limit == part.limit && (p.key.is_none() || p.key == part.key))
+            {
                 return Err(Refusal::Invalid(format!(
-                    "part {n} names limit {} again: a request names each limit once",
+                    "part {n} names limit {} again: a request names each limit (and each \
+                     key of a keyed one) once",
                     part.limit
                 )));
             }

@@ -18,8 +18,13 @@
 //!
 //! - A node with `rate_limit` is a rate-only token bucket: `per_second =
 //!   requests_per_unit / unit seconds`, `burst = requests_per_unit`. Keyed when any segment
-//!   of its path has no value (it counts each value apart, as ratelimit's per-value cache
-//!   keys do); the key is the request's values at those segments.
+//!   of its path has no value or a wildcard one (it counts each value apart, as ratelimit's
+//!   per-value cache keys do); the key is the request's values at those segments. Compiled
+//!   from a file, a keyed limit holds at most `bounds::RLS_KEYS_MAX_DEFAULT` live keys
+//!   unless `weir limits apply --keys-max` says otherwise.
+//! - A node whose `value` ends in `*` is a wildcard: it matches every value with that
+//!   prefix, after the exact values and before the key alone; a marker limit
+//!   ([`path::wildcards_name`]) under its parent says where to look for prefixes.
 //! - A node with `unlimited: true`, and a node with neither (an inner node), is a limit
 //!   with no cap and no rate: it matches, and its descriptors answer OK, never charged.
 //! - `shadow_mode` is the limit's shadow mode: evaluated and counted, never refuses.
@@ -32,7 +37,8 @@
 //! at :00). A token bucket of `burst = requests_per_unit` refilling at `requests_per_unit`
 //! per unit admits the same long-run rate and never the double burst a fixed window admits
 //! across a window's edge; it admits at most `burst + rate × t` over any span `t` (G1).
-//! `duration_until_reset` is the time until the bucket is full again.
+//! `duration_until_reset` is the time until the bucket is full again, and on `OVER_LIMIT`
+//! the time until the request's hits fit.
 
 pub mod path;
 

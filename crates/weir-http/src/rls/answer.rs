@@ -1,5 +1,12 @@
 //! The `RateLimitResponse` of a decided [`Plan`]: one status per descriptor in order,
 //! `overall_code`, and the `RateLimit-*` headers when configured.
+//!
+//! What a status says: on `OK`, the whole tokens left and the time until the bucket is
+//! full again; on `OVER_LIMIT`, `limit_remaining` 0 (the request did not fit) and
+//! `duration_until_reset` the time until the request's hits would fit (what a client turns
+//! into `Retry-After`). A part dropped for want of room for a new key (its limit at its
+//! `keys_max`) never reports the caller's rate: remaining 0, no reset, `OK` or
+//! `OVER_LIMIT` as the node's `grpc_keys_full_over_limit` says.
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
@@ -55,6 +62,10 @@ pub fn rate_limit_of(name: &str, bucket: &BucketNow) -> RateLimit {
 pub struct Taken {
     /// Whether part `n` was refused for want of room (all `false` when granted).
     pub over: Vec<bool>,
+    /// Whether part `n` was left out of the take: its limit had no room for a new key.
+    pub keys_full: Vec<bool>,
+    /// How a left-out part answers: `OVER_LIMIT` when true, else `OK`.
+    pub keys_full_over_limit: bool,
     /// Per part: units granted through this node that its machine has not applied yet
     /// (`pending.rs`), counted off what its buckets show.
     pub unapplied: Vec<u64>,
@@ -68,6 +79,23 @@ pub fn response(plan: &Plan, machine: &Machine, taken: &Taken, headers: bool) ->
         let (status, kind) = match target {
             Target::Unmatched => (ok_status(), "unmatched"),
             Target::Unlimited => (ok_status(), "unlimited"),
+            Target::Part(n) if taken.keys_full[*n] => {
+                let code = if taken.keys_full_over_limit {
+                    Code::OverLimit
+                } else {
+                    Code::Ok
+                };
+                let part = &plan.parts[*n];
+                let status = DescriptorStatus {
+                    code: code as i32,
+                    current_limit: machine
+                        .bucket_now(&plan.tenant, &part.limit, part.key.as_deref())
+                        .map(|b| rate_limit_of(&part.limit, &b)),
+                    limit_remaining: 0,
+                    ..Default::default()
+                };
+                (status, "keys_full")
+            }
             Target::Part(n) => {
                 let status = part_status(plan, machine, *n, taken);
                 let kind = if over[*n] { "over_limit" } else { "ok" };
@@ -127,16 +155,36 @@ fn part_status(plan: &Plan, machine: &Machine, n: usize, taken: &Taken) -> Descr
         bucket.tokens = bucket.tokens.saturating_sub(units);
         bucket.full_in_ms = bucket.full_in_ms.saturating_add(taken_ms);
     }
+    let (remaining, reset_ms) = if over {
+        (0, fits_in_ms(&bucket, part.units))
+    } else {
+        (bucket.tokens, bucket.full_in_ms)
+    };
     DescriptorStatus {
         code,
         current_limit: Some(rate_limit_of(&part.limit, &bucket)),
-        limit_remaining: u32::try_from(bucket.tokens).unwrap_or(u32::MAX),
+        limit_remaining: u32::try_from(remaining).unwrap_or(u32::MAX),
         duration_until_reset: Some(Duration {
-            seconds: (bucket.full_in_ms / 1000) as i64,
-            nanos: ((bucket.full_in_ms % 1000) * 1_000_000) as i32,
+            seconds: (reset_ms / 1000) as i64,
+            nanos: ((reset_ms % 1000) * 1_000_000) as i32,
         }),
         ..Default::default()
     }
+}
+
+/// Ms until `bucket` holds `units` tokens (0 when it does; when it never can, a bucket
+/// smaller than `units`, the time until it is full): the bucket is full in `full_in_ms`,
+/// and the tokens above `units` take `(burst - units) / rate` of that.
+pub fn fits_in_ms(bucket: &BucketNow, units: u32) -> u64 {
+    let units = units as u64;
+    if bucket.tokens >= units || !bucket.spec.rates() {
+        return 0;
+    }
+    let above = bucket.spec.burst.saturating_sub(units) as u128;
+    let above_ms = above * 1_000_000_000 / bucket.spec.rate_micro_per_s as u128;
+    bucket
+        .full_in_ms
+        .saturating_sub(u64::try_from(above_ms).unwrap_or(u64::MAX))
 }
 
 /// `RateLimit-Limit`, `-Remaining` and `-Reset` (whole seconds, rounded up) of the
@@ -196,6 +244,66 @@ mod tests {
         // Burst 20 at 10/s is no window: its rate, per second.
         assert_eq!(of(&bucket(10.0, 20, 0, 0)), (10, Unit::Second as i32));
         assert_eq!(of(&bucket(0.5, 1, 0, 0)), (30, Unit::Minute as i32));
+    }
+
+    #[test]
+    fn a_key_without_room_answers_as_the_operator_chose_and_never_with_tokens_left() {
+        use weir_core::machine::{Batch, Definition, Leadership, Part};
+        let mut machine = Machine::new();
+        let define = Definition {
+            tenant: "d".into(),
+            name: "envoy:k".into(),
+            concurrent: 0,
+            per_second: 10.0,
+            burst: Some(10),
+            keyed: true,
+            keys_max: Some(1),
+            shadow: false,
+        };
+        let batch = Batch {
+            leadership: Leadership::default(),
+            clock_ms: 0,
+            wall_ms: 0,
+            commands: vec![define.into_command()],
+        };
+        machine.apply(1, &batch);
+        let plan = Plan {
+            tenant: "d".into(),
+            targets: vec![Target::Part(0)],
+            parts: vec![Part {
+                limit: "envoy:k".into(),
+                key: Some("new".into()),
+                units: 1,
+            }],
+        };
+        for (over_limit, code) in [(false, Code::Ok), (true, Code::OverLimit)] {
+            let taken = Taken {
+                over: vec![false],
+                keys_full: vec![true],
+                keys_full_over_limit: over_limit,
+                unapplied: vec![0],
+            };
+            let answer = response(&plan, &machine, &taken, true);
+            assert_eq!(answer.overall_code, code as i32);
+            let s = &answer.statuses[0];
+            assert_eq!((s.code, s.limit_remaining), (code as i32, 0));
+            assert_eq!(s.duration_until_reset, None);
+            assert_eq!(s.current_limit.as_ref().unwrap().requests_per_unit, 10);
+        }
+    }
+
+    #[test]
+    fn a_request_fits_when_its_hits_are_back_not_when_the_bucket_is_full() {
+        // 2 a minute, empty, full in 60 s: one token is back in 30 s, two in 60 s.
+        let empty = bucket(2.0 / 60.0, 2, 0, 60_000);
+        assert_eq!(fits_in_ms(&empty, 1), 30_000);
+        assert_eq!(fits_in_ms(&empty, 2), 60_000);
+        // 10 a second, 3 left, full in 700 ms: 5 fit in 200 ms; 3 fit now.
+        let some = bucket(10.0, 10, 3, 700);
+        assert_eq!(fits_in_ms(&some, 5), 200);
+        assert_eq!(fits_in_ms(&some, 3), 0);
+        // More than the burst never fits: the time until full.
+        assert_eq!(fits_in_ms(&some, 50), 700);
     }
 
     #[test]

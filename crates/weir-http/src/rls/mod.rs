@@ -17,7 +17,9 @@
 //!    unauthenticated, forbidden, invalid.
 //! 2. **Match** (`plan.rs`): the domain is the tenant. Each descriptor is matched against
 //!    the tenant's limits on this node's applied state, by the rule of
-//!    [`weir_core::rls::path::resolve`]; a `replaces` marker drops a replaced match. A
+//!    [`weir_core::rls::path::resolve`] (exact value, wildcard prefix, key alone); a
+//!    `replaces` marker drops a replaced match. A descriptor's `limit` override is decided
+//!    only on a matched limit of the same rate (a request cannot define a limit). A
 //!    descriptor that matches no limit answers OK and is counted (`rls_descriptors
 //!    {kind="unmatched"}`), as envoyproxy/ratelimit answers; one that matches a limit with
 //!    no rate (an `unlimited` or inner node) answers OK.
@@ -25,11 +27,16 @@
 //!    take (`AcquireParts`, `wait = false`) in the caller's take session, through the
 //!    caller's internal client, so the write goes through the client port's authorization
 //!    and a follower forwards it to the leader as HTTP does. One entry decides every part:
-//!    a request over one limit charges none of the others (G1 per part).
+//!    a request over one limit charges none of the others (G1 per part); two keys of one
+//!    keyed limit are two parts. A take refused because a limit has no room for a new key
+//!    (`AtCapacity` "keys of limit …") is taken again without that limit's parts, which
+//!    answer as `grpc_keys_full_over_limit` says (logged once per limit); any other bound
+//!    of the state is `UNAVAILABLE`, never `OVER_LIMIT`.
 //! 4. **Answer** (`answer.rs`): a status per descriptor, in the request's order, with the
 //!    limit as Envoy names it, what is left and when the bucket is full again, read on this
 //!    node's applied state right after the decision; `overall_code` is OVER_LIMIT when any
-//!    descriptor is; `RateLimit-*` headers when `grpc_ratelimit_headers` is on.
+//!    descriptor is; `RateLimit-*` headers when `grpc_ratelimit_headers` is on. An
+//!    `OVER_LIMIT` status has 0 remaining and the time until its hits fit.
 //!
 //! # Invariants
 //!
@@ -50,9 +57,9 @@
 //! - A node matches on its own applied state: a limit just defined is matched by a
 //!   follower once it has applied the definition (a heartbeat later); until then its
 //!   descriptors answer as unmatched (OK).
-//! - Two descriptors that match one keyed limit with different keys cannot share a take
-//!   (a request names each limit once): `INVALID_ARGUMENT`. The same limit and key twice
-//!   is one part of the summed hits.
+//! - The same limit and key twice is one part of the summed hits.
+//! - `is_negative_hits` is `INVALID_ARGUMENT`: tokens return to a bucket only by settling
+//!   the take that charged them.
 //!
 //! # Layout
 //!

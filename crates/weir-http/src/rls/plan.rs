@@ -29,8 +29,8 @@ pub struct Plan {
     pub parts: Vec<Part>,
 }
 
-/// Matches every descriptor of `request` on `machine`; an error names the descriptors that
-/// cannot share one take, or a limit a take cannot decide.
+/// Matches every descriptor of `request` on `machine`; an error names a limit a take cannot
+/// decide.
 pub fn plan(machine: &Machine, request: &Checked) -> Result<Plan, String> {
     let tenant = request.tenant.as_str();
     let exists = |name: &str| machine.has_limit(tenant, name);
@@ -58,6 +58,9 @@ pub fn plan(machine: &Machine, request: &Checked) -> Result<Plan, String> {
         parts: Vec::new(),
     };
     for (i, m) in matched.iter().enumerate() {
+        if let Some(limit) = request.descriptors[i].limit {
+            check_override(machine, tenant, i, m.as_ref(), limit)?;
+        }
         let target = match m {
             None => Target::Unmatched,
             Some(m) => {
@@ -69,7 +72,7 @@ pub fn plan(machine: &Machine, request: &Checked) -> Result<Plan, String> {
                     Target::Unlimited
                 } else {
                     check_rate_only(machine, tenant, m)?;
-                    Target::Part(plan.add_part(i, m, request.descriptors[i].hits)?)
+                    Target::Part(plan.add_part(m, request.descriptors[i].hits))
                 }
             }
         };
@@ -80,27 +83,26 @@ pub fn plan(machine: &Machine, request: &Checked) -> Result<Plan, String> {
 
 impl Plan {
     /// Adds descriptor `i`'s hits on `m` to the parts, as a new part or summed into the part
-    /// of the same limit and key; returns its index.
-    fn add_part(&mut self, i: usize, m: &Matched<'_>, hits: u32) -> Result<usize, String> {
-        let same_limit = self.parts.iter().position(|p| p.limit == m.name);
-        match same_limit {
-            Some(n) if self.parts[n].key == m.key => {
+    /// of the same limit and key; returns its index. Two keys of one keyed limit are two
+    /// parts of the one take.
+    fn add_part(&mut self, m: &Matched<'_>, hits: u32) -> usize {
+        let same = self
+            .parts
+            .iter()
+            .position(|p| p.limit == m.name && p.key == m.key);
+        match same {
+            Some(n) => {
                 let part = &mut self.parts[n];
                 part.units = part.units.saturating_add(hits);
-                Ok(n)
+                n
             }
-            Some(_) => Err(format!(
-                "descriptors[{i}] matches limit {} with another key than an earlier \
-                 descriptor: one request decides each limit once",
-                m.name
-            )),
             None => {
                 self.parts.push(Part {
                     limit: m.name.clone(),
                     key: m.key.clone(),
                     units: hits,
                 });
-                Ok(self.parts.len() - 1)
+                self.parts.len() - 1
             }
         }
     }
@@ -112,6 +114,43 @@ fn rates(machine: &Machine, tenant: &str, m: &Matched<'_>) -> bool {
     machine
         .bucket_now(tenant, &m.name, m.key.as_deref())
         .is_some_and(|b| b.spec.rates())
+}
+
+/// A descriptor's `limit` override `(requests, unit seconds)` is decided only as the limit
+/// it matched: the same rate and window. Another rate would need a limit defined by the
+/// request, and limits are the operator's, written through the log: refused, naming why.
+fn check_override(
+    machine: &Machine,
+    tenant: &str,
+    i: usize,
+    m: Option<&Matched<'_>>,
+    (requests, unit): (u32, u64),
+) -> Result<(), String> {
+    let bucket = m.and_then(|m| machine.bucket_now(tenant, &m.name, m.key.as_deref()));
+    let same = bucket.as_ref().is_some_and(|b| {
+        b.spec.burst == requests as u64
+            && (b.spec.per_second * unit as f64 - requests as f64).abs() <= requests as f64 * 1e-9
+    });
+    if same {
+        return Ok(());
+    }
+    let configured = match (m, &bucket) {
+        (Some(m), Some(b)) if b.spec.rates() => {
+            format!(
+                "limit {} allows {} per {} s",
+                m.name,
+                b.spec.burst,
+                b.spec.burst as f64 / b.spec.per_second
+            )
+        }
+        (Some(m), _) => format!("limit {} has no rate", m.name),
+        (None, _) => "no limit of the domain matches".to_owned(),
+    };
+    Err(format!(
+        "descriptors[{i}].limit asks {requests} per {unit} s, and {configured}: Weir decides \
+         only the limits the operator defined (a rate of the request's own is not \
+         supported; define it in the file)"
+    ))
 }
 
 /// A take holds nothing, so a limit with a concurrency cap cannot be decided here.
@@ -149,7 +188,7 @@ mod tests {
     ///     rate_limit: {unit: minute, requests_per_unit: 50, replaces: [{name: users}]}
     /// ```
     fn definitions() -> Vec<Definition> {
-        let segment = |key, value| Segment { key, value };
+        let segment = |key, value| Segment::of_node(key, value);
         let ip = [segment("ip", None)];
         let inner = [segment("inner", Some("x"))];
         let user = [segment("inner", Some("x")), segment("user", None)];
@@ -206,6 +245,7 @@ mod tests {
                         .map(|(k, v)| (k.to_string(), v.to_string()))
                         .collect(),
                     hits: *hits,
+                    limit: None,
                 })
                 .collect(),
         }
@@ -245,7 +285,7 @@ mod tests {
     }
 
     #[test]
-    fn a_replaced_match_is_uncharged_and_one_limit_with_two_keys_is_refused() {
+    fn a_replaced_match_is_uncharged_and_two_keys_of_one_limit_are_two_parts() {
         let m = machine();
         let p = plan(
             &m,
@@ -254,10 +294,22 @@ mod tests {
         .unwrap();
         assert_eq!(p.targets, [Target::Unlimited, Target::Part(0)]);
         assert_eq!(p.parts, [part("envoy:vip", "v", 1)]);
-        let e = plan(&m, &checked(&[(&[("ip", "a")], 1), (&[("ip", "b")], 1)])).unwrap_err();
-        assert!(
-            e.starts_with("descriptors[1] matches limit envoy:ip with another key"),
-            "{e}"
+        let p = plan(
+            &m,
+            &checked(&[
+                (&[("ip", "a")], 1),
+                (&[("ip", "b")], 2),
+                (&[("ip", "a")], 1),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            p.targets,
+            [Target::Part(0), Target::Part(1), Target::Part(0)]
+        );
+        assert_eq!(
+            p.parts,
+            [part("envoy:ip", "a", 2), part("envoy:ip", "b", 2)]
         );
     }
 }

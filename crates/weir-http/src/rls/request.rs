@@ -3,9 +3,11 @@
 //! the request (`descriptors[2].entries[0].value`).
 
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 use weir_core::bounds::{
     KEY_BYTES_MAX, NAME_BYTES_MAX, RLS_DESCRIPTORS_MAX, RLS_ENTRIES_MAX, UNITS_MAX,
 };
+use weir_core::rls::unit_seconds;
 
 /// One descriptor as the rest of the module reads it: its entries and its hits.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -14,6 +16,8 @@ pub struct Descriptor {
     /// Units to take: the descriptor's `hits_addend` when set, else the request's; 0 is 1,
     /// as Envoy counts it.
     pub hits: u32,
+    /// The descriptor's `limit` override: requests per unit, and the unit in seconds.
+    pub limit: Option<(u32, u64)>,
 }
 
 /// A checked request: the tenant (the domain) and its descriptors, in order.
@@ -57,10 +61,23 @@ pub fn check(request: RateLimitRequest) -> Result<Checked, String> {
         }
         if d.is_negative_hits {
             return Err(format!(
-                "descriptors[{i}].is_negative_hits is not supported: tokens return to a \
-                 bucket by settling a take"
+                "descriptors[{i}].is_negative_hits is not supported: a bucket gets tokens \
+                 back only by settling the take that charged them (Weir's take with an \
+                 estimate); an unlinked return is no command of the log"
             ));
         }
+        let limit = match &d.limit {
+            None => None,
+            Some(o) => {
+                let unit = RateLimitUnit::try_from(o.unit)
+                    .ok()
+                    .and_then(|u| unit_seconds(u.as_str_name()))
+                    .ok_or_else(|| {
+                        format!("descriptors[{i}].limit.unit {} is no unit of time", o.unit)
+                    })?;
+                Some((o.requests_per_unit, unit))
+            }
+        };
         let mut entries = Vec::with_capacity(d.entries.len());
         for (j, e) in d.entries.into_iter().enumerate() {
             for (what, text) in [("key", &e.key), ("value", &e.value)] {
@@ -78,7 +95,11 @@ pub fn check(request: RateLimitRequest) -> Result<Checked, String> {
             Some(h) => hits(&format!("descriptors[{i}].hits_addend"), h.value)?,
             None => request_hits,
         };
-        descriptors.push(Descriptor { entries, hits });
+        descriptors.push(Descriptor {
+            entries,
+            hits,
+            limit,
+        });
     }
     Ok(Checked {
         tenant: request.domain,
@@ -170,7 +191,7 @@ mod tests {
         negative.is_negative_hits = true;
         let e = refused(request(vec![negative], 1));
         assert!(
-            e.starts_with("descriptors[0].is_negative_hits is not supported"),
+            e.starts_with("descriptors[0].is_negative_hits is not supported: a bucket"),
             "{e}"
         );
     }

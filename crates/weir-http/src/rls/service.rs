@@ -8,7 +8,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 use weir_client::ClientError;
-use weir_core::machine::{AcquireParts, Command, Priority, Refusal, Reply};
+use weir_core::machine::{AcquireParts, Command, Part, Priority, Refusal, Reply};
 use weir_proto::protocol::{Failure, Request as ClientRequest};
 
 use super::answer::{Taken, response};
@@ -27,6 +27,11 @@ pub struct RlsService {
     headers: bool,
     /// Takes granted through this node and not yet applied here.
     pending: Pending,
+    /// How a descriptor whose limit has no room for a new key answers: `OVER_LIMIT` when
+    /// true, else `OK` (the default: a gateway fails open).
+    keys_full_over_limit: bool,
+    /// The limits whose want of room for keys was logged (once each, see [`KeysFull`]).
+    keys_full: KeysFull,
 }
 
 impl RlsService {
@@ -35,8 +40,56 @@ impl RlsService {
             ctx,
             headers,
             pending: Pending::default(),
+            keys_full_over_limit: false,
+            keys_full: KeysFull::default(),
         }
     }
+
+    /// Answers a descriptor whose limit has no room for a new key `OVER_LIMIT` (`true`) or
+    /// `OK` (`false`, the default).
+    pub fn keys_full_over_limit(mut self, over_limit: bool) -> RlsService {
+        self.keys_full_over_limit = over_limit;
+        self
+    }
+}
+
+/// Most limits whose want of room for keys is remembered as logged; past it a limit is
+/// logged each time it is found full (still rare: a full limit is an operator's matter).
+const KEYS_FULL_LOGGED_MAX: usize = 1_024;
+
+/// The limits already logged as having no room for a new key.
+#[derive(Default)]
+struct KeysFull {
+    logged: std::sync::Mutex<std::collections::BTreeSet<(String, String)>>,
+}
+
+impl KeysFull {
+    /// Logs, the first time for this limit, that it has no room for a new key.
+    fn log_once(&self, tenant: &str, limit: &str, keys_max: u64) {
+        let mut logged = weir_server::lock::lock(&self.logged);
+        let key = (tenant.to_owned(), limit.to_owned());
+        if logged.contains(&key) {
+            return;
+        }
+        if logged.len() < KEYS_FULL_LOGGED_MAX {
+            logged.insert(key);
+        }
+        tracing::warn!(
+            "limit {tenant}/{limit} has {keys_max} live keys, its keys_max: a new key's \
+             descriptors are answered as grpc_keys_full_over_limit says until keys drop \
+             (raise it with `weir limits apply --keys-max`)"
+        );
+    }
+}
+
+/// The limit a refusal says has no room for a new key (`AtCapacity` of "keys of limit
+/// TENANT/NAME"), with its bound.
+fn keys_full_limit<'r>(refusal: &'r Refusal, tenant: &str) -> Option<(&'r str, u64)> {
+    let Refusal::AtCapacity { what, limit } = refusal else {
+        return None;
+    };
+    let name = what.strip_prefix("keys of limit ")?.strip_prefix(tenant)?;
+    Some((name.strip_prefix('/')?, *limit))
 }
 
 #[tonic::async_trait]
@@ -76,14 +129,12 @@ impl RlsService {
             plan(&state.machine, &checked)
         }
         .map_err(Status::invalid_argument)?;
-        let over = if plan.parts.is_empty() {
-            Vec::new()
-        } else {
-            self.take(&plan).await?
-        };
+        let (over, keys_full) = self.take_with_room(&plan).await?;
         let state = self.ctx.state.lock();
         let taken = Taken {
             over,
+            keys_full,
+            keys_full_over_limit: self.keys_full_over_limit,
             unapplied: self
                 .pending
                 .unapplied(&state.machine, &plan.tenant, &plan.parts),
@@ -91,14 +142,58 @@ impl RlsService {
         Ok(response(&plan, &state.machine, &taken, self.headers))
     }
 
-    /// Takes every part of `plan` in one entry: whether each part was refused for want of
-    /// room (all `false` when granted).
-    async fn take(&self, plan: &Plan) -> Result<Vec<bool>, Status> {
+    /// Takes the parts of `plan`, leaving out those of a limit with no room for a new key
+    /// (and taking the rest again without them, at most once per part): per part, whether
+    /// it was refused for want of tokens, and whether it was left out.
+    async fn take_with_room(&self, plan: &Plan) -> Result<(Vec<bool>, Vec<bool>), Status> {
+        let n = plan.parts.len();
+        let mut left_out = vec![false; n];
+        // Ends: each round that goes on leaves out at least one more part.
+        loop {
+            let kept: Vec<usize> = (0..n).filter(|&i| !left_out[i]).collect();
+            if kept.is_empty() {
+                return Ok((vec![false; n], left_out));
+            }
+            let parts: Vec<Part> = kept.iter().map(|&i| plan.parts[i].clone()).collect();
+            match self.take(&plan.tenant, &parts).await? {
+                Ok(()) => return Ok((vec![false; n], left_out)),
+                Err(refusal) => {
+                    if let Some((limit, keys_max)) = keys_full_limit(&refusal, &plan.tenant) {
+                        let full: Vec<usize> = kept
+                            .iter()
+                            .copied()
+                            .filter(|&i| plan.parts[i].limit == limit)
+                            .collect();
+                        if !full.is_empty() {
+                            self.keys_full.log_once(&plan.tenant, limit, keys_max);
+                            for i in full {
+                                left_out[i] = true;
+                            }
+                            continue;
+                        }
+                    }
+                    let sub = Plan {
+                        tenant: plan.tenant.clone(),
+                        targets: Vec::new(),
+                        parts,
+                    };
+                    let over_kept = self.refused(&sub, refusal)?;
+                    let mut over = vec![false; n];
+                    for (j, &i) in kept.iter().enumerate() {
+                        over[i] = over_kept[j];
+                    }
+                    return Ok((over, left_out));
+                }
+            }
+        }
+    }
+
+    /// Takes `parts` of `tenant` in one entry: granted, or the machine's refusal.
+    async fn take(&self, tenant: &str, parts: &[Part]) -> Result<Result<(), Refusal>, Status> {
         // Two tries: the caller's take session may have expired since its last take.
         for _ in 0..2 {
             let (session, ticket) = self.ctx.take_ticket().await.map_err(client_status)?;
-            let command =
-                Command::AcquireParts(take(&plan.tenant, session, ticket, plan.parts.clone()));
+            let command = Command::AcquireParts(take(tenant, session, ticket, parts.to_vec()));
             let reply = self
                 .ctx
                 .client()
@@ -109,14 +204,13 @@ impl RlsService {
                 Reply::Granted { .. } => {
                     let state = self.ctx.state.lock();
                     let id = (session, ticket);
-                    self.pending
-                        .add(&state.machine, id, &plan.tenant, &plan.parts);
-                    return Ok(vec![false; plan.parts.len()]);
+                    self.pending.add(&state.machine, id, tenant, parts);
+                    return Ok(Ok(()));
                 }
                 Reply::Refused(Refusal::UnknownSession { .. }) => {
                     self.ctx.take_session_lost(session).await;
                 }
-                Reply::Refused(r) => return self.refused(plan, r),
+                Reply::Refused(r) => return Ok(Err(r)),
                 other => {
                     return Err(Status::internal(format!(
                         "unexpected answer to a take: {other:?}"
@@ -157,10 +251,17 @@ impl RlsService {
             Refusal::TooLarge { name, .. } => {
                 Ok(plan.parts.iter().map(|p| p.limit == name).collect())
             }
-            Refusal::AtCapacity { .. } | Refusal::Halted { .. } => {
+            // A halt is the operator's refusal of the tenant's traffic.
+            Refusal::Halted { .. } => {
                 let state = self.ctx.state.lock();
                 Ok(all_but_shadow(plan, &state.machine))
             }
+            // A bound of the state (live keys of the machine, sessions, tickets), not the
+            // caller's rate: the service cannot decide now (Envoy's `failure_mode_deny`
+            // chooses).
+            Refusal::AtCapacity { what, limit } => Err(Status::unavailable(format!(
+                "the cluster's state is at a bound ({what}: {limit}); not decided"
+            ))),
             Refusal::Invalid(why) => Err(Status::invalid_argument(why)),
             Refusal::UnknownLimit { tenant, name } => Err(Status::unavailable(format!(
                 "limit {tenant}/{name} was removed while the request was decided; try again"

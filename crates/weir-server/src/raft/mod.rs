@@ -18,6 +18,7 @@ pub mod log_error;
 pub mod log_store;
 pub mod log_writer;
 pub mod network;
+pub mod peer_health;
 pub mod stand_in;
 pub mod state_store;
 #[cfg(test)]

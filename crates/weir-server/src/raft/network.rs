@@ -90,6 +90,7 @@ use serde::{Deserialize, Serialize};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::cluster_identity::{ClusterId, ClusterIdentity};
+use super::peer_health::PeerHealth;
 use super::stand_in::StandIn;
 use super::{NodeAddr, NodeId, Raft, TypeConfig};
 use crate::accept::accept_loop;
@@ -212,6 +213,8 @@ pub struct PeerNetwork {
     connector: Connector,
     /// Who this node is, for the hello: its id and its cluster.
     me: Arc<Me>,
+    /// Which peers answer, logged once per change ([`super::peer_health`]).
+    health: PeerHealth,
 }
 
 /// What a dialer's hello says about it.
@@ -234,6 +237,7 @@ impl PeerNetwork {
             source_ip,
             connector,
             me,
+            health: PeerHealth::default(),
         }
     }
 }
@@ -248,6 +252,7 @@ pub struct PeerClient {
     source_ip: Option<std::net::IpAddr>,
     connector: Connector,
     me: Arc<Me>,
+    health: PeerHealth,
 }
 
 /// How a call failed, before openraft's error types are chosen.
@@ -488,6 +493,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
             source_ip: self.source_ip,
             connector: self.connector.clone(),
             me: self.me.clone(),
+            health: self.health.clone(),
         }
     }
 }
@@ -550,7 +556,16 @@ impl PeerClient {
         option: RPCOption,
         expect: fn(PeerResponse) -> Option<Result<R, E>>,
     ) -> Result<R, RPCError<NodeId, NodeAddr, E>> {
-        match self.call(request, option.hard_ttl()).await {
+        let answer = self.call(request, option.hard_ttl()).await;
+        match &answer {
+            Ok(_) => self.health.answered(self.target),
+            Err(e) => {
+                let refused = matches!(e, CallError::Unreachable(io)
+                    if io.kind() == std::io::ErrorKind::ConnectionRefused);
+                self.health.failed(self.target, e, refused);
+            }
+        }
+        match answer {
             Ok(response) => match expect(response) {
                 Some(answer) => answer.map_err(|e| RemoteError::new(self.target, e).into()),
                 None => Err(self.mismatch()),
@@ -793,6 +808,7 @@ mod tests {
                 )),
                 peer_addr: "127.0.0.1:1".into(),
             }),
+            health: PeerHealth::default(),
         }
     }
 

@@ -179,6 +179,20 @@
 //! - The proposer task stopped with the command still queued (shutdown): `OutcomeUnknown`
 //!   from [`proposer::Proposer::propose`], though it was never proposed.
 //!
+//! # A forwarded request follows the leader
+//!
+//! The client port never forwards: a follower answers `NotLeader` naming the leader, and
+//! the client goes there. The node's front doors do forward (HTTP and gRPC callers reach
+//! the leader through an internal client per token, `weir-http`'s `forward.rs`), and hold
+//! their callers to one rule: a request forwarded to a leader that dies or stalls is
+//! re-sent to the next leader as soon as this node's own Raft knows it (every caller's
+//! connection to any other node is given up at the change, the waiting requests retried
+//! there, which the writes' idempotency makes safe), and a request that finds no leader
+//! within `FORWARD_RETRY_MAX` = 2 s (one election with room, inside a 3 s TTL's budget) is
+//! answered 503 `NoLeader`, "try again, or another node", rather than held for the
+//! library's 10 s. A peer that stops answering is logged once when it goes (WARN) and once
+//! when it is back (INFO, with the count of failed RPCs not logged): `raft::peer_health`.
+//!
 //! A new leader's proposer stamps with the new term (and its own node and incarnation), so the
 //! machine's log clock freezes across the change (`machine` module doc). A read on a node
 //! that lost leadership fails openraft's quorum check and is answered `NotLeader` or

@@ -47,10 +47,18 @@ pub struct Reader {
     tx: mpsc::Sender<QueuedRead>,
 }
 
-/// Answers `query` from `machine`.
+/// Answers `query` from `machine`. A limit named as a ratelimit file wrote it
+/// (`envoy:path=/beta`) is found under its escaped name (`Machine::limit_as_written`).
 pub fn answer(machine: &Machine, query: &Query) -> Answer {
+    let named = |tenant: &str, name: &str| {
+        machine
+            .limit_as_written(tenant, name)
+            .unwrap_or_else(|| name.to_owned())
+    };
     match query {
-        Query::Limit { tenant, name } => Answer::Limit(machine.limit_status(tenant, name)),
+        Query::Limit { tenant, name } => {
+            Answer::Limit(machine.limit_status(tenant, &named(tenant, name)))
+        }
         Query::Limits {
             tenant,
             prefix,
@@ -71,25 +79,29 @@ pub fn answer(machine: &Machine, query: &Query) -> Answer {
             definitions,
             prune,
         } => Answer::LimitsChange(machine.apply_dry_run(tenant, definitions, *prune)),
-        Query::Key { tenant, name, key } => Answer::Key(machine.key_status(tenant, name, key)),
+        Query::Key { tenant, name, key } => {
+            Answer::Key(machine.key_status(tenant, &named(tenant, name), key))
+        }
         Query::Keys {
             tenant,
             name,
             after,
             limit,
-        } => Answer::Keys(machine.keys_page(tenant, name, after.as_deref(), *limit)),
+        } => {
+            Answer::Keys(machine.keys_page(tenant, &named(tenant, name), after.as_deref(), *limit))
+        }
         Query::Holders {
             tenant,
             name,
             after,
             max,
-        } => Answer::Holders(machine.holders(tenant, name, *after, *max)),
+        } => Answer::Holders(machine.holders(tenant, &named(tenant, name), *after, *max)),
         Query::Waiters {
             tenant,
             name,
             after,
             max,
-        } => Answer::Waiters(machine.waiters(tenant, name, *after, *max)),
+        } => Answer::Waiters(machine.waiters(tenant, &named(tenant, name), *after, *max)),
     }
 }
 

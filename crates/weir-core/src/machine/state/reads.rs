@@ -10,6 +10,9 @@ use crate::machine::status::{BucketNow, KeyPage, LimitStatus, LimitsPage, Tenant
 use crate::machine::tenant::{RunSlot, Spend, Tenant};
 use std::ops::Bound;
 
+/// Most names [`Machine::limit_as_written`] reads: a bounded walk under the apply lock.
+pub const AS_WRITTEN_SCAN_MAX: usize = 10_000;
+
 impl Machine {
     /// `read` of the tenant named, or the empty answer for a tenant the state does not know.
     fn of_tenant<T: Default>(&self, tenant: &str, read: impl FnOnce(&Tenant) -> T) -> T {
@@ -55,6 +58,29 @@ impl Machine {
         status.shadow_refusals = def.shadow_refusals;
         status.overrun_tokens = def.overrun_tokens;
         Some(status)
+    }
+
+    /// The name of the limit of `tenant` that `written` names: itself when a limit has
+    /// that name, else the one limit compiled from a ratelimit file whose name reads as
+    /// `written` ([`crate::rls::path::as_written`]: `envoy:path=/beta` for
+    /// `envoy:path=%2Fbeta`). Looks among the names that share `written`'s text up to its
+    /// first character a name may escape, at most [`AS_WRITTEN_SCAN_MAX`] of them.
+    pub fn limit_as_written(&self, tenant: &str, written: &str) -> Option<String> {
+        use crate::rls::path::{PREFIX, as_written};
+        if self.limit_id(tenant, written).is_some() {
+            return Some(written.to_owned());
+        }
+        let rest = written.strip_prefix(PREFIX)?;
+        let plain = PREFIX.len() + rest.find(['%', '/', '=', '~', '*']).unwrap_or(rest.len());
+        let start = &written[..plain];
+        let t = self.saved.tenants.get(tenant)?;
+        t.limits
+            .range::<str, _>((Bound::Included(start), Bound::Unbounded))
+            .take_while(|(name, _)| name.starts_with(start))
+            .take(AS_WRITTEN_SCAN_MAX)
+            .map(|(name, _)| name)
+            .find(|name| as_written(name) == written)
+            .cloned()
     }
 
     /// Whether limit (tenant, name) exists (removed-but-held ones included).

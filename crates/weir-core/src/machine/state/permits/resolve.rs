@@ -78,8 +78,13 @@ impl Machine {
                 (Some(keys_max), Some(key)) => {
                     let target = d.keys.get(key).copied();
                     if target.is_none() {
-                        let room =
-                            self.room_for_key(&a.tenant, &part.limit, d.keys.len(), keys_max);
+                        // New keys of this definition named by earlier parts count too.
+                        let new_before = resolved
+                            .iter()
+                            .filter(|r: &&Resolved| r.def == def && r.target.is_none())
+                            .count();
+                        let live = d.keys.len() + new_before;
+                        let room = self.room_for_key(&a.tenant, &part.limit, live, keys_max);
                         if let Err(refusal) = room {
                             if !d.spec.shadow {
                                 return Err(refusal);
