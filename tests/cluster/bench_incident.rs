@@ -1,7 +1,8 @@
 //! `weir bench --incident`: a short `kill` schedule on its own cluster reports, for its
 //! run, the fault with its election and the grants resuming, the sessions that held and
 //! those that lost a permit, and the grants that arrived lost; its exit status says whether
-//! every permit was kept. Options the incident does not run with are refused.
+//! every permit was kept. A leader cut from its peers but not from its clients costs no
+//! holder its permit. Options the incident does not run with are refused.
 
 #[test]
 fn a_short_kill_incident_reports_its_fault_its_holders_and_its_grants() {
@@ -55,6 +56,36 @@ fn a_short_kill_incident_reports_its_fault_its_holders_and_its_grants() {
         Some(if kept { 0 } else { 1 }),
         "{v}\n{stderr}"
     );
+}
+
+/// A leader cut from its peers but not from its clients keeps heartbeating them and commits
+/// nothing: the quorum elects another, and every holder must move there before its belief
+/// ends (G9). A client that judged liveness alone stayed with the cut leader and lost every
+/// permit (every holder, before the clients hedged an unanswered write near its deadline).
+#[test]
+fn a_leader_cut_from_its_peers_but_not_its_clients_costs_no_holder_its_permit() {
+    #[rustfmt::skip]
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["bench", "--incident", "partition-leader", "--clients", "8",
+               "--clients-per-connection", "2", "--warmup", "0", "--json"])
+        .env_remove("WEIR_BENCH_PYTHON")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let v: serde_json::Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("one JSON value ({e}): {stdout}\n{stderr}"));
+    assert_eq!(v["sessions"].as_u64(), Some(8), "{v}\n{stderr}");
+    assert_eq!(
+        (
+            v["sessions_lost_permit"].as_u64(),
+            v["grants_arrived_lost"].as_u64(),
+            v["never_resumed"].as_u64()
+        ),
+        (Some(0), Some(0), Some(0)),
+        "{v}\n{stderr}"
+    );
+    assert_eq!(out.status.code(), Some(0), "{v}\n{stderr}");
 }
 
 #[test]
