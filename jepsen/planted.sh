@@ -48,7 +48,7 @@ plants=(
     "expiry-no-grant|client kill|client-kill|loopback|30|1"
     "unsynced-log|settlement|power-loss|loopback|30|1||--snapshot-every 0"
     "unsynced-dir|settlement|power-loss|loopback|20|1"
-    "unsynced-snapshot|snapshots|power-loss|loopback|15|2"
+    "unsynced-snapshot|snapshots|power-loss|loopback|15|7"
     "refused-charges-first|keyed|partition|loopback|20|1"
     "told-late|told|client-cut|loopback|30|1"
     "fast-clock-small|log clock|delay|loopback|30|1"
