@@ -23,19 +23,13 @@
 use std::collections::BTreeSet;
 
 use super::ops::s;
+use super::stalls::lost_session;
 use super::verdict::Verdict;
 use crate::history::{Kind, NEMESIS, Op};
 use crate::nemesis::{ALL, COMPOUND};
 
 /// How long after a heal a loss still counts against the fault: the session TTL (3 s).
 pub const AFTER_HEAL_MS: u64 = 3_000;
-
-/// The texts of `Lost::Deadline` and `Lost::Expired`, as the workloads (Rust and Python)
-/// record them.
-const SESSION_LOSSES: [&str; 2] = [
-    "lease deadline passed without a keep-alive",
-    "session expired",
-];
 
 /// The `fault` names of the kills that take the quorum (every node at once).
 const QUORUM_KILLS: [&str; 2] = ["kill-all", "power-loss-all"];
@@ -158,19 +152,6 @@ pub fn count(ops: &[Op]) -> Tally {
     tally
 }
 
-/// Whether `o` records a session lost to its end: a held permit lost to its deadline or
-/// its expiry, or an acquire whose session ended while it waited.
-fn lost_session(o: &Op) -> bool {
-    match (o.f.as_str(), o.kind) {
-        ("hold", Kind::Ok) => s(o, "lost").is_some_and(|l| SESSION_LOSSES.contains(&l)),
-        ("acquire", Kind::Fail) => {
-            s(o, "error") == Some("session lost")
-                || o.value.get("session_lost").and_then(|v| v.as_bool()) == Some(true)
-        }
-        _ => false,
-    }
-}
-
 pub fn check(ops: &[Op]) -> Verdict {
     let t = count(ops);
     if t.judged == 0 {
@@ -198,6 +179,7 @@ pub fn check(ops: &[Op]) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checker::stalls::SESSION_LOSSES;
     use crate::checker::test_support::{fact, op};
     use serde_json::json;
 

@@ -34,7 +34,7 @@ pub const AFTER_HEAL_MS: u64 = 3_000;
 pub const ELECTED_WITHIN_MS: u64 = 1_500;
 
 /// The texts of `Lost::Deadline` and `Lost::Expired`, as the workloads record them.
-const SESSION_LOSSES: [&str; 2] = [
+pub(super) const SESSION_LOSSES: [&str; 2] = [
     "lease deadline passed without a keep-alive",
     "session expired",
 ];
@@ -162,7 +162,7 @@ pub fn count(ops: &[Op]) -> Tally {
 
 /// Whether `o` records a session lost to its end: a held permit lost to its deadline or
 /// its expiry, or an acquire whose session ended while it waited.
-fn lost_session(o: &Op) -> bool {
+pub(super) fn lost_session(o: &Op) -> bool {
     match (o.f.as_str(), o.kind) {
         ("hold", Kind::Ok) => s(o, "lost").is_some_and(|l| SESSION_LOSSES.contains(&l)),
         ("acquire", Kind::Fail) => {
