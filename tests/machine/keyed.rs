@@ -589,3 +589,99 @@ fn two_keys_of_one_keyed_limit_are_two_parts_of_one_take_each_key_once() {
     );
     assert_eq!(s.m.keys("t", "api").unwrap(), vec!["alice", "bob"]);
 }
+
+// ---- Tokens returned (`ReturnTokens`) -------------------------------------------------------
+
+fn give_back(parts: &[(&str, Option<&str>, u32)]) -> Command {
+    Command::ReturnTokens {
+        tenant: "t".into(),
+        parts: parts
+            .iter()
+            .map(|&(limit, key, units)| weir_core::machine::Part {
+                limit: limit.into(),
+                key: key.map(Into::into),
+                units,
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn returned_tokens_go_back_to_the_keys_bucket_never_above_its_burst_and_a_full_key_is_dropped()
+{
+    let mut s = Sim::new();
+    assert_eq!(
+        s.reply(limit("t", "api").rate(1.0).burst(5).keyed()),
+        Reply::Done
+    );
+    let a = s.open(600_000);
+    s.grant(ask(a, 1, "api").key("alice").units(4));
+    assert_eq!(s.m.key_status("t", "api", "alice").unwrap().tokens, 1);
+    // Two back: 3 in the bucket, the key still lives.
+    assert_eq!(s.reply(give_back(&[("api", Some("alice"), 2)])), Reply::Done);
+    assert_eq!(s.m.key_status("t", "api", "alice").unwrap().tokens, 3);
+    assert_eq!(s.m.keys("t", "api").unwrap(), ["alice"]);
+    // Ten back: the bucket stops at its burst, and the full key is dropped as fresh.
+    assert_eq!(s.reply(give_back(&[("api", Some("alice"), 10)])), Reply::Done);
+    assert!(s.m.keys("t", "api").unwrap().is_empty());
+    assert_eq!(s.status("t", "api").live_keys, 0);
+    // A key without a state is full: a return creates none.
+    assert_eq!(s.reply(give_back(&[("api", Some("bob"), 3)])), Reply::Done);
+    assert!(s.m.keys("t", "api").unwrap().is_empty());
+    // A fresh key takes its burst, not more: the return did not lift it.
+    s.grant(ask(a, 2, "api").key("bob").units(5));
+    assert_eq!(
+        s.reply(ask(a, 3, "api").key("bob").wait(false)),
+        refused(Refusal::Busy {
+            retry_at_ms: Some(s.m.now_ms() + 1_000)
+        })
+    );
+}
+
+#[test]
+fn a_return_lets_a_waiter_through_and_refuses_all_or_nothing() {
+    let mut s = Sim::new();
+    assert_eq!(s.reply(limit("t", "slow").rate(0.001).burst(2)), Reply::Done);
+    keyed_api(&mut s);
+    assert_eq!(s.reply(limit("t", "pool").concurrent(3)), Reply::Done);
+    let a = s.open(600_000);
+    s.grant(ask(a, 1, "slow").units(2));
+    assert_eq!(s.reply(ask(a, 2, "slow")), queued(0));
+    // The return serves the queue in the same entry.
+    let (reply, events) = s.one(give_back(&[("slow", None, 1)]));
+    assert_eq!(reply, Reply::Done);
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Granted { ticket: 2, .. })),
+        "{events:?}"
+    );
+    assert_eq!(s.status("t", "slow").tokens, 0);
+    // One bad part refuses the whole return: the good part's bucket is unchanged.
+    for (parts, words) in [
+        (
+            vec![("slow", None, 1), ("pool", None, 1)],
+            "part 2: limit t/pool has no rate",
+        ),
+        (
+            vec![("slow", None, 1), ("api", None, 1)],
+            "part 2: limit t/api is keyed, and the part names no key",
+        ),
+        (
+            vec![("slow", None, 1), ("slow", None, 1)],
+            "part 2 names limit slow again",
+        ),
+        (vec![("slow", None, 0)], "units 0 is not in"),
+    ] {
+        invalid_containing(&s.reply(give_back(&parts)), words);
+        assert_eq!(s.status("t", "slow").tokens, 0);
+    }
+    assert_eq!(
+        s.reply(give_back(&[("slow", None, 1), ("gone", None, 1)])),
+        refused(Refusal::UnknownLimit {
+            tenant: "t".into(),
+            name: "gone".into()
+        })
+    );
+    assert_eq!(s.status("t", "slow").tokens, 0);
+}

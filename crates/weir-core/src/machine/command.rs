@@ -327,6 +327,14 @@ pub enum Command {
         session: SessionId,
         acked_below: TicketId,
     },
+    /// Returns tokens to rate buckets, linked to no take (Envoy's `is_negative_hits`): each
+    /// part's `units` go back to its limit's bucket (its key's, on a keyed limit), never
+    /// above the burst. A key with no state is full already and stays without one; a key
+    /// the return fills is dropped as any fresh key is. All or nothing: a part naming an
+    /// unknown limit, a key that does not fit its limit, or a limit without a rate refuses
+    /// the command, naming the part, and nothing returns. Answered
+    /// [`crate::machine::Reply::Done`].
+    ReturnTokens { tenant: String, parts: Vec<Part> },
 }
 
 /// A limit's definition, as `DefineLimit` with two more settings.

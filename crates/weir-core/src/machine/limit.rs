@@ -331,18 +331,24 @@ impl Limit {
             .estimating
             .remove(&fence)
             .expect("a settled estimate is recorded") as u64;
-        let cap = self.spec.burst * MICRO;
         if cost <= estimate {
-            let back = (estimate - cost) * MICRO;
-            self.tokens_micro = (self.tokens_micro + back).min(cap);
-            if self.tokens_micro == cap {
-                self.refill_remainder = 0;
-            }
+            self.give_back(estimate - cost);
             return 0;
         }
         let extra = cost - estimate;
         self.tokens_micro -= (extra * MICRO).min(self.tokens_micro);
         extra
+    }
+
+    /// Puts `tokens` back in the bucket (after [`Limit::refill`] to now), never above the
+    /// burst: a full bucket carries no refill remainder.
+    pub fn give_back(&mut self, tokens: u64) {
+        let cap = self.spec.burst * MICRO;
+        let back = tokens.min(self.spec.burst) * MICRO;
+        self.tokens_micro = (self.tokens_micro + back).min(cap);
+        if self.tokens_micro == cap {
+            self.refill_remainder = 0;
+        }
     }
 
     fn bucket_full(&self) -> bool {

@@ -142,6 +142,18 @@
 //! G1's rate bound counts what is granted: returned tokens were granted and not used, and
 //! an overrun is spending the limit did not grant, recorded rather than hidden.
 //!
+//! # Tokens returned
+//!
+//! `ReturnTokens` gives tokens back to rate buckets with no take to settle (what Envoy's
+//! `is_negative_hits` asks: a gateway returning hits it charged earlier). Each part's units
+//! go back to its limit's bucket, or its key's, never above the burst; the parts are judged
+//! first and a bad one refuses them all, changing nothing. A key without a state is full,
+//! so a return creates none; a key the return fills is fresh and dropped as any fresh key
+//! is. The limits it touches are served in the same entry (the tokens may let waiters
+//! through). G1's rate bound then counts tokens granted less tokens returned: a return is
+//! the caller's word that what it was granted went unused, as a settlement below its
+//! estimate is, and a bucket still never holds more than its burst.
+//!
 //! # Shadow limits
 //!
 //! A shadow limit (`shadow` in its spec) is evaluated on each request and never refuses:

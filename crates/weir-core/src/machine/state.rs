@@ -272,6 +272,9 @@ impl Machine {
             } => answer(self.set_halt(tenant, scope, reason, events)),
             Command::ClearHalt { tenant, scope } => self.clear_halt(tenant, scope),
             Command::Tick => self.prune_due(),
+            Command::ReturnTokens { tenant, parts } => {
+                answer(self.return_tokens(tenant, parts, events))
+            }
         }
     }
 }

@@ -18,7 +18,9 @@
 //! part's key fits its limit (a key on a keyed limit, none on another) needs the state and
 //! is the machine's. A definition's spec ([`Definition::spec`]) is built here too.
 
-use super::command::{Acquire, AcquireParts, Command, Definition, Effect, HaltScope, Settle};
+use super::command::{
+    Acquire, AcquireParts, Command, Definition, Effect, HaltScope, Part, Settle,
+};
 use super::limit::LimitSpec;
 use super::reply::Refusal;
 use crate::bounds::{
@@ -89,6 +91,7 @@ impl Command {
                 check_reason(reason)?;
             }
             Command::ClearHalt { scope, .. } => scope.validate()?,
+            Command::ReturnTokens { parts, .. } => check_parts(parts)?,
         }
         Ok(())
     }
@@ -243,35 +246,7 @@ impl AcquireParts {
     /// its position (from 1) and its limit.
     pub fn validate(&self) -> Result<(), Refusal> {
         check_key("tenant", &self.tenant)?;
-        if self.parts.is_empty() || self.parts.len() > PARTS_MAX {
-            return Err(Refusal::Invalid(format!(
-                "{} parts, a request names 1..={PARTS_MAX}",
-                self.parts.len()
-            )));
-        }
-        for (i, part) in self.parts.iter().enumerate() {
-            let n = i + 1;
-            check_key(&format!("part {n}'s limit name"), &part.limit)?;
-            if let Some(key) = &part.key {
-                check_key_bytes(n, &part.limit, key)?;
-            }
-            if part.units == 0 || part.units > UNITS_MAX {
-                return Err(Refusal::Invalid(format!(
-                    "part {n} ({}): units {} is not in 1..={UNITS_MAX}",
-                    part.limit, part.units
-                )));
-            }
-            if self.parts[..i]
-                .iter()
-                .any(|p| p.limit == part.limit && (p.key.is_none() || p.key == part.key))
-            {
-                return Err(Refusal::Invalid(format!(
-                    "part {n} names limit {} again: a request names each limit (and each \
-                     key of a keyed one) once",
-                    part.limit
-                )));
-            }
-        }
+        check_parts(&self.parts)?;
         check_name("fairness key", &self.priority.fairness_key)?;
         if let Some(agent) = &self.agent {
             check_key("agent", agent)?;
@@ -283,6 +258,42 @@ impl AcquireParts {
         }
         Ok(())
     }
+}
+
+/// Checks the parts of a request (or a return): 1..=[`PARTS_MAX`] parts naming distinct
+/// limits (or distinct keys of one keyed limit), keys, units in `1..=UNITS_MAX`. A refusal
+/// names the part by its position (from 1) and its limit.
+fn check_parts(parts: &[Part]) -> Result<(), Refusal> {
+    if parts.is_empty() || parts.len() > PARTS_MAX {
+        return Err(Refusal::Invalid(format!(
+            "{} parts, a request names 1..={PARTS_MAX}",
+            parts.len()
+        )));
+    }
+    for (i, part) in parts.iter().enumerate() {
+        let n = i + 1;
+        check_key(&format!("part {n}'s limit name"), &part.limit)?;
+        if let Some(key) = &part.key {
+            check_key_bytes(n, &part.limit, key)?;
+        }
+        if part.units == 0 || part.units > UNITS_MAX {
+            return Err(Refusal::Invalid(format!(
+                "part {n} ({}): units {} is not in 1..={UNITS_MAX}",
+                part.limit, part.units
+            )));
+        }
+        if parts[..i]
+            .iter()
+            .any(|p| p.limit == part.limit && (p.key.is_none() || p.key == part.key))
+        {
+            return Err(Refusal::Invalid(format!(
+                "part {n} names limit {} again: a request names each limit (and each \
+                 key of a keyed one) once",
+                part.limit
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Checks part `n`'s key: non-empty, at most [`KEY_BYTES_MAX`] bytes.
