@@ -607,8 +607,7 @@ fn give_back(parts: &[(&str, Option<&str>, u32)]) -> Command {
 }
 
 #[test]
-fn returned_tokens_go_back_to_the_keys_bucket_never_above_its_burst_and_a_full_key_is_dropped()
-{
+fn returned_tokens_go_back_to_the_keys_bucket_never_above_its_burst_and_a_full_key_is_dropped() {
     let mut s = Sim::new();
     assert_eq!(
         s.reply(limit("t", "api").rate(1.0).burst(5).keyed()),
@@ -618,11 +617,17 @@ fn returned_tokens_go_back_to_the_keys_bucket_never_above_its_burst_and_a_full_k
     s.grant(ask(a, 1, "api").key("alice").units(4));
     assert_eq!(s.m.key_status("t", "api", "alice").unwrap().tokens, 1);
     // Two back: 3 in the bucket, the key still lives.
-    assert_eq!(s.reply(give_back(&[("api", Some("alice"), 2)])), Reply::Done);
+    assert_eq!(
+        s.reply(give_back(&[("api", Some("alice"), 2)])),
+        Reply::Done
+    );
     assert_eq!(s.m.key_status("t", "api", "alice").unwrap().tokens, 3);
     assert_eq!(s.m.keys("t", "api").unwrap(), ["alice"]);
     // Ten back: the bucket stops at its burst, and the full key is dropped as fresh.
-    assert_eq!(s.reply(give_back(&[("api", Some("alice"), 10)])), Reply::Done);
+    assert_eq!(
+        s.reply(give_back(&[("api", Some("alice"), 10)])),
+        Reply::Done
+    );
     assert!(s.m.keys("t", "api").unwrap().is_empty());
     assert_eq!(s.status("t", "api").live_keys, 0);
     // A key without a state is full: a return creates none.
@@ -641,7 +646,10 @@ fn returned_tokens_go_back_to_the_keys_bucket_never_above_its_burst_and_a_full_k
 #[test]
 fn a_return_lets_a_waiter_through_and_refuses_all_or_nothing() {
     let mut s = Sim::new();
-    assert_eq!(s.reply(limit("t", "slow").rate(0.001).burst(2)), Reply::Done);
+    assert_eq!(
+        s.reply(limit("t", "slow").rate(0.001).burst(2)),
+        Reply::Done
+    );
     keyed_api(&mut s);
     assert_eq!(s.reply(limit("t", "pool").concurrent(3)), Reply::Done);
     let a = s.open(600_000);

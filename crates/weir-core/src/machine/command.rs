@@ -334,7 +334,10 @@ pub enum Command {
     /// unknown limit, a key that does not fit its limit, or a limit without a rate refuses
     /// the command, naming the part, and nothing returns. Answered
     /// [`crate::machine::Reply::Done`].
-    ReturnTokens { tenant: String, parts: Vec<Part> },
+    ReturnTokens {
+        tenant: String,
+        parts: Vec<Part>,
+    },
 }
 
 /// A limit's definition, as `DefineLimit` with two more settings.

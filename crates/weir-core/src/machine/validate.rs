@@ -18,9 +18,7 @@
 //! part's key fits its limit (a key on a keyed limit, none on another) needs the state and
 //! is the machine's. A definition's spec ([`Definition::spec`]) is built here too.
 
-use super::command::{
-    Acquire, AcquireParts, Command, Definition, Effect, HaltScope, Part, Settle,
-};
+use super::command::{Acquire, AcquireParts, Command, Definition, Effect, HaltScope, Part, Settle};
 use super::limit::LimitSpec;
 use super::reply::Refusal;
 use crate::bounds::{

@@ -23,7 +23,9 @@
 //!    descriptor that matches no limit answers OK and is counted (`rls_descriptors
 //!    {kind="unmatched"}`), as envoyproxy/ratelimit answers; one that matches a limit with
 //!    no rate (an `unlimited` or inner node) answers OK.
-//! 3. **Decide**: the descriptors that matched a rate are the parts (limit, key, hits) of ONE
+//! 3. **Decide**: descriptors with negative hits that matched a rate are the parts of one
+//!    return of tokens (`ReturnTokens`), written first; the others that matched a rate
+//!    are the parts (limit, key, hits) of ONE
 //!    take (`AcquireParts`, `wait = false`) in the caller's take session, through the
 //!    caller's internal client, so the write goes through the client port's authorization
 //!    and a follower forwards it to the leader as HTTP does. One entry decides every part:
@@ -58,8 +60,9 @@
 //!   follower once it has applied the definition (a heartbeat later); until then its
 //!   descriptors answer as unmatched (OK).
 //! - The same limit and key twice is one part of the summed hits.
-//! - `is_negative_hits` is `INVALID_ARGUMENT`: tokens return to a bucket only by settling
-//!   the take that charged them.
+//! - A descriptor with `is_negative_hits` is a part of a return (`ReturnTokens`), written
+//!   in its own entry before the take: its hits go back to the bucket whatever the take's
+//!   outcome, and its status is the bucket as this node reads it after the request.
 //!
 //! # Layout
 //!

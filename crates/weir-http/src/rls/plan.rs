@@ -17,6 +17,8 @@ pub enum Target {
     Unlimited,
     /// Part `n` of the take.
     Part(usize),
+    /// Part `n` of the return (`is_negative_hits`): its hits go back to the bucket.
+    Return(usize),
 }
 
 /// A request's decision plan.
@@ -27,6 +29,9 @@ pub struct Plan {
     pub targets: Vec<Target>,
     /// The take's parts: distinct (limit, key), hits summed.
     pub parts: Vec<Part>,
+    /// The return's parts (descriptors with negative hits): distinct (limit, key), hits
+    /// summed.
+    pub returns: Vec<Part>,
 }
 
 /// Matches every descriptor of `request` on `machine`; an error names a limit a take cannot
@@ -56,6 +61,7 @@ pub fn plan(machine: &Machine, request: &Checked) -> Result<Plan, String> {
         tenant: request.tenant.clone(),
         targets: Vec::with_capacity(matched.len()),
         parts: Vec::new(),
+        returns: Vec::new(),
     };
     for (i, m) in matched.iter().enumerate() {
         if let Some(limit) = request.descriptors[i].limit {
@@ -72,7 +78,12 @@ pub fn plan(machine: &Machine, request: &Checked) -> Result<Plan, String> {
                     Target::Unlimited
                 } else {
                     check_rate_only(machine, tenant, m)?;
-                    Target::Part(plan.add_part(m, request.descriptors[i].hits))
+                    let d = &request.descriptors[i];
+                    if d.negative {
+                        Target::Return(add_part(&mut plan.returns, m, d.hits))
+                    } else {
+                        Target::Part(add_part(&mut plan.parts, m, d.hits))
+                    }
                 }
             }
         };
@@ -81,29 +92,26 @@ pub fn plan(machine: &Machine, request: &Checked) -> Result<Plan, String> {
     Ok(plan)
 }
 
-impl Plan {
-    /// Adds descriptor `i`'s hits on `m` to the parts, as a new part or summed into the part
-    /// of the same limit and key; returns its index. Two keys of one keyed limit are two
-    /// parts of the one take.
-    fn add_part(&mut self, m: &Matched<'_>, hits: u32) -> usize {
-        let same = self
-            .parts
-            .iter()
-            .position(|p| p.limit == m.name && p.key == m.key);
-        match same {
-            Some(n) => {
-                let part = &mut self.parts[n];
-                part.units = part.units.saturating_add(hits);
-                n
-            }
-            None => {
-                self.parts.push(Part {
-                    limit: m.name.clone(),
-                    key: m.key.clone(),
-                    units: hits,
-                });
-                self.parts.len() - 1
-            }
+/// Adds a descriptor's hits on `m` to `parts` (the take's or the return's), as a new part
+/// or summed into the part of the same limit and key; returns its index. Two keys of one
+/// keyed limit are two parts of the one take.
+fn add_part(parts: &mut Vec<Part>, m: &Matched<'_>, hits: u32) -> usize {
+    let same = parts
+        .iter()
+        .position(|p| p.limit == m.name && p.key == m.key);
+    match same {
+        Some(n) => {
+            let part = &mut parts[n];
+            part.units = part.units.saturating_add(hits);
+            n
+        }
+        None => {
+            parts.push(Part {
+                limit: m.name.clone(),
+                key: m.key.clone(),
+                units: hits,
+            });
+            parts.len() - 1
         }
     }
 }
@@ -246,6 +254,7 @@ mod tests {
                         .collect(),
                     hits: *hits,
                     limit: None,
+                    negative: false,
                 })
                 .collect(),
         }

@@ -129,6 +129,9 @@ impl RlsService {
             plan(&state.machine, &checked)
         }
         .map_err(Status::invalid_argument)?;
+        if !plan.returns.is_empty() {
+            self.give_back(&plan).await?;
+        }
         let (over, keys_full) = self.take_with_room(&plan).await?;
         let state = self.ctx.state.lock();
         let taken = Taken {
@@ -176,6 +179,7 @@ impl RlsService {
                         tenant: plan.tenant.clone(),
                         targets: Vec::new(),
                         parts,
+                        returns: Vec::new(),
                     };
                     let over_kept = self.refused(&sub, refusal)?;
                     let mut over = vec![false; n];
@@ -185,6 +189,34 @@ impl RlsService {
                     return Ok((over, left_out));
                 }
             }
+        }
+    }
+
+    /// Returns the hits of the plan's negative descriptors to their buckets, in one entry
+    /// before the take (so a request that returns and takes sees its own return).
+    async fn give_back(&self, plan: &Plan) -> Result<(), Status> {
+        let command = Command::ReturnTokens {
+            tenant: plan.tenant.clone(),
+            parts: plan.returns.clone(),
+        };
+        let reply = self
+            .ctx
+            .client()
+            .write(command)
+            .await
+            .map_err(client_status)?;
+        match reply {
+            Reply::Done => Ok(()),
+            Reply::Refused(Refusal::Invalid(why)) => Err(Status::invalid_argument(why)),
+            Reply::Refused(Refusal::UnknownLimit { tenant, name }) => {
+                Err(Status::unavailable(format!(
+                    "limit {tenant}/{name} was removed while the request was decided; try \
+                     again"
+                )))
+            }
+            other => Err(Status::internal(format!(
+                "unexpected answer to a return of tokens: {other:?}"
+            ))),
         }
     }
 
