@@ -693,3 +693,78 @@ fn a_return_lets_a_waiter_through_and_refuses_all_or_nothing() {
     );
     assert_eq!(s.status("t", "slow").tokens, 0);
 }
+
+// ---- Limits of Envoy's descriptor overrides (`DefineOverride`) ------------------------------
+
+fn define_override(requests: u32, unit_s: u64) -> Command {
+    Command::DefineOverride {
+        tenant: "t".into(),
+        requests,
+        unit_s,
+    }
+}
+
+#[test]
+fn an_override_limit_is_a_keyed_bucket_made_once_bounded_per_tenant_and_kept_by_a_prune() {
+    let mut s = Sim::new();
+    assert_eq!(s.reply(define_override(3, 3_600)), Reply::Done);
+    let status = s.status("t", "envoy^3/3600");
+    assert_eq!(
+        (status.burst, status.keyed, status.keys_max, status.shadow),
+        (3, true, Some(100_000), false)
+    );
+    assert!((status.per_second - 3.0 / 3_600.0).abs() < 1e-12);
+    // Made once: asking again leaves its keys' buckets as they are.
+    let a = s.open(600_000);
+    s.grant(ask(a, 1, "envoy^3/3600").key("user=u").units(2));
+    assert_eq!(s.reply(define_override(3, 3_600)), Reply::Done);
+    assert_eq!(
+        s.m.key_status("t", "envoy^3/3600", "user=u")
+            .unwrap()
+            .tokens,
+        1
+    );
+    // A file applied with prune leaves the gateway's override limits alone.
+    let apply = Command::ApplyLimits {
+        tenant: "t".into(),
+        definitions: vec![
+            limit("t", "envoy:user")
+                .rate(1.0)
+                .burst(5)
+                .keyed()
+                .definition(),
+        ],
+        prune: true,
+    };
+    match s.reply(apply) {
+        Reply::LimitsApplied(change) => assert!(change.removed.is_empty(), "{change:?}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        s.m.key_status("t", "envoy^3/3600", "user=u")
+            .unwrap()
+            .tokens,
+        1
+    );
+    // At most RLS_OVERRIDES_MAX of them per tenant; one already made is still answered.
+    for requests in 1..weir_core::bounds::RLS_OVERRIDES_MAX as u32 {
+        assert_eq!(s.reply(define_override(requests, 60)), Reply::Done);
+    }
+    assert_eq!(
+        s.reply(define_override(999, 60)),
+        refused(Refusal::AtCapacity {
+            what: "override limits of tenant t".into(),
+            limit: 64
+        })
+    );
+    assert_eq!(s.reply(define_override(3, 3_600)), Reply::Done);
+    // No request, or a rate below one micro-token a second, is refused.
+    invalid_containing(
+        &s.reply(define_override(0, 60)),
+        "override of 0 per 60 s: burst 0",
+    );
+    invalid_containing(
+        &s.reply(define_override(1, 365 * 86_400)),
+        "below one micro-token a second",
+    );
+}

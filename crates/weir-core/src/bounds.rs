@@ -109,6 +109,12 @@ pub const KEYS_MAX_DEFAULT: u32 = 1_000;
 /// such limits at their bound reach [`KEYS_LIVE_MAX`], which stays the machine's bound.
 pub const RLS_KEYS_MAX_DEFAULT: u32 = 100_000;
 
+/// Most limits one tenant holds for Envoy's descriptor `limit` overrides
+/// (`Command::DefineOverride`): one per distinct (requests, unit) a gateway's routes
+/// override with. Each is keyed, with [`RLS_KEYS_MAX_DEFAULT`] live keys at most, so a
+/// tenant's overrides hold at most this many times that, within [`KEYS_LIVE_MAX`].
+pub const RLS_OVERRIDES_MAX: usize = 64;
+
 /// Most keys in one page of a keyed definition's live keys (`Query::Keys`, `weir limit
 /// keys`, `GET …/keys`): at most [`KEY_BYTES_MAX`] bytes each, a page stays far below the
 /// client frame bound and one read of it holds the apply lock for a bounded walk, however

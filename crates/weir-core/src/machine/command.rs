@@ -338,6 +338,19 @@ pub enum Command {
         tenant: String,
         parts: Vec<Part>,
     },
+    /// Makes sure `tenant` has the keyed limit that decides Envoy descriptors overriding
+    /// their limit with `requests` per `unit_s` seconds (`crate::rls::path::override_name`):
+    /// a rate-only bucket per key of `burst = requests` refilling `requests` per `unit_s`,
+    /// with [`crate::bounds::RLS_KEYS_MAX_DEFAULT`] live keys at most. A limit of that name
+    /// is left as it is. A tenant's own work, not an operator's control: the limit lifts no
+    /// cap the operator set, it is one more bucket of the gateway's asking, and a tenant
+    /// holds at most [`crate::bounds::RLS_OVERRIDES_MAX`] of them. Answered
+    /// [`crate::machine::Reply::Done`].
+    DefineOverride {
+        tenant: String,
+        requests: u32,
+        unit_s: u64,
+    },
 }
 
 /// A limit's definition, as `DefineLimit` with two more settings.

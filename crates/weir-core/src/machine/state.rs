@@ -275,6 +275,11 @@ impl Machine {
             Command::ReturnTokens { tenant, parts } => {
                 answer(self.return_tokens(tenant, parts, events))
             }
+            Command::DefineOverride {
+                tenant,
+                requests,
+                unit_s,
+            } => answer(self.define_override(tenant, *requests, *unit_s, events)),
         }
     }
 }

@@ -90,6 +90,17 @@ impl Command {
             }
             Command::ClearHalt { scope, .. } => scope.validate()?,
             Command::ReturnTokens { parts, .. } => check_parts(parts)?,
+            Command::DefineOverride {
+                tenant,
+                requests,
+                unit_s,
+            } => {
+                override_definition(tenant, *requests, *unit_s)
+                    .spec()
+                    .map_err(|why| {
+                        Refusal::Invalid(format!("override of {requests} per {unit_s} s: {why}"))
+                    })?;
+            }
         }
         Ok(())
     }
@@ -202,6 +213,21 @@ pub(super) fn check_key(what: &str, name: &str) -> Result<(), Refusal> {
         return Err(Refusal::Invalid(format!("{what} is empty")));
     }
     check_name(what, name)
+}
+
+/// The definition of the limit deciding overrides of `requests` per `unit_s` seconds in
+/// `tenant` (`Command::DefineOverride`).
+pub(crate) fn override_definition(tenant: &str, requests: u32, unit_s: u64) -> Definition {
+    Definition {
+        tenant: tenant.to_owned(),
+        name: crate::rls::path::override_name(requests, unit_s),
+        concurrent: 0,
+        per_second: requests as f64 / unit_s.max(1) as f64,
+        burst: Some(requests as u64),
+        keyed: true,
+        keys_max: Some(crate::bounds::RLS_KEYS_MAX_DEFAULT),
+        shadow: false,
+    }
 }
 
 impl Definition {

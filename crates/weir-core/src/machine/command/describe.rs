@@ -234,10 +234,12 @@ impl Command {
                     ticket: *ticket,
                 },
             ),
-            Command::ReturnTokens { tenant, .. } => Description {
-                tenant_records: false,
-                ..Description::in_tenant(tenant)
-            },
+            Command::ReturnTokens { tenant, .. } | Command::DefineOverride { tenant, .. } => {
+                Description {
+                    tenant_records: false,
+                    ..Description::in_tenant(tenant)
+                }
+            }
             Command::Tick => Description {
                 control: Some(Time),
                 ..Description::on_session(None, Effect::Other)
