@@ -296,6 +296,7 @@ mod tests {
                 units: 1,
             }],
             returns: Vec::new(),
+            overrides: Vec::new(),
         };
         for (over_limit, code) in [(false, Code::Ok), (true, Code::OverLimit)] {
             let taken = Taken {

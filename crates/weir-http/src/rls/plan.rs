@@ -2,10 +2,11 @@
 //! this node's applied state (definitions change rarely; the take itself is decided by the
 //! leader's machine, which refuses a part whose limit is gone).
 
+use weir_core::machine::limit::LimitSpec;
 use weir_core::machine::{Machine, Part};
-use weir_core::rls::path::{Matched, replaced, resolve};
+use weir_core::rls::path::{Matched, override_key, override_name, replaced, resolve};
 
-use super::request::Checked;
+use super::request::{Checked, Descriptor};
 
 /// What a descriptor is decided on.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,6 +33,9 @@ pub struct Plan {
     /// The return's parts (descriptors with negative hits): distinct (limit, key), hits
     /// summed.
     pub returns: Vec<Part>,
+    /// The override limits `(requests, unit seconds)` the parts name that this node does
+    /// not have yet: made (`DefineOverride`) before the take.
+    pub overrides: Vec<(u32, u64)>,
 }
 
 /// Matches every descriptor of `request` on `machine`; an error names a limit a take cannot
@@ -62,10 +66,16 @@ pub fn plan(machine: &Machine, request: &Checked) -> Result<Plan, String> {
         targets: Vec::with_capacity(matched.len()),
         parts: Vec::new(),
         returns: Vec::new(),
+        overrides: Vec::new(),
     };
     for (i, m) in matched.iter().enumerate() {
-        if let Some(limit) = request.descriptors[i].limit {
-            check_override(machine, tenant, i, m.as_ref(), limit)?;
+        let d = &request.descriptors[i];
+        if let Some(limit) = d.limit
+            && !same_rate(machine, tenant, m.as_ref(), limit)
+        {
+            let target = plan.add_override(machine, i, d, limit)?;
+            plan.targets.push(target);
+            continue;
         }
         let target = match m {
             None => Target::Unmatched,
@@ -90,6 +100,59 @@ pub fn plan(machine: &Machine, request: &Checked) -> Result<Plan, String> {
         plan.targets.push(target);
     }
     Ok(plan)
+}
+
+impl Plan {
+    /// Descriptor `i`'s target on the limit of its override `(requests, unit_s)`, keyed by
+    /// its entries; notes the limit to make when this node has none.
+    fn add_override(
+        &mut self,
+        machine: &Machine,
+        i: usize,
+        d: &Descriptor,
+        (requests, unit_s): (u32, u64),
+    ) -> Result<Target, String> {
+        let per_second = requests as f64 / unit_s as f64;
+        LimitSpec::new(0, per_second, Some(requests as u64)).map_err(|why| {
+            format!("descriptors[{i}].limit asks {requests} per {unit_s} s: {why}")
+        })?;
+        let name = override_name(requests, unit_s);
+        if !machine.has_limit(&self.tenant, &name) && !self.overrides.contains(&(requests, unit_s))
+        {
+            self.overrides.push((requests, unit_s));
+        }
+        let entries: Vec<(&str, &str)> = d
+            .entries
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let key = override_key(&entries).unwrap_or_else(|| digest_key(&entries));
+        let m = Matched {
+            name,
+            key: Some(key),
+            path: Vec::new(),
+        };
+        Ok(if d.negative {
+            Target::Return(add_part(&mut self.returns, &m, d.hits))
+        } else {
+            Target::Part(add_part(&mut self.parts, &m, d.hits))
+        })
+    }
+}
+
+/// The key of a descriptor whose entries are too long for [`override_key`]: `sha256:` and
+/// the hex digest of each entry's key and value, each preceded by its length.
+fn digest_key(entries: &[(&str, &str)]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    for (key, value) in entries {
+        for text in [key, value] {
+            hash.update((text.len() as u64).to_le_bytes());
+            hash.update(text.as_bytes());
+        }
+    }
+    let hex: String = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
 }
 
 /// Adds a descriptor's hits on `m` to `parts` (the take's or the return's), as a new part
@@ -124,41 +187,21 @@ fn rates(machine: &Machine, tenant: &str, m: &Matched<'_>) -> bool {
         .is_some_and(|b| b.spec.rates())
 }
 
-/// A descriptor's `limit` override `(requests, unit seconds)` is decided only as the limit
-/// it matched: the same rate and window. Another rate would need a limit defined by the
-/// request, and limits are the operator's, written through the log: refused, naming why.
-fn check_override(
+/// Whether a descriptor's `limit` override `(requests, unit seconds)` names the rate of
+/// the limit it matched: then it is decided on that limit (ratelimit's counter of the same
+/// descriptor and window); another rate is decided on the override's own limit.
+fn same_rate(
     machine: &Machine,
     tenant: &str,
-    i: usize,
     m: Option<&Matched<'_>>,
     (requests, unit): (u32, u64),
-) -> Result<(), String> {
+) -> bool {
     let bucket = m.and_then(|m| machine.bucket_now(tenant, &m.name, m.key.as_deref()));
-    let same = bucket.as_ref().is_some_and(|b| {
-        b.spec.burst == requests as u64
+    bucket.as_ref().is_some_and(|b| {
+        b.spec.rates()
+            && b.spec.burst == requests as u64
             && (b.spec.per_second * unit as f64 - requests as f64).abs() <= requests as f64 * 1e-9
-    });
-    if same {
-        return Ok(());
-    }
-    let configured = match (m, &bucket) {
-        (Some(m), Some(b)) if b.spec.rates() => {
-            format!(
-                "limit {} allows {} per {} s",
-                m.name,
-                b.spec.burst,
-                b.spec.burst as f64 / b.spec.per_second
-            )
-        }
-        (Some(m), _) => format!("limit {} has no rate", m.name),
-        (None, _) => "no limit of the domain matches".to_owned(),
-    };
-    Err(format!(
-        "descriptors[{i}].limit asks {requests} per {unit} s, and {configured}: Weir decides \
-         only the limits the operator defined (a rate of the request's own is not \
-         supported; define it in the file)"
-    ))
+    })
 }
 
 /// A take holds nothing, so a limit with a concurrency cap cannot be decided here.
@@ -176,7 +219,6 @@ fn check_rate_only(machine: &Machine, tenant: &str, m: &Matched<'_>) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rls::request::Descriptor;
     use weir_core::machine::{Batch, Definition, Leadership};
     use weir_core::rls::path::{Segment, limit_name, replaces_name};
 
