@@ -18,8 +18,10 @@
 //! 2. **Match** (`plan.rs`): the domain is the tenant. Each descriptor is matched against
 //!    the tenant's limits on this node's applied state, by the rule of
 //!    [`weir_core::rls::path::resolve`] (exact value, wildcard prefix, key alone); a
-//!    `replaces` marker drops a replaced match. A descriptor's `limit` override is decided
-//!    only on a matched limit of the same rate (a request cannot define a limit). A
+//!    `replaces` marker drops a replaced match. A descriptor's `limit` override of another
+//!    rate than its match's is decided on the override's own keyed limit
+//!    (`weir_core::rls::path::override_name`), keyed by the descriptor's entries, made
+//!    through the log (`DefineOverride`) before the take when this node has none. A
 //!    descriptor that matches no limit answers OK and is counted (`rls_descriptors
 //!    {kind="unmatched"}`), as envoyproxy/ratelimit answers; one that matches a limit with
 //!    no rate (an `unlimited` or inner node) answers OK.

@@ -363,4 +363,46 @@ mod tests {
             [part("envoy:ip", "a", 2), part("envoy:ip", "b", 2)]
         );
     }
+
+    #[test]
+    fn an_override_of_another_rate_is_a_part_of_its_own_limit_keyed_by_the_descriptor() {
+        let m = machine();
+        let mut request = checked(&[
+            (&[("ip", "1.2.3.4")], 1),
+            (&[("ip", "1.2.3.4")], 1),
+            (&[("nothing", "here")], 2),
+        ]);
+        // The rule's own rate: decided on the rule. Another: on the override's limit.
+        request.descriptors[0].limit = Some((10, 1));
+        request.descriptors[1].limit = Some((3, 60));
+        request.descriptors[2].limit = Some((3, 60));
+        let p = plan(&m, &request).unwrap();
+        assert_eq!(
+            p.targets,
+            [Target::Part(0), Target::Part(1), Target::Part(2)]
+        );
+        assert_eq!(
+            p.parts,
+            [
+                part("envoy:ip", "1.2.3.4", 1),
+                part("envoy^3/60", "ip=1.2.3.4", 1),
+                part("envoy^3/60", "nothing=here", 2),
+            ]
+        );
+        assert_eq!(p.overrides, [(3, 60)]);
+        // Entries too long for a key are keyed by their digest.
+        let long = "v".repeat(100);
+        let mut request = checked(&[(&[("a", &long), ("b", &long)], 1)]);
+        request.descriptors[0].limit = Some((3, 60));
+        let p = plan(&m, &request).unwrap();
+        let key = p.parts[0].key.as_deref().unwrap();
+        assert!(key.starts_with("sha256:") && key.len() == 71, "{key}");
+        // A rate no bucket can keep is refused, naming the field.
+        request.descriptors[0].limit = Some((1, 365 * 86_400));
+        let e = plan(&m, &request).unwrap_err();
+        assert!(
+            e.starts_with("descriptors[0].limit asks 1 per 31536000 s"),
+            "{e}"
+        );
+    }
 }
