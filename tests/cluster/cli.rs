@@ -511,6 +511,18 @@ fn bench_runs_the_rls_workload_over_grpc_on_a_spawned_cluster() {
     let v = json(&String::from_utf8_lossy(&out.stdout));
     assert!(v["ops"].as_u64().unwrap() > 0, "{v}");
     assert_eq!(v["errors"].as_u64(), Some(0), "{v}\n{stderr}");
+    // The keys the run asked and what the rule held: every key within the bound, none
+    // answered without room, and some live while the run went on.
+    let keys = &v["keys"];
+    assert_eq!(keys["keys"].as_u64(), Some(500), "{v}");
+    assert_eq!(keys["keys_max"].as_u64(), Some(500), "{v}");
+    assert_eq!(keys["keys_full"].as_u64(), Some(0), "{v}");
+    let live = keys["live_max"].as_u64().unwrap();
+    assert!((1..=500).contains(&live), "{v}");
+    let rounds = keys["rounds"].as_f64().unwrap();
+    assert!(rounds > 0.0, "{v}");
+    let per_minute = keys["distinct_per_minute"].as_u64().unwrap();
+    assert!((1..=500).contains(&per_minute), "{v}");
 }
 
 /// `redis-server` on PATH, where `.ci/run` installs it; elsewhere the test says it skipped.
