@@ -708,7 +708,7 @@ fn define_override(requests: u32, unit_s: u64) -> Command {
 fn an_override_limit_is_a_keyed_bucket_made_once_bounded_per_tenant_and_kept_by_a_prune() {
     let mut s = Sim::new();
     assert_eq!(s.reply(define_override(3, 3_600)), Reply::Done);
-    let status = s.status("t", "envoy^3/3600");
+    let status = s.status("t", "envoy^3-per-3600s");
     assert_eq!(
         (status.burst, status.keyed, status.keys_max, status.shadow),
         (3, true, Some(100_000), false)
@@ -716,10 +716,10 @@ fn an_override_limit_is_a_keyed_bucket_made_once_bounded_per_tenant_and_kept_by_
     assert!((status.per_second - 3.0 / 3_600.0).abs() < 1e-12);
     // Made once: asking again leaves its keys' buckets as they are.
     let a = s.open(600_000);
-    s.grant(ask(a, 1, "envoy^3/3600").key("user=u").units(2));
+    s.grant(ask(a, 1, "envoy^3-per-3600s").key("user=u").units(2));
     assert_eq!(s.reply(define_override(3, 3_600)), Reply::Done);
     assert_eq!(
-        s.m.key_status("t", "envoy^3/3600", "user=u")
+        s.m.key_status("t", "envoy^3-per-3600s", "user=u")
             .unwrap()
             .tokens,
         1
@@ -741,7 +741,7 @@ fn an_override_limit_is_a_keyed_bucket_made_once_bounded_per_tenant_and_kept_by_
         other => panic!("{other:?}"),
     }
     assert_eq!(
-        s.m.key_status("t", "envoy^3/3600", "user=u")
+        s.m.key_status("t", "envoy^3-per-3600s", "user=u")
             .unwrap()
             .tokens,
         1

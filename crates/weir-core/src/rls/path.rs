@@ -27,10 +27,11 @@ pub const WILDCARDS_PREFIX: &str = "envoy*";
 pub const OVERRIDE_PREFIX: &str = "envoy^";
 
 /// The keyed limit that decides descriptors overriding their limit with `requests` per
-/// `unit_s` seconds: `envoy^5/3600`. Each descriptor's entries are its key
+/// `unit_s` seconds: `envoy^5-per-3600s` (no `/`, so the name is one segment of a URL
+/// path). Each descriptor's entries are its key
 /// ([`override_key`]), so each override value counts apart, as ratelimit's cache keys do.
 pub fn override_name(requests: u32, unit_s: u64) -> String {
-    format!("{OVERRIDE_PREFIX}{requests}/{unit_s}")
+    format!("{OVERRIDE_PREFIX}{requests}-per-{unit_s}s")
 }
 
 /// Whether `name` is a limit made for a descriptor's override.

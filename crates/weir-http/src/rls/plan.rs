@@ -385,8 +385,8 @@ mod tests {
             p.parts,
             [
                 part("envoy:ip", "1.2.3.4", 1),
-                part("envoy^3/60", "ip=1.2.3.4", 1),
-                part("envoy^3/60", "nothing=here", 2),
+                part("envoy^3-per-60s", "ip=1.2.3.4", 1),
+                part("envoy^3-per-60s", "nothing=here", 2),
             ]
         );
         assert_eq!(p.overrides, [(3, 60)]);
