@@ -781,9 +781,16 @@ func (s *Session) WithPermit(ctx context.Context, limit string, fn func(ctx cont
 	}()
 	ferr := fn(wctx, p)
 	lostErr := p.Err()
-	rctx, rcancel := context.WithTimeout(context.Background(), requestDeadline)
-	defer rcancel()
-	relErr := p.Release(rctx)
+	var relErr error
+	if lostErr != nil {
+		// Lost: the release may not get through now; it is retried in the background
+		// rather than holding the caller.
+		p.releaseInBackground()
+	} else {
+		rctx, rcancel := context.WithTimeout(context.Background(), requestDeadline)
+		relErr = p.Release(rctx)
+		rcancel()
+	}
 	switch {
 	case ferr != nil:
 		return ferr
@@ -871,6 +878,20 @@ func (p *Permit) Release(ctx context.Context) error {
 		return nil
 	}
 	return err
+}
+
+// releaseInBackground releases the permit without waiting for the answer.
+func (p *Permit) releaseInBackground() {
+	s := p.s
+	s.mu.Lock()
+	already := p.released
+	p.released = true
+	s.mu.Unlock()
+	if already {
+		return
+	}
+	s.forget(p.ticket, p)
+	s.releaseInBackground(p.ticket, false)
 }
 
 // Settlement is a settle's answer: Overrun is true when the cost was above the estimate
