@@ -320,7 +320,7 @@ func (s *Session) Acquire(ctx context.Context, limit string, opts ...AcquireOpti
 		p.setLost(s.ended)
 	case w.lost != nil:
 		p.setLost(w.lost)
-	case bootNow() >= s.deadline:
+	case bootNow() >= s.toldAt():
 		p.setLost(&LostError{Kind: LostDeadline})
 	}
 	return p, nil
@@ -550,12 +550,22 @@ func (s *Session) extend(sent time.Duration) {
 	}
 }
 
+// toldAt is when the application is told that the belief deadline passed (Permit.Lost,
+// Permit.Err): at the deadline itself (callers hold s.mu).
+func (s *Session) toldAt() time.Duration {
+	// PLANTED(go-told-late): the application is told 3 s after the deadline.
+	if plantedActive == "go-told-late" {
+		return s.deadline + 3*time.Second
+	}
+	return s.deadline
+}
+
 // watchDeadline loses every held permit once the belief deadline passes.
 func (s *Session) watchDeadline() {
 	defer s.wg.Done()
 	for {
 		s.mu.Lock()
-		left := s.deadline - bootNow()
+		left := s.toldAt() - bootNow()
 		if left <= 0 {
 			for _, p := range s.held {
 				p.setLost(&LostError{Kind: LostDeadline})
@@ -838,8 +848,14 @@ func (p *Permit) Lost() <-chan struct{} { return p.lost }
 // Err answers nil while the permit is believed held, else a *LostError (matching ErrLost)
 // saying why: the deadline passed, a halt, the session expired or closed.
 func (p *Permit) Err() error {
-	p.s.mu.Lock()
-	defer p.s.mu.Unlock()
+	s := p.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// The deadline is looked at here too, not only by the session's watcher: a caller
+	// that asks right after a stall (a suspend, a stopped process) is told at once.
+	if p.lostErr == nil && !p.released && bootNow() >= s.toldAt() {
+		p.setLost(&LostError{Kind: LostDeadline})
+	}
 	if p.lostErr == nil {
 		return nil
 	}
