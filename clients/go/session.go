@@ -864,6 +864,20 @@ func (p *Permit) Err() error {
 
 // setLost marks the permit lost once (callers hold s.mu).
 func (p *Permit) setLost(why *LostError) {
+	// PLANTED(go-told-late): a loss learned now reaches the application 3 s later.
+	if plantedActive == "go-told-late" && why.Kind != LostDeadline {
+		time.AfterFunc(3*time.Second, func() {
+			p.s.mu.Lock()
+			defer p.s.mu.Unlock()
+			p.markLost(why)
+		})
+		return
+	}
+	p.markLost(why)
+}
+
+// markLost closes Lost once, with why as Err's answer (callers hold s.mu).
+func (p *Permit) markLost(why *LostError) {
 	p.once.Do(func() {
 		p.lostErr = why
 		close(p.lost)
