@@ -261,6 +261,35 @@ mod tests {
     }
 
     #[test]
+    fn the_go_bound_is_named_from_the_go_clients_own_look_interval() {
+        let clock = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../clients/go/clock.go"
+        ))
+        .expect("the Go client's clock file");
+        let look = clock
+            .lines()
+            .find_map(|l| l.strip_prefix("const lookEvery = "))
+            .expect("const lookEvery in clock.go");
+        let ms: u64 = look
+            .trim()
+            .strip_suffix(" * time.Millisecond")
+            .and_then(|n| n.parse().ok())
+            .expect("lookEvery is N * time.Millisecond");
+        assert_eq!(ms * 1_000_000, GO_LOOK_EVERY_NS);
+    }
+
+    #[test]
+    fn a_go_hold_told_past_its_bound_is_flagged_and_named() {
+        let mut go = hold(0, 5_000 * MS, 2_000 * MS, Some(5_000 * MS));
+        go.value["client"] = "go".into();
+        match check(&[go]) {
+            Verdict::Invalid(why) => assert!(why.contains("(Go)"), "{why}"),
+            other => panic!("a Go hold told 3 s late passed: {other:?}"),
+        }
+    }
+
+    #[test]
     fn a_paused_python_hold_is_judged_from_its_resume() {
         // Paused from 1 s to 4.5 s past a deadline at 2 s; told at the resume: valid.
         let mut paused = hold(0, 2_000 * MS, 2_000 * MS, Some(4_503 * MS));
