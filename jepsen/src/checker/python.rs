@@ -144,4 +144,27 @@ mod tests {
         }
         assert!(!present(&[held(4)]));
     }
+
+    #[test]
+    fn go_drivers_are_judged_by_their_own_facts_and_named() {
+        let rename = |mut o: Op| {
+            o.f = "go-holder".into();
+            o
+        };
+        let ops = [rename(started(6)), rename(ended(6, Some(2), false, None))];
+        assert!(present_for(&ops, "go-holder") && !present(&ops));
+        match check_for(&ops, "go-holder", "Go") {
+            Verdict::Unknown(why) => assert!(
+                why.contains("Go holder 6: exited with Some(2) (go-holder-6.log)"),
+                "{why}"
+            ),
+            other => panic!("a Go driver that exited 2 judged {other:?}"),
+        }
+        let held_ok = [
+            rename(started(6)),
+            held(6),
+            rename(ended(6, Some(0), false, None)),
+        ];
+        assert_eq!(check_for(&held_ok, "go-holder", "Go"), Verdict::Valid);
+    }
 }
