@@ -6,6 +6,7 @@ mod backup;
 mod bench_incident;
 mod cli;
 mod client_port;
+mod conformance;
 mod console;
 mod edge;
 mod fatal;
