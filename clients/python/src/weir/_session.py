@@ -283,8 +283,22 @@ class AsyncPermit:
         )
         if not isinstance(answer, dict):
             raise ProtocolError(f"settle answered {answer!r}")
-        one = self.units if len(self.parts) == 1 else None
-        return CostSettlement.from_json(answer, int(cost), one)
+        if len(self.parts) == 1:
+            return CostSettlement.from_json(answer, int(cost), [(self.parts[0], self.units)])
+        return CostSettlement.from_json(answer, int(cost), await self._estimates())
+
+    async def _estimates(self) -> list[tuple[Part, int | None]]:
+        """Each part with its estimate: its units on a limit that rates, ``None`` on one
+        that does not (only rate parts hold an estimate), as each limit is defined now."""
+        rates: dict[str, bool] = {}
+        for part in self.parts:
+            if part.limit not in rates:
+                v = await self._session._transport.call(
+                    "GET", f"/v1/tenants/{q(self.tenant)}/limits/{q(part.limit)}")
+                if not isinstance(v, dict):
+                    raise ProtocolError(f"limit show answered {v!r}")
+                rates[part.limit] = float(v.get("per_second", 0.0)) > 0
+        return [(p, p.units if rates[p.limit] else None) for p in self.parts]
 
     async def release(self) -> None:
         """Releases the permit and waits for the cluster to apply it. The belief ends
