@@ -218,3 +218,29 @@ def test_the_blocking_client_reads_keys(cluster: Cluster) -> None:
             assert client.key_status("per-ip", "10.0.0.1").in_use == 1
             assert client.keys("per-ip").keys == ["10.0.0.1"]
         assert client.keys("per-ip") == weir.KeyPage([], None)
+
+
+async def test_a_timed_out_request_names_the_part_that_lacked_room(cluster: Cluster) -> None:
+    async with weir.AsyncClient(cluster.servers, tenant="room") as client:
+        await client.define_limit("pool", concurrent=4)
+        await client.define_limit("lock", concurrent=1)
+        async with client.session() as holder, client.session() as waiter, \
+                holder.acquire("lock"):
+            with pytest.raises(weir.TimedOut) as timed_out:
+                await waiter.acquire("pool", parts=[weir.Part("lock")], timeout=0.3)
+            assert timed_out.value.part == weir.Part("lock")
+            assert str(timed_out.value) == (
+                "room/pool: still waiting after 0.3 s; lock lacks room: 1 of 1 in use,"
+                " needs 1")
+
+
+async def test_a_busy_answer_says_its_retry_in_seconds(cluster: Cluster) -> None:
+    async with weir.AsyncClient(cluster.servers, tenant="room") as client:
+        await client.define_limit("slow", per_second=0.1, burst=1)
+        await client.take("slow")
+        with pytest.raises(weir.Busy) as busy:
+            await client.take("slow")
+        after = busy.value.retry_after
+        assert after is not None and 0 < after <= 10
+        assert str(busy.value) == f"busy: retry in {after:.1f} s"
+        assert "retry at" not in str(busy.value)

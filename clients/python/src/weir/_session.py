@@ -196,6 +196,30 @@ class _Request:
         return body
 
 
+def _part_name(part: Part) -> str:
+    """A part as the CLI writes it: ``LIMIT[:UNITS][@KEY]``, units only when not 1."""
+    units = "" if part.units == 1 else f":{part.units}"
+    key = "" if part.key is None else f"@{part.key}"
+    return f"{part.limit}{units}{key}"
+
+
+def _lack(part: Part, status: Mapping[str, Any]) -> str | None:
+    """What ``part`` lacks in ``status`` (its limit's or key's, as JSON), ``None`` when it
+    has room; a shadow limit never refuses."""
+    if status.get("shadow"):
+        return None
+    if status.get("removing"):
+        return "the limit is being removed"
+    concurrent, in_use = int(status.get("concurrent", 0)), int(status.get("in_use", 0))
+    if concurrent > 0 and in_use + part.units > concurrent:
+        return f"{in_use} of {concurrent} in use, needs {part.units}"
+    per_second, tokens = float(status.get("per_second", 0.0)), int(status.get("tokens") or 0)
+    if per_second > 0 and tokens < part.units:
+        return (f"{tokens} of {status.get('burst')} tokens at its last refill, needs "
+                f"{part.units} (refills {per_second:g} a second)")
+    return None
+
+
 def _discard(task: asyncio.Future[Any]) -> None:
     """Cancels ``task`` if pending; its outcome is not wanted."""
     if not task.done():
@@ -514,6 +538,32 @@ class AsyncSession:
 
         return AcquireContext(start)
 
+    async def _lacking(self, request: _Request) -> tuple[Part | None, str]:
+        """The first part of ``request`` that lacks room now and ``; PART lacks room: WHAT``
+        for each that does, from each part's status read after the wait (a release or a
+        refill since shows as room); ``(None, "")`` when no part can be read."""
+        first: Part | None = None
+        clauses: list[str] = []
+        read = 0
+        for part in request.parts:
+            path = f"/v1/tenants/{q(request.tenant)}/limits/{q(part.limit)}"
+            if part.key is not None:
+                path += f"/keys/{q(part.key)}"
+            try:
+                v = await self._transport.call("GET", path)
+            except WeirError:
+                continue
+            if not isinstance(v, dict):
+                continue
+            read += 1
+            what = _lack(part, v)
+            if what is not None:
+                first = first or part
+                clauses.append(f"; {_part_name(part)} lacks room: {what}")
+        if read == 0:
+            return None, ""
+        return first, "".join(clauses) or "; every part has room now"
+
     async def _acquire(
         self, request: _Request, wait: bool, timeout: float | None
     ) -> AsyncPermit:
@@ -547,7 +597,9 @@ class AsyncSession:
             if not done:
                 armed = False
                 await self._withdraw(ticket)
-                raise TimedOut(f"{tenant}/{limit}: still waiting after {timeout:g} s")
+                part, lacking = await self._lacking(request)
+                raise TimedOut(f"{tenant}/{limit}: still waiting after {timeout:g} s{lacking}",
+                               part)
             outcome = future.result()
             # Refused (nothing held) or session lost (its end frees every ticket).
             armed = False
