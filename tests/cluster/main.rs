@@ -20,6 +20,7 @@ mod keyed;
 mod library;
 mod metrics;
 mod owners;
+mod readme;
 mod rls;
 mod security;
 mod soak;
