@@ -153,33 +153,3 @@ pub fn reply_json(reply: &Reply) -> serde_json::Value {
         Reply::Leased(shares) => json!({"status": "leased", "parts": shares}),
     }
 }
-
-/// A lease request's body: the session, its request counter, and each part's share asked
-/// (`LeaseTokens` in the machine's terms).
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LeaseBody {
-    session: SessionId,
-    seq: u64,
-    parts: Vec<weir_core::machine::LeasePart>,
-}
-
-/// `POST /v1/tenants/{tenant}/leases`: sets the session's token leases on the parts' rate
-/// limits (or keys) to the shares asked, as far as the limits have room: `leased` with each
-/// part's lease as it now stands (what the holder may spend locally until its belief
-/// deadline), or a refusal that changed nothing.
-pub async fn lease(
-    State(ctx): State<Arc<HttpCtx>>,
-    Params(tenant): Params<String>,
-    JsonBody(b): JsonBody<LeaseBody>,
-) -> ApiResult {
-    let reply = ctx
-        .write(Command::LeaseTokens(weir_core::machine::LeaseTokens {
-            session: b.session,
-            tenant,
-            seq: b.seq,
-            parts: b.parts,
-        }))
-        .await?;
-    Ok(Json(reply_json(&reply)).into_response())
-}
