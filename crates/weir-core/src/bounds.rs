@@ -46,6 +46,10 @@ pub const SESSION_ID_DRAWN_MAX: u64 = (1 << 53) - 1;
 /// million bounds that part of the state near 1 GiB even in the worst case.
 pub const SESSIONS_MAX: usize = 1_000_000;
 
+/// Most token leases of one session (one per limit or key it leases). A holder leases the
+/// few hot limits it takes from; more would be a client leasing everything it touches.
+pub const SESSION_LEASES_MAX: usize = 64;
+
 /// Most live tickets (queued or held) of one session. A client that needs more is leaking
 /// tickets; refusing them protects every other session's queue positions.
 pub const SESSION_TICKETS_MAX: usize = 10_000;
@@ -300,6 +304,11 @@ pub const FOLLOWED_SESSIONS_MAX: usize = 16_384;
 /// held permits; a held ticket encodes in under 200 bytes in the worst case (a 128-byte agent
 /// name), so this part of the state stays under 200 MiB.
 pub const TICKETS_LIVE_MAX: usize = 1_000_000;
+
+/// Most token leases across the machine. A lease encodes in under 70 bytes with its key, so
+/// this part of the state stays under 7 MiB; 100,000 is a lease on every hot limit for
+/// thousands of holders.
+pub const TOKEN_LEASES_MAX: usize = 100_000;
 
 /// Most queued tickets across the machine. A queued ticket is the largest live item (its
 /// waiter carries an agent and a fairness key, and may be the only one of its flow), and a

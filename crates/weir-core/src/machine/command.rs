@@ -351,6 +351,10 @@ pub enum Command {
         requests: u32,
         unit_s: u64,
     },
+    /// Sets the session's token leases on one or more rate limits (or keys) of one tenant to
+    /// the shares asked, as far as the limits have room, in one entry (see [`LeaseTokens`]
+    /// and the machine's essay, "Token leases"). Answered [`crate::machine::Reply::Leased`].
+    LeaseTokens(LeaseTokens),
 }
 
 /// A limit's definition, as `DefineLimit` with two more settings.
@@ -456,4 +460,37 @@ impl From<&Acquire> for AcquireParts {
             estimate: false,
         }
     }
+}
+
+/// A session's request to set its token leases: for each part, the share of the limit's
+/// refill and the size of the local bucket the holder wants from now on, and the tokens it
+/// gives back. One lease per (session, limit or key); a part that asks 0 and 0 ends it.
+///
+/// The holder applies its own decreases when it sends (it lowers its rate, drops its level
+/// to the new cap and stops spending what it gives back), and the machine's increases only
+/// once it has the reply; so the cluster never counts a share as free while the holder may
+/// still spend it. `seq` makes a retry harmless: a request whose `seq` is not above the
+/// lease's last is answered with the lease as it stands and changes nothing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseTokens {
+    pub session: SessionId,
+    pub tenant: String,
+    /// The holder's counter for this session's lease requests, increasing.
+    pub seq: u64,
+    /// 1..=`PARTS_MAX` parts, each limit (each key of a keyed one) once.
+    pub parts: Vec<LeasePart>,
+}
+
+/// One limit (or key) of a [`LeaseTokens`] request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeasePart {
+    pub limit: String,
+    /// The key of a keyed limit; `None` on an unkeyed one.
+    pub key: Option<String>,
+    /// The share of the refill wanted from now on, micro-tokens a second.
+    pub rate_micro_per_s: u64,
+    /// The size of the holder's local bucket wanted from now on, in tokens.
+    pub cap: u64,
+    /// Micro-tokens the holder gives back: it stopped spending them when it sent this.
+    pub returned_micro: u64,
 }

@@ -18,12 +18,15 @@
 //! part's key fits its limit (a key on a keyed limit, none on another) needs the state and
 //! is the machine's. A definition's spec ([`Definition::spec`]) is built here too.
 
-use super::command::{Acquire, AcquireParts, Command, Definition, Effect, HaltScope, Part, Settle};
+use super::command::{
+    Acquire, AcquireParts, Command, Definition, Effect, HaltScope, LeaseTokens, Part, Settle,
+};
 use super::limit::LimitSpec;
 use super::reply::Refusal;
 use crate::bounds::{
     APPLY_DEFINITIONS_MAX, BURST_MAX, KEY_BYTES_MAX, KEYS_LIVE_MAX, KEYS_MAX_DEFAULT,
-    NAME_BYTES_MAX, PARTS_MAX, REASON_BYTES_MAX, SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN, UNITS_MAX,
+    NAME_BYTES_MAX, PARTS_MAX, PER_SECOND_MAX, REASON_BYTES_MAX, SESSION_TTL_MS_MAX,
+    SESSION_TTL_MS_MIN, UNITS_MAX,
 };
 
 impl Command {
@@ -71,6 +74,7 @@ impl Command {
             | Command::Tick => {}
             Command::Acquire(a) => a.validate()?,
             Command::AcquireParts(a) => a.validate()?,
+            Command::LeaseTokens(l) => l.validate()?,
             Command::Reserve {
                 run, agent, period, ..
             } => {
@@ -259,6 +263,52 @@ impl Definition {
         check_key("tenant", &self.tenant)?;
         check_key("limit name", &self.name)?;
         self.spec().map_err(Refusal::Invalid)?;
+        Ok(())
+    }
+}
+
+impl LeaseTokens {
+    /// Checks the arguments alone: 1..=[`PARTS_MAX`] parts naming distinct limits (or
+    /// distinct keys of one keyed limit), keys, a cap within [`BURST_MAX`], a rate within
+    /// [`PER_SECOND_MAX`], and no more tokens given back than a cap can hold. A refusal names
+    /// the part by its position (from 1) and its limit.
+    pub fn validate(&self) -> Result<(), Refusal> {
+        check_key("tenant", &self.tenant)?;
+        if self.parts.is_empty() || self.parts.len() > PARTS_MAX {
+            return Err(Refusal::Invalid(format!(
+                "{} parts, a lease request names 1..={PARTS_MAX}",
+                self.parts.len()
+            )));
+        }
+        let rate_max = PER_SECOND_MAX as u64 * crate::machine::limit::MICRO;
+        for (i, part) in self.parts.iter().enumerate() {
+            let n = i + 1;
+            check_key(&format!("part {n}'s limit name"), &part.limit)?;
+            if let Some(key) = &part.key {
+                check_key_bytes(n, &part.limit, key)?;
+            }
+            if part.cap > BURST_MAX
+                || part.rate_micro_per_s > rate_max
+                || part.returned_micro > BURST_MAX * crate::machine::limit::MICRO
+            {
+                return Err(Refusal::Invalid(format!(
+                    "part {n} ({}): a lease's cap is at most {BURST_MAX} tokens, its rate at \
+                     most {rate_max} micro-tokens a second, and what it gives back at most \
+                     its cap",
+                    part.limit
+                )));
+            }
+            if self.parts[..i]
+                .iter()
+                .any(|p| p.limit == part.limit && (p.key.is_none() || p.key == part.key))
+            {
+                return Err(Refusal::Invalid(format!(
+                    "part {n} names limit {} again: a lease request names each limit (and \
+                     each key of a keyed one) once",
+                    part.limit
+                )));
+            }
+        }
         Ok(())
     }
 }

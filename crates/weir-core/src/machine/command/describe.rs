@@ -240,6 +240,10 @@ impl Command {
                     ..Description::in_tenant(tenant)
                 }
             }
+            Command::LeaseTokens(l) => Description {
+                tenant: Some(&l.tenant),
+                ..Description::on_session(Some(l.session), Effect::Other)
+            },
             Command::Tick => Description {
                 control: Some(Time),
                 ..Description::on_session(None, Effect::Other)
