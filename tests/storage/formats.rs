@@ -39,6 +39,22 @@ fn rt() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// A lease request of protocol 6 (`LeaseTokens`).
+fn lease_request() -> Command {
+    Command::LeaseTokens(weir_core::machine::LeaseTokens {
+        session: 9,
+        tenant: "t".into(),
+        seq: 3,
+        parts: vec![weir_core::machine::LeasePart {
+            limit: "l".into(),
+            key: Some("k".into()),
+            rate_micro_per_s: 1_500_000,
+            cap: 4,
+            returned_micro: 250_000,
+        }],
+    })
+}
+
 /// The fixtures' cluster identity.
 const CLUSTER: ClusterId = ClusterId([0x5a; 16]);
 
@@ -166,6 +182,7 @@ fn today() -> Vec<(String, Vec<u8>)> {
         ("client-hello.protocol-3".into(), client_hello(3)),
         ("client-hello.protocol-4".into(), client_hello(4)),
         ("client-hello.protocol-5".into(), client_hello(5)),
+        ("client-hello.protocol-6".into(), client_hello(6)),
         // A keep-alive as every version since 1 sends it, and the acknowledged one of 5.
         (
             "client-request.protocol-4".into(),
@@ -178,8 +195,12 @@ fn today() -> Vec<(String, Vec<u8>)> {
                 acked_below: 12,
             }),
         ),
-        ("peer-hello.protocol-4".into(), frame(&hello)),
-        ("peer-announce.protocol-4".into(), frame(&announce())),
+        (
+            "client-request.protocol-6".into(),
+            request(lease_request()),
+        ),
+        ("peer-hello.protocol-5".into(), frame(&hello)),
+        ("peer-announce.protocol-5".into(), frame(&announce())),
     ]
 }
 
@@ -255,9 +276,10 @@ fn every_shipped_format_version_is_read_or_refused_as_documented() {
         std::fs::write(&backup, fixture(name)).unwrap();
         assert_eq!(read_backup(&backup).unwrap().header.index, 3, "{name}");
     }
-    // Client hellos decode with their version: a node serves 4 and 5 and refuses 3 at the
-    // hello naming both (tests/cluster/client_port.rs), and a request of 4 is one of 5.
-    for version in 3..=5 {
+    // Client hellos decode with their version: a node serves 4, 5 and 6 and refuses 3 at
+    // the hello naming both (tests/cluster/client_port.rs), and a request of 4 is one of 5
+    // and of 6.
+    for version in 3..=6 {
         let hello: ClientFrame =
             decode_frame(&fixture(&format!("client-hello.protocol-{version}")));
         assert_eq!(
@@ -278,6 +300,7 @@ fn every_shipped_format_version_is_read_or_refused_as_documented() {
                 acked_below: 12,
             },
         ),
+        (6, lease_request()),
     ] {
         let request: ClientFrame =
             decode_frame(&fixture(&format!("client-request.protocol-{version}")));
@@ -290,21 +313,21 @@ fn every_shipped_format_version_is_read_or_refused_as_documented() {
         );
     }
     let identity = ClusterIdentity::fixed(&dir.0, Some(CLUSTER));
-    let peer = fixture("peer-hello.protocol-4");
+    let peer = fixture("peer-hello.protocol-5");
     assert!(matches!(
         welcome(Ok(decode_frame::<PeerHello>(&peer)), &identity),
-        PeerWelcome::Welcome { version: 4, .. }
+        PeerWelcome::Welcome { version: 5, .. }
     ));
-    assert_eq!(
-        decode_frame::<PeerAnnounce>(&fixture("peer-announce.protocol-4")),
-        announce()
-    );
+    for name in ["peer-announce.protocol-4", "peer-announce.protocol-5"] {
+        assert_eq!(decode_frame::<PeerAnnounce>(&fixture(name)), announce(), "{name}");
+    }
     // Peer protocol 2 had the same frames, but its log cannot hold what 3's may; 3 sends
-    // no address after its hello: both refused.
+    // no address after its hello; 4's log cannot hold what 5's may: all refused.
     for (name, version) in [
         ("peer-hello.protocol-2", 2),
         ("peer-hello.protocol-3", 3),
-        ("", 5),
+        ("peer-hello.protocol-4", 4),
+        ("", 6),
     ] {
         let hello = match name {
             "" => PeerHello {
@@ -318,7 +341,7 @@ fn every_shipped_format_version_is_read_or_refused_as_documented() {
         };
         assert!(
             reason.contains(&format!(
-                "node 2 speaks peer protocol version {version}; this node speaks version 4"
+                "node 2 speaks peer protocol version {version}; this node speaks version 5"
             )),
             "{reason}"
         );

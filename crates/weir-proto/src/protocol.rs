@@ -34,7 +34,10 @@ use weir_core::machine::{
 /// Version 5: a page of holders or waiters carries the log clock it was read at, each holder
 /// its grant's log time and each waiter its fairness weight; writes may carry
 /// `Command::KeepAliveAcked` (a keep-alive with the session's acknowledged mark).
-pub const PROTOCOL_VERSION: u32 = 5;
+/// Version 6: writes may carry `Command::LeaseTokens`, answered `Reply::Leased`, and
+/// `Command::ReturnTokens` and `Command::DefineOverride`; a connection of 5 or 4 never
+/// sends them, so it is answered exactly as before.
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// The oldest version a node still serves, so that clients of the release before keep
 /// their sessions while the nodes are upgraded under them. A connection of version 4 is

@@ -122,12 +122,15 @@ const DIAL_TIMEOUT: Duration = Duration::from_secs(1);
 /// the listener holds against the address its membership knows for the dialer's id; and
 /// the machine refuses a name or key with a control, bidirectional or zero-width
 /// character (`weir_core::machine::name_rule`), which 3 applied.
+/// 5: the frames of 4, but the log may hold `ReturnTokens`, `DefineOverride` and
+/// `LeaseTokens` (tokens given back, Envoy's overrides, token leases), and the machine's
+/// buckets refill at the rate not leased out.
 ///
 /// The version stands for what the nodes of one cluster must share: the frames, and what
 /// an entry of the log means (the commands it may hold and how the machine decides them).
 /// It is raised with either, so that nodes that would apply one log differently refuse
 /// each other at the hello (naming both versions) instead of diverging.
-pub const PEER_PROTOCOL_VERSION: u32 = 4;
+pub const PEER_PROTOCOL_VERSION: u32 = 5;
 
 /// The first four bytes of every hello: a frame of peer protocol 1 (a [`PeerRequest`])
 /// never decodes with them, so a node of that version is told apart from damage.
