@@ -357,7 +357,7 @@ fn every_shipped_format_version_is_read_or_refused_as_documented() {
     };
     assert!(
         reason.contains("peer protocol version 1")
-            && reason.contains("speaks peer protocol version 4"),
+            && reason.contains("speaks peer protocol version 5"),
         "{reason}"
     );
 }
