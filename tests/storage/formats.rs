@@ -195,10 +195,7 @@ fn today() -> Vec<(String, Vec<u8>)> {
                 acked_below: 12,
             }),
         ),
-        (
-            "client-request.protocol-6".into(),
-            request(lease_request()),
-        ),
+        ("client-request.protocol-6".into(), request(lease_request())),
         ("peer-hello.protocol-5".into(), frame(&hello)),
         ("peer-announce.protocol-5".into(), frame(&announce())),
     ]
@@ -319,7 +316,11 @@ fn every_shipped_format_version_is_read_or_refused_as_documented() {
         PeerWelcome::Welcome { version: 5, .. }
     ));
     for name in ["peer-announce.protocol-4", "peer-announce.protocol-5"] {
-        assert_eq!(decode_frame::<PeerAnnounce>(&fixture(name)), announce(), "{name}");
+        assert_eq!(
+            decode_frame::<PeerAnnounce>(&fixture(name)),
+            announce(),
+            "{name}"
+        );
     }
     // Peer protocol 2 had the same frames, but its log cannot hold what 3's may; 3 sends
     // no address after its hello; 4's log cannot hold what 5's may: all refused.

@@ -186,6 +186,17 @@ impl Session {
         Ok(Session { state })
     }
 
+    /// A handle on the session whose state this is (for the session's own parts: a lease's
+    /// takes from the cluster).
+    pub(crate) fn from_state(state: Arc<SessionState>) -> Session {
+        Session { state }
+    }
+
+    /// The session's state, for the session's own parts (a lease).
+    pub(crate) fn state(&self) -> &Arc<SessionState> {
+        &self.state
+    }
+
     /// The session's id on the cluster.
     pub fn id(&self) -> SessionId {
         self.state.id

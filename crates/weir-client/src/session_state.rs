@@ -103,6 +103,9 @@ pub(super) struct SessionState {
     /// Writes of this session hedged to the other nodes (`hedge` module doc): for tests,
     /// the bench and diagnostics.
     hedged: AtomicU64,
+    /// The last lease request's `seq` (`leased` module doc): the cluster applies a session's
+    /// lease requests in increasing `seq` only.
+    pub(super) lease_seq: AtomicU64,
 }
 
 impl SessionState {
@@ -122,6 +125,7 @@ impl SessionState {
             }),
             task: Mutex::new(None),
             hedged: AtomicU64::new(0),
+            lease_seq: AtomicU64::new(0),
         }
     }
 
@@ -264,6 +268,12 @@ impl SessionState {
                 }));
             }
         }
+    }
+
+    /// Whether the session ended (closed, expired, or lost to its deadline for good): then
+    /// nothing of it is believed, a lease's local bucket included.
+    pub(super) fn is_ended(&self) -> bool {
+        self.tickets().ended.is_some()
     }
 
     /// Ends every held permit and waiting ticket with `why`.
