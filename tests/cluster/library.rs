@@ -305,3 +305,109 @@ async fn a_halt_refuses_waiters_tells_holders_refuses_reserves_and_clearing_rest
     let p = s3.acquire(AcquireOptions::new("t", "one")).await.unwrap();
     assert!(p.lost_reason().is_none());
 }
+
+/// A token lease on a hot rate limit: takes are decided locally (no entry each), the
+/// cluster's own bucket keeps only what is not leased, every take together stays within the
+/// limit's bound, and ending the lease gives its tokens back; a closed session's lease
+/// decides nothing more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leased_limit_takes_locally_within_the_bound_and_gives_back_at_its_end() {
+    let cluster = Cluster::start("lease", 3, "");
+    cluster.leader(ELECTION).await;
+    let client = cluster.client();
+    let define = Command::DefineLimit {
+        tenant: "t".into(),
+        name: "hot".into(),
+        concurrent: 0,
+        per_second: 200.0,
+        burst: Some(100),
+    };
+    assert_eq!(client.write(define).await.unwrap(), Reply::Done);
+    let session = Session::open(&client, TTL).await.unwrap();
+    let began = Instant::now();
+    let lease = session
+        .lease(weir_client::LeaseOptions::new("t", "hot", 150.0, 60))
+        .await
+        .unwrap();
+    let first = lease.figures();
+    assert_eq!((first.cap, first.rate_micro_per_s), (60, 150_000_000));
+    let status = client.limit_status("t", "hot").await.unwrap().unwrap();
+    assert!(
+        status.tokens <= 40,
+        "the cluster keeps what is not leased: {status:?}"
+    );
+
+    // Local takes, a few a millisecond, for about a second: bounded in count and time.
+    let mut local = 0u64;
+    for _ in 0..1_000 {
+        for _ in 0..4 {
+            if lease.try_take(1) {
+                local += 1;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        if began.elapsed() > Duration::from_secs(2) {
+            break;
+        }
+    }
+    // Then the cluster's own bucket, by takes that go to it.
+    let mut cluster_takes = 0u64;
+    for _ in 0..200 {
+        let mut take = AcquireOptions::new("t", "hot");
+        take.wait = false;
+        match session.acquire(take).await {
+            Ok(p) => {
+                p.consume();
+                cluster_takes += 1;
+            }
+            Err(AcquireError::Refused(Refusal::Busy { .. })) => break,
+            Err(e) => panic!("a take failed: {e}"),
+        }
+    }
+    let elapsed = began.elapsed().as_secs_f64();
+    let figures = lease.figures();
+    assert_eq!(figures.local, local);
+    assert!(
+        local >= 60,
+        "the lease's first tokens were taken locally: {figures:?}"
+    );
+    let spent = local + cluster_takes;
+    let bound = 100.0 + 200.0 * elapsed;
+    assert!(
+        (spent as f64) <= bound,
+        "{spent} taken in {elapsed:.2} s, above burst + rate × time = {bound:.0}"
+    );
+    // Far fewer entries than takes: the lease's own requests are a handful.
+    assert!(figures.requests < 30, "{figures:?}");
+
+    // Ending gives the share back: the cluster's own bucket refills at the whole rate and
+    // holds the whole burst again (with the lease it would hold 40 at most, refilled at 50 a
+    // second).
+    lease.end().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let mut after_end = 0u64;
+    for _ in 0..200 {
+        let mut take = AcquireOptions::new("t", "hot");
+        take.wait = false;
+        match session.acquire(take).await {
+            Ok(p) => {
+                p.consume();
+                after_end += 1;
+            }
+            Err(AcquireError::Refused(Refusal::Busy { .. })) => break,
+            Err(e) => panic!("a take failed: {e}"),
+        }
+    }
+    assert!(
+        after_end > 60,
+        "the lease's share came back: {after_end} taken"
+    );
+
+    // A lease of a closed session decides nothing.
+    let lease = session
+        .lease(weir_client::LeaseOptions::new("t", "hot", 50.0, 20))
+        .await
+        .unwrap();
+    session.close().await.unwrap();
+    assert!(!lease.try_take(1), "a closed session's lease spent");
+}
