@@ -460,6 +460,33 @@ fn bench_runs_the_keyed_take_and_multi_workloads_without_a_refusal() {
     }
 }
 
+#[test]
+fn bench_leased_take_decides_takes_locally_and_checks_the_bound_in_spend_time() {
+    #[rustfmt::skip]
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["bench", "--spawn", "1", "--workload", "leased-take", "--clients", "4",
+               "--duration", "1", "--warmup", "0.2", "--limits", "1", "--json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let v = json(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(v["workload"].as_str(), Some("leased-take"), "{v}");
+    assert_eq!(v["errors"].as_u64(), Some(0), "{v}\n{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("[bench] leased-take: "))
+        .unwrap_or_else(|| panic!("no leased-take figures: {stderr}"));
+    let local: u64 = line["[bench] leased-take: ".len()..]
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(local > 0, "no take was decided locally: {line}");
+    assert!(line.contains("under its bound"), "{line}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_rate_take_proposes_one_command_per_take() {
     let cluster = Cluster::start("cli-bench-take", 1, "");

@@ -15,6 +15,7 @@ pub enum Workload {
     Multi,
     KeyedScale,
     Rls,
+    LeasedTake,
 }
 
 impl Workload {
@@ -29,6 +30,7 @@ impl Workload {
             Workload::Multi => "multi",
             Workload::KeyedScale => "keyed-scale",
             Workload::Rls => "rls",
+            Workload::LeasedTake => "leased-take",
         }
     }
 }

@@ -17,7 +17,7 @@ use super::report::{LoadReport, Recorder, histogram, ms};
 use super::spawn;
 use super::zipf::{Sampler, Zipf};
 use crate::output::{EXIT_ERROR, EXIT_OK, Exit, Output};
-use weir_client::{AcquireOptions, Client, Session};
+use weir_client::{AcquireOptions, Client, LeaseOptions, Leased, Session};
 use weir_core::machine::{Change, Definition, Part, Reply, Settle, Spend};
 use weir_launcher::{LocalCluster, leader_among_with};
 use weir_proto::tls::ClientSecurity;
@@ -43,6 +43,12 @@ const MULTI_TENANT: &str = "bench-multi-tenant";
 const MULTI_MODEL: &str = "bench-multi-model";
 const MULTI_GLOBAL: &str = "bench-multi-global";
 const MODELS: u64 = 16;
+
+/// The hot rate limit of `leased-take`: every client leases a share of it and takes from
+/// its share locally; a rate 256 clients taking locally far exceed, so the bound binds.
+const LEASED_LIMIT: &str = "bench-leased";
+const LEASED_RATE: f64 = 100_000.0;
+const LEASED_BURST: u64 = 10_000;
 
 /// How long to wait for grants to resume after a kill before calling the run failed.
 const RECOVERY_WAIT: Duration = Duration::from_secs(20);
@@ -89,6 +95,15 @@ pub async fn measure_load(
         .await
         .map_err(|e| e.to_string())?;
     let recorder = Arc::new(Recorder::new());
+    if args.workload == Workload::LeasedTake {
+        // Every ms of the run and a minute more (a slow stop), counted.
+        let ms = ((args.warmup + args.duration) * 1000.0) as usize + 60_000;
+        let _ = recorder.spends.set(
+            (0..ms)
+                .map(|_| std::sync::atomic::AtomicU64::new(0))
+                .collect(),
+        );
+    }
     let clients = start_clients(args, servers, security, &recorder);
     tokio::time::sleep(Duration::from_secs_f64(args.warmup)).await;
     // CPU only over a window without incidents: a killed or stopped node is no figure.
@@ -107,7 +122,10 @@ pub async fn measure_load(
     for c in clients {
         let _ = c.await;
     }
-    let verified = verify(&admin, args, &recorder, &spent_before).await?;
+    let mut verified = verify(&admin, args, &recorder, &spent_before).await?;
+    if args.workload == Workload::LeasedTake {
+        verified &= verify_spend_time(&recorder);
+    }
     let mut report = LoadReport::new(args, &recorder, elapsed, recoveries_us, stalls_us, verified);
     report.cpu = cpu;
     Ok(report)
@@ -180,6 +198,11 @@ pub(super) async fn define_limits(admin: &Client, args: &BenchArgs) -> Result<()
         .await
         .map_err(|e| e.to_string())?;
     match args.workload {
+        Workload::LeasedTake => admin
+            .define_limit(TENANT, LEASED_LIMIT, 0, LEASED_RATE, Some(LEASED_BURST))
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
         Workload::KeyedTake => define_rate(admin, KEYED_LIMIT, Some(KEYED_KEYS_MAX)).await,
         Workload::Multi => {
             define_rate(admin, MULTI_TENANT, None).await?;
@@ -471,6 +494,20 @@ impl BenchClient {
             },
             false => None,
         };
+        let lease = match self.workload {
+            Workload::LeasedTake => {
+                let options = LeaseOptions::new(TENANT, LEASED_LIMIT, LEASED_RATE, LEASED_BURST);
+                match session.lease(options).await {
+                    Ok(lease) => Some(lease),
+                    Err(e) => {
+                        eprintln!("bench client {}: lease: {e}", self.n);
+                        self.recorder.errors.fetch_add(1, Ordering::Relaxed);
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
         let mut i: u64 = 0;
         {
             let work = async {
@@ -498,6 +535,10 @@ impl BenchClient {
                             let take = multi_take(self.n as u64 + i);
                             self.take(&session, take, &mut hist).await
                         }
+                        Workload::LeasedTake => match &lease {
+                            Some(lease) => self.leased_take(lease, &mut hist).await,
+                            None => break,
+                        },
                         Workload::Mixed
                         | Workload::Scale
                         | Workload::KeyedScale
@@ -535,8 +576,42 @@ impl BenchClient {
                 .sessions_lost_permit
                 .fetch_add(1, Ordering::Relaxed);
         }
+        if let Some(lease) = lease {
+            let f = lease.figures();
+            self.recorder
+                .lease_requests
+                .fetch_add(f.requests + 1, Ordering::Relaxed);
+            let _ = lease.end().await;
+        }
         let _ = session.close().await;
         self.recorder.merge(&hist);
+    }
+
+    /// One take of the leased limit: from the lease's local bucket when it has the token,
+    /// else from the cluster; its spend is counted in the ms it was decided.
+    async fn leased_take(&self, lease: &Leased, hist: &mut Histogram<u64>) {
+        let sent = self.recorder.ns();
+        let local = lease.try_take(1);
+        let taken = if local { Ok(true) } else { lease.take(1).await };
+        let now = self.recorder.ns();
+        match taken {
+            Ok(true) => {
+                if let Some(spends) = self.recorder.spends.get() {
+                    let ms = (now / 1_000_000) as usize;
+                    spends[ms.min(spends.len() - 1)].fetch_add(1, Ordering::Relaxed);
+                }
+                let counter = match local {
+                    true => &self.recorder.local_takes,
+                    false => &self.recorder.cluster_takes,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                self.recorder.record(hist, sent, true);
+            }
+            // No token here nor in the cluster's bucket: the limit is at its rate, which is
+            // what the run is for; let the others run.
+            Ok(false) => tokio::task::yield_now().await,
+            Err(e) => self.recorder.record_result(hist, sent, &Err::<bool, _>(e)),
+        }
     }
 
     /// Acquire a permit of one of the limits, then release it: two operations.
@@ -636,4 +711,42 @@ fn multi_take(i: u64) -> AcquireOptions {
         },
     ];
     options
+}
+
+/// `leased-take`'s check of G1 in spend time: in every window of whole ms, the tokens spent
+/// (locally and from the cluster, each counted in the ms it was decided) are at most
+/// `burst + rate × (window + 1 ms)` (a take counted in ms `t` happened in `[t, t + 1)`).
+/// Linear in the run's length (see the machine tests' window check). Prints the figures.
+fn verify_spend_time(recorder: &Recorder) -> bool {
+    let Some(spends) = recorder.spends.get() else {
+        return true;
+    };
+    let rate_per_ms = LEASED_RATE / 1000.0;
+    let burst = LEASED_BURST as f64;
+    let mut before = 0.0f64;
+    let mut least = f64::INFINITY;
+    let mut worst = f64::NEG_INFINITY;
+    for (t, count) in spends.iter().enumerate() {
+        let t = t as f64;
+        // A window [a, t] holds P(t) - P(a - 1) and may hold burst + rate × (t - a + 1).
+        least = least.min(before - rate_per_ms * t);
+        before += count.load(Ordering::Relaxed) as f64;
+        worst = worst.max(before - rate_per_ms * (t + 1.0) - least - burst);
+    }
+    let local = recorder.local_takes.load(Ordering::Relaxed);
+    let cluster = recorder.cluster_takes.load(Ordering::Relaxed);
+    let requests = recorder.lease_requests.load(Ordering::Relaxed);
+    let takes = (local + cluster).max(1);
+    eprintln!(
+        "[bench] leased-take: {local} takes decided locally, {cluster} by the cluster, {requests} \
+         lease requests: {:.2} log entries per 1,000 takes (at most); spend-time check: the \
+         worst window is {:.0} tokens {} its bound",
+        (cluster + requests) as f64 * 1000.0 / takes as f64,
+        worst.abs(),
+        if worst > 0.0 { "OVER" } else { "under" }
+    );
+    if worst > 0.0 {
+        eprintln!("[bench] VIOLATION: tokens spent over burst + rate × window");
+    }
+    worst <= 0.0
 }

@@ -104,6 +104,12 @@ pub struct Recorder {
     /// The first failed operation's error, printed after the run: an error count alone
     /// does not say what went wrong.
     first_error: Mutex<Option<String>>,
+    /// `leased-take`: tokens spent in each ms since the start, locally or from the cluster
+    /// (set before the clients start), and the takes and lease requests counted.
+    pub spends: std::sync::OnceLock<Vec<AtomicU64>>,
+    pub local_takes: AtomicU64,
+    pub cluster_takes: AtomicU64,
+    pub lease_requests: AtomicU64,
 }
 
 impl Recorder {
@@ -122,6 +128,10 @@ impl Recorder {
             sessions: AtomicU64::new(0),
             sessions_lost_permit: AtomicU64::new(0),
             first_error: Mutex::new(None),
+            spends: std::sync::OnceLock::new(),
+            local_takes: AtomicU64::new(0),
+            cluster_takes: AtomicU64::new(0),
+            lease_requests: AtomicU64::new(0),
         }
     }
 
