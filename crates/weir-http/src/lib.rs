@@ -68,6 +68,8 @@
 //! - `events.rs` — a session's SSE stream and the wait of a long-polled acquire.
 //! - `watch.rs` — the cluster-wide SSE stream the console follows (`GET /v1/events`).
 //! - `queue.rs` — a limit's holders and waiters, paged.
+//! - `overview.rs` — every halt, every tenant, and a limit's or tenant's last 15 minutes,
+//!   from this node's own state (`history.rs` keeps the samples).
 //! - `console.rs` — the operator console's page at `/ui` (built into the binary) and
 //!   `/v1/whoami`.
 //! - `metrics.rs` — `/metrics`.
@@ -109,6 +111,8 @@ mod permits;
 
 mod queue;
 
+mod overview;
+
 mod runs;
 
 mod watch;
@@ -128,6 +132,8 @@ mod forward;
 mod callers;
 
 mod leaders;
+
+mod history;
 
 mod error;
 
