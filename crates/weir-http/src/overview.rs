@@ -31,7 +31,8 @@ use serde_json::json;
 
 use super::context::HttpCtx;
 use super::error::{ApiError, ApiResult, Params};
-use weir_core::machine::HaltScope;
+use weir_core::bounds::NAME_BYTES_MAX;
+use weir_core::machine::{HaltScope, name_rule};
 use weir_server::security::Role;
 
 /// Most halts one `GET /v1/halts` answers (the machine keeps up to 10,000 of up to 1 KiB
@@ -63,6 +64,15 @@ fn tenant_reader(tenant: &str) -> Result<(), ApiError> {
         )),
         _ => Ok(()),
     }
+}
+
+/// 400 `Invalid` unless `name` is a name a write could have made (non-empty, by the name
+/// rule of writes).
+fn valid_name(what: &str, name: &str) -> Result<(), ApiError> {
+    if name.is_empty() {
+        return Err(ApiError::invalid(format!("{what} is empty")));
+    }
+    name_rule(what, name, NAME_BYTES_MAX).map_err(ApiError::invalid)
 }
 
 /// `GET /v1/halts`.
@@ -168,6 +178,7 @@ pub async fn tenant_history(
     State(ctx): State<Arc<HttpCtx>>,
     Params(tenant): Params<String>,
 ) -> ApiResult {
+    valid_name("tenant", &tenant)?;
     tenant_reader(&tenant)?;
     ctx.history.track(&tenant, None);
     let series = ctx.history.series(&tenant, None);
@@ -180,6 +191,8 @@ pub async fn limit_history(
     State(ctx): State<Arc<HttpCtx>>,
     Params((tenant, name)): Params<(String, String)>,
 ) -> ApiResult {
+    valid_name("tenant", &tenant)?;
+    valid_name("limit", &name)?;
     tenant_reader(&tenant)?;
     if !ctx.state.lock().machine.has_limit(&tenant, &name) {
         return Err(ApiError::new(
