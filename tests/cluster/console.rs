@@ -616,6 +616,40 @@ async fn the_read_role_sees_status_halts_tenants_and_history_from_any_node_and_c
         StatusCode::FORBIDDEN,
         "another tenant's history: {v}"
     );
+    phase(
+        "a keyed limit of more keys than a sample sums: its in use is not sampled, its grants are",
+    );
+    let keyed = format!("{base}/v1/tenants/acme/limits/per-user");
+    let (status, v) = call(
+        &admin,
+        "PUT",
+        &keyed,
+        Some(json!({"per_second": 0.01, "keyed": true})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    for user in 0..=weir_http::KEYED_SAMPLE_KEYS_MAX {
+        let body = json!({"key": format!("user-{user}")});
+        let (status, v) = call(&admin, "POST", &format!("{keyed}/take"), Some(body)).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+    }
+    let v = until_answer(
+        &reader,
+        &format!("{other}/v1/tenants/acme/limits/per-user/history"),
+        |v| sampled(v, "grants") > u64::from(weir_http::KEYED_SAMPLE_KEYS_MAX),
+    )
+    .await;
+    let last = v["history"]["samples"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (&last["in_use"], &last["waiting"]),
+        (&Value::Null, &Value::Null),
+        "{v}"
+    );
     let (status, v) = call(
         &reader,
         "GET",

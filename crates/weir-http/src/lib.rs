@@ -149,5 +149,6 @@ pub use callers::{CALLERS_MAX, Caller, Callers, act_as};
 pub use context::HttpCtx;
 pub use error::ApiError;
 pub use front::Front;
+pub use history::KEYED_SAMPLE_KEYS_MAX;
 pub use listener::HttpListener;
 pub use router::{HEADER_READ_TIMEOUT, router, serve_http, served_routes};

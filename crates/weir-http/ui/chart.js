@@ -41,16 +41,16 @@ function short(v) {
  * the axes and says so.
  */
 function panel(title, pts, series, id) {
-  const max = Math.max(1, ...pts.flatMap((p) => series.map((s) => s.value(p))));
+  // A value may be null: a keyed limit of too many keys for the node to sum (not drawn).
+  const max = Math.max(1, ...pts.flatMap((p) => series.map((s) => s.value(p) ?? 0)));
   const top = max * 1.1;
   const oldest = pts.length ? pts[0].ago_s : 0;
   const span = WINDOWS_S.find((w) => w >= oldest) ?? WINDOWS_S[WINDOWS_S.length - 1];
   const x = (ago) => PAD.left + (1 - Math.min(ago, span) / span) * (W - PAD.left - PAD.right);
   const y = (v) => H - PAD.bottom - (v / top) * (H - PAD.top - PAD.bottom);
   const last = pts[pts.length - 1];
-  const summary = last
-    ? series.map((s) => `${s.label} ${short(s.value(last))}`).join(', ')
-    : 'no samples yet';
+  const said = (s, p) => (s.value(p) == null ? 'not sampled' : short(s.value(p)));
+  const summary = last ? series.map((s) => `${s.label} ${said(s, last)}`).join(', ') : 'no samples yet';
   const words = span < 120 ? `${span} s` : `${span / 60} minutes`;
   const chart = svg('svg', {
     class: 'chart', viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': `${title}, last ${words}: now ${summary}`,
@@ -66,17 +66,19 @@ function panel(title, pts, series, id) {
     chart.append(svg('text', { class: 'tick', x: x(ago), y: H - 6, 'text-anchor': part === 3 ? 'start' : 'middle' }, label));
   }
   for (const s of series) {
-    if (!pts.length) continue;
-    const coords = pts.map((p) => `${x(p.ago_s).toFixed(1)},${y(s.value(p)).toFixed(1)}`).join(' ');
-    chart.append(svg('polyline', { class: `line ${s.cls}`, points: coords, 'data-points': pts.length }));
-    chart.append(svg('circle', { class: `dot ${s.cls}`, cx: x(last.ago_s), cy: y(s.value(last)), r: 3 }));
+    const drawn = pts.filter((p) => s.value(p) != null);
+    if (!drawn.length) continue;
+    const coords = drawn.map((p) => `${x(p.ago_s).toFixed(1)},${y(s.value(p)).toFixed(1)}`).join(' ');
+    chart.append(svg('polyline', { class: `line ${s.cls}`, points: coords, 'data-points': drawn.length }));
+    const end = drawn[drawn.length - 1];
+    chart.append(svg('circle', { class: `dot ${s.cls}`, cx: x(end.ago_s), cy: y(s.value(end)), r: 3 }));
   }
   if (!pts.length) {
     chart.append(svg('text', { class: 'tick', x: W / 2, y: H / 2, 'text-anchor': 'middle' },
       'no samples yet: the node samples once a second'));
   }
   const legend = h('p', { class: 'legend' }, series.map((s) =>
-    h('span', { class: `key ${s.cls}` }, `${s.label}: ${last ? short(s.value(last)) : '—'}`)));
+    h('span', { class: `key ${s.cls}` }, `${s.label}: ${last ? said(s, last) : '—'}`)));
   return h('figure', { class: 'chart-panel', id }, h('figcaption', {}, title), chart, legend);
 }
 
@@ -86,8 +88,8 @@ export function charts(history, id) {
   const perSecond = 1000 / history.interval_ms;
   return h('div', { class: 'charts' },
     panel('In use and waiting', pts, [
-      { label: 'in use', cls: 's1', value: (p) => p.in_use },
-      { label: 'waiting', cls: 's2', value: (p) => p.waiting },
+      { label: 'in use', cls: 's1', value: (p) => p.in_use ?? null },
+      { label: 'waiting', cls: 's2', value: (p) => p.waiting ?? null },
     ], `${id}-load`),
     panel('Grants and refusals a second', pts, [
       { label: 'grants/s', cls: 's1', value: (p) => p.grants * perSecond },
