@@ -2,7 +2,8 @@
 //! under a strict Content-Security-Policy; the cluster event stream `GET /v1/events`
 //! (grants, releases, halts set and cleared, named by tenant and limit; 403 for a tenant
 //! token); a limit's holders and waiters in serving order, paged; a node's record of leader
-//! changes in `GET /v1/status` after a leader is killed. The page itself is tested
+//! changes in `GET /v1/status` after a leader is killed; the read role's node table, every
+//! halt, every tenant and a limit's history answered by any node. The page itself is tested
 //! in headless Chromium by `tests/console` (`.ci/run`).
 
 use std::time::Duration;
@@ -468,4 +469,196 @@ async fn a_nodes_leader_history_keeps_the_killed_leader_and_names_the_new_one() 
         let at = c["at_ms"].as_u64().unwrap();
         assert!(at + 60_000 >= since_ms, "seen since the node started: {c}");
     }
+}
+
+/// GETs `url` as `http` until `wanted` holds of the 200 answer; panics after
+/// [`EVENT_WAIT`] with the last answer.
+async fn until_answer(http: &reqwest::Client, url: &str, wanted: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + EVENT_WAIT;
+    loop {
+        let (status, v) = call(http, "GET", url, None).await;
+        assert_eq!(status, StatusCode::OK, "GET {url}: {v}");
+        if wanted(&v) {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "GET {url} never answered as wanted: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_read_role_sees_status_halts_tenants_and_history_from_any_node_and_changes_nothing() {
+    let (cluster, base) = cluster("weir-console-overview").await;
+    // Node 2 answers from its own applied state and history, whether it leads or follows.
+    let other = format!("http://{}", cluster.node(2).config.http_listen);
+    let (admin, reader, acme) = (client(Some(ADMIN)), client(Some(READ)), client(Some(ACME)));
+    let limit = format!("{base}/v1/tenants/acme/limits/db");
+    let (status, v) = call(&admin, "PUT", &limit, Some(json!({"concurrent": 1}))).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+
+    phase("read sees the node table; a write with it is still 403");
+    let (status, v) = call(&reader, "GET", &format!("{base}/v1/status"), None).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["nodes"].as_array().map(Vec::len), Some(3), "{v}");
+    assert!(v["nodes"][0]["digest"].is_string(), "{v}");
+    let halt = format!("{base}/v1/tenants/acme/agents/etl/halt");
+    let (status, v) = call(&reader, "PUT", &halt, Some(json!({"reason": "no"}))).await;
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (StatusCode::FORBIDDEN, Some("Forbidden"))
+    );
+    let (status, v) = call(&acme, "GET", &format!("{base}/v1/status"), None).await;
+    assert_eq!(
+        status,
+        StatusCode::FORBIDDEN,
+        "a tenant token sees no node table: {v}"
+    );
+
+    phase("every halt and every tenant, from a node of its own state, with when it was set");
+    let (status, v) = call(
+        &admin,
+        "PUT",
+        &halt,
+        Some(json!({"reason": "runaway loop"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    let halts = until_answer(&reader, &format!("{other}/v1/halts"), |v| {
+        v["total"].as_u64() == Some(1)
+    })
+    .await;
+    let h = &halts["halts"][0];
+    assert_eq!(
+        (&h["tenant"], &h["scope"], &h["agent"], &h["reason"]),
+        (
+            &json!("acme"),
+            &json!("agent"),
+            &json!("etl"),
+            &json!("runaway loop")
+        ),
+        "{halts}"
+    );
+    let since = h["since_ms"].as_u64().expect("node 2 saw the halt set");
+    assert!(since <= halts["now_ms"].as_u64().unwrap(), "{halts}");
+    let (status, tenants) = call(&reader, "GET", &format!("{other}/v1/tenants"), None).await;
+    assert_eq!(status, StatusCode::OK, "{tenants}");
+    let listed = tenants["tenants"].as_array().unwrap();
+    assert!(
+        listed
+            .iter()
+            .any(|t| t["name"] == "acme" && t["halts"] == 1),
+        "{tenants}"
+    );
+    for path in ["/v1/halts", "/v1/tenants"] {
+        let (status, v) = call(&acme, "GET", &format!("{other}{path}"), None).await;
+        assert_eq!(
+            status,
+            StatusCode::FORBIDDEN,
+            "{path} names every tenant: {v}"
+        );
+    }
+    let (status, v) = call(&reader, "GET", &format!("{other}/v1/tenants?limit=0"), None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{v}");
+    let (status, _) = call(&admin, "DELETE", &halt, None).await;
+    assert_eq!(status, StatusCode::OK);
+    until_answer(&reader, &format!("{other}/v1/halts"), |v| v["total"] == 0).await;
+
+    phase("a limit's history on another node: the grant and the refusal, a second apart at most");
+    let history = format!("{other}/v1/tenants/acme/limits/db/history");
+    let (status, v) = call(&reader, "GET", &history, None).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    for ticket in [1, 2] {
+        let (_, s) = call(
+            &admin,
+            "POST",
+            &format!("{base}/v1/sessions"),
+            Some(json!({"ttl_ms": 30_000})),
+        )
+        .await;
+        let body = json!({"session": s["session"], "ticket": ticket, "units": 1, "wait": false});
+        let (status, v) = call(&admin, "POST", &format!("{limit}/acquire"), Some(body)).await;
+        let want = if ticket == 1 {
+            StatusCode::OK
+        } else {
+            StatusCode::TOO_MANY_REQUESTS
+        };
+        assert_eq!(status, want, "{v}");
+    }
+    let sampled = |v: &Value, field: &str| -> u64 {
+        v["history"]["samples"]
+            .as_array()
+            .map_or(0, |s| s.iter().map(|x| x[field].as_u64().unwrap()).sum())
+    };
+    let v = until_answer(&reader, &history, |v| {
+        sampled(v, "grants") == 1 && sampled(v, "refusals") == 1
+    })
+    .await;
+    let samples = v["history"]["samples"].as_array().unwrap();
+    assert_eq!(samples.last().unwrap()["in_use"], 1, "{v}");
+    assert_eq!(v["history"]["interval_ms"], 1000, "{v}");
+    let tenant = until_answer(&acme, &format!("{other}/v1/tenants/acme/history"), |v| {
+        sampled(v, "grants") >= 1
+    })
+    .await;
+    assert_eq!(tenant["tenant"], "acme", "{tenant}");
+    let (status, v) = call(
+        &acme,
+        "GET",
+        &format!("{other}/v1/tenants/beta/history"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::FORBIDDEN,
+        "another tenant's history: {v}"
+    );
+    phase(
+        "a keyed limit of more keys than a sample sums: its in use is not sampled, its grants are",
+    );
+    let keyed = format!("{base}/v1/tenants/acme/limits/per-user");
+    let (status, v) = call(
+        &admin,
+        "PUT",
+        &keyed,
+        Some(json!({"per_second": 0.01, "keyed": true})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    for user in 0..=weir_http::KEYED_SAMPLE_KEYS_MAX {
+        let body = json!({"key": format!("user-{user}")});
+        let (status, v) = call(&admin, "POST", &format!("{keyed}/take"), Some(body)).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+    }
+    let v = until_answer(
+        &reader,
+        &format!("{other}/v1/tenants/acme/limits/per-user/history"),
+        |v| sampled(v, "grants") > u64::from(weir_http::KEYED_SAMPLE_KEYS_MAX),
+    )
+    .await;
+    let last = v["history"]["samples"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (&last["in_use"], &last["waiting"]),
+        (&Value::Null, &Value::Null),
+        "{v}"
+    );
+    let (status, v) = call(
+        &reader,
+        "GET",
+        &format!("{other}/v1/tenants/acme/limits/nope/history"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (StatusCode::NOT_FOUND, Some("UnknownLimit"))
+    );
 }

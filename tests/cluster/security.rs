@@ -332,7 +332,9 @@ async fn tenant_tokens_stay_in_their_tenant_read_only_reads_and_a_revoked_token_
         })
     ));
 
-    phase("the CLI: a forbidden status and a refused token are refusals (exit 3), said cleanly");
+    phase(
+        "the CLI: a read token's status is served; a forbidden status and a refused token are refusals (exit 3), said cleanly",
+    );
     let weir = |token: &str| {
         let mut cli = std::process::Command::new(env!("CARGO_BIN_EXE_weir"));
         cli.args(["status", "--servers", &servers.join(",")]);
@@ -346,9 +348,17 @@ async fn tenant_tokens_stay_in_their_tenant_read_only_reads_and_a_revoked_token_
         )
     };
     let (code, err) = weir(READER);
+    assert_eq!(
+        code,
+        Some(0),
+        "a read-only dashboard sees the node table: {err}"
+    );
+    let (code, err) = weir(TENANT_A);
     assert_eq!(code, Some(3), "{err}");
     assert!(
-        err.contains("forbidden: status requests need the admin role, not read"),
+        err.contains(
+            "forbidden: status requests need the admin role or the read role, not tenant:a"
+        ),
         "{err}"
     );
     assert!(!err.contains("unexpected answer"), "{err}");
@@ -359,7 +369,11 @@ async fn tenant_tokens_stay_in_their_tenant_read_only_reads_and_a_revoked_token_
         "{err}"
     );
 
-    phase("read reads anywhere and writes nowhere");
+    phase("read reads anywhere, the node's status too, and writes nowhere");
+    assert!(matches!(
+        ask(&reader, Request::Status).await,
+        Ok(Response::Status(_))
+    ));
     assert!(matches!(
         ask(&reader, Request::Read(Query::limits("b"))).await,
         Ok(Response::Read(_))
@@ -367,7 +381,7 @@ async fn tenant_tokens_stay_in_their_tenant_read_only_reads_and_a_revoked_token_
     for request in [
         Request::Write(define("a")),
         Request::Write(Command::OpenSession { ttl_ms: 10_000 }),
-        Request::Status,
+        Request::SnapshotCost,
     ] {
         let r = ask(&reader, request.clone()).await;
         assert!(forbidden(&r), "read was not refused {request:?}: {r:?}");

@@ -1,12 +1,19 @@
 // The operator console in a real headless Chromium (Debian's, driven by playwright-core)
 // against real three-node clusters of the debug binary. Phases, each logged:
 //  1. without tokens: the console loads every view (screenshots of each at 1280x800 into
-//     the directory WEIR_CONSOLE_SHOTS names, if set); a grant made by the CLI appears live on the limit's page; a halt set from
-//     the page refuses the next CLI acquire in its scope and a clear from the page lifts it;
-//     the page fits a phone's width; killing the leader, the page shows the new leader (the
-//     time it took is printed; the requirement is 2 s, the wait is bounded at 10 s).
-//  2. with tokens: the page asks for a token on 401; a `read` token's page offers no halt
-//     button, and a halt forged with that token is refused 403.
+//     the directory WEIR_CONSOLE_SHOTS names, if set); the tenants view lists every tenant
+//     and says there is no halt; a limit's empty tables say so; a grant made by the CLI
+//     appears live on the limit's page, its holder "held since HH:MM:SS", its lease ending
+//     "in N s", a waiter "waiting for N s"; a halt set from the page puts a banner on every
+//     view (scope, reason, since when, a link to clear it) and a row in the cluster-wide
+//     list, refuses the next CLI acquire in its scope, and a clear from the page lifts both;
+//     the page fits a phone's width; under a load of takes the leader is killed, the page
+//     shows the new leader (the time it took is printed; the requirement is 2 s, the wait
+//     is bounded at 10 s) and the limit's chart on a surviving node has points of grants
+//     and refusals from before and after the kill.
+//  2. with tokens: the page asks for a token on 401; a `read` token sees the node table,
+//     every halt (the banner) and every tenant, is offered no halt button, and a halt forged
+//     with that token is refused 403.
 // Every wait is bounded; clusters, CLIs, the browser and temporary directories are cleaned
 // up whatever happens.
 
@@ -57,6 +64,7 @@ async function withoutTokens(b) {
     log(`cluster up: leader ${leader}, the page is on node ${viewer}`);
     assert.equal((await cluster.http(leader, 'PUT', '/v1/tenants/default/limits/db', { concurrent: 2 })).status, 200);
     assert.equal((await cluster.http(leader, 'PUT', '/v1/tenants/default/limits/api', { per_second: 50 })).status, 200);
+    assert.equal((await cluster.http(leader, 'PUT', '/v1/tenants/default/limits/model', { per_second: 10 })).status, 200);
     const keyed = await cluster.http(leader, 'PUT', '/v1/tenants/default/limits/per-user', { concurrent: 1, keyed: true });
     assert.equal(keyed.status, 200, JSON.stringify(keyed.json));
     assert.equal((await cluster.http(leader, 'PUT', '/v1/tenants/default/limits/trial', { concurrent: 5, shadow: true })).status, 200);
@@ -85,9 +93,19 @@ async function withoutTokens(b) {
     await page.getByRole('link', { name: 'api' }).waitFor();
     await shot(page, 'limits');
 
+    await page.goto(`${cluster.url(viewer)}/ui#/tenants`);
+    await page.locator('#all-tenants a', { hasText: 'default' }).waitFor();
+    assert.match(await page.locator('#all-halts tr.empty').textContent(), /^No halts/);
+    assert.equal(await page.locator('#halt-banner').isHidden(), true, 'no banner without a halt');
+    log('phase: the tenants view lists every tenant and says no halt is set');
+
     await page.goto(`${cluster.url(viewer)}/ui#/limit/default/db`);
     await page.locator('#holders table').waitFor();
     await page.locator('#feed-state.live').waitFor();
+    assert.equal(await page.locator('#holders tr.empty').textContent(), 'No permits held.');
+    assert.equal(await page.locator('#waiters tr.empty').textContent(), 'No tickets waiting.');
+    assert.equal(await page.locator('#recent-empty').isVisible(), true, 'the live list says it is empty');
+    log('phase: empty tables say so');
     const started = Date.now();
     cluster.cliBackground(['--tenant', 'default', 'acquire', 'db', '--hold', '60', '--agent', 'etl']);
     await page.locator('#recent li.ok', { hasText: 'granted' }).waitFor();
@@ -103,14 +121,21 @@ async function withoutTokens(b) {
     await waiterRow.waitFor();
     const weightCell = await waiterRow.locator('td').nth(3).textContent();
     assert.equal(weightCell, '3', `the waiter's weight is shown: ${await waiterRow.textContent()}`);
-    // Held for: the log clock at the read less the grant's log time, as "N ms", "N.N s", ...
+    const waitingFor = await waiterRow.locator('td').nth(4).textContent();
+    assert.match(waitingFor, /^\d+(\.\d)? (ms|s)$/, `waiting for: ${await waiterRow.textContent()}`);
+    // The log clock read: held since a time of day, for "N ms" / "N.N s", lease ends "in N s".
     const holderRow = page.locator('#holders tr', { hasText: 'etl' });
-    const heldFor = await holderRow.locator('td').nth(4).textContent();
+    const heldSince = await holderRow.locator('td').nth(4).textContent();
+    assert.match(heldSince, /^\d\d:\d\d:\d\d$/, `held since: ${await holderRow.textContent()}`);
+    const heldFor = await holderRow.locator('td').nth(5).textContent();
     assert.match(heldFor, /^\d+(\.\d)? (ms|s)$/, `held for: ${await holderRow.textContent()}`);
+    const leaseEnds = await holderRow.locator('td').nth(8).textContent();
+    assert.match(leaseEnds, /^in \d+(\.\d)? (ms|s)$/, `lease ends: ${await holderRow.textContent()}`);
+    assert.equal(await page.locator('#recent-empty').isVisible(), false, 'the live list has a grant');
     const holders = await cluster.http(leader, 'GET', '/v1/tenants/default/limits/db/holders');
     const etl = holders.json.items.find((x) => x.agent === 'etl');
     assert.ok(etl.granted_at_ms > 0 && holders.json.now_ms >= etl.granted_at_ms, JSON.stringify(holders.json));
-    log(`phase: the limit's page shows the holder held for ${heldFor} and the waiter's weight 3`);
+    log(`phase: the limit's page shows the holder held since ${heldSince} for ${heldFor}, its lease ending ${leaseEnds}, the waiter's weight 3 waiting for ${waitingFor}`);
     await shot(page, 'limit');
     const withdrawn = await cluster.http(leader, 'POST', `/v1/sessions/${opened.json.session}/release`, { ticket: 1 });
     assert.equal(withdrawn.status, 200, JSON.stringify(withdrawn.json));
@@ -136,12 +161,34 @@ async function withoutTokens(b) {
     assert.equal(other.code, 0, `another agent is outside the halt: ${other.out}${other.err}`);
     log('phase: a halt set from the page refuses the next CLI acquire in its scope');
     await shot(page, 'tenants');
+    // The banner: on every view, naming scope, reason and since when, linking to the clear.
+    const banner = page.locator('#halt-banner');
+    await banner.locator('li', { hasText: 'runaway loop' }).waitFor();
+    const said = await banner.textContent();
+    assert.match(said, /agent etl of tenant default: “runaway loop” · since \d\d:\d\d:\d\d \(\d+(\.\d)? (ms|s) ago\)/, said);
+    assert.equal(await banner.getByRole('link', { name: 'clear it' }).getAttribute('href'), '#/tenants/default');
+    for (const view of ['cluster', 'limits/default', 'limit/default/db']) {
+      await page.goto(`${cluster.url(viewer)}/ui#/${view}`);
+      await banner.locator('li', { hasText: 'runaway loop' }).waitFor();
+    }
+    await page.locator('#holders table').waitFor();
+    await shot(page, 'banner');
+    await page.goto(`${cluster.url(viewer)}/ui#/tenants`);
+    const listed = page.locator('#all-halts tr', { hasText: 'runaway loop' });
+    await listed.waitFor();
+    assert.match(await listed.textContent(), /^defaultagent etlrunaway loop\d\d:\d\d:\d\d \(.* ago\)Clear$/);
+    assert.match(await page.locator('#all-tenants tr', { hasText: 'default' }).textContent(), /^default1/);
+    await shot(page, 'halts');
+    log('phase: the halt is on a banner over every view and in the cluster-wide list, with since when');
+    await banner.getByRole('link', { name: 'clear it' }).click();
+    await page.locator('#tenant-body td', { hasText: 'runaway loop' }).waitFor();
     await page.click('button.clear-halt');
     await page.click('#confirm-yes');
     await page.locator('#tenant-body td', { hasText: 'runaway loop' }).waitFor({ state: 'detached' });
+    await banner.waitFor({ state: 'hidden' });
     const lifted = cluster.cli(['--tenant', 'default', 'acquire', 'db', '--agent', 'etl', '--no-wait', '--', 'true']);
     assert.equal(lifted.code, 0, `after the clear the acquire is granted: ${lifted.out}${lifted.err}`);
-    log('phase: a clear from the page lifts it');
+    log('phase: a clear from the page lifts it, and the banner goes');
 
     await page.setViewportSize({ width: 390, height: 800 });
     const overflow = await page.evaluate(() => document.documentElement.scrollWidth);
@@ -159,6 +206,10 @@ async function withoutTokens(b) {
     log('phase: phone width and keyboard');
 
     await page.locator(`#leader[data-leader="${leader}"]`).waitFor();
+    // A load of takes on `model` (10 a second) through the viewer: grants, and refusals
+    // beyond the rate, before, across and after the kill.
+    const load = takes(cluster.url(viewer), 'default', 'model', 6_000);
+    await sleep(2_000);
     const killed = Date.now();
     await cluster.kill(leader);
     await page.waitForFunction((old) => {
@@ -178,6 +229,22 @@ async function withoutTokens(b) {
     const elections = await page.locator('#elections').textContent();
     assert.match(elections, /^Elections in the last hour: ([2-9]|\d{2,}) \(as node \d+ recorded since it started\)$/);
     log(`phase: after a reload the leader history is the node's record: ${elections}`);
+    const done = await load;
+    assert.ok(done.granted > 0 && done.refused > 0, `the load was granted and refused: ${JSON.stringify(done)}`);
+    await page.goto(`${cluster.url(viewer)}/ui#/limit/default/model`);
+    const grants = page.locator('#limit-history-rate polyline.s1');
+    await grants.waitFor();
+    // Points above the baseline: grants in the samples; refusals too.
+    const above = (locator) => locator.evaluate((el) => {
+      const ys = el.getAttribute('points').trim().split(' ').map((p) => Number(p.split(',')[1]));
+      return { n: ys.length, up: ys.filter((y) => y < Math.max(...ys)).length };
+    });
+    const g = await above(grants);
+    const r = await above(page.locator('#limit-history-rate polyline.s3'));
+    assert.ok(g.n >= 5 && g.up >= 2, `the chart has grant points: ${JSON.stringify(g)}`);
+    assert.ok(r.up >= 1, `the chart has refusal points: ${JSON.stringify(r)}`);
+    await shot(page, 'chart');
+    log(`phase: the limit's chart on node ${viewer} has ${g.n} samples, ${g.up} with grants, across the leader kill (${JSON.stringify(done)})`);
     assert.deepEqual(errors, []);
     await page.close();
   } catch (e) {
@@ -215,10 +282,43 @@ async function withTokens(b) {
     const halts = await cluster.http(leader, 'GET', '/v1/tenants/acme/halts');
     assert.equal(JSON.stringify(halts.json).includes('forged'), false, 'the forged halt was not set');
     log('phase: a read token sees no halt button; a forged halt is refused 403');
+    const set = await cluster.http(leader, 'PUT', '/v1/tenants/acme/halt', { reason: 'quota review' });
+    assert.equal(set.status, 200, JSON.stringify(set.json));
+    await page.goto(`${cluster.url(leader)}/ui#/cluster`);
+    await page.locator('#nodes table').waitFor();
+    assert.equal(await page.locator('#nodes tbody tr').count(), 3, 'the read role sees every node');
+    await page.locator('#halt-banner li', { hasText: 'quota review' }).waitFor();
+    assert.equal(await page.locator('#halt-banner').getByRole('link', { name: 'see it' }).count(), 1);
+    await page.goto(`${cluster.url(leader)}/ui#/tenants`);
+    await page.locator('#all-halts td', { hasText: 'quota review' }).waitFor();
+    await page.locator('#all-tenants a', { hasText: 'acme' }).waitFor();
+    assert.equal(await page.locator('#all-halts button.clear-halt').count(), 0, 'no clear button for read');
+    log('phase: a read token sees the node table, the halt banner and every halt and tenant');
     await page.close();
   } finally {
     await cluster.close();
   }
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** Takes one token at a time from `tenant`/`limit` through `base` for `ms`: the counts of
+ * grants, refusals and failures (a node down, no leader yet). Bounded in time. */
+async function takes(base, tenant, limit, ms) {
+  const counts = { granted: 0, refused: 0, failed: 0 };
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    try {
+      const r = await fetch(`${base}/v1/tenants/${tenant}/limits/${limit}/take`, {
+        method: 'POST', headers: { 'Content-Type': 'application/json' }, body: '{}', signal: AbortSignal.timeout(3_000),
+      });
+      await r.arrayBuffer();
+      if (r.status === 200) counts.granted++;
+      else if (r.status === 429) counts.refused++;
+      else counts.failed++;
+    } catch { counts.failed++; await sleep(50); }
+  }
+  return counts;
 }
 
 const b = await browser();

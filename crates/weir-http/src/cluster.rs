@@ -27,8 +27,8 @@ const READY_LAG_MAX: u64 = 1_000;
 /// (`null` for one that does not answer), and this node's record of leader changes
 /// (`leader_history`). Needs no leader.
 pub async fn status(State(ctx): State<Arc<HttpCtx>>) -> ApiResult {
-    // Asked with the request's own token: status needs `admin` (docs/security.md), which the client
-    // port decides, as for `weir status`.
+    // Asked with the request's own token: status needs `admin` or `read` (docs/security.md),
+    // which the client port decides, as for `weir status`.
     let security = ctx.client().security().clone();
     let me = match ask(&ctx.client_addr, &security).await {
         Ok(s) => s,

@@ -41,6 +41,7 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ("limits.js", JS, include_str!("../ui/limits.js")),
     ("limit.js", JS, include_str!("../ui/limit.js")),
     ("tenants.js", JS, include_str!("../ui/tenants.js")),
+    ("chart.js", JS, include_str!("../ui/chart.js")),
     ("icon.svg", SVG, include_str!("../ui/icon.svg")),
 ];
 

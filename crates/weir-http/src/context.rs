@@ -1,7 +1,7 @@
 //! [`HttpCtx`]: what every HTTP handler reaches — the callers (one internal client per
 //! token, `callers.rs`) that carry requests to the leader, this node's applied state
-//! (events, local figures), Raft (health, metrics) and the leader changes this node saw
-//! (`leaders.rs`). [`HttpCtx::write`], [`HttpCtx::read`] and the take session act for the
+//! (events, local figures), Raft (health, metrics), the leader changes this node saw
+//! (`leaders.rs`) and the last minutes it saw of each limit (`history.rs`). [`HttpCtx::write`], [`HttpCtx::read`] and the take session act for the
 //! current request's caller.
 
 use std::sync::Arc;
@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 
 use super::callers::{self, Callers, TakeSession};
 use super::error::ApiError;
+use super::history::History;
 use super::leaders::LeaderHistory;
 use weir_client::{Client, ClientError};
 use weir_core::bounds;
@@ -54,6 +55,8 @@ pub struct HttpCtx {
     pub raft: Raft,
     /// The leader changes this node saw since it started (`leaders.rs`).
     pub leaders: Arc<LeaderHistory>,
+    /// The last minutes of each limit and tenant as this node saw them (`history.rs`).
+    pub history: Arc<History>,
 }
 
 impl HttpCtx {
@@ -70,8 +73,9 @@ impl HttpCtx {
             id,
             client_addr,
             callers,
-            state,
             leaders: LeaderHistory::follow(&raft),
+            history: History::follow(state.clone()),
+            state,
             raft,
         }
     }

@@ -68,6 +68,8 @@
 //! - `events.rs` — a session's SSE stream and the wait of a long-polled acquire.
 //! - `watch.rs` — the cluster-wide SSE stream the console follows (`GET /v1/events`).
 //! - `queue.rs` — a limit's holders and waiters, paged.
+//! - `overview.rs` — every halt, every tenant, and a limit's or tenant's last 15 minutes,
+//!   from this node's own state (`history.rs` keeps the samples).
 //! - `console.rs` — the operator console's page at `/ui` (built into the binary) and
 //!   `/v1/whoami`.
 //! - `metrics.rs` — `/metrics`.
@@ -109,6 +111,8 @@ mod permits;
 
 mod queue;
 
+mod overview;
+
 mod runs;
 
 mod watch;
@@ -129,6 +133,8 @@ mod callers;
 
 mod leaders;
 
+mod history;
+
 mod error;
 
 mod listener;
@@ -143,5 +149,6 @@ pub use callers::{CALLERS_MAX, Caller, Callers, act_as};
 pub use context::HttpCtx;
 pub use error::ApiError;
 pub use front::Front;
+pub use history::KEYED_SAMPLE_KEYS_MAX;
 pub use listener::HttpListener;
 pub use router::{HEADER_READ_TIMEOUT, router, serve_http, served_routes};

@@ -6,7 +6,9 @@
 //! answer is `{"items": [...], "total": N, "next": OFFSET|null, "now_ms": T}`, `next` being
 //! the `after` of the following page and `now_ms` the log clock the page was read at: a
 //! holder's `granted_at_ms` is on that clock, so "held for" is `now_ms - granted_at_ms`
-//! with no wall clock involved.
+//! with no wall clock involved. A waiter carries `queued_at_ms`, the log time this node saw
+//! it queued (`history.rs`; `null` if it was queued before the node was watching), so
+//! "waiting for" is `now_ms - queued_at_ms` on the same clock.
 
 use std::sync::Arc;
 
@@ -85,7 +87,16 @@ pub async fn waiters(
         max: limit,
     };
     match ctx.read(query).await? {
-        Answer::Waiters(page) => answer(page, after, &tenant, &name),
+        Answer::Waiters(page) => {
+            let mut body = answer_json(page.as_ref(), after, &tenant, &name)?;
+            // When this node saw each ticket queued (log clock; `null` if before it watched).
+            if let (Some(page), Some(items)) = (page, body["items"].as_array_mut()) {
+                for (item, w) in items.iter_mut().zip(&page.items) {
+                    item["queued_at_ms"] = json!(ctx.history.queued_at(w.session, w.ticket));
+                }
+            }
+            Ok(Json(body).into_response())
+        }
         other => Err(unexpected(other)),
     }
 }
@@ -97,6 +108,16 @@ fn answer<T: Serialize>(
     tenant: &str,
     name: &str,
 ) -> ApiResult {
+    Ok(Json(answer_json(page.as_ref(), after, tenant, name)?).into_response())
+}
+
+/// The body of [`answer`].
+fn answer_json<T: Serialize>(
+    page: Option<&QueuePage<T>>,
+    after: u64,
+    tenant: &str,
+    name: &str,
+) -> Result<serde_json::Value, ApiError> {
     let Some(page) = page else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -106,7 +127,5 @@ fn answer<T: Serialize>(
     };
     let end = after.saturating_add(page.items.len() as u64);
     let next = (end < page.total).then_some(end);
-    let body =
-        json!({"items": page.items, "total": page.total, "next": next, "now_ms": page.now_ms});
-    Ok(Json(body).into_response())
+    Ok(json!({"items": page.items, "total": page.total, "next": next, "now_ms": page.now_ms}))
 }

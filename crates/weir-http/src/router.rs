@@ -29,8 +29,8 @@ use super::context::HttpCtx;
 use super::error::ApiError;
 use super::listener::{HttpListener, PeerAddr};
 use super::{
-    callers, cluster, console, events, halts, keys, limits, metrics, permits, queue, runs,
-    sessions, watch,
+    callers, cluster, console, events, halts, keys, limits, metrics, overview, permits, queue,
+    runs, sessions, watch,
 };
 
 type Route = (&'static str, &'static str, MethodRouter<Arc<HttpCtx>>);
@@ -45,6 +45,18 @@ fn table() -> Vec<Route> {
         ("GET", "/v1/status", get(cluster::status)),
         ("GET", "/v1/events", get(watch::stream)),
         ("GET", "/v1/whoami", get(console::whoami)),
+        ("GET", "/v1/halts", get(overview::halts)),
+        ("GET", "/v1/tenants", get(overview::tenants)),
+        (
+            "GET",
+            "/v1/tenants/{tenant}/history",
+            get(overview::tenant_history),
+        ),
+        (
+            "GET",
+            "/v1/tenants/{tenant}/limits/{name}/history",
+            get(overview::limit_history),
+        ),
         ("GET", "/ui", get(console::page)),
         ("GET", "/ui/{file}", get(console::asset)),
         (

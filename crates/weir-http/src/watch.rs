@@ -19,7 +19,8 @@
 //!
 //! Either way the viewer re-reads the state it shows: nothing is lost silently. A stream
 //! ends with `revoked` when a reload takes its caller's token away, and with the node.
-//! Nobody listening costs the node nothing: the feed is derived only while a stream exists.
+//! The feed is derived while anything listens: a stream, and the node's own history of the
+//! last minutes (`history.rs`), which always does.
 
 use std::convert::Infallible;
 use std::sync::Arc;

@@ -1,9 +1,12 @@
 // The console's shell: the token prompt, who the token is, the views by URL fragment
-// (#/cluster, #/limits/TENANT, #/limit/TENANT/NAME, #/tenants/TENANT), and the one event
-// stream every view listens to. Views re-read the state when an event concerns them and
-// on `resync`; none of them polls.
+// (#/cluster, #/limits/TENANT, #/limit/TENANT/NAME, #/tenants[/TENANT[/PERIOD]]), the halt
+// banner over every view, and the one event stream every view listens to. Views re-read
+// the state when an event concerns them and on `resync`; what changes without an event (a
+// chart's samples, the node table) is re-read every few seconds while shown, and relative
+// times ("in 2.4 s") are rewritten each second.
 
-import { get, onUnauthorized, setToken, token } from './api.js';
+import { get, onUnauthorized, seg, setToken, token } from './api.js';
+import { clock, debounce, h, logClock, relative, show, tick } from './dom.js';
 import { follow } from './feed.js';
 import * as cluster from './cluster.js';
 import * as limits from './limits.js';
@@ -44,7 +47,54 @@ function route() {
   current = VIEWS[view].mount(main, ctx, args);
 }
 
+/** How often the halt banner is re-read without an event, ms. */
+const BANNER_MS = 10_000;
+
+/**
+ * The banner over every view while any halt stands: each halt's scope, reason and since
+ * when, and a link to its tenant's page, where it is cleared. Read from `GET /v1/halts`
+ * (every tenant) for the admin and read roles, from the tenant's own halts for a tenant
+ * token.
+ */
+async function drawBanner() {
+  const banner = document.getElementById('halt-banner');
+  const own = ctx.role?.startsWith('tenant:') ? ctx.role.slice(7) : null;
+  let halts;
+  let lc = null;
+  let total;
+  try {
+    if (own) {
+      halts = (await get(`/v1/tenants/${seg(own)}/halts`)).halts.map((x) => ({ ...x, tenant: own, since_ms: null }));
+      total = halts.length;
+    } else {
+      const answer = await get('/v1/halts');
+      halts = answer.halts;
+      total = answer.total;
+      lc = logClock(answer.now_ms);
+    }
+  } catch {
+    return; // The views say what failed; the banner shows only what it knows.
+  }
+  banner.hidden = halts.length === 0;
+  if (!halts.length) { banner.replaceChildren(); return; }
+  const shown = halts.slice(0, 5);
+  show(banner,
+    h('strong', {}, total === 1 ? 'A halt is set' : `${total} halts are set`),
+    h('ul', {}, shown.map((x) => {
+      const scope = x.scope === 'agent' ? `agent ${x.agent} of tenant ${x.tenant}` : `tenant ${x.tenant}`;
+      const since = x.since_ms != null && lc
+        ? [' · since ', clock(lc.wall(x.since_ms)), ' (', relative(lc.wall(x.since_ms), 'since'), ' ago)']
+        : ' · set before this node started watching';
+      return h('li', { class: 'halt' }, h('span', { class: 'scope' }, scope), ': ', `“${x.reason}”`, since, ' · ',
+        h('a', { href: `#/tenants/${seg(x.tenant)}` }, ctx.canHalt ? 'clear it' : 'see it'));
+    })),
+    total > shown.length ? h('a', { href: '#/tenants' }, `all ${total} halts`) : null);
+}
+
+const redrawBanner = debounce(drawBanner, 300);
+
 function onEvent(name, data) {
+  if (name === 'halt_set' || name === 'halt_cleared' || name === 'resync') redrawBanner();
   if (name === 'hello' || name === 'leader') {
     if (data.leader !== ctx.leader || data.term !== ctx.term) {
       ctx.leaders.unshift({ at_ms: Date.now(), leader: data.leader, term: data.term });
@@ -112,8 +162,12 @@ async function start() {
   }
   window.addEventListener('hashchange', route);
   route();
-  if (ctx.role) follow(onEvent, feedState);
-  else feedState('off');
+  setInterval(tick, 1000);
+  if (ctx.role) {
+    drawBanner();
+    setInterval(drawBanner, BANNER_MS);
+    follow(onEvent, feedState);
+  } else feedState('off');
 }
 
 start();

@@ -3,7 +3,8 @@
 // leader's history: the leader changes the node serving this page recorded since it started
 // (`leader_history` of /v1/status, so elections before the page was opened count), with the
 // elections of the last hour (terms in which a leader was known); before the first status
-// read, or without the admin role, the changes this page saw itself. The leader line follows
+// read, or for a tenant token (status is the admin and read roles'), the changes this page
+// saw itself. The leader line follows
 // the event stream at once; the node table and the record are re-read on a leader change, on
 // resync, and every few seconds while shown (one request for the whole cluster, not one per
 // limit).
@@ -50,7 +51,7 @@ export function mount(root, ctx) {
       drawHistory();
     } catch (e) {
       show(nodes, errorBox(e.status === 403
-        ? new Error(`The node table needs the admin role (${e.message}); the leader above is live.`)
+        ? new Error(`The node table needs the admin or read role (${e.message}); the leader above is live.`)
         : e));
     }
   };

@@ -4,7 +4,7 @@
 // tenant of 100,000 limits costs one page per look. Re-read when an event names the tenant.
 
 import { get, seg } from './api.js';
-import { bar, debounce, errorBox, h, show, table } from './dom.js';
+import { bar, debounce, errorBox, h, loading, show, table } from './dom.js';
 
 /** Limits on one page. */
 const PAGE = 50;
@@ -15,7 +15,7 @@ const CHANGES = new Set(['granted', 'released', 'queued', 'refused', 'expired', 
 export function mount(root, ctx, [tenantArg]) {
   const tenant = tenantArg ?? ctx.tenant;
   const state = { prefix: '', after: null, before: [] };
-  const rows = h('div', { id: 'limit-rows' });
+  const rows = h('div', { id: 'limit-rows' }, loading());
   const pager = h('div', { class: 'pager' });
   const tenantInput = h('input', { id: 'limits-tenant', name: 'tenant', value: tenant, required: true });
   const prefixInput = h('input', { id: 'limits-prefix', name: 'prefix', placeholder: 'name prefix' });
@@ -30,7 +30,10 @@ export function mount(root, ctx, [tenantArg]) {
   h('div', {}, h('label', { for: 'limits-prefix' }, 'Filter'), prefixInput),
   h('button', { type: 'submit' }, 'Show'));
   show(root, h('h1', {}, tenant ? `Limits of ${tenant}` : 'Limits'), form, rows, pager);
-  if (!tenant) { show(rows, h('p', {}, 'Name a tenant to see its limits.')); return {}; }
+  if (!tenant) {
+    show(rows, h('p', {}, 'Name a tenant to see its limits, or pick one from ', h('a', { href: '#/tenants' }, 'the list of tenants'), '.'));
+    return {};
+  }
   ctx.tenant = tenant;
 
   async function load() {
@@ -38,7 +41,7 @@ export function mount(root, ctx, [tenantArg]) {
     if (state.after != null) q.set('after', state.after);
     try {
       const page = pageOf(await get(`/v1/tenants/${seg(tenant)}/limits?${q}`), state);
-      show(rows, limitTable(tenant, page.limits));
+      show(rows, limitTable(tenant, page.limits, state.prefix));
       drawPager(page.next);
     } catch (e) { show(rows, errorBox(e)); }
   }
@@ -81,7 +84,8 @@ function kindTags(l) {
   return tags.map((t) => h('span', { class: 'tag' }, t));
 }
 
-function limitTable(tenant, limits) {
+function limitTable(tenant, limits, prefix) {
+  const empty = prefix ? `No limit of ${tenant} starts with “${prefix}”.` : `${tenant} has no limits defined.`;
   return table(`Limits of ${tenant}`,
     [['limit'], ['kind'], ['in use'], ['waiting', true], ['tokens', true], ['live keys', true]],
     limits.map((l) => [
@@ -93,5 +97,5 @@ function limitTable(tenant, limits) {
       l.waiting,
       l.per_second > 0 ? `${l.tokens} / ${l.burst}` : '—',
       l.keyed ? l.live_keys : '—',
-    ]));
+    ]), empty);
 }

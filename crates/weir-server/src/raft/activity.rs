@@ -7,7 +7,8 @@
 //!
 //! Invariants:
 //! - Derived only while someone listens: the store asks [`wanted`] first, so a node without
-//!   a viewer pays one atomic load per applied batch, nothing more.
+//!   a listener pays one atomic load per applied batch, nothing more. A node serving HTTP
+//!   always has one: its console history (`weir-http`'s `history.rs`) follows the feed.
 //! - Derived from this node's applied log alone, so every node computes the same activity
 //!   for the same entry (as with session events); it is observation, never state: nothing
 //!   reads it back into the machine.

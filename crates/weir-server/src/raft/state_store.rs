@@ -19,7 +19,8 @@
 //!   words of the `SNAPSHOT_*` constants, which the partition harness reads: a line is
 //!   written only once the file holding that snapshot, or a newer one, is durable.
 //! - What each entry did cluster-wide (`activity.rs`) is derived and published only while
-//!   the activity feed has a subscriber (a console's event stream).
+//!   the activity feed has a subscriber (a console's event stream, the HTTP front's
+//!   history of the last minutes).
 
 // openraft's traits fix the error type to its `StorageError`, which is large; boxing it
 // is not ours to choose.

@@ -1,8 +1,11 @@
 //! What each [`Role`] may ask (G10, docs/security.md): `admin` everything; `tenant:NAME` its own work
 //! inside NAME (sessions, acquires, takes, runs, settlements, reads naming NAME; sessions
 //! belong to whoever opened them, checked by the client port against the applied state);
-//! `read` only reads. Status digests, snapshot figures, membership changes and ticks are
-//! admin's alone: they cost the leader work for every caller or change the cluster itself.
+//! `read` only reads: every tenant's state, and the node's status (roles, terms, lag, the
+//! digest, which `DigestCache` keeps cheap however often it is asked), so a read-only
+//! dashboard sees what an operator does. Snapshot figures, backups, membership changes and
+//! ticks are admin's alone: they cost the leader work for every caller or change the
+//! cluster itself.
 //!
 //! The controls an operator sets on a tenant are admin's alone too, so a tenant cannot lift
 //! them: halts (set and clear), the tenant's ceiling and budgets (`SetTenant`), and its limit
@@ -25,7 +28,7 @@ pub fn authorize(role: &Role, request: &Request) -> Result<(), String> {
     let (asked, write) = match request {
         Request::Write(c) => (command_scope(c), true),
         Request::Read(q) | Request::ReadLocal(q) => (Scope::Tenant(query_tenant(q)), false),
-        Request::Status => (Scope::Admin("status requests"), false),
+        Request::Status => (Scope::Observe("status requests"), false),
         Request::AddNode { .. } | Request::RemoveNode { .. } => {
             (Scope::Admin("cluster changes"), true)
         }
@@ -34,6 +37,10 @@ pub fn authorize(role: &Role, request: &Request) -> Result<(), String> {
     };
     match (asked, tenant) {
         (Scope::Admin(what), _) => Err(format!("{what} need the admin role, not {role}")),
+        (Scope::Observe(_), None) => Ok(()),
+        (Scope::Observe(what), Some(_)) => Err(format!(
+            "{what} need the admin role or the read role, not {role}"
+        )),
         (_, None) if write => Err("the read role may only read".into()),
         (Scope::Tenant(_), None) => Ok(()),
         (Scope::Session, _) => Ok(()),
@@ -52,6 +59,8 @@ enum Scope<'a> {
     Session,
     /// The node or the cluster.
     Admin(&'static str),
+    /// The node's own figures, across tenants: admin's and read's.
+    Observe(&'static str),
 }
 
 /// What a write reaches, from the facts its description states ([`Command::describe`]): an
@@ -134,6 +143,9 @@ mod tests {
         }
         assert!(authorize(&a, &read("b")).is_err());
         assert!(authorize(&a, &Request::Status).is_err());
+        // A read-only dashboard sees the node table; it still changes nothing.
+        assert!(authorize(&Role::Read, &Request::Status).is_ok());
+        assert!(authorize(&Role::Read, &Request::SnapshotCost).is_err());
         assert!(authorize(&Role::Read, &read("b")).is_ok());
         assert!(authorize(&Role::Read, &define("b")).is_err());
         assert!(
