@@ -178,6 +178,13 @@ export class Client {
     return record(answer, "limit show") as unknown as LimitStatus;
   }
 
+  /** One key's state of a keyed limit, in a limit's shape (a key not live answers a fresh
+   * key's state). */
+  async showKey(name: string, key: string, options: { tenant?: string } = {}): Promise<LimitStatus> {
+    const answer = await this.transport.call("GET", `/v1/tenants/${this.t(options.tenant)}/limits/${q(name)}/keys/${q(key)}`);
+    return record(answer, "key show") as unknown as LimitStatus;
+  }
+
   /** Every limit of the tenant whose name starts with `prefix`, by name, page by page. */
   async listLimits(options: { prefix?: string; tenant?: string } = {}): Promise<LimitStatus[]> {
     const out: LimitStatus[] = [];

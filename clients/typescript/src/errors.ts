@@ -55,6 +55,11 @@ export class ProtocolError extends WeirError {
   override name = "ProtocolError";
 }
 
+/** The node's certificate did not verify against the CA given (or the system's roots). */
+export class TlsUntrusted extends ProtocolError {
+  override name = "TlsUntrusted";
+}
+
 /** An acquire waited longer than its timeout; its ticket was withdrawn. */
 export class TimedOut extends WeirError {
   override name = "TimedOut";

@@ -155,6 +155,10 @@ export interface AcquireOptions {
   tenant?: string;
   /** The rate parts' units are an estimate, settled later with `permit.settle(cost)`. */
   estimate?: boolean;
+  /** Asks with this ticket number instead of the session's next one: asking again with
+   * the ticket of an earlier acquire of this session is a re-ask, answered as before
+   * (granted with the same fence while it is held). For drivers and recovery tools. */
+  ticket?: number;
   /** Gives the acquire up: the ticket is withdrawn and the acquire rejects with the
    * signal's reason. */
   signal?: AbortSignal;
@@ -470,7 +474,7 @@ export class Session {
       priority,
       agent: options.agent ?? null,
     };
-    return this.acquireRequest(request, options.wait ?? true, options.timeoutMs, options.signal);
+    return this.acquireRequest(request, options.wait ?? true, options.timeoutMs, options.signal, options.ticket);
   }
 
   /**
@@ -496,10 +500,15 @@ export class Session {
     wait: boolean,
     timeoutMs: number | undefined,
     signal: AbortSignal | undefined,
+    asTicket: number | undefined,
   ): Promise<Permit> {
     if (this.ended_ !== null) throw new SessionLost(`session ${this.id} ended: ${describeLost(this.ended_)}`, this.ended_);
     signal?.throwIfAborted();
-    const ticket = this.nextTicket++;
+    if (asTicket !== undefined && !(Number.isSafeInteger(asTicket) && asTicket >= 0)) {
+      throw new RangeError("ticket must be a whole number, at least 0");
+    }
+    const ticket = asTicket ?? this.nextTicket;
+    this.nextTicket = Math.max(this.nextTicket, ticket + 1);
     const path = `/v1/tenants/${q(request.tenant)}/limits/${q(request.limit)}/acquire`;
     const body = requestBody(request, this.id, ticket, wait);
     let resolve!: (outcome: Grant | WeirError) => void;

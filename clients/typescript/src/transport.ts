@@ -44,6 +44,7 @@ import type { Settings } from "./config.js";
 import {
   OutcomeUnknown,
   ProtocolError,
+  TlsUntrusted,
   Unavailable,
   WeirError,
   fromResponse,
@@ -449,7 +450,7 @@ export class Transport {
         );
       } catch (e) {
         if (!(e instanceof TryFailed)) throw e;
-        if (e.kind === "tls") throw new ProtocolError(e.message);
+        if (e.kind === "tls") throw new TlsUntrusted(e.message);
         last = new Unavailable(e.message);
         if (e.kind === "connect") {
           this.moveOn(node);
@@ -574,7 +575,7 @@ export class Transport {
       );
     } catch (e) {
       if (!(e instanceof TryFailed)) throw e;
-      if (e.kind === "tls") throw new ProtocolError(e.message);
+      if (e.kind === "tls") throw new TlsUntrusted(e.message);
       this.moveOn(node);
       throw new Unavailable(e.message);
     }
