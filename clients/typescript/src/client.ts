@@ -4,6 +4,7 @@
  * Options are camelCase; answers keep the server's JSON names (`types.ts`).
  */
 
+import { asyncDispose } from "./dispose.js";
 import { type ClientOptions, resolve } from "./config.js";
 import { Busy, ProtocolError, Refused, namePart } from "./errors.js";
 import { REQUEST_DEADLINE_MS, Transport, sleep } from "./transport.js";
@@ -122,7 +123,7 @@ export class Client {
     this.transport.close();
   }
 
-  async [Symbol.asyncDispose](): Promise<void> {
+  async [asyncDispose](): Promise<void> {
     await this.close();
   }
 
@@ -148,7 +149,7 @@ export class Client {
     try {
       return await session.withPermit(limit, (signal) => work(signal), options);
     } finally {
-      await session[Symbol.asyncDispose]();
+      await session[asyncDispose]();
     }
   }
 

@@ -2,7 +2,7 @@
  * Weir's TypeScript client: a table of contents. The client (`client.ts`) reaches the
  * cluster through `transport.ts` (nodes, silence, retries, hedges); sessions and permits
  * keep the belief rule in `session.ts` on the clock of `clock.ts`; `errors.ts` and
- * `types.ts` are the values it hands back.
+ * `types.ts` are the values it hands back; `dispose.ts` is the guarded `Symbol.asyncDispose`.
  */
 
 export { Client, KEEP } from "./client.js";

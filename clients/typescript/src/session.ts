@@ -37,6 +37,7 @@
  * than one does, un-lose a permit, or ask the cluster for a ticket it was told is done.
  */
 
+import { asyncDispose } from "./dispose.js";
 import { KEEPALIVES_PER_TTL, LOOK_EVERY_MS, bootNowMs, deadlineAfterMs } from "./clock.js";
 import {
   Forbidden,
@@ -316,7 +317,7 @@ export class Permit {
     }
   }
 
-  async [Symbol.asyncDispose](): Promise<void> {
+  async [asyncDispose](): Promise<void> {
     await this.releaseQuietly();
   }
 }
@@ -909,7 +910,7 @@ export class Session {
     }
   }
 
-  async [Symbol.asyncDispose](): Promise<void> {
+  async [asyncDispose](): Promise<void> {
     try {
       await this.close();
     } catch {
