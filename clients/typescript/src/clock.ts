@@ -8,9 +8,9 @@
  * permits whose lease ran out in real time. Node exposes no `CLOCK_BOOTTIME`; Linux shows
  * it in `/proc/uptime` (seconds since boot, suspend included, in hundredths). So
  * {@link bootNowMs} is the monotonic clock plus the time suspended since this module
- * loaded, measured as the growth of `/proc/uptime - monotonic`, rounded up, and never
- * moving backwards: a conservative reading of `CLOCK_BOOTTIME` at the monotonic clock's
- * resolution. Where `/proc/uptime` cannot be read (macOS, Windows) it is the monotonic
+ * loaded, measured as the growth of `/proc/uptime - monotonic` and credited up to 10 ms
+ * long, never short; it never moves backwards: a conservative reading of `CLOCK_BOOTTIME`
+ * at the monotonic clock's resolution. Where `/proc/uptime` cannot be read (macOS, Windows) it is the monotonic
  * clock alone ({@link CLOCK_NAME} says which), with the caveat above.
  *
  * Timers only decide when to *look*: every decision compares against {@link bootNowMs},
@@ -33,6 +33,10 @@ export const LOOK_EVERY_MS = 250;
 /** Keep-alives sent per TTL. */
 export const KEEPALIVES_PER_TTL = 5;
 
+/** A growth of `/proc/uptime - monotonic` below this is the spacing of the two reads
+ * (microseconds), not a suspend (ms). */
+const SUSPEND_MIN_MS = 1;
+
 /** `/proc/uptime` counts hundredths of a second: its reading may be this much behind. */
 const UPTIME_RESOLUTION_MS = 10;
 
@@ -46,39 +50,62 @@ function uptimeMs(): number | null {
   }
 }
 
-/** `/proc/uptime - monotonic` when this module loaded (ms), or null without /proc/uptime. */
-const offsetAtLoadMs: number | null = (() => {
-  const before = performance.now();
-  const up = uptimeMs();
-  return up === null ? null : up - before;
+/**
+ * `/proc/uptime - monotonic` at load (ms), read as `/proc/uptime` ticks (so accurate to the
+ * read, not to its hundredths), or null without /proc/uptime. Finding the tick waits at
+ * most one hundredth of a second, once per process.
+ */
+const baseOffsetMs: number | null = (() => {
+  const first = uptimeMs();
+  if (first === null) return null;
+  const until = performance.now() + 2 * UPTIME_RESOLUTION_MS;
+  for (;;) {
+    const mono = performance.now();
+    const up: number = uptimeMs() ?? first;
+    if (up !== first || mono >= until) return up - mono;
+  }
 })();
+
+/** The largest `/proc/uptime - monotonic` read since load (ms): the uptime is truncated,
+ * so each read is at most the true offset, and the offset only grows (by suspends). */
+let seenOffsetMs: number | null = baseOffsetMs;
 
 /** Which clock {@link bootNowMs} reads. */
 export const CLOCK_NAME: "CLOCK_BOOTTIME (/proc/uptime)" | "monotonic" =
-  offsetAtLoadMs === null ? "monotonic" : "CLOCK_BOOTTIME (/proc/uptime)";
+  baseOffsetMs === null ? "monotonic" : "CLOCK_BOOTTIME (/proc/uptime)";
 
 let lastMs = 0;
 
 /**
- * Milliseconds on the boot clock (module doc): counts suspended time where the platform
- * shows it; never moves backwards.
+ * Milliseconds on the boot clock (module doc): the monotonic clock, plus the time
+ * suspended since load where the platform shows it. A suspend is seen as the growth of
+ * `/proc/uptime - monotonic` and credited with one hundredth more than the growth read
+ * (the uptime's truncation), so it is never credited short by more than the read's own
+ * microseconds; without a suspend the reading is the monotonic clock's. Never moves
+ * backwards.
  */
 export function bootNowMs(): number {
   const mono = performance.now();
   let now = mono;
-  if (offsetAtLoadMs !== null) {
+  if (seenOffsetMs !== null && baseOffsetMs !== null) {
     const up = uptimeMs();
-    if (up !== null) {
-      // Suspended since load: how much the uptime ran ahead of the monotonic clock, read
-      // high by the uptime's resolution (at most 20 ms over, never under), so a deadline
-      // is never judged later than it is.
-      const suspended = up + UPTIME_RESOLUTION_MS - mono - offsetAtLoadMs;
-      if (suspended > 0) now = mono + suspended;
-    }
+    if (up !== null && up - mono > seenOffsetMs) seenOffsetMs = up - mono;
+    const suspended = seenOffsetMs - baseOffsetMs;
+    // Under a millisecond is the two reads' own spacing, not a suspend.
+    if (suspended > SUSPEND_MIN_MS) now = mono + suspended + UPTIME_RESOLUTION_MS;
   }
   if (now < lastMs) now = lastMs;
   lastMs = now;
   return now;
+}
+
+/**
+ * The reading `ms` of {@link bootNowMs} on `CLOCK_BOOTTIME` itself (ns since boot), for
+ * records that other processes compare with theirs (the partition harness's history).
+ * Null without `/proc/uptime`.
+ */
+export function bootClockNs(ms: number = bootNowMs()): number | null {
+  return baseOffsetMs === null ? null : Math.round((ms + baseOffsetMs) * 1e6);
 }
 
 /**

@@ -7,7 +7,7 @@
 
 export { Client, KEEP } from "./client.js";
 export type { DefineOptions, ReserveOptions, SessionOptions, SettleOptions, TakeOptions } from "./client.js";
-export { CLOCK_NAME, bootNowMs, deadlineAfterMs, marginForMs } from "./clock.js";
+export { CLOCK_NAME, bootClockNs, bootNowMs, deadlineAfterMs, marginForMs } from "./clock.js";
 export type { ClientOptions } from "./config.js";
 export * from "./errors.js";
 export { Permit, PermitLost, Session } from "./session.js";

@@ -51,6 +51,7 @@ import {
   namePart,
   refusal,
 } from "./errors.js";
+import { plantedOn } from "./planted.js";
 import { type Transport, jittered, sleep } from "./transport.js";
 import {
   type CostSettlement,
@@ -109,6 +110,15 @@ class Held {
   }
   /** Marks the permit lost for `why` (the first reason stays, unless `replace`). */
   setLost(why: Lost, replace = false): void {
+    // PLANTED(ts-told-late): a loss learned now reaches the application 3 s later.
+    if (plantedOn("ts-told-late")) {
+      setTimeout(() => this.markLost(why, replace), 3000).unref();
+      return;
+    }
+    this.markLost(why, replace);
+  }
+
+  private markLost(why: Lost, replace: boolean): void {
     if (this.lost !== null && !replace) return;
     this.lost = why;
     this.resolveLost(why);
@@ -255,7 +265,7 @@ export class Permit {
   lostReason(): Lost | null {
     const held = this.grant.held;
     if (held.lost !== null) return held.lost;
-    if (bootNowMs() >= this.session.deadlineMs) return LOST_DEADLINE;
+    if (bootNowMs() >= this.session.toldAtMs()) return LOST_DEADLINE;
     return null;
   }
 
@@ -415,6 +425,14 @@ export class Session {
 
   /** The belief deadline, on `bootNowMs()`'s clock (ms). */
   get deadlineMs(): number {
+    return this.deadline;
+  }
+
+  /** @internal When the application is told that the belief deadline passed (`lost`,
+   * `signal`, `lostReason()`): at the deadline itself. */
+  toldAtMs(): number {
+    // PLANTED(ts-told-late): the application is told 3 s after the deadline.
+    if (plantedOn("ts-told-late")) return this.deadline + 3000;
     return this.deadline;
   }
 
@@ -691,7 +709,7 @@ export class Session {
   /** Marks every held permit lost once the belief deadline passes (module doc). */
   private async watchDeadline(): Promise<void> {
     while (this.ended_ === null && !this.transport.closed) {
-      const left = this.deadline - bootNowMs();
+      const left = this.toldAtMs() - bootNowMs();
       if (left <= 0) {
         for (const held of this.held.values()) held.setLost(LOST_DEADLINE);
       }
