@@ -99,7 +99,7 @@ export class Client {
     }
     const settings = resolve(options);
     this.tenant = settings.tenant;
-    this.transport = new Transport(settings, deadline);
+    this.transport = new Transport(settings, deadline, options.log);
   }
 
   /** The nodes' base URLs. */

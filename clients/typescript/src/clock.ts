@@ -33,9 +33,13 @@ export const LOOK_EVERY_MS = 250;
 /** Keep-alives sent per TTL. */
 export const KEEPALIVES_PER_TTL = 5;
 
-/** A growth of `/proc/uptime - monotonic` below this is the spacing of the two reads
- * (microseconds), not a suspend (ms). */
+/** A growth of `/proc/uptime - monotonic` below this is the reads' own spacing at the
+ * calibration (microseconds), not a suspend (ms). */
 const SUSPEND_MIN_MS = 1;
+
+/** The longest span of the reads around the tick the calibration takes (ms): longer, a
+ * preemption came between them. */
+const TICK_SPAN_MAX_MS = 0.2;
 
 /** `/proc/uptime` counts hundredths of a second: its reading may be this much behind. */
 const UPTIME_RESOLUTION_MS = 10;
@@ -51,23 +55,40 @@ function uptimeMs(): number | null {
 }
 
 /**
- * `/proc/uptime - monotonic` at load (ms), read as `/proc/uptime` ticks (so accurate to the
- * read, not to its hundredths), or null without /proc/uptime. Finding the tick waits at
- * most one hundredth of a second, once per process.
+ * A lower bound of `CLOCK_BOOTTIME - monotonic` now (ms): `/proc/uptime` read between two
+ * readings of the monotonic clock and set against the later one, so that neither the
+ * uptime's truncation nor a preemption between the reads can make it too high. Null
+ * without /proc/uptime.
+ */
+function offsetSample(): { offsetMs: number; spanMs: number; upMs: number } | null {
+  const before = performance.now();
+  const up = uptimeMs();
+  const after = performance.now();
+  return up === null ? null : { offsetMs: up - after, spanMs: after - before, upMs: up };
+}
+
+/**
+ * `CLOCK_BOOTTIME - monotonic` at load (ms), read as `/proc/uptime` ticks (so within the
+ * reads' own span of the truth, not up to 10 ms under it), or null without /proc/uptime.
+ * Finding the tick waits at most a few hundredths of a second, once per process; a read
+ * whose span shows a preemption is not used.
  */
 const baseOffsetMs: number | null = (() => {
-  const first = uptimeMs();
+  const first = offsetSample();
   if (first === null) return null;
-  const until = performance.now() + 2 * UPTIME_RESOLUTION_MS;
-  for (;;) {
-    const mono = performance.now();
-    const up: number = uptimeMs() ?? first;
-    if (up !== first || mono >= until) return up - mono;
+  let best = first.offsetMs;
+  const until = performance.now() + 3 * UPTIME_RESOLUTION_MS;
+  while (performance.now() < until) {
+    const s = offsetSample();
+    if (s === null) break;
+    best = Math.max(best, s.offsetMs);
+    if (s.upMs !== first.upMs && s.spanMs < TICK_SPAN_MAX_MS) return s.offsetMs;
   }
+  return best;
 })();
 
-/** The largest `/proc/uptime - monotonic` read since load (ms): the uptime is truncated,
- * so each read is at most the true offset, and the offset only grows (by suspends). */
+/** The largest offset sample since load (ms): each is at most the true offset, and the
+ * offset only grows (by suspends). */
 let seenOffsetMs: number | null = baseOffsetMs;
 
 /** Which clock {@link bootNowMs} reads. */
@@ -88,8 +109,8 @@ export function bootNowMs(): number {
   const mono = performance.now();
   let now = mono;
   if (seenOffsetMs !== null && baseOffsetMs !== null) {
-    const up = uptimeMs();
-    if (up !== null && up - mono > seenOffsetMs) seenOffsetMs = up - mono;
+    const sample = offsetSample();
+    if (sample !== null && sample.offsetMs > seenOffsetMs) seenOffsetMs = sample.offsetMs;
     const suspended = seenOffsetMs - baseOffsetMs;
     // Under a millisecond is the two reads' own spacing, not a suspend.
     if (suspended > SUSPEND_MIN_MS) now = mono + suspended + UPTIME_RESOLUTION_MS;

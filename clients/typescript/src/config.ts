@@ -29,6 +29,9 @@ export interface ClientOptions {
   tenant?: string;
   /** How long one request is retried across nodes (ms; at most 10 000, the default). */
   requestDeadlineMs?: number;
+  /** Where the client's own account goes (nodes passed over, hedges, keep-alives that
+   * failed, sessions ended, background releases); default: nowhere. */
+  log?: (message: string) => void;
 }
 
 /** Resolved settings of a client. */

@@ -604,6 +604,7 @@ export class Session {
 
   private granted(ticket: number, fence: number, units: number): void {
     const w = this.waiting.get(ticket);
+    this.transport.log(`session ${this.id} ticket ${ticket}: granted fence ${fence}${w === undefined ? " (not waiting: ignored)" : ""}`);
     if (w === undefined) return;
     this.waiting.delete(ticket);
     const held = new Held(w.tenant, w.agent);
@@ -640,7 +641,10 @@ export class Session {
   }
 
   private end(why: Lost): void {
-    if (this.ended_ === null) this.ended_ = why;
+    if (this.ended_ === null) {
+      this.ended_ = why;
+      this.transport.log(`session ${this.id} ended: ${describeLost(why)}`);
+    }
     for (const held of this.held.values()) held.setLost(why, true);
     this.held.clear();
     const waiting = [...this.waiting.values()];
@@ -651,12 +655,14 @@ export class Session {
   }
 
   private abandon(ticket: number): void {
+    this.transport.log(`session ${this.id} ticket ${ticket}: abandoned, released in the background`);
     this.waiting.delete(ticket);
     this.held.delete(ticket);
     this.releaseInBackground(ticket, false);
   }
 
   private async withdraw(ticket: number): Promise<void> {
+    this.transport.log(`session ${this.id} ticket ${ticket}: withdrawn`);
     this.waiting.delete(ticket);
     this.held.delete(ticket);
     try {
@@ -680,9 +686,11 @@ export class Session {
       if (this.transport.closed) return;
       try {
         await this.transport.call("POST", `/v1/sessions/${this.id}/release`, { ticket });
+        this.transport.log(`session ${this.id} ticket ${ticket}: released in the background`);
         return;
       } catch (e) {
         if (!(e instanceof WeirError)) return;
+        this.transport.log(`session ${this.id} ticket ${ticket}: background release, try ${attempt + 1}: ${e.message}`);
         if (e instanceof Refused || e instanceof Unauthenticated || e instanceof Forbidden || e instanceof ProtocolError) {
           return;
         }
@@ -730,6 +738,9 @@ export class Session {
         return due;
       }
       if (!(e instanceof WeirError)) throw e;
+      this.transport.log(
+        `session ${this.id} keep-alive failed (${e.message}), ${(this.deadline - bootNowMs()).toFixed(0)} ms before the deadline`,
+      );
       return performance.now() + Math.min(KEEPALIVE_RETRY_MS, every);
     }
     if ((answer as Record<string, unknown> | null)?.["status"] === "kept_alive") {
@@ -766,6 +777,7 @@ export class Session {
       }
       this.writesHedged += 1;
       if (path.endsWith("/keepalive")) this.keepalivesHedged += 1;
+      this.transport.log(`session ${this.id} ${path} unanswered for ${(performance.now() - sent).toFixed(0)} ms near its deadline; hedged`);
       const hedge = settle(this.transport.hedge(method, path, body, done.signal));
       const first = await Promise.race([primary.then((s) => ["primary", s] as const), hedge.then((s) => ["hedge", s] as const)]);
       if (first[0] === "primary") return unwrap(first[1]);

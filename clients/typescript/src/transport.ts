@@ -196,6 +196,8 @@ export class Transport {
   constructor(
     settings: Settings,
     readonly requestDeadlineMs: number = REQUEST_DEADLINE_MS,
+    /** The client's own account (`ClientOptions.log`). */
+    readonly log: (message: string) => void = () => undefined,
   ) {
     this.nodes = settings.urls.map((u, i) => new Node(u, i));
     this.headers = { "user-agent": `weir-typescript/${VERSION}`, accept: "application/json" };
@@ -237,6 +239,7 @@ export class Transport {
   suspect(node: Node): void {
     node.suspectUntil = performance.now() + SUSPECT_FOR_MS;
     this.moveOn(node);
+    this.log(`${node.url} fell silent; passed over for ${SUSPECT_FOR_MS} ms`);
   }
 
   // -- one exchange ----------------------------------------------------------------------
@@ -516,6 +519,7 @@ export class Transport {
       if (this.current === avoid) {
         avoid.suspectUntil = performance.now() + SUSPECT_FOR_MS;
         this.current_ = node.index;
+        this.log(`hedged ${path} answered by ${node.url}; moving there`);
       }
       return answer.json;
     }

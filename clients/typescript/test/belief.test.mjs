@@ -3,6 +3,7 @@
 // its belief deadline; a holder whose leader stops keeps its permit.
 
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
 
 import * as weir from '../dist/index.js';
@@ -15,6 +16,21 @@ test('the clock counts suspend where the platform shows it, and the margin is a 
   assert.equal(weir.marginForMs(3000), 300);
   assert.equal(weir.marginForMs(500), 100);
   assert.equal(weir.deadlineAfterMs(1000, 3000), 3700);
+});
+
+test('without a suspend the boot clock keeps the pace of the monotonic clock, and reads CLOCK_BOOTTIME', async () => {
+  const boot0 = weir.bootNowMs();
+  const mono0 = performance.now();
+  for (let i = 0; i < 300; i++) {
+    for (let j = 0; j < 100; j++) weir.bootNowMs();
+    await new Promise((r) => setImmediate(r));
+  }
+  await sleep(50);
+  const drift = weir.bootNowMs() - boot0 - (performance.now() - mono0);
+  assert.ok(Math.abs(drift) < 1, `the boot clock drifted ${drift.toFixed(3)} ms from the monotonic clock`);
+  const uptimeMs = Number(readFileSync('/proc/uptime', 'ascii').split(' ')[0]) * 1000;
+  const bootMs = weir.bootClockNs() / 1e6;
+  assert.ok(bootMs >= uptimeMs - 1 && bootMs < uptimeMs + 20, `CLOCK_BOOTTIME ${bootMs} ms against /proc/uptime ${uptimeMs} ms`);
 });
 
 test('a permit is lost no later than its belief deadline once keep-alives go unanswered', { timeout: 90_000 }, async () => {

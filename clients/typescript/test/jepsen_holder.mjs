@@ -119,6 +119,7 @@ class Holder {
   async turn(session) {
     const limit = this.a.limit;
     const invoked = this.h.record('invoke', 'acquire', { limit });
+    process.stderr.write(`${invoked} acquire in session ${session.id}\n`);
     let permit;
     try {
       permit = await session.acquire(limit, { timeoutMs: ACQUIRE_WAIT_MS });
@@ -212,7 +213,11 @@ async function main() {
   process.stdin.on('data', () => undefined);
   process.stdin.on('end', () => { stop = true; });
   process.stdin.on('error', () => { stop = true; });
-  const client = new weir.Client({ servers: args.servers, tenant: args.tenant });
+  // The client's own account goes to stderr (the harness keeps it as ts-holder-N.log),
+  // stamped on the history's clock.
+  const history = new History(args.process, args.epochBootNs);
+  const log = (m) => process.stderr.write(`${history.now()} ${m}\n`);
+  const client = new weir.Client({ servers: args.servers, tenant: args.tenant, log });
   try {
     await new Holder(args, client, () => stop).run();
   } finally {
