@@ -149,3 +149,33 @@ test('withPermit releases when its work ends, and hands the work the loss signal
     await c.close();
   }
 });
+
+test('the partition harness holder records acquires, beliefs and releases, and exits when stdin closes', { timeout: 60_000 }, async () => {
+  const { spawn } = await import('node:child_process');
+  const c = client('jepsen');
+  try {
+    await c.defineLimit('mutex', { concurrent: 1 });
+    const epoch = weir.bootClockNs();
+    const holder = spawn(process.execPath, [new URL('./jepsen_holder.mjs', import.meta.url).pathname,
+      '--servers', cluster.servers.join(','), '--limit', 'mutex', '--cap', '1', '--process', '7',
+      '--epoch-boot-ns', String(epoch), '--ttl-ms', '1000'], { stdio: ['pipe', 'pipe', 'ignore'] });
+    let out = '';
+    holder.stdout.on('data', (d) => { out += d; });
+    await sleep(2500);
+    holder.stdin.end();
+    const code = await Promise.race([new Promise((r) => holder.on('exit', r)), sleep(15_000).then(() => 'hung')]);
+    assert.equal(code, 0);
+    const ops = out.trim().split('\n').map((l) => JSON.parse(l));
+    assert.ok(ops.every((o) => o.process === 7 && ['acquire', 'hold', 'release'].includes(o.f)));
+    const holds = ops.filter((o) => o.f === 'hold');
+    assert.ok(holds.length > 0, 'a belief recorded');
+    for (const h of holds) {
+      assert.equal(h.value.client, 'typescript');
+      assert.ok(h.value.from_ns <= h.value.to_ns && h.value.to_ns <= h.value.deadline_ns, JSON.stringify(h.value));
+    }
+    const released = ops.filter((o) => o.f === 'release' && o.kind === 'ok').length;
+    assert.ok(released >= holds.length - 1);
+  } finally {
+    await c.close();
+  }
+});
