@@ -54,8 +54,9 @@ test('a permit is lost no later than its belief deadline once keep-alives go una
     const told = weir.bootNowMs();
     assert.deepEqual(lost, { kind: 'deadline' });
     assert.ok(p.signal.aborted);
-    // Timers fire a little late on a loaded machine; the margin (200 ms) is far larger.
-    assert.ok(told <= bound + 40, `told ${(told - bound).toFixed(0)} ms after the deadline bound`);
+    // Timers fire late on a loaded machine: 100 ms allowed, half the margin (200 ms), so a
+    // deadline without its margin is still caught.
+    assert.ok(told <= bound + 100, `told ${(told - bound).toFixed(0)} ms after the deadline bound`);
     assert.ok(s.deadlineMs <= bound, `deadline ${(s.deadlineMs - bound).toFixed(0)} ms past acked + TTL - margin`);
     assert.deepEqual(p.lostReason(), { kind: 'deadline' });
     for (const n of cluster.nodes) cluster.resume(n.id);
