@@ -12,12 +12,12 @@ use weir_jepsen::cluster::Net;
 use weir_jepsen::nemesis;
 use weir_jepsen::netns::{self, Netns};
 use weir_jepsen::run::{Plan, run, table};
-use weir_jepsen::workload::{ClientHolders, HolderClient};
+use weir_jepsen::workload::PythonHolders;
 
-/// With `client-pause` requested, every which permit a Python or TypeScript holder holds
-/// through a pause past its TTL: often enough for a few a minute, rarely enough that most
-/// of its beliefs are ordinary ones.
-const CLIENT_PAUSE_EVERY: u64 = 5;
+/// With `client-pause` requested, every which permit a Python holder holds through a pause
+/// past its TTL: often enough for a few a minute, rarely enough that most of its beliefs
+/// are ordinary ones.
+const PYTHON_PAUSE_EVERY: u64 = 5;
 
 #[derive(Parser, Debug)]
 #[command(name = "weir-jepsen", about = "Partition tests for Weir")]
@@ -87,17 +87,6 @@ struct Args {
     /// The Python holders' driver (default: `clients/python/tests/jepsen_holder.py`).
     #[arg(long)]
     python_holder_script: Option<PathBuf>,
-    /// Permit holders running the TypeScript client (`clients/typescript`, built: `npm ci`
-    /// there) as processes of their own, beside the Rust holders, on the same limits, as the
-    /// Python holders do.
-    #[arg(long, default_value_t = 0)]
-    ts_holders: u64,
-    /// The Node of the TypeScript holders; default `$WEIR_JEPSEN_NODE`, else `node`.
-    #[arg(long)]
-    node: Option<PathBuf>,
-    /// The TypeScript holders' driver (default: `clients/typescript/test/jepsen_holder.mjs`).
-    #[arg(long)]
-    ts_holder_script: Option<PathBuf>,
 }
 
 /// The nemeses `--nemesis` names (`all`: every one the network mode can inject); exits 2
@@ -190,48 +179,21 @@ fn plan(args: Args, nemeses: Vec<String>, net: Net) -> Plan {
     let out = args
         .out
         .unwrap_or_else(|| PathBuf::from(format!("jepsen/runs/seed-{}-{stamp}", args.seed)));
-    let pause_every = if nemeses.iter().any(|k| k == "client-pause") {
-        CLIENT_PAUSE_EVERY
-    } else {
-        0
-    };
-    let holders = |client: HolderClient,
-                   count: u64,
-                   program: Option<PathBuf>,
-                   var: &str,
-                   default: &str,
-                   script: Option<PathBuf>| {
-        (count > 0).then(|| ClientHolders {
-            client,
-            count,
-            program: program
-                .or_else(|| std::env::var_os(var).map(PathBuf::from))
-                .unwrap_or_else(|| PathBuf::from(default)),
-            script: script.unwrap_or_else(|| client.default_script()),
-            pause_every,
-        })
-    };
-    let holders: Vec<ClientHolders> = [
-        holders(
-            HolderClient::Python,
-            args.python_holders,
-            args.python,
-            "WEIR_JEPSEN_PYTHON",
-            "python3",
-            args.python_holder_script,
-        ),
-        holders(
-            HolderClient::TypeScript,
-            args.ts_holders,
-            args.node,
-            "WEIR_JEPSEN_NODE",
-            "node",
-            args.ts_holder_script,
-        ),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
+    let python = (args.python_holders > 0).then(|| PythonHolders {
+        count: args.python_holders,
+        python: args
+            .python
+            .or_else(|| std::env::var_os("WEIR_JEPSEN_PYTHON").map(PathBuf::from))
+            .unwrap_or_else(|| PathBuf::from("python3")),
+        script: args
+            .python_holder_script
+            .unwrap_or_else(PythonHolders::default_script),
+        pause_every: if nemeses.iter().any(|k| k == "client-pause") {
+            PYTHON_PAUSE_EVERY
+        } else {
+            0
+        },
+    });
     Plan {
         weir,
         out,
@@ -243,7 +205,7 @@ fn plan(args: Args, nemeses: Vec<String>, net: Net) -> Plan {
         secure: args.secure,
         fenced_ttl: Duration::from_millis(args.fenced_ttl_ms),
         snapshot_every: args.snapshot_every,
-        holders,
+        python,
     }
 }
 

@@ -36,9 +36,9 @@ pub struct Plan {
     pub fenced_ttl: Duration,
     /// Entries between snapshots on every node (`--snapshot-every`; 0: the nodes' default).
     pub snapshot_every: u64,
-    /// Permit holders running the Python or the TypeScript client beside the Rust ones
-    /// (`--python-holders`, `--ts-holders`); every node serves HTTP for them.
-    pub holders: Vec<workload::ClientHolders>,
+    /// Permit holders running the Python client beside the Rust ones (`--python-holders`);
+    /// every node serves HTTP for them.
+    pub python: Option<workload::PythonHolders>,
 }
 
 impl Plan {
@@ -79,7 +79,7 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
         lost_fsync,
         secure: plan.secure,
         client_fronts,
-        http: !plan.holders.is_empty(),
+        http: plan.python.is_some(),
         snapshot_every: plan.snapshot_every,
     };
     let mut cluster =
@@ -365,20 +365,16 @@ impl Spawner {
         Ok((client_pause, pausable))
     }
 
-    /// One client's holders, taking turns on the capped permit limits, each a process of
-    /// its own reaching the nodes at `http`; their stderr goes to `out`.
-    fn client_holders(&mut self, holders: &workload::ClientHolders, http: &[String], out: &Path) {
+    /// The Python holders, taking turns on the capped permit limits, each a process of its
+    /// own reaching the nodes at `http`; their stderr goes to `out`.
+    fn python_holders(&mut self, holders: &workload::PythonHolders, http: &[String], out: &Path) {
         let shared = Arc::new(holders.clone());
         let limits = [("mutex", 1u64), ("three", 3)];
-        let salt = match holders.client {
-            workload::HolderClient::Python => 400,
-            workload::HolderClient::TypeScript => 500,
-        };
         for i in 0..holders.count {
-            let p = self.next(salt + i);
-            let log = out.join(format!("{}-{}.log", holders.client.fact(), p.id));
+            let p = self.next(400 + i);
+            let log = out.join(format!("python-holder-{}.log", p.id));
             let limit = limits[(i % 2) as usize];
-            self.spawn(workload::client_holder(
+            self.spawn(workload::python_holder(
                 p,
                 shared.clone(),
                 http.to_vec(),
@@ -412,8 +408,8 @@ impl Workloads {
         spawner.readers();
         let cut_client = spawner.cut_client(client_fronts);
         let (client_pause, pausable) = spawner.fenced(plan.fenced_ttl)?;
-        for holders in &plan.holders {
-            spawner.client_holders(holders, http, &plan.out);
+        if let Some(python) = &plan.python {
+            spawner.python_holders(python, http, &plan.out);
         }
         let cli = client_fronts && plan.nemeses.iter().any(|k| k == "client-cut");
         let cli_holder = cli.then(|| spawner.cli_holder(&plan.weir, &plan.out));
@@ -665,18 +661,11 @@ pub fn judge(
             checker::told::check(ops),
         ));
     }
-    if checker::holders::present(ops, "python-holder") {
+    if checker::python::present(ops) {
         rows.push((
             "python",
             "every Python holder ran and exited cleanly; Python beliefs judged",
-            checker::holders::check(ops, "python-holder", "Python"),
-        ));
-    }
-    if checker::holders::present(ops, "ts-holder") {
-        rows.push((
-            "typescript",
-            "every TypeScript holder ran and exited cleanly; TypeScript beliefs judged",
-            checker::holders::check(ops, "ts-holder", "TypeScript"),
+            checker::python::check(ops),
         ));
     }
     if secure || checker::security::present(ops) {

@@ -77,17 +77,11 @@ pub enum Plant {
     /// timeout (the internal client's `REQUEST_DEADLINE`) once the leader it went to failed,
     /// instead of answering as soon as the next leader did.
     ForwardHeld,
-    /// The TypeScript client tells the application that a permit may be lost 3 s late:
-    /// after its belief deadline, or after it learned of the loss. Its branches are in the
-    /// TypeScript client (`clients/typescript/src/planted.ts`), which honours it only in a
-    /// Node started with `--conditions=weir-planted`; the harness passes that flag when it
-    /// is a planted build.
-    TsToldLate,
 }
 
 impl Plant {
     /// Every plant, in the order of `jepsen/planted.sh`.
-    pub const ALL: [Plant; 25] = [
+    pub const ALL: [Plant; 24] = [
         Plant::NoFreeze,
         Plant::WallGap,
         Plant::MarginZero,
@@ -112,7 +106,6 @@ impl Plant {
         Plant::CliToldLate,
         Plant::UnsyncedSnapshot,
         Plant::ForwardHeld,
-        Plant::TsToldLate,
     ];
 
     /// The name `WEIR_PLANT` takes.
@@ -142,7 +135,6 @@ impl Plant {
             Plant::CliToldLate => "cli-told-late",
             Plant::UnsyncedSnapshot => "unsynced-snapshot",
             Plant::ForwardHeld => "forward-held",
-            Plant::TsToldLate => "ts-told-late",
         }
     }
 }

@@ -9,11 +9,10 @@
 //! application working on a permit the cluster may have expired and handed on; P1 sees it
 //! only when another holder was granted inside the lateness, this check every time.
 //!
-//! Four clients are judged, each against its own deadline and a bound named from its own
+//! Three clients are judged, each against its own deadline and a bound named from its own
 //! look interval ([`bound_ns`]): the Rust library's holders in the harness, the Python
 //! client's (`"client": "python"`: the driver records when `lost()` / `lost_reason()` told
-//! its application), the TypeScript client's (`"client": "typescript"`, when `lost` /
-//! `lostReason()` told it), and the CLI's (`"client": "cli"`: the command of `weir acquire --
+//! its application), and the CLI's (`"client": "cli"`: the command of `weir acquire --
 //! COMMAND` records when it received SIGTERM, and the CLI says its deadline as it stops the
 //! command; a CLI hold whose command ended on its own carries no deadline and is left
 //! out).
@@ -54,15 +53,6 @@ pub const PYTHON_LOOK_EVERY_NS: u64 = 250_000_000;
 /// same loaded machine).
 pub const PYTHON_TOLD_LATE_MAX_NS: u64 = 4 * PYTHON_LOOK_EVERY_NS;
 
-/// The TypeScript client's look interval (`LOOK_EVERY_MS` of
-/// `clients/typescript/src/clock.ts`, 250 ms: its deadline watcher looks at least that
-/// often, and marks held permits lost at the first look past it).
-pub const TS_LOOK_EVERY_NS: u64 = 250_000_000;
-
-/// How much later than the TypeScript client's deadline its application may be told: four
-/// of its look intervals, as for the Python client (the driver is a process of its own).
-pub const TS_TOLD_LATE_MAX_NS: u64 = 4 * TS_LOOK_EVERY_NS;
-
 /// How much later than the CLI's deadline its command may get SIGTERM: four of the CLI's
 /// look intervals (the CLI waits on the library's `Permit::lost`, so its look interval is
 /// `weir_client::LOOK_EVERY`), which also cover its `kill` and the command's note of the
@@ -73,7 +63,6 @@ pub const CLI_TOLD_LATE_MAX_NS: u64 = 4 * weir_client::LOOK_EVERY.as_nanos() as 
 pub fn bound_ns(op: &Op) -> u64 {
     match client(op) {
         Some("python") => PYTHON_TOLD_LATE_MAX_NS,
-        Some("typescript") => TS_TOLD_LATE_MAX_NS,
         Some("cli") => CLI_TOLD_LATE_MAX_NS,
         _ => TOLD_LATE_MAX_NS,
     }
@@ -162,7 +151,6 @@ pub fn check(ops: &[Op]) -> Verdict {
 fn python(client: Option<&str>) -> &'static str {
     match client {
         Some("python") => " (Python)",
-        Some("typescript") => " (TypeScript)",
         _ => "",
     }
 }
@@ -260,31 +248,6 @@ mod tests {
             .parse()
             .expect("LOOK_EVERY is a number of seconds");
         assert_eq!((seconds * 1e9).round() as u64, PYTHON_LOOK_EVERY_NS);
-    }
-
-    #[test]
-    fn the_typescript_bound_is_named_from_the_typescript_clients_own_look_interval() {
-        let clock = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../clients/typescript/src/clock.ts"
-        ))
-        .expect("the TypeScript client's clock module");
-        let look = clock
-            .lines()
-            .find_map(|l| l.strip_prefix("export const LOOK_EVERY_MS = "))
-            .expect("LOOK_EVERY_MS in clock.ts");
-        let ms: u64 = look
-            .trim()
-            .trim_end_matches(';')
-            .parse()
-            .expect("LOOK_EVERY_MS is a whole number of ms");
-        assert_eq!(ms * 1_000_000, TS_LOOK_EVERY_NS);
-        let mut ts = hold(0, 5_000 * MS, 2_000 * MS, Some(5_000 * MS));
-        ts.value["client"] = "typescript".into();
-        match check(&[ts]) {
-            Verdict::Invalid(m) => assert!(m.contains("(TypeScript)"), "{m}"),
-            v => panic!("{v:?}"),
-        }
     }
 
     #[test]

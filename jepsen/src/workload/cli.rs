@@ -32,8 +32,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::cut::CutClient;
-use super::holders::boot_ns;
 use super::process::Process;
+use super::python::boot_ns;
 use crate::client_front::CLI_CLIENT_IP;
 use crate::history::Kind;
 use crate::setup::{CLI_LIMIT, TENANT, TTL};

@@ -12,8 +12,8 @@
 //! client fronts fault, holding a limit of concurrency 1 with waiters behind it
 //! ([`cut_holder`], [`CutClient`]); requests of several parts on keyed limits, whose bucket
 //! keys are drained after the last heal ([`keyed`]); and, when asked for, permit holders
-//! running the Python or the TypeScript client in processes of their own beside the Rust
-//! ones ([`client_holder`]); and, with the cut client, a holder that holds through the CLI
+//! running the Python client in processes of their own beside the Rust ones
+//! ([`python_holder`]); and, with the cut client, a holder that holds through the CLI
 //! (`weir acquire -- COMMAND`, [`cli_holder`]). `setup.rs` holds the limits they share (`define.rs` defines them before the run), `process.rs` what each process is given; `acquire.rs` the
 //! recorded acquire, release and belief end they share; `belief.rs` how a holder works on a
 //! permit as an application does (each step checked, raced against `lost()`) and records
@@ -32,7 +32,7 @@ pub mod keyed;
 mod ledger;
 mod permits;
 mod process;
-mod holders;
+mod python;
 mod queued;
 mod reader;
 mod takes;
@@ -49,10 +49,10 @@ pub use define::setup;
 pub use fenced::{ClientPause, Resource, fenced, spawn_pausable};
 pub use halt_queue::halt_queue;
 pub use halts::{OTHER_AGENT, admitter, halter};
-pub use holders::{ClientHolders, HolderClient, client_holder};
 pub use ledger::ledger;
 pub use permits::permits;
 pub use process::Process;
+pub use python::{PythonHolders, python_holder};
 pub use queued::Queued;
 pub use reader::reader;
 pub use takes::takes;

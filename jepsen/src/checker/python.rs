@@ -1,15 +1,14 @@
-//! The client holders ran as asked (`--python-holders`, `--ts-holders`; one row per
-//! client): each driver started, had none of its lines refused, and exited 0 after the run
-//! stopped it, and they recorded at least one belief between them. (One of them may hold
-//! nothing in a short run: `mutex` has ten Rust holders queueing beside it, and an acquire
-//! gives up after 5 s as theirs do.)
+//! The Python holders ran as asked (`--python-holders`): each driver started, had none of
+//! its lines refused, and exited 0 after the run stopped it, and they recorded at least one
+//! belief between them. (One of them may hold nothing in a short run: `mutex` has ten Rust
+//! holders queueing beside it, and an acquire gives up after 5 s as theirs do.)
 //!
 //! Whether their beliefs were safe is not judged here: their `acquire`, `hold` and
-//! `release` ops are in the history like any holder's, and P1, capacity, linearizability
-//! and `told` judge them with the Rust holders'. This row says those verdicts cover that
-//! client's holders at all: a driver that could not start (no interpreter or no `node`, the
-//! client not installed or not built), died, or wrote what the harness could not record
-//! leaves them judging only Rust holders, which is unknown, never a pass.
+//! `release` ops are in the history like any holder's, and P1, capacity and
+//! linearizability judge them with the Rust holders'. This row says those verdicts cover
+//! Python holders at all: a driver that could not start (no interpreter, the client not
+//! installed), died, or wrote what the harness could not record leaves them judging only
+//! Rust holders, which is unknown, never a pass.
 
 use std::collections::BTreeMap;
 
@@ -17,17 +16,15 @@ use super::ops::{oks, s, u};
 use super::verdict::Verdict;
 use crate::history::Op;
 
-/// Whether the run had holders whose stretches the fact `fact` records (`python-holder`,
-/// `ts-holder`).
-pub fn present(ops: &[Op], fact: &str) -> bool {
-    ops.iter().any(|o| o.f == fact)
+/// Whether the run had Python holders.
+pub fn present(ops: &[Op]) -> bool {
+    ops.iter().any(|o| o.f == "python-holder")
 }
 
-/// Judges the holders of the fact `fact`; `who` names their client in the verdict.
-pub fn check(ops: &[Op], fact: &str, who: &str) -> Verdict {
+pub fn check(ops: &[Op]) -> Verdict {
     // Per driver process: its end fact, if any.
     let mut drivers: BTreeMap<u64, Option<&Op>> = BTreeMap::new();
-    for o in oks(ops, fact) {
+    for o in oks(ops, "python-holder") {
         let end = drivers.entry(o.process).or_default();
         if o.value.get("started").is_none() {
             *end = Some(o);
@@ -35,7 +32,7 @@ pub fn check(ops: &[Op], fact: &str, who: &str) -> Verdict {
     }
     for (process, end) in &drivers {
         let Some(end) = end else {
-            return Verdict::Unknown(format!("{who} holder {process} never ended"));
+            return Verdict::Unknown(format!("Python holder {process} never ended"));
         };
         let exit = u(end, "exit");
         let problem = if let Some(e) = s(end, "error") {
@@ -49,15 +46,15 @@ pub fn check(ops: &[Op], fact: &str, who: &str) -> Verdict {
         };
         if let Some(problem) = problem {
             return Verdict::Unknown(format!(
-                "{who} holder {process}: {problem} ({fact}-{process}.log)"
+                "Python holder {process}: {problem} (python-holder-{process}.log)"
             ));
         }
     }
     if drivers.is_empty() {
-        return Verdict::Unknown(format!("no {who} holder ran"));
+        return Verdict::Unknown("no Python holder ran".into());
     }
     if !oks(ops, "hold").any(|h| drivers.contains_key(&h.process)) {
-        return Verdict::Unknown(format!("no {who} holder held a permit"));
+        return Verdict::Unknown("no Python holder held a permit".into());
     }
     Verdict::Valid
 }
@@ -99,9 +96,8 @@ mod tests {
             started(5),
             ended(5, Some(0), false, None),
         ];
-        assert!(present(&ops, "python-holder"));
-        assert!(!present(&ops, "ts-holder"));
-        assert_eq!(check(&ops, "python-holder", "Python"), Verdict::Valid);
+        assert!(present(&ops));
+        assert_eq!(check(&ops), Verdict::Valid);
     }
 
     #[test]
@@ -129,11 +125,11 @@ mod tests {
             ),
         ];
         for (ops, why) in cases {
-            match check(&ops, "python-holder", "Python") {
+            match check(&ops) {
                 Verdict::Unknown(m) => assert!(m.contains(why), "{m} lacks {why}"),
                 v => panic!("{why}: {v:?}"),
             }
         }
-        assert!(!present(&[held(4)], "python-holder"));
+        assert!(!present(&[held(4)]));
     }
 }

@@ -1,30 +1,25 @@
-//! Client holders: permit holders running the Python client (`clients/python`,
-//! `--python-holders N`) or the TypeScript client (`clients/typescript`, `--ts-holders N`)
-//! in processes of their own, beside the Rust holders on the same limits, so that P1,
-//! capacity and the linearizability checker judge those clients' beliefs as they judge the
-//! Rust library's.
+//! Python holders: permit holders running the Python client (`clients/python`) in processes
+//! of their own, beside the Rust holders on the same limits, so that P1, capacity and the
+//! linearizability checker judge the Python client's beliefs as they judge the Rust
+//! library's (`--python-holders N`).
 //!
-//! Each is its client's driver ([`HolderClient::default_script`]: Python's
-//! `clients/python/tests/jepsen_holder.py`, whose module doc says what a driver does and
-//! records, and its TypeScript twin `clients/typescript/test/jepsen_holder.mjs`) run by the
-//! program the run names (a Python with the client installed; `node`, with the TypeScript
-//! client built). It reaches the nodes over HTTP (a run with client holders has every node
-//! serve HTTP; TLS and its tenant's token through `WEIR_CA` and `WEIR_TOKEN` in a secure
-//! run), is given its process number and the harness's start on CLOCK_BOOTTIME, and writes
-//! its ops to stdout in the history's own format, on the harness's clock: each line is
-//! recorded as it arrives, with its own time. Its `hold` facts are beliefs as its
-//! application saw them (when `lost()` / `lost_reason()` told it), judged by `told` with
-//! the Rust holders'. A planted harness build starts Python with `-X weir_planted` and Node
-//! with `--conditions=weir-planted`, so the client's own plants (`_planted.py`,
-//! `planted.ts`) can be switched on by `WEIR_PLANT`. Its stderr goes to
-//! `<client>-holder-N.log` in the run's folder. When the workloads stop, its stdin is
-//! closed; it releases, closes its session and exits, or is killed after [`EXIT_WAIT`].
+//! Each is the driver `clients/python/tests/jepsen_holder.py` (its module doc says what it
+//! does and records) run by the interpreter `--python` names, which must have the client
+//! installed. It reaches the nodes over HTTP (a run with Python holders has every node serve
+//! HTTP; TLS and its tenant's token through `WEIR_CA` and `WEIR_TOKEN` in a secure run), is
+//! given its process number and the harness's start on CLOCK_BOOTTIME, and writes its ops
+//! to stdout in the history's own format, on the harness's clock: each line is recorded as
+//! it arrives, with its own time. Its `hold` facts are beliefs as its application saw them
+//! (when `lost()` / `lost_reason()` told it), judged by `told` with the Rust holders'.
+//! A planted harness build starts the interpreter with `-X weir_planted`, so the client's
+//! own plants (`clients/python/src/weir/_planted.py`) can be switched on by `WEIR_PLANT`.
+//! Its stderr goes to `python-holder-N.log` in the run's folder. When the workloads stop, its stdin is closed; it releases, closes its session and
+//! exits, or is killed after [`EXIT_WAIT`].
 //!
-//! A `<client>-holder` fact (`python-holder`, `ts-holder`) opens and closes each driver's
-//! stretch (its limit, then its exit, the lines it recorded, the lines refused and why):
-//! the `python` and `typescript` holder rows read them. A line that does not parse as an op
-//! of the driver's own process, or of a kind a holder records, is refused (not recorded)
-//! and counted.
+//! A `python-holder` fact opens and closes each driver's stretch (its limit, then its exit,
+//! the lines it recorded, the lines refused and why): the `python holders` checker reads
+//! them. A line that does not parse as an op of the driver's own process, or of a kind a
+//! holder records, is refused (not recorded) and counted.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -45,60 +40,19 @@ use crate::setup::{TENANT, TTL};
 /// its release (3 s at most) and its session's close (3 s at most), on a loaded machine.
 pub const EXIT_WAIT: Duration = Duration::from_secs(20);
 
-/// A client holder's hold, ms (seeded in the driver): brief, as most Rust holders'.
+/// A Python holder's hold, ms (seeded in the driver): brief, as most Rust holders'.
 const HOLD_MS: (u64, u64) = (10, 150);
 
 /// The ops a holder records; any other `f` in its output is refused.
 const HOLDER_OPS: [&str; 4] = ["acquire", "hold", "release", "client-pause"];
 
-/// Which client a holder's driver runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HolderClient {
-    /// `clients/python`, run by a Python with the client installed.
-    Python,
-    /// `clients/typescript`, run by `node` (the package built: `dist/`).
-    TypeScript,
-}
-
-impl HolderClient {
-    /// The fact that opens and closes each driver's stretch in the history.
-    pub fn fact(self) -> &'static str {
-        match self {
-            HolderClient::Python => "python-holder",
-            HolderClient::TypeScript => "ts-holder",
-        }
-    }
-
-    /// The driver's default path, next to the client it drives.
-    pub fn default_script(self) -> PathBuf {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-        match self {
-            HolderClient::Python => root.join("../clients/python/tests/jepsen_holder.py"),
-            HolderClient::TypeScript => root.join("../clients/typescript/test/jepsen_holder.mjs"),
-        }
-    }
-
-    /// What a planted build passes the program before the driver, so the client honours
-    /// a plant `WEIR_PLANT` names (it is inherited), as the Rust library in this harness
-    /// honours a Rust one.
-    fn planted_args(self) -> &'static [&'static str] {
-        match self {
-            HolderClient::Python => &["-X", "weir_planted"],
-            HolderClient::TypeScript => &["--conditions=weir-planted"],
-        }
-    }
-}
-
-/// The holders of one client in a run.
+/// The Python holders of a run.
 #[derive(Clone, Debug)]
-pub struct ClientHolders {
-    /// Which client they run.
-    pub client: HolderClient,
+pub struct PythonHolders {
     /// How many: taking turns on `mutex` and `three`.
     pub count: u64,
-    /// The program that runs the driver (a venv's `bin/python` with the client installed;
-    /// `node`).
-    pub program: PathBuf,
+    /// The interpreter (a venv's `bin/python` with the client installed).
+    pub python: PathBuf,
     /// The driver.
     pub script: PathBuf,
     /// Every which permit a holder holds through a stop-the-world pause past its TTL (0:
@@ -106,18 +60,25 @@ pub struct ClientHolders {
     pub pause_every: u64,
 }
 
-/// Nanoseconds on CLOCK_BOOTTIME now (the clock the Python and TypeScript clients, the Rust
-/// library and so the CLI keep their deadlines on).
+impl PythonHolders {
+    /// The driver's default path, next to the client it drives.
+    pub fn default_script() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../clients/python/tests/jepsen_holder.py")
+    }
+}
+
+/// Nanoseconds on CLOCK_BOOTTIME now (the clock the Python client, the Rust library and so
+/// the CLI keep their deadlines on).
 pub(super) fn boot_ns() -> u64 {
     let zero = BootInstant::from_since_boot(Duration::ZERO);
     BootInstant::now().saturating_since(zero).as_nanos() as u64
 }
 
-/// One client holder on `limit` (of `cap`), reaching the nodes at `http`; its stderr goes
+/// One Python holder on `limit` (of `cap`), reaching the nodes at `http`; its stderr goes
 /// to `log`. Returns once it has exited (or was killed).
-pub async fn client_holder(
+pub async fn python_holder(
     p: Process,
-    holders: Arc<ClientHolders>,
+    holders: Arc<PythonHolders>,
     http: Vec<String>,
     (limit, cap): (&'static str, u64),
     log: PathBuf,
@@ -125,9 +86,11 @@ pub async fn client_holder(
     // The harness's time 0 on the boot clock: both clocks read back to back.
     let epoch = boot_ns().saturating_sub(p.history.now_ns());
     let ttl_ms = TTL.as_millis() as u64;
-    let mut command = tokio::process::Command::new(&holders.program);
+    let mut command = tokio::process::Command::new(&holders.python);
     if weir_core::planted::ENABLED {
-        command.args(holders.client.planted_args());
+        // A planted build: the client honours a Python plant `WEIR_PLANT` names (it is
+        // inherited), as the Rust library in this harness honours a Rust one.
+        command.args(["-X", "weir_planted"]);
     }
     command
         .arg(&holders.script)
@@ -171,8 +134,7 @@ pub async fn client_holder(
         }
     }
     let record = |value: serde_json::Value| {
-        p.history
-            .record(p.id, Kind::Ok, holders.client.fact(), value);
+        p.history.record(p.id, Kind::Ok, "python-holder", value);
     };
     record(json!({"limit": limit, "cap": cap, "started": true}));
     let stderr = std::fs::File::create(&log).map(Stdio::from);
@@ -182,7 +144,7 @@ pub async fn client_holder(
     let child = match spawned {
         Ok(child) => child,
         Err(e) => {
-            let error = format!("cannot start {}: {e}", holders.program.display());
+            let error = format!("cannot start {}: {e}", holders.python.display());
             record(json!({"limit": limit, "exit": null, "error": error}));
             return;
         }
