@@ -12,9 +12,9 @@ use weir_jepsen::cluster::Net;
 use weir_jepsen::nemesis;
 use weir_jepsen::netns::{self, Netns};
 use weir_jepsen::run::{Plan, run, table};
-use weir_jepsen::workload::PythonHolders;
+use weir_jepsen::workload::{GoHolders, PythonHolders};
 
-/// With `client-pause` requested, every which permit a Python holder holds through a pause
+/// With `client-pause` requested, every which permit a Python or Go holder holds through a pause
 /// past its TTL: often enough for a few a minute, rarely enough that most of its beliefs
 /// are ordinary ones.
 const PYTHON_PAUSE_EVERY: u64 = 5;
@@ -87,6 +87,16 @@ struct Args {
     /// The Python holders' driver (default: `clients/python/tests/jepsen_holder.py`).
     #[arg(long)]
     python_holder_script: Option<PathBuf>,
+    /// Permit holders running the Go client (`clients/go`) as processes of their own,
+    /// beside the Rust holders, on the same limits; their beliefs are judged with the rest.
+    /// Every node then serves HTTP. Each stops past its TTL every fifth permit when
+    /// `client-pause` is requested.
+    #[arg(long, default_value_t = 0)]
+    go_holders: u64,
+    /// The Go holders' binary (default: `clients/go/cmd/weir-jepsen-holder`, built with the
+    /// `go` on PATH into a folder of the system's temporary directory).
+    #[arg(long)]
+    go_holder: Option<PathBuf>,
 }
 
 /// The nemeses `--nemesis` names (`all`: every one the network mode can inject); exits 2
@@ -194,6 +204,28 @@ fn plan(args: Args, nemeses: Vec<String>, net: Net) -> Plan {
             0
         },
     });
+    let go = (args.go_holders > 0).then(|| {
+        let binary = match args.go_holder {
+            Some(binary) => binary,
+            // Outside the run's folder, which the cluster's start makes afresh.
+            None => GoHolders::build(
+                &std::env::temp_dir().join(format!("weir-jepsen-go-holder-{}", std::process::id())),
+            )
+            .unwrap_or_else(|e| {
+                eprintln!("weir-jepsen: {e}");
+                std::process::exit(2);
+            }),
+        };
+        GoHolders {
+            count: args.go_holders,
+            binary,
+            pause_every: if nemeses.iter().any(|k| k == "client-pause") {
+                PYTHON_PAUSE_EVERY
+            } else {
+                0
+            },
+        }
+    });
     Plan {
         weir,
         out,
@@ -206,6 +238,7 @@ fn plan(args: Args, nemeses: Vec<String>, net: Net) -> Plan {
         fenced_ttl: Duration::from_millis(args.fenced_ttl_ms),
         snapshot_every: args.snapshot_every,
         python,
+        go,
     }
 }
 

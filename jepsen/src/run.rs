@@ -39,6 +39,9 @@ pub struct Plan {
     /// Permit holders running the Python client beside the Rust ones (`--python-holders`);
     /// every node serves HTTP for them.
     pub python: Option<workload::PythonHolders>,
+    /// Permit holders running the Go client beside the Rust ones (`--go-holders`); every
+    /// node serves HTTP for them.
+    pub go: Option<workload::GoHolders>,
 }
 
 impl Plan {
@@ -79,7 +82,7 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
         lost_fsync,
         secure: plan.secure,
         client_fronts,
-        http: plan.python.is_some(),
+        http: plan.python.is_some() || plan.go.is_some(),
         snapshot_every: plan.snapshot_every,
     };
     let mut cluster =
@@ -385,6 +388,27 @@ impl Spawner {
     }
 }
 
+impl Spawner {
+    /// The Go holders, as [`Spawner::python_holders`]: taking turns on the capped permit
+    /// limits, each a process of its own; their stderr goes to `out`.
+    fn go_holders(&mut self, holders: &workload::GoHolders, http: &[String], out: &Path) {
+        let shared = Arc::new(holders.clone());
+        let limits = [("mutex", 1u64), ("three", 3)];
+        for i in 0..holders.count {
+            let p = self.next(500 + i);
+            let log = out.join(format!("go-holder-{}.log", p.id));
+            let limit = limits[(i % 2) as usize];
+            self.spawn(workload::go_holder(
+                p,
+                shared.clone(),
+                http.to_vec(),
+                limit,
+                log,
+            ));
+        }
+    }
+}
+
 impl Workloads {
     /// Starts every process, each numbered and seeded from the plan's seed.
     /// `client_fronts`: the run has them, so the cut client binds its address.
@@ -410,6 +434,9 @@ impl Workloads {
         let (client_pause, pausable) = spawner.fenced(plan.fenced_ttl)?;
         if let Some(python) = &plan.python {
             spawner.python_holders(python, http, &plan.out);
+        }
+        if let Some(go) = &plan.go {
+            spawner.go_holders(go, http, &plan.out);
         }
         let cli = client_fronts && plan.nemeses.iter().any(|k| k == "client-cut");
         let cli_holder = cli.then(|| spawner.cli_holder(&plan.weir, &plan.out));
@@ -666,6 +693,13 @@ pub fn judge(
             "python",
             "every Python holder ran and exited cleanly; Python beliefs judged",
             checker::python::check(ops),
+        ));
+    }
+    if checker::python::present_for(ops, "go-holder") {
+        rows.push((
+            "go",
+            "every Go holder ran and exited cleanly; Go beliefs judged",
+            checker::python::check_for(ops, "go-holder", "Go"),
         ));
     }
     if secure || checker::security::present(ops) {

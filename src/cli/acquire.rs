@@ -17,7 +17,9 @@
 //!
 //! `--key K` names the key of a keyed limit; `--part LIMIT[:UNITS][@KEY]` (repeatable) adds
 //! limits decided with NAME in one entry: the permit holds on all of them under one fence,
-//! or the acquire is refused (or waits) with nothing charged.
+//! or the acquire is refused (or waits) with nothing charged. A refusal for want of room
+//! (`busy`, or a wait timed out) says when to retry in seconds from now and which part
+//! lacked room and what it lacked ([`super::room`]).
 //!
 //! `--estimate` (with a command) takes the rate parts' units as an estimate and settles the
 //! actual cost when the command ends: the command finds `WEIR_SETTLE_FILE` in its
@@ -33,10 +35,10 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use serde_json::json;
 
-use super::{EXIT_ERROR, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, Exit, Output, refused};
+use super::{EXIT_ERROR, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, Exit, Output, refused, room};
 use weir_client::{AcquireError, AcquireOptions, BootInstant, Client, Lost, Permit, Session};
 use weir_core::bounds::SESSION_TTL_MS_DEFAULT;
-use weir_core::machine::{Part, Priority, Reply};
+use weir_core::machine::{Part, Priority, Refusal, Reply};
 
 #[derive(Args, Debug)]
 pub struct AcquireArgs {
@@ -135,6 +137,18 @@ async fn with_progress<T>(
     result
 }
 
+impl AcquireArgs {
+    /// Every part of the request, NAME first.
+    fn request_parts(&self) -> Vec<Part> {
+        let first = Part {
+            limit: self.name.clone(),
+            key: self.key.clone(),
+            units: self.units,
+        };
+        std::iter::once(first).chain(self.parts.clone()).collect()
+    }
+}
+
 /// Parses `--part LIMIT[:UNITS][@KEY]`.
 fn parse_part(text: &str) -> Result<Part, String> {
     let (head, key) = match text.split_once('@') {
@@ -217,10 +231,25 @@ pub async fn run(args: &AcquireArgs, tenant: &str, client: &Client, out: &Output
     .await
     {
         Ok(p) => p,
+        Err(AcquireError::Refused(Refusal::Busy { retry_at_ms })) => {
+            let when = match retry_at_ms {
+                Some(at) => match room::log_now_ms(client, tenant, &args.name).await {
+                    Some(now) => room::retry_in(at, now),
+                    None => format!("retry at log time {at} ms"),
+                },
+                None => "no room until a release".into(),
+            };
+            let lacking = room::lacking(client, tenant, &args.request_parts()).await;
+            eprintln!("weir: refused: busy: {when}{lacking}");
+            let _ = session.close().await;
+            return EXIT_REFUSED;
+        }
         Err(AcquireError::Refused(r)) => return refused(&r),
         Err(AcquireError::TimedOut) => {
+            let lacking = room::lacking(client, tenant, &args.request_parts()).await;
             eprintln!(
-                "weir: refused: timed out waiting for {tenant}/{}",
+                "weir: refused: timed out after {} s waiting for {tenant}/{}{lacking}",
+                timeout.unwrap_or_default().as_secs_f64(),
                 args.name
             );
             let _ = session.close().await;

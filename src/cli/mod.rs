@@ -14,6 +14,7 @@ mod limit;
 pub mod limits_file;
 mod log;
 mod output;
+mod room;
 mod runs;
 mod serve;
 mod session;

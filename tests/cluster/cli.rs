@@ -113,10 +113,16 @@ async fn acquire_runs_a_command_under_a_permit_and_every_other_subcommand_works(
     }
     let (code, _, err) = cluster.cli(&["acquire", "db", "--no-wait", "--hold", "1"]);
     assert_eq!(code, 3, "{err}");
-    assert!(err.contains("busy"), "{err}");
+    assert!(
+        err.contains("busy: no room until a release; db lacks room: 1 of 1 in use, needs 1"),
+        "{err}"
+    );
     let (code, _, err) = cluster.cli(&["acquire", "db", "--timeout", "0.3", "--hold", "1"]);
     assert_eq!(code, 3, "{err}");
-    assert!(err.contains("timed out waiting"), "{err}");
+    assert!(
+        err.contains("timed out after 0.3 s waiting for default/db; db lacks room: 1 of 1 in use"),
+        "{err}"
+    );
     let held = holder.wait_with_output().unwrap();
     assert_eq!(held.status.code(), Some(0));
     keys(
@@ -511,6 +517,18 @@ fn bench_runs_the_rls_workload_over_grpc_on_a_spawned_cluster() {
     let v = json(&String::from_utf8_lossy(&out.stdout));
     assert!(v["ops"].as_u64().unwrap() > 0, "{v}");
     assert_eq!(v["errors"].as_u64(), Some(0), "{v}\n{stderr}");
+    // The keys the run asked and what the rule held: every key within the bound, none
+    // answered without room, and some live while the run went on.
+    let keys = &v["keys"];
+    assert_eq!(keys["keys"].as_u64(), Some(500), "{v}");
+    assert_eq!(keys["keys_max"].as_u64(), Some(500), "{v}");
+    assert_eq!(keys["keys_full"].as_u64(), Some(0), "{v}");
+    let live = keys["live_max"].as_u64().unwrap();
+    assert!((1..=500).contains(&live), "{v}");
+    let rounds = keys["rounds"].as_f64().unwrap();
+    assert!(rounds > 0.0, "{v}");
+    let per_minute = keys["distinct_per_minute"].as_u64().unwrap();
+    assert!((1..=500).contains(&per_minute), "{v}");
 }
 
 /// `redis-server` on PATH, where `.ci/run` installs it; elsewhere the test says it skipped.
@@ -679,4 +697,101 @@ fn limits_apply_refuses_a_file_one_apply_cannot_carry_and_says_nothing_was_appli
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A refusal of a request of several parts names the part that lacked room and what it
+/// lacked, and a `Busy` answer's retry time reads in seconds from now, not as a log time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_names_the_part_without_room_and_a_retry_in_seconds() {
+    let cluster = Cluster::start("cli-room", 1, "");
+    cluster.leader(ELECTION).await;
+    let ok = |args: &[&str]| cluster.cli_ok(args);
+    ok(&["limit", "define", "wide", "--concurrent", "5"]);
+    ok(&["limit", "define", "narrow", "--concurrent", "1"]);
+    // One token every 10 s: a refusal's retry is several seconds away.
+    ok(&[
+        "limit",
+        "define",
+        "slow",
+        "--per-second",
+        "0.1",
+        "--burst",
+        "1",
+        "--keyed",
+    ]);
+
+    phase("narrow held: a request on wide and narrow names narrow");
+    let mut holder = cluster.spawn_cli(&["acquire", "narrow", "--hold", "30"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while json(&ok(&["limit", "show", "narrow", "--json"]))["in_use"] != 1 {
+        assert!(Instant::now() < deadline, "the hold never took the permit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let args = [
+        "acquire",
+        "wide",
+        "--part",
+        "narrow",
+        "--no-wait",
+        "--hold",
+        "0",
+    ];
+    let (code, _, err) = cluster.cli(&args);
+    assert_eq!(code, 3, "{err}");
+    assert_eq!(
+        err.trim(),
+        "weir: refused: busy: no room until a release; narrow lacks room: 1 of 1 in use, needs 1"
+    );
+    let args = [
+        "acquire",
+        "wide",
+        "--part",
+        "narrow",
+        "--timeout",
+        "0.2",
+        "--hold",
+        "0",
+    ];
+    let (code, _, err) = cluster.cli(&args);
+    assert_eq!(code, 3, "{err}");
+    assert_eq!(
+        err.trim(),
+        "weir: refused: timed out after 0.2 s waiting for default/wide; \
+         narrow lacks room: 1 of 1 in use, needs 1"
+    );
+    holder.kill().unwrap();
+    let _ = holder.wait();
+
+    phase("a keyed rate part out of tokens: retry in seconds, the part and its key named");
+    ok(&[
+        "acquire",
+        "wide",
+        "--part",
+        "slow@alice",
+        "--no-wait",
+        "--hold",
+        "0",
+    ]);
+    let args = [
+        "acquire",
+        "wide",
+        "--part",
+        "slow@alice",
+        "--no-wait",
+        "--hold",
+        "0",
+    ];
+    let (code, _, err) = cluster.cli(&args);
+    assert_eq!(code, 3, "{err}");
+    let rest = err
+        .trim()
+        .strip_prefix("weir: refused: busy: retry in ")
+        .unwrap_or_else(|| panic!("{err}"));
+    let (seconds, rest) = rest.split_once(" s; ").unwrap_or_else(|| panic!("{err}"));
+    let seconds: f64 = seconds.parse().unwrap_or_else(|_| panic!("{err}"));
+    assert!(seconds > 0.0 && seconds <= 10.0, "{err}");
+    assert_eq!(
+        rest,
+        "slow@alice lacks room: 0 of 1 tokens at its last refill, needs 1 (refills 0.1 a second)"
+    );
 }

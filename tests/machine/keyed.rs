@@ -589,3 +589,182 @@ fn two_keys_of_one_keyed_limit_are_two_parts_of_one_take_each_key_once() {
     );
     assert_eq!(s.m.keys("t", "api").unwrap(), vec!["alice", "bob"]);
 }
+
+// ---- Tokens returned (`ReturnTokens`) -------------------------------------------------------
+
+fn give_back(parts: &[(&str, Option<&str>, u32)]) -> Command {
+    Command::ReturnTokens {
+        tenant: "t".into(),
+        parts: parts
+            .iter()
+            .map(|&(limit, key, units)| weir_core::machine::Part {
+                limit: limit.into(),
+                key: key.map(Into::into),
+                units,
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn returned_tokens_go_back_to_the_keys_bucket_never_above_its_burst_and_a_full_key_is_dropped() {
+    let mut s = Sim::new();
+    assert_eq!(
+        s.reply(limit("t", "api").rate(1.0).burst(5).keyed()),
+        Reply::Done
+    );
+    let a = s.open(600_000);
+    s.grant(ask(a, 1, "api").key("alice").units(4));
+    assert_eq!(s.m.key_status("t", "api", "alice").unwrap().tokens, 1);
+    // Two back: 3 in the bucket, the key still lives.
+    assert_eq!(
+        s.reply(give_back(&[("api", Some("alice"), 2)])),
+        Reply::Done
+    );
+    assert_eq!(s.m.key_status("t", "api", "alice").unwrap().tokens, 3);
+    assert_eq!(s.m.keys("t", "api").unwrap(), ["alice"]);
+    // Ten back: the bucket stops at its burst, and the full key is dropped as fresh.
+    assert_eq!(
+        s.reply(give_back(&[("api", Some("alice"), 10)])),
+        Reply::Done
+    );
+    assert!(s.m.keys("t", "api").unwrap().is_empty());
+    assert_eq!(s.status("t", "api").live_keys, 0);
+    // A key without a state is full: a return creates none.
+    assert_eq!(s.reply(give_back(&[("api", Some("bob"), 3)])), Reply::Done);
+    assert!(s.m.keys("t", "api").unwrap().is_empty());
+    // A fresh key takes its burst, not more: the return did not lift it.
+    s.grant(ask(a, 2, "api").key("bob").units(5));
+    assert_eq!(
+        s.reply(ask(a, 3, "api").key("bob").wait(false)),
+        refused(Refusal::Busy {
+            retry_at_ms: Some(s.m.now_ms() + 1_000)
+        })
+    );
+}
+
+#[test]
+fn a_return_lets_a_waiter_through_and_refuses_all_or_nothing() {
+    let mut s = Sim::new();
+    assert_eq!(
+        s.reply(limit("t", "slow").rate(0.001).burst(2)),
+        Reply::Done
+    );
+    keyed_api(&mut s);
+    assert_eq!(s.reply(limit("t", "pool").concurrent(3)), Reply::Done);
+    let a = s.open(600_000);
+    s.grant(ask(a, 1, "slow").units(2));
+    assert_eq!(s.reply(ask(a, 2, "slow")), queued(0));
+    // The return serves the queue in the same entry.
+    let (reply, events) = s.one(give_back(&[("slow", None, 1)]));
+    assert_eq!(reply, Reply::Done);
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Granted { ticket: 2, .. })),
+        "{events:?}"
+    );
+    assert_eq!(s.status("t", "slow").tokens, 0);
+    // One bad part refuses the whole return: the good part's bucket is unchanged.
+    for (parts, words) in [
+        (
+            vec![("slow", None, 1), ("pool", None, 1)],
+            "part 2: limit t/pool has no rate",
+        ),
+        (
+            vec![("slow", None, 1), ("api", None, 1)],
+            "part 2: limit t/api is keyed, and the part names no key",
+        ),
+        (
+            vec![("slow", None, 1), ("slow", None, 1)],
+            "part 2 names limit slow again",
+        ),
+        (vec![("slow", None, 0)], "units 0 is not in"),
+    ] {
+        invalid_containing(&s.reply(give_back(&parts)), words);
+        assert_eq!(s.status("t", "slow").tokens, 0);
+    }
+    assert_eq!(
+        s.reply(give_back(&[("slow", None, 1), ("gone", None, 1)])),
+        refused(Refusal::UnknownLimit {
+            tenant: "t".into(),
+            name: "gone".into()
+        })
+    );
+    assert_eq!(s.status("t", "slow").tokens, 0);
+}
+
+// ---- Limits of Envoy's descriptor overrides (`DefineOverride`) ------------------------------
+
+fn define_override(requests: u32, unit_s: u64) -> Command {
+    Command::DefineOverride {
+        tenant: "t".into(),
+        requests,
+        unit_s,
+    }
+}
+
+#[test]
+fn an_override_limit_is_a_keyed_bucket_made_once_bounded_per_tenant_and_kept_by_a_prune() {
+    let mut s = Sim::new();
+    assert_eq!(s.reply(define_override(3, 3_600)), Reply::Done);
+    let status = s.status("t", "envoy^3-per-3600s");
+    assert_eq!(
+        (status.burst, status.keyed, status.keys_max, status.shadow),
+        (3, true, Some(100_000), false)
+    );
+    assert!((status.per_second - 3.0 / 3_600.0).abs() < 1e-12);
+    // Made once: asking again leaves its keys' buckets as they are.
+    let a = s.open(600_000);
+    s.grant(ask(a, 1, "envoy^3-per-3600s").key("user=u").units(2));
+    assert_eq!(s.reply(define_override(3, 3_600)), Reply::Done);
+    assert_eq!(
+        s.m.key_status("t", "envoy^3-per-3600s", "user=u")
+            .unwrap()
+            .tokens,
+        1
+    );
+    // A file applied with prune leaves the gateway's override limits alone.
+    let apply = Command::ApplyLimits {
+        tenant: "t".into(),
+        definitions: vec![
+            limit("t", "envoy:user")
+                .rate(1.0)
+                .burst(5)
+                .keyed()
+                .definition(),
+        ],
+        prune: true,
+    };
+    match s.reply(apply) {
+        Reply::LimitsApplied(change) => assert!(change.removed.is_empty(), "{change:?}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        s.m.key_status("t", "envoy^3-per-3600s", "user=u")
+            .unwrap()
+            .tokens,
+        1
+    );
+    // At most RLS_OVERRIDES_MAX of them per tenant; one already made is still answered.
+    for requests in 1..weir_core::bounds::RLS_OVERRIDES_MAX as u32 {
+        assert_eq!(s.reply(define_override(requests, 60)), Reply::Done);
+    }
+    assert_eq!(
+        s.reply(define_override(999, 60)),
+        refused(Refusal::AtCapacity {
+            what: "override limits of tenant t".into(),
+            limit: 64
+        })
+    );
+    assert_eq!(s.reply(define_override(3, 3_600)), Reply::Done);
+    // No request, or a rate below one micro-token a second, is refused.
+    invalid_containing(
+        &s.reply(define_override(0, 60)),
+        "override of 0 per 60 s: burst 0",
+    );
+    invalid_containing(
+        &s.reply(define_override(1, 365 * 86_400)),
+        "below one micro-token a second",
+    );
+}

@@ -150,7 +150,12 @@ async def test_an_estimate_beside_a_concurrent_part_settles_and_stays_held(
                 assert (await client.show_limit("llm")).tokens == 200
                 settled = await job.settle(350)
                 assert (settled.duplicate, settled.overrun_tokens) == (False, 0)
-                assert (settled.estimate, settled.returned_tokens) == (None, None)
+                # Each part's estimate and return: the rate part's, none for the cap.
+                assert settled.parts == (
+                    weir.PartSettlement(weir.Part("gpu"), None, None),
+                    weir.PartSettlement(weir.Part("llm", 800), 800, 450),
+                )
+                assert (settled.estimate, settled.returned_tokens) == (800, 450)
                 assert (await client.show_limit("llm")).tokens == 650
                 # The concurrent part is still held until the release.
                 assert await client.fence_held("gpu", job.fence)
@@ -165,3 +170,77 @@ def test_the_blocking_client_settles_too(cluster: Cluster) -> None:
         with client.session() as s, s.acquire("model-tokens", units=40, estimate=True) as p:
             assert p.settle(25).returned_tokens == 15
         assert client.show_limit("model-tokens").tokens == 75
+
+
+async def test_two_rate_parts_settle_each_their_own_estimate(cluster: Cluster) -> None:
+    async with weir.AsyncClient(cluster.servers, tenant="held-two") as client:
+        await client.define_limit("per-user", per_second=0.01, burst=1_000, keyed=True)
+        await client.define_limit("global", per_second=0.01, burst=1_000)
+        async with client.session() as s:
+            parts = [weir.Part("global", 300)]
+            async with s.acquire("per-user", 500, key="alice", parts=parts,
+                                 estimate=True) as call:
+                settled = await call.settle(400)
+                assert settled.parts == (
+                    weir.PartSettlement(weir.Part("per-user", 500, "alice"), 500, 100),
+                    weir.PartSettlement(weir.Part("global", 300), 300, 0),
+                )
+                assert (settled.estimate, settled.returned_tokens) == (800, 100)
+                assert settled.overrun_tokens == 100  # global: 400 against 300
+                again = await call.settle(400)
+                assert again.duplicate and again.returned_tokens == 0
+
+
+async def test_key_status_and_keys_read_a_keyed_limit(cluster: Cluster) -> None:
+    async with weir.AsyncClient(cluster.servers, tenant="key-reads") as client:
+        await client.define_limit("per-user", per_second=0.01, burst=5, keyed=True)
+        for user, units in [("carol", 1), ("alice", 2), ("bob", 3)]:
+            assert await client.take("per-user", units, key=user) is None
+        alice = await client.key_status("per-user", "alice")
+        assert (alice.name, alice.tokens, alice.burst) == ("per-user", 3, 5)
+        fresh = await client.key_status("per-user", "nobody")  # not live: a full bucket
+        assert fresh.tokens == 5
+        first = await client.keys("per-user", limit=2)
+        assert first == weir.KeyPage(["alice", "bob"], "bob")
+        rest = await client.keys("per-user", after=first.next, limit=2)
+        assert rest == weir.KeyPage(["carol"], None)
+        with pytest.raises(weir.UnknownLimit):
+            await client.keys("no-such")
+        await client.define_limit("plain", concurrent=1)
+        with pytest.raises(weir.UnknownLimit):
+            await client.key_status("plain", "alice")
+
+
+def test_the_blocking_client_reads_keys(cluster: Cluster) -> None:
+    with weir.Client(cluster.servers, tenant="key-reads-sync") as client:
+        client.define_limit("per-ip", concurrent=2, keyed=True)
+        with client.session() as s, s.acquire("per-ip", key="10.0.0.1"):
+            assert client.key_status("per-ip", "10.0.0.1").in_use == 1
+            assert client.keys("per-ip").keys == ["10.0.0.1"]
+        assert client.keys("per-ip") == weir.KeyPage([], None)
+
+
+async def test_a_timed_out_request_names_the_part_that_lacked_room(cluster: Cluster) -> None:
+    async with weir.AsyncClient(cluster.servers, tenant="room") as client:
+        await client.define_limit("pool", concurrent=4)
+        await client.define_limit("lock", concurrent=1)
+        async with client.session() as holder, client.session() as waiter, \
+                holder.acquire("lock"):
+            with pytest.raises(weir.TimedOut) as timed_out:
+                await waiter.acquire("pool", parts=[weir.Part("lock")], timeout=0.3)
+            assert timed_out.value.part == weir.Part("lock")
+            assert str(timed_out.value) == (
+                "room/pool: still waiting after 0.3 s; lock lacks room: 1 of 1 in use,"
+                " needs 1")
+
+
+async def test_a_busy_answer_says_its_retry_in_seconds(cluster: Cluster) -> None:
+    async with weir.AsyncClient(cluster.servers, tenant="room") as client:
+        await client.define_limit("slow", per_second=0.1, burst=1)
+        await client.take("slow")
+        with pytest.raises(weir.Busy) as busy:
+            await client.take("slow")
+        after = busy.value.retry_after
+        assert after is not None and 0 < after <= 10
+        assert str(busy.value) == f"busy: retry in {after:.1f} s"
+        assert "retry at" not in str(busy.value)

@@ -48,3 +48,51 @@ def test_blocking_lost_on_a_halt_and_takes(cluster: Cluster) -> None:
             assert why.scope == weir.HaltScope("bot")
         client.clear_halt(agent="bot")
         assert client.list_halts() == []
+
+
+def test_a_blocking_permit_calls_back_once_when_lost_and_never_once_released(
+    cluster: Cluster,
+) -> None:
+    with weir.Client(cluster.servers, tenant="sync-on-lost") as client:
+        client.define_limit("db", concurrent=2)
+        told: list[tuple[weir.Lost, str]] = []
+        called = threading.Event()
+
+        def tell(why: weir.Lost) -> None:
+            told.append((why, threading.current_thread().name))
+            called.set()
+
+        released_told: list[weir.Lost] = []
+        with client.session() as s:
+            with s.acquire("db") as early:
+                early.on_lost(released_told.append)
+            with s.acquire("db", agent="bot") as permit:
+                permit.on_lost(tell)
+                assert not called.wait(0.3)
+                client.set_halt("enough", agent="bot")
+                assert called.wait(10), "the callback was never called"
+                # Once, on the client's thread, with the reason lost() answers.
+                assert permit.lost(timeout=1) == told[0][0]
+        client.clear_halt(agent="bot")
+        assert [(w.kind, w.scope) for w, _ in told] == [
+            (weir.LostKind.HALTED, weir.HaltScope("bot"))]
+        assert told[0][1] == "weir-client"
+        assert released_told == [], "a permit released first is never reported lost"
+
+
+def test_a_callback_that_raises_is_logged_and_the_client_goes_on(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture,
+) -> None:
+    with weir.Client(cluster.servers, tenant="sync-on-lost-raise") as client:
+        client.define_limit("db", concurrent=1)
+        with client.session() as s, s.acquire("db", agent="bot") as permit:
+
+            def fail(why: weir.Lost) -> None:
+                raise RuntimeError("the callback failed")
+
+            permit.on_lost(fail)
+            client.set_halt("enough", agent="bot")
+            assert permit.lost(timeout=10) is not None
+            wait_until(lambda: "on_lost callback" in caplog.text, 10, "logged")
+        client.clear_halt(agent="bot")
+        assert client.show_limit("db").in_use == 0

@@ -247,6 +247,27 @@ pub struct LoadReport {
     /// CPU of the bench and the spawned nodes over the measured window (`--spawn`, no
     /// failover or stall, Linux).
     pub cpu: Option<CpuReport>,
+    /// `--workload rls --rls-keys N`: the keys asked and what the keyed rule held.
+    pub keys: Option<KeysReport>,
+}
+
+/// A run of `--rls-keys`: distinct keys on one keyed rule, and its live keys.
+#[derive(Serialize)]
+pub struct KeysReport {
+    /// Distinct keys asked, in turn.
+    pub keys: u32,
+    /// The rule's bound on live keys.
+    pub keys_max: u32,
+    /// Distinct keys asked per minute of the measured window (at most `keys`: every key
+    /// once a minute or more often when the run asks faster than that).
+    pub distinct_per_minute: u64,
+    /// Times each key was asked over the measured window, on average.
+    pub rounds: f64,
+    /// The most live keys the rule held when sampled (every 250 ms of the measured
+    /// window, on the leader's state).
+    pub live_max: u64,
+    /// Answers that found no room for their key (also counted in `errors`).
+    pub keys_full: u64,
 }
 
 impl LoadReport {
@@ -292,6 +313,7 @@ impl LoadReport {
             stall,
             verified,
             cpu: None,
+            keys: None,
         }
     }
 
@@ -329,6 +351,13 @@ impl LoadReport {
                 "\nstall: {} stops, grants resumed after p50 {:.1} ms, max {:.1} ms; \
                  {} of {} sessions lost a permit",
                 s.stalls, s.p50_ms, s.max_ms, s.sessions_lost_permit, s.sessions
+            ));
+        }
+        if let Some(k) = &self.keys {
+            text.push_str(&format!(
+                "\nkeys: {} distinct on one rule (keys_max {}), {} a minute, each asked {:.1} \
+                 times; live keys at most {}; {} answers without room for their key",
+                k.keys, k.keys_max, k.distinct_per_minute, k.rounds, k.live_max, k.keys_full
             ));
         }
         if let Some(c) = &self.cpu {

@@ -14,6 +14,9 @@
 //! a gateway's per-key rule seeing N keys in every round. An answer must be OK with a reset
 //! time: one whose key found no room (answered OK with nothing remaining and no reset)
 //! counts as an error, so a run without errors ran in steady state within the keys bound.
+//! The report's `keys` says how many distinct keys a minute that was, how often each key
+//! was asked, the most live keys the rule held (sampled on the leader every 250 ms) and
+//! the answers that found no room.
 //!
 //! With `--spawn` the clients call the leader's gRPC port (the nodes of a spawned cluster
 //! each have one); against given `--servers`, the gRPC addresses in `--grpc`, the
@@ -34,7 +37,7 @@ use tonic::transport::{Channel, Endpoint};
 use super::args::BenchArgs;
 use super::cpu::CpuClock;
 use super::load::{TENANT, node_pids};
-use super::report::{LoadReport, Recorder, histogram, measured_window};
+use super::report::{KeysReport, LoadReport, Recorder, histogram, measured_window};
 use crate::output::{EXIT_OK, Exit, Output};
 use weir_client::Client;
 use weir_core::machine::{Definition, Reply};
@@ -55,6 +58,8 @@ const KEYED_PER_MINUTE: u64 = 100;
 struct Asks {
     keys: u32,
     next: Arc<AtomicU64>,
+    /// Answers that found no room for their key.
+    keys_full: Arc<AtomicU64>,
 }
 
 impl Asks {
@@ -133,10 +138,12 @@ pub async fn measure(
     let asks = Asks {
         keys: args.rls_keys,
         next: Arc::new(AtomicU64::new(0)),
+        keys_full: Arc::new(AtomicU64::new(0)),
     };
     let clients = start_clients(args, &targets, &recorder, &asks).await?;
     tokio::time::sleep(Duration::from_secs_f64(args.warmup)).await;
     let cpu = spawned.and_then(|c| CpuClock::start(&node_pids(c)));
+    let sampler = (args.rls_keys > 0).then(|| tokio::spawn(live_keys_max(admin, recorder.clone())));
     let elapsed = measured_window(args, &recorder, "rls").await;
     let cpu = cpu.and_then(|c| c.stop(recorder.ops.load(Ordering::Relaxed)));
     for c in clients {
@@ -145,8 +152,37 @@ pub async fn measure(
     // Nothing to verify: a take of a limit that never runs short holds nothing to lose.
     let mut report = LoadReport::new(args, &recorder, elapsed, vec![], vec![], true);
     report.cpu = cpu;
+    if let Some(sampler) = sampler {
+        let live_max = sampler.await.unwrap_or(0);
+        let per_minute = report.ops as f64 * 60.0 / elapsed.as_secs_f64().max(1e-9);
+        report.keys = Some(KeysReport {
+            keys: args.rls_keys,
+            keys_max: args.rls_keys,
+            distinct_per_minute: (per_minute as u64).min(u64::from(args.rls_keys)),
+            rounds: report.ops as f64 / f64::from(args.rls_keys),
+            live_max,
+            keys_full: asks.keys_full.load(Ordering::Relaxed),
+        });
+    }
     Ok(report)
 }
+
+/// The most live keys the keyed rule holds, sampled every [`LIVE_SAMPLE`] until the
+/// recorder stops (each sample a linearizable read of the leader's state).
+async fn live_keys_max(admin: Client, recorder: Arc<Recorder>) -> u64 {
+    let limit = limit_name(&[Segment::of_node(KEYED_KEY, None)]);
+    let mut most = 0;
+    while !recorder.stop.load(Ordering::Relaxed) {
+        if let Ok(Some(status)) = admin.limit_status(TENANT, &limit).await {
+            most = most.max(status.live_keys);
+        }
+        tokio::time::sleep(LIVE_SAMPLE).await;
+    }
+    most
+}
+
+/// How often a run of `--rls-keys` reads its rule's live keys.
+const LIVE_SAMPLE: Duration = Duration::from_millis(250);
 
 /// The gRPC addresses to call: the spawned leader's, or `--grpc`.
 async fn targets(
@@ -200,6 +236,9 @@ async fn connect(target: &str) -> Result<Rls, String> {
     Ok(RateLimitServiceClient::new(channel))
 }
 
+/// The error of an answer whose key found no room in its rule's `keys_max`.
+const NO_ROOM: &str = "no room for the key";
+
 /// A take granted: the answer is OK and its one status names the limit.
 fn granted(
     answer: Result<tonic::Response<RateLimitResponse>, tonic::Status>,
@@ -209,7 +248,7 @@ fn granted(
     match answer.statuses.first() {
         Some(s) if s.current_limit.is_none() => Err("no limit matched the descriptor".into()),
         // OK with no reset: a key that found no room in its limit's keys_max.
-        Some(s) if s.duration_until_reset.is_none() => Err("no room for the key".into()),
+        Some(s) if s.duration_until_reset.is_none() => Err(NO_ROOM.into()),
         Some(_) if answer.overall_code == Code::Ok as i32 => Ok(()),
         Some(_) => Err(format!("overall_code {}", answer.overall_code)),
         None => Err("an answer without statuses".into()),
@@ -237,6 +276,9 @@ async fn client(mut rls: Rls, recorder: Arc<Recorder>, asks: Asks) {
     while !recorder.stop.load(Ordering::Relaxed) {
         let sent = recorder.ns();
         let taken = granted(rls.should_rate_limit(asks.request()).await);
+        if matches!(&taken, Err(e) if e == NO_ROOM) && recorder.measuring.load(Ordering::Relaxed) {
+            asks.keys_full.fetch_add(1, Ordering::Relaxed);
+        }
         recorder.record_result(&mut hist, sent, &taken);
     }
     recorder.merge(&hist);

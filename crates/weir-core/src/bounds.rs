@@ -46,6 +46,10 @@ pub const SESSION_ID_DRAWN_MAX: u64 = (1 << 53) - 1;
 /// million bounds that part of the state near 1 GiB even in the worst case.
 pub const SESSIONS_MAX: usize = 1_000_000;
 
+/// Most token leases of one session (one per limit or key it leases). A holder leases the
+/// few hot limits it takes from; more would be a client leasing everything it touches.
+pub const SESSION_LEASES_MAX: usize = 64;
+
 /// Most live tickets (queued or held) of one session. A client that needs more is leaking
 /// tickets; refusing them protects every other session's queue positions.
 pub const SESSION_TICKETS_MAX: usize = 10_000;
@@ -108,6 +112,12 @@ pub const KEYS_MAX_DEFAULT: u32 = 1_000;
 /// keys hold some 44 MiB of a snapshot (about 440 bytes each, see [`KEYS_LIVE_MAX`]); ten
 /// such limits at their bound reach [`KEYS_LIVE_MAX`], which stays the machine's bound.
 pub const RLS_KEYS_MAX_DEFAULT: u32 = 100_000;
+
+/// Most limits one tenant holds for Envoy's descriptor `limit` overrides
+/// (`Command::DefineOverride`): one per distinct (requests, unit) a gateway's routes
+/// override with. Each is keyed, with [`RLS_KEYS_MAX_DEFAULT`] live keys at most, so a
+/// tenant's overrides hold at most this many times that, within [`KEYS_LIVE_MAX`].
+pub const RLS_OVERRIDES_MAX: usize = 64;
 
 /// Most keys in one page of a keyed definition's live keys (`Query::Keys`, `weir limit
 /// keys`, `GET …/keys`): at most [`KEY_BYTES_MAX`] bytes each, a page stays far below the
@@ -294,6 +304,11 @@ pub const FOLLOWED_SESSIONS_MAX: usize = 16_384;
 /// held permits; a held ticket encodes in under 200 bytes in the worst case (a 128-byte agent
 /// name), so this part of the state stays under 200 MiB.
 pub const TICKETS_LIVE_MAX: usize = 1_000_000;
+
+/// Most token leases across the machine. A lease encodes in under 70 bytes with its key, so
+/// this part of the state stays under 7 MiB; 100,000 is a lease on every hot limit for
+/// thousands of holders.
+pub const TOKEN_LEASES_MAX: usize = 100_000;
 
 /// Most queued tickets across the machine. A queued ticket is the largest live item (its
 /// waiter carries an agent and a fairness key, and may be the only one of its flow), and a

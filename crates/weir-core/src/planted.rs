@@ -77,11 +77,16 @@ pub enum Plant {
     /// timeout (the internal client's `REQUEST_DEADLINE`) once the leader it went to failed,
     /// instead of answering as soon as the next leader did.
     ForwardHeld,
+    /// The Go client tells the application that a permit may be lost 3 s after its belief
+    /// deadline. Its branch is in the Go client (`clients/go/planted.go`), compiled only
+    /// with the build tag `weir_planted`; the harness builds its Go holder with that tag
+    /// when it is a planted build.
+    GoToldLate,
 }
 
 impl Plant {
     /// Every plant, in the order of `jepsen/planted.sh`.
-    pub const ALL: [Plant; 24] = [
+    pub const ALL: [Plant; 25] = [
         Plant::NoFreeze,
         Plant::WallGap,
         Plant::MarginZero,
@@ -106,6 +111,7 @@ impl Plant {
         Plant::CliToldLate,
         Plant::UnsyncedSnapshot,
         Plant::ForwardHeld,
+        Plant::GoToldLate,
     ];
 
     /// The name `WEIR_PLANT` takes.
@@ -135,6 +141,7 @@ impl Plant {
             Plant::CliToldLate => "cli-told-late",
             Plant::UnsyncedSnapshot => "unsynced-snapshot",
             Plant::ForwardHeld => "forward-held",
+            Plant::GoToldLate => "go-told-late",
         }
     }
 }

@@ -150,5 +150,6 @@ pub fn reply_json(reply: &Reply) -> serde_json::Value {
         Reply::LimitsApplied(c) => json!({"status": "applied", "created": c.created,
             "changed": c.changed, "removed": c.removed, "unchanged": c.unchanged}),
         Reply::Refused(r) => json!({"status": "refused", "refusal": r.to_string()}),
+        Reply::Leased(shares) => json!({"status": "leased", "parts": shares}),
     }
 }

@@ -1,4 +1,5 @@
-//! The Python holders ran as asked (`--python-holders`): each driver started, had none of
+//! The Python holders ran as asked (`--python-holders`), and the Go holders
+//! (`--go-holders`, [`check_for`] with their `go-holder` facts): each driver started, had none of
 //! its lines refused, and exited 0 after the run stopped it, and they recorded at least one
 //! belief between them. (One of them may hold nothing in a short run: `mutex` has ten Rust
 //! holders queueing beside it, and an acquire gives up after 5 s as theirs do.)
@@ -18,13 +19,24 @@ use crate::history::Op;
 
 /// Whether the run had Python holders.
 pub fn present(ops: &[Op]) -> bool {
-    ops.iter().any(|o| o.f == "python-holder")
+    present_for(ops, "python-holder")
 }
 
 pub fn check(ops: &[Op]) -> Verdict {
+    check_for(ops, "python-holder", "Python")
+}
+
+/// Whether the run had holder drivers whose stretches the fact `fact` records (the Go
+/// holders' is `go-holder`).
+pub fn present_for(ops: &[Op], fact: &str) -> bool {
+    ops.iter().any(|o| o.f == fact)
+}
+
+/// The same rule for the drivers whose stretches `fact` records, named `who` (`Go`).
+pub fn check_for(ops: &[Op], fact: &str, who: &str) -> Verdict {
     // Per driver process: its end fact, if any.
     let mut drivers: BTreeMap<u64, Option<&Op>> = BTreeMap::new();
-    for o in oks(ops, "python-holder") {
+    for o in oks(ops, fact) {
         let end = drivers.entry(o.process).or_default();
         if o.value.get("started").is_none() {
             *end = Some(o);
@@ -32,7 +44,7 @@ pub fn check(ops: &[Op]) -> Verdict {
     }
     for (process, end) in &drivers {
         let Some(end) = end else {
-            return Verdict::Unknown(format!("Python holder {process} never ended"));
+            return Verdict::Unknown(format!("{who} holder {process} never ended"));
         };
         let exit = u(end, "exit");
         let problem = if let Some(e) = s(end, "error") {
@@ -46,15 +58,15 @@ pub fn check(ops: &[Op]) -> Verdict {
         };
         if let Some(problem) = problem {
             return Verdict::Unknown(format!(
-                "Python holder {process}: {problem} (python-holder-{process}.log)"
+                "{who} holder {process}: {problem} ({fact}-{process}.log)"
             ));
         }
     }
     if drivers.is_empty() {
-        return Verdict::Unknown("no Python holder ran".into());
+        return Verdict::Unknown(format!("no {who} holder ran"));
     }
     if !oks(ops, "hold").any(|h| drivers.contains_key(&h.process)) {
-        return Verdict::Unknown("no Python holder held a permit".into());
+        return Verdict::Unknown(format!("no {who} holder held a permit"));
     }
     Verdict::Valid
 }
@@ -131,5 +143,28 @@ mod tests {
             }
         }
         assert!(!present(&[held(4)]));
+    }
+
+    #[test]
+    fn go_drivers_are_judged_by_their_own_facts_and_named() {
+        let rename = |mut o: Op| {
+            o.f = "go-holder".into();
+            o
+        };
+        let ops = [rename(started(6)), rename(ended(6, Some(2), false, None))];
+        assert!(present_for(&ops, "go-holder") && !present(&ops));
+        match check_for(&ops, "go-holder", "Go") {
+            Verdict::Unknown(why) => assert!(
+                why.contains("Go holder 6: exited with Some(2) (go-holder-6.log)"),
+                "{why}"
+            ),
+            other => panic!("a Go driver that exited 2 judged {other:?}"),
+        }
+        let held_ok = [
+            rename(started(6)),
+            held(6),
+            rename(ended(6, Some(0), false, None)),
+        ];
+        assert_eq!(check_for(&held_ok, "go-holder", "Go"), Verdict::Valid);
     }
 }

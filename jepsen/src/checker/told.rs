@@ -53,6 +53,14 @@ pub const PYTHON_LOOK_EVERY_NS: u64 = 250_000_000;
 /// same loaded machine).
 pub const PYTHON_TOLD_LATE_MAX_NS: u64 = 4 * PYTHON_LOOK_EVERY_NS;
 
+/// The Go client's look interval (`lookEvery` of `clients/go/clock.go`, 250 ms: its
+/// deadline watcher looks at least that often, and `Permit.Err` looks at every call).
+pub const GO_LOOK_EVERY_NS: u64 = 250_000_000;
+
+/// How much later than the Go client's deadline its application may be told: four of its
+/// look intervals, as for the others.
+pub const GO_TOLD_LATE_MAX_NS: u64 = 4 * GO_LOOK_EVERY_NS;
+
 /// How much later than the CLI's deadline its command may get SIGTERM: four of the CLI's
 /// look intervals (the CLI waits on the library's `Permit::lost`, so its look interval is
 /// `weir_client::LOOK_EVERY`), which also cover its `kill` and the command's note of the
@@ -63,6 +71,7 @@ pub const CLI_TOLD_LATE_MAX_NS: u64 = 4 * weir_client::LOOK_EVERY.as_nanos() as 
 pub fn bound_ns(op: &Op) -> u64 {
     match client(op) {
         Some("python") => PYTHON_TOLD_LATE_MAX_NS,
+        Some("go") => GO_TOLD_LATE_MAX_NS,
         Some("cli") => CLI_TOLD_LATE_MAX_NS,
         _ => TOLD_LATE_MAX_NS,
     }
@@ -151,6 +160,7 @@ pub fn check(ops: &[Op]) -> Verdict {
 fn python(client: Option<&str>) -> &'static str {
     match client {
         Some("python") => " (Python)",
+        Some("go") => " (Go)",
         _ => "",
     }
 }
@@ -248,6 +258,35 @@ mod tests {
             .parse()
             .expect("LOOK_EVERY is a number of seconds");
         assert_eq!((seconds * 1e9).round() as u64, PYTHON_LOOK_EVERY_NS);
+    }
+
+    #[test]
+    fn the_go_bound_is_named_from_the_go_clients_own_look_interval() {
+        let clock = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../clients/go/clock.go"
+        ))
+        .expect("the Go client's clock file");
+        let look = clock
+            .lines()
+            .find_map(|l| l.strip_prefix("const lookEvery = "))
+            .expect("const lookEvery in clock.go");
+        let ms: u64 = look
+            .trim()
+            .strip_suffix(" * time.Millisecond")
+            .and_then(|n| n.parse().ok())
+            .expect("lookEvery is N * time.Millisecond");
+        assert_eq!(ms * 1_000_000, GO_LOOK_EVERY_NS);
+    }
+
+    #[test]
+    fn a_go_hold_told_past_its_bound_is_flagged_and_named() {
+        let mut go = hold(0, 5_000 * MS, 2_000 * MS, Some(5_000 * MS));
+        go.value["client"] = "go".into();
+        match check(&[go]) {
+            Verdict::Invalid(why) => assert!(why.contains("(Go)"), "{why}"),
+            other => panic!("a Go hold told 3 s late passed: {other:?}"),
+        }
     }
 
     #[test]

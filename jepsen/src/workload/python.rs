@@ -41,7 +41,7 @@ use crate::setup::{TENANT, TTL};
 pub const EXIT_WAIT: Duration = Duration::from_secs(20);
 
 /// A Python holder's hold, ms (seeded in the driver): brief, as most Rust holders'.
-const HOLD_MS: (u64, u64) = (10, 150);
+pub(super) const HOLD_MS: (u64, u64) = (10, 150);
 
 /// The ops a holder records; any other `f` in its output is refused.
 const HOLDER_OPS: [&str; 4] = ["acquire", "hold", "release", "client-pause"];
@@ -133,23 +133,45 @@ pub async fn python_holder(
             command.env("WEIR_TOKEN", token);
         }
     }
+    drive(
+        &p,
+        command,
+        "python-holder",
+        (limit, cap),
+        &log,
+        &holders.python,
+    )
+    .await;
+}
+
+/// Runs a holder driver's `command` (its arguments and environment set): records the
+/// `fact` that opens its stretch, its ops as they come, and the `fact` that closes it;
+/// `program` names it in an error. Its stderr goes to `log`.
+pub(super) async fn drive(
+    p: &Process,
+    mut command: tokio::process::Command,
+    fact: &'static str,
+    (limit, cap): (&'static str, u64),
+    log: &std::path::Path,
+    program: &std::path::Path,
+) {
     let record = |value: serde_json::Value| {
-        p.history.record(p.id, Kind::Ok, "python-holder", value);
+        p.history.record(p.id, Kind::Ok, fact, value);
     };
     record(json!({"limit": limit, "cap": cap, "started": true}));
-    let stderr = std::fs::File::create(&log).map(Stdio::from);
+    let stderr = std::fs::File::create(log).map(Stdio::from);
     let spawned = stderr
         .map_err(|e| e.to_string())
         .and_then(|stderr| command.stderr(stderr).spawn().map_err(|e| e.to_string()));
     let child = match spawned {
         Ok(child) => child,
         Err(e) => {
-            let error = format!("cannot start {}: {e}", holders.python.display());
+            let error = format!("cannot start {}: {e}", program.display());
             record(json!({"limit": limit, "exit": null, "error": error}));
             return;
         }
     };
-    let ended = follow(&p, child).await;
+    let ended = follow(p, child).await;
     record(
         json!({"limit": limit, "exit": ended.exit, "recorded": ended.recorded, "refused": ended.refused, "error": ended.first_refusal, "early": ended.early}),
     );

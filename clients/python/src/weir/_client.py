@@ -16,6 +16,7 @@ from ._transport import REQUEST_DEADLINE, Transport
 from .errors import Busy, ProtocolError, Refused, name_part
 from .types import (
     Halt,
+    KeyPage,
     LimitsChange,
     LimitSpec,
     LimitStatus,
@@ -220,6 +221,26 @@ class AsyncClient:
                 return limits
             if not isinstance(after, str):
                 raise ProtocolError(f"limit list answered next {after!r}")
+
+    async def key_status(self, name: str, key: str, *, tenant: str | None = None) -> LimitStatus:
+        """One key's state of a keyed limit, in the shape of a limit's: a key that is not
+        live answers a fresh key's (a full bucket, an idle semaphore), never an error.
+        Raises :class:`~weir.UnknownLimit` for a limit that is unknown or not keyed."""
+        answer = await self._transport.call(
+            "GET", f"/v1/tenants/{self._t(tenant)}/limits/{q(name)}/keys/{q(key)}"
+        )
+        return LimitStatus.from_json(_expect_dict(answer, "key show"))
+
+    async def keys(self, name: str, *, after: str | None = None, limit: int = 100,
+                   tenant: str | None = None) -> KeyPage:
+        """One page of a keyed limit's live keys in key order, strictly after ``after``,
+        at most ``limit`` (1 to 1000); the page's ``next`` is the ``after`` of the next page
+        (``None`` on the last). Raises :class:`~weir.UnknownLimit` for a limit that is
+        unknown or not keyed."""
+        path = f"/v1/tenants/{self._t(tenant)}/limits/{q(name)}/keys?limit={int(limit)}"
+        if after is not None:
+            path += f"&after={q(after)}"
+        return KeyPage.from_json(_expect_dict(await self._transport.call("GET", path), "keys"))
 
     async def remove_limit(self, name: str, *, tenant: str | None = None) -> None:
         """Removes a limit; its waiters are refused with :class:`~weir.LimitRemoved`."""

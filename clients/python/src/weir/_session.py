@@ -196,6 +196,30 @@ class _Request:
         return body
 
 
+def _part_name(part: Part) -> str:
+    """A part as the CLI writes it: ``LIMIT[:UNITS][@KEY]``, units only when not 1."""
+    units = "" if part.units == 1 else f":{part.units}"
+    key = "" if part.key is None else f"@{part.key}"
+    return f"{part.limit}{units}{key}"
+
+
+def _lack(part: Part, status: Mapping[str, Any]) -> str | None:
+    """What ``part`` lacks in ``status`` (its limit's or key's, as JSON), ``None`` when it
+    has room; a shadow limit never refuses."""
+    if status.get("shadow"):
+        return None
+    if status.get("removing"):
+        return "the limit is being removed"
+    concurrent, in_use = int(status.get("concurrent", 0)), int(status.get("in_use", 0))
+    if concurrent > 0 and in_use + part.units > concurrent:
+        return f"{in_use} of {concurrent} in use, needs {part.units}"
+    per_second, tokens = float(status.get("per_second", 0.0)), int(status.get("tokens") or 0)
+    if per_second > 0 and tokens < part.units:
+        return (f"{tokens} of {status.get('burst')} tokens at its last refill, needs "
+                f"{part.units} (refills {per_second:g} a second)")
+    return None
+
+
 def _discard(task: asyncio.Future[Any]) -> None:
     """Cancels ``task`` if pending; its outcome is not wanted."""
     if not task.done():
@@ -283,8 +307,22 @@ class AsyncPermit:
         )
         if not isinstance(answer, dict):
             raise ProtocolError(f"settle answered {answer!r}")
-        one = self.units if len(self.parts) == 1 else None
-        return CostSettlement.from_json(answer, int(cost), one)
+        if len(self.parts) == 1:
+            return CostSettlement.from_json(answer, int(cost), [(self.parts[0], self.units)])
+        return CostSettlement.from_json(answer, int(cost), await self._estimates())
+
+    async def _estimates(self) -> list[tuple[Part, int | None]]:
+        """Each part with its estimate: its units on a limit that rates, ``None`` on one
+        that does not (only rate parts hold an estimate), as each limit is defined now."""
+        rates: dict[str, bool] = {}
+        for part in self.parts:
+            if part.limit not in rates:
+                v = await self._session._transport.call(
+                    "GET", f"/v1/tenants/{q(self.tenant)}/limits/{q(part.limit)}")
+                if not isinstance(v, dict):
+                    raise ProtocolError(f"limit show answered {v!r}")
+                rates[part.limit] = float(v.get("per_second", 0.0)) > 0
+        return [(p, p.units if rates[p.limit] else None) for p in self.parts]
 
     async def release(self) -> None:
         """Releases the permit and waits for the cluster to apply it. The belief ends
@@ -500,6 +538,32 @@ class AsyncSession:
 
         return AcquireContext(start)
 
+    async def _lacking(self, request: _Request) -> tuple[Part | None, str]:
+        """The first part of ``request`` that lacks room now and ``; PART lacks room: WHAT``
+        for each that does, from each part's status read after the wait (a release or a
+        refill since shows as room); ``(None, "")`` when no part can be read."""
+        first: Part | None = None
+        clauses: list[str] = []
+        read = 0
+        for part in request.parts:
+            path = f"/v1/tenants/{q(request.tenant)}/limits/{q(part.limit)}"
+            if part.key is not None:
+                path += f"/keys/{q(part.key)}"
+            try:
+                v = await self._transport.call("GET", path)
+            except WeirError:
+                continue
+            if not isinstance(v, dict):
+                continue
+            read += 1
+            what = _lack(part, v)
+            if what is not None:
+                first = first or part
+                clauses.append(f"; {_part_name(part)} lacks room: {what}")
+        if read == 0:
+            return None, ""
+        return first, "".join(clauses) or "; every part has room now"
+
     async def _acquire(
         self, request: _Request, wait: bool, timeout: float | None
     ) -> AsyncPermit:
@@ -533,7 +597,9 @@ class AsyncSession:
             if not done:
                 armed = False
                 await self._withdraw(ticket)
-                raise TimedOut(f"{tenant}/{limit}: still waiting after {timeout:g} s")
+                part, lacking = await self._lacking(request)
+                raise TimedOut(f"{tenant}/{limit}: still waiting after {timeout:g} s{lacking}",
+                               part)
             outcome = future.result()
             # Refused (nothing held) or session lost (its end frees every ticket).
             armed = False

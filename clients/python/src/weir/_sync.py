@@ -10,18 +10,22 @@ ticket in the background, as the asyncio API does.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import logging
 import os
 import threading
-from collections.abc import Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
 
 from ._client import KEEP, AsyncClient, _Keep
+from ._clock import LOOK_EVERY
 from ._session import AsyncPermit, AsyncSession
 from ._transport import REQUEST_DEADLINE
 from .types import (
     CostSettlement,
     Halt,
+    KeyPage,
     LimitsChange,
     LimitSpec,
     LimitStatus,
@@ -35,6 +39,8 @@ from .types import (
 )
 
 T = TypeVar("T")
+
+log = logging.getLogger("weir")
 
 #: Longest :meth:`Client.close` waits for the sessions to close (s).
 CLOSE_WAIT = 30.0
@@ -87,6 +93,8 @@ class Permit:
         self.key = permit.key
         self.parts = permit.parts
         self.estimate = permit.estimate
+        #: The watches :meth:`on_lost` started (kept referenced until they end).
+        self._watchers: list[concurrent.futures.Future[None]] = []
 
     def __repr__(self) -> str:
         return f"Permit({self.tenant}/{self.limit}, fence={self.fence}, units={self.units})"
@@ -106,6 +114,31 @@ class Permit:
                 return None
 
         return self._runner.run(wait())
+
+    def on_lost(self, callback: Callable[[Lost], object]) -> None:
+        """Calls ``callback(why)`` once when the permit may no longer be held (when
+        :meth:`lost` would answer), unless the permit is released first; returns at once.
+        The callback runs on the client's thread, the one that keeps the sessions alive: it
+        must be quick and must not make a blocking weir call (that raises
+        ``RuntimeError``); hand the news to the work's own thread (set an event, cancel a
+        job). An exception it raises is logged and dropped."""
+        permit = self.aio
+
+        async def watch() -> None:
+            lost = asyncio.ensure_future(permit.lost())
+            while not lost.done():
+                if permit.released:
+                    lost.cancel()
+                    return
+                await asyncio.wait({lost}, timeout=LOOK_EVERY)
+            if permit.released:
+                return
+            try:
+                callback(lost.result())
+            except Exception:
+                log.exception("the on_lost callback of %r raised", self)
+
+        self._watchers.append(asyncio.run_coroutine_threadsafe(watch(), self._runner.loop))
 
     def settle(self, cost: int) -> CostSettlement:
         """Settles a permit acquired with ``estimate=True`` at its actual cost; see
@@ -284,6 +317,13 @@ class Client:
     def list_limits(self, *, prefix: str = "",
                     tenant: str | None = None) -> list[LimitStatus]:
         return self._runner.run(self.aio.list_limits(prefix=prefix, tenant=tenant))
+
+    def key_status(self, name: str, key: str, *, tenant: str | None = None) -> LimitStatus:
+        return self._runner.run(self.aio.key_status(name, key, tenant=tenant))
+
+    def keys(self, name: str, *, after: str | None = None, limit: int = 100,
+             tenant: str | None = None) -> KeyPage:
+        return self._runner.run(self.aio.keys(name, after=after, limit=limit, tenant=tenant))
 
     def remove_limit(self, name: str, *, tenant: str | None = None) -> None:
         self._runner.run(self.aio.remove_limit(name, tenant=tenant))

@@ -70,7 +70,14 @@ class ProtocolError(WeirError):
 
 
 class TimedOut(WeirError):
-    """An acquire waited longer than its timeout; its ticket was withdrawn."""
+    """An acquire waited longer than its timeout; its ticket was withdrawn. ``part``: the
+    request's first :class:`~weir.Part` that lacked room when read after the wait (its
+    limit's status, or its key's), ``None`` when none did or none could be read; the
+    message says what each part lacked (``3 of 3 in use, needs 1``)."""
+
+    def __init__(self, message: str, part: Part | None = None) -> None:
+        super().__init__(message)
+        self.part = part
 
 
 class SessionLost(WeirError):
@@ -175,6 +182,14 @@ class Busy(Refused):
     def retry_at_ms(self) -> int | None:
         v = self.fields.get("retry_at_ms")
         return int(v) if isinstance(v, (int, float)) else None
+
+    def __str__(self) -> str:
+        """``busy: retry in 1.2 s`` (seconds from the answer), or the server's text when
+        only a release can make room."""
+        after = self.retry_after
+        if after is None:
+            return super().__str__()
+        return f"busy: retry in {after:.1f} s"
 
     @property
     def retry_after(self) -> float | None:

@@ -8,7 +8,7 @@ add keys, and a caller can read them there before this package names them.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -312,6 +312,18 @@ class Settlement:
 
 
 @dataclass(frozen=True)
+class PartSettlement:
+    """How one part of a permit acquired with ``estimate=True`` was settled: its
+    ``estimate`` (the part's own units) replaced by the cost, ``returned_tokens`` (the
+    estimate less the cost, when below it) gone back to its bucket (never above its burst).
+    A part whose limit does not rate holds no estimate: both are ``None``."""
+
+    part: Part
+    estimate: int | None
+    returned_tokens: int | None
+
+
+@dataclass(frozen=True)
 class CostSettlement:
     """How a permit acquired with ``estimate=True`` was settled at its actual ``cost``
     (:meth:`weir.AsyncPermit.settle`). Each rate part's estimate is replaced by the cost:
@@ -320,21 +332,45 @@ class CostSettlement:
     (``overrun_tokens``, the largest over the parts). A ``duplicate`` is a settlement of a
     permit settled before: nothing changed.
 
-    ``estimate`` and ``returned_tokens`` (the estimate less the cost, when below it) are
-    told for a permit of one limit; for several parts, whose estimates are their own
-    units, they are ``None``."""
+    ``parts`` tells each part's estimate and returned tokens, the request's own limit
+    first; ``estimate`` and ``returned_tokens`` are their sums over the rate parts (of a
+    permit of one limit, that limit's). A duplicate returned nothing."""
 
     cost: int
     duplicate: bool
     overrun_tokens: int
     estimate: int | None
     returned_tokens: int | None
+    parts: tuple[PartSettlement, ...] = ()
 
     @classmethod
-    def from_json(cls, v: Mapping[str, Any], cost: int, estimate: int | None) -> CostSettlement:
+    def from_json(cls, v: Mapping[str, Any], cost: int,
+                  estimates: Sequence[tuple[Part, int | None]]) -> CostSettlement:
+        """The settlement ``v`` answered, with ``estimates``: each part and its estimate
+        (``None`` for a part that does not rate)."""
         overrun = int(v.get("overrun_tokens", 0)) if v.get("status") == "overrun" else 0
         duplicate = bool(v.get("duplicate", False)) and overrun == 0
-        returned = None
-        if estimate is not None:
-            returned = 0 if duplicate else max(0, estimate - cost)
-        return cls(cost, duplicate, overrun, estimate, returned)
+        parts = tuple(
+            PartSettlement(part, estimate, None if estimate is None
+                           else 0 if duplicate else max(0, estimate - cost))
+            for part, estimate in estimates
+        )
+        rated = [p for p in parts if p.estimate is not None]
+        if not rated:
+            return cls(cost, duplicate, overrun, None, None, parts)
+        return cls(cost, duplicate, overrun, sum(p.estimate or 0 for p in rated),
+                   sum(p.returned_tokens or 0 for p in rated), parts)
+
+
+@dataclass(frozen=True)
+class KeyPage:
+    """One page of a keyed limit's live keys, in key order (:meth:`weir.AsyncClient.keys`):
+    ``next`` is the key to ask ``after`` for the next page, ``None`` on the last."""
+
+    keys: list[str]
+    next: str | None
+
+    @classmethod
+    def from_json(cls, v: Mapping[str, Any]) -> KeyPage:
+        nxt = v.get("next")
+        return cls([str(k) for k in v.get("keys", [])], None if nxt is None else str(nxt))

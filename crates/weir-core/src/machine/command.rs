@@ -327,6 +327,34 @@ pub enum Command {
         session: SessionId,
         acked_below: TicketId,
     },
+    /// Returns tokens to rate buckets, linked to no take (Envoy's `is_negative_hits`): each
+    /// part's `units` go back to its limit's bucket (its key's, on a keyed limit), never
+    /// above the burst. A key with no state is full already and stays without one; a key
+    /// the return fills is dropped as any fresh key is. All or nothing: a part naming an
+    /// unknown limit, a key that does not fit its limit, or a limit without a rate refuses
+    /// the command, naming the part, and nothing returns. Answered
+    /// [`crate::machine::Reply::Done`].
+    ReturnTokens {
+        tenant: String,
+        parts: Vec<Part>,
+    },
+    /// Makes sure `tenant` has the keyed limit that decides Envoy descriptors overriding
+    /// their limit with `requests` per `unit_s` seconds (`crate::rls::path::override_name`):
+    /// a rate-only bucket per key of `burst = requests` refilling `requests` per `unit_s`,
+    /// with [`crate::bounds::RLS_KEYS_MAX_DEFAULT`] live keys at most. A limit of that name
+    /// is left as it is. A tenant's own work, not an operator's control: the limit lifts no
+    /// cap the operator set, it is one more bucket of the gateway's asking, and a tenant
+    /// holds at most [`crate::bounds::RLS_OVERRIDES_MAX`] of them. Answered
+    /// [`crate::machine::Reply::Done`].
+    DefineOverride {
+        tenant: String,
+        requests: u32,
+        unit_s: u64,
+    },
+    /// Sets the session's token leases on one or more rate limits (or keys) of one tenant to
+    /// the shares asked, as far as the limits have room, in one entry (see [`LeaseTokens`]
+    /// and the machine's essay, "Token leases"). Answered [`crate::machine::Reply::Leased`].
+    LeaseTokens(LeaseTokens),
 }
 
 /// A limit's definition, as `DefineLimit` with two more settings.
@@ -432,4 +460,37 @@ impl From<&Acquire> for AcquireParts {
             estimate: false,
         }
     }
+}
+
+/// A session's request to set its token leases: for each part, the share of the limit's
+/// refill and the size of the local bucket the holder wants from now on, and the tokens it
+/// gives back. One lease per (session, limit or key); a part that asks 0 and 0 ends it.
+///
+/// The holder applies its own decreases when it sends (it lowers its rate, drops its level
+/// to the new cap and stops spending what it gives back), and the machine's increases only
+/// once it has the reply; so the cluster never counts a share as free while the holder may
+/// still spend it. `seq` makes a retry harmless: a request whose `seq` is not above the
+/// lease's last is answered with the lease as it stands and changes nothing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseTokens {
+    pub session: SessionId,
+    pub tenant: String,
+    /// The holder's counter for this session's lease requests, increasing.
+    pub seq: u64,
+    /// 1..=`PARTS_MAX` parts, each limit (each key of a keyed one) once.
+    pub parts: Vec<LeasePart>,
+}
+
+/// One limit (or key) of a [`LeaseTokens`] request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeasePart {
+    pub limit: String,
+    /// The key of a keyed limit; `None` on an unkeyed one.
+    pub key: Option<String>,
+    /// The share of the refill wanted from now on, micro-tokens a second.
+    pub rate_micro_per_s: u64,
+    /// The size of the holder's local bucket wanted from now on, in tokens.
+    pub cap: u64,
+    /// Micro-tokens the holder gives back: it stopped spending them when it sent this.
+    pub returned_micro: u64,
 }

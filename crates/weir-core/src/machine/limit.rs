@@ -28,6 +28,13 @@
 //! changes no decision; the snapshot holds only keys that are not fresh.
 //! - A keyed definition holds nothing, queues nothing, and its bucket stays full.
 //! - Only a keyed definition has `keys`.
+//!
+//! Token leases (the machine's essay, "Token leases"): the shares leased out of a limit or
+//! key are summed in `leased`, derived from the machine's leases and never encoded. The
+//! bucket the cluster decides from is what is left: it refills at `per_second` less the
+//! leased rate ([`Limit::own_rate_micro_per_s`]) and holds at most `burst` less the leased
+//! caps ([`Limit::own_cap_micro`]); `tokens_micro <= own_cap_micro()` always. A limit or key
+//! with a lease is neither fresh nor gone.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -223,6 +230,17 @@ mod shared_spec {
     }
 }
 
+/// The token leases on one limit or key, summed (derived from the machine's leases).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Leased {
+    /// The refill shares leased out, micro-tokens a second.
+    pub rate_micro_per_s: u64,
+    /// The holders' bucket sizes, tokens.
+    pub cap: u64,
+    /// How many leases.
+    pub holders: u32,
+}
+
 /// What a limit can do for a request of some units now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Room {
@@ -273,6 +291,10 @@ pub struct Limit {
     pub estimating: BTreeMap<Fence, u32>,
     /// Tokens settled above their estimates, summed on the definition since it was defined.
     pub overrun_tokens: u64,
+    /// The token leases on this limit or key, summed. Derived, never encoded: a restore
+    /// rebuilds it from the machine's leases.
+    #[serde(skip)]
+    pub leased: Leased,
 }
 
 impl Limit {
@@ -295,6 +317,7 @@ impl Limit {
             shadow_refusals: ShadowRefusals::default(),
             estimating: BTreeMap::new(),
             overrun_tokens: 0,
+            leased: Leased::default(),
         }
     }
 
@@ -316,7 +339,8 @@ impl Limit {
     /// held, nothing waiting, the bucket full. Granting from it gives the same answers as
     /// from a new one, so a key in this state is dropped.
     pub fn is_fresh(&self) -> bool {
-        self.holders.is_empty()
+        self.leased.holders == 0
+            && self.holders.is_empty()
             && self.queue.is_empty()
             && self.estimating.is_empty()
             && self.bucket_full()
@@ -331,13 +355,8 @@ impl Limit {
             .estimating
             .remove(&fence)
             .expect("a settled estimate is recorded") as u64;
-        let cap = self.spec.burst * MICRO;
         if cost <= estimate {
-            let back = (estimate - cost) * MICRO;
-            self.tokens_micro = (self.tokens_micro + back).min(cap);
-            if self.tokens_micro == cap {
-                self.refill_remainder = 0;
-            }
+            self.give_back(estimate - cost);
             return 0;
         }
         let extra = cost - estimate;
@@ -345,18 +364,48 @@ impl Limit {
         extra
     }
 
+    /// Puts `tokens` back in the bucket (after [`Limit::refill`] to now), never above the
+    /// burst: a full bucket carries no refill remainder.
+    pub fn give_back(&mut self, tokens: u64) {
+        let cap = self.own_cap_micro();
+        let back = tokens.min(self.spec.burst) * MICRO;
+        self.tokens_micro = (self.tokens_micro + back).min(cap);
+        if self.tokens_micro == cap {
+            self.refill_remainder = 0;
+        }
+    }
+
     fn bucket_full(&self) -> bool {
-        !self.spec.rates() || self.tokens_micro == self.spec.burst * MICRO
+        !self.spec.rates() || self.tokens_micro == self.own_cap_micro()
+    }
+
+    /// The refill rate of the cluster's own bucket: `per_second` less the leased shares,
+    /// micro-tokens a second.
+    pub fn own_rate_micro_per_s(&self) -> u64 {
+        self.spec
+            .rate_micro_per_s
+            .saturating_sub(self.leased.rate_micro_per_s)
+    }
+
+    /// The size of the cluster's own bucket: `burst` less the leased caps, micro-tokens.
+    pub fn own_cap_micro(&self) -> u64 {
+        self.spec.burst.saturating_sub(self.leased.cap) * MICRO
     }
 
     /// The log time at which the bucket is full again, counted from the last refill (the
     /// answer does not change with refills in between: the integer refill is exact).
     pub(crate) fn full_at_ms(&self) -> u64 {
-        let cap = self.spec.burst as u128 * MICRO as u128 * 1000;
+        let cap = self.own_cap_micro() as u128 * 1000;
         let have = self.tokens_micro as u128 * 1000 + self.refill_remainder as u128;
-        let wait_ms = cap
-            .saturating_sub(have)
-            .div_ceil(self.spec.rate_micro_per_s as u128);
+        let rate = self.own_rate_micro_per_s() as u128;
+        if rate == 0 {
+            return if have >= cap {
+                self.refilled_at_ms
+            } else {
+                u64::MAX
+            };
+        }
+        let wait_ms = cap.saturating_sub(have).div_ceil(rate);
         self.refilled_at_ms
             .saturating_add(u64::try_from(wait_ms).unwrap_or(u64::MAX))
     }
@@ -364,25 +413,25 @@ impl Limit {
     /// Replaces the spec, keeping holders and queue; the bucket is clamped to the new burst.
     pub fn redefine(&mut self, spec: Arc<LimitSpec>, now_ms: u64) {
         self.refill(now_ms);
-        self.tokens_micro = self.tokens_micro.min(spec.burst * MICRO);
-        if self.tokens_micro == spec.burst * MICRO {
-            self.refill_remainder = 0;
-        }
         self.spec = spec;
         self.removing = false;
+        self.tokens_micro = self.tokens_micro.min(self.own_cap_micro());
+        if self.tokens_micro == self.own_cap_micro() {
+            self.refill_remainder = 0;
+        }
     }
 
     /// Brings the bucket up to `now_ms`. Exact: the remainder keeps every fraction.
     pub fn refill(&mut self, now_ms: u64) {
         let elapsed = now_ms.saturating_sub(self.refilled_at_ms);
         self.refilled_at_ms = self.refilled_at_ms.max(now_ms);
-        let cap = self.spec.burst * MICRO;
-        if !self.spec.rates() || self.tokens_micro >= cap {
+        let cap = self.own_cap_micro();
+        let rate = self.own_rate_micro_per_s();
+        if rate == 0 || self.tokens_micro >= cap {
             self.refill_remainder = 0;
             return;
         }
-        let scaled =
-            elapsed as u128 * self.spec.rate_micro_per_s as u128 + self.refill_remainder as u128;
+        let scaled = elapsed as u128 * rate as u128 + self.refill_remainder as u128;
         let added = scaled / 1000;
         let room = (cap - self.tokens_micro) as u128;
         if added >= room {
@@ -409,8 +458,12 @@ impl Limit {
                 // ms until (need - tokens) micro-tokens have accrued, counting the remainder.
                 let missing = (need - self.tokens_micro) as u128 * 1000;
                 let have = self.refill_remainder as u128;
-                // `rates()` said the rate is above 0.
-                let rate = self.spec.rate_micro_per_s as u128;
+                let rate = self.own_rate_micro_per_s() as u128;
+                if rate == 0 {
+                    // Every token of the refill is leased out: only a lease's end or
+                    // return makes room, and that serves the limit.
+                    return Room::NeedsTokensAt(u64::MAX);
+                }
                 let wait_ms = (missing - have.min(missing)).div_ceil(rate);
                 return Room::NeedsTokensAt(now_ms.saturating_add(wait_ms as u64));
             }
@@ -435,8 +488,11 @@ impl Limit {
             return None;
         }
         if self.queue.is_empty() {
-            return (self.is_key() && self.holders.is_empty() && !self.bucket_full())
-                .then(|| self.full_at_ms());
+            return (self.is_key()
+                && self.holders.is_empty()
+                && self.leased.holders == 0
+                && !self.bucket_full())
+            .then(|| self.full_at_ms());
         }
         match self.first_blocker(self.refilled_at_ms)? {
             Room::NeedsTokensAt(at_ms) => Some(at_ms),
@@ -494,7 +550,10 @@ impl Limit {
     /// Whether the limit can be dropped: removed and nothing held, waiting or keyed under
     /// it; or a key's state that is fresh.
     pub fn is_gone(&self) -> bool {
-        let empty = self.holders.is_empty() && self.queue.is_empty() && self.keys.is_empty();
+        let empty = self.holders.is_empty()
+            && self.queue.is_empty()
+            && self.keys.is_empty()
+            && self.leased.holders == 0;
         (self.removing && empty) || (self.is_key() && self.is_fresh())
     }
 
@@ -513,7 +572,7 @@ impl Limit {
                 self.name
             ));
         }
-        if self.tokens_micro > self.spec.burst * MICRO || self.refill_remainder >= 1000 {
+        if self.tokens_micro > self.own_cap_micro() || self.refill_remainder >= 1000 {
             return Err(format!("limit {}: bucket out of range", self.name));
         }
         let keyed_definition = self.spec.keys_max.is_some() && !self.is_key();

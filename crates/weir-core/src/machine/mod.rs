@@ -142,6 +142,70 @@
 //! G1's rate bound counts what is granted: returned tokens were granted and not used, and
 //! an overrun is spending the limit did not grant, recorded rather than hidden.
 //!
+//! # Tokens returned
+//!
+//! `ReturnTokens` gives tokens back to rate buckets with no take to settle (what Envoy's
+//! `is_negative_hits` asks: a gateway returning hits it charged earlier). Each part's units
+//! go back to its limit's bucket, or its key's, never above the burst; the parts are judged
+//! first and a bad one refuses them all, changing nothing. A key without a state is full,
+//! so a return creates none; a key the return fills is fresh and dropped as any fresh key
+//! is. The limits it touches are served in the same entry (the tokens may let waiters
+//! through). G1's rate bound then counts tokens granted less tokens returned: a return is
+//! the caller's word that what it was granted went unused, as a settlement below its
+//! estimate is, and a bucket still never holds more than its burst.
+//!
+//! # Token leases
+//!
+//! A session may lease a share of a rate limit (or of one key of a keyed limit) and decide
+//! takes on it locally, without an entry per take ([`command::LeaseTokens`],
+//! `state/token_leases.rs`). A lease is two numbers held by the session until it changes
+//! them or ends: a refill share `r` (micro-tokens a second) and a bucket size `c` (tokens).
+//! While it stands, the cluster's own bucket refills at `per_second − Σr` and holds at most
+//! `burst − Σc` over the limit's leases ([`limit::Limit::own_cap_micro`]); a lease whose
+//! cap grows takes its first tokens from the cluster's bucket, as many as it held up to the
+//! growth. The holder keeps a local bucket of size `c`, filled with what the reply moved and
+//! refilled at `r` from the moment it has the reply; it spends from it until its session's
+//! belief deadline (the G2 rule: the send time of its last acknowledged keep-alive plus the
+//! TTL, less the margin), and no longer. Leases together take at most
+//! [`token_lease::LEASE_SHARE`] of a limit's rate and burst, so callers that do not
+//! lease, and holders past their share who ask per take, keep the rest. Each reply states a
+//! fair share (the leasable part over the holders); a holder above it asks for less in its
+//! next request, so a newcomer's share grows as others shrink, and nobody's is taken.
+//!
+//! *Claim (G1 in spend time): over any real-time window `W`, the tokens spent by the
+//! cluster and every holder together are at most `burst + per_second × W`* (up to the log
+//! clock's drift `ρ`, as for the cluster alone). Look at the buckets at any real instant:
+//! the cluster's and each holder's. (1) *Their levels sum to at most `burst`*, because each is
+//! at most its own cap, and the caps sum to at most `burst`: a cap grows at the holder only
+//! after the entry that shrank the cluster's was applied (it learns of it from the reply),
+//! and shrinks at the holder when it sends the request, before the entry that grows the
+//! cluster's is applied. Tokens move between buckets, never appear: what a growing cap
+//! takes was in the cluster's bucket; what a holder gives back (`returned_micro`) it stopped
+//! spending when it sent it, and a retried request gives nothing back twice (its `seq` is not
+//! above the session's last, so it changes nothing). (2) *Their refill rates sum to at most
+//! `per_second`*, by the same order: a holder's rate rises after the entry that lowered the
+//! cluster's, and falls before the entry that raises it. (3) *A lease ends only when its
+//! holder has stopped*: by its own request (as in (1)), or with its session, which expires in
+//! the first entry whose log clock passes the session's lease; by the G2 argument above, the
+//! holder's belief deadline passed before that entry, and it stops spending at its deadline.
+//! Its tokens are then gone: a lapsed lease counts as spent, never refunded. (4) Every bucket
+//! spends at most its level at the window's start plus its refill during it; summing over
+//! the buckets with (1) and (2) gives the claim. A failover changes none of it: leases are
+//! state, in the log and the snapshot, and a new leader's first entry freezes the log clock,
+//! which only slows the cluster's refill.
+//!
+//! A cluster share is never taken back from a holder: a request is granted at least the
+//! smaller of what it asks and what it has (`state/token_leases.rs`). A limit redefined
+//! below its leases (a lower rate or burst) keeps them, as a lowered `concurrent` keeps its
+//! holders: the cluster's own bucket then refills at no rate and holds nothing until the
+//! holders shrink or end, and a take that needs it waits (`Busy` has no retry time).
+//!
+//! Caveats: a halt refuses new lease requests of its tenant at once, but a holder learns of it
+//! only by its next request or its session's events, so leased takes can go on for up to one
+//! renewal interval after the halt is acknowledged (G6 holds for reserves and for the takes
+//! the cluster decides). Leases are on rate-only limits: a limit that caps concurrency, has no
+//! rate, or is in shadow mode is refused a new lease.
+//!
 //! # Shadow limits
 //!
 //! A shadow limit (`shadow` in its spec) is evaluated on each request and never refuses:
@@ -203,6 +267,7 @@ pub mod queue_view;
 pub mod reply;
 pub mod saved;
 mod saved_v5;
+mod saved_v6;
 pub mod session;
 pub mod snapshot;
 #[cfg(test)]
@@ -210,16 +275,17 @@ mod snapshot_size;
 pub mod state;
 pub mod status;
 pub mod tenant;
+pub mod token_lease;
 pub mod totals;
 mod validate;
 
 pub use command::{
     Acquire, AcquireParts, Batch, Change, Command, Control, Definition, Description, Effect, Fence,
-    HaltScope, Leadership, LimitId, Owner, Part, Priority, SessionId, Settle, TicketId,
-    next_session_candidate,
+    HaltScope, Leadership, LeasePart, LeaseTokens, LimitId, Owner, Part, Priority, SessionId,
+    Settle, TicketId, next_session_candidate,
 };
 pub use queue_view::{HolderView, QueuePage, WaiterView};
-pub use reply::{Applied, BudgetKind, Event, LimitsChange, Refusal, Reply};
+pub use reply::{Applied, BudgetKind, Event, LeaseShare, LimitsChange, Refusal, Reply};
 pub use snapshot::{
     SNAPSHOT_MAGIC, SNAPSHOT_VERSION, SNAPSHOT_VERSION_READ_MIN, SnapshotContents, digest_of,
 };

@@ -245,6 +245,27 @@ pub enum Reply {
     Refused(Refusal),
     /// `ApplyLimits`: what it changed.
     LimitsApplied(LimitsChange),
+    /// `LeaseTokens`: each part's lease as it now stands, in the request's order.
+    Leased(Vec<LeaseShare>),
+}
+
+/// One part's token lease after a [`crate::machine::command::LeaseTokens`]: what the holder
+/// may spend from now on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseShare {
+    /// The refill share granted, micro-tokens a second (at most what was asked).
+    pub rate_micro_per_s: u64,
+    /// The local bucket's size granted, tokens (at most what was asked).
+    pub cap: u64,
+    /// Micro-tokens moved from the cluster's bucket to the holder's by this request.
+    pub tokens_micro: u64,
+    /// A fair share of the limit's leasable rate among its holders now: a holder above it
+    /// should ask for less in its next request, so newcomers get room.
+    pub fair_rate_micro_per_s: u64,
+    /// A fair share of the limit's leasable bucket among its holders now, tokens.
+    pub fair_cap: u64,
+    /// The request was a retry (its `seq` not above the lease's): nothing changed.
+    pub duplicate: bool,
 }
 
 /// Something another session must be told, produced by an entry it did not send.

@@ -2,7 +2,8 @@
 //!
 //! The machine ([`crate::machine::Machine`]) is `SavedLimits` plus what it derives from it:
 //! the lease-expiry index, the deadline index (`machine::deadlines`), the totals
-//! of the bounded items ([`crate::machine::totals`]) and each queue's ranks. Those are
+//! of the bounded items ([`crate::machine::totals`]), each queue's ranks and each limit's
+//! sums of the token leases on it. Those are
 //! rebuilt when a snapshot is restored, so a snapshot cannot carry an index that disagrees
 //! with the state. This file sits below the machine, the snapshot format and the derived
 //! indexes: each of them reads `SavedLimits`, and it reads none of them.
@@ -20,6 +21,7 @@ use super::command::{Fence, LimitId, SessionId};
 use super::limit::{Limit, LimitSpec};
 use super::session::Session;
 use super::tenant::Tenant;
+use super::token_lease::TokenLeases;
 use super::totals::{TenantCounts, Totals};
 
 /// The machine's saved state: what a snapshot carries, field by field in this order.
@@ -39,6 +41,8 @@ pub struct SavedLimits {
     /// slot of every node (half of them empty). Encoded as the limit itself.
     pub(super) limits: BTreeMap<LimitId, Box<Limit>>,
     pub(super) tenants: BTreeMap<String, Tenant>,
+    /// Token leases (version 7 on).
+    pub(super) token_leases: TokenLeases,
 }
 
 impl SavedLimits {
@@ -53,6 +57,21 @@ impl SavedLimits {
             totals.tenant_changed(TenantCounts::default(), TenantCounts::of(Some(t)));
         }
         totals
+    }
+
+    /// Sets every limit's derived lease sums from the leases (on restore).
+    pub fn rebuild_leased(&mut self) {
+        for limit in self.limits.values_mut() {
+            limit.leased = Default::default();
+        }
+        for (&(_, id), lease) in &self.token_leases.leases {
+            // A lease on a limit that does not exist is left for the check to refuse.
+            if let Some(limit) = self.limits.get_mut(&id) {
+                limit.leased.rate_micro_per_s += lease.rate_micro_per_s;
+                limit.leased.cap += lease.cap;
+                limit.leased.holders += 1;
+            }
+        }
     }
 
     /// Gives each key the shared spec of its definition, which a decoded state has one of

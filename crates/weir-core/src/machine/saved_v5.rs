@@ -89,6 +89,7 @@ impl SavedLimitsV5 {
                 .map(|(id, l)| (id, Box::new(l.upgrade(now_ms))))
                 .collect(),
             tenants: self.tenants,
+            token_leases: Default::default(),
         }
     }
 }
@@ -124,6 +125,7 @@ impl LimitV5 {
             shadow_refusals: self.shadow_refusals,
             estimating: self.estimating,
             overrun_tokens: self.overrun_tokens,
+            leased: Default::default(),
         }
     }
 }

@@ -17,6 +17,7 @@
 
 use super::saved::SavedLimits;
 use super::saved_v5::SavedLimitsV5;
+use super::saved_v6::SavedLimitsV6;
 use super::state::Machine;
 use crate::bounds::SNAPSHOT_BYTES_MAX;
 use crate::codec::{self, FrameError};
@@ -33,12 +34,14 @@ pub const SNAPSHOT_MAGIC: [u8; 4] = *b"WSNP";
 /// keyed limits (a limit's spec says whether it is keyed and in shadow mode; a limit keeps
 /// its keys, or the definition it is a key of, and its shadow count) and tickets of several
 /// parts. Version 6: a holder keeps its grant's log time, a waiter its fairness weight.
-/// This version and [`SNAPSHOT_VERSION_READ_MIN`] are read; an older snapshot is refused
-/// naming both versions (its limits and tickets no longer decode as they were written).
-pub const SNAPSHOT_VERSION: u16 = 6;
+/// Version 7: token leases, appended after the tenants.
+/// This version, version 6 and [`SNAPSHOT_VERSION_READ_MIN`] are read; an older snapshot is
+/// refused naming both versions (its limits and tickets no longer decode as they were
+/// written), and a newer one naming its version.
+pub const SNAPSHOT_VERSION: u16 = 7;
 
 /// The oldest snapshot version this build reads: version 5, converted on restore as
-/// [`super::saved_v5`] says.
+/// [`super::saved_v5`] says (version 6 as [`super::saved_v6`] says).
 pub const SNAPSHOT_VERSION_READ_MIN: u16 = 5;
 
 impl Machine {
@@ -51,11 +54,14 @@ impl Machine {
         )
     }
 
-    /// A machine from snapshot bytes (of this version, or of version 5, converted), or why
-    /// they were refused.
+    /// A machine from snapshot bytes (of this version, or of version 6 or 5, converted), or
+    /// why they were refused.
     pub fn restore(bytes: &[u8]) -> Result<Machine, FrameError> {
-        let v5 = bytes.get(4..6) == Some(&SNAPSHOT_VERSION_READ_MIN.to_le_bytes()[..]);
-        let saved = if v5 {
+        let version = |v: u16| bytes.get(4..6) == Some(&v.to_le_bytes()[..]);
+        let saved = if version(6) {
+            let payload = codec::open_frame(bytes, SNAPSHOT_MAGIC, 6, SNAPSHOT_BYTES_MAX)?;
+            codec::decode::<SavedLimitsV6>(payload)?.upgrade()
+        } else if version(SNAPSHOT_VERSION_READ_MIN) {
             let payload = codec::open_frame(
                 bytes,
                 SNAPSHOT_MAGIC,
@@ -164,7 +170,7 @@ mod tests {
         bytes[4..6].copy_from_slice(&4u16.to_le_bytes());
         let err = Machine::restore(&bytes).unwrap_err().to_string();
         assert!(
-            err.contains("unknown format version 4 (this build reads 6)"),
+            err.contains("unknown format version 4 (this build reads 7)"),
             "{err}"
         );
     }

@@ -11,7 +11,7 @@
 //! This file holds the state and the dispatch; each group of commands has its own child
 //! module: `limits` (define, remove), `apply_limits` (a tenant's whole set of definitions),
 //! `leases` (sessions: open, keep-alive, expire, close), `permits` (acquire, release, settle,
-//! and serving a queue), `runs` (tenant ceilings, run admission, settlements, halts), `reads`
+//! and serving a queue), `token_leases` (shares of rate limits leased to holders), `runs` (tenant ceilings, run admission, settlements, halts), `reads`
 //! and `queue_reads` (what queries see) and `check` (the invariants below).
 //!
 //! Invariants (checked by [`Machine::check`], asserted where they can break):
@@ -32,6 +32,7 @@ mod permits;
 mod queue_reads;
 mod reads;
 mod runs;
+mod token_leases;
 
 use std::collections::BTreeSet;
 
@@ -82,6 +83,7 @@ impl Machine {
     /// A machine holding `saved`, with its derived indexes rebuilt. The caller checks it.
     pub(super) fn from_saved(mut saved: SavedLimits) -> Machine {
         saved.share_specs();
+        saved.rebuild_leased();
         let expiries = saved
             .sessions
             .iter()
@@ -272,6 +274,15 @@ impl Machine {
             } => answer(self.set_halt(tenant, scope, reason, events)),
             Command::ClearHalt { tenant, scope } => self.clear_halt(tenant, scope),
             Command::Tick => self.prune_due(),
+            Command::ReturnTokens { tenant, parts } => {
+                answer(self.return_tokens(tenant, parts, events))
+            }
+            Command::DefineOverride {
+                tenant,
+                requests,
+                unit_s,
+            } => answer(self.define_override(tenant, *requests, *unit_s, events)),
+            Command::LeaseTokens(l) => answer(self.lease_tokens(l, events)),
         }
     }
 }

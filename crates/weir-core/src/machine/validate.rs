@@ -18,12 +18,15 @@
 //! part's key fits its limit (a key on a keyed limit, none on another) needs the state and
 //! is the machine's. A definition's spec ([`Definition::spec`]) is built here too.
 
-use super::command::{Acquire, AcquireParts, Command, Definition, Effect, HaltScope, Settle};
+use super::command::{
+    Acquire, AcquireParts, Command, Definition, Effect, HaltScope, LeaseTokens, Part, Settle,
+};
 use super::limit::LimitSpec;
 use super::reply::Refusal;
 use crate::bounds::{
     APPLY_DEFINITIONS_MAX, BURST_MAX, KEY_BYTES_MAX, KEYS_LIVE_MAX, KEYS_MAX_DEFAULT,
-    NAME_BYTES_MAX, PARTS_MAX, REASON_BYTES_MAX, SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN, UNITS_MAX,
+    NAME_BYTES_MAX, PARTS_MAX, PER_SECOND_MAX, REASON_BYTES_MAX, SESSION_TTL_MS_MAX,
+    SESSION_TTL_MS_MIN, UNITS_MAX,
 };
 
 impl Command {
@@ -71,6 +74,7 @@ impl Command {
             | Command::Tick => {}
             Command::Acquire(a) => a.validate()?,
             Command::AcquireParts(a) => a.validate()?,
+            Command::LeaseTokens(l) => l.validate()?,
             Command::Reserve {
                 run, agent, period, ..
             } => {
@@ -89,6 +93,18 @@ impl Command {
                 check_reason(reason)?;
             }
             Command::ClearHalt { scope, .. } => scope.validate()?,
+            Command::ReturnTokens { parts, .. } => check_parts(parts)?,
+            Command::DefineOverride {
+                tenant,
+                requests,
+                unit_s,
+            } => {
+                override_definition(tenant, *requests, *unit_s)
+                    .spec()
+                    .map_err(|why| {
+                        Refusal::Invalid(format!("override of {requests} per {unit_s} s: {why}"))
+                    })?;
+            }
         }
         Ok(())
     }
@@ -203,6 +219,21 @@ pub(super) fn check_key(what: &str, name: &str) -> Result<(), Refusal> {
     check_name(what, name)
 }
 
+/// The definition of the limit deciding overrides of `requests` per `unit_s` seconds in
+/// `tenant` (`Command::DefineOverride`).
+pub(crate) fn override_definition(tenant: &str, requests: u32, unit_s: u64) -> Definition {
+    Definition {
+        tenant: tenant.to_owned(),
+        name: crate::rls::path::override_name(requests, unit_s),
+        concurrent: 0,
+        per_second: requests as f64 / unit_s.max(1) as f64,
+        burst: Some(requests as u64),
+        keyed: true,
+        keys_max: Some(crate::bounds::RLS_KEYS_MAX_DEFAULT),
+        shadow: false,
+    }
+}
+
 impl Definition {
     /// The spec this definition gives, or why it is invalid.
     pub fn spec(&self) -> Result<LimitSpec, String> {
@@ -236,29 +267,35 @@ impl Definition {
     }
 }
 
-impl AcquireParts {
-    /// Checks the arguments alone: names, 1..=[`PARTS_MAX`] parts naming distinct limits
-    /// (or distinct keys of one keyed limit),
-    /// keys, units in `1..=UNITS_MAX`, a weight of at least 1. A refusal names the part by
-    /// its position (from 1) and its limit.
+impl LeaseTokens {
+    /// Checks the arguments alone: 1..=[`PARTS_MAX`] parts naming distinct limits (or
+    /// distinct keys of one keyed limit), keys, a cap within [`BURST_MAX`], a rate within
+    /// [`PER_SECOND_MAX`], and no more tokens given back than a cap can hold. A refusal names
+    /// the part by its position (from 1) and its limit.
     pub fn validate(&self) -> Result<(), Refusal> {
         check_key("tenant", &self.tenant)?;
         if self.parts.is_empty() || self.parts.len() > PARTS_MAX {
             return Err(Refusal::Invalid(format!(
-                "{} parts, a request names 1..={PARTS_MAX}",
+                "{} parts, a lease request names 1..={PARTS_MAX}",
                 self.parts.len()
             )));
         }
+        let rate_max = PER_SECOND_MAX as u64 * crate::machine::limit::MICRO;
         for (i, part) in self.parts.iter().enumerate() {
             let n = i + 1;
             check_key(&format!("part {n}'s limit name"), &part.limit)?;
             if let Some(key) = &part.key {
                 check_key_bytes(n, &part.limit, key)?;
             }
-            if part.units == 0 || part.units > UNITS_MAX {
+            if part.cap > BURST_MAX
+                || part.rate_micro_per_s > rate_max
+                || part.returned_micro > BURST_MAX * crate::machine::limit::MICRO
+            {
                 return Err(Refusal::Invalid(format!(
-                    "part {n} ({}): units {} is not in 1..={UNITS_MAX}",
-                    part.limit, part.units
+                    "part {n} ({}): a lease's cap is at most {BURST_MAX} tokens, its rate at \
+                     most {rate_max} micro-tokens a second, and what it gives back at most \
+                     its cap",
+                    part.limit
                 )));
             }
             if self.parts[..i]
@@ -266,12 +303,24 @@ impl AcquireParts {
                 .any(|p| p.limit == part.limit && (p.key.is_none() || p.key == part.key))
             {
                 return Err(Refusal::Invalid(format!(
-                    "part {n} names limit {} again: a request names each limit (and each \
-                     key of a keyed one) once",
+                    "part {n} names limit {} again: a lease request names each limit (and \
+                     each key of a keyed one) once",
                     part.limit
                 )));
             }
         }
+        Ok(())
+    }
+}
+
+impl AcquireParts {
+    /// Checks the arguments alone: names, 1..=[`PARTS_MAX`] parts naming distinct limits
+    /// (or distinct keys of one keyed limit),
+    /// keys, units in `1..=UNITS_MAX`, a weight of at least 1. A refusal names the part by
+    /// its position (from 1) and its limit.
+    pub fn validate(&self) -> Result<(), Refusal> {
+        check_key("tenant", &self.tenant)?;
+        check_parts(&self.parts)?;
         check_name("fairness key", &self.priority.fairness_key)?;
         if let Some(agent) = &self.agent {
             check_key("agent", agent)?;
@@ -283,6 +332,42 @@ impl AcquireParts {
         }
         Ok(())
     }
+}
+
+/// Checks the parts of a request (or a return): 1..=[`PARTS_MAX`] parts naming distinct
+/// limits (or distinct keys of one keyed limit), keys, units in `1..=UNITS_MAX`. A refusal
+/// names the part by its position (from 1) and its limit.
+fn check_parts(parts: &[Part]) -> Result<(), Refusal> {
+    if parts.is_empty() || parts.len() > PARTS_MAX {
+        return Err(Refusal::Invalid(format!(
+            "{} parts, a request names 1..={PARTS_MAX}",
+            parts.len()
+        )));
+    }
+    for (i, part) in parts.iter().enumerate() {
+        let n = i + 1;
+        check_key(&format!("part {n}'s limit name"), &part.limit)?;
+        if let Some(key) = &part.key {
+            check_key_bytes(n, &part.limit, key)?;
+        }
+        if part.units == 0 || part.units > UNITS_MAX {
+            return Err(Refusal::Invalid(format!(
+                "part {n} ({}): units {} is not in 1..={UNITS_MAX}",
+                part.limit, part.units
+            )));
+        }
+        if parts[..i]
+            .iter()
+            .any(|p| p.limit == part.limit && (p.key.is_none() || p.key == part.key))
+        {
+            return Err(Refusal::Invalid(format!(
+                "part {n} names limit {} again: a request names each limit (and each \
+                 key of a keyed one) once",
+                part.limit
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Checks part `n`'s key: non-empty, at most [`KEY_BYTES_MAX`] bytes.

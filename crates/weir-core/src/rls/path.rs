@@ -22,6 +22,40 @@ pub const REPLACES_PREFIX: &str = "envoy~";
 /// so the matcher looks for prefixes only where a file put a wildcard.
 pub const WILDCARDS_PREFIX: &str = "envoy*";
 
+/// The prefix of a limit made for a descriptor's `limit` override
+/// ([`override_name`]): `envoy^` then the override's requests and unit in seconds.
+pub const OVERRIDE_PREFIX: &str = "envoy^";
+
+/// The keyed limit that decides descriptors overriding their limit with `requests` per
+/// `unit_s` seconds: `envoy^5-per-3600s` (no `/`, so the name is one segment of a URL
+/// path). Each descriptor's entries are its key
+/// ([`override_key`]), so each override value counts apart, as ratelimit's cache keys do.
+pub fn override_name(requests: u32, unit_s: u64) -> String {
+    format!("{OVERRIDE_PREFIX}{requests}-per-{unit_s}s")
+}
+
+/// Whether `name` is a limit made for a descriptor's override.
+pub fn is_override(name: &str) -> bool {
+    name.starts_with(OVERRIDE_PREFIX)
+}
+
+/// The key of a descriptor's `entries` in an override limit: the segments `key=value`
+/// escaped as in a limit name and joined by `/`, so distinct descriptors never share a
+/// key. `None` when that text is longer than a key may be: the caller then keys by a
+/// digest of it.
+pub fn override_key(entries: &[(&str, &str)]) -> Option<String> {
+    let mut out = String::new();
+    for (i, (key, value)) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push('/');
+        }
+        escape(key, &mut out);
+        out.push('=');
+        escape(value, &mut out);
+    }
+    (out.len() <= crate::bounds::KEY_BYTES_MAX).then_some(out)
+}
+
 /// One segment of a descriptor path: a key, and the value a node names (`None`: any value).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Segment<'a> {

@@ -96,6 +96,7 @@ pub fn response(plan: &Plan, machine: &Machine, taken: &Taken, headers: bool) ->
                 };
                 (status, "keys_full")
             }
+            Target::Return(n) => (return_status(plan, machine, *n), "returned"),
             Target::Part(n) => {
                 let status = part_status(plan, machine, *n, taken);
                 let kind = if over[*n] { "over_limit" } else { "ok" };
@@ -164,6 +165,25 @@ fn part_status(plan: &Plan, machine: &Machine, n: usize, taken: &Taken) -> Descr
         code,
         current_limit: Some(rate_limit_of(&part.limit, &bucket)),
         limit_remaining: u32::try_from(remaining).unwrap_or(u32::MAX),
+        duration_until_reset: Some(Duration {
+            seconds: (reset_ms / 1000) as i64,
+            nanos: ((reset_ms % 1000) * 1_000_000) as i32,
+        }),
+        ..Default::default()
+    }
+}
+
+/// Return part `n`'s status: `OK`, and the bucket as this node reads it now.
+fn return_status(plan: &Plan, machine: &Machine, n: usize) -> DescriptorStatus {
+    let part = &plan.returns[n];
+    let Some(bucket) = machine.bucket_now(&plan.tenant, &part.limit, part.key.as_deref()) else {
+        return ok_status();
+    };
+    let reset_ms = bucket.full_in_ms;
+    DescriptorStatus {
+        code: Code::Ok as i32,
+        current_limit: Some(rate_limit_of(&part.limit, &bucket)),
+        limit_remaining: u32::try_from(bucket.tokens).unwrap_or(u32::MAX),
         duration_until_reset: Some(Duration {
             seconds: (reset_ms / 1000) as i64,
             nanos: ((reset_ms % 1000) * 1_000_000) as i32,
@@ -275,6 +295,8 @@ mod tests {
                 key: Some("new".into()),
                 units: 1,
             }],
+            returns: Vec::new(),
+            overrides: Vec::new(),
         };
         for (over_limit, code) in [(false, Code::Ok), (true, Code::OverLimit)] {
             let taken = Taken {

@@ -18,12 +18,16 @@
 //! 2. **Match** (`plan.rs`): the domain is the tenant. Each descriptor is matched against
 //!    the tenant's limits on this node's applied state, by the rule of
 //!    [`weir_core::rls::path::resolve`] (exact value, wildcard prefix, key alone); a
-//!    `replaces` marker drops a replaced match. A descriptor's `limit` override is decided
-//!    only on a matched limit of the same rate (a request cannot define a limit). A
+//!    `replaces` marker drops a replaced match. A descriptor's `limit` override of another
+//!    rate than its match's is decided on the override's own keyed limit
+//!    (`weir_core::rls::path::override_name`), keyed by the descriptor's entries, made
+//!    through the log (`DefineOverride`) before the take when this node has none. A
 //!    descriptor that matches no limit answers OK and is counted (`rls_descriptors
 //!    {kind="unmatched"}`), as envoyproxy/ratelimit answers; one that matches a limit with
 //!    no rate (an `unlimited` or inner node) answers OK.
-//! 3. **Decide**: the descriptors that matched a rate are the parts (limit, key, hits) of ONE
+//! 3. **Decide**: descriptors with negative hits that matched a rate are the parts of one
+//!    return of tokens (`ReturnTokens`), written first; the others that matched a rate
+//!    are the parts (limit, key, hits) of ONE
 //!    take (`AcquireParts`, `wait = false`) in the caller's take session, through the
 //!    caller's internal client, so the write goes through the client port's authorization
 //!    and a follower forwards it to the leader as HTTP does. One entry decides every part:
@@ -58,8 +62,9 @@
 //!   follower once it has applied the definition (a heartbeat later); until then its
 //!   descriptors answer as unmatched (OK).
 //! - The same limit and key twice is one part of the summed hits.
-//! - `is_negative_hits` is `INVALID_ARGUMENT`: tokens return to a bucket only by settling
-//!   the take that charged them.
+//! - A descriptor with `is_negative_hits` is a part of a return (`ReturnTokens`), written
+//!   in its own entry before the take: its hits go back to the bucket whatever the take's
+//!   outcome, and its status is the bucket as this node reads it after the request.
 //!
 //! # Layout
 //!

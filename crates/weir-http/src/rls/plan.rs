@@ -2,10 +2,11 @@
 //! this node's applied state (definitions change rarely; the take itself is decided by the
 //! leader's machine, which refuses a part whose limit is gone).
 
+use weir_core::machine::limit::LimitSpec;
 use weir_core::machine::{Machine, Part};
-use weir_core::rls::path::{Matched, replaced, resolve};
+use weir_core::rls::path::{Matched, override_key, override_name, replaced, resolve};
 
-use super::request::Checked;
+use super::request::{Checked, Descriptor};
 
 /// What a descriptor is decided on.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -17,6 +18,8 @@ pub enum Target {
     Unlimited,
     /// Part `n` of the take.
     Part(usize),
+    /// Part `n` of the return (`is_negative_hits`): its hits go back to the bucket.
+    Return(usize),
 }
 
 /// A request's decision plan.
@@ -27,6 +30,12 @@ pub struct Plan {
     pub targets: Vec<Target>,
     /// The take's parts: distinct (limit, key), hits summed.
     pub parts: Vec<Part>,
+    /// The return's parts (descriptors with negative hits): distinct (limit, key), hits
+    /// summed.
+    pub returns: Vec<Part>,
+    /// The override limits `(requests, unit seconds)` the parts name that this node does
+    /// not have yet: made (`DefineOverride`) before the take.
+    pub overrides: Vec<(u32, u64)>,
 }
 
 /// Matches every descriptor of `request` on `machine`; an error names a limit a take cannot
@@ -56,10 +65,17 @@ pub fn plan(machine: &Machine, request: &Checked) -> Result<Plan, String> {
         tenant: request.tenant.clone(),
         targets: Vec::with_capacity(matched.len()),
         parts: Vec::new(),
+        returns: Vec::new(),
+        overrides: Vec::new(),
     };
     for (i, m) in matched.iter().enumerate() {
-        if let Some(limit) = request.descriptors[i].limit {
-            check_override(machine, tenant, i, m.as_ref(), limit)?;
+        let d = &request.descriptors[i];
+        if let Some(limit) = d.limit
+            && !same_rate(machine, tenant, m.as_ref(), limit)
+        {
+            let target = plan.add_override(machine, i, d, limit)?;
+            plan.targets.push(target);
+            continue;
         }
         let target = match m {
             None => Target::Unmatched,
@@ -72,7 +88,12 @@ pub fn plan(machine: &Machine, request: &Checked) -> Result<Plan, String> {
                     Target::Unlimited
                 } else {
                     check_rate_only(machine, tenant, m)?;
-                    Target::Part(plan.add_part(m, request.descriptors[i].hits))
+                    let d = &request.descriptors[i];
+                    if d.negative {
+                        Target::Return(add_part(&mut plan.returns, m, d.hits))
+                    } else {
+                        Target::Part(add_part(&mut plan.parts, m, d.hits))
+                    }
                 }
             }
         };
@@ -82,28 +103,78 @@ pub fn plan(machine: &Machine, request: &Checked) -> Result<Plan, String> {
 }
 
 impl Plan {
-    /// Adds descriptor `i`'s hits on `m` to the parts, as a new part or summed into the part
-    /// of the same limit and key; returns its index. Two keys of one keyed limit are two
-    /// parts of the one take.
-    fn add_part(&mut self, m: &Matched<'_>, hits: u32) -> usize {
-        let same = self
-            .parts
+    /// Descriptor `i`'s target on the limit of its override `(requests, unit_s)`, keyed by
+    /// its entries; notes the limit to make when this node has none.
+    fn add_override(
+        &mut self,
+        machine: &Machine,
+        i: usize,
+        d: &Descriptor,
+        (requests, unit_s): (u32, u64),
+    ) -> Result<Target, String> {
+        let per_second = requests as f64 / unit_s as f64;
+        LimitSpec::new(0, per_second, Some(requests as u64)).map_err(|why| {
+            format!("descriptors[{i}].limit asks {requests} per {unit_s} s: {why}")
+        })?;
+        let name = override_name(requests, unit_s);
+        if !machine.has_limit(&self.tenant, &name) && !self.overrides.contains(&(requests, unit_s))
+        {
+            self.overrides.push((requests, unit_s));
+        }
+        let entries: Vec<(&str, &str)> = d
+            .entries
             .iter()
-            .position(|p| p.limit == m.name && p.key == m.key);
-        match same {
-            Some(n) => {
-                let part = &mut self.parts[n];
-                part.units = part.units.saturating_add(hits);
-                n
-            }
-            None => {
-                self.parts.push(Part {
-                    limit: m.name.clone(),
-                    key: m.key.clone(),
-                    units: hits,
-                });
-                self.parts.len() - 1
-            }
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let key = override_key(&entries).unwrap_or_else(|| digest_key(&entries));
+        let m = Matched {
+            name,
+            key: Some(key),
+            path: Vec::new(),
+        };
+        Ok(if d.negative {
+            Target::Return(add_part(&mut self.returns, &m, d.hits))
+        } else {
+            Target::Part(add_part(&mut self.parts, &m, d.hits))
+        })
+    }
+}
+
+/// The key of a descriptor whose entries are too long for [`override_key`]: `sha256:` and
+/// the hex digest of each entry's key and value, each preceded by its length.
+fn digest_key(entries: &[(&str, &str)]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    for (key, value) in entries {
+        for text in [key, value] {
+            hash.update((text.len() as u64).to_le_bytes());
+            hash.update(text.as_bytes());
+        }
+    }
+    let hex: String = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
+/// Adds a descriptor's hits on `m` to `parts` (the take's or the return's), as a new part
+/// or summed into the part of the same limit and key; returns its index. Two keys of one
+/// keyed limit are two parts of the one take.
+fn add_part(parts: &mut Vec<Part>, m: &Matched<'_>, hits: u32) -> usize {
+    let same = parts
+        .iter()
+        .position(|p| p.limit == m.name && p.key == m.key);
+    match same {
+        Some(n) => {
+            let part = &mut parts[n];
+            part.units = part.units.saturating_add(hits);
+            n
+        }
+        None => {
+            parts.push(Part {
+                limit: m.name.clone(),
+                key: m.key.clone(),
+                units: hits,
+            });
+            parts.len() - 1
         }
     }
 }
@@ -116,41 +187,21 @@ fn rates(machine: &Machine, tenant: &str, m: &Matched<'_>) -> bool {
         .is_some_and(|b| b.spec.rates())
 }
 
-/// A descriptor's `limit` override `(requests, unit seconds)` is decided only as the limit
-/// it matched: the same rate and window. Another rate would need a limit defined by the
-/// request, and limits are the operator's, written through the log: refused, naming why.
-fn check_override(
+/// Whether a descriptor's `limit` override `(requests, unit seconds)` names the rate of
+/// the limit it matched: then it is decided on that limit (ratelimit's counter of the same
+/// descriptor and window); another rate is decided on the override's own limit.
+fn same_rate(
     machine: &Machine,
     tenant: &str,
-    i: usize,
     m: Option<&Matched<'_>>,
     (requests, unit): (u32, u64),
-) -> Result<(), String> {
+) -> bool {
     let bucket = m.and_then(|m| machine.bucket_now(tenant, &m.name, m.key.as_deref()));
-    let same = bucket.as_ref().is_some_and(|b| {
-        b.spec.burst == requests as u64
+    bucket.as_ref().is_some_and(|b| {
+        b.spec.rates()
+            && b.spec.burst == requests as u64
             && (b.spec.per_second * unit as f64 - requests as f64).abs() <= requests as f64 * 1e-9
-    });
-    if same {
-        return Ok(());
-    }
-    let configured = match (m, &bucket) {
-        (Some(m), Some(b)) if b.spec.rates() => {
-            format!(
-                "limit {} allows {} per {} s",
-                m.name,
-                b.spec.burst,
-                b.spec.burst as f64 / b.spec.per_second
-            )
-        }
-        (Some(m), _) => format!("limit {} has no rate", m.name),
-        (None, _) => "no limit of the domain matches".to_owned(),
-    };
-    Err(format!(
-        "descriptors[{i}].limit asks {requests} per {unit} s, and {configured}: Weir decides \
-         only the limits the operator defined (a rate of the request's own is not \
-         supported; define it in the file)"
-    ))
+    })
 }
 
 /// A take holds nothing, so a limit with a concurrency cap cannot be decided here.
@@ -168,7 +219,6 @@ fn check_rate_only(machine: &Machine, tenant: &str, m: &Matched<'_>) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rls::request::Descriptor;
     use weir_core::machine::{Batch, Definition, Leadership};
     use weir_core::rls::path::{Segment, limit_name, replaces_name};
 
@@ -246,6 +296,7 @@ mod tests {
                         .collect(),
                     hits: *hits,
                     limit: None,
+                    negative: false,
                 })
                 .collect(),
         }
@@ -310,6 +361,48 @@ mod tests {
         assert_eq!(
             p.parts,
             [part("envoy:ip", "a", 2), part("envoy:ip", "b", 2)]
+        );
+    }
+
+    #[test]
+    fn an_override_of_another_rate_is_a_part_of_its_own_limit_keyed_by_the_descriptor() {
+        let m = machine();
+        let mut request = checked(&[
+            (&[("ip", "1.2.3.4")], 1),
+            (&[("ip", "1.2.3.4")], 1),
+            (&[("nothing", "here")], 2),
+        ]);
+        // The rule's own rate: decided on the rule. Another: on the override's limit.
+        request.descriptors[0].limit = Some((10, 1));
+        request.descriptors[1].limit = Some((3, 60));
+        request.descriptors[2].limit = Some((3, 60));
+        let p = plan(&m, &request).unwrap();
+        assert_eq!(
+            p.targets,
+            [Target::Part(0), Target::Part(1), Target::Part(2)]
+        );
+        assert_eq!(
+            p.parts,
+            [
+                part("envoy:ip", "1.2.3.4", 1),
+                part("envoy^3-per-60s", "ip=1.2.3.4", 1),
+                part("envoy^3-per-60s", "nothing=here", 2),
+            ]
+        );
+        assert_eq!(p.overrides, [(3, 60)]);
+        // Entries too long for a key are keyed by their digest.
+        let long = "v".repeat(100);
+        let mut request = checked(&[(&[("a", &long), ("b", &long)], 1)]);
+        request.descriptors[0].limit = Some((3, 60));
+        let p = plan(&m, &request).unwrap();
+        let key = p.parts[0].key.as_deref().unwrap();
+        assert!(key.starts_with("sha256:") && key.len() == 71, "{key}");
+        // A rate no bucket can keep is refused, naming the field.
+        request.descriptors[0].limit = Some((1, 365 * 86_400));
+        let e = plan(&m, &request).unwrap_err();
+        assert!(
+            e.starts_with("descriptors[0].limit asks 1 per 31536000 s"),
+            "{e}"
         );
     }
 }

@@ -18,6 +18,8 @@ pub struct Descriptor {
     pub hits: u32,
     /// The descriptor's `limit` override: requests per unit, and the unit in seconds.
     pub limit: Option<(u32, u64)>,
+    /// `is_negative_hits`: the hits go back to the bucket instead of being taken.
+    pub negative: bool,
 }
 
 /// A checked request: the tenant (the domain) and its descriptors, in order.
@@ -59,13 +61,6 @@ pub fn check(request: RateLimitRequest) -> Result<Checked, String> {
                 d.entries.len()
             ));
         }
-        if d.is_negative_hits {
-            return Err(format!(
-                "descriptors[{i}].is_negative_hits is not supported: a bucket gets tokens \
-                 back only by settling the take that charged them (Weir's take with an \
-                 estimate); an unlinked return is no command of the log"
-            ));
-        }
         let limit = match &d.limit {
             None => None,
             Some(o) => {
@@ -99,6 +94,7 @@ pub fn check(request: RateLimitRequest) -> Result<Checked, String> {
             entries,
             hits,
             limit,
+            negative: d.is_negative_hits,
         });
     }
     Ok(Checked {
@@ -187,12 +183,18 @@ mod tests {
             e.starts_with("descriptors[0].hits_addend is 2147483648"),
             "{e}"
         );
-        let mut negative = descriptor(&[("k", "v")], None);
+    }
+
+    #[test]
+    fn negative_hits_are_read_with_their_hits() {
+        let mut negative = descriptor(&[("k", "v")], Some(3));
         negative.is_negative_hits = true;
-        let e = refused(request(vec![negative], 1));
-        assert!(
-            e.starts_with("descriptors[0].is_negative_hits is not supported: a bucket"),
-            "{e}"
-        );
+        let checked = check(request(vec![negative, descriptor(&[("k", "v")], None)], 2)).unwrap();
+        let read: Vec<(u32, bool)> = checked
+            .descriptors
+            .iter()
+            .map(|d| (d.hits, d.negative))
+            .collect();
+        assert_eq!(read, [(3, true), (2, false)]);
     }
 }

@@ -9,6 +9,7 @@ use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 use weir_client::ClientError;
 use weir_core::machine::{AcquireParts, Command, Part, Priority, Refusal, Reply};
+use weir_core::rls::path::override_name;
 use weir_proto::protocol::{Failure, Request as ClientRequest};
 
 use super::answer::{Taken, response};
@@ -66,19 +67,37 @@ struct KeysFull {
 impl KeysFull {
     /// Logs, the first time for this limit, that it has no room for a new key.
     fn log_once(&self, tenant: &str, limit: &str, keys_max: u64) {
+        if self.first(tenant, limit) {
+            tracing::warn!(
+                "limit {tenant}/{limit} has {keys_max} live keys, its keys_max: a new key's \
+                 descriptors are answered as grpc_keys_full_over_limit says until keys drop \
+                 (raise it with `weir limits apply --keys-max`)"
+            );
+        }
+    }
+
+    /// Logs, the first time for this override limit, that its tenant has no room for it.
+    fn log_override_once(&self, tenant: &str, limit: &str, max: u64) {
+        if self.first(tenant, limit) {
+            tracing::warn!(
+                "tenant {tenant} has {max} override limits, the bound: descriptors \
+                 overriding their limit to a new rate ({limit}) are answered as \
+                 grpc_keys_full_over_limit says"
+            );
+        }
+    }
+
+    /// Whether (tenant, limit) is logged for the first time; remembers it.
+    fn first(&self, tenant: &str, limit: &str) -> bool {
         let mut logged = weir_server::lock::lock(&self.logged);
         let key = (tenant.to_owned(), limit.to_owned());
         if logged.contains(&key) {
-            return;
+            return false;
         }
         if logged.len() < KEYS_FULL_LOGGED_MAX {
             logged.insert(key);
         }
-        tracing::warn!(
-            "limit {tenant}/{limit} has {keys_max} live keys, its keys_max: a new key's \
-             descriptors are answered as grpc_keys_full_over_limit says until keys drop \
-             (raise it with `weir limits apply --keys-max`)"
-        );
+        true
     }
 }
 
@@ -129,7 +148,21 @@ impl RlsService {
             plan(&state.machine, &checked)
         }
         .map_err(Status::invalid_argument)?;
-        let (over, keys_full) = self.take_with_room(&plan).await?;
+        // The parts on an override limit the tenant has no room to make answer as a key
+        // without room does: left out of the take.
+        let mut left_out = vec![false; plan.parts.len()];
+        for &(requests, unit_s) in &plan.overrides {
+            if !self.make_override(&plan.tenant, requests, unit_s).await? {
+                let name = override_name(requests, unit_s);
+                for (i, p) in plan.parts.iter().enumerate() {
+                    left_out[i] |= p.limit == name;
+                }
+            }
+        }
+        if !plan.returns.is_empty() {
+            self.give_back(&plan).await?;
+        }
+        let (over, keys_full) = self.take_with_room(&plan, left_out).await?;
         let state = self.ctx.state.lock();
         let taken = Taken {
             over,
@@ -145,9 +178,12 @@ impl RlsService {
     /// Takes the parts of `plan`, leaving out those of a limit with no room for a new key
     /// (and taking the rest again without them, at most once per part): per part, whether
     /// it was refused for want of tokens, and whether it was left out.
-    async fn take_with_room(&self, plan: &Plan) -> Result<(Vec<bool>, Vec<bool>), Status> {
+    async fn take_with_room(
+        &self,
+        plan: &Plan,
+        mut left_out: Vec<bool>,
+    ) -> Result<(Vec<bool>, Vec<bool>), Status> {
         let n = plan.parts.len();
-        let mut left_out = vec![false; n];
         // Ends: each round that goes on leaves out at least one more part.
         loop {
             let kept: Vec<usize> = (0..n).filter(|&i| !left_out[i]).collect();
@@ -176,6 +212,8 @@ impl RlsService {
                         tenant: plan.tenant.clone(),
                         targets: Vec::new(),
                         parts,
+                        returns: Vec::new(),
+                        overrides: Vec::new(),
                     };
                     let over_kept = self.refused(&sub, refusal)?;
                     let mut over = vec![false; n];
@@ -185,6 +223,67 @@ impl RlsService {
                     return Ok((over, left_out));
                 }
             }
+        }
+    }
+
+    /// Makes the limit of overrides of `requests` per `unit_s` seconds in `tenant`: `true`
+    /// when it exists, `false` when the tenant has no room for another (logged once).
+    async fn make_override(
+        &self,
+        tenant: &str,
+        requests: u32,
+        unit_s: u64,
+    ) -> Result<bool, Status> {
+        let command = Command::DefineOverride {
+            tenant: tenant.to_owned(),
+            requests,
+            unit_s,
+        };
+        let reply = self
+            .ctx
+            .client()
+            .write(command)
+            .await
+            .map_err(client_status)?;
+        match reply {
+            Reply::Done => Ok(true),
+            Reply::Refused(Refusal::AtCapacity { limit, .. }) => {
+                self.keys_full
+                    .log_override_once(tenant, &override_name(requests, unit_s), limit);
+                Ok(false)
+            }
+            Reply::Refused(Refusal::Invalid(why)) => Err(Status::invalid_argument(why)),
+            other => Err(Status::internal(format!(
+                "unexpected answer to an override's limit: {other:?}"
+            ))),
+        }
+    }
+
+    /// Returns the hits of the plan's negative descriptors to their buckets, in one entry
+    /// before the take (so a request that returns and takes sees its own return).
+    async fn give_back(&self, plan: &Plan) -> Result<(), Status> {
+        let command = Command::ReturnTokens {
+            tenant: plan.tenant.clone(),
+            parts: plan.returns.clone(),
+        };
+        let reply = self
+            .ctx
+            .client()
+            .write(command)
+            .await
+            .map_err(client_status)?;
+        match reply {
+            Reply::Done => Ok(()),
+            Reply::Refused(Refusal::Invalid(why)) => Err(Status::invalid_argument(why)),
+            Reply::Refused(Refusal::UnknownLimit { tenant, name }) => {
+                Err(Status::unavailable(format!(
+                    "limit {tenant}/{name} was removed while the request was decided; try \
+                     again"
+                )))
+            }
+            other => Err(Status::internal(format!(
+                "unexpected answer to a return of tokens: {other:?}"
+            ))),
         }
     }
 

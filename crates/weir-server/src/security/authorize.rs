@@ -202,4 +202,35 @@ mod tests {
             assert!(authorize(&Role::Admin, &request).is_ok());
         }
     }
+
+    #[test]
+    fn a_tenant_returns_tokens_and_makes_override_limits_in_its_own_tenant_only() {
+        let a = Role::Tenant("a".into());
+        let writes = |t: &str| {
+            [
+                Command::ReturnTokens {
+                    tenant: t.into(),
+                    parts: vec![weir_core::machine::Part {
+                        limit: "x".into(),
+                        key: None,
+                        units: 1,
+                    }],
+                },
+                Command::DefineOverride {
+                    tenant: t.into(),
+                    requests: 5,
+                    unit_s: 60,
+                },
+            ]
+        };
+        for command in writes("a") {
+            let request = Request::Write(command);
+            assert!(authorize(&a, &request).is_ok());
+            assert!(authorize(&Role::Read, &request).is_err());
+        }
+        for command in writes("b") {
+            let why = authorize(&a, &Request::Write(command)).unwrap_err();
+            assert!(why.contains("may not act in tenant \"b\""), "{why}");
+        }
+    }
 }

@@ -234,6 +234,16 @@ impl Command {
                     ticket: *ticket,
                 },
             ),
+            Command::ReturnTokens { tenant, .. } | Command::DefineOverride { tenant, .. } => {
+                Description {
+                    tenant_records: false,
+                    ..Description::in_tenant(tenant)
+                }
+            }
+            Command::LeaseTokens(l) => Description {
+                tenant: Some(&l.tenant),
+                ..Description::on_session(Some(l.session), Effect::Other)
+            },
             Command::Tick => Description {
                 control: Some(Time),
                 ..Description::on_session(None, Effect::Other)

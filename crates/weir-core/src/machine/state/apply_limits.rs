@@ -7,7 +7,8 @@
 //! changed definition applied as `Define` applies it (a lowered `concurrent` keeps its
 //! holders; waiters it can never serve are refused), and with `prune` each of the tenant's
 //! other live limits removed as `RemoveLimit` removes it (its waiters refused "limit
-//! removed"). A definition equal to the limit's spec is left alone, so applying the same
+//! removed"), but for the limits Envoy's descriptor overrides made (`DefineOverride`,
+//! named `envoy^…`), which belong to the gateway's requests, not to a file. A definition equal to the limit's spec is left alone, so applying the same
 //! file twice changes nothing the second time (not even a bucket's refill stamp).
 //!
 //! Invariants:
@@ -23,6 +24,7 @@ use super::Machine;
 use crate::bounds::{LIMITS_MAX, TENANTS_MAX};
 use crate::machine::command::Definition;
 use crate::machine::reply::{Event, LimitsChange, Refusal, Reply};
+use crate::rls::path::is_override;
 
 impl Machine {
     /// Applies `definitions` to `tenant` (module doc): the change, or the refusal naming
@@ -93,7 +95,11 @@ impl Machine {
             let named: BTreeSet<&str> = definitions.iter().map(|d| d.name.as_str()).collect();
             if let Some(t) = self.saved.tenants.get(tenant) {
                 for (name, id) in &t.limits {
-                    if !named.contains(name.as_str()) && !self.saved.limits[id].removing {
+                    // The limits Envoy's overrides made are the gateway's, not the file's.
+                    if !named.contains(name.as_str())
+                        && !self.saved.limits[id].removing
+                        && !is_override(name)
+                    {
                         change.removed.push(name.clone());
                     }
                 }

@@ -31,7 +31,53 @@ impl Machine {
         if totals != self.totals {
             return Err(format!("totals kept {:?}, counted {totals:?}", self.totals));
         }
+        self.check_token_leases()?;
         self.check_limits()
+    }
+
+    /// Every token lease names a live session and a live limit or key that rates, is not
+    /// empty, and is counted in its limit's sums; every request counter is a live session's.
+    fn check_token_leases(&self) -> Result<(), String> {
+        let leases = &self.saved.token_leases;
+        let mut sums = std::collections::BTreeMap::<LimitId, (u64, u64, u32)>::new();
+        for (&(sid, id), lease) in &leases.leases {
+            if !self.saved.sessions.contains_key(&sid) {
+                return Err(format!("a token lease of session {sid}, which is not live"));
+            }
+            let Some(limit) = self.saved.limits.get(&id) else {
+                return Err(format!(
+                    "a token lease of session {sid} on limit {id}, which is gone"
+                ));
+            };
+            if !limit.spec.rates() || (lease.rate_micro_per_s == 0 && lease.cap == 0) {
+                return Err(format!(
+                    "session {sid}'s token lease on limit {id} leases nothing"
+                ));
+            }
+            let sum = sums.entry(id).or_default();
+            sum.0 += lease.rate_micro_per_s;
+            sum.1 += lease.cap;
+            sum.2 += 1;
+        }
+        for (&id, limit) in &self.saved.limits {
+            let l = limit.leased;
+            let sum = sums.get(&id).copied().unwrap_or_default();
+            if (l.rate_micro_per_s, l.cap, l.holders) != sum {
+                return Err(format!(
+                    "limit {id} counts leases {l:?}, its leases sum to {sum:?}"
+                ));
+            }
+        }
+        if let Some(sid) = leases
+            .seqs
+            .keys()
+            .find(|s| !self.saved.sessions.contains_key(s))
+        {
+            return Err(format!(
+                "a lease request counter of session {sid}, which is not live"
+            ));
+        }
+        Ok(())
     }
 
     /// Every session is well formed and has its expiry record, and every live ticket is

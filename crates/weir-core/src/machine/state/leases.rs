@@ -3,8 +3,8 @@
 //! A lease runs `ttl_ms` of log time from the entry that applied the last keep-alive (or the
 //! opening). Expiry happens at the start of the first entry whose log clock reaches
 //! `expires_at_ms`, earliest first; a session's end releases its permits and withdraws its
-//! tickets, and only then are the limits it was on served, so no grant goes to a session
-//! that is already past its lease.
+//! tickets, and ends its token leases (`token_leases`), and only then are the limits it was on
+//! served, so no grant goes to a session that is already past its lease.
 
 use std::collections::BTreeSet;
 
@@ -111,10 +111,12 @@ impl Machine {
             .prune
             .set(crate::machine::deadlines::Prune::Tickets(id), None);
         session.forget_from(&mut self.totals);
-        session
+        let mut touched: BTreeSet<LimitId> = session
             .live
             .values()
             .flat_map(|ticket| self.unlink(ticket))
-            .collect()
+            .collect();
+        touched.append(&mut self.end_token_leases(id));
+        touched
     }
 }

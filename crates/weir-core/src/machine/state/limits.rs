@@ -13,11 +13,13 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::Machine;
-use crate::bounds::LIMITS_MAX;
+use crate::bounds::{LIMITS_MAX, RLS_OVERRIDES_MAX};
 use crate::machine::command::Definition;
 use crate::machine::command::LimitId;
 use crate::machine::limit::{Limit, LimitSpec};
 use crate::machine::reply::{Event, Refusal, Reply};
+use crate::machine::validate::override_definition;
+use crate::rls::path::{OVERRIDE_PREFIX, is_override};
 
 impl Machine {
     pub(super) fn define_limit(
@@ -55,6 +57,36 @@ impl Machine {
             self.serve(state, events);
         }
         Ok(Reply::Done)
+    }
+
+    /// Makes sure `tenant` has the limit deciding Envoy overrides of `requests` per
+    /// `unit_s` seconds; one of that name is left as it is. A new one is refused past
+    /// [`RLS_OVERRIDES_MAX`] such limits in the tenant.
+    pub(super) fn define_override(
+        &mut self,
+        tenant: &str,
+        requests: u32,
+        unit_s: u64,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, Refusal> {
+        let d = override_definition(tenant, requests, unit_s);
+        if self.live_limit_id(tenant, &d.name).is_ok() {
+            return Ok(Reply::Done);
+        }
+        let made = self.saved.tenants.get(tenant).map_or(0, |t| {
+            t.limits
+                .range(OVERRIDE_PREFIX.to_owned()..)
+                .take_while(|(name, _)| is_override(name))
+                .filter(|(_, id)| !self.saved.limits[*id].removing)
+                .count()
+        });
+        if made >= RLS_OVERRIDES_MAX {
+            return Err(Refusal::AtCapacity {
+                what: format!("override limits of tenant {tenant}"),
+                limit: RLS_OVERRIDES_MAX as u64,
+            });
+        }
+        self.define_limit(&d, events)
     }
 
     /// Gives limit `id` (and its keys) a new spec.

@@ -10,17 +10,18 @@
 //!
 //! Requests of several parts, keys and shadow parts are resolved and decided here (the
 //! rule is the machine's module doc, "Several parts"), and so are takes with an estimate
-//! and their settlement (`SettleTake`).
+//! and their settlement (`SettleTake`), and tokens returned unlinked (`ReturnTokens`).
 //!
 //! Each step has its own child module: `decide` (a new request: granted, queued or refused),
 //! `resolve` (its parts against the state), `grant` (fences and what a grant records), `serve`
 //! (a queue when room appears, and filing a limit), `leave` (release, session end, refusal of
-//! a waiter) and `settle` (a take's estimate).
+//! a waiter), `settle` (a take's estimate) and `returns` (tokens given back).
 
 mod decide;
 mod grant;
 mod leave;
 mod resolve;
+mod returns;
 mod serve;
 mod settle;
 

@@ -1,0 +1,161 @@
+package weir
+
+import (
+	"context"
+	"errors"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestMarginAndDeadline(t *testing.T) {
+	if got := marginFor(3 * time.Second); got != 300*time.Millisecond {
+		t.Fatalf("margin of 3 s: %v", got)
+	}
+	if got := marginFor(500 * time.Millisecond); got != 100*time.Millisecond {
+		t.Fatalf("margin of 500 ms: %v", got)
+	}
+	if got := deadlineAfter(time.Second, 3*time.Second); got != 3700*time.Millisecond {
+		t.Fatalf("deadline after a keep-alive sent at 1 s, TTL 3 s: %v", got)
+	}
+	a := bootNow()
+	time.Sleep(20 * time.Millisecond)
+	if b := bootNow(); b-a < 20*time.Millisecond {
+		t.Fatalf("bootNow advanced %v over a 20 ms sleep", b-a)
+	}
+}
+
+func TestErrorKinds(t *testing.T) {
+	e := newError("Busy", "db: no room", 429, map[string]any{"retry_after_ms": 250.0})
+	var as *Error
+	if !errors.Is(e, ErrBusy) || errors.Is(e, ErrHalted) || !errors.As(error(e), &as) || as.RetryAfter != 250*time.Millisecond {
+		t.Fatalf("Busy: %v %+v", e, as)
+	}
+	if !errors.Is(newError("Unauthenticated", "", 401, nil), ErrUnauthenticated) {
+		t.Fatal("401 is ErrUnauthenticated")
+	}
+	if !errors.Is(newError("Whatever", "", 403, nil), ErrForbidden) {
+		t.Fatal("an unnamed 403 is ErrForbidden")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	to := timedOut(ctx, "db")
+	if !errors.Is(to, ErrTimedOut) || !errors.Is(to, context.Canceled) {
+		t.Fatalf("timed out: %v", to)
+	}
+	lost := &LostError{Kind: LostHalted, Scope: "tenant", Reason: "x"}
+	if !errors.Is(lost, ErrLost) || !errors.Is(lost, ErrHalted) || errors.Is(lost, ErrSessionEnded) {
+		t.Fatal("a halt's loss")
+	}
+}
+
+// A permit's work is cancelled when the client is cut off from every node: WithPermit's
+// context ends by the belief deadline, before the TTL has passed since the cut.
+func TestWithPermitCancelledOnLoss(t *testing.T) {
+	c := startCluster(t, false, nil)
+	ctx := context.Background()
+	admin, err := New(c.config(t, "with-permit"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if err := admin.DefineLimit(ctx, "db", LimitSpec{Concurrent: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ps := c.proxies(t)
+	cfg := c.config(t, "with-permit")
+	cfg.Servers = nil
+	for _, p := range ps {
+		cfg.Servers = append(cfg.Servers, p.addr())
+	}
+	cl, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	s, err := cl.OpenSession(ctx, SessionOptions{TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cutAt, doneAt time.Time
+	err = s.WithPermit(ctx, "db", func(ctx context.Context, p *Permit) error {
+		time.Sleep(300 * time.Millisecond)
+		cutAt = time.Now()
+		for _, p := range ps {
+			p.cut()
+		}
+		select {
+		case <-ctx.Done():
+			doneAt = time.Now()
+			return nil
+		case <-time.After(5 * time.Second):
+			return errors.New("the work's context outlived the permit")
+		}
+	})
+	if !errors.Is(err, ErrLost) {
+		t.Fatalf("WithPermit answered %v, want the permit's loss", err)
+	}
+	if d := doneAt.Sub(cutAt); d > time.Second {
+		t.Fatalf("the work was cancelled %v after the cut, past the TTL", d)
+	}
+}
+
+// A node that stops answering (SIGSTOP) while its process lives is passed over within
+// about a second: an acquire sent to it is answered by another node, and the session's
+// permit is still believed held after more than a TTL (the silence rule, G9).
+func TestSilentNodePassedOver(t *testing.T) {
+	c := startCluster(t, false, nil)
+	ctx := context.Background()
+	cl, err := New(c.config(t, "silent-node"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.DefineLimit(ctx, "db", LimitSpec{Concurrent: 2}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := cl.OpenSession(ctx, SessionOptions{TTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	held, err := s.Acquire(ctx, "db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Stop the node the client talks to, unless it leads (a follower keeps the test to the
+	// client's rule, not an election's).
+	var status struct {
+		Leader uint64 `json:"leader"`
+	}
+	if err := cl.Do(ctx, "GET", "/v1/status", nil, &status); err != nil {
+		t.Fatal(err)
+	}
+	cur := int(cl.t.current.Load())
+	if uint64(cur+1) == status.Leader {
+		cur = (cur + 1) % len(c.nodes)
+		cl.t.current.Store(int32(cur))
+	}
+	stopped := c.nodes[cur].cmd.Process
+	if err := stopped.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = stopped.Signal(syscall.SIGCONT) }()
+	start := time.Now()
+	actx, cancel := context.WithTimeout(ctx, 8*time.Second)
+	defer cancel()
+	p, err := s.Acquire(actx, "db")
+	if err != nil {
+		t.Fatalf("acquire with the current node stopped: %v", err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("the stopped node was passed over after %v", took)
+	}
+	if int(cl.t.current.Load()) == cur {
+		t.Fatal("the client still names the stopped node current")
+	}
+	time.Sleep(3500 * time.Millisecond)
+	if held.Err() != nil || p.Err() != nil {
+		t.Fatalf("permits lost with a quorum up: %v, %v", held.Err(), p.Err())
+	}
+}
