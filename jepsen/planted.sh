@@ -36,7 +36,8 @@ fi
 # split on spaces, e.g. --fenced-ttl-ms 10000)
 # (`python-told-late` and `forward-held` need WEIR_JEPSEN_PYTHON, or python3, to have this
 # checkout's Python client installed, as CI's venv does: the harness's Python holders run it;
-# `go-told-late` needs the `go` toolchain: the harness builds its Go holder with it.)
+# `go-told-late` needs the `go` toolchain: the harness builds its Go holder with it;
+# `ts-told-late` needs `node` and clients/typescript built, as CI's `npm ci` there does.)
 plants=(
     "no-freeze|log clock|kill|loopback|30|3"
     "wall-gap|log clock|clock|loopback|20|1"
@@ -63,6 +64,7 @@ plants=(
     "cli-told-late|told|client-cut|loopback|30|1"
     "forward-held|kept|stall-then-kill|loopback|40|1||--python-holders 4"
     "go-told-late|told|client-pause|loopback|30|1||--go-holders 4"
+    "ts-told-late|told|client-pause|loopback|30|1||--ts-holders 4"
 )
 
 want=("$@")

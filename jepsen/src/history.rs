@@ -160,7 +160,7 @@ fn edn(value: &serde_json::Value) -> String {
 /// status monitor and the convergence probe saw, what the node logs said of snapshots).
 /// They have no invoke, are kept in
 /// `history.jsonl` for the checkers, and are left out of the EDN export.
-pub const FACTS: [&str; 15] = [
+pub const FACTS: [&str; 16] = [
     "hold",
     "multi-hold",
     "leadership",
@@ -174,6 +174,7 @@ pub const FACTS: [&str; 15] = [
     "log-clock",
     "python-holder",
     "go-holder",
+    "ts-holder",
     "halt-room",
     "snapshots",
 ];

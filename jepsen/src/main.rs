@@ -12,9 +12,9 @@ use weir_jepsen::cluster::Net;
 use weir_jepsen::nemesis;
 use weir_jepsen::netns::{self, Netns};
 use weir_jepsen::run::{Plan, run, table};
-use weir_jepsen::workload::{GoHolders, PythonHolders};
+use weir_jepsen::workload::{GoHolders, PythonHolders, TsHolders};
 
-/// With `client-pause` requested, every which permit a Python or Go holder holds through a pause
+/// With `client-pause` requested, every which permit a Python, Go or TypeScript holder holds through a pause
 /// past its TTL: often enough for a few a minute, rarely enough that most of its beliefs
 /// are ordinary ones.
 const PYTHON_PAUSE_EVERY: u64 = 5;
@@ -97,6 +97,17 @@ struct Args {
     /// `go` on PATH into a folder of the system's temporary directory).
     #[arg(long)]
     go_holder: Option<PathBuf>,
+    /// Permit holders running the TypeScript client (`clients/typescript`, built: `npm ci`
+    /// there) as processes of their own, beside the Rust holders, on the same limits, as the
+    /// Python holders do.
+    #[arg(long, default_value_t = 0)]
+    ts_holders: u64,
+    /// The Node of the TypeScript holders; default `$WEIR_JEPSEN_NODE`, else `node`.
+    #[arg(long)]
+    node: Option<PathBuf>,
+    /// The TypeScript holders' driver (default: `clients/typescript/test/jepsen_holder.mjs`).
+    #[arg(long)]
+    ts_holder_script: Option<PathBuf>,
 }
 
 /// The nemeses `--nemesis` names (`all`: every one the network mode can inject); exits 2
@@ -226,6 +237,21 @@ fn plan(args: Args, nemeses: Vec<String>, net: Net) -> Plan {
             },
         }
     });
+    let ts = (args.ts_holders > 0).then(|| TsHolders {
+        count: args.ts_holders,
+        node: args
+            .node
+            .or_else(|| std::env::var_os("WEIR_JEPSEN_NODE").map(PathBuf::from))
+            .unwrap_or_else(|| PathBuf::from("node")),
+        script: args
+            .ts_holder_script
+            .unwrap_or_else(TsHolders::default_script),
+        pause_every: if nemeses.iter().any(|k| k == "client-pause") {
+            PYTHON_PAUSE_EVERY
+        } else {
+            0
+        },
+    });
     Plan {
         weir,
         out,
@@ -239,6 +265,7 @@ fn plan(args: Args, nemeses: Vec<String>, net: Net) -> Plan {
         snapshot_every: args.snapshot_every,
         python,
         go,
+        ts,
     }
 }
 

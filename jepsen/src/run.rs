@@ -42,6 +42,9 @@ pub struct Plan {
     /// Permit holders running the Go client beside the Rust ones (`--go-holders`); every
     /// node serves HTTP for them.
     pub go: Option<workload::GoHolders>,
+    /// Permit holders running the TypeScript client beside the Rust ones (`--ts-holders`);
+    /// every node serves HTTP for them.
+    pub ts: Option<workload::TsHolders>,
 }
 
 impl Plan {
@@ -82,7 +85,7 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
         lost_fsync,
         secure: plan.secure,
         client_fronts,
-        http: plan.python.is_some() || plan.go.is_some(),
+        http: plan.python.is_some() || plan.go.is_some() || plan.ts.is_some(),
         snapshot_every: plan.snapshot_every,
     };
     let mut cluster =
@@ -407,6 +410,24 @@ impl Spawner {
             ));
         }
     }
+
+    /// The TypeScript holders, as [`Spawner::python_holders`].
+    fn ts_holders(&mut self, holders: &workload::TsHolders, http: &[String], out: &Path) {
+        let shared = Arc::new(holders.clone());
+        let limits = [("mutex", 1u64), ("three", 3)];
+        for i in 0..holders.count {
+            let p = self.next(600 + i);
+            let log = out.join(format!("ts-holder-{}.log", p.id));
+            let limit = limits[(i % 2) as usize];
+            self.spawn(workload::ts_holder(
+                p,
+                shared.clone(),
+                http.to_vec(),
+                limit,
+                log,
+            ));
+        }
+    }
 }
 
 impl Workloads {
@@ -437,6 +458,9 @@ impl Workloads {
         }
         if let Some(go) = &plan.go {
             spawner.go_holders(go, http, &plan.out);
+        }
+        if let Some(ts) = &plan.ts {
+            spawner.ts_holders(ts, http, &plan.out);
         }
         let cli = client_fronts && plan.nemeses.iter().any(|k| k == "client-cut");
         let cli_holder = cli.then(|| spawner.cli_holder(&plan.weir, &plan.out));
@@ -700,6 +724,13 @@ pub fn judge(
             "go",
             "every Go holder ran and exited cleanly; Go beliefs judged",
             checker::python::check_for(ops, "go-holder", "Go"),
+        ));
+    }
+    if checker::python::present_for(ops, "ts-holder") {
+        rows.push((
+            "typescript",
+            "every TypeScript holder ran and exited cleanly; TypeScript beliefs judged",
+            checker::python::check_for(ops, "ts-holder", "TypeScript"),
         ));
     }
     if secure || checker::security::present(ops) {

@@ -82,11 +82,17 @@ pub enum Plant {
     /// with the build tag `weir_planted`; the harness builds its Go holder with that tag
     /// when it is a planted build.
     GoToldLate,
+    /// The TypeScript client tells the application that a permit may be lost 3 s late:
+    /// after its belief deadline, or after it learned of the loss. Its branches are in the
+    /// TypeScript client (`clients/typescript/src/planted.ts`), read only in a Node started
+    /// with `--conditions=weir-planted`; the harness passes that flag when it is a planted
+    /// build.
+    TsToldLate,
 }
 
 impl Plant {
     /// Every plant, in the order of `jepsen/planted.sh`.
-    pub const ALL: [Plant; 25] = [
+    pub const ALL: [Plant; 26] = [
         Plant::NoFreeze,
         Plant::WallGap,
         Plant::MarginZero,
@@ -112,6 +118,7 @@ impl Plant {
         Plant::UnsyncedSnapshot,
         Plant::ForwardHeld,
         Plant::GoToldLate,
+        Plant::TsToldLate,
     ];
 
     /// The name `WEIR_PLANT` takes.
@@ -142,6 +149,7 @@ impl Plant {
             Plant::UnsyncedSnapshot => "unsynced-snapshot",
             Plant::ForwardHeld => "forward-held",
             Plant::GoToldLate => "go-told-late",
+            Plant::TsToldLate => "ts-told-late",
         }
     }
 }

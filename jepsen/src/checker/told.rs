@@ -61,6 +61,15 @@ pub const GO_LOOK_EVERY_NS: u64 = 250_000_000;
 /// look intervals, as for the others.
 pub const GO_TOLD_LATE_MAX_NS: u64 = 4 * GO_LOOK_EVERY_NS;
 
+/// The TypeScript client's look interval (`LOOK_EVERY_MS` of
+/// `clients/typescript/src/clock.ts`, 250 ms: its deadline watcher looks at least that
+/// often, and `lostReason()` reads the clock at every call).
+pub const TS_LOOK_EVERY_NS: u64 = 250_000_000;
+
+/// How much later than the TypeScript client's deadline its application may be told: four
+/// of its look intervals, as for the others.
+pub const TS_TOLD_LATE_MAX_NS: u64 = 4 * TS_LOOK_EVERY_NS;
+
 /// How much later than the CLI's deadline its command may get SIGTERM: four of the CLI's
 /// look intervals (the CLI waits on the library's `Permit::lost`, so its look interval is
 /// `weir_client::LOOK_EVERY`), which also cover its `kill` and the command's note of the
@@ -72,6 +81,7 @@ pub fn bound_ns(op: &Op) -> u64 {
     match client(op) {
         Some("python") => PYTHON_TOLD_LATE_MAX_NS,
         Some("go") => GO_TOLD_LATE_MAX_NS,
+        Some("typescript") => TS_TOLD_LATE_MAX_NS,
         Some("cli") => CLI_TOLD_LATE_MAX_NS,
         _ => TOLD_LATE_MAX_NS,
     }
@@ -161,6 +171,7 @@ fn python(client: Option<&str>) -> &'static str {
     match client {
         Some("python") => " (Python)",
         Some("go") => " (Go)",
+        Some("typescript") => " (TypeScript)",
         _ => "",
     }
 }
@@ -286,6 +297,31 @@ mod tests {
         match check(&[go]) {
             Verdict::Invalid(why) => assert!(why.contains("(Go)"), "{why}"),
             other => panic!("a Go hold told 3 s late passed: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_typescript_bound_is_named_from_the_typescript_clients_own_look_interval() {
+        let clock = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../clients/typescript/src/clock.ts"
+        ))
+        .expect("the TypeScript client's clock module");
+        let look = clock
+            .lines()
+            .find_map(|l| l.strip_prefix("export const LOOK_EVERY_MS = "))
+            .expect("LOOK_EVERY_MS in clock.ts");
+        let ms: u64 = look
+            .trim()
+            .trim_end_matches(';')
+            .parse()
+            .expect("LOOK_EVERY_MS is a whole number of ms");
+        assert_eq!(ms * 1_000_000, TS_LOOK_EVERY_NS);
+        let mut ts = hold(0, 5_000 * MS, 2_000 * MS, Some(5_000 * MS));
+        ts.value["client"] = "typescript".into();
+        match check(&[ts]) {
+            Verdict::Invalid(why) => assert!(why.contains("(TypeScript)"), "{why}"),
+            other => panic!("a TypeScript hold told 3 s late passed: {other:?}"),
         }
     }
 

@@ -37,6 +37,7 @@ mod python;
 mod queued;
 mod reader;
 mod takes;
+mod ts;
 
 pub use crate::setup::{
     CEIL_TENANT, CLI_LIMIT, CRASH, CUT, FENCED, FINAL_READERS, HALT_AGENT, HALT_LIMIT,
@@ -58,3 +59,4 @@ pub use python::{PythonHolders, python_holder};
 pub use queued::Queued;
 pub use reader::reader;
 pub use takes::takes;
+pub use ts::{TsHolders, ts_holder};
