@@ -129,7 +129,7 @@ struct Local {
 impl Local {
     /// Brings the bucket up to `now`.
     fn refill(&mut self, now: BootInstant) {
-        let ms = now.saturating_since(self.refilled_at).as_millis() as u128;
+        let ms = now.saturating_since(self.refilled_at).as_millis();
         self.refilled_at = now;
         let scaled = self.rate_micro as u128 * ms + self.remainder as u128;
         let cap = self.cap * MICRO;
@@ -383,8 +383,7 @@ async fn renew(
                 return;
             }
             let elapsed = now.saturating_since(last).max(Duration::from_millis(1));
-            let demand =
-                (l.taken as u128 * MICRO as u128 * 1000 / elapsed.as_millis() as u128) as u64;
+            let demand = (l.taken as u128 * MICRO as u128 * 1000 / elapsed.as_millis()) as u64;
             let want = options.rate_micro();
             let mut rate = (demand + demand / 2).clamp(want / 8, want);
             let mut cap = options.cap;
