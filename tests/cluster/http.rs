@@ -744,3 +744,88 @@ async fn names_are_printable_on_every_port_and_a_json_key_is_given_once() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(out.status.code(), Some(0), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_leases_a_share_of_a_rate_limit_over_http_and_a_retry_changes_nothing() {
+    let cluster = Cluster::start("http-lease", 3, "");
+    let api = Api::of(&cluster, follower(&cluster).await);
+    api.define_spec(
+        "/v1/tenants/default/limits/api",
+        json!({"per_second": 100, "burst": 40}),
+    )
+    .await;
+    let (_, a) = api.open_session().await;
+    let (_, b) = api.open_session().await;
+    let lease = |session: &Value, seq: u64, rate: u64, cap: u64, returned: u64| {
+        json!({"session": session["session"], "seq": seq, "parts": [{"limit": "api",
+            "rate_micro_per_s": rate, "cap": cap, "returned_micro": returned}]})
+    };
+    let path = "/v1/tenants/default/leases";
+    phase("the first holder gets what it asks: 50/s and 20 tokens moved from the full bucket");
+    let (status, v) = api
+        .call("POST", path, Some(lease(&a, 1, 50_000_000, 20, 0)))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(
+        v,
+        json!({"status": "leased", "parts": [{"rate_micro_per_s": 50_000_000, "cap": 20,
+            "tokens_micro": 20_000_000, "fair_rate_micro_per_s": 75_000_000, "fair_cap": 30,
+            "duplicate": false}]})
+    );
+    phase("the second gets what is left of 3/4 of rate and burst, and both are advised half");
+    let (_, v) = api
+        .call("POST", path, Some(lease(&b, 1, 50_000_000, 20, 0)))
+        .await;
+    let part = &v["parts"][0];
+    assert_eq!(
+        (
+            &part["rate_micro_per_s"],
+            &part["cap"],
+            &part["tokens_micro"],
+            &part["fair_rate_micro_per_s"],
+            &part["fair_cap"]
+        ),
+        (
+            &json!(25_000_000),
+            &json!(10),
+            &json!(10_000_000),
+            &json!(37_500_000),
+            &json!(15)
+        ),
+        "{v}"
+    );
+    phase("a retry of the first request (same seq) is answered as the lease stands");
+    let (_, v) = api
+        .call("POST", path, Some(lease(&a, 1, 1_000_000, 1, 0)))
+        .await;
+    assert_eq!(v["parts"][0]["duplicate"], true, "{v}");
+    assert_eq!(v["parts"][0]["rate_micro_per_s"], 50_000_000, "{v}");
+    phase("a share of 0 ends the lease; the limit's leased rate drops by it");
+    let (_, v) = api
+        .call("POST", path, Some(lease(&a, 2, 0, 0, 20_000_000)))
+        .await;
+    assert_eq!(
+        (&v["parts"][0]["rate_micro_per_s"], &v["parts"][0]["cap"]),
+        (&json!(0), &json!(0)),
+        "{v}"
+    );
+    let (_, v) = api
+        .call("POST", path, Some(lease(&b, 2, 50_000_000, 20, 0)))
+        .await;
+    assert_eq!(v["parts"][0]["rate_micro_per_s"], 50_000_000, "{v}");
+    phase("refusals: an unknown limit, and a body that names no parts' fields");
+    let body = json!({"session": a["session"], "seq": 3, "parts": [{"limit": "nope",
+        "rate_micro_per_s": 1, "cap": 1, "returned_micro": 0}]});
+    let (status, v) = api.call("POST", path, Some(body)).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{v}");
+    let body = json!({"session": a["session"], "seq": 3, "parts": [{"limit": "api"}]});
+    let (status, v) = api.call("POST", path, Some(body)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("rate_micro_per_s"),
+        "{v}"
+    );
+}

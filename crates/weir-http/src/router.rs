@@ -104,6 +104,7 @@ fn table() -> Vec<Route> {
             "/v1/tenants/{tenant}/limits/{name}/take",
             post(permits::take),
         ),
+        ("POST", "/v1/tenants/{tenant}/leases", post(sessions::lease)),
         ("POST", "/v1/sessions", post(sessions::open)),
         ("DELETE", "/v1/sessions/{session}", delete(sessions::close)),
         (

@@ -1,4 +1,5 @@
-//! `/v1/sessions`: open, keep alive, close, and release a ticket. A session opened here is
+//! `/v1/sessions`: open, keep alive, close, and release a ticket; and a session's token
+//! leases (`/v1/tenants/{tenant}/leases`). A session opened here is
 //! an ordinary session: the HTTP client keeps it alive (`POST .../keepalive` well within its
 //! TTL), and the cluster expires it when keep-alives stop, releasing what it holds.
 
@@ -12,7 +13,7 @@ use serde_json::json;
 
 use super::context::HttpCtx;
 use super::error::{ApiResult, JsonBody, Params};
-use weir_core::machine::{Command, Reply, SessionId, TicketId};
+use weir_core::machine::{Command, LeasePart, LeaseTokens, Reply, SessionId, TicketId};
 
 /// Default session TTL, ms (the TTL G9 is promised for).
 const TTL_MS_DEFAULT: u64 = 3_000;
@@ -152,4 +153,36 @@ pub fn reply_json(reply: &Reply) -> serde_json::Value {
         Reply::Refused(r) => json!({"status": "refused", "refusal": r.to_string()}),
         Reply::Leased(shares) => json!({"status": "leased", "parts": shares}),
     }
+}
+
+/// A lease request's body: the session, its lease request counter (`seq`, above every
+/// earlier one of the session; a retry repeats it), and each part's share asked
+/// ([`LeaseTokens`] in the machine's terms).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseBody {
+    session: SessionId,
+    seq: u64,
+    parts: Vec<LeasePart>,
+}
+
+/// `POST /v1/tenants/{tenant}/leases`: sets the session's token leases on the parts' rate
+/// limits (or keys) to the shares asked, as far as the limits have room, in one entry:
+/// `leased` with each part's lease as it now stands (what the holder may spend locally,
+/// and until when by the belief rule of its session), or a refusal that changed nothing.
+/// A share of 0 (rate and cap) ends that part's lease.
+pub async fn lease(
+    State(ctx): State<Arc<HttpCtx>>,
+    Params(tenant): Params<String>,
+    JsonBody(b): JsonBody<LeaseBody>,
+) -> ApiResult {
+    let reply = ctx
+        .write(Command::LeaseTokens(LeaseTokens {
+            session: b.session,
+            tenant,
+            seq: b.seq,
+            parts: b.parts,
+        }))
+        .await?;
+    Ok(Json(reply_json(&reply)).into_response())
 }

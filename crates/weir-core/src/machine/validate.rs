@@ -268,10 +268,12 @@ impl Definition {
 }
 
 impl LeaseTokens {
-    /// Checks the arguments alone: 1..=[`PARTS_MAX`] parts naming distinct limits (or
-    /// distinct keys of one keyed limit), keys, a cap within [`BURST_MAX`], a rate within
-    /// [`PER_SECOND_MAX`], and no more tokens given back than a cap can hold. A refusal names
-    /// the part by its position (from 1) and its limit.
+    /// Checks the arguments alone: 1..=[`PARTS_MAX`] parts, keys, a cap within
+    /// [`BURST_MAX`], a rate within [`PER_SECOND_MAX`], and no more tokens given back than a
+    /// cap can hold. A refusal names the part by its position (from 1) and its limit. That
+    /// the parts name distinct limits (or distinct keys of one keyed limit) is checked when
+    /// the request is applied, after its session (`Machine::resolve_lease`): a request of an
+    /// unknown session is refused as that first, whatever its parts.
     pub fn validate(&self) -> Result<(), Refusal> {
         check_key("tenant", &self.tenant)?;
         if self.parts.is_empty() || self.parts.len() > PARTS_MAX {
@@ -295,16 +297,6 @@ impl LeaseTokens {
                     "part {n} ({}): a lease's cap is at most {BURST_MAX} tokens, its rate at \
                      most {rate_max} micro-tokens a second, and what it gives back at most \
                      its cap",
-                    part.limit
-                )));
-            }
-            if self.parts[..i]
-                .iter()
-                .any(|p| p.limit == part.limit && (p.key.is_none() || p.key == part.key))
-            {
-                return Err(Refusal::Invalid(format!(
-                    "part {n} names limit {} again: a lease request names each limit (and \
-                     each key of a keyed one) once",
                     part.limit
                 )));
             }

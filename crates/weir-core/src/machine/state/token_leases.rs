@@ -78,9 +78,10 @@ impl Machine {
         Ok(Reply::Leased(shares))
     }
 
-    /// Judges a request whole: every part's limit exists and rates without holding (a new
-    /// lease needs a rate-only limit that is not shadow), keys fit their limits, the tenant is
-    /// not halted, and the new leases and keys fit their bounds. Changes nothing but refills.
+    /// Judges a request whole: its parts name distinct limits (or keys), every part's limit
+    /// exists and rates without holding (a new lease needs a rate-only limit that is not
+    /// shadow), keys fit their limits, the tenant is not halted, and the new leases and keys
+    /// fit their bounds. Changes nothing but refills.
     fn resolve_lease(&mut self, l: &LeaseTokens) -> Result<Vec<Target>, Refusal> {
         if let Some(t) = self.saved.tenants.get(&l.tenant) {
             t.refuse_if_halted(&l.tenant, None)?;
@@ -91,6 +92,16 @@ impl Machine {
         let mut new_keys = 0usize;
         for (i, part) in l.parts.iter().enumerate() {
             let n = i + 1;
+            if l.parts[..i]
+                .iter()
+                .any(|p| p.limit == part.limit && (p.key.is_none() || p.key == part.key))
+            {
+                return Err(Refusal::Invalid(format!(
+                    "part {n} names limit {} again: a lease request names each limit (and \
+                     each key of a keyed one) once",
+                    part.limit
+                )));
+            }
             let def = self.live_limit_id(&l.tenant, &part.limit)?;
             let d = &self.saved.limits[&def];
             let state = match (d.spec.keys_max, &part.key) {
