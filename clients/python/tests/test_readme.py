@@ -3,7 +3,8 @@ cluster, as a script of its own, with the environment the README says to set.
 
 The blocks of the section "Four examples" are the four examples every Weir client's README
 shows (a permit held while work runs, a keyed take, a several-part request, a loss
-noticed): there must be exactly four, and each must print what it shows."""
+noticed): there must be exactly four, each must pass ``mypy --strict`` and print what it
+shows."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from harness import PACKAGE, Cluster
@@ -59,6 +61,20 @@ def run_example(cluster: Cluster, code: str) -> str:
 def test_the_readme_has_four_examples_and_more() -> None:
     assert len(FOUR) == len(FOUR_PRINT)
     assert len(OTHERS) >= 3
+
+
+def test_the_four_examples_type_check(tmp_path: Path) -> None:
+    """`mypy --strict` on the four examples, as a user's scripts importing ``weir``."""
+    files = []
+    for i, code in enumerate(FOUR):
+        file = tmp_path / f"example{i + 1}.py"
+        file.write_text(code)
+        files.append(str(file))
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", *files],
+        cwd=PACKAGE, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 @pytest.mark.parametrize("index", range(len(FOUR)))
