@@ -220,6 +220,7 @@ pub async fn run(args: &AcquireArgs, tenant: &str, client: &Client, out: &Output
         agent: args.agent.clone(),
         wait: !args.no_wait,
         timeout,
+        ticket: None,
     };
     let permit = match with_progress(
         session.acquire(options),

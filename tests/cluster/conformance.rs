@@ -27,11 +27,8 @@ use weir_server::security::certs::{DevCa, Validity};
 
 use crate::harness::{Cluster, start_secured, token_entries, write_certs};
 
-/// Scenarios this library cannot run, with the reason.
-const SKIPS: &[(&str, &str)] = &[(
-    "idempotent-reask",
-    "the library numbers its tickets itself and takes no ticket of the caller's choosing; it re-asks waiting tickets on its own",
-)];
+/// Scenarios this library cannot run, with the reason: none today.
+const SKIPS: &[(&str, &str)] = &[];
 
 fn scenarios() -> Value {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/scenarios.json");
@@ -232,6 +229,7 @@ impl Run<'_> {
         } else {
             ms(&step["timeout_ms"])
         });
+        o.ticket = step["ticket"].as_u64();
         o
     }
 
@@ -401,6 +399,7 @@ impl Run<'_> {
                     Lost::Halted { .. } => "halted",
                     Lost::Expired => "expired",
                     Lost::Closed => "closed",
+                    Lost::Released => "released",
                     Lost::Refused(_) => "refused",
                 };
                 if let Some(want) = step["reason"].as_str()

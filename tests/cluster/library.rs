@@ -110,6 +110,80 @@ async fn one_held(cluster: &Cluster) -> (weir_client::Client, Session, Permit) {
     (client, holder, permit)
 }
 
+/// A ticket of the caller's choosing asked for again while held: the same grant under the
+/// same fence, charged once, and one holding of two permits. Releasing either releases the
+/// ticket and tells the other, so neither is believed held on a ticket the cluster freed;
+/// a halt tells both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_ticket_asked_again_is_one_holding_of_two_permits() {
+    let cluster = Cluster::start("reask", 3, "");
+    cluster.leader(ELECTION).await;
+    let client = cluster.client();
+    client.write(define("one", 1)).await.unwrap();
+    client.write(define("other", 1)).await.unwrap();
+    let session = Session::open(&client, TTL).await.unwrap();
+    let in_use = async |name: &str| {
+        let status = client.limit_status("t", name).await.unwrap();
+        status.unwrap().in_use
+    };
+    let chosen = |ticket, wait| AcquireOptions {
+        ticket: Some(ticket),
+        wait,
+        ..AcquireOptions::new("t", "one")
+    };
+
+    phase("asked again: the same fence, charged once");
+    let first = session.acquire(chosen(7001, true)).await.unwrap();
+    let again = session.acquire(chosen(7001, false)).await.unwrap();
+    assert_eq!((first.ticket(), again.ticket()), (7001, 7001));
+    assert_eq!(again.fence(), first.fence());
+    assert_eq!(in_use("one").await, 1);
+    let own = session
+        .acquire(AcquireOptions::new("t", "other"))
+        .await
+        .unwrap();
+    assert_eq!(
+        own.ticket(),
+        7002,
+        "the session numbers on above the chosen one"
+    );
+    own.release().await.unwrap();
+
+    phase("one released: the other is told");
+    again.release().await.unwrap();
+    assert_eq!(in_use("one").await, 0);
+    assert_eq!(first.lost_reason(), Some(Lost::Released));
+    let lost = tokio::time::timeout(Duration::from_secs(5), first.lost()).await;
+    assert_eq!(lost.unwrap(), Lost::Released);
+    drop(first);
+
+    phase("a halt tells both");
+    let first = session.acquire(chosen(8001, true)).await.unwrap();
+    let again = session.acquire(chosen(8001, false)).await.unwrap();
+    client
+        .set_halt("t", HaltScope::Tenant, "asked again")
+        .await
+        .unwrap();
+    for permit in [&first, &again] {
+        let lost = tokio::time::timeout(Duration::from_secs(5), permit.lost()).await;
+        assert_eq!(
+            lost.unwrap(),
+            Lost::Halted {
+                scope: HaltScope::Tenant,
+                reason: "asked again".into()
+            }
+        );
+    }
+    client.clear_halt("t", HaltScope::Tenant).await.unwrap();
+    first.release().await.unwrap();
+    assert_eq!(
+        again.lost_reason().map(|l| l.to_string()).as_deref(),
+        Some("halted (tenant): asked again")
+    );
+    assert_eq!(in_use("one").await, 0);
+    session.close().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_are_served_by_priority() {
     let cluster = Cluster::start("priority", 3, "");

@@ -21,6 +21,7 @@ mod library;
 mod metrics;
 mod owners;
 mod readme;
+mod readme_library;
 mod rls;
 mod security;
 mod soak;

@@ -19,6 +19,10 @@ pub enum Lost {
     Expired,
     /// The session was closed.
     Closed,
+    /// Another permit of the same ticket (asked again with
+    /// [`AcquireOptions::ticket`](crate::AcquireOptions::ticket)) was released, consumed or
+    /// dropped: the ticket is no longer held.
+    Released,
     /// The deadline passed while the cluster refused this client's keep-alives (its token
     /// was revoked, say): the reason the node gave.
     Refused(String),
@@ -31,6 +35,7 @@ impl std::fmt::Display for Lost {
             Lost::Halted { scope, reason } => write!(f, "halted ({scope}): {reason}"),
             Lost::Expired => f.write_str("session expired"),
             Lost::Closed => f.write_str("session closed"),
+            Lost::Released => f.write_str("released through another permit of its ticket"),
             Lost::Refused(why) => write!(
                 f,
                 "lease deadline passed: the cluster refused this client's keep-alives ({why})"

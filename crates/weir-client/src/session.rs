@@ -41,6 +41,10 @@
 //! permits the re-ask reads the halts of their tenants instead, and marks lost every permit
 //! a halt covers: a `Halted` push that was lost is learned too.
 //!
+//! A caller may also ask again itself, naming a ticket ([`AcquireOptions::ticket`]): for a
+//! ticket this session holds the cluster answers the same grant, and the new permit shares
+//! the held ticket's state (the `session_state` module doc), so the two are one holding.
+//!
 //! Keep-alives and re-asks run in two loops ([`maintain`]), so a keep-alive never waits for
 //! a re-ask.
 //!
@@ -67,7 +71,7 @@ use super::client::Client;
 use super::error::{AcquireError, ClientError};
 use super::lost::Lost;
 use super::permit::Permit;
-use super::session_state::{SessionState, acquire_command, release_in_background};
+use super::session_state::{Grant, SessionState, acquire_command, release_in_background};
 use weir_core::machine::{
     AcquireParts, Command, Event, Part, Priority, Refusal, Reply, SessionId, TicketId,
 };
@@ -131,6 +135,15 @@ pub struct AcquireOptions {
     pub wait: bool,
     /// Give up waiting after this long (the ticket is withdrawn).
     pub timeout: Option<Duration>,
+    /// Ask with this ticket instead of the session's next one (the session numbers its own
+    /// 1, 2, 3, … and goes on above a chosen one). Asking again for a ticket this session
+    /// holds answers the same grant with the same fence, charging nothing twice; the two
+    /// permits are then one holding: a halt or the session's end tells both, and releasing
+    /// (or dropping) either releases the ticket and tells the other [`Lost::Released`]. A
+    /// ticket the session is done with is refused `Invalid` once the session's
+    /// acknowledged mark has passed it (`weir_core::machine::session`), and one waiting
+    /// here already is refused `Invalid` at once.
+    pub ticket: Option<TicketId>,
 }
 
 impl AcquireOptions {
@@ -147,6 +160,7 @@ impl AcquireOptions {
             agent: None,
             wait: true,
             timeout: None,
+            ticket: None,
         }
     }
 }
@@ -239,23 +253,14 @@ impl Session {
 
     /// Acquires a permit: waits (if allowed) until the cluster grants it.
     pub async fn acquire(&self, options: AcquireOptions) -> Result<Permit, AcquireError> {
-        let first = Part {
-            limit: options.limit.clone(),
-            key: options.key.clone(),
-            units: options.units,
-        };
-        let (acquire, granted) = self.state.register(|ticket| AcquireParts {
-            session: self.state.id,
-            ticket,
-            tenant: options.tenant.clone(),
-            parts: std::iter::once(first)
-                .chain(options.parts.iter().cloned())
-                .collect(),
-            priority: options.priority.clone(),
-            agent: options.agent.clone(),
-            wait: options.wait,
-            estimate: options.estimate,
-        })?;
+        if let Some(ticket) = options.ticket
+            && self.state.holds(ticket)
+        {
+            return self.ask_again(ticket, options).await;
+        }
+        let (acquire, granted) = self
+            .state
+            .register(options.ticket, |ticket| self.request(ticket, &options))?;
         let ticket = acquire.ticket;
         // Until it becomes a permit, the ticket is given up (and released in the background)
         // if this future ends any other way than a definite refusal: an unknown outcome, a
@@ -296,6 +301,66 @@ impl Session {
         }
         let grant = outcome?;
         pending.armed = false;
+        Ok(Permit::new(
+            self.state.clone(),
+            options.tenant,
+            options.limit,
+            ticket,
+            grant,
+        ))
+    }
+
+    /// The acquire of `options` as ticket `ticket` of this session.
+    fn request(&self, ticket: TicketId, options: &AcquireOptions) -> AcquireParts {
+        let first = Part {
+            limit: options.limit.clone(),
+            key: options.key.clone(),
+            units: options.units,
+        };
+        AcquireParts {
+            session: self.state.id,
+            ticket,
+            tenant: options.tenant.clone(),
+            parts: std::iter::once(first)
+                .chain(options.parts.iter().cloned())
+                .collect(),
+            priority: options.priority.clone(),
+            agent: options.agent.clone(),
+            wait: options.wait,
+            estimate: options.estimate,
+        }
+    }
+
+    /// Asks again for `ticket`, which this session holds: the cluster answers its grant
+    /// (idempotent by session and ticket), and the new permit shares the held ticket's
+    /// entry (the `session_state` module doc). Nothing is registered, so nothing is
+    /// released if this fails: the ticket stays with the permit that holds it.
+    async fn ask_again(
+        &self,
+        ticket: TicketId,
+        options: AcquireOptions,
+    ) -> Result<Permit, AcquireError> {
+        let acquire = self.request(ticket, &options);
+        let reply = hedged_write(&self.state, acquire_command(&acquire))
+            .await
+            .map_err(AcquireError::Client)?;
+        let (fence, units) = match reply {
+            Reply::Granted { fence, units } => (fence, units),
+            Reply::Refused(r) => return Err(AcquireError::Refused(r)),
+            other => {
+                let why = format!("unexpected answer to a held ticket: {other:?}");
+                return Err(AcquireError::Client(ClientError::Protocol(why)));
+            }
+        };
+        // Released meanwhile by its other permit: the grant answered is no longer held.
+        let lost =
+            self.state
+                .share(ticket)
+                .ok_or(AcquireError::Refused(Refusal::TicketReleased {
+                    session: self.state.id,
+                    ticket,
+                }))?;
+        let grant = Grant { fence, units, lost };
         Ok(Permit::new(
             self.state.clone(),
             options.tenant,

@@ -7,6 +7,11 @@
 //! - a ticket is in at most one of `waiting` and `held`: a grant moves it from one to the
 //!   other under one lock, so a halt or an expiry that arrives between the grant and the
 //!   acquirer's wake-up still finds it (and a halt pushed while it waits is kept for it);
+//! - a held ticket may be owned by several permits: a ticket asked for again while held
+//!   (`AcquireOptions::ticket`) answers the same grant, and its new permit shares the held
+//!   entry (its `lost` watch), so a halt or the session's end tells them all, and when one
+//!   of them releases it (or is consumed, or dropped) the others are told
+//!   [`Lost::Released`]: no permit is believed held on a ticket another one released;
 //! - a ticket that leaves both maps without a permit owning it (an acquire that failed
 //!   with an unknown outcome, timed out or was cancelled, a grant no one is left to take) is
 //!   released in the background ([`release_in_background`]): nothing stays held on the
@@ -174,18 +179,36 @@ impl SessionState {
     }
 
     /// Registers a new waiting ticket *before* its acquire is sent (so a grant pushed ahead
-    /// of the acquire's own answer finds it). `acquire` builds the request for the ticket.
-    /// Returns the request and where its outcome will arrive.
+    /// of the acquire's own answer finds it): `chosen`, or else the session's next. `acquire`
+    /// builds the request for the ticket. Returns the request and where its outcome will
+    /// arrive. A chosen ticket already waiting or held here is refused `Invalid` (a held
+    /// one is asked again through [`SessionState::share`] instead), and the session's own
+    /// numbering goes on above it.
     pub(super) fn register(
         &self,
+        chosen: Option<TicketId>,
         acquire: impl FnOnce(TicketId) -> AcquireParts,
     ) -> Result<(AcquireParts, oneshot::Receiver<GrantOutcome>), AcquireError> {
         let mut t = self.tickets();
         if t.ended.is_some() {
             return Err(AcquireError::SessionLost);
         }
-        let ticket = t.next;
-        t.next += 1;
+        let ticket = match chosen {
+            Some(c) if t.waiting.contains_key(&c) || t.held.contains_key(&c) => {
+                return Err(AcquireError::Refused(Refusal::Invalid(format!(
+                    "ticket {c} is already waiting or held in session {}",
+                    self.id
+                ))));
+            }
+            Some(c) => {
+                t.next = t.next.max(c.saturating_add(1));
+                c
+            }
+            None => {
+                t.next += 1;
+                t.next - 1
+            }
+        };
         let (answer, granted) = oneshot::channel();
         let acquire = acquire(ticket);
         let waiting = Waiting {
@@ -209,8 +232,8 @@ impl SessionState {
     /// still waiting — an acquire sent and not yet answered for good, which a re-ask or a
     /// retry may still name — else the next ticket. Every ticket below it was answered
     /// (granted, refused) or given up, and is never asked about again: a held ticket is
-    /// live on the cluster and only released, never re-asked, so it does not hold the mark
-    /// back.
+    /// live on the cluster, where a re-ask of it (a caller's `AcquireOptions::ticket`) is
+    /// answered whatever the mark, so it does not hold the mark back.
     pub(super) fn acked_below(&self) -> TicketId {
         let t = self.tickets();
         t.waiting.keys().next().copied().unwrap_or(t.next)
@@ -348,9 +371,26 @@ impl SessionState {
         }
     }
 
-    /// Stops tracking a held permit (it is being released).
+    /// Whether `ticket` is held here.
+    pub(super) fn holds(&self, ticket: TicketId) -> bool {
+        self.tickets().held.contains_key(&ticket)
+    }
+
+    /// Where a second permit of the held `ticket` (asked for again) learns its loss: the
+    /// held entry's own, shared (module doc); `None` when it is not held here (any more).
+    pub(super) fn share(&self, ticket: TicketId) -> Option<watch::Receiver<Option<Lost>>> {
+        self.tickets().held.get(&ticket).map(|h| h.lost.subscribe())
+    }
+
+    /// Stops tracking a held permit (it is being released, consumed or dropped). Any other
+    /// permit of the same ticket not lost already is told [`Lost::Released`].
     pub(super) fn forget(&self, ticket: TicketId) {
-        self.tickets().held.remove(&ticket);
+        let held = self.tickets().held.remove(&ticket);
+        if let Some(h) = held
+            && h.lost.borrow().is_none()
+        {
+            h.lost.send_replace(Some(Lost::Released));
+        }
     }
 
     /// Whether `ticket` is waiting, held, or neither (for tests of the races).

@@ -93,7 +93,7 @@ fn one_waiting_ticket() -> (
     let client = Client::new(vec!["127.0.0.1:1".into()]);
     let state = SessionState::new(client, 7, TTL, BootInstant::now() + TTL);
     let (acquire, outcome) = state
-        .register(|ticket| {
+        .register(None, |ticket| {
             weir_core::machine::AcquireParts::from(&weir_core::machine::Acquire {
                 session: 7,
                 ticket,

@@ -19,8 +19,9 @@
 //!
 //! # Forgetting finished tickets: the acknowledged mark
 //!
-//! Ticket ids are the client's: the Rust client numbers a session's tickets 1, 2, 3, … and
-//! never reuses one (`weir-client`'s `session_state`); the Python client and HTTP callers
+//! Ticket ids are the client's: the Rust client numbers a session's tickets 1, 2, 3, …
+//! (going on above any its caller chooses) and never reuses one of its own
+//! (`weir-client`'s `session_state`); the Python client and HTTP callers
 //! choose their own, unique in the session. A session carries an *acknowledged mark*
 //! `acked_below` (0 at its opening): the client's word that it will never ask about a
 //! ticket below it again, neither acquire nor re-ask. The client raises it with
@@ -41,7 +42,8 @@
 //! duplicate is granted after its first answer. *A retry finds its answer when the client
 //! keeps its side:* it raises the mark only past tickets it will not ask about again — the
 //! Rust client to its lowest ticket still waiting or with a request in flight (a held
-//! ticket does not hold the mark back: it is live, and a held permit is never re-asked) —
+//! ticket does not hold the mark back: it is live, so the re-ask of it that a caller's own
+//! ticket number can make is answered as live) —
 //! so every ticket it may still retry is at or above the mark, and its finished answer is
 //! kept.
 //!
