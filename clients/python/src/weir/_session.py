@@ -42,6 +42,13 @@ units of the rate parts are an estimate: the ticket stays live after its grant, 
 what it took, until :meth:`AsyncPermit.settle` names the actual cost (idempotent by
 ticket); released unsettled, or ended with its session, the estimate stands as charged.
 
+# Token leases
+
+:meth:`AsyncSession.lease` opens a token lease of the session (``_lease.py``): its local
+takes stop at the same belief deadline as the permits, and every lease stops for good when
+the session ends (its close or expiry ended the leases on the cluster). The session keeps
+the lease request counter (``seq``) all its leases share.
+
 # Nothing stays held that no one believes it holds
 
 A ticket that leaves the session without a permit owning it (its acquire's outcome
