@@ -83,6 +83,23 @@ async def test_the_end_gives_the_tokens_back(cluster: Cluster) -> None:
             assert lease.figures.requests == requests
 
 
+async def test_leases_of_a_session_ended_at_once_all_give_their_tokens_back(
+    cluster: Cluster,
+) -> None:
+    async with weir.AsyncClient(cluster.servers) as client:
+        names = [f"lease-many-{i}" for i in range(4)]
+        for name in names:
+            await client.define_limit(name, per_second=0.01, burst=40)
+        async with client.session(ttl=3) as s:
+            leases = await asyncio.gather(
+                *(s.lease(name, rate_per_s=0.005, cap=20) for name in names))
+            assert [(await client.show_limit(n)).tokens for n in names] == [20] * 4
+            # Requests of one session apply in the order of their seq: none of these is
+            # overtaken by a later one and answered as a duplicate that ends nothing.
+            await asyncio.gather(*(lease.end() for lease in leases))
+            assert [(await client.show_limit(n)).tokens for n in names] == [40] * 4
+
+
 async def test_nothing_is_spent_after_the_session_closes(cluster: Cluster) -> None:
     async with weir.AsyncClient(cluster.servers) as client:
         await client.define_limit("lease-closed", per_second=10, burst=40)

@@ -28,8 +28,9 @@ most the fair share the last reply advised when the lease stands above it. A dec
 applies here *when the request is sent* (the rate at once, the level down to the new cap,
 the excess given back in the request); an increase only when the reply arrives. A request
 whose outcome is unknown keeps the decreases and gains nothing; a retry is harmless (its
-``seq``, the session's lease request counter, is not above the last applied). So the
-holder's share is never larger than the cluster counts it.
+``seq``, the session's lease request counter, is not above the last applied). A session
+sends one lease request at a time, so its requests are applied in the order of their
+``seq``. So the holder's share is never larger than the cluster counts it.
 
 # The opt-in on existing takes
 
@@ -326,27 +327,31 @@ class AsyncLease:
         where asked lower, and takes the answer in. A refusal stops the lease and is
         raised; any other error leaves the decreases made and nothing gained."""
         s = self._session
-        s._lease_seq += 1
-        seq = s._lease_seq
-        with self._lock:
-            self._taken = 0
-            self._requests += 1
-            returned = self._lower_to(rate, cap, boot_now())
-        part: dict[str, Any] = {"limit": self.limit, "rate_micro_per_s": rate, "cap": cap,
-                                "returned_micro": returned}
-        if self.key is not None:
-            part["key"] = self.key
-        body = {"session": s.id, "seq": seq, "parts": [part]}
-        try:
-            answer = await s._transport.call("POST", f"/v1/tenants/{_q(self.tenant)}/leases",
-                                             body)
-        except UnknownSession as e:
-            self._stop(f"session {s.id} is gone: {e}")
-            s._end(LOST_EXPIRED)
-            raise
-        except Refused as e:
-            self._stop(f"lease of {self.tenant}/{self.limit} refused: {e}")
-            raise
+        # One lease request of the session at a time, so each is applied in the order of
+        # its seq: a later seq applied first would make this one a duplicate, which
+        # changes nothing (an end that did not end).
+        async with s._lease_lock:
+            s._lease_seq += 1
+            seq = s._lease_seq
+            with self._lock:
+                self._taken = 0
+                self._requests += 1
+                returned = self._lower_to(rate, cap, boot_now())
+            part: dict[str, Any] = {"limit": self.limit, "rate_micro_per_s": rate, "cap": cap,
+                                    "returned_micro": returned}
+            if self.key is not None:
+                part["key"] = self.key
+            body = {"session": s.id, "seq": seq, "parts": [part]}
+            try:
+                answer = await s._transport.call(
+                    "POST", f"/v1/tenants/{_q(self.tenant)}/leases", body)
+            except UnknownSession as e:
+                self._stop(f"session {s.id} is gone: {e}")
+                s._end(LOST_EXPIRED)
+                raise
+            except Refused as e:
+                self._stop(f"lease of {self.tenant}/{self.limit} refused: {e}")
+                raise
         now = boot_now()
         parts = answer.get("parts") if isinstance(answer, dict) else None
         if (not isinstance(parts, list) or len(parts) != 1 or not isinstance(parts[0], dict)

@@ -415,6 +415,7 @@ class AsyncSession:
         #: The session's token leases, and its lease request counter (``seq``).
         self._leases: set[AsyncLease] = set()
         self._lease_seq = 0
+        self._lease_lock = asyncio.Lock()
         #: Keep-alives acknowledged, keep-alives hedged, and every write hedged (keep-alives
         #: and acquires), for tests and diagnostics.
         self.keepalives_acknowledged = 0
