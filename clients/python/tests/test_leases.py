@@ -179,3 +179,45 @@ def test_the_blocking_lease(cluster: Cluster) -> None:
         # Ended on leaving the block: 4 tokens back of the 10 it held (6 units in 5 takes).
         assert lease.ended is not None
         assert client.show_limit("lease-sync").tokens == 14
+
+
+async def test_two_holders_and_the_cluster_together_spend_within_burst_plus_rate(
+    cluster: Cluster,
+) -> None:
+    """A smoke of G1 in spend time: two sessions leasing one limit and takes the cluster
+    decides, all draining it as fast as they can, spend at most burst + rate x elapsed."""
+    async with weir.AsyncClient(cluster.servers) as client:
+        await client.define_limit("lease-g1", per_second=20, burst=20)
+        async with client.session(ttl=2) as a, client.session(ttl=2) as b:
+            started = weir.boot_now()
+            first = await a.lease("lease-g1", rate_per_s=10, cap=10)
+            second = await b.lease("lease-g1", rate_per_s=10, cap=10)
+            # The second gets what is left of three quarters of the rate and the burst.
+            assert (second.figures.rate_micro_per_s, second.figures.cap) == (5_000_000, 5)
+            until = started + 2.0
+            spent = {"cluster": 0}
+
+            async def drain(lease: weir.AsyncLease) -> None:
+                while weir.boot_now() < until:
+                    if not lease.try_take():
+                        await asyncio.sleep(0.005)
+
+            async def cluster_takes() -> None:
+                while weir.boot_now() < until:
+                    try:
+                        await client.take("lease-g1")
+                        spent["cluster"] += 1
+                    except weir.Busy:
+                        await asyncio.sleep(0.02)
+
+            await asyncio.gather(drain(first), drain(second), cluster_takes())
+            elapsed = weir.boot_now() - started
+            total = first.figures.local + second.figures.local + spent["cluster"]
+            # One token of slack for the cluster's log clock against this one.
+            assert total <= 20 + 20 * elapsed + 1, (total, elapsed, spent)
+            assert first.figures.local > 10 and second.figures.local > 5
+            assert spent["cluster"] > 0
+            # Renewals moved both to the fair share (half of three quarters of the rate):
+            # the first gave up some, and the second's grew.
+            assert first.figures.rate_micro_per_s <= 7_500_000
+            assert second.figures.rate_micro_per_s > 5_000_000
