@@ -9,14 +9,20 @@ expire the session before then, so no two clients believe they hold more than a 
 grants. :meth:`AsyncPermit.lost` resolves when the belief ends (or a halt covers the
 permit, or the session expired or was closed).
 
-asyncio: :class:`AsyncClient`, :class:`AsyncSession`, :class:`AsyncPermit`.
-Blocking: :class:`Client`, :class:`Session`, :class:`Permit` (the same, run on a thread).
+Token leases (:meth:`AsyncSession.lease`, :class:`AsyncLease`): a share of a rate limit
+spent locally, without a request per take, and only while the same belief deadline holds
+(``_lease.py``).
+
+asyncio: :class:`AsyncClient`, :class:`AsyncSession`, :class:`AsyncPermit`,
+:class:`AsyncLease`. Blocking: :class:`Client`, :class:`Session`, :class:`Permit`,
+:class:`Lease` (the same, run on a thread).
 """
 
 from ._client import KEEP, AsyncClient, SessionOpener
 from ._clock import CLOCK_NAME, believed_at, boot_now, deadline_after, margin_for
+from ._lease import AsyncLease, LeaseFigures, LeaseOpener
 from ._session import AcquireContext, AsyncPermit, AsyncSession
-from ._sync import Client, Permit, Session
+from ._sync import Client, Lease, Permit, Session
 from ._version import __version__
 from .errors import (
     AtCapacity,
@@ -68,6 +74,7 @@ __all__ = [
     "TENANT",
     "AcquireContext",
     "AsyncClient",
+    "AsyncLease",
     "AsyncPermit",
     "AsyncSession",
     "AtCapacity",
@@ -82,6 +89,9 @@ __all__ = [
     "Halted",
     "Invalid",
     "KeyPage",
+    "Lease",
+    "LeaseFigures",
+    "LeaseOpener",
     "LimitRemoved",
     "LimitSpec",
     "LimitStatus",

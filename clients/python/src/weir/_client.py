@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Final
 
 from ._config import resolve
+from ._lease import AsyncLease, take_from_cluster
 from ._opening import Opening
 from ._session import AsyncSession, q
 from ._transport import REQUEST_DEADLINE, Transport
-from .errors import Busy, ProtocolError, Refused, name_part
+from .errors import ProtocolError
 from .types import (
     Halt,
     KeyPage,
@@ -266,6 +266,7 @@ class AsyncClient:
         wait: float | None = None,
         key: str | None = None,
         parts: list[Part] | None = None,
+        lease: AsyncLease | None = None,
     ) -> int | None:
         """Takes ``units`` tokens from a rate-only limit now, or not at all: answers the
         tokens left in the bucket, or raises :class:`~weir.Busy` whose ``retry_after`` says
@@ -277,34 +278,18 @@ class AsyncClient:
         part (:attr:`~weir.Refused.part`). The tokens left are told for one keyless limit
         only (``None`` for a key or several parts). A cost known only afterwards is held
         and settled with a permit: ``session.acquire(..., estimate=True)``, then
-        :meth:`~weir.AsyncPermit.settle`."""
-        body: dict[str, Any] = {"units": units}
-        if key is not None:
-            body["key"] = key
-        if parts:
-            body["parts"] = [p.to_json() for p in parts]
-        if agent is not None:
-            body["agent"] = agent
-        asked = (Part(name, units, key), *(parts or ()))
-        path = f"/v1/tenants/{self._t(tenant)}/limits/{q(name)}/take"
-        started = time.monotonic()
-        while True:
-            try:
-                answer = await self._transport.call("POST", path, body)
-            except Refused as refused:
-                name_part(refused, asked)
-                if not isinstance(refused, Busy):
-                    raise
-                busy = refused
-                after = busy.retry_after
-                if wait is None or after is None:
-                    raise
-                if time.monotonic() - started + after > wait:
-                    raise
-                await asyncio.sleep(after)
-                continue
-            remaining = _expect_dict(answer, "take").get("remaining")
-            return None if remaining is None else int(remaining)
+        :meth:`~weir.AsyncPermit.settle`.
+
+        ``lease``: a token lease of this limit (and key), :meth:`AsyncSession.lease`: the
+        take is decided locally when the lease has the tokens (answers ``None``, no
+        request), else sent to the cluster as without it. A lease is of one limit, so it
+        takes no ``parts`` and no ``agent``."""
+        tenant = self.tenant if tenant is None else tenant
+        if lease is not None:
+            lease.check_covers(tenant, name, key, parts, agent)
+            return await lease.take(units, wait=wait)
+        return await take_from_cluster(self._transport, tenant, name, units, agent=agent,
+                                       wait=wait, key=key, parts=parts)
 
     # -- tenants -----------------------------------------------------------------------
 

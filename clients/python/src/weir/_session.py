@@ -42,6 +42,13 @@ units of the rate parts are an estimate: the ticket stays live after its grant, 
 what it took, until :meth:`AsyncPermit.settle` names the actual cost (idempotent by
 ticket); released unsettled, or ended with its session, the estimate stands as charged.
 
+# Token leases
+
+:meth:`AsyncSession.lease` opens a token lease of the session (``_lease.py``): its local
+takes stop at the same belief deadline as the permits, and every lease stops for good when
+the session ends (its close or expiry ended the leases on the cluster). The session keeps
+the lease request counter (``seq``) all its leases share.
+
 # Nothing stays held that no one believes it holds
 
 A ticket that leaves the session without a permit owning it (its acquire's outcome
@@ -64,6 +71,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ._clock import KEEPALIVES_PER_TTL, LOOK_EVERY, boot_now, deadline_after
+from ._lease import AsyncLease, LeaseOpener
 from ._opening import Opening
 from ._planted import is_on as _planted
 from ._transport import Transport, jittered
@@ -404,6 +412,10 @@ class AsyncSession:
         self._stream_up = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[None]] = set()
+        #: The session's token leases, and its lease request counter (``seq``).
+        self._leases: set[AsyncLease] = set()
+        self._lease_seq = 0
+        self._lease_lock = asyncio.Lock()
         #: Keep-alives acknowledged, keep-alives hedged, and every write hedged (keep-alives
         #: and acquires), for tests and diagnostics.
         self.keepalives_acknowledged = 0
@@ -612,6 +624,46 @@ class AsyncSession:
             if armed:
                 self._abandon(ticket)
 
+    # -- token leases ------------------------------------------------------------------
+
+    def lease(
+        self,
+        limit: str,
+        *,
+        rate_per_s: float,
+        cap: int,
+        key: str | None = None,
+        tenant: str | None = None,
+    ) -> LeaseOpener:
+        """Leases a share of the rate limit ``limit`` (or of its key ``key``) for this
+        session, wanting at most ``rate_per_s`` tokens a second and ``cap`` tokens at once:
+        takes on it are then decided locally while it has tokens and the belief deadline
+        holds (:class:`~weir.AsyncLease`). ``async with session.lease(...) as lease`` (ended
+        on exit) or ``lease = await session.lease(...)``. The first request is answered
+        before the lease is given; a refusal (:class:`~weir.Halted`,
+        :class:`~weir.UnknownLimit`, a limit that caps concurrency or has no rate) is
+        raised."""
+        tenant = self._tenant if tenant is None else tenant
+
+        async def open_() -> AsyncLease:
+            if self._ended is not None:
+                raise SessionLost(f"session {self.id} ended: {self._ended}", self._ended)
+            lease = AsyncLease(self, tenant, limit, key, rate_per_s, cap)
+            self._leases.add(lease)
+            try:
+                await lease._open()
+            except BaseException:
+                self._leases.discard(lease)
+                lease._stop("not opened")
+                raise
+            return lease
+
+        return LeaseOpener(open_)
+
+    def leases(self) -> list[AsyncLease]:
+        """The session's leases not ended."""
+        return list(self._leases)
+
     # -- the tickets -------------------------------------------------------------------
 
     def _answered(self, ticket: int, answer: Any) -> None:
@@ -666,6 +718,9 @@ class AsyncSession:
         for held in self._held.values():
             held.set_lost(why, replace=True)
         self._held.clear()
+        for lease in self._leases:
+            lease._stop(f"session {self.id} ended: {why}")
+        self._leases.clear()
         waiting, self._waiting = self._waiting, {}
         for w in waiting.values():
             if not w.future.done():

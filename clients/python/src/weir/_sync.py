@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from ._client import KEEP, AsyncClient, _Keep
 from ._clock import LOOK_EVERY
+from ._lease import AsyncLease, LeaseFigures
 from ._session import AsyncPermit, AsyncSession
 from ._transport import REQUEST_DEADLINE
 from .types import (
@@ -161,6 +162,55 @@ class Permit:
         self._runner.run(self.aio._release_on_exit())
 
 
+class Lease:
+    """A token lease (synchronous); ``with session.lease(...) as lease:`` ends it on exit.
+    See :class:`weir.AsyncLease` for the rules. :meth:`try_take` runs in the caller's
+    thread, without a hop to the client's loop."""
+
+    def __init__(self, runner: _Runner, lease: AsyncLease) -> None:
+        self._runner = runner
+        self.aio = lease
+        self.tenant = lease.tenant
+        self.limit = lease.limit
+        self.key = lease.key
+
+    def __repr__(self) -> str:
+        return repr(self.aio).replace("AsyncLease", "Lease", 1)
+
+    @property
+    def figures(self) -> LeaseFigures:
+        return self.aio.figures
+
+    @property
+    def ended(self) -> str | None:
+        return self.aio.ended
+
+    def try_take(self, units: int = 1) -> bool:
+        """Takes ``units`` from the local bucket, or answers ``False``: no network."""
+        return self.aio.try_take(units)
+
+    def take(self, units: int = 1, *, wait: float | None = None) -> int | None:
+        """Takes ``units`` locally, else from the cluster; see
+        :meth:`weir.AsyncLease.take`."""
+        if self.aio.try_take(units):
+            return None
+        return self._runner.run(self.aio._ask_cluster(units, wait))
+
+    def end(self) -> None:
+        self._runner.run(self.aio.end())
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._runner.run(self.aio._end_on_exit())
+
+
 class Session:
     """A session (synchronous), kept alive by the client's thread; see
     :class:`weir.AsyncSession`."""
@@ -221,6 +271,18 @@ class Session:
             return await acquiring
 
         return Permit(self._runner, self._runner.run(go()))
+
+    def lease(self, limit: str, *, rate_per_s: float, cap: int, key: str | None = None,
+              tenant: str | None = None) -> Lease:
+        """Leases a share of a rate limit; see :meth:`weir.AsyncSession.lease`. Use the
+        lease as ``with`` to end it on exit."""
+        opening = self.aio.lease(limit, rate_per_s=rate_per_s, cap=cap, key=key,
+                                 tenant=tenant)
+
+        async def go() -> AsyncLease:
+            return await opening
+
+        return Lease(self._runner, self._runner.run(go()))
 
     def close(self) -> None:
         self._runner.run(self.aio.close())
@@ -333,7 +395,16 @@ class Client:
 
     def take(self, name: str, units: int = 1, *, agent: str | None = None,
              tenant: str | None = None, wait: float | None = None, key: str | None = None,
-             parts: list[Part] | None = None) -> int | None:
+             parts: list[Part] | None = None,
+             lease: Lease | AsyncLease | None = None) -> int | None:
+        """See :meth:`weir.AsyncClient.take`; with ``lease``, a take the lease covers is
+        decided in the caller's thread."""
+        if lease is not None:
+            aio = lease.aio if isinstance(lease, Lease) else lease
+            aio.check_covers(self.tenant if tenant is None else tenant, name, key, parts, agent)
+            if aio.try_take(units):
+                return None
+            return self._runner.run(aio._ask_cluster(units, wait))
         return self._runner.run(self.aio.take(name, units, agent=agent, tenant=tenant,
                                               wait=wait, key=key, parts=parts))
 
