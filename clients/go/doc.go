@@ -5,6 +5,7 @@
 // What it owns, file by file: transport.go, which node to ask and when a node is silent
 // (the 1 s silence rule, retries, hedged copies); session.go, sessions kept alive in the
 // background, the belief deadline (G2), acquires and their grants by push, permits;
+// lease.go, token leases: takes decided from a local bucket while the session's belief holds;
 // clock.go, the clock the deadline is kept on; client.go, the calls without a session;
 // errors.go, every refusal and failure as a value for errors.Is and errors.As.
 //
