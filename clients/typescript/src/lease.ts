@@ -379,8 +379,13 @@ export class Lease {
       let woken = this.shortSeen;
       if (!woken) {
         const early = new Promise<void>((resolve) => (this.wakeEarly = resolve));
-        const timer = sleep(wait, stop).then(() => false);
+        // Never rejects: a timer that lost the race may still be aborted later.
+        const timer = sleep(wait, stop).then(
+          () => false,
+          () => false,
+        );
         woken = await Promise.race([early.then(() => true), timer]).finally(() => (this.wakeEarly = null));
+        if (stop.aborted) return;
       }
       // A short bucket renews early, but not more than every period / 8.
       if (woken) await sleep(period / 8, stop);
