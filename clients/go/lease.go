@@ -133,8 +133,11 @@ func (s *Session) Lease(ctx context.Context, o LeaseOptions) (*Lease, error) {
 
 // TryTake takes units from the local bucket if it has them and the session's belief
 // holds: no network, no wait. False means this lease cannot cover them now (ask the
-// cluster with Take, or wait for the refill).
+// cluster with Take, or wait for the refill). Units 0 is 1.
 func (l *Lease) TryTake(units uint32) bool {
+	if units == 0 {
+		units = 1
+	}
 	now := bootNow()
 	s := l.s
 	s.mu.Lock()
@@ -144,7 +147,10 @@ func (l *Lease) TryTake(units uint32) bool {
 	if !believed {
 		// Past the belief deadline or the session's end: nothing more is spent here, and
 		// the time without belief earns no refill.
-		l.levelMicro, l.remainder, l.refilledAt = 0, 0, now
+		l.levelMicro, l.remainder = 0, 0
+		if now > l.refilledAt {
+			l.refilledAt = now
+		}
 		l.figures.Short++
 		l.mu.Unlock()
 		return false
@@ -175,8 +181,11 @@ func (l *Lease) TryTake(units uint32) bool {
 // Take takes units: from the local bucket when it has them, else from the cluster (one
 // take, as Client.Take). It answers false when neither has room now (the cluster answered
 // ErrBusy), and the refusal for any other (ErrHalted, ...). Once the session ended it
-// answers the session's end.
+// answers the session's end. Units 0 is 1.
 func (l *Lease) Take(ctx context.Context, units uint32) (bool, error) {
+	if units == 0 {
+		units = 1
+	}
 	if l.TryTake(units) {
 		return true, nil
 	}

@@ -7,6 +7,29 @@ import (
 	"time"
 )
 
+// The local bucket refills exactly at its rate however often it is looked at: time between
+// looks is never lost (the carried remainder), nor counted twice, and never above the cap.
+func TestLeaseRefillCarries(t *testing.T) {
+	l := &Lease{rateMicro: 3, capTokens: 1}
+	for step := 1; step <= 1000; step++ {
+		l.refill(time.Duration(step) * time.Millisecond)
+	}
+	if l.levelMicro != 3 {
+		t.Fatalf("1,000 looks a millisecond apart at 3 micro-tokens/s refilled %d micro-tokens in 1 s", l.levelMicro)
+	}
+	for step := 1; step <= 100_000; step++ {
+		l.refill(time.Second + time.Duration(step)*37*time.Microsecond)
+	}
+	if l.levelMicro != 3+11 {
+		t.Fatalf("100,000 looks 37 us apart (3.7 s) at 3 micro-tokens/s: %d micro-tokens, want 3 + 11", l.levelMicro)
+	}
+	l.rateMicro = 5_000_000
+	l.refill(time.Hour)
+	if l.levelMicro != micro {
+		t.Fatalf("an hour at 5 tokens/s holds %d micro-tokens, want the cap of 1 token", l.levelMicro)
+	}
+}
+
 // Token leases against one real three-node cluster, each case in a tenant of its own.
 func TestLeases(t *testing.T) {
 	c := startCluster(t, false, nil)
