@@ -123,6 +123,15 @@ func (s *Session) Lease(ctx context.Context, o LeaseOptions) (*Lease, error) {
 		refilledAt: bootNow(), fairRate: o.rateMicro(), fairCap: o.Cap,
 	}
 	if err := l.request(ctx, o.rateMicro(), o.Cap, false); err != nil {
+		if !isRefusal(err) {
+			// It may have been applied: end it, so that its share does not stand unused
+			// until the session ends (what it may have moved here is counted as spent).
+			go func() {
+				ectx, cancel := context.WithTimeout(s.ctx, requestDeadline)
+				defer cancel()
+				_ = l.request(ectx, 0, 0, true)
+			}()
+		}
 		return nil, err
 	}
 	l.ctx, l.cancel = context.WithCancel(s.ctx)

@@ -169,7 +169,17 @@ export class Lease {
 
   /** @internal Sends the first request; a refusal throws. */
   async open(): Promise<void> {
-    await this.request(this.wantRate, this.wantCap, false);
+    try {
+      await this.request(this.wantRate, this.wantCap, false);
+    } catch (e) {
+      if (!(e instanceof Refused)) {
+        // It may have been applied: end it, so that its share does not stand unused until
+        // the session ends (what it may have moved here is counted as spent).
+        this.ending = true;
+        void this.request(0, 0, true, AbortSignal.any([this.session.stopSignal, AbortSignal.timeout(REQUEST_DEADLINE_MS)])).catch(() => undefined);
+      }
+      throw e;
+    }
     if (this.stopped_ !== null) throw this.stopped_;
     this.renewing = this.renew().catch(() => undefined);
   }
