@@ -86,12 +86,12 @@ type leaseShare struct {
 // Lease is a token lease on one limit (or key), held by a session: takes decided locally
 // while it has tokens and the session's belief holds. It is safe for concurrent use.
 type Lease struct {
-	s      *Session
-	o      LeaseOptions
-	short  chan struct{}   // a take found the bucket short: renew early
-	ctx    context.Context // ends with the session, or when End begins
-	cancel context.CancelFunc
-	halted sync.WaitGroup
+	s        *Session
+	o        LeaseOptions
+	short    chan struct{}   // a take found the bucket short: renew early
+	ctx      context.Context // ends with the session, or when End begins
+	cancel   context.CancelFunc
+	renewing sync.WaitGroup // the renewal goroutine
 
 	mu         sync.Mutex
 	rateMicro  uint64
@@ -135,7 +135,7 @@ func (s *Session) Lease(ctx context.Context, o LeaseOptions) (*Lease, error) {
 		return nil, err
 	}
 	l.ctx, l.cancel = context.WithCancel(s.ctx)
-	l.halted.Add(1)
+	l.renewing.Add(1)
 	go l.renew()
 	return l, nil
 }
@@ -240,7 +240,7 @@ func (l *Lease) End(ctx context.Context) error {
 	}
 	// A renewal under way is cut short: its outcome unknown, it gained nothing here.
 	l.cancel()
-	l.halted.Wait()
+	l.renewing.Wait()
 	var err error
 	if l.s.Err() == nil {
 		err = l.request(ctx, 0, 0, true)
@@ -375,7 +375,7 @@ func (l *Lease) request(ctx context.Context, rate, capTokens uint64, final bool)
 // renew renews the lease while it and its session live: every keep-alive period, or sooner
 // when a take found the bucket short, asking for what demand and the fair share say.
 func (l *Lease) renew() {
-	defer l.halted.Done()
+	defer l.renewing.Done()
 	s := l.s
 	period := s.ttl / keepalivesPerTTL
 	last := bootNow()
