@@ -776,9 +776,10 @@ export class Session {
    * An idempotent write of this session (a keep-alive, an acquire) to the current node,
    * hedged to the others once it has gone unanswered for HEDGE_AFTER_MS with less than
    * HEDGE_WHEN_LEFT_MS of the belief left, whether or not the node is heard from: the
-   * first answer wins, and the other copy is given up.
+   * first answer wins, and the other copy is given up. (A token lease's requests, idempotent
+   * by their `seq`, go the same way: `lease.ts`.)
+   * @internal
    */
-  /** @internal */
   async hedged(method: string, path: string, body: unknown, signal?: AbortSignal): Promise<unknown> {
     const done = new AbortController();
     const onAbort = (): void => done.abort(signal?.reason);
