@@ -69,6 +69,11 @@ type Session struct {
 	held       map[uint64]*Permit
 	reask      chan struct{}
 	streamUp   bool
+
+	// leaseMu keeps the session's lease requests one at a time, numbered by leaseSeq
+	// (lease.go).
+	leaseMu  sync.Mutex
+	leaseSeq uint64
 }
 
 type grant struct {

@@ -51,6 +51,7 @@ import {
   namePart,
   refusal,
 } from "./errors.js";
+import { Lease, type LeaseOptions } from "./lease.js";
 import { plantedOn } from "./planted.js";
 import { type Transport, jittered, sleep } from "./transport.js";
 import {
@@ -441,6 +442,11 @@ export class Session {
     return this.deadline - bootNowMs();
   }
 
+  /** @internal Aborts when the session ends. */
+  get stopSignal(): AbortSignal {
+    return this.stopping.signal;
+  }
+
   /** Why the session ended (expired, closed), or null while it lives. */
   get ended(): Lost | null {
     return this.ended_;
@@ -586,6 +592,21 @@ export class Session {
     } finally {
       if (armed) this.abandon(ticket);
     }
+  }
+
+  // -- token leases ------------------------------------------------------------------------
+
+  /**
+   * Leases a share of a rate limit (or of one key) for this session: takes on it are then
+   * decided locally while the lease has tokens (`lease.ts`). The first request is answered
+   * before this resolves; a refusal (Halted, UnknownLimit, a limit that is not rate-only)
+   * throws.
+   */
+  async lease(limit: string, options: LeaseOptions): Promise<Lease> {
+    if (this.ended_ !== null) throw new SessionLost(`session ${this.id} ended: ${describeLost(this.ended_)}`, this.ended_);
+    const lease = new Lease(this, options.tenant ?? this.tenant, limit, options);
+    await lease.open();
+    return lease;
   }
 
   // -- the tickets -------------------------------------------------------------------------
@@ -755,9 +776,11 @@ export class Session {
    * An idempotent write of this session (a keep-alive, an acquire) to the current node,
    * hedged to the others once it has gone unanswered for HEDGE_AFTER_MS with less than
    * HEDGE_WHEN_LEFT_MS of the belief left, whether or not the node is heard from: the
-   * first answer wins, and the other copy is given up.
+   * first answer wins, and the other copy is given up. (A token lease's requests, idempotent
+   * by their `seq`, go the same way: `lease.ts`.)
+   * @internal
    */
-  private async hedged(method: string, path: string, body: unknown, signal?: AbortSignal): Promise<unknown> {
+  async hedged(method: string, path: string, body: unknown, signal?: AbortSignal): Promise<unknown> {
     const done = new AbortController();
     const onAbort = (): void => done.abort(signal?.reason);
     signal?.addEventListener("abort", onAbort, { once: true });
