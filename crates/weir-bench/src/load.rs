@@ -605,7 +605,7 @@ impl BenchClient {
             let work = async {
                 while !self.recorder.stop.load(Ordering::Relaxed) {
                     i += 1;
-                    if self.workload == Workload::LeasedTake && i % LOCAL_RUN == 0 {
+                    if self.workload == Workload::LeasedTake && i.is_multiple_of(LOCAL_RUN) {
                         // A take decided locally never awaits: without this, a client would
                         // keep its worker thread from the others, the keep-alives and the
                         // run's own clock.
