@@ -694,6 +694,8 @@ impl BenchClient {
         r.lease_requests
             .fetch_add(f.requests + 1, Ordering::Relaxed);
         r.cluster_asks.fetch_add(f.asked, Ordering::Relaxed);
+        r.cluster_refused.fetch_add(f.refused, Ordering::Relaxed);
+        r.quiet_refusals.fetch_add(f.quiet, Ordering::Relaxed);
     }
 
     /// One take of the leased limit: from the lease's local bucket when it has the token,
@@ -925,6 +927,8 @@ fn verify_spend_time(args: &BenchArgs, recorder: &Recorder) -> LeaseReport {
         cluster_takes: cluster,
         cluster_asks: asks,
         lease_requests: requests,
+        cluster_refused: recorder.cluster_refused.load(Ordering::Relaxed),
+        quiet_refusals: recorder.quiet_refusals.load(Ordering::Relaxed),
         commands_per_1k_takes: per_1k,
         worst_window_over_bound: worst,
     }

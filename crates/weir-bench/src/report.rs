@@ -113,6 +113,10 @@ pub struct Recorder {
     pub cluster_takes: AtomicU64,
     pub cluster_asks: AtomicU64,
     pub lease_requests: AtomicU64,
+    /// Of the takes a lease asked of the cluster, those refused for lack of room; and the
+    /// takes a lease refused locally in its quiet window after such a refusal.
+    pub cluster_refused: AtomicU64,
+    pub quiet_refusals: AtomicU64,
 }
 
 impl Recorder {
@@ -136,6 +140,8 @@ impl Recorder {
             cluster_takes: AtomicU64::new(0),
             cluster_asks: AtomicU64::new(0),
             lease_requests: AtomicU64::new(0),
+            cluster_refused: AtomicU64::new(0),
+            quiet_refusals: AtomicU64::new(0),
         }
     }
 
@@ -285,6 +291,10 @@ pub struct LeaseReport {
     /// requests (opening, renewing, ending).
     pub cluster_asks: u64,
     pub lease_requests: u64,
+    /// Of the takes leases asked of the cluster, those refused for lack of room; and the
+    /// takes leases then refused locally, in their quiet window, without a command.
+    pub cluster_refused: u64,
+    pub quiet_refusals: u64,
     /// Commands the takes cost per 1,000 takes granted: `(cluster_asks + lease_requests)
     /// × 1000 / (local_takes + cluster_takes)` (keep-alives, a few a session each TTL,
     /// are not counted).
@@ -406,12 +416,14 @@ impl LoadReport {
         }
         if let Some(l) = &self.lease {
             text.push_str(&format!(
-                "\nleases: {} takes decided locally, {} by the cluster ({} asked), {} lease \
-                 requests: {:.2} commands per 1,000 takes; worst window {:.0} tokens {} its \
-                 bound",
+                "\nleases: {} takes decided locally, {} by the cluster ({} asked, {} refused; {} \
+                 refused quietly), {} lease requests: {:.2} commands per 1,000 takes; worst \
+                 window {:.0} tokens {} its bound",
                 l.local_takes,
                 l.cluster_takes,
                 l.cluster_asks,
+                l.cluster_refused,
+                l.quiet_refusals,
                 l.lease_requests,
                 l.commands_per_1k_takes,
                 l.worst_window_over_bound.abs(),

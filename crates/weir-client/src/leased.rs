@@ -207,10 +207,12 @@ struct Local {
 }
 
 impl Local {
-    /// Brings the bucket up to `now`.
+    /// Brings the bucket up to `now`, in whole ms: the part of a ms not yet counted stays
+    /// for the next look (a holder that looks more often than once a ms still refills).
     fn refill(&mut self, now: BootInstant) {
         let ms = now.saturating_since(self.refilled_at).as_millis();
-        self.refilled_at = now;
+        // PLANTED(refill-drops-fractions): `self.refilled_at = now;` here starves a busy holder.
+        self.refilled_at = self.refilled_at + Duration::from_millis(ms as u64);
         let scaled = self.rate_micro as u128 * ms + self.remainder as u128;
         let cap = self.cap * MICRO;
         let added = (scaled / 1000) as u64;
@@ -238,8 +240,11 @@ impl Local {
     /// Takes the cluster's answer, arrived `now`: the share it stands at, and the tokens it
     /// moved here.
     fn adopt(&mut self, share: &LeaseShare, now: BootInstant) {
-        // Refilled at the old rate up to now; the new one counts from now.
+        // Refilled at the old rate up to now; the new one counts from now (the part of a ms
+        // not counted is dropped: refilling it at a higher new rate would count time before
+        // the reply).
         self.refill(now);
+        self.refilled_at = now;
         self.rate_micro = share.rate_micro_per_s;
         self.cap = share.cap;
         self.level_micro = (self.level_micro + share.tokens_micro).min(self.cap * MICRO);
@@ -582,5 +587,82 @@ async fn renew(shared: Weak<Shared>) {
         {
             tokio::time::sleep(period / 4).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at_us(us: u64) -> BootInstant {
+        BootInstant::from_since_boot(Duration::from_micros(us))
+    }
+
+    fn bucket(rate_per_s: u64, cap: u64) -> Local {
+        Local {
+            rate_micro: rate_per_s * MICRO,
+            cap,
+            level_micro: 0,
+            remainder: 0,
+            refilled_at: at_us(0),
+            taken: 0,
+            short_seen: false,
+            fair_rate_micro: 0,
+            fair_cap: 0,
+            last_ask: (0, 0),
+            quiet_until: None,
+            ended: None,
+            figures: LeaseFigures::default(),
+        }
+    }
+
+    /// A holder that looks every 100 µs refills as one that looks once: 1,000 a second for
+    /// 50 ms is 50 tokens either way, never more.
+    #[test]
+    fn a_bucket_looked_at_more_often_than_once_a_ms_still_refills_exactly() {
+        let mut often = bucket(1_000, 1_000);
+        for step in 1..=500 {
+            often.refill(at_us(step * 100));
+        }
+        let mut once = bucket(1_000, 1_000);
+        once.refill(at_us(50_000));
+        assert_eq!(once.level_micro, 50 * MICRO);
+        assert_eq!(often.level_micro, 50 * MICRO);
+        // 50.05 ms: still 50 until the 51st ms is whole.
+        often.refill(at_us(50_050));
+        assert_eq!(often.level_micro, 50 * MICRO);
+        often.refill(at_us(51_000));
+        assert_eq!(often.level_micro, 51 * MICRO);
+    }
+
+    /// The ask follows demand: a short bucket asks for what the options want once, and the
+    /// same ask again only at the period; a lease used far below its rate shrinks at the
+    /// period; a steady one sends nothing.
+    #[test]
+    fn the_renewal_asks_only_when_the_ask_changes() {
+        let wants = (1_000 * MICRO, 100);
+        let second = Duration::from_secs(1);
+        let mut l = bucket(100, 10);
+        (l.fair_rate_micro, l.fair_cap) = wants;
+        l.short_seen = true;
+        assert_eq!(l.next_ask(wants, second, true), Some(wants));
+        l.last_ask = wants;
+        l.short_seen = true;
+        assert_eq!(l.next_ask(wants, second, true), None, "the same ask, early");
+        l.short_seen = true;
+        assert_eq!(
+            l.next_ask(wants, second, false),
+            Some(wants),
+            "at the period"
+        );
+        // Granted 400 a second; 100 taken in a second: asks 150 (at least an eighth, 125).
+        let mut l = bucket(400, 100);
+        (l.fair_rate_micro, l.fair_cap) = wants;
+        l.taken = 100;
+        assert_eq!(l.next_ask(wants, second, false), Some((150 * MICRO, 100)));
+        // 300 taken in a second at 400: 450 is not under three quarters of 400; nothing.
+        l.taken = 300;
+        assert_eq!(l.next_ask(wants, second, false), None);
+        assert_eq!(l.next_ask(wants, second, true), None);
     }
 }
