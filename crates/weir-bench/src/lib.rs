@@ -71,6 +71,7 @@
 //! - `etcd.rs`: the etcd cluster, its load, and the side-by-side comparison;
 //! - `rls.rs`: the gRPC client and load of `--workload rls`;
 //! - `redis.rs`, `resp.rs`: the Redis server, its Lua bucket, its load, the comparison;
+//! - `spend_check.rs`: `leased-take`'s check of every window in spend time;
 //! - `load.rs`: the load workloads, the failover kills and the final verification;
 //! - `cpu.rs`: CPU seconds of the bench and its nodes over the measured window;
 //! - `zipf.rs`: the Zipf key sampler of `keyed-take`;
@@ -110,6 +111,7 @@ mod spawn;
 mod args;
 mod cpu;
 mod svg;
+mod spend_check;
 mod zipf;
 mod output;
 

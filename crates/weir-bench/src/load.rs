@@ -16,6 +16,7 @@ use super::args::{BenchArgs, Workload};
 use super::cpu::CpuClock;
 use super::report::{LeaseReport, LoadReport, Recorder, histogram, ms};
 use super::spawn;
+use super::spend_check::worst_window;
 use super::zipf::{Sampler, Zipf};
 use crate::output::{EXIT_ERROR, EXIT_OK, Exit, Output};
 use weir_client::{AcquireOptions, Client, LeaseFigures, LeaseOptions, Leased, Session};
@@ -755,8 +756,9 @@ impl BenchClient {
         self.leased_outcome(series, sent, local, taken, hist).await
     }
 
-    /// Counts a take of `leased-take` sent at `sent`: granted (`local`ly or not) in spend
-    /// series `series` in the ms it was decided, or refused, or failed.
+    /// Counts a take of `leased-take` sent at `sent`: granted in spend series `series`
+    /// (locally: in the ms it was decided; by the cluster: its span from `sent` to its
+    /// answer), or refused, or failed.
     async fn leased_outcome(
         &self,
         series: Option<usize>,
@@ -768,10 +770,22 @@ impl BenchClient {
         let now = self.recorder.ns();
         match taken {
             Ok(true) => {
-                if let (Some(spends), Some(series)) = (self.recorder.spends.get(), series) {
-                    let spends = &spends[series];
-                    let ms = (now / 1_000_000) as usize;
-                    spends[ms.min(spends.len() - 1)].fetch_add(1, Ordering::Relaxed);
+                match (self.recorder.spends.get(), series) {
+                    (Some(spends), Some(series)) if local => {
+                        let spends = &spends[series];
+                        let ms = (now / 1_000_000) as usize;
+                        spends[ms.min(spends.len() - 1)].fetch_add(1, Ordering::Relaxed);
+                    }
+                    (Some(_), Some(series)) => {
+                        let span = (
+                            series as u16,
+                            (sent / 1_000_000) as u32,
+                            (now / 1_000_000) as u32,
+                        );
+                        let spans = &self.recorder.cluster_spends;
+                        spans.lock().unwrap_or_else(|p| p.into_inner()).push(span);
+                    }
+                    _ => {}
                 }
                 let counter = match local {
                     true => &self.recorder.local_takes,
@@ -886,19 +900,31 @@ fn multi_take(i: u64) -> AcquireOptions {
     options
 }
 
-/// `leased-take`'s check of G1 in spend time: in every window of whole ms, the tokens spent
-/// (locally and from the cluster, each counted in the ms it was decided) are at most
-/// `burst + rate × (window + 1 ms)` (a take counted in ms `t` happened in `[t, t + 1)`), for
-/// the limit, or for each key checked. Linear in the run's length (see the machine tests'
-/// window check). Prints the figures.
+/// `leased-take`'s check of G1 in spend time (`spend_check`), for the limit or each key
+/// checked. Prints the figures.
 fn verify_spend_time(args: &BenchArgs, recorder: &Recorder) -> LeaseReport {
     let (rate, burst) = leased_rate_and_burst(args);
+    let spans = std::mem::take(
+        &mut *recorder
+            .cluster_spends
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()),
+    );
     let worst = recorder
         .spends
         .get()
         .into_iter()
         .flatten()
-        .map(|series| worst_window(series, rate / 1000.0, burst as f64))
+        .enumerate()
+        .map(|(series, local)| {
+            let local: Vec<u64> = local.iter().map(|n| n.load(Ordering::Relaxed)).collect();
+            let cluster: Vec<(u32, u32)> = spans
+                .iter()
+                .filter(|(s, _, _)| *s as usize == series)
+                .map(|&(_, sent, at)| (sent, at))
+                .collect();
+            worst_window(&local, &cluster, rate / 1000.0, burst as f64)
+        })
         .fold(f64::NEG_INFINITY, f64::max);
     let local = recorder.local_takes.load(Ordering::Relaxed);
     let cluster = recorder.cluster_takes.load(Ordering::Relaxed);
@@ -932,20 +958,4 @@ fn verify_spend_time(args: &BenchArgs, recorder: &Recorder) -> LeaseReport {
         commands_per_1k_takes: per_1k,
         worst_window_over_bound: worst,
     }
-}
-
-/// The most tokens any window of `spends` (a count per ms) holds over its bound, `burst +
-/// rate_per_ms × (window + 1)`: at most 0 when no window is over.
-fn worst_window(spends: &[std::sync::atomic::AtomicU64], rate_per_ms: f64, burst: f64) -> f64 {
-    let mut before = 0.0f64;
-    let mut least = f64::INFINITY;
-    let mut worst = f64::NEG_INFINITY;
-    for (t, count) in spends.iter().enumerate() {
-        let t = t as f64;
-        // A window [a, t] holds P(t) - P(a - 1) and may hold burst + rate × (t - a + 1).
-        least = least.min(before - rate_per_ms * t);
-        before += count.load(Ordering::Relaxed) as f64;
-        worst = worst.max(before - rate_per_ms * (t + 1.0) - least - burst);
-    }
-    worst
 }

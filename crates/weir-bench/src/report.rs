@@ -104,11 +104,14 @@ pub struct Recorder {
     /// The first failed operation's error, printed after the run: an error count alone
     /// does not say what went wrong.
     first_error: Mutex<Option<String>>,
-    /// `leased-take`: tokens spent in each ms since the start, locally or from the cluster,
-    /// one series per limit or key checked (set before the clients start); the takes
+    /// `leased-take`: tokens spent locally in each ms since the start, one series per
+    /// limit or key checked (set before the clients start); the takes
     /// decided locally and by the cluster, the takes asked of the cluster (granted or not),
     /// and the lease requests.
     pub spends: std::sync::OnceLock<Vec<Vec<AtomicU64>>>,
+    /// `leased-take`: each take the cluster decided, by series: (series, ms its request was
+    /// sent in, ms its answer arrived in), the span it was spent in (`spend_check`).
+    pub cluster_spends: Mutex<Vec<(u16, u32, u32)>>,
     pub local_takes: AtomicU64,
     pub cluster_takes: AtomicU64,
     pub cluster_asks: AtomicU64,
@@ -136,6 +139,7 @@ impl Recorder {
             sessions_lost_permit: AtomicU64::new(0),
             first_error: Mutex::new(None),
             spends: std::sync::OnceLock::new(),
+            cluster_spends: Mutex::new(Vec::new()),
             local_takes: AtomicU64::new(0),
             cluster_takes: AtomicU64::new(0),
             cluster_asks: AtomicU64::new(0),
