@@ -458,7 +458,7 @@ async fn a_refused_fallback_keeps_a_leases_takes_quiet_and_opt_in_takes_use_the_
     }
     let refused = lease.figures();
     assert_eq!((refused.refused, refused.quiet), (1, 0), "{refused:?}");
-    assert!(taken >= 6 && taken < 12, "{taken} taken: {refused:?}");
+    assert!((6..12).contains(&taken), "{taken} taken: {refused:?}");
 
     phase("quiet: refused locally, no request");
     for _ in 0..50 {
