@@ -475,6 +475,21 @@ async fn a_refused_fallback_keeps_a_leases_takes_quiet_and_opt_in_takes_use_the_
         "{quiet:?}"
     );
 
+    phase("the window over: concurrent fallbacks go one at a time, the rest quiet");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let takes = (0..20).map(|_| lease.take(1));
+    for taken in futures_util::future::join_all(takes).await {
+        taken.unwrap();
+    }
+    let after = lease.figures();
+    // The local bucket refilled a token or so meanwhile, the cluster's own (1 a second) less
+    // than one or about one: at most two takes asked (one granted, one refused), and the
+    // others waited their turn and saw the refusal.
+    assert!(
+        after.asked - quiet.asked <= 2 && after.quiet - quiet.quiet >= 17,
+        "{after:?}"
+    );
+
     phase("ended: opt-in takes go to the cluster");
     lease.end().await.unwrap();
     tokio::time::sleep(Duration::from_millis(600)).await;
