@@ -211,7 +211,6 @@ impl Local {
     /// for the next look (a holder that looks more often than once a ms still refills).
     fn refill(&mut self, now: BootInstant) {
         let ms = now.saturating_since(self.refilled_at).as_millis();
-        // PLANTED(refill-drops-fractions): `self.refilled_at = now;` here starves a busy holder.
         self.refilled_at = self.refilled_at + Duration::from_millis(ms as u64);
         let scaled = self.rate_micro as u128 * ms + self.remainder as u128;
         let cap = self.cap * MICRO;
@@ -499,7 +498,6 @@ impl Shared {
                 };
                 let mut l = self.local.lock().expect("lease lock");
                 l.figures.refused += 1;
-                // PLANTED(no-quiet-window): without this line every short take asks.
                 l.quiet_until = Some(BootInstant::now() + quiet);
                 Ok(false)
             }
