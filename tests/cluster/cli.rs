@@ -440,21 +440,29 @@ fn bench_spawns_its_own_cluster_and_prints_the_json_shape() {
     assert_eq!(code, Some(2), "--failover without --spawn is a usage error");
 }
 
+/// `weir bench --spawn 1 --workload WORKLOAD` with four clients for a second, and `extra`:
+/// its exit status checked (0), its JSON report, and its stderr.
+fn bench_on_one_node(workload: &str, extra: &[&str]) -> (serde_json::Value, String) {
+    #[rustfmt::skip]
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["bench", "--spawn", "1", "--workload", workload, "--clients", "4",
+               "--duration", "1", "--warmup", "0.2", "--limits", "1", "--json"])
+        .args(extra)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{workload} {extra:?}: {stderr}");
+    let v = json(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(v["workload"].as_str(), Some(workload), "{v}");
+    (v, stderr)
+}
+
 #[test]
 fn bench_runs_the_keyed_take_and_multi_workloads_without_a_refusal() {
     // A take of the keyed limit without its key, or of the parts without the model's key,
     // is refused: no error at all says every take named its keys.
     for workload in ["keyed-take", "multi"] {
-        #[rustfmt::skip]
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
-            .args(["bench", "--spawn", "1", "--workload", workload, "--clients", "4",
-                   "--duration", "1", "--warmup", "0.2", "--limits", "1", "--json"])
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(0), "{workload}: {stderr}");
-        let v = json(&String::from_utf8_lossy(&out.stdout));
-        assert_eq!(v["workload"].as_str(), Some(workload), "{v}");
+        let (v, stderr) = bench_on_one_node(workload, &[]);
         assert!(v["ops"].as_u64().unwrap() > 0, "{workload}: {v}");
         assert_eq!(v["errors"].as_u64(), Some(0), "{workload}: {v}\n{stderr}");
     }
@@ -462,29 +470,47 @@ fn bench_runs_the_keyed_take_and_multi_workloads_without_a_refusal() {
 
 #[test]
 fn bench_leased_take_decides_takes_locally_and_checks_the_bound_in_spend_time() {
-    #[rustfmt::skip]
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args(["bench", "--spawn", "1", "--workload", "leased-take", "--clients", "4",
-               "--duration", "1", "--warmup", "0.2", "--limits", "1", "--json"])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let v = json(&String::from_utf8_lossy(&out.stdout));
-    assert_eq!(v["workload"].as_str(), Some("leased-take"), "{v}");
-    assert_eq!(v["errors"].as_u64(), Some(0), "{v}\n{stderr}");
-    let line = stderr
-        .lines()
-        .find(|l| l.starts_with("[bench] leased-take: "))
-        .unwrap_or_else(|| panic!("no leased-take figures: {stderr}"));
-    let local: u64 = line["[bench] leased-take: ".len()..]
-        .split(' ')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!(local > 0, "no take was decided locally: {line}");
-    assert!(line.contains("under its bound"), "{line}");
+    // A limit the clients exhaust, one far above what they take (the hot mode), and 10 Zipf
+    // keys of which each client leases the ones it sees often.
+    for extra in [&[][..], &["--lease-rate", "1e9"], &["--lease-keys", "10"]] {
+        let (v, stderr) = bench_on_one_node("leased-take", extra);
+        assert_eq!(v["errors"].as_u64(), Some(0), "{extra:?}: {v}\n{stderr}");
+        let line = stderr
+            .lines()
+            .find(|l| l.starts_with("[bench] leased-take: "))
+            .unwrap_or_else(|| panic!("no leased-take figures: {stderr}"));
+        assert!(line.contains("under its bound"), "{line}");
+        let lease = &v["lease"];
+        let figure = |name: &str| {
+            lease[name]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{name}: {v}"))
+        };
+        assert!(
+            figure("local_takes") > 0,
+            "no take was decided locally: {v}"
+        );
+        assert!(
+            lease["worst_window_over_bound"].as_f64().unwrap() <= 0.0,
+            "{v}"
+        );
+        let per_1k = (figure("cluster_asks") + figure("lease_requests")) as f64 * 1000.0
+            / (figure("local_takes") + figure("cluster_takes")) as f64;
+        let reported = lease["commands_per_1k_takes"].as_f64().unwrap();
+        assert!((per_1k - reported).abs() < 1e-6, "{v}");
+        if extra.first() == Some(&"--lease-rate") {
+            // Every take is covered by a lease: none asked of the cluster, and the four
+            // leases cost their first request, their end, and few renewals if any.
+            assert_eq!(figure("cluster_asks"), 0, "{v}");
+            assert!(figure("lease_requests") <= 16, "{v}");
+        }
+        if extra.first() == Some(&"--lease-keys") {
+            assert_eq!(lease["keys"].as_u64(), Some(10), "{v}");
+            assert_eq!(lease["keys_checked"].as_u64(), Some(10), "{v}");
+            // A key is asked of the cluster until it is seen often: one command a take.
+            assert!(figure("cluster_asks") >= 4, "{v}");
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

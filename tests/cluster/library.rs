@@ -485,3 +485,91 @@ async fn a_leased_limit_takes_locally_within_the_bound_and_gives_back_at_its_end
     session.close().await.unwrap();
     assert!(!lease.try_take(1), "a closed session's lease spent");
 }
+
+/// A lease's fallback is quiet while the cluster said it has no room: after a take the
+/// cluster refused `Busy`, further takes on the lease are refused locally, without a
+/// request, and so are the session's opt-in takes of that limit; a second lease of the same
+/// limit in one session is refused; once the lease ends, opt-in takes go to the cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_fallback_keeps_a_leases_takes_quiet_and_opt_in_takes_use_the_lease() {
+    let cluster = Cluster::start("lease-quiet", 1, "");
+    cluster.leader(ELECTION).await;
+    let client = cluster.client();
+    let define = Command::DefineLimit {
+        tenant: "t".into(),
+        name: "slow".into(),
+        concurrent: 0,
+        per_second: 4.0,
+        burst: Some(8),
+    };
+    assert_eq!(client.write(define).await.unwrap(), Reply::Done);
+    // A long TTL: the quiet window (the renewal period over 16, 375 ms) outlasts the takes
+    // below by far, and no renewal looks at the lease meanwhile.
+    let session = Session::open(&client, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let lease = session
+        .lease(weir_client::LeaseOptions::new("t", "slow", 3.0, 6))
+        .await
+        .unwrap();
+    let again = session
+        .lease(weir_client::LeaseOptions::new("t", "slow", 1.0, 1))
+        .await
+        .err()
+        .expect("a second lease of one limit in one session");
+    assert!(
+        again.to_string().contains("already leases t/slow"),
+        "{again}"
+    );
+
+    phase("the local bucket, then the cluster's, until the cluster refuses");
+    let mut taken = 0u64;
+    for _ in 0..40 {
+        if !lease.take(1).await.unwrap() {
+            break;
+        }
+        taken += 1;
+    }
+    let refused = lease.figures();
+    assert_eq!((refused.refused, refused.quiet), (1, 0), "{refused:?}");
+    assert!((6..12).contains(&taken), "{taken} taken: {refused:?}");
+
+    phase("quiet: refused locally, no request");
+    for _ in 0..50 {
+        assert!(!lease.take(1).await.unwrap());
+    }
+    for _ in 0..10 {
+        let take = AcquireOptions::new("t", "slow");
+        assert!(!session.take_leased(take).await.unwrap());
+    }
+    let quiet = lease.figures();
+    assert_eq!(
+        (quiet.asked, quiet.refused, quiet.quiet),
+        (refused.asked, 1, 60),
+        "{quiet:?}"
+    );
+
+    phase("the window over: concurrent fallbacks go one at a time, the rest quiet");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let takes = (0..20).map(|_| lease.take(1));
+    for taken in futures_util::future::join_all(takes).await {
+        taken.unwrap();
+    }
+    let after = lease.figures();
+    // The local bucket refilled a token or so meanwhile, the cluster's own (1 a second) less
+    // than one or about one: at most two takes asked (one granted, one refused), and the
+    // others waited their turn and saw the refusal.
+    assert!(
+        after.asked - quiet.asked <= 2 && after.quiet - quiet.quiet >= 17,
+        "{after:?}"
+    );
+
+    phase("ended: opt-in takes go to the cluster");
+    lease.end().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let mut take = AcquireOptions::new("t", "slow");
+    take.wait = false;
+    assert!(session.take_leased(take).await.unwrap(), "a token refilled");
+    let status = client.limit_status("t", "slow").await.unwrap().unwrap();
+    assert!(status.tokens < 8, "{status:?}");
+}

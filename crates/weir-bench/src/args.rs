@@ -146,6 +146,17 @@ pub struct BenchArgs {
     /// key is an error. 0 (the default): one descriptor, one limit.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub rls_keys: u32,
+    /// With `--workload leased-take`: the leased limit's rate, tokens a second (per key with
+    /// --lease-keys); its burst is a tenth of it. The default, 100,000, binds at 256
+    /// clients; a rate far above what the clients take (1e9) is the hot mode, where a
+    /// lease covers every take.
+    #[arg(long, value_name = "TOKENS_PER_S", default_value_t = 100_000.0)]
+    pub lease_rate: f64,
+    /// With `--workload leased-take`: one keyed limit over N keys drawn Zipf-distributed
+    /// (exponent 1.1); each client leases the keys it has seen often and asks the cluster
+    /// for the rest. 0 (the default): one limit.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub lease_keys: u32,
     /// A soak (needs --spawn): churn for --duration, sampling every node each SECS and
     /// printing one line per interval, then a verdict on each series' drift.
     #[arg(long, value_name = "SECS")]
@@ -202,6 +213,7 @@ pub fn check(args: &BenchArgs) -> Result<(), &'static str> {
     } else if args.rls_keys > 0 {
         return Err("--rls-keys is for --workload rls");
     }
+    check_leased(args)?;
     if args.curve.is_some() && (args.spawn.is_none() || args.against.is_some() || args.tls) {
         return Err("--curve needs --spawn, without --against or --tls");
     }
@@ -243,14 +255,31 @@ fn check_etcd(args: &BenchArgs) -> Result<(), &'static str> {
 
 fn check_redis(args: &BenchArgs) -> Result<(), &'static str> {
     if args.spawn != Some(3)
-        || !matches!(args.workload, Workload::RateTake | Workload::Rls)
+        || !matches!(
+            args.workload,
+            Workload::RateTake | Workload::Rls | Workload::LeasedTake
+        )
         || args.failover > 0
         || args.stall > 0
         || args.tls
     {
         return Err(
-            "--against redis needs --spawn 3 and the rate-take or rls workload (both are run), without --failover, --stall or --tls",
+            "--against redis needs --spawn 3 and the rate-take or rls workload (both are run) or leased-take, without --failover, --stall or --tls",
         );
+    }
+    Ok(())
+}
+
+fn check_leased(args: &BenchArgs) -> Result<(), &'static str> {
+    let default_rate = args.lease_rate == 100_000.0;
+    if args.workload != Workload::LeasedTake && (!default_rate || args.lease_keys > 0) {
+        return Err("--lease-rate and --lease-keys are for --workload leased-take");
+    }
+    if !(args.lease_rate >= 10.0 && args.lease_rate <= 1e10) {
+        return Err("--lease-rate must be in [10, 1e10] tokens a second");
+    }
+    if args.lease_keys as usize > weir_core::bounds::KEYS_LIVE_MAX {
+        return Err("--lease-keys is at most the cluster's live keys bound, 1,000,000");
     }
     Ok(())
 }
@@ -382,6 +411,22 @@ mod tests {
     }
 
     #[test]
+    fn lease_options_go_with_leased_take_and_are_bounded() {
+        let leased = ["--workload", "leased-take", "--lease-rate"];
+        assert_eq!(checked(&[&leased[..], &["1e9"]].concat()), Ok(()));
+        assert_eq!(
+            checked(&[&leased[..], &["1e9", "--lease-keys", "100000"]].concat()),
+            Ok(())
+        );
+        assert_eq!(
+            checked(&["--lease-keys", "10"]),
+            Err("--lease-rate and --lease-keys are for --workload leased-take")
+        );
+        assert!(checked(&[&leased[..], &["0"]].concat()).is_err());
+        assert!(checked(&[&leased[..], &["1e11"]].concat()).is_err());
+    }
+
+    #[test]
     fn rls_and_redis_runs_are_checked() {
         assert_eq!(checked(&["--spawn", "3", "--workload", "rls"]), Ok(()));
         assert_eq!(checked(&["--workload", "rls", "--grpc", "a:1,b:2"]), Ok(()));
@@ -391,7 +436,7 @@ mod tests {
         );
         assert!(checked(&["--spawn", "3", "--workload", "rls", "--tls"]).is_err());
         let redis = ["--spawn", "3", "--against", "redis", "--workload"];
-        for workload in ["rate-take", "rls"] {
+        for workload in ["rate-take", "rls", "leased-take"] {
             let args: Vec<&str> = redis.iter().copied().chain([workload]).collect();
             assert_eq!(checked(&args), Ok(()), "{workload}");
         }

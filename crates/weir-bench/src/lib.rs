@@ -42,6 +42,19 @@
 //! `rls`, then the same take as a Lua token bucket on a loopback Redis fsyncing `always`
 //! and then `everysec`, and prints the four side by side (`redis.rs`, over `resp.rs`).
 //!
+//! `--workload leased-take` (`load.rs`): every client leases a share of one rate limit of
+//! `--lease-rate` tokens a second (burst a tenth of it) and takes one token at a time, from
+//! its lease's local bucket when it has one, else from the cluster (quiet for a while after
+//! the cluster said it had no room, `weir_client`'s `leased` module). The default rate binds
+//! at 256 clients; a rate far above demand (`--lease-rate 1e9`) is the hot mode, where a
+//! lease covers every take. `--lease-keys N` makes it one keyed limit over N keys drawn
+//! Zipf-distributed: each client leases the keys it has seen often (at most 32) and asks the
+//! cluster for the rest. Every take is counted in the ms it was decided, and at the end
+//! every window of the run is checked against `burst + rate × window` (for the limit, or
+//! each of the 16 hottest keys); the report gives the commands the takes cost per 1,000
+//! takes (takes asked of the cluster, granted or not, and lease requests). With `--against
+//! redis` the same clients then take from Redis's bucket (one that never runs short).
+//!
 //! `--incident SCHEDULE` puts a fresh cluster of its own (three nodes, five for the
 //! schedules that take two) through a compound incident, `--runs` times, while
 //! `--clients` Rust clients (256 by default) and `--python N` Python holders each hold a
@@ -58,6 +71,7 @@
 //! - `etcd.rs`: the etcd cluster, its load, and the side-by-side comparison;
 //! - `rls.rs`: the gRPC client and load of `--workload rls`;
 //! - `redis.rs`, `resp.rs`: the Redis server, its Lua bucket, its load, the comparison;
+//! - `spend_check.rs`: `leased-take`'s check of every window in spend time;
 //! - `load.rs`: the load workloads, the failover kills and the final verification;
 //! - `cpu.rs`: CPU seconds of the bench and its nodes over the measured window;
 //! - `zipf.rs`: the Zipf key sampler of `keyed-take`;
@@ -97,6 +111,7 @@ mod spawn;
 mod args;
 mod cpu;
 mod svg;
+mod spend_check;
 mod zipf;
 mod output;
 

@@ -4,6 +4,7 @@
 //! nothing acknowledged was lost (no limit ever over its cap, every acknowledged settle
 //! charged, none charged twice).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -13,11 +14,12 @@ use tokio::task::JoinHandle;
 
 use super::args::{BenchArgs, Workload};
 use super::cpu::CpuClock;
-use super::report::{LoadReport, Recorder, histogram, ms};
+use super::report::{LeaseReport, LoadReport, Recorder, histogram, ms};
 use super::spawn;
+use super::spend_check::worst_window;
 use super::zipf::{Sampler, Zipf};
 use crate::output::{EXIT_ERROR, EXIT_OK, Exit, Output};
-use weir_client::{AcquireOptions, Client, LeaseOptions, Leased, Session};
+use weir_client::{AcquireOptions, Client, LeaseFigures, LeaseOptions, Leased, Session};
 use weir_core::machine::{Change, Definition, Part, Reply, Settle, Spend};
 use weir_launcher::{LocalCluster, leader_among_with};
 use weir_proto::tls::ClientSecurity;
@@ -44,11 +46,35 @@ const MULTI_MODEL: &str = "bench-multi-model";
 const MULTI_GLOBAL: &str = "bench-multi-global";
 const MODELS: u64 = 16;
 
-/// The hot rate limit of `leased-take`: every client leases a share of it and takes from
-/// its share locally; a rate 256 clients taking locally far exceed, so the bound binds.
+/// The rate limit of `leased-take`: every client leases a share of it and takes from its
+/// share locally. Its rate is `--lease-rate` (by default one 256 clients taking locally
+/// far exceed, so the bound binds), its burst a tenth of that.
 const LEASED_LIMIT: &str = "bench-leased";
-const LEASED_RATE: f64 = 100_000.0;
-const LEASED_BURST: u64 = 10_000;
+/// `leased-take --lease-keys N`: the keyed limit, `--lease-rate` per key; a client leases a
+/// key once it has seen it [`LEASE_AFTER`] times (counts kept for at most [`SEEN_MAX`]
+/// keys, halved when full, so rare keys fall out), at most [`LEASES_PER_CLIENT`] keys.
+const LEASED_KEYED_LIMIT: &str = "bench-leased-keyed";
+const LEASE_AFTER: u32 = 8;
+const SEEN_MAX: usize = 4_096;
+const LEASES_PER_CLIENT: usize = 32;
+/// With `--lease-keys`: the spend-time check covers the keys of the hottest ranks, those
+/// the clients lease.
+const KEYS_CHECKED: usize = 16;
+/// `leased-take`: a client yields to the others after this many takes.
+const LOCAL_RUN: u64 = 64;
+
+/// `leased-take`'s limit: its rate (per key with `--lease-keys`) and burst.
+fn leased_rate_and_burst(args: &BenchArgs) -> (f64, u64) {
+    (args.lease_rate, ((args.lease_rate / 10.0) as u64).max(1))
+}
+
+/// The spend-time series of `leased-take`: one for the limit, or one per key checked.
+fn leased_series(args: &BenchArgs) -> usize {
+    match args.lease_keys {
+        0 => 1,
+        keys => KEYS_CHECKED.min(keys as usize),
+    }
+}
 
 /// How long to wait for grants to resume after a kill before calling the run failed.
 const RECOVERY_WAIT: Duration = Duration::from_secs(20);
@@ -99,8 +125,12 @@ pub async fn measure_load(
         // Every ms of the run and a minute more (a slow stop), counted.
         let ms = ((args.warmup + args.duration) * 1000.0) as usize + 60_000;
         let _ = recorder.spends.set(
-            (0..ms)
-                .map(|_| std::sync::atomic::AtomicU64::new(0))
+            (0..leased_series(args))
+                .map(|_| {
+                    (0..ms)
+                        .map(|_| std::sync::atomic::AtomicU64::new(0))
+                        .collect()
+                })
                 .collect(),
         );
     }
@@ -123,11 +153,13 @@ pub async fn measure_load(
         let _ = c.await;
     }
     let mut verified = verify(&admin, args, &recorder, &spent_before).await?;
-    if args.workload == Workload::LeasedTake {
-        verified &= verify_spend_time(&recorder);
+    let lease = (args.workload == Workload::LeasedTake).then(|| verify_spend_time(args, &recorder));
+    if let Some(l) = &lease {
+        verified &= l.worst_window_over_bound <= 0.0;
     }
     let mut report = LoadReport::new(args, &recorder, elapsed, recoveries_us, stalls_us, verified);
     report.cpu = cpu;
+    report.lease = lease;
     Ok(report)
 }
 
@@ -197,9 +229,27 @@ pub(super) async fn define_limits(admin: &Client, args: &BenchArgs) -> Result<()
         .set_tenant(TENANT, Change::Clear, Change::Clear, Change::Clear)
         .await
         .map_err(|e| e.to_string())?;
+    let (lease_rate, lease_burst) = leased_rate_and_burst(args);
     match args.workload {
+        Workload::LeasedTake if args.lease_keys > 0 => {
+            let definition = Definition {
+                tenant: TENANT.into(),
+                name: LEASED_KEYED_LIMIT.into(),
+                concurrent: 0,
+                per_second: lease_rate,
+                burst: Some(lease_burst),
+                keyed: true,
+                keys_max: Some(args.lease_keys),
+                shadow: false,
+            };
+            match admin.define(definition).await {
+                Ok(Reply::Done) => Ok(()),
+                Ok(other) => Err(format!("define {LEASED_KEYED_LIMIT}: {other:?}")),
+                Err(e) => Err(format!("define {LEASED_KEYED_LIMIT}: {e}")),
+            }
+        }
         Workload::LeasedTake => admin
-            .define_limit(TENANT, LEASED_LIMIT, 0, LEASED_RATE, Some(LEASED_BURST))
+            .define_limit(TENANT, LEASED_LIMIT, 0, lease_rate, Some(lease_burst))
             .await
             .map(|_| ())
             .map_err(|e| e.to_string()),
@@ -247,8 +297,16 @@ fn start_clients(
     let mut client = Client::with_security(servers.to_vec(), security.clone());
     let zipf = match args.workload {
         Workload::KeyedTake => Zipf::new(KEYS, ZIPF_S),
+        Workload::LeasedTake if args.lease_keys > 0 => Zipf::new(args.lease_keys as usize, ZIPF_S),
         _ => Zipf::new(1, ZIPF_S),
     };
+    // Each client asks for its fair share of what leases may hold (three quarters of the
+    // rate and burst): asking for the whole limit, the first holders would take it all and
+    // the others would ask the cluster per take until the renewals even the shares out.
+    let (rate, burst) = leased_rate_and_burst(args);
+    let holders = args.clients as f64;
+    let lease_rate = rate * 0.75 / holders;
+    let lease_burst = ((burst as f64 * 0.75 / holders) as u64).max(1);
     (0..args.clients)
         .map(|n| {
             if n % args.clients_per_connection == 0 {
@@ -262,6 +320,9 @@ fn start_clients(
                 recorder: recorder.clone(),
                 hold: args.stall > 0,
                 lost_permit: AtomicBool::new(false),
+                lease_rate,
+                lease_burst,
+                lease_keys: args.lease_keys,
             };
             tokio::spawn(bench.run(zipf.sampler(n as u64)))
         })
@@ -464,6 +525,36 @@ struct BenchClient {
     hold: bool,
     /// One of this session's permits was seen lost.
     lost_permit: AtomicBool,
+    /// `leased-take`: what a lease asks (rate, cap), and `--lease-keys`.
+    lease_rate: f64,
+    lease_burst: u64,
+    lease_keys: u32,
+}
+
+/// A client's leases of `leased-take --lease-keys`: how often it saw each key lately, and
+/// the keys it leases.
+#[derive(Default)]
+struct KeyedLeases {
+    seen: HashMap<usize, u32>,
+    leases: HashMap<usize, Leased>,
+}
+
+impl KeyedLeases {
+    /// Counts a sighting of the key of `rank`; whether it is now seen often enough to lease
+    /// (and this client may lease one more).
+    fn seen_often(&mut self, rank: usize) -> bool {
+        if self.leases.len() >= LEASES_PER_CLIENT || self.leases.contains_key(&rank) {
+            return false;
+        }
+        if self.seen.len() >= SEEN_MAX {
+            // Halve every count: keys seen once or not lately fall out.
+            self.seen.retain(|_, n| *n > 1);
+            self.seen.values_mut().for_each(|n| *n /= 2);
+        }
+        let n = self.seen.entry(rank).or_insert(0);
+        *n += 1;
+        *n >= LEASE_AFTER
+    }
 }
 
 impl BenchClient {
@@ -495,8 +586,9 @@ impl BenchClient {
             false => None,
         };
         let lease = match self.workload {
-            Workload::LeasedTake => {
-                let options = LeaseOptions::new(TENANT, LEASED_LIMIT, LEASED_RATE, LEASED_BURST);
+            Workload::LeasedTake if self.lease_keys == 0 => {
+                let options =
+                    LeaseOptions::new(TENANT, LEASED_LIMIT, self.lease_rate, self.lease_burst);
                 match session.lease(options).await {
                     Ok(lease) => Some(lease),
                     Err(e) => {
@@ -508,11 +600,18 @@ impl BenchClient {
             }
             _ => None,
         };
+        let mut keyed = KeyedLeases::default();
         let mut i: u64 = 0;
         {
             let work = async {
                 while !self.recorder.stop.load(Ordering::Relaxed) {
                     i += 1;
+                    if self.workload == Workload::LeasedTake && i.is_multiple_of(LOCAL_RUN) {
+                        // A take decided locally never awaits: without this, a client would
+                        // keep its worker thread from the others, the keep-alives and the
+                        // run's own clock.
+                        tokio::task::yield_now().await;
+                    }
                     let kind = match self.workload {
                         Workload::Mixed => [
                             Workload::AcquireRelease,
@@ -534,6 +633,11 @@ impl BenchClient {
                         Workload::Multi => {
                             let take = multi_take(self.n as u64 + i);
                             self.take(&session, take, &mut hist).await
+                        }
+                        Workload::LeasedTake if self.lease_keys > 0 => {
+                            let rank = keys.next_rank();
+                            self.leased_keyed_take(&session, rank, &mut keyed, &mut hist)
+                                .await
                         }
                         Workload::LeasedTake => match &lease {
                             Some(lease) => self.leased_take(lease, &mut hist).await,
@@ -576,15 +680,23 @@ impl BenchClient {
                 .sessions_lost_permit
                 .fetch_add(1, Ordering::Relaxed);
         }
-        if let Some(lease) = lease {
-            let f = lease.figures();
-            self.recorder
-                .lease_requests
-                .fetch_add(f.requests + 1, Ordering::Relaxed);
+        for lease in lease.into_iter().chain(keyed.leases.into_values()) {
+            self.count_lease(lease.figures());
             let _ = lease.end().await;
         }
         let _ = session.close().await;
         self.recorder.merge(&hist);
+    }
+
+    /// The commands a lease cost, counted when it ends: its requests (the end's too) and
+    /// the takes it asked of the cluster.
+    fn count_lease(&self, f: LeaseFigures) {
+        let r = &self.recorder;
+        r.lease_requests
+            .fetch_add(f.requests + 1, Ordering::Relaxed);
+        r.cluster_asks.fetch_add(f.asked, Ordering::Relaxed);
+        r.cluster_refused.fetch_add(f.refused, Ordering::Relaxed);
+        r.quiet_refusals.fetch_add(f.quiet, Ordering::Relaxed);
     }
 
     /// One take of the leased limit: from the lease's local bucket when it has the token,
@@ -593,12 +705,87 @@ impl BenchClient {
         let sent = self.recorder.ns();
         let local = lease.try_take(1);
         let taken = if local { Ok(true) } else { lease.take(1).await };
+        self.leased_outcome(Some(0), sent, local, taken.map_err(|e| e.to_string()), hist)
+            .await
+    }
+
+    /// One take of `leased-take --lease-keys`: of the key of `rank`, from this client's
+    /// lease of it (opened once the key is seen often), else asked of the cluster.
+    async fn leased_keyed_take(
+        &self,
+        session: &Session,
+        rank: usize,
+        keyed: &mut KeyedLeases,
+        hist: &mut Histogram<u64>,
+    ) {
+        let key = format!("k{rank}");
+        if keyed.seen_often(rank) {
+            let options = LeaseOptions::new(
+                TENANT,
+                LEASED_KEYED_LIMIT,
+                self.lease_rate,
+                self.lease_burst,
+            )
+            .key(&key);
+            match session.lease(options).await {
+                Ok(lease) => {
+                    keyed.seen.remove(&rank);
+                    keyed.leases.insert(rank, lease);
+                }
+                Err(e) => {
+                    let sent = self.recorder.ns();
+                    self.recorder.record_result(hist, sent, &Err::<(), _>(e));
+                }
+            }
+        }
+        let series = (rank < KEYS_CHECKED).then_some(rank);
+        let sent = self.recorder.ns();
+        let (local, taken) = match keyed.leases.get(&rank) {
+            Some(lease) => match lease.try_take(1) {
+                true => (true, Ok(true)),
+                false => (false, lease.take(1).await.map_err(|e| e.to_string())),
+            },
+            None => {
+                self.recorder.cluster_asks.fetch_add(1, Ordering::Relaxed);
+                let mut take = keyed_take_of(LEASED_KEYED_LIMIT, &key);
+                take.wait = false;
+                let taken = session.take_leased(take).await;
+                (false, taken.map_err(|e| e.to_string()))
+            }
+        };
+        self.leased_outcome(series, sent, local, taken, hist).await
+    }
+
+    /// Counts a take of `leased-take` sent at `sent`: granted in spend series `series`
+    /// (locally: in the ms it was decided; by the cluster: its span from `sent` to its
+    /// answer), or refused, or failed.
+    async fn leased_outcome(
+        &self,
+        series: Option<usize>,
+        sent: u64,
+        local: bool,
+        taken: Result<bool, String>,
+        hist: &mut Histogram<u64>,
+    ) {
         let now = self.recorder.ns();
         match taken {
             Ok(true) => {
-                if let Some(spends) = self.recorder.spends.get() {
-                    let ms = (now / 1_000_000) as usize;
-                    spends[ms.min(spends.len() - 1)].fetch_add(1, Ordering::Relaxed);
+                match (self.recorder.spends.get(), series) {
+                    (Some(spends), Some(series)) if local => {
+                        let spends = &spends[series];
+                        let ms = (now / 1_000_000) as usize;
+                        spends[ms.min(spends.len() - 1)].fetch_add(1, Ordering::Relaxed);
+                    }
+                    (Some(_), Some(series)) => {
+                        let span = (
+                            series as u16,
+                            (sent / 1_000_000) as u32,
+                            (now / 1_000_000) as u32,
+                        );
+                        let spans = &self.recorder.cluster_spends;
+                        spans.lock().unwrap_or_else(|p| p.into_inner()).push(span);
+                    }
+                    _ => {}
                 }
                 let counter = match local {
                     true => &self.recorder.local_takes,
@@ -713,40 +900,62 @@ fn multi_take(i: u64) -> AcquireOptions {
     options
 }
 
-/// `leased-take`'s check of G1 in spend time: in every window of whole ms, the tokens spent
-/// (locally and from the cluster, each counted in the ms it was decided) are at most
-/// `burst + rate × (window + 1 ms)` (a take counted in ms `t` happened in `[t, t + 1)`).
-/// Linear in the run's length (see the machine tests' window check). Prints the figures.
-fn verify_spend_time(recorder: &Recorder) -> bool {
-    let Some(spends) = recorder.spends.get() else {
-        return true;
-    };
-    let rate_per_ms = LEASED_RATE / 1000.0;
-    let burst = LEASED_BURST as f64;
-    let mut before = 0.0f64;
-    let mut least = f64::INFINITY;
-    let mut worst = f64::NEG_INFINITY;
-    for (t, count) in spends.iter().enumerate() {
-        let t = t as f64;
-        // A window [a, t] holds P(t) - P(a - 1) and may hold burst + rate × (t - a + 1).
-        least = least.min(before - rate_per_ms * t);
-        before += count.load(Ordering::Relaxed) as f64;
-        worst = worst.max(before - rate_per_ms * (t + 1.0) - least - burst);
-    }
+/// `leased-take`'s check of G1 in spend time (`spend_check`), for the limit or each key
+/// checked. Prints the figures.
+fn verify_spend_time(args: &BenchArgs, recorder: &Recorder) -> LeaseReport {
+    let (rate, burst) = leased_rate_and_burst(args);
+    let spans = std::mem::take(
+        &mut *recorder
+            .cluster_spends
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()),
+    );
+    let worst = recorder
+        .spends
+        .get()
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .map(|(series, local)| {
+            let local: Vec<u64> = local.iter().map(|n| n.load(Ordering::Relaxed)).collect();
+            let cluster: Vec<(u32, u32)> = spans
+                .iter()
+                .filter(|(s, _, _)| *s as usize == series)
+                .map(|&(_, sent, at)| (sent, at))
+                .collect();
+            worst_window(&local, &cluster, rate / 1000.0, burst as f64)
+        })
+        .fold(f64::NEG_INFINITY, f64::max);
     let local = recorder.local_takes.load(Ordering::Relaxed);
     let cluster = recorder.cluster_takes.load(Ordering::Relaxed);
+    let asks = recorder.cluster_asks.load(Ordering::Relaxed);
     let requests = recorder.lease_requests.load(Ordering::Relaxed);
-    let takes = (local + cluster).max(1);
+    let per_1k = (asks + requests) as f64 * 1000.0 / (local + cluster).max(1) as f64;
     eprintln!(
-        "[bench] leased-take: {local} takes decided locally, {cluster} by the cluster, {requests} \
-         lease requests: {:.2} log entries per 1,000 takes (at most); spend-time check: the \
-         worst window is {:.0} tokens {} its bound",
-        (cluster + requests) as f64 * 1000.0 / takes as f64,
+        "[bench] leased-take: {local} takes decided locally, {cluster} by the cluster ({asks} \
+         asked), {requests} lease requests: {per_1k:.2} commands per 1,000 takes; spend-time \
+         check: the worst window is {:.0} tokens {} its bound",
         worst.abs(),
         if worst > 0.0 { "OVER" } else { "under" }
     );
     if worst > 0.0 {
         eprintln!("[bench] VIOLATION: tokens spent over burst + rate × window");
     }
-    worst <= 0.0
+    LeaseReport {
+        rate_per_s: rate,
+        burst,
+        keys: args.lease_keys,
+        keys_checked: match args.lease_keys {
+            0 => 0,
+            _ => leased_series(args),
+        },
+        local_takes: local,
+        cluster_takes: cluster,
+        cluster_asks: asks,
+        lease_requests: requests,
+        cluster_refused: recorder.cluster_refused.load(Ordering::Relaxed),
+        quiet_refusals: recorder.quiet_refusals.load(Ordering::Relaxed),
+        commands_per_1k_takes: per_1k,
+        worst_window_over_bound: worst,
+    }
 }

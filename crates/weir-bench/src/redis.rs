@@ -1,5 +1,6 @@
 //! `--against redis`: the take of `rate-take` on one Redis, measured in the same run as
-//! Weir's `rate-take` and `rls`, printed side by side.
+//! Weir's `rate-take` and `rls`, or as Weir's `leased-take` (in whichever mode its options
+//! chose: the Redis side is the same plain take on one bucket), printed side by side.
 //!
 //! The take is the token bucket teams write for Redis: a Lua script ([`SCRIPT`]), loaded
 //! once and called with `EVALSHA`, that refills a hash's tokens by the time elapsed since
@@ -248,9 +249,54 @@ impl Comparison {
     }
 }
 
-/// Weir first (`rate-take`, then `rls`; then its cluster is stopped, so the systems never
-/// share the CPU), then Redis with `always`, then with `everysec`; prints all four. A ctrl-c
-/// ends the run with everything it started stopped and removed.
+/// Weir's `leased-take` and Redis's plain take, same clients, same run.
+#[derive(Serialize)]
+pub struct LeasedComparison {
+    pub weir_leased_take: LoadReport,
+    pub redis_always: LoadReport,
+    pub redis_everysec: LoadReport,
+    /// Weir's leased takes a second over Redis's, with `always` and with `everysec`.
+    pub leased_over_always: f64,
+    pub leased_over_everysec: f64,
+    /// The load average when the run ended.
+    pub load_average: [f64; 3],
+}
+
+impl LeasedComparison {
+    fn text(&self) -> String {
+        let [l1, l5, l15] = self.load_average;
+        let lease = self
+            .weir_leased_take
+            .lease
+            .as_ref()
+            .map(|l| {
+                format!(
+                    "; weir {:.2} commands per 1,000 takes",
+                    l.commands_per_1k_takes
+                )
+            })
+            .unwrap_or_default();
+        format!(
+            "a take with {} clients, {:.1} s each\n{}\n\
+             weir leased/redis throughput: {:.2}x always, {:.2}x everysec{lease}; \
+             load average {l1:.2} {l5:.2} {l15:.2}",
+            self.weir_leased_take.clients,
+            self.weir_leased_take.duration_s,
+            table(&[
+                ("weir leased-take", &self.weir_leased_take),
+                ("redis always", &self.redis_always),
+                ("redis everysec", &self.redis_everysec),
+            ]),
+            self.leased_over_always,
+            self.leased_over_everysec,
+        )
+    }
+}
+
+/// Weir first (`rate-take`, then `rls`; or `leased-take` alone; then its cluster is
+/// stopped, so the systems never share the CPU), then Redis with `always`, then with
+/// `everysec`; prints them side by side. A ctrl-c ends the run with everything it started
+/// stopped and removed.
 pub async fn against(
     args: &BenchArgs,
     servers: &[String],
@@ -258,15 +304,54 @@ pub async fn against(
     spawned: Option<LocalCluster>,
     out: &Output,
 ) -> Result<Exit, String> {
+    let compared = async {
+        if args.workload == Workload::LeasedTake {
+            let c = run_leased(args, servers, security, spawned).await?;
+            let value = serde_json::to_value(&c).expect("a comparison serializes");
+            return Ok::<_, String>((value, c.text(), c.weir_leased_take.verified));
+        }
+        let c = run(args, servers, security, spawned).await?;
+        let value = serde_json::to_value(&c).expect("a comparison serializes");
+        Ok((value, c.text(), c.weir_rate_take.verified))
+    };
     tokio::select! {
-        result = run(args, servers, security, spawned) => {
-            let comparison = result?;
-            let value = serde_json::to_value(&comparison).expect("a comparison serializes");
-            out.print(value, || comparison.text());
-            Ok(if comparison.weir_rate_take.verified { EXIT_OK } else { EXIT_ERROR })
+        result = compared => {
+            let (value, text, verified) = result?;
+            out.print(value, move || text);
+            Ok(if verified { EXIT_OK } else { EXIT_ERROR })
         }
         _ = tokio::signal::ctrl_c() => Err("interrupted; Redis and the cluster are stopped and removed".into()),
     }
+}
+
+/// Weir's `leased-take` (its cluster stopped after it), then Redis's plain take with
+/// `always` and with `everysec`.
+async fn run_leased(
+    args: &BenchArgs,
+    servers: &[String],
+    security: &ClientSecurity,
+    mut spawned: Option<LocalCluster>,
+) -> Result<LeasedComparison, String> {
+    let weir_leased_take = load::measure_load(args, servers, security, spawned.as_mut()).await?;
+    drop(spawned);
+    eprintln!(
+        "[bench] weir: leased-take {:.0} ops/s; now redis",
+        weir_leased_take.ops_per_s
+    );
+    let take = BenchArgs {
+        workload: Workload::RateTake,
+        ..args.clone()
+    };
+    let redis_always = measure(&take, Fsync::Always).await?;
+    let redis_everysec = measure(&take, Fsync::Everysec).await?;
+    Ok(LeasedComparison {
+        leased_over_always: ratio(weir_leased_take.ops_per_s, redis_always.ops_per_s),
+        leased_over_everysec: ratio(weir_leased_take.ops_per_s, redis_everysec.ops_per_s),
+        weir_leased_take,
+        redis_always,
+        redis_everysec,
+        load_average: load_average(),
+    })
 }
 
 async fn run(

@@ -104,12 +104,22 @@ pub struct Recorder {
     /// The first failed operation's error, printed after the run: an error count alone
     /// does not say what went wrong.
     first_error: Mutex<Option<String>>,
-    /// `leased-take`: tokens spent in each ms since the start, locally or from the cluster
-    /// (set before the clients start), and the takes and lease requests counted.
-    pub spends: std::sync::OnceLock<Vec<AtomicU64>>,
+    /// `leased-take`: tokens spent locally in each ms since the start, one series per
+    /// limit or key checked (set before the clients start); the takes
+    /// decided locally and by the cluster, the takes asked of the cluster (granted or not),
+    /// and the lease requests.
+    pub spends: std::sync::OnceLock<Vec<Vec<AtomicU64>>>,
+    /// `leased-take`: each take the cluster decided, by series: (series, ms its request was
+    /// sent in, ms its answer arrived in), the span it was spent in (`spend_check`).
+    pub cluster_spends: Mutex<Vec<(u16, u32, u32)>>,
     pub local_takes: AtomicU64,
     pub cluster_takes: AtomicU64,
+    pub cluster_asks: AtomicU64,
     pub lease_requests: AtomicU64,
+    /// Of the takes a lease asked of the cluster, those refused for lack of room; and the
+    /// takes a lease refused locally in its quiet window after such a refusal.
+    pub cluster_refused: AtomicU64,
+    pub quiet_refusals: AtomicU64,
 }
 
 impl Recorder {
@@ -129,9 +139,13 @@ impl Recorder {
             sessions_lost_permit: AtomicU64::new(0),
             first_error: Mutex::new(None),
             spends: std::sync::OnceLock::new(),
+            cluster_spends: Mutex::new(Vec::new()),
             local_takes: AtomicU64::new(0),
             cluster_takes: AtomicU64::new(0),
+            cluster_asks: AtomicU64::new(0),
             lease_requests: AtomicU64::new(0),
+            cluster_refused: AtomicU64::new(0),
+            quiet_refusals: AtomicU64::new(0),
         }
     }
 
@@ -259,6 +273,39 @@ pub struct LoadReport {
     pub cpu: Option<CpuReport>,
     /// `--workload rls --rls-keys N`: the keys asked and what the keyed rule held.
     pub keys: Option<KeysReport>,
+    /// `--workload leased-take`: where the takes were decided, the commands they cost, and
+    /// the check in spend time.
+    pub lease: Option<LeaseReport>,
+}
+
+/// A run of `leased-take` (over the whole run, warm-up included).
+#[derive(Serialize)]
+pub struct LeaseReport {
+    /// The limit's rate (per key with `keys`), tokens a second, and its burst.
+    pub rate_per_s: f64,
+    pub burst: u64,
+    /// `--lease-keys`: the keys drawn (0: one limit), and how many of the hottest the
+    /// spend-time check covers.
+    pub keys: u32,
+    pub keys_checked: usize,
+    /// Takes granted from a lease's local bucket, and by the cluster.
+    pub local_takes: u64,
+    pub cluster_takes: u64,
+    /// Takes sent to the cluster, granted or refused (one command each), and lease
+    /// requests (opening, renewing, ending).
+    pub cluster_asks: u64,
+    pub lease_requests: u64,
+    /// Of the takes leases asked of the cluster, those refused for lack of room; and the
+    /// takes leases then refused locally, in their quiet window, without a command.
+    pub cluster_refused: u64,
+    pub quiet_refusals: u64,
+    /// Commands the takes cost per 1,000 takes granted: `(cluster_asks + lease_requests)
+    /// × 1000 / (local_takes + cluster_takes)` (keep-alives, a few a session each TTL,
+    /// are not counted).
+    pub commands_per_1k_takes: f64,
+    /// The worst window over every series checked: tokens spent less its bound
+    /// (`burst + rate × window`); above 0 is an over-grant and fails the run.
+    pub worst_window_over_bound: f64,
 }
 
 /// A run of `--rls-keys`: distinct keys on one keyed rule, and its live keys.
@@ -324,6 +371,7 @@ impl LoadReport {
             verified,
             cpu: None,
             keys: None,
+            lease: None,
         }
     }
 
@@ -368,6 +416,26 @@ impl LoadReport {
                 "\nkeys: {} distinct on one rule (keys_max {}), {} a minute, each asked {:.1} \
                  times; live keys at most {}; {} answers without room for their key",
                 k.keys, k.keys_max, k.distinct_per_minute, k.rounds, k.live_max, k.keys_full
+            ));
+        }
+        if let Some(l) = &self.lease {
+            text.push_str(&format!(
+                "\nleases: {} takes decided locally, {} by the cluster ({} asked, {} refused; {} \
+                 refused quietly), {} lease requests: {:.2} commands per 1,000 takes; worst \
+                 window {:.0} tokens {} its bound",
+                l.local_takes,
+                l.cluster_takes,
+                l.cluster_asks,
+                l.cluster_refused,
+                l.quiet_refusals,
+                l.lease_requests,
+                l.commands_per_1k_takes,
+                l.worst_window_over_bound.abs(),
+                if l.worst_window_over_bound > 0.0 {
+                    "over"
+                } else {
+                    "under"
+                }
             ));
         }
         if let Some(c) = &self.cpu {

@@ -23,9 +23,10 @@
 //! This file sits below `session.rs` and `permit.rs` (both use it, it uses neither), so
 //! the imports between the three point one way.
 
-use std::collections::BTreeMap;
+use std::any::Any;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use tokio::sync::{oneshot, watch};
@@ -111,7 +112,14 @@ pub(super) struct SessionState {
     /// The last lease request's `seq` (`leased` module doc): the cluster applies a session's
     /// lease requests in increasing `seq` only.
     pub(super) lease_seq: AtomicU64,
+    /// The session's live token leases, by what they lease (`leased` module doc): one per
+    /// limit or key, for the takes that opt in to use them. Weak: a lease lives as long as
+    /// its handle.
+    leases: Mutex<HashMap<LeaseKey, Weak<dyn Any + Send + Sync>>>,
 }
+
+/// What a token lease is on: tenant, limit, key.
+pub(super) type LeaseKey = (String, String, Option<String>);
 
 impl SessionState {
     /// The state of the newly opened session `id`, believed alive until `deadline`.
@@ -131,7 +139,29 @@ impl SessionState {
             task: Mutex::new(None),
             hedged: AtomicU64::new(0),
             lease_seq: AtomicU64::new(0),
+            leases: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Registers a lease on `key`; false when a live one is registered already.
+    pub(super) fn add_lease(&self, key: LeaseKey, lease: Weak<dyn Any + Send + Sync>) -> bool {
+        let mut leases = self.leases.lock().expect("leases lock");
+        leases.retain(|_, l| l.strong_count() > 0);
+        if leases.contains_key(&key) {
+            return false;
+        }
+        leases.insert(key, lease);
+        true
+    }
+
+    /// Forgets the lease on `key`.
+    pub(super) fn remove_lease(&self, key: &LeaseKey) {
+        self.leases.lock().expect("leases lock").remove(key);
+    }
+
+    /// The live lease on `key`, if any.
+    pub(super) fn lease_of(&self, key: &LeaseKey) -> Option<Arc<dyn Any + Send + Sync>> {
+        self.leases.lock().expect("leases lock").get(key)?.upgrade()
     }
 
     /// Counts one write of this session hedged.
