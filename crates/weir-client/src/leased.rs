@@ -40,7 +40,9 @@
 //! here *when the request is sent* (the rate at once, the level down to the new cap, the
 //! excess given back in the request); an increase only when the reply arrives. A request
 //! whose outcome is unknown keeps the decreases and gains nothing; a retry is harmless
-//! (`seq`). So the holder's share is never larger than the cluster counts it, which is what
+//! (`seq`). A session's lease requests (of all its leases) go one at a time, from taking
+//! their `seq` to their answer, so none arrives after a later one and is ignored as a
+//! retry. So the holder's share is never larger than the cluster counts it, which is what
 //! the machine's argument needs.
 //!
 //! # One lease per limit or key, and takes that use it
@@ -511,6 +513,7 @@ impl Shared {
     /// the session's end). An error leaves the decreases made and nothing gained.
     async fn request(&self, (rate, cap): (u64, u64)) -> Result<(), ClientError> {
         let (state, options) = (&self.state, &self.options);
+        let _one_at_a_time = state.lease_requests.lock().await;
         let seq = state.lease_seq.fetch_add(1, Ordering::Relaxed) + 1;
         let returned = {
             let mut l = self.local.lock().expect("lease lock");

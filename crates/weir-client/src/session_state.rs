@@ -112,6 +112,10 @@ pub(super) struct SessionState {
     /// The last lease request's `seq` (`leased` module doc): the cluster applies a session's
     /// lease requests in increasing `seq` only.
     pub(super) lease_seq: AtomicU64,
+    /// Held by a lease request from taking its `seq` to its answer: a session's lease
+    /// requests go one at a time, so none arrives after a later one and is taken for a
+    /// retry (which would change nothing, its update lost).
+    pub(super) lease_requests: tokio::sync::Mutex<()>,
     /// The session's live token leases, by what they lease (`leased` module doc): one per
     /// limit or key, for the takes that opt in to use them. Weak: a lease lives as long as
     /// its handle.
@@ -139,6 +143,7 @@ impl SessionState {
             task: Mutex::new(None),
             hedged: AtomicU64::new(0),
             lease_seq: AtomicU64::new(0),
+            lease_requests: tokio::sync::Mutex::new(()),
             leases: Mutex::new(HashMap::new()),
         }
     }
