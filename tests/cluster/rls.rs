@@ -913,3 +913,146 @@ async fn envoy_conformance_cases_answer_as_ratelimit_documents() {
     );
     let _ = &mut rls;
 }
+
+/// The node-lease test's limits: a hot descriptor at 1,000 a second and one at 20 a second.
+const LEASE_YAML: &str = "domain: edge
+descriptors:
+  - key: hot
+    value: fast
+    rate_limit:
+      unit: second
+      requests_per_unit: 1000
+  - key: hot
+    value: slow
+    rate_limit:
+      unit: second
+      requests_per_unit: 20
+";
+
+/// `weir_rls_local_decisions_total` of the node whose HTTP port is `http`.
+async fn local_decisions(http: &str) -> u64 {
+    let text = reqwest::get(format!("http://{http}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    figure(&text, "weir_rls_local_decisions_total ")
+}
+
+/// The status of one call of `hot=value` with a timeout of `within`: `None` when it failed.
+async fn hot(rls: &mut Rls, value: &str, within: Duration) -> Option<DescriptorStatus> {
+    let mut r = tonic::Request::new(request(vec![descriptor(&[("hot", value)])], 1));
+    r.set_timeout(within);
+    let answer = tokio::time::timeout(within, rls.client.should_rate_limit(r)).await;
+    match answer {
+        Ok(Ok(a)) => Some(a.into_inner().statuses[0].clone()),
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_leases_decide_hot_descriptors_locally_within_the_rate_and_stop_at_the_belief_deadline()
+ {
+    let (mut cluster, leader) = start("weir-rls-leases", |_| {}).await;
+    let client = Client::new(cluster.servers());
+    for definition in yaml::parse(LEASE_YAML).unwrap().compile().unwrap() {
+        assert_eq!(
+            client.write(definition.into_command()).await.unwrap(),
+            Reply::Done
+        );
+    }
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let node = |id| cluster.node(id).config.clone();
+    let http = node(follower).http_listen;
+    let mut rls = Rls::plain(&node(follower).grpc_listen).await;
+
+    phase("a hot descriptor gets a lease on the follower, which then answers it locally");
+    let deadline = Instant::now() + FAILOVER_MAX;
+    while local_decisions(&http).await == 0 {
+        let s = hot(&mut rls, "fast", FAILOVER_MAX).await.expect("an answer");
+        assert_eq!(s.code, OK, "{s:?}");
+        assert!(Instant::now() < deadline, "no lease was ever used");
+    }
+    let entries = |status: Option<weir_proto::protocol::NodeStatus>| {
+        status.expect("the leader's status").last_log_index
+    };
+    let (local_before, log_before) = (
+        local_decisions(&http).await,
+        entries(cluster.status(leader).await),
+    );
+    const CALLS: u64 = 300;
+    for _ in 0..CALLS {
+        let s = hot(&mut rls, "fast", FAILOVER_MAX).await.expect("an answer");
+        // The local bucket's figures: at most the lease's cap, three quarters of the burst.
+        assert_eq!(s.code, OK, "{s:?}");
+        assert!(s.limit_remaining <= 750, "{s:?}");
+        assert!(s.duration_until_reset.is_some(), "{s:?}");
+    }
+    let local = local_decisions(&http).await - local_before;
+    let written = entries(cluster.status(leader).await) - log_before;
+    eprintln!("{CALLS} calls: {local} decided locally, {written} log entries");
+    assert!(local >= CALLS - 5, "{local} of {CALLS} decided locally");
+    assert!(written < CALLS / 10, "{written} entries for {CALLS} calls");
+
+    phase("G1 in spend time: 20 a second on two nodes, OK answers within burst + rate x window");
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for id in [follower, follower, follower, leader, leader] {
+        let addr = node(id).grpc_listen;
+        tasks.push(tokio::spawn(async move {
+            let mut rls = Rls::plain(&addr).await;
+            let mut ok = 0u64;
+            let mut last = started;
+            while started.elapsed() < Duration::from_millis(2_500) {
+                let s = hot(&mut rls, "slow", FAILOVER_MAX).await.expect("an answer");
+                if s.code == OK {
+                    ok += 1;
+                    last = Instant::now();
+                }
+            }
+            (ok, last)
+        }));
+    }
+    let (mut ok, mut last) = (0, started);
+    for t in tasks {
+        let (n, at) = t.await.unwrap();
+        ok += n;
+        last = last.max(at);
+    }
+    let window = last.duration_since(started).as_secs_f64();
+    let bound = 20.0 + 20.0 * window;
+    eprintln!("{ok} OK in {window:.3} s (bound {bound:.1})");
+    assert!(ok as f64 <= bound + 1.0, "{ok} OK in {window:.3} s");
+    assert!(ok >= 20, "{ok} OK: the limit's burst was never granted");
+
+    phase("cut off from the others, the follower answers locally until its belief deadline");
+    for _ in 0..50 {
+        hot(&mut rls, "fast", FAILOVER_MAX).await.expect("an answer");
+    }
+    let others: Vec<u64> = (1..=3).filter(|id| *id != follower).collect();
+    for &id in &others {
+        cluster.pause(id);
+    }
+    let paused = Instant::now();
+    let (mut ok_after, mut last_ok) = (0u64, Duration::ZERO);
+    // The lease session's TTL is 5 s: its belief deadline is at most 4.5 s away.
+    while paused.elapsed() < Duration::from_secs(8) {
+        let s = hot(&mut rls, "fast", Duration::from_millis(300)).await;
+        if s.is_some_and(|s| s.code == OK) {
+            ok_after += 1;
+            last_ok = paused.elapsed();
+        } else {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    for &id in &others {
+        cluster.resume(id);
+    }
+    eprintln!("{ok_after} OK after the cut, the last {last_ok:?} after it");
+    assert!(ok_after >= 10, "{ok_after} OK without the cluster");
+    assert!(
+        last_ok <= Duration::from_millis(5_000),
+        "answered OK {last_ok:?} after the cut, past the belief deadline"
+    );
+}

@@ -106,7 +106,8 @@ fn start_grpc(
     let acceptor = rls::grpc_acceptor(config.tls.as_ref())?;
     let callers = edge.callers.clone();
     let service = rls::RlsService::new(edge, config.grpc_ratelimit_headers)
-        .keys_full_over_limit(config.grpc_keys_full_over_limit);
+        .keys_full_over_limit(config.grpc_keys_full_over_limit)
+        .local_leases(config.grpc_local_leases);
     tokio::spawn(rls::serve_grpc(
         listener,
         acceptor,
