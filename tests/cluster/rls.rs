@@ -914,7 +914,8 @@ async fn envoy_conformance_cases_answer_as_ratelimit_documents() {
     let _ = &mut rls;
 }
 
-/// The node-lease test's limits: a hot descriptor at 1,000 a second and one at 20 a second.
+/// The node-lease test's limits: hot descriptors at 1,000 and 20 a second, and at 1,000
+/// and 20 a day.
 const LEASE_YAML: &str = "domain: edge
 descriptors:
   - key: hot
@@ -927,17 +928,32 @@ descriptors:
     rate_limit:
       unit: second
       requests_per_unit: 20
+  - key: hot
+    value: day
+    rate_limit:
+      unit: day
+      requests_per_unit: 1000
+  - key: hot
+    value: scarce
+    rate_limit:
+      unit: day
+      requests_per_unit: 20
 ";
 
 /// `weir_rls_local_decisions_total` of the node whose HTTP port is `http`.
 async fn local_decisions(http: &str) -> u64 {
+    node_figure(http, "weir_rls_local_decisions_total ").await
+}
+
+/// The figure of `/metrics` line `prefix` of the node whose HTTP port is `http`.
+async fn node_figure(http: &str, prefix: &str) -> u64 {
     let text = reqwest::get(format!("http://{http}/metrics"))
         .await
         .unwrap()
         .text()
         .await
         .unwrap();
-    figure(&text, "weir_rls_local_decisions_total ")
+    figure(&text, prefix)
 }
 
 /// The status of one call of `hot=value` with a timeout of `within`: `None` when it failed.
@@ -967,9 +983,42 @@ async fn node_leases_decide_hot_descriptors_locally_within_the_rate_and_stop_at_
     let http = node(follower).http_listen;
     let mut rls = Rls::plain(&node(follower).grpc_listen).await;
 
+    phase("all parts from their leases or none: a request short on one charges no other");
+    let day = [("hot", "day")];
+    let scarce = [("hot", "scarce")];
+    let deadline = Instant::now() + FAILOVER_MAX;
+    let mut asked = 0;
+    // Both parts hot: each gets a lease; the scarce one's 20 tokens a day run out.
+    while asked < 30 || node_figure(&http, "weir_rls_leases ").await < 2 {
+        assert_eq!(rls.one(&day, 1).await.code, OK);
+        rls.one(&scarce, 1).await;
+        asked += 1;
+        assert!(Instant::now() < deadline, "no leases after {asked} asks");
+    }
+    let local_before = local_decisions(&http).await;
+    let before = rls.one(&day, 1).await;
+    assert_eq!(local_decisions(&http).await, local_before + 1, "{before:?}");
+    for _ in 0..5 {
+        let answer = rls
+            .ok(request(vec![descriptor(&day), descriptor(&scarce)], 1))
+            .await;
+        assert_eq!(answer.overall_code, OVER, "{answer:?}");
+        assert_eq!(answer.statuses[1].code, OVER, "{answer:?}");
+    }
+    let after = rls.one(&day, 1).await;
+    assert_eq!(local_decisions(&http).await, local_before + 2, "{after:?}");
+    // The day's local bucket lost only the two single takes (its refill, 0.009 a second,
+    // adds no whole token meanwhile).
+    assert_eq!(
+        after.limit_remaining + 1,
+        before.limit_remaining,
+        "{before:?} then {after:?}"
+    );
+
     phase("a hot descriptor gets a lease on the follower, which then answers it locally");
     let deadline = Instant::now() + FAILOVER_MAX;
-    while local_decisions(&http).await == 0 {
+    let base = local_decisions(&http).await;
+    while local_decisions(&http).await == base {
         let s = hot(&mut rls, "fast", FAILOVER_MAX).await.expect("an answer");
         assert_eq!(s.code, OK, "{s:?}");
         assert!(Instant::now() < deadline, "no lease was ever used");
