@@ -1019,7 +1019,9 @@ async fn node_leases_decide_hot_descriptors_locally_within_the_rate_and_stop_at_
     let deadline = Instant::now() + FAILOVER_MAX;
     let base = local_decisions(&http).await;
     while local_decisions(&http).await == base {
-        let s = hot(&mut rls, "fast", FAILOVER_MAX).await.expect("an answer");
+        let s = hot(&mut rls, "fast", FAILOVER_MAX)
+            .await
+            .expect("an answer");
         assert_eq!(s.code, OK, "{s:?}");
         assert!(Instant::now() < deadline, "no lease was ever used");
     }
@@ -1032,7 +1034,9 @@ async fn node_leases_decide_hot_descriptors_locally_within_the_rate_and_stop_at_
     );
     const CALLS: u64 = 300;
     for _ in 0..CALLS {
-        let s = hot(&mut rls, "fast", FAILOVER_MAX).await.expect("an answer");
+        let s = hot(&mut rls, "fast", FAILOVER_MAX)
+            .await
+            .expect("an answer");
         // The local bucket's figures: at most the lease's cap, three quarters of the burst.
         assert_eq!(s.code, OK, "{s:?}");
         assert!(s.limit_remaining <= 750, "{s:?}");
@@ -1054,7 +1058,9 @@ async fn node_leases_decide_hot_descriptors_locally_within_the_rate_and_stop_at_
             let mut ok = 0u64;
             let mut last = started;
             while started.elapsed() < Duration::from_millis(2_500) {
-                let s = hot(&mut rls, "slow", FAILOVER_MAX).await.expect("an answer");
+                let s = hot(&mut rls, "slow", FAILOVER_MAX)
+                    .await
+                    .expect("an answer");
                 if s.code == OK {
                     ok += 1;
                     last = Instant::now();
@@ -1077,7 +1083,9 @@ async fn node_leases_decide_hot_descriptors_locally_within_the_rate_and_stop_at_
 
     phase("cut off from the others, the follower answers locally until its belief deadline");
     for _ in 0..50 {
-        hot(&mut rls, "fast", FAILOVER_MAX).await.expect("an answer");
+        hot(&mut rls, "fast", FAILOVER_MAX)
+            .await
+            .expect("an answer");
     }
     let others: Vec<u64> = (1..=3).filter(|id| *id != follower).collect();
     for &id in &others {

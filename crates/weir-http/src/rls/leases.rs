@@ -184,17 +184,16 @@ impl NodeLeases {
             part.limit.clone(),
             part.key.clone(),
         );
-        weir_server::lock::lock(&self.inner).leases.get(&key).cloned()
+        weir_server::lock::lock(&self.inner)
+            .leases
+            .get(&key)
+            .cloned()
     }
 
     /// Opens the leases of `opens` in the background.
     pub fn open(&self, opens: Vec<Opening>) {
         for o in opens {
-            tokio::spawn(open(
-                Arc::downgrade(&self.inner),
-                self.sessions.clone(),
-                o,
-            ));
+            tokio::spawn(open(Arc::downgrade(&self.inner), self.sessions.clone(), o));
         }
     }
 
@@ -301,10 +300,8 @@ async fn sweep(
                 })
                 .map(|(k, _)| k.clone())
                 .collect();
-            let dropped: Vec<Arc<Held>> = gone
-                .iter()
-                .filter_map(|k| inner.leases.remove(k))
-                .collect();
+            let dropped: Vec<Arc<Held>> =
+                gone.iter().filter_map(|k| inner.leases.remove(k)).collect();
             metrics::get().rls_leases.set(inner.leases.len() as i64);
             let holders: HashSet<String> = inner
                 .leases
