@@ -317,3 +317,102 @@ async fn sweep(
         sessions.retain(|principal, _| holders.contains(principal));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_core::machine::{Batch, Definition, Leadership};
+
+    /// A machine with `leased` (10 a second, burst 20), `held` (a concurrency cap too) and
+    /// `tried` (shadow) in tenant `t`, and keyed `keys` (5 a second per key).
+    fn machine() -> Machine {
+        let def = |name: &str, concurrent, shadow, keyed| Definition {
+            tenant: "t".into(),
+            name: name.into(),
+            concurrent,
+            per_second: if keyed { 5.0 } else { 10.0 },
+            burst: Some(if keyed { 5 } else { 20 }),
+            keyed,
+            keys_max: keyed.then_some(100),
+            shadow,
+        };
+        let batch = Batch {
+            leadership: Leadership::default(),
+            clock_ms: 0,
+            wall_ms: 0,
+            commands: vec![
+                def("leased", 0, false, false).into_command(),
+                def("held", 2, false, false).into_command(),
+                def("tried", 0, true, false).into_command(),
+                def("keys", 0, false, true).into_command(),
+            ],
+        };
+        let mut machine = Machine::new();
+        machine.apply(1, &batch);
+        machine
+    }
+
+    fn part(limit: &str, key: Option<&str>) -> Part {
+        Part {
+            limit: limit.into(),
+            key: key.map(str::to_owned),
+            units: 1,
+        }
+    }
+
+    #[test]
+    fn a_part_asked_past_the_hot_mark_is_leased_once_at_the_limits_rate_and_burst() {
+        let (m, client, leases) = (machine(), Client::new(vec![]), NodeLeases::new(true));
+        let parts = [part("leased", None), part("keys", Some("k1"))];
+        for _ in 0..HOT_ASKS {
+            let (held, opens) = leases.note("p", &client, "t", &parts, &m);
+            assert!(held.is_none() && opens.is_empty());
+        }
+        let (held, opens) = leases.note("p", &client, "t", &parts, &m);
+        assert!(held.is_none());
+        let asked: Vec<(String, Option<String>, f64, u64)> = opens
+            .iter()
+            .map(|o| {
+                let x = &o.options;
+                (x.limit.clone(), x.key.clone(), x.rate_per_s, x.cap)
+            })
+            .collect();
+        assert_eq!(
+            asked,
+            [
+                ("leased".into(), None, 10.0, 20),
+                ("keys".into(), Some("k1".into()), 5.0, 5)
+            ]
+        );
+        // Being opened: not opened twice; another caller's asks are its own.
+        assert!(leases.note("p", &client, "t", &parts, &m).1.is_empty());
+        assert!(leases.note("q", &client, "t", &parts, &m).1.is_empty());
+    }
+
+    #[test]
+    fn a_limit_that_does_not_lease_is_never_leased_and_leases_off_lease_nothing() {
+        let (m, client) = (machine(), Client::new(vec![]));
+        let on = NodeLeases::new(true);
+        let off = NodeLeases::new(false);
+        let parts = [part("held", None), part("tried", None), part("gone", None)];
+        for _ in 0..3 * HOT_ASKS {
+            assert!(on.note("p", &client, "t", &parts, &m).1.is_empty());
+            let (held, opens) = off.note("p", &client, "t", &[part("leased", None)], &m);
+            assert!(held.is_none() && opens.is_empty());
+        }
+        assert!(off.held("p", "t", &part("leased", None)).is_none());
+    }
+
+    #[test]
+    fn leases_being_opened_and_held_stay_within_the_nodes_bound() {
+        let (m, client, leases) = (machine(), Client::new(vec![]), NodeLeases::new(true));
+        let mut opened = 0;
+        for k in 0..LEASES_MAX + 10 {
+            let parts = [part("keys", Some(&format!("k{k}")))];
+            for _ in 0..=HOT_ASKS {
+                opened += leases.note("p", &client, "t", &parts, &m).1.len();
+            }
+        }
+        assert_eq!(opened, LEASES_MAX);
+    }
+}
