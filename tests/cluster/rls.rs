@@ -495,6 +495,29 @@ async fn should_rate_limit_over_tls_authenticates_the_token_and_applies_its_role
         (OK, 100, DAY, 99)
     );
 
+    phase("and through the leader, which writes in process with the same checks");
+    let leader_addr = cluster.node(leader).config.grpc_listen.clone();
+    let connect = TlsConnect {
+        connector: Connector::tls(weir_proto::tls::client_config(&ca_pem).unwrap()),
+        addr: leader_addr.clone(),
+    };
+    let leader_channel = Endpoint::from_shared(format!("http://{leader_addr}"))
+        .unwrap()
+        .connect_with_connector(connect)
+        .await
+        .unwrap();
+    let mut on_leader = Rls {
+        client: RateLimitServiceClient::new(leader_channel),
+        token: Some(EDGE.into()),
+    };
+    assert_eq!(
+        seen(&on_leader.one(&[("to_number", "1")], 1).await),
+        (OK, 100, DAY, 98)
+    );
+    on_leader.token = Some(OTHER.into());
+    let e = on_leader.call(ask()).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+
     phase("plaintext to the TLS port gets no answer");
     let plain = Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()

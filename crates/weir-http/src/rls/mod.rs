@@ -35,9 +35,11 @@
 //!    no lease took) are the parts of one
 //!    return of tokens (`ReturnTokens`), written first; the others that matched a rate
 //!    are the parts (limit, key, hits) of ONE
-//!    take (`AcquireParts`, `wait = false`) in the caller's take session, through the
-//!    caller's internal client, so the write goes through the client port's authorization
-//!    and a follower forwards it to the leader as HTTP does. One entry decides every part:
+//!    take (`AcquireParts`, `wait = false`) in the caller's take session. On the leader
+//!    every write goes through the client port's write path in this process
+//!    (`weir_server::server::local_write`: the same checks, then the proposer, no loopback
+//!    connection); on a follower through the caller's internal client, so the write goes
+//!    through the client port's authorization and is forwarded to the leader as HTTP's is. One entry decides every part:
 //!    a request over one limit charges none of the others (G1 per part); two keys of one
 //!    keyed limit are two parts. A take refused because a limit has no room for a new key
 //!    (`AtCapacity` "keys of limit …") is taken again without that limit's parts, which

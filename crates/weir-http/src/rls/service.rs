@@ -316,13 +316,7 @@ impl RlsService {
     /// with the refusals every write of this service answers alike made statuses (a bad
     /// request, a limit removed meanwhile).
     async fn write(&self, command: Command) -> Result<Reply, Status> {
-        let reply = self
-            .ctx
-            .client()
-            .write(command)
-            .await
-            .map_err(client_status)?;
-        match reply {
+        match self.send(command).await? {
             Reply::Refused(Refusal::Invalid(why)) => Err(Status::invalid_argument(why)),
             Reply::Refused(Refusal::UnknownLimit { tenant, name }) => {
                 Err(Status::unavailable(format!(
@@ -339,12 +333,7 @@ impl RlsService {
         for _ in 0..2 {
             let (session, ticket) = self.ctx.take_ticket().await.map_err(client_status)?;
             let command = Command::AcquireParts(take(tenant, session, ticket, parts.to_vec()));
-            let reply = self
-                .ctx
-                .client()
-                .write(command)
-                .await
-                .map_err(client_status)?;
+            let reply = self.send(command).await?;
             match reply {
                 Reply::Granted { .. } => {
                     let state = self.ctx.state.lock();
@@ -366,6 +355,27 @@ impl RlsService {
         Err(Status::unavailable(
             "the node's take session could not be opened",
         ))
+    }
+
+    /// Sends `command` for the current caller: through the client port's write path in this
+    /// process while this node leads (the same checks, no loopback connection), else, or
+    /// when leadership moved meanwhile (`NotLeader`: never proposed), through the caller's
+    /// internal client, which follows the leader.
+    async fn send(&self, command: Command) -> Result<Reply, Status> {
+        if let Some(writer) = &self.ctx.writer
+            && self.ctx.leads()
+        {
+            let caller = current();
+            match writer.write(&caller.principal, command.clone()).await {
+                Err(Failure::NotLeader { .. }) => {}
+                done => return done.map_err(|f| client_status(ClientError::Failed(f))),
+            }
+        }
+        self.ctx
+            .client()
+            .write(command)
+            .await
+            .map_err(client_status)
     }
 
     /// Which parts a refusal of the take puts over their limit, or the gRPC error it is.

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use weir_proto::tls::Connector;
 
+use super::local_write::LocalWriter;
 use crate::config::Config;
 use crate::raft::Raft;
 use crate::raft::state_store::AppliedState;
@@ -37,6 +38,9 @@ pub struct Doors {
     /// This node's applied state.
     pub state: Arc<AppliedState>,
     pub raft: Raft,
+    /// The client port's write path, in process: a front door on the leader writes through
+    /// it without a loopback connection (`local_write.rs`).
+    pub writer: LocalWriter,
     pub shutdown: Shutdown,
 }
 
