@@ -1,6 +1,7 @@
 //! [`FrontDoors`]: the ports a node serves beside its own client and peer ports (HTTP/JSON,
 //! Envoy's rate-limit service), started by whoever runs the node. They reach the cluster
-//! through the client port like any client, so this crate never depends on them: the
+//! through the client port like any client, or through its write path in this process
+//! ([`Doors::writer`]: the same checks), so this crate never depends on them: the
 //! caller of [`super::node::Node::start`] hands them in, and the node gives them what
 //! [`Doors`] holds.
 //!
