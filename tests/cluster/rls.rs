@@ -963,6 +963,9 @@ descriptors:
       requests_per_unit: 20
 ";
 
+/// More asks than make a descriptor hot on a node (`weir_http::rls`, node leases).
+const HOT: usize = 17;
+
 /// `weir_rls_local_decisions_total` of the node whose HTTP port is `http`.
 async fn local_decisions(http: &str) -> u64 {
     node_figure(http, "weir_rls_local_decisions_total ").await
@@ -993,7 +996,12 @@ async fn hot(rls: &mut Rls, value: &str, within: Duration) -> Option<DescriptorS
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_leases_decide_hot_descriptors_locally_within_the_rate_and_stop_at_the_belief_deadline()
  {
-    let (mut cluster, leader) = start("weir-rls-leases", |_| {}).await;
+    // Node 3 decides every request on the cluster, as its config says.
+    const OFF: u64 = 3;
+    let (mut cluster, leader) = start("weir-rls-leases", |c| {
+        c.grpc_local_leases = c.id != OFF;
+    })
+    .await;
     let client = Client::new(cluster.servers());
     for definition in yaml::parse(LEASE_YAML).unwrap().compile().unwrap() {
         assert_eq!(
@@ -1001,7 +1009,7 @@ async fn node_leases_decide_hot_descriptors_locally_within_the_rate_and_stop_at_
             Reply::Done
         );
     }
-    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let follower = (1..=3).find(|id| *id != leader && *id != OFF).unwrap();
     let node = |id| cluster.node(id).config.clone();
     let http = node(follower).http_listen;
     let mut rls = Rls::plain(&node(follower).grpc_listen).await;
@@ -1103,6 +1111,18 @@ async fn node_leases_decide_hot_descriptors_locally_within_the_rate_and_stop_at_
     eprintln!("{ok} OK in {window:.3} s (bound {bound:.1})");
     assert!(ok as f64 <= bound + 1.0, "{ok} OK in {window:.3} s");
     assert!(ok >= 20, "{ok} OK: the limit's burst was never granted");
+
+    phase("a node with grpc_local_leases = false asks the cluster for every request");
+    let off_http = node(OFF).http_listen;
+    let mut off = Rls::plain(&node(OFF).grpc_listen).await;
+    for _ in 0..3 * HOT {
+        let s = hot(&mut off, "fast", FAILOVER_MAX)
+            .await
+            .expect("an answer");
+        assert_eq!(s.code, OK, "{s:?}");
+    }
+    assert_eq!(local_decisions(&off_http).await, 0);
+    assert_eq!(node_figure(&off_http, "weir_rls_leases ").await, 0);
 
     phase("cut off from the others, the follower answers locally until its belief deadline");
     for _ in 0..50 {
