@@ -13,6 +13,9 @@
 //! the last acknowledged keep-alive plus the TTL, less the margin); past it, or once the
 //! session ended or a halt refused a renewal, the bucket is emptied and every take falls
 //! back to the cluster ([`Leased::take`]), or is refused locally ([`Leased::try_take`]).
+//! [`Leased::try_take_all`] takes from several leases at once, all or none (a request of
+//! several parts, as the cluster decides one); [`Leased::give_back`] puts unused tokens back
+//! in the local bucket, up to its size; [`Leased::bucket`] reads it.
 //!
 //! # Renewals: shares follow demand, decreases at once, increases on the reply
 //!
