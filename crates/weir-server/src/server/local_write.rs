@@ -1,6 +1,6 @@
 //! [`LocalWriter`]: the client port's write path for a front door in the same process (the
-//! Envoy service), without the loopback hop through an internal client: the same checks in
-//! the same order as [`super::client_port`] makes them for a write — the principal's role
+//! Envoy service), without the loopback hop through an internal client: the checks
+//! [`super::client_port`] makes of a write, with the same functions — the principal's role
 //! ([`authorize()`]), the command's arguments ([`edge::check_write`]), the session's owner
 //! ([`check_owner`], with one quorum round for a session not applied here yet), an open
 //! bound to its principal ([`edge::bind_open`]) — then the proposer.
