@@ -495,6 +495,29 @@ async fn should_rate_limit_over_tls_authenticates_the_token_and_applies_its_role
         (OK, 100, DAY, 99)
     );
 
+    phase("and through the leader, which writes in process with the same checks");
+    let leader_addr = cluster.node(leader).config.grpc_listen.clone();
+    let connect = TlsConnect {
+        connector: Connector::tls(weir_proto::tls::client_config(&ca_pem).unwrap()),
+        addr: leader_addr.clone(),
+    };
+    let leader_channel = Endpoint::from_shared(format!("http://{leader_addr}"))
+        .unwrap()
+        .connect_with_connector(connect)
+        .await
+        .unwrap();
+    let mut on_leader = Rls {
+        client: RateLimitServiceClient::new(leader_channel),
+        token: Some(EDGE.into()),
+    };
+    assert_eq!(
+        seen(&on_leader.one(&[("to_number", "1")], 1).await),
+        (OK, 100, DAY, 98)
+    );
+    on_leader.token = Some(OTHER.into());
+    let e = on_leader.call(ask()).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+
     phase("plaintext to the TLS port gets no answer");
     let plain = Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
@@ -912,4 +935,239 @@ async fn envoy_conformance_cases_answer_as_ratelimit_documents() {
         "{text}"
     );
     let _ = &mut rls;
+}
+
+/// The node-lease test's limits: hot descriptors at 1,000 and 20 a second, and at 1,000
+/// and 20 a day.
+const LEASE_YAML: &str = "domain: edge
+descriptors:
+  - key: hot
+    value: fast
+    rate_limit:
+      unit: second
+      requests_per_unit: 1000
+  - key: hot
+    value: slow
+    rate_limit:
+      unit: second
+      requests_per_unit: 20
+  - key: hot
+    value: day
+    rate_limit:
+      unit: day
+      requests_per_unit: 1000
+  - key: hot
+    value: scarce
+    rate_limit:
+      unit: day
+      requests_per_unit: 20
+";
+
+/// More asks than make a descriptor hot on a node (`weir_http::rls`, node leases).
+const HOT: usize = 17;
+
+/// `weir_rls_local_decisions_total` of the node whose HTTP port is `http`.
+async fn local_decisions(http: &str) -> u64 {
+    node_figure(http, "weir_rls_local_decisions_total ").await
+}
+
+/// The figure of `/metrics` line `prefix` of the node whose HTTP port is `http`.
+async fn node_figure(http: &str, prefix: &str) -> u64 {
+    let text = reqwest::get(format!("http://{http}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    figure(&text, prefix)
+}
+
+/// The status of one call of `hot=value` with a timeout of `within`: `None` when it failed.
+async fn hot(rls: &mut Rls, value: &str, within: Duration) -> Option<DescriptorStatus> {
+    let mut r = tonic::Request::new(request(vec![descriptor(&[("hot", value)])], 1));
+    r.set_timeout(within);
+    let answer = tokio::time::timeout(within, rls.client.should_rate_limit(r)).await;
+    match answer {
+        Ok(Ok(a)) => Some(a.into_inner().statuses[0].clone()),
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_leases_decide_hot_descriptors_locally_within_the_rate_and_stop_at_the_belief_deadline()
+ {
+    // Node 3 decides every request on the cluster, as its config says.
+    const OFF: u64 = 3;
+    let (mut cluster, leader) = start("weir-rls-leases", |c| {
+        c.grpc_local_leases = c.id != OFF;
+    })
+    .await;
+    let client = Client::new(cluster.servers());
+    for definition in yaml::parse(LEASE_YAML).unwrap().compile().unwrap() {
+        assert_eq!(
+            client.write(definition.into_command()).await.unwrap(),
+            Reply::Done
+        );
+    }
+    let follower = (1..=3).find(|id| *id != leader && *id != OFF).unwrap();
+    let node = |id| cluster.node(id).config.clone();
+    let http = node(follower).http_listen;
+    let mut rls = Rls::plain(&node(follower).grpc_listen).await;
+
+    phase("all parts from their leases or none: a request short on one charges no other");
+    let day = [("hot", "day")];
+    let scarce = [("hot", "scarce")];
+    let deadline = Instant::now() + FAILOVER_MAX;
+    let mut asked = 0;
+    // Both parts hot: each gets a lease; the scarce one's 20 tokens a day run out.
+    while asked < 30 || node_figure(&http, "weir_rls_leases ").await < 2 {
+        assert_eq!(rls.one(&day, 1).await.code, OK);
+        rls.one(&scarce, 1).await;
+        asked += 1;
+        assert!(Instant::now() < deadline, "no leases after {asked} asks");
+    }
+    let local_before = local_decisions(&http).await;
+    let before = rls.one(&day, 1).await;
+    assert_eq!(local_decisions(&http).await, local_before + 1, "{before:?}");
+    for _ in 0..5 {
+        let answer = rls
+            .ok(request(vec![descriptor(&day), descriptor(&scarce)], 1))
+            .await;
+        assert_eq!(answer.overall_code, OVER, "{answer:?}");
+        assert_eq!(answer.statuses[1].code, OVER, "{answer:?}");
+    }
+    let after = rls.one(&day, 1).await;
+    assert_eq!(local_decisions(&http).await, local_before + 2, "{after:?}");
+    // The day's local bucket lost only the two single takes (its refill, 0.009 a second,
+    // adds no whole token meanwhile).
+    assert_eq!(
+        after.limit_remaining + 1,
+        before.limit_remaining,
+        "{before:?} then {after:?}"
+    );
+    // Negative hits on a leased part go back to its local bucket, reported as it is then.
+    let mut give = descriptor(&day);
+    give.is_negative_hits = true;
+    let answer = rls.ok(request(vec![give], 3)).await;
+    assert_eq!(
+        (answer.statuses[0].code, answer.statuses[0].limit_remaining),
+        (OK, after.limit_remaining + 3),
+        "{answer:?}"
+    );
+    let again = rls.one(&day, 1).await;
+    assert_eq!(
+        again.limit_remaining,
+        after.limit_remaining + 2,
+        "{again:?}"
+    );
+
+    phase("a hot descriptor gets a lease on the follower, which then answers it locally");
+    let deadline = Instant::now() + FAILOVER_MAX;
+    let base = local_decisions(&http).await;
+    while local_decisions(&http).await == base {
+        let s = hot(&mut rls, "fast", FAILOVER_MAX)
+            .await
+            .expect("an answer");
+        assert_eq!(s.code, OK, "{s:?}");
+        assert!(Instant::now() < deadline, "no lease was ever used");
+    }
+    let entries = |status: Option<weir_proto::protocol::NodeStatus>| {
+        status.expect("the leader's status").last_log_index
+    };
+    let (local_before, log_before) = (
+        local_decisions(&http).await,
+        entries(cluster.status(leader).await),
+    );
+    const CALLS: u64 = 300;
+    for _ in 0..CALLS {
+        let s = hot(&mut rls, "fast", FAILOVER_MAX)
+            .await
+            .expect("an answer");
+        // The local bucket's figures: at most the lease's cap, three quarters of the burst.
+        assert_eq!(s.code, OK, "{s:?}");
+        assert!(s.limit_remaining <= 750, "{s:?}");
+        assert!(s.duration_until_reset.is_some(), "{s:?}");
+    }
+    let local = local_decisions(&http).await - local_before;
+    let written = entries(cluster.status(leader).await) - log_before;
+    eprintln!("{CALLS} calls: {local} decided locally, {written} log entries");
+    assert!(local >= CALLS - 5, "{local} of {CALLS} decided locally");
+    assert!(written < CALLS / 10, "{written} entries for {CALLS} calls");
+
+    phase("G1 in spend time: 20 a second on two nodes, OK answers within burst + rate x window");
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for id in [follower, follower, follower, leader, leader] {
+        let addr = node(id).grpc_listen;
+        tasks.push(tokio::spawn(async move {
+            let mut rls = Rls::plain(&addr).await;
+            let mut ok = 0u64;
+            let mut last = started;
+            while started.elapsed() < Duration::from_millis(2_500) {
+                let s = hot(&mut rls, "slow", FAILOVER_MAX)
+                    .await
+                    .expect("an answer");
+                if s.code == OK {
+                    ok += 1;
+                    last = Instant::now();
+                }
+            }
+            (ok, last)
+        }));
+    }
+    let (mut ok, mut last) = (0, started);
+    for t in tasks {
+        let (n, at) = t.await.unwrap();
+        ok += n;
+        last = last.max(at);
+    }
+    let window = last.duration_since(started).as_secs_f64();
+    let bound = 20.0 + 20.0 * window;
+    eprintln!("{ok} OK in {window:.3} s (bound {bound:.1})");
+    assert!(ok as f64 <= bound + 1.0, "{ok} OK in {window:.3} s");
+    assert!(ok >= 20, "{ok} OK: the limit's burst was never granted");
+
+    phase("a node with grpc_local_leases = false asks the cluster for every request");
+    let off_http = node(OFF).http_listen;
+    let mut off = Rls::plain(&node(OFF).grpc_listen).await;
+    for _ in 0..3 * HOT {
+        let s = hot(&mut off, "fast", FAILOVER_MAX)
+            .await
+            .expect("an answer");
+        assert_eq!(s.code, OK, "{s:?}");
+    }
+    assert_eq!(local_decisions(&off_http).await, 0);
+    assert_eq!(node_figure(&off_http, "weir_rls_leases ").await, 0);
+
+    phase("cut off from the others, the follower answers locally until its belief deadline");
+    for _ in 0..50 {
+        hot(&mut rls, "fast", FAILOVER_MAX)
+            .await
+            .expect("an answer");
+    }
+    let others: Vec<u64> = (1..=3).filter(|id| *id != follower).collect();
+    for &id in &others {
+        cluster.pause(id);
+    }
+    let paused = Instant::now();
+    let (mut ok_after, mut last_ok) = (0u64, Duration::ZERO);
+    // The lease session's TTL is 5 s: its belief deadline is at most 4.5 s away.
+    while paused.elapsed() < Duration::from_secs(8) {
+        let s = hot(&mut rls, "fast", Duration::from_millis(300)).await;
+        if s.is_some_and(|s| s.code == OK) {
+            ok_after += 1;
+            last_ok = paused.elapsed();
+        } else {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    for &id in &others {
+        cluster.resume(id);
+    }
+    eprintln!("{ok_after} OK after the cut, the last {last_ok:?} after it");
+    assert!(ok_after >= 10, "{ok_after} OK without the cluster");
+    assert!(
+        last_ok <= Duration::from_millis(5_000),
+        "answered OK {last_ok:?} after the cut, past the belief deadline"
+    );
 }

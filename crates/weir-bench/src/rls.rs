@@ -18,6 +18,11 @@
 //! was asked, the most live keys the rule held (sampled on the leader every 250 ms) and
 //! the answers that found no room.
 //!
+//! With `--spawn` the run prints the log entries it wrote per 1,000 takes (the leader's
+//! log over the measured window): each node decides the descriptors it is asked often from
+//! token leases it holds (`weir_http::rls`, node leases), so a hot descriptor costs a few
+//! entries a second, not one per take.
+//!
 //! With `--spawn` the clients call the leader's gRPC port (the nodes of a spawned cluster
 //! each have one); against given `--servers`, the gRPC addresses in `--grpc`, the
 //! connections spread over them in turn.
@@ -144,8 +149,19 @@ pub async fn measure(
     tokio::time::sleep(Duration::from_secs_f64(args.warmup)).await;
     let cpu = spawned.and_then(|c| CpuClock::start(&node_pids(c)));
     let sampler = (args.rls_keys > 0).then(|| tokio::spawn(live_keys_max(admin, recorder.clone())));
+    let log_before = leader_log(spawned, servers, security).await;
     let elapsed = measured_window(args, &recorder, "rls").await;
     let cpu = cpu.and_then(|c| c.stop(recorder.ops.load(Ordering::Relaxed)));
+    if let (Some(before), Some(after)) = (log_before, leader_log(spawned, servers, security).await)
+    {
+        let ops = recorder.ops.load(Ordering::Relaxed).max(1);
+        let entries = after.saturating_sub(before);
+        eprintln!(
+            "[bench] rls: {entries} log entries over {ops} takes, {:.1} per 1,000 (the nodes \
+             decide hot descriptors from their token leases unless `grpc_local_leases = false`)",
+            entries as f64 * 1000.0 / ops as f64
+        );
+    }
     for c in clients {
         let _ = c.await;
     }
@@ -179,6 +195,18 @@ async fn live_keys_max(admin: Client, recorder: Arc<Recorder>) -> u64 {
         tokio::time::sleep(LIVE_SAMPLE).await;
     }
     most
+}
+
+/// The spawned cluster leader's last log index (with `--spawn`; `None` otherwise): the
+/// entries a run wrote are its difference over the run.
+async fn leader_log(
+    spawned: Option<&LocalCluster>,
+    servers: &[String],
+    security: &ClientSecurity,
+) -> Option<u64> {
+    let cluster = spawned?;
+    let leader = leader_among_with(servers, ANSWER_WAIT, security).await?;
+    Some(cluster.status(leader).await?.last_log_index)
 }
 
 /// How often a run of `--rls-keys` reads its rule's live keys.

@@ -13,6 +13,9 @@
 //! the last acknowledged keep-alive plus the TTL, less the margin); past it, or once the
 //! session ended or a halt refused a renewal, the bucket is emptied and every take falls
 //! back to the cluster ([`Leased::take`]), or is refused locally ([`Leased::try_take`]).
+//! [`Leased::try_take_all`] takes from several leases at once, all or none (a request of
+//! several parts, as the cluster decides one); [`Leased::give_back`] puts unused tokens back
+//! in the local bucket, up to its size; [`Leased::bucket`] reads it.
 //!
 //! # The fallback, and its quiet window
 //!
@@ -181,6 +184,15 @@ impl Session {
             Err(e) => Err(e),
         }
     }
+}
+
+/// A lease's local bucket as it stands: whole tokens, its size, and ms until it is full
+/// again at the lease's rate (`u64::MAX` at no rate).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseBucket {
+    pub tokens: u64,
+    pub cap: u64,
+    pub full_in_ms: u64,
 }
 
 /// The holder's side of one lease.
@@ -424,6 +436,114 @@ impl Drop for Leased {
                 let _ = shared.request((0, 0)).await;
             });
         }
+    }
+}
+
+impl Leased {
+    /// Takes `units` from every lease's local bucket, or from none (the machine's
+    /// multi-part rule, held locally): each lease must have its units and its session's
+    /// belief must hold. `false` means at least one cannot cover its part now (ask the
+    /// cluster for the whole request). A lease named twice takes both from one bucket.
+    pub fn try_take_all(takes: &[(&Leased, u32)]) -> bool {
+        let now = BootInstant::now();
+        // Locked in one order (by address), so two callers never wait on each other.
+        let mut order: Vec<(usize, &Leased, u64)> = Vec::with_capacity(takes.len());
+        for (lease, units) in takes {
+            let at = Arc::as_ptr(&lease.shared) as usize;
+            match order.iter_mut().find(|(a, _, _)| *a == at) {
+                Some((_, _, need)) => *need += *units as u64 * MICRO,
+                None => order.push((at, lease, *units as u64 * MICRO)),
+            }
+        }
+        order.sort_by_key(|(at, _, _)| *at);
+        let mut guards = Vec::with_capacity(order.len());
+        let mut covered = true;
+        for (_, lease, need) in &order {
+            let deadline = *lease.shared.state.deadline.borrow();
+            let believed = believed_at(deadline, now) && !lease.shared.state.is_ended();
+            let mut l = lease.shared.local.lock().expect("lease lock");
+            if !believed {
+                // Past the belief deadline or the session's end: nothing more is spent here.
+                l.level_micro = 0;
+            }
+            if believed && l.ended.is_none() {
+                l.refill(now);
+            }
+            let has = believed && l.ended.is_none() && l.level_micro >= *need;
+            if !has {
+                l.figures.short += 1;
+                if believed && l.ended.is_none() {
+                    l.short_seen = true;
+                    lease.shared.short.notify_one();
+                }
+            }
+            covered &= has;
+            guards.push(l);
+        }
+        if !covered {
+            return false;
+        }
+        for ((_, _, need), l) in order.iter().zip(guards.iter_mut()) {
+            l.level_micro -= need;
+            l.taken += need / MICRO;
+            l.figures.local += 1;
+        }
+        true
+    }
+
+    /// Puts `units` back in the local bucket (tokens a caller took and did not use), up to
+    /// its cap; what passes the cap is dropped, as the cluster's bucket drops it. `false`
+    /// when this lease no longer decides locally (give them back to the cluster instead).
+    pub fn give_back(&self, units: u32) -> bool {
+        let now = BootInstant::now();
+        let deadline = *self.shared.state.deadline.borrow();
+        if !believed_at(deadline, now) || self.shared.state.is_ended() {
+            return false;
+        }
+        let mut l = self.shared.local.lock().expect("lease lock");
+        if l.ended.is_some() {
+            return false;
+        }
+        l.refill(now);
+        l.level_micro = (l.level_micro + units as u64 * MICRO).min(l.cap * MICRO);
+        true
+    }
+
+    /// The local bucket now (refilled to now): what an answer decided here reports.
+    pub fn bucket(&self) -> LeaseBucket {
+        let now = BootInstant::now();
+        let mut l = self.shared.local.lock().expect("lease lock");
+        if l.ended.is_none() {
+            l.refill(now);
+        }
+        let missing = (l.cap * MICRO).saturating_sub(l.level_micro);
+        let full_in_ms = if missing == 0 {
+            0
+        } else if l.rate_micro == 0 {
+            u64::MAX
+        } else {
+            u64::try_from((missing as u128 * 1000).div_ceil(l.rate_micro as u128))
+                .unwrap_or(u64::MAX)
+        };
+        LeaseBucket {
+            tokens: l.level_micro / MICRO,
+            cap: l.cap,
+            full_in_ms,
+        }
+    }
+
+    /// Whether this lease can no longer decide locally, for good: it ended (refused, given
+    /// up) or its session did. (A belief deadline passed during a stall is not an end: the
+    /// next acknowledged keep-alive moves it.)
+    pub fn is_over(&self) -> bool {
+        self.shared.state.is_ended()
+            || self
+                .shared
+                .local
+                .lock()
+                .expect("lease lock")
+                .ended
+                .is_some()
     }
 }
 

@@ -103,7 +103,7 @@ pub use boot_clock::{BootInstant, LOOK_EVERY};
 pub use client::{ATTEMPTS_MAX, Client, REQUEST_DEADLINE};
 pub use conn::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT, SILENCE_MAX};
 pub use error::{AcquireError, ClientError};
-pub use leased::{LeaseFigures, LeaseOptions, Leased, QUIET_PER_PERIOD};
+pub use leased::{LeaseBucket, LeaseFigures, LeaseOptions, Leased, QUIET_PER_PERIOD};
 pub use lost::Lost;
 pub use permit::Permit;
 pub use session::{AcquireOptions, Session, believed_at, deadline_after, margin_for};

@@ -18,6 +18,7 @@ use weir_core::planted::Plant;
 use weir_proto::protocol::{Answer, Query};
 use weir_server::raft::Raft;
 use weir_server::raft::state_store::AppliedState;
+use weir_server::server::local_write::LocalWriter;
 
 /// TTL of the node's own session for takes, ms. Long, because a take holds nothing under it
 /// (a rate-only grant only spends tokens) and each take renews nothing: a session that
@@ -57,6 +58,9 @@ pub struct HttpCtx {
     pub leaders: Arc<LeaderHistory>,
     /// The last minutes of each limit and tenant as this node saw them (`history.rs`).
     pub history: Arc<History>,
+    /// The client port's write path in this process (its checks, then the proposer): what
+    /// Envoy's service writes through while this node leads, without the loopback hop.
+    pub writer: Option<LocalWriter>,
 }
 
 impl HttpCtx {
@@ -77,7 +81,19 @@ impl HttpCtx {
             history: History::follow(state.clone()),
             state,
             raft,
+            writer: None,
         }
+    }
+
+    /// Writes of Envoy's service go through `writer` while this node leads.
+    pub fn with_writer(mut self, writer: LocalWriter) -> HttpCtx {
+        self.writer = Some(writer);
+        self
+    }
+
+    /// Whether this node leads now, as its Raft last said.
+    pub fn leads(&self) -> bool {
+        self.raft.metrics().borrow().current_leader == Some(self.id)
     }
 
     /// The current request's internal client (its token, the node's CA).

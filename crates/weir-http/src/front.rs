@@ -13,6 +13,7 @@ use weir_server::raft::Raft;
 use weir_server::raft::state_store::AppliedState;
 use weir_server::security::{Acceptor, Tokens};
 use weir_server::server::front::{Doors, FrontDoors};
+use weir_server::server::local_write::LocalWriter;
 use weir_server::shutdown::Shutdown;
 
 use crate::callers::Callers;
@@ -32,6 +33,7 @@ impl FrontDoors for Front {
             &doors.tokens,
             &doors.state,
             &doors.raft,
+            doors.writer.clone(),
         );
         if let Some(listener) = doors.http {
             start_http(
@@ -58,6 +60,7 @@ fn edge_ctx(
     tokens: &Arc<Tokens>,
     state: &Arc<AppliedState>,
     raft: &Raft,
+    writer: LocalWriter,
 ) -> Arc<HttpCtx> {
     let callers = Callers::new(
         http_servers(config),
@@ -65,13 +68,16 @@ fn edge_ctx(
         tokens.clone(),
     )
     .metrics_loopback_open(config.metrics_loopback_open);
-    Arc::new(HttpCtx::new(
-        config.id,
-        config.client_addr.clone(),
-        callers,
-        state.clone(),
-        raft.clone(),
-    ))
+    Arc::new(
+        HttpCtx::new(
+            config.id,
+            config.client_addr.clone(),
+            callers,
+            state.clone(),
+            raft.clone(),
+        )
+        .with_writer(writer),
+    )
 }
 
 /// Serves HTTP on `listener`.
@@ -106,7 +112,8 @@ fn start_grpc(
     let acceptor = rls::grpc_acceptor(config.tls.as_ref())?;
     let callers = edge.callers.clone();
     let service = rls::RlsService::new(edge, config.grpc_ratelimit_headers)
-        .keys_full_over_limit(config.grpc_keys_full_over_limit);
+        .keys_full_over_limit(config.grpc_keys_full_over_limit)
+        .local_leases(config.grpc_local_leases);
     tokio::spawn(rls::serve_grpc(
         listener,
         acceptor,

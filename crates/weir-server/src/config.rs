@@ -145,6 +145,10 @@ pub struct Config {
     /// open, as Envoy's `failure_mode_deny: false` does). Either way counted in
     /// `weir_rls_descriptors_total{kind="keys_full"}` and logged once per limit.
     pub grpc_keys_full_over_limit: bool,
+    /// Whether `ShouldRateLimit` decides the descriptors it is asked often from token
+    /// leases this node holds (`weir_http::rls`, node leases): no log entry for most
+    /// requests. Default true; false asks the cluster for every request.
+    pub grpc_local_leases: bool,
     pub raft: RaftConfig,
     pub proposer: ProposerConfig,
     /// TLS on the client, peer and HTTP ports. Default: none, which is allowed on loopback
@@ -186,6 +190,7 @@ impl Default for Config {
             grpc_listen: String::new(),
             grpc_ratelimit_headers: false,
             grpc_keys_full_over_limit: false,
+            grpc_local_leases: true,
             raft: RaftConfig::default(),
             proposer: ProposerConfig::default(),
             tls: None,

@@ -97,6 +97,11 @@ pub struct Metrics {
     /// Descriptors of Envoy `ShouldRateLimit` requests answered, by outcome (`ok`,
     /// `over_limit`, `unlimited`, `unmatched`: no limit of the domain matched, answered OK).
     pub rls_descriptors: Family<KindLabel, Counter>,
+    /// Envoy `ShouldRateLimit` requests this node decided from its own token leases,
+    /// without a log entry.
+    pub rls_local_decisions: Counter,
+    /// Token leases this node's Envoy service holds now.
+    pub rls_leases: Gauge,
     registry: Registry,
     /// Serializes scrapes: a refresh clears the per-tenant families and sets them again.
     scrape: Mutex<()>,
@@ -139,6 +144,8 @@ impl Metrics {
             shadow_refusals: Family::default(),
             http_requests: Counter::default(),
             rls_descriptors: Family::default(),
+            rls_local_decisions: Counter::default(),
+            rls_leases: Gauge::default(),
             registry: Registry::default(),
             scrape: Mutex::new(()),
         };
@@ -172,6 +179,9 @@ impl Metrics {
                               since each was defined",
             http_requests: "HTTP requests served",
             rls_descriptors: "Descriptors of Envoy ShouldRateLimit requests, by outcome",
+            rls_local_decisions: "Envoy ShouldRateLimit requests decided from this node's \
+                                  token leases, without a log entry",
+            rls_leases: "Token leases this node's Envoy service holds",
         }
         m.registry = r;
         m

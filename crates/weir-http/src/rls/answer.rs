@@ -6,7 +6,10 @@
 //! `duration_until_reset` the time until the request's hits would fit (what a client turns
 //! into `Retry-After`). A part dropped for want of room for a new key (its limit at its
 //! `keys_max`) never reports the caller's rate: remaining 0, no reset, `OK` or
-//! `OVER_LIMIT` as the node's `grpc_keys_full_over_limit` says.
+//! `OVER_LIMIT` as the node's `grpc_keys_full_over_limit` says. A request decided from this
+//! node's token leases (`leases.rs`) reports each part's local bucket, the one it was
+//! taken from: its whole tokens and the time until it is full at the lease's rate; a
+//! negative descriptor given back to a lease reports that lease's bucket likewise.
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
@@ -15,6 +18,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit,
 };
 use envoy_types::pb::google::protobuf::Duration;
+use weir_client::LeaseBucket;
 use weir_core::machine::{BucketNow, Machine};
 
 use super::plan::{Plan, Target};
@@ -69,6 +73,11 @@ pub struct Taken {
     /// Per part: units granted through this node that its machine has not applied yet
     /// (`pending.rs`), counted off what its buckets show.
     pub unapplied: Vec<u64>,
+    /// Per part, the local bucket it was taken from, when the request was decided from
+    /// this node's leases (every part then was).
+    pub local: Option<Vec<LeaseBucket>>,
+    /// Per return part, the local bucket it went back to, when a lease took it.
+    pub returned: Vec<Option<LeaseBucket>>,
 }
 
 /// The answer to `plan` taken as `taken`.
@@ -96,7 +105,10 @@ pub fn response(plan: &Plan, machine: &Machine, taken: &Taken, headers: bool) ->
                 };
                 (status, "keys_full")
             }
-            Target::Return(n) => (return_status(plan, machine, *n), "returned"),
+            Target::Return(n) => (
+                return_status(plan, machine, *n, taken.returned.get(*n).copied().flatten()),
+                "returned",
+            ),
             Target::Part(n) => {
                 let status = part_status(plan, machine, *n, taken);
                 let kind = if over[*n] { "over_limit" } else { "ok" };
@@ -147,6 +159,9 @@ fn part_status(plan: &Plan, machine: &Machine, n: usize, taken: &Taken) -> Descr
             ..Default::default()
         };
     };
+    if let Some(local) = &taken.local {
+        return leased_status(&part.limit, &bucket, &local[n]);
+    }
     let units = taken.unapplied[n];
     if units > 0 && bucket.spec.rates() {
         // At the machine's own rate (whole micro-tokens a second, `rates()` says above 0).
@@ -173,12 +188,37 @@ fn part_status(plan: &Plan, machine: &Machine, n: usize, taken: &Taken) -> Descr
     }
 }
 
-/// Return part `n`'s status: `OK`, and the bucket as this node reads it now.
-fn return_status(plan: &Plan, machine: &Machine, n: usize) -> DescriptorStatus {
+/// An `OK` status read on a lease's local bucket (the limit as `bucket`, the machine's,
+/// names it).
+fn leased_status(name: &str, bucket: &BucketNow, local: &LeaseBucket) -> DescriptorStatus {
+    let reset_ms = local.full_in_ms.min(u64::MAX / 2);
+    DescriptorStatus {
+        code: Code::Ok as i32,
+        current_limit: Some(rate_limit_of(name, bucket)),
+        limit_remaining: u32::try_from(local.tokens).unwrap_or(u32::MAX),
+        duration_until_reset: Some(Duration {
+            seconds: i64::try_from(reset_ms / 1000).unwrap_or(i64::MAX),
+            nanos: ((reset_ms % 1000) * 1_000_000) as i32,
+        }),
+        ..Default::default()
+    }
+}
+
+/// Return part `n`'s status: `OK`, and the bucket it went back to as it is now (a lease's,
+/// `local`, or the cluster's as this node reads it).
+fn return_status(
+    plan: &Plan,
+    machine: &Machine,
+    n: usize,
+    local: Option<LeaseBucket>,
+) -> DescriptorStatus {
     let part = &plan.returns[n];
     let Some(bucket) = machine.bucket_now(&plan.tenant, &part.limit, part.key.as_deref()) else {
         return ok_status();
     };
+    if let Some(local) = local {
+        return leased_status(&part.limit, &bucket, &local);
+    }
     let reset_ms = bucket.full_in_ms;
     DescriptorStatus {
         code: Code::Ok as i32,
@@ -304,6 +344,8 @@ mod tests {
                 keys_full: vec![true],
                 keys_full_over_limit: over_limit,
                 unapplied: vec![0],
+                local: None,
+                returned: Vec::new(),
             };
             let answer = response(&plan, &machine, &taken, true);
             assert_eq!(answer.overall_code, code as i32);

@@ -25,26 +25,37 @@
 //!    descriptor that matches no limit answers OK and is counted (`rls_descriptors
 //!    {kind="unmatched"}`), as envoyproxy/ratelimit answers; one that matches a limit with
 //!    no rate (an `unlimited` or inner node) answers OK.
-//! 3. **Decide**: descriptors with negative hits that matched a rate are the parts of one
+//! 3. **Decide locally** (`leases.rs`, unless `grpc_local_leases = false`): the parts a
+//!    caller asks often are leased by this node (token leases, in a session of the
+//!    caller's); a request whose every part has a lease with room takes from every local
+//!    bucket, or from none and goes on to the cluster. Negative hits on a leased part go
+//!    back to its local bucket. No log entry, on a follower as on the leader; a lease
+//!    spends only until its session's belief deadline.
+//! 4. **Decide on the cluster**: descriptors with negative hits that matched a rate (and
+//!    no lease took) are the parts of one
 //!    return of tokens (`ReturnTokens`), written first; the others that matched a rate
 //!    are the parts (limit, key, hits) of ONE
-//!    take (`AcquireParts`, `wait = false`) in the caller's take session, through the
-//!    caller's internal client, so the write goes through the client port's authorization
-//!    and a follower forwards it to the leader as HTTP does. One entry decides every part:
+//!    take (`AcquireParts`, `wait = false`) in the caller's take session. On the leader
+//!    every write goes through the client port's write path in this process
+//!    (`weir_server::server::local_write`: the same checks, then the proposer, no loopback
+//!    connection); on a follower through the caller's internal client, so the write goes
+//!    through the client port's authorization and is forwarded to the leader as HTTP's is. One entry decides every part:
 //!    a request over one limit charges none of the others (G1 per part); two keys of one
 //!    keyed limit are two parts. A take refused because a limit has no room for a new key
 //!    (`AtCapacity` "keys of limit …") is taken again without that limit's parts, which
 //!    answer as `grpc_keys_full_over_limit` says (logged once per limit); any other bound
 //!    of the state is `UNAVAILABLE`, never `OVER_LIMIT`.
-//! 4. **Answer** (`answer.rs`): a status per descriptor, in the request's order, with the
+//! 5. **Answer** (`answer.rs`): a status per descriptor, in the request's order, with the
 //!    limit as Envoy names it, what is left and when the bucket is full again, read on this
 //!    node's applied state right after the decision; `overall_code` is OVER_LIMIT when any
 //!    descriptor is; `RateLimit-*` headers when `grpc_ratelimit_headers` is on. An
-//!    `OVER_LIMIT` status has 0 remaining and the time until its hits fit.
+//!    `OVER_LIMIT` status has 0 remaining and the time until its hits fit. A request
+//!    decided locally reports the local buckets it took from.
 //!
 //! # Invariants
 //!
-//! - Nothing is charged unless every part is granted (the machine's multi-part rule).
+//! - Nothing is charged unless every part is granted (the machine's multi-part rule), on
+//!   the cluster or from the leases: a request is decided wholly by one or the other.
 //! - A shadow limit answers OK and is charged when it has room (the machine's shadow mode).
 //! - A request's failure is its own: a bad request, an unknown token or an unreachable
 //!   leader answers that call with a gRPC status; the port keeps serving.
@@ -76,9 +87,11 @@
 //! - `plan.rs` — matching descriptors to limits: a `Plan`.
 //! - `answer.rs` — the `RateLimitResponse`.
 //! - `pending.rs` — takes granted through this node and not yet applied here.
+//! - `leases.rs` — the token leases this node holds for hot parts, and local decisions.
 
 mod answer;
 mod gate;
+mod leases;
 mod pending;
 mod plan;
 mod request;

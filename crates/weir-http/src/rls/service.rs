@@ -13,10 +13,11 @@ use weir_core::rls::path::override_name;
 use weir_proto::protocol::{Failure, Request as ClientRequest};
 
 use super::answer::{Taken, response};
+use super::leases::NodeLeases;
 use super::pending::Pending;
 use super::plan::{Plan, plan};
 use super::request::{Checked, check};
-use crate::callers::act_as;
+use crate::callers::{act_as, current};
 use crate::context::HttpCtx;
 use weir_server::security::authorize;
 
@@ -33,6 +34,8 @@ pub struct RlsService {
     keys_full_over_limit: bool,
     /// The limits whose want of room for keys was logged (once each, see [`KeysFull`]).
     keys_full: KeysFull,
+    /// The token leases this node holds for the parts it is asked often (`leases.rs`).
+    leases: NodeLeases,
 }
 
 impl RlsService {
@@ -43,7 +46,15 @@ impl RlsService {
             pending: Pending::default(),
             keys_full_over_limit: false,
             keys_full: KeysFull::default(),
+            leases: NodeLeases::new(true),
         }
+    }
+
+    /// Decides the parts asked often from token leases this node holds (`true`, the
+    /// default), or asks the cluster for every request (`false`).
+    pub fn local_leases(mut self, on: bool) -> RlsService {
+        self.leases = NodeLeases::new(on);
+        self
     }
 
     /// Answers a descriptor whose limit has no room for a new key `OVER_LIMIT` (`true`) or
@@ -143,11 +154,21 @@ impl RateLimitService for RlsService {
 
 impl RlsService {
     async fn decide(&self, checked: Checked) -> Result<RateLimitResponse, Status> {
-        let plan = {
+        let caller = current();
+        let principal = caller.principal.id.as_str();
+        let (plan, held, opens) = {
             let state = self.ctx.state.lock();
-            plan(&state.machine, &checked)
-        }
-        .map_err(Status::invalid_argument)?;
+            let plan = plan(&state.machine, &checked).map_err(Status::invalid_argument)?;
+            let (held, opens) = self.leases.note(
+                principal,
+                &caller.client,
+                &plan.tenant,
+                &plan.parts,
+                &state.machine,
+            );
+            (plan, held, opens)
+        };
+        self.leases.open(opens);
         // The parts on an override limit the tenant has no room to make answer as a key
         // without room does: left out of the take.
         let mut left_out = vec![false; plan.parts.len()];
@@ -159,8 +180,34 @@ impl RlsService {
                 }
             }
         }
-        if !plan.returns.is_empty() {
-            self.give_back(&plan).await?;
+        // Negative hits go back to the local bucket of a lease held on their part, the
+        // others to the cluster's, before the take.
+        let mut returned = vec![None; plan.returns.len()];
+        let mut to_cluster = Vec::new();
+        for (n, part) in plan.returns.iter().enumerate() {
+            match self.leases.held(principal, &plan.tenant, part) {
+                Some(h) if h.give_back(part.units) => returned[n] = Some(h.bucket()),
+                _ => to_cluster.push(part.clone()),
+            }
+        }
+        if !to_cluster.is_empty() {
+            self.give_back(&plan.tenant, to_cluster).await?;
+        }
+        if let Some(held) = held
+            && plan.overrides.is_empty()
+            && NodeLeases::take(&held, &plan.parts)
+        {
+            let n = plan.parts.len();
+            let state = self.ctx.state.lock();
+            let taken = Taken {
+                over: vec![false; n],
+                keys_full: vec![false; n],
+                keys_full_over_limit: self.keys_full_over_limit,
+                unapplied: vec![0; n],
+                local: Some(held.iter().map(|h| h.bucket()).collect()),
+                returned,
+            };
+            return Ok(response(&plan, &state.machine, &taken, self.headers));
         }
         let (over, keys_full) = self.take_with_room(&plan, left_out).await?;
         let state = self.ctx.state.lock();
@@ -171,6 +218,8 @@ impl RlsService {
             unapplied: self
                 .pending
                 .unapplied(&state.machine, &plan.tenant, &plan.parts),
+            local: None,
+            returned,
         };
         Ok(response(&plan, &state.machine, &taken, self.headers))
     }
@@ -239,51 +288,42 @@ impl RlsService {
             requests,
             unit_s,
         };
-        let reply = self
-            .ctx
-            .client()
-            .write(command)
-            .await
-            .map_err(client_status)?;
-        match reply {
+        match self.write(command).await? {
             Reply::Done => Ok(true),
             Reply::Refused(Refusal::AtCapacity { limit, .. }) => {
                 self.keys_full
                     .log_override_once(tenant, &override_name(requests, unit_s), limit);
                 Ok(false)
             }
-            Reply::Refused(Refusal::Invalid(why)) => Err(Status::invalid_argument(why)),
-            other => Err(Status::internal(format!(
-                "unexpected answer to an override's limit: {other:?}"
-            ))),
+            other => Err(unexpected("an override's limit", &other)),
         }
     }
 
-    /// Returns the hits of the plan's negative descriptors to their buckets, in one entry
+    /// Returns the hits of negative descriptors (`parts`) to their buckets, in one entry
     /// before the take (so a request that returns and takes sees its own return).
-    async fn give_back(&self, plan: &Plan) -> Result<(), Status> {
+    async fn give_back(&self, tenant: &str, parts: Vec<Part>) -> Result<(), Status> {
         let command = Command::ReturnTokens {
-            tenant: plan.tenant.clone(),
-            parts: plan.returns.clone(),
+            tenant: tenant.to_owned(),
+            parts,
         };
-        let reply = self
-            .ctx
-            .client()
-            .write(command)
-            .await
-            .map_err(client_status)?;
-        match reply {
+        match self.write(command).await? {
             Reply::Done => Ok(()),
+            other => Err(unexpected("a return of tokens", &other)),
+        }
+    }
+
+    /// Writes `command` through the caller's client: its reply,
+    /// with the refusals every write of this service answers alike made statuses (a bad
+    /// request, a limit removed meanwhile).
+    async fn write(&self, command: Command) -> Result<Reply, Status> {
+        match self.send(command).await? {
             Reply::Refused(Refusal::Invalid(why)) => Err(Status::invalid_argument(why)),
             Reply::Refused(Refusal::UnknownLimit { tenant, name }) => {
                 Err(Status::unavailable(format!(
-                    "limit {tenant}/{name} was removed while the request was decided; try \
-                     again"
+                    "limit {tenant}/{name} was removed while the request was decided; try again"
                 )))
             }
-            other => Err(Status::internal(format!(
-                "unexpected answer to a return of tokens: {other:?}"
-            ))),
+            other => Ok(other),
         }
     }
 
@@ -293,12 +333,7 @@ impl RlsService {
         for _ in 0..2 {
             let (session, ticket) = self.ctx.take_ticket().await.map_err(client_status)?;
             let command = Command::AcquireParts(take(tenant, session, ticket, parts.to_vec()));
-            let reply = self
-                .ctx
-                .client()
-                .write(command)
-                .await
-                .map_err(client_status)?;
+            let reply = self.send(command).await?;
             match reply {
                 Reply::Granted { .. } => {
                     let state = self.ctx.state.lock();
@@ -320,6 +355,27 @@ impl RlsService {
         Err(Status::unavailable(
             "the node's take session could not be opened",
         ))
+    }
+
+    /// Sends `command` for the current caller: through the client port's write path in this
+    /// process while this node leads (the same checks, no loopback connection), else, or
+    /// when leadership moved meanwhile (`NotLeader`: never proposed), through the caller's
+    /// internal client, which follows the leader.
+    async fn send(&self, command: Command) -> Result<Reply, Status> {
+        if let Some(writer) = &self.ctx.writer
+            && self.ctx.leads()
+        {
+            let caller = current();
+            match writer.write(&caller.principal, command.clone()).await {
+                Err(Failure::NotLeader { .. }) => {}
+                done => return done.map_err(|f| client_status(ClientError::Failed(f))),
+            }
+        }
+        self.ctx
+            .client()
+            .write(command)
+            .await
+            .map_err(client_status)
     }
 
     /// Which parts a refusal of the take puts over their limit, or the gRPC error it is.
@@ -368,6 +424,11 @@ impl RlsService {
             other => Err(Status::failed_precondition(other.to_string())),
         }
     }
+}
+
+/// The error of a reply no write of this service expects.
+fn unexpected(what: &str, reply: &Reply) -> Status {
+    Status::internal(format!("unexpected answer to {what}: {reply:?}"))
 }
 
 /// Every part but those on shadow limits (which are never refused).

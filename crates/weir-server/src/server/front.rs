@@ -1,6 +1,7 @@
 //! [`FrontDoors`]: the ports a node serves beside its own client and peer ports (HTTP/JSON,
 //! Envoy's rate-limit service), started by whoever runs the node. They reach the cluster
-//! through the client port like any client, so this crate never depends on them: the
+//! through the client port like any client, or through its write path in this process
+//! ([`Doors::writer`]: the same checks), so this crate never depends on them: the
 //! caller of [`super::node::Node::start`] hands them in, and the node gives them what
 //! [`Doors`] holds.
 //!
@@ -16,6 +17,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use weir_proto::tls::Connector;
 
+use super::local_write::LocalWriter;
 use crate::config::Config;
 use crate::raft::Raft;
 use crate::raft::state_store::AppliedState;
@@ -37,6 +39,9 @@ pub struct Doors {
     /// This node's applied state.
     pub state: Arc<AppliedState>,
     pub raft: Raft,
+    /// The client port's write path, in process: a front door on the leader writes through
+    /// it without a loopback connection (`local_write.rs`).
+    pub writer: LocalWriter,
     pub shutdown: Shutdown,
 }
 

@@ -267,6 +267,7 @@ pub mod followed;
 pub mod front;
 pub mod heartbeat;
 pub mod leader;
+pub mod local_write;
 pub mod node;
 pub mod proposer;
 pub mod queue;

@@ -28,6 +28,7 @@ use super::client_port;
 use super::ctx::Ctx;
 use super::data_dir::prepare_data_dir;
 use super::front::{Doors, FrontDoors};
+use super::local_write::LocalWriter;
 use super::proposer::Proposer;
 use super::reader::Reader;
 use crate::config::Config;
@@ -86,6 +87,13 @@ impl Node {
         )
         .await?;
         let tokens = Arc::new(Tokens::new(TokenTable::new(&config.tokens)?));
+        let proposer = Proposer::start(
+            config.id,
+            raft.clone(),
+            state.clone(),
+            config.proposer.clone(),
+            shutdown.clone(),
+        );
         front.start(
             &config,
             Doors {
@@ -96,6 +104,11 @@ impl Node {
                 tokens: tokens.clone(),
                 state: state.clone(),
                 raft: raft.clone(),
+                writer: LocalWriter {
+                    proposer: proposer.clone(),
+                    state: state.clone(),
+                    raft: raft.clone(),
+                },
                 shutdown: shutdown.clone(),
             },
         )?;
@@ -103,13 +116,7 @@ impl Node {
             id: config.id,
             client_addr: config.client_addr.clone(),
             raft: raft.clone(),
-            proposer: Proposer::start(
-                config.id,
-                raft.clone(),
-                state.clone(),
-                config.proposer.clone(),
-                shutdown.clone(),
-            ),
+            proposer,
             reader: Reader::start(raft.clone(), state.clone(), startup_last, shutdown.clone()),
             state,
             acceptor: security.client_acceptor.clone(),

@@ -1,0 +1,76 @@
+//! [`LocalWriter`]: the client port's write path for a front door in the same process (the
+//! Envoy service), without the loopback hop through an internal client: the checks
+//! [`super::client_port`] makes of a write, with the same functions — the principal's role
+//! ([`authorize()`]), the command's arguments ([`edge::check_write`]), the session's owner
+//! ([`check_owner`], with one quorum round for a session not applied here yet), an open
+//! bound to its principal ([`edge::bind_open`]) — then the proposer.
+//!
+//! Invariants: a write refused by a check is never proposed; a write answered `NotLeader`
+//! was never proposed either (the proposer's rule), so its caller may send it through the
+//! leader's client port instead. Never a second authorization rule: the client port's
+//! functions, called with the principal the front door authenticated.
+
+use std::sync::Arc;
+
+use weir_core::machine::{Command, Effect, Reply};
+use weir_proto::protocol::{Failure, Request};
+
+use super::edge;
+use super::leader::read_failure;
+use super::proposer::Proposer;
+use crate::raft::Raft;
+use crate::raft::state_store::AppliedState;
+use crate::security::{Principal, Role, authorize};
+use crate::session_owner::{OwnerCheck, check_owner};
+
+/// Writes through this node's proposer as the client port does (module doc).
+#[derive(Clone)]
+pub struct LocalWriter {
+    pub(super) proposer: Proposer,
+    pub(super) state: Arc<AppliedState>,
+    pub(super) raft: Raft,
+}
+
+impl LocalWriter {
+    /// Writes `command` for `principal`: the machine's reply, or the failure the client
+    /// port would answer (`NotLeader` on a node that does not lead).
+    pub async fn write(&self, principal: &Principal, command: Command) -> Result<Reply, Failure> {
+        let request = Request::Write(command);
+        authorize(&principal.role, &request).map_err(Failure::Forbidden)?;
+        let Request::Write(command) = request else {
+            unreachable!("a write was made above");
+        };
+        edge::check_write(&command)?;
+        self.owned(principal, &command).await?;
+        let command = edge::bind_open(command, principal.owner())?;
+        let (_, reply) = self.proposer.propose(command).await?;
+        crate::metrics::get().replied(&reply);
+        Ok(reply)
+    }
+
+    /// The session-owner rule of the client port: an admin may end any session; otherwise
+    /// the session must be unowned or the principal's own.
+    async fn owned(&self, principal: &Principal, command: &Command) -> Result<(), Failure> {
+        let Some(session) = command.session() else {
+            return Ok(());
+        };
+        let ends = matches!(
+            command.effect(),
+            Effect::Closes { .. } | Effect::Releases { .. }
+        );
+        if ends && principal.role == Role::Admin {
+            return Ok(());
+        }
+        let mut check = check_owner(&self.state, principal, session);
+        if check == OwnerCheck::Unknown {
+            if let Err(e) = self.raft.ensure_linearizable().await {
+                return Err(read_failure(&self.raft, e));
+            }
+            check = check_owner(&self.state, principal, session);
+        }
+        match check {
+            OwnerCheck::Forbidden(why) => Err(Failure::Forbidden(why)),
+            OwnerCheck::Allowed | OwnerCheck::Unknown => Ok(()),
+        }
+    }
+}
