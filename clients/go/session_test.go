@@ -47,6 +47,10 @@ func TestErrorKinds(t *testing.T) {
 	if !errors.Is(lost, ErrLost) || !errors.Is(lost, ErrHalted) || errors.Is(lost, ErrSessionEnded) {
 		t.Fatal("a halt's loss")
 	}
+	released := &LostError{Kind: LostReleased}
+	if !errors.Is(released, ErrLost) || errors.Is(released, ErrSessionEnded) || released.Error() != "weir: permit lost: released" {
+		t.Fatalf("a release through another permit of the ticket: %v", released)
+	}
 }
 
 // A permit's work is cancelled when the client is cut off from every node: WithPermit's
