@@ -139,6 +139,9 @@ const (
 	LostExpired
 	// LostClosed: the session was closed.
 	LostClosed
+	// LostReleased: another permit of the same ticket (asked again with Ticket) was
+	// released: the ticket is no longer held.
+	LostReleased
 )
 
 func (k LostKind) String() string {
@@ -151,6 +154,8 @@ func (k LostKind) String() string {
 		return "expired"
 	case LostClosed:
 		return "closed"
+	case LostReleased:
+		return "released"
 	}
 	return "unknown"
 }
@@ -178,7 +183,7 @@ func (e *LostError) Is(target error) bool {
 	case ErrHalted:
 		return e.Kind == LostHalted
 	case ErrSessionEnded:
-		return e.Kind != LostHalted
+		return e.Kind != LostHalted && e.Kind != LostReleased
 	}
 	return false
 }

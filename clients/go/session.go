@@ -32,6 +32,12 @@ import (
 // waiting ticket is asked again with the very same request, and the halts of every tenant
 // the session holds permits of are read, so an event lost is learned anyway.
 //
+// A caller may ask again itself for a ticket the session holds (Ticket): the cluster
+// answers the same grant, and the new permit joins the held one (Permit.twins), so the two
+// are one holding: a loss of either (a halt, the deadline, the session's end) is a loss of
+// both, and releasing either releases the ticket and tells the others LostReleased. No
+// permit is believed held on a ticket another one released.
+//
 // Nothing stays held that no one believes it holds: a ticket whose acquire gave up (its
 // context ended, its outcome unknown) is released, and a release whose outcome is unknown
 // is retried every second until known or until the session ends.
@@ -214,7 +220,10 @@ func InTenant(tenant string) AcquireOption { return func(r *acquireRequest) { r.
 
 // Ticket asks with a ticket number of the caller's choosing instead of the session's next
 // one. Asking again with the same ticket is idempotent: it answers the same grant, the same
-// fence. The session numbers its own tickets 1, 2, 3, ...: choose numbers far from them.
+// fence, charging nothing twice. Asked again while this session holds it, the two permits
+// are one holding: a halt, the deadline or the session's end tells both, and releasing
+// either releases the ticket and tells the other LostReleased. The session numbers its own
+// tickets 1, 2, 3, ...: choose numbers far from them.
 func Ticket(n uint64) AcquireOption { return func(r *acquireRequest) { r.ticket = n } }
 
 func (r *acquireRequest) body(session, ticket uint64) map[string]any {
@@ -260,6 +269,10 @@ func (s *Session) Acquire(ctx context.Context, limit string, opts ...AcquireOpti
 		err := s.ended
 		s.mu.Unlock()
 		return nil, fmt.Errorf("weir: session %d: %w", s.id, err)
+	}
+	if _, held := s.held[r.ticket]; held && r.ticket != 0 {
+		s.mu.Unlock()
+		return s.askAgain(ctx, limit, r)
 	}
 	ticket := r.ticket
 	if ticket == 0 {
@@ -327,6 +340,44 @@ func (s *Session) Acquire(ctx context.Context, limit string, opts ...AcquireOpti
 		p.setLost(w.lost)
 	case bootNow() >= s.toldAt():
 		p.setLost(&LostError{Kind: LostDeadline})
+	}
+	return p, nil
+}
+
+// askAgain asks again for r.ticket, which this session holds: the cluster answers its
+// grant (idempotent by session and ticket), and the new permit joins the held one's
+// holding (Permit.twins). Nothing is registered, so a failure leaves the ticket with the
+// permit that holds it.
+func (s *Session) askAgain(ctx context.Context, limit string, r acquireRequest) (*Permit, error) {
+	path := "/v1/tenants/" + q(r.tenant) + "/limits/" + q(limit) + "/acquire"
+	var answer acquireAnswer
+	if err := s.hedged(ctx, "POST", path, r.body(s.id, r.ticket), &answer); err != nil {
+		if ctx.Err() != nil {
+			return nil, timedOut(ctx, limit)
+		}
+		return nil, err
+	}
+	if answer.Status != "granted" {
+		return nil, failure(ErrProtocol, "Protocol", "unexpected answer to a held ticket: %q", answer.Status)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	first, held := s.held[r.ticket]
+	if !held {
+		// Released meanwhile through its other permit: the grant answered is held no more.
+		return nil, failure(ErrTicketReleased, "TicketReleased", "ticket %d of session %d was released meanwhile", r.ticket, s.id)
+	}
+	units := answer.Units
+	if units == 0 {
+		units = 1
+	}
+	p := &Permit{
+		s: s, ticket: r.ticket, tenant: r.tenant, limit: limit, agent: r.agent,
+		fence: answer.Fence, units: units, lost: make(chan struct{}),
+	}
+	first.twins = append(first.twins, p)
+	if first.lostErr != nil {
+		p.markLost(first.lostErr)
 	}
 	return p, nil
 }
@@ -416,11 +467,29 @@ func (s *Session) end(why *LostError) {
 	s.cancel()
 }
 
+// forget stops tracking p's ticket (p is being released). Any other permit of the ticket
+// (asked again) not lost already is told LostReleased.
 func (s *Session) forget(ticket uint64, p *Permit) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.held[ticket] == p {
-		delete(s.held, ticket)
+	first, ok := s.held[ticket]
+	if !ok {
+		return
+	}
+	holding := append([]*Permit{first}, first.twins...)
+	mine := false
+	for _, each := range holding {
+		mine = mine || each == p
+	}
+	if !mine {
+		return
+	}
+	delete(s.held, ticket)
+	first.twins = nil // so that telling first does not tell p
+	for _, other := range holding {
+		if other != p {
+			other.setLost(&LostError{Kind: LostReleased})
+		}
 	}
 }
 
@@ -833,6 +902,11 @@ type Permit struct {
 	lost     chan struct{}
 	lostErr  *LostError // set before lost is closed; guarded by s.mu
 	released bool       // guarded by s.mu
+
+	// twins are the other permits of its ticket, asked again while it was held (only on
+	// the permit the session's held map names): one holding, told every loss it is told
+	// (markLost). Guarded by s.mu.
+	twins []*Permit
 }
 
 // Fence answers the permit's fence: greater than every earlier grant's of the limit.
@@ -881,12 +955,16 @@ func (p *Permit) setLost(why *LostError) {
 	p.markLost(why)
 }
 
-// markLost closes Lost once, with why as Err's answer (callers hold s.mu).
+// markLost closes Lost once, with why as Err's answer, and tells its twins (callers hold
+// s.mu).
 func (p *Permit) markLost(why *LostError) {
 	p.once.Do(func() {
 		p.lostErr = why
 		close(p.lost)
 	})
+	for _, twin := range p.twins {
+		twin.markLost(why)
+	}
 }
 
 // Release releases the permit (idempotent). Its loss of belief comes first: the permit is

@@ -47,6 +47,10 @@ func TestErrorKinds(t *testing.T) {
 	if !errors.Is(lost, ErrLost) || !errors.Is(lost, ErrHalted) || errors.Is(lost, ErrSessionEnded) {
 		t.Fatal("a halt's loss")
 	}
+	released := &LostError{Kind: LostReleased}
+	if !errors.Is(released, ErrLost) || errors.Is(released, ErrSessionEnded) || released.Error() != "weir: permit lost: released" {
+		t.Fatalf("a release through another permit of the ticket: %v", released)
+	}
 }
 
 // A permit's work is cancelled when the client is cut off from every node: WithPermit's
@@ -157,5 +161,102 @@ func TestSilentNodePassedOver(t *testing.T) {
 	time.Sleep(3500 * time.Millisecond)
 	if held.Err() != nil || p.Err() != nil {
 		t.Fatalf("permits lost with a quorum up: %v, %v", held.Err(), p.Err())
+	}
+}
+
+// A ticket of the caller's choosing asked for again while held: the same grant under the
+// same fence, charged once, and one holding of two permits. Releasing either releases the
+// ticket and tells the other (LostReleased), so neither is believed held on a ticket the
+// cluster freed; a halt tells both.
+func TestHeldTicketAskedAgainIsOneHoldingOfTwoPermits(t *testing.T) {
+	c := startCluster(t, false, nil)
+	ctx := context.Background()
+	cl, err := New(c.config(t, "reask"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.DefineLimit(ctx, "db", LimitSpec{Concurrent: 1}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := cl.OpenSession(ctx, SessionOptions{TTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	inUse := func() uint64 {
+		st, err := cl.Limit(ctx, "db")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.InUse
+	}
+	told := func(p *Permit, name string, want LostKind) {
+		t.Helper()
+		select {
+		case <-p.Lost():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s not told within 5 s (Err %v)", name, p.Err())
+		}
+		var lost *LostError
+		if !errors.As(p.Err(), &lost) || lost.Kind != want {
+			t.Fatalf("%s lost with %v, want %v", name, p.Err(), want)
+		}
+	}
+
+	t.Log("asked again: the same fence, charged once; releasing the second tells the first")
+	first, err := s.Acquire(ctx, "db", Ticket(7001))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.Acquire(ctx, "db", Ticket(7001), NoWait())
+	if err != nil {
+		t.Fatalf("asked again: %v", err)
+	}
+	if again.Fence() != first.Fence() || again.Ticket() != 7001 {
+		t.Fatalf("asked again: ticket %d fence %d, want 7001 and %d", again.Ticket(), again.Fence(), first.Fence())
+	}
+	if n := inUse(); n != 1 {
+		t.Fatalf("in use %d after asking again, want 1", n)
+	}
+	if err := again.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	told(first, "the first permit", LostReleased)
+	if again.Err() != nil {
+		t.Fatalf("the released permit reports %v", again.Err())
+	}
+	if n := inUse(); n != 0 {
+		t.Fatalf("in use %d after the release, want 0", n)
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatalf("releasing the other permit of a released ticket: %v", err)
+	}
+
+	t.Log("a halt tells both; releasing one after it leaves the other's reason")
+	first, err = s.Acquire(ctx, "db", Ticket(8001))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err = s.Acquire(ctx, "db", Ticket(8001), NoWait())
+	if err != nil {
+		t.Fatalf("asked again: %v", err)
+	}
+	if err := cl.SetHalt(ctx, "asked again"); err != nil {
+		t.Fatal(err)
+	}
+	told(first, "the first permit", LostHalted)
+	told(again, "the second permit", LostHalted)
+	if err := cl.ClearHalt(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := again.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := first.Err(); got == nil || got.Error() != "weir: permit lost: halted (tenant): asked again" {
+		t.Fatalf("the first permit after the second's release: %v", got)
+	}
+	if n := inUse(); n != 0 {
+		t.Fatalf("in use %d after the release, want 0", n)
 	}
 }

@@ -28,6 +28,13 @@
  * event loses nothing. A `refused` event is followed by one more ask of that ticket,
  * which answers the refusal with its fields.
  *
+ * A ticket asked for again while held. A caller may ask again itself for a ticket the
+ * session holds (`AcquireOptions.ticket`): the cluster answers the same grant, and the new
+ * permit joins the held one (`Held.twins`), so the two are one holding: a loss of either
+ * (a halt, the deadline, the session's end) is a loss of both, and releasing either
+ * releases the ticket and tells the others "released". No permit is believed held on a
+ * ticket another one released.
+ *
  * Nothing stays held that no one believes it holds. A ticket that leaves the session
  * without a permit owning it (its acquire's outcome unknown, timed out, or aborted) is
  * released in the background; a release whose outcome is unknown is retried every second
@@ -81,6 +88,7 @@ const STREAM_PAUSE_MS = 200;
 const LOST_DEADLINE: Lost = Object.freeze({ kind: "deadline" });
 const LOST_EXPIRED: Lost = Object.freeze({ kind: "expired" });
 const LOST_CLOSED: Lost = Object.freeze({ kind: "closed" });
+const LOST_RELEASED: Lost = Object.freeze({ kind: "released" });
 
 /** A path segment, percent-encoded. */
 export function q(segment: string): string {
@@ -98,6 +106,9 @@ export class PermitLost extends WeirError {
 /** A granted ticket: which halts cover it, and why it may be lost. */
 class Held {
   lost: Lost | null = null;
+  /** The other permits of its ticket, asked again while it was held (only on the entry
+   * the session's `held` map names): one holding, told every loss it is told. */
+  twins: Held[] = [];
   readonly abort = new AbortController();
   readonly lostPromise: Promise<Lost>;
   private resolveLost!: (why: Lost) => void;
@@ -120,6 +131,7 @@ class Held {
   }
 
   private markLost(why: Lost, replace: boolean): void {
+    for (const twin of this.twins) twin.markLost(why, replace);
     if (this.lost !== null && !replace) return;
     this.lost = why;
     this.resolveLost(why);
@@ -169,7 +181,10 @@ export interface AcquireOptions {
   estimate?: boolean;
   /** Asks with this ticket number instead of the session's next one: asking again with
    * the ticket of an earlier acquire of this session is a re-ask, answered as before
-   * (granted with the same fence while it is held). For drivers and recovery tools. */
+   * (granted with the same fence while it is held, charging nothing twice). Asked again
+   * while this session holds it, the two permits are one holding: a halt, the deadline or
+   * the session's end tells both, and releasing either releases the ticket and tells the
+   * other (`lost` kind "released"). For drivers and recovery tools. */
   ticket?: number;
   /** Gives the acquire up: the ticket is withdrawn and the acquire rejects with the
    * signal's reason. */
@@ -308,7 +323,7 @@ export class Permit {
     if (this.released_) return;
     this.released_ = true;
     const s = this.session;
-    s.forget(this.ticket);
+    s.forget(this.ticket, this.grant.held);
     try {
       await s.transport.call("POST", `/v1/sessions/${s.id}/release`, { ticket: this.ticket });
     } catch (e) {
@@ -532,6 +547,7 @@ export class Session {
     if (asTicket !== undefined && !(Number.isSafeInteger(asTicket) && asTicket >= 0)) {
       throw new RangeError("ticket must be a whole number, at least 0");
     }
+    if (asTicket !== undefined && this.held.has(asTicket)) return this.askAgain(request, asTicket, wait, signal);
     const ticket = asTicket ?? this.nextTicket;
     this.nextTicket = Math.max(this.nextTicket, ticket + 1);
     const path = `/v1/tenants/${q(request.tenant)}/limits/${q(request.limit)}/acquire`;
@@ -656,9 +672,43 @@ export class Session {
     if (w !== undefined && w.lost === null) w.lost = why;
   }
 
-  /** @internal The permit of `ticket` is released: it is no longer the session's. */
-  forget(ticket: number): void {
+  /** @internal The permit of `ticket` whose entry is `held` is released: the ticket is
+   * no longer the session's, and any other permit of it (asked again) not lost already is
+   * told "released". */
+  forget(ticket: number, held: Held): void {
+    const first = this.held.get(ticket);
+    if (first === undefined) return;
+    const holding = [first, ...first.twins];
+    if (!holding.includes(held)) return;
     this.held.delete(ticket);
+    first.twins = []; // so that telling `first` does not tell `held`
+    for (const other of holding) if (other !== held) other.setLost(LOST_RELEASED);
+  }
+
+  /** Asks again for `ticket`, which this session holds: the cluster answers its grant
+   * (idempotent by session and ticket), and the new permit joins the held one's holding
+   * (`Held.twins`). Nothing is registered, so a failure leaves the ticket with the permit
+   * that holds it. */
+  private async askAgain(request: Request, ticket: number, wait: boolean, signal: AbortSignal | undefined): Promise<Permit> {
+    const path = `/v1/tenants/${q(request.tenant)}/limits/${q(request.limit)}/acquire`;
+    let answer: unknown;
+    try {
+      answer = await this.hedged("POST", path, requestBody(request, this.id, ticket, wait), signal);
+    } catch (e) {
+      if (e instanceof Refused) throw namePart(e, request.parts);
+      throw e;
+    }
+    const a = (answer ?? {}) as Record<string, unknown>;
+    if (a["status"] !== "granted") throw new ProtocolError(`unexpected answer to a held ticket: ${JSON.stringify(answer)}`);
+    const first = this.held.get(ticket);
+    if (first === undefined) {
+      // Released meanwhile through its other permit: the grant answered is held no more.
+      throw refusal("TicketReleased", `ticket ${ticket} of session ${this.id} was released meanwhile`, { session: this.id, ticket });
+    }
+    const held = new Held(request.tenant, request.agent);
+    first.twins.push(held);
+    if (first.lost !== null) held.setLost(first.lost);
+    return new Permit(this, request, ticket, { fence: Number(a["fence"]), units: Number(a["units"] ?? 1), held });
   }
 
   private end(why: Lost): void {

@@ -46,7 +46,10 @@ export type LostKind =
   /** The session expired on the cluster. */
   | "expired"
   /** The session was closed. */
-  | "closed";
+  | "closed"
+  /** Another permit of the same ticket (asked again with `ticket`) was released: the
+   * ticket is no longer held. */
+  | "released";
 
 /** Why a permit may no longer be held: a value to act on, never text to match. */
 export interface Lost {
@@ -67,6 +70,8 @@ export function describeLost(lost: Lost): string {
       return "session expired";
     case "closed":
       return "session closed";
+    case "released":
+      return "released through another permit of its ticket";
   }
 }
 

@@ -179,3 +179,39 @@ test('the partition harness holder records acquires, beliefs and releases, and e
     await c.close();
   }
 });
+
+test('a held ticket asked again is one holding of two permits: releasing either tells the other, a halt tells both', { timeout: 60_000 }, async () => {
+  const c = client('reask');
+  try {
+    await c.defineLimit('db', { concurrent: 1 });
+    const s = await c.session({ ttlMs: 3000 });
+    const told = (p) => Promise.race([p.lost, sleep(5000).then(() => null)]);
+
+    const first = await s.acquire('db', { ticket: 7001 });
+    const again = await s.acquire('db', { ticket: 7001, wait: false });
+    assert.equal(again.ticket, 7001);
+    assert.equal(again.fence, first.fence, 'asked again: the same fence');
+    assert.equal((await c.showLimit('db')).in_use, 1, 'charged once');
+    await again.release();
+    assert.deepEqual(await told(first), { kind: 'released' }, 'the first permit is told');
+    assert.deepEqual(first.lostReason(), { kind: 'released' });
+    assert.ok(first.signal.aborted);
+    assert.equal(again.lostReason(), null, 'the released permit is not lost: it was released');
+    assert.equal((await c.showLimit('db')).in_use, 0);
+    await first.release();
+
+    const one = await s.acquire('db', { ticket: 8001 });
+    const two = await s.acquire('db', { ticket: 8001, wait: false });
+    await c.setHalt('asked again');
+    const halted = { kind: 'halted', scope: { agent: null }, reason: 'asked again' };
+    assert.deepEqual(await told(one), halted, 'the first permit is told the halt');
+    assert.deepEqual(await told(two), halted, 'the second permit is told the halt');
+    await c.clearHalt();
+    await two.release();
+    assert.deepEqual(one.lostReason(), halted, 'a loss already told stays');
+    assert.equal((await c.showLimit('db')).in_use, 0);
+    await s.close();
+  } finally {
+    await c.close();
+  }
+});
