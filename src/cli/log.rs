@@ -48,9 +48,14 @@ pub fn init(id: u64) {
             id,
             inner: Format::default(),
         })
-        .with_filter(filter)
         .with_filter(filter_fn(|meta| !is_peer_rpc_failure(meta)));
-    let _ = tracing_subscriber::registry().with(lines).try_init();
+    // `RUST_LOG`'s filter is global, so a span or event it disables is never made: openraft
+    // marks a span on every step of its hot paths, and a filter of the line layer alone
+    // would leave the registry making (and closing) each of them, whatever it printed.
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(lines)
+        .try_init();
 }
 
 /// Installs a subscriber for a client command (not `serve`), only when `RUST_LOG` is set:
