@@ -14,13 +14,15 @@
 //! covers the clock rates the nemesis sets) spent nothing after its lease lapsed, and a
 //! lapsed lease's tokens are never spent again by the cluster, so no window gets more.
 //!
+//! A violation names, per limit, the window furthest over the bound.
+//!
 //! Unknown when the history has lease takes but none decided locally: a run in which no
 //! lease ever spent is not a pass of this property.
 
 use std::collections::BTreeMap;
 
 use super::ops::{oks, s, u};
-use super::rate::{Clocks, over_bound};
+use super::rate::{Clocks, worst_over_bound};
 use super::verdict::Verdict;
 use crate::history::Op;
 
@@ -60,7 +62,9 @@ pub fn check(ops: &[Op]) -> Verdict {
     }
     let over: Vec<String> = by_limit
         .into_iter()
-        .filter_map(|(limit, (rate, burst, takes))| over_bound(limit, rate, burst, takes, &clocks))
+        .filter_map(|(limit, (rate, burst, takes))| {
+            worst_over_bound(limit, rate, burst, takes, &clocks)
+        })
         .collect();
     if over.is_empty() {
         Verdict::Valid
