@@ -5,7 +5,9 @@
 //! for that life: it opens a session (the harness's TTL), leases a share of its limit
 //! (`Session::lease`) and takes one token at a time as fast as it can: from its local
 //! bucket (`Leased::try_take`, no network), else by the fallback to the cluster
-//! (`Leased::take`: one entry), pausing 20–50 ms after a fallback the cluster refused.
+//! (`Leased::take`: one entry), pausing 50–100 ms after a fallback the cluster refused (each
+//! refusal is a log entry; the local bucket loses nothing meanwhile, since its cap holds
+//! more than 100 ms of its refill).
 //! Every take is a `lease-take` op: its invoke before the decision and its ok after it,
 //! both on the harness clock (spend time), with `"local"` saying which bucket it came from.
 //! A life of a `leased` holder lasts 1–3 s and ends in one of four ways, drawn from
@@ -179,7 +181,7 @@ async fn life(p: &Process, rng: &mut Rng, i: u64, bound: bool) -> Remains {
         match take(p, &leased, limit, per_second, burst).await {
             Taken::Yes => {}
             Taken::Busy => {
-                tokio::time::sleep(Duration::from_millis(rng.range(20, 50))).await;
+                tokio::time::sleep(Duration::from_millis(rng.range(50, 100))).await;
             }
             Taken::Lost => break,
         }
