@@ -114,6 +114,12 @@ struct Args {
     /// spend time). Every third holder leases `leased-fast` (burst 4), the others `leased`.
     #[arg(long, default_value_t = 0)]
     lease_holders: u64,
+    /// Token-lease holders running the Python client's leases (`jepsen/lease_holder.py`,
+    /// run by `--python`, whose client must have leases), beside the Rust ones on the same
+    /// limits: the first two on `leased`, every third on `leased-fast`. Every node then
+    /// serves HTTP.
+    #[arg(long, default_value_t = 0)]
+    python_lease_holders: u64,
 }
 
 /// The nemeses `--nemesis` names (`all`: every one the network mode can inject); exits 2
@@ -206,6 +212,11 @@ fn plan(args: Args, nemeses: Vec<String>, net: Net) -> Plan {
     let out = args
         .out
         .unwrap_or_else(|| PathBuf::from(format!("jepsen/runs/seed-{}-{stamp}", args.seed)));
+    let interpreter = args
+        .python
+        .clone()
+        .or_else(|| std::env::var_os("WEIR_JEPSEN_PYTHON").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("python3"));
     let python = (args.python_holders > 0).then(|| PythonHolders {
         count: args.python_holders,
         python: args
@@ -258,8 +269,10 @@ fn plan(args: Args, nemeses: Vec<String>, net: Net) -> Plan {
             0
         },
     });
-    let leases = (args.lease_holders > 0).then_some(LeaseHolders {
+    let leases = (args.lease_holders + args.python_lease_holders > 0).then_some(LeaseHolders {
         count: args.lease_holders,
+        python: args.python_lease_holders,
+        interpreter,
     });
     Plan {
         weir,

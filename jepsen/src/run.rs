@@ -88,7 +88,10 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
         lost_fsync,
         secure: plan.secure,
         client_fronts,
-        http: plan.python.is_some() || plan.go.is_some() || plan.ts.is_some(),
+        http: plan.python.is_some()
+            || plan.go.is_some()
+            || plan.ts.is_some()
+            || plan.leases.as_ref().is_some_and(|l| l.python > 0),
         snapshot_every: plan.snapshot_every,
     };
     let mut cluster =
@@ -418,9 +421,24 @@ impl Spawner {
     /// address, so `client-cut` cuts them too), and two cluster takers on each leased limit.
     fn lease_holders(
         &mut self,
-        holders: workload::LeaseHolders,
+        holders: &workload::LeaseHolders,
         bound: bool,
+        http: &[String],
+        out: &Path,
     ) -> Result<(), String> {
+        for i in 0..holders.python {
+            // Holders 1, 2 (`leased`), 3 (`leased-fast`), … of `lease_of`.
+            let p = self.next(740 + i);
+            let log = out.join(format!("python-lease-holder-{}.log", p.id));
+            let task = workload::python_lease_holder(
+                p,
+                holders.interpreter.clone(),
+                i + 1,
+                http.to_vec(),
+                log,
+            );
+            self.spawn(task);
+        }
         for i in 0..holders.count {
             let p = self.next(700 + i);
             let thread = workload::lease_holder(p, i, bound)
@@ -489,8 +507,8 @@ impl Workloads {
         if let Some(ts) = &plan.ts {
             spawner.ts_holders(ts, http, &plan.out);
         }
-        if let Some(leases) = plan.leases {
-            spawner.lease_holders(leases, client_fronts)?;
+        if let Some(leases) = &plan.leases {
+            spawner.lease_holders(leases, client_fronts, http, &plan.out)?;
         }
         let cli = client_fronts && plan.nemeses.iter().any(|k| k == "client-cut");
         let cli_holder = cli.then(|| spawner.cli_holder(&plan.weir, &plan.out));

@@ -37,6 +37,9 @@
 //! spends together against `burst + rate × window` in spend time. `lease` facts record each
 //! life's start and end (with the lease's figures), for the coverage.
 //!
+//! With `--python-lease-holders`, [`python_lease_holder`] runs the Python client's twin of
+//! a holder (`jepsen/lease_holder.py`, over HTTP) and records its ops.
+//!
 //! Never: a take recorded outside the interval in which it was decided; a life that outlives
 //! the run's stop by more than one stall.
 
@@ -52,10 +55,14 @@ use crate::rng::Rng;
 use crate::secure::Access;
 use crate::setup::{LEASED_LIMITS, TENANT, TTL};
 
-/// Lease holders (`--lease-holders N`).
-#[derive(Clone, Copy, Debug)]
+/// Lease holders (`--lease-holders N`, `--python-lease-holders N`).
+#[derive(Clone, Debug)]
 pub struct LeaseHolders {
+    /// Rust holders.
     pub count: u64,
+    /// Holders running the Python client (`jepsen/lease_holder.py`), and its interpreter.
+    pub python: u64,
+    pub interpreter: std::path::PathBuf,
 }
 
 /// What a holder of holder number `i` leases: (limit, per_second, burst, wanted rate a
@@ -321,4 +328,107 @@ pub async fn cluster_taker(p: Process, limit: &'static str, per_second: f64, bur
             }
         }
     }
+}
+
+/// One holder running the Python client's leases (`jepsen/lease_holder.py`), its lease per
+/// [`lease_of`] of `i`, reaching the nodes at `http`; its ops are recorded as they come
+/// (lines of another process, or not a lease op, are dropped), its stderr goes to `log`.
+/// Its stdin is closed when the run stops; it is killed 10 s later if still running.
+pub async fn python_lease_holder(
+    p: Process,
+    interpreter: std::path::PathBuf,
+    i: u64,
+    http: Vec<String>,
+    log: std::path::PathBuf,
+) {
+    use tokio::io::AsyncBufReadExt;
+    let (limit, per_second, burst, rate, cap) = lease_of(i);
+    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("lease_holder.py");
+    let epoch = super::python::boot_ns().saturating_sub(p.history.now_ns());
+    let mut command = tokio::process::Command::new(&interpreter);
+    if weir_core::planted::ENABLED {
+        command.args(["-X", "weir_planted"]);
+    }
+    command
+        .arg(&script)
+        .args([
+            "--servers",
+            &http.join(","),
+            "--tenant",
+            TENANT,
+            "--limit",
+            limit,
+        ])
+        .args([
+            "--per-second",
+            &per_second.to_string(),
+            "--burst",
+            &burst.to_string(),
+        ])
+        .args(["--rate", &rate.to_string(), "--cap", &cap.to_string()])
+        .args([
+            "--process",
+            &p.id.to_string(),
+            "--seed",
+            &p.seed.to_string(),
+        ])
+        .args(["--epoch-boot-ns", &epoch.to_string()])
+        .args(["--ttl-ms", &TTL.as_millis().to_string()])
+        .env_remove("WEIR_CA")
+        .env_remove("WEIR_TOKEN")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    if let Some(secure) = crate::secure::current() {
+        command.env("WEIR_CA", &secure.ca);
+        if let Some(token) = secure.token(Access::Tenant(TENANT)) {
+            command.env("WEIR_TOKEN", token);
+        }
+    }
+    if let Ok(file) = std::fs::File::create(&log) {
+        command.stderr(file);
+    }
+    let mut child = match command.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            p.history.record(
+                p.id,
+                Kind::Info,
+                "lease",
+                json!({"event": "refused", "limit": limit, "client": "python", "error": format!("cannot start {}: {e}", interpreter.display())}),
+            );
+            return;
+        }
+    };
+    let mut stdin = child.stdin.take();
+    let Some(stdout) = child.stdout.take() else {
+        return;
+    };
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let mut kill_at: Option<Instant> = None;
+    loop {
+        match tokio::time::timeout(Duration::from_millis(200), lines.next_line()).await {
+            Ok(Ok(Some(line))) => {
+                if let Ok(op) = serde_json::from_str::<crate::history::Op>(&line)
+                    && op.process == p.id
+                    && (op.f == "lease-take" || op.f == "lease")
+                {
+                    p.history
+                        .record_at(op.process, op.kind, &op.f, op.value, op.time_ns);
+                }
+            }
+            Ok(_) => break,
+            Err(_) => {}
+        }
+        if !p.running() && stdin.is_some() {
+            stdin = None; // closed: the driver's signal to stop
+            kill_at = Some(Instant::now() + Duration::from_secs(10));
+        }
+        if kill_at.is_some_and(|at| Instant::now() >= at) {
+            let _ = child.start_kill();
+            break;
+        }
+    }
+    drop(stdin);
+    let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
 }

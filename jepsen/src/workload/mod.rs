@@ -55,7 +55,7 @@ pub use fenced::{ClientPause, Resource, fenced, spawn_pausable};
 pub use go::{GoHolders, go_holder};
 pub use halt_queue::halt_queue;
 pub use halts::{OTHER_AGENT, admitter, halter};
-pub use leased::{LeaseHolders, cluster_taker, lease_holder, lease_of};
+pub use leased::{LeaseHolders, cluster_taker, lease_holder, lease_of, python_lease_holder};
 pub use ledger::ledger;
 pub use permits::permits;
 pub use process::Process;
