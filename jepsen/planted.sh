@@ -65,6 +65,9 @@ plants=(
     "forward-held|kept|stall-then-kill|loopback|40|1||--python-holders 4"
     "go-told-late|told|client-pause|loopback|30|1||--go-holders 4"
     "ts-told-late|told|client-pause|loopback|30|1||--ts-holders 4"
+    "lease-lapse-refund|leased|kill|loopback|20|1||--lease-holders 3"
+    "lease-past-deadline|leased|client-cut|loopback|30|1||--lease-holders 3"
+    "lease-renew-overlap|leased|kill|loopback|15|1||--lease-holders 3"
 )
 
 want=("$@")

@@ -160,7 +160,7 @@ fn edn(value: &serde_json::Value) -> String {
 /// status monitor and the convergence probe saw, what the node logs said of snapshots).
 /// They have no invoke, are kept in
 /// `history.jsonl` for the checkers, and are left out of the EDN export.
-pub const FACTS: [&str; 16] = [
+pub const FACTS: [&str; 17] = [
     "hold",
     "multi-hold",
     "leadership",
@@ -177,6 +177,7 @@ pub const FACTS: [&str; 16] = [
     "ts-holder",
     "halt-room",
     "snapshots",
+    "lease",
 ];
 
 /// Checks Jepsen's shape on every operation (facts aside): per process, an `invoke`, then

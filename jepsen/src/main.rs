@@ -12,7 +12,7 @@ use weir_jepsen::cluster::Net;
 use weir_jepsen::nemesis;
 use weir_jepsen::netns::{self, Netns};
 use weir_jepsen::run::{Plan, run, table};
-use weir_jepsen::workload::{GoHolders, PythonHolders, TsHolders};
+use weir_jepsen::workload::{GoHolders, LeaseHolders, PythonHolders, TsHolders};
 
 /// With `client-pause` requested, every which permit a Python, Go or TypeScript holder holds through a pause
 /// past its TTL: often enough for a few a minute, rarely enough that most of its beliefs
@@ -108,6 +108,18 @@ struct Args {
     /// The TypeScript holders' driver (default: `clients/typescript/test/jepsen_holder.mjs`).
     #[arg(long)]
     ts_holder_script: Option<PathBuf>,
+    /// Token-lease holders (the Rust client's `Session::lease`) on the leased rate limits,
+    /// each deciding takes locally and falling back to the cluster, crashing and stalling
+    /// now and then, beside a cluster taker on each limit; judged by the `leased` row (G1 in
+    /// spend time). Every third holder leases `leased-fast` (burst 4), the others `leased`.
+    #[arg(long, default_value_t = 0)]
+    lease_holders: u64,
+    /// Token-lease holders running the Python client's leases (`jepsen/lease_holder.py`,
+    /// run by `--python`, whose client must have leases), beside the Rust ones on the same
+    /// limits: the first two on `leased`, every third on `leased-fast`. Every node then
+    /// serves HTTP.
+    #[arg(long, default_value_t = 0)]
+    python_lease_holders: u64,
 }
 
 /// The nemeses `--nemesis` names (`all`: every one the network mode can inject); exits 2
@@ -200,6 +212,11 @@ fn plan(args: Args, nemeses: Vec<String>, net: Net) -> Plan {
     let out = args
         .out
         .unwrap_or_else(|| PathBuf::from(format!("jepsen/runs/seed-{}-{stamp}", args.seed)));
+    let interpreter = args
+        .python
+        .clone()
+        .or_else(|| std::env::var_os("WEIR_JEPSEN_PYTHON").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("python3"));
     let python = (args.python_holders > 0).then(|| PythonHolders {
         count: args.python_holders,
         python: args
@@ -252,6 +269,11 @@ fn plan(args: Args, nemeses: Vec<String>, net: Net) -> Plan {
             0
         },
     });
+    let leases = (args.lease_holders + args.python_lease_holders > 0).then_some(LeaseHolders {
+        count: args.lease_holders,
+        python: args.python_lease_holders,
+        interpreter,
+    });
     Plan {
         weir,
         out,
@@ -266,6 +288,7 @@ fn plan(args: Args, nemeses: Vec<String>, net: Net) -> Plan {
         python,
         go,
         ts,
+        leases,
     }
 }
 

@@ -45,6 +45,9 @@ pub struct Plan {
     /// Permit holders running the TypeScript client beside the Rust ones (`--ts-holders`);
     /// every node serves HTTP for them.
     pub ts: Option<workload::TsHolders>,
+    /// Token-lease holders on the leased rate limits, with a cluster taker beside them on
+    /// each (`--lease-holders`).
+    pub leases: Option<workload::LeaseHolders>,
 }
 
 impl Plan {
@@ -85,7 +88,10 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
         lost_fsync,
         secure: plan.secure,
         client_fronts,
-        http: plan.python.is_some() || plan.go.is_some() || plan.ts.is_some(),
+        http: plan.python.is_some()
+            || plan.go.is_some()
+            || plan.ts.is_some()
+            || plan.leases.as_ref().is_some_and(|l| l.python > 0),
         snapshot_every: plan.snapshot_every,
     };
     let mut cluster =
@@ -411,6 +417,45 @@ impl Spawner {
         }
     }
 
+    /// The token-lease holders, each on a thread of its own (`bound`: from the cut client's
+    /// address, so `client-cut` cuts them too), and two cluster takers on each leased limit.
+    fn lease_holders(
+        &mut self,
+        holders: &workload::LeaseHolders,
+        bound: bool,
+        http: &[String],
+        out: &Path,
+    ) -> Result<(), String> {
+        for i in 0..holders.python {
+            // Holders 1, 2 (`leased`), 3 (`leased-fast`), … of `lease_of`.
+            let p = self.next(740 + i);
+            let log = out.join(format!("python-lease-holder-{}.log", p.id));
+            let task = workload::python_lease_holder(
+                p,
+                holders.interpreter.clone(),
+                i + 1,
+                http.to_vec(),
+                log,
+            );
+            self.spawn(task);
+        }
+        for i in 0..holders.count {
+            let p = self.next(700 + i);
+            let thread = workload::lease_holder(p, i, bound)
+                .map_err(|e| format!("cannot start a lease holder: {e}"))?;
+            self.spawn(async move {
+                let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+            });
+        }
+        for (i, (limit, per_second, burst)) in workload::LEASED_LIMITS.into_iter().enumerate() {
+            for j in 0..2 {
+                let p = self.next(720 + 2 * i as u64 + j);
+                self.spawn(workload::cluster_taker(p, limit, per_second, burst));
+            }
+        }
+        Ok(())
+    }
+
     /// The TypeScript holders, as [`Spawner::python_holders`].
     fn ts_holders(&mut self, holders: &workload::TsHolders, http: &[String], out: &Path) {
         let shared = Arc::new(holders.clone());
@@ -461,6 +506,9 @@ impl Workloads {
         }
         if let Some(ts) = &plan.ts {
             spawner.ts_holders(ts, http, &plan.out);
+        }
+        if let Some(leases) = &plan.leases {
+            spawner.lease_holders(leases, client_fronts, http, &plan.out)?;
         }
         let cli = client_fronts && plan.nemeses.iter().any(|k| k == "client-cut");
         let cli_holder = cli.then(|| spawner.cli_holder(&plan.weir, &plan.out));
@@ -693,6 +741,14 @@ pub fn judge(
             "kept",
             "G9: no holder lost a permit to faults that kept a quorum up",
             checker::kept::check(ops),
+        ));
+    }
+    // Judged when the history has lease takes (a run with lease holders).
+    if checker::leased::present(ops) {
+        rows.push((
+            "leased",
+            "G1 in spend time: cluster grants and local spends within burst + rate x window",
+            checker::leased::check(ops),
         ));
     }
     // Judged when the history has keyed requests (every run since the workload exists).

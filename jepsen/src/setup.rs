@@ -21,6 +21,12 @@ pub const LIMITS: [(&str, u32, f64, Option<u64>); 8] = [
     (CLI_LIMIT, 1, 0.0, None),
 ];
 
+/// The rate limits that token-lease holders lease (`workload/leased.rs`): (name,
+/// per_second, burst). `leased` has room for caps far above what a lease refills in a TTL,
+/// so a lapsed lease's cap refunded stands out; `leased-fast` has a burst of 4, so a holder
+/// spending its share of the rate where it should not stands out within a second.
+pub const LEASED_LIMITS: [(&str, f64, u64); 2] = [("leased", 4.0, 40), ("leased-fast", 10.0, 4)];
+
 /// The limit the CLI holder holds, with waiters behind it.
 pub const CLI_LIMIT: &str = "cli";
 

@@ -263,8 +263,14 @@ impl Local {
         self.level_micro = (self.level_micro + share.tokens_micro).min(self.cap * MICRO);
         self.fair_rate_micro = share.fair_rate_micro_per_s;
         self.fair_cap = share.fair_cap;
+        // PLANTED(lease-renew-overlap): the previous share goes on beside the new one.
+        let previous = (self.figures.rate_micro_per_s, self.figures.cap);
         self.figures.rate_micro_per_s = self.rate_micro;
         self.figures.cap = self.cap;
+        if weir_core::planted::is(weir_core::planted::Plant::LeaseRenewOverlap) {
+            self.rate_micro += previous.0;
+            self.cap += previous.1;
+        }
     }
 
     fn stop(&mut self, why: String) {
@@ -554,7 +560,10 @@ impl Shared {
         let deadline = *self.state.deadline.borrow();
         let ended = self.state.is_ended();
         let mut l = self.local.lock().expect("lease lock");
-        if !believed_at(deadline, now) || ended {
+        // PLANTED(lease-past-deadline): the belief deadline is not looked at.
+        let past = !believed_at(deadline, now)
+            && !weir_core::planted::is(weir_core::planted::Plant::LeasePastDeadline);
+        if past || ended {
             // Past the belief deadline, or the session closed (its close ended the lease on
             // the cluster when it was sent): nothing more is spent here.
             l.level_micro = 0;

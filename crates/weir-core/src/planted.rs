@@ -88,11 +88,21 @@ pub enum Plant {
     /// with `--conditions=weir-planted`; the harness passes that flag when it is a planted
     /// build.
     TsToldLate,
+    /// A lapsed token lease (its session expired or closed) refunds its cap to the
+    /// cluster's bucket, as if the holder had spent none of it (the machine's essay, "Token
+    /// leases", rule 3: a lapsed lease counts as spent).
+    LeaseLapseRefund,
+    /// A token-lease holder spends from its local bucket past its session's belief
+    /// deadline, until it learns that the session ended.
+    LeasePastDeadline,
+    /// A token-lease renewal overlaps the lease it renews without counting it: the holder
+    /// spends at the new share plus the previous one, and holds both caps.
+    LeaseRenewOverlap,
 }
 
 impl Plant {
     /// Every plant, in the order of `jepsen/planted.sh`.
-    pub const ALL: [Plant; 26] = [
+    pub const ALL: [Plant; 29] = [
         Plant::NoFreeze,
         Plant::WallGap,
         Plant::MarginZero,
@@ -119,6 +129,9 @@ impl Plant {
         Plant::ForwardHeld,
         Plant::GoToldLate,
         Plant::TsToldLate,
+        Plant::LeaseLapseRefund,
+        Plant::LeasePastDeadline,
+        Plant::LeaseRenewOverlap,
     ];
 
     /// The name `WEIR_PLANT` takes.
@@ -150,6 +163,9 @@ impl Plant {
             Plant::ForwardHeld => "forward-held",
             Plant::GoToldLate => "go-told-late",
             Plant::TsToldLate => "ts-told-late",
+            Plant::LeaseLapseRefund => "lease-lapse-refund",
+            Plant::LeasePastDeadline => "lease-past-deadline",
+            Plant::LeaseRenewOverlap => "lease-renew-overlap",
         }
     }
 }

@@ -29,6 +29,11 @@
 //! - `lost-fsync crashes`: nodes power-lost by the `power-loss` fault (kill -9, then every
 //!   write not fsynced dropped), each restarted on what it had made durable; a key count
 //!   when `power-loss` is requested.
+//! - `local lease takes`, `lease lapses`: tokens the token-lease holders took from their
+//!   local buckets, and their leases that ended with their session rather than by being
+//!   given up (a crash, a close under the lease, a stall past the TTL: the lease counted as
+//!   spent); key counts when the history has lease takes (`workload::leased`), the lapses
+//!   only when a holder of `leased` (whose holders crash, close and stall) opened a lease.
 //!
 //! Which counts are key follows the faults that fired in the run (the nemesis' `info` ops,
 //! each naming its variant) and the workloads every run starts, so a key is required only
@@ -49,6 +54,8 @@
 //! | `snapshots built` | the `snapshots` fact has a nonzero `every` of at most [`SNAPSHOT_EVERY_KEY`] | every node builds one each `every` entries; a run of a few seconds applies thousands |
 //! | `snapshots built` | the `snapshots` fact has a nonzero `every` of at most [`SNAPSHOT_EVERY_KEY`] | every node builds one each `every` entries; a run of a few seconds applies thousands |
 //! | `lost-fsync crashes` | a `power-loss` fault fired | each one power-loses a node (or two, or all of them) and restarts it |
+//! | `local lease takes` | the history has lease takes | the holders take from their local buckets as fast as they refill |
+//! | `lease lapses` | a holder of `leased` opened a lease | six lives in ten of such a holder end in a crash, a close under the lease or a stall, and it lives 1–3 s |
 //! | `skewed leaderships` | a `clocks` fault set every node's rate at least [`SKEW_SET`] off true | whichever node leads then runs skewed |
 //!
 //! A kill of one node, a partition other than `isolate-leader`, a delay or a leader stall
@@ -188,6 +195,20 @@ pub fn counts(ops: &[Op]) -> Vec<(&'static str, u64)> {
             "multi-part refusals",
             count(ops, |o| refused(o, &["multi"], "refused")),
         ),
+        (
+            "local lease takes",
+            count(ops, |o| {
+                o.kind == Kind::Ok
+                    && o.f == "lease-take"
+                    && o.value.get("local") == Some(&true.into())
+            }),
+        ),
+        (
+            "lease lapses",
+            count(ops, |o| {
+                o.f == "lease" && matches!(s(o, "event"), Some("crash" | "close" | "stall"))
+            }),
+        ),
     ]
 }
 
@@ -225,6 +246,16 @@ pub fn keys(ops: &[Op]) -> Vec<&'static str> {
     }
     if super::keyed::present(ops) {
         keys.extend(["multi-part grants", "multi-part refusals"]);
+    }
+    if super::leased::present(ops) {
+        keys.push("local lease takes");
+    }
+    let leased = crate::setup::LEASED_LIMITS[0].0;
+    if ops
+        .iter()
+        .any(|o| o.f == "lease" && s(o, "event") == Some("open") && s(o, "limit") == Some(leased))
+    {
+        keys.push("lease lapses");
     }
     if ops
         .iter()
@@ -428,6 +459,40 @@ mod tests {
         h.push(multi(Kind::Fail, "refused: busy"));
         assert!(counts(&h).contains(&("multi-part grants", 1)));
         assert_eq!(check(&h), Verdict::Valid);
+    }
+
+    #[test]
+    fn lease_takes_and_lapses_are_counted_and_key_when_leases_ran() {
+        let lease = |event: &str, limit: &str| {
+            op(
+                48,
+                Kind::Info,
+                "lease",
+                json!({"event": event, "limit": limit}),
+                1,
+            )
+        };
+        let local = op(
+            48,
+            Kind::Ok,
+            "lease-take",
+            json!({"limit": "leased", "local": true}),
+            2,
+        );
+        let fast_only = vec![lease("open", "leased-fast"), local.clone()];
+        assert!(keys(&fast_only).contains(&"local lease takes"));
+        assert!(!keys(&fast_only).contains(&"lease lapses"));
+        let mut h = vec![lease("open", "leased"), local];
+        assert!(keys(&h).contains(&"lease lapses"));
+        assert!(counts(&h).contains(&("lease lapses", 0)));
+        h.extend([
+            lease("crash", "leased"),
+            lease("close", "leased"),
+            lease("end", "leased"),
+        ]);
+        let c = counts(&h);
+        assert!(c.contains(&("lease lapses", 2)), "{c:?}");
+        assert!(c.contains(&("local lease takes", 1)), "{c:?}");
     }
 
     #[test]

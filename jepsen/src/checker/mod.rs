@@ -16,6 +16,7 @@ pub mod fences;
 pub mod halts;
 pub mod kept;
 pub mod keyed;
+pub mod leased;
 pub mod linearizable;
 pub mod liveness;
 mod ops;

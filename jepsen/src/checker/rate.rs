@@ -181,6 +181,32 @@ pub(crate) fn over_bound(
     takes: Vec<(u64, u64, u64)>,
     clocks: &Clocks,
 ) -> Option<String> {
+    scan(limit, rate, burst, takes, clocks, true)
+}
+
+/// [`over_bound`], naming the window furthest over the bound rather than the first found
+/// (the same windows tried): what a violation amounts to, at its worst.
+pub(crate) fn worst_over_bound(
+    limit: &str,
+    rate: f64,
+    burst: u64,
+    takes: Vec<(u64, u64, u64)>,
+    clocks: &Clocks,
+) -> Option<String> {
+    scan(limit, rate, burst, takes, clocks, false)
+}
+
+/// The windows of [`over_bound`]: the first over the bound (`stop_at_first`), or the one furthest
+/// over it.
+fn scan(
+    limit: &str,
+    rate: f64,
+    burst: u64,
+    takes: Vec<(u64, u64, u64)>,
+    clocks: &Clocks,
+    stop_at_first: bool,
+) -> Option<String> {
+    let mut worst: Option<(f64, String)> = None;
     // (acknowledged, invoked, units), by acknowledgement.
     let mut by_ack: Vec<(u64, u64, u64)> = takes.iter().map(|t| (t.1, t.0, t.2)).collect();
     by_ack.sort_unstable();
@@ -199,15 +225,20 @@ pub(crate) fn over_bound(
             sum += units;
             let window_s = (b - a) as f64 / 1e9 + LOG_TICK_S;
             let bound = burst as f64 + rate * reach.factor_to(b) * window_s;
-            if sum as f64 > bound + 1e-9 {
-                return Some(format!(
+            let over = sum as f64 - bound;
+            if over > 1e-9 && worst.as_ref().is_none_or(|(w, _)| over > *w) {
+                let why = format!(
                     "{sum} tokens of {limit} granted within {:.3} s from {a} ns; the bound is {bound:.2}",
                     (b - a) as f64 / 1e9
-                ));
+                );
+                if stop_at_first {
+                    return Some(why);
+                }
+                worst = Some((over, why));
             }
         }
     }
-    None
+    worst.map(|(_, why)| why)
 }
 
 /// [`Clocks::factor`] of the windows `[a, b]` of one start `a` as `b` grows: the leaders

@@ -1,10 +1,13 @@
 //! [`setup`]: defines the run's limits before the workloads start: the table of
-//! `setup.rs`, the keyed ones of `keyed.rs`, and the halt tenant's.
+//! `setup.rs` (the leased rate limits among them), the keyed ones of `keyed.rs`, and the
+//! halt tenant's.
 
 use weir_client::Client;
 
 use super::keyed;
-use crate::setup::{HALT_LIMIT, HALT_LIMIT_CAP, HALT_QUEUE, HALT_TENANT, LIMITS, TENANT};
+use crate::setup::{
+    HALT_LIMIT, HALT_LIMIT_CAP, HALT_QUEUE, HALT_TENANT, LEASED_LIMITS, LIMITS, TENANT,
+};
 
 /// Defines the limits (retrying until the cluster answers): [`TENANT`]'s through `client`,
 /// [`HALT_TENANT`]'s through `halty` (in a secure run each with its own tenant's token).
@@ -12,6 +15,12 @@ pub async fn setup(client: &Client, halty: &Client) -> Result<(), String> {
     for (name, concurrent, per_second, burst) in LIMITS {
         client
             .define_limit(TENANT, name, concurrent, per_second, burst)
+            .await
+            .map_err(|e| format!("define {name}: {e}"))?;
+    }
+    for (name, per_second, burst) in LEASED_LIMITS {
+        client
+            .define_limit(TENANT, name, 0, per_second, Some(burst))
             .await
             .map_err(|e| format!("define {name}: {e}"))?;
     }

@@ -14,7 +14,9 @@
 //! keys are drained after the last heal ([`keyed`]); and, when asked for, permit holders
 //! running the Python client in processes of their own beside the Rust ones
 //! ([`python_holder`]); and, with the cut client, a holder that holds through the CLI
-//! (`weir acquire -- COMMAND`, [`cli_holder`]). `setup.rs` holds the limits they share (`define.rs` defines them before the run), `process.rs` what each process is given; `acquire.rs` the
+//! (`weir acquire -- COMMAND`, [`cli_holder`]); and, when asked for, token-lease holders
+//! deciding takes locally beside cluster takers on the leased rate limits ([`lease_holder`],
+//! [`cluster_taker`]). `setup.rs` holds the limits they share (`define.rs` defines them before the run), `process.rs` what each process is given; `acquire.rs` the
 //! recorded acquire, release and belief end they share; `belief.rs` how a holder works on a
 //! permit as an application does (each step checked, raced against `lost()`) and records
 //! when it was told the permit may be lost.
@@ -30,6 +32,7 @@ mod halt_queue;
 mod go;
 mod halts;
 pub mod keyed;
+mod leased;
 mod ledger;
 mod permits;
 mod process;
@@ -41,7 +44,7 @@ mod ts;
 
 pub use crate::setup::{
     CEIL_TENANT, CLI_LIMIT, CRASH, CUT, FENCED, FINAL_READERS, HALT_AGENT, HALT_LIMIT,
-    HALT_LIMIT_CAP, HALT_TENANT, LIMITS, QUEUE, TENANT, TENANTS, TTL,
+    HALT_LIMIT_CAP, HALT_TENANT, LEASED_LIMITS, LIMITS, QUEUE, TENANT, TENANTS, TTL,
 };
 pub use acquire::{acquire_as, release_recorded};
 pub use ceilings::{ceiling_admitter, ceiling_setter};
@@ -52,6 +55,7 @@ pub use fenced::{ClientPause, Resource, fenced, spawn_pausable};
 pub use go::{GoHolders, go_holder};
 pub use halt_queue::halt_queue;
 pub use halts::{OTHER_AGENT, admitter, halter};
+pub use leased::{LeaseHolders, cluster_taker, lease_holder, lease_of, python_lease_holder};
 pub use ledger::ledger;
 pub use permits::permits;
 pub use process::Process;

@@ -20,6 +20,9 @@
 //! the lines it recorded, the lines refused and why): the `python holders` checker reads
 //! them. A line that does not parse as an op of the driver's own process, or of a kind a
 //! holder records, is refused (not recorded) and counted.
+//!
+//! The Go and TypeScript drivers take the Python driver's arguments: [`holder_args`] gives
+//! them to each, and [`drive`] runs each.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -83,17 +86,43 @@ pub async fn python_holder(
     (limit, cap): (&'static str, u64),
     log: PathBuf,
 ) {
-    // The harness's time 0 on the boot clock: both clocks read back to back.
-    let epoch = boot_ns().saturating_sub(p.history.now_ns());
-    let ttl_ms = TTL.as_millis() as u64;
     let mut command = tokio::process::Command::new(&holders.python);
     if weir_core::planted::ENABLED {
         // A planted build: the client honours a Python plant `WEIR_PLANT` names (it is
         // inherited), as the Rust library in this harness honours a Rust one.
         command.args(["-X", "weir_planted"]);
     }
+    command.arg(&holders.script);
+    holder_args(&mut command, &p, &http, (limit, cap), holders.pause_every);
+    drive(
+        &p,
+        command,
+        "python-holder",
+        (limit, cap),
+        &log,
+        &holders.python,
+    )
+    .await;
+}
+
+/// Gives a holder driver's `command` (its program, and its script if it has one, already
+/// set) what every driver takes: the nodes' HTTP addresses `http`, the tenant, `limit` and
+/// its `cap`, the process's number and seed, the harness's time 0 on the boot clock, the
+/// TTL, the hold and pause lengths (`pause_every`: every which permit is held through a
+/// pause; 0 never), and in a secure run the CA and the tenant's token; the environment's
+/// own addresses and secrets removed, stdin and stdout piped, killed when dropped. The
+/// Python, Go and TypeScript drivers take the same arguments.
+pub(super) fn holder_args(
+    command: &mut tokio::process::Command,
+    p: &Process,
+    http: &[String],
+    (limit, cap): (&'static str, u64),
+    pause_every: u64,
+) {
+    // The harness's time 0 on the boot clock: both clocks read back to back.
+    let epoch = boot_ns().saturating_sub(p.history.now_ns());
+    let ttl_ms = TTL.as_millis() as u64;
     command
-        .arg(&holders.script)
         .args([
             "--servers",
             &http.join(","),
@@ -111,7 +140,7 @@ pub async fn python_holder(
         ])
         .args(["--ttl-ms", &ttl_ms.to_string()])
         .args(["--hold-ms", &format!("{},{}", HOLD_MS.0, HOLD_MS.1)])
-        .args(["--pause-every", &holders.pause_every.to_string()])
+        .args(["--pause-every", &pause_every.to_string()])
         // Past the TTL by 0.2–1 s: the session expires and the permit may go to another,
         // and the client's deadline passed at most 1.6 s before the resume (it falls 2.1–2.7 s
         // into the pause), so a client that tells its application ~3 s late keeps it
@@ -133,15 +162,6 @@ pub async fn python_holder(
             command.env("WEIR_TOKEN", token);
         }
     }
-    drive(
-        &p,
-        command,
-        "python-holder",
-        (limit, cap),
-        &log,
-        &holders.python,
-    )
-    .await;
 }
 
 /// Runs a holder driver's `command` (its arguments and environment set): records the

@@ -14,13 +14,10 @@
 //! the `typescript` row.
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::Arc;
 
 use super::process::Process;
-use super::python::{HOLD_MS, drive};
-use crate::secure::Access;
-use crate::setup::{TENANT, TTL};
+use super::python::{drive, holder_args};
 
 /// The TypeScript holders of a run.
 #[derive(Clone, Debug)]
@@ -53,49 +50,11 @@ pub async fn ts_holder(
     (limit, cap): (&'static str, u64),
     log: PathBuf,
 ) {
-    let epoch = super::python::boot_ns().saturating_sub(p.history.now_ns());
-    let ttl_ms = TTL.as_millis() as u64;
     let mut command = tokio::process::Command::new(&holders.node);
     if weir_core::planted::ENABLED {
         command.arg("--conditions=weir-planted");
     }
-    command
-        .arg(&holders.script)
-        .args([
-            "--servers",
-            &http.join(","),
-            "--tenant",
-            TENANT,
-            "--limit",
-            limit,
-        ])
-        .args(["--cap", &cap.to_string(), "--process", &p.id.to_string()])
-        .args([
-            "--seed",
-            &p.seed.to_string(),
-            "--epoch-boot-ns",
-            &epoch.to_string(),
-        ])
-        .args(["--ttl-ms", &ttl_ms.to_string()])
-        .args(["--hold-ms", &format!("{},{}", HOLD_MS.0, HOLD_MS.1)])
-        .args(["--pause-every", &holders.pause_every.to_string()])
-        // As the Python holders' pauses: past the TTL by 0.2–1 s.
-        .args([
-            "--pause-ms",
-            &format!("{},{}", ttl_ms + 200, ttl_ms + 1_000),
-        ])
-        .env_remove("WEIR_HTTP_SERVERS")
-        .env_remove("WEIR_SERVERS")
-        .env_remove("WEIR_CA")
-        .env_remove("WEIR_TOKEN")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true);
-    if let Some(secure) = crate::secure::current() {
-        command.env("WEIR_CA", &secure.ca);
-        if let Some(token) = secure.token(Access::Tenant(TENANT)) {
-            command.env("WEIR_TOKEN", token);
-        }
-    }
+    command.arg(&holders.script);
+    holder_args(&mut command, &p, &http, (limit, cap), holders.pause_every);
     drive(&p, command, "ts-holder", (limit, cap), &log, &holders.node).await;
 }

@@ -307,6 +307,11 @@ impl Machine {
             limit.leased.rate_micro_per_s -= lease.rate_micro_per_s;
             limit.leased.cap -= lease.cap;
             limit.leased.holders -= 1;
+            // PLANTED(lease-lapse-refund): the lapsed lease's cap is refunded.
+            if crate::planted::is(crate::planted::Plant::LeaseLapseRefund) {
+                limit.tokens_micro =
+                    (limit.tokens_micro + lease.cap * MICRO).min(limit.own_cap_micro());
+            }
             touched.insert(id);
         }
         touched

@@ -1,0 +1,132 @@
+//! G1 with token leases, in spend time: over any window, the tokens of a leased limit that
+//! the cluster granted and the lease holders spent from their local buckets together never
+//! exceed `burst + per_second × window` (the machine's essay, "Token leases").
+//!
+//! Every `lease-take` is judged alike: a cluster grant by its invoke and acknowledgement, a
+//! local spend by the instants just before and just after `Leased::try_take` decided it,
+//! both on the harness clock. A take counts in the window `[a, b]` when both of its instants
+//! are inside, and the bound is `rate.rs`'s: the rate allowed at the fastest clock rate of
+//! the leaders that could have led (the clock nemesis, `WEIR_TEST_CLOCK_RATE`), and one
+//! log millisecond more. Applying the leaders' rate to the holders' refill too is
+//! generous by at most that factor: a holder refills on its own boot clock. What the
+//! essay's argument allows and nothing more: a holder that stopped at its belief deadline
+//! (the send time of its last acknowledged keep-alive plus the TTL, less the margin, which
+//! covers the clock rates the nemesis sets) spent nothing after its lease lapsed, and a
+//! lapsed lease's tokens are never spent again by the cluster, so no window gets more.
+//!
+//! A violation names, per limit, the window furthest over the bound.
+//!
+//! Unknown when the history has lease takes but none decided locally: a run in which no
+//! lease ever spent is not a pass of this property.
+
+use std::collections::BTreeMap;
+
+use super::ops::{oks, s, u};
+use super::rate::{Clocks, worst_over_bound};
+use super::verdict::Verdict;
+use crate::history::Op;
+
+/// Whether the history has lease takes (a run with `--lease-holders`).
+pub fn present(ops: &[Op]) -> bool {
+    ops.iter().any(|o| o.f == "lease-take")
+}
+
+/// Per leased limit: rate, burst, and (invoked, acknowledged, units) of each take.
+type Takes<'a> = BTreeMap<&'a str, (f64, u64, Vec<(u64, u64, u64)>)>;
+
+pub fn check(ops: &[Op]) -> Verdict {
+    let clocks = Clocks::of(ops);
+    let mut by_limit: Takes = BTreeMap::new();
+    let mut local = 0u64;
+    for op in oks(ops, "lease-take") {
+        let (Some(limit), Some(invoke), Some(units), Some(rate), Some(burst)) = (
+            s(op, "limit"),
+            u(op, "invoke_ns"),
+            u(op, "units"),
+            op.value.get("per_second").and_then(|v| v.as_f64()),
+            u(op, "burst"),
+        ) else {
+            return Verdict::Unknown(format!("malformed lease-take op: {}", op.value));
+        };
+        if op.value.get("local").and_then(|l| l.as_bool()) == Some(true) {
+            local += 1;
+        }
+        by_limit
+            .entry(limit)
+            .or_insert((rate, burst, vec![]))
+            .2
+            .push((invoke, op.time_ns, units));
+    }
+    if local == 0 {
+        return Verdict::Unknown("no lease take was decided locally".into());
+    }
+    let over: Vec<String> = by_limit
+        .into_iter()
+        .filter_map(|(limit, (rate, burst, takes))| {
+            worst_over_bound(limit, rate, burst, takes, &clocks)
+        })
+        .collect();
+    if over.is_empty() {
+        Verdict::Valid
+    } else {
+        Verdict::Invalid(format!(
+            "{} (cluster grants and local spends together)",
+            over.join("; ")
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checker::test_support::op;
+    use crate::history::Kind;
+    use serde_json::json;
+
+    /// A take of one token of a 4-burst, 10/s limit, decided within [from, to] ms.
+    fn take(from_ms: u64, to_ms: u64, local: bool) -> Op {
+        op(
+            1,
+            Kind::Ok,
+            "lease-take",
+            json!({"limit": "leased-fast", "invoke_ns": from_ms * 1_000_000, "units": 1,
+                "per_second": 10.0, "burst": 4, "local": local}),
+            to_ms * 1_000_000,
+        )
+    }
+
+    #[test]
+    fn local_spends_and_cluster_grants_within_the_bound_are_valid() {
+        // A holder with a cap of 3 spends it, the cluster grants its 1, then both refill:
+        // the holder at 7/s, the cluster at 3/s, each taken as it comes.
+        let mut h = vec![
+            take(0, 0, true),
+            take(0, 0, true),
+            take(0, 0, true),
+            take(0, 2, false),
+        ];
+        h.extend((1..=14).map(|i| take(i * 143, i * 143, true)));
+        h.extend((1..=6).map(|i| take(i * 333, i * 333 + 2, false)));
+        assert_eq!(check(&h), Verdict::Valid);
+    }
+
+    #[test]
+    fn a_holder_spending_beside_a_cluster_that_took_its_share_back_is_invalid() {
+        // After the lapse the cluster refills at 10/s; a holder still spending at 7/s puts
+        // the pair at 17/s: past the burst of 4 within a second.
+        let mut h: Vec<Op> = (0..10).map(|i| take(i * 100, i * 100 + 2, false)).collect();
+        h.extend((0..7).map(|i| take(i * 143, i * 143, true)));
+        let Verdict::Invalid(why) = check(&h) else {
+            panic!("17 tokens in a second of a 4 + 10/s limit passed");
+        };
+        assert!(
+            why.contains("tokens of leased-fast granted within"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn takes_none_of_them_local_are_unknown() {
+        assert!(matches!(check(&[take(0, 1, false)]), Verdict::Unknown(_)));
+    }
+}
