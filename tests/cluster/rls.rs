@@ -1045,19 +1045,21 @@ async fn node_leases_decide_hot_descriptors_locally_within_the_rate_and_stop_at_
         before.limit_remaining,
         "{before:?} then {after:?}"
     );
-    // Negative hits on a leased part go back to its local bucket, reported as it is then.
+    // Negative hits on a leased part go back to its local bucket, reported as it is then
+    // (two: the two single takes above left at least that much room below its size, which
+    // a return never passes).
     let mut give = descriptor(&day);
     give.is_negative_hits = true;
-    let answer = rls.ok(request(vec![give], 3)).await;
+    let answer = rls.ok(request(vec![give], 2)).await;
     assert_eq!(
         (answer.statuses[0].code, answer.statuses[0].limit_remaining),
-        (OK, after.limit_remaining + 3),
+        (OK, after.limit_remaining + 2),
         "{answer:?}"
     );
     let again = rls.one(&day, 1).await;
     assert_eq!(
         again.limit_remaining,
-        after.limit_remaining + 2,
+        after.limit_remaining + 1,
         "{again:?}"
     );
 

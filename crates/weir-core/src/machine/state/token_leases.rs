@@ -215,7 +215,6 @@ impl Machine {
         let room_cap = leasable_cap.saturating_sub(others_cap).max(cur.cap);
         let rate = part.rate_micro_per_s.min(room_rate);
         let cap = part.cap.min(room_cap);
-        // PLANTED(lease-refunded-twice) — see `crate::planted`.
         let returned = part.returned_micro.min(cur.cap * MICRO);
 
         limit.leased.rate_micro_per_s = others_rate + rate;
