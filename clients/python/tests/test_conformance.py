@@ -23,10 +23,7 @@ FILE: dict[str, Any] = json.loads(SCENARIOS.read_text())
 assert FILE["version"] == 1, "this driver reads version 1 of scenarios.json"
 
 #: Scenarios this client cannot run, with the reason (clients/python/README.md lists them).
-SKIPS = {
-    "idempotent-reask": "the client numbers its tickets itself and offers no ticket of the "
-                        "caller's choosing; it re-asks waiting tickets on its own",
-}
+SKIPS: dict[str, str] = {}
 
 REFUSALS: dict[str, type[BaseException]] = {
     "Busy": weir.Busy, "TooLarge": weir.TooLarge, "UnknownLimit": weir.UnknownLimit,
@@ -161,6 +158,7 @@ class Run:
                 "priority": st.get("priority", 0), "wait": st.get("wait", True),
                 "key": st.get("key"), "estimate": st.get("estimate", False),
                 "timeout": st["timeout_ms"] / 1000 if "timeout_ms" in st else 10.0,
+                "ticket": st.get("ticket"),
             }
             if st.get("parts"):
                 kwargs["parts"] = [weir.Part(p["limit"], p.get("units", 1), p.get("key"))

@@ -42,6 +42,17 @@ units of the rate parts are an estimate: the ticket stays live after its grant, 
 what it took, until :meth:`AsyncPermit.settle` names the actual cost (idempotent by
 ticket); released unsettled, or ended with its session, the estimate stands as charged.
 
+# A ticket asked for again while held
+
+A caller may ask again itself for a ticket the session holds (``acquire(..., ticket=N)``,
+for drivers and recovery tools): the cluster answers the same grant (same fence, nothing
+charged twice), and the new permit joins the held one's holding (``_Held.twins``), so the
+two are one holding: a halt, the deadline or the session's end tells both, and releasing
+either releases the ticket and tells the others :attr:`LostKind.RELEASED`. A re-ask
+registers nothing, so one that fails leaves the ticket with the permit that holds it; one
+after the ticket was released is refused :class:`~weir.TicketReleased`. No permit is
+believed held on a ticket another one released.
+
 # Token leases
 
 :meth:`AsyncSession.lease` opens a token lease of the session (``_lease.py``): its local
@@ -65,7 +76,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 from urllib.parse import quote
@@ -80,6 +91,7 @@ from .errors import (
     ProtocolError,
     Refused,
     SessionLost,
+    TicketReleased,
     TimedOut,
     Unauthenticated,
     UnknownSession,
@@ -91,6 +103,7 @@ from .types import (
     LOST_CLOSED,
     LOST_DEADLINE,
     LOST_EXPIRED,
+    LOST_RELEASED,
     CostSettlement,
     Halt,
     HaltScope,
@@ -129,6 +142,9 @@ class _Held:
     agent: str | None
     lost: Lost | None
     changed: asyncio.Event
+    #: The other permits of its ticket, asked again while it was held (only on the entry
+    #: the session's ``_held`` names): one holding, told every loss it is told.
+    twins: list[_Held] = field(default_factory=list)
 
     def set_lost(self, why: Lost, replace: bool = False) -> None:
         # PLANTED(python-told-late): a loss learned now reaches the application 3 s later.
@@ -142,6 +158,8 @@ class _Held:
         if self.lost is None or replace:
             self.lost = why
             self.changed.set()
+        for twin in self.twins:
+            twin._set_lost(why, replace)
 
 
 @dataclass
@@ -341,7 +359,7 @@ class AsyncPermit:
             return
         self._released = True
         s = self._session
-        s._forget(self.ticket)
+        s._forget(self.ticket, self._held)
         try:
             await s._transport.call(
                 "POST", f"/v1/sessions/{s.id}/release", {"ticket": self.ticket}
@@ -517,6 +535,7 @@ class AsyncSession:
         key: str | None = None,
         parts: list[Part] | None = None,
         estimate: bool = False,
+        ticket: int | None = None,
     ) -> AcquireContext:
         """Acquires ``units`` of ``limit``: ``async with session.acquire("db") as permit``
         (released on exit) or ``permit = await session.acquire("db")``.
@@ -531,7 +550,17 @@ class AsyncSession:
         (:class:`~weir.Part`), granted with ``limit`` under one fence or not at all; a
         refusal names its part (:attr:`~weir.Refused.part`). ``estimate``: the units of the
         rate parts are an estimate, settled later with :meth:`AsyncPermit.settle`.
+
+        ``ticket``: asks with this ticket number instead of the session's next one (for
+        drivers and recovery tools). Asking again with the ticket of a permit this session
+        holds is a re-ask, answered with the same grant (same fence, nothing charged twice):
+        the two permits are one holding (the module doc), and releasing either tells the
+        other (:attr:`~weir.LostKind.RELEASED`). A ticket already released is refused
+        :class:`~weir.TicketReleased`; one still being acquired raises ``ValueError``.
         """
+        if ticket is not None and (isinstance(ticket, bool) or not isinstance(ticket, int)
+                                   or ticket < 0):
+            raise ValueError("ticket must be a whole number, at least 0")
         prio = priority if isinstance(priority, Priority) else Priority(level=int(priority))
         if fairness_key is not None or weight is not None:
             prio = Priority(
@@ -546,7 +575,9 @@ class AsyncSession:
         )
 
         def start() -> Awaitable[AsyncPermit]:
-            return self._acquire(request, wait, timeout)
+            if ticket is not None and ticket in self._held:
+                return self._ask_again(request, ticket, wait, timeout)
+            return self._acquire(request, wait, timeout, ticket)
 
         return AcquireContext(start)
 
@@ -577,12 +608,17 @@ class AsyncSession:
         return first, "".join(clauses) or "; every part has room now"
 
     async def _acquire(
-        self, request: _Request, wait: bool, timeout: float | None
+        self, request: _Request, wait: bool, timeout: float | None, asked: int | None
     ) -> AsyncPermit:
         if self._ended is not None:
             raise SessionLost(f"session {self.id} ended: {self._ended}", self._ended)
-        ticket = self._next_ticket
-        self._next_ticket += 1
+        if asked is None:
+            ticket = self._next_ticket
+        elif asked in self._waiting:
+            raise ValueError(f"ticket {asked} of session {self.id} is being acquired already")
+        else:
+            ticket = asked
+        self._next_ticket = max(self._next_ticket, ticket + 1)
         tenant, limit, agent = request.tenant, request.limit, request.agent
         path = f"/v1/tenants/{q(tenant)}/limits/{q(limit)}/acquire"
         body = request.body(self.id, ticket, wait)
@@ -623,6 +659,47 @@ class AsyncSession:
         finally:
             if armed:
                 self._abandon(ticket)
+
+    async def _ask_again(
+        self, request: _Request, ticket: int, wait: bool, timeout: float | None
+    ) -> AsyncPermit:
+        """Asks again for ``ticket``, which this session holds: the cluster answers its grant
+        (idempotent by session and ticket), and the new permit joins the held one's holding
+        (``_Held.twins``). Nothing is registered, so a failure leaves the ticket with the
+        permit that holds it."""
+        if self._ended is not None:
+            raise SessionLost(f"session {self.id} ended: {self._ended}", self._ended)
+        tenant, limit = request.tenant, request.limit
+        path = f"/v1/tenants/{q(tenant)}/limits/{q(limit)}/acquire"
+        try:
+            answer = await asyncio.wait_for(
+                self._hedged("POST", path, request.body(self.id, ticket, wait)), timeout)
+        except TimeoutError:
+            if timeout is None:
+                raise
+            raise TimedOut(f"{tenant}/{limit}: ticket {ticket} asked again, no answer after "
+                           f"{timeout:g} s") from None
+        except UnknownSession as r:
+            self._end(LOST_EXPIRED)
+            raise name_part(r, request.parts) from None
+        except Refused as r:
+            raise name_part(r, request.parts) from None
+        if not isinstance(answer, dict) or answer.get("status") != "granted":
+            raise ProtocolError(f"unexpected answer to a held ticket: {answer!r}")
+        if self._ended is not None:
+            raise SessionLost(f"session {self.id} ended: {self._ended}", self._ended)
+        first = self._held.get(ticket)
+        if first is None:
+            # Released meanwhile through its other permit: the grant answered is held no more.
+            raise TicketReleased(
+                f"ticket {ticket} of session {self.id} was released meanwhile",
+                fields={"session": self.id, "ticket": ticket})
+        held = _Held(tenant, request.agent, first.lost, asyncio.Event())
+        if held.lost is not None:
+            held.changed.set()
+        first.twins.append(held)
+        grant = _Grant(int(answer["fence"]), int(answer.get("units", 1)), held)
+        return AsyncPermit(self, request, ticket, grant)
 
     # -- token leases ------------------------------------------------------------------
 
@@ -708,8 +785,21 @@ class AsyncSession:
         if w is not None and w.lost is None:
             w.lost = why
 
-    def _forget(self, ticket: int) -> None:
-        self._held.pop(ticket, None)
+    def _forget(self, ticket: int, held: _Held) -> None:
+        """The permit of ``ticket`` whose entry is ``held`` is released: the ticket is no
+        longer the session's, and every other permit of it (asked again) is told
+        :attr:`LostKind.RELEASED` (unless it was lost already)."""
+        first = self._held.get(ticket)
+        if first is None:
+            return
+        holding = [first, *first.twins]
+        if not any(h is held for h in holding):
+            return
+        del self._held[ticket]
+        first.twins = []  # so that telling ``first`` does not tell ``held``
+        for other in holding:
+            if other is not held:
+                other.set_lost(LOST_RELEASED)
 
     def _end(self, why: Lost) -> None:
         if self._ended is None:

@@ -257,6 +257,7 @@ class Session:
         key: str | None = None,
         parts: list[Part] | None = None,
         estimate: bool = False,
+        ticket: int | None = None,
     ) -> Permit:
         """Acquires a permit, blocking while it waits; see
         :meth:`weir.AsyncSession.acquire`. Use the permit as ``with`` to release it on
@@ -264,7 +265,7 @@ class Session:
         acquiring = self.aio.acquire(
             limit, units, priority=priority, fairness_key=fairness_key, weight=weight,
             agent=agent, wait=wait, timeout=timeout, tenant=tenant, key=key, parts=parts,
-            estimate=estimate,
+            estimate=estimate, ticket=ticket,
         )
 
         async def go() -> AsyncPermit:

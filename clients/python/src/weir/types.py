@@ -77,6 +77,9 @@ class LostKind(enum.Enum):
     EXPIRED = "expired"
     #: The session was closed.
     CLOSED = "closed"
+    #: Another permit of the same ticket (asked again with ``ticket=``) was released: the
+    #: ticket is no longer the session's.
+    RELEASED = "released"
 
 
 @dataclass(frozen=True)
@@ -96,12 +99,15 @@ class Lost:
             return f"halted ({self.scope}): {self.reason}"
         if self.kind is LostKind.EXPIRED:
             return "session expired"
+        if self.kind is LostKind.RELEASED:
+            return "released through another permit of its ticket"
         return "session closed"
 
 
 LOST_DEADLINE = Lost(LostKind.DEADLINE)
 LOST_EXPIRED = Lost(LostKind.EXPIRED)
 LOST_CLOSED = Lost(LostKind.CLOSED)
+LOST_RELEASED = Lost(LostKind.RELEASED)
 
 
 @dataclass(frozen=True)
