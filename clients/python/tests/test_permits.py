@@ -113,3 +113,52 @@ async def test_removing_a_limit_refuses_its_waiters_with_fields(cluster: Cluster
             assert removed.value.limit == "doomed"
             assert removed.value.tenant == "default"
             await permit.release()
+
+
+async def test_a_ticket_asked_again_is_one_holding_of_two_permits(cluster: Cluster) -> None:
+    async with weir.AsyncClient(cluster.servers, tenant="reask") as client:
+        await client.define_limit("db", concurrent=2)
+        async with client.session(ttl=3) as s:
+            # The same grant: same fence, nothing charged twice.
+            first = await s.acquire("db", ticket=7001)
+            again = await s.acquire("db", ticket=7001, wait=False)
+            assert (first.ticket, again.ticket, again.fence) == (7001, 7001, first.fence)
+            assert (await client.show_limit("db")).in_use == 1
+            assert first.lost_reason() is None and again.lost_reason() is None
+            # A re-ask that fails leaves the ticket with the permit that holds it.
+            with pytest.raises(weir.TimedOut):
+                await s.acquire("db", ticket=7001, timeout=0)
+            assert first.lost_reason() is None and again.lost_reason() is None
+            # Releasing the second releases the ticket and tells the first.
+            await again.release()
+            why = await asyncio.wait_for(first.lost(), 5)
+            assert why == weir.Lost(weir.LostKind.RELEASED)
+            assert str(why) == "released through another permit of its ticket"
+            assert (await client.show_limit("db")).in_use == 0
+            await first.release()
+            # Asked again once released: refused, nothing held.
+            with pytest.raises(weir.TicketReleased) as refused:
+                await s.acquire("db", ticket=7001)
+            assert (refused.value.session, refused.value.ticket) == (s.id, 7001)
+            assert (await client.show_limit("db")).in_use == 0
+            # The session's own tickets go on after the caller's.
+            async with s.acquire("db") as next_one:
+                assert next_one.ticket == 7002
+            # A halt tells both permits of a ticket.
+            halted = await s.acquire("db", agent="bot", ticket=20)
+            halted_again = await s.acquire("db", agent="bot", ticket=20)
+            await client.set_halt("enough", agent="bot")
+            try:
+                for permit in (halted, halted_again):
+                    why = await asyncio.wait_for(permit.lost(), 5)
+                    assert (why.kind, why.scope) == (weir.LostKind.HALTED, weir.HaltScope("bot"))
+            finally:
+                await client.clear_halt(agent="bot")
+            await halted.release()
+            assert (await client.show_limit("db")).in_use == 0
+            # The session's end tells both.
+            ended = await s.acquire("db", ticket=30)
+            ended_again = await s.acquire("db", ticket=30)
+        for permit in (ended, ended_again):
+            assert permit.lost_reason() == weir.Lost(weir.LostKind.CLOSED)
+        assert (await client.show_limit("db")).in_use == 0

@@ -96,3 +96,32 @@ def test_a_callback_that_raises_is_logged_and_the_client_goes_on(
             wait_until(lambda: "on_lost callback" in caplog.text, 10, "logged")
         client.clear_halt(agent="bot")
         assert client.show_limit("db").in_use == 0
+
+
+def test_a_blocking_reask_is_one_holding_and_releasing_the_first_tells_the_second(
+    cluster: Cluster,
+) -> None:
+    with weir.Client(cluster.servers, tenant="sync-reask") as client:
+        client.define_limit("db", concurrent=1)
+        with client.session(ttl=3) as s:
+            first = s.acquire("db", ticket=5)
+            again = s.acquire("db", ticket=5, wait=False)
+            assert again.fence == first.fence
+            assert client.show_limit("db").in_use == 1
+            told: list[weir.Lost] = []
+            called = threading.Event()
+
+            def tell(why: weir.Lost) -> None:
+                told.append(why)
+                called.set()
+
+            again.on_lost(tell)
+            first.release()
+            assert called.wait(5), "the second permit was never told"
+            assert told == [weir.Lost(weir.LostKind.RELEASED)]
+            assert again.lost(timeout=1) == weir.Lost(weir.LostKind.RELEASED)
+            assert client.show_limit("db").in_use == 0
+            with pytest.raises(weir.TicketReleased):
+                s.acquire("db", ticket=5)
+            again.release()
+            assert client.show_limit("db").in_use == 0
