@@ -223,6 +223,31 @@ impl Machine {
         Ok(id)
     }
 
+    /// Part `n` of a request, naming `limit` of `tenant` and perhaps a key: its live
+    /// definition, and the state the part is decided on (the definition itself, a key's
+    /// state, or `None` for a key with no state yet). A key on a limit that is not keyed, or
+    /// none on one that is, is refused naming the part.
+    pub(super) fn part_target(
+        &self,
+        tenant: &str,
+        n: usize,
+        limit: &str,
+        key: Option<&String>,
+    ) -> Result<(LimitId, Option<LimitId>), Refusal> {
+        let def = self.live_limit_id(tenant, limit)?;
+        let d = &self.saved.limits[&def];
+        match (d.spec.keys_max, key) {
+            (Some(_), None) => Err(Refusal::Invalid(format!(
+                "part {n}: limit {tenant}/{limit} is keyed, and the part names no key"
+            ))),
+            (None, Some(key)) => Err(Refusal::Invalid(format!(
+                "part {n}: limit {tenant}/{limit} is not keyed, and the part names key {key}"
+            ))),
+            (None, None) => Ok((def, Some(def))),
+            (Some(_), Some(key)) => Ok((def, d.keys.get(key).copied())),
+        }
+    }
+
     /// The (tenant, name) a limit is known by: its own, or its definition's for a key.
     fn names_of(&self, id: LimitId) -> (String, String) {
         let limit = &self.saved.limits[&id];

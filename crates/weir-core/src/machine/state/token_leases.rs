@@ -16,7 +16,7 @@ use std::collections::BTreeSet;
 
 use crate::bounds::{KEYS_LIVE_MAX, SESSION_LEASES_MAX, TOKEN_LEASES_MAX};
 use crate::machine::command::{LeasePart, LeaseTokens, LimitId, SessionId};
-use crate::machine::limit::MICRO;
+use crate::machine::limit::{Limit, MICRO};
 use crate::machine::reply::{Event, LeaseShare, Refusal, Reply};
 use crate::machine::state::Machine;
 use crate::machine::token_lease::{LEASE_SHARE, TokenLease};
@@ -102,24 +102,8 @@ impl Machine {
                     part.limit
                 )));
             }
-            let def = self.live_limit_id(&l.tenant, &part.limit)?;
+            let (def, state) = self.part_target(&l.tenant, n, &part.limit, part.key.as_ref())?;
             let d = &self.saved.limits[&def];
-            let state = match (d.spec.keys_max, &part.key) {
-                (Some(_), None) => {
-                    return Err(Refusal::Invalid(format!(
-                        "part {n}: limit {}/{} is keyed, and the part names no key",
-                        l.tenant, part.limit
-                    )));
-                }
-                (None, Some(key)) => {
-                    return Err(Refusal::Invalid(format!(
-                        "part {n}: limit {}/{} is not keyed, and the part names key {key}",
-                        l.tenant, part.limit
-                    )));
-                }
-                (None, None) => Some(def),
-                (Some(_), Some(key)) => d.keys.get(key).copied(),
-            };
             let held = state.is_some_and(|id| {
                 self.saved
                     .token_leases
@@ -202,9 +186,7 @@ impl Machine {
         let current = leases.get(&(session, id)).copied();
         let cur = current.unwrap_or_default();
         let limit = self.saved.limits.get_mut(&id).expect("live limit");
-        let (num, den) = LEASE_SHARE;
-        let leasable_rate = mul_div(limit.spec.rate_micro_per_s, num, den);
-        let leasable_cap = mul_div(limit.spec.burst, num, den);
+        let (leasable_rate, leasable_cap) = leasable(limit);
         let others_rate = limit.leased.rate_micro_per_s - cur.rate_micro_per_s;
         let others_cap = limit.leased.cap - cur.cap;
         // Never below what the holder has and did not give up: only its own request lowers
@@ -239,12 +221,13 @@ impl Machine {
         // The fair share counts an asker that got nothing as a holder too.
         let asked = part.rate_micro_per_s > 0 || part.cap > 0;
         let holders = (limit.leased.holders + u32::from(ends && asked)).max(1) as u64;
+        let (fair_rate_micro_per_s, fair_cap) = fair_share(limit, holders);
         let share = LeaseShare {
             rate_micro_per_s: rate,
             cap,
             tokens_micro: moved,
-            fair_rate_micro_per_s: leasable_rate / holders,
-            fair_cap: leasable_cap / holders,
+            fair_rate_micro_per_s,
+            fair_cap,
             duplicate: false,
         };
         if ends {
@@ -269,14 +252,14 @@ impl Machine {
             return LeaseShare::default();
         };
         let limit = &self.saved.limits[&id];
-        let (num, den) = LEASE_SHARE;
-        let holders = limit.leased.holders.max(1) as u64;
+        let (fair_rate_micro_per_s, fair_cap) =
+            fair_share(limit, limit.leased.holders.max(1) as u64);
         LeaseShare {
             rate_micro_per_s: lease.rate_micro_per_s,
             cap: lease.cap,
             tokens_micro: 0,
-            fair_rate_micro_per_s: mul_div(limit.spec.rate_micro_per_s, num, den) / holders,
-            fair_cap: mul_div(limit.spec.burst, num, den) / holders,
+            fair_rate_micro_per_s,
+            fair_cap,
             duplicate: true,
         }
     }
@@ -315,6 +298,22 @@ impl Machine {
         }
         touched
     }
+}
+
+/// What leases may take of `limit` together ([`LEASE_SHARE`] of its rate and burst): rate
+/// (micro-tokens a second) and cap (tokens).
+fn leasable(limit: &Limit) -> (u64, u64) {
+    let (num, den) = LEASE_SHARE;
+    (
+        mul_div(limit.spec.rate_micro_per_s, num, den),
+        mul_div(limit.spec.burst, num, den),
+    )
+}
+
+/// The fair share a reply advises: the leasable part of `limit` over `holders` (at least 1).
+fn fair_share(limit: &Limit, holders: u64) -> (u64, u64) {
+    let (rate, cap) = leasable(limit);
+    (rate / holders, cap / holders)
 }
 
 /// `value × num / den`, rounded down, without overflow.

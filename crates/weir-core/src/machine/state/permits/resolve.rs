@@ -59,43 +59,24 @@ impl Machine {
         let mut resolved = Vec::with_capacity(a.parts.len());
         for (i, part) in a.parts.iter().enumerate() {
             let n = i + 1;
-            let def = self.live_limit_id(&a.tenant, &part.limit)?;
+            let (def, target) = self.part_target(&a.tenant, n, &part.limit, part.key.as_ref())?;
             let d = &self.saved.limits[&def];
-            let target = match (d.spec.keys_max, &part.key) {
-                (Some(_), None) => {
-                    return Err(Refusal::Invalid(format!(
-                        "part {n}: limit {}/{} is keyed, and the part names no key",
-                        a.tenant, part.limit
-                    )));
-                }
-                (None, Some(key)) => {
-                    return Err(Refusal::Invalid(format!(
-                        "part {n}: limit {}/{} is not keyed, and the part names key {key}",
-                        a.tenant, part.limit
-                    )));
-                }
-                (None, None) => Some(def),
-                (Some(keys_max), Some(key)) => {
-                    let target = d.keys.get(key).copied();
-                    if target.is_none() {
-                        // New keys of this definition named by earlier parts count too.
-                        let new_before = resolved
-                            .iter()
-                            .filter(|r: &&Resolved| r.def == def && r.target.is_none())
-                            .count();
-                        let live = d.keys.len() + new_before;
-                        let room = self.room_for_key(&a.tenant, &part.limit, live, keys_max);
-                        if let Err(refusal) = room {
-                            if !d.spec.shadow {
-                                return Err(refusal);
-                            }
-                            resolved.push(Resolved::passing(def, part, ShadowKind::AtCapacity));
-                            continue;
-                        }
+            if let (Some(keys_max), None) = (d.spec.keys_max, target) {
+                // A new key. New keys of this definition named by earlier parts count too.
+                let new_before = resolved
+                    .iter()
+                    .filter(|r: &&Resolved| r.def == def && r.target.is_none())
+                    .count();
+                let live = d.keys.len() + new_before;
+                let room = self.room_for_key(&a.tenant, &part.limit, live, keys_max);
+                if let Err(refusal) = room {
+                    if !d.spec.shadow {
+                        return Err(refusal);
                     }
-                    target
+                    resolved.push(Resolved::passing(def, part, ShadowKind::AtCapacity));
+                    continue;
                 }
-            };
+            }
             if let Some(max) = d.spec.max_units()
                 && part.units as u64 > max
             {
