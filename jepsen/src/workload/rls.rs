@@ -3,8 +3,8 @@
 //! [`RLS_LIMIT`], as an Envoy proxy in front of a service does.
 //!
 //! Each request is in domain [`TENANT`] with the one descriptor `rls: hot` and 1 or 2 hits.
-//! A holder asks one node at a time, one request after another with 5–25 ms between an
-//! answer and the next request (some 30 a second: more than the 16 within a second that make a descriptor hot there, so that node leases the limit and decides from
+//! A holder asks one node at a time, one request after another with 2–12 ms between an
+//! answer and the next request (some 25 a second on a loaded 2-core machine: more than the 16 within a second that make a descriptor hot there, so that node leases the limit and decides from
 //! its lease), for a stay of 3–6 s, then moves to the next node: holder `i` starts on node
 //! `i`, so the holders spread over the nodes, followers and leader alike, and a node they
 //! left gives its cold lease back. A node the nemesis kills or stops while it holds a
@@ -70,7 +70,7 @@ pub async fn rls_holder(p: Process, i: u64, grpc: Vec<String>) {
             if !ask(&p, &mut client, node as u64 + 1, hits).await {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            tokio::time::sleep(Duration::from_millis(rng.range(5, 25))).await;
+            tokio::time::sleep(Duration::from_millis(rng.range(2, 12))).await;
         }
     }
 }
