@@ -4,7 +4,7 @@
 //!
 //! Each request is in domain [`TENANT`] with the one descriptor `rls: hot` and 1 or 2 hits.
 //! A holder asks one node at a time, one request after another with 2–12 ms between an
-//! answer and the next request (some 25 a second on a loaded 2-core machine: more than the 16 within a second that make a descriptor hot there, so that node leases the limit and decides from
+//! answer and the next request (20–35 a second on a loaded 2-core machine: more than the 16 within a second that make a descriptor hot there, so that node leases the limit and decides from
 //! its lease), for a stay of 3–6 s, then moves to the next node: holder `i` starts on node
 //! `i`, so the holders spread over the nodes, followers and leader alike, and a node they
 //! left gives its cold lease back. A node the nemesis kills or stops while it holds a
