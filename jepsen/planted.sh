@@ -68,6 +68,7 @@ plants=(
     "lease-lapse-refund|leased|kill|loopback|20|1||--lease-holders 3"
     "lease-past-deadline|leased|client-cut|loopback|30|1||--lease-holders 3"
     "lease-renew-overlap|leased|kill|loopback|15|1||--lease-holders 3"
+    "rls-lease-one-hit|leased|pause|loopback|20|1||--rls-holders 2"
 )
 
 want=("$@")

@@ -69,6 +69,14 @@ impl Net {
         }
     }
 
+    /// Where node `id` serves Envoy's `ShouldRateLimit` in a run with Envoy holders.
+    fn grpc_listen(&self, id: u64) -> Result<String, String> {
+        Ok(match self {
+            Net::Loopback => loopback_addr()?,
+            Net::Netns(_) => format!("{}:{}", addrs::node_ip(id), netns::GRPC_PORT),
+        })
+    }
+
     /// Where node `id` serves HTTP in a secure run, or one with Python holders.
     fn http_listen(&self, id: u64) -> Result<String, String> {
         Ok(match self {
@@ -99,6 +107,8 @@ pub struct Setup {
     pub http: bool,
     /// Entries between snapshots, none kept behind one (0: the nodes' defaults).
     pub snapshot_every: u64,
+    /// Every node serves Envoy's `ShouldRateLimit` (plaintext), for the Envoy holders.
+    pub grpc: bool,
 }
 
 /// Entries between snapshots by default (`--snapshot-every`): a 30 s run applies a few
@@ -287,6 +297,7 @@ impl Cluster {
             client_fronts,
             http,
             snapshot_every,
+            grpc,
         } = setup;
         let links = Links::new();
         let client_links = ClientLinks::new();
@@ -346,6 +357,9 @@ impl Cluster {
                 // A secure node serves HTTP too, over TLS, for the security check to probe.
                 config.http_listen = net.http_listen(id)?;
             }
+            if grpc {
+                config.grpc_listen = net.grpc_listen(id)?;
+            }
             if let Some(secure) = &secure {
                 secure.apply(&mut config)?;
             }
@@ -404,6 +418,15 @@ impl Cluster {
             .nodes()
             .iter()
             .map(|n| (n.id, n.client.clone(), n.config.http_listen.clone()))
+            .collect()
+    }
+
+    /// Every node's gRPC address (`ShouldRateLimit`; empty when it serves none).
+    pub fn grpc_ports(&self) -> Vec<String> {
+        self.nodes
+            .nodes()
+            .iter()
+            .map(|n| n.config.grpc_listen.clone())
             .collect()
     }
 

@@ -120,6 +120,12 @@ struct Args {
     /// serves HTTP.
     #[arg(long, default_value_t = 0)]
     python_lease_holders: u64,
+    /// Envoy holders: processes calling every node's `ShouldRateLimit` (Envoy's rate-limit
+    /// service, plaintext gRPC) on a rate limit of their own, hot enough that each node they
+    /// ask decides from token leases of its own; judged by the `leased` row with the lease
+    /// holders' takes. Every node then serves gRPC. Not with `--secure`.
+    #[arg(long, default_value_t = 0)]
+    rls_holders: u64,
 }
 
 /// The nemeses `--nemesis` names (`all`: every one the network mode can inject); exits 2
@@ -289,6 +295,7 @@ fn plan(args: Args, nemeses: Vec<String>, net: Net) -> Plan {
         go,
         ts,
         leases,
+        rls: args.rls_holders,
     }
 }
 
@@ -303,6 +310,10 @@ fn main() {
     }
     let args = Args::parse();
     let nemeses = nemeses(&args);
+    if args.rls_holders > 0 && args.secure {
+        eprintln!("--rls-holders: the Envoy holders speak plaintext gRPC; not with --secure");
+        std::process::exit(2);
+    }
     if let Some(dir) = &args.check {
         recheck(dir, &nemeses, args.secure);
     }

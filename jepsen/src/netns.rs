@@ -42,6 +42,9 @@ pub const CLIENT_PORT: u16 = 7411;
 pub const PEER_PORT: u16 = 7511;
 /// The HTTP port of every node (bound in `--secure` runs only).
 pub const HTTP_PORT: u16 = 7611;
+/// The gRPC port (Envoy's `ShouldRateLimit`) of every node (bound in `--rls-holders` runs
+/// only).
+pub const GRPC_PORT: u16 = 7711;
 /// The environment variable that tells a re-executed harness its namespaces' prefix.
 pub const PREFIX_ENV: &str = "WEIR_JEPSEN_NETNS";
 

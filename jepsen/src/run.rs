@@ -48,6 +48,9 @@ pub struct Plan {
     /// Token-lease holders on the leased rate limits, with a cluster taker beside them on
     /// each (`--lease-holders`).
     pub leases: Option<workload::LeaseHolders>,
+    /// Envoy holders calling the nodes' `ShouldRateLimit` on [`crate::setup::RLS_LIMIT`]
+    /// (`--rls-holders`); every node serves gRPC for them.
+    pub rls: u64,
 }
 
 impl Plan {
@@ -93,6 +96,7 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
             || plan.ts.is_some()
             || plan.leases.as_ref().is_some_and(|l| l.python > 0),
         snapshot_every: plan.snapshot_every,
+        grpc: plan.rls > 0,
     };
     let mut cluster =
         Cluster::start(&plan.weir, &plan.out, plan.seed, plan.net.clone(), setup).await?;
@@ -111,7 +115,8 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
     .await?;
     let monitor = crate::monitor::Monitor::start(&servers, &history, cluster.starts.clone());
     let http: Vec<String> = cluster.ports().into_iter().map(|(_, _, h)| h).collect();
-    let workloads = Workloads::start(plan, &servers, &http, &history, client_fronts)?;
+    let grpc = cluster.grpc_ports();
+    let workloads = Workloads::start(plan, &servers, &http, &grpc, &history, client_fronts)?;
     let targets = nemesis::Targets {
         client_pause: workloads.client_pause.clone(),
         cut_client: workloads.cut_client.clone(),
@@ -456,6 +461,14 @@ impl Spawner {
         Ok(())
     }
 
+    /// The Envoy holders, each calling the nodes' `ShouldRateLimit` at `grpc`.
+    fn rls_holders(&mut self, count: u64, grpc: &[String]) {
+        for i in 0..count {
+            let p = self.next(760 + i);
+            self.spawn(workload::rls_holder(p, i, grpc.to_vec()));
+        }
+    }
+
     /// The TypeScript holders, as [`Spawner::python_holders`].
     fn ts_holders(&mut self, holders: &workload::TsHolders, http: &[String], out: &Path) {
         let shared = Arc::new(holders.clone());
@@ -482,6 +495,7 @@ impl Workloads {
         plan: &Plan,
         servers: &[String],
         http: &[String],
+        grpc: &[String],
         history: &Recorder,
         client_fronts: bool,
     ) -> Result<Workloads, String> {
@@ -510,6 +524,7 @@ impl Workloads {
         if let Some(leases) = &plan.leases {
             spawner.lease_holders(leases, client_fronts, http, &plan.out)?;
         }
+        spawner.rls_holders(plan.rls, grpc);
         let cli = client_fronts && plan.nemeses.iter().any(|k| k == "client-cut");
         let cli_holder = cli.then(|| spawner.cli_holder(&plan.weir, &plan.out));
         Ok(Workloads {

@@ -27,6 +27,13 @@ pub const LIMITS: [(&str, u32, f64, Option<u64>); 8] = [
 /// spending its share of the rate where it should not stands out within a second.
 pub const LEASED_LIMITS: [(&str, f64, u64); 2] = [("leased", 4.0, 40), ("leased-fast", 10.0, 4)];
 
+/// The rate limit the Envoy holders ask nodes' `ShouldRateLimit` for (`workload/rls.rs`):
+/// (name, per_second, burst). Its name is the one a ratelimit file's descriptor `rls: hot`
+/// compiles to, so a request in domain [`TENANT`] with that one descriptor is decided on it;
+/// each node leases it once it is hot there, three quarters of its burst shared among the
+/// nodes, so each node's cap holds a take of two.
+pub const RLS_LIMIT: (&str, f64, u64) = ("envoy:rls=hot", 10.0, 12);
+
 /// The limit the CLI holder holds, with waiters behind it.
 pub const CLI_LIMIT: &str = "cli";
 

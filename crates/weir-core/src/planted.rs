@@ -98,11 +98,14 @@ pub enum Plant {
     /// A token-lease renewal overlaps the lease it renews without counting it: the holder
     /// spends at the new share plus the previous one, and holds both caps.
     LeaseRenewOverlap,
+    /// A node's Envoy service, deciding a request from its token leases, takes one token
+    /// from each part's local bucket whatever the request's hits.
+    RlsLeaseOneHit,
 }
 
 impl Plant {
     /// Every plant, in the order of `jepsen/planted.sh`.
-    pub const ALL: [Plant; 29] = [
+    pub const ALL: [Plant; 30] = [
         Plant::NoFreeze,
         Plant::WallGap,
         Plant::MarginZero,
@@ -132,6 +135,7 @@ impl Plant {
         Plant::LeaseLapseRefund,
         Plant::LeasePastDeadline,
         Plant::LeaseRenewOverlap,
+        Plant::RlsLeaseOneHit,
     ];
 
     /// The name `WEIR_PLANT` takes.
@@ -166,6 +170,7 @@ impl Plant {
             Plant::LeaseLapseRefund => "lease-lapse-refund",
             Plant::LeasePastDeadline => "lease-past-deadline",
             Plant::LeaseRenewOverlap => "lease-renew-overlap",
+            Plant::RlsLeaseOneHit => "rls-lease-one-hit",
         }
     }
 }

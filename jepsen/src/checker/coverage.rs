@@ -33,7 +33,10 @@
 //!   local buckets, and their leases that ended with their session rather than by being
 //!   given up (a crash, a close under the lease, a stall past the TTL: the lease counted as
 //!   spent); key counts when the history has lease takes (`workload::leased`), the lapses
-//!   only when a holder of `leased` (whose holders crash, close and stall) opened a lease.
+//!   only when a holder of `leased` (whose holders crash, close and stall) opened a lease;
+//!   `local lease takes` is key only when lease holders (not only Envoy holders) ran.
+//! - `envoy takes`: requests to the nodes' `ShouldRateLimit` answered `OK`
+//!   (`workload::rls`); key when the history has such requests.
 //!
 //! Which counts are key follows the faults that fired in the run (the nemesis' `info` ops,
 //! each naming its variant) and the workloads every run starts, so a key is required only
@@ -54,7 +57,8 @@
 //! | `snapshots built` | the `snapshots` fact has a nonzero `every` of at most [`SNAPSHOT_EVERY_KEY`] | every node builds one each `every` entries; a run of a few seconds applies thousands |
 //! | `snapshots built` | the `snapshots` fact has a nonzero `every` of at most [`SNAPSHOT_EVERY_KEY`] | every node builds one each `every` entries; a run of a few seconds applies thousands |
 //! | `lost-fsync crashes` | a `power-loss` fault fired | each one power-loses a node (or two, or all of them) and restarts it |
-//! | `local lease takes` | the history has lease takes | the holders take from their local buckets as fast as they refill |
+//! | `envoy takes` | the history has Envoy holders' requests | each holder asks about 20 times a second on a limit refilling 10 a second |
+//! | `local lease takes` | the history has lease holders' takes | the holders take from their local buckets as fast as they refill |
 //! | `lease lapses` | a holder of `leased` opened a lease | six lives in ten of such a holder end in a crash, a close under the lease or a stall, and it lives 1–3 s |
 //! | `skewed leaderships` | a `clocks` fault set every node's rate at least [`SKEW_SET`] off true | whichever node leads then runs skewed |
 //!
@@ -204,6 +208,14 @@ pub fn counts(ops: &[Op]) -> Vec<(&'static str, u64)> {
             }),
         ),
         (
+            "envoy takes",
+            count(ops, |o| {
+                o.kind == Kind::Ok
+                    && o.f == "lease-take"
+                    && o.value.get("rls") == Some(&true.into())
+            }),
+        ),
+        (
             "lease lapses",
             count(ops, |o| {
                 o.f == "lease" && matches!(s(o, "event"), Some("crash" | "close" | "stall"))
@@ -247,8 +259,12 @@ pub fn keys(ops: &[Op]) -> Vec<&'static str> {
     if super::keyed::present(ops) {
         keys.extend(["multi-part grants", "multi-part refusals"]);
     }
-    if super::leased::present(ops) {
+    let rls = |o: &Op| o.value.get("rls") == Some(&true.into());
+    if ops.iter().any(|o| o.f == "lease-take" && !rls(o)) {
         keys.push("local lease takes");
+    }
+    if ops.iter().any(|o| o.f == "lease-take" && rls(o)) {
+        keys.push("envoy takes");
     }
     let leased = crate::setup::LEASED_LIMITS[0].0;
     if ops

@@ -14,10 +14,16 @@
 //! covers the clock rates the nemesis sets) spent nothing after its lease lapsed, and a
 //! lapsed lease's tokens are never spent again by the cluster, so no window gets more.
 //!
+//! The Envoy holders' takes (`"rls": true`, `workload/rls.rs`) are judged alike on their
+//! limit: a node decided each between the request's send and the answer's receipt, from
+//! a lease of its own or through the cluster; a node that spends its lease past its belief
+//! deadline, or more than its lease holds, puts that limit over the bound.
+//!
 //! A violation names, per limit, the window furthest over the bound.
 //!
-//! Unknown when the history has lease takes but none decided locally: a run in which no
-//! lease ever spent is not a pass of this property.
+//! Unknown when the history has lease takes but none decided locally and no Envoy take
+//! granted (whose answer does not tell where it was decided): a run in which no lease
+//! could have spent is not a pass of this property.
 
 use std::collections::BTreeMap;
 
@@ -38,6 +44,7 @@ pub fn check(ops: &[Op]) -> Verdict {
     let clocks = Clocks::of(ops);
     let mut by_limit: Takes = BTreeMap::new();
     let mut local = 0u64;
+    let mut rls = 0u64;
     for op in oks(ops, "lease-take") {
         let (Some(limit), Some(invoke), Some(units), Some(rate), Some(burst)) = (
             s(op, "limit"),
@@ -51,14 +58,19 @@ pub fn check(ops: &[Op]) -> Verdict {
         if op.value.get("local").and_then(|l| l.as_bool()) == Some(true) {
             local += 1;
         }
+        if op.value.get("rls").and_then(|l| l.as_bool()) == Some(true) {
+            rls += 1;
+        }
         by_limit
             .entry(limit)
             .or_insert((rate, burst, vec![]))
             .2
             .push((invoke, op.time_ns, units));
     }
-    if local == 0 {
-        return Verdict::Unknown("no lease take was decided locally".into());
+    if local == 0 && rls == 0 {
+        return Verdict::Unknown(
+            "no lease take was decided locally and no Envoy take was granted".into(),
+        );
     }
     let over: Vec<String> = by_limit
         .into_iter()
@@ -123,6 +135,39 @@ mod tests {
             why.contains("tokens of leased-fast granted within"),
             "{why}"
         );
+    }
+
+    /// An Envoy holder's take of `units` of a 12-burst, 10/s limit, asked at `from_ms` and
+    /// answered at `to_ms`.
+    fn rls_take(from_ms: u64, to_ms: u64, units: u64) -> Op {
+        op(
+            2,
+            Kind::Ok,
+            "lease-take",
+            json!({"limit": "envoy:rls=hot", "invoke_ns": from_ms * 1_000_000, "units": units,
+                "per_second": 10.0, "burst": 12, "node": 1, "rls": true}),
+            to_ms * 1_000_000,
+        )
+    }
+
+    #[test]
+    fn envoy_takes_are_judged_on_their_limit_over_their_span() {
+        // 12 at once, then 10 a second for two seconds: the bound exactly.
+        let mut h: Vec<Op> = (0..6).map(|_| rls_take(0, 1, 2)).collect();
+        h.extend((1..=20).map(|i| rls_take(i * 100, i * 100 + 1, 1)));
+        assert_eq!(check(&h), Verdict::Valid);
+        // Two more within those two seconds (a node spending past what it holds).
+        h.extend([rls_take(1_000, 1_001, 2)]);
+        let Verdict::Invalid(why) = check(&h) else {
+            panic!("34 tokens within 2 s of a 12 + 10/s limit passed");
+        };
+        assert!(why.contains("envoy:rls=hot"), "{why}");
+        // Answers that came late (a stopped node) count only in windows that hold them.
+        let late: Vec<Op> = (0..6)
+            .map(|_| rls_take(0, 1, 2))
+            .chain((1..=20).map(|i| rls_take(i * 100, 5_000, 1)))
+            .collect();
+        assert_eq!(check(&late), Verdict::Valid);
     }
 
     #[test]

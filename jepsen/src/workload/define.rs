@@ -1,12 +1,12 @@
 //! [`setup`]: defines the run's limits before the workloads start: the table of
-//! `setup.rs` (the leased rate limits among them), the keyed ones of `keyed.rs`, and the
+//! `setup.rs` (the leased rate limits and the Envoy holders' among them), the keyed ones of `keyed.rs`, and the
 //! halt tenant's.
 
 use weir_client::Client;
 
 use super::keyed;
 use crate::setup::{
-    HALT_LIMIT, HALT_LIMIT_CAP, HALT_QUEUE, HALT_TENANT, LEASED_LIMITS, LIMITS, TENANT,
+    HALT_LIMIT, HALT_LIMIT_CAP, HALT_QUEUE, HALT_TENANT, LEASED_LIMITS, LIMITS, RLS_LIMIT, TENANT,
 };
 
 /// Defines the limits (retrying until the cluster answers): [`TENANT`]'s through `client`,
@@ -18,7 +18,7 @@ pub async fn setup(client: &Client, halty: &Client) -> Result<(), String> {
             .await
             .map_err(|e| format!("define {name}: {e}"))?;
     }
-    for (name, per_second, burst) in LEASED_LIMITS {
+    for (name, per_second, burst) in LEASED_LIMITS.into_iter().chain([RLS_LIMIT]) {
         client
             .define_limit(TENANT, name, 0, per_second, Some(burst))
             .await

@@ -16,7 +16,8 @@
 //! ([`python_holder`]); and, with the cut client, a holder that holds through the CLI
 //! (`weir acquire -- COMMAND`, [`cli_holder`]); and, when asked for, token-lease holders
 //! deciding takes locally beside cluster takers on the leased rate limits ([`lease_holder`],
-//! [`cluster_taker`]). `setup.rs` holds the limits they share (`define.rs` defines them before the run), `process.rs` what each process is given; `acquire.rs` the
+//! [`cluster_taker`]); and, when asked for, Envoy holders calling the nodes'
+//! `ShouldRateLimit`, which the nodes decide from leases of their own ([`rls_holder`]). `setup.rs` holds the limits they share (`define.rs` defines them before the run), `process.rs` what each process is given; `acquire.rs` the
 //! recorded acquire, release and belief end they share; `belief.rs` how a holder works on a
 //! permit as an application does (each step checked, raced against `lost()`) and records
 //! when it was told the permit may be lost.
@@ -33,6 +34,7 @@ mod go;
 mod halts;
 pub mod keyed;
 mod leased;
+mod rls;
 mod ledger;
 mod permits;
 mod process;
@@ -62,5 +64,6 @@ pub use process::Process;
 pub use python::{PythonHolders, python_holder};
 pub use queued::Queued;
 pub use reader::reader;
+pub use rls::rls_holder;
 pub use takes::takes;
 pub use ts::{TsHolders, ts_holder};

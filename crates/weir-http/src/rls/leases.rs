@@ -200,10 +200,12 @@ impl NodeLeases {
     /// Takes every part's units from its lease, all or none: whether they were (the
     /// request is then decided), counted in `weir_rls_local_decisions_total`.
     pub fn take(held: &[Arc<Held>], parts: &[Part]) -> bool {
+        // PLANTED(rls-lease-one-hit): one token a part, whatever the request's hits.
+        let one_hit = weir_core::planted::is(weir_core::planted::Plant::RlsLeaseOneHit);
         let takes: Vec<(&Leased, u32)> = held
             .iter()
             .zip(parts)
-            .map(|(h, p)| (&h.lease, p.units))
+            .map(|(h, p)| (&h.lease, if one_hit { 1 } else { p.units }))
             .collect();
         let taken = Leased::try_take_all(&takes);
         if taken {
