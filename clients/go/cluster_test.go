@@ -368,4 +368,16 @@ func (c *testCluster) proxies(t testing.TB) []*proxy {
 	return out
 }
 
+// proxiedConfig answers a client configuration for tenant that reaches every node only
+// through a cuttable proxy of its own, and the proxies.
+func (c *testCluster) proxiedConfig(t testing.TB, tenant string) (Config, []*proxy) {
+	ps := c.proxies(t)
+	cfg := c.config(t, tenant)
+	cfg.Servers = nil
+	for _, p := range ps {
+		cfg.Servers = append(cfg.Servers, p.addr())
+	}
+	return cfg, ps
+}
+
 var _ = http.StatusOK

@@ -168,12 +168,7 @@ func TestLeases(t *testing.T) {
 		if err := admin.DefineLimit(ctx, "api", LimitSpec{PerSecond: 1000, Burst: 1000}); err != nil {
 			t.Fatal(err)
 		}
-		ps := c.proxies(t)
-		cfg := c.config(t, "lease-deadline")
-		cfg.Servers = nil
-		for _, p := range ps {
-			cfg.Servers = append(cfg.Servers, p.addr())
-		}
+		cfg, ps := c.proxiedConfig(t, "lease-deadline")
 		cl, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)

@@ -66,12 +66,7 @@ func TestWithPermitCancelledOnLoss(t *testing.T) {
 	if err := admin.DefineLimit(ctx, "db", LimitSpec{Concurrent: 1}); err != nil {
 		t.Fatal(err)
 	}
-	ps := c.proxies(t)
-	cfg := c.config(t, "with-permit")
-	cfg.Servers = nil
-	for _, p := range ps {
-		cfg.Servers = append(cfg.Servers, p.addr())
-	}
+	cfg, ps := c.proxiedConfig(t, "with-permit")
 	cl, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

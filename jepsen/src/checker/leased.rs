@@ -27,8 +27,8 @@
 
 use std::collections::BTreeMap;
 
-use super::ops::{oks, s, u};
-use super::rate::{Clocks, worst_over_bound};
+use super::ops::oks;
+use super::rate::{Clocks, Takes, add_take, worst_over_bound};
 use super::verdict::Verdict;
 use crate::history::Op;
 
@@ -37,35 +37,21 @@ pub fn present(ops: &[Op]) -> bool {
     ops.iter().any(|o| o.f == "lease-take")
 }
 
-/// Per leased limit: rate, burst, and (invoked, acknowledged, units) of each take.
-type Takes<'a> = BTreeMap<&'a str, (f64, u64, Vec<(u64, u64, u64)>)>;
-
 pub fn check(ops: &[Op]) -> Verdict {
     let clocks = Clocks::of(ops);
     let mut by_limit: Takes = BTreeMap::new();
     let mut local = 0u64;
     let mut rls = 0u64;
     for op in oks(ops, "lease-take") {
-        let (Some(limit), Some(invoke), Some(units), Some(rate), Some(burst)) = (
-            s(op, "limit"),
-            u(op, "invoke_ns"),
-            u(op, "units"),
-            op.value.get("per_second").and_then(|v| v.as_f64()),
-            u(op, "burst"),
-        ) else {
-            return Verdict::Unknown(format!("malformed lease-take op: {}", op.value));
-        };
+        if let Err(why) = add_take(&mut by_limit, op) {
+            return Verdict::Unknown(why);
+        }
         if op.value.get("local").and_then(|l| l.as_bool()) == Some(true) {
             local += 1;
         }
         if op.value.get("rls").and_then(|l| l.as_bool()) == Some(true) {
             rls += 1;
         }
-        by_limit
-            .entry(limit)
-            .or_insert((rate, burst, vec![]))
-            .2
-            .push((invoke, op.time_ns, units));
     }
     if local == 0 && rls == 0 {
         return Verdict::Unknown(

@@ -28,7 +28,27 @@ use super::verdict::Verdict;
 use crate::history::{Kind, NEMESIS, Op};
 
 /// Per limit: rate, burst, and (invoked, acknowledged, units) of each take.
-type Takes<'a> = BTreeMap<&'a str, (f64, u64, Vec<(u64, u64, u64)>)>;
+pub(crate) type Takes<'a> = BTreeMap<&'a str, (f64, u64, Vec<(u64, u64, u64)>)>;
+
+/// Adds the acknowledged take `op` (its limit, rate, burst, invoke time and units; its
+/// acknowledgement is the op's time) to `by_limit`; `Err` names a malformed op.
+pub(crate) fn add_take<'a>(by_limit: &mut Takes<'a>, op: &'a Op) -> Result<(), String> {
+    let (Some(limit), Some(invoke), Some(units), Some(rate), Some(burst)) = (
+        s(op, "limit"),
+        u(op, "invoke_ns"),
+        u(op, "units"),
+        op.value.get("per_second").and_then(|v| v.as_f64()),
+        u(op, "burst"),
+    ) else {
+        return Err(format!("malformed {} op: {}", op.f, op.value));
+    };
+    by_limit
+        .entry(limit)
+        .or_insert((rate, burst, vec![]))
+        .2
+        .push((invoke, op.time_ns, units));
+    Ok(())
+}
 
 /// How far from a window a leader sighting still counts (the monitor polls every 100 ms;
 /// an election and its first sighting are well within this).
@@ -140,20 +160,9 @@ pub fn check(ops: &[Op]) -> Verdict {
     let clocks = Clocks::of(ops);
     let mut by_limit: Takes = BTreeMap::new();
     for op in oks(ops, "take") {
-        let (Some(limit), Some(invoke), Some(units), Some(rate), Some(burst)) = (
-            s(op, "limit"),
-            u(op, "invoke_ns"),
-            u(op, "units"),
-            op.value.get("per_second").and_then(|v| v.as_f64()),
-            u(op, "burst"),
-        ) else {
-            return Verdict::Unknown(format!("malformed take op: {}", op.value));
-        };
-        by_limit
-            .entry(limit)
-            .or_insert((rate, burst, vec![]))
-            .2
-            .push((invoke, op.time_ns, units));
+        if let Err(why) = add_take(&mut by_limit, op) {
+            return Verdict::Unknown(why);
+        }
     }
     if by_limit.is_empty() {
         return Verdict::Unknown("no rate take succeeded".into());
