@@ -148,6 +148,14 @@ fn wait_for_line(path: &Path, needles: &[&str], within: Duration) -> Option<Stri
 
 /// Starts the old cluster's node 3 on its own data, on new ports: its Raft state still names
 /// the old members' addresses, which the restored nodes now use.
+/// The last `n` lines of the log at `path` (empty when it cannot be read), for a failure's
+/// message.
+fn log_tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
 fn start_old_node(cluster: &Cluster, old_data: &Path) -> (Killed, PathBuf) {
     let dir = cluster.node(3).config_path.parent().unwrap().to_owned();
     let mut config = Config {
@@ -296,7 +304,8 @@ async fn a_cluster_restored_from_a_backup_has_every_write_up_to_it_and_refuses_t
     let on_old = wait_for_line(&old_log, &refused, Duration::from_secs(20));
     assert!(
         on_old.is_some(),
-        "the old node logged no refusal naming both identities"
+        "the old node logged no refusal naming both identities; its log ends:\n{}",
+        log_tail(&old_log, 30)
     );
     let on_restored = wait_for_line(&cluster.node(1).log, &refused, Duration::from_secs(5))
         .or_else(|| wait_for_line(&cluster.node(2).log, &refused, Duration::from_secs(5)));
