@@ -139,6 +139,8 @@ struct Model {
     limits: Vec<ModelLimit>,
     /// Tickets released: a duplicate acquire is refused.
     released: BTreeSet<(SessionId, TicketId)>,
+    /// Tickets refused at once, with the refusal: a duplicate acquire answers it again.
+    refused: BTreeMap<(SessionId, TicketId), Reply>,
     /// Rate tickets granted, with their fence.
     taken: BTreeMap<(SessionId, TicketId), u64>,
     /// Rate tickets the machine queued and the model has not seen leave.
@@ -292,13 +294,18 @@ impl Model {
                 ticket: key.1,
             });
         }
+        if let Some(refusal) = self.refused.get(&key) {
+            return refusal.clone();
+        }
         if units > lim.cap {
-            return Reply::Refused(Refusal::TooLarge {
+            let too_large = Reply::Refused(Refusal::TooLarge {
                 tenant: tenant.to_owned(),
                 name: name.to_owned(),
                 units,
                 max: lim.cap as u64,
             });
+            self.refused.insert(key, too_large.clone());
+            return too_large;
         }
         if lim.queue.is_empty() && lim.used() + units <= lim.cap {
             let fence = match reply {
@@ -309,7 +316,9 @@ impl Model {
             return Reply::Granted { fence, units };
         }
         if !wait {
-            return Reply::Refused(Refusal::Busy { retry_at_ms: None });
+            let busy = Reply::Refused(Refusal::Busy { retry_at_ms: None });
+            self.refused.insert(key, busy.clone());
+            return busy;
         }
         lim.queue.push((key.0, key.1, units));
         Reply::Queued {
@@ -524,6 +533,8 @@ fn check_rate_acquire(
     } else if let Some(f) = model.taken.get(&key) {
         let units = units_of(key.1);
         prop_assert_eq!(reply, &Reply::Granted { fence: *f, units });
+    } else if let Some(refusal) = model.refused.get(&key) {
+        prop_assert_eq!(reply, refusal, "a refused ticket asked again");
     } else if model.rate_queued.contains(&key) {
         // Still waiting, or granted by this entry's refill before the commands ran (the
         // event, read after the replies, carries the same fence).
@@ -544,7 +555,10 @@ fn check_rate_acquire(
                 model.rate_queued.insert(key);
                 model.rate_ever_queued.insert(key);
             }
-            Reply::Refused(Refusal::Busy { .. }) => prop_assert!(!wait),
+            Reply::Refused(Refusal::Busy { .. }) => {
+                prop_assert!(!wait);
+                model.refused.insert(key, reply.clone());
+            }
             other => prop_assert!(false, "rate acquire answered {:?}", other),
         }
     }
@@ -900,6 +914,8 @@ struct PartModel {
     /// The largest fence of the entries before this one: every new fence is above it.
     fences_before: u64,
     released_fences: BTreeSet<u64>,
+    /// Tickets refused (and not released since), with the refusal: asked again, the same.
+    refused: BTreeMap<(SessionId, TicketId), Reply>,
 }
 
 fn request_of(ticket: TicketId) -> &'static [(usize, Option<&'static str>, u32)] {
@@ -942,6 +958,7 @@ impl PartModel {
     }
 
     fn end_session(&mut self, sid: SessionId) {
+        self.refused.retain(|(s, _), _| *s != sid);
         let keys: Vec<_> = self
             .held
             .keys()
@@ -1011,6 +1028,10 @@ fn run_parts(entries: Vec<(u64, Vec<PartOp>)>) -> Result<(), TestCaseError> {
                     let key = (session, ticket);
                     match reply {
                         Reply::Granted { fence, .. } => {
+                            prop_assert!(
+                                !model.refused.contains_key(&key),
+                                "{key:?} granted after its refusal"
+                            );
                             if let Some(f) = model.held.get(&key) {
                                 prop_assert_eq!(f, fence, "G5: a held ticket keeps its fence");
                             } else {
@@ -1031,16 +1052,24 @@ fn run_parts(entries: Vec<(u64, Vec<PartOp>)>) -> Result<(), TestCaseError> {
                                 }
                             }
                         }
-                        Reply::Refused(Refusal::Busy { .. }) => {
+                        Reply::Refused(refusal) => {
                             let wait = matches!(command, Command::Acquire(a) if a.wait)
                                 || matches!(command, Command::AcquireParts(a) if a.wait);
-                            prop_assert!(!wait, "a waiting request answered Busy");
+                            let busy = matches!(refusal, Refusal::Busy { .. });
+                            if let Some(first) = model.refused.get(&key) {
+                                prop_assert_eq!(first, reply, "{:?} asked again", key);
+                            } else {
+                                prop_assert!(!(wait && busy), "a waiting request answered Busy");
+                                model.refused.insert(key, reply.clone());
+                            }
                         }
-                        Reply::Refused(_) => {}
                         other => prop_assert!(false, "acquire answered {:?}", other),
                     }
                 }
-                Command::Release { session, ticket } => model.end((*session, *ticket)),
+                Command::Release { session, ticket } => {
+                    model.refused.remove(&(*session, *ticket));
+                    model.end((*session, *ticket));
+                }
                 Command::CloseSession { session } => model.end_session(*session),
                 _ => {}
             }

@@ -116,22 +116,24 @@ fn token_bucket_grants_its_burst_then_refills_on_the_log_clock() {
     for t in 1..=5 {
         assert!(matches!(s.acquire(a, t, "api"), Reply::Granted { .. }));
     }
-    let busy = ask(a, 6, "api").wait(false);
     // Empty bucket: one token comes 100 ms of log time later.
     let now = s.m.now_ms();
-    assert_eq!(
-        s.reply(busy.clone()),
-        refused(Refusal::Busy {
-            retry_at_ms: Some(now + 100)
-        })
-    );
+    let busy = refused(Refusal::Busy {
+        retry_at_ms: Some(now + 100),
+    });
+    assert_eq!(s.reply(ask(a, 6, "api").wait(false)), busy);
     s.wait(99);
     assert!(matches!(
-        s.reply(busy.clone()),
+        s.reply(ask(a, 7, "api").wait(false)),
         Reply::Refused(Refusal::Busy { .. })
     ));
     s.wait(1);
-    assert!(matches!(s.reply(busy), Reply::Granted { .. }));
+    // The refused tickets answer their refusal again; a new one is granted the token.
+    assert_eq!(s.reply(ask(a, 6, "api").wait(false)), busy);
+    assert!(matches!(
+        s.reply(ask(a, 8, "api").wait(false)),
+        Reply::Granted { .. }
+    ));
 }
 
 #[test]
@@ -886,12 +888,11 @@ fn a_halt_refuses_its_scope_refuses_its_queue_and_tells_its_holders() {
     assert_eq!(s.reply(as_agent(a, 4, "bot")), queued(0));
 }
 
-/// A waiting request refused at once is remembered: asked again (a re-ask after a
-/// reconnect, a late duplicate) it answers the same refusal, though what refused it has
-/// gone, and is never granted after its refusal was answered. A request that does not wait
-/// is not remembered: its own answer decides it, and asking again decides afresh.
+/// A request refused at once, waiting or not, is remembered: asked again (a re-ask after a
+/// reconnect, a retry, a late duplicate) it answers the same refusal, though what refused it
+/// has gone, and is never granted after its refusal was answered.
 #[test]
-fn a_waiting_request_refused_at_once_answers_the_same_refusal_when_asked_again() {
+fn a_request_refused_at_once_answers_the_same_refusal_when_asked_again() {
     let mut s = Sim::new();
     s.define("acme", "db", 1, 0.0);
     let a = s.open(60_000);
@@ -901,15 +902,32 @@ fn a_waiting_request_refused_at_once_answers_the_same_refusal_when_asked_again()
     let runaway = refused(halted(&bot, "runaway loop"));
     assert_eq!(s.reply(as_bot(1)), runaway);
     assert_eq!(s.reply(as_bot(2).wait(false)), runaway);
-    // The halt is cleared and the limit has room: the ticket refused while waiting
-    // answers its refusal again, the one that did not wait is decided afresh.
+    // The halt is cleared and the limit has room: both tickets answer their refusal again,
+    // and nothing is held.
     assert_eq!(s.reply(clear_halt(&bot)), Reply::Done);
     assert_eq!(s.reply(as_bot(1)), runaway);
+    assert_eq!(s.reply(as_bot(2).wait(false)), runaway);
+    assert_eq!(s.status("acme", "db").in_use, 0);
+
+    // Busy (the request that does not wait finds no room): its copy decided after the holder
+    // released is refused again, not granted a permit its caller was told it did not get.
+    let holder = s.open(60_000);
     assert!(matches!(
-        s.reply(as_bot(2).wait(false)),
+        s.reply(ask(holder, 1, "db").tenant("acme")),
         Reply::Granted { .. }
     ));
-    assert_eq!(s.status("acme", "db").in_use, 1);
+    let busy = s.reply(ask(a, 4, "db").tenant("acme").wait(false));
+    assert!(
+        matches!(busy, Reply::Refused(Refusal::Busy { .. })),
+        "{busy:?}"
+    );
+    s.release(holder, 1);
+    assert_eq!(s.reply(ask(a, 4, "db").tenant("acme").wait(false)), busy);
+    assert_eq!(s.status("acme", "db").in_use, 0);
+    assert!(matches!(
+        s.reply(ask(a, 5, "db").tenant("acme").wait(false)),
+        Reply::Granted { .. }
+    ));
 
     // A limit that did not exist yet: defined since, the first answer still stands.
     let unknown = refused(Refusal::UnknownLimit {

@@ -333,7 +333,8 @@ pub const TICKETS_QUEUED_MAX: usize = 2 * LIMIT_WAITERS_MAX;
 /// snapshot arithmetic counts that excess under the live and queued bounds.
 pub const FINISHED_TICKETS_MAX: usize = 1_700_000;
 
-/// Most of the [`FINISHED_TICKETS_MAX`] that are refusals (`Finished::Refused`, `Halted`):
+/// Most of the [`FINISHED_TICKETS_MAX`] that are refusals with a text (`Finished::Refused`
+/// but `Busy`, `Halted`):
 /// those may carry a halt reason or an error text, about 1.2 KiB at worst, so they are
 /// bounded apart from the small ones; the snapshot arithmetic of `machine::snapshot_size`
 /// leaves no room for more of them at that size beside the small finished tickets' bound.

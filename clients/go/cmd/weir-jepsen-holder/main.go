@@ -7,9 +7,13 @@
 // reads its history from stdout: one JSON object per line in the harness's op format
 // (process, kind, f, value, time_ns), on the harness's clock. It is given the harness's
 // start on CLOCK_BOOTTIME (--epoch-boot-ns); this process reads CLOCK_BOOTTIME once, from
-// /proc/uptime at the instant its hundredths tick over (so to within the time of one read,
-// not 10 ms), and counts from there on the monotonic clock: a run is far shorter than any
-// suspend this would miss.
+// /proc/uptime at the instant its hundredths tick over, bracketed by monotonic readings at
+// most 100 µs apart (a wider bracket, a preemption, is thrown away and the next tick tried),
+// and counts from there on the monotonic clock: a run is far shorter than any suspend this
+// would miss. The checkers compare this process's times with the other holders' to the
+// millisecond (a grant follows the release that made room by one commit), so an unchecked
+// catch of the tick, which a preemption can stretch by milliseconds, would shift every time
+// this holder records by as much.
 //
 // Each turn: open a session (again after one ends), acquire one unit of the limit (waiting
 // at most 5 s), hold it for a seeded time in 10 ms steps while racing the work against
@@ -77,23 +81,43 @@ func uptimeNs() (int64, error) {
 	return s*1e9 + c*1e7, nil
 }
 
-// newClock reads CLOCK_BOOTTIME at the moment /proc/uptime's hundredths change.
+// maxBracket is the widest bracket newClock accepts around the instant /proc/uptime's
+// hundredths tick over: half of it bounds the error of every time this process records.
+const maxBracket = 100 * time.Microsecond
+
+// newClock pairs a monotonic reading with CLOCK_BOOTTIME. /proc/uptime shows CLOCK_BOOTTIME
+// truncated to hundredths, so the value a read first shows after a tick is the boot time of
+// the tick itself, which fell between the previous read's start and this read's end: the
+// midpoint of those two monotonic readings is taken for it. A bracket wider than
+// maxBracket (a preemption in between) is thrown away and the next tick tried, for up to 3 s.
 func newClock(epochNs int64) (*clock, error) {
-	first, err := uptimeNs()
+	start := time.Now()
+	prevStart := time.Now()
+	prev, err := uptimeNs()
 	if err != nil {
 		return nil, err
 	}
-	for i := 0; i < 1_000_000; i++ {
-		now := time.Now()
+	closest := time.Duration(-1)
+	for time.Since(start) < 3*time.Second {
+		readStart := time.Now()
 		up, err := uptimeNs()
+		readEnd := time.Now()
 		if err != nil {
 			return nil, err
 		}
-		if up != first {
-			return &clock{base: now, baseBootNs: up, epochNs: epochNs}, nil
+		if up != prev {
+			width := readEnd.Sub(prevStart)
+			if width <= maxBracket {
+				base := prevStart.Add(width / 2)
+				return &clock{base: base, baseBootNs: up, epochNs: epochNs}, nil
+			}
+			if closest < 0 || width < closest {
+				closest = width
+			}
 		}
+		prev, prevStart = up, readStart
 	}
-	return nil, fmt.Errorf("/proc/uptime never ticked")
+	return nil, fmt.Errorf("no tick of /proc/uptime bracketed within %v in 3 s (closest %v)", maxBracket, closest)
 }
 
 func (c *clock) at(t time.Time) int64 {

@@ -8,14 +8,17 @@
 //! permit of one limit), finished (remembered so that a late duplicate of its acquire gets
 //! the same answer), or unknown.
 //!
-//! A request that would wait (`wait: true`) and is refused at once (halted, an unknown
-//! limit, too large, a full queue, a bound of the state) finishes its ticket with that
-//! refusal too, as one refused while it waited does: the client re-asks every waiting
-//! ticket after a reconnect, and a re-ask whose first answer was lost must get that answer,
-//! not a second decision (a grant after a refusal the caller may have seen). The one
-//! exception is a refusal for want of room to remember finished tickets, which cannot be
-//! remembered: nothing was decided, and a re-ask decides afresh. A request that does not
-//! wait is not remembered when refused: its caller does not re-ask it.
+//! A request refused at once (busy, halted, an unknown limit, too large, a full queue, a
+//! bound of the state), whether it would wait or not, finishes its ticket with that refusal
+//! too, as one refused while it waited does: the client re-asks every waiting ticket after
+//! a reconnect, any request may be sent twice (a retry after a lost answer, a hedge to
+//! another node, a copy still in a forwarder when its node lost the leadership), and a copy
+//! decided after the answer the caller saw must get that answer, not a second decision: a
+//! grant after a refusal would charge a bucket and hold a permit no one believes it holds.
+//! The one exception is a refusal for want of room to remember finished tickets, which
+//! cannot be remembered: nothing was decided, and asking again decides afresh. A `Busy`
+//! refusal carries no text, so it is kept among the small finished tickets, not counted
+//! against the bound on refusals.
 //!
 //! # Forgetting finished tickets: the acknowledged mark
 //!
@@ -157,10 +160,14 @@ pub enum Finished {
 }
 
 impl Finished {
-    /// A refusal, which may carry a reason text (bounded apart from the small kinds:
-    /// [`crate::bounds::FINISHED_REFUSALS_MAX`]).
+    /// A refusal that may carry a reason text (bounded apart from the small kinds:
+    /// [`crate::bounds::FINISHED_REFUSALS_MAX`]). `Busy` carries none: it is small.
     pub fn is_refusal(&self) -> bool {
-        matches!(self, Finished::Refused(_) | Finished::Halted { .. })
+        match self {
+            Finished::Refused(r) => !matches!(**r, Refusal::Busy { .. }),
+            Finished::Halted { .. } => true,
+            Finished::Taken { .. } | Finished::Released => false,
+        }
     }
 
     /// How a waiter refused with `refusal` is remembered.

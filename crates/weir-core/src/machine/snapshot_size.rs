@@ -93,13 +93,17 @@ fn finished_bytes(how: &Finished) -> usize {
     encoded_len(&(TicketId::MAX, how)) + encoded_len(&(u64::MAX, TicketId::MAX))
 }
 
-/// The largest finished ticket that is not a refusal.
+/// The largest finished ticket that is not a refusal with a text ([`Finished::is_refusal`]):
+/// a rate take, a release, or a `Busy` refusal.
 fn finished_small_bytes_max() -> usize {
     let taken = finished_bytes(&Finished::Taken {
         fence: Fence::MAX,
         units: u32::MAX,
     });
-    taken.max(finished_bytes(&Finished::Released))
+    let busy = finished_bytes(&Finished::Refused(Box::new(Refusal::Busy {
+        retry_at_ms: Some(u64::MAX),
+    })));
+    taken.max(busy).max(finished_bytes(&Finished::Released))
 }
 
 fn finished_bytes_max() -> usize {

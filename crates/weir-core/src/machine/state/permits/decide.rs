@@ -5,8 +5,8 @@
 //! again, the same answer with no second effect (G5); a new ticket needs room in its session
 //! and in the machine's bounds. Then the parts are resolved (`resolve`) and the request
 //! decided: granted when every part is ready, refused when it may not wait, else queued on
-//! every part's limit. A waiting request refused at once is remembered as a finished ticket,
-//! so that asking again answers the same refusal.
+//! every part's limit. A request refused at once (waiting or not) is remembered as a
+//! finished ticket, so that asking again answers the same refusal.
 //!
 //! Invariants: a refusal charges nothing (no bucket, no queue, no key state); a grant charges
 //! every part in this entry under one fence; every limit charged or queued on is filed.
@@ -45,9 +45,7 @@ impl Machine {
             return Ok(reply);
         }
         let decided = self.decide_new(a, events);
-        if let Err(refusal) = &decided
-            && a.wait
-        {
+        if let Err(refusal) = &decided {
             self.remember_refusal(a, refusal);
         }
         decided
@@ -115,9 +113,11 @@ impl Machine {
         }
     }
 
-    /// Remembers that the new waiting request `a` was refused at once with `refusal`, as a
-    /// finished ticket, so that asking again (a re-ask after a reconnect, a late duplicate)
-    /// answers the same refusal instead of deciding a second time. A refusal for want of
+    /// Remembers that the new request `a` was refused at once with `refusal`, as a finished
+    /// ticket, so that asking again (a re-ask after a reconnect, a retry, a late duplicate
+    /// still in flight through another node) answers the same refusal instead of deciding a
+    /// second time: a grant after a refusal the caller may have seen would charge and hold
+    /// what no one believes it holds. A refusal for want of
     /// room to remember finished tickets cannot be remembered, and is not: the request was
     /// decided nothing, so asking again decides it afresh.
     fn remember_refusal(&mut self, a: &AcquireParts, refusal: &Refusal) {
