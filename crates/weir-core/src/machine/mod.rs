@@ -259,6 +259,7 @@
 pub mod clock;
 pub mod command;
 mod deadlines;
+pub mod key_table;
 pub mod limit;
 pub mod queue;
 mod queue_key;
@@ -268,6 +269,7 @@ pub mod reply;
 pub mod saved;
 mod saved_v5;
 mod saved_v6;
+mod saved_v7;
 pub mod session;
 pub mod snapshot;
 #[cfg(test)]

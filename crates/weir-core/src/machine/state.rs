@@ -26,6 +26,7 @@
 
 mod apply_limits;
 mod check;
+mod lean_keys;
 mod leases;
 mod limits;
 mod permits;
@@ -36,7 +37,7 @@ mod token_leases;
 
 use std::collections::BTreeSet;
 
-use super::command::{Batch, Command, SessionId};
+use super::command::{Batch, Command, LimitId, SessionId};
 use super::deadlines::{Deadlines, Prune};
 use super::reply::{Applied, Event, Refusal, Reply};
 use super::saved::SavedLimits;
@@ -54,6 +55,9 @@ pub struct Machine {
     deadlines: Deadlines,
     /// Counts of the globally bounded items. Derived from `saved`; rebuilt on restore.
     totals: Totals,
+    /// Lean keys promoted during the command being executed (`lean_keys`); empty between
+    /// commands.
+    promoted: Vec<LimitId>,
 }
 
 /// A reserve's arguments, borrowed from its command.
@@ -84,6 +88,7 @@ impl Machine {
     pub(super) fn from_saved(mut saved: SavedLimits) -> Machine {
         saved.share_specs();
         saved.rebuild_leased();
+        saved.rescan_lean_keys();
         let expiries = saved
             .sessions
             .iter()
@@ -96,6 +101,7 @@ impl Machine {
             expiries,
             deadlines,
             totals,
+            promoted: Vec::new(),
         }
     }
 
@@ -146,7 +152,9 @@ impl Machine {
     /// Whether time alone can change the state (sessions may expire, buckets may serve
     /// waiters): the proposer ticks while this is true.
     pub fn has_timed_work(&self) -> bool {
-        !self.saved.sessions.is_empty() || !self.deadlines.serve.is_empty()
+        !self.saved.sessions.is_empty()
+            || !self.deadlines.serve.is_empty()
+            || !self.deadlines.drop.is_empty()
     }
 
     /// Notes an entry that carries no batch (Raft's blank and membership entries), so that
@@ -174,6 +182,7 @@ impl Machine {
         for id in due {
             self.serve(id, &mut events);
         }
+        self.drop_full_keys(now_ms);
         let wall_ms = planted_wall_ms(batch.wall_ms);
         let replies = batch
             .commands
@@ -197,6 +206,7 @@ impl Machine {
         let tenant = command.tenant_counted();
         let before = tenant.map(|t| TenantCounts::of(self.saved.tenants.get(t)));
         let reply = self.dispatch(command, wall_ms, events);
+        self.demote_promoted();
         if let (Some(t), Some(before)) = (tenant, before) {
             let after = TenantCounts::of(self.saved.tenants.get(t));
             self.totals.tenant_changed(before, after);

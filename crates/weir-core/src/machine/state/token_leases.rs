@@ -121,7 +121,7 @@ impl Machine {
                 }
                 new_leases += 1;
                 if state.is_none() {
-                    let live = d.keys.len() + new_keys;
+                    let live = self.live_keys_of(def) + new_keys;
                     if let Some(keys_max) = d.spec.keys_max
                         && live >= keys_max as usize
                     {

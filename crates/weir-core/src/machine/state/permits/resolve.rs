@@ -67,7 +67,7 @@ impl Machine {
                     .iter()
                     .filter(|r: &&Resolved| r.def == def && r.target.is_none())
                     .count();
-                let live = d.keys.len() + new_before;
+                let live = self.live_keys_of(def) + new_before;
                 let room = self.room_for_key(&a.tenant, &part.limit, live, keys_max);
                 if let Err(refusal) = room {
                     if !d.spec.shadow {
