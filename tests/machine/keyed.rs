@@ -768,3 +768,57 @@ fn an_override_limit_is_a_keyed_bucket_made_once_bounded_per_tenant_and_kept_by_
         "below one micro-token a second",
     );
 }
+
+#[test]
+fn keys_with_a_bucket_alone_and_keys_with_waiters_are_read_redefined_and_dropped_alike() {
+    let mut s = Sim::new();
+    keyed_api(&mut s);
+    let a = s.open(60_000);
+    s.grant(ask(a, 1, "api").key("alice").units(2));
+    s.grant(ask(a, 2, "api").key("bob").units(2));
+    // Bob's next take waits: his key keeps a queue, the others only a bucket.
+    assert_eq!(s.reply(ask(a, 3, "api").key("bob")), queued(0));
+    s.grant(ask(a, 4, "api").key("carol"));
+    // Enough keys that their table splits into several chunks, taken out of key order.
+    let many: Vec<String> = (0..300u64)
+        .map(|n| format!("k{:03}", (n * 7) % 300))
+        .collect();
+    let takes = many
+        .iter()
+        .enumerate()
+        .map(|(i, k)| ask(a, 10 + i as u64, "api").key(k).into())
+        .collect();
+    for reply in s.entry(takes).replies {
+        assert!(matches!(reply, Reply::Granted { .. }), "{reply:?}");
+    }
+    let mut all: Vec<String> = ["alice", "bob", "carol"].map(String::from).to_vec();
+    all.extend((0..300).map(|n| format!("k{n:03}")));
+    assert_eq!(s.m.keys("t", "api").unwrap(), all, "one list, in key order");
+    let page = s.m.keys_page("t", "api", Some("bob"), 3).unwrap();
+    assert_eq!(page.keys, ["carol", "k000", "k001"]);
+    assert_eq!(s.m.limit_status("t", "api").unwrap().live_keys, 303);
+    assert_eq!(s.m.key_status("t", "api", "alice").unwrap().tokens, 0);
+    assert_eq!(s.m.key_status("t", "api", "k123").unwrap().tokens, 1);
+    assert_eq!(s.m.key_status("t", "api", "bob").unwrap().waiting, 1);
+    assert_eq!(
+        s.m.bucket_now("t", "api", Some("carol"))
+            .unwrap()
+            .full_in_ms,
+        100
+    );
+    let bytes = s.m.snapshot();
+    let restored = Machine::restore(&bytes).expect("restores");
+    assert_eq!(restored.snapshot(), bytes, "bit-exact");
+    assert_eq!(restored.keys("t", "api").unwrap(), all);
+    // A burst of 1: the keys holding a token are full, so fresh, and go at once.
+    let redefined = limit("t", "api").rate(10.0).burst(1).keyed();
+    assert_eq!(s.reply(redefined), Reply::Done);
+    assert_eq!(s.m.keys("t", "api").unwrap(), ["alice", "bob"]);
+    // 100 ms later every bucket holds its token: Bob's waiter takes his, the rest go.
+    let events = s.wait(100);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(s.m.keys("t", "api").unwrap(), ["bob"]);
+    s.wait(100);
+    assert!(s.m.keys("t", "api").unwrap().is_empty());
+    assert_eq!(s.m.limit_status("t", "api").unwrap().live_keys, 0);
+}

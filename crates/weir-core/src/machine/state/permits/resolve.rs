@@ -6,7 +6,6 @@
 //! queued (`target_of`). A part on a shadow limit that would refuse passes, and is counted
 //! by the caller if the request goes on.
 
-use crate::bounds::KEYS_LIVE_MAX;
 use crate::machine::command::{AcquireParts, LimitId, Part};
 use crate::machine::limit::{Limit, Room, ShadowKind};
 use crate::machine::reply::Refusal;
@@ -126,7 +125,7 @@ impl Machine {
     }
 
     /// `AtCapacity` when a new key of (tenant, name), which has `live` keys, would pass its
-    /// `keys_max` or the machine's [`KEYS_LIVE_MAX`].
+    /// `keys_max` or the machine's bound ([`crate::bounds::KEYS_LIVE_MAX`]).
     fn room_for_key(
         &self,
         tenant: &str,
@@ -140,10 +139,11 @@ impl Machine {
                 limit: keys_max as u64,
             });
         }
-        if self.totals.live_keys >= KEYS_LIVE_MAX as u64 {
+        let max = self.keys_live_max();
+        if self.totals.live_keys >= max as u64 {
             return Err(Refusal::AtCapacity {
                 what: "live keys".into(),
-                limit: KEYS_LIVE_MAX as u64,
+                limit: max as u64,
             });
         }
         Ok(())
