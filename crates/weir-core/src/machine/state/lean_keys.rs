@@ -114,7 +114,7 @@ impl Machine {
             && l.estimating.is_empty()
             && l.leased.holders == 0
             && l.spec.rates()
-            && l.tokens_micro < l.spec.burst * crate::machine::limit::MICRO
+            && l.tokens_micro < l.spec.burst.saturating_mul(crate::machine::limit::MICRO)
     }
 
     /// Makes key `id` (see [`Machine::is_lean`]) a lean key of its definition.
@@ -230,7 +230,7 @@ impl Machine {
                 if d.keys.contains_key(key) {
                     return Err(format!("key {key} of {} is lean and promoted", d.name));
                 }
-                if b.tokens_micro >= d.spec.burst * crate::machine::limit::MICRO
+                if b.tokens_micro >= d.spec.burst.saturating_mul(crate::machine::limit::MICRO)
                     || b.refill_remainder >= 1000
                 {
                     return Err(format!("lean key {key} of {}: bucket out of range", d.name));
