@@ -822,3 +822,34 @@ fn keys_with_a_bucket_alone_and_keys_with_waiters_are_read_redefined_and_dropped
     assert!(s.m.keys("t", "api").unwrap().is_empty());
     assert_eq!(s.m.limit_status("t", "api").unwrap().live_keys, 0);
 }
+
+#[test]
+fn a_version_7_snapshot_of_keys_restores_and_its_keys_turn_lean_when_decided_on() {
+    use weir_core::codec::{self, HEADER_BYTES};
+    use weir_core::machine::SNAPSHOT_MAGIC;
+    let mut s = Sim::new();
+    // A semaphore that also rates: a key holding a permit is a limit of its own in every
+    // version, so this state has no lean key and version 7 wrote it as today does, less
+    // the (empty) lean keys that version 8 appends.
+    s.reply(limit("t", "db").concurrent(1).rate(10.0).burst(2).keyed());
+    let a = s.open(60_000);
+    s.grant(ask(a, 1, "db").key("eu"));
+    s.grant(ask(a, 2, "db").key("us"));
+    let payload = s.m.snapshot()[HEADER_BYTES..].to_vec();
+    let (v7, lean) = payload.split_at(payload.len() - 1);
+    assert_eq!(lean, [0], "no lean keys: an empty map");
+    let restored = Machine::restore(&codec::seal_frame(SNAPSHOT_MAGIC, 7, v7)).expect("v7");
+    assert_eq!(
+        restored.snapshot(),
+        s.m.snapshot(),
+        "today's state to the byte"
+    );
+    s.m = restored;
+    // Released, Eu's key keeps only its bucket (one token below its burst): it is lean,
+    // still live, and full 100 ms later, when it goes.
+    s.release(a, 1);
+    assert_eq!(s.m.keys("t", "db").unwrap(), ["eu", "us"]);
+    assert_eq!(s.m.key_status("t", "db", "eu").unwrap().tokens, 1);
+    s.wait(100);
+    assert_eq!(s.m.keys("t", "db").unwrap(), ["us"]);
+}
