@@ -102,8 +102,11 @@
 //! bucket and the definition's spec, and nothing else (no holder, waiter, estimate or
 //! lease, and `max_in_use` is not decided on); its due time is the limit's `full_at_ms`,
 //! so it is dropped in the same entry. Ids are handed out in log order, so every node
-//! promotes to the same ids. A key's `max_in_use` is kept only while it is a limit of its
-//! own: a key that held a permit and is lean reads 0 there.
+//! promotes to the same ids; a promotion takes one even when its command is then refused.
+//! (A key's id is that of its last promotion, so keys whose queues are served in the same
+//! entry are served, and their fences handed out, in the order of those ids.) A key's
+//! `max_in_use` is kept only while it is a limit of its own: a key that held a permit and
+//! is lean reads 0 there.
 //!
 //! The snapshot holds the limits (keys with a state of their own among them, each encoded
 //! as the unshared, unboxed limit it stands for), then each definition's lean keys as a

@@ -41,7 +41,11 @@ impl Machine {
 
     fn refile_chunks(&mut self, def: LimitId, refiles: Vec<Refile>) {
         for (bound, due) in refiles {
-            self.deadlines.drop.set((def, bound), due);
+            let chunk = (def, bound);
+            // Most changes leave a chunk's due time as it was: no refile, no copy.
+            if self.deadlines.drop.get(&chunk) != due {
+                self.deadlines.drop.set(chunk, due);
+            }
         }
         if self
             .saved
