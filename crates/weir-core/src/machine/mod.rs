@@ -67,8 +67,8 @@
 //! # Keyed limits
 //!
 //! A keyed definition stands for one bucket or semaphore per key ([`limit`]). A key's state
-//! is a limit of its own, created by the first request that charges it or waits on it, and
-//! dropped in the entry that finds it fresh again: nothing held, nothing waiting, its
+//! (kept in memory as the paragraphs below say) is created by the first request that
+//! charges it or waits on it, and dropped in the entry that finds it fresh again: nothing held, nothing waiting, its
 //! bucket at its burst. A bucket reaches its burst by refill alone, so a key with a bucket
 //! below its burst and nothing else is filed in the deadline index at the log time it is
 //! full (`deadlines`) and dropped there. *Claim: dropping a fresh key changes no
