@@ -256,7 +256,14 @@ impl KeyTable {
         if chunk.len() <= CHUNK_KEYS_MAX {
             return vec![(bound, Some(chunk.due_ms))];
         }
-        let mut right = chunk.split_off(chunk.len() / 2);
+        // A key added at the end (keys made in increasing order, a common way to name them)
+        // leaves the chunk full and starts the next one; elsewhere the chunk halves.
+        let at = if i == chunk.len() - 1 {
+            CHUNK_KEYS_MAX
+        } else {
+            chunk.len() / 2
+        };
+        let mut right = chunk.split_off(at);
         chunk.rescan(due);
         right.rescan(due);
         let left_due = chunk.due_ms;
@@ -511,16 +518,21 @@ mod tests {
     fn a_table_keeps_order_through_splits_merges_and_drops() {
         let mut t = KeyTable::default();
         let mut model = BTreeMap::new();
-        // A fixed scramble of 500 keys: inserted out of order, so chunks split mid-way.
-        for n in 0..500u64 {
-            let k = format!("k{:04}", (n * 7919) % 500);
+        // A fixed scramble of 500 keys: inserted out of order, so chunks split mid-way; then
+        // 200 more in increasing order, each at the end.
+        for n in 0..700u64 {
+            let k = if n < 500 {
+                format!("k{:04}", (n * 7919) % 500)
+            } else {
+                format!("k{n:04}")
+            };
             t.insert(&k, b(n % 900), &due);
             model.insert(k, b(n % 900));
             t.check(&due).unwrap();
         }
-        assert_eq!(t.len(), 500);
+        assert_eq!(t.len(), 700);
         assert!(t.iter().map(|(k, b)| (k.to_owned(), b)).eq(model.clone()));
-        for n in (0..500u64).step_by(3) {
+        for n in (0..700u64).step_by(3) {
             let k = format!("k{n:04}");
             let (got, _) = t.remove(&k, &due).unwrap();
             assert_eq!(Some(got), model.remove(&k));
