@@ -330,7 +330,7 @@ pub const TICKETS_QUEUED_MAX: usize = 2 * LIMIT_WAITERS_MAX;
 /// fills: the release build (fat LTO) releases about 45,000 permits a second at 256 clients
 /// (docs/benchmarks.md, "Bounds sized from a measurement"). The snapshot arithmetic
 /// (`machine::snapshot_size`) counts them beside a million sessions, each with its
-/// acknowledged mark, and a million live keys.
+/// acknowledged mark, and ten million live keys.
 /// Tickets that finish without a request (a release of a live one, a halt's refusal of a
 /// waiter) are never refused, so the count passes this by at most the live tickets; the
 /// snapshot arithmetic counts that excess under the live and queued bounds.
