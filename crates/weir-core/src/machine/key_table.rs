@@ -32,8 +32,12 @@ use serde::ser::SerializeSeq;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Most keys of one chunk. A change to a chunk moves at most this many names and numbers
-/// and rescans at most this many due times; its fixed cost (a map entry, five buffers) is
-/// shared by at least a quarter of this many keys once the table holds more than a chunk.
+/// and rescans at most this many due times; its fixed cost (a map entry, five buffers, its
+/// deadline entry: some 250 bytes) is shared by its keys. A chunk fills whole when keys
+/// come in increasing order and half when they come in any other; one left with few keys
+/// merges into the one before it when they fit. (Caveat: removals in an adversarial order
+/// can leave neighbouring chunks of a few keys each, up to the fixed cost a key, still
+/// below what a key kept as a limit costs.)
 pub const CHUNK_KEYS_MAX: usize = 64;
 
 /// Keys a chunk is filled with when a table is built from a sorted list (on restore):
@@ -414,6 +418,12 @@ impl KeyTable {
         let mut count = 0;
         let mut last: Option<&str> = None;
         for (n, (bound, c)) in self.chunks.iter().enumerate() {
+            // The keys before this chunk sort below its bound, or a lookup would miss them.
+            if last.is_some_and(|l| l >= &**bound) {
+                return Err(format!(
+                    "lean key {last:?} at or above the next bound {bound:?}"
+                ));
+            }
             if n == 0 && !bound.is_empty() {
                 return Err(format!("the first chunk of lean keys has bound {bound:?}"));
             }
@@ -561,6 +571,24 @@ mod tests {
         back.check(&due).unwrap();
         assert_eq!(back, t);
         assert_eq!(crate::codec::encode(&back), bytes);
+    }
+
+    #[test]
+    fn a_key_at_or_above_the_next_chunks_bound_is_found_by_the_check() {
+        let keys = (0..96).map(|n| (format!("k{n:04}"), b(1))).collect();
+        let mut t = KeyTable::from_sorted(keys).unwrap();
+        t.rescan(&due);
+        t.check(&due).unwrap();
+        // The second chunk's bound moved below the first chunk's last key.
+        let (bound, chunk) = t.chunks.pop_last().unwrap();
+        assert_eq!(&*bound, "k0048");
+        t.chunks.insert("k0047".into(), chunk);
+        assert!(t.check(&due).unwrap_err().contains("next bound"));
+        assert_eq!(
+            t.get("k0047"),
+            None,
+            "what the check guards: a lookup misses it"
+        );
     }
 
     #[test]
