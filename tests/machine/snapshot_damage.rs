@@ -133,3 +133,55 @@ fn a_restored_machine_keeps_serving_where_it_left_off() {
         "the waiter is granted after the restore"
     );
 }
+
+#[test]
+fn every_edited_byte_of_a_snapshot_with_lean_keys_is_refused_or_restores_a_whole_machine() {
+    use crate::sim::{ask, limit};
+    let mut s = Sim::new();
+    s.reply(limit("t", "api").rate(10.0).burst(2).keyed());
+    let a = s.open(3_000);
+    for (ticket, key) in ["carol", "alice", "bob", "dave"].into_iter().enumerate() {
+        s.grant(ask(a, ticket as u64 + 1, "api").key(key).units(2));
+    }
+    s.grant(ask(a, 5, "api").key("erin"));
+    // Bob's key waits, so it is a limit of its own; the others are lean (Erin's holds a
+    // token, a number an edit can raise past the burst).
+    s.reply(ask(a, 9, "api").key("bob"));
+    let payload = s.m.snapshot()[HEADER_BYTES..].to_vec();
+    let mut invalid = 0;
+    for i in 0..payload.len() {
+        for delta in [1, 0x80] {
+            let mut edited = payload.clone();
+            edited[i] = edited[i].wrapping_add(delta);
+            let sealed = codec::seal_frame(SNAPSHOT_MAGIC, SNAPSHOT_VERSION, &edited);
+            match Machine::restore(&sealed) {
+                Ok(mut m) => {
+                    // Restored means whole: no bucket above its burst, and it applies on,
+                    // time passing, and stays so.
+                    for key in m.keys("t", "api").unwrap_or_default() {
+                        let b = m.bucket_now("t", "api", Some(&key)).expect("a live key");
+                        assert!(
+                            b.tokens <= b.spec.burst,
+                            "byte {i}: key {key} over its burst"
+                        );
+                    }
+                    let batch = Batch {
+                        leadership: Leadership::default(),
+                        clock_ms: m.now_ms().saturating_add(1_000),
+                        wall_ms: 0,
+                        commands: vec![Command::Tick],
+                    };
+                    let next = m.applied_index().saturating_add(1);
+                    if next > m.applied_index() {
+                        m.apply(next, &batch);
+                        m.check().unwrap_or_else(|e| panic!("byte {i}: {e}"));
+                    }
+                }
+                Err(codec::FrameError::Invalid(_)) => invalid += 1,
+                Err(codec::FrameError::Decode(_)) => {}
+                Err(other) => panic!("byte {i}: unexpected {other}"),
+            }
+        }
+    }
+    assert!(invalid > 0, "some edit breaks an invariant and is caught");
+}

@@ -87,12 +87,14 @@ pub const LIMIT_WAITERS_MAX: usize = 100_000;
 pub const LIMITS_MAX: usize = 100_000;
 
 /// Most live keys at once, across every keyed limit. A key lives only while its state
-/// differs from a fresh one, so this bounds the keys active within a refill time: a million
-/// is a per-user or per-API-key limit of a large service. A live key of a token bucket holds
-/// a few hundred bytes of a node's memory and at most some 440 bytes of a snapshot (a
-/// 128-byte key twice, in its state and in its definition's map), so this part of the state
-/// stays under 420 MiB encoded. Past it a new key is refused `AtCapacity`.
-pub const KEYS_LIVE_MAX: usize = 1_000_000;
+/// differs from a fresh one, so this bounds the keys active within a refill time: ten
+/// million is a per-user or per-IP limit of a very large service. A live key of a token
+/// bucket with nothing else is lean (`machine::key_table`): its name and 22 bytes of a
+/// node's heap, and at most some 160 bytes of a snapshot with a 128-byte key, so this part
+/// of the state stays near 1.5 GiB encoded (the keys with a state of their own, which
+/// live tickets and token leases bound, cost some 290 MiB more). Past it a new key is
+/// refused `AtCapacity`.
+pub const KEYS_LIVE_MAX: usize = 10_000_000;
 
 /// Longest key of a keyed limit, in bytes. Keys name users, API keys, IP addresses and
 /// models; 128 holds a UUID with a prefix, an IPv6 address or a sha256 in hex, and keeps a
@@ -109,8 +111,9 @@ pub const KEYS_MAX_DEFAULT: u32 = 1_000;
 /// Live keys of a keyed limit compiled from an envoyproxy/ratelimit file when `weir limits
 /// apply` is given no `--keys-max` and the limit had none: sized for a gateway, which sees
 /// tens of thousands of client addresses and API keys a minute. At the bound a limit's
-/// keys hold some 44 MiB of a snapshot (about 440 bytes each, see [`KEYS_LIVE_MAX`]); ten
-/// such limits at their bound reach [`KEYS_LIVE_MAX`], which stays the machine's bound.
+/// keys hold some 16 MiB of a snapshot (about 160 bytes each with the longest keys, see
+/// [`KEYS_LIVE_MAX`]); a hundred such limits at their bound reach [`KEYS_LIVE_MAX`], which
+/// stays the machine's bound.
 pub const RLS_KEYS_MAX_DEFAULT: u32 = 100_000;
 
 /// Most limits one tenant holds for Envoy's descriptor `limit` overrides
@@ -176,9 +179,9 @@ pub const ENTRY_COMMANDS_MAX: usize = 4_096;
 
 /// Largest snapshot the machine will decode, in bytes. Far above the 10,000-session,
 /// 100,000-permit scale point (a few MiB) and far below what a damaged length field could
-/// ask for. 2 GiB: the worst state the global bounds allow must fit (see below), and with
-/// [`KEYS_LIVE_MAX`] live keys of the longest names that state is some 1.4 GiB.
-pub const SNAPSHOT_BYTES_MAX: u64 = 1 << 31;
+/// ask for. 3 GiB: the worst state the global bounds allow must fit (see below), and with
+/// [`KEYS_LIVE_MAX`] live keys of the longest names that state is some 2.8 GiB.
+pub const SNAPSHOT_BYTES_MAX: u64 = 3 << 30;
 
 // ---- the state machine's tenants (every container of the state is bounded) ----
 
@@ -327,7 +330,7 @@ pub const TICKETS_QUEUED_MAX: usize = 2 * LIMIT_WAITERS_MAX;
 /// fills: the release build (fat LTO) releases about 45,000 permits a second at 256 clients
 /// (docs/benchmarks.md, "Bounds sized from a measurement"). The snapshot arithmetic
 /// (`machine::snapshot_size`) counts them beside a million sessions, each with its
-/// acknowledged mark, and a million live keys.
+/// acknowledged mark, and ten million live keys.
 /// Tickets that finish without a request (a release of a live one, a halt's refusal of a
 /// waiter) are never refused, so the count passes this by at most the live tickets; the
 /// snapshot arithmetic counts that excess under the live and queued bounds.

@@ -2,11 +2,14 @@
 //! under its next deadline and ordered by (deadline, item), so that an entry or a `Tick`
 //! visits only what is due: `O(due · log n)`, not a walk of every session, tenant and limit.
 //!
-//! Two indexes of one shape ([`DeadlineIndex`]):
+//! Three indexes of one shape ([`DeadlineIndex`]):
 //! - `serve`: a rated limit whose queue head waits only for tokens, filed at the log time
 //!   its bucket will hold them (`Limit::tokens_due_ms`). The entry whose clock reaches it
 //!   serves the limit. A head that waits for a release is not filed: only a release (or an
 //!   expiry), which serves the limit itself, can let it through.
+//! - `drop`: a chunk of a keyed definition's lean keys (`machine::key_table`), filed at
+//!   the earliest log time one of its keys is full again. The entry whose clock reaches it
+//!   drops the keys that are full by then, which are fresh, and refiles the chunk.
 //! - `prune`: a session with finished tickets, filed at the time its oldest one ages out
 //!   (`Session::finished_due_ms`), and a tenant with settlement receipts, filed at the time
 //!   its oldest one does (`Tenant::receipts_due_ms`). `Tick` prunes what is due.
@@ -111,10 +114,14 @@ pub enum Prune {
     Receipts(String),
 }
 
-/// Both indexes. See the module doc.
+/// A chunk of lean keys: its definition and its bound.
+pub type LeanChunk = (LimitId, Box<str>);
+
+/// The three indexes. See the module doc.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Deadlines {
     pub serve: DeadlineIndex<LimitId>,
+    pub drop: DeadlineIndex<LeanChunk>,
     pub prune: DeadlineIndex<Prune>,
 }
 
@@ -124,6 +131,11 @@ impl Deadlines {
         let mut d = Deadlines::default();
         for (&id, limit) in &saved.limits {
             d.serve.set(id, limit.tokens_due_ms());
+        }
+        for (&def, table) in &saved.lean_keys {
+            for (bound, due) in table.dues() {
+                d.drop.set((def, bound.into()), due);
+            }
         }
         for (&id, session) in &saved.sessions {
             d.prune.set(Prune::Tickets(id), session.finished_due_ms());
@@ -139,7 +151,14 @@ impl Deadlines {
     pub fn check(&self, saved: &SavedLimits) -> Result<(), String> {
         self.serve.check()?;
         self.prune.check()?;
+        self.drop.check()?;
         let scanned = Deadlines::of(saved);
+        if let Some((k, at)) = first_difference(&self.drop, &scanned.drop) {
+            return Err(format!(
+                "lean keys {k:?} are filed to be dropped at {at:?}, a full scan says {:?}",
+                scanned.drop.get(&k)
+            ));
+        }
         if let Some((k, at)) = first_difference(&self.serve, &scanned.serve) {
             return Err(format!(
                 "limit {k:?} is filed to be served at {at:?}, a full scan says {:?}",

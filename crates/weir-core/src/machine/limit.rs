@@ -20,12 +20,14 @@
 //! - A limit redefined to `concurrent = 0` keeps the holders it had (they release as
 //!   usual); only its new grants hold nothing.
 //!
-//! Keyed limits: a keyed definition is a `Limit` that holds nothing itself; each key whose
-//! state differs from a fresh one is a `Limit` of its own (`of` names the definition, the
-//! definition's `keys` names it back), created by the first request that charges it and
-//! dropped as soon as it is fresh again ([`Limit::is_fresh`]: nothing held or waiting, the
-//! bucket at its burst). A fresh key answers exactly as a new one would, so dropping it
-//! changes no decision; the snapshot holds only keys that are not fresh.
+//! Keyed limits: a keyed definition is a `Limit` that holds nothing itself; a key decided on
+//! is a `Limit` of its own (`of` names the definition, the definition's `keys` names it
+//! back), created by the first request that charges it and dropped as soon as it is fresh
+//! again ([`Limit::is_fresh`]: nothing held or waiting, the bucket at its burst). A fresh
+//! key answers exactly as a new one would, so dropping it changes no decision; the snapshot
+//! holds only keys that are not fresh. A key left with nothing but a bucket below its burst
+//! is kept lean instead, in its definition's key table (`machine::key_table`), until a
+//! command names it again (the machine's essay, "Keyed limits").
 //! - A keyed definition holds nothing, queues nothing, and its bucket stays full.
 //! - Only a keyed definition has `keys`.
 //!

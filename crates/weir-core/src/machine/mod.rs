@@ -67,8 +67,8 @@
 //! # Keyed limits
 //!
 //! A keyed definition stands for one bucket or semaphore per key ([`limit`]). A key's state
-//! is a limit of its own, created by the first request that charges it or waits on it, and
-//! dropped in the entry that finds it fresh again: nothing held, nothing waiting, its
+//! (kept in memory as the paragraphs below say) is created by the first request that
+//! charges it or waits on it, and dropped in the entry that finds it fresh again: nothing held, nothing waiting, its
 //! bucket at its burst. A bucket reaches its burst by refill alone, so a key with a bucket
 //! below its burst and nothing else is filed in the deadline index at the log time it is
 //! full (`deadlines`) and dropped there. *Claim: dropping a fresh key changes no
@@ -81,10 +81,39 @@
 //! ([`crate::bounds::KEYS_LIVE_MAX`], apart from the definitions' `LIMITS_MAX`): a new key
 //! past either is refused `AtCapacity`, naming the limit or the live keys.
 //!
-//! In memory a live key is a limit of its own, kept small: its spec is its definition's,
-//! shared; its queue is allocated only once a ticket waits on it; and the limits map holds
-//! each limit boxed, so its nodes' empty slots cost a pointer, not a limit. The snapshot
-//! encodes each exactly as the unshared, unboxed limit it stands for.
+//! In memory a live key is what differs from a fresh bucket, kept once. Most live keys
+//! differ by their bucket alone (a rate take leaves nothing else): such a key is *lean*,
+//! three numbers (tokens, refill remainder, last refill time) and its name in its
+//! definition's key table ([`key_table`]), which keeps keys in chunks of up to 64, names
+//! back to back in one buffer and numbers in columns: a key costs its name's bytes and 22
+//! more, no allocation of its own, no id. The deadline index files each chunk, not each
+//! key, under the earliest time one of its keys is full again (`deadlines`); the entry that
+//! reaches it drops the chunk's keys that are full, which are fresh. The rare states (a
+//! permit held, a ticket waiting, an unsettled estimate, a token lease) belong to a key
+//! kept as a limit of its own under an id, as a definition is, found through its
+//! definition's `keys` map; it exists only while one of them does.
+//!
+//! The rules decide on limits by id, so a command that names a lean key *promotes* it to a
+//! limit under a fresh id (with the same bucket) before deciding, and the key is *demoted*
+//! back to its table when the command leaves it nothing but a bucket below its burst (or
+//! dropped when full, as before); a key promoted by a command that then leaves it alone
+//! (a request refused by another part) is demoted at the command's end. *Claim: keeping a
+//! key lean changes no decision.* A lean key and the limit it is promoted to have the same
+//! bucket and the definition's spec, and nothing else (no holder, waiter, estimate or
+//! lease, and `max_in_use` is not decided on); its due time is the limit's `full_at_ms`,
+//! so it is dropped in the same entry. Ids are handed out in log order, so every node
+//! promotes to the same ids; a promotion takes one even when its command is then refused.
+//! (A key's id is that of its last promotion, so keys whose queues are served in the same
+//! entry are served, and their fences handed out, in the order of those ids.) A key's
+//! `max_in_use` is kept only while it is a limit of its own: a key that held a permit and
+//! is lean reads 0 there.
+//!
+//! The snapshot holds the limits (keys with a state of their own among them, each encoded
+//! as the unshared, unboxed limit it stands for), then each definition's lean keys as a
+//! list in key order, whatever the chunks: two nodes in the same state write the same
+//! bytes, and a restore builds the chunks afresh. A version 7 snapshot's keys are all
+//! limits of their own; each is demoted or dropped the next time a command or a deadline
+//! reaches it.
 //!
 //! # Several parts
 //!
@@ -259,6 +288,7 @@
 pub mod clock;
 pub mod command;
 mod deadlines;
+pub mod key_table;
 pub mod limit;
 pub mod queue;
 mod queue_key;
@@ -268,6 +298,7 @@ pub mod reply;
 pub mod saved;
 mod saved_v5;
 mod saved_v6;
+mod saved_v7;
 pub mod session;
 pub mod snapshot;
 #[cfg(test)]

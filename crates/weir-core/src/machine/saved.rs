@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::clock::LogClock;
 use super::command::{Fence, LimitId, SessionId};
+use super::key_table::{KeyBucket, KeyTable};
 use super::limit::{Limit, LimitSpec};
 use super::session::Session;
 use super::tenant::Tenant;
@@ -43,6 +44,10 @@ pub struct SavedLimits {
     pub(super) tenants: BTreeMap<String, Tenant>,
     /// Token leases (version 7 on).
     pub(super) token_leases: TokenLeases,
+    /// The lean keys of each keyed definition, by its id: keys whose state differs from a
+    /// fresh one by their bucket alone (version 8 on). A definition without lean keys has
+    /// no entry.
+    pub(super) lean_keys: BTreeMap<LimitId, KeyTable>,
 }
 
 impl SavedLimits {
@@ -52,7 +57,9 @@ impl SavedLimits {
         for session in self.sessions.values() {
             session.count_into(&mut totals);
         }
-        totals.live_keys = self.limits.values().filter(|l| l.is_key()).count() as u64;
+        totals.lean_keys = self.lean_keys.values().map(|t| t.len() as u64).sum();
+        totals.live_keys =
+            self.limits.values().filter(|l| l.is_key()).count() as u64 + totals.lean_keys;
         for t in self.tenants.values() {
             totals.tenant_changed(TenantCounts::default(), TenantCounts::of(Some(t)));
         }
@@ -91,4 +98,33 @@ impl SavedLimits {
             }
         }
     }
+
+    /// Sets every lean key table's due times from its definition's spec (on restore: the
+    /// encoding does not carry them). A table of no keyed definition is left for the check.
+    pub fn rescan_lean_keys(&mut self) {
+        for (def, table) in &mut self.lean_keys {
+            if let Some(d) = self.limits.get(def) {
+                let spec = Arc::clone(&d.spec);
+                table.rescan(&|b| lean_due_ms(&spec, b));
+            }
+        }
+    }
+}
+
+/// The log time a lean key of a definition of spec `spec` is full again: its due time (as
+/// `Limit::full_at_ms` for a key without a lease, whose cap is the burst).
+pub fn lean_due_ms(spec: &LimitSpec, b: KeyBucket) -> u64 {
+    let cap = spec.burst as u128 * super::limit::MICRO as u128 * 1000;
+    let have = b.tokens_micro as u128 * 1000 + b.refill_remainder as u128;
+    let rate = spec.rate_micro_per_s as u128;
+    if rate == 0 {
+        return if have >= cap {
+            b.refilled_at_ms
+        } else {
+            u64::MAX
+        };
+    }
+    let wait_ms = cap.saturating_sub(have).div_ceil(rate);
+    b.refilled_at_ms
+        .saturating_add(u64::try_from(wait_ms).unwrap_or(u64::MAX))
 }

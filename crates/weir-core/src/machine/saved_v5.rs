@@ -90,6 +90,7 @@ impl SavedLimitsV5 {
                 .collect(),
             tenants: self.tenants,
             token_leases: Default::default(),
+            lean_keys: Default::default(),
         }
     }
 }

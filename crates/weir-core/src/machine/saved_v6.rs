@@ -41,6 +41,7 @@ impl SavedLimitsV6 {
             limits: self.limits,
             tenants: self.tenants,
             token_leases: Default::default(),
+            lean_keys: Default::default(),
         }
     }
 }

@@ -18,6 +18,7 @@
 use super::saved::SavedLimits;
 use super::saved_v5::SavedLimitsV5;
 use super::saved_v6::SavedLimitsV6;
+use super::saved_v7::SavedLimitsV7;
 use super::state::Machine;
 use crate::bounds::SNAPSHOT_BYTES_MAX;
 use crate::codec::{self, FrameError};
@@ -34,14 +35,16 @@ pub const SNAPSHOT_MAGIC: [u8; 4] = *b"WSNP";
 /// keyed limits (a limit's spec says whether it is keyed and in shadow mode; a limit keeps
 /// its keys, or the definition it is a key of, and its shadow count) and tickets of several
 /// parts. Version 6: a holder keeps its grant's log time, a waiter its fairness weight.
-/// Version 7: token leases, appended after the tenants.
-/// This version, version 6 and [`SNAPSHOT_VERSION_READ_MIN`] are read; an older snapshot is
+/// Version 7: token leases, appended after the tenants. Version 8: the lean keys of each
+/// keyed definition, appended after the leases.
+/// This version, versions 7 and 6 and [`SNAPSHOT_VERSION_READ_MIN`] are read; an older snapshot is
 /// refused naming both versions (its limits and tickets no longer decode as they were
 /// written), and a newer one naming its version.
-pub const SNAPSHOT_VERSION: u16 = 7;
+pub const SNAPSHOT_VERSION: u16 = 8;
 
 /// The oldest snapshot version this build reads: version 5, converted on restore as
-/// [`super::saved_v5`] says (version 6 as [`super::saved_v6`] says).
+/// [`super::saved_v5`] says (version 6 as [`super::saved_v6`] says, version 7 as
+/// [`super::saved_v7`] says).
 pub const SNAPSHOT_VERSION_READ_MIN: u16 = 5;
 
 impl Machine {
@@ -54,11 +57,14 @@ impl Machine {
         )
     }
 
-    /// A machine from snapshot bytes (of this version, or of version 6 or 5, converted), or
+    /// A machine from snapshot bytes (of this version, or of version 7, 6 or 5, converted), or
     /// why they were refused.
     pub fn restore(bytes: &[u8]) -> Result<Machine, FrameError> {
         let version = |v: u16| bytes.get(4..6) == Some(&v.to_le_bytes()[..]);
-        let saved = if version(6) {
+        let saved = if version(7) {
+            let payload = codec::open_frame(bytes, SNAPSHOT_MAGIC, 7, SNAPSHOT_BYTES_MAX)?;
+            codec::decode::<SavedLimitsV7>(payload)?.upgrade()
+        } else if version(6) {
             let payload = codec::open_frame(bytes, SNAPSHOT_MAGIC, 6, SNAPSHOT_BYTES_MAX)?;
             codec::decode::<SavedLimitsV6>(payload)?.upgrade()
         } else if version(SNAPSHOT_VERSION_READ_MIN) {
@@ -90,7 +96,7 @@ impl Machine {
             ..SnapshotContents::default()
         };
         for limit in saved.limits.values() {
-            if limit.of.is_some() {
+            if limit.is_key() {
                 c.keys += 1;
             } else {
                 c.limits += 1;
@@ -98,6 +104,11 @@ impl Machine {
             c.holders += limit.holders.len() as u64;
             c.queued += limit.queue.len() as u64;
         }
+        c.keys += saved
+            .lean_keys
+            .values()
+            .map(|t| t.len() as u64)
+            .sum::<u64>();
         for tenant in saved.tenants.values() {
             c.runs += tenant.running.len() as u64;
             c.settlements += tenant.receipts.len() as u64;
@@ -170,7 +181,7 @@ mod tests {
         bytes[4..6].copy_from_slice(&4u16.to_le_bytes());
         let err = Machine::restore(&bytes).unwrap_err().to_string();
         assert!(
-            err.contains("unknown format version 4 (this build reads 7)"),
+            err.contains("unknown format version 4 (this build reads 8)"),
             "{err}"
         );
     }

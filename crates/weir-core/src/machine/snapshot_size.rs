@@ -6,6 +6,7 @@
 use crate::bounds::*;
 use crate::codec::{self, encoded_len};
 use crate::machine::command::{Fence, HaltScope, LimitId, Owner, SessionId, TicketId};
+use crate::machine::key_table::{KeyBucket, KeyTable};
 use crate::machine::limit::{Holder, Limit, LimitSpec, ShadowRefusals};
 use crate::machine::queue;
 use crate::machine::reply::{BudgetKind, Refusal};
@@ -187,11 +188,31 @@ fn limit_bytes_max() -> usize {
         at_capacity: u64::MAX,
     };
     l.overrun_tokens = u64::MAX;
-    maxed_limit_bytes(l) + encoded_len(&(name(), LimitId::MAX))
+    // A keyed definition's entry in the map of lean key tables: its id and a length.
+    let lean_table = encoded_len(&LimitId::MAX) + LEN_MAX;
+    maxed_limit_bytes(l) + encoded_len(&(name(), LimitId::MAX)) + lean_table
 }
 
-/// A live key's state: its limit (no tenant, the key as its name; refusals and overruns
-/// are counted on its definition) and its entry in its definition's map of keys.
+/// A lean key: its name and bucket in its definition's table (`machine::key_table`).
+fn lean_key_bytes_max() -> usize {
+    let key = "k".repeat(KEY_BYTES_MAX);
+    let b = KeyBucket {
+        tokens_micro: u64::MAX,
+        refill_remainder: u16::MAX,
+        refilled_at_ms: u64::MAX,
+    };
+    let one = KeyTable::from_sorted(vec![(key, b)]).expect("one key");
+    encoded_len(&one) - encoded_len(&KeyTable::default()) + LEN_MAX
+}
+
+/// Most keys kept as limits of their own: a key is one only while a permit is held on it,
+/// a ticket waits on it or an estimate of a live ticket is unsettled on it (each a live
+/// ticket's place), or a token lease is on it. Every other live key is lean.
+const KEYS_WITH_STATE_MAX: usize = TICKETS_LIVE_MAX + TOKEN_LEASES_MAX;
+
+/// A key kept as a limit of its own (see [`KEYS_WITH_STATE_MAX`]): its limit (no tenant,
+/// the key as its name; refusals and overruns are counted on its definition) and its entry
+/// in its definition's map of keys.
 fn key_bytes_max() -> usize {
     let key = "k".repeat(KEY_BYTES_MAX);
     let spec = LimitSpec::new(0, 0.0, None).unwrap().into();
@@ -276,7 +297,13 @@ fn worst_state() -> (Vec<(&'static str, usize, usize)>, u64) {
             finished_small_bytes_max(),
         ),
         ("limits", LIMITS_MAX, limit_bytes_max()),
-        ("live keys", KEYS_LIVE_MAX, key_bytes_max()),
+        // Every live key may be lean; those with a state of their own cost the difference.
+        ("live keys", KEYS_LIVE_MAX, lean_key_bytes_max()),
+        (
+            "keys with state",
+            KEYS_WITH_STATE_MAX,
+            key_bytes_max().saturating_sub(lean_key_bytes_max()),
+        ),
         ("tenants", TENANTS_MAX, tenant_bytes_max()),
         ("receipts", RECEIPTS_MAX, receipt_bytes_max()),
         ("runs", RUNS_MAX, run_bytes_max()),

@@ -26,6 +26,7 @@
 
 mod apply_limits;
 mod check;
+mod lean_keys;
 mod leases;
 mod limits;
 mod permits;
@@ -36,7 +37,7 @@ mod token_leases;
 
 use std::collections::BTreeSet;
 
-use super::command::{Batch, Command, SessionId};
+use super::command::{Batch, Command, LimitId, SessionId};
 use super::deadlines::{Deadlines, Prune};
 use super::reply::{Applied, Event, Refusal, Reply};
 use super::saved::SavedLimits;
@@ -54,6 +55,12 @@ pub struct Machine {
     deadlines: Deadlines,
     /// Counts of the globally bounded items. Derived from `saved`; rebuilt on restore.
     totals: Totals,
+    /// A bound on live keys below [`crate::bounds::KEYS_LIVE_MAX`], set only by
+    /// [`Machine::with_keys_live_max`]; `None` everywhere else.
+    keys_live_max: Option<usize>,
+    /// Lean keys promoted during the command being executed (`lean_keys`); empty between
+    /// commands.
+    promoted: Vec<LimitId>,
 }
 
 /// A reserve's arguments, borrowed from its command.
@@ -84,6 +91,7 @@ impl Machine {
     pub(super) fn from_saved(mut saved: SavedLimits) -> Machine {
         saved.share_specs();
         saved.rebuild_leased();
+        saved.rescan_lean_keys();
         let expiries = saved
             .sessions
             .iter()
@@ -96,7 +104,24 @@ impl Machine {
             expiries,
             deadlines,
             totals,
+            promoted: Vec::new(),
+            keys_live_max: None,
         }
+    }
+
+    /// An empty machine whose live keys are bounded at `max` instead of
+    /// [`crate::bounds::KEYS_LIVE_MAX`] (at most that): for tests of the bound, which cannot
+    /// take ten million keys in seconds. Every node of a cluster runs `Machine::new`.
+    pub fn with_keys_live_max(max: usize) -> Machine {
+        Machine {
+            keys_live_max: Some(max.min(crate::bounds::KEYS_LIVE_MAX)),
+            ..Machine::default()
+        }
+    }
+
+    /// The bound on live keys across the machine.
+    fn keys_live_max(&self) -> usize {
+        self.keys_live_max.unwrap_or(crate::bounds::KEYS_LIVE_MAX)
     }
 
     /// What a snapshot of this machine carries.
@@ -146,7 +171,9 @@ impl Machine {
     /// Whether time alone can change the state (sessions may expire, buckets may serve
     /// waiters): the proposer ticks while this is true.
     pub fn has_timed_work(&self) -> bool {
-        !self.saved.sessions.is_empty() || !self.deadlines.serve.is_empty()
+        !self.saved.sessions.is_empty()
+            || !self.deadlines.serve.is_empty()
+            || !self.deadlines.drop.is_empty()
     }
 
     /// Notes an entry that carries no batch (Raft's blank and membership entries), so that
@@ -174,6 +201,7 @@ impl Machine {
         for id in due {
             self.serve(id, &mut events);
         }
+        self.drop_full_keys(now_ms);
         let wall_ms = planted_wall_ms(batch.wall_ms);
         let replies = batch
             .commands
@@ -197,6 +225,7 @@ impl Machine {
         let tenant = command.tenant_counted();
         let before = tenant.map(|t| TenantCounts::of(self.saved.tenants.get(t)));
         let reply = self.dispatch(command, wall_ms, events);
+        self.demote_promoted();
         if let (Some(t), Some(before)) = (tenant, before) {
             let after = TenantCounts::of(self.saved.tenants.get(t));
             self.totals.tenant_changed(before, after);

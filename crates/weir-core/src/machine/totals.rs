@@ -29,8 +29,11 @@ pub struct Totals {
     pub finished_refusals: u64,
     /// Tenant-level counts, summed over every tenant.
     pub tenants: TenantCounts,
-    /// Live keys of keyed limits, across every definition: the limits whose `of` names one.
+    /// Live keys of keyed limits, across every definition: the limits whose `of` names one and
+    /// the lean keys.
     pub live_keys: u64,
+    /// Of those, the lean keys: kept in their definitions' key tables, not as limits.
+    pub lean_keys: u64,
 }
 
 /// Sizes of one tenant's bounded containers (or their sums over tenants).

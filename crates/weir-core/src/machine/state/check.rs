@@ -26,6 +26,7 @@ impl Machine {
             ));
         }
         self.check_names()?;
+        self.check_lean_keys()?;
         self.deadlines.check(&self.saved)?;
         let totals = self.saved.count_totals();
         if totals != self.totals {

@@ -43,6 +43,7 @@ impl Machine {
                          remove it first"
                     )));
                 }
+                self.promote_all(id);
                 self.redefine_limit(id, spec);
                 id
             }
@@ -138,7 +139,7 @@ impl Machine {
 
     /// Limits kept that are not keys' states: definitions, removing ones included.
     pub(super) fn definitions(&self) -> usize {
-        self.saved.limits.len() - self.totals.live_keys as usize
+        self.saved.limits.len() - (self.totals.live_keys - self.totals.lean_keys) as usize
     }
 
     /// A new limit named (tenant, name), or the refusal when [`LIMITS_MAX`] are defined.
@@ -174,6 +175,7 @@ impl Machine {
             tenant: tenant.to_owned(),
             name: name.to_owned(),
         };
+        self.promote_all(id);
         self.saved.limits.get_mut(&id).expect("named").removing = true;
         let states = self.states_of(id);
         let mut waiters = Vec::new();
@@ -228,7 +230,7 @@ impl Machine {
     /// state, or `None` for a key with no state yet). A key on a limit that is not keyed, or
     /// none on one that is, is refused naming the part.
     pub(super) fn part_target(
-        &self,
+        &mut self,
         tenant: &str,
         n: usize,
         limit: &str,
@@ -244,7 +246,7 @@ impl Machine {
                 "part {n}: limit {tenant}/{limit} is not keyed, and the part names key {key}"
             ))),
             (None, None) => Ok((def, Some(def))),
-            (Some(_), Some(key)) => Ok((def, d.keys.get(key).copied())),
+            (Some(_), Some(key)) => Ok((def, self.key_state(def, key))),
         }
     }
 

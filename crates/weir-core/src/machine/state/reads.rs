@@ -29,6 +29,9 @@ impl Machine {
     fn status_of(&self, id: LimitId) -> LimitStatus {
         let limit = &self.saved.limits[&id];
         let mut status = LimitStatus::of(limit);
+        if limit.spec.keys_max.is_some() {
+            status.live_keys = self.live_keys_of(id) as u64;
+        }
         for kid in limit.keys.values() {
             let key = &self.saved.limits[kid];
             status.in_use += key.held_units;
@@ -46,15 +49,12 @@ impl Machine {
         let id = self.limit_id(tenant, name)?;
         let def = &self.saved.limits[&id];
         def.spec.keys_max?;
-        let mut status = match def.keys.get(key) {
-            Some(kid) => LimitStatus::of(&self.saved.limits[kid]),
-            None => LimitStatus::of(&Limit::new_key(id, key, def.spec.clone(), self.now_ms())),
-        };
+        let mut status = LimitStatus::of(&self.key_view(id, key, self.now_ms()));
         status.tenant = tenant.to_owned();
         status.name = name.to_owned();
         status.removing = def.removing;
         // What is counted on the definition, not on its keys.
-        status.live_keys = def.keys.len() as u64;
+        status.live_keys = self.live_keys_of(id) as u64;
         status.shadow_refusals = def.shadow_refusals;
         status.overrun_tokens = def.overrun_tokens;
         Some(status)
@@ -93,14 +93,12 @@ impl Machine {
     /// such limit, or `key` is given for an unkeyed one or missing for a keyed one. Reads a
     /// copy: the state is not refilled.
     pub fn bucket_now(&self, tenant: &str, name: &str, key: Option<&str>) -> Option<BucketNow> {
-        let def = &self.saved.limits[&self.limit_id(tenant, name)?];
+        let id = self.limit_id(tenant, name)?;
+        let def = &self.saved.limits[&id];
         let now_ms = self.now_ms();
         let mut bucket = match (def.spec.keys_max, key) {
             (None, None) => Limit::clone(def),
-            (Some(_), Some(key)) => match def.keys.get(key) {
-                Some(kid) => Limit::clone(&self.saved.limits[kid]),
-                None => Limit::new_key(0, key, def.spec.clone(), now_ms),
-            },
+            (Some(_), Some(key)) => self.key_view(id, key, now_ms),
             _ => return None,
         };
         bucket.refill(now_ms);
@@ -119,9 +117,9 @@ impl Machine {
     /// The live keys of keyed limit (tenant, name), in key order; `None` when there is no
     /// such keyed limit.
     pub fn keys(&self, tenant: &str, name: &str) -> Option<Vec<String>> {
-        let def = &self.saved.limits[&self.limit_id(tenant, name)?];
-        def.spec.keys_max?;
-        Some(def.keys.keys().cloned().collect())
+        let id = self.limit_id(tenant, name)?;
+        self.saved.limits[&id].spec.keys_max?;
+        Some(self.live_keys_after(id, None).map(str::to_owned).collect())
     }
 
     /// At most `limit` (bounded by [`KEYS_PAGE_MAX`]) live keys of keyed limit (tenant,
@@ -134,17 +132,13 @@ impl Machine {
         after: Option<&str>,
         limit: u32,
     ) -> Option<KeyPage> {
-        let def = &self.saved.limits[&self.limit_id(tenant, name)?];
-        def.spec.keys_max?;
-        let start = after.map_or(Bound::Unbounded, Bound::Excluded);
-        let mut range = def
-            .keys
-            .range::<str, _>((start, Bound::Unbounded))
-            .map(|(k, _)| k);
+        let id = self.limit_id(tenant, name)?;
+        self.saved.limits[&id].spec.keys_max?;
+        let mut range = self.live_keys_after(id, after);
         let keys: Vec<String> = range
             .by_ref()
             .take(limit.min(KEYS_PAGE_MAX) as usize)
-            .cloned()
+            .map(str::to_owned)
             .collect();
         let next = match range.next() {
             Some(_) => keys.last().cloned(),

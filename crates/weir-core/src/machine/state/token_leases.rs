@@ -14,7 +14,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::bounds::{KEYS_LIVE_MAX, SESSION_LEASES_MAX, TOKEN_LEASES_MAX};
+use crate::bounds::{SESSION_LEASES_MAX, TOKEN_LEASES_MAX};
 use crate::machine::command::{LeasePart, LeaseTokens, LimitId, SessionId};
 use crate::machine::limit::{Limit, MICRO};
 use crate::machine::reply::{Event, LeaseShare, Refusal, Reply};
@@ -121,7 +121,7 @@ impl Machine {
                 }
                 new_leases += 1;
                 if state.is_none() {
-                    let live = d.keys.len() + new_keys;
+                    let live = self.live_keys_of(def) + new_keys;
                     if let Some(keys_max) = d.spec.keys_max
                         && live >= keys_max as usize
                     {
@@ -130,10 +130,11 @@ impl Machine {
                             limit: keys_max as u64,
                         });
                     }
-                    if self.totals.live_keys + new_keys as u64 >= KEYS_LIVE_MAX as u64 {
+                    let max = self.keys_live_max();
+                    if self.totals.live_keys + new_keys as u64 >= max as u64 {
                         return Err(Refusal::AtCapacity {
                             what: "live keys".into(),
-                            limit: KEYS_LIVE_MAX as u64,
+                            limit: max as u64,
                         });
                     }
                     new_keys += 1;

@@ -6,7 +6,6 @@
 //! queued (`target_of`). A part on a shadow limit that would refuse passes, and is counted
 //! by the caller if the request goes on.
 
-use crate::bounds::KEYS_LIVE_MAX;
 use crate::machine::command::{AcquireParts, LimitId, Part};
 use crate::machine::limit::{Limit, Room, ShadowKind};
 use crate::machine::reply::Refusal;
@@ -67,7 +66,7 @@ impl Machine {
                     .iter()
                     .filter(|r: &&Resolved| r.def == def && r.target.is_none())
                     .count();
-                let live = d.keys.len() + new_before;
+                let live = self.live_keys_of(def) + new_before;
                 let room = self.room_for_key(&a.tenant, &part.limit, live, keys_max);
                 if let Err(refusal) = room {
                     if !d.spec.shadow {
@@ -126,7 +125,7 @@ impl Machine {
     }
 
     /// `AtCapacity` when a new key of (tenant, name), which has `live` keys, would pass its
-    /// `keys_max` or the machine's [`KEYS_LIVE_MAX`].
+    /// `keys_max` or the machine's bound ([`crate::bounds::KEYS_LIVE_MAX`]).
     fn room_for_key(
         &self,
         tenant: &str,
@@ -140,10 +139,11 @@ impl Machine {
                 limit: keys_max as u64,
             });
         }
-        if self.totals.live_keys >= KEYS_LIVE_MAX as u64 {
+        let max = self.keys_live_max();
+        if self.totals.live_keys >= max as u64 {
             return Err(Refusal::AtCapacity {
                 what: "live keys".into(),
-                limit: KEYS_LIVE_MAX as u64,
+                limit: max as u64,
             });
         }
         Ok(())

@@ -50,7 +50,7 @@ impl Machine {
                     )));
                 }
                 (None, None) => Some(def),
-                (Some(_), Some(key)) => d.keys.get(key).copied(),
+                (Some(_), Some(key)) => self.key_state(def, key),
             };
             targets.push(target);
         }

@@ -144,11 +144,17 @@ impl Machine {
     }
 
     /// Drops limit `id` if it is gone (removed and empty, or a key that is fresh again);
-    /// otherwise files it under the time the refill alone changes it (or unfiles it: see
+    /// makes a key with nothing but a bucket below its burst lean (`lean_keys`); otherwise
+    /// files it under the time the refill alone changes it (or unfiles it: see
     /// `Limit::tokens_due_ms`).
     pub(in crate::machine::state) fn file(&mut self, id: LimitId) {
         let limit = &self.saved.limits[&id];
-        if !limit.is_gone() {
+        // A definition goes with its last key, lean ones included.
+        if !limit.is_gone() || self.saved.lean_keys.contains_key(&id) {
+            if self.is_lean(id) {
+                self.demote(id);
+                return;
+            }
             let due = limit.tokens_due_ms();
             self.deadlines.serve.set(id, due);
             return;
