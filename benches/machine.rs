@@ -9,13 +9,20 @@
 //! building, restoring and checking a queue of 100,000 waiters on one limit (positions by
 //! rank, not by counting the keys before).
 //!
+//! And a snapshot of ten million lean live keys (`WEIR_BENCH_LEAN_KEYS` sets how many):
+//! the freeze a snapshot takes under the state lock, the encode done apart from it, and
+//! what an entry applied while a frozen state is still being encoded pays (its first change
+//! to each chunk of keys copies that chunk).
+//!
 //! Run: `cargo bench --bench machine`. Figures are recorded in docs/benchmarks.md.
 
 use std::time::{Duration, Instant};
 
 use criterion::SamplingMode;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use weir_core::machine::{Acquire, Batch, Command, Leadership, Machine, Priority, Settle};
+use weir_core::machine::{
+    Acquire, AcquireParts, Batch, Command, Definition, Leadership, Machine, Part, Priority, Settle,
+};
 
 const LIMITS: u64 = 1_000;
 const SESSIONS: u64 = 10_000;
@@ -301,9 +308,118 @@ fn queue_100k_waiters(c: &mut Criterion) {
     group.finish();
 }
 
+/// A take of one token from key `k` of the keyed bucket `keys` (never waits).
+fn take_key(session: u64, ticket: u64, k: u64) -> Command {
+    Command::AcquireParts(AcquireParts {
+        session,
+        ticket,
+        tenant: "bench".into(),
+        parts: vec![Part {
+            limit: "keys".into(),
+            key: Some(format!("key-{k:08}")),
+            units: 1,
+        }],
+        priority: Priority::default(),
+        agent: None,
+        wait: false,
+        estimate: false,
+    })
+}
+
+/// `n` lean live keys of one keyed bucket (one token in 1,000 s, from a burst of one),
+/// each taken from once, in increasing order. Returns the machine, its session and the
+/// next ticket.
+fn with_lean_keys(n: u64) -> (Feed, u64, u64) {
+    let mut f = setup(1);
+    f.apply(vec![Command::Define(Definition {
+        tenant: "bench".into(),
+        name: "keys".into(),
+        concurrent: 0,
+        per_second: 0.001,
+        burst: Some(1),
+        keyed: true,
+        keys_max: Some(u32::try_from(n).expect("a key count")),
+        shadow: false,
+    })]);
+    let session = 1;
+    let mut ticket = 0;
+    for first in (0..n).step_by(4_096) {
+        let mut commands: Vec<Command> = (first..(first + 4_096).min(n))
+            .map(|k| {
+                ticket += 1;
+                take_key(session, ticket, k)
+            })
+            .collect();
+        // The session's finished tickets are forgotten as a client's mark passes them.
+        commands.push(Command::KeepAliveAcked {
+            session,
+            acked_below: ticket + 1,
+        });
+        f.apply_after(0, commands);
+    }
+    (f, session, ticket + 1)
+}
+
+fn snapshot_lean_keys(c: &mut Criterion) {
+    let n: u64 = std::env::var("WEIR_BENCH_LEAN_KEYS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000_000);
+    let started = Instant::now();
+    let (mut f, session, mut ticket) = with_lean_keys(n);
+    let live =
+        f.m.limit_status("bench", "keys")
+            .expect("defined")
+            .live_keys;
+    assert_eq!(live, n, "every key taken from is live");
+    eprintln!("{n} lean keys built in {:?}", started.elapsed());
+    let frozen = f.m.freeze();
+    let bytes = frozen.encode();
+    assert_eq!(
+        bytes,
+        f.m.snapshot(),
+        "the frozen state encodes as the machine"
+    );
+    eprintln!("snapshot of {n} lean keys: {} bytes", bytes.len());
+    drop(frozen);
+    let mut group = c.benchmark_group("snapshot_lean_keys");
+    group.sample_size(10);
+    group.sampling_mode(SamplingMode::Flat);
+    group.bench_function("freeze (under the state lock)", |b| {
+        b.iter_with_large_drop(|| f.m.freeze())
+    });
+    let frozen = f.m.freeze();
+    group.bench_function("encode (apart)", |b| b.iter(|| frozen.encode()));
+    drop(frozen);
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    group.bench_function("apply 256 takes of scattered keys while frozen", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let frozen = f.m.freeze();
+                let mut commands: Vec<Command> = (0..BATCH)
+                    .map(|_| {
+                        ticket += 1;
+                        take_key(session, ticket, rng.below(n))
+                    })
+                    .collect();
+                commands.push(Command::KeepAliveAcked {
+                    session,
+                    acked_below: ticket + 1,
+                });
+                total += f.apply_after(0, commands);
+                drop(frozen);
+            }
+            total
+        })
+    });
+    group.finish();
+}
+
 criterion_group!(
     benches,
     apply_throughput,
+    snapshot_lean_keys,
     snapshot_100k_permits,
     restore_100k_waiters,
     tick_with_nothing_due,

@@ -86,6 +86,7 @@ async fn metrics_pass_promtool_and_move_with_operations_and_health_answers() {
         "weir_commit_seconds_count",
         "weir_fsync_seconds_count",
         "weir_snapshot_build_seconds_count",
+        "weir_snapshot_freeze_seconds_count",
         "weir_snapshot_install_seconds_count",
     ] {
         assert!(sample(&before, name).is_some(), "{name} missing:\n{before}");

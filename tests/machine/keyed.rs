@@ -853,3 +853,57 @@ fn a_version_7_snapshot_of_keys_restores_and_its_keys_turn_lean_when_decided_on(
     s.wait(100);
     assert_eq!(s.m.keys("t", "db").unwrap(), ["us"]);
 }
+
+/// A snapshot's freeze (`Machine::freeze`) shares the lean keys' chunks with the machine:
+/// what the machine applies after it (takes that change, promote, demote and drop keys in
+/// the shared chunks; new keys) leaves the frozen state as it was, so it encodes to the bytes
+/// the machine gave at the freeze, and the machine to its own.
+#[test]
+fn a_frozen_state_encodes_as_the_machine_was_whatever_it_applies_after() {
+    let mut s = Sim::new();
+    assert_eq!(
+        s.reply(
+            limit("t", "api")
+                .rate(10.0)
+                .burst(4)
+                .keyed()
+                .keys_max(5_000)
+        ),
+        Reply::Done
+    );
+    let a = s.open(60_000);
+    let mut ticket = 0;
+    let mut take = |s: &mut Sim, key: String| {
+        ticket += 1;
+        s.reply(ask(a, ticket, "api").key(&key).wait(false))
+    };
+    for k in 0..1_000 {
+        assert!(matches!(
+            take(&mut s, format!("k{k:04}")),
+            Reply::Granted { .. }
+        ));
+    }
+    let at_freeze = s.m.snapshot();
+    let frozen = s.m.freeze();
+    // Every chunk changed: a take from every third key, new keys between the old ones, and
+    // then every key refilled to its burst and dropped.
+    for k in (0..1_000).step_by(3) {
+        take(&mut s, format!("k{k:04}"));
+    }
+    for k in 0..500 {
+        take(&mut s, format!("k{k:04}x"));
+    }
+    s.wait(200);
+    let after = s.m.snapshot();
+    assert_ne!(after, at_freeze, "the machine moved on");
+    assert_eq!(
+        frozen.encode(),
+        at_freeze,
+        "the frozen state is the machine's at the freeze"
+    );
+    drop(frozen);
+    assert_eq!(s.m.snapshot(), after);
+    s.m.check().expect("the machine holds its invariants");
+    let restored = Machine::restore(&at_freeze).expect("the frozen bytes restore");
+    assert_eq!(restored.snapshot(), at_freeze);
+}

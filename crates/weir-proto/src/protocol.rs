@@ -369,7 +369,8 @@ pub struct NodeStatus {
 pub struct SnapshotCost {
     pub applied: u64,
     pub bytes: u64,
-    /// Encoding the state (what building a snapshot costs), µs.
+    /// Freezing and encoding the state (what building a snapshot costs; applies wait only
+    /// for the freeze), µs.
     pub build_us: u64,
     /// Decoding and checking every invariant (what installing one costs), µs.
     pub install_us: u64,

@@ -74,8 +74,10 @@ pub struct Metrics {
     pub pushes_dropped: Counter,
     /// Bytes of the latest snapshot built or installed.
     pub snapshot_bytes: Gauge,
-    /// Building a snapshot (encoding the state), seconds.
+    /// Building a snapshot (freezing and encoding the state), seconds.
     pub snapshot_build_seconds: Histogram,
+    /// Of a snapshot's build, the state lock held to freeze the state (applies wait), seconds.
+    pub snapshot_freeze_seconds: Histogram,
     /// Installing a snapshot (decoding and checking it), seconds.
     pub snapshot_install_seconds: Histogram,
     /// 1 for the node's current role, 0 for the others.
@@ -133,6 +135,7 @@ impl Metrics {
             pushes_dropped: Counter::default(),
             snapshot_bytes: Gauge::default(),
             snapshot_build_seconds: Histogram::new(latency_buckets()),
+            snapshot_freeze_seconds: Histogram::new(latency_buckets()),
             snapshot_install_seconds: Histogram::new(latency_buckets()),
             role: Family::default(),
             term: Gauge::default(),
@@ -167,6 +170,7 @@ impl Metrics {
             pushes_dropped: "Pushed events missed by slow client connections",
             snapshot_bytes: "Size of the latest snapshot built or installed",
             snapshot_build_seconds: "Time to build a snapshot",
+            snapshot_freeze_seconds: "Time the state lock was held to build a snapshot (applies waited)",
             snapshot_install_seconds: "Time to install a snapshot",
             role: "1 for this node's Raft role",
             term: "Current Raft term",
@@ -205,9 +209,11 @@ impl Metrics {
         self.proposer_queue_depth.set(queued as i64);
     }
 
-    /// Records a snapshot of `bytes` built in `elapsed`.
-    pub fn snapshot_built(&self, bytes: usize, elapsed: Duration) {
+    /// Records a snapshot of `bytes` built in `elapsed`, of which the state lock was held
+    /// for `frozen` (applies waited that long).
+    pub fn snapshot_built(&self, bytes: usize, frozen: Duration, elapsed: Duration) {
         self.snapshot_bytes.set(bytes as i64);
+        observe(&self.snapshot_freeze_seconds, frozen);
         observe(&self.snapshot_build_seconds, elapsed);
     }
 

@@ -21,11 +21,18 @@
 //! - `len` is the number of keys; each chunk's columns have one entry a key.
 //! - Each chunk's `due_ms` is the least due time of its keys (`u64::MAX` when empty).
 //!
+//! Chunks are shared, copy-on-write: the table holds each behind an [`Arc`] and copies one
+//! only to change it while another table (a clone) still shares it. So cloning a table costs
+//! a reference a chunk, not a copy of its keys: what the machine's snapshot takes under the
+//! state lock ([`crate::machine::Frozen`]) before it encodes the clone outside it.
+//!
 //! Never: iteration order, the encoding or equality depend on how keys fall into chunks
-//! (a restored table is chunked afresh); a name is never stored twice.
+//! (a restored table is chunked afresh); a name is never stored twice; a change to one
+//! table is seen by a clone of it.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
+use std::sync::Arc;
 
 use serde::de::Error as _;
 use serde::ser::SerializeSeq;
@@ -201,7 +208,8 @@ pub type Refile = (Box<str>, Option<u64>);
 /// The lean keys of one definition. See the module doc.
 #[derive(Clone, Debug, Default)]
 pub struct KeyTable {
-    chunks: BTreeMap<Box<str>, Chunk>,
+    /// Each chunk by its bound; both shared with the table's clones (module doc).
+    chunks: BTreeMap<Arc<str>, Arc<Chunk>>,
     len: usize,
 }
 
@@ -247,10 +255,13 @@ impl KeyTable {
         due: &dyn Fn(KeyBucket) -> u64,
     ) -> Vec<Refile> {
         let bound: Box<str> = self.chunk_of(key).unwrap_or("").into();
-        let chunk = self.chunks.entry(bound.clone()).or_insert_with(|| Chunk {
-            due_ms: u64::MAX,
-            ..Chunk::default()
+        let chunk = self.chunks.entry(Arc::from(&*bound)).or_insert_with(|| {
+            Arc::new(Chunk {
+                due_ms: u64::MAX,
+                ..Chunk::default()
+            })
         });
+        let chunk = Arc::make_mut(chunk);
         let i = chunk
             .find(key.as_bytes())
             .expect_err("an inserted key is new");
@@ -273,7 +284,8 @@ impl KeyTable {
         let left_due = chunk.due_ms;
         let right_bound: Box<str> = right.name_str(0).into();
         let right_due = right.due_ms;
-        self.chunks.insert(right_bound.clone(), right);
+        self.chunks
+            .insert(Arc::from(&*right_bound), Arc::new(right));
         vec![(bound, Some(left_due)), (right_bound, Some(right_due))]
     }
 
@@ -284,8 +296,9 @@ impl KeyTable {
         due: &dyn Fn(KeyBucket) -> u64,
     ) -> Option<(KeyBucket, Vec<Refile>)> {
         let bound: Box<str> = self.chunk_of(key)?.into();
-        let chunk = self.chunks.get_mut(&bound).expect("found above");
-        let i = chunk.find(key.as_bytes()).ok()?;
+        let shared = self.chunks.get_mut(&*bound).expect("found above");
+        let i = shared.find(key.as_bytes()).ok()?;
+        let chunk = Arc::make_mut(shared);
         let b = chunk.remove_at(i);
         self.len -= 1;
         if due(b) == chunk.due_ms {
@@ -306,6 +319,7 @@ impl KeyTable {
         let Some(chunk) = self.chunks.get_mut(bound) else {
             return (0, Vec::new());
         };
+        let chunk = Arc::make_mut(chunk);
         let mut dropped = 0;
         let mut i = 0;
         while i < chunk.len() {
@@ -324,10 +338,10 @@ impl KeyTable {
     /// After a removal from the chunk of `bound`: removes it when empty (unless it is the
     /// first and others follow), merges it into the one before when both fit in one.
     fn tidy(&mut self, bound: Box<str>) -> Vec<Refile> {
-        let chunk = &self.chunks[&bound];
-        let first = self.chunks.keys().next() == Some(&bound);
+        let chunk = &self.chunks[&*bound];
+        let first = self.chunks.keys().next().map(|b| &**b) == Some(&*bound);
         if chunk.len() == 0 && (!first || self.chunks.len() == 1) {
-            self.chunks.remove(&bound);
+            self.chunks.remove(&*bound);
             return vec![(bound, None)];
         }
         if first || chunk.len() >= CHUNK_KEYS_MIN {
@@ -336,16 +350,16 @@ impl KeyTable {
         }
         let (before, prev) = self
             .chunks
-            .range_mut::<str, _>((Bound::Unbounded, Bound::Excluded(&*bound)))
+            .range::<str, _>((Bound::Unbounded, Bound::Excluded(&*bound)))
             .next_back()
             .expect("a chunk that is not first has one before it");
-        let before = before.clone();
-        if prev.len() + self.chunks[&bound].len() > CHUNK_KEYS_MAX {
-            let due = self.chunks[&bound].due_ms;
+        let before: Box<str> = Box::from(&**before);
+        if prev.len() + self.chunks[&*bound].len() > CHUNK_KEYS_MAX {
+            let due = self.chunks[&*bound].due_ms;
             return vec![(bound, (due != u64::MAX).then_some(due))];
         }
-        let gone = self.chunks.remove(&bound).expect("present");
-        let prev = self.chunks.get_mut(&before).expect("present");
+        let gone = self.chunks.remove(&*bound).expect("present");
+        let prev = Arc::make_mut(self.chunks.get_mut(&*before).expect("present"));
         for i in 0..gone.len() {
             prev.push(gone.name(i), gone.bucket(i));
         }
@@ -380,7 +394,7 @@ impl KeyTable {
     /// Recomputes every chunk's due time (on restore, when the definition's spec is known).
     pub fn rescan(&mut self, due: &dyn Fn(KeyBucket) -> u64) {
         for chunk in self.chunks.values_mut() {
-            chunk.rescan(due);
+            Arc::make_mut(chunk).rescan(due);
         }
     }
 
@@ -402,12 +416,12 @@ impl KeyTable {
                 chunk.push(k.as_bytes(), *b);
             }
             chunk.shrink();
-            let bound: Box<str> = if n == 0 {
+            let bound: Arc<str> = if n == 0 {
                 "".into()
             } else {
                 group[0].0.as_str().into()
             };
-            t.chunks.insert(bound, chunk);
+            t.chunks.insert(bound, Arc::new(chunk));
         }
         t.len = keys.len();
         Ok(t)
@@ -589,6 +603,40 @@ mod tests {
             None,
             "what the check guards: a lookup misses it"
         );
+    }
+
+    #[test]
+    fn a_clone_keeps_its_keys_while_the_table_changes() {
+        let keys = (0..300).map(|n| (format!("k{n:04}"), b(n % 900))).collect();
+        let mut t = KeyTable::from_sorted(keys).unwrap();
+        t.rescan(&due);
+        let before: Vec<(String, KeyBucket)> = t.iter().map(|(k, b)| (k.into(), b)).collect();
+        let bytes = crate::codec::encode(&t);
+        let clone = t.clone();
+        assert!(
+            t.chunks
+                .values()
+                .zip(clone.chunks.values())
+                .all(|(a, b)| Arc::ptr_eq(a, b)),
+            "a clone shares every chunk"
+        );
+        // Changes to every chunk: removals, inserts (splits), drops, a rescan.
+        for n in (0..300u64).step_by(2) {
+            t.remove(&format!("k{n:04}"), &due).unwrap();
+        }
+        for n in 0..200u64 {
+            t.insert(&format!("k{n:04}z"), b(n), &due);
+        }
+        let bounds: Vec<Box<str>> = t.dues().map(|(b, _)| b.into()).collect();
+        for bound in bounds {
+            t.drop_due(&bound, 800, &due);
+        }
+        t.rescan(&|b| due(b) + 1);
+        t.check(&|b| due(b) + 1).unwrap();
+        assert_ne!(crate::codec::encode(&t), bytes);
+        clone.check(&due).unwrap();
+        assert!(clone.iter().map(|(k, b)| (k.to_owned(), b)).eq(before));
+        assert_eq!(crate::codec::encode(&clone), bytes);
     }
 
     #[test]

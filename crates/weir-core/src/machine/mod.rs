@@ -268,6 +268,16 @@
 //! crc32c. Decoding re-checks every invariant; a restored machine fed the rest of the log
 //! ends byte-equal to one that never snapshotted.
 //!
+//! A node builds a snapshot without stopping the machine for the encode: under its state
+//! lock it only freezes the state ([`Machine::freeze`]), a clone of `SavedLimits` whose
+//! lean keys share their chunks with the machine's, copy-on-write (a chunk is copied only
+//! when the machine changes it while a frozen state still holds it); the frozen state is
+//! encoded after the lock is let go. *Claim: the bytes are those of the state at the frozen
+//! index (G4).* The clone is taken between two applies and shares nothing the machine can
+//! change in place: a shared chunk is copied before any change, so the encode reads the
+//! frozen values whatever the machine applies meanwhile. The freeze costs a reference a
+//! chunk of keys and a copy of the rest (sessions, tickets, limits, tenants).
+//!
 //! # Caveats
 //!
 //! - Lowering `concurrent` keeps existing holders, so the units held can exceed the new
@@ -318,7 +328,8 @@ pub use command::{
 pub use queue_view::{HolderView, QueuePage, WaiterView};
 pub use reply::{Applied, BudgetKind, Event, LeaseShare, LimitsChange, Refusal, Reply};
 pub use snapshot::{
-    SNAPSHOT_MAGIC, SNAPSHOT_VERSION, SNAPSHOT_VERSION_READ_MIN, SnapshotContents, digest_of,
+    Frozen, SNAPSHOT_MAGIC, SNAPSHOT_VERSION, SNAPSHOT_VERSION_READ_MIN, SnapshotContents,
+    digest_of,
 };
 pub use state::Machine;
 pub use status::{BucketNow, KeyPage, LimitStatus, LimitsPage, TenantStatus};

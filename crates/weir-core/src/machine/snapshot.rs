@@ -47,14 +47,35 @@ pub const SNAPSHOT_VERSION: u16 = 8;
 /// [`super::saved_v7`] says).
 pub const SNAPSHOT_VERSION_READ_MIN: u16 = 5;
 
+/// The machine's saved state at one applied index, taken apart from the machine so that it
+/// encodes while the machine applies on ([`Machine::freeze`]). Its bytes are exactly those
+/// [`Machine::snapshot`] gave at that index: the same state, encoded the same way.
+pub struct Frozen(SavedLimits);
+
+impl Frozen {
+    /// The snapshot bytes of the state frozen.
+    pub fn encode(&self) -> Vec<u8> {
+        seal(&self.0)
+    }
+}
+
+fn seal(saved: &SavedLimits) -> Vec<u8> {
+    codec::seal_frame(SNAPSHOT_MAGIC, SNAPSHOT_VERSION, &codec::encode(saved))
+}
+
 impl Machine {
     /// The machine as snapshot bytes.
     pub fn snapshot(&self) -> Vec<u8> {
-        codec::seal_frame(
-            SNAPSHOT_MAGIC,
-            SNAPSHOT_VERSION,
-            &codec::encode(self.saved()),
-        )
+        seal(self.saved())
+    }
+
+    /// The saved state, cloned to be encoded apart ([`Frozen::encode`]), so a snapshot holds
+    /// the caller's lock on the machine only for the clone. The lean keys, which may be
+    /// millions, are shared chunk by chunk, copied only when the machine changes a chunk
+    /// afterwards (`key_table`): the clone costs a reference a chunk of 64 keys there, and
+    /// a copy of the rest of the state (sessions, tickets, limits, tenants).
+    pub fn freeze(&self) -> Frozen {
+        Frozen(self.saved().clone())
     }
 
     /// A machine from snapshot bytes (of this version, or of version 7, 6 or 5, converted), or

@@ -12,7 +12,9 @@
 //!   install (openraft may purge the log up to a snapshot as soon as it is reported).
 //! - `install_snapshot` persists the snapshot before it replaces the state and returns.
 //! - `build_snapshot` reads state, applied id and membership under one lock: a consistent
-//!   triple.
+//!   triple. The state is frozen there (`Machine::freeze`, a clone sharing the lean keys'
+//!   chunks) and encoded after the lock is let go, so applies wait for the freeze, not
+//!   for the encode.
 //! - Events of every applied entry are published to subscribers; a slow subscriber may miss
 //!   some (it learns of them by asking again: grants are state, not messages).
 //! - Each snapshot built, installed or loaded at start is logged (INFO) with its id, in the
@@ -256,18 +258,25 @@ fn snapshot_id(last: Option<LogId>) -> String {
 
 impl RaftSnapshotBuilder<TypeConfig> for StateStore {
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
-        let (meta, data) = {
+        // The state lock is held only to freeze the state (a clone whose lean keys are
+        // shared chunk by chunk); the encode runs apart, on a blocking thread, while applies
+        // go on. The bytes are those of the state at `last_applied`.
+        let started = std::time::Instant::now();
+        let (meta, frozen) = {
             let state = self.state.lock();
             let meta = SnapshotMeta {
                 last_log_id: state.last_applied,
                 last_membership: state.membership.clone(),
                 snapshot_id: snapshot_id(state.last_applied),
             };
-            let started = std::time::Instant::now();
-            let data = Arc::new(state.machine.snapshot());
-            crate::metrics::get().snapshot_built(data.len(), started.elapsed());
-            (meta, data)
+            (meta, state.machine.freeze())
         };
+        let frozen_in = started.elapsed();
+        let data = tokio::task::spawn_blocking(move || frozen.encode())
+            .await
+            .map_err(|e| sm_err(ErrorVerb::Write, format!("encoding the snapshot: {e}")))?;
+        let data = Arc::new(data);
+        crate::metrics::get().snapshot_built(data.len(), frozen_in, started.elapsed());
         self.persist(&meta, data.clone()).await?;
         tracing::info!(
             "{SNAPSHOT_BUILT}: {}, {} bytes",

@@ -186,10 +186,11 @@ async fn change_membership(ctx: &Ctx, changes: ChangeMembers<NodeId, NodeAddr>) 
     }
 }
 
-/// Measures what a snapshot of this node's state costs: encoding it (under the lock, as the
-/// snapshot builder does) and decoding and checking it (on the blocking pool, as an install
-/// does). Changes nothing. One measurement at a time, and the next only 20 times the last
-/// encoding's lock time later; others are answered `Unavailable` at once.
+/// Measures what a snapshot of this node's state costs: building it (the state frozen under
+/// the lock, then encoded apart, as the snapshot builder does) and decoding and checking it
+/// (on the blocking pool, as an install does). Changes nothing. One measurement at a time,
+/// and the next only 20 times the last build's time later; others are answered
+/// `Unavailable` at once.
 pub async fn snapshot_cost(ctx: &Ctx) -> Response {
     let Ok(_one_at_a_time) = ctx.snapshot_cost.try_lock() else {
         return Response::Failed(Failure::Unavailable(
@@ -206,12 +207,17 @@ pub async fn snapshot_cost(ctx: &Ctx) -> Response {
                 t - Instant::now()
             )));
         }
-        let state = ctx.state.lock();
+        // As a snapshot is built: the state lock held only to freeze the state, the encode
+        // apart from it.
         let started = Instant::now();
-        let bytes = state.machine.snapshot();
+        let (applied, frozen) = {
+            let state = ctx.state.lock();
+            (state.machine.applied_index(), state.machine.freeze())
+        };
+        let bytes = frozen.encode();
         let build = started.elapsed();
         *next_allowed = Some(Instant::now() + build * 20);
-        (state.machine.applied_index(), bytes, build)
+        (applied, bytes, build)
     };
     let measured = tokio::task::spawn_blocking(move || {
         let started = Instant::now();

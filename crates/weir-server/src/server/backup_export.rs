@@ -3,8 +3,8 @@
 //!
 //! A backup is the machine's snapshot bytes (the `WSNP` frame every follower installs) at
 //! the index this node has applied after a quorum round, with the membership, the log id and
-//! the cluster identity at that index, encoded under the state lock as one consistent
-//! triple, as the snapshot builder does. Every write acknowledged before the begin is in
+//! the cluster identity at that index, read under the state lock as one consistent
+//! triple (the state frozen there, encoded apart after), as the snapshot builder does. Every write acknowledged before the begin is in
 //! it: the quorum round (`ensure_linearizable`) waits until this node, still the leader,
 //! has applied every committed entry.
 //!
@@ -32,15 +32,20 @@ pub async fn begin(ctx: &Ctx) -> Response {
             "this node has no cluster identity yet".into(),
         ));
     };
-    let (header, bytes) = {
+    let (last, frozen, membership) = {
         let state = ctx.state.lock();
         let Some(last) = state.last_applied else {
             return Response::Failed(Failure::Unavailable(
                 "nothing applied yet: no state to back up".into(),
             ));
         };
-        let bytes = state.machine.snapshot();
-        let membership = state.membership.membership();
+        (last, state.machine.freeze(), state.membership.clone())
+    };
+    let Ok(bytes) = tokio::task::spawn_blocking(move || frozen.encode()).await else {
+        return Response::Failed(Failure::Unavailable("encoding the backup failed".into()));
+    };
+    let header = {
+        let membership = membership.membership();
         let voters: std::collections::BTreeSet<u64> = membership.voter_ids().collect();
         let members = membership
             .nodes()
@@ -51,7 +56,7 @@ pub async fn begin(ctx: &Ctx) -> Response {
                 voter: voters.contains(id),
             })
             .collect();
-        let header = BackupHeader {
+        BackupHeader {
             cluster: cluster.0,
             index: last.index,
             term: last.leader_id.term,
@@ -62,8 +67,7 @@ pub async fn begin(ctx: &Ctx) -> Response {
             wall_ms: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
-        };
-        (header, bytes)
+        }
     };
     *crate::lock::lock(&ctx.backup.0) = Some((header.index, Arc::new(bytes)));
     Response::BackupBegun(header)
