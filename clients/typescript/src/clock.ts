@@ -60,29 +60,42 @@ function uptimeMs(): number | null {
  * uptime's truncation nor a preemption between the reads can make it too high. Null
  * without /proc/uptime.
  */
-function offsetSample(): { offsetMs: number; spanMs: number; upMs: number } | null {
+interface OffsetSample {
+  offsetMs: number;
+  beforeMs: number;
+  afterMs: number;
+  upMs: number;
+}
+
+function offsetSample(): OffsetSample | null {
   const before = performance.now();
   const up = uptimeMs();
   const after = performance.now();
-  return up === null ? null : { offsetMs: up - after, spanMs: after - before, upMs: up };
+  if (up === null) return null;
+  return { offsetMs: up - after, beforeMs: before, afterMs: after, upMs: up };
 }
 
 /**
- * `CLOCK_BOOTTIME - monotonic` at load (ms), read as `/proc/uptime` ticks (so within the
- * reads' own span of the truth, not up to 10 ms under it), or null without /proc/uptime.
- * Finding the tick waits at most a few hundredths of a second, once per process; a read
- * whose span shows a preemption is not used.
+ * `CLOCK_BOOTTIME - monotonic` at load (ms), read as `/proc/uptime` ticks, or null without
+ * /proc/uptime. The first value a read shows after a tick is the boot time of the tick
+ * itself, which fell between the previous read's start and this read's end: a tick caught
+ * within {@link TICK_SPAN_MAX_MS} of both is used (set against the later reading, so the
+ * offset is within that span under the truth, never over it); one caught across a longer
+ * span (a preemption between the reads) is not, and the next tick is tried, for up to ten
+ * hundredths of a second once per process. Otherwise the largest sample, up to a hundredth
+ * under the truth.
  */
 const baseOffsetMs: number | null = (() => {
-  const first = offsetSample();
-  if (first === null) return null;
-  let best = first.offsetMs;
-  const until = performance.now() + 3 * UPTIME_RESOLUTION_MS;
+  let prev = offsetSample();
+  if (prev === null) return null;
+  let best = prev.offsetMs;
+  const until = performance.now() + 10 * UPTIME_RESOLUTION_MS;
   while (performance.now() < until) {
     const s = offsetSample();
     if (s === null) break;
     best = Math.max(best, s.offsetMs);
-    if (s.upMs !== first.upMs && s.spanMs < TICK_SPAN_MAX_MS) return s.offsetMs;
+    if (s.upMs !== prev.upMs && s.afterMs - prev.beforeMs < TICK_SPAN_MAX_MS) return s.offsetMs;
+    prev = s;
   }
   return best;
 })();
