@@ -159,6 +159,31 @@ pub fn micro_per_s_floor(per_second: f64) -> u64 {
     u64::try_from(micro).expect("rates are bounded by PER_SECOND_MAX")
 }
 
+/// The log time a bucket of `cap_micro` refilling `rate_micro_per_s` is full again, from
+/// `tokens_micro` and `refill_remainder` at its last refill `refilled_at_ms` (`u64::MAX`
+/// when it never refills to its cap). A limit's ([`Limit::full_at_ms`]) and a lean key's
+/// (`saved::lean_due_ms`) alike.
+pub(crate) fn full_at_ms(
+    cap_micro: u64,
+    rate_micro_per_s: u64,
+    tokens_micro: u64,
+    refill_remainder: u64,
+    refilled_at_ms: u64,
+) -> u64 {
+    let cap = cap_micro as u128 * 1000;
+    let have = tokens_micro as u128 * 1000 + refill_remainder as u128;
+    let rate = rate_micro_per_s as u128;
+    if rate == 0 {
+        return if have >= cap {
+            refilled_at_ms
+        } else {
+            u64::MAX
+        };
+    }
+    let wait_ms = cap.saturating_sub(have).div_ceil(rate);
+    refilled_at_ms.saturating_add(u64::try_from(wait_ms).unwrap_or(u64::MAX))
+}
+
 /// A held permit.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Holder {
@@ -397,19 +422,13 @@ impl Limit {
     /// The log time at which the bucket is full again, counted from the last refill (the
     /// answer does not change with refills in between: the integer refill is exact).
     pub(crate) fn full_at_ms(&self) -> u64 {
-        let cap = self.own_cap_micro() as u128 * 1000;
-        let have = self.tokens_micro as u128 * 1000 + self.refill_remainder as u128;
-        let rate = self.own_rate_micro_per_s() as u128;
-        if rate == 0 {
-            return if have >= cap {
-                self.refilled_at_ms
-            } else {
-                u64::MAX
-            };
-        }
-        let wait_ms = cap.saturating_sub(have).div_ceil(rate);
-        self.refilled_at_ms
-            .saturating_add(u64::try_from(wait_ms).unwrap_or(u64::MAX))
+        full_at_ms(
+            self.own_cap_micro(),
+            self.own_rate_micro_per_s(),
+            self.tokens_micro,
+            self.refill_remainder,
+            self.refilled_at_ms,
+        )
     }
 
     /// Replaces the spec, keeping holders and queue; the bucket is clamped to the new burst.

@@ -114,17 +114,11 @@ impl SavedLimits {
 /// The log time a lean key of a definition of spec `spec` is full again: its due time (as
 /// `Limit::full_at_ms` for a key without a lease, whose cap is the burst).
 pub fn lean_due_ms(spec: &LimitSpec, b: KeyBucket) -> u64 {
-    let cap = spec.burst as u128 * super::limit::MICRO as u128 * 1000;
-    let have = b.tokens_micro as u128 * 1000 + b.refill_remainder as u128;
-    let rate = spec.rate_micro_per_s as u128;
-    if rate == 0 {
-        return if have >= cap {
-            b.refilled_at_ms
-        } else {
-            u64::MAX
-        };
-    }
-    let wait_ms = cap.saturating_sub(have).div_ceil(rate);
-    b.refilled_at_ms
-        .saturating_add(u64::try_from(wait_ms).unwrap_or(u64::MAX))
+    super::limit::full_at_ms(
+        spec.burst.saturating_mul(super::limit::MICRO),
+        spec.rate_micro_per_s,
+        b.tokens_micro,
+        u64::from(b.refill_remainder),
+        b.refilled_at_ms,
+    )
 }
