@@ -21,19 +21,22 @@
 //! - `len` is the number of keys; each chunk's columns have one entry a key.
 //! - Each chunk's `due_ms` is the least due time of its keys (`u64::MAX` when empty).
 //!
-//! Chunks are shared, copy-on-write: the table holds each behind an [`Arc`] and copies one
-//! only to change it while another table (a clone) still shares it. So cloning a table costs
-//! a reference a chunk, not a copy of its keys: what the machine's snapshot takes under the
-//! state lock ([`crate::machine::Frozen`]) before it encodes the clone outside it.
+//! Chunks are shared, copy-on-write, at two levels: the map of chunks is a persistent B+ tree
+//! ([`imbl::OrdMap`]: nodes of up to 64 entries behind reference counts), and each chunk sits
+//! behind an [`Arc`] of its own. A clone of the table shares the whole tree, in constant
+//! time; a change afterwards copies the few tree nodes on the path to its chunk and the chunk
+//! itself, never the rest. So cloning a table costs nothing a key or a chunk: what the
+//! machine's snapshot takes under the state lock ([`crate::machine::Frozen`]) before it
+//! encodes the clone outside it, however many keys there are.
 //!
 //! Never: iteration order, the encoding or equality depend on how keys fall into chunks
 //! (a restored table is chunked afresh); a name is never stored twice; a change to one
 //! table is seen by a clone of it.
 
-use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
+use imbl::OrdMap;
 use serde::de::Error as _;
 use serde::ser::SerializeSeq;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -208,8 +211,9 @@ pub type Refile = (Box<str>, Option<u64>);
 /// The lean keys of one definition. See the module doc.
 #[derive(Clone, Debug, Default)]
 pub struct KeyTable {
-    /// Each chunk by its bound; both shared with the table's clones (module doc).
-    chunks: BTreeMap<Arc<str>, Arc<Chunk>>,
+    /// Each chunk by its bound; the tree and the chunks shared with the table's clones
+    /// (module doc).
+    chunks: OrdMap<Arc<str>, Arc<Chunk>>,
     len: usize,
 }
 
@@ -230,10 +234,7 @@ impl KeyTable {
 
     /// The bound of the chunk `key` belongs in, if any chunk exists.
     fn chunk_of(&self, key: &str) -> Option<&str> {
-        self.chunks
-            .range::<str, _>((Bound::Unbounded, Bound::Included(key)))
-            .next_back()
-            .map(|(bound, _)| &**bound)
+        self.chunks.get_prev(key).map(|(bound, _)| &**bound)
     }
 
     /// The bucket of `key`, if it is a lean key.
@@ -339,7 +340,7 @@ impl KeyTable {
     /// first and others follow), merges it into the one before when both fit in one.
     fn tidy(&mut self, bound: Box<str>) -> Vec<Refile> {
         let chunk = &self.chunks[&*bound];
-        let first = self.chunks.keys().next().map(|b| &**b) == Some(&*bound);
+        let first = self.chunks.get_min().map(|(b, _)| &**b) == Some(&*bound);
         if chunk.len() == 0 && (!first || self.chunks.len() == 1) {
             self.chunks.remove(&*bound);
             return vec![(bound, None)];
@@ -350,7 +351,7 @@ impl KeyTable {
         }
         let (before, prev) = self
             .chunks
-            .range::<str, _>((Bound::Unbounded, Bound::Excluded(&*bound)))
+            .range::<_, str>((Bound::Unbounded, Bound::Excluded(&*bound)))
             .next_back()
             .expect("a chunk that is not first has one before it");
         let before: Box<str> = Box::from(&**before);
@@ -379,7 +380,7 @@ impl KeyTable {
     pub fn keys_after<'a>(&'a self, after: Option<&'a str>) -> impl Iterator<Item = &'a str> {
         let start = after.and_then(|a| self.chunk_of(a)).unwrap_or("");
         self.chunks
-            .range::<str, _>((Bound::Included(start), Bound::Unbounded))
+            .range::<_, str>((Bound::Included(start), Bound::Unbounded))
             .flat_map(|(_, c)| (0..c.len()).map(move |i| c.name_str(i)))
             .filter(move |k| after.is_none_or(|a| *k > a))
     }
@@ -393,7 +394,9 @@ impl KeyTable {
 
     /// Recomputes every chunk's due time (on restore, when the definition's spec is known).
     pub fn rescan(&mut self, due: &dyn Fn(KeyBucket) -> u64) {
-        for chunk in self.chunks.values_mut() {
+        let bounds: Vec<Arc<str>> = self.chunks.keys().cloned().collect();
+        for bound in bounds {
+            let chunk = self.chunks.get_mut(&*bound).expect("a bound of the table");
             Arc::make_mut(chunk).rescan(due);
         }
     }
@@ -541,7 +544,7 @@ mod tests {
     #[test]
     fn a_table_keeps_order_through_splits_merges_and_drops() {
         let mut t = KeyTable::default();
-        let mut model = BTreeMap::new();
+        let mut model = std::collections::BTreeMap::new();
         // A fixed scramble of 500 keys: inserted out of order, so chunks split mid-way; then
         // 200 more in increasing order, each at the end.
         for n in 0..700u64 {
@@ -594,7 +597,8 @@ mod tests {
         t.rescan(&due);
         t.check(&due).unwrap();
         // The second chunk's bound moved below the first chunk's last key.
-        let (bound, chunk) = t.chunks.pop_last().unwrap();
+        let (bound, chunk) = t.chunks.get_max().cloned().unwrap();
+        t.chunks.remove(&bound);
         assert_eq!(&*bound, "k0048");
         t.chunks.insert("k0047".into(), chunk);
         assert!(t.check(&due).unwrap_err().contains("next bound"));
@@ -613,6 +617,10 @@ mod tests {
         let before: Vec<(String, KeyBucket)> = t.iter().map(|(k, b)| (k.into(), b)).collect();
         let bytes = crate::codec::encode(&t);
         let clone = t.clone();
+        assert!(
+            t.chunks.ptr_eq(&clone.chunks),
+            "a clone shares the map of chunks itself, not a copy of its entries"
+        );
         assert!(
             t.chunks
                 .values()

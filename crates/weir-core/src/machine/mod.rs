@@ -270,13 +270,15 @@
 //!
 //! A node builds a snapshot without stopping the machine for the encode: under its state
 //! lock it only freezes the state ([`Machine::freeze`]), a clone of `SavedLimits` whose
-//! lean keys share their chunks with the machine's, copy-on-write (a chunk is copied only
-//! when the machine changes it while a frozen state still holds it); the frozen state is
-//! encoded after the lock is let go. *Claim: the bytes are those of the state at the frozen
+//! lean keys share their map of chunks and the chunks with the machine's, copy-on-write (a
+//! persistent tree: a chunk, and the tree nodes above it, are copied only when the machine
+//! changes it while a frozen state still holds it); the frozen state is encoded after the
+//! lock is let go. *Claim: the bytes are those of the state at the frozen
 //! index (G4).* The clone is taken between two applies and shares nothing the machine can
 //! change in place: a shared chunk is copied before any change, so the encode reads the
 //! frozen values whatever the machine applies meanwhile. The freeze costs a reference a
-//! chunk of keys and a copy of the rest (sessions, tickets, limits, tenants).
+//! keyed definition's table, whatever its keys, and a copy of the rest (sessions, tickets,
+//! limits, tenants).
 //!
 //! # Caveats
 //!

@@ -71,9 +71,10 @@ impl Machine {
 
     /// The saved state, cloned to be encoded apart ([`Frozen::encode`]), so a snapshot holds
     /// the caller's lock on the machine only for the clone. The lean keys, which may be
-    /// millions, are shared chunk by chunk, copied only when the machine changes a chunk
-    /// afterwards (`key_table`): the clone costs a reference a chunk of 64 keys there, and
-    /// a copy of the rest of the state (sessions, tickets, limits, tenants).
+    /// millions, are shared whole, copied a chunk (and its path in the table's tree) only
+    /// when the machine changes that chunk afterwards (`key_table`): the clone costs a
+    /// reference a keyed definition there, and a copy of the rest of the state (sessions,
+    /// tickets, limits, tenants).
     pub fn freeze(&self) -> Frozen {
         Frozen(self.saved().clone())
     }
