@@ -4,12 +4,15 @@
 //! - [`Gate`] wraps the service: a request's token is read from its headers (the
 //!   `authorization` metadata) and a request without a valid one is answered
 //!   `UNAUTHENTICATED` at once, its body never read (HTTP/2 discards it), so no
-//!   unauthenticated byte is buffered or decoded.
+//!   unauthenticated byte is buffered or decoded. An admitted request carries its caller
+//!   to the service in its extensions ([`Admitted`]): one authentication a request.
 //! - [`GrpcIo`] is a connection as tonic takes it: it holds one of the port's
 //!   `RLS_CONNECTIONS_MAX` slots, and closes itself (a read error) when its deadline
 //!   passes: `RLS_FIRST_REQUEST_TIMEOUT` after it is accepted, moved to
 //!   `RLS_IDLE_TIMEOUT` after each request the gate lets through. A connection that sends
-//!   nothing, no HTTP/2 preface, only pings or only refused requests is closed then.
+//!   nothing, no HTTP/2 preface, only pings or only refused requests is closed then. The
+//!   deadline only moves later, so the connection's timer is moved only when it fires
+//!   before the deadline, not at each request.
 //!
 //! The gate authenticates only; the service checks the role against the request's tenant
 //! (forbidden), then the request's fields (invalid), in that order.
@@ -30,7 +33,7 @@ use tonic::{Code, Status};
 
 use super::service::bearer;
 use crate::bounds::{RLS_FIRST_REQUEST_TIMEOUT, RLS_IDLE_TIMEOUT};
-use crate::callers::Callers;
+use crate::callers::{Caller, Callers};
 use weir_proto::tls::Stream;
 
 /// When a connection closes unless a request with a valid token comes first; shared by
@@ -53,6 +56,10 @@ impl Deadline {
         *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now() + RLS_IDLE_TIMEOUT;
     }
 }
+
+/// The caller the gate authenticated a request as, in the request's extensions.
+#[derive(Clone)]
+pub struct Admitted(pub Arc<Caller>);
 
 /// The service behind the gate: requests without a valid token never reach it.
 #[derive(Clone)]
@@ -88,25 +95,26 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
-        if let Err(refusal) = self.admit(request.headers()) {
-            return Box::pin(std::future::ready(Ok(refusal.into_http())));
-        }
+    fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
+        let caller = match self.admit(request.headers()) {
+            Ok(caller) => caller,
+            Err(refusal) => return Box::pin(std::future::ready(Ok(refusal.into_http()))),
+        };
         if let Some(deadline) = request.extensions().get::<Deadline>() {
             deadline.authenticated();
         }
+        request.extensions_mut().insert(Admitted(caller));
         Box::pin(self.inner.call(request))
     }
 }
 
 impl<S> Gate<S> {
-    /// Whether `headers` carry a token this node knows (or none where tokens are off).
-    fn admit(&self, headers: &http::HeaderMap) -> Result<(), Status> {
-        let metadata = tonic::metadata::MetadataMap::from_headers(headers.clone());
-        let token = bearer(&metadata)?;
+    /// The caller of the token `headers` carry, if this node knows it (or the anonymous
+    /// caller where tokens are off).
+    fn admit(&self, headers: &http::HeaderMap) -> Result<Arc<Caller>, Status> {
+        let token = bearer(headers)?;
         self.callers
-            .for_token(token.as_deref())
-            .map(|_| ())
+            .for_token(token)
             .map_err(|why| Status::new(Code::Unauthenticated, why))
     }
 }
@@ -131,18 +139,20 @@ impl GrpcIo {
         }
     }
 
-    /// `Ready` with an error once the deadline has passed; else arms the timer for it.
+    /// `Ready` with an error once the deadline has passed. The timer runs to the deadline
+    /// it was last set to, never later than the real one (which only moves later); when it
+    /// fires early it is set again.
     fn expired(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
         loop {
-            let at = self.deadline.get();
-            if self.timer.deadline() != at {
-                self.timer.as_mut().reset(at);
-            }
             match self.timer.as_mut().poll(cx) {
                 Poll::Pending => return Poll::Pending,
-                // A request may have moved the deadline while the timer ran.
-                Poll::Ready(()) if self.deadline.get() > at => continue,
                 Poll::Ready(()) => {
+                    // Requests may have moved the deadline while the timer ran.
+                    let at = self.deadline.get();
+                    if at > self.timer.deadline() {
+                        self.timer.as_mut().reset(at);
+                        continue;
+                    }
                     return Poll::Ready(io::Error::new(
                         io::ErrorKind::TimedOut,
                         "no request with a valid token within the gRPC port's timeout",

@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 use weir_client::ClientError;
 use weir_core::machine::{AcquireParts, Command, Part, Priority, Refusal, Reply};
@@ -13,6 +12,7 @@ use weir_core::rls::path::override_name;
 use weir_proto::protocol::{Failure, Request as ClientRequest};
 
 use super::answer::{Taken, response};
+use super::gate::Admitted;
 use super::leases::NodeLeases;
 use super::pending::Pending;
 use super::plan::{Plan, plan};
@@ -128,12 +128,18 @@ impl RateLimitService for RlsService {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        let token = bearer(request.metadata())?;
-        let caller = self
-            .ctx
-            .callers
-            .for_token(token.as_deref())
-            .map_err(Status::unauthenticated)?;
+        // The gate authenticated the request (one lookup of its token); a request that
+        // reached the service another way is authenticated here, the same way.
+        let caller = match request.extensions().get::<Admitted>() {
+            Some(admitted) => admitted.0.clone(),
+            None => {
+                let token = bearer(request.metadata().as_ref())?;
+                self.ctx
+                    .callers
+                    .for_token(token)
+                    .map_err(Status::unauthenticated)?
+            }
+        };
         // The role is checked against the domain before the request's fields and before
         // the tenant's limits are read, so a token of another tenant learns nothing of
         // them and is told it is forbidden, not what is wrong with its request; the take
@@ -463,8 +469,8 @@ fn take(
 }
 
 /// The token of `authorization: Bearer TOKEN` metadata; `None` without it.
-pub(super) fn bearer(metadata: &MetadataMap) -> Result<Option<String>, Status> {
-    let Some(value) = metadata.get("authorization") else {
+pub(super) fn bearer(headers: &tonic::codegen::http::HeaderMap) -> Result<Option<&str>, Status> {
+    let Some(value) = headers.get("authorization") else {
         return Ok(None);
     };
     let text = value
@@ -474,7 +480,7 @@ pub(super) fn bearer(metadata: &MetadataMap) -> Result<Option<String>, Status> {
         Some((scheme, token))
             if scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty() =>
         {
-            Ok(Some(token.trim().to_owned()))
+            Ok(Some(token.trim()))
         }
         _ => Err(Status::unauthenticated(
             "the authorization metadata is not `Bearer TOKEN`",
