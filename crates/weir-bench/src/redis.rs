@@ -291,8 +291,9 @@ pub struct KeyedMemory {
     pub persistence: &'static str,
     pub before: Memory,
     pub after: Memory,
-    pub used_memory_bytes_per_key: f64,
-    pub rss_bytes_per_key: f64,
+    /// The growth a key, rounded (RSS may shrink, so signed).
+    pub used_memory_bytes_per_key: i64,
+    pub rss_bytes_per_key: i64,
     /// Seconds the fill took.
     pub fill_s: f64,
 }
@@ -313,7 +314,7 @@ pub async fn keyed_memory(keys: u64, name: fn(u64) -> String) -> Result<KeyedMem
             after.keys
         ));
     }
-    let per_key = |a: u64, b: u64| ((a as f64 - b as f64) / keys as f64).round();
+    let per_key = |a: u64, b: u64| ((a as f64 - b as f64) / keys as f64).round() as i64;
     Ok(KeyedMemory {
         keys,
         persistence: fsync.name(),
