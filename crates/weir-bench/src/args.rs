@@ -162,7 +162,8 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub lease_keys: u32,
     /// A soak (needs --spawn): churn for --duration, sampling every node each SECS and
-    /// printing one line per interval, then a verdict on each series' drift.
+    /// printing one line per interval, then a verdict on each series' drift (with
+    /// `--workload keyed-churn`, the key churn's intervals and verdict).
     #[arg(long, value_name = "SECS")]
     pub report_every: Option<f64>,
     /// With --report-every: kill the leader every SECS (0: never).
@@ -184,11 +185,12 @@ pub struct BenchArgs {
     /// With --incident: run the schedule this many times, each on a fresh cluster, and sum.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub runs: u32,
-    /// With --report-every: write the drift of each series as an SVG chart to FILE.
+    /// With --report-every: write the drift of each series (keyed-churn: each node's RSS and
+    /// the live keys) as an SVG chart to FILE.
     #[arg(long, value_name = "FILE")]
     pub chart: Option<std::path::PathBuf>,
-    /// With --report-every: growth (percent, first quarter to last) above which a series
-    /// is flagged.
+    /// With --report-every: growth (percent, first quarter to last; keyed-churn: a node's
+    /// RSS trend over the last half) above which a series is flagged.
     #[arg(long, value_name = "PCT", default_value_t = 20.0)]
     pub drift_threshold: f64,
     /// With `--workload keyed-scale`: the live keys to build (at most the cluster's bound,
