@@ -640,6 +640,67 @@ fn bench_against_redis_runs_weirs_takes_and_redis_lua_bucket_with_both_fsyncs() 
     }
 }
 
+/// `weir bench --spawn 3 --workload keyed-scale --keys 2000`, with `--against redis` where
+/// Redis is installed: the live keys built and what each costs, on the nodes and in Redis.
+#[test]
+fn bench_keyed_scale_builds_the_keys_asked_and_measures_them_in_redis_too() {
+    let redis = redis_installed();
+    if !redis {
+        eprintln!("redis-server is not installed (Debian: redis-server): Weir's side only");
+    }
+    #[rustfmt::skip]
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["bench", "--spawn", "3", "--workload", "keyed-scale", "--keys", "2000", "--json"])
+        .args(if redis { &["--against", "redis"][..] } else { &[] })
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let v = json(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(v["workload"].as_str(), Some("keyed-scale"), "{v}");
+    assert_eq!(v["live_keys"].as_u64(), Some(2000), "{v}");
+    let nodes = v["nodes"].as_array().expect("nodes");
+    assert_eq!(nodes.len(), 3, "{v}");
+    for n in nodes {
+        for figure in [
+            "rss_mib",
+            "rss_mib_before",
+            "rss_bytes_per_key",
+            "snapshot_bytes_per_key",
+        ] {
+            assert!(n[figure].as_f64().is_some(), "{figure} of {n}");
+        }
+        assert!(n["snapshot_bytes_per_key"].as_f64().unwrap() > 0.0, "{n}");
+    }
+    if !redis {
+        return;
+    }
+    let r = &v["against"]["redis"];
+    assert_eq!(r["keys"].as_u64(), Some(2000), "{v}");
+    assert_eq!(r["persistence"].as_str(), Some("everysec"), "{v}");
+    assert_eq!(
+        (r["before"]["keys"].as_u64(), r["after"]["keys"].as_u64()),
+        (Some(0), Some(2000)),
+        "{v}"
+    );
+    let grown =
+        r["after"]["used_memory"].as_f64().unwrap() - r["before"]["used_memory"].as_f64().unwrap();
+    let per_key = r["used_memory_bytes_per_key"].as_f64().unwrap();
+    assert!(
+        per_key > 0.0 && (grown / 2000.0 - per_key).abs() <= 0.5,
+        "{v}"
+    );
+    assert!(r["after"]["rss_bytes"].as_u64().unwrap() > 0, "{v}");
+    assert!(r["rss_bytes_per_key"].as_i64().is_some(), "{v}");
+    // The Redis ran in a directory of its own, removed with it.
+    let dir = std::env::temp_dir().join(format!("weir-bench-redis-everysec-{pid}"));
+    assert!(!dir.exists(), "{} left behind", dir.display());
+}
+
 #[test]
 fn bench_keeps_the_spawned_clusters_directory_and_its_election_logs_when_asked() {
     let weir = |args: &[&str]| {

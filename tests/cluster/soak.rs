@@ -110,3 +110,77 @@ fn soak_options_without_a_spawned_cluster_or_with_too_few_intervals_are_refused(
     assert_eq!(code, Some(2));
     assert!(err.contains("--chart needs --report-every"), "{err}");
 }
+
+#[test]
+fn a_short_keyed_churn_grants_every_take_and_keeps_each_key_live_for_its_minute() {
+    let chart = std::env::temp_dir().join(format!("weir-churn-{}.svg", std::process::id()));
+    #[rustfmt::skip]
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["bench", "--spawn", "3", "--workload", "keyed-churn", "--duration", "4",
+               "--report-every", "1", "--keys-per-minute", "6000", "--clients", "4", "--json",
+               "--chart"])
+        .arg(&chart)
+        .output()
+        .unwrap();
+    let svg = std::fs::read_to_string(&chart).unwrap_or_default();
+    let _ = std::fs::remove_file(&chart);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines = json_lines(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(out.status.code(), Some(0), "{lines:?}\n{stderr}");
+    let (verdict, intervals) = lines.split_last().expect("lines");
+    assert_eq!(intervals.len(), 4, "one line a second for 4 s: {lines:?}");
+    for i in intervals {
+        for field in ["takes", "granted", "expected_live_keys", "live_keys"] {
+            assert!(i[field].as_u64().is_some(), "{field} of {i}");
+        }
+        assert_eq!(
+            (i["refusals"].as_u64(), i["errors"].as_u64()),
+            (Some(0), Some(0)),
+            "{i}"
+        );
+        let nodes = i["nodes"].as_array().expect("nodes");
+        assert_eq!(nodes.len(), 3, "{i}");
+        assert!(nodes.iter().all(|n| n["rss_mib"].as_f64().is_some()), "{i}");
+    }
+    // 100 new keys a second: the live keys climb by about 100 each interval.
+    let live: Vec<u64> = intervals
+        .iter()
+        .map(|i| i["live_keys"].as_u64().unwrap())
+        .collect();
+    assert!(
+        live.windows(2).all(|w| w[1] > w[0]) && (50..=150).contains(&live[0]),
+        "{live:?}"
+    );
+    let v = &verdict["verdict"];
+    // Takes 0..400 fall due within 4 s, each of a key of its own, and no key's minute
+    // ends within the run: every key taken from is live at the end.
+    assert_eq!(
+        (
+            v["takes"].as_u64(),
+            v["granted"].as_u64(),
+            v["refusals"].as_u64()
+        ),
+        (Some(400), Some(400), Some(0)),
+        "{v}"
+    );
+    assert_eq!(v["live_keys_end"].as_u64(), Some(400), "{v}");
+    assert_eq!(v["expected_live_keys_end"].as_u64(), Some(400), "{v}");
+    assert_eq!(v["live_keys_off"].as_u64(), Some(0), "{v}");
+    assert!(
+        v["plateau_live_keys"].is_null(),
+        "a 4 s run has no plateau: {v}"
+    );
+    let rss = v["rss"].as_array().expect("rss");
+    assert_eq!(rss.len(), 3, "{v}");
+    assert!(rss.iter().all(|t| t["flagged"] == false), "{v}");
+    assert_eq!(v["passed"], true, "{v}");
+    assert!(
+        svg.starts_with("<svg") && svg.contains("rss per node") && svg.contains("live keys"),
+        "{svg}"
+    );
+    assert_eq!(
+        svg.matches("<polyline").count(),
+        3 + 2,
+        "a line per node, live keys and expected"
+    );
+}

@@ -2,6 +2,7 @@
 //! the check that refuses a combination that makes no run.
 
 use clap::{Args, ValueEnum};
+use weir_core::bounds::KEYS_LIVE_MAX;
 
 /// What each bench client does in a loop (the module doc of `bench` describes each).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -16,6 +17,7 @@ pub enum Workload {
     KeyedScale,
     Rls,
     LeasedTake,
+    KeyedChurn,
 }
 
 impl Workload {
@@ -31,6 +33,7 @@ impl Workload {
             Workload::KeyedScale => "keyed-scale",
             Workload::Rls => "rls",
             Workload::LeasedTake => "leased-take",
+            Workload::KeyedChurn => "keyed-churn",
         }
     }
 }
@@ -81,7 +84,8 @@ pub enum Against {
     /// A three-member etcd on loopback (`etcd` on PATH; a build with the `etcd` feature).
     Etcd,
     /// Debian's `redis-server` on loopback: the take as a Lua token bucket, with
-    /// `appendfsync always` and with `everysec`.
+    /// `appendfsync always` and with `everysec`; with `keyed-scale`, the same buckets'
+    /// memory.
     Redis,
 }
 
@@ -158,7 +162,8 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub lease_keys: u32,
     /// A soak (needs --spawn): churn for --duration, sampling every node each SECS and
-    /// printing one line per interval, then a verdict on each series' drift.
+    /// printing one line per interval, then a verdict on each series' drift (with
+    /// `--workload keyed-churn`, the key churn's intervals and verdict).
     #[arg(long, value_name = "SECS")]
     pub report_every: Option<f64>,
     /// With --report-every: kill the leader every SECS (0: never).
@@ -180,14 +185,26 @@ pub struct BenchArgs {
     /// With --incident: run the schedule this many times, each on a fresh cluster, and sum.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub runs: u32,
-    /// With --report-every: write the drift of each series as an SVG chart to FILE.
+    /// With --report-every: write the drift of each series (keyed-churn: each node's RSS and
+    /// the live keys) as an SVG chart to FILE.
     #[arg(long, value_name = "FILE")]
     pub chart: Option<std::path::PathBuf>,
-    /// With --report-every: growth (percent, first quarter to last) above which a series
-    /// is flagged.
+    /// With --report-every: growth (percent, first quarter to last; keyed-churn: a node's
+    /// RSS trend over the last half) above which a series is flagged.
     #[arg(long, value_name = "PCT", default_value_t = 20.0)]
     pub drift_threshold: f64,
+    /// With `--workload keyed-scale`: the live keys to build (at most the cluster's bound,
+    /// 10,000,000, the default).
+    #[arg(long, value_name = "N", default_value_t = KEYS_LIVE_MAX as u64)]
+    pub keys: u64,
+    /// With `--workload keyed-churn`: new keys a minute, each taken from once and live for a
+    /// minute after (at most 5,000,000, so twice that fits the live keys' bound).
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    pub keys_per_minute: u64,
 }
+
+/// The most `--keys-per-minute`: the churn's limit allows twice its keys a minute live.
+pub const KEYS_PER_MINUTE_MAX: u64 = KEYS_LIVE_MAX as u64 / 2;
 
 /// Refuses arguments that make no run, with the usage message.
 pub fn check(args: &BenchArgs) -> Result<(), &'static str> {
@@ -214,6 +231,7 @@ pub fn check(args: &BenchArgs) -> Result<(), &'static str> {
         return Err("--rls-keys is for --workload rls");
     }
     check_leased(args)?;
+    check_keys(args)?;
     if args.curve.is_some() && (args.spawn.is_none() || args.against.is_some() || args.tls) {
         return Err("--curve needs --spawn, without --against or --tls");
     }
@@ -257,14 +275,14 @@ fn check_redis(args: &BenchArgs) -> Result<(), &'static str> {
     if args.spawn != Some(3)
         || !matches!(
             args.workload,
-            Workload::RateTake | Workload::Rls | Workload::LeasedTake
+            Workload::RateTake | Workload::Rls | Workload::LeasedTake | Workload::KeyedScale
         )
         || args.failover > 0
         || args.stall > 0
         || args.tls
     {
         return Err(
-            "--against redis needs --spawn 3 and the rate-take or rls workload (both are run) or leased-take, without --failover, --stall or --tls",
+            "--against redis needs --spawn 3 and the rate-take or rls workload (both are run), leased-take or keyed-scale, without --failover, --stall or --tls",
         );
     }
     Ok(())
@@ -279,7 +297,31 @@ fn check_leased(args: &BenchArgs) -> Result<(), &'static str> {
         return Err("--lease-rate must be in [10, 1e10] tokens a second");
     }
     if args.lease_keys as usize > weir_core::bounds::KEYS_LIVE_MAX {
-        return Err("--lease-keys is at most the cluster's live keys bound, 1,000,000");
+        return Err("--lease-keys is at most the cluster's live keys bound, 10,000,000");
+    }
+    Ok(())
+}
+
+fn check_keys(args: &BenchArgs) -> Result<(), &'static str> {
+    if args.workload != Workload::KeyedScale && args.keys != KEYS_LIVE_MAX as u64 {
+        return Err("--keys is for --workload keyed-scale");
+    }
+    if !(1..=KEYS_LIVE_MAX as u64).contains(&args.keys) {
+        return Err("--keys must be in 1..=10,000,000 (the cluster's live keys bound)");
+    }
+    if args.workload != Workload::KeyedChurn {
+        return match args.keys_per_minute != 100_000 {
+            true => Err("--keys-per-minute is for --workload keyed-churn"),
+            false => Ok(()),
+        };
+    }
+    if !(1..=KEYS_PER_MINUTE_MAX).contains(&args.keys_per_minute) {
+        return Err("--keys-per-minute must be in 1..=5,000,000");
+    }
+    if args.report_every.is_none() || args.kill_every != 600.0 || args.stall_every != 900.0 {
+        return Err(
+            "--workload keyed-churn needs --report-every (and --spawn), without --kill-every or --stall-every",
+        );
     }
     Ok(())
 }
@@ -292,7 +334,7 @@ fn check_rls(args: &BenchArgs) -> Result<(), &'static str> {
         return Err("--workload rls runs without --tls, --failover, --stall or --curve");
     }
     if args.rls_keys as usize > weir_core::bounds::KEYS_LIVE_MAX {
-        return Err("--rls-keys is at most the cluster's live keys bound, 1,000,000");
+        return Err("--rls-keys is at most the cluster's live keys bound, 10,000,000");
     }
     Ok(())
 }
@@ -436,7 +478,7 @@ mod tests {
         );
         assert!(checked(&["--spawn", "3", "--workload", "rls", "--tls"]).is_err());
         let redis = ["--spawn", "3", "--against", "redis", "--workload"];
-        for workload in ["rate-take", "rls", "leased-take"] {
+        for workload in ["rate-take", "rls", "leased-take", "keyed-scale"] {
             let args: Vec<&str> = redis.iter().copied().chain([workload]).collect();
             assert_eq!(checked(&args), Ok(()), "{workload}");
         }
@@ -460,6 +502,22 @@ mod tests {
                 "--failover",
                 "1",
             ],
+            &[
+                "--spawn",
+                "1",
+                "--against",
+                "redis",
+                "--workload",
+                "keyed-scale",
+            ],
+            &[
+                "--spawn",
+                "3",
+                "--against",
+                "redis",
+                "--workload",
+                "keyed-take",
+            ],
         ] {
             assert!(
                 checked(refused)
@@ -467,5 +525,68 @@ mod tests {
                     .starts_with("--against redis needs --spawn 3")
             );
         }
+    }
+
+    #[test]
+    fn keys_go_with_keyed_scale_and_keys_per_minute_with_keyed_churn_within_the_bound() {
+        assert_eq!(parsed(&[]).keys, 10_000_000);
+        assert_eq!(parsed(&[]).keys_per_minute, 100_000);
+        let scale = ["--spawn", "3", "--workload", "keyed-scale", "--keys"];
+        assert_eq!(checked(&[&scale[..], &["1000000"]].concat()), Ok(()));
+        assert_eq!(checked(&[&scale[..], &["10000000"]].concat()), Ok(()));
+        for bad in ["0", "10000001"] {
+            assert_eq!(
+                checked(&[&scale[..], &[bad]].concat()),
+                Err("--keys must be in 1..=10,000,000 (the cluster's live keys bound)"),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            checked(&["--keys", "5"]),
+            Err("--keys is for --workload keyed-scale")
+        );
+        #[rustfmt::skip]
+        let churn = ["--spawn", "3", "--workload", "keyed-churn", "--duration", "600",
+                     "--report-every", "30", "--chart", "churn.svg"];
+        assert_eq!(checked(&churn), Ok(()));
+        assert_eq!(
+            checked(&[&churn[..], &["--keys-per-minute", "5000000"]].concat()),
+            Ok(())
+        );
+        assert_eq!(
+            checked(&[&churn[..], &["--keys-per-minute", "5000001"]].concat()),
+            Err("--keys-per-minute must be in 1..=5,000,000")
+        );
+        assert_eq!(
+            checked(&[&churn[..], &["--keys-per-minute", "0"]].concat()),
+            Err("--keys-per-minute must be in 1..=5,000,000")
+        );
+        assert_eq!(
+            checked(&["--keys-per-minute", "10"]),
+            Err("--keys-per-minute is for --workload keyed-churn")
+        );
+        let refusal = Err(
+            "--workload keyed-churn needs --report-every (and --spawn), without --kill-every or --stall-every",
+        );
+        assert_eq!(
+            checked(&["--spawn", "3", "--workload", "keyed-churn"]),
+            refusal
+        );
+        assert_eq!(
+            checked(&[&churn[..], &["--kill-every", "60"]].concat()),
+            refusal
+        );
+        assert!(
+            checked(&[
+                "--workload",
+                "keyed-churn",
+                "--report-every",
+                "5",
+                "--duration",
+                "20"
+            ])
+            .unwrap_err()
+            .starts_with("--report-every needs --spawn")
+        );
     }
 }

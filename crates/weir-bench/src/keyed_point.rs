@@ -8,34 +8,53 @@
 //! left on the nodes beyond the empty cluster's state is the live keys. A key's cost is
 //! the growth between the figures taken before the keys and after, divided by the keys:
 //! exact for snapshot bytes, and for RSS what the process grew (the allocator's slack
-//! included). The point is `bounds::KEYS_LIVE_MAX` keys (a million): every live key the
-//! machine allows, all of one definition.
+//! included). The point is `bounds::KEYS_LIVE_MAX` keys (ten million): every live key the
+//! machine allows, all of one definition; `--keys N` builds fewer.
+//!
+//! With `--against redis` (and `--spawn 3`), the cluster is stopped after its figures and
+//! the same keys are kept as Redis's Lua buckets (`redis::keyed_memory`): Redis's
+//! `used_memory` and RSS a key are printed beside each node's RSS a key, and in the JSON
+//! under `against.redis`.
 
 use std::time::Instant;
 
 use serde_json::json;
 
+use super::redis;
 use super::scale::{node_figures, node_line};
 use crate::output::{EXIT_OK, Exit, Output};
 use weir_client::Client;
 use weir_core::bounds::{KEYS_LIVE_MAX, SESSION_TTL_MS_MAX};
 use weir_core::machine::{AcquireParts, Command, Definition, Part, Priority, Reply};
+use weir_launcher::LocalCluster;
 use weir_proto::tls::ClientSecurity;
 
 const TENANT: &str = "keyed-point";
 const LIMIT: &str = "keys";
-/// Live keys at the point: every live key the bounds allow.
+/// Live keys at the point by default (and `--curve`'s): every live key the bounds allow.
 pub const KEYS: u64 = KEYS_LIVE_MAX as u64;
 /// Clients taking from the keys in parallel: enough that the proposer batches.
 const BUILDERS: u64 = 64;
 
-/// `--workload keyed-scale`: builds the point on `servers` and prints its figures.
+/// `--workload keyed-scale`: builds the point of `keys` live keys on `servers` and prints
+/// its figures; with `against_redis`, then stops `spawned` and measures the same keys in
+/// Redis.
 pub async fn run(
     servers: &[String],
     security: &ClientSecurity,
+    keys: u64,
+    against_redis: bool,
+    spawned: Option<LocalCluster>,
     out: &Output,
 ) -> Result<Exit, String> {
-    let value = build(servers, security, KEYS).await?;
+    let mut value = build(servers, security, keys).await?;
+    if against_redis {
+        // Stopped first: the nodes' memory is not Redis's to share.
+        drop(spawned);
+        eprintln!("[bench] weir's figures taken; now {keys} buckets in redis");
+        let redis = redis::keyed_memory(keys, key_name).await?;
+        value["against"] = json!({ "redis": redis });
+    }
     out.print(value.clone(), || {
         let mut text = format!(
             "keyed point: {} live keys of one keyed limit (built in {:.1} s)",
@@ -45,6 +64,20 @@ pub async fn run(
         for n in value["nodes"].as_array().into_iter().flatten() {
             text.push('\n');
             text.push_str(&node_line(n));
+        }
+        let r = &value["against"]["redis"];
+        if !r.is_null() {
+            text.push_str(&format!(
+                "\nredis (appendfsync {}), the same {} keys as Lua buckets (filled in {:.1} s): \
+                 used_memory {} bytes a key, RSS {} bytes a key ({:.1} -> {:.1} MiB)",
+                r["persistence"].as_str().unwrap_or("?"),
+                r["keys"],
+                r["fill_s"].as_f64().unwrap_or(0.0),
+                r["used_memory_bytes_per_key"],
+                r["rss_bytes_per_key"],
+                r["before"]["rss_bytes"].as_f64().unwrap_or(0.0) / 1_048_576.0,
+                r["after"]["rss_bytes"].as_f64().unwrap_or(0.0) / 1_048_576.0,
+            ));
         }
         text
     });
@@ -116,7 +149,7 @@ async fn define(admin: &Client, keys: u64) -> Result<(), String> {
 }
 
 /// The key of number `k`: fixed width, so every key costs the same bytes.
-fn key_name(k: u64) -> String {
+pub fn key_name(k: u64) -> String {
     format!("key-{k:07}")
 }
 

@@ -9,7 +9,11 @@
 //! rate over 16 models, and a global rate), and `scale` (builds the scale point — 10,000
 //! sessions, 100,000 held permits, 1,000 limits — and reports node memory and snapshot
 //! costs), and `keyed-scale` (builds the keyed point — one keyed limit with every live key
-//! the bounds allow — and reports node memory, snapshot costs and the bytes of a live key).
+//! the bounds allow, or `--keys N` — and reports node memory, snapshot costs and the bytes
+//! of a live key; with `--against redis` also what the same keys cost as Redis's Lua
+//! buckets), and `keyed-churn` (with `--report-every`: `--keys-per-minute` new keys a
+//! minute, each live for a minute, with every node's RSS and the live keys sampled and
+//! judged, `churn.rs`).
 //! Latencies go into an HDR histogram (µs, 3 significant digits); a progress line
 //! is printed every second to stderr.
 //!
@@ -40,7 +44,8 @@
 //! `--workload rls` is `rate-take`'s take over Envoy's gRPC rate-limit protocol (`rls.rs`).
 //! `--against redis` (with `--spawn 3` and `rate-take` or `rls`) runs Weir's `rate-take` and
 //! `rls`, then the same take as a Lua token bucket on a loopback Redis fsyncing `always`
-//! and then `everysec`, and prints the four side by side (`redis.rs`, over `resp.rs`).
+//! and then `everysec`, and prints the four side by side (`redis.rs`, over `resp.rs`); with
+//! `keyed-scale`, the keyed point's keys as Lua buckets in Redis, their memory beside Weir's.
 //!
 //! `--workload leased-take` (`load.rs`): every client leases a share of one rate limit of
 //! `--lease-rate` tokens a second (burst a tenth of it) and takes one token at a time, from
@@ -77,6 +82,7 @@
 //! - `zipf.rs`: the Zipf key sampler of `keyed-take`;
 //! - `scale.rs`: the scale point;
 //! - `keyed_point.rs`: the keyed point;
+//! - `churn.rs`: the keyed churn (`--workload keyed-churn`);
 //! - `soak.rs`: the soak (`--report-every`);
 //! - `incident.rs`, `incident_holder.py`: the compound incidents (`--incident`) and the
 //!   Python holder they run; `peer_proxy.rs`: the peer links `partition-leader` cuts;
@@ -95,6 +101,7 @@
 // (`tests/layering` holds the crate to this list).
 mod curve;
 mod incident;
+mod churn;
 mod soak;
 mod keyed_point;
 mod scale;
@@ -180,7 +187,13 @@ pub fn run(args: &BenchArgs, servers: &[String], security: &ClientSecurity, out:
         let result = if args.workload == Workload::Scale {
             scale::run(&servers, &security, out).await
         } else if args.workload == Workload::KeyedScale {
-            keyed_point::run(&servers, &security, out).await
+            let redis = args.against == Some(Against::Redis);
+            keyed_point::run(&servers, &security, args.keys, redis, spawned.take(), out).await
+        } else if args.workload == Workload::KeyedChurn {
+            match spawned.as_mut() {
+                Some(cluster) => churn::run(args, &servers, &security, cluster, out).await,
+                None => Err("--workload keyed-churn needs --spawn".into()),
+            }
         } else if args.report_every.is_some() {
             match spawned.as_mut() {
                 Some(cluster) => soak::run(args, &servers, &security, cluster, out).await,

@@ -646,6 +646,7 @@ impl BenchClient {
                         Workload::Mixed
                         | Workload::Scale
                         | Workload::KeyedScale
+                        | Workload::KeyedChurn
                         | Workload::Rls => {
                             unreachable!("not a per-client workload")
                         }

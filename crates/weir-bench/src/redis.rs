@@ -19,6 +19,16 @@
 //! its directory removed when its run ends, on an error, or on ctrl-c ([`External`]).
 //! Redis is one process with no replica: a crash of it loses the limit, which Weir's three
 //! nodes survive.
+//!
+//! With `--workload keyed-scale`, [`keyed_memory`] keeps the keyed point's buckets in one
+//! Redis (`appendfsync everysec`, as the take's second run) and measures what they cost:
+//! every key a hash as [`SCRIPT`] leaves it after one take from a fresh bucket of one token
+//! (`tokens` 0, `at` the µs of the take), named as Weir's keys are. They are written with
+//! `HSET` in pipelines over [`FILL_CONNECTIONS`] connections rather than by the script
+//! once a key: the same bytes in Redis, in seconds rather than minutes. `used_memory` (`INFO
+//! memory`, what Redis's allocator holds) and the process's RSS (`/proc/PID/status`) are
+//! read before and after, with no append-only rewrite running, and the growth divided by
+//! the keys.
 
 use std::process::Command;
 use std::sync::Arc;
@@ -65,6 +75,12 @@ const BURST: &str = "1000000000";
 
 /// How long Redis may take to answer after it starts.
 const READY_WAIT: Duration = Duration::from_secs(10);
+/// Connections filling the keyed point's buckets at once.
+const FILL_CONNECTIONS: u64 = 4;
+/// `HSET`s in one pipeline of the fill.
+const FILL_PIPELINE: u64 = 1_000;
+/// How long a measurement waits for an append-only rewrite to end.
+const REWRITE_WAIT: Duration = Duration::from_secs(300);
 
 /// When Redis fsyncs its append-only file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,6 +146,115 @@ impl RedisServer {
         }
     }
 
+    /// One section of `INFO` as its `field:value` lines.
+    async fn info(&self, section: &str) -> Result<Vec<(String, String)>, String> {
+        let mut c = Connection::open(&self.addr).await?;
+        match c.call(&[b"INFO", section.as_bytes()]).await? {
+            Value::Bulk(Some(text)) => Ok(String::from_utf8_lossy(&text)
+                .lines()
+                .filter_map(|l| l.split_once(':'))
+                .map(|(k, v)| (k.to_owned(), v.trim().to_owned()))
+                .collect()),
+            other => Err(format!("INFO {section} answered {other:?}")),
+        }
+    }
+
+    /// A number of `INFO section`.
+    async fn info_number(&self, section: &str, field: &str) -> Result<u64, String> {
+        self.info(section)
+            .await?
+            .into_iter()
+            .find(|(k, _)| k == field)
+            .and_then(|(_, v)| v.parse().ok())
+            .ok_or_else(|| format!("INFO {section} has no {field}"))
+    }
+
+    /// What Redis holds now: `used_memory`, and the RSS of its process. Waits (bounded)
+    /// until no append-only rewrite runs or is scheduled, so neither a rewrite's buffers
+    /// nor its fork are counted.
+    pub async fn memory(&self) -> Result<Memory, String> {
+        let until = Instant::now() + REWRITE_WAIT;
+        loop {
+            let persistence = self.info("persistence").await?;
+            let busy = persistence.iter().any(|(k, v)| {
+                (k == "aof_rewrite_in_progress" || k == "aof_rewrite_scheduled") && v != "0"
+            });
+            if !busy {
+                break;
+            }
+            if Instant::now() >= until {
+                return Err("redis-server's append-only rewrite did not end".into());
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let used_memory = self.info_number("memory", "used_memory").await?;
+        let pid = self.info_number("server", "process_id").await?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .map_err(|e| format!("/proc/{pid}/status: {e}"))?;
+        let rss_kib = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+            .ok_or_else(|| format!("no VmRSS in /proc/{pid}/status"))?;
+        let keys = self
+            .info("keyspace")
+            .await?
+            .into_iter()
+            .find(|(k, _)| k == "db0");
+        let keys = keys
+            .and_then(|(_, v)| {
+                v.split(',')
+                    .find_map(|f| f.strip_prefix("keys=")?.parse().ok())
+            })
+            .unwrap_or(0);
+        Ok(Memory {
+            used_memory,
+            rss_bytes: rss_kib * 1024,
+            keys,
+        })
+    }
+
+    /// Writes `keys` buckets named `name(0)`… as [`SCRIPT`] leaves a bucket of one token
+    /// after one take from it fresh (`tokens` 0, `at` now in µs), in pipelines of `HSET`
+    /// over [`FILL_CONNECTIONS`] connections.
+    pub async fn fill_buckets(&self, keys: u64, name: fn(u64) -> String) -> Result<(), String> {
+        let mut fills = tokio::task::JoinSet::new();
+        for c in 0..FILL_CONNECTIONS {
+            let addr = self.addr.clone();
+            fills.spawn(async move {
+                let mut conn = Connection::open(&addr).await?;
+                // Connection c writes the batches c, c + FILL_CONNECTIONS, …
+                let mut first = c * FILL_PIPELINE;
+                while first < keys {
+                    let at = format!("{}", now_us());
+                    let batch: Vec<Vec<Vec<u8>>> = (first..(first + FILL_PIPELINE).min(keys))
+                        .map(|k| {
+                            [
+                                b"HSET".as_slice(),
+                                name(k).as_bytes(),
+                                b"tokens",
+                                b"0",
+                                b"at",
+                            ]
+                            .iter()
+                            .map(|a| a.to_vec())
+                            .chain([at.as_bytes().to_vec()])
+                            .collect()
+                        })
+                        .collect();
+                    conn.pipeline(&batch).await?;
+                    first += FILL_CONNECTIONS * FILL_PIPELINE;
+                }
+                Ok::<(), String>(())
+            });
+        }
+        while let Some(r) = fills.join_next().await {
+            r.map_err(|e| e.to_string())??;
+        }
+        Ok(())
+    }
+
     /// Loads [`SCRIPT`]; returns its SHA1 for `EVALSHA`.
     pub async fn load_script(&self) -> Result<String, String> {
         let mut c = Connection::open(&self.addr).await?;
@@ -138,6 +263,67 @@ impl RedisServer {
             other => Err(format!("SCRIPT LOAD answered {other:?}")),
         }
     }
+}
+
+/// Microseconds since the Unix epoch, as Redis's `TIME` gives them.
+fn now_us() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros())
+}
+
+/// What one Redis holds at a moment.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Memory {
+    /// `INFO memory`'s `used_memory`: the bytes its allocator holds for data and buffers.
+    pub used_memory: u64,
+    /// The process's resident memory (`VmRSS`).
+    pub rss_bytes: u64,
+    /// Keys in its database.
+    pub keys: u64,
+}
+
+/// The keyed point's buckets in Redis: its memory before and after, and per key.
+#[derive(Debug, Serialize)]
+pub struct KeyedMemory {
+    pub keys: u64,
+    /// `appendfsync` of the append-only file.
+    pub persistence: &'static str,
+    pub before: Memory,
+    pub after: Memory,
+    /// The growth a key, rounded (RSS may shrink, so signed).
+    pub used_memory_bytes_per_key: i64,
+    pub rss_bytes_per_key: i64,
+    /// Seconds the fill took.
+    pub fill_s: f64,
+}
+
+/// Keeps `keys` buckets named `name(0)`… in a fresh Redis (`appendfsync everysec`) and
+/// returns what they cost; the Redis is stopped and removed after.
+pub async fn keyed_memory(keys: u64, name: fn(u64) -> String) -> Result<KeyedMemory, String> {
+    let fsync = Fsync::Everysec;
+    let server = RedisServer::start(fsync).await?;
+    let before = server.memory().await?;
+    let started = Instant::now();
+    server.fill_buckets(keys, name).await?;
+    let fill_s = started.elapsed().as_secs_f64();
+    let after = server.memory().await?;
+    if after.keys != keys {
+        return Err(format!(
+            "redis holds {} keys after writing {keys}",
+            after.keys
+        ));
+    }
+    let per_key = |a: u64, b: u64| ((a as f64 - b as f64) / keys as f64).round() as i64;
+    Ok(KeyedMemory {
+        keys,
+        persistence: fsync.name(),
+        used_memory_bytes_per_key: per_key(after.used_memory, before.used_memory),
+        rss_bytes_per_key: per_key(after.rss_bytes, before.rss_bytes),
+        before,
+        after,
+        fill_s,
+    })
 }
 
 /// One take of `tokens` from the bucket at `key` with `rate` and `burst`: granted or not,
@@ -429,5 +615,90 @@ mod tests {
         assert!(take(&mut c, &sha, "fast", "20", "1", "1").await.unwrap());
         let err = take(&mut c, "0000", "k", "1", "1", "1").await.unwrap_err();
         assert!(err.starts_with("redis: NOSCRIPT"), "{err}");
+    }
+
+    /// A hash's fields and values, sorted by field.
+    async fn fields(c: &mut Connection, key: &str) -> Vec<(String, String)> {
+        let Value::Array(Some(items)) = c.call(&[b"HGETALL", key.as_bytes()]).await.unwrap() else {
+            panic!("HGETALL {key}");
+        };
+        let text = |v: &Value| match v {
+            Value::Bulk(Some(b)) => String::from_utf8(b.clone()).unwrap(),
+            other => panic!("{other:?}"),
+        };
+        let mut pairs: Vec<(String, String)> = items
+            .chunks(2)
+            .map(|p| (text(&p[0]), text(&p[1])))
+            .collect();
+        pairs.sort();
+        pairs
+    }
+
+    /// The keyed point's fill on a real Redis (skipped where `redis-server` is not
+    /// installed): every key written, each as the script leaves a bucket of one token after
+    /// one take, which the script then reads as empty.
+    #[tokio::test]
+    async fn filled_buckets_hold_what_the_script_leaves_after_one_take() {
+        if find_program("redis-server", "redis-server").is_err() {
+            eprintln!("skipped: redis-server is not installed");
+            return;
+        }
+        // `always`: the test beside it, in the same process, has `everysec`'s directory.
+        let server = RedisServer::start(Fsync::Always).await.unwrap();
+        let sha = server.load_script().await.unwrap();
+        let before = server.memory().await.unwrap();
+        assert_eq!(before.keys, 0);
+        // Three pipelines over three connections, the last one short.
+        server
+            .fill_buckets(2_500, |k| format!("key-{k:07}"))
+            .await
+            .unwrap();
+        let after = server.memory().await.unwrap();
+        assert_eq!(after.keys, 2_500);
+        assert!(
+            after.used_memory > before.used_memory,
+            "{before:?} {after:?}"
+        );
+        assert!(after.rss_bytes > 0, "{after:?}");
+        let mut c = Connection::open(&server.addr).await.unwrap();
+        assert!(
+            take(&mut c, &sha, "fresh", "0.001", "1", "1")
+                .await
+                .unwrap()
+        );
+        let (script, filled) = (
+            fields(&mut c, "fresh").await,
+            fields(&mut c, "key-0002499").await,
+        );
+        assert_eq!(script.len(), 2, "{script:?}");
+        assert_eq!(
+            (&script[0].0, &script[1]),
+            (&filled[0].0, &filled[1]),
+            "the same fields, tokens 0: {script:?} {filled:?}"
+        );
+        let at = |f: &[(String, String)]| f[0].1.parse::<u64>().unwrap();
+        assert!(
+            at(&script).abs_diff(at(&filled)) < 60_000_000,
+            "{script:?} {filled:?}"
+        );
+        let mut encoding = vec![];
+        for key in ["fresh", "key-0000000"] {
+            encoding.push(
+                c.call(&[b"OBJECT", b"ENCODING", key.as_bytes()])
+                    .await
+                    .unwrap(),
+            );
+        }
+        assert_eq!(encoding[0], encoding[1]);
+        assert!(
+            !take(&mut c, &sha, "key-0000000", "0.001", "1", "1")
+                .await
+                .unwrap()
+        );
+        assert_eq!(
+            c.call(&[b"EXISTS", b"key-0002500"]).await.unwrap(),
+            Value::Int(0),
+            "no key past the fill"
+        );
     }
 }

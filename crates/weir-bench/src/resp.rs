@@ -2,10 +2,10 @@
 //! array of bulk strings; a reply is a simple string, an error, an integer, a bulk string
 //! or an array of replies.
 //!
-//! Written here rather than taken from a client crate: the bench sends four commands
-//! (`PING`, `SCRIPT LOAD`, `EVALSHA`, `CONFIG GET`) one at a time per connection, which is
-//! a page of code, where a client crate would add its dependency tree to every build of
-//! `weir` for a comparison.
+//! Written here rather than taken from a client crate: the bench sends a few commands
+//! (`PING`, `SCRIPT LOAD`, `EVALSHA`, `INFO`, and `HSET` in pipelines of
+//! [`PIPELINE_MAX`]), which is a page of code, where a client crate would add its
+//! dependency tree to every build of `weir` for a comparison.
 //!
 //! A reply is read with bounds (bulk strings up to [`BULK_MAX`] bytes, arrays up to
 //! [`ARRAY_MAX`] items, nested up to [`DEPTH_MAX`]); anything else is an error naming what
@@ -24,6 +24,9 @@ pub const BULK_MAX: usize = 1 << 20;
 pub const ARRAY_MAX: usize = 1024;
 /// The deepest nesting of arrays read.
 pub const DEPTH_MAX: usize = 4;
+/// The most commands sent in one pipeline before their replies are read: bounds what is
+/// buffered on both sides.
+pub const PIPELINE_MAX: usize = 10_000;
 
 /// A reply.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -151,6 +154,38 @@ impl Connection {
         match read(&mut self.reader, 0).await? {
             Value::Error(e) => Err(format!("redis: {e}")),
             v => Ok(v),
+        }
+    }
+
+    /// Sends `commands` (at most [`PIPELINE_MAX`]) in one write, then reads their replies
+    /// in order; an error reply is an error (after every reply is read, so the connection
+    /// stays in step).
+    pub async fn pipeline(&mut self, commands: &[Vec<Vec<u8>>]) -> Result<Vec<Value>, String> {
+        if commands.len() > PIPELINE_MAX {
+            return Err(format!("a pipeline of {} commands", commands.len()));
+        }
+        self.out.clear();
+        for c in commands {
+            let args: Vec<&[u8]> = c.iter().map(Vec::as_slice).collect();
+            encode(&args, &mut self.out);
+        }
+        self.writer
+            .write_all(&self.out)
+            .await
+            .map_err(|e| format!("redis: {e}"))?;
+        let mut replies = Vec::with_capacity(commands.len());
+        let mut first_error = None;
+        for _ in commands {
+            match read(&mut self.reader, 0).await? {
+                Value::Error(e) => {
+                    first_error.get_or_insert(e);
+                }
+                v => replies.push(v),
+            }
+        }
+        match first_error {
+            Some(e) => Err(format!("redis: {e}")),
+            None => Ok(replies),
         }
     }
 }

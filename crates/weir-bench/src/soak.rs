@@ -92,10 +92,13 @@ type Metric = (
     fn(&NodeSample) -> Option<f64>,
 );
 
+/// The growth of a node's RSS below which it is noise, not a leak (MiB).
+pub const RSS_FLOOR_MIB: f64 = 4.0;
+
 /// The node series, with their floors: 4 MiB of memory or of log, 8 open files, 4 threads,
 /// 1 MiB of snapshot.
 const METRICS: [Metric; 5] = [
-    ("rss", "MiB", 4.0, Stat::Median, |s| s.rss_mib),
+    ("rss", "MiB", RSS_FLOOR_MIB, Stat::Median, |s| s.rss_mib),
     ("fds", "open files", 8.0, Stat::Median, |s| {
         s.fds.map(|v| v as f64)
     }),
@@ -480,7 +483,7 @@ async fn incident_now(
 }
 
 /// Every node's sample; `previous` is the last interval's, to tell a restart.
-fn sample_nodes(cluster: &LocalCluster, previous: &[NodeSample]) -> Vec<NodeSample> {
+pub fn sample_nodes(cluster: &LocalCluster, previous: &[NodeSample]) -> Vec<NodeSample> {
     cluster
         .nodes()
         .iter()
