@@ -327,7 +327,9 @@ impl<R: Read> Payload for ReadPayload<R> {
 /// every allocation decoding makes from a declared length stays within 16 × 16 times the
 /// input (the tiers are 16 apart).
 pub fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, FrameError> {
-    decode_tiered::<T, io::Empty>(Input::Slice(bytes))
+    let len = bytes.len() as u64;
+    let (value, used) = decode_tiered::<T, io::Empty>(Input::Slice(bytes))?;
+    all_used(value, used, len)
 }
 
 /// [`decode`] from the next `len` bytes of `reader`, read through a buffer: the same
@@ -337,6 +339,18 @@ pub fn decode_from<T: serde::de::DeserializeOwned, R: Read>(
     reader: R,
     len: u64,
 ) -> Result<T, FrameError> {
+    let (value, used) = decode_prefix_from(reader, len)?;
+    all_used(value, used, len)
+}
+
+/// Decodes a `T` from the first bytes of the next `len` bytes of `reader` (the limits of
+/// [`decode`] by `len`), and how many bytes it took: for a value that a frame's payload
+/// holds in front of others. The reader is read no further than `len` bytes, and through a
+/// buffer: its position afterwards is anywhere up to there.
+pub fn decode_prefix_from<T: serde::de::DeserializeOwned, R: Read>(
+    reader: R,
+    len: u64,
+) -> Result<(T, u64), FrameError> {
     let mut counted = Counted {
         inner: io::BufReader::with_capacity(STREAM_BUFFER_BYTES, reader.take(len)),
         read: 0,
@@ -344,10 +358,30 @@ pub fn decode_from<T: serde::de::DeserializeOwned, R: Read>(
     decode_tiered(Input::Reader(&mut counted, len))
 }
 
+/// `value` if it took all `len` bytes of its input.
+fn all_used<T>(value: T, used: u64, len: u64) -> Result<T, FrameError> {
+    if used != len {
+        return Err(FrameError::Decode(format!(
+            "{} bytes left over after the value",
+            len - used
+        )));
+    }
+    Ok(value)
+}
+
 /// What [`decode_tiered`] reads: a slice, or a counted reader and its length.
 enum Input<'a, R> {
     Slice(&'a [u8]),
     Reader(&'a mut Counted<R>, u64),
+}
+
+impl<R> Input<'_, R> {
+    fn len(&self) -> u64 {
+        match self {
+            Input::Slice(bytes) => bytes.len() as u64,
+            Input::Reader(_, len) => *len,
+        }
+    }
 }
 
 /// A reader that counts what it returns: what bincode consumed of it, since bincode asks
@@ -365,9 +399,11 @@ impl<R: Read> Read for Counted<R> {
     }
 }
 
+/// Decodes a `T` from `input` with bincode's claim limit picked by the input's length (see
+/// [`decode`]): the value and the bytes it took.
 fn decode_tiered<T: serde::de::DeserializeOwned, R: Read>(
     input: Input<'_, R>,
-) -> Result<T, FrameError> {
+) -> Result<(T, u64), FrameError> {
     const C: usize = CLAIM_BYTES_PER_INPUT_BYTE;
     match input.len() {
         n if n <= 1 << 12 => decode_within::<T, R, { C << 12 }>(input),
@@ -384,40 +420,19 @@ fn decode_tiered<T: serde::de::DeserializeOwned, R: Read>(
     }
 }
 
-impl<R> Input<'_, R> {
-    fn len(&self) -> u64 {
-        match self {
-            Input::Slice(bytes) => bytes.len() as u64,
-            Input::Reader(_, len) => *len,
-        }
-    }
-}
-
-/// [`decode`] with bincode's claim limit at `LIMIT` bytes.
+/// [`decode_tiered`] with bincode's claim limit at `LIMIT` bytes.
 fn decode_within<T: serde::de::DeserializeOwned, R: Read, const LIMIT: usize>(
     input: Input<'_, R>,
-) -> Result<T, FrameError> {
+) -> Result<(T, u64), FrameError> {
     let config = BINCODE.with_limit::<LIMIT>();
-    let len = input.len();
-    let (value, used) = match input {
-        Input::Slice(bytes) => {
-            let (value, used) = bincode::serde::decode_from_slice(bytes, config)
-                .map_err(|e| FrameError::Decode(e.to_string()))?;
-            (value, used as u64)
-        }
-        Input::Reader(counted, _) => {
-            let value = bincode::serde::decode_from_std_read(counted, config)
-                .map_err(|e| FrameError::Decode(e.to_string()))?;
-            (value, counted.read)
-        }
-    };
-    if used != len {
-        return Err(FrameError::Decode(format!(
-            "{} bytes left over after the value",
-            len - used
-        )));
+    match input {
+        Input::Slice(bytes) => bincode::serde::decode_from_slice(bytes, config)
+            .map(|(value, used)| (value, used as u64))
+            .map_err(|e| FrameError::Decode(e.to_string())),
+        Input::Reader(counted, _) => bincode::serde::decode_from_std_read(counted, config)
+            .map(|value| (value, counted.read))
+            .map_err(|e| FrameError::Decode(e.to_string())),
     }
-    Ok(value)
 }
 
 #[cfg(test)]

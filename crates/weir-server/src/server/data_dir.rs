@@ -19,7 +19,7 @@
 
 use std::path::Path;
 
-use crate::raft::state_store::write_atomically;
+use crate::private_files::write_atomically;
 use weir_core::codec;
 
 /// The identity file's name in the data directory.
