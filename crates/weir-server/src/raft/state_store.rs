@@ -87,15 +87,16 @@ struct Current {
 enum Source {
     /// Encoded here, by `build_snapshot`.
     Built(Vec<u8>),
-    /// Received from the leader, in their own file from its start.
-    Received(std::fs::File, u64),
+    /// Received from the leader: a file from an offset (the start of the file it was
+    /// received in), and the bytes' length.
+    Received(std::fs::File, u64, u64),
 }
 
 impl Source {
     fn len(&self) -> u64 {
         match self {
             Source::Built(bytes) => bytes.len() as u64,
-            Source::Received(_, len) => *len,
+            Source::Received(_, _, len) => *len,
         }
     }
 }
@@ -239,8 +240,8 @@ impl StateStore {
                     data_len,
                     synced,
                 )?,
-                Source::Received(mut file, _) => {
-                    file.seek(SeekFrom::Start(0))?;
+                Source::Received(mut file, start, _) => {
+                    file.seek(SeekFrom::Start(start))?;
                     let mut buffered = std::io::BufReader::new(file);
                     snapshot_file::write_temporary(
                         &state.dir,
@@ -438,11 +439,9 @@ impl RaftStateMachine<TypeConfig> for StateStore {
         meta: &SnapshotMeta,
         snapshot: Box<SnapshotBytes>,
     ) -> Result<(), StorageError> {
-        assert_eq!(
-            snapshot.start(),
-            0,
-            "a received snapshot is its file's start"
-        );
+        // Received from the leader, the bytes are a file of their own from its start; a
+        // snapshot handed to openraft otherwise may be another from an offset.
+        let start = snapshot.start();
         let file = snapshot.into_std().await;
         // Checking and decoding a large snapshot takes seconds (a million live keys); on a
         // blocking thread it does not stall the node's heartbeats, votes and client ports,
@@ -451,11 +450,13 @@ impl RaftStateMachine<TypeConfig> for StateStore {
         let restored = tokio::task::spawn_blocking(move || {
             let mut file = file;
             let started = std::time::Instant::now();
-            let len = file
+            let end = file
                 .metadata()
                 .map_err(|e| format!("{RECEIVING_FILE}: {e}"))?
                 .len();
-            let machine = Machine::restore_from(&mut file, 0, len).map_err(|e| e.to_string())?;
+            let len = end.saturating_sub(start);
+            let machine =
+                Machine::restore_from(&mut file, start, len).map_err(|e| e.to_string())?;
             crate::metrics::get().snapshot_installed(len as usize, started.elapsed());
             Ok::<_, String>((machine, file, len))
         })
@@ -467,7 +468,8 @@ impl RaftStateMachine<TypeConfig> for StateStore {
                 format!("snapshot {} from the leader: {e}", meta.snapshot_id),
             )
         })?;
-        self.persist(meta, Source::Received(file, len)).await?;
+        self.persist(meta, Source::Received(file, start, len))
+            .await?;
         let mut state = self.state.lock();
         state.machine = machine;
         state.last_applied = meta.last_log_id;
