@@ -1,6 +1,6 @@
 //! The one bincode configuration, and the framed format that wraps every file Weir writes
 //! down whole: the machine's snapshot (`b"WSNP"`), the snapshot file around it (`b"WSST"`,
-//! `weir_server::raft::state_store`) and the data directory's identity file (`b"WNID"`,
+//! `weir_server::raft::snapshot_file`) and the data directory's identity file (`b"WNID"`,
 //! `weir_server::server::data_dir`), every log entry (`b"WENT"`, `weir_server::raft::log_store`) and
 //! the log's other records (vote, committed id, truncation, purge, checkpoint:
 //! `weir_server::raft::wal`). Frames on the wire use [`BINCODE`] but not this frame: the

@@ -14,6 +14,9 @@
 //! Decoding checks the frame (magic, version, length, crc32c), then the encoding, then every
 //! invariant of the machine ([`Machine::check`]): damaged, truncated, foreign or
 //! inconsistent bytes are refused with an error that names the problem, never half-loaded.
+//! [`Machine::restore_from`] does the same from a reader (a node's snapshot file, a
+//! snapshot received from the leader): the checksum streamed over the payload first, then
+//! the decode through a buffer, so a snapshot of millions of keys is never held whole.
 
 use super::saved::SavedLimits;
 use super::saved_v5::SavedLimitsV5;
