@@ -309,7 +309,8 @@ impl RaftSnapshotBuilder<TypeConfig> for StateStore {
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
         // The state lock is held only to freeze the state (a clone whose lean keys are
         // shared chunk by chunk); the encode runs apart, on a blocking thread, while applies
-        // go on. The bytes are those of the state at `last_applied`.
+        // go on. The bytes are those of the state at `last_applied`; they are written to
+        // the file and let go, and openraft is handed the file.
         let started = std::time::Instant::now();
         let (meta, frozen) = {
             let state = self.state.lock();
@@ -326,17 +327,12 @@ impl RaftSnapshotBuilder<TypeConfig> for StateStore {
             .map_err(|e| sm_err(ErrorVerb::Write, format!("encoding the snapshot: {e}")))?;
         let bytes = data.len();
         crate::metrics::get().snapshot_built(bytes, frozen_in, started.elapsed());
-        // The bytes go with the write: what openraft gets is the file.
         self.persist(&meta, Source::Built(data)).await?;
         tracing::info!("{SNAPSHOT_BUILT}: {}, {bytes} bytes", meta.snapshot_id);
         // The file holds this snapshot, or a newer one that replaced it since: either is
         // what the node has, and what openraft may send.
-        self.current_snapshot().await?.ok_or_else(|| {
-            sm_err(
-                ErrorVerb::Read,
-                "no current snapshot after one was saved (a bug)",
-            )
-        })
+        let current = self.current_snapshot().await?;
+        Ok(current.expect("the snapshot just saved, or a newer one, is current"))
     }
 }
 
@@ -415,8 +411,14 @@ impl RaftStateMachine<TypeConfig> for StateStore {
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotBytes>, StorageError> {
         let path = self.state.dir.join(RECEIVING_FILE);
         let file = tokio::task::spawn_blocking(move || -> std::io::Result<std::fs::File> {
-            // One left by a receive that was given up is unlinked already; a node that
-            // stopped between the create and the unlink leaves one, removed at start.
+            // One left by a receive that was given up is unlinked already; one whose unlink
+            // failed is removed here, and one left by a node that stopped between the
+            // create and the unlink, at start.
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
             let file = crate::private_files::options()
                 .read(true)
                 .write(true)
