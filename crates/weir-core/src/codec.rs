@@ -32,7 +32,7 @@
 //!   file.
 
 use std::fmt;
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 
 /// The pinned bincode configuration: standard (varint integers, little-endian), no limit
 /// (frames bound sizes before bincode sees them).
@@ -120,12 +120,78 @@ impl std::error::Error for FrameError {}
 /// Seals `payload` in a frame of kind `magic` at format `version`.
 pub fn seal_frame(magic: [u8; 4], version: u16, payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_BYTES + payload.len());
-    out.extend_from_slice(&magic);
-    out.extend_from_slice(&version.to_le_bytes());
-    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-    out.extend_from_slice(&crc32c::crc32c(payload).to_le_bytes());
+    let len = payload.len() as u64;
+    out.extend_from_slice(&header(magic, version, len, crc32c::crc32c(payload)));
     out.extend_from_slice(payload);
     out
+}
+
+/// A frame's header.
+fn header(magic: [u8; 4], version: u16, payload_bytes: u64, crc: u32) -> [u8; HEADER_BYTES] {
+    let mut header = [0u8; HEADER_BYTES];
+    header[0..4].copy_from_slice(&magic);
+    header[4..6].copy_from_slice(&version.to_le_bytes());
+    header[6..14].copy_from_slice(&payload_bytes.to_le_bytes());
+    header[14..18].copy_from_slice(&crc.to_le_bytes());
+    header
+}
+
+/// Bytes of the frame [`seal_frame_into`] writes for `value`, counted without encoding it
+/// anywhere.
+pub fn sealed_len<T: serde::Serialize>(value: &T) -> u64 {
+    (HEADER_BYTES + encoded_len(value)) as u64
+}
+
+/// Writes at `out`'s position the bytes of `seal_frame(magic, version, &encode(value))`,
+/// encoded through a buffer, never whole: the payload first, then the header, by seeking
+/// back (it holds the payload's length and checksum). Leaves `out` at the frame's end.
+/// Returns how many bytes it wrote and their crc32c (of the whole frame, header included).
+pub fn seal_frame_into<T: serde::Serialize, W: Write + Seek>(
+    out: &mut W,
+    magic: [u8; 4],
+    version: u16,
+    value: &T,
+) -> io::Result<(u64, u32)> {
+    let start = out.stream_position()?;
+    out.write_all(&[0u8; HEADER_BYTES])?;
+    let (payload_crc, payload_bytes) = {
+        let mut sink = Checksummed {
+            inner: io::BufWriter::with_capacity(STREAM_BUFFER_BYTES, &mut *out),
+            crc: 0,
+            written: 0,
+        };
+        bincode::serde::encode_into_std_write(value, &mut sink, BINCODE)
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        sink.inner.flush()?;
+        (sink.crc, sink.written)
+    };
+    let header = header(magic, version, payload_bytes, payload_crc);
+    let end = out.stream_position()?;
+    out.seek(SeekFrom::Start(start))?;
+    out.write_all(&header)?;
+    out.seek(SeekFrom::Start(end))?;
+    let crc = crc32c::crc32c_combine(crc32c::crc32c(&header), payload_crc, payload_bytes as usize);
+    Ok((HEADER_BYTES as u64 + payload_bytes, crc))
+}
+
+/// A writer that checksums and counts what it passes on.
+struct Checksummed<W> {
+    inner: W,
+    crc: u32,
+    written: u64,
+}
+
+impl<W: Write> Write for Checksummed<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.crc = crc32c::crc32c_append(self.crc, &buf[..n]);
+        self.written += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 /// Opens a frame sealed by [`seal_frame`], returning its payload. Checks everything the
@@ -607,5 +673,18 @@ mod tests {
                 open_frame(bytes, MAGIC, versions[0], max).unwrap_err()
             );
         }
+    }
+
+    #[test]
+    fn a_frame_sealed_into_a_writer_is_the_frame_sealed_whole() {
+        let value = (7u64, "x".repeat(300_000), vec![u128::MAX; 1_000]);
+        let whole = seal_frame(MAGIC, 3, &encode(&value));
+        let mut out = io::Cursor::new(b"before".to_vec());
+        out.set_position(6);
+        let (len, crc) = seal_frame_into(&mut out, MAGIC, 3, &value).unwrap();
+        assert_eq!(&out.get_ref()[6..], &whole[..]);
+        assert_eq!(out.position(), 6 + whole.len() as u64);
+        assert_eq!((len, crc), (whole.len() as u64, crc32c::crc32c(&whole)));
+        assert_eq!(sealed_len(&value), len);
     }
 }

@@ -25,7 +25,7 @@ use super::saved_v7::SavedLimitsV7;
 use super::state::Machine;
 use crate::bounds::SNAPSHOT_BYTES_MAX;
 use crate::codec::{self, FrameError, Payload, ReadPayload};
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{Read, Seek, SeekFrom, Write};
 
 /// Frame kind of a snapshot.
 pub const SNAPSHOT_MAGIC: [u8; 4] = *b"WSNP";
@@ -78,6 +78,17 @@ impl Frozen {
     /// The snapshot bytes of the state frozen.
     pub fn encode(&self) -> Vec<u8> {
         seal(&self.0)
+    }
+
+    /// How many bytes [`Frozen::encode`] gives, counted without building them.
+    pub fn encoded_len(&self) -> u64 {
+        codec::sealed_len(&self.0)
+    }
+
+    /// Writes [`Frozen::encode`]'s bytes at `out`'s position through a buffer, never whole
+    /// ([`codec::seal_frame_into`]): how many, and their crc32c.
+    pub fn encode_into<W: Write + Seek>(&self, out: &mut W) -> std::io::Result<(u64, u32)> {
+        codec::seal_frame_into(out, SNAPSHOT_MAGIC, SNAPSHOT_VERSION, &self.0)
     }
 }
 

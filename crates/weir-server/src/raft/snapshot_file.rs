@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 use super::SnapshotMeta;
 use weir_core::bounds::SNAPSHOT_BYTES_MAX;
 use weir_core::codec::{self, FrameError};
-use weir_core::machine::Machine;
+use weir_core::machine::{Frozen, Machine};
 
 /// Frame kind of the snapshot file.
 const FILE_MAGIC: [u8; 4] = *b"WSST";
@@ -53,6 +53,27 @@ const COPY_BUFFER_BYTES: usize = 256 << 10;
 pub struct Written {
     /// The offset of the machine snapshot's first byte; it runs to the file's end.
     pub data_start: u64,
+    /// The machine snapshot's bytes.
+    pub data_len: u64,
+}
+
+/// The machine snapshot a file is written with.
+pub enum Data<'a> {
+    /// `len` bytes read from a reader (a snapshot received, or bytes at hand), copied
+    /// through a buffer.
+    Copied(&'a mut dyn Read, u64),
+    /// A frozen state, encoded straight into the file through a buffer (a snapshot built).
+    Encoded(&'a Frozen),
+}
+
+impl Data<'_> {
+    /// The machine snapshot's bytes (a frozen state's counted without encoding it).
+    fn len(&self) -> u64 {
+        match self {
+            Data::Copied(_, len) => *len,
+            Data::Encoded(frozen) => frozen.encoded_len(),
+        }
+    }
 }
 
 /// A snapshot file loaded at start.
@@ -65,21 +86,22 @@ pub struct Loaded {
 /// The bytes of a snapshot file holding `meta` and the machine snapshot `data`.
 pub fn encode_file(meta: &SnapshotMeta, data: &[u8]) -> Vec<u8> {
     let mut out = io::Cursor::new(Vec::new());
-    write_frame(&mut out, meta, &mut &data[..], data.len() as u64)
+    let len = data.len() as u64;
+    write_frame(&mut out, meta, Data::Copied(&mut &data[..], len))
         // Writing to memory fails on nothing.
         .expect("a snapshot file encodes in memory");
     out.into_inner()
 }
 
-/// Writes the snapshot file's frame at `out`'s position: `meta`, then the `data_len` bytes
-/// read from `data`. Fails if `data` holds fewer.
+/// Writes the snapshot file's frame at `out`'s position: `meta`, then the machine snapshot
+/// `data`. Fails if a reader holds fewer bytes than it was given as its length.
 fn write_frame<W: Write + Seek>(
     out: &mut W,
     meta: &SnapshotMeta,
-    data: &mut impl Read,
-    data_len: u64,
+    data: Data<'_>,
 ) -> io::Result<Written> {
     let start = out.stream_position()?;
+    let data_len = data.len();
     // `{meta, data}` as bincode writes it: the metadata, the data's length, its bytes.
     let head = codec::encode(&(meta, data_len));
     let payload_len = head.len() as u64 + data_len;
@@ -89,43 +111,60 @@ fn write_frame<W: Write + Seek>(
     header[6..14].copy_from_slice(&payload_len.to_le_bytes());
     out.write_all(&header)?;
     out.write_all(&head)?;
-    let mut crc = crc32c::crc32c(&head);
-    let mut buffer = vec![0u8; COPY_BUFFER_BYTES.min(data_len as usize)];
-    let mut left = data_len;
-    while left > 0 {
-        let want = left.min(buffer.len() as u64) as usize;
-        let n = data.read(&mut buffer[..want])?;
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!("the machine snapshot ended {left} bytes before its {data_len}"),
-            ));
+    let data_crc = match data {
+        Data::Copied(reader, _) => copy(reader, out, data_len)?,
+        Data::Encoded(frozen) => {
+            let (written, crc) = frozen.encode_into(out)?;
+            assert_eq!(
+                written, data_len,
+                "a frozen state encodes to the length counted for it"
+            );
+            crc
         }
-        crc = crc32c::crc32c_append(crc, &buffer[..n]);
-        out.write_all(&buffer[..n])?;
-        left -= n as u64;
-    }
+    };
+    let crc = crc32c::crc32c_combine(crc32c::crc32c(&head), data_crc, data_len as usize);
     let end = out.stream_position()?;
     out.seek(SeekFrom::Start(start + 14))?;
     out.write_all(&crc.to_le_bytes())?;
     out.seek(SeekFrom::Start(end))?;
     Ok(Written {
         data_start: start + (codec::HEADER_BYTES + head.len()) as u64,
+        data_len,
     })
 }
 
-/// Writes `dir/snapshot.bin.tmp` holding `meta` and the `data_len` machine-snapshot bytes
-/// read from `data`, and fsyncs it unless `synced` is false (the `unsynced-snapshot`
-/// plant's). [`rename_temporary`] makes it the snapshot file.
+/// Copies `len` bytes from `reader` to `out` through a buffer: their crc32c.
+fn copy(reader: &mut dyn Read, out: &mut impl Write, len: u64) -> io::Result<u32> {
+    let mut buffer = vec![0u8; COPY_BUFFER_BYTES.min(len as usize)];
+    let mut crc = 0;
+    let mut left = len;
+    while left > 0 {
+        let want = left.min(buffer.len() as u64) as usize;
+        let n = reader.read(&mut buffer[..want])?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("the machine snapshot ended {left} bytes before its {len}"),
+            ));
+        }
+        crc = crc32c::crc32c_append(crc, &buffer[..n]);
+        out.write_all(&buffer[..n])?;
+        left -= n as u64;
+    }
+    Ok(crc)
+}
+
+/// Writes `dir/snapshot.bin.tmp` holding `meta` and the machine snapshot `data`, and
+/// fsyncs it unless `synced` is false (the `unsynced-snapshot` plant's).
+/// [`rename_temporary`] makes it the snapshot file.
 pub fn write_temporary(
     dir: &Path,
     meta: &SnapshotMeta,
-    data: &mut impl Read,
-    data_len: u64,
+    data: Data<'_>,
     synced: bool,
 ) -> io::Result<Written> {
     let mut f = crate::private_files::create(&dir.join(TEMPORARY_FILE))?;
-    let written = write_frame(&mut f, meta, data, data_len)?;
+    let written = write_frame(&mut f, meta, data)?;
     if synced {
         f.sync_all()?;
     }
@@ -187,7 +226,10 @@ fn load_from<R: Read + Seek>(file: &mut R, len: u64) -> Result<Loaded, FrameErro
     Ok(Loaded {
         meta,
         machine,
-        written: Written { data_start },
+        written: Written {
+            data_start,
+            data_len,
+        },
     })
 }
 
@@ -240,9 +282,14 @@ mod tests {
         assert_eq!(loaded.meta, meta());
         assert_eq!(&file[loaded.written.data_start as usize..], &data[..]);
         assert_eq!(loaded.machine.digest(), machine.digest());
+        // A frozen state encoded into the file gives the same bytes.
+        let mut out = io::Cursor::new(Vec::new());
+        write_frame(&mut out, &meta(), Data::Encoded(&machine.freeze())).unwrap();
+        assert_eq!(out.into_inner(), file);
         // Too few machine bytes is an error, not a short file.
         let mut out = io::Cursor::new(Vec::new());
-        let err = write_frame(&mut out, &meta(), &mut &data[1..], data.len() as u64);
+        let short = Data::Copied(&mut &data[1..], data.len() as u64);
+        let err = write_frame(&mut out, &meta(), short);
         assert_eq!(err.unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
     }
 

@@ -17,8 +17,9 @@
 //! checksum streamed over the file, then its bounds) and decodes the machine from the
 //! file (`Machine::restore_from`), and copies it behind the metadata into the new
 //! `snapshot.bin`. Memory holds the decoded machine and a copy buffer, never the bytes
-//! whole. The leader's `build_snapshot` encodes the frozen state, writes it, and lets the
-//! bytes go before it returns.
+//! whole. The leader's `build_snapshot` encodes the frozen state straight into the file
+//! through a buffer (its length counted first: the file's header and the metadata hold
+//! it), so it never holds the bytes either.
 //!
 //! Invariants:
 //! - The snapshot file is replaced atomically (write a temporary file, fsync, rename, fsync
@@ -61,7 +62,7 @@ use super::snapshot_bytes::SnapshotBytes;
 use super::snapshot_file::{self, Written};
 use super::{Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
 use weir_core::bounds::APPLIED_EVENTS_BACKLOG;
-use weir_core::machine::{Applied, Machine};
+use weir_core::machine::{Applied, Frozen, Machine};
 
 /// The file a snapshot from the leader is received in, unlinked once created.
 const RECEIVING_FILE: &str = "snapshot.bin.recv";
@@ -83,22 +84,13 @@ struct Current {
     written: Written,
 }
 
-/// The machine bytes of a snapshot to persist, and their length.
+/// The machine snapshot to persist.
 enum Source {
-    /// Encoded here, by `build_snapshot`.
-    Built(Vec<u8>),
+    /// A state frozen by `build_snapshot`, encoded straight into the file.
+    Built(Box<Frozen>),
     /// Received from the leader: a file from an offset (the start of the file it was
     /// received in), and the bytes' length.
     Received(std::fs::File, u64, u64),
-}
-
-impl Source {
-    fn len(&self) -> u64 {
-        match self {
-            Source::Built(bytes) => bytes.len() as u64,
-            Source::Received(_, _, len) => *len,
-        }
-    }
 }
 
 /// The state behind the lock.
@@ -213,9 +205,14 @@ impl StateStore {
         self.state.clone()
     }
 
-    /// Writes `meta` and the machine bytes of `data` as the snapshot file if it is newer
-    /// than the current one, and makes it current; the bytes are copied through a buffer.
-    async fn persist(&self, meta: &SnapshotMeta, data: Source) -> Result<(), StorageError> {
+    /// Writes `meta` and the machine snapshot `data` as the snapshot file if it is newer
+    /// than the current one, and makes it current: the machine snapshot's bytes written,
+    /// through a buffer, or `None` when the current one is as new.
+    async fn persist(
+        &self,
+        meta: &SnapshotMeta,
+        data: Source,
+    ) -> Result<Option<u64>, StorageError> {
         let _one_at_a_time = self.state.persist.lock().await;
         let newer = {
             let current = crate::lock::lock(&self.state.current);
@@ -224,32 +221,22 @@ impl StateStore {
                 .is_none_or(|c| meta.last_log_id > c.meta.last_log_id)
         };
         if !newer {
-            return Ok(());
+            return Ok(None);
         }
         // PLANTED(unsynced-snapshot): the file replaced without a single fsync.
         let synced = !weir_core::planted::is(weir_core::planted::Plant::UnsyncedSnapshot);
         let state = self.state.clone();
         let meta = meta.clone();
-        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-            let data_len = data.len();
+        tokio::task::spawn_blocking(move || -> std::io::Result<Option<u64>> {
             let written = match data {
-                Source::Built(bytes) => snapshot_file::write_temporary(
-                    &state.dir,
-                    &meta,
-                    &mut &bytes[..],
-                    data_len,
-                    synced,
-                )?,
-                Source::Received(mut file, start, _) => {
+                Source::Built(frozen) => {
+                    let data = snapshot_file::Data::Encoded(&frozen);
+                    snapshot_file::write_temporary(&state.dir, &meta, data, synced)?
+                }
+                Source::Received(mut file, start, len) => {
                     file.seek(SeekFrom::Start(start))?;
-                    let mut buffered = std::io::BufReader::new(file);
-                    snapshot_file::write_temporary(
-                        &state.dir,
-                        &meta,
-                        &mut buffered,
-                        data_len,
-                        synced,
-                    )?
+                    let data = snapshot_file::Data::Copied(&mut file, len);
+                    snapshot_file::write_temporary(&state.dir, &meta, data, synced)?
                 }
             };
             {
@@ -260,7 +247,7 @@ impl StateStore {
             if synced {
                 snapshot_file::sync_dir(&state.dir)?;
             }
-            Ok(())
+            Ok(Some(written.data_len))
         })
         .await
         .map_err(|e| sm_err(ErrorVerb::Write, e))?
@@ -309,8 +296,8 @@ impl RaftSnapshotBuilder<TypeConfig> for StateStore {
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
         // The state lock is held only to freeze the state (a clone whose lean keys are
         // shared chunk by chunk); the encode runs apart, on a blocking thread, while applies
-        // go on. The bytes are those of the state at `last_applied`; they are written to
-        // the file and let go, and openraft is handed the file.
+        // go on, straight into the file. The bytes are those of the state at
+        // `last_applied`; openraft is handed the file.
         let started = std::time::Instant::now();
         let (meta, frozen) = {
             let state = self.state.lock();
@@ -322,13 +309,15 @@ impl RaftSnapshotBuilder<TypeConfig> for StateStore {
             (meta, state.machine.freeze())
         };
         let frozen_in = started.elapsed();
-        let data = tokio::task::spawn_blocking(move || frozen.encode())
-            .await
-            .map_err(|e| sm_err(ErrorVerb::Write, format!("encoding the snapshot: {e}")))?;
-        let bytes = data.len();
-        crate::metrics::get().snapshot_built(bytes, frozen_in, started.elapsed());
-        self.persist(&meta, Source::Built(data)).await?;
-        tracing::info!("{SNAPSHOT_BUILT}: {}, {bytes} bytes", meta.snapshot_id);
+        match self.persist(&meta, Source::Built(Box::new(frozen))).await? {
+            Some(bytes) => {
+                crate::metrics::get().snapshot_built(bytes as usize, frozen_in, started.elapsed());
+                tracing::info!("{SNAPSHOT_BUILT}: {}, {bytes} bytes", meta.snapshot_id);
+            }
+            // The file holds a newer snapshot (installed meanwhile): this one is not
+            // encoded, and the newer one stands for it.
+            None => tracing::info!("{SNAPSHOT_BUILT}: {}", meta.snapshot_id),
+        }
         // The file holds this snapshot, or a newer one that replaced it since: either is
         // what the node has, and what openraft may send.
         let current = self.current_snapshot().await?;
