@@ -631,4 +631,22 @@ mod tests {
         assert_eq!(current.meta, before);
         assert_eq!(names(&follower), ["snapshot.bin".to_string()]);
     }
+
+    #[tokio::test]
+    async fn a_receive_given_up_or_cut_short_leaves_no_file() {
+        let dir = TempDir::new("install-leftover");
+        let mut follower = store_with(&dir, "follower", 2).await;
+        let dir_of = follower.state.dir.clone();
+        // A node stopped between the create and the unlink left one.
+        std::fs::write(dir_of.join(RECEIVING_FILE), b"left over").unwrap();
+        drop(follower);
+        follower = StateStore::open(&dir_of).unwrap();
+        assert!(names(&follower).is_empty(), "{:?}", names(&follower));
+        // A receive given up for another: both files already gone from the directory.
+        let given_up = receive(&mut follower, b"the start of a snapshot").await;
+        std::fs::write(dir_of.join(RECEIVING_FILE), b"an unlink that failed").unwrap();
+        let next = receive(&mut follower, b"another").await;
+        assert!(names(&follower).is_empty(), "{:?}", names(&follower));
+        drop((given_up, next));
+    }
 }
