@@ -13,7 +13,8 @@
 //! file from there, which it reads chunk by chunk to send. A snapshot received from the
 //! leader is written, chunk by chunk as it arrives, to a file of its own
 //! (`snapshot.bin.recv`, unlinked as soon as it is created: it lives as long as its handle,
-//! and a crash leaves nothing behind); `install_snapshot` then checks it (the frame's
+//! and a crash leaves at most an empty one, removed at start); `install_snapshot` then
+//! checks it (the frame's
 //! checksum streamed over the file, then its bounds) and decodes the machine from the
 //! file (`Machine::restore_from`), and copies it behind the metadata into the new
 //! `snapshot.bin`. Memory holds the decoded machine and a copy buffer, never the bytes
