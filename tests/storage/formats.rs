@@ -20,7 +20,8 @@ use weir_server::raft::log_store::LogStore;
 use weir_server::raft::network::{
     PEER_PROTOCOL_VERSION, PeerAnnounce, PeerHello, PeerRequest, PeerWelcome, welcome,
 };
-use weir_server::raft::state_store::{SNAPSHOT_FILE, StateStore, encode_file};
+use weir_server::raft::snapshot_file::{SNAPSHOT_FILE, encode_file};
+use weir_server::raft::state_store::StateStore;
 use weir_server::raft::{NodeAddr, SnapshotMeta};
 use weir_server::server::{IDENTITY_FILE, prepare_data_dir};
 

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 
 use openraft::testing::{StoreBuilder, Suite};
 use weir_server::raft::log_store::LogStore;
-use weir_server::raft::state_store::{SNAPSHOT_FILE, StateStore};
+use weir_server::raft::snapshot_file::SNAPSHOT_FILE;
+use weir_server::raft::state_store::StateStore;
 use weir_server::raft::{StorageError, TypeConfig};
 use weir_server::server::{IDENTITY_FILE, prepare_data_dir};
 

@@ -51,7 +51,7 @@ use weir_client::{AcquireOptions, Client, Session};
 use weir_core::machine::Command;
 use weir_launcher::LocalCluster;
 use weir_proto::tls::ClientSecurity;
-use weir_server::raft::state_store::SNAPSHOT_FILE;
+use weir_server::raft::snapshot_file::SNAPSHOT_FILE;
 
 /// The keyed rate limit of the churn: one token a second per key from a burst no take
 /// empties, so a key taken from once is live for a second.

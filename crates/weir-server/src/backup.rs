@@ -46,9 +46,10 @@ use openraft::{CommittedLeaderId, Membership};
 use sha2::{Digest, Sha256};
 
 use crate::config::Config;
+use crate::private_files::write_atomically;
 use crate::raft::cluster_identity::{ClusterId, write_cluster_id};
 use crate::raft::log_store::LogStore;
-use crate::raft::state_store::{SNAPSHOT_FILE, encode_file, write_atomically};
+use crate::raft::snapshot_file::{SNAPSHOT_FILE, encode_file};
 use crate::raft::{LogId, NodeAddr, SnapshotMeta, StoredMembership, Vote};
 use crate::server::data_dir::prepare_data_dir;
 use weir_core::codec::{self, HEADER_BYTES};

@@ -74,7 +74,8 @@ pub struct Metrics {
     pub pushes_dropped: Counter,
     /// Bytes of the latest snapshot built or installed.
     pub snapshot_bytes: Gauge,
-    /// Building a snapshot (freezing and encoding the state), seconds.
+    /// Building a snapshot (freezing the state and encoding it into the snapshot file,
+    /// fsync included), seconds.
     pub snapshot_build_seconds: Histogram,
     /// Of a snapshot's build, the state lock held to freeze the state (applies wait), seconds.
     pub snapshot_freeze_seconds: Histogram,

@@ -8,7 +8,7 @@
 //! Invariants: nothing here widens a mode; it imports nothing of this crate.
 
 use std::fs::{DirBuilder, File, OpenOptions};
-use std::io;
+use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
@@ -28,6 +28,18 @@ pub fn options() -> OpenOptions {
 /// `File::create`, with the file `0600`.
 pub fn create(path: &Path) -> io::Result<File> {
     options().write(true).create(true).truncate(true).open(path)
+}
+
+/// Replaces `dir/name` with `bytes`: temporary file (`name.tmp`), fsync, rename, fsync of
+/// the directory.
+pub fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    let mut f = create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, dir.join(name))?;
+    File::open(dir)?.sync_all()
 }
 
 /// `create_dir_all`, each directory it makes `0700`.

@@ -14,6 +14,9 @@
 //! Decoding checks the frame (magic, version, length, crc32c), then the encoding, then every
 //! invariant of the machine ([`Machine::check`]): damaged, truncated, foreign or
 //! inconsistent bytes are refused with an error that names the problem, never half-loaded.
+//! [`Machine::restore_from`] does the same from a reader (a node's snapshot file, a
+//! snapshot received from the leader): the checksum streamed over the payload first, then
+//! the decode through a buffer, so a snapshot of millions of keys is never held whole.
 
 use super::saved::SavedLimits;
 use super::saved_v5::SavedLimitsV5;
@@ -21,7 +24,8 @@ use super::saved_v6::SavedLimitsV6;
 use super::saved_v7::SavedLimitsV7;
 use super::state::Machine;
 use crate::bounds::SNAPSHOT_BYTES_MAX;
-use crate::codec::{self, FrameError};
+use crate::codec::{self, FrameError, Payload, ReadPayload};
+use std::io::{Read, Seek, SeekFrom, Write};
 
 /// Frame kind of a snapshot.
 pub const SNAPSHOT_MAGIC: [u8; 4] = *b"WSNP";
@@ -47,6 +51,24 @@ pub const SNAPSHOT_VERSION: u16 = 8;
 /// [`super::saved_v7`] says).
 pub const SNAPSHOT_VERSION_READ_MIN: u16 = 5;
 
+/// The versions [`Machine::restore`] reads, today's first.
+const SNAPSHOT_VERSIONS_READ: [u16; 4] = [SNAPSHOT_VERSION, 7, 6, SNAPSHOT_VERSION_READ_MIN];
+
+/// The machine a checked payload of `version` (one of [`SNAPSHOT_VERSIONS_READ`]) holds,
+/// converted to today's state, its invariants checked.
+fn restored(version: u16, payload: impl Payload) -> Result<Machine, FrameError> {
+    let saved = match version {
+        7 => payload.decode::<SavedLimitsV7>()?.upgrade(),
+        6 => payload.decode::<SavedLimitsV6>()?.upgrade(),
+        SNAPSHOT_VERSION_READ_MIN => payload.decode::<SavedLimitsV5>()?.upgrade(),
+        SNAPSHOT_VERSION => payload.decode::<SavedLimits>()?,
+        other => unreachable!("version {other} is not one this build reads"),
+    };
+    let machine = Machine::from_saved(saved);
+    machine.check().map_err(FrameError::Invalid)?;
+    Ok(machine)
+}
+
 /// The machine's saved state at one applied index, taken apart from the machine so that it
 /// encodes while the machine applies on ([`Machine::freeze`]). Its bytes are exactly those
 /// [`Machine::snapshot`] gave at that index: the same state, encoded the same way.
@@ -56,6 +78,17 @@ impl Frozen {
     /// The snapshot bytes of the state frozen.
     pub fn encode(&self) -> Vec<u8> {
         seal(&self.0)
+    }
+
+    /// How many bytes [`Frozen::encode`] gives, counted without building them.
+    pub fn encoded_len(&self) -> u64 {
+        codec::sealed_len(&self.0)
+    }
+
+    /// Writes [`Frozen::encode`]'s bytes at `out`'s position through a buffer, never whole
+    /// ([`codec::seal_frame_into`]): how many, and their crc32c.
+    pub fn encode_into<W: Write + Seek>(&self, out: &mut W) -> std::io::Result<(u64, u32)> {
+        codec::seal_frame_into(out, SNAPSHOT_MAGIC, SNAPSHOT_VERSION, &self.0)
     }
 }
 
@@ -82,29 +115,41 @@ impl Machine {
     /// A machine from snapshot bytes (of this version, or of version 7, 6 or 5, converted), or
     /// why they were refused.
     pub fn restore(bytes: &[u8]) -> Result<Machine, FrameError> {
-        let version = |v: u16| bytes.get(4..6) == Some(&v.to_le_bytes()[..]);
-        let saved = if version(7) {
-            let payload = codec::open_frame(bytes, SNAPSHOT_MAGIC, 7, SNAPSHOT_BYTES_MAX)?;
-            codec::decode::<SavedLimitsV7>(payload)?.upgrade()
-        } else if version(6) {
-            let payload = codec::open_frame(bytes, SNAPSHOT_MAGIC, 6, SNAPSHOT_BYTES_MAX)?;
-            codec::decode::<SavedLimitsV6>(payload)?.upgrade()
-        } else if version(SNAPSHOT_VERSION_READ_MIN) {
-            let payload = codec::open_frame(
-                bytes,
-                SNAPSHOT_MAGIC,
-                SNAPSHOT_VERSION_READ_MIN,
-                SNAPSHOT_BYTES_MAX,
-            )?;
-            codec::decode::<SavedLimitsV5>(payload)?.upgrade()
-        } else {
-            let payload =
-                codec::open_frame(bytes, SNAPSHOT_MAGIC, SNAPSHOT_VERSION, SNAPSHOT_BYTES_MAX)?;
-            codec::decode::<SavedLimits>(payload)?
+        // The version the frame says, when it is one this build reads: `open_frame` checks
+        // the frame against it (and names today's version when it is another).
+        let version = bytes
+            .get(4..6)
+            .map(|v| u16::from_le_bytes([v[0], v[1]]))
+            .filter(|v| SNAPSHOT_VERSIONS_READ.contains(v))
+            .unwrap_or(SNAPSHOT_VERSION);
+        let payload = codec::open_frame(bytes, SNAPSHOT_MAGIC, version, SNAPSHOT_BYTES_MAX)?;
+        restored(version, payload)
+    }
+
+    /// [`Machine::restore`] of the `len` bytes at `start` in `r`, never holding them: the
+    /// frame is checked by streaming its payload through the checksum, then decoded from
+    /// `r` through a buffer. The same versions are read and the same faults refused, with
+    /// the same errors; a failing read is [`FrameError::Read`].
+    pub fn restore_from<R: Read + Seek>(
+        r: &mut R,
+        start: u64,
+        len: u64,
+    ) -> Result<Machine, FrameError> {
+        let header = codec::check_frame(
+            r,
+            start,
+            len,
+            SNAPSHOT_MAGIC,
+            &SNAPSHOT_VERSIONS_READ,
+            SNAPSHOT_BYTES_MAX,
+        )?;
+        r.seek(SeekFrom::Start(start + codec::HEADER_BYTES as u64))
+            .map_err(|e| FrameError::Read(e.to_string()))?;
+        let payload = ReadPayload {
+            reader: r,
+            len: header.payload_bytes,
         };
-        let machine = Machine::from_saved(saved);
-        machine.check().map_err(FrameError::Invalid)?;
-        Ok(machine)
+        restored(header.version, payload)
     }
 
     /// What the state holds, counted (`weir snapshot inspect`).
@@ -224,5 +269,46 @@ mod tests {
         damaged[last] ^= 0xff;
         let err = Machine::restore(&damaged).unwrap_err().to_string();
         assert!(err.contains("checksum"), "{err}");
+    }
+
+    /// `restore_from` of bytes inside a larger reader: what `restore` gives of the bytes.
+    fn restore_inside(bytes: &[u8]) -> Result<Machine, FrameError> {
+        let mut around = b"before".to_vec();
+        around.extend_from_slice(bytes);
+        around.extend_from_slice(b"after");
+        let mut r = std::io::Cursor::new(around);
+        Machine::restore_from(&mut r, 6, bytes.len() as u64)
+    }
+
+    #[test]
+    fn a_snapshot_restored_from_a_reader_is_the_one_restored_from_bytes() {
+        let mut m = Machine::new();
+        entry(&mut m, 1, vec![Command::OpenSession { ttl_ms: 10_000 }]);
+        let bytes = m.snapshot();
+        let restored = restore_inside(&bytes).expect("restores");
+        assert_eq!(restored.snapshot(), bytes);
+        assert_eq!(restored.digest(), m.digest());
+        // Every damage is refused with the error the bytes' restore gives.
+        let mut damaged = vec![];
+        let mut flipped = bytes.clone();
+        flipped[codec::HEADER_BYTES + 2] ^= 0x01;
+        damaged.push(flipped);
+        let mut version_4 = bytes.clone();
+        version_4[4..6].copy_from_slice(&4u16.to_le_bytes());
+        damaged.push(version_4);
+        damaged.push(bytes[..bytes.len() - 1].to_vec());
+        damaged.push(bytes[..10].to_vec());
+        let mut longer = bytes.clone();
+        longer.push(0);
+        damaged.push(longer);
+        let mut magic = bytes.clone();
+        magic[0] = b'X';
+        damaged.push(magic);
+        for bad in damaged {
+            let Err(expected) = Machine::restore(&bad) else {
+                panic!("damaged bytes restored")
+            };
+            assert_eq!(restore_inside(&bad).err(), Some(expected));
+        }
     }
 }

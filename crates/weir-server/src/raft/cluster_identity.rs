@@ -28,7 +28,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use super::state_store::write_atomically;
+use crate::private_files::write_atomically;
 use weir_core::codec::{self, FrameError};
 
 /// The identity file's name in the data directory.

@@ -8,6 +8,8 @@
 //! own blank and membership entries. A normal entry's payload is encoded as the `Batch` itself,
 //! with no wrapper, so its layout ([`weir_core::machine::command`]) is the format of AppendEntries
 //! on the peer port and, inside a crc32c frame per entry ([`log_store`]), of the log's files.
+//! A snapshot travels as files ([`snapshot_bytes`]): sent from `snapshot.bin`
+//! ([`snapshot_file`]), received into a file of its own, never whole in memory.
 //! Business refusals live inside the replies; a
 //! `StorageError` means the disk broke its promise, and openraft stops the node on it.
 
@@ -19,13 +21,13 @@ pub mod log_store;
 pub mod log_writer;
 pub mod network;
 pub mod peer_health;
+pub mod snapshot_bytes;
+pub mod snapshot_file;
 pub mod stand_in;
 pub mod state_store;
 #[cfg(test)]
 pub mod test_cluster;
 pub mod wal;
-
-use std::io::Cursor;
 
 use serde::{Deserialize, Serialize};
 
@@ -51,7 +53,7 @@ openraft::declare_raft_types!(
         NodeId = NodeId,
         Node = NodeAddr,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = snapshot_bytes::SnapshotBytes,
         AsyncRuntime = openraft::TokioRuntime,
 );
 

@@ -1,16 +1,37 @@
 //! The state-machine store: the [`Machine`] in memory, persisted only as snapshots.
 //!
 //! The authoritative state is the in-memory machine plus the id of the last applied entry
-//! and the last membership. It is written down only as a snapshot file, `snapshot.bin`:
-//! a frame of kind `b"WSST"` whose payload is the snapshot's openraft metadata and the
-//! machine's own snapshot bytes (the `b"WSNP"` frame, bit-exact across nodes). On start the
-//! file, if present, is verified and loaded, and openraft re-applies the log after it.
+//! and the last membership. It is written down only as a snapshot file, `snapshot.bin`
+//! (`snapshot_file.rs`): the snapshot's openraft metadata and the machine's own snapshot
+//! bytes (the `b"WSNP"` frame, bit-exact across nodes). On start the file, if present, is
+//! verified and loaded, and openraft re-applies the log after it.
+//!
+//! A snapshot's bytes live in files, never at rest in memory: at ten million live keys a
+//! machine snapshot is some 190 MB. openraft's snapshot data is a [`SnapshotBytes`], a
+//! file seen from an offset. The current snapshot is remembered as its metadata and where
+//! its machine bytes start in `snapshot.bin`; `get_current_snapshot` hands openraft that
+//! file from there, which it reads chunk by chunk to send. A snapshot received from the
+//! leader is written, chunk by chunk as it arrives, to a file of its own
+//! (`snapshot.bin.recv`, unlinked as soon as it is created: it lives as long as its handle,
+//! and a crash leaves at most an empty one, removed at start); `install_snapshot` then
+//! checks it (the frame's
+//! checksum streamed over the file, then its bounds) and decodes the machine from the
+//! file (`Machine::restore_from`), and copies it behind the metadata into the new
+//! `snapshot.bin`. Memory holds the decoded machine and a copy buffer, never the bytes
+//! whole. The leader's `build_snapshot` encodes the frozen state straight into the file
+//! through a buffer (its length counted first: the file's header and the metadata hold
+//! it), so it never holds the bytes either.
 //!
 //! Invariants:
 //! - The snapshot file is replaced atomically (write a temporary file, fsync, rename, fsync
 //!   the directory) and only by a newer snapshot: a slow build never rolls back a newer
 //!   install (openraft may purge the log up to a snapshot as soon as it is reported).
-//! - `install_snapshot` persists the snapshot before it replaces the state and returns.
+//! - The rename of `snapshot.bin` and the change of the current snapshot happen under one
+//!   lock, and `get_current_snapshot` opens the file under it: the offset it reads from is
+//!   always the one of the file it opened.
+//! - `install_snapshot` checks and decodes the received snapshot before anything else, and
+//!   persists it before it replaces the state and returns. A snapshot that fails its check
+//!   is an error naming it and the fault; the state and `snapshot.bin` are untouched.
 //! - `build_snapshot` reads state, applied id and membership under one lock: a consistent
 //!   triple. The state is frozen there (`Machine::freeze`, a clone sharing the lean keys'
 //!   chunks) and encoded after the lock is let go, so applies wait for the freeze, not
@@ -27,7 +48,7 @@
 // openraft's traits fix the error type to its `StorageError`, which is large; boxing it
 // is not ours to choose.
 #![allow(clippy::result_large_err)]
-use std::io::{Cursor, Write};
+use std::io::{Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -35,21 +56,17 @@ use openraft::storage::RaftStateMachine;
 use openraft::{
     AnyError, EntryPayload, ErrorSubject, ErrorVerb, RaftSnapshotBuilder, StorageIOError,
 };
-use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
 use super::activity::{self, Activities, WATCH_ENTRIES_BACKLOG};
+use super::snapshot_bytes::SnapshotBytes;
+use super::snapshot_file::{self, Written};
 use super::{Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
 use weir_core::bounds::APPLIED_EVENTS_BACKLOG;
-use weir_core::codec::{self, FrameError};
-use weir_core::machine::{Applied, Machine};
+use weir_core::machine::{Applied, Frozen, Machine};
 
-/// Frame kind of the snapshot file.
-const FILE_MAGIC: [u8; 4] = *b"WSST";
-/// Version of the snapshot file's payload layout.
-const FILE_VERSION: u16 = 1;
-/// The snapshot file's name in the data directory.
-pub const SNAPSHOT_FILE: &str = "snapshot.bin";
+/// The file a snapshot from the leader is received in, unlinked once created.
+const RECEIVING_FILE: &str = "snapshot.bin.recv";
 
 /// Logged when a snapshot was built and the file holds it (or a newer one), then its id.
 pub const SNAPSHOT_BUILT: &str = "snapshot built and saved";
@@ -60,12 +77,21 @@ pub const SNAPSHOT_LOADED: &str = "snapshot loaded at start";
 /// Logged at start when there is no snapshot file.
 pub const SNAPSHOT_NONE: &str = "no snapshot at start";
 
-/// What the snapshot file holds.
-#[derive(Serialize, Deserialize)]
-struct SnapshotFile {
+/// The newest snapshot, as persisted: its metadata, and where its machine bytes start in
+/// `snapshot.bin` (they run to the file's end).
+#[derive(Clone)]
+struct Current {
     meta: SnapshotMeta,
-    /// `Machine::snapshot()` bytes.
-    data: Vec<u8>,
+    written: Written,
+}
+
+/// The machine snapshot to persist.
+enum Source {
+    /// A state frozen by `build_snapshot`, encoded straight into the file.
+    Built(Box<Frozen>),
+    /// Received from the leader: a file from an offset (the start of the file it was
+    /// received in), and the bytes' length.
+    Received(std::fs::File, u64, u64),
 }
 
 /// The state behind the lock.
@@ -82,8 +108,9 @@ pub struct AppliedState {
     /// A std mutex, not a tokio one: every holder copies, encodes or applies and lets go,
     /// never across an await.
     applier: Mutex<Applier>,
-    /// The newest snapshot, as persisted.
-    current: Mutex<Option<(SnapshotMeta, Arc<Vec<u8>>)>>,
+    /// The newest snapshot, as persisted. Held across the rename that replaces the file,
+    /// and across the open of the file that reads it.
+    current: Mutex<Option<Current>>,
     /// Serializes writes of the snapshot file.
     persist: tokio::sync::Mutex<()>,
     dir: PathBuf,
@@ -133,27 +160,32 @@ impl StateStore {
     /// Opens the store in `dir`, loading `snapshot.bin` when present. A damaged or foreign
     /// file is refused with a message naming it.
     pub fn open(dir: &Path) -> Result<StateStore, String> {
-        let path = dir.join(SNAPSHOT_FILE);
         let mut applier = Applier {
             machine: Machine::new(),
             last_applied: None,
             membership: StoredMembership::default(),
         };
+        // A receiving file is unlinked as soon as it is created: one left here was created
+        // by a node that stopped in between, and holds nothing of use.
+        let receiving = dir.join(RECEIVING_FILE);
+        match std::fs::remove_file(&receiving) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("{}: {e}", receiving.display())),
+        }
         let mut current = None;
-        match std::fs::read(&path) {
-            Ok(bytes) => {
-                let file = decode_file(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-                applier.machine =
-                    Machine::restore(&file.data).map_err(|e| format!("{}: {e}", path.display()))?;
-                applier.last_applied = file.meta.last_log_id;
-                applier.membership = file.meta.last_membership.clone();
-                tracing::info!("{SNAPSHOT_LOADED}: {}", file.meta.snapshot_id);
-                current = Some((file.meta, Arc::new(file.data)));
+        match snapshot_file::load(dir)? {
+            Some(loaded) => {
+                applier.machine = loaded.machine;
+                applier.last_applied = loaded.meta.last_log_id;
+                applier.membership = loaded.meta.last_membership.clone();
+                tracing::info!("{SNAPSHOT_LOADED}: {}", loaded.meta.snapshot_id);
+                current = Some(Current {
+                    meta: loaded.meta,
+                    written: loaded.written,
+                });
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                tracing::info!("{SNAPSHOT_NONE}");
-            }
-            Err(e) => return Err(format!("{}: {e}", path.display())),
+            None => tracing::info!("{SNAPSHOT_NONE}"),
         }
         let (events, _) = broadcast::channel(APPLIED_EVENTS_BACKLOG);
         let (activity, _) = broadcast::channel(WATCH_ENTRIES_BACKLOG);
@@ -174,78 +206,83 @@ impl StateStore {
         self.state.clone()
     }
 
-    /// Writes `meta` + `data` as the snapshot file if it is newer than the current one, and
-    /// makes it current.
-    async fn persist(&self, meta: &SnapshotMeta, data: Arc<Vec<u8>>) -> Result<(), StorageError> {
+    /// Writes `meta` and the machine snapshot `data` as the snapshot file if it is newer
+    /// than the current one, and makes it current: the machine snapshot's bytes written,
+    /// through a buffer, or `None` when the current one is as new.
+    async fn persist(
+        &self,
+        meta: &SnapshotMeta,
+        data: Source,
+    ) -> Result<Option<u64>, StorageError> {
         let _one_at_a_time = self.state.persist.lock().await;
         let newer = {
             let current = crate::lock::lock(&self.state.current);
             current
                 .as_ref()
-                .is_none_or(|(m, _)| meta.last_log_id > m.last_log_id)
+                .is_none_or(|c| meta.last_log_id > c.meta.last_log_id)
         };
         if !newer {
-            return Ok(());
+            return Ok(None);
         }
-        let bytes = encode_file(meta, &data);
-        let dir = self.state.dir.clone();
         // PLANTED(unsynced-snapshot): the file replaced without a single fsync.
-        let write = match weir_core::planted::is(weir_core::planted::Plant::UnsyncedSnapshot) {
-            true => replace_unsynced,
-            false => write_atomically,
-        };
-        tokio::task::spawn_blocking(move || write(&dir, SNAPSHOT_FILE, &bytes))
-            .await
-            .map_err(|e| sm_err(ErrorVerb::Write, e))?
-            .map_err(|e| sm_err(ErrorVerb::Write, format!("{SNAPSHOT_FILE}: {e}")))?;
-        *crate::lock::lock(&self.state.current) = Some((meta.clone(), data));
-        Ok(())
+        let synced = !weir_core::planted::is(weir_core::planted::Plant::UnsyncedSnapshot);
+        let state = self.state.clone();
+        let meta = meta.clone();
+        tokio::task::spawn_blocking(move || -> std::io::Result<Option<u64>> {
+            let written = match data {
+                Source::Built(frozen) => {
+                    let data = snapshot_file::Data::Encoded(&frozen);
+                    snapshot_file::write_temporary(&state.dir, &meta, data, synced)?
+                }
+                Source::Received(mut file, start, len) => {
+                    file.seek(SeekFrom::Start(start))?;
+                    let data = snapshot_file::Data::Copied(&mut file, len);
+                    snapshot_file::write_temporary(&state.dir, &meta, data, synced)?
+                }
+            };
+            {
+                let mut current = crate::lock::lock(&state.current);
+                snapshot_file::rename_temporary(&state.dir)?;
+                *current = Some(Current { meta, written });
+            }
+            if synced {
+                snapshot_file::sync_dir(&state.dir)?;
+            }
+            Ok(Some(written.data_len))
+        })
+        .await
+        .map_err(|e| sm_err(ErrorVerb::Write, e))?
+        .map_err(|e| {
+            let file = snapshot_file::SNAPSHOT_FILE;
+            sm_err(ErrorVerb::Write, format!("{file}: {e}"))
+        })
     }
-}
 
-/// The bytes of a snapshot file holding `meta` and the machine snapshot `data`.
-pub fn encode_file(meta: &SnapshotMeta, data: &[u8]) -> Vec<u8> {
-    /// [`SnapshotFile`] borrowed: the same encoding (a byte slice and a `Vec<u8>` are both a
-    /// length and the bytes), without copying the machine's bytes first.
-    #[derive(Serialize)]
-    struct Borrowed<'a> {
-        meta: &'a SnapshotMeta,
-        data: &'a [u8],
+    /// The current snapshot, as openraft reads it: its metadata and `snapshot.bin` from
+    /// where the machine bytes start.
+    async fn current_snapshot(&self) -> Result<Option<Snapshot>, StorageError> {
+        let state = self.state.clone();
+        let opened = tokio::task::spawn_blocking(move || -> std::io::Result<_> {
+            let current = crate::lock::lock(&state.current);
+            let Some(current) = current.as_ref() else {
+                return Ok(None);
+            };
+            let mut file = std::fs::File::open(snapshot_file::path(&state.dir))?;
+            let start = current.written.data_start;
+            file.seek(SeekFrom::Start(start))?;
+            Ok(Some((current.meta.clone(), file, start)))
+        })
+        .await
+        .map_err(|e| sm_err(ErrorVerb::Read, e))?
+        .map_err(|e| {
+            let file = snapshot_file::SNAPSHOT_FILE;
+            sm_err(ErrorVerb::Read, format!("{file}: {e}"))
+        })?;
+        Ok(opened.map(|(meta, file, start)| Snapshot {
+            meta,
+            snapshot: Box::new(SnapshotBytes::new(tokio::fs::File::from_std(file), start)),
+        }))
     }
-    codec::seal_frame(
-        FILE_MAGIC,
-        FILE_VERSION,
-        &codec::encode(&Borrowed { meta, data }),
-    )
-}
-
-/// Verifies and decodes the snapshot file.
-fn decode_file(bytes: &[u8]) -> Result<SnapshotFile, FrameError> {
-    let payload = codec::open_frame(
-        bytes,
-        FILE_MAGIC,
-        FILE_VERSION,
-        weir_core::bounds::SNAPSHOT_BYTES_MAX,
-    )?;
-    codec::decode(payload)
-}
-
-/// Replaces `dir/name` with `bytes`: temporary file, fsync, rename, fsync of the directory.
-pub fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = dir.join(format!("{name}.tmp"));
-    let mut f = crate::private_files::create(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::rename(&tmp, dir.join(name))?;
-    std::fs::File::open(dir)?.sync_all()
-}
-
-/// `write_atomically` without its fsyncs: the `unsynced-snapshot` plant's.
-fn replace_unsynced(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = dir.join(format!("{name}.tmp"));
-    crate::private_files::create(&tmp)?.write_all(bytes)?;
-    std::fs::rename(&tmp, dir.join(name))
 }
 
 /// The snapshot id: derived from the last log id, so every node names the same snapshot alike.
@@ -260,7 +297,8 @@ impl RaftSnapshotBuilder<TypeConfig> for StateStore {
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
         // The state lock is held only to freeze the state (a clone whose lean keys are
         // shared chunk by chunk); the encode runs apart, on a blocking thread, while applies
-        // go on. The bytes are those of the state at `last_applied`.
+        // go on, straight into the file. The bytes are those of the state at
+        // `last_applied`; openraft is handed the file.
         let started = std::time::Instant::now();
         let (meta, frozen) = {
             let state = self.state.lock();
@@ -272,21 +310,19 @@ impl RaftSnapshotBuilder<TypeConfig> for StateStore {
             (meta, state.machine.freeze())
         };
         let frozen_in = started.elapsed();
-        let data = tokio::task::spawn_blocking(move || frozen.encode())
-            .await
-            .map_err(|e| sm_err(ErrorVerb::Write, format!("encoding the snapshot: {e}")))?;
-        let data = Arc::new(data);
-        crate::metrics::get().snapshot_built(data.len(), frozen_in, started.elapsed());
-        self.persist(&meta, data.clone()).await?;
-        tracing::info!(
-            "{SNAPSHOT_BUILT}: {}, {} bytes",
-            meta.snapshot_id,
-            data.len()
-        );
-        Ok(Snapshot {
-            meta,
-            snapshot: Box::new(Cursor::new(data.to_vec())),
-        })
+        match self.persist(&meta, Source::Built(Box::new(frozen))).await? {
+            Some(bytes) => {
+                crate::metrics::get().snapshot_built(bytes as usize, frozen_in, started.elapsed());
+                tracing::info!("{SNAPSHOT_BUILT}: {}, {bytes} bytes", meta.snapshot_id);
+            }
+            // The file holds a newer snapshot (installed meanwhile): this one is not
+            // encoded, and the newer one stands for it.
+            None => tracing::info!("{SNAPSHOT_BUILT}: {}", meta.snapshot_id),
+        }
+        // The file holds this snapshot, or a newer one that replaced it since: either is
+        // what the node has, and what openraft may send.
+        let current = self.current_snapshot().await?;
+        Ok(current.expect("the snapshot just saved, or a newer one, is current"))
     }
 }
 
@@ -362,35 +398,70 @@ impl RaftStateMachine<TypeConfig> for StateStore {
         self.clone()
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotBytes>, StorageError> {
+        let path = self.state.dir.join(RECEIVING_FILE);
+        let file = tokio::task::spawn_blocking(move || -> std::io::Result<std::fs::File> {
+            // One left by a receive that was given up is unlinked already; one whose unlink
+            // failed is removed here, and one left by a node that stopped between the
+            // create and the unlink, at start.
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+            let file = crate::private_files::options()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&path)?;
+            std::fs::remove_file(&path)?;
+            Ok(file)
+        })
+        .await
+        .map_err(|e| sm_err(ErrorVerb::Write, e))?
+        .map_err(|e| sm_err(ErrorVerb::Write, format!("{RECEIVING_FILE}: {e}")))?;
+        Ok(Box::new(SnapshotBytes::new(
+            tokio::fs::File::from_std(file),
+            0,
+        )))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        snapshot: Box<SnapshotBytes>,
     ) -> Result<(), StorageError> {
-        let data = Arc::new(snapshot.into_inner());
-        // Decoding and checking a large snapshot takes seconds (a million live keys); on a
+        // Received from the leader, the bytes are a file of their own from its start; a
+        // snapshot handed to openraft otherwise may be another from an offset.
+        let start = snapshot.start();
+        let file = snapshot.into_std().await;
+        // Checking and decoding a large snapshot takes seconds (a million live keys); on a
         // blocking thread it does not stall the node's heartbeats, votes and client ports,
-        // which share the runtime's workers. The state is untouched until it succeeds.
-        let decoding = data.clone();
+        // which share the runtime's workers. It reads the file, twice (the checksum, then
+        // the decode), and holds a buffer of it. The state is untouched until it succeeds.
         let restored = tokio::task::spawn_blocking(move || {
+            let mut file = file;
             let started = std::time::Instant::now();
-            let restored = Machine::restore(&decoding);
-            crate::metrics::get().snapshot_installed(decoding.len(), started.elapsed());
-            restored
+            let end = file
+                .metadata()
+                .map_err(|e| format!("{RECEIVING_FILE}: {e}"))?
+                .len();
+            let len = end.saturating_sub(start);
+            let machine =
+                Machine::restore_from(&mut file, start, len).map_err(|e| e.to_string())?;
+            crate::metrics::get().snapshot_installed(len as usize, started.elapsed());
+            Ok::<_, String>((machine, file, len))
         })
         .await
         .map_err(|e| sm_err(ErrorVerb::Read, format!("snapshot decoding stopped: {e}")))?;
-        let machine = restored.map_err(|e| {
+        let (machine, file, len) = restored.map_err(|e| {
             sm_err(
                 ErrorVerb::Read,
                 format!("snapshot {} from the leader: {e}", meta.snapshot_id),
             )
         })?;
-        self.persist(meta, data).await?;
+        self.persist(meta, Source::Received(file, start, len))
+            .await?;
         let mut state = self.state.lock();
         state.machine = machine;
         state.last_applied = meta.last_log_id;
@@ -400,10 +471,183 @@ impl RaftStateMachine<TypeConfig> for StateStore {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
-        let current = crate::lock::lock(&self.state.current).clone();
-        Ok(current.map(|(meta, data)| Snapshot {
-            meta,
-            snapshot: Box::new(Cursor::new(data.to_vec())),
-        }))
+        self.current_snapshot().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::raft::test_cluster::TempDir;
+    use openraft::{CommittedLeaderId, Membership};
+    use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
+    use weir_core::machine::{Batch, Command, Leadership};
+
+    /// A store in `dir/name` that applied `limits` limit definitions, one an entry from 1.
+    async fn store_with(dir: &TempDir, name: &str, limits: u64) -> StateStore {
+        let dir = dir.0.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut store = StateStore::open(&dir).unwrap();
+        let entries = (1..=limits).map(|index| Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            payload: EntryPayload::Normal(Batch {
+                leadership: Leadership {
+                    term: 1,
+                    node: 1,
+                    incarnation: 1,
+                },
+                clock_ms: index * 10,
+                wall_ms: 0,
+                commands: vec![Command::DefineLimit {
+                    tenant: "t".into(),
+                    name: format!("limit-{index}"),
+                    concurrent: index as u32,
+                    per_second: 0.0,
+                    burst: None,
+                }],
+            }),
+        });
+        store.apply(entries.collect::<Vec<_>>()).await.unwrap();
+        store
+    }
+
+    fn with_members(mut meta: SnapshotMeta) -> SnapshotMeta {
+        let members = [(1, super::super::NodeAddr::default())];
+        meta.last_membership = StoredMembership::new(
+            None,
+            Membership::new(
+                vec![[1].into()],
+                members
+                    .into_iter()
+                    .collect::<std::collections::BTreeMap<_, _>>(),
+            ),
+        );
+        meta
+    }
+
+    async fn read_all(snapshot: &mut SnapshotBytes) -> Vec<u8> {
+        snapshot.seek(SeekFrom::Start(0)).await.unwrap();
+        let mut bytes = vec![];
+        snapshot.read_to_end(&mut bytes).await.unwrap();
+        bytes
+    }
+
+    /// Sends `data` to `to` as openraft's chunked transport writes it: chunks of 500
+    /// bytes, each at its offset, the last one twice (a resend).
+    async fn receive(to: &mut StateStore, data: &[u8]) -> Box<SnapshotBytes> {
+        let mut receiving = to.begin_receiving_snapshot().await.unwrap();
+        let mut offset = 0;
+        for chunk in data.chunks(500) {
+            receiving.seek(SeekFrom::Start(offset)).await.unwrap();
+            receiving.write_all(chunk).await.unwrap();
+            offset += chunk.len() as u64;
+        }
+        let last = data.len().saturating_sub(500);
+        receiving.seek(SeekFrom::Start(last as u64)).await.unwrap();
+        receiving.write_all(&data[last..]).await.unwrap();
+        receiving.shutdown().await.unwrap();
+        receiving
+    }
+
+    fn file_of(store: &StateStore) -> Vec<u8> {
+        std::fs::read(snapshot_file::path(&store.state.dir)).unwrap()
+    }
+
+    /// The files of the store's directory, by name.
+    fn names(store: &StateStore) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&store.state.dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_received_in_chunks_installs_the_leaders_state_from_its_file() {
+        let dir = TempDir::new("install-chunks");
+        let mut leader = store_with(&dir, "leader", 40).await;
+        let mut follower = store_with(&dir, "follower", 2).await;
+        let mut built = leader.build_snapshot().await.unwrap();
+        let meta = with_members(built.meta.clone());
+        // What the leader sends is the machine snapshot, as the peer protocol carries it.
+        let sent = read_all(&mut built.snapshot).await;
+        let machine_bytes = leader.state.lock().machine.snapshot();
+        assert_eq!(sent, machine_bytes);
+        assert!(sent.len() > 1_500, "several chunks: {}", sent.len());
+
+        let received = receive(&mut follower, &sent).await;
+        follower.install_snapshot(&meta, received).await.unwrap();
+        assert_eq!(
+            follower.state.lock().machine.digest(),
+            leader.state.lock().machine.digest()
+        );
+        assert_eq!(follower.state.lock().last_applied, meta.last_log_id);
+        // Persisted as the file every release reads, and sent on from it.
+        assert_eq!(
+            file_of(&follower),
+            snapshot_file::encode_file(&meta, &machine_bytes)
+        );
+        let mut current = follower.get_current_snapshot().await.unwrap().unwrap();
+        assert_eq!(current.meta, meta);
+        assert_eq!(read_all(&mut current.snapshot).await, machine_bytes);
+        assert_eq!(names(&follower), ["snapshot.bin".to_string()]);
+        // And loaded at the next start.
+        let dir_of = follower.state.dir.clone();
+        drop(follower);
+        let again = StateStore::open(&dir_of).unwrap();
+        assert_eq!(
+            again.state.lock().machine.digest(),
+            leader.state.lock().machine.digest()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_damaged_received_snapshot_is_refused_and_leaves_state_and_file() {
+        let dir = TempDir::new("install-damaged");
+        let mut leader = store_with(&dir, "leader", 40).await;
+        let mut follower = store_with(&dir, "follower", 2).await;
+        let before = follower.build_snapshot().await.unwrap().meta;
+        let file_before = file_of(&follower);
+        let digest_before = follower.state.lock().machine.digest();
+
+        let mut built = leader.build_snapshot().await.unwrap();
+        let mut sent = read_all(&mut built.snapshot).await;
+        let middle = sent.len() / 2;
+        sent[middle] ^= 0x01;
+        let received = receive(&mut follower, &sent).await;
+        let err = follower
+            .install_snapshot(&built.meta, received)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("snapshot 1-1-40 from the leader: checksum mismatch"),
+            "{err}"
+        );
+        assert_eq!(follower.state.lock().machine.digest(), digest_before);
+        assert_eq!(follower.state.lock().last_applied, before.last_log_id);
+        assert_eq!(file_of(&follower), file_before);
+        let current = follower.get_current_snapshot().await.unwrap().unwrap();
+        assert_eq!(current.meta, before);
+        assert_eq!(names(&follower), ["snapshot.bin".to_string()]);
+    }
+
+    #[tokio::test]
+    async fn a_receive_given_up_or_cut_short_leaves_no_file() {
+        let dir = TempDir::new("install-leftover");
+        let mut follower = store_with(&dir, "follower", 2).await;
+        let dir_of = follower.state.dir.clone();
+        // A node stopped between the create and the unlink left one.
+        std::fs::write(dir_of.join(RECEIVING_FILE), b"left over").unwrap();
+        drop(follower);
+        follower = StateStore::open(&dir_of).unwrap();
+        assert!(names(&follower).is_empty(), "{:?}", names(&follower));
+        // A receive given up for another: both files already gone from the directory.
+        let given_up = receive(&mut follower, b"the start of a snapshot").await;
+        std::fs::write(dir_of.join(RECEIVING_FILE), b"an unlink that failed").unwrap();
+        let next = receive(&mut follower, b"another").await;
+        assert!(names(&follower).is_empty(), "{:?}", names(&follower));
+        drop((given_up, next));
     }
 }

@@ -3,7 +3,7 @@
 //! A data directory holds `node.id` (this file's concern), `cluster.id` (the cluster its
 //! Raft state belongs to, [`crate::raft::cluster_identity`]), `log/` (the Raft log,
 //! [`crate::raft::log_store`]) and
-//! `snapshot.bin` (the latest snapshot, [`crate::raft::state_store`]).
+//! `snapshot.bin` (the latest snapshot, [`crate::raft::snapshot_file`]).
 //!
 //! Invariants:
 //! - The directory is `0700` and its files `0600` ([`crate::private_files`]): created so,
@@ -19,7 +19,7 @@
 
 use std::path::Path;
 
-use crate::raft::state_store::write_atomically;
+use crate::private_files::write_atomically;
 use weir_core::codec;
 
 /// The identity file's name in the data directory.
