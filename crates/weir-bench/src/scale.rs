@@ -202,11 +202,17 @@ pub async fn node_figures(addr: &str, security: &ClientSecurity) -> Option<serde
     let ask = |request| Client::ask_node_within(addr, request, security, FIGURES_WAIT);
     let status = match ask(&Request::Status).await {
         Ok(Response::Status(st)) => st,
-        _ => return None,
+        other => {
+            eprintln!("[bench] node at {addr} gave no status: {other:?}");
+            return None;
+        }
     };
     let cost = match ask(&Request::SnapshotCost).await {
         Ok(Response::SnapshotCost(c)) => Some(c),
-        _ => None,
+        other => {
+            eprintln!("[bench] node at {addr} gave no snapshot cost: {other:?}");
+            None
+        }
     };
     Some(json!({
         "id": status.id, "state": status.state, "rss_mib": status.rss_kib.map(|k| k as f64 / 1024.0),

@@ -197,8 +197,8 @@ pub async fn snapshot_cost(ctx: &Ctx) -> Response {
             "a snapshot measurement is already running".into(),
         ));
     };
-    let (applied, bytes, build) = {
-        let mut next_allowed = crate::lock::lock(&ctx.snapshot_cost_next);
+    {
+        let next_allowed = crate::lock::lock(&ctx.snapshot_cost_next);
         if let Some(t) = *next_allowed
             && Instant::now() < t
         {
@@ -207,27 +207,27 @@ pub async fn snapshot_cost(ctx: &Ctx) -> Response {
                 t - Instant::now()
             )));
         }
-        // As a snapshot is built: the state lock held only to freeze the state, the encode
-        // apart from it.
-        let started = Instant::now();
-        let (applied, frozen) = {
-            let state = ctx.state.lock();
-            (state.machine.applied_index(), state.machine.freeze())
-        };
-        let bytes = frozen.encode();
-        let build = started.elapsed();
-        *next_allowed = Some(Instant::now() + build * 20);
-        (applied, bytes, build)
+    }
+    // As a snapshot is built: the state lock held only to freeze the state, the encode
+    // apart from it, on the blocking pool with the decode (neither holds a runtime worker:
+    // at ten million keys they take seconds).
+    let started = Instant::now();
+    let (applied, frozen) = {
+        let state = ctx.state.lock();
+        (state.machine.applied_index(), state.machine.freeze())
     };
     let measured = tokio::task::spawn_blocking(move || {
-        let started = Instant::now();
+        let bytes = frozen.encode();
+        let build = started.elapsed();
+        let decoding = Instant::now();
         let restored = Machine::restore(&bytes).map(|_| bytes.len());
-        (restored, started.elapsed())
+        (restored, build, decoding.elapsed())
     })
     .await;
-    let Ok((restored, install)) = measured else {
+    let Ok((restored, build, install)) = measured else {
         return Response::Failed(Failure::Unavailable("snapshot measurement failed".into()));
     };
+    *crate::lock::lock(&ctx.snapshot_cost_next) = Some(Instant::now() + build * 20);
     match restored {
         Ok(len) => Response::SnapshotCost(SnapshotCost {
             applied,

@@ -1,19 +1,21 @@
 //! [`DigestCache`]: the applied state's digest for `status`, kept cheap for the leader.
 //!
 //! The digest is a hash of the machine's encoded state (`weir status --json`: equal on replicas at the
-//! same applied index), so computing it is linear in the state, and the encoding must be
-//! taken under the apply lock. A status loop, from any caller, must not slow the leader:
+//! same applied index), so computing it is linear in the state. Under the apply lock it only
+//! freezes the state (`Machine::freeze`, as a snapshot does: a clone sharing the lean keys);
+//! the encoding and the hash run on the blocking pool, so neither applies nor the node's
+//! runtime wait for them (at ten million keys the encoding takes half a second). A status
+//! loop, from any caller, must not slow the leader:
 //!
 //! - **Once per applied index.** The digest is cached with the index it is of; while nothing
 //!   is applied, every status reuses it.
-//! - **A bounded share of the lock.** After a computation whose encoding held the lock for
-//!   `t`, the next may start only `LOCK_SHARE_INVERSE × t` later, so digests hold the lock at
+//! - **A bounded share of the work.** After a computation that took `t` (freeze, encoding
+//!   and hash), the next may start only `LOCK_SHARE_INVERSE × t` later, so digests take at
 //!   most 1/`LOCK_SHARE_INVERSE` of the time however often status is asked. A small state
-//!   encodes in microseconds and is re-digested at every status, as before; a large one on a
+//!   digests in microseconds and is re-digested at every status, as before; a large one on a
 //!   busy leader is reported as of an older index.
-//! - **Hashing off the lock, one at a time.** Only the encoding is under the lock; the hash
-//!   runs on the blocking pool, and a status that finds a computation running reuses the
-//!   cached digest rather than start a second.
+//! - **One at a time, off the lock.** Only the freeze is under the lock; a status that finds
+//!   a computation running reuses the cached digest rather than start a second.
 //!
 //! Status reports the digest with the index it is of (`digest_applied`); it equals `applied`
 //! whenever the digest is current, which is always the case on a quiet node.
@@ -71,7 +73,7 @@ impl DigestCache {
         true
     }
 
-    /// Notes that an encoding held the lock for `took`, ending at `now`.
+    /// Notes that a computation took `took`, ending at `now`.
     fn encoded(&self, now: Instant, took: Duration) {
         self.lock().next_allowed = Some(now + took * LOCK_SHARE_INVERSE);
     }
@@ -96,24 +98,23 @@ impl DigestCache {
     /// The digest of `state` as status reports it: `(index it is of, digest)`. Refreshes the
     /// cache first when the rules above allow.
     pub async fn digest(&self, state: &Arc<AppliedState>) -> (u64, String) {
-        let encoded = {
+        let started = Instant::now();
+        let frozen = {
             let applier = state.lock();
             let applied = applier.machine.applied_index();
-            let now = Instant::now();
-            if self.begin(applied, now) {
-                let started = Instant::now();
-                let bytes = applier.machine.snapshot();
-                self.encoded(Instant::now(), started.elapsed());
-                Some((applied, bytes, Computing(self)))
+            if self.begin(applied, started) {
+                Some((applied, applier.machine.freeze(), Computing(self)))
             } else {
                 None
             }
         };
-        if let Some((applied, bytes, computing)) = encoded {
-            let hashed = tokio::task::spawn_blocking(move || snapshot_digest(&bytes)).await;
+        if let Some((applied, frozen, computing)) = frozen {
+            let hashed =
+                tokio::task::spawn_blocking(move || snapshot_digest(&frozen.encode())).await;
             if let Ok(digest) = hashed {
                 self.store(applied, digest);
             }
+            self.encoded(Instant::now(), started.elapsed());
             drop(computing);
         }
         self.latest()
