@@ -31,7 +31,6 @@ use tonic::codegen::http;
 use tonic::server::NamedService;
 use tonic::{Code, Status};
 
-use super::service::bearer;
 use crate::bounds::{RLS_FIRST_REQUEST_TIMEOUT, RLS_IDLE_TIMEOUT};
 use crate::callers::{Caller, Callers};
 use weir_proto::tls::Stream;
@@ -200,5 +199,25 @@ impl AsyncWrite for GrpcIo {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+}
+
+/// The token of `authorization: Bearer TOKEN` metadata; `None` without it.
+pub(super) fn bearer(headers: &http::HeaderMap) -> Result<Option<&str>, Status> {
+    let Some(value) = headers.get("authorization") else {
+        return Ok(None);
+    };
+    let text = value
+        .to_str()
+        .map_err(|_| Status::unauthenticated("the authorization metadata is not text"))?;
+    match text.split_once(' ') {
+        Some((scheme, token))
+            if scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty() =>
+        {
+            Ok(Some(token.trim()))
+        }
+        _ => Err(Status::unauthenticated(
+            "the authorization metadata is not `Bearer TOKEN`",
+        )),
     }
 }

@@ -12,7 +12,7 @@ use weir_core::rls::path::override_name;
 use weir_proto::protocol::{Failure, Request as ClientRequest};
 
 use super::answer::{Taken, response};
-use super::gate::Admitted;
+use super::gate::{Admitted, bearer};
 use super::leases::NodeLeases;
 use super::pending::Pending;
 use super::plan::{Plan, plan};
@@ -465,26 +465,6 @@ fn take(
         agent: None,
         wait: false,
         estimate: false,
-    }
-}
-
-/// The token of `authorization: Bearer TOKEN` metadata; `None` without it.
-pub(super) fn bearer(headers: &tonic::codegen::http::HeaderMap) -> Result<Option<&str>, Status> {
-    let Some(value) = headers.get("authorization") else {
-        return Ok(None);
-    };
-    let text = value
-        .to_str()
-        .map_err(|_| Status::unauthenticated("the authorization metadata is not text"))?;
-    match text.split_once(' ') {
-        Some((scheme, token))
-            if scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty() =>
-        {
-            Ok(Some(token.trim()))
-        }
-        _ => Err(Status::unauthenticated(
-            "the authorization metadata is not `Bearer TOKEN`",
-        )),
     }
 }
 
