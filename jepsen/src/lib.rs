@@ -2,7 +2,7 @@
 //! nemesis injecting faults, a recorded history, and checkers that judge it. See
 //! `jepsen/README.md`; the crates it drives are in `docs/design.md`, "Layers".
 //!
-//! Owns: the run ([`run`]), the checkers ([`checker`]), the nemesis ([`nemesis`]), the
+//! Owns: the deterministic simulator ([`sim`]), the run ([`run`]), the checkers ([`checker`]), the nemesis ([`nemesis`]), the
 //! cluster of real processes and its network ([`cluster`], [`netns`], [`proxy`]), the
 //! workloads ([`workload`]), the history they record ([`history`]). Must never be a
 //! dependency of a Weir crate.
@@ -13,6 +13,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod sim;
 pub mod run;
 pub mod checker;
 pub mod finals;

@@ -1,0 +1,154 @@
+//! The nemesis's schedule, drawn from the seed before the run starts: which faults, when,
+//! for how long, and every node's and client's clock rate.
+//!
+//! Owns the choice of faults only; `nemesis` carries them out. Targets that depend on the
+//! cluster's state (the leader) are named as roles here and resolved when the fault fires.
+//!
+//! Invariants:
+//! - One seed gives one schedule (everything is drawn from one [`Rng`] in a fixed order).
+//! - Faults do not overlap: each is healed before the next begins, and the last heal comes
+//!   before the workload stops.
+//! - Clock rates stay within [`RATE_SKEW_MAX`] of 1, so any two clocks differ in rate by
+//!   less than the client library's margin covers (TTL/10 covers a relative rate error up
+//!   to 1/9, about 11%; two clocks 4% off either way differ by 8.4%).
+
+use crate::rng::Rng;
+
+/// How far a clock's rate may be from true: 4%, so two clocks skewed opposite ways stay
+/// inside the margin (the module doc).
+pub const RATE_SKEW_MAX: f64 = 0.04;
+
+/// A fault, its targets named by role where they depend on the cluster's state.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Fault {
+    /// Cut one node off from the rest (the leader when `leader`, else node `index` of the
+    /// members).
+    Isolate { leader: bool, index: usize },
+    /// Split the members into a minority (the first `minority` after a rotation by
+    /// `rotate`) and the majority.
+    Split { rotate: usize, minority: usize },
+    /// Crash a node (its disk losing unsynced writes; with `tear`, the first `tear` bytes
+    /// of the oldest unsynced write survive), restarted on the same disk at the heal.
+    Crash {
+        leader: bool,
+        index: usize,
+        tear: Option<usize>,
+    },
+    /// Hold everything to and from a node until the heal.
+    Stall { leader: bool, index: usize },
+    /// Cut one client from the node that leads when the fault fires.
+    CutClient { client: usize },
+    /// Drop this share (per thousand) of every message.
+    Drops { per_mille: u64 },
+}
+
+impl Fault {
+    /// The fault's kind as the harness's nemesis names it in the history.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Fault::Isolate { .. } | Fault::Split { .. } => "partition",
+            Fault::Crash { .. } => "power-loss",
+            Fault::Stall { .. } => "pause",
+            Fault::CutClient { .. } => "client-cut",
+            Fault::Drops { .. } => "delay",
+        }
+    }
+}
+
+/// One fault of the schedule: quiet, then the fault for `hold_ms`, then its heal.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Step {
+    pub quiet_ms: u64,
+    pub fault: Fault,
+    pub hold_ms: u64,
+}
+
+/// A run's schedule.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Schedule {
+    pub steps: Vec<Step>,
+    /// Each node's clock rate, in member order.
+    pub node_rates: Vec<f64>,
+    /// Each client's clock rate.
+    pub client_rates: Vec<f64>,
+}
+
+/// A rate within [`RATE_SKEW_MAX`] of 1, in steps of 0.1%.
+fn rate(rng: &mut Rng) -> f64 {
+    let steps = (RATE_SKEW_MAX * 1_000.0) as u64;
+    1.0 + (rng.range(0, 2 * steps) as f64 - steps as f64) / 1_000.0
+}
+
+/// The schedule of a run of `nodes` nodes and `clients` clients whose faults fit in
+/// `workload_ms`, drawn from `rng`.
+pub fn draw(rng: &mut Rng, nodes: usize, clients: usize, workload_ms: u64) -> Schedule {
+    let node_rates = (0..nodes).map(|_| rate(rng)).collect();
+    let client_rates = (0..clients).map(|_| rate(rng)).collect();
+    let mut steps = vec![];
+    let mut at_ms = 0;
+    loop {
+        let quiet_ms = rng.range(300, 2_000);
+        let hold_ms = rng.range(300, 4_000);
+        if at_ms + quiet_ms + hold_ms > workload_ms {
+            break;
+        }
+        at_ms += quiet_ms + hold_ms;
+        let leader = rng.range(0, 1) == 1;
+        let index = rng.range(0, nodes as u64 - 1) as usize;
+        let fault = match rng.range(0, 5) {
+            0 => Fault::Isolate { leader, index },
+            1 => Fault::Split {
+                rotate: index,
+                minority: (nodes - 1) / 2,
+            },
+            2 => Fault::Crash {
+                leader,
+                index,
+                // A torn write one time in three, cut at a byte from the first few hundred.
+                tear: (rng.range(0, 2) == 0).then(|| rng.range(0, 300) as usize),
+            },
+            3 => Fault::Stall { leader, index },
+            4 => Fault::CutClient {
+                client: rng.range(0, clients as u64 - 1) as usize,
+            },
+            _ => Fault::Drops {
+                per_mille: rng.range(50, 400),
+            },
+        };
+        steps.push(Step {
+            quiet_ms,
+            fault,
+            hold_ms,
+        });
+    }
+    Schedule {
+        steps,
+        node_rates,
+        client_rates,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_schedule_fits_its_run_keeps_rates_in_the_margin_and_replays() {
+        let mut kinds = std::collections::BTreeSet::new();
+        for seed in 0..200 {
+            let s = draw(&mut Rng::new(seed), 5, 4, 20_000);
+            assert_eq!(s, draw(&mut Rng::new(seed), 5, 4, 20_000));
+            let total: u64 = s.steps.iter().map(|s| s.quiet_ms + s.hold_ms).sum();
+            assert!(total <= 20_000, "seed {seed}: {total} ms of faults");
+            for r in s.node_rates.iter().chain(&s.client_rates) {
+                assert!((r - 1.0).abs() <= RATE_SKEW_MAX + 1e-9, "rate {r}");
+            }
+            kinds.extend(s.steps.iter().map(|s| s.fault.kind()));
+        }
+        assert_eq!(kinds.len(), 5, "every kind drawn: {kinds:?}");
+        assert_ne!(
+            draw(&mut Rng::new(1), 3, 4, 20_000),
+            draw(&mut Rng::new(2), 3, 4, 20_000)
+        );
+    }
+}
