@@ -1,5 +1,6 @@
 //! `weir-jepsen`: runs one partition test and prints the checkers' verdicts. Exits 0 only
 //! when every verdict is valid (1 when one is invalid, 2 on a harness error or an unknown).
+//! `weir-jepsen sim` runs the deterministic simulator instead (`weir_jepsen::sim`).
 
 #![forbid(unsafe_code)]
 
@@ -299,6 +300,51 @@ fn plan(args: Args, nemeses: Vec<String>, net: Net) -> Plan {
     }
 }
 
+/// `weir-jepsen sim`: the deterministic simulator over many seeds (`jepsen::sim`).
+#[derive(Parser, Debug)]
+#[command(
+    name = "weir-jepsen sim",
+    about = "Runs the deterministic simulator: every seed a whole cluster on simulated time and network"
+)]
+struct SimArgs {
+    /// How many seeds, from --first.
+    #[arg(long, default_value_t = 100)]
+    seeds: u64,
+    /// The first seed.
+    #[arg(long, default_value_t = 1)]
+    first: u64,
+    /// Nodes in each cluster: 3 or 5.
+    #[arg(long, default_value_t = 3, value_parser = clap::builder::PossibleValuesParser::new(["3", "5"]).map(|s| s.parse::<usize>().expect("3 or 5")))]
+    nodes: usize,
+    /// Threads running seeds side by side (each seed on a runtime of its own).
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Simulated seconds of load and faults in each seed.
+    #[arg(long, default_value_t = 15)]
+    seconds: u64,
+    /// Prints each run's events: every op, every nemesis event, every node's final digest.
+    #[arg(long)]
+    trace: bool,
+}
+
+/// Runs the simulator as `args` ask; the exit status (0 when every seed passed).
+fn sim(args: SimArgs) -> i32 {
+    use weir_jepsen::sim::driver;
+    let options = driver::Options {
+        first: args.first,
+        seeds: args.seeds,
+        threads: args.threads,
+        trace: args.trace,
+        config: weir_jepsen::sim::run::Config {
+            nodes: args.nodes,
+            workload_ms: args.seconds * 1_000,
+        },
+    };
+    let summary = driver::run(options);
+    print!("{}", driver::report(&summary, &options));
+    i32::from(!summary.failures().is_empty())
+}
+
 fn main() {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if argv
@@ -307,6 +353,9 @@ fn main() {
     {
         // The CLI holder's command (`weir acquire cli -- weir-jepsen --cli-command ...`).
         std::process::exit(weir_jepsen::workload::command_main(&argv[2..]));
+    }
+    if argv.get(1).is_some_and(|a| a == "sim") {
+        std::process::exit(sim(SimArgs::parse_from(&argv[1..])));
     }
     let args = Args::parse();
     let nemeses = nemeses(&args);

@@ -1,10 +1,23 @@
 //! The deterministic simulator: the whole cluster's own code (openraft, the machine, the
-//! proposer, the log over a simulated disk) on simulated time and a simulated network,
-//! driven by a seed, its history judged by the harness's own checkers.
+//! proposer with its stamper, the log over an in-memory disk: `weir_server::sim`) on
+//! simulated time and a simulated network, driven by a seed, its history judged by the
+//! harness's own checkers. `docs/design.md`, "The simulator", says why and what is not
+//! simulated.
+//!
+//! One file per concern: [`driver`] (seeds over threads, the report), [`run`] (one seed's
+//! phases and verdicts), [`nemesis`] (the faults carried out), [`client`] (permit
+//! processes and their belief), [`world`] (the nodes' lives), [`net`] (delivery on
+//! simulated time), [`links`] (the network's faults and fates), [`schedule`] (the faults
+//! drawn from the seed), [`recorder`] (the history on simulated time).
 //!
 //! The modules are declared in layers, highest first: a file imports only modules declared
 //! below its own.
 
+pub mod driver;
+pub mod run;
+pub mod nemesis;
+pub mod client;
+pub mod world;
 pub mod schedule;
 pub mod net;
 pub mod links;

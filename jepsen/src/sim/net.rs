@@ -24,9 +24,10 @@ use super::links::{Fate, Links, NodeId};
 /// A future the network can hold across threads.
 pub type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
-/// One node's side of the network: how it answers a request.
+/// One node's side of the network: how it answers a request (`None`: it went down before
+/// it answered).
 pub trait Endpoint<Req, Resp>: Send + Sync + 'static {
-    fn answer(&self, request: Req) -> Boxed<Resp>;
+    fn answer(&self, request: Req) -> Boxed<Option<Resp>>;
 }
 
 /// The network of one run.
@@ -90,8 +91,10 @@ impl<Req: Send + 'static, Resp: Send + 'static> Net<Req, Resp> {
             .get(&to)
             .cloned()?;
         let answer = endpoint.answer(request).await;
+        // An endpoint that went down is dead on the network: this leg is lost, and the
+        // sender learns so after a while, as from a silent peer.
         self.leg(to, from).await?;
-        Some(answer)
+        answer
     }
 
     /// One message's way from `from` to `to`: `Some` when it arrived (after its delay, and
@@ -138,9 +141,9 @@ mod tests {
     struct Doubler(AtomicU64);
 
     impl Endpoint<u64, u64> for Doubler {
-        fn answer(&self, request: u64) -> Boxed<u64> {
+        fn answer(&self, request: u64) -> Boxed<Option<u64>> {
             self.0.fetch_add(1, Ordering::Relaxed);
-            Box::pin(async move { request * 2 })
+            Box::pin(async move { Some(request * 2) })
         }
     }
 

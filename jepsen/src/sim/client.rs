@@ -1,0 +1,398 @@
+//! The simulated clients: permit processes doing what the harness's `permits` workload
+//! does (open a session, acquire, hold, release, keep the session alive), recording the
+//! same ops so the same checkers read them.
+//!
+//! Owns a client's door to the cluster (a write tried through the nodes as the client
+//! library tries them: the leader a `NotLeader` names, else the next node; an answer lost
+//! or late is an unknown outcome) and its belief in its permits. The belief follows the
+//! client library's rule, with the library's own [`margin_for`]: a permit is believed until
+//! the send time of the session's last acknowledged keep-alive (or open) plus the TTL less
+//! the margin, on the client's own clock (which runs at its own rate). The library's
+//! `Session` itself runs over TCP to a node's client port, which the simulator does not
+//! have, so its keep-alive loop is not what runs here: this file's loop follows the same
+//! rule (`KEEPALIVES_PER_TTL` keep-alives a TTL, a retry after 100 ms).
+//!
+//! Invariants:
+//! - A `hold` ends no later than the belief deadline the client computed: the application
+//!   is told at the deadline (the client wakes exactly then), or releases first.
+//! - Every op the client records pairs (an invoke, then one completion of the same `f`).
+//! - Randomness comes only from the client's own seeded generator.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+use weir_client::margin_for;
+use weir_core::machine::{Acquire, Command, Priority, Refusal, Reply, SessionId};
+use weir_proto::protocol::Failure;
+
+use super::links::NodeId;
+use super::recorder::SimRecorder;
+use super::world::World;
+use crate::history::Kind;
+use crate::rng::Rng;
+use crate::setup::{TENANT, TTL};
+
+/// The network endpoint of client `index`: far above any node's id.
+pub const CLIENT_ENDPOINT_BASE: NodeId = 1_000;
+
+/// How long one try of a write waits for its answer (sim time): the library's answer wait
+/// is of this order, and a stalled node must cost a client a try, not its session.
+const TRY_TIMEOUT: Duration = Duration::from_millis(700);
+/// Tries of one write before the client gives up on it.
+const TRIES_MAX: u32 = 6;
+/// Pause before trying the next node when one could not serve.
+const NEXT_NODE_PAUSE: Duration = Duration::from_millis(30);
+/// Keep-alives per TTL (the library's `KEEPALIVES_PER_TTL`).
+const KEEPALIVES_PER_TTL: u32 = 5;
+/// How soon an unacknowledged keep-alive is tried again (the library's `KEEPALIVE_RETRY`).
+const KEEPALIVE_RETRY: Duration = Duration::from_millis(100);
+/// A hold's length, ms on the client's clock: from a blip to half a TTL, so holds span
+/// faults and keep-alives.
+const HOLD_MS: (u64, u64) = (20, 1_500);
+/// Pause after a refused acquire, ms.
+const BUSY_PAUSE_MS: (u64, u64) = (10, 200);
+
+/// One client: which limit it works on, its clock's rate, its seed.
+#[derive(Clone, Debug)]
+pub struct ClientSpec {
+    /// Its process number in the history (from 1).
+    pub process: u64,
+    pub limit: &'static str,
+    pub cap: u64,
+    /// Its clock's rate: `rate` client nanoseconds per simulated one.
+    pub rate: f64,
+    pub seed: u64,
+}
+
+impl ClientSpec {
+    /// Its endpoint on the network.
+    pub fn endpoint(&self) -> NodeId {
+        CLIENT_ENDPOINT_BASE + self.process
+    }
+}
+
+/// A client's own clock: simulated time scaled by its rate.
+#[derive(Clone, Copy)]
+struct Clock(f64);
+
+impl Clock {
+    /// The client's clock reading at run time `sim_ns`.
+    fn local(self, sim_ns: u64) -> u64 {
+        (sim_ns as f64 * self.0) as u64
+    }
+
+    /// The run time at which the client's clock reads `local_ns`.
+    fn sim(self, local_ns: u64) -> u64 {
+        (local_ns as f64 / self.0).ceil() as u64
+    }
+
+    /// A span of `d` on the client's clock, in simulated time.
+    fn span(self, d: Duration) -> Duration {
+        Duration::from_nanos((d.as_nanos() as f64 / self.0).ceil() as u64)
+    }
+}
+
+/// A session as the client believes it.
+struct Belief {
+    id: SessionId,
+    /// The belief deadline on the client's clock, ns: only ever later.
+    deadline_local: u64,
+    /// The cluster said the session is gone.
+    ended: bool,
+}
+
+/// What a client shares with its keep-alive task.
+type Shared = Arc<Mutex<Belief>>;
+
+fn lock(shared: &Shared) -> std::sync::MutexGuard<'_, Belief> {
+    shared.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A client's way to the cluster.
+#[derive(Clone)]
+pub struct Door {
+    world: Arc<World>,
+    endpoint: NodeId,
+    /// The node tried first.
+    node: Arc<Mutex<NodeId>>,
+}
+
+impl Door {
+    pub fn new(world: Arc<World>, endpoint: NodeId) -> Door {
+        Door {
+            world,
+            endpoint,
+            node: Arc::new(Mutex::new(1)),
+        }
+    }
+
+    fn node(&self) -> NodeId {
+        *self.node.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn go_to(&self, node: NodeId) {
+        *self.node.lock().unwrap_or_else(|p| p.into_inner()) = node;
+    }
+
+    fn next(&self) {
+        let members = self.world.members();
+        let at = members.iter().position(|n| *n == self.node()).unwrap_or(0);
+        self.go_to(members[(at + 1) % members.len()]);
+    }
+
+    /// One try through `node`: the request's leg there, the node's answer, the answer's
+    /// leg back.
+    async fn once(&self, node: NodeId, command: Command) -> Result<(u64, Reply), Failure> {
+        let net = &self.world.net;
+        if net.leg(self.endpoint, node).await.is_none() {
+            return Err(Failure::Unavailable("unreachable".into()));
+        }
+        let answer = self
+            .world
+            .propose(node, command)
+            .await
+            .ok_or_else(|| Failure::OutcomeUnknown("the node went down".into()))?;
+        if net.leg(node, self.endpoint).await.is_none() {
+            return Err(Failure::OutcomeUnknown("the answer was lost".into()));
+        }
+        answer
+    }
+
+    /// A write, tried through the nodes until one answers it (at most [`TRIES_MAX`]
+    /// tries): the error of the last try, `OutcomeUnknown` if any try's outcome was.
+    pub async fn write(&self, command: Command) -> Result<(u64, Reply), Failure> {
+        let mut unknown = None;
+        let mut last = Failure::Unavailable("no try made".into());
+        for _ in 0..TRIES_MAX {
+            let node = self.node();
+            let tried = tokio::time::timeout(TRY_TIMEOUT, self.once(node, command.clone())).await;
+            match tried {
+                Ok(Ok(answer)) => return Ok(answer),
+                Ok(Err(Failure::NotLeader {
+                    leader: Some((leader, _)),
+                })) if leader != node && self.world.members().contains(&leader) => {
+                    self.go_to(leader);
+                    continue;
+                }
+                Ok(Err(e @ (Failure::BadRequest(_) | Failure::Forbidden(_)))) => return Err(e),
+                Ok(Err(Failure::OutcomeUnknown(why))) => {
+                    unknown = Some(why);
+                }
+                Ok(Err(e)) => last = e,
+                Err(_) => unknown = Some("no answer in time".into()),
+            }
+            self.next();
+            tokio::time::sleep(NEXT_NODE_PAUSE).await;
+        }
+        Err(match unknown {
+            Some(why) => Failure::OutcomeUnknown(why),
+            None => last,
+        })
+    }
+}
+
+/// A permit process: sessions, and in each, acquires of one unit of its limit (never
+/// waiting in line: a full limit answers `Busy`), each held for a drawn time or until its
+/// belief deadline, then released. Records `acquire`, `hold` and `release` as the harness's
+/// `permits` workload does. Returns when `stop` is set (after its current permit).
+pub async fn permits(spec: ClientSpec, door: Door, history: SimRecorder, stop: Arc<AtomicBool>) {
+    let mut rng = Rng::new(spec.seed);
+    let clock = Clock(spec.rate);
+    while !stop.load(Ordering::Relaxed) {
+        let Some(shared) = open(&door, &history, clock).await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let keeper = tokio::spawn(keep_alive(door.clone(), shared.clone(), history.clone(), clock));
+        session(&spec, &door, &history, clock, &shared, &mut rng, &stop).await;
+        keeper.abort();
+        if stop.load(Ordering::Relaxed) {
+            // As an application closes its session at its end, so the cluster settles
+            // without waiting for it to expire; should the close be lost, it expires.
+            let session = lock(&shared).id;
+            let _ = door.write(Command::CloseSession { session }).await;
+        }
+    }
+}
+
+/// Opens a session; its belief deadline counts from the open's send time.
+async fn open(door: &Door, history: &SimRecorder, clock: Clock) -> Option<Shared> {
+    let sent = clock.local(history.now_ns());
+    let ttl_ms = TTL.as_millis() as u64;
+    match door.write(Command::OpenSession { ttl_ms }).await {
+        Ok((_, Reply::SessionOpened { session, ttl_ms })) => Some(Arc::new(Mutex::new(Belief {
+            id: session,
+            deadline_local: deadline(sent, ttl_ms),
+            ended: false,
+        }))),
+        _ => None,
+    }
+}
+
+/// The belief deadline after an open or keep-alive sent at client time `sent_local` was
+/// acknowledged: send time + TTL − margin (the library's rule, its own margin).
+fn deadline(sent_local: u64, ttl_ms: u64) -> u64 {
+    let ttl = Duration::from_millis(ttl_ms);
+    sent_local + (ttl - margin_for(ttl)).as_nanos() as u64
+}
+
+/// Keeps the session alive: a keep-alive every TTL/5 of the client's clock, a retry soon
+/// after one unacknowledged; each acknowledged one moves the deadline to its send time +
+/// TTL − margin. Ends when the cluster says the session is gone.
+async fn keep_alive(door: Door, shared: Shared, history: SimRecorder, clock: Clock) {
+    let every = TTL / KEEPALIVES_PER_TTL;
+    let mut wait = every;
+    loop {
+        tokio::time::sleep(clock.span(wait)).await;
+        let id = lock(&shared).id;
+        let sent = clock.local(history.now_ns());
+        wait = match door.write(Command::KeepAlive { session: id }).await {
+            Ok((_, Reply::KeptAlive { ttl_ms })) => {
+                let mut belief = lock(&shared);
+                belief.deadline_local = belief.deadline_local.max(deadline(sent, ttl_ms));
+                every
+            }
+            Ok((_, Reply::Refused(Refusal::UnknownSession { .. }))) => {
+                lock(&shared).ended = true;
+                return;
+            }
+            _ => KEEPALIVE_RETRY.min(every),
+        };
+    }
+}
+
+/// Acquires, holds and releases in one session until it ends, its belief lapses, or the
+/// run stops.
+async fn session(
+    spec: &ClientSpec,
+    door: &Door,
+    history: &SimRecorder,
+    clock: Clock,
+    shared: &Shared,
+    rng: &mut Rng,
+    stop: &AtomicBool,
+) {
+    let mut ticket = 0;
+    while !stop.load(Ordering::Relaxed) && !lock(shared).ended {
+        ticket += 1;
+        let id = lock(shared).id;
+        let limit = spec.limit;
+        let invoked = history.record(spec.process, Kind::Invoke, "acquire", json!({"limit": limit}));
+        let command = Command::Acquire(Acquire {
+            session: id,
+            ticket,
+            tenant: TENANT.into(),
+            limit: limit.into(),
+            units: 1,
+            priority: Priority::default(),
+            agent: None,
+            wait: false,
+        });
+        let fence = match door.write(command).await {
+            Ok((_, Reply::Granted { fence, .. })) => fence,
+            Ok((_, Reply::Refused(refusal))) => {
+                let error = format!("{refusal:?}");
+                history.record(spec.process, Kind::Fail, "acquire", json!({"limit": limit, "error": error}));
+                if matches!(refusal, Refusal::UnknownSession { .. }) {
+                    return;
+                }
+                let pause = rng.range(BUSY_PAUSE_MS.0, BUSY_PAUSE_MS.1);
+                tokio::time::sleep(clock.span(Duration::from_millis(pause))).await;
+                continue;
+            }
+            Ok((_, other)) => {
+                let error = format!("unexpected reply {other:?}");
+                history.record(spec.process, Kind::Info, "acquire", json!({"limit": limit, "error": error}));
+                return;
+            }
+            Err(failure) => {
+                // Granted or not, no one here believes it: the session is left to expire
+                // (its keep-alives stop), which frees the ticket if it was granted.
+                let (kind, error) = match &failure {
+                    Failure::OutcomeUnknown(_) => (Kind::Info, failure.to_string()),
+                    _ => (Kind::Fail, failure.to_string()),
+                };
+                history.record(spec.process, kind, "acquire", json!({"limit": limit, "error": error}));
+                return;
+            }
+        };
+        let from = history.now_ns();
+        history.record_at(
+            spec.process,
+            Kind::Ok,
+            "acquire",
+            json!({"limit": limit, "fence": fence, "invoke_ns": invoked}),
+            from,
+        );
+        let hold = Duration::from_millis(rng.range(HOLD_MS.0, HOLD_MS.1));
+        let told = work(history, clock, shared, from + clock.span(hold).as_nanos() as u64).await;
+        let seen = history.now_ns();
+        let deadline_ns = clock.sim(lock(shared).deadline_local);
+        let to = told.unwrap_or(seen).min(seen).max(from);
+        history.record_at(
+            spec.process,
+            Kind::Ok,
+            "hold",
+            json!({"limit": limit, "cap": spec.cap, "fence": fence, "from_ns": from,
+                "to_ns": to, "seen_ns": seen, "deadline_ns": deadline_ns, "told_ns": told,
+                "lost": told.map(|_| "expired"), "application": true}),
+            seen,
+        );
+        let v = json!({"limit": limit, "fence": fence});
+        history.record(spec.process, Kind::Invoke, "release", v.clone());
+        let released = door
+            .write(Command::Release { session: id, ticket })
+            .await;
+        let kind = match released {
+            Ok((_, Reply::Released { .. })) => Kind::Ok,
+            _ => Kind::Info,
+        };
+        history.record(spec.process, kind, "release", v);
+        if told.is_some() {
+            // The belief lapsed: this session is given up, a new one opened.
+            return;
+        }
+    }
+}
+
+/// Works on a permit until run time `until_ns`, or until the belief deadline passes
+/// first: then returns the moment the application was told (the deadline, when the
+/// client woke for it).
+async fn work(history: &SimRecorder, clock: Clock, shared: &Shared, until_ns: u64) -> Option<u64> {
+    loop {
+        let deadline_ns = clock.sim(lock(shared).deadline_local);
+        let now = history.now_ns();
+        if now >= deadline_ns {
+            return Some(now);
+        }
+        if now >= until_ns {
+            return None;
+        }
+        let wake = until_ns.min(deadline_ns);
+        tokio::time::sleep_until(history.instant_of(wake)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clock_scales_both_ways_and_spans_never_shrink_to_early() {
+        let fast = Clock(1.04);
+        assert_eq!(fast.local(1_000_000), 1_040_000);
+        // The run time at which a fast clock reads a deadline comes before it on a true one.
+        assert_eq!(fast.sim(1_040_000), 1_000_000);
+        assert_eq!(fast.span(Duration::from_millis(104)), Duration::from_millis(100));
+        let slow = Clock(0.96);
+        assert!(slow.sim(slow.local(123_456_789)) >= 123_456_789 - 2);
+    }
+
+    #[test]
+    fn the_deadline_is_send_time_plus_ttl_less_the_librarys_margin() {
+        // TTL 3 s: margin 300 ms.
+        assert_eq!(deadline(1_000, 3_000), 1_000 + 2_700_000_000);
+    }
+}

@@ -1,0 +1,120 @@
+//! The simulated nemesis: carries out the schedule's faults on the world and the network,
+//! and records each as the harness's nemesis does (an `invoke` of its kind, then an `info`
+//! with what was done; then an `invoke` and `info` of `heal`), so the checkers that read
+//! faults see them.
+//!
+//! Owns when faults happen and what they hit; resolves the schedule's roles (the leader,
+//! the node at an index) when each fault fires.
+//!
+//! Invariants:
+//! - At most one fault is in force; each is healed (partitions and cuts mended, drops
+//!   ended, a stalled node let go, a crashed node restarted on its disk) before the next.
+//! - Nothing here draws randomness: every choice is in the [`Schedule`].
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::client::CLIENT_ENDPOINT_BASE;
+use super::links::{Links, NodeId};
+use super::recorder::SimRecorder;
+use super::schedule::{Fault, Schedule};
+use super::world::World;
+use crate::history::{Kind, NEMESIS};
+
+/// The node a fault aims at: the leader when asked for and there is one, else the member
+/// at `index`.
+fn target(world: &World, leader: bool, index: usize) -> NodeId {
+    let members = world.members();
+    let by_index = members[index % members.len()];
+    if leader {
+        world.leader().unwrap_or(by_index)
+    } else {
+        by_index
+    }
+}
+
+/// Injects `fault`; returns what was done.
+async fn inject(world: &World, fault: &Fault) -> Result<Value, String> {
+    let members = world.members();
+    match fault {
+        Fault::Isolate { leader, index } => {
+            let node = target(world, *leader, *index);
+            let rest: BTreeSet<NodeId> = members.iter().copied().filter(|n| *n != node).collect();
+            world.net.change(|l| l.partition(vec![BTreeSet::from([node]), rest]));
+            Ok(json!({"isolated": node}))
+        }
+        Fault::Split { rotate, minority } => {
+            let mut order = members.clone();
+            order.rotate_left(rotate % members.len());
+            let (small, large) = order.split_at(*minority);
+            let groups = vec![
+                small.iter().copied().collect(),
+                large.iter().copied().collect::<BTreeSet<NodeId>>(),
+            ];
+            let shown = json!({"groups": groups});
+            world.net.change(|l| l.partition(groups));
+            Ok(shown)
+        }
+        Fault::Crash { leader, index, tear } => {
+            let node = target(world, *leader, *index);
+            world.crash(node, *tear).await?;
+            Ok(json!({"node": node, "torn": tear}))
+        }
+        Fault::Stall { leader, index } => {
+            let node = target(world, *leader, *index);
+            world.net.change(|l| l.stall(node));
+            Ok(json!({"node": node}))
+        }
+        Fault::CutClient { client } => {
+            let node = world.leader().unwrap_or(members[0]);
+            let process = *client as u64 + 1;
+            world
+                .net
+                .change(|l| l.set_cut(CLIENT_ENDPOINT_BASE + process, node, true));
+            Ok(json!({"process": process, "node": node}))
+        }
+        Fault::Drops { per_mille } => {
+            world.net.change(|l| l.set_drops(*per_mille));
+            Ok(json!({"drops_per_mille": per_mille}))
+        }
+    }
+}
+
+/// Ends every fault: the network whole, every node running.
+pub async fn heal(world: &World) -> Result<(), String> {
+    world.net.change(Links::heal);
+    for node in world.members() {
+        world.restart(node).await?;
+    }
+    Ok(())
+}
+
+/// Records the run's clock rates (a `clock` fault in force from the start), then runs the
+/// schedule's steps, recording each fault and heal.
+pub async fn run(world: Arc<World>, schedule: Schedule, history: SimRecorder) {
+    let rates = json!({"nodes": schedule.node_rates, "clients": schedule.client_rates});
+    history.record(NEMESIS, Kind::Invoke, "clock", json!({"fault": "rates"}));
+    history.record(NEMESIS, Kind::Info, "clock", rates);
+    for step in &schedule.steps {
+        tokio::time::sleep(Duration::from_millis(step.quiet_ms)).await;
+        let kind = step.fault.kind();
+        let fault = format!("{:?}", step.fault);
+        history.record(NEMESIS, Kind::Invoke, kind, json!({"fault": fault}));
+        match inject(&world, &step.fault).await {
+            Ok(done) => history.record(NEMESIS, Kind::Info, kind, done),
+            Err(e) => history.record(NEMESIS, Kind::Fail, kind, json!({"error": e})),
+        };
+        tokio::time::sleep(Duration::from_millis(step.hold_ms)).await;
+        history.record(NEMESIS, Kind::Invoke, "heal", json!({}));
+        let healed = heal(&world).await;
+        history.record(
+            NEMESIS,
+            Kind::Info,
+            "heal",
+            json!({"ok": healed.is_ok(), "error": healed.err()}),
+        );
+    }
+}

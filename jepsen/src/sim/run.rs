@@ -1,0 +1,340 @@
+//! One simulated run: a seed's cluster, clients and nemesis on a fresh deterministic
+//! runtime, to its end and its verdicts.
+//!
+//! Owns the run's phases: start the nodes (found on node 1), define the limits, run the
+//! clients and the nemesis for the workload's time beside a digest monitor, stop the
+//! clients, heal everything, let the cluster settle (bounded) and record the finals as the
+//! harness does (a `converge` fact: every node's digest at one applied index), then judge
+//! the history with the harness's own checkers.
+//!
+//! Invariants:
+//! - Everything the run decides comes from its seed: the schedule, the clients' seeds and
+//!   the network's fates are drawn from one generator in a fixed order, and the runtime is
+//!   `weir_server::sim::runtime(seed)` (one thread, paused time). So a replay of a seed
+//!   gives the same trace.
+//! - Every wait is bounded in simulated time.
+//! - A run fails when a checker says invalid, when a checker expected to judge could not,
+//!   or on a harness error; an unknown from a checker not expected to judge is reported only.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde_json::json;
+use weir_core::machine::{Command, Reply};
+
+use super::client::{CLIENT_ENDPOINT_BASE, ClientSpec, Door, permits};
+use super::links::NodeId;
+use super::nemesis;
+use super::recorder::SimRecorder;
+use super::schedule;
+use super::world::World;
+use crate::checker::{self, Verdict};
+use crate::history::{Kind, NEMESIS, Op};
+use crate::rng::Rng;
+use crate::setup::TENANT;
+
+/// The limits the clients work on: (name, concurrent), each with four clients, so a cap of
+/// one and a cap of three are both pressed.
+pub const LIMITS: [(&str, u64); 2] = [("mutex", 1), ("three", 3)];
+/// Clients per limit: more than the larger cap.
+pub const CLIENTS_PER_LIMIT: usize = 4;
+/// How often the monitor compares the nodes' digests, ms.
+const MONITOR_EVERY_MS: u64 = 250;
+/// How long the clients get to finish their permit after the stop.
+const CLIENT_END_MAX: Duration = Duration::from_secs(20);
+/// How long the cluster gets to settle at the end: every abandoned session's TTL and
+/// then some.
+const SETTLE_MAX: Duration = Duration::from_secs(15);
+/// Tries at defining the limits (one each 100 ms) while the first leader is elected.
+const DEFINE_TRIES_MAX: u32 = 100;
+
+/// What a run is asked for.
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    /// 3 or 5.
+    pub nodes: usize,
+    /// Simulated time of load and faults, ms.
+    pub workload_ms: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            nodes: 3,
+            workload_ms: 15_000,
+        }
+    }
+}
+
+/// One checker's verdict in a run.
+#[derive(Clone, Debug)]
+pub struct Judged {
+    pub checker: &'static str,
+    pub verdict: Verdict,
+    /// Whether every run gives it something to judge (then unknown fails the run).
+    pub expected: bool,
+}
+
+/// How a run ended.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub seed: u64,
+    pub verdicts: Vec<Judged>,
+    /// A harness error (the run could not be carried out).
+    pub error: Option<String>,
+    /// Every op, then every node's final digest, one line each.
+    pub trace: Vec<String>,
+    /// Simulated time the run took, ns.
+    pub sim_ns: u64,
+}
+
+impl Outcome {
+    /// The checkers (or `harness`) that fail the run; empty when it passed.
+    pub fn failures(&self) -> Vec<String> {
+        let mut failed: Vec<String> = self
+            .verdicts
+            .iter()
+            .filter(|j| match &j.verdict {
+                Verdict::Invalid(_) => true,
+                Verdict::Unknown(_) => j.expected,
+                Verdict::Valid => false,
+            })
+            .map(|j| j.checker.to_string())
+            .collect();
+        if self.error.is_some() {
+            failed.push("harness".into());
+        }
+        failed
+    }
+}
+
+/// Runs seed `seed` on a fresh deterministic runtime.
+pub fn run_seed(seed: u64, config: Config) -> Outcome {
+    let runtime = weir_server::sim::runtime(seed);
+    let outcome = runtime.block_on(simulate(seed, config));
+    runtime.shutdown_background();
+    outcome
+}
+
+/// The checkers a run is judged by: (name, checker, expected to judge).
+type Checker = (&'static str, fn(&[Op]) -> Verdict, bool);
+
+fn pairs(ops: &[Op]) -> Verdict {
+    match crate::history::check_pairs(ops) {
+        Ok(()) => Verdict::Valid,
+        Err(e) => Verdict::Invalid(e),
+    }
+}
+
+/// Every checker that applies to a simulated run. Capacity reads the cluster's own
+/// high-water mark (`LimitStatus`), which the simulator does not read: it judges what it
+/// can and says unknown for the rest, so it is not expected to judge.
+pub const CHECKERS: [Checker; 6] = [
+    ("pairs", pairs, true),
+    ("P1 permits", checker::permits::check, true),
+    ("P2 fences", checker::fences::check, true),
+    ("told", checker::told::check, true),
+    ("capacity", checker::capacity::check, false),
+    ("convergence", checker::convergence::check, true),
+];
+
+/// Judges `ops` by every checker.
+pub fn judge(ops: &[Op]) -> Vec<Judged> {
+    CHECKERS
+        .iter()
+        .map(|(checker, check, expected)| Judged {
+            checker,
+            verdict: check(ops),
+            expected: *expected,
+        })
+        .collect()
+}
+
+async fn simulate(seed: u64, config: Config) -> Outcome {
+    let history = SimRecorder::new();
+    let mut outcome = Outcome {
+        seed,
+        verdicts: vec![],
+        error: None,
+        trace: vec![],
+        sim_ns: 0,
+    };
+    let finals = match carry_out(seed, config, &history).await {
+        Ok(finals) => finals,
+        Err(e) => {
+            outcome.error = Some(e);
+            BTreeMap::new()
+        }
+    };
+    let ops = history.ops();
+    outcome.verdicts = judge(&ops);
+    outcome.trace = ops
+        .iter()
+        .map(|op| serde_json::to_string(op).unwrap_or_else(|e| format!("unprintable op: {e}")))
+        .collect();
+    for (node, (applied, digest)) in finals {
+        outcome
+            .trace
+            .push(format!("final node {node} applied {applied:?} digest {digest:016x}"));
+    }
+    outcome.sim_ns = history.now_ns();
+    outcome
+}
+
+/// The run's phases; returns every node's final digest.
+async fn carry_out(
+    seed: u64,
+    config: Config,
+    history: &SimRecorder,
+) -> Result<BTreeMap<NodeId, (Option<u64>, u64)>, String> {
+    let mut rng = Rng::new(seed);
+    let clients = LIMITS.len() * CLIENTS_PER_LIMIT;
+    let plan = schedule::draw(&mut rng, config.nodes, clients, config.workload_ms);
+    let world = Arc::new(World::start(rng.next_u64(), &plan.node_rates).await?);
+    define(&Door::new(world.clone(), CLIENT_ENDPOINT_BASE)).await?;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = vec![];
+    for (i, rate) in plan.client_rates.iter().enumerate() {
+        let (limit, cap) = LIMITS[i / CLIENTS_PER_LIMIT];
+        let spec = ClientSpec {
+            process: i as u64 + 1,
+            limit,
+            cap,
+            rate: *rate,
+            seed: rng.next_u64(),
+        };
+        let door = Door::new(world.clone(), spec.endpoint());
+        tasks.push(tokio::spawn(permits(spec, door, history.clone(), stop.clone())));
+    }
+    let monitor = tokio::spawn(monitor(world.clone(), history.clone()));
+    let nemesis = tokio::spawn(nemesis::run(world.clone(), plan, history.clone()));
+    tokio::time::sleep(Duration::from_millis(config.workload_ms)).await;
+    // The schedule fits in the workload's time, so the nemesis is done or healing.
+    nemesis.await.map_err(|e| format!("the nemesis failed: {e}"))?;
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        let abort = task.abort_handle();
+        if tokio::time::timeout(CLIENT_END_MAX, task).await.is_err() {
+            abort.abort();
+        }
+    }
+    monitor.abort();
+    history.record(NEMESIS, Kind::Invoke, "heal", json!({}));
+    let healed = nemesis::heal(&world).await;
+    history.record(
+        NEMESIS,
+        Kind::Info,
+        "heal",
+        json!({"ok": healed.is_ok(), "error": healed.as_ref().err()}),
+    );
+    healed?;
+    let finals = settle(&world, history).await;
+    world.stop().await?;
+    Ok(finals)
+}
+
+/// Defines the limits, trying while the first leader is elected.
+async fn define(door: &Door) -> Result<(), String> {
+    for (name, concurrent) in LIMITS {
+        let command = Command::DefineLimit {
+            tenant: TENANT.into(),
+            name: name.into(),
+            concurrent: concurrent as u32,
+            per_second: 0.0,
+            burst: None,
+        };
+        let mut defined = false;
+        for _ in 0..DEFINE_TRIES_MAX {
+            if let Ok((_, Reply::Done)) = door.write(command.clone()).await {
+                defined = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        if !defined {
+            return Err(format!("limit {name} could not be defined: no leader"));
+        }
+    }
+    Ok(())
+}
+
+/// Compares the running nodes' digests every [`MONITOR_EVERY_MS`]: two at one applied
+/// index with different digests are recorded (`digest-mismatch`), and how many pairs were
+/// compared (`monitor`), as the harness's monitor does.
+async fn monitor(world: Arc<World>, history: SimRecorder) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(MONITOR_EVERY_MS)).await;
+        let digests = world.digests();
+        let (compared, mismatch) = compare(&digests);
+        if let Some((a, b)) = mismatch {
+            history.record(
+                NEMESIS,
+                Kind::Info,
+                "digest-mismatch",
+                json!({"nodes": [a, b], "digests": shown(&digests)}),
+            );
+        }
+        if compared > 0 {
+            history.record(NEMESIS, Kind::Info, "monitor", json!({"compared": compared}));
+        }
+    }
+}
+
+/// The pairs of nodes at one applied index, and the first such pair whose digests differ.
+fn compare(digests: &BTreeMap<NodeId, (Option<u64>, u64)>) -> (u64, Option<(NodeId, NodeId)>) {
+    let mut compared = 0;
+    let mut mismatch = None;
+    for (a, (ia, da)) in digests {
+        for (b, (ib, db)) in digests.range(a + 1..) {
+            if ia.is_some() && ia == ib {
+                compared += 1;
+                if da != db && mismatch.is_none() {
+                    mismatch = Some((*a, *b));
+                }
+            }
+        }
+    }
+    (compared, mismatch)
+}
+
+fn shown(digests: &BTreeMap<NodeId, (Option<u64>, u64)>) -> serde_json::Value {
+    digests
+        .iter()
+        .map(|(n, (i, d))| (n.to_string(), json!([i, format!("{d:016x}")])))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+/// Waits (at most [`SETTLE_MAX`]) for every node to reach one applied index, and records
+/// the final `converge` fact: converged when they did with one digest. Returns the
+/// digests last seen.
+async fn settle(world: &World, history: &SimRecorder) -> BTreeMap<NodeId, (Option<u64>, u64)> {
+    let started = history.now_ns();
+    let members = world.members().len();
+    let mut digests = world.digests();
+    for _ in 0..SETTLE_MAX.as_millis() / 100 {
+        digests = world.digests();
+        let first = digests.values().next().map(|(i, _)| *i);
+        let one_index =
+            digests.len() == members && first.flatten().is_some() && digests.values().all(|(i, _)| Some(*i) == first);
+        if one_index {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (compared, mismatch) = compare(&digests);
+    let equal_at = digests.values().next().and_then(|(i, _)| *i);
+    let converged = compared as usize == members * (members - 1) / 2 && mismatch.is_none();
+    history.record(
+        NEMESIS,
+        Kind::Info,
+        "converge",
+        json!({"final": true, "converged": converged, "compared": compared,
+            "applied": shown(&digests), "equal_at": equal_at,
+            "waited_ms": (history.now_ns() - started) / 1_000_000}),
+    );
+    digests
+}

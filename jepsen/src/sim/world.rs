@@ -1,0 +1,245 @@
+//! The simulated cluster: every node's own code (`weir_server::sim::SimNode`) on the run's
+//! network, each with its own in-memory disk that survives its crashes.
+//!
+//! Owns the nodes' lives: start, found, crash (the node stopped whole, then its disk loses
+//! what it had not synced, sometimes tearing a write) and restart on the same disk; and
+//! the door the clients write through ([`World::propose`]).
+//!
+//! Invariants:
+//! - A node is in `live` exactly while it runs; a crashed node is marked dead on the
+//!   network before anything else, so nothing it sends or answers arrives after.
+//! - A node's disk is crashed only after every task of the node has stopped, so no write
+//!   of the old incarnation lands on the disk the new one starts from.
+//! - Nothing here draws randomness: the nemesis decides, the world does.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+use weir_core::machine::{Command, Reply};
+use weir_proto::protocol::Failure;
+use weir_server::raft::network::{PeerRequest, PeerResponse};
+use weir_server::sim::{MemDisk, NodeSpec, SimNode, Transport};
+
+use super::links::NodeId;
+use super::net::{Boxed, Endpoint, Net};
+
+/// The network the nodes speak over.
+pub type PeerNet = Net<PeerRequest, PeerResponse>;
+
+/// The nodes' Raft timing, ms: the node's defaults (`weir_server::config`), so the
+/// simulated cluster elects and fails over as a real one does.
+pub const HEARTBEAT_MS: u64 = 100;
+pub const ELECTION_TIMEOUT_MS: u64 = 300;
+
+/// How many times a crash yields for the node's in-flight calls to let go of it: each
+/// call races the node's end, so one yield is enough; the bound turns a leak into an error.
+const LET_GO_YIELDS_MAX: u32 = 10_000;
+
+/// Distinguishes the snapshot directories of runs in one process (a test runs one seed
+/// twice).
+static RUNS: AtomicU64 = AtomicU64::new(0);
+
+/// What a node's peers are given to reach the others: the run's network.
+struct Wire(Arc<PeerNet>);
+
+impl Transport for Wire {
+    fn send(&self, from: NodeId, to: NodeId, request: PeerRequest) -> Boxed<Option<PeerResponse>> {
+        let net = self.0.clone();
+        Box::pin(async move { net.carry(from, to, request).await })
+    }
+}
+
+/// A running node, and the signal that ends every call into it.
+struct Live {
+    node: Arc<SimNode>,
+    ended: watch::Sender<bool>,
+}
+
+impl Live {
+    /// The node and a receiver of its end, for one call.
+    fn handle(&self) -> (Arc<SimNode>, watch::Receiver<bool>) {
+        (self.node.clone(), self.ended.subscribe())
+    }
+}
+
+/// How a node answers its peers: through the running node, until it ends.
+struct Answering {
+    node: Arc<SimNode>,
+    ended: watch::Receiver<bool>,
+}
+
+impl Endpoint<PeerRequest, PeerResponse> for Answering {
+    fn answer(&self, request: PeerRequest) -> Boxed<Option<PeerResponse>> {
+        let (node, mut ended) = (self.node.clone(), self.ended.clone());
+        Box::pin(async move {
+            tokio::select! {
+                biased;
+                answer = node.answer(request) => Some(answer),
+                // The node ended: it answers nothing more.
+                _ = ended.wait_for(|e| *e) => None,
+            }
+        })
+    }
+}
+
+/// The simulated cluster of one run.
+pub struct World {
+    pub net: Arc<PeerNet>,
+    specs: Vec<NodeSpec>,
+    disks: BTreeMap<NodeId, MemDisk>,
+    /// Each node's snapshot directory lives under here; removed on drop.
+    dir: PathBuf,
+    live: Mutex<BTreeMap<NodeId, Live>>,
+}
+
+impl World {
+    /// Starts `rates.len()` nodes (ids from 1), each at its clock rate, on a network drawn
+    /// from `seed`, and founds the cluster on node 1.
+    pub async fn start(seed: u64, rates: &[f64]) -> Result<World, String> {
+        let members: Vec<NodeId> = (1..=rates.len() as u64).collect();
+        let specs = members
+            .iter()
+            .zip(rates)
+            .map(|(id, rate)| NodeSpec {
+                id: *id,
+                members: members.clone(),
+                heartbeat_ms: HEARTBEAT_MS,
+                election_timeout_ms: ELECTION_TIMEOUT_MS,
+                clock_rate: *rate,
+            })
+            .collect();
+        let dir = std::env::temp_dir().join(format!(
+            "weir-sim-{}-{seed}-{}",
+            std::process::id(),
+            RUNS.fetch_add(1, Ordering::Relaxed)
+        ));
+        let world = World {
+            net: Net::new(seed),
+            specs,
+            disks: members.iter().map(|id| (*id, MemDisk::new())).collect(),
+            dir,
+            live: Mutex::new(BTreeMap::new()),
+        };
+        for id in &members {
+            world.run(*id).await?;
+        }
+        let (first, _) = world.handle(1).ok_or("node 1 did not start")?;
+        first.found().await?;
+        Ok(world)
+    }
+
+    /// The members, in order.
+    pub fn members(&self) -> Vec<NodeId> {
+        self.specs.iter().map(|s| s.id).collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<NodeId, Live>> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn handle(&self, id: NodeId) -> Option<(Arc<SimNode>, watch::Receiver<bool>)> {
+        self.lock().get(&id).map(Live::handle)
+    }
+
+    /// Starts node `id` on its disk and marks it alive on the network.
+    async fn run(&self, id: NodeId) -> Result<(), String> {
+        let spec = &self.specs[id as usize - 1];
+        let dir = self.dir.join(format!("node{id}"));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let wire: Arc<dyn Transport> = Arc::new(Wire(self.net.clone()));
+        let node = Arc::new(SimNode::start(spec, &self.disks[&id], &dir, wire).await?);
+        let live = Live {
+            node,
+            ended: watch::channel(false).0,
+        };
+        let (node, ended) = live.handle();
+        self.net.attach(id, Arc::new(Answering { node, ended }));
+        self.lock().insert(id, live);
+        self.net.change(|l| l.set_dead(id, false));
+        Ok(())
+    }
+
+    /// Whether node `id` runs.
+    pub fn is_live(&self, id: NodeId) -> bool {
+        self.lock().contains_key(&id)
+    }
+
+    /// Crashes node `id`: its tasks stop, then its disk loses every unsynced write (with
+    /// `tear`, the oldest one's first bytes survive). A node already down stays down.
+    pub async fn crash(&self, id: NodeId, tear: Option<usize>) -> Result<(), String> {
+        self.net.change(|l| l.set_dead(id, true));
+        self.net.detach(id);
+        let Some(live) = self.lock().remove(&id) else {
+            return Ok(());
+        };
+        live.ended.send_replace(true);
+        let mut node = live.node;
+        for _ in 0..LET_GO_YIELDS_MAX {
+            match Arc::try_unwrap(node) {
+                Ok(owned) => {
+                    owned.kill().await;
+                    self.disks[&id].crash(tear);
+                    return Ok(());
+                }
+                Err(shared) => {
+                    node = shared;
+                    tokio::task::yield_now().await;
+                }
+            }
+        }
+        Err(format!("node {id}: calls into it still held after its crash"))
+    }
+
+    /// Restarts node `id` on its disk, if it is down.
+    pub async fn restart(&self, id: NodeId) -> Result<(), String> {
+        if self.is_live(id) {
+            return Ok(());
+        }
+        self.run(id).await
+    }
+
+    /// Stops every node (the run is over).
+    pub async fn stop(&self) -> Result<(), String> {
+        for id in self.members() {
+            self.crash(id, None).await?;
+        }
+        Ok(())
+    }
+
+    /// The node that a running node says it is, the leader (the lowest such id).
+    pub fn leader(&self) -> Option<NodeId> {
+        self.lock()
+            .iter()
+            .find(|(id, live)| live.node.leader() == Some(**id))
+            .map(|(id, _)| *id)
+    }
+
+    /// Every running node's digest: (applied index, digest of the machine's state there).
+    pub fn digests(&self) -> BTreeMap<NodeId, (Option<u64>, u64)> {
+        self.lock()
+            .iter()
+            .map(|(id, live)| (*id, live.node.digest()))
+            .collect()
+    }
+
+    /// A client's write through node `id` (no network: the client carries it there);
+    /// `None` when the node is down or went down before it answered.
+    pub async fn propose(&self, id: NodeId, command: Command) -> Option<Result<(u64, Reply), Failure>> {
+        let (node, mut ended) = self.handle(id)?;
+        tokio::select! {
+            biased;
+            answer = node.propose(command) => Some(answer),
+            _ = ended.wait_for(|e| *e) => None,
+        }
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        // A directory left behind costs disk only; nothing reads it again.
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
