@@ -1,13 +1,15 @@
 //! A Weir node: the replicated shell around the pure machine (`weir-core`).
 //!
-//! Owns: the backup file and restoring a data directory from it ([`backup`]); the node,
+//! Owns: one node as the deterministic simulator runs it, with its simulated disk and
+//! network seam (`sim`, with the `sim` feature); the backup file and restoring a data directory from it ([`backup`]); the node,
 //! its client port, proposer and readers, and the front doors it is given at start
 //! ([`server`]); the session-owner rule the client port and the HTTP port share
 //! ([`session_owner`]); the node's configuration ([`config`]); openraft's glue over Weir's
 //! own write-ahead log and snapshot files ([`raft`]); Prometheus metrics ([`metrics`]);
 //! the node's shutdown signal ([`shutdown`]); the accept loop of the client and peer ports
 //! ([`accept`]); server-side security: tokens, roles, node certificates, mutual TLS
-//! between peers ([`security`]).
+//! between peers ([`security`]); the switch that makes this thread's nodes deterministic
+//! for a simulation ([`simulated`]).
 //!
 //! Imports point down the list below: nothing knows anything above it (`config` reads the
 //! log's segment size from [`raft`], and takes its token and TLS entries from
@@ -18,6 +20,9 @@
 //! dependency arrows: `docs/design.md`, "Layers".
 
 #![forbid(unsafe_code)]
+
+#[cfg(feature = "sim")]
+pub mod sim;
 
 pub mod backup;
 
@@ -41,3 +46,5 @@ pub mod private_files;
 
 // TLS, tokens and roles; `config` takes its token and TLS entries from here.
 pub mod security;
+
+pub mod simulated;

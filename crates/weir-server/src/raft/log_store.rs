@@ -22,7 +22,8 @@
 //! - The log has no holes: entries are appended at the next index, truncated from an index
 //!   to the end, purged from the start.
 //! - Writes block on fsync, so they run on the writer thread, never on the Raft core; file
-//!   reads that miss the tail run on tokio's blocking pool.
+//!   reads that miss the tail run on tokio's blocking pool (inline in a simulation:
+//!   [`crate::simulated::blocking`]).
 //! - A verification failure of a stored entry is a `StorageError` naming the index: the
 //!   node stops rather than serve from a damaged log (at open, the start is refused).
 //! - `append` refuses an entry above [`ENTRY_BYTES_MAX`] encoded rather than store what it
@@ -175,7 +176,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
             return Ok(newer);
         }
         let wal = self.wal.clone();
-        let mut out = tokio::task::spawn_blocking(move || wal.read(located))
+        let mut out = crate::simulated::blocking(move || wal.read(located))
             .await
             .map_err(read_err)?
             .map_err(|e| read_err(Damaged(e)))?;

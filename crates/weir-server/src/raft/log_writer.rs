@@ -9,7 +9,8 @@
 //! newest entries from memory instead of decoding them back out of the files.
 //!
 //! Invariants:
-//! - One thread makes every write; jobs are applied in the order they were queued, and
+//! - One thread makes every write (in a simulation, one task of its runtime:
+//!   [`crate::simulated`]); jobs are applied in the order they were queued, and
 //!   all jobs of a group are one WAL write (one `pwrite`, one `fdatasync`). So a vote saved after an
 //!   append is never on disk without that append's predecessors, and a vote saved before
 //!   an append is on disk no later than the append (the core awaits `save_vote` before it
@@ -234,9 +235,17 @@ fn closed() -> StorageError {
 }
 
 impl Writer {
-    /// Starts the writer thread on `wal`, keeping `tail` in step with what it writes.
+    /// Starts the writer thread on `wal`, keeping `tail` in step with what it writes (in a
+    /// simulation, a task of the runtime: [`crate::simulated`]).
     pub fn start(wal: Arc<Wal>, tail: Arc<Mutex<Tail>>) -> Result<Writer, String> {
         let (tx, rx) = mpsc::channel(JOBS_QUEUED_MAX);
+        if crate::simulated::on() {
+            tokio::spawn(run_simulated(wal, tail, rx));
+            return Ok(Writer {
+                jobs: Some(tx),
+                thread: None,
+            });
+        }
         let thread = std::thread::Builder::new()
             .name("weir-log-writer".into())
             .spawn(move || run(&wal, &tail, rx))
@@ -352,6 +361,29 @@ fn run_without_linger(wal: &Wal, tail: &Mutex<Tail>, mut rx: mpsc::Receiver<Job>
     }
 }
 
+/// The writer as a task of a simulation's runtime: the same groups as [`run`], and between a
+/// group's write and its answers a simulated fsync ([`crate::simulated::SIMULATED_SYNC`]),
+/// after which the disk makes the group durable ([`Wal::settle`]). A crash in that window
+/// finds the group written and not durable, and nobody answered.
+async fn run_simulated(wal: Arc<Wal>, tail: Arc<Mutex<Tail>>, mut rx: mpsc::Receiver<Job>) {
+    let mut failed = None;
+    while let Some(first) = rx.recv().await {
+        let mut group = vec![first];
+        take_queued(&mut rx, &mut group);
+        if failed.is_none()
+            && group.iter().all(|j| matches!(j, Job::Hint { .. }))
+            && let Ok(Some(job)) = tokio::time::timeout(HINT_LINGER, rx.recv()).await
+        {
+            group.push(job);
+            take_queued(&mut rx, &mut group);
+        }
+        let result = write_group(&wal, &group, &mut failed);
+        tokio::time::sleep(crate::simulated::SIMULATED_SYNC).await;
+        wal.settle();
+        answer_group(&tail, group, result);
+    }
+}
+
 /// Moves the jobs already queued into `group`, up to a group's size.
 fn take_queued(rx: &mut mpsc::Receiver<Job>, group: &mut Vec<Job>) {
     while group.len() < GROUP_JOBS_MAX {
@@ -365,11 +397,21 @@ fn take_queued(rx: &mut mpsc::Receiver<Job>, group: &mut Vec<Job>) {
 /// Writes a group durably, marks its entries durable in the tail, answers each job. After a
 /// failed write (`failed` set) nothing is written and every job gets its error.
 fn commit_group(wal: &Wal, tail: &Mutex<Tail>, group: Vec<Job>, failed: &mut Option<StorageError>) {
-    let result = match failed {
+    let result = write_group(wal, &group, failed);
+    answer_group(tail, group, result);
+}
+
+/// Writes a group durably unless an earlier write failed (`failed` set, then kept).
+fn write_group(
+    wal: &Wal,
+    group: &[Job],
+    failed: &mut Option<StorageError>,
+) -> Result<(), StorageError> {
+    match failed {
         Some(e) => Err(e.clone()),
         None => {
             let started = std::time::Instant::now();
-            let result = write(wal, &group);
+            let result = write(wal, group);
             crate::metrics::observe(&crate::metrics::get().fsync_seconds, started.elapsed());
             if let Err(e) = &result {
                 tracing::error!("log writer: write failed, writing nothing more: {e}");
@@ -377,7 +419,11 @@ fn commit_group(wal: &Wal, tail: &Mutex<Tail>, group: Vec<Job>, failed: &mut Opt
             }
             result
         }
-    };
+    }
+}
+
+/// Marks a written group's entries durable in the tail and answers each of its jobs.
+fn answer_group(tail: &Mutex<Tail>, group: Vec<Job>, result: Result<(), StorageError>) {
     if result.is_ok() {
         let mut tail = lock(tail);
         for job in &group {

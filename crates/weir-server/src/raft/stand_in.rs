@@ -61,7 +61,9 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use openraft::ServerState;
 use openraft::raft::{VoteRequest, VoteResponse};
@@ -218,9 +220,11 @@ impl StandIn {
         let mut quiet_since = Instant::now();
         let mut deadline = self.backstop_after + jitter(self.round_max / 2);
         loop {
+            // Biased: a simulation replays only if the choice is the same every run.
             tokio::select! {
-                changed = metrics.changed() => if changed.is_err() { return },
+                biased;
                 () = shutdown.begun() => return,
+                changed = metrics.changed() => if changed.is_err() { return },
                 () = tokio::time::sleep(check) => {}
             }
             let (following, vote) = {
@@ -276,12 +280,14 @@ impl StandIn {
 /// A random duration below `most` (zero if the OS gives no randomness: the backstop then
 /// waits its bare deadline, which openraft's own timers stagger anyway).
 fn jitter(most: Duration) -> Duration {
-    let mut bytes = [0u8; 8];
-    if getrandom::fill(&mut bytes).is_err() || most.is_zero() {
+    let Some(random) = crate::simulated::random() else {
+        return Duration::ZERO;
+    };
+    if most.is_zero() {
         return Duration::ZERO;
     }
     let nanos = most.as_nanos() as u64;
-    Duration::from_nanos(u64::from_le_bytes(bytes) % nanos)
+    Duration::from_nanos(random % nanos)
 }
 
 /// Whether answering `request` with `response` calls for standing at once: it was refused,

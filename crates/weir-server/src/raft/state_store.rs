@@ -228,7 +228,7 @@ impl StateStore {
         let synced = !weir_core::planted::is(weir_core::planted::Plant::UnsyncedSnapshot);
         let state = self.state.clone();
         let meta = meta.clone();
-        tokio::task::spawn_blocking(move || -> std::io::Result<Option<u64>> {
+        crate::simulated::blocking(move || -> std::io::Result<Option<u64>> {
             let written = match data {
                 Source::Built(frozen) => {
                     let data = snapshot_file::Data::Encoded(&frozen);
@@ -262,7 +262,7 @@ impl StateStore {
     /// where the machine bytes start.
     async fn current_snapshot(&self) -> Result<Option<Snapshot>, StorageError> {
         let state = self.state.clone();
-        let opened = tokio::task::spawn_blocking(move || -> std::io::Result<_> {
+        let opened = crate::simulated::blocking(move || -> std::io::Result<_> {
             let current = crate::lock::lock(&state.current);
             let Some(current) = current.as_ref() else {
                 return Ok(None);
@@ -400,7 +400,7 @@ impl RaftStateMachine<TypeConfig> for StateStore {
 
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotBytes>, StorageError> {
         let path = self.state.dir.join(RECEIVING_FILE);
-        let file = tokio::task::spawn_blocking(move || -> std::io::Result<std::fs::File> {
+        let file = crate::simulated::blocking(move || -> std::io::Result<std::fs::File> {
             // One left by a receive that was given up is unlinked already; one whose unlink
             // failed is removed here, and one left by a node that stopped between the
             // create and the unlink, at start.
@@ -439,7 +439,7 @@ impl RaftStateMachine<TypeConfig> for StateStore {
         // blocking thread it does not stall the node's heartbeats, votes and client ports,
         // which share the runtime's workers. It reads the file, twice (the checksum, then
         // the decode), and holds a buffer of it. The state is untouched until it succeeds.
-        let restored = tokio::task::spawn_blocking(move || {
+        let restored = crate::simulated::blocking(move || {
             let mut file = file;
             let started = std::time::Instant::now();
             let end = file

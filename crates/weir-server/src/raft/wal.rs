@@ -121,6 +121,9 @@ pub trait LogDisk: Send + Sync {
     fn remove(&self, name: &str) -> io::Result<()>;
     /// What `name` is called in messages.
     fn describe(&self, name: &str) -> String;
+    /// Completes the syncs asked so far, for a disk whose syncs take simulated time
+    /// ([`crate::sim::MemDisk`]); a real disk's `sync` is complete when it returns.
+    fn settle(&self) {}
 }
 
 /// The lock file in a log directory: held (an exclusive `flock`) while a process has the log
@@ -518,6 +521,11 @@ impl Wal {
             }
         }
         Ok(out)
+    }
+
+    /// Completes the disk's syncs asked so far ([`LogDisk::settle`]).
+    pub fn settle(&self) {
+        self.disk.settle();
     }
 
     /// Writes `records` durably, in order: one write at the active segment's end (a new

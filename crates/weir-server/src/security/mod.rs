@@ -33,9 +33,8 @@ pub use authorize::authorize;
 pub use tls::{Acceptor, TlsFiles};
 pub use token::{Principal, Role, TokenEntry, TokenTable, Tokens, hash_token};
 
-/// A random u64 from the OS: session nonces, generated secrets.
+/// A random u64 from the OS (in a simulation, from its seed: [`crate::simulated::random`]):
+/// session nonces, generated secrets.
 pub fn random_u64() -> Result<u64, String> {
-    let mut bytes = [0u8; 8];
-    getrandom::fill(&mut bytes).map_err(|e| format!("no randomness from the OS: {e}"))?;
-    Ok(u64::from_le_bytes(bytes))
+    crate::simulated::random().ok_or_else(|| "no randomness from the OS".to_string())
 }

@@ -37,7 +37,9 @@
 //!   them fit a peer frame.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use openraft::ServerState;
 use openraft::error::ClientWriteError;
@@ -264,10 +266,13 @@ async fn gather(
     if let Some(first) = held_over.take() {
         batch.push(first);
     } else {
+        // Biased (in this order): a simulation replays only if the choice between ready
+        // branches is the same every run (`crate::simulated`).
         tokio::select! {
-            first = rx.recv() => batch.push(first?),
-            _ = tokio::time::sleep_until(tick_at.into()) => {}
+            biased;
             () = shutdown.begun() => return None,
+            first = rx.recv() => batch.push(first?),
+            _ = tokio::time::sleep_until(tick_at) => {}
         }
     }
     batch.drain(rx, held_over, batch_max);

@@ -142,12 +142,14 @@ async fn run(
     let mut catching_up = startup_last;
     loop {
         let mut round = Vec::new();
+        // Biased: a simulation replays only if the choice is the same every run.
         tokio::select! {
+            biased;
+            () = shutdown.begun() => return,
             first = rx.recv() => match first {
                 Some(p) => round.push(p),
                 None => return,
             },
-            () = shutdown.begun() => return,
         }
         while round.len() < ROUND_MAX {
             match rx.try_recv() {

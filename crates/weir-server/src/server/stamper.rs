@@ -9,8 +9,13 @@
 //! only in builds with the test-only `planted` feature (the harness's clock nemesis runs
 //! against such a build): a production node's log clock answers to nothing in its
 //! environment, and one that finds them set says at start that it ignores them.
+//!
+//! Both clocks are read through what a simulation can drive ([`crate::simulated`]): the log
+//! clock is tokio's monotonic clock (paused in a simulation), the wall stamp and the
+//! incarnation the system clock or the simulated one; a simulated node's clock may also run
+//! at a rate of its own ([`crate::simulated::clock_rate`], 1 outside a simulation).
 
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use tokio::time::Instant;
 
 use crate::raft::NodeId;
 use weir_core::machine::{Batch, Command, Leadership};
@@ -42,11 +47,9 @@ impl Stamper {
                 clock.rate * 1.04
             } else {
                 clock.rate
-            },
+            } * crate::simulated::clock_rate(node),
             wall_skew_ms: clock.wall_skew_ms,
-            incarnation: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64),
+            incarnation: crate::simulated::unix_ns(),
         }
     }
 
@@ -59,10 +62,7 @@ impl Stamper {
                 incarnation: self.incarnation,
             },
             clock_ms: (self.started.elapsed().as_secs_f64() * 1_000.0 * self.rate) as u64,
-            wall_ms: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64)
-                .saturating_add_signed(self.wall_skew_ms),
+            wall_ms: crate::simulated::unix_ms().saturating_add_signed(self.wall_skew_ms),
             commands,
         }
     }
