@@ -205,7 +205,12 @@ pub async fn permits(spec: ClientSpec, door: Door, history: SimRecorder, stop: A
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
-        let keeper = tokio::spawn(keep_alive(door.clone(), shared.clone(), history.clone(), clock));
+        let keeper = tokio::spawn(keep_alive(
+            door.clone(),
+            shared.clone(),
+            history.clone(),
+            clock,
+        ));
         session(&spec, &door, &history, clock, &shared, &mut rng, &stop).await;
         keeper.abort();
         if stop.load(Ordering::Relaxed) {
@@ -279,7 +284,12 @@ async fn session(
         ticket += 1;
         let id = lock(shared).id;
         let limit = spec.limit;
-        let invoked = history.record(spec.process, Kind::Invoke, "acquire", json!({"limit": limit}));
+        let invoked = history.record(
+            spec.process,
+            Kind::Invoke,
+            "acquire",
+            json!({"limit": limit}),
+        );
         let command = Command::Acquire(Acquire {
             session: id,
             ticket,
@@ -294,7 +304,12 @@ async fn session(
             Ok((_, Reply::Granted { fence, .. })) => fence,
             Ok((_, Reply::Refused(refusal))) => {
                 let error = format!("{refusal:?}");
-                history.record(spec.process, Kind::Fail, "acquire", json!({"limit": limit, "error": error}));
+                history.record(
+                    spec.process,
+                    Kind::Fail,
+                    "acquire",
+                    json!({"limit": limit, "error": error}),
+                );
                 if matches!(refusal, Refusal::UnknownSession { .. }) {
                     return;
                 }
@@ -304,7 +319,12 @@ async fn session(
             }
             Ok((_, other)) => {
                 let error = format!("unexpected reply {other:?}");
-                history.record(spec.process, Kind::Info, "acquire", json!({"limit": limit, "error": error}));
+                history.record(
+                    spec.process,
+                    Kind::Info,
+                    "acquire",
+                    json!({"limit": limit, "error": error}),
+                );
                 return;
             }
             Err(failure) => {
@@ -314,7 +334,12 @@ async fn session(
                     Failure::OutcomeUnknown(_) => (Kind::Info, failure.to_string()),
                     _ => (Kind::Fail, failure.to_string()),
                 };
-                history.record(spec.process, kind, "acquire", json!({"limit": limit, "error": error}));
+                history.record(
+                    spec.process,
+                    kind,
+                    "acquire",
+                    json!({"limit": limit, "error": error}),
+                );
                 return;
             }
         };
@@ -327,7 +352,13 @@ async fn session(
             from,
         );
         let hold = Duration::from_millis(rng.range(HOLD_MS.0, HOLD_MS.1));
-        let told = work(history, clock, shared, from + clock.span(hold).as_nanos() as u64).await;
+        let told = work(
+            history,
+            clock,
+            shared,
+            from + clock.span(hold).as_nanos() as u64,
+        )
+        .await;
         let seen = history.now_ns();
         let deadline_ns = clock.sim(lock(shared).deadline_local);
         let to = told.unwrap_or(seen).min(seen).max(from);
@@ -343,7 +374,10 @@ async fn session(
         let v = json!({"limit": limit, "fence": fence});
         history.record(spec.process, Kind::Invoke, "release", v.clone());
         let released = door
-            .write(Command::Release { session: id, ticket })
+            .write(Command::Release {
+                session: id,
+                ticket,
+            })
             .await;
         let kind = match released {
             Ok((_, Reply::Released { .. })) => Kind::Ok,
@@ -385,7 +419,10 @@ mod tests {
         assert_eq!(fast.local(1_000_000), 1_040_000);
         // The run time at which a fast clock reads a deadline comes before it on a true one.
         assert_eq!(fast.sim(1_040_000), 1_000_000);
-        assert_eq!(fast.span(Duration::from_millis(104)), Duration::from_millis(100));
+        assert_eq!(
+            fast.span(Duration::from_millis(104)),
+            Duration::from_millis(100)
+        );
         let slow = Clock(0.96);
         assert!(slow.sim(slow.local(123_456_789)) >= 123_456_789 - 2);
     }

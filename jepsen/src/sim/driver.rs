@@ -130,7 +130,10 @@ pub fn report(summary: &Summary, options: &Options) -> String {
             if let Some(e) = &o.error {
                 out.push_str(&format!("  harness: {e}\n"));
             }
-            out.push_str(&format!("  replay: {}\n", replay_command(o.seed, options.config)));
+            out.push_str(&format!(
+                "  replay: {}\n",
+                replay_command(o.seed, options.config)
+            ));
         }
     }
     let sim_s: f64 = summary.outcomes.iter().map(|o| o.sim_ns as f64 / 1e9).sum();

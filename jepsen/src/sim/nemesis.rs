@@ -43,7 +43,9 @@ async fn inject(world: &World, fault: &Fault) -> Result<Value, String> {
         Fault::Isolate { leader, index } => {
             let node = target(world, *leader, *index);
             let rest: BTreeSet<NodeId> = members.iter().copied().filter(|n| *n != node).collect();
-            world.net.change(|l| l.partition(vec![BTreeSet::from([node]), rest]));
+            world
+                .net
+                .change(|l| l.partition(vec![BTreeSet::from([node]), rest]));
             Ok(json!({"isolated": node}))
         }
         Fault::Split { rotate, minority } => {
@@ -58,7 +60,11 @@ async fn inject(world: &World, fault: &Fault) -> Result<Value, String> {
             world.net.change(|l| l.partition(groups));
             Ok(shown)
         }
-        Fault::Crash { leader, index, tear } => {
+        Fault::Crash {
+            leader,
+            index,
+            tear,
+        } => {
             let node = target(world, *leader, *index);
             world.crash(node, *tear).await?;
             Ok(json!({"node": node, "torn": tear}))

@@ -84,13 +84,15 @@ impl<Req: Send + 'static, Resp: Send + 'static> Net<Req, Resp> {
     /// was lost or `to` had no endpoint.
     pub async fn carry(&self, from: NodeId, to: NodeId, request: Req) -> Option<Resp> {
         self.leg(from, to).await?;
-        let endpoint = self
+        // The endpoint is let go before the answer is awaited: a crashed node must not be
+        // kept by a call into it.
+        let answering = self
             .endpoints
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .get(&to)
-            .cloned()?;
-        let answer = endpoint.answer(request).await;
+            .get(&to)?
+            .answer(request);
+        let answer = answering.await;
         // An endpoint that went down is dead on the network: this leg is lost, and the
         // sender learns so after a while, as from a silent peer.
         self.leg(to, from).await?;

@@ -9,9 +9,10 @@
 //!
 //! Invariants:
 //! - Everything the run decides comes from its seed: the schedule, the clients' seeds and
-//!   the network's fates are drawn from one generator in a fixed order, and the runtime is
-//!   `weir_server::sim::runtime(seed)` (one thread, paused time). So a replay of a seed
-//!   gives the same trace.
+//!   the network's fates are drawn from one generator in a fixed order, the runtime is
+//!   `weir_server::sim::runtime()` (one thread, paused time) and the nodes' own draws come
+//!   from `weir_server::simulated::enter(seed)`. So a replay of a seed gives the same
+//!   trace.
 //! - Every wait is bounded in simulated time.
 //! - A run fails when a checker says invalid, when a checker expected to judge could not,
 //!   or on a harness error; an unknown from a checker not expected to judge is reported only.
@@ -112,8 +113,22 @@ impl Outcome {
 
 /// Runs seed `seed` on a fresh deterministic runtime.
 pub fn run_seed(seed: u64, config: Config) -> Outcome {
-    let runtime = weir_server::sim::runtime(seed);
-    let outcome = runtime.block_on(simulate(seed, config));
+    let runtime = match weir_server::sim::runtime() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            return Outcome {
+                seed,
+                verdicts: vec![],
+                error: Some(format!("no runtime: {e}")),
+                trace: vec![],
+                sim_ns: 0,
+            };
+        }
+    };
+    let outcome = runtime.block_on(async {
+        let _simulated = weir_server::simulated::enter(seed);
+        simulate(seed, config).await
+    });
     runtime.shutdown_background();
     outcome
 }
@@ -175,9 +190,9 @@ async fn simulate(seed: u64, config: Config) -> Outcome {
         .map(|op| serde_json::to_string(op).unwrap_or_else(|e| format!("unprintable op: {e}")))
         .collect();
     for (node, (applied, digest)) in finals {
-        outcome
-            .trace
-            .push(format!("final node {node} applied {applied:?} digest {digest:016x}"));
+        outcome.trace.push(format!(
+            "final node {node} applied {applied:?} digest {digest}"
+        ));
     }
     outcome.sim_ns = history.now_ns();
     outcome
@@ -188,7 +203,7 @@ async fn carry_out(
     seed: u64,
     config: Config,
     history: &SimRecorder,
-) -> Result<BTreeMap<NodeId, (Option<u64>, u64)>, String> {
+) -> Result<BTreeMap<NodeId, (Option<u64>, String)>, String> {
     let mut rng = Rng::new(seed);
     let clients = LIMITS.len() * CLIENTS_PER_LIMIT;
     let plan = schedule::draw(&mut rng, config.nodes, clients, config.workload_ms);
@@ -207,13 +222,20 @@ async fn carry_out(
             seed: rng.next_u64(),
         };
         let door = Door::new(world.clone(), spec.endpoint());
-        tasks.push(tokio::spawn(permits(spec, door, history.clone(), stop.clone())));
+        tasks.push(tokio::spawn(permits(
+            spec,
+            door,
+            history.clone(),
+            stop.clone(),
+        )));
     }
     let monitor = tokio::spawn(monitor(world.clone(), history.clone()));
     let nemesis = tokio::spawn(nemesis::run(world.clone(), plan, history.clone()));
     tokio::time::sleep(Duration::from_millis(config.workload_ms)).await;
     // The schedule fits in the workload's time, so the nemesis is done or healing.
-    nemesis.await.map_err(|e| format!("the nemesis failed: {e}"))?;
+    nemesis
+        .await
+        .map_err(|e| format!("the nemesis failed: {e}"))?;
     stop.store(true, Ordering::Relaxed);
     for task in tasks {
         let abort = task.abort_handle();
@@ -278,13 +300,18 @@ async fn monitor(world: Arc<World>, history: SimRecorder) {
             );
         }
         if compared > 0 {
-            history.record(NEMESIS, Kind::Info, "monitor", json!({"compared": compared}));
+            history.record(
+                NEMESIS,
+                Kind::Info,
+                "monitor",
+                json!({"compared": compared}),
+            );
         }
     }
 }
 
 /// The pairs of nodes at one applied index, and the first such pair whose digests differ.
-fn compare(digests: &BTreeMap<NodeId, (Option<u64>, u64)>) -> (u64, Option<(NodeId, NodeId)>) {
+fn compare(digests: &BTreeMap<NodeId, (Option<u64>, String)>) -> (u64, Option<(NodeId, NodeId)>) {
     let mut compared = 0;
     let mut mismatch = None;
     for (a, (ia, da)) in digests {
@@ -300,10 +327,10 @@ fn compare(digests: &BTreeMap<NodeId, (Option<u64>, u64)>) -> (u64, Option<(Node
     (compared, mismatch)
 }
 
-fn shown(digests: &BTreeMap<NodeId, (Option<u64>, u64)>) -> serde_json::Value {
+fn shown(digests: &BTreeMap<NodeId, (Option<u64>, String)>) -> serde_json::Value {
     digests
         .iter()
-        .map(|(n, (i, d))| (n.to_string(), json!([i, format!("{d:016x}")])))
+        .map(|(n, (i, d))| (n.to_string(), json!([i, d])))
         .collect::<serde_json::Map<_, _>>()
         .into()
 }
@@ -311,15 +338,16 @@ fn shown(digests: &BTreeMap<NodeId, (Option<u64>, u64)>) -> serde_json::Value {
 /// Waits (at most [`SETTLE_MAX`]) for every node to reach one applied index, and records
 /// the final `converge` fact: converged when they did with one digest. Returns the
 /// digests last seen.
-async fn settle(world: &World, history: &SimRecorder) -> BTreeMap<NodeId, (Option<u64>, u64)> {
+async fn settle(world: &World, history: &SimRecorder) -> BTreeMap<NodeId, (Option<u64>, String)> {
     let started = history.now_ns();
     let members = world.members().len();
     let mut digests = world.digests();
     for _ in 0..SETTLE_MAX.as_millis() / 100 {
         digests = world.digests();
         let first = digests.values().next().map(|(i, _)| *i);
-        let one_index =
-            digests.len() == members && first.flatten().is_some() && digests.values().all(|(i, _)| Some(*i) == first);
+        let one_index = digests.len() == members
+            && first.flatten().is_some()
+            && digests.values().all(|(i, _)| Some(*i) == first);
         if one_index {
             break;
         }

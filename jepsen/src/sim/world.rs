@@ -29,10 +29,10 @@ use super::net::{Boxed, Endpoint, Net};
 /// The network the nodes speak over.
 pub type PeerNet = Net<PeerRequest, PeerResponse>;
 
-/// The nodes' Raft timing, ms: the node's defaults (`weir_server::config`), so the
-/// simulated cluster elects and fails over as a real one does.
-pub const HEARTBEAT_MS: u64 = 100;
-pub const ELECTION_TIMEOUT_MS: u64 = 300;
+/// How much a node's election timeout may exceed the node's default minimum (300 ms), ms:
+/// each node draws its own once, from the seed, inside the default range's width (150 ms),
+/// so elections split and tie as often as on real nodes.
+pub const ELECTION_SPREAD_MS: u64 = 150;
 
 /// How many times a crash yields for the node's in-flight calls to let go of it: each
 /// call races the node's end, so one yield is enough; the bound turns a leak into an error.
@@ -96,19 +96,20 @@ pub struct World {
 }
 
 impl World {
-    /// Starts `rates.len()` nodes (ids from 1), each at its clock rate, on a network drawn
-    /// from `seed`, and founds the cluster on node 1.
+    /// Starts `rates.len()` nodes (ids from 1), each at its clock rate, with the node's
+    /// default timings but an election timeout of its own, on a network drawn from `seed`,
+    /// and founds the cluster on node 1.
     pub async fn start(seed: u64, rates: &[f64]) -> Result<World, String> {
+        let mut rng = crate::rng::Rng::new(seed);
         let members: Vec<NodeId> = (1..=rates.len() as u64).collect();
         let specs = members
             .iter()
             .zip(rates)
-            .map(|(id, rate)| NodeSpec {
-                id: *id,
-                members: members.clone(),
-                heartbeat_ms: HEARTBEAT_MS,
-                election_timeout_ms: ELECTION_TIMEOUT_MS,
-                clock_rate: *rate,
+            .map(|(id, rate)| {
+                let mut spec = NodeSpec::new(*id, members.clone());
+                spec.election_timeout_ms += rng.range(0, ELECTION_SPREAD_MS);
+                spec.clock_rate = *rate;
+                spec
             })
             .collect();
         let dir = std::env::temp_dir().join(format!(
@@ -117,7 +118,7 @@ impl World {
             RUNS.fetch_add(1, Ordering::Relaxed)
         ));
         let world = World {
-            net: Net::new(seed),
+            net: Net::new(rng.next_u64()),
             specs,
             disks: members.iter().map(|id| (*id, MemDisk::new())).collect(),
             dir,
@@ -190,7 +191,9 @@ impl World {
                 }
             }
         }
-        Err(format!("node {id}: calls into it still held after its crash"))
+        Err(format!(
+            "node {id}: calls into it still held after its crash"
+        ))
     }
 
     /// Restarts node `id` on its disk, if it is down.
@@ -218,7 +221,7 @@ impl World {
     }
 
     /// Every running node's digest: (applied index, digest of the machine's state there).
-    pub fn digests(&self) -> BTreeMap<NodeId, (Option<u64>, u64)> {
+    pub fn digests(&self) -> BTreeMap<NodeId, (Option<u64>, String)> {
         self.lock()
             .iter()
             .map(|(id, live)| (*id, live.node.digest()))
@@ -227,7 +230,11 @@ impl World {
 
     /// A client's write through node `id` (no network: the client carries it there);
     /// `None` when the node is down or went down before it answered.
-    pub async fn propose(&self, id: NodeId, command: Command) -> Option<Result<(u64, Reply), Failure>> {
+    pub async fn propose(
+        &self,
+        id: NodeId,
+        command: Command,
+    ) -> Option<Result<(u64, Reply), Failure>> {
         let (node, mut ended) = self.handle(id)?;
         tokio::select! {
             biased;
