@@ -320,7 +320,7 @@ struct SimArgs {
     #[arg(long, default_value_t = 2)]
     threads: usize,
     /// Simulated seconds of load and faults in each seed.
-    #[arg(long, default_value_t = 15)]
+    #[arg(long, default_value_t = weir_jepsen::sim::run::WORKLOAD_MS_DEFAULT / 1_000)]
     seconds: u64,
     /// Prints each run's events: every op, every nemesis event, every node's final digest.
     #[arg(long)]
@@ -338,6 +338,7 @@ fn sim(args: SimArgs) -> i32 {
         config: weir_jepsen::sim::run::Config {
             nodes: args.nodes,
             workload_ms: args.seconds * 1_000,
+            refusals_recorded_as_grants: false,
         },
     };
     let summary = driver::run(options);

@@ -41,6 +41,10 @@ use crate::setup::TENANT;
 pub const LIMITS: [(&str, u64); 2] = [("mutex", 1), ("three", 3)];
 /// Clients per limit: more than the larger cap.
 pub const CLIENTS_PER_LIMIT: usize = 4;
+/// Simulated time of load and faults in a run, ms: long enough for a few faults with
+/// quiet between them (a fault lasts up to 4 s), short enough that 1,000 seeds of a debug
+/// build take CI under 10 minutes on 2 cores.
+pub const WORKLOAD_MS_DEFAULT: u64 = 8_000;
 /// How often the monitor compares the nodes' digests, ms.
 const MONITOR_EVERY_MS: u64 = 250;
 /// How long the clients get to finish their permit after the stop.
@@ -58,13 +62,18 @@ pub struct Config {
     pub nodes: usize,
     /// Simulated time of load and faults, ms.
     pub workload_ms: u64,
+    /// A planted bug in the simulator's own recording, the negative control of its
+    /// checking path: every client records a refused acquire as granted (and holds it), so
+    /// P1 must find more believers than the cap.
+    pub refusals_recorded_as_grants: bool,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
             nodes: 3,
-            workload_ms: 15_000,
+            workload_ms: WORKLOAD_MS_DEFAULT,
+            refusals_recorded_as_grants: false,
         }
     }
 }
@@ -220,6 +229,7 @@ async fn carry_out(
             cap,
             rate: *rate,
             seed: rng.next_u64(),
+            refusals_recorded_as_grants: config.refusals_recorded_as_grants,
         };
         let door = Door::new(world.clone(), spec.endpoint());
         tasks.push(tokio::spawn(permits(
