@@ -48,9 +48,14 @@ const NEXT_NODE_PAUSE: Duration = Duration::from_millis(30);
 const KEEPALIVES_PER_TTL: u32 = 5;
 /// How soon an unacknowledged keep-alive is tried again (the library's `KEEPALIVE_RETRY`).
 const KEEPALIVE_RETRY: Duration = Duration::from_millis(100);
-/// A hold's length, ms on the client's clock: from a blip to half a TTL, so holds span
-/// faults and keep-alives.
-const HOLD_MS: (u64, u64) = (20, 1_500);
+/// A short hold's length, ms on the client's clock: from a blip to a quarter of the TTL.
+const HOLD_MS: (u64, u64) = (20, 800);
+/// A long hold's length, ms on the client's clock: up to twice the TTL, so it lives on
+/// keep-alives and spans faults (a cluster that expires a session early, or a client that
+/// believes too long, shows only in a hold that outlives a lapse of its keep-alives).
+const LONG_HOLD_MS: (u64, u64) = (2_000, 6_000);
+/// One hold in this many is long.
+const LONG_EVERY: u64 = 4;
 /// Pause after a refused acquire, ms.
 const BUSY_PAUSE_MS: (u64, u64) = (10, 200);
 
@@ -355,7 +360,12 @@ async fn session(
             json!({"limit": limit, "fence": fence, "invoke_ns": invoked}),
             from,
         );
-        let hold = Duration::from_millis(rng.range(HOLD_MS.0, HOLD_MS.1));
+        let (lo, hi) = if rng.range(1, LONG_EVERY) == 1 {
+            LONG_HOLD_MS
+        } else {
+            HOLD_MS
+        };
+        let hold = Duration::from_millis(rng.range(lo, hi));
         let told = work(
             history,
             clock,
