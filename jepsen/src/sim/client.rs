@@ -18,6 +18,7 @@
 //! - Every op the client records pairs (an invoke, then one completion of the same `f`).
 //! - Randomness comes only from the client's own seeded generator.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -58,6 +59,33 @@ const LONG_HOLD_MS: (u64, u64) = (2_000, 6_000);
 const LONG_EVERY: u64 = 4;
 /// Pause after a refused acquire, ms.
 const BUSY_PAUSE_MS: (u64, u64) = (10, 200);
+
+/// The processes holding a permit now: the nemesis aims a client cut at one of them, as the
+/// harness's cut client is a holder (a cut that hits a client between permits shows
+/// nothing about beliefs).
+#[derive(Clone, Default)]
+pub struct Holders(Arc<Mutex<BTreeSet<u64>>>);
+
+impl Holders {
+    fn set(&self, process: u64, holding: bool) {
+        let mut holders = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if holding {
+            holders.insert(process);
+        } else {
+            holders.remove(&process);
+        }
+    }
+
+    /// The `n`th holder (modulo how many there are), in process order; `None` when no one
+    /// holds.
+    pub fn pick(&self, n: usize) -> Option<u64> {
+        let holders = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if holders.is_empty() {
+            return None;
+        }
+        holders.iter().nth(n % holders.len()).copied()
+    }
+}
 
 /// One client: which limit it works on, its clock's rate, its seed.
 #[derive(Clone, Debug)]
@@ -205,7 +233,13 @@ impl Door {
 /// waiting in line: a full limit answers `Busy`), each held for a drawn time or until its
 /// belief deadline, then released. Records `acquire`, `hold` and `release` as the harness's
 /// `permits` workload does. Returns when `stop` is set (after its current permit).
-pub async fn permits(spec: ClientSpec, door: Door, history: SimRecorder, stop: Arc<AtomicBool>) {
+pub async fn permits(
+    spec: ClientSpec,
+    door: Door,
+    history: SimRecorder,
+    stop: Arc<AtomicBool>,
+    holders: Holders,
+) {
     let mut rng = Rng::new(spec.seed);
     let clock = Clock(spec.rate);
     while !stop.load(Ordering::Relaxed) {
@@ -219,7 +253,14 @@ pub async fn permits(spec: ClientSpec, door: Door, history: SimRecorder, stop: A
             history.clone(),
             clock,
         ));
-        session(&spec, &door, &history, clock, &shared, &mut rng, &stop).await;
+        let worked = Worker {
+            spec: &spec,
+            door: &door,
+            history: &history,
+            clock,
+            holders: &holders,
+        };
+        worked.session(&shared, &mut rng, &stop).await;
         keeper.abort();
         if stop.load(Ordering::Relaxed) {
             // As an application closes its session at its end, so the cluster settles
@@ -276,131 +317,147 @@ async fn keep_alive(door: Door, shared: Shared, history: SimRecorder, clock: Clo
     }
 }
 
-/// Acquires, holds and releases in one session until it ends, its belief lapses, or the
-/// run stops.
-async fn session(
-    spec: &ClientSpec,
-    door: &Door,
-    history: &SimRecorder,
+/// What a client works with in a session.
+struct Worker<'a> {
+    spec: &'a ClientSpec,
+    door: &'a Door,
+    history: &'a SimRecorder,
     clock: Clock,
-    shared: &Shared,
-    rng: &mut Rng,
-    stop: &AtomicBool,
-) {
-    let mut ticket = 0;
-    while !stop.load(Ordering::Relaxed) && !lock(shared).ended {
-        ticket += 1;
-        let id = lock(shared).id;
-        let limit = spec.limit;
-        let invoked = history.record(
-            spec.process,
-            Kind::Invoke,
-            "acquire",
-            json!({"limit": limit}),
-        );
-        let command = Command::Acquire(Acquire {
-            session: id,
-            ticket,
-            tenant: TENANT.into(),
-            limit: limit.into(),
-            units: 1,
-            priority: Priority::default(),
-            agent: None,
-            wait: false,
-        });
-        let fence = match door.write(command).await {
-            Ok((_, Reply::Granted { fence, .. })) => fence,
-            Ok((_, Reply::Refused(Refusal::Busy { .. }))) if spec.refusals_recorded_as_grants => 0,
-            Ok((_, Reply::Refused(refusal))) => {
-                let error = format!("{refusal:?}");
-                history.record(
-                    spec.process,
-                    Kind::Fail,
-                    "acquire",
-                    json!({"limit": limit, "error": error}),
-                );
-                if matches!(refusal, Refusal::UnknownSession { .. }) {
-                    return;
-                }
-                let pause = rng.range(BUSY_PAUSE_MS.0, BUSY_PAUSE_MS.1);
-                tokio::time::sleep(clock.span(Duration::from_millis(pause))).await;
-                continue;
-            }
-            Ok((_, other)) => {
-                let error = format!("unexpected reply {other:?}");
-                history.record(
-                    spec.process,
-                    Kind::Info,
-                    "acquire",
-                    json!({"limit": limit, "error": error}),
-                );
-                return;
-            }
-            Err(failure) => {
-                // Granted or not, no one here believes it: the session is left to expire
-                // (its keep-alives stop), which frees the ticket if it was granted.
-                let (kind, error) = match &failure {
-                    Failure::OutcomeUnknown(_) => (Kind::Info, failure.to_string()),
-                    _ => (Kind::Fail, failure.to_string()),
-                };
-                history.record(
-                    spec.process,
-                    kind,
-                    "acquire",
-                    json!({"limit": limit, "error": error}),
-                );
-                return;
-            }
-        };
-        let from = history.now_ns();
-        history.record_at(
-            spec.process,
-            Kind::Ok,
-            "acquire",
-            json!({"limit": limit, "fence": fence, "invoke_ns": invoked}),
-            from,
-        );
-        let (lo, hi) = if rng.range(1, LONG_EVERY) == 1 {
-            LONG_HOLD_MS
-        } else {
-            HOLD_MS
-        };
-        let hold = Duration::from_millis(rng.range(lo, hi));
-        let told = work(
+    holders: &'a Holders,
+}
+
+impl Worker<'_> {
+    /// Acquires, holds and releases in one session until it ends, its belief lapses, or the
+    /// run stops.
+    async fn session(&self, shared: &Shared, rng: &mut Rng, stop: &AtomicBool) {
+        let Worker {
+            spec,
+            door,
             history,
             clock,
-            shared,
-            from + clock.span(hold).as_nanos() as u64,
-        )
-        .await;
-        let seen = history.now_ns();
-        let deadline_ns = clock.sim(lock(shared).deadline_local);
-        let to = told.unwrap_or(seen).min(seen).max(from);
-        history.record_at(
-            spec.process,
-            Kind::Ok,
-            "hold",
-            json!({"limit": limit, "cap": spec.cap, "fence": fence, "from_ns": from,
-                "to_ns": to, "seen_ns": seen, "deadline_ns": deadline_ns, "told_ns": told,
-                "lost": told.map(|_| "expired"), "application": true}),
-            seen,
-        );
-        let v = json!({"limit": limit, "fence": fence});
-        history.record(spec.process, Kind::Invoke, "release", v.clone());
-        let released = door
-            .write(Command::Release {
+            holders,
+        } = *self;
+        let mut ticket = 0;
+        while !stop.load(Ordering::Relaxed) && !lock(shared).ended {
+            ticket += 1;
+            let id = lock(shared).id;
+            let limit = spec.limit;
+            let invoked = history.record(
+                spec.process,
+                Kind::Invoke,
+                "acquire",
+                json!({"limit": limit}),
+            );
+            let command = Command::Acquire(Acquire {
                 session: id,
                 ticket,
-            })
+                tenant: TENANT.into(),
+                limit: limit.into(),
+                units: 1,
+                priority: Priority::default(),
+                agent: None,
+                wait: false,
+            });
+            let fence = match door.write(command).await {
+                Ok((_, Reply::Granted { fence, .. })) => fence,
+                Ok((_, Reply::Refused(Refusal::Busy { .. })))
+                    if spec.refusals_recorded_as_grants =>
+                {
+                    0
+                }
+                Ok((_, Reply::Refused(refusal))) => {
+                    let error = format!("{refusal:?}");
+                    history.record(
+                        spec.process,
+                        Kind::Fail,
+                        "acquire",
+                        json!({"limit": limit, "error": error}),
+                    );
+                    if matches!(refusal, Refusal::UnknownSession { .. }) {
+                        return;
+                    }
+                    let pause = rng.range(BUSY_PAUSE_MS.0, BUSY_PAUSE_MS.1);
+                    tokio::time::sleep(clock.span(Duration::from_millis(pause))).await;
+                    continue;
+                }
+                Ok((_, other)) => {
+                    let error = format!("unexpected reply {other:?}");
+                    history.record(
+                        spec.process,
+                        Kind::Info,
+                        "acquire",
+                        json!({"limit": limit, "error": error}),
+                    );
+                    return;
+                }
+                Err(failure) => {
+                    // Granted or not, no one here believes it: the session is left to expire
+                    // (its keep-alives stop), which frees the ticket if it was granted.
+                    let (kind, error) = match &failure {
+                        Failure::OutcomeUnknown(_) => (Kind::Info, failure.to_string()),
+                        _ => (Kind::Fail, failure.to_string()),
+                    };
+                    history.record(
+                        spec.process,
+                        kind,
+                        "acquire",
+                        json!({"limit": limit, "error": error}),
+                    );
+                    return;
+                }
+            };
+            let from = history.now_ns();
+            holders.set(spec.process, true);
+            history.record_at(
+                spec.process,
+                Kind::Ok,
+                "acquire",
+                json!({"limit": limit, "fence": fence, "invoke_ns": invoked}),
+                from,
+            );
+            let (lo, hi) = if rng.range(1, LONG_EVERY) == 1 {
+                LONG_HOLD_MS
+            } else {
+                HOLD_MS
+            };
+            let hold = Duration::from_millis(rng.range(lo, hi));
+            let told = work(
+                history,
+                clock,
+                shared,
+                from + clock.span(hold).as_nanos() as u64,
+            )
             .await;
-        let kind = match released {
-            Ok((_, Reply::Released { .. })) => Kind::Ok,
-            _ => Kind::Info,
-        };
-        history.record(spec.process, kind, "release", v);
-        if told.is_some() {
-            // The belief lapsed: this session is given up, a new one opened.
-            return;
+            let seen = history.now_ns();
+            let deadline_ns = clock.sim(lock(shared).deadline_local);
+            let to = told.unwrap_or(seen).min(seen).max(from);
+            history.record_at(
+                spec.process,
+                Kind::Ok,
+                "hold",
+                json!({"limit": limit, "cap": spec.cap, "fence": fence, "from_ns": from,
+                "to_ns": to, "seen_ns": seen, "deadline_ns": deadline_ns, "told_ns": told,
+                "lost": told.map(|_| "expired"), "application": true}),
+                seen,
+            );
+            let v = json!({"limit": limit, "fence": fence});
+            holders.set(spec.process, false);
+            history.record(spec.process, Kind::Invoke, "release", v.clone());
+            let released = door
+                .write(Command::Release {
+                    session: id,
+                    ticket,
+                })
+                .await;
+            let kind = match released {
+                Ok((_, Reply::Released { .. })) => Kind::Ok,
+                _ => Kind::Info,
+            };
+            history.record(spec.process, kind, "release", v);
+            if told.is_some() {
+                // The belief lapsed: this session is given up, a new one opened.
+                return;
+            }
         }
     }
 }

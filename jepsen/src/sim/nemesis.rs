@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::client::CLIENT_ENDPOINT_BASE;
+use super::client::{CLIENT_ENDPOINT_BASE, Holders};
 use super::links::{Links, NodeId};
 use super::recorder::SimRecorder;
 use super::schedule::{Fault, Schedule};
@@ -37,7 +37,7 @@ fn target(world: &World, leader: bool, index: usize) -> NodeId {
 }
 
 /// Injects `fault`; returns what was done.
-async fn inject(world: &World, fault: &Fault) -> Result<Value, String> {
+async fn inject(world: &World, holders: &Holders, fault: &Fault) -> Result<Value, String> {
     let members = world.members();
     match fault {
         Fault::Isolate { leader, index } => {
@@ -76,7 +76,7 @@ async fn inject(world: &World, fault: &Fault) -> Result<Value, String> {
         }
         Fault::CutClient { client } => {
             let node = world.leader().unwrap_or(members[0]);
-            let process = *client as u64 + 1;
+            let process = holders.pick(*client).unwrap_or(*client as u64 + 1);
             world
                 .net
                 .change(|l| l.set_cut(CLIENT_ENDPOINT_BASE + process, node, true));
@@ -100,7 +100,7 @@ pub async fn heal(world: &World) -> Result<(), String> {
 
 /// Records the run's clock rates (a `clock` fault in force from the start), then runs the
 /// schedule's steps, recording each fault and heal.
-pub async fn run(world: Arc<World>, schedule: Schedule, history: SimRecorder) {
+pub async fn run(world: Arc<World>, schedule: Schedule, history: SimRecorder, holders: Holders) {
     let rates = json!({"nodes": schedule.node_rates, "clients": schedule.client_rates});
     history.record(NEMESIS, Kind::Invoke, "clock", json!({"fault": "rates"}));
     history.record(NEMESIS, Kind::Info, "clock", rates);
@@ -109,7 +109,7 @@ pub async fn run(world: Arc<World>, schedule: Schedule, history: SimRecorder) {
         let kind = step.fault.kind();
         let fault = format!("{:?}", step.fault);
         history.record(NEMESIS, Kind::Invoke, kind, json!({"fault": fault}));
-        match inject(&world, &step.fault).await {
+        match inject(&world, &holders, &step.fault).await {
             Ok(done) => history.record(NEMESIS, Kind::Info, kind, done),
             Err(e) => history.record(NEMESIS, Kind::Fail, kind, json!({"error": e})),
         };

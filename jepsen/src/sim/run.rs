@@ -25,7 +25,7 @@ use std::time::Duration;
 use serde_json::json;
 use weir_core::machine::{Command, Reply};
 
-use super::client::{CLIENT_ENDPOINT_BASE, ClientSpec, Door, permits};
+use super::client::{CLIENT_ENDPOINT_BASE, ClientSpec, Door, Holders, permits};
 use super::links::NodeId;
 use super::nemesis;
 use super::recorder::SimRecorder;
@@ -52,6 +52,10 @@ const CLIENT_END_MAX: Duration = Duration::from_secs(20);
 /// How long the cluster gets to settle at the end: every abandoned session's TTL and
 /// then some.
 const SETTLE_MAX: Duration = Duration::from_secs(15);
+/// How much simulated time a run may take beyond its workload: the start (defining the
+/// limits may wait for the first leader, 100 tries), the clients' end, the settling, and
+/// room. A run past it is a harness error, never a hang.
+const RUN_SLACK: Duration = Duration::from_secs(120);
 /// Tries at defining the limits (one each 100 ms) while the first leader is elected.
 const DEFINE_TRIES_MAX: u32 = 100;
 
@@ -185,10 +189,18 @@ async fn simulate(seed: u64, config: Config) -> Outcome {
         trace: vec![],
         sim_ns: 0,
     };
-    let finals = match carry_out(seed, config, &history).await {
-        Ok(finals) => finals,
-        Err(e) => {
+    let run_max = Duration::from_millis(config.workload_ms) + RUN_SLACK;
+    let finals = match tokio::time::timeout(run_max, carry_out(seed, config, &history)).await {
+        Ok(Ok(finals)) => finals,
+        Ok(Err(e)) => {
             outcome.error = Some(e);
+            BTreeMap::new()
+        }
+        Err(_) => {
+            outcome.error = Some(format!(
+                "the run did not end within {} simulated s",
+                run_max.as_secs()
+            ));
             BTreeMap::new()
         }
     };
@@ -220,6 +232,7 @@ async fn carry_out(
     define(&Door::new(world.clone(), CLIENT_ENDPOINT_BASE)).await?;
 
     let stop = Arc::new(AtomicBool::new(false));
+    let holders = Holders::default();
     let mut tasks = vec![];
     for (i, rate) in plan.client_rates.iter().enumerate() {
         let (limit, cap) = LIMITS[i / CLIENTS_PER_LIMIT];
@@ -232,15 +245,17 @@ async fn carry_out(
             refusals_recorded_as_grants: config.refusals_recorded_as_grants,
         };
         let door = Door::new(world.clone(), spec.endpoint());
+        let holders = holders.clone();
         tasks.push(tokio::spawn(permits(
             spec,
             door,
             history.clone(),
             stop.clone(),
+            holders,
         )));
     }
     let monitor = tokio::spawn(monitor(world.clone(), history.clone()));
-    let nemesis = tokio::spawn(nemesis::run(world.clone(), plan, history.clone()));
+    let nemesis = tokio::spawn(nemesis::run(world.clone(), plan, history.clone(), holders));
     tokio::time::sleep(Duration::from_millis(config.workload_ms)).await;
     // The schedule fits in the workload's time, so the nemesis is done or healing.
     nemesis

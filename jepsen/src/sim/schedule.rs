@@ -36,7 +36,8 @@ pub enum Fault {
     },
     /// Hold everything to and from a node until the heal.
     Stall { leader: bool, index: usize },
-    /// Cut one client from the node that leads when the fault fires.
+    /// Cut one client from the node that leads when the fault fires: the `client`th of those
+    /// holding a permit then (the `client`th client if none does).
     CutClient { client: usize },
     /// Drop this share (per thousand) of every message.
     Drops { per_mille: u64 },
