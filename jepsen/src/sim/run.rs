@@ -14,6 +14,7 @@
 //!   from `weir_server::simulated::enter(seed)`. So a replay of a seed gives the same
 //!   trace.
 //! - Every wait is bounded in simulated time.
+//! - A panic in any of the run's tasks (a node's included) fails it (`panics`).
 //! - A run fails when a checker says invalid, when a checker expected to judge could not,
 //!   or on a harness error; an unknown from a checker not expected to judge is reported only.
 
@@ -28,6 +29,7 @@ use weir_core::machine::{Command, Reply};
 use super::client::{CLIENT_ENDPOINT_BASE, ClientSpec, Door, Holders, permits};
 use super::links::NodeId;
 use super::nemesis;
+use super::panics;
 use super::recorder::SimRecorder;
 use super::schedule;
 use super::world::World;
@@ -138,11 +140,26 @@ pub fn run_seed(seed: u64, config: Config) -> Outcome {
             };
         }
     };
-    let outcome = runtime.block_on(async {
+    panics::count();
+    panics::reset_first();
+    let (before, _) = panics::seen();
+    let mut outcome = runtime.block_on(async {
         let _simulated = weir_server::simulated::enter(seed);
         simulate(seed, config).await
     });
     runtime.shutdown_background();
+    let (after, first) = panics::seen();
+    outcome.verdicts.push(Judged {
+        checker: "panics",
+        verdict: match after - before {
+            0 => Verdict::Valid,
+            n => Verdict::Invalid(format!(
+                "{n} panics in the run's tasks, the first: {}",
+                first.unwrap_or_default()
+            )),
+        },
+        expected: true,
+    });
     outcome
 }
 
