@@ -27,6 +27,7 @@
 //!   are real files in the node's directory and are not fault-injected).
 
 mod disk;
+pub mod groups;
 mod network;
 
 use std::collections::BTreeMap;
