@@ -31,16 +31,15 @@
 //! - Every wait is bounded in simulated time (a client's retries, the leader waits).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
 use std::path::Path;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use openraft::EntryPayload;
 
-use super::{MemDisk, NodeSpec, PeerRequest, PeerResponse, SimNode, Transport, runtime};
+use super::{MemDisk, NodeSpec, PeerRequest, SimNode, Transport, runtime};
 use crate::raft::NodeId;
+use crate::raft::in_process::Carried;
 use weir_core::machine::{Acquire, Command, Priority, Reply};
 
 /// What to simulate.
@@ -204,12 +203,7 @@ struct GroupNet {
 }
 
 impl Transport for GroupNet {
-    fn send(
-        &self,
-        from: NodeId,
-        to: NodeId,
-        request: PeerRequest,
-    ) -> Pin<Box<dyn Future<Output = Option<PeerResponse>> + Send>> {
+    fn send(&self, from: NodeId, to: NodeId, request: PeerRequest) -> Carried {
         let (group, world) = (self.group, self.world.clone());
         Box::pin(async move {
             tokio::time::sleep(delay()).await;
