@@ -15,6 +15,7 @@
 
 pub mod activity;
 pub mod cluster_identity;
+pub mod in_process;
 pub mod log_entry;
 pub mod log_error;
 pub mod log_store;

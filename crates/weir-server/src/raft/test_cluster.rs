@@ -1,26 +1,18 @@
 //! Tests only: openraft nodes in one process, on Weir's own stores and peer answers
-//! ([`answer`], so the stand-in sees what it would on a real peer port), over an in-memory
-//! network whose links a test cuts and heals. Timings are short (heartbeat 50 ms, election
-//! 150-300 ms); every wait is bounded by [`PATIENCE`].
+//! ([`answer`], so the stand-in sees what it would on a real peer port), over an in-process
+//! network ([`super::in_process`]) whose links a test cuts and heals. Timings are short
+//! (heartbeat 50 ms, election 150-300 ms); every wait is bounded by [`PATIENCE`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
-};
-use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
-use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    VoteRequest, VoteResponse,
-};
-
+use super::in_process::{Carried, Dialer, Transport};
 use super::log_store::LogStore;
 use super::network::{PeerRequest, PeerResponse, answer};
 use super::stand_in::StandIn;
 use super::state_store::{AppliedState, StateStore};
-use super::{NodeAddr, NodeId, Raft, TypeConfig};
+use super::{NodeAddr, NodeId, Raft};
 use crate::shutdown::{ShutdownSender, shutdown_channel};
 use weir_core::machine::{Batch, Leadership};
 
@@ -84,86 +76,10 @@ impl Net {
     }
 }
 
-#[derive(Debug)]
-struct Cut;
-
-impl std::fmt::Display for Cut {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the test cut this link")
-    }
-}
-
-impl std::error::Error for Cut {}
-
-/// One node's side of the network.
-struct From(NodeId, Net);
-
-struct Link {
-    from: NodeId,
-    to: NodeId,
-    net: Net,
-}
-
-impl RaftNetworkFactory<TypeConfig> for From {
-    type Network = Link;
-
-    async fn new_client(&mut self, to: NodeId, _: &NodeAddr) -> Link {
-        Link {
-            from: self.0,
-            to,
-            net: self.1.clone(),
-        }
-    }
-}
-
-type Failed<E> = RPCError<NodeId, NodeAddr, E>;
-
-impl Link {
-    async fn call(&self, request: PeerRequest) -> Result<PeerResponse, Unreachable> {
-        self.net
-            .deliver(self.from, self.to, request)
-            .await
-            .ok_or_else(|| Unreachable::new(&Cut))
-    }
-}
-
-fn wrong_kind<E: std::error::Error>() -> Failed<E> {
-    RPCError::Network(NetworkError::new(&Cut))
-}
-
-impl RaftNetwork<TypeConfig> for Link {
-    async fn append_entries(
-        &mut self,
-        rpc: AppendEntriesRequest<TypeConfig>,
-        _: RPCOption,
-    ) -> Result<AppendEntriesResponse<NodeId>, Failed<RaftError<NodeId>>> {
-        match self.call(PeerRequest::AppendEntries(rpc)).await? {
-            PeerResponse::AppendEntries(r) => r.map_err(|e| RemoteError::new(self.to, e).into()),
-            _ => Err(wrong_kind()),
-        }
-    }
-
-    async fn install_snapshot(
-        &mut self,
-        rpc: InstallSnapshotRequest<TypeConfig>,
-        _: RPCOption,
-    ) -> Result<InstallSnapshotResponse<NodeId>, Failed<RaftError<NodeId, InstallSnapshotError>>>
-    {
-        match self.call(PeerRequest::InstallSnapshot(rpc)).await? {
-            PeerResponse::InstallSnapshot(r) => r.map_err(|e| RemoteError::new(self.to, e).into()),
-            _ => Err(wrong_kind()),
-        }
-    }
-
-    async fn vote(
-        &mut self,
-        rpc: VoteRequest<NodeId>,
-        _: RPCOption,
-    ) -> Result<VoteResponse<NodeId>, Failed<RaftError<NodeId>>> {
-        match self.call(PeerRequest::Vote(rpc)).await? {
-            PeerResponse::Vote(r) => r.map_err(|e| RemoteError::new(self.to, e).into()),
-            _ => Err(wrong_kind()),
-        }
+impl Transport for Net {
+    fn send(&self, from: NodeId, to: NodeId, request: PeerRequest) -> Carried {
+        let net = self.clone();
+        Box::pin(async move { net.deliver(from, to, request).await })
     }
 }
 
@@ -203,7 +119,10 @@ pub async fn start(net: &Net, dir: &std::path::Path, id: NodeId) -> (Raft, Arc<A
     let raft = Raft::new(
         id,
         Arc::new(config.clone()),
-        From(id, net.clone()),
+        Dialer {
+            from: id,
+            net: Arc::new(net.clone()),
+        },
         LogStore::open(&dir.join("log")).unwrap(),
         store,
     )

@@ -27,7 +27,7 @@
 //!   are real files in the node's directory and are not fault-injected).
 
 mod disk;
-mod network;
+pub mod groups;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -35,8 +35,8 @@ use std::sync::Arc;
 
 use openraft::storage::RaftLogStorage;
 
+pub use crate::raft::in_process::Transport;
 pub use disk::MemDisk;
-pub use network::Transport;
 
 use crate::config::{ProposerConfig, RaftConfig};
 use crate::raft::log_store::LogStore;
@@ -152,7 +152,7 @@ impl SimNode {
             .map(|id| id.index);
         let store = StateStore::open(dir)?;
         let state = store.state();
-        let dialer = network::Dialer { from: spec.id, net };
+        let dialer = crate::raft::in_process::Dialer { from: spec.id, net };
         let raft = Raft::new(spec.id, config.clone(), dialer, log, store)
             .await
             .map_err(|e| format!("raft: {e}"))?;

@@ -2,12 +2,11 @@
 //! replays exactly from its seed.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::*;
+use crate::raft::in_process::Carried;
 use weir_core::machine::Reply;
 
 /// Seeded delays of 1 to 4 ms each way; a dead node's messages are lost.
@@ -34,12 +33,7 @@ impl Net {
 struct Shared(Arc<Net>);
 
 impl Transport for Shared {
-    fn send(
-        &self,
-        from: NodeId,
-        to: NodeId,
-        request: PeerRequest,
-    ) -> Pin<Box<dyn Future<Output = Option<PeerResponse>> + Send>> {
+    fn send(&self, from: NodeId, to: NodeId, request: PeerRequest) -> Carried {
         let net = self.0.clone();
         Box::pin(async move {
             tokio::time::sleep(Net::delay()).await;

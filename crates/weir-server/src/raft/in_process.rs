@@ -1,6 +1,8 @@
-//! The peer seam of a simulated node: openraft's network traits over a [`Transport`] that
-//! the simulation implements (delays, losses, partitions, stalls), so a simulated cluster's
-//! Raft messages cross exactly what the simulation decides.
+//! Peers in one process: openraft's network traits over a [`Transport`] that the caller
+//! implements, so the nodes of a simulation (`crate::sim`, delays, losses, partitions,
+//! stalls) or of a test cluster ([`super::test_cluster`], links cut and healed) exchange
+//! their Raft messages exactly as it decides, each answered by the receiving node's own
+//! peer answer ([`super::network::answer`]).
 //!
 //! Every call is bounded by openraft's deadline for it (`RPCOption::hard_ttl`), as the real
 //! peer transport's calls are ([`crate::raft::network`]): a message the transport holds
@@ -19,19 +21,18 @@ use openraft::raft::{
     VoteRequest, VoteResponse,
 };
 
-use crate::raft::network::{PeerRequest, PeerResponse};
-use crate::raft::{NodeAddr, NodeId, TypeConfig};
+use super::network::{PeerRequest, PeerResponse};
+use super::{NodeAddr, NodeId, TypeConfig};
 
-/// A peer request's way to its node and the answer's way back, as the simulation decides.
+/// A peer request on its way: resolves to the answer, or `None` when it or the answer was
+/// lost.
+pub type Carried = Pin<Box<dyn Future<Output = Option<PeerResponse>> + Send>>;
+
+/// A peer request's way to its node and the answer's way back, as the caller decides.
 pub trait Transport: Send + Sync + 'static {
     /// Carries `request` from node `from` to node `to` and its answer back: `None` when
     /// either was lost (the sender sees the peer unreachable).
-    fn send(
-        &self,
-        from: NodeId,
-        to: NodeId,
-        request: PeerRequest,
-    ) -> Pin<Box<dyn Future<Output = Option<PeerResponse>> + Send>>;
+    fn send(&self, from: NodeId, to: NodeId, request: PeerRequest) -> Carried;
 }
 
 /// One node's side of the network: it makes a link to each peer openraft asks for.
@@ -63,7 +64,7 @@ struct Lost;
 
 impl std::fmt::Display for Lost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the simulated network lost the message or its answer")
+        f.write_str("the in-process network lost the message or its answer")
     }
 }
 
@@ -92,10 +93,10 @@ impl Link {
     }
 }
 
-/// An answer of another kind than the request's: a bug of the simulation's transport.
+/// An answer of another kind than the request's: a bug of the caller's transport.
 fn wrong_kind<E: std::error::Error>() -> Failed<E> {
     RPCError::Network(NetworkError::new(&std::io::Error::other(
-        "the simulated peer answered another kind of request",
+        "the in-process peer answered another kind of request",
     )))
 }
 

@@ -1,0 +1,552 @@
+//! Many Raft groups on a few simulated processes, under the bench's permit cycle, with a
+//! model of the processes' CPU: what more groups buy, measured in simulated time.
+//!
+//! The shape ([`Shape`]): `processes` node processes with `cores` cores each; `groups` data
+//! groups of `replicas` voters, group `g`'s voters the processes `g, g+1, …` (mod the
+//! count), its first voter founding it with the shortest election timeout, so leaders start
+//! spread one a process. Tenants are placed statically, `tenants_per_group` a group (tenant
+//! `i` in group `i mod groups + 1`), each with one limit of `capacity` permits; every client
+//! works one tenant, routing to its group's leader as the placement says (the design's
+//! static placement, docs/design.md "Many groups"; no tenant moves here).
+//!
+//! The CPU model. Every replica of a group applies every command, one at a time (the
+//! machine is one task): `apply_us` a command, on one core of its process, serially per
+//! replica. The leader also spends `leader_us` a command (client I/O, batching, the log
+//! writer, replication), on any core of its process. A core is a permit of the process's
+//! semaphore held for the work's simulated time, so groups on one process compete for its
+//! cores, and a group's throughput is bounded by its serial apply. The default costs are
+//! the real cluster's, measured on this repository's 2-core machine (`docs/benchmarks.md`,
+//! "Five nodes": 3 nodes at 256 clients, 6a875c4): the leader 7.4–7.6 µs an operation, a
+//! follower 3.8–3.9 µs; rounded, 4 µs of apply on every replica and 4 µs more on the leader.
+//! Nothing else costs simulated time but the network's delays (0 or 1 ms each way: tokio's
+//! clock counts whole milliseconds) and the log's simulated fsyncs (one tick).
+//!
+//! G1 per limit, as the clients were told: a client counts a permit from the moment a grant
+//! reaches it until it sends the release; [`Report::over_capacity`] names every moment a
+//! limit's count passed its capacity.
+//!
+//! Invariants:
+//! - A run is a function of its shape and seed: it runs on one simulated thread
+//!   ([`crate::simulated`]), and everything it draws comes from the seed.
+//! - Every wait is bounded in simulated time (a client's retries, the leader waits).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use openraft::EntryPayload;
+
+use super::{MemDisk, NodeSpec, PeerRequest, SimNode, Transport, runtime};
+use crate::raft::NodeId;
+use crate::raft::in_process::Carried;
+use weir_core::machine::{Acquire, Command, Priority, Reply};
+
+/// What to simulate.
+#[derive(Clone, Debug)]
+pub struct Shape {
+    pub processes: u64,
+    pub cores: usize,
+    pub groups: u64,
+    pub replicas: u64,
+    /// Closed-loop clients of each group (so the offered load grows with the groups).
+    pub clients_per_group: usize,
+    pub tenants_per_group: usize,
+    /// Permits of each tenant's limit.
+    pub capacity: u32,
+    /// Simulated seconds measured, after `warmup_s`.
+    pub seconds: f64,
+    pub warmup_s: f64,
+    /// CPU µs a command costs the leader beyond its apply.
+    pub leader_us: u64,
+    /// CPU µs a command's apply costs each replica, serially.
+    pub apply_us: u64,
+    /// Kill process 1 (every replica it hosts, its disks torn) halfway through the measured
+    /// window, and restart it a second later.
+    pub kill: bool,
+    pub seed: u64,
+}
+
+impl Shape {
+    /// `groups` groups of 3 on `processes` processes of `cores` cores, 1,024 clients a
+    /// group, the measured costs (module doc), 1 s measured after 0.3 s.
+    pub fn new(processes: u64, cores: usize, groups: u64) -> Shape {
+        Shape {
+            processes,
+            cores,
+            groups,
+            replicas: 3,
+            clients_per_group: 1_024,
+            tenants_per_group: 64,
+            capacity: 8,
+            seconds: 1.0,
+            warmup_s: 0.3,
+            leader_us: 4,
+            apply_us: 4,
+            kill: false,
+            seed: 1,
+        }
+    }
+
+    fn members(&self, group: u64) -> Vec<NodeId> {
+        (0..self.replicas)
+            .map(|k| (group - 1 + k) % self.processes + 1)
+            .collect()
+    }
+
+    fn group_of(&self, tenant: usize) -> u64 {
+        tenant as u64 % self.groups + 1
+    }
+}
+
+/// What a run measured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Report {
+    /// Commands answered (acquires and releases) in the measured window.
+    pub ops: u64,
+    pub ops_per_s: f64,
+    /// Each group's share of `ops`.
+    pub per_group: BTreeMap<u64, u64>,
+    /// Each process's busy core-seconds over the run's simulated seconds, over its cores.
+    pub cpu_busy: BTreeMap<NodeId, f64>,
+    /// Each moment a limit's permits held as the clients were told passed its capacity.
+    pub over_capacity: Vec<String>,
+    /// Commands answered with an error (not leader, unknown outcome) and retried.
+    pub retried: u64,
+}
+
+/// One process's CPU: when each of its cores is next free, and the core-time spent, both
+/// as simulated time since the run began.
+struct Cpu {
+    free_at: Mutex<Vec<Duration>>,
+    busy: Mutex<Duration>,
+}
+
+struct World {
+    shape: Shape,
+    /// When the run began: the origin of every `free_at`.
+    started: tokio::time::Instant,
+    nodes: Mutex<BTreeMap<(u64, NodeId), Arc<SimNode>>>,
+    dead: Mutex<BTreeSet<NodeId>>,
+    cpu: BTreeMap<NodeId, Cpu>,
+    /// When each replica's apply is next free: it applies one command at a time.
+    apply: BTreeMap<(u64, NodeId), Mutex<Duration>>,
+}
+
+/// Work shorter than this waits for nothing: tokio's clock counts whole milliseconds, so
+/// the model keeps the cores' time itself and makes a caller wait only once its work ends
+/// a tick or more from now (a saturated core's backlog).
+const TICK: Duration = Duration::from_millis(1);
+
+impl World {
+    fn node(&self, group: u64, id: NodeId) -> Option<Arc<SimNode>> {
+        if self.dead.lock().unwrap().contains(&id) {
+            return None;
+        }
+        self.nodes.lock().unwrap().get(&(group, id)).cloned()
+    }
+
+    /// Spends `work` of CPU on process `id`: on its core free soonest, after `serial` (if
+    /// any) is free, and waits until it ends when that is a tick or more away.
+    async fn spend(&self, id: NodeId, serial: Option<&Mutex<Duration>>, work: Duration) {
+        if work.is_zero() {
+            return;
+        }
+        let now = self.started.elapsed();
+        let end = {
+            let cpu = &self.cpu[&id];
+            let mut serial = serial.map(|s| s.lock().unwrap());
+            let mut cores = cpu.free_at.lock().unwrap();
+            let (core, free_at) = cores
+                .iter()
+                .copied()
+                .enumerate()
+                .min_by_key(|(_, t)| *t)
+                .expect("a process has a core");
+            let start = now
+                .max(free_at)
+                .max(serial.as_deref().copied().unwrap_or_default());
+            let end = start + work;
+            cores[core] = end;
+            if let Some(serial) = serial.as_deref_mut() {
+                *serial = end;
+            }
+            *cpu.busy.lock().unwrap() += work;
+            end
+        };
+        if end >= now + TICK {
+            tokio::time::sleep_until(self.started + end).await;
+        }
+    }
+
+    async fn apply(&self, group: u64, id: NodeId, commands: u64) {
+        let work = Duration::from_micros(self.shape.apply_us * commands);
+        self.spend(id, self.apply.get(&(group, id)), work).await;
+    }
+}
+
+/// How long a client holds a permit before it releases it.
+const HOLD: Duration = Duration::from_micros(100);
+
+/// A delay of 0 or 1 ms each way (tokio's clock counts whole milliseconds), drawn from the
+/// seed: a rack's network, rounded.
+fn delay() -> Duration {
+    let r = crate::simulated::random().expect("a simulation draws from its seed");
+    Duration::from_millis(r % 2)
+}
+
+/// Group `group`'s network: its peer requests between its replicas, each follower's apply
+/// of what an append carries charged to its process before it answers.
+struct GroupNet {
+    group: u64,
+    world: Arc<World>,
+}
+
+impl Transport for GroupNet {
+    fn send(&self, from: NodeId, to: NodeId, request: PeerRequest) -> Carried {
+        let (group, world) = (self.group, self.world.clone());
+        Box::pin(async move {
+            tokio::time::sleep(delay()).await;
+            world.node(group, from)?;
+            let node = world.node(group, to)?;
+            if let PeerRequest::AppendEntries(append) = &request {
+                let commands: u64 = append
+                    .entries
+                    .iter()
+                    .map(|e| match &e.payload {
+                        EntryPayload::Normal(batch) => batch.commands.len() as u64,
+                        _ => 0,
+                    })
+                    .sum();
+                world.apply(group, to, commands).await;
+            }
+            let response = node.answer(request).await;
+            tokio::time::sleep(delay()).await;
+            world.node(group, from)?;
+            Some(response)
+        })
+    }
+}
+
+async fn start(
+    world: &Arc<World>,
+    root: &Path,
+    disks: &BTreeMap<(u64, NodeId), MemDisk>,
+    group: u64,
+    id: NodeId,
+) {
+    let members = world.shape.members(group);
+    let mut spec = NodeSpec::new(id, members.clone());
+    let rank = members.iter().position(|m| *m == id).expect("a member") as u64;
+    spec.election_timeout_ms = 300 + 60 * rank;
+    let dir = root.join(format!("g{group}")).join(id.to_string());
+    let net = Arc::new(GroupNet {
+        group,
+        world: world.clone(),
+    });
+    let node = SimNode::start(&spec, &disks[&(group, id)], &dir, net)
+        .await
+        .expect("a simulated node starts");
+    world
+        .nodes
+        .lock()
+        .unwrap()
+        .insert((group, id), Arc::new(node));
+}
+
+/// Sends `command` to group `group`'s leader, following its members' word on who leads;
+/// `None` when no leader answered within 5 s of simulated time.
+async fn propose(
+    world: &World,
+    group: u64,
+    command: Command,
+    retried: &Mutex<u64>,
+) -> Option<Reply> {
+    let members = world.shape.members(group);
+    let mut to = members[0];
+    for attempt in 0..500 {
+        if let Some(node) = world.node(group, to) {
+            world
+                .spend(to, None, Duration::from_micros(world.shape.leader_us))
+                .await;
+            world.apply(group, to, 1).await;
+            match node.propose(command.clone()).await {
+                Ok((_, reply)) => return Some(reply),
+                Err(_) => *retried.lock().unwrap() += 1,
+            }
+            if let Some(leader) = node.leader().filter(|l| *l != to) {
+                to = leader;
+                continue;
+            }
+        }
+        to = members[(attempt + 1) % members.len()];
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    None
+}
+
+/// Held permits per tenant's limit, as the clients were told, and every time one passed
+/// its capacity.
+#[derive(Default)]
+struct Held {
+    now: BTreeMap<usize, u32>,
+    over: Vec<String>,
+}
+
+impl Held {
+    fn granted(&mut self, tenant: usize, capacity: u32, at: Duration) {
+        let n = self.now.entry(tenant).or_default();
+        *n += 1;
+        if *n > capacity {
+            self.over
+                .push(format!("t{tenant}: {n} held of {capacity} at {:?}", at));
+        }
+    }
+
+    fn releasing(&mut self, tenant: usize) {
+        if let Some(n) = self.now.get_mut(&tenant) {
+            *n = n.saturating_sub(1);
+        }
+    }
+}
+
+/// Runs `shape` on a simulated thread of its own, its nodes' snapshots under `root`.
+pub fn run(shape: &Shape, root: &Path) -> Result<Report, String> {
+    let rt = runtime().map_err(|e| format!("runtime: {e}"))?;
+    rt.block_on(simulate(shape.clone(), root))
+}
+
+async fn simulate(shape: Shape, root: &Path) -> Result<Report, String> {
+    let _sim = crate::simulated::enter(shape.seed);
+    let started = tokio::time::Instant::now();
+    let ids: Vec<NodeId> = (1..=shape.processes).collect();
+    let places: Vec<(u64, NodeId)> = (1..=shape.groups)
+        .flat_map(|g| shape.members(g).into_iter().map(move |id| (g, id)))
+        .collect();
+    let world = Arc::new(World {
+        started,
+        cpu: ids
+            .iter()
+            .map(|id| {
+                let cpu = Cpu {
+                    free_at: Mutex::new(vec![Duration::ZERO; shape.cores]),
+                    busy: Mutex::new(Duration::ZERO),
+                };
+                (*id, cpu)
+            })
+            .collect(),
+        apply: places.iter().map(|p| (*p, Mutex::default())).collect(),
+        nodes: Mutex::default(),
+        dead: Mutex::default(),
+        shape: shape.clone(),
+    });
+    let disks: BTreeMap<_, _> = places.iter().map(|p| (*p, MemDisk::new())).collect();
+    for (group, id) in &places {
+        start(&world, root, &disks, *group, *id).await;
+    }
+    for group in 1..=shape.groups {
+        let founder = shape.members(group)[0];
+        world.node(group, founder).expect("started").found().await?;
+    }
+    let retried = Arc::new(Mutex::new(0u64));
+    let held = Arc::new(Mutex::new(Held::default()));
+    let tenants = shape.groups as usize * shape.tenants_per_group;
+    for tenant in 0..tenants {
+        let define = Command::DefineLimit {
+            tenant: format!("t{tenant}"),
+            name: "l".into(),
+            concurrent: shape.capacity,
+            per_second: 0.0,
+            burst: None,
+        };
+        propose(&world, shape.group_of(tenant), define, &retried)
+            .await
+            .ok_or("no leader to define the limits")?;
+    }
+    let measure_from = started.elapsed() + Duration::from_secs_f64(shape.warmup_s);
+    let measure_to = measure_from + Duration::from_secs_f64(shape.seconds);
+    let counted: Arc<Mutex<BTreeMap<u64, u64>>> = Arc::default();
+    let mut clients = tokio::task::JoinSet::new();
+    for c in 0..shape.clients_per_group * shape.groups as usize {
+        let tenant = c % tenants;
+        let group = shape.group_of(tenant);
+        let (world, retried, held, counted) = (
+            world.clone(),
+            retried.clone(),
+            held.clone(),
+            counted.clone(),
+        );
+        let capacity = shape.capacity;
+        clients.spawn(async move {
+            let count = |n: u64| {
+                let at = started.elapsed();
+                if at >= measure_from && at < measure_to {
+                    *counted.lock().unwrap().entry(group).or_default() += n;
+                }
+            };
+            let open = Command::OpenSession { ttl_ms: 600_000 };
+            let Some(Reply::SessionOpened { session, .. }) =
+                propose(&world, group, open, &retried).await
+            else {
+                return;
+            };
+            let mut ticket = 0;
+            while started.elapsed() < measure_to {
+                ticket += 1;
+                let acquire = Command::Acquire(Acquire {
+                    session,
+                    ticket,
+                    tenant: format!("t{tenant}"),
+                    limit: "l".into(),
+                    units: 1,
+                    priority: Priority::default(),
+                    agent: None,
+                    wait: false,
+                });
+                let Some(reply) = propose(&world, group, acquire, &retried).await else {
+                    continue;
+                };
+                count(1);
+                if !matches!(reply, Reply::Granted { .. }) {
+                    tokio::time::sleep(Duration::from_micros(200)).await;
+                    continue;
+                }
+                held.lock()
+                    .unwrap()
+                    .granted(tenant, capacity, started.elapsed());
+                tokio::time::sleep(HOLD).await;
+                held.lock().unwrap().releasing(tenant);
+                let release = Command::Release { session, ticket };
+                if propose(&world, group, release, &retried).await.is_some() {
+                    count(1);
+                }
+            }
+        });
+    }
+    if shape.kill {
+        let kill_at = measure_from + Duration::from_secs_f64(shape.seconds / 2.0);
+        tokio::time::sleep(kill_at.saturating_sub(started.elapsed())).await;
+        world.dead.lock().unwrap().insert(1);
+        let killed: Vec<_> = places.iter().filter(|(_, id)| *id == 1).copied().collect();
+        for place in &killed {
+            let node = world.nodes.lock().unwrap().remove(place).expect("running");
+            if let Some(node) = Arc::into_inner(node) {
+                node.kill().await;
+            }
+            disks[place].crash(Some(5));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        world.dead.lock().unwrap().remove(&1);
+        for (group, id) in &killed {
+            start(&world, root, &disks, *group, *id).await;
+        }
+    }
+    while clients.join_next().await.is_some() {}
+    let elapsed = started.elapsed();
+    let nodes: Vec<_> = std::mem::take(&mut *world.nodes.lock().unwrap())
+        .into_values()
+        .collect();
+    for node in nodes {
+        if let Some(node) = Arc::into_inner(node) {
+            node.kill().await;
+        }
+    }
+    let per_group = counted.lock().unwrap().clone();
+    let ops = per_group.values().sum();
+    let cpu_busy = world
+        .cpu
+        .iter()
+        .map(|(id, cpu)| {
+            let busy = cpu.busy.lock().unwrap().as_secs_f64();
+            (*id, busy / elapsed.as_secs_f64() / shape.cores as f64)
+        })
+        .collect();
+    let over_capacity = std::mem::take(&mut held.lock().unwrap().over);
+    let retried = *retried.lock().unwrap();
+    Ok(Report {
+        ops,
+        ops_per_s: ops as f64 / shape.seconds,
+        per_group,
+        cpu_busy,
+        over_capacity,
+        retried,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::raft::test_cluster::TempDir;
+
+    fn small(groups: u64) -> Shape {
+        Shape {
+            clients_per_group: 48,
+            tenants_per_group: 4,
+            capacity: 4,
+            seconds: 0.3,
+            warmup_s: 0.2,
+            ..Shape::new(6, 2, groups)
+        }
+    }
+
+    fn run_in(tag: &str, shape: &Shape) -> Report {
+        let dir = TempDir::new(tag);
+        run(shape, &dir.0).unwrap()
+    }
+
+    #[test]
+    fn a_second_group_doubles_what_latency_bounds_and_no_limit_is_over_granted() {
+        let one = run_in("sim-groups-1", &small(1));
+        let two = run_in("sim-groups-2", &small(2));
+        assert!(one.ops > 0, "{one:?}");
+        assert_eq!(two.per_group.len(), 2, "both groups decide: {two:?}");
+        assert!(
+            two.ops as f64 > 1.6 * one.ops as f64,
+            "two groups of independent tenants do nearly twice one's work: {one:?} {two:?}"
+        );
+        assert!(
+            one.over_capacity.is_empty() && two.over_capacity.is_empty(),
+            "{one:?} {two:?}"
+        );
+    }
+
+    #[test]
+    fn a_run_is_a_function_of_its_seed() {
+        let shape = Shape {
+            seconds: 0.1,
+            ..small(2)
+        };
+        let a = run_in("sim-groups-seed-a", &shape);
+        let b = run_in("sim-groups-seed-b", &shape);
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn a_killed_process_costs_no_grant_and_every_group_goes_on() {
+        let shape = Shape {
+            kill: true,
+            seconds: 3.0,
+            clients_per_group: 16,
+            ..small(3)
+        };
+        let r = run_in("sim-groups-kill", &shape);
+        assert!(r.over_capacity.is_empty(), "{r:?}");
+        assert_eq!(r.per_group.len(), 3, "{r:?}");
+        assert!(r.retried > 0, "the kill cost some commands a retry: {r:?}");
+    }
+
+    #[test]
+    fn held_permits_past_the_capacity_are_named() {
+        let mut held = Held::default();
+        held.granted(3, 2, Duration::from_millis(5));
+        held.granted(3, 2, Duration::from_millis(6));
+        assert!(held.over.is_empty());
+        held.granted(3, 2, Duration::from_millis(7));
+        held.releasing(3);
+        held.granted(3, 2, Duration::from_millis(8));
+        assert_eq!(
+            held.over,
+            vec!["t3: 3 held of 2 at 7ms", "t3: 3 held of 2 at 8ms"]
+        );
+    }
+}
