@@ -321,6 +321,8 @@ fn simulate(seed: u64, keyed: bool) {
     const RUN_MS: u64 = 12_000;
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let mut s = Sim::new();
+    // Twelve thousand entries a seed: the invariants every 100 entries and at the end.
+    s.check_every = 100;
     let mut def = limit("t", "r").rate(RATE as f64).burst(BURST);
     if keyed {
         def = def.keyed();
@@ -452,6 +454,7 @@ fn simulate(seed: u64, keyed: bool) {
             false
         });
     }
+    s.check();
     check_windows(seed, &spent, BURST * MICRO, RATE * MICRO, start);
     let total: u64 = spent.iter().map(|s| s.1).sum();
     assert!(
