@@ -346,6 +346,106 @@ fn sim(args: SimArgs) -> i32 {
     i32::from(!summary.failures().is_empty())
 }
 
+/// `weir-jepsen sim-groups`: many Raft groups on simulated processes, with a model of their
+/// CPU (`weir_server::sim::groups`).
+#[derive(Parser, Debug)]
+#[command(
+    name = "weir-jepsen sim-groups",
+    about = "Measures in simulated time what more Raft groups on the same processes buy: one run of the permit cycle per group count, the processes' CPU modelled"
+)]
+struct GroupsArgs {
+    /// Group counts to run, in order (the first is the ratios' base).
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
+    groups: Vec<u64>,
+    /// Simulated node processes (at least 3: every group has three voters).
+    #[arg(long, default_value_t = 16)]
+    processes: u64,
+    /// Cores of each process.
+    #[arg(long, default_value_t = 1)]
+    cores: usize,
+    /// Closed-loop clients of each group.
+    #[arg(long, default_value_t = 1_024)]
+    clients_per_group: usize,
+    /// Simulated seconds measured in each run (after 0.3 s of warm-up).
+    #[arg(long, default_value_t = 1.0)]
+    seconds: f64,
+    /// Kill process 1 (every replica on it) halfway through each run; it restarts a second
+    /// later.
+    #[arg(long)]
+    kill: bool,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+/// Runs `args`'s group counts and prints one line each; 1 when a limit was over-granted or
+/// a run failed, 2 on bad arguments.
+fn sim_groups(args: GroupsArgs) -> i32 {
+    use weir_server::sim::groups::{Shape, run};
+    if args.processes < 3 || args.cores == 0 || args.groups.contains(&0) || args.seconds <= 0.0 {
+        eprintln!(
+            "sim-groups: --processes at least 3, --cores and every --groups at least 1, --seconds above 0"
+        );
+        return 2;
+    }
+    println!(
+        "{} processes of {} core(s), {} clients a group, {} s measured, seed {}{}",
+        args.processes,
+        args.cores,
+        args.clients_per_group,
+        args.seconds,
+        args.seed,
+        if args.kill {
+            ", process 1 killed halfway"
+        } else {
+            ""
+        }
+    );
+    println!(
+        "groups  ops/s (simulated)  x first  per group  busiest process  retried  over capacity  wall s"
+    );
+    let mut base = None;
+    let mut status = 0;
+    for &groups in &args.groups {
+        let shape = Shape {
+            clients_per_group: args.clients_per_group,
+            seconds: args.seconds,
+            kill: args.kill,
+            seed: args.seed,
+            ..Shape::new(args.processes, args.cores, groups)
+        };
+        let dir =
+            std::env::temp_dir().join(format!("weir-sim-groups-{}-{groups}", std::process::id()));
+        let started = std::time::Instant::now();
+        let result = run(&shape, &dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        let report = match result {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("sim-groups: {groups} groups: {e}");
+                status = 1;
+                continue;
+            }
+        };
+        let first = *base.get_or_insert(report.ops_per_s);
+        let busiest = report.cpu_busy.values().copied().fold(0.0, f64::max);
+        println!(
+            "{groups:>6}  {:>17.0}  {:>7.2}  {:>9.0}  {:>14.0}%  {:>7}  {:>13}  {:>6.1}",
+            report.ops_per_s,
+            report.ops_per_s / first,
+            report.ops_per_s / groups as f64,
+            busiest * 100.0,
+            report.retried,
+            report.over_capacity.len(),
+            started.elapsed().as_secs_f64()
+        );
+        for over in &report.over_capacity {
+            println!("        over capacity: {over}");
+            status = 1;
+        }
+    }
+    status
+}
+
 fn main() {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if argv
@@ -354,6 +454,9 @@ fn main() {
     {
         // The CLI holder's command (`weir acquire cli -- weir-jepsen --cli-command ...`).
         std::process::exit(weir_jepsen::workload::command_main(&argv[2..]));
+    }
+    if argv.get(1).is_some_and(|a| a == "sim-groups") {
+        std::process::exit(sim_groups(GroupsArgs::parse_from(&argv[1..])));
     }
     if argv.get(1).is_some_and(|a| a == "sim") {
         std::process::exit(sim(SimArgs::parse_from(&argv[1..])));

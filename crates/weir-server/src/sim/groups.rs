@@ -2,9 +2,10 @@
 //! model of the processes' CPU: what more groups buy, measured in simulated time.
 //!
 //! The shape ([`Shape`]): `processes` node processes with `cores` cores each; `groups` data
-//! groups of `replicas` voters, group `g`'s voters the processes `g, g+1, …` (mod the
-//! count), its first voter founding it with the shortest election timeout, so leaders start
-//! spread one a process. Tenants are placed statically, `tenants_per_group` a group (tenant
+//! groups of `replicas` voters, group `g`'s voters the processes `g, g+s, g+2s, …` (mod the
+//! count, `s` the processes over the replicas: a placement that spreads replicas evenly),
+//! its first voter founding it with the shortest election timeout, so leaders start spread
+//! one a process. Tenants are placed statically, `tenants_per_group` a group (tenant
 //! `i` in group `i mod groups + 1`), each with one limit of `capacity` permits; every client
 //! works one tenant, routing to its group's leader as the placement says (the design's
 //! static placement, docs/design.md "Many groups"; no tenant moves here).
@@ -88,9 +89,14 @@ impl Shape {
         }
     }
 
+    /// Group `group`'s voters, its leader-to-be first: processes a stride apart, the stride
+    /// the processes over the replicas, so the groups' replicas spread evenly (each process
+    /// hosts at most one until the groups take every stride, and the first voters, the
+    /// leaders, are one a process).
     fn members(&self, group: u64) -> Vec<NodeId> {
+        let stride = (self.processes / self.replicas).max(1);
         (0..self.replicas)
-            .map(|k| (group - 1 + k) % self.processes + 1)
+            .map(|k| (group - 1 + k * stride) % self.processes + 1)
             .collect()
     }
 
@@ -533,6 +539,33 @@ mod tests {
         assert!(r.over_capacity.is_empty(), "{r:?}");
         assert_eq!(r.per_group.len(), 3, "{r:?}");
         assert!(r.retried > 0, "the kill cost some commands a retry: {r:?}");
+    }
+
+    #[test]
+    fn the_placement_spreads_replicas_and_leaders_evenly() {
+        let hosted = |shape: &Shape| {
+            let mut replicas: BTreeMap<NodeId, u64> = BTreeMap::new();
+            let mut leaders: BTreeMap<NodeId, u64> = BTreeMap::new();
+            for g in 1..=shape.groups {
+                let members = shape.members(g);
+                assert_eq!(
+                    members.iter().collect::<BTreeSet<_>>().len(),
+                    3,
+                    "{members:?}"
+                );
+                *leaders.entry(members[0]).or_default() += 1;
+                for m in members {
+                    *replicas.entry(m).or_default() += 1;
+                }
+            }
+            (replicas, leaders)
+        };
+        let (replicas, leaders) = hosted(&Shape::new(16, 1, 5));
+        assert_eq!((replicas.len(), replicas.values().max()), (15, Some(&1)));
+        assert_eq!(leaders.len(), 5);
+        let (replicas, leaders) = hosted(&Shape::new(16, 1, 16));
+        assert!(replicas.values().all(|n| *n == 3), "{replicas:?}");
+        assert!(leaders.values().all(|n| *n == 1), "{leaders:?}");
     }
 
     #[test]
