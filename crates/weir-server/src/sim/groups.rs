@@ -113,7 +113,9 @@ pub struct Report {
     pub ops_per_s: f64,
     /// Each group's share of `ops`.
     pub per_group: BTreeMap<u64, u64>,
-    /// Each process's busy core-seconds over the run's simulated seconds, over its cores.
+    /// Each process's busy core-seconds in the measured window, over the window's seconds
+    /// and its cores (work is charged when it is taken on, so a backlog can count a little
+    /// past 1).
     pub cpu_busy: BTreeMap<NodeId, f64>,
     /// Each moment a limit's permits held as the clients were told passed its capacity.
     pub over_capacity: Vec<String>,
@@ -357,16 +359,31 @@ async fn simulate(shape: Shape, root: &Path) -> Result<Report, String> {
     let retried = Arc::new(Mutex::new(0u64));
     let held = Arc::new(Mutex::new(Held::default()));
     let tenants = shape.groups as usize * shape.tenants_per_group;
-    for tenant in 0..tenants {
-        let define = Command::DefineLimit {
-            tenant: format!("t{tenant}"),
-            name: "l".into(),
-            concurrent: shape.capacity,
-            per_second: 0.0,
-            burst: None,
-        };
-        propose(&world, shape.group_of(tenant), define, &retried)
-            .await
+    // Each group defines its tenants' limits, the groups side by side.
+    let mut defines = tokio::task::JoinSet::new();
+    for group in 1..=shape.groups {
+        let (world, retried) = (world.clone(), retried.clone());
+        let tenants: Vec<usize> = (0..tenants)
+            .filter(|t| shape.group_of(*t) == group)
+            .collect();
+        let capacity = shape.capacity;
+        defines.spawn(async move {
+            for tenant in tenants {
+                let define = Command::DefineLimit {
+                    tenant: format!("t{tenant}"),
+                    name: "l".into(),
+                    concurrent: capacity,
+                    per_second: 0.0,
+                    burst: None,
+                };
+                propose(&world, group, define, &retried).await?;
+            }
+            Some(())
+        });
+    }
+    while let Some(defined) = defines.join_next().await {
+        defined
+            .map_err(|e| format!("defining the limits: {e}"))?
             .ok_or("no leader to define the limits")?;
     }
     let measure_from = started.elapsed() + Duration::from_secs_f64(shape.warmup_s);
@@ -429,6 +446,23 @@ async fn simulate(shape: Shape, root: &Path) -> Result<Report, String> {
             }
         });
     }
+    // Each process's core-time spent by the window's start and end.
+    let spent_by = |world: &World| -> BTreeMap<NodeId, Duration> {
+        world
+            .cpu
+            .iter()
+            .map(|(id, cpu)| (*id, *cpu.busy.lock().unwrap()))
+            .collect()
+    };
+    let window = {
+        let world = world.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(started + measure_from).await;
+            let from = spent_by(&world);
+            tokio::time::sleep_until(started + measure_to).await;
+            (from, spent_by(&world))
+        })
+    };
     if shape.kill {
         let kill_at = measure_from + Duration::from_secs_f64(shape.seconds / 2.0);
         tokio::time::sleep(kill_at.saturating_sub(started.elapsed())).await;
@@ -448,7 +482,6 @@ async fn simulate(shape: Shape, root: &Path) -> Result<Report, String> {
         }
     }
     while clients.join_next().await.is_some() {}
-    let elapsed = started.elapsed();
     let nodes: Vec<_> = std::mem::take(&mut *world.nodes.lock().unwrap())
         .into_values()
         .collect();
@@ -459,12 +492,14 @@ async fn simulate(shape: Shape, root: &Path) -> Result<Report, String> {
     }
     let per_group = counted.lock().unwrap().clone();
     let ops = per_group.values().sum();
-    let cpu_busy = world
-        .cpu
+    let (from, to) = window
+        .await
+        .map_err(|e| format!("measuring the CPU: {e}"))?;
+    let cpu_busy = to
         .iter()
-        .map(|(id, cpu)| {
-            let busy = cpu.busy.lock().unwrap().as_secs_f64();
-            (*id, busy / elapsed.as_secs_f64() / shape.cores as f64)
+        .map(|(id, busy)| {
+            let spent = busy.saturating_sub(from[id]).as_secs_f64();
+            (*id, spent / shape.seconds / shape.cores as f64)
         })
         .collect();
     let over_capacity = std::mem::take(&mut held.lock().unwrap().over);
