@@ -52,7 +52,7 @@ impl Sim {
     /// Applies one entry of `commands` after `advance_ms` of the leader's clock.
     pub fn entry_after(&mut self, advance_ms: u64, commands: Vec<Command>) -> Applied {
         let applied = self.apply_next(advance_ms, commands);
-        if self.index % self.check_every == 0 {
+        if self.index.is_multiple_of(self.check_every) {
             self.check();
         }
         applied
