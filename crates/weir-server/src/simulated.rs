@@ -125,8 +125,9 @@ pub async fn blocking<R: Send + 'static>(
 }
 
 /// How long a simulated fsync takes: the log writer waits this long between writing a group
-/// and making it durable, the window in which a simulated crash finds it unsynced.
-pub const SIMULATED_SYNC: Duration = Duration::from_micros(400);
+/// and making it durable, the window in which a simulated crash finds it unsynced. One tick
+/// of tokio's clock, which counts whole milliseconds.
+pub const SIMULATED_SYNC: Duration = Duration::from_millis(1);
 
 #[cfg(test)]
 mod tests {

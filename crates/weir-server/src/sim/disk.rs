@@ -9,17 +9,22 @@
 //! loss: every file goes back to its durable image, and with a tear the oldest pending
 //! write survives in part, as a write cut off mid-sector would.
 //!
-//! Names: a created file's name and a removed file's absence are durable when the call
-//! returns (the trait's promise, which the real disk keeps with a directory fsync), except
-//! under `PLANTED(unsynced-dir)`, where the crash undoes them; under
-//! `PLANTED(unsynced-log)` a sync asks for nothing, as the planted real disk's does nothing.
+//! Names: a created file's name is durable when the call returns (the trait's promise, which
+//! the real disk keeps with a directory fsync). A removed file is gone for reads at once and
+//! gone from the disk at the next settle: the log removes a segment right after the sync
+//! that makes its purge record durable, and that sync completes only at the settle, so a
+//! crash before it keeps both the segment and the old purge point, as a real disk would.
+//! Under `PLANTED(unsynced-dir)` neither a creation nor a removal is ever durable (a crash
+//! undoes them); under `PLANTED(unsynced-log)` a sync asks for nothing, as the planted
+//! real disk's does nothing.
 //!
 //! Invariants:
 //! - A file's durable image changes only at a settle (the pending operations a sync asked
 //!   for, in order) or at a crash (a torn write).
-//! - After a crash no handle opened before it reads or writes: each handle carries the
-//!   disk's generation and a crash starts a new one, so a node killed with a write in flight
-//!   cannot write into its successor's disk.
+//! - After a crash nothing opened before it reads, writes, creates, removes or settles:
+//!   each file handle, and the disk a node's log was given ([`MemDisk::bound`]), carries the
+//!   disk's generation, and a crash starts a new one, so a killed node's log writer, which
+//!   may outlive the node by a few jobs, cannot write into its successor's disk.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -32,6 +37,9 @@ use weir_core::planted::{self, Plant};
 #[derive(Clone, Default)]
 pub struct MemDisk {
     inner: Arc<Mutex<Disk>>,
+    /// The generation a node's log was given this disk in ([`MemDisk::bound`]): after a
+    /// crash it does nothing more. `None` for the simulation's own handle.
+    bound: Option<u64>,
 }
 
 #[derive(Default)]
@@ -41,7 +49,8 @@ struct Disk {
     files: BTreeMap<String, Arc<Mutex<File>>>,
     /// Names whose existence is durable (every name, unless a plant skips directory syncs).
     durable_names: BTreeSet<String>,
-    /// Files removed without a durable removal, which a crash brings back.
+    /// Files removed and not yet settled (or never, under the unsynced-dir plant), which a
+    /// crash brings back.
     removed: BTreeMap<String, Arc<Mutex<File>>>,
     /// Orders pending writes across files, so a crash can tear the oldest.
     next_op: u64,
@@ -81,9 +90,30 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     crate::lock::lock(m)
 }
 
+fn lost_power() -> io::Error {
+    io::Error::other("the simulated disk lost power since this was opened")
+}
+
 impl MemDisk {
     pub fn new() -> MemDisk {
         MemDisk::default()
+    }
+
+    /// This disk as a node's log gets it: dead from the next crash on.
+    pub fn bound(&self) -> MemDisk {
+        MemDisk {
+            inner: self.inner.clone(),
+            bound: Some(lock(&self.inner).generation),
+        }
+    }
+
+    /// The disk, unless this handle is bound to a generation a crash has ended.
+    fn live(&self) -> io::Result<MutexGuard<'_, Disk>> {
+        let disk = lock(&self.inner);
+        if self.bound.is_some_and(|g| g != disk.generation) {
+            return Err(lost_power());
+        }
+        Ok(disk)
     }
 
     /// A power loss: every file returns to its durable image and every pending operation is
@@ -166,9 +196,7 @@ impl Handle {
     /// The file, unless a crash since this handle was opened killed it.
     fn live(&self) -> io::Result<MutexGuard<'_, File>> {
         if lock(&self.disk).generation != self.generation {
-            return Err(io::Error::other(
-                "the simulated disk lost power since this file was opened",
-            ));
+            return Err(lost_power());
         }
         Ok(lock(&self.file))
     }
@@ -177,9 +205,7 @@ impl Handle {
         let order = {
             let mut disk = lock(&self.disk);
             if disk.generation != self.generation {
-                return Err(io::Error::other(
-                    "the simulated disk lost power since this file was opened",
-                ));
+                return Err(lost_power());
             }
             disk.next_op += 1;
             disk.next_op
@@ -232,11 +258,11 @@ impl SegmentFile for Handle {
 
 impl LogDisk for MemDisk {
     fn list(&self) -> io::Result<Vec<String>> {
-        Ok(lock(&self.inner).files.keys().cloned().collect())
+        Ok(self.live()?.files.keys().cloned().collect())
     }
 
     fn open(&self, name: &str) -> io::Result<Arc<dyn SegmentFile>> {
-        let disk = lock(&self.inner);
+        let disk = self.live()?;
         let Some(file) = disk.files.get(name).cloned() else {
             return Err(io::Error::new(
                 io::ErrorKind::NotFound,
@@ -247,7 +273,7 @@ impl LogDisk for MemDisk {
     }
 
     fn create(&self, name: &str) -> io::Result<Arc<dyn SegmentFile>> {
-        let mut disk = lock(&self.inner);
+        let mut disk = self.live()?;
         if disk.files.contains_key(name) {
             return Err(io::Error::new(
                 io::ErrorKind::AlreadyExists,
@@ -265,16 +291,12 @@ impl LogDisk for MemDisk {
     }
 
     fn remove(&self, name: &str) -> io::Result<()> {
-        let mut disk = lock(&self.inner);
+        let mut disk = self.live()?;
         let Some(file) = disk.files.remove(name) else {
             return Ok(());
         };
-        // PLANTED(unsynced-dir): the removal is never made durable.
-        if planted::is(Plant::UnsyncedDir) {
-            disk.removed.insert(name.to_string(), file);
-        } else {
-            disk.durable_names.remove(name);
-        }
+        // Durable at the next settle (module doc); a crash before it brings the file back.
+        disk.removed.insert(name.to_string(), file);
         Ok(())
     }
 
@@ -283,7 +305,16 @@ impl LogDisk for MemDisk {
     }
 
     fn settle(&self) {
-        let disk = lock(&self.inner);
+        let Ok(mut disk) = self.live() else {
+            return;
+        };
+        // PLANTED(unsynced-dir): removals are never made durable.
+        if !planted::is(Plant::UnsyncedDir) {
+            let removed = std::mem::take(&mut disk.removed);
+            for name in removed.keys() {
+                disk.durable_names.remove(name);
+            }
+        }
         for file in disk.files.values() {
             let mut f = lock(file);
             let asked = f.asked;
@@ -364,15 +395,60 @@ mod tests {
     }
 
     #[test]
-    fn names_are_durable_when_created_and_removed() {
+    fn a_name_is_durable_when_created_and_a_removal_at_the_next_settle() {
         let disk = MemDisk::new();
         disk.create("a").unwrap();
         disk.create("b").unwrap();
         disk.remove("a").unwrap();
+        assert_eq!(
+            disk.list().unwrap(),
+            vec!["b".to_string()],
+            "gone for reads at once"
+        );
+        disk.crash(None);
+        assert_eq!(
+            disk.list().unwrap(),
+            vec!["a".to_string(), "b".to_string()],
+            "not settled"
+        );
+        disk.remove("a").unwrap();
+        disk.settle();
         disk.crash(None);
         assert_eq!(disk.list().unwrap(), vec!["b".to_string()]);
         assert!(disk.create("b").is_err(), "a name is not created twice");
         let err = disk.open("a").err().expect("gone");
         assert_eq!(err.kind(), io::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn a_disk_bound_before_a_crash_does_nothing_after_it() {
+        let disk = MemDisk::new();
+        let old = disk.bound();
+        let f = old.create("a").unwrap();
+        f.write_at(b"kept", 0).unwrap();
+        f.sync().unwrap();
+        old.settle();
+        f.write_at(b" lost", 4).unwrap();
+        f.sync().unwrap();
+        disk.crash(None);
+        for err in [
+            old.create("b").err(),
+            old.open("a").err(),
+            old.remove("a").err(),
+            old.list().err(),
+        ] {
+            assert!(err.expect("refused").to_string().contains("lost power"));
+        }
+        let new = disk.bound();
+        let g = new.open("a").unwrap();
+        g.write_at(b"!", 4).unwrap();
+        g.sync().unwrap();
+        old.settle();
+        disk.crash(None);
+        assert_eq!(
+            bytes(&disk, "a"),
+            b"kept",
+            "the old node's settle made nothing durable"
+        );
     }
 }

@@ -164,16 +164,16 @@ impl World {
         let end = {
             let cpu = &self.cpu[&id];
             let mut serial = serial.map(|s| s.lock().unwrap());
+            let ready = now.max(serial.as_deref().copied().unwrap_or_default());
             let mut cores = cpu.free_at.lock().unwrap();
-            let (core, free_at) = cores
+            // The core on which the work can start soonest, given when its replica's serial
+            // apply is free (a core free earlier would only idle until then).
+            let (core, start) = cores
                 .iter()
-                .copied()
+                .map(|free_at| ready.max(*free_at))
                 .enumerate()
-                .min_by_key(|(_, t)| *t)
+                .min_by_key(|(_, start)| *start)
                 .expect("a process has a core");
-            let start = now
-                .max(free_at)
-                .max(serial.as_deref().copied().unwrap_or_default());
             let end = start + work;
             cores[core] = end;
             if let Some(serial) = serial.as_deref_mut() {
@@ -193,8 +193,9 @@ impl World {
     }
 }
 
-/// How long a client holds a permit before it releases it.
-const HOLD: Duration = Duration::from_micros(100);
+/// How long a client holds a permit before it releases it (one tick of tokio's clock,
+/// which counts whole milliseconds).
+const HOLD: Duration = Duration::from_millis(1);
 
 /// A delay of 0 or 1 ms each way (tokio's clock counts whole milliseconds), drawn from the
 /// seed: a rack's network, rounded.
@@ -470,9 +471,7 @@ async fn simulate(shape: Shape, root: &Path) -> Result<Report, String> {
         let killed: Vec<_> = places.iter().filter(|(_, id)| *id == 1).copied().collect();
         for place in &killed {
             let node = world.nodes.lock().unwrap().remove(place).expect("running");
-            if let Some(node) = Arc::into_inner(node) {
-                node.kill().await;
-            }
+            node.kill().await;
             disks[place].crash(Some(5));
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -486,9 +485,7 @@ async fn simulate(shape: Shape, root: &Path) -> Result<Report, String> {
         .into_values()
         .collect();
     for node in nodes {
-        if let Some(node) = Arc::into_inner(node) {
-            node.kill().await;
-        }
+        node.kill().await;
     }
     let per_group = counted.lock().unwrap().clone();
     let ops = per_group.values().sum();
@@ -564,10 +561,12 @@ mod tests {
 
     #[test]
     fn a_killed_process_costs_no_grant_and_every_group_goes_on() {
+        // Four clients a tenant on two permits: the check has something to see.
         let shape = Shape {
             kill: true,
             seconds: 3.0,
             clients_per_group: 16,
+            capacity: 2,
             ..small(3)
         };
         let r = run_in("sim-groups-kill", &shape);

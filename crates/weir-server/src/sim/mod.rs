@@ -19,9 +19,12 @@
 //! millisecond wide). With the transport's own draws seeded, a run replays exactly.
 //!
 //! Invariants:
-//! - A killed node ([`SimNode::kill`]) has no task left: its Raft core, log writer,
-//!   proposer, reader and stand-in have ended when `kill` returns. The simulation drops its
-//!   messages before calling it and crashes its disk after.
+//! - A killed node ([`SimNode::kill`]) decides nothing more: its Raft core, proposer, reader
+//!   and stand-in have ended when `kill` returns. Its log writer may run a few queued jobs
+//!   after (log readers hold its queue), but its disk is bound to the generation it opened
+//!   ([`MemDisk::bound`]), so once the simulation crashes the disk those jobs touch nothing.
+//!   The simulation drops the node's messages before calling `kill` and crashes its disk
+//!   after.
 //! - A node restarted on the same [`MemDisk`] and directory recovers what was durable:
 //!   its log from the disk's durable images, its machine from `snapshot.bin` (snapshot files
 //!   are real files in the node's directory and are not fault-injected).
@@ -143,7 +146,7 @@ impl SimNode {
         crate::simulated::set_clock_rate(spec.id, spec.clock_rate);
         let config = Arc::new(spec.openraft()?);
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let mut log = LogStore::open_disk(Box::new(disk.clone()), SEGMENT_BYTES)?;
+        let mut log = LogStore::open_disk(Box::new(disk.bound()), SEGMENT_BYTES)?;
         let startup_last = log
             .get_log_state()
             .await
@@ -243,9 +246,10 @@ impl SimNode {
         &self.state
     }
 
-    /// Stops the node as a crash would: every task ends, nothing is flushed on purpose
-    /// (whatever the log writer had not settled is the disk's to lose: [`MemDisk::crash`]).
-    pub async fn kill(self) {
+    /// Stops the node as a crash would (module doc): nothing is flushed on purpose, and
+    /// whatever the log writer had not settled is the disk's to lose ([`MemDisk::crash`]).
+    /// Callers that share the node (an `Arc`) may kill it while others still hold it.
+    pub async fn kill(&self) {
         self.shutdown.begin();
         // openraft's shutdown ends the core and with it the replication tasks and the
         // stores (the log writer's queue closes, and its task ends).

@@ -102,10 +102,7 @@ fn run(seed: u64, root: &Path) -> Vec<String> {
         let victim = if l == 3 { 2 } else { 3 };
         net.dead.lock().unwrap().insert(victim);
         let node = net.nodes.lock().unwrap().remove(&victim).unwrap();
-        Arc::into_inner(node)
-            .expect("only the map holds a node at rest")
-            .kill()
-            .await;
+        node.kill().await;
         disks[&victim].crash(Some(7));
         trace.push(format!("{} killed {victim}", at()));
         let node = net.reachable(l).unwrap();
@@ -138,9 +135,7 @@ fn run(seed: u64, root: &Path) -> Vec<String> {
             .into_values()
             .collect();
         for node in nodes {
-            if let Some(node) = Arc::into_inner(node) {
-                node.kill().await;
-            }
+            node.kill().await;
         }
         trace
     })
