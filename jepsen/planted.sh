@@ -19,13 +19,16 @@ cd "$(dirname "$0")/.."
 # of its own would build every dependency a second time: minutes on 2 cores). They are
 # copied to $bin and the default binaries built back (a relink from the cached default
 # artifacts, well under a minute), so target/debug never keeps a planted build. CI, whose
-# last step this is, skips the rebuild (PLANTED_RESTORE=0).
+# last step this is, skips the rebuild (PLANTED_RESTORE=0). `--examples` (the workspace has
+# none) makes cargo resolve features as a test build does, with the dev-dependencies', so
+# these binaries, the test plants' `cargo test --workspace` below and CI's `cargo test`
+# share every dependency; without it each of the three compiles them all again.
 bin=${PLANTED_BIN_DIR:-target/planted-bin}
-cargo build --workspace --bins --locked --features weir/planted || exit 1
+cargo build --workspace --bins --examples --locked --features weir/planted || exit 1
 mkdir -p "$bin"
 cp target/debug/weir target/debug/weir-jepsen "$bin"/ || exit 1
 if [ "${PLANTED_RESTORE:-1}" != 0 ]; then
-    cargo build --workspace --bins --locked || exit 1
+    cargo build --workspace --bins --examples --locked || exit 1
 fi
 
 # plant | checker that must flag it ("-": a known gap, no run yet tells it from an unplanted
@@ -97,7 +100,7 @@ for row in "${plants[@]}"; do
         out="jepsen/runs/planted-$plant.log"
         echo "planted: $plant (expect cargo test --test $nemesis $net to fail)"
         started=$SECONDS
-        WEIR_PLANT="$plant" cargo test --locked -p weir --features weir/planted --test "$nemesis" "$net" >"$out" 2>&1
+        WEIR_PLANT="$plant" cargo test --locked --workspace --features weir/planted --test "$nemesis" "$net" >"$out" 2>&1
         status=$?
         tested=1
         if [ "$status" -ne 0 ] && grep -q '^test result: FAILED' "$out"; then
@@ -143,7 +146,7 @@ done
 # The test's build left a planted `weir` in target/debug (its CARGO_BIN_EXE_weir): build the
 # default one back, as above.
 if [ "${tested:-0}" = 1 ] && [ "${PLANTED_RESTORE:-1}" != 0 ]; then
-    cargo build --workspace --bins --locked || exit 1
+    cargo build --workspace --bins --examples --locked || exit 1
 fi
 if [ "$failed" -gt 0 ]; then
     echo "planted: $failed plant(s) not caught by their checker: a checker that cannot see the bug it exists for" >&2

@@ -61,7 +61,7 @@ status=0
     --max-examples "${OPENAPI_EXAMPLES:-25}" \
     --exclude-path /v1/sessions/{session}/events \
     --request-timeout 70 \
-    --workers 1 \
+    --workers "${OPENAPI_WORKERS:-1}" \
     --suppress-health-check all \
     --no-color \
     "$@" | tee "$dir/schemathesis.log" || status=1
