@@ -1,6 +1,9 @@
-"""The event stream against docs/openapi.yaml: every event a live stream sends has a name
-the document lists under the stream's `x-events` and data valid against that event's
-schema, and a session that is granted, halted, refused and expires sees each of those.
+"""The event streams against docs/openapi.yaml: every event a session's live stream sends has
+a name the document lists under the stream's `x-events` and data valid against that event's
+schema, and a session that is granted, halted, refused and expires sees each of those; the
+cluster's stream (`GET /v1/events`, which never ends, so schemathesis leaves it to this
+script) is `text/event-stream`, opens with `hello` {node, leader, term}, and carries the same
+activity with the fields its summary in the document lists.
 
 Usage: python events.py BASE_URL (a node with no tokens; run by tests/openapi/run.sh).
 """
@@ -46,14 +49,67 @@ async def read_events(http: httpx.AsyncClient, session: int, seen: list[tuple[st
                 name = None
 
 
+# The cluster stream's events this script causes, with the fields the document's summary of
+# `GET /v1/events` gives each.
+CLUSTER_FIELDS = {
+    "hello": {"node", "leader", "term"},
+    "defined": {"kind", "tenant", "limit"},
+    "granted": {"kind", "tenant", "limit", "session", "ticket", "fence", "units", "queued"},
+    "queued": {"kind", "tenant", "limit", "session", "ticket", "position"},
+    "released": {"kind", "tenant", "limit", "session", "ticket", "held"},
+    "halt_set": {"kind", "tenant", "scope", "reason"},
+    "expired": {"kind", "session"},
+}
+
+
+async def read_cluster(http: httpx.AsyncClient, seen: list[tuple[str, Any]],
+                       started: asyncio.Event, content_type: list[str]) -> None:
+    async with http.stream("GET", "/v1/events", timeout=None) as r:
+        r.raise_for_status()
+        content_type.append(r.headers.get("content-type", ""))
+        started.set()
+        name = None
+        async for line in r.aiter_lines():
+            if line.startswith("event:"):
+                name = line[len("event:"):].strip()
+            elif line.startswith("data:") and name is not None:
+                seen.append((name, json.loads(line[len("data:"):])))
+                name = None
+
+
+def check_cluster(seen: list[tuple[str, Any]], content_type: list[str]) -> list[str]:
+    failures = []
+    if not content_type or not content_type[0].startswith("text/event-stream"):
+        failures.append(f"GET /v1/events answered content type {content_type}")
+    if not seen or seen[0][0] != "hello":
+        failures.append(f"GET /v1/events did not open with hello: {seen[:1]}")
+    for name, data in seen:
+        want = CLUSTER_FIELDS.get(name)
+        if want is None:
+            continue
+        if not isinstance(data, dict) or not want <= data.keys():
+            missing = sorted(want - data.keys()) if isinstance(data, dict) else sorted(want)
+            failures.append(f"cluster event {name!r} {data} lacks fields {missing}")
+    names = {name for name, _ in seen}
+    for needed in CLUSTER_FIELDS:
+        if needed not in names:
+            failures.append(f"no {needed!r} event on GET /v1/events (saw {sorted(names)})")
+    return failures
+
+
 async def call(http: httpx.AsyncClient, method: str, path: str, body: Any = None) -> Any:
     r = await http.request(method, path, json=body)
     assert r.status_code < 500, f"{method} {path}: {r.status_code} {r.text}"
     return r.json()
 
 
-async def drive(base: str) -> list[tuple[str, Any]]:
+async def drive(base: str) -> tuple[list[tuple[str, Any]], list[str]]:
     async with httpx.AsyncClient(base_url=base, timeout=10) as http:
+        cluster: list[tuple[str, Any]] = []
+        content_type: list[str] = []
+        cluster_started = asyncio.Event()
+        watcher = asyncio.create_task(read_cluster(http, cluster, cluster_started, content_type))
+        await asyncio.wait_for(cluster_started.wait(), 10)
         await call(http, "PUT", "/v1/tenants/ev/limits/one", {"concurrent": 1})
         session = (await call(http, "POST", "/v1/sessions", {"ttl_ms": 1500}))["session"]
         seen: list[tuple[str, Any]] = []
@@ -69,13 +125,18 @@ async def drive(base: str) -> list[tuple[str, Any]]:
         await call(http, "PUT", "/v1/tenants/ev/halt", {"reason": "drill"})  # halted, refused
         # No keep-alive: the session expires and the stream ends after its last event.
         await asyncio.wait_for(reader, STREAM_SECONDS_MAX)
-        return seen
+        # The cluster stream saw the expiry too; it never ends on its own.
+        watcher.cancel()
+        try:
+            await watcher
+        except asyncio.CancelledError:
+            pass
+        return seen, check_cluster(cluster, content_type)
 
 
 def main() -> int:
     schemas = event_schemas()
-    seen = asyncio.run(drive(sys.argv[1]))
-    failures = []
+    seen, failures = asyncio.run(drive(sys.argv[1]))
     for name, data in seen:
         if name not in schemas:
             failures.append(f"event {name!r} is not documented: {data}")
@@ -88,7 +149,7 @@ def main() -> int:
             failures.append(f"no {needed!r} event was seen (saw {sorted(names)})")
     for f in failures:
         print(f"events: {f}")
-    print(f"events: {len(seen)} events checked against docs/openapi.yaml, "
+    print(f"events: {len(seen)} session events and the cluster stream checked against docs/openapi.yaml, "
           f"{len(failures)} failures")
     return 1 if failures else 0
 
