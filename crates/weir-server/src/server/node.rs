@@ -34,10 +34,10 @@ use super::reader::Reader;
 use crate::config::Config;
 use crate::raft::cluster_identity::{ClusterId, ClusterIdentity};
 use crate::raft::log_store::LogStore;
-use crate::raft::network::{Me, PeerNetwork, PeerServer, serve_peers};
+use crate::raft::network::{Me, PeerGroup, PeerNetwork, PeerServer, serve_peers};
 use crate::raft::stand_in::StandIn;
 use crate::raft::state_store::StateStore;
-use crate::raft::{NodeAddr, Raft};
+use crate::raft::{NodeAddr, Raft, SOLE_GROUP};
 use crate::security::{Acceptor, TokenTable, Tokens, tls};
 use crate::shutdown::{Shutdown, ShutdownSender, shutdown_channel};
 use weir_proto::tls::{Connector, client_config};
@@ -211,10 +211,13 @@ async fn start_raft(
     if initialized {
         identity.record(ClusterId::UNRECORDED)?;
     }
-    let server = PeerServer {
-        acceptor: security.peer_acceptor.clone(),
+    let group = PeerGroup {
         raft: raft.clone(),
         stand_in: StandIn::start(raft.clone(), &raft_config, shutdown.clone()),
+    };
+    let server = PeerServer {
+        acceptor: security.peer_acceptor.clone(),
+        groups: Arc::new(BTreeMap::from([(SOLE_GROUP, group)])),
         identity: identity.clone(),
     };
     tokio::spawn(serve_peers(peer_listener, server, shutdown.clone()));
