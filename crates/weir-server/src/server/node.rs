@@ -2,11 +2,16 @@
 //! state-machine store, starts the front doors it is given ([`super::front`]), the proposer
 //! and the reader, serves the peer and client ports, and stops cleanly on SIGTERM or ctrl-c.
 //!
+//! A node hosts one Raft group, or with `groups = N` the metadata group and N data groups
+//! ([`super::groups_dir`]), each with its own log, state store, Raft, stand-in, proposer
+//! and reader, all on the one peer port; the client port and the front doors serve one of
+//! them ([`client_group`]).
+//!
 //! Invariants:
 //! - Its ports and the front doors' are bound before Raft starts: a taken port fails the
 //!   start, and nothing is served half-way.
-//! - Only the lowest-id configured voter initializes the cluster, and only while Raft says it
-//!   is not initialized (`Raft::is_initialized`: no vote, no log, no membership on disk).
+//! - Only the lowest-id configured voter initializes the cluster (each group of it), and only
+//!   while that group's Raft says it is not initialized (`Raft::is_initialized`: no vote, no log, no membership on disk).
 //!   This is decided from Raft's own state, not from "first start" of the data directory: a
 //!   first start that failed after labelling the directory (a taken port, bad openraft
 //!   settings) must still found the cluster on the next start. Every other start joins what
