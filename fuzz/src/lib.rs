@@ -29,7 +29,8 @@ use weir_core::machine::{Batch, Command, Leadership, Machine, SNAPSHOT_MAGIC, SN
 use weir_proto::protocol::{CLIENT_FRAME_MAX, ClientFrame, Request};
 use weir_proto::wire::{self, WireError};
 use weir_server::raft::network::{
-    PEER_FRAME_MAX, PeerAnnounce, PeerHello, PeerRequest, PeerResponse, PeerWelcome,
+    PEER_FRAME_MAX, PeerAnnounce, PeerAnswer, PeerFrame, PeerHello, PeerRequest, PeerResponse,
+    PeerWelcome,
 };
 
 /// Most bytes of Rust heap live at once in a fuzz process. The largest allocation Weir makes
@@ -172,6 +173,8 @@ pub fn peer_frame(data: &[u8]) {
         ready(wire::read_frame(&mut &bytes[..], PEER_FRAME_MAX));
     let _: Result<PeerResponse, WireError> =
         ready(wire::read_frame(&mut &bytes[..], PEER_FRAME_MAX));
+    let _: Result<PeerFrame, WireError> = ready(wire::read_frame(&mut &bytes[..], PEER_FRAME_MAX));
+    let _: Result<PeerAnswer, WireError> = ready(wire::read_frame(&mut &bytes[..], PEER_FRAME_MAX));
     let _: Result<PeerHello, WireError> = ready(wire::read_frame(&mut &bytes[..], PEER_FRAME_MAX));
     let _: Result<PeerAnnounce, WireError> =
         ready(wire::read_frame(&mut &bytes[..], PEER_FRAME_MAX));

@@ -11,6 +11,7 @@ mod console;
 mod edge;
 mod fatal;
 mod first_start;
+mod groups;
 mod five;
 mod harness;
 mod http;

@@ -14,7 +14,9 @@ use weir_core::codec;
 use weir_core::machine::{Batch, Command, Leadership, Machine, SNAPSHOT_MAGIC, SNAPSHOT_VERSION};
 use weir_proto::protocol::{CLIENT_FRAME_MAX, ClientFrame, Request};
 use weir_proto::wire::{self, WireError};
-use weir_server::raft::network::{PEER_FRAME_MAX, PeerRequest, PeerResponse};
+use weir_server::raft::network::{
+    PEER_FRAME_MAX, PeerAnswer, PeerFrame, PeerRequest, PeerResponse,
+};
 
 /// The inputs recorded for `target`, in file-name order, each name printed as its input is
 /// taken (so a crash names it). At least one exists for every target named here, so a
@@ -104,6 +106,10 @@ async fn peer_frame_inputs_are_refused_or_read() {
         let _: Result<PeerRequest, WireError> =
             wire::read_frame(&mut &bytes[..], PEER_FRAME_MAX).await;
         let _: Result<PeerResponse, WireError> =
+            wire::read_frame(&mut &bytes[..], PEER_FRAME_MAX).await;
+        let _: Result<PeerFrame, WireError> =
+            wire::read_frame(&mut &bytes[..], PEER_FRAME_MAX).await;
+        let _: Result<PeerAnswer, WireError> =
             wire::read_frame(&mut &bytes[..], PEER_FRAME_MAX).await;
     }
 }

@@ -18,7 +18,7 @@ use weir_server::backup::{BackupWriter, read_backup};
 use weir_server::raft::cluster_identity::{ClusterId, ClusterIdentity, read_cluster_id};
 use weir_server::raft::log_store::LogStore;
 use weir_server::raft::network::{
-    PEER_PROTOCOL_VERSION, PeerAnnounce, PeerHello, PeerRequest, PeerWelcome, welcome,
+    PEER_PROTOCOL_VERSION, PeerAnnounce, PeerFrame, PeerHello, PeerRequest, PeerWelcome, welcome,
 };
 use weir_server::raft::snapshot_file::{SNAPSHOT_FILE, encode_file};
 use weir_server::raft::state_store::StateStore;
@@ -197,8 +197,9 @@ fn today() -> Vec<(String, Vec<u8>)> {
             }),
         ),
         ("client-request.protocol-6".into(), request(lease_request())),
-        ("peer-hello.protocol-5".into(), frame(&hello)),
-        ("peer-announce.protocol-5".into(), frame(&announce())),
+        ("peer-hello.protocol-6".into(), frame(&hello)),
+        ("peer-announce.protocol-6".into(), frame(&announce())),
+        ("peer-request.protocol-6".into(), frame(&peer_request())),
     ]
 }
 
@@ -318,12 +319,19 @@ fn every_shipped_format_version_is_read_or_refused_as_documented() {
         );
     }
     let identity = ClusterIdentity::fixed(&dir.0, Some(CLUSTER));
-    let peer = fixture("peer-hello.protocol-5");
+    let peer = fixture("peer-hello.protocol-6");
     assert!(matches!(
         welcome(Ok(decode_frame::<PeerHello>(&peer)), &identity),
-        PeerWelcome::Welcome { version: 5, .. }
+        PeerWelcome::Welcome { version: 6, .. }
     ));
-    for name in ["peer-announce.protocol-4", "peer-announce.protocol-5"] {
+    let request: PeerFrame = decode_frame(&fixture("peer-request.protocol-6"));
+    assert_eq!(request.group, 1);
+    assert!(matches!(request.request, PeerRequest::Vote(v) if v.vote == openraft::Vote::new(2, 1)));
+    for name in [
+        "peer-announce.protocol-4",
+        "peer-announce.protocol-5",
+        "peer-announce.protocol-6",
+    ] {
         assert_eq!(
             decode_frame::<PeerAnnounce>(&fixture(name)),
             announce(),
@@ -331,12 +339,14 @@ fn every_shipped_format_version_is_read_or_refused_as_documented() {
         );
     }
     // Peer protocol 2 had the same frames, but its log cannot hold what 3's may; 3 sends
-    // no address after its hello; 4's log cannot hold what 5's may: all refused.
+    // no address after its hello; 4's log cannot hold what 5's may; 5's requests name no
+    // group: all refused.
     for (name, version) in [
         ("peer-hello.protocol-2", 2),
         ("peer-hello.protocol-3", 3),
         ("peer-hello.protocol-4", 4),
-        ("", 6),
+        ("peer-hello.protocol-5", 5),
+        ("", 7),
     ] {
         let hello = match name {
             "" => PeerHello {
@@ -350,7 +360,7 @@ fn every_shipped_format_version_is_read_or_refused_as_documented() {
         };
         assert!(
             reason.contains(&format!(
-                "node 2 speaks peer protocol version {version}; this node speaks version 5"
+                "node 2 speaks peer protocol version {version}; this node speaks version 6"
             )),
             "{reason}"
         );
@@ -366,9 +376,20 @@ fn every_shipped_format_version_is_read_or_refused_as_documented() {
     };
     assert!(
         reason.contains("peer protocol version 1")
-            && reason.contains("speaks peer protocol version 5"),
+            && reason.contains("speaks peer protocol version 6"),
         "{reason}"
     );
+}
+
+/// A vote request for group 1, as peer protocol 6 frames every request.
+fn peer_request() -> PeerFrame {
+    PeerFrame {
+        group: 1,
+        request: PeerRequest::Vote(openraft::raft::VoteRequest::new(
+            openraft::Vote::new(2, 1),
+            Some(log_id(3)),
+        )),
+    }
 }
 
 /// The address the fixtures' peer announces after its hello.

@@ -14,6 +14,10 @@ use weir_core::bounds::ENTRY_COMMANDS_MAX;
 use weir_core::bounds::{APPEND_OVERHEAD_BYTES, ENTRY_BYTES_MAX, PEER_FRAME_MAX};
 
 /// One initial voter.
+/// Most data groups a node hosts (`groups`): each costs its own Raft, log writer, proposer
+/// and reader.
+pub const GROUPS_MAX: u32 = 16;
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Peer {
@@ -131,6 +135,13 @@ pub struct Config {
     /// two by about 15% when three nodes share two cores (fewer cross-thread wake-ups).
     /// Raise it on a machine of its own with many client connections.
     pub worker_threads: usize,
+    /// Data groups this node hosts, each its own Raft group. Default 1: one group, the
+    /// data directory laid out as it always was (`log/` and `snapshot.bin` at its top).
+    /// From 2 to [`GROUPS_MAX`]: the metadata group 0 and data groups 1 to `groups`, each
+    /// in `groups/<id>/`, every configured voter a voter of each ([`crate::server::groups_dir`]).
+    /// Every node of a cluster is configured alike, and a data directory keeps the count it
+    /// was created with: a changed count is refused at start.
+    pub groups: u32,
     /// HTTP/JSON port (the `/v1` API, `/metrics`, `/healthz`, `/readyz`). Default
     /// `127.0.0.1:7611`; the empty string serves no HTTP.
     pub http_listen: String,
@@ -186,6 +197,7 @@ impl Default for Config {
             client_listen: None,
             peers: vec![],
             worker_threads: 1,
+            groups: 1,
             http_listen: "127.0.0.1:7611".into(),
             grpc_listen: String::new(),
             grpc_ratelimit_headers: false,
@@ -244,6 +256,12 @@ impl Config {
             return Err(format!(
                 "worker_threads = {} is not in 1..=256",
                 self.worker_threads
+            ));
+        }
+        if !(1..=GROUPS_MAX).contains(&self.groups) {
+            return Err(format!(
+                "groups = {} is not in 1..={GROUPS_MAX}",
+                self.groups
             ));
         }
         if r.heartbeat_ms == 0 {
@@ -433,6 +451,24 @@ mod tests {
         );
         let c: Result<Config, _> = toml::from_str("idd = 3");
         assert!(c.unwrap_err().to_string().contains("unknown field `idd`"));
+    }
+
+    #[test]
+    fn groups_are_one_by_default_and_refused_outside_one_to_sixteen() {
+        assert_eq!(Config::default().groups, 1);
+        let two: Config = toml::from_str("groups = 2").unwrap();
+        assert_eq!(two.groups, 2);
+        two.validate().unwrap();
+        for groups in [0, GROUPS_MAX + 1] {
+            let c = Config {
+                groups,
+                ..Config::default()
+            };
+            assert_eq!(
+                c.validate().unwrap_err(),
+                format!("groups = {groups} is not in 1..=16")
+            );
+        }
     }
 
     #[test]

@@ -37,6 +37,13 @@ use weir_core::machine::{Applied, Batch};
 /// A node's stable id, from its config. Never 0.
 pub type NodeId = u64;
 
+/// A Raft group's id within a node process: every peer frame names the group it is for
+/// ([`network::PeerFrame`]). A node of one group hosts group [`SOLE_GROUP`].
+pub type GroupId = u32;
+
+/// The group a node of one group hosts, and the metadata group of a node of several.
+pub const SOLE_GROUP: GroupId = 0;
+
 /// What the cluster knows of a node: where its peers and its clients reach it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeAddr {

@@ -69,10 +69,22 @@
 //! Refusals are logged at WARN at most once per [`REFUSAL_LOG_EVERY`] each, with a count:
 //! a refused peer (a copy, or a node of another cluster) dials again on every heartbeat.
 //!
-//! The server side ([`serve_peers`]) reads a request, hands it to the local Raft
-//! ([`answer`], which also tells [`super::stand_in`] what it saw), writes the answer.
-//! Garbage, an oversized length or a bad checksum closes that connection with a logged
-//! reason and touches nothing else.
+//! # Groups
+//!
+//! A node process may host several Raft groups on its one peer port. Every request names
+//! its group ([`PeerFrame`]); each group's Raft has its own [`PeerNetwork`]
+//! ([`PeerNetwork::for_group`]), and all of them share one pool of connections per peer
+//! node, one dial at a time per peer, and one record of peer health: a connection carries
+//! frames of any group, one exchange at a time. A node of one group hosts group
+//! [`super::SOLE_GROUP`].
+//!
+//! The server side ([`serve_peers`]) reads a frame, hands its request to the Raft of the
+//! group it names ([`answer`], which also tells that group's [`super::stand_in`] what it
+//! saw), and writes the answer ([`PeerAnswer::Answered`]). A frame for a group this node
+//! does not host is answered [`PeerAnswer::NoSuchGroup`], naming the groups it hosts
+//! (logged like a refusal), and the connection serves on: the caller's RPC fails with that
+//! reason. Garbage, an oversized length or a bad checksum closes that connection with a
+//! logged reason and touches nothing else.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -92,7 +104,7 @@ use tokio::net::{TcpListener, TcpStream};
 use super::cluster_identity::{ClusterId, ClusterIdentity};
 use super::peer_health::PeerHealth;
 use super::stand_in::StandIn;
-use super::{NodeAddr, NodeId, Raft, TypeConfig};
+use super::{GroupId, NodeAddr, NodeId, Raft, TypeConfig};
 use crate::accept::accept_loop;
 use crate::security::Acceptor;
 use crate::shutdown::Shutdown;
@@ -125,12 +137,14 @@ const DIAL_TIMEOUT: Duration = Duration::from_secs(1);
 /// 5: the frames of 4, but the log may hold `ReturnTokens`, `DefineOverride` and
 /// `LeaseTokens` (tokens given back, Envoy's overrides, token leases), and the machine's
 /// buckets refill at the rate not leased out.
+/// 6: every request names the Raft group it is for ([`PeerFrame`]) and every answer is a
+/// [`PeerAnswer`]: a node hosts several groups on one peer port.
 ///
 /// The version stands for what the nodes of one cluster must share: the frames, and what
 /// an entry of the log means (the commands it may hold and how the machine decides them).
 /// It is raised with either, so that nodes that would apply one log differently refuse
 /// each other at the hello (naming both versions) instead of diverging.
-pub const PEER_PROTOCOL_VERSION: u32 = 5;
+pub const PEER_PROTOCOL_VERSION: u32 = 6;
 
 /// The first four bytes of every hello: a frame of peer protocol 1 (a [`PeerRequest`])
 /// never decodes with them, so a node of that version is told apart from damage.
@@ -194,6 +208,36 @@ pub enum PeerResponse {
     ),
 }
 
+/// A request as it crosses the peer port (peer protocol 6 on): the group whose Raft is to
+/// answer it, and the RPC.
+#[derive(Serialize, Deserialize)]
+pub struct PeerFrame {
+    pub group: GroupId,
+    pub request: PeerRequest,
+}
+
+/// [`PeerFrame`] as the dialer writes it, borrowing the request (a call whose pooled
+/// connection died sends it again): the same bytes.
+#[derive(Serialize)]
+struct PeerFrameRef<'a> {
+    group: GroupId,
+    request: &'a PeerRequest,
+}
+
+/// The answer to a [`PeerFrame`], as it crosses the peer port.
+#[derive(Serialize, Deserialize)]
+pub enum PeerAnswer {
+    /// The group's Raft answered (boxed: an answer is far larger than a refusal; the bytes
+    /// on the wire are the response's own).
+    Answered(Box<PeerResponse>),
+    /// This node hosts no group `group`; `hosted` are those it does. The connection stays
+    /// open: a later frame may name a hosted group.
+    NoSuchGroup {
+        group: GroupId,
+        hosted: Vec<GroupId>,
+    },
+}
+
 /// A pooled connection, buffered for reading (requests and responses alternate, so the
 /// buffer is empty whenever the connection is idle).
 type Pooled = tokio::io::BufReader<Stream>;
@@ -205,9 +249,12 @@ type Pools = Arc<Mutex<BTreeMap<NodeId, Vec<Pooled>>>>;
 /// at once, which openraft would retry at once, in a busy loop.
 type Dialing = Arc<Mutex<BTreeMap<NodeId, Arc<tokio::sync::Mutex<()>>>>>;
 
-/// The client side: hands openraft a [`PeerClient`] per target, sharing the pools.
+/// The client side of one group: hands openraft a [`PeerClient`] per target, sharing the
+/// pools with every other group of the node ([`PeerNetwork::for_group`]).
 #[derive(Clone)]
 pub struct PeerNetwork {
+    /// The group whose Raft this network carries; every frame names it.
+    group: GroupId,
     pools: Pools,
     dialing: Dialing,
     /// Local address outgoing connections are bound to, if configured.
@@ -235,6 +282,7 @@ impl PeerNetwork {
         me: Arc<Me>,
     ) -> PeerNetwork {
         PeerNetwork {
+            group: super::SOLE_GROUP,
             pools: Pools::default(),
             dialing: Dialing::default(),
             source_ip,
@@ -243,11 +291,22 @@ impl PeerNetwork {
             health: PeerHealth::default(),
         }
     }
+
+    /// The network of `group`: its frames name that group, and its calls share this
+    /// network's connections, dials and peer health (one pool per peer node, whatever the
+    /// group).
+    pub fn for_group(&self, group: GroupId) -> PeerNetwork {
+        PeerNetwork {
+            group,
+            ..self.clone()
+        }
+    }
 }
 
 /// Calls to one peer.
 #[derive(Clone)]
 pub struct PeerClient {
+    group: GroupId,
     target: NodeId,
     addr: String,
     pools: Pools,
@@ -460,13 +519,28 @@ impl PeerClient {
         mut conn: Pooled,
         request: &PeerRequest,
     ) -> Result<(Pooled, PeerResponse), CallError> {
-        wire::write_frame(conn.get_mut(), request)
+        let frame = PeerFrameRef {
+            group: self.group,
+            request,
+        };
+        wire::write_frame(conn.get_mut(), &frame)
             .await
             .map_err(|e| CallError::Network(e.to_string()))?;
-        let response: PeerResponse = wire::read_frame(&mut conn, PEER_FRAME_MAX)
+        let answer: PeerAnswer = wire::read_frame(&mut conn, PEER_FRAME_MAX)
             .await
             .map_err(|e| CallError::Network(e.to_string()))?;
-        Ok((conn, response))
+        match answer {
+            PeerAnswer::Answered(response) => Ok((conn, *response)),
+            // The connection stays good for other groups: pooled again, the call failed.
+            PeerAnswer::NoSuchGroup { group, hosted } => {
+                self.give_back(conn);
+                Err(CallError::Network(no_such_group(
+                    self.target,
+                    group,
+                    &hosted,
+                )))
+            }
+        }
     }
 
     fn rpc_error<E: std::error::Error>(&self, e: CallError) -> RPCError<NodeId, NodeAddr, E> {
@@ -489,6 +563,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
 
     async fn new_client(&mut self, target: NodeId, node: &NodeAddr) -> PeerClient {
         PeerClient {
+            group: self.group,
             target,
             addr: node.peer.clone(),
             pools: self.pools.clone(),
@@ -582,12 +657,26 @@ impl PeerClient {
 /// follower and the snapshot's id (read by the partition harness).
 pub const SNAPSHOT_SENT: &str = "snapshot sent";
 
+/// Why node `target` did not answer a frame for `group`: it hosts only `hosted`.
+fn no_such_group(target: NodeId, group: GroupId, hosted: &[GroupId]) -> String {
+    format!("node {target} hosts no Raft group {group} (it hosts groups {hosted:?})")
+}
+
+/// One group as the peer port reaches it.
+#[derive(Clone)]
+pub struct PeerGroup {
+    pub raft: Raft,
+    pub stand_in: Arc<StandIn>,
+}
+
 /// What the peer port's connections share.
 #[derive(Clone)]
 pub struct PeerServer {
     pub acceptor: Acceptor,
-    pub raft: Raft,
-    pub stand_in: Arc<StandIn>,
+    /// Every group this node hosts, by id; a frame is answered by its group's Raft. Not
+    /// empty: the lowest group's membership judges a dialer's address ([`known_at`]), the
+    /// same in every group while every node is a voter of every group.
+    pub groups: Arc<BTreeMap<GroupId, PeerGroup>>,
     pub identity: Arc<ClusterIdentity>,
 }
 
@@ -603,10 +692,12 @@ pub async fn serve_peers(listener: TcpListener, server: PeerServer, shutdown: Sh
 async fn peer_connection(tcp: TcpStream, server: PeerServer) -> Result<(), WireError> {
     let PeerServer {
         acceptor,
-        raft,
-        stand_in,
+        groups,
         identity,
     } = server;
+    let Some(lowest) = groups.values().next() else {
+        return Err(WireError::Decode("this node hosts no Raft group".into()));
+    };
     let stream = acceptor.accept(tcp).await?;
     let mut stream = tokio::io::BufReader::with_capacity(256 * 1024, stream);
     let hello: Result<PeerHello, WireError> =
@@ -633,7 +724,7 @@ async fn peer_connection(tcp: TcpStream, server: PeerServer) -> Result<(), WireE
         )
         .await
         .map_err(|_| WireError::Decode(format!("no peer address within {HELLO_TIMEOUT:?}")))??;
-        if let Err(reason) = known_at(&raft, from, &announce.peer_addr) {
+        if let Err(reason) = known_at(&lowest.raft, from, &announce.peer_addr) {
             welcome = PeerWelcome::Refused { reason };
         }
     }
@@ -645,13 +736,29 @@ async fn peer_connection(tcp: TcpStream, server: PeerServer) -> Result<(), WireE
         return Err(WireError::Decode(reason));
     }
     loop {
-        let request: PeerRequest = match wire::read_frame(&mut stream, PEER_FRAME_MAX).await {
+        let frame: PeerFrame = match wire::read_frame(&mut stream, PEER_FRAME_MAX).await {
             Ok(r) => r,
             Err(WireError::Closed) => return Ok(()),
             Err(e) => return Err(e),
         };
-        let response = answer(&raft, &stand_in, request).await;
-        wire::write_frame(stream.get_mut(), &response).await?;
+        let reply = match groups.get(&frame.group) {
+            Some(g) => {
+                PeerAnswer::Answered(Box::new(answer(&g.raft, &g.stand_in, frame.request).await))
+            }
+            None => {
+                let hosted: Vec<GroupId> = groups.keys().copied().collect();
+                log_refusal(&format!(
+                    "a peer asked for Raft group {}, which this node does not host (it \
+                     hosts groups {hosted:?}): answered so",
+                    frame.group
+                ));
+                PeerAnswer::NoSuchGroup {
+                    group: frame.group,
+                    hosted,
+                }
+            }
+        };
+        wire::write_frame(stream.get_mut(), &reply).await?;
     }
 }
 
@@ -797,6 +904,7 @@ mod tests {
     /// A client of node 2 at `addr`, with pools of its own.
     fn client_of(addr: String, connector: Connector) -> PeerClient {
         PeerClient {
+            group: 0,
             target: 2,
             addr,
             pools: Pools::default(),
@@ -856,11 +964,15 @@ mod tests {
                     if !welcome_hello(&mut stream).await {
                         return;
                     }
-                    if let Ok(PeerRequest::Vote(v)) =
-                        wire::read_frame(&mut stream, PEER_FRAME_MAX).await
+                    if let Ok(PeerFrame {
+                        request: PeerRequest::Vote(v),
+                        ..
+                    }) = wire::read_frame(&mut stream, PEER_FRAME_MAX).await
                     {
                         tokio::time::sleep(Duration::from_millis(100)).await;
-                        let granted = PeerResponse::Vote(Ok(VoteResponse::new(v.vote, None, true)));
+                        let granted = PeerAnswer::Answered(Box::new(PeerResponse::Vote(Ok(
+                            VoteResponse::new(v.vote, None, true),
+                        ))));
                         let _ = wire::write_frame(stream.get_mut(), &granted).await;
                     }
                     // Dropped here: the client's pooled connection is now dead.
@@ -918,6 +1030,82 @@ mod tests {
         );
     }
 
+    /// The vote `raft` holds, as (term, voted for).
+    fn vote_of(raft: &Raft) -> (u64, Option<NodeId>) {
+        let vote = raft.metrics().borrow().vote;
+        (vote.leader_id().term, vote.leader_id().voted_for())
+    }
+
+    /// A peer port serving groups 1 and 2 (each its own Raft, not initialized, so a vote
+    /// request is answered and nothing else happens), and node 1's clients of node 2's
+    /// port for groups 1, 2 and 9, sharing one network.
+    #[tokio::test]
+    async fn each_frame_is_answered_by_its_groups_raft_and_an_unknown_group_is_named() {
+        use crate::raft::test_cluster::{Net, TempDir, start};
+        let dir = TempDir::new("peer-groups");
+        let mut groups = BTreeMap::new();
+        for g in [1, 2] {
+            let (raft, _) = start(&Net::default(), &dir.0.join(g.to_string()), 2).await;
+            let (_stop, watch) = crate::shutdown::shutdown_channel();
+            let config = openraft::Config::default().validate().unwrap();
+            let stand_in = StandIn::start(raft.clone(), &config, watch);
+            groups.insert(g, PeerGroup { raft, stand_in });
+        }
+        let rafts: BTreeMap<GroupId, Raft> =
+            groups.iter().map(|(g, p)| (*g, p.raft.clone())).collect();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (_shutdown, watch) = crate::shutdown::shutdown_channel();
+        let server = PeerServer {
+            acceptor: Acceptor::plain(),
+            groups: Arc::new(groups),
+            identity: Arc::new(ClusterIdentity::fixed(
+                std::path::Path::new("/nonexistent"),
+                Some(TEST_CLUSTER),
+            )),
+        };
+        tokio::spawn(serve_peers(listener, server, watch));
+        let node_1 = client_of(addr, Connector::plain());
+        let of_group = |group| PeerClient {
+            group,
+            ..node_1.clone()
+        };
+        let vote = |term| PeerRequest::Vote(VoteRequest::new(openraft::Vote::new(term, 1), None));
+        let granted = |r: Result<PeerResponse, CallError>| match r {
+            Ok(PeerResponse::Vote(Ok(r))) => r.vote_granted,
+            Ok(_) => panic!("answered with another kind of response"),
+            Err(e) => panic!("the call failed: {e}"),
+        };
+        let call = |group, term| {
+            let client = of_group(group);
+            async move { client.call(vote(term), Duration::from_secs(5)).await }
+        };
+        assert!(granted(call(1, 5).await));
+        assert_eq!(vote_of(&rafts[&1]), (5, Some(1)));
+        assert_eq!(vote_of(&rafts[&2]).0, 0, "group 2 saw group 1's vote");
+        assert!(granted(call(2, 3).await));
+        assert_eq!(vote_of(&rafts[&2]), (3, Some(1)));
+        assert_eq!(vote_of(&rafts[&1]), (5, Some(1)));
+        assert_eq!(
+            idle(&node_1),
+            1,
+            "both groups' calls used one pooled connection"
+        );
+
+        match call(9, 7).await {
+            Err(CallError::Network(why)) => {
+                assert_eq!(why, "node 2 hosts no Raft group 9 (it hosts groups [1, 2])")
+            }
+            Err(e) => panic!("another error: {e}"),
+            Ok(_) => panic!("group 9 was answered"),
+        }
+        // The connection that carried the refusal stays open and is pooled again.
+        assert_eq!(idle(&node_1), 1);
+        assert!(granted(call(1, 6).await));
+        assert_eq!(vote_of(&rafts[&1]), (6, Some(1)));
+        assert_eq!(idle(&node_1), 1);
+    }
+
     #[tokio::test]
     async fn a_handshake_slower_than_the_call_deadline_still_yields_a_connection() {
         let dir = std::env::temp_dir().join(format!("weir-peer-dial-{}", std::process::id()));
@@ -947,10 +1135,14 @@ mod tests {
                     if !welcome_hello(&mut stream).await {
                         return;
                     }
-                    while let Ok(PeerRequest::Vote(v)) =
-                        wire::read_frame(&mut stream, PEER_FRAME_MAX).await
+                    while let Ok(PeerFrame {
+                        request: PeerRequest::Vote(v),
+                        ..
+                    }) = wire::read_frame(&mut stream, PEER_FRAME_MAX).await
                     {
-                        let granted = PeerResponse::Vote(Ok(VoteResponse::new(v.vote, None, true)));
+                        let granted = PeerAnswer::Answered(Box::new(PeerResponse::Vote(Ok(
+                            VoteResponse::new(v.vote, None, true),
+                        ))));
                         if wire::write_frame(stream.get_mut(), &granted).await.is_err() {
                             return;
                         }

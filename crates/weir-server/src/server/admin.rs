@@ -131,6 +131,15 @@ where
 
 /// Adds node `id`: as a learner, waiting at most [`LEARNER_CATCH_UP`] until it has caught
 /// up, then as a voter. A learner that does not catch up is removed and never votes.
+/// The refusal of a membership change or a backup on a node of several groups: their
+/// voters are the configured ones, the same in every group, and a backup holds one group.
+pub fn one_group_only(groups: u32) -> Failure {
+    Failure::BadRequest(format!(
+        "this node hosts groups = {groups}: its groups' voters are the configured ones \
+         (nodes are not added or removed), and a backup is of a node of one group"
+    ))
+}
+
 pub async fn add_node(ctx: &Ctx, id: NodeId, node: NodeAddr) -> Response {
     let peer = node.peer.clone();
     let added = match on_leader(ctx, || ctx.raft.add_learner(id, node.clone(), false)).await {

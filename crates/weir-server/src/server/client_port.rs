@@ -527,6 +527,11 @@ async fn handle(ctx: &Ctx, request: Request) -> Response {
         },
         Request::ReadLocal(query) => Response::Read(answer(&ctx.state.lock().machine, &query)),
         Request::Status => Response::Status(Box::pin(admin::status(ctx)).await),
+        Request::AddNode { .. } | Request::RemoveNode { .. } | Request::BackupBegin
+            if ctx.groups > 1 =>
+        {
+            Response::Failed(admin::one_group_only(ctx.groups))
+        }
         Request::AddNode { id, peer, client } => {
             let members = ctx
                 .raft

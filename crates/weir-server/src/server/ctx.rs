@@ -1,5 +1,5 @@
-//! [`Ctx`]: what a client connection needs of the node — its identity, Raft, the applied
-//! state, the proposer and the reader, the port's TLS and tokens, and the caches of the
+//! [`Ctx`]: what a client connection needs of the node — its identity, the Raft, applied
+//! state, proposer and reader of the group it serves (`node::client_group`), the port's TLS and tokens, and the caches of the
 //! admin requests. Built once by [`super::node`]; shared by `Arc` with the client port
 //! ([`super::client_port`]), the admin requests ([`super::admin`]) and the heartbeats
 //! ([`super::heartbeat`]), none of which import each other for it.
@@ -24,6 +24,9 @@ pub struct Ctx {
     pub state: Arc<AppliedState>,
     pub proposer: Proposer,
     pub reader: Reader,
+    /// The node's `groups`: the groups above serve, and with 2 or more, membership changes
+    /// and backups are refused ([`super::admin::one_group_only`]).
+    pub groups: u32,
     /// TLS for the port, or plaintext.
     pub acceptor: Acceptor,
     /// The tokens accepted, reloaded on SIGHUP.

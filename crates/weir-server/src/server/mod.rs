@@ -265,6 +265,7 @@ pub mod digest;
 pub mod edge;
 pub mod followed;
 pub mod front;
+pub mod groups_dir;
 pub mod heartbeat;
 pub mod leader;
 pub mod local_write;

@@ -2,11 +2,16 @@
 //! state-machine store, starts the front doors it is given ([`super::front`]), the proposer
 //! and the reader, serves the peer and client ports, and stops cleanly on SIGTERM or ctrl-c.
 //!
+//! A node hosts one Raft group, or with `groups = N` the metadata group and N data groups
+//! ([`super::groups_dir`]), each with its own log, state store, Raft, stand-in, proposer
+//! and reader, all on the one peer port; the client port and the front doors serve one of
+//! them ([`client_group`]).
+//!
 //! Invariants:
 //! - Its ports and the front doors' are bound before Raft starts: a taken port fails the
 //!   start, and nothing is served half-way.
-//! - Only the lowest-id configured voter initializes the cluster, and only while Raft says it
-//!   is not initialized (`Raft::is_initialized`: no vote, no log, no membership on disk).
+//! - Only the lowest-id configured voter initializes the cluster (each group of it), and only
+//!   while that group's Raft says it is not initialized (`Raft::is_initialized`: no vote, no log, no membership on disk).
 //!   This is decided from Raft's own state, not from "first start" of the data directory: a
 //!   first start that failed after labelling the directory (a taken port, bad openraft
 //!   settings) must still found the cluster on the next start. Every other start joins what
@@ -28,27 +33,50 @@ use super::client_port;
 use super::ctx::Ctx;
 use super::data_dir::prepare_data_dir;
 use super::front::{Doors, FrontDoors};
+use super::groups_dir::group_dirs;
 use super::local_write::LocalWriter;
 use super::proposer::Proposer;
 use super::reader::Reader;
 use crate::config::Config;
 use crate::raft::cluster_identity::{ClusterId, ClusterIdentity};
 use crate::raft::log_store::LogStore;
-use crate::raft::network::{Me, PeerNetwork, PeerServer, serve_peers};
+use crate::raft::network::{Me, PeerGroup, PeerNetwork, PeerServer, serve_peers};
 use crate::raft::stand_in::StandIn;
+use crate::raft::state_store::AppliedState;
 use crate::raft::state_store::StateStore;
-use crate::raft::{NodeAddr, Raft};
+use crate::raft::{GroupId, NodeAddr, Raft, SOLE_GROUP};
 use crate::security::{Acceptor, TokenTable, Tokens, tls};
 use crate::shutdown::{Shutdown, ShutdownSender, shutdown_channel};
 use weir_proto::tls::{Connector, client_config};
 
 /// A running node.
 pub struct Node {
+    /// The Raft of the group the client port serves ([`client_group`]).
     pub raft: Raft,
+    /// Every group the node hosts, by id ([`super::groups_dir`]): one for a node of one group.
+    pub groups: BTreeMap<GroupId, Hosted>,
     /// The tokens its client port accepts; [`Node::reload_tokens`] replaces them.
     tokens: Arc<Tokens>,
     /// Begun once, by [`Node::stop`]; every spawned task watches it.
     shutdown: ShutdownSender,
+}
+
+/// One group the node hosts, started: its own Raft, applied state, proposer and reader
+/// (its stand-in runs beside its Raft, held by the peer port).
+#[derive(Clone)]
+pub struct Hosted {
+    pub raft: Raft,
+    pub state: Arc<AppliedState>,
+    pub proposer: Proposer,
+    pub reader: Reader,
+}
+
+/// The group the client port, the front doors and the admin requests serve: the one group
+/// of a node of one group; data group 1 of a node of several (requests are not yet routed
+/// by tenant: every tenant lives in group 1, and groups 0 and 2 and above replicate and
+/// elect but hold no tenant).
+pub fn client_group(groups: u32) -> GroupId {
+    if groups == 1 { SOLE_GROUP } else { 1 }
 }
 
 /// The log and the state store, opened, and what a restart's reads wait for.
@@ -69,31 +97,53 @@ impl Node {
         // own state does (module doc).
         let _first_start = prepare_data_dir(dir, config.id)?;
         let identity = Arc::new(ClusterIdentity::open(dir)?);
-        let storage = open_storage(dir, config.raft.log_segment_bytes).await?;
-        let state = storage.store.state();
-        let startup_last = storage.startup_last;
+        let mut opened = Vec::new();
+        for (group, group_dir) in group_dirs(dir, config.groups)? {
+            let storage = open_storage(&group_dir, config.raft.log_segment_bytes)
+                .await
+                .map_err(|e| in_group(config.groups, group, e))?;
+            opened.push((group, storage));
+        }
         let security = Security::from_config(&config)?;
         let (peer_listener, client_listener) = bind_ports(&config).await?;
         let http_listener = bind_http(&config).await?;
         let grpc_listener = bind_grpc(&config).await?;
         let (shutdown_sender, shutdown) = shutdown_channel();
-        let raft = start_raft(
+        let mut applied = BTreeMap::new();
+        for (group, storage) in &opened {
+            applied.insert(*group, (storage.store.state(), storage.startup_last));
+        }
+        let rafts = start_rafts(
             &config,
-            storage,
+            opened,
             &security,
             peer_listener,
             &identity,
             &shutdown,
         )
         .await?;
+        let mut groups = BTreeMap::new();
+        for (group, raft) in rafts {
+            let Some((state, startup_last)) = applied.remove(&group) else {
+                return Err(format!("group {group} has a Raft but was not opened"));
+            };
+            let hosted = Hosted {
+                proposer: Proposer::start(
+                    config.id,
+                    raft.clone(),
+                    state.clone(),
+                    config.proposer.clone(),
+                    shutdown.clone(),
+                ),
+                reader: Reader::start(raft.clone(), state.clone(), startup_last, shutdown.clone()),
+                raft,
+                state,
+            };
+            groups.insert(group, hosted);
+        }
+        let served = groups[&client_group(config.groups)].clone();
+        let (raft, state, proposer) = (served.raft, served.state, served.proposer);
         let tokens = Arc::new(Tokens::new(TokenTable::new(&config.tokens)?));
-        let proposer = Proposer::start(
-            config.id,
-            raft.clone(),
-            state.clone(),
-            config.proposer.clone(),
-            shutdown.clone(),
-        );
         front.start(
             &config,
             Doors {
@@ -117,8 +167,9 @@ impl Node {
             client_addr: config.client_addr.clone(),
             raft: raft.clone(),
             proposer,
-            reader: Reader::start(raft.clone(), state.clone(), startup_last, shutdown.clone()),
+            reader: served.reader,
             state,
+            groups: config.groups,
             acceptor: security.client_acceptor.clone(),
             tokens: tokens.clone(),
             digest: Default::default(),
@@ -136,6 +187,7 @@ impl Node {
         log_serving(&config);
         Ok(Node {
             raft,
+            groups,
             tokens,
             shutdown: shutdown_sender,
         })
@@ -150,78 +202,129 @@ impl Node {
         Ok(config.tokens.len())
     }
 
-    /// Returns once Raft has stopped on its own, with why: its core quit on an error (a
-    /// storage error, a violated invariant), or its task ended (a panic). Never returns
-    /// while Raft runs; after [`Node::stop`] it is not asked.
+    /// Returns once the Raft of any group has stopped on its own, with why (and which group,
+    /// on a node of several): its core quit on an error (a storage error, a violated
+    /// invariant), or its task ended (a panic). Never returns while every Raft runs; after
+    /// [`Node::stop`] it is not asked.
     pub async fn raft_stopped(&self) -> String {
-        let mut metrics = self.raft.metrics();
-        loop {
-            if let Err(fatal) = &metrics.borrow().running_state {
-                return fatal.to_string();
-            }
-            // An error here: the metrics' sender is gone, so Raft's core task has ended (a
-            // panic drops it without setting `running_state`).
-            if metrics.changed().await.is_err() {
-                return "Raft's core task ended (a panic: see above)".into();
-            }
+        let mut watching = tokio::task::JoinSet::new();
+        let several = self.groups.len() > 1;
+        for (group, hosted) in &self.groups {
+            let (group, raft) = (*group, hosted.raft.clone());
+            watching.spawn(async move {
+                let why = one_raft_stopped(&raft).await;
+                if several {
+                    format!("group {group}: {why}")
+                } else {
+                    why
+                }
+            });
+        }
+        match watching.join_next().await {
+            Some(Ok(why)) => why,
+            Some(Err(e)) => format!("the task watching Raft ended: {e}"),
+            None => "this node hosts no Raft group".into(),
         }
     }
 
-    /// Stops serving and shuts Raft down.
+    /// Stops serving and shuts every group's Raft down.
     pub async fn stop(self) {
         self.shutdown.begin();
-        if let Err(e) = self.raft.shutdown().await {
-            tracing::warn!("raft shutdown: {e}");
+        for (group, hosted) in &self.groups {
+            if let Err(e) = hosted.raft.shutdown().await {
+                tracing::warn!("raft shutdown (group {group}): {e}");
+            }
         }
         tracing::info!("stopped");
     }
 }
 
-/// Starts Raft on `storage`, serves its peers on `peer_listener` (with the stand-in), and
-/// founds the cluster if Raft is not initialized and this node is the founder. A node with
-/// Raft state but no recorded cluster identity is given [`ClusterId::UNRECORDED`] before
-/// it serves peers (`raft::cluster_identity`).
-async fn start_raft(
+/// Returns once `raft` has stopped on its own, with why (see [`Node::raft_stopped`]).
+async fn one_raft_stopped(raft: &Raft) -> String {
+    let mut metrics = raft.metrics();
+    loop {
+        if let Err(fatal) = &metrics.borrow().running_state {
+            return fatal.to_string();
+        }
+        // An error here: the metrics' sender is gone, so Raft's core task has ended (a
+        // panic drops it without setting `running_state`).
+        if metrics.changed().await.is_err() {
+            return "Raft's core task ended (a panic: see above)".into();
+        }
+    }
+}
+
+/// Names the group in `error` on a node of several groups.
+fn in_group(groups: u32, group: GroupId, error: String) -> String {
+    if groups == 1 {
+        error
+    } else {
+        format!("group {group}: {error}")
+    }
+}
+
+/// Starts a Raft for each opened group, each on its own group's peer network (all sharing
+/// one pool of connections), serves them all on `peer_listener` (each with its stand-in),
+/// and founds every group whose Raft is not initialized if this node is the founder. A node
+/// with Raft state but no recorded cluster identity is given [`ClusterId::UNRECORDED`]
+/// before it serves peers (`raft::cluster_identity`).
+async fn start_rafts(
     config: &Config,
-    storage: Storage,
+    opened: Vec<(GroupId, Storage)>,
     security: &Security,
     peer_listener: TcpListener,
     identity: &Arc<ClusterIdentity>,
     shutdown: &Shutdown,
-) -> Result<Raft, String> {
+) -> Result<BTreeMap<GroupId, Raft>, String> {
     let raft_config = Arc::new(config.openraft()?);
     let me = Arc::new(Me {
         id: config.id,
         identity: identity.clone(),
         peer_addr: config.peer_addr.clone(),
     });
-    let raft = Raft::new(
-        config.id,
-        raft_config.clone(),
-        PeerNetwork::new(config.peer_source_ip, security.peer_connector.clone(), me),
-        storage.log,
-        storage.store,
-    )
-    .await
-    .map_err(|e| format!("raft: {e}"))?;
-    let initialized = raft
-        .is_initialized()
+    let network = PeerNetwork::new(config.peer_source_ip, security.peer_connector.clone(), me);
+    let mut rafts = BTreeMap::new();
+    let mut peers = BTreeMap::new();
+    let mut unfounded = Vec::new();
+    for (group, storage) in opened {
+        let raft = Raft::new(
+            config.id,
+            raft_config.clone(),
+            network.for_group(group),
+            storage.log,
+            storage.store,
+        )
         .await
-        .map_err(|e| format!("raft: {e}"))?;
-    if initialized {
-        identity.record(ClusterId::UNRECORDED)?;
+        .map_err(|e| in_group(config.groups, group, format!("raft: {e}")))?;
+        let initialized = raft
+            .is_initialized()
+            .await
+            .map_err(|e| in_group(config.groups, group, format!("raft: {e}")))?;
+        if initialized {
+            identity.record(ClusterId::UNRECORDED)?;
+        } else {
+            unfounded.push(group);
+        }
+        let stand_in = StandIn::start(raft.clone(), &raft_config, shutdown.clone());
+        peers.insert(
+            group,
+            PeerGroup {
+                raft: raft.clone(),
+                stand_in,
+            },
+        );
+        rafts.insert(group, raft);
     }
     let server = PeerServer {
         acceptor: security.peer_acceptor.clone(),
-        raft: raft.clone(),
-        stand_in: StandIn::start(raft.clone(), &raft_config, shutdown.clone()),
+        groups: Arc::new(peers),
         identity: identity.clone(),
     };
     tokio::spawn(serve_peers(peer_listener, server, shutdown.clone()));
-    if !initialized {
-        found_cluster(config, &raft, identity).await?;
+    for group in unfounded {
+        found_cluster(config, &rafts[&group], identity).await?;
     }
-    Ok(raft)
+    Ok(rafts)
 }
 
 /// Opens the log and the state store in `dir`.
@@ -433,5 +536,213 @@ fn reload(node: &Node, config_path: Option<&std::path::Path>) {
         ),
         Ok(n) => tracing::info!("SIGHUP: reloaded {n} token(s) from {}", path.display()),
         Err(e) => tracing::error!("SIGHUP: tokens not reloaded, keeping the old ones: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::raft::test_cluster::{PATIENCE, TempDir};
+    use weir_core::machine::Command;
+
+    /// Front doors that serve nothing (the configs here bind no HTTP or gRPC port).
+    struct NoDoors;
+
+    impl FrontDoors for NoDoors {
+        fn start(&self, _: &Config, _: Doors) -> Result<(), String> {
+            Ok(())
+        }
+    }
+
+    /// A free loopback address (bound, then released for the node to bind).
+    fn loopback() -> String {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    }
+
+    /// Configs of three nodes with `groups` groups, their data under `dir`.
+    fn configs(dir: &std::path::Path, groups: u32) -> Vec<Config> {
+        let voters: Vec<crate::config::Peer> = (1..=3)
+            .map(|id| crate::config::Peer {
+                id,
+                peer: loopback(),
+                client: loopback(),
+            })
+            .collect();
+        voters
+            .iter()
+            .map(|v| Config {
+                id: v.id,
+                data_dir: dir.join(format!("node{}", v.id)),
+                client_addr: v.client.clone(),
+                peer_addr: v.peer.clone(),
+                peers: voters.clone(),
+                http_listen: String::new(),
+                groups,
+                ..Config::default()
+            })
+            .collect()
+    }
+
+    /// Waits until group `group` has a leader that every node in `nodes` knows, with all
+    /// three voters; returns the leader's id.
+    async fn led(nodes: &BTreeMap<u64, Node>, group: GroupId) -> u64 {
+        let mut leader = None;
+        for node in nodes.values() {
+            let raft = &node.groups[&group].raft;
+            let metrics = raft
+                .wait(Some(PATIENCE))
+                .metrics(
+                    |m| {
+                        m.current_leader.is_some()
+                            && m.membership_config.membership().voter_ids().count() == 3
+                    },
+                    "a leader of three voters",
+                )
+                .await
+                .unwrap_or_else(|e| panic!("group {group}: {e}"));
+            leader.get_or_insert(metrics.current_leader.unwrap());
+        }
+        leader.unwrap()
+    }
+
+    fn define(tenant: &str) -> Command {
+        Command::DefineLimit {
+            tenant: tenant.into(),
+            name: "l".into(),
+            concurrent: 1,
+            per_second: 0.0,
+            burst: None,
+        }
+    }
+
+    /// Waits until `hosted` has applied a limit of `tenant`.
+    async fn applied(hosted: &Hosted, tenant: &str) {
+        for _ in 0..400 {
+            if hosted.state.lock().machine.has_limit(tenant, "l") {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{tenant}'s limit was never applied");
+    }
+
+    use std::time::Duration;
+    use weir_proto::protocol::{
+        ClientFrame, Failure, PROTOCOL_VERSION, Request, Response, ServerFrame,
+    };
+    use weir_proto::wire;
+
+    /// Sends `request` to the client port at `addr` on a new connection; its response.
+    async fn ask(addr: &str, request: Request) -> Response {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut stream = tokio::io::BufReader::new(tcp);
+        let hello = ClientFrame::Hello {
+            version: PROTOCOL_VERSION,
+            token: None,
+        };
+        wire::write_frame(stream.get_mut(), &hello).await.unwrap();
+        let frame = ClientFrame::Request { id: 1, request };
+        wire::write_frame(stream.get_mut(), &frame).await.unwrap();
+        for _ in 0..10 {
+            match wire::read_frame(&mut stream, 1 << 20).await.unwrap() {
+                ServerFrame::Response { response, .. } => return response,
+                _ => continue,
+            }
+        }
+        panic!("no response in ten frames");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn three_nodes_of_two_groups_elect_each_group_keep_them_apart_and_recover_them() {
+        let dir = TempDir::new("node-groups");
+        let configs = configs(&dir.0, 2);
+        let mut nodes = BTreeMap::new();
+        for c in &configs {
+            nodes.insert(c.id, Node::start(c.clone(), &NoDoors).await.unwrap());
+        }
+        for node in nodes.values() {
+            assert_eq!(node.groups.keys().copied().collect::<Vec<_>>(), [0, 1, 2]);
+            assert!(node.raft.metrics().borrow().id == node.groups[&1].raft.metrics().borrow().id);
+        }
+        for group in [0, 1, 2] {
+            led(&nodes, group).await;
+        }
+        // Tenant a written in group 1, tenant b in group 2, each through its leader.
+        for (group, tenant) in [(1, "a"), (2, "b")] {
+            let leader = led(&nodes, group).await;
+            let (_, reply) = nodes[&leader].groups[&group]
+                .proposer
+                .propose(define(tenant))
+                .await
+                .unwrap();
+            assert_eq!(reply, weir_core::machine::Reply::Done);
+        }
+        for node in nodes.values() {
+            applied(&node.groups[&1], "a").await;
+            applied(&node.groups[&2], "b").await;
+            let machine = |g: GroupId| node.groups[&g].state.lock().machine.clone();
+            assert!(
+                !machine(1).has_limit("b", "l"),
+                "group 1 holds group 2's tenant"
+            );
+            assert!(
+                !machine(2).has_limit("a", "l"),
+                "group 2 holds group 1's tenant"
+            );
+            assert!(!machine(0).has_limit("a", "l") && !machine(0).has_limit("b", "l"));
+        }
+        for g in 0..=2 {
+            let log = configs[2]
+                .data_dir
+                .join("groups")
+                .join(g.to_string())
+                .join("log");
+            assert!(log.is_dir(), "{} is missing", log.display());
+        }
+        assert!(!configs[2].data_dir.join("log").exists());
+
+        // Membership changes and backups are refused on the client port, naming why.
+        for request in [
+            Request::RemoveNode { id: 3 },
+            Request::AddNode {
+                id: 4,
+                peer: loopback(),
+                client: loopback(),
+            },
+            Request::BackupBegin,
+        ] {
+            assert_eq!(
+                ask(&configs[0].client_addr, request).await,
+                Response::Failed(Failure::BadRequest(
+                    "this node hosts groups = 2: its groups' voters are the configured ones \
+                     (nodes are not added or removed), and a backup is of a node of one group"
+                        .into()
+                ))
+            );
+        }
+
+        // Node 3 stopped and started again: both data groups come back from its disk.
+        nodes.remove(&3).unwrap().stop().await;
+        let again = Node::start(configs[2].clone(), &NoDoors).await.unwrap();
+        applied(&again.groups[&1], "a").await;
+        applied(&again.groups[&2], "b").await;
+        again.stop().await;
+
+        // Started with another count of groups, it is refused naming both.
+        let more = Config {
+            groups: 3,
+            ..configs[2].clone()
+        };
+        let err = Node::start(more, &NoDoors).await.err().unwrap();
+        assert!(
+            err.contains(
+                "this data directory holds groups {0, 1, 2}, but the config says groups = 3"
+            ),
+            "{err}"
+        );
+        for (_, node) in nodes {
+            node.stop().await;
+        }
     }
 }
