@@ -300,6 +300,7 @@
 pub mod clock;
 pub mod command;
 mod deadlines;
+pub mod frozen_tenant;
 pub mod key_table;
 pub mod limit;
 pub mod queue;
@@ -311,6 +312,7 @@ pub mod saved;
 mod saved_v5;
 mod saved_v6;
 mod saved_v7;
+mod saved_v8;
 pub mod session;
 pub mod snapshot;
 #[cfg(test)]
@@ -327,6 +329,7 @@ pub use command::{
     HaltScope, Leadership, LeasePart, LeaseTokens, LimitId, Owner, Part, Priority, SessionId,
     Settle, TicketId, next_session_candidate,
 };
+pub use frozen_tenant::{FrozenTenant, GroupId};
 pub use queue_view::{HolderView, QueuePage, WaiterView};
 pub use reply::{Applied, BudgetKind, Event, LeaseShare, LimitsChange, Refusal, Reply};
 pub use snapshot::{
