@@ -259,6 +259,15 @@
 //! (`Machine::apply_dry_run`) is the same judgment on the applied state, answered by a
 //! linearizable read.
 //!
+//! # Moving a tenant
+//!
+//! A tenant moves between groups by `FreezeTenant` in the one it leaves (its whole state
+//! taken out as one [`FrozenTenant`], its requests answered `Moved` from then), `AdoptTenant`
+//! in the one it joins (installed with its limits renumbered, its log times moved by the
+//! two clocks' offset, so nothing has less time left, and the fence counter raised to the
+//! source's, so fences stay strictly increasing), and `DropFrozen` in the source once the
+//! move is placed. [`frozen_tenant`] states what moves and why tokens stay exact.
+//!
 //! # Snapshots
 //!
 //! The snapshot ([`snapshot`]) is the machine's `SavedLimits` ([`saved`]), bit-exact: all of

@@ -11,7 +11,8 @@
 //! This file holds the state and the dispatch; each group of commands has its own child
 //! module: `limits` (define, remove), `apply_limits` (a tenant's whole set of definitions),
 //! `leases` (sessions: open, keep-alive, expire, close), `permits` (acquire, release, settle,
-//! and serving a queue), `token_leases` (shares of rate limits leased to holders), `runs` (tenant ceilings, run admission, settlements, halts), `reads`
+//! and serving a queue), `token_leases` (shares of rate limits leased to holders), `runs` (tenant ceilings, run admission, settlements, halts), `moves` (a tenant's freeze, adopt
+//! and drop, when it moves between groups), `reads`
 //! and `queue_reads` (what queries see) and `check` (the invariants below).
 //!
 //! Invariants (checked by [`Machine::check`], asserted where they can break):
