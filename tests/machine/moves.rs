@@ -336,3 +336,37 @@ fn an_adopt_where_the_tenant_lives_is_refused_and_changes_nothing() {
     );
     assert!(b.m.limit_status("t", "db").is_none());
 }
+
+#[test]
+fn a_tenant_moved_back_merges_into_the_sessions_it_left_and_answers_there_again() {
+    let (mut a, [s1, _, s3]) = source();
+    let (mut b, a_fence) = moved_to_b(&mut a);
+    b.wait(2_000);
+    let (reply, _) = b.one(Command::FreezeTenant {
+        tenant: "t".into(),
+        to: 1,
+    });
+    assert_eq!(reply, Reply::Done);
+    let back = b.m.frozen_tenant("t").expect("frozen in b").clone();
+    // Its sessions still live in `a` (session 1 holds `u/other` there): the tickets of `t`
+    // merge into them.
+    assert_eq!(a.reply(adopt(&back)), Reply::Done);
+    assert!(
+        a.m.frozen_tenant("t").is_none(),
+        "the old frozen record goes"
+    );
+    assert_eq!(a.status("t", "db").in_use, 2);
+    assert_eq!(a.status("u", "other").in_use, 1);
+    let (released, events) = a.release(s1, 1);
+    assert!(matches!(released, Reply::Released { .. }), "{released:?}");
+    let fences: Vec<u64> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Granted { session, fence, .. } if *session == s3 => Some(*fence),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(fences.len(), 1, "{events:?}");
+    assert!(fences[0] > a_fence.max(b.m.contents().last_fence));
+    assert!(matches!(a.release(s1, 8).0, Reply::Released { .. }));
+}
