@@ -373,6 +373,13 @@ struct GroupsArgs {
     /// later.
     #[arg(long)]
     kill: bool,
+    /// Move a tenant to the next group every this many simulated ms of the measured window
+    /// (freeze, adopt, drop; clients follow `Moved`). A bare `--moves` is every 20 ms.
+    #[arg(long, num_args = 0..=1, default_missing_value = "20")]
+    moves: Option<u64>,
+    /// How long a client holds a permit, simulated ms.
+    #[arg(long, default_value_t = 1)]
+    hold_ms: u64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
 }
@@ -381,9 +388,14 @@ struct GroupsArgs {
 /// a run failed, 2 on bad arguments.
 fn sim_groups(args: GroupsArgs) -> i32 {
     use weir_server::sim::groups::{Shape, run};
-    if args.processes < 3 || args.cores == 0 || args.groups.contains(&0) || args.seconds <= 0.0 {
+    if args.processes < 3
+        || args.cores == 0
+        || args.groups.contains(&0)
+        || args.seconds <= 0.0
+        || args.moves == Some(0)
+    {
         eprintln!(
-            "sim-groups: --processes at least 3, --cores and every --groups at least 1, --seconds above 0"
+            "sim-groups: --processes at least 3, --cores and every --groups at least 1, --seconds and --moves above 0"
         );
         return 2;
     }
@@ -400,8 +412,14 @@ fn sim_groups(args: GroupsArgs) -> i32 {
             ""
         }
     );
+    if let Some(every) = args.moves {
+        println!(
+            "a tenant moved every {every} ms, permits held {} ms",
+            args.hold_ms
+        );
+    }
     println!(
-        "groups  ops/s (simulated)  x first  per group  busiest process  retried  over capacity  wall s"
+        "groups  ops/s (simulated)  x first  per group  busiest process  retried  moved  over capacity  wall s"
     );
     let mut base = None;
     let mut status = 0;
@@ -410,6 +428,8 @@ fn sim_groups(args: GroupsArgs) -> i32 {
             clients_per_group: args.clients_per_group,
             seconds: args.seconds,
             kill: args.kill,
+            move_every_ms: args.moves,
+            hold_ms: args.hold_ms,
             seed: args.seed,
             ..Shape::new(args.processes, args.cores, groups)
         };
@@ -429,12 +449,13 @@ fn sim_groups(args: GroupsArgs) -> i32 {
         let first = *base.get_or_insert(report.ops_per_s);
         let busiest = report.cpu_busy.values().copied().fold(0.0, f64::max);
         println!(
-            "{groups:>6}  {:>17.0}  {:>7.2}  {:>9.0}  {:>14.0}%  {:>7}  {:>13}  {:>6.1}",
+            "{groups:>6}  {:>17.0}  {:>7.2}  {:>9.0}  {:>14.0}%  {:>7}  {:>5}  {:>13}  {:>6.1}",
             report.ops_per_s,
             report.ops_per_s / first,
             report.ops_per_s / groups as f64,
             busiest * 100.0,
             report.retried,
+            report.moved,
             report.over_capacity.len(),
             started.elapsed().as_secs_f64()
         );

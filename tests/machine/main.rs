@@ -11,6 +11,7 @@ mod keyed;
 mod leases;
 mod memory;
 mod model;
+mod moves;
 mod owners;
 mod queue_reads;
 mod scenarios;

@@ -170,14 +170,14 @@ fn today() -> Vec<(String, Vec<u8>)> {
             "cluster.id.wcid-1".into(),
             weir_server::raft::cluster_identity::encode_cluster_id(CLUSTER),
         ),
-        ("machine.wsnp-8".into(), snapshot.clone()),
+        ("machine.wsnp-9".into(), snapshot.clone()),
         (
-            "snapshot.bin.wsst-1.wsnp-8".into(),
+            "snapshot.bin.wsst-1.wsnp-9".into(),
             encode_file(&meta, &snapshot),
         ),
         ("segment.wal.went-1".into(), segment),
         (
-            "backup.wbak-1.wsnp-8".into(),
+            "backup.wbak-1.wsnp-9".into(),
             std::fs::read(&backup).unwrap(),
         ),
         ("client-hello.protocol-3".into(), client_hello(3)),
@@ -245,6 +245,7 @@ fn every_shipped_format_version_is_read_or_refused_as_documented() {
         "machine.wsnp-6",
         "machine.wsnp-7",
         "machine.wsnp-8",
+        "machine.wsnp-9",
     ] {
         let restored = Machine::restore(&fixture(name)).unwrap();
         assert_eq!(restored.digest(), machine().digest(), "{name}");
@@ -254,6 +255,7 @@ fn every_shipped_format_version_is_read_or_refused_as_documented() {
         "snapshot.bin.wsst-1.wsnp-6",
         "snapshot.bin.wsst-1.wsnp-7",
         "snapshot.bin.wsst-1.wsnp-8",
+        "snapshot.bin.wsst-1.wsnp-9",
     ] {
         std::fs::write(dir.0.join(SNAPSHOT_FILE), fixture(name)).unwrap();
         let store = StateStore::open(&dir.0).unwrap();
@@ -278,6 +280,7 @@ fn every_shipped_format_version_is_read_or_refused_as_documented() {
         "backup.wbak-1.wsnp-6",
         "backup.wbak-1.wsnp-7",
         "backup.wbak-1.wsnp-8",
+        "backup.wbak-1.wsnp-9",
     ] {
         std::fs::write(&backup, fixture(name)).unwrap();
         assert_eq!(read_backup(&backup).unwrap().header.index, 3, "{name}");
@@ -447,8 +450,8 @@ fn a_version_this_build_does_not_know_is_refused_naming_the_file_and_both_versio
     let err = read_cluster_id(&dir.0).unwrap_err();
     assert!(err.contains("cluster.id"), "{err}");
     both(&err, 1);
-    for (at, current) in [(0, 1), (snapshot_offset(), 8)] {
-        let mut file = fixture("snapshot.bin.wsst-1.wsnp-8");
+    for (at, current) in [(0, 1), (snapshot_offset(), 9)] {
+        let mut file = fixture("snapshot.bin.wsst-1.wsnp-9");
         bump(&mut file, at, current);
         if at != 0 {
             reseal_outer(&mut file);
@@ -458,7 +461,7 @@ fn a_version_this_build_does_not_know_is_refused_naming_the_file_and_both_versio
         assert!(err.contains("snapshot.bin"), "{err}");
         both(&err, current);
     }
-    let mut backup = fixture("backup.wbak-1.wsnp-8");
+    let mut backup = fixture("backup.wbak-1.wsnp-9");
     bump(&mut backup, 0, 1);
     let path = dir.0.join("backup");
     std::fs::write(&path, &backup).unwrap();
@@ -473,7 +476,7 @@ fn a_version_this_build_does_not_know_is_refused_naming_the_file_and_both_versio
 fn a_damaged_backup_file_is_refused_naming_it_and_what_is_wrong() {
     let dir = TempDir::new("damaged-backup");
     let path = dir.0.join("backup");
-    let mut damaged = fixture("backup.wbak-1.wsnp-8");
+    let mut damaged = fixture("backup.wbak-1.wsnp-9");
     let last = damaged.len() - 1;
     damaged[last] ^= 0x40;
     std::fs::write(&path, &damaged).unwrap();
@@ -487,8 +490,8 @@ fn a_damaged_backup_file_is_refused_naming_it_and_what_is_wrong() {
 
 /// Where the machine snapshot starts inside the snapshot file fixture.
 fn snapshot_offset() -> usize {
-    let file = fixture("snapshot.bin.wsst-1.wsnp-8");
-    let inner = fixture("machine.wsnp-8");
+    let file = fixture("snapshot.bin.wsst-1.wsnp-9");
+    let inner = fixture("machine.wsnp-9");
     file.windows(inner.len())
         .position(|w| w == inner.as_slice())
         .expect("the snapshot file holds the machine snapshot")

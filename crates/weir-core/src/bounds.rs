@@ -231,6 +231,16 @@ pub const APPLY_DEFINITIONS_MAX: usize = 256;
 /// than one entry's bytes, so an apply cannot stall it (G8).
 pub const APPLY_COMMAND_BYTES_MAX: usize = 128 * 1024;
 
+/// Largest encoded frozen tenant (`machine::frozen_tenant`), the payload of one
+/// `AdoptTenant`: a freeze of a tenant whose state encodes above this is refused
+/// (`AtCapacity`, naming it) and leaves the tenant where it is. Half of [`ENTRY_BYTES_MAX`],
+/// so the adopt is one command of one entry, carried by an ordinary AppendEntries (G8).
+pub const MOVE_BYTES_MAX: usize = 256 * 1024;
+
+/// Most frozen tenants one machine keeps at once (each until its `DropFrozen`): with
+/// [`MOVE_BYTES_MAX`] they add at most 16 MiB to a snapshot.
+pub const FROZEN_TENANTS_MAX: usize = 64;
+
 /// Largest log entry, in encoded bytes (openraft's entry around the batch). The proposer
 /// closes a batch before its commands would take it past this, and the log store refuses to
 /// read a stored entry above it. 512 KiB holds hundreds of the largest commands, thousands

@@ -71,6 +71,8 @@ impl ApiError {
             | Refusal::AtCapacity { .. }
             | Refusal::TooManyRuns { .. }
             | Refusal::BudgetExhausted { .. } => StatusCode::TOO_MANY_REQUESTS,
+            // Its tenant lives in another group now: asked there, it is decided.
+            Refusal::Moved { .. } => StatusCode::MISDIRECTED_REQUEST,
         };
         let mut e = ApiError::new(status, refusal_kind(refusal), refusal.to_string());
         // The refusal's fields, from its own serialization: {"Busy": {"retry_at_ms": ..}}.

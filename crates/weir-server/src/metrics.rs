@@ -349,6 +349,7 @@ pub fn refusal_kind(r: &Refusal) -> &'static str {
         Refusal::Conflict { .. } => "Conflict",
         Refusal::Invalid(_) => "Invalid",
         Refusal::AtCapacity { .. } => "AtCapacity",
+        Refusal::Moved { .. } => "Moved",
     }
 }
 

@@ -355,6 +355,23 @@ pub enum Command {
     /// the shares asked, as far as the limits have room, in one entry (see [`LeaseTokens`]
     /// and the machine's essay, "Token leases"). Answered [`crate::machine::Reply::Leased`].
     LeaseTokens(LeaseTokens),
+    /// Takes tenant `tenant`'s whole state out of this group as one value, to move it to
+    /// group `to` (`machine::frozen_tenant`); from here its requests are answered `Moved`.
+    FreezeTenant {
+        tenant: String,
+        to: u64,
+    },
+    /// Installs tenant `tenant`, frozen in another group: `frozen` is its freeze's value
+    /// (`machine::frozen_tenant`) encoded with the machine's codec, at most
+    /// [`crate::bounds::MOVE_BYTES_MAX`] bytes.
+    AdoptTenant {
+        tenant: String,
+        frozen: Vec<u8>,
+    },
+    /// Forgets tenant `tenant`'s frozen state once its move is placed.
+    DropFrozen {
+        tenant: String,
+    },
 }
 
 /// A limit's definition, as `DefineLimit` with two more settings.

@@ -259,6 +259,15 @@
 //! (`Machine::apply_dry_run`) is the same judgment on the applied state, answered by a
 //! linearizable read.
 //!
+//! # Moving a tenant
+//!
+//! A tenant moves between groups by `FreezeTenant` in the one it leaves (its whole state
+//! taken out as one [`FrozenTenant`], its requests answered `Moved` from then), `AdoptTenant`
+//! in the one it joins (installed with its limits renumbered, its log times moved by the
+//! two clocks' offset, so nothing has less time left, and the fence counter raised to the
+//! source's, so fences stay strictly increasing), and `DropFrozen` in the source once the
+//! move is placed. [`frozen_tenant`] states what moves and why tokens stay exact.
+//!
 //! # Snapshots
 //!
 //! The snapshot ([`snapshot`]) is the machine's `SavedLimits` ([`saved`]), bit-exact: all of
@@ -300,6 +309,7 @@
 pub mod clock;
 pub mod command;
 mod deadlines;
+pub mod frozen_tenant;
 pub mod key_table;
 pub mod limit;
 pub mod queue;
@@ -311,6 +321,7 @@ pub mod saved;
 mod saved_v5;
 mod saved_v6;
 mod saved_v7;
+mod saved_v8;
 pub mod session;
 pub mod snapshot;
 #[cfg(test)]
@@ -327,6 +338,7 @@ pub use command::{
     HaltScope, Leadership, LeasePart, LeaseTokens, LimitId, Owner, Part, Priority, SessionId,
     Settle, TicketId, next_session_candidate,
 };
+pub use frozen_tenant::{FrozenTenant, GroupId};
 pub use queue_view::{HolderView, QueuePage, WaiterView};
 pub use reply::{Applied, BudgetKind, Event, LeaseShare, LimitsChange, Refusal, Reply};
 pub use snapshot::{

@@ -82,6 +82,9 @@ pub enum Refusal {
     /// container, `limit` is the bound. The request was fine; the cluster is full, and may
     /// admit it once something is released, closed or expires.
     AtCapacity { what: String, limit: u64 },
+    /// Tenant `tenant` moved to group `to` (`Command::FreezeTenant`): the request was not
+    /// decided here; asked again there, it is decided as it would have been here.
+    Moved { tenant: String, to: u64 },
 }
 
 impl Refusal {
@@ -164,6 +167,7 @@ impl std::fmt::Display for Refusal {
             Refusal::AtCapacity { what, limit } => {
                 write!(f, "at capacity: {what} (the bound is {limit})")
             }
+            Refusal::Moved { tenant, to } => write!(f, "tenant {tenant} moved to group {to}"),
         }
     }
 }

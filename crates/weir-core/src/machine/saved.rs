@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::clock::LogClock;
 use super::command::{Fence, LimitId, SessionId};
+use super::frozen_tenant::FrozenTenant;
 use super::key_table::{KeyBucket, KeyTable};
 use super::limit::{Limit, LimitSpec};
 use super::session::Session;
@@ -48,6 +49,9 @@ pub struct SavedLimits {
     /// fresh one by their bucket alone (version 8 on). A definition without lean keys has
     /// no entry.
     pub(super) lean_keys: BTreeMap<LimitId, KeyTable>,
+    /// The tenants frozen here by a move and not yet dropped, by name (version 9 on): each
+    /// answers `Moved` until its `DropFrozen`.
+    pub(super) frozen: BTreeMap<String, FrozenTenant>,
 }
 
 impl SavedLimits {

@@ -91,6 +91,7 @@ impl SavedLimitsV5 {
             tenants: self.tenants,
             token_leases: Default::default(),
             lean_keys: Default::default(),
+            frozen: Default::default(),
         }
     }
 }

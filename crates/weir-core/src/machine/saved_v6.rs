@@ -42,6 +42,7 @@ impl SavedLimitsV6 {
             tenants: self.tenants,
             token_leases: Default::default(),
             lean_keys: Default::default(),
+            frozen: Default::default(),
         }
     }
 }

@@ -47,6 +47,7 @@ impl SavedLimitsV7 {
             tenants: self.tenants,
             token_leases: self.token_leases,
             lean_keys: Default::default(),
+            frozen: Default::default(),
         }
     }
 }

@@ -379,6 +379,52 @@ impl Session {
         Ok(())
     }
 
+    /// The copy of this session a tenant's move carries (`machine::frozen_tenant`): the same
+    /// lease, owner, mark and finished tickets, with `live` as its live tickets (those of the
+    /// moving tenant).
+    pub fn moved_copy(&self, live: BTreeMap<TicketId, Ticket>) -> Session {
+        Session {
+            live,
+            ..self.clone()
+        }
+    }
+
+    /// Moves every log time it keeps through `shift` (a tenant's adopt): its lease's end and
+    /// its finished tickets' times, which keep their order since `shift` is monotonic.
+    pub fn shift_times(&mut self, shift: &dyn Fn(u64) -> u64) {
+        self.expires_at_ms = shift(self.expires_at_ms);
+        for (at_ms, _) in &mut self.finished_order {
+            *at_ms = shift(*at_ms);
+        }
+    }
+
+    /// Takes `other` (the same session, as a move carried it) into this one: its live
+    /// tickets, its finished tickets (this session's answer kept where both have one), the
+    /// later lease end and the higher mark. Refused, changing nothing, when the owners
+    /// differ or a ticket is live in both.
+    pub fn merge(&mut self, other: Session) -> Result<(), String> {
+        if self.owner != other.owner {
+            return Err("a session of another owner has its id".into());
+        }
+        if let Some(t) = other.live.keys().find(|t| self.live.contains_key(t)) {
+            return Err(format!("ticket {t} is live in both"));
+        }
+        self.live.extend(other.live);
+        self.expires_at_ms = self.expires_at_ms.max(other.expires_at_ms);
+        self.acked_below = self.acked_below.max(other.acked_below);
+        for (at_ms, t) in other.finished_order {
+            if let (false, Some(how)) = (self.finished.contains_key(&t), other.finished.get(&t)) {
+                self.finished.insert(t, how.clone());
+                self.finished_order.push_back((at_ms, t));
+            }
+        }
+        let below = self.acked_below;
+        self.finished.retain(|&t, _| t >= below);
+        self.finished_order.retain(|&(_, t)| t >= below);
+        self.finished_order.make_contiguous().sort_unstable();
+        Ok(())
+    }
+
     /// Checks the invariants of the module doc.
     pub fn check(&self) -> Result<(), String> {
         if let Some(t) = self.live.keys().find(|t| self.finished.contains_key(t)) {

@@ -11,7 +11,8 @@
 //! This file holds the state and the dispatch; each group of commands has its own child
 //! module: `limits` (define, remove), `apply_limits` (a tenant's whole set of definitions),
 //! `leases` (sessions: open, keep-alive, expire, close), `permits` (acquire, release, settle,
-//! and serving a queue), `token_leases` (shares of rate limits leased to holders), `runs` (tenant ceilings, run admission, settlements, halts), `reads`
+//! and serving a queue), `token_leases` (shares of rate limits leased to holders), `runs` (tenant ceilings, run admission, settlements, halts), `moves` (a tenant's freeze, adopt
+//! and drop, when it moves between groups), `reads`
 //! and `queue_reads` (what queries see) and `check` (the invariants below).
 //!
 //! Invariants (checked by [`Machine::check`], asserted where they can break):
@@ -29,6 +30,7 @@ mod check;
 mod lean_keys;
 mod leases;
 mod limits;
+mod moves;
 mod permits;
 mod queue_reads;
 mod reads;
@@ -37,7 +39,7 @@ mod token_leases;
 
 use std::collections::BTreeSet;
 
-use super::command::{Batch, Command, LimitId, SessionId};
+use super::command::{Batch, Command, Control, LimitId, SessionId};
 use super::deadlines::{Deadlines, Prune};
 use super::reply::{Applied, Event, Refusal, Reply};
 use super::saved::SavedLimits;
@@ -221,6 +223,11 @@ impl Machine {
         if let Err(refusal) = command.validate() {
             return Reply::Refused(refusal);
         }
+        // A tenant frozen here by a move answers everything of its own `Moved`: a command
+        // naming it, or the release or settlement of a ticket it took with it.
+        if let Some(moved) = self.moved(command) {
+            return Reply::Refused(moved);
+        }
         // Tenant-level totals move by the named tenant's container sizes (see `totals`).
         let tenant = command.tenant_counted();
         let before = tenant.map(|t| TenantCounts::of(self.saved.tenants.get(t)));
@@ -232,6 +239,24 @@ impl Machine {
             self.refile_receipts(t);
         }
         reply
+    }
+
+    /// `Moved` when `command` belongs to a tenant frozen here (a move's own commands never
+    /// do).
+    fn moved(&self, command: &Command) -> Option<Refusal> {
+        if self.saved.frozen.is_empty() || command.control() == Some(Control::Placement) {
+            return None;
+        }
+        if let Some(tenant) = command.tenant() {
+            return self.moved_tenant(tenant);
+        }
+        match command {
+            Command::Release { session, ticket }
+            | Command::SettleTake {
+                session, ticket, ..
+            } => self.moved_ticket(*session, *ticket),
+            _ => None,
+        }
     }
 
     fn dispatch(&mut self, command: &Command, wall_ms: u64, events: &mut Vec<Event>) -> Reply {
@@ -312,6 +337,9 @@ impl Machine {
                 unit_s,
             } => answer(self.define_override(tenant, *requests, *unit_s, events)),
             Command::LeaseTokens(l) => answer(self.lease_tokens(l, events)),
+            Command::FreezeTenant { tenant, to } => answer(self.freeze_tenant(tenant, *to, events)),
+            Command::AdoptTenant { tenant, frozen } => answer(self.adopt_tenant(tenant, frozen)),
+            Command::DropFrozen { tenant } => self.drop_frozen(tenant),
         }
     }
 }

@@ -183,6 +183,18 @@ impl Tenant {
         )
     }
 
+    /// Moves every log time it keeps through `shift` (its adopt after a move): run
+    /// admissions and receipts' settle times, which keep their order since `shift` is
+    /// monotonic.
+    pub fn shift_times(&mut self, shift: &dyn Fn(u64) -> u64) {
+        for slot in self.running.values_mut() {
+            slot.admitted_at_log_ms = shift(slot.admitted_at_log_ms);
+        }
+        for receipt in self.receipts.values_mut() {
+            receipt.settled_at_log_ms = shift(receipt.settled_at_log_ms);
+        }
+    }
+
     /// Whether the tenant holds nothing worth keeping (it can be dropped from the state).
     pub fn is_empty(&self) -> bool {
         *self == Tenant::default()

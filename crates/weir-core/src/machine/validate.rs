@@ -73,7 +73,20 @@ impl Command {
             | Command::CloseSession { .. }
             | Command::Release { .. }
             | Command::SetTenant { .. }
+            | Command::FreezeTenant { .. }
+            | Command::DropFrozen { .. }
             | Command::Tick => {}
+            Command::AdoptTenant { frozen, .. } => {
+                // The value itself is decoded, and checked against the state it would
+                // make, when it is applied.
+                let bytes = frozen.len();
+                if bytes > crate::bounds::MOVE_BYTES_MAX {
+                    return Err(Refusal::Invalid(format!(
+                        "a frozen tenant of {bytes} bytes; the bound is {}",
+                        crate::bounds::MOVE_BYTES_MAX
+                    )));
+                }
+            }
             Command::Acquire(a) => a.validate()?,
             Command::AcquireParts(a) => a.validate()?,
             Command::LeaseTokens(l) => l.validate()?,

@@ -73,6 +73,7 @@ fn command_scope(command: &Command) -> Scope<'_> {
         (Some(Control::Ceilings), _) => Scope::Admin("a tenant's ceiling and budgets"),
         (Some(Control::Halts), _) => Scope::Admin("halts"),
         (Some(Control::Time), _) => Scope::Admin("ticks"),
+        (Some(Control::Placement), _) => Scope::Admin("tenant placement"),
         (None, Some(tenant)) => Scope::Tenant(tenant),
         (None, None) => Scope::Session,
     }

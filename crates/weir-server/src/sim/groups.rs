@@ -8,7 +8,11 @@
 //! one a process. Tenants are placed statically, `tenants_per_group` a group (tenant
 //! `i` in group `i mod groups + 1`), each with one limit of `capacity` permits; every client
 //! works one tenant, routing to its group's leader as the placement says (the design's
-//! static placement, docs/design.md "Many groups"; no tenant moves here).
+//! static placement, docs/design.md "Many groups"). With `move_every_ms`, a mover moves a
+//! tenant to the next group every so often through the measured window by the design's
+//! four steps (freeze in the source, adopt in the destination, the frozen state dropped;
+//! the placement is the driver's table), and clients follow a `Moved` answer: an acquire
+//! to the group it names, a release there with its ticket's session (which moved too).
 //!
 //! The CPU model. Every replica of a group applies every command, one at a time (the
 //! machine is one task): `apply_us` a command, on one core of its process, serially per
@@ -41,7 +45,7 @@ use openraft::EntryPayload;
 use super::{MemDisk, NodeSpec, PeerRequest, SimNode, Transport, runtime};
 use crate::raft::NodeId;
 use crate::raft::in_process::Carried;
-use weir_core::machine::{Acquire, Command, Priority, Reply};
+use weir_core::machine::{Acquire, Command, Priority, Refusal, Reply};
 
 /// What to simulate.
 #[derive(Clone, Debug)]
@@ -65,6 +69,13 @@ pub struct Shape {
     /// Kill process 1 (every replica it hosts, its disks torn) halfway through the measured
     /// window, and restart it a second later.
     pub kill: bool,
+    /// Move a tenant to the next group every this many simulated ms through the measured
+    /// window (`None`: no moves), by the four steps of docs/design.md "Moving a tenant", the
+    /// placement the driver's own table.
+    pub move_every_ms: Option<u64>,
+    /// How long a client holds a permit before it releases it, ms: longer than a move
+    /// takes, a permit is held across it.
+    pub hold_ms: u64,
     pub seed: u64,
 }
 
@@ -85,6 +96,8 @@ impl Shape {
             leader_us: 4,
             apply_us: 4,
             kill: false,
+            move_every_ms: None,
+            hold_ms: 1,
             seed: 1,
         }
     }
@@ -121,6 +134,8 @@ pub struct Report {
     pub over_capacity: Vec<String>,
     /// Commands answered with an error (not leader, unknown outcome) and retried.
     pub retried: u64,
+    /// Tenants moved (adopted in their new group).
+    pub moved: u64,
 }
 
 /// One process's CPU: when each of its cores is next free, and the core-time spent, both
@@ -139,6 +154,9 @@ struct World {
     cpu: BTreeMap<NodeId, Cpu>,
     /// When each replica's apply is next free: it applies one command at a time.
     apply: BTreeMap<(u64, NodeId), Mutex<Duration>>,
+    /// Where each tenant is placed: the driver's table (the metadata group's, in the
+    /// design). Clients read it only when they open; they learn of a move by `Moved`.
+    placement: Mutex<BTreeMap<usize, u64>>,
 }
 
 /// Work shorter than this waits for nothing: tokio's clock counts whole milliseconds, so
@@ -192,10 +210,6 @@ impl World {
         self.spend(id, self.apply.get(&(group, id)), work).await;
     }
 }
-
-/// How long a client holds a permit before it releases it (one tick of tokio's clock,
-/// which counts whole milliseconds).
-const HOLD: Duration = Duration::from_millis(1);
 
 /// A delay of 0 or 1 ms each way (tokio's clock counts whole milliseconds), drawn from the
 /// seed: a rack's network, rounded.
@@ -347,6 +361,11 @@ async fn simulate(shape: Shape, root: &Path) -> Result<Report, String> {
         apply: places.iter().map(|p| (*p, Mutex::default())).collect(),
         nodes: Mutex::default(),
         dead: Mutex::default(),
+        placement: Mutex::new(
+            (0..shape.groups as usize * shape.tenants_per_group)
+                .map(|t| (t, shape.group_of(t)))
+                .collect(),
+        ),
         shape: shape.clone(),
     });
     let disks: BTreeMap<_, _> = places.iter().map(|p| (*p, MemDisk::new())).collect();
@@ -400,22 +419,37 @@ async fn simulate(shape: Shape, root: &Path) -> Result<Report, String> {
             held.clone(),
             counted.clone(),
         );
-        let capacity = shape.capacity;
+        let (capacity, hold_ms) = (shape.capacity, shape.hold_ms);
         clients.spawn(async move {
-            let count = |n: u64| {
+            let count = |group: u64, n: u64| {
                 let at = started.elapsed();
                 if at >= measure_from && at < measure_to {
                     *counted.lock().unwrap().entry(group).or_default() += n;
                 }
             };
-            let open = Command::OpenSession { ttl_ms: 600_000 };
-            let Some(Reply::SessionOpened { session, .. }) =
-                propose(&world, group, open, &retried).await
-            else {
-                return;
-            };
+            // One session in each group the client works in, opened with a nonce drawn
+            // from the seed, so no two clients' sessions share an id across groups.
+            let mut sessions: BTreeMap<u64, u64> = BTreeMap::new();
+            let mut group = group;
             let mut ticket = 0;
             while started.elapsed() < measure_to {
+                let session = match sessions.get(&group) {
+                    Some(s) => *s,
+                    None => {
+                        let open = Command::OpenSessionFor {
+                            ttl_ms: 600_000,
+                            owner: None,
+                            nonce: crate::simulated::random().expect("a simulation draws"),
+                        };
+                        let Some(Reply::SessionOpened { session, .. }) =
+                            propose(&world, group, open, &retried).await
+                        else {
+                            return;
+                        };
+                        sessions.insert(group, session);
+                        session
+                    }
+                };
                 ticket += 1;
                 let acquire = Command::Acquire(Acquire {
                     session,
@@ -430,7 +464,11 @@ async fn simulate(shape: Shape, root: &Path) -> Result<Report, String> {
                 let Some(reply) = propose(&world, group, acquire, &retried).await else {
                     continue;
                 };
-                count(1);
+                count(group, 1);
+                if let Reply::Refused(Refusal::Moved { to, .. }) = reply {
+                    group = to;
+                    continue;
+                }
                 if !matches!(reply, Reply::Granted { .. }) {
                     tokio::time::sleep(Duration::from_micros(200)).await;
                     continue;
@@ -438,11 +476,21 @@ async fn simulate(shape: Shape, root: &Path) -> Result<Report, String> {
                 held.lock()
                     .unwrap()
                     .granted(tenant, capacity, started.elapsed());
-                tokio::time::sleep(HOLD).await;
+                tokio::time::sleep(Duration::from_millis(hold_ms)).await;
                 held.lock().unwrap().releasing(tenant);
-                let release = Command::Release { session, ticket };
-                if propose(&world, group, release, &retried).await.is_some() {
-                    count(1);
+                // The release follows the tenant: a `Moved` answer names where it went
+                // with the ticket (and its session). Bounded: a tenant moves at most once
+                // a move period.
+                for _ in 0..4 {
+                    let release = Command::Release { session, ticket };
+                    match propose(&world, group, release, &retried).await {
+                        Some(Reply::Refused(Refusal::Moved { to, .. })) => group = to,
+                        Some(_) => {
+                            count(group, 1);
+                            break;
+                        }
+                        None => break,
+                    }
                 }
             }
         });
@@ -464,6 +512,22 @@ async fn simulate(shape: Shape, root: &Path) -> Result<Report, String> {
             (from, spent_by(&world))
         })
     };
+    let mover = shape.move_every_ms.map(|every| {
+        let (world, retried) = (world.clone(), retried.clone());
+        tokio::spawn(async move {
+            let mut moved = 0u64;
+            tokio::time::sleep_until(started + measure_from).await;
+            while started.elapsed() + Duration::from_millis(every) < measure_to {
+                tokio::time::sleep(Duration::from_millis(every)).await;
+                let r = crate::simulated::random().expect("a simulation draws");
+                let tenant = (r % tenants as u64) as usize;
+                if move_tenant(&world, tenant, &retried).await {
+                    moved += 1;
+                }
+            }
+            moved
+        })
+    });
     if shape.kill {
         let kill_at = measure_from + Duration::from_secs_f64(shape.seconds / 2.0);
         tokio::time::sleep(kill_at.saturating_sub(started.elapsed())).await;
@@ -481,6 +545,10 @@ async fn simulate(shape: Shape, root: &Path) -> Result<Report, String> {
         }
     }
     while clients.join_next().await.is_some() {}
+    let moved = match mover {
+        Some(m) => m.await.map_err(|e| format!("the mover: {e}"))?,
+        None => 0,
+    };
     let nodes: Vec<_> = std::mem::take(&mut *world.nodes.lock().unwrap())
         .into_values()
         .collect();
@@ -508,7 +576,66 @@ async fn simulate(shape: Shape, root: &Path) -> Result<Report, String> {
         cpu_busy,
         over_capacity,
         retried,
+        moved,
     })
+}
+
+/// The encoded frozen value of `tenant` on a live replica of `group` that froze it, if any.
+fn frozen_bytes(world: &World, group: u64, tenant: &str) -> Option<Vec<u8>> {
+    world.shape.members(group).into_iter().find_map(|id| {
+        let node = world.node(group, id)?;
+        let state = node.state().lock();
+        state.machine.frozen_tenant(tenant).map(|f| f.encode())
+    })
+}
+
+/// Moves `tenant` to the group after its own by the four steps: placement moving (the
+/// driver's table keeps the old group until the adopt), freeze in the source, adopt in the
+/// destination, placement placed and the frozen state dropped. `false` when a step found
+/// no leader in time (the tenant then stays frozen in its source, answering `Moved`, and
+/// the next move of it resumes: a freeze of a frozen tenant answers `Moved`).
+async fn move_tenant(world: &World, tenant: usize, retried: &Mutex<u64>) -> bool {
+    let name = format!("t{tenant}");
+    let from = world.placement.lock().unwrap()[&tenant];
+    let to = from % world.shape.groups + 1;
+    if to == from {
+        return false;
+    }
+    let freeze = Command::FreezeTenant {
+        tenant: name.clone(),
+        to,
+    };
+    let to = match propose(world, from, freeze, retried).await {
+        Some(Reply::Done) => to,
+        Some(Reply::Refused(Refusal::Moved { to, .. })) => to,
+        _ => return false,
+    };
+    // The leader that answered applied the freeze; a replica that has it answers.
+    let mut bytes = None;
+    for _ in 0..100 {
+        bytes = frozen_bytes(world, from, &name);
+        if bytes.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let Some(frozen) = bytes else {
+        return false;
+    };
+    let adopt = Command::AdoptTenant {
+        tenant: name.clone(),
+        frozen,
+    };
+    match propose(world, to, adopt, retried).await {
+        Some(Reply::Done) => {}
+        // A retried adopt that was applied the first time finds the tenant there.
+        Some(Reply::Refused(Refusal::Invalid(why))) if why.contains("has state here already") => {}
+        _ => return false,
+    }
+    world.placement.lock().unwrap().insert(tenant, to);
+    let drop = Command::DropFrozen { tenant: name };
+    propose(world, from, drop, retried).await;
+    true
 }
 
 #[cfg(test)]
@@ -573,6 +700,25 @@ mod tests {
         assert!(r.over_capacity.is_empty(), "{r:?}");
         assert_eq!(r.per_group.len(), 3, "{r:?}");
         assert!(r.retried > 0, "the kill cost some commands a retry: {r:?}");
+    }
+
+    #[test]
+    fn tenants_moved_between_groups_under_a_kill_are_never_over_granted() {
+        // Four clients a tenant on two permits held 30 ms (across a move), a tenant moved
+        // every 20 ms.
+        let shape = Shape {
+            hold_ms: 30,
+            kill: true,
+            seconds: 2.0,
+            clients_per_group: 16,
+            capacity: 2,
+            move_every_ms: Some(20),
+            ..small(3)
+        };
+        let r = run_in("sim-groups-moves", &shape);
+        assert!(r.over_capacity.is_empty(), "{r:?}");
+        assert!(r.moved >= 20, "tenants moved: {r:?}");
+        assert_eq!(r.per_group.len(), 3, "{r:?}");
     }
 
     #[test]

@@ -19,7 +19,7 @@
 use std::borrow::Cow;
 
 use super::{Command, Definition, HaltScope, SessionId, TicketId};
-use crate::bounds::{APPLY_COMMAND_BYTES_MAX, COMMAND_BYTES_MAX};
+use crate::bounds::{APPLY_COMMAND_BYTES_MAX, COMMAND_BYTES_MAX, MOVE_BYTES_MAX};
 
 /// The facts of one command, borrowed from it: its row of [`Command::describe`].
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -57,6 +57,8 @@ pub enum Control {
     Halts,
     /// The passage of time: `Tick`, which the proposer sends itself.
     Time,
+    /// Where a tenant lives: a move's `FreezeTenant`, `AdoptTenant` and `DropFrozen`.
+    Placement,
 }
 
 /// What a command does that the edge (which sessions a connection follows) or the
@@ -161,7 +163,7 @@ impl<'a> Description<'a> {
 impl Command {
     /// This command's facts: the table every bookkeeping question is answered from.
     pub fn describe(&self) -> Description<'_> {
-        use Control::{Ceilings, Halts, Limits, Time};
+        use Control::{Ceilings, Halts, Limits, Placement, Time};
         match self {
             Command::DefineLimit { tenant, name, .. } => {
                 Description::control(tenant, Limits, Effect::Defines { tenant, name })
@@ -247,6 +249,14 @@ impl Command {
             Command::Tick => Description {
                 control: Some(Time),
                 ..Description::on_session(None, Effect::Other)
+            },
+            Command::FreezeTenant { tenant, .. } | Command::DropFrozen { tenant } => {
+                Description::control(tenant, Placement, Effect::Other)
+            }
+            Command::AdoptTenant { tenant, .. } => Description {
+                // The value, and the tenant's name and the lengths around it.
+                bytes_max: MOVE_BYTES_MAX + COMMAND_BYTES_MAX,
+                ..Description::control(tenant, Placement, Effect::Other)
             },
         }
     }
