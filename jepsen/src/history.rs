@@ -3,12 +3,13 @@
 //!
 //! Ops follow Jepsen's shape: a client `invoke`s an operation, which ends `ok` (it happened),
 //! `fail` (it certainly did not) or `info` (its outcome is unknown). The nemesis records its
-//! faults as `info` ops of process `nemesis`. Times are nanoseconds of the harness's
-//! monotonic clock since the run began.
+//! faults as `info` ops of process `nemesis`. Times are nanoseconds of tokio's clock since
+//! the run began: the machine's monotonic clock in a harness run, and the paused, simulated
+//! clock in a simulated one (`crate::sim`), so a replay there gives the same times.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use tokio::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
@@ -59,8 +60,15 @@ impl Recorder {
     }
 
     /// The harness time of `at` (0 if it was before the run began).
-    pub fn ns_of(&self, at: Instant) -> u64 {
-        at.saturating_duration_since(self.started).as_nanos() as u64
+    pub fn ns_of(&self, at: std::time::Instant) -> u64 {
+        Instant::from_std(at)
+            .saturating_duration_since(self.started)
+            .as_nanos() as u64
+    }
+
+    /// The instant of run time `ns`.
+    pub fn instant_of(&self, ns: u64) -> Instant {
+        self.started + std::time::Duration::from_nanos(ns)
     }
 
     /// Records an op now; returns its time.

@@ -60,8 +60,36 @@ struct Seen {
     mismatches: u64,
     /// Per (term, leader, its start count): (first seen ns, log_ms), (last seen ns, log_ms).
     spans: BTreeMap<(u64, u64, u64), (Stamp, Stamp)>,
-    /// The largest log time less real time seen yet (ns), of any node's reply.
-    clock_excess_ns: Option<i128>,
+    clock: LogClockSamples,
+}
+
+/// Which log-time readings become `log-clock` facts: only those that set a new maximum of
+/// log time less real time (any other would break the log-clock checker's bound only if a
+/// recorded one did, for a bound rate of at least 1). The harness's monitor feeds it the
+/// nodes' status replies; the simulator (`crate::sim`) feeds it the simulated nodes' own
+/// log clocks.
+#[derive(Default)]
+pub struct LogClockSamples {
+    /// The largest log time less real time seen yet (ns), of any node.
+    excess_max_ns: Option<i128>,
+}
+
+impl LogClockSamples {
+    /// Node `node` was at log time `log_ms` at some instant up to now: recorded, at the
+    /// history's time now, when it sets a new maximum of log time less real time.
+    pub fn observe(&mut self, history: &Recorder, node: u64, log_ms: u64) {
+        let real_ns = history.now_ns();
+        let excess_ns = i128::from(log_ms) * 1_000_000 - i128::from(real_ns);
+        if self.excess_max_ns.is_none_or(|max| excess_ns > max) {
+            self.excess_max_ns = Some(excess_ns);
+            history.record(
+                NEMESIS,
+                Kind::Info,
+                "log-clock",
+                json!({"node": node, "log_ms": log_ms, "real_ns": real_ns}),
+            );
+        }
+    }
 }
 
 /// A running monitor.
@@ -153,18 +181,8 @@ pub async fn ask(addr: &str) -> Option<NodeStatus> {
 
 fn observe(seen: &Mutex<Seen>, history: &Recorder, status: &NodeStatus, start: u64) {
     let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
-    // Taken after the reply arrived: the log time it reports was reached before this.
-    let real_ns = history.now_ns();
-    let excess_ns = i128::from(status.log_ms) * 1_000_000 - i128::from(real_ns);
-    if seen.clock_excess_ns.is_none_or(|max| excess_ns > max) {
-        seen.clock_excess_ns = Some(excess_ns);
-        history.record(
-            NEMESIS,
-            Kind::Info,
-            "log-clock",
-            json!({"node": status.id, "log_ms": status.log_ms, "real_ns": real_ns}),
-        );
-    }
+    // Observed after the reply arrived: the log time it reports was reached before this.
+    seen.clock.observe(history, status.id, status.log_ms);
     if status.state == "Leader" {
         let now = (history.now_ns(), status.log_ms);
         seen.spans

@@ -89,6 +89,8 @@ mod permit;
 
 mod session_state;
 
+mod rules;
+
 mod boot_clock;
 
 mod client;
@@ -106,4 +108,5 @@ pub use error::{AcquireError, ClientError};
 pub use leased::{LeaseBucket, LeaseFigures, LeaseOptions, Leased, QUIET_PER_PERIOD};
 pub use lost::Lost;
 pub use permit::Permit;
+pub use rules::{keep_alive_credit, told_at};
 pub use session::{AcquireOptions, Session, believed_at, deadline_after, margin_for};

@@ -71,6 +71,7 @@ use super::client::Client;
 use super::error::{AcquireError, ClientError};
 use super::lost::Lost;
 use super::permit::Permit;
+use super::rules::keep_alive_credit;
 use super::session_state::{Grant, SessionState, acquire_command, release_in_background};
 use weir_core::machine::{
     AcquireParts, Command, Event, Part, Priority, Refusal, Reply, SessionId, TicketId,
@@ -501,14 +502,7 @@ async fn keep_alive(s: &SessionState, every: Duration) -> Instant {
     trace_keep_alive(s, sent, &answer);
     match answer {
         Ok(Reply::KeptAlive { .. }) => {
-            // PLANTED(keepalive-arrival), PLANTED(keepalive-previous)
-            let sent = if weir_core::planted::is(weir_core::planted::Plant::KeepaliveArrival) {
-                BootInstant::now()
-            } else if weir_core::planted::is(weir_core::planted::Plant::KeepalivePrevious) {
-                sent - every * 2
-            } else {
-                sent
-            };
+            let sent = keep_alive_credit(sent, BootInstant::now(), every);
             extend(s, sent);
             s.keep_alive_refused(None);
             next

@@ -35,6 +35,7 @@ use super::boot_clock::BootInstant;
 use super::client::Client;
 use super::error::AcquireError;
 use super::lost::Lost;
+use super::rules::told_at;
 use weir_core::machine::{
     Acquire, AcquireParts, Command, Fence, HaltScope, Refusal, Reply, SessionId, TicketId,
 };
@@ -187,12 +188,7 @@ impl SessionState {
     /// When the application is told that the belief deadline passed (`Permit::lost`,
     /// `Permit::lost_reason`, the loss marked on held permits): at the deadline itself.
     pub(super) fn told_at(&self) -> BootInstant {
-        let deadline = *self.deadline.borrow();
-        // PLANTED(told-late): the application is told 3 s after the deadline.
-        if weir_core::planted::is(weir_core::planted::Plant::ToldLate) {
-            return deadline + Duration::from_secs(3);
-        }
-        deadline
+        told_at(*self.deadline.borrow())
     }
 
     /// What a permit is lost to when the deadline passes: the refusal of the keep-alives,

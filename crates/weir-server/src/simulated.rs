@@ -13,7 +13,9 @@
 //!   [`enter`];
 //! - [`random`] draws from the simulation's seed instead of the system's entropy;
 //! - a node's proposer clock runs at the rate the simulation gave that node
-//!   ([`set_clock_rate`], [`clock_rate`]), as a machine whose oscillator is off would.
+//!   ([`set_clock_rate`], [`clock_rate`]), as a machine whose oscillator is off would, and
+//!   its wall stamps are off by the skew the simulation gave it ([`set_wall_skew`],
+//!   [`wall_skew_ms`]), as a machine whose system clock is set wrong would.
 //!
 //! Everything else a node does with time already goes through tokio's clock
 //! (`tokio::time::Instant`, sleeps, timeouts), which the paused runtime drives.
@@ -38,6 +40,8 @@ thread_local! {
     static RANDOM: Cell<u64> = const { Cell::new(0) };
     /// Each simulated node's clock rate, by node id.
     static RATES: RefCell<BTreeMap<u64, f64>> = const { RefCell::new(BTreeMap::new()) };
+    /// Each simulated node's wall-clock skew (ms), by node id.
+    static WALL_SKEWS: RefCell<BTreeMap<u64, i64>> = const { RefCell::new(BTreeMap::new()) };
 }
 
 /// Turns simulation on for this thread until the guard drops, its random draws seeded by
@@ -74,6 +78,7 @@ impl Drop for Guard {
     fn drop(&mut self) {
         STARTED.with(|s| s.set(None));
         RATES.with(|r| r.borrow_mut().clear());
+        WALL_SKEWS.with(|w| w.borrow_mut().clear());
     }
 }
 
@@ -88,6 +93,19 @@ pub fn set_clock_rate(node: u64, rate: f64) {
 /// Node `node`'s clock rate: what [`set_clock_rate`] gave it, else 1.
 pub fn clock_rate(node: u64) -> f64 {
     RATES.with(|r| r.borrow().get(&node).copied().unwrap_or(1.0))
+}
+
+/// Makes node `node`'s wall stamps `skew_ms` off the simulated system clock from its next
+/// start. Outside a simulation this does nothing.
+pub fn set_wall_skew(node: u64, skew_ms: i64) {
+    if on() {
+        WALL_SKEWS.with(|w| w.borrow_mut().insert(node, skew_ms));
+    }
+}
+
+/// Node `node`'s wall-clock skew, ms: what [`set_wall_skew`] gave it, else 0.
+pub fn wall_skew_ms(node: u64) -> i64 {
+    WALL_SKEWS.with(|w| w.borrow().get(&node).copied().unwrap_or(0))
 }
 
 /// Whether this thread runs a simulation.

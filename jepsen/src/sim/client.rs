@@ -10,11 +10,14 @@
 //! the margin, on the client's own clock (which runs at its own rate). The library's
 //! `Session` itself runs over TCP to a node's client port, which the simulator does not
 //! have, so its keep-alive loop is not what runs here: this file's loop follows the same
-//! rule (`KEEPALIVES_PER_TTL` keep-alives a TTL, a retry after 100 ms).
+//! rule (`KEEPALIVES_PER_TTL` keep-alives a TTL, a retry after 100 ms), and asks the
+//! library's own sans-I/O rules what an acknowledged keep-alive is credited with
+//! ([`keep_alive_credit`]) and when the application is told ([`told_at`]).
 //!
 //! Invariants:
-//! - A `hold` ends no later than the belief deadline the client computed: the application
-//!   is told at the deadline (the client wakes exactly then), or releases first.
+//! - A `hold` ends when the library's [`told_at`] says the application is told (the
+//!   belief deadline the client computed: the client wakes exactly then), or at its release
+//!   if that comes first.
 //! - Every op the client records pairs (an invoke, then one completion of the same `f`).
 //! - Randomness comes only from the client's own seeded generator.
 
@@ -24,14 +27,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
-use weir_client::margin_for;
+use weir_client::{BootInstant, keep_alive_credit, margin_for, told_at};
 use weir_core::machine::{Acquire, Command, Priority, Refusal, Reply, SessionId};
 use weir_proto::protocol::Failure;
 
 use super::links::NodeId;
-use super::recorder::SimRecorder;
 use super::world::World;
-use crate::history::Kind;
+use crate::history::{Kind, Recorder};
 use crate::rng::Rng;
 use crate::setup::{TENANT, TTL};
 
@@ -236,7 +238,7 @@ impl Door {
 pub async fn permits(
     spec: ClientSpec,
     door: Door,
-    history: SimRecorder,
+    history: Recorder,
     stop: Arc<AtomicBool>,
     holders: Holders,
 ) {
@@ -272,7 +274,7 @@ pub async fn permits(
 }
 
 /// Opens a session; its belief deadline counts from the open's send time.
-async fn open(door: &Door, history: &SimRecorder, clock: Clock) -> Option<Shared> {
+async fn open(door: &Door, history: &Recorder, clock: Clock) -> Option<Shared> {
     let sent = clock.local(history.now_ns());
     let ttl_ms = TTL.as_millis() as u64;
     match door.write(Command::OpenSession { ttl_ms }).await {
@@ -292,10 +294,21 @@ fn deadline(sent_local: u64, ttl_ms: u64) -> u64 {
     sent_local + (ttl - margin_for(ttl)).as_nanos() as u64
 }
 
+/// Client time `local_ns` as the library's clock type, for its rules.
+fn boot(local_ns: u64) -> BootInstant {
+    BootInstant::from_since_boot(Duration::from_nanos(local_ns))
+}
+
+/// [`boot`]'s inverse.
+fn local_of(at: BootInstant) -> u64 {
+    at.saturating_since(boot(0)).as_nanos() as u64
+}
+
 /// Keeps the session alive: a keep-alive every TTL/5 of the client's clock, a retry soon
-/// after one unacknowledged; each acknowledged one moves the deadline to its send time +
-/// TTL − margin. Ends when the cluster says the session is gone.
-async fn keep_alive(door: Door, shared: Shared, history: SimRecorder, clock: Clock) {
+/// after one unacknowledged; each acknowledged one moves the deadline to the time the
+/// library credits it with ([`keep_alive_credit`]: its send time) + TTL − margin. Ends
+/// when the cluster says the session is gone.
+async fn keep_alive(door: Door, shared: Shared, history: Recorder, clock: Clock) {
     let every = TTL / KEEPALIVES_PER_TTL;
     let mut wait = every;
     loop {
@@ -304,8 +317,10 @@ async fn keep_alive(door: Door, shared: Shared, history: SimRecorder, clock: Clo
         let sent = clock.local(history.now_ns());
         wait = match door.write(Command::KeepAlive { session: id }).await {
             Ok((_, Reply::KeptAlive { ttl_ms })) => {
+                let arrived = clock.local(history.now_ns());
+                let credited = local_of(keep_alive_credit(boot(sent), boot(arrived), every));
                 let mut belief = lock(&shared);
-                belief.deadline_local = belief.deadline_local.max(deadline(sent, ttl_ms));
+                belief.deadline_local = belief.deadline_local.max(deadline(credited, ttl_ms));
                 every
             }
             Ok((_, Reply::Refused(Refusal::UnknownSession { .. }))) => {
@@ -321,7 +336,7 @@ async fn keep_alive(door: Door, shared: Shared, history: SimRecorder, clock: Clo
 struct Worker<'a> {
     spec: &'a ClientSpec,
     door: &'a Door,
-    history: &'a SimRecorder,
+    history: &'a Recorder,
     clock: Clock,
     holders: &'a Holders,
 }
@@ -462,20 +477,20 @@ impl Worker<'_> {
     }
 }
 
-/// Works on a permit until run time `until_ns`, or until the belief deadline passes
-/// first: then returns the moment the application was told (the deadline, when the
-/// client woke for it).
-async fn work(history: &SimRecorder, clock: Clock, shared: &Shared, until_ns: u64) -> Option<u64> {
+/// Works on a permit until run time `until_ns`, or until the application is told that the
+/// permit may be lost (the library's [`told_at`] of the belief deadline) first: then
+/// returns the moment it was told (when the client woke for it).
+async fn work(history: &Recorder, clock: Clock, shared: &Shared, until_ns: u64) -> Option<u64> {
     loop {
-        let deadline_ns = clock.sim(lock(shared).deadline_local);
+        let told_ns = clock.sim(local_of(told_at(boot(lock(shared).deadline_local))));
         let now = history.now_ns();
-        if now >= deadline_ns {
+        if now >= told_ns {
             return Some(now);
         }
         if now >= until_ns {
             return None;
         }
-        let wake = until_ns.min(deadline_ns);
+        let wake = until_ns.min(told_ns);
         tokio::time::sleep_until(history.instant_of(wake)).await;
     }
 }

@@ -8,7 +8,8 @@
 //! phases and verdicts), [`nemesis`] (the faults carried out), [`client`] (permit
 //! processes and their belief), [`world`] (the nodes' lives), [`net`] (delivery on
 //! simulated time), [`links`] (the network's faults and fates), [`schedule`] (the faults
-//! drawn from the seed), [`recorder`] (the history on simulated time), [`panics`] (a node task's panic counted).
+//! drawn from the seed), [`panics`] (a node task's panic counted). The history is the
+//! harness's own [`crate::history::Recorder`], whose tokio clock is the simulated one here.
 //!
 //! The modules are declared in layers, highest first: a file imports only modules declared
 //! below its own.
@@ -21,5 +22,4 @@ pub mod world;
 pub mod schedule;
 pub mod net;
 pub mod links;
-pub mod recorder;
 pub mod panics;

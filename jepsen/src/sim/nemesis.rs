@@ -19,10 +19,9 @@ use serde_json::{Value, json};
 
 use super::client::{CLIENT_ENDPOINT_BASE, Holders};
 use super::links::{Links, NodeId};
-use super::recorder::SimRecorder;
 use super::schedule::{Fault, Schedule};
 use super::world::World;
-use crate::history::{Kind, NEMESIS};
+use crate::history::{Kind, NEMESIS, Recorder};
 
 /// The node a fault aims at: the leader when asked for and there is one, else the member
 /// at `index`.
@@ -98,10 +97,18 @@ pub async fn heal(world: &World) -> Result<(), String> {
     Ok(())
 }
 
-/// Records the run's clock rates (a `clock` fault in force from the start), then runs the
-/// schedule's steps, recording each fault and heal.
-pub async fn run(world: Arc<World>, schedule: Schedule, history: SimRecorder, holders: Holders) {
-    let rates = json!({"nodes": schedule.node_rates, "clients": schedule.client_rates});
+/// Records the run's clocks (a `clock` fault in force from the start, each node's as the
+/// harness's clock fault records it, `{"wall_skew_ms": w, "rate": r}`, so the log-clock
+/// checker allows for the fastest rate), then runs the schedule's steps, recording each
+/// fault and heal.
+pub async fn run(world: Arc<World>, schedule: Schedule, history: Recorder, holders: Holders) {
+    let nodes: Vec<Value> = schedule
+        .node_rates
+        .iter()
+        .zip(&schedule.node_wall_skews_ms)
+        .map(|(rate, wall)| json!({"wall_skew_ms": wall, "rate": rate}))
+        .collect();
+    let rates = json!({"nodes": nodes, "clients": schedule.client_rates});
     history.record(NEMESIS, Kind::Invoke, "clock", json!({"fault": "rates"}));
     history.record(NEMESIS, Kind::Info, "clock", rates);
     for step in &schedule.steps {

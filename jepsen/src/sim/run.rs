@@ -2,7 +2,7 @@
 //! runtime, to its end and its verdicts.
 //!
 //! Owns the run's phases: start the nodes (found on node 1), define the limits, run the
-//! clients and the nemesis for the workload's time beside a digest monitor, stop the
+//! clients and the nemesis for the workload's time beside a monitor (digests, log clocks), stop the
 //! clients, heal everything, let the cluster settle (bounded) and record the finals as the
 //! harness does (a `converge` fact: every node's digest at one applied index), then judge
 //! the history with the harness's own checkers.
@@ -30,11 +30,11 @@ use super::client::{CLIENT_ENDPOINT_BASE, ClientSpec, Door, Holders, permits};
 use super::links::NodeId;
 use super::nemesis;
 use super::panics;
-use super::recorder::SimRecorder;
 use super::schedule;
 use super::world::World;
 use crate::checker::{self, Verdict};
-use crate::history::{Kind, NEMESIS, Op};
+use crate::history::{Kind, NEMESIS, Op, Recorder};
+use crate::monitor::LogClockSamples;
 use crate::rng::Rng;
 use crate::setup::TENANT;
 
@@ -176,13 +176,14 @@ fn pairs(ops: &[Op]) -> Verdict {
 /// Every checker that applies to a simulated run. Capacity reads the cluster's own
 /// high-water mark (`LimitStatus`), which the simulator does not read: it judges what it
 /// can and says unknown for the rest, so it is not expected to judge.
-pub const CHECKERS: [Checker; 6] = [
+pub const CHECKERS: [Checker; 7] = [
     ("pairs", pairs, true),
     ("P1 permits", checker::permits::check, true),
     ("P2 fences", checker::fences::check, true),
     ("told", checker::told::check, true),
     ("capacity", checker::capacity::check, false),
     ("convergence", checker::convergence::check, true),
+    ("log clock", checker::clock::check, true),
 ];
 
 /// Judges `ops` by every checker.
@@ -198,7 +199,7 @@ pub fn judge(ops: &[Op]) -> Vec<Judged> {
 }
 
 async fn simulate(seed: u64, config: Config) -> Outcome {
-    let history = SimRecorder::new();
+    let history = Recorder::new();
     let mut outcome = Outcome {
         seed,
         verdicts: vec![],
@@ -240,12 +241,13 @@ async fn simulate(seed: u64, config: Config) -> Outcome {
 async fn carry_out(
     seed: u64,
     config: Config,
-    history: &SimRecorder,
+    history: &Recorder,
 ) -> Result<BTreeMap<NodeId, (Option<u64>, String)>, String> {
     let mut rng = Rng::new(seed);
     let clients = LIMITS.len() * CLIENTS_PER_LIMIT;
-    let plan = schedule::draw(&mut rng, config.nodes, clients, config.workload_ms);
-    let world = Arc::new(World::start(rng.next_u64(), &plan.node_rates).await?);
+    let plan = schedule::draw(seed, &mut rng, config.nodes, clients, config.workload_ms);
+    let world =
+        Arc::new(World::start(rng.next_u64(), &plan.node_rates, &plan.node_wall_skews_ms).await?);
     define(&Door::new(world.clone(), CLIENT_ENDPOINT_BASE)).await?;
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -327,10 +329,16 @@ async fn define(door: &Door) -> Result<(), String> {
 
 /// Compares the running nodes' digests every [`MONITOR_EVERY_MS`]: two at one applied
 /// index with different digests are recorded (`digest-mismatch`), and how many pairs were
-/// compared (`monitor`), as the harness's monitor does.
-async fn monitor(world: Arc<World>, history: SimRecorder) {
+/// compared (`monitor`), as the harness's monitor does. Reads every running node's log
+/// clock at the same ticks and records the `log-clock` facts the harness's monitor would
+/// ([`LogClockSamples`]), for the log-clock checker.
+async fn monitor(world: Arc<World>, history: Recorder) {
+    let mut clock = LogClockSamples::default();
     loop {
         tokio::time::sleep(Duration::from_millis(MONITOR_EVERY_MS)).await;
+        for (node, log_ms) in world.log_clocks() {
+            clock.observe(&history, node, log_ms);
+        }
         let digests = world.digests();
         let (compared, mismatch) = compare(&digests);
         if let Some((a, b)) = mismatch {
@@ -380,7 +388,7 @@ fn shown(digests: &BTreeMap<NodeId, (Option<u64>, String)>) -> serde_json::Value
 /// Waits (at most [`SETTLE_MAX`]) for every node to reach one applied index, and records
 /// the final `converge` fact: converged when they did with one digest. Returns the
 /// digests last seen.
-async fn settle(world: &World, history: &SimRecorder) -> BTreeMap<NodeId, (Option<u64>, String)> {
+async fn settle(world: &World, history: &Recorder) -> BTreeMap<NodeId, (Option<u64>, String)> {
     let started = history.now_ns();
     let members = world.members().len();
     let mut digests = world.digests();

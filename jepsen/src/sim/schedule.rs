@@ -1,11 +1,13 @@
 //! The nemesis's schedule, drawn from the seed before the run starts: which faults, when,
-//! for how long, and every node's and client's clock rate.
+//! for how long, every node's and client's clock rate, and every node's wall-clock skew.
 //!
 //! Owns the choice of faults only; `nemesis` carries them out. Targets that depend on the
 //! cluster's state (the leader) are named as roles here and resolved when the fault fires.
 //!
 //! Invariants:
-//! - One seed gives one schedule (everything is drawn from one [`Rng`] in a fixed order).
+//! - One seed gives one schedule (everything is drawn from one [`Rng`] in a fixed order;
+//!   the wall-clock skews from a generator of their own, [`wall_skews`], seeded from the
+//!   run's seed, so that adding them left every other draw of a seed as it was).
 //! - Faults do not overlap: each is healed before the next begins, and the last heal comes
 //!   before the workload stops.
 //! - Clock rates stay within [`RATE_SKEW_MAX`] of 1, so any two clocks differ in rate by
@@ -17,6 +19,14 @@ use crate::rng::Rng;
 /// How far a clock's rate may be from true: 4%, so two clocks skewed opposite ways stay
 /// inside the margin (the module doc).
 pub const RATE_SKEW_MAX: f64 = 0.04;
+
+/// How far a node's wall clock may be off, either way, ms: an hour, as the harness's clock
+/// nemesis skews its nodes. Wall time must decide nothing, so a skew far past any TTL shows
+/// a decision taken on it (a wall-clock gap credited to the log clock at a leader change).
+pub const WALL_SKEW_MS_MAX: u64 = 3_600_000;
+
+/// Mixed into a run's seed to seed [`wall_skews`]'s generator.
+const WALL_SKEW_STREAM: u64 = 0x5741_4c4c_534b_4557;
 
 /// A fault, its targets named by role where they depend on the cluster's state.
 #[derive(Clone, Debug, PartialEq)]
@@ -72,6 +82,8 @@ pub struct Schedule {
     pub node_rates: Vec<f64>,
     /// Each client's clock rate.
     pub client_rates: Vec<f64>,
+    /// Each node's wall-clock skew, ms, in member order ([`wall_skews`]).
+    pub node_wall_skews_ms: Vec<i64>,
 }
 
 /// A rate within [`RATE_SKEW_MAX`] of 1, in steps of 0.1%.
@@ -80,9 +92,19 @@ fn rate(rng: &mut Rng) -> f64 {
     1.0 + (rng.range(0, 2 * steps) as f64 - steps as f64) / 1_000.0
 }
 
-/// The schedule of a run of `nodes` nodes and `clients` clients whose faults fit in
-/// `workload_ms`, drawn from `rng`.
-pub fn draw(rng: &mut Rng, nodes: usize, clients: usize, workload_ms: u64) -> Schedule {
+/// Each of `nodes` nodes' wall-clock skew for the run of seed `seed`, ms: within
+/// [`WALL_SKEW_MS_MAX`] either way, in whole seconds.
+pub fn wall_skews(seed: u64, nodes: usize) -> Vec<i64> {
+    let mut rng = Rng::new(seed ^ WALL_SKEW_STREAM);
+    let max_s = WALL_SKEW_MS_MAX / 1_000;
+    (0..nodes)
+        .map(|_| (rng.range(0, 2 * max_s) as i64 - max_s as i64) * 1_000)
+        .collect()
+}
+
+/// The schedule of run `seed` of `nodes` nodes and `clients` clients whose faults fit in
+/// `workload_ms`, drawn from `rng` (the wall-clock skews from `seed`: [`wall_skews`]).
+pub fn draw(seed: u64, rng: &mut Rng, nodes: usize, clients: usize, workload_ms: u64) -> Schedule {
     let node_rates = (0..nodes).map(|_| rate(rng)).collect();
     let client_rates = (0..clients).map(|_| rate(rng)).collect();
     let mut steps = vec![];
@@ -126,6 +148,7 @@ pub fn draw(rng: &mut Rng, nodes: usize, clients: usize, workload_ms: u64) -> Sc
         steps,
         node_rates,
         client_rates,
+        node_wall_skews_ms: wall_skews(seed, nodes),
     }
 }
 
@@ -137,19 +160,24 @@ mod tests {
     fn a_schedule_fits_its_run_keeps_rates_in_the_margin_and_replays() {
         let mut kinds = std::collections::BTreeSet::new();
         for seed in 0..200 {
-            let s = draw(&mut Rng::new(seed), 5, 4, 20_000);
-            assert_eq!(s, draw(&mut Rng::new(seed), 5, 4, 20_000));
+            let s = draw(seed, &mut Rng::new(seed), 5, 4, 20_000);
+            assert_eq!(s, draw(seed, &mut Rng::new(seed), 5, 4, 20_000));
             let total: u64 = s.steps.iter().map(|s| s.quiet_ms + s.hold_ms).sum();
             assert!(total <= 20_000, "seed {seed}: {total} ms of faults");
             for r in s.node_rates.iter().chain(&s.client_rates) {
                 assert!((r - 1.0).abs() <= RATE_SKEW_MAX + 1e-9, "rate {r}");
             }
+            assert_eq!(s.node_wall_skews_ms.len(), 5);
+            for w in &s.node_wall_skews_ms {
+                assert!(w.unsigned_abs() <= WALL_SKEW_MS_MAX, "wall skew {w}");
+            }
             kinds.extend(s.steps.iter().map(|s| s.fault.kind()));
         }
         assert_eq!(kinds.len(), 5, "every kind drawn: {kinds:?}");
         assert_ne!(
-            draw(&mut Rng::new(1), 3, 4, 20_000),
-            draw(&mut Rng::new(2), 3, 4, 20_000)
+            draw(1, &mut Rng::new(1), 3, 4, 20_000),
+            draw(2, &mut Rng::new(2), 3, 4, 20_000)
         );
+        assert_ne!(wall_skews(1, 3), wall_skews(2, 3));
     }
 }

@@ -96,19 +96,22 @@ pub struct World {
 }
 
 impl World {
-    /// Starts `rates.len()` nodes (ids from 1), each at its clock rate, with the node's
-    /// default timings but an election timeout of its own, on a network drawn from `seed`,
-    /// and founds the cluster on node 1.
-    pub async fn start(seed: u64, rates: &[f64]) -> Result<World, String> {
+    /// Starts `rates.len()` nodes (ids from 1), each at its clock rate and with its wall
+    /// skew (`wall_skews_ms`, in the same order), with the node's default timings but an
+    /// election timeout of its own, on a network drawn from `seed`, and founds the cluster
+    /// on node 1.
+    pub async fn start(seed: u64, rates: &[f64], wall_skews_ms: &[i64]) -> Result<World, String> {
         let mut rng = crate::rng::Rng::new(seed);
         let members: Vec<NodeId> = (1..=rates.len() as u64).collect();
         let specs = members
             .iter()
             .zip(rates)
-            .map(|(id, rate)| {
+            .enumerate()
+            .map(|(i, (id, rate))| {
                 let mut spec = NodeSpec::new(*id, members.clone());
                 spec.election_timeout_ms += rng.range(0, ELECTION_SPREAD_MS);
                 spec.clock_rate = *rate;
+                spec.wall_skew_ms = wall_skews_ms.get(i).copied().unwrap_or(0);
                 spec
             })
             .collect();
@@ -225,6 +228,14 @@ impl World {
         self.lock()
             .iter()
             .map(|(id, live)| (*id, live.node.digest()))
+            .collect()
+    }
+
+    /// Every running node's log clock (ms), as its machine has applied it.
+    pub fn log_clocks(&self) -> BTreeMap<NodeId, u64> {
+        self.lock()
+            .iter()
+            .map(|(id, live)| (*id, live.node.log_ms()))
             .collect()
     }
 

@@ -13,7 +13,8 @@
 //! Both clocks are read through what a simulation can drive ([`crate::simulated`]): the log
 //! clock is tokio's monotonic clock (paused in a simulation), the wall stamp and the
 //! incarnation the system clock or the simulated one; a simulated node's clock may also run
-//! at a rate of its own ([`crate::simulated::clock_rate`], 1 outside a simulation).
+//! at a rate of its own ([`crate::simulated::clock_rate`], 1 outside a simulation), and its
+//! wall stamps be skewed ([`crate::simulated::wall_skew_ms`], 0 outside a simulation).
 
 use tokio::time::Instant;
 
@@ -48,7 +49,9 @@ impl Stamper {
             } else {
                 clock.rate
             } * crate::simulated::clock_rate(node),
-            wall_skew_ms: clock.wall_skew_ms,
+            wall_skew_ms: clock
+                .wall_skew_ms
+                .saturating_add(crate::simulated::wall_skew_ms(node)),
             incarnation: crate::simulated::unix_ns(),
         }
     }

@@ -57,7 +57,7 @@ use weir_proto::protocol::{Answer, Failure, Query};
 /// A simulated node's log segments: small, so a run begins and removes segments often.
 pub const SEGMENT_BYTES: u64 = crate::config::LOG_SEGMENT_BYTES_MIN;
 
-/// What a simulated node is: its id, the cluster's members, its timings and clock.
+/// What a simulated node is: its id, the cluster's members, its timings and clocks.
 #[derive(Clone, Debug)]
 pub struct NodeSpec {
     pub id: NodeId,
@@ -68,12 +68,15 @@ pub struct NodeSpec {
     pub election_timeout_ms: u64,
     /// How fast this node's proposer clock runs: 1.0 is true time.
     pub clock_rate: f64,
+    /// How far this node's wall stamps are off the simulated system clock, ms (wall time
+    /// decides nothing, so any skew must leave a run's outcome as it was).
+    pub wall_skew_ms: i64,
     /// A snapshot after this many entries (small, so runs build and install them).
     pub snapshot_every: u64,
 }
 
 impl NodeSpec {
-    /// Node `id` of `members`, with the node's default timings, a true clock and a snapshot
+    /// Node `id` of `members`, with the node's default timings, true clocks and a snapshot
     /// every 500 entries.
     pub fn new(id: NodeId, members: Vec<NodeId>) -> NodeSpec {
         let raft = RaftConfig::default();
@@ -83,6 +86,7 @@ impl NodeSpec {
             heartbeat_ms: raft.heartbeat_ms,
             election_timeout_ms: raft.election_timeout_ms_min,
             clock_rate: 1.0,
+            wall_skew_ms: 0,
             snapshot_every: 500,
         }
     }
@@ -144,6 +148,7 @@ impl SimNode {
             );
         }
         crate::simulated::set_clock_rate(spec.id, spec.clock_rate);
+        crate::simulated::set_wall_skew(spec.id, spec.wall_skew_ms);
         let config = Arc::new(spec.openraft()?);
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let mut log = LogStore::open_disk(Box::new(disk.bound()), SEGMENT_BYTES)?;
@@ -239,6 +244,12 @@ impl SimNode {
             applier.last_applied.map(|id| id.index),
             applier.machine.digest(),
         )
+    }
+
+    /// The log clock of the state this node applied (ms): the time its machine decides
+    /// leases and refills by, as the node's status reports it.
+    pub fn log_ms(&self) -> u64 {
+        self.state.lock().machine.now_ms()
     }
 
     /// The node's applied state (the machine behind its lock, and its event feed).
