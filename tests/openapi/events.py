@@ -35,20 +35,6 @@ def event_schemas() -> dict[str, Any]:
     }
 
 
-async def read_events(http: httpx.AsyncClient, session: int, seen: list[tuple[str, Any]],
-                      started: asyncio.Event) -> None:
-    async with http.stream("GET", f"/v1/sessions/{session}/events", timeout=None) as r:
-        r.raise_for_status()
-        started.set()
-        name = None
-        async for line in r.aiter_lines():
-            if line.startswith("event:"):
-                name = line[len("event:"):].strip()
-            elif line.startswith("data:") and name is not None:
-                seen.append((name, json.loads(line[len("data:"):])))
-                name = None
-
-
 # The cluster stream's events this script causes, with the fields the document's summary of
 # `GET /v1/events` gives each.
 CLUSTER_FIELDS = {
@@ -62,9 +48,11 @@ CLUSTER_FIELDS = {
 }
 
 
-async def read_cluster(http: httpx.AsyncClient, seen: list[tuple[str, Any]],
-                       started: asyncio.Event, content_type: list[str]) -> None:
-    async with http.stream("GET", "/v1/events", timeout=None) as r:
+async def read_stream(http: httpx.AsyncClient, path: str, seen: list[tuple[str, Any]],
+                      started: asyncio.Event, content_type: list[str]) -> None:
+    """Reads the server-sent events of `path` into `seen` as (name, data) until it ends;
+    records the stream's content type and sets `started` once the stream is open."""
+    async with http.stream("GET", path, timeout=None) as r:
         r.raise_for_status()
         content_type.append(r.headers.get("content-type", ""))
         started.set()
@@ -108,13 +96,15 @@ async def drive(base: str) -> tuple[list[tuple[str, Any]], list[str]]:
         cluster: list[tuple[str, Any]] = []
         content_type: list[str] = []
         cluster_started = asyncio.Event()
-        watcher = asyncio.create_task(read_cluster(http, cluster, cluster_started, content_type))
+        watcher = asyncio.create_task(
+            read_stream(http, "/v1/events", cluster, cluster_started, content_type))
         await asyncio.wait_for(cluster_started.wait(), 10)
         await call(http, "PUT", "/v1/tenants/ev/limits/one", {"concurrent": 1})
         session = (await call(http, "POST", "/v1/sessions", {"ttl_ms": 1500}))["session"]
         seen: list[tuple[str, Any]] = []
         started = asyncio.Event()
-        reader = asyncio.create_task(read_events(http, session, seen, started))
+        reader = asyncio.create_task(
+            read_stream(http, f"/v1/sessions/{session}/events", seen, started, []))
         await asyncio.wait_for(started.wait(), 10)
         acquire = "/v1/tenants/ev/limits/one/acquire"
         base_body = {"session": session, "timeout_ms": 0}
