@@ -109,6 +109,9 @@ pub struct Setup {
     pub snapshot_every: u64,
     /// Every node serves Envoy's `ShouldRateLimit` (plaintext), for the Envoy holders.
     pub grpc: bool,
+    /// Every node's `groups` (`--groups`): 1, or the metadata group and this many data
+    /// groups.
+    pub groups: u32,
 }
 
 /// Entries between snapshots by default (`--snapshot-every`): a 30 s run applies a few
@@ -298,6 +301,7 @@ impl Cluster {
             http,
             snapshot_every,
             grpc,
+            groups,
         } = setup;
         let links = Links::new();
         let client_links = ClientLinks::new();
@@ -348,6 +352,7 @@ impl Cluster {
                 peers: voters.clone(),
                 ..net.config()
             };
+            config.groups = groups;
             if snapshot_every > 0 {
                 config.raft.snapshot_logs_since_last = snapshot_every;
                 config.raft.max_in_snapshot_log_to_keep = 0;
@@ -618,6 +623,12 @@ impl Cluster {
     /// The leader as a running, unpaused node reports it, waiting at most `within`.
     pub async fn leader(&self, within: Duration) -> Option<u64> {
         self.nodes.leader(within).await
+    }
+
+    /// Has [`Cluster::leader`] and every status ask about data group `group` from now on
+    /// (a run of several groups, `--groups`).
+    pub fn set_group(&mut self, group: u64) {
+        self.nodes.set_group(group);
     }
 
     /// Restarts node `id` with `clock` (`None`: the true clock) and waits (bounded) until it

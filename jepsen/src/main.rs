@@ -127,6 +127,14 @@ struct Args {
     /// holders' takes. Every node then serves gRPC. Not with `--secure`.
     #[arg(long, default_value_t = 0)]
     rls_holders: u64,
+    /// Every node hosts the metadata group and this many data groups (`groups` in its
+    /// config); with 2 or more, every tenant of the run is placed in the last data group,
+    /// every Rust client speaks to it, the nemesis's "leader" is its leader, and the
+    /// monitor and the final convergence read its digests. The holders of other languages,
+    /// the Envoy holders and `--secure` (which speak to the front doors or probe them, and
+    /// those serve group 1) are refused with it.
+    #[arg(long, default_value_t = 1)]
+    groups: u32,
 }
 
 /// The nemeses `--nemesis` names (`all`: every one the network mode can inject); exits 2
@@ -202,6 +210,27 @@ fn recheck(dir: &Path, nemeses: &[String], secure: bool) -> ! {
     print!("{}", table(&outcome));
     print!("{}", weir_jepsen::checker::coverage::report(&ops));
     std::process::exit(exit_code(&outcome));
+}
+
+/// Refuses `--groups` out of range, or of 2 or more with what speaks to the front doors.
+fn check_groups(args: &Args) -> Result<(), String> {
+    if !(1..=16).contains(&args.groups) {
+        return Err(format!("{} is not from 1 to 16", args.groups));
+    }
+    let front_door = args.python_holders
+        + args.go_holders
+        + args.ts_holders
+        + args.python_lease_holders
+        + args.rls_holders
+        > 0;
+    if args.groups > 1 && (front_door || args.secure) {
+        return Err(
+            "the Python, Go, TypeScript and Envoy holders and --secure speak to the front \
+             doors, which serve data group 1 alone: not with 2 or more groups"
+                .into(),
+        );
+    }
+    Ok(())
 }
 
 /// What to run, from the arguments: the `weir` binary (beside this one unless `--weir`
@@ -297,6 +326,7 @@ fn plan(args: Args, nemeses: Vec<String>, net: Net) -> Plan {
         ts,
         leases,
         rls: args.rls_holders,
+        groups: args.groups,
     }
 }
 
@@ -486,6 +516,10 @@ fn main() {
     let nemeses = nemeses(&args);
     if args.rls_holders > 0 && args.secure {
         eprintln!("--rls-holders: the Envoy holders speak plaintext gRPC; not with --secure");
+        std::process::exit(2);
+    }
+    if let Err(why) = check_groups(&args) {
+        eprintln!("--groups: {why}");
         std::process::exit(2);
     }
     if let Some(dir) = &args.check {

@@ -165,11 +165,13 @@ impl Monitor {
 pub async fn ask(addr: &str) -> Option<NodeStatus> {
     match tokio::time::timeout(
         ASK_TIMEOUT,
-        Client::ask_node_with(
+        Client::ask_node_in(
             addr,
             &Request::Status,
             // Status needs the admin role.
             &crate::secure::security(crate::secure::Access::Admin),
+            // The group the run's tenants live in: its applied index, digest and log clock.
+            crate::secure::run_group(),
         ),
     )
     .await

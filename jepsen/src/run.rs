@@ -51,6 +51,9 @@ pub struct Plan {
     /// Envoy holders calling the nodes' `ShouldRateLimit` on [`crate::setup::RLS_LIMIT`]
     /// (`--rls-holders`); every node serves gRPC for them.
     pub rls: u64,
+    /// Every node's `groups` (`--groups`); with 2 or more, every tenant of the run is placed
+    /// in the last data group and every client speaks to it ([`secure::run_group`]).
+    pub groups: u32,
 }
 
 impl Plan {
@@ -80,6 +83,24 @@ impl Outcome {
     }
 }
 
+/// Places every tenant of the run in data group `group` (the last: not the one a plain
+/// client speaks to, so every request goes by the placement), and has every client of the
+/// run speak to it from here on.
+async fn place_tenants(servers: &[String], group: u64) -> Result<(), String> {
+    let admin = secure::client(servers.to_vec(), Access::Admin);
+    for tenant in crate::setup::TENANTS {
+        let placed = tokio::time::timeout(
+            Duration::from_secs(60),
+            admin.place_tenant(tenant, Some(group)),
+        )
+        .await
+        .map_err(|_| format!("placing {tenant} in group {group}: no answer in 60 s"))?;
+        placed.map_err(|e| format!("placing {tenant} in group {group}: {e}"))?;
+    }
+    secure::set_run_group(group);
+    Ok(())
+}
+
 pub async fn run(plan: &Plan) -> Result<Outcome, String> {
     std::fs::create_dir_all(&plan.out).map_err(|e| format!("{}: {e}", plan.out.display()))?;
     let history = Recorder::new();
@@ -97,6 +118,7 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
             || plan.leases.as_ref().is_some_and(|l| l.python > 0),
         snapshot_every: plan.snapshot_every,
         grpc: plan.rls > 0,
+        groups: plan.groups,
     };
     let mut cluster =
         Cluster::start(&plan.weir, &plan.out, plan.seed, plan.net.clone(), setup).await?;
@@ -107,6 +129,12 @@ pub async fn run(plan: &Plan) -> Result<Outcome, String> {
         crate::secure::check(secure, &cluster.ports(), &history).await;
     }
     let servers = cluster.servers();
+    if plan.groups > 1 {
+        let group = u64::from(plan.groups);
+        place_tenants(&servers, group).await?;
+        // The nemesis's "leader" is the leader of the group the tenants live in.
+        cluster.set_group(group);
+    }
     // Limit definitions are the operator's: the admin role makes them.
     workload::setup(
         &secure::client(servers.clone(), Access::Admin),

@@ -194,9 +194,34 @@ pub fn security(access: Access) -> ClientSecurity {
     current().map_or_else(ClientSecurity::default, |s| s.security(access))
 }
 
-/// A client of `servers` with `access`'s role.
+/// A client of `servers` with `access`'s role, speaking to the run's group.
 pub fn client(servers: Vec<String>, access: Access) -> Client {
-    Client::with_security(servers, security(access))
+    in_run_group(Client::with_security(servers, security(access)))
+}
+
+/// The data group every tenant of the run lives in, on a cluster of several groups
+/// (`--groups`); 0: the run's nodes host one group.
+static RUN_GROUP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Has every client made from now on speak to data group `group`.
+pub fn set_run_group(group: u64) {
+    RUN_GROUP.store(group, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The data group the run's tenants live in, if the nodes host several.
+pub fn run_group() -> Option<u64> {
+    match RUN_GROUP.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => None,
+        g => Some(g),
+    }
+}
+
+/// `client`, speaking to the run's group if the nodes host several.
+pub fn in_run_group(client: Client) -> Client {
+    match run_group() {
+        Some(g) => client.in_group(g),
+        None => client,
+    }
 }
 
 /// How long one probe of [`check`] may take.

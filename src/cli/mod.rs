@@ -67,6 +67,10 @@ pub struct Cli {
         help_heading = GLOBAL
     )]
     pub tenant: String,
+    /// The Raft group to speak to, on a cluster of several groups: the data group the
+    /// tenant lives in (`weir tenant place` shows it). Default: each node's default group.
+    #[arg(long, global = true, env = "WEIR_GROUP", help_heading = GLOBAL)]
+    pub group: Option<u64>,
     /// Machine-readable output.
     #[arg(long, global = true, help_heading = GLOBAL)]
     pub json: bool,
@@ -200,6 +204,9 @@ pub fn run(cli: Cli) -> Exit {
             Client::with_security(cli.servers.clone(), security.clone()).stale_reads(cli.stale);
         if let Some(ip) = cli.local_addr {
             client = client.with_local_addr(ip);
+        }
+        if let Some(group) = cli.group {
+            client = client.in_group(group);
         }
         let out = Output { json: cli.json };
         match &cli.command {

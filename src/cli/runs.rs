@@ -1,4 +1,4 @@
-//! `weir tenant set | show`, `weir run reserve | release | settle | list`, `weir spent`. The
+//! `weir tenant set | show | place`, `weir run reserve | release | settle | list`, `weir spent`. The
 //! tenant is the global `--tenant` (or `WEIR_TENANT`), never a positional argument.
 
 use clap::Subcommand;
@@ -28,6 +28,13 @@ pub enum TenantCommand {
         /// Also show the spend charged to this budget period.
         #[arg(long)]
         period: Option<String>,
+    },
+    /// Place the tenant in a data group of a cluster of several groups (admin), before it
+    /// has any state: once, for good. Without GROUP, show the group it lives in, placing
+    /// it in the default group (1) if it lives nowhere yet.
+    Place {
+        /// The data group, from 1 to the nodes' `groups`.
+        group: Option<u64>,
     },
 }
 
@@ -96,6 +103,7 @@ pub async fn tenant(command: &TenantCommand, tenant: &str, client: &Client, out:
         TenantCommand::Show { period } => {
             return show(tenant, period.as_deref(), client, out).await;
         }
+        TenantCommand::Place { group } => return place(tenant, *group, client, out).await,
         TenantCommand::Set {
             max_running,
             budget_tokens,
@@ -143,6 +151,23 @@ pub async fn tenant(command: &TenantCommand, tenant: &str, client: &Client, out:
             EXIT_OK
         }
         Ok(_) => EXIT_OK,
+        Err(code) => code,
+    }
+}
+
+/// `weir tenant place [GROUP]`: the group the tenant lives in, placed now or before.
+async fn place(tenant: &str, group: Option<u64>, client: &Client, out: &Output) -> Exit {
+    match answered(client.place_tenant(tenant, group).await) {
+        Ok(placed) => {
+            out.print(json!({"tenant": tenant, "group": placed}), || {
+                if placed == 0 {
+                    format!("{tenant} lives in group 0, the cluster's one group")
+                } else {
+                    format!("{tenant} lives in group {placed} (speak to it with --group {placed})")
+                }
+            });
+            EXIT_OK
+        }
         Err(code) => code,
     }
 }

@@ -102,7 +102,7 @@ async fn every_kind_of_bad_input_closes_only_its_connection() {
                 token: None,
             })),
             false,
-            "protocol version 99 is not supported (this node speaks 4 to 6)",
+            "protocol version 99 is not supported (this node speaks 4 to 7)",
         ),
         (
             "request before hello",
@@ -239,7 +239,7 @@ async fn a_client_of_the_protocol_before_is_served_in_its_own_version() {
     }));
     let reason = send_bad(&addr, &hello3, false).await.unwrap_or_default();
     assert!(
-        reason.contains("protocol version 3 is not supported (this node speaks 4 to 6)"),
+        reason.contains("protocol version 3 is not supported (this node speaks 4 to 7)"),
         "{reason}"
     );
 }

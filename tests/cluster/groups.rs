@@ -1,11 +1,15 @@
 //! Three `weir` processes with `groups = 2`: each hosts the metadata group and data groups
-//! 1 and 2, each group replicated to every node in its own directory; the client port
-//! serves data group 1 (requests are not yet routed by tenant); a node killed and
-//! restarted recovers every group; a changed count of groups is refused at start.
+//! 1 and 2, each group replicated to every node in its own directory; a node killed and
+//! restarted recovers every group; a changed count of groups is refused at start. Requests
+//! are routed by tenant: a tenant placed in a group is served by a connection to that group
+//! alone, told `WrongGroup` elsewhere; a tenant placed nowhere is placed in the default
+//! group by the library; `weir tenant place` places and shows.
 
 use std::process::{Command as Process, Stdio};
 
-use weir_core::machine::Reply;
+use weir_client::{Client, ClientError};
+use weir_core::machine::{Command, Reply};
+use weir_proto::protocol::{Answer, Failure, Query, Request, Response};
 
 use crate::harness::{Cluster, phase};
 use crate::{CONVERGE, ELECTION, acquire, define, limit_names, open, release};
@@ -96,4 +100,168 @@ async fn three_processes_of_two_groups_serve_permits_and_recover_every_group_aft
             .contains("this data directory holds groups {0, 1, 2}, but the config says groups = 3"),
         "{stderr}"
     );
+}
+
+/// `DefineLimit` of a one-slot semaphore `name` in tenant `tenant`.
+fn define_in(tenant: &str, name: &str) -> Command {
+    Command::DefineLimit {
+        tenant: tenant.into(),
+        name: name.into(),
+        concurrent: 1,
+        per_second: 0.0,
+        burst: None,
+    }
+}
+
+/// The names of tenant `tenant`'s limits, read through `client`.
+async fn names_in(client: &Client, tenant: &str) -> Result<Vec<String>, ClientError> {
+    match client.request(Request::Read(Query::limits(tenant))).await? {
+        Response::Read(Answer::Limits(page)) => {
+            Ok(page.limits.into_iter().map(|l| l.name).collect())
+        }
+        Response::Failed(f) => Err(ClientError::Failed(f)),
+        other => panic!("read: {other:?}"),
+    }
+}
+
+/// Asserts `result` failed `WrongGroup` naming `tenant` and `group`.
+fn assert_wrong_group<T: std::fmt::Debug>(
+    result: Result<T, ClientError>,
+    tenant: &str,
+    group: u64,
+) {
+    match result {
+        Err(ClientError::Failed(Failure::WrongGroup {
+            tenant: t,
+            group: g,
+        })) => {
+            assert_eq!((t.as_str(), g), (tenant, group));
+        }
+        other => panic!("expected WrongGroup({tenant}, {group}), got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_are_served_by_the_group_they_are_placed_in_and_told_where_elsewhere() {
+    let cluster = Cluster::start("routing", 3, "groups = 2");
+    cluster.leader(ELECTION).await;
+    let plain = cluster.client();
+    let two = cluster.client().in_group(2);
+
+    phase("an operator places tenant b in group 2, once");
+    assert_eq!(plain.place_tenant("b", Some(2)).await.unwrap(), 2);
+    assert_eq!(plain.place_tenant("b", Some(2)).await.unwrap(), 2);
+    assert_eq!(plain.place_tenant("b", None).await.unwrap(), 2);
+    assert_wrong_group(plain.place_tenant("b", Some(1)).await, "b", 2);
+
+    phase("group 2 serves b; a session of the default group is told where b lives");
+    assert_eq!(two.write(define_in("b", "x")).await.unwrap(), Reply::Done);
+    let in_one = open_in(&plain).await;
+    assert_wrong_group(plain.write(ask_b(in_one)).await, "b", 2);
+    let in_two = open_in(&two).await;
+    assert!(matches!(
+        two.write(ask_b(in_two)).await.unwrap(),
+        Reply::Granted { units: 1, .. }
+    ));
+
+    phase("a request of no session follows its tenant to its group");
+    assert_eq!(plain.write(define_in("b", "w")).await.unwrap(), Reply::Done);
+    assert_eq!(names_in(&plain, "b").await.unwrap(), ["w", "x"]);
+    assert_eq!(names_in(&two, "b").await.unwrap(), ["w", "x"]);
+
+    phase("a tenant placed nowhere is placed in the default group by the library");
+    assert_eq!(plain.write(define_in("c", "y")).await.unwrap(), Reply::Done);
+    assert_eq!(plain.place_tenant("c", None).await.unwrap(), 1);
+    assert_eq!(names_in(&plain, "c").await.unwrap(), ["y"]);
+    let in_two = open_in(&two).await;
+    let mut ask_c = ask_b(in_two);
+    if let Command::Acquire(a) = &mut ask_c {
+        a.tenant = "c".into();
+        a.limit = "y".into();
+    }
+    assert_wrong_group(two.write(ask_c).await, "c", 1);
+
+    phase("a group the nodes do not host, in a hello or a placement, is refused naming it");
+    let err = cluster
+        .client()
+        .in_group(7)
+        .write(define_in("c", "z"))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("group 7 is not hosted by this node, which hosts groups 0, 1, 2"),
+        "{err}"
+    );
+    let err = plain.place_tenant("d", Some(3)).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("group 3 is not a data group of this node, which hosts data groups 1 to 2"),
+        "{err}"
+    );
+
+    phase("the CLI places, shows, and speaks to the group it is told");
+    let out = cluster.cli_ok(&["tenant", "place", "2", "--tenant", "e"]);
+    assert_eq!(
+        out.trim(),
+        "e lives in group 2 (speak to it with --group 2)"
+    );
+    let out = cluster.cli_ok(&["tenant", "place", "--tenant", "e", "--json"]);
+    let shown: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(shown, serde_json::json!({"tenant": "e", "group": 2}));
+    let (code, _, err) = cluster.cli(&["tenant", "place", "1", "--tenant", "e"]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("tenant e lives in group 2: ask that group"),
+        "{err}"
+    );
+    let define = |name: &'static str| {
+        [
+            "limit",
+            "define",
+            name,
+            "--concurrent",
+            "1",
+            "--tenant",
+            "e",
+        ]
+    };
+    cluster.cli_ok(&define("q"));
+    let mut in_group_2 = define("r").to_vec();
+    in_group_2.extend(["--group", "2"]);
+    cluster.cli_ok(&in_group_2);
+    assert_eq!(names_in(&two, "e").await.unwrap(), ["q", "r"]);
+    // An acquire is a session's: the CLI must speak to the tenant's group.
+    let (code, _, err) = cluster.cli(&["acquire", "q", "--tenant", "e", "--", "true"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("tenant e lives in group 2"), "{err}");
+    cluster.cli_ok(&[
+        "acquire", "q", "--tenant", "e", "--group", "2", "--", "true",
+    ]);
+}
+
+/// A session opened through `client` (in its group).
+async fn open_in(client: &Client) -> u64 {
+    match client
+        .write(Command::OpenSession { ttl_ms: 10_000 })
+        .await
+        .unwrap()
+    {
+        Reply::SessionOpened { session, .. } => session,
+        other => panic!("open: {other:?}"),
+    }
+}
+
+/// An acquire of one unit of `b/x` in `session`.
+fn ask_b(session: u64) -> Command {
+    Command::Acquire(weir_core::machine::Acquire {
+        session,
+        ticket: 1,
+        tenant: "b".into(),
+        limit: "x".into(),
+        units: 1,
+        priority: Default::default(),
+        agent: None,
+        wait: true,
+    })
 }

@@ -830,17 +830,17 @@ fn a_version_7_snapshot_of_keys_restores_and_its_keys_turn_lean_when_decided_on(
     let mut s = Sim::new();
     // A semaphore that also rates: a key holding a permit is a limit of its own in every
     // version, so this state has no lean key and version 7 wrote it as today does, less
-    // the (empty) lean keys that version 8 appends.
+    // the (empty) maps that versions 8, 9 and 10 append.
     s.reply(limit("t", "db").concurrent(1).rate(10.0).burst(2).keyed());
     let a = s.open(60_000);
     s.grant(ask(a, 1, "db").key("eu"));
     s.grant(ask(a, 2, "db").key("us"));
     let payload = s.m.snapshot()[HEADER_BYTES..].to_vec();
-    let (v7, appended) = payload.split_at(payload.len() - 2);
+    let (v7, appended) = payload.split_at(payload.len() - 3);
     assert_eq!(
         appended,
-        [0, 0],
-        "no lean keys, no frozen tenants: two empty maps"
+        [0, 0, 0],
+        "no lean keys, no frozen tenants, no placements: three empty maps"
     );
     let restored = Machine::restore(&codec::seal_frame(SNAPSHOT_MAGIC, 7, v7)).expect("v7");
     assert_eq!(

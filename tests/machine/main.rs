@@ -13,6 +13,7 @@ mod memory;
 mod model;
 mod moves;
 mod owners;
+mod placement;
 mod queue_reads;
 mod scenarios;
 mod sim;

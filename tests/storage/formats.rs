@@ -105,6 +105,14 @@ fn frame<T: serde::Serialize>(value: &T) -> Vec<u8> {
     out
 }
 
+/// A placement as protocol 7 sends it.
+fn place_request() -> Request {
+    Request::PlaceTenant {
+        tenant: "acme".into(),
+        group: Some(2),
+    }
+}
+
 /// (file name, bytes) of every fixture of the versions this build writes.
 fn today() -> Vec<(String, Vec<u8>)> {
     let dir = TempDir::new("fixtures");
@@ -170,14 +178,14 @@ fn today() -> Vec<(String, Vec<u8>)> {
             "cluster.id.wcid-1".into(),
             weir_server::raft::cluster_identity::encode_cluster_id(CLUSTER),
         ),
-        ("machine.wsnp-9".into(), snapshot.clone()),
+        ("machine.wsnp-10".into(), snapshot.clone()),
         (
-            "snapshot.bin.wsst-1.wsnp-9".into(),
+            "snapshot.bin.wsst-1.wsnp-10".into(),
             encode_file(&meta, &snapshot),
         ),
         ("segment.wal.went-1".into(), segment),
         (
-            "backup.wbak-1.wsnp-9".into(),
+            "backup.wbak-1.wsnp-10".into(),
             std::fs::read(&backup).unwrap(),
         ),
         ("client-hello.protocol-3".into(), client_hello(3)),
@@ -197,6 +205,21 @@ fn today() -> Vec<(String, Vec<u8>)> {
             }),
         ),
         ("client-request.protocol-6".into(), request(lease_request())),
+        (
+            "client-hello.protocol-7".into(),
+            frame(&ClientFrame::HelloInGroup {
+                version: 7,
+                token: None,
+                group: 2,
+            }),
+        ),
+        (
+            "client-request.protocol-7".into(),
+            frame(&ClientFrame::Request {
+                id: 7,
+                request: place_request(),
+            }),
+        ),
         ("peer-hello.protocol-6".into(), frame(&hello)),
         ("peer-announce.protocol-6".into(), frame(&announce())),
         ("peer-request.protocol-6".into(), frame(&peer_request())),
@@ -246,6 +269,7 @@ fn every_shipped_format_version_is_read_or_refused_as_documented() {
         "machine.wsnp-7",
         "machine.wsnp-8",
         "machine.wsnp-9",
+        "machine.wsnp-10",
     ] {
         let restored = Machine::restore(&fixture(name)).unwrap();
         assert_eq!(restored.digest(), machine().digest(), "{name}");
@@ -256,6 +280,7 @@ fn every_shipped_format_version_is_read_or_refused_as_documented() {
         "snapshot.bin.wsst-1.wsnp-7",
         "snapshot.bin.wsst-1.wsnp-8",
         "snapshot.bin.wsst-1.wsnp-9",
+        "snapshot.bin.wsst-1.wsnp-10",
     ] {
         std::fs::write(dir.0.join(SNAPSHOT_FILE), fixture(name)).unwrap();
         let store = StateStore::open(&dir.0).unwrap();
@@ -281,6 +306,7 @@ fn every_shipped_format_version_is_read_or_refused_as_documented() {
         "backup.wbak-1.wsnp-7",
         "backup.wbak-1.wsnp-8",
         "backup.wbak-1.wsnp-9",
+        "backup.wbak-1.wsnp-10",
     ] {
         std::fs::write(&backup, fixture(name)).unwrap();
         assert_eq!(read_backup(&backup).unwrap().header.index, 3, "{name}");
@@ -299,6 +325,21 @@ fn every_shipped_format_version_is_read_or_refused_as_documented() {
             }
         );
     }
+    assert_eq!(
+        decode_frame::<ClientFrame>(&fixture("client-hello.protocol-7")),
+        ClientFrame::HelloInGroup {
+            version: 7,
+            token: None,
+            group: 2
+        }
+    );
+    assert_eq!(
+        decode_frame::<ClientFrame>(&fixture("client-request.protocol-7")),
+        ClientFrame::Request {
+            id: 7,
+            request: place_request()
+        }
+    );
     assert_eq!(PROTOCOL_VERSION_MIN, 4);
     for (version, command) in [
         (4, Command::KeepAlive { session: 9 }),
@@ -450,8 +491,8 @@ fn a_version_this_build_does_not_know_is_refused_naming_the_file_and_both_versio
     let err = read_cluster_id(&dir.0).unwrap_err();
     assert!(err.contains("cluster.id"), "{err}");
     both(&err, 1);
-    for (at, current) in [(0, 1), (snapshot_offset(), 9)] {
-        let mut file = fixture("snapshot.bin.wsst-1.wsnp-9");
+    for (at, current) in [(0, 1), (snapshot_offset(), 10)] {
+        let mut file = fixture("snapshot.bin.wsst-1.wsnp-10");
         bump(&mut file, at, current);
         if at != 0 {
             reseal_outer(&mut file);
@@ -461,7 +502,7 @@ fn a_version_this_build_does_not_know_is_refused_naming_the_file_and_both_versio
         assert!(err.contains("snapshot.bin"), "{err}");
         both(&err, current);
     }
-    let mut backup = fixture("backup.wbak-1.wsnp-9");
+    let mut backup = fixture("backup.wbak-1.wsnp-10");
     bump(&mut backup, 0, 1);
     let path = dir.0.join("backup");
     std::fs::write(&path, &backup).unwrap();
@@ -476,7 +517,7 @@ fn a_version_this_build_does_not_know_is_refused_naming_the_file_and_both_versio
 fn a_damaged_backup_file_is_refused_naming_it_and_what_is_wrong() {
     let dir = TempDir::new("damaged-backup");
     let path = dir.0.join("backup");
-    let mut damaged = fixture("backup.wbak-1.wsnp-9");
+    let mut damaged = fixture("backup.wbak-1.wsnp-10");
     let last = damaged.len() - 1;
     damaged[last] ^= 0x40;
     std::fs::write(&path, &damaged).unwrap();
@@ -490,8 +531,8 @@ fn a_damaged_backup_file_is_refused_naming_it_and_what_is_wrong() {
 
 /// Where the machine snapshot starts inside the snapshot file fixture.
 fn snapshot_offset() -> usize {
-    let file = fixture("snapshot.bin.wsst-1.wsnp-9");
-    let inner = fixture("machine.wsnp-9");
+    let file = fixture("snapshot.bin.wsst-1.wsnp-10");
+    let inner = fixture("machine.wsnp-10");
     file.windows(inner.len())
         .position(|w| w == inner.as_slice())
         .expect("the snapshot file holds the machine snapshot")

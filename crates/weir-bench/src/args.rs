@@ -123,6 +123,12 @@ pub struct BenchArgs {
     /// Clients sharing one connection.
     #[arg(long, default_value_t = 16)]
     pub clients_per_connection: usize,
+    /// Data groups the cluster runs (its nodes' `groups`; with --spawn, the nodes started
+    /// so). With 2 or more, tenant `bench-g<G>` is placed in data group G, and client n
+    /// works in group n mod GROUPS + 1 through a client of that group: the load spreads
+    /// over the groups' leaders. For `acquire-release` and `rate-take`.
+    #[arg(long, default_value_t = 1, value_name = "GROUPS")]
+    pub groups: u32,
     /// Kill the leader this many times during the run (needs --spawn).
     #[arg(long, default_value_t = 0)]
     pub failover: u32,
@@ -212,6 +218,22 @@ pub fn check(args: &BenchArgs) -> Result<(), &'static str> {
         return Err("--clients, --limits and --clients-per-connection must be positive");
     }
     check_incident(args)?;
+    if args.groups == 0 || args.groups > 16 {
+        return Err("--groups is from 1 to 16, as a node's `groups`");
+    }
+    if args.groups > 1
+        && (!matches!(args.workload, Workload::AcquireRelease | Workload::RateTake)
+            || args.against.is_some()
+            || args.curve.is_some()
+            || args.incident.is_some()
+            || args.report_every.is_some()
+            || args.stall > 0)
+    {
+        return Err(
+            "--groups of 2 or more is for --workload acquire-release or rate-take, without \
+             --against, --curve, --incident, --report-every or --stall",
+        );
+    }
     if args.failover > 0 && args.spawn.is_none() {
         return Err("--failover needs --spawn (the bench kills the nodes it started)");
     }

@@ -162,7 +162,13 @@ pub fn run(args: &BenchArgs, servers: &[String], security: &ClientSecurity, out:
         }
         let mut spawned = match args
             .spawn
-            .map(|n| spawn::start(n, args.tls, args.keep_dir))
+            .map(|n| {
+                spawn::start_with(n, args.tls, args.keep_dir, |configs| {
+                    for c in configs {
+                        c.groups = args.groups;
+                    }
+                })
+            })
             .transpose()
         {
             Ok(s) => s,

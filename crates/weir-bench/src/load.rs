@@ -115,6 +115,10 @@ pub async fn measure_load(
     spawned: Option<&mut LocalCluster>,
 ) -> Result<LoadReport, String> {
     let admin = Client::with_security(servers.to_vec(), security.clone());
+    let groups = GroupTenants::place(args, servers, security).await?;
+    for (tenant, group_admin) in &groups.extra {
+        define_limits_in(group_admin, args, tenant).await?;
+    }
     define_limits(&admin, args).await?;
     let spent_before = admin
         .spent(TENANT, PERIOD)
@@ -134,7 +138,7 @@ pub async fn measure_load(
                 .collect(),
         );
     }
-    let clients = start_clients(args, servers, security, &recorder);
+    let clients = start_clients_in(args, servers, security, &recorder, &groups);
     tokio::time::sleep(Duration::from_secs_f64(args.warmup)).await;
     // CPU only over a window without incidents: a killed or stopped node is no figure.
     let cpu = match &spawned {
@@ -153,6 +157,9 @@ pub async fn measure_load(
         let _ = c.await;
     }
     let mut verified = verify(&admin, args, &recorder, &spent_before).await?;
+    for (tenant, group_admin) in &groups.extra {
+        verified &= verify_caps(group_admin, args, tenant).await?;
+    }
     let lease = (args.workload == Workload::LeasedTake).then(|| verify_spend_time(args, &recorder));
     if let Some(l) = &lease {
         verified &= l.worst_window_over_bound <= 0.0;
@@ -203,17 +210,55 @@ where
     Ok(all)
 }
 
+/// `--groups N` of 2 or more: tenant `bench-g<G>` placed in each data group G, each with a
+/// client of its group. Group 1's clients use [`TENANT`] (placed in group 1 as any
+/// unplaced tenant is), so the figures of one group are those of the same run without
+/// `--groups`; groups 2 to N add a tenant each, in `extra`.
+pub(super) struct GroupTenants {
+    /// How many groups the clients spread over.
+    groups: u32,
+    /// (tenant, a client of its group) for groups 2 to N, in group order.
+    extra: Vec<(String, Client)>,
+}
+
+impl GroupTenants {
+    /// Places the tenants of `--groups` (nothing with one group).
+    async fn place(
+        args: &BenchArgs,
+        servers: &[String],
+        security: &ClientSecurity,
+    ) -> Result<GroupTenants, String> {
+        let admin = Client::with_security(servers.to_vec(), security.clone());
+        let mut extra = Vec::new();
+        if args.groups > 1 {
+            let placed = admin.place_tenant(TENANT, Some(1)).await;
+            placed.map_err(|e| format!("placing {TENANT} in group 1: {e}"))?;
+        }
+        for g in 2..=u64::from(args.groups) {
+            let tenant = format!("{TENANT}-g{g}");
+            let placed = admin.place_tenant(&tenant, Some(g)).await;
+            placed.map_err(|e| format!("placing {tenant} in group {g}: {e}"))?;
+            let client = Client::with_security(servers.to_vec(), security.clone()).in_group(g);
+            extra.push((tenant, client));
+        }
+        Ok(GroupTenants {
+            groups: args.groups,
+            extra,
+        })
+    }
+
+    /// The tenant client `n` works in and the group it speaks to (`None`: the default).
+    fn of_client(&self, n: usize) -> (String, Option<u64>) {
+        match n as u64 % u64::from(self.groups) {
+            0 => (TENANT.to_owned(), None),
+            g => (format!("{TENANT}-g{}", g + 1), Some(g + 1)),
+        }
+    }
+}
+
 /// Defines the limits the workloads use and clears the tenant's ceilings (idempotent).
 pub(super) async fn define_limits(admin: &Client, args: &BenchArgs) -> Result<(), String> {
-    let concurrency = args.concurrency;
-    each_limit(admin, args.limits, move |admin, l| async move {
-        admin
-            .define_limit(TENANT, &limit_name(l), concurrency, 0.0, None)
-            .await
-            .map(|_| true)
-            .map_err(|e| format!("define: {e}"))
-    })
-    .await?;
+    define_limits_in(admin, args, TENANT).await?;
     if args.stall > 0 {
         let room = u32::try_from(args.clients).unwrap_or(u32::MAX);
         admin
@@ -221,10 +266,6 @@ pub(super) async fn define_limits(admin: &Client, args: &BenchArgs) -> Result<()
             .await
             .map_err(|e| format!("define: {e}"))?;
     }
-    admin
-        .define_limit(TENANT, RATE_LIMIT, 0, 1e9, Some(1_000_000_000))
-        .await
-        .map_err(|e| e.to_string())?;
     admin
         .set_tenant(TENANT, Change::Clear, Change::Clear, Change::Clear)
         .await
@@ -263,6 +304,29 @@ pub(super) async fn define_limits(admin: &Client, args: &BenchArgs) -> Result<()
     }
 }
 
+/// Defines tenant `tenant`'s limits of `acquire-release` (`--limits` of them) and the rate
+/// limit of `rate-take`, through `admin` (a client of the tenant's group).
+async fn define_limits_in(admin: &Client, args: &BenchArgs, tenant: &str) -> Result<(), String> {
+    let concurrency = args.concurrency;
+    let owned = tenant.to_owned();
+    each_limit(admin, args.limits, move |admin, l| {
+        let tenant = owned.clone();
+        async move {
+            admin
+                .define_limit(&tenant, &limit_name(l), concurrency, 0.0, None)
+                .await
+                .map(|_| true)
+                .map_err(|e| format!("define: {e}"))
+        }
+    })
+    .await?;
+    admin
+        .define_limit(tenant, RATE_LIMIT, 0, 1e9, Some(1_000_000_000))
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
 /// Defines rate limit `name` of `keyed-take` or `multi`: one token a second from a burst of
 /// a billion, per key when `keys_max` is given.
 pub(super) async fn define_rate(
@@ -287,14 +351,23 @@ pub(super) async fn define_rate(
     }
 }
 
-/// Starts `--clients` client loops, `--clients-per-connection` of them to a connection.
-fn start_clients(
+/// Starts `--clients` client loops, client n in the tenant and group `groups` gives it; the
+/// clients of one group share connections, `--clients-per-connection` to each.
+fn start_clients_in(
     args: &BenchArgs,
     servers: &[String],
     security: &ClientSecurity,
     recorder: &Arc<Recorder>,
+    groups: &GroupTenants,
 ) -> Vec<JoinHandle<()>> {
-    let mut client = Client::with_security(servers.to_vec(), security.clone());
+    let connect = |group: Option<u64>| {
+        let client = Client::with_security(servers.to_vec(), security.clone());
+        match group {
+            Some(g) => client.in_group(g),
+            None => client,
+        }
+    };
+    let mut clients: HashMap<Option<u64>, (Client, usize)> = HashMap::new();
     let zipf = match args.workload {
         Workload::KeyedTake => Zipf::new(KEYS, ZIPF_S),
         Workload::LeasedTake if args.lease_keys > 0 => Zipf::new(args.lease_keys as usize, ZIPF_S),
@@ -309,12 +382,17 @@ fn start_clients(
     let lease_burst = ((burst as f64 * 0.75 / holders) as u64).max(1);
     (0..args.clients)
         .map(|n| {
-            if n % args.clients_per_connection == 0 {
-                client = Client::with_security(servers.to_vec(), security.clone());
+            let (tenant, group) = groups.of_client(n);
+            let (client, sharing) = clients.entry(group).or_insert_with(|| (connect(group), 0));
+            if *sharing == args.clients_per_connection {
+                *client = connect(group);
+                *sharing = 0;
             }
+            *sharing += 1;
             let bench = BenchClient {
                 client: client.clone(),
-                n,
+                tenant,
+                n: n / groups.groups as usize,
                 workload: args.workload,
                 limits: args.limits,
                 recorder: recorder.clone(),
@@ -479,24 +557,7 @@ async fn verify(
     recorder: &Recorder,
     spent_before: &Spend,
 ) -> Result<bool, String> {
-    let concurrency = args.concurrency;
-    let mut verified = each_limit(admin, args.limits, move |admin, l| async move {
-        let status = admin
-            .limit_status(TENANT, &limit_name(l))
-            .await
-            .map_err(|e| e.to_string())?;
-        if let Some(s) = status
-            && (s.max_in_use > concurrency as u64)
-        {
-            eprintln!(
-                "[bench] VIOLATION: {} held {} of {}",
-                s.name, s.max_in_use, concurrency
-            );
-            return Ok(false);
-        }
-        Ok(true)
-    })
-    .await?;
+    let mut verified = verify_caps(admin, args, TENANT).await?;
     let spent = admin
         .spent(TENANT, PERIOD)
         .await
@@ -513,9 +574,38 @@ async fn verify(
     Ok(verified)
 }
 
+/// Whether no limit of tenant `tenant` (read through `admin`, a client of its group) ever
+/// held more than its cap.
+async fn verify_caps(admin: &Client, args: &BenchArgs, tenant: &str) -> Result<bool, String> {
+    let concurrency = args.concurrency;
+    let owned = tenant.to_owned();
+    each_limit(admin, args.limits, move |admin, l| {
+        let tenant = owned.clone();
+        async move {
+            let status = admin
+                .limit_status(&tenant, &limit_name(l))
+                .await
+                .map_err(|e| e.to_string())?;
+            if let Some(s) = status
+                && (s.max_in_use > concurrency as u64)
+            {
+                eprintln!(
+                    "[bench] VIOLATION: {tenant}/{} held {} of {}",
+                    s.name, s.max_in_use, concurrency
+                );
+                return Ok(false);
+            }
+            Ok(true)
+        }
+    })
+    .await
+}
+
 /// One bench client: its own session, operations in a loop until told to stop.
 struct BenchClient {
     client: Client,
+    /// The tenant it works in: [`TENANT`], or with `--groups` its group's.
+    tenant: String,
     /// Its number, which spreads the clients over the limits.
     n: usize,
     workload: Workload,
@@ -806,7 +896,10 @@ impl BenchClient {
     async fn acquire_release(&self, session: &Session, i: u64, hist: &mut Histogram<u64>) {
         let limit = limit_name((self.n as u64 * 7919 + i) % u64::from(self.limits));
         let sent = self.recorder.ns();
-        match session.acquire(AcquireOptions::new(TENANT, &limit)).await {
+        match session
+            .acquire(AcquireOptions::new(&self.tenant, &limit))
+            .await
+        {
             Ok(permit) => {
                 self.recorder.record(hist, sent, true);
                 if permit.lost_reason().is_some() {
@@ -822,7 +915,7 @@ impl BenchClient {
 
     /// One take of the rate limit.
     async fn rate_take(&self, session: &Session, hist: &mut Histogram<u64>) {
-        self.take(session, AcquireOptions::new(TENANT, RATE_LIMIT), hist)
+        self.take(session, AcquireOptions::new(&self.tenant, RATE_LIMIT), hist)
             .await
     }
 

@@ -185,6 +185,14 @@ pub(super) struct Inner {
     /// Longest a request is retried for ([`REQUEST_DEADLINE`] unless
     /// [`Client::with_retry_deadline`] set another).
     retry_deadline: Duration,
+    /// The group every hello names ([`Client::in_group`]); `None`: the node's default.
+    group: Option<u64>,
+    /// The client of the metadata group (group 0) that places tenants for this one, made
+    /// on the first placement ([`Client::place_tenant`]).
+    metadata: std::sync::OnceLock<Client>,
+    /// Clients of the other groups, by group, each made the first time a request of no
+    /// session is answered `WrongGroup` naming its group ([`Client::request`]).
+    others: std::sync::Mutex<std::collections::HashMap<u64, Client>>,
 }
 
 /// A client of the cluster, following its leader. Clones share the connection.
@@ -228,15 +236,10 @@ impl Client {
     /// no sessions of its own, sharing nothing with `self` (clones of `self` keep
     /// connecting as before).
     pub fn with_local_addr(self, ip: IpAddr) -> Client {
-        let mut client = Client::build(
-            self.inner.servers.clone(),
-            self.inner.security.clone(),
-            Some(ip),
-        )
-        .stale_reads(self.stale);
+        let mut client = self.rebuilt();
         Arc::get_mut(&mut client.inner)
             .expect("a client just built is not shared")
-            .retry_deadline = self.inner.retry_deadline;
+            .local_ip = Some(ip);
         client
     }
 
@@ -248,16 +251,85 @@ impl Client {
     ///
     /// Call it on a new client: the one returned shares nothing with `self`.
     pub fn with_retry_deadline(self, deadline: Duration) -> Client {
+        let mut client = self.rebuilt();
+        Arc::get_mut(&mut client.inner)
+            .expect("a client just built is not shared")
+            .retry_deadline = deadline;
+        client
+    }
+
+    /// This client's servers and security, speaking to Raft group `group` of each node
+    /// (its hello names it): the client of one data group of a cluster of several, which
+    /// follows that group's leader, and whose sessions live in that group. A session's
+    /// request for a tenant another group decides is answered [`Failure::WrongGroup`] naming
+    /// it (a session is one group's); a request of no session (a read, a definition, a
+    /// ceiling, a halt, a run's reserve or settlement) is asked again of that group, through
+    /// a client of it this one keeps. A request for a tenant placed nowhere yet places it in
+    /// the default group first ([`Client::place_tenant`]). Group 0 is the metadata group of a cluster of several,
+    /// and the one group of a cluster of one.
+    ///
+    /// Call it on a new client: the one returned shares nothing with `self`.
+    pub fn in_group(self, group: u64) -> Client {
+        let mut client = self.rebuilt();
+        Arc::get_mut(&mut client.inner)
+            .expect("a client just built is not shared")
+            .group = Some(group);
+        client
+    }
+
+    /// The client of group `group` that requests of no session answered `WrongGroup` go to.
+    fn in_other_group(&self, group: u64) -> Client {
+        let mut others = self.inner.others.lock().expect("not poisoned");
+        others
+            .entry(group)
+            .or_insert_with(|| self.rebuilt().in_group(group))
+            .clone()
+    }
+
+    /// The group this client's hellos name (`None`: each node's default group).
+    pub fn group(&self) -> Option<u64> {
+        self.inner.group
+    }
+
+    /// A fresh client with this one's servers, security, local address, retry deadline,
+    /// group and read mode.
+    fn rebuilt(&self) -> Client {
         let mut client = Client::build(
             self.inner.servers.clone(),
             self.inner.security.clone(),
             self.inner.local_ip,
         )
         .stale_reads(self.stale);
-        Arc::get_mut(&mut client.inner)
-            .expect("a client just built is not shared")
-            .retry_deadline = deadline;
+        let inner = Arc::get_mut(&mut client.inner).expect("a client just built is not shared");
+        inner.retry_deadline = self.inner.retry_deadline;
+        inner.group = self.inner.group;
         client
+    }
+
+    /// Places `tenant` in data group `group`, or, with `None`, finds the group it lives in,
+    /// placing it in the default group (1) if it lives nowhere yet: the group it lives in
+    /// (0 on a cluster of one group, whose one group decides every tenant). Asked of the
+    /// metadata group's leader. A tenant placed in another group than `group` is
+    /// [`Failure::WrongGroup`] naming it: a placement is made once.
+    pub async fn place_tenant(&self, tenant: &str, group: Option<u64>) -> Result<u64, ClientError> {
+        let metadata = self.inner.metadata.get_or_init(|| {
+            if self.inner.group == Some(0) {
+                self.clone()
+            } else {
+                self.rebuilt().in_group(0)
+            }
+        });
+        let request = Request::PlaceTenant {
+            tenant: tenant.to_owned(),
+            group,
+        };
+        match Box::pin(metadata.request(request)).await? {
+            Response::Placed { group, .. } => Ok(group),
+            Response::Failed(f) => Err(ClientError::Failed(f)),
+            other => Err(ClientError::Protocol(format!(
+                "unexpected answer to a placement: {other:?}"
+            ))),
+        }
     }
 
     /// Tells the client that the leader is at `addr` (a node that forwards requests learns
@@ -292,6 +364,9 @@ impl Client {
                 hedge: tokio::sync::Mutex::new(None),
                 local_ip,
                 retry_deadline: REQUEST_DEADLINE,
+                group: None,
+                metadata: std::sync::OnceLock::new(),
+                others: Default::default(),
             }),
             stale: false,
         }
@@ -360,7 +435,14 @@ impl Client {
     /// A new connection to `addr`, with this client's feeds, security and local address.
     pub(super) async fn open(&self, addr: &str) -> Result<Conn, ClientError> {
         let inner = &self.inner;
-        Conn::open(addr, inner.feeds.clone(), &inner.security, inner.local_ip).await
+        Conn::open(
+            addr,
+            inner.feeds.clone(),
+            &inner.security,
+            inner.local_ip,
+            inner.group,
+        )
+        .await
     }
 
     /// The next configured server in turn, passing over a suspected one (unless every
@@ -417,6 +499,7 @@ impl Client {
         // the bench client about 1% of its CPU.
         let mut last_error: Option<ClientError> = None;
         let mut maybe_applied = false;
+        let mut placed = false;
         for _ in 0..ATTEMPTS_MAX {
             if started.elapsed() > REQUEST_DEADLINE
                 || (started.elapsed() > deadline && !self.leader_named().await)
@@ -424,6 +507,30 @@ impl Client {
                 break;
             }
             let retry = match self.try_once(&request).await {
+                // A tenant placed nowhere yet: place it (in the default group), then ask
+                // again; placed already, this node has not applied its placement yet.
+                Ok(Response::Failed(Failure::Unplaced { tenant })) => {
+                    let retry = if placed {
+                        Retry::Pause
+                    } else {
+                        match self.place_tenant(&tenant, None).await {
+                            Ok(_) => placed = true,
+                            Err(e) if !e.is_retryable() => return Err(e),
+                            Err(_) => {}
+                        }
+                        Retry::Now
+                    };
+                    last_error = Some(ClientError::Failed(Failure::Unplaced { tenant }));
+                    retry
+                }
+                // A tenant another group decides: a request of no session is that group's
+                // as much as this one's, and is asked there; a session's stays here.
+                Ok(Response::Failed(Failure::WrongGroup { group, .. }))
+                    if Some(group) != self.inner.group && sessionless(&request) =>
+                {
+                    let there = self.in_other_group(group);
+                    return Box::pin(there.request(request)).await;
+                }
                 Ok(response) => return Ok(response),
                 // A refused certificate or token: every try would fail the same way.
                 Err((e @ (ClientError::Protocol(_) | ClientError::Refused(_)), _)) => {
@@ -536,7 +643,28 @@ impl Client {
         security: &ClientSecurity,
         wait: Duration,
     ) -> Result<Response, ClientError> {
-        let conn = Conn::open(addr, Feeds::unheard(), security, None).await?;
+        Client::ask_node_in_within(addr, request, security, None, wait).await
+    }
+
+    /// [`Client::ask_node_with`] on a connection to Raft group `group` of the node (`None`:
+    /// its default group): a status of that group, its digest and its leader.
+    pub async fn ask_node_in(
+        addr: &str,
+        request: &Request,
+        security: &ClientSecurity,
+        group: Option<u64>,
+    ) -> Result<Response, ClientError> {
+        Client::ask_node_in_within(addr, request, security, group, CONNECT_TIMEOUT).await
+    }
+
+    async fn ask_node_in_within(
+        addr: &str,
+        request: &Request,
+        security: &ClientSecurity,
+        group: Option<u64>,
+        wait: Duration,
+    ) -> Result<Response, ClientError> {
+        let conn = Conn::open(addr, Feeds::unheard(), security, None, group).await?;
         tokio::time::timeout(wait, conn.call(request))
             .await
             .unwrap_or_else(|_| Err(ClientError::OutcomeUnknown(format!("{addr}: no answer"))))
@@ -552,6 +680,17 @@ pub(super) fn reply_of(response: Response) -> Result<Reply, ClientError> {
         other => Err(ClientError::Protocol(format!(
             "unexpected answer to a write: {other:?}"
         ))),
+    }
+}
+
+/// Whether `request` belongs to no session: a read, or a write naming none (a definition,
+/// a ceiling, a halt, a run's reserve or settlement). Such a request is decided wherever
+/// its tenant lives; a session's is decided in the group of the session.
+fn sessionless(request: &Request) -> bool {
+    match request {
+        Request::Write(command) => command.session().is_none(),
+        Request::Read(_) | Request::ReadLocal(_) => true,
+        _ => false,
     }
 }
 

@@ -147,15 +147,16 @@ pub(super) struct Conn {
 
 impl Conn {
     /// Connects to `addr` (from `local_ip`, if given: [`super::Client::with_local_addr`]),
-    /// says hello, asks for heartbeats, and starts the reader, writer and watchdog. Pushes go
+    /// says hello (naming `group`, if given: [`super::Client::in_group`]), asks for heartbeats, and starts the reader, writer and watchdog. Pushes go
     /// to `feeds`.
     pub(super) async fn open(
         addr: &str,
         feeds: Feeds,
         security: &ClientSecurity,
         local_ip: Option<IpAddr>,
+        group: Option<u64>,
     ) -> Result<Conn, ClientError> {
-        let (stream, node) = handshake(addr, security, local_ip).await?;
+        let (stream, node) = handshake(addr, security, local_ip, group).await?;
         let (rd, wr) = tokio::io::split(stream);
         let link = Arc::new(Link {
             waiters: Mutex::default(),
@@ -301,6 +302,7 @@ async fn handshake(
     addr: &str,
     security: &ClientSecurity,
     local_ip: Option<IpAddr>,
+    group: Option<u64>,
 ) -> Result<(Stream, u64), ClientError> {
     let unreachable = |e: &dyn std::fmt::Display| ClientError::Unreachable(format!("{addr}: {e}"));
     let tcp = tokio::time::timeout(CONNECT_TIMEOUT, dial(addr, local_ip))
@@ -320,9 +322,16 @@ async fn handshake(
             }
             Err(e) => return Err(unreachable(&e)),
         };
-        let hello = ClientFrame::Hello {
-            version: PROTOCOL_VERSION,
-            token: security.token.clone(),
+        let hello = match group {
+            None => ClientFrame::Hello {
+                version: PROTOCOL_VERSION,
+                token: security.token.clone(),
+            },
+            Some(group) => ClientFrame::HelloInGroup {
+                version: PROTOCOL_VERSION,
+                token: security.token.clone(),
+                group,
+            },
         };
         wire::write_frame(&mut stream, &hello)
             .await

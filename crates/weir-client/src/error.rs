@@ -29,13 +29,17 @@ pub enum ClientError {
 }
 
 impl ClientError {
-    /// Whether trying again later may succeed: everything but a protocol break and a
-    /// malformed request, which would fail the same way again.
+    /// Whether trying again later may succeed: everything but a protocol break, a
+    /// malformed or forbidden request, and a tenant another group decides, which would fail
+    /// the same way again on this client.
     pub fn is_retryable(&self) -> bool {
         match self {
             ClientError::Unreachable(_) | ClientError::OutcomeUnknown(_) => true,
             ClientError::Protocol(_) | ClientError::Refused(_) => false,
-            ClientError::Failed(f) => !matches!(f, Failure::BadRequest(_) | Failure::Forbidden(_)),
+            ClientError::Failed(f) => !matches!(
+                f,
+                Failure::BadRequest(_) | Failure::Forbidden(_) | Failure::WrongGroup { .. }
+            ),
         }
     }
 

@@ -155,7 +155,7 @@ async fn serve(stream: tokio::net::TcpStream, s: Arc<Shared>) {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 return;
             }
-            ClientFrame::Hello { version, .. } => {
+            ClientFrame::Hello { version, .. } | ClientFrame::HelloInGroup { version, .. } => {
                 let _ = out.send(ServerFrame::Welcome {
                     version,
                     node: s.id,

@@ -241,6 +241,11 @@ pub const MOVE_BYTES_MAX: usize = 256 * 1024;
 /// [`MOVE_BYTES_MAX`] they add at most 16 MiB to a snapshot.
 pub const FROZEN_TENANTS_MAX: usize = 64;
 
+/// Most tenants the metadata group places (`Command::PlaceTenant`): [`TENANTS_MAX`] for
+/// each of the sixteen data groups a node may host. A placement is a name and a number, so
+/// the whole map stays below 4 MiB of snapshot.
+pub const PLACEMENTS_MAX: usize = TENANTS_MAX * 16;
+
 /// Largest log entry, in encoded bytes (openraft's entry around the batch). The proposer
 /// closes a batch before its commands would take it past this, and the log store refuses to
 /// read a stored entry above it. 512 KiB holds hundreds of the largest commands, thousands

@@ -63,9 +63,10 @@ impl ApiError {
             Refusal::UnknownLimit { .. }
             | Refusal::UnknownSession { .. }
             | Refusal::LimitRemoved { .. } => StatusCode::NOT_FOUND,
-            Refusal::Halted { .. } | Refusal::Conflict { .. } | Refusal::TicketReleased { .. } => {
-                StatusCode::CONFLICT
-            }
+            Refusal::Halted { .. }
+            | Refusal::Conflict { .. }
+            | Refusal::TicketReleased { .. }
+            | Refusal::Placed { .. } => StatusCode::CONFLICT,
             Refusal::Busy { .. }
             | Refusal::QueueFull { .. }
             | Refusal::AtCapacity { .. }
@@ -109,6 +110,10 @@ impl ApiError {
                 Failure::OutcomeUnknown(_) => (unavailable, "OutcomeUnknown"),
                 Failure::BadRequest(_) => (StatusCode::BAD_REQUEST, "BadRequest"),
                 Failure::Forbidden(_) => (StatusCode::FORBIDDEN, "Forbidden"),
+                // The HTTP door speaks to the node's default group; a tenant another group
+                // holds is decided there.
+                Failure::WrongGroup { .. } => (StatusCode::MISDIRECTED_REQUEST, "WrongGroup"),
+                Failure::Unplaced { .. } => (unavailable, "Unplaced"),
             },
         };
         let message = match e {

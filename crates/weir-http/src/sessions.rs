@@ -152,6 +152,7 @@ pub fn reply_json(reply: &Reply) -> serde_json::Value {
             "changed": c.changed, "removed": c.removed, "unchanged": c.unchanged}),
         Reply::Refused(r) => json!({"status": "refused", "refusal": r.to_string()}),
         Reply::Leased(shares) => json!({"status": "leased", "parts": shares}),
+        Reply::Placed { group } => json!({"status": "placed", "group": group}),
     }
 }
 

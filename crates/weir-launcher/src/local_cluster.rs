@@ -48,6 +48,9 @@ pub struct LocalCluster {
     remove_dir: bool,
     /// TLS and token its own status and leader requests use ([`LocalCluster::security`]).
     security: ClientSecurity,
+    /// The Raft group its status and leader requests ask about
+    /// ([`LocalCluster::set_group`]); `None`: each node's default group.
+    group: Option<u64>,
 }
 
 /// The leader's id as one of `servers` reports it (the first that calls itself leader),
@@ -62,11 +65,22 @@ pub async fn leader_among_with(
     within: Duration,
     security: &ClientSecurity,
 ) -> Option<u64> {
+    leader_among_in(servers, within, security, None).await
+}
+
+/// [`leader_among_with`], the leader of Raft group `group` of the nodes (`None`: each
+/// node's default group).
+pub async fn leader_among_in(
+    servers: &[String],
+    within: Duration,
+    security: &ClientSecurity,
+    group: Option<u64>,
+) -> Option<u64> {
     let deadline = Instant::now() + within;
     loop {
         for s in servers {
             if let Ok(Response::Status(st)) =
-                Client::ask_node_with(s, &Request::Status, security).await
+                Client::ask_node_in(s, &Request::Status, security, group).await
                 && st.state == "Leader"
             {
                 return Some(st.id);
@@ -92,6 +106,7 @@ impl LocalCluster {
             nodes: vec![],
             remove_dir: false,
             security: ClientSecurity::default(),
+            group: None,
         })
     }
 
@@ -116,6 +131,12 @@ impl LocalCluster {
     pub fn security(mut self, security: ClientSecurity) -> Self {
         self.security = security;
         self
+    }
+
+    /// Has its status and leader requests ask about Raft group `group` of each node (a
+    /// node of several groups elects a leader in each).
+    pub fn set_group(&mut self, group: u64) {
+        self.group = Some(group);
     }
 
     /// The TLS and token set by [`LocalCluster::security`].
@@ -372,7 +393,8 @@ impl LocalCluster {
 
     /// Node `id`'s own status, if it answers.
     pub async fn status(&self, id: u64) -> Option<NodeStatus> {
-        match Client::ask_node_with(&self.node(id).client, &Request::Status, &self.security).await {
+        let (addr, security) = (&self.node(id).client, &self.security);
+        match Client::ask_node_in(addr, &Request::Status, security, self.group).await {
             Ok(Response::Status(s)) => Some(s),
             _ => None,
         }
@@ -386,7 +408,7 @@ impl LocalCluster {
             .filter(|n| n.child.is_some() && !n.paused)
             .map(|n| n.client.clone())
             .collect();
-        leader_among_with(&asked, within, &self.security).await
+        leader_among_in(&asked, within, &self.security, self.group).await
     }
 
     /// Waits (at most `within`) until node `id` answers a status request.

@@ -37,7 +37,13 @@ use weir_core::machine::{
 /// Version 6: writes may carry `Command::LeaseTokens`, answered `Reply::Leased`, and
 /// `Command::ReturnTokens` and `Command::DefineOverride`; a connection of 5 or 4 never
 /// sends them, so it is answered exactly as before.
-pub const PROTOCOL_VERSION: u32 = 6;
+/// Version 7: a connection may name the data group it speaks to
+/// ([`ClientFrame::HelloInGroup`]), a tenant is placed with [`Request::PlaceTenant`]
+/// (answered [`Response::Placed`]), and a request for a tenant another group holds, or for
+/// one not placed yet, is answered [`Failure::WrongGroup`] or [`Failure::Unplaced`]. A
+/// connection of 6 or below, which cannot decode those two, is told the same in a
+/// [`Failure::BadRequest`] ([`group_failure_for`]).
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// The oldest version a node still serves, so that clients of the release before keep
 /// their sessions while the nodes are upgraded under them. A connection of version 4 is
@@ -67,6 +73,18 @@ pub fn refused_before_5(version: u32, request: &Request) -> Option<String> {
     })
 }
 
+/// `failure` as a connection of `version` can decode it: the placement failures of version
+/// 7 ([`Failure::WrongGroup`], [`Failure::Unplaced`]) become a [`Failure::BadRequest`] with
+/// the same words below it; every other failure is itself.
+pub fn group_failure_for(version: u32, failure: Failure) -> Failure {
+    match failure {
+        Failure::WrongGroup { .. } | Failure::Unplaced { .. } if version < 7 => {
+            Failure::BadRequest(format!("{failure} (with client protocol 7 or later)"))
+        }
+        failure => failure,
+    }
+}
+
 /// Largest client frame, in bytes: a command is at most a few KiB (names are bounded by
 /// `bounds::NAME_BYTES_MAX`, reasons by `REASON_BYTES_MAX`); answers listing a tenant's
 /// limits or runs are the largest. Checked before allocation.
@@ -90,6 +108,16 @@ pub enum ClientFrame {
     /// frozen) from a busy one. The library sends it right after the welcome; a client that
     /// never sends it gets no heartbeats.
     Heartbeats,
+    /// A hello (version 7 on) that names the group the connection speaks to: its writes,
+    /// reads, status and heartbeats are that group's, and its `NotLeader` names that
+    /// group's leader. Group 0 is the metadata group of a node of several groups (and the
+    /// one group of a node of one); a plain [`ClientFrame::Hello`] speaks to the node's
+    /// default group (data group 1 of a node of several).
+    HelloInGroup {
+        version: u32,
+        token: Option<String>,
+        group: u64,
+    },
 }
 
 /// How often a node sends [`ServerFrame::Heartbeat`] on a connection that asked for them: a
@@ -125,6 +153,13 @@ pub enum Request {
     BackupBegin,
     /// Up to [`BACKUP_CHUNK_BYTES`] of the held backup at log index `index`, from `offset`.
     BackupChunk { index: u64, offset: u64 },
+    /// Place tenant `tenant` in data group `group` (admin; version 7 on), or, with `None`,
+    /// find where it lives and place it in the default group (1) if it lives nowhere yet.
+    /// Decided in the metadata group, whose leader alone proposes it: `NotLeader` names
+    /// that group's leader. Answered [`Response::Placed`]; a tenant already placed in
+    /// another group is answered [`Failure::WrongGroup`] naming it. On a node of one group
+    /// every tenant lives in that group: `Placed` with group 0.
+    PlaceTenant { tenant: String, group: Option<u64> },
 }
 
 /// Largest [`Response::BackupChunk`], in bytes: a quarter of [`CLIENT_FRAME_MAX`], so a
@@ -234,6 +269,24 @@ pub enum Query {
 }
 
 impl Query {
+    /// The tenant the query reads in.
+    pub fn tenant(&self) -> &str {
+        match self {
+            Query::Limit { tenant, .. }
+            | Query::Limits { tenant, .. }
+            | Query::ValidateFence { tenant, .. }
+            | Query::Spent { tenant, .. }
+            | Query::Running { tenant }
+            | Query::Halts { tenant }
+            | Query::Tenant { tenant }
+            | Query::LimitsChange { tenant, .. }
+            | Query::Key { tenant, .. }
+            | Query::Keys { tenant, .. }
+            | Query::Holders { tenant, .. }
+            | Query::Waiters { tenant, .. } => tenant,
+        }
+    }
+
     /// Every name the query carries held to the name rule of writes
     /// ([`weir_core::machine::name_rule`]): a read names nothing a write could not have
     /// made (an empty `prefix` or `after` is a read's own and allowed).
@@ -392,6 +445,14 @@ pub enum Failure {
     /// The connection's token does not allow this request (its role, or a session another
     /// principal opened). Not applied.
     Forbidden(String),
+    /// Tenant `tenant` lives in data group `group`, not the one this connection speaks to
+    /// (or, answering a `PlaceTenant` for another group, it is placed there already). Not
+    /// applied: asked in that group it is decided (version 7 on).
+    WrongGroup { tenant: String, group: u64 },
+    /// Tenant `tenant` is placed in no group yet, as far as this node has applied: not
+    /// applied. [`Request::PlaceTenant`] places it; the library does so itself (version 7
+    /// on).
+    Unplaced { tenant: String },
 }
 
 impl std::fmt::Display for Failure {
@@ -407,6 +468,13 @@ impl std::fmt::Display for Failure {
             Failure::OutcomeUnknown(why) => write!(f, "outcome unknown: {why}"),
             Failure::BadRequest(why) => write!(f, "bad request: {why}"),
             Failure::Forbidden(why) => write!(f, "forbidden: {why}"),
+            Failure::WrongGroup { tenant, group } => {
+                write!(f, "tenant {tenant} lives in group {group}: ask that group")
+            }
+            Failure::Unplaced { tenant } => write!(
+                f,
+                "tenant {tenant} is not placed in any group yet: place it (weir tenant place)"
+            ),
         }
     }
 }
@@ -429,6 +497,12 @@ pub enum Response {
     BackupBegun(BackupHeader),
     /// Bytes of the held backup.
     BackupChunk(Vec<u8>),
+    /// `PlaceTenant`: tenant `tenant` lives in data group `group` (0 on a node of one
+    /// group).
+    Placed {
+        tenant: String,
+        group: u64,
+    },
 }
 
 /// From server to client.

@@ -350,6 +350,7 @@ pub fn refusal_kind(r: &Refusal) -> &'static str {
         Refusal::Invalid(_) => "Invalid",
         Refusal::AtCapacity { .. } => "AtCapacity",
         Refusal::Moved { .. } => "Moved",
+        Refusal::Placed { .. } => "Placed",
     }
 }
 

@@ -187,6 +187,9 @@ fn cli_command(p: &Process, weir: &Path, record: &Path, hold_ms: u64) -> tokio::
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
+    if let Some(group) = crate::secure::run_group() {
+        command.arg("--group").arg(group.to_string());
+    }
     if let Some(secure) = crate::secure::current() {
         command.env("WEIR_CA", &secure.ca);
         if let Some(token) = secure.token(crate::secure::Access::Tenant(TENANT)) {

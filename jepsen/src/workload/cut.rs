@@ -78,6 +78,7 @@ pub async fn cut_holder(p: Process, bound: bool, handle: Arc<CutClient>) {
         true => Client::new(p.servers.clone()).with_local_addr(CUT_CLIENT_IP),
         false => Client::new(p.servers.clone()),
     };
+    let client = crate::secure::in_run_group(client);
     while let Some(session) = p.session(&client, TTL).await {
         while let Some((permit, from)) = next_permit(&p, &session, CUT).await {
             let mut belief = Belief::new(&permit, &p.history, from);

@@ -372,6 +372,15 @@ pub enum Command {
     DropFrozen {
         tenant: String,
     },
+    /// Places tenant `tenant` in data group `group`, in the metadata group's machine: once,
+    /// for good (a placed tenant keeps its group until a move). Answered
+    /// [`crate::machine::Reply::Placed`] with the group it lives in, the one asked or, when
+    /// it was already placed there, the same; a tenant placed in another group is refused
+    /// [`crate::machine::Refusal::Placed`] naming it.
+    PlaceTenant {
+        tenant: String,
+        group: u64,
+    },
 }
 
 /// A limit's definition, as `DefineLimit` with two more settings.

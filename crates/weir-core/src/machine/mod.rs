@@ -322,6 +322,7 @@ mod saved_v5;
 mod saved_v6;
 mod saved_v7;
 mod saved_v8;
+mod saved_v9;
 pub mod session;
 pub mod snapshot;
 #[cfg(test)]

@@ -85,6 +85,9 @@ pub enum Refusal {
     /// Tenant `tenant` moved to group `to` (`Command::FreezeTenant`): the request was not
     /// decided here; asked again there, it is decided as it would have been here.
     Moved { tenant: String, to: u64 },
+    /// `PlaceTenant`: tenant `tenant` already lives in data group `group`, another than the
+    /// one asked; a placed tenant changes group only by a move.
+    Placed { tenant: String, group: u64 },
 }
 
 impl Refusal {
@@ -168,6 +171,11 @@ impl std::fmt::Display for Refusal {
                 write!(f, "at capacity: {what} (the bound is {limit})")
             }
             Refusal::Moved { tenant, to } => write!(f, "tenant {tenant} moved to group {to}"),
+            Refusal::Placed { tenant, group } => write!(
+                f,
+                "tenant {tenant} is already placed in group {group}; a placed tenant changes \
+                 group only by a move"
+            ),
         }
     }
 }
@@ -251,6 +259,11 @@ pub enum Reply {
     LimitsApplied(LimitsChange),
     /// `LeaseTokens`: each part's lease as it now stands, in the request's order.
     Leased(Vec<LeaseShare>),
+    /// `PlaceTenant`: the tenant lives in data group `group` (placed now, or before in the
+    /// same group).
+    Placed {
+        group: u64,
+    },
 }
 
 /// One part's token lease after a [`crate::machine::command::LeaseTokens`]: what the holder

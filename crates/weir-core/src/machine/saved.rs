@@ -52,6 +52,9 @@ pub struct SavedLimits {
     /// The tenants frozen here by a move and not yet dropped, by name (version 9 on): each
     /// answers `Moved` until its `DropFrozen`.
     pub(super) frozen: BTreeMap<String, FrozenTenant>,
+    /// The data group each placed tenant lives in, by name (version 10 on): kept by the
+    /// metadata group's machine alone (`PlaceTenant`); empty in every data group's.
+    pub(super) placements: BTreeMap<String, u64>,
 }
 
 impl SavedLimits {

@@ -92,6 +92,7 @@ impl SavedLimitsV5 {
             token_leases: Default::default(),
             lean_keys: Default::default(),
             frozen: Default::default(),
+            placements: Default::default(),
         }
     }
 }

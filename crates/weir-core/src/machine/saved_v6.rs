@@ -43,6 +43,7 @@ impl SavedLimitsV6 {
             token_leases: Default::default(),
             lean_keys: Default::default(),
             frozen: Default::default(),
+            placements: Default::default(),
         }
     }
 }

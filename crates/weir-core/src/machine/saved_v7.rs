@@ -48,6 +48,7 @@ impl SavedLimitsV7 {
             token_leases: self.token_leases,
             lean_keys: Default::default(),
             frozen: Default::default(),
+            placements: Default::default(),
         }
     }
 }

@@ -48,6 +48,7 @@ impl SavedLimitsV8 {
             token_leases: self.token_leases,
             lean_keys: self.lean_keys,
             frozen: Default::default(),
+            placements: Default::default(),
         }
     }
 }

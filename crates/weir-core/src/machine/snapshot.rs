@@ -23,6 +23,7 @@ use super::saved_v5::SavedLimitsV5;
 use super::saved_v6::SavedLimitsV6;
 use super::saved_v7::SavedLimitsV7;
 use super::saved_v8::SavedLimitsV8;
+use super::saved_v9::SavedLimitsV9;
 use super::state::Machine;
 use crate::bounds::SNAPSHOT_BYTES_MAX;
 use crate::codec::{self, FrameError, Payload, ReadPayload};
@@ -42,24 +43,27 @@ pub const SNAPSHOT_MAGIC: [u8; 4] = *b"WSNP";
 /// parts. Version 6: a holder keeps its grant's log time, a waiter its fairness weight.
 /// Version 7: token leases, appended after the tenants. Version 8: the lean keys of each
 /// keyed definition, appended after the leases. Version 9: the tenants frozen by a move and
-/// not yet dropped, appended after the lean keys.
-/// This version, versions 8, 7 and 6 and [`SNAPSHOT_VERSION_READ_MIN`] are read; an older snapshot is
+/// not yet dropped, appended after the lean keys. Version 10: the metadata group's
+/// placements, appended after the frozen tenants.
+/// This version, versions 9, 8, 7 and 6 and [`SNAPSHOT_VERSION_READ_MIN`] are read; an older snapshot is
 /// refused naming both versions (its limits and tickets no longer decode as they were
 /// written), and a newer one naming its version.
-pub const SNAPSHOT_VERSION: u16 = 9;
+pub const SNAPSHOT_VERSION: u16 = 10;
 
 /// The oldest snapshot version this build reads: version 5, converted on restore as
 /// [`super::saved_v5`] says (version 6 as [`super::saved_v6`] says, version 7 as
-/// [`super::saved_v7`] says, version 8 as [`super::saved_v8`] says).
+/// [`super::saved_v7`] says, version 8 as [`super::saved_v8`] says, version 9 as
+/// [`super::saved_v9`] says).
 pub const SNAPSHOT_VERSION_READ_MIN: u16 = 5;
 
 /// The versions [`Machine::restore`] reads, today's first.
-const SNAPSHOT_VERSIONS_READ: [u16; 5] = [SNAPSHOT_VERSION, 8, 7, 6, SNAPSHOT_VERSION_READ_MIN];
+const SNAPSHOT_VERSIONS_READ: [u16; 6] = [SNAPSHOT_VERSION, 9, 8, 7, 6, SNAPSHOT_VERSION_READ_MIN];
 
 /// The machine a checked payload of `version` (one of [`SNAPSHOT_VERSIONS_READ`]) holds,
 /// converted to today's state, its invariants checked.
 fn restored(version: u16, payload: impl Payload) -> Result<Machine, FrameError> {
     let saved = match version {
+        9 => payload.decode::<SavedLimitsV9>()?.upgrade(),
         8 => payload.decode::<SavedLimitsV8>()?.upgrade(),
         7 => payload.decode::<SavedLimitsV7>()?.upgrade(),
         6 => payload.decode::<SavedLimitsV6>()?.upgrade(),
@@ -115,7 +119,7 @@ impl Machine {
         Frozen(self.saved().clone())
     }
 
-    /// A machine from snapshot bytes (of this version, or of version 8, 7, 6 or 5, converted), or
+    /// A machine from snapshot bytes (of this version, or of version 9, 8, 7, 6 or 5, converted), or
     /// why they were refused.
     pub fn restore(bytes: &[u8]) -> Result<Machine, FrameError> {
         // The version the frame says, when it is one this build reads: `open_frame` checks
@@ -251,7 +255,7 @@ mod tests {
         bytes[4..6].copy_from_slice(&4u16.to_le_bytes());
         let err = Machine::restore(&bytes).unwrap_err().to_string();
         assert!(
-            err.contains("unknown format version 4 (this build reads 9)"),
+            err.contains("unknown format version 4 (this build reads 10)"),
             "{err}"
         );
     }

@@ -12,7 +12,8 @@
 //! module: `limits` (define, remove), `apply_limits` (a tenant's whole set of definitions),
 //! `leases` (sessions: open, keep-alive, expire, close), `permits` (acquire, release, settle,
 //! and serving a queue), `token_leases` (shares of rate limits leased to holders), `runs` (tenant ceilings, run admission, settlements, halts), `moves` (a tenant's freeze, adopt
-//! and drop, when it moves between groups), `reads`
+//! and drop, when it moves between groups), `placement` (the metadata group's record of
+//! where each tenant lives), `reads`
 //! and `queue_reads` (what queries see) and `check` (the invariants below).
 //!
 //! Invariants (checked by [`Machine::check`], asserted where they can break):
@@ -32,6 +33,7 @@ mod leases;
 mod limits;
 mod moves;
 mod permits;
+mod placement;
 mod queue_reads;
 mod reads;
 mod runs;
@@ -340,6 +342,7 @@ impl Machine {
             Command::FreezeTenant { tenant, to } => answer(self.freeze_tenant(tenant, *to, events)),
             Command::AdoptTenant { tenant, frozen } => answer(self.adopt_tenant(tenant, frozen)),
             Command::DropFrozen { tenant } => self.drop_frozen(tenant),
+            Command::PlaceTenant { tenant, group } => answer(self.place_tenant(tenant, *group)),
         }
     }
 }

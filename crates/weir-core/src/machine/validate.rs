@@ -76,6 +76,15 @@ impl Command {
             | Command::FreezeTenant { .. }
             | Command::DropFrozen { .. }
             | Command::Tick => {}
+            Command::PlaceTenant { group, .. } => {
+                if *group == 0 {
+                    return Err(Refusal::Invalid(
+                        "a tenant is placed in a data group, numbered from 1; group 0 is the \
+                         metadata group"
+                            .into(),
+                    ));
+                }
+            }
             Command::AdoptTenant { frozen, .. } => {
                 // The value itself is decoded, and checked against the state it would
                 // make, when it is applied.

@@ -16,7 +16,7 @@
 
 use super::token::Role;
 use weir_core::machine::{Command, Control};
-use weir_proto::protocol::{Query, Request};
+use weir_proto::protocol::Request;
 
 /// `Ok` if `role` may make `request`, else the reason it may not.
 pub fn authorize(role: &Role, request: &Request) -> Result<(), String> {
@@ -27,13 +27,20 @@ pub fn authorize(role: &Role, request: &Request) -> Result<(), String> {
     };
     let (asked, write) = match request {
         Request::Write(c) => (command_scope(c), true),
-        Request::Read(q) | Request::ReadLocal(q) => (Scope::Tenant(query_tenant(q)), false),
+        Request::Read(q) | Request::ReadLocal(q) => (Scope::Tenant(q.tenant()), false),
         Request::Status => (Scope::Observe("status requests"), false),
         Request::AddNode { .. } | Request::RemoveNode { .. } => {
             (Scope::Admin("cluster changes"), true)
         }
         Request::SnapshotCost => (Scope::Admin("snapshot figures"), false),
         Request::BackupBegin | Request::BackupChunk { .. } => (Scope::Admin("backups"), false),
+        // Finding where a tenant lives (placing it in the default group if it lives
+        // nowhere yet) is its own work; choosing its group is the operator's.
+        Request::PlaceTenant {
+            tenant,
+            group: None,
+        } => (Scope::Tenant(tenant), true),
+        Request::PlaceTenant { group: Some(_), .. } => (Scope::Admin("tenant placement"), true),
     };
     match (asked, tenant) {
         (Scope::Admin(what), _) => Err(format!("{what} need the admin role, not {role}")),
@@ -79,27 +86,11 @@ fn command_scope(command: &Command) -> Scope<'_> {
     }
 }
 
-fn query_tenant(query: &Query) -> &str {
-    match query {
-        Query::Limit { tenant, .. }
-        | Query::Limits { tenant, .. }
-        | Query::ValidateFence { tenant, .. }
-        | Query::Spent { tenant, .. }
-        | Query::Running { tenant }
-        | Query::Halts { tenant }
-        | Query::Tenant { tenant }
-        | Query::LimitsChange { tenant, .. }
-        | Query::Key { tenant, .. }
-        | Query::Keys { tenant, .. }
-        | Query::Holders { tenant, .. }
-        | Query::Waiters { tenant, .. } => tenant,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use weir_core::machine::{Change, Definition, HaltScope};
+    use weir_proto::protocol::Query;
 
     #[test]
     fn tenant_read_and_admin_reach_what_the_spec_says() {

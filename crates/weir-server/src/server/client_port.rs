@@ -49,7 +49,7 @@
 //! ([`authorize()`]) before it goes anywhere, and answered `Failure::Forbidden` if refused.
 //! When the tokens are reloaded and the principal's token is gone, the connection closes.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -64,8 +64,9 @@ use super::edge;
 use super::followed::{Followed, Opening};
 use super::heartbeat;
 use super::reader::answer;
+use super::routing;
 use crate::accept::accept_loop;
-use crate::raft::NodeAddr;
+use crate::raft::{GroupId, NodeAddr};
 use crate::security::{Principal, Tokens, authorize};
 use crate::session_owner::{OwnerCheck, check_owner};
 use crate::shutdown::Shutdown;
@@ -145,22 +146,48 @@ impl Drop for Counted {
 /// `per_principal_max` at once of one principal.
 pub async fn serve_clients(
     listener: TcpListener,
-    ctx: Arc<Ctx>,
+    groups: Arc<GroupCtxs>,
     per_principal_max: usize,
     shutdown: Shutdown,
 ) {
     let counts = PerPrincipal::new(per_principal_max);
     accept_loop("client", listener, shutdown.watch(), move |stream| {
-        connection(stream, ctx.clone(), counts.clone())
+        connection(stream, groups.clone(), counts.clone())
     })
     .await
 }
 
+/// The context of every group the node hosts, by id, and the group a plain hello speaks
+/// to (`node::client_group`).
+pub struct GroupCtxs {
+    pub by_group: BTreeMap<GroupId, Arc<Ctx>>,
+    pub default: GroupId,
+}
+
+impl GroupCtxs {
+    /// The context a hello naming `group` (or none) speaks to, or why there is none.
+    fn speaking_to(&self, group: Option<u64>) -> Result<&Arc<Ctx>, String> {
+        let id = match group {
+            None => self.default,
+            Some(g) => GroupId::try_from(g).unwrap_or(GroupId::MAX),
+        };
+        self.by_group.get(&id).ok_or_else(|| {
+            let hosted: Vec<String> = self.by_group.keys().map(|g| g.to_string()).collect();
+            format!(
+                "group {} is not hosted by this node, which hosts groups {}",
+                group.unwrap_or_default(),
+                hosted.join(", ")
+            )
+        })
+    }
+}
+
 async fn connection(
     tcp: TcpStream,
-    ctx: Arc<Ctx>,
+    groups: Arc<GroupCtxs>,
     counts: Arc<PerPrincipal>,
 ) -> Result<(), String> {
+    let ctx = groups.speaking_to(None)?.clone();
     let _counted = crate::metrics::get().connection();
     let stream = ctx.acceptor.accept(tcp).await.map_err(|e| e.to_string())?;
     let (mut rd, mut wr) = tokio::io::split(stream);
@@ -181,7 +208,7 @@ async fn connection(
         )
         .await;
     });
-    let result = serve(&mut rd, &out, &ctx, &counts, slots).await;
+    let result = serve(&mut rd, &out, &groups, &ctx, &counts, slots).await;
     if let Err(reason) = &result {
         let _ = out
             .send(ServerFrame::Error {
@@ -198,13 +225,17 @@ async fn connection(
 async fn serve(
     rd: &mut ReadHalf<Stream>,
     out: &mpsc::Sender<ServerFrame>,
+    groups: &GroupCtxs,
     ctx: &Arc<Ctx>,
     counts: &Arc<PerPrincipal>,
     slots: Arc<Semaphore>,
 ) -> Result<(), String> {
-    let Some((principal, version, _counted)) = greet(rd, out, ctx, counts).await? else {
+    // Every request of the connection is its hello's group's.
+    let Some((principal, version, ctx, _counted)) = greet(rd, out, groups, ctx, counts).await?
+    else {
         return Ok(());
     };
+    let ctx = &ctx;
     // Buffered from here on: the buffer is memory an unauthenticated connection must not
     // cost. The hello was read exactly, so nothing after it is lost.
     let rd = &mut BufReader::with_capacity(READ_BUFFER_BYTES, rd);
@@ -231,7 +262,9 @@ async fn serve(
         };
         let (id, request) = match read {
             Ok(ClientFrame::Request { id, request }) => (id, request),
-            Ok(ClientFrame::Hello { .. }) => return Err("a second hello".into()),
+            Ok(ClientFrame::Hello { .. } | ClientFrame::HelloInGroup { .. }) => {
+                return Err("a second hello".into());
+            }
             Ok(ClientFrame::Heartbeats) => {
                 if heartbeats.is_none() {
                     let beat = heartbeat::send_heartbeats(ctx.clone(), out.clone());
@@ -262,7 +295,7 @@ async fn serve(
         let out = out.clone();
         let followed = followed.clone();
         tokio::spawn(async move {
-            let response = admitted.serve(&ctx, &followed).await;
+            let response = admitted.serve(&ctx, version, &followed).await;
             let _ = out.send(ServerFrame::Response { id, response }).await;
             drop(slot);
         });
@@ -281,8 +314,8 @@ struct Admitted {
 impl Admitted {
     /// Serves the request and updates what the connection follows by its answer: the
     /// session an open made, or the one a close ended.
-    async fn serve(self, ctx: &Ctx, followed: &Followed) -> Response {
-        let response = handle(ctx, self.request).await;
+    async fn serve(self, ctx: &Ctx, version: u32, followed: &Followed) -> Response {
+        let response = handle(ctx, version, self.request).await;
         if let Response::Written { reply, .. } = &response {
             match (reply, self.opening, self.closing) {
                 (Reply::SessionOpened { session, .. }, Some(opening), _) => {
@@ -314,6 +347,7 @@ async fn screen(
     if let Request::Read(query) = &request {
         query.check_names().map_err(Failure::BadRequest)?;
     }
+    routing::route(ctx, version, &request)?;
     owned(ctx, principal, &request).await?;
     let opening = admit(followed, &request)?;
     let closing = match &request {
@@ -350,27 +384,44 @@ async fn revocation(tokens: Arc<Tokens>, principal: Principal) -> String {
 
 /// Reads the hello, authenticates its token, and answers `Welcome` with the version the
 /// connection speaks from now on: the client's, from [`PROTOCOL_VERSION_MIN`] up to
-/// [`PROTOCOL_VERSION`], counted among its principal's connections. `Ok(None)`: the client
-/// closed before saying hello. An error is the reason to close with.
+/// [`PROTOCOL_VERSION`], counted among its principal's connections, and the context of the
+/// group it names (`ctx`, the node's default, if none). A group the node does not host is
+/// refused before the welcome. `Ok(None)`: the client closed before saying hello. An error
+/// is the reason to close with.
 async fn greet(
     rd: &mut ReadHalf<Stream>,
     out: &mpsc::Sender<ServerFrame>,
-    ctx: &Ctx,
+    groups: &GroupCtxs,
+    ctx: &Arc<Ctx>,
     counts: &Arc<PerPrincipal>,
-) -> Result<Option<(Principal, u32, Counted)>, String> {
+) -> Result<Option<(Principal, u32, Arc<Ctx>, Counted)>, String> {
     let hello = tokio::time::timeout(
         HELLO_TIMEOUT,
         wire::read_frame::<_, ClientFrame>(rd, HELLO_FRAME_MAX),
     )
     .await
     .map_err(|_| format!("no hello within {HELLO_TIMEOUT:?}"))?;
-    let (principal, version) = match hello {
+    let (principal, version, group) = match hello {
         Ok(ClientFrame::Hello { version, token })
             if (PROTOCOL_VERSION_MIN..=PROTOCOL_VERSION).contains(&version) =>
         {
-            (ctx.tokens.authenticate(token.as_deref())?, version)
+            (ctx.tokens.authenticate(token.as_deref())?, version, None)
         }
-        Ok(ClientFrame::Hello { version, .. }) => {
+        Ok(ClientFrame::HelloInGroup {
+            version,
+            token,
+            group,
+        }) if (7..=PROTOCOL_VERSION).contains(&version) => (
+            ctx.tokens.authenticate(token.as_deref())?,
+            version,
+            Some(group),
+        ),
+        Ok(ClientFrame::HelloInGroup { version, .. }) if version < 7 => {
+            return Err(format!(
+                "a hello naming a group needs protocol 7, not {version}"
+            ));
+        }
+        Ok(ClientFrame::Hello { version, .. } | ClientFrame::HelloInGroup { version, .. }) => {
             return Err(format!(
                 "protocol version {version} is not supported (this node speaks \
                  {PROTOCOL_VERSION_MIN} to {PROTOCOL_VERSION})"
@@ -388,6 +439,10 @@ async fn greet(
         }
         Err(e) => return Err(e.to_string()),
     };
+    let ctx = match group {
+        None => ctx.clone(),
+        Some(_) => groups.speaking_to(group)?.clone(),
+    };
     let counted = counts.enter(&principal)?;
     out.send(ServerFrame::Welcome {
         version,
@@ -395,7 +450,7 @@ async fn greet(
     })
     .await
     .map_err(|_| "writer gone".to_string())?;
-    Ok(Some((principal, version, counted)))
+    Ok(Some((principal, version, ctx, counted)))
 }
 
 /// Refuses (`Forbidden`) a request on a session another principal opened, by the shared
@@ -512,7 +567,7 @@ pub(super) async fn forward_events(
 /// Each request runs in a task of its own, and spawning and finishing a task copies its
 /// future: the rare administrative arms (whose openraft futures are large) are boxed so
 /// that every write's and read's task stays the size of the proposer's future.
-async fn handle(ctx: &Ctx, request: Request) -> Response {
+async fn handle(ctx: &Ctx, version: u32, request: Request) -> Response {
     match request {
         Request::Write(command) => match ctx.proposer.propose(command).await {
             Ok((index, reply)) => {
@@ -549,6 +604,9 @@ async fn handle(ctx: &Ctx, request: Request) -> Response {
         Request::SnapshotCost => Box::pin(admin::snapshot_cost(ctx)).await,
         Request::BackupBegin => Box::pin(backup_export::begin(ctx)).await,
         Request::BackupChunk { index, offset } => backup_export::chunk(ctx, index, offset),
+        Request::PlaceTenant { tenant, group } => {
+            Box::pin(routing::place_tenant(ctx, version, tenant, group)).await
+        }
     }
 }
 

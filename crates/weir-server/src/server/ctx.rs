@@ -1,5 +1,7 @@
 //! [`Ctx`]: what a client connection needs of the node — its identity, the Raft, applied
-//! state, proposer and reader of the group it serves (`node::client_group`), the port's TLS and tokens, and the caches of the
+//! state, proposer and reader of the group it speaks to (one `Ctx` per group the node
+//! hosts; a plain hello speaks to `node::client_group`), the metadata group's placements on
+//! a node of several groups ([`Metadata`]), the port's TLS and tokens, and the caches of the
 //! admin requests. Built once by [`super::node`]; shared by `Arc` with the client port
 //! ([`super::client_port`]), the admin requests ([`super::admin`]) and the heartbeats
 //! ([`super::heartbeat`]), none of which import each other for it.
@@ -12,13 +14,28 @@ use super::proposer::Proposer;
 use super::reader::Reader;
 use crate::raft::cluster_identity::ClusterIdentity;
 use crate::raft::state_store::AppliedState;
-use crate::raft::{NodeId, Raft};
+use crate::raft::{GroupId, NodeId, Raft};
 use crate::security::{Acceptor, Tokens};
 
-/// What a connection needs of the node.
+/// The metadata group of a node of several groups, as every group's connections see it:
+/// the placements requests are routed by, and where a `PlaceTenant` is proposed
+/// ([`super::routing`]).
+#[derive(Clone)]
+pub struct Metadata {
+    pub raft: Raft,
+    pub state: Arc<AppliedState>,
+    pub proposer: Proposer,
+}
+
+/// What a connection needs of the node, for the group it speaks to.
 pub struct Ctx {
     pub id: NodeId,
     pub client_addr: String,
+    /// The group this context serves: its Raft, state, proposer and reader below.
+    pub group: GroupId,
+    /// The metadata group, on a node of several groups; `None` on a node of one, where
+    /// every tenant lives in its one group and nothing is routed.
+    pub metadata: Option<Metadata>,
     pub raft: Raft,
     /// The applied state: local reads, status, and the event feed for pushes.
     pub state: Arc<AppliedState>,

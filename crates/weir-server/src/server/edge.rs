@@ -49,6 +49,13 @@ pub fn check_write(command: &Command) -> Result<(), Failure> {
     {
         return Ok(());
     }
+    if let Command::PlaceTenant { .. } = command {
+        // Decided in the metadata group alone: a write of it would land in the group the
+        // connection speaks to.
+        return Err(Failure::BadRequest(
+            "a tenant is placed by the PlaceTenant request (weir tenant place), not a write".into(),
+        ));
+    }
     command
         .validate()
         .map_err(|refusal| Failure::BadRequest(refusal.to_string()))

@@ -3,7 +3,9 @@
 //! [`super::client_port`] makes of a write, with the same functions — the principal's role
 //! ([`authorize()`]), the command's arguments ([`edge::check_write`]), the session's owner
 //! ([`check_owner`], with one quorum round for a session not applied here yet), an open
-//! bound to its principal ([`edge::bind_open`]) — then the proposer.
+//! bound to its principal ([`edge::bind_open`]), the tenant's group ([`route_in`]: a node
+//! of several groups proposes here only for the tenants of the group it writes to) — then
+//! the proposer.
 //!
 //! Invariants: a write refused by a check is never proposed; a write answered `NotLeader`
 //! was never proposed either (the proposer's rule), so its caller may send it through the
@@ -13,13 +15,15 @@
 use std::sync::Arc;
 
 use weir_core::machine::{Command, Effect, Reply};
-use weir_proto::protocol::{Failure, Request};
+use weir_proto::protocol::{Failure, PROTOCOL_VERSION, Request};
 
+use super::ctx::Metadata;
 use super::edge;
 use super::leader::read_failure;
 use super::proposer::Proposer;
-use crate::raft::Raft;
+use super::routing::route_in;
 use crate::raft::state_store::AppliedState;
+use crate::raft::{GroupId, Raft};
 use crate::security::{Principal, Role, authorize};
 use crate::session_owner::{OwnerCheck, check_owner};
 
@@ -29,6 +33,9 @@ pub struct LocalWriter {
     pub(super) proposer: Proposer,
     pub(super) state: Arc<AppliedState>,
     pub(super) raft: Raft,
+    /// The group it writes to, and the metadata group it routes by (a node of several).
+    pub(super) group: GroupId,
+    pub(super) metadata: Option<Metadata>,
 }
 
 impl LocalWriter {
@@ -37,6 +44,12 @@ impl LocalWriter {
     pub async fn write(&self, principal: &Principal, command: Command) -> Result<Reply, Failure> {
         let request = Request::Write(command);
         authorize(&principal.role, &request).map_err(Failure::Forbidden)?;
+        route_in(
+            self.metadata.as_ref(),
+            self.group,
+            PROTOCOL_VERSION,
+            &request,
+        )?;
         let Request::Write(command) = request else {
             unreachable!("a write was made above");
         };

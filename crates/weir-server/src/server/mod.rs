@@ -62,7 +62,10 @@
 //!
 //! Per client connection ([`client_port`]):
 //! - **Connection task**: reads frames in order, checks the hello (within `HELLO_TIMEOUT` =
-//!   10 s), and spawns a request task per request. A semaphore of `IN_FLIGHT_MAX` = 4,096
+//!   10 s) and takes the group it names (a node of several groups runs the pipeline above
+//!   once per group; a connection's requests go to its group's proposer and reader, a
+//!   request naming a tenant of another group refused before it goes anywhere:
+//!   [`routing`]), and spawns a request task per request. A semaphore of `IN_FLIGHT_MAX` = 4,096
 //!   slots per connection bounds the request tasks; when it is empty the connection task
 //!   stops reading, and TCP pushes back on the client.
 //! - **Request task**, one per request: runs `handle` and sends the response to the outbox.
@@ -273,6 +276,7 @@ pub mod node;
 pub mod proposer;
 pub mod queue;
 pub mod reader;
+pub mod routing;
 pub mod stamper;
 
 pub use data_dir::{IDENTITY_FILE, prepare_data_dir};

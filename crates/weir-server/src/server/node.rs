@@ -4,8 +4,10 @@
 //!
 //! A node hosts one Raft group, or with `groups = N` the metadata group and N data groups
 //! ([`super::groups_dir`]), each with its own log, state store, Raft, stand-in, proposer
-//! and reader, all on the one peer port; the client port and the front doors serve one of
-//! them ([`client_group`]).
+//! and reader, all on the one peer port. The client port serves every group, each
+//! connection the one its hello names ([`super::client_port::GroupCtxs`]), requests routed
+//! by tenant ([`super::routing`]); the front doors serve the default group
+//! ([`client_group`]), their writes routed the same way.
 //!
 //! Invariants:
 //! - Its ports and the front doors' are bound before Raft starts: a taken port fails the
@@ -30,7 +32,8 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 use super::client_port;
-use super::ctx::Ctx;
+use super::client_port::GroupCtxs;
+use super::ctx::{Ctx, Metadata};
 use super::data_dir::prepare_data_dir;
 use super::front::{Doors, FrontDoors};
 use super::groups_dir::group_dirs;
@@ -71,10 +74,8 @@ pub struct Hosted {
     pub reader: Reader,
 }
 
-/// The group the client port, the front doors and the admin requests serve: the one group
-/// of a node of one group; data group 1 of a node of several (requests are not yet routed
-/// by tenant: every tenant lives in group 1, and groups 0 and 2 and above replicate and
-/// elect but hold no tenant).
+/// The group a plain hello speaks to, and the front doors serve: the one group of a node of
+/// one group; data group 1 (the default data group) of a node of several.
 pub fn client_group(groups: u32) -> GroupId {
     if groups == 1 { SOLE_GROUP } else { 1 }
 }
@@ -141,6 +142,16 @@ impl Node {
             };
             groups.insert(group, hosted);
         }
+        // On a node of several groups, every group's connections and front doors route by the metadata
+        // group's placements (`routing`).
+        let metadata = (config.groups > 1).then(|| {
+            let meta = &groups[&SOLE_GROUP];
+            Metadata {
+                raft: meta.raft.clone(),
+                state: meta.state.clone(),
+                proposer: meta.proposer.clone(),
+            }
+        });
         let served = groups[&client_group(config.groups)].clone();
         let (raft, state, proposer) = (served.raft, served.state, served.proposer);
         let tokens = Arc::new(Tokens::new(TokenTable::new(&config.tokens)?));
@@ -158,29 +169,41 @@ impl Node {
                     proposer: proposer.clone(),
                     state: state.clone(),
                     raft: raft.clone(),
+                    group: client_group(config.groups),
+                    metadata: metadata.clone(),
                 },
                 shutdown: shutdown.clone(),
             },
         )?;
-        let ctx = Ctx {
+        let identity = &identity;
+        let ctx_of = |group: GroupId, hosted: &Hosted| Ctx {
             id: config.id,
             client_addr: config.client_addr.clone(),
-            raft: raft.clone(),
-            proposer,
-            reader: served.reader,
-            state,
+            group,
+            metadata: metadata.clone(),
+            raft: hosted.raft.clone(),
+            proposer: hosted.proposer.clone(),
+            reader: hosted.reader.clone(),
+            state: hosted.state.clone(),
             groups: config.groups,
             acceptor: security.client_acceptor.clone(),
             tokens: tokens.clone(),
             digest: Default::default(),
             snapshot_cost: Default::default(),
             snapshot_cost_next: Default::default(),
-            identity,
+            identity: identity.clone(),
             backup: Default::default(),
+        };
+        let ctxs = GroupCtxs {
+            by_group: groups
+                .iter()
+                .map(|(&g, hosted)| (g, Arc::new(ctx_of(g, hosted))))
+                .collect(),
+            default: client_group(config.groups),
         };
         tokio::spawn(client_port::serve_clients(
             client_listener,
-            Arc::new(ctx),
+            Arc::new(ctxs),
             config.client_connections_max,
             shutdown,
         ));

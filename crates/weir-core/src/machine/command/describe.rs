@@ -57,7 +57,8 @@ pub enum Control {
     Halts,
     /// The passage of time: `Tick`, which the proposer sends itself.
     Time,
-    /// Where a tenant lives: a move's `FreezeTenant`, `AdoptTenant` and `DropFrozen`.
+    /// Where a tenant lives: a move's `FreezeTenant`, `AdoptTenant` and `DropFrozen`, and
+    /// the metadata group's `PlaceTenant`.
     Placement,
 }
 
@@ -250,7 +251,9 @@ impl Command {
                 control: Some(Time),
                 ..Description::on_session(None, Effect::Other)
             },
-            Command::FreezeTenant { tenant, .. } | Command::DropFrozen { tenant } => {
+            Command::FreezeTenant { tenant, .. }
+            | Command::DropFrozen { tenant }
+            | Command::PlaceTenant { tenant, .. } => {
                 Description::control(tenant, Placement, Effect::Other)
             }
             Command::AdoptTenant { tenant, .. } => Description {

@@ -33,7 +33,26 @@ impl Machine {
             return Err(format!("totals kept {:?}, counted {totals:?}", self.totals));
         }
         self.check_token_leases()?;
+        self.check_placements()?;
         self.check_limits()
+    }
+
+    /// No tenant is placed in the metadata group, and no more are placed than the bound.
+    fn check_placements(&self) -> Result<(), String> {
+        let placements = &self.saved.placements;
+        if let Some((tenant, _)) = placements.iter().find(|(_, g)| **g == 0) {
+            return Err(format!(
+                "tenant {tenant} is placed in group 0, the metadata group"
+            ));
+        }
+        if placements.len() > crate::bounds::PLACEMENTS_MAX {
+            return Err(format!(
+                "{} tenants placed; the bound is {}",
+                placements.len(),
+                crate::bounds::PLACEMENTS_MAX
+            ));
+        }
+        Ok(())
     }
 
     /// Every token lease names a live session and a live limit or key that rates, is not
