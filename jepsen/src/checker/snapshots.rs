@@ -5,7 +5,9 @@
 //! Read from the node logs (each node's log runs across its starts): the server logs each
 //! snapshot it saved, and at each start the one it loaded or that there was none, in the
 //! words of `weir_server::raft::state_store`'s `SNAPSHOT_*` constants, with the snapshot's
-//! id (`TERM-NODE-INDEX`). A snapshot is ordered by its last log index.
+//! id (`TERM-NODE-INDEX`). A snapshot is ordered by its last log index. A node of several
+//! Raft groups ends each such line with the group's tag (` (group G)`): each group's
+//! snapshots are judged apart.
 //!
 //! The same lines give the coverage counts (built, sent, installed, loaded at start), which
 //! the harness records into the history as a `snapshots` fact.
@@ -80,11 +82,17 @@ pub fn judge(logs: &[(String, String)]) -> (Tally, Verdict) {
     (tally, verdict)
 }
 
+/// The Raft group a snapshot line names by its tag (` (group G)`), if any.
+fn group_of(line: &str) -> Option<&str> {
+    line.rsplit_once(" (group ")
+        .and_then(|(_, rest)| rest.strip_suffix(')'))
+}
+
 /// One node's log: counts into `tally`; `Err` at the first start that lost a saved
 /// snapshot (invalid) or a line it cannot read (unknown).
 fn judge_node(name: &str, text: &str, tally: &mut Tally) -> Result<(), Verdict> {
-    // The newest snapshot saved so far, and the line that said so.
-    let mut saved: Option<(u64, &str)> = None;
+    // The newest snapshot saved so far of each group, and the line that said so.
+    let mut saved_of: std::collections::BTreeMap<Option<&str>, (u64, &str)> = Default::default();
     let unreadable = |e: String| Verdict::Unknown(format!("{name}: {e}"));
     for line in text.lines() {
         let saved_now = if line.contains(SNAPSHOT_BUILT) {
@@ -96,9 +104,10 @@ fn judge_node(name: &str, text: &str, tally: &mut Tally) -> Result<(), Verdict> 
         } else {
             None
         };
+        let group = group_of(line.trim_end());
         if let Some(index) = saved_now {
-            if saved.is_none_or(|(s, _)| index > s) {
-                saved = Some((index, line));
+            if saved_of.get(&group).is_none_or(|(s, _)| index > *s) {
+                saved_of.insert(group, (index, line));
             }
             continue;
         }
@@ -114,7 +123,7 @@ fn judge_node(name: &str, text: &str, tally: &mut Tally) -> Result<(), Verdict> 
         } else {
             continue;
         };
-        let Some((want, said)) = saved else {
+        let Some(&(want, said)) = saved_of.get(&group) else {
             continue;
         };
         tally.judged += 1;
@@ -195,6 +204,28 @@ mod tests {
         assert!(matches!(
             judge(&[("node1".into(), gone)]).1,
             Verdict::Invalid(d) if d.contains("started with no snapshot")
+        ));
+    }
+
+    #[test]
+    fn each_group_of_a_node_of_several_is_judged_apart() {
+        let of = |line: String, group: u32| format!("{line} (group {group})");
+        // Group 2 saved 250 and loads it; group 0 saved none and loads none.
+        let text = log(&[
+            of(none(), 0),
+            of(none(), 2),
+            of(built(250), 2),
+            of(none(), 0),
+            of(loaded(250), 2),
+        ]);
+        let (tally, verdict) = judge(&[("node1".into(), text)]);
+        assert_eq!(verdict, Verdict::Valid);
+        assert_eq!(tally.judged, 1);
+        // Group 2 starting with none after its save is a loss, whatever group 0 loads.
+        let lost = log(&[of(built(250), 2), of(loaded(300), 0), of(none(), 2)]);
+        assert!(matches!(
+            judge(&[("node1".into(), lost)]).1,
+            Verdict::Invalid(d) if d.contains("started with no snapshot after it had saved snapshot index 250")
         ));
     }
 

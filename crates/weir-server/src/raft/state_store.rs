@@ -61,7 +61,9 @@ use tokio::sync::broadcast;
 use super::activity::{self, Activities, WATCH_ENTRIES_BACKLOG};
 use super::snapshot_bytes::SnapshotBytes;
 use super::snapshot_file::{self, Written};
-use super::{Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
+use super::{
+    Entry, GroupId, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
+};
 use weir_core::bounds::APPLIED_EVENTS_BACKLOG;
 use weir_core::machine::{Applied, Frozen, Machine};
 
@@ -118,6 +120,9 @@ pub struct AppliedState {
     /// What each applied entry did, for the console's event stream (`activity.rs`):
     /// derived only while it has a subscriber.
     activity: broadcast::Sender<Arc<Activities>>,
+    /// Ends every snapshot line it logs: empty on a node of one group, ` (group G)` on a
+    /// node of several, so that a reader of the log tells the groups' snapshots apart.
+    group_tag: String,
 }
 
 /// The state-machine store handed to openraft. Clones share everything.
@@ -160,6 +165,13 @@ impl StateStore {
     /// Opens the store in `dir`, loading `snapshot.bin` when present. A damaged or foreign
     /// file is refused with a message naming it.
     pub fn open(dir: &Path) -> Result<StateStore, String> {
+        StateStore::open_in(dir, None)
+    }
+
+    /// [`StateStore::open`] for group `group` of a node of several groups (`None`: a node of
+    /// one), which its snapshot lines name.
+    pub fn open_in(dir: &Path, group: Option<GroupId>) -> Result<StateStore, String> {
+        let group_tag = group.map_or_else(String::new, |g| format!(" (group {g})"));
         let mut applier = Applier {
             machine: Machine::new(),
             last_applied: None,
@@ -179,13 +191,13 @@ impl StateStore {
                 applier.machine = loaded.machine;
                 applier.last_applied = loaded.meta.last_log_id;
                 applier.membership = loaded.meta.last_membership.clone();
-                tracing::info!("{SNAPSHOT_LOADED}: {}", loaded.meta.snapshot_id);
+                tracing::info!("{SNAPSHOT_LOADED}: {}{group_tag}", loaded.meta.snapshot_id);
                 current = Some(Current {
                     meta: loaded.meta,
                     written: loaded.written,
                 });
             }
-            None => tracing::info!("{SNAPSHOT_NONE}"),
+            None => tracing::info!("{SNAPSHOT_NONE}{group_tag}"),
         }
         let (events, _) = broadcast::channel(APPLIED_EVENTS_BACKLOG);
         let (activity, _) = broadcast::channel(WATCH_ENTRIES_BACKLOG);
@@ -197,6 +209,7 @@ impl StateStore {
                 dir: dir.to_owned(),
                 events,
                 activity,
+                group_tag,
             }),
         })
     }
@@ -313,11 +326,16 @@ impl RaftSnapshotBuilder<TypeConfig> for StateStore {
         match self.persist(&meta, Source::Built(Box::new(frozen))).await? {
             Some(bytes) => {
                 crate::metrics::get().snapshot_built(bytes as usize, frozen_in, started.elapsed());
-                tracing::info!("{SNAPSHOT_BUILT}: {}, {bytes} bytes", meta.snapshot_id);
+                let tag = &self.state.group_tag;
+                tracing::info!("{SNAPSHOT_BUILT}: {}, {bytes} bytes{tag}", meta.snapshot_id);
             }
             // The file holds a newer snapshot (installed meanwhile): this one is not
             // encoded, and the newer one stands for it.
-            None => tracing::info!("{SNAPSHOT_BUILT}: {}", meta.snapshot_id),
+            None => tracing::info!(
+                "{SNAPSHOT_BUILT}: {}{}",
+                meta.snapshot_id,
+                self.state.group_tag
+            ),
         }
         // The file holds this snapshot, or a newer one that replaced it since: either is
         // what the node has, and what openraft may send.
@@ -466,7 +484,11 @@ impl RaftStateMachine<TypeConfig> for StateStore {
         state.machine = machine;
         state.last_applied = meta.last_log_id;
         state.membership = meta.last_membership.clone();
-        tracing::info!("{SNAPSHOT_INSTALLED}: {}", meta.snapshot_id);
+        tracing::info!(
+            "{SNAPSHOT_INSTALLED}: {}{}",
+            meta.snapshot_id,
+            self.state.group_tag
+        );
         Ok(())
     }
 

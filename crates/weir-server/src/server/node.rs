@@ -100,7 +100,8 @@ impl Node {
         let identity = Arc::new(ClusterIdentity::open(dir)?);
         let mut opened = Vec::new();
         for (group, group_dir) in group_dirs(dir, config.groups)? {
-            let storage = open_storage(&group_dir, config.raft.log_segment_bytes)
+            let named = (config.groups > 1).then_some(group);
+            let storage = open_storage(&group_dir, named, config.raft.log_segment_bytes)
                 .await
                 .map_err(|e| in_group(config.groups, group, e))?;
             opened.push((group, storage));
@@ -351,7 +352,11 @@ async fn start_rafts(
 }
 
 /// Opens the log and the state store in `dir`.
-async fn open_storage(dir: &std::path::Path, segment_bytes: u64) -> Result<Storage, String> {
+async fn open_storage(
+    dir: &std::path::Path,
+    group: Option<GroupId>,
+    segment_bytes: u64,
+) -> Result<Storage, String> {
     let mut log = LogStore::open_sized(&dir.join("log"), segment_bytes)?;
     let startup_last = {
         use openraft::storage::RaftLogStorage;
@@ -361,7 +366,7 @@ async fn open_storage(dir: &std::path::Path, segment_bytes: u64) -> Result<Stora
             .last_log_id
             .map(|id| id.index)
     };
-    let store = StateStore::open(dir)?;
+    let store = StateStore::open_in(dir, group)?;
     Ok(Storage {
         log,
         store,
