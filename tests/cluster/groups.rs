@@ -238,6 +238,86 @@ async fn tenants_are_served_by_the_group_they_are_placed_in_and_told_where_elsew
     cluster.cli_ok(&[
         "acquire", "q", "--tenant", "e", "--group", "2", "--", "true",
     ]);
+
+    phase("a read places nothing: a tenant placed nowhere is told so");
+    assert!(matches!(
+        names_in(&plain, "nobody").await,
+        Err(ClientError::Failed(Failure::Unplaced { tenant })) if tenant == "nobody"
+    ));
+
+    phase("a client of protocol 6: the node places its unplaced tenant, and tells it in words");
+    let written = ask_v6_anywhere(&cluster, Request::Write(define_in("f", "p"))).await;
+    assert!(
+        matches!(
+            written,
+            Response::Written {
+                reply: Reply::Done,
+                ..
+            }
+        ),
+        "{written:?}"
+    );
+    assert_eq!(plain.place_tenant("f", None).await.unwrap(), 1);
+    let told = ask_v6_anywhere(&cluster, Request::Write(define_in("b", "u"))).await;
+    let Response::Failed(Failure::BadRequest(why)) = told else {
+        panic!("protocol 6 was answered {told:?}");
+    };
+    assert!(
+        why.contains("tenant b lives in group 2: ask that group (with client protocol 7 or later)"),
+        "{why}"
+    );
+    let placed = ask_v6_anywhere(
+        &cluster,
+        Request::PlaceTenant {
+            tenant: "g".into(),
+            group: Some(2),
+        },
+    )
+    .await;
+    assert!(
+        matches!(&placed, Response::Failed(Failure::BadRequest(w)) if w.contains("a placement needs client protocol 7")),
+        "{placed:?}"
+    );
+}
+
+/// `request` on a connection of client protocol 6 to each node in turn until one answers
+/// other than `NotLeader` (bounded: 30 rounds).
+async fn ask_v6_anywhere(cluster: &Cluster, request: Request) -> Response {
+    use tokio::io::AsyncWriteExt;
+    use weir_proto::protocol::{CLIENT_FRAME_MAX, ClientFrame, ServerFrame};
+    use weir_proto::wire;
+    let mut last = None;
+    for _ in 0..30 {
+        for addr in cluster.servers() {
+            let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+            let hello = ClientFrame::Hello {
+                version: 6,
+                token: None,
+            };
+            let ask = ClientFrame::Request {
+                id: 1,
+                request: request.clone(),
+            };
+            let mut bytes = Vec::new();
+            wire::write_frame(&mut bytes, &hello).await.unwrap();
+            wire::write_frame(&mut bytes, &ask).await.unwrap();
+            s.write_all(&bytes).await.unwrap();
+            let answer = loop {
+                match wire::read_frame::<_, ServerFrame>(&mut s, CLIENT_FRAME_MAX).await {
+                    Ok(ServerFrame::Response { response, .. }) => break response,
+                    Ok(ServerFrame::Welcome { version, .. }) => assert_eq!(version, 6),
+                    Ok(_) => {}
+                    Err(e) => panic!("{addr}: {e}"),
+                }
+            };
+            match answer {
+                Response::Failed(Failure::NotLeader { .. }) => last = Some(answer),
+                answer => return answer,
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("no node served it: {last:?}")
 }
 
 /// A session opened through `client` (in its group).

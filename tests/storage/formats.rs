@@ -220,9 +220,9 @@ fn today() -> Vec<(String, Vec<u8>)> {
                 request: place_request(),
             }),
         ),
-        ("peer-hello.protocol-6".into(), frame(&hello)),
-        ("peer-announce.protocol-6".into(), frame(&announce())),
-        ("peer-request.protocol-6".into(), frame(&peer_request())),
+        ("peer-hello.protocol-7".into(), frame(&hello)),
+        ("peer-announce.protocol-7".into(), frame(&announce())),
+        ("peer-request.protocol-7".into(), frame(&peer_request())),
     ]
 }
 
@@ -363,18 +363,24 @@ fn every_shipped_format_version_is_read_or_refused_as_documented() {
         );
     }
     let identity = ClusterIdentity::fixed(&dir.0, Some(CLUSTER));
-    let peer = fixture("peer-hello.protocol-6");
+    let peer = fixture("peer-hello.protocol-7");
     assert!(matches!(
         welcome(Ok(decode_frame::<PeerHello>(&peer)), &identity),
-        PeerWelcome::Welcome { version: 6, .. }
+        PeerWelcome::Welcome { version: 7, .. }
     ));
-    let request: PeerFrame = decode_frame(&fixture("peer-request.protocol-6"));
-    assert_eq!(request.group, 1);
-    assert!(matches!(request.request, PeerRequest::Vote(v) if v.vote == openraft::Vote::new(2, 1)));
+    // The frames of 7 are those of 6.
+    for name in ["peer-request.protocol-6", "peer-request.protocol-7"] {
+        let request: PeerFrame = decode_frame(&fixture(name));
+        assert_eq!(request.group, 1, "{name}");
+        assert!(
+            matches!(request.request, PeerRequest::Vote(v) if v.vote == openraft::Vote::new(2, 1))
+        );
+    }
     for name in [
         "peer-announce.protocol-4",
         "peer-announce.protocol-5",
         "peer-announce.protocol-6",
+        "peer-announce.protocol-7",
     ] {
         assert_eq!(
             decode_frame::<PeerAnnounce>(&fixture(name)),
@@ -384,13 +390,14 @@ fn every_shipped_format_version_is_read_or_refused_as_documented() {
     }
     // Peer protocol 2 had the same frames, but its log cannot hold what 3's may; 3 sends
     // no address after its hello; 4's log cannot hold what 5's may; 5's requests name no
-    // group: all refused.
+    // group; 6's log cannot hold what 7's may: all refused.
     for (name, version) in [
         ("peer-hello.protocol-2", 2),
         ("peer-hello.protocol-3", 3),
         ("peer-hello.protocol-4", 4),
         ("peer-hello.protocol-5", 5),
-        ("", 7),
+        ("peer-hello.protocol-6", 6),
+        ("", 8),
     ] {
         let hello = match name {
             "" => PeerHello {
@@ -404,7 +411,7 @@ fn every_shipped_format_version_is_read_or_refused_as_documented() {
         };
         assert!(
             reason.contains(&format!(
-                "node 2 speaks peer protocol version {version}; this node speaks version 6"
+                "node 2 speaks peer protocol version {version}; this node speaks version 7"
             )),
             "{reason}"
         );
@@ -420,7 +427,7 @@ fn every_shipped_format_version_is_read_or_refused_as_documented() {
     };
     assert!(
         reason.contains("peer protocol version 1")
-            && reason.contains("speaks peer protocol version 6"),
+            && reason.contains("speaks peer protocol version 7"),
         "{reason}"
     );
 }

@@ -438,6 +438,33 @@ mod tests {
     }
 
     #[test]
+    fn groups_run_the_permit_and_rate_workloads_and_refuse_the_rest() {
+        assert_eq!(parsed(&[]).groups, 1);
+        for ok in [
+            &["--spawn", "3", "--groups", "4"][..],
+            &["--spawn", "3", "--groups", "2", "--workload", "rate-take"],
+            &["--spawn", "3", "--groups", "16", "--failover", "1"],
+        ] {
+            assert_eq!(checked(ok), Ok(()), "{ok:?}");
+        }
+        for (bad, says) in [
+            (&["--groups", "0"][..], "--groups is from 1 to 16"),
+            (&["--groups", "17"], "--groups is from 1 to 16"),
+            (
+                &["--groups", "2", "--workload", "mixed"],
+                "--groups of 2 or more is for",
+            ),
+            (
+                &["--groups", "2", "--stall", "1", "--spawn", "3"],
+                "--groups of 2 or more is for",
+            ),
+        ] {
+            let err = checked(bad).unwrap_err();
+            assert!(err.starts_with(says), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
     fn an_incident_runs_256_clients_unless_told_and_refuses_what_it_cannot_run() {
         assert_eq!(parsed(&[]).clients, 64);
         assert_eq!(parsed(&["--incident", "kill"]).clients, 256);

@@ -154,6 +154,10 @@ impl Current {
     }
 }
 
+/// Tries of a read answered `Unplaced` before the caller is told ([`Client::request`]): a
+/// node a little behind the metadata group applies a placement within them.
+const UNPLACED_READ_TRIES: u32 = 3;
+
 /// What clones of a [`Client`] share.
 pub(super) struct Inner {
     pub(super) servers: Vec<String>,
@@ -312,13 +316,11 @@ impl Client {
     /// metadata group's leader. A tenant placed in another group than `group` is
     /// [`Failure::WrongGroup`] naming it: a placement is made once.
     pub async fn place_tenant(&self, tenant: &str, group: Option<u64>) -> Result<u64, ClientError> {
-        let metadata = self.inner.metadata.get_or_init(|| {
-            if self.inner.group == Some(0) {
-                self.clone()
-            } else {
-                self.rebuilt().in_group(0)
-            }
-        });
+        // Never `self`, even in group 0: a client holding itself would never be dropped.
+        let metadata = self
+            .inner
+            .metadata
+            .get_or_init(|| self.rebuilt().in_group(0));
         let request = Request::PlaceTenant {
             tenant: tenant.to_owned(),
             group,
@@ -500,6 +502,7 @@ impl Client {
         let mut last_error: Option<ClientError> = None;
         let mut maybe_applied = false;
         let mut placed = false;
+        let mut unplaced_tries = 0;
         for _ in 0..ATTEMPTS_MAX {
             if started.elapsed() > REQUEST_DEADLINE
                 || (started.elapsed() > deadline && !self.leader_named().await)
@@ -507,20 +510,37 @@ impl Client {
                 break;
             }
             let retry = match self.try_once(&request).await {
-                // A tenant placed nowhere yet: place it (in the default group), then ask
-                // again; placed already, this node has not applied its placement yet.
+                // A tenant placed nowhere yet. A write places it (in the default group)
+                // and asks again; placed already, this node has not applied its
+                // placement yet. A read places nothing (a tenant placed nowhere holds
+                // nothing): it asks again a few times, for a node behind, then is told.
                 Ok(Response::Failed(Failure::Unplaced { tenant })) => {
-                    let retry = if placed {
+                    let unplaced = || {
+                        ClientError::Failed(Failure::Unplaced {
+                            tenant: tenant.clone(),
+                        })
+                    };
+                    unplaced_tries += 1;
+                    let retry = if !is_write(&request) {
+                        if unplaced_tries > UNPLACED_READ_TRIES {
+                            return Err(unplaced());
+                        }
+                        Retry::Pause
+                    } else if placed {
                         Retry::Pause
                     } else {
                         match self.place_tenant(&tenant, None).await {
                             Ok(_) => placed = true,
-                            Err(e) if !e.is_retryable() => return Err(e),
+                            // Not this caller's to place (the read role): it is told.
+                            Err(e) if !e.is_retryable() => {
+                                tracing::debug!("placing {tenant}: {e}");
+                                return Err(unplaced());
+                            }
                             Err(_) => {}
                         }
                         Retry::Now
                     };
-                    last_error = Some(ClientError::Failed(Failure::Unplaced { tenant }));
+                    last_error = Some(unplaced());
                     retry
                 }
                 // A tenant another group decides: a request of no session is that group's

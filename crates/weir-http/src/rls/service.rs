@@ -365,15 +365,21 @@ impl RlsService {
 
     /// Sends `command` for the current caller: through the client port's write path in this
     /// process while this node leads (the same checks, no loopback connection), else, or
-    /// when leadership moved meanwhile (`NotLeader`: never proposed), through the caller's
-    /// internal client, which follows the leader.
+    /// when leadership moved meanwhile (`NotLeader`: never proposed), or on a node of
+    /// several groups for a tenant placed nowhere yet or in another group (`Unplaced`,
+    /// `WrongGroup`: never proposed), through the caller's internal client, which follows
+    /// the leader and places the tenant or follows it to its group as the library does.
     async fn send(&self, command: Command) -> Result<Reply, Status> {
         if let Some(writer) = &self.ctx.writer
             && self.ctx.leads()
         {
             let caller = current();
             match writer.write(&caller.principal, command.clone()).await {
-                Err(Failure::NotLeader { .. }) => {}
+                Err(
+                    Failure::NotLeader { .. }
+                    | Failure::Unplaced { .. }
+                    | Failure::WrongGroup { .. },
+                ) => {}
                 done => return done.map_err(|f| client_status(ClientError::Failed(f))),
             }
         }

@@ -139,12 +139,15 @@ const DIAL_TIMEOUT: Duration = Duration::from_secs(1);
 /// buckets refill at the rate not leased out.
 /// 6: every request names the Raft group it is for ([`PeerFrame`]) and every answer is a
 /// [`PeerAnswer`]: a node hosts several groups on one peer port.
+/// 7: the frames of 6, but the log may hold `PlaceTenant` (the metadata group's
+/// placements), and a node of several groups decides a tenant only in the group it is
+/// placed in.
 ///
 /// The version stands for what the nodes of one cluster must share: the frames, and what
 /// an entry of the log means (the commands it may hold and how the machine decides them).
 /// It is raised with either, so that nodes that would apply one log differently refuse
 /// each other at the hello (naming both versions) instead of diverging.
-pub const PEER_PROTOCOL_VERSION: u32 = 6;
+pub const PEER_PROTOCOL_VERSION: u32 = 7;
 
 /// The first four bytes of every hello: a frame of peer protocol 1 (a [`PeerRequest`])
 /// never decodes with them, so a node of that version is told apart from damage.

@@ -36,8 +36,11 @@
 //!
 //! Versions: a hello of any version from `PROTOCOL_VERSION_MIN` to `PROTOCOL_VERSION` is
 //! welcomed in that version, and the connection speaks it from then on; a request whose
-//! answer that version could not decode is refused on it ([`refused_before_5`]), and the
-//! connection goes on.
+//! answer that version could not decode is refused on it ([`refused_before_5`], and a
+//! `PlaceTenant` below 7), a placement failure is told below 7 as a `BadRequest` in the
+//! same words (`group_failure_for`), and the connection goes on. A hello of 7 may name the
+//! group the connection speaks to (`HelloInGroup`); a group the node does not host is
+//! refused before the welcome, naming the groups it hosts.
 //!
 //! Bad input — an oversized or corrupt frame, undecodable bytes, a wrong version, a request
 //! before the hello — is answered with `ServerFrame::Error` naming the problem, and that
@@ -330,7 +333,8 @@ impl Admitted {
 }
 
 /// Every check of a request before it is served, in order: what the connection's protocol
-/// `version` can decode ([`refused_before_5`]), the principal's role ([`authorize()`]), the
+/// `version` can decode ([`refused_before_5`], and a placement below 7), the principal's
+/// role ([`authorize()`]), the group its tenant lives in ([`routing::route`]), the
 /// session's owner ([`owned`]), the edge's bounds and the sessions followed ([`admit`]), and
 /// an open bound to its principal ([`edge::bind_open`]).
 async fn screen(
@@ -347,7 +351,14 @@ async fn screen(
     if let Request::Read(query) = &request {
         query.check_names().map_err(Failure::BadRequest)?;
     }
-    routing::route(ctx, version, &request)?;
+    if let Request::PlaceTenant { .. } = &request
+        && version < 7
+    {
+        return Err(Failure::BadRequest(format!(
+            "a placement needs client protocol 7; this connection speaks {version}"
+        )));
+    }
+    routing::route(ctx, principal, version, &request).await?;
     owned(ctx, principal, &request).await?;
     let opening = admit(followed, &request)?;
     let closing = match &request {

@@ -25,6 +25,9 @@ pub struct Metadata {
     pub raft: Raft,
     pub state: Arc<AppliedState>,
     pub proposer: Proposer,
+    /// The default data group's applied state: a tenant it holds that no placement names
+    /// lives there from before placements existed ([`super::routing::place_tenant`]).
+    pub default_state: Arc<AppliedState>,
 }
 
 /// What a connection needs of the node, for the group it speaks to.

@@ -15,7 +15,7 @@
 use std::sync::Arc;
 
 use weir_core::machine::{Command, Effect, Reply};
-use weir_proto::protocol::{Failure, PROTOCOL_VERSION, Request};
+use weir_proto::protocol::{Failure, Request};
 
 use super::ctx::Metadata;
 use super::edge;
@@ -44,12 +44,7 @@ impl LocalWriter {
     pub async fn write(&self, principal: &Principal, command: Command) -> Result<Reply, Failure> {
         let request = Request::Write(command);
         authorize(&principal.role, &request).map_err(Failure::Forbidden)?;
-        route_in(
-            self.metadata.as_ref(),
-            self.group,
-            PROTOCOL_VERSION,
-            &request,
-        )?;
+        route_in(self.metadata.as_ref(), self.group, &request)?;
         let Request::Write(command) = request else {
             unreachable!("a write was made above");
         };

@@ -151,6 +151,7 @@ impl Node {
                 raft: meta.raft.clone(),
                 state: meta.state.clone(),
                 proposer: meta.proposer.clone(),
+                default_state: groups[&client_group(config.groups)].state.clone(),
             }
         });
         let served = groups[&client_group(config.groups)].clone();

@@ -44,6 +44,13 @@ impl Machine {
         self.saved.placements.get(tenant).copied()
     }
 
+    /// Whether this machine holds any state of tenant `tenant` (a record: its limits,
+    /// ceilings, runs or halts). A data group's machine that holds a tenant no placement
+    /// names holds it from before placements existed.
+    pub fn holds_tenant(&self, tenant: &str) -> bool {
+        self.saved.tenants.contains_key(tenant)
+    }
+
     /// How many tenants this machine has placed.
     pub fn placements(&self) -> usize {
         self.saved.placements.len()
