@@ -115,7 +115,13 @@ async def drive(base: str) -> tuple[list[tuple[str, Any]], list[str]]:
         await call(http, "PUT", "/v1/tenants/ev/halt", {"reason": "drill"})  # halted, refused
         # No keep-alive: the session expires and the stream ends after its last event.
         await asyncio.wait_for(reader, STREAM_SECONDS_MAX)
-        # The cluster stream saw the expiry too; it never ends on its own.
+        # The cluster stream sees the expiry too, through its own subscription, which may
+        # deliver it a little after the session's stream ended: wait for it (bounded), then
+        # stop the stream, which never ends on its own.
+        for _ in range(100):
+            if any(name == "expired" for name, _ in cluster):
+                break
+            await asyncio.sleep(0.1)
         watcher.cancel()
         try:
             await watcher
