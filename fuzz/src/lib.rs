@@ -130,14 +130,15 @@ pub fn client_request(data: &[u8]) {
             Request::Read(query) | Request::ReadLocal(query) => {
                 let _ = weir_server::server::reader::answer(&machine, &query);
             }
-            // Served by the node's Raft handle and admin code, not by anything a frame's
-            // bytes can steer past decoding.
+            // Served by the node's Raft handle, admin and routing code, not by anything a
+            // frame's bytes can steer past decoding.
             Request::Status
             | Request::AddNode { .. }
             | Request::RemoveNode { .. }
             | Request::SnapshotCost
             | Request::BackupBegin
-            | Request::BackupChunk { .. } => {}
+            | Request::BackupChunk { .. }
+            | Request::PlaceTenant { .. } => {}
         }
     }
 }
