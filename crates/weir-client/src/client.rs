@@ -240,11 +240,7 @@ impl Client {
     /// no sessions of its own, sharing nothing with `self` (clones of `self` keep
     /// connecting as before).
     pub fn with_local_addr(self, ip: IpAddr) -> Client {
-        let mut client = self.rebuilt();
-        Arc::get_mut(&mut client.inner)
-            .expect("a client just built is not shared")
-            .local_ip = Some(ip);
-        client
+        self.rebuilt_with(|inner| inner.local_ip = Some(ip))
     }
 
     /// This client's servers and security, its requests retried for at most `deadline`
@@ -255,11 +251,7 @@ impl Client {
     ///
     /// Call it on a new client: the one returned shares nothing with `self`.
     pub fn with_retry_deadline(self, deadline: Duration) -> Client {
-        let mut client = self.rebuilt();
-        Arc::get_mut(&mut client.inner)
-            .expect("a client just built is not shared")
-            .retry_deadline = deadline;
-        client
+        self.rebuilt_with(|inner| inner.retry_deadline = deadline)
     }
 
     /// This client's servers and security, speaking to Raft group `group` of each node
@@ -269,16 +261,12 @@ impl Client {
     /// it (a session is one group's); a request of no session (a read, a definition, a
     /// ceiling, a halt, a run's reserve or settlement) is asked again of that group, through
     /// a client of it this one keeps. A request for a tenant placed nowhere yet places it in
-    /// the default group first ([`Client::place_tenant`]). Group 0 is the metadata group of a cluster of several,
-    /// and the one group of a cluster of one.
+    /// the default group first ([`Client::place_tenant`]). Group 0 is the metadata group of
+    /// a cluster of several, and the one group of a cluster of one.
     ///
     /// Call it on a new client: the one returned shares nothing with `self`.
     pub fn in_group(self, group: u64) -> Client {
-        let mut client = self.rebuilt();
-        Arc::get_mut(&mut client.inner)
-            .expect("a client just built is not shared")
-            .group = Some(group);
-        client
+        self.rebuilt_with(|inner| inner.group = Some(group))
     }
 
     /// The client of group `group` that requests of no session answered `WrongGroup` go to.
@@ -286,13 +274,20 @@ impl Client {
         let mut others = self.inner.others.lock().expect("not poisoned");
         others
             .entry(group)
-            .or_insert_with(|| self.rebuilt().in_group(group))
+            .or_insert_with(|| self.rebuilt_with(|inner| inner.group = Some(group)))
             .clone()
     }
 
     /// The group this client's hellos name (`None`: each node's default group).
     pub fn group(&self) -> Option<u64> {
         self.inner.group
+    }
+
+    /// [`Client::rebuilt`], then changed by `change` (a builder's one setting).
+    fn rebuilt_with(&self, change: impl FnOnce(&mut Inner)) -> Client {
+        let mut client = self.rebuilt();
+        change(Arc::get_mut(&mut client.inner).expect("a client just built is not shared"));
+        client
     }
 
     /// A fresh client with this one's servers, security, local address, retry deadline,
@@ -320,7 +315,7 @@ impl Client {
         let metadata = self
             .inner
             .metadata
-            .get_or_init(|| self.rebuilt().in_group(0));
+            .get_or_init(|| self.rebuilt_with(|inner| inner.group = Some(0)));
         let request = Request::PlaceTenant {
             tenant: tenant.to_owned(),
             group,
