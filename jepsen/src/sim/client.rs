@@ -29,7 +29,7 @@ use std::time::Duration;
 use serde_json::json;
 use weir_client::{BootInstant, keep_alive_credit, margin_for, told_at};
 use weir_core::machine::{Acquire, Command, Priority, Refusal, Reply, SessionId};
-use weir_proto::protocol::Failure;
+use weir_proto::protocol::{Answer, Failure, Query};
 
 use super::links::NodeId;
 use super::world::World;
@@ -180,32 +180,38 @@ impl Door {
         self.go_to(members[(at + 1) % members.len()]);
     }
 
-    /// One try through `node`: the request's leg there, the node's answer, the answer's
-    /// leg back.
-    async fn once(&self, node: NodeId, command: Command) -> Result<(u64, Reply), Failure> {
+    /// One try through `node`: the request's leg there, the node's answer, the answer's leg
+    /// back.
+    async fn once(&self, node: NodeId, ask: &Ask) -> Result<Got, Failure> {
         let net = &self.world.net;
         if net.leg(self.endpoint, node).await.is_none() {
             return Err(Failure::Unavailable("unreachable".into()));
         }
-        let answer = self
-            .world
-            .propose(node, command)
-            .await
-            .ok_or_else(|| Failure::OutcomeUnknown("the node went down".into()))?;
+        let answer = match ask {
+            Ask::Write(command) => {
+                let answer = self.world.propose(node, command.clone()).await;
+                answer.map(|a| a.map(Got::Write))
+            }
+            Ask::Read(query) => {
+                let answer = self.world.read(node, query.clone()).await;
+                answer.map(|a| a.map(Got::Read))
+            }
+        }
+        .ok_or_else(|| Failure::OutcomeUnknown("the node went down".into()))?;
         if net.leg(node, self.endpoint).await.is_none() {
             return Err(Failure::OutcomeUnknown("the answer was lost".into()));
         }
         answer
     }
 
-    /// A write, tried through the nodes until one answers it (at most [`TRIES_MAX`]
+    /// A request, tried through the nodes until one answers it (at most [`TRIES_MAX`]
     /// tries): the error of the last try, `OutcomeUnknown` if any try's outcome was.
-    pub async fn write(&self, command: Command) -> Result<(u64, Reply), Failure> {
+    async fn tried(&self, ask: Ask) -> Result<Got, Failure> {
         let mut unknown = None;
         let mut last = Failure::Unavailable("no try made".into());
         for _ in 0..TRIES_MAX {
             let node = self.node();
-            let tried = tokio::time::timeout(TRY_TIMEOUT, self.once(node, command.clone())).await;
+            let tried = tokio::time::timeout(TRY_TIMEOUT, self.once(node, &ask)).await;
             match tried {
                 Ok(Ok(answer)) => return Ok(answer),
                 Ok(Err(Failure::NotLeader {
@@ -229,6 +235,34 @@ impl Door {
             None => last,
         })
     }
+
+    /// A write, tried through the nodes as [`Door::tried`] says.
+    pub async fn write(&self, command: Command) -> Result<(u64, Reply), Failure> {
+        match self.tried(Ask::Write(command)).await? {
+            Got::Write(answer) => Ok(answer),
+            Got::Read(_) => unreachable!("a write is answered as a write"),
+        }
+    }
+
+    /// A linearizable read, tried through the nodes as [`Door::tried`] says.
+    pub async fn read(&self, query: Query) -> Result<Answer, Failure> {
+        match self.tried(Ask::Read(query)).await? {
+            Got::Read(answer) => Ok(answer),
+            Got::Write(_) => unreachable!("a read is answered as a read"),
+        }
+    }
+}
+
+/// What a door carries to a node.
+enum Ask {
+    Write(Command),
+    Read(Query),
+}
+
+/// A node's answer to an [`Ask`], of the same kind.
+enum Got {
+    Write((u64, Reply)),
+    Read(Answer),
 }
 
 /// A permit process: sessions, and in each, acquires of one unit of its limit (never

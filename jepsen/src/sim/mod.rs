@@ -5,8 +5,11 @@
 //! simulated.
 //!
 //! One file per concern: [`driver`] (seeds over threads, the report), [`run`] (one seed's
-//! phases and verdicts), [`nemesis`] (the faults carried out), [`client`] (permit
-//! processes and their belief), [`world`] (the nodes' lives), [`net`] (delivery on
+//! phases and verdicts), [`nemesis`] (the faults carried out), [`behind`] (a client killed
+//! with a waiter queued behind it), [`halts`] (halts and admissions in their scope),
+//! [`keyed`] (requests of several parts of keyed limits, and the drain of their keys),
+//! [`ledger`] (settlements and the final reads of their charges), [`client`] (permit
+//! processes and their belief, and the door every process writes and reads through), [`world`] (the nodes' lives), [`net`] (delivery on
 //! simulated time), [`links`] (the network's faults and fates), [`schedule`] (the faults
 //! drawn from the seed), [`panics`] (a node task's panic counted). The history is the
 //! harness's own [`crate::history::Recorder`], whose tokio clock is the simulated one here.
@@ -17,6 +20,10 @@
 pub mod driver;
 pub mod run;
 pub mod nemesis;
+pub mod behind;
+pub mod halts;
+pub mod keyed;
+pub mod ledger;
 pub mod client;
 pub mod world;
 pub mod schedule;

@@ -2,10 +2,13 @@
 //! runtime, to its end and its verdicts.
 //!
 //! Owns the run's phases: start the nodes (found on node 1), define the limits, run the
-//! clients and the nemesis for the workload's time beside a monitor (digests, log clocks), stop the
-//! clients, heal everything, let the cluster settle (bounded) and record the finals as the
-//! harness does (a `converge` fact: every node's digest at one applied index), then judge
-//! the history with the harness's own checkers.
+//! permit clients, the ledgers, the halter with its admitters and queued rounds, the
+//! requests of several parts, and the
+//! nemesis for the workload's time beside a monitor (digests, log clocks), stop the
+//! processes, heal everything, play the client-kill scene on the healed cluster, read what
+//! every settlement key was charged, drain every keyed bucket key named, let the cluster settle (bounded) and record the
+//! finals as the harness does (a `converge` fact: every node's digest at one applied
+//! index), then judge the history with the harness's own checkers.
 //!
 //! Invariants:
 //! - Everything the run decides comes from its seed: the schedule, the clients' seeds and
@@ -26,7 +29,11 @@ use std::time::Duration;
 use serde_json::json;
 use weir_core::machine::{Command, Reply};
 
+use super::behind;
 use super::client::{CLIENT_ENDPOINT_BASE, ClientSpec, Door, Holders, permits};
+use super::halts::{self, HALTS_BASE};
+use super::keyed::{self, KEYED_BASE};
+use super::ledger::{self, LEDGER_BASE};
 use super::links::NodeId;
 use super::nemesis;
 use super::panics;
@@ -36,13 +43,24 @@ use crate::checker::{self, Verdict};
 use crate::history::{Kind, NEMESIS, Op, Recorder};
 use crate::monitor::LogClockSamples;
 use crate::rng::Rng;
-use crate::setup::TENANT;
+use crate::setup::{CRASH, HALT_LIMIT, HALT_LIMIT_CAP, HALT_QUEUE, HALT_TENANT, TENANT};
 
 /// The limits the clients work on: (name, concurrent), each with four clients, so a cap of
 /// one and a cap of three are both pressed.
 pub const LIMITS: [(&str, u64); 2] = [("mutex", 1), ("three", 3)];
 /// Clients per limit: more than the larger cap.
 pub const CLIENTS_PER_LIMIT: usize = 4;
+/// The limits the other processes work on: (tenant, name, concurrent): the client-kill
+/// scene's, the admitters' and the queued rounds'.
+const OTHER_LIMITS: [(&str, &str, u32); 3] = [
+    (TENANT, CRASH, 1),
+    (HALT_TENANT, HALT_LIMIT, HALT_LIMIT_CAP),
+    (HALT_TENANT, HALT_QUEUE, 1),
+];
+/// Ledger processes (each with its racer).
+const LEDGERS: u64 = 1;
+/// Processes sending requests of several parts (two, so they collide on keys).
+const MULTIS: u64 = 2;
 /// Simulated time of load and faults in a run, ms: long enough for a few faults with
 /// quiet between them (a fault lasts up to 4 s), short enough that 1,000 seeds of a debug
 /// build take CI under 10 minutes on 2 cores.
@@ -176,7 +194,7 @@ fn pairs(ops: &[Op]) -> Verdict {
 /// Every checker that applies to a simulated run. Capacity reads the cluster's own
 /// high-water mark (`LimitStatus`), which the simulator does not read: it judges what it
 /// can and says unknown for the rest, so it is not expected to judge.
-pub const CHECKERS: [Checker; 7] = [
+pub const CHECKERS: [Checker; 11] = [
     ("pairs", pairs, true),
     ("P1 permits", checker::permits::check, true),
     ("P2 fences", checker::fences::check, true),
@@ -184,6 +202,10 @@ pub const CHECKERS: [Checker; 7] = [
     ("capacity", checker::capacity::check, false),
     ("convergence", checker::convergence::check, true),
     ("log clock", checker::clock::check, true),
+    ("settlement", checker::settlement::check, true),
+    ("halts", checker::halts::check, false),
+    ("client kill", checker::liveness::check_client_kills, true),
+    ("keyed", checker::keyed::check, true),
 ];
 
 /// Judges `ops` by every checker.
@@ -273,6 +295,7 @@ async fn carry_out(
             holders,
         )));
     }
+    tasks.extend(others(&world, &mut rng, history, &stop));
     let monitor = tokio::spawn(monitor(world.clone(), history.clone()));
     let nemesis = tokio::spawn(nemesis::run(world.clone(), plan, history.clone(), holders));
     tokio::time::sleep(Duration::from_millis(config.workload_ms)).await;
@@ -297,18 +320,88 @@ async fn carry_out(
         json!({"ok": healed.is_ok(), "error": healed.as_ref().err()}),
     );
     healed?;
+    let door = |process| Door::new(world.clone(), CLIENT_ENDPOINT_BASE + process);
+    behind::scene(
+        door(behind::BEHIND_BASE),
+        door(behind::BEHIND_BASE + 1),
+        history,
+    )
+    .await?;
+    ledger::final_reads(&door(LEDGER_BASE - 1), history).await;
+    keyed::drain(&door(KEYED_BASE - 1), history).await;
     let finals = settle(&world, history).await;
     world.stop().await?;
     Ok(finals)
 }
 
+/// The processes beside the permit clients, each with a door of its own: the ledgers, the
+/// halter, two admitters (the halted agent and another), the requests of several parts and
+/// the queued rounds.
+fn others(
+    world: &Arc<World>,
+    rng: &mut Rng,
+    history: &Recorder,
+    stop: &Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let door = |process| Door::new(world.clone(), CLIENT_ENDPOINT_BASE + process);
+    let mut tasks = vec![];
+    for i in 0..LEDGERS {
+        let process = LEDGER_BASE + i;
+        let run = ledger::ledger(
+            process,
+            rng.next_u64(),
+            door(process),
+            history.clone(),
+            stop.clone(),
+        );
+        tasks.push(tokio::spawn(run));
+    }
+    let halter = HALTS_BASE;
+    let run = halts::halter(
+        halter,
+        rng.next_u64(),
+        door(halter),
+        history.clone(),
+        stop.clone(),
+    );
+    tasks.push(tokio::spawn(run));
+    for (i, agent) in [crate::setup::HALT_AGENT, "b"].into_iter().enumerate() {
+        let process = HALTS_BASE + 1 + i as u64;
+        let (seed, door) = (rng.next_u64(), door(process));
+        let run = halts::admitter(process, agent, seed, door, history.clone(), stop.clone());
+        tasks.push(tokio::spawn(run));
+    }
+    for i in 0..MULTIS {
+        let process = KEYED_BASE + i;
+        let run = keyed::multi(
+            process,
+            rng.next_u64(),
+            door(process),
+            history.clone(),
+            stop.clone(),
+        );
+        tasks.push(tokio::spawn(run));
+    }
+    let rounds = HALTS_BASE + 3;
+    let run = halts::halt_queue(
+        rounds,
+        rng.next_u64(),
+        door(rounds),
+        history.clone(),
+        stop.clone(),
+    );
+    tasks.push(tokio::spawn(run));
+    tasks
+}
+
 /// Defines the limits, trying while the first leader is elected.
 async fn define(door: &Door) -> Result<(), String> {
-    for (name, concurrent) in LIMITS {
+    let permits = LIMITS.map(|(name, concurrent)| (TENANT, name, concurrent as u32));
+    for (tenant, name, concurrent) in permits.into_iter().chain(OTHER_LIMITS) {
         let command = Command::DefineLimit {
-            tenant: TENANT.into(),
+            tenant: tenant.into(),
             name: name.into(),
-            concurrent: concurrent as u32,
+            concurrent,
             per_second: 0.0,
             burst: None,
         };
@@ -324,7 +417,16 @@ async fn define(door: &Door) -> Result<(), String> {
             return Err(format!("limit {name} could not be defined: no leader"));
         }
     }
-    Ok(())
+    let keyed = Command::ApplyLimits {
+        tenant: TENANT.into(),
+        definitions: crate::workload::keyed::definitions().to_vec(),
+        prune: false,
+    };
+    match door.write(keyed).await {
+        Ok((_, Reply::Refused(r))) => Err(format!("the keyed limits were refused: {r:?}")),
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!("the keyed limits could not be defined: {e}")),
+    }
 }
 
 /// Compares the running nodes' digests every [`MONITOR_EVERY_MS`]: two at one applied

@@ -3,7 +3,7 @@
 //!
 //! Owns the nodes' lives: start, found, crash (the node stopped whole, then its disk loses
 //! what it had not synced, sometimes tearing a write) and restart on the same disk; and
-//! the door the clients write through ([`World::propose`]).
+//! the door the clients write and read through ([`World::propose`], [`World::read`]).
 //!
 //! Invariants:
 //! - A node is in `live` exactly while it runs; a crashed node is marked dead on the
@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 use weir_core::machine::{Command, Reply};
-use weir_proto::protocol::Failure;
+use weir_proto::protocol::{Answer, Failure, Query};
 use weir_server::raft::network::{PeerRequest, PeerResponse};
 use weir_server::sim::{MemDisk, NodeSpec, SimNode, Transport};
 
@@ -250,6 +250,16 @@ impl World {
         tokio::select! {
             biased;
             answer = node.propose(command) => Some(answer),
+            _ = ended.wait_for(|e| *e) => None,
+        }
+    }
+
+    /// A client's linearizable read through node `id`, as [`World::propose`].
+    pub async fn read(&self, id: NodeId, query: Query) -> Option<Result<Answer, Failure>> {
+        let (node, mut ended) = self.handle(id)?;
+        tokio::select! {
+            biased;
+            answer = node.read(query) => Some(answer),
             _ = ended.wait_for(|e| *e) => None,
         }
     }
