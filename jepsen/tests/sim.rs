@@ -58,20 +58,28 @@ fn seeds_pass_on_three_and_five_nodes_with_every_expected_checker_judging() {
 
 #[test]
 fn a_seed_replays_exactly_and_another_seed_differs() {
-    let first = run_seed(11, config(3));
-    let again = run_seed(11, config(3));
-    assert!(first.trace.len() > 100, "{} trace lines", first.trace.len());
-    if let Some(i) = (0..first.trace.len()).find(|i| first.trace.get(*i) != again.trace.get(*i)) {
-        panic!(
-            "seed 11 replayed differently at line {i}:\n{}\n{:?}",
-            first.trace[i],
-            again.trace.get(i)
-        );
+    // In seeds 1 and 2 (at this workload's length) two branches of openraft's unbiased
+    // `select!` are ready at once: they replay exactly only with tokio's draws seeded too
+    // (`weir_server::sim::runtime`).
+    for seed in [1, 2, 11] {
+        let first = run_seed(seed, config(3));
+        let again = run_seed(seed, config(3));
+        assert!(first.trace.len() > 100, "{} trace lines", first.trace.len());
+        if let Some(i) = (0..first.trace.len()).find(|i| first.trace.get(*i) != again.trace.get(*i))
+        {
+            panic!(
+                "seed {seed} replayed differently at line {i}:\n{}\n{:?}",
+                first.trace[i],
+                again.trace.get(i)
+            );
+        }
+        assert_eq!(first.trace.len(), again.trace.len());
+        assert_eq!(first.sim_ns, again.sim_ns);
+        if seed == 11 {
+            let other = run_seed(12, config(3));
+            assert_ne!(first.trace, other.trace);
+        }
     }
-    assert_eq!(first.trace.len(), again.trace.len());
-    assert_eq!(first.sim_ns, again.sim_ns);
-    let other = run_seed(12, config(3));
-    assert_ne!(first.trace, other.trace);
 }
 
 #[test]

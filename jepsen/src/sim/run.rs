@@ -13,7 +13,7 @@
 //! Invariants:
 //! - Everything the run decides comes from its seed: the schedule, the clients' seeds and
 //!   the network's fates are drawn from one generator in a fixed order, the runtime is
-//!   `weir_server::sim::runtime()` (one thread, paused time) and the nodes' own draws come
+//!   `weir_server::sim::runtime(seed)` (one thread, paused time, tokio's own draws seeded) and the nodes' own draws come
 //!   from `weir_server::simulated::enter(seed)`. So a replay of a seed gives the same
 //!   trace.
 //! - Every wait is bounded in simulated time.
@@ -146,7 +146,7 @@ impl Outcome {
 
 /// Runs seed `seed` on a fresh deterministic runtime.
 pub fn run_seed(seed: u64, config: Config) -> Outcome {
-    let runtime = match weir_server::sim::runtime() {
+    let runtime = match weir_server::sim::runtime(seed) {
         Ok(runtime) => runtime,
         Err(e) => {
             return Outcome {

@@ -335,7 +335,7 @@ impl Held {
 
 /// Runs `shape` on a simulated thread of its own, its nodes' snapshots under `root`.
 pub fn run(shape: &Shape, root: &Path) -> Result<Report, String> {
-    let rt = runtime().map_err(|e| format!("runtime: {e}"))?;
+    let rt = runtime(shape.seed).map_err(|e| format!("runtime: {e}"))?;
     rt.block_on(simulate(shape.clone(), root))
 }
 

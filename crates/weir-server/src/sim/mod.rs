@@ -16,7 +16,8 @@
 //! its system clock, incarnation and random draws come from the seed, and its log clock is
 //! tokio's paused clock at the rate [`NodeSpec::clock_rate`]. Each node draws its election
 //! timeout once, from its spec (openraft's own draw is pinned to it: its range is one
-//! millisecond wide). With the transport's own draws seeded, a run replays exactly.
+//! millisecond wide). With the transport's own draws seeded, and tokio's (the runtime's
+//! seed, [`runtime`]), a run replays exactly.
 //!
 //! Invariants:
 //! - A killed node ([`SimNode::kill`]) decides nothing more: its Raft core, proposer, reader
@@ -112,13 +113,22 @@ impl NodeSpec {
 }
 
 /// A current-thread runtime with tokio's clock paused (time moves only when every task
-/// waits, to the next timer), for one simulated run. Enter the switch with
+/// waits, to the next timer), for one simulated run of `seed`. Enter the switch with
 /// [`crate::simulated::enter`] inside it, on the thread that drives it.
-pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
+///
+/// tokio's own random choices (which ready branch an unbiased `select!` takes first:
+/// openraft's core loop and its replication backoff use one) are drawn from `seed` too,
+/// where tokio's unstable API is on (`--cfg tokio_unstable`, the workspace's
+/// `.cargo/config.toml`); without it they are tokio's own random draws and a replay can
+/// diverge at the first instant two of a `select!`'s branches are ready at once.
+pub fn runtime(seed: u64) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    builder.enable_time().start_paused(true);
+    #[cfg(tokio_unstable)]
+    builder.rng_seed(tokio::runtime::RngSeed::from_bytes(&seed.to_le_bytes()));
+    #[cfg(not(tokio_unstable))]
+    let _ = seed;
+    builder.build()
 }
 
 /// One running simulated node.

@@ -74,7 +74,7 @@ async fn start(net: &Arc<Net>, root: &Path, disks: &BTreeMap<NodeId, MemDisk>, i
 /// One run: form, open sessions, crash a follower's disk (torn), restart it, and record
 /// what happened with the simulated time of each step.
 fn run(seed: u64, root: &Path) -> Vec<String> {
-    let rt = runtime().unwrap();
+    let rt = runtime(seed).unwrap();
     rt.block_on(async {
         let _sim = crate::simulated::enter(seed);
         let started = tokio::time::Instant::now();
@@ -177,7 +177,7 @@ fn a_seed_replays_exactly_and_another_seed_differs() {
 #[test]
 fn a_node_outside_a_simulation_refuses_to_start() {
     let dir = temp("sim-outside");
-    let rt = runtime().unwrap();
+    let rt = runtime(1).unwrap();
     let err = rt
         .block_on(SimNode::start(
             &NodeSpec::new(1, vec![1]),
