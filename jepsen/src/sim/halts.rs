@@ -35,7 +35,7 @@ const OTHER_AGENT: &str = "b";
 /// How long a halt stands, and how long the tenant goes unhalted between two, ms.
 const HALT_MS: u64 = 300;
 /// Pause between two admissions of one admitter, ms.
-const ADMIT_PAUSE_MS: (u64, u64) = (200, 500);
+const ADMIT_PAUSE_MS: (u64, u64) = (300, 700);
 /// How long the blocker holds the queue's unit in a round, ms: halts come and go meanwhile.
 const ROUND_HOLD_MS: (u64, u64) = (300, 900);
 /// How often a queued ticket asks again for its state.

@@ -41,7 +41,7 @@ const BUCKET_KEYS: u64 = 1;
 /// Keys of the semaphore: two, so the processes collide on them.
 const SEMAPHORE_KEYS: u64 = 2;
 /// Pause between two requests of one process, ms.
-const REQUEST_PAUSE_MS: (u64, u64) = (40, 160);
+const REQUEST_PAUSE_MS: (u64, u64) = (80, 250);
 /// How long a grant holding a semaphore key is held, ms.
 const HOLD_MS: (u64, u64) = (10, 60);
 /// Keep-alives per TTL (the library's).

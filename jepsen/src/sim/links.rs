@@ -1,9 +1,10 @@
 //! The simulated network's state: which links are up, and each message's fate.
 //!
 //! Owns the faults of the network (a partition into groups, stalled nodes, dead nodes, a
-//! drop rate) and the draw of each message's fate from the run's generator: lost, or
-//! delivered after a delay. Delays are drawn per message, so two messages on one link
-//! arrive in either order (reorders).
+//! drop rate, slow answers to the clients, a client's requests lost one way) and the draw
+//! of each message's fate from the run's generator: lost, or delivered after a delay.
+//! Delays are drawn per message, so two messages on one link arrive in either order
+//! (reorders).
 //!
 //! Invariants:
 //! - Every random choice comes from the one seeded [`Rng`], drawn in the order the (single
@@ -45,10 +46,15 @@ pub struct Links {
     groups: Vec<BTreeSet<NodeId>>,
     /// Links cut both ways (a client cut from one node).
     cut: BTreeSet<(NodeId, NodeId)>,
+    /// Links cut one way: nothing from the first to the second arrives (a client whose
+    /// requests are lost while the answers already on their way still arrive).
+    muted: BTreeSet<(NodeId, NodeId)>,
     stalled: BTreeSet<NodeId>,
     dead: BTreeSet<NodeId>,
     /// Messages dropped per thousand, on links that are up.
     drop_per_mille: u64,
+    /// Every message to an endpoint from this id up (the clients) is this much later.
+    slow_to: Option<(NodeId, Duration)>,
 }
 
 impl Links {
@@ -58,9 +64,11 @@ impl Links {
             rng: Rng::new(seed),
             groups: vec![],
             cut: BTreeSet::new(),
+            muted: BTreeSet::new(),
             stalled: BTreeSet::new(),
             dead: BTreeSet::new(),
             drop_per_mille: 0,
+            slow_to: None,
         }
     }
 
@@ -79,9 +87,20 @@ impl Links {
         }
     }
 
+    /// Loses everything from `from` to `to` until the heal; the other way is untouched.
+    pub fn mute(&mut self, from: NodeId, to: NodeId) {
+        self.muted.insert((from, to));
+    }
+
     /// Drops `per_mille` of the messages on links that are up.
     pub fn set_drops(&mut self, per_mille: u64) {
         self.drop_per_mille = per_mille.min(1_000);
+    }
+
+    /// Delays every message to an endpoint numbered `from` or above by `extra` more, until
+    /// the heal or `None`: the answers to the clients come late, their requests do not.
+    pub fn slow_answers(&mut self, slow: Option<(NodeId, Duration)>) {
+        self.slow_to = slow;
     }
 
     /// Holds everything to and from `node` until [`Links::unstall`].
@@ -105,13 +124,15 @@ impl Links {
         }
     }
 
-    /// Ends every fault: no partition, no cut, no stall, no drops (the dead stay dead: a restart
-    /// is the world's, which marks them alive).
+    /// Ends every fault: no partition, no cut or mute, no stall, no drops, no slow answers
+    /// (the dead stay dead: a restart is the world's, which marks them alive).
     pub fn heal(&mut self) {
         self.groups.clear();
         self.cut.clear();
+        self.muted.clear();
         self.stalled.clear();
         self.drop_per_mille = 0;
+        self.slow_to = None;
     }
 
     pub fn is_dead(&self, node: NodeId) -> bool {
@@ -122,13 +143,13 @@ impl Links {
         self.stalled.contains(&node)
     }
 
-    /// Whether a message can cross from `a` to `b` now (both alive, not cut, no partition
-    /// between).
+    /// Whether a message can cross from `a` to `b` now (both alive, not cut, not muted that
+    /// way, no partition between).
     pub fn up(&self, a: NodeId, b: NodeId) -> bool {
         if self.dead.contains(&a) || self.dead.contains(&b) {
             return false;
         }
-        if self.cut.contains(&(a.min(b), a.max(b))) {
+        if self.cut.contains(&(a.min(b), a.max(b))) || self.muted.contains(&(a, b)) {
             return false;
         }
         let group = |n: NodeId| self.groups.iter().position(|g| g.contains(&n));
@@ -145,9 +166,11 @@ impl Links {
             let us = self.rng.range(LOST_AFTER_US.0, LOST_AFTER_US.1);
             return Fate::Lost(Duration::from_micros(us));
         }
-        Fate::Deliver(Duration::from_micros(
-            self.rng.range(DELAY_US.0, DELAY_US.1),
-        ))
+        let extra = match self.slow_to {
+            Some((from, extra)) if to >= from => extra,
+            _ => Duration::ZERO,
+        };
+        Fate::Deliver(Duration::from_micros(self.rng.range(DELAY_US.0, DELAY_US.1)) + extra)
     }
 
     /// A draw from the network's generator in `lo..=hi` (for a client link's delay).
@@ -180,6 +203,37 @@ mod tests {
         links.heal();
         assert!(matches!(links.fate(1, 3), Fate::Deliver(_)));
         assert!(links.up(100, 3));
+    }
+
+    #[test]
+    fn slow_answers_delay_only_what_goes_to_the_clients_and_a_mute_is_one_way() {
+        let mut links = Links::new(5);
+        let late = Duration::from_millis(500);
+        links.slow_answers(Some((100, late)));
+        for _ in 0..100 {
+            let Fate::Deliver(to_client) = links.fate(1, 100) else {
+                panic!("an answer to a client lost");
+            };
+            assert!(to_client >= late, "{to_client:?}");
+            let Fate::Deliver(to_node) = links.fate(100, 1) else {
+                panic!("a client's request lost");
+            };
+            assert!(
+                to_node < Duration::from_micros(DELAY_US.1 + 1),
+                "{to_node:?}"
+            );
+        }
+        links.mute(100, 3);
+        assert!(!links.up(100, 3) && links.up(3, 100) && links.up(100, 1));
+        links.slow_answers(None);
+        let Fate::Deliver(to_client) = links.fate(1, 100) else {
+            panic!("an answer to a client lost");
+        };
+        assert!(to_client < late);
+        links.slow_answers(Some((100, late)));
+        links.heal();
+        assert!(links.up(100, 3));
+        assert!(matches!(links.fate(1, 100), Fate::Deliver(d) if d < late));
     }
 
     #[test]

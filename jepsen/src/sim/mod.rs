@@ -8,6 +8,7 @@
 //! phases and verdicts), [`nemesis`] (the faults carried out), [`behind`] (a client killed
 //! with a waiter queued behind it), [`halts`] (halts and admissions in their scope),
 //! [`keyed`] (requests of several parts of keyed limits, and the drain of their keys),
+//! [`leased`] (a token-lease holder spending locally beside cluster takers),
 //! [`ledger`] (settlements and the final reads of their charges), [`client`] (permit
 //! processes and their belief, and the door every process writes and reads through), [`world`] (the nodes' lives), [`net`] (delivery on
 //! simulated time), [`links`] (the network's faults and fates), [`schedule`] (the faults
@@ -23,6 +24,7 @@ pub mod nemesis;
 pub mod behind;
 pub mod halts;
 pub mod keyed;
+pub mod leased;
 pub mod ledger;
 pub mod client;
 pub mod world;

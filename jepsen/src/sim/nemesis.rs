@@ -85,6 +85,29 @@ async fn inject(world: &World, holders: &Holders, fault: &Fault) -> Result<Value
             world.net.change(|l| l.set_drops(*per_mille));
             Ok(json!({"drops_per_mille": per_mille}))
         }
+        Fault::SlowThenCut {
+            client,
+            late_ms,
+            then_ms,
+        } => {
+            let late = Duration::from_millis(*late_ms);
+            world
+                .net
+                .change(|l| l.slow_answers(Some((CLIENT_ENDPOINT_BASE, late))));
+            tokio::time::sleep(Duration::from_millis(*then_ms)).await;
+            // The others' answers on time again, so a grant to another client is not seen
+            // late by as much as the cut client's belief was stretched. The cut client's
+            // requests are lost from now on, but answers already on their way to it arrive:
+            // the last keep-alive the cluster applied is the last it hears of.
+            let process = holders.pick(*client).unwrap_or(*client as u64 + 1);
+            world.net.change(|l| {
+                l.slow_answers(None);
+                for node in &members {
+                    l.mute(CLIENT_ENDPOINT_BASE + process, *node);
+                }
+            });
+            Ok(json!({"late_ms": late_ms, "then_ms": then_ms, "process": process}))
+        }
     }
 }
 
@@ -127,7 +150,8 @@ pub async fn run(world: Arc<World>, schedule: Schedule, history: Recorder, holde
             Ok(done) => history.record(NEMESIS, Kind::Info, kind, done),
             Err(e) => history.record(NEMESIS, Kind::Fail, kind, json!({"error": e})),
         };
-        tokio::time::sleep(Duration::from_millis(step.hold_ms)).await;
+        let onset = step.fault.onset_ms();
+        tokio::time::sleep(Duration::from_millis(step.hold_ms.saturating_sub(onset))).await;
         history.record(NEMESIS, Kind::Invoke, "heal", json!({}));
         let healed = heal(&world).await;
         history.record(

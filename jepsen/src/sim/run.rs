@@ -3,7 +3,7 @@
 //!
 //! Owns the run's phases: start the nodes (found on node 1), define the limits, run the
 //! permit clients, the ledgers, the halter with its admitters and queued rounds, the
-//! requests of several parts, and the
+//! requests of several parts, the token-lease holder with its cluster takers, and the
 //! nemesis for the workload's time beside a monitor (digests, log clocks), stop the
 //! processes, heal everything, play the client-kill scene on the healed cluster, read what
 //! every settlement key was charged, drain every keyed bucket key named, let the cluster settle (bounded) and record the
@@ -33,6 +33,7 @@ use super::behind;
 use super::client::{CLIENT_ENDPOINT_BASE, ClientSpec, Door, Holders, permits};
 use super::halts::{self, HALTS_BASE};
 use super::keyed::{self, KEYED_BASE};
+use super::leased::{self, LEASED_BASE};
 use super::ledger::{self, LEDGER_BASE};
 use super::links::NodeId;
 use super::nemesis;
@@ -194,7 +195,7 @@ fn pairs(ops: &[Op]) -> Verdict {
 /// Every checker that applies to a simulated run. Capacity reads the cluster's own
 /// high-water mark (`LimitStatus`), which the simulator does not read: it judges what it
 /// can and says unknown for the rest, so it is not expected to judge.
-pub const CHECKERS: [Checker; 11] = [
+pub const CHECKERS: [Checker; 12] = [
     ("pairs", pairs, true),
     ("P1 permits", checker::permits::check, true),
     ("P2 fences", checker::fences::check, true),
@@ -206,6 +207,7 @@ pub const CHECKERS: [Checker; 11] = [
     ("halts", checker::halts::check, false),
     ("client kill", checker::liveness::check_client_kills, true),
     ("keyed", checker::keyed::check, true),
+    ("leased", checker::leased::check, true),
 ];
 
 /// Judges `ops` by every checker.
@@ -335,8 +337,8 @@ async fn carry_out(
 }
 
 /// The processes beside the permit clients, each with a door of its own: the ledgers, the
-/// halter, two admitters (the halted agent and another), the requests of several parts and
-/// the queued rounds.
+/// halter, two admitters (the halted agent and another), the requests of several parts,
+/// the token-lease holder and its cluster takers, and the queued rounds.
 fn others(
     world: &Arc<World>,
     rng: &mut Rng,
@@ -382,6 +384,25 @@ fn others(
         );
         tasks.push(tokio::spawn(run));
     }
+    let run = leased::holder(
+        LEASED_BASE,
+        rng.next_u64(),
+        door(LEASED_BASE),
+        history.clone(),
+        stop.clone(),
+    );
+    tasks.push(tokio::spawn(run));
+    for i in 1..=leased::TAKERS {
+        let process = LEASED_BASE + i;
+        let run = leased::taker(
+            process,
+            rng.next_u64(),
+            door(process),
+            history.clone(),
+            stop.clone(),
+        );
+        tasks.push(tokio::spawn(run));
+    }
     let rounds = HALTS_BASE + 3;
     let run = halts::halt_queue(
         rounds,
@@ -396,14 +417,20 @@ fn others(
 
 /// Defines the limits, trying while the first leader is elected.
 async fn define(door: &Door) -> Result<(), String> {
-    let permits = LIMITS.map(|(name, concurrent)| (TENANT, name, concurrent as u32));
-    for (tenant, name, concurrent) in permits.into_iter().chain(OTHER_LIMITS) {
+    let permits = LIMITS.map(|(name, concurrent)| (TENANT, name, concurrent as u32, 0.0, None));
+    let others =
+        OTHER_LIMITS.map(|(tenant, name, concurrent)| (tenant, name, concurrent, 0.0, None));
+    let (name, per_second, burst) = leased::LIMIT;
+    let leased = (TENANT, name, 0, per_second, Some(burst));
+    for (tenant, name, concurrent, per_second, burst) in
+        permits.into_iter().chain(others).chain([leased])
+    {
         let command = Command::DefineLimit {
             tenant: tenant.into(),
             name: name.into(),
             concurrent,
-            per_second: 0.0,
-            burst: None,
+            per_second,
+            burst,
         };
         let mut defined = false;
         for _ in 0..DEFINE_TRIES_MAX {

@@ -51,6 +51,18 @@ pub enum Fault {
     CutClient { client: usize },
     /// Drop this share (per thousand) of every message.
     Drops { per_mille: u64 },
+    /// The nodes' answers to every client late by `late_ms` (their requests on time) for
+    /// `then_ms`, then answers on time again and one client's requests lost to every node
+    /// (the answers already on their way still arrive): the `client`th of those holding a
+    /// permit then (the `client`th client if none does), until the heal. A client that
+    /// credits a keep-alive with its answer's arrival rather than its send believes past
+    /// its lease by the lateness less its margin, which shows once the cut lets the lease
+    /// lapse.
+    SlowThenCut {
+        client: usize,
+        late_ms: u64,
+        then_ms: u64,
+    },
 }
 
 impl Fault {
@@ -62,6 +74,16 @@ impl Fault {
             Fault::Stall { .. } => "pause",
             Fault::CutClient { .. } => "client-cut",
             Fault::Drops { .. } => "delay",
+            Fault::SlowThenCut { .. } => "client-delay",
+        }
+    }
+
+    /// How long carrying the fault out takes before it stands whole, ms: the slow phase
+    /// before the cut; none for the others.
+    pub fn onset_ms(&self) -> u64 {
+        match self {
+            Fault::SlowThenCut { then_ms, .. } => *then_ms,
+            _ => 0,
         }
     }
 }
@@ -111,14 +133,10 @@ pub fn draw(seed: u64, rng: &mut Rng, nodes: usize, clients: usize, workload_ms:
     let mut at_ms = 0;
     loop {
         let quiet_ms = rng.range(300, 2_000);
-        let hold_ms = rng.range(300, 4_000);
-        if at_ms + quiet_ms + hold_ms > workload_ms {
-            break;
-        }
-        at_ms += quiet_ms + hold_ms;
+        let mut hold_ms = rng.range(300, 4_000);
         let leader = rng.range(0, 1) == 1;
         let index = rng.range(0, nodes as u64 - 1) as usize;
-        let fault = match rng.range(0, 5) {
+        let fault = match rng.range(0, 6) {
             0 => Fault::Isolate { leader, index },
             1 => Fault::Split {
                 rotate: index,
@@ -134,10 +152,26 @@ pub fn draw(seed: u64, rng: &mut Rng, nodes: usize, clients: usize, workload_ms:
             4 => Fault::CutClient {
                 client: rng.range(0, clients as u64 - 1) as usize,
             },
-            _ => Fault::Drops {
+            5 => Fault::Drops {
                 per_mille: rng.range(50, 400),
             },
+            _ => {
+                // The slow phase outlasts a keep-alive's wait and its late answer (0.6 s and
+                // about as much), so a keep-alive is answered late before the cut; the cut
+                // outlasts a TTL (3 s) and then some, so the lease lapses.
+                let then_ms = rng.range(1_300, 2_000);
+                hold_ms = then_ms + rng.range(3_300, 3_800);
+                Fault::SlowThenCut {
+                    client: rng.range(0, clients as u64 - 1) as usize,
+                    late_ms: rng.range(400, 650),
+                    then_ms,
+                }
+            }
         };
+        if at_ms + quiet_ms + hold_ms > workload_ms {
+            break;
+        }
+        at_ms += quiet_ms + hold_ms;
         steps.push(Step {
             quiet_ms,
             fault,
@@ -173,7 +207,7 @@ mod tests {
             }
             kinds.extend(s.steps.iter().map(|s| s.fault.kind()));
         }
-        assert_eq!(kinds.len(), 5, "every kind drawn: {kinds:?}");
+        assert_eq!(kinds.len(), 6, "every kind drawn: {kinds:?}");
         assert_ne!(
             draw(1, &mut Rng::new(1), 3, 4, 20_000),
             draw(2, &mut Rng::new(2), 3, 4, 20_000)
