@@ -371,6 +371,11 @@ fn sim(args: SimArgs) -> i32 {
             refusals_recorded_as_grants: false,
         },
     };
+    if !weir_server::sim::REPLAY_EXACT {
+        eprintln!(
+            "sim: warning: built without --cfg tokio_unstable (RUSTFLAGS replaces the workspace's .cargo/config.toml): tokio's own random draws are not seeded, so a seed's replay may differ"
+        );
+    }
     let summary = driver::run(options);
     print!("{}", driver::report(&summary, &options));
     i32::from(!summary.failures().is_empty())

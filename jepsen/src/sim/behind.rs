@@ -109,7 +109,13 @@ pub async fn scene(holder_door: Door, waiter_door: Door, history: &Recorder) -> 
         json!({"limit": CRASH, "fence": fence, "invoke_ns": invoked}),
     );
 
-    let waiting = open(&waiter_door).await?;
+    let waiting = match open(&waiter_door).await {
+        Ok(waiting) => waiting,
+        Err(e) => {
+            keeper.abort();
+            return Err(e);
+        }
+    };
     let waiter_keeper = tokio::spawn(keep_alive(waiter_door.clone(), waiting));
     let v = json!({"limit": CRASH, "behind_kill": true, "kill": KILL});
     let asked = history.record(waiter, Kind::Invoke, "acquire", v.clone());

@@ -225,7 +225,8 @@ async fn acquire(
 }
 
 /// Releases a ticket and records the `release` op; whether the release was acknowledged
-/// with the permit still held (so the unit was freed at its invoke or after).
+/// with the permit still held (so the unit was freed at its invoke or after, not at an
+/// expiry of its session before).
 async fn release(
     process: u64,
     door: &Door,
@@ -240,8 +241,13 @@ async fn release(
         json!({"tenant": HALT_TENANT}),
     );
     let released = door.write(Command::Release { session, ticket }).await;
-    let held = matches!(released, Ok((_, Reply::Released { .. })));
-    let kind = if held { Kind::Ok } else { Kind::Info };
+    let kind = match released {
+        Ok((_, Reply::Released { .. })) => Kind::Ok,
+        _ => Kind::Info,
+    };
+    // A session that expired meanwhile is answered `held: false`: its unit was freed at the
+    // expiry, before this release.
+    let held = matches!(released, Ok((_, Reply::Released { held: true, .. })));
     history.record(process, kind, "release", json!({"tenant": HALT_TENANT}));
     held
 }
@@ -262,7 +268,11 @@ pub async fn halt_queue(
     let waiter = process + 1;
     let mut round = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        let (Some(blocking), Some(waiting)) = (open(&door).await, open(&door).await) else {
+        let (blocking, waiting) = (open(&door).await, open(&door).await);
+        let (Some(blocking), Some(waiting)) = (blocking, waiting) else {
+            for session in [blocking, waiting].into_iter().flatten() {
+                close(&door, session).await;
+            }
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };

@@ -66,6 +66,16 @@ fn deadline_after(sent_ns: u64) -> u64 {
     sent_ns + (TTL - margin_for(TTL)).as_nanos() as u64
 }
 
+/// A keep-alive task, ended when dropped (so a life ended from outside, by its task's
+/// abort, stops keeping its session alive too).
+struct Keeper(tokio::task::JoinHandle<()>);
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Keeps `session` alive, moving the deadline on at each acknowledgement.
 async fn keep_alive(
     door: Door,
@@ -112,12 +122,12 @@ async fn life(
         return false;
     };
     let deadline_ns = Arc::new(AtomicU64::new(deadline_after(sent)));
-    let keeper = tokio::spawn(keep_alive(
+    let keeper = Keeper(tokio::spawn(keep_alive(
         door.clone(),
         session,
         deadline_ns.clone(),
         history.clone(),
-    ));
+    )));
     let lease = Command::LeaseTokens(LeaseTokens {
         session,
         tenant: TENANT.into(),
@@ -133,9 +143,9 @@ async fn life(
     let share = match door.write(lease).await {
         Ok((_, Reply::Leased(shares))) if shares.len() == 1 => shares[0],
         _ => {
-            // Refused, or its outcome unknown: the session is left to end with whatever it
-            // holds (a lease it never heard of counts as spent, never spent here).
-            keeper.abort();
+            // Refused, or its outcome unknown: the session is closed with whatever it holds
+            // (a lease it never heard of counts as spent, never spent here).
+            drop(keeper);
             let _ = door.write(Command::CloseSession { session }).await;
             return false;
         }
@@ -156,9 +166,10 @@ async fn life(
             break;
         }
         let deadline = deadline_ns.load(Ordering::Relaxed);
-        tokens_micro = (tokens_micro
-            + (now - refilled_ns) as u128 as u64 * share.rate_micro_per_s / 1_000_000_000)
-            .min(share.cap * MICRO);
+        let refill =
+            u128::from(now - refilled_ns) * u128::from(share.rate_micro_per_s) / 1_000_000_000;
+        tokens_micro =
+            (tokens_micro + u64::try_from(refill).unwrap_or(u64::MAX)).min(share.cap * MICRO);
         refilled_ns = now;
         if now >= deadline {
             // Past the belief deadline nothing is local: wait for a keep-alive to move it.
@@ -182,7 +193,7 @@ async fn life(
         let wake = (now + next_ns).min(deadline).min(life_ends);
         tokio::time::sleep_until(history.instant_of(wake)).await;
     }
-    keeper.abort();
+    drop(keeper);
     let how = if rng.range(0, 2) == 0 {
         // As an application closes its session: the lease ends with it.
         let _ = door.write(Command::CloseSession { session }).await;

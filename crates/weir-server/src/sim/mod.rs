@@ -112,6 +112,10 @@ impl NodeSpec {
     }
 }
 
+/// Whether this build seeds tokio's own random draws ([`runtime`]): built with
+/// `--cfg tokio_unstable`. Without it a run is still judged, but its replay may differ.
+pub const REPLAY_EXACT: bool = cfg!(tokio_unstable);
+
 /// A current-thread runtime with tokio's clock paused (time moves only when every task
 /// waits, to the next timer), for one simulated run of `seed`. Enter the switch with
 /// [`crate::simulated::enter`] inside it, on the thread that drives it.
