@@ -17,20 +17,20 @@
 //! - Randomness comes only from each process's own seeded generator.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use serde_json::{Value, json};
-use weir_client::margin_for;
+use serde_json::json;
 use weir_core::machine::{AcquireParts, Command, Part, Priority, Refusal, Reply, SessionId};
 use weir_proto::protocol::Failure;
 
 use super::client::Door;
+use super::kept::{self, Kept};
 use crate::history::{Kind, Recorder};
 use crate::rng::Rng;
-use crate::setup::{TENANT, TTL};
+use crate::setup::TENANT;
 use crate::workload::keyed::{
-    DRAINERS, EPOCH, KEYED_CAP, KEYED_RATE, KEYED_RATE_BURST, SHARED_RATE,
+    DRAINERS, EPOCH, KEYED_CAP, KEYED_RATE, KEYED_RATE_BURST, part_json, parts_among,
 };
 
 /// The keyed processes' numbers start here (far from the other simulated processes').
@@ -44,41 +44,8 @@ const SEMAPHORE_KEYS: u64 = 2;
 const REQUEST_PAUSE_MS: (u64, u64) = (80, 250);
 /// How long a grant holding a semaphore key is held, ms.
 const HOLD_MS: (u64, u64) = (10, 60);
-/// Keep-alives per TTL (the library's).
-const KEEPALIVES_PER_TTL: u32 = 5;
 /// Tries of a drain's session.
 const OPEN_TRIES: u32 = 10;
-
-/// A part as the history records it.
-fn part_json(part: &Part) -> Value {
-    json!({"limit": part.limit, "key": part.key, "units": part.units})
-}
-
-/// The parts of one request, seeded, in the harness's shapes: the bucket key of this epoch
-/// first (1–2 tokens), then a semaphore key, the unkeyed bucket, or both.
-fn parts(rng: &mut Rng, epoch: u64) -> Vec<Part> {
-    let mut parts = vec![Part {
-        limit: KEYED_RATE.into(),
-        key: Some(format!("e{epoch}-{}", rng.range(0, BUCKET_KEYS - 1))),
-        units: rng.range(1, 2) as u32,
-    }];
-    let shape = rng.range(0, 2);
-    if shape != 1 {
-        parts.push(Part {
-            limit: KEYED_CAP.into(),
-            key: Some(format!("c{}", rng.range(0, SEMAPHORE_KEYS - 1))),
-            units: 1,
-        });
-    }
-    if shape != 0 {
-        parts.push(Part {
-            limit: SHARED_RATE.into(),
-            key: None,
-            units: 1,
-        });
-    }
-    parts
-}
 
 /// A request of `parts` that never waits.
 fn request_command(session: SessionId, ticket: u64, parts: &[Part]) -> Command {
@@ -94,72 +61,11 @@ fn request_command(session: SessionId, ticket: u64, parts: &[Part]) -> Command {
     })
 }
 
-/// A session and its belief deadline (simulated ns), which its keep-alives move on.
-struct Believed {
-    id: SessionId,
-    deadline_ns: Arc<AtomicU64>,
-    keeper: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Believed {
-    fn drop(&mut self) {
-        self.keeper.abort();
-    }
-}
-
-/// The belief deadline of a lease acknowledged for a request sent at `sent_ns`.
-fn deadline_after(sent_ns: u64) -> u64 {
-    sent_ns + (TTL - margin_for(TTL)).as_nanos() as u64
-}
-
-/// Opens a session of [`TTL`] and keeps it alive; `None` when no node opened one.
-async fn open(door: &Door, history: &Recorder) -> Option<Believed> {
-    let sent = history.now_ns();
-    let ttl_ms = TTL.as_millis() as u64;
-    let Ok((_, Reply::SessionOpened { session, .. })) =
-        door.write(Command::OpenSession { ttl_ms }).await
-    else {
-        return None;
-    };
-    let deadline_ns = Arc::new(AtomicU64::new(deadline_after(sent)));
-    let keeper = tokio::spawn(keep_alive(
-        door.clone(),
-        session,
-        deadline_ns.clone(),
-        history.clone(),
-    ));
-    Some(Believed {
-        id: session,
-        deadline_ns,
-        keeper,
-    })
-}
-
-/// Keeps `session` alive, moving the deadline on at each acknowledgement.
-async fn keep_alive(
-    door: Door,
-    session: SessionId,
-    deadline_ns: Arc<AtomicU64>,
-    history: Recorder,
-) {
-    loop {
-        tokio::time::sleep(TTL / KEEPALIVES_PER_TTL).await;
-        let sent = history.now_ns();
-        match door.write(Command::KeepAlive { session }).await {
-            Ok((_, Reply::KeptAlive { .. })) => {
-                deadline_ns.fetch_max(deadline_after(sent), Ordering::Relaxed);
-            }
-            Ok((_, Reply::Refused(Refusal::UnknownSession { .. }))) => return,
-            _ => {}
-        }
-    }
-}
-
 /// A multi-part process: requests until `stop`, a new session after each unknown outcome.
 pub async fn multi(process: u64, seed: u64, door: Door, history: Recorder, stop: Arc<AtomicBool>) {
     let mut rng = Rng::new(seed);
     while !stop.load(Ordering::Relaxed) {
-        let Some(session) = open(&door, &history).await else {
+        let Some(session) = kept::open(&door, &history).await else {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
@@ -167,7 +73,7 @@ pub async fn multi(process: u64, seed: u64, door: Door, history: Recorder, stop:
         while !stop.load(Ordering::Relaxed) {
             ticket += 1;
             let epoch = history.now_ns() / EPOCH.as_nanos() as u64;
-            let parts = parts(&mut rng, epoch);
+            let parts = parts_among(&mut rng, epoch, BUCKET_KEYS, SEMAPHORE_KEYS);
             let one = (process, &door, &history);
             if !request(one, &session, ticket, &parts, &mut rng).await {
                 break;
@@ -187,7 +93,7 @@ pub async fn multi(process: u64, seed: u64, door: Door, history: Recorder, stop:
 /// and release). Returns whether the session goes on.
 async fn request(
     (process, door, history): (u64, &Door, &Recorder),
-    session: &Believed,
+    session: &Kept,
     ticket: u64,
     parts: &[Part],
     rng: &mut Rng,
@@ -206,7 +112,7 @@ async fn request(
             let key = cap.key.clone().unwrap_or_default();
             tokio::time::sleep(Duration::from_millis(rng.range(HOLD_MS.0, HOLD_MS.1))).await;
             let seen = history.now_ns();
-            let deadline = session.deadline_ns.load(Ordering::Relaxed);
+            let deadline = session.deadline_ns();
             let to = seen.min(deadline).max(from);
             history.record_at(
                 process,
@@ -275,7 +181,7 @@ pub async fn drain(door: &Door, history: &Recorder) {
 async fn drain_key(process: u64, door: &Door, history: &Recorder, key: &str) {
     let mut session = None;
     for _ in 0..OPEN_TRIES {
-        session = open(door, history).await;
+        session = kept::open(door, history).await;
         if session.is_some() {
             break;
         }

@@ -21,16 +21,16 @@
 //! - Every op pairs; randomness comes only from each process's own seeded generator.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
-use weir_client::margin_for;
 use weir_core::machine::{
-    AcquireParts, Command, LeasePart, LeaseTokens, Part, Priority, Refusal, Reply, SessionId,
+    AcquireParts, Command, LeasePart, LeaseTokens, Part, Priority, Refusal, Reply,
 };
 
 use super::client::Door;
+use super::kept;
 use crate::history::{Kind, Recorder};
 use crate::rng::Rng;
 use crate::setup::{LEASED_LIMITS, TENANT, TTL};
@@ -47,8 +47,6 @@ const WANT_RATE: f64 = 7.0;
 const WANT_CAP: u64 = 3;
 /// How long a holder's life lasts, ms.
 const LIFE_MS: (u64, u64) = (1_000, 3_000);
-/// Keep-alives per TTL (the library's).
-const KEEPALIVES_PER_TTL: u32 = 5;
 /// A cluster taker's pause after a refusal, ms (each refusal is a log entry).
 const BUSY_PAUSE_MS: (u64, u64) = (20, 60);
 /// How long a cluster taker uses one session, ns: two thirds of its TTL.
@@ -59,41 +57,6 @@ const MICRO: u64 = 1_000_000;
 fn take_op(invoked: u64, local: bool) -> serde_json::Value {
     json!({"limit": LIMIT.0, "units": 1, "invoke_ns": invoked, "per_second": LIMIT.1,
         "burst": LIMIT.2, "local": local})
-}
-
-/// The belief deadline of a lease acknowledged for a request sent at `sent_ns`.
-fn deadline_after(sent_ns: u64) -> u64 {
-    sent_ns + (TTL - margin_for(TTL)).as_nanos() as u64
-}
-
-/// A keep-alive task, ended when dropped (so a life ended from outside, by its task's
-/// abort, stops keeping its session alive too).
-struct Keeper(tokio::task::JoinHandle<()>);
-
-impl Drop for Keeper {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// Keeps `session` alive, moving the deadline on at each acknowledgement.
-async fn keep_alive(
-    door: Door,
-    session: SessionId,
-    deadline_ns: Arc<AtomicU64>,
-    history: Recorder,
-) {
-    loop {
-        tokio::time::sleep(TTL / KEEPALIVES_PER_TTL).await;
-        let sent = history.now_ns();
-        match door.write(Command::KeepAlive { session }).await {
-            Ok((_, Reply::KeptAlive { .. })) => {
-                deadline_ns.fetch_max(deadline_after(sent), Ordering::Relaxed);
-            }
-            Ok((_, Reply::Refused(Refusal::UnknownSession { .. }))) => return,
-            _ => {}
-        }
-    }
 }
 
 /// The holder: lives until `stop`.
@@ -114,20 +77,10 @@ async fn life(
     history: &Recorder,
     stop: &AtomicBool,
 ) -> bool {
-    let sent = history.now_ns();
-    let ttl_ms = TTL.as_millis() as u64;
-    let Ok((_, Reply::SessionOpened { session, .. })) =
-        door.write(Command::OpenSession { ttl_ms }).await
-    else {
+    let Some(kept) = kept::open(door, history).await else {
         return false;
     };
-    let deadline_ns = Arc::new(AtomicU64::new(deadline_after(sent)));
-    let keeper = Keeper(tokio::spawn(keep_alive(
-        door.clone(),
-        session,
-        deadline_ns.clone(),
-        history.clone(),
-    )));
+    let session = kept.id;
     let lease = Command::LeaseTokens(LeaseTokens {
         session,
         tenant: TENANT.into(),
@@ -145,7 +98,7 @@ async fn life(
         _ => {
             // Refused, or its outcome unknown: the session is closed with whatever it holds
             // (a lease it never heard of counts as spent, never spent here).
-            drop(keeper);
+            drop(kept);
             let _ = door.write(Command::CloseSession { session }).await;
             return false;
         }
@@ -165,7 +118,7 @@ async fn life(
         if stop.load(Ordering::Relaxed) || now >= life_ends {
             break;
         }
-        let deadline = deadline_ns.load(Ordering::Relaxed);
+        let deadline = kept.deadline_ns();
         let refill =
             u128::from(now - refilled_ns) * u128::from(share.rate_micro_per_s) / 1_000_000_000;
         tokens_micro =
@@ -193,7 +146,7 @@ async fn life(
         let wake = (now + next_ns).min(deadline).min(life_ends);
         tokio::time::sleep_until(history.instant_of(wake)).await;
     }
-    drop(keeper);
+    drop(kept);
     let how = if rng.range(0, 2) == 0 {
         // As an application closes its session: the lease ends with it.
         let _ = door.write(Command::CloseSession { session }).await;

@@ -9,7 +9,8 @@
 //! with a waiter queued behind it), [`halts`] (halts and admissions in their scope),
 //! [`keyed`] (requests of several parts of keyed limits, and the drain of their keys),
 //! [`leased`] (a token-lease holder spending locally beside cluster takers),
-//! [`ledger`] (settlements and the final reads of their charges), [`client`] (permit
+//! [`ledger`] (settlements and the final reads of their charges), [`kept`] (a session
+//! kept alive and its belief deadline), [`client`] (permit
 //! processes and their belief, and the door every process writes and reads through), [`world`] (the nodes' lives), [`net`] (delivery on
 //! simulated time), [`links`] (the network's faults and fates), [`schedule`] (the faults
 //! drawn from the seed), [`panics`] (a node task's panic counted). The history is the
@@ -26,6 +27,7 @@ pub mod halts;
 pub mod keyed;
 pub mod leased;
 pub mod ledger;
+pub mod kept;
 pub mod client;
 pub mod world;
 pub mod schedule;

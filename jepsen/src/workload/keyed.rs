@@ -84,23 +84,29 @@ pub fn definitions() -> [Definition; 3] {
 }
 
 /// A part as the history records it.
-fn part_json(part: &Part) -> Value {
+pub fn part_json(part: &Part) -> Value {
     json!({"limit": part.limit, "key": part.key, "units": part.units})
 }
 
 /// The parts of one request, seeded: the bucket key of this epoch first (1–2 tokens), then
 /// a semaphore key, the shared bucket, or both.
 fn parts(rng: &mut Rng, epoch: u64) -> Vec<Part> {
+    parts_among(rng, epoch, KEYS, KEYS)
+}
+
+/// [`parts`] with `bucket_keys` keys of the bucket an epoch and `semaphore_keys` of the
+/// semaphore (the simulator's runs are shorter, and use fewer).
+pub fn parts_among(rng: &mut Rng, epoch: u64, bucket_keys: u64, semaphore_keys: u64) -> Vec<Part> {
     let mut parts = vec![Part {
         limit: KEYED_RATE.into(),
-        key: Some(format!("e{epoch}-{}", rng.range(0, KEYS - 1))),
+        key: Some(format!("e{epoch}-{}", rng.range(0, bucket_keys - 1))),
         units: rng.range(1, 2) as u32,
     }];
     let shape = rng.range(0, 2);
     if shape != 1 {
         parts.push(Part {
             limit: KEYED_CAP.into(),
-            key: Some(format!("c{}", rng.range(0, KEYS - 1))),
+            key: Some(format!("c{}", rng.range(0, semaphore_keys - 1))),
             units: 1,
         });
     }
