@@ -5,10 +5,11 @@
 //!
 //! # The local bucket
 //!
-//! A [`Leased`] keeps a bucket of its own: its size is the lease's cap, it starts with the
-//! tokens the cluster moved to it, and it refills at the lease's rate on the boot clock from
-//! the moment a reply is in hand (never from when the request was sent: the cluster lowered
-//! its own refill only when it applied the entry). [`Leased::try_take`] decides from it
+//! A [`Leased`] keeps a bucket of its own ([`crate::LocalBucket`], its rules kept apart from
+//! this module's I/O): its size is the lease's cap, it starts with the tokens the cluster
+//! moved to it, and it refills at the lease's rate on the boot clock from the moment a reply
+//! is in hand (never from when the request was sent: the cluster lowered its own refill only
+//! when it applied the entry). [`Leased::try_take`] decides from it
 //! alone, and only while the session's belief deadline holds (the G2 rule: the send time of
 //! the last acknowledged keep-alive plus the TTL, less the margin); past it, or once the
 //! session ended or a halt refused a renewal, the bucket is emptied and every take falls
@@ -75,11 +76,9 @@ use weir_proto::task::AbortOnDrop;
 
 use crate::boot_clock::BootInstant;
 use crate::error::{AcquireError, ClientError};
+use crate::lease_bucket::{LocalBucket, MICRO, Spend};
 use crate::session::{AcquireOptions, KEEPALIVES_PER_TTL, Session, believed_at};
 use crate::session_state::{LeaseKey, SessionState};
-
-/// Micro-tokens per token.
-const MICRO: u64 = 1_000_000;
 
 /// The quiet window after the cluster refused a fallback take with a retry time: the
 /// renewal period over this (module doc).
@@ -198,12 +197,8 @@ pub struct LeaseBucket {
 /// The holder's side of one lease.
 #[derive(Debug)]
 struct Local {
-    rate_micro: u64,
-    cap: u64,
-    level_micro: u64,
-    /// Sub-micro-token refill carried, micro-tokens × ms / s.
-    remainder: u64,
-    refilled_at: BootInstant,
+    /// The bucket takes are decided from.
+    bucket: LocalBucket,
     /// Units taken locally since the renewal task last looked.
     taken: u64,
     /// A take found the bucket short since the renewal task last looked.
@@ -221,61 +216,18 @@ struct Local {
 }
 
 impl Local {
-    /// Brings the bucket up to `now`, in whole ms: the part of a ms not yet counted stays
-    /// for the next look (a holder that looks more often than once a ms still refills).
-    fn refill(&mut self, now: BootInstant) {
-        let ms = now.saturating_since(self.refilled_at).as_millis();
-        self.refilled_at = self.refilled_at + Duration::from_millis(ms as u64);
-        let scaled = self.rate_micro as u128 * ms + self.remainder as u128;
-        let cap = self.cap * MICRO;
-        let added = (scaled / 1000) as u64;
-        if self.level_micro + added >= cap {
-            self.level_micro = cap;
-            self.remainder = 0;
-        } else {
-            self.level_micro += added;
-            self.remainder = (scaled % 1000) as u64;
-        }
-    }
-
-    /// Lowers the share to (`rate`, `cap`) where it is above them, at once; returns the
-    /// micro-tokens the lower cap leaves over, which the request gives back.
-    fn lower_to(&mut self, rate: u64, cap: u64, now: BootInstant) -> u64 {
-        self.refill(now);
-        self.rate_micro = self.rate_micro.min(rate);
-        self.cap = self.cap.min(cap);
-        let kept = self.level_micro.min(self.cap * MICRO);
-        let returned = self.level_micro - kept;
-        self.level_micro = kept;
-        returned
-    }
-
     /// Takes the cluster's answer, arrived `now`: the share it stands at, and the tokens it
     /// moved here.
     fn adopt(&mut self, share: &LeaseShare, now: BootInstant) {
-        // Refilled at the old rate up to now; the new one counts from now (the part of a ms
-        // not counted is dropped: refilling it at a higher new rate would count time before
-        // the reply).
-        self.refill(now);
-        self.refilled_at = now;
-        self.rate_micro = share.rate_micro_per_s;
-        self.cap = share.cap;
-        self.level_micro = (self.level_micro + share.tokens_micro).min(self.cap * MICRO);
+        self.bucket.adopt(share, now);
         self.fair_rate_micro = share.fair_rate_micro_per_s;
         self.fair_cap = share.fair_cap;
-        // PLANTED(lease-renew-overlap): the previous share goes on beside the new one.
-        let previous = (self.figures.rate_micro_per_s, self.figures.cap);
-        self.figures.rate_micro_per_s = self.rate_micro;
-        self.figures.cap = self.cap;
-        if weir_core::planted::is(weir_core::planted::Plant::LeaseRenewOverlap) {
-            self.rate_micro += previous.0;
-            self.cap += previous.1;
-        }
+        self.figures.rate_micro_per_s = share.rate_micro_per_s;
+        self.figures.cap = share.cap;
     }
 
     fn stop(&mut self, why: String) {
-        self.level_micro = 0;
-        self.rate_micro = 0;
+        self.bucket.stop();
         self.ended.get_or_insert(why);
     }
 
@@ -302,7 +254,7 @@ impl Local {
         let short = std::mem::take(&mut self.short_seen);
         self.taken = 0;
         let (want_rate, want_cap) = wants;
-        let (rate, cap) = (self.rate_micro, self.cap);
+        let (rate, cap) = self.bucket.share();
         // Above its fair share, a holder asks for no more than it.
         let ceiling_rate = match rate > self.fair_rate_micro {
             true => want_rate.min(self.fair_rate_micro),
@@ -357,11 +309,7 @@ impl Leased {
         let shared = Arc::new(Shared {
             state: state.clone(),
             local: Mutex::new(Local {
-                rate_micro: 0,
-                cap: 0,
-                level_micro: 0,
-                remainder: 0,
-                refilled_at: BootInstant::now(),
+                bucket: LocalBucket::new(BootInstant::now()),
                 taken: 0,
                 short_seen: false,
                 fair_rate_micro: options.rate_micro(),
@@ -434,7 +382,7 @@ impl Drop for Leased {
     fn drop(&mut self) {
         let shared = self.shared.clone();
         shared.state.remove_lease(&shared.options.lease_key());
-        if shared.local.lock().expect("lease lock").cap == 0 {
+        if shared.local.lock().expect("lease lock").bucket.cap == 0 {
             return;
         }
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
@@ -470,12 +418,12 @@ impl Leased {
             let mut l = lease.shared.local.lock().expect("lease lock");
             if !believed {
                 // Past the belief deadline or the session's end: nothing more is spent here.
-                l.level_micro = 0;
+                l.bucket.level_micro = 0;
             }
             if believed && l.ended.is_none() {
-                l.refill(now);
+                l.bucket.refill(now);
             }
-            let has = believed && l.ended.is_none() && l.level_micro >= *need;
+            let has = believed && l.ended.is_none() && l.bucket.level_micro >= *need;
             if !has {
                 l.figures.short += 1;
                 if believed && l.ended.is_none() {
@@ -490,7 +438,7 @@ impl Leased {
             return false;
         }
         for ((_, _, need), l) in order.iter().zip(guards.iter_mut()) {
-            l.level_micro -= need;
+            l.bucket.level_micro -= need;
             l.taken += need / MICRO;
             l.figures.local += 1;
         }
@@ -510,8 +458,7 @@ impl Leased {
         if l.ended.is_some() {
             return false;
         }
-        l.refill(now);
-        l.level_micro = (l.level_micro + units as u64 * MICRO).min(l.cap * MICRO);
+        l.bucket.give_back(units, now);
         true
     }
 
@@ -520,8 +467,9 @@ impl Leased {
         let now = BootInstant::now();
         let mut l = self.shared.local.lock().expect("lease lock");
         if l.ended.is_none() {
-            l.refill(now);
+            l.bucket.refill(now);
         }
+        let l = &l.bucket;
         let missing = (l.cap * MICRO).saturating_sub(l.level_micro);
         let full_in_ms = if missing == 0 {
             0
@@ -560,13 +508,10 @@ impl Shared {
         let deadline = *self.state.deadline.borrow();
         let ended = self.state.is_ended();
         let mut l = self.local.lock().expect("lease lock");
-        // PLANTED(lease-past-deadline): the belief deadline is not looked at.
-        let past = !believed_at(deadline, now)
-            && !weir_core::planted::is(weir_core::planted::Plant::LeasePastDeadline);
-        if past || ended {
-            // Past the belief deadline, or the session closed (its close ended the lease on
-            // the cluster when it was sent): nothing more is spent here.
-            l.level_micro = 0;
+        if ended {
+            // The session closed (its close ended the lease on the cluster when it was
+            // sent): nothing more is spent here.
+            l.bucket.level_micro = 0;
             l.figures.short += 1;
             return false;
         }
@@ -574,19 +519,24 @@ impl Shared {
             l.figures.short += 1;
             return false;
         }
-        l.refill(now);
-        let need = units as u64 * MICRO;
-        if l.level_micro >= need {
-            l.level_micro -= need;
-            l.taken += units as u64;
-            l.figures.local += 1;
-            return true;
+        match l.bucket.spend(units, now, deadline) {
+            Spend::Spent => {
+                l.taken += units as u64;
+                l.figures.local += 1;
+                true
+            }
+            Spend::PastDeadline => {
+                l.figures.short += 1;
+                false
+            }
+            Spend::Short => {
+                l.figures.short += 1;
+                l.short_seen = true;
+                drop(l);
+                self.short.notify_one();
+                false
+            }
         }
-        l.figures.short += 1;
-        l.short_seen = true;
-        drop(l);
-        self.short.notify_one();
-        false
     }
 
     /// [`Leased::take`].
@@ -648,7 +598,7 @@ impl Shared {
             let mut l = self.local.lock().expect("lease lock");
             l.figures.requests += 1;
             l.last_ask = (rate, cap);
-            l.lower_to(rate, cap, BootInstant::now())
+            l.bucket.lower_to(rate, cap, BootInstant::now())
         };
         let command = Command::LeaseTokens(LeaseTokens {
             session: state.id,
@@ -729,12 +679,11 @@ mod tests {
     }
 
     fn bucket(rate_per_s: u64, cap: u64) -> Local {
+        let mut bucket = LocalBucket::new(at_us(0));
+        bucket.rate_micro = rate_per_s * MICRO;
+        bucket.cap = cap;
         Local {
-            rate_micro: rate_per_s * MICRO,
-            cap,
-            level_micro: 0,
-            remainder: 0,
-            refilled_at: at_us(0),
+            bucket,
             taken: 0,
             short_seen: false,
             fair_rate_micro: 0,
@@ -744,25 +693,6 @@ mod tests {
             ended: None,
             figures: LeaseFigures::default(),
         }
-    }
-
-    /// A holder that looks every 100 µs refills as one that looks once: 1,000 a second for
-    /// 50 ms is 50 tokens either way, never more.
-    #[test]
-    fn a_bucket_looked_at_more_often_than_once_a_ms_still_refills_exactly() {
-        let mut often = bucket(1_000, 1_000);
-        for step in 1..=500 {
-            often.refill(at_us(step * 100));
-        }
-        let mut once = bucket(1_000, 1_000);
-        once.refill(at_us(50_000));
-        assert_eq!(once.level_micro, 50 * MICRO);
-        assert_eq!(often.level_micro, 50 * MICRO);
-        // 50.05 ms: still 50 until the 51st ms is whole.
-        often.refill(at_us(50_050));
-        assert_eq!(often.level_micro, 50 * MICRO);
-        often.refill(at_us(51_000));
-        assert_eq!(often.level_micro, 51 * MICRO);
     }
 
     /// The ask follows demand: a short bucket asks for what the options want once, and the

@@ -81,6 +81,8 @@ mod ops;
 
 mod leased;
 
+mod lease_bucket;
+
 mod session;
 
 mod hedge;
@@ -105,6 +107,7 @@ pub use boot_clock::{BootInstant, LOOK_EVERY};
 pub use client::{ATTEMPTS_MAX, Client, REQUEST_DEADLINE};
 pub use conn::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT, SILENCE_MAX};
 pub use error::{AcquireError, ClientError};
+pub use lease_bucket::{LocalBucket, Spend};
 pub use leased::{LeaseBucket, LeaseFigures, LeaseOptions, Leased, QUIET_PER_PERIOD};
 pub use lost::Lost;
 pub use permit::Permit;

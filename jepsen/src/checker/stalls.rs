@@ -121,6 +121,9 @@ pub fn count(ops: &[Op]) -> Tally {
                 }
             }
             ("heal", _) | ("pause", _) => {}
+            // The environment's clock rates (in force for the whole run, no heal) are not a
+            // step of the nemesis: no stall is composed with them.
+            ("clock", Kind::Invoke) if s(o, "fault") == Some("env-clocks") => {}
             (kind, Kind::Invoke) => {
                 active = Some(kind);
                 if let Some(st) = open.as_mut() {
@@ -300,6 +303,25 @@ mod tests {
         );
         unseen.extend(stall(20 * S, 24 * S));
         assert_eq!(check(&unseen), Verdict::Valid);
+    }
+
+    /// The environment's clock rates, recorded as a clock fault in force for the whole run,
+    /// compose with no stall; a clock fault of the nemesis does.
+    #[test]
+    fn the_environments_clock_rates_are_no_composed_fault() {
+        let env = json!({"fault": "env-clocks"});
+        let mut ops = vec![op(NEMESIS, Kind::Invoke, "clock", env.clone(), S)];
+        ops.push(fact("clock", env, S));
+        ops.extend(stall(10 * S, 14 * S));
+        ops.push(hold(1, Some(SESSION_LOSSES[0]), 12 * S));
+        let t = count(&ops);
+        assert_eq!((t.losers, t.judged), (1, 1), "{t:?}");
+        ops[0] = op(NEMESIS, Kind::Invoke, "clock", json!({"fault": "skew"}), S);
+        let t = count(&ops);
+        assert_eq!(
+            (t.judged, t.not_judged),
+            (0, vec!["composed with clock".into()])
+        );
     }
 
     #[test]

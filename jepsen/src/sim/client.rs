@@ -4,7 +4,8 @@
 //!
 //! Owns a client's door to the cluster (a write tried through the nodes as the client
 //! library tries them: the leader a `NotLeader` names, else the next node; an answer lost
-//! or late is an unknown outcome) and its belief in its permits. The belief follows the
+//! or late is an unknown outcome; a node that let a try go unanswered passed over for a
+//! while, a `NotLeader` naming it not followed, as the library suspects a silent node) and its belief in its permits. The belief follows the
 //! client library's rule, with the library's own [`margin_for`]: a permit is believed until
 //! the send time of the session's last acknowledged keep-alive (or open) plus the TTL less
 //! the margin, on the client's own clock (which runs at its own rate). The library's
@@ -148,6 +149,10 @@ fn lock(shared: &Shared) -> std::sync::MutexGuard<'_, Belief> {
     shared.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// How long a node that let a try go unanswered is passed over (the library's
+/// `SUSPECT_FOR`): the next node skips it, and a `NotLeader` naming it is not followed.
+const SUSPECT_FOR: Duration = Duration::from_secs(3);
+
 /// A client's way to the cluster.
 #[derive(Clone)]
 pub struct Door {
@@ -155,6 +160,8 @@ pub struct Door {
     endpoint: NodeId,
     /// The node tried first.
     node: Arc<Mutex<NodeId>>,
+    /// The node that last let a try go unanswered, and when.
+    suspect: Arc<Mutex<Option<(NodeId, tokio::time::Instant)>>>,
 }
 
 impl Door {
@@ -163,6 +170,7 @@ impl Door {
             world,
             endpoint,
             node: Arc::new(Mutex::new(1)),
+            suspect: Arc::new(Mutex::new(None)),
         }
     }
 
@@ -174,10 +182,29 @@ impl Door {
         *self.node.lock().unwrap_or_else(|p| p.into_inner()) = node;
     }
 
-    fn next(&self) {
+    /// Whether `node` let a try go unanswered less than [`SUSPECT_FOR`] ago.
+    fn suspects(&self, node: NodeId) -> bool {
+        self.suspect
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|(n, at)| n == node && at.elapsed() < SUSPECT_FOR)
+    }
+
+    /// Moves on from `failed`, the node a try could not be served by, to the next member
+    /// not suspected, unless another request through this door has moved on already (to
+    /// the leader a `NotLeader` named, say): then the door stays where that one went,
+    /// rather than step past it.
+    fn next_after(&self, failed: NodeId) {
         let members = self.world.members();
-        let at = members.iter().position(|n| *n == self.node()).unwrap_or(0);
-        self.go_to(members[(at + 1) % members.len()]);
+        let at = members.iter().position(|n| *n == failed).unwrap_or(0);
+        let next = (1..=members.len())
+            .map(|k| members[(at + k) % members.len()])
+            .find(|n| !self.suspects(*n))
+            .unwrap_or(members[(at + 1) % members.len()]);
+        let mut node = self.node.lock().unwrap_or_else(|p| p.into_inner());
+        if *node == failed {
+            *node = next;
+        }
     }
 
     /// One try through `node`: the request's leg there, the node's answer, the answer's leg
@@ -205,18 +232,23 @@ impl Door {
     }
 
     /// A request, tried through the nodes until one answers it (at most [`TRIES_MAX`]
-    /// tries): the error of the last try, `OutcomeUnknown` if any try's outcome was.
-    async fn tried(&self, ask: Ask) -> Result<Got, Failure> {
+    /// tries), with how long before its return the answered try was sent: the error of the
+    /// last try, `OutcomeUnknown` if any try's outcome was.
+    async fn tried(&self, ask: Ask) -> Result<(Got, Duration), Failure> {
         let mut unknown = None;
         let mut last = Failure::Unavailable("no try made".into());
         for _ in 0..TRIES_MAX {
             let node = self.node();
+            let sent = tokio::time::Instant::now();
             let tried = tokio::time::timeout(TRY_TIMEOUT, self.once(node, &ask)).await;
             match tried {
-                Ok(Ok(answer)) => return Ok(answer),
+                Ok(Ok(answer)) => return Ok((answer, sent.elapsed())),
                 Ok(Err(Failure::NotLeader {
                     leader: Some((leader, _)),
-                })) if leader != node && self.world.members().contains(&leader) => {
+                })) if leader != node
+                    && self.world.members().contains(&leader)
+                    && !self.suspects(leader) =>
+                {
                     self.go_to(leader);
                     continue;
                 }
@@ -225,9 +257,13 @@ impl Door {
                     unknown = Some(why);
                 }
                 Ok(Err(e)) => last = e,
-                Err(_) => unknown = Some("no answer in time".into()),
+                Err(_) => {
+                    unknown = Some("no answer in time".into());
+                    *self.suspect.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some((node, tokio::time::Instant::now()));
+                }
             }
-            self.next();
+            self.next_after(node);
             tokio::time::sleep(NEXT_NODE_PAUSE).await;
         }
         Err(match unknown {
@@ -238,15 +274,22 @@ impl Door {
 
     /// A write, tried through the nodes as [`Door::tried`] says.
     pub async fn write(&self, command: Command) -> Result<(u64, Reply), Failure> {
+        Ok(self.write_timed(command).await?.0)
+    }
+
+    /// A write as [`Door::write`], with how long before its return the try that was answered
+    /// was sent: a keep-alive is credited with that try's send time (the library sends each
+    /// try of a keep-alive anew), not with the first try's.
+    pub async fn write_timed(&self, command: Command) -> Result<((u64, Reply), Duration), Failure> {
         match self.tried(Ask::Write(command)).await? {
-            Got::Write(answer) => Ok(answer),
-            Got::Read(_) => unreachable!("a write is answered as a write"),
+            (Got::Write(answer), since) => Ok((answer, since)),
+            (Got::Read(_), _) => unreachable!("a write is answered as a write"),
         }
     }
 
     /// A linearizable read, tried through the nodes as [`Door::tried`] says.
     pub async fn read(&self, query: Query) -> Result<Answer, Failure> {
-        match self.tried(Ask::Read(query)).await? {
+        match self.tried(Ask::Read(query)).await?.0 {
             Got::Read(answer) => Ok(answer),
             Got::Write(_) => unreachable!("a read is answered as a read"),
         }
@@ -307,16 +350,18 @@ pub async fn permits(
     }
 }
 
-/// Opens a session; its belief deadline counts from the open's send time.
+/// Opens a session; its belief deadline counts from the send time of the open's answered try.
 async fn open(door: &Door, history: &Recorder, clock: Clock) -> Option<Shared> {
-    let sent = clock.local(history.now_ns());
     let ttl_ms = TTL.as_millis() as u64;
-    match door.write(Command::OpenSession { ttl_ms }).await {
-        Ok((_, Reply::SessionOpened { session, ttl_ms })) => Some(Arc::new(Mutex::new(Belief {
-            id: session,
-            deadline_local: deadline(sent, ttl_ms),
-            ended: false,
-        }))),
+    match door.write_timed(Command::OpenSession { ttl_ms }).await {
+        Ok(((_, Reply::SessionOpened { session, ttl_ms }), since)) => {
+            let sent = clock.local(history.now_ns() - since.as_nanos() as u64);
+            Some(Arc::new(Mutex::new(Belief {
+                id: session,
+                deadline_local: deadline(sent, ttl_ms),
+                ended: false,
+            })))
+        }
         _ => None,
     }
 }
@@ -348,16 +393,16 @@ async fn keep_alive(door: Door, shared: Shared, history: Recorder, clock: Clock)
     loop {
         tokio::time::sleep(clock.span(wait)).await;
         let id = lock(&shared).id;
-        let sent = clock.local(history.now_ns());
-        wait = match door.write(Command::KeepAlive { session: id }).await {
-            Ok((_, Reply::KeptAlive { ttl_ms })) => {
+        wait = match door.write_timed(Command::KeepAlive { session: id }).await {
+            Ok(((_, Reply::KeptAlive { ttl_ms }), since)) => {
                 let arrived = clock.local(history.now_ns());
+                let sent = clock.local(history.now_ns() - since.as_nanos() as u64);
                 let credited = local_of(keep_alive_credit(boot(sent), boot(arrived), every));
                 let mut belief = lock(&shared);
                 belief.deadline_local = belief.deadline_local.max(deadline(credited, ttl_ms));
                 every
             }
-            Ok((_, Reply::Refused(Refusal::UnknownSession { .. }))) => {
+            Ok(((_, Reply::Refused(Refusal::UnknownSession { .. })), _)) => {
                 lock(&shared).ended = true;
                 return;
             }
@@ -486,7 +531,7 @@ impl Worker<'_> {
                 "hold",
                 json!({"limit": limit, "cap": spec.cap, "fence": fence, "from_ns": from,
                 "to_ns": to, "seen_ns": seen, "deadline_ns": deadline_ns, "told_ns": told,
-                "lost": told.map(|_| "expired"), "application": true}),
+                "lost": told.map(|_| weir_client::Lost::Deadline.to_string()), "application": true}),
                 seen,
             );
             let v = json!({"limit": limit, "fence": fence});

@@ -2,7 +2,8 @@
 //! acknowledged keep-alive (or of the open) plus the TTL, less the client library's margin.
 //!
 //! Owns the keep-alive task of a session opened here: a keep-alive each fifth of the TTL
-//! (the library's rhythm), each acknowledgement moving the belief deadline on. Used by the
+//! (the library's rhythm), each acknowledgement moving the belief deadline on from the time
+//! the library credits it with (`keep_alive_credit`: its send). Used by the
 //! simulated processes that hold something on a session beside their own work (the keyed
 //! requests, the token-lease holder).
 //!
@@ -15,7 +16,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use weir_client::margin_for;
+use weir_client::{BootInstant, keep_alive_credit, margin_for};
 use weir_core::machine::{Command, Refusal, Reply, SessionId};
 
 use super::client::Door;
@@ -45,20 +46,25 @@ impl Drop for Kept {
     }
 }
 
-/// The belief deadline of a lease acknowledged for a request sent at `sent_ns`.
+/// A point of the simulated clock as the library's clock type.
+fn at(ns: u64) -> BootInstant {
+    BootInstant::from_since_boot(std::time::Duration::from_nanos(ns))
+}
+
+/// The belief deadline of a lease acknowledged for a request credited at `sent_ns`.
 fn deadline_after(sent_ns: u64) -> u64 {
     sent_ns + (TTL - margin_for(TTL)).as_nanos() as u64
 }
 
 /// Opens a session of [`TTL`] and keeps it alive; `None` when no node opened one.
 pub async fn open(door: &Door, history: &Recorder) -> Option<Kept> {
-    let sent = history.now_ns();
     let ttl_ms = TTL.as_millis() as u64;
-    let Ok((_, Reply::SessionOpened { session, .. })) =
-        door.write(Command::OpenSession { ttl_ms }).await
+    let Ok(((_, Reply::SessionOpened { session, .. }), since)) =
+        door.write_timed(Command::OpenSession { ttl_ms }).await
     else {
         return None;
     };
+    let sent = history.now_ns() - since.as_nanos() as u64;
     let deadline_ns = Arc::new(AtomicU64::new(deadline_after(sent)));
     let keeper = tokio::spawn(keep_alive(
         door.clone(),
@@ -82,12 +88,16 @@ async fn keep_alive(
 ) {
     loop {
         tokio::time::sleep(TTL / KEEPALIVES_PER_TTL).await;
-        let sent = history.now_ns();
-        match door.write(Command::KeepAlive { session }).await {
-            Ok((_, Reply::KeptAlive { .. })) => {
-                deadline_ns.fetch_max(deadline_after(sent), Ordering::Relaxed);
+        match door.write_timed(Command::KeepAlive { session }).await {
+            Ok(((_, Reply::KeptAlive { .. }), since)) => {
+                let sent = history.now_ns() - since.as_nanos() as u64;
+                // The library's credit: the send time, whenever the answer arrived.
+                let every = TTL / KEEPALIVES_PER_TTL;
+                let credit = keep_alive_credit(at(sent), at(history.now_ns()), every);
+                let credit_ns = credit.saturating_since(at(0)).as_nanos() as u64;
+                deadline_ns.fetch_max(deadline_after(credit_ns), Ordering::Relaxed);
             }
-            Ok((_, Reply::Refused(Refusal::UnknownSession { .. }))) => return,
+            Ok(((_, Reply::Refused(Refusal::UnknownSession { .. })), _)) => return,
             _ => {}
         }
     }

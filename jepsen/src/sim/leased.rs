@@ -5,29 +5,35 @@
 //! the cluster's grants and the local spends together against `burst + rate × window`.
 //!
 //! Owns these processes. The holder lives a string of lives, each a session, one lease of
-//! [`WANT_RATE`] a second and a cap of [`WANT_CAP`], and local spends: one token whenever
-//! its bucket holds one, refilled at the granted rate up to the granted cap (the client
-//! library's `Leased`, with its refill on the holder's clock), and only before its belief
-//! deadline (the send time of its last acknowledged keep-alive, or of the open, plus the
-//! TTL less the library's margin). A life lasts [`LIFE_MS`] and ends by a crash (its
-//! keep-alives stop: the lease lapses with its session a TTL later) or by closing its
-//! session under the lease; either way the lease's tokens count as spent and are never
-//! the cluster's again.
-//!
+//! [`WANT_RATE`] a second and a cap of [`WANT_CAP`], renewed with the same ask every
+//! keep-alive period, and local spends: one token whenever its bucket holds one, by the
+//! client library's own bucket rules ([`LocalBucket`], on simulated time: refill at the
+//! granted rate up to the granted cap, a renewal's share replacing the one held, nothing
+//! spent at or past the belief deadline, the send time of its last acknowledged keep-alive,
+//! or of the open, plus the TTL less the library's margin). A life lasts [`LIFE_MS`] and
+//! ends by a crash (its keep-alives stop: the lease lapses with its session a TTL later),
+//! by closing its session under the lease, or by a stall: frozen past the TTL (so the
+//! session expires meanwhile), then spending on from the belief it had, as the library's
+//! holder does when its process is stopped and resumes. Whichever the end, the lease's
+//! tokens count as spent and are never the cluster's again.
+
 //! Invariants:
 //! - A local spend is recorded at the instant it is decided (its invoke and its ok at one
 //!   simulated time): simulated time does not pass inside it.
-//! - Nothing is spent locally at or past the belief deadline.
+//! - Every local spend is decided by [`LocalBucket::spend`]: nothing at or past the belief
+//!   deadline.
 //! - Every op pairs; randomness comes only from each process's own seeded generator.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
+use weir_client::{BootInstant, LocalBucket, Spend};
 use weir_core::machine::{
-    AcquireParts, Command, LeasePart, LeaseTokens, Part, Priority, Refusal, Reply,
+    AcquireParts, Command, LeasePart, LeaseTokens, Part, Priority, Refusal, Reply, SessionId,
 };
+use weir_proto::task::AbortOnDrop;
 
 use super::client::Door;
 use super::kept;
@@ -47,6 +53,12 @@ const WANT_RATE: f64 = 7.0;
 const WANT_CAP: u64 = 3;
 /// How long a holder's life lasts, ms.
 const LIFE_MS: (u64, u64) = (1_000, 3_000);
+/// A stalled holder is frozen for the TTL and this much more, ms (the harness's stall).
+const STALL_PAST_TTL_MS: (u64, u64) = (200, 1_000);
+/// How long a holder spends on after its stall before it ends, ms.
+const AFTER_STALL_MS: (u64, u64) = (500, 1_500);
+/// Keep-alive periods per TTL (the library's): the holder renews its lease each period.
+const KEEPALIVES_PER_TTL: u32 = 5;
 /// A cluster taker's pause after a refusal, ms (each refusal is a log entry).
 const BUSY_PAUSE_MS: (u64, u64) = (20, 60);
 /// How long a cluster taker uses one session, ns: two thirds of its TTL.
@@ -69,6 +81,29 @@ pub async fn holder(process: u64, seed: u64, door: Door, history: Recorder, stop
     }
 }
 
+/// A point of the simulated clock as the library's clock type, so the library's bucket
+/// rules ([`LocalBucket`]) run on simulated time.
+fn at(ns: u64) -> BootInstant {
+    BootInstant::from_since_boot(Duration::from_nanos(ns))
+}
+
+/// The lease request of `session` numbered `seq`, asking what the holder wants and giving
+/// back `returned_micro`.
+fn lease_request(session: SessionId, seq: u64, returned_micro: u64) -> Command {
+    Command::LeaseTokens(LeaseTokens {
+        session,
+        tenant: TENANT.into(),
+        seq,
+        parts: vec![LeasePart {
+            limit: LIMIT.0.into(),
+            key: None,
+            rate_micro_per_s: (WANT_RATE * MICRO as f64) as u64,
+            cap: WANT_CAP,
+            returned_micro,
+        }],
+    })
+}
+
 /// One life: a session, its lease, local spends, and its end. False when no lease was had.
 async fn life(
     process: u64,
@@ -81,19 +116,7 @@ async fn life(
         return false;
     };
     let session = kept.id;
-    let lease = Command::LeaseTokens(LeaseTokens {
-        session,
-        tenant: TENANT.into(),
-        seq: 1,
-        parts: vec![LeasePart {
-            limit: LIMIT.0.into(),
-            key: None,
-            rate_micro_per_s: (WANT_RATE * MICRO as f64) as u64,
-            cap: WANT_CAP,
-            returned_micro: 0,
-        }],
-    });
-    let share = match door.write(lease).await {
+    let share = match door.write(lease_request(session, 1, 0)).await {
         Ok((_, Reply::Leased(shares))) if shares.len() == 1 => shares[0],
         _ => {
             // Refused, or its outcome unknown: the session is closed with whatever it holds
@@ -110,58 +133,130 @@ async fn life(
         json!({"event": "open", "limit": LIMIT.0, "session": session,
             "rate_micro_per_s": share.rate_micro_per_s, "cap": share.cap}),
     );
+    let bucket = Arc::new(Mutex::new(LocalBucket::new(at(history.now_ns()))));
+    lock(&bucket).adopt(&share, at(history.now_ns()));
+    let renewals = AbortOnDrop(tokio::spawn(renew(
+        door.clone(),
+        session,
+        bucket.clone(),
+        history.clone(),
+    )));
     let life_ends = history.now_ns() + rng.range(LIFE_MS.0, LIFE_MS.1) * 1_000_000;
-    let mut tokens_micro = share.tokens_micro.min(share.cap * MICRO);
-    let mut refilled_ns = history.now_ns();
-    loop {
-        let now = history.now_ns();
-        if stop.load(Ordering::Relaxed) || now >= life_ends {
-            break;
-        }
-        let deadline = kept.deadline_ns();
-        let refill =
-            u128::from(now - refilled_ns) * u128::from(share.rate_micro_per_s) / 1_000_000_000;
-        tokens_micro =
-            (tokens_micro + u64::try_from(refill).unwrap_or(u64::MAX)).min(share.cap * MICRO);
-        refilled_ns = now;
-        if now >= deadline {
-            // Past the belief deadline nothing is local: wait for a keep-alive to move it.
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
-        }
-        if tokens_micro >= MICRO {
-            tokens_micro -= MICRO;
-            let at = history.record(
-                process,
-                Kind::Invoke,
-                "lease-take",
-                json!({"limit": LIMIT.0, "units": 1}),
-            );
-            history.record(process, Kind::Ok, "lease-take", take_op(at, true));
-            continue;
-        }
-        // Until the next whole token, or the deadline, or the life's end.
-        let rate = share.rate_micro_per_s.max(1);
-        let next_ns = (MICRO - tokens_micro) * 1_000_000_000 / rate + 1;
-        let wake = (now + next_ns).min(deadline).min(life_ends);
-        tokio::time::sleep_until(history.instant_of(wake)).await;
-    }
+    spend_until(process, history, stop, &bucket, life_ends, || {
+        kept.deadline_ns()
+    })
+    .await;
+    let how = match rng.range(0, 5) {
+        0 | 1 => "crash",
+        2 => "close",
+        _ => "stall",
+    };
+    // Whatever the end, the keep-alives and renewals stop here (a crashed or frozen holder
+    // sends nothing); the belief deadline stays where the last acknowledgement put it.
+    let deadline_ns = kept.deadline_ns();
+    drop(renewals);
     drop(kept);
-    let how = if rng.range(0, 2) == 0 {
+    if how == "close" {
         // As an application closes its session: the lease ends with it.
         let _ = door.write(Command::CloseSession { session }).await;
-        "close"
-    } else {
-        // A crash: nothing more is sent; the lease lapses with the session.
-        "crash"
+    }
+    let ms = TTL.as_millis() as u64 + rng.range(STALL_PAST_TTL_MS.0, STALL_PAST_TTL_MS.1);
+    let fact = match how {
+        "stall" => json!({"event": how, "limit": LIMIT.0, "session": session, "ms": ms}),
+        _ => json!({"event": how, "limit": LIMIT.0, "session": session}),
     };
-    history.record(
-        process,
-        Kind::Info,
-        "lease",
-        json!({"event": how, "limit": LIMIT.0, "session": session}),
-    );
+    history.record(process, Kind::Info, "lease", fact);
+    if how == "stall" && !stop.load(Ordering::Relaxed) {
+        // Frozen past the TTL, so the session expires meanwhile, then spending on by the
+        // same rules from a belief no keep-alive moved (the library's holder after a stall).
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        let resumed_ends =
+            history.now_ns() + rng.range(AFTER_STALL_MS.0, AFTER_STALL_MS.1) * 1_000_000;
+        spend_until(process, history, stop, &bucket, resumed_ends, || {
+            deadline_ns
+        })
+        .await;
+    }
     true
+}
+
+/// Spends one token at a time from `bucket` by the library's rules, whenever it holds one
+/// and the belief `deadline` (simulated ns) has not passed, until `ends` (simulated ns).
+async fn spend_until(
+    process: u64,
+    history: &Recorder,
+    stop: &AtomicBool,
+    bucket: &Mutex<LocalBucket>,
+    ends: u64,
+    deadline: impl Fn() -> u64,
+) {
+    loop {
+        let now = history.now_ns();
+        if stop.load(Ordering::Relaxed) || now >= ends {
+            return;
+        }
+        let deadline_ns = deadline();
+        let (spent, next_token) = {
+            let mut b = lock(bucket);
+            let spent = b.spend(1, at(now), at(deadline_ns));
+            (spent, b.next_token_at())
+        };
+        let wake = match spent {
+            Spend::Spent => {
+                let at = history.record(
+                    process,
+                    Kind::Invoke,
+                    "lease-take",
+                    json!({"limit": LIMIT.0, "units": 1}),
+                );
+                history.record(process, Kind::Ok, "lease-take", take_op(at, true));
+                continue;
+            }
+            // Past the belief deadline nothing is local: wait for a keep-alive to move it.
+            Spend::PastDeadline => now + 50_000_000,
+            // Until the next whole token, or the deadline, or the end.
+            Spend::Short => {
+                let next = next_token.map_or(now + 50_000_000, |t| {
+                    t.saturating_since(at(0)).as_nanos() as u64
+                });
+                match deadline_ns > now {
+                    true => next.min(deadline_ns),
+                    false => next,
+                }
+            }
+        };
+        let wake = wake.min(ends).max(now + 1_000_000);
+        tokio::time::sleep_until(history.instant_of(wake)).await;
+    }
+}
+
+/// Renews the lease every keep-alive period with the same ask, as the library's renewal
+/// task does for a holder whose demand keeps up: a decrease (none here) applies at the
+/// send, the share in the reply replaces the one held on its arrival, and a request whose
+/// outcome is unknown changes nothing. One request at a time, numbered after the open.
+async fn renew(door: Door, session: SessionId, bucket: Arc<Mutex<LocalBucket>>, history: Recorder) {
+    let want = ((WANT_RATE * MICRO as f64) as u64, WANT_CAP);
+    for seq in 2.. {
+        tokio::time::sleep(TTL / KEEPALIVES_PER_TTL).await;
+        let returned = lock(&bucket).lower_to(want.0, want.1, at(history.now_ns()));
+        match door.write(lease_request(session, seq, returned)).await {
+            Ok((_, Reply::Leased(shares))) if shares.len() == 1 => {
+                lock(&bucket).adopt(&shares[0], at(history.now_ns()));
+            }
+            Ok((_, Reply::Refused(_))) => {
+                // The lease or its session ended on the cluster: nothing more is local.
+                lock(&bucket).stop();
+                return;
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Locks a holder's bucket; the simulation is one thread, so a poisoned lock is a panic
+/// already reported.
+fn lock(bucket: &Mutex<LocalBucket>) -> std::sync::MutexGuard<'_, LocalBucket> {
+    bucket.lock().expect("lease bucket lock")
 }
 
 /// A cluster taker: takes one token at a time through the log until `stop`, pausing after a

@@ -195,7 +195,7 @@ fn pairs(ops: &[Op]) -> Verdict {
 /// Every checker that applies to a simulated run. Capacity reads the cluster's own
 /// high-water mark (`LimitStatus`), which the simulator does not read: it judges what it
 /// can and says unknown for the rest, so it is not expected to judge.
-pub const CHECKERS: [Checker; 12] = [
+pub const CHECKERS: [Checker; 13] = [
     ("pairs", pairs, true),
     ("P1 permits", checker::permits::check, true),
     ("P2 fences", checker::fences::check, true),
@@ -208,6 +208,7 @@ pub const CHECKERS: [Checker; 12] = [
     ("client kill", checker::liveness::check_client_kills, true),
     ("keyed", checker::keyed::check, true),
     ("leased", checker::leased::check, true),
+    ("stalls", checker::stalls::check, false),
 ];
 
 /// Judges `ops` by every checker.
@@ -460,13 +461,26 @@ async fn define(door: &Door) -> Result<(), String> {
 /// index with different digests are recorded (`digest-mismatch`), and how many pairs were
 /// compared (`monitor`), as the harness's monitor does. Reads every running node's log
 /// clock at the same ticks and records the `log-clock` facts the harness's monitor would
-/// ([`LogClockSamples`]), for the log-clock checker.
+/// ([`LogClockSamples`]), for the log-clock checker, and each leader the first tick it
+/// leads a term (`leader`, as the harness's status monitor records it), for the checkers of
+/// stalls and of rates.
 async fn monitor(world: Arc<World>, history: Recorder) {
     let mut clock = LogClockSamples::default();
+    let mut leaders: BTreeMap<u64, NodeId> = BTreeMap::new();
     loop {
         tokio::time::sleep(Duration::from_millis(MONITOR_EVERY_MS)).await;
         for (node, log_ms) in world.log_clocks() {
             clock.observe(&history, node, log_ms);
+        }
+        for (node, term, applied) in world.leading() {
+            if leaders.insert(term, node) != Some(node) {
+                history.record(
+                    NEMESIS,
+                    Kind::Info,
+                    "leader",
+                    json!({"node": node, "term": term, "applied": applied}),
+                );
+            }
         }
         let digests = world.digests();
         let (compared, mismatch) = compare(&digests);

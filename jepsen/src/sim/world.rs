@@ -223,6 +223,15 @@ impl World {
             .map(|(id, _)| *id)
     }
 
+    /// Every running node that says it leads: (id, its term, its applied index).
+    pub fn leading(&self) -> Vec<(NodeId, u64, Option<u64>)> {
+        self.lock()
+            .iter()
+            .filter(|(id, live)| live.node.leader() == Some(**id))
+            .map(|(id, live)| (*id, live.node.term(), live.node.applied_index()))
+            .collect()
+    }
+
     /// Every running node's digest: (applied index, digest of the machine's state there).
     pub fn digests(&self) -> BTreeMap<NodeId, (Option<u64>, String)> {
         self.lock()
