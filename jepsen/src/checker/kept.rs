@@ -11,7 +11,10 @@
 //! also of two), and the compound kinds. A window that also holds another fault (a
 //! partition, a kill of every node, a power loss, a delay, a clock or membership change, a
 //! client fault) is not judged: a partition or a lost quorum is the one way G9 lets a
-//! permit go. A fault that failed to fire judges nothing.
+//! permit go. Nor is a window that opens less than a TTL after the heal of such a fault: it
+//! may have cost the holders their renewals already, leaving them less than a TTL of belief
+//! to meet the next fault with (a client's own pause aside: its holder is not counted). A
+//! fault that failed to fire judges nothing.
 //!
 //! A loss counts as the `stalls` checker counts one: a `hold` recording its permit lost to
 //! its deadline or its session's expiry, or an `acquire` failed because its session ended
@@ -64,23 +67,40 @@ fn is_fault(f: &str) -> bool {
 fn windows(ops: &[Op]) -> Vec<Window> {
     let mut done: Vec<Window> = vec![];
     let mut open: Option<Window> = None;
+    // The last heal, and the fault it ended that G9 does not cover, if any.
+    let mut healed: Option<(u64, Option<String>)> = None;
     for o in ops.iter().filter(|o| o.process == NEMESIS) {
         match (o.f.as_str(), o.kind) {
             ("heal", Kind::Info) => {
                 if let Some(mut w) = open.take() {
                     w.until_ns = o.time_ns + AFTER_HEAL_MS * 1_000_000;
+                    // A client's own pause costs only its own permits, which are not
+                    // counted.
+                    let own = w.fired.iter().all(|k| k == "client-pause");
+                    healed = Some((o.time_ns, w.not_judged.clone().filter(|_| !own)));
                     done.push(w);
                 }
             }
+            // The environment's clock rates (in force for the whole run, no heal) are not a
+            // fault of the nemesis: they open no window.
+            ("clock", _) if s(o, "fault") == Some("env-clocks") => {}
             (kind, Kind::Invoke) if is_fault(kind) => {
                 if let Some(last) = done.last_mut() {
                     last.until_ns = last.until_ns.min(o.time_ns);
                 }
+                // A fault G9 does not cover, healed less than a TTL before, may have cost the
+                // holders their renewals already: what follows is not judged alone.
+                let after = healed.as_ref().and_then(|(at, why)| {
+                    let ago_ms = o.time_ns.saturating_sub(*at) / 1_000_000;
+                    why.as_ref()
+                        .filter(|_| ago_ms < AFTER_HEAL_MS)
+                        .map(|why| format!("{why} healed {ago_ms} ms before"))
+                });
                 open.get_or_insert(Window {
                     from_ns: o.time_ns,
                     until_ns: u64::MAX,
                     fired: vec![],
-                    not_judged: None,
+                    not_judged: after,
                 });
             }
             (kind, Kind::Info) if is_fault(kind) => {
@@ -249,17 +269,52 @@ mod tests {
             vec!["with isolate-leader".to_string(), "with kill-all".into()]
         );
         assert!(matches!(check(&ops), Verdict::Unknown(ref why) if why.contains("kill-all")));
-        // A pause composed with a partition inside its hold is not judged either; the next
-        // fault's invoke ends a window early.
+        // A pause composed with a partition inside its hold is not judged either; a kill a
+        // TTL and more after its heal is.
         let mut composed = fault("pause", "pause-leader", 10 * S, 16 * S);
         composed.insert(2, op(NEMESIS, Kind::Invoke, "partition", json!({}), 12 * S));
         composed.insert(3, fact("partition", json!({"fault": "bridge"}), 12 * S));
         composed.push(hold(3, Some(SESSION_LOSSES[0]), 13 * S));
-        composed.extend(fault("kill", "kill-leader", 17 * S, 20 * S));
-        composed.push(hold(4, Some(SESSION_LOSSES[0]), 21 * S));
+        composed.extend(fault("kill", "kill-leader", 20 * S, 23 * S));
+        composed.push(hold(4, Some(SESSION_LOSSES[0]), 24 * S));
         let t = count(&composed);
         assert_eq!((t.judged, t.losers.clone()), (1, vec![4]));
         assert!(matches!(check(&composed), Verdict::Invalid(ref w) if w.contains("kill")));
+    }
+
+    /// A fault G9 does not cover may eat the holders' renewals: a window opened less than a
+    /// TTL after its heal is not judged. After a covered fault (a pause) it is, and the next
+    /// fault's invoke ends the earlier window.
+    #[test]
+    fn a_window_opened_within_a_ttl_of_an_uncovered_faults_heal_is_not_judged() {
+        let mut ops = fault("partition", "isolate-leader", 10 * S, 14 * S);
+        ops.extend(fault("pause", "pause-leader", 15 * S, 18 * S));
+        ops.push(hold(3, Some(SESSION_LOSSES[0]), 16 * S));
+        let t = count(&ops);
+        assert_eq!((t.windows, t.judged), (2, 0), "{t:?}");
+        assert!(
+            t.not_judged
+                .contains(&"with isolate-leader healed 900 ms before".to_string()),
+            "{t:?}"
+        );
+        // The same pause 3.5 s after the heal is judged, and so is one right after a pause.
+        let mut later = fault("partition", "isolate-leader", 10 * S, 14 * S);
+        later.extend(fault("pause", "pause-leader", 17_600_000_000, 20 * S));
+        later.push(hold(3, Some(SESSION_LOSSES[0]), 19 * S));
+        assert_eq!(count(&later).judged, 1);
+        assert!(matches!(check(&later), Verdict::Invalid(_)));
+        let mut own = fault("client-pause", "client-pause", 10 * S, 14 * S);
+        own.extend(fault("pause", "pause-leader", 15 * S, 18 * S));
+        own.push(hold(3, Some(SESSION_LOSSES[0]), 16 * S));
+        assert_eq!(count(&own).judged, 1, "after a client's own pause");
+        let mut paired = fault("pause", "pause-leader", 10 * S, 14 * S);
+        paired.extend(fault("kill", "kill-leader", 15 * S, 18 * S));
+        paired.push(hold(4, Some(SESSION_LOSSES[0]), 16 * S));
+        let t = count(&paired);
+        assert_eq!(
+            (t.judged, t.losers.clone(), t.costly.clone()),
+            (2, vec![4], vec!["kill".to_string()])
+        );
     }
 
     #[test]

@@ -17,8 +17,10 @@
 //! adds a round each) leaves a 3 s session no time to renew, whatever the library does, so its
 //! losses say nothing about the client. Nor is a stall judged that another fault was
 //! composed with (a partition that cuts the new leader off, a kill: the rest of the cluster
-//! may have no leader to move to), and a fault injected within [`AFTER_HEAL_MS`] of the heal
-//! ends the stall's window. Those stalls are counted and named in the verdict, not judged;
+//! may have no leader to move to), or that began less than [`AFTER_HEAL_MS`] after another
+//! fault's heal (that fault may have cost the holders their renewals already; a client's own
+//! pause aside, whose holder is not counted), and a fault
+//! injected within [`AFTER_HEAL_MS`] of the heal ends the stall's window. Those stalls are counted and named in the verdict, not judged;
 //! with none judged the verdict is unknown.
 
 use std::collections::BTreeSet;
@@ -79,8 +81,8 @@ struct Stall {
 
 impl Stall {
     fn not_judged(&self) -> Option<String> {
-        if let Some(kind) = &self.composed {
-            return Some(format!("composed with {kind}"));
+        if let Some(why) = &self.composed {
+            return Some(why.clone());
         }
         match self.elected_after_ns.map(|ns| ns / 1_000_000) {
             Some(ms) if ms <= ELECTED_WITHIN_MS => None,
@@ -98,14 +100,22 @@ pub fn count(ops: &[Op]) -> Tally {
     let mut open: Option<Stall> = None;
     // A fault other than a stall injected since the last heal (composed steps heal together).
     let mut active: Option<&str> = None;
+    // The last heal of a fault other than a stall: when, and its kind.
+    let mut healed: Option<(u64, &str)> = None;
     for o in ops.iter().filter(|o| o.process == NEMESIS) {
         match (o.f.as_str(), o.kind) {
             ("pause", Kind::Info) => {
+                // Another fault healed less than a TTL before may have cost the holders their
+                // renewals already: the stall is not judged alone.
+                let after = healed.and_then(|(at, kind)| {
+                    let ago_ms = o.time_ns.saturating_sub(at) / 1_000_000;
+                    (ago_ms < AFTER_HEAL_MS).then(|| format!("{kind} healed {ago_ms} ms before"))
+                });
                 open = Some(Stall {
                     from_ns: o.time_ns,
                     until_ns: u64::MAX,
                     elected_after_ns: None,
-                    composed: active.map(str::to_string),
+                    composed: active.map(|k| format!("composed with {k}")).or(after),
                 })
             }
             ("leader", Kind::Info) => {
@@ -114,6 +124,10 @@ pub fn count(ops: &[Op]) -> Tally {
                 }
             }
             ("heal", Kind::Info) => {
+                // A client's own pause costs only its own permits, which are not counted.
+                if let Some(kind) = active.filter(|k| *k != "client-pause") {
+                    healed = Some((o.time_ns, kind));
+                }
                 active = None;
                 if let Some(mut st) = open.take() {
                     st.until_ns = o.time_ns + AFTER_HEAL_MS * 1_000_000;
@@ -127,7 +141,8 @@ pub fn count(ops: &[Op]) -> Tally {
             (kind, Kind::Invoke) => {
                 active = Some(kind);
                 if let Some(st) = open.as_mut() {
-                    st.composed.get_or_insert_with(|| kind.to_string());
+                    st.composed
+                        .get_or_insert_with(|| format!("composed with {kind}"));
                 } else if let Some(last) = stalls.last_mut() {
                     last.until_ns = last.until_ns.min(o.time_ns);
                 }
@@ -322,6 +337,43 @@ mod tests {
             (t.judged, t.not_judged),
             (0, vec!["composed with clock".into()])
         );
+    }
+
+    /// A stall less than a TTL after another fault's heal is not judged (that fault may
+    /// have eaten the holders' renewals); a TTL and more after, it is.
+    #[test]
+    fn a_stall_soon_after_another_faults_heal_is_not_judged() {
+        let mut ops = vec![
+            op(NEMESIS, Kind::Invoke, "delay", json!({}), 5 * S),
+            fact("delay", json!({"fault": "drops"}), 5 * S),
+            op(NEMESIS, Kind::Invoke, "heal", json!({}), 9 * S),
+            fact("heal", json!({"ok": true}), 9 * S),
+        ];
+        let soon = |from: u64| {
+            let mut ops = ops.clone();
+            ops.extend(stall(from, from + 4 * S));
+            ops.push(hold(1, Some(SESSION_LOSSES[0]), from + S));
+            ops
+        };
+        let t = count(&soon(10 * S));
+        assert_eq!(
+            (t.judged, t.not_judged.clone()),
+            (0, vec!["delay healed 1000 ms before".to_string()])
+        );
+        let t = count(&soon(12 * S));
+        assert_eq!((t.judged, t.losers), (1, 1));
+        // After a client's own pause, or a stall's own heal, the next stall is judged.
+        let mut own = vec![
+            op(NEMESIS, Kind::Invoke, "client-pause", json!({}), 5 * S),
+            op(NEMESIS, Kind::Invoke, "heal", json!({}), 9 * S),
+            fact("heal", json!({"ok": true}), 9 * S),
+        ];
+        own.extend(stall(10 * S, 14 * S));
+        assert_eq!(count(&own).judged, 1);
+        ops = stall(5 * S, 9 * S);
+        ops.extend(stall(10 * S, 14 * S));
+        ops.push(hold(1, Some(SESSION_LOSSES[0]), 11 * S));
+        assert_eq!((count(&ops).judged, count(&ops).losers), (2, 1));
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //!
 //! Owns a client's door to the cluster (a write tried through the nodes as the client
 //! library tries them: the leader a `NotLeader` names, else the next node; an answer lost
-//! or late is an unknown outcome; a node that let a try go unanswered passed over for a
-//! while, a `NotLeader` naming it not followed, as the library suspects a silent node) and its belief in its permits. The belief follows the
+//! or late is an unknown outcome; a node that let a try go unanswered for the library's
+//! silence bound passed over for a while, a `NotLeader` naming it not followed, as the library suspects a silent node) and its belief in its permits. The belief follows the
 //! client library's rule, with the library's own [`margin_for`]: a permit is believed until
 //! the send time of the session's last acknowledged keep-alive (or open) plus the TTL less
 //! the margin, on the client's own clock (which runs at its own rate). The library's
@@ -41,9 +41,11 @@ use crate::setup::{TENANT, TTL};
 /// The network endpoint of client `index`: far above any node's id.
 pub const CLIENT_ENDPOINT_BASE: NodeId = 1_000;
 
-/// How long one try of a write waits for its answer (sim time): the library's answer wait
-/// is of this order, and a stalled node must cost a client a try, not its session.
-const TRY_TIMEOUT: Duration = Duration::from_millis(700);
+/// How long one try of a write waits for its answer (sim time): the library's silence
+/// bound (`SILENCE_MAX`), past which it gives a connection up and suspects its node. The
+/// library times no request shorter: a node that answers within it (a stall shorter than
+/// the bound, an election) keeps the request, and a stalled node costs a try, not a session.
+const TRY_TIMEOUT: Duration = weir_client::SILENCE_MAX;
 /// Tries of one write before the client gives up on it.
 const TRIES_MAX: u32 = 6;
 /// Pause before trying the next node when one could not serve.

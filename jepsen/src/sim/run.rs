@@ -195,7 +195,7 @@ fn pairs(ops: &[Op]) -> Verdict {
 /// Every checker that applies to a simulated run. Capacity reads the cluster's own
 /// high-water mark (`LimitStatus`), which the simulator does not read: it judges what it
 /// can and says unknown for the rest, so it is not expected to judge.
-pub const CHECKERS: [Checker; 13] = [
+pub const CHECKERS: [Checker; 16] = [
     ("pairs", pairs, true),
     ("P1 permits", checker::permits::check, true),
     ("P2 fences", checker::fences::check, true),
@@ -209,6 +209,9 @@ pub const CHECKERS: [Checker; 13] = [
     ("keyed", checker::keyed::check, true),
     ("leased", checker::leased::check, true),
     ("stalls", checker::stalls::check, false),
+    ("linearizable", checker::linearizable::check, true),
+    ("strands", checker::strands::check, true),
+    ("kept", checker::kept::check, false),
 ];
 
 /// Judges `ops` by every checker.
