@@ -36,6 +36,8 @@ pub struct LocalBucket {
     /// Sub-micro-token refill carried, micro-tokens × ms / s.
     remainder: u64,
     refilled_at: BootInstant,
+    /// The share the cluster last granted (rate, cap), before any decrease made here since.
+    granted: (u64, u64),
 }
 
 /// What [`LocalBucket::spend`] decided.
@@ -58,6 +60,7 @@ impl LocalBucket {
             level_micro: 0,
             remainder: 0,
             refilled_at: now,
+            granted: (0, 0),
         }
     }
 
@@ -106,10 +109,14 @@ impl LocalBucket {
         // Refilled at the old rate up to now; the new one counts from now (the part of a ms
         // not counted is dropped: refilling it at a higher new rate would count time before
         // the reply).
+        // A take that looked after `now` (the reply's arrival, read before its lock) has
+        // refilled past it already: the refill clock never goes back, or that span would
+        // refill twice.
         self.refill(now);
-        self.refilled_at = now;
+        self.refilled_at = self.refilled_at.max(now);
         // PLANTED(lease-renew-overlap): the previous share goes on beside the new one.
-        let previous = (self.rate_micro, self.cap);
+        let previous = self.granted;
+        self.granted = (share.rate_micro_per_s, share.cap);
         self.rate_micro = share.rate_micro_per_s;
         self.cap = share.cap;
         self.level_micro = (self.level_micro + share.tokens_micro).min(self.cap * MICRO);
@@ -251,6 +258,19 @@ mod tests {
         assert_eq!(b.spend(5, at_us(5_000), at_us(9_000)), Spend::Short);
         assert_eq!(b.spend(4, at_us(5_000), at_us(9_000)), Spend::Spent);
         assert_eq!(b.spend(1, at_us(5_000), at_us(9_000)), Spend::Short);
+    }
+
+    /// A reply read before a take that looked later is adopted without moving the refill
+    /// clock back: the span between them refills once.
+    #[test]
+    fn a_reply_adopted_after_a_later_take_does_not_refill_twice() {
+        let mut b = LocalBucket::new(at_us(0));
+        b.adopt(&share(1_000, 100, 0), at_us(0));
+        assert_eq!(b.spend(10, at_us(10_000), at_us(1_000_000)), Spend::Spent);
+        // The renewal's answer arrived at 5 ms; its lock was taken after that take's.
+        b.adopt(&share(1_000, 100, 0), at_us(5_000));
+        b.refill(at_us(20_000));
+        assert_eq!(b.level_micro(), 10 * MICRO, "10 ms since the take, not 15");
     }
 
     #[test]

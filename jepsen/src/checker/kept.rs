@@ -43,7 +43,10 @@ struct Window {
     until_ns: u64,
     /// Kinds that fired in it.
     fired: Vec<String>,
-    /// Why it is not judged: a fault in it that does not keep a quorum and the links.
+    /// A fault in it that does not keep a quorum and the links (a client's own pause
+    /// aside), if any.
+    uncovered: Option<String>,
+    /// Why it is not judged: that fault, or one healed less than a TTL before it opened.
     not_judged: Option<String>,
 }
 
@@ -74,10 +77,7 @@ fn windows(ops: &[Op]) -> Vec<Window> {
             ("heal", Kind::Info) => {
                 if let Some(mut w) = open.take() {
                     w.until_ns = o.time_ns + AFTER_HEAL_MS * 1_000_000;
-                    // A client's own pause costs only its own permits, which are not
-                    // counted.
-                    let own = w.fired.iter().all(|k| k == "client-pause");
-                    healed = Some((o.time_ns, w.not_judged.clone().filter(|_| !own)));
+                    healed = Some((o.time_ns, w.uncovered.clone()));
                     done.push(w);
                 }
             }
@@ -100,14 +100,21 @@ fn windows(ops: &[Op]) -> Vec<Window> {
                     from_ns: o.time_ns,
                     until_ns: u64::MAX,
                     fired: vec![],
+                    uncovered: None,
                     not_judged: after,
                 });
             }
             (kind, Kind::Info) if is_fault(kind) => {
                 if let Some(w) = open.as_mut() {
                     let what = s(o, "fault");
-                    if !keeps_quorum(kind, what) && w.not_judged.is_none() {
-                        w.not_judged = Some(what.unwrap_or(kind).to_string());
+                    if !keeps_quorum(kind, what) {
+                        let what = what.unwrap_or(kind).to_string();
+                        // A client's own pause costs only its own permits, which are not
+                        // counted: it makes no window after it suspect.
+                        if kind != "client-pause" && w.uncovered.is_none() {
+                            w.uncovered = Some(what.clone());
+                        }
+                        w.not_judged.get_or_insert(what);
                     }
                     w.fired.push(kind.to_string());
                 }
@@ -303,6 +310,17 @@ mod tests {
         later.push(hold(3, Some(SESSION_LOSSES[0]), 19 * S));
         assert_eq!(count(&later).judged, 1);
         assert!(matches!(check(&later), Verdict::Invalid(_)));
+        // The reason is not passed along: a kill a second after that pause's heal is judged
+        // (the partition healed 4.9 s before it).
+        let mut chained = ops.clone();
+        chained.extend(fault("kill", "kill-leader", 19_100_000_000, 21 * S));
+        chained.push(hold(4, Some(SESSION_LOSSES[0]), 20 * S));
+        let t = count(&chained);
+        assert_eq!(
+            (t.windows, t.judged, t.losers.clone()),
+            (3, 1, vec![4]),
+            "{t:?}"
+        );
         let mut own = fault("client-pause", "client-pause", 10 * S, 14 * S);
         own.extend(fault("pause", "pause-leader", 15 * S, 18 * S));
         own.push(hold(3, Some(SESSION_LOSSES[0]), 16 * S));

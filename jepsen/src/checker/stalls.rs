@@ -6,8 +6,9 @@
 //! (the belief deadline passed, or the session expired), or an `acquire` fails because its
 //! session ended while its owner waited (`session lost`: a queued ticket's session is kept
 //! alive as a holder's is), between the pause's start and [`AFTER_HEAL_MS`] after its heal
-//! (a deadline that passed during the stall can be noticed a little later). The process the `client-pause` nemesis stops is left out: its own
-//! pause is what costs it its permit. Losses to halts are the halts checker's.
+//! (a deadline that passed during the stall can be noticed a little later). The process the
+//! `client-pause` nemesis stops is left out: its own pause is what costs it its permit.
+//! Losses to halts are the halts checker's.
 //!
 //! G9 holds a client to its deadline *when the rest of the cluster elects a new leader*, and
 //! promises grants again within 1.5 s. A stall is therefore judged only when the status
@@ -19,9 +20,9 @@
 //! composed with (a partition that cuts the new leader off, a kill: the rest of the cluster
 //! may have no leader to move to), or that began less than [`AFTER_HEAL_MS`] after another
 //! fault's heal (that fault may have cost the holders their renewals already; a client's own
-//! pause aside, whose holder is not counted), and a fault
-//! injected within [`AFTER_HEAL_MS`] of the heal ends the stall's window. Those stalls are counted and named in the verdict, not judged;
-//! with none judged the verdict is unknown.
+//! pause aside, whose holder is not counted), and a fault injected within [`AFTER_HEAL_MS`]
+//! of the heal ends the stall's window. Those stalls are counted and named in the verdict,
+//! not judged; with none judged the verdict is unknown.
 
 use std::collections::BTreeSet;
 
@@ -100,6 +101,8 @@ pub fn count(ops: &[Op]) -> Tally {
     let mut open: Option<Stall> = None;
     // A fault other than a stall injected since the last heal (composed steps heal together).
     let mut active: Option<&str> = None;
+    // Of those, the first that is not a client's own pause.
+    let mut uncovered: Option<&str> = None;
     // The last heal of a fault other than a stall: when, and its kind.
     let mut healed: Option<(u64, &str)> = None;
     for o in ops.iter().filter(|o| o.process == NEMESIS) {
@@ -125,7 +128,7 @@ pub fn count(ops: &[Op]) -> Tally {
             }
             ("heal", Kind::Info) => {
                 // A client's own pause costs only its own permits, which are not counted.
-                if let Some(kind) = active.filter(|k| *k != "client-pause") {
+                if let Some(kind) = uncovered.take() {
                     healed = Some((o.time_ns, kind));
                 }
                 active = None;
@@ -140,6 +143,9 @@ pub fn count(ops: &[Op]) -> Tally {
             ("clock", Kind::Invoke) if s(o, "fault") == Some("env-clocks") => {}
             (kind, Kind::Invoke) => {
                 active = Some(kind);
+                if kind != "client-pause" {
+                    uncovered.get_or_insert(kind);
+                }
                 if let Some(st) = open.as_mut() {
                     st.composed
                         .get_or_insert_with(|| format!("composed with {kind}"));
@@ -362,6 +368,14 @@ mod tests {
         );
         let t = count(&soon(12 * S));
         assert_eq!((t.judged, t.losers), (1, 1));
+        // A step of a delay and then a client's pause, healed together: the delay counts.
+        let mut both = ops.clone();
+        both.insert(
+            2,
+            op(NEMESIS, Kind::Invoke, "client-pause", json!({}), 6 * S),
+        );
+        both.extend(stall(10 * S, 14 * S));
+        assert_eq!(count(&both).judged, 0);
         // After a client's own pause, or a stall's own heal, the next stall is judged.
         let mut own = vec![
             op(NEMESIS, Kind::Invoke, "client-pause", json!({}), 5 * S),

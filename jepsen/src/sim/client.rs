@@ -5,7 +5,8 @@
 //! Owns a client's door to the cluster (a write tried through the nodes as the client
 //! library tries them: the leader a `NotLeader` names, else the next node; an answer lost
 //! or late is an unknown outcome; a node that let a try go unanswered for the library's
-//! silence bound passed over for a while, a `NotLeader` naming it not followed, as the library suspects a silent node) and its belief in its permits. The belief follows the
+//! silence bound passed over for a while and a `NotLeader` naming it not followed, as the
+//! library suspects a silent node) and its belief in its permits. The belief follows the
 //! client library's rule, with the library's own [`margin_for`]: a permit is believed until
 //! the send time of the session's last acknowledged keep-alive (or open) plus the TTL less
 //! the margin, on the client's own clock (which runs at its own rate). The library's
@@ -234,17 +235,15 @@ impl Door {
     }
 
     /// A request, tried through the nodes until one answers it (at most [`TRIES_MAX`]
-    /// tries), with how long before its return the answered try was sent: the error of the
-    /// last try, `OutcomeUnknown` if any try's outcome was.
-    async fn tried(&self, ask: Ask) -> Result<(Got, Duration), Failure> {
+    /// tries): the error of the last try, `OutcomeUnknown` if any try's outcome was.
+    async fn tried(&self, ask: Ask) -> Result<Got, Failure> {
         let mut unknown = None;
         let mut last = Failure::Unavailable("no try made".into());
         for _ in 0..TRIES_MAX {
             let node = self.node();
-            let sent = tokio::time::Instant::now();
             let tried = tokio::time::timeout(TRY_TIMEOUT, self.once(node, &ask)).await;
             match tried {
-                Ok(Ok(answer)) => return Ok((answer, sent.elapsed())),
+                Ok(Ok(answer)) => return Ok(answer),
                 Ok(Err(Failure::NotLeader {
                     leader: Some((leader, _)),
                 })) if leader != node
@@ -276,22 +275,15 @@ impl Door {
 
     /// A write, tried through the nodes as [`Door::tried`] says.
     pub async fn write(&self, command: Command) -> Result<(u64, Reply), Failure> {
-        Ok(self.write_timed(command).await?.0)
-    }
-
-    /// A write as [`Door::write`], with how long before its return the try that was answered
-    /// was sent: a keep-alive is credited with that try's send time (the library sends each
-    /// try of a keep-alive anew), not with the first try's.
-    pub async fn write_timed(&self, command: Command) -> Result<((u64, Reply), Duration), Failure> {
         match self.tried(Ask::Write(command)).await? {
-            (Got::Write(answer), since) => Ok((answer, since)),
-            (Got::Read(_), _) => unreachable!("a write is answered as a write"),
+            Got::Write(answer) => Ok(answer),
+            Got::Read(_) => unreachable!("a write is answered as a write"),
         }
     }
 
     /// A linearizable read, tried through the nodes as [`Door::tried`] says.
     pub async fn read(&self, query: Query) -> Result<Answer, Failure> {
-        match self.tried(Ask::Read(query)).await?.0 {
+        match self.tried(Ask::Read(query)).await? {
             Got::Read(answer) => Ok(answer),
             Got::Write(_) => unreachable!("a read is answered as a read"),
         }
@@ -352,18 +344,17 @@ pub async fn permits(
     }
 }
 
-/// Opens a session; its belief deadline counts from the send time of the open's answered try.
+/// Opens a session; its belief deadline counts from the open's send time (its first try's,
+/// as the library counts it).
 async fn open(door: &Door, history: &Recorder, clock: Clock) -> Option<Shared> {
+    let sent = clock.local(history.now_ns());
     let ttl_ms = TTL.as_millis() as u64;
-    match door.write_timed(Command::OpenSession { ttl_ms }).await {
-        Ok(((_, Reply::SessionOpened { session, ttl_ms }), since)) => {
-            let sent = clock.local(history.now_ns() - since.as_nanos() as u64);
-            Some(Arc::new(Mutex::new(Belief {
-                id: session,
-                deadline_local: deadline(sent, ttl_ms),
-                ended: false,
-            })))
-        }
+    match door.write(Command::OpenSession { ttl_ms }).await {
+        Ok((_, Reply::SessionOpened { session, ttl_ms })) => Some(Arc::new(Mutex::new(Belief {
+            id: session,
+            deadline_local: deadline(sent, ttl_ms),
+            ended: false,
+        }))),
         _ => None,
     }
 }
@@ -395,16 +386,17 @@ async fn keep_alive(door: Door, shared: Shared, history: Recorder, clock: Clock)
     loop {
         tokio::time::sleep(clock.span(wait)).await;
         let id = lock(&shared).id;
-        wait = match door.write_timed(Command::KeepAlive { session: id }).await {
-            Ok(((_, Reply::KeptAlive { ttl_ms }), since)) => {
+        // The send of the whole keep-alive, its first try's, as the library counts it.
+        let sent = clock.local(history.now_ns());
+        wait = match door.write(Command::KeepAlive { session: id }).await {
+            Ok((_, Reply::KeptAlive { ttl_ms })) => {
                 let arrived = clock.local(history.now_ns());
-                let sent = clock.local(history.now_ns() - since.as_nanos() as u64);
                 let credited = local_of(keep_alive_credit(boot(sent), boot(arrived), every));
                 let mut belief = lock(&shared);
                 belief.deadline_local = belief.deadline_local.max(deadline(credited, ttl_ms));
                 every
             }
-            Ok(((_, Reply::Refused(Refusal::UnknownSession { .. })), _)) => {
+            Ok((_, Reply::Refused(Refusal::UnknownSession { .. }))) => {
                 lock(&shared).ended = true;
                 return;
             }

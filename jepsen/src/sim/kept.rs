@@ -58,13 +58,13 @@ fn deadline_after(sent_ns: u64) -> u64 {
 
 /// Opens a session of [`TTL`] and keeps it alive; `None` when no node opened one.
 pub async fn open(door: &Door, history: &Recorder) -> Option<Kept> {
+    let sent = history.now_ns();
     let ttl_ms = TTL.as_millis() as u64;
-    let Ok(((_, Reply::SessionOpened { session, .. }), since)) =
-        door.write_timed(Command::OpenSession { ttl_ms }).await
+    let Ok((_, Reply::SessionOpened { session, .. })) =
+        door.write(Command::OpenSession { ttl_ms }).await
     else {
         return None;
     };
-    let sent = history.now_ns() - since.as_nanos() as u64;
     let deadline_ns = Arc::new(AtomicU64::new(deadline_after(sent)));
     let keeper = tokio::spawn(keep_alive(
         door.clone(),
@@ -88,16 +88,17 @@ async fn keep_alive(
 ) {
     loop {
         tokio::time::sleep(TTL / KEEPALIVES_PER_TTL).await;
-        match door.write_timed(Command::KeepAlive { session }).await {
-            Ok(((_, Reply::KeptAlive { .. }), since)) => {
-                let sent = history.now_ns() - since.as_nanos() as u64;
+        // The send of the whole keep-alive, its first try's, as the library counts it.
+        let sent = history.now_ns();
+        match door.write(Command::KeepAlive { session }).await {
+            Ok((_, Reply::KeptAlive { .. })) => {
                 // The library's credit: the send time, whenever the answer arrived.
                 let every = TTL / KEEPALIVES_PER_TTL;
                 let credit = keep_alive_credit(at(sent), at(history.now_ns()), every);
                 let credit_ns = credit.saturating_since(at(0)).as_nanos() as u64;
                 deadline_ns.fetch_max(deadline_after(credit_ns), Ordering::Relaxed);
             }
-            Ok(((_, Reply::Refused(Refusal::UnknownSession { .. })), _)) => return,
+            Ok((_, Reply::Refused(Refusal::UnknownSession { .. }))) => return,
             _ => {}
         }
     }

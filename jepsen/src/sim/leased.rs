@@ -16,7 +16,7 @@
 //! session expires meanwhile), then spending on from the belief it had, as the library's
 //! holder does when its process is stopped and resumes. Whichever the end, the lease's
 //! tokens count as spent and are never the cluster's again.
-
+//!
 //! Invariants:
 //! - A local spend is recorded at the instant it is decided (its invoke and its ok at one
 //!   simulated time): simulated time does not pass inside it.

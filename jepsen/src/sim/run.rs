@@ -466,7 +466,7 @@ async fn define(door: &Door) -> Result<(), String> {
 /// clock at the same ticks and records the `log-clock` facts the harness's monitor would
 /// ([`LogClockSamples`]), for the log-clock checker, and each leader the first tick it
 /// leads a term (`leader`, as the harness's status monitor records it), for the checkers of
-/// stalls and of rates.
+/// stalls and of the leaders' clock rates (`leased`).
 async fn monitor(world: Arc<World>, history: Recorder) {
     let mut clock = LogClockSamples::default();
     let mut leaders: BTreeMap<u64, NodeId> = BTreeMap::new();
