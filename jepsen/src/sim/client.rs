@@ -52,7 +52,7 @@ const TRIES_MAX: u32 = 6;
 /// Pause before trying the next node when one could not serve.
 const NEXT_NODE_PAUSE: Duration = Duration::from_millis(30);
 /// Keep-alives per TTL (the library's `KEEPALIVES_PER_TTL`).
-const KEEPALIVES_PER_TTL: u32 = 5;
+pub(super) const KEEPALIVES_PER_TTL: u32 = 5;
 /// How soon an unacknowledged keep-alive is tried again (the library's `KEEPALIVE_RETRY`).
 const KEEPALIVE_RETRY: Duration = Duration::from_millis(100);
 /// A short hold's length, ms on the client's clock: from a blip to a quarter of the TTL.
@@ -366,13 +366,13 @@ fn deadline(sent_local: u64, ttl_ms: u64) -> u64 {
     sent_local + (ttl - margin_for(ttl)).as_nanos() as u64
 }
 
-/// Client time `local_ns` as the library's clock type, for its rules.
-fn boot(local_ns: u64) -> BootInstant {
+/// A time in ns (a client's, or simulated time) as the library's clock type, for its rules.
+pub(super) fn boot(local_ns: u64) -> BootInstant {
     BootInstant::from_since_boot(Duration::from_nanos(local_ns))
 }
 
 /// [`boot`]'s inverse.
-fn local_of(at: BootInstant) -> u64 {
+pub(super) fn local_of(at: BootInstant) -> u64 {
     at.saturating_since(boot(0)).as_nanos() as u64
 }
 

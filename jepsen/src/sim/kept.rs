@@ -16,15 +16,12 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use weir_client::{BootInstant, keep_alive_credit, margin_for};
+use weir_client::{keep_alive_credit, margin_for};
 use weir_core::machine::{Command, Refusal, Reply, SessionId};
 
-use super::client::Door;
+use super::client::{Door, KEEPALIVES_PER_TTL, boot, local_of};
 use crate::history::Recorder;
 use crate::setup::TTL;
-
-/// Keep-alives per TTL (the library's).
-const KEEPALIVES_PER_TTL: u32 = 5;
 
 /// A session of [`TTL`] kept alive, and its belief deadline (simulated ns).
 pub struct Kept {
@@ -44,11 +41,6 @@ impl Drop for Kept {
     fn drop(&mut self) {
         self.keeper.abort();
     }
-}
-
-/// A point of the simulated clock as the library's clock type.
-fn at(ns: u64) -> BootInstant {
-    BootInstant::from_since_boot(std::time::Duration::from_nanos(ns))
 }
 
 /// The belief deadline of a lease acknowledged for a request credited at `sent_ns`.
@@ -94,8 +86,8 @@ async fn keep_alive(
             Ok((_, Reply::KeptAlive { .. })) => {
                 // The library's credit: the send time, whenever the answer arrived.
                 let every = TTL / KEEPALIVES_PER_TTL;
-                let credit = keep_alive_credit(at(sent), at(history.now_ns()), every);
-                let credit_ns = credit.saturating_since(at(0)).as_nanos() as u64;
+                let credit = keep_alive_credit(boot(sent), boot(history.now_ns()), every);
+                let credit_ns = local_of(credit);
                 deadline_ns.fetch_max(deadline_after(credit_ns), Ordering::Relaxed);
             }
             Ok((_, Reply::Refused(Refusal::UnknownSession { .. }))) => return,

@@ -29,13 +29,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
-use weir_client::{BootInstant, LocalBucket, Spend};
+use weir_client::{LocalBucket, Spend};
 use weir_core::machine::{
     AcquireParts, Command, LeasePart, LeaseTokens, Part, Priority, Refusal, Reply, SessionId,
 };
 use weir_proto::task::AbortOnDrop;
 
-use super::client::Door;
+use super::client::{Door, KEEPALIVES_PER_TTL, boot, local_of};
 use super::kept;
 use crate::history::{Kind, Recorder};
 use crate::rng::Rng;
@@ -57,13 +57,13 @@ const LIFE_MS: (u64, u64) = (1_000, 3_000);
 const STALL_PAST_TTL_MS: (u64, u64) = (200, 1_000);
 /// How long a holder spends on after its stall before it ends, ms.
 const AFTER_STALL_MS: (u64, u64) = (500, 1_500);
-/// Keep-alive periods per TTL (the library's): the holder renews its lease each period.
-const KEEPALIVES_PER_TTL: u32 = 5;
 /// A cluster taker's pause after a refusal, ms (each refusal is a log entry).
 const BUSY_PAUSE_MS: (u64, u64) = (20, 60);
 /// How long a cluster taker uses one session, ns: two thirds of its TTL.
 const TAKER_SESSION_NS: u64 = 2_000_000_000;
 const MICRO: u64 = 1_000_000;
+/// [`WANT_RATE`] in micro-tokens a second, as a lease request asks it.
+const WANT_RATE_MICRO: u64 = (WANT_RATE * MICRO as f64) as u64;
 
 /// The `lease-take` op of one take, as the harness records it.
 fn take_op(invoked: u64, local: bool) -> serde_json::Value {
@@ -81,12 +81,6 @@ pub async fn holder(process: u64, seed: u64, door: Door, history: Recorder, stop
     }
 }
 
-/// A point of the simulated clock as the library's clock type, so the library's bucket
-/// rules ([`LocalBucket`]) run on simulated time.
-fn at(ns: u64) -> BootInstant {
-    BootInstant::from_since_boot(Duration::from_nanos(ns))
-}
-
 /// The lease request of `session` numbered `seq`, asking what the holder wants and giving
 /// back `returned_micro`.
 fn lease_request(session: SessionId, seq: u64, returned_micro: u64) -> Command {
@@ -97,7 +91,7 @@ fn lease_request(session: SessionId, seq: u64, returned_micro: u64) -> Command {
         parts: vec![LeasePart {
             limit: LIMIT.0.into(),
             key: None,
-            rate_micro_per_s: (WANT_RATE * MICRO as f64) as u64,
+            rate_micro_per_s: WANT_RATE_MICRO,
             cap: WANT_CAP,
             returned_micro,
         }],
@@ -133,8 +127,8 @@ async fn life(
         json!({"event": "open", "limit": LIMIT.0, "session": session,
             "rate_micro_per_s": share.rate_micro_per_s, "cap": share.cap}),
     );
-    let bucket = Arc::new(Mutex::new(LocalBucket::new(at(history.now_ns()))));
-    lock(&bucket).adopt(&share, at(history.now_ns()));
+    let bucket = Arc::new(Mutex::new(LocalBucket::new(boot(history.now_ns()))));
+    lock(&bucket).adopt(&share, boot(history.now_ns()));
     let renewals = AbortOnDrop(tokio::spawn(renew(
         door.clone(),
         session,
@@ -198,7 +192,7 @@ async fn spend_until(
         let deadline_ns = deadline();
         let (spent, next_token) = {
             let mut b = lock(bucket);
-            let spent = b.spend(1, at(now), at(deadline_ns));
+            let spent = b.spend(1, boot(now), boot(deadline_ns));
             (spent, b.next_token_at())
         };
         let wake = match spent {
@@ -216,9 +210,7 @@ async fn spend_until(
             Spend::PastDeadline => now + 50_000_000,
             // Until the next whole token, or the deadline, or the end.
             Spend::Short => {
-                let next = next_token.map_or(now + 50_000_000, |t| {
-                    t.saturating_since(at(0)).as_nanos() as u64
-                });
+                let next = next_token.map_or(now + 50_000_000, local_of);
                 match deadline_ns > now {
                     true => next.min(deadline_ns),
                     false => next,
@@ -235,13 +227,13 @@ async fn spend_until(
 /// send, the share in the reply replaces the one held on its arrival, and a request whose
 /// outcome is unknown changes nothing. One request at a time, numbered after the open.
 async fn renew(door: Door, session: SessionId, bucket: Arc<Mutex<LocalBucket>>, history: Recorder) {
-    let want = ((WANT_RATE * MICRO as f64) as u64, WANT_CAP);
+    let want = (WANT_RATE_MICRO, WANT_CAP);
     for seq in 2.. {
         tokio::time::sleep(TTL / KEEPALIVES_PER_TTL).await;
-        let returned = lock(&bucket).lower_to(want.0, want.1, at(history.now_ns()));
+        let returned = lock(&bucket).lower_to(want.0, want.1, boot(history.now_ns()));
         match door.write(lease_request(session, seq, returned)).await {
             Ok((_, Reply::Leased(shares))) if shares.len() == 1 => {
-                lock(&bucket).adopt(&shares[0], at(history.now_ns()));
+                lock(&bucket).adopt(&shares[0], boot(history.now_ns()));
             }
             Ok((_, Reply::Refused(_))) => {
                 // The lease or its session ended on the cluster: nothing more is local.
