@@ -15,7 +15,10 @@
 //! - a node's proposer clock runs at the rate the simulation gave that node
 //!   ([`set_clock_rate`], [`clock_rate`]), as a machine whose oscillator is off would, and
 //!   its wall stamps are off by the skew the simulation gave it ([`set_wall_skew`],
-//!   [`wall_skew_ms`]), as a machine whose system clock is set wrong would.
+//!   [`wall_skew_ms`]), as a machine whose system clock is set wrong would;
+//! - the snapshot files' durable steps (a file's fsync, a rename, a directory's fsync) are
+//!   told to the simulation's hook ([`set_file_hook`], [`file_event`]), which keeps what a
+//!   power loss would leave of them (`sim::SnapshotImages`).
 //!
 //! Everything else a node does with time already goes through tokio's clock
 //! (`tokio::time::Instant`, sleeps, timeouts), which the paused runtime drives.
@@ -28,6 +31,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The simulated system clock's reading at [`enter`]: 2026-01-01T00:00:00Z, in ns.
@@ -42,6 +46,42 @@ thread_local! {
     static RATES: RefCell<BTreeMap<u64, f64>> = const { RefCell::new(BTreeMap::new()) };
     /// Each simulated node's wall-clock skew (ms), by node id.
     static WALL_SKEWS: RefCell<BTreeMap<u64, i64>> = const { RefCell::new(BTreeMap::new()) };
+    /// Where this thread's simulation hears of durable file steps ([`file_event`]).
+    static FILE_HOOK: RefCell<Option<FileHook>> = const { RefCell::new(None) };
+}
+
+/// A step that decides what of a file survives a power loss.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FileEvent {
+    /// The file's data, as it is now, was fsynced.
+    Synced(PathBuf),
+    /// The file was renamed (the names are durable at the directory's next fsync).
+    Renamed { from: PathBuf, to: PathBuf },
+    /// The directory was fsynced: its names, as they are now, are durable.
+    DirSynced(PathBuf),
+}
+
+/// What a simulation does with each [`FileEvent`].
+pub type FileHook = Box<dyn Fn(FileEvent)>;
+
+/// Gives this thread's simulation the hook that hears every [`FileEvent`] until [`enter`]'s
+/// guard drops. Outside a simulation this does nothing.
+pub fn set_file_hook(hook: FileHook) {
+    if on() {
+        FILE_HOOK.with(|h| *h.borrow_mut() = Some(hook));
+    }
+}
+
+/// Tells this thread's simulation of a durable file step; nothing outside one, or when no
+/// hook was given.
+pub fn file_event(event: FileEvent) {
+    if on() {
+        FILE_HOOK.with(|h| {
+            if let Some(hook) = h.borrow().as_ref() {
+                hook(event);
+            }
+        });
+    }
 }
 
 /// Turns simulation on for this thread until the guard drops, its random draws seeded by
@@ -79,6 +119,7 @@ impl Drop for Guard {
         STARTED.with(|s| s.set(None));
         RATES.with(|r| r.borrow_mut().clear());
         WALL_SKEWS.with(|w| w.borrow_mut().clear());
+        FILE_HOOK.with(|h| *h.borrow_mut() = None);
     }
 }
 

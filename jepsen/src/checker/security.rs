@@ -1,12 +1,17 @@
-//! Whether a `--secure` run was really secure: the `security` op that
-//! [`crate::secure::check`] recorded at the start, one row per probe of one node's port.
+//! Whether a run's ports refused what they must: the `security` op, one row per probe of
+//! one node's port. A `--secure` harness run records it at the start
+//! ([`crate::secure::check`]: TLS and tokens); the simulator records it at a run's end
+//! (`sim::trespass`: the edge's checks of a write, G8 and G10, probed under faults).
 //!
 //! - A probe that expected a refusal (plaintext, no token, an unknown token, a tenant asking
-//!   for status, plaintext HTTP, HTTPS without a token) and was served: **invalid** — the
-//!   node accepted what TLS and tokens exist to refuse.
+//!   for status, plaintext HTTP, HTTPS without a token; in the simulator, another
+//!   principal's keep-alive, acquire or close of a session, a write breaking an argument
+//!   bound) and was served: **invalid** — the node accepted what TLS, tokens and the edge
+//!   exist to refuse.
 //! - A refusal that did not carry its clear error (a tokenless hello must be told it needs a
-//!   token), or a control (the admin token over TLS) that was not served: **unknown** — a
-//!   node that refuses everything (dead, or TLS broken) proves nothing either way.
+//!   token), or a control (the admin token over TLS; the owner's own keep-alive) that was
+//!   not served: **unknown** — a node that refuses everything (dead, or TLS broken)
+//!   proves nothing either way.
 //! - No `security` op, or one without probes: unknown.
 
 use super::verdict::Verdict;

@@ -32,6 +32,7 @@ use serde_json::json;
 use weir_client::{BootInstant, keep_alive_credit, margin_for, told_at};
 use weir_core::machine::{Acquire, Command, Priority, Refusal, Reply, SessionId};
 use weir_proto::protocol::{Answer, Failure, Query};
+use weir_server::security::Principal;
 
 use super::links::NodeId;
 use super::world::World;
@@ -165,6 +166,9 @@ pub struct Door {
     node: Arc<Mutex<NodeId>>,
     /// The node that last let a try go unanswered, and when.
     suspect: Arc<Mutex<Option<(NodeId, tokio::time::Instant)>>>,
+    /// Who the client acts for: the anonymous principal (every session unowned), unless
+    /// changed by [`Door::acting_for`].
+    principal: Principal,
 }
 
 impl Door {
@@ -174,10 +178,18 @@ impl Door {
             endpoint,
             node: Arc::new(Mutex::new(1)),
             suspect: Arc::new(Mutex::new(None)),
+            principal: Principal::anonymous(),
         }
     }
 
-    fn node(&self) -> NodeId {
+    /// This door, its writes `principal`'s (as a connection authenticated by a token):
+    /// the sessions it opens are the principal's own.
+    pub fn acting_for(self, principal: Principal) -> Door {
+        Door { principal, ..self }
+    }
+
+    /// The node the door tries first: after an answer, the node that gave it.
+    pub fn node(&self) -> NodeId {
         *self.node.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -219,7 +231,10 @@ impl Door {
         }
         let answer = match ask {
             Ask::Write(command) => {
-                let answer = self.world.propose(node, command.clone()).await;
+                let answer = self
+                    .world
+                    .propose(node, &self.principal, command.clone())
+                    .await;
                 answer.map(|a| a.map(Got::Write))
             }
             Ask::Read(query) => {

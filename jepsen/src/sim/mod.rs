@@ -9,7 +9,8 @@
 //! with a waiter queued behind it), [`halts`] (halts and admissions in their scope),
 //! [`keyed`] (requests of several parts of keyed limits, and the drain of their keys),
 //! [`leased`] (a token-lease holder spending locally beside cluster takers),
-//! [`ledger`] (settlements and the final reads of their charges), [`kept`] (a session
+//! [`ledger`] (settlements and the final reads of their charges), [`trespass`] (writes the
+//! edge must refuse: bad arguments, another's session), [`kept`] (a session
 //! kept alive and its belief deadline), [`client`] (permit
 //! processes and their belief, and the door every process writes and reads through), [`world`] (the nodes' lives), [`net`] (delivery on
 //! simulated time), [`links`] (the network's faults and fates), [`schedule`] (the faults
@@ -27,6 +28,7 @@ pub mod halts;
 pub mod keyed;
 pub mod leased;
 pub mod ledger;
+pub mod trespass;
 pub mod kept;
 pub mod client;
 pub mod world;

@@ -3,12 +3,13 @@
 //!
 //! Owns the run's phases: start the nodes (found on node 1), define the limits, run the
 //! permit clients, the ledgers, the halter with its admitters and queued rounds, the
-//! requests of several parts, the token-lease holder with its cluster takers, and the
-//! nemesis for the workload's time beside a monitor (digests, log clocks), stop the
-//! processes, heal everything, play the client-kill scene on the healed cluster, read what
-//! every settlement key was charged, drain every keyed bucket key named, let the cluster settle (bounded) and record the
-//! finals as the harness does (a `converge` fact: every node's digest at one applied
-//! index), then judge the history with the harness's own checkers.
+//! requests of several parts, the token-lease holder with its cluster takers, the
+//! trespasser, and the nemesis for the workload's time beside a monitor (digests, log
+//! clocks), stop the processes, heal everything, play the client-kill scene and one more
+//! trespass on the healed cluster, read what every settlement key was charged, drain every
+//! keyed bucket key named, let the cluster settle (bounded) and record the finals as the
+//! harness does (a `converge` fact: every node's digest at one applied index), then judge
+//! the history with the harness's own checkers.
 //!
 //! Invariants:
 //! - Everything the run decides comes from its seed: the schedule, the clients' seeds and
@@ -39,6 +40,7 @@ use super::links::NodeId;
 use super::nemesis;
 use super::panics;
 use super::schedule;
+use super::trespass::{self, TRESPASS_BASE, Trespasser};
 use super::world::World;
 use crate::checker::{self, Verdict};
 use crate::history::{Kind, NEMESIS, Op, Recorder};
@@ -195,7 +197,7 @@ fn pairs(ops: &[Op]) -> Verdict {
 /// Every checker that applies to a simulated run. Capacity reads the cluster's own
 /// high-water mark (`LimitStatus`), which the simulator does not read: it judges what it
 /// can and says unknown for the rest, so it is not expected to judge.
-pub const CHECKERS: [Checker; 16] = [
+pub const CHECKERS: [Checker; 17] = [
     ("pairs", pairs, true),
     ("P1 permits", checker::permits::check, true),
     ("P2 fences", checker::fences::check, true),
@@ -212,6 +214,7 @@ pub const CHECKERS: [Checker; 16] = [
     ("linearizable", checker::linearizable::check, true),
     ("strands", checker::strands::check, true),
     ("kept", checker::kept::check, false),
+    ("security", checker::security::check, true),
 ];
 
 /// Judges `ops` by every checker.
@@ -302,6 +305,14 @@ async fn carry_out(
         )));
     }
     tasks.extend(others(&world, &mut rng, history, &stop));
+    let trespasser = Trespasser::new(
+        TRESPASS_BASE,
+        Door::new(world.clone(), CLIENT_ENDPOINT_BASE + TRESPASS_BASE),
+        Door::new(world.clone(), CLIENT_ENDPOINT_BASE + TRESPASS_BASE + 1),
+        history.clone(),
+    );
+    let run = trespass::trespass(trespasser.clone(), rng.next_u64(), stop.clone());
+    tasks.push(tokio::spawn(run));
     let monitor = tokio::spawn(monitor(world.clone(), history.clone()));
     let nemesis = tokio::spawn(nemesis::run(world.clone(), plan, history.clone(), holders));
     tokio::time::sleep(Duration::from_millis(config.workload_ms)).await;
@@ -333,6 +344,8 @@ async fn carry_out(
         history,
     )
     .await?;
+    trespasser.round(rng.next_u64()).await;
+    trespasser.finish();
     ledger::final_reads(&door(LEDGER_BASE - 1), history).await;
     keyed::drain(&door(KEYED_BASE - 1), history).await;
     let finals = settle(&world, history).await;

@@ -1,15 +1,17 @@
 //! The simulated cluster: every node's own code (`weir_server::sim::SimNode`) on the run's
-//! network, each with its own in-memory disk that survives its crashes.
+//! network, each with its own in-memory log disk and snapshot directory that survive its
+//! crashes.
 //!
-//! Owns the nodes' lives: start, found, crash (the node stopped whole, then its disk loses
-//! what it had not synced, sometimes tearing a write) and restart on the same disk; and
+//! Owns the nodes' lives: start, found, crash (the node stopped whole, then its log disk
+//! loses what it had not synced, sometimes tearing a write, and its snapshot files go back
+//! to what their fsyncs made durable) and restart on the same disk; and
 //! the door the clients write and read through ([`World::propose`], [`World::read`]).
 //!
 //! Invariants:
 //! - A node is in `live` exactly while it runs; a crashed node is marked dead on the
 //!   network before anything else, so nothing it sends or answers arrives after.
-//! - A node's disk is crashed only after every task of the node has stopped, so no write
-//!   of the old incarnation lands on the disk the new one starts from.
+//! - A node's disk and snapshot files are crashed only after every task of the node has
+//!   stopped, so no write of the old incarnation lands on what the new one starts from.
 //! - Nothing here draws randomness: the nemesis decides, the world does.
 
 use std::collections::BTreeMap;
@@ -21,7 +23,8 @@ use tokio::sync::watch;
 use weir_core::machine::{Command, Reply};
 use weir_proto::protocol::{Answer, Failure, Query};
 use weir_server::raft::network::{PeerRequest, PeerResponse};
-use weir_server::sim::{MemDisk, NodeSpec, SimNode, Transport};
+use weir_server::security::Principal;
+use weir_server::sim::{MemDisk, NodeSpec, SimNode, SnapshotImages, Transport};
 
 use super::links::NodeId;
 use super::net::{Boxed, Endpoint, Net};
@@ -33,6 +36,12 @@ pub type PeerNet = Net<PeerRequest, PeerResponse>;
 /// each node draws its own once, from the seed, inside the default range's width (150 ms),
 /// so elections split and tie as often as on real nodes.
 pub const ELECTION_SPREAD_MS: u64 = 150;
+
+/// How many entries the nodes apply between snapshots, drawn once a run in this range: a
+/// run applies some 600 to 1,000 entries, so every run builds snapshots and purges its log
+/// behind them before its faults are over, and crashes and lagging followers meet them
+/// (a crash restarts from `snapshot.bin`; a follower behind the purge is sent one).
+pub const SNAPSHOT_EVERY: (u64, u64) = (40, 240);
 
 /// How many times a crash yields for the node's in-flight calls to let go of it: each
 /// call races the node's end, so one yield is enough; the bound turns a leak into an error.
@@ -92,17 +101,20 @@ pub struct World {
     disks: BTreeMap<NodeId, MemDisk>,
     /// Each node's snapshot directory lives under here; removed on drop.
     dir: PathBuf,
+    /// What a crash leaves of each node's snapshot files.
+    images: SnapshotImages,
     live: Mutex<BTreeMap<NodeId, Live>>,
 }
 
 impl World {
     /// Starts `rates.len()` nodes (ids from 1), each at its clock rate and with its wall
     /// skew (`wall_skews_ms`, in the same order), with the node's default timings but an
-    /// election timeout of its own, on a network drawn from `seed`, and founds the cluster
-    /// on node 1.
+    /// election timeout of its own and a snapshot every [`SNAPSHOT_EVERY`] entries, on a
+    /// network drawn from `seed`, and founds the cluster on node 1.
     pub async fn start(seed: u64, rates: &[f64], wall_skews_ms: &[i64]) -> Result<World, String> {
         let mut rng = crate::rng::Rng::new(seed);
         let members: Vec<NodeId> = (1..=rates.len() as u64).collect();
+        let snapshot_every = rng.range(SNAPSHOT_EVERY.0, SNAPSHOT_EVERY.1);
         let specs = members
             .iter()
             .zip(rates)
@@ -112,6 +124,7 @@ impl World {
                 spec.election_timeout_ms += rng.range(0, ELECTION_SPREAD_MS);
                 spec.clock_rate = *rate;
                 spec.wall_skew_ms = wall_skews_ms.get(i).copied().unwrap_or(0);
+                spec.snapshot_every = snapshot_every;
                 spec
             })
             .collect();
@@ -125,8 +138,10 @@ impl World {
             specs,
             disks: members.iter().map(|id| (*id, MemDisk::new())).collect(),
             dir,
+            images: SnapshotImages::default(),
             live: Mutex::new(BTreeMap::new()),
         };
+        weir_server::simulated::set_file_hook(world.images.hook());
         for id in &members {
             world.run(*id).await?;
         }
@@ -151,7 +166,7 @@ impl World {
     /// Starts node `id` on its disk and marks it alive on the network.
     async fn run(&self, id: NodeId) -> Result<(), String> {
         let spec = &self.specs[id as usize - 1];
-        let dir = self.dir.join(format!("node{id}"));
+        let dir = self.node_dir(id);
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let wire: Arc<dyn Transport> = Arc::new(Wire(self.net.clone()));
         let node = Arc::new(SimNode::start(spec, &self.disks[&id], &dir, wire).await?);
@@ -166,13 +181,19 @@ impl World {
         Ok(())
     }
 
+    /// Node `id`'s snapshot directory.
+    fn node_dir(&self, id: NodeId) -> PathBuf {
+        self.dir.join(format!("node{id}"))
+    }
+
     /// Whether node `id` runs.
     pub fn is_live(&self, id: NodeId) -> bool {
         self.lock().contains_key(&id)
     }
 
     /// Crashes node `id`: its tasks stop, then its disk loses every unsynced write (with
-    /// `tear`, the oldest one's first bytes survive). A node already down stays down.
+    /// `tear`, the oldest one's first bytes survive) and its snapshot files go back to what
+    /// their fsyncs made durable. A node already down stays down.
     pub async fn crash(&self, id: NodeId, tear: Option<usize>) -> Result<(), String> {
         self.net.change(|l| l.set_dead(id, true));
         self.net.detach(id);
@@ -186,7 +207,11 @@ impl World {
                 Ok(owned) => {
                     owned.kill().await;
                     self.disks[&id].crash(tear);
-                    return Ok(());
+                    let dir = self.node_dir(id);
+                    return self
+                        .images
+                        .crash(&dir)
+                        .map_err(|e| format!("{}: {e}", dir.display()));
                 }
                 Err(shared) => {
                     node = shared;
@@ -253,12 +278,13 @@ impl World {
     pub async fn propose(
         &self,
         id: NodeId,
+        principal: &Principal,
         command: Command,
     ) -> Option<Result<(u64, Reply), Failure>> {
         let (node, mut ended) = self.handle(id)?;
         tokio::select! {
             biased;
-            answer = node.propose(command) => Some(answer),
+            answer = node.propose(principal, command) => Some(answer),
             _ = ended.wait_for(|e| *e) => None,
         }
     }

@@ -25,6 +25,9 @@
 //! - Loading checks the frame (magic, version, length, checksum streamed over the
 //!   payload) before it decodes a byte, then restores the machine from the file with its
 //!   own frame's checks (`Machine::restore_from`): damage is an error naming the file.
+//! - Each durable step (the temporary file's fsync, the rename, the directory's fsync) is
+//!   told to a simulation ([`simulated::file_event`]), which keeps what a power loss would
+//!   leave; outside one the call does nothing.
 //! - Nothing here holds a snapshot's bytes: memory is a buffer of
 //!   [`COPY_BUFFER_BYTES`], whatever the snapshot's size.
 
@@ -32,6 +35,7 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use super::SnapshotMeta;
+use crate::simulated::{self, FileEvent};
 use weir_core::bounds::SNAPSHOT_BYTES_MAX;
 use weir_core::codec::{self, FrameError};
 use weir_core::machine::{Frozen, Machine};
@@ -163,22 +167,29 @@ pub fn write_temporary(
     data: Data<'_>,
     synced: bool,
 ) -> io::Result<Written> {
-    let mut f = crate::private_files::create(&dir.join(TEMPORARY_FILE))?;
+    let path = dir.join(TEMPORARY_FILE);
+    let mut f = crate::private_files::create(&path)?;
     let written = write_frame(&mut f, meta, data)?;
     if synced {
         f.sync_all()?;
+        simulated::file_event(FileEvent::Synced(path));
     }
     Ok(written)
 }
 
 /// Renames the file [`write_temporary`] wrote over `dir/snapshot.bin`.
 pub fn rename_temporary(dir: &Path) -> io::Result<()> {
-    std::fs::rename(dir.join(TEMPORARY_FILE), dir.join(SNAPSHOT_FILE))
+    let (from, to) = (dir.join(TEMPORARY_FILE), dir.join(SNAPSHOT_FILE));
+    std::fs::rename(&from, &to)?;
+    simulated::file_event(FileEvent::Renamed { from, to });
+    Ok(())
 }
 
 /// Fsyncs `dir`, so that a rename in it is durable.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
-    std::fs::File::open(dir)?.sync_all()
+    std::fs::File::open(dir)?.sync_all()?;
+    simulated::file_event(FileEvent::DirSynced(dir.to_owned()));
+    Ok(())
 }
 
 /// The snapshot file's path in `dir`.

@@ -71,12 +71,11 @@ use super::routing;
 use crate::accept::accept_loop;
 use crate::raft::{GroupId, NodeAddr};
 use crate::security::{Principal, Tokens, authorize};
-use crate::session_owner::{OwnerCheck, check_owner};
 use crate::shutdown::Shutdown;
 use weir_core::bounds::{
     FRAME_READ_TIMEOUT_MS, HELLO_FRAME_MAX, NODE_OUTBOX_FRAMES_MAX, READ_BUFFER_BYTES,
 };
-use weir_core::machine::{Applied, Command, Effect, Event, Reply, SessionId};
+use weir_core::machine::{Applied, Effect, Event, Reply, SessionId};
 use weir_proto::protocol::{
     CLIENT_FRAME_MAX, ClientFrame, Failure, PROTOCOL_VERSION, PROTOCOL_VERSION_MIN, Request,
     Response, ServerFrame, refused_before_5,
@@ -464,48 +463,16 @@ async fn greet(
     Ok(Some((principal, version, ctx, counted)))
 }
 
-/// Refuses (`Forbidden`) a request on a session another principal opened, by the shared
-/// rule ([`check_owner`]). An admin may end any session (G10): close it, or release a
-/// ticket of it, so that a revoked principal's permits can be freed before its session
-/// expires; keeping another's session alive or acquiring in it stays its owner's alone.
-///
-/// A session this node has not applied yet may be one a new leader has committed but not
-/// applied: then the check waits for a quorum round (`ensure_linearizable`, which also
-/// waits for the state to be applied up to the commit index) and looks again, so no
-/// committed session's owner is missed. A session still unknown then is left to the
-/// machine, which refuses it `UnknownSession`. The wait holds this connection's reading for
-/// one round, and only for a request naming a session this node does not have.
+/// Refuses (`Forbidden`) a write on a session another principal opened, by the edge's
+/// rule ([`edge::owned`]): an admin may end any session (G10), close it or release a ticket
+/// of it, so that a revoked principal's permits can be freed before its session expires;
+/// keeping another's session alive or acquiring in it stays its owner's alone. A session
+/// this node has not applied yet holds this connection's reading for one quorum round.
 async fn owned(ctx: &Ctx, principal: &Principal, request: &Request) -> Result<(), Failure> {
     let Request::Write(command) = request else {
         return Ok(());
     };
-    let Some(session) = command.session() else {
-        return Ok(());
-    };
-    let ends = matches!(
-        command.effect(),
-        Effect::Closes { .. } | Effect::Releases { .. }
-    );
-    if ends && principal.role == crate::security::Role::Admin {
-        return Ok(());
-    }
-    // PLANTED(owner-skipped): a keep-alive skips the owner check.
-    if weir_core::planted::is(weir_core::planted::Plant::OwnerSkipped)
-        && matches!(command, Command::KeepAlive { .. })
-    {
-        return Ok(());
-    }
-    let mut check = check_owner(&ctx.state, principal, session);
-    if check == OwnerCheck::Unknown {
-        if let Err(e) = ctx.raft.ensure_linearizable().await {
-            return Err(super::leader::read_failure(&ctx.raft, e));
-        }
-        check = check_owner(&ctx.state, principal, session);
-    }
-    match check {
-        OwnerCheck::Forbidden(why) => Err(Failure::Forbidden(why)),
-        OwnerCheck::Allowed | OwnerCheck::Unknown => Ok(()),
-    }
+    edge::owned(&ctx.raft, &ctx.state, principal, command).await
 }
 
 /// The edge's checks of one request before it is served ([`edge`]): a write's arguments,

@@ -15,9 +15,10 @@
 //!   `OpenSessionFor` a client filled in itself) is proposed as `OpenSessionFor` with the
 //!   connection's principal as owner and a random nonce drawn here, never the client's,
 //!   below 2^53 ([`SESSION_ID_DRAWN_MAX`]) so that JSON parsers of doubles read it exactly.
-//! - A session's owner (G10): the client port checks the machine's record of who opened
-//!   the session ([`weir_core::machine::Machine::session_owner`]) before a keep-alive, acquire,
-//!   release or close of it goes on.
+//! - A session's owner (G10, [`owned`]): the machine's record of who opened the session
+//!   ([`weir_core::machine::Machine::session_owner`]) is checked before a keep-alive,
+//!   acquire, release or close of it goes on, by the client port, the in-process writer of
+//!   the front doors ([`super::local_write`]) and the simulated node alike.
 //!
 //! Bounds that depend on the state (sessions, limits, tickets, waiters open at once) are the
 //! machine's: only log order can judge them.
@@ -25,6 +26,12 @@
 use weir_core::bounds::{ADDR_BYTES_MAX, MEMBERS_MAX, SESSION_ID_DRAWN_MAX};
 use weir_core::machine::{Command, Effect, Owner};
 use weir_proto::protocol::Failure;
+
+use super::leader::read_failure;
+use crate::raft::Raft;
+use crate::raft::state_store::AppliedState;
+use crate::security::{Principal, Role};
+use crate::session_owner::{OwnerCheck, check_owner};
 
 /// The command to propose for a client's `command`: an open becomes `OpenSessionFor` for
 /// `owner`, with a nonce from the OS (the session's id, so ids are unguessable) of at most
@@ -59,6 +66,52 @@ pub fn check_write(command: &Command) -> Result<(), Failure> {
     command
         .validate()
         .map_err(|refusal| Failure::BadRequest(refusal.to_string()))
+}
+
+/// The session-owner rule (G10) for a write `principal` sends: a command naming a session
+/// goes on only if this node's machine records the session as unowned or as the
+/// principal's own, except that an admin may end any session (close it, release its
+/// tickets).
+///
+/// A session this node has not applied yet may be one a new leader has committed but not
+/// applied: then the check waits for a quorum round (`ensure_linearizable`, which also
+/// waits for the state to be applied up to the commit index) and looks again, so no
+/// committed session's owner is missed. A session still unknown then is left to the
+/// machine, which refuses it `UnknownSession`. The wait holds its caller for one round, and
+/// only for a request naming a session this node does not have.
+pub async fn owned(
+    raft: &Raft,
+    state: &AppliedState,
+    principal: &Principal,
+    command: &Command,
+) -> Result<(), Failure> {
+    let Some(session) = command.session() else {
+        return Ok(());
+    };
+    let ends = matches!(
+        command.effect(),
+        Effect::Closes { .. } | Effect::Releases { .. }
+    );
+    if ends && principal.role == Role::Admin {
+        return Ok(());
+    }
+    // PLANTED(owner-skipped): a keep-alive skips the owner check.
+    if weir_core::planted::is(weir_core::planted::Plant::OwnerSkipped)
+        && matches!(command, Command::KeepAlive { .. })
+    {
+        return Ok(());
+    }
+    let mut check = check_owner(state, principal, session);
+    if check == OwnerCheck::Unknown {
+        if let Err(e) = raft.ensure_linearizable().await {
+            return Err(read_failure(raft, e));
+        }
+        check = check_owner(state, principal, session);
+    }
+    match check {
+        OwnerCheck::Forbidden(why) => Err(Failure::Forbidden(why)),
+        OwnerCheck::Allowed | OwnerCheck::Unknown => Ok(()),
+    }
 }
 
 /// Checks an `AddNode` before openraft sees it: its addresses' lengths, and that the cluster,

@@ -2,7 +2,7 @@
 //! Envoy service), without the loopback hop through an internal client: the checks
 //! [`super::client_port`] makes of a write, with the same functions — the principal's role
 //! ([`authorize()`]), the command's arguments ([`edge::check_write`]), the session's owner
-//! ([`check_owner`], with one quorum round for a session not applied here yet), an open
+//! ([`edge::owned`], with one quorum round for a session not applied here yet), an open
 //! bound to its principal ([`edge::bind_open`]), the tenant's group ([`route_in`]: a node
 //! of several groups proposes here only for the tenants of the group it writes to) — then
 //! the proposer.
@@ -14,18 +14,16 @@
 
 use std::sync::Arc;
 
-use weir_core::machine::{Command, Effect, Reply};
+use weir_core::machine::{Command, Reply};
 use weir_proto::protocol::{Failure, Request};
 
 use super::ctx::Metadata;
 use super::edge;
-use super::leader::read_failure;
 use super::proposer::Proposer;
 use super::routing::route_in;
 use crate::raft::state_store::AppliedState;
 use crate::raft::{GroupId, Raft};
-use crate::security::{Principal, Role, authorize};
-use crate::session_owner::{OwnerCheck, check_owner};
+use crate::security::{Principal, authorize};
 
 /// Writes through this node's proposer as the client port does (module doc).
 #[derive(Clone)]
@@ -49,36 +47,10 @@ impl LocalWriter {
             unreachable!("a write was made above");
         };
         edge::check_write(&command)?;
-        self.owned(principal, &command).await?;
+        edge::owned(&self.raft, &self.state, principal, &command).await?;
         let command = edge::bind_open(command, principal.owner())?;
         let (_, reply) = self.proposer.propose(command).await?;
         crate::metrics::get().replied(&reply);
         Ok(reply)
-    }
-
-    /// The session-owner rule of the client port: an admin may end any session; otherwise
-    /// the session must be unowned or the principal's own.
-    async fn owned(&self, principal: &Principal, command: &Command) -> Result<(), Failure> {
-        let Some(session) = command.session() else {
-            return Ok(());
-        };
-        let ends = matches!(
-            command.effect(),
-            Effect::Closes { .. } | Effect::Releases { .. }
-        );
-        if ends && principal.role == Role::Admin {
-            return Ok(());
-        }
-        let mut check = check_owner(&self.state, principal, session);
-        if check == OwnerCheck::Unknown {
-            if let Err(e) = self.raft.ensure_linearizable().await {
-                return Err(read_failure(&self.raft, e));
-            }
-            check = check_owner(&self.state, principal, session);
-        }
-        match check {
-            OwnerCheck::Forbidden(why) => Err(Failure::Forbidden(why)),
-            OwnerCheck::Allowed | OwnerCheck::Unknown => Ok(()),
-        }
     }
 }

@@ -45,6 +45,7 @@ use openraft::EntryPayload;
 use super::{MemDisk, NodeSpec, PeerRequest, SimNode, Transport, runtime};
 use crate::raft::NodeId;
 use crate::raft::in_process::Carried;
+use crate::security::Principal;
 use weir_core::machine::{Acquire, Command, Priority, Refusal, Reply};
 
 /// What to simulate.
@@ -293,7 +294,7 @@ async fn propose(
                 .spend(to, None, Duration::from_micros(world.shape.leader_us))
                 .await;
             world.apply(group, to, 1).await;
-            match node.propose(command.clone()).await {
+            match node.propose(&Principal::anonymous(), command.clone()).await {
                 Ok((_, reply)) => return Some(reply),
                 Err(_) => *retried.lock().unwrap() += 1,
             }

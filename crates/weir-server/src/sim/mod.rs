@@ -6,7 +6,7 @@
 //! What is the node's own code here: openraft with Weir's log store (the WAL and its
 //! writer) and state store (the machine, snapshots, their files), the stand-in's backstop
 //! elections, the proposer with its stamper and ticks, the linearizable reader, and the
-//! edge's checks on a client's write. What is not: the client and peer ports (TCP, TLS,
+//! edge's checks on a client's write (its arguments, its session's owner). What is not: the client and peer ports (TCP, TLS,
 //! frames, the hello) and the front doors; a simulated client calls [`SimNode::propose`]
 //! where the client port would, and the simulation's [`Transport`] carries peer requests to
 //! [`SimNode::answer`] where the peer port would.
@@ -27,11 +27,14 @@
 //!   The simulation drops the node's messages before calling `kill` and crashes its disk
 //!   after.
 //! - A node restarted on the same [`MemDisk`] and directory recovers what was durable:
-//!   its log from the disk's durable images, its machine from `snapshot.bin` (snapshot files
-//!   are real files in the node's directory and are not fault-injected).
+//!   its log from the disk's durable images, its machine from `snapshot.bin`. Snapshot files
+//!   are real files in the node's directory; what a power loss leaves of them is kept by
+//!   [`SnapshotImages`] from the steps the node tells it, and put back when the simulation
+//!   crashes the node.
 
 mod disk;
 pub mod groups;
+mod snapshot_images;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -41,6 +44,7 @@ use openraft::storage::RaftLogStorage;
 
 pub use crate::raft::in_process::Transport;
 pub use disk::MemDisk;
+pub use snapshot_images::SnapshotImages;
 
 use crate::config::{ProposerConfig, RaftConfig};
 use crate::raft::log_store::LogStore;
@@ -48,6 +52,7 @@ use crate::raft::network::{PeerRequest, PeerResponse, answer};
 use crate::raft::stand_in::StandIn;
 use crate::raft::state_store::{AppliedState, StateStore};
 use crate::raft::{NodeAddr, NodeId, Raft};
+use crate::security::Principal;
 use crate::server::edge;
 use crate::server::proposer::{Outcome, Proposer};
 use crate::server::reader::Reader;
@@ -222,11 +227,13 @@ impl SimNode {
         answer(&self.raft, &self.stand_in, request).await
     }
 
-    /// A client's write, checked as the client port checks it (an open draws its session id
-    /// from the seed), through the proposer.
-    pub async fn propose(&self, command: Command) -> Outcome {
+    /// A write of `principal`'s, checked as the client port checks it (the arguments, the
+    /// session's owner; an open is bound to the principal and draws its session id from the
+    /// seed), through the proposer.
+    pub async fn propose(&self, principal: &Principal, command: Command) -> Outcome {
         edge::check_write(&command)?;
-        let command = edge::bind_open(command, None)?;
+        edge::owned(&self.raft, &self.state, principal, &command).await?;
+        let command = edge::bind_open(command, principal.owner())?;
         self.proposer.propose(command).await
     }
 

@@ -91,7 +91,10 @@ fn run(seed: u64, root: &Path) -> Vec<String> {
         for _ in 0..20 {
             let node = net.reachable(l).unwrap();
             let (index, reply) = node
-                .propose(Command::OpenSession { ttl_ms: 5_000 })
+                .propose(
+                    &Principal::anonymous(),
+                    Command::OpenSession { ttl_ms: 5_000 },
+                )
                 .await
                 .unwrap();
             let Reply::SessionOpened { session, .. } = reply else {
@@ -107,7 +110,10 @@ fn run(seed: u64, root: &Path) -> Vec<String> {
         trace.push(format!("{} killed {victim}", at()));
         let node = net.reachable(l).unwrap();
         let (index, _) = node
-            .propose(Command::OpenSession { ttl_ms: 5_000 })
+            .propose(
+                &Principal::anonymous(),
+                Command::OpenSession { ttl_ms: 5_000 },
+            )
             .await
             .unwrap();
         trace.push(format!(
