@@ -87,7 +87,9 @@ pub struct ProposerConfig {
     /// Most commands batched into one entry. Default 1,024.
     pub batch_max: usize,
     /// Entries proposed but not yet committed, at most. Default 2: one fsyncing while the
-    /// next fills.
+    /// next fills. On a node of several groups, each data group's own bound, and the bound
+    /// the node's data groups share (a group that waits 20 ms for a shared slot proposes
+    /// without one: `server::proposer`).
     pub in_flight_max: usize,
     /// How often the leader proposes a tick while time alone can change state, ms.
     /// Default 100: the granularity of lease expiry and of refills for waiting tickets.

@@ -38,7 +38,7 @@ use super::data_dir::prepare_data_dir;
 use super::front::{Doors, FrontDoors};
 use super::groups_dir::group_dirs;
 use super::local_write::LocalWriter;
-use super::proposer::Proposer;
+use super::proposer::{Proposer, SharedSlots};
 use super::reader::Reader;
 use crate::config::Config;
 use crate::raft::cluster_identity::{ClusterId, ClusterIdentity};
@@ -124,6 +124,9 @@ impl Node {
             &shutdown,
         )
         .await?;
+        // The data groups' proposers share the node's in-flight slots (proposer module doc);
+        // the metadata group's rare writes take none.
+        let shared = (config.groups > 1).then(|| SharedSlots::new(config.proposer.in_flight_max));
         let mut groups = BTreeMap::new();
         for (group, raft) in rafts {
             let Some((state, startup_last)) = applied.remove(&group) else {
@@ -135,6 +138,7 @@ impl Node {
                     raft.clone(),
                     state.clone(),
                     config.proposer.clone(),
+                    shared.clone().filter(|_| group != SOLE_GROUP),
                     shutdown.clone(),
                 ),
                 reader: Reader::start(raft.clone(), state.clone(), startup_last, shutdown.clone()),

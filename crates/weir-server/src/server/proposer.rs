@@ -7,6 +7,16 @@
 //! proposed and not yet answered), takes what arrived meanwhile, and proposes: under load the
 //! batch grows by itself while the previous entry fsyncs.
 //!
+//! Shared slots: on a node of several groups, every data group's proposer also takes one of
+//! the node's [`SharedSlots`] (as many as `in_flight_max`) for each entry, so that the
+//! node's leaders together keep about as many entries in flight as one group would, and
+//! each group's batch grows while the others' entries commit, instead of every group
+//! writing, replicating and fsyncing its own small entries (`docs/benchmarks.md`, "Several
+//! groups in one process"). A proposer waits at most [`SHARED_WAIT_MAX`] for a shared slot
+//! and then proposes without one: a group whose entries cannot commit (its quorum lost)
+//! holds shared slots until its commit waiters give up, and must not stop the node's other
+//! groups, only slow each of their entries by that wait.
+//!
 //! Stamps: `clock_ms` is this process's monotonic clock (ms since the proposer started) and
 //! the leadership is (current term, this node, this proposer's incarnation), read when the
 //! batch is stamped. Batches are
@@ -74,6 +84,32 @@ struct QueuedWrite {
     answer: oneshot::Sender<Outcome>,
 }
 
+/// How long a proposer waits for one of its node's [`SharedSlots`] before it proposes
+/// without one. Above a loaded commit (a few ms, `docs/benchmarks.md`), so that under load
+/// the shared slots, not this bound, pace the groups; far below an election, so that a group
+/// stuck without its quorum slows the others' entries only by this much each.
+pub const SHARED_WAIT_MAX: Duration = Duration::from_millis(20);
+
+/// The in-flight slots the proposers of one node's data groups share (module doc); clones
+/// share them.
+#[derive(Clone)]
+pub struct SharedSlots(Arc<Semaphore>);
+
+impl SharedSlots {
+    /// `slots` shared slots: the node's `in_flight_max`.
+    pub fn new(slots: usize) -> SharedSlots {
+        SharedSlots(Arc::new(Semaphore::new(slots)))
+    }
+}
+
+/// An entry's hold on the in-flight slots: its group's own, and one of the node's shared
+/// slots unless it waited [`SHARED_WAIT_MAX`] in vain (or the node has one group). Dropped
+/// when the entry is answered.
+struct Slots {
+    _own: OwnedSemaphorePermit,
+    _shared: Option<OwnedSemaphorePermit>,
+}
+
 /// Encoded bytes of commands one entry may carry: the entry bound less its header.
 const BATCH_BYTES_MAX: usize = ENTRY_BYTES_MAX - ENTRY_HEADER_BYTES;
 
@@ -84,16 +120,18 @@ pub struct Proposer {
 }
 
 impl Proposer {
-    /// Starts the proposer task for `raft` (node `id`).
+    /// Starts the proposer task for `raft` (node `id`), taking one of `shared` for each
+    /// entry too when given (a data group's proposer on a node of several groups).
     pub fn start(
         id: NodeId,
         raft: Raft,
         state: Arc<AppliedState>,
         config: ProposerConfig,
+        shared: Option<SharedSlots>,
         shutdown: Shutdown,
     ) -> Proposer {
         let (tx, rx) = mpsc::channel(PROPOSE_QUEUE_MAX);
-        tokio::spawn(run(id, raft, state, config, rx, shutdown));
+        tokio::spawn(run(id, raft, state, config, shared, rx, shutdown));
         Proposer { tx }
     }
 
@@ -126,6 +164,7 @@ async fn run(
     raft: Raft,
     state: Arc<AppliedState>,
     config: ProposerConfig,
+    shared: Option<SharedSlots>,
     mut rx: mpsc::Receiver<QueuedWrite>,
     mut shutdown: Shutdown,
 ) {
@@ -140,7 +179,7 @@ async fn run(
             &mut rx,
             &mut held_over,
             &mut shutdown,
-            &in_flight,
+            (&in_flight, shared.as_ref()),
             last_proposed + tick,
             config.batch_max,
             &raft,
@@ -213,7 +252,7 @@ async fn wait_for_commit(
     raft: Raft,
     term: u64,
     receiver: oneshot::Receiver<ClientWriteResult<TypeConfig>>,
-    permit: OwnedSemaphorePermit,
+    permit: Slots,
     answers: Vec<oneshot::Sender<Outcome>>,
     proposed: Instant,
 ) {
@@ -241,12 +280,13 @@ async fn wait_for_commit(
 /// A gathered batch: ready to propose with its in-flight slot, or to be answered
 /// `NotLeader` because this node does not lead.
 enum Gathered {
-    Ready(Vec<QueuedWrite>, OwnedSemaphorePermit),
+    Ready(Vec<QueuedWrite>, Slots),
     NotLeading(Vec<QueuedWrite>),
 }
 
 /// Waits for the first command (`held_over` from the last batch, else the queue's) or the
-/// tick deadline `tick_at`, then, while this node leads, for an in-flight slot, taking
+/// tick deadline `tick_at`, then, while this node leads, for an in-flight slot of its own
+/// and, with shared slots, for one of them (at most [`SHARED_WAIT_MAX`]), taking
 /// everything queued meanwhile (up to `batch_max` commands and [`BATCH_BYTES_MAX`] bytes;
 /// the command that would cross the byte bound is left in `held_over`). The batch is empty
 /// only when the tick fired and nothing arrived. A node that does not lead, or stops
@@ -257,7 +297,7 @@ async fn gather(
     rx: &mut mpsc::Receiver<QueuedWrite>,
     held_over: &mut Option<QueuedWrite>,
     shutdown: &mut Shutdown,
-    in_flight: &Arc<Semaphore>,
+    (in_flight, shared): (&Arc<Semaphore>, Option<&SharedSlots>),
     tick_at: Instant,
     batch_max: usize,
     raft: &Raft,
@@ -284,8 +324,25 @@ async fn gather(
             return Some(Gathered::NotLeading(batch.writes));
         }
     };
+    let shared = match shared {
+        None => None,
+        Some(SharedSlots(slots)) => {
+            let slot = tokio::time::timeout(SHARED_WAIT_MAX, slots.clone().acquire_owned());
+            tokio::select! {
+                biased;
+                slot = slot => slot.ok().map(|p| p.expect("never closed")),
+                () = stopped_leading(&mut leadership, None) => {
+                    return Some(Gathered::NotLeading(batch.writes));
+                }
+            }
+        }
+    };
     batch.drain(rx, held_over, batch_max);
-    Some(Gathered::Ready(batch.writes, permit))
+    let slots = Slots {
+        _own: permit,
+        _shared: shared,
+    };
+    Some(Gathered::Ready(batch.writes, slots))
 }
 
 /// Returns once this node does not lead (in `term`, if given): at once if it does not now.
@@ -412,7 +469,7 @@ mod tests {
             in_flight_max: 2,
             ..ProposerConfig::default()
         };
-        let proposer = Proposer::start(1, raft.clone(), state, config, shutdown);
+        let proposer = Proposer::start(1, raft.clone(), state, config, None, shutdown);
         assert!(
             proposer.propose(Command::Tick).await.is_ok(),
             "node 1 commits"
@@ -481,6 +538,71 @@ mod tests {
             matches!(now, Err(Failure::NotLeader { .. })),
             "a follower's answer: {now:?}"
         );
+        for (raft, _) in nodes.values() {
+            raft.shutdown().await.unwrap();
+        }
+    }
+
+    /// Two proposers of one node share one slot, and the first one's entry cannot commit
+    /// (the node is cut from its peers) and holds it: the second proposer's entry waits for
+    /// the shared slot for [`SHARED_WAIT_MAX`], then goes into the log without one. A group
+    /// that lost its quorum slows the node's other groups, and stops none.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_proposer_waits_for_a_shared_slot_at_most_the_bound_then_proposes_without_it() {
+        let dir = TempDir::new("proposer-shared");
+        let net = Net::default();
+        let nodes = found(&net, &dir.0, 3).await;
+        let (raft, state) = nodes[&1].clone();
+        let (_stop, shutdown) = crate::shutdown::shutdown_channel();
+        let shared = SharedSlots::new(1);
+        let start = |shared: &SharedSlots| {
+            let config = ProposerConfig::default();
+            let shared = Some(shared.clone());
+            Proposer::start(
+                1,
+                raft.clone(),
+                state.clone(),
+                config,
+                shared,
+                shutdown.clone(),
+            )
+        };
+        let (stuck, other) = (start(&shared), start(&shared));
+        assert!(stuck.propose(Command::Tick).await.is_ok(), "node 1 commits");
+        let last = || raft.metrics().borrow().last_log_index.unwrap_or(0);
+        // Waits for the log to reach `index`, less than the stuck entry's own give-up
+        // (`COMMIT_TIMEOUT`), which frees the shared slot anyway.
+        async fn appended(raft: &Raft, index: u64) -> bool {
+            let wait = raft.wait(Some(COMMIT_TIMEOUT / 2));
+            let appended = |m: &openraft::RaftMetrics<NodeId, crate::raft::NodeAddr>| {
+                m.last_log_index >= Some(index)
+            };
+            wait.metrics(appended, "appended").await.is_ok()
+        }
+
+        net.cut(1, 2);
+        net.cut(1, 3);
+        let before = last();
+        let s = stuck.clone();
+        let _held = tokio::spawn(async move { s.propose(Command::Tick).await });
+        assert!(
+            appended(&raft, before + 1).await,
+            "the stuck entry is appended"
+        );
+        let sent = std::time::Instant::now();
+        let o = other.clone();
+        let _waiting = tokio::spawn(async move { o.propose(Command::Tick).await });
+        tokio::time::sleep(SHARED_WAIT_MAX / 2).await;
+        assert_eq!(
+            last(),
+            before + 1,
+            "the second entry waits for the shared slot the stuck one holds"
+        );
+        assert!(
+            appended(&raft, before + 2).await,
+            "the second entry is appended without a shared slot"
+        );
+        assert!(sent.elapsed() >= SHARED_WAIT_MAX);
         for (raft, _) in nodes.values() {
             raft.shutdown().await.unwrap();
         }

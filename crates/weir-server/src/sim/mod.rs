@@ -190,6 +190,7 @@ impl SimNode {
             raft.clone(),
             state.clone(),
             ProposerConfig::default(),
+            None,
             watch.clone(),
         );
         let reader = Reader::start(raft.clone(), state.clone(), startup_last, watch);
