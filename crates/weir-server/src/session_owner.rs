@@ -1,12 +1,12 @@
-//! The session-owner rule (G10), the one check both the client port and the HTTP event
-//! stream make: a principal acts on a session only if this node's machine records the
-//! session as unowned (opened without authentication) or as the principal's own.
+//! The session-owner rule (G10), the one check every write path and the HTTP event stream
+//! make: a principal acts on a session only if this node's machine records the session as
+//! unowned (opened without authentication) or as the principal's own.
 //!
 //! The owner is replicated with the session (the edge proposes every open as
 //! `OpenSessionFor`), so every node, a new leader included, answers the same once it has
 //! applied the open. Before that this node does not know the session: each caller decides
-//! how to wait for it (the client port with a quorum round, the HTTP event stream for a few
-//! seconds), then asks again.
+//! how to wait for it (a write, through `server::edge::owned`, with a quorum round; the HTTP
+//! event stream for a few seconds), then asks again.
 
 use crate::raft::state_store::AppliedState;
 use crate::security::Principal;

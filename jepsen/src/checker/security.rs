@@ -5,12 +5,12 @@
 //!
 //! - A probe that expected a refusal (plaintext, no token, an unknown token, a tenant asking
 //!   for status, plaintext HTTP, HTTPS without a token; in the simulator, another
-//!   principal's keep-alive, acquire or close of a session, a write breaking an argument
+//!   principal's keep-alive of a session or acquire in it, a write breaking an argument
 //!   bound) and was served: **invalid** — the node accepted what TLS, tokens and the edge
 //!   exist to refuse.
 //! - A refusal that did not carry its clear error (a tokenless hello must be told it needs a
-//!   token), or a control (the admin token over TLS; the owner's own keep-alive) that was
-//!   not served: **unknown** — a node that refuses everything (dead, or TLS broken)
+//!   token), or a control (the admin token over TLS; the owner's own keep-alive and close)
+//!   that was not served: **unknown** — a node that refuses everything (dead, or TLS broken)
 //!   proves nothing either way.
 //! - No `security` op, or one without probes: unknown.
 

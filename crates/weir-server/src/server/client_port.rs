@@ -333,9 +333,9 @@ impl Admitted {
 
 /// Every check of a request before it is served, in order: what the connection's protocol
 /// `version` can decode ([`refused_before_5`], and a placement below 7), the principal's
-/// role ([`authorize()`]), the group its tenant lives in ([`routing::route`]), the
-/// session's owner ([`owned`]), the edge's bounds and the sessions followed ([`admit`]), and
-/// an open bound to its principal ([`edge::bind_open`]).
+/// role ([`authorize()`]), the group its tenant lives in ([`routing::route`]), a write's
+/// arguments, its session's owner and an open bound to its principal
+/// ([`edge::screen_write`]), and the sessions followed ([`admit`]).
 async fn screen(
     ctx: &Ctx,
     principal: &Principal,
@@ -358,7 +358,12 @@ async fn screen(
         )));
     }
     routing::route(ctx, principal, version, &request).await?;
-    owned(ctx, principal, &request).await?;
+    let request = match request {
+        Request::Write(command) => {
+            Request::Write(edge::screen_write(&ctx.raft, &ctx.state, principal, command).await?)
+        }
+        other => other,
+    };
     let opening = admit(followed, &request)?;
     let closing = match &request {
         Request::Write(command) => match command.effect() {
@@ -366,10 +371,6 @@ async fn screen(
             _ => None,
         },
         _ => None,
-    };
-    let request = match request {
-        Request::Write(command) => Request::Write(edge::bind_open(command, principal.owner())?),
-        other => other,
     };
     Ok(Admitted {
         request,
@@ -463,21 +464,9 @@ async fn greet(
     Ok(Some((principal, version, ctx, counted)))
 }
 
-/// Refuses (`Forbidden`) a write on a session another principal opened, by the edge's
-/// rule ([`edge::owned`]): an admin may end any session (G10), close it or release a ticket
-/// of it, so that a revoked principal's permits can be freed before its session expires;
-/// keeping another's session alive or acquiring in it stays its owner's alone. A session
-/// this node has not applied yet holds this connection's reading for one quorum round.
-async fn owned(ctx: &Ctx, principal: &Principal, request: &Request) -> Result<(), Failure> {
-    let Request::Write(command) = request else {
-        return Ok(());
-    };
-    edge::owned(&ctx.raft, &ctx.state, principal, command).await
-}
-
-/// The edge's checks of one request before it is served ([`edge`]): a write's arguments,
-/// and the session it makes this connection follow (followed from now on, whether or not
-/// the write is then served). `Some` holds a place for the session an `OpenSession` opens.
+/// The session a write screened by the edge makes this connection follow (followed from
+/// now on, whether or not the write is then served). `Some` holds a place for the session
+/// an open opens.
 fn admit(
     followed: &Followed,
     request: &Request,
@@ -485,7 +474,6 @@ fn admit(
     let Request::Write(command) = request else {
         return Ok(None);
     };
-    edge::check_write(command)?;
     if let Some(session) = command.session() {
         followed.follow(session)?;
     }

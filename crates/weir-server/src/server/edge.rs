@@ -17,8 +17,11 @@
 //!   below 2^53 ([`SESSION_ID_DRAWN_MAX`]) so that JSON parsers of doubles read it exactly.
 //! - A session's owner (G10, [`owned`]): the machine's record of who opened the session
 //!   ([`weir_core::machine::Machine::session_owner`]) is checked before a keep-alive,
-//!   acquire, release or close of it goes on, by the client port, the in-process writer of
-//!   the front doors ([`super::local_write`]) and the simulated node alike.
+//!   acquire, release or close of it goes on.
+//!
+//! [`screen_write`] makes a write's checks in one order (arguments, owner, the open's
+//! binding) for the client port, the in-process writer of the front doors
+//! ([`super::local_write`]) and the simulated node alike.
 //!
 //! Bounds that depend on the state (sessions, limits, tickets, waiters open at once) are the
 //! machine's: only log order can judge them.
@@ -68,10 +71,27 @@ pub fn check_write(command: &Command) -> Result<(), Failure> {
         .map_err(|refusal| Failure::BadRequest(refusal.to_string()))
 }
 
+/// Every check the edge makes of a write `principal` sends, in order: its arguments
+/// ([`check_write`], first, so that no quorum round is spent on a malformed write), its
+/// session's owner ([`owned`]), then an open bound to the principal ([`bind_open`]): the
+/// command to propose. The client port, the front doors' in-process writer and the
+/// simulated node all screen a write by it.
+pub async fn screen_write(
+    raft: &Raft,
+    state: &AppliedState,
+    principal: &Principal,
+    command: Command,
+) -> Result<Command, Failure> {
+    check_write(&command)?;
+    owned(raft, state, principal, &command).await?;
+    bind_open(command, principal.owner())
+}
+
 /// The session-owner rule (G10) for a write `principal` sends: a command naming a session
 /// goes on only if this node's machine records the session as unowned or as the
 /// principal's own, except that an admin may end any session (close it, release its
-/// tickets).
+/// tickets), so that a revoked principal's permits can be freed before its session
+/// expires; keeping another's session alive or acquiring in it stays its owner's alone.
 ///
 /// A session this node has not applied yet may be one a new leader has committed but not
 /// applied: then the check waits for a quorum round (`ensure_linearizable`, which also

@@ -46,9 +46,7 @@ impl LocalWriter {
         let Request::Write(command) = request else {
             unreachable!("a write was made above");
         };
-        edge::check_write(&command)?;
-        edge::owned(&self.raft, &self.state, principal, &command).await?;
-        let command = edge::bind_open(command, principal.owner())?;
+        let command = edge::screen_write(&self.raft, &self.state, principal, command).await?;
         let (_, reply) = self.proposer.propose(command).await?;
         crate::metrics::get().replied(&reply);
         Ok(reply)

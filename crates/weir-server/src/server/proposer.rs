@@ -12,10 +12,11 @@
 //! node's leaders together keep about as many entries in flight as one group would, and
 //! each group's batch grows while the others' entries commit, instead of every group
 //! writing, replicating and fsyncing its own small entries (`docs/benchmarks.md`, "Several
-//! groups in one process"). A proposer waits at most [`SHARED_WAIT_MAX`] for a shared slot
-//! and then proposes without one: a group whose entries cannot commit (its quorum lost)
-//! holds shared slots until its commit waiters give up, and must not stop the node's other
-//! groups, only slow each of their entries by that wait.
+//! groups in one process"). A shared slot paces, it bounds nothing, so neither wait is long:
+//! a proposer waits at most [`SHARED_WAIT_MAX`] for one and then proposes without it, and an
+//! entry keeps one at most [`SHARED_HOLD_MAX`]. A group whose entries cannot commit (its
+//! quorum lost) thus holds the shared slots for a tenth of a second, not until its commit
+//! waiters give up, and never stops the node's other groups. A tick takes no shared slot.
 //!
 //! Stamps: `clock_ms` is this process's monotonic clock (ms since the proposer started) and
 //! the leadership is (current term, this node, this proposer's incarnation), read when the
@@ -90,24 +91,39 @@ struct QueuedWrite {
 /// stuck without its quorum slows the others' entries only by this much each.
 pub const SHARED_WAIT_MAX: Duration = Duration::from_millis(20);
 
+/// How long an entry keeps one of its node's [`SharedSlots`] at most: far above a loaded
+/// commit, so under load every entry keeps its slot to the end; an entry slower than this
+/// (its group's quorum lost, a stalled disk) gives it back, so that the node's other groups
+/// stop waiting for it, and keeps its own group's slot to the end.
+pub const SHARED_HOLD_MAX: Duration = Duration::from_millis(100);
+
 /// The in-flight slots the proposers of one node's data groups share (module doc); clones
 /// share them.
 #[derive(Clone)]
-pub struct SharedSlots(Arc<Semaphore>);
+pub struct SharedSlots {
+    slots: Arc<Semaphore>,
+    /// How long an entry keeps one at most: [`SHARED_HOLD_MAX`] but in tests.
+    hold: Duration,
+}
 
 impl SharedSlots {
     /// `slots` shared slots: the node's `in_flight_max`.
     pub fn new(slots: usize) -> SharedSlots {
-        SharedSlots(Arc::new(Semaphore::new(slots)))
+        SharedSlots {
+            slots: Arc::new(Semaphore::new(slots)),
+            hold: SHARED_HOLD_MAX,
+        }
     }
 }
 
-/// An entry's hold on the in-flight slots: its group's own, and one of the node's shared
-/// slots unless it waited [`SHARED_WAIT_MAX`] in vain (or the node has one group). Dropped
-/// when the entry is answered.
+/// An entry's hold on the in-flight slots: its group's own, given back when the entry is
+/// answered, and one of the node's shared slots unless it waited [`SHARED_WAIT_MAX`] in vain
+/// (or the node has one group, or the gather was a tick's), given back when the entry is
+/// answered or after [`SHARED_HOLD_MAX`], whichever comes first.
 struct Slots {
-    _own: OwnedSemaphorePermit,
-    _shared: Option<OwnedSemaphorePermit>,
+    own: OwnedSemaphorePermit,
+    /// The shared slot, and how long the entry may keep it.
+    shared: Option<(OwnedSemaphorePermit, Duration)>,
 }
 
 /// Encoded bytes of commands one entry may carry: the entry bound less its header.
@@ -190,9 +206,9 @@ async fn run(
             let m = m.borrow();
             (m.state == ServerState::Leader, m.vote.leader_id.term)
         };
-        let (batch, permit) = match gathered {
+        let (batch, slots) = match gathered {
             None => return,
-            Some(Gathered::Ready(batch, permit)) if leading => (batch, permit),
+            Some(Gathered::Ready(batch, slots)) if leading => (batch, slots),
             Some(Gathered::Ready(batch, _) | Gathered::NotLeading(batch)) => {
                 if !batch.is_empty() {
                     let answers = batch.into_iter().map(|p| p.answer).collect();
@@ -221,7 +237,7 @@ async fn run(
             raft.clone(),
             term,
             receiver,
-            permit,
+            slots,
             answers,
             last_proposed,
         ));
@@ -247,24 +263,42 @@ fn to_propose(
 
 /// A commit waiter (server module doc): waits for openraft's answer to the entry proposed
 /// in `term` at `proposed`, at most `COMMIT_TIMEOUT` and only while this node still leads in
-/// that term, gives its in-flight slot back, and answers each of its commands.
+/// that term, gives its in-flight slots back (a shared one after [`SHARED_HOLD_MAX`] at
+/// most), and answers each of its commands.
 async fn wait_for_commit(
     raft: Raft,
     term: u64,
     receiver: oneshot::Receiver<ClientWriteResult<TypeConfig>>,
-    permit: Slots,
+    slots: Slots,
     answers: Vec<oneshot::Sender<Outcome>>,
     proposed: Instant,
 ) {
     let mut leadership = raft.server_metrics();
-    let result = tokio::select! {
-        biased;
-        result = tokio::time::timeout(COMMIT_TIMEOUT, receiver) => Some(result),
-        () = stopped_leading(&mut leadership, Some(term)) => None,
+    let answered = async {
+        tokio::select! {
+            biased;
+            result = tokio::time::timeout(COMMIT_TIMEOUT, receiver) => Some(result),
+            () = stopped_leading(&mut leadership, Some(term)) => None,
+        }
+    };
+    let Slots { own, shared } = slots;
+    let result = match shared {
+        None => answered.await,
+        Some((shared, hold)) => {
+            tokio::pin!(answered);
+            tokio::select! {
+                biased;
+                result = &mut answered => result,
+                () = tokio::time::sleep(hold) => {
+                    drop(shared);
+                    answered.await
+                }
+            }
+        }
     };
     crate::metrics::observe(&crate::metrics::get().commit_seconds, proposed.elapsed());
     // The entry is applied, refused or given up on: it no longer counts in flight.
-    drop(permit);
+    drop(own);
     let outcome = match result {
         Some(result) => entry_outcome(&raft, result),
         // openraft may never answer an entry its deposed leader proposed (the stall runs of
@@ -277,7 +311,7 @@ async fn wait_for_commit(
     answer_all(answers, outcome);
 }
 
-/// A gathered batch: ready to propose with its in-flight slot, or to be answered
+/// A gathered batch: ready to propose with its in-flight slots, or to be answered
 /// `NotLeader` because this node does not lead.
 enum Gathered {
     Ready(Vec<QueuedWrite>, Slots),
@@ -317,32 +351,31 @@ async fn gather(
     }
     batch.drain(rx, held_over, batch_max);
     let mut leadership = raft.server_metrics();
-    let permit = tokio::select! {
+    let own = tokio::select! {
         biased;
         permit = in_flight.clone().acquire_owned() => permit.expect("never closed"),
         () = stopped_leading(&mut leadership, None) => {
             return Some(Gathered::NotLeading(batch.writes));
         }
     };
+    // A tick's gather (nothing queued) takes no shared slot: a tick is rare and small, and
+    // waiting for one would only hold its own slot.
     let shared = match shared {
-        None => None,
-        Some(SharedSlots(slots)) => {
-            let slot = tokio::time::timeout(SHARED_WAIT_MAX, slots.clone().acquire_owned());
+        Some(shared) if !batch.writes.is_empty() => {
+            let slot = shared.slots.clone().acquire_owned();
+            let slot = tokio::time::timeout(SHARED_WAIT_MAX, slot);
             tokio::select! {
                 biased;
-                slot = slot => slot.ok().map(|p| p.expect("never closed")),
+                slot = slot => slot.ok().map(|p| (p.expect("never closed"), shared.hold)),
                 () = stopped_leading(&mut leadership, None) => {
                     return Some(Gathered::NotLeading(batch.writes));
                 }
             }
         }
+        _ => None,
     };
     batch.drain(rx, held_over, batch_max);
-    let slots = Slots {
-        _own: permit,
-        _shared: shared,
-    };
-    Some(Gathered::Ready(batch.writes, slots))
+    Some(Gathered::Ready(batch.writes, Slots { own, shared }))
 }
 
 /// Returns once this node does not lead (in `term`, if given): at once if it does not now.
@@ -543,20 +576,30 @@ mod tests {
         }
     }
 
-    /// Two proposers of one node share one slot, and the first one's entry cannot commit
-    /// (the node is cut from its peers) and holds it: the second proposer's entry waits for
-    /// the shared slot for [`SHARED_WAIT_MAX`], then goes into the log without one. A group
-    /// that lost its quorum slows the node's other groups, and stops none.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_proposer_waits_for_a_shared_slot_at_most_the_bound_then_proposes_without_it() {
-        let dir = TempDir::new("proposer-shared");
+    /// Node 1 of a founded cluster, cut from its peers so that nothing it proposes commits,
+    /// and two proposers of its group sharing one set of slots.
+    struct CutOff {
+        _dir: TempDir,
+        _net: Net,
+        _stop: crate::shutdown::ShutdownSender,
+        raft: Raft,
+        rafts: Vec<Raft>,
+        proposers: [Proposer; 2],
+    }
+
+    /// [`CutOff`], its proposers sharing `shared` (no ticks: only the test's writes are
+    /// proposed).
+    async fn cut_off_with_two_proposers(name: &str, shared: &SharedSlots) -> CutOff {
+        let dir = TempDir::new(name);
         let net = Net::default();
         let nodes = found(&net, &dir.0, 3).await;
         let (raft, state) = nodes[&1].clone();
-        let (_stop, shutdown) = crate::shutdown::shutdown_channel();
-        let shared = SharedSlots::new(1);
-        let start = |shared: &SharedSlots| {
-            let config = ProposerConfig::default();
+        let (stop, shutdown) = crate::shutdown::shutdown_channel();
+        let start = || {
+            let config = ProposerConfig {
+                tick_ms: 3_600_000,
+                ..ProposerConfig::default()
+            };
             let shared = Some(shared.clone());
             Proposer::start(
                 1,
@@ -567,27 +610,55 @@ mod tests {
                 shutdown.clone(),
             )
         };
-        let (stuck, other) = (start(&shared), start(&shared));
-        assert!(stuck.propose(Command::Tick).await.is_ok(), "node 1 commits");
-        let last = || raft.metrics().borrow().last_log_index.unwrap_or(0);
-        // Waits for the log to reach `index`, less than the stuck entry's own give-up
-        // (`COMMIT_TIMEOUT`), which frees the shared slot anyway.
-        async fn appended(raft: &Raft, index: u64) -> bool {
-            let wait = raft.wait(Some(COMMIT_TIMEOUT / 2));
-            let appended = |m: &openraft::RaftMetrics<NodeId, crate::raft::NodeAddr>| {
-                m.last_log_index >= Some(index)
-            };
-            wait.metrics(appended, "appended").await.is_ok()
-        }
-
+        let proposers = [start(), start()];
+        assert!(
+            proposers[0].propose(Command::Tick).await.is_ok(),
+            "node 1 commits"
+        );
         net.cut(1, 2);
         net.cut(1, 3);
+        CutOff {
+            _dir: dir,
+            _net: net,
+            _stop: stop,
+            rafts: nodes.values().map(|(r, _)| r.clone()).collect(),
+            raft,
+            proposers,
+        }
+    }
+
+    /// Waits for node 1's log to reach `index`, for less than an entry's own give-up
+    /// (`COMMIT_TIMEOUT`), which would free a shared slot anyway.
+    async fn appended(raft: &Raft, index: u64) -> bool {
+        let wait = raft.wait(Some(COMMIT_TIMEOUT / 2));
+        let appended = |m: &openraft::RaftMetrics<NodeId, crate::raft::NodeAddr>| {
+            m.last_log_index >= Some(index)
+        };
+        wait.metrics(appended, "appended").await.is_ok()
+    }
+
+    /// Two proposers of one node share one slot, and the first one's entry cannot commit
+    /// and holds it (for an hour, here): the second proposer's entry waits for the shared
+    /// slot for [`SHARED_WAIT_MAX`], then goes into the log without one. A group that lost
+    /// its quorum slows the node's other groups, and stops none.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_proposer_waits_for_a_shared_slot_at_most_the_bound_then_proposes_without_it() {
+        let mut shared = SharedSlots::new(1);
+        shared.hold = Duration::from_secs(3_600);
+        let cut = cut_off_with_two_proposers("proposer-shared-wait", &shared).await;
+        let (raft, [stuck, other]) = (cut.raft.clone(), cut.proposers.clone());
+        let last = || raft.metrics().borrow().last_log_index.unwrap_or(0);
         let before = last();
         let s = stuck.clone();
         let _held = tokio::spawn(async move { s.propose(Command::Tick).await });
         assert!(
             appended(&raft, before + 1).await,
             "the stuck entry is appended"
+        );
+        assert_eq!(
+            shared.slots.available_permits(),
+            0,
+            "the stuck entry holds it"
         );
         let sent = std::time::Instant::now();
         let o = other.clone();
@@ -603,7 +674,39 @@ mod tests {
             "the second entry is appended without a shared slot"
         );
         assert!(sent.elapsed() >= SHARED_WAIT_MAX);
-        for (raft, _) in nodes.values() {
+        for raft in &cut.rafts {
+            raft.shutdown().await.unwrap();
+        }
+    }
+
+    /// An entry that cannot commit gives its shared slot back after [`SHARED_HOLD_MAX`],
+    /// long before its commit waiter gives up (`COMMIT_TIMEOUT`), and keeps its own group's.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_entry_that_cannot_commit_gives_its_shared_slot_back_after_the_bound() {
+        let shared = SharedSlots::new(1);
+        let cut = cut_off_with_two_proposers("proposer-shared-hold", &shared).await;
+        let (raft, stuck) = (cut.raft.clone(), cut.proposers[0].clone());
+        let before = raft.metrics().borrow().last_log_index.unwrap_or(0);
+        let s = stuck.clone();
+        let held = tokio::spawn(async move { s.propose(Command::Tick).await });
+        assert!(
+            appended(&raft, before + 1).await,
+            "the stuck entry is appended"
+        );
+        let mut given_back = false;
+        for _ in 0..(COMMIT_TIMEOUT / 2).as_millis() / 10 {
+            if shared.slots.available_permits() == 1 {
+                given_back = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(
+            given_back,
+            "the shared slot is back before the waiter gives up"
+        );
+        assert!(!held.is_finished(), "the entry itself is still waiting");
+        for raft in &cut.rafts {
             raft.shutdown().await.unwrap();
         }
     }

@@ -232,9 +232,7 @@ impl SimNode {
     /// session's owner; an open is bound to the principal and draws its session id from the
     /// seed), through the proposer.
     pub async fn propose(&self, principal: &Principal, command: Command) -> Outcome {
-        edge::check_write(&command)?;
-        edge::owned(&self.raft, &self.state, principal, &command).await?;
-        let command = edge::bind_open(command, principal.owner())?;
+        let command = edge::screen_write(&self.raft, &self.state, principal, command).await?;
         self.proposer.propose(command).await
     }
 

@@ -16,7 +16,8 @@
 //! - A crash touches only paths some step named: the directory's other files are left as
 //!   they are.
 //! - What a path holds after a crash changes only at a directory's fsync (its names), or at
-//!   a file's fsync under a name already durable.
+//!   a file's fsync under a name already durable with no rename onto or away from it
+//!   pending.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -63,7 +64,15 @@ impl SnapshotImages {
             FileEvent::Synced(path) => {
                 // A file that cannot be read now has nothing of its own to keep.
                 let bytes = std::fs::read(&path).unwrap_or_default();
-                if let Some(durable) = images.durable.get_mut(&path).filter(|d| d.is_some()) {
+                // The bytes are durable under the name at once only when the name already
+                // holds this file durably: no rename onto or away from it is pending.
+                let renaming = images
+                    .renamed
+                    .iter()
+                    .any(|(from, to)| *from == path || *to == path);
+                if !renaming
+                    && let Some(durable) = images.durable.get_mut(&path).filter(|d| d.is_some())
+                {
                     *durable = Some(bytes.clone());
                 }
                 images.synced.insert(path.clone(), bytes);
@@ -190,6 +199,19 @@ mod tests {
         replace(&images, &dir, b"one", false, true);
         images.crash(&dir).unwrap();
         assert_eq!(read(&dir).as_deref(), Some(&b""[..]));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_fsync_under_a_name_whose_rename_is_not_durable_leaves_the_old_file() {
+        let dir = scratch("pending");
+        let images = SnapshotImages::default();
+        replace(&images, &dir, b"one", true, true);
+        replace(&images, &dir, b"two", true, false);
+        std::fs::write(dir.join("snapshot.bin"), b"three").unwrap();
+        images.note(FileEvent::Synced(dir.join("snapshot.bin")));
+        images.crash(&dir).unwrap();
+        assert_eq!(read(&dir).as_deref(), Some(&b"one"[..]));
         let _ = std::fs::remove_dir_all(&dir);
     }
 
