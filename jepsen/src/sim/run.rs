@@ -72,8 +72,10 @@ pub const WORKLOAD_MS_DEFAULT: u64 = 8_000;
 const MONITOR_EVERY_MS: u64 = 250;
 /// How long the clients get to finish their permit after the stop.
 const CLIENT_END_MAX: Duration = Duration::from_secs(20);
-/// How long the cluster gets to settle at the end: every abandoned session's TTL (the
-/// longest, the trespasser's) and then some.
+/// How long the cluster may take to settle at the end (the settling stops as soon as every
+/// node is at one applied index): longer than every abandoned session's TTL (the longest,
+/// the trespasser's), so that their expiries and the ticks they keep up are over well
+/// before it.
 const SETTLE_MAX: Duration = Duration::from_millis(trespass::SESSION_TTL_MS + 5_000);
 /// How much simulated time a run may take beyond its workload: the start (defining the
 /// limits may wait for the first leader, 100 tries), the clients' end, the settling, and

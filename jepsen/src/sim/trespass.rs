@@ -40,8 +40,9 @@ use crate::setup::TENANT;
 /// The trespasser's process (its history op and its two doors' endpoints).
 pub const TRESPASS_BASE: u64 = 600;
 /// The probed session's TTL: longer than a round under a fault, so the session the probes
-/// name is alive while they run. One whose close was lost expires in the run's settling,
-/// which lasts longer (`run`'s `SETTLE_MAX`).
+/// name is alive while they run. The run's settling may wait this long and more for the
+/// nodes to agree (`run`'s `SETTLE_MAX`), while one whose close was lost keeps the leader
+/// ticking.
 pub const SESSION_TTL_MS: u64 = 20_000;
 /// The pause between rounds, ms (drawn in this range).
 const ROUND_PAUSE_MS: (u64, u64) = (200, 1_200);

@@ -1,11 +1,11 @@
 //! [`LocalWriter`]: the client port's write path for a front door in the same process (the
 //! Envoy service), without the loopback hop through an internal client: the checks
-//! [`super::client_port`] makes of a write, with the same functions — the principal's role
-//! ([`authorize()`]), the command's arguments ([`edge::check_write`]), the session's owner
-//! ([`edge::owned`], with one quorum round for a session not applied here yet), an open
-//! bound to its principal ([`edge::bind_open`]), the tenant's group ([`route_in`]: a node
-//! of several groups proposes here only for the tenants of the group it writes to) — then
-//! the proposer.
+//! [`super::client_port`] makes of a write, with the same functions, in its order — the
+//! principal's role ([`authorize()`]), the tenant's group ([`route_in`]: a node of several
+//! groups proposes here only for the tenants of the group it writes to), then
+//! [`edge::screen_write`] (the command's arguments, the session's owner with one quorum
+//! round for a session not applied here yet, an open bound to its principal) — then the
+//! proposer.
 //!
 //! Invariants: a write refused by a check is never proposed; a write answered `NotLeader`
 //! was never proposed either (the proposer's rule), so its caller may send it through the

@@ -16,7 +16,8 @@
 //! a proposer waits at most [`SHARED_WAIT_MAX`] for one and then proposes without it, and an
 //! entry keeps one at most [`SHARED_HOLD_MAX`]. A group whose entries cannot commit (its
 //! quorum lost) thus holds the shared slots for a tenth of a second, not until its commit
-//! waiters give up, and never stops the node's other groups. A tick takes no shared slot.
+//! waiters give up, and never stops the node's other groups. A gather the tick timer began
+//! takes no shared slot.
 //!
 //! Stamps: `clock_ms` is this process's monotonic clock (ms since the proposer started) and
 //! the leadership is (current term, this node, this proposer's incarnation), read when the
@@ -102,6 +103,8 @@ pub const SHARED_HOLD_MAX: Duration = Duration::from_millis(100);
 #[derive(Clone)]
 pub struct SharedSlots {
     slots: Arc<Semaphore>,
+    /// How long a proposer waits for one at most: [`SHARED_WAIT_MAX`] but in tests.
+    wait: Duration,
     /// How long an entry keeps one at most: [`SHARED_HOLD_MAX`] but in tests.
     hold: Duration,
 }
@@ -111,6 +114,7 @@ impl SharedSlots {
     pub fn new(slots: usize) -> SharedSlots {
         SharedSlots {
             slots: Arc::new(Semaphore::new(slots)),
+            wait: SHARED_WAIT_MAX,
             hold: SHARED_HOLD_MAX,
         }
     }
@@ -358,12 +362,13 @@ async fn gather(
             return Some(Gathered::NotLeading(batch.writes));
         }
     };
-    // A tick's gather (nothing queued) takes no shared slot: a tick is rare and small, and
-    // waiting for one would only hold its own slot.
+    // A gather the tick timer began (nothing queued then) takes no shared slot, even if
+    // writes arrive while it waits for its own: a tick is rare and small, and waiting for a
+    // shared slot would only hold its own.
     let shared = match shared {
         Some(shared) if !batch.writes.is_empty() => {
             let slot = shared.slots.clone().acquire_owned();
-            let slot = tokio::time::timeout(SHARED_WAIT_MAX, slot);
+            let slot = tokio::time::timeout(shared.wait, slot);
             tokio::select! {
                 biased;
                 slot = slot => slot.ok().map(|p| (p.expect("never closed"), shared.hold)),
@@ -637,61 +642,91 @@ mod tests {
         wait.metrics(appended, "appended").await.is_ok()
     }
 
-    /// Two proposers of one node share one slot, and the first one's entry cannot commit
-    /// and holds it (for an hour, here): the second proposer's entry waits for the shared
-    /// slot for [`SHARED_WAIT_MAX`], then goes into the log without one. A group that lost
-    /// its quorum slows the node's other groups, and stops none.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_proposer_waits_for_a_shared_slot_at_most_the_bound_then_proposes_without_it() {
-        let mut shared = SharedSlots::new(1);
-        shared.hold = Duration::from_secs(3_600);
-        let cut = cut_off_with_two_proposers("proposer-shared-wait", &shared).await;
-        let (raft, [stuck, other]) = (cut.raft.clone(), cut.proposers.clone());
-        let last = || raft.metrics().borrow().last_log_index.unwrap_or(0);
-        let before = last();
-        let s = stuck.clone();
-        let _held = tokio::spawn(async move { s.propose(Command::Tick).await });
+    /// The stuck entry of a [`CutOff`] whose proposers share `shared`: appended, holding the
+    /// shared slot, and its proposer's write still waiting.
+    async fn stuck_entry(
+        name: &str,
+        shared: &SharedSlots,
+    ) -> (CutOff, u64, tokio::task::JoinHandle<Outcome>) {
+        let cut = cut_off_with_two_proposers(name, shared).await;
+        let before = cut.raft.metrics().borrow().last_log_index.unwrap_or(0);
+        let stuck = cut.proposers[0].clone();
+        let held = tokio::spawn(async move { stuck.propose(Command::Tick).await });
         assert!(
-            appended(&raft, before + 1).await,
+            appended(&cut.raft, before + 1).await,
             "the stuck entry is appended"
         );
+        (cut, before + 1, held)
+    }
+
+    /// Two proposers of one node share one slot, and the first one's entry cannot commit
+    /// and holds it (for an hour, here): the second proposer's entry waits for the shared
+    /// slot (an hour too, here), and nothing more is appended meanwhile.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_proposer_waits_for_a_shared_slot_another_entry_holds() {
+        let mut shared = SharedSlots::new(1);
+        shared.wait = Duration::from_secs(3_600);
+        shared.hold = Duration::from_secs(3_600);
+        let (cut, stuck_at, _held) = stuck_entry("proposer-shared-wait", &shared).await;
         assert_eq!(
             shared.slots.available_permits(),
             0,
             "the stuck entry holds it"
         );
-        let sent = std::time::Instant::now();
-        let o = other.clone();
-        let _waiting = tokio::spawn(async move { o.propose(Command::Tick).await });
-        tokio::time::sleep(SHARED_WAIT_MAX / 2).await;
+        let other = cut.proposers[1].clone();
+        let _waiting = tokio::spawn(async move { other.propose(Command::Tick).await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let last = cut.raft.metrics().borrow().last_log_index;
         assert_eq!(
-            last(),
-            before + 1,
-            "the second entry waits for the shared slot the stuck one holds"
+            last,
+            Some(stuck_at),
+            "the second entry waits for the shared slot"
         );
-        assert!(
-            appended(&raft, before + 2).await,
-            "the second entry is appended without a shared slot"
-        );
-        assert!(sent.elapsed() >= SHARED_WAIT_MAX);
         for raft in &cut.rafts {
             raft.shutdown().await.unwrap();
         }
     }
 
-    /// An entry that cannot commit gives its shared slot back after [`SHARED_HOLD_MAX`],
-    /// long before its commit waiter gives up (`COMMIT_TIMEOUT`), and keeps its own group's.
+    /// As above, with the proposer's wait bounded by [`SHARED_WAIT_MAX`]: the second entry
+    /// goes into the log without a shared slot while the stuck entry still holds it (its
+    /// commit waiter gives up only after `COMMIT_TIMEOUT`). A group that lost its quorum
+    /// slows the node's other groups, and stops none.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_proposer_waits_at_most_the_bound_then_proposes_without_a_shared_slot() {
+        let mut shared = SharedSlots::new(1);
+        shared.hold = Duration::from_secs(3_600);
+        let (cut, stuck_at, held) = stuck_entry("proposer-shared-bound", &shared).await;
+        let sent = std::time::Instant::now();
+        let other = cut.proposers[1].clone();
+        let _waiting = tokio::spawn(async move { other.propose(Command::Tick).await });
+        assert!(
+            appended(&cut.raft, stuck_at + 1).await,
+            "the second entry is appended without a shared slot"
+        );
+        assert!(sent.elapsed() >= SHARED_WAIT_MAX);
+        assert_eq!(
+            shared.slots.available_permits(),
+            0,
+            "still held by the stuck entry"
+        );
+        assert!(!held.is_finished(), "the stuck entry's write still waits");
+        for raft in &cut.rafts {
+            raft.shutdown().await.unwrap();
+        }
+    }
+
+    /// An entry that cannot commit and holds a shared slot gives it back after its hold
+    /// bound ([`SHARED_HOLD_MAX`]; 2 s here, so that the test sees it held first), long
+    /// before its commit waiter gives up (`COMMIT_TIMEOUT`).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_entry_that_cannot_commit_gives_its_shared_slot_back_after_the_bound() {
-        let shared = SharedSlots::new(1);
-        let cut = cut_off_with_two_proposers("proposer-shared-hold", &shared).await;
-        let (raft, stuck) = (cut.raft.clone(), cut.proposers[0].clone());
-        let before = raft.metrics().borrow().last_log_index.unwrap_or(0);
-        let s = stuck.clone();
-        let held = tokio::spawn(async move { s.propose(Command::Tick).await });
-        assert!(
-            appended(&raft, before + 1).await,
-            "the stuck entry is appended"
+        let mut shared = SharedSlots::new(1);
+        shared.hold = Duration::from_secs(2);
+        let (cut, _, held) = stuck_entry("proposer-shared-hold", &shared).await;
+        assert_eq!(
+            shared.slots.available_permits(),
+            0,
+            "the stuck entry holds it"
         );
         let mut given_back = false;
         for _ in 0..(COMMIT_TIMEOUT / 2).as_millis() / 10 {
