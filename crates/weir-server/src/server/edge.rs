@@ -39,7 +39,7 @@ use crate::session_owner::{OwnerCheck, check_owner};
 /// The command to propose for a client's `command`: an open becomes `OpenSessionFor` for
 /// `owner`, with a nonce from the OS (the session's id, so ids are unguessable) of at most
 /// [`SESSION_ID_DRAWN_MAX`] (exact as a JSON number); anything else is proposed as sent.
-pub fn bind_open(command: Command, owner: Option<Owner>) -> Result<Command, Failure> {
+fn bind_open(command: Command, owner: Option<Owner>) -> Result<Command, Failure> {
     let Effect::Opens { ttl_ms } = command.effect() else {
         return Ok(command);
     };
@@ -52,7 +52,7 @@ pub fn bind_open(command: Command, owner: Option<Owner>) -> Result<Command, Fail
 }
 
 /// Checks a write before it is proposed.
-pub fn check_write(command: &Command) -> Result<(), Failure> {
+fn check_write(command: &Command) -> Result<(), Failure> {
     // PLANTED(edge-unchecked): an acquire's bounds are left to the machine alone.
     if weir_core::planted::is(weir_core::planted::Plant::EdgeUnchecked)
         && matches!(command, Command::Acquire(_))
@@ -99,7 +99,7 @@ pub async fn screen_write(
 /// committed session's owner is missed. A session still unknown then is left to the
 /// machine, which refuses it `UnknownSession`. The wait holds its caller for one round, and
 /// only for a request naming a session this node does not have.
-pub async fn owned(
+async fn owned(
     raft: &Raft,
     state: &AppliedState,
     principal: &Principal,

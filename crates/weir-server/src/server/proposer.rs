@@ -592,6 +592,14 @@ mod tests {
         proposers: [Proposer; 2],
     }
 
+    impl CutOff {
+        async fn shut_down(&self) {
+            for raft in &self.rafts {
+                raft.shutdown().await.unwrap();
+            }
+        }
+    }
+
     /// [`CutOff`], its proposers sharing `shared` (no ticks: only the test's writes are
     /// proposed).
     async fn cut_off_with_two_proposers(name: &str, shared: &SharedSlots) -> CutOff {
@@ -682,9 +690,7 @@ mod tests {
             Some(stuck_at),
             "the second entry waits for the shared slot"
         );
-        for raft in &cut.rafts {
-            raft.shutdown().await.unwrap();
-        }
+        cut.shut_down().await;
     }
 
     /// As above, with the proposer's wait bounded by [`SHARED_WAIT_MAX`]: the second entry
@@ -710,9 +716,7 @@ mod tests {
             "still held by the stuck entry"
         );
         assert!(!held.is_finished(), "the stuck entry's write still waits");
-        for raft in &cut.rafts {
-            raft.shutdown().await.unwrap();
-        }
+        cut.shut_down().await;
     }
 
     /// An entry that cannot commit and holds a shared slot gives it back after its hold
@@ -741,9 +745,7 @@ mod tests {
             "the shared slot is back before the waiter gives up"
         );
         assert!(!held.is_finished(), "the entry itself is still waiting");
-        for raft in &cut.rafts {
-            raft.shutdown().await.unwrap();
-        }
+        cut.shut_down().await;
     }
 
     fn write(bytes: usize) -> QueuedWrite {

@@ -128,11 +128,12 @@ impl SnapshotImages {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::raft::test_cluster::TempDir;
 
-    fn scratch(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("weir-images-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+    /// A fresh directory, removed when dropped.
+    fn scratch(name: &str) -> TempDir {
+        let dir = TempDir::new(&format!("images-{name}"));
+        std::fs::create_dir_all(&dir.0).unwrap();
         dir
     }
 
@@ -160,71 +161,70 @@ mod tests {
 
     #[test]
     fn a_replacement_with_every_fsync_survives_a_crash() {
-        let dir = scratch("synced");
+        let tmp = scratch("synced");
+        let dir = tmp.0.as_path();
         let images = SnapshotImages::default();
-        replace(&images, &dir, b"one", true, true);
-        replace(&images, &dir, b"two", true, true);
-        images.crash(&dir).unwrap();
-        assert_eq!(read(&dir).as_deref(), Some(&b"two"[..]));
+        replace(&images, dir, b"one", true, true);
+        replace(&images, dir, b"two", true, true);
+        images.crash(dir).unwrap();
+        assert_eq!(read(dir).as_deref(), Some(&b"two"[..]));
         assert!(!dir.join("snapshot.bin.tmp").exists());
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn a_rename_whose_directory_was_not_fsynced_is_undone() {
-        let dir = scratch("undone");
+        let tmp = scratch("undone");
+        let dir = tmp.0.as_path();
         let images = SnapshotImages::default();
-        replace(&images, &dir, b"one", true, true);
-        replace(&images, &dir, b"two", true, false);
-        images.crash(&dir).unwrap();
-        assert_eq!(read(&dir).as_deref(), Some(&b"one"[..]));
-        let _ = std::fs::remove_dir_all(&dir);
+        replace(&images, dir, b"one", true, true);
+        replace(&images, dir, b"two", true, false);
+        images.crash(dir).unwrap();
+        assert_eq!(read(dir).as_deref(), Some(&b"one"[..]));
     }
 
     #[test]
     fn without_any_fsync_the_first_snapshot_is_gone_after_a_crash() {
-        let dir = scratch("none");
+        let tmp = scratch("none");
+        let dir = tmp.0.as_path();
         let images = SnapshotImages::default();
-        replace(&images, &dir, b"one", false, false);
-        assert_eq!(read(&dir).as_deref(), Some(&b"one"[..]));
-        images.crash(&dir).unwrap();
-        assert_eq!(read(&dir), None);
-        let _ = std::fs::remove_dir_all(&dir);
+        replace(&images, dir, b"one", false, false);
+        assert_eq!(read(dir).as_deref(), Some(&b"one"[..]));
+        images.crash(dir).unwrap();
+        assert_eq!(read(dir), None);
     }
 
     #[test]
     fn data_not_fsynced_under_a_durable_name_is_left_empty() {
-        let dir = scratch("empty");
+        let tmp = scratch("empty");
+        let dir = tmp.0.as_path();
         let images = SnapshotImages::default();
-        replace(&images, &dir, b"one", false, true);
-        images.crash(&dir).unwrap();
-        assert_eq!(read(&dir).as_deref(), Some(&b""[..]));
-        let _ = std::fs::remove_dir_all(&dir);
+        replace(&images, dir, b"one", false, true);
+        images.crash(dir).unwrap();
+        assert_eq!(read(dir).as_deref(), Some(&b""[..]));
     }
 
     #[test]
     fn an_fsync_under_a_name_whose_rename_is_not_durable_leaves_the_old_file() {
-        let dir = scratch("pending");
+        let tmp = scratch("pending");
+        let dir = tmp.0.as_path();
         let images = SnapshotImages::default();
-        replace(&images, &dir, b"one", true, true);
-        replace(&images, &dir, b"two", true, false);
+        replace(&images, dir, b"one", true, true);
+        replace(&images, dir, b"two", true, false);
         std::fs::write(dir.join("snapshot.bin"), b"three").unwrap();
         images.note(FileEvent::Synced(dir.join("snapshot.bin")));
-        images.crash(&dir).unwrap();
-        assert_eq!(read(&dir).as_deref(), Some(&b"one"[..]));
-        let _ = std::fs::remove_dir_all(&dir);
+        images.crash(dir).unwrap();
+        assert_eq!(read(dir).as_deref(), Some(&b"one"[..]));
     }
 
     #[test]
     fn a_crash_leaves_the_paths_no_step_named_and_other_directories_alone() {
-        let (dir, other) = (scratch("mine"), scratch("other"));
+        let (mine, theirs) = (scratch("mine"), scratch("other"));
+        let (dir, other) = (mine.0.as_path(), theirs.0.as_path());
         let images = SnapshotImages::default();
         std::fs::write(dir.join("node.id"), b"1").unwrap();
-        replace(&images, &other, b"kept", true, false);
-        images.crash(&dir).unwrap();
+        replace(&images, other, b"kept", true, false);
+        images.crash(dir).unwrap();
         assert_eq!(std::fs::read(dir.join("node.id")).unwrap(), b"1");
-        assert_eq!(read(&other).as_deref(), Some(&b"kept"[..]));
-        let _ = std::fs::remove_dir_all(&dir);
-        let _ = std::fs::remove_dir_all(&other);
+        assert_eq!(read(other).as_deref(), Some(&b"kept"[..]));
     }
 }
