@@ -345,3 +345,220 @@ fn ask_b(session: u64) -> Command {
         wait: true,
     })
 }
+
+/// `method path` on node `node`'s HTTP port with an optional JSON body, naming `group` in
+/// the `Weir-Group` header when given: (status, JSON body or Null).
+async fn http_in(
+    cluster: &Cluster,
+    node: u64,
+    group: Option<&str>,
+    method: &str,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> (reqwest::StatusCode, serde_json::Value) {
+    let url = format!("{}{path}", crate::http::base(cluster, node));
+    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+    let mut request = reqwest::Client::new().request(method, url);
+    if let Some(g) = group {
+        request = request.header("Weir-Group", g);
+    }
+    if let Some(b) = body {
+        request = request.json(&b);
+    }
+    let response = request.send().await.expect("the node answers HTTP");
+    let status = response.status();
+    let text = response.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_door_serves_a_tenant_of_any_group() {
+    use reqwest::StatusCode;
+    use serde_json::json;
+    let cluster = Cluster::start("http-groups", 3, "groups = 2");
+    let node = crate::http::follower(&cluster).await;
+    let plain = cluster.client();
+    assert_eq!(plain.place_tenant("b", Some(2)).await.unwrap(), 2);
+
+    phase("definitions of b go to group 2 with no header");
+    for (name, spec) in [
+        ("db", json!({"concurrent": 1})),
+        ("api", json!({"per_second": 0.5, "burst": 2})),
+    ] {
+        let path = format!("/v1/tenants/b/limits/{name}");
+        let (status, v) = http_in(&cluster, node, None, "PUT", &path, Some(spec)).await;
+        assert_eq!(status, StatusCode::OK, "PUT {path}: {v}");
+    }
+    assert_eq!(
+        names_in(&cluster.client().in_group(2), "b").await.unwrap(),
+        ["api", "db"]
+    );
+
+    phase("a take of b is taken in group 2, in the node's take session there");
+    let take = "/v1/tenants/b/limits/api/take";
+    let deadline = std::time::Instant::now() + CONVERGE;
+    let v = loop {
+        let (status, v) = http_in(&cluster, node, None, "POST", take, None).await;
+        if status == StatusCode::OK {
+            break v;
+        }
+        // The follower has not applied the definition (or the placement) yet.
+        assert!(std::time::Instant::now() < deadline, "{status} {v}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        (v["taken"].as_u64(), v["remaining"].as_u64()),
+        (Some(1), Some(1)),
+        "{v}"
+    );
+    let (status, v) = http_in(&cluster, node, None, "POST", take, None).await;
+    assert_eq!(
+        (status, v["remaining"].as_u64()),
+        (StatusCode::OK, Some(0)),
+        "{v}"
+    );
+    let (status, v) = http_in(&cluster, node, None, "POST", take, None).await;
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (StatusCode::TOO_MANY_REQUESTS, Some("Busy")),
+        "{v}"
+    );
+    // Its cap is read in group 2's state: a take of it would hold a permit.
+    let (status, v) = http_in(
+        &cluster,
+        node,
+        None,
+        "POST",
+        "/v1/tenants/b/limits/db/take",
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("Invalid")),
+        "{v}"
+    );
+
+    phase("a session of the default group is told where b lives, and how to get there");
+    let ttl = Some(json!({"ttl_ms": 10_000}));
+    let (_, s) = http_in(&cluster, node, None, "POST", "/v1/sessions", ttl.clone()).await;
+    let acquire = "/v1/tenants/b/limits/db/acquire";
+    let ask = json!({"session": s["session"], "ticket": 1, "wait": false});
+    let (status, v) = http_in(&cluster, node, None, "POST", acquire, Some(ask)).await;
+    assert_eq!(
+        (
+            status,
+            v["error"].as_str(),
+            v["tenant"].as_str(),
+            v["group"].as_u64()
+        ),
+        (
+            StatusCode::MISDIRECTED_REQUEST,
+            Some("WrongGroup"),
+            Some("b"),
+            Some(2)
+        ),
+        "{v}"
+    );
+    let message = v["message"].as_str().unwrap();
+    assert!(
+        message.contains("open one with the header `Weir-Group: 2`"),
+        "{message}"
+    );
+
+    phase("a session opened with Weir-Group: 2 holds b's permit, kept alive and released there");
+    let two = Some("2");
+    let (status, s) = http_in(&cluster, node, two, "POST", "/v1/sessions", ttl.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{s}");
+    let session = s["session"].as_u64().unwrap();
+    let ask = json!({"session": session, "ticket": 1, "wait": false});
+    let (status, v) = http_in(&cluster, node, two, "POST", acquire, Some(ask)).await;
+    assert_eq!(
+        (status, v["units"].as_u64()),
+        (StatusCode::OK, Some(1)),
+        "{v}"
+    );
+    assert!(v["fence"].as_u64().is_some(), "{v}");
+    let (_, shown) = plain_limit(&cluster, "b", "db").await;
+    assert_eq!(shown, 1, "group 2 holds the permit");
+    let keepalive = format!("/v1/sessions/{session}/keepalive");
+    let (status, v) = http_in(&cluster, node, two, "POST", &keepalive, None).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    // Without the header the request speaks to the default group, which has no such session.
+    let (status, v) = http_in(&cluster, node, None, "POST", &keepalive, None).await;
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (StatusCode::NOT_FOUND, Some("UnknownSession")),
+        "{v}"
+    );
+    let release = format!("/v1/sessions/{session}/release");
+    let (status, v) = http_in(
+        &cluster,
+        node,
+        two,
+        "POST",
+        &release,
+        Some(json!({"ticket": 1})),
+    )
+    .await;
+    assert_eq!(
+        (status, v["held"].as_bool()),
+        (StatusCode::OK, Some(true)),
+        "{v}"
+    );
+    let (status, _) = http_in(
+        &cluster,
+        node,
+        two,
+        "DELETE",
+        &format!("/v1/sessions/{session}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+
+    phase("a group the node does not host, or no number, is refused before anything is sent");
+    for bad in ["0", "3", "two"] {
+        let (status, v) = http_in(
+            &cluster,
+            node,
+            Some(bad),
+            "POST",
+            "/v1/sessions",
+            ttl.clone(),
+        )
+        .await;
+        assert_eq!(
+            (status, v["error"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("BadRequest")),
+            "{v}"
+        );
+        assert_eq!(
+            v["message"],
+            format!(
+                "the Weir-Group header names a data group of this node, one of [1, 2]; got \"{bad}\""
+            ),
+        );
+    }
+}
+
+/// `in_use` of limit `name` of `tenant`, read through the library (which follows the tenant
+/// to its group): (the answer, in use).
+async fn plain_limit(cluster: &Cluster, tenant: &str, name: &str) -> (Answer, u64) {
+    let answer = cluster
+        .client()
+        .read(Query::Limit {
+            tenant: tenant.into(),
+            name: name.into(),
+        })
+        .await
+        .unwrap();
+    let in_use = match &answer {
+        Answer::Limit(Some(l)) => l.in_use,
+        other => panic!("{other:?}"),
+    };
+    (answer, in_use)
+}

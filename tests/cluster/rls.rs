@@ -1173,3 +1173,24 @@ async fn node_leases_decide_hot_descriptors_locally_within_the_rate_and_stop_at_
         "answered OK {last_ok:?} after the cut, past the belief deadline"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn should_rate_limit_decides_a_domain_placed_in_another_group_on_every_node() {
+    let (cluster, _) = start("weir-rls-groups", |c| c.groups = 2).await;
+    let client = Client::new(cluster.servers());
+    phase("the domain's tenant placed in group 2, the file's limits defined there");
+    assert_eq!(client.place_tenant("edge", Some(2)).await.unwrap(), 2);
+    apply_yaml(&client).await;
+    phase("every node matches in group 2's state and takes from its one bucket");
+    let mut left = 100;
+    for id in 1..=3 {
+        let mut rls = Rls::plain(&cluster.node(id).config.grpc_listen.clone()).await;
+        rls.await_limits().await;
+        left -= 10;
+        assert_eq!(
+            seen(&rls.one(&[("to_number", "777")], 10).await),
+            (OK, 100, DAY, left),
+            "node {id}"
+        );
+    }
+}

@@ -22,6 +22,11 @@
 //!   request opened it.
 //! - Each caller has its own take sessions (sessions belong to their opener), one at a
 //!   time, each for at most `TAKE_SESSION_TICKETS` takes (`context.rs`).
+//! - A caller speaks to one group. On a node of several, a request naming another in its
+//!   `Weir-Group` header ([`GROUP_HEADER`], checked against the node's data groups: 400
+//!   otherwise) acts as the token's caller of that group ([`Caller::in_group`]), kept by
+//!   its default group's caller: one client and one take session per group, since a
+//!   session is one group's.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -39,6 +44,10 @@ use weir_client::Client;
 use weir_core::machine::SessionId;
 use weir_proto::tls::{ClientSecurity, Connector};
 use weir_server::security::{Principal, Role, Tokens};
+
+/// The header a request names the group it speaks to with, on a node of several groups (a
+/// session is one group's; the node's default group without it).
+pub const GROUP_HEADER: &str = "weir-group";
 
 /// Most callers cached at once. Each holds a connection to the cluster; a few hundred
 /// tokens in use through one node is far above a deployment's usual count, and a miss
@@ -58,6 +67,17 @@ pub struct Caller {
     pub take_session: tokio::sync::Mutex<Option<TakeSession>>,
     /// The next take's ticket in that session. Tickets are never reused in a session.
     pub take_ticket: AtomicU64,
+    /// The group this caller's client speaks to (`None`: the node's default group).
+    group: Option<u64>,
+    /// The node's default group (the one a request naming none speaks to).
+    default_group: u64,
+    /// The principal's caller of the default group, which keeps the others; empty in that
+    /// caller itself (weak: it keeps this one).
+    root: std::sync::Weak<Caller>,
+    /// This principal's callers in other groups, made the first time a request of theirs
+    /// goes there ([`Caller::in_group`]): each its own client of that group, and its own
+    /// take sessions, since a session is one group's. Kept in the default group's caller.
+    others: std::sync::Mutex<HashMap<u64, Arc<Caller>>>,
 }
 
 /// A take session and the first ticket not to be taken in it.
@@ -68,13 +88,66 @@ pub struct TakeSession {
 }
 
 impl Caller {
-    fn new(client: Client, principal: Principal) -> Caller {
+    fn new(client: Client, principal: Principal, default_group: u64) -> Caller {
         Caller {
             client,
             principal,
             take_session: tokio::sync::Mutex::new(None),
             take_ticket: AtomicU64::new(1),
+            group: None,
+            default_group,
+            root: std::sync::Weak::new(),
+            others: Default::default(),
         }
+    }
+
+    /// The group this caller speaks to.
+    pub fn group(&self) -> u64 {
+        self.group.unwrap_or(self.default_group)
+    }
+
+    /// The same principal's caller in group `group`: `self` when it speaks there, else the
+    /// one its default group's caller keeps for that group, made the first time (at most
+    /// one per group the node hosts).
+    pub fn in_group(self: &Arc<Self>, group: u64) -> Arc<Caller> {
+        let group = (group != self.default_group).then_some(group);
+        if self.group == group {
+            return self.clone();
+        }
+        if self.group.is_some() {
+            return match self.root.upgrade() {
+                Some(root) => root.in_group(group.unwrap_or(self.default_group)),
+                // Its default group's caller was evicted meanwhile: a caller for this
+                // request only.
+                None => {
+                    let g = group.unwrap_or(self.default_group);
+                    let mut caller = Caller::new(
+                        self.client.clone().in_group(g),
+                        self.principal.clone(),
+                        self.default_group,
+                    );
+                    caller.group = group;
+                    Arc::new(caller)
+                }
+            };
+        }
+        let Some(g) = group else {
+            unreachable!("the default group's caller answered itself above");
+        };
+        let mut others = weir_server::lock::lock(&self.others);
+        others
+            .entry(g)
+            .or_insert_with(|| {
+                let mut caller = Caller::new(
+                    self.client.clone().in_group(g),
+                    self.principal.clone(),
+                    self.default_group,
+                );
+                caller.group = Some(g);
+                caller.root = Arc::downgrade(self);
+                Arc::new(caller)
+            })
+            .clone()
     }
 }
 
@@ -92,6 +165,10 @@ pub struct Callers {
     cache: std::sync::Mutex<Cache>,
     /// Whether `/metrics` is served to loopback peers without a token.
     metrics_loopback_open: bool,
+    /// The group a request naming none speaks to, and every group a request may name
+    /// (`Weir-Group`): the node's data groups.
+    default_group: u64,
+    groups: Vec<u64>,
 }
 
 #[derive(Default)]
@@ -113,7 +190,17 @@ impl Callers {
             reloads,
             cache: Default::default(),
             metrics_loopback_open: true,
+            default_group: 0,
+            groups: vec![0],
         }
+    }
+
+    /// The node's data groups, `hosted`, and the one a request naming none speaks to
+    /// (default: the one group, 0, of a node of one group).
+    pub fn groups(mut self, default_group: u64, hosted: Vec<u64>) -> Callers {
+        self.default_group = default_group;
+        self.groups = hosted;
+        self
     }
 
     /// Whether `/metrics` is served to loopback peers without a token (default yes).
@@ -164,7 +251,7 @@ impl Callers {
         };
         let client = Client::with_security(self.servers.clone(), security)
             .with_retry_deadline(FORWARD_RETRY_MAX);
-        let caller = Arc::new(Caller::new(client, principal.clone()));
+        let caller = Arc::new(Caller::new(client, principal.clone(), self.default_group));
         cache
             .entries
             .insert(principal.id.clone(), (caller.clone(), now));
@@ -213,6 +300,11 @@ tokio::task_local! {
 /// bug.
 pub fn current() -> Arc<Caller> {
     CURRENT.with(|c| c.clone())
+}
+
+/// The caller of the request being handled; `None` outside one (an open route).
+pub fn try_current() -> Option<Arc<Caller>> {
+    CURRENT.try_with(|c| c.clone()).ok()
 }
 
 /// Routes served without a token: health, and the console's page and assets (which hold
@@ -265,7 +357,34 @@ pub async fn authenticate(
         return next.run(request).await;
     }
     let caller = callers.caller(&principal, token.as_deref());
+    let caller = match named_group(&request, &callers.groups) {
+        Ok(None) => caller,
+        Ok(Some(group)) => caller.in_group(group),
+        Err(why) => {
+            super::error::drain(request.into_body()).await;
+            return ApiError::new(StatusCode::BAD_REQUEST, "BadRequest", why).into_response();
+        }
+    };
     CURRENT.scope(caller, next.run(request)).await
+}
+
+/// The group a request names in its [`GROUP_HEADER`], one of `hosted`; `None` without the
+/// header.
+fn named_group(request: &Request, hosted: &[u64]) -> Result<Option<u64>, String> {
+    let Some(value) = request.headers().get(GROUP_HEADER) else {
+        return Ok(None);
+    };
+    let named = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    match named {
+        Some(group) if hosted.contains(&group) => Ok(Some(group)),
+        _ => Err(format!(
+            "the Weir-Group header names a data group of this node, one of {hosted:?}; got {:?}",
+            String::from_utf8_lossy(value.as_bytes())
+        )),
+    }
 }
 
 /// The token of an `Authorization: Bearer TOKEN` header; `None` without the header.

@@ -88,7 +88,7 @@ pub async fn healthz() -> impl IntoResponse {
 /// `GET /readyz`: 200 when this node is a member with a known leader and has applied its
 /// log to within [`READY_LAG_MAX`] entries; 503 with the reason otherwise.
 pub async fn readyz(State(ctx): State<Arc<HttpCtx>>) -> impl IntoResponse {
-    let (ready, why) = readiness(&ctx.raft);
+    let (ready, why) = readiness(&ctx.door().raft);
     let status = if ready {
         StatusCode::OK
     } else {

@@ -1,8 +1,18 @@
 //! [`HttpCtx`]: what every HTTP handler reaches — the callers (one internal client per
-//! token, `callers.rs`) that carry requests to the leader, this node's applied state
-//! (events, local figures), Raft (health, metrics), the leader changes this node saw
-//! (`leaders.rs`) and the last minutes it saw of each limit (`history.rs`). [`HttpCtx::write`], [`HttpCtx::read`] and the take session act for the
-//! current request's caller.
+//! token and group, `callers.rs`) that carry requests to the leader, this node's applied
+//! state of each data group (events, local figures), Raft (health, metrics), the leader
+//! changes this node saw (`leaders.rs`) and the last minutes it saw of each limit
+//! (`history.rs`). [`HttpCtx::write`], [`HttpCtx::read`] and the take session act for the
+//! current request's caller, in its group.
+//!
+//! Groups: a request speaks to the group its `Weir-Group` header names, or the node's
+//! default group ([`callers::GROUP_HEADER`]); [`HttpCtx::door`] is that group's state, Raft
+//! and in-process writer, and every handler reads and writes through it, so a session
+//! opened with the header is served, its events told and its acquires waited for in its
+//! group. A request that acts for a tenant with no session of the caller's (a take,
+//! Envoy's service) goes to the tenant's group by this node's placements
+//! ([`HttpCtx::for_tenant`]). The leader history, the per-limit history and the
+//! forwarder's leader hints follow the default group.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -11,14 +21,15 @@ use super::callers::{self, Callers, TakeSession};
 use super::error::ApiError;
 use super::history::History;
 use super::leaders::LeaderHistory;
+use std::collections::BTreeMap;
 use weir_client::{Client, ClientError};
 use weir_core::bounds;
 use weir_core::machine::{Command, Reply, SessionId, TicketId};
 use weir_core::planted::Plant;
 use weir_proto::protocol::{Answer, Query};
-use weir_server::raft::Raft;
+
 use weir_server::raft::state_store::AppliedState;
-use weir_server::server::local_write::LocalWriter;
+use weir_server::server::front::{DoorGroup, Doors};
 
 /// TTL of the node's own session for takes, ms. Long, because a take holds nothing under it
 /// (a rate-only grant only spends tokens) and each take renews nothing: a session that
@@ -51,49 +62,89 @@ pub struct HttpCtx {
     /// token, following it across failovers: this node's client address first, then the
     /// other initial voters'.
     pub callers: Arc<Callers>,
-    /// This node's applied state: session events, the log clock, local figures.
-    pub state: Arc<AppliedState>,
-    pub raft: Raft,
+    /// Every data group this node hosts: its applied state (session events, the log clock,
+    /// local figures), its Raft, its in-process writer (what Envoy's service writes
+    /// through while this node leads the group, without the loopback hop).
+    groups: BTreeMap<u64, DoorGroup>,
+    /// The group a request naming none speaks to.
+    default_group: u64,
+    /// The metadata group's applied state on a node of several groups: its placements.
+    placements: Option<Arc<AppliedState>>,
     /// The leader changes this node saw since it started (`leaders.rs`).
     pub leaders: Arc<LeaderHistory>,
     /// The last minutes of each limit and tenant as this node saw them (`history.rs`).
     pub history: Arc<History>,
-    /// The client port's write path in this process (its checks, then the proposer): what
-    /// Envoy's service writes through while this node leads, without the loopback hop.
-    pub writer: Option<LocalWriter>,
 }
 
 impl HttpCtx {
-    pub fn new(
-        id: u64,
-        client_addr: String,
-        callers: Callers,
-        state: Arc<AppliedState>,
-        raft: Raft,
-    ) -> HttpCtx {
-        let callers = Arc::new(callers);
-        super::forward::follow_leader(raft.clone(), callers.clone());
+    /// The front doors' context over what the node gave them, `doors`.
+    pub fn new(id: u64, client_addr: String, callers: Callers, doors: &Doors) -> HttpCtx {
+        let groups: BTreeMap<u64, DoorGroup> = doors
+            .groups
+            .iter()
+            .map(|(g, door)| (u64::from(*g), door.clone()))
+            .collect();
+        let default_group = u64::from(doors.default_group);
+        let callers = Arc::new(callers.groups(default_group, groups.keys().copied().collect()));
+        let default = doors.default_door();
+        super::forward::follow_leader(default.raft.clone(), callers.clone());
         HttpCtx {
             id,
             client_addr,
             callers,
-            leaders: LeaderHistory::follow(&raft),
-            history: History::follow(state.clone()),
-            state,
-            raft,
-            writer: None,
+            leaders: LeaderHistory::follow(&default.raft),
+            history: History::follow(default.state.clone()),
+            groups,
+            default_group,
+            placements: doors.placements.clone(),
         }
     }
 
-    /// Writes of Envoy's service go through `writer` while this node leads.
-    pub fn with_writer(mut self, writer: LocalWriter) -> HttpCtx {
-        self.writer = Some(writer);
-        self
+    /// The group the current request speaks to, as this node hosts it: the caller's (its
+    /// `Weir-Group` header's, checked against the hosted groups), else the default group.
+    pub fn door(&self) -> &DoorGroup {
+        let group = callers::try_current().map_or(self.default_group, |c| c.group());
+        self.groups
+            .get(&group)
+            .unwrap_or_else(|| &self.groups[&self.default_group])
     }
 
-    /// Whether this node leads now, as its Raft last said.
+    /// This node's applied state of the current request's group.
+    pub fn state(&self) -> &Arc<AppliedState> {
+        &self.door().state
+    }
+
+    /// The caller that acts for `tenant` in a request of no session of the caller's:
+    /// `caller` in the group this node's placements put `tenant` in, or `caller` itself
+    /// where they name none (a node of one group; a tenant placed nowhere, or
+    /// not yet as far as this node has applied: its group's answer tells it).
+    pub fn for_tenant(&self, caller: Arc<callers::Caller>, tenant: &str) -> Arc<callers::Caller> {
+        match self.placement(tenant) {
+            Some(group) => caller.in_group(group),
+            None => caller,
+        }
+    }
+
+    /// The hosted group this node's placements put `tenant` in; `None` on a node of one
+    /// group, or for a tenant placed nowhere as far as this node has applied.
+    fn placement(&self, tenant: &str) -> Option<u64> {
+        let placements = self.placements.as_ref()?;
+        let group = placements.lock().machine.placement(tenant)?;
+        self.groups.contains_key(&group).then_some(group)
+    }
+
+    /// This node's applied state of the group `tenant` lives in, by its placements; of the
+    /// current request's group where they name none.
+    pub fn tenant_state(&self, tenant: &str) -> &Arc<AppliedState> {
+        match self.placement(tenant).and_then(|g| self.groups.get(&g)) {
+            Some(door) => &door.state,
+            None => self.state(),
+        }
+    }
+
+    /// Whether this node leads the current request's group now, as its Raft last said.
     pub fn leads(&self) -> bool {
-        self.raft.metrics().borrow().current_leader == Some(self.id)
+        self.door().raft.metrics().borrow().current_leader == Some(self.id)
     }
 
     /// The current request's internal client (its token, the node's CA).
@@ -123,7 +174,7 @@ impl HttpCtx {
 
     /// This node's log clock, ms (what `Busy {retry_at_ms}` is measured against).
     pub fn now_ms(&self) -> u64 {
-        self.state.lock().machine.now_ms()
+        self.state().lock().machine.now_ms()
     }
 
     /// The caller's take session and a fresh ticket in it, opening a session when there is

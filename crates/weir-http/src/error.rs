@@ -110,8 +110,8 @@ impl ApiError {
                 Failure::OutcomeUnknown(_) => (unavailable, "OutcomeUnknown"),
                 Failure::BadRequest(_) => (StatusCode::BAD_REQUEST, "BadRequest"),
                 Failure::Forbidden(_) => (StatusCode::FORBIDDEN, "Forbidden"),
-                // The HTTP door speaks to the node's default group; a tenant another group
-                // holds is decided there.
+                // A session's request for a tenant another group decides (a session is
+                // one group's): the caller opens a session there (`Weir-Group`).
                 Failure::WrongGroup { .. } => (StatusCode::MISDIRECTED_REQUEST, "WrongGroup"),
                 Failure::Unplaced { .. } => (unavailable, "Unplaced"),
             },
@@ -122,9 +122,19 @@ impl ApiError {
                 m.clone()
             }
             ClientError::Failed(Failure::NotLeader { leader: None }) => no_leader_message(),
+            ClientError::Failed(Failure::WrongGroup { tenant, group }) => format!(
+                "tenant {tenant} lives in group {group}: a session of group {group} acts for \
+                 it (open one with the header `Weir-Group: {group}`, and send that header \
+                 with every request of the session)"
+            ),
             ClientError::Failed(f) => f.to_string(),
         };
-        ApiError::new(status, name, message)
+        let mut error = ApiError::new(status, name, message);
+        if let ClientError::Failed(Failure::WrongGroup { tenant, group }) = e {
+            error.body.insert("tenant".into(), json!(tenant));
+            error.body.insert("group".into(), json!(group));
+        }
+        error
     }
 }
 

@@ -54,10 +54,10 @@ const APPEAR_LOOK: Duration = Duration::from_millis(20);
 /// module doc).
 async fn check_owner_here(ctx: &HttpCtx, session: SessionId) -> Result<(), ApiError> {
     let caller = super::callers::current();
-    let mut applied = ctx.state.subscribe();
+    let mut applied = ctx.state().subscribe();
     let appear = async {
         loop {
-            let check = check_owner(&ctx.state, &caller.principal, session);
+            let check = check_owner(ctx.state(), &caller.principal, session);
             if check != OwnerCheck::Unknown {
                 return check;
             }
@@ -95,7 +95,7 @@ pub async fn stream(
     Params(session): Params<SessionId>,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
     // Subscribed before the check, so no event after it is missed.
-    let applied = ctx.state.subscribe();
+    let applied = ctx.state().subscribe();
     check_owner_here(&ctx, session).await?;
     let caller = super::callers::current();
     let revoked = Box::pin(ctx.callers.tokens().revoked(caller.principal.clone()));

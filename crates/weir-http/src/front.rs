@@ -7,13 +7,9 @@
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use weir_proto::tls::Connector;
 use weir_server::config::Config;
-use weir_server::raft::Raft;
-use weir_server::raft::state_store::AppliedState;
-use weir_server::security::{Acceptor, Tokens};
+use weir_server::security::Acceptor;
 use weir_server::server::front::{Doors, FrontDoors};
-use weir_server::server::local_write::LocalWriter;
 use weir_server::shutdown::Shutdown;
 
 use crate::callers::Callers;
@@ -27,14 +23,7 @@ pub struct Front;
 
 impl FrontDoors for Front {
     fn start(&self, config: &Config, doors: Doors) -> Result<(), String> {
-        let edge = edge_ctx(
-            config,
-            &doors.internal_connector,
-            &doors.tokens,
-            &doors.state,
-            &doors.raft,
-            doors.writer.clone(),
-        );
+        let edge = edge_ctx(config, &doors);
         if let Some(listener) = doors.http {
             start_http(
                 config,
@@ -54,30 +43,19 @@ impl FrontDoors for Front {
 /// What the HTTP and gRPC ports share: one internal client (and take session) per token.
 /// Each request reaches the client port with its own token over TLS verified against the
 /// node's CA, so it is authenticated and authorized there, as a binary client's is.
-fn edge_ctx(
-    config: &Config,
-    internal_connector: &Connector,
-    tokens: &Arc<Tokens>,
-    state: &Arc<AppliedState>,
-    raft: &Raft,
-    writer: LocalWriter,
-) -> Arc<HttpCtx> {
+fn edge_ctx(config: &Config, doors: &Doors) -> Arc<HttpCtx> {
     let callers = Callers::new(
         http_servers(config),
-        internal_connector.clone(),
-        tokens.clone(),
+        doors.internal_connector.clone(),
+        doors.tokens.clone(),
     )
     .metrics_loopback_open(config.metrics_loopback_open);
-    Arc::new(
-        HttpCtx::new(
-            config.id,
-            config.client_addr.clone(),
-            callers,
-            state.clone(),
-            raft.clone(),
-        )
-        .with_writer(writer),
-    )
+    Arc::new(HttpCtx::new(
+        config.id,
+        config.client_addr.clone(),
+        callers,
+        doors,
+    ))
 }
 
 /// Serves HTTP on `listener`.

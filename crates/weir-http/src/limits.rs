@@ -171,7 +171,7 @@ pub async fn define(
 /// file wrote it, for `envoy:path=%2Fbeta`: a URL decodes `%2F` to `/`). Reads find such a
 /// name on their own (`weir_server::server::reader`); a removal is a write, named here.
 pub fn as_named(ctx: &HttpCtx, tenant: &str, name: String) -> String {
-    let state = ctx.state.lock();
+    let state = ctx.tenant_state(tenant).lock();
     state
         .machine
         .limit_as_written(tenant, &name)

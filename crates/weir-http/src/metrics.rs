@@ -14,7 +14,7 @@ use weir_server::metrics::{self, RaftView};
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 pub async fn scrape(State(ctx): State<Arc<HttpCtx>>) -> impl IntoResponse {
-    let m = ctx.raft.metrics().borrow().clone();
+    let m = ctx.door().raft.metrics().borrow().clone();
     let applied = m.last_applied.map_or(0, |l| l.index);
     // openraft reports no commit index. The leader's is the highest index a quorum has
     // (itself included); a follower applies only committed entries, so its applied index
@@ -47,7 +47,7 @@ pub async fn scrape(State(ctx): State<Arc<HttpCtx>>) -> impl IntoResponse {
         commit_index,
     };
     let text = {
-        let state = ctx.state.lock();
+        let state = ctx.state().lock();
         metrics::get().scrape(&view, &state.machine)
     };
     ([(header::CONTENT_TYPE, TEXT_FORMAT)], text)

@@ -79,7 +79,7 @@ fn valid_name(what: &str, name: &str) -> Result<(), ApiError> {
 pub async fn halts(State(ctx): State<Arc<HttpCtx>>) -> ApiResult {
     cluster_reader("the list of every halt")?;
     let (now_ms, all) = {
-        let applied = ctx.state.lock();
+        let applied = ctx.state().lock();
         let m = &applied.machine;
         let mut all: Vec<(String, HaltScope, String)> = Vec::new();
         let mut total = 0usize;
@@ -138,7 +138,7 @@ pub async fn tenants(
             "query: limit {limit} is outside 1..={TENANTS_PAGE_MAX}"
         )));
     }
-    let applied = ctx.state.lock();
+    let applied = ctx.state().lock();
     let m = &applied.machine;
     let names = m.tenant_names();
     let total = names.len();
@@ -194,7 +194,12 @@ pub async fn limit_history(
     valid_name("tenant", &tenant)?;
     valid_name("limit", &name)?;
     tenant_reader(&tenant)?;
-    if !ctx.state.lock().machine.has_limit(&tenant, &name) {
+    if !ctx
+        .tenant_state(&tenant)
+        .lock()
+        .machine
+        .has_limit(&tenant, &name)
+    {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "UnknownLimit",

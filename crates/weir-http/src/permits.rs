@@ -106,7 +106,7 @@ pub async fn acquire(
     let deadline = Instant::now() + Duration::from_millis(b.timeout_ms);
     loop {
         // Subscribed before the acquire is sent: a grant applied right after it is seen.
-        let mut applied = ctx.state.subscribe();
+        let mut applied = ctx.state().subscribe();
         let reply = ctx.write(command.clone()).await?;
         let Reply::Queued { position } = reply else {
             return Ok(Json(reply_json(&reply)).into_response());
@@ -197,18 +197,30 @@ impl Default for TakeBody {
 
 /// Takes `units` tokens from a rate-only limit now, or not at all: 200 with the tokens left
 /// in the bucket, or 429 `Busy` with `Retry-After`. Runs as an acquire (`wait = false`) in
-/// the node's own session, so it goes through the log like every other grant (G1).
+/// the node's own session, so it goes through the log like every other grant (G1). The
+/// session is the node's, so the take goes to the tenant's group whatever group the request
+/// names (`HttpCtx::for_tenant`).
 pub async fn take(
     State(ctx): State<Arc<HttpCtx>>,
     Params((tenant, limit)): Params<(String, String)>,
     JsonBody(b): JsonBody<TakeBody>,
 ) -> ApiResult {
+    let caller = ctx.for_tenant(super::callers::current(), &tenant);
+    super::callers::act_as(caller, take_in(&ctx, tenant, limit, b)).await
+}
+
+/// [`take`], as the current caller.
+async fn take_in(ctx: &HttpCtx, tenant: String, limit: String, b: TakeBody) -> ApiResult {
     // A take holds nothing, so a limit with a cap is refused: its permit would be held by
     // the node's session with no one to release it. The spec is read locally: it changes
     // rarely, and the acquire itself is checked by the machine.
     let parts = first_and(limit.clone(), b.key.clone(), b.units, b.parts.clone());
     for part in &parts {
-        let local = ctx.state.lock().machine.limit_status(&tenant, &part.limit);
+        let local = ctx
+            .state()
+            .lock()
+            .machine
+            .limit_status(&tenant, &part.limit);
         if local.is_some_and(|l| l.concurrent > 0) {
             return Err(ApiError::invalid(format!(
                 "{tenant}/{} has a concurrent cap: take is for rate-only limits; acquire a permit in a session",

@@ -90,8 +90,8 @@ pub async fn stream(
     }
     let viewer = Viewer::new(
         ctx.id,
-        ctx.state.watch(),
-        ctx.raft.metrics(),
+        ctx.state().watch(),
+        ctx.door().raft.metrics(),
         Box::pin(ctx.callers.tokens().revoked(caller.principal.clone())),
     );
     let events = futures_util::stream::unfold(viewer, |mut v| async move {

@@ -152,6 +152,9 @@ impl RateLimitService for RlsService {
         )));
         authorize(&caller.principal.role, &probe).map_err(Status::permission_denied)?;
         let checked = check(request.into_inner()).map_err(Status::invalid_argument)?;
+        // The tenant's group decides it: its state is read, its leases held and its tokens
+        // taken there, through the caller's client and take session of that group.
+        let caller = self.ctx.for_tenant(caller, &checked.tenant);
         act_as(caller, self.decide(checked))
             .await
             .map(Response::new)
@@ -163,7 +166,7 @@ impl RlsService {
         let caller = current();
         let principal = caller.principal.id.as_str();
         let (plan, held, opens) = {
-            let state = self.ctx.state.lock();
+            let state = self.ctx.state().lock();
             let plan = plan(&state.machine, &checked).map_err(Status::invalid_argument)?;
             let (held, opens) = self.leases.note(
                 principal,
@@ -204,7 +207,7 @@ impl RlsService {
             && NodeLeases::take(&held, &plan.parts)
         {
             let n = plan.parts.len();
-            let state = self.ctx.state.lock();
+            let state = self.ctx.state().lock();
             let taken = Taken {
                 over: vec![false; n],
                 keys_full: vec![false; n],
@@ -216,7 +219,7 @@ impl RlsService {
             return Ok(response(&plan, &state.machine, &taken, self.headers));
         }
         let (over, keys_full) = self.take_with_room(&plan, left_out).await?;
-        let state = self.ctx.state.lock();
+        let state = self.ctx.state().lock();
         let taken = Taken {
             over,
             keys_full,
@@ -342,7 +345,7 @@ impl RlsService {
             let reply = self.send(command).await?;
             match reply {
                 Reply::Granted { .. } => {
-                    let state = self.ctx.state.lock();
+                    let state = self.ctx.state().lock();
                     let id = (session, ticket);
                     self.pending.add(&state.machine, id, tenant, parts);
                     return Ok(Ok(()));
@@ -370,10 +373,9 @@ impl RlsService {
     /// `WrongGroup`: never proposed), through the caller's internal client, which follows
     /// the leader and places the tenant or follows it to its group as the library does.
     async fn send(&self, command: Command) -> Result<Reply, Status> {
-        if let Some(writer) = &self.ctx.writer
-            && self.ctx.leads()
-        {
+        if self.ctx.leads() {
             let caller = current();
+            let writer = &self.ctx.door().writer;
             match writer.write(&caller.principal, command.clone()).await {
                 Err(
                     Failure::NotLeader { .. }
@@ -394,7 +396,7 @@ impl RlsService {
     fn refused(&self, plan: &Plan, refusal: Refusal) -> Result<Vec<bool>, Status> {
         match refusal {
             Refusal::Busy { .. } => {
-                let state = self.ctx.state.lock();
+                let state = self.ctx.state().lock();
                 let machine = &state.machine;
                 let unapplied = self.pending.unapplied(machine, &plan.tenant, &plan.parts);
                 let short: Vec<bool> = plan
@@ -420,7 +422,7 @@ impl RlsService {
             }
             // A halt is the operator's refusal of the tenant's traffic.
             Refusal::Halted { .. } => {
-                let state = self.ctx.state.lock();
+                let state = self.ctx.state().lock();
                 Ok(all_but_shadow(plan, &state.machine))
             }
             // A bound of the state (live keys of the machine, sessions, tickets), not the

@@ -12,6 +12,7 @@
 //! - A front door is started after Raft and before the client port serves, once per start.
 //! - Every task a front door spawns holds the node's [`Shutdown`] and ends when it begins.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
@@ -19,8 +20,8 @@ use weir_proto::tls::Connector;
 
 use super::local_write::LocalWriter;
 use crate::config::Config;
-use crate::raft::Raft;
 use crate::raft::state_store::AppliedState;
+use crate::raft::{GroupId, Raft};
 use crate::security::{Acceptor, Tokens};
 use crate::shutdown::Shutdown;
 
@@ -36,13 +37,33 @@ pub struct Doors {
     pub internal_connector: Connector,
     /// The tokens the client port accepts, reloaded on SIGHUP.
     pub tokens: Arc<Tokens>,
-    /// This node's applied state.
+    /// Every data group this node hosts, by id: the one group (0) of a node of one group,
+    /// groups 1 to N of a node of several.
+    pub groups: BTreeMap<GroupId, DoorGroup>,
+    /// The group a front door's request speaks to when it names none (`node::client_group`).
+    pub default_group: GroupId,
+    /// The metadata group's applied state on a node of several groups, whose placements say
+    /// which group decides a tenant; `None` on a node of one group.
+    pub placements: Option<Arc<AppliedState>>,
+    pub shutdown: Shutdown,
+}
+
+impl Doors {
+    /// The default group's door.
+    pub fn default_door(&self) -> &DoorGroup {
+        &self.groups[&self.default_group]
+    }
+}
+
+/// What a front door reaches of one group this node hosts.
+#[derive(Clone)]
+pub struct DoorGroup {
+    /// This node's applied state of the group.
     pub state: Arc<AppliedState>,
     pub raft: Raft,
-    /// The client port's write path, in process: a front door on the leader writes through
-    /// it without a loopback connection (`local_write.rs`).
+    /// The client port's write path to the group, in process: a front door on the group's
+    /// leader writes through it without a loopback connection (`local_write.rs`).
     pub writer: LocalWriter,
-    pub shutdown: Shutdown,
 }
 
 /// Starts the ports a node serves beside its own.

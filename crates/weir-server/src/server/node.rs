@@ -6,8 +6,9 @@
 //! ([`super::groups_dir`]), each with its own log, state store, Raft, stand-in, proposer
 //! and reader, all on the one peer port. The client port serves every group, each
 //! connection the one its hello names ([`super::client_port::GroupCtxs`]), requests routed
-//! by tenant ([`super::routing`]); the front doors serve the default group
-//! ([`client_group`]), their writes routed the same way.
+//! by tenant ([`super::routing`]); the front doors are given every data group
+//! ([`super::front::Doors`]: the default one, [`client_group`], for requests that name
+//! none), their writes routed the same way.
 //!
 //! Invariants:
 //! - Its ports and the front doors' are bound before Raft starts: a taken port fails the
@@ -35,7 +36,7 @@ use super::client_port;
 use super::client_port::GroupCtxs;
 use super::ctx::{Ctx, Metadata};
 use super::data_dir::prepare_data_dir;
-use super::front::{Doors, FrontDoors};
+use super::front::{DoorGroup, Doors, FrontDoors};
 use super::groups_dir::group_dirs;
 use super::local_write::LocalWriter;
 use super::proposer::{Proposer, SharedSlots};
@@ -158,9 +159,26 @@ impl Node {
                 default_state: groups[&client_group(config.groups)].state.clone(),
             }
         });
-        let served = groups[&client_group(config.groups)].clone();
-        let (raft, state, proposer) = (served.raft, served.state, served.proposer);
         let tokens = Arc::new(Tokens::new(TokenTable::new(&config.tokens)?));
+        // The front doors reach every data group (the metadata group is the nodes' own).
+        let door_groups = groups
+            .iter()
+            .filter(|(group, _)| config.groups == 1 || **group != SOLE_GROUP)
+            .map(|(group, hosted)| {
+                let door = DoorGroup {
+                    state: hosted.state.clone(),
+                    raft: hosted.raft.clone(),
+                    writer: LocalWriter {
+                        proposer: hosted.proposer.clone(),
+                        state: hosted.state.clone(),
+                        raft: hosted.raft.clone(),
+                        group: *group,
+                        metadata: metadata.clone(),
+                    },
+                };
+                (*group, door)
+            })
+            .collect();
         front.start(
             &config,
             Doors {
@@ -169,15 +187,9 @@ impl Node {
                 client_acceptor: security.client_acceptor.clone(),
                 internal_connector: security.internal_connector.clone(),
                 tokens: tokens.clone(),
-                state: state.clone(),
-                raft: raft.clone(),
-                writer: LocalWriter {
-                    proposer: proposer.clone(),
-                    state: state.clone(),
-                    raft: raft.clone(),
-                    group: client_group(config.groups),
-                    metadata: metadata.clone(),
-                },
+                groups: door_groups,
+                default_group: client_group(config.groups),
+                placements: metadata.as_ref().map(|m| m.state.clone()),
                 shutdown: shutdown.clone(),
             },
         )?;
@@ -215,7 +227,7 @@ impl Node {
         ));
         log_serving(&config);
         Ok(Node {
-            raft,
+            raft: groups[&client_group(config.groups)].raft.clone(),
             groups,
             tokens,
             shutdown: shutdown_sender,
