@@ -269,20 +269,24 @@ fn plan(args: Args, nemeses: Vec<String>, net: Net) -> Plan {
         },
     });
     let go = (args.go_holders > 0).then(|| {
-        let binary = match args.go_holder {
-            Some(binary) => binary,
+        let (binary, built_in) = match args.go_holder {
+            Some(binary) => (binary, None),
             // Outside the run's folder, which the cluster's start makes afresh.
-            None => GoHolders::build(
-                &std::env::temp_dir().join(format!("weir-jepsen-go-holder-{}", std::process::id())),
-            )
-            .unwrap_or_else(|e| {
-                eprintln!("weir-jepsen: {e}");
-                std::process::exit(2);
-            }),
+            None => {
+                let dir = std::env::temp_dir()
+                    .join(format!("weir-jepsen-go-holder-{}", std::process::id()));
+                let binary = GoHolders::build(&dir).unwrap_or_else(|e| {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    eprintln!("weir-jepsen: {e}");
+                    std::process::exit(2);
+                });
+                (binary, Some(dir))
+            }
         };
         GoHolders {
             count: args.go_holders,
             binary,
+            built_in,
             pause_every: if nemeses.iter().any(|k| k == "client-pause") {
                 PYTHON_PAUSE_EVERY
             } else {
@@ -554,6 +558,9 @@ fn main() {
             _ = interrupted() => Err("interrupted: the nodes were stopped, the run is not judged".to_string()),
         }
     });
+    if let Some(dir) = plan.go.as_ref().and_then(|g| g.built_in.as_ref()) {
+        let _ = std::fs::remove_dir_all(dir);
+    }
     match result {
         Ok(outcome) => {
             print!("{}", table(&outcome));

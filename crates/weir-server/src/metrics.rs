@@ -66,6 +66,9 @@ pub struct Metrics {
     pub fsync_seconds: Histogram,
     /// Commands waiting in the proposer queue when it last took a batch.
     pub proposer_queue_depth: Gauge,
+    /// Entries a data group's proposer made without one of the node's shared in-flight
+    /// slots, having waited `SHARED_WAIT_MAX` for one in vain (`server/proposer.rs`).
+    pub entries_unshared: Counter,
     /// Refusals answered to clients, by kind.
     pub refusals: Family<KindLabel, Counter>,
     /// Open client-port connections.
@@ -131,6 +134,7 @@ impl Metrics {
             commit_seconds: Histogram::new(latency_buckets()),
             fsync_seconds: Histogram::new(latency_buckets()),
             proposer_queue_depth: Gauge::default(),
+            entries_unshared: Counter::default(),
             refusals: Family::default(),
             connections: Gauge::default(),
             pushes_dropped: Counter::default(),
@@ -166,6 +170,8 @@ impl Metrics {
             commit_seconds: "Time from proposing an entry to its commands' answers",
             fsync_seconds: "Time of one durable commit of the log store",
             proposer_queue_depth: "Commands waiting in the proposer queue",
+            entries_unshared: "Entries a data group's proposer made without a shared \
+                               in-flight slot, after waiting its bound for one",
             refusals: "Refusals answered to clients, by kind",
             connections: "Open client-port connections",
             pushes_dropped: "Pushed events missed by slow client connections",

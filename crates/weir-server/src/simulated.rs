@@ -72,6 +72,13 @@ pub fn set_file_hook(hook: FileHook) {
     }
 }
 
+/// Whether this thread's simulation keeps what its files' syncs make durable (it gave a
+/// hook, [`set_file_hook`]): then the model decides what a power loss leaves, and a real
+/// fsync would only cost the run time.
+pub fn models_files() -> bool {
+    on() && FILE_HOOK.with(|h| h.borrow().is_some())
+}
+
 /// Tells this thread's simulation of a durable file step; nothing outside one, or when no
 /// hook was given.
 pub fn file_event(event: FileEvent) {

@@ -74,33 +74,33 @@ fn acquire(session: SessionId, change: impl FnOnce(&mut Acquire)) -> Command {
 }
 
 /// Writes breaking an argument bound, each with what its refusal names.
-fn bad_writes(session: SessionId) -> Vec<(&'static str, Command, &'static str)> {
+fn bad_writes(session: SessionId) -> Vec<(&'static str, Command, String)> {
     let long = || "n".repeat(NAME_BYTES_MAX + 1);
     vec![
         (
             "an acquire of units over the bound",
             acquire(session, |a| a.units = UNITS_MAX + 1),
-            "units",
+            "units".into(),
         ),
         (
             "an acquire of 0 units",
             acquire(session, |a| a.units = 0),
-            "units 0",
+            "units 0".into(),
         ),
         (
             "an acquire of fairness weight 0",
             acquire(session, |a| a.priority.fairness_weight = 0),
-            "fairness weight 0",
+            "fairness weight 0".into(),
         ),
         (
-            "an acquire naming a limit of 129 bytes",
+            "an acquire naming a limit one byte over the bound",
             acquire(session, |a| a.limit = long()),
-            "limit name is 129 bytes",
+            format!("limit name is {} bytes", NAME_BYTES_MAX + 1),
         ),
         (
             "an open of ttl_ms 1",
             Command::OpenSession { ttl_ms: 1 },
-            "ttl_ms 1",
+            "ttl_ms 1".into(),
         ),
     ]
 }

@@ -27,6 +27,9 @@ pub struct GoHolders {
     /// Every which permit a holder holds through a stop of its process past its TTL (0:
     /// never); the run sets it when `client-pause` is requested.
     pub pause_every: u64,
+    /// The folder the run built `binary` into, removed when the run ends (`None` for a
+    /// binary the caller named).
+    pub built_in: Option<PathBuf>,
 }
 
 impl GoHolders {

@@ -27,7 +27,9 @@
 //!   own frame's checks (`Machine::restore_from`): damage is an error naming the file.
 //! - Each durable step (the temporary file's fsync, the rename, the directory's fsync) is
 //!   told to a simulation ([`simulated::file_event`]), which keeps what a power loss would
-//!   leave; outside one the call does nothing.
+//!   leave; outside one the call does nothing. In a simulation that keeps it
+//!   ([`simulated::models_files`]) the fsyncs themselves are skipped: the model, not the
+//!   disk, decides what a crash takes back.
 //! - Nothing here holds a snapshot's bytes: memory is a buffer of
 //!   [`COPY_BUFFER_BYTES`], whatever the snapshot's size.
 
@@ -171,7 +173,9 @@ pub fn write_temporary(
     let mut f = crate::private_files::create(&path)?;
     let written = write_frame(&mut f, meta, data)?;
     if synced {
-        f.sync_all()?;
+        if !simulated::models_files() {
+            f.sync_all()?;
+        }
         simulated::file_event(FileEvent::Synced(path));
     }
     Ok(written)
@@ -187,7 +191,10 @@ pub fn rename_temporary(dir: &Path) -> io::Result<()> {
 
 /// Fsyncs `dir`, so that a rename in it is durable.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
-    std::fs::File::open(dir)?.sync_all()?;
+    let opened = std::fs::File::open(dir)?;
+    if !simulated::models_files() {
+        opened.sync_all()?;
+    }
     simulated::file_event(FileEvent::DirSynced(dir.to_owned()));
     Ok(())
 }

@@ -17,7 +17,8 @@
 //! entry keeps one at most [`SHARED_HOLD_MAX`]. A group whose entries cannot commit (its
 //! quorum lost) thus holds the shared slots for a tenth of a second, not until its commit
 //! waiters give up, and never stops the node's other groups. A gather the tick timer began
-//! takes no shared slot.
+//! takes no shared slot. An entry made without one after the wait is counted
+//! (`weir_entries_unshared_total`): often, and the node's disk commits slower than the wait.
 //!
 //! Stamps: `clock_ms` is this process's monotonic clock (ms since the proposer started) and
 //! the leadership is (current term, this node, this proposer's incarnation), read when the
@@ -371,7 +372,13 @@ async fn gather(
             let slot = tokio::time::timeout(shared.wait, slot);
             tokio::select! {
                 biased;
-                slot = slot => slot.ok().map(|p| (p.expect("never closed"), shared.hold)),
+                slot = slot => match slot {
+                    Ok(p) => Some((p.expect("never closed"), shared.hold)),
+                    Err(_) => {
+                        crate::metrics::get().entries_unshared.inc();
+                        None
+                    }
+                },
                 () = stopped_leading(&mut leadership, None) => {
                     return Some(Gathered::NotLeading(batch.writes));
                 }
@@ -702,6 +709,8 @@ mod tests {
         let mut shared = SharedSlots::new(1);
         shared.hold = Duration::from_secs(3_600);
         let (cut, stuck_at, held) = stuck_entry("proposer-shared-bound", &shared).await;
+        let unshared = || crate::metrics::get().entries_unshared.get();
+        let unshared_before = unshared();
         let sent = std::time::Instant::now();
         let other = cut.proposers[1].clone();
         let _waiting = tokio::spawn(async move { other.propose(Command::Tick).await });
@@ -710,6 +719,11 @@ mod tests {
             "the second entry is appended without a shared slot"
         );
         assert!(sent.elapsed() >= SHARED_WAIT_MAX);
+        // Counted (another test's escapes may count too: the registry is the process's).
+        assert!(
+            unshared() > unshared_before,
+            "the entry without a slot is counted"
+        );
         assert_eq!(
             shared.slots.available_permits(),
             0,
