@@ -144,6 +144,8 @@ class Cluster:
     #: secret -> role, written as ``[[tokens]]``.
     tokens: dict[str, str] = field(default_factory=dict)
     nodes: list[NodeProc] = field(default_factory=list)
+    #: Top-level TOML lines laid into every node's config (``groups = 2``).
+    extra: list[str] = field(default_factory=list)
 
     # the client's view
 
@@ -207,6 +209,7 @@ class Cluster:
                 f'client_addr = "127.0.0.1:{node.client_port}"',
                 f'peer_addr = "127.0.0.1:{node.peer_port}"',
                 f'http_listen = "127.0.0.1:{node.http_port}"',
+                *self.extra,
                 "",
             ]
             if self.tls:
@@ -319,12 +322,14 @@ class Cluster:
 
 
 def start_cluster(weir: Path, dir: Path, tls: bool = False,
-                  tokens: dict[str, str] | None = None) -> Cluster:
+                  tokens: dict[str, str] | None = None,
+                  extra: list[str] | None = None) -> Cluster:
     if not weir.is_file():
         raise FileNotFoundError(
             f"no weir binary at {weir}: build it (cargo build) or set WEIR_BIN"
         )
-    cluster = Cluster(weir=weir, dir=dir, tls=tls, tokens=dict(tokens or {}))
+    cluster = Cluster(weir=weir, dir=dir, tls=tls, tokens=dict(tokens or {}),
+                      extra=list(extra or []))
     cluster.write_configs()
     cluster.start_all()
     try:

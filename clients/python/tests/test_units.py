@@ -45,6 +45,16 @@ def test_settings_from_arguments_and_the_environment() -> None:
         resolve(" , ", None, None, None, {})
 
 
+def test_the_group_from_the_argument_or_weir_group() -> None:
+    assert resolve(None, None, None, None, {}).group is None
+    assert resolve(None, None, None, None, {"WEIR_GROUP": "2"}).group == 2
+    assert resolve(None, None, None, None, {"WEIR_GROUP": "2"}, group=1).group == 1
+    with pytest.raises(ValueError, match="WEIR_GROUP must be a group number: got 'two'"):
+        resolve(None, None, None, None, {"WEIR_GROUP": "two"})
+    with pytest.raises(ValueError, match="got -1"):
+        resolve(None, None, None, None, {}, group=-1)
+
+
 def test_errors_map_to_their_types_with_fields() -> None:
     e = from_response(409, {"error": "Halted", "message": "halted a (agent x): r",
                             "tenant": "a", "scope": {"Agent": "x"}, "reason": "r"})

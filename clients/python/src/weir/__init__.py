@@ -47,6 +47,7 @@ from .errors import (
     UnknownLimit,
     UnknownSession,
     WeirError,
+    WrongGroup,
 )
 from .types import (
     TENANT,
@@ -122,6 +123,7 @@ __all__ = [
     "UnknownLimit",
     "UnknownSession",
     "WeirError",
+    "WrongGroup",
     "__version__",
     "believed_at",
     "boot_now",

@@ -75,7 +75,10 @@ class AsyncClient:
     point), default ``WEIR_HTTP_SERVERS`` / ``WEIR_SERVERS`` / ``127.0.0.1:7611``. ``ca``: a
     PEM CA file to verify the nodes over TLS (default ``WEIR_CA``). ``token``: the bearer
     token (default ``WEIR_TOKEN``). ``tenant``: the tenant operations act in unless told
-    otherwise (default ``WEIR_TENANT`` or ``default``). ``request_deadline``: how long one
+    otherwise (default ``WEIR_TENANT`` or ``default``). ``group``: on a cluster of several
+    Raft groups, the data group the client speaks to, whose sessions it opens (default
+    ``WEIR_GROUP``, else the nodes' default group); a tenant placed in another group is
+    refused :class:`~weir.WeirError` ``WrongGroup`` naming it. ``request_deadline``: how long one
     request is retried across nodes (seconds; at most 10, the default, so that a retried
     acquire stays within the 15 s for which the cluster remembers a finished ticket).
     """
@@ -87,11 +90,12 @@ class AsyncClient:
         ca: str | os.PathLike[str] | None = None,
         token: str | None = None,
         tenant: str | None = None,
+        group: int | None = None,
         request_deadline: float = REQUEST_DEADLINE,
     ) -> None:
         if not 0 < request_deadline <= REQUEST_DEADLINE:
             raise ValueError(f"request_deadline must be in (0, {REQUEST_DEADLINE:g}] seconds")
-        self.settings = resolve(servers, ca, token, tenant)
+        self.settings = resolve(servers, ca, token, tenant, group=group)
         self.tenant = self.settings.tenant
         self._transport = Transport(self.settings, request_deadline)
         self._sessions: set[AsyncSession] = set()

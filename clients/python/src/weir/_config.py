@@ -16,6 +16,10 @@ Environment, used when the argument is not given:
 - ``WEIR_CA``: a PEM CA file; the servers are then verified against it over TLS.
 - ``WEIR_TOKEN``: the bearer token (``Authorization: Bearer``).
 - ``WEIR_TENANT``: the tenant operations act in (default ``default``).
+- ``WEIR_GROUP``: on a cluster of several Raft groups, the data group the client speaks to
+  (sent as the ``Weir-Group`` header; the nodes' default group without it). A session is
+  its group's: a client holds permits of the tenants placed in its group, and a session's
+  request for a tenant of another group is refused ``WrongGroup`` naming that group.
 
 An empty variable counts as unset.
 """
@@ -58,6 +62,22 @@ class Settings:
     ca: str | None
     token: str | None
     tenant: str
+    #: The data group the client speaks to (``None``: the nodes' default group).
+    group: int | None = None
+
+
+def _group(group: int | None, env: Mapping[str, str]) -> int | None:
+    if group is None:
+        text = _env(env, "WEIR_GROUP")
+        if text is None:
+            return None
+        try:
+            group = int(text.strip())
+        except ValueError:
+            raise ValueError(f"WEIR_GROUP must be a group number: got {text!r}") from None
+    if isinstance(group, bool) or not isinstance(group, int) or group < 0:
+        raise ValueError(f"group must be a group number (0 or more): got {group!r}")
+    return group
 
 
 def resolve(
@@ -66,6 +86,7 @@ def resolve(
     token: str | None,
     tenant: str | None,
     env: Mapping[str, str] | None = None,
+    group: int | None = None,
 ) -> Settings:
     """Fills what is not given from the environment (module doc)."""
     env = os.environ if env is None else env
@@ -84,4 +105,5 @@ def resolve(
         ca=ca_path,
         token=token,
         tenant=tenant,
+        group=_group(group, env),
     )

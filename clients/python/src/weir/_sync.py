@@ -311,12 +311,13 @@ class Client:
         ca: str | os.PathLike[str] | None = None,
         token: str | None = None,
         tenant: str | None = None,
+        group: int | None = None,
         request_deadline: float = REQUEST_DEADLINE,
     ) -> None:
         self._runner = _Runner()
 
         async def make() -> AsyncClient:
-            return AsyncClient(servers, ca=ca, token=token, tenant=tenant,
+            return AsyncClient(servers, ca=ca, token=token, tenant=tenant, group=group,
                                request_deadline=request_deadline)
 
         try:

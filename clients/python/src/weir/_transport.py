@@ -168,6 +168,9 @@ class Transport:
         headers = {"User-Agent": f"weir-python/{__version__}"}
         if settings.token:
             headers["Authorization"] = f"Bearer {settings.token}"
+        if settings.group is not None:
+            # Every request, a session's above all, speaks to the client's group.
+            headers["Weir-Group"] = str(settings.group)
         self.request_deadline = request_deadline
         self.nodes = [Node(u, i) for i, u in enumerate(settings.urls)]
         self._current = 0

@@ -297,6 +297,17 @@ class AtCapacity(Refused):
         return self._int("limit")
 
 
+class WrongGroup(Refused):
+    """On a cluster of several Raft groups: a session's request for a tenant another group
+    decides (a session is its group's). A client of that group (``group=``) holds the
+    tenant's permits."""
+
+    @property
+    def group(self) -> int:
+        """The group the tenant lives in."""
+        return self._int("group")
+
+
 _REFUSALS: dict[str, type[Refused]] = {
     "UnknownLimit": UnknownLimit,
     "UnknownSession": UnknownSession,
@@ -312,6 +323,7 @@ _REFUSALS: dict[str, type[Refused]] = {
     "Invalid": Invalid,
     "BadRequest": Invalid,
     "AtCapacity": AtCapacity,
+    "WrongGroup": WrongGroup,
 }
 
 
