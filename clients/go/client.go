@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 )
 
@@ -22,12 +23,25 @@ type Config struct {
 	Token string
 	// Tenant is the tenant of every call ("default" when empty).
 	Tenant string
+	// Group, on a cluster of several Raft groups, is the data group the client speaks to
+	// (sent as the Weir-Group header on every request; nil: the nodes' default group). A
+	// session is its group's: the client holds the permits of the tenants placed in its
+	// group, and a session's request for a tenant of another group fails ErrWrongGroup,
+	// whose Error names that group ("group").
+	Group *uint64
 }
 
 // ConfigFromEnv reads WEIR_HTTP_SERVERS (else WEIR_SERVERS; comma separated; default
-// 127.0.0.1:7611), WEIR_CA (a PEM file), WEIR_TOKEN and WEIR_TENANT.
+// 127.0.0.1:7611), WEIR_CA (a PEM file), WEIR_TOKEN, WEIR_TENANT and WEIR_GROUP.
 func ConfigFromEnv() (Config, error) {
 	cfg := Config{Token: os.Getenv("WEIR_TOKEN"), Tenant: os.Getenv("WEIR_TENANT")}
+	if g := strings.TrimSpace(os.Getenv("WEIR_GROUP")); g != "" {
+		group, err := strconv.ParseUint(g, 10, 64)
+		if err != nil {
+			return cfg, fmt.Errorf("weir: WEIR_GROUP must be a group number: got %q", g)
+		}
+		cfg.Group = &group
+	}
 	servers := os.Getenv("WEIR_HTTP_SERVERS")
 	if servers == "" {
 		servers = os.Getenv("WEIR_SERVERS")

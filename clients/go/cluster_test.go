@@ -96,6 +96,11 @@ type testCluster struct {
 
 // startCluster starts three nodes and waits for a leader; they are killed at cleanup.
 func startCluster(t testing.TB, tls bool, tokens map[string]string) *testCluster {
+	return startClusterWith(t, tls, tokens, "")
+}
+
+// startClusterWith is startCluster with the top-level TOML lines extra in every config.
+func startClusterWith(t testing.TB, tls bool, tokens map[string]string, extra string) *testCluster {
 	bin := weirBin(t)
 	c := &testCluster{dir: t.TempDir(), tls: tls, tokens: tokens}
 	if tls {
@@ -115,6 +120,7 @@ func startCluster(t testing.TB, tls bool, tokens map[string]string) *testCluster
 		var b strings.Builder
 		fmt.Fprintf(&b, "id = %d\ndata_dir = %q\nclient_addr = \"127.0.0.1:%d\"\npeer_addr = \"127.0.0.1:%d\"\nhttp_listen = \"127.0.0.1:%d\"\n\n",
 			n.id, filepath.Join(c.dir, fmt.Sprintf("data%d", n.id)), n.client, n.peer, n.httpPort)
+		fmt.Fprintf(&b, "%s\n\n", extra)
 		if tls {
 			certs := filepath.Join(c.dir, "certs")
 			fmt.Fprintf(&b, "[tls]\ncert = %q\nkey = %q\nca = %q\n\n",

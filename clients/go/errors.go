@@ -46,6 +46,9 @@ var (
 	ErrLost = errors.New("weir: permit lost")
 	// ErrProtocol: the node answered something this client does not understand.
 	ErrProtocol = errors.New("weir: protocol error")
+	// ErrWrongGroup: on a cluster of several Raft groups, a session's request for a tenant
+	// another group decides (421); the Error's "group" field names it (Config.Group).
+	ErrWrongGroup = errors.New("weir: wrong group")
 )
 
 var kinds = map[string]error{
@@ -57,7 +60,7 @@ var kinds = map[string]error{
 	"BadRequest": ErrBadRequest, "NotFound": ErrNotFound, "NoLeader": ErrNoLeader,
 	"Unavailable": ErrUnavailable, "OutcomeUnknown": ErrOutcomeUnknown,
 	"Unauthenticated": ErrUnauthenticated, "Unauthorized": ErrUnauthenticated,
-	"Forbidden": ErrForbidden,
+	"Forbidden": ErrForbidden, "WrongGroup": ErrWrongGroup,
 }
 
 // Error is a refusal or failure as the node named it: its name (Busy, Halted, ...), its

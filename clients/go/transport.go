@@ -13,6 +13,7 @@ import (
 	"math/rand"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -62,6 +63,7 @@ type transport struct {
 	current atomic.Int32
 	http    *http.Client
 	token   string
+	group   string // the Weir-Group header's value; "" for none
 }
 
 func newTransport(cfg Config) (*transport, error) {
@@ -89,6 +91,9 @@ func newTransport(cfg Config) (*transport, error) {
 		tr.TLSClientConfig = tlsCfg
 	}
 	t := &transport{http: &http.Client{Transport: tr}, token: cfg.Token}
+	if cfg.Group != nil {
+		t.group = strconv.FormatUint(*cfg.Group, 10)
+	}
 	for _, s := range cfg.Servers {
 		s = strings.TrimRight(strings.TrimSpace(s), "/")
 		if s == "" {
@@ -229,6 +234,10 @@ func (t *transport) newRequest(ctx context.Context, n *node, method, path string
 	}
 	if t.token != "" {
 		req.Header.Set("Authorization", "Bearer "+t.token)
+	}
+	if t.group != "" {
+		// Every request, a session's above all, speaks to the client's group.
+		req.Header.Set("Weir-Group", t.group)
 	}
 	return req, nil
 }
