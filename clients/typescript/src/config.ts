@@ -9,7 +9,9 @@
  * Environment, used when the option is not given (an empty variable counts as unset):
  * `WEIR_HTTP_SERVERS`, else `WEIR_SERVERS` (comma-separated; default 127.0.0.1:7611);
  * `WEIR_CA` (a PEM file: the nodes are verified against it over TLS); `WEIR_TOKEN` (the
- * bearer token); `WEIR_TENANT` (default "default").
+ * bearer token); `WEIR_TENANT` (default "default"); `WEIR_GROUP` (on a cluster of several
+ * Raft groups, the data group the client speaks to: the `Weir-Group` header on every request,
+ * the nodes' default group without it).
  */
 
 import { readFileSync } from "node:fs";
@@ -27,6 +29,11 @@ export interface ClientOptions {
   token?: string;
   /** The tenant operations act in unless told otherwise. */
   tenant?: string;
+  /** On a cluster of several Raft groups, the data group the client speaks to (the
+   * `Weir-Group` header on every request; default: the nodes' default group). A session is
+   * its group's: the client holds the permits of the tenants placed in its group, and a
+   * session's request for a tenant of another is refused `WrongGroup` naming that group. */
+  group?: number;
   /** How long one request is retried across nodes (ms; at most 10 000, the default). */
   requestDeadlineMs?: number;
   /** Where the client's own account goes (nodes passed over, hedges, keep-alives that
@@ -41,6 +48,22 @@ export interface Settings {
   readonly caPem: string | null;
   readonly token: string | null;
   readonly tenant: string;
+  /** The data group the client speaks to, or null (the nodes' default group). */
+  readonly group: number | null;
+}
+
+function groupOf(option: number | undefined, vars: NodeJS.ProcessEnv): number | null {
+  let group = option;
+  if (group === undefined) {
+    const text = env(vars, "WEIR_GROUP");
+    if (text === undefined) return null;
+    if (!/^\s*\d+\s*$/.test(text)) throw new TypeError(`WEIR_GROUP must be a group number: got "${text}"`);
+    group = Number(text.trim());
+  }
+  if (!Number.isSafeInteger(group) || group < 0) {
+    throw new TypeError(`group must be a group number (0 or more): got ${group}`);
+  }
+  return group;
 }
 
 function env(vars: NodeJS.ProcessEnv, name: string): string | undefined {
@@ -79,5 +102,6 @@ export function resolve(options: ClientOptions, vars: NodeJS.ProcessEnv = proces
     caPem,
     token: options.token ?? env(vars, "WEIR_TOKEN") ?? null,
     tenant: options.tenant ?? env(vars, "WEIR_TENANT") ?? DEFAULT_TENANT,
+    group: groupOf(options.group, vars),
   };
 }

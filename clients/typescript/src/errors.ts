@@ -213,6 +213,16 @@ export class AtCapacity extends Refused {
   override name = "AtCapacity";
 }
 
+/** On a cluster of several Raft groups: a session's request for a tenant another group
+ * decides (a session is its group's); a client of that group (`group`) holds its permits. */
+export class WrongGroup extends Refused {
+  override name = "WrongGroup";
+  /** The group the tenant lives in. */
+  get group(): number {
+    return this.int("group");
+  }
+}
+
 type RefusedClass = new (
   message: string,
   refusal: string,
@@ -235,6 +245,7 @@ const REFUSALS: Readonly<Record<string, RefusedClass>> = {
   Invalid,
   BadRequest: Invalid,
   AtCapacity,
+  WrongGroup,
 };
 
 /** The typed refusal for the server's refusal `name`. */

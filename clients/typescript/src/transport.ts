@@ -202,6 +202,8 @@ export class Transport {
     this.nodes = settings.urls.map((u, i) => new Node(u, i));
     this.headers = { "user-agent": `weir-typescript/${VERSION}`, accept: "application/json" };
     if (settings.token) this.headers["authorization"] = `Bearer ${settings.token}`;
+    // Every request, a session's above all, speaks to the client's group.
+    if (settings.group !== null) this.headers["weir-group"] = String(settings.group);
     const options = { keepAlive: true, maxSockets: Infinity, maxFreeSockets: 64 };
     this.agent =
       settings.caPem !== null || settings.urls.some((u) => u.startsWith("https:"))

@@ -65,9 +65,9 @@ const sha256 = (s) => createHash('sha256').update(s).digest('hex');
 
 export class Cluster {
   /** Starts three nodes and waits for a leader. */
-  static async start({ tls = false, tokens = {} } = {}) {
+  static async start({ tls = false, tokens = {}, extra = [] } = {}) {
     if (!existsSync(WEIR)) throw new Error(`no weir binary at ${WEIR}: build it (cargo build) or set WEIR_BIN`);
-    const c = new Cluster(tls, tokens);
+    const c = new Cluster(tls, tokens, extra);
     try {
       await c.configure();
       for (const n of c.nodes) c.startNode(n.id);
@@ -79,10 +79,12 @@ export class Cluster {
     return c;
   }
 
-  constructor(tls, tokens) {
+  constructor(tls, tokens, extra = []) {
     this.dir = mkdtempSync(path.join(tmpdir(), 'weir-ts-'));
     this.tls = tls;
     this.tokens = tokens;
+    /** Top-level TOML lines laid into every node's config (`groups = 2`). */
+    this.extra = extra;
     this.nodes = [];
   }
 
@@ -114,7 +116,7 @@ export class Cluster {
       const lines = [
         `id = ${n.id}`, `data_dir = ${JSON.stringify(path.join(this.dir, `data${n.id}`))}`,
         `client_addr = "127.0.0.1:${n.client}"`, `peer_addr = "127.0.0.1:${n.peer}"`,
-        `http_listen = "127.0.0.1:${n.http}"`, '',
+        `http_listen = "127.0.0.1:${n.http}"`, ...this.extra, '',
       ];
       if (this.tls) {
         const certs = path.join(this.dir, 'certs');
