@@ -56,9 +56,10 @@ export async function freePort() {
 const sha256 = (s) => createHash('sha256').update(s).digest('hex');
 
 export class Cluster {
-  /** `tokens`: secret -> role, written as [[tokens]] (none: no authentication). */
-  static async start(tokens = {}) {
-    const c = new Cluster(tokens);
+  /** `tokens`: secret -> role, written as [[tokens]] (none: no authentication); `extra`:
+   * top-level TOML lines laid into every node's config (`groups = 2`). */
+  static async start(tokens = {}, extra = []) {
+    const c = new Cluster(tokens, extra);
     try {
       await c.configure();
       for (const n of c.nodes) c.startNode(n.id);
@@ -70,9 +71,10 @@ export class Cluster {
     return c;
   }
 
-  constructor(tokens) {
+  constructor(tokens, extra = []) {
     this.dir = mkdtempSync(path.join(tmpdir(), 'weir-console-'));
     this.tokens = tokens;
+    this.extra = extra;
     this.nodes = [];
     this.background = [];
   }
@@ -89,7 +91,7 @@ export class Cluster {
       const lines = [
         `id = ${n.id}`, `data_dir = ${JSON.stringify(path.join(this.dir, `data${n.id}`))}`,
         `client_addr = "127.0.0.1:${n.client}"`, `peer_addr = "127.0.0.1:${n.peer}"`,
-        `http_listen = "127.0.0.1:${n.http}"`, '',
+        `http_listen = "127.0.0.1:${n.http}"`, ...this.extra, '',
       ];
       for (const [secret, role] of Object.entries(this.tokens)) {
         lines.push('[[tokens]]', `sha256 = "${sha256(secret)}"`, `role = ${JSON.stringify(role)}`, '');

@@ -14,6 +14,8 @@
 //  2. with tokens: the page asks for a token on 401; a `read` token sees the node table,
 //     every halt (the banner) and every tenant, is offered no halt button, and a halt forged
 //     with that token is refused 403.
+//  3. with two Raft groups: the page offers a choice of group; group 1 lists its tenant and
+//     not group 2's; chosen, group 2 lists its own, and a CLI grant in it appears live.
 // Every wait is bounded; clusters, CLIs, the browser and temporary directories are cleaned
 // up whatever happens.
 
@@ -300,6 +302,40 @@ async function withTokens(b) {
   }
 }
 
+async function withGroups(b) {
+  const cluster = await Cluster.start({}, ['groups = 2']);
+  try {
+    const leader = await cluster.leader();
+    const placed = cluster.cli(['tenant', 'place', '2', '--tenant', 'b']);
+    assert.equal(placed.code, 0, placed.err);
+    assert.equal((await cluster.http(leader, 'PUT', '/v1/tenants/a/limits/one', { concurrent: 1 })).status, 200);
+    assert.equal((await cluster.http(leader, 'PUT', '/v1/tenants/b/limits/two', { concurrent: 1 })).status, 200);
+    const page = await b.context.newPage();
+    const errors = watchErrors(page);
+    await page.goto(`${cluster.url(leader)}/ui#/tenants`);
+    await page.locator('#group-choice').waitFor();
+    assert.deepEqual(await page.locator('#group-select option').allTextContents(), ['1', '2']);
+    assert.equal(await page.locator('#group-select').inputValue(), '1');
+    await page.locator('#all-tenants a', { hasText: 'a' }).waitFor();
+    assert.equal(await page.locator('#all-tenants a', { hasText: 'b' }).count(), 0, 'group 1 does not hold b');
+    log('phase: two groups: the page offers both, and group 1 lists its own tenant');
+    await page.selectOption('#group-select', '2');
+    await page.locator('#all-tenants a', { hasText: 'b' }).waitFor();
+    assert.equal(await page.locator('#group-select').inputValue(), '2');
+    assert.equal(await page.locator('#all-tenants a', { hasText: /^a$/ }).count(), 0, 'group 2 does not hold a');
+    await page.goto(`${cluster.url(leader)}/ui#/limit/b/two`);
+    await page.locator('#feed-state.live').waitFor();
+    cluster.cliBackground(['--group', '2', '--tenant', 'b', 'acquire', 'two', '--hold', '30', '--agent', 'in-two']);
+    await page.locator('#recent li.ok', { hasText: 'granted' }).waitFor();
+    await page.locator('#holders td', { hasText: 'in-two' }).waitFor();
+    log("phase: group 2 chosen: its tenants, and a grant in it live on its limit's page");
+    assert.deepEqual(errors, []);
+    await page.close();
+  } finally {
+    await cluster.close();
+  }
+}
+
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /** Takes one token at a time from `tenant`/`limit` through `base` for `ms`: the counts of
@@ -325,6 +361,7 @@ const b = await browser();
 try {
   await withoutTokens(b);
   await withTokens(b);
+  await withGroups(b);
   log('all phases passed');
 } finally {
   await b.close();

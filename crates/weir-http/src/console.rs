@@ -84,8 +84,14 @@ fn asset_named(file: &str) -> Response {
 }
 
 /// `GET /v1/whoami`: the caller's role as the node's token table names it (`admin`,
-/// `read`, `tenant:NAME`; `admin` where no tokens are configured) and this node's id.
+/// `read`, `tenant:NAME`; `admin` where no tokens are configured), this node's id, the
+/// data groups it hosts and the one the request speaks to (its `Weir-Group`).
 pub async fn whoami(State(ctx): State<Arc<HttpCtx>>) -> impl IntoResponse {
     let caller = super::callers::current();
-    Json(json!({"role": caller.principal.role.to_string(), "node": ctx.id}))
+    Json(json!({
+        "role": caller.principal.role.to_string(),
+        "node": ctx.id,
+        "group": ctx.group(),
+        "groups": ctx.groups(),
+    }))
 }

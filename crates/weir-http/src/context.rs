@@ -103,10 +103,20 @@ impl HttpCtx {
     /// The group the current request speaks to, as this node hosts it: the caller's (its
     /// `Weir-Group` header's, checked against the hosted groups), else the default group.
     pub fn door(&self) -> &DoorGroup {
-        let group = callers::try_current().map_or(self.default_group, |c| c.group());
-        self.groups
-            .get(&group)
-            .unwrap_or_else(|| &self.groups[&self.default_group])
+        &self.groups[&self.group()]
+    }
+
+    /// The group the current request speaks to (its `Weir-Group`, else the default group).
+    pub fn group(&self) -> u64 {
+        callers::try_current()
+            .map(|c| c.group())
+            .filter(|g| self.groups.contains_key(g))
+            .unwrap_or(self.default_group)
+    }
+
+    /// The data groups this node hosts, in order.
+    pub fn groups(&self) -> Vec<u64> {
+        self.groups.keys().copied().collect()
     }
 
     /// This node's applied state of the current request's group.

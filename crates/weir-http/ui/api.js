@@ -1,7 +1,9 @@
 // The console's one door to the node: `/v1` with the bearer token this tab keeps in
-// sessionStorage (never localStorage: it leaves with the tab). A 401 asks for a token.
+// sessionStorage (never localStorage: it leaves with the tab), and on a node of several
+// Raft groups the group the tab looks at (`Weir-Group`). A 401 asks for a token.
 
 const KEY = 'weir.token';
+const GROUP_KEY = 'weir.group';
 const unauthorized = new Set();
 
 /** The tab's token, or null. */
@@ -12,6 +14,16 @@ export function token() {
 export function setToken(t) {
   if (t) sessionStorage.setItem(KEY, t);
   else sessionStorage.removeItem(KEY);
+}
+
+/** The data group this tab speaks to (sent as `Weir-Group`), or null: the node's default. */
+export function group() {
+  return sessionStorage.getItem(GROUP_KEY);
+}
+
+export function setGroup(g) {
+  if (g) sessionStorage.setItem(GROUP_KEY, g);
+  else sessionStorage.removeItem(GROUP_KEY);
 }
 
 /** Calls `f(message)` whenever the node answers 401. */
@@ -32,10 +44,14 @@ export class ApiError extends Error {
   }
 }
 
-/** Headers with the token, if any. */
+/** Headers with the token and the group, if any. */
 export function authHeaders(extra = {}) {
+  const headers = { ...extra };
   const t = token();
-  return t ? { ...extra, Authorization: `Bearer ${t}` } : extra;
+  if (t) headers.Authorization = `Bearer ${t}`;
+  const g = group();
+  if (g) headers['Weir-Group'] = g;
+  return headers;
 }
 
 /** `method path` with an optional JSON body; the parsed JSON answer, or an ApiError. */

@@ -5,7 +5,7 @@
 // chart's samples, the node table) is re-read every few seconds while shown, and relative
 // times ("in 2.4 s") are rewritten each second.
 
-import { get, onUnauthorized, seg, setToken, token } from './api.js';
+import { get, group, onUnauthorized, seg, setGroup, setToken, token } from './api.js';
 import { clock, debounce, h, logClock, relative, show, tick } from './dom.js';
 import { follow } from './feed.js';
 import * as cluster from './cluster.js';
@@ -149,6 +149,25 @@ function wireToken() {
   onUnauthorized((why) => askToken(why));
 }
 
+/** On a node of several Raft groups, a choice of the group every view reads and the event
+ * stream follows (kept for the tab); the page is loaded again on a change. */
+function offerGroups(me) {
+  if (!(me.groups?.length > 1)) return;
+  const select = document.getElementById('group-select');
+  for (const g of me.groups) {
+    const option = document.createElement('option');
+    option.value = String(g);
+    option.textContent = String(g);
+    select.append(option);
+  }
+  select.value = String(me.group);
+  document.getElementById('group-choice').hidden = false;
+  select.addEventListener('change', () => {
+    setGroup(select.value);
+    location.reload();
+  });
+}
+
 async function start() {
   wireToken();
   try {
@@ -157,7 +176,14 @@ async function start() {
     ctx.node = me.node;
     document.getElementById('who').textContent =
       `node ${me.node} · role ${me.role}${token() ? '' : ' (no token)'}`;
+    offerGroups(me);
   } catch (e) {
+    if (e.status === 400 && group()) {
+      // A group this node does not host (the tab looked at another cluster): the default.
+      setGroup(null);
+      location.reload();
+      return;
+    }
     document.getElementById('who').textContent = `not signed in (${e.message})`;
   }
   window.addEventListener('hashchange', route);
