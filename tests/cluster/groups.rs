@@ -426,7 +426,21 @@ async fn the_http_door_serves_a_tenant_of_any_group() {
         (StatusCode::TOO_MANY_REQUESTS, Some("Busy")),
         "{v}"
     );
-    // Its cap is read in group 2's state: a take of it would hold a permit.
+    // Its cap is read in group 2's state: a take of it would hold a permit. Asked once the
+    // node has applied db's definition (its history is answered from the node's own state).
+    let deadline = std::time::Instant::now() + CONVERGE;
+    let db_history = "/v1/tenants/b/limits/db/history";
+    while http_in(&cluster, node, None, "GET", db_history, None)
+        .await
+        .0
+        != StatusCode::OK
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "db never applied on node {node}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     let (status, v) = http_in(
         &cluster,
         node,
@@ -484,6 +498,21 @@ async fn the_http_door_serves_a_tenant_of_any_group() {
     assert!(v["fence"].as_u64().is_some(), "{v}");
     let (_, shown) = plain_limit(&cluster, "b", "db").await;
     assert_eq!(shown, 1, "group 2 holds the permit");
+    // The limit's history is sampled in its tenant's group, header or not.
+    let deadline = std::time::Instant::now() + CONVERGE;
+    loop {
+        let (status, v) = http_in(&cluster, node, None, "GET", db_history, None).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        let samples = v["history"]["samples"].as_array().unwrap();
+        if samples.iter().any(|s| s["in_use"] == 1) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no sample holds the permit: {v}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
     let keepalive = format!("/v1/sessions/{session}/keepalive");
     let (status, v) = http_in(&cluster, node, two, "POST", &keepalive, None).await;
     assert_eq!(status, StatusCode::OK, "{v}");
@@ -492,6 +521,14 @@ async fn the_http_door_serves_a_tenant_of_any_group() {
     assert_eq!(
         (status, v["error"].as_str()),
         (StatusCode::NOT_FOUND, Some("UnknownSession")),
+        "{v}"
+    );
+    // Its event stream, asked in the default group, is told the session's group at once.
+    let events = format!("/v1/sessions/{session}/events");
+    let (status, v) = http_in(&cluster, node, None, "GET", &events, None).await;
+    assert_eq!(
+        (status, v["error"].as_str(), v["group"].as_u64()),
+        (StatusCode::MISDIRECTED_REQUEST, Some("WrongGroup"), Some(2)),
         "{v}"
     );
     let release = format!("/v1/sessions/{session}/release");

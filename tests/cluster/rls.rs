@@ -1194,3 +1194,53 @@ async fn should_rate_limit_decides_a_domain_placed_in_another_group_on_every_nod
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_leases_are_held_in_each_tenants_group_by_one_caller() {
+    let (cluster, leader) = start("weir-rls-group-leases", |c| c.groups = 2).await;
+    let client = Client::new(cluster.servers());
+    phase("domain edge placed in group 2, domain near in group 1, the same limits in each");
+    assert_eq!(client.place_tenant("edge", Some(2)).await.unwrap(), 2);
+    assert_eq!(client.place_tenant("near", Some(1)).await.unwrap(), 1);
+    let near_yaml = LEASE_YAML.replace("domain: edge", "domain: near");
+    for text in [LEASE_YAML, near_yaml.as_str()] {
+        for definition in yaml::parse(text).unwrap().compile().unwrap() {
+            assert_eq!(
+                client.write(definition.into_command()).await.unwrap(),
+                Reply::Done
+            );
+        }
+    }
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let node = cluster.node(follower).config.clone();
+    let mut rls = Rls::plain(&node.grpc_listen).await;
+
+    phase("one caller's hot descriptors of both domains: a lease in each group");
+    let ask = |domain: &str| RateLimitRequest {
+        domain: domain.into(),
+        descriptors: vec![descriptor(&[("hot", "day")])],
+        hits_addend: 1,
+    };
+    let deadline = Instant::now() + FAILOVER_MAX;
+    let mut asked = 0;
+    while asked < HOT || node_figure(&node.http_listen, "weir_rls_leases ").await < 2 {
+        for domain in ["edge", "near"] {
+            let answer = rls.ok(ask(domain)).await;
+            assert_eq!(answer.overall_code, OK, "{domain}: {answer:?}");
+        }
+        asked += 1;
+        assert!(
+            Instant::now() < deadline,
+            "not a lease in each group after {asked} asks"
+        );
+    }
+    let before = local_decisions(&node.http_listen).await;
+    for domain in ["edge", "near"] {
+        assert_eq!(rls.ok(ask(domain)).await.overall_code, OK);
+    }
+    assert_eq!(
+        local_decisions(&node.http_listen).await,
+        before + 2,
+        "each domain decided from its lease"
+    );
+}

@@ -2,7 +2,7 @@
 a name the document lists under the stream's `x-events` and data valid against that event's
 schema, and a session that is granted, halted, refused and expires sees each of those; the
 cluster's stream (`GET /v1/events`, which never ends, so schemathesis leaves it to this
-script) is `text/event-stream`, opens with `hello` {node, leader, term}, and carries the same
+script) is `text/event-stream`, opens with `hello` {node, group, leader, term}, and carries the same
 activity with the fields its summary in the document lists.
 
 Usage: python events.py BASE_URL (a node with no tokens; run by tests/openapi/run.sh).
@@ -38,7 +38,7 @@ def event_schemas() -> dict[str, Any]:
 # The cluster stream's events this script causes, with the fields the document's summary of
 # `GET /v1/events` gives each.
 CLUSTER_FIELDS = {
-    "hello": {"node", "leader", "term"},
+    "hello": {"node", "group", "leader", "term"},
     "defined": {"kind", "tenant", "limit"},
     "granted": {"kind", "tenant", "limit", "session", "ticket", "fence", "units", "queued"},
     "queued": {"kind", "tenant", "limit", "session", "ticket", "position"},

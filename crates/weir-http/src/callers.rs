@@ -49,9 +49,9 @@ use weir_server::security::{Principal, Role, Tokens};
 /// session is one group's; the node's default group without it).
 pub const GROUP_HEADER: &str = "weir-group";
 
-/// Most callers cached at once. Each holds a connection to the cluster; a few hundred
-/// tokens in use through one node is far above a deployment's usual count, and a miss
-/// only costs a new connection.
+/// Most callers cached at once. Each holds a connection to the cluster (one per group it
+/// has spoken to, on a node of several groups); a few hundred tokens in use through one
+/// node is far above a deployment's usual count, and a miss only costs a new connection.
 pub const CALLERS_MAX: usize = 256;
 
 /// One principal's way into the cluster.
@@ -265,14 +265,19 @@ impl Callers {
 }
 
 impl Callers {
-    /// The internal clients of the callers cached now (`forward.rs` tells them where the
-    /// leader is).
-    pub fn clients(&self) -> Vec<Client> {
+    /// The internal clients of group `group` (`None`: the default group) of the callers
+    /// cached now (`forward.rs` tells them where that group's leader is).
+    pub fn clients(&self, group: Option<u64>) -> Vec<Client> {
         let cache = weir_server::lock::lock(&self.cache);
         cache
             .entries
             .values()
-            .map(|(c, _)| c.client.clone())
+            .filter_map(|(c, _)| match group {
+                None => Some(c.client.clone()),
+                Some(g) => weir_server::lock::lock(&c.others)
+                    .get(&g)
+                    .map(|o| o.client.clone()),
+            })
             .collect()
     }
 
@@ -357,15 +362,23 @@ pub async fn authenticate(
         return next.run(request).await;
     }
     let caller = callers.caller(&principal, token.as_deref());
-    let caller = match named_group(&request, &callers.groups) {
-        Ok(None) => caller,
+    let acting = match named_group(&request, &callers.groups) {
+        Ok(None) => caller.clone(),
         Ok(Some(group)) => caller.in_group(group),
         Err(why) => {
             super::error::drain(request.into_body()).await;
             return ApiError::new(StatusCode::BAD_REQUEST, "BadRequest", why).into_response();
         }
     };
-    CURRENT.scope(caller, next.run(request)).await
+    // The default group's caller is kept for the whole request: it keeps the others, so a
+    // request that moves to another group finds that group's caller there, even if the
+    // cache evicted the token meanwhile.
+    CURRENT
+        .scope(acting, async move {
+            let _kept = caller;
+            next.run(request).await
+        })
+        .await
 }
 
 /// The group a request names in its [`GROUP_HEADER`], one of `hosted`; `None` without the

@@ -11,8 +11,9 @@
 //! opened with the header is served, its events told and its acquires waited for in its
 //! group. A request that acts for a tenant with no session of the caller's (a take,
 //! Envoy's service) goes to the tenant's group by this node's placements
-//! ([`HttpCtx::for_tenant`]). The leader history, the per-limit history and the
-//! forwarder's leader hints follow the default group.
+//! ([`HttpCtx::for_tenant`]); a tenant's and a limit's history are read in the tenant's
+//! group ([`HttpCtx::tenant_history`]). The forwarder follows every group's leader for
+//! that group's clients (`forward.rs`); the leader history is the default group's.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -72,8 +73,9 @@ pub struct HttpCtx {
     placements: Option<Arc<AppliedState>>,
     /// The leader changes this node saw since it started (`leaders.rs`).
     pub leaders: Arc<LeaderHistory>,
-    /// The last minutes of each limit and tenant as this node saw them (`history.rs`).
-    pub history: Arc<History>,
+    /// The last minutes of each limit and tenant as this node saw them (`history.rs`),
+    /// one per data group.
+    histories: BTreeMap<u64, Arc<History>>,
 }
 
 impl HttpCtx {
@@ -87,13 +89,19 @@ impl HttpCtx {
         let default_group = u64::from(doors.default_group);
         let callers = Arc::new(callers.groups(default_group, groups.keys().copied().collect()));
         let default = doors.default_door();
-        super::forward::follow_leader(default.raft.clone(), callers.clone());
+        for (g, door) in &groups {
+            let named = (*g != default_group).then_some(*g);
+            super::forward::follow_leader(door.raft.clone(), callers.clone(), named);
+        }
         HttpCtx {
             id,
             client_addr,
             callers,
             leaders: LeaderHistory::follow(&default.raft),
-            history: History::follow(default.state.clone()),
+            histories: groups
+                .iter()
+                .map(|(g, door)| (*g, History::follow(door.state.clone())))
+                .collect(),
             groups,
             default_group,
             placements: doors.placements.clone(),
@@ -122,6 +130,32 @@ impl HttpCtx {
     /// This node's applied state of the current request's group.
     pub fn state(&self) -> &Arc<AppliedState> {
         &self.door().state
+    }
+
+    /// Another hosted group whose applied state holds `session`, when the current
+    /// request's group does not (session ids are drawn at random: two groups' sessions
+    /// share one only by a 64-bit coincidence).
+    pub fn other_group_of_session(&self, session: SessionId) -> Option<u64> {
+        let here = self.group();
+        self.groups
+            .iter()
+            .filter(|(g, _)| **g != here)
+            .find(|(_, door)| door.state.lock().machine.session_owner(session).is_some())
+            .map(|(g, _)| *g)
+    }
+
+    /// What this node saw of the current request's group's last minutes.
+    pub fn history(&self) -> &Arc<History> {
+        &self.histories[&self.group()]
+    }
+
+    /// What this node saw of the last minutes of the group `tenant` lives in, by its
+    /// placements; of the current request's group where they name none.
+    pub fn tenant_history(&self, tenant: &str) -> &Arc<History> {
+        match self.placement(tenant).and_then(|g| self.histories.get(&g)) {
+            Some(history) => history,
+            None => self.history(),
+        }
     }
 
     /// The caller that acts for `tenant` in a request of no session of the caller's:

@@ -13,7 +13,9 @@
 //! `Forbidden` for another principal). A session this node has not applied yet (a follower a
 //! little behind the leader that opened it) is waited for, at most [`SESSION_APPEAR_WAIT`],
 //! then answered 404 `UnknownSession`. The owner never changes, so one check covers the
-//! whole stream. A long-polled acquire's wait needs no check of its own: its acquire went
+//! whole stream. Both read the group the request speaks to (its `Weir-Group` header); a
+//! session this node holds in another of its groups is answered 421 `WrongGroup` at once,
+//! naming the group whose header to send. A long-polled acquire's wait needs no check of its own: its acquire went
 //! through the client port, which checked the owner.
 //!
 //! A stream ends when a reload (SIGHUP) takes its caller's token away, as a client-port
@@ -59,22 +61,39 @@ async fn check_owner_here(ctx: &HttpCtx, session: SessionId) -> Result<(), ApiEr
         loop {
             let check = check_owner(ctx.state(), &caller.principal, session);
             if check != OwnerCheck::Unknown {
-                return check;
+                return Ok(check);
+            }
+            if let Some(group) = ctx.other_group_of_session(session) {
+                return Err(group);
             }
             // Woken by an applied batch that has events, or after APPEAR_LOOK at the latest:
             // the entry that opens a session raises no event, so it may broadcast nothing.
             tokio::select! {
                 got = applied.recv() => match got {
                     Ok(_) | Err(RecvError::Lagged(_)) => {}
-                    Err(RecvError::Closed) => return OwnerCheck::Unknown,
+                    Err(RecvError::Closed) => return Ok(OwnerCheck::Unknown),
                 },
                 () = tokio::time::sleep(APPEAR_LOOK) => {}
             }
         }
     };
-    let check = tokio::time::timeout(SESSION_APPEAR_WAIT, appear)
-        .await
-        .unwrap_or(OwnerCheck::Unknown);
+    let check = match tokio::time::timeout(SESSION_APPEAR_WAIT, appear).await {
+        Ok(Ok(check)) => check,
+        Ok(Err(group)) => {
+            let mut error = ApiError::new(
+                StatusCode::MISDIRECTED_REQUEST,
+                "WrongGroup",
+                format!(
+                    "session {session} is group {group}'s: send its requests with the header \
+                     `Weir-Group: {group}`"
+                ),
+            );
+            error.body.insert("session".into(), json!(session));
+            error.body.insert("group".into(), json!(group));
+            return Err(error);
+        }
+        Err(_) => OwnerCheck::Unknown,
+    };
     match check {
         OwnerCheck::Allowed => Ok(()),
         OwnerCheck::Forbidden(why) => Err(ApiError::new(

@@ -7,9 +7,9 @@
 //! its own deadline, and a node that heartbeats and answers `/healthz` but holds requests
 //! looks alive to it. So:
 //!
-//! 1. **Re-sent as soon as a leader is known.** A task per node follows this node's own Raft
-//!    ([`follow_leader`]): when the leader it knows of changes, every caller's client is
-//!    told at once ([`weir_client::Client::leader_moved`]). A connection to any other node
+//! 1. **Re-sent as soon as a leader is known.** A task per group follows this node's own
+//!    Raft of that group ([`follow_leader`]): when the leader it knows of changes, every
+//!    caller's client of that group is told at once ([`weir_client::Client::leader_moved`]). A connection to any other node
 //!    is given up, and the requests waiting there are re-sent to the new leader — before
 //!    the old one's socket fails (a kill), its silence is noticed (a stall: 1 s), or its
 //!    commit times out (a leader cut from its peers, which never fails on its own). Every
@@ -39,9 +39,10 @@ use super::callers::Callers;
 use weir_server::raft::Raft;
 use weir_server::server::leader::known_leader;
 
-/// Follows this node's Raft and tells every caller's client where the leader is whenever
-/// that changes (rule 1 of the module doc). Ends when the node's Raft stops.
-pub fn follow_leader(raft: Raft, callers: Arc<Callers>) {
+/// Follows this node's Raft of `group` (`None`: the default group) and tells every caller's
+/// client of that group where its leader is whenever that changes (rule 1 of the module
+/// doc). Ends when the node's Raft stops.
+pub fn follow_leader(raft: Raft, callers: Arc<Callers>, group: Option<u64>) {
     let mut metrics = raft.metrics();
     tokio::spawn(async move {
         let mut told: Option<String> = None;
@@ -53,7 +54,7 @@ pub fn follow_leader(raft: Raft, callers: Arc<Callers>) {
             if let Some(addr) = leader
                 && told.as_ref() != Some(&addr)
             {
-                let clients = callers.clients();
+                let clients = callers.clients(group);
                 tracing::debug!(
                     "the leader is at {addr}: {} callers' clients follow it",
                     clients.len()

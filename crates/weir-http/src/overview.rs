@@ -97,7 +97,7 @@ pub async fn halts(State(ctx): State<Arc<HttpCtx>>) -> ApiResult {
     let items: Vec<_> = kept
         .into_iter()
         .map(|(tenant, scope, reason)| {
-            let since = ctx.history.halt_since(&tenant, &scope.to_string());
+            let since = ctx.history().halt_since(&tenant, &scope.to_string());
             let mut v = json!({"tenant": tenant, "reason": reason, "since_ms": since});
             match scope {
                 HaltScope::Tenant => v["scope"] = json!("tenant"),
@@ -180,8 +180,9 @@ pub async fn tenant_history(
 ) -> ApiResult {
     valid_name("tenant", &tenant)?;
     tenant_reader(&tenant)?;
-    ctx.history.track(&tenant, None);
-    let series = ctx.history.series(&tenant, None);
+    let history = ctx.tenant_history(&tenant);
+    history.track(&tenant, None);
+    let series = history.series(&tenant, None);
     Ok(Json(json!({"tenant": tenant, "node": ctx.id, "history": series})).into_response())
 }
 
@@ -206,13 +207,14 @@ pub async fn limit_history(
             format!("unknown limit {tenant}/{name}"),
         ));
     }
-    ctx.history.track(&tenant, Some(&name));
-    let series = ctx.history.series(&tenant, Some(&name));
+    let history = ctx.tenant_history(&tenant);
+    history.track(&tenant, Some(&name));
+    let series = history.series(&tenant, Some(&name));
     Ok(Json(json!({
         "tenant": tenant,
         "limit": name,
         "node": ctx.id,
-        "missed": ctx.history.missed(),
+        "missed": history.missed(),
         "history": series,
     }))
     .into_response())

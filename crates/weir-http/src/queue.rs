@@ -92,7 +92,8 @@ pub async fn waiters(
             // When this node saw each ticket queued (log clock; `null` if before it watched).
             if let (Some(page), Some(items)) = (page, body["items"].as_array_mut()) {
                 for (item, w) in items.iter_mut().zip(&page.items) {
-                    item["queued_at_ms"] = json!(ctx.history.queued_at(w.session, w.ticket));
+                    item["queued_at_ms"] =
+                        json!(ctx.tenant_history(&tenant).queued_at(w.session, w.ticket));
                 }
             }
             Ok(Json(body).into_response())

@@ -1,9 +1,11 @@
-//! `GET /v1/events`: the cluster-wide event stream the operator console follows, as
+//! `GET /v1/events`: the cluster's event stream the operator console follows, as
 //! server-sent events. It serves this node's activity feed (`raft/activity.rs`: grants,
 //! queued tickets, refusals, releases, expiries, halts set and cleared, limits defined and
 //! removed, each named by its kind) and this node's view of the leader (`leader`, sent
 //! when the leader or the term this node knows changes). The first event is `hello`,
-//! with the node's id and the leader and term it knows.
+//! with the node's id, the group and the leader and term it knows. On a node of several
+//! Raft groups the stream is one group's: the one its request's `Weir-Group` names, else
+//! the default group.
 //!
 //! Who may follow: `admin` and `read` tokens (and anyone where no tokens are configured, as
 //! for the rest of `/v1`). A `tenant:NAME` token is answered 403 `Forbidden`: the feed
@@ -90,6 +92,7 @@ pub async fn stream(
     }
     let viewer = Viewer::new(
         ctx.id,
+        ctx.group(),
         ctx.state().watch(),
         ctx.door().raft.metrics(),
         Box::pin(ctx.callers.tokens().revoked(caller.principal.clone())),
@@ -107,12 +110,19 @@ fn leader_of(metrics: &Metrics) -> (Option<u64>, u64) {
 }
 
 impl Viewer {
-    /// A viewer of `feed` whose first event is `hello` with the leader `metrics` know.
-    fn new(node: u64, feed: Feed, metrics: Metrics, revoked: BoxFuture<'static, String>) -> Viewer {
+    /// A viewer of `feed` (of `group`) whose first event is `hello` with the leader
+    /// `metrics` know.
+    fn new(
+        node: u64,
+        group: u64,
+        feed: Feed,
+        metrics: Metrics,
+        revoked: BoxFuture<'static, String>,
+    ) -> Viewer {
         let leader = leader_of(&metrics);
         let hello = named(
             "hello",
-            &json!({"node": node, "leader": leader.0, "term": leader.1}),
+            &json!({"node": node, "group": group, "leader": leader.0, "term": leader.1}),
         );
         Viewer {
             node,
@@ -243,7 +253,7 @@ mod tests {
     ) {
         let (feed, rx) = broadcast::channel(capacity);
         let (metrics_tx, metrics) = watch::channel(openraft::RaftMetrics::new_initial(1));
-        let v = Viewer::new(1, rx, metrics, Box::pin(std::future::pending()));
+        let v = Viewer::new(1, 0, rx, metrics, Box::pin(std::future::pending()));
         (v, feed, metrics_tx)
     }
 

@@ -77,8 +77,9 @@ class AsyncClient:
     token (default ``WEIR_TOKEN``). ``tenant``: the tenant operations act in unless told
     otherwise (default ``WEIR_TENANT`` or ``default``). ``group``: on a cluster of several
     Raft groups, the data group the client speaks to, whose sessions it opens (default
-    ``WEIR_GROUP``, else the nodes' default group); a tenant placed in another group is
-    refused :class:`~weir.WeirError` ``WrongGroup`` naming it. ``request_deadline``: how long one
+    ``WEIR_GROUP``, else the nodes' default group); a session's request for a tenant
+    placed in another group is refused :class:`~weir.WrongGroup` naming it.
+    ``request_deadline``: how long one
     request is retried across nodes (seconds; at most 10, the default, so that a retried
     acquire stays within the 15 s for which the cluster remembers a finished ticket).
     """

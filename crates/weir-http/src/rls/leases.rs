@@ -3,9 +3,10 @@
 //! essay, "Token leases", has the rules and why G1 holds in spend time; the holder's half is
 //! `weir_client::Leased`, used here as a client uses it).
 //!
-//! - **Who holds.** One session per caller (token) of this node, opened through that
-//!   caller's internal client, so a lease is the caller's own write, authorized as its
-//!   takes are; each (tenant, limit, key) part the caller asks for is its own lease in it.
+//! - **Who holds.** One session per caller (token) of this node and group, opened through
+//!   that caller's internal client of the tenant's group, so a lease is the caller's own
+//!   write, authorized as its takes are, in the group that decides its tenant; each (tenant,
+//!   limit, key) part the caller asks for is its own lease in it.
 //! - **When.** A part asked more than [`HOT_ASKS`] times within one [`SWEEP_EVERY`] is hot:
 //!   a lease is opened for it in the background (asking the limit's whole rate and burst;
 //!   the machine grants at most its leasable share, shared fairly among holders, and the
@@ -55,9 +56,14 @@ pub const DEMAND_MAX: usize = 4_096;
 /// A part of a caller's requests: (principal, tenant, limit, key).
 type PartKey = (String, String, String, Option<String>);
 
-/// A lease held, and when it was last asked for.
+/// The lease session of a principal in one group (`None`: the node's default group): a
+/// session is one group's, so a principal leasing in two groups has one in each.
+type SessionKey = (String, Option<u64>);
+
+/// A lease held, in which group's session, and when it was last asked for.
 pub struct Held {
     lease: Leased,
+    group: Option<u64>,
     asked: Mutex<Instant>,
 }
 
@@ -76,8 +82,8 @@ impl Held {
 #[derive(Default)]
 struct Inner {
     leases: HashMap<PartKey, Arc<Held>>,
-    /// Parts whose lease is being opened.
-    opening: HashSet<PartKey>,
+    /// Parts whose lease is being opened, with the group of the session it opens in.
+    opening: HashMap<PartKey, Option<u64>>,
     /// Asks of each part in the current window.
     demand: HashMap<PartKey, u32>,
 }
@@ -86,9 +92,9 @@ struct Inner {
 pub struct NodeLeases {
     on: bool,
     inner: Arc<Mutex<Inner>>,
-    /// Each caller's lease session, by principal; a tokio lock, held across an open so one
-    /// caller's concurrent first leases share one session.
-    sessions: Arc<tokio::sync::Mutex<HashMap<String, Arc<Session>>>>,
+    /// Each caller's lease session, by principal and group; a tokio lock, held across an
+    /// open so one caller's concurrent first leases in a group share one session.
+    sessions: Arc<tokio::sync::Mutex<HashMap<SessionKey, Arc<Session>>>>,
     _sweep: Option<AbortOnDrop>,
 }
 
@@ -158,10 +164,10 @@ impl NodeLeases {
             let room = inner.leases.len() + inner.opening.len() < LEASES_MAX;
             if hot
                 && room
-                && !inner.opening.contains(&key)
+                && !inner.opening.contains_key(&key)
                 && let Some(options) = lease_options(machine, tenant, p)
             {
-                inner.opening.insert(key.clone());
+                inner.opening.insert(key.clone(), client.group());
                 opens.push(Opening {
                     key,
                     client: client.clone(),
@@ -233,13 +239,14 @@ fn lease_options(machine: &Machine, tenant: &str, part: &Part) -> Option<LeaseOp
 /// again.
 async fn open(
     inner: Weak<Mutex<Inner>>,
-    sessions: Arc<tokio::sync::Mutex<HashMap<String, Arc<Session>>>>,
+    sessions: Arc<tokio::sync::Mutex<HashMap<SessionKey, Arc<Session>>>>,
     o: Opening,
 ) {
-    let principal = o.key.0.clone();
+    let group = o.client.group();
+    let holder: SessionKey = (o.key.0.clone(), group);
     let leased = {
         let mut sessions = sessions.lock().await;
-        let session = match sessions.get(&principal) {
+        let session = match sessions.get(&holder) {
             Some(s) => Ok(s.clone()),
             None => Session::open(&o.client, LEASE_SESSION_TTL)
                 .await
@@ -247,11 +254,11 @@ async fn open(
         };
         match session {
             Ok(session) => {
-                sessions.insert(principal.clone(), session.clone());
+                sessions.insert(holder.clone(), session.clone());
                 let leased = session.lease(o.options.clone()).await;
                 if leased.is_err() {
                     // Perhaps the session is gone: the next lease opens another.
-                    sessions.remove(&principal);
+                    sessions.remove(&holder);
                 }
                 leased.map_err(|e| e.to_string())
             }
@@ -265,6 +272,7 @@ async fn open(
         Ok(lease) => {
             let held = Held {
                 lease,
+                group,
                 asked: Mutex::new(Instant::now()),
             };
             inner.leases.insert(o.key, Arc::new(held));
@@ -282,7 +290,7 @@ async fn open(
 /// lease gives its tokens back), and so are the sessions left with none.
 async fn sweep(
     inner: Weak<Mutex<Inner>>,
-    sessions: Weak<tokio::sync::Mutex<HashMap<String, Arc<Session>>>>,
+    sessions: Weak<tokio::sync::Mutex<HashMap<SessionKey, Arc<Session>>>>,
 ) {
     loop {
         tokio::time::sleep(SWEEP_EVERY).await;
@@ -305,18 +313,18 @@ async fn sweep(
             let dropped: Vec<Arc<Held>> =
                 gone.iter().filter_map(|k| inner.leases.remove(k)).collect();
             metrics::get().rls_leases.set(inner.leases.len() as i64);
-            let holders: HashSet<String> = inner
+            let holders: HashSet<SessionKey> = inner
                 .leases
-                .keys()
-                .chain(inner.opening.iter())
-                .map(|k| k.0.clone())
+                .iter()
+                .map(|(k, h)| (k.0.clone(), h.group))
+                .chain(inner.opening.iter().map(|(k, g)| (k.0.clone(), *g)))
                 .collect();
             (dropped, holders)
         };
         // Dropped outside the lock: each gives its lease back in the background.
         drop(dropped);
         let mut sessions = sessions.lock().await;
-        sessions.retain(|principal, _| holders.contains(principal));
+        sessions.retain(|holder, _| holders.contains(holder));
     }
 }
 

@@ -154,10 +154,14 @@ impl RateLimitService for RlsService {
         let checked = check(request.into_inner()).map_err(Status::invalid_argument)?;
         // The tenant's group decides it: its state is read, its leases held and its tokens
         // taken there, through the caller's client and take session of that group.
-        let caller = self.ctx.for_tenant(caller, &checked.tenant);
-        act_as(caller, self.decide(checked))
-            .await
-            .map(Response::new)
+        let acting = self.ctx.for_tenant(caller.clone(), &checked.tenant);
+        act_as(acting, async move {
+            // The default group's caller keeps the others (`Caller::in_group`).
+            let _kept = caller;
+            self.decide(checked).await
+        })
+        .await
+        .map(Response::new)
     }
 }
 

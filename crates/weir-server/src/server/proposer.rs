@@ -18,7 +18,8 @@
 //! quorum lost) thus holds the shared slots for a tenth of a second, not until its commit
 //! waiters give up, and never stops the node's other groups. A gather the tick timer began
 //! takes no shared slot. An entry made without one after the wait is counted
-//! (`weir_entries_unshared_total`): often, and the node's disk commits slower than the wait.
+//! (`weir_entries_unshared_total`); a count that grows steadily says the node's disk
+//! commits slower than the wait, so the groups' entries are no longer paced.
 //!
 //! Stamps: `clock_ms` is this process's monotonic clock (ms since the proposer started) and
 //! the leadership is (current term, this node, this proposer's incarnation), read when the
