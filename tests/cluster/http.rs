@@ -549,6 +549,57 @@ async fn a_take_answers_the_tokens_left_or_429_with_retry_after() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_on_a_node_behind_the_definition_reads_the_cap_from_the_leader() {
+    use weir_bench::peer_proxy::{PeerProxies, source_ip};
+    let mut cluster =
+        weir_launcher::LocalCluster::in_temp_dir(env!("CARGO_BIN_EXE_weir"), "weir-take-behind")
+            .unwrap();
+    let mut configs = cluster.loopback_configs(3).unwrap();
+    let mut fronts = vec![];
+    for c in &mut configs {
+        let listen = weir_launcher::loopback_addr().unwrap();
+        fronts.push((c.id, c.peer_addr.clone(), listen.clone()));
+        c.peer_listen = Some(listen);
+        c.peer_source_ip = Some(source_ip(c.id));
+        c.http_listen = weir_launcher::loopback_addr().unwrap();
+    }
+    let proxies = PeerProxies::start(&fronts).await.unwrap();
+    cluster.add_and_start(configs).unwrap();
+    let leader = cluster.leader(ELECTION).await.expect("a leader");
+    let behind = (1..=3).find(|id| *id != leader).unwrap();
+    phase("a follower cut from its peers; a capped limit defined without it");
+    proxies.isolate(behind, 3);
+    let client = weir_client::Client::new(cluster.servers());
+    client.write(crate::define("cap", 1)).await.unwrap();
+    phase("its take of that limit is refused, the cap read from the leader");
+    let api = Api {
+        http: reqwest::Client::new(),
+        base: format!("http://{}", cluster.node(behind).config.http_listen),
+    };
+    let (status, v) = api
+        .call("POST", "/v1/tenants/t/limits/cap/take", None)
+        .await;
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("Invalid")),
+        "{v}"
+    );
+    let in_use = match client
+        .read(weir_proto::protocol::Query::Limit {
+            tenant: "t".into(),
+            name: "cap".into(),
+        })
+        .await
+        .unwrap()
+    {
+        weir_proto::protocol::Answer::Limit(Some(l)) => l.in_use,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(in_use, 0, "no permit is held by the node's take session");
+    proxies.heal();
+}
+
 /// The `curl` lines of README.md's HTTP example block.
 fn readme_curls() -> Vec<String> {
     let readme =

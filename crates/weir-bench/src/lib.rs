@@ -112,7 +112,8 @@ mod resp;
 mod external;
 mod rls;
 mod load;
-mod peer_proxy;
+/// Also the cluster tests' way to cut one node's peer links while its clients reach it.
+pub mod peer_proxy;
 mod report;
 mod spawn;
 mod args;

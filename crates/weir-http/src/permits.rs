@@ -213,7 +213,9 @@ pub async fn take(
 async fn take_in(ctx: &HttpCtx, tenant: String, limit: String, b: TakeBody) -> ApiResult {
     // A take holds nothing, so a limit with a cap is refused: its permit would be held by
     // the node's session with no one to release it. The spec is read locally: it changes
-    // rarely, and the acquire itself is checked by the machine.
+    // rarely, and the acquire itself is checked by the machine. A limit this node has not
+    // applied yet (a follower a moment behind its definition) is read from the leader, so a
+    // lagging node never grants a take of a capped limit.
     let parts = first_and(limit.clone(), b.key.clone(), b.units, b.parts.clone());
     for part in &parts {
         let local = ctx
@@ -221,7 +223,21 @@ async fn take_in(ctx: &HttpCtx, tenant: String, limit: String, b: TakeBody) -> A
             .lock()
             .machine
             .limit_status(&tenant, &part.limit);
-        if local.is_some_and(|l| l.concurrent > 0) {
+        let concurrent = match local {
+            Some(l) => l.concurrent,
+            None => match ctx
+                .read(Query::Limit {
+                    tenant: tenant.clone(),
+                    name: part.limit.clone(),
+                })
+                .await?
+            {
+                // Unknown at the leader too: the acquire is refused `UnknownLimit`.
+                Answer::Limit(l) => l.map_or(0, |l| l.concurrent),
+                other => return Err(unexpected(other)),
+            },
+        };
+        if concurrent > 0 {
             return Err(ApiError::invalid(format!(
                 "{tenant}/{} has a concurrent cap: take is for rate-only limits; acquire a permit in a session",
                 part.limit
