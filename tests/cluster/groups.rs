@@ -380,8 +380,78 @@ async fn the_http_door_serves_a_tenant_of_any_group() {
     use serde_json::json;
     let cluster = Cluster::start("http-groups", 3, "groups = 2");
     let node = crate::http::follower(&cluster).await;
-    let plain = cluster.client();
-    assert_eq!(plain.place_tenant("b", Some(2)).await.unwrap(), 2);
+
+    phase("b placed in group 2 over HTTP, once and for good; the node answers where it lives");
+    let placement = "/v1/tenants/b/placement";
+    for _ in 0..2 {
+        let (status, v) = http_in(
+            &cluster,
+            node,
+            None,
+            "PUT",
+            placement,
+            Some(json!({"group": 2})),
+        )
+        .await;
+        assert_eq!(
+            (status, v),
+            (StatusCode::OK, json!({"tenant": "b", "group": 2}))
+        );
+    }
+    let (status, v) = http_in(
+        &cluster,
+        node,
+        None,
+        "PUT",
+        placement,
+        Some(json!({"group": 1})),
+    )
+    .await;
+    assert_eq!(
+        (status, v["error"].as_str(), v["group"].as_u64()),
+        (StatusCode::MISDIRECTED_REQUEST, Some("WrongGroup"), Some(2)),
+        "{v}"
+    );
+    let (status, v) = http_in(
+        &cluster,
+        node,
+        None,
+        "PUT",
+        placement,
+        Some(json!({"group": 7})),
+    )
+    .await;
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("BadRequest")),
+        "{v}"
+    );
+    let deadline = std::time::Instant::now() + CONVERGE;
+    loop {
+        let (status, v) = http_in(&cluster, node, None, "GET", placement, None).await;
+        if status == StatusCode::OK {
+            assert_eq!(v, json!({"tenant": "b", "group": 2}));
+            break;
+        }
+        // The node has not applied the placement yet.
+        assert_eq!(v["error"], "Unplaced", "{v}");
+        assert!(std::time::Instant::now() < deadline, "{status} {v}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let (status, v) = http_in(
+        &cluster,
+        node,
+        None,
+        "GET",
+        "/v1/tenants/nobody/placement",
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (StatusCode::NOT_FOUND, Some("Unplaced")),
+        "{v}"
+    );
 
     phase("definitions of b go to group 2 with no header");
     for (name, spec) in [

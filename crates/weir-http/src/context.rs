@@ -177,6 +177,15 @@ impl HttpCtx {
         self.groups.contains_key(&group).then_some(group)
     }
 
+    /// The data group `tenant` lives in by this node's placements: 0 on a node of one group
+    /// (its one group decides every tenant); `None` for a tenant it has not seen placed.
+    pub fn placed(&self, tenant: &str) -> Option<u64> {
+        match &self.placements {
+            None => Some(self.default_group),
+            Some(placements) => placements.lock().machine.placement(tenant),
+        }
+    }
+
     /// This node's applied state of the group `tenant` lives in, by its placements; of the
     /// current request's group where they name none.
     pub fn tenant_state(&self, tenant: &str) -> &Arc<AppliedState> {

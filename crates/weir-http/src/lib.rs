@@ -121,6 +121,8 @@ mod events;
 
 mod halts;
 
+mod placement;
+
 mod sessions;
 
 mod limits;

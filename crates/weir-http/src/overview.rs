@@ -55,7 +55,7 @@ fn cluster_reader(what: &str) -> Result<(), ApiError> {
 }
 
 /// 403 unless the caller may read `tenant` (admin, read, or the tenant's own token).
-fn tenant_reader(tenant: &str) -> Result<(), ApiError> {
+pub(super) fn tenant_reader(tenant: &str) -> Result<(), ApiError> {
     match &super::callers::current().principal.role {
         Role::Tenant(t) if t != tenant => Err(ApiError::new(
             StatusCode::FORBIDDEN,

@@ -29,8 +29,8 @@ use super::context::HttpCtx;
 use super::error::ApiError;
 use super::listener::{HttpListener, PeerAddr};
 use super::{
-    callers, cluster, console, events, halts, keys, limits, metrics, overview, permits, queue,
-    runs, sessions, watch,
+    callers, cluster, console, events, halts, keys, limits, metrics, overview, permits, placement,
+    queue, runs, sessions, watch,
 };
 
 type Route = (&'static str, &'static str, MethodRouter<Arc<HttpCtx>>);
@@ -145,6 +145,16 @@ fn table() -> Vec<Route> {
             "GET",
             "/v1/tenants/{tenant}/spent/{period}",
             get(runs::spent),
+        ),
+        (
+            "GET",
+            "/v1/tenants/{tenant}/placement",
+            get(placement::show),
+        ),
+        (
+            "PUT",
+            "/v1/tenants/{tenant}/placement",
+            put(placement::place),
         ),
         ("GET", "/v1/tenants/{tenant}/halts", get(halts::list)),
         ("PUT", "/v1/tenants/{tenant}/halt", put(halts::set_tenant)),
