@@ -151,6 +151,19 @@ type LimitStatus struct {
 	Shadow     bool    `json:"shadow"`
 }
 
+// PlaceTenant places the client's tenant in data group group once and for good, on a
+// cluster of several Raft groups (admin); with group nil it finds where the tenant lives
+// and places it in the default group if nowhere. It answers the group the tenant lives in;
+// another group than the one it has fails ErrWrongGroup naming that one. A cluster of one
+// group answers 0 for every tenant.
+func (c *Client) PlaceTenant(ctx context.Context, group *uint64) (uint64, error) {
+	var placed struct {
+		Group uint64 `json:"group"`
+	}
+	err := c.t.call(ctx, "PUT", c.tpath("/placement"), map[string]any{"group": group}, &placed)
+	return placed.Group, err
+}
+
 // Limit reads a limit's status.
 func (c *Client) Limit(ctx context.Context, name string) (LimitStatus, error) {
 	var s LimitStatus

@@ -3,9 +3,6 @@ package weir
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -18,19 +15,23 @@ func TestAClientOfAGroupHoldsThePermitsOfItsTenants(t *testing.T) {
 	c := startClusterWith(t, false, nil, "groups = 2")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	// A placement is made on the binary port (the CLI), once and for good.
-	var ports []string
-	for _, n := range c.nodes {
-		ports = append(ports, fmt.Sprintf("127.0.0.1:%d", n.client))
+	admin, err := New(c.config(t, "b"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	place := exec.CommandContext(ctx, weirBin(t), "tenant", "place", "2", "--tenant", "b")
-	place.Env = append(os.Environ(), "WEIR_SERVERS="+strings.Join(ports, ","))
-	out, err := place.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "b lives in group 2") {
-		t.Fatalf("weir tenant place: %v: %s", err, out)
+	defer admin.Close()
+	two := uint64(2)
+	if g, err := admin.PlaceTenant(ctx, &two); err != nil || g != 2 {
+		t.Fatalf("place b in group 2: %d, %v", g, err)
+	}
+	if g, err := admin.PlaceTenant(ctx, nil); err != nil || g != 2 {
+		t.Fatalf("where b lives: %d, %v", g, err)
+	}
+	one := uint64(1)
+	if _, err := admin.PlaceTenant(ctx, &one); !errors.Is(err, ErrWrongGroup) {
+		t.Fatalf("b placed again in group 1: %v, want ErrWrongGroup", err)
 	}
 
-	two := uint64(2)
 	cfg := c.config(t, "b")
 	cfg.Group = &two
 	inTwo, err := New(cfg)

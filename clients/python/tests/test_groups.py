@@ -4,32 +4,23 @@ and a client of another group is refused ``WrongGroup`` naming the tenant's."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
-from harness import Cluster, start_cluster, weir_bin
+from harness import start_cluster, weir_bin
 
 import weir
-
-
-def place(c: Cluster, tenant: str, group: int) -> None:
-    """Places ``tenant`` in ``group`` on the binary port (the CLI): a placement has no HTTP
-    route, and is made once and for good."""
-    client_ports = ",".join(f"127.0.0.1:{n.client_port}" for n in c.nodes)
-    placed = subprocess.run(
-        [str(c.weir), "tenant", "place", str(group), "--tenant", tenant],
-        env={**os.environ, "WEIR_SERVERS": client_ports},
-        capture_output=True, text=True, timeout=60, check=True,
-    )
-    assert f"{tenant} lives in group {group}" in placed.stdout
 
 
 async def test_a_client_of_a_group_holds_the_permits_of_its_tenants(tmp_path: Path) -> None:
     c = start_cluster(weir_bin(), tmp_path / "cluster", extra=["groups = 2"])
     try:
-        place(c, "b", 2)
+        async with weir.AsyncClient(c.servers, tenant="b") as admin:
+            assert await admin.place_tenant(2) == 2
+            assert await admin.place_tenant() == 2
+            with pytest.raises(weir.WrongGroup) as placed:
+                await admin.place_tenant(1)
+            assert placed.value.group == 2
         async with weir.AsyncClient(c.servers, tenant="b", group=2) as two:
             await two.define_limit("db", concurrent=1)
             async with two.session(ttl=3) as s, s.acquire("db") as p:

@@ -173,6 +173,17 @@ export class Client {
     return record(await this.transport.call("PUT", `/v1/tenants/${this.t(options.tenant)}/limits`, body), "limits apply") as unknown as LimitsChange;
   }
 
+  /** On a cluster of several Raft groups: places the tenant in data group `group` once and
+   * for good (admin), or with no group finds where it lives and places it in the default
+   * group if nowhere; answers the group it lives in. Another group than the one it has
+   * throws WrongGroup naming that one. A cluster of one group answers 0 for every tenant. */
+  async placeTenant(group?: number, options: { tenant?: string } = {}): Promise<number> {
+    const answer = await this.transport.call("PUT", `/v1/tenants/${this.t(options.tenant)}/placement`, {
+      group: group ?? null,
+    });
+    return Number(record(answer, "tenant placement")["group"]);
+  }
+
   /** A limit's spec and use (throws UnknownLimit). */
   async showLimit(name: string, options: { tenant?: string } = {}): Promise<LimitStatus> {
     const answer = await this.transport.call("GET", `/v1/tenants/${this.t(options.tenant)}/limits/${q(name)}`);

@@ -3,23 +3,20 @@
 // refused WrongGroup naming group 2.
 
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
 import { test } from 'node:test';
 
 import * as weir from '../dist/index.js';
-import { Cluster, WEIR } from './support/cluster.mjs';
+import { Cluster } from './support/cluster.mjs';
 
 test('a client of a group holds the permits of the tenants placed in it', { timeout: 120_000 }, async () => {
   const cluster = await Cluster.start({ extra: ['groups = 2'] });
   const clients = [];
   try {
-    // A placement is made on the binary port (the CLI), once and for good.
-    const ports = cluster.nodes.map((n) => `127.0.0.1:${n.client}`).join(',');
-    const placed = spawnSync(WEIR, ['tenant', 'place', '2', '--tenant', 'b'], {
-      encoding: 'utf8', timeout: 60_000, env: { ...process.env, WEIR_SERVERS: ports },
-    });
-    assert.equal(placed.status, 0, placed.stderr);
-    assert.match(placed.stdout, /b lives in group 2/);
+    const admin = new weir.Client(cluster.options({ tenant: 'b' }));
+    clients.push(admin);
+    assert.equal(await admin.placeTenant(2), 2);
+    assert.equal(await admin.placeTenant(), 2);
+    await assert.rejects(admin.placeTenant(1), (e) => e instanceof weir.WrongGroup && e.group === 2);
 
     const two = new weir.Client(cluster.options({ tenant: 'b', group: 2 }));
     clients.push(two);

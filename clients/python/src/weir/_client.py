@@ -202,6 +202,18 @@ class AsyncClient:
                                             body)
         return LimitsChange.from_json(_expect_dict(answer, "limits apply"))
 
+    async def place_tenant(self, group: int | None = None, *,
+                           tenant: str | None = None) -> int:
+        """On a cluster of several Raft groups: places the tenant in data group ``group``
+        once and for good (admin), or with no group finds where it lives and places it in
+        the default group if nowhere; answers the group it lives in. Another group than the
+        one it has raises :class:`~weir.WrongGroup` naming that one. A cluster of one group
+        answers 0 for every tenant."""
+        answer = await self._transport.call(
+            "PUT", f"/v1/tenants/{self._t(tenant)}/placement", {"group": group}
+        )
+        return int(_expect_dict(answer, "tenant placement")["group"])
+
     async def show_limit(self, name: str, *, tenant: str | None = None) -> LimitStatus:
         """A limit's spec and use (raises :class:`~weir.UnknownLimit`)."""
         answer = await self._transport.call(

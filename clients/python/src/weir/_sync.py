@@ -375,6 +375,9 @@ class Client:
         return self._runner.run(self.aio.apply_limits(limits, prune=prune, dry_run=dry_run,
                                                       tenant=tenant))
 
+    def place_tenant(self, group: int | None = None, *, tenant: str | None = None) -> int:
+        return self._runner.run(self.aio.place_tenant(group, tenant=tenant))
+
     def show_limit(self, name: str, *, tenant: str | None = None) -> LimitStatus:
         return self._runner.run(self.aio.show_limit(name, tenant=tenant))
 
