@@ -47,7 +47,8 @@ var (
 	// ErrProtocol: the node answered something this client does not understand.
 	ErrProtocol = errors.New("weir: protocol error")
 	// ErrWrongGroup: on a cluster of several Raft groups, a session's request for a tenant
-	// another group decides (421); the Error's "group" field names it (Config.Group).
+	// another group decides, or a placement in another group than the tenant's (421); the
+	// Error's "group" field names the tenant's group (Config.Group).
 	ErrWrongGroup = errors.New("weir: wrong group")
 )
 

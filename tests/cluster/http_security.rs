@@ -264,6 +264,38 @@ async fn https_with_tokens_authenticates_and_authorizes_through_the_client_port(
     node.refused(export_b, 403, "Forbidden").await;
     node.ok("GET", "/v1/tenants/a/definitions", TENANT_A, None)
         .await;
+    // A tenant's placement: found (no group named) by its own token, never another's;
+    // choosing a group is admin's. A take in b is refused before b's limits are read.
+    let placement_b = ("GET", "/v1/tenants/b/placement", Some(TENANT_A), None);
+    node.refused(placement_b, 403, "Forbidden").await;
+    let place_b = (
+        "PUT",
+        "/v1/tenants/b/placement",
+        Some(TENANT_A),
+        Some(json!({})),
+    );
+    node.refused(place_b, 403, "Forbidden").await;
+    let chosen = Some(json!({"group": 0}));
+    let place_a = (
+        "PUT",
+        "/v1/tenants/a/placement",
+        Some(TENANT_A),
+        chosen.clone(),
+    );
+    node.refused(place_a, 403, "Forbidden").await;
+    node.ok("PUT", "/v1/tenants/a/placement", TENANT_A, Some(json!({})))
+        .await;
+    node.ok("PUT", "/v1/tenants/a/placement", ADMIN, chosen)
+        .await;
+    node.ok("GET", "/v1/tenants/a/placement", TENANT_A, None)
+        .await;
+    let take_b = (
+        "POST",
+        "/v1/tenants/b/limits/x/take",
+        Some(TENANT_A),
+        Some(json!({})),
+    );
+    node.refused(take_b, 403, "Forbidden").await;
 
     phase("the controls over tenant a are admin's: tenant:a gets 403 on each, even in a");
     let halt = Some(json!({"reason": "incident"}));

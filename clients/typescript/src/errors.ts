@@ -214,7 +214,8 @@ export class AtCapacity extends Refused {
 }
 
 /** On a cluster of several Raft groups: a session's request for a tenant another group
- * decides (a session is its group's); a client of that group (`group`) holds its permits. */
+ * decides (a session is its group's; a client of that group, `group`, holds its permits),
+ * or a placement in another group than the tenant's. */
 export class WrongGroup extends Refused {
   override name = "WrongGroup";
   /** The group the tenant lives in. */

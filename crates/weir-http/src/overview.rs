@@ -68,7 +68,7 @@ pub(super) fn tenant_reader(tenant: &str) -> Result<(), ApiError> {
 
 /// 400 `Invalid` unless `name` is a name a write could have made (non-empty, by the name
 /// rule of writes).
-fn valid_name(what: &str, name: &str) -> Result<(), ApiError> {
+pub(super) fn valid_name(what: &str, name: &str) -> Result<(), ApiError> {
     if name.is_empty() {
         return Err(ApiError::invalid(format!("{what} is empty")));
     }

@@ -211,11 +211,16 @@ pub async fn take(
 
 /// [`take`], as the current caller.
 async fn take_in(ctx: &HttpCtx, tenant: String, limit: String, b: TakeBody) -> ApiResult {
+    // Another tenant's token learns nothing of this tenant's limits here (the take itself
+    // is authorized by the client port).
+    super::overview::tenant_reader(&tenant)?;
     // A take holds nothing, so a limit with a cap is refused: its permit would be held by
     // the node's session with no one to release it. The spec is read locally: it changes
     // rarely, and the acquire itself is checked by the machine. A limit this node has not
-    // applied yet (a follower a moment behind its definition) is read from the leader, so a
-    // lagging node never grants a take of a capped limit.
+    // applied at all (a follower a moment behind its definition) is read from the leader.
+    // A redefinition that adds a cap to a rate-only limit reaches a lagging node a moment
+    // later: a take there meanwhile is granted, and its permit held by the node's take
+    // session until that session's TTL.
     let parts = first_and(limit.clone(), b.key.clone(), b.units, b.parts.clone());
     for part in &parts {
         let local = ctx

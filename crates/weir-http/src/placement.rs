@@ -22,6 +22,8 @@ use serde_json::json;
 
 use super::context::HttpCtx;
 use super::error::{ApiError, ApiResult, JsonBody, Params};
+use weir_client::ClientError;
+use weir_proto::protocol::Failure;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -36,17 +38,27 @@ pub async fn place(
     Params(tenant): Params<String>,
     JsonBody(b): JsonBody<PlaceBody>,
 ) -> ApiResult {
-    let group = ctx
-        .client()
-        .place_tenant(&tenant, b.group)
-        .await
-        .map_err(|e| ApiError::client(&e))?;
+    let group = match ctx.client().place_tenant(&tenant, b.group).await {
+        Ok(group) => group,
+        Err(ClientError::Failed(Failure::WrongGroup { tenant, group })) => {
+            let mut error = ApiError::new(
+                StatusCode::MISDIRECTED_REQUEST,
+                "WrongGroup",
+                format!("tenant {tenant} is placed in group {group}, once and for good"),
+            );
+            error.body.insert("tenant".into(), json!(tenant));
+            error.body.insert("group".into(), json!(group));
+            return Err(error);
+        }
+        Err(e) => return Err(ApiError::client(&e)),
+    };
     Ok(Json(json!({"tenant": tenant, "group": group})).into_response())
 }
 
 /// `GET /v1/tenants/{tenant}/placement`: the group this node's placements put the tenant
 /// in.
 pub async fn show(State(ctx): State<Arc<HttpCtx>>, Params(tenant): Params<String>) -> ApiResult {
+    super::overview::valid_name("tenant", &tenant)?;
     super::overview::tenant_reader(&tenant)?;
     match ctx.placed(&tenant) {
         Some(group) => Ok(Json(json!({"tenant": tenant, "group": group})).into_response()),

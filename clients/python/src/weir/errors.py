@@ -299,8 +299,8 @@ class AtCapacity(Refused):
 
 class WrongGroup(Refused):
     """On a cluster of several Raft groups: a session's request for a tenant another group
-    decides (a session is its group's). A client of that group (``group=``) holds the
-    tenant's permits."""
+    decides (a session is its group's; a client of that group, ``group=``, holds the
+    tenant's permits), or a placement in another group than the tenant's."""
 
     @property
     def group(self) -> int:

@@ -114,6 +114,11 @@ pub fn route_in(
 /// existed) is placed there: asked for another group, the placement is refused, naming
 /// why, since its state would be left behind.
 pub async fn place_tenant(ctx: &Ctx, version: u32, tenant: String, group: Option<u64>) -> Response {
+    if let Err(why) =
+        weir_core::machine::name_rule("tenant", &tenant, weir_core::bounds::NAME_BYTES_MAX)
+    {
+        return Response::Failed(Failure::BadRequest(why));
+    }
     let Some(metadata) = &ctx.metadata else {
         // One group decides every tenant.
         return match group {
@@ -130,11 +135,6 @@ pub async fn place_tenant(ctx: &Ctx, version: u32, tenant: String, group: Option
             "group {g} is not a data group of this node, which hosts data groups 1 to {}",
             ctx.groups
         )));
-    }
-    if let Err(why) =
-        weir_core::machine::name_rule("tenant", &tenant, weir_core::bounds::NAME_BYTES_MAX)
-    {
-        return Response::Failed(Failure::BadRequest(why));
     }
     let placed = metadata.state.lock().machine.placement(&tenant);
     let failure = match (placed, group) {
