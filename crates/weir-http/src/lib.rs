@@ -111,8 +111,6 @@ mod permits;
 
 mod queue;
 
-mod overview;
-
 mod runs;
 
 mod watch;
@@ -122,6 +120,8 @@ mod events;
 mod halts;
 
 mod placement;
+
+mod overview;
 
 mod sessions;
 
