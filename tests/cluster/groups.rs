@@ -374,6 +374,32 @@ async fn http_in(
     )
 }
 
+/// `method path` on node `node` without a body or a group, asked again every 50 ms until
+/// `done` holds of its answer (bounded by `CONVERGE`): that answer's body. Every answer
+/// before it is checked by `meanwhile`.
+async fn until(
+    cluster: &Cluster,
+    node: u64,
+    method: &str,
+    path: &str,
+    done: impl Fn(reqwest::StatusCode, &serde_json::Value) -> bool,
+    meanwhile: impl Fn(reqwest::StatusCode, &serde_json::Value),
+) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + CONVERGE;
+    loop {
+        let (status, v) = http_in(cluster, node, None, method, path, None).await;
+        if done(status, &v) {
+            return v;
+        }
+        meanwhile(status, &v);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{method} {path} on node {node}: {status} {v}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_http_door_serves_a_tenant_of_any_group() {
     use reqwest::StatusCode;
@@ -426,18 +452,11 @@ async fn the_http_door_serves_a_tenant_of_any_group() {
         (StatusCode::BAD_REQUEST, Some("BadRequest")),
         "{v}"
     );
-    let deadline = std::time::Instant::now() + CONVERGE;
-    loop {
-        let (status, v) = http_in(&cluster, node, None, "GET", placement, None).await;
-        if status == StatusCode::OK {
-            assert_eq!(v, json!({"tenant": "b", "group": 2}));
-            break;
-        }
-        // The node has not applied the placement yet.
-        assert_eq!(v["error"], "Unplaced", "{v}");
-        assert!(std::time::Instant::now() < deadline, "{status} {v}");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let ok = |status: StatusCode, _: &serde_json::Value| status == StatusCode::OK;
+    // Unplaced until the node applies the placement.
+    let unplaced = |_: StatusCode, v: &serde_json::Value| assert_eq!(v["error"], "Unplaced", "{v}");
+    let v = until(&cluster, node, "GET", placement, ok, unplaced).await;
+    assert_eq!(v, json!({"tenant": "b", "group": 2}));
     let (status, v) = http_in(
         &cluster,
         node,
@@ -469,16 +488,8 @@ async fn the_http_door_serves_a_tenant_of_any_group() {
 
     phase("a take of b is taken in group 2, in the node's take session there");
     let take = "/v1/tenants/b/limits/api/take";
-    let deadline = std::time::Instant::now() + CONVERGE;
-    let v = loop {
-        let (status, v) = http_in(&cluster, node, None, "POST", take, None).await;
-        if status == StatusCode::OK {
-            break v;
-        }
-        // The follower has not applied the definition (or the placement) yet.
-        assert!(std::time::Instant::now() < deadline, "{status} {v}");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    };
+    // Refused until the follower applies the definition (and the placement).
+    let v = until(&cluster, node, "POST", take, ok, |_, _| ()).await;
     assert_eq!(
         (v["taken"].as_u64(), v["remaining"].as_u64()),
         (Some(1), Some(1)),
@@ -498,19 +509,8 @@ async fn the_http_door_serves_a_tenant_of_any_group() {
     );
     // Its cap is read in group 2's state: a take of it would hold a permit. Asked once the
     // node has applied db's definition (its history is answered from the node's own state).
-    let deadline = std::time::Instant::now() + CONVERGE;
     let db_history = "/v1/tenants/b/limits/db/history";
-    while http_in(&cluster, node, None, "GET", db_history, None)
-        .await
-        .0
-        != StatusCode::OK
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "db never applied on node {node}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    until(&cluster, node, "GET", db_history, ok, |_, _| ()).await;
     let (status, v) = http_in(
         &cluster,
         node,
@@ -569,20 +569,14 @@ async fn the_http_door_serves_a_tenant_of_any_group() {
     let (_, shown) = plain_limit(&cluster, "b", "db").await;
     assert_eq!(shown, 1, "group 2 holds the permit");
     // The limit's history is sampled in its tenant's group, header or not.
-    let deadline = std::time::Instant::now() + CONVERGE;
-    loop {
-        let (status, v) = http_in(&cluster, node, None, "GET", db_history, None).await;
-        assert_eq!(status, StatusCode::OK, "{v}");
+    let held = |_: StatusCode, v: &serde_json::Value| {
         let samples = v["history"]["samples"].as_array().unwrap();
-        if samples.iter().any(|s| s["in_use"] == 1) {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no sample holds the permit: {v}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+        samples.iter().any(|s| s["in_use"] == 1)
+    };
+    let answered = |status: StatusCode, v: &serde_json::Value| {
+        assert_eq!(status, StatusCode::OK, "{v}");
+    };
+    until(&cluster, node, "GET", db_history, held, answered).await;
     let keepalive = format!("/v1/sessions/{session}/keepalive");
     let (status, v) = http_in(&cluster, node, two, "POST", &keepalive, None).await;
     assert_eq!(status, StatusCode::OK, "{v}");

@@ -62,7 +62,12 @@ async fn start_with(
 /// Defines every limit of the ratelimit file through the log (the definitions the file
 /// compiles to).
 async fn apply_yaml(client: &Client) {
-    let file = yaml::parse(RATELIMIT_YAML).unwrap();
+    apply_file(client, RATELIMIT_YAML).await;
+}
+
+/// Defines every limit of the ratelimit file `text` through the log.
+async fn apply_file(client: &Client, text: &str) {
+    let file = yaml::parse(text).unwrap();
     for definition in file.compile().unwrap() {
         let name = definition.name.clone();
         let reply = client.write(definition.into_command()).await.unwrap();
@@ -1003,12 +1008,7 @@ async fn node_leases_decide_hot_descriptors_locally_within_the_rate_and_stop_at_
     })
     .await;
     let client = Client::new(cluster.servers());
-    for definition in yaml::parse(LEASE_YAML).unwrap().compile().unwrap() {
-        assert_eq!(
-            client.write(definition.into_command()).await.unwrap(),
-            Reply::Done
-        );
-    }
+    apply_file(&client, LEASE_YAML).await;
     let follower = (1..=3).find(|id| *id != leader && *id != OFF).unwrap();
     let node = |id| cluster.node(id).config.clone();
     let http = node(follower).http_listen;
@@ -1204,12 +1204,7 @@ async fn node_leases_are_held_in_each_tenants_group_by_one_caller() {
     assert_eq!(client.place_tenant("near", Some(1)).await.unwrap(), 1);
     let near_yaml = LEASE_YAML.replace("domain: edge", "domain: near");
     for text in [LEASE_YAML, near_yaml.as_str()] {
-        for definition in yaml::parse(text).unwrap().compile().unwrap() {
-            assert_eq!(
-                client.write(definition.into_command()).await.unwrap(),
-                Reply::Done
-            );
-        }
+        apply_file(&client, text).await;
     }
     let follower = (1..=3).find(|id| *id != leader).unwrap();
     let node = cluster.node(follower).config.clone();

@@ -172,9 +172,7 @@ impl HttpCtx {
     /// The hosted group this node's placements put `tenant` in; `None` on a node of one
     /// group, or for a tenant placed nowhere as far as this node has applied.
     fn placement(&self, tenant: &str) -> Option<u64> {
-        let placements = self.placements.as_ref()?;
-        let group = placements.lock().machine.placement(tenant)?;
-        self.groups.contains_key(&group).then_some(group)
+        self.placed(tenant).filter(|g| self.groups.contains_key(g))
     }
 
     /// The data group `tenant` lives in by this node's placements: 0 on a node of one group
