@@ -1,11 +1,14 @@
 //! Three `weir` processes with `groups = 2`: each hosts the metadata group and data groups
-//! 1 and 2, each group replicated to every node in its own directory; a node killed and
+//! 1 and 2, each group replicated to every node, the node's groups sharing one log; a node killed and
 //! restarted recovers every group; a changed count of groups is refused at start. Requests
 //! are routed by tenant: a tenant placed in a group is served by a connection to that group
 //! alone, told `WrongGroup` elsewhere; a tenant placed nowhere is placed in the default
 //! group by the library; `weir tenant place` places and shows.
 
 use std::process::{Command as Process, Stdio};
+
+use openraft::storage::RaftLogStorage;
+use weir_server::raft::log_store::LogStore;
 
 use weir_client::{Client, ClientError};
 use weir_core::machine::{Command, Reply};
@@ -14,16 +17,10 @@ use weir_proto::protocol::{Answer, Failure, Query, Request, Response};
 use crate::harness::{Cluster, phase};
 use crate::{CONVERGE, ELECTION, acquire, define, limit_names, open, release};
 
-/// The bytes in the `.wal` segments of group `group` in node `id`'s data directory: more
-/// than none once the group's leader has replicated to it (a segment is created empty).
-fn group_log_bytes(cluster: &Cluster, id: u64, group: u32) -> u64 {
-    let dir = cluster
-        .node(id)
-        .config
-        .data_dir
-        .join("groups")
-        .join(group.to_string())
-        .join("log");
+/// The bytes in the `.wal` segments of the log node `id`'s groups share (a segment is
+/// created empty).
+fn shared_log_bytes(cluster: &Cluster, id: u64) -> u64 {
+    let dir = cluster.node(id).config.data_dir.join("groups").join("log");
     std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.unwrap())
@@ -56,15 +53,18 @@ async fn three_processes_of_two_groups_serve_permits_and_recover_every_group_aft
     );
     let before = cluster.converged(CONVERGE).await;
 
-    phase("every group has its own log on every node, replicated");
+    phase("every node's groups share one log");
     for id in 1..=3 {
+        assert!(
+            shared_log_bytes(&cluster, id) > 0,
+            "node {id}: nothing in its shared log"
+        );
+        let data = &cluster.node(id).config.data_dir;
+        assert!(!data.join("log").exists());
         for group in 0..=2 {
-            assert!(
-                group_log_bytes(&cluster, id, group) > 0,
-                "node {id}, group {group}: nothing in its log"
-            );
+            let own = data.join("groups").join(group.to_string()).join("log");
+            assert!(!own.exists(), "{} exists", own.display());
         }
-        assert!(!cluster.node(id).config.data_dir.join("log").exists());
     }
 
     phase("kill -9 the leader, restart it");
@@ -79,8 +79,21 @@ async fn three_processes_of_two_groups_serve_permits_and_recover_every_group_aft
         Reply::Granted { units: 1, .. }
     ));
 
-    phase("node 3 stopped, then started with groups = 3: refused");
+    phase("node 3 stopped: its shared log holds every group's entries");
     assert_eq!(cluster.stop(3), Some(0));
+    {
+        let shared = cluster.node(3).config.data_dir.join("groups").join("log");
+        let logs = LogStore::open_shared(&shared, 64 << 20, &[0, 1, 2], &[]).unwrap();
+        for (group, mut log) in logs {
+            let last = log.get_log_state().await.unwrap().last_log_id;
+            assert!(
+                last.is_some(),
+                "group {group}: no entry in node 3's shared log"
+            );
+        }
+    }
+
+    phase("node 3 started with groups = 3: refused");
     let config = &cluster.node(3).config;
     let mut text = toml::to_string(config).unwrap();
     assert!(text.contains("groups = 2"), "{text}");

@@ -5,6 +5,7 @@ mod crash;
 mod entries;
 mod formats;
 mod log_damage;
+mod shared;
 
 use std::path::{Path, PathBuf};
 
@@ -53,6 +54,24 @@ impl StoreBuilder<TypeConfig, LogStore, StateStore, TempDir> for Builder {
 #[test]
 fn openraft_storage_suite_passes() {
     Suite::test_all(Builder).unwrap();
+}
+
+/// The store of one group of a log three groups share.
+struct SharedBuilder;
+
+impl StoreBuilder<TypeConfig, LogStore, StateStore, TempDir> for SharedBuilder {
+    async fn build(&self) -> Result<(TempDir, LogStore, StateStore), StorageError> {
+        let dir = TempDir::new("suite-shared");
+        let mut logs =
+            LogStore::open_shared(&dir.0.join("log"), 64 << 20, &[0, 1, 2], &[]).expect("open log");
+        let sm = StateStore::open(&dir.0).expect("open state");
+        Ok((dir, logs.remove(&1).expect("group 1"), sm))
+    }
+}
+
+#[test]
+fn openraft_storage_suite_passes_on_a_group_of_a_shared_log() {
+    Suite::test_all(SharedBuilder).unwrap();
 }
 
 #[test]

@@ -1,5 +1,7 @@
 //! The Raft log: entries, the vote, the committed id and the purge point, in the data
-//! directory's `log/`, an append-only write-ahead log ([`super::wal`]).
+//! directory's `log/`, an append-only write-ahead log ([`super::wal`]). A node of several
+//! Raft groups keeps one log for all of them ([`LogStore::open_shared`]): a store per group,
+//! one WAL and one writer under them, so the groups share every fsync.
 //!
 //! Every entry is stored sealed in its own frame ([`super::log_entry`]: the pinned codec's
 //! encoding, kind `b"WENT"`, length and crc32c), inside the WAL's checksummed groups: the
@@ -11,8 +13,13 @@
 //!
 //! Invariants and the promises openraft relies on:
 //! - Every write goes through the ordered writer ([`super::log_writer`]): one thread, jobs
-//!   in the order asked, each group of queued jobs one WAL write made durable with one
-//!   `fdatasync`.
+//!   in the order asked, each group of queued jobs (of every Raft group the WAL hosts) one
+//!   WAL write made durable with one `fdatasync`.
+//! - A store reads and writes only its own Raft group's part of the WAL, and has the only
+//!   tail of that group (the stores of a shared log are made together, one per group).
+//! - A log kept apart (a group's own `log/`, as a node of several groups kept them before
+//!   they shared one) is adopted whole into the shared log, durably, before it is removed,
+//!   and before the writer starts: a start cut short in between adopts it again.
 //! - `append` returns once its entries are in the in-memory tail, where readers find them,
 //!   and calls its callback only after their write is durable. `save_vote`, `truncate` and
 //!   `purge` return only once durable; each is one record, so atomic. `save_committed`
@@ -32,9 +39,10 @@
 // openraft's traits fix the error type to its `StorageError`, which is large; boxing it
 // is not ours to choose.
 #![allow(clippy::result_large_err)]
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
@@ -44,15 +52,17 @@ use super::log_entry::seal_entry;
 use super::log_error::{Damaged, io_err, read_err, write_err};
 use super::log_writer::{self, Flushed, Tail, Writer};
 use super::wal::{DirDisk, LogDisk, Wal};
-use super::{Entry, LogId, StorageError, TypeConfig, Vote};
+use super::{Entry, GroupId, LogId, SOLE_GROUP, StorageError, TypeConfig, Vote};
 use weir_core::bounds::ENTRY_BYTES_MAX;
 use weir_core::codec;
 
-/// The log store. Cloning shares the WAL, the tail and the writer (the log reader is a
-/// clone); the writer thread stops when the last clone is dropped.
+/// The log store of one Raft group. Cloning shares the WAL, the tail and the writer (the
+/// log reader is a clone); the writer thread stops when the last store of its WAL is dropped.
 #[derive(Clone)]
 pub struct LogStore {
     wal: Arc<Wal>,
+    /// The Raft group whose part of the WAL this is.
+    group: GroupId,
     /// Entries not yet durable, and the newest durable ones: read before the WAL.
     tail: Arc<Mutex<Tail>>,
     /// The one thread that writes the WAL.
@@ -93,14 +103,89 @@ impl LogStore {
     /// [`LogStore::open`] does, then starts the writer thread (nothing is written before the
     /// log is known sound).
     pub fn open_disk(disk: Box<dyn LogDisk>, segment_bytes: u64) -> Result<LogStore, String> {
-        let wal = Arc::new(Wal::open(disk, segment_bytes)?);
-        let tail = Arc::new(Mutex::new(Tail::default()));
-        let writer = Writer::start(wal.clone(), tail.clone())?;
-        Ok(LogStore {
-            wal,
-            tail,
-            writer: Arc::new(writer),
-        })
+        let mut stores = LogStore::stores(Wal::open(disk, segment_bytes)?)?;
+        Ok(stores
+            .remove(&SOLE_GROUP)
+            .expect("a log of one group hosts the sole group"))
+    }
+
+    /// Opens (or creates) the log that the Raft groups `groups` share in the directory `dir`
+    /// (a data directory's `groups/log/`), verifying it as [`LogStore::open`] does, and
+    /// returns a store for each group. First, each group's log kept apart in `apart` (a
+    /// `groups/<id>/log/` of an older layout) is adopted into it and then removed (module doc).
+    pub fn open_shared(
+        dir: &Path,
+        segment_bytes: u64,
+        groups: &[GroupId],
+        apart: &[(GroupId, PathBuf)],
+    ) -> Result<BTreeMap<GroupId, LogStore>, String> {
+        // PLANTED(unsynced-log): the log's writes are never fsynced.
+        let sync = !weir_core::planted::is(weir_core::planted::Plant::UnsyncedLog);
+        let disk = DirDisk::new(dir, sync).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let segment_bytes = segment_bytes.min(super::wal::SEGMENT_BYTES);
+        let wal = Wal::open_groups(Box::new(disk), segment_bytes, groups)?;
+        for (group, old) in apart {
+            adopt_apart(&wal, *group, old, sync)?;
+        }
+        for (group, old) in apart {
+            std::fs::remove_dir_all(old)
+                .and_then(|()| match old.parent() {
+                    Some(parent) if sync => std::fs::File::open(parent)?.sync_all(),
+                    _ => Ok(()),
+                })
+                .map_err(|e| {
+                    format!(
+                        "{}: removing group {group}'s adopted log: {e}",
+                        old.display()
+                    )
+                })?;
+        }
+        LogStore::stores(wal)
+    }
+
+    /// [`LogStore::open_shared`] on `disk`, with nothing kept apart (tests and the simulator).
+    pub fn open_shared_disk(
+        disk: Box<dyn LogDisk>,
+        segment_bytes: u64,
+        groups: &[GroupId],
+    ) -> Result<BTreeMap<GroupId, LogStore>, String> {
+        LogStore::stores(Wal::open_groups(disk, segment_bytes, groups)?)
+    }
+
+    /// A store for each group of `wal`, and the writer they share, started now (nothing is
+    /// written by it before the log is known sound).
+    fn stores(wal: Wal) -> Result<BTreeMap<GroupId, LogStore>, String> {
+        let wal = Arc::new(wal);
+        let writer = Arc::new(Writer::start(wal.clone())?);
+        Ok(wal
+            .groups()
+            .into_iter()
+            .map(|group| {
+                let store = LogStore {
+                    wal: wal.clone(),
+                    group,
+                    tail: Arc::new(Mutex::new(Tail::default())),
+                    writer: writer.clone(),
+                };
+                (group, store)
+            })
+            .collect())
+    }
+
+    /// The Raft group this store is of.
+    pub fn group(&self) -> GroupId {
+        self.group
+    }
+
+    /// How many segment files the WAL under this store has now (every group's, if shared).
+    pub fn segment_count(&self) -> usize {
+        self.wal.segment_count()
+    }
+
+    /// How many groups the WAL under this store moved out of its oldest segment since it
+    /// was opened ([`super::wal`]).
+    pub fn moves(&self) -> u64 {
+        self.wal.moves()
     }
 
     /// Each entry's stored bytes (sealed), keyed by id. An entry above [`ENTRY_BYTES_MAX`]
@@ -136,7 +221,13 @@ impl LogStore {
         let encoded = LogStore::seal_all(&entries)?;
         let (done, wait) = tokio::sync::oneshot::channel();
         self.writer
-            .append(&self.tail, &entries, encoded, Flushed::Waiter(done))
+            .append(
+                self.group,
+                &self.tail,
+                &entries,
+                encoded,
+                Flushed::Waiter(done),
+            )
             .await?;
         Ok(Durable(wait))
     }
@@ -170,7 +261,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
             let newer = tail.range(start, end);
             // The tail holds the newest entries: the WAL is read only below its first.
             let below = newer.first().map(|e| e.log_id.index).or(end);
-            (self.wal.locate(start, below), newer)
+            (self.wal.locate(self.group, start, below), newer)
         };
         if located.is_empty() {
             return Ok(newer);
@@ -191,10 +282,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
         // When the tail holds entries its last is the log's last (log_writer's invariant).
         let tail_last = log_writer::lock(&self.tail).last_log_id();
-        let purged = self.wal.meta().purged;
+        let purged = self.wal.meta(self.group).purged;
         Ok(LogState {
             last_purged_log_id: purged,
-            last_log_id: tail_last.or_else(|| self.wal.last_log_id()).or(purged),
+            last_log_id: tail_last
+                .or_else(|| self.wal.last_log_id(self.group))
+                .or(purged),
         })
     }
 
@@ -204,24 +297,24 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
         self.writer
-            .vote(*vote)
+            .vote(self.group, *vote)
             .await
             .map_err(|e| io_err(ErrorSubject::Vote, ErrorVerb::Write, Damaged(e.to_string())))
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
-        Ok(self.wal.meta().vote)
+        Ok(self.wal.meta(self.group).vote)
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
         // Not awaited to disk: the core calls this before every apply, and a third fsync in
         // series per operation buys nothing (a lagging committed id only re-applies less at
         // start; the leader's next commit brings the rest).
-        self.writer.hint(committed).await
+        self.writer.hint(self.group, committed).await
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
-        Ok(self.wal.meta().committed)
+        Ok(self.wal.meta(self.group).committed)
     }
 
     async fn append<I>(
@@ -236,15 +329,43 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let entries: Vec<Entry> = entries.into_iter().collect();
         let encoded = LogStore::seal_all(&entries)?;
         self.writer
-            .append(&self.tail, &entries, encoded, Flushed::Raft(callback))
+            .append(
+                self.group,
+                &self.tail,
+                &entries,
+                encoded,
+                Flushed::Raft(callback),
+            )
             .await
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        self.writer.truncate(&self.tail, log_id.index).await
+        self.writer
+            .truncate(self.group, &self.tail, log_id.index)
+            .await
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        self.writer.purge(&self.tail, log_id).await
+        self.writer.purge(self.group, &self.tail, log_id).await
     }
+}
+
+/// Adopts into `wal`, as `group`'s, the log of one group kept apart in `dir`: opened and
+/// verified as any log is, its vote, committed id, purge point and live entries written
+/// into `wal` in one durable write ([`Wal::adopt`]).
+fn adopt_apart(wal: &Wal, group: GroupId, dir: &Path, sync: bool) -> Result<(), String> {
+    let disk = DirDisk::new(dir, sync).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let apart = Wal::open(Box::new(disk), super::wal::SEGMENT_BYTES)
+        .map_err(|e| format!("group {group}'s log kept apart: {e}"))?;
+    let frames = apart
+        .live_frames(SOLE_GROUP)
+        .map_err(|e| format!("group {group}'s log kept apart: {e}"))?;
+    let entries = frames.len();
+    wal.adopt(group, apart.meta(SOLE_GROUP), frames)
+        .map_err(|e| format!("adopting group {group}'s log from {}: {e}", dir.display()))?;
+    tracing::info!(
+        "group {group}: its log in {} ({entries} live entries) adopted into the node's shared log",
+        dir.display()
+    );
+    Ok(())
 }

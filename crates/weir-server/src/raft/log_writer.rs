@@ -1,6 +1,8 @@
-//! The log's ordered writer and its in-memory tail: every write to the log's WAL
-//! ([`super::wal`]) goes through one thread, in the order the Raft core asked for it, and the entries it has not yet made
-//! durable (plus a few recent durable ones) are kept in memory so they can be read at once.
+//! The log's ordered writer and its in-memory tails: every write to the log's WAL
+//! ([`super::wal`]) goes through one thread, in the order the Raft core asked for it, and
+//! the entries it has not yet made durable (plus a few recent durable ones) are kept in
+//! memory so they can be read at once. A log shared by several Raft groups has one writer
+//! for all of them, each job naming its group, and one tail per group.
 //!
 //! Why: openraft's `append` must return once the entries are *readable* and call its
 //! callback once they are *durable*. Handing the entries to a dedicated thread instead of
@@ -11,7 +13,8 @@
 //! Invariants:
 //! - One thread makes every write (in a simulation, one task of its runtime:
 //!   [`crate::simulated`]); jobs are applied in the order they were queued, and
-//!   all jobs of a group are one WAL write (one `pwrite`, one `fdatasync`). So a vote saved after an
+//!   all jobs of a group are one WAL write (one `pwrite`, one `fdatasync`), whatever Raft
+//!   groups they are of: the groups of a shared log share its fsyncs. So a vote saved after an
 //!   append is never on disk without that append's predecessors, and a vote saved before
 //!   an append is on disk no later than the append (the core awaits `save_vote` before it
 //!   appends again).
@@ -46,7 +49,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::log_error::write_err;
 use super::wal::{Record, Wal};
-use super::{Entry, LogId, StorageError, TypeConfig, Vote};
+use super::{Entry, GroupId, LogId, StorageError, TypeConfig, Vote};
 
 /// How many durable entries the tail keeps for readers. Replication reads the entries it
 /// was just told about, a few at most behind; 64 entries of at most
@@ -185,12 +188,20 @@ impl Flushed {
     }
 }
 
-/// One write, in the order the core asked for it.
-enum Job {
-    /// Sealed entries with their ids; `flushed` is told once they are durable.
+/// One write of a Raft group, in the order its core asked for it.
+struct Job {
+    group: GroupId,
+    work: Work,
+}
+
+/// What a job writes.
+enum Work {
+    /// Sealed entries with their ids; `flushed` is told once they are durable, after
+    /// `tail` (the group's) has marked them so.
     Append {
         entries: Vec<(LogId, Vec<u8>)>,
         last: LogId,
+        tail: Arc<Mutex<Tail>>,
         flushed: Flushed,
     },
     /// Deletes entries from this index to the end.
@@ -235,12 +246,12 @@ fn closed() -> StorageError {
 }
 
 impl Writer {
-    /// Starts the writer thread on `wal`, keeping `tail` in step with what it writes (in a
-    /// simulation, a task of the runtime: [`crate::simulated`]).
-    pub fn start(wal: Arc<Wal>, tail: Arc<Mutex<Tail>>) -> Result<Writer, String> {
+    /// Starts the writer thread on `wal`, keeping each appending group's tail in step with
+    /// what it writes (in a simulation, a task of the runtime: [`crate::simulated`]).
+    pub fn start(wal: Arc<Wal>) -> Result<Writer, String> {
         let (tx, rx) = mpsc::channel(JOBS_QUEUED_MAX);
         if crate::simulated::on() {
-            tokio::spawn(run_simulated(wal, tail, rx));
+            tokio::spawn(run_simulated(wal, rx));
             return Ok(Writer {
                 jobs: Some(tx),
                 thread: None,
@@ -248,7 +259,7 @@ impl Writer {
         }
         let thread = std::thread::Builder::new()
             .name("weir-log-writer".into())
-            .spawn(move || run(&wal, &tail, rx))
+            .spawn(move || run(&wal, rx))
             .map_err(|e| format!("log writer thread: {e}"))?;
         Ok(Writer {
             jobs: Some(tx),
@@ -263,18 +274,25 @@ impl Writer {
 
     async fn send_and_wait(
         &self,
-        job: impl FnOnce(oneshot::Sender<Result<(), StorageError>>) -> Job,
+        group: GroupId,
+        work: impl FnOnce(oneshot::Sender<Result<(), StorageError>>) -> Work,
     ) -> Result<(), StorageError> {
         let (done, wait) = oneshot::channel();
-        self.send(job(done)).await?;
+        self.send(Job {
+            group,
+            work: work(done),
+        })
+        .await?;
         wait.await.map_err(|_| closed())?
     }
 
-    /// Makes `entries` readable in `tail` and queues their write; returns without waiting
-    /// for the fsync. `encoded` is each entry's stored bytes, in the same order.
+    /// Makes `entries` readable in `tail` (`group`'s) and queues their write; returns
+    /// without waiting for the fsync. `encoded` is each entry's stored bytes, in the same
+    /// order.
     pub async fn append(
         &self,
-        tail: &Mutex<Tail>,
+        group: GroupId,
+        tail: &Arc<Mutex<Tail>>,
         entries: &[Entry],
         encoded: Vec<(LogId, Vec<u8>)>,
         flushed: Flushed,
@@ -284,35 +302,56 @@ impl Writer {
             return Ok(());
         };
         lock(tail).push(entries);
-        self.send(Job::Append {
-            entries: encoded,
-            last,
-            flushed,
+        self.send(Job {
+            group,
+            work: Work::Append {
+                entries: encoded,
+                last,
+                tail: tail.clone(),
+                flushed,
+            },
         })
         .await
     }
 
-    /// Deletes entries from `since` on; returns once that is durable.
-    pub async fn truncate(&self, tail: &Mutex<Tail>, since: u64) -> Result<(), StorageError> {
+    /// Deletes `group`'s entries from `since` on; returns once that is durable.
+    pub async fn truncate(
+        &self,
+        group: GroupId,
+        tail: &Mutex<Tail>,
+        since: u64,
+    ) -> Result<(), StorageError> {
         lock(tail).truncate(since);
-        self.send_and_wait(|done| Job::Truncate { since, done })
+        self.send_and_wait(group, |done| Work::Truncate { since, done })
             .await
     }
 
-    /// Deletes entries up to `upto` and records it as the purge point; returns once durable.
-    pub async fn purge(&self, tail: &Mutex<Tail>, upto: LogId) -> Result<(), StorageError> {
+    /// Deletes `group`'s entries up to `upto` and records it as the purge point; returns
+    /// once durable.
+    pub async fn purge(
+        &self,
+        group: GroupId,
+        tail: &Mutex<Tail>,
+        upto: LogId,
+    ) -> Result<(), StorageError> {
         lock(tail).purge(upto.index);
-        self.send_and_wait(|done| Job::Purge { upto, done }).await
+        self.send_and_wait(group, |done| Work::Purge { upto, done })
+            .await
     }
 
-    /// Writes the vote; returns once it is durable.
-    pub async fn vote(&self, vote: Vote) -> Result<(), StorageError> {
-        self.send_and_wait(|done| Job::Vote { vote, done }).await
+    /// Writes `group`'s vote; returns once it is durable.
+    pub async fn vote(&self, group: GroupId, vote: Vote) -> Result<(), StorageError> {
+        self.send_and_wait(group, |done| Work::Vote { vote, done })
+            .await
     }
 
-    /// Queues the committed id, which may be lost on a crash; returns at once.
-    pub async fn hint(&self, committed: Option<LogId>) -> Result<(), StorageError> {
-        self.send(Job::Hint { committed }).await
+    /// Queues `group`'s committed id, which may be lost on a crash; returns at once.
+    pub async fn hint(&self, group: GroupId, committed: Option<LogId>) -> Result<(), StorageError> {
+        self.send(Job {
+            group,
+            work: Work::Hint { committed },
+        })
+        .await
     }
 }
 
@@ -323,7 +362,7 @@ pub fn lock(tail: &Mutex<Tail>) -> MutexGuard<'_, Tail> {
 
 /// The writer thread: takes every queued job (up to a group), writes them in one durable
 /// WAL write, updates the tail, then answers each.
-fn run(wal: &Wal, tail: &Mutex<Tail>, mut rx: mpsc::Receiver<Job>) {
+fn run(wal: &Wal, mut rx: mpsc::Receiver<Job>) {
     // Only to wait for a job with a deadline (the hint's linger); nothing else runs on it.
     let timer = match tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -332,14 +371,14 @@ fn run(wal: &Wal, tail: &Mutex<Tail>, mut rx: mpsc::Receiver<Job>) {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!("log writer: no timer ({e}); hints are written without waiting");
-            return run_without_linger(wal, tail, rx);
+            return run_without_linger(wal, rx);
         }
     };
     let mut failed = None;
     while let Some(first) = rx.blocking_recv() {
         let mut group = vec![first];
         take_queued(&mut rx, &mut group);
-        if failed.is_none() && group.iter().all(|j| matches!(j, Job::Hint { .. })) {
+        if failed.is_none() && group.iter().all(|j| matches!(j.work, Work::Hint { .. })) {
             // The timeout is made inside the runtime: its timer needs the runtime's context.
             let next = timer.block_on(async { tokio::time::timeout(HINT_LINGER, rx.recv()).await });
             if let Ok(Some(job)) = next {
@@ -347,17 +386,17 @@ fn run(wal: &Wal, tail: &Mutex<Tail>, mut rx: mpsc::Receiver<Job>) {
                 take_queued(&mut rx, &mut group);
             }
         }
-        commit_group(wal, tail, group, &mut failed);
+        commit_group(wal, group, &mut failed);
     }
 }
 
 /// The writer loop without the hint's linger: each group is written at once.
-fn run_without_linger(wal: &Wal, tail: &Mutex<Tail>, mut rx: mpsc::Receiver<Job>) {
+fn run_without_linger(wal: &Wal, mut rx: mpsc::Receiver<Job>) {
     let mut failed = None;
     while let Some(first) = rx.blocking_recv() {
         let mut group = vec![first];
         take_queued(&mut rx, &mut group);
-        commit_group(wal, tail, group, &mut failed);
+        commit_group(wal, group, &mut failed);
     }
 }
 
@@ -365,13 +404,13 @@ fn run_without_linger(wal: &Wal, tail: &Mutex<Tail>, mut rx: mpsc::Receiver<Job>
 /// group's write and its answers a simulated fsync ([`crate::simulated::SIMULATED_SYNC`]),
 /// after which the disk makes the group durable ([`Wal::settle`]). A crash in that window
 /// finds the group written and not durable, and nobody answered.
-async fn run_simulated(wal: Arc<Wal>, tail: Arc<Mutex<Tail>>, mut rx: mpsc::Receiver<Job>) {
+async fn run_simulated(wal: Arc<Wal>, mut rx: mpsc::Receiver<Job>) {
     let mut failed = None;
     while let Some(first) = rx.recv().await {
         let mut group = vec![first];
         take_queued(&mut rx, &mut group);
         if failed.is_none()
-            && group.iter().all(|j| matches!(j, Job::Hint { .. }))
+            && group.iter().all(|j| matches!(j.work, Work::Hint { .. }))
             && let Ok(Some(job)) = tokio::time::timeout(HINT_LINGER, rx.recv()).await
         {
             group.push(job);
@@ -380,7 +419,7 @@ async fn run_simulated(wal: Arc<Wal>, tail: Arc<Mutex<Tail>>, mut rx: mpsc::Rece
         let result = write_group(&wal, &group, &mut failed);
         tokio::time::sleep(crate::simulated::SIMULATED_SYNC).await;
         wal.settle();
-        answer_group(&tail, group, result);
+        answer_group(group, result);
     }
 }
 
@@ -396,9 +435,9 @@ fn take_queued(rx: &mut mpsc::Receiver<Job>, group: &mut Vec<Job>) {
 
 /// Writes a group durably, marks its entries durable in the tail, answers each job. After a
 /// failed write (`failed` set) nothing is written and every job gets its error.
-fn commit_group(wal: &Wal, tail: &Mutex<Tail>, group: Vec<Job>, failed: &mut Option<StorageError>) {
+fn commit_group(wal: &Wal, group: Vec<Job>, failed: &mut Option<StorageError>) {
     let result = write_group(wal, &group, failed);
-    answer_group(tail, group, result);
+    answer_group(group, result);
 }
 
 /// Writes a group durably unless an earlier write failed (`failed` set, then kept).
@@ -422,25 +461,24 @@ fn write_group(
     }
 }
 
-/// Marks a written group's entries durable in the tail and answers each of its jobs.
-fn answer_group(tail: &Mutex<Tail>, group: Vec<Job>, result: Result<(), StorageError>) {
+/// Marks a written group's entries durable in their tails and answers each of its jobs.
+fn answer_group(group: Vec<Job>, result: Result<(), StorageError>) {
     if result.is_ok() {
-        let mut tail = lock(tail);
         for job in &group {
-            if let Job::Append { last, .. } = job {
-                tail.flushed(*last);
+            if let Work::Append { last, tail, .. } = &job.work {
+                lock(tail).flushed(*last);
             }
         }
     }
     for job in group {
         let result = result.clone();
-        match job {
-            Job::Append { flushed, .. } => flushed.complete(result),
-            Job::Truncate { done, .. } | Job::Purge { done, .. } | Job::Vote { done, .. } => {
+        match job.work {
+            Work::Append { flushed, .. } => flushed.complete(result),
+            Work::Truncate { done, .. } | Work::Purge { done, .. } | Work::Vote { done, .. } => {
                 // A waiter that gave up (its task was dropped) needs no answer.
                 let _ = done.send(result);
             }
-            Job::Hint { .. } => {}
+            Work::Hint { .. } => {}
         }
     }
 }
@@ -449,17 +487,23 @@ fn answer_group(tail: &Mutex<Tail>, group: Vec<Job>, result: Result<(), StorageE
 fn write(wal: &Wal, group: &[Job]) -> Result<(), StorageError> {
     let mut records = vec![];
     for job in group {
-        match job {
-            Job::Append { entries, .. } => {
-                records.extend(entries.iter().map(|(log_id, sealed)| Record::Entry {
-                    log_id: *log_id,
-                    sealed,
+        let of = job.group;
+        match &job.work {
+            Work::Append { entries, .. } => {
+                records.extend(entries.iter().map(|(log_id, sealed)| {
+                    (
+                        of,
+                        Record::Entry {
+                            log_id: *log_id,
+                            sealed,
+                        },
+                    )
                 }))
             }
-            Job::Truncate { since, .. } => records.push(Record::Truncate(*since)),
-            Job::Purge { upto, .. } => records.push(Record::Purge(*upto)),
-            Job::Vote { vote, .. } => records.push(Record::Vote(vote)),
-            Job::Hint { committed } => records.push(Record::Committed(*committed)),
+            Work::Truncate { since, .. } => records.push((of, Record::Truncate(*since))),
+            Work::Purge { upto, .. } => records.push((of, Record::Purge(*upto))),
+            Work::Vote { vote, .. } => records.push((of, Record::Vote(vote))),
+            Work::Hint { committed } => records.push((of, Record::Committed(*committed))),
         }
     }
     wal.write(&records).map_err(write_err)

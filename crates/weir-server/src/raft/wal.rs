@@ -28,11 +28,32 @@
 //! entry still proves itself when read), `WVOT` the vote, `WCOM` the committed id, `WTRN` a
 //! truncation (entries from an index on are gone), `WPUR` a purge (the purge point; entries
 //! up to it are gone), `WCKP` a checkpoint (vote, committed id and purge point as they stood
-//! when the segment was begun).
+//! when the segment was begun), and `WGID` the Raft group the records after it belong to.
+//!
+//! One log, several Raft groups. A node of several groups keeps one log for all of them
+//! (`server::groups_dir`), so a write of every group's queued jobs is one `pwrite` and one
+//! `fdatasync`. Every record belongs to one Raft group: the lowest group the log hosts
+//! (the *untagged* one) until a `WGID` names another, anew in every file group. A log of
+//! one Raft group never writes a `WGID`, so its bytes are those of a log that knows no
+//! groups. Each Raft group has its own entry indexes, vote, committed id and purge point; a
+//! segment's checkpoint restates them for every Raft group (a `WGID` before each but the
+//! untagged one's).
+//!
+//! Moves keep a quiet Raft group from holding the log. A segment is deleted only once no
+//! live entry is in it, and a group that appends little never reaches a snapshot, so never
+//! purges: its few entries would hold every segment after them, the other groups' too. So
+//! when a segment is begun while the log holds [`RELOCATE_AFTER_SEGMENTS`] or more, the
+//! groups whose live entries are in the oldest segment are written again, smallest first
+//! while they fit in half a segment: for each, a truncation from index 0 (every live entry
+//! of the group gone) and a copy of every live entry, in order, all inside one file group.
+//! A file group is replayed whole or, torn, cut off whole, so replay sees the whole move or
+//! none of it. [`Wal::adopt`] writes the same records (after a checkpoint) to take in the
+//! log of a group kept in a directory of its own, once, when a node of several groups
+//! opens the shared log.
 //!
 //! Invariants:
 //! - Only the writer thread ([`super::log_writer`]) writes, through [`Wal::write`] (and,
-//!   before the writer starts, the cut of a torn tail at open): one `pwrite` at the active
+//!   before the writer starts, the cut of a torn tail at open and [`Wal::adopt`]): one `pwrite` at the active
 //!   segment's end, then one `fdatasync`; the in-memory state (the entry index, vote,
 //!   committed id, purge point) changes only after the sync returns, so
 //!   what [`Wal`] answers is durable. A failed write or sync is returned and the caller
@@ -43,13 +64,16 @@
 //!   directory synced) before anything is written into it, and its first group carries the
 //!   checkpoint and the records that did not fit the previous one.
 //! - Segments are deleted only from the oldest, one durable removal at a time, and only
-//!   while every entry recorded in the segment is at or below the durable purge point: a
-//!   truncation recorded in a later segment is never lost while entries it removed remain
-//!   in an earlier one, and the newest checkpoint restates what the deleted segments' vote
-//!   and committed records said.
-//! - The live entries have contiguous indexes: on replay an entry must follow the last live
-//!   one, else the log is refused; when none is live (a new log, or everything purged) any
-//!   index may start it, as the Raft core appends after a snapshot.
+//!   while no live entry of any Raft group is in the segment. Replay loses nothing by it:
+//!   an entry in the segment that is not live was purged (the later checkpoints restate
+//!   the purge point) or truncated (by a record in it or later, and every entry the
+//!   truncation removed is in it or earlier, so gone with it), and the newest checkpoint
+//!   restates what the deleted segments' vote and committed records said.
+//! - A Raft group's live entries have contiguous indexes, and their segments never
+//!   decrease with the index (appends go to the active segment, a move takes them all): on
+//!   replay an entry must follow the last live one of its group, else the log is refused;
+//!   when none is live (a new log, or everything purged) any index may start it, as the
+//!   Raft core appends after a snapshot.
 //! - Damage (G8): at open every group, record and entry is verified. A group that fails is a
 //!   torn write, cut off with a warning, only when it is the last thing in the newest
 //!   segment and is *incomplete*: its header or its payload runs past the end of the file,
@@ -62,13 +86,13 @@
 // openraft's traits fix the error type to its `StorageError`, which is large; boxing it
 // is not ours to choose.
 #![allow(clippy::result_large_err)]
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::log_entry::{ENTRY_MAGIC, ENTRY_VERSION, decode_entry, open_entry};
-use super::{LogId, Vote};
+use super::{GroupId, LogId, Vote};
 use weir_core::bounds::ENTRY_BYTES_MAX;
 use weir_core::codec::{self, FrameError, HEADER_BYTES};
 
@@ -92,10 +116,15 @@ const COMMITTED_MAGIC: [u8; 4] = *b"WCOM";
 const TRUNCATE_MAGIC: [u8; 4] = *b"WTRN";
 const PURGE_MAGIC: [u8; 4] = *b"WPUR";
 const CHECKPOINT_MAGIC: [u8; 4] = *b"WCKP";
+const GROUP_ID_MAGIC: [u8; 4] = *b"WGID";
 /// Version of every record kind but `WENT` (whose version [`super::log_entry`] owns).
 const RECORD_VERSION: u16 = 1;
 /// Largest payload of a record other than an entry (a vote, ids, a checkpoint: tens of bytes).
 const META_BYTES_MAX: u64 = 1024;
+/// From how many segments on a newly begun segment moves the quiet Raft groups out of the
+/// oldest one (module doc). A busy group's snapshots purge its entries long before: 10,000
+/// entries between snapshots are a fraction of one segment at the default size.
+pub const RELOCATE_AFTER_SEGMENTS: usize = 4;
 
 /// One segment file as the log needs it. Offsets are bytes from the file's start.
 pub trait SegmentFile: Send + Sync {
@@ -302,8 +331,6 @@ struct Segment {
     seq: u64,
     file: Arc<dyn SegmentFile>,
     len: u64,
-    /// The highest entry index recorded in the segment, if it records any.
-    top: Option<u64>,
 }
 
 /// Vote, committed id and purge point: what a checkpoint restates.
@@ -314,16 +341,15 @@ pub struct Meta {
     pub purged: Option<LogId>,
 }
 
+/// One Raft group's part of the log.
 #[derive(Default)]
-struct State {
+struct GroupLog {
     meta: Meta,
     /// Live entries, contiguous by index, oldest first.
     locs: VecDeque<Loc>,
-    /// Oldest first; the last is the one written to. Never empty once open.
-    segments: VecDeque<Segment>,
 }
 
-impl State {
+impl GroupLog {
     fn last_index(&self) -> Option<u64> {
         self.locs.back().map(|l| l.log_id.index)
     }
@@ -360,6 +386,62 @@ impl State {
         self.locs.push_back(loc);
         Ok(())
     }
+
+    /// The bytes of its live entries' frames.
+    fn live_bytes(&self) -> u64 {
+        self.locs.iter().map(|l| l.len as u64).sum()
+    }
+}
+
+struct State {
+    /// Every Raft group the log hosts, each with its part (empty until it writes).
+    logs: BTreeMap<GroupId, GroupLog>,
+    /// Oldest first; the last is the one written to. Never empty once open.
+    segments: VecDeque<Segment>,
+}
+
+impl State {
+    fn new(groups: &[GroupId]) -> State {
+        State {
+            logs: groups.iter().map(|g| (*g, GroupLog::default())).collect(),
+            segments: VecDeque::new(),
+        }
+    }
+
+    /// Group `group`'s part; a group the log does not host is a bug of the caller (every
+    /// store is made from the log's own list, and replay refuses a stranger's records).
+    fn log(&self, group: GroupId) -> &GroupLog {
+        self.logs
+            .get(&group)
+            .unwrap_or_else(|| panic!("the log does not host Raft group {group}"))
+    }
+
+    fn log_mut(&mut self, group: GroupId) -> &mut GroupLog {
+        self.logs
+            .get_mut(&group)
+            .unwrap_or_else(|| panic!("the log does not host Raft group {group}"))
+    }
+
+    /// Whether some live entry is in segment `seq`. A group's segments never decrease with
+    /// the index (module doc), so its oldest live entry's segment is its oldest.
+    fn holds(&self, seq: u64) -> bool {
+        self.logs
+            .values()
+            .any(|log| log.locs.front().is_some_and(|l| l.seq <= seq))
+    }
+}
+
+/// A Raft group's live entries, read to be written again by a move.
+struct Move {
+    group: GroupId,
+    /// With it, the group's vote, committed id and purge point, restated before the copies
+    /// (an adoption of a log kept apart: [`Wal::adopt`]).
+    meta: Option<Meta>,
+    frames: Vec<(LogId, Vec<u8>)>,
+    /// Written inside one file group, so replay takes it whole or not at all (a move out of
+    /// the oldest segment, which replaces live entries); else split as any records are (an
+    /// adoption, which the log kept apart backs until the adoption is durable).
+    whole: bool,
 }
 
 /// The write-ahead log. Shared by the writer thread (the only one that writes) and readers.
@@ -367,7 +449,11 @@ pub struct Wal {
     disk: Box<dyn LogDisk>,
     /// A new segment is begun before a write would take the active one past this.
     segment_bytes: u64,
+    /// The Raft group whose records need no `WGID`: the lowest the log hosts.
+    untagged: GroupId,
     state: Mutex<State>,
+    /// Moves out of the oldest segment written since the log was opened.
+    moves: std::sync::atomic::AtomicU64,
 }
 
 /// An entry found by [`Wal::locate`], read by [`Wal::read`] without the lock.
@@ -379,20 +465,34 @@ pub struct Located {
 
 /// Where one write goes: `file` (segment `seq`) at byte `at`; with `checkpoint`, the write
 /// begins the segment and carries its checkpoint first; `created` is the segment begun for
-/// it, recorded in the state once the write is durable.
+/// it, recorded in the state once the write is durable; `moves`, the Raft groups written
+/// again before the write's own records.
 struct Placement {
     file: Arc<dyn SegmentFile>,
     seq: u64,
     at: u64,
     checkpoint: bool,
     created: Option<Arc<dyn SegmentFile>>,
+    moves: Vec<Move>,
 }
 
 impl Wal {
-    /// Opens the log on `disk`, replaying and verifying every segment; creates the first
-    /// segment of an empty log. A damaged log is refused with the segment and offset.
-    /// `segment_bytes` is `raft.log_segment_bytes` (at most [`SEGMENT_BYTES`]; tests rotate sooner).
+    /// Opens the log of one Raft group ([`super::SOLE_GROUP`]) on `disk`, replaying and
+    /// verifying every segment; creates the first segment of an empty log. A damaged log is
+    /// refused with the segment and offset. `segment_bytes` is `raft.log_segment_bytes` (at
+    /// most [`SEGMENT_BYTES`]; tests rotate sooner).
     pub fn open(disk: Box<dyn LogDisk>, segment_bytes: u64) -> Result<Wal, String> {
+        Wal::open_groups(disk, segment_bytes, &[super::SOLE_GROUP])
+    }
+
+    /// Opens a log shared by the Raft groups `groups` (not empty), as [`Wal::open`] does;
+    /// a record of a group not among them is refused.
+    pub fn open_groups(
+        disk: Box<dyn LogDisk>,
+        segment_bytes: u64,
+        groups: &[GroupId],
+    ) -> Result<Wal, String> {
+        let untagged = *groups.iter().min().expect("a log hosts a Raft group");
         let mut seqs: Vec<u64> = vec![];
         for name in disk
             .list()
@@ -410,7 +510,7 @@ impl Wal {
             }
         }
         seqs.sort_unstable();
-        let mut state = State::default();
+        let mut state = State::new(groups);
         let count = seqs.len();
         for (i, seq) in seqs.into_iter().enumerate() {
             let name = segment_name(seq);
@@ -418,7 +518,7 @@ impl Wal {
                 .open(&name)
                 .map_err(|e| format!("{}: {e}", disk.describe(&name)))?;
             let newest = i + 1 == count;
-            let segment = replay(&mut state, seq, file, newest)
+            let segment = replay(&mut state, untagged, seq, file, newest)
                 .map_err(|e| format!("{}: {e}", disk.describe(&name)))?;
             state.segments.push_back(segment);
         }
@@ -431,13 +531,14 @@ impl Wal {
                 seq: 1,
                 file,
                 len: 0,
-                top: None,
             });
         }
         Ok(Wal {
             disk,
             segment_bytes,
+            untagged,
             state: Mutex::new(state),
+            moves: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -445,43 +546,34 @@ impl Wal {
         self.state.lock().expect("log state lock poisoned")
     }
 
-    /// Vote, committed id and purge point, as durable.
-    pub fn meta(&self) -> Meta {
-        self.lock().meta.clone()
+    /// The Raft groups the log hosts, lowest first.
+    pub fn groups(&self) -> Vec<GroupId> {
+        self.lock().logs.keys().copied().collect()
     }
 
-    /// The id of the last live entry.
-    pub fn last_log_id(&self) -> Option<LogId> {
-        self.lock().locs.back().map(|l| l.log_id)
+    /// How many segment files the log has now.
+    pub fn segment_count(&self) -> usize {
+        self.lock().segments.len()
     }
 
-    /// The live entries with indexes in `start..end`, to read with [`Wal::read`].
-    pub fn locate(&self, start: u64, end: Option<u64>) -> Vec<Located> {
-        let state = self.lock();
-        let Some(first) = state.locs.front().map(|l| l.log_id.index) else {
-            return vec![];
-        };
-        let len = state.locs.len() as u64;
-        let from = start.saturating_sub(first).min(len) as usize;
-        let to = end.map_or(len, |e| e.saturating_sub(first).min(len)) as usize;
-        let mut out: Vec<Located> = vec![];
-        for loc in state.locs.range(from..to.max(from)) {
-            match out.last_mut() {
-                Some(run) if run.locs[0].seq == loc.seq => run.locs.push(*loc),
-                _ => {
-                    let Some(segment) = state.segments.iter().find(|s| s.seq == loc.seq) else {
-                        // A live entry's segment is never deleted (purge rule above).
-                        unreachable!("live entry {} in a deleted segment", loc.log_id);
-                    };
-                    out.push(Located {
-                        file: segment.file.clone(),
-                        name: segment_name(loc.seq),
-                        locs: vec![*loc],
-                    })
-                }
-            }
-        }
-        out
+    /// How many groups were moved out of the oldest segment since the log was opened.
+    pub fn moves(&self) -> u64 {
+        self.moves.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Vote, committed id and purge point of `group`, as durable.
+    pub fn meta(&self, group: GroupId) -> Meta {
+        self.lock().log(group).meta.clone()
+    }
+
+    /// The id of `group`'s last live entry.
+    pub fn last_log_id(&self, group: GroupId) -> Option<LogId> {
+        self.lock().log(group).locs.back().map(|l| l.log_id)
+    }
+
+    /// `group`'s live entries with indexes in `start..end`, to read with [`Wal::read`].
+    pub fn locate(&self, group: GroupId, start: u64, end: Option<u64>) -> Vec<Located> {
+        locate_in(&self.lock(), group, start, end)
     }
 
     /// Reads and verifies located entries (blocking I/O), in index order. Entries next to
@@ -523,21 +615,94 @@ impl Wal {
         Ok(out)
     }
 
+    /// `group`'s live entries' sealed frames as stored, each verified, in index order.
+    pub fn live_frames(&self, group: GroupId) -> Result<Vec<(LogId, Vec<u8>)>, String> {
+        let located = self.locate(group, 0, None);
+        self.read_frames(located).map_err(|e| e.to_string())
+    }
+
+    /// Reads located entries' sealed frames as stored, each verified (its checksum and the
+    /// id it was located by), to be written again.
+    fn read_frames(&self, located: Vec<Located>) -> io::Result<Vec<(LogId, Vec<u8>)>> {
+        let mut out = vec![];
+        for run in located {
+            for loc in run.locs {
+                let mut frame = vec![0u8; loc.len as usize];
+                let where_ = || format!("{} at byte {}", self.disk.describe(&run.name), loc.offset);
+                run.file
+                    .read_at(&mut frame, loc.offset)
+                    .map_err(|e| io::Error::other(format!("{}: {e}", where_())))?;
+                let stored = open_entry(&frame).map_err(|e| {
+                    io::Error::other(format!("{}: log entry {}: {e}", where_(), loc.log_id.index))
+                })?;
+                if stored.log_id != loc.log_id {
+                    return Err(io::Error::other(format!(
+                        "{}: log entry {} found where {} was written",
+                        where_(),
+                        stored.log_id,
+                        loc.log_id
+                    )));
+                }
+                out.push((loc.log_id, frame));
+            }
+        }
+        Ok(out)
+    }
+
     /// Completes the disk's syncs asked so far ([`LogDisk::settle`]).
     pub fn settle(&self) {
         self.disk.settle();
     }
 
-    /// Writes `records` durably, in order: one write at the active segment's end (a new
-    /// segment first if it would pass its segment size), one sync, then the in-memory
-    /// state. `Err`: nothing may be assumed written; the caller writes nothing more.
-    pub fn write(&self, records: &[Record<'_>]) -> io::Result<()> {
+    /// Writes `records`, each of its Raft group, durably and in order: one write at the
+    /// active segment's end (a new segment first if it would pass its segment size), one
+    /// sync, then the in-memory state. `Err`: nothing may be assumed written; the caller
+    /// writes nothing more.
+    pub fn write(&self, records: &[(GroupId, Record<'_>)]) -> io::Result<()> {
         if records.is_empty() {
             return Ok(());
         }
-        let estimate: usize = records.iter().map(record_len_estimate).sum();
+        let estimate: usize = records
+            .iter()
+            .map(|(_, r)| record_len_estimate(r) + TAG_BYTES_MAX)
+            .sum();
         let place = self.place_write(estimate)?;
-        let (buf, locs) = self.encode_groups(&place, records, estimate);
+        self.write_at(place, records, estimate)
+    }
+
+    /// Takes in the log of `group` as kept apart (its vote, committed id, purge point and
+    /// live entries' sealed frames, in order), replacing whatever this log held of the group,
+    /// in one durable write. For a node's start, before the writer runs: until the log kept
+    /// apart is removed it is the group's truth, and adopting it again gives the same state.
+    pub fn adopt(
+        &self,
+        group: GroupId,
+        meta: Meta,
+        frames: Vec<(LogId, Vec<u8>)>,
+    ) -> io::Result<()> {
+        let estimate: usize = frames
+            .iter()
+            .map(|(_, f)| f.len() + TAG_BYTES_MAX)
+            .sum::<usize>()
+            + 4 * TAG_BYTES_MAX;
+        let mut place = self.place_write(estimate)?;
+        place.moves.push(Move {
+            group,
+            meta: Some(meta),
+            frames,
+            whole: false,
+        });
+        self.write_at(place, &[], estimate)
+    }
+
+    /// Lays out and writes the moves of `place` and `records`, then notes them.
+    fn write_at(
+        &self,
+        place: Placement,
+        records: &[(GroupId, Record<'_>)],
+        estimate: usize,
+    ) -> io::Result<()> {
+        let (buf, locs) = self.encode(&place, records, estimate);
         append_durably(place.file.as_ref(), &buf, place.at)?;
         self.note_written(place, records, locs, buf.len());
         Ok(())
@@ -545,17 +710,28 @@ impl Wal {
 
     /// Where a write of about `estimate` bytes goes: the active segment's end, or the start
     /// of a new segment, created now, when the write would take the active one past its
-    /// segment size.
+    /// segment size; a new segment moves the quiet groups out of the oldest (module doc).
     fn place_write(&self, estimate: usize) -> io::Result<Placement> {
-        let (file, seq, at, begin) = {
+        let (file, seq, at, begin, count) = {
             let state = self.lock();
             let active = state.segments.back().expect("an open log has a segment");
-            (active.file.clone(), active.seq, active.len, active.len == 0)
+            (
+                active.file.clone(),
+                active.seq,
+                active.len,
+                active.len == 0,
+                state.segments.len(),
+            )
         };
         if !begin && at + estimate as u64 > self.segment_bytes {
             let seq = seq
                 .checked_add(1)
                 .ok_or_else(|| io::Error::other("log segment numbers are exhausted"))?;
+            let moves = if count >= RELOCATE_AFTER_SEGMENTS {
+                self.moves_out_of_oldest()?
+            } else {
+                vec![]
+            };
             let name = segment_name(seq);
             let file = self.disk.create(&name)?;
             return Ok(Placement {
@@ -564,6 +740,7 @@ impl Wal {
                 at: 0,
                 checkpoint: true,
                 created: Some(file),
+                moves,
             });
         }
         Ok(Placement {
@@ -572,65 +749,117 @@ impl Wal {
             at,
             checkpoint: begin,
             created: None,
+            moves: vec![],
         })
     }
 
-    /// The bytes of one write: its groups (a checkpoint first when the segment begins), each
-    /// at most [`GROUP_BYTES_MAX`] of payload unless one record alone is larger, and where
-    /// each entry's frame lands.
-    fn encode_groups(
+    /// The Raft groups with live entries in the oldest segment, smallest first while their
+    /// live entries together fit in half a segment, each read to be written again whole.
+    fn moves_out_of_oldest(&self) -> io::Result<Vec<Move>> {
+        let picked = {
+            let state = self.lock();
+            let oldest = state.segments[0].seq;
+            let mut holding: Vec<(u64, GroupId)> = state
+                .logs
+                .iter()
+                .filter(|(_, log)| log.locs.front().is_some_and(|l| l.seq == oldest))
+                .map(|(group, log)| (log.live_bytes(), *group))
+                .collect();
+            holding.sort_unstable();
+            let mut budget = self.segment_bytes / 2;
+            let mut picked = vec![];
+            for (bytes, group) in holding {
+                if bytes > budget {
+                    break;
+                }
+                budget -= bytes;
+                picked.push((group, locate_in(&state, group, 0, None)));
+            }
+            picked
+        };
+        let mut moves = vec![];
+        for (group, located) in picked {
+            moves.push(Move {
+                group,
+                meta: None,
+                frames: self.read_frames(located)?,
+                whole: true,
+            });
+        }
+        Ok(moves)
+    }
+
+    /// The bytes of one write: its file groups (a checkpoint for every Raft group first when
+    /// the segment begins, then the moves), each at most [`GROUP_BYTES_MAX`] of payload
+    /// unless one record or one whole move alone is larger, and where each entry lands.
+    fn encode(
         &self,
         place: &Placement,
-        records: &[Record<'_>],
+        records: &[(GroupId, Record<'_>)],
         estimate: usize,
-    ) -> (Vec<u8>, Vec<Loc>) {
-        let (seq, at) = (place.seq, place.at);
-        let mut buf = Vec::with_capacity(estimate + GROUP_HEADER_BYTES + 128);
-        let mut locs = vec![];
-        let mut group_start = 0;
-        buf.extend_from_slice(&[0u8; GROUP_HEADER_BYTES]);
+    ) -> (Vec<u8>, Vec<(GroupId, Loc)>) {
+        let mut enc = Encoder::new(self.untagged, place.seq, place.at, estimate);
         if place.checkpoint {
-            let meta = self.meta();
-            buf.extend_from_slice(&codec::seal_frame(
-                CHECKPOINT_MAGIC,
-                RECORD_VERSION,
-                &codec::encode(&meta),
-            ));
-        }
-        for record in records {
-            let frame_len = record_len_estimate(record);
-            if buf.len() - group_start - GROUP_HEADER_BYTES > 0
-                && buf.len() - group_start - GROUP_HEADER_BYTES + frame_len > GROUP_BYTES_MAX
-            {
-                seal_group(&mut buf, group_start);
-                group_start = buf.len();
-                buf.extend_from_slice(&[0u8; GROUP_HEADER_BYTES]);
+            let metas: Vec<(GroupId, Meta)> = {
+                let state = self.lock();
+                state
+                    .logs
+                    .iter()
+                    .map(|(g, log)| (*g, log.meta.clone()))
+                    .collect()
+            };
+            for (group, meta) in metas {
+                let frame = seal_checkpoint(&meta);
+                enc.room(frame.len());
+                enc.frame(group, &frame, None);
             }
+        }
+        for mv in &place.moves {
+            if mv.whole {
+                let bytes: usize = mv.frames.iter().map(|(_, f)| f.len()).sum();
+                enc.room(bytes + 3 * TAG_BYTES_MAX);
+            }
+            if let Some(meta) = &mv.meta {
+                let frame = seal_checkpoint(meta);
+                enc.room(frame.len());
+                enc.frame(mv.group, &frame, None);
+            }
+            let gone = seal_meta(&Record::Truncate(0));
+            if !mv.whole {
+                enc.room(gone.len());
+            }
+            enc.frame(mv.group, &gone, None);
+            for (log_id, frame) in &mv.frames {
+                if !mv.whole {
+                    enc.room(frame.len());
+                }
+                enc.frame(mv.group, frame, Some(*log_id));
+            }
+        }
+        for (group, record) in records {
             match record {
                 Record::Entry { log_id, sealed } => {
-                    locs.push(Loc {
-                        log_id: *log_id,
-                        seq,
-                        offset: at + buf.len() as u64,
-                        len: sealed.len() as u32,
-                    });
-                    buf.extend_from_slice(sealed);
+                    enc.room(sealed.len());
+                    enc.frame(*group, sealed, Some(*log_id));
                 }
-                other => buf.extend_from_slice(&seal_meta(other)),
+                other => {
+                    let frame = seal_meta(other);
+                    enc.room(frame.len());
+                    enc.frame(*group, &frame, None);
+                }
             }
         }
-        seal_group(&mut buf, group_start);
-        (buf, locs)
+        enc.finish()
     }
 
     /// The in-memory state after a durable write of `written` bytes at `place`: the new
-    /// segment, if one was begun; every record, in order; the active segment's length; and
-    /// after a purge, the segments it emptied deleted.
+    /// segment, if one was begun; the moves; every record, in order; the active segment's
+    /// length; then the segments no live entry is in any more, deleted.
     fn note_written(
         &self,
         place: Placement,
-        records: &[Record<'_>],
-        locs: Vec<Loc>,
+        records: &[(GroupId, Record<'_>)],
+        locs: Vec<(GroupId, Loc)>,
         written: usize,
     ) {
         let mut state = self.lock();
@@ -639,53 +868,60 @@ impl Wal {
                 seq: place.seq,
                 file,
                 len: 0,
-                top: None,
             });
         }
         let mut locs = locs.into_iter();
-        for record in records {
+        // The core appends at the next index only (log_writer's Tail asserts it before the
+        // write is queued), and a move copies a run that was contiguous: a break is a bug,
+        // not an operating error.
+        let mut push = |log: &mut GroupLog, group: GroupId| {
+            let (at, loc) = locs.next().expect("one location per entry record");
+            assert_eq!(at, group, "entry locations follow the records' order");
+            if let Err(why) = log.push(loc) {
+                panic!("log append out of order in Raft group {group}: {why}");
+            }
+        };
+        for mv in &place.moves {
+            if mv.whole {
+                self.moves
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            let log = state.log_mut(mv.group);
+            if let Some(meta) = &mv.meta {
+                restate(log, meta);
+            }
+            log.truncate(0);
+            for _ in &mv.frames {
+                push(log, mv.group);
+            }
+        }
+        for (group, record) in records {
+            let log = state.log_mut(*group);
             match record {
-                Record::Entry { .. } => {
-                    let loc = locs.next().expect("one location per entry record");
-                    if let Err(why) = state.push(loc) {
-                        // The core appends at the next index only (log_writer's Tail asserts
-                        // it before the write is queued): a bug, not an operating error.
-                        panic!("log append out of order: {why}");
-                    }
-                    let active = state.segments.back_mut().expect("a segment");
-                    active.top = Some(
-                        active
-                            .top
-                            .map_or(loc.log_id.index, |t| t.max(loc.log_id.index)),
-                    );
-                }
-                Record::Vote(v) => state.meta.vote = Some(**v),
-                Record::Committed(c) => state.meta.committed = *c,
-                Record::Truncate(since) => state.truncate(*since),
-                Record::Purge(upto) => state.purge(*upto),
+                Record::Entry { .. } => push(log, *group),
+                Record::Vote(v) => log.meta.vote = Some(**v),
+                Record::Committed(c) => log.meta.committed = *c,
+                Record::Truncate(since) => log.truncate(*since),
+                Record::Purge(upto) => log.purge(*upto),
             }
         }
         let active = state.segments.back_mut().expect("a segment");
         active.len = place.at + written as u64;
-        if records.iter().any(|r| matches!(r, Record::Purge(_))) {
-            self.delete_purged(&mut state);
-        }
+        self.delete_unheld(&mut state);
     }
 
-    /// Deletes the oldest segments while every entry they record is at or below the purge
-    /// point (never the active one), oldest first, each removal durable before the next. A
-    /// failed delete is logged and ends the round: the segment stays the oldest (a younger
-    /// one deleted before it would leave a gap replay cannot cross) and is tried again at the
-    /// next purge. Nothing is lost by keeping it: replay drops its entries again.
-    fn delete_purged(&self, state: &mut State) {
-        let Some(purged) = state.meta.purged else {
-            return;
-        };
-        while state.segments.len() > 1 && state.segments[0].top.is_none_or(|t| t <= purged.index) {
+    /// Deletes the oldest segments while no live entry is in them (never the active one),
+    /// oldest first, each removal durable before the next. A failed delete is logged and
+    /// ends the round: the segment stays the oldest (a younger one deleted before it would
+    /// leave a gap replay cannot cross) and is tried again after the next write. Nothing is
+    /// lost by keeping it: replay drops its entries again.
+    fn delete_unheld(&self, state: &mut State) {
+        while state.segments.len() > 1 && !state.holds(state.segments[0].seq) {
             let name = segment_name(state.segments[0].seq);
             if let Err(e) = self.disk.remove(&name) {
                 tracing::warn!(
-                    "log: cannot delete purged {} (tried again at the next purge): {e}",
+                    "log: cannot delete {}, which holds no live entry (tried again after the \
+                     next write): {e}",
                     self.disk.describe(&name)
                 );
                 return;
@@ -693,6 +929,125 @@ impl Wal {
             state.segments.pop_front();
         }
     }
+}
+
+/// `group`'s live entries in `start..end` in `state`, in runs of one segment each.
+fn locate_in(state: &State, group: GroupId, start: u64, end: Option<u64>) -> Vec<Located> {
+    let log = state.log(group);
+    let Some(first) = log.locs.front().map(|l| l.log_id.index) else {
+        return vec![];
+    };
+    let len = log.locs.len() as u64;
+    let from = start.saturating_sub(first).min(len) as usize;
+    let to = end.map_or(len, |e| e.saturating_sub(first).min(len)) as usize;
+    let mut out: Vec<Located> = vec![];
+    for loc in log.locs.range(from..to.max(from)) {
+        match out.last_mut() {
+            Some(run) if run.locs[0].seq == loc.seq => run.locs.push(*loc),
+            _ => {
+                let Some(segment) = state.segments.iter().find(|s| s.seq == loc.seq) else {
+                    // A segment is deleted only once no live entry is in it.
+                    unreachable!("live entry {} in a deleted segment", loc.log_id);
+                };
+                out.push(Located {
+                    file: segment.file.clone(),
+                    name: segment_name(loc.seq),
+                    locs: vec![*loc],
+                })
+            }
+        }
+    }
+    out
+}
+
+/// A checkpoint's restatement applied to a group's part: the vote and committed id as
+/// stated, the purge point if it is further.
+fn restate(log: &mut GroupLog, meta: &Meta) {
+    log.meta.vote = meta.vote;
+    log.meta.committed = meta.committed;
+    if let Some(upto) = meta.purged {
+        log.purge(upto);
+    }
+}
+
+/// A `WGID` frame is at most this long (a header and a `u32`), and so is what a write
+/// adds to a record to name its Raft group.
+const TAG_BYTES_MAX: usize = HEADER_BYTES + 16;
+
+/// One write's bytes as they are laid out: file groups of at most [`GROUP_BYTES_MAX`] of
+/// payload, a `WGID` wherever the records' Raft group changes (and, in a new file group,
+/// before the first record of any group but the untagged one), and where each entry lands.
+struct Encoder {
+    buf: Vec<u8>,
+    /// Where the open file group's header is.
+    start: usize,
+    /// The Raft group the open file group's last record belongs to.
+    current: GroupId,
+    untagged: GroupId,
+    seq: u64,
+    at: u64,
+    locs: Vec<(GroupId, Loc)>,
+}
+
+impl Encoder {
+    fn new(untagged: GroupId, seq: u64, at: u64, estimate: usize) -> Encoder {
+        let mut buf = Vec::with_capacity(estimate + GROUP_HEADER_BYTES + 128);
+        buf.extend_from_slice(&[0u8; GROUP_HEADER_BYTES]);
+        Encoder {
+            buf,
+            start: 0,
+            current: untagged,
+            untagged,
+            seq,
+            at,
+            locs: vec![],
+        }
+    }
+
+    /// Begins a new file group unless `bytes` more (and a tag) fit in the open one; an
+    /// open one that holds nothing takes anything.
+    fn room(&mut self, bytes: usize) {
+        let payload = self.buf.len() - self.start - GROUP_HEADER_BYTES;
+        if payload > 0 && payload + bytes + TAG_BYTES_MAX > GROUP_BYTES_MAX {
+            seal_group(&mut self.buf, self.start);
+            self.start = self.buf.len();
+            self.buf.extend_from_slice(&[0u8; GROUP_HEADER_BYTES]);
+            self.current = self.untagged;
+        }
+    }
+
+    /// Adds a record of Raft group `group`; `entry`: it is that entry's frame.
+    fn frame(&mut self, group: GroupId, frame: &[u8], entry: Option<LogId>) {
+        if group != self.current {
+            self.buf.extend_from_slice(&codec::seal_frame(
+                GROUP_ID_MAGIC,
+                RECORD_VERSION,
+                &codec::encode(&group),
+            ));
+            self.current = group;
+        }
+        if let Some(log_id) = entry {
+            self.locs.push((
+                group,
+                Loc {
+                    log_id,
+                    seq: self.seq,
+                    offset: self.at + self.buf.len() as u64,
+                    len: frame.len() as u32,
+                },
+            ));
+        }
+        self.buf.extend_from_slice(frame);
+    }
+
+    fn finish(mut self) -> (Vec<u8>, Vec<(GroupId, Loc)>) {
+        seal_group(&mut self.buf, self.start);
+        (self.buf, self.locs)
+    }
+}
+
+fn seal_checkpoint(meta: &Meta) -> Vec<u8> {
+    codec::seal_frame(CHECKPOINT_MAGIC, RECORD_VERSION, &codec::encode(meta))
 }
 
 /// One write of `buf` at byte `at` of `file`, then one sync: durable when this returns.
@@ -853,20 +1208,17 @@ fn open_meta<T: serde::de::DeserializeOwned>(
     )?)
 }
 
-/// Replays one segment into `state`; a torn tail of the newest segment is cut off.
+/// Replays one segment into `state` (records without a `WGID` are `untagged`'s); a torn
+/// tail of the newest segment is cut off.
 fn replay(
     state: &mut State,
+    untagged: GroupId,
     seq: u64,
     file: Arc<dyn SegmentFile>,
     newest: bool,
 ) -> Result<Segment, String> {
     let bytes = read_segment(file.as_ref())?;
-    let mut segment = Segment {
-        seq,
-        file,
-        len: 0,
-        top: None,
-    };
+    let mut segment = Segment { seq, file, len: 0 };
     let mut at = 0;
     while at < bytes.len() {
         let (payload, end) = match read_group(&bytes, at) {
@@ -876,7 +1228,7 @@ fn replay(
                 break;
             }
         };
-        replay_group(state, &mut segment, payload, at)?;
+        replay_group(state, untagged, &segment, payload, at)?;
         at = end;
         segment.len = at as u64;
     }
@@ -928,74 +1280,84 @@ fn cut_torn_write(
     Err(format!("at byte {at}: {why}"))
 }
 
-/// Replays the records of the verified group at `at` (its `payload`) into `state`, in order;
-/// the segment's first record must be a checkpoint.
+/// Replays the records of the verified file group at `at` (its `payload`) into `state`,
+/// in order, each of the Raft group the last `WGID` named (`untagged` before any); the
+/// segment's first record must be a checkpoint or a `WGID`.
 fn replay_group(
     state: &mut State,
-    segment: &mut Segment,
+    untagged: GroupId,
+    segment: &Segment,
     payload: &[u8],
     at: usize,
 ) -> Result<(), String> {
     let payload_at = at + GROUP_HEADER_BYTES;
+    let mut current = untagged;
     let mut p = 0;
     while p < payload.len() {
         let offset = payload_at + p;
         let (magic, frame, next) =
             next_frame(payload, p).map_err(|e| format!("at byte {offset}: record: {e}"))?;
-        if at == 0 && p == 0 && magic != CHECKPOINT_MAGIC {
+        if at == 0 && p == 0 && magic != CHECKPOINT_MAGIC && magic != GROUP_ID_MAGIC {
             return Err(format!(
                 "at byte 0: the segment does not begin with a checkpoint (found {:?})",
                 String::from_utf8_lossy(&magic)
             ));
         }
-        replay_record(state, segment, magic, frame, offset)?;
+        if magic == GROUP_ID_MAGIC {
+            let group: GroupId =
+                open_meta(frame, GROUP_ID_MAGIC).map_err(|e| format!("at byte {offset}: {e}"))?;
+            if !state.logs.contains_key(&group) {
+                return Err(format!(
+                    "at byte {offset}: records of Raft group {group}, which this log does not \
+                     host (it hosts {:?})",
+                    state.logs.keys().collect::<Vec<_>>()
+                ));
+            }
+            current = group;
+        } else {
+            replay_record(state.log_mut(current), segment, magic, frame, offset)?;
+        }
         p = next;
     }
     Ok(())
 }
 
 /// Checks one record (its `frame`, of kind `magic`, at byte `offset` of the segment) and
-/// applies it to `state`: an entry follows the last live one, the others set the vote, the
-/// committed id, a truncation, a purge or a checkpoint's restatement.
+/// applies it to its Raft group's part `log`: an entry follows the last live one, the
+/// others set the vote, the committed id, a truncation, a purge or a checkpoint's
+/// restatement.
 fn replay_record(
-    state: &mut State,
-    segment: &mut Segment,
+    log: &mut GroupLog,
+    segment: &Segment,
     magic: [u8; 4],
     frame: &[u8],
     offset: usize,
 ) -> Result<(), String> {
-    let seq = segment.seq;
     let bad = |e: FrameError| format!("at byte {offset}: {e}");
     match magic {
         ENTRY_MAGIC => {
             let log_id = open_entry(frame).map_err(bad)?.log_id;
-            state
-                .push(Loc {
-                    log_id,
-                    seq,
-                    offset: offset as u64,
-                    len: frame.len() as u32,
-                })
-                .map_err(|why| format!("at byte {offset}: {why}"))?;
-            segment.top = Some(segment.top.map_or(log_id.index, |t| t.max(log_id.index)));
+            log.push(Loc {
+                log_id,
+                seq: segment.seq,
+                offset: offset as u64,
+                len: frame.len() as u32,
+            })
+            .map_err(|why| format!("at byte {offset}: {why}"))?;
         }
-        VOTE_MAGIC => state.meta.vote = Some(open_meta(frame, VOTE_MAGIC).map_err(bad)?),
-        COMMITTED_MAGIC => state.meta.committed = open_meta(frame, COMMITTED_MAGIC).map_err(bad)?,
+        VOTE_MAGIC => log.meta.vote = Some(open_meta(frame, VOTE_MAGIC).map_err(bad)?),
+        COMMITTED_MAGIC => log.meta.committed = open_meta(frame, COMMITTED_MAGIC).map_err(bad)?,
         TRUNCATE_MAGIC => {
             let since: u64 = open_meta(frame, TRUNCATE_MAGIC).map_err(bad)?;
-            state.truncate(since);
+            log.truncate(since);
         }
         PURGE_MAGIC => {
             let upto: LogId = open_meta(frame, PURGE_MAGIC).map_err(bad)?;
-            state.purge(upto);
+            log.purge(upto);
         }
         CHECKPOINT_MAGIC => {
             let meta: Meta = open_meta(frame, CHECKPOINT_MAGIC).map_err(bad)?;
-            state.meta.vote = meta.vote;
-            state.meta.committed = meta.committed;
-            if let Some(upto) = meta.purged {
-                state.purge(upto);
-            }
+            restate(log, &meta);
         }
         other => {
             return Err(format!(

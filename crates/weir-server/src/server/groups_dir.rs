@@ -3,7 +3,11 @@
 //! - `groups = 1` (the default): the one group, [`SOLE_GROUP`], keeps `log/` and
 //!   `snapshot.bin` at the top of the data directory, as a node of one group always has.
 //! - `groups = N` (2 or more): the metadata group 0 and data groups 1 to N, each in
-//!   `groups/<id>/` with its own `log/` and `snapshot.bin`.
+//!   `groups/<id>/` with its own `snapshot.bin`, and one log for all of them in
+//!   `groups/log/` (`raft::wal`: its records name their group), so a write of every group's
+//!   queued jobs is one fsync. A `groups/<id>/log/` (each group's own log, as a data
+//!   directory of an older layout keeps them) is adopted into the shared log at start and
+//!   removed (`raft::log_store`).
 //!
 //! Invariant: a data directory keeps the count of groups it was created with. A start with
 //! another count is refused, naming both, before any log is opened: a group left out would
@@ -19,6 +23,14 @@ use crate::raft::{GroupId, SOLE_GROUP};
 
 /// The directory under the data directory that holds one directory per group.
 pub const GROUPS_DIR: &str = "groups";
+
+/// The shared log's directory under [`GROUPS_DIR`].
+pub const SHARED_LOG: &str = "log";
+
+/// The log the groups of a node of several share, in the data directory `dir`.
+pub fn shared_log_dir(dir: &Path) -> PathBuf {
+    dir.join(GROUPS_DIR).join(SHARED_LOG)
+}
 
 /// Each group the node hosts with its directory, lowest id first, for a node configured
 /// with `groups`: creates the group directories on a first start, refuses a directory made
@@ -37,9 +49,10 @@ pub fn group_dirs(dir: &Path, groups: u32) -> Result<Vec<(GroupId, PathBuf)>, St
         return Ok(vec![(SOLE_GROUP, dir.to_path_buf())]);
     }
     let wanted: BTreeSet<GroupId> = (0..=groups).collect();
-    let any_log = found
-        .iter()
-        .any(|g| group_dir(dir, *g).join("log").exists());
+    let any_log = shared_log_dir(dir).exists()
+        || found
+            .iter()
+            .any(|g| group_dir(dir, *g).join("log").exists());
     if top_log || (found != wanted && any_log) || !found.is_subset(&wanted) {
         let was = if top_log {
             "one group (its log at the top of the directory)".to_string()
@@ -79,7 +92,7 @@ fn changed(dir: &Path, was: &str, groups: u32) -> String {
 }
 
 /// The ids of the numbered directories in `dir` (none if it does not exist); anything
-/// else in it is an error naming it.
+/// else in it but the shared log is an error naming it.
 fn numbered_dirs(dir: &Path) -> Result<BTreeSet<GroupId>, String> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
@@ -90,6 +103,9 @@ fn numbered_dirs(dir: &Path) -> Result<BTreeSet<GroupId>, String> {
     for entry in entries {
         let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
         let name = entry.file_name();
+        if name == SHARED_LOG && entry.path().is_dir() {
+            continue;
+        }
         let id = name
             .to_str()
             .and_then(|n| n.parse::<GroupId>().ok())
@@ -129,6 +145,9 @@ mod tests {
         assert!(dirs.iter().all(|(_, d)| d.is_dir()));
         // Started again with the same count: the same directories.
         std::fs::create_dir_all(want[1].1.join("log")).unwrap();
+        assert_eq!(group_dirs(&three.0, 3).unwrap(), want);
+        // The log the groups share sits beside their directories.
+        std::fs::create_dir_all(shared_log_dir(&three.0)).unwrap();
         assert_eq!(group_dirs(&three.0, 3).unwrap(), want);
     }
 

@@ -37,7 +37,7 @@ use super::client_port::GroupCtxs;
 use super::ctx::{Ctx, Metadata};
 use super::data_dir::prepare_data_dir;
 use super::front::{DoorGroup, Doors, FrontDoors};
-use super::groups_dir::group_dirs;
+use super::groups_dir::{group_dirs, shared_log_dir};
 use super::local_write::LocalWriter;
 use super::proposer::{Proposer, SharedSlots};
 use super::reader::Reader;
@@ -100,9 +100,14 @@ impl Node {
         let _first_start = prepare_data_dir(dir, config.id)?;
         let identity = Arc::new(ClusterIdentity::open(dir)?);
         let mut opened = Vec::new();
-        for (group, group_dir) in group_dirs(dir, config.groups)? {
+        let dirs = group_dirs(dir, config.groups)?;
+        let mut logs = open_logs(dir, &dirs, &config)?;
+        for (group, group_dir) in dirs {
             let named = (config.groups > 1).then_some(group);
-            let storage = open_storage(&group_dir, named, config.raft.log_segment_bytes)
+            let log = logs
+                .remove(&group)
+                .ok_or_else(|| format!("group {group} has no log"))?;
+            let storage = open_storage(&group_dir, named, log)
                 .await
                 .map_err(|e| in_group(config.groups, group, e))?;
             opened.push((group, storage));
@@ -368,13 +373,39 @@ async fn start_rafts(
     Ok(rafts)
 }
 
-/// Opens the log and the state store in `dir`.
+/// Opens the logs of the groups in `dirs` (each group and its directory): a node of one
+/// group keeps its log in its directory's `log/`; a node of several, one log for all of
+/// them in `groups/log/` ([`super::groups_dir`]), adopting any group's log kept apart.
+fn open_logs(
+    dir: &std::path::Path,
+    dirs: &[(GroupId, std::path::PathBuf)],
+    config: &Config,
+) -> Result<BTreeMap<GroupId, LogStore>, String> {
+    let segment_bytes = config.raft.log_segment_bytes;
+    if config.groups == 1 {
+        let mut logs = BTreeMap::new();
+        for (group, group_dir) in dirs {
+            let log = LogStore::open_sized(&group_dir.join("log"), segment_bytes)
+                .map_err(|e| in_group(config.groups, *group, e))?;
+            logs.insert(*group, log);
+        }
+        return Ok(logs);
+    }
+    let groups: Vec<GroupId> = dirs.iter().map(|(g, _)| *g).collect();
+    let apart: Vec<(GroupId, std::path::PathBuf)> = dirs
+        .iter()
+        .map(|(g, d)| (*g, d.join("log")))
+        .filter(|(_, log)| log.exists())
+        .collect();
+    LogStore::open_shared(&shared_log_dir(dir), segment_bytes, &groups, &apart)
+}
+
+/// Opens the state store in `dir` over the group's opened `log`.
 async fn open_storage(
     dir: &std::path::Path,
     group: Option<GroupId>,
-    segment_bytes: u64,
+    mut log: LogStore,
 ) -> Result<Storage, String> {
-    let mut log = LogStore::open_sized(&dir.join("log"), segment_bytes)?;
     let startup_last = {
         use openraft::storage::RaftLogStorage;
         log.get_log_state()
@@ -737,13 +768,11 @@ mod tests {
             );
             assert!(!machine(0).has_limit("a", "l") && !machine(0).has_limit("b", "l"));
         }
+        let groups = configs[2].data_dir.join("groups");
+        assert!(groups.join("log").is_dir(), "the shared log is missing");
         for g in 0..=2 {
-            let log = configs[2]
-                .data_dir
-                .join("groups")
-                .join(g.to_string())
-                .join("log");
-            assert!(log.is_dir(), "{} is missing", log.display());
+            let own = groups.join(g.to_string()).join("log");
+            assert!(!own.exists(), "{} exists", own.display());
         }
         assert!(!configs[2].data_dir.join("log").exists());
 
