@@ -26,6 +26,10 @@
 //! Nothing else costs simulated time but the network's delays (0 or 1 ms each way: tokio's
 //! clock counts whole milliseconds) and the log's simulated fsyncs (one tick).
 //!
+//! Each process keeps one log for the replicas it hosts, on one simulated disk, as a node
+//! of several groups does (`raft::wal`: one writer, one fsync for every group's jobs); a
+//! killed process's disk loses what was not synced, with the oldest pending write torn.
+//!
 //! G1 per limit, as the clients were told: a client counts a permit from the moment a grant
 //! reaches it until it sends the release; [`Report::over_capacity`] names every moment a
 //! limit's count passed its capacity.
@@ -42,9 +46,10 @@ use std::time::Duration;
 
 use openraft::EntryPayload;
 
-use super::{MemDisk, NodeSpec, PeerRequest, SimNode, Transport, runtime};
-use crate::raft::NodeId;
+use super::{MemDisk, NodeSpec, PeerRequest, SEGMENT_BYTES, SimNode, Transport, runtime};
 use crate::raft::in_process::Carried;
+use crate::raft::log_store::LogStore;
+use crate::raft::{GroupId, NodeId};
 use crate::security::Principal;
 use weir_core::machine::{Acquire, Command, Priority, Refusal, Reply};
 
@@ -252,13 +257,28 @@ impl Transport for GroupNet {
     }
 }
 
+/// Starts process `id`'s replicas (`groups`, each a group it hosts) on the one log they
+/// share on its disk.
 async fn start(
     world: &Arc<World>,
     root: &Path,
-    disks: &BTreeMap<(u64, NodeId), MemDisk>,
-    group: u64,
+    disks: &BTreeMap<NodeId, MemDisk>,
     id: NodeId,
+    groups: &[u64],
 ) {
+    let hosted: Vec<GroupId> = groups
+        .iter()
+        .map(|g| GroupId::try_from(*g).expect("a simulated group id fits a group id"))
+        .collect();
+    let mut logs = LogStore::open_shared_disk(Box::new(disks[&id].bound()), SEGMENT_BYTES, &hosted)
+        .expect("a simulated process's log opens");
+    for (group, hosted) in groups.iter().zip(&hosted) {
+        let log = logs.remove(hosted).expect("a store per hosted group");
+        start_replica(world, root, log, *group, id).await;
+    }
+}
+
+async fn start_replica(world: &Arc<World>, root: &Path, log: LogStore, group: u64, id: NodeId) {
     let members = world.shape.members(group);
     let mut spec = NodeSpec::new(id, members.clone());
     let rank = members.iter().position(|m| *m == id).expect("a member") as u64;
@@ -268,7 +288,7 @@ async fn start(
         group,
         world: world.clone(),
     });
-    let node = SimNode::start(&spec, &disks[&(group, id)], &dir, net)
+    let node = SimNode::start_on(&spec, log, &dir, net)
         .await
         .expect("a simulated node starts");
     world
@@ -276,6 +296,15 @@ async fn start(
         .lock()
         .unwrap()
         .insert((group, id), Arc::new(node));
+}
+
+/// The groups each process hosts, by process.
+fn hosted_by(places: &[(u64, NodeId)]) -> BTreeMap<NodeId, Vec<u64>> {
+    let mut by: BTreeMap<NodeId, Vec<u64>> = BTreeMap::new();
+    for (group, id) in places {
+        by.entry(*id).or_default().push(*group);
+    }
+    by
 }
 
 /// Sends `command` to group `group`'s leader, following its members' word on who leads;
@@ -369,9 +398,10 @@ async fn simulate(shape: Shape, root: &Path) -> Result<Report, String> {
         ),
         shape: shape.clone(),
     });
-    let disks: BTreeMap<_, _> = places.iter().map(|p| (*p, MemDisk::new())).collect();
-    for (group, id) in &places {
-        start(&world, root, &disks, *group, *id).await;
+    let hosted = hosted_by(&places);
+    let disks: BTreeMap<_, _> = hosted.keys().map(|id| (*id, MemDisk::new())).collect();
+    for (id, groups) in &hosted {
+        start(&world, root, &disks, *id, groups).await;
     }
     for group in 1..=shape.groups {
         let founder = shape.members(group)[0];
@@ -537,13 +567,11 @@ async fn simulate(shape: Shape, root: &Path) -> Result<Report, String> {
         for place in &killed {
             let node = world.nodes.lock().unwrap().remove(place).expect("running");
             node.kill().await;
-            disks[place].crash(Some(5));
         }
+        disks[&1].crash(Some(5));
         tokio::time::sleep(Duration::from_secs(1)).await;
         world.dead.lock().unwrap().remove(&1);
-        for (group, id) in &killed {
-            start(&world, root, &disks, *group, *id).await;
-        }
+        start(&world, root, &disks, 1, &hosted[&1]).await;
     }
     while clients.join_next().await.is_some() {}
     let moved = match mover {

@@ -166,11 +166,27 @@ impl SimNode {
                 "a simulated node starts only inside a simulation (simulated::enter)".into(),
             );
         }
+        let log = LogStore::open_disk(Box::new(disk.bound()), SEGMENT_BYTES)?;
+        SimNode::start_on(spec, log, dir, net).await
+    }
+
+    /// [`SimNode::start`] on a log already opened: one group's store of a log a simulated
+    /// process's groups share ([`LogStore::open_shared_disk`]).
+    pub async fn start_on(
+        spec: &NodeSpec,
+        mut log: LogStore,
+        dir: &Path,
+        net: Arc<dyn Transport>,
+    ) -> Result<SimNode, String> {
+        if !crate::simulated::on() {
+            return Err(
+                "a simulated node starts only inside a simulation (simulated::enter)".into(),
+            );
+        }
         crate::simulated::set_clock_rate(spec.id, spec.clock_rate);
         crate::simulated::set_wall_skew(spec.id, spec.wall_skew_ms);
         let config = Arc::new(spec.openraft()?);
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let mut log = LogStore::open_disk(Box::new(disk.bound()), SEGMENT_BYTES)?;
         let startup_last = log
             .get_log_state()
             .await
