@@ -676,3 +676,95 @@ async fn plain_limit(cluster: &Cluster, tenant: &str, name: &str) -> (Answer, u6
     };
     (answer, in_use)
 }
+
+/// Copies the directory `from` into `to`, recursively.
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let path = e.path();
+        if path.is_dir() {
+            copy_tree(&path, &to.join(e.file_name()));
+        } else {
+            std::fs::copy(&path, to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+/// Runs `weir` with `args` against the node at `server`; its standard output, or `None` if
+/// it failed.
+fn cli(server: &str, args: &[&str]) -> Option<String> {
+    let out = Process::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("--servers")
+        .arg(server)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The data directory of a one-node cluster of `groups = 2` written by a build whose groups
+/// each kept their own log (`tests/fixtures/formats/datadir.groups-2.logs-apart`: tenant
+/// alpha placed in group 1 with a limit `gpu` of 4, beta in group 2 with `api` of 2 at 10
+/// a second) starts on this build: each group's log is adopted into the shared log and
+/// removed, every group serves what it held, and so again after a kill -9.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_directory_whose_groups_kept_their_own_logs_is_adopted_and_serves() {
+    let mut cluster =
+        weir_launcher::LocalCluster::in_temp_dir(env!("CARGO_BIN_EXE_weir"), "weir-groups-apart")
+            .unwrap();
+    let mut config = cluster.loopback_configs(1).unwrap().remove(0);
+    config.groups = 2;
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/formats/datadir.groups-2.logs-apart");
+    copy_tree(&fixture, &config.data_dir);
+    let data = config.data_dir.clone();
+    let server = config.client_addr.clone();
+    cluster.add_and_start(vec![config]).unwrap();
+    for round in ["adopted", "after a kill -9"] {
+        phase(&format!("every group serves what it held: {round}"));
+        let mut beta = None;
+        for _ in 0..100 {
+            beta = cli(
+                &server,
+                &["--tenant", "beta", "--group", "2", "limit", "list"],
+            );
+            if beta.is_some() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        let beta = beta.expect("the node serves group 2 within 10 s");
+        assert!(
+            beta.contains("beta/api: concurrent 2") && beta.contains("per_second 10"),
+            "{beta}"
+        );
+        let alpha = cli(
+            &server,
+            &["--tenant", "alpha", "--group", "1", "limit", "list"],
+        );
+        assert!(
+            alpha
+                .as_deref()
+                .is_some_and(|a| a.contains("alpha/gpu: concurrent 4")),
+            "{alpha:?}"
+        );
+        let placed = cli(&server, &["--tenant", "beta", "tenant", "place"]);
+        assert!(
+            placed
+                .as_deref()
+                .is_some_and(|p| p.contains("beta lives in group 2")),
+            "{placed:?}"
+        );
+        assert!(data.join("groups").join("log").is_dir());
+        for g in 0..=2 {
+            let own = data.join("groups").join(g.to_string()).join("log");
+            assert!(!own.exists(), "{} was not removed", own.display());
+        }
+        cluster.kill(1);
+        cluster.start(1).unwrap();
+    }
+}
