@@ -761,8 +761,11 @@ async fn a_data_directory_whose_groups_kept_their_own_logs_is_adopted_and_serves
         );
         assert!(data.join("groups").join("log").is_dir());
         for g in 0..=2 {
-            let own = data.join("groups").join(g.to_string()).join("log");
-            assert!(!own.exists(), "{} was not removed", own.display());
+            let gdir = data.join("groups").join(g.to_string());
+            for left in ["log", "log.adopted"] {
+                let left = gdir.join(left);
+                assert!(!left.exists(), "{} was not removed", left.display());
+            }
         }
         cluster.kill(1);
         cluster.start(1).unwrap();

@@ -91,15 +91,16 @@ fn a_quiet_group_is_moved_out_of_the_oldest_segment_so_the_log_stays_short() {
     });
 }
 
-/// Each group's log in `groups/<g>/log/`, as a node of three groups kept them apart.
+/// Each group's log in `groups/<g>/log/`, as a node of three groups kept them apart;
+/// returns each group's directory and what its log holds.
 async fn logs_kept_apart(root: &Path) -> (Vec<(u32, PathBuf)>, BTreeMap<u32, Held>) {
-    let mut apart = vec![];
+    let mut dirs = vec![];
     let mut want = BTreeMap::new();
     for g in 0..=2u32 {
-        let path = root.join("groups").join(g.to_string()).join("log");
-        let mut log = LogStore::open(&path).unwrap();
+        let gdir = root.join("groups").join(g.to_string());
+        let mut log = LogStore::open(&gdir.join("log")).unwrap();
         let n = 4 + 3 * g as u64;
-        log.append_durably((1..=n).map(|i| entry(1, i, 2, g as u64)).collect())
+        log.append_durably((1..=n).map(|i| entry(1, i, 12, g as u64)).collect())
             .await
             .unwrap();
         log.save_vote(&Vote::new(1 + g as u64, 1)).await.unwrap();
@@ -107,9 +108,9 @@ async fn logs_kept_apart(root: &Path) -> (Vec<(u32, PathBuf)>, BTreeMap<u32, Hel
             log.purge(id(3)).await.unwrap();
         }
         want.insert(g, held(&mut log).await);
-        apart.push((g, path));
+        dirs.push((g, gdir));
     }
-    (apart, want)
+    (dirs, want)
 }
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -120,51 +121,61 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+async fn check_all(logs: &mut BTreeMap<u32, LogStore>, want: &BTreeMap<u32, Held>, when: &str) {
+    for (g, h) in want {
+        assert_eq!(
+            &held(logs.get_mut(g).unwrap()).await,
+            h,
+            "group {g}, {when}"
+        );
+    }
+}
+
 #[test]
-fn the_logs_a_node_kept_apart_are_adopted_once_and_again_after_a_start_cut_short() {
+fn the_logs_a_node_kept_apart_are_adopted_once_and_never_again_once_marked() {
     let dir = TempDir::new("shared-adopt");
     let shared = dir.0.join("groups").join("log");
+    // Segments of 4 KiB: group 2's adoption takes more than one write.
+    let segment_bytes = 4096;
     rt().block_on(async {
-        let (apart, want) = logs_kept_apart(&dir.0).await;
+        let (dirs, mut want) = logs_kept_apart(&dir.0).await;
         let saved = dir.0.join("saved-group-1-log");
-        copy_dir(&apart[1].1, &saved);
+        copy_dir(&dirs[1].1.join("log"), &saved);
 
-        let mut logs = LogStore::open_shared(&shared, 4096, &[0, 1, 2], &apart).unwrap();
-        for (g, held_apart) in &want {
-            assert_eq!(
-                &held(logs.get_mut(g).unwrap()).await,
-                held_apart,
-                "group {g}"
+        let mut logs = LogStore::open_shared(&shared, segment_bytes, &[0, 1, 2], &dirs).unwrap();
+        check_all(&mut logs, &want, "adopted").await;
+        for (g, gdir) in &dirs {
+            assert!(!gdir.join("log").exists(), "group {g}'s log is still there");
+            assert!(
+                !gdir.join("log.adopted").exists(),
+                "group {g}'s adopted log is still there"
             );
         }
-        assert!(
-            apart.iter().all(|(_, p)| !p.exists()),
-            "the adopted logs are removed"
-        );
-        // The adopted groups go on in the shared log.
-        let one = logs.get_mut(&1).unwrap();
-        one.append_durably(vec![entry(1, 8, 1, 9)]).await.unwrap();
-        let mut want = want;
-        want.insert(1, held(one).await);
         drop(logs);
 
-        // A start cut short after group 1's adoption, before its log was removed, finds
-        // the log apart again: adopted again, it is the group's truth, as it was.
-        copy_dir(&saved, &apart[1].1);
-        let mut again = want.clone();
-        let mut log = LogStore::open(&apart[1].1).unwrap();
-        again.insert(1, held(&mut log).await);
-        drop(log);
-        let mut logs = LogStore::open_shared(&shared, 4096, &[0, 1, 2], &apart[1..2]).unwrap();
-        for (g, h) in &again {
-            assert_eq!(&held(logs.get_mut(g).unwrap()).await, h, "group {g}");
-        }
-        assert!(!apart[1].1.exists());
+        // A start cut short after the adoption, before group 1's log was marked adopted:
+        // the log is adopted again, and the state is the same.
+        copy_dir(&saved, &dirs[1].1.join("log"));
+        let mut logs = LogStore::open_shared(&shared, segment_bytes, &[0, 1, 2], &dirs).unwrap();
+        check_all(&mut logs, &want, "adopted again").await;
+        assert!(!dirs[1].1.join("log").exists());
+
+        // The groups go on in the shared log; a log marked adopted, left by a removal cut
+        // short, is never read again: it undoes nothing acknowledged since.
+        let one = logs.get_mut(&1).unwrap();
+        one.append_durably(vec![entry(1, 8, 1, 9)]).await.unwrap();
+        want.insert(1, held(one).await);
         drop(logs);
-        let mut logs = LogStore::open_shared(&shared, 4096, &[0, 1, 2], &[]).unwrap();
-        for (g, h) in &again {
-            assert_eq!(&held(logs.get_mut(g).unwrap()).await, h, "group {g}");
-        }
+        copy_dir(&saved, &dirs[1].1.join("log.adopted"));
+        let mut logs = LogStore::open_shared(&shared, segment_bytes, &[0, 1, 2], &dirs).unwrap();
+        check_all(&mut logs, &want, "with an adopted log left over").await;
+        assert!(
+            !dirs[1].1.join("log.adopted").exists(),
+            "the leftover is removed"
+        );
+        drop(logs);
+        let mut logs = LogStore::open_shared(&shared, segment_bytes, &[0, 1, 2], &[]).unwrap();
+        check_all(&mut logs, &want, "reopened").await;
     });
 }
 

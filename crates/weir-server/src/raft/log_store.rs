@@ -18,8 +18,11 @@
 //! - A store reads and writes only its own Raft group's part of the WAL, and has the only
 //!   tail of that group (the stores of a shared log are made together, one per group).
 //! - A log kept apart (a group's own `log/`, as a node of several groups kept them before
-//!   they shared one) is adopted whole into the shared log, durably, before it is removed,
-//!   and before the writer starts: a start cut short in between adopts it again.
+//!   they shared one) is adopted whole into the shared log, durably; once every group's
+//!   is, each is renamed `log.adopted` and the rename made durable, all before the writer
+//!   starts; then they are removed. A start cut short before a rename is durable adopts
+//!   that log again, which gives the same state (nothing was written since); a log marked
+//!   adopted is never read again, however little of it a cut-short removal left.
 //! - `append` returns once its entries are in the in-memory tail, where readers find them,
 //!   and calls its callback only after their write is durable. `save_vote`, `truncate` and
 //!   `purge` return only once durable; each is one record, so atomic. `save_committed`
@@ -111,34 +114,54 @@ impl LogStore {
 
     /// Opens (or creates) the log that the Raft groups `groups` share in the directory `dir`
     /// (a data directory's `groups/log/`), verifying it as [`LogStore::open`] does, and
-    /// returns a store for each group. First, each group's log kept apart in `apart` (a
-    /// `groups/<id>/log/` of an older layout) is adopted into it and then removed (module doc).
+    /// returns a store for each group. First, the log a group kept apart in its directory
+    /// (`groups_dirs`: each group's `groups/<id>/`, whose `log/` an older layout wrote) is
+    /// adopted into it, and marked adopted, then removed (module doc).
     pub fn open_shared(
         dir: &Path,
         segment_bytes: u64,
         groups: &[GroupId],
-        apart: &[(GroupId, PathBuf)],
+        group_dirs: &[(GroupId, PathBuf)],
     ) -> Result<BTreeMap<GroupId, LogStore>, String> {
         // PLANTED(unsynced-log): the log's writes are never fsynced.
         let sync = !weir_core::planted::is(weir_core::planted::Plant::UnsyncedLog);
         let disk = DirDisk::new(dir, sync).map_err(|e| format!("{}: {e}", dir.display()))?;
         let segment_bytes = segment_bytes.min(super::wal::SEGMENT_BYTES);
         let wal = Wal::open_groups(Box::new(disk), segment_bytes, groups)?;
-        for (group, old) in apart {
-            adopt_apart(&wal, *group, old, sync)?;
+        let apart: Vec<(GroupId, &PathBuf)> = group_dirs
+            .iter()
+            .filter(|(_, d)| d.join(KEPT_APART).exists())
+            .map(|(g, d)| (*g, d))
+            .collect();
+        for (group, gdir) in &apart {
+            adopt_apart(&wal, *group, &gdir.join(KEPT_APART), sync)?;
         }
-        for (group, old) in apart {
-            std::fs::remove_dir_all(old)
-                .and_then(|()| match old.parent() {
-                    Some(parent) if sync => std::fs::File::open(parent)?.sync_all(),
-                    _ => Ok(()),
+        // Every adoption is durable: now each is marked for good, a rename made durable
+        // before the writer starts (so before any write a later adoption would undo).
+        for (group, gdir) in &apart {
+            std::fs::rename(gdir.join(KEPT_APART), gdir.join(ADOPTED))
+                .and_then(|()| match sync {
+                    true => std::fs::File::open(gdir)?.sync_all(),
+                    false => Ok(()),
                 })
                 .map_err(|e| {
                     format!(
-                        "{}: removing group {group}'s adopted log: {e}",
-                        old.display()
+                        "{}: marking group {group}'s log adopted: {e}",
+                        gdir.join(KEPT_APART).display()
                     )
                 })?;
+        }
+        for (group, gdir) in group_dirs {
+            let adopted = gdir.join(ADOPTED);
+            if adopted.exists()
+                && let Err(e) = std::fs::remove_dir_all(&adopted)
+            {
+                // What is left is never read again: removing it is tried at every start.
+                tracing::warn!(
+                    "group {group}: cannot remove its adopted log {}: {e}",
+                    adopted.display()
+                );
+            }
         }
         LogStore::stores(wal)
     }
@@ -349,6 +372,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.writer.purge(self.group, &self.tail, log_id).await
     }
 }
+
+/// Where a group kept its log apart in its directory (a layout before the shared log).
+pub const KEPT_APART: &str = "log";
+/// What a log kept apart is renamed to once adopted: never read again, removed.
+pub const ADOPTED: &str = "log.adopted";
 
 /// Adopts into `wal`, as `group`'s, the log of one group kept apart in `dir`: opened and
 /// verified as any log is, its vote, committed id, purge point and live entries written

@@ -30,7 +30,9 @@
 //!   error and nothing more is written. Appends return before their fsync, so later appends
 //!   are already queued behind a failed one; writing them would leave a hole on disk (and
 //!   after a failed fsync the kernel may have dropped the dirty pages: nothing written
-//!   since can be trusted).
+//!   since can be trusted). In a log shared by several Raft groups, one failure stops
+//!   them all: their records share the file. So does a damaged entry of a quiet group
+//!   found while moving it out of the oldest segment (`wal`).
 //! - The tail holds contiguous indexes and always ends at the log's last entry when it is
 //!   not empty; entries not yet durable are its suffix and are never evicted; at most
 //!   [`TAIL_DURABLE_KEPT`] durable entries are kept before them.

@@ -493,6 +493,9 @@ impl Wal {
         groups: &[GroupId],
     ) -> Result<Wal, String> {
         let untagged = *groups.iter().min().expect("a log hosts a Raft group");
+        // A move is written inside one file group of at most GROUP_BYTES_MAX: half a
+        // segment must fit in one.
+        let segment_bytes = segment_bytes.min(SEGMENT_BYTES);
         let mut seqs: Vec<u64> = vec![];
         for name in disk
             .list()
@@ -672,15 +675,30 @@ impl Wal {
 
     /// Takes in the log of `group` as kept apart (its vote, committed id, purge point and
     /// live entries' sealed frames, in order), replacing whatever this log held of the group,
-    /// in one durable write. For a node's start, before the writer runs: until the log kept
-    /// apart is removed it is the group's truth, and adopting it again gives the same state.
+    /// durably, in writes of at most half a segment each. For a node's start, before the
+    /// writer runs: until the log kept apart is marked adopted it is the group's truth, and
+    /// adopting it again, whole or after a part, gives the same state.
     pub fn adopt(
         &self,
         group: GroupId,
         meta: Meta,
         frames: Vec<(LogId, Vec<u8>)>,
     ) -> io::Result<()> {
-        let estimate: usize = frames
+        let budget = (self.segment_bytes / 2).max(1) as usize;
+        let mut chunks: Vec<Vec<(LogId, Vec<u8>)>> = vec![vec![]];
+        let mut bytes = 0;
+        for frame in frames {
+            let last = chunks.last_mut().expect("a chunk");
+            if !last.is_empty() && bytes + frame.1.len() > budget {
+                chunks.push(vec![]);
+                bytes = 0;
+            }
+            bytes += frame.1.len();
+            chunks.last_mut().expect("a chunk").push(frame);
+        }
+        let mut chunks = chunks.into_iter();
+        let first = chunks.next().expect("a chunk");
+        let estimate: usize = first
             .iter()
             .map(|(_, f)| f.len() + TAG_BYTES_MAX)
             .sum::<usize>()
@@ -689,10 +707,26 @@ impl Wal {
         place.moves.push(Move {
             group,
             meta: Some(meta),
-            frames,
+            frames: first,
             whole: false,
         });
-        self.write_at(place, &[], estimate)
+        self.write_at(place, &[], estimate)?;
+        for chunk in chunks {
+            let records: Vec<(GroupId, Record<'_>)> = chunk
+                .iter()
+                .map(|(log_id, sealed)| {
+                    (
+                        group,
+                        Record::Entry {
+                            log_id: *log_id,
+                            sealed,
+                        },
+                    )
+                })
+                .collect();
+            self.write(&records)?;
+        }
+        Ok(())
     }
 
     /// Lays out and writes the moves of `place` and `records`, then notes them.

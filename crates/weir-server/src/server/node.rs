@@ -392,12 +392,7 @@ fn open_logs(
         return Ok(logs);
     }
     let groups: Vec<GroupId> = dirs.iter().map(|(g, _)| *g).collect();
-    let apart: Vec<(GroupId, std::path::PathBuf)> = dirs
-        .iter()
-        .map(|(g, d)| (*g, d.join("log")))
-        .filter(|(_, log)| log.exists())
-        .collect();
-    LogStore::open_shared(&shared_log_dir(dir), segment_bytes, &groups, &apart)
+    LogStore::open_shared(&shared_log_dir(dir), segment_bytes, &groups, dirs)
 }
 
 /// Opens the state store in `dir` over the group's opened `log`.
