@@ -85,6 +85,7 @@ async fn metrics_pass_promtool_and_move_with_operations_and_health_answers() {
         "weir_batch_commands_count",
         "weir_commit_seconds_count",
         "weir_fsync_seconds_count",
+        "weir_log_moves_total",
         "weir_snapshot_build_seconds_count",
         "weir_snapshot_freeze_seconds_count",
         "weir_snapshot_install_seconds_count",
@@ -117,6 +118,9 @@ async fn metrics_pass_promtool_and_move_with_operations_and_health_answers() {
     assert!(moved("weir_batch_commands_count") >= 5.0);
     assert!(moved("weir_commit_seconds_count") >= 5.0);
     assert!(moved("weir_fsync_seconds_count") >= 5.0);
+    // A new log's one segment: a move waits for four.
+    assert_eq!(sample(&after, "weir_log_segments"), Some(1.0), "{after}");
+    assert_eq!(sample(&after, "weir_log_moves_total"), Some(0.0), "{after}");
     assert!(moved("weir_http_requests_total") >= 6.0);
     assert_eq!(moved("weir_refusals_total{kind=\"Busy\"}"), 1.0, "{after}");
     assert_eq!(

@@ -69,6 +69,10 @@ pub struct Metrics {
     /// Entries a data group's proposer made without one of the node's shared in-flight
     /// slots, having waited `SHARED_WAIT_MAX` for one in vain (`server/proposer.rs`).
     pub entries_unshared: Counter,
+    /// Segment files of the node's log (every group's, on a node of several).
+    pub log_segments: Gauge,
+    /// Raft groups moved out of the log's oldest segment so it could be deleted.
+    pub log_moves: Counter,
     /// Refusals answered to clients, by kind.
     pub refusals: Family<KindLabel, Counter>,
     /// Open client-port connections.
@@ -135,6 +139,8 @@ impl Metrics {
             fsync_seconds: Histogram::new(latency_buckets()),
             proposer_queue_depth: Gauge::default(),
             entries_unshared: Counter::default(),
+            log_segments: Gauge::default(),
+            log_moves: Counter::default(),
             refusals: Family::default(),
             connections: Gauge::default(),
             pushes_dropped: Counter::default(),
@@ -172,6 +178,10 @@ impl Metrics {
             proposer_queue_depth: "Commands waiting in the proposer queue",
             entries_unshared: "Entries a data group's proposer made without a shared \
                                in-flight slot, after waiting its bound for one",
+            log_segments: "Segment files of the node's log (shared by its groups on a \
+                           node of several)",
+            log_moves: "Raft groups whose few live entries were written again so the \
+                        log's oldest segment could be deleted",
             refusals: "Refusals answered to clients, by kind",
             connections: "Open client-port connections",
             pushes_dropped: "Pushed events missed by slow client connections",

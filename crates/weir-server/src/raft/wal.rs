@@ -536,6 +536,9 @@ impl Wal {
                 len: 0,
             });
         }
+        crate::metrics::get()
+            .log_segments
+            .set(state.segments.len() as i64);
         Ok(Wal {
             disk,
             segment_bytes,
@@ -919,6 +922,7 @@ impl Wal {
             if mv.whole {
                 self.moves
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                crate::metrics::get().log_moves.inc();
             }
             let log = state.log_mut(mv.group);
             if let Some(meta) = &mv.meta {
@@ -942,6 +946,9 @@ impl Wal {
         let active = state.segments.back_mut().expect("a segment");
         active.len = place.at + written as u64;
         self.delete_unheld(&mut state);
+        crate::metrics::get()
+            .log_segments
+            .set(state.segments.len() as i64);
     }
 
     /// Deletes the oldest segments while no live entry is in them (never the active one),
