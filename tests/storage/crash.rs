@@ -28,7 +28,7 @@ use openraft::{CommittedLeaderId, LogId, RaftLogReader, Vote};
 use weir_core::codec;
 use weir_server::raft::Entry;
 use weir_server::raft::log_store::LogStore;
-use weir_server::raft::wal::{LogDisk, SegmentFile};
+use weir_server::raft::wal::{LogDisk, SegmentFile, Wal};
 
 use super::entries::entry;
 
@@ -613,4 +613,85 @@ fn every_acknowledged_log_write_survives_power_loss_at_random_points() {
 fn a_shared_log_keeps_every_groups_acknowledged_writes_across_power_loss() {
     let seen = rounds(&[0, 1, 2], Some(0));
     assert!(seen.moves >= 10, "only {} moves written", seen.moves);
+}
+
+/// A log of one group kept apart is adopted into a log two groups share while the power
+/// goes at every disk call in turn (the adoption takes several writes: segments of a few
+/// KiB); the start after the cut adopts it again, and the group then holds exactly what
+/// the log kept apart held, its vote, committed id and purge point, and the other group
+/// exactly what it held before.
+#[test]
+fn an_adoption_cut_by_a_power_loss_anywhere_and_made_again_holds_what_was_kept_apart() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut rng = Rng(SEED ^ 0xad0b7);
+    // The log kept apart: 30 entries of about 1.2 KiB, a vote, a purge.
+    let apart = CrashDisk::new(&Image::new(), None);
+    // The shared log before the adoption: group 1 holds 8 entries.
+    let shared = CrashDisk::new(&Image::new(), None);
+    rt.block_on(async {
+        let mut log = LogStore::open_disk(Box::new(apart.clone()), SEGMENT_BYTES).unwrap();
+        log.append_durably((1..=30).map(|i| entry(1, i, 20, i)).collect())
+            .await
+            .unwrap();
+        log.save_vote(&Vote::new(3, 2)).await.unwrap();
+        log.purge(LogId::new(CommittedLeaderId::new(1, 1), 5))
+            .await
+            .unwrap();
+        let mut logs =
+            LogStore::open_shared_disk(Box::new(shared.clone()), SEGMENT_BYTES, &[0, 1]).unwrap();
+        logs.get_mut(&1)
+            .unwrap()
+            .append_durably((1..=8).map(|i| entry(2, i, 3, 100 + i)).collect())
+            .await
+            .unwrap();
+    });
+    let (apart_image, ..) = apart.power_loss(&mut rng);
+    let (before, ..) = shared.power_loss(&mut rng);
+    let kept = Wal::open(Box::new(CrashDisk::new(&apart_image, None)), SEGMENT_BYTES).unwrap();
+    let (meta, frames) = (kept.meta(0), kept.live_frames(0).unwrap());
+    assert_eq!(frames.len(), 25);
+    let other = Wal::open_groups(
+        Box::new(CrashDisk::new(&before, None)),
+        SEGMENT_BYTES,
+        &[0, 1],
+    )
+    .unwrap()
+    .live_frames(1)
+    .unwrap();
+    // Each fuse value cuts the power at that disk call; the first that lets the adoption
+    // finish ends the test (every earlier one cut it).
+    for fuse in 0..200 {
+        let disk = CrashDisk::new(&before, Some(fuse));
+        let done = Wal::open_groups(Box::new(disk.clone()), SEGMENT_BYTES, &[0, 1])
+            .is_ok_and(|wal| wal.adopt(0, meta.clone(), frames.clone()).is_ok());
+        let (survived, ..) = disk.power_loss(&mut rng);
+        if done {
+            assert!(fuse >= 10, "the adoption was cut at only {fuse} points");
+            return;
+        }
+        let again = CrashDisk::new(&survived, None);
+        let wal = Wal::open_groups(Box::new(again.clone()), SEGMENT_BYTES, &[0, 1])
+            .unwrap_or_else(|e| panic!("cut at call {fuse}: the shared log does not open: {e}"));
+        wal.adopt(0, meta.clone(), frames.clone())
+            .unwrap_or_else(|e| panic!("cut at call {fuse}: adopting again: {e}"));
+        drop(wal);
+        let wal = Wal::open_groups(Box::new(again), SEGMENT_BYTES, &[0, 1]).unwrap();
+        // Compared without printing: the frames are kilobytes each.
+        let held = wal.live_frames(0).unwrap();
+        assert!(
+            held == frames,
+            "cut at call {fuse}: group 0 holds {} entries, the log kept apart {}",
+            held.len(),
+            frames.len()
+        );
+        assert_eq!(wal.meta(0), meta, "cut at call {fuse}");
+        assert!(
+            wal.live_frames(1).unwrap() == other,
+            "cut at call {fuse}: group 1 changed"
+        );
+    }
+    panic!("the adoption never finished within 200 disk calls");
 }

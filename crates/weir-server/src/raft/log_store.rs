@@ -128,11 +128,18 @@ impl LogStore {
         let disk = DirDisk::new(dir, sync).map_err(|e| format!("{}: {e}", dir.display()))?;
         let segment_bytes = segment_bytes.min(super::wal::SEGMENT_BYTES);
         let wal = Wal::open_groups(Box::new(disk), segment_bytes, groups)?;
-        let apart: Vec<(GroupId, &PathBuf)> = group_dirs
-            .iter()
-            .filter(|(_, d)| d.join(KEPT_APART).exists())
-            .map(|(g, d)| (*g, d))
-            .collect();
+        let mut apart: Vec<(GroupId, &PathBuf)> = vec![];
+        for (group, gdir) in group_dirs {
+            // A log that cannot be looked at is refused, not taken for absent: a later
+            // start that saw it would adopt it over what this one wrote.
+            let kept = gdir.join(KEPT_APART);
+            if kept
+                .try_exists()
+                .map_err(|e| format!("{}: {e}", kept.display()))?
+            {
+                apart.push((*group, gdir));
+            }
+        }
         for (group, gdir) in &apart {
             adopt_apart(&wal, *group, &gdir.join(KEPT_APART), sync)?;
         }
@@ -380,7 +387,7 @@ pub const ADOPTED: &str = "log.adopted";
 
 /// Adopts into `wal`, as `group`'s, the log of one group kept apart in `dir`: opened and
 /// verified as any log is, its vote, committed id, purge point and live entries written
-/// into `wal` in one durable write ([`Wal::adopt`]).
+/// into `wal` durably, in writes of at most half a segment ([`Wal::adopt`]).
 fn adopt_apart(wal: &Wal, group: GroupId, dir: &Path, sync: bool) -> Result<(), String> {
     let disk = DirDisk::new(dir, sync).map_err(|e| format!("{}: {e}", dir.display()))?;
     let apart = Wal::open(Box::new(disk), super::wal::SEGMENT_BYTES)

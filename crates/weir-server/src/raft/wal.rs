@@ -47,9 +47,10 @@
 //! while they fit in half a segment: for each, a truncation from index 0 (every live entry
 //! of the group gone) and a copy of every live entry, in order, all inside one file group.
 //! A file group is replayed whole or, torn, cut off whole, so replay sees the whole move or
-//! none of it. [`Wal::adopt`] writes the same records (after a checkpoint) to take in the
-//! log of a group kept in a directory of its own, once, when a node of several groups
-//! opens the shared log.
+//! none of it. [`Wal::adopt`] takes in the log of a group kept in a directory of its own,
+//! when a node of several groups opens the shared log: a checkpoint, the truncation from
+//! index 0 and the live entries, over as many writes of half a segment as they need (not
+//! whole: until the log kept apart is marked adopted, a start cut short adopts it again).
 //!
 //! Invariants:
 //! - Only the writer thread ([`super::log_writer`]) writes, through [`Wal::write`] (and,
