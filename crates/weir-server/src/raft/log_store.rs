@@ -113,7 +113,8 @@ impl LogStore {
     }
 
     /// Opens (or creates) the log that the Raft groups `groups` share in the directory `dir`
-    /// (a data directory's `groups/log/`), verifying it as [`LogStore::open`] does, and
+    /// (a data directory's `groups/log/`; segments of `segment_bytes`, at most
+    /// [`super::wal::SEGMENT_BYTES`]), verifying it as [`LogStore::open`] does, and
     /// returns a store for each group. First, the log a group kept apart in its directory
     /// (`groups_dirs`: each group's `groups/<id>/`, whose `log/` an older layout wrote) is
     /// adopted into it, and marked adopted, then removed (module doc).
@@ -126,7 +127,6 @@ impl LogStore {
         // PLANTED(unsynced-log): the log's writes are never fsynced.
         let sync = !weir_core::planted::is(weir_core::planted::Plant::UnsyncedLog);
         let disk = DirDisk::new(dir, sync).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let segment_bytes = segment_bytes.min(super::wal::SEGMENT_BYTES);
         let wal = Wal::open_groups(Box::new(disk), segment_bytes, groups)?;
         let mut apart: Vec<(GroupId, &PathBuf)> = vec![];
         for (group, gdir) in group_dirs {
@@ -200,11 +200,6 @@ impl LogStore {
                 (group, store)
             })
             .collect())
-    }
-
-    /// The Raft group this store is of.
-    pub fn group(&self) -> GroupId {
-        self.group
     }
 
     /// How many segment files the WAL under this store has now (every group's, if shared).
