@@ -49,6 +49,19 @@ const TAKE_SESSION_TICKETS: u64 = (bounds::SESSION_FINISHED_TICKETS_MAX / 2) as 
 /// through a live leader takes this long.
 const FORWARD_HELD_AFTER: std::time::Duration = std::time::Duration::from_millis(500);
 
+/// How long the door waits, after its internal client's answer to a write that took
+/// `took`, before it answers the request: nothing (an answer goes back as soon as the
+/// internal client has it, however many leaders it followed). The deterministic
+/// simulator's clients of the HTTP door answer their writes by this rule too.
+pub fn write_answer_hold(took: std::time::Duration) -> std::time::Duration {
+    // PLANTED(forward-held): a write that had to follow a failed leader is held until the
+    // internal client's own request timeout before it is answered.
+    if weir_core::planted::is(Plant::ForwardHeld) && took > FORWARD_HELD_AFTER {
+        return weir_client::REQUEST_DEADLINE.saturating_sub(took);
+    }
+    std::time::Duration::ZERO
+}
+
 /// The session `ticket` is taken in: the current one if the ticket is before its end.
 fn in_session(current: Option<TakeSession>, ticket: TicketId) -> Option<SessionId> {
     current.filter(|s| ticket < s.until).map(|s| s.id)
@@ -207,10 +220,9 @@ impl HttpCtx {
     pub async fn write(&self, command: Command) -> Result<Reply, ApiError> {
         let sent = std::time::Instant::now();
         let written = self.client().write(command).await;
-        // PLANTED(forward-held): a write that had to follow a failed leader is held until the
-        // internal client's own request timeout before it is answered.
-        if weir_core::planted::is(Plant::ForwardHeld) && sent.elapsed() > FORWARD_HELD_AFTER {
-            tokio::time::sleep(weir_client::REQUEST_DEADLINE.saturating_sub(sent.elapsed())).await;
+        let hold = write_answer_hold(sent.elapsed());
+        if !hold.is_zero() {
+            tokio::time::sleep(hold).await;
         }
         match written? {
             Reply::Refused(r) => Err(ApiError::refused(&r, self.now_ms())),

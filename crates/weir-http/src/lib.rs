@@ -148,7 +148,7 @@ pub use bounds::{
     WATCH_EVENTS_PER_SECOND_MAX,
 };
 pub use callers::{CALLERS_MAX, Caller, Callers, act_as};
-pub use context::HttpCtx;
+pub use context::{HttpCtx, write_answer_hold};
 pub use error::ApiError;
 pub use front::Front;
 pub use history::KEYED_SAMPLE_KEYS_MAX;

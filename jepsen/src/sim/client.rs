@@ -14,7 +14,9 @@
 //! have, so its keep-alive loop is not what runs here: this file's loop follows the same
 //! rule (`KEEPALIVES_PER_TTL` keep-alives a TTL, a retry after 100 ms), and asks the
 //! library's own sans-I/O rules what an acknowledged keep-alive is credited with
-//! ([`keep_alive_credit`]) and when the application is told ([`told_at`]).
+//! ([`keep_alive_credit`]) and when the application is told ([`told_at`]). Every other
+//! permit client is a client of a node's HTTP door ([`Door::through_http`]): its writes are
+//! answered when the door's own rule says ([`weir_http::write_answer_hold`]).
 //!
 //! Invariants:
 //! - A `hold` ends when the library's [`told_at`] says the application is told (the
@@ -169,6 +171,8 @@ pub struct Door {
     /// Who the client acts for: the anonymous principal (every session unowned), unless
     /// changed by [`Door::acting_for`].
     principal: Principal,
+    /// Whether the client speaks to a node's HTTP door ([`Door::through_http`]).
+    http: bool,
 }
 
 impl Door {
@@ -179,7 +183,17 @@ impl Door {
             node: Arc::new(Mutex::new(1)),
             suspect: Arc::new(Mutex::new(None)),
             principal: Principal::anonymous(),
+            http: false,
         }
+    }
+
+    /// This door as a client of a node's HTTP door sees it: the door's internal client
+    /// tries the nodes as the library does (this door's own tries), and the door answers a
+    /// write when its rule says ([`weir_http::write_answer_hold`]: at once, however many
+    /// leaders the write followed). What of the HTTP door runs here is that rule; its HTTP
+    /// and its forwarding connection are the library's tries.
+    pub fn through_http(self) -> Door {
+        Door { http: true, ..self }
     }
 
     /// This door, its writes `principal`'s (as a connection authenticated by a token):
@@ -288,9 +302,18 @@ impl Door {
         })
     }
 
-    /// A write, tried through the nodes as [`Door::tried`] says.
+    /// A write, tried through the nodes as [`Door::tried`] says; through an HTTP door,
+    /// answered when the door's rule says.
     pub async fn write(&self, command: Command) -> Result<(u64, Reply), Failure> {
-        match self.tried(Ask::Write(command)).await? {
+        let sent = tokio::time::Instant::now();
+        let tried = self.tried(Ask::Write(command)).await;
+        if self.http {
+            let hold = weir_http::write_answer_hold(sent.elapsed());
+            if !hold.is_zero() {
+                tokio::time::sleep(hold).await;
+            }
+        }
+        match tried? {
             Got::Write(answer) => Ok(answer),
             Got::Read(_) => unreachable!("a write is answered as a write"),
         }

@@ -6,11 +6,15 @@
 //!
 //! Owns these processes. The holder lives a string of lives, each a session, one lease of
 //! [`WANT_RATE`] a second and a cap of [`WANT_CAP`], renewed with the same ask every
-//! keep-alive period, and local spends: one token whenever its bucket holds one, by the
-//! client library's own bucket rules ([`LocalBucket`], on simulated time: refill at the
-//! granted rate up to the granted cap, a renewal's share replacing the one held, nothing
-//! spent at or past the belief deadline, the send time of its last acknowledged keep-alive,
-//! or of the open, plus the TTL less the library's margin). A life lasts [`LIFE_MS`] and
+//! keep-alive period, and local spends: requests of one token and of two in turn, each
+//! decided as soon as its bucket holds it, as a node's Envoy service decides a request from
+//! its token leases (the service's own rule for what a request takes from a local bucket,
+//! [`weir_http::rls::local_units`], so the harness's Envoy holders' takes of two hits have
+//! their counterpart here), by the client library's own bucket rules ([`LocalBucket`], on
+//! simulated time: refill at the granted rate up to the granted cap, a renewal's share
+//! replacing the one held, nothing spent at or past the belief deadline, the send time of
+//! its last acknowledged keep-alive, or of the open, plus the TTL less the library's
+//! margin). A life lasts [`LIFE_MS`] and
 //! ends by a crash (its keep-alives stop: the lease lapses with its session a TTL later),
 //! by closing its session under the lease, or by a stall: frozen past the TTL (so the
 //! session expires meanwhile), then spending on from the belief it had, as the library's
@@ -65,11 +69,14 @@ const MICRO: u64 = 1_000_000;
 /// [`WANT_RATE`] in micro-tokens a second, as a lease request asks it.
 const WANT_RATE_MICRO: u64 = (WANT_RATE * MICRO as f64) as u64;
 
-/// The `lease-take` op of one take, as the harness records it.
-fn take_op(invoked: u64, local: bool) -> serde_json::Value {
-    json!({"limit": LIMIT.0, "units": 1, "invoke_ns": invoked, "per_second": LIMIT.1,
+/// The `lease-take` op of one take of `units`, as the harness records it.
+fn take_op(invoked: u64, units: u32, local: bool) -> serde_json::Value {
+    json!({"limit": LIMIT.0, "units": units, "invoke_ns": invoked, "per_second": LIMIT.1,
         "burst": LIMIT.2, "local": local})
 }
+
+/// Hits of the holder's local requests, in turn (the harness's Envoy holders ask two).
+const HITS: [u32; 2] = [1, 2];
 
 /// The holder: lives until `stop`.
 pub async fn holder(process: u64, seed: u64, door: Door, history: Recorder, stop: Arc<AtomicBool>) {
@@ -174,8 +181,9 @@ async fn life(
     true
 }
 
-/// Spends one token at a time from `bucket` by the library's rules, whenever it holds one
-/// and the belief `deadline` (simulated ns) has not passed, until `ends` (simulated ns).
+/// Decides requests of [`HITS`] in turn from `bucket` by the library's rules, each
+/// whenever the bucket holds what the Envoy service's rule takes for it and the belief
+/// `deadline` (simulated ns) has not passed, until `ends` (simulated ns).
 async fn spend_until(
     process: u64,
     history: &Recorder,
@@ -184,26 +192,40 @@ async fn spend_until(
     ends: u64,
     deadline: impl Fn() -> u64,
 ) {
+    let mut asked = 0usize;
     loop {
         let now = history.now_ns();
         if stop.load(Ordering::Relaxed) || now >= ends {
             return;
         }
         let deadline_ns = deadline();
-        let (spent, next_token) = {
+        let (spent, next_token, hits) = {
             let mut b = lock(bucket);
-            let spent = b.spend(1, boot(now), boot(deadline_ns));
-            (spent, b.next_token_at())
+            // A request the bucket could never hold goes to the cluster at a node's
+            // service; the holder asks one token instead.
+            let hits = HITS[asked % HITS.len()].min(b.share().1.max(1) as u32);
+            let part = Part {
+                limit: LIMIT.0.into(),
+                key: None,
+                units: hits,
+            };
+            let units = weir_http::rls::local_units(&part);
+            (
+                b.spend(units, boot(now), boot(deadline_ns)),
+                b.next_token_at(),
+                hits,
+            )
         };
         let wake = match spent {
             Spend::Spent => {
+                asked += 1;
                 let at = history.record(
                     process,
                     Kind::Invoke,
                     "lease-take",
-                    json!({"limit": LIMIT.0, "units": 1}),
+                    json!({"limit": LIMIT.0, "units": hits}),
                 );
-                history.record(process, Kind::Ok, "lease-take", take_op(at, true));
+                history.record(process, Kind::Ok, "lease-take", take_op(at, hits, true));
                 continue;
             }
             // Past the belief deadline nothing is local: wait for a keep-alive to move it.
@@ -211,6 +233,8 @@ async fn spend_until(
             // Until the next whole token, or the deadline, or the end.
             Spend::Short => {
                 let next = next_token.map_or(now + 50_000_000, local_of);
+                // A whole token is there, but not as many as the request's hits.
+                let next = if next <= now { now + 20_000_000 } else { next };
                 match deadline_ns > now {
                     true => next.min(deadline_ns),
                     false => next,
@@ -292,7 +316,7 @@ pub async fn taker(process: u64, seed: u64, door: Door, history: Recorder, stop:
             });
             match door.write(take).await {
                 Ok((_, Reply::Granted { .. })) => {
-                    history.record(process, Kind::Ok, "lease-take", take_op(invoked, false));
+                    history.record(process, Kind::Ok, "lease-take", take_op(invoked, 1, false));
                 }
                 Ok((_, Reply::Refused(Refusal::Busy { .. }))) => {
                     let v = json!({"limit": LIMIT.0, "error": "busy"});

@@ -296,7 +296,14 @@ async fn carry_out(
             seed: rng.next_u64(),
             refusals_recorded_as_grants: config.refusals_recorded_as_grants,
         };
+        // Every other permit client speaks to a node's HTTP door, as the harness's
+        // Python holders do.
         let door = Door::new(world.clone(), spec.endpoint());
+        let door = if i % 2 == 1 {
+            door.through_http()
+        } else {
+            door
+        };
         let holders = holders.clone();
         tasks.push(tokio::spawn(permits(
             spec,

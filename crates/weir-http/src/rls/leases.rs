@@ -206,12 +206,10 @@ impl NodeLeases {
     /// Takes every part's units from its lease, all or none: whether they were (the
     /// request is then decided), counted in `weir_rls_local_decisions_total`.
     pub fn take(held: &[Arc<Held>], parts: &[Part]) -> bool {
-        // PLANTED(rls-lease-one-hit): one token a part, whatever the request's hits.
-        let one_hit = weir_core::planted::is(weir_core::planted::Plant::RlsLeaseOneHit);
         let takes: Vec<(&Leased, u32)> = held
             .iter()
             .zip(parts)
-            .map(|(h, p)| (&h.lease, if one_hit { 1 } else { p.units }))
+            .map(|(h, p)| (&h.lease, local_units(p)))
             .collect();
         let taken = Leased::try_take_all(&takes);
         if taken {
@@ -219,6 +217,17 @@ impl NodeLeases {
         }
         taken
     }
+}
+
+/// What a request decided locally takes from `part`'s local bucket: the part's units (the
+/// hits its descriptor asked). The deterministic simulator's lease holder decides its
+/// requests of several hits by this rule too.
+pub fn local_units(part: &Part) -> u32 {
+    // PLANTED(rls-lease-one-hit): one token a part, whatever the request's hits.
+    if weir_core::planted::is(weir_core::planted::Plant::RlsLeaseOneHit) {
+        return 1;
+    }
+    part.units
 }
 
 /// What a lease on `part` asks: the limit's whole rate and burst (the machine grants its

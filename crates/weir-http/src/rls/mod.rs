@@ -98,5 +98,6 @@ mod request;
 mod serve;
 mod service;
 
+pub use leases::local_units;
 pub use serve::{grpc_acceptor, serve_grpc};
 pub use service::RlsService;
