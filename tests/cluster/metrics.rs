@@ -12,14 +12,14 @@ use super::harness::{Cluster, phase};
 use super::http::Api;
 
 /// The value of the sample `name` (a full sample name with labels, as exposed).
-pub(crate) fn sample(text: &str, name: &str) -> Option<f64> {
+fn sample(text: &str, name: &str) -> Option<f64> {
     text.lines()
         .find(|l| l.split_whitespace().next() == Some(name))
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse().ok())
 }
 
-pub(crate) async fn scrape(http: &reqwest::Client, url: &str) -> String {
+async fn scrape(http: &reqwest::Client, url: &str) -> String {
     let r = http.get(format!("{url}/metrics")).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     r.text().await.unwrap()
@@ -86,7 +86,6 @@ async fn metrics_pass_promtool_and_move_with_operations_and_health_answers() {
         "weir_commit_seconds_count",
         "weir_fsync_seconds_count",
         "weir_log_moves_total",
-        "weir_peer_round_frames_count",
         "weir_snapshot_build_seconds_count",
         "weir_snapshot_freeze_seconds_count",
         "weir_snapshot_install_seconds_count",
@@ -122,12 +121,6 @@ async fn metrics_pass_promtool_and_move_with_operations_and_health_answers() {
     // A new log's one segment: a move waits for four.
     assert_eq!(sample(&after, "weir_log_segments"), Some(1.0), "{after}");
     assert_eq!(sample(&after, "weir_log_moves_total"), Some(0.0), "{after}");
-    // A node of one group replicates with exchanges of their own, never in rounds.
-    assert_eq!(
-        sample(&after, "weir_peer_round_frames_count"),
-        Some(0.0),
-        "{after}"
-    );
     assert!(moved("weir_http_requests_total") >= 6.0);
     assert_eq!(moved("weir_refusals_total{kind=\"Busy\"}"), 1.0, "{after}");
     assert_eq!(

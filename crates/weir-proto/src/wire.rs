@@ -68,7 +68,7 @@ impl From<io::Error> for WireError {
 }
 
 /// Appends `value` as one frame to `out` (so that several frames can go out in one write).
-pub fn push_frame<T: serde::Serialize>(out: &mut Vec<u8>, value: &T) {
+fn push_frame<T: serde::Serialize>(out: &mut Vec<u8>, value: &T) {
     let payload = codec::encode(value);
     out.reserve(8 + payload.len());
     out.extend_from_slice(&(payload.len() as u32).to_le_bytes());

@@ -73,9 +73,6 @@ pub struct Metrics {
     pub log_segments: Gauge,
     /// Raft groups moved out of the log's oldest segment so it could be deleted.
     pub log_moves: Counter,
-    /// AppendEntries frames per round to a peer (a node of several groups:
-    /// `raft/network.rs`, "Rounds").
-    pub peer_round_frames: Histogram,
     /// Refusals answered to clients, by kind.
     pub refusals: Family<KindLabel, Counter>,
     /// Open client-port connections.
@@ -144,8 +141,6 @@ impl Metrics {
             entries_unshared: Counter::default(),
             log_segments: Gauge::default(),
             log_moves: Counter::default(),
-            // 1 to 64 frames: a round carries at most ROUND_FRAMES_MAX (34).
-            peer_round_frames: Histogram::new(exponential_buckets(1.0, 2.0, 7)),
             refusals: Family::default(),
             connections: Gauge::default(),
             pushes_dropped: Counter::default(),
@@ -187,8 +182,6 @@ impl Metrics {
                            node of several)",
             log_moves: "Raft groups whose few live entries were written again so the \
                         log's oldest segment could be deleted",
-            peer_round_frames: "AppendEntries frames per round to a peer, on a node of \
-                                several groups (every group's appends to a peer go together)",
             refusals: "Refusals answered to clients, by kind",
             connections: "Open client-port connections",
             pushes_dropped: "Pushed events missed by slow client connections",

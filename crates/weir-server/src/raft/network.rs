@@ -78,39 +78,13 @@
 //! frames of any group, one exchange at a time. A node of one group hosts group
 //! [`super::SOLE_GROUP`].
 //!
-//! The server side ([`serve_peers`]) reads a connection's frames, hands each request to the
-//! Raft of the group it names as soon as it is read ([`answer`], which also tells that
-//! group's [`super::stand_in`] what it saw), and writes the answers
-//! ([`PeerAnswer::Answered`]) in the order of their frames, those ready together in one
-//! write ([`serve_frames`]). A frame for a group this node does not host is answered
-//! [`PeerAnswer::NoSuchGroup`], naming the groups it hosts (logged like a refusal), and the
-//! connection serves on: the caller's RPC fails with that reason. Garbage, an oversized
-//! length or a bad checksum closes that connection with a logged reason and touches nothing
-//! else.
-//!
-//! # Rounds: every group's appends to a peer together
-//!
-//! On a node of several groups each group's Raft replicates on its own, so one group's
-//! AppendEntries to a follower would be an exchange of its own: a write, a read and a
-//! wake-up on both sides per group, and on the follower a log write that often missed the
-//! sync of the other groups' (docs/benchmarks.md, "Several groups in one process"). So
-//! there ([`PeerNetwork::in_rounds`]) a node's AppendEntries to one peer, of whatever group,
-//! go in rounds ([`Lane`]): a call queues its request, and one round at a time per peer
-//! takes every request queued ([`ROUND_FRAMES_MAX`] at most), writes their frames in one
-//! write on one connection and reads their answers, which come back in the same order. What
-//! is queued while a round is out goes in the next, so a round carries whatever the groups
-//! had to send meanwhile, as one group's replication carries whatever its leader appended.
-//! The follower reads the round's frames in one read and answers them side by side, so
-//! their log writes share one sync, and writes the answers back together.
-//!
-//! The frames are those of one exchange: a round is frames written back to back on one
-//! connection, which a node of this version answers in order (one whose answers were worked
-//! out one after another would answer them the same, only slower). A round fails whole
-//! (a write or read error, or no answer before the latest deadline of its calls): each of
-//! its calls fails with that reason, and openraft retries each as after any failed call.
-//! Each call keeps its own deadline whatever its round does. Votes and snapshot chunks do
-//! not wait for a round: they are exchanges of their own, as on a node of one group, where
-//! nothing goes in rounds.
+//! The server side ([`serve_peers`]) reads a frame, hands its request to the Raft of the
+//! group it names ([`answer`], which also tells that group's [`super::stand_in`] what it
+//! saw), and writes the answer ([`PeerAnswer::Answered`]). A frame for a group this node
+//! does not host is answered [`PeerAnswer::NoSuchGroup`], naming the groups it hosts
+//! (logged like a refusal), and the connection serves on: the caller's RPC fails with that
+//! reason. Garbage, an oversized length or a bad checksum closes that connection with a
+//! logged reason and touches nothing else.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -125,7 +99,6 @@ use openraft::raft::{
     VoteRequest, VoteResponse,
 };
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::cluster_identity::{ClusterId, ClusterIdentity};
@@ -279,30 +252,6 @@ type Pools = Arc<Mutex<BTreeMap<NodeId, Vec<Pooled>>>>;
 /// at once, which openraft would retry at once, in a busy loop.
 type Dialing = Arc<Mutex<BTreeMap<NodeId, Arc<tokio::sync::Mutex<()>>>>>;
 
-/// Most frames in one round to a peer: an AppendEntries of every group a node may host
-/// (`GROUPS_MAX` data groups and the metadata group; each group's replication to a peer
-/// has one call out at a time), and as many again. What is queued beyond it waits for the
-/// next round.
-pub const ROUND_FRAMES_MAX: usize = 2 * (crate::config::GROUPS_MAX as usize + 1);
-
-/// Per peer node, the AppendEntries waiting for their round ([`PeerNetwork::in_rounds`]).
-type Lanes = Arc<Mutex<BTreeMap<NodeId, Lane>>>;
-
-/// The AppendEntries queued for the next round to one peer, and whether a task is sending
-/// rounds to it (at most one per peer: it runs while anything is queued, then ends).
-#[derive(Default)]
-struct Lane {
-    waiting: Vec<Queued>,
-    sending: bool,
-}
-
-/// A call waiting for its round: its frame, its deadline, and where its answer goes.
-struct Queued {
-    frame: PeerFrame,
-    until: tokio::time::Instant,
-    reply: tokio::sync::oneshot::Sender<Result<PeerResponse, CallError>>,
-}
-
 /// The client side of one group: hands openraft a [`PeerClient`] per target, sharing the
 /// pools with every other group of the node ([`PeerNetwork::for_group`]).
 #[derive(Clone)]
@@ -311,9 +260,6 @@ pub struct PeerNetwork {
     group: GroupId,
     pools: Pools,
     dialing: Dialing,
-    /// Per peer, the rounds every group's AppendEntries go in; `None`: each is an exchange
-    /// of its own (a node of one group).
-    lanes: Option<Lanes>,
     /// Local address outgoing connections are bound to, if configured.
     source_ip: Option<std::net::IpAddr>,
     /// Mutual TLS to peers, or plaintext.
@@ -342,20 +288,10 @@ impl PeerNetwork {
             group: super::SOLE_GROUP,
             pools: Pools::default(),
             dialing: Dialing::default(),
-            lanes: None,
             source_ip,
             connector,
             me,
             health: PeerHealth::default(),
-        }
-    }
-
-    /// This network with every group's AppendEntries to a peer sent in rounds (a node of
-    /// several groups: "Rounds" in the module doc).
-    pub fn in_rounds(self) -> PeerNetwork {
-        PeerNetwork {
-            lanes: Some(Lanes::default()),
-            ..self
         }
     }
 
@@ -378,7 +314,6 @@ pub struct PeerClient {
     addr: String,
     pools: Pools,
     dialing: Dialing,
-    lanes: Option<Lanes>,
     source_ip: Option<std::net::IpAddr>,
     connector: Connector,
     me: Arc<Me>,
@@ -391,18 +326,6 @@ enum CallError {
     Unreachable(std::io::Error),
     /// Connected, but the exchange failed or took too long.
     Network(String),
-}
-
-impl CallError {
-    /// The same failure, for another call of the same round.
-    fn again(&self) -> CallError {
-        match self {
-            CallError::Unreachable(io) => {
-                CallError::Unreachable(std::io::Error::new(io.kind(), io.to_string()))
-            }
-            CallError::Network(why) => CallError::Network(why.clone()),
-        }
-    }
 }
 
 impl std::fmt::Display for CallError {
@@ -560,132 +483,10 @@ impl PeerClient {
         }
     }
 
-    /// Makes the call `request` within `ttl`: in its peer's next round when it is an
-    /// AppendEntries of a node of several groups, else as an exchange of its own.
     async fn call(&self, request: PeerRequest, ttl: Duration) -> Result<PeerResponse, CallError> {
-        if let (Some(lanes), PeerRequest::AppendEntries(_)) = (&self.lanes, &request) {
-            return self.in_round(lanes, request, ttl).await;
-        }
-        let frame = [PeerFrameRef {
-            group: self.group,
-            request: &request,
-        }];
-        let answers = self.exchange_within(&frame, ttl).await?;
-        let [answer] = <[PeerAnswer; 1]>::try_from(answers)
-            .unwrap_or_else(|_| unreachable!("an exchange reads one answer per frame"));
-        self.answered(answer)
-    }
-
-    /// Queues `request` for the next round to this peer, starting the task that sends
-    /// rounds to it when none is, and waits for its answer within `ttl`.
-    async fn in_round(
-        &self,
-        lanes: &Lanes,
-        request: PeerRequest,
-        ttl: Duration,
-    ) -> Result<PeerResponse, CallError> {
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        let start = {
-            let mut lanes = crate::lock::lock(lanes);
-            let lane = lanes.entry(self.target).or_default();
-            lane.waiting.push(Queued {
-                frame: PeerFrame {
-                    group: self.group,
-                    request,
-                },
-                until: tokio::time::Instant::now() + ttl,
-                reply,
-            });
-            !std::mem::replace(&mut lane.sending, true)
-        };
-        if start {
-            tokio::spawn(self.clone().send_rounds(lanes.clone()));
-        }
-        match tokio::time::timeout(ttl, answer).await {
-            Ok(Ok(answered)) => answered,
-            Ok(Err(_)) => Err(CallError::Network(format!(
-                "the round to node {} ended without an answer",
-                self.target
-            ))),
-            Err(_) => Err(CallError::Network(format!(
-                "no answer from node {} within {ttl:?}",
-                self.target
-            ))),
-        }
-    }
-
-    /// Sends rounds to this peer while calls are queued for it: each round takes what is
-    /// queued (calls whose callers gave up are dropped), exchanges it within the latest of
-    /// its calls' deadlines, and hands each call its answer or the round's failure.
-    async fn send_rounds(self, lanes: Lanes) {
-        loop {
-            let round: Vec<Queued> = {
-                let mut lanes = crate::lock::lock(&lanes);
-                let lane = lanes.entry(self.target).or_default();
-                lane.waiting.retain(|q| !q.reply.is_closed());
-                if lane.waiting.is_empty() {
-                    lane.sending = false;
-                    return;
-                }
-                let rest = lane
-                    .waiting
-                    .split_off(lane.waiting.len().min(ROUND_FRAMES_MAX));
-                std::mem::replace(&mut lane.waiting, rest)
-            };
-            crate::metrics::get()
-                .peer_round_frames
-                .observe(round.len() as f64);
-            let until = round.iter().map(|q| q.until).max();
-            let ttl = until.map_or(Duration::ZERO, |u| {
-                u.saturating_duration_since(tokio::time::Instant::now())
-            });
-            let frames: Vec<PeerFrameRef> = round
-                .iter()
-                .map(|q| PeerFrameRef {
-                    group: q.frame.group,
-                    request: &q.frame.request,
-                })
-                .collect();
-            let answers = self.exchange_within(&frames, ttl).await;
-            drop(frames);
-            match answers {
-                Ok(answers) => {
-                    for (q, answer) in round.into_iter().zip(answers) {
-                        let _ = q.reply.send(self.answered(answer));
-                    }
-                }
-                Err(e) => {
-                    for q in round {
-                        let _ = q.reply.send(Err(e.again()));
-                    }
-                }
-            }
-        }
-    }
-
-    /// A group's answer as its call's result: a group the peer does not host fails the call.
-    fn answered(&self, answer: PeerAnswer) -> Result<PeerResponse, CallError> {
-        match answer {
-            PeerAnswer::Answered(response) => Ok(*response),
-            PeerAnswer::NoSuchGroup { group, hosted } => Err(CallError::Network(no_such_group(
-                self.target,
-                group,
-                &hosted,
-            ))),
-        }
-    }
-
-    /// Sends `frames` on one connection within `ttl` and reads their answers, in their
-    /// order: on an idle pooled connection, or a new one when none is idle or the idle one
-    /// failed. The connection is pooled again after a whole exchange.
-    async fn exchange_within(
-        &self,
-        frames: &[PeerFrameRef<'_>],
-        ttl: Duration,
-    ) -> Result<Vec<PeerAnswer>, CallError> {
         let exchange = async {
             if let Some(conn) = self.idle() {
-                match self.exchange(conn, frames).await {
+                match self.exchange(conn, &request).await {
                     Ok(done) => return Ok(done),
                     // The connection may have died while it sat in the pool (the peer
                     // restarted since), and so then did every other idle one to that
@@ -700,12 +501,12 @@ impl PeerClient {
                 }
             }
             let conn = self.dial().await?;
-            self.exchange(conn, frames).await
+            self.exchange(conn, &request).await
         };
         match tokio::time::timeout(ttl, exchange).await {
-            Ok(Ok((conn, answers))) => {
+            Ok(Ok((conn, response))) => {
                 self.give_back(conn);
-                Ok(answers)
+                Ok(response)
             }
             Ok(Err(e)) => Err(e),
             Err(_) => Err(CallError::Network(format!(
@@ -715,31 +516,34 @@ impl PeerClient {
         }
     }
 
-    /// Writes `frames` on `conn` in one write and reads one answer for each.
+    /// Writes `request` on `conn` and reads its response.
     async fn exchange(
         &self,
         mut conn: Pooled,
-        frames: &[PeerFrameRef<'_>],
-    ) -> Result<(Pooled, Vec<PeerAnswer>), CallError> {
-        let network = |e: WireError| CallError::Network(e.to_string());
-        let mut out = Vec::new();
-        for frame in frames {
-            wire::push_frame(&mut out, frame);
-        }
-        let w = conn.get_mut();
-        w.write_all(&out)
+        request: &PeerRequest,
+    ) -> Result<(Pooled, PeerResponse), CallError> {
+        let frame = PeerFrameRef {
+            group: self.group,
+            request,
+        };
+        wire::write_frame(conn.get_mut(), &frame)
             .await
-            .map_err(|e| network(WireError::Io(e)))?;
-        w.flush().await.map_err(|e| network(WireError::Io(e)))?;
-        let mut answers = Vec::with_capacity(frames.len());
-        for _ in frames {
-            answers.push(
-                wire::read_frame(&mut conn, PEER_FRAME_MAX)
-                    .await
-                    .map_err(network)?,
-            );
+            .map_err(|e| CallError::Network(e.to_string()))?;
+        let answer: PeerAnswer = wire::read_frame(&mut conn, PEER_FRAME_MAX)
+            .await
+            .map_err(|e| CallError::Network(e.to_string()))?;
+        match answer {
+            PeerAnswer::Answered(response) => Ok((conn, *response)),
+            // The connection stays good for other groups: pooled again, the call failed.
+            PeerAnswer::NoSuchGroup { group, hosted } => {
+                self.give_back(conn);
+                Err(CallError::Network(no_such_group(
+                    self.target,
+                    group,
+                    &hosted,
+                )))
+            }
         }
-        Ok((conn, answers))
     }
 
     fn rpc_error<E: std::error::Error>(&self, e: CallError) -> RPCError<NodeId, NodeAddr, E> {
@@ -767,7 +571,6 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
             addr: node.peer.clone(),
             pools: self.pools.clone(),
             dialing: self.dialing.clone(),
-            lanes: self.lanes.clone(),
             source_ip: self.source_ip,
             connector: self.connector.clone(),
             me: self.me.clone(),
@@ -935,95 +738,30 @@ async fn peer_connection(tcp: TcpStream, server: PeerServer) -> Result<(), WireE
         log_refusal(&format!("refused a peer: {reason}"));
         return Err(WireError::Decode(reason));
     }
-    serve_frames(stream, move |frame| {
-        let groups = groups.clone();
-        async move { answer_frame(&groups, frame).await }
-    })
-    .await
-}
-
-/// The answer to one frame: its group's Raft's, or [`PeerAnswer::NoSuchGroup`].
-async fn answer_frame(groups: &BTreeMap<GroupId, PeerGroup>, frame: PeerFrame) -> PeerAnswer {
-    match groups.get(&frame.group) {
-        Some(g) => {
-            PeerAnswer::Answered(Box::new(answer(&g.raft, &g.stand_in, frame.request).await))
-        }
-        None => {
-            let hosted: Vec<GroupId> = groups.keys().copied().collect();
-            log_refusal(&format!(
-                "a peer asked for Raft group {}, which this node does not host (it \
-                 hosts groups {hosted:?}): answered so",
-                frame.group
-            ));
-            PeerAnswer::NoSuchGroup {
-                group: frame.group,
-                hosted,
-            }
-        }
-    }
-}
-
-/// Frames of one connection being answered at once, at most (a round's): a dialer that
-/// sends more waits, its frames unread, until the first are answered. It bounds what one
-/// connection holds in memory to this many frames, and two more being read.
-const ANSWERING_MAX: u64 = ROUND_FRAMES_MAX as u64;
-
-/// Answers a connection's frames (after its hello) until it closes or sends damage. Each
-/// frame's answer is worked out, by `answer`, as soon as the frame is read, beside the
-/// answers of the frames before it (so a round's appends of several groups reach their
-/// Rafts together, and their log writes share a sync); the answers are written in the
-/// order of their frames, as many as are ready in one write.
-async fn serve_frames<S, F, A>(stream: tokio::io::BufReader<S>, answer: F) -> Result<(), WireError>
-where
-    S: AsyncRead + AsyncWrite + Send + 'static,
-    F: Fn(PeerFrame) -> A,
-    A: std::future::Future<Output = PeerAnswer> + Send + 'static,
-{
-    let (mut reader, mut writer) = tokio::io::split(stream);
-    let (frames_in, mut frames) = tokio::sync::mpsc::channel::<Result<PeerFrame, WireError>>(1);
-    let _reading = weir_proto::task::AbortOnDrop(tokio::spawn(async move {
-        loop {
-            let frame = wire::read_frame(&mut reader, PEER_FRAME_MAX).await;
-            let last = frame.is_err();
-            if frames_in.send(frame).await.is_err() || last {
-                return;
-            }
-        }
-    }));
-    let (done_in, mut done) = tokio::sync::mpsc::unbounded_channel::<(u64, PeerAnswer)>();
-    // Frames read, and answers written, so far: their difference is being answered.
-    let (mut read, mut written) = (0u64, 0u64);
-    let mut ready: BTreeMap<u64, PeerAnswer> = BTreeMap::new();
-    let mut out = Vec::new();
     loop {
-        tokio::select! {
-            frame = frames.recv(), if read - written < ANSWERING_MAX => match frame {
-                Some(Ok(frame)) => {
-                    let (seq, answering, done_in) = (read, answer(frame), done_in.clone());
-                    read += 1;
-                    tokio::spawn(async move {
-                        let _ = done_in.send((seq, answering.await));
-                    });
-                }
-                Some(Err(WireError::Closed)) | None => return Ok(()),
-                Some(Err(e)) => return Err(e),
-            },
-            Some((seq, answered)) = done.recv() => {
-                ready.insert(seq, answered);
-                while let Ok((seq, answered)) = done.try_recv() {
-                    ready.insert(seq, answered);
-                }
-                out.clear();
-                while let Some(answered) = ready.remove(&written) {
-                    wire::push_frame(&mut out, &answered);
-                    written += 1;
-                }
-                if !out.is_empty() {
-                    writer.write_all(&out).await?;
-                    writer.flush().await?;
+        let frame: PeerFrame = match wire::read_frame(&mut stream, PEER_FRAME_MAX).await {
+            Ok(r) => r,
+            Err(WireError::Closed) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let reply = match groups.get(&frame.group) {
+            Some(g) => {
+                PeerAnswer::Answered(Box::new(answer(&g.raft, &g.stand_in, frame.request).await))
+            }
+            None => {
+                let hosted: Vec<GroupId> = groups.keys().copied().collect();
+                log_refusal(&format!(
+                    "a peer asked for Raft group {}, which this node does not host (it \
+                     hosts groups {hosted:?}): answered so",
+                    frame.group
+                ));
+                PeerAnswer::NoSuchGroup {
+                    group: frame.group,
+                    hosted,
                 }
             }
-        }
+        };
+        wire::write_frame(stream.get_mut(), &reply).await?;
     }
 }
 
@@ -1174,7 +912,6 @@ mod tests {
             addr,
             pools: Pools::default(),
             dialing: Dialing::default(),
-            lanes: None,
             source_ip: None,
             connector,
             me: Arc::new(Me {
@@ -1293,179 +1030,6 @@ mod tests {
             idle(&client),
             1,
             "only the connection that answered is pooled"
-        );
-    }
-
-    /// An append of `group` (its term is the group, so an answer is told apart by it).
-    fn append_of(group: GroupId) -> PeerRequest {
-        PeerRequest::AppendEntries(AppendEntriesRequest {
-            vote: openraft::Vote::new(u64::from(group), 1),
-            prev_log_id: None,
-            entries: vec![],
-            leader_commit: None,
-        })
-    }
-
-    /// A test peer's answer to an append of `group`: a higher vote whose term is the group.
-    fn answer_of(group: GroupId) -> PeerAnswer {
-        PeerAnswer::Answered(Box::new(PeerResponse::AppendEntries(Ok(
-            AppendEntriesResponse::HigherVote(openraft::Vote::new(u64::from(group), 2)),
-        ))))
-    }
-
-    /// The group an answer made by [`answer_of`] is for.
-    fn group_answered(r: Result<PeerResponse, CallError>) -> GroupId {
-        match r {
-            Ok(PeerResponse::AppendEntries(Ok(AppendEntriesResponse::HigherVote(v)))) => {
-                GroupId::try_from(v.leader_id().term).expect("a test group's term")
-            }
-            Ok(_) => panic!("answered with another response"),
-            Err(e) => panic!("the call failed: {e}"),
-        }
-    }
-
-    /// A test peer that welcomes every connection and serves its frames with `answer`
-    /// ([`serve_frames`], as a node does). Returns its address and how many connections it
-    /// accepted.
-    async fn peer_serving<F, A>(answer: F) -> (String, Arc<std::sync::atomic::AtomicUsize>)
-    where
-        F: Fn(PeerFrame) -> A + Clone + Send + Sync + 'static,
-        A: std::future::Future<Output = PeerAnswer> + Send + 'static,
-    {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let count = accepted.clone();
-        tokio::spawn(async move {
-            while let Ok((tcp, _)) = listener.accept().await {
-                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                let answer = answer.clone();
-                tokio::spawn(async move {
-                    let Ok(stream) = Acceptor::plain().accept(tcp).await else {
-                        return;
-                    };
-                    let mut stream = tokio::io::BufReader::new(stream);
-                    if welcome_hello(&mut stream).await {
-                        let _ = serve_frames(stream, answer).await;
-                    }
-                });
-            }
-        });
-        (addr, accepted)
-    }
-
-    /// Two frames sent together: the first's answer waits until the second's is being
-    /// worked out (so it is never sent if they are answered one after the other) and comes
-    /// after the second's, and the answers still go back in the frames' order.
-    #[tokio::test]
-    async fn frames_are_answered_side_by_side_and_written_back_in_their_order() {
-        let second_started = Arc::new(tokio::sync::Notify::new());
-        let started = second_started.clone();
-        let (addr, _) = peer_serving(move |frame: PeerFrame| {
-            let started = started.clone();
-            async move {
-                if frame.group == 1 {
-                    let waited =
-                        tokio::time::timeout(Duration::from_secs(5), started.notified()).await;
-                    // Later than the second's answer, which must still wait for this one.
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    // 99: answered only after the wait gave up.
-                    return answer_of(if waited.is_ok() { 1 } else { 99 });
-                }
-                started.notify_one();
-                answer_of(frame.group)
-            }
-        })
-        .await;
-        let client = client_of(addr, Connector::plain());
-        let conn = client.dial().await.unwrap_or_else(|e| panic!("dial: {e}"));
-        let (one, two) = (append_of(1), append_of(2));
-        let frames = [
-            PeerFrameRef {
-                group: 1,
-                request: &one,
-            },
-            PeerFrameRef {
-                group: 2,
-                request: &two,
-            },
-        ];
-        let (_, answers) = client
-            .exchange(conn, &frames)
-            .await
-            .unwrap_or_else(|e| panic!("exchange: {e}"));
-        let groups: Vec<GroupId> = answers
-            .into_iter()
-            .map(|a| group_answered(client.answered(a)))
-            .collect();
-        assert_eq!(groups, [1, 2]);
-    }
-
-    /// A node of several groups: while one group's append is out, the appends other groups
-    /// make to the same peer wait, and then go together in one round on the same
-    /// connection, each call answered with its own group's answer.
-    #[tokio::test]
-    async fn appends_made_while_a_round_is_out_go_together_in_the_next() {
-        let arrived = Arc::new(Mutex::new(Vec::<GroupId>::new()));
-        let release = Arc::new(tokio::sync::Notify::new());
-        let (seen, let_go) = (arrived.clone(), release.clone());
-        let (addr, accepted) = peer_serving(move |frame: PeerFrame| {
-            let (seen, let_go) = (seen.clone(), let_go.clone());
-            async move {
-                seen.lock().unwrap().push(frame.group);
-                if frame.group == 1 {
-                    let _ = tokio::time::timeout(Duration::from_secs(5), let_go.notified()).await;
-                }
-                answer_of(frame.group)
-            }
-        })
-        .await;
-        let client = PeerClient {
-            lanes: Some(Lanes::default()),
-            ..client_of(addr, Connector::plain())
-        };
-        let call = |group| {
-            let client = PeerClient {
-                group,
-                ..client.clone()
-            };
-            tokio::spawn(async move {
-                group_answered(client.call(append_of(group), Duration::from_secs(10)).await)
-            })
-        };
-        let first = call(1);
-        for _ in 0..500 {
-            if !arrived.lock().unwrap().is_empty() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        let rest: Vec<_> = (2..=4).map(call).collect();
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        assert_eq!(
-            *arrived.lock().unwrap(),
-            [1],
-            "appends reached the peer while a round was out"
-        );
-        release.notify_one();
-        assert_eq!(first.await.unwrap(), 1);
-        for (group, call) in (2..=4).zip(rest) {
-            assert_eq!(call.await.unwrap(), group);
-        }
-        let mut later = arrived.lock().unwrap().split_off(1);
-        later.sort_unstable();
-        assert_eq!(later, [2, 3, 4]);
-        assert_eq!(
-            accepted.load(std::sync::atomic::Ordering::SeqCst),
-            1,
-            "both rounds went on one connection"
-        );
-        // The round is over: nothing waits, and no task sends to the peer.
-        let lanes = client.lanes.as_ref().unwrap().lock().unwrap();
-        assert!(
-            lanes
-                .get(&2)
-                .is_some_and(|l| l.waiting.is_empty() && !l.sending)
         );
     }
 

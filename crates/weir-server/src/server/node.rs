@@ -328,11 +328,7 @@ async fn start_rafts(
         identity: identity.clone(),
         peer_addr: config.peer_addr.clone(),
     });
-    let mut network = PeerNetwork::new(config.peer_source_ip, security.peer_connector.clone(), me);
-    if opened.len() > 1 {
-        // Every group's appends to a peer go together ("Rounds", raft/network.rs).
-        network = network.in_rounds();
-    }
+    let network = PeerNetwork::new(config.peer_source_ip, security.peer_connector.clone(), me);
     let mut rafts = BTreeMap::new();
     let mut peers = BTreeMap::new();
     let mut unfounded = Vec::new();
