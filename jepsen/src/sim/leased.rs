@@ -7,7 +7,8 @@
 //! Owns these processes. The holder lives a string of lives, each a session, one lease of
 //! [`WANT_RATE`] a second and a cap of [`WANT_CAP`], renewed with the same ask every
 //! keep-alive period, and local spends: requests of one token and of two in turn, each
-//! decided as soon as its bucket holds it, as a node's Envoy service decides a request from
+//! decided once its bucket holds it (a request of two is looked at again every 20 ms while
+//! the bucket holds one), as a node's Envoy service decides a request from
 //! its token leases (the service's own rule for what a request takes from a local bucket,
 //! [`weir_http::rls::local_units`], so the harness's Envoy holders' takes of two hits have
 //! their counterpart here), by the client library's own bucket rules ([`LocalBucket`], on
